@@ -1,0 +1,54 @@
+// The test driver behind `npm test`: unit tests, then one sandbox for the whole integration run.
+// Test files run in child processes (node:test); they find the sandbox through BERTH_TEST_SANDBOX.
+import { globSync } from 'node:fs';
+import { run } from 'node:test';
+import { spec } from 'node:test/reporters';
+import { Sandbox } from '../src/sandbox/sandbox.ts';
+
+const args = new Set(process.argv.slice(2));
+const only = process.env['BERTH_TEST_FILES']?.split(',').filter(Boolean);
+const totals = { passed: 0, failed: 0, skipped: 0 };
+
+async function runFiles(files: string[], concurrency: number, env: NodeJS.ProcessEnv): Promise<void> {
+  if (files.length === 0) return;
+  const stream = run({ files, concurrency, env: { ...process.env, ...env }, timeout: 10 * 60_000 });
+  stream.on('test:pass', (t) => {
+    if (t.details.type === 'suite') return;
+    if (t.skip || t.todo) totals.skipped++;
+    else totals.passed++;
+  });
+  stream.on('test:fail', (t) => {
+    if (t.details.type !== 'suite') totals.failed++;
+  });
+  stream.compose(spec).pipe(process.stdout);
+  await new Promise((resolve) => stream.once('end', resolve));
+}
+
+const unitFiles = only
+  ? only.filter((f) => f.includes('test/unit/'))
+  : globSync('test/unit/**/*.test.ts').sort();
+const integrationFiles = only
+  ? only.filter((f) => f.includes('test/integration/'))
+  : globSync('test/integration/**/*.test.ts').sort();
+
+if (!args.has('--integration-only')) await runFiles(unitFiles, 2, {});
+
+if (!args.has('--unit-only') && integrationFiles.length > 0) {
+  const name = process.env['BERTH_TEST_SANDBOX'] ?? 'test';
+  const sandbox = new Sandbox(name);
+  const started = Date.now();
+  process.stdout.write(`starting sandbox ${name} (builds the control plane the first time)\n`);
+  await sandbox.up({ fresh: true, log: (s) => process.stdout.write(`  ${s}\n`) });
+  process.stdout.write(`sandbox ${name} up in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+  try {
+    // Integration files share the cluster: each keeps to its own namespaces and node names.
+    await runFiles(integrationFiles, 2, { BERTH_TEST_SANDBOX: name });
+  } finally {
+    if (process.env['BERTH_TEST_KEEP'])
+      process.stdout.write(`kept sandbox ${name}: ${sandbox.kubeconfigPath}\n`);
+    else await sandbox.destroy();
+  }
+}
+
+process.stdout.write(`\n${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped\n`);
+process.exitCode = totals.failed > 0 || totals.passed === 0 ? 1 : 0;

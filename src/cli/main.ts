@@ -1,0 +1,18 @@
+import { Command } from 'commander';
+import { sandboxCommand } from './sandbox.ts';
+import { version } from './version.ts';
+
+const program = new Command()
+  .name('berth')
+  .description('A placement control plane for Kubernetes.')
+  .version(version())
+  .showHelpAfterError();
+
+program.addCommand(sandboxCommand());
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  process.stderr.write(`berth: ${e instanceof Error ? e.message : String(e)}\n`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,142 @@
+// `berth sandbox`: the local control plane, by hand.
+import { Command, Option } from 'commander';
+import { ensureBinaries } from '../sandbox/build.ts';
+import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
+import { Sandbox } from '../sandbox/sandbox.ts';
+
+const log = (s: string) => process.stderr.write(`${s}\n`);
+const collect = (v: string, prev: string[]) => [...prev, v];
+const nameOption = () => new Option('--name <name>', 'sandbox name').default('default');
+
+export function sandboxCommand(): Command {
+  const cmd = new Command('sandbox').description(
+    'A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with kwok nodes, built from Go modules.',
+  );
+
+  cmd
+    .command('build')
+    .description('Build the control plane binaries from the pinned Go modules (cached; a no-op when built)')
+    .action(async () => {
+      const started = Date.now();
+      const b = await ensureBinaries(log);
+      log(`control plane ${b.kubernetesVersion} ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    });
+
+  cmd
+    .command('up')
+    .description(
+      'Build (first time only) and start the sandbox, or reuse the running one; then ensure the nodes exist',
+    )
+    .addOption(nameOption())
+    .option('--nodes <n>', 'number of kwok nodes to ensure', (v) => Number.parseInt(v, 10), 0)
+    .option('--node-prefix <prefix>', 'node name prefix', 'kwok-node')
+    .option(
+      '--arch <arch>',
+      'architecture of the --nodes nodes (status.nodeInfo.architecture and kubernetes.io/arch)',
+      'amd64',
+    )
+    .option('--node-labels <k=v,...>', 'labels of the --nodes nodes', '')
+    .option('--node-taint <key[=value]:Effect>', 'taint of the --nodes nodes (repeatable)', collect, [])
+    .option(
+      '--node-file <file>',
+      'YAML file of node groups: nodes: [{prefix, count, arch, labels, annotations, taints}]',
+    )
+    .option('--fresh', 'delete the existing sandbox of this name and start clean', false)
+    .option(
+      '--timeout <seconds>',
+      'how long to wait for the control plane and nodes',
+      (v) => Number.parseInt(v, 10),
+      300,
+    )
+    .action(async (o) => {
+      const groups: NodeGroupInput[] = o.nodeFile ? readNodeFile(o.nodeFile) : [];
+      if (o.nodes > 0) {
+        groups.push({
+          prefix: o.nodePrefix,
+          count: o.nodes,
+          arch: o.arch,
+          labels: parseLabels(o.nodeLabels),
+          taints: (o.nodeTaint as string[]).map(parseTaint),
+        });
+      }
+      const sb = new Sandbox(o.name);
+      const started = Date.now();
+      await sb.up({ nodes: groups, fresh: o.fresh, log, timeoutMs: o.timeout * 1000 });
+      log(`sandbox ${sb.name} is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`);
+      log(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodes`);
+    });
+
+  cmd
+    .command('down')
+    .description('Stop every process of the sandbox (its data stays for the next up unless --purge)')
+    .addOption(nameOption())
+    .option('--purge', 'also delete its data and certificates', false)
+    .action(async (o) => {
+      const sb = new Sandbox(o.name);
+      if (o.purge) await sb.destroy();
+      else await sb.down();
+      log(`sandbox ${sb.name} is down`);
+    });
+
+  cmd
+    .command('status')
+    .description('Show the processes, ports and health of the sandbox')
+    .addOption(nameOption())
+    .option('-o, --output <format>', 'text or json', 'text')
+    .action(async (o) => {
+      const sb = new Sandbox(o.name);
+      if (!sb.exists) {
+        process.stdout.write(
+          o.output === 'json' ? '{"exists":false}\n' : `sandbox ${sb.name} does not exist\n`,
+        );
+        process.exitCode = 3;
+        return;
+      }
+      const procs = sb.status();
+      const ready = await sb.apiserverReady();
+      if (o.output === 'json') {
+        process.stdout.write(
+          JSON.stringify({
+            exists: true,
+            name: sb.name,
+            server: sb.server,
+            ready,
+            kubeconfig: sb.kubeconfigPath,
+            processes: procs,
+          }) + '\n',
+        );
+      } else {
+        process.stdout.write(`sandbox ${sb.name}: ${ready ? 'ready' : 'not ready'} at ${sb.server}\n`);
+        for (const p of procs) {
+          process.stdout.write(
+            `  ${p.name.padEnd(24)} ${p.running ? `running pid ${p.pid}` : 'stopped'}  port ${p.port}\n`,
+          );
+        }
+        process.stdout.write(`  kubeconfig: ${sb.kubeconfigPath}\n`);
+      }
+      if (!ready) process.exitCode = 3;
+    });
+
+  cmd
+    .command('kubeconfig')
+    .description("Print the path of the sandbox's admin kubeconfig")
+    .addOption(nameOption())
+    .action((o) => {
+      const sb = new Sandbox(o.name);
+      if (!sb.exists) throw new Error(`sandbox ${sb.name} does not exist: run berth sandbox up`);
+      process.stdout.write(`${sb.kubeconfigPath}\n`);
+    });
+
+  cmd
+    .command('user <username>')
+    .description('Mint a user (client certificate, no RBAC granted) and print the path of its kubeconfig')
+    .addOption(nameOption())
+    .option('--group <group>', 'group of the user (repeatable)', collect, [])
+    .action(async (username: string, o) => {
+      const sb = new Sandbox(o.name);
+      if (!sb.exists) throw new Error(`sandbox ${sb.name} does not exist: run berth sandbox up`);
+      process.stdout.write(`${await sb.mintUser(username, o.group)}\n`);
+    });
+
+  return cmd;
+}

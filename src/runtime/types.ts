@@ -1,0 +1,121 @@
+// Minimal Kubernetes object shapes. Controllers work on plain JSON; each capability declares the
+// fields it reads in its own types.ts.
+
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
+}
+
+export interface ObjectMeta {
+  name?: string;
+  generateName?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  ownerReferences?: OwnerReference[];
+  finalizers?: string[];
+  managedFields?: unknown[];
+}
+
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+  [field: string]: unknown;
+}
+
+/** Where a kind lives in the API: group ('' for core), version, plural resource, and scope. */
+export interface ResourceRef {
+  group: string;
+  version: string;
+  resource: string;
+  kind: string;
+  namespaced: boolean;
+}
+
+export const apiVersionOf = (ref: ResourceRef): string =>
+  ref.group ? `${ref.group}/${ref.version}` : ref.version;
+
+const core = (resource: string, kind: string, namespaced: boolean): ResourceRef => ({
+  group: '',
+  version: 'v1',
+  resource,
+  kind,
+  namespaced,
+});
+
+export const Resources = {
+  nodes: core('nodes', 'Node', false),
+  pods: core('pods', 'Pod', true),
+  namespaces: core('namespaces', 'Namespace', false),
+  configMaps: core('configmaps', 'ConfigMap', true),
+  secrets: core('secrets', 'Secret', true),
+  serviceAccounts: core('serviceaccounts', 'ServiceAccount', true),
+  daemonSets: { group: 'apps', version: 'v1', resource: 'daemonsets', kind: 'DaemonSet', namespaced: true },
+  deployments: {
+    group: 'apps',
+    version: 'v1',
+    resource: 'deployments',
+    kind: 'Deployment',
+    namespaced: true,
+  },
+  replicaSets: {
+    group: 'apps',
+    version: 'v1',
+    resource: 'replicasets',
+    kind: 'ReplicaSet',
+    namespaced: true,
+  },
+  leases: {
+    group: 'coordination.k8s.io',
+    version: 'v1',
+    resource: 'leases',
+    kind: 'Lease',
+    namespaced: true,
+  },
+  events: { group: 'events.k8s.io', version: 'v1', resource: 'events', kind: 'Event', namespaced: true },
+  crds: {
+    group: 'apiextensions.k8s.io',
+    version: 'v1',
+    resource: 'customresourcedefinitions',
+    kind: 'CustomResourceDefinition',
+    namespaced: false,
+  },
+  mutatingWebhookConfigurations: {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    resource: 'mutatingwebhookconfigurations',
+    kind: 'MutatingWebhookConfiguration',
+    namespaced: false,
+  },
+  validatingWebhookConfigurations: {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    resource: 'validatingwebhookconfigurations',
+    kind: 'ValidatingWebhookConfiguration',
+    namespaced: false,
+  },
+  clusterRoles: {
+    group: 'rbac.authorization.k8s.io',
+    version: 'v1',
+    resource: 'clusterroles',
+    kind: 'ClusterRole',
+    namespaced: false,
+  },
+  clusterRoleBindings: {
+    group: 'rbac.authorization.k8s.io',
+    version: 'v1',
+    resource: 'clusterrolebindings',
+    kind: 'ClusterRoleBinding',
+    namespaced: false,
+  },
+} satisfies Record<string, ResourceRef>;

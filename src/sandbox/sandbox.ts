@@ -1,0 +1,605 @@
+// The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok,
+// as plain processes bound to 127.0.0.1 on free ports, one state folder per named sandbox.
+import { spawn } from 'node:child_process';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { createServer, connect } from 'node:net';
+import https from 'node:https';
+import http from 'node:http';
+import { join } from 'node:path';
+import { stringify as toYaml } from 'yaml';
+import { KubeClient } from '../runtime/kube.ts';
+import { Resources } from '../runtime/types.ts';
+import {
+  createCertificateAuthority,
+  createSigningKeyPair,
+  loadCertificateAuthority,
+  type CertificateAuthority,
+} from '../runtime/pki.ts';
+import { ensureBinaries, type Binaries } from './build.ts';
+import { createNodes, isNodeReady, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
+import { sandboxDir, stateDir } from './paths.ts';
+
+export const PROCESSES = [
+  'etcd',
+  'kube-apiserver',
+  'kube-controller-manager',
+  'kube-scheduler',
+  'kwok',
+] as const;
+export type ProcessName = (typeof PROCESSES)[number];
+
+interface Ports {
+  etcdClient: number;
+  etcdPeer: number;
+  apiserver: number;
+  controllerManager: number;
+  scheduler: number;
+  kwok: number;
+}
+
+interface State {
+  name: string;
+  kubernetesVersion: string;
+  ports: Ports;
+  pids: Partial<Record<ProcessName, number>>;
+  binaries: Binaries;
+  startedAt: string;
+}
+
+export interface ProcessStatus {
+  name: ProcessName;
+  pid?: number;
+  running: boolean;
+  port: number;
+}
+
+export interface UpOptions {
+  nodes?: NodeGroupInput[];
+  fresh?: boolean;
+  log?: (s: string) => void;
+  /** How long to wait for the control plane and the nodes, in ms. */
+  timeoutMs?: number;
+}
+
+const SERVICE_CIDR = '10.96.0.0/16';
+const SERVICE_IP = '10.96.0.1';
+
+export class Sandbox {
+  readonly name: string;
+  readonly dir: string;
+  private state: State | undefined;
+
+  constructor(name = 'default') {
+    if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(name))
+      throw new Error(`sandbox name "${name}" must be a DNS label`);
+    this.name = name;
+    this.dir = sandboxDir(name);
+    const statePath = join(this.dir, 'state.json');
+    if (existsSync(statePath)) this.state = JSON.parse(readFileSync(statePath, 'utf8')) as State;
+  }
+
+  static list(): string[] {
+    const root = join(stateDir(), 'sandboxes');
+    if (!existsSync(root)) return [];
+    return readdirSync(root).filter((n) => existsSync(join(root, n, 'state.json')));
+  }
+
+  get kubeconfigPath(): string {
+    return join(this.dir, 'kubeconfig');
+  }
+
+  get exists(): boolean {
+    return this.state !== undefined;
+  }
+
+  get ports(): Ports {
+    if (!this.state) throw new Error(`sandbox ${this.name} has not been started`);
+    return this.state.ports;
+  }
+
+  get server(): string {
+    return `https://127.0.0.1:${this.ports.apiserver}`;
+  }
+
+  private path(...p: string[]): string {
+    return join(this.dir, ...p);
+  }
+
+  private saveState(): void {
+    writeFileSync(this.path('state.json'), JSON.stringify(this.state, null, 2));
+  }
+
+  client(): KubeClient {
+    return KubeClient.fromFile(this.kubeconfigPath);
+  }
+
+  /** Starts the sandbox, reusing a running one (or restarting a stopped one on its data) unless fresh. */
+  async up(opts: UpOptions = {}): Promise<void> {
+    const log = opts.log ?? (() => {});
+    const deadline = Date.now() + (opts.timeoutMs ?? 180_000);
+    if (opts.fresh) await this.destroy();
+    const binaries = await ensureBinaries(log);
+    const status = this.status();
+    if (this.state && status.every((p) => p.running) && (await this.apiserverReady())) {
+      log(`sandbox ${this.name} is already running`);
+    } else {
+      if (status.some((p) => p.running)) await this.down();
+      await this.start(binaries, log, deadline);
+    }
+    if (opts.nodes?.length) await this.ensureNodes(opts.nodes, log, deadline);
+  }
+
+  private async start(binaries: Binaries, log: (s: string) => void, deadline: number): Promise<void> {
+    mkdirSync(this.path('logs'), { recursive: true });
+    const started = Date.now();
+    const [etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok] = await freePorts(6);
+    this.state = {
+      name: this.name,
+      kubernetesVersion: binaries.kubernetesVersion,
+      ports: { etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok } as Ports,
+      pids: {},
+      binaries,
+      startedAt: new Date().toISOString(),
+    };
+    await this.ensurePki();
+    this.writeKubeconfigs();
+    this.writeSchedulerConfig();
+    this.saveState();
+    for (const p of PROCESSES) {
+      this.startProcess(p);
+      await this.waitHealthy(p, deadline);
+      log(`${p} is up (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+    }
+    await this.waitFor('the default service account', deadline, async () => {
+      try {
+        await this.client().get(Resources.serviceAccounts, 'default', 'default');
+        return true;
+      } catch {
+        return false;
+      }
+    });
+  }
+
+  /** Starts one process of a sandbox whose state exists (tests restart kube-apiserver this way). */
+  startProcess(p: ProcessName): void {
+    const st = this.requireState();
+    const out = openSync(this.path('logs', `${p}.log`), 'a');
+    const child = spawn(this.binaryOf(p), this.argsOf(p), { detached: true, stdio: ['ignore', out, out] });
+    closeSync(out);
+    child.unref();
+    if (!child.pid) throw new Error(`could not start ${p}`);
+    st.pids[p] = child.pid;
+    this.saveState();
+  }
+
+  /** Signals one process and waits until it has exited. */
+  async stopProcess(p: ProcessName, signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000): Promise<void> {
+    const st = this.requireState();
+    const pid = st.pids[p];
+    if (pid === undefined || !this.isOurs(p, pid)) return;
+    try {
+      process.kill(-pid, signal);
+    } catch {
+      // already gone
+    }
+    const until = Date.now() + timeoutMs;
+    while (this.isOurs(p, pid)) {
+      if (Date.now() > until) {
+        process.kill(-pid, 'SIGKILL');
+      }
+      await sleep(50);
+    }
+    delete st.pids[p];
+    this.saveState();
+  }
+
+  async waitHealthy(p: ProcessName, deadline = Date.now() + 60_000): Promise<void> {
+    await this.waitFor(`${p} to be healthy`, deadline, async () => {
+      if (!this.status().find((s) => s.name === p)?.running) {
+        throw new Error(
+          `${p} exited; see ${this.path('logs', `${p}.log`)}:\n${tail(this.path('logs', `${p}.log`))}`,
+        );
+      }
+      return this.healthy(p);
+    });
+  }
+
+  private requireState(): State {
+    if (!this.state) throw new Error(`sandbox ${this.name} has not been started`);
+    return this.state;
+  }
+
+  private binaryOf(p: ProcessName): string {
+    const b = this.requireState().binaries;
+    return {
+      etcd: b.etcd,
+      'kube-apiserver': b.kubeApiserver,
+      'kube-controller-manager': b.kubeControllerManager,
+      'kube-scheduler': b.kubeScheduler,
+      kwok: b.kwok,
+    }[p];
+  }
+
+  private argsOf(p: ProcessName): string[] {
+    const { ports, binaries } = this.requireState();
+    const pki = (f: string) => this.path('pki', f);
+    const kubeconfig = this.path('kubeconfig');
+    switch (p) {
+      case 'etcd':
+        return [
+          '--name=berth',
+          `--data-dir=${this.path('etcd')}`,
+          `--listen-client-urls=http://127.0.0.1:${ports.etcdClient}`,
+          `--advertise-client-urls=http://127.0.0.1:${ports.etcdClient}`,
+          `--listen-peer-urls=http://127.0.0.1:${ports.etcdPeer}`,
+          `--initial-advertise-peer-urls=http://127.0.0.1:${ports.etcdPeer}`,
+          `--initial-cluster=berth=http://127.0.0.1:${ports.etcdPeer}`,
+          // A sandbox trades durability across power loss for speed; its data is disposable.
+          '--unsafe-no-fsync=true',
+          '--quota-backend-bytes=8589934592',
+          '--log-level=warn',
+        ];
+      case 'kube-apiserver':
+        return [
+          `--etcd-servers=http://127.0.0.1:${ports.etcdClient}`,
+          '--bind-address=127.0.0.1',
+          '--advertise-address=127.0.0.1',
+          `--secure-port=${ports.apiserver}`,
+          `--tls-cert-file=${pki('apiserver.crt')}`,
+          `--tls-private-key-file=${pki('apiserver.key')}`,
+          `--client-ca-file=${pki('ca.crt')}`,
+          '--authorization-mode=Node,RBAC',
+          `--service-cluster-ip-range=${SERVICE_CIDR}`,
+          '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
+          `--service-account-signing-key-file=${pki('sa.key')}`,
+          `--service-account-key-file=${pki('sa.pub')}`,
+          '--allow-privileged=true',
+          // Room for benchmarks with thousands of nodes on one machine.
+          '--max-requests-inflight=1600',
+          '--max-mutating-requests-inflight=800',
+          '--profiling=false',
+          '--v=1',
+        ];
+      case 'kube-controller-manager':
+        return [
+          `--kubeconfig=${kubeconfig}`,
+          `--authentication-kubeconfig=${kubeconfig}`,
+          `--authorization-kubeconfig=${kubeconfig}`,
+          `--root-ca-file=${pki('ca.crt')}`,
+          `--service-account-private-key-file=${pki('sa.key')}`,
+          '--leader-elect=false',
+          '--bind-address=127.0.0.1',
+          `--secure-port=${ports.controllerManager}`,
+          '--kube-api-qps=500',
+          '--kube-api-burst=1000',
+          // kwok renews node leases every 30 s (lease duration 120 s); allow for a loaded machine.
+          '--node-monitor-grace-period=180s',
+          '--concurrent-daemonset-syncs=5',
+          '--profiling=false',
+          '--v=1',
+        ];
+      case 'kube-scheduler':
+        return [
+          `--config=${this.path('scheduler.yaml')}`,
+          `--authentication-kubeconfig=${kubeconfig}`,
+          `--authorization-kubeconfig=${kubeconfig}`,
+          '--bind-address=127.0.0.1',
+          `--secure-port=${ports.scheduler}`,
+          '--v=1',
+        ];
+      case 'kwok':
+        return [
+          `--kubeconfig=${kubeconfig}`,
+          ...binaries.kwokStages.map((s) => `--config=${s}`),
+          `--manage-nodes-with-annotation-selector=${KWOK_ANNOTATION}=fake`,
+          `--server-address=127.0.0.1:${ports.kwok}`,
+          '--node-ip=127.0.0.1',
+          '--cidr=10.0.0.1/8',
+          '--node-lease-duration-seconds=120',
+          '--v=WARN',
+        ];
+    }
+  }
+
+  private async healthy(p: ProcessName): Promise<boolean> {
+    const { ports } = this.requireState();
+    try {
+      switch (p) {
+        case 'etcd':
+          return (await httpGet(`http://127.0.0.1:${ports.etcdClient}/health`)).includes('"true"');
+        case 'kube-apiserver':
+          return await this.apiserverReady();
+        case 'kube-controller-manager':
+          return (await this.httpsGet(`https://127.0.0.1:${ports.controllerManager}/healthz`)) === 'ok';
+        case 'kube-scheduler':
+          return (await this.httpsGet(`https://127.0.0.1:${ports.scheduler}/healthz`)) === 'ok';
+        case 'kwok':
+          return (await httpGet(`http://127.0.0.1:${ports.kwok}/healthz`)).trim() === 'ok';
+      }
+    } catch {
+      return false;
+    }
+  }
+
+  async apiserverReady(): Promise<boolean> {
+    try {
+      return (await this.httpsGet(`${this.server}/readyz`, true)) === 'ok';
+    } catch {
+      return false;
+    }
+  }
+
+  private httpsGet(url: string, withClientCert = false): Promise<string> {
+    const auth = withClientCert
+      ? {
+          cert: readFileSync(this.path('pki', 'admin.crt')),
+          key: readFileSync(this.path('pki', 'admin.key')),
+        }
+      : {};
+    return new Promise((resolve, reject) => {
+      // The controller-manager and scheduler serve self-signed certificates: their health is all we read.
+      const req = https.get(
+        url,
+        {
+          ca: readFileSync(this.path('pki', 'ca.crt')),
+          rejectUnauthorized: withClientCert,
+          ...auth,
+          timeout: 2000,
+        },
+        (res) => {
+          let body = '';
+          res.on('data', (d: Buffer) => (body += d));
+          res.on('end', () => resolve(body));
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error('timeout')));
+      req.on('error', reject);
+    });
+  }
+
+  private async waitFor(what: string, deadline: number, check: () => Promise<boolean>): Promise<void> {
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} in sandbox ${this.name}`);
+      await sleep(100);
+    }
+  }
+
+  status(): ProcessStatus[] {
+    if (!this.state) return [];
+    const st = this.state;
+    const portOf: Record<ProcessName, number> = {
+      etcd: st.ports.etcdClient,
+      'kube-apiserver': st.ports.apiserver,
+      'kube-controller-manager': st.ports.controllerManager,
+      'kube-scheduler': st.ports.scheduler,
+      kwok: st.ports.kwok,
+    };
+    return PROCESSES.map((name) => {
+      const pid = st.pids[name];
+      return {
+        name,
+        ...(pid === undefined ? {} : { pid }),
+        running: pid !== undefined && this.isOurs(name, pid),
+        port: portOf[name],
+      };
+    });
+  }
+
+  /** True when pid is alive and is still the binary we started (pids are reused). */
+  private isOurs(p: ProcessName, pid: number): boolean {
+    try {
+      return (
+        readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '') === this.binaryOf(p) && !isZombie(pid)
+      );
+    } catch {
+      return false;
+    }
+  }
+
+  /** Stops every process (newest first) and checks that no port is left listening. */
+  async down(): Promise<void> {
+    if (!this.state) return;
+    for (const p of [...PROCESSES].reverse()) await this.stopProcess(p);
+    const ports = Object.values(this.state.ports);
+    for (const port of ports) {
+      if (await isListening(port))
+        throw new Error(`port ${port} is still listening after sandbox ${this.name} stopped`);
+    }
+  }
+
+  /** Stops the sandbox and deletes its state, data and certificates. */
+  async destroy(): Promise<void> {
+    await this.down();
+    rmSync(this.dir, { recursive: true, force: true });
+    this.state = undefined;
+  }
+
+  private async ensurePki(): Promise<void> {
+    const dir = this.path('pki');
+    if (existsSync(join(dir, 'sa.pub'))) return;
+    mkdirSync(dir, { recursive: true });
+    const ca = await createCertificateAuthority(`berth-sandbox-${this.name}`);
+    const server = await ca.issue({
+      commonName: 'kube-apiserver',
+      dnsNames: [
+        'localhost',
+        'kubernetes',
+        'kubernetes.default',
+        'kubernetes.default.svc',
+        'kubernetes.default.svc.cluster.local',
+      ],
+      ipAddresses: ['127.0.0.1', SERVICE_IP],
+      usage: 'server',
+    });
+    const admin = await ca.issue({
+      commonName: 'berth-admin',
+      organizations: ['system:masters'],
+      usage: 'client',
+    });
+    const sa = await createSigningKeyPair();
+    const files: Record<string, string> = {
+      'ca.crt': ca.certPem,
+      'ca.key': ca.keyPem,
+      'apiserver.crt': server.certPem,
+      'apiserver.key': server.keyPem,
+      'admin.crt': admin.certPem,
+      'admin.key': admin.keyPem,
+      'sa.key': sa.privateKeyPem,
+      'sa.pub': sa.publicKeyPem,
+    };
+    for (const [f, pem] of Object.entries(files)) writeFileSync(join(dir, f), pem, { mode: 0o600 });
+  }
+
+  private ca(): Promise<CertificateAuthority> {
+    return loadCertificateAuthority({
+      certPem: readFileSync(this.path('pki', 'ca.crt'), 'utf8'),
+      keyPem: readFileSync(this.path('pki', 'ca.key'), 'utf8'),
+    });
+  }
+
+  private kubeconfig(user: string, certPem: string, keyPem: string): string {
+    const b64 = (s: string) => Buffer.from(s).toString('base64');
+    const cluster = `berth-${this.name}`;
+    return toYaml({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [
+        {
+          name: cluster,
+          cluster: {
+            server: this.server,
+            'certificate-authority-data': b64(readFileSync(this.path('pki', 'ca.crt'), 'utf8')),
+          },
+        },
+      ],
+      users: [
+        { name: user, user: { 'client-certificate-data': b64(certPem), 'client-key-data': b64(keyPem) } },
+      ],
+      contexts: [{ name: cluster, context: { cluster, user } }],
+      'current-context': cluster,
+    });
+  }
+
+  private writeKubeconfigs(): void {
+    const cert = readFileSync(this.path('pki', 'admin.crt'), 'utf8');
+    const key = readFileSync(this.path('pki', 'admin.key'), 'utf8');
+    writeFileSync(this.kubeconfigPath, this.kubeconfig('berth-admin', cert, key), { mode: 0o600 });
+  }
+
+  private writeSchedulerConfig(): void {
+    writeFileSync(
+      this.path('scheduler.yaml'),
+      toYaml({
+        apiVersion: 'kubescheduler.config.k8s.io/v1',
+        kind: 'KubeSchedulerConfiguration',
+        clientConnection: { kubeconfig: this.kubeconfigPath, qps: 500, burst: 1000 },
+        leaderElection: { leaderElect: false },
+      }),
+    );
+  }
+
+  /**
+   * Mints a user with a client certificate signed by the sandbox CA (no RBAC is granted) and
+   * returns the path of its kubeconfig. For RBAC tests.
+   */
+  async mintUser(user: string, groups: string[] = []): Promise<string> {
+    this.requireState();
+    const ca = await this.ca();
+    const pair = await ca.issue({ commonName: user, organizations: groups, usage: 'client' });
+    mkdirSync(this.path('users'), { recursive: true });
+    const file = this.path('users', `${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`);
+    writeFileSync(file, this.kubeconfig(user, pair.certPem, pair.keyPem), { mode: 0o600 });
+    return file;
+  }
+
+  /** Creates the nodes that are missing and waits until every one of them is Ready. */
+  async ensureNodes(
+    groups: NodeGroupInput[],
+    log: (s: string) => void = () => {},
+    deadline = Date.now() + 180_000,
+  ) {
+    const client = this.client();
+    try {
+      const created = await createNodes(client, groups);
+      const wanted = new Set(groups.flatMap(nodeNames));
+      let ready = 0;
+      await this.waitFor(`${wanted.size} Ready nodes`, deadline, async () => {
+        const list = await client.list(Resources.nodes);
+        ready = list.items.filter((n) => wanted.has(n.metadata!.name!) && isNodeReady(n)).length;
+        return ready === wanted.size;
+      });
+      log(`${created} nodes created, ${ready} Ready`);
+    } finally {
+      client.close();
+    }
+  }
+}
+
+function isZombie(pid: number): boolean {
+  try {
+    return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\)/, ''));
+  } catch {
+    return true;
+  }
+}
+
+function tail(file: string, lines = 20): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '';
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function httpGet(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { timeout: 2000 }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d));
+      res.on('end', () => resolve(body));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+  });
+}
+
+/** Asks the kernel for free loopback ports; all are held open together so none repeats. */
+export async function freePorts(n: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<import('node:net').Server>((resolve, reject) => {
+          const s = createServer();
+          s.once('error', reject);
+          s.listen(0, '127.0.0.1', () => resolve(s));
+        }),
+    ),
+  );
+  const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
+}
+
+export function isListening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect({ host: '127.0.0.1', port });
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}

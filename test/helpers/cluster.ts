@@ -1,0 +1,93 @@
+// Access to the integration run's sandbox, and factories for the objects tests create.
+import { randomBytes } from 'node:crypto';
+import { isNotFound, type KubeClient } from '../../src/runtime/kube.ts';
+import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { createNodes, isNodeReady, nodeNames, type NodeGroupInput } from '../../src/sandbox/nodes.ts';
+import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import { waitFor } from './wait.ts';
+
+export function testSandbox(): Sandbox {
+  const name = process.env['BERTH_TEST_SANDBOX'];
+  if (!name) throw new Error('BERTH_TEST_SANDBOX is not set: run integration tests through `npm test`');
+  const sb = new Sandbox(name);
+  if (!sb.exists) throw new Error(`sandbox ${name} does not exist`);
+  return sb;
+}
+
+/** A DNS-label-safe name unique to this test run. */
+export const uniqueName = (prefix: string): string => `${prefix}-${randomBytes(3).toString('hex')}`;
+
+/** Creates a namespace, waits for its default service account (pods need it), and returns its name. */
+export async function createNamespace(client: KubeClient, prefix = 'test'): Promise<string> {
+  const name = uniqueName(prefix);
+  await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+  await waitFor(`service account default in ${name}`, () =>
+    client.get(Resources.serviceAccounts, 'default', name).then(
+      () => true,
+      () => false,
+    ),
+  );
+  return name;
+}
+
+export async function deleteNamespace(client: KubeClient, name: string): Promise<void> {
+  await client.delete(Resources.namespaces, name).catch((e) => {
+    if (!isNotFound(e)) throw e;
+  });
+}
+
+/** Creates kwok nodes and waits until they are Ready; returns their names. */
+export async function addNodes(client: KubeClient, group: NodeGroupInput): Promise<string[]> {
+  await createNodes(client, [group]);
+  const names = nodeNames(group);
+  await waitFor(
+    `nodes ${names.join(', ')} Ready`,
+    async () => {
+      const nodes = await Promise.all(names.map((n) => client.get(Resources.nodes, n)));
+      return nodes.every(isNodeReady);
+    },
+    { timeoutMs: 60_000 },
+  );
+  return names;
+}
+
+export async function deleteNodes(client: KubeClient, names: string[]): Promise<void> {
+  await Promise.all(
+    names.map((n) =>
+      client.delete(Resources.nodes, n).catch((e) => {
+        if (!isNotFound(e)) throw e;
+      }),
+    ),
+  );
+}
+
+export interface PodInput {
+  name: string;
+  namespace: string;
+  labels?: Record<string, string>;
+  nodeName?: string;
+  nodeSelector?: Record<string, string>;
+  tolerations?: unknown[];
+  affinity?: unknown;
+}
+
+/** A pod that tolerates kwok's simulated nodes and does nothing. */
+export function podManifest(p: PodInput): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: p.name, namespace: p.namespace, labels: p.labels ?? {} },
+    spec: {
+      containers: [{ name: 'main', image: 'registry.example/app:1' }],
+      ...(p.nodeName ? { nodeName: p.nodeName } : {}),
+      ...(p.nodeSelector ? { nodeSelector: p.nodeSelector } : {}),
+      ...(p.tolerations ? { tolerations: p.tolerations } : {}),
+      ...(p.affinity ? { affinity: p.affinity } : {}),
+    },
+  };
+}
+
+export const isPodReady = (pod: KubeObject): boolean =>
+  ((pod['status'] as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? []).some(
+    (c) => c.type === 'Ready' && c.status === 'True',
+  );

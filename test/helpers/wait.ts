@@ -1,0 +1,59 @@
+import { inspect } from 'node:util';
+
+export interface WaitOptions {
+  timeoutMs?: number;
+  intervalMs?: number;
+}
+
+/**
+ * Polls `probe` until it returns something other than undefined/false, and returns that.
+ * On timeout the error shows `what` and the last value `observe` saw (or the probe's last error),
+ * so a failing test says what the cluster looked like rather than only "timed out".
+ */
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined | false> | T | undefined | false,
+  opts: WaitOptions & { observe?: () => Promise<unknown> | unknown } = {},
+): Promise<T> {
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined && v !== false) return v;
+      lastError = undefined;
+    } catch (e) {
+      lastError = e;
+    }
+    if (Date.now() > deadline) break;
+    await sleep(opts.intervalMs ?? 100);
+  }
+  let observed: unknown = lastError;
+  if (opts.observe) {
+    try {
+      observed = await opts.observe();
+    } catch (e) {
+      observed = e;
+    }
+  }
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}; last observed:\n${inspect(observed, { depth: 6 })}`,
+  );
+}
+
+/** Asserts that `probe` stays true for `forMs` (checks every intervalMs). */
+export async function holdsFor(
+  what: string,
+  probe: () => Promise<boolean> | boolean,
+  forMs: number,
+  intervalMs = 100,
+) {
+  const until = Date.now() + forMs;
+  while (Date.now() < until) {
+    if (!(await probe())) throw new Error(`expected ${what} to hold for ${forMs} ms, but it stopped holding`);
+    await sleep(intervalMs);
+  }
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
