@@ -11,7 +11,13 @@ const totals = { passed: 0, failed: 0, skipped: 0 };
 
 async function runFiles(files: string[], concurrency: number, env: NodeJS.ProcessEnv): Promise<void> {
   if (files.length === 0) return;
-  const stream = run({ files, concurrency, env: { ...process.env, ...env }, timeout: 10 * 60_000 });
+  const stream = run({
+    files,
+    concurrency,
+    // Controllers log JSON to stdout; in tests only errors are worth reading.
+    env: { BERTH_LOG_LEVEL: 'error', ...process.env, ...env },
+    timeout: 10 * 60_000,
+  });
   stream.on('test:pass', (t) => {
     if (t.details.type === 'suite') return;
     if (t.skip || t.todo) totals.skipped++;

@@ -1,4 +1,8 @@
 import { Command } from 'commander';
+import { explainCommand } from './explain.ts';
+import { installCommand, manifestsCommand } from './install.ts';
+import { rulesCommand } from './rules.ts';
+import { runCommand } from './run.ts';
 import { sandboxCommand } from './sandbox.ts';
 import { version } from './version.ts';
 
@@ -8,6 +12,11 @@ const program = new Command()
   .version(version())
   .showHelpAfterError();
 
+program.addCommand(runCommand());
+program.addCommand(installCommand());
+program.addCommand(manifestsCommand());
+program.addCommand(explainCommand());
+program.addCommand(rulesCommand());
 program.addCommand(sandboxCommand());
 
 try {

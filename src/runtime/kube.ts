@@ -36,6 +36,16 @@ export interface ClientOptions {
   /** Largest number of requests in flight at once (watches excepted). */
   maxInFlight?: number;
   userAgent?: string;
+  /**
+   * Consulted before every write: when it returns false the write is refused without being sent.
+   * The manager sets it to the leader elector's fencing check, so a replica that lost the lease
+   * stops writing at once.
+   */
+  writeGuard?: () => boolean;
+}
+
+export class NotLeaderError extends Error {
+  override name = 'NotLeaderError';
 }
 
 export const PATCH = {
@@ -53,6 +63,7 @@ export class KubeClient {
   private readonly agent: https.Agent;
   private readonly watchAgent: https.Agent;
   private readonly userAgent: string;
+  writeGuard: (() => boolean) | undefined;
   private auth: { headers: Record<string, string>; at: number } | undefined;
   private tls: https.AgentOptions = {};
   private ready: Promise<void>;
@@ -63,6 +74,7 @@ export class KubeClient {
     if (!cluster) throw new Error('kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
     this.userAgent = opts.userAgent ?? 'berth';
+    this.writeGuard = opts.writeGuard;
     this.ready = this.refreshAuth();
     // Agents are created lazily from the TLS material that refreshAuth collects.
     this.agent = new https.Agent({ keepAlive: true, maxSockets: opts.maxInFlight ?? 64 });
@@ -110,6 +122,10 @@ export class KubeClient {
 
   private async open(method: string, path: string, opts: RequestOptions, watch: boolean) {
     const headers: Record<string, string> = { ...(await this.headers()), Accept: 'application/json' };
+    // Checked after the last await, right before the request leaves.
+    if (method !== 'GET' && this.writeGuard && !this.writeGuard()) {
+      throw new NotLeaderError(`refusing ${method} ${path}: this replica does not hold the leader lease`);
+    }
     headers['User-Agent'] = this.userAgent;
     let payload: Buffer | undefined;
     if (opts.body !== undefined) {
@@ -185,22 +201,22 @@ export class KubeClient {
 
   // Typed conveniences over request().
 
-  get<T extends KubeObject>(ref: ResourceRef, name: string, namespace?: string): Promise<T> {
+  get<T extends KubeObject = KubeObject>(ref: ResourceRef, name: string, namespace?: string): Promise<T> {
     return this.request<T>('GET', resourcePath(ref, namespace, name));
   }
 
-  list<T extends KubeObject>(
+  list<T extends KubeObject = KubeObject>(
     ref: ResourceRef,
     opts: { namespace?: string; query?: RequestOptions['query'] } = {},
   ) {
     return this.request<KubeList<T>>('GET', resourcePath(ref, opts.namespace), { query: opts.query });
   }
 
-  create<T extends KubeObject>(
+  create<T extends KubeObject = KubeObject>(
     ref: ResourceRef,
-    obj: T,
+    obj: KubeObject,
     opts: { dryRun?: boolean; fieldManager?: string } = {},
-  ) {
+  ): Promise<T> {
     return this.request<T>('POST', resourcePath(ref, obj.metadata?.namespace), {
       body: obj,
       query: { dryRun: opts.dryRun ? 'All' : undefined, fieldManager: opts.fieldManager },
@@ -212,7 +228,7 @@ export class KubeClient {
   }
 
   /** Server-side apply of a (partial) object under fieldManager. */
-  apply<T extends KubeObject>(
+  apply<T extends KubeObject = KubeObject>(
     ref: ResourceRef,
     obj: KubeObject,
     opts: { fieldManager: string; force?: boolean; subresource?: string; dryRun?: boolean },
@@ -230,7 +246,7 @@ export class KubeClient {
     });
   }
 
-  patch<T extends KubeObject>(
+  patch<T extends KubeObject = KubeObject>(
     ref: ResourceRef,
     name: string,
     patch: unknown,

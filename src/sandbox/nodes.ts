@@ -111,8 +111,3 @@ export async function createNodes(
   await Promise.all(Array.from({ length: Math.min(concurrency, todo.length) }, worker));
   return created;
 }
-
-export const isNodeReady = (node: KubeObject): boolean =>
-  (
-    (node['status'] as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? []
-  ).some((c) => c.type === 'Ready' && c.status === 'True');

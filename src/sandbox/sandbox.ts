@@ -26,7 +26,8 @@ import {
   type CertificateAuthority,
 } from '../runtime/pki.ts';
 import { ensureBinaries, type Binaries } from './build.ts';
-import { createNodes, isNodeReady, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
+import { hasCondition } from '../runtime/conditions.ts';
+import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
 import { sandboxDir, stateDir } from './paths.ts';
 
 export const PROCESSES = [
@@ -316,7 +317,7 @@ export class Sandbox {
     try {
       switch (p) {
         case 'etcd':
-          return (await httpGet(`http://127.0.0.1:${ports.etcdClient}/health`)).includes('"true"');
+          return (await httpRequest(`http://127.0.0.1:${ports.etcdClient}/health`)).includes('"true"');
         case 'kube-apiserver':
           return await this.apiserverReady();
         case 'kube-controller-manager':
@@ -324,11 +325,23 @@ export class Sandbox {
         case 'kube-scheduler':
           return (await this.httpsGet(`https://127.0.0.1:${ports.scheduler}/healthz`)) === 'ok';
         case 'kwok':
-          return (await httpGet(`http://127.0.0.1:${ports.kwok}/healthz`)).trim() === 'ok';
+          return (await httpRequest(`http://127.0.0.1:${ports.kwok}/healthz`)).trim() === 'ok';
       }
     } catch {
       return false;
     }
+  }
+
+  /** Compacts etcd's history up to its current revision, so watches from older resourceVersions get 410 Gone. */
+  async compactEtcd(): Promise<number> {
+    const base = `http://127.0.0.1:${this.ports.etcdClient}/v3/kv`;
+    const range = JSON.parse(
+      await httpRequest(`${base}/range`, { key: Buffer.from('/').toString('base64') }),
+    ) as {
+      header: { revision: string };
+    };
+    await httpRequest(`${base}/compaction`, { revision: range.header.revision, physical: true });
+    return Number(range.header.revision);
   }
 
   async apiserverReady(): Promise<boolean> {
@@ -535,7 +548,7 @@ export class Sandbox {
       let ready = 0;
       await this.waitFor(`${wanted.size} Ready nodes`, deadline, async () => {
         const list = await client.list(Resources.nodes);
-        ready = list.items.filter((n) => wanted.has(n.metadata!.name!) && isNodeReady(n)).length;
+        ready = list.items.filter((n) => wanted.has(n.metadata!.name!) && hasCondition(n, 'Ready')).length;
         return ready === wanted.size;
       });
       log(`${created} nodes created, ${ready} Ready`);
@@ -563,15 +576,27 @@ function tail(file: string, lines = 20): string {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function httpGet(url: string): Promise<string> {
+/** A plain-HTTP request to a local component (etcd, kwok); rejects on a status other than 200. */
+function httpRequest(url: string, body?: unknown): Promise<string> {
   return new Promise((resolve, reject) => {
-    const req = http.get(url, { timeout: 2000 }, (res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => (body += d));
-      res.on('end', () => resolve(body));
-    });
+    const req = http.request(
+      url,
+      {
+        method: body === undefined ? 'GET' : 'POST',
+        timeout: 5000,
+        headers: { 'Content-Type': 'application/json' },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (d: Buffer) => (text += d));
+        res.on('end', () =>
+          res.statusCode === 200 ? resolve(text) : reject(new Error(`${url}: ${res.statusCode} ${text}`)),
+        );
+      },
+    );
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', reject);
+    req.end(body === undefined ? undefined : JSON.stringify(body));
   });
 }
 

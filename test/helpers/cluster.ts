@@ -2,7 +2,8 @@
 import { randomBytes } from 'node:crypto';
 import { isNotFound, type KubeClient } from '../../src/runtime/kube.ts';
 import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import { createNodes, isNodeReady, nodeNames, type NodeGroupInput } from '../../src/sandbox/nodes.ts';
+import { hasCondition } from '../../src/runtime/conditions.ts';
+import { createNodes, nodeNames, type NodeGroupInput } from '../../src/sandbox/nodes.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { waitFor } from './wait.ts';
 
@@ -44,7 +45,7 @@ export async function addNodes(client: KubeClient, group: NodeGroupInput): Promi
     `nodes ${names.join(', ')} Ready`,
     async () => {
       const nodes = await Promise.all(names.map((n) => client.get(Resources.nodes, n)));
-      return nodes.every(isNodeReady);
+      return nodes.every((n) => hasCondition(n, 'Ready'));
     },
     { timeoutMs: 60_000 },
   );
@@ -86,8 +87,3 @@ export function podManifest(p: PodInput): KubeObject {
     },
   };
 }
-
-export const isPodReady = (pod: KubeObject): boolean =>
-  ((pod['status'] as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? []).some(
-    (c) => c.type === 'Ready' && c.status === 'True',
-  );

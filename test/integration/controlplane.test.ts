@@ -3,6 +3,7 @@
 // webhooks and enforces RBAC.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { hasCondition } from '../../src/runtime/conditions.ts';
 import { ApiError, KubeClient } from '../../src/runtime/kube.ts';
 import { Resources, type KubeObject } from '../../src/runtime/types.ts';
 import {
@@ -17,7 +18,6 @@ import {
   createNamespace,
   deleteNamespace,
   deleteNodes,
-  isPodReady,
   podManifest,
   testSandbox,
   uniqueName,
@@ -66,7 +66,7 @@ describe('the sandbox control plane', () => {
       'one Ready DaemonSet pod per matching node',
       async () => {
         const ps = await pods();
-        return ps.length === 3 && ps.every(isPodReady);
+        return ps.length === 3 && ps.every((p) => hasCondition(p, 'Ready'));
       },
       { timeoutMs: 60_000, observe: pods },
     );
@@ -120,7 +120,7 @@ describe('the sandbox control plane', () => {
       }),
     );
     await waitFor('the tolerating pod Ready', async () =>
-      isPodReady(await client.get(Resources.pods, tolerant, ns)),
+      hasCondition(await client.get(Resources.pods, tolerant, ns), 'Ready'),
     );
   });
 

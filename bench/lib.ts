@@ -1,0 +1,39 @@
+// Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
+import { Sandbox } from '../src/sandbox/sandbox.ts';
+import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
+
+/** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
+export async function benchSandbox(name: string, nodes: NodeGroupInput[] = []): Promise<Sandbox> {
+  const sb = new Sandbox(name);
+  const started = performance.now();
+  await sb.up({ fresh: true, nodes, timeoutMs: 900_000, log: (s) => console.log(`  ${s}`) });
+  console.log(`sandbox ${name} ready in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  return sb;
+}
+
+export function percentile(values: number[], p: number): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+}
+
+export const rssMB = (): number => process.memoryUsage().rss / 1024 / 1024;
+
+/** Runs `fn` over `items` with at most `concurrency` in flight. */
+export async function forEachLimit<T>(
+  items: T[],
+  concurrency: number,
+  fn: (item: T, i: number) => Promise<void>,
+) {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        await fn(items[i]!, i);
+      }
+    }),
+  );
+}
+
+export const round = (n: number, digits = 1): number => Number(n.toFixed(digits));

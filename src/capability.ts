@@ -1,0 +1,34 @@
+// A capability plugs its controllers (and webhooks) into the manager. `berth run` enables them by
+// name; each declares its flags, the CRDs it serves and the permissions it needs, so that the
+// manifests (CRDs, RBAC) are generated from the same code that runs.
+import type { Option } from 'commander';
+import type { CustomResource } from './runtime/crd.ts';
+import type { KubeClient } from './runtime/kube.ts';
+import type { Manager } from './runtime/manager.ts';
+import type { PolicyRule } from './runtime/rbac.ts';
+import type { KubeObject } from './runtime/types.ts';
+import type { WebhookServer } from './runtime/webhook.ts';
+
+export interface CapabilityContext {
+  manager: Manager;
+  /** Present when the webhook server is enabled. */
+  webhooks: WebhookServer | undefined;
+  /** The options of `berth run`, the capability's own flags included. */
+  options: Record<string, unknown>;
+}
+
+export interface Capability {
+  name: string;
+  description: string;
+  /** Flags of `berth run` that configure this capability. */
+  options?: () => Option[];
+  crds: CustomResource[];
+  rbac: PolicyRule[];
+  setup(ctx: CapabilityContext): void | Promise<void>;
+  /** Lines for `berth explain node`: what this capability does to the node, and why. */
+  explainNode?(ctx: {
+    client: KubeClient;
+    node: KubeObject;
+    options: Record<string, unknown>;
+  }): Promise<string[]>;
+}

@@ -1,0 +1,5 @@
+import type { Capability } from '../capability.ts';
+import { labelsCapability } from '../labels/index.ts';
+
+/** Every capability `berth run` knows, in the order they start. */
+export const capabilities: Capability[] = [labelsCapability];

@@ -1,0 +1,54 @@
+// `berth install` and `berth manifests`: the CRDs and RBAC generated from code.
+import { Command, Option } from 'commander';
+import { stringify } from 'yaml';
+import { KubeClient } from '../runtime/kube.ts';
+import { Resources, type KubeObject } from '../runtime/types.ts';
+import { hasCondition } from '../runtime/conditions.ts';
+import { crdManifests, rbacManifests } from '../manifests.ts';
+
+const FIELD_MANAGER = 'berth-install';
+
+/** Applies every CRD with server-side apply and waits until the apiserver serves them. */
+export async function installCrds(client: KubeClient, log: (s: string) => void = () => {}): Promise<void> {
+  const crds = crdManifests();
+  for (const crd of crds) {
+    await client.apply(Resources.crds, crd, { fieldManager: FIELD_MANAGER, force: true });
+    log(`applied ${crd.metadata!.name}`);
+  }
+  const deadline = Date.now() + 60_000;
+  for (const crd of crds) {
+    for (;;) {
+      const got = await client.get(Resources.crds, crd.metadata!.name!);
+      if (hasCondition(got, 'Established')) break;
+      if (Date.now() > deadline) throw new Error(`CRD ${crd.metadata!.name} was not established within 60 s`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+}
+
+export function installCommand(): Command {
+  return new Command('install')
+    .description('Install (or upgrade) the CRDs with server-side apply, and wait until they are served')
+    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .action(async (o) => {
+      const client = KubeClient.fromFile(o.kubeconfig);
+      try {
+        await installCrds(client, (s) => process.stderr.write(`${s}\n`));
+      } finally {
+        client.close();
+      }
+    });
+}
+
+export function manifestsCommand(): Command {
+  return new Command('manifests')
+    .description('Print the generated manifests as YAML (CRDs and RBAC come from the same code that runs)')
+    .addOption(new Option('--kind <kind>', 'what to print').choices(['all', 'crds', 'rbac']).default('all'))
+    .action((o) => {
+      const docs: KubeObject[] = [
+        ...(o.kind !== 'rbac' ? crdManifests() : []),
+        ...(o.kind !== 'crds' ? rbacManifests() : []),
+      ];
+      process.stdout.write(docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n'));
+    });
+}

@@ -1,0 +1,75 @@
+// `berth rules test`: a dry run of derived-label rules against the cluster's nodes. Writes nothing.
+import { Command, Option } from 'commander';
+import { existsSync } from 'node:fs';
+import { previewRules } from '../labels/explain.ts';
+import { clusterRules, localRules } from '../labels/load.ts';
+import { ruleNameOf } from '../labels/decide.ts';
+import type { Rule } from '../labels/types.ts';
+import { KubeClient } from '../runtime/kube.ts';
+import { Resources } from '../runtime/types.ts';
+
+export function rulesCommand(): Command {
+  const cmd = new Command('rules').description('Derived node label rules');
+  cmd
+    .command('test <fileOrRule...>')
+    .description(
+      'Show which nodes would gain and which would lose which labels, annotations and taints if these rules were applied ' +
+        '(YAML files of NodeLabelRules, k8s-auto-labeller rule files or directories, or the name of an existing NodeLabelRule). Writes nothing.',
+    )
+    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .option('--label-dir <dir>', 'the rule directory Berth runs with, part of the current rules')
+    .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
+    .action(async (args: string[], o) => {
+      const client = KubeClient.fromFile(o.kubeconfig);
+      try {
+        const current = await clusterRules(client, o.labelDir);
+        const candidates: Rule[] = [];
+        const errors: string[] = [];
+        const removed = new Set<string>();
+        for (const a of args) {
+          if (existsSync(a)) {
+            const loaded = await localRules(a);
+            candidates.push(...loaded.rules);
+            errors.push(...loaded.errors);
+          } else {
+            // An existing NodeLabelRule: what it does now, compared with the cluster without it.
+            const rule = current.rules.find((r) => r.name === ruleNameOf(a));
+            if (!rule) errors.push(`${a}: no such file, and no valid NodeLabelRule of that name`);
+            else removed.add(rule.name);
+          }
+        }
+        if (errors.length) {
+          process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+          process.exitCode = 1;
+          return;
+        }
+        const replaced = new Set(candidates.map((r) => r.name));
+        const before = current.rules.filter((r) => !replaced.has(r.name) && !removed.has(r.name));
+        const baseline = removed.size ? before : current.rules;
+        const after = removed.size ? current.rules : [...before, ...candidates];
+        const nodes = (await client.list(Resources.nodes)).items;
+        const changes = previewRules(nodes, baseline, after);
+        if (o.output === 'json') {
+          process.stdout.write(JSON.stringify({ nodes: nodes.length, changes }, null, 2) + '\n');
+          return;
+        }
+        process.stdout.write(
+          `${changes.length} of ${nodes.length} nodes would change (dry run: nothing was written)\n`,
+        );
+        for (const n of changes) {
+          process.stdout.write(`${n.node}\n`);
+          for (const c of n.changes) {
+            const what = `${c.kind} ${c.key}`;
+            if (c.before === undefined) process.stdout.write(`  + ${what}=${c.after}  (${c.rule})\n`);
+            else if (c.after === undefined) process.stdout.write(`  - ${what}=${c.before}  (${c.rule})\n`);
+            else process.stdout.write(`  ~ ${what}: ${c.before} -> ${c.after}  (${c.rule})\n`);
+          }
+        }
+        if (current.errors.length)
+          process.stderr.write(current.errors.map((e) => `warning: current rule skipped: ${e}\n`).join(''));
+      } finally {
+        client.close();
+      }
+    });
+  return cmd;
+}

@@ -1,0 +1,350 @@
+// Derived node labels: the reconcile loops. One controller is keyed by node: it decides the node's
+// derived labels, annotations and taints from every rule and applies them under Berth's field
+// manager when they differ. Another is keyed by NodeLabelRule and writes counts and conditions.
+import { applyStatus, applyTarget } from '../runtime/apply.ts';
+import { sameConditions, setCondition, type Condition } from '../runtime/conditions.ts';
+import { changedPredicate, Controller, type Result, type Source } from '../runtime/controller.ts';
+import type { EventRecorder } from '../runtime/events.ts';
+import { errorText, type EventHandler, type Informer } from '../runtime/informer.ts';
+import { isConflict, isNotFound } from '../runtime/kube.ts';
+import type { Logger } from '../runtime/log.ts';
+import type { Manager } from '../runtime/manager.ts';
+import { slimNode, type SlimNode } from '../runtime/transforms.ts';
+import { Resources, type KubeObject } from '../runtime/types.ts';
+import { compileRule, decide, nodeState, planApply, ruleNameOf, type ApplyPlan } from './decide.ts';
+import { formatFileError, RuleDirSource, type FileError } from './files.ts';
+import { nodeView } from './match.ts';
+import { FIELD_MANAGER, NodeLabelRule, type NodeLabelRuleStatus, type Rule } from './types.ts';
+
+export interface LabelsOptions {
+  /** k8s-auto-labeller rule files: DIR/<namespace>/<label>. */
+  labelDir?: string;
+  workers?: number;
+}
+
+/** What the node controller last found on each node, for rule status. */
+interface NodeResult {
+  matched: Set<string>;
+  /** Rules all of whose outputs on this node are in place. */
+  applied: Set<string>;
+  /** Rules involved in a conflict on this node, with a description. */
+  conflicts: Map<string, string>;
+}
+
+type RuleObject = KubeObject & { status?: NodeLabelRuleStatus };
+
+export class LabelsController {
+  readonly nodes: Informer<SlimNode>;
+  readonly ruleObjects: Informer<RuleObject>;
+  readonly files: RuleDirSource | undefined;
+  readonly nodeController: Controller;
+  readonly statusController: Controller;
+  private readonly manager: Manager;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  private readonly results = new Map<string, NodeResult>();
+  /** A write whose watch event has not arrived yet: the cache is older than what we wrote. */
+  private readonly inFlight = new Map<string, { basedOn: string; plan: string }>();
+  private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
+  private fileErrors: FileError[] = [];
+  /** Set once every node has been reconciled after start: before that, counts are partial. */
+  private initialPassDone = false;
+  private rulesVersion = 0;
+  private rulesCache: { version: number; rules: Rule[] } | undefined;
+
+  constructor(manager: Manager, opts: LabelsOptions = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'labels' });
+    this.events = manager.recorder('labels');
+    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
+      transform: { name: 'slim-node', fn: slimNode },
+    });
+    this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
+    this.files = opts.labelDir
+      ? new RuleDirSource(opts.labelDir, {
+          logger: this.log,
+          onErrors: (errors) => this.onFileErrors(errors),
+        })
+      : undefined;
+
+    // Rule changes invalidate the compiled rule set before any key they enqueue is reconciled.
+    const invalidate: EventHandler<unknown> = {
+      onAdd: () => this.rulesVersion++,
+      onUpdate: () => this.rulesVersion++,
+      onDelete: () => this.rulesVersion++,
+    };
+    this.ruleObjects.addEventHandler(invalidate);
+    this.files?.addEventHandler(invalidate);
+
+    const allNodes = () => this.nodes.keys();
+    const ruleChanged = (a: RuleObject, b: RuleObject) =>
+      a === b || a.metadata?.generation !== b.metadata?.generation;
+    this.nodeController = new Controller({
+      name: 'labels-node',
+      workers: opts.workers ?? 16,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileNode(key) },
+    })
+      .watch(this.nodes, (n) => n.metadata!.name!, nodePredicate)
+      .watch(this.ruleObjects, allNodes, { update: ruleChanged });
+    if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
+
+    this.statusController = new Controller({
+      name: 'labels-rule-status',
+      workers: 2,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
+    }).watch(this.ruleObjects, (r) => r.metadata!.name!, { update: ruleChanged });
+
+    manager.add(this.nodeController);
+    manager.add(this.statusController);
+    if (this.files) {
+      const files = this.files;
+      manager.addRunnable({
+        name: 'label-dir',
+        needLeaderElection: false,
+        start: () => files.start(),
+        stop: async () => files.stop(),
+      });
+    }
+  }
+
+  /** Every valid rule, NodeLabelRules and files together, recompiled only when a source changed. */
+  rules(): Rule[] {
+    if (this.rulesCache?.version === this.rulesVersion) return this.rulesCache.rules;
+    const version = this.rulesVersion;
+    const next = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
+    for (const obj of this.ruleObjects.list()) {
+      const name = obj.metadata!.name!;
+      const rv = obj.metadata!.resourceVersion ?? '';
+      const old = this.compiled.get(name);
+      next.set(name, old?.resourceVersion === rv ? old : { resourceVersion: rv, ...compileRule(obj) });
+    }
+    this.compiled = next;
+    const rules = [
+      ...[...next.values()].flatMap((c) => (c.rule ? [c.rule] : [])),
+      ...(this.files?.rules() ?? []),
+    ];
+    this.rulesCache = { version, rules };
+    return rules;
+  }
+
+  private async reconcileNode(name: string): Promise<void> {
+    const node = this.nodes.get(name);
+    if (!node) {
+      this.forgetNode(name);
+      return;
+    }
+    const rules = this.rules();
+    const decision = decide(nodeView(node), rules);
+    const plan = planApply(nodeState(node), decision);
+    const rv = node.metadata!.resourceVersion!;
+    const planKey = JSON.stringify([plan.labels, plan.annotations, plan.taints]);
+    const pending = this.inFlight.get(name);
+
+    if (!plan.inSync && !(pending?.basedOn === rv && pending.plan === planKey)) {
+      await this.apply(node, plan);
+      this.inFlight.set(name, { basedOn: rv, plan: planKey });
+    } else if (plan.inSync) {
+      this.inFlight.delete(name);
+    }
+
+    const conflicts = new Map<string, string>();
+    for (const c of decision.conflicts) {
+      const text = `${c.kind} ${c.key}: ${[c.winner, ...c.losers].map((o) => `${o.rule} sets "${o.value}"`).join(', ')}; ${c.winner.rule} wins (rules apply in name order)`;
+      for (const o of [c.winner, ...c.losers]) conflicts.set(o.rule, text);
+    }
+    for (const f of plan.foreign) {
+      conflicts.set(
+        f.rule,
+        `${f.kind} ${f.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
+      );
+    }
+    const matched = new Set([...decision.matches].filter(([, m]) => m.matched).map(([r]) => r));
+    const blocked = new Set(
+      [...plan.foreign, ...decision.conflicts.flatMap((c) => c.losers)].map((o) => o.rule),
+    );
+    for (const e of decision.renderErrors) {
+      blocked.add(e.rule);
+      conflicts.set(e.rule, e.message);
+    }
+    const applied = new Set([...matched].filter((r) => !blocked.has(r)));
+    this.setResult(name, { matched, applied, conflicts });
+  }
+
+  private async apply(node: SlimNode, plan: ApplyPlan): Promise<void> {
+    const body = applyTarget(Resources.nodes, node);
+    body.metadata.labels = plan.labels;
+    body.metadata.annotations = plan.annotations;
+    // Only claim spec.taints when a rule taints or Berth still owns a taint it must drop.
+    if (plan.taints.length > 0 || nodeState(node).owned.taints.length > 0)
+      body['spec'] = { taints: plan.taints };
+    try {
+      await this.manager.client().apply(Resources.nodes, body, { fieldManager: FIELD_MANAGER });
+    } catch (e) {
+      // The node was deleted meanwhile: the uid precondition refused to recreate it.
+      if (isNotFound(e) || (isConflict(e) && /uid mismatch|UID in precondition/i.test(errorText(e)))) return;
+      // Any other conflict: another manager wrote one of these keys after our cache saw the node.
+      // The retry (with backoff) sees the write and holds that key back.
+      throw e;
+    }
+  }
+
+  private setResult(name: string, r: NodeResult | undefined): void {
+    const old = this.results.get(name);
+    if (r) this.results.set(name, r);
+    else this.results.delete(name);
+    // Recount only the rules whose standing on this node changed, coalesced over a short window.
+    const touched = new Set<string>();
+    const diff = (a: Set<string> | undefined, b: Set<string> | undefined) => {
+      for (const x of a ?? []) if (!b?.has(x)) touched.add(x);
+      for (const x of b ?? []) if (!a?.has(x)) touched.add(x);
+    };
+    diff(old?.matched, r?.matched);
+    diff(old?.applied, r?.applied);
+    diff(new Set(old?.conflicts.keys()), new Set(r?.conflicts.keys()));
+    for (const [rule, text] of r?.conflicts ?? []) if (old?.conflicts.get(rule) !== text) touched.add(rule);
+    for (const rule of touched) {
+      if (rule.startsWith('nodelabelrule/'))
+        this.statusController.queue.addAfter(rule.slice('nodelabelrule/'.length), 500);
+    }
+  }
+
+  private forgetNode(name: string): void {
+    this.inFlight.delete(name);
+    this.setResult(name, undefined);
+  }
+
+  private async reconcileStatus(crName: string): Promise<Result | void> {
+    const obj = this.ruleObjects.get(crName);
+    if (!obj) return;
+    this.rules();
+    const compiled = this.compiled.get(crName);
+    const ruleName = ruleNameOf(crName);
+    const generation = obj.metadata?.generation;
+    let matchedNodes = 0;
+    let appliedNodes = 0;
+    const conflicts: string[] = [];
+    for (const r of this.results.values()) {
+      if (r.matched.has(ruleName)) matchedNodes++;
+      if (r.applied.has(ruleName)) appliedNodes++;
+      const c = r.conflicts.get(ruleName);
+      if (c && !conflicts.includes(c)) conflicts.push(c);
+    }
+    // Until the first pass over every node is done, the counts are partial: writing them would make
+    // the status (and Ready) flap on every restart.
+    if (!this.initialPassDone) {
+      if (this.nodeController.queue.len() > 0 || this.results.size < this.nodes.size)
+        return { requeueAfterMs: 250 };
+      this.initialPassDone = true;
+    }
+    const errors = compiled?.errors ?? [];
+    let conds: Condition[] | undefined = obj.status?.conditions as Condition[] | undefined;
+    const set = (type: string, status: boolean, reason: string, message: string) =>
+      (conds = setCondition(conds, {
+        type,
+        status: status ? 'True' : 'False',
+        reason,
+        message,
+        ...(generation ? { observedGeneration: generation } : {}),
+      }));
+    set(
+      'Invalid',
+      errors.length > 0,
+      errors.length ? 'InvalidSpec' : 'Valid',
+      errors.join('; ').slice(0, 2000),
+    );
+    set(
+      'Conflicting',
+      conflicts.length > 0,
+      conflicts.length ? 'OutputConflict' : 'NoConflict',
+      conflicts.length
+        ? `${conflicts.slice(0, 3).join(' | ')}${conflicts.length > 3 ? ` (+${conflicts.length - 3} more)` : ''}`
+        : '',
+    );
+    const ready = errors.length === 0 && conflicts.length === 0 && appliedNodes === matchedNodes;
+    const reason = errors.length
+      ? 'Invalid'
+      : conflicts.length
+        ? 'Conflicting'
+        : ready
+          ? 'Applied'
+          : 'Progressing';
+    set(
+      'Ready',
+      ready,
+      reason,
+      ready
+        ? `applied to ${appliedNodes} of ${matchedNodes} matching nodes`
+        : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs`,
+    );
+
+    const status: NodeLabelRuleStatus = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      matchedNodes: errors.length ? 0 : matchedNodes,
+      appliedNodes: errors.length ? 0 : appliedNodes,
+      conditions: conds,
+    };
+    const old = obj.status;
+    const same =
+      old?.observedGeneration === status.observedGeneration &&
+      old?.matchedNodes === status.matchedNodes &&
+      old?.appliedNodes === status.appliedNodes &&
+      sameConditions(old?.conditions as Condition[] | undefined, conds);
+    if (!same) {
+      this.announceTransitions(obj, old?.conditions as Condition[] | undefined, conds ?? []);
+      await applyStatus(this.manager.client(), NodeLabelRule.ref, obj, status, FIELD_MANAGER);
+    }
+  }
+
+  /** Warning events when a rule becomes invalid or conflicting: things a user can fix. */
+  private announceTransitions(obj: RuleObject, before: Condition[] | undefined, after: Condition[]): void {
+    for (const type of ['Invalid', 'Conflicting']) {
+      const b = before?.find((c) => c.type === type);
+      const a = after.find((c) => c.type === type)!;
+      if (a.status === 'True' && (b?.status !== 'True' || b.message !== a.message)) {
+        this.events.event(
+          obj,
+          'Warning',
+          type === 'Invalid' ? 'InvalidRule' : 'Conflict',
+          'Reconcile',
+          a.message,
+        );
+        this.log.warn({ rule: obj.metadata?.name, reason: a.reason }, a.message);
+      }
+    }
+  }
+
+  private onFileErrors(errors: FileError[]): void {
+    this.fileErrors = errors;
+    for (const e of errors)
+      this.log.error({ file: e.file, line: e.line }, `rule file rejected: ${formatFileError(e)}`);
+    // Rule files belong to no API object: the event goes on Berth's own pod when it runs in one.
+    const pod = process.env['POD_NAME'];
+    const ns = process.env['POD_NAMESPACE'];
+    if (pod && ns) {
+      for (const e of errors) {
+        this.events.event(
+          { apiVersion: 'v1', kind: 'Pod', name: pod, namespace: ns },
+          'Warning',
+          'InvalidRuleFile',
+          'Load',
+          formatFileError(e),
+        );
+      }
+    }
+  }
+
+  get ruleFileErrors(): FileError[] {
+    return this.fileErrors;
+  }
+}
+
+/** Node events that can change a decision: labels, annotations, taints, node info, deletion. */
+const nodePredicate = {
+  update: (a: SlimNode, b: SlimNode) =>
+    changedPredicate.update!(a, b) ||
+    JSON.stringify(a.spec.taints ?? []) !== JSON.stringify(b.spec.taints ?? []) ||
+    JSON.stringify(a.status.nodeInfo ?? {}) !== JSON.stringify(b.status.nodeInfo ?? {}) ||
+    JSON.stringify(a.metadata?.managedFields ?? []) !== JSON.stringify(b.metadata?.managedFields ?? []),
+};

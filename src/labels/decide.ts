@@ -1,0 +1,282 @@
+// Pure decisions of derived node labels: compile a NodeLabelRule into a Rule, decide what a node's
+// derived labels, annotations and taints should be, and plan the server-side apply that gets it there
+// without touching anything another field manager owns.
+import { ownedKeys } from '../runtime/apply.ts';
+import type { KubeObject } from '../runtime/types.ts';
+import { validateLabelKey, validateLabelValue } from './files.ts';
+import {
+  isTemplate,
+  matchRule,
+  regex,
+  renderTemplate,
+  templateErrors,
+  type NodeView,
+  type RuleMatch,
+} from './match.ts';
+import { FIELD_MANAGER, NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
+
+// Keys under these domains belong to Kubernetes and its components; a rule must not forge them.
+const RESERVED = /^([a-z0-9-]+\.)*(kubernetes\.io|k8s\.io)\//;
+const ALLOWED_RESERVED = /^(node-role\.kubernetes\.io|node-restriction\.kubernetes\.io)\//;
+
+function keyErrors(what: string, key: string): string[] {
+  const e = validateLabelKey(key);
+  if (e) return [`${what} "${key}": ${e}`];
+  if (RESERVED.test(key) && !ALLOWED_RESERVED.test(key)) {
+    return [
+      `${what} "${key}" is in a namespace reserved for Kubernetes (only node-role.kubernetes.io and node-restriction.kubernetes.io are allowed)`,
+    ];
+  }
+  return [];
+}
+
+function termErrors(where: string, t: MatchTerm): string[] {
+  const errors: string[] = [];
+  const subjects = [t.label, t.annotation, t.field].filter((x) => x !== undefined).length;
+  if (subjects !== 1) errors.push(`${where}: a term names exactly one of label, annotation or field`);
+  const values = t.values ?? [];
+  if ((t.operator === 'Exists' || t.operator === 'DoesNotExist') && values.length > 0) {
+    errors.push(`${where}: ${t.operator} takes no values`);
+  }
+  if (!['Exists', 'DoesNotExist'].includes(t.operator) && values.length === 0) {
+    errors.push(`${where}: ${t.operator} needs values`);
+  }
+  if ((t.operator === 'Gt' || t.operator === 'Lt') && (values.length !== 1 || !/^-?\d+$/.test(values[0]!))) {
+    errors.push(`${where}: ${t.operator} takes exactly one integer value`);
+  }
+  if (t.operator === 'InRegexp') {
+    for (const v of values) {
+      try {
+        regex(v);
+      } catch (e) {
+        errors.push(`${where}: bad regular expression ${JSON.stringify(v)}: ${(e as Error).message}`);
+      }
+    }
+  }
+  return errors;
+}
+
+/** Checks the outputs and terms of a rule; the reasons it cannot be applied, if any. */
+export function ruleErrors(rule: Rule): string[] {
+  const errors: string[] = [];
+  if (rule.allOf.length + rule.anyOf.length === 0)
+    errors.push('match needs at least one term in allOf or anyOf');
+  rule.allOf.forEach((t, i) => errors.push(...termErrors(`match.allOf[${i}]`, t)));
+  rule.anyOf.forEach((t, i) => errors.push(...termErrors(`match.anyOf[${i}]`, t)));
+  for (const [k, v] of Object.entries(rule.labels)) {
+    errors.push(...keyErrors('label', k));
+    if (isTemplate(v)) errors.push(...templateErrors(v).map((e) => `label "${k}": ${e}`));
+    else {
+      const e = validateLabelValue(v);
+      if (e) errors.push(`label "${k}" value "${v}": ${e}`);
+    }
+  }
+  for (const [k, v] of Object.entries(rule.annotations)) {
+    errors.push(...keyErrors('annotation', k), ...templateErrors(v).map((e) => `annotation "${k}": ${e}`));
+  }
+  for (const t of rule.taints) {
+    errors.push(...keyErrors('taint', t.key));
+    const e = t.value ? validateLabelValue(t.value) : undefined;
+    if (e) errors.push(`taint "${t.key}" value "${t.value}": ${e}`);
+  }
+  if (Object.keys(rule.labels).length + Object.keys(rule.annotations).length + rule.taints.length === 0) {
+    errors.push('a rule sets at least one label, annotation or taint');
+  }
+  return errors;
+}
+
+export const ruleNameOf = (crName: string): string => `nodelabelrule/${crName}`;
+
+/** Compiles a NodeLabelRule object (from the API or a file) into a Rule, or says why it cannot. */
+export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } {
+  const parsed = NodeLabelRule.parse(obj);
+  if (!parsed.success) return { errors: [parsed.error] };
+  const { metadata, spec } = parsed.data;
+  const rule: Rule = {
+    name: ruleNameOf(metadata.name!),
+    source: {
+      kind: 'NodeLabelRule',
+      name: metadata.name!,
+      ...(metadata.uid ? { uid: metadata.uid } : {}),
+      ...(metadata.generation !== undefined ? { generation: metadata.generation } : {}),
+    },
+    allOf: spec.match.allOf ?? [],
+    anyOf: spec.match.anyOf ?? [],
+    labels: spec.labels ?? {},
+    annotations: spec.annotations ?? {},
+    taints: spec.taints ?? [],
+  };
+  const errors = ruleErrors(rule);
+  return errors.length ? { errors } : { rule, errors };
+}
+
+export type OutputKind = 'label' | 'annotation' | 'taint';
+
+export interface Output {
+  kind: OutputKind;
+  /** For taints, "key:effect". */
+  key: string;
+  value: string;
+  rule: string;
+}
+
+export interface Conflict {
+  kind: OutputKind;
+  key: string;
+  winner: Output;
+  losers: Output[];
+}
+
+export interface NodeDecision {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: Taint[];
+  /** Every rule's match on this node, by rule name. */
+  matches: Map<string, RuleMatch>;
+  /** The outputs that won, each with its rule. */
+  outputs: Output[];
+  conflicts: Conflict[];
+  /** Templated values that rendered to something that is not a valid label value. */
+  renderErrors: { rule: string; key: string; message: string }[];
+}
+
+export const taintId = (t: { key: string; effect: string }): string => `${t.key}:${t.effect}`;
+
+/**
+ * What the derived outputs of a node should be. Rules are taken in name order and the first to
+ * claim a key keeps it: a conflict always resolves the same way, whatever order events came in.
+ */
+export function decide(view: NodeView, rules: Rule[]): NodeDecision {
+  const d: NodeDecision = {
+    labels: {},
+    annotations: {},
+    taints: [],
+    matches: new Map(),
+    outputs: [],
+    conflicts: [],
+    renderErrors: [],
+  };
+  const claimed = new Map<string, Output>();
+  const taints = new Map<string, Taint>();
+  const sorted = [...rules].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const claim = (o: Output) => {
+    const id = `${o.kind}\u0000${o.key}`;
+    const held = claimed.get(id);
+    if (!held) {
+      claimed.set(id, o);
+      d.outputs.push(o);
+      return true;
+    }
+    if (held.value !== o.value) {
+      let c = d.conflicts.find((x) => x.kind === o.kind && x.key === o.key);
+      if (!c) d.conflicts.push((c = { kind: o.kind, key: o.key, winner: held, losers: [] }));
+      c.losers.push(o);
+    }
+    return false;
+  };
+  for (const rule of sorted) {
+    const m = matchRule(view, rule);
+    d.matches.set(rule.name, m);
+    if (!m.matched) continue;
+    for (const [key, tpl] of Object.entries(rule.labels)) {
+      const value = renderTemplate(tpl, view, m.first);
+      const err = validateLabelValue(value);
+      if (err) {
+        d.renderErrors.push({ rule: rule.name, key, message: `label "${key}" rendered "${value}": ${err}` });
+        continue;
+      }
+      if (claim({ kind: 'label', key, value, rule: rule.name })) d.labels[key] = value;
+    }
+    for (const [key, tpl] of Object.entries(rule.annotations)) {
+      const value = renderTemplate(tpl, view, m.first);
+      if (claim({ kind: 'annotation', key, value, rule: rule.name })) d.annotations[key] = value;
+    }
+    for (const t of rule.taints) {
+      if (claim({ kind: 'taint', key: taintId(t), value: t.value ?? '', rule: rule.name }))
+        taints.set(taintId(t), t);
+    }
+  }
+  d.taints = [...taints.values()];
+  return d;
+}
+
+/** A node as the labels controller caches it: labels, annotations, taints, and who owns them. */
+export interface NodeState {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: Taint[];
+  owned: { labels: string[]; annotations: string[]; taints: string[] };
+}
+
+export function nodeState(node: KubeObject, manager = FIELD_MANAGER): NodeState {
+  const taints = ((node['spec'] as { taints?: Taint[] } | undefined)?.taints ?? []).map((t) => ({ ...t }));
+  return {
+    labels: node.metadata?.labels ?? {},
+    annotations: node.metadata?.annotations ?? {},
+    taints,
+    owned: {
+      labels: ownedKeys(node, manager, ['metadata', 'labels']),
+      annotations: ownedKeys(node, manager, ['metadata', 'annotations']),
+      // List-map identities come as k:{"effect":"NoSchedule","key":"x"}.
+      taints: ownedKeys(node, manager, ['spec', 'taints']).map((k) =>
+        taintId(JSON.parse(k.slice(2)) as Taint),
+      ),
+    },
+  };
+}
+
+export interface ApplyPlan {
+  /** True when the node already carries exactly what Berth should own: nothing to write. */
+  inSync: boolean;
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: Taint[];
+  /** Outputs held back because another field manager set the key to a different value. */
+  foreign: Output[];
+}
+
+/**
+ * What to apply: the decision minus the keys another manager already set to a different value
+ * (Berth never fights for them; force is never used), and whether the node is already there.
+ */
+export function planApply(state: NodeState, d: NodeDecision): ApplyPlan {
+  const foreign: Output[] = [];
+  const ownedLabels = new Set(state.owned.labels);
+  const ownedAnnotations = new Set(state.owned.annotations);
+  const ownedTaints = new Set(state.owned.taints);
+  const keep = (
+    kind: OutputKind,
+    desired: Record<string, string>,
+    current: Record<string, string>,
+    owned: Set<string>,
+  ) => {
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(desired)) {
+      if (k in current && current[k] !== v && !owned.has(k)) {
+        foreign.push(d.outputs.find((o) => o.kind === kind && o.key === k)!);
+      } else out[k] = v;
+    }
+    return out;
+  };
+  const labels = keep('label', d.labels, state.labels, ownedLabels);
+  const annotations = keep('annotation', d.annotations, state.annotations, ownedAnnotations);
+  const currentTaints = new Map(state.taints.map((t) => [taintId(t), t]));
+  const taints = d.taints.filter((t) => {
+    const cur = currentTaints.get(taintId(t));
+    if (cur && (cur.value ?? '') !== (t.value ?? '') && !ownedTaints.has(taintId(t))) {
+      foreign.push(d.outputs.find((o) => o.kind === 'taint' && o.key === taintId(t))!);
+      return false;
+    }
+    return true;
+  });
+  const sameKeys = (owned: Set<string>, want: string[]) =>
+    owned.size === want.length && want.every((k) => owned.has(k));
+  const inSync =
+    sameKeys(ownedLabels, Object.keys(labels)) &&
+    Object.entries(labels).every(([k, v]) => state.labels[k] === v) &&
+    sameKeys(ownedAnnotations, Object.keys(annotations)) &&
+    Object.entries(annotations).every(([k, v]) => state.annotations[k] === v) &&
+    sameKeys(ownedTaints, taints.map(taintId)) &&
+    taints.every((t) => (currentTaints.get(taintId(t))?.value ?? '') === (t.value ?? ''));
+  return { inSync, labels, annotations, taints, foreign };
+}

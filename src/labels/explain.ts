@@ -1,0 +1,133 @@
+// Read-only answers about derived labels: why a node carries what it carries (explain), and what a
+// rule would change before it is applied (dry run). Pure functions over nodes and rules.
+import type { KubeObject } from '../runtime/types.ts';
+import { decide, nodeState, planApply, taintId, type Output, type OutputKind } from './decide.ts';
+import { nodeView, subjectOf, type NodeView } from './match.ts';
+import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
+
+function describeTerm(view: NodeView, t: MatchTerm): string {
+  const s = subjectOf(t);
+  const value =
+    s.kind === 'label'
+      ? view.labels[s.key]
+      : s.kind === 'annotation'
+        ? view.annotations[s.key]
+        : view.fields[s.key as keyof NodeView['fields']];
+  const seen = value === undefined ? 'absent' : `"${value}"`;
+  return `${s.kind} ${s.key} ${t.operator}${t.values?.length ? ` [${t.values.join(', ')}]` : ''} (node: ${seen})`;
+}
+
+const sourceOf = (r: Rule): string =>
+  r.source.kind === 'File' ? `file ${r.source.path}` : `NodeLabelRule ${r.source.name}`;
+
+/** Lines explaining a node's derived labels, annotations and taints. */
+export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
+  const view = nodeView(node);
+  const d = decide(view, rules);
+  const state = nodeState(node, FIELD_MANAGER);
+  const plan = planApply(state, d);
+  const byName = new Map(rules.map((r) => [r.name, r]));
+  const out: string[] = [];
+  const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
+  const show = (o: Output) =>
+    o.kind === 'taint'
+      ? `taint ${o.key}${o.value ? ` (value ${o.value})` : ''}`
+      : `${o.kind} ${o.key}=${o.value}`;
+
+  const matched = [...d.matches].filter(([, m]) => m.matched);
+  out.push(
+    `Derived labels (field manager ${FIELD_MANAGER}): ${matched.length} of ${rules.length} rules match`,
+  );
+  for (const [name, m] of matched) {
+    const r = byName.get(name)!;
+    out.push(`  ${name} (${sourceOf(r)})`);
+    for (const t of m.terms.filter((t) => t.held))
+      out.push(`    matched: ${t.group} ${describeTerm(view, t.term)}`);
+    for (const o of outputsOf(name)) out.push(`    sets ${show(o)}`);
+  }
+  for (const c of d.conflicts) {
+    out.push(
+      `  conflict on ${c.kind} ${c.key}: ${c.winner.rule} wins with "${c.winner.value}" over ${c.losers.map((l) => `${l.rule} ("${l.value}")`).join(', ')} (rules apply in name order)`,
+    );
+  }
+  for (const e of d.renderErrors) out.push(`  held back: ${e.rule}: ${e.message}`);
+  for (const f of plan.foreign) {
+    out.push(
+      `  held back: ${show(f)} from ${f.rule}: another field manager set ${f.kind} ${f.key} to another value; Berth leaves it alone`,
+    );
+  }
+  // Drift between what the rules say and what Berth owns on the node right now.
+  const pending: string[] = [];
+  const kinds: [OutputKind, Record<string, string>, Record<string, string>, string[]][] = [
+    ['label', plan.labels, state.labels, state.owned.labels],
+    ['annotation', plan.annotations, state.annotations, state.owned.annotations],
+  ];
+  for (const [kind, want, have, owned] of kinds) {
+    for (const [k, v] of Object.entries(want))
+      if (have[k] !== v || !owned.includes(k)) pending.push(`will set ${kind} ${k}=${v}`);
+    for (const k of owned)
+      if (!(k in want)) pending.push(`will remove ${kind} ${k} (no rule backs it any more)`);
+  }
+  const wantTaints = new Set(plan.taints.map(taintId));
+  for (const t of plan.taints)
+    if (!state.owned.taints.includes(taintId(t))) pending.push(`will set taint ${taintId(t)}`);
+  for (const id of state.owned.taints)
+    if (!wantTaints.has(id)) pending.push(`will remove taint ${id} (no rule backs it any more)`);
+  if (pending.length)
+    out.push('  not yet applied (Berth not running, or catching up):', ...pending.map((p) => `    ${p}`));
+
+  const unmatched = [...d.matches].filter(([, m]) => !m.matched);
+  if (unmatched.length) out.push('  rules that do not match:');
+  for (const [name, m] of unmatched) {
+    const failed = m.terms.filter((t) => (t.group === 'allOf' ? !t.held : false));
+    const anyHeld = m.terms.some((t) => t.group === 'anyOf' && t.held);
+    const why = failed.length
+      ? `allOf ${describeTerm(view, failed[0]!.term)} does not hold`
+      : !anyHeld
+        ? `no anyOf term holds (${m.terms
+            .filter((t) => t.group === 'anyOf')
+            .map((t) => describeTerm(view, t.term))
+            .join('; ')})`
+        : 'no terms';
+    out.push(`    ${name}: ${why}`);
+  }
+  return out;
+}
+
+export interface Change {
+  kind: OutputKind;
+  key: string;
+  before?: string;
+  after?: string;
+  /** The rule behind the value after (or before, for a loss). */
+  rule: string;
+}
+
+export interface NodeChanges {
+  node: string;
+  changes: Change[];
+}
+
+/** What applying `next` instead of `current` would change on each node: gains, losses and new values. */
+export function previewRules(nodes: KubeObject[], current: Rule[], next: Rule[]): NodeChanges[] {
+  const result: NodeChanges[] = [];
+  for (const node of nodes) {
+    const view = nodeView(node);
+    const index = (rules: Rule[]) =>
+      new Map(decide(view, rules).outputs.map((o) => [`${o.kind}\u0000${o.key}`, o]));
+    const before = index(current);
+    const after = index(next);
+    const changes: Change[] = [];
+    for (const [id, o] of after) {
+      const b = before.get(id);
+      if (!b) changes.push({ kind: o.kind, key: o.key, after: o.value, rule: o.rule });
+      else if (b.value !== o.value)
+        changes.push({ kind: o.kind, key: o.key, before: b.value, after: o.value, rule: o.rule });
+    }
+    for (const [id, b] of before)
+      if (!after.has(id)) changes.push({ kind: b.kind, key: b.key, before: b.value, rule: b.rule });
+    if (changes.length)
+      result.push({ node: view.name, changes: changes.sort((a, b) => (a.key < b.key ? -1 : 1)) });
+  }
+  return result.sort((a, b) => (a.node < b.node ? -1 : 1));
+}

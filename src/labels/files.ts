@@ -1,0 +1,448 @@
+// k8s-auto-labeller rule files: `<dir>/<namespace>/<label>` lists dependent label keys, one per line,
+// and a node carrying any of them gets `<namespace>/<label>=true`. Parsing is pure; RuleDirSource
+// watches the directory and delivers the compiled rules as a controller Source.
+import { watch, type FSWatcher } from 'node:fs';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Source } from '../runtime/controller.ts';
+import { errorText, type EventHandler } from '../runtime/informer.ts';
+import { rootLogger, type Logger } from '../runtime/log.ts';
+import type { MatchTerm, Rule } from './types.ts';
+
+/** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
+export interface FileError {
+  file: string;
+  line?: number;
+  message: string;
+}
+
+export const formatFileError = (e: FileError): string =>
+  `${e.file}${e.line === undefined ? '' : `:${e.line}`}: ${e.message}`;
+
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const NAME_CHARS =
+  "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/** Why `key` is not a valid Kubernetes label key (`[prefix/]name`), or undefined when it is. */
+export function validateLabelKey(key: string): string | undefined {
+  const parts = key.split('/');
+  if (parts.length > 2) return "must contain at most one '/' (an optional DNS subdomain prefix, then a name)";
+  const name = parts.at(-1) ?? '';
+  const prefix = parts.length === 2 ? (parts[0] ?? '') : undefined;
+  if (prefix !== undefined) {
+    if (prefix === '') return 'prefix part must be non-empty';
+    if (prefix.length > 253) return 'prefix part must be no more than 253 characters';
+    if (!DNS1123_SUBDOMAIN.test(prefix))
+      return "prefix part must be a DNS-1123 subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character";
+  }
+  if (name === '') return 'name part must be non-empty';
+  if (name.length > 63) return 'name part must be no more than 63 characters';
+  if (!QUALIFIED_NAME.test(name)) return `name part must consist of ${NAME_CHARS}`;
+  return undefined;
+}
+
+/** Why `value` is not a valid Kubernetes label value, or undefined when it is. */
+export function validateLabelValue(value: string): string | undefined {
+  if (value.length > 63) return 'must be no more than 63 characters';
+  if (value !== '' && !QUALIFIED_NAME.test(value)) return `must be empty or consist of ${NAME_CHARS}`;
+  return undefined;
+}
+
+// Quotes user text for a message; a runaway line must not make a runaway message.
+const quote = (s: string): string => JSON.stringify(s.length > 100 ? `${s.slice(0, 100)}…` : s);
+
+/**
+ * Compiles one rule file. A file with any invalid line yields no rule at all: applying the valid
+ * lines alone would silently change what the file means (a typo would narrow the node set), while a
+ * rejected file keeps the label where it was and says why.
+ */
+export function parseRuleFile(
+  path: string,
+  namespace: string,
+  label: string,
+  content: Buffer,
+): { rule?: Rule; errors: FileError[] } {
+  const errors: FileError[] = [];
+  const output = `${namespace}/${label}`;
+  const outputProblem = validateLabelKey(output);
+  if (outputProblem)
+    errors.push({
+      file: path,
+      message: `${quote(output)} (from the path <namespace>/<label>) is not a valid label key: ${outputProblem}`,
+    });
+
+  const nul = content.indexOf(0);
+  if (nul >= 0) {
+    const line = content.subarray(0, nul).toString('latin1').split('\n').length;
+    errors.push({ file: path, line, message: 'contains a NUL byte: not a text file' });
+    return { errors };
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(content);
+  } catch {
+    errors.push({ file: path, message: 'is not valid UTF-8 text' });
+    return { errors };
+  }
+
+  const terms = new Map<string, MatchTerm>();
+  let sawLine = false;
+  text.split('\n').forEach((raw, i) => {
+    const line = raw.trim(); // also drops the '\r' of Windows line endings
+    if (line === '' || line.startsWith('#')) return;
+    sawLine = true;
+    const eq = line.indexOf('=');
+    // Berth extension: `key=value` requires that value; a bare key only requires presence.
+    const key = eq < 0 ? line : line.slice(0, eq).trim();
+    const value = eq < 0 ? undefined : line.slice(eq + 1).trim();
+    const keyProblem = validateLabelKey(key);
+    if (keyProblem) {
+      errors.push({
+        file: path,
+        line: i + 1,
+        message: `${quote(key)} is not a valid label key: ${keyProblem}`,
+      });
+      return;
+    }
+    const valueProblem = value === undefined ? undefined : validateLabelValue(value);
+    if (valueProblem) {
+      errors.push({
+        file: path,
+        line: i + 1,
+        message: `${quote(value ?? '')} is not a valid label value: ${valueProblem}`,
+      });
+      return;
+    }
+    const term: MatchTerm =
+      value === undefined
+        ? { label: key, operator: 'Exists' }
+        : { label: key, operator: 'In', values: [value] };
+    terms.set(JSON.stringify(term), term);
+  });
+  if (!sawLine)
+    errors.push({ file: path, message: 'declares no dependent labels: list one label key per line' });
+  if (errors.length > 0) return { errors };
+
+  // Fields in a fixed order: RuleDirSource compares rules by their JSON.
+  return {
+    rule: {
+      name: `file:${output}`,
+      source: { kind: 'File', path },
+      allOf: [],
+      anyOf: [...terms.values()],
+      labels: { [output]: 'true' },
+      annotations: {},
+      taints: [],
+    },
+    errors,
+  };
+}
+
+/** Larger than any list of label keys; stops a misdirected --label-dir from reading big files on every poll. */
+const MAX_FILE_BYTES = 1 << 20;
+
+// Dotfiles cover the ConfigMap volume's `..data` and `..<timestamp>` directories and editor swap files.
+const ignored = (name: string): boolean => name.startsWith('.') || name.endsWith('~');
+
+const fsReason = (e: unknown): string => {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'EACCES' || code === 'EPERM') return 'permission denied';
+  if (code === 'ENOENT') return 'does not exist';
+  if (code === 'ENOTDIR') return 'is not a directory';
+  return errorText(e);
+};
+
+/**
+ * Runs one file-system call; a failure becomes an error on `file`, except ENOENT: a path that
+ * vanished after its directory was listed (or a link left dangling mid-swap of a ConfigMap volume)
+ * is a change in progress, and the change's own event rescans.
+ */
+async function attempt<T>(
+  op: Promise<T>,
+  file: string,
+  what: string,
+  errors: FileError[],
+): Promise<T | undefined> {
+  try {
+    return await op;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT')
+      errors.push({ file, message: `${what}: ${fsReason(e)}` });
+    return undefined;
+  }
+}
+
+/** Reads every rule file under `dir` (`dir/<namespace>/<label>`, symlinks followed); sorted by rule name. */
+export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors: FileError[] }> {
+  const rules: Rule[] = [];
+  const errors: FileError[] = [];
+  let namespaces: string[];
+  try {
+    namespaces = await readdir(dir);
+  } catch (e) {
+    const reason = fsReason(e);
+    const hint = reason === 'does not exist' ? '; its rules apply once it is created' : '';
+    return { rules, errors: [{ file: dir, message: `rule directory ${reason}${hint}` }] };
+  }
+  const layout = `rule files go in ${join(dir, '<namespace>', '<label>')}, e.g. ${join(dir, 'accelerators', 'edgetpu')}`;
+
+  const readRule = async (namespace: string, label: string): Promise<void> => {
+    const file = join(dir, namespace, label);
+    const st = await attempt(stat(file), file, 'cannot read', errors);
+    if (!st) return;
+    const problem = st.isDirectory()
+      ? `is a directory: ${layout}`
+      : !st.isFile()
+        ? 'is not a regular file'
+        : st.size > MAX_FILE_BYTES
+          ? `is ${st.size} bytes; a rule file is at most ${MAX_FILE_BYTES}`
+          : undefined;
+    if (problem) {
+      errors.push({ file, message: problem });
+      return;
+    }
+    const content = await attempt(readFile(file), file, 'cannot read', errors);
+    if (!content) return;
+    const parsed = parseRuleFile(file, namespace, label, content);
+    if (parsed.rule) rules.push(parsed.rule);
+    errors.push(...parsed.errors);
+  };
+
+  const readNamespace = async (namespace: string): Promise<void> => {
+    const path = join(dir, namespace);
+    const st = await attempt(stat(path), path, 'cannot read', errors);
+    if (!st) return;
+    if (!st.isDirectory()) {
+      errors.push({ file: path, message: `is not in a namespace directory: ${layout}` });
+      return;
+    }
+    const labels = await attempt(readdir(path), path, 'cannot read directory', errors);
+    await Promise.all((labels ?? []).filter((n) => !ignored(n)).map((label) => readRule(namespace, label)));
+  };
+
+  await Promise.all(namespaces.filter((n) => !ignored(n)).map(readNamespace));
+  rules.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  errors.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : (a.line ?? 0) - (b.line ?? 0)));
+  return { rules, errors };
+}
+
+export interface RuleDirSourceOptions {
+  /** Delay from a file-system event to the rescan, which covers every event in between, ms. */
+  debounceMs?: number;
+  /** Period of the safety-net rescan that catches anything the watch missed, ms. */
+  pollMs?: number;
+  logger?: Logger;
+  /** Called with all current errors whenever the set of errors changes (not on every rescan). */
+  onErrors?(errors: FileError[]): void;
+}
+
+/** How often to rescan (and retry the watch) while the directory is missing or cannot be watched. */
+const UNWATCHED_POLL_MS = 250;
+
+/**
+ * The rules of a rule directory as a controller Source: every change to the tree (a file written,
+ * renamed or removed, a namespace directory added or removed, a ConfigMap volume's `..data` swapped)
+ * triggers a rescan of the whole (small) tree, and the differences become add / update / delete events.
+ */
+export class RuleDirSource implements Source<Rule> {
+  readonly dir: string;
+  private readonly debounceMs: number;
+  private readonly pollMs: number;
+  private readonly onErrors: ((errors: FileError[]) => void) | undefined;
+  private readonly log: Logger;
+  private readonly handlers: EventHandler<Rule>[] = [];
+  private current = new Map<string, { rule: Rule; json: string }>();
+  private currentErrors: FileError[] = [];
+  private errorsJson = '[]';
+  private synced = false;
+  private syncWaiters: (() => void)[] = [];
+  private running = false;
+  private scanning: Promise<void> | undefined;
+  private rescanAgain = false;
+  private watcher: FSWatcher | undefined;
+  /** Device and inode of the watched directory: a deleted and recreated directory needs a new watch. */
+  private watchedId: string | undefined;
+  private lastWatchError: string | undefined;
+  private debounceTimer: NodeJS.Timeout | undefined;
+  private pollTimer: NodeJS.Timeout | undefined;
+
+  constructor(dir: string, opts: RuleDirSourceOptions = {}) {
+    this.dir = dir;
+    this.debounceMs = opts.debounceMs ?? 50;
+    this.pollMs = opts.pollMs ?? 10_000;
+    this.onErrors = opts.onErrors;
+    this.log = (opts.logger ?? rootLogger).child({ ruleDir: dir });
+  }
+
+  /** Scans once (delivering an add per rule), then watches until stop(). */
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    this.requestScan();
+    await this.scanning;
+  }
+
+  stop(): void {
+    this.running = false;
+    this.closeWatcher();
+    clearTimeout(this.debounceTimer);
+    clearTimeout(this.pollTimer);
+    this.debounceTimer = this.pollTimer = undefined;
+  }
+
+  /** A handler added late first gets an add for every current rule, as with informers. */
+  addEventHandler(h: EventHandler<Rule>): void {
+    this.handlers.push(h);
+    if (h.onAdd) for (const { rule } of this.current.values()) this.deliver(() => h.onAdd?.(rule), rule);
+  }
+
+  waitForSync(signal?: AbortSignal): Promise<void> {
+    if (this.synced) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      this.syncWaiters.push(resolve);
+      signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+    });
+  }
+
+  /** Current rules, sorted by name. */
+  rules(): Rule[] {
+    return [...this.current.values()].map((e) => e.rule);
+  }
+
+  errors(): FileError[] {
+    return [...this.currentErrors];
+  }
+
+  get(name: string): Rule | undefined {
+    return this.current.get(name)?.rule;
+  }
+
+  // Events that arrive while a scan runs ask for one more scan after it, so nothing is lost.
+  private requestScan(): void {
+    if (!this.running) return;
+    if (this.scanning) {
+      this.rescanAgain = true;
+      return;
+    }
+    this.scanning = (async () => {
+      do {
+        this.rescanAgain = false;
+        try {
+          await this.rescan();
+        } catch (e) {
+          this.log.error({ err: errorText(e) }, 'rescanning the rule directory failed');
+        }
+      } while (this.rescanAgain && this.running);
+      this.scanning = undefined;
+      this.schedulePoll();
+    })();
+  }
+
+  private readonly onWatchEvent = (): void => {
+    if (this.debounceTimer || !this.running) return;
+    this.debounceTimer = setTimeout(() => {
+      this.debounceTimer = undefined;
+      this.requestScan();
+    }, this.debounceMs).unref();
+  };
+
+  private schedulePoll(): void {
+    clearTimeout(this.pollTimer);
+    if (!this.running) return;
+    const ms = this.watcher ? this.pollMs : Math.min(this.pollMs, UNWATCHED_POLL_MS);
+    this.pollTimer = setTimeout(() => this.requestScan(), ms).unref();
+  }
+
+  private async rescan(): Promise<void> {
+    await this.rewatch();
+    const { rules, errors } = await scanRuleDir(this.dir);
+    if (!this.running) return;
+
+    const next = new Map<string, { rule: Rule; json: string }>();
+    const added: Rule[] = [];
+    const updated: [Rule, Rule][] = [];
+    for (const rule of rules) {
+      const json = JSON.stringify(rule);
+      const prev = this.current.get(rule.name);
+      if (prev?.json === json) {
+        next.set(rule.name, prev);
+        continue;
+      }
+      if (prev) updated.push([prev.rule, rule]);
+      else added.push(rule);
+      next.set(rule.name, { rule, json });
+    }
+    const deleted = [...this.current.values()].filter((e) => !next.has(e.rule.name)).map((e) => e.rule);
+    this.current = next;
+    const errorsJson = JSON.stringify(errors);
+    const errorsChanged = errorsJson !== this.errorsJson;
+    this.currentErrors = errors;
+    this.errorsJson = errorsJson;
+
+    for (const h of this.handlers) {
+      for (const r of added) this.deliver(() => h.onAdd?.(r), r);
+      for (const [a, b] of updated) this.deliver(() => h.onUpdate?.(a, b), b);
+      for (const r of deleted) this.deliver(() => h.onDelete?.(r), r);
+    }
+    if (errorsChanged) {
+      try {
+        this.onErrors?.(errors);
+      } catch (e) {
+        this.log.error({ err: errorText(e) }, 'onErrors handler failed');
+      }
+    }
+    if (!this.synced) {
+      this.synced = true;
+      for (const w of this.syncWaiters.splice(0)) w();
+    }
+  }
+
+  private deliver(fn: () => void, rule: Rule): void {
+    try {
+      fn();
+    } catch (e) {
+      this.log.error({ err: errorText(e), rule: rule.name }, 'event handler failed');
+    }
+  }
+
+  /**
+   * Makes sure the directory as it is now is watched. A recursive fs.watch on a missing directory
+   * reports nothing, and one on a deleted directory stays silent when it is recreated, so the
+   * directory's identity is checked on every scan; without a watch, polling takes over.
+   */
+  private async rewatch(): Promise<void> {
+    const id = await stat(this.dir).then(
+      (s) => (s.isDirectory() ? `${s.dev}:${s.ino}` : undefined),
+      () => undefined,
+    );
+    if (!this.running || (this.watcher && id === this.watchedId)) return;
+    this.closeWatcher();
+    if (id === undefined) return; // reported as an error by the scan
+    try {
+      const w = watch(this.dir, { recursive: true, persistent: false }, this.onWatchEvent);
+      w.on('error', (e) => {
+        this.watchFailed(e);
+        if (this.watcher === w) this.closeWatcher();
+        this.schedulePoll();
+      });
+      this.watcher = w;
+      this.watchedId = id;
+    } catch (e) {
+      this.watchFailed(e);
+    }
+  }
+
+  // Logged once per distinct failure: while it lasts, polling retries every UNWATCHED_POLL_MS.
+  private watchFailed(e: unknown): void {
+    const err = errorText(e);
+    if (err !== this.lastWatchError)
+      this.log.warn({ err, pollMs: UNWATCHED_POLL_MS }, 'cannot watch the rule directory; polling');
+    this.lastWatchError = err;
+  }
+
+  private closeWatcher(): void {
+    this.watcher?.close();
+    this.watcher = this.watchedId = undefined;
+  }
+}

@@ -1,0 +1,37 @@
+import { Option } from 'commander';
+import type { Capability } from '../capability.ts';
+import { LabelsController } from './controller.ts';
+import { explainNodeLabels } from './explain.ts';
+import { clusterRules } from './load.ts';
+import { NodeLabelRule } from './types.ts';
+
+export const labelsCapability: Capability = {
+  name: 'labels',
+  description: 'Derived node labels from NodeLabelRules and k8s-auto-labeller rule files',
+  options: () => [
+    new Option(
+      '--label-dir <dir>',
+      'k8s-auto-labeller rule files, DIR/<namespace>/<label> (watched and reloaded)',
+    ),
+    new Option('--label-workers <n>', 'concurrent node reconciles of the labels controller')
+      .default(16)
+      .argParser(Number),
+  ],
+  crds: [NodeLabelRule],
+  rbac: [
+    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: ['berth.dev'], resources: ['nodelabelrules'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['berth.dev'], resources: ['nodelabelrules/status'], verbs: ['get', 'patch', 'update'] },
+  ],
+  async explainNode({ client, node, options }) {
+    const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
+    const { rules, errors } = await clusterRules(client, labelDir);
+    return [...explainNodeLabels(node, rules), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
+  },
+  setup({ manager, options }) {
+    new LabelsController(manager, {
+      ...(typeof options['labelDir'] === 'string' ? { labelDir: options['labelDir'] } : {}),
+      workers: Number(options['labelWorkers'] ?? 16),
+    });
+  },
+};

@@ -1,0 +1,180 @@
+// The API of derived node labels: the NodeLabelRule custom resource, and the Rule model that both
+// NodeLabelRules and k8s-auto-labeller rule files compile into.
+import { z } from 'zod';
+import { defineCustomResource, k8s } from '../runtime/crd.ts';
+
+export const GROUP = 'berth.dev';
+export const FIELD_MANAGER = 'berth-labels';
+
+/** Well-known node fields a term can match, read from the Node object. */
+export const NODE_FIELDS = {
+  name: 'metadata.name',
+  architecture: 'status.nodeInfo.architecture',
+  operatingSystem: 'status.nodeInfo.operatingSystem',
+  kernelVersion: 'status.nodeInfo.kernelVersion',
+  osImage: 'status.nodeInfo.osImage',
+  containerRuntimeVersion: 'status.nodeInfo.containerRuntimeVersion',
+  kubeletVersion: 'status.nodeInfo.kubeletVersion',
+} as const;
+export type NodeField = keyof typeof NODE_FIELDS;
+
+export const OPERATORS = ['In', 'NotIn', 'Exists', 'DoesNotExist', 'Gt', 'Lt', 'InRegexp'] as const;
+export type Operator = (typeof OPERATORS)[number];
+
+const matchTerm = k8s(
+  z.object({
+    label: z.string().min(1).max(317).optional().describe('Match the value of this node label.'),
+    annotation: z.string().min(1).max(317).optional().describe('Match the value of this node annotation.'),
+    field: z
+      .enum(Object.keys(NODE_FIELDS) as [NodeField, ...NodeField[]])
+      .optional()
+      .describe('Match this well-known node field (architecture is status.nodeInfo.architecture).'),
+    operator: z
+      .enum(OPERATORS)
+      .describe(
+        'In / NotIn: the value is (not) one of values. Exists / DoesNotExist: the key is (not) present. ' +
+          'Gt / Lt: the value, an integer, is greater / less than the single value. InRegexp: the value matches one of the regular expressions in values.',
+      ),
+    values: z.array(z.string().max(1024)).max(64).optional(),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: '[has(self.label), has(self.annotation), has(self.field)].filter(x, x).size() == 1',
+        message: 'a term names exactly one of label, annotation or field',
+      },
+      {
+        rule: "self.operator in ['Exists', 'DoesNotExist'] ? !has(self.values) || size(self.values) == 0 : has(self.values) && size(self.values) > 0",
+        message: 'Exists and DoesNotExist take no values; the other operators need at least one',
+      },
+      {
+        rule: "!(self.operator in ['Gt', 'Lt']) || (size(self.values) == 1 && self.values[0].matches('^-?[0-9]+$'))",
+        message: 'Gt and Lt take exactly one integer value',
+      },
+    ],
+  },
+);
+export type MatchTerm = z.infer<typeof matchTerm>;
+
+const taint = z.object({
+  key: z.string().min(1).max(317),
+  value: z.string().max(63).optional(),
+  effect: z.enum(['NoSchedule', 'PreferNoSchedule', 'NoExecute']),
+});
+export type Taint = z.infer<typeof taint>;
+
+export const nodeLabelRuleSpec = k8s(
+  z.object({
+    match: z
+      .object({
+        allOf: z.array(matchTerm).max(32).optional().describe('Every term must match.'),
+        anyOf: z
+          .array(matchTerm)
+          .max(64)
+          .optional()
+          .describe('At least one term must match (when any are given).'),
+      })
+      .describe('Which nodes the rule applies to: all of allOf and, if given, any of anyOf.'),
+    labels: z
+      .record(z.string(), z.string().max(1024))
+      .optional()
+      .describe(
+        'Labels to set on matching nodes. Values may use templates: {{ .match.key }} and {{ .match.value }} of the first matching anyOf term (allOf without anyOf), ' +
+          '{{ label "key" }}, {{ annotation "key" }}, {{ field "architecture" }}.',
+      ),
+    annotations: z
+      .record(z.string(), z.string().max(4096))
+      .optional()
+      .describe('Annotations to set on matching nodes (templates as for labels).'),
+    taints: z
+      .array(taint)
+      .max(16)
+      .optional()
+      .describe('Taints to set on matching nodes. Opt-in: a rule without taints never taints.'),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: '(has(self.match.allOf) && size(self.match.allOf) > 0) || (has(self.match.anyOf) && size(self.match.anyOf) > 0)',
+        message: 'match needs at least one term in allOf or anyOf',
+      },
+      {
+        rule: '(has(self.labels) && size(self.labels) > 0) || (has(self.annotations) && size(self.annotations) > 0) || (has(self.taints) && size(self.taints) > 0)',
+        message: 'a rule sets at least one label, annotation or taint',
+      },
+    ],
+  },
+);
+export type NodeLabelRuleSpec = z.infer<typeof nodeLabelRuleSpec>;
+
+const condition = z.object({
+  type: z.string(),
+  status: z.enum(['True', 'False', 'Unknown']),
+  reason: z.string(),
+  message: z.string(),
+  lastTransitionTime: z.string(),
+  observedGeneration: z.number().int().optional(),
+});
+
+export const nodeLabelRuleStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  matchedNodes: z.number().int().optional().describe('Nodes the rule matches.'),
+  appliedNodes: z.number().int().optional().describe('Matched nodes that carry every output of the rule.'),
+  conditions: k8s(z.array(condition).optional(), {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['type'],
+  }),
+});
+export type NodeLabelRuleStatus = z.infer<typeof nodeLabelRuleStatus>;
+
+export const NodeLabelRule = defineCustomResource({
+  group: GROUP,
+  version: 'v1alpha1',
+  kind: 'NodeLabelRule',
+  plural: 'nodelabelrules',
+  singular: 'nodelabelrule',
+  shortNames: ['nlr'],
+  categories: ['berth'],
+  scope: 'Cluster',
+  spec: nodeLabelRuleSpec,
+  status: nodeLabelRuleStatus,
+  printerColumns: [
+    {
+      name: 'Matched',
+      type: 'integer',
+      jsonPath: '.status.matchedNodes',
+      description: 'Nodes the rule matches',
+    },
+    {
+      name: 'Applied',
+      type: 'integer',
+      jsonPath: '.status.appliedNodes',
+      description: 'Matched nodes carrying its outputs',
+    },
+    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    {
+      name: 'Reason',
+      type: 'string',
+      jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
+      priority: 1,
+    },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+/**
+ * A compiled rule, from a NodeLabelRule or a rule file. `name` is unique across both sources
+ * ("nodelabelrule/edgetpu", "file:accelerators/edgetpu") and orders rules for conflict resolution.
+ */
+export interface Rule {
+  name: string;
+  /** Where it came from, for explain and events. */
+  source:
+    | { kind: 'NodeLabelRule'; name: string; uid?: string; generation?: number }
+    | { kind: 'File'; path: string };
+  allOf: MatchTerm[];
+  anyOf: MatchTerm[];
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: Taint[];
+}

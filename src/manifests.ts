@@ -1,0 +1,31 @@
+// The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
+// permission they declare, and what the runtime itself needs (leases, events).
+import type { Capability } from './capability.ts';
+import { capabilities } from './cli/capabilities.ts';
+import { clusterRole, clusterRoleBinding, mergeRules, type PolicyRule } from './runtime/rbac.ts';
+import type { KubeObject } from './runtime/types.ts';
+
+export const NAMESPACE = 'berth-system';
+export const SERVICE_ACCOUNT = 'berth';
+
+/** What the runtime needs whatever is enabled: leader election and events. */
+export const runtimeRules: PolicyRule[] = [
+  { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
+  { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
+];
+
+export function crdManifests(caps: Capability[] = capabilities): KubeObject[] {
+  return caps.flatMap((c) => c.crds.map((r) => r.crd));
+}
+
+export function rbacManifests(caps: Capability[] = capabilities): KubeObject[] {
+  const rules = mergeRules([...runtimeRules, ...caps.flatMap((c) => c.rbac)]);
+  return [
+    clusterRole('berth', rules),
+    clusterRoleBinding('berth', 'berth', {
+      kind: 'ServiceAccount',
+      name: SERVICE_ACCOUNT,
+      namespace: NAMESPACE,
+    }),
+  ];
+}

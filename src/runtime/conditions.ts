@@ -1,0 +1,63 @@
+// metav1.Condition semantics: lastTransitionTime moves only when the status changes.
+import type { KubeObject } from './types.ts';
+
+export type ConditionStatus = 'True' | 'False' | 'Unknown';
+
+export interface Condition {
+  type: string;
+  status: ConditionStatus;
+  reason: string;
+  message: string;
+  lastTransitionTime: string;
+  observedGeneration?: number;
+}
+
+export type ConditionInput = Omit<Condition, 'lastTransitionTime'>;
+
+/** Returns the conditions with `c` set; the transition time is kept unless the status changed. */
+export function setCondition(
+  conditions: Condition[] | undefined,
+  c: ConditionInput,
+  now = new Date(),
+): Condition[] {
+  const list = conditions ?? [];
+  const old = list.find((x) => x.type === c.type);
+  const lastTransitionTime =
+    old && old.status === c.status ? old.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const next: Condition = { ...c, lastTransitionTime };
+  return old ? list.map((x) => (x === old ? next : x)) : [...list, next];
+}
+
+export function findCondition(conditions: Condition[] | undefined, type: string): Condition | undefined {
+  return conditions?.find((c) => c.type === type);
+}
+
+/** True when obj.status.conditions has `type` with `status` (nodes, pods, and Berth's own kinds alike). */
+export function hasCondition(
+  obj: KubeObject | undefined,
+  type: string,
+  status: ConditionStatus = 'True',
+): boolean {
+  const conds = (obj?.['status'] as { conditions?: { type: string; status: string }[] } | undefined)
+    ?.conditions;
+  return conds?.some((c) => c.type === type && c.status === status) ?? false;
+}
+
+/** Equal ignoring lastTransitionTime and order, so a status write happens only when something changed. */
+export function sameConditions(a: Condition[] | undefined, b: Condition[] | undefined): boolean {
+  const x = a ?? [];
+  const y = b ?? [];
+  return (
+    x.length === y.length &&
+    x.every((c) => {
+      const d = y.find((o) => o.type === c.type);
+      return (
+        d !== undefined &&
+        d.status === c.status &&
+        d.reason === c.reason &&
+        d.message === c.message &&
+        d.observedGeneration === c.observedGeneration
+      );
+    })
+  );
+}

@@ -1,0 +1,492 @@
+// Derived node labels against the real apiserver. Each test runs its own labels controller (one at a
+// time: they share Berth's field manager) and uses its own node names and label keys.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { installCrds } from '../../src/cli/install.ts';
+import { LabelsController } from '../../src/labels/controller.ts';
+import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
+import { hasCondition } from '../../src/runtime/conditions.ts';
+import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/kube.ts';
+import { Manager } from '../../src/runtime/manager.ts';
+import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { addNodes, deleteNodes, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { holdsFor, waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const created: string[] = [];
+const rules: string[] = [];
+
+before(async () => {
+  await installCrds(client);
+});
+
+after(async () => {
+  await Promise.all(rules.map((r) => client.delete(NodeLabelRule.ref, r).catch(() => {})));
+  await deleteNodes(client, created);
+  client.close();
+});
+
+/** Runs a labels controller for the duration of fn, in a manager of its own. */
+async function withController<T>(
+  opts: { labelDir?: string; client?: KubeClient },
+  fn: (c: LabelsController) => Promise<T>,
+): Promise<T> {
+  const manager = new Manager({
+    clusters: { local: opts.client ?? sandbox.client() },
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+  });
+  const controller = new LabelsController(manager, {
+    ...(opts.labelDir ? { labelDir: opts.labelDir } : {}),
+    workers: 8,
+  });
+  await manager.start();
+  try {
+    await manager.waitForCacheSync();
+    return await fn(controller);
+  } finally {
+    await manager.stop();
+  }
+}
+
+async function nodes(prefix: string, count: number, labels: Record<string, string> = {}, arch = 'amd64') {
+  const names = await addNodes(client, { prefix, count, labels, arch });
+  created.push(...names);
+  return names;
+}
+
+const labelsOf = async (name: string) => (await client.get(Resources.nodes, name)).metadata?.labels ?? {};
+
+async function applyRule(name: string, spec: unknown): Promise<void> {
+  rules.push(name);
+  await client.apply(
+    NodeLabelRule.ref,
+    { apiVersion: NodeLabelRule.apiVersion, kind: 'NodeLabelRule', metadata: { name }, spec },
+    { fieldManager: 'test-author', force: true },
+  );
+}
+
+/** A client that remembers every write it sends. */
+class RecordingClient extends KubeClient {
+  readonly writes: string[] = [];
+  override request<T = unknown>(method: string, path: string, opts?: RequestOptions): Promise<T> {
+    if (method !== 'GET') this.writes.push(`${method} ${path}`);
+    return super.request<T>(method, path, opts);
+  }
+}
+
+const ruleStatus = async (name: string) =>
+  (await client.get<KubeObject & { status?: Record<string, unknown> }>(NodeLabelRule.ref, name)).status;
+
+async function eventsFor(name: string): Promise<{ reason: string; note: string; type: string }[]> {
+  const list = await client.list<
+    KubeObject & { reason: string; note: string; type: string; regarding: { name: string } }
+  >(Resources.events, {
+    namespace: 'default',
+  });
+  return list.items.filter((e) => e.regarding.name === name);
+}
+
+describe('derived node labels', () => {
+  test('the seed example: rule files label every EdgeTPU variant, and edits reach nodes within a second', async () => {
+    const p = uniqueName('tpu');
+    const dir = mkdtempSync(join(tmpdir(), 'berth-labels-'));
+    const ns = `${p}.example.com`;
+    mkdirSync(join(dir, ns));
+    writeFileSync(
+      join(dir, ns, 'edgetpu'),
+      '# EdgeTPU variants\nkkohtaka.org/edgetpu\nfeature.node.kubernetes.io/usb-fe_1a6e_089a.present\nfeature.node.kubernetes.io/pci-0880_1ac1.present\nbeta.devicetree.org/fsl-imx8mq-phanbell\n',
+    );
+    const plugin = await nodes(`${p}-plugin`, 1, { 'kkohtaka.org/edgetpu': '' });
+    const usb = await nodes(`${p}-usb`, 1, { 'feature.node.kubernetes.io/usb-fe_1a6e_089a.present': 'true' });
+    const pci = await nodes(`${p}-pci`, 1, { 'feature.node.kubernetes.io/pci-0880_1ac1.present': 'true' });
+    const dt = await nodes(`${p}-dt`, 1, { 'beta.devicetree.org/fsl-imx8mq-phanbell': '1' }, 'arm64');
+    const plain = await nodes(`${p}-plain`, 1, { [`${p}.example.com/gpu`]: 'yes' });
+    const key = `${ns}/edgetpu`;
+    try {
+      await withController({ labelDir: dir }, async () => {
+        const all = [...plugin, ...usb, ...pci, ...dt];
+        await waitFor(
+          'every EdgeTPU node labelled',
+          async () => (await Promise.all(all.map(labelsOf))).every((l) => l[key] === 'true'),
+          {
+            observe: () => Promise.all(all.map(labelsOf)),
+          },
+        );
+        assert.equal((await labelsOf(plain[0]!))[key], undefined);
+
+        // Edit the file: the PCI variant no longer counts.
+        let t = Date.now();
+        writeFileSync(
+          join(dir, ns, 'edgetpu'),
+          'kkohtaka.org/edgetpu\nfeature.node.kubernetes.io/usb-fe_1a6e_089a.present\nbeta.devicetree.org/fsl-imx8mq-phanbell\n',
+        );
+        await waitFor('the PCI node unlabelled', async () => (await labelsOf(pci[0]!))[key] === undefined, {
+          intervalMs: 20,
+        });
+        const editMs = Date.now() - t;
+        assert.equal((await labelsOf(usb[0]!))[key], 'true', 'the other variants keep the label');
+
+        // A new namespace directory with a new rule file.
+        t = Date.now();
+        mkdirSync(join(dir, `${p}.gpu.example.com`));
+        writeFileSync(join(dir, `${p}.gpu.example.com`, 'present'), `${p}.example.com/gpu\n`);
+        await waitFor(
+          'the GPU node labelled',
+          async () => (await labelsOf(plain[0]!))[`${p}.gpu.example.com/present`] === 'true',
+          { intervalMs: 20 },
+        );
+        const addMs = Date.now() - t;
+
+        // Remove the EdgeTPU file: every label it backed goes, and only those.
+        t = Date.now();
+        rmSync(join(dir, ns, 'edgetpu'));
+        await waitFor(
+          'EdgeTPU labels cleared',
+          async () => (await Promise.all(all.map(labelsOf))).every((l) => l[key] === undefined),
+          { intervalMs: 20 },
+        );
+        const removeMs = Date.now() - t;
+        assert.equal(
+          (await labelsOf(usb[0]!))['feature.node.kubernetes.io/usb-fe_1a6e_089a.present'],
+          'true',
+        );
+        // Within a second from the file system to the node, each time (generous for a loaded machine would hide a polling bug).
+        for (const [what, ms] of [
+          ['edit', editMs],
+          ['add', addMs],
+          ['remove', removeMs],
+        ] as const) {
+          assert.ok(ms < 1000, `${what} took ${ms} ms to reach the node`);
+        }
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a bad rule file gets an error naming the file and line, and the other rules keep working', async () => {
+    const p = uniqueName('badfile');
+    const dir = mkdtempSync(join(tmpdir(), 'berth-labels-'));
+    mkdirSync(join(dir, `${p}.example.com`));
+    writeFileSync(join(dir, `${p}.example.com`, 'good'), `${p}.example.com/src\n`);
+    writeFileSync(join(dir, `${p}.example.com`, 'bad'), `${p}.example.com/src\nNot A Key!\n`);
+    writeFileSync(join(dir, `${p}.example.com`, 'binary'), Buffer.from([0x00, 0xff, 0x10]));
+    const [n] = await nodes(p, 1, { [`${p}.example.com/src`]: '1' });
+    try {
+      await withController({ labelDir: dir }, async (c) => {
+        await waitFor(
+          'the good rule applied',
+          async () => (await labelsOf(n!))[`${p}.example.com/good`] === 'true',
+        );
+        const errors = c.ruleFileErrors;
+        assert.ok(
+          errors.some(
+            (e) => e.file.endsWith('/bad') && e.line === 2 && /not a valid label key/i.test(e.message),
+          ),
+          JSON.stringify(errors),
+        );
+        assert.ok(
+          errors.some((e) => e.file.endsWith('/binary')),
+          JSON.stringify(errors),
+        );
+        const labels = await labelsOf(n!);
+        assert.equal(labels[`${p}.example.com/bad`], undefined);
+        assert.equal(labels[`${p}.example.com/binary`], undefined);
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('NodeLabelRule: labels, templates, taints and annotations follow the rule as it changes and are removed with it', async () => {
+    const p = uniqueName('nlr');
+    // Every node of this test carries `mine`, so that the rule's counts cannot include other nodes.
+    const mine = { [`${p}.example.com/mine`]: '' };
+    const [gpu] = await nodes(`${p}-gpu`, 1, {
+      ...mine,
+      [`${p}.example.com/pci-10de`]: 'true',
+      [`${p}.example.com/product`]: 'T4',
+    });
+    const [arm] = await nodes(`${p}-arm`, 1, mine, 'arm64');
+    const [other] = await nodes(`${p}-other`, 1, mine);
+    await withController({}, async () => {
+      await applyRule(p, {
+        match: {
+          allOf: [{ label: `${p}.example.com/mine`, operator: 'Exists' }],
+          anyOf: [
+            { label: `${p}.example.com/pci-10de`, operator: 'In', values: ['true'] },
+            { field: 'architecture', operator: 'In', values: ['arm64'] },
+          ],
+        },
+        labels: { [`${p}.example.com/accel`]: 'true', [`${p}.example.com/why`]: '{{ .match.value }}' },
+        annotations: { [`${p}.example.com/note`]: 'arch {{ field "architecture" }}' },
+        taints: [{ key: `${p}.example.com/dedicated`, value: 'accel', effect: 'NoSchedule' }],
+      });
+      await waitFor(
+        'both nodes labelled',
+        async () =>
+          (await labelsOf(gpu!))[`${p}.example.com/accel`] === 'true' &&
+          (await labelsOf(arm!))[`${p}.example.com/accel`] === 'true',
+      );
+      const g = await client.get(Resources.nodes, gpu!);
+      assert.equal(g.metadata?.labels?.[`${p}.example.com/why`], 'true');
+      assert.equal(g.metadata?.annotations?.[`${p}.example.com/note`], 'arch amd64');
+      assert.deepEqual(
+        ((g['spec'] as { taints?: { key: string }[] }).taints ?? []).map((t) => t.key),
+        [`${p}.example.com/dedicated`],
+      );
+      assert.equal((await labelsOf(arm!))[`${p}.example.com/why`], 'arm64');
+      assert.equal((await labelsOf(other!))[`${p}.example.com/accel`], undefined);
+      await waitFor(
+        'status: 2 matched, Ready',
+        async () => {
+          const s = await ruleStatus(p);
+          return s?.['matchedNodes'] === 2 && s['appliedNodes'] === 2 && hasCondition({ status: s }, 'Ready')
+            ? s
+            : undefined;
+        },
+        { observe: () => ruleStatus(p) },
+      );
+
+      // Narrow the rule: the arm node loses exactly what the rule gave it.
+      await applyRule(p, {
+        match: { anyOf: [{ label: `${p}.example.com/pci-10de`, operator: 'In', values: ['true'] }] },
+        labels: { [`${p}.example.com/accel`]: 'true' },
+      });
+      await waitFor('arm node unlabelled, gpu node reduced', async () => {
+        const a = await client.get(Resources.nodes, arm!);
+        const gl = await client.get(Resources.nodes, gpu!);
+        return (
+          a.metadata?.labels?.[`${p}.example.com/accel`] === undefined &&
+          a.metadata?.annotations?.[`${p}.example.com/note`] === undefined &&
+          gl.metadata?.labels?.[`${p}.example.com/why`] === undefined &&
+          ((gl['spec'] as { taints?: unknown[] }).taints ?? []).length === 0 &&
+          gl.metadata?.labels?.[`${p}.example.com/accel`] === 'true'
+        );
+      });
+      assert.equal((await labelsOf(arm!))['kubernetes.io/arch'], 'arm64', 'labels Berth did not set stay');
+
+      await client.delete(NodeLabelRule.ref, p);
+      await waitFor(
+        'labels removed with the rule',
+        async () => (await labelsOf(gpu!))[`${p}.example.com/accel`] === undefined,
+      );
+      assert.equal((await labelsOf(gpu!))[`${p}.example.com/product`], 'T4');
+    });
+  });
+
+  test('foreign labels are never removed or overwritten; a conflict is reported instead', async () => {
+    const p = uniqueName('foreign');
+    const key = `${p}.example.com/tier`;
+    const [taken, shared, free] = await nodes(p, 3, { [`${p}.example.com/src`]: '1' });
+    // Another manager owns the key with another value on one node, the same value on another.
+    await client.patch(
+      Resources.nodes,
+      taken!,
+      { metadata: { labels: { [key]: 'bronze' } } },
+      { fieldManager: 'kubectl-label' },
+    );
+    await client.patch(
+      Resources.nodes,
+      shared!,
+      { metadata: { labels: { [key]: 'gold', [`${p}.example.com/mine`]: 'keep' } } },
+      { fieldManager: 'kubectl-label' },
+    );
+    await withController({}, async () => {
+      await applyRule(p, {
+        match: { allOf: [{ label: `${p}.example.com/src`, operator: 'Exists' }] },
+        labels: { [key]: 'gold' },
+      });
+      await waitFor('the free node labelled', async () => (await labelsOf(free!))[key] === 'gold');
+      await holdsFor('the foreign value stays', async () => (await labelsOf(taken!))[key] === 'bronze', 1500);
+      const status = await waitFor('Conflicting=True', async () => {
+        const s = await ruleStatus(p);
+        return hasCondition({ status: s }, 'Conflicting') ? s : undefined;
+      });
+      assert.match(JSON.stringify(status), /another field manager/);
+      await waitFor('a Warning event on the rule', async () =>
+        (await eventsFor(p)).some((e) => e.type === 'Warning' && e.reason === 'Conflict'),
+      );
+
+      // Removing the rule removes its label only where Berth alone owned it.
+      await client.delete(NodeLabelRule.ref, p);
+      await waitFor(
+        'label removed from the free node',
+        async () => (await labelsOf(free!))[key] === undefined,
+      );
+      await holdsFor(
+        'shared and foreign labels stay',
+        async () => {
+          const s = await labelsOf(shared!);
+          return (
+            s[key] === 'gold' &&
+            s[`${p}.example.com/mine`] === 'keep' &&
+            (await labelsOf(taken!))[key] === 'bronze'
+          );
+        },
+        1000,
+      );
+    });
+  });
+
+  test('two rules writing one key with different values are both Conflicting, with a stable winner', async () => {
+    const p = uniqueName('conflict');
+    const key = `${p}.example.com/zone`;
+    const [n] = await nodes(p, 1, { [`${p}.example.com/src`]: '1' });
+    await withController({}, async () => {
+      await applyRule(`${p}-b`, {
+        match: { allOf: [{ label: `${p}.example.com/src`, operator: 'Exists' }] },
+        labels: { [key]: 'b' },
+      });
+      await applyRule(`${p}-a`, {
+        match: { allOf: [{ label: `${p}.example.com/src`, operator: 'Exists' }] },
+        labels: { [key]: 'a' },
+      });
+      await waitFor('both Conflicting', async () => {
+        const [a, b] = await Promise.all([ruleStatus(`${p}-a`), ruleStatus(`${p}-b`)]);
+        return hasCondition({ status: a }, 'Conflicting') && hasCondition({ status: b }, 'Conflicting');
+      });
+      await holdsFor(
+        'the first rule by name wins and stays',
+        async () => (await labelsOf(n!))[key] === 'a',
+        1500,
+      );
+      for (const r of [`${p}-a`, `${p}-b`]) {
+        await waitFor(`a Warning event on ${r}`, async () =>
+          (await eventsFor(r)).some((e) => e.type === 'Warning' && e.reason === 'Conflict'),
+        );
+      }
+    });
+  });
+
+  test('invalid rules: rejected by the schema, or marked Invalid with a Warning event', async () => {
+    const p = uniqueName('invalid');
+    const bad = (spec: unknown) =>
+      client.create(NodeLabelRule.ref, {
+        apiVersion: NodeLabelRule.apiVersion,
+        kind: 'NodeLabelRule',
+        metadata: { name: uniqueName(p) },
+        spec,
+      });
+    for (const [spec, pattern] of [
+      [
+        { match: { anyOf: [{ label: 'a', operator: 'Near' }] }, labels: { x: 'y' } },
+        /Unsupported value: "Near"/,
+      ],
+      [
+        { match: { anyOf: [{ label: 'a', operator: 'Exists', values: ['v'] }] }, labels: { x: 'y' } },
+        /take no values/,
+      ],
+      [
+        { match: { anyOf: [{ label: 'a', field: 'name', operator: 'Exists' }] }, labels: { x: 'y' } },
+        /exactly one of label/,
+      ],
+      [{ match: {}, labels: { x: 'y' } }, /at least one term/],
+    ] as const) {
+      await assert.rejects(
+        bad(spec),
+        (e: unknown) => e instanceof ApiError && e.status === 422 && pattern.test(e.message),
+      );
+    }
+    await withController({}, async () => {
+      await applyRule(p, {
+        match: { anyOf: [{ label: 'a', operator: 'InRegexp', values: ['(unclosed'] }] },
+        labels: { 'kubernetes.io/hostname': 'x' },
+      });
+      const s = await waitFor('Invalid=True', async () => {
+        const st = await ruleStatus(p);
+        return hasCondition({ status: st }, 'Invalid') ? st : undefined;
+      });
+      assert.match(JSON.stringify(s), /bad regular expression/);
+      assert.match(JSON.stringify(s), /reserved for Kubernetes/);
+      assert.ok(hasCondition({ status: s }, 'Ready', 'False'));
+      await waitFor('a Warning event', async () =>
+        (await eventsFor(p)).some((e) => e.type === 'Warning' && e.reason === 'InvalidRule'),
+      );
+    });
+  });
+
+  test('a restart removes and re-adds nothing: zero node writes, counted through a watch', async () => {
+    const p = uniqueName('restart');
+    const names = await nodes(p, 20, { [`${p}.example.com/src`]: '1' });
+    await applyRule(p, {
+      match: { allOf: [{ label: `${p}.example.com/src`, operator: 'Exists' }] },
+      labels: { [`${p}.example.com/derived`]: 'true' },
+    });
+    await withController({}, async () => {
+      await waitFor('20 nodes labelled', async () =>
+        (await Promise.all(names.map(labelsOf))).every((l) => l[`${p}.example.com/derived`] === 'true'),
+      );
+      await waitFor('the status settled', async () => (await ruleStatus(p))?.['appliedNodes'] === 20);
+    });
+    // Watch every change to these nodes while a new controller starts, syncs and settles, and record
+    // the writes it sends: an identical apply would be invisible to the watch, but not to this.
+    const recording = new RecordingClient(sandbox.client().config);
+    const changes = await countNodeWrites(client, names, async () => {
+      await withController({ client: recording }, async (c) => {
+        await waitFor(
+          'status reports 20 applied',
+          async () => (await ruleStatus(p))?.['appliedNodes'] === 20,
+        );
+        await waitFor('the node queue drained', () => c.nodeController.queue.len() === 0);
+        await new Promise((r) => setTimeout(r, 1500));
+      });
+    });
+    assert.deepEqual(changes, [], 'no node was written during the restart');
+    const mine = recording.writes.filter(
+      (w) => names.some((n) => w.endsWith(`/nodes/${n}`)) || w.includes(`/nodelabelrules/${p}/`),
+    );
+    assert.deepEqual(mine, [], 'the restarted controller sent no write for these nodes or this rule');
+  });
+});
+
+/**
+ * Runs fn and returns the writes Berth made to the named nodes meanwhile, seen through a watch: a
+ * write by Berth changes its managedFields entry (its time, or the fields it owns).
+ */
+async function countNodeWrites(
+  client: KubeClient,
+  names: string[],
+  fn: () => Promise<void>,
+): Promise<string[]> {
+  const list = await client.list(Resources.nodes);
+  const berthEntry = (n: KubeObject) =>
+    JSON.stringify(
+      (n.metadata?.managedFields as { manager: string }[] | undefined)?.find(
+        (m) => m.manager === FIELD_MANAGER,
+      ) ?? null,
+    );
+  const last = new Map(
+    list.items
+      .filter((n) => names.includes(n.metadata!.name!))
+      .map((n) => [n.metadata!.name!, berthEntry(n)]),
+  );
+  const changes: string[] = [];
+  const abort = new AbortController();
+  const stream = client.stream<{ type: string; object: KubeObject }>('/api/v1/nodes', {
+    query: { watch: 1, resourceVersion: list.metadata.resourceVersion },
+    signal: abort.signal,
+  });
+  const reading = (async () => {
+    try {
+      for await (const ev of stream) {
+        const name = ev.object.metadata?.name ?? '';
+        if (!last.has(name)) continue;
+        const entry = berthEntry(ev.object);
+        if (entry !== last.get(name)) changes.push(`${ev.type} ${name}: ${entry}`);
+        last.set(name, entry);
+      }
+    } catch {
+      // aborted
+    }
+  })();
+  await fn();
+  abort.abort();
+  await reading;
+  return changes;
+}

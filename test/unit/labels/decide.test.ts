@@ -1,0 +1,290 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { compileRule, decide, nodeState, planApply, ruleErrors } from '../../../src/labels/decide.ts';
+import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
+import { parseRuleFile } from '../../../src/labels/files.ts';
+import { FIELD_MANAGER, type MatchTerm, type Rule } from '../../../src/labels/types.ts';
+import type { KubeObject } from '../../../src/runtime/types.ts';
+
+const view = (
+  labels: Record<string, string>,
+  fields: NodeView['fields'] = {},
+  annotations = {},
+): NodeView => ({
+  name: 'n1',
+  labels,
+  annotations,
+  fields,
+});
+
+const rule = (name: string, r: Partial<Rule>): Rule => ({
+  name,
+  source: { kind: 'NodeLabelRule', name },
+  allOf: [],
+  anyOf: [],
+  labels: {},
+  annotations: {},
+  taints: [],
+  ...r,
+});
+
+const edgetpu = parseRuleFile(
+  'labels/accelerators/edgetpu',
+  'accelerators',
+  'edgetpu',
+  Buffer.from(
+    'kkohtaka.org/edgetpu\nfeature.node.kubernetes.io/usb-fe_1a6e_089a.present\nfeature.node.kubernetes.io/pci-0880_1ac1.present\nbeta.devicetree.org/fsl-imx8mq-phanbell\n',
+  ),
+).rule!;
+
+describe('terms', () => {
+  const t = (operator: MatchTerm['operator'], values?: string[]): MatchTerm => ({
+    label: 'k',
+    operator,
+    ...(values ? { values } : {}),
+  });
+  test('operators follow NodeSelectorRequirement semantics', () => {
+    assert.equal(evalTerm(view({ k: 'a' }), t('In', ['a', 'b'])), true);
+    assert.equal(evalTerm(view({ k: 'c' }), t('In', ['a'])), false);
+    assert.equal(evalTerm(view({}), t('In', ['a'])), false);
+    assert.equal(evalTerm(view({}), t('NotIn', ['a'])), true, 'NotIn holds when the key is absent');
+    assert.equal(evalTerm(view({ k: 'a' }), t('NotIn', ['a'])), false);
+    assert.equal(evalTerm(view({ k: '' }), t('Exists')), true);
+    assert.equal(evalTerm(view({}), t('DoesNotExist')), true);
+    assert.equal(evalTerm(view({ k: '10' }), t('Gt', ['9'])), true);
+    assert.equal(evalTerm(view({ k: '10' }), t('Lt', ['9'])), false);
+    assert.equal(evalTerm(view({ k: 'x' }), t('Gt', ['9'])), false, 'a non-integer never compares');
+    assert.equal(evalTerm(view({ k: '99999999999999999999' }), t('Gt', ['99999999999999999998'])), true);
+    assert.equal(evalTerm(view({ k: 'v5.15.0' }), t('InRegexp', ['^v4', '^v5\\.'])), true);
+    assert.equal(evalTerm(view({ k: 'v3' }), t('InRegexp', ['^v4'])), false);
+  });
+
+  test('fields and annotations are read from the node', () => {
+    const v = nodeView({
+      metadata: { name: 'n', labels: {}, annotations: { note: 'x' } },
+      status: { nodeInfo: { architecture: 'arm64', kernelVersion: '6.1.0' } },
+    } as KubeObject);
+    assert.equal(evalTerm(v, { field: 'architecture', operator: 'In', values: ['arm64'] }), true);
+    assert.equal(evalTerm(v, { field: 'name', operator: 'In', values: ['n'] }), true);
+    assert.equal(evalTerm(v, { annotation: 'note', operator: 'Exists' }), true);
+  });
+
+  test('allOf and anyOf combine; the first matching term feeds templates', () => {
+    const r = rule('r', {
+      allOf: [{ field: 'architecture', operator: 'In', values: ['amd64'] }],
+      anyOf: [
+        { label: 'a', operator: 'Exists' },
+        { label: 'b', operator: 'Exists' },
+      ],
+    });
+    assert.equal(matchRule(view({ b: '1' }, { architecture: 'amd64' }), r).matched, true);
+    assert.equal(matchRule(view({ b: '1' }, { architecture: 'arm64' }), r).matched, false);
+    assert.equal(matchRule(view({}, { architecture: 'amd64' }), r).matched, false);
+    const m = matchRule(view({ b: 'yes' }, { architecture: 'amd64' }), rule('r2', { anyOf: r.anyOf }));
+    assert.deepEqual([m.first?.key, m.first?.value], ['b', 'yes']);
+  });
+
+  test('templates', () => {
+    const v = view({ 'vendor/gpu': 'T4' }, { architecture: 'arm64' }, { zone: 'z1' });
+    const first = {
+      term: { label: 'vendor/gpu', operator: 'Exists' as const },
+      key: 'vendor/gpu',
+      value: 'T4',
+    };
+    assert.equal(renderTemplate('{{ .match.value }}-{{field "architecture"}}', v, first), 'T4-arm64');
+    assert.equal(
+      renderTemplate('{{ label "vendor/gpu" }}/{{ annotation "zone" }}/{{ label "missing" }}', v, first),
+      'T4/z1/',
+    );
+  });
+});
+
+describe('the seed example: accelerators/edgetpu', () => {
+  for (const [labels, expected] of [
+    [{ 'kkohtaka.org/edgetpu': '' }, true],
+    [{ 'feature.node.kubernetes.io/usb-fe_1a6e_089a.present': 'true' }, true],
+    [{ 'feature.node.kubernetes.io/pci-0880_1ac1.present': 'true' }, true],
+    [{ 'beta.devicetree.org/fsl-imx8mq-phanbell': '1' }, true],
+    [{ 'feature.node.kubernetes.io/usb-other.present': 'true' }, false],
+  ] as const) {
+    test(`${Object.keys(labels)[0]} → ${expected ? 'labelled' : 'not labelled'}`, () => {
+      const d = decide(view({ ...labels }), [edgetpu]);
+      assert.deepEqual(d.labels, expected ? { 'accelerators/edgetpu': 'true' } : {});
+    });
+  }
+});
+
+describe('conflicts', () => {
+  const a = rule('nodelabelrule/a', {
+    anyOf: [{ label: 'x', operator: 'Exists' }],
+    labels: { tier: 'gold' },
+  });
+  const b = rule('nodelabelrule/b', {
+    anyOf: [{ label: 'x', operator: 'Exists' }],
+    labels: { tier: 'silver' },
+  });
+  test('the first rule by name wins, whatever order rules come in, and both are reported', () => {
+    for (const rules of [
+      [a, b],
+      [b, a],
+    ]) {
+      const d = decide(view({ x: '1' }), rules);
+      assert.deepEqual(d.labels, { tier: 'gold' });
+      assert.equal(d.conflicts.length, 1);
+      assert.equal(d.conflicts[0]!.winner.rule, 'nodelabelrule/a');
+      assert.deepEqual(
+        d.conflicts[0]!.losers.map((o) => o.rule),
+        ['nodelabelrule/b'],
+      );
+    }
+  });
+  test('the same value from two rules is no conflict', () => {
+    const c = rule('nodelabelrule/c', {
+      anyOf: [{ label: 'x', operator: 'Exists' }],
+      labels: { tier: 'gold' },
+    });
+    assert.equal(decide(view({ x: '1' }), [a, c]).conflicts.length, 0);
+  });
+  test('a template that renders an invalid label value is held back', () => {
+    const t = rule('nodelabelrule/t', {
+      anyOf: [{ label: 'x', operator: 'Exists' }],
+      labels: { copy: '{{ .match.value }}' },
+    });
+    const d = decide(view({ x: 'not valid!' }), [t]);
+    assert.deepEqual(d.labels, {});
+    assert.equal(d.renderErrors.length, 1);
+  });
+});
+
+describe('rule validation', () => {
+  const base = {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'NodeLabelRule',
+    metadata: { name: 'r', uid: 'u', generation: 1 },
+    spec: { match: { anyOf: [{ label: 'a', operator: 'Exists' }] }, labels: { 'example.com/x': 'true' } },
+  };
+  test('a valid rule compiles', () => {
+    const c = compileRule(base);
+    assert.deepEqual(c.errors, []);
+    assert.equal(c.rule?.name, 'nodelabelrule/r');
+  });
+  for (const [why, spec, pattern] of [
+    ['an invalid label key', { ...base.spec, labels: { 'Bad Key': 'x' } }, /label "Bad Key"/],
+    ['an invalid label value', { ...base.spec, labels: { x: 'not valid!' } }, /value "not valid!"/],
+    ['a reserved key', { ...base.spec, labels: { 'kubernetes.io/arch': 'arm64' } }, /reserved/],
+    [
+      'a bad regular expression',
+      { ...base.spec, match: { anyOf: [{ label: 'a', operator: 'InRegexp', values: ['('] }] } },
+      /bad regular expression/,
+    ],
+    [
+      'Exists with values',
+      { ...base.spec, match: { anyOf: [{ label: 'a', operator: 'Exists', values: ['x'] }] } },
+      /takes no values/,
+    ],
+    [
+      'two subjects',
+      { ...base.spec, match: { anyOf: [{ label: 'a', field: 'name', operator: 'Exists' }] } },
+      /exactly one of label/,
+    ],
+    ['an unknown template', { ...base.spec, labels: { x: '{{ .nope }}' } }, /unknown template expression/],
+    ['no terms', { ...base.spec, match: {} }, /at least one term/],
+  ] as const) {
+    test(`rejects ${why}`, () => {
+      const c = compileRule({ ...base, spec });
+      assert.equal(c.rule, undefined);
+      assert.match(c.errors.join('\n'), pattern);
+    });
+  }
+  test('node-role.kubernetes.io is allowed', () => {
+    assert.deepEqual(
+      ruleErrors(
+        rule('r', {
+          anyOf: [{ label: 'a', operator: 'Exists' }],
+          labels: { 'node-role.kubernetes.io/edge': '' },
+        }),
+      ),
+      [],
+    );
+  });
+});
+
+describe('planApply: ownership', () => {
+  const node = (
+    labels: Record<string, string>,
+    ownedByBerth: string[],
+    taints: unknown[] = [],
+    ownedTaints: string[] = [],
+  ): KubeObject => ({
+    metadata: {
+      name: 'n1',
+      labels,
+      managedFields: [
+        {
+          manager: FIELD_MANAGER,
+          operation: 'Apply',
+          fieldsV1: {
+            'f:metadata': { 'f:labels': Object.fromEntries(ownedByBerth.map((k) => [`f:${k}`, {}])) },
+            'f:spec': { 'f:taints': Object.fromEntries(ownedTaints.map((k) => [k, {}])) },
+          },
+        },
+      ],
+    },
+    spec: { taints },
+  });
+  const gpu = rule('nodelabelrule/gpu', {
+    anyOf: [{ label: 'gpu', operator: 'Exists' }],
+    labels: { 'accelerators/gpu': 'true' },
+  });
+
+  test('in sync when Berth owns exactly the desired labels with the desired values', () => {
+    const n = node({ gpu: '1', 'accelerators/gpu': 'true' }, ['accelerators/gpu']);
+    assert.equal(planApply(nodeState(n), decide(nodeView(n), [gpu])).inSync, true);
+  });
+  test('a missing label needs a write', () => {
+    const n = node({ gpu: '1' }, []);
+    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    assert.equal(p.inSync, false);
+    assert.deepEqual(p.labels, { 'accelerators/gpu': 'true' });
+  });
+  test('a label Berth owns but no longer wants needs a write that drops it', () => {
+    const n = node({ 'accelerators/gpu': 'true' }, ['accelerators/gpu']);
+    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    assert.equal(p.inSync, false);
+    assert.deepEqual(p.labels, {});
+  });
+  test('a label someone else set to another value is held back, never fought over', () => {
+    const n = node({ gpu: '1', 'accelerators/gpu': 'false' }, []);
+    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    assert.deepEqual(p.labels, {});
+    assert.equal(p.foreign.length, 1);
+    assert.equal(p.inSync, true, 'nothing of ours to write');
+  });
+  test('a label someone else set to the same value is shared, not a conflict', () => {
+    const n = node({ gpu: '1', 'accelerators/gpu': 'true' }, []);
+    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    assert.deepEqual(p.foreign, []);
+    assert.equal(
+      p.inSync,
+      false,
+      'Berth takes shared ownership so the label outlives the other owner only while backed',
+    );
+  });
+  test('taints are owned by key and effect', () => {
+    const tainting = rule('nodelabelrule/t', {
+      anyOf: [{ label: 'gpu', operator: 'Exists' }],
+      taints: [{ key: 'gpu', value: 'x', effect: 'NoSchedule' }],
+    });
+    const owned = node(
+      { gpu: '1' },
+      [],
+      [{ key: 'gpu', value: 'x', effect: 'NoSchedule' }],
+      ['k:{"effect":"NoSchedule","key":"gpu"}'],
+    );
+    assert.equal(planApply(nodeState(owned), decide(nodeView(owned), [tainting])).inSync, true);
+    const foreign = node({ gpu: '1' }, [], [{ key: 'gpu', value: 'other', effect: 'NoSchedule' }]);
+    const p = planApply(nodeState(foreign), decide(nodeView(foreign), [tainting]));
+    assert.deepEqual(p.taints, []);
+    assert.equal(p.foreign[0]?.key, 'gpu:NoSchedule');
+  });
+});

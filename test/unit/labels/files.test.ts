@@ -1,0 +1,500 @@
+import assert from 'node:assert/strict';
+import { createHook } from 'node:async_hooks';
+import { chmod, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test, type TestContext } from 'node:test';
+import {
+  formatFileError,
+  parseRuleFile,
+  RuleDirSource,
+  scanRuleDir,
+  validateLabelKey,
+  validateLabelValue,
+  type FileError,
+  type RuleDirSourceOptions,
+} from '../../../src/labels/files.ts';
+import type { Rule } from '../../../src/labels/types.ts';
+import { holdsFor, waitFor } from '../../helpers/wait.ts';
+
+const EDGETPU = [
+  'kkohtaka.org/edgetpu',
+  'feature.node.kubernetes.io/usb-fe_1a6e_089a.present',
+  'feature.node.kubernetes.io/pci-0880_1ac1.present',
+  'beta.devicetree.org/fsl-imx8mq-phanbell',
+].join('\n');
+
+const exists = (label: string) => ({ label, operator: 'Exists' });
+
+async function tempDir(t: TestContext): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'berth-rules-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Writes `files` (relative path → content) under `dir`, creating directories. */
+async function writeTree(dir: string, files: Record<string, string | Buffer>): Promise<void> {
+  for (const [path, content] of Object.entries(files)) {
+    await mkdir(join(dir, path, '..'), { recursive: true });
+    await writeFile(join(dir, path), content);
+  }
+}
+
+const parse = (content: string | Buffer, namespace = 'accelerators', label = 'edgetpu') =>
+  parseRuleFile(
+    `labels/${namespace}/${label}`,
+    namespace,
+    label,
+    typeof content === 'string' ? Buffer.from(content) : content,
+  );
+
+describe('validateLabelKey / validateLabelValue', () => {
+  test('accepts valid keys and values', () => {
+    for (const k of [
+      'a',
+      'edgetpu',
+      'kkohtaka.org/edgetpu',
+      'x.y-z/A_b.C-9',
+      `${'a'.repeat(253)}/${'b'.repeat(63)}`,
+    ])
+      assert.equal(validateLabelKey(k), undefined, k);
+    for (const v of ['', 'true', 'A_b.c-9', 'x'.repeat(63)])
+      assert.equal(validateLabelValue(v), undefined, v);
+  });
+
+  test('explains invalid keys and values', () => {
+    assert.match(validateLabelKey('Bad Key!') ?? '', /name part must consist of/);
+    assert.match(validateLabelKey('a/b/c') ?? '', /at most one '\/'/);
+    assert.match(validateLabelKey('/x') ?? '', /prefix part must be non-empty/);
+    assert.match(validateLabelKey('x/') ?? '', /name part must be non-empty/);
+    assert.match(validateLabelKey('Upper.org/x') ?? '', /DNS-1123 subdomain/);
+    assert.match(validateLabelKey('-a.org/x') ?? '', /DNS-1123 subdomain/);
+    assert.match(validateLabelKey(`${'a'.repeat(254)}/x`) ?? '', /253/);
+    assert.match(validateLabelKey('b'.repeat(64)) ?? '', /63/);
+    assert.match(validateLabelValue('x'.repeat(64)) ?? '', /63/);
+    assert.match(validateLabelValue('-x') ?? '', /must be empty or consist of/);
+  });
+});
+
+describe('parseRuleFile', () => {
+  test('compiles the EdgeTPU example', () => {
+    const { rule, errors } = parse(EDGETPU + '\n');
+    assert.deepEqual(errors, []);
+    assert.deepEqual(rule, {
+      name: 'file:accelerators/edgetpu',
+      source: { kind: 'File', path: 'labels/accelerators/edgetpu' },
+      allOf: [],
+      anyOf: [
+        exists('kkohtaka.org/edgetpu'),
+        exists('feature.node.kubernetes.io/usb-fe_1a6e_089a.present'),
+        exists('feature.node.kubernetes.io/pci-0880_1ac1.present'),
+        exists('beta.devicetree.org/fsl-imx8mq-phanbell'),
+      ],
+      labels: { 'accelerators/edgetpu': 'true' },
+      annotations: {},
+      taints: [],
+    });
+  });
+
+  test('skips comments and blank lines, tolerates CRLF and whitespace, dedupes', () => {
+    const { rule, errors } = parse(
+      '# accelerators\r\n\r\n  a.org/x  \r\n\t# indented comment\r\nb\r\na.org/x\r\n',
+    );
+    assert.deepEqual(errors, []);
+    assert.deepEqual(rule?.anyOf, [exists('a.org/x'), exists('b')]);
+  });
+
+  test('key=value requires that value', () => {
+    const { rule, errors } = parse('a.org/x=yes\nb = 2\nc=\na.org/x\na.org/x=yes\n');
+    assert.deepEqual(errors, []);
+    assert.deepEqual(rule?.anyOf, [
+      { label: 'a.org/x', operator: 'In', values: ['yes'] },
+      { label: 'b', operator: 'In', values: ['2'] },
+      { label: 'c', operator: 'In', values: [''] },
+      exists('a.org/x'),
+    ]);
+  });
+
+  test('an invalid line rejects the whole file, naming every bad line', () => {
+    const { rule, errors } = parse('a.org/x\n# fine\nBad Key!\nok=bad value\n');
+    assert.equal(rule, undefined);
+    assert.deepEqual(
+      errors.map((e) => [e.line, e.file]),
+      [
+        [3, 'labels/accelerators/edgetpu'],
+        [4, 'labels/accelerators/edgetpu'],
+      ],
+    );
+    const [bad, badValue] = errors as [FileError, FileError];
+    assert.match(
+      formatFileError(bad),
+      /^labels\/accelerators\/edgetpu:3: "Bad Key!" is not a valid label key: name part must consist of/,
+    );
+    assert.match(badValue.message, /^"bad value" is not a valid label value: /);
+  });
+
+  test('the output key from the path must be a valid label key', () => {
+    const { rule, errors } = parse('a', 'Accelerators', 'edgetpu');
+    assert.equal(rule, undefined);
+    assert.equal(errors.length, 1);
+    assert.equal(errors[0]?.line, undefined);
+    assert.match(
+      errors[0]?.message ?? '',
+      /"Accelerators\/edgetpu" \(from the path .*\) is not a valid label key/,
+    );
+  });
+
+  test('an empty file declares nothing', () => {
+    for (const content of ['', '\n\n', '# only a comment\n']) {
+      const { rule, errors } = parse(content);
+      assert.equal(rule, undefined);
+      assert.deepEqual(errors, [
+        {
+          file: 'labels/accelerators/edgetpu',
+          message: 'declares no dependent labels: list one label key per line',
+        },
+      ]);
+    }
+  });
+
+  test('binary content is rejected', () => {
+    const nul = parse(Buffer.from('a.org/x\nb\0c\n'));
+    assert.equal(nul.rule, undefined);
+    assert.deepEqual(nul.errors, [
+      { file: 'labels/accelerators/edgetpu', line: 2, message: 'contains a NUL byte: not a text file' },
+    ]);
+    const latin1 = parse(Buffer.from([0x61, 0x0a, 0xff, 0xfe, 0x0a]));
+    assert.equal(latin1.rule, undefined);
+    assert.deepEqual(latin1.errors, [
+      { file: 'labels/accelerators/edgetpu', message: 'is not valid UTF-8 text' },
+    ]);
+  });
+
+  test('a very long bad line gives a bounded message', () => {
+    const { errors } = parse('x'.repeat(100_000));
+    assert.ok((errors[0]?.message.length ?? 0) < 400);
+  });
+});
+
+describe('scanRuleDir', () => {
+  test('reads dir/<namespace>/<label>, sorted; a bad file does not stop the others', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, {
+      'accelerators/edgetpu': EDGETPU,
+      'accelerators/broken': 'a.org/x\nb.org/y\nNot Valid\n',
+      'accelerators/gpu': 'nvidia.com/gpu.present\n',
+      'arch.example.org/arm': 'kubernetes.io/arch=arm64\n',
+    });
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.deepEqual(
+      rules.map((r) => r.name),
+      ['file:accelerators/edgetpu', 'file:accelerators/gpu', 'file:arch.example.org/arm'],
+    );
+    assert.equal(rules[0]?.source.kind === 'File' && rules[0].source.path, join(dir, 'accelerators/edgetpu'));
+    assert.deepEqual(
+      errors.map((e) => [e.file, e.line]),
+      [[join(dir, 'accelerators/broken'), 3]],
+    );
+  });
+
+  test('reports empty and binary files, stray files and too-deep directories', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, {
+      'accelerators/empty': '# nothing yet\n',
+      'accelerators/binary': Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0x00, 0x01]),
+      'accelerators/nested/deep': 'a\n',
+      stray: 'a\n',
+      'accelerators/ok': 'a\n',
+    });
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.deepEqual(
+      rules.map((r) => r.name),
+      ['file:accelerators/ok'],
+    );
+    const byFile = Object.fromEntries(errors.map((e) => [e.file.slice(dir.length + 1), e.message]));
+    assert.deepEqual(Object.keys(byFile), [
+      'accelerators/binary',
+      'accelerators/empty',
+      'accelerators/nested',
+      'stray',
+    ]);
+    assert.match(byFile['accelerators/binary'] ?? '', /NUL byte/);
+    assert.match(byFile['accelerators/empty'] ?? '', /declares no dependent labels/);
+    assert.match(
+      byFile['accelerators/nested'] ?? '',
+      /is a directory: rule files go in .*<namespace>\/<label>/,
+    );
+    assert.match(
+      byFile['stray'] ?? '',
+      /is not in a namespace directory: rule files go in .*<namespace>\/<label>/,
+    );
+  });
+
+  test('ignores dotfiles, editor swap and backup files', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, {
+      'accelerators/edgetpu': EDGETPU,
+      'accelerators/.edgetpu.swp': Buffer.from([0, 1, 2]),
+      'accelerators/edgetpu~': 'Not Valid',
+      '.git/config': 'Not Valid',
+      '.hidden': 'Not Valid',
+    });
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.deepEqual(errors, []);
+    assert.deepEqual(
+      rules.map((r) => r.name),
+      ['file:accelerators/edgetpu'],
+    );
+  });
+
+  test('a missing directory is one error and no rules', async (t) => {
+    const dir = join(await tempDir(t), 'absent');
+    assert.deepEqual(await scanRuleDir(dir), {
+      rules: [],
+      errors: [{ file: dir, message: 'rule directory does not exist; its rules apply once it is created' }],
+    });
+  });
+
+  test('an unreadable file is reported and the others still apply', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU, 'accelerators/secret': 'a\n' });
+    const secret = join(dir, 'accelerators/secret');
+    await chmod(secret, 0o000);
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.ok(rules.some((r) => r.name === 'file:accelerators/edgetpu'));
+    await t.test('names the unreadable file', async (st) => {
+      const readable = await readFile(secret).then(
+        () => true,
+        () => false,
+      );
+      if (readable) {
+        st.skip('running as root: chmod 000 does not stop root from reading the file');
+        return;
+      }
+      assert.deepEqual(errors, [{ file: secret, message: 'cannot read: permission denied' }]);
+    });
+  });
+
+  test('reads a ConfigMap volume layout through its symlinks', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { '..2024_01_01_00_00_00.1/accelerators/edgetpu': EDGETPU });
+    await symlink('..2024_01_01_00_00_00.1', join(dir, '..data'));
+    await symlink('..data/accelerators', join(dir, 'accelerators'));
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.deepEqual(errors, []);
+    assert.deepEqual(
+      rules.map((r) => [r.name, r.source]),
+      [['file:accelerators/edgetpu', { kind: 'File', path: join(dir, 'accelerators/edgetpu') }]],
+    );
+  });
+});
+
+interface Recorded {
+  type: 'add' | 'update' | 'delete';
+  name: string;
+  anyOf: string[];
+  at: number;
+}
+
+/** Starts a source on `dir` that records its events; stopped when the test ends. */
+async function watchDir(t: TestContext, dir: string, opts: RuleDirSourceOptions = {}) {
+  const events: Recorded[] = [];
+  const src = new RuleDirSource(dir, opts);
+  const record = (type: Recorded['type'], r: Rule) =>
+    events.push({ type, name: r.name, anyOf: r.anyOf.map((term) => term.label ?? ''), at: Date.now() });
+  src.addEventHandler({
+    onAdd: (r) => record('add', r),
+    onUpdate: (_, r) => record('update', r),
+    onDelete: (r) => record('delete', r),
+  });
+  t.after(() => src.stop());
+  await src.start();
+  await src.waitForSync();
+  /** Waits (polling every 20 ms, up to 2 s) for the next event after the ones already seen. */
+  let seen = events.length;
+  const next = async (what: string): Promise<Recorded> => {
+    const e = await waitFor(what, () => events[seen], {
+      timeoutMs: 2000,
+      intervalMs: 20,
+      observe: () => ({ events, rules: src.rules(), errors: src.errors() }),
+    });
+    seen++;
+    return e;
+  };
+  return { src, events, next };
+}
+
+describe('RuleDirSource', () => {
+  test('delivers creates, edits and deletes within a second', async (t) => {
+    const dir = await tempDir(t);
+    const { events, next } = await watchDir(t, dir);
+    assert.deepEqual(events, []);
+
+    const file = join(dir, 'accelerators/edgetpu');
+    await mkdir(join(dir, 'accelerators'));
+    const written = Date.now();
+    await writeFile(file, EDGETPU);
+    const added = await next('onAdd of the new file');
+    assert.deepEqual([added.type, added.name], ['add', 'file:accelerators/edgetpu']);
+    assert.ok(added.at - written < 1000, `took ${added.at - written} ms`);
+
+    await writeFile(file, 'kkohtaka.org/edgetpu\n');
+    const updated = await next('onUpdate of the edited file');
+    assert.deepEqual([updated.type, updated.anyOf], ['update', ['kkohtaka.org/edgetpu']]);
+
+    // Rewriting the same content changes nothing; the marker file proves a rescan happened since.
+    await writeFile(file, 'kkohtaka.org/edgetpu\n');
+    await writeFile(join(dir, 'accelerators/marker'), 'a\n');
+    const marker = await next('onAdd of the marker');
+    assert.deepEqual([marker.type, marker.name], ['add', 'file:accelerators/marker']);
+
+    await rm(file);
+    const deleted = await next('onDelete of the removed file');
+    assert.deepEqual([deleted.type, deleted.name], ['delete', 'file:accelerators/edgetpu']);
+  });
+
+  test('namespace directories come and go', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    const { src, events, next } = await watchDir(t, dir);
+    assert.deepEqual(
+      events.map((e) => [e.type, e.name]),
+      [['add', 'file:accelerators/edgetpu']],
+    );
+
+    await writeTree(dir, { 'gpus.example.org/nvidia': 'nvidia.com/gpu.present\n' });
+    const added = await next('onAdd from the new namespace');
+    assert.deepEqual([added.type, added.name], ['add', 'file:gpus.example.org/nvidia']);
+    // The new directory is watched too: an edit inside it arrives.
+    await writeFile(join(dir, 'gpus.example.org/nvidia'), 'nvidia.com/gpu.count\n');
+    assert.equal((await next('onUpdate inside the new namespace')).type, 'update');
+
+    await rm(join(dir, 'gpus.example.org'), { recursive: true });
+    const deleted = await next('onDelete of the removed namespace');
+    assert.deepEqual([deleted.type, deleted.name], ['delete', 'file:gpus.example.org/nvidia']);
+    assert.deepEqual(
+      src.rules().map((r) => r.name),
+      ['file:accelerators/edgetpu'],
+    );
+    assert.equal(src.get('file:accelerators/edgetpu')?.anyOf.length, 4);
+  });
+
+  test('picks up an atomic swap of a ConfigMap volume', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { '..2024_01_01_00_00_00.1/accelerators/edgetpu': EDGETPU });
+    await symlink('..2024_01_01_00_00_00.1', join(dir, '..data'));
+    await symlink('..data/accelerators', join(dir, 'accelerators'));
+    const { events, next } = await watchDir(t, dir);
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['add'],
+    );
+
+    // What the kubelet's atomic writer does: a new timestamped dir, a new ..data link renamed over the old.
+    await writeTree(dir, {
+      '..2024_01_01_00_05_00.2/accelerators/edgetpu': 'kkohtaka.org/edgetpu\n',
+      '..2024_01_01_00_05_00.2/accelerators/gpu': 'nvidia.com/gpu.present\n',
+    });
+    await symlink('..2024_01_01_00_05_00.2', join(dir, '..data_tmp'));
+    await rename(join(dir, '..data_tmp'), join(dir, '..data'));
+    await rm(join(dir, '..2024_01_01_00_00_00.1'), { recursive: true });
+
+    const seen = [await next('the first event of the swap'), await next('the second event of the swap')];
+    assert.deepEqual(seen.map((e) => [e.type, e.name, e.anyOf]).sort(), [
+      ['add', 'file:accelerators/gpu', ['nvidia.com/gpu.present']],
+      ['update', 'file:accelerators/edgetpu', ['kkohtaka.org/edgetpu']],
+    ]);
+  });
+
+  test('a directory missing at start is picked up when created, and again after being recreated', async (t) => {
+    const dir = join(await tempDir(t), 'labels');
+    const { src, next } = await watchDir(t, dir);
+    assert.deepEqual(src.rules(), []);
+    assert.match(src.errors()[0]?.message ?? '', /does not exist/);
+
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    assert.equal((await next('onAdd once the directory exists')).type, 'add');
+    await waitFor('the missing-directory error to clear', () => src.errors().length === 0, {
+      timeoutMs: 2000,
+      intervalMs: 20,
+    });
+
+    await rm(dir, { recursive: true });
+    assert.equal((await next('onDelete when the directory goes')).type, 'delete');
+    await writeTree(dir, { 'accelerators/gpu': 'nvidia.com/gpu.present\n' });
+    assert.deepEqual((await next('onAdd in the recreated directory')).name, 'file:accelerators/gpu');
+    // The recreated directory is watched, not only polled.
+    await writeFile(join(dir, 'accelerators/gpu'), 'nvidia.com/gpu.count\n');
+    assert.equal((await next('onUpdate in the recreated directory')).type, 'update');
+  });
+
+  test('onErrors is called once per change of the error set, not on every poll', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    const calls: FileError[][] = [];
+    const { src } = await watchDir(t, dir, { pollMs: 100, onErrors: (errors) => calls.push(errors) });
+    assert.equal(calls.length, 0);
+
+    await writeTree(dir, { 'accelerators/broken': 'Bad Key!\n' });
+    await waitFor('onErrors with the bad file', () => calls.length === 1, {
+      timeoutMs: 2000,
+      intervalMs: 20,
+    });
+    assert.deepEqual(calls[0]?.map(formatFileError), [
+      `${join(dir, 'accelerators/broken')}:1: "Bad Key!" is not a valid label key: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+    ]);
+    assert.deepEqual(src.errors(), calls[0]);
+    await holdsFor(
+      'onErrors not being called again while nothing changes',
+      () => calls.length === 1,
+      500,
+      20,
+    );
+
+    await writeFile(join(dir, 'accelerators/broken'), 'good.org/key\n');
+    await waitFor('onErrors with no errors', () => calls.length === 2, { timeoutMs: 2000, intervalMs: 20 });
+    assert.deepEqual(calls[1], []);
+    assert.ok(src.get('file:accelerators/broken'));
+    await holdsFor('onErrors not being called again', () => calls.length === 2, 300, 20);
+  });
+
+  test('a handler added after start gets the current rules', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    const { src } = await watchDir(t, dir);
+    const late: string[] = [];
+    src.addEventHandler({ onAdd: (r) => late.push(r.name) });
+    assert.deepEqual(late, ['file:accelerators/edgetpu']);
+  });
+
+  test('stop() leaves no timers or watchers behind', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    // Everything the source creates is unref'd, so the event loop alone cannot tell; track the handles.
+    const live = new Map<number, string>();
+    let tracking = true;
+    const hook = createHook({
+      init: (id, type) => {
+        if (tracking && (type === 'Timeout' || type === 'FSEVENTWRAP')) live.set(id, type);
+      },
+      destroy: (id) => void live.delete(id),
+    }).enable();
+    t.after(() => hook.disable());
+
+    const src = new RuleDirSource(dir, { pollMs: 60_000 });
+    await src.start();
+    await writeFile(join(dir, 'accelerators/edgetpu'), 'a\n');
+    await waitFor('the edit', () => src.get('file:accelerators/edgetpu')?.anyOf.length === 1, {
+      timeoutMs: 2000,
+      intervalMs: 20,
+    });
+    assert.ok([...live.values()].includes('FSEVENTWRAP'), 'the source watches');
+    src.stop();
+    tracking = false;
+    await waitFor('every timer and watcher of the source to be released', () => live.size === 0, {
+      timeoutMs: 500,
+      intervalMs: 20,
+      observe: () => [...live.values()],
+    });
+  });
+});

@@ -1,0 +1,50 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { sameConditions, setCondition, type Condition } from '../../../src/runtime/conditions.ts';
+
+const t0 = new Date('2026-01-01T00:00:00Z');
+const t1 = new Date('2026-01-01T00:05:00Z');
+
+test('lastTransitionTime moves only when the status changes', () => {
+  let c = setCondition(undefined, { type: 'Ready', status: 'False', reason: 'A', message: 'a' }, t0);
+  assert.equal(c[0]!.lastTransitionTime, '2026-01-01T00:00:00Z');
+  c = setCondition(c, { type: 'Ready', status: 'False', reason: 'B', message: 'b' }, t1);
+  assert.equal(c[0]!.lastTransitionTime, '2026-01-01T00:00:00Z', 'same status: time kept, reason updated');
+  assert.equal(c[0]!.reason, 'B');
+  c = setCondition(c, { type: 'Ready', status: 'True', reason: 'C', message: 'c' }, t1);
+  assert.equal(c[0]!.lastTransitionTime, '2026-01-01T00:05:00Z');
+  c = setCondition(c, { type: 'Other', status: 'True', reason: 'D', message: '' }, t1);
+  assert.deepEqual(
+    c.map((x) => x.type),
+    ['Ready', 'Other'],
+  );
+});
+
+test('sameConditions ignores transition times, order and key order (as the apiserver returns them)', () => {
+  const ours: Condition[] = [
+    {
+      type: 'Ready',
+      status: 'True',
+      reason: 'R',
+      message: 'm',
+      observedGeneration: 2,
+      lastTransitionTime: 'x',
+    },
+    {
+      type: 'Invalid',
+      status: 'False',
+      reason: 'V',
+      message: '',
+      observedGeneration: 2,
+      lastTransitionTime: 'x',
+    },
+  ];
+  const fromApi = JSON.parse(
+    '[{"lastTransitionTime":"y","message":"","observedGeneration":2,"reason":"V","status":"False","type":"Invalid"},' +
+      '{"lastTransitionTime":"y","message":"m","observedGeneration":2,"reason":"R","status":"True","type":"Ready"}]',
+  ) as Condition[];
+  assert.equal(sameConditions(ours, fromApi), true);
+  assert.equal(sameConditions(ours, [{ ...fromApi[0]!, observedGeneration: 3 }, fromApi[1]!]), false);
+  assert.equal(sameConditions(ours, fromApi.slice(1)), false);
+  assert.equal(sameConditions(undefined, []), true);
+});
