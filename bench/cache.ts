@@ -127,13 +127,14 @@ if (values.probe) {
     };
     const runs = [1, 2, 3].map(() => ({ discard: probe('discard'), retain: probe('retain') }));
     const per = runs.map((r) => ({
-      bytesPerPod: (r.retain.rss - r.discard.rss) / r.retain.pods,
-      heapPerPod: (r.retain.heapUsed - r.discard.heapUsed) / r.retain.pods,
+      bytesPerPod: (r.retain.heapUsed - r.discard.heapUsed) / r.retain.pods,
+      rssDeltaPerPod: (r.retain.rss - r.discard.rss) / r.retain.pods,
       rssMB: r.retain.rss / 2 ** 20,
     }));
     for (const p of per) {
       console.log(
-        `retained ${podCount} pods: ${Math.round(p.bytesPerPod)} B/pod resident, ${Math.round(p.heapPerPod)} B/pod heap, process RSS ${round(p.rssMB)} MB`,
+        `cached ${podCount} pods: ${Math.round(p.bytesPerPod)} B/pod retained in the heap; process RSS ${round(p.rssMB)} MB ` +
+          `(RSS difference ${Math.round(p.rssDeltaPerPod)} B/pod, allocator noise included)`,
       );
     }
     const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[1]!;

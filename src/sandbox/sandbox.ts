@@ -17,7 +17,7 @@ import https from 'node:https';
 import http from 'node:http';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
-import { KubeClient } from '../runtime/kube.ts';
+import { KubeClient, type ClientOptions } from '../runtime/kube.ts';
 import { Resources } from '../runtime/types.ts';
 import {
   createCertificateAuthority,
@@ -120,8 +120,8 @@ export class Sandbox {
     writeFileSync(this.path('state.json'), JSON.stringify(this.state, null, 2));
   }
 
-  client(): KubeClient {
-    return KubeClient.fromFile(this.kubeconfigPath);
+  client(opts?: ClientOptions): KubeClient {
+    return KubeClient.fromFile(this.kubeconfigPath, opts);
   }
 
   /** Starts the sandbox, reusing a running one (or restarting a stopped one on its data) unless fresh. */

@@ -7,6 +7,8 @@ import { z } from 'zod';
 import { defineCustomResource, k8s, type CustomResourceDefinition } from '../../src/runtime/crd.ts';
 import { ApiError } from '../../src/runtime/kube.ts';
 import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { installCrds } from '../../src/cli/install.ts';
+import { crdManifests } from '../../src/manifests.ts';
 import { testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -265,5 +267,26 @@ describe('a CRD generated from zod', () => {
     });
     assert.deepEqual(updated['status'], withStatus['status']);
     assert.equal(updated.metadata!.generation, created.metadata!.generation! + 1);
+  });
+});
+
+describe("Berth's own CRDs", () => {
+  test('every generated CRD is accepted by the apiserver as structural and established', async () => {
+    const crds = crdManifests();
+    assert.ok(crds.length > 0);
+    await installCrds(client);
+    for (const crd of crds) {
+      const got = await client.get<CustomResourceDefinition>(Resources.crds, crd.metadata!.name!);
+      const conds =
+        (got.status as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? [];
+      assert.ok(
+        conds.some((c) => c.type === 'Established' && c.status === 'True'),
+        `${crd.metadata!.name} not established`,
+      );
+      assert.ok(
+        !conds.some((c) => c.type === 'NonStructuralSchema' && c.status === 'True'),
+        `${crd.metadata!.name} is not structural`,
+      );
+    }
   });
 });

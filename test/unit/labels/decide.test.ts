@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { compileRule, decide, nodeState, planApply, ruleErrors } from '../../../src/labels/decide.ts';
+import { explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
 import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
 import { parseRuleFile } from '../../../src/labels/files.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from '../../../src/labels/types.ts';
@@ -286,5 +287,61 @@ describe('planApply: ownership', () => {
     const p = planApply(nodeState(foreign), decide(nodeView(foreign), [tainting]));
     assert.deepEqual(p.taints, []);
     assert.equal(p.foreign[0]?.key, 'gpu:NoSchedule');
+  });
+});
+
+describe('explain and dry run', () => {
+  const gpu = rule('nodelabelrule/gpu', {
+    anyOf: [{ label: 'gpu', operator: 'Exists' }],
+    labels: { 'accelerators/gpu': 'true' },
+  });
+  const node = (name: string, labels: Record<string, string>): KubeObject => ({ metadata: { name, labels } });
+
+  test('previewRules lists gains, losses and changes per node', () => {
+    const tesla = rule('nodelabelrule/gpu', {
+      anyOf: [{ label: 'gpu', operator: 'In', values: ['tesla'] }],
+      labels: { 'accelerators/gpu': 'tesla' },
+    });
+    const nodes = [node('a', { gpu: 'tesla' }), node('b', { gpu: 'other' }), node('c', {})];
+    assert.deepEqual(previewRules(nodes, [gpu], [tesla]), [
+      {
+        node: 'a',
+        changes: [
+          {
+            kind: 'label',
+            key: 'accelerators/gpu',
+            before: 'true',
+            after: 'tesla',
+            rule: 'nodelabelrule/gpu',
+          },
+        ],
+      },
+      {
+        node: 'b',
+        changes: [{ kind: 'label', key: 'accelerators/gpu', before: 'true', rule: 'nodelabelrule/gpu' }],
+      },
+    ]);
+    assert.deepEqual(
+      previewRules(nodes, [], [gpu]).map((n) => n.node),
+      ['a', 'b'],
+    );
+  });
+
+  test('explain names the matching term, the output, what is pending and why other rules miss', () => {
+    const lines = explainNodeLabels(node('a', { gpu: 'x' }), [
+      gpu,
+      rule('nodelabelrule/arm', {
+        allOf: [{ field: 'architecture', operator: 'In', values: ['arm64'] }],
+        labels: { arm: 'true' },
+      }),
+    ]).join('\n');
+    assert.match(lines, /nodelabelrule\/gpu \(NodeLabelRule nodelabelrule\/gpu\)/);
+    assert.match(lines, /matched: anyOf label gpu Exists \(node: "x"\)/);
+    assert.match(lines, /sets label accelerators\/gpu=true/);
+    assert.match(lines, /will set label accelerators\/gpu=true/);
+    assert.match(
+      lines,
+      /nodelabelrule\/arm: allOf field architecture In \[arm64\] \(node: absent\) does not hold/,
+    );
   });
 });
