@@ -1,17 +1,17 @@
 // Derived node labels: the reconcile loops. One controller is keyed by node: it decides the node's
 // derived labels, annotations and taints from every rule and applies them under Berth's field
 // manager when they differ. Another is keyed by NodeLabelRule and writes counts and conditions.
-import { applyStatus, applyTarget } from '../runtime/apply.ts';
+import { applyStatus } from '../runtime/apply.ts';
+import { NodeWriter } from '../runtime/nodeapply.ts';
 import { sameConditions, setCondition, type Condition } from '../runtime/conditions.ts';
 import { changedPredicate, Controller, type Result, type Source } from '../runtime/controller.ts';
 import type { EventRecorder } from '../runtime/events.ts';
-import { errorText, type EventHandler, type Informer } from '../runtime/informer.ts';
-import { isConflict, isNotFound } from '../runtime/kube.ts';
+import type { EventHandler, Informer } from '../runtime/informer.ts';
 import type { Logger } from '../runtime/log.ts';
 import type { Manager } from '../runtime/manager.ts';
 import { slimNode, type SlimNode } from '../runtime/transforms.ts';
 import { Resources, type KubeObject } from '../runtime/types.ts';
-import { compileRule, decide, nodeState, planApply, ruleNameOf, type ApplyPlan } from './decide.ts';
+import { compileRule, decide, ruleNameOf, tracedOutputs } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
 import { FIELD_MANAGER, NodeLabelRule, type NodeLabelRuleStatus, type Rule } from './types.ts';
@@ -43,8 +43,7 @@ export class LabelsController {
   private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly results = new Map<string, NodeResult>();
-  /** A write whose watch event has not arrived yet: the cache is older than what we wrote. */
-  private readonly inFlight = new Map<string, { basedOn: string; plan: string }>();
+  private readonly writer: NodeWriter;
   private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
   private fileErrors: FileError[] = [];
   /** Set once every node has been reconciled after start: before that, counts are partial. */
@@ -56,6 +55,7 @@ export class LabelsController {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'labels' });
     this.events = manager.recorder('labels');
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER);
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
@@ -132,62 +132,32 @@ export class LabelsController {
   private async reconcileNode(name: string): Promise<void> {
     const node = this.nodes.get(name);
     if (!node) {
-      this.forgetNode(name);
+      this.writer.forget(name);
+      this.setResult(name, undefined);
       return;
     }
-    const rules = this.rules();
-    const decision = decide(nodeView(node), rules);
-    const plan = planApply(nodeState(node), decision);
-    const rv = node.metadata!.resourceVersion!;
-    const planKey = JSON.stringify([plan.labels, plan.annotations, plan.taints]);
-    const pending = this.inFlight.get(name);
-
-    if (!plan.inSync && !(pending?.basedOn === rv && pending.plan === planKey)) {
-      await this.apply(node, plan);
-      this.inFlight.set(name, { basedOn: rv, plan: planKey });
-    } else if (plan.inSync) {
-      this.inFlight.delete(name);
-    }
+    const decision = decide(nodeView(node), this.rules());
+    const foreign = tracedOutputs(decision, (await this.writer.sync(node, decision)).foreign);
 
     const conflicts = new Map<string, string>();
     for (const c of decision.conflicts) {
       const text = `${c.kind} ${c.key}: ${[c.winner, ...c.losers].map((o) => `${o.rule} sets "${o.value}"`).join(', ')}; ${c.winner.rule} wins (rules apply in name order)`;
       for (const o of [c.winner, ...c.losers]) conflicts.set(o.rule, text);
     }
-    for (const f of plan.foreign) {
+    for (const f of foreign) {
       conflicts.set(
         f.rule,
         `${f.kind} ${f.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
       );
     }
     const matched = new Set([...decision.matches].filter(([, m]) => m.matched).map(([r]) => r));
-    const blocked = new Set(
-      [...plan.foreign, ...decision.conflicts.flatMap((c) => c.losers)].map((o) => o.rule),
-    );
+    const blocked = new Set([...foreign, ...decision.conflicts.flatMap((c) => c.losers)].map((o) => o.rule));
     for (const e of decision.renderErrors) {
       blocked.add(e.rule);
       conflicts.set(e.rule, e.message);
     }
     const applied = new Set([...matched].filter((r) => !blocked.has(r)));
     this.setResult(name, { matched, applied, conflicts });
-  }
-
-  private async apply(node: SlimNode, plan: ApplyPlan): Promise<void> {
-    const body = applyTarget(Resources.nodes, node);
-    body.metadata.labels = plan.labels;
-    body.metadata.annotations = plan.annotations;
-    // Only claim spec.taints when a rule taints or Berth still owns a taint it must drop.
-    if (plan.taints.length > 0 || nodeState(node).owned.taints.length > 0)
-      body['spec'] = { taints: plan.taints };
-    try {
-      await this.manager.client().apply(Resources.nodes, body, { fieldManager: FIELD_MANAGER });
-    } catch (e) {
-      // The node was deleted meanwhile: the uid precondition refused to recreate it.
-      if (isNotFound(e) || (isConflict(e) && /uid mismatch|UID in precondition/i.test(errorText(e)))) return;
-      // Any other conflict: another manager wrote one of these keys after our cache saw the node.
-      // The retry (with backoff) sees the write and holds that key back.
-      throw e;
-    }
   }
 
   private setResult(name: string, r: NodeResult | undefined): void {
@@ -208,11 +178,6 @@ export class LabelsController {
       if (rule.startsWith('nodelabelrule/'))
         this.statusController.queue.addAfter(rule.slice('nodelabelrule/'.length), 500);
     }
-  }
-
-  private forgetNode(name: string): void {
-    this.inFlight.delete(name);
-    this.setResult(name, undefined);
   }
 
   private async reconcileStatus(crName: string): Promise<Result | void> {

@@ -1,7 +1,13 @@
 // Pure decisions of derived node labels: compile a NodeLabelRule into a Rule, decide what a node's
 // derived labels, annotations and taints should be, and plan the server-side apply that gets it there
 // without touching anything another field manager owns.
-import { ownedKeys } from '../runtime/apply.ts';
+import {
+  planNodeApply,
+  taintId,
+  type NodeOutputKind,
+  type NodePlan,
+  type NodeState,
+} from '../runtime/nodeapply.ts';
 import type { KubeObject } from '../runtime/types.ts';
 import { validateLabelKey, validateLabelValue } from './files.ts';
 import {
@@ -13,7 +19,7 @@ import {
   type NodeView,
   type RuleMatch,
 } from './match.ts';
-import { FIELD_MANAGER, NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
+import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
 
 // Keys under these domains belong to Kubernetes and its components; a rule must not forge them.
 const RESERVED = /^([a-z0-9-]+\.)*(kubernetes\.io|k8s\.io)\//;
@@ -110,7 +116,7 @@ export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } 
   return errors.length ? { errors } : { rule, errors };
 }
 
-export type OutputKind = 'label' | 'annotation' | 'taint';
+export type OutputKind = NodeOutputKind;
 
 export interface Output {
   kind: OutputKind;
@@ -139,8 +145,6 @@ export interface NodeDecision {
   /** Templated values that rendered to something that is not a valid label value. */
   renderErrors: { rule: string; key: string; message: string }[];
 }
-
-export const taintId = (t: { key: string; effect: string }): string => `${t.key}:${t.effect}`;
 
 /**
  * What the derived outputs of a node should be. Rules are taken in name order and the first to
@@ -200,83 +204,17 @@ export function decide(view: NodeView, rules: Rule[]): NodeDecision {
   return d;
 }
 
-/** A node as the labels controller caches it: labels, annotations, taints, and who owns them. */
-export interface NodeState {
-  labels: Record<string, string>;
-  annotations: Record<string, string>;
-  taints: Taint[];
-  owned: { labels: string[]; annotations: string[]; taints: string[] };
+export interface ApplyPlan extends NodePlan {
+  /** The outputs held back because another field manager set their key to a different value. */
+  foreignOutputs: Output[];
 }
 
-export function nodeState(node: KubeObject, manager = FIELD_MANAGER): NodeState {
-  const taints = ((node['spec'] as { taints?: Taint[] } | undefined)?.taints ?? []).map((t) => ({ ...t }));
-  return {
-    labels: node.metadata?.labels ?? {},
-    annotations: node.metadata?.annotations ?? {},
-    taints,
-    owned: {
-      labels: ownedKeys(node, manager, ['metadata', 'labels']),
-      annotations: ownedKeys(node, manager, ['metadata', 'annotations']),
-      // List-map identities come as k:{"effect":"NoSchedule","key":"x"}.
-      taints: ownedKeys(node, manager, ['spec', 'taints']).map((k) =>
-        taintId(JSON.parse(k.slice(2)) as Taint),
-      ),
-    },
-  };
-}
+/** The outputs behind held-back keys: which rule wanted each. */
+export const tracedOutputs = (d: NodeDecision, keys: NodePlan['foreign']): Output[] =>
+  keys.map((f) => d.outputs.find((o) => o.kind === f.kind && o.key === f.key)!);
 
-export interface ApplyPlan {
-  /** True when the node already carries exactly what Berth should own: nothing to write. */
-  inSync: boolean;
-  labels: Record<string, string>;
-  annotations: Record<string, string>;
-  taints: Taint[];
-  /** Outputs held back because another field manager set the key to a different value. */
-  foreign: Output[];
-}
-
-/**
- * What to apply: the decision minus the keys another manager already set to a different value
- * (Berth never fights for them; force is never used), and whether the node is already there.
- */
+/** The node apply plan for a decision, with held-back keys traced to the rules that wanted them. */
 export function planApply(state: NodeState, d: NodeDecision): ApplyPlan {
-  const foreign: Output[] = [];
-  const ownedLabels = new Set(state.owned.labels);
-  const ownedAnnotations = new Set(state.owned.annotations);
-  const ownedTaints = new Set(state.owned.taints);
-  const keep = (
-    kind: OutputKind,
-    desired: Record<string, string>,
-    current: Record<string, string>,
-    owned: Set<string>,
-  ) => {
-    const out: Record<string, string> = {};
-    for (const [k, v] of Object.entries(desired)) {
-      if (k in current && current[k] !== v && !owned.has(k)) {
-        foreign.push(d.outputs.find((o) => o.kind === kind && o.key === k)!);
-      } else out[k] = v;
-    }
-    return out;
-  };
-  const labels = keep('label', d.labels, state.labels, ownedLabels);
-  const annotations = keep('annotation', d.annotations, state.annotations, ownedAnnotations);
-  const currentTaints = new Map(state.taints.map((t) => [taintId(t), t]));
-  const taints = d.taints.filter((t) => {
-    const cur = currentTaints.get(taintId(t));
-    if (cur && (cur.value ?? '') !== (t.value ?? '') && !ownedTaints.has(taintId(t))) {
-      foreign.push(d.outputs.find((o) => o.kind === 'taint' && o.key === taintId(t))!);
-      return false;
-    }
-    return true;
-  });
-  const sameKeys = (owned: Set<string>, want: string[]) =>
-    owned.size === want.length && want.every((k) => owned.has(k));
-  const inSync =
-    sameKeys(ownedLabels, Object.keys(labels)) &&
-    Object.entries(labels).every(([k, v]) => state.labels[k] === v) &&
-    sameKeys(ownedAnnotations, Object.keys(annotations)) &&
-    Object.entries(annotations).every(([k, v]) => state.annotations[k] === v) &&
-    sameKeys(ownedTaints, taints.map(taintId)) &&
-    taints.every((t) => (currentTaints.get(taintId(t))?.value ?? '') === (t.value ?? ''));
-  return { inSync, labels, annotations, taints, foreign };
+  const plan = planNodeApply(state, d);
+  return { ...plan, foreignOutputs: tracedOutputs(d, plan.foreign) };
 }

@@ -1,7 +1,8 @@
 // Read-only answers about derived labels: why a node carries what it carries (explain), and what a
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
 import type { KubeObject } from '../runtime/types.ts';
-import { decide, nodeState, planApply, taintId, type Output, type OutputKind } from './decide.ts';
+import { nodeState, taintId } from '../runtime/nodeapply.ts';
+import { decide, planApply, type Output, type OutputKind } from './decide.ts';
 import { nodeView, subjectOf, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
@@ -51,7 +52,7 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
     );
   }
   for (const e of d.renderErrors) out.push(`  held back: ${e.rule}: ${e.message}`);
-  for (const f of plan.foreign) {
+  for (const f of plan.foreignOutputs) {
     out.push(
       `  held back: ${show(f)} from ${f.rule}: another field manager set ${f.kind} ${f.key} to another value; Berth leaves it alone`,
     );

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compileRule, decide, nodeState, planApply, ruleErrors } from '../../../src/labels/decide.ts';
+import { compileRule, decide, planApply, ruleErrors } from '../../../src/labels/decide.ts';
+import { nodeState as ownedState } from '../../../src/runtime/nodeapply.ts';
 import { explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
 import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
 import { parseRuleFile } from '../../../src/labels/files.ts';
@@ -240,31 +241,31 @@ describe('planApply: ownership', () => {
 
   test('in sync when Berth owns exactly the desired labels with the desired values', () => {
     const n = node({ gpu: '1', 'accelerators/gpu': 'true' }, ['accelerators/gpu']);
-    assert.equal(planApply(nodeState(n), decide(nodeView(n), [gpu])).inSync, true);
+    assert.equal(planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu])).inSync, true);
   });
   test('a missing label needs a write', () => {
     const n = node({ gpu: '1' }, []);
-    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.equal(p.inSync, false);
     assert.deepEqual(p.labels, { 'accelerators/gpu': 'true' });
   });
   test('a label Berth owns but no longer wants needs a write that drops it', () => {
     const n = node({ 'accelerators/gpu': 'true' }, ['accelerators/gpu']);
-    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.equal(p.inSync, false);
     assert.deepEqual(p.labels, {});
   });
   test('a label someone else set to another value is held back, never fought over', () => {
     const n = node({ gpu: '1', 'accelerators/gpu': 'false' }, []);
-    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
+    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.deepEqual(p.labels, {});
-    assert.equal(p.foreign.length, 1);
+    assert.equal(p.foreignOutputs.length, 1);
     assert.equal(p.inSync, true, 'nothing of ours to write');
   });
   test('a label someone else set to the same value is shared, not a conflict', () => {
     const n = node({ gpu: '1', 'accelerators/gpu': 'true' }, []);
-    const p = planApply(nodeState(n), decide(nodeView(n), [gpu]));
-    assert.deepEqual(p.foreign, []);
+    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
+    assert.deepEqual(p.foreignOutputs, []);
     assert.equal(
       p.inSync,
       false,
@@ -282,11 +283,14 @@ describe('planApply: ownership', () => {
       [{ key: 'gpu', value: 'x', effect: 'NoSchedule' }],
       ['k:{"effect":"NoSchedule","key":"gpu"}'],
     );
-    assert.equal(planApply(nodeState(owned), decide(nodeView(owned), [tainting])).inSync, true);
+    assert.equal(
+      planApply(ownedState(owned, FIELD_MANAGER), decide(nodeView(owned), [tainting])).inSync,
+      true,
+    );
     const foreign = node({ gpu: '1' }, [], [{ key: 'gpu', value: 'other', effect: 'NoSchedule' }]);
-    const p = planApply(nodeState(foreign), decide(nodeView(foreign), [tainting]));
+    const p = planApply(ownedState(foreign, FIELD_MANAGER), decide(nodeView(foreign), [tainting]));
     assert.deepEqual(p.taints, []);
-    assert.equal(p.foreign[0]?.key, 'gpu:NoSchedule');
+    assert.equal(p.foreignOutputs[0]?.key, 'gpu:NoSchedule');
   });
 });
 
