@@ -1,5 +1,6 @@
 import type { Capability } from '../capability.ts';
+import { agentsCapability } from '../agents/index.ts';
 import { labelsCapability } from '../labels/index.ts';
 
 /** Every capability `berth run` knows, in the order they start. */
-export const capabilities: Capability[] = [labelsCapability];
+export const capabilities: Capability[] = [labelsCapability, agentsCapability];

@@ -3,7 +3,7 @@
 // happened while disconnected; reconnect with backoff after any error; abandon a watch that has
 // been silent too long (half-open connections); resync as a safety net; indexes; a transform hook.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isGone, resourcePath, type KubeClient, type KubeList } from './kube.ts';
+import { isGone, isNotFound, resourcePath, type KubeClient, type KubeList } from './kube.ts';
 import { informerMetrics } from './metrics.ts';
 import { rootLogger, type Logger } from './log.ts';
 import type { KubeObject, ResourceRef } from './types.ts';
@@ -167,7 +167,12 @@ export class Informer<T extends KubeObject = KubeObject> {
           this.resourceVersion = '';
           continue;
         }
-        this.log.warn({ err: errorText(e), retryInMs: delay }, 'list/watch failed; retrying');
+        // A 404 on a custom resource means its CRD is not installed: say so, it is the usual cause.
+        const hint =
+          isNotFound(e) && this.ref.group.includes('.')
+            ? ` (is the ${this.ref.kind} CRD installed? berth install)`
+            : '';
+        this.log.warn({ err: errorText(e), retryInMs: delay }, `list/watch failed; retrying${hint}`);
         await sleep(jitter(delay), undefined, { signal }).catch(() => {});
         delay = Math.min(delay * 2, maxMs);
       }

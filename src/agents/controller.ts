@@ -1,0 +1,396 @@
+// Agent placement: the reconcile loops. The node controller keeps, on each node, one claim
+// annotation per owner of the workload pods it hosts and the agent label while any claim exists.
+// The status controller counts per AgentPlacement. The finalizer controller (opt-in) holds an
+// owner's deletion until no node carries its claim.
+import { applyStatus, hasFinalizer, setFinalizer } from '../runtime/apply.ts';
+import { sameConditions, setCondition, type Condition } from '../runtime/conditions.ts';
+import { Controller, type Result } from '../runtime/controller.ts';
+import { RestMapper } from '../runtime/discovery.ts';
+import type { EventRecorder } from '../runtime/events.ts';
+import { keyOf, type Informer } from '../runtime/informer.ts';
+import { isNotFound } from '../runtime/kube.ts';
+import type { Logger } from '../runtime/log.ts';
+import type { Manager } from '../runtime/manager.ts';
+import { NodeWriter } from '../runtime/nodeapply.ts';
+import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../runtime/types.ts';
+import { claimedOwners, decideNode, type Placement } from './decide.ts';
+import {
+  AgentPlacement,
+  FIELD_MANAGER,
+  FINALIZER_FIELD_MANAGER,
+  type AgentPlacementStatus,
+} from './types.ts';
+
+type PlacementObject = KubeObject & { spec?: unknown; status?: AgentPlacementStatus };
+
+/** What the node controller last decided per node, for status and explain. */
+interface NodeResult {
+  /** Placement → owner UIDs claimed on this node. */
+  claims: Map<string, Set<string>>;
+  labelled: Set<string>;
+  /** Placements whose label key another placement or field manager holds with another value. */
+  blocked: Map<string, string>;
+}
+
+const slimMeta = (o: KubeObject): KubeObject => ({
+  apiVersion: o.apiVersion,
+  kind: o.kind,
+  metadata: slimMetadata(o.metadata),
+});
+
+export class AgentsController {
+  readonly pods: Informer<SlimPod>;
+  readonly nodes: Informer<SlimNode>;
+  readonly placementObjects: Informer<PlacementObject>;
+  readonly namespaces: Informer<KubeObject>;
+  readonly replicaSets: Informer<KubeObject>;
+  readonly jobs: Informer<KubeObject>;
+  readonly nodeController: Controller;
+  readonly statusController: Controller;
+  readonly finalizerController: Controller;
+  private readonly manager: Manager;
+  private readonly writer: NodeWriter;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  private readonly mapper: RestMapper;
+  private readonly results = new Map<string, NodeResult>();
+  /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
+  private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
+  private initialPassDone = false;
+
+  constructor(manager: Manager, opts: { workers?: number } = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'agents' });
+    this.events = manager.recorder('agents');
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER);
+    this.mapper = new RestMapper(manager.client());
+    this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
+    this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
+    this.pods.addIndexer(
+      'controllerUid',
+      (p) => p.metadata?.ownerReferences?.filter((o) => o.controller).map((o) => o.uid) ?? [],
+    );
+    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
+      transform: { name: 'slim-node', fn: slimNode },
+    });
+    this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
+    const meta = { name: 'slim-meta', fn: slimMeta };
+    this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
+    this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });
+    this.jobs = manager.informer(
+      { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true },
+      { transform: meta },
+    );
+
+    const nodesOfPods = (pods: SlimPod[]) => [
+      ...new Set(pods.flatMap((p) => (p.spec.nodeName ? [p.spec.nodeName] : []))),
+    ];
+    const allNodes = () => this.nodes.keys();
+    const specChanged = (a: KubeObject, b: KubeObject) =>
+      a === b || a.metadata?.generation !== b.metadata?.generation;
+    const ownerChanged = (a: KubeObject, b: KubeObject) =>
+      a === b || JSON.stringify(a.metadata?.ownerReferences) !== JSON.stringify(b.metadata?.ownerReferences);
+
+    this.nodeController = new Controller({
+      name: 'agents-node',
+      workers: opts.workers ?? 16,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileNode(key) },
+    })
+      .watch(this.pods, (p) => p.spec.nodeName, { update: podChanged })
+      .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
+      .watch(this.placementObjects, allNodes, { update: specChanged })
+      .watch(
+        this.namespaces,
+        (ns) => nodesOfPods(this.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
+        {
+          update: (a, b) =>
+            a === b || JSON.stringify(a.metadata?.labels) !== JSON.stringify(b.metadata?.labels),
+        },
+      )
+      // An adoption changes who owns the pods of a ReplicaSet or Job.
+      .watch(this.replicaSets, (rs) => nodesOfPods(this.pods.byIndex('controllerUid', rs.metadata!.uid!)), {
+        update: ownerChanged,
+      })
+      .watch(this.jobs, (j) => nodesOfPods(this.pods.byIndex('controllerUid', j.metadata!.uid!)), {
+        update: ownerChanged,
+      });
+
+    this.statusController = new Controller({
+      name: 'agents-status',
+      workers: 2,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
+    }).watch(this.placementObjects, (p) => p.metadata!.name!, { update: specChanged });
+
+    this.finalizerController = new Controller({
+      name: 'agents-finalizer',
+      workers: 4,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileOwner(key) },
+    })
+      .watch(this.placementObjects, (p) => p.metadata!.name!, { update: specChanged })
+      // A claim that appears or goes changes whether its owner may be deleted.
+      .watch(
+        this.nodes,
+        (n) =>
+          this.finalizedPlacements().flatMap((p) =>
+            claimedOwners(n, [p.spec.claimAnnotationPrefix]).map((uid) => `${p.name}/${uid}`),
+          ),
+        {
+          update: nodeChanged,
+        },
+      );
+
+    manager.add(this.nodeController);
+    manager.add(this.statusController);
+    manager.add(this.finalizerController);
+  }
+
+  /** The valid placements, parsed from the cache (the CRD schema already rejected most mistakes). */
+  placements(): (Placement & { obj: PlacementObject })[] {
+    return this.placementObjects.list().flatMap((obj) => {
+      const parsed = AgentPlacement.parse({
+        ...obj,
+        apiVersion: AgentPlacement.apiVersion,
+        kind: AgentPlacement.kind,
+      });
+      return parsed.success ? [{ name: obj.metadata!.name!, spec: parsed.data.spec, obj }] : [];
+    });
+  }
+
+  private finalizedPlacements() {
+    return this.placements().filter((p) => p.spec.finalizer);
+  }
+
+  private lookup = (
+    apiVersion: string,
+    kind: string,
+    namespace: string,
+    name: string,
+  ): KubeObject | undefined => {
+    if (apiVersion === 'apps/v1' && kind === 'ReplicaSet')
+      return this.replicaSets.get(`${namespace}/${name}`);
+    if (apiVersion === 'batch/v1' && kind === 'Job') return this.jobs.get(`${namespace}/${name}`);
+    return undefined;
+  };
+
+  private namespaceLabels = (ns: string) => this.namespaces.get(ns)?.metadata?.labels;
+
+  /** The claims a node should carry, from the pods the cache says it hosts. */
+  decide(nodeName: string) {
+    return decideNode(
+      this.pods.byIndex('nodeName', nodeName),
+      this.placements(),
+      this.namespaceLabels,
+      this.lookup,
+    );
+  }
+
+  private async reconcileNode(name: string): Promise<void> {
+    const node = this.nodes.get(name);
+    if (!node) {
+      this.writer.forget(name);
+      this.setResult(name, undefined);
+      return;
+    }
+    const decision = this.decide(name);
+    const plan = await this.writer.sync(node, decision.desired);
+    const blocked = new Map<string, string>();
+    const claims = new Map<string, Set<string>>();
+    const labelled = new Set<string>();
+    for (const [placement, r] of decision.placements) {
+      claims.set(placement, new Set(r.claims.keys()));
+      if (r.claims.size === 0) continue;
+      const spec = this.placements().find((p) => p.name === placement)!.spec;
+      if (!r.labelled)
+        blocked.set(
+          placement,
+          `label ${spec.nodeLabel.key} on node ${name} is set to another value by another AgentPlacement`,
+        );
+      else if (plan.foreign.some((f) => f.kind === 'label' && f.key === spec.nodeLabel.key)) {
+        blocked.set(
+          placement,
+          `label ${spec.nodeLabel.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
+        );
+      } else labelled.add(placement);
+    }
+    this.setResult(name, { claims, labelled, blocked });
+  }
+
+  private setResult(name: string, r: NodeResult | undefined): void {
+    const old = this.results.get(name);
+    if (r) this.results.set(name, r);
+    else this.results.delete(name);
+    const touched = new Set<string>([...(old?.claims.keys() ?? []), ...(r?.claims.keys() ?? [])]);
+    for (const p of touched) {
+      const same =
+        sameSet(old?.claims.get(p), r?.claims.get(p)) &&
+        old?.labelled.has(p) === r?.labelled.has(p) &&
+        old?.blocked.get(p) === r?.blocked.get(p);
+      if (!same) this.statusController.queue.addAfter(p, 500);
+    }
+  }
+
+  private async reconcileStatus(name: string): Promise<Result | void> {
+    const obj = this.placementObjects.get(name);
+    if (!obj) return;
+    if (!this.initialPassDone) {
+      if (this.nodeController.queue.len() > 0 || this.results.size < this.nodes.size)
+        return { requeueAfterMs: 250 };
+      this.initialPassDone = true;
+    }
+    const parsed = AgentPlacement.parse({
+      ...obj,
+      apiVersion: AgentPlacement.apiVersion,
+      kind: AgentPlacement.kind,
+    });
+    let labelledNodes = 0;
+    let claims = 0;
+    const owners = new Set<string>();
+    const blocked: string[] = [];
+    for (const r of this.results.values()) {
+      const c = r.claims.get(name);
+      claims += c?.size ?? 0;
+      for (const uid of c ?? []) owners.add(uid);
+      if (r.labelled.has(name)) labelledNodes++;
+      const b = r.blocked.get(name);
+      if (b) blocked.push(b);
+    }
+    const generation = obj.metadata?.generation;
+    let conds = obj.status?.conditions as Condition[] | undefined;
+    const set = (type: string, status: boolean, reason: string, message: string) =>
+      (conds = setCondition(conds, {
+        type,
+        status: status ? 'True' : 'False',
+        reason,
+        message,
+        ...(generation ? { observedGeneration: generation } : {}),
+      }));
+    const invalid = parsed.success ? '' : parsed.error;
+    set(
+      'Conflicting',
+      blocked.length > 0,
+      blocked.length ? 'LabelConflict' : 'NoConflict',
+      blocked.slice(0, 3).join(' | '),
+    );
+    const ready = !invalid && blocked.length === 0;
+    set(
+      'Ready',
+      ready,
+      invalid ? 'Invalid' : blocked.length ? 'Conflicting' : 'Placed',
+      invalid || `${claims} claims on ${labelledNodes} nodes from ${owners.size} owners`,
+    );
+    const status: AgentPlacementStatus = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      labelledNodes,
+      claims,
+      owners: owners.size,
+      conditions: conds,
+    };
+    const old = obj.status;
+    if (
+      old?.observedGeneration === status.observedGeneration &&
+      old?.labelledNodes === labelledNodes &&
+      old?.claims === claims &&
+      old?.owners === owners.size &&
+      sameConditions(old?.conditions as Condition[] | undefined, conds)
+    ) {
+      return;
+    }
+    const wasBlocked = (old?.conditions as Condition[] | undefined)?.find((c) => c.type === 'Conflicting');
+    if (
+      blocked.length &&
+      (wasBlocked?.status !== 'True' ||
+        wasBlocked.message !== conds?.find((c) => c.type === 'Conflicting')?.message)
+    ) {
+      this.events.event(obj, 'Warning', 'LabelConflict', 'Reconcile', blocked[0]!);
+    }
+    await applyStatus(this.manager.client(), AgentPlacement.ref, obj, status, FIELD_MANAGER);
+  }
+
+  /** Every node that carries a claim of this owner under this placement's prefix, from the node cache. */
+  nodesClaiming(prefix: string, uid: string): string[] {
+    return this.nodes
+      .list()
+      .filter((n) => claimedOwners(n, [prefix]).includes(uid))
+      .map((n) => n.metadata!.name!);
+  }
+
+  /**
+   * Keys of the finalizer controller: "<placement>" makes sure the owner kind is watched;
+   * "<placement>/<owner uid>" adds the finalizer while the owner has claims and is not being
+   * deleted, and removes it once it is being deleted and no node carries its claim any more.
+   */
+  private async reconcileOwner(key: string): Promise<void> {
+    const [name, uid] = key.split('/');
+    const placement = this.placements().find((p) => p.name === name);
+    const finalizer = placement?.spec.finalizer?.name;
+    if (!placement || !finalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) return;
+    const ref = await this.mapper.resolve(placement.spec.owner.apiVersion, placement.spec.owner.kind);
+    const informer = this.ownerInformer(ref);
+    if (!uid) return;
+    await informer.waitForSync();
+    const owner = informer.byIndex('uid', uid)[0];
+    if (!owner) return;
+    const claimed = this.nodesClaiming(placement.spec.claimAnnotationPrefix, uid).length > 0;
+    const deleting = owner.metadata?.deletionTimestamp !== undefined;
+    const has = hasFinalizer(owner, finalizer);
+    try {
+      if (!deleting && claimed && !has) {
+        await setFinalizer(this.manager.client(), ref, owner, finalizer, true, FINALIZER_FIELD_MANAGER);
+      } else if (deleting && !claimed && has) {
+        await setFinalizer(this.manager.client(), ref, owner, finalizer, false, FINALIZER_FIELD_MANAGER);
+        this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; finalizer removed');
+      }
+    } catch (e) {
+      if (!isNotFound(e)) throw e;
+    }
+  }
+
+  /** An informer on an owner kind, indexed by uid; its owners' events reach the finalizer controller. */
+  private ownerInformer(ref: ResourceRef): Informer<KubeObject> {
+    const key = `${ref.group}/${ref.version}/${ref.kind}`;
+    let inf = this.ownerInformers.get(key);
+    if (!inf) {
+      inf = this.manager.informer(ref, { transform: { name: 'slim-meta', fn: slimMeta } });
+      inf.addIndexer('uid', (o) => (o.metadata?.uid ? [o.metadata.uid] : []));
+      const enqueue = (o: KubeObject) => {
+        for (const p of this.placements()) {
+          const uid = o.metadata?.uid;
+          const finalizer = p.spec.finalizer?.name;
+          if (!uid || !finalizer || p.spec.owner.kind !== ref.kind) continue;
+          if (hasFinalizer(o, finalizer) || this.nodesClaiming(p.spec.claimAnnotationPrefix, uid).length) {
+            this.finalizerController.queue.add(`${p.name}/${uid}`);
+          }
+        }
+      };
+      inf.addEventHandler({ onAdd: enqueue, onUpdate: (_a, b) => enqueue(b) });
+      this.ownerInformers.set(key, inf);
+    }
+    return inf;
+  }
+
+  get resultsByNode(): ReadonlyMap<string, NodeResult> {
+    return this.results;
+  }
+}
+
+const sameSet = (a: Set<string> | undefined, b: Set<string> | undefined) =>
+  (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x));
+
+/** Pod changes that can change a node's claims. */
+const podChanged = (a: SlimPod, b: SlimPod) =>
+  a === b ||
+  a.spec.nodeName !== b.spec.nodeName ||
+  a.status.phase !== b.status.phase ||
+  JSON.stringify(a.metadata?.labels) !== JSON.stringify(b.metadata?.labels) ||
+  JSON.stringify(a.metadata?.ownerReferences) !== JSON.stringify(b.metadata?.ownerReferences);
+
+/** Node changes that matter: its labels and annotations (claims), and what Berth owns. */
+const nodeChanged = (a: SlimNode, b: SlimNode) =>
+  a === b ||
+  JSON.stringify(a.metadata?.labels) !== JSON.stringify(b.metadata?.labels) ||
+  JSON.stringify(a.metadata?.annotations) !== JSON.stringify(b.metadata?.annotations) ||
+  JSON.stringify(a.metadata?.managedFields) !== JSON.stringify(b.metadata?.managedFields);

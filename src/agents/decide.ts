@@ -1,0 +1,142 @@
+// Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
+// node should carry. The controller feeds these from its caches and applies the result.
+import type { NodeOutputs } from '../runtime/nodeapply.ts';
+import { selectorMatches } from '../runtime/selector.ts';
+import type { SlimPod } from '../runtime/transforms.ts';
+import type { KubeObject, OwnerReference } from '../runtime/types.ts';
+import type { AgentPlacementSpec } from './types.ts';
+
+export interface Placement {
+  name: string;
+  spec: AgentPlacementSpec;
+}
+
+/** The pool a pod belongs to: the UID its claim is keyed by, and how to find it for the finalizer. */
+export interface Owner {
+  uid: string;
+  /** What the claim annotation's value says: "Deployment/ns/web", or the namespace for uidLabel owners. */
+  description: string;
+  ref?: { apiVersion: string; kind: string; namespace?: string; name: string };
+}
+
+/** Finds an owner object in a cache (ReplicaSets and Jobs, to walk up to their own owners). */
+export type OwnerLookup = (
+  apiVersion: string,
+  kind: string,
+  namespace: string,
+  name: string,
+) => KubeObject | undefined;
+
+const TERMINAL = new Set(['Succeeded', 'Failed']);
+
+/** A pod counts while it is bound to a node and not finished, and both selectors match. */
+export function podCounts(
+  pod: SlimPod,
+  namespaceLabels: Record<string, string> | undefined,
+  spec: AgentPlacementSpec,
+): boolean {
+  if (!pod.spec.nodeName || TERMINAL.has(pod.status.phase ?? '')) return false;
+  if (
+    spec.namespaceSelector &&
+    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
+  )
+    return false;
+  return selectorMatches(spec.podSelector, pod.metadata?.labels);
+}
+
+const controllerOf = (obj: KubeObject): OwnerReference | undefined =>
+  obj.metadata?.ownerReferences?.find((o) => o.controller);
+
+// Kinds whose own controller is the real owner: a Deployment's ReplicaSet, a CronJob's Job.
+const INTERMEDIATE = new Set(['apps/v1/ReplicaSet', 'batch/v1/Job']);
+
+/** The owner of a pod under a placement's owner rule, or undefined when it has none. */
+export function ownerOf(pod: SlimPod, spec: AgentPlacementSpec, lookup: OwnerLookup): Owner | undefined {
+  const ns = pod.metadata?.namespace ?? '';
+  if (spec.owner.uidLabel) {
+    const uid = pod.metadata?.labels?.[spec.owner.uidLabel];
+    if (!uid) return undefined;
+    const ref =
+      spec.owner.kind && spec.owner.apiVersion
+        ? { apiVersion: spec.owner.apiVersion, kind: spec.owner.kind }
+        : undefined;
+    return { uid, description: ref ? `${ref.kind}/${ns}` : ns };
+  }
+  const direct = controllerOf(pod);
+  if (!direct) return undefined;
+  let ref: OwnerReference = direct;
+  // Walk up through intermediate controllers whose owners are in the cache.
+  for (let depth = 0; depth < 4 && INTERMEDIATE.has(`${ref.apiVersion}/${ref.kind}`); depth++) {
+    const obj = lookup(ref.apiVersion, ref.kind, ns, ref.name);
+    const up = obj && obj.metadata?.uid === ref.uid ? controllerOf(obj) : undefined;
+    if (!up) break;
+    ref = up;
+  }
+  return {
+    uid: ref.uid,
+    description: `${ref.kind}/${ns}/${ref.name}`,
+    ref: { apiVersion: ref.apiVersion, kind: ref.kind, namespace: ns, name: ref.name },
+  };
+}
+
+export const claimKey = (spec: AgentPlacementSpec, ownerUid: string): string =>
+  `${spec.claimAnnotationPrefix}${ownerUid}`;
+
+export interface PlacementOnNode {
+  /** Owner UID → the owner and the pods behind its claim. */
+  claims: Map<string, { owner: Owner; pods: string[] }>;
+  /** False when another placement took the label key with another value (name order decides). */
+  labelled: boolean;
+}
+
+export interface NodeClaims {
+  /** What Berth's agents field manager should own on the node. */
+  desired: NodeOutputs;
+  placements: Map<string, PlacementOnNode>;
+}
+
+/**
+ * One claim per distinct owner among the node's counted pods, and the node label exactly when at
+ * least one claim exists. Placements are taken in name order, so a clash on the label key always
+ * resolves the same way.
+ */
+export function decideNode(
+  pods: SlimPod[],
+  placements: Placement[],
+  namespaceLabels: (ns: string) => Record<string, string> | undefined,
+  lookup: OwnerLookup,
+): NodeClaims {
+  const desired: NodeOutputs = { labels: {}, annotations: {}, taints: [] };
+  const result = new Map<string, PlacementOnNode>();
+  for (const p of [...placements].sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    const claims = new Map<string, { owner: Owner; pods: string[] }>();
+    for (const pod of pods) {
+      if (!podCounts(pod, namespaceLabels(pod.metadata?.namespace ?? ''), p.spec)) continue;
+      const owner = ownerOf(pod, p.spec, lookup);
+      if (!owner) continue;
+      const c = claims.get(owner.uid) ?? { owner, pods: [] };
+      c.pods.push(`${pod.metadata?.namespace}/${pod.metadata?.name}`);
+      claims.set(owner.uid, c);
+    }
+    let labelled = false;
+    if (claims.size > 0) {
+      for (const [uid, c] of claims) desired.annotations[claimKey(p.spec, uid)] = c.owner.description;
+      const { key, value } = p.spec.nodeLabel;
+      if (!(key in desired.labels) || desired.labels[key] === value) {
+        desired.labels[key] = value;
+        labelled = true;
+      }
+    }
+    result.set(p.name, { claims, labelled });
+  }
+  return { desired, placements: result };
+}
+
+/** The owner UIDs whose claims (under any of these prefixes) a node carries. */
+export function claimedOwners(node: KubeObject, prefixes: string[]): string[] {
+  const out: string[] = [];
+  for (const k of Object.keys(node.metadata?.annotations ?? {})) {
+    for (const p of prefixes) if (k.startsWith(p) && k.length > p.length) out.push(k.slice(p.length));
+  }
+  return out;
+}

@@ -1,0 +1,35 @@
+import { Option } from 'commander';
+import type { Capability } from '../capability.ts';
+import { AgentsController } from './controller.ts';
+import { explainNodeAgents } from './explain.ts';
+import { AgentPlacement } from './types.ts';
+
+export const agentsCapability: Capability = {
+  name: 'agents',
+  description: 'Agent placement: label the nodes that host a workload, one claim per owner',
+  options: () => [
+    new Option('--agent-workers <n>', 'concurrent node reconciles of the agents controller')
+      .default(16)
+      .argParser(Number),
+  ],
+  crds: [AgentPlacement],
+  rbac: [
+    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [''], resources: ['pods', 'namespaces'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['apps'], resources: ['replicasets'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['berth.dev'], resources: ['agentplacements'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['berth.dev'], resources: ['agentplacements/status'], verbs: ['get', 'patch', 'update'] },
+    // Owner finalizers on the built-in workload kinds; a custom owner kind needs a rule like these.
+    {
+      apiGroups: ['apps'],
+      resources: ['deployments', 'statefulsets', 'daemonsets'],
+      verbs: ['get', 'list', 'watch', 'patch'],
+    },
+    { apiGroups: ['batch'], resources: ['cronjobs'], verbs: ['get', 'list', 'watch', 'patch'] },
+  ],
+  explainNode: ({ client, node }) => explainNodeAgents(client, node),
+  setup({ manager, options }) {
+    new AgentsController(manager, { workers: Number(options['agentWorkers'] ?? 16) });
+  },
+};

@@ -1,0 +1,218 @@
+// Wait-for-agent injection: between a workload pod being scheduled and the agent DaemonSet being
+// ready on its node there is a gap. A mutating webhook on pod CREATE closes it with an init container
+// that waits until the agent answers on the node's IP and port. Opt-in per AgentPlacement
+// (spec.waitForAgent); the webhook never denies and is registered with failurePolicy Ignore, so an
+// unavailable Berth never blocks pod creation.
+import { createHash } from 'node:crypto';
+import { rootLogger, type Logger } from '../runtime/log.ts';
+import { selectorMatches } from '../runtime/selector.ts';
+import type { KubeObject } from '../runtime/types.ts';
+import { mutate, type AdmissionHandler, type AdmissionResult } from '../runtime/webhook.ts';
+import type { Placement } from './decide.ts';
+import type { AgentPlacementSpec } from './types.ts';
+
+/** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
+export const WAIT_FOR_AGENT_ANNOTATION = 'agents.berth.dev/wait-for-agent';
+/** The escape hatch: a pod annotated with this set to "true" is never changed. */
+export const SKIP_WAIT_FOR_AGENT_ANNOTATION = 'agents.berth.dev/skip-wait-for-agent';
+const MIRROR_POD_ANNOTATION = 'kubernetes.io/config.mirror';
+
+const CONTAINER_PREFIX = 'berth-wait-for-agent-';
+const MAX_CONTAINER_NAME = 63;
+const HASH_LENGTH = 8;
+
+export type WaitForAgent = NonNullable<AgentPlacementSpec['waitForAgent']>;
+
+export interface WaitingPlacement {
+  name: string;
+  waitForAgent: WaitForAgent;
+}
+
+export interface Container {
+  name: string;
+  image: string;
+  command: string[];
+  env: { name: string; valueFrom: { fieldRef: { fieldPath: string } } }[];
+  resources: { requests: Record<string, string>; limits: Record<string, string> };
+  securityContext: {
+    runAsNonRoot: boolean;
+    runAsUser: number;
+    allowPrivilegeEscalation: boolean;
+    readOnlyRootFilesystem: boolean;
+    capabilities: { drop: string[] };
+  };
+}
+
+interface PodSpec {
+  initContainers?: { name: string }[];
+  containers?: { name: string }[];
+}
+
+const byName = (a: { name: string }, b: { name: string }): number => (a.name < b.name ? -1 : 1);
+
+// Always suffixed, so a container's name does not depend on which other placements apply (a
+// reinvoked webhook still recognises it). A placement name is a DNS subdomain (up to 253 characters,
+// dots allowed) but a container name is a DNS label: a name that does not fit as is is replaced and
+// truncated, with a hash of the full name keeping it unique.
+function containerName(placementName: string): string {
+  const room = MAX_CONTAINER_NAME - CONTAINER_PREFIX.length;
+  if (placementName.length <= room && /^[a-z0-9-]+$/.test(placementName)) {
+    return CONTAINER_PREFIX + placementName;
+  }
+  const hash = createHash('sha256').update(placementName).digest('hex').slice(0, HASH_LENGTH);
+  const readable = placementName.replaceAll('.', '-').slice(0, room - HASH_LENGTH - 1);
+  return `${CONTAINER_PREFIX}${readable}-${hash}`;
+}
+
+// POSIX sh for busybox: nc -z needs busybox's nc-1.10 compatibility (on in its default build, which
+// the busybox image uses). A timeout gives up with exit 0: a broken agent must not hold the workload
+// back forever.
+function waitScript(port: number, timeoutSeconds: number): string {
+  const target = `$HOST_IP:${port}`;
+  const probe = `until nc -z -w 1 "$HOST_IP" ${port} 2>/dev/null; do`;
+  if (timeoutSeconds === 0) {
+    return [
+      `echo "waiting for the agent on ${target}"`,
+      probe,
+      '  sleep 1',
+      'done',
+      'echo "agent is up"',
+    ].join('\n');
+  }
+  return [
+    `echo "waiting for the agent on ${target} (up to ${timeoutSeconds}s)"`,
+    `deadline=$(($(date +%s) + ${timeoutSeconds}))`,
+    probe,
+    '  if [ "$(date +%s)" -ge "$deadline" ]; then',
+    `    echo "no agent on ${target} after ${timeoutSeconds}s, starting without it"`,
+    '    exit 0',
+    '  fi',
+    '  sleep 1',
+    'done',
+    'echo "agent is up"',
+  ].join('\n');
+}
+
+/** The init container that waits until the agent on the pod's node answers on `w.port`. */
+export function waitForAgentContainer(placementName: string, w: WaitForAgent): Container {
+  return {
+    name: containerName(placementName),
+    image: w.image,
+    command: ['sh', '-c', waitScript(w.port, w.timeoutSeconds)],
+    env: [{ name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } }],
+    resources: { requests: { cpu: '10m', memory: '8Mi' }, limits: { cpu: '50m', memory: '16Mi' } },
+    // An unprivileged TCP connect needs nothing, so the container gets nothing.
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: 65534,
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    },
+  };
+}
+
+/**
+ * A copy of the pod with one init container per placement, in name order, before its own init
+ * containers (the agent must be up before anything else runs). A container whose name the pod
+ * already has is left as it is, so injecting twice equals injecting once.
+ */
+export function injectWaitForAgent(pod: KubeObject, placements: WaitingPlacement[]): KubeObject {
+  const out = structuredClone(pod);
+  if (placements.length === 0) return out;
+  const sorted = [...placements].sort(byName);
+  const spec = (out['spec'] ??= {}) as PodSpec;
+  const present = new Set([...(spec.initContainers ?? []), ...(spec.containers ?? [])].map((c) => c.name));
+  const added = sorted
+    .map((p) => waitForAgentContainer(p.name, p.waitForAgent))
+    .filter((c) => !present.has(c.name));
+  if (added.length > 0) spec.initContainers = [...added, ...(spec.initContainers ?? [])];
+  const annotations = ((out.metadata ??= {}).annotations ??= {});
+  // Keeps names already listed (a template's), whose containers stay too.
+  const listed = (annotations[WAIT_FOR_AGENT_ANNOTATION] ?? '').split(',').filter(Boolean);
+  annotations[WAIT_FOR_AGENT_ANNOTATION] = [...new Set([...listed, ...sorted.map((p) => p.name)])]
+    .sort()
+    .join(',');
+  return out;
+}
+
+/** Both selectors match; an unknown namespace (no labels) matches only when there is no namespaceSelector. */
+export function podSelected(
+  podLabels: Record<string, string> | undefined,
+  namespaceLabels: Record<string, string> | undefined,
+  spec: AgentPlacementSpec,
+): boolean {
+  if (
+    spec.namespaceSelector &&
+    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
+  )
+    return false;
+  return selectorMatches(spec.podSelector, podLabels);
+}
+
+/** The placements with waitForAgent that select the pod, in name order. */
+export function placementsForPod(
+  pod: KubeObject,
+  namespaceLabels: Record<string, string> | undefined,
+  placements: Placement[],
+): WaitingPlacement[] {
+  return placements
+    .flatMap(({ name, spec }) =>
+      spec.waitForAgent && podSelected(pod.metadata?.labels, namespaceLabels, spec)
+        ? [{ name, waitForAgent: spec.waitForAgent }]
+        : [],
+    )
+    .sort(byName);
+}
+
+/**
+ * Why the pod is never changed, or undefined when it may be. `namespace` defaults to the pod's own,
+ * which a pod created from a template does not carry at admission time.
+ */
+export function exempt(pod: KubeObject, namespace = pod.metadata?.namespace): string | undefined {
+  // Cluster add-ons, possibly the agent itself: waiting there could hold up the whole cluster.
+  if (namespace === 'kube-system') return 'pods in kube-system are never changed';
+  const annotations = pod.metadata?.annotations ?? {};
+  if (annotations[SKIP_WAIT_FOR_AGENT_ANNOTATION] === 'true') {
+    return `annotation ${SKIP_WAIT_FOR_AGENT_ANNOTATION}=true`;
+  }
+  // The kubelet runs static pods from files; their API mirror cannot be changed.
+  if (MIRROR_POD_ANNOTATION in annotations) return 'mirror pod of a static pod';
+  return undefined;
+}
+
+export interface PodMutatingDeps {
+  placements(): Placement[];
+  namespaceLabels(namespace: string): Record<string, string> | undefined;
+  logger?: Logger;
+}
+
+/** The pod CREATE webhook: injects the wait-for-agent init containers, and always allows. */
+export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
+  const log = (deps.logger ?? rootLogger).child({ webhook: 'wait-for-agent' });
+  return (req): AdmissionResult => {
+    const pod = req.object;
+    if (req.operation !== 'CREATE' || req.kind.kind !== 'Pod' || req.subResource || !pod) {
+      return { allowed: true };
+    }
+    const namespace = pod.metadata?.namespace || req.namespace || '';
+    const key = { namespace, name: pod.metadata?.name || pod.metadata?.generateName };
+    // A thrown error would be answered allowed=false; this webhook must fail open instead.
+    try {
+      const reason = exempt(pod, namespace);
+      if (reason) {
+        log.debug({ ...key, reason }, 'pod exempt from wait-for-agent');
+        return { allowed: true };
+      }
+      const placements = placementsForPod(pod, deps.namespaceLabels(namespace), deps.placements());
+      if (placements.length === 0) return { allowed: true };
+      const patch = mutate(pod, injectWaitForAgent(pod, placements));
+      if (patch.length === 0) return { allowed: true };
+      log.info({ ...key, placements: placements.map((p) => p.name) }, 'wait-for-agent injected');
+      return { allowed: true, patch };
+    } catch (err) {
+      log.error({ ...key, err }, 'wait-for-agent injection failed, pod admitted unchanged');
+      return { allowed: true };
+    }
+  };
+}

@@ -1,0 +1,134 @@
+// The API of agent placement: AgentPlacement says which pods count, how their owner (pool) is
+// identified, and which node label and claim annotations follow them.
+import { z } from 'zod';
+import { defineCustomResource, k8s } from '../runtime/crd.ts';
+
+export const FIELD_MANAGER = 'berth-agents';
+export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
+
+const labelSelector = z
+  .object({
+    matchLabels: z.record(z.string(), z.string()).optional(),
+    matchExpressions: z
+      .array(
+        z.object({
+          key: z.string().min(1),
+          operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
+          values: z.array(z.string()).optional(),
+        }),
+      )
+      .optional(),
+  })
+  .describe('A Kubernetes label selector; empty selects everything.');
+export type LabelSelector = z.infer<typeof labelSelector>;
+
+export const agentPlacementSpec = k8s(
+  z.object({
+    namespaceSelector: labelSelector
+      .optional()
+      .describe('Namespaces whose pods count; all namespaces when omitted.'),
+    podSelector: labelSelector.describe('The workload pods that need the agent on their node.'),
+    owner: k8s(
+      z.object({
+        uidLabel: z
+          .string()
+          .min(1)
+          .optional()
+          .describe('A pod label that holds the owner (pool) UID, as ate.dev/workerpool-uid.'),
+        controllerRef: z
+          .boolean()
+          .optional()
+          .describe(
+            "Follow the pods' controller owner references to the top owner (a Deployment, a CronJob, ...).",
+          ),
+        apiVersion: z
+          .string()
+          .optional()
+          .describe('With uidLabel: the apiVersion of the owner kind, for the finalizer.'),
+        kind: z.string().optional().describe('With uidLabel: the kind of the owner, for the finalizer.'),
+      }),
+      {
+        'x-kubernetes-validations': [
+          {
+            rule: 'has(self.uidLabel) != (has(self.controllerRef) && self.controllerRef)',
+            message: 'set exactly one of owner.uidLabel or owner.controllerRef: true',
+          },
+        ],
+      },
+    ),
+    nodeLabel: z
+      .object({ key: z.string().min(1).max(317), value: z.string().max(63).default('true') })
+      .describe('The label a node carries while it hosts at least one counted pod.'),
+    claimAnnotationPrefix: z
+      .string()
+      .min(1)
+      .max(253)
+      .describe('Each owner with pods on a node claims it with the annotation <prefix><owner UID>.'),
+    finalizer: z
+      .object({ name: z.string().min(1).max(317) })
+      .optional()
+      .describe(
+        "Opt-in: this finalizer on the owner holds its deletion until no node carries the owner's claim.",
+      ),
+    waitForAgent: z
+      .object({
+        port: z.number().int().min(1).max(65535),
+        image: z.string().min(1).default('busybox:1.36'),
+        timeoutSeconds: z.number().int().min(0).default(0).describe('0 waits forever.'),
+      })
+      .optional()
+      .describe(
+        'Opt-in: a webhook adds an init container that waits until the agent answers on hostIP:port.',
+      ),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: '!has(self.finalizer) || (has(self.owner.apiVersion) && has(self.owner.kind))',
+        message: 'a finalizer needs owner.apiVersion and owner.kind: the kind that carries it',
+      },
+    ],
+  },
+);
+export type AgentPlacementSpec = z.infer<typeof agentPlacementSpec>;
+
+const condition = z.object({
+  type: z.string(),
+  status: z.enum(['True', 'False', 'Unknown']),
+  reason: z.string(),
+  message: z.string(),
+  lastTransitionTime: z.string(),
+  observedGeneration: z.number().int().optional(),
+});
+
+export const agentPlacementStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  labelledNodes: z.number().int().optional().describe('Nodes carrying the label.'),
+  claims: z.number().int().optional().describe('Claim annotations across all nodes.'),
+  owners: z.number().int().optional().describe('Distinct owners with pods on some node.'),
+  conditions: k8s(z.array(condition).optional(), {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['type'],
+  }),
+});
+export type AgentPlacementStatus = z.infer<typeof agentPlacementStatus>;
+
+export const AgentPlacement = defineCustomResource({
+  group: 'berth.dev',
+  version: 'v1alpha1',
+  kind: 'AgentPlacement',
+  plural: 'agentplacements',
+  singular: 'agentplacement',
+  shortNames: ['ap'],
+  categories: ['berth'],
+  scope: 'Cluster',
+  spec: agentPlacementSpec,
+  status: agentPlacementStatus,
+  printerColumns: [
+    { name: 'Label', type: 'string', jsonPath: '.spec.nodeLabel.key' },
+    { name: 'Nodes', type: 'integer', jsonPath: '.status.labelledNodes' },
+    { name: 'Claims', type: 'integer', jsonPath: '.status.claims' },
+    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});

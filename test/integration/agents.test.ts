@@ -1,0 +1,254 @@
+// Agent placement against the real control plane: the seed's test plan, the agent DaemonSet
+// following the label, pods moving, a node deleted, and a restart midway.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { AgentsController } from '../../src/agents/controller.ts';
+import { AgentPlacement } from '../../src/agents/types.ts';
+import { installCrds } from '../../src/cli/install.ts';
+import { hasCondition } from '../../src/runtime/conditions.ts';
+import { Manager } from '../../src/runtime/manager.ts';
+import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import {
+  addNodes,
+  createNamespace,
+  deleteNamespace,
+  deleteNodes,
+  podManifest,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
+import { holdsFor, waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const id = uniqueName('ag');
+const D = `${id}.example.com`;
+const POOL = `${D}/pool-uid`;
+const LABEL = `${D}/agent`;
+const CLAIM = `${D}/claim.`;
+let ns: string;
+const nodes: string[] = [];
+
+let manager: Manager | undefined;
+async function startController(): Promise<AgentsController> {
+  manager = new Manager({
+    clusters: { local: sandbox.client() },
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+  });
+  const c = new AgentsController(manager, { workers: 4 });
+  await manager.start();
+  await manager.waitForCacheSync();
+  return c;
+}
+async function stopController(): Promise<void> {
+  await manager?.stop();
+  manager = undefined;
+}
+
+before(async () => {
+  await installCrds(client);
+  ns = await createNamespace(client, 'agents');
+  nodes.push(...(await addNodes(client, { prefix: id, count: 4 })));
+  await client.apply(
+    AgentPlacement.ref,
+    {
+      apiVersion: AgentPlacement.apiVersion,
+      kind: 'AgentPlacement',
+      metadata: { name: id },
+      spec: {
+        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
+        podSelector: { matchLabels: { app: `${id}-worker` } },
+        owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
+        nodeLabel: { key: LABEL, value: 'true' },
+        claimAnnotationPrefix: CLAIM,
+        finalizer: { name: `${D}/release-node-claims` },
+      },
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+  await startController();
+});
+
+after(async () => {
+  await stopController();
+  await client.delete(AgentPlacement.ref, id).catch(() => {});
+  await deleteNamespace(client, ns);
+  await deleteNodes(client, nodes);
+  client.close();
+});
+
+/** A pool: a ConfigMap whose uid its pods carry, as the seed's WorkerPool UID label. */
+async function pool(name: string): Promise<string> {
+  const cm = await client.create(Resources.configMaps, {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name, namespace: ns },
+  });
+  return cm.metadata!.uid!;
+}
+
+async function worker(name: string, poolUid: string, node: string, labels: Record<string, string> = {}) {
+  await client.create(
+    Resources.pods,
+    podManifest({
+      name,
+      namespace: ns,
+      nodeName: node,
+      labels: { app: `${id}-worker`, [POOL]: poolUid, ...labels },
+    }),
+  );
+}
+
+const deletePod = (name: string) => client.delete(Resources.pods, name, ns, { gracePeriodSeconds: 0 });
+
+async function nodeMeta(name: string) {
+  const n = await client.get(Resources.nodes, name);
+  const claims = Object.keys(n.metadata?.annotations ?? {})
+    .filter((k) => k.startsWith(CLAIM))
+    .map((k) => k.slice(CLAIM.length))
+    .sort();
+  return { label: n.metadata?.labels?.[LABEL], claims };
+}
+
+const expectNode = (node: string, label: string | undefined, claims: string[]) =>
+  waitFor(
+    `${node}: label ${label}, claims ${claims.join(',')}`,
+    async () => {
+      const m = await nodeMeta(node);
+      return m.label === label && JSON.stringify(m.claims) === JSON.stringify([...claims].sort());
+    },
+    { observe: () => nodeMeta(node) },
+  );
+
+describe('agent placement', () => {
+  test("the seed's test plan: one pod, two pools, one pool leaving, the last pod leaving", async () => {
+    const [n0] = nodes;
+    const a = await pool('pool-a');
+    const b = await pool('pool-b');
+    await worker('a-1', a, n0!);
+    await expectNode(n0!, 'true', [a]);
+    await worker('b-1', b, n0!);
+    await expectNode(n0!, 'true', [a, b]);
+    await deletePod('a-1');
+    await expectNode(n0!, 'true', [b]);
+    await deletePod('b-1');
+    await expectNode(n0!, undefined, []);
+    const st = await waitFor('status counts zero', async () => {
+      const s = (await client.get<KubeObject & { status?: { claims?: number } }>(AgentPlacement.ref, id))
+        .status;
+      return s?.claims === 0 ? s : undefined;
+    });
+    assert.ok(hasCondition({ status: st }, 'Ready'));
+  });
+
+  test('the finalizer holds the owner until its claims are released, then the deletion completes within a second', async () => {
+    const [, n1] = nodes;
+    const uid = await pool('pool-f');
+    await worker('f-1', uid, n1!);
+    await expectNode(n1!, 'true', [uid]);
+    await waitFor('the finalizer on the owner', async () =>
+      (await client.get(Resources.configMaps, 'pool-f', ns)).metadata?.finalizers?.includes(
+        `${D}/release-node-claims`,
+      ),
+    );
+    await client.delete(Resources.configMaps, 'pool-f', ns);
+    await holdsFor(
+      'the owner held while its claim exists',
+      async () =>
+        (await client.get(Resources.configMaps, 'pool-f', ns)).metadata?.deletionTimestamp !== undefined,
+      1000,
+    );
+    await deletePod('f-1');
+    await expectNode(n1!, undefined, []);
+    const released = Date.now();
+    await waitFor(
+      'the owner gone',
+      () =>
+        client.get(Resources.configMaps, 'pool-f', ns).then(
+          () => false,
+          () => true,
+        ),
+      { intervalMs: 20 },
+    );
+    assert.ok(
+      Date.now() - released < 1000,
+      `owner deleted ${Date.now() - released} ms after the last claim went`,
+    );
+  });
+
+  test('an agent DaemonSet with a nodeSelector on the label runs exactly on the labelled nodes', async () => {
+    const [, , n2, n3] = nodes;
+    const uid = await pool('pool-ds');
+    await worker('ds-1', uid, n2!);
+    await expectNode(n2!, 'true', [uid]);
+    await client.create(Resources.daemonSets, {
+      apiVersion: 'apps/v1',
+      kind: 'DaemonSet',
+      metadata: { name: 'agent', namespace: ns },
+      spec: {
+        selector: { matchLabels: { app: `${id}-agent` } },
+        template: {
+          metadata: { labels: { app: `${id}-agent` } },
+          spec: {
+            nodeSelector: { [LABEL]: 'true' },
+            containers: [{ name: 'agent', image: 'registry.example/agent:1' }],
+          },
+        },
+      },
+    });
+    const agentNodes = async () =>
+      (
+        await client.list(Resources.pods, { namespace: ns, query: { labelSelector: `app=${id}-agent` } })
+      ).items
+        .filter((p) => hasCondition(p, 'Ready'))
+        .map((p) => (p['spec'] as { nodeName: string }).nodeName)
+        .sort();
+    await waitFor(
+      'the agent on n2 only',
+      async () => JSON.stringify(await agentNodes()) === JSON.stringify([n2]),
+      { timeoutMs: 60_000, observe: agentNodes },
+    );
+    // The workload moves: a pod of the same pool on n3, the one on n2 goes.
+    await worker('ds-2', uid, n3!);
+    await deletePod('ds-1');
+    await expectNode(n2!, undefined, []);
+    await expectNode(n3!, 'true', [uid]);
+    await waitFor(
+      'the agent followed to n3',
+      async () => JSON.stringify(await agentNodes()) === JSON.stringify([n3]),
+      { timeoutMs: 60_000, observe: agentNodes },
+    );
+    await deletePod('ds-2');
+    await expectNode(n3!, undefined, []);
+  });
+
+  test('a deleted node is never recreated, and a restart midway converges', async () => {
+    const [gone, survivor] = await addNodes(client, { prefix: `${id}-x`, count: 2 });
+    nodes.push(gone!, survivor!);
+    const uid = await pool('pool-x');
+    await worker('x-1', uid, gone!);
+    await worker('x-2', uid, survivor!);
+    await expectNode(gone!, 'true', [uid]);
+    await client.delete(Resources.nodes, gone!);
+    await holdsFor(
+      'the deleted node stays deleted',
+      () =>
+        client.get(Resources.nodes, gone!).then(
+          () => false,
+          () => true,
+        ),
+      2000,
+    );
+
+    // Restart midway: while Berth is down a second pool arrives and the first pool's pod leaves.
+    await stopController();
+    const other = await pool('pool-y');
+    await worker('y-1', other, survivor!);
+    await deletePod('x-2');
+    await startController();
+    await expectNode(survivor!, 'true', [other]);
+    await deletePod('y-1');
+    await expectNode(survivor!, undefined, []);
+  });
+});
