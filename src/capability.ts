@@ -8,6 +8,7 @@ import type { Manager } from './runtime/manager.ts';
 import type { PolicyRule } from './runtime/rbac.ts';
 import type { KubeObject } from './runtime/types.ts';
 import type { WebhookServer } from './runtime/webhook.ts';
+import type { WebhookSpec } from './runtime/webhooks.ts';
 
 export interface CapabilityContext {
   manager: Manager;
@@ -25,6 +26,8 @@ export interface Capability {
   crds: CustomResource[];
   rbac: PolicyRule[];
   setup(ctx: CapabilityContext): void | Promise<void>;
+  /** Admission webhooks `berth run` serves and registers; collected after setup. */
+  webhooks?(ctx: CapabilityContext): WebhookSpec[];
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
   explainNode?(ctx: {
     client: KubeClient;

@@ -8,10 +8,16 @@ import type { KubeObject } from './runtime/types.ts';
 export const NAMESPACE = 'berth-system';
 export const SERVICE_ACCOUNT = 'berth';
 
-/** What the runtime needs whatever is enabled: leader election and events. */
+/** What the runtime needs whatever is enabled: leader election, events, registering webhooks. */
 export const runtimeRules: PolicyRule[] = [
   { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
   { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
+  // Server-side apply is a PATCH, authorized as create too when the object does not exist yet.
+  {
+    apiGroups: ['admissionregistration.k8s.io'],
+    resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
+    verbs: ['get', 'create', 'patch'],
+  },
 ];
 
 export function crdManifests(caps: Capability[] = capabilities): KubeObject[] {

@@ -14,7 +14,9 @@ import type { Manager } from '../runtime/manager.ts';
 import { NodeWriter } from '../runtime/nodeapply.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/types.ts';
+import type { WebhookSpec } from '../runtime/webhooks.ts';
 import { claimedOwners, decideNode, type Placement } from './decide.ts';
+import { podMutatingHandler } from './inject.ts';
 import {
   AgentPlacement,
   FIELD_MANAGER,
@@ -374,6 +376,26 @@ export class AgentsController {
 
   get resultsByNode(): ReadonlyMap<string, NodeResult> {
     return this.results;
+  }
+
+  /**
+   * The Pod CREATE webhook that adds the wait-for-agent init container. failurePolicy Ignore: an
+   * unavailable Berth must never block pod creation; such a pod just starts without waiting.
+   */
+  webhook(): WebhookSpec {
+    return {
+      name: 'pods.agents.berth.dev',
+      path: '/agents/mutate-pod',
+      kind: 'mutating',
+      handler: podMutatingHandler({
+        placements: () => this.placements(),
+        namespaceLabels: this.namespaceLabels,
+        logger: this.log,
+      }),
+      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+      failurePolicy: 'Ignore',
+      timeoutSeconds: 2,
+    };
   }
 }
 

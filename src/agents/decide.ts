@@ -29,19 +29,28 @@ export type OwnerLookup = (
 
 const TERMINAL = new Set(['Succeeded', 'Failed']);
 
-/** A pod counts while it is bound to a node and not finished, and both selectors match. */
+/** The placement's pod and namespace selectors; an unknown namespace matches only without a namespaceSelector. */
+export function podSelected(
+  podLabels: Record<string, string> | undefined,
+  namespaceLabels: Record<string, string> | undefined,
+  spec: AgentPlacementSpec,
+): boolean {
+  if (
+    spec.namespaceSelector &&
+    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
+  )
+    return false;
+  return selectorMatches(spec.podSelector, podLabels);
+}
+
+/** A pod counts while it is bound to a node and not finished, and the placement selects it. */
 export function podCounts(
   pod: SlimPod,
   namespaceLabels: Record<string, string> | undefined,
   spec: AgentPlacementSpec,
 ): boolean {
   if (!pod.spec.nodeName || TERMINAL.has(pod.status.phase ?? '')) return false;
-  if (
-    spec.namespaceSelector &&
-    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
-  )
-    return false;
-  return selectorMatches(spec.podSelector, pod.metadata?.labels);
+  return podSelected(pod.metadata?.labels, namespaceLabels, spec);
 }
 
 const controllerOf = (obj: KubeObject): OwnerReference | undefined =>

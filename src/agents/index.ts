@@ -1,8 +1,11 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
+import type { Manager } from '../runtime/manager.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
 import { AgentPlacement } from './types.ts';
+
+const controllers = new WeakMap<Manager, AgentsController>();
 
 export const agentsCapability: Capability = {
   name: 'agents',
@@ -30,6 +33,13 @@ export const agentsCapability: Capability = {
   ],
   explainNode: ({ client, node }) => explainNodeAgents(client, node),
   setup({ manager, options }) {
-    new AgentsController(manager, { workers: Number(options['agentWorkers'] ?? 16) });
+    controllers.set(
+      manager,
+      new AgentsController(manager, { workers: Number(options['agentWorkers'] ?? 16) }),
+    );
+  },
+  webhooks({ manager }) {
+    const c = controllers.get(manager);
+    return c ? [c.webhook()] : [];
   },
 };

@@ -5,10 +5,9 @@
 // unavailable Berth never blocks pod creation.
 import { createHash } from 'node:crypto';
 import { rootLogger, type Logger } from '../runtime/log.ts';
-import { selectorMatches } from '../runtime/selector.ts';
 import type { KubeObject } from '../runtime/types.ts';
 import { mutate, type AdmissionHandler, type AdmissionResult } from '../runtime/webhook.ts';
-import type { Placement } from './decide.ts';
+import { podSelected, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
 
 /** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
@@ -137,18 +136,6 @@ export function injectWaitForAgent(pod: KubeObject, placements: WaitingPlacement
 }
 
 /** Both selectors match; an unknown namespace (no labels) matches only when there is no namespaceSelector. */
-export function podSelected(
-  podLabels: Record<string, string> | undefined,
-  namespaceLabels: Record<string, string> | undefined,
-  spec: AgentPlacementSpec,
-): boolean {
-  if (
-    spec.namespaceSelector &&
-    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
-  )
-    return false;
-  return selectorMatches(spec.podSelector, podLabels);
-}
 
 /** The placements with waitForAgent that select the pod, in name order. */
 export function placementsForPod(
@@ -178,6 +165,9 @@ export function exempt(pod: KubeObject, namespace = pod.metadata?.namespace): st
   }
   // The kubelet runs static pods from files; their API mirror cannot be changed.
   if (MIRROR_POD_ANNOTATION in annotations) return 'mirror pod of a static pod';
+  // Agents run as DaemonSets: a DaemonSet pod waiting for the agent could be waiting for itself.
+  if (pod.metadata?.ownerReferences?.some((o) => o.controller && o.kind === 'DaemonSet'))
+    return 'DaemonSet pods are agents, not workloads';
   return undefined;
 }
 

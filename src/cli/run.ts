@@ -1,10 +1,24 @@
 // `berth run`: the controller manager.
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
-import type { Capability } from '../capability.ts';
+import path from 'node:path';
+import type { Capability, CapabilityContext } from '../capability.ts';
+import { NAMESPACE } from '../manifests.ts';
+import { parseBindAddress } from '../runtime/httpserver.ts';
+import { errorText } from '../runtime/informer.ts';
 import { KubeClient } from '../runtime/kube.ts';
 import { rootLogger, setLogLevel } from '../runtime/log.ts';
 import { Manager } from '../runtime/manager.ts';
+import type { WebhookCertificates } from '../runtime/webhook.ts';
+import {
+  WebhookRunnable,
+  defaultWebhookRegistration,
+  generatedCertificates,
+  parseWebhookRegistration,
+  type WebhookRegistration,
+  type WebhookSpec,
+} from '../runtime/webhooks.ts';
 import { capabilities } from './capabilities.ts';
 
 const list = (v: string) =>
@@ -49,6 +63,31 @@ export function runCommand(): Command {
     .option('--retry-period <seconds>', 'how often candidates and the leader act on the Lease', Number, 2)
     .option('--resync-period <seconds>', 'safety-net resync of every informer', Number, 600)
     .option('--max-in-flight <n>', 'most API requests in flight at once (watches excepted)', Number, 64)
+    .option(
+      '--webhook-bind-address <addr>',
+      'address of the admission webhook server ("0" turns webhooks off)',
+      '127.0.0.1:9443',
+    )
+    .option(
+      '--webhook-cert-dir <dir>',
+      'serving certificate: tls.crt, tls.key and optional ca.crt (a cert-manager Secret), reloaded when ' +
+        'they change (default: a CA and certificate generated at start, one per replica)',
+    )
+    .addOption(
+      new Option(
+        '--webhook-register <mode>',
+        'how the apiserver reaches the webhooks: url=https://HOST:{port} ({port}: the bound port), ' +
+          'service=NAMESPACE/NAME[:PORT], or none (registered by someone else) (default: ' +
+          'url=https://127.0.0.1:{port} on a loopback bind address, else service=<POD_NAMESPACE or ' +
+          `${NAMESPACE}>/berth-webhook)`,
+      ).argParser((v) => {
+        try {
+          return parseWebhookRegistration(v);
+        } catch (e) {
+          throw new InvalidArgumentError(errorText(e));
+        }
+      }),
+    )
     .addOption(
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error'])
@@ -80,10 +119,59 @@ export function runCommand(): Command {
         : {}),
     });
     const enabled: Capability[] = capabilities.filter((c) => (o.controllers as string[]).includes(c.name));
-    for (const c of enabled) await c.setup({ manager, webhooks: undefined, options: o });
+    const ctx: CapabilityContext = { manager, webhooks: undefined, options: o };
+    for (const c of enabled) await c.setup(ctx);
+    const webhookClient = addWebhooks(
+      manager,
+      client,
+      enabled.flatMap((c) => c.webhooks?.(ctx) ?? []),
+      o,
+    );
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();
     rootLogger.info({ controllers: enabled.map((c) => c.name) }, 'berth is running');
     process.exitCode = await manager.done;
+    webhookClient?.close();
   });
+}
+
+/** Serves and registers the capabilities' webhooks; returns the client that registers them. */
+function addWebhooks(
+  manager: Manager,
+  client: KubeClient,
+  specs: WebhookSpec[],
+  o: Record<string, unknown>,
+): KubeClient | undefined {
+  if (specs.length === 0) return undefined;
+  const bind = parseBindAddress(String(o['webhookBindAddress']));
+  if (!bind) {
+    rootLogger.info({ webhooks: specs.map((s) => s.name) }, 'webhooks are off (--webhook-bind-address 0)');
+    return undefined;
+  }
+  const berthNamespace = process.env['POD_NAMESPACE'] ?? NAMESPACE;
+  const registration =
+    (o['webhookRegister'] as WebhookRegistration | undefined) ??
+    defaultWebhookRegistration(bind.host, berthNamespace);
+  const dir = o['webhookCertDir'] as string | undefined;
+  const caFile = dir && path.join(dir, 'ca.crt');
+  const certificates: WebhookCertificates = dir
+    ? {
+        kind: 'files',
+        certFile: path.join(dir, 'tls.crt'),
+        keyFile: path.join(dir, 'tls.key'),
+        ...(caFile && existsSync(caFile) ? { caFile } : {}),
+      }
+    : generatedCertificates(registration);
+  // The manager fences its own clients to the leader; every replica registers, so this one is unfenced.
+  const webhookClient = new KubeClient(client.config, { userAgent: 'berth-webhooks' });
+  manager.addRunnable(
+    new WebhookRunnable({
+      client: webhookClient,
+      server: { host: bind.host, port: bind.port, certificates },
+      registration,
+      specs,
+      berthNamespace,
+    }),
+  );
+  return webhookClient;
 }

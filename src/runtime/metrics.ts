@@ -149,6 +149,16 @@ export const webhookMetrics = {
   }),
 };
 
+// Writes to nodes by each of Berth's field managers (NodeWriter): what "one patch per change" is judged by.
+export const nodeWriteMetrics = {
+  writes: new Counter({
+    name: 'berth_node_writes_total',
+    help: 'Server-side apply patches sent to nodes, by field manager',
+    labelNames: ['field_manager'],
+    registers: [registry],
+  }),
+};
+
 // API requests (client-go's rest_client metrics).
 export const restMetrics = {
   requests: new Counter({

@@ -5,6 +5,7 @@
 import { applyTarget, ownedKeys } from './apply.ts';
 import { errorText } from './informer.ts';
 import { isConflict, isNotFound, type KubeClient } from './kube.ts';
+import { nodeWriteMetrics } from './metrics.ts';
 import { Resources, type KubeObject } from './types.ts';
 
 export interface NodeTaint {
@@ -134,6 +135,7 @@ export class NodeWriter {
     // Only claim spec.taints when this manager taints, or still owns a taint it must drop.
     if (plan.taints.length > 0 || state.owned.taints.length > 0) body['spec'] = { taints: plan.taints };
     try {
+      nodeWriteMetrics.writes.inc({ field_manager: this.fieldManager });
       await this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager });
     } catch (e) {
       // The node was deleted meanwhile: the uid precondition refused to recreate it.

@@ -7,6 +7,7 @@ import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { hasCondition } from '../../src/runtime/conditions.ts';
 import { Manager } from '../../src/runtime/manager.ts';
+import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhooks.ts';
 import { Resources, type KubeObject } from '../../src/runtime/types.ts';
 import {
   addNodes,
@@ -30,6 +31,7 @@ let ns: string;
 const nodes: string[] = [];
 
 let manager: Manager | undefined;
+let controller: AgentsController | undefined;
 async function startController(): Promise<AgentsController> {
   manager = new Manager({
     clusters: { local: sandbox.client() },
@@ -37,6 +39,7 @@ async function startController(): Promise<AgentsController> {
     healthBindAddress: '0',
   });
   const c = new AgentsController(manager, { workers: 4 });
+  controller = c;
   await manager.start();
   await manager.waitForCacheSync();
   return c;
@@ -122,6 +125,78 @@ const expectNode = (node: string, label: string | undefined, claims: string[]) =
   );
 
 describe('agent placement', () => {
+  test('the wait-for-agent init container is injected by the Pod CREATE webhook, before existing init containers', async () => {
+    const name = `${id}-wait`;
+    await client.apply(
+      AgentPlacement.ref,
+      {
+        apiVersion: AgentPlacement.apiVersion,
+        kind: 'AgentPlacement',
+        metadata: { name },
+        spec: {
+          podSelector: { matchLabels: { app: `${id}-waiting` } },
+          owner: { uidLabel: POOL },
+          nodeLabel: { key: `${D}/waiting-agent` },
+          claimAnnotationPrefix: `${D}/waiting.`,
+          waitForAgent: { port: 8085 },
+        },
+      },
+      { fieldManager: 'test-author', force: true },
+    );
+    const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
+    const hooks = new WebhookRunnable({
+      client,
+      server: { port: 0, certificates: generatedCertificates(registration) },
+      registration,
+      specs: [controller!.webhook()],
+      berthNamespace: 'berth-system',
+      configName: name,
+    });
+    await hooks.start(new AbortController().signal);
+    try {
+      await hooks.ready();
+      await waitFor('the placement cached', () => controller!.placements().some((p) => p.name === name));
+      const pod = await waitFor('a pod created through the webhook', async () => {
+        const p = podManifest({
+          name: uniqueName('waiting'),
+          namespace: ns,
+          labels: { app: `${id}-waiting`, [POOL]: 'u1' },
+        });
+        (p['spec'] as Record<string, unknown>)['initContainers'] = [
+          { name: 'setup', image: 'registry.example/setup:1' },
+        ];
+        const created = await client.create(Resources.pods, p);
+        const inits = ((created['spec'] as { initContainers?: { name: string }[] }).initContainers ?? []).map(
+          (c) => c.name,
+        );
+        if (inits[0] === `berth-wait-for-agent-${name}`) return created;
+        await client.delete(Resources.pods, created.metadata!.name!, ns, { gracePeriodSeconds: 0 });
+        return undefined;
+      });
+      const spec = pod['spec'] as {
+        initContainers: { name: string; env: { name: string; valueFrom?: unknown }[]; command: string[] }[];
+      };
+      assert.deepEqual(
+        spec.initContainers.map((c) => c.name),
+        [`berth-wait-for-agent-${name}`, 'setup'],
+      );
+      assert.deepEqual(spec.initContainers[0]!.env, [
+        { name: 'HOST_IP', valueFrom: { fieldRef: { apiVersion: 'v1', fieldPath: 'status.hostIP' } } },
+      ]);
+      assert.match(spec.initContainers[0]!.command.join(' '), /8085/);
+      // A pod the placement does not select is left alone.
+      const other = await client.create(
+        Resources.pods,
+        podManifest({ name: uniqueName('other'), namespace: ns, labels: { app: 'unrelated' } }),
+      );
+      assert.equal((other['spec'] as { initContainers?: unknown[] }).initContainers, undefined);
+    } finally {
+      await hooks.stop();
+      await client.delete(Resources.mutatingWebhookConfigurations, name).catch(() => {});
+      await client.delete(AgentPlacement.ref, name).catch(() => {});
+    }
+  });
+
   test("the seed's test plan: one pod, two pools, one pool leaving, the last pod leaving", async () => {
     const [n0] = nodes;
     const a = await pool('pool-a');

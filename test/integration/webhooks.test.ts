@@ -1,0 +1,155 @@
+// The webhook runnable against the real apiserver: it serves a capability's webhook, registers it
+// by server-side apply, never gates kube-system or Berth's own namespace, and a webhook that may
+// fail open lets creates through once its server is gone.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { isNotFound } from '../../src/runtime/kube.ts';
+import { rootLogger } from '../../src/runtime/log.ts';
+import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { mutate, type MutatingWebhook } from '../../src/runtime/webhook.ts';
+import {
+  WebhookRunnable,
+  generatedCertificates,
+  webhookFieldManager,
+  type WebhookRegistration,
+} from '../../src/runtime/webhooks.ts';
+import {
+  createNamespace,
+  deleteNamespace,
+  podManifest,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const logger = rootLogger.child({ component: 'webhooks-test' }, { level: 'warn' });
+const selectorLabel = 'berth.test/webhooks';
+const annotation = 'berth.test/mutated-by';
+const registration: WebhookRegistration = { mode: 'url', url: 'https://127.0.0.1:{port}' };
+const stopping = new AbortController();
+const started: { runnable: WebhookRunnable; configName: string }[] = [];
+let ns: string;
+let berthNs: string;
+
+before(async () => {
+  [ns, berthNs] = await Promise.all([createNamespace(client, 'wh'), createNamespace(client, 'wh-berth')]);
+});
+
+after(async () => {
+  stopping.abort();
+  for (const { runnable, configName } of started) {
+    await runnable.stop();
+    await client.delete(Resources.mutatingWebhookConfigurations, configName).catch((e) => {
+      if (!isNotFound(e)) throw e;
+    });
+  }
+  await Promise.all([deleteNamespace(client, ns), deleteNamespace(client, berthNs)]);
+  client.close();
+});
+
+/** Starts a runnable whose one webhook annotates the pods labelled with its own key, and waits until it is registered. */
+async function startWebhook(
+  failurePolicy: 'Fail' | 'Ignore',
+): Promise<{ runnable: WebhookRunnable; key: string }> {
+  const key = uniqueName('wh');
+  const runnable = new WebhookRunnable({
+    client,
+    server: { port: 0, certificates: generatedCertificates(registration) },
+    registration,
+    specs: [
+      {
+        name: 'pods.test.berth.dev',
+        path: '/mutate-pod',
+        kind: 'mutating',
+        handler: (req) => {
+          const pod = req.object!;
+          const copy = structuredClone(pod);
+          copy.metadata!.annotations = { ...copy.metadata!.annotations, [annotation]: key };
+          return { allowed: true, patch: mutate(pod, copy) };
+        },
+        rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+        failurePolicy,
+        // Only this test's pods, so that parallel tests never depend on this server.
+        objectSelector: { matchLabels: { [selectorLabel]: key } },
+      },
+    ],
+    berthNamespace: berthNs,
+    configName: key,
+    logger,
+  });
+  started.push({ runnable, configName: key });
+  await runnable.start(stopping.signal);
+  await runnable.ready();
+  return { runnable, key };
+}
+
+const createPod = (namespace: string, key: string) =>
+  client.create(
+    Resources.pods,
+    podManifest({ name: uniqueName('pod'), namespace, labels: { [selectorLabel]: key } }),
+  );
+
+const deletePod = (pod: KubeObject) =>
+  client.delete(Resources.pods, pod.metadata!.name!, pod.metadata!.namespace, {
+    apiVersion: 'v1',
+    kind: 'DeleteOptions',
+    gracePeriodSeconds: 0,
+  });
+
+/** The apiserver's webhook configuration cache lags: create pods until one comes back mutated. */
+const mutatedPod = (key: string) =>
+  waitFor('a pod created through the webhook', async () => {
+    const pod = await createPod(ns, key);
+    if (pod.metadata?.annotations?.[annotation] === key) return pod;
+    await deletePod(pod);
+    return undefined;
+  });
+
+describe('WebhookRunnable', () => {
+  let key: string;
+
+  before(async () => {
+    ({ key } = await startWebhook('Fail'));
+  });
+
+  test('serves the webhook on the bound port and registers it by server-side apply', async () => {
+    const pod = await mutatedPod(key);
+    assert.equal(pod.metadata?.annotations?.[annotation], key);
+
+    const config = await client.get(Resources.mutatingWebhookConfigurations, key);
+    assert.equal(config.metadata?.labels?.['app.kubernetes.io/managed-by'], 'berth');
+    const managers = (config.metadata?.managedFields as { manager: string; operation: string }[]).map(
+      (m) => `${m.manager} ${m.operation}`,
+    );
+    assert.deepEqual(managers, [`${webhookFieldManager} Apply`]);
+    const [webhook] = config['webhooks'] as MutatingWebhook[];
+    assert.match(webhook?.clientConfig.url ?? '', /^https:\/\/127\.0\.0\.1:\d+\/mutate-pod$/);
+    assert.doesNotMatch(webhook?.clientConfig.url ?? '', /:(0|9443)\//);
+    assert.ok(webhook?.clientConfig.caBundle);
+  });
+
+  test('never gates kube-system or the namespace Berth runs in', async () => {
+    // Mutation observed first, so the apiserver has the configuration when the next pods are created.
+    await mutatedPod(key);
+    for (const namespace of ['kube-system', berthNs]) {
+      const pod = await createPod(namespace, key);
+      try {
+        assert.equal(pod.metadata?.annotations?.[annotation], undefined, `pod in ${namespace} was mutated`);
+      } finally {
+        await deletePod(pod);
+      }
+    }
+  });
+});
+
+test('failurePolicy Ignore lets creates through once the server is stopped', async () => {
+  const { runnable, key } = await startWebhook('Ignore');
+  await mutatedPod(key);
+  await runnable.stop();
+  // The configuration stays: the apiserver still calls the webhook, cannot reach it, and admits.
+  await client.get(Resources.mutatingWebhookConfigurations, key);
+  const pod = await createPod(ns, key);
+  assert.equal(pod.metadata?.annotations?.[annotation], undefined);
+});
