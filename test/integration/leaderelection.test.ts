@@ -189,7 +189,9 @@ describe('leader election on a Lease', () => {
       t.diagnostic(`stepped down ${stepped.at - resumedAt} ms after resuming`);
       assert.ok(stepped.at - resumedAt < 1000, `stepped down ${stepped.at - resumedAt} ms after resuming`);
       // Give a wrongly resumed heartbeat every chance to land, then look for it.
-      const earlier = (await heartbeats(configMap)).get(follower.identity)!;
+      const earlier = await waitFor('a heartbeat from the new leader', async () =>
+        (await heartbeats(configMap)).get(follower.identity),
+      );
       await sleep(1500);
       const beats = await heartbeats(configMap);
       const old = beats.get(leader.identity)!;
