@@ -2,9 +2,9 @@
 // annotation per owner of the workload pods it hosts and the agent label while any claim exists.
 // The status controller counts per AgentPlacement. The finalizer controller (opt-in) holds an
 // owner's deletion until no node carries its claim.
-import { applyStatus, hasFinalizer, setFinalizer } from '../runtime/apply.ts';
-import { sameConditions, setCondition, type Condition } from '../runtime/conditions.ts';
-import { Controller, type Result } from '../runtime/controller.ts';
+import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
+import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
+import { Controller, FirstPass, type Result } from '../runtime/controller.ts';
 import { RestMapper } from '../runtime/discovery.ts';
 import type { EventRecorder } from '../runtime/events.ts';
 import { keyOf, type Informer } from '../runtime/informer.ts';
@@ -21,6 +21,7 @@ import {
   AgentPlacement,
   FIELD_MANAGER,
   FINALIZER_FIELD_MANAGER,
+  PLACEMENT_FINALIZER,
   type AgentPlacementStatus,
 } from './types.ts';
 
@@ -59,13 +60,13 @@ export class AgentsController {
   private readonly results = new Map<string, NodeResult>();
   /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
-  private initialPassDone = false;
+  private readonly firstPass = new FirstPass();
+  private parsed: { version: string; placements: (Placement & { obj: PlacementObject })[] } | undefined;
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'agents' });
     this.events = manager.recorder('agents');
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER);
     this.mapper = new RestMapper(manager.client());
     this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
     this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
@@ -76,6 +77,7 @@ export class AgentsController {
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes);
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
@@ -152,7 +154,13 @@ export class AgentsController {
 
   /** The valid placements, parsed from the cache (the CRD schema already rejected most mistakes). */
   placements(): (Placement & { obj: PlacementObject })[] {
-    return this.placementObjects.list().flatMap((obj) => {
+    // Parsed once per change of the placements, not on every reconcile.
+    const version = this.placementObjects
+      .list()
+      .map((o) => o.metadata?.resourceVersion)
+      .join(',');
+    if (this.parsed?.version === version) return this.parsed.placements;
+    const placements = this.placementObjects.list().flatMap((obj) => {
       const parsed = AgentPlacement.parse({
         ...obj,
         apiVersion: AgentPlacement.apiVersion,
@@ -160,6 +168,8 @@ export class AgentsController {
       });
       return parsed.success ? [{ name: obj.metadata!.name!, spec: parsed.data.spec, obj }] : [];
     });
+    this.parsed = { version, placements };
+    return placements;
   }
 
   private finalizedPlacements() {
@@ -180,11 +190,11 @@ export class AgentsController {
 
   private namespaceLabels = (ns: string) => this.namespaces.get(ns)?.metadata?.labels;
 
-  /** The claims a node should carry, from the pods the cache says it hosts. */
+  /** The claims a node should carry; a placement being deleted claims nothing any more. */
   decide(nodeName: string) {
     return decideNode(
       this.pods.byIndex('nodeName', nodeName),
-      this.placements(),
+      this.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
       this.namespaceLabels,
       this.lookup,
     );
@@ -197,6 +207,7 @@ export class AgentsController {
       this.setResult(name, undefined);
       return;
     }
+    const placements = this.placements();
     const decision = this.decide(name);
     const plan = await this.writer.sync(node, decision.desired);
     const blocked = new Map<string, string>();
@@ -205,7 +216,7 @@ export class AgentsController {
     for (const [placement, r] of decision.placements) {
       claims.set(placement, new Set(r.claims.keys()));
       if (r.claims.size === 0) continue;
-      const spec = this.placements().find((p) => p.name === placement)!.spec;
+      const spec = placements.find((p) => p.name === placement)!.spec;
       if (!r.labelled)
         blocked.set(
           placement,
@@ -238,11 +249,8 @@ export class AgentsController {
   private async reconcileStatus(name: string): Promise<Result | void> {
     const obj = this.placementObjects.get(name);
     if (!obj) return;
-    if (!this.initialPassDone) {
-      if (this.nodeController.queue.len() > 0 || this.results.size < this.nodes.size)
-        return { requeueAfterMs: 250 };
-      this.initialPassDone = true;
-    }
+    if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
+      return { requeueAfterMs: 250 };
     const parsed = AgentPlacement.parse({
       ...obj,
       apiVersion: AgentPlacement.apiVersion,
@@ -261,15 +269,9 @@ export class AgentsController {
       if (b) blocked.push(b);
     }
     const generation = obj.metadata?.generation;
-    let conds = obj.status?.conditions as Condition[] | undefined;
+    const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
     const set = (type: string, status: boolean, reason: string, message: string) =>
-      (conds = setCondition(conds, {
-        type,
-        status: status ? 'True' : 'False',
-        reason,
-        message,
-        ...(generation ? { observedGeneration: generation } : {}),
-      }));
+      conds.set(type, status, reason, message);
     const invalid = parsed.success ? '' : parsed.error;
     set(
       'Conflicting',
@@ -289,7 +291,7 @@ export class AgentsController {
       labelledNodes,
       claims,
       owners: owners.size,
-      conditions: conds,
+      conditions: conds.conditions,
     };
     const old = obj.status;
     if (
@@ -297,7 +299,7 @@ export class AgentsController {
       old?.labelledNodes === labelledNodes &&
       old?.claims === claims &&
       old?.owners === owners.size &&
-      sameConditions(old?.conditions as Condition[] | undefined, conds)
+      sameConditions(old?.conditions as Condition[] | undefined, conds.conditions)
     ) {
       return;
     }
@@ -305,7 +307,7 @@ export class AgentsController {
     if (
       blocked.length &&
       (wasBlocked?.status !== 'True' ||
-        wasBlocked.message !== conds?.find((c) => c.type === 'Conflicting')?.message)
+        wasBlocked.message !== conds.conditions.find((c) => c.type === 'Conflicting')?.message)
     ) {
       this.events.event(obj, 'Warning', 'LabelConflict', 'Reconcile', blocked[0]!);
     }
@@ -332,10 +334,11 @@ export class AgentsController {
     if (!placement || !finalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) return;
     const ref = await this.mapper.resolve(placement.spec.owner.apiVersion, placement.spec.owner.kind);
     const informer = this.ownerInformer(ref);
-    if (!uid) return;
     await informer.waitForSync();
+    if (!uid) return this.reconcilePlacementCleanup(placement.obj, finalizer, ref, informer);
     const owner = informer.byIndex('uid', uid)[0];
-    if (!owner) return;
+    // A placement being deleted is taking its finalizers off (reconcilePlacementCleanup): never add one back.
+    if (!owner || placement.obj.metadata?.deletionTimestamp) return;
     const claimed = this.nodesClaiming(placement.spec.claimAnnotationPrefix, uid).length > 0;
     const deleting = owner.metadata?.deletionTimestamp !== undefined;
     const has = hasFinalizer(owner, finalizer);
@@ -347,7 +350,50 @@ export class AgentsController {
         this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; finalizer removed');
       }
     } catch (e) {
-      if (!isNotFound(e)) throw e;
+      if (!isObjectGone(e)) throw e;
+    }
+  }
+
+  /**
+   * A placement that puts finalizers on owners carries one of its own, so that deleting it first
+   * takes its finalizer off every owner: no owner is left undeletable by a placement that is gone.
+   */
+  private async reconcilePlacementCleanup(
+    obj: PlacementObject,
+    finalizer: string,
+    ref: ResourceRef,
+    owners: Informer<KubeObject>,
+  ): Promise<void> {
+    const client = this.manager.client();
+    if (obj.metadata?.deletionTimestamp === undefined) {
+      if (!hasFinalizer(obj, PLACEMENT_FINALIZER)) {
+        await setFinalizer(
+          client,
+          AgentPlacement.ref,
+          obj,
+          PLACEMENT_FINALIZER,
+          true,
+          FINALIZER_FIELD_MANAGER,
+        );
+      }
+      return;
+    }
+    for (const owner of owners.list().filter((o) => hasFinalizer(o, finalizer))) {
+      await setFinalizer(client, ref, owner, finalizer, false, FINALIZER_FIELD_MANAGER).catch(
+        (e: unknown) => {
+          if (!isNotFound(e)) throw e;
+        },
+      );
+    }
+    if (hasFinalizer(obj, PLACEMENT_FINALIZER)) {
+      await setFinalizer(
+        client,
+        AgentPlacement.ref,
+        obj,
+        PLACEMENT_FINALIZER,
+        false,
+        FINALIZER_FIELD_MANAGER,
+      );
     }
   }
 

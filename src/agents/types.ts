@@ -1,10 +1,12 @@
 // The API of agent placement: AgentPlacement says which pods count, how their owner (pool) is
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
-import { defineCustomResource, k8s } from '../runtime/crd.ts';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
 
 export const FIELD_MANAGER = 'berth-agents';
 export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
+/** On AgentPlacements whose owners carry a finalizer: removes those finalizers before the placement goes. */
+export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';
 
 const labelSelector = z
   .object({
@@ -92,24 +94,12 @@ export const agentPlacementSpec = k8s(
 );
 export type AgentPlacementSpec = z.infer<typeof agentPlacementSpec>;
 
-const condition = z.object({
-  type: z.string(),
-  status: z.enum(['True', 'False', 'Unknown']),
-  reason: z.string(),
-  message: z.string(),
-  lastTransitionTime: z.string(),
-  observedGeneration: z.number().int().optional(),
-});
-
 export const agentPlacementStatus = z.object({
   observedGeneration: z.number().int().optional(),
   labelledNodes: z.number().int().optional().describe('Nodes carrying the label.'),
   claims: z.number().int().optional().describe('Claim annotations across all nodes.'),
   owners: z.number().int().optional().describe('Distinct owners with pods on some node.'),
-  conditions: k8s(z.array(condition).optional(), {
-    'x-kubernetes-list-type': 'map',
-    'x-kubernetes-list-map-keys': ['type'],
-  }),
+  conditions: conditionsSchema,
 });
 export type AgentPlacementStatus = z.infer<typeof agentPlacementStatus>;
 

@@ -3,8 +3,8 @@
 // manager when they differ. Another is keyed by NodeLabelRule and writes counts and conditions.
 import { applyStatus } from '../runtime/apply.ts';
 import { NodeWriter } from '../runtime/nodeapply.ts';
-import { sameConditions, setCondition, type Condition } from '../runtime/conditions.ts';
-import { changedPredicate, Controller, type Result, type Source } from '../runtime/controller.ts';
+import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
+import { changedPredicate, Controller, FirstPass, type Result, type Source } from '../runtime/controller.ts';
 import type { EventRecorder } from '../runtime/events.ts';
 import type { EventHandler, Informer } from '../runtime/informer.ts';
 import type { Logger } from '../runtime/log.ts';
@@ -46,8 +46,7 @@ export class LabelsController {
   private readonly writer: NodeWriter;
   private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
   private fileErrors: FileError[] = [];
-  /** Set once every node has been reconciled after start: before that, counts are partial. */
-  private initialPassDone = false;
+  private readonly firstPass = new FirstPass();
   private rulesVersion = 0;
   private rulesCache: { version: number; rules: Rule[] } | undefined;
 
@@ -55,10 +54,10 @@ export class LabelsController {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'labels' });
     this.events = manager.recorder('labels');
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER);
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes);
     this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
     this.files = opts.labelDir
       ? new RuleDirSource(opts.labelDir, {
@@ -198,21 +197,12 @@ export class LabelsController {
     }
     // Until the first pass over every node is done, the counts are partial: writing them would make
     // the status (and Ready) flap on every restart.
-    if (!this.initialPassDone) {
-      if (this.nodeController.queue.len() > 0 || this.results.size < this.nodes.size)
-        return { requeueAfterMs: 250 };
-      this.initialPassDone = true;
-    }
+    if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
+      return { requeueAfterMs: 250 };
     const errors = compiled?.errors ?? [];
-    let conds: Condition[] | undefined = obj.status?.conditions as Condition[] | undefined;
+    const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
     const set = (type: string, status: boolean, reason: string, message: string) =>
-      (conds = setCondition(conds, {
-        type,
-        status: status ? 'True' : 'False',
-        reason,
-        message,
-        ...(generation ? { observedGeneration: generation } : {}),
-      }));
+      conds.set(type, status, reason, message);
     set(
       'Invalid',
       errors.length > 0,
@@ -248,16 +238,16 @@ export class LabelsController {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       matchedNodes: errors.length ? 0 : matchedNodes,
       appliedNodes: errors.length ? 0 : appliedNodes,
-      conditions: conds,
+      conditions: conds.conditions,
     };
     const old = obj.status;
     const same =
       old?.observedGeneration === status.observedGeneration &&
       old?.matchedNodes === status.matchedNodes &&
       old?.appliedNodes === status.appliedNodes &&
-      sameConditions(old?.conditions as Condition[] | undefined, conds);
+      sameConditions(old?.conditions as Condition[] | undefined, conds.conditions);
     if (!same) {
-      this.announceTransitions(obj, old?.conditions as Condition[] | undefined, conds ?? []);
+      this.announceTransitions(obj, old?.conditions as Condition[] | undefined, conds.conditions);
       await applyStatus(this.manager.client(), NodeLabelRule.ref, obj, status, FIELD_MANAGER);
     }
   }

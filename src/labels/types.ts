@@ -1,7 +1,7 @@
 // The API of derived node labels: the NodeLabelRule custom resource, and the Rule model that both
 // NodeLabelRules and k8s-auto-labeller rule files compile into.
 import { z } from 'zod';
-import { defineCustomResource, k8s } from '../runtime/crd.ts';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
 
 export const GROUP = 'berth.dev';
 export const FIELD_MANAGER = 'berth-labels';
@@ -107,23 +107,11 @@ export const nodeLabelRuleSpec = k8s(
 );
 export type NodeLabelRuleSpec = z.infer<typeof nodeLabelRuleSpec>;
 
-const condition = z.object({
-  type: z.string(),
-  status: z.enum(['True', 'False', 'Unknown']),
-  reason: z.string(),
-  message: z.string(),
-  lastTransitionTime: z.string(),
-  observedGeneration: z.number().int().optional(),
-});
-
 export const nodeLabelRuleStatus = z.object({
   observedGeneration: z.number().int().optional(),
   matchedNodes: z.number().int().optional().describe('Nodes the rule matches.'),
   appliedNodes: z.number().int().optional().describe('Matched nodes that carry every output of the rule.'),
-  conditions: k8s(z.array(condition).optional(), {
-    'x-kubernetes-list-type': 'map',
-    'x-kubernetes-list-map-keys': ['type'],
-  }),
+  conditions: conditionsSchema,
 });
 export type NodeLabelRuleStatus = z.infer<typeof nodeLabelRuleStatus>;
 

@@ -1,7 +1,7 @@
 // Server-side apply helpers. Each controller applies under its own fieldManager and includes only
 // the fields it owns: the apiserver then removes exactly what that manager dropped, and never
 // touches what another manager set.
-import type { KubeClient } from './kube.ts';
+import { isConflict, isNotFound, type KubeClient } from './kube.ts';
 import { apiVersionOf, type KubeObject, type ResourceRef } from './types.ts';
 
 interface ManagedFieldsEntry {
@@ -47,6 +47,11 @@ export function applyTarget(
     },
   };
 }
+
+/** The object an apply targeted is gone: deleted, or deleted and recreated (the uid precondition failed). */
+export const isObjectGone = (e: unknown): boolean =>
+  isNotFound(e) ||
+  (isConflict(e) && e instanceof Error && /uid mismatch|UID in precondition/i.test(e.message));
 
 /** Applies `status` to the status subresource under fieldManager (force: status belongs to its controller). */
 export function applyStatus<T extends KubeObject>(

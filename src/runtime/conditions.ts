@@ -61,3 +61,22 @@ export function sameConditions(a: Condition[] | undefined, b: Condition[] | unde
     })
   );
 }
+
+/** Builds a status's conditions, each stamped with the generation it describes. */
+export function conditionSetter(existing: Condition[] | undefined, generation: number | undefined) {
+  let conditions = existing ?? [];
+  return {
+    set(type: string, status: boolean, reason: string, message: string): void {
+      conditions = setCondition(conditions, {
+        type,
+        status: status ? 'True' : 'False',
+        reason,
+        message,
+        ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      });
+    },
+    get conditions(): Condition[] {
+      return conditions;
+    },
+  };
+}

@@ -169,3 +169,16 @@ export class Controller {
     }
   }
 }
+
+/**
+ * Whether a node-keyed controller has reconciled every node once since it started. Until then,
+ * counts over nodes are partial: a status written from them would flap on every restart.
+ */
+export class FirstPass {
+  private done = false;
+
+  complete(controller: Controller, reconciled: number, total: number): boolean {
+    if (!this.done && controller.queue.len() === 0 && reconciled >= total) this.done = true;
+    return this.done;
+  }
+}

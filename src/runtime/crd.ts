@@ -615,3 +615,20 @@ function formatPath(path: PropertyKey[]): string {
   }
   return out;
 }
+
+/** metav1.Condition as a status field: a list keyed by type, as every Kubernetes API has it. */
+export const conditionsSchema = k8s(
+  z
+    .array(
+      z.object({
+        type: z.string(),
+        status: z.enum(['True', 'False', 'Unknown']),
+        reason: z.string(),
+        message: z.string(),
+        lastTransitionTime: z.string(),
+        observedGeneration: z.number().int().optional(),
+      }),
+    )
+    .optional(),
+  { 'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'] },
+);

@@ -2,9 +2,9 @@
 // shared by every capability that decorates nodes. Each controller owns its keys through its own
 // field manager; what it owns is read back from managedFields, so it writes only when its share
 // differs, never touches keys another manager set to other values, and never recreates a node.
-import { applyTarget, ownedKeys } from './apply.ts';
-import { errorText } from './informer.ts';
-import { isConflict, isNotFound, type KubeClient } from './kube.ts';
+import { applyTarget, isObjectGone, ownedKeys } from './apply.ts';
+import type { EventHandler } from './informer.ts';
+import type { KubeClient } from './kube.ts';
 import { nodeWriteMetrics } from './metrics.ts';
 import { Resources, type KubeObject } from './types.ts';
 
@@ -102,17 +102,28 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
 }
 
 /**
- * Applies one field manager's share of nodes. Remembers each write until its watch event arrives,
- * so that a reconcile running on a cache older than the write does not send it again.
+ * Applies one field manager's share of nodes. After each write it expects to see that write come
+ * back through the node informer: until it has, a reconcile (on a cache older than the write) that
+ * arrives at the same plan sends nothing, while a different plan is written at once.
  */
 export class NodeWriter {
   private readonly client: () => KubeClient;
   readonly fieldManager: string;
-  private readonly inFlight = new Map<string, { basedOn: string; plan: string }>();
+  private readonly expected = new Map<string, { plan: string; resourceVersion: string; seen: boolean }>();
 
-  constructor(client: () => KubeClient, fieldManager: string) {
+  constructor(
+    client: () => KubeClient,
+    fieldManager: string,
+    nodes: { addEventHandler(h: EventHandler<KubeObject>): void },
+  ) {
     this.client = client;
     this.fieldManager = fieldManager;
+    // Watch events come in order: once the write's own version has been seen, the cache is newer.
+    const observe = (n: KubeObject) => {
+      const e = this.expected.get(n.metadata?.name ?? '');
+      if (e && n.metadata?.resourceVersion === e.resourceVersion) e.seen = true;
+    };
+    nodes.addEventHandler({ onAdd: observe, onUpdate: (_old, n) => observe(n) });
   }
 
   /** Brings the node to `desired` if it is not there; returns the plan (foreign keys included). */
@@ -121,25 +132,27 @@ export class NodeWriter {
     const state = nodeState(node, this.fieldManager);
     const plan = planNodeApply(state, desired);
     if (plan.inSync) {
-      this.inFlight.delete(name);
+      this.expected.delete(name);
       return { ...plan, wrote: false };
     }
-    const rv = node.metadata?.resourceVersion ?? '';
     const key = JSON.stringify([plan.labels, plan.annotations, plan.taints]);
-    const pending = this.inFlight.get(name);
-    if (pending?.basedOn === rv && pending.plan === key) return { ...plan, wrote: false };
+    const e = this.expected.get(name);
+    // A write that changed nothing keeps the version the cache already had: that counts as seen.
+    if (e && node.metadata?.resourceVersion === e.resourceVersion) e.seen = true;
+    if (e && !e.seen && e.plan === key) return { ...plan, wrote: false };
 
     const body = applyTarget(Resources.nodes, node);
     body.metadata.labels = plan.labels;
     body.metadata.annotations = plan.annotations;
     // Only claim spec.taints when this manager taints, or still owns a taint it must drop.
     if (plan.taints.length > 0 || state.owned.taints.length > 0) body['spec'] = { taints: plan.taints };
+    let written: KubeObject;
     try {
       nodeWriteMetrics.writes.inc({ field_manager: this.fieldManager });
-      await this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager });
+      written = await this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager });
     } catch (e) {
       // The node was deleted meanwhile: the uid precondition refused to recreate it.
-      if (isNotFound(e) || (isConflict(e) && /uid mismatch|UID in precondition/i.test(errorText(e)))) {
+      if (isObjectGone(e)) {
         this.forget(name);
         return { ...plan, wrote: false };
       }
@@ -147,11 +160,15 @@ export class NodeWriter {
       // The retry (with backoff) sees that write and holds the key back.
       throw e;
     }
-    this.inFlight.set(name, { basedOn: rv, plan: key });
+    this.expected.set(name, {
+      plan: key,
+      resourceVersion: written.metadata?.resourceVersion ?? '',
+      seen: false,
+    });
     return { ...plan, wrote: true };
   }
 
   forget(name: string): void {
-    this.inFlight.delete(name);
+    this.expected.delete(name);
   }
 }

@@ -255,6 +255,8 @@ export class Sandbox {
           `--etcd-servers=http://127.0.0.1:${ports.etcdClient}`,
           '--bind-address=127.0.0.1',
           '--advertise-address=127.0.0.1',
+          // Endpoints may not be loopback addresses: nothing in the sandbox uses the kubernetes Service.
+          '--endpoint-reconciler-type=none',
           `--secure-port=${ports.apiserver}`,
           `--tls-cert-file=${pki('apiserver.crt')}`,
           `--tls-private-key-file=${pki('apiserver.key')}`,
@@ -566,9 +568,15 @@ function isZombie(pid: number): boolean {
   }
 }
 
+/** The last lines of a component's log, without the flag dump that Kubernetes components start with. */
 function tail(file: string, lines = 20): string {
   try {
-    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+    return readFileSync(file, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .filter((l) => !l.includes('] FLAG: --'))
+      .slice(-lines)
+      .join('\n');
   } catch {
     return '';
   }

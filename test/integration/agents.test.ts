@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AgentsController } from '../../src/agents/controller.ts';
+import { explainNodeAgents } from '../../src/agents/explain.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { hasCondition } from '../../src/runtime/conditions.ts';
@@ -205,6 +206,16 @@ describe('agent placement', () => {
     await expectNode(n0!, 'true', [a]);
     await worker('b-1', b, n0!);
     await expectNode(n0!, 'true', [a, b]);
+    // berth explain node: the claims and the pods behind each.
+    const explained = (await explainNodeAgents(client, await client.get(Resources.nodes, n0!))).join('\n');
+    assert.match(
+      explained,
+      new RegExp(`claim ${CLAIM.replaceAll('.', '\\.')}${a} \\(ConfigMap/${ns}\\): ${ns}/a-1`),
+    );
+    assert.match(
+      explained,
+      new RegExp(`claim ${CLAIM.replaceAll('.', '\\.')}${b} \\(ConfigMap/${ns}\\): ${ns}/b-1`),
+    );
     await deletePod('a-1');
     await expectNode(n0!, 'true', [b]);
     await deletePod('b-1');
@@ -325,5 +336,63 @@ describe('agent placement', () => {
     await expectNode(survivor!, 'true', [other]);
     await deletePod('y-1');
     await expectNode(survivor!, undefined, []);
+  });
+
+  test('deleting a placement takes its finalizer off the owners and its claims off the nodes', async () => {
+    const name = `${id}-gone`;
+    const [node] = await addNodes(client, { prefix: `${id}-gone`, count: 1 });
+    nodes.push(node!);
+    await client.apply(
+      AgentPlacement.ref,
+      {
+        apiVersion: AgentPlacement.apiVersion,
+        kind: 'AgentPlacement',
+        metadata: { name },
+        spec: {
+          podSelector: { matchLabels: { app: `${id}-gone` } },
+          owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
+          nodeLabel: { key: `${D}/gone-agent` },
+          claimAnnotationPrefix: `${D}/gone.`,
+          finalizer: { name: `${D}/gone-claims` },
+        },
+      },
+      { fieldManager: 'test-author', force: true },
+    );
+    const uid = await pool('pool-gone');
+    await client.create(
+      Resources.pods,
+      podManifest({
+        name: 'gone-1',
+        namespace: ns,
+        nodeName: node!,
+        labels: { app: `${id}-gone`, [POOL]: uid },
+      }),
+    );
+    await waitFor('the owner finalizer', async () =>
+      (await client.get(Resources.configMaps, 'pool-gone', ns)).metadata?.finalizers?.includes(
+        `${D}/gone-claims`,
+      ),
+    );
+    await client.delete(AgentPlacement.ref, name);
+    await waitFor('the placement gone', () =>
+      client.get(AgentPlacement.ref, name).then(
+        () => false,
+        () => true,
+      ),
+    );
+    await waitFor(
+      'the owner finalizer removed',
+      async () =>
+        !(await client.get(Resources.configMaps, 'pool-gone', ns)).metadata?.finalizers?.includes(
+          `${D}/gone-claims`,
+        ),
+    );
+    await waitFor('the claim and label gone', async () => {
+      const n = await client.get(Resources.nodes, node!);
+      return (
+        n.metadata?.labels?.[`${D}/gone-agent`] === undefined &&
+        !Object.keys(n.metadata?.annotations ?? {}).some((k) => k.startsWith(`${D}/gone.`))
+      );
+    });
   });
 });

@@ -1,0 +1,26 @@
+# Berth's image, ghcr.io/berth-dev/berth:<package.json version> (deploy/ refers to that name).
+# Not built in CI (CI has no Docker): build and push it by hand from a clean checkout,
+#   docker build -t ghcr.io/berth-dev/berth:$(npm pkg get version | tr -d '"') .
+# It runs `node dist/cli/main.js run` as the non-root user 65532 on a read-only root filesystem.
+
+FROM node:24-slim AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+# --ignore-scripts: `prepare` would build before the sources are here, and the devDependency `node`
+# (the runtime pinned for checkouts) would download a second Node.js the image does not need.
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json
+
+FROM node:24-slim
+LABEL org.opencontainers.image.title="berth" org.opencontainers.image.licenses="Apache-2.0"
+WORKDIR /app
+ENV NODE_ENV=production
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+COPY --from=build /src/dist ./dist
+# Numeric, so that the kubelet can verify runAsNonRoot.
+USER 65532:65532
+ENTRYPOINT ["node", "dist/cli/main.js"]
+CMD ["run"]

@@ -1,0 +1,290 @@
+// Agent placement at scale: `npm run bench:agents -- --nodes 1000 --pods 20000`.
+// 1. Burst: create the pods (bound to nodes, 200 pools) and time until every node's claims are
+//    right; the floor is the same burst while a minimal client sends only the necessary patches
+//    (one per node, its final claims) at the same concurrency.
+// 2. Churn at 100 pods per second: latency from a pod being bound to its node being correct.
+// 3. Writes: node patches by Berth per node whose claim set changed (at most one), and none otherwise.
+// Berth runs as its own process (`berth run --controllers agents`), as it would in a cluster.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { AgentPlacement } from '../src/agents/types.ts';
+import { installCrds } from '../src/cli/install.ts';
+import { applyTarget } from '../src/runtime/apply.ts';
+import { Informer } from '../src/runtime/informer.ts';
+import type { KubeClient } from '../src/runtime/kube.ts';
+import { slimNode, type SlimNode } from '../src/runtime/transforms.ts';
+import { Resources } from '../src/runtime/types.ts';
+import { packageRoot } from '../src/sandbox/paths.ts';
+import { freePorts } from '../src/sandbox/sandbox.ts';
+import { benchSandbox, forEachLimit, percentile, round } from './lib.ts';
+
+const { values } = parseArgs({
+  options: {
+    nodes: { type: 'string', default: '1000' },
+    pods: { type: 'string', default: '20000' },
+    pools: { type: 'string', default: '200' },
+    workers: { type: 'string', default: '16' },
+    'churn-seconds': { type: 'string', default: '30' },
+  },
+});
+const nodeCount = Number(values.nodes);
+const podCount = Number(values.pods);
+const poolCount = Number(values.pools);
+const workers = Number(values.workers);
+const churnSeconds = Number(values['churn-seconds']);
+const POOL = 'bench.berth.dev/pool-uid';
+const CLAIM = 'bench.berth.dev/claim.';
+const FLOOR = 'bench.berth.dev/floor.';
+const LABEL = 'bench.berth.dev/agent';
+
+const sb = await benchSandbox('bench-agents', [{ prefix: 'n', count: nodeCount }]);
+const client = sb.client({ maxInFlight: 64 });
+await installCrds(client);
+const nsOf = (i: number) => `bench-${i % 4}`;
+for (let i = 0; i < 4; i++)
+  await client.create(Resources.namespaces, {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: nsOf(i) },
+  });
+
+// The bench's own view of the nodes: each node's claims (under a prefix) as the API shows them.
+const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
+// Waiters by node: an update of one node checks only what waits on it.
+const waiters = new Map<string, Set<() => void>>();
+const wake = (node: string | undefined) => {
+  for (const w of waiters.get(node ?? '') ?? []) w();
+  for (const w of waiters.get('*') ?? []) w();
+};
+nodes.addEventHandler({
+  onUpdate: (_a, b) => {
+    refresh(b.metadata!.name!);
+    wake(b.metadata?.name);
+  },
+});
+nodes.start();
+await nodes.waitForSync();
+const claimsOf = (node: string, prefix: string) =>
+  Object.keys(nodes.get(node)?.metadata?.annotations ?? {})
+    .filter((k) => k.startsWith(prefix))
+    .map((k) => k.slice(prefix.length))
+    .sort()
+    .join(',');
+
+/** Expected claims per node, kept as pods are added and removed. */
+const placed = new Map<string, Map<string, number>>();
+const expected = (node: string) => [...(placed.get(node) ?? new Map()).keys()].sort().join(',');
+const track = (node: string, pool: string, delta: number) => {
+  const m = placed.get(node) ?? new Map<string, number>();
+  const n = (m.get(pool) ?? 0) + delta;
+  if (n > 0) m.set(pool, n);
+  else m.delete(pool);
+  placed.set(node, m);
+  refresh(node);
+};
+// Which nodes carry exactly their expected claims, per prefix: kept per node as nodes change,
+// so that "every node is right" costs nothing to ask (the bench must not eat the CPU it measures).
+const right = new Map<string, Set<string>>([
+  [CLAIM, new Set()],
+  [FLOOR, new Set()],
+]);
+function refresh(node: string) {
+  for (const [prefix, set] of right) {
+    if (claimsOf(node, prefix) === expected(node)) set.add(node);
+    else set.delete(node);
+  }
+}
+const allRight = (prefix: string) => right.get(prefix)!.size === nodeCount;
+/** Resolves with the time `pred` first holds, checked whenever `node` ('*': any node) changes. */
+const until = (pred: () => boolean, node = '*', timeoutMs = 600_000) =>
+  new Promise<number>((resolve, reject) => {
+    const set = waiters.get(node) ?? new Set<() => void>();
+    waiters.set(node, set);
+    const timer = setTimeout(() => {
+      set.delete(check);
+      reject(new Error('timed out'));
+    }, timeoutMs);
+    function check() {
+      if (!pred()) return;
+      clearTimeout(timer);
+      set.delete(check);
+      resolve(performance.now());
+    }
+    set.add(check);
+    check();
+  });
+
+const pools = Array.from({ length: poolCount }, (_, i) => `pool-${i.toString().padStart(4, '0')}`);
+// A seeded generator: the same pools land on the same nodes in the floor and in Berth's run, and a
+// node hosts pods of many pools (so that churn adds and removes claims, as in a real cluster).
+const poolOf = (i: number) => {
+  let t = (i + 0x6d2b79f5) | 0;
+  t = Math.imul(t ^ (t >>> 15), t | 1);
+  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+  return pools[((t ^ (t >>> 14)) >>> 0) % poolCount]!;
+};
+const podSpec = (i: number) => ({ name: `w-${i}`, ns: nsOf(i), node: `n-${i % nodeCount}`, pool: poolOf(i) });
+const createPod = (c: KubeClient, p: ReturnType<typeof podSpec>) =>
+  c.create(Resources.pods, {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: p.name, namespace: p.ns, labels: { app: 'bench-worker', [POOL]: p.pool } },
+    spec: { nodeName: p.node, containers: [{ name: 'w', image: 'registry.example/w:1' }] },
+  });
+const deleteAllPods = async () => {
+  for (let i = 0; i < 4; i++)
+    // Deleting thousands of pods at once answers only when done: give it time.
+    await client.request('DELETE', `/api/v1/namespaces/${nsOf(i)}/pods`, {
+      query: { gracePeriodSeconds: 0 },
+      idleTimeoutMs: 600_000,
+    });
+  for (;;) {
+    let left = 0;
+    for (let i = 0; i < 4; i++)
+      left += (await client.list(Resources.pods, { namespace: nsOf(i), query: { limit: 1 } })).items.length;
+    if (left === 0) return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+};
+
+// Phase 0: the floor. The same burst while a minimal client, which knows each node's final claims
+// in advance (no controller can), sends only the necessary patches: one per node, at the same
+// concurrency as Berth's workers. A lower bound: no watch, no cache, no intermediate states.
+const burst = [...Array(podCount).keys()].map(podSpec);
+for (const p of burst) track(p.node, p.pool, 1);
+for (let i = 0; i < nodeCount; i++) refresh(`n-${i}`);
+let t0 = performance.now();
+await Promise.all([
+  forEachLimit(burst, 64, (p) => createPod(client, p).then(() => {})),
+  forEachLimit([...Array(nodeCount).keys()], workers, async (i) => {
+    const body = applyTarget(Resources.nodes, nodes.get(`n-${i}`)!);
+    body.metadata.labels = { [LABEL]: 'true' };
+    body.metadata.annotations = Object.fromEntries(
+      [...(placed.get(`n-${i}`)?.keys() ?? [])].map((pool) => [`${FLOOR}${pool}`, pool]),
+    );
+    await client.apply(Resources.nodes, body, { fieldManager: 'bench-floor' });
+  }),
+]);
+const floorSeconds = ((await until(() => allRight(FLOOR))) - t0) / 1000;
+console.log(`floor: ${podCount} pods and ${nodeCount} necessary patches in ${floorSeconds.toFixed(2)} s`);
+await deleteAllPods();
+
+// Berth, as a separate process.
+const [metricsPort, healthPort] = await freePorts(2);
+const berth = spawn(
+  process.execPath,
+  [
+    `${packageRoot()}/src/cli/main.ts`,
+    'run',
+    `--kubeconfig=${sb.kubeconfigPath}`,
+    '--controllers=agents',
+    `--agent-workers=${workers}`,
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+    '--webhook-bind-address=0',
+    '--log-level=warn',
+  ],
+  { stdio: ['ignore', 'inherit', 'inherit'] },
+);
+const nodeWrites = async () => {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith('berth_node_writes_total{field_manager="berth-agents"}'));
+  return Number(line?.split(' ').pop() ?? 0);
+};
+try {
+  while (
+    !(await fetch(`http://127.0.0.1:${healthPort}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    ))
+  )
+    await new Promise((r) => setTimeout(r, 200));
+  await client.create(AgentPlacement.ref, {
+    apiVersion: AgentPlacement.apiVersion,
+    kind: 'AgentPlacement',
+    metadata: { name: 'bench' },
+    spec: {
+      podSelector: { matchLabels: { app: 'bench-worker' } },
+      owner: { uidLabel: POOL },
+      nodeLabel: { key: LABEL },
+      claimAnnotationPrefix: CLAIM,
+    },
+  });
+
+  // Phase 1: the burst, with Berth.
+  t0 = performance.now();
+  await forEachLimit(burst, 64, (p) => createPod(client, p).then(() => {}));
+  const convergeSeconds = ((await until(() => allRight(CLAIM))) - t0) / 1000;
+  console.log(
+    `burst: ${podCount} pods on ${nodeCount} nodes, claims right in ${convergeSeconds.toFixed(2)} s`,
+  );
+
+  // Phase 2: churn at 100 pods/s (half new pods, half deletions), latency from bind to a correct node.
+  await new Promise((r) => setTimeout(r, 2000));
+  const writesBefore = await nodeWrites();
+  let changedNodes = 0;
+  const latencies: number[] = [];
+  const live = [...burst];
+  let next = podCount;
+  const tick = async (i: number) => {
+    const add = i % 2 === 0;
+    const p = add ? podSpec(next++) : live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
+    const before = expected(p.node);
+    track(p.node, p.pool, add ? 1 : -1);
+    const after = expected(p.node);
+    if (before !== after) changedNodes++;
+    if (add) {
+      await createPod(client, p);
+      // Only now may a deletion pick it.
+      live.push(p);
+    } else await client.delete(Resources.pods, p.name, p.ns, { gracePeriodSeconds: 0 });
+    const bound = performance.now();
+    // Later operations on the same node may move its expected claims on: wait for any state at
+    // least this one (the claims equal to what they must be now).
+    latencies.push((await until(() => claimsOf(p.node, CLAIM) === expected(p.node), p.node, 30_000)) - bound);
+  };
+  const ops: Promise<void>[] = [];
+  const failures: unknown[] = [];
+  const churnStart = performance.now();
+  for (let i = 0; i < churnSeconds * 100; i++) {
+    const due = churnStart + i * 10;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    // Kept and rethrown after the loop, so that a failure still stops Berth (finally) instead of crashing.
+    ops.push(tick(i).catch((e: unknown) => void failures.push(e)));
+  }
+  await Promise.all(ops);
+  if (failures.length) throw failures[0];
+  await new Promise((r) => setTimeout(r, 2000));
+  const writes = (await nodeWrites()) - writesBefore;
+  const rssMB = round(
+    Number(readFileSync(`/proc/${berth.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)![1]) / 1024,
+  );
+  console.log(
+    `churn: ${churnSeconds * 100} pod operations, ${changedNodes} changed a node's claims, ${writes} node patches by Berth`,
+  );
+  console.log(
+    `churn latency: p50 ${round(percentile(latencies, 50))} ms, p99 ${round(percentile(latencies, 99))} ms`,
+  );
+  console.log(
+    JSON.stringify({
+      nodes: nodeCount,
+      pods: podCount,
+      convergeSeconds: round(convergeSeconds, 2),
+      floorSeconds: round(floorSeconds, 2),
+      ratio: round(convergeSeconds / floorSeconds, 2),
+      churnP99ms: round(percentile(latencies, 99)),
+      writesPerChangedNode: round(writes / Math.max(1, changedNodes), 2),
+      rssMB,
+    }),
+  );
+} finally {
+  berth.kill('SIGTERM');
+  await new Promise((r) => berth.once('exit', r));
+  await nodes.stop();
+  client.close();
+  await sb.destroy();
+}

@@ -1,0 +1,258 @@
+// The deploy files (deploy/) agree with the code: the generated ones are current, and the
+// hand-written ones keep the invariants an install depends on.
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { parse, parseAllDocuments } from 'yaml';
+import { generatedFiles, HEADER, HELM_CRDS_DIR } from '../../scripts/manifests.ts';
+import { capabilities } from '../../src/cli/capabilities.ts';
+import { runCommand } from '../../src/cli/run.ts';
+import { parseRuleFile } from '../../src/labels/files.ts';
+import { NAMESPACE, rbacManifests, SERVICE_ACCOUNT } from '../../src/manifests.ts';
+import type { KubeObject } from '../../src/runtime/types.ts';
+import { packageRoot } from '../../src/sandbox/paths.ts';
+
+const root = packageRoot();
+const read = (path: string): string => readFileSync(join(root, path), 'utf8');
+const docs = (path: string): KubeObject[] => parseAllDocuments(read(path)).map((d) => d.toJS() as KubeObject);
+const packageVersion = (JSON.parse(read('package.json')) as { version: string }).version;
+
+// Loosely typed views of the objects under test: a missing field fails an assertion, not the compiler.
+/* eslint-disable @typescript-eslint/no-explicit-any */
+type Any = any;
+
+const BASE = 'deploy/kustomize/base';
+const CHART = 'deploy/helm/berth';
+const crdNames = capabilities.flatMap((c) => c.crds.map((r) => r.crd.metadata!.name!)).sort();
+const clusterRoleRules = (rbacManifests().find((o) => o.kind === 'ClusterRole') as Any).rules;
+const runFlags = new Set(runCommand().options.map((o) => o.long));
+
+/** Every object of the kustomize base, from the files its kustomization.yaml lists. */
+function baseObjects(): KubeObject[] {
+  const k = parse(read(`${BASE}/kustomization.yaml`)) as { resources: string[] };
+  return k.resources.flatMap((r) => docs(`${BASE}/${r}`));
+}
+
+function find(objects: KubeObject[], kind: string, name?: string): Any {
+  const o = objects.find((x) => x.kind === kind && (name === undefined || x.metadata?.name === name));
+  assert.ok(o, `no ${kind}${name ? ` ${name}` : ''}`);
+  return o;
+}
+
+/** `--flag=value` arguments by flag; bare `--flag` maps to ''. */
+function flags(args: string[]): Map<string, string> {
+  return new Map(
+    args
+      .filter((a) => a.startsWith('--'))
+      .map((a): [string, string] => {
+        const i = a.indexOf('=');
+        return i < 0 ? [a, ''] : [a.slice(0, i), a.slice(i + 1)];
+      }),
+  );
+}
+
+function assertHardened(pod: Any, container: Any, where: string): void {
+  const sc = container.securityContext ?? {};
+  assert.equal(pod.runAsNonRoot ?? sc.runAsNonRoot, true, `${where}: runAsNonRoot`);
+  assert.equal(sc.readOnlyRootFilesystem, true, `${where}: readOnlyRootFilesystem`);
+  assert.equal(sc.allowPrivilegeEscalation, false, `${where}: allowPrivilegeEscalation`);
+  assert.deepEqual(sc.capabilities?.drop, ['ALL'], `${where}: capabilities.drop`);
+  assert.equal(
+    (sc.seccompProfile ?? pod.seccompProfile)?.type,
+    'RuntimeDefault',
+    `${where}: seccompProfile RuntimeDefault`,
+  );
+  const user = sc.runAsUser ?? pod.runAsUser;
+  assert.ok(user === undefined || user > 0, `${where}: runAsUser must not be root`);
+}
+
+describe('generated deploy files', () => {
+  test('are what npm run manifests writes now', () => {
+    const files = generatedFiles();
+    const stale = [...files].filter(
+      ([path, content]) => !existsSync(join(root, path)) || read(path) !== content,
+    );
+    assert.deepEqual(
+      stale.map(([path]) => path),
+      [],
+      'generated deploy files are stale: run npm run manifests',
+    );
+    const extra = readdirSync(join(root, HELM_CRDS_DIR)).filter((f) => !files.has(`${HELM_CRDS_DIR}/${f}`));
+    assert.deepEqual(extra, [], `${HELM_CRDS_DIR} has files no capability defines: run npm run manifests`);
+    for (const [path, content] of files) assert.ok(content.startsWith(HEADER), `${path} has the header`);
+  });
+
+  test('hold every capability CRD, in kustomize and in Helm', () => {
+    const kustomize = baseObjects()
+      .filter((o) => o.kind === 'CustomResourceDefinition')
+      .map((o) => o.metadata!.name!);
+    assert.deepEqual(kustomize.sort(), crdNames);
+    const helm = readdirSync(join(root, HELM_CRDS_DIR)).flatMap((f) =>
+      docs(`${HELM_CRDS_DIR}/${f}`).map((o) => o.metadata!.name!),
+    );
+    assert.deepEqual(helm.sort(), crdNames);
+  });
+
+  test('grant the ClusterRole exactly the rules of rbacManifests()', () => {
+    assert.deepEqual(find(baseObjects(), 'ClusterRole', 'berth').rules, clusterRoleRules);
+    const template = read(`${CHART}/templates/clusterrole.yaml`);
+    // The metadata is Go template; the rules section is plain YAML.
+    const rules = parse(template.slice(template.indexOf('\nrules:'))) as Any;
+    assert.deepEqual(rules.rules, clusterRoleRules);
+  });
+});
+
+describe('kustomize base', () => {
+  const objects = baseObjects();
+  const deployment = find(objects, 'Deployment', 'berth');
+  const pod = deployment.spec.template.spec;
+  const container = pod.containers[0];
+  const args = flags(container.args);
+  const podLabels = deployment.spec.template.metadata.labels;
+  const selects = (selector: Record<string, string>) =>
+    Object.entries(selector).every(([k, v]) => podLabels[k] === v);
+
+  test('lists every file of the base', () => {
+    const listed = (parse(read(`${BASE}/kustomization.yaml`)) as { resources: string[] }).resources;
+    const files = readdirSync(join(root, BASE)).filter(
+      (f) => f.endsWith('.yaml') && f !== 'kustomization.yaml',
+    );
+    assert.deepEqual([...listed].sort(), files.sort());
+  });
+
+  test('puts everything namespaced in berth-system, under the berth service account', () => {
+    for (const o of objects) {
+      const clusterScoped = ['Namespace', 'CustomResourceDefinition', 'ClusterRole', 'ClusterRoleBinding'];
+      if (!clusterScoped.includes(o.kind!))
+        assert.equal(o.metadata?.namespace, NAMESPACE, `${o.kind} ${o.metadata?.name}`);
+    }
+    const ns = find(objects, 'Namespace', NAMESPACE);
+    assert.equal(ns.metadata.labels['pod-security.kubernetes.io/enforce'], 'restricted');
+    find(objects, 'ServiceAccount', SERVICE_ACCOUNT);
+    assert.equal(pod.serviceAccountName, SERVICE_ACCOUNT);
+    assert.deepEqual(find(objects, 'ClusterRoleBinding', 'berth').subjects, [
+      { kind: 'ServiceAccount', name: SERVICE_ACCOUNT, namespace: NAMESPACE },
+    ]);
+  });
+
+  test('runs the package version of the image', () => {
+    const k = parse(read(`${BASE}/kustomization.yaml`)) as Any;
+    const image = k.images.find((i: Any) => i.name === container.image);
+    assert.equal(image?.newTag, packageVersion, `${BASE}/kustomization.yaml images: tag ${packageVersion}`);
+  });
+
+  test('passes only flags berth run knows, leader election included', () => {
+    assert.equal(container.args[0], 'run');
+    for (const flag of args.keys()) assert.ok(runFlags.has(flag), `berth run has no ${flag}`);
+    assert.ok(args.has('--leader-elect'));
+    assert.ok(deployment.spec.replicas >= 2);
+    for (const f of ['--metrics-bind-address', '--health-probe-bind-address', '--webhook-bind-address'])
+      assert.match(args.get(f) ?? '', /^0\.0\.0\.0:\d+$/, f);
+    const env = new Map(container.env.map((e: Any) => [e.name, e.valueFrom?.fieldRef?.fieldPath]));
+    assert.equal(env.get('POD_NAME'), 'metadata.name');
+    assert.equal(env.get('POD_NAMESPACE'), 'metadata.namespace');
+  });
+
+  test('probes /readyz and /healthz on the health port', () => {
+    const port = (name: string) => container.ports.find((p: Any) => p.name === name)?.containerPort;
+    assert.equal(`0.0.0.0:${port('health')}`, args.get('--health-probe-bind-address'));
+    assert.equal(`0.0.0.0:${port('metrics')}`, args.get('--metrics-bind-address'));
+    assert.equal(`0.0.0.0:${port('webhook')}`, args.get('--webhook-bind-address'));
+    assert.deepEqual(container.readinessProbe.httpGet, { path: '/readyz', port: 'health' });
+    assert.deepEqual(container.livenessProbe.httpGet, { path: '/healthz', port: 'health' });
+  });
+
+  test('hardens the pod (restricted Pod Security) and bounds its memory', () => {
+    assertHardened(pod.securityContext, container, 'deployment');
+    assert.ok(container.resources.requests.cpu && container.resources.requests.memory);
+    assert.ok(container.resources.limits.memory);
+    assert.ok(
+      pod.topologySpreadConstraints.some(
+        (c: Any) => c.topologyKey === 'kubernetes.io/hostname' && selects(c.labelSelector.matchLabels),
+      ),
+    );
+    const pdb = find(objects, 'PodDisruptionBudget');
+    assert.equal(pdb.spec.minAvailable, 1);
+    assert.ok(selects(pdb.spec.selector.matchLabels));
+  });
+
+  test('registers the webhooks with a Service that reaches the webhook port', () => {
+    const [ns, name] = (args.get('--webhook-register') ?? '').replace(/^service=/, '').split('/');
+    assert.equal(ns, NAMESPACE);
+    const svc = find(objects, 'Service', name);
+    assert.ok(selects(svc.spec.selector));
+    assert.ok(svc.spec.ports.some((p: Any) => p.port === 443 && p.targetPort === 'webhook'));
+    assert.ok(
+      find(objects, 'Service', 'berth-metrics').spec.ports.some((p: Any) => p.targetPort === 'metrics'),
+    );
+    // The serving certificate: cert-manager's Secret, mounted where --webhook-cert-dir says.
+    const mount = container.volumeMounts.find((m: Any) => m.mountPath === args.get('--webhook-cert-dir'));
+    const volume = pod.volumes.find((v: Any) => v.name === mount?.name);
+    const certManager = docs('deploy/kustomize/cert-manager/certificate.yaml');
+    const cert = find(certManager, 'Certificate');
+    assert.equal(volume?.secret?.secretName, cert.spec.secretName);
+    assert.ok(cert.spec.dnsNames.includes(`${name}.${NAMESPACE}.svc`));
+    assert.equal(find(certManager, 'Issuer', cert.spec.issuerRef.name).spec.selfSigned !== undefined, true);
+    const k = parse(read('deploy/kustomize/default/kustomization.yaml')) as Any;
+    assert.deepEqual([k.resources, k.components], [['../base'], ['../cert-manager']]);
+  });
+
+  test('mounts valid rule files, one per ConfigMap key, at --label-dir', () => {
+    const cm = find(objects, 'ConfigMap', 'berth-label-rules');
+    const mount = container.volumeMounts.find((m: Any) => m.mountPath === args.get('--label-dir'));
+    const volume = pod.volumes.find((v: Any) => v.name === mount?.name);
+    assert.equal(volume?.configMap?.name, cm.metadata.name);
+    // Optional, so that removing a key removes the file (and its labels) instead of failing the mount.
+    assert.equal(volume.configMap.optional, true);
+    const items: { key: string; path: string }[] = volume.configMap.items;
+    assert.deepEqual(items.map((i) => i.key).sort(), Object.keys(cm.data).sort());
+    for (const { key, path } of items) {
+      const [namespace, label, ...rest] = path.split('/');
+      assert.equal(rest.length, 0, `${path} is <namespace>/<label>`);
+      const { rule, errors } = parseRuleFile(path, namespace!, label!, Buffer.from(cm.data[key]));
+      assert.deepEqual(errors, [], `${key}: ${JSON.stringify(errors)}`);
+      assert.ok(rule);
+    }
+  });
+});
+
+describe('Helm chart', () => {
+  const chart = parse(read(`${CHART}/Chart.yaml`)) as Any;
+  const values = parse(read(`${CHART}/values.yaml`)) as Any;
+  const deployment = read(`${CHART}/templates/deployment.yaml`);
+
+  test('is versioned with the package', () => {
+    assert.equal(chart.version, packageVersion, `${CHART}/Chart.yaml version`);
+    assert.equal(chart.appVersion, packageVersion, `${CHART}/Chart.yaml appVersion`);
+  });
+
+  test('defaults to leader election, every controller and a hardened pod', () => {
+    assert.equal(values.leaderElect, true);
+    assert.ok(values.replicas >= 2);
+    assert.deepEqual(
+      values.controllers,
+      capabilities.map((c) => c.name),
+    );
+    assertHardened(values.podSecurityContext, { securityContext: values.securityContext }, 'values.yaml');
+    assert.ok(values.resources.limits.memory);
+  });
+
+  test('passes only flags berth run knows, and probes /readyz and /healthz', () => {
+    const used = new Set(deployment.match(/(?<=^\s*- "?)--[a-z-]+/gm));
+    for (const flag of used) assert.ok(runFlags.has(flag), `berth run has no ${flag}`);
+    assert.ok(used.has('--leader-elect'));
+    assert.match(deployment, /path: \/readyz/);
+    assert.match(deployment, /path: \/healthz/);
+    assert.match(deployment, /name: POD_NAME\b/);
+    assert.match(deployment, /name: POD_NAMESPACE\b/);
+  });
+
+  test('guards optional objects by their values', () => {
+    const guard = (file: string) => read(`${CHART}/templates/${file}`).split('\n')[0];
+    assert.equal(guard('servicemonitor.yaml'), '{{- if .Values.metrics.serviceMonitor.enabled }}');
+    assert.match(guard('certificate.yaml')!, /\.Values\.webhook\.certManager\.enabled/);
+    assert.match(guard('pdb.yaml')!, /\.Values\.podDisruptionBudget\.enabled/);
+    assert.match(guard('configmap.yaml')!, /\.Values\.labelRules/);
+  });
+});
