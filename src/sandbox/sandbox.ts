@@ -194,12 +194,14 @@ export class Sandbox {
       // already gone
     }
     const until = Date.now() + timeoutMs;
-    while (this.isOurs(p, pid)) {
-      if (Date.now() > until) {
-        process.kill(-pid, 'SIGKILL');
-      }
+    // /proc/PID/exe disappears early in an exit, before the process has closed its sockets: wait
+    // until it is a zombie or gone, and its port is free, so that a restart can bind it again.
+    while (!isZombie(pid)) {
+      if (Date.now() > until) process.kill(-pid, 'SIGKILL');
       await sleep(50);
     }
+    const port = this.status().find((s) => s.name === p)!.port;
+    while ((await isListening(port)) && Date.now() < until + 5000) await sleep(50);
     delete st.pids[p];
     this.saveState();
   }
