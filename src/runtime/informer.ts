@@ -152,7 +152,9 @@ export class Informer<T extends KubeObject = KubeObject> {
   }
 
   private async run(signal: AbortSignal): Promise<void> {
-    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 800, maxMs: 30_000 };
+    // A short first retry: a watch that fails right after a list (a CRD still initialising, an
+    // apiserver restarting) is usually back at once, and every event waits for it.
+    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 };
     let delay = initialMs;
     while (!signal.aborted) {
       try {
