@@ -4,7 +4,7 @@
 // owner's deletion until no node carries its claim.
 import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
 import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
-import { Controller, FirstPass, type Result } from '../runtime/controller.ts';
+import { Controller, FirstPass, generationChanged, type Result } from '../runtime/controller.ts';
 import { RestMapper } from '../runtime/discovery.ts';
 import type { EventRecorder } from '../runtime/events.ts';
 import { keyOf, type Informer } from '../runtime/informer.ts';
@@ -91,8 +91,6 @@ export class AgentsController {
       ...new Set(pods.flatMap((p) => (p.spec.nodeName ? [p.spec.nodeName] : []))),
     ];
     const allNodes = () => this.nodes.keys();
-    const specChanged = (a: KubeObject, b: KubeObject) =>
-      a === b || a.metadata?.generation !== b.metadata?.generation;
     const ownerChanged = (a: KubeObject, b: KubeObject) =>
       a === b || JSON.stringify(a.metadata?.ownerReferences) !== JSON.stringify(b.metadata?.ownerReferences);
 
@@ -104,7 +102,7 @@ export class AgentsController {
     })
       .watch(this.pods, (p) => p.spec.nodeName, { update: podChanged })
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
-      .watch(this.placementObjects, allNodes, { update: specChanged })
+      .watch(this.placementObjects, allNodes, generationChanged)
       .watch(
         this.namespaces,
         (ns) => nodesOfPods(this.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
@@ -126,7 +124,7 @@ export class AgentsController {
       workers: 2,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    }).watch(this.placementObjects, (p) => p.metadata!.name!, { update: specChanged });
+    }).watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged);
 
     this.finalizerController = new Controller({
       name: 'agents-finalizer',
@@ -134,7 +132,7 @@ export class AgentsController {
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileOwner(key) },
     })
-      .watch(this.placementObjects, (p) => p.metadata!.name!, { update: specChanged })
+      .watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged)
       // A claim that appears or goes changes whether its owner may be deleted.
       .watch(
         this.nodes,
@@ -418,10 +416,6 @@ export class AgentsController {
       this.ownerInformers.set(key, inf);
     }
     return inf;
-  }
-
-  get resultsByNode(): ReadonlyMap<string, NodeResult> {
-    return this.results;
   }
 
   /**

@@ -4,7 +4,14 @@
 import { applyStatus } from '../runtime/apply.ts';
 import { NodeWriter } from '../runtime/nodeapply.ts';
 import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
-import { changedPredicate, Controller, FirstPass, type Result, type Source } from '../runtime/controller.ts';
+import {
+  changedPredicate,
+  Controller,
+  FirstPass,
+  generationChanged,
+  type Result,
+  type Source,
+} from '../runtime/controller.ts';
 import type { EventRecorder } from '../runtime/events.ts';
 import type { EventHandler, Informer } from '../runtime/informer.ts';
 import type { Logger } from '../runtime/log.ts';
@@ -76,8 +83,6 @@ export class LabelsController {
     this.files?.addEventHandler(invalidate);
 
     const allNodes = () => this.nodes.keys();
-    const ruleChanged = (a: RuleObject, b: RuleObject) =>
-      a === b || a.metadata?.generation !== b.metadata?.generation;
     this.nodeController = new Controller({
       name: 'labels-node',
       workers: opts.workers ?? 16,
@@ -85,7 +90,7 @@ export class LabelsController {
       reconciler: { reconcile: (key) => this.reconcileNode(key) },
     })
       .watch(this.nodes, (n) => n.metadata!.name!, nodePredicate)
-      .watch(this.ruleObjects, allNodes, { update: ruleChanged });
+      .watch(this.ruleObjects, allNodes, generationChanged);
     if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
 
     this.statusController = new Controller({
@@ -93,7 +98,7 @@ export class LabelsController {
       workers: 2,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    }).watch(this.ruleObjects, (r) => r.metadata!.name!, { update: ruleChanged });
+    }).watch(this.ruleObjects, (r) => r.metadata!.name!, generationChanged);
 
     manager.add(this.nodeController);
     manager.add(this.statusController);

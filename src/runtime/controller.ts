@@ -46,6 +46,12 @@ export interface ControllerOptions {
   logger?: Logger;
 }
 
+/** Reconciles an object only when its spec changed (its generation), not on status or metadata writes. */
+export const generationChanged = {
+  update: (a: KubeObject, b: KubeObject): boolean =>
+    a === b || a.metadata?.generation !== b.metadata?.generation,
+};
+
 /** Reconciles objects that changed meaningfully: their generation, labels, annotations or deletion. */
 export const changedPredicate: Predicates<KubeObject> = {
   update: (a, b) =>

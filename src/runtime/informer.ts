@@ -85,10 +85,6 @@ export class Informer<T extends KubeObject = KubeObject> {
     for (const [key, obj] of this.store) for (const v of fn(obj)) addTo(index, v, key);
   }
 
-  hasIndexer(name: string): boolean {
-    return this.indexers.has(name);
-  }
-
   /** Registers a handler; it is told about every object already cached, as adds. */
   addEventHandler(h: EventHandler<T>): void {
     this.handlers.push(h);
@@ -115,10 +111,6 @@ export class Informer<T extends KubeObject = KubeObject> {
     const index = this.indices.get(name);
     if (!index) throw new Error(`informer ${this.ref.resource} has no index ${name}`);
     return [...(index.get(value) ?? [])].map((k) => this.store.get(k)!);
-  }
-
-  indexKeys(name: string, value: string): string[] {
-    return [...(this.indices.get(name)?.get(value) ?? [])];
   }
 
   hasSynced(): boolean {

@@ -62,6 +62,7 @@ export class Manager {
   private readonly servers: RunningServer[] = [];
   private readonly recorders = new Map<string, EventRecorder>();
   private readonly stopping = new AbortController();
+  private started = false;
   private leaderWork: AbortController | undefined;
   private elector: LeaderElector | undefined;
   private electorLoop: Promise<void> | undefined;
@@ -145,8 +146,6 @@ export class Manager {
   addRunnable(r: Runnable): void {
     this.runnables.push(r);
   }
-
-  private started = false;
 
   /** Every informer has listed once: what /readyz reports. */
   hasSynced(): boolean {

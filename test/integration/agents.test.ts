@@ -54,23 +54,14 @@ before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'agents');
   nodes.push(...(await addNodes(client, { prefix: id, count: 4 })));
-  await client.apply(
-    AgentPlacement.ref,
-    {
-      apiVersion: AgentPlacement.apiVersion,
-      kind: 'AgentPlacement',
-      metadata: { name: id },
-      spec: {
-        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
-        podSelector: { matchLabels: { app: `${id}-worker` } },
-        owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
-        nodeLabel: { key: LABEL, value: 'true' },
-        claimAnnotationPrefix: CLAIM,
-        finalizer: { name: `${D}/release-node-claims` },
-      },
-    },
-    { fieldManager: 'test-author', force: true },
-  );
+  await applyPlacement(id, {
+    namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
+    podSelector: { matchLabels: { app: `${id}-worker` } },
+    owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
+    nodeLabel: { key: LABEL, value: 'true' },
+    claimAnnotationPrefix: CLAIM,
+    finalizer: { name: `${D}/release-node-claims` },
+  });
   await startController();
 });
 
@@ -81,6 +72,14 @@ after(async () => {
   await deleteNodes(client, nodes);
   client.close();
 });
+
+/** Creates or updates an AgentPlacement, as its author would. */
+const applyPlacement = (name: string, spec: unknown) =>
+  client.apply(
+    AgentPlacement.ref,
+    { apiVersion: AgentPlacement.apiVersion, kind: 'AgentPlacement', metadata: { name }, spec },
+    { fieldManager: 'test-author', force: true },
+  );
 
 /** A pool: a ConfigMap whose uid its pods carry, as the seed's WorkerPool UID label. */
 async function pool(name: string): Promise<string> {
@@ -128,22 +127,13 @@ const expectNode = (node: string, label: string | undefined, claims: string[]) =
 describe('agent placement', () => {
   test('the wait-for-agent init container is injected by the Pod CREATE webhook, before existing init containers', async () => {
     const name = `${id}-wait`;
-    await client.apply(
-      AgentPlacement.ref,
-      {
-        apiVersion: AgentPlacement.apiVersion,
-        kind: 'AgentPlacement',
-        metadata: { name },
-        spec: {
-          podSelector: { matchLabels: { app: `${id}-waiting` } },
-          owner: { uidLabel: POOL },
-          nodeLabel: { key: `${D}/waiting-agent` },
-          claimAnnotationPrefix: `${D}/waiting.`,
-          waitForAgent: { port: 8085 },
-        },
-      },
-      { fieldManager: 'test-author', force: true },
-    );
+    await applyPlacement(name, {
+      podSelector: { matchLabels: { app: `${id}-waiting` } },
+      owner: { uidLabel: POOL },
+      nodeLabel: { key: `${D}/waiting-agent` },
+      claimAnnotationPrefix: `${D}/waiting.`,
+      waitForAgent: { port: 8085 },
+    });
     const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
     const hooks = new WebhookRunnable({
       client,
@@ -342,22 +332,13 @@ describe('agent placement', () => {
     const name = `${id}-gone`;
     const [node] = await addNodes(client, { prefix: `${id}-gone`, count: 1 });
     nodes.push(node!);
-    await client.apply(
-      AgentPlacement.ref,
-      {
-        apiVersion: AgentPlacement.apiVersion,
-        kind: 'AgentPlacement',
-        metadata: { name },
-        spec: {
-          podSelector: { matchLabels: { app: `${id}-gone` } },
-          owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
-          nodeLabel: { key: `${D}/gone-agent` },
-          claimAnnotationPrefix: `${D}/gone.`,
-          finalizer: { name: `${D}/gone-claims` },
-        },
-      },
-      { fieldManager: 'test-author', force: true },
-    );
+    await applyPlacement(name, {
+      podSelector: { matchLabels: { app: `${id}-gone` } },
+      owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
+      nodeLabel: { key: `${D}/gone-agent` },
+      claimAnnotationPrefix: `${D}/gone.`,
+      finalizer: { name: `${D}/gone-claims` },
+    });
     const uid = await pool('pool-gone');
     await client.create(
       Resources.pods,
