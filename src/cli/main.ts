@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import { explainCommand } from './explain.ts';
+import { gatesCommand } from './gates.ts';
 import { installCommand, manifestsCommand } from './install.ts';
 import { rulesCommand } from './rules.ts';
 import { runCommand } from './run.ts';
@@ -17,6 +18,7 @@ program.addCommand(installCommand());
 program.addCommand(manifestsCommand());
 program.addCommand(explainCommand());
 program.addCommand(rulesCommand());
+program.addCommand(gatesCommand());
 program.addCommand(sandboxCommand());
 
 try {

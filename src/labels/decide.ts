@@ -9,7 +9,7 @@ import {
   type NodeState,
 } from '../runtime/nodeapply.ts';
 import type { KubeObject } from '../runtime/types.ts';
-import { validateLabelKey, validateLabelValue } from './files.ts';
+import { validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
 import {
   isTemplate,
   matchRule,

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import type { Source } from '../runtime/controller.ts';
 import { errorText, type EventHandler } from '../runtime/informer.ts';
 import { rootLogger, type Logger } from '../runtime/log.ts';
+import { validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
 import type { MatchTerm, Rule } from './types.ts';
 
 /** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
@@ -18,36 +19,6 @@ export interface FileError {
 
 export const formatFileError = (e: FileError): string =>
   `${e.file}${e.line === undefined ? '' : `:${e.line}`}: ${e.message}`;
-
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
-const NAME_CHARS =
-  "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-
-/** Why `key` is not a valid Kubernetes label key (`[prefix/]name`), or undefined when it is. */
-export function validateLabelKey(key: string): string | undefined {
-  const parts = key.split('/');
-  if (parts.length > 2) return "must contain at most one '/' (an optional DNS subdomain prefix, then a name)";
-  const name = parts.at(-1) ?? '';
-  const prefix = parts.length === 2 ? (parts[0] ?? '') : undefined;
-  if (prefix !== undefined) {
-    if (prefix === '') return 'prefix part must be non-empty';
-    if (prefix.length > 253) return 'prefix part must be no more than 253 characters';
-    if (!DNS1123_SUBDOMAIN.test(prefix))
-      return "prefix part must be a DNS-1123 subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character";
-  }
-  if (name === '') return 'name part must be non-empty';
-  if (name.length > 63) return 'name part must be no more than 63 characters';
-  if (!QUALIFIED_NAME.test(name)) return `name part must consist of ${NAME_CHARS}`;
-  return undefined;
-}
-
-/** Why `value` is not a valid Kubernetes label value, or undefined when it is. */
-export function validateLabelValue(value: string): string | undefined {
-  if (value.length > 63) return 'must be no more than 63 characters';
-  if (value !== '' && !QUALIFIED_NAME.test(value)) return `must be empty or consist of ${NAME_CHARS}`;
-  return undefined;
-}
 
 // Quotes user text for a message; a runaway line must not make a runaway message.
 const quote = (s: string): string => JSON.stringify(s.length > 100 ? `${s.slice(0, 100)}…` : s);

@@ -12,13 +12,20 @@ interface ManagedFieldsEntry {
 }
 
 /**
- * The keys under `path` (e.g. ['metadata', 'labels']) that `manager` owns through Apply, read
- * from managedFields. For list-maps such as spec.taints the keys are the `k:{...}` identities.
+ * The keys under `path` (e.g. ['metadata', 'labels']) that `manager` owns through Apply (or,
+ * given, another operation), read from managedFields. For list-maps such as spec.taints the keys
+ * are the `k:{...}` identities.
  */
-export function ownedKeys(obj: KubeObject, manager: string, path: string[], subresource = ''): string[] {
+export function ownedKeys(
+  obj: KubeObject,
+  manager: string,
+  path: string[],
+  subresource = '',
+  operation: 'Apply' | 'Update' = 'Apply',
+): string[] {
   const entries = (obj.metadata?.managedFields ?? []) as ManagedFieldsEntry[];
   const entry = entries.find(
-    (e) => e.manager === manager && e.operation === 'Apply' && (e.subresource ?? '') === subresource,
+    (e) => e.manager === manager && e.operation === operation && (e.subresource ?? '') === subresource,
   );
   let node: unknown = entry?.fieldsV1;
   for (const p of path) node = (node as Record<string, unknown> | undefined)?.[`f:${p}`];

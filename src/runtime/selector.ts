@@ -1,5 +1,8 @@
-// metav1.LabelSelector semantics: matchLabels and matchExpressions all hold; an empty selector
-// selects everything (as in a NetworkPolicy or a webhook's namespaceSelector).
+// Labels: metav1.LabelSelector semantics (matchLabels and matchExpressions all hold; an empty
+// selector selects everything, as in a NetworkPolicy or a webhook's namespaceSelector), its schema
+// for custom resources, and the apiserver's rules for label keys and values.
+import { z } from 'zod';
+
 export interface LabelSelectorRequirement {
   key: string;
   operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';
@@ -36,4 +39,50 @@ export function selectorMatches(
     }
   }
   return true;
+}
+
+/** A label selector in a custom resource's spec. */
+export const labelSelectorSchema = z
+  .object({
+    matchLabels: z.record(z.string(), z.string()).optional(),
+    matchExpressions: z
+      .array(
+        z.object({
+          key: z.string().min(1),
+          operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
+          values: z.array(z.string()).optional(),
+        }),
+      )
+      .optional(),
+  })
+  .describe('A Kubernetes label selector; empty selects everything.');
+
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const NAME_CHARS =
+  "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/** Why `key` is not a valid Kubernetes label key (`[prefix/]name`), or undefined when it is. */
+export function validateLabelKey(key: string): string | undefined {
+  const parts = key.split('/');
+  if (parts.length > 2) return "must contain at most one '/' (an optional DNS subdomain prefix, then a name)";
+  const name = parts.at(-1) ?? '';
+  const prefix = parts.length === 2 ? (parts[0] ?? '') : undefined;
+  if (prefix !== undefined) {
+    if (prefix === '') return 'prefix part must be non-empty';
+    if (prefix.length > 253) return 'prefix part must be no more than 253 characters';
+    if (!DNS1123_SUBDOMAIN.test(prefix))
+      return "prefix part must be a DNS-1123 subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character";
+  }
+  if (name === '') return 'name part must be non-empty';
+  if (name.length > 63) return 'name part must be no more than 63 characters';
+  if (!QUALIFIED_NAME.test(name)) return `name part must consist of ${NAME_CHARS}`;
+  return undefined;
+}
+
+/** Why `value` is not a valid Kubernetes label value, or undefined when it is. */
+export function validateLabelValue(value: string): string | undefined {
+  if (value.length > 63) return 'must be no more than 63 characters';
+  if (value !== '' && !QUALIFIED_NAME.test(value)) return `must be empty or consist of ${NAME_CHARS}`;
+  return undefined;
 }

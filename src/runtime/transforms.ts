@@ -34,7 +34,8 @@ export function slimMetadata(m: ObjectMeta | undefined): ObjectMeta {
   if (m?.annotations) {
     const a = { ...m.annotations };
     for (const k of DROPPED_ANNOTATIONS) delete a[k];
-    if (Object.keys(a).length) out.annotations = internRecord(a);
+    // Kept even when empty: a JSON patch must know whether the object has an annotations map at all.
+    out.annotations = internRecord(a);
   }
   if (m?.ownerReferences?.length) {
     out.ownerReferences = m.ownerReferences.map((o) => ({
@@ -125,6 +126,7 @@ export const isBerthManager = (name: string): boolean => name.startsWith('berth'
 export function slimNode(obj: KubeObject): SlimNode {
   const node = obj as FullNode;
   const metadata = slimMetadata(node.metadata);
+  if (node.metadata?.creationTimestamp) metadata.creationTimestamp = node.metadata.creationTimestamp;
   const mf = (node.metadata?.managedFields as { manager?: string }[] | undefined)?.filter(
     (e) => e.manager !== undefined && isBerthManager(e.manager),
   );

@@ -52,9 +52,10 @@ export interface AdmissionRequest {
   options?: KubeObject;
 }
 
-/** One RFC 6902 operation; mutate() only produces these three. */
+/** One RFC 6902 operation; mutate() produces add, replace and remove. */
 export type JsonPatchOp =
-  { op: 'add' | 'replace'; path: string; value: unknown } | { op: 'remove'; path: string };
+  | { op: 'add' | 'replace' | 'test'; path: string; value: unknown }
+  | { op: 'remove'; path: string };
 
 export interface AdmissionStatus {
   code?: number;
@@ -457,7 +458,8 @@ async function withTimeout(
 
 // JSON Patch generation.
 
-const escapeKey = (key: string): string => key.replaceAll('~', '~0').replaceAll('/', '~1');
+/** A key as one segment of a JSON Pointer (RFC 6901). */
+export const escapeKey = (key: string): string => key.replaceAll('~', '~0').replaceAll('/', '~1');
 
 // Keys whose value is undefined do not exist once serialized, so they count as absent.
 const has = (o: Record<string, unknown>, key: string): boolean =>

@@ -9,11 +9,10 @@ import {
   parseRuleFile,
   RuleDirSource,
   scanRuleDir,
-  validateLabelKey,
-  validateLabelValue,
   type FileError,
   type RuleDirSourceOptions,
 } from '../../../src/labels/files.ts';
+import { validateLabelKey, validateLabelValue } from '../../../src/runtime/selector.ts';
 import type { Rule } from '../../../src/labels/types.ts';
 import { holdsFor, waitFor } from '../../helpers/wait.ts';
 

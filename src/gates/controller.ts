@@ -1,0 +1,362 @@
+// Startup gates: the reconcile loops. The node controller decides, per node, what every gate wants
+// (taint on or off, its annotations) and writes it in one compare-and-swap patch. The status
+// controller counts per gate, and keeps the gate's finalizer until no node carries anything of it.
+// The webhook taints joining nodes at admission, so a gated node is never schedulable without it.
+import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
+import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
+import { Controller, FirstPass, sameRecord, type Result } from '../runtime/controller.ts';
+import type { EventRecorder } from '../runtime/events.ts';
+import type { Informer } from '../runtime/informer.ts';
+import { ApiError } from '../runtime/kube.ts';
+import type { Logger } from '../runtime/log.ts';
+import type { Manager } from '../runtime/manager.ts';
+import { gateMetrics } from '../runtime/metrics.ts';
+import { WriteExpectations } from '../runtime/expectations.ts';
+import { slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
+import { Resources, type KubeObject } from '../runtime/types.ts';
+import { mutate, type AdmissionHandler } from '../runtime/webhook.ts';
+import type { WebhookSpec } from '../runtime/webhooks.ts';
+import {
+  admitNode,
+  decideGate,
+  leftOnNode,
+  nodePatch,
+  parseGates,
+  type Gate,
+  type GateDecision,
+  type GateProblem,
+} from './decide.ts';
+import {
+  EXEMPT_LABEL,
+  FIELD_MANAGER,
+  GATE_FINALIZER,
+  NodeStartupGate,
+  type NodeStartupGateStatus,
+} from './types.ts';
+
+type GateObject = KubeObject & { spec?: unknown; status?: NodeStartupGateStatus };
+
+/** What the node controller last decided for a node, per gate: for status, finalizers and events. */
+interface NodeGateResult {
+  state: GateDecision['state'];
+  timedOut: boolean;
+}
+
+export interface GatesControllerOptions {
+  workers?: number;
+  failurePolicy?: 'Fail' | 'Ignore';
+  clock?: () => number;
+}
+
+export class GatesController {
+  readonly pods: Informer<SlimPod>;
+  readonly nodes: Informer<SlimNode>;
+  readonly gateObjects: Informer<GateObject>;
+  readonly nodeController: Controller;
+  readonly statusController: Controller;
+  private readonly manager: Manager;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  private readonly clock: () => number;
+  private readonly failurePolicy: 'Fail' | 'Ignore';
+  private readonly expectations: WriteExpectations;
+  private readonly results = new Map<string, Map<string, NodeGateResult>>();
+  private readonly firstPass = new FirstPass();
+  private parsed: { version: string; gates: Gate[]; problems: Map<string, GateProblem> } | undefined;
+
+  constructor(manager: Manager, opts: GatesControllerOptions = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'gates' });
+    this.events = manager.recorder('gates');
+    this.clock = opts.clock ?? Date.now;
+    this.failurePolicy = opts.failurePolicy ?? 'Ignore';
+    this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
+    this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
+    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
+      transform: { name: 'slim-node', fn: slimNode },
+    });
+    this.expectations = new WriteExpectations(this.nodes);
+    this.gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
+
+    const gateChanged = (a: KubeObject, b: KubeObject) =>
+      a === b ||
+      a.metadata?.generation !== b.metadata?.generation ||
+      a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp;
+
+    this.nodeController = new Controller({
+      name: 'gates-node',
+      workers: opts.workers ?? 16,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileNode(key) },
+    })
+      .watch(this.pods, (p) => p.spec.nodeName, { update: podChanged })
+      .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
+      .watch(this.gateObjects, () => this.nodes.keys(), { update: gateChanged });
+
+    this.statusController = new Controller({
+      name: 'gates-status',
+      workers: 2,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
+    })
+      .watch(this.gateObjects, (g) => g.metadata!.name!, { update: gateChanged })
+      // A node giving back a deleted gate's taint may be the last thing its finalizer waits for.
+      .watch(this.nodes, () => this.deletingGates(), { update: nodeChanged });
+
+    manager.add(this.nodeController);
+    manager.add(this.statusController);
+  }
+
+  /** The gates from the cache, parsed once per change of any of them. */
+  gates(): { gates: Gate[]; problems: Map<string, GateProblem> } {
+    const objs = this.gateObjects.list();
+    const version = objs.map((o) => o.metadata?.resourceVersion).join(',');
+    if (this.parsed?.version !== version) this.parsed = { version, ...parseGates(objs) };
+    return this.parsed;
+  }
+
+  private deletingGates(): string[] {
+    return this.gates()
+      .gates.filter((g) => g.deleting)
+      .map((g) => g.name);
+  }
+
+  /** Every gate's decision for a node, now. */
+  decide(node: SlimNode): GateDecision[] {
+    const pods = this.pods.byIndex('nodeName', node.metadata!.name!);
+    const now = this.clock();
+    return this.gates().gates.map((g) => decideGate(g, node, pods, now));
+  }
+
+  private async reconcileNode(name: string): Promise<Result | void> {
+    const node = this.nodes.get(name);
+    if (!node) {
+      this.expectations.forget(name);
+      this.setResults(name, undefined);
+      return;
+    }
+    // Our last write has not come back through the watch yet: its event will bring us here again.
+    if (this.expectations.pending(node)) return;
+    const { gates } = this.gates();
+    const decisions = this.decide(node);
+    const patch = nodePatch(node, gates, decisions);
+    if (patch.length) {
+      try {
+        const written = await this.manager
+          .client()
+          .patch(Resources.nodes, name, patch, { type: 'json', fieldManager: FIELD_MANAGER });
+        this.expectations.expect(name, written.metadata?.resourceVersion);
+      } catch (e) {
+        if (isObjectGone(e)) return;
+        // A test operation failed: the node changed since the cache saw it. Its event is on the way.
+        if (e instanceof ApiError && e.status === 422) {
+          this.log.debug({ node: name, err: e.message }, 'node changed meanwhile; retrying');
+          return { requeue: true };
+        }
+        throw e;
+      }
+      for (const d of decisions) {
+        if (d.event) this.events.event(node, d.event.type, d.event.reason, 'Gate', d.event.message);
+        if (d.release)
+          gateMetrics.duration.observe({ gate: d.gate, outcome: d.release.outcome }, d.release.heldSeconds);
+        if (d.event || d.release)
+          this.log.info({ node: name, gate: d.gate, state: d.state, why: d.why }, d.event?.message ?? d.why);
+      }
+    }
+    const before = this.results.get(name);
+    this.setResults(name, new Map(decisions.map((d) => [d.gate, { state: d.state, timedOut: d.timedOut }])));
+    this.announceAdmissions(node, decisions, before);
+    const after = decisions.flatMap((d) => (d.requeueAfterMs === undefined ? [] : [d.requeueAfterMs]));
+    // A little past the deadline, so that the next look finds it passed.
+    if (after.length) return { requeueAfterMs: Math.max(1, Math.min(...after)) + 50 };
+  }
+
+  /** A node its webhook tainted at admission: the Gated event, once, when the controller first sees it held. */
+  private announceAdmissions(
+    node: SlimNode,
+    decisions: GateDecision[],
+    before: Map<string, NodeGateResult> | undefined,
+  ): void {
+    if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size)) return;
+    for (const d of decisions) {
+      if (d.state !== 'Held' || d.event || before?.has(d.gate)) continue;
+      this.events.event(
+        node,
+        'Normal',
+        'Gated',
+        'Gate',
+        `gate ${d.gate}: tainted at admission; waiting for: ${d.unmet.join('; ')}`,
+      );
+    }
+  }
+
+  private setResults(name: string, r: Map<string, NodeGateResult> | undefined): void {
+    const old = this.results.get(name);
+    if (r) this.results.set(name, r);
+    else this.results.delete(name);
+    for (const gate of new Set([...(old?.keys() ?? []), ...(r?.keys() ?? [])])) {
+      const a = old?.get(gate);
+      const b = r?.get(gate);
+      if (a?.state !== b?.state || a?.timedOut !== b?.timedOut)
+        this.statusController.queue.addAfter(gate, 200);
+    }
+  }
+
+  private async reconcileStatus(name: string): Promise<Result | void> {
+    const obj = this.gateObjects.get(name);
+    if (!obj) return;
+    const client = this.manager.client();
+    const deleting = obj.metadata?.deletionTimestamp !== undefined;
+    try {
+      if (!deleting && !hasFinalizer(obj, GATE_FINALIZER)) {
+        await setFinalizer(client, NodeStartupGate.ref, obj, GATE_FINALIZER, true, FIELD_MANAGER);
+      }
+      if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
+        return { requeueAfterMs: 250 };
+      if (deleting) {
+        // Released only once the cache shows no node with anything of this gate left on it.
+        const gate = this.gates().gates.find((g) => g.name === name);
+        const left = gate ? this.nodes.list().filter((n) => leftOnNode(gate, n)).length : 0;
+        if (left === 0 && hasFinalizer(obj, GATE_FINALIZER)) {
+          await setFinalizer(client, NodeStartupGate.ref, obj, GATE_FINALIZER, false, FIELD_MANAGER);
+          this.log.info({ gate: name }, 'gate deleted: its taints and annotations are off every node');
+          for (const state of ['gated', 'released', 'timed_out'])
+            gateMetrics.nodes.remove({ gate: name, state });
+          return;
+        }
+        return { requeueAfterMs: 500 };
+      }
+    } catch (e) {
+      if (isObjectGone(e)) return;
+      throw e;
+    }
+    return this.writeStatus(obj);
+  }
+
+  private async writeStatus(obj: GateObject): Promise<void> {
+    const name = obj.metadata!.name!;
+    const { gates, problems } = this.gates();
+    const gate = gates.find((g) => g.name === name);
+    const problem = problems.get(name);
+    let nodes = 0;
+    let gated = 0;
+    let timedOut = 0;
+    let wouldGate = 0;
+    for (const r of this.results.values()) {
+      const s = r.get(name);
+      if (!s || s.state === 'NotSelected') continue;
+      nodes++;
+      if (s.state === 'Held' || s.state === 'HeldTimedOut') gated++;
+      if (s.state === 'WouldGate') wouldGate++;
+      if (s.timedOut) timedOut++;
+    }
+    const released = nodes - gated;
+    gateMetrics.nodes.set({ gate: name, state: 'gated' }, gated);
+    gateMetrics.nodes.set({ gate: name, state: 'released' }, released);
+    gateMetrics.nodes.set({ gate: name, state: 'timed_out' }, timedOut);
+
+    const generation = obj.metadata?.generation;
+    const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
+    const invalid = problem?.reason === 'Invalid' ? problem.message : '';
+    const conflicting = problem?.reason === 'Conflicting' ? problem.message : '';
+    conds.set('Invalid', !!invalid, invalid ? 'InvalidSpec' : 'Valid', invalid);
+    conds.set('Conflicting', !!conflicting, conflicting ? 'TaintConflict' : 'NoConflict', conflicting);
+    const enforced = !!gate;
+    const dryRun = gate?.spec.dryRun ?? false;
+    conds.set(
+      'Ready',
+      enforced && !dryRun,
+      invalid ? 'Invalid' : !enforced ? 'Conflicting' : dryRun ? 'DryRun' : 'Enforcing',
+      invalid ||
+        (!enforced
+          ? conflicting
+          : dryRun
+            ? `dry run: would hold ${wouldGate} of ${nodes} nodes`
+            : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}`),
+    );
+    const status: NodeStartupGateStatus = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      nodes,
+      gated,
+      released,
+      timedOut,
+      ...(dryRun ? { wouldGate } : {}),
+      conditions: conds.conditions,
+    };
+    const old = obj.status;
+    if (
+      old?.observedGeneration === status.observedGeneration &&
+      old?.nodes === nodes &&
+      old?.gated === gated &&
+      old?.released === released &&
+      old?.timedOut === timedOut &&
+      old?.wouldGate === status.wouldGate &&
+      sameConditions(old?.conditions as Condition[] | undefined, conds.conditions)
+    ) {
+      return;
+    }
+    const was = (type: string) => (old?.conditions as Condition[] | undefined)?.find((c) => c.type === type);
+    if (invalid && (was('Invalid')?.status !== 'True' || was('Invalid')?.message !== invalid))
+      this.events.event(obj, 'Warning', 'InvalidSpec', 'Validate', invalid);
+    if (conflicting && (was('Conflicting')?.status !== 'True' || was('Conflicting')?.message !== conflicting))
+      this.events.event(obj, 'Warning', 'TaintConflict', 'Validate', conflicting);
+    await applyStatus(this.manager.client(), NodeStartupGate.ref, obj, status, FIELD_MANAGER);
+  }
+
+  /** The Node CREATE admission handler: adds the taint and gated-at annotation of every gate that selects the node. */
+  admissionHandler(): AdmissionHandler {
+    return (req) => {
+      const node = req.object;
+      if (!node || req.operation !== 'CREATE') return { allowed: true };
+      const { taints, annotations } = admitNode(this.gates().gates, node, this.clock());
+      if (taints.length === 0 && Object.keys(annotations).length === 0) return { allowed: true };
+      const spec = (node['spec'] as { taints?: unknown[] } | undefined) ?? {};
+      const after: KubeObject = {
+        ...node,
+        metadata: { ...node.metadata, annotations: { ...node.metadata?.annotations, ...annotations } },
+        spec: { ...spec, taints: [...(spec.taints ?? []), ...taints] },
+      };
+      return { allowed: true, patch: mutate(node, after) };
+    };
+  }
+
+  /**
+   * The Node CREATE webhook. failurePolicy Ignore (the default) keeps nodes joining while Berth is
+   * down, and the controller's fallback taints such a node afterwards if it is still idle; Fail is
+   * strict (no node joins ungated) and needs the nodes Berth itself runs on labelled exempt, which
+   * the objectSelector keeps away from the webhook altogether.
+   */
+  webhook(): WebhookSpec {
+    return {
+      name: 'nodes.gates.berth.dev',
+      path: '/gates/mutate-node',
+      kind: 'mutating',
+      handler: this.admissionHandler(),
+      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['nodes'] }],
+      failurePolicy: this.failurePolicy,
+      objectSelector: { matchExpressions: [{ key: EXEMPT_LABEL, operator: 'NotIn', values: ['true'] }] },
+      timeoutSeconds: 2,
+    };
+  }
+}
+
+/** Pod changes that can change a gate's decision: its node, phase, readiness, labels, annotations, deletion. */
+const podChanged = (a: SlimPod, b: SlimPod) =>
+  a === b ||
+  a.spec.nodeName !== b.spec.nodeName ||
+  a.status.phase !== b.status.phase ||
+  a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp ||
+  ready(a) !== ready(b) ||
+  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
+  !sameRecord(a.metadata?.annotations, b.metadata?.annotations);
+
+const ready = (p: SlimPod) =>
+  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+/** Node changes that matter: labels, annotations, taints and conditions. */
+const nodeChanged = (a: SlimNode, b: SlimNode) =>
+  a === b ||
+  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
+  !sameRecord(a.metadata?.annotations, b.metadata?.annotations) ||
+  JSON.stringify(a.spec.taints) !== JSON.stringify(b.spec.taints) ||
+  JSON.stringify(a.status.conditions) !== JSON.stringify(b.status.conditions);

@@ -1,0 +1,553 @@
+// Startup gates, the pure part: which gates select a node, whether a node's initialisation is done,
+// what each gate wants on the node now (taint, annotations), and the patch that gets it there.
+// No I/O: the controller and the webhook feed these from caches and admission requests.
+import { ownedKeys } from '../runtime/apply.ts';
+import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
+import type { SlimNode, SlimPod } from '../runtime/transforms.ts';
+import type { KubeObject } from '../runtime/types.ts';
+import { escapeKey, type JsonPatchOp } from '../runtime/webhook.ts';
+import { z } from 'zod';
+import {
+  EXEMPT_LABEL,
+  FIELD_MANAGER,
+  gateAnnotations,
+  NodeStartupGate,
+  taintSchema,
+  type GateAnnotations,
+  type NodeStartupGateSpec,
+  type PodRequirement,
+} from './types.ts';
+
+export interface Gate {
+  name: string;
+  /**
+   * False for a gate that is invalid, or loses a conflict: it holds nothing and gives back what it
+   * held (failing open), as its taint and annotation keys, immutable, still say what that is.
+   */
+  enforced: boolean;
+  spec: NodeStartupGateSpec;
+  keys: GateAnnotations;
+  /** Nodes created before this (ms) existed before the gate: only backfill gates them. */
+  createdAt: number;
+  deleting: boolean;
+}
+
+export interface GateProblem {
+  reason: 'Invalid' | 'Conflicting';
+  message: string;
+}
+
+// The gate's annotations live under "<name>.gates.berth.dev/", a DNS subdomain of at most 253 characters.
+const MAX_NAME = 253 - '.gates.berth.dev'.length;
+
+/**
+ * Parses gates from their objects, sorted by name. An invalid gate is left out; of two gates with
+ * the same taint (key and effect) the first by name is enforced and both are Conflicting, so the
+ * outcome does not depend on the order events arrive in.
+ */
+export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<string, GateProblem> } {
+  const problems = new Map<string, GateProblem>();
+  const gates: Gate[] = [];
+  const byTaint = new Map<string, Gate>();
+  const sorted = [...objs].sort((a, b) => (a.metadata!.name! < b.metadata!.name! ? -1 : 1));
+  for (const obj of sorted) {
+    const name = obj.metadata!.name!;
+    const meta = {
+      createdAt: Date.parse(obj.metadata?.creationTimestamp ?? '') || 0,
+      deleting: obj.metadata?.deletionTimestamp !== undefined,
+    };
+    const parsed = NodeStartupGate.parse({
+      ...obj,
+      apiVersion: NodeStartupGate.apiVersion,
+      kind: NodeStartupGate.kind,
+    });
+    const problem = !parsed.success
+      ? parsed.error
+      : name.length > MAX_NAME
+        ? `the name is longer than ${MAX_NAME} characters: its node annotations would not be valid keys`
+        : undefined;
+    if (problem || !parsed.success) {
+      problems.set(name, { reason: 'Invalid', message: problem! });
+      const keys = disarmedSchema.safeParse((obj as { spec?: unknown }).spec);
+      if (keys.success && name.length <= MAX_NAME) {
+        const spec = { ...DISARMED, ...keys.data };
+        gates.push({ name, enforced: false, spec, keys: gateAnnotations(name, spec), ...meta });
+      }
+      continue;
+    }
+    const spec = parsed.data.spec;
+    const gate: Gate = { name, enforced: true, spec, keys: gateAnnotations(name, spec), ...meta };
+    const holder = byTaint.get(taintId(spec.taint));
+    if (holder) {
+      const message = `gates ${holder.name} and ${name} both use the taint ${taintId(spec.taint)}; ${holder.name} (first by name) is enforced`;
+      problems.set(name, { reason: 'Conflicting', message });
+      problems.set(holder.name, { reason: 'Conflicting', message });
+      gate.enforced = false;
+    } else byTaint.set(taintId(spec.taint), gate);
+    gates.push(gate);
+  }
+  return { gates, problems };
+}
+
+// What a gate that does not parse still says reliably: its taint and annotation keys (both immutable).
+const disarmedSchema = z.object({ taint: taintSchema, completionAnnotation: z.string().min(1).optional() });
+const DISARMED: Omit<NodeStartupGateSpec, 'taint'> = {
+  requirements: {},
+  minHoldSeconds: 0,
+  mode: 'BootstrapOnly',
+  backfill: false,
+  dryRun: false,
+};
+
+const taintId = (t: { key: string; effect: string }) => `${t.key}:${t.effect}`;
+
+const hasTaint = (node: SlimNode, t: { key: string; effect: string }) =>
+  (node.spec.taints ?? []).some((x) => x.key === t.key && x.effect === t.effect);
+
+/** Whether the gate applies to a node with these labels (its exclusions and the exempt label win). */
+export function selects(gate: Pick<Gate, 'spec'>, labels: Record<string, string> | undefined): boolean {
+  if (labels?.[EXEMPT_LABEL] === 'true') return false;
+  if (!selectorMatches(gate.spec.nodeSelector, labels)) return false;
+  return !(gate.spec.excludeNodeSelectors ?? []).some((s) => selectorMatches(s, labels));
+}
+
+const ownerKinds = (p: SlimPod) => (p.metadata?.ownerReferences ?? []).map((o) => o.kind);
+const terminal = (p: SlimPod) => p.status.phase === 'Succeeded' || p.status.phase === 'Failed';
+
+/** The pods that make a node busy: anything running that is not a DaemonSet or static (mirror) pod. */
+export function workloadPods(pods: SlimPod[]): SlimPod[] {
+  return pods.filter(
+    (p) =>
+      !p.metadata?.deletionTimestamp &&
+      !terminal(p) &&
+      !ownerKinds(p).some((k) => k === 'DaemonSet' || k === 'Node'),
+  );
+}
+
+/** A pod is done initialising when it is Ready, has Succeeded (a run-to-completion init), or says so. */
+export function podDone(p: SlimPod, readyAnnotation: string | undefined): boolean {
+  if (p.status.phase === 'Succeeded') return true;
+  if (readyAnnotation && p.metadata?.annotations?.[readyAnnotation] === 'true') return true;
+  return (
+    p.status.phase === 'Running' &&
+    !!p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')
+  );
+}
+
+function formatSelector(s: LabelSelector | undefined): string {
+  const parts = Object.entries(s?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
+  for (const e of s?.matchExpressions ?? []) {
+    const values = e.values?.length ? ` (${e.values.join(',')})` : '';
+    parts.push(`${e.key} ${e.operator}${values}`);
+  }
+  return parts.join(',') || 'everything';
+}
+
+export function describeRequirement(r: PodRequirement): string {
+  if (r.daemonSet) return `pods of DaemonSet ${r.namespace}/${r.daemonSet}`;
+  return `pods ${formatSelector(r.selector)}${r.namespace ? ` in ${r.namespace}` : ''}`;
+}
+
+/** The node's pods a requirement waits for (pods being deleted do not count). */
+export function requiredPods(r: PodRequirement, pods: SlimPod[]): SlimPod[] {
+  return pods.filter((p) => {
+    if (p.metadata?.deletionTimestamp) return false;
+    if (r.namespace && p.metadata?.namespace !== r.namespace) return false;
+    if (r.daemonSet) {
+      return (p.metadata?.ownerReferences ?? []).some(
+        (o) => o.kind === 'DaemonSet' && o.name === r.daemonSet,
+      );
+    }
+    return selectorMatches(r.selector, p.metadata?.labels);
+  });
+}
+
+/** What the node still lacks before the gate may release it; empty when every requirement holds. */
+export function unmetRequirements(gate: Pick<Gate, 'spec'>, node: SlimNode, pods: SlimPod[]): string[] {
+  const unmet: string[] = [];
+  for (const r of gate.spec.requirements.pods ?? []) {
+    const mine = requiredPods(r, pods);
+    if (mine.length === 0) {
+      unmet.push(`${describeRequirement(r)}: none on the node yet`);
+      continue;
+    }
+    const waiting = mine.filter((p) => !podDone(p, r.readyAnnotation));
+    if (waiting.length) {
+      const names = waiting
+        .slice(0, 3)
+        .map((p) => `${p.metadata?.namespace}/${p.metadata?.name} (${p.status.phase ?? 'Pending'})`);
+      unmet.push(
+        `${describeRequirement(r)}: ${names.join(', ')}${waiting.length > 3 ? ` and ${waiting.length - 3} more` : ''} not Ready`,
+      );
+    }
+  }
+  for (const c of gate.spec.requirements.nodeConditions ?? []) {
+    const actual = node.status.conditions?.find((x) => x.type === c.type)?.status;
+    if (actual !== c.status)
+      unmet.push(`node condition ${c.type} is ${actual ?? 'absent'}, needs ${c.status}`);
+  }
+  return unmet;
+}
+
+export type GateState =
+  /** The gate does not apply: not selected, being deleted, or (for writes) in dry run. */
+  | 'NotSelected'
+  /** Berth holds the node with the gate's taint. */
+  | 'Held'
+  /** Held past the timeout (outcome KeepTainted). */
+  | 'HeldTimedOut'
+  /** Selected, not held. */
+  | 'Released'
+  /** Dry run: selected, and the gate would hold it. */
+  | 'WouldGate';
+
+export interface GateDecision {
+  gate: string;
+  state: GateState;
+  /** true: the gate's taint must be on the node; false: Berth's taint must come off; undefined: leave it. */
+  taint: boolean | undefined;
+  /** Annotations to set, or to remove (null). */
+  annotations: Record<string, string | null>;
+  /** What the node is still waiting for (empty when everything holds or the gate does not apply). */
+  unmet: string[];
+  /** One line for explain and logs. */
+  why: string;
+  event?: { type: 'Normal' | 'Warning'; reason: 'Gated' | 'Released' | 'TimedOut'; message: string };
+  /** Set when this decision releases the node. */
+  release?: { outcome: 'Ready' | 'Timeout' | 'Removed' | 'Manual'; heldSeconds: number };
+  timedOut: boolean;
+  /** When to look again even if nothing changes (the minimum hold or the timeout runs out). */
+  requeueAfterMs?: number;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const seconds = (ms: number) => Math.round(ms / 100) / 10;
+
+/**
+ * What one gate wants on one node now. Berth holds a node exactly while the gate's gated-at
+ * annotation is on it: that is how it knows the taint is its own (put on by its webhook or its
+ * controller) and since when, across restarts.
+ */
+export function decideGate(gate: Gate, node: SlimNode, pods: SlimPod[], now: number): GateDecision {
+  const { keys, spec } = gate;
+  const ann = node.metadata?.annotations ?? {};
+  const tainted = hasTaint(node, spec.taint);
+  const held = keys.gatedAt in ann;
+  const gatedAt =
+    Date.parse(ann[keys.gatedAt] ?? '') || Date.parse(node.metadata?.creationTimestamp ?? '') || now;
+  const heldMs = Math.max(0, now - gatedAt);
+  const completed = keys.completedAt in ann;
+  const timedOutBefore = keys.timedOutAt in ann;
+  const selected = !gate.deleting && selects(gate, node.metadata?.labels);
+  const base = { gate: gate.name, unmet: [] as string[], timedOut: false };
+
+  // The gate does not apply (or is disarmed): give back whatever Berth holds.
+  if (!selected || !gate.enforced || spec.dryRun) {
+    const annotations: Record<string, string | null> = {};
+    if (held) annotations[keys.gatedAt] = null;
+    if (timedOutBefore) annotations[keys.timedOutAt] = null;
+    // Uninstalling leaves nothing behind: a deleted gate also takes back the completion stamps it wrote.
+    if (gate.deleting && completed && completionOwned(gate, node)) annotations[keys.completedAt] = null;
+    const why = gate.deleting
+      ? 'the gate is being deleted'
+      : !gate.enforced
+        ? 'the gate is invalid or conflicting, and not enforced'
+        : !selected
+          ? 'the gate does not select this node'
+          : 'dry run';
+    const released = held
+      ? {
+          release: { outcome: 'Removed' as const, heldSeconds: seconds(heldMs) },
+          event: {
+            type: 'Normal' as const,
+            reason: 'Released' as const,
+            message: `gate ${gate.name}: released (${why})`,
+          },
+        }
+      : {};
+    if (!selected || !gate.enforced)
+      return {
+        ...base,
+        state: 'NotSelected',
+        taint: held && tainted ? false : undefined,
+        annotations,
+        why,
+        ...released,
+      };
+    const unmet = unmetRequirements(gate, node, pods);
+    const would = unmet.length > 0 && (completed ? spec.mode === 'Continuous' : mayGate(gate, node, pods).ok);
+    return {
+      ...base,
+      state: would ? 'WouldGate' : 'Released',
+      taint: held && tainted ? false : undefined,
+      annotations,
+      unmet,
+      why: would ? `dry run: would hold the node` : 'dry run: would not hold the node',
+      ...released,
+    };
+  }
+
+  const unmet = unmetRequirements(gate, node, pods);
+  if (held) {
+    if (!tainted) {
+      // Someone took the taint off by hand: that is a release, and the gate stops holding.
+      return {
+        ...base,
+        state: 'Released',
+        taint: undefined,
+        annotations: {
+          [keys.gatedAt]: null,
+          ...(timedOutBefore ? { [keys.timedOutAt]: null } : {}),
+          ...(completed ? {} : { [keys.completedAt]: iso(now) }),
+        },
+        why: 'the taint was removed by someone else',
+        release: { outcome: 'Manual', heldSeconds: seconds(heldMs) },
+        event: {
+          type: 'Normal',
+          reason: 'Released',
+          message: `gate ${gate.name}: the taint was removed by someone else after ${seconds(heldMs)}s`,
+        },
+      };
+    }
+    const releaseWith = (outcome: 'Ready' | 'Timeout'): Record<string, string | null> => ({
+      [keys.gatedAt]: null,
+      ...(outcome === 'Timeout'
+        ? { [keys.timedOutAt]: iso(now) }
+        : timedOutBefore
+          ? { [keys.timedOutAt]: null }
+          : {}),
+      ...(completed ? {} : { [keys.completedAt]: iso(now) }),
+    });
+    const minHoldMs = spec.minHoldSeconds * 1000;
+    if (unmet.length === 0) {
+      if (heldMs >= minHoldMs) {
+        return {
+          ...base,
+          state: 'Released',
+          taint: false,
+          annotations: releaseWith('Ready'),
+          why: 'every requirement holds',
+          release: { outcome: 'Ready', heldSeconds: seconds(heldMs) },
+          event: {
+            type: 'Normal',
+            reason: 'Released',
+            message: `gate ${gate.name}: every requirement holds after ${seconds(heldMs)}s`,
+          },
+        };
+      }
+      return {
+        ...base,
+        state: 'Held',
+        taint: true,
+        annotations: {},
+        unmet: [`the minimum hold, until ${iso(gatedAt + minHoldMs)}`],
+        why: 'every requirement holds; the minimum hold has not passed',
+        requeueAfterMs: minHoldMs - heldMs,
+      };
+    }
+    const timeoutMs = spec.timeout ? spec.timeout.seconds * 1000 : undefined;
+    if (timeoutMs !== undefined && heldMs >= timeoutMs) {
+      const waiting = unmet.join('; ');
+      if (spec.timeout!.outcome === 'Release') {
+        return {
+          ...base,
+          state: 'Released',
+          taint: false,
+          annotations: releaseWith('Timeout'),
+          unmet,
+          timedOut: true,
+          why: `released by the ${spec.timeout!.seconds}s timeout`,
+          release: { outcome: 'Timeout', heldSeconds: seconds(heldMs) },
+          event: {
+            type: 'Warning',
+            reason: 'TimedOut',
+            message: `gate ${gate.name}: released after the ${spec.timeout!.seconds}s timeout although it still waits for: ${waiting}`,
+          },
+        };
+      }
+      return {
+        ...base,
+        state: 'HeldTimedOut',
+        taint: true,
+        annotations: timedOutBefore ? {} : { [keys.timedOutAt]: iso(now) },
+        unmet,
+        timedOut: true,
+        why: `held past the ${spec.timeout!.seconds}s timeout (outcome KeepTainted)`,
+        ...(timedOutBefore
+          ? {}
+          : {
+              event: {
+                type: 'Warning' as const,
+                reason: 'TimedOut' as const,
+                message: `gate ${gate.name}: still held after the ${spec.timeout!.seconds}s timeout, waiting for: ${waiting}`,
+              },
+            }),
+      };
+    }
+    return {
+      ...base,
+      state: 'Held',
+      taint: true,
+      annotations: {},
+      unmet,
+      why: 'waiting for its requirements',
+      ...(timeoutMs !== undefined ? { requeueAfterMs: timeoutMs - heldMs } : {}),
+    };
+  }
+
+  // Not held. A completed node stays open in bootstrap-only mode; an open node with nothing missing stays open.
+  const open = (why: string): GateDecision => ({
+    ...base,
+    state: 'Released',
+    taint: undefined,
+    annotations: {},
+    unmet,
+    timedOut: timedOutBefore,
+    why,
+  });
+  if (completed && spec.mode === 'BootstrapOnly')
+    return open(`released at ${ann[keys.completedAt]} (bootstrap only: never gated again)`);
+  if (unmet.length === 0) return open('every requirement holds');
+  const may = completed
+    ? { ok: true, why: 'a requirement failed after release (continuous mode)' }
+    : mayGate(gate, node, pods);
+  if (!may.ok) return open(`not gated: ${may.why}`);
+  return {
+    ...base,
+    state: 'Held',
+    taint: true,
+    annotations: { [keys.gatedAt]: iso(now) },
+    unmet,
+    why: 'waiting for its requirements',
+    event: {
+      type: 'Normal',
+      reason: 'Gated',
+      message: `gate ${gate.name}: tainted, ${may.why}; waiting for: ${unmet.join('; ')}`,
+    },
+    ...(spec.timeout ? { requeueAfterMs: spec.timeout.seconds * 1000 } : {}),
+  };
+}
+
+/**
+ * Whether the controller may put the taint on a node that never had it (the webhook missed it, or it
+ * is older than the gate): only while the node runs nothing but DaemonSet and static pods, so a gate
+ * never turns away from a node the workloads it already runs depend on.
+ */
+function mayGate(gate: Gate, node: SlimNode, pods: SlimPod[]): { ok: boolean; why: string } {
+  const busy = workloadPods(pods);
+  if (busy.length) {
+    const p = busy[0]!;
+    return {
+      ok: false,
+      why: `the node already runs workload pods (${p.metadata?.namespace}/${p.metadata?.name})`,
+    };
+  }
+  const created = Date.parse(node.metadata?.creationTimestamp ?? '') || 0;
+  if (created >= gate.createdAt)
+    return { ok: true, why: 'the node joined without the taint (the webhook missed it)' };
+  if (gate.spec.backfill) return { ok: true, why: 'backfill of an idle node that existed before the gate' };
+  return { ok: false, why: 'the node existed before the gate and backfill is off' };
+}
+
+/** Whether anything of the gate is still on the node: its taint as Berth holds it, or its annotations. */
+export function leftOnNode(gate: Gate, node: SlimNode): boolean {
+  const ann = node.metadata?.annotations ?? {};
+  if (gate.keys.gatedAt in ann || gate.keys.timedOutAt in ann) return true;
+  return gate.keys.completedAt in ann && completionOwned(gate, node);
+}
+
+// The completion annotation may be a key another tool also writes (the seed's): Berth takes back only its own.
+const completionOwned = (gate: Gate, node: SlimNode) =>
+  ownedKeys(node, FIELD_MANAGER, ['metadata', 'annotations'], '', 'Update').includes(gate.keys.completedAt);
+
+/** The admission patch for a joining node: the taint and gated-at annotation of every gate that selects it. */
+export function admitNode(
+  gates: Gate[],
+  node: KubeObject,
+  now: number,
+): { taints: { key: string; value?: string; effect: string }[]; annotations: Record<string, string> } {
+  const taints: { key: string; value?: string; effect: string }[] = [];
+  const annotations: Record<string, string> = {};
+  const existing = (node['spec'] as { taints?: { key: string; effect: string }[] } | undefined)?.taints ?? [];
+  const ann = node.metadata?.annotations ?? {};
+  for (const g of gates) {
+    if (!g.enforced || g.deleting || g.spec.dryRun || !selects(g, node.metadata?.labels)) continue;
+    if (g.spec.mode === 'BootstrapOnly' && g.keys.completedAt in ann) continue;
+    // A taint someone else puts on at registration (Karpenter's startupTaints) is taken in charge.
+    if (!existing.some((t) => t.key === g.spec.taint.key && t.effect === g.spec.taint.effect)) {
+      taints.push({
+        key: g.spec.taint.key,
+        ...(g.spec.taint.value !== undefined ? { value: g.spec.taint.value } : {}),
+        effect: g.spec.taint.effect,
+      });
+    }
+    if (!(g.keys.gatedAt in ann)) annotations[g.keys.gatedAt] = iso(now);
+  }
+  return { taints, annotations };
+}
+
+/**
+ * The JSON patch that brings a node to the gates' decisions. It is a compare-and-swap: the taints
+ * are tested against what the cache saw before they are replaced, and every annotation removed is
+ * tested first, so a concurrent change by anyone else fails the patch (422) instead of being lost.
+ * (A taint the webhook put on belongs to the node's creator in managedFields, so server-side apply
+ * could not take it off without forcing; see docs/decisions/0006.)
+ */
+export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision[]): JsonPatchOp[] {
+  const ops: JsonPatchOp[] = [];
+  const current = node.spec.taints ?? [];
+  const taintOf = (d: GateDecision) => gates.find((g) => g.name === d.gate)!.spec.taint;
+  const same = (a: { key: string; effect: string }, b: { key: string; effect: string }) =>
+    a.key === b.key && a.effect === b.effect;
+  const wanted = decisions.filter((d) => d.taint === true).map(taintOf);
+  let next = current;
+  for (const t of wanted) {
+    if (!next.some((x) => same(x, t)))
+      next = [
+        ...next,
+        { key: t.key, ...(t.value !== undefined ? { value: t.value } : {}), effect: t.effect },
+      ];
+  }
+  // A taint one gate wants is never taken off by another (a conflicting gate with the same taint).
+  for (const t of decisions.filter((d) => d.taint === false).map(taintOf)) {
+    if (next.some((x) => same(x, t)) && !wanted.some((w) => same(w, t)))
+      next = next.filter((x) => !same(x, t));
+  }
+  if (next !== current) {
+    if (node.spec.taints) {
+      ops.push(
+        { op: 'test', path: '/spec/taints', value: current },
+        { op: 'replace', path: '/spec/taints', value: next },
+      );
+    } else {
+      ops.push(
+        { op: 'test', path: '/metadata/resourceVersion', value: node.metadata?.resourceVersion },
+        { op: 'add', path: '/spec/taints', value: next },
+      );
+    }
+  }
+  const have = node.metadata?.annotations;
+  const set: Record<string, string> = {};
+  for (const d of decisions) {
+    for (const [k, v] of Object.entries(d.annotations)) {
+      const path = `/metadata/annotations/${escapeKey(k)}`;
+      if (v === null) {
+        if (have && k in have) ops.push({ op: 'test', path, value: have[k] }, { op: 'remove', path });
+      } else if (have?.[k] !== v) {
+        set[k] = v;
+      }
+    }
+  }
+  if (Object.keys(set).length) {
+    if (have) {
+      for (const [k, v] of Object.entries(set))
+        ops.push({ op: 'add', path: `/metadata/annotations/${escapeKey(k)}`, value: v });
+    } else {
+      // No annotations at all: the map is created whole, so only on the version the cache saw.
+      if (!ops.some((o) => o.path === '/metadata/resourceVersion'))
+        ops.unshift({ op: 'test', path: '/metadata/resourceVersion', value: node.metadata?.resourceVersion });
+      ops.push({ op: 'add', path: '/metadata/annotations', value: set });
+    }
+  }
+  return ops;
+}

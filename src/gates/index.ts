@@ -1,0 +1,52 @@
+import { Option } from 'commander';
+import type { Capability } from '../capability.ts';
+import type { Manager } from '../runtime/manager.ts';
+import { GatesController } from './controller.ts';
+import { explainNodeGates } from './explain.ts';
+import { NodeStartupGate } from './types.ts';
+
+const controllers = new WeakMap<Manager, GatesController>();
+
+export const gatesCapability: Capability = {
+  name: 'gates',
+  description:
+    'Startup gates: taint nodes as they join, release them once their initialisation pods are Ready',
+  options: () => [
+    new Option('--gate-workers <n>', 'concurrent node reconciles of the gates controller')
+      .default(16)
+      .argParser(Number),
+    new Option(
+      '--gates-failure-policy <policy>',
+      'failurePolicy of the Node CREATE webhook: Ignore (nodes join while Berth is down; the controller ' +
+        'taints them afterwards if still idle) or Fail (strict: no node joins ungated; label the nodes ' +
+        'Berth runs on gates.berth.dev/exempt=true)',
+    )
+      .choices(['Ignore', 'Fail'])
+      .default('Ignore'),
+  ],
+  crds: [NodeStartupGate],
+  rbac: [
+    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+    {
+      apiGroups: ['berth.dev'],
+      resources: ['nodestartupgates'],
+      verbs: ['get', 'list', 'watch', 'patch', 'update'],
+    },
+    { apiGroups: ['berth.dev'], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
+  ],
+  explainNode: ({ client, node }) => explainNodeGates(client, node),
+  setup({ manager, options }) {
+    controllers.set(
+      manager,
+      new GatesController(manager, {
+        workers: Number(options['gateWorkers'] ?? 16),
+        failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
+      }),
+    );
+  },
+  webhooks({ manager }) {
+    const c = controllers.get(manager);
+    return c ? [c.webhook()] : [];
+  },
+};

@@ -1,0 +1,239 @@
+// The API of startup gates: a NodeStartupGate taints the nodes it selects when they join, and
+// releases each once its initialisation pods are Ready and its node conditions hold.
+import { z } from 'zod';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
+import { labelSelectorSchema, validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
+
+export const FIELD_MANAGER = 'berth-gates';
+/** On every NodeStartupGate: its taints and annotations leave every node before the gate goes. */
+export const GATE_FINALIZER = 'gates.berth.dev/release-nodes';
+/** A node labelled with this ("true") is never gated by any gate, and the webhook is not even called for it. */
+export const EXEMPT_LABEL = 'gates.berth.dev/exempt';
+/** The prefix cluster-autoscaler treats as a temporary startup taint when it simulates scale-up. */
+export const AUTOSCALER_STARTUP_PREFIX = 'startup-taint.cluster-autoscaler.kubernetes.io/';
+
+const qualified = (what: string) => (s: string, ctx: z.RefinementCtx) => {
+  const problem = validateLabelKey(s);
+  if (problem) ctx.addIssue({ code: 'custom', message: `${what} "${s}": ${problem}` });
+};
+
+const podRequirement = k8s(
+  z.object({
+    namespace: z
+      .string()
+      .min(1)
+      .max(63)
+      .optional()
+      .describe('Namespace of the pods; all namespaces when omitted (required with daemonSet).'),
+    selector: labelSelectorSchema.optional().describe('The pods, by label.'),
+    daemonSet: z.string().min(1).max(253).optional().describe('The pods of this DaemonSet, by name.'),
+    readyAnnotation: z
+      .string()
+      .min(1)
+      .max(317)
+      .superRefine(qualified('readyAnnotation'))
+      .optional()
+      .describe(
+        'Shortcut: a pod carrying this annotation with the value "true" counts as Ready (the pod says it is done).',
+      ),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: 'has(self.selector) != has(self.daemonSet)',
+        message: 'set exactly one of selector or daemonSet',
+      },
+      { rule: '!has(self.daemonSet) || has(self.namespace)', message: 'daemonSet needs a namespace' },
+    ],
+  },
+);
+export type PodRequirement = z.infer<typeof podRequirement>;
+
+export const taintSchema = k8s(
+  z
+    .object({
+      key: z.string().min(1).max(317).superRefine(qualified('taint key')),
+      value: z
+        .string()
+        .max(63)
+        .superRefine((v, ctx) => {
+          const problem = validateLabelValue(v);
+          if (problem) ctx.addIssue({ code: 'custom', message: `taint value "${v}": ${problem}` });
+        })
+        .optional(),
+      effect: z.enum(['NoSchedule', 'PreferNoSchedule', 'NoExecute']).default('NoSchedule'),
+    })
+    .describe(
+      `The taint that holds a node. With the prefix ${AUTOSCALER_STARTUP_PREFIX} cluster-autoscaler ` +
+        'knows it is temporary and keeps scaling up for pods that do not tolerate it. Immutable.',
+    ),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: 'self == oldSelf',
+        message: 'the taint is immutable: create a new gate (deleting this one releases its nodes)',
+      },
+    ],
+  },
+);
+
+const nodeConditionRequirement = z.object({
+  type: z.string().min(1).max(316),
+  status: z.enum(['True', 'False', 'Unknown']).default('True'),
+});
+
+export const nodeStartupGateSpec = k8s(
+  z.object({
+    taint: taintSchema,
+    nodeSelector: labelSelectorSchema
+      .optional()
+      .describe('The nodes the gate holds; all nodes when omitted.'),
+    excludeNodeSelectors: z
+      .array(labelSelectorSchema)
+      .max(16)
+      .optional()
+      .describe(
+        `Nodes matching any of these are never gated (a system pool, say); so are nodes labelled ${EXEMPT_LABEL}=true.`,
+      ),
+    requirements: k8s(
+      z.object({
+        pods: z
+          .array(podRequirement)
+          .max(16)
+          .optional()
+          .describe(
+            'On the node, at least one such pod exists and every one is Ready (or Succeeded, or carries the ready annotation).',
+          ),
+        nodeConditions: z
+          .array(nodeConditionRequirement)
+          .max(16)
+          .optional()
+          .describe('Node conditions that must all have the given status.'),
+      }),
+      {
+        'x-kubernetes-validations': [
+          {
+            rule: '(has(self.pods) && size(self.pods) > 0) || (has(self.nodeConditions) && size(self.nodeConditions) > 0)',
+            message: 'a gate needs at least one pod or node condition requirement',
+          },
+        ],
+      },
+    ).describe('What must hold, all of it, before the taint comes off.'),
+    minHoldSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(86_400)
+      .default(0)
+      .describe('The taint stays at least this long after it was put on, even when everything holds.'),
+    timeout: z
+      .object({
+        seconds: z.number().int().min(1).max(604_800),
+        outcome: z
+          .enum(['Release', 'KeepTainted'])
+          .describe('Release: take the taint off anyway (Warning). KeepTainted: keep holding (Warning).'),
+      })
+      .optional()
+      .describe('How long a node may be held; no limit when omitted.'),
+    mode: z
+      .enum(['BootstrapOnly', 'Continuous'])
+      .default('BootstrapOnly')
+      .describe(
+        'BootstrapOnly: a released node is never gated again. Continuous: a released node is tainted again when a requirement fails.',
+      ),
+    completionAnnotation: z
+      .string()
+      .min(1)
+      .max(317)
+      .superRefine(qualified('completionAnnotation'))
+      .optional()
+      .describe(
+        'Stamped with the time a node was first released; default <gate name>.gates.berth.dev/completed-at.',
+      ),
+    backfill: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Also gate nodes that existed before the gate, while they run nothing but DaemonSet pods. Off by default.',
+      ),
+    dryRun: z
+      .boolean()
+      .default(false)
+      .describe('Evaluate and report only: no node is tainted (taints the gate holds are released).'),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: 'has(self.completionAnnotation) == has(oldSelf.completionAnnotation) && (!has(self.completionAnnotation) || self.completionAnnotation == oldSelf.completionAnnotation)',
+        message: 'completionAnnotation is immutable',
+      },
+      {
+        rule: '!has(self.timeout) || self.timeout.seconds > self.minHoldSeconds',
+        message: 'timeout.seconds must be longer than minHoldSeconds',
+      },
+    ],
+  },
+);
+export type NodeStartupGateSpec = z.infer<typeof nodeStartupGateSpec>;
+
+export const nodeStartupGateStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  nodes: z.number().int().optional().describe('Nodes the gate selects.'),
+  gated: z.number().int().optional().describe('Selected nodes the gate holds now.'),
+  released: z.number().int().optional().describe('Selected nodes the gate does not hold.'),
+  timedOut: z
+    .number()
+    .int()
+    .optional()
+    .describe('Nodes held past the timeout, or released by it (until they next release normally).'),
+  wouldGate: z.number().int().optional().describe('Dry run: nodes the gate would hold.'),
+  conditions: conditionsSchema,
+});
+export type NodeStartupGateStatus = z.infer<typeof nodeStartupGateStatus>;
+
+export const NodeStartupGate = defineCustomResource({
+  group: 'berth.dev',
+  version: 'v1alpha1',
+  kind: 'NodeStartupGate',
+  plural: 'nodestartupgates',
+  singular: 'nodestartupgate',
+  shortNames: ['nsg'],
+  categories: ['berth'],
+  scope: 'Cluster',
+  spec: nodeStartupGateSpec,
+  status: nodeStartupGateStatus,
+  printerColumns: [
+    { name: 'Taint', type: 'string', jsonPath: '.spec.taint.key' },
+    { name: 'Mode', type: 'string', jsonPath: '.spec.mode' },
+    { name: 'Nodes', type: 'integer', jsonPath: '.status.nodes' },
+    { name: 'Gated', type: 'integer', jsonPath: '.status.gated' },
+    { name: 'Released', type: 'integer', jsonPath: '.status.released' },
+    { name: 'TimedOut', type: 'integer', jsonPath: '.status.timedOut' },
+    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    {
+      name: 'Reason',
+      type: 'string',
+      jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
+      priority: 1,
+    },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+/** The annotations a gate keeps on a node, all under `<gate>.gates.berth.dev/` but the completion one. */
+export interface GateAnnotations {
+  /** When Berth put the taint on (RFC 3339); present exactly while Berth holds the node. */
+  gatedAt: string;
+  /** When the timeout fired; until the node next releases normally. */
+  timedOutAt: string;
+  completedAt: string;
+}
+
+export function gateAnnotations(name: string, spec: Pick<NodeStartupGateSpec, 'completionAnnotation'>) {
+  const prefix = `${name}.gates.berth.dev/`;
+  return {
+    gatedAt: `${prefix}gated-at`,
+    timedOutAt: `${prefix}timed-out-at`,
+    completedAt: spec.completionAnnotation ?? `${prefix}completed-at`,
+  } satisfies GateAnnotations;
+}

@@ -1,0 +1,546 @@
+// Startup gates against the real control plane (controller-manager, scheduler, kwok): tainted at
+// admission, released when the init DaemonSet's pod is Ready, the annotation shortcut, timeouts,
+// continuous mode, the webhook down (fallback, and failurePolicy Fail), backfill, deletion, bad specs.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { installCrds } from '../../src/cli/install.ts';
+import { GatesController } from '../../src/gates/controller.ts';
+import { explainNodeGates } from '../../src/gates/explain.ts';
+import { NodeStartupGate, type NodeStartupGateStatus } from '../../src/gates/types.ts';
+import type { Event } from '../../src/runtime/events.ts';
+import { ApiError } from '../../src/runtime/kube.ts';
+import { Manager } from '../../src/runtime/manager.ts';
+import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhooks.ts';
+import type { WebhookSpec } from '../../src/runtime/webhooks.ts';
+import { KWOK_ANNOTATION, nodeManifests } from '../../src/sandbox/nodes.ts';
+import {
+  createNamespace,
+  deleteNamespace,
+  deleteNodes,
+  podManifest,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
+import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const id = uniqueName('gt');
+const D = `${id}.example.com`;
+const POOL = `${D}/pool`;
+let ns: string;
+const nodes: string[] = [];
+const gates: string[] = [];
+
+let manager: Manager | undefined;
+let controller: GatesController | undefined;
+let hooks: WebhookRunnable | undefined;
+const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
+
+/** The gates webhook, narrowed to this file's nodes: other test files create nodes in the same sandbox. */
+function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
+  const spec = controller!.webhook();
+  return {
+    ...spec,
+    objectSelector: {
+      matchExpressions: [...(spec.objectSelector?.matchExpressions ?? []), { key: POOL, operator: 'Exists' }],
+    },
+    ...overrides,
+  };
+}
+
+async function startWebhooks(): Promise<void> {
+  hooks = new WebhookRunnable({
+    client,
+    server: { port: 0, certificates: generatedCertificates(registration) },
+    registration,
+    specs: [ourWebhook()],
+    berthNamespace: 'berth-system',
+    configName: id,
+  });
+  await hooks.start(new AbortController().signal);
+  await hooks.ready();
+}
+
+before(async () => {
+  await installCrds(client);
+  ns = await createNamespace(client, 'gates');
+  manager = new Manager({
+    clusters: { local: sandbox.client() },
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+  });
+  controller = new GatesController(manager, { workers: 4 });
+  await manager.start();
+  await manager.waitForCacheSync();
+  await startWebhooks();
+});
+
+after(async () => {
+  await hooks?.stop();
+  await client.delete(Resources.mutatingWebhookConfigurations, id).catch(() => {});
+  for (const g of gates) await client.delete(NodeStartupGate.ref, g).catch(() => {});
+  // Deleting the gates releases their finalizers while the controller still runs.
+  await waitFor('the gates gone', async () => {
+    const left = (await client.list(NodeStartupGate.ref)).items.filter((g) =>
+      gates.includes(g.metadata!.name!),
+    );
+    return left.length === 0;
+  }).catch(() => {});
+  await manager?.stop();
+  await deleteNamespace(client, ns);
+  await deleteNodes(client, nodes);
+  client.close();
+});
+
+const taintKey = (gate: string) => `${D}/${gate}`;
+
+async function applyGate(name: string, spec: Record<string, unknown>): Promise<void> {
+  gates.push(name);
+  await client.apply(
+    NodeStartupGate.ref,
+    { apiVersion: NodeStartupGate.apiVersion, kind: NodeStartupGate.kind, metadata: { name }, spec },
+    { fieldManager: 'test-author', force: true },
+  );
+  await waitFor(`gate ${name} cached`, () => {
+    const { gates, problems } = controller!.gates();
+    return gates.some((g) => g.name === name) || problems.has(name);
+  });
+}
+
+/** Creates a node with the pool label (kwok-managed unless told otherwise); returns it as admitted. */
+async function createNode(pool: string, opts: { kwok?: boolean; labels?: Record<string, string> } = {}) {
+  const name = uniqueName(pool);
+  const [manifest] = nodeManifests({ prefix: name, count: 1, labels: { [POOL]: pool, ...opts.labels } });
+  if (opts.kwok === false) delete manifest!.metadata!.annotations![KWOK_ANNOTATION];
+  manifest!.metadata!.name = name;
+  const created = await client.create(Resources.nodes, manifest!);
+  nodes.push(name);
+  return created;
+}
+
+const getNode = (name: string) => client.get(Resources.nodes, name);
+const taintsOf = (n: KubeObject) =>
+  ((n['spec'] as { taints?: { key: string }[] }).taints ?? []).map((t) => t.key);
+const annotation = (n: KubeObject, key: string) => n.metadata?.annotations?.[key];
+const gatedAt = (gate: string) => `${gate}.gates.berth.dev/gated-at`;
+const completedAt = (gate: string) => `${gate}.gates.berth.dev/completed-at`;
+const timedOutAt = (gate: string) => `${gate}.gates.berth.dev/timed-out-at`;
+
+const tainted = (node: string, gate: string) =>
+  waitFor(
+    `${node} tainted by ${gate}`,
+    async () => taintsOf(await getNode(node)).includes(taintKey(gate)) && (await getNode(node)),
+    {
+      observe: () => getNode(node),
+    },
+  );
+const released = (node: string, gate: string, timeoutMs = 30_000) =>
+  waitFor(
+    `${node} released by ${gate}`,
+    async () => {
+      const n = await getNode(node);
+      return !taintsOf(n).includes(taintKey(gate)) && annotation(n, gatedAt(gate)) === undefined && n;
+    },
+    { timeoutMs, observe: () => getNode(node) },
+  );
+
+async function nodeEvents(node: string): Promise<Event[]> {
+  const list = await client.list<Event>(Resources.events, { namespace: 'default' });
+  return list.items.filter((e) => e.regarding?.kind === 'Node' && e.regarding?.name === node);
+}
+const eventWith = (node: string, reason: string, text: string) =>
+  waitFor(
+    `event ${reason} on ${node}`,
+    async () => (await nodeEvents(node)).find((e) => e.reason === reason && e.note?.includes(text)),
+    {
+      observe: () => nodeEvents(node),
+    },
+  );
+
+const gateStatus = async (name: string) =>
+  ((await client.get(NodeStartupGate.ref, name)) as KubeObject & { status?: NodeStartupGateStatus }).status;
+
+function daemonSet(name: string, pool: string, gate: string): KubeObject {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: { name, namespace: ns },
+    spec: {
+      selector: { matchLabels: { app: name } },
+      template: {
+        metadata: { labels: { app: name } },
+        spec: {
+          nodeSelector: { [POOL]: pool },
+          tolerations: [{ key: taintKey(gate), operator: 'Exists', effect: 'NoSchedule' }],
+          containers: [{ name: 'warm', image: 'registry.example/warmup:1' }],
+        },
+      },
+    },
+  };
+}
+
+describe('startup gates', () => {
+  test('a node is tainted at admission, released when its init DaemonSet pod is Ready, then takes the Pending workload', async () => {
+    const gate = `${id}-init`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), value: 'wait', effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'init' } },
+      requirements: { pods: [{ namespace: ns, daemonSet: 'warmup' }] },
+    });
+    const admitted = await createNode('init');
+    const node = admitted.metadata!.name!;
+    assert.ok(taintsOf(admitted).includes(taintKey(gate)), 'the taint is on the node from its creation');
+    assert.ok(annotation(admitted, gatedAt(gate)), 'gated-at stamped at admission');
+    // Ready, and the node lifecycle controller's not-ready taint gone: the gate's is the only taint left.
+    await waitFor(
+      `${node} Ready with only the gate's taint`,
+      async () => {
+        const n = await getNode(node);
+        const ready = (n['status'] as { conditions?: { type: string; status: string }[] }).conditions?.some(
+          (c) => c.type === 'Ready' && c.status === 'True',
+        );
+        return ready && taintsOf(n).join() === taintKey(gate);
+      },
+      { observe: () => getNode(node) },
+    );
+    // A workload that does not tolerate the gate waits, with the scheduler naming the taint.
+    const workload = uniqueName('workload');
+    await client.create(
+      Resources.pods,
+      podManifest({ name: workload, namespace: ns, nodeSelector: { [POOL]: 'init' } }),
+    );
+    const pod = () => client.get(Resources.pods, workload, ns);
+    // The scheduler's message does not name taints; the gate's is the only one the node has.
+    await waitFor(
+      'the workload Unschedulable because of the gate taint',
+      async () => {
+        const c = (
+          (await pod())['status'] as { conditions?: { type: string; reason?: string; message?: string }[] }
+        ).conditions;
+        return c?.some(
+          (x) =>
+            x.type === 'PodScheduled' &&
+            x.reason === 'Unschedulable' &&
+            x.message?.includes('untolerated taint'),
+        );
+      },
+      { observe: pod },
+    );
+    await holdsFor(
+      'the node held while no init pod exists',
+      async () => taintsOf(await getNode(node)).includes(taintKey(gate)),
+      1000,
+    );
+    const explained = (await explainNodeGates(client, await getNode(node))).join('\n');
+    assert.match(explained, new RegExp(`${gate}.*HELD`));
+    assert.match(explained, /waiting for pods of DaemonSet .*\/warmup: none on the node yet/);
+
+    await client.create(Resources.daemonSets, daemonSet('warmup', 'init', gate));
+    const n = await released(node, gate);
+    assert.ok(annotation(n, completedAt(gate)), 'completion annotation stamped');
+    assert.ok(Date.parse(annotation(n, completedAt(gate))!) > 0, 'completion annotation is a timestamp');
+    await waitFor(
+      'the workload scheduled on the released node',
+      async () => ((await pod())['spec'] as { nodeName?: string }).nodeName === node,
+      {
+        observe: pod,
+      },
+    );
+    await eventWith(node, 'Gated', gate);
+    await eventWith(node, 'Released', 'every requirement holds');
+    await waitFor(
+      'status counts one released node',
+      async () => {
+        const s = await gateStatus(gate);
+        return s?.nodes === 1 && s.released === 1 && s.gated === 0 && s;
+      },
+      { observe: () => gateStatus(gate) },
+    );
+  });
+
+  test('the ready annotation on the init pod releases the node (the shortcut)', async () => {
+    const gate = `${id}-shortcut`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'shortcut' } },
+      requirements: {
+        pods: [
+          {
+            namespace: ns,
+            selector: { matchLabels: { app: 'init-shortcut' } },
+            readyAnnotation: `${D}/ready`,
+          },
+        ],
+      },
+    });
+    // Not managed by kwok: its pods never become Ready on their own.
+    const node = (await createNode('shortcut', { kwok: false })).metadata!.name!;
+    await tainted(node, gate);
+    const init = uniqueName('init');
+    await client.create(
+      Resources.pods,
+      podManifest({
+        name: init,
+        namespace: ns,
+        nodeName: node,
+        labels: { app: 'init-shortcut' },
+        tolerations: [{ operator: 'Exists' }],
+      }),
+    );
+    await holdsFor(
+      'held while the init pod is not Ready',
+      async () => taintsOf(await getNode(node)).includes(taintKey(gate)),
+      1500,
+    );
+    await client.patch(
+      Resources.pods,
+      init,
+      { metadata: { annotations: { [`${D}/ready`]: 'true' } } },
+      { namespace: ns },
+    );
+    await released(node, gate);
+  });
+
+  test('a timeout releases with a Warning, or keeps the taint with a Warning', async () => {
+    const release = `${id}-to-release`;
+    const keep = `${id}-to-keep`;
+    const never = { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] };
+    await applyGate(release, {
+      taint: { key: taintKey(release), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'to-release' } },
+      requirements: never,
+      timeout: { seconds: 2, outcome: 'Release' },
+    });
+    await applyGate(keep, {
+      taint: { key: taintKey(keep), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'to-keep' } },
+      requirements: never,
+      timeout: { seconds: 2, outcome: 'KeepTainted' },
+    });
+    const a = (await createNode('to-release')).metadata!.name!;
+    const b = (await createNode('to-keep')).metadata!.name!;
+    const started = Date.now();
+    const n = await released(a, release);
+    assert.ok(Date.now() - started >= 1500, 'not released before the timeout');
+    assert.ok(annotation(n, timedOutAt(release)), 'timed-out-at stamped');
+    await eventWith(a, 'TimedOut', 'released after the 2s timeout');
+    const ev = (await nodeEvents(a)).find((e) => e.reason === 'TimedOut');
+    assert.equal(ev?.type, 'Warning');
+
+    await eventWith(b, 'TimedOut', 'still held after the 2s timeout');
+    const held = await getNode(b);
+    assert.ok(taintsOf(held).includes(taintKey(keep)), 'KeepTainted keeps the taint');
+    assert.ok(annotation(held, timedOutAt(keep)));
+    await waitFor(
+      'status counts the timeouts',
+      async () => {
+        const [s1, s2] = [await gateStatus(release), await gateStatus(keep)];
+        return s1?.timedOut === 1 && s1.released === 1 && s2?.timedOut === 1 && s2.gated === 1 && [s1, s2];
+      },
+      { observe: async () => [await gateStatus(release), await gateStatus(keep)] },
+    );
+
+    // Deleting a gate takes its taint and annotations off every node, and the gate goes.
+    await client.delete(NodeStartupGate.ref, keep);
+    const after = await released(b, keep);
+    assert.equal(annotation(after, timedOutAt(keep)), undefined);
+    assert.equal(annotation(after, completedAt(keep)), undefined);
+    await waitFor('the deleted gate gone (finalizer released)', () =>
+      client.get(NodeStartupGate.ref, keep).then(
+        () => false,
+        (e) => e instanceof ApiError && e.status === 404,
+      ),
+    );
+  });
+
+  test('continuous mode taints a released node again when a requirement fails', async () => {
+    const gate = `${id}-cont`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'cont' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'health' } } }] },
+      mode: 'Continuous',
+    });
+    const node = (await createNode('cont')).metadata!.name!;
+    await tainted(node, gate);
+    const health = (name: string) =>
+      client.create(
+        Resources.pods,
+        podManifest({
+          name,
+          namespace: ns,
+          nodeName: node,
+          labels: { app: 'health' },
+          tolerations: [{ operator: 'Exists' }],
+        }),
+      );
+    await health('health-1');
+    await released(node, gate);
+    await client.delete(Resources.pods, 'health-1', ns, { gracePeriodSeconds: 0 });
+    await tainted(node, gate);
+    await eventWith(node, 'Gated', 'a requirement failed after release');
+    await health('health-2');
+    const n = await released(node, gate);
+    assert.ok(annotation(n, completedAt(gate)));
+  });
+
+  test('with the webhook down, nodes still join (Ignore) and the controller taints them while idle; Fail rejects them', async () => {
+    const gate = `${id}-down`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'down' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+    });
+    await hooks!.stop();
+    try {
+      const admitted = await createNode('down');
+      const node = admitted.metadata!.name!;
+      assert.ok(!taintsOf(admitted).includes(taintKey(gate)), 'the webhook was down: no taint at admission');
+      await tainted(node, gate);
+      await eventWith(node, 'Gated', 'the webhook missed it');
+
+      // Strict: failurePolicy Fail refuses nodes while the webhook is down, except exempt ones.
+      const strict = new WebhookRunnable({
+        client,
+        server: { port: 0, certificates: generatedCertificates(registration) },
+        registration,
+        specs: [ourWebhook({ failurePolicy: 'Fail' })],
+        berthNamespace: 'berth-system',
+        configName: `${id}-strict`,
+      });
+      await strict.start(new AbortController().signal);
+      await strict.ready();
+      await strict.stop();
+      try {
+        await waitFor('a node refused by the failing webhook', async () => {
+          try {
+            const n = await createNode('down');
+            await client.delete(Resources.nodes, n.metadata!.name!);
+            return false;
+          } catch (e) {
+            return e instanceof ApiError && /failed calling webhook/.test(e.message) && e;
+          }
+        });
+        const exempt = await createNode('down', { labels: { 'gates.berth.dev/exempt': 'true' } });
+        assert.ok(!taintsOf(exempt).includes(taintKey(gate)), 'an exempt node joins, untouched');
+        await holdsFor(
+          'the exempt node never gated',
+          async () => !taintsOf(await getNode(exempt.metadata!.name!)).includes(taintKey(gate)),
+          1000,
+        );
+      } finally {
+        await client.delete(Resources.mutatingWebhookConfigurations, `${id}-strict`);
+      }
+    } finally {
+      await startWebhooks();
+    }
+  });
+
+  test('backfill gates only existing idle nodes, and only when asked', async () => {
+    const idle = (await createNode('backfill')).metadata!.name!;
+    const busy = (await createNode('backfill')).metadata!.name!;
+    await client.create(
+      Resources.pods,
+      podManifest({ name: uniqueName('busy'), namespace: ns, nodeName: busy }),
+    );
+    // Gates are newer than the nodes (creation timestamps have one-second resolution).
+    await sleep(1100);
+    const spec = (gate: string, backfill: boolean) => ({
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'backfill' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+      backfill,
+    });
+    const off = `${id}-nobackfill`;
+    const on = `${id}-backfill`;
+    await applyGate(off, spec(off, false));
+    await applyGate(on, spec(on, true));
+    await tainted(idle, on);
+    await eventWith(idle, 'Gated', 'backfill');
+    await holdsFor(
+      'the busy node untouched, and the gate without backfill taints nothing',
+      async () => {
+        const [i, b] = [await getNode(idle), await getNode(busy)];
+        return (
+          !taintsOf(b).includes(taintKey(on)) &&
+          !taintsOf(i).includes(taintKey(off)) &&
+          !taintsOf(b).includes(taintKey(off))
+        );
+      },
+      1500,
+    );
+    const explained = (await explainNodeGates(client, await getNode(busy))).join('\n');
+    assert.match(explained, /already runs workload pods/);
+    assert.match(explained, /existed before the gate and backfill is off|already runs workload pods/);
+  });
+
+  test('bad gate specs are rejected by the apiserver or marked Invalid with a Warning event', async () => {
+    const base = {
+      taint: { key: taintKey('bad'), effect: 'NoSchedule' },
+      requirements: { pods: [{ namespace: ns, daemonSet: 'x' }] },
+    };
+    const reject = async (what: string, spec: unknown) => {
+      await assert.rejects(
+        client.create(NodeStartupGate.ref, {
+          apiVersion: NodeStartupGate.apiVersion,
+          kind: NodeStartupGate.kind,
+          metadata: { name: uniqueName('bad') },
+          spec,
+        }),
+        (e) => e instanceof ApiError && e.status === 422,
+        what,
+      );
+    };
+    await reject('an unknown effect', { ...base, taint: { key: 'k', effect: 'Bogus' } });
+    await reject('no requirement', { ...base, requirements: {} });
+    await reject('a daemonSet without namespace', { ...base, requirements: { pods: [{ daemonSet: 'x' }] } });
+    await reject('a timeout shorter than the minimum hold', {
+      ...base,
+      minHoldSeconds: 10,
+      timeout: { seconds: 5, outcome: 'Release' },
+    });
+
+    const name = `${id}-invalid`;
+    await applyGate(name, { ...base, taint: { key: 'not a valid key!', effect: 'NoSchedule' } });
+    await waitFor(
+      'Invalid condition',
+      async () => {
+        const s = await gateStatus(name);
+        return (
+          s?.conditions?.find(
+            (c) => c.type === 'Invalid' && c.status === 'True' && c.message.includes('taint key'),
+          ) && s
+        );
+      },
+      { observe: () => gateStatus(name) },
+    );
+    const events = await client.list<Event>(Resources.events, { namespace: 'default' });
+    await waitFor(
+      'InvalidSpec Warning event',
+      async () =>
+        (await client.list<Event>(Resources.events, { namespace: 'default' })).items.find(
+          (e) => e.regarding?.name === name && e.reason === 'InvalidSpec' && e.type === 'Warning',
+        ),
+      { observe: () => events.items.length },
+    );
+
+    // The taint is immutable: changing it would strand the old taint on held nodes.
+    const good = `${id}-immutable`;
+    await applyGate(good, { ...base, taint: { key: taintKey('immutable'), effect: 'NoSchedule' } });
+    await assert.rejects(
+      client.apply(
+        NodeStartupGate.ref,
+        {
+          apiVersion: NodeStartupGate.apiVersion,
+          kind: NodeStartupGate.kind,
+          metadata: { name: good },
+          spec: { ...base, taint: { key: taintKey('other'), effect: 'NoSchedule' } },
+        },
+        { fieldManager: 'test-author', force: true },
+      ),
+      (e) => e instanceof ApiError && e.status === 422 && /immutable/.test(e.message),
+    );
+  });
+});
