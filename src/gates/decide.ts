@@ -395,19 +395,24 @@ export function decideGate(gate: Gate, node: SlimNode, pods: SlimPod[], now: num
     };
   }
 
-  // Not held. A completed node stays open in bootstrap-only mode; an open node with nothing missing stays open.
-  const open = (why: string): GateDecision => ({
+  // Not held. Once every requirement holds, a timeout is history (its annotation goes); a completed
+  // node stays open in bootstrap-only mode, and one the timeout released is not gated again for the
+  // requirement that made it time out, only once its requirements have held and then fail.
+  const open = (why: string, annotations: Record<string, string | null> = {}): GateDecision => ({
     ...base,
     state: 'Released',
     taint: undefined,
-    annotations: {},
+    annotations,
     unmet,
-    timedOut: timedOutBefore,
+    timedOut: timedOutBefore && !(keys.timedOutAt in annotations),
     why,
   });
+  if (unmet.length === 0)
+    return open('every requirement holds', timedOutBefore ? { [keys.timedOutAt]: null } : {});
   if (completed && spec.mode === 'BootstrapOnly')
     return open(`released at ${ann[keys.completedAt]} (bootstrap only: never gated again)`);
-  if (unmet.length === 0) return open('every requirement holds');
+  if (timedOutBefore)
+    return open('released by the timeout; gated again only after its requirements have held');
   const may = completed
     ? { ok: true, why: 'a requirement failed after release (continuous mode)' }
     : mayGate(gate, node, pods);

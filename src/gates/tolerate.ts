@@ -55,9 +55,12 @@ export function gatesWaitingFor(ds: PodTemplateOwner, gates: Gate[]): Gate[] {
 /** The gates' taints the template does not tolerate yet. */
 export function missingTolerations(ds: PodTemplateOwner, gates: Gate[]): Toleration[] {
   const have = ds.spec?.template?.spec?.tolerations ?? [];
-  return gates
-    .filter((g) => !have.some((t) => tolerates(t, g.spec.taint)))
-    .map((g) => tolerationFor(g.spec.taint));
+  const out: Toleration[] = [];
+  for (const g of gates) {
+    // Two gates may share a taint (one of them Conflicting): one toleration covers both.
+    if (![...have, ...out].some((t) => tolerates(t, g.spec.taint))) out.push(tolerationFor(g.spec.taint));
+  }
+  return out;
 }
 
 /** A JSON patch appending `add` to the template's tolerations, valid only on the version read (test). */

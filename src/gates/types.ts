@@ -185,7 +185,7 @@ export const nodeStartupGateStatus = z.object({
     .number()
     .int()
     .optional()
-    .describe('Nodes held past the timeout, or released by it (until they next release normally).'),
+    .describe('Nodes held past the timeout, or released by it, until their requirements hold.'),
   wouldGate: z.number().int().optional().describe('Dry run: nodes the gate would hold.'),
   conditions: conditionsSchema,
 });

@@ -1,0 +1,225 @@
+// Startup gates at scale: `npm run bench:gates -- --nodes 500`.
+// 1. Join: N nodes are created within 10 seconds; Berth's webhook taints each at admission, the init
+//    DaemonSet's pod (tolerating the taint) starts on each and becomes Ready, and Berth releases it.
+//    Measured per node, by one watcher for both ends: from its init pod being seen Ready to the
+//    taint being seen gone.
+// 2. Webhook: AdmissionReviews for Node CREATE sent straight to Berth's webhook server at 200 per
+//    second (half of the nodes selected by the gate); latency of each, as the apiserver would see it.
+// Berth runs as its own process (`berth run --controllers gates`), as it would in a cluster.
+import https from 'node:https';
+import { parseArgs } from 'node:util';
+import { NodeStartupGate } from '../src/gates/types.ts';
+import { installCrds } from '../src/cli/install.ts';
+import { Informer } from '../src/runtime/informer.ts';
+import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/runtime/transforms.ts';
+import { Resources, type KubeObject } from '../src/runtime/types.ts';
+import { nodeManifests } from '../src/sandbox/nodes.ts';
+import { benchSandbox, forEachLimit, percentile, round, startBerth } from './lib.ts';
+
+const { values } = parseArgs({
+  options: {
+    nodes: { type: 'string', default: '500' },
+    'webhook-rate': { type: 'string', default: '200' },
+    'webhook-seconds': { type: 'string', default: '10' },
+  },
+});
+const nodeCount = Number(values.nodes);
+const rate = Number(values['webhook-rate']);
+const webhookSeconds = Number(values['webhook-seconds']);
+const POOL = 'bench.berth.dev/pool';
+const TAINT = 'startup-taint.cluster-autoscaler.kubernetes.io/warmup';
+const NS = 'bench-gates';
+
+const sb = await benchSandbox('bench-gates');
+const client = sb.client({ maxInFlight: 64 });
+await installCrds(client);
+await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
+await client.create(Resources.daemonSets, {
+  apiVersion: 'apps/v1',
+  kind: 'DaemonSet',
+  metadata: { name: 'warmup', namespace: NS },
+  spec: {
+    selector: { matchLabels: { app: 'warmup' } },
+    template: {
+      metadata: { labels: { app: 'warmup' } },
+      spec: {
+        nodeSelector: { [POOL]: 'gated' },
+        tolerations: [{ key: TAINT, operator: 'Exists', effect: 'NoSchedule' }],
+        containers: [{ name: 'warm', image: 'registry.example/warmup:1' }],
+      },
+    },
+  },
+});
+await client.create(NodeStartupGate.ref, {
+  apiVersion: NodeStartupGate.apiVersion,
+  kind: NodeStartupGate.kind,
+  metadata: { name: 'warmup' },
+  spec: {
+    taint: { key: TAINT, value: 'warmup', effect: 'NoSchedule' },
+    nodeSelector: { matchLabels: { [POOL]: 'gated' } },
+    requirements: { pods: [{ namespace: NS, daemonSet: 'warmup' }] },
+  },
+});
+
+const berth = await startBerth(sb, ['--controllers=gates', '--webhook-bind-address=127.0.0.1:0']);
+const config = await waitForValue('the webhook registered', async () =>
+  client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined),
+);
+const hook = (config['webhooks'] as { name: string; clientConfig: { url: string; caBundle: string } }[]).find(
+  (w) => w.name === 'nodes.gates.berth.dev',
+)!;
+// The apiserver's webhook cache is eventually consistent: give it a moment before nodes join.
+await new Promise((r) => setTimeout(r, 2000));
+
+// One watcher for both ends of the release time: init pods seen Ready, taints seen gone.
+const readyAt = new Map<string, number>();
+const releasedAt = new Map<string, number>();
+const taintedAtAdmission = new Set<string>();
+const pods = new Informer<SlimPod>({ client, ref: Resources.pods, namespace: NS, transform: slimPod });
+const isReady = (p: SlimPod) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
+const onPod = (p: SlimPod) => {
+  const node = p.spec.nodeName;
+  if (node && isReady(p) && !readyAt.has(node)) readyAt.set(node, performance.now());
+};
+pods.addEventHandler({ onAdd: onPod, onUpdate: (_a, b) => onPod(b) });
+const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
+const onNode = (n: SlimNode) => {
+  const name = n.metadata!.name!;
+  const held = n.spec.taints?.some((t) => t.key === TAINT);
+  if (!held && taintedAtAdmission.has(name) && !releasedAt.has(name)) releasedAt.set(name, performance.now());
+};
+nodes.addEventHandler({ onAdd: onNode, onUpdate: (_a, b) => onNode(b) });
+pods.start();
+nodes.start();
+await Promise.all([pods.waitForSync(), nodes.waitForSync()]);
+
+// 1. Join.
+const manifests = nodeManifests({ prefix: 'gated', count: nodeCount, labels: { [POOL]: 'gated' } });
+const joinStarted = performance.now();
+await forEachLimit(manifests, 32, async (m) => {
+  const created = await client.create<KubeObject>(Resources.nodes, m);
+  if (((created['spec'] as { taints?: { key: string }[] }).taints ?? []).some((t) => t.key === TAINT))
+    taintedAtAdmission.add(created.metadata!.name!);
+});
+const joinSeconds = (performance.now() - joinStarted) / 1000;
+console.log(
+  `${nodeCount} nodes created in ${joinSeconds.toFixed(1)} s; ${taintedAtAdmission.size} tainted at admission`,
+);
+if (taintedAtAdmission.size !== nodeCount) console.log('WARNING: some nodes joined without the taint');
+await waitForValue(
+  'every node released',
+  () => releasedAt.size >= taintedAtAdmission.size || undefined,
+  600_000,
+  () => `${releasedAt.size}/${taintedAtAdmission.size} released, ${readyAt.size} init pods Ready`,
+);
+const release = [...releasedAt].flatMap(([node, t]) => {
+  const ready = readyAt.get(node);
+  return ready === undefined ? [] : [t - ready];
+});
+const allReleasedSeconds = (Math.max(...releasedAt.values()) - joinStarted) / 1000;
+console.log(
+  `all released ${allReleasedSeconds.toFixed(1)} s after the join started; release after init Ready: ` +
+    `p50 ${percentile(release, 50).toFixed(0)} ms, p99 ${percentile(release, 99).toFixed(0)} ms, max ${Math.max(...release).toFixed(0)} ms (${release.length} nodes)`,
+);
+
+// 2. Webhook latency at a fixed rate, straight to Berth's server.
+const agent = new https.Agent({
+  keepAlive: true,
+  ca: Buffer.from(hook.clientConfig.caBundle, 'base64').toString(),
+});
+const url = new URL(hook.clientConfig.url);
+const review = (i: number) =>
+  JSON.stringify({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: {
+      uid: `bench-${i}`,
+      kind: { group: '', version: 'v1', kind: 'Node' },
+      resource: { group: '', version: 'v1', resource: 'nodes' },
+      operation: 'CREATE',
+      userInfo: { username: 'system:node:bench' },
+      object: nodeManifests({
+        prefix: `review-${i}`,
+        count: 1,
+        labels: { [POOL]: i % 2 ? 'gated' : 'other' },
+      })[0],
+    },
+  });
+const post = (body: string) =>
+  new Promise<number>((resolve, reject) => {
+    const started = performance.now();
+    const req = https.request(
+      url,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          res.statusCode === 200
+            ? resolve(performance.now() - started)
+            : reject(new Error(`HTTP ${res.statusCode}`)),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+const total = rate * webhookSeconds;
+// Built beforehand, so that the sender's own work does not delay the responses it times.
+const bodies = Array.from({ length: total }, (_, i) => review(i));
+// Warm the connection pool and the code paths first.
+for (let i = 0; i < 50; i++) await post(bodies[i]!);
+const latencies: number[] = [];
+const hookStarted = performance.now();
+const inFlight: Promise<void>[] = [];
+for (let i = 0; i < total; i++) {
+  const due = hookStarted + (i * 1000) / rate;
+  const wait = due - performance.now();
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  inFlight.push(post(bodies[i]!).then((ms) => void latencies.push(ms)));
+}
+await Promise.all(inFlight);
+const achieved = total / ((performance.now() - hookStarted) / 1000);
+console.log(
+  `webhook: ${total} reviews at ${achieved.toFixed(0)}/s: p50 ${percentile(latencies, 50).toFixed(2)} ms, ` +
+    `p99 ${percentile(latencies, 99).toFixed(2)} ms, max ${Math.max(...latencies).toFixed(2)} ms`,
+);
+
+const result = {
+  nodes: nodeCount,
+  releaseP50ms: round(percentile(release, 50), 0),
+  releaseP99ms: round(percentile(release, 99), 0),
+  webhookP99ms: round(percentile(latencies, 99), 2),
+  rssMB: berth.rssMB(),
+};
+agent.destroy();
+pods.stop();
+nodes.stop();
+await berth.stop();
+client.close();
+await sb.down();
+console.log(JSON.stringify(result));
+
+async function waitForValue<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 60_000,
+  progress?: () => string,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastLog = Date.now();
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${progress ? `: ${progress()}` : ''}`);
+    if (progress && Date.now() - lastLog > 10_000) {
+      console.log(`  ${progress()}`);
+      lastLog = Date.now();
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -1,0 +1,489 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  describeRequirement,
+  leftOnNode,
+  parseGates,
+  podDone,
+  requiredPods,
+  selects,
+  unmetRequirements,
+  workloadPods,
+} from '../../../src/gates/decide.ts';
+import { EXEMPT_LABEL, gateAnnotations } from '../../../src/gates/types.ts';
+import { cilium, gate, GATE_CREATED, gateObj, node, ownedBy, pod, TAINT_KEY, workload } from './fixtures.ts';
+
+const NAME_CHARS =
+  "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+describe('parseGates', () => {
+  test('a valid gate is enforced, with the defaults applied and its annotation keys', () => {
+    const { gates, problems } = parseGates([gateObj('cni')]);
+    assert.equal(problems.size, 0);
+    assert.deepEqual(gates, [
+      {
+        name: 'cni',
+        enforced: true,
+        spec: {
+          taint: { key: TAINT_KEY, effect: 'NoSchedule' },
+          requirements: { pods: [{ namespace: 'kube-system', daemonSet: 'cilium' }] },
+          minHoldSeconds: 0,
+          mode: 'BootstrapOnly',
+          backfill: false,
+          dryRun: false,
+        },
+        keys: {
+          gatedAt: 'cni.gates.berth.dev/gated-at',
+          timedOutAt: 'cni.gates.berth.dev/timed-out-at',
+          completedAt: 'cni.gates.berth.dev/completed-at',
+        },
+        createdAt: Date.parse(GATE_CREATED),
+        deleting: false,
+      },
+    ]);
+  });
+
+  test('the apiVersion and kind of the object do not matter (they are the resource type)', () => {
+    const obj = { ...gateObj('cni'), apiVersion: 'v1', kind: 'Whatever' };
+    const { gates, problems } = parseGates([obj]);
+    assert.equal(problems.size, 0);
+    assert.equal(gates[0]!.enforced, true);
+  });
+
+  test('a custom completion annotation, deletion and a missing creationTimestamp', () => {
+    const g = gate('cni', { completionAnnotation: 'example.com/cni-ready' });
+    assert.equal(g.keys.completedAt, 'example.com/cni-ready');
+    assert.equal(g.keys.gatedAt, 'cni.gates.berth.dev/gated-at');
+    const { gates } = parseGates([
+      gateObj('gone', {}, { deletionTimestamp: '2026-11-21T09:00:00Z', creationTimestamp: undefined }),
+    ]);
+    assert.equal(gates[0]!.deleting, true);
+    assert.equal(gates[0]!.createdAt, 0);
+  });
+
+  test('gates come out sorted by name whatever the input order', () => {
+    const { gates } = parseGates([
+      gateObj('zeta', { taint: { key: 'z.example.com/t' } }),
+      gateObj('alpha', { taint: { key: 'a.example.com/t' } }),
+      gateObj('mid', { taint: { key: 'm.example.com/t' } }),
+    ]);
+    assert.deepEqual(
+      gates.map((g) => g.name),
+      ['alpha', 'mid', 'zeta'],
+    );
+    assert.ok(gates.every((g) => g.enforced));
+  });
+
+  test('an invalid taint key: Invalid, and no gate at all (nothing says what it held)', () => {
+    const { gates, problems } = parseGates([gateObj('bad', { taint: { key: 'bad key!' } })]);
+    assert.deepEqual(gates, []);
+    assert.deepEqual(problems.get('bad'), {
+      reason: 'Invalid',
+      message: `invalid NodeStartupGate bad: spec.taint.key: taint key "bad key!": ${NAME_CHARS}`,
+    });
+  });
+
+  test('an invalid readyAnnotation: Invalid, and a disarmed gate that still knows its taint', () => {
+    const { gates, problems } = parseGates([
+      gateObj('cni', {
+        taint: { key: TAINT_KEY, value: 'waiting', effect: 'NoExecute' },
+        completionAnnotation: 'example.com/cni-ready',
+        requirements: {
+          pods: [{ namespace: 'kube-system', daemonSet: 'cilium', readyAnnotation: 'not valid!' }],
+        },
+        mode: 'Continuous',
+        minHoldSeconds: 30,
+      }),
+    ]);
+    assert.deepEqual(problems.get('cni'), {
+      reason: 'Invalid',
+      message: `invalid NodeStartupGate cni: spec.requirements.pods[0].readyAnnotation: readyAnnotation "not valid!": ${NAME_CHARS}`,
+    });
+    assert.equal(gates.length, 1);
+    assert.deepEqual(gates[0], {
+      name: 'cni',
+      enforced: false,
+      spec: {
+        requirements: {},
+        minHoldSeconds: 0,
+        mode: 'BootstrapOnly',
+        backfill: false,
+        dryRun: false,
+        taint: { key: TAINT_KEY, value: 'waiting', effect: 'NoExecute' },
+        completionAnnotation: 'example.com/cni-ready',
+      },
+      keys: {
+        gatedAt: 'cni.gates.berth.dev/gated-at',
+        timedOutAt: 'cni.gates.berth.dev/timed-out-at',
+        completedAt: 'example.com/cni-ready',
+      },
+      createdAt: Date.parse(GATE_CREATED),
+      deleting: false,
+    });
+  });
+
+  test('other invalid specs are reported with the field path', () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ minHoldSeconds: -1 }, /^invalid NodeStartupGate g: spec\.minHoldSeconds: /],
+      [{ mode: 'Sometimes' }, /^invalid NodeStartupGate g: spec\.mode: /],
+      [{ taint: { key: TAINT_KEY, effect: 'NoWay' } }, /^invalid NodeStartupGate g: spec\.taint\.effect: /],
+      [
+        { timeout: { seconds: 0, outcome: 'Release' } },
+        /^invalid NodeStartupGate g: spec\.timeout\.seconds: /,
+      ],
+    ];
+    for (const [spec, message] of cases) {
+      const { gates, problems } = parseGates([gateObj('g', spec)]);
+      assert.equal(problems.get('g')?.reason, 'Invalid', JSON.stringify(spec));
+      assert.match(problems.get('g')!.message, message);
+      // The taint still parses: a disarmed gate, never enforced.
+      const disarmed = spec['taint'] ? [] : [false];
+      assert.deepEqual(
+        gates.map((g) => g.enforced),
+        disarmed,
+        JSON.stringify(spec),
+      );
+    }
+  });
+
+  test('a name too long for annotation keys: Invalid and left out, even with a valid spec', () => {
+    const max = 'n'.repeat(237);
+    const over = 'n'.repeat(238);
+    assert.equal(gateAnnotations(max, {}).gatedAt.split('/')[0]!.length, 253);
+    const { gates, problems } = parseGates([
+      gateObj(max),
+      gateObj(over, { taint: { key: 'o.example.com/t' } }),
+    ]);
+    assert.deepEqual(
+      gates.map((g) => [g.name.length, g.enforced]),
+      [[237, true]],
+    );
+    assert.deepEqual(problems.get(over), {
+      reason: 'Invalid',
+      message: 'the name is longer than 237 characters: its node annotations would not be valid keys',
+    });
+    assert.equal(problems.has(max), false);
+  });
+
+  test('two gates with the same taint key and effect: the first by name is enforced, both Conflicting', () => {
+    // Given in reverse order: the outcome does not depend on the order events arrive in.
+    const { gates, problems } = parseGates([gateObj('b-cni'), gateObj('a-cni')]);
+    assert.deepEqual(
+      gates.map((g) => [g.name, g.enforced]),
+      [
+        ['a-cni', true],
+        ['b-cni', false],
+      ],
+    );
+    const message = `gates a-cni and b-cni both use the taint ${TAINT_KEY}:NoSchedule; a-cni (first by name) is enforced`;
+    assert.deepEqual(problems.get('a-cni'), { reason: 'Conflicting', message });
+    assert.deepEqual(problems.get('b-cni'), { reason: 'Conflicting', message });
+    assert.equal(problems.size, 2);
+  });
+
+  test('the same key with another effect, or another key, is no conflict', () => {
+    const { gates, problems } = parseGates([
+      gateObj('a', { taint: { key: TAINT_KEY, effect: 'NoSchedule' } }),
+      gateObj('b', { taint: { key: TAINT_KEY, effect: 'NoExecute' } }),
+      gateObj('c', { taint: { key: 'other.example.com/t', effect: 'NoSchedule' } }),
+    ]);
+    assert.equal(problems.size, 0);
+    assert.deepEqual(
+      gates.map((g) => g.enforced),
+      [true, true, true],
+    );
+  });
+
+  test('a taint value does not make two taints different', () => {
+    const { gates, problems } = parseGates([
+      gateObj('a', { taint: { key: TAINT_KEY, value: 'x' } }),
+      gateObj('b', { taint: { key: TAINT_KEY, value: 'y' } }),
+    ]);
+    assert.equal(problems.get('b')?.reason, 'Conflicting');
+    assert.deepEqual(
+      gates.map((g) => g.enforced),
+      [true, false],
+    );
+  });
+
+  test('an invalid gate does not take part in conflicts', () => {
+    const { gates, problems } = parseGates([
+      gateObj('a', {
+        requirements: { pods: [{ daemonSet: 'cilium', namespace: 'kube-system', readyAnnotation: '!' }] },
+      }),
+      gateObj('b'),
+    ]);
+    assert.equal(problems.get('a')?.reason, 'Invalid');
+    assert.equal(problems.has('b'), false);
+    assert.deepEqual(
+      gates.map((g) => [g.name, g.enforced]),
+      [
+        ['a', false],
+        ['b', true],
+      ],
+    );
+  });
+});
+
+describe('selects', () => {
+  const g = gate('gpu', {
+    nodeSelector: { matchLabels: { 'node.kubernetes.io/instance-type': 'g5.xlarge' } },
+    excludeNodeSelectors: [
+      { matchLabels: { pool: 'system' } },
+      { matchExpressions: [{ key: 'karpenter.sh/nodepool', operator: 'In', values: ['spot-legacy'] }] },
+    ],
+  });
+  const gpu = { 'node.kubernetes.io/instance-type': 'g5.xlarge' };
+
+  test('nodeSelector', () => {
+    assert.equal(selects(g, gpu), true);
+    assert.equal(selects(g, { 'node.kubernetes.io/instance-type': 'm7i.large' }), false);
+    assert.equal(selects(g, {}), false);
+    assert.equal(selects(g, undefined), false);
+  });
+
+  test('any exclusion wins', () => {
+    assert.equal(selects(g, { ...gpu, pool: 'system' }), false);
+    assert.equal(selects(g, { ...gpu, pool: 'batch' }), true);
+    assert.equal(selects(g, { ...gpu, 'karpenter.sh/nodepool': 'spot-legacy' }), false);
+    assert.equal(selects(g, { ...gpu, 'karpenter.sh/nodepool': 'default' }), true);
+  });
+
+  test('no nodeSelector selects every node, even one without labels', () => {
+    const all = gate();
+    assert.equal(selects(all, undefined), true);
+    assert.equal(selects(all, { anything: 'x' }), true);
+  });
+
+  test(`${EXEMPT_LABEL}=true exempts a node; any other value does not`, () => {
+    const all = gate();
+    assert.equal(selects(all, { [EXEMPT_LABEL]: 'true' }), false);
+    assert.equal(selects(g, { ...gpu, [EXEMPT_LABEL]: 'true' }), false);
+    assert.equal(selects(all, { [EXEMPT_LABEL]: 'false' }), true);
+    assert.equal(selects(all, { [EXEMPT_LABEL]: 'True' }), true);
+  });
+});
+
+describe('workloadPods', () => {
+  test('DaemonSet, static (Node-owned), terminal and deleting pods do not make a node busy', () => {
+    const pods = [
+      cilium(true),
+      pod('kube-proxy-n1', { owner: { kind: 'Node', name: 'n1' }, phase: 'Running', ready: true }),
+      pod('job-done', { namespace: 'batch', owner: { kind: 'Job', name: 'j' }, phase: 'Succeeded' }),
+      pod('job-failed', { namespace: 'batch', owner: { kind: 'Job', name: 'j' }, phase: 'Failed' }),
+      pod('leaving', {
+        namespace: 'shop',
+        owner: { kind: 'ReplicaSet', name: 'rs' },
+        phase: 'Running',
+        deleting: true,
+      }),
+    ];
+    assert.deepEqual(workloadPods(pods), []);
+  });
+
+  test('a ReplicaSet pod, a bare pod and a Pending pod are workload', () => {
+    const bare = pod('debug', { namespace: 'default', phase: 'Running' });
+    const pending = pod('queued', { namespace: 'shop', owner: { kind: 'StatefulSet', name: 'db' } });
+    const pods = [cilium(false), workload(), bare, pending];
+    assert.deepEqual(
+      workloadPods(pods).map((p) => p.metadata!.name),
+      ['web-6d4cf56db6-abcde', 'debug', 'queued'],
+    );
+  });
+});
+
+describe('podDone', () => {
+  test('Running and Ready', () => {
+    assert.equal(podDone(cilium(true), undefined), true);
+    assert.equal(podDone(cilium(false), undefined), false);
+  });
+  test('Ready but not Running (a stale condition) is not done', () => {
+    assert.equal(podDone(pod('p', { phase: 'Pending', ready: true }), undefined), false);
+    assert.equal(podDone(pod('p', { phase: 'Failed', ready: true }), undefined), false);
+  });
+  test('Running without conditions is not done', () => {
+    assert.equal(podDone(pod('p', { phase: 'Running' }), undefined), false);
+  });
+  test('Succeeded is done, with or without conditions', () => {
+    assert.equal(podDone(pod('p', { phase: 'Succeeded' }), undefined), true);
+    assert.equal(podDone(pod('p', { phase: 'Succeeded', ready: false }), undefined), true);
+  });
+  test('the ready annotation "true" counts, only when the requirement names it', () => {
+    const p = pod('p', { phase: 'Running', ready: false, annotations: { 'example.com/done': 'true' } });
+    assert.equal(podDone(p, 'example.com/done'), true);
+    assert.equal(podDone(p, undefined), false);
+    assert.equal(podDone(p, 'example.com/other'), false);
+    const no = pod('p', { phase: 'Pending', annotations: { 'example.com/done': 'yes' } });
+    assert.equal(podDone(no, 'example.com/done'), false);
+  });
+});
+
+describe('requiredPods', () => {
+  const mine = cilium(true, 'cilium-a');
+  const otherDs = pod('calico-a', {
+    labels: { 'k8s-app': 'cilium' },
+    owner: { kind: 'DaemonSet', name: 'calico' },
+    phase: 'Running',
+  });
+  const otherNs = pod('cilium-b', {
+    namespace: 'cilium-system',
+    labels: { 'k8s-app': 'cilium' },
+    owner: { kind: 'DaemonSet', name: 'cilium' },
+    phase: 'Running',
+  });
+  const rsNamedCilium = pod('cilium-rs', {
+    labels: { 'k8s-app': 'cilium' },
+    owner: { kind: 'ReplicaSet', name: 'cilium' },
+    phase: 'Running',
+  });
+  const deleting = pod('cilium-old', {
+    labels: { 'k8s-app': 'cilium' },
+    owner: { kind: 'DaemonSet', name: 'cilium' },
+    phase: 'Running',
+    deleting: true,
+  });
+  const all = [mine, otherDs, otherNs, rsNamedCilium, deleting];
+
+  test('by DaemonSet: owner kind DaemonSet, its name and the namespace; deleting pods ignored', () => {
+    const r = { namespace: 'kube-system', daemonSet: 'cilium' };
+    assert.deepEqual(
+      requiredPods(r, all).map((p) => p.metadata!.name),
+      ['cilium-a'],
+    );
+  });
+
+  test('by selector, in a namespace or in all of them', () => {
+    const inNs = { namespace: 'kube-system', selector: { matchLabels: { 'k8s-app': 'cilium' } } };
+    assert.deepEqual(
+      requiredPods(inNs, all).map((p) => p.metadata!.name),
+      ['cilium-a', 'calico-a', 'cilium-rs'],
+    );
+    const anywhere = { selector: { matchLabels: { 'k8s-app': 'cilium' } } };
+    assert.deepEqual(
+      requiredPods(anywhere, all).map((p) => p.metadata!.name),
+      ['cilium-a', 'calico-a', 'cilium-b', 'cilium-rs'],
+    );
+    const expr = {
+      selector: { matchExpressions: [{ key: 'k8s-app', operator: 'NotIn' as const, values: ['cilium'] }] },
+    };
+    assert.deepEqual(requiredPods(expr, all), []);
+  });
+});
+
+describe('unmetRequirements', () => {
+  const g = gate('cni', {
+    requirements: {
+      pods: [
+        { namespace: 'kube-system', daemonSet: 'cilium' },
+        {
+          namespace: 'kube-system',
+          selector: { matchLabels: { app: 'csi' } },
+          readyAnnotation: 'example.com/done',
+        },
+      ],
+      nodeConditions: [{ type: 'Ready' }, { type: 'NetworkUnavailable', status: 'False' }],
+    },
+  });
+  const csi = (name: string, o: Parameters<typeof pod>[1] = {}) =>
+    pod(name, { labels: { app: 'csi' }, owner: { kind: 'DaemonSet', name: 'csi' }, ...o });
+  const healthy = [
+    { type: 'Ready', status: 'True' },
+    { type: 'NetworkUnavailable', status: 'False' },
+  ];
+
+  test('nothing on the node yet, and absent conditions', () => {
+    assert.deepEqual(unmetRequirements(g, node(), []), [
+      'pods of DaemonSet kube-system/cilium: none on the node yet',
+      'pods app=csi in kube-system: none on the node yet',
+      'node condition Ready is absent, needs True',
+      'node condition NetworkUnavailable is absent, needs False',
+    ]);
+  });
+
+  test('pods not Ready, named (at most three) with their phase', () => {
+    const pods = [
+      cilium(false, 'cilium-a'),
+      csi('csi-1', { phase: 'Running', ready: false }),
+      csi('csi-2'),
+      csi('csi-3', { phase: 'Failed' }),
+      csi('csi-4', { phase: 'Pending' }),
+      csi('csi-5', { phase: 'Running', ready: true }),
+    ];
+    const n = node({
+      conditions: [
+        { type: 'Ready', status: 'Unknown' },
+        { type: 'NetworkUnavailable', status: 'True' },
+      ],
+    });
+    assert.deepEqual(unmetRequirements(g, n, pods), [
+      'pods of DaemonSet kube-system/cilium: kube-system/cilium-a (Running) not Ready',
+      'pods app=csi in kube-system: kube-system/csi-1 (Running), kube-system/csi-2 (Pending), kube-system/csi-3 (Failed) and 1 more not Ready',
+      'node condition Ready is Unknown, needs True',
+      'node condition NetworkUnavailable is True, needs False',
+    ]);
+  });
+
+  test('everything holds: no unmet requirement', () => {
+    const pods = [
+      cilium(true),
+      csi('csi-1', { phase: 'Running', ready: false, annotations: { 'example.com/done': 'true' } }),
+      csi('csi-2', { phase: 'Succeeded' }),
+    ];
+    assert.deepEqual(unmetRequirements(g, node({ conditions: healthy }), pods), []);
+  });
+
+  test('a gate with node conditions only', () => {
+    const c = gate('ready', { requirements: { nodeConditions: [{ type: 'example.com/GPUReady' }] } });
+    assert.deepEqual(unmetRequirements(c, node(), [cilium(true)]), [
+      'node condition example.com/GPUReady is absent, needs True',
+    ]);
+    const ok = node({ conditions: [{ type: 'example.com/GPUReady', status: 'True' }] });
+    assert.deepEqual(unmetRequirements(c, ok, []), []);
+  });
+
+  test('describeRequirement', () => {
+    assert.equal(
+      describeRequirement({ namespace: 'kube-system', daemonSet: 'cilium' }),
+      'pods of DaemonSet kube-system/cilium',
+    );
+    assert.equal(describeRequirement({ selector: {} }), 'pods everything');
+    assert.equal(
+      describeRequirement({
+        selector: {
+          matchLabels: { a: '1' },
+          matchExpressions: [
+            { key: 'b', operator: 'In', values: ['x', 'y'] },
+            { key: 'c', operator: 'Exists' },
+          ],
+        },
+      }),
+      'pods a=1,b In (x,y),c Exists',
+    );
+  });
+});
+
+describe('leftOnNode', () => {
+  const g = gate();
+  test('gated-at or timed-out-at left', () => {
+    assert.equal(leftOnNode(g, node()), false);
+    assert.equal(leftOnNode(g, node({ annotations: undefined })), false);
+    assert.equal(leftOnNode(g, node({ annotations: { [g.keys.gatedAt]: 'x' } })), true);
+    assert.equal(leftOnNode(g, node({ annotations: { [g.keys.timedOutAt]: 'x' } })), true);
+  });
+  test('the completion annotation counts only when berth-gates wrote it (Update)', () => {
+    const annotations = { [g.keys.completedAt]: '2026-11-21T09:00:00.000Z' };
+    assert.equal(leftOnNode(g, node({ annotations })), false);
+    assert.equal(leftOnNode(g, node({ annotations, managedFields: [ownedBy([g.keys.completedAt])] })), true);
+    assert.equal(
+      leftOnNode(
+        g,
+        node({ annotations, managedFields: [ownedBy([g.keys.completedAt], 'berth-gates', 'Apply')] }),
+      ),
+      false,
+    );
+    assert.equal(
+      leftOnNode(g, node({ annotations, managedFields: [ownedBy([g.keys.completedAt], 'kubelet')] })),
+      false,
+    );
+  });
+});
