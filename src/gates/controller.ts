@@ -12,7 +12,8 @@ import type { Logger } from '../runtime/log.ts';
 import type { Manager } from '../runtime/manager.ts';
 import { gateMetrics } from '../runtime/metrics.ts';
 import { WriteExpectations } from '../runtime/expectations.ts';
-import { slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
+import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
+import { missingTolerations } from './tolerate.ts';
 import { Resources, type KubeObject } from '../runtime/types.ts';
 import { mutate, type AdmissionHandler } from '../runtime/webhook.ts';
 import type { WebhookSpec } from '../runtime/webhooks.ts';
@@ -52,6 +53,7 @@ export class GatesController {
   readonly pods: Informer<SlimPod>;
   readonly nodes: Informer<SlimNode>;
   readonly gateObjects: Informer<GateObject>;
+  readonly daemonSets: Informer<KubeObject>;
   readonly nodeController: Controller;
   readonly statusController: Controller;
   private readonly manager: Manager;
@@ -77,6 +79,10 @@ export class GatesController {
     });
     this.expectations = new WriteExpectations(this.nodes);
     this.gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
+    // Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes.
+    this.daemonSets = manager.informer(Resources.daemonSets, {
+      transform: { name: 'gates-daemonset', fn: slimDaemonSet },
+    });
 
     const gateChanged = (a: KubeObject, b: KubeObject) =>
       a === b ||
@@ -101,7 +107,8 @@ export class GatesController {
     })
       .watch(this.gateObjects, (g) => g.metadata!.name!, { update: gateChanged })
       // A node giving back a deleted gate's taint may be the last thing its finalizer waits for.
-      .watch(this.nodes, () => this.deletingGates(), { update: nodeChanged });
+      .watch(this.nodes, () => this.deletingGates(), { update: nodeChanged })
+      .watch(this.daemonSets, () => this.gateObjects.keys());
 
     manager.add(this.nodeController);
     manager.add(this.statusController);
@@ -261,18 +268,33 @@ export class GatesController {
     const conflicting = problem?.reason === 'Conflicting' ? problem.message : '';
     conds.set('Invalid', !!invalid, invalid ? 'InvalidSpec' : 'Valid', invalid);
     conds.set('Conflicting', !!conflicting, conflicting ? 'TaintConflict' : 'NoConflict', conflicting);
-    const enforced = !!gate;
+    const unschedulable = gate?.enforced ? this.unschedulableRequirements(gate) : [];
+    conds.set(
+      'RequiredPodsSchedulable',
+      unschedulable.length === 0,
+      unschedulable.length ? 'MissingToleration' : 'Schedulable',
+      unschedulable.join('; '),
+    );
+    const enforced = !!gate?.enforced;
     const dryRun = gate?.spec.dryRun ?? false;
     conds.set(
       'Ready',
-      enforced && !dryRun,
-      invalid ? 'Invalid' : !enforced ? 'Conflicting' : dryRun ? 'DryRun' : 'Enforcing',
+      enforced && !dryRun && unschedulable.length === 0,
+      invalid
+        ? 'Invalid'
+        : !enforced
+          ? 'Conflicting'
+          : dryRun
+            ? 'DryRun'
+            : unschedulable.length
+              ? 'MissingToleration'
+              : 'Enforcing',
       invalid ||
         (!enforced
           ? conflicting
           : dryRun
             ? `dry run: would hold ${wouldGate} of ${nodes} nodes`
-            : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}`),
+            : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}${unschedulable.length ? `; ${unschedulable[0]}` : ''}`),
     );
     const status: NodeStartupGateStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
@@ -300,7 +322,30 @@ export class GatesController {
       this.events.event(obj, 'Warning', 'InvalidSpec', 'Validate', invalid);
     if (conflicting && (was('Conflicting')?.status !== 'True' || was('Conflicting')?.message !== conflicting))
       this.events.event(obj, 'Warning', 'TaintConflict', 'Validate', conflicting);
+    const stuck = unschedulable.join('; ');
+    if (
+      stuck &&
+      (was('RequiredPodsSchedulable')?.status !== 'False' ||
+        was('RequiredPodsSchedulable')?.message !== stuck)
+    )
+      this.events.event(obj, 'Warning', 'MissingToleration', 'Validate', stuck);
     await applyStatus(this.manager.client(), NodeStartupGate.ref, obj, status, FIELD_MANAGER);
+  }
+
+  /** The DaemonSets the gate waits for that are missing, or whose pods could never start on a gated node. */
+  private unschedulableRequirements(gate: Gate): string[] {
+    const out: string[] = [];
+    for (const r of gate.spec.requirements.pods ?? []) {
+      if (!r.daemonSet) continue;
+      const ds = this.daemonSets.get(`${r.namespace}/${r.daemonSet}`);
+      if (!ds) out.push(`DaemonSet ${r.namespace}/${r.daemonSet} does not exist`);
+      else if (missingTolerations(ds, [gate]).length)
+        out.push(
+          `DaemonSet ${r.namespace}/${r.daemonSet} does not tolerate the taint ${gate.spec.taint.key}, so it never runs on a gated node: ` +
+            `berth gates tolerate ${r.daemonSet} -n ${r.namespace}`,
+        );
+    }
+    return out;
   }
 
   /** The Node CREATE admission handler: adds the taint and gated-at annotation of every gate that selects the node. */
@@ -338,6 +383,26 @@ export class GatesController {
       timeoutSeconds: 2,
     };
   }
+}
+
+/** What the gates read of a DaemonSet: its identity and its pod template's labels and tolerations. */
+function slimDaemonSet(obj: KubeObject): KubeObject {
+  const template = (
+    obj['spec'] as
+      | { template?: { metadata?: { labels?: Record<string, string> }; spec?: { tolerations?: unknown[] } } }
+      | undefined
+  )?.template;
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: slimMetadata(obj.metadata),
+    spec: {
+      template: {
+        metadata: { labels: template?.metadata?.labels },
+        spec: { tolerations: template?.spec?.tolerations },
+      },
+    },
+  };
 }
 
 /** Pod changes that can change a gate's decision: its node, phase, readiness, labels, annotations, deletion. */

@@ -28,6 +28,7 @@ export const gatesCapability: Capability = {
   rbac: [
     { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['get', 'list', 'watch'] },
     {
       apiGroups: ['berth.dev'],
       resources: ['nodestartupgates'],

@@ -2,6 +2,8 @@
 // admission, released when the init DaemonSet's pod is Ready, the annotation shortcut, timeouts,
 // continuous mode, the webhook down (fallback, and failurePolicy Fail), backfill, deletion, bad specs.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { GatesController } from '../../src/gates/controller.ts';
@@ -237,7 +239,39 @@ describe('startup gates', () => {
     assert.match(explained, new RegExp(`${gate}.*HELD`));
     assert.match(explained, /waiting for pods of DaemonSet .*\/warmup: none on the node yet/);
 
-    await client.create(Resources.daemonSets, daemonSet('warmup', 'init', gate));
+    // The gate says the DaemonSet it waits for is missing; then that it lacks the toleration, which
+    // `berth gates tolerate` adds.
+    const schedulable = (status: 'True' | 'False', text: string) =>
+      waitFor(
+        `RequiredPodsSchedulable ${status} (${text})`,
+        async () =>
+          (await gateStatus(gate))?.conditions?.find(
+            (c) => c.type === 'RequiredPodsSchedulable' && c.status === status && c.message.includes(text),
+          ),
+        { observe: () => gateStatus(gate) },
+      );
+    await schedulable('False', 'does not exist');
+    const ds = daemonSet('warmup', 'init', gate);
+    delete (ds['spec'] as { template: { spec: Record<string, unknown> } }).template.spec['tolerations'];
+    await client.create(Resources.daemonSets, ds);
+    await schedulable('False', 'does not tolerate');
+    await holdsFor(
+      'no init pod on the gated node without the toleration',
+      async () => taintsOf(await getNode(node)).includes(taintKey(gate)),
+      500,
+    );
+    // The CLI, as a user runs it (asynchronously: this process also runs the controller).
+    const cli = await promisify(execFile)(process.execPath, [
+      'src/cli/main.ts',
+      'gates',
+      'tolerate',
+      'warmup',
+      '-n',
+      ns,
+      `--kubeconfig=${sandbox.kubeconfigPath}`,
+    ]);
+    assert.match(cli.stdout, new RegExp(`added toleration ${taintKey(gate)}=wait:NoSchedule`));
+    await schedulable('True', '');
     const n = await released(node, gate);
     assert.ok(annotation(n, completedAt(gate)), 'completion annotation stamped');
     assert.ok(Date.parse(annotation(n, completedAt(gate))!) > 0, 'completion annotation is a timestamp');
