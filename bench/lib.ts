@@ -55,6 +55,10 @@ export async function startBerth(sb: Sandbox, args: string[]): Promise<BerthProc
   const child = spawn(
     process.execPath,
     [
+      // BERTH_BENCH_CPU_PROF=DIR writes a V8 CPU profile of Berth to DIR when it stops.
+      ...(process.env['BERTH_BENCH_CPU_PROF']
+        ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BERTH_BENCH_CPU_PROF']}`]
+        : []),
       `${packageRoot()}/src/cli/main.ts`,
       'run',
       `--kubeconfig=${sb.kubeconfigPath}`,

@@ -4,18 +4,18 @@
 // owner's deletion until no node carries its claim.
 import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
 import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
-import { Controller, FirstPass, generationChanged, type Result } from '../runtime/controller.ts';
+import { Controller, FirstPass, generationChanged, sameRecord, type Result } from '../runtime/controller.ts';
 import { RestMapper } from '../runtime/discovery.ts';
 import type { EventRecorder } from '../runtime/events.ts';
 import { keyOf, type Informer } from '../runtime/informer.ts';
 import { isNotFound } from '../runtime/kube.ts';
 import type { Logger } from '../runtime/log.ts';
 import type { Manager } from '../runtime/manager.ts';
-import { NodeWriter } from '../runtime/nodeapply.ts';
+import { BurstHold, NodeWriter } from '../runtime/nodeapply.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../runtime/types.ts';
+import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/types.ts';
 import type { WebhookSpec } from '../runtime/webhooks.ts';
-import { claimedOwners, decideNode, type Placement } from './decide.ts';
+import { claimedOwners, decideNode, podFinished, type Placement } from './decide.ts';
 import { podMutatingHandler } from './inject.ts';
 import {
   AgentPlacement,
@@ -54,6 +54,7 @@ export class AgentsController {
   readonly finalizerController: Controller;
   private readonly manager: Manager;
   private readonly writer: NodeWriter;
+  private readonly burst: BurstHold;
   private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly mapper: RestMapper;
@@ -77,7 +78,17 @@ export class AgentsController {
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes);
+    const workers = opts.workers ?? 16;
+    // A node write takes some 60 ms, so the workers write about 16 nodes per second each: faster
+    // changes would queue up anyway, and are better written once the burst is over.
+    this.burst = new BurstHold({
+      burstPerSecond: 16 * workers,
+      maxHoldMs: 30_000,
+      release: (names) => {
+        for (const n of names) this.nodeController.queue.add(n);
+      },
+    });
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, { burst: this.burst });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
@@ -92,15 +103,22 @@ export class AgentsController {
     ];
     const allNodes = () => this.nodes.keys();
     const ownerChanged = (a: KubeObject, b: KubeObject) =>
-      a === b || JSON.stringify(a.metadata?.ownerReferences) !== JSON.stringify(b.metadata?.ownerReferences);
+      a === b || !sameOwners(a.metadata?.ownerReferences, b.metadata?.ownerReferences);
 
     this.nodeController = new Controller({
       name: 'agents-node',
-      workers: opts.workers ?? 16,
+      workers,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileNode(key) },
     })
-      .watch(this.pods, (p) => p.spec.nodeName, { update: podChanged })
+      .watch(
+        this.pods,
+        (p) => {
+          this.burst.observe();
+          return p.spec.nodeName;
+        },
+        { update: podChanged },
+      )
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.placementObjects, allNodes, generationChanged)
       .watch(
@@ -442,17 +460,33 @@ export class AgentsController {
 const sameSet = (a: Set<string> | undefined, b: Set<string> | undefined) =>
   (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x));
 
-/** Pod changes that can change a node's claims. */
-const podChanged = (a: SlimPod, b: SlimPod) =>
+const sameOwners = (a: OwnerReference[] | undefined, b: OwnerReference[] | undefined) =>
+  (a?.length ?? 0) === (b?.length ?? 0) &&
+  (a ?? []).every((o, i) => {
+    const p = b![i]!;
+    return (
+      o.uid === p.uid &&
+      o.name === p.name &&
+      o.kind === p.kind &&
+      o.apiVersion === p.apiVersion &&
+      !o.controller === !p.controller
+    );
+  });
+
+/**
+ * Pod changes that can change a node's claims: not the status updates of a pod starting, which
+ * are most of a pod's events.
+ */
+export const podChanged = (a: SlimPod, b: SlimPod): boolean =>
   a === b ||
   a.spec.nodeName !== b.spec.nodeName ||
-  a.status.phase !== b.status.phase ||
-  JSON.stringify(a.metadata?.labels) !== JSON.stringify(b.metadata?.labels) ||
-  JSON.stringify(a.metadata?.ownerReferences) !== JSON.stringify(b.metadata?.ownerReferences);
+  podFinished(a) !== podFinished(b) ||
+  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
+  !sameOwners(a.metadata?.ownerReferences, b.metadata?.ownerReferences);
 
 /** Node changes that matter: its labels and annotations (claims), and what Berth owns. */
 const nodeChanged = (a: SlimNode, b: SlimNode) =>
   a === b ||
-  JSON.stringify(a.metadata?.labels) !== JSON.stringify(b.metadata?.labels) ||
-  JSON.stringify(a.metadata?.annotations) !== JSON.stringify(b.metadata?.annotations) ||
+  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
+  !sameRecord(a.metadata?.annotations, b.metadata?.annotations) ||
   JSON.stringify(a.metadata?.managedFields) !== JSON.stringify(b.metadata?.managedFields);

@@ -43,13 +43,16 @@ export function podSelected(
   return selectorMatches(spec.podSelector, podLabels);
 }
 
+/** The pod has succeeded or failed: it no longer needs the agent. */
+export const podFinished = (pod: SlimPod): boolean => TERMINAL.has(pod.status.phase ?? '');
+
 /** A pod counts while it is bound to a node and not finished, and the placement selects it. */
 export function podCounts(
   pod: SlimPod,
   namespaceLabels: Record<string, string> | undefined,
   spec: AgentPlacementSpec,
 ): boolean {
-  if (!pod.spec.nodeName || TERMINAL.has(pod.status.phase ?? '')) return false;
+  if (!pod.spec.nodeName || podFinished(pod)) return false;
   return podSelected(pod.metadata?.labels, namespaceLabels, spec);
 }
 

@@ -2,34 +2,21 @@
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
 import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
+import { labelSelectorSchema } from '../runtime/selector.ts';
 
 export const FIELD_MANAGER = 'berth-agents';
 export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
 /** On AgentPlacements whose owners carry a finalizer: removes those finalizers before the placement goes. */
 export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';
 
-const labelSelector = z
-  .object({
-    matchLabels: z.record(z.string(), z.string()).optional(),
-    matchExpressions: z
-      .array(
-        z.object({
-          key: z.string().min(1),
-          operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
-          values: z.array(z.string()).optional(),
-        }),
-      )
-      .optional(),
-  })
-  .describe('A Kubernetes label selector; empty selects everything.');
-export type LabelSelector = z.infer<typeof labelSelector>;
+export type LabelSelector = z.infer<typeof labelSelectorSchema>;
 
 export const agentPlacementSpec = k8s(
   z.object({
-    namespaceSelector: labelSelector
+    namespaceSelector: labelSelectorSchema
       .optional()
       .describe('Namespaces whose pods count; all namespaces when omitted.'),
-    podSelector: labelSelector.describe('The workload pods that need the agent on their node.'),
+    podSelector: labelSelectorSchema.describe('The workload pods that need the agent on their node.'),
     owner: k8s(
       z.object({
         uidLabel: z

@@ -7,6 +7,7 @@ import type { EventHandler } from './informer.ts';
 import type { KubeClient } from './kube.ts';
 import { nodeWriteMetrics } from './metrics.ts';
 import { Resources, type KubeObject } from './types.ts';
+import type { Clock } from './workqueue.ts';
 
 export interface NodeTaint {
   key: string;
@@ -52,6 +53,8 @@ export function nodeState(node: KubeObject, manager: string): NodeState {
 export interface NodePlan extends NodeOutputs {
   /** True when the node already carries exactly this manager's share: nothing to write. */
   inSync: boolean;
+  /** Which kinds of output a write would change (empty when in sync). */
+  changed: NodeOutputKind[];
   /** Keys held back because another field manager set them to a different value. */
   foreign: { kind: NodeOutputKind; key: string }[];
 }
@@ -91,33 +94,138 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
   });
   const sameKeys = (owned: Set<string>, want: string[]) =>
     owned.size === want.length && want.every((k) => owned.has(k));
-  const inSync =
-    sameKeys(ownedLabels, Object.keys(labels)) &&
-    Object.entries(labels).every(([k, v]) => state.labels[k] === v) &&
-    sameKeys(ownedAnnotations, Object.keys(annotations)) &&
-    Object.entries(annotations).every(([k, v]) => state.annotations[k] === v) &&
-    sameKeys(ownedTaints, taints.map(taintId)) &&
-    taints.every((t) => (current.get(taintId(t))?.value ?? '') === (t.value ?? ''));
-  return { inSync, labels, annotations, taints, foreign };
+  const sameRecord = (owned: Set<string>, want: Record<string, string>, have: Record<string, string>) =>
+    sameKeys(owned, Object.keys(want)) && Object.entries(want).every(([k, v]) => have[k] === v);
+  const changed: NodeOutputKind[] = [];
+  if (!sameRecord(ownedLabels, labels, state.labels)) changed.push('label');
+  if (!sameRecord(ownedAnnotations, annotations, state.annotations)) changed.push('annotation');
+  if (
+    !sameKeys(ownedTaints, taints.map(taintId)) ||
+    !taints.every((t) => (current.get(taintId(t))?.value ?? '') === (t.value ?? ''))
+  )
+    changed.push('taint');
+  return { inSync: changed.length === 0, changed, labels, annotations, taints, foreign };
+}
+
+export interface BurstHoldOptions {
+  /** Change events per second above which a burst starts; it ends below half of that. */
+  burstPerSecond: number;
+  /** The longest a node's write is held while a burst lasts. */
+  maxHoldMs: number;
+  /** Called with the held nodes that may now be written: the caller queues them again. */
+  release: (names: string[]) => void;
+  clock?: Clock;
+}
+
+// The change rate is averaged over about this long: a burst is seen, and its end too, within a second.
+const RATE_TAU_MS = 300;
+const RELEASE_PERIOD_MS = 100;
+
+/**
+ * Coalesces writes during a burst of changes (a mass scale-up or drain). While changes arrive
+ * faster than the writers could write them one by one, a node's write that changes only annotations
+ * waits, so the many changes the node gets meanwhile go out as one write once the burst has passed
+ * (or after maxHoldMs). Labels and taints, which steer scheduling, never wait; outside a burst
+ * nothing does.
+ */
+export class BurstHold {
+  readonly #opts: BurstHoldOptions;
+  readonly #clock: Clock;
+  // Exponentially weighted change rate, per ms, as of #at.
+  #rate = 0;
+  #at: number;
+  #burst = false;
+  /** Held nodes, with the time they were first held. */
+  readonly #held = new Map<string, number>();
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(opts: BurstHoldOptions) {
+    this.#opts = opts;
+    this.#clock = opts.clock ?? performance;
+    this.#at = this.#clock.now();
+  }
+
+  /** Counts change events (say, pods bound to or gone from nodes). */
+  observe(n = 1): void {
+    this.#decay();
+    this.#rate += n / RATE_TAU_MS;
+    this.inBurst();
+  }
+
+  inBurst(): boolean {
+    this.#decay();
+    const perSecond = this.#rate * 1000;
+    if (perSecond > this.#opts.burstPerSecond) this.#burst = true;
+    else if (perSecond < this.#opts.burstPerSecond / 2) this.#burst = false;
+    return this.#burst;
+  }
+
+  /** Whether the node's write may wait now; if so it is held until released. */
+  hold(name: string): boolean {
+    const now = this.#clock.now();
+    const since = this.#held.get(name) ?? now;
+    if (!this.inBurst() || now - since >= this.#opts.maxHoldMs) return false;
+    this.#held.set(name, since);
+    this.#timer ??= setInterval(() => this.#tick(), RELEASE_PERIOD_MS).unref();
+    return true;
+  }
+
+  /** The node was written, is in sync or is gone: it is held no longer. */
+  done(name: string): void {
+    this.#held.delete(name);
+    if (this.#held.size === 0) this.#stopTimer();
+  }
+
+  get held(): number {
+    return this.#held.size;
+  }
+
+  #decay(): void {
+    const now = this.#clock.now();
+    this.#rate *= Math.exp(-(now - this.#at) / RATE_TAU_MS);
+    this.#at = now;
+  }
+
+  // Held nodes stay held (and keep their start time) until a reconcile writes them: released again
+  // on every tick until then, which the work queue absorbs.
+  #tick(): void {
+    const burst = this.inBurst();
+    const now = this.#clock.now();
+    const due: string[] = [];
+    for (const [name, since] of this.#held) if (!burst || now - since >= this.#opts.maxHoldMs) due.push(name);
+    if (due.length) this.#opts.release(due);
+  }
+
+  #stopTimer(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
 }
 
 /**
  * Applies one field manager's share of nodes. After each write it expects to see that write come
  * back through the node informer: until it has, a reconcile (on a cache older than the write) that
- * arrives at the same plan sends nothing, while a different plan is written at once.
+ * arrives at the same plan sends nothing, while a different plan is written at once. With a
+ * BurstHold, annotation-only writes wait while a burst of changes lasts.
  */
 export class NodeWriter {
   private readonly client: () => KubeClient;
   readonly fieldManager: string;
-  private readonly expected = new Map<string, { plan: string; resourceVersion: string; seen: boolean }>();
+  private readonly expected = new Map<
+    string,
+    { plan: string; scheduling: string; resourceVersion: string; seen: boolean }
+  >();
+  private readonly burst: BurstHold | undefined;
 
   constructor(
     client: () => KubeClient,
     fieldManager: string,
     nodes: { addEventHandler(h: EventHandler<KubeObject>): void },
+    opts: { burst?: BurstHold } = {},
   ) {
     this.client = client;
     this.fieldManager = fieldManager;
+    this.burst = opts.burst;
     // Watch events come in order: once the write's own version has been seen, the cache is newer.
     const observe = (n: KubeObject) => {
       const e = this.expected.get(n.metadata?.name ?? '');
@@ -126,20 +234,31 @@ export class NodeWriter {
     nodes.addEventHandler({ onAdd: observe, onUpdate: (_old, n) => observe(n) });
   }
 
-  /** Brings the node to `desired` if it is not there; returns the plan (foreign keys included). */
-  async sync(node: KubeObject, desired: NodeOutputs): Promise<NodePlan & { wrote: boolean }> {
+  /**
+   * Brings the node to `desired` if it is not there; returns the plan (foreign keys included).
+   * `held`: the write waits for a burst to pass; the BurstHold queues the node again.
+   */
+  async sync(node: KubeObject, desired: NodeOutputs): Promise<NodePlan & { wrote: boolean; held?: boolean }> {
     const name = node.metadata!.name!;
     const state = nodeState(node, this.fieldManager);
     const plan = planNodeApply(state, desired);
     if (plan.inSync) {
       this.expected.delete(name);
+      this.burst?.done(name);
       return { ...plan, wrote: false };
     }
-    const key = JSON.stringify([plan.labels, plan.annotations, plan.taints]);
+    const scheduling = JSON.stringify([plan.labels, plan.taints]);
+    const key = JSON.stringify([scheduling, plan.annotations]);
     const e = this.expected.get(name);
     // A write that changed nothing keeps the version the cache already had: that counts as seen.
     if (e && node.metadata?.resourceVersion === e.resourceVersion) e.seen = true;
-    if (e && !e.seen && e.plan === key) return { ...plan, wrote: false };
+    const pending = e && !e.seen ? e : undefined;
+    if (pending?.plan === key) return { ...plan, wrote: false };
+    // Only annotations change (judged against a write still on its way, if any): this may wait.
+    const annotationsOnly = pending
+      ? pending.scheduling === scheduling
+      : plan.changed.every((k) => k === 'annotation');
+    if (this.burst && annotationsOnly && this.burst.hold(name)) return { ...plan, wrote: false, held: true };
 
     const body = applyTarget(Resources.nodes, node);
     body.metadata.labels = plan.labels;
@@ -162,13 +281,16 @@ export class NodeWriter {
     }
     this.expected.set(name, {
       plan: key,
+      scheduling,
       resourceVersion: written.metadata?.resourceVersion ?? '',
       seen: false,
     });
+    this.burst?.done(name);
     return { ...plan, wrote: true };
   }
 
   forget(name: string): void {
     this.expected.delete(name);
+    this.burst?.done(name);
   }
 }

@@ -54,8 +54,7 @@ export interface AdmissionRequest {
 
 /** One RFC 6902 operation; mutate() produces add, replace and remove. */
 export type JsonPatchOp =
-  | { op: 'add' | 'replace' | 'test'; path: string; value: unknown }
-  | { op: 'remove'; path: string };
+  { op: 'add' | 'replace' | 'test'; path: string; value: unknown } | { op: 'remove'; path: string };
 
 export interface AdmissionStatus {
   code?: number;
