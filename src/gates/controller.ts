@@ -152,7 +152,7 @@ export class GatesController {
         const written = await this.manager
           .client()
           .patch(Resources.nodes, name, patch, { type: 'json', fieldManager: FIELD_MANAGER });
-        this.expectations.expect(name, written.metadata?.resourceVersion);
+        this.expectations.expect(name, written.metadata?.resourceVersion, true);
       } catch (e) {
         if (isObjectGone(e)) return;
         // A test operation failed: the node changed since the cache saw it. Its event is on the way.

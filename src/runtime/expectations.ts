@@ -7,8 +7,11 @@ import type { KubeObject } from './types.ts';
 // Past this a write's echo counts as seen anyway (a relist can skip it); writes stay guarded by their preconditions.
 const maxWaitMs = 5000;
 
-export class WriteExpectations {
-  private readonly expected = new Map<string, { resourceVersion: string; at: number; seen: boolean }>();
+export class WriteExpectations<T = true> {
+  private readonly expected = new Map<
+    string,
+    { resourceVersion: string; at: number; seen: boolean; data: T }
+  >();
 
   constructor(informer: { addEventHandler(h: EventHandler<KubeObject>): void }) {
     const observe = (o: KubeObject) => {
@@ -18,25 +21,25 @@ export class WriteExpectations {
     informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o) });
   }
 
-  /** Records a write of object `name` that the apiserver answered with `resourceVersion`. */
-  expect(name: string, resourceVersion: string | undefined): void {
-    if (resourceVersion) this.expected.set(name, { resourceVersion, at: Date.now(), seen: false });
+  /** Records a write of object `name` that the apiserver answered with `resourceVersion`, and what was written. */
+  expect(name: string, resourceVersion: string | undefined, data: T): void {
+    if (resourceVersion) this.expected.set(name, { resourceVersion, at: Date.now(), seen: false, data });
   }
 
-  /** Whether `obj`, as cached, is older than the last write to it. */
-  pending(obj: KubeObject): boolean {
+  /** While `obj`, as cached, is older than the last write to it: what that write was. */
+  pending(obj: KubeObject): T | undefined {
     const name = obj.metadata?.name ?? '';
     const e = this.expected.get(name);
-    if (!e) return false;
+    if (!e) return undefined;
     if (
       e.seen ||
       newerOrSame(obj.metadata?.resourceVersion, e.resourceVersion) ||
       Date.now() - e.at > maxWaitMs
     ) {
       this.expected.delete(name);
-      return false;
+      return undefined;
     }
-    return true;
+    return e.data;
   }
 
   forget(name: string): void {

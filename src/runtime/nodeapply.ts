@@ -5,6 +5,7 @@
 import { applyTarget, isObjectGone, ownedKeys } from './apply.ts';
 import type { EventHandler } from './informer.ts';
 import type { KubeClient } from './kube.ts';
+import { WriteExpectations } from './expectations.ts';
 import { nodeWriteMetrics } from './metrics.ts';
 import { Resources, type KubeObject } from './types.ts';
 import type { Clock } from './workqueue.ts';
@@ -211,10 +212,7 @@ export class BurstHold {
 export class NodeWriter {
   private readonly client: () => KubeClient;
   readonly fieldManager: string;
-  private readonly expected = new Map<
-    string,
-    { plan: string; scheduling: string; resourceVersion: string; seen: boolean }
-  >();
+  private readonly expectations: WriteExpectations<{ plan: string; scheduling: string }>;
   private readonly burst: BurstHold | undefined;
 
   constructor(
@@ -226,12 +224,7 @@ export class NodeWriter {
     this.client = client;
     this.fieldManager = fieldManager;
     this.burst = opts.burst;
-    // Watch events come in order: once the write's own version has been seen, the cache is newer.
-    const observe = (n: KubeObject) => {
-      const e = this.expected.get(n.metadata?.name ?? '');
-      if (e && n.metadata?.resourceVersion === e.resourceVersion) e.seen = true;
-    };
-    nodes.addEventHandler({ onAdd: observe, onUpdate: (_old, n) => observe(n) });
+    this.expectations = new WriteExpectations(nodes);
   }
 
   /**
@@ -243,16 +236,13 @@ export class NodeWriter {
     const state = nodeState(node, this.fieldManager);
     const plan = planNodeApply(state, desired);
     if (plan.inSync) {
-      this.expected.delete(name);
+      this.expectations.forget(name);
       this.burst?.done(name);
       return { ...plan, wrote: false };
     }
     const scheduling = JSON.stringify([plan.labels, plan.taints]);
     const key = JSON.stringify([scheduling, plan.annotations]);
-    const e = this.expected.get(name);
-    // A write that changed nothing keeps the version the cache already had: that counts as seen.
-    if (e && node.metadata?.resourceVersion === e.resourceVersion) e.seen = true;
-    const pending = e && !e.seen ? e : undefined;
+    const pending = this.expectations.pending(node);
     if (pending?.plan === key) return { ...plan, wrote: false };
     // Only annotations change (judged against a write still on its way, if any): this may wait.
     const annotationsOnly = pending
@@ -279,18 +269,13 @@ export class NodeWriter {
       // The retry (with backoff) sees that write and holds the key back.
       throw e;
     }
-    this.expected.set(name, {
-      plan: key,
-      scheduling,
-      resourceVersion: written.metadata?.resourceVersion ?? '',
-      seen: false,
-    });
+    this.expectations.expect(name, written.metadata?.resourceVersion, { plan: key, scheduling });
     this.burst?.done(name);
     return { ...plan, wrote: true };
   }
 
   forget(name: string): void {
-    this.expected.delete(name);
+    this.expectations.forget(name);
     this.burst?.done(name);
   }
 }

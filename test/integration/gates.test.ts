@@ -511,8 +511,10 @@ describe('startup gates', () => {
   });
 
   test('bad gate specs are rejected by the apiserver or marked Invalid with a Warning event', async () => {
+    // Every gate here selects only this file's nodes: other test files create nodes in the same sandbox.
     const base = {
       taint: { key: taintKey('bad'), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'bad' } },
       requirements: { pods: [{ namespace: ns, daemonSet: 'x' }] },
     };
     const reject = async (what: string, spec: unknown) => {
@@ -550,14 +552,14 @@ describe('startup gates', () => {
       },
       { observe: () => gateStatus(name) },
     );
-    const events = await client.list<Event>(Resources.events, { namespace: 'default' });
+    const gateEvents = async () =>
+      (await client.list<Event>(Resources.events, { namespace: 'default' })).items.filter(
+        (e) => e.regarding?.name === name,
+      );
     await waitFor(
       'InvalidSpec Warning event',
-      async () =>
-        (await client.list<Event>(Resources.events, { namespace: 'default' })).items.find(
-          (e) => e.regarding?.name === name && e.reason === 'InvalidSpec' && e.type === 'Warning',
-        ),
-      { observe: () => events.items.length },
+      async () => (await gateEvents()).find((e) => e.reason === 'InvalidSpec' && e.type === 'Warning'),
+      { observe: gateEvents },
     );
 
     // The taint is immutable: changing it would strand the old taint on held nodes.

@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { WriteExpectations } from '../../../src/runtime/expectations.ts';
+import type { EventHandler } from '../../../src/runtime/informer.ts';
+import type { KubeObject } from '../../../src/runtime/types.ts';
+
+const node = (resourceVersion: string): KubeObject => ({ metadata: { name: 'n1', resourceVersion } });
+
+function setup() {
+  let handler: EventHandler<KubeObject> | undefined;
+  const e = new WriteExpectations<string>({ addEventHandler: (h) => void (handler = h) });
+  return { e, update: (o: KubeObject) => handler!.onUpdate!(o, o) };
+}
+
+describe('WriteExpectations', () => {
+  test('a write is pending until the cache holds its version, then forgotten', () => {
+    const { e, update } = setup();
+    assert.equal(e.pending(node('10')), undefined);
+    e.expect('n1', '12', 'plan-a');
+    assert.equal(e.pending(node('10')), 'plan-a');
+    update(node('11'));
+    assert.equal(e.pending(node('11')), 'plan-a', 'an older event does not count');
+    update(node('12'));
+    assert.equal(e.pending(node('10')), undefined, 'its echo seen: a stale copy no longer waits');
+  });
+
+  test('a newer version counts as seen (a relist may skip the echo itself)', () => {
+    const { e } = setup();
+    e.expect('n1', '12', 'plan-a');
+    assert.equal(e.pending(node('15')), undefined);
+  });
+
+  test('forget drops the expectation; a write without a version expects nothing', () => {
+    const { e } = setup();
+    e.expect('n1', '12', 'plan-a');
+    e.forget('n1');
+    assert.equal(e.pending(node('10')), undefined);
+    e.expect('n1', undefined, 'plan-b');
+    assert.equal(e.pending(node('10')), undefined);
+  });
+});
