@@ -8,6 +8,7 @@
 // Berth runs as its own process (`berth run --controllers gates`), as it would in a cluster.
 import https from 'node:https';
 import { parseArgs } from 'node:util';
+import { podReady } from '../src/gates/decide.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/informer.ts';
@@ -76,10 +77,9 @@ const readyAt = new Map<string, number>();
 const releasedAt = new Map<string, number>();
 const taintedAtAdmission = new Set<string>();
 const pods = new Informer<SlimPod>({ client, ref: Resources.pods, namespace: NS, transform: slimPod });
-const isReady = (p: SlimPod) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
 const onPod = (p: SlimPod) => {
   const node = p.spec.nodeName;
-  if (node && isReady(p) && !readyAt.has(node)) readyAt.set(node, performance.now());
+  if (node && podReady(p) && !readyAt.has(node)) readyAt.set(node, performance.now());
 };
 pods.addEventHandler({ onAdd: onPod, onUpdate: (_a, b) => onPod(b) });
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });

@@ -62,7 +62,7 @@ export class AgentsController {
   /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
   private readonly firstPass = new FirstPass();
-  private parsed: { version: string; placements: (Placement & { obj: PlacementObject })[] } | undefined;
+  private readonly parsedPlacements: () => (Placement & { obj: PlacementObject })[];
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -90,6 +90,16 @@ export class AgentsController {
     });
     this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, { burst: this.burst });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
+    this.parsedPlacements = this.placementObjects.derive((objs) =>
+      objs.flatMap((obj) => {
+        const parsed = AgentPlacement.parse({
+          ...obj,
+          apiVersion: AgentPlacement.apiVersion,
+          kind: AgentPlacement.kind,
+        });
+        return parsed.success ? [{ name: obj.metadata!.name!, spec: parsed.data.spec, obj }] : [];
+      }),
+    );
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
     this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });
@@ -170,22 +180,7 @@ export class AgentsController {
 
   /** The valid placements, parsed from the cache (the CRD schema already rejected most mistakes). */
   placements(): (Placement & { obj: PlacementObject })[] {
-    // Parsed once per change of the placements, not on every reconcile.
-    const version = this.placementObjects
-      .list()
-      .map((o) => o.metadata?.resourceVersion)
-      .join(',');
-    if (this.parsed?.version === version) return this.parsed.placements;
-    const placements = this.placementObjects.list().flatMap((obj) => {
-      const parsed = AgentPlacement.parse({
-        ...obj,
-        apiVersion: AgentPlacement.apiVersion,
-        kind: AgentPlacement.kind,
-      });
-      return parsed.success ? [{ name: obj.metadata!.name!, spec: parsed.data.spec, obj }] : [];
-    });
-    this.parsed = { version, placements };
-    return placements;
+    return this.parsedPlacements();
   }
 
   private finalizedPlacements() {

@@ -23,6 +23,7 @@ import {
   leftOnNode,
   nodePatch,
   parseGates,
+  podReady,
   type Gate,
   type GateDecision,
   type GateProblem,
@@ -64,7 +65,8 @@ export class GatesController {
   private readonly expectations: WriteExpectations;
   private readonly results = new Map<string, Map<string, NodeGateResult>>();
   private readonly firstPass = new FirstPass();
-  private parsed: { version: string; gates: Gate[]; problems: Map<string, GateProblem> } | undefined;
+  /** The gates from the cache, parsed once per change of any of them. */
+  readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
 
   constructor(manager: Manager, opts: GatesControllerOptions = {}) {
     this.manager = manager;
@@ -79,6 +81,7 @@ export class GatesController {
     });
     this.expectations = new WriteExpectations(this.nodes);
     this.gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
+    this.gates = this.gateObjects.derive(parseGates);
     // Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes.
     this.daemonSets = manager.informer(Resources.daemonSets, {
       transform: { name: 'gates-daemonset', fn: slimDaemonSet },
@@ -112,14 +115,6 @@ export class GatesController {
 
     manager.add(this.nodeController);
     manager.add(this.statusController);
-  }
-
-  /** The gates from the cache, parsed once per change of any of them. */
-  gates(): { gates: Gate[]; problems: Map<string, GateProblem> } {
-    const objs = this.gateObjects.list();
-    const version = objs.map((o) => o.metadata?.resourceVersion).join(',');
-    if (this.parsed?.version !== version) this.parsed = { version, ...parseGates(objs) };
-    return this.parsed;
   }
 
   private deletingGates(): string[] {
@@ -411,12 +406,9 @@ const podChanged = (a: SlimPod, b: SlimPod) =>
   a.spec.nodeName !== b.spec.nodeName ||
   a.status.phase !== b.status.phase ||
   a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp ||
-  ready(a) !== ready(b) ||
+  podReady(a) !== podReady(b) ||
   !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
   !sameRecord(a.metadata?.annotations, b.metadata?.annotations);
-
-const ready = (p: SlimPod) =>
-  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /** Node changes that matter: labels, annotations, taints and conditions. */
 const nodeChanged = (a: SlimNode, b: SlimNode) =>

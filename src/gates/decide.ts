@@ -2,6 +2,7 @@
 // what each gate wants on the node now (taint, annotations), and the patch that gets it there.
 // No I/O: the controller and the webhook feed these from caches and admission requests.
 import { ownedKeys } from '../runtime/apply.ts';
+import { taintId, type NodeTaint } from '../runtime/nodeapply.ts';
 import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
 import type { SlimNode, SlimPod } from '../runtime/transforms.ts';
 import type { KubeObject } from '../runtime/types.ts';
@@ -99,10 +100,18 @@ const DISARMED: Omit<NodeStartupGateSpec, 'taint'> = {
   dryRun: false,
 };
 
-const taintId = (t: { key: string; effect: string }) => `${t.key}:${t.effect}`;
+type TaintLike = { key: string; value?: string | undefined; effect: string };
 
-const hasTaint = (node: SlimNode, t: { key: string; effect: string }) =>
-  (node.spec.taints ?? []).some((x) => x.key === t.key && x.effect === t.effect);
+/** Whether `taints` hold `t` (a taint's identity is its key and effect). */
+const holds = (taints: TaintLike[] | undefined, t: TaintLike) =>
+  (taints ?? []).some((x) => taintId(x) === taintId(t));
+
+/** The gate's taint as written to a node (no value field when it has none). */
+const nodeTaint = (t: TaintLike): NodeTaint => ({
+  key: t.key,
+  ...(t.value !== undefined ? { value: t.value } : {}),
+  effect: t.effect,
+});
 
 /** Whether the gate applies to a node with these labels (its exclusions and the exempt label win). */
 export function selects(gate: Pick<Gate, 'spec'>, labels: Record<string, string> | undefined): boolean {
@@ -128,11 +137,11 @@ export function workloadPods(pods: SlimPod[]): SlimPod[] {
 export function podDone(p: SlimPod, readyAnnotation: string | undefined): boolean {
   if (p.status.phase === 'Succeeded') return true;
   if (readyAnnotation && p.metadata?.annotations?.[readyAnnotation] === 'true') return true;
-  return (
-    p.status.phase === 'Running' &&
-    !!p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')
-  );
+  return p.status.phase === 'Running' && podReady(p);
 }
+
+export const podReady = (p: SlimPod): boolean =>
+  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 function formatSelector(s: LabelSelector | undefined): string {
   const parts = Object.entries(s?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
@@ -231,7 +240,7 @@ const seconds = (ms: number) => Math.round(ms / 100) / 10;
 export function decideGate(gate: Gate, node: SlimNode, pods: SlimPod[], now: number): GateDecision {
   const { keys, spec } = gate;
   const ann = node.metadata?.annotations ?? {};
-  const tainted = hasTaint(node, spec.taint);
+  const tainted = holds(node.spec.taints, spec.taint);
   const held = keys.gatedAt in ann;
   const gatedAt =
     Date.parse(ann[keys.gatedAt] ?? '') || Date.parse(node.metadata?.creationTimestamp ?? '') || now;
@@ -470,22 +479,16 @@ export function admitNode(
   gates: Gate[],
   node: KubeObject,
   now: number,
-): { taints: { key: string; value?: string; effect: string }[]; annotations: Record<string, string> } {
-  const taints: { key: string; value?: string; effect: string }[] = [];
+): { taints: NodeTaint[]; annotations: Record<string, string> } {
+  const taints: NodeTaint[] = [];
   const annotations: Record<string, string> = {};
-  const existing = (node['spec'] as { taints?: { key: string; effect: string }[] } | undefined)?.taints ?? [];
+  const existing = (node['spec'] as { taints?: TaintLike[] } | undefined)?.taints;
   const ann = node.metadata?.annotations ?? {};
   for (const g of gates) {
     if (!g.enforced || g.deleting || g.spec.dryRun || !selects(g, node.metadata?.labels)) continue;
     if (g.spec.mode === 'BootstrapOnly' && g.keys.completedAt in ann) continue;
     // A taint someone else puts on at registration (Karpenter's startupTaints) is taken in charge.
-    if (!existing.some((t) => t.key === g.spec.taint.key && t.effect === g.spec.taint.effect)) {
-      taints.push({
-        key: g.spec.taint.key,
-        ...(g.spec.taint.value !== undefined ? { value: g.spec.taint.value } : {}),
-        effect: g.spec.taint.effect,
-      });
-    }
+    if (!holds(existing, g.spec.taint)) taints.push(nodeTaint(g.spec.taint));
     if (!(g.keys.gatedAt in ann)) annotations[g.keys.gatedAt] = iso(now);
   }
   return { taints, annotations };
@@ -502,21 +505,12 @@ export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision
   const ops: JsonPatchOp[] = [];
   const current = node.spec.taints ?? [];
   const taintOf = (d: GateDecision) => gates.find((g) => g.name === d.gate)!.spec.taint;
-  const same = (a: { key: string; effect: string }, b: { key: string; effect: string }) =>
-    a.key === b.key && a.effect === b.effect;
   const wanted = decisions.filter((d) => d.taint === true).map(taintOf);
   let next = current;
-  for (const t of wanted) {
-    if (!next.some((x) => same(x, t)))
-      next = [
-        ...next,
-        { key: t.key, ...(t.value !== undefined ? { value: t.value } : {}), effect: t.effect },
-      ];
-  }
+  for (const t of wanted) if (!holds(next, t)) next = [...next, nodeTaint(t)];
   // A taint one gate wants is never taken off by another (a conflicting gate with the same taint).
   for (const t of decisions.filter((d) => d.taint === false).map(taintOf)) {
-    if (next.some((x) => same(x, t)) && !wanted.some((w) => same(w, t)))
-      next = next.filter((x) => !same(x, t));
+    if (holds(next, t) && !holds(wanted, t)) next = next.filter((x) => taintId(x) !== taintId(t));
   }
   if (next !== current) {
     if (node.spec.taints) {

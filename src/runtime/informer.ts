@@ -103,6 +103,20 @@ export class Informer<T extends KubeObject = KubeObject> {
     return [...this.store.keys()];
   }
 
+  /**
+   * A view computed from every cached object (say, parsed policies), recomputed only after one of
+   * them changed, not on every call from a reconcile.
+   */
+  derive<R>(fn: (objs: T[]) => R): () => R {
+    let memo: { version: string; value: R } | undefined;
+    return () => {
+      const objs = this.list();
+      const version = objs.map((o) => o.metadata?.resourceVersion).join(',');
+      if (memo?.version !== version) memo = { version, value: fn(objs) };
+      return memo.value;
+    };
+  }
+
   get size(): number {
     return this.store.size;
   }
