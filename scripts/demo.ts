@@ -15,7 +15,7 @@ import { Resources, type KubeObject } from '../src/runtime/types.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
 import { readNodeFile } from '../src/sandbox/nodes.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
-import { freePorts, Sandbox } from '../src/sandbox/sandbox.ts';
+import { abortOnSignals, freePorts, Sandbox } from '../src/sandbox/sandbox.ts';
 
 const { values } = parseArgs({
   options: {
@@ -30,7 +30,20 @@ const say = (s: string) => process.stdout.write(`${s}\n`);
 
 say(`== starting sandbox "${values.sandbox}" with the sample nodes (examples/nodes.yaml)`);
 const sb = new Sandbox(values.sandbox);
-await sb.up({ nodes: readNodeFile(join(examples, 'nodes.yaml')), log: (s) => say(`   ${s}`) });
+// Ctrl-C while the control plane builds or starts stops whatever the start-up launched.
+const interrupt = abortOnSignals();
+try {
+  await sb.up({
+    nodes: readNodeFile(join(examples, 'nodes.yaml')),
+    log: (s) => say(`   ${s}`),
+    signal: interrupt.signal,
+  });
+} catch (e) {
+  say(`could not start sandbox "${values.sandbox}": ${e instanceof Error ? e.message : String(e)}`);
+  process.exit(1);
+} finally {
+  interrupt.release();
+}
 const client = sb.client();
 
 say('== installing the CRDs and the example NodeLabelRules (examples/rules/)');

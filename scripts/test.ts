@@ -3,7 +3,7 @@
 import { globSync } from 'node:fs';
 import { run } from 'node:test';
 import { spec } from 'node:test/reporters';
-import { Sandbox } from '../src/sandbox/sandbox.ts';
+import { abortOnSignals, Sandbox } from '../src/sandbox/sandbox.ts';
 
 const args = new Set(process.argv.slice(2));
 const only = process.env['BERTH_TEST_FILES']?.split(',').filter(Boolean);
@@ -44,7 +44,10 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
   const sandbox = new Sandbox(name);
   const started = Date.now();
   process.stdout.write(`starting sandbox ${name} (builds the control plane the first time)\n`);
-  await sandbox.up({ fresh: true, log: (s) => process.stdout.write(`  ${s}\n`) });
+  const interrupt = abortOnSignals();
+  await sandbox
+    .up({ fresh: true, log: (s) => process.stdout.write(`  ${s}\n`), signal: interrupt.signal })
+    .finally(interrupt.release);
   process.stdout.write(`sandbox ${name} up in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   try {
     // Integration files share the cluster: each keeps to its own namespaces and node names.

@@ -2,7 +2,7 @@
 import { Command, Option } from 'commander';
 import { ensureBinaries } from '../sandbox/build.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
-import { Sandbox } from '../sandbox/sandbox.ts';
+import { abortOnSignals, Sandbox } from '../sandbox/sandbox.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 const collect = (v: string, prev: string[]) => [...prev, v];
@@ -18,7 +18,8 @@ export function sandboxCommand(): Command {
     .description('Build the control plane binaries from the pinned Go modules (cached; a no-op when built)')
     .action(async () => {
       const started = Date.now();
-      const b = await ensureBinaries(log);
+      const interrupt = abortOnSignals();
+      const b = await ensureBinaries(log, interrupt.signal).finally(interrupt.release);
       log(`control plane ${b.kubernetesVersion} ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
     });
 
@@ -44,7 +45,7 @@ export function sandboxCommand(): Command {
     .option('--fresh', 'delete the existing sandbox of this name and start clean', false)
     .option(
       '--timeout <seconds>',
-      'how long to wait for the control plane and nodes',
+      'how long the control plane and nodes may take to start (a build does not count)',
       (v) => Number.parseInt(v, 10),
       300,
     )
@@ -61,7 +62,10 @@ export function sandboxCommand(): Command {
       }
       const sb = new Sandbox(o.name);
       const started = Date.now();
-      await sb.up({ nodes: groups, fresh: o.fresh, log, timeoutMs: o.timeout * 1000 });
+      const interrupt = abortOnSignals();
+      await sb
+        .up({ nodes: groups, fresh: o.fresh, log, timeoutMs: o.timeout * 1000, signal: interrupt.signal })
+        .finally(interrupt.release);
       log(`sandbox ${sb.name} is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`);
       log(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodes`);
     });

@@ -6,12 +6,14 @@ import {
   copyFileSync,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { cacheDir, controlPlaneSourceDir } from './paths.ts';
 
 export interface Component {
@@ -119,9 +121,21 @@ export function checkGo(): string {
   return v;
 }
 
-function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, log: (s: string) => void) {
+function run(
+  cmd: string,
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+  log: (s: string) => void,
+  signal?: AbortSignal,
+) {
   return new Promise<string>((resolve, reject) => {
-    const p = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(cmd, args, {
+      cwd,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...(signal ? { signal } : {}),
+    });
     let out = '';
     let err = '';
     p.stdout.on('data', (d: Buffer) => (out += d));
@@ -129,9 +143,10 @@ function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, l
       err += d;
       for (const line of d.toString().split('\n')) if (line.trim()) log(line);
     });
-    p.on('error', reject);
+    p.on('error', (e) => reject(signal?.aborted ? signal.reason : e));
     p.on('close', (code) => {
-      if (code === 0) resolve(out);
+      if (signal?.aborted) reject(signal.reason);
+      else if (code === 0) resolve(out);
       else
         reject(
           new BuildError(`${cmd} ${args.join(' ')} failed in ${cwd} (exit ${code}):\n${err.slice(-4000)}`),
@@ -142,41 +157,106 @@ function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, l
 
 const goEnv = { CGO_ENABLED: '0', GOTOOLCHAIN: 'local', GOFLAGS: '-mod=readonly' };
 
-async function buildComponent(name: ComponentName, log: (s: string) => void): Promise<string> {
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Another process's build of this component still running (a second terminal, a test run), after
+ * removing the leftovers of builds whose process died (a build interrupted by Ctrl-C or kill -9).
+ */
+function otherBuilder(dir: string): number | undefined {
+  const parent = dirname(dir);
+  if (!existsSync(parent)) return undefined;
+  let live: number | undefined;
+  for (const f of readdirSync(parent)) {
+    if (!f.startsWith(`${basename(dir)}.tmp-`)) continue;
+    const pid = Number(f.slice(f.lastIndexOf('-') + 1));
+    if (pid === process.pid) continue;
+    if (Number.isInteger(pid) && pid > 0 && alive(pid)) live ??= pid;
+    else rmSync(join(parent, f), { recursive: true, force: true });
+  }
+  return live;
+}
+
+/** Prints that a long step is alive, at least every `everyMs`, until stopped. */
+function heartbeat(what: string, log: (s: string) => void, everyMs = 30_000): () => void {
+  const started = Date.now();
+  const timer = setInterval(() => {
+    const s = Math.round((Date.now() - started) / 1000);
+    log(`  still ${what}: ${Math.floor(s / 60)} min ${s % 60} s so far`);
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
+async function buildComponent(
+  name: ComponentName,
+  log: (s: string) => void,
+  signal?: AbortSignal,
+): Promise<string> {
   const dir = componentDir(name);
-  if (existsSync(join(dir, '.complete'))) return dir;
   const c: Component = components[name];
+  const version = pinnedVersion(c);
+  for (
+    let pid = otherBuilder(dir);
+    pid !== undefined && !existsSync(join(dir, '.complete'));
+    pid = otherBuilder(dir)
+  ) {
+    log(`waiting for process ${pid}, which is building ${name} ${version}`);
+    const stop = heartbeat(`waiting for the build of ${name}`, log);
+    try {
+      while (alive(pid) && !existsSync(join(dir, '.complete'))) await sleep(1000, undefined, { signal });
+    } finally {
+      stop();
+    }
+  }
+  if (existsSync(join(dir, '.complete'))) return dir;
   checkGo();
   const src = join(controlPlaneSourceDir(), c.module);
-  const version = pinnedVersion(c);
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true });
   log(`building ${name} ${version} (first time only; several minutes cold)`);
   const started = Date.now();
-  const ldflags = ['-s -w', c.ldflags?.(version) ?? ''].join(' ').trim();
-  await run(
-    'go',
-    [
-      'build',
-      '-p',
-      '2',
-      '-trimpath',
-      '-tags',
-      'selinux,notest',
-      '-ldflags',
-      ldflags,
-      '-o',
-      tmp + '/',
-      ...c.packages,
-    ],
-    src,
-    goEnv,
-    log,
-  );
-  if (c.files?.length) {
-    const modDir = (await run('go', ['list', '-m', '-f', '{{.Dir}}', c.pin], src, goEnv, log)).trim();
-    for (const f of c.files) copyFileSync(join(modDir, f), join(tmp, f.split('/').pop()!));
+  const stop = heartbeat(`building ${name} ${version}`, log);
+  try {
+    const ldflags = ['-s -w', c.ldflags?.(version) ?? ''].join(' ').trim();
+    await run(
+      'go',
+      [
+        'build',
+        '-p',
+        '2',
+        '-trimpath',
+        '-tags',
+        'selinux,notest',
+        '-ldflags',
+        ldflags,
+        '-o',
+        tmp + '/',
+        ...c.packages,
+      ],
+      src,
+      goEnv,
+      log,
+      signal,
+    );
+    if (c.files?.length) {
+      const modDir = (
+        await run('go', ['list', '-m', '-f', '{{.Dir}}', c.pin], src, goEnv, log, signal)
+      ).trim();
+      for (const f of c.files) copyFileSync(join(modDir, f), join(tmp, f.split('/').pop()!));
+    }
+  } catch (e) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  } finally {
+    stop();
   }
   for (const [from, to] of Object.entries(c.rename ?? {})) renameSync(join(tmp, from), join(tmp, to));
   writeFileSync(join(tmp, '.complete'), `${version}\n`);
@@ -187,10 +267,13 @@ async function buildComponent(name: ComponentName, log: (s: string) => void): Pr
 }
 
 /** Builds what is missing (in sequence: two cores are better spent on one link at a time) and returns the paths. */
-export async function ensureBinaries(log: (s: string) => void = () => {}): Promise<Binaries> {
-  const k8s = await buildComponent('kubernetes', log);
-  const etcd = await buildComponent('etcd', log);
-  const kwok = await buildComponent('kwok', log);
+export async function ensureBinaries(
+  log: (s: string) => void = () => {},
+  signal?: AbortSignal,
+): Promise<Binaries> {
+  const k8s = await buildComponent('kubernetes', log, signal);
+  const etcd = await buildComponent('etcd', log, signal);
+  const kwok = await buildComponent('kwok', log, signal);
   return {
     etcd: join(etcd, 'etcd'),
     kubeApiserver: join(k8s, 'kube-apiserver'),

@@ -68,8 +68,12 @@ export interface UpOptions {
   nodes?: NodeGroupInput[];
   fresh?: boolean;
   log?: (s: string) => void;
-  /** How long to wait for the control plane and the nodes, in ms. */
+  /** How long the control plane and the nodes may take to come up, in ms; a build does not count. */
   timeoutMs?: number;
+  /** Stops the build or the start-up; whatever this `up` started is stopped again. */
+  signal?: AbortSignal;
+  /** Provides the binaries (default: build what is missing); tests inject a slow or broken one. */
+  build?: (log: (s: string) => void, signal?: AbortSignal) => Promise<Binaries>;
 }
 
 const SERVICE_CIDR = '10.96.0.0/16';
@@ -127,20 +131,39 @@ export class Sandbox {
   /** Starts the sandbox, reusing a running one (or restarting a stopped one on its data) unless fresh. */
   async up(opts: UpOptions = {}): Promise<void> {
     const log = opts.log ?? (() => {});
-    const deadline = Date.now() + (opts.timeoutMs ?? 180_000);
+    const { signal } = opts;
     if (opts.fresh) await this.destroy();
-    const binaries = await ensureBinaries(log);
+    const binaries = await (opts.build ?? ensureBinaries)(log, signal);
+    signal?.throwIfAborted();
+    // The start-up budget begins only now: a cold build, however long, never eats into it.
+    const deadline = Date.now() + (opts.timeoutMs ?? 180_000);
     const status = this.status();
-    if (this.state && status.every((p) => p.running) && (await this.apiserverReady())) {
-      log(`sandbox ${this.name} is already running`);
-    } else {
-      if (status.some((p) => p.running)) await this.down();
-      await this.start(binaries, log, deadline);
+    let started = false;
+    try {
+      if (this.state && status.every((p) => p.running) && (await this.apiserverReady())) {
+        log(`sandbox ${this.name} is already running`);
+      } else {
+        if (status.some((p) => p.running)) await this.down();
+        started = true;
+        await this.start(binaries, log, deadline, signal);
+      }
+      if (opts.nodes?.length) await this.ensureNodes(opts.nodes, log, deadline, signal);
+    } catch (e) {
+      // A failed or interrupted start leaves nothing running; a sandbox that was already up stays up.
+      if (started) {
+        log(`stopping the processes of sandbox ${this.name} that this start-up launched`);
+        await this.down().catch((err: unknown) => log(`could not stop sandbox ${this.name}: ${String(err)}`));
+      }
+      throw e;
     }
-    if (opts.nodes?.length) await this.ensureNodes(opts.nodes, log, deadline);
   }
 
-  private async start(binaries: Binaries, log: (s: string) => void, deadline: number): Promise<void> {
+  private async start(
+    binaries: Binaries,
+    log: (s: string) => void,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
     mkdirSync(this.path('logs'), { recursive: true });
     const started = Date.now();
     const [etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok] = await freePorts(6);
@@ -158,10 +181,10 @@ export class Sandbox {
     this.saveState();
     for (const p of PROCESSES) {
       this.startProcess(p);
-      await this.waitHealthy(p, deadline);
+      await this.waitHealthy(p, deadline, signal);
       log(`${p} is up (${((Date.now() - started) / 1000).toFixed(1)} s)`);
     }
-    await this.waitFor('the default service account', deadline, async () => {
+    await this.waitFor('the default service account', deadline, signal, async () => {
       try {
         await this.client().get(Resources.serviceAccounts, 'default', 'default');
         return true;
@@ -206,15 +229,18 @@ export class Sandbox {
     this.saveState();
   }
 
-  async waitHealthy(p: ProcessName, deadline = Date.now() + 60_000): Promise<void> {
-    await this.waitFor(`${p} to be healthy`, deadline, async () => {
-      if (!this.status().find((s) => s.name === p)?.running) {
-        throw new Error(
-          `${p} exited; see ${this.path('logs', `${p}.log`)}:\n${tail(this.path('logs', `${p}.log`))}`,
-        );
-      }
-      return this.healthy(p);
-    });
+  async waitHealthy(p: ProcessName, deadline = Date.now() + 60_000, signal?: AbortSignal): Promise<void> {
+    const log = this.path('logs', `${p}.log`);
+    const last = () => `; the last lines of ${log}:\n${tail(log)}`;
+    try {
+      await this.waitFor(`${p} to be healthy`, deadline, signal, async () => {
+        if (!this.status().find((s) => s.name === p)?.running) throw new Error(`${p} exited${last()}`);
+        return this.healthy(p);
+      });
+    } catch (e) {
+      if (e instanceof WaitTimeout) throw new Error(`${e.message}${last()}`, { cause: e });
+      throw e;
+    }
   }
 
   private requireState(): State {
@@ -384,9 +410,16 @@ export class Sandbox {
     });
   }
 
-  private async waitFor(what: string, deadline: number, check: () => Promise<boolean>): Promise<void> {
+  private async waitFor(
+    what: string,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    check: () => Promise<boolean>,
+  ): Promise<void> {
     while (!(await check())) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} in sandbox ${this.name}`);
+      signal?.throwIfAborted();
+      if (Date.now() > deadline)
+        throw new WaitTimeout(`timed out waiting for ${what} in sandbox ${this.name}`);
       await sleep(100);
     }
   }
@@ -544,13 +577,14 @@ export class Sandbox {
     groups: NodeGroupInput[],
     log: (s: string) => void = () => {},
     deadline = Date.now() + 180_000,
+    signal?: AbortSignal,
   ) {
     const client = this.client();
     try {
       const created = await createNodes(client, groups);
       const wanted = new Set(groups.flatMap(nodeNames));
       let ready = 0;
-      await this.waitFor(`${wanted.size} Ready nodes`, deadline, async () => {
+      await this.waitFor(`${wanted.size} Ready nodes`, deadline, signal, async () => {
         const list = await client.list(Resources.nodes);
         ready = list.items.filter((n) => wanted.has(n.metadata!.name!) && hasCondition(n, 'Ready')).length;
         return ready === wanted.size;
@@ -560,6 +594,23 @@ export class Sandbox {
       client.close();
     }
   }
+}
+
+/**
+ * An AbortSignal that SIGINT or SIGTERM aborts while a long step runs (a build, a start-up), so
+ * that Ctrl-C stops what the step launched instead of leaving it running; `release` restores the
+ * default handling.
+ */
+export function abortOnSignals(): { signal: AbortSignal; release(): void } {
+  const ac = new AbortController();
+  const signals = ['SIGINT', 'SIGTERM'] as const;
+  const onSignal = (sig: NodeJS.Signals) => ac.abort(new Error(`interrupted by ${sig}`));
+  for (const s of signals) process.once(s, onSignal);
+  return { signal: ac.signal, release: () => signals.forEach((s) => process.off(s, onSignal)) };
+}
+
+class WaitTimeout extends Error {
+  override name = 'WaitTimeout';
 }
 
 function isZombie(pid: number): boolean {
