@@ -13,7 +13,8 @@ import { Informer } from '../src/runtime/informer.ts';
 import type { KubeClient } from '../src/runtime/kube.ts';
 import { slimNode, type SlimNode } from '../src/runtime/transforms.ts';
 import { Resources, type KubeObject } from '../src/runtime/types.ts';
-import { benchSandbox, forEachLimit, percentile, round, startBerth } from './lib.ts';
+import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
+import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
   options: {
@@ -181,6 +182,7 @@ const berth = await startBerth(sb, [
 ]);
 const nodeWrites = () =>
   berth.metric('berth_node_writes_total', (l) => l.includes('field_manager="berth-agents"'));
+let result: object | undefined;
 try {
   await client.create(AgentPlacement.ref, {
     apiVersion: AgentPlacement.apiVersion,
@@ -254,21 +256,20 @@ try {
   console.log(
     `churn latency: p50 ${round(percentile(latencies, 50))} ms, p99 ${round(percentile(latencies, 99))} ms`,
   );
-  console.log(
-    JSON.stringify({
-      nodes: nodeCount,
-      pods: podCount,
-      convergeSeconds: round(convergeSeconds, 2),
-      floorSeconds: round(floorSeconds, 2),
-      ratio: round(convergeSeconds / floorSeconds, 2),
-      churnP99ms: round(percentile(latencies, 99)),
-      writesPerChangedNode: round(writes / Math.max(1, changedNodes), 2),
-      rssMB,
-    }),
-  );
+  result = {
+    nodes: nodeCount,
+    pods: podCount,
+    convergeSeconds: round(convergeSeconds, 2),
+    floorSeconds: round(floorSeconds, 2),
+    ratio: round(convergeSeconds / floorSeconds, 2),
+    churnP99ms: round(percentile(latencies, 99)),
+    writesPerChangedNode: round(writes / Math.max(1, changedNodes), 2),
+    rssMB,
+  };
 } finally {
   await berth.stop();
   await nodes.stop();
   client.close();
   await sb.destroy();
 }
+report(result);

@@ -13,7 +13,7 @@ import { Informer } from '../src/runtime/informer.ts';
 import { KubeClient } from '../src/runtime/kube.ts';
 import { slimPod, type SlimPod } from '../src/runtime/transforms.ts';
 import { Resources, type KubeObject } from '../src/runtime/types.ts';
-import { benchSandbox, forEachLimit, round } from './lib.ts';
+import { benchSandbox, forEachLimit, report, round } from './lib.ts';
 
 const { values } = parseArgs({
   options: {
@@ -63,6 +63,7 @@ if (values.probe) {
   const nodeCount = Number(values.nodes);
   const sb = await benchSandbox('bench-cache', [{ prefix: 'cache', count: nodeCount }]);
   const client = sb.client();
+  let result: object | undefined;
   try {
     await client.create(Resources.namespaces, {
       apiVersion: 'v1',
@@ -138,15 +139,14 @@ if (values.probe) {
       );
     }
     const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[1]!;
-    console.log(
-      JSON.stringify({
-        pods: runs[0]!.retain.pods,
-        rssMB: round(median(per.map((p) => p.rssMB))),
-        bytesPerPod: Math.round(median(per.map((p) => p.bytesPerPod))),
-      }),
-    );
+    result = {
+      pods: runs[0]!.retain.pods,
+      rssMB: round(median(per.map((p) => p.rssMB))),
+      bytesPerPod: Math.round(median(per.map((p) => p.bytesPerPod))),
+    };
   } finally {
     client.close();
     await sb.destroy();
   }
+  report(result);
 }

@@ -15,7 +15,8 @@ import { Informer } from '../src/runtime/informer.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/runtime/transforms.ts';
 import { Resources, type KubeObject } from '../src/runtime/types.ts';
 import { nodeManifests } from '../src/sandbox/nodes.ts';
-import { benchSandbox, forEachLimit, percentile, round, startBerth } from './lib.ts';
+import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
+import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
   options: {
@@ -62,7 +63,7 @@ await client.create(NodeStartupGate.ref, {
   },
 });
 
-const berth = await startBerth(sb, ['--controllers=gates', '--webhook-bind-address=127.0.0.1:0']);
+const berth = await startBerth(sb, ['--controllers=gates']);
 const config = await waitForValue('the webhook registered', async () =>
   client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined),
 );
@@ -201,7 +202,7 @@ nodes.stop();
 await berth.stop();
 client.close();
 await sb.down();
-console.log(JSON.stringify(result));
+report(result);
 
 async function waitForValue<T>(
   what: string,

@@ -12,7 +12,8 @@ import { Informer } from '../src/runtime/informer.ts';
 import { slimNode, type SlimNode } from '../src/runtime/transforms.ts';
 import { Resources, type KubeObject } from '../src/runtime/types.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
-import { benchSandbox, forEachLimit, round, startBerth } from './lib.ts';
+import { benchSandbox, forEachLimit, round, report } from './lib.ts';
+import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
   options: {
@@ -53,6 +54,7 @@ const half = nodeCount / 2;
 // Berth, as a separate process.
 const berth = await startBerth(sb, ['--controllers=labels', `--label-workers=${workers}`]);
 const writes = () => berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
+let result: object | undefined;
 try {
   const rule = {
     apiVersion: NodeLabelRule.apiVersion,
@@ -117,7 +119,7 @@ try {
   const floorSeconds = ((await until(() => count(FLOOR) === half)) - t0) / 1000;
   console.log(`floor: ${half} patches at concurrency ${workers} in ${floorSeconds.toFixed(2)} s`);
 
-  const result = {
+  result = {
     nodes: nodeCount,
     applySeconds: round(applySeconds, 2),
     clearSeconds: round(clearSeconds, 2),
@@ -126,10 +128,10 @@ try {
     idleWritesPerMin,
     rssMB,
   };
-  console.log(JSON.stringify(result));
 } finally {
   await berth.stop();
   await nodes.stop();
   client.close();
   await sb.destroy();
 }
+report(result);

@@ -7,7 +7,7 @@ import { Controller } from '../src/runtime/controller.ts';
 import { keyOf } from '../src/runtime/informer.ts';
 import { Manager } from '../src/runtime/manager.ts';
 import { Resources, type KubeObject } from '../src/runtime/types.ts';
-import { benchSandbox, forEachLimit, percentile, round } from './lib.ts';
+import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
 
 const { values } = parseArgs({
   options: { changes: { type: 'string', default: '1000' }, workers: { type: 'string', default: '2' } },
@@ -17,6 +17,7 @@ const SENT = 'bench.berth.dev/sent-at';
 type Stamped = KubeObject & { receivedAt?: number };
 
 const sb = await benchSandbox('bench-latency');
+let result: object | undefined;
 const client = sb.client();
 const manager = new Manager({ clusters: { local: client }, metricsBindAddress: '0', healthBindAddress: '0' });
 try {
@@ -67,7 +68,7 @@ try {
   });
   const burstSeconds = (performance.now() - started) / 1000;
   await finished;
-  const result = {
+  const r = {
     changes,
     p50ms: round(percentile(eventToReconcile, 50), 2),
     p99ms: round(percentile(eventToReconcile, 99), 2),
@@ -76,12 +77,13 @@ try {
     writeToReconcileP99ms: round(percentile(writeToReconcile, 99), 1),
   };
   console.log(`burst of ${changes} creates sent in ${burstSeconds.toFixed(2)} s`);
-  console.log(`event to reconcile: p50 ${result.p50ms} ms, p99 ${result.p99ms} ms, max ${result.maxMs} ms`);
+  console.log(`event to reconcile: p50 ${r.p50ms} ms, p99 ${r.p99ms} ms, max ${r.maxMs} ms`);
   console.log(
-    `write to reconcile (apiserver and watch included): p50 ${result.writeToReconcileP50ms} ms, p99 ${result.writeToReconcileP99ms} ms`,
+    `write to reconcile (apiserver and watch included): p50 ${r.writeToReconcileP50ms} ms, p99 ${r.writeToReconcileP99ms} ms`,
   );
-  console.log(JSON.stringify(result));
+  result = r;
 } finally {
   await manager.stop();
   await sb.destroy();
 }
+report(result);

@@ -1,8 +1,6 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
-import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { packageRoot } from '../src/sandbox/paths.ts';
-import { freePorts, Sandbox } from '../src/sandbox/sandbox.ts';
+// Berth runs as its own process through test/helpers/berth.ts, which the tests share.
+import { Sandbox } from '../src/sandbox/sandbox.ts';
 import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
@@ -41,64 +39,10 @@ export async function forEachLimit<T>(
 
 export const round = (n: number, digits = 1): number => Number(n.toFixed(digits));
 
-/** Berth run as its own process against a sandbox, as it would run in a cluster. */
-export interface BerthProcess {
-  pid: number;
-  /** The sum of a metric's samples whose label text passes `filter`. */
-  metric(name: string, filter?: (labels: string) => boolean): Promise<number>;
-  rssMB(): number;
-  stop(): Promise<void>;
-}
-
-export async function startBerth(sb: Sandbox, args: string[]): Promise<BerthProcess> {
-  const [metricsPort, healthPort] = await freePorts(2);
-  const child = spawn(
-    process.execPath,
-    [
-      // BERTH_BENCH_CPU_PROF=DIR writes a V8 CPU profile of Berth to DIR when it stops.
-      ...(process.env['BERTH_BENCH_CPU_PROF']
-        ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BERTH_BENCH_CPU_PROF']}`]
-        : []),
-      `${packageRoot()}/src/cli/main.ts`,
-      'run',
-      `--kubeconfig=${sb.kubeconfigPath}`,
-      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-      '--log-level=warn',
-      ...args,
-    ],
-    { stdio: ['ignore', 'inherit', 'inherit'] },
-  );
-  const stop = async () => {
-    if (child.exitCode !== null) return;
-    child.kill('SIGTERM');
-    await new Promise((r) => child.once('exit', r));
-  };
-  try {
-    while (
-      !(await fetch(`http://127.0.0.1:${healthPort}/readyz`).then(
-        (r) => r.ok,
-        () => false,
-      ))
-    ) {
-      if (child.exitCode !== null) throw new Error(`berth exited with ${child.exitCode}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  } catch (e) {
-    await stop();
-    throw e;
-  }
-  return {
-    pid: child.pid!,
-    async metric(name, filter = () => true) {
-      const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-      return text
-        .split('\n')
-        .filter((l) => l.startsWith(`${name}{`) && filter(l))
-        .reduce((a, l) => a + Number(l.split(' ').pop()), 0);
-    },
-    rssMB: () =>
-      round(Number(readFileSync(`/proc/${child.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)![1]) / 1024),
-    stop,
-  };
+/**
+ * Prints a benchmark's result as one JSON object: call it after the cleanup, so that the object is
+ * the last line printed whatever the cleanup logs (the README promises it to scripts that read it).
+ */
+export function report(result: object | undefined): void {
+  if (result) console.log(JSON.stringify(result));
 }

@@ -1,0 +1,93 @@
+// `berth run` as its own process against a sandbox, as it runs in a cluster: for integration tests
+// and benchmarks that drive Berth the way a user does.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { packageRoot } from '../../src/sandbox/paths.ts';
+import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
+
+export interface BerthProcess {
+  pid: number;
+  healthPort: number;
+  metricsPort: number;
+  /** The sum of a metric's samples whose label text passes `filter`. */
+  metric(name: string, filter?: (labels: string) => boolean): Promise<number>;
+  /** What Berth printed so far (only with `capture`). */
+  output(): string;
+  rssMB(): number;
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  /** Keep Berth's stdout and stderr for output() instead of passing them through. */
+  capture?: boolean;
+  /** Return once /readyz answers 200 (default); otherwise as soon as /healthz does. */
+  waitReady?: boolean;
+}
+
+export async function startBerth(
+  sb: Sandbox,
+  args: string[],
+  opts: StartOptions = {},
+): Promise<BerthProcess> {
+  const [metricsPort, healthPort] = (await freePorts(2)) as [number, number];
+  const child = spawn(
+    process.execPath,
+    [
+      // BERTH_BENCH_CPU_PROF=DIR writes a V8 CPU profile of Berth to DIR when it stops.
+      ...(process.env['BERTH_BENCH_CPU_PROF']
+        ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BERTH_BENCH_CPU_PROF']}`]
+        : []),
+      `${packageRoot()}/src/cli/main.ts`,
+      'run',
+      `--kubeconfig=${sb.kubeconfigPath}`,
+      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+      // A free port, so that several Berths (tests in parallel) never collide on the default one.
+      '--webhook-bind-address=127.0.0.1:0',
+      '--log-level=warn',
+      ...args,
+    ],
+    { stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'] },
+  );
+  let out = '';
+  child.stdout?.on('data', (d: Buffer) => (out += d));
+  child.stderr?.on('data', (d: Buffer) => (out += d));
+  const stop = async () => {
+    if (child.exitCode !== null) return;
+    child.kill('SIGTERM');
+    await new Promise((r) => child.once('exit', r));
+  };
+  const probe = opts.waitReady === false ? 'healthz' : 'readyz';
+  try {
+    while (
+      !(await fetch(`http://127.0.0.1:${healthPort}/${probe}`).then(
+        (r) => r.ok,
+        () => false,
+      ))
+    ) {
+      if (child.exitCode !== null) throw new Error(`berth exited with ${child.exitCode}\n${out}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return {
+    pid: child.pid!,
+    healthPort,
+    metricsPort,
+    async metric(name, filter = () => true) {
+      const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      return text
+        .split('\n')
+        .filter((l) => l.startsWith(`${name}{`) && filter(l))
+        .reduce((a, l) => a + Number(l.split(' ').pop()), 0);
+    },
+    output: () => out,
+    rssMB: () =>
+      Math.round(
+        Number(readFileSync(`/proc/${child.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)![1]) / 102.4,
+      ) / 10,
+    stop,
+  };
+}

@@ -1,0 +1,44 @@
+// The README promises that every benchmark prints, last, one JSON object (scripts read it). Each runs
+// here at a tiny size, the way a user runs it (`npm run bench:NAME -- ...`), on its private sandbox.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { describe, test } from 'node:test';
+import { packageRoot } from '../../src/sandbox/paths.ts';
+
+const tiny: Record<string, string[]> = {
+  'bench:queue': [],
+  'bench:sandbox': ['--nodes', '3'],
+  'bench:cache': ['--pods', '50', '--nodes', '3'],
+  'bench:latency': ['--changes', '20'],
+  'bench:labels': ['--nodes', '10', '--idle-seconds', '2'],
+  'bench:agents': ['--nodes', '4', '--pods', '40', '--pools', '4', '--churn-seconds', '2'],
+  'bench:gates': ['--nodes', '5', '--webhook-rate', '50', '--webhook-seconds', '1'],
+};
+
+describe('benchmarks end with one JSON object', () => {
+  test('every bench:* script is covered here', () => {
+    const scripts = Object.keys(
+      (JSON.parse(readFileSync(`${packageRoot()}/package.json`, 'utf8')) as { scripts: Record<string, string> })
+        .scripts,
+    ).filter((s) => s.startsWith('bench:'));
+    assert.deepEqual(scripts.sort(), Object.keys(tiny).sort());
+  });
+
+  for (const [script, args] of Object.entries(tiny)) {
+    test(`npm run ${script} -- ${args.join(' ')}`, () => {
+      const r = spawnSync('npm', ['run', '--silent', script, '--', ...args], {
+        cwd: packageRoot(),
+        encoding: 'utf8',
+        timeout: 240_000,
+        env: { ...process.env, BERTH_LOG_LEVEL: 'info' },
+      });
+      assert.equal(r.status, 0, `${script} failed:\n${r.stdout.slice(-3000)}\n${r.stderr.slice(-3000)}`);
+      const last = r.stdout.trimEnd().split('\n').pop() ?? '';
+      let parsed: unknown;
+      assert.doesNotThrow(() => (parsed = JSON.parse(last)), `the last line of ${script} is not JSON: ${last}`);
+      assert.equal(typeof parsed, 'object');
+      assert.ok(parsed !== null && !Array.isArray(parsed), `the last line of ${script} is not an object: ${last}`);
+    });
+  }
+});
