@@ -12,6 +12,12 @@ export const SERVICE_ACCOUNT = 'berth';
 export const runtimeRules: PolicyRule[] = [
   { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
   { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
+  // Informers of custom resources tell a missing CRD from a passing 404, and wait for it to appear.
+  {
+    apiGroups: ['apiextensions.k8s.io'],
+    resources: ['customresourcedefinitions'],
+    verbs: ['get', 'list', 'watch'],
+  },
   // Server-side apply is a PATCH, authorized as create too when the object does not exist yet.
   {
     apiGroups: ['admissionregistration.k8s.io'],

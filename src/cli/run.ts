@@ -20,6 +20,7 @@ import {
   type WebhookSpec,
 } from '../runtime/webhooks.ts';
 import { capabilities } from './capabilities.ts';
+import { installCrds } from './install.ts';
 
 const list = (v: string) =>
   v
@@ -88,6 +89,12 @@ export function runCommand(): Command {
         }
       }),
     )
+    .option(
+      '--install-crds',
+      "install or upgrade Berth's CRDs before starting (needs permission to write CRDs, which the " +
+        'generated role does not grant)',
+      false,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level')
         .choices(['debug', 'info', 'warn', 'error'])
@@ -100,8 +107,18 @@ export function runCommand(): Command {
     if (unknown.length)
       throw new Error(`unknown controllers: ${unknown.join(', ')} (known: ${names.join(', ')})`);
     const client = KubeClient.fromFile(o.kubeconfig, { maxInFlight: o.maxInFlight, userAgent: 'berth' });
+    const enabled: Capability[] = capabilities.filter((c) => (o.controllers as string[]).includes(c.name));
+    if (o.installCrds) {
+      // Without the CRDs, the capabilities that need them idle and say so; everything else still runs.
+      await installCrds(client, (s) => rootLogger.info(s)).catch((e: unknown) =>
+        rootLogger.error({ err: errorText(e) }, 'could not install the CRDs (--install-crds)'),
+      );
+    }
     const manager = new Manager({
       clusters: { local: client },
+      crdOwners: Object.fromEntries(
+        enabled.flatMap((c) => c.crds.map((r) => [r.crd.metadata!.name!, c.name])),
+      ),
       metricsBindAddress: o.metricsBindAddress,
       healthBindAddress: o.healthProbeBindAddress,
       resyncMs: o.resyncPeriod * 1000,
@@ -118,7 +135,6 @@ export function runCommand(): Command {
           }
         : {}),
     });
-    const enabled: Capability[] = capabilities.filter((c) => (o.controllers as string[]).includes(c.name));
     const ctx: CapabilityContext = { manager, webhooks: undefined, options: o };
     for (const c of enabled) await c.setup(ctx);
     const webhookClient = addWebhooks(

@@ -3,10 +3,11 @@
 // happened while disconnected; reconnect with backoff after any error; abandon a watch that has
 // been silent too long (half-open connections); resync as a safety net; indexes; a transform hook.
 import { setTimeout as sleep } from 'node:timers/promises';
+import { hasCondition } from './conditions.ts';
 import { isGone, isNotFound, resourcePath, type KubeClient, type KubeList } from './kube.ts';
 import { informerMetrics } from './metrics.ts';
 import { rootLogger, type Logger } from './log.ts';
-import type { KubeObject, ResourceRef } from './types.ts';
+import { Resources, type KubeObject, type ResourceRef } from './types.ts';
 
 export interface EventHandler<T> {
   onAdd?(obj: T): void;
@@ -62,6 +63,7 @@ export class Informer<T extends KubeObject = KubeObject> {
   private readonly labels: { cluster: string; resource: string };
   private resourceVersion = '';
   private synced = false;
+  private absent = false;
   private syncWaiters: (() => void)[] = [];
   private running: AbortController | undefined;
   private loop: Promise<void> | undefined;
@@ -131,6 +133,19 @@ export class Informer<T extends KubeObject = KubeObject> {
     return this.synced;
   }
 
+  /** The CRD that serves this resource (for a custom resource), by name. */
+  get crdName(): string {
+    return `${this.ref.resource}.${this.ref.group}`;
+  }
+
+  /**
+   * The resource's CRD is not installed: the cache is synced and empty (no such objects can exist)
+   * and the informer lists again the moment the CRD is established.
+   */
+  get crdMissing(): boolean {
+    return this.absent;
+  }
+
   waitForSync(signal?: AbortSignal): Promise<void> {
     if (this.synced) return Promise.resolve();
     return new Promise((resolve, reject) => {
@@ -175,17 +190,102 @@ export class Informer<T extends KubeObject = KubeObject> {
           this.resourceVersion = '';
           continue;
         }
-        // A 404 on a custom resource means its CRD is not installed: say so, it is the usual cause.
-        const hint =
-          isNotFound(e) && this.ref.group.includes('.')
-            ? ` (is the ${this.ref.kind} CRD installed? berth install)`
-            : '';
-        this.log.warn({ err: errorText(e), retryInMs: delay }, `list/watch failed; retrying${hint}`);
+        if (isNotFound(e) && (await this.crdAbsent(signal))) {
+          await this.whileCrdMissing(signal);
+          delay = initialMs;
+          continue;
+        }
+        this.log.warn({ err: errorText(e), retryInMs: delay }, 'list/watch failed; retrying');
         await sleep(jitter(delay), undefined, { signal }).catch(() => {});
         delay = Math.min(delay * 2, maxMs);
       }
       if (!signal.aborted) informerMetrics.restarts.inc(this.labels);
     }
+  }
+
+  /**
+   * Whether a 404 means the resource's CRD does not exist. Only the CRD object's own 404 says so: a
+   * custom resource can 404 for a moment while its CRD is being served (an apiserver restarting),
+   * and treating that as "no objects" would prune what they back.
+   */
+  private async crdAbsent(signal: AbortSignal): Promise<boolean> {
+    if (!this.ref.group.includes('.')) return false;
+    try {
+      await this.opts.client.get(Resources.crds, this.crdName);
+      return false;
+    } catch (e) {
+      if (!isNotFound(e) && !signal.aborted)
+        this.log.warn({ err: errorText(e) }, `cannot tell whether the CRD ${this.crdName} is installed`);
+      return isNotFound(e);
+    }
+  }
+
+  /**
+   * The CRD is not installed: no such object exists, so the cache is empty and synced (controllers
+   * that also read other sources keep working); then wait, watching the CRD, until it is established.
+   */
+  private async whileCrdMissing(signal: AbortSignal): Promise<void> {
+    for (const [key, old] of this.store) this.remove(key, old);
+    this.resourceVersion = '';
+    this.absent = true;
+    informerMetrics.crdMissing.set(this.crdLabels, 1);
+    this.log.error(
+      { crd: this.crdName },
+      `the CRD ${this.crdName} is not installed: ${this.ref.kind} objects are ignored until it is ` +
+        '(run berth install, or berth run --install-crds)',
+    );
+    this.markSynced();
+    try {
+      await this.waitForCrd(signal);
+    } finally {
+      this.absent = false;
+      informerMetrics.crdMissing.set(this.crdLabels, 0);
+    }
+    if (!signal.aborted)
+      this.log.info({ crd: this.crdName }, `the CRD ${this.crdName} is installed; listing`);
+  }
+
+  private get crdLabels() {
+    return { ...this.labels, crd: this.crdName, kind: this.ref.kind };
+  }
+
+  /** Watches the one CRD by name until it is established (or the informer stops). */
+  private async waitForCrd(signal: AbortSignal): Promise<void> {
+    const path = resourcePath(Resources.crds);
+    const query = { fieldSelector: `metadata.name=${this.crdName}` };
+    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 };
+    let delay = initialMs;
+    while (!signal.aborted) {
+      try {
+        const list = await this.opts.client.request<KubeList<KubeObject>>('GET', path, { query, signal });
+        if (list.items.some((c) => hasCondition(c, 'Established'))) return;
+        const events = this.opts.client.stream<WatchEvent<KubeObject>>(path, {
+          query: { ...query, watch: 1, resourceVersion: list.metadata.resourceVersion, timeoutSeconds: 300 },
+          signal,
+          idleTimeoutMs: this.opts.idleTimeoutMs ?? 120_000,
+        });
+        for await (const ev of events) {
+          if ((ev.type === 'ADDED' || ev.type === 'MODIFIED') && hasCondition(ev.object, 'Established'))
+            return;
+        }
+        delay = initialMs;
+      } catch (e) {
+        if (signal.aborted) return;
+        this.log.warn(
+          { err: errorText(e), retryInMs: delay },
+          `watching the CRD ${this.crdName} failed; retrying`,
+        );
+        await sleep(jitter(delay), undefined, { signal }).catch(() => {});
+        delay = Math.min(delay * 2, maxMs);
+      }
+    }
+  }
+
+  private markSynced(): void {
+    if (this.synced) return;
+    this.synced = true;
+    for (const w of this.syncWaiters.splice(0)) w();
+    this.log.debug({ objects: this.store.size }, 'cache synced');
   }
 
   private query(extra: Record<string, string | number | boolean | undefined>) {
@@ -219,11 +319,7 @@ export class Informer<T extends KubeObject = KubeObject> {
     for (const [key, obj] of fresh) this.upsert(key, obj);
     this.resourceVersion = rv;
     informerMetrics.objects.set(this.labels, this.store.size);
-    if (!this.synced) {
-      this.synced = true;
-      for (const w of this.syncWaiters.splice(0)) w();
-      this.log.debug({ objects: this.store.size }, 'cache synced');
-    }
+    this.markSynced();
   }
 
   private async watch(signal: AbortSignal): Promise<void> {

@@ -40,6 +40,8 @@ export interface ManagerOptions {
   leaderElection?: LeaderElectionOptions;
   /** Default safety-net resync period of informers. */
   resyncMs?: number;
+  /** Which capability serves each CRD (by name), so /readyz can say what a missing CRD idles. */
+  crdOwners?: Record<string, string>;
   logger?: Logger;
 }
 
@@ -152,6 +154,20 @@ export class Manager {
     return [...this.informers.values()].every((i) => i.hasSynced());
   }
 
+  /** The CRDs of watched resources that are not installed, each with what it idles. */
+  missingCrds(): string[] {
+    const missing = new Set<string>();
+    for (const inf of this.informers.values()) {
+      if (!inf.crdMissing) continue;
+      const owner = this.opts.crdOwners?.[inf.crdName];
+      missing.add(
+        `CRD ${inf.crdName} is not installed: ${owner ? `the ${owner} capability ignores ` : ''}` +
+          `${inf.ref.kind} objects until it is (berth install, or berth run --install-crds)`,
+      );
+    }
+    return [...missing].sort();
+  }
+
   waitForCacheSync(signal?: AbortSignal): Promise<void> {
     return Promise.all([...this.informers.values()].map((i) => i.waitForSync(signal))).then(() => {});
   }
@@ -171,10 +187,15 @@ export class Manager {
     });
     const health = await serve(this.opts.healthBindAddress ?? '127.0.0.1:8081', {
       '/healthz': async () => ({ status: 200, body: 'ok\n' }),
-      '/readyz': async () =>
-        this.hasSynced()
-          ? { status: 200, body: 'ok\n' }
-          : { status: 503, body: 'informer caches have not synced\n' },
+      // A missing CRD idles only what reads it; what can work does, so readiness stays but says so.
+      '/readyz': async () => {
+        const notes = this.missingCrds()
+          .map((m) => `warning: ${m}\n`)
+          .join('');
+        return this.hasSynced()
+          ? { status: 200, body: `ok\n${notes}` }
+          : { status: 503, body: `informer caches have not synced\n${notes}` };
+      },
     });
     for (const s of [metrics, health]) if (s) this.servers.push(s);
     this.log.info({ metricsPort: metrics?.port, healthPort: health?.port }, 'manager starting');

@@ -114,6 +114,12 @@ export const informerMetrics = {
     labelNames: ['cluster', 'resource'],
     registers: [registry],
   }),
+  crdMissing: new Gauge({
+    name: 'berth_crd_missing',
+    help: 'Whether the CRD of a resource Berth watches is missing (1): its objects are ignored until it is installed',
+    labelNames: ['cluster', 'resource', 'crd', 'kind'],
+    registers: [registry],
+  }),
 };
 
 // Leader election (client-go's leader_election_master_status).

@@ -1,0 +1,167 @@
+// A user of the seed's labeller runs Berth with a rule directory and nothing else: no `berth install`.
+// What can work without a CRD works, what cannot says so (readiness body, metric, error log), and
+// a CRD installed later is picked up at once. Runs on a private sandbox: it deletes Berth's CRDs.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { installCrds } from '../../src/cli/install.ts';
+import { NodeLabelRule } from '../../src/labels/types.ts';
+import { crdManifests } from '../../src/manifests.ts';
+import { isNotFound, type KubeClient } from '../../src/runtime/kube.ts';
+import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { addNodes, uniqueName } from '../helpers/cluster.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const sandbox = new Sandbox(uniqueName('nocrd'));
+let client: KubeClient;
+let berth: BerthProcess | undefined;
+const crdNames = crdManifests().map((c) => c.metadata!.name!);
+
+before(async () => {
+  await sandbox.up({ fresh: true });
+  client = sandbox.client();
+  await addNodes(client, {
+    prefix: 'usb',
+    count: 1,
+    labels: { 'feature.node.kubernetes.io/usb-fe_1a6e_089a.present': 'true' },
+  });
+  await addNodes(client, { prefix: 'plain', count: 1 });
+});
+
+after(async () => {
+  await berth?.stop();
+  client?.close();
+  await sandbox.destroy();
+});
+
+const labelsOf = async (node: string) => (await client.get(Resources.nodes, node)).metadata?.labels ?? {};
+
+async function readyz(): Promise<{ status: number; body: string }> {
+  const r = await fetch(`http://127.0.0.1:${berth!.healthPort}/readyz`);
+  return { status: r.status, body: await r.text() };
+}
+
+async function deleteCrds(): Promise<void> {
+  for (const name of crdNames) {
+    await client.delete(Resources.crds, name).catch((e) => {
+      if (!isNotFound(e)) throw e;
+    });
+  }
+  await waitFor('Berth CRDs gone', async () => {
+    const left = await Promise.all(
+      crdNames.map((n) =>
+        client.get(Resources.crds, n).then(
+          () => n,
+          (e) => (isNotFound(e) ? undefined : n),
+        ),
+      ),
+    );
+    return left.every((n) => n === undefined);
+  });
+}
+
+function labelDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-labels-'));
+  mkdirSync(join(dir, 'accelerators'));
+  writeFileSync(
+    join(dir, 'accelerators', 'edgetpu'),
+    'feature.node.kubernetes.io/usb-fe_1a6e_089a.present\n',
+  );
+  return dir;
+}
+
+describe('berth run on a cluster without its CRDs', () => {
+  test('rule files label nodes; readiness, a metric and an error log name the missing CRDs', async () => {
+    for (const n of crdNames) await assert.rejects(client.get(Resources.crds, n), (e) => isNotFound(e));
+    // Default flags: every capability on, as a user who never read about --controllers would run it.
+    berth = await startBerth(sandbox, [`--label-dir=${labelDir()}`], { capture: true });
+
+    await waitFor(
+      'usb-0 labelled from the rule file',
+      async () => (await labelsOf('usb-0'))['accelerators/edgetpu'] === 'true',
+      {
+        observe: () => labelsOf('usb-0'),
+      },
+    );
+    assert.equal((await labelsOf('plain-0'))['accelerators/edgetpu'], undefined);
+
+    const r = await readyz();
+    assert.equal(r.status, 200, r.body);
+    for (const [crd, capability] of [
+      ['nodelabelrules.berth.dev', 'labels'],
+      ['nodestartupgates.berth.dev', 'gates'],
+      ['agentplacements.berth.dev', 'agents'],
+    ]) {
+      assert.match(r.body, new RegExp(`CRD ${crd} is not installed: the ${capability} capability`));
+      assert.equal(await berth.metric('berth_crd_missing', (l) => l.includes(`crd="${crd}"`)), 1, crd);
+    }
+    const errorLines = berth
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"level":50') && l.includes('is not installed'));
+    assert.ok(
+      errorLines.some((l) => l.includes('nodelabelrules.berth.dev') && l.includes('berth install')),
+      `no error-level log line names the missing CRD and berth install:\n${berth.output().slice(-3000)}`,
+    );
+  });
+
+  test('CRDs installed while Berth runs are picked up at once: a NodeLabelRule applies', async () => {
+    assert.ok(berth, 'the previous test started Berth');
+    await installCrds(client);
+    const rule: KubeObject = {
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'NodeLabelRule',
+      metadata: { name: 'plain' },
+      spec: {
+        match: { allOf: [{ field: 'name', operator: 'In', values: ['plain-0'] }] },
+        labels: { 'example.com/plain': 'yes' },
+      },
+    };
+    await client.apply(NodeLabelRule.ref, rule, { fieldManager: 'test', force: true });
+    await waitFor(
+      'plain-0 labelled by the NodeLabelRule',
+      async () => (await labelsOf('plain-0'))['example.com/plain'] === 'yes',
+      {
+        timeoutMs: 10_000,
+        observe: () => labelsOf('plain-0'),
+      },
+    );
+    // The file rule is still in force, and the readiness body and metric no longer warn.
+    assert.equal((await labelsOf('usb-0'))['accelerators/edgetpu'], 'true');
+    await waitFor('no missing CRD reported', async () => !(await readyz()).body.includes('not installed'));
+    assert.equal(await berth.metric('berth_crd_missing'), 0);
+    await berth.stop();
+    berth = undefined;
+  });
+
+  test('berth run --install-crds installs the CRDs itself', async () => {
+    await deleteCrds();
+    berth = await startBerth(sandbox, ['--install-crds']);
+    for (const n of crdNames) await client.get(Resources.crds, n);
+    assert.doesNotMatch((await readyz()).body, /not installed/);
+    await client.apply(
+      NodeLabelRule.ref,
+      {
+        apiVersion: 'berth.dev/v1alpha1',
+        kind: 'NodeLabelRule',
+        metadata: { name: 'usb' },
+        spec: {
+          match: { allOf: [{ field: 'name', operator: 'In', values: ['usb-0'] }] },
+          labels: { 'example.com/usb': 'yes' },
+        },
+      },
+      { fieldManager: 'test', force: true },
+    );
+    await waitFor(
+      'usb-0 labelled by the NodeLabelRule',
+      async () => (await labelsOf('usb-0'))['example.com/usb'] === 'yes',
+      {
+        timeoutMs: 10_000,
+      },
+    );
+  });
+});
