@@ -19,8 +19,11 @@ const tiny: Record<string, string[]> = {
 describe('benchmarks end with one JSON object', () => {
   test('every bench:* script is covered here', () => {
     const scripts = Object.keys(
-      (JSON.parse(readFileSync(`${packageRoot()}/package.json`, 'utf8')) as { scripts: Record<string, string> })
-        .scripts,
+      (
+        JSON.parse(readFileSync(`${packageRoot()}/package.json`, 'utf8')) as {
+          scripts: Record<string, string>;
+        }
+      ).scripts,
     ).filter((s) => s.startsWith('bench:'));
     assert.deepEqual(scripts.sort(), Object.keys(tiny).sort());
   });
@@ -36,9 +39,15 @@ describe('benchmarks end with one JSON object', () => {
       assert.equal(r.status, 0, `${script} failed:\n${r.stdout.slice(-3000)}\n${r.stderr.slice(-3000)}`);
       const last = r.stdout.trimEnd().split('\n').pop() ?? '';
       let parsed: unknown;
-      assert.doesNotThrow(() => (parsed = JSON.parse(last)), `the last line of ${script} is not JSON: ${last}`);
+      assert.doesNotThrow(
+        () => (parsed = JSON.parse(last)),
+        `the last line of ${script} is not JSON: ${last}`,
+      );
       assert.equal(typeof parsed, 'object');
-      assert.ok(parsed !== null && !Array.isArray(parsed), `the last line of ${script} is not an object: ${last}`);
+      assert.ok(
+        parsed !== null && !Array.isArray(parsed),
+        `the last line of ${script} is not an object: ${last}`,
+      );
     });
   }
 });
