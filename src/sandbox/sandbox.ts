@@ -604,8 +604,9 @@ export class Sandbox {
 export function abortOnSignals(): { signal: AbortSignal; release(): void } {
   const ac = new AbortController();
   const signals = ['SIGINT', 'SIGTERM'] as const;
+  // A second Ctrl-C while the first one's clean-up runs must not cut that clean-up short.
   const onSignal = (sig: NodeJS.Signals) => ac.abort(new Error(`interrupted by ${sig}`));
-  for (const s of signals) process.once(s, onSignal);
+  for (const s of signals) process.on(s, onSignal);
   return { signal: ac.signal, release: () => signals.forEach((s) => process.off(s, onSignal)) };
 }
 
