@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 
 const tiny: Record<string, string[]> = {
-  'bench:queue': [],
+  'bench:queue': ['--keys', '100000'],
   'bench:sandbox': ['--nodes', '3'],
   'bench:cache': ['--pods', '50', '--nodes', '3'],
   'bench:latency': ['--changes', '20'],
