@@ -69,6 +69,15 @@ export const components = {
       'kustomize/stage/pod/fast/pod-delete.yaml',
     ],
   },
+  // Not built by ensureBinaries yet: only architecture-aware placement (issue 12) needs a registry,
+  // and the sandbox's cold start should not pay for it before then.
+  registry: {
+    module: 'registry',
+    pin: 'github.com/distribution/distribution/v3',
+    packages: ['github.com/distribution/distribution/v3/cmd/registry'],
+    // Otherwise `registry --version` says v3.x.y+unknown.
+    ldflags: (v: string) => `-X github.com/distribution/distribution/v3/version.version=${v}`,
+  },
 } satisfies Record<string, Component>;
 
 export type ComponentName = keyof typeof components;
