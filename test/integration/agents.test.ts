@@ -30,6 +30,7 @@ const LABEL = `${D}/agent`;
 const CLAIM = `${D}/claim.`;
 let ns: string;
 const nodes: string[] = [];
+const BERTH = 'berth-system';
 
 let manager: Manager | undefined;
 let controller: AgentsController | undefined;
@@ -39,7 +40,7 @@ async function startController(): Promise<AgentsController> {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const c = new AgentsController(manager, { workers: 4 });
+  const c = new AgentsController(manager, { workers: 4, berthNamespace: BERTH });
   controller = c;
   await manager.start();
   await manager.waitForCacheSync();
@@ -140,7 +141,7 @@ describe('agent placement', () => {
       server: { port: 0, certificates: generatedCertificates(registration) },
       registration,
       specs: [controller!.webhook()],
-      berthNamespace: 'berth-system',
+      berthNamespace: BERTH,
       configName: name,
     });
     await hooks.start(new AbortController().signal);
@@ -197,7 +198,9 @@ describe('agent placement', () => {
     await worker('b-1', b, n0!);
     await expectNode(n0!, 'true', [a, b]);
     // berth explain node: the claims and the pods behind each.
-    const explained = (await explainNodeAgents(client, await client.get(Resources.nodes, n0!))).join('\n');
+    const explained = (await explainNodeAgents(client, await client.get(Resources.nodes, n0!), BERTH)).join(
+      '\n',
+    );
     assert.match(
       explained,
       new RegExp(`claim ${CLAIM.replaceAll('.', '\\.')}${a} \\(ConfigMap/${ns}\\): ${ns}/a-1`),
