@@ -25,6 +25,7 @@ import {
   type ParsedPlacement,
 } from './decide.ts';
 import { podMutatingHandler } from './inject.ts';
+import { ownerKindProblems } from './validate.ts';
 import {
   AgentPlacement,
   FIELD_MANAGER,
@@ -364,7 +365,7 @@ export class AgentsController {
     set(
       'Conflicting',
       blocked.length > 0,
-      blocked.length ? 'LabelConflict' : 'NoConflict',
+      blocked.length ? 'OutputConflict' : 'NoConflict',
       blocked.slice(0, 3).join(' | '),
     );
     const more = (list: string[]) => (list.length > 1 ? ` (+${list.length - 1} more)` : '');
@@ -482,36 +483,10 @@ export class AgentsController {
    * the answer queues the status, and once usable the owners already claimed.
    */
   private async checkOwnerKind(p: ParsedPlacement<PlacementObject>): Promise<OwnerKind> {
-    const { apiVersion, kind } = p.spec.owner as { apiVersion: string; kind: string };
     const id = ownerKindId(p);
     const old = this.ownerKinds.get(p.name);
     this.watchCrds();
-    const failures = old?.id === id && old.problem ? old.failures + 1 : 0;
-    let next: OwnerKind;
-    try {
-      const ref = await this.mapper.resolve(apiVersion, kind);
-      const denied = await deniedVerbs(this.manager.client(), ref, ['list', 'watch', 'patch']);
-      next = denied.length
-        ? {
-            id,
-            failures,
-            problem: {
-              reason: 'OwnerKindForbidden',
-              message: `Berth may not ${denied.join(', ')} ${ref.resource}${ref.group ? `.${ref.group}` : ''} (owner kind ${kind}): grant it in Berth's ClusterRole; until then the finalizer ${p.spec.finalizer?.name} protects no owner`,
-            },
-          }
-        : { id, ref, failures: 0 };
-    } catch (e) {
-      if (!(e instanceof UnknownKindError)) throw e;
-      next = {
-        id,
-        failures,
-        problem: {
-          reason: 'OwnerKindUnknown',
-          message: `owner kind ${kind} (${apiVersion}) is not served by the API server: ${e.message} (is its CRD installed?); until it is, the finalizer ${p.spec.finalizer?.name} protects no owner`,
-        },
-      };
-    }
+    const next = await this.lookupOwnerKind(p, old?.id === id && old.problem ? old.failures + 1 : 0);
     this.ownerKinds.set(p.name, next);
     if (old?.id !== next.id || old.problem?.message !== next.problem?.message) {
       this.statusController.queue.add(p.name);
@@ -522,6 +497,37 @@ export class AgentsController {
       }
     }
     return next;
+  }
+
+  private async lookupOwnerKind(p: ParsedPlacement<PlacementObject>, failures: number): Promise<OwnerKind> {
+    const id = ownerKindId(p);
+    const { apiVersion, kind } = p.spec.owner as { apiVersion: string; kind: string };
+    const unusable = (reason: 'OwnerKindUnknown' | 'OwnerKindForbidden', message: string): OwnerKind => ({
+      id,
+      failures,
+      problem: { reason, message },
+    });
+    // Invalid already: asking the API would only fail.
+    const invalid = ownerKindProblems(p.spec);
+    if (invalid.length) return unusable('OwnerKindUnknown', invalid.join('; '));
+    const unprotected = `the finalizer ${p.spec.finalizer?.name} protects no owner`;
+    let ref: ResourceRef;
+    try {
+      ref = await this.mapper.resolve(apiVersion, kind);
+    } catch (e) {
+      if (!(e instanceof UnknownKindError)) throw e;
+      return unusable(
+        'OwnerKindUnknown',
+        `owner kind ${kind} (${apiVersion}) is not served by the API server: ${e.message} (is its CRD installed?); until it is, ${unprotected}`,
+      );
+    }
+    const denied = await deniedVerbs(this.manager.client(), ref, ['list', 'watch', 'patch']);
+    if (denied.length)
+      return unusable(
+        'OwnerKindForbidden',
+        `Berth may not ${denied.join(', ')} ${ref.resource}${ref.group ? `.${ref.group}` : ''} (owner kind ${kind}): grant it in Berth's ClusterRole; until then ${unprotected}`,
+      );
+    return { id, ref, failures: 0 };
   }
 
   /** Watches CRDs (their group and kind only): a placement whose owner kind appears or goes is checked at once. */

@@ -129,6 +129,7 @@ export const AgentPlacement = defineCustomResource({
     { name: 'Nodes', type: 'integer', jsonPath: '.status.labelledNodes' },
     { name: 'Claims', type: 'integer', jsonPath: '.status.claims' },
     { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].reason" },
     { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
   ],
 });

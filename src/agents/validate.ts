@@ -13,6 +13,9 @@ const UID_LENGTH = 36;
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
+/** A value quoted for a message: escaped, and bounded whatever its size. */
+const quote = (v: string): string => JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);
+
 /** The selector requires some label to be present: matchLabels, or an In or Exists expression. */
 export function requiresLabel(sel: LabelSelector | undefined): boolean {
   return (
@@ -40,14 +43,14 @@ export function selectorProblems(sel: LabelSelector | undefined, at: string): st
   const out: string[] = [];
   for (const [k, v] of Object.entries(sel?.matchLabels ?? {})) {
     const kp = validateLabelKey(k);
-    if (kp) out.push(`${at}.matchLabels key ${JSON.stringify(k)}: ${kp}`);
+    if (kp) out.push(`${at}.matchLabels key ${quote(k)}: ${kp}`);
     const vp = validateLabelValue(v);
-    if (vp) out.push(`${at}.matchLabels[${JSON.stringify(k)}] value ${JSON.stringify(v)}: ${vp}`);
+    if (vp) out.push(`${at}.matchLabels[${quote(k)}] value ${quote(v)}: ${vp}`);
   }
   (sel?.matchExpressions ?? []).forEach((e, i) => {
     const where = `${at}.matchExpressions[${i}]`;
     const kp = validateLabelKey(e.key);
-    if (kp) out.push(`${where}.key ${JSON.stringify(e.key)}: ${kp}`);
+    if (kp) out.push(`${where}.key ${quote(e.key)}: ${kp}`);
     const values = e.values ?? [];
     if ((e.operator === 'In' || e.operator === 'NotIn') && values.length === 0)
       out.push(`${where}: operator ${e.operator} needs at least one value`);
@@ -55,7 +58,7 @@ export function selectorProblems(sel: LabelSelector | undefined, at: string): st
       out.push(`${where}: operator ${e.operator} takes no values`);
     for (const v of values) {
       const vp = validateLabelValue(v);
-      if (vp) out.push(`${where} value ${JSON.stringify(v)}: ${vp}`);
+      if (vp) out.push(`${where} value ${quote(v)}: ${vp}`);
     }
   });
   return out;
@@ -64,32 +67,41 @@ export function selectorProblems(sel: LabelSelector | undefined, at: string): st
 /** Why `<prefix><owner UID>` is not a valid annotation key, or undefined when it is. */
 export function claimKeyProblem(prefix: string, uid: string): string | undefined {
   const p = validateLabelKey(`${prefix}${uid}`);
-  return p && `claim key ${JSON.stringify(`${prefix}${uid}`)}: ${p}`;
+  return p && `claim key ${quote(`${prefix}${uid}`)}: ${p}`;
 }
 
 function apiVersionProblem(apiVersion: string): string | undefined {
   const [group, version, ...rest] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  if (apiVersion.length > 317) return 'must be no more than 317 characters';
   if (rest.length || (apiVersion.includes('/') && !DNS1123_SUBDOMAIN.test(group ?? '')))
     return 'must be <group>/<version>, or <version> for the core group';
   if (!DNS1123_LABEL.test(version ?? '')) return 'the version must be a DNS label (as v1 or v1beta1)';
   return undefined;
 }
 
+/** What makes owner.apiVersion and owner.kind unusable as a kind to look up: no API call can resolve them. */
+export function ownerKindProblems(spec: AgentPlacementSpec): string[] {
+  const out: string[] = [];
+  const { apiVersion, kind } = spec.owner;
+  const v = apiVersion && apiVersionProblem(apiVersion);
+  if (v) out.push(`owner.apiVersion ${quote(apiVersion)}: ${v}`);
+  if (kind && (kind.length > 63 || !/^[A-Za-z][A-Za-z0-9]*$/.test(kind)))
+    out.push(`owner.kind ${quote(kind)}: must be a kind name of at most 63 characters, as WorkerPool`);
+  return out;
+}
+
 /** Everything about the spec that Berth could not apply as written; empty when it is usable. */
 export function validatePlacement(spec: AgentPlacementSpec): string[] {
   const out: string[] = [];
   const add = (at: string, value: string, problem: string | undefined) => {
-    if (problem) out.push(`${at} ${JSON.stringify(value)}: ${problem}`);
+    if (problem) out.push(`${at} ${quote(value)}: ${problem}`);
   };
   out.push(...selectorProblems(spec.namespaceSelector, 'namespaceSelector'));
   out.push(...selectorProblems(spec.podSelector, 'podSelector'));
   add('nodeLabel.key', spec.nodeLabel.key, validateLabelKey(spec.nodeLabel.key));
   add('nodeLabel.value', spec.nodeLabel.value, validateLabelValue(spec.nodeLabel.value));
   if (spec.owner.uidLabel) add('owner.uidLabel', spec.owner.uidLabel, validateLabelKey(spec.owner.uidLabel));
-  if (spec.owner.apiVersion)
-    add('owner.apiVersion', spec.owner.apiVersion, apiVersionProblem(spec.owner.apiVersion));
-  if (spec.owner.kind && !/^[A-Za-z][A-Za-z0-9]*$/.test(spec.owner.kind))
-    add('owner.kind', spec.owner.kind, 'must be a kind name, as WorkerPool');
+  out.push(...ownerKindProblems(spec));
   // The shortest and the longest owner UID must both make a valid key: one character for a
   // uidLabel (a longer label value is checked per claim), a full UID for controllerRef.
   const prefix = spec.claimAnnotationPrefix;

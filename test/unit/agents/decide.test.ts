@@ -203,6 +203,6 @@ test('an owner UID that makes no valid claim key is rejected, and the other clai
   assert.equal(r.rejected.length, 1);
   assert.match(
     r.rejected[0]!,
-    /^pod ate\/l1: claim key "ate\.dev\/claim\.u+": name part must be no more than 63/,
+    /^pod ate\/l1: claim key "ate\.dev\/claim\.u+…": name part must be no more than 63/,
   );
 });

@@ -144,7 +144,7 @@ test('selectorProblems and claimKeyProblem', () => {
   assert.deepEqual(selectorProblems({ matchLabels: { 'a/b': 'c' } }, 's'), []);
   assert.equal(selectorProblems({ matchLabels: { 'a b': 'c d' } }, 's').length, 2);
   assert.equal(claimKeyProblem('ate.dev/claim.', 'A'), undefined);
-  assert.match(claimKeyProblem('ate.dev/claim.', 'x'.repeat(63))!, /claim key "ate\.dev\/claim\.x+": .*63/);
+  assert.match(claimKeyProblem('ate.dev/claim.', 'x'.repeat(63))!, /claim key "ate\.dev\/claim\.x+…": .*63/);
 });
 
 test('parsePlacements keeps what parses, with its problems, and says why the rest does not', () => {
@@ -163,4 +163,26 @@ test('parsePlacements keeps what parses, with its problems, and says why the res
   );
   assert.deepEqual([...errors.keys()], ['no-owner']);
   assert.match(errors.get('no-owner')!, /owner/);
+});
+
+test('huge values are refused fast, and quoted bounded and escaped', () => {
+  const huge = 'x'.repeat(200_000);
+  const started = performance.now();
+  const problems = [
+    ...validatePlacement(spec({ owner: { uidLabel: huge } })),
+    ...validatePlacement(
+      spec({
+        owner: { uidLabel: 'p', apiVersion: `${huge}/v1`, kind: huge },
+        finalizer: { name: 'a.b/c' },
+      }),
+    ),
+    ...validatePlacement(spec({ podSelector: { matchLabels: { [huge]: `a\n${huge}` } } })),
+  ];
+  assert.ok(performance.now() - started < 100, `${performance.now() - started} ms`);
+  assert.equal(problems.length, 5, problems.join('\n'));
+  for (const p of problems) assert.ok(p.length < 400, p.slice(0, 500));
+  assert.ok(
+    problems.some((p) => p.includes('"a\\nxxx')),
+    'a newline is escaped',
+  );
 });
