@@ -22,6 +22,7 @@ import {
   decideNode,
   parsePlacements,
   podFinished,
+  type ParseCache,
   type ParsedPlacement,
 } from './decide.ts';
 import { podMutatingHandler } from './inject.ts';
@@ -128,7 +129,8 @@ export class AgentsController {
     });
     this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, { burst: this.burst });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
-    this.parsedPlacements = this.placementObjects.derive((objs) => parsePlacements(objs));
+    const parseCache: ParseCache = new Map();
+    this.parsedPlacements = this.placementObjects.derive((objs) => parsePlacements(objs, parseCache));
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
     this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });

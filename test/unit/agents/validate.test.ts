@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parsePlacements } from '../../../src/agents/decide.ts';
+import { parsePlacements, type ParseCache } from '../../../src/agents/decide.ts';
 import { agentPlacementSpec, type AgentPlacementSpec } from '../../../src/agents/types.ts';
 import {
   claimKeyProblem,
@@ -185,4 +185,23 @@ test('huge values are refused fast, and quoted bounded and escaped', () => {
     problems.some((p) => p.includes('"a\\nxxx')),
     'a newline is escaped',
   );
+});
+
+test('parsePlacements with a cache parses a spec again only for a new generation', () => {
+  const cache: ParseCache = new Map();
+  const obj = (generation: number, key: string, status = {}) => ({
+    metadata: { name: 'p', uid: 'u1', generation },
+    spec: spec({ nodeLabel: { key } }),
+    status,
+  });
+  const first = parsePlacements([obj(1, 'a/b')], cache).parsed[0]!;
+  // A status write: same generation, same parse; the object is the new one.
+  const statusWrite = obj(1, 'a/b', { claims: 1 });
+  const second = parsePlacements([statusWrite], cache).parsed[0]!;
+  assert.equal(second.spec, first.spec);
+  assert.equal(second.obj, statusWrite);
+  const third = parsePlacements([obj(2, 'bad key')], cache).parsed[0]!;
+  assert.equal(third.problems.length, 1);
+  assert.equal(parsePlacements([], cache).parsed.length, 0);
+  assert.equal(cache.size, 0, 'deleted placements are forgotten');
 });
