@@ -16,6 +16,8 @@ export interface CapabilityContext {
   webhooks: WebhookServer | undefined;
   /** The options of `berth run`, the capability's own flags included. */
   options: Record<string, unknown>;
+  /** The namespace Berth runs in: policies leave it alone unless they name it. */
+  berthNamespace: string;
 }
 
 export interface Capability {
@@ -33,5 +35,6 @@ export interface Capability {
     client: KubeClient;
     node: KubeObject;
     options: Record<string, unknown>;
+    berthNamespace: string;
   }): Promise<string[]>;
 }

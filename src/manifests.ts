@@ -6,6 +6,8 @@ import { clusterRole, clusterRoleBinding, mergeRules, type PolicyRule } from './
 import type { KubeObject } from './runtime/types.ts';
 
 export const NAMESPACE = 'berth-system';
+/** The namespace Berth runs in: its pod's (POD_NAMESPACE, from the downward API), else the default. */
+export const berthNamespace = (): string => process.env['POD_NAMESPACE'] ?? NAMESPACE;
 export const SERVICE_ACCOUNT = 'berth';
 
 /** What the runtime needs whatever is enabled: leader election, events, registering webhooks. */

@@ -1,11 +1,12 @@
 // Agent placement: the reconcile loops. The node controller keeps, on each node, one claim
 // annotation per owner of the workload pods it hosts and the agent label while any claim exists.
-// The status controller counts per AgentPlacement. The finalizer controller (opt-in) holds an
-// owner's deletion until no node carries its claim.
+// The status controller counts per AgentPlacement what the nodes carry, and says why a placement
+// is not Ready. The finalizer controller (opt-in) holds an owner's deletion until no node carries
+// its claim.
 import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
-import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
+import { conditionSetter, newlyHolds, sameConditions, type Condition } from '../runtime/conditions.ts';
 import { Controller, FirstPass, generationChanged, sameRecord, type Result } from '../runtime/controller.ts';
-import { RestMapper } from '../runtime/discovery.ts';
+import { deniedVerbs, RestMapper, UnknownKindError } from '../runtime/discovery.ts';
 import type { EventRecorder } from '../runtime/events.ts';
 import { keyOf, type Informer } from '../runtime/informer.ts';
 import { isNotFound } from '../runtime/kube.ts';
@@ -15,8 +16,17 @@ import { BurstHold, NodeWriter } from '../runtime/nodeapply.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
 import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/types.ts';
 import type { WebhookSpec } from '../runtime/webhooks.ts';
-import { claimedOwners, decideNode, podFinished, type Placement } from './decide.ts';
+import {
+  claimedOwners,
+  claimKey,
+  decideNode,
+  parsePlacements,
+  podFinished,
+  type ParseCache,
+  type ParsedPlacement,
+} from './decide.ts';
 import { podMutatingHandler } from './inject.ts';
+import { ownerKindProblems } from './validate.ts';
 import {
   AgentPlacement,
   FIELD_MANAGER,
@@ -27,14 +37,37 @@ import {
 
 type PlacementObject = KubeObject & { spec?: unknown; status?: AgentPlacementStatus };
 
-/** What the node controller last decided per node, for status and explain. */
+/**
+ * What the node controller last found per node, for status: only what the node carries counts, so
+ * a claim that was decided but not (yet) written is pending, never counted.
+ */
 interface NodeResult {
-  /** Placement → owner UIDs claimed on this node. */
+  /** Placement → owner UIDs whose claims the node carries. */
   claims: Map<string, Set<string>>;
+  /** Placements whose label the node carries. */
   labelled: Set<string>;
-  /** Placements whose label key another placement or field manager holds with another value. */
+  /** Placement → claims and label decided but not on the node yet (a write on its way, or held in a burst). */
+  pending: Map<string, number>;
+  /** Placements whose label or claim key another placement or field manager holds with another value. */
   blocked: Map<string, string>;
+  /** Placement → owners that cannot have a claim (their UID makes no valid key), and why. */
+  rejected: Map<string, string[]>;
 }
+
+/** Whether a placement's owner kind (for its finalizer) can be used: served, and Berth may watch and patch it. */
+interface OwnerKind {
+  /** "<apiVersion>/<kind>" as checked: a spec that names another kind is checked again. */
+  id: string;
+  ref?: ResourceRef;
+  problem?: { reason: 'OwnerKindUnknown' | 'OwnerKindForbidden'; message: string };
+  /** Checks failed in a row, for the backoff of the next one. */
+  failures: number;
+}
+
+const ownerKindId = (p: ParsedPlacement): string => `${p.spec.owner.apiVersion}/${p.spec.owner.kind}`;
+// Between checks of an owner kind that cannot be used. CRD events check at once; this bound covers
+// kinds served by aggregated APIs, and RBAC changes, which send no event Berth watches.
+const ownerKindRetryMs = (failures: number) => Math.min(1000 * 2 ** failures, 60_000);
 
 const slimMeta = (o: KubeObject): KubeObject => ({
   apiVersion: o.apiVersion,
@@ -61,11 +94,17 @@ export class AgentsController {
   private readonly results = new Map<string, NodeResult>();
   /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
+  /** Placement → its owner kind as last checked, for placements with a finalizer. */
+  private readonly ownerKinds = new Map<string, OwnerKind>();
+  /** CRDs, watched once a placement has a finalizer: an owner kind that appears or goes is checked again. */
+  private crds: Informer<KubeObject> | undefined;
   private readonly firstPass = new FirstPass();
-  private readonly parsedPlacements: () => (Placement & { obj: PlacementObject })[];
+  private readonly parsedPlacements: () => ReturnType<typeof parsePlacements<PlacementObject>>;
+  private readonly berthNamespace: string;
 
-  constructor(manager: Manager, opts: { workers?: number } = {}) {
+  constructor(manager: Manager, opts: { workers?: number; berthNamespace: string }) {
     this.manager = manager;
+    this.berthNamespace = opts.berthNamespace;
     this.log = manager.log.child({ capability: 'agents' });
     this.events = manager.recorder('agents');
     this.mapper = new RestMapper(manager.client());
@@ -90,16 +129,8 @@ export class AgentsController {
     });
     this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, { burst: this.burst });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
-    this.parsedPlacements = this.placementObjects.derive((objs) =>
-      objs.flatMap((obj) => {
-        const parsed = AgentPlacement.parse({
-          ...obj,
-          apiVersion: AgentPlacement.apiVersion,
-          kind: AgentPlacement.kind,
-        });
-        return parsed.success ? [{ name: obj.metadata!.name!, spec: parsed.data.spec, obj }] : [];
-      }),
-    );
+    const parseCache: ParseCache = new Map();
+    this.parsedPlacements = this.placementObjects.derive((objs) => parsePlacements(objs, parseCache));
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
     this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });
@@ -165,9 +196,11 @@ export class AgentsController {
       .watch(
         this.nodes,
         (n) =>
-          this.finalizedPlacements().flatMap((p) =>
-            claimedOwners(n, [p.spec.claimAnnotationPrefix]).map((uid) => `${p.name}/${uid}`),
-          ),
+          this.parsed()
+            .filter((p) => p.spec.finalizer)
+            .flatMap((p) =>
+              claimedOwners(n, [p.spec.claimAnnotationPrefix]).map((uid) => `${p.name}/${uid}`),
+            ),
         {
           update: nodeChanged,
         },
@@ -178,13 +211,14 @@ export class AgentsController {
     manager.add(this.finalizerController);
   }
 
-  /** The valid placements, parsed from the cache (the CRD schema already rejected most mistakes). */
-  placements(): (Placement & { obj: PlacementObject })[] {
-    return this.parsedPlacements();
+  /** The usable placements, from the cache: they parse, and validatePlacement finds no problem. */
+  placements(): ParsedPlacement<PlacementObject>[] {
+    return this.parsed().filter((p) => p.problems.length === 0);
   }
 
-  private finalizedPlacements() {
-    return this.placements().filter((p) => p.spec.finalizer);
+  /** Every placement that parses, usable or not: an invalid one still lets go of what it held. */
+  private parsed(): ParsedPlacement<PlacementObject>[] {
+    return this.parsedPlacements().parsed;
   }
 
   private lookup = (
@@ -208,6 +242,7 @@ export class AgentsController {
       this.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
       this.namespaceLabels,
       this.lookup,
+      this.berthNamespace,
     );
   }
 
@@ -221,26 +256,51 @@ export class AgentsController {
     const placements = this.placements();
     const decision = this.decide(name);
     const plan = await this.writer.sync(node, decision.desired);
-    const blocked = new Map<string, string>();
-    const claims = new Map<string, Set<string>>();
-    const labelled = new Set<string>();
+    const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
+    // The node as cached: a write just made comes back through the informer and is counted then.
+    const labels = node.metadata?.labels ?? {};
+    const annotations = node.metadata?.annotations ?? {};
+    const result: NodeResult = {
+      claims: new Map(),
+      labelled: new Set(),
+      pending: new Map(),
+      blocked: new Map(),
+      rejected: new Map(),
+    };
     for (const [placement, r] of decision.placements) {
-      claims.set(placement, new Set(r.claims.keys()));
-      if (r.claims.size === 0) continue;
       const spec = placements.find((p) => p.name === placement)!.spec;
-      if (!r.labelled)
-        blocked.set(
-          placement,
-          `label ${spec.nodeLabel.key} on node ${name} is set to another value by another AgentPlacement`,
-        );
-      else if (plan.foreign.some((f) => f.kind === 'label' && f.key === spec.nodeLabel.key)) {
-        blocked.set(
-          placement,
-          `label ${spec.nodeLabel.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
-        );
-      } else labelled.add(placement);
+      const carried = new Set<string>();
+      let pending = 0;
+      for (const [uid, c] of r.claims) {
+        const key = claimKey(spec, uid);
+        if (annotations[key] === c.owner.description) carried.add(uid);
+        else if (foreign.has(`annotation/${key}`))
+          result.blocked.set(
+            placement,
+            `annotation ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
+          );
+        else pending++;
+      }
+      result.claims.set(placement, carried);
+      if (r.rejected.length) result.rejected.set(placement, r.rejected);
+      if (r.claims.size > 0) {
+        const { key, value } = spec.nodeLabel;
+        if (!r.labelled)
+          result.blocked.set(
+            placement,
+            `label ${key} on node ${name} is set to another value by another AgentPlacement`,
+          );
+        else if (foreign.has(`label/${key}`))
+          result.blocked.set(
+            placement,
+            `label ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
+          );
+        else if (labels[key] === value) result.labelled.add(placement);
+        else pending++;
+      }
+      if (pending) result.pending.set(placement, pending);
     }
-    this.setResult(name, { claims, labelled, blocked });
+    this.setResult(name, result);
   }
 
   private setResult(name: string, r: NodeResult | undefined): void {
@@ -252,7 +312,9 @@ export class AgentsController {
       const same =
         sameSet(old?.claims.get(p), r?.claims.get(p)) &&
         old?.labelled.has(p) === r?.labelled.has(p) &&
-        old?.blocked.get(p) === r?.blocked.get(p);
+        old?.pending.get(p) === r?.pending.get(p) &&
+        old?.blocked.get(p) === r?.blocked.get(p) &&
+        (old?.rejected.get(p) ?? []).join('\n') === (r?.rejected.get(p) ?? []).join('\n');
       if (!same) this.statusController.queue.addAfter(p, 500);
     }
   }
@@ -262,41 +324,66 @@ export class AgentsController {
     if (!obj) return;
     if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
       return { requeueAfterMs: 250 };
-    const parsed = AgentPlacement.parse({
-      ...obj,
-      apiVersion: AgentPlacement.apiVersion,
-      kind: AgentPlacement.kind,
-    });
+    const placement = this.parsed().find((p) => p.name === name);
+    const invalid = (
+      placement ? placement.problems : [this.parsedPlacements().errors.get(name) ?? 'does not parse']
+    )
+      .join('; ')
+      .slice(0, 2000);
+    let ownerKind: OwnerKind | undefined;
+    if (placement?.spec.finalizer && !invalid) {
+      ownerKind = this.ownerKinds.get(name);
+      // Until the finalizer controller has checked the owner kind, Ready would be a guess.
+      if (ownerKind?.id !== ownerKindId(placement)) return { requeueAfterMs: 250 };
+    }
     let labelledNodes = 0;
     let claims = 0;
+    let pending = 0;
     const owners = new Set<string>();
     const blocked: string[] = [];
+    const rejected: string[] = [];
     for (const r of this.results.values()) {
       const c = r.claims.get(name);
       claims += c?.size ?? 0;
       for (const uid of c ?? []) owners.add(uid);
       if (r.labelled.has(name)) labelledNodes++;
+      pending += r.pending.get(name) ?? 0;
       const b = r.blocked.get(name);
       if (b) blocked.push(b);
+      rejected.push(...(r.rejected.get(name) ?? []));
     }
     const generation = obj.metadata?.generation;
     const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
     const set = (type: string, status: boolean, reason: string, message: string) =>
       conds.set(type, status, reason, message);
-    const invalid = parsed.success ? '' : parsed.error;
+    const problem = ownerKind?.problem;
+    set('Invalid', !!invalid, invalid ? 'InvalidSpec' : 'Valid', invalid);
+    set(
+      'OwnerKindResolved',
+      !problem,
+      problem?.reason ?? (placement?.spec.finalizer && !invalid ? 'Resolved' : 'NoFinalizer'),
+      problem?.message ?? '',
+    );
     set(
       'Conflicting',
       blocked.length > 0,
-      blocked.length ? 'LabelConflict' : 'NoConflict',
+      blocked.length ? 'OutputConflict' : 'NoConflict',
       blocked.slice(0, 3).join(' | '),
     );
-    const ready = !invalid && blocked.length === 0;
-    set(
-      'Ready',
-      ready,
-      invalid ? 'Invalid' : blocked.length ? 'Conflicting' : 'Placed',
-      invalid || `${claims} claims on ${labelledNodes} nodes from ${owners.size} owners`,
-    );
+    const more = (list: string[]) => (list.length > 1 ? ` (+${list.length - 1} more)` : '');
+    const placed = `${claims} claims on ${labelledNodes} nodes from ${owners.size} owners`;
+    const [reason, message] = invalid
+      ? ['Invalid', invalid]
+      : problem
+        ? [problem.reason, `${problem.message}; ${placed}`]
+        : blocked.length
+          ? ['Conflicting', placed]
+          : rejected.length
+            ? ['ClaimsRejected', `${rejected[0]}${more(rejected)}`]
+            : pending
+              ? ['Progressing', `${placed}; ${pending} claims and labels not written yet`]
+              : ['Placed', placed];
+    set('Ready', reason === 'Placed', reason, message);
     const status: AgentPlacementStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       labelledNodes,
@@ -314,15 +401,24 @@ export class AgentsController {
     ) {
       return;
     }
-    const wasBlocked = (old?.conditions as Condition[] | undefined)?.find((c) => c.type === 'Conflicting');
-    if (
-      blocked.length &&
-      (wasBlocked?.status !== 'True' ||
-        wasBlocked.message !== conds.conditions.find((c) => c.type === 'Conflicting')?.message)
-    ) {
-      this.events.event(obj, 'Warning', 'LabelConflict', 'Reconcile', blocked[0]!);
-    }
+    this.announce(obj, old?.conditions as Condition[] | undefined, conds.conditions);
     await applyStatus(this.manager.client(), AgentPlacement.ref, obj, status, FIELD_MANAGER);
+  }
+
+  /** A Warning event and a log line when a placement turns unusable, conflicting or rejects claims: things a user can fix. */
+  private announce(obj: PlacementObject, before: Condition[] | undefined, after: Condition[]): void {
+    const warnings = [
+      newlyHolds(before, after, 'Invalid', 'True'),
+      newlyHolds(before, after, 'OwnerKindResolved', 'False'),
+      newlyHolds(before, after, 'Conflicting', 'True'),
+    ];
+    const ready = newlyHolds(before, after, 'Ready', 'False', 'ClaimsRejected');
+    if (ready) warnings.push(ready);
+    for (const c of warnings) {
+      if (!c) continue;
+      this.events.event(obj, 'Warning', c.reason, 'Reconcile', c.message);
+      this.log.warn({ placement: obj.metadata?.name, reason: c.reason }, c.message);
+    }
   }
 
   /** Every node that carries a claim of this owner under this placement's prefix, from the node cache. */
@@ -334,35 +430,125 @@ export class AgentsController {
   }
 
   /**
-   * Keys of the finalizer controller: "<placement>" makes sure the owner kind is watched;
-   * "<placement>/<owner uid>" adds the finalizer while the owner has claims and is not being
-   * deleted, and removes it once it is being deleted and no node carries its claim any more.
+   * Keys of the finalizer controller: "<placement>" checks that the owner kind can be used and
+   * watches it; "<placement>/<owner uid>" adds the finalizer while the owner has claims and is not
+   * being deleted, and removes it once it is being deleted and no node carries its claim any more.
+   * An invalid placement claims nothing: it only lets go.
    */
-  private async reconcileOwner(key: string): Promise<void> {
+  private async reconcileOwner(key: string): Promise<Result | void> {
     const [name, uid] = key.split('/');
-    const placement = this.placements().find((p) => p.name === name);
+    const placement = this.parsed().find((p) => p.name === name);
     const finalizer = placement?.spec.finalizer?.name;
-    if (!placement || !finalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) return;
-    const ref = await this.mapper.resolve(placement.spec.owner.apiVersion, placement.spec.owner.kind);
-    const informer = this.ownerInformer(ref);
+    if (!placement || !finalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) {
+      if (!uid) this.ownerKinds.delete(name!);
+      return;
+    }
+    if (!uid) {
+      const kind = await this.checkOwnerKind(placement);
+      if (kind.ref) {
+        const informer = this.ownerInformer(kind.ref);
+        await informer.waitForSync();
+        return this.reconcilePlacementCleanup(placement.obj, finalizer, kind.ref, informer);
+      }
+      // A kind the API does not serve has no objects, so none carries the finalizer: nothing to hold.
+      if (placement.obj.metadata?.deletionTimestamp && kind.problem?.reason === 'OwnerKindUnknown')
+        await this.dropPlacementFinalizer(placement.obj);
+      return { requeueAfterMs: ownerKindRetryMs(kind.failures) };
+    }
+    // Not checked yet, or unusable: the placement's own key queues its claimed owners once it is usable.
+    const kind = this.ownerKinds.get(name!);
+    if (!kind?.ref || kind.id !== ownerKindId(placement)) return;
+    const informer = this.ownerInformer(kind.ref);
     await informer.waitForSync();
-    if (!uid) return this.reconcilePlacementCleanup(placement.obj, finalizer, ref, informer);
     const owner = informer.byIndex('uid', uid)[0];
     // A placement being deleted is taking its finalizers off (reconcilePlacementCleanup): never add one back.
     if (!owner || placement.obj.metadata?.deletionTimestamp) return;
     const claimed = this.nodesClaiming(placement.spec.claimAnnotationPrefix, uid).length > 0;
     const deleting = owner.metadata?.deletionTimestamp !== undefined;
     const has = hasFinalizer(owner, finalizer);
+    const client = this.manager.client();
     try {
-      if (!deleting && claimed && !has) {
-        await setFinalizer(this.manager.client(), ref, owner, finalizer, true, FINALIZER_FIELD_MANAGER);
+      if (!deleting && claimed && !has && placement.problems.length === 0) {
+        await setFinalizer(client, kind.ref, owner, finalizer, true, FINALIZER_FIELD_MANAGER);
       } else if (deleting && !claimed && has) {
-        await setFinalizer(this.manager.client(), ref, owner, finalizer, false, FINALIZER_FIELD_MANAGER);
+        await setFinalizer(client, kind.ref, owner, finalizer, false, FINALIZER_FIELD_MANAGER);
         this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; finalizer removed');
       }
     } catch (e) {
       if (!isObjectGone(e)) throw e;
     }
+  }
+
+  /**
+   * Checks that the placement's owner kind is served and that Berth may list, watch and patch it
+   * (an informer it may not list would never sync, and /readyz would fail with it). A change of
+   * the answer queues the status, and once usable the owners already claimed.
+   */
+  private async checkOwnerKind(p: ParsedPlacement<PlacementObject>): Promise<OwnerKind> {
+    const id = ownerKindId(p);
+    const old = this.ownerKinds.get(p.name);
+    this.watchCrds();
+    const next = await this.lookupOwnerKind(p, old?.id === id && old.problem ? old.failures + 1 : 0);
+    this.ownerKinds.set(p.name, next);
+    if (old?.id !== next.id || old.problem?.message !== next.problem?.message) {
+      this.statusController.queue.add(p.name);
+      if (next.ref) {
+        for (const n of this.nodes.list())
+          for (const uid of claimedOwners(n, [p.spec.claimAnnotationPrefix]))
+            this.finalizerController.queue.add(`${p.name}/${uid}`);
+      }
+    }
+    return next;
+  }
+
+  private async lookupOwnerKind(p: ParsedPlacement<PlacementObject>, failures: number): Promise<OwnerKind> {
+    const id = ownerKindId(p);
+    const { apiVersion, kind } = p.spec.owner as { apiVersion: string; kind: string };
+    const unusable = (reason: 'OwnerKindUnknown' | 'OwnerKindForbidden', message: string): OwnerKind => ({
+      id,
+      failures,
+      problem: { reason, message },
+    });
+    // Invalid already: asking the API would only fail.
+    const invalid = ownerKindProblems(p.spec);
+    if (invalid.length) return unusable('OwnerKindUnknown', invalid.join('; '));
+    const unprotected = `the finalizer ${p.spec.finalizer?.name} protects no owner`;
+    let ref: ResourceRef;
+    try {
+      ref = await this.mapper.resolve(apiVersion, kind);
+    } catch (e) {
+      if (!(e instanceof UnknownKindError)) throw e;
+      return unusable(
+        'OwnerKindUnknown',
+        `owner kind ${kind} (${apiVersion}) is not served by the API server: ${e.message} (is its CRD installed?); until it is, ${unprotected}`,
+      );
+    }
+    const denied = await deniedVerbs(this.manager.client(), ref, ['list', 'watch', 'patch']);
+    if (denied.length)
+      return unusable(
+        'OwnerKindForbidden',
+        `Berth may not ${denied.join(', ')} ${ref.resource}${ref.group ? `.${ref.group}` : ''} (owner kind ${kind}): grant it in Berth's ClusterRole; until then ${unprotected}`,
+      );
+    return { id, ref, failures: 0 };
+  }
+
+  /** Watches CRDs (their group and kind only): a placement whose owner kind appears or goes is checked at once. */
+  private watchCrds(): void {
+    if (this.crds) return;
+    this.crds = this.manager.informer(Resources.crds, { transform: { name: 'slim-crd', fn: slimCrd } });
+    const changed = (crd: KubeObject) => {
+      const spec = crd['spec'] as { group?: string; names?: { kind?: string } } | undefined;
+      const group = spec?.group ?? '';
+      const kind = spec?.names?.kind ?? '';
+      this.mapper.forget(group, kind);
+      for (const [name, k] of this.ownerKinds) {
+        if (k.id.endsWith(`/${kind}`) && k.id.startsWith(`${group}/`)) {
+          k.failures = 0;
+          this.finalizerController.queue.add(name);
+        }
+      }
+    };
+    this.crds.addEventHandler({ onAdd: changed, onUpdate: (_a, b) => changed(b), onDelete: changed });
   }
 
   /**
@@ -396,16 +582,19 @@ export class AgentsController {
         },
       );
     }
-    if (hasFinalizer(obj, PLACEMENT_FINALIZER)) {
-      await setFinalizer(
-        client,
-        AgentPlacement.ref,
-        obj,
-        PLACEMENT_FINALIZER,
-        false,
-        FINALIZER_FIELD_MANAGER,
-      );
-    }
+    await this.dropPlacementFinalizer(obj);
+  }
+
+  private async dropPlacementFinalizer(obj: PlacementObject): Promise<void> {
+    if (!hasFinalizer(obj, PLACEMENT_FINALIZER)) return;
+    await setFinalizer(
+      this.manager.client(),
+      AgentPlacement.ref,
+      obj,
+      PLACEMENT_FINALIZER,
+      false,
+      FINALIZER_FIELD_MANAGER,
+    );
   }
 
   /** An informer on an owner kind, indexed by uid; its owners' events reach the finalizer controller. */
@@ -416,7 +605,7 @@ export class AgentsController {
       inf = this.manager.informer(ref, { transform: { name: 'slim-meta', fn: slimMeta } });
       inf.addIndexer('uid', (o) => (o.metadata?.uid ? [o.metadata.uid] : []));
       const enqueue = (o: KubeObject) => {
-        for (const p of this.placements()) {
+        for (const p of this.parsed()) {
           const uid = o.metadata?.uid;
           const finalizer = p.spec.finalizer?.name;
           if (!uid || !finalizer || p.spec.owner.kind !== ref.kind) continue;
@@ -443,6 +632,7 @@ export class AgentsController {
       handler: podMutatingHandler({
         placements: () => this.placements(),
         namespaceLabels: this.namespaceLabels,
+        berthNamespace: this.berthNamespace,
         logger: this.log,
       }),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
@@ -451,6 +641,17 @@ export class AgentsController {
     };
   }
 }
+
+/** A CRD reduced to what names its kind. */
+const slimCrd = (o: KubeObject): KubeObject => {
+  const spec = o['spec'] as { group?: string; names?: { kind?: string } } | undefined;
+  return {
+    apiVersion: o.apiVersion,
+    kind: o.kind,
+    metadata: slimMetadata(o.metadata),
+    spec: { group: spec?.group, names: { kind: spec?.names?.kind } },
+  };
+};
 
 const sameSet = (a: Set<string> | undefined, b: Set<string> | undefined) =>
   (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x));

@@ -1,14 +1,62 @@
 // Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
 // node should carry. The controller feeds these from its caches and applies the result.
 import type { NodeOutputs } from '../runtime/nodeapply.ts';
-import { selectorMatches } from '../runtime/selector.ts';
+import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
 import type { SlimPod } from '../runtime/transforms.ts';
 import type { KubeObject, OwnerReference } from '../runtime/types.ts';
-import type { AgentPlacementSpec } from './types.ts';
+import { AgentPlacement, type AgentPlacementSpec } from './types.ts';
+import { claimKeyProblem, NAMESPACE_NAME_LABEL, validatePlacement } from './validate.ts';
 
 export interface Placement {
   name: string;
   spec: AgentPlacementSpec;
+}
+
+/** A placement as read from its object: `problems` (empty when usable) make it Invalid. */
+export interface ParsedPlacement<O extends KubeObject = KubeObject> extends Placement {
+  obj: O;
+  problems: string[];
+}
+
+/** Specs as parsed, by object uid: the spec changes only with the generation, not with a status write. */
+export type ParseCache = Map<
+  string,
+  { generation: number | undefined; spec?: AgentPlacementSpec; problems: string[]; error?: string }
+>;
+
+/**
+ * Every AgentPlacement that parses, with what makes it unusable (see validatePlacement), and the
+ * parse errors of the others by name. With a cache, only new generations are parsed again.
+ */
+export function parsePlacements<O extends KubeObject>(
+  objs: O[],
+  cache: ParseCache = new Map(),
+): { parsed: ParsedPlacement<O>[]; errors: Map<string, string> } {
+  const parsed: ParsedPlacement<O>[] = [];
+  const errors = new Map<string, string>();
+  const seen = new Set<string>();
+  for (const obj of objs) {
+    const name = obj.metadata!.name!;
+    const uid = obj.metadata?.uid ?? name;
+    const generation = obj.metadata?.generation;
+    seen.add(uid);
+    let c = cache.get(uid);
+    if (!c || c.generation !== generation) {
+      const r = AgentPlacement.parse({
+        ...obj,
+        apiVersion: AgentPlacement.apiVersion,
+        kind: AgentPlacement.kind,
+      });
+      c = r.success
+        ? { generation, spec: r.data.spec, problems: validatePlacement(r.data.spec) }
+        : { generation, problems: [], error: r.error };
+      cache.set(uid, c);
+    }
+    if (c.spec) parsed.push({ name, spec: c.spec, obj, problems: c.problems });
+    else errors.set(name, c.error!);
+  }
+  for (const uid of cache.keys()) if (!seen.has(uid)) cache.delete(uid);
+  return { parsed, errors };
 }
 
 /** The pool a pod belongs to: the UID its claim is keyed by, and how to find it for the finalizer. */
@@ -29,12 +77,33 @@ export type OwnerLookup = (
 
 const TERMINAL = new Set(['Succeeded', 'Failed']);
 
-/** The placement's pod and namespace selectors; an unknown namespace matches only without a namespaceSelector. */
+/** The selector names the namespace: matchLabels or an In expression on kubernetes.io/metadata.name. */
+const namesNamespace = (sel: LabelSelector | undefined, ns: string): boolean =>
+  sel?.matchLabels?.[NAMESPACE_NAME_LABEL] === ns ||
+  (sel?.matchExpressions ?? []).some(
+    (e) => e.key === NAMESPACE_NAME_LABEL && e.operator === 'In' && (e.values ?? []).includes(ns),
+  );
+
+/**
+ * Cluster add-ons (kube-*) and Berth itself: a placement that does not name them explicitly in its
+ * namespaceSelector never selects their pods, whatever else its selectors say.
+ */
+export const protectedNamespace = (ns: string, berthNamespace: string): boolean =>
+  ns.startsWith('kube-') || ns === berthNamespace;
+
+/**
+ * The placement's pod and namespace selectors; an unknown namespace matches only without a
+ * namespaceSelector, a protected one only when the namespaceSelector names it.
+ */
 export function podSelected(
+  namespace: string,
   podLabels: Record<string, string> | undefined,
   namespaceLabels: Record<string, string> | undefined,
   spec: AgentPlacementSpec,
+  berthNamespace: string,
 ): boolean {
+  if (protectedNamespace(namespace, berthNamespace) && !namesNamespace(spec.namespaceSelector, namespace))
+    return false;
   if (
     spec.namespaceSelector &&
     (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
@@ -51,9 +120,16 @@ export function podCounts(
   pod: SlimPod,
   namespaceLabels: Record<string, string> | undefined,
   spec: AgentPlacementSpec,
+  berthNamespace: string,
 ): boolean {
   if (!pod.spec.nodeName || podFinished(pod)) return false;
-  return podSelected(pod.metadata?.labels, namespaceLabels, spec);
+  return podSelected(
+    pod.metadata?.namespace ?? '',
+    pod.metadata?.labels,
+    namespaceLabels,
+    spec,
+    berthNamespace,
+  );
 }
 
 const controllerOf = (obj: KubeObject): OwnerReference | undefined =>
@@ -99,6 +175,8 @@ export interface PlacementOnNode {
   claims: Map<string, { owner: Owner; pods: string[] }>;
   /** False when another placement took the label key with another value (name order decides). */
   labelled: boolean;
+  /** Owners left without a claim because `<prefix><UID>` is no valid annotation key, and why. */
+  rejected: string[];
 }
 
 export interface NodeClaims {
@@ -117,15 +195,25 @@ export function decideNode(
   placements: Placement[],
   namespaceLabels: (ns: string) => Record<string, string> | undefined,
   lookup: OwnerLookup,
+  berthNamespace: string,
 ): NodeClaims {
   const desired: NodeOutputs = { labels: {}, annotations: {}, taints: [] };
   const result = new Map<string, PlacementOnNode>();
   for (const p of [...placements].sort((a, b) => (a.name < b.name ? -1 : 1))) {
     const claims = new Map<string, { owner: Owner; pods: string[] }>();
+    const rejected = new Set<string>();
     for (const pod of pods) {
-      if (!podCounts(pod, namespaceLabels(pod.metadata?.namespace ?? ''), p.spec)) continue;
+      if (!podCounts(pod, namespaceLabels(pod.metadata?.namespace ?? ''), p.spec, berthNamespace)) continue;
       const owner = ownerOf(pod, p.spec, lookup);
       if (!owner) continue;
+      // A uidLabel value is any label value: one that makes no valid key must not fail the node's write.
+      const problem = claims.has(owner.uid)
+        ? undefined
+        : claimKeyProblem(p.spec.claimAnnotationPrefix, owner.uid);
+      if (problem) {
+        rejected.add(`pod ${pod.metadata?.namespace}/${pod.metadata?.name}: ${problem}`);
+        continue;
+      }
       const c = claims.get(owner.uid) ?? { owner, pods: [] };
       c.pods.push(`${pod.metadata?.namespace}/${pod.metadata?.name}`);
       claims.set(owner.uid, c);
@@ -139,7 +227,7 @@ export function decideNode(
         labelled = true;
       }
     }
-    result.set(p.name, { claims, labelled });
+    result.set(p.name, { claims, labelled, rejected: [...rejected] });
   }
   return { desired, placements: result };
 }

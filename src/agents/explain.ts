@@ -1,48 +1,84 @@
-// `berth explain node` for agent placement: the claims a node should carry, and the pods behind each.
+// `berth explain node` and `berth agents test` for agent placement: what placements claim, label
+// and change, read from the cluster and decided by the same functions the controller and the
+// webhook use. Writes nothing.
 import type { KubeClient } from '../runtime/kube.ts';
 import { ownedKeys } from '../runtime/apply.ts';
-import { slimPod } from '../runtime/transforms.ts';
-import { Resources, type KubeObject } from '../runtime/types.ts';
-import { decideNode, type Placement } from './decide.ts';
+import { slimPod, type SlimPod } from '../runtime/transforms.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../runtime/types.ts';
+import {
+  decideNode,
+  parsePlacements,
+  podSelected,
+  type OwnerLookup,
+  type ParsedPlacement,
+} from './decide.ts';
+import { exempt } from './inject.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
+import { needsAcknowledgement } from './validate.ts';
 
-export async function explainNodeAgents(client: KubeClient, node: KubeObject): Promise<string[]> {
-  const name = node.metadata!.name!;
-  const placements: Placement[] = (await client.list(AgentPlacement.ref)).items.flatMap((o) => {
-    const p = AgentPlacement.parse({
-      ...o,
-      apiVersion: AgentPlacement.apiVersion,
-      kind: AgentPlacement.kind,
-    });
-    return p.success ? [{ name: o.metadata!.name!, spec: p.data.spec }] : [];
-  });
-  if (placements.length === 0) return ['Agent placement: no AgentPlacement'];
+const jobs: ResourceRef = { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true };
+
+/** What the decisions read: pods, namespace labels, and the ReplicaSets and Jobs that lead to owners. */
+export interface ClusterView {
+  pods: SlimPod[];
+  namespaces: Map<string, Record<string, string>>;
+  owners: Map<string, KubeObject>;
+}
+
+/** Reads the view of one node's pods, or of every pod. */
+export async function loadView(client: KubeClient, nodeName?: string): Promise<ClusterView> {
   const pods = (
-    await client.list(Resources.pods, { query: { fieldSelector: `spec.nodeName=${name}` } })
+    await client.list(
+      Resources.pods,
+      nodeName ? { query: { fieldSelector: `spec.nodeName=${nodeName}` } } : {},
+    )
   ).items.map(slimPod);
   const namespaces = new Map(
     (await client.list(Resources.namespaces)).items.map((n) => [n.metadata!.name!, n.metadata?.labels ?? {}]),
   );
-  // The ReplicaSets and Jobs of these pods' namespaces, to follow owners up to Deployments and CronJobs.
+  // One node: the ReplicaSets and Jobs of its pods' namespaces; the cluster: all of them at once.
+  const scopes = nodeName ? [...new Set(pods.map((p) => p.metadata!.namespace!))] : [undefined];
   const owners = new Map<string, KubeObject>();
-  for (const ns of new Set(pods.map((p) => p.metadata!.namespace!))) {
-    for (const ref of [
-      Resources.replicaSets,
-      { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true },
-    ]) {
-      for (const o of (await client.list(ref, { namespace: ns })).items)
-        owners.set(`${ref.kind}/${ns}/${o.metadata!.name}`, o);
+  for (const namespace of scopes) {
+    for (const ref of [Resources.replicaSets, jobs]) {
+      for (const o of (await client.list(ref, namespace ? { namespace } : {})).items)
+        owners.set(`${ref.kind}/${o.metadata!.namespace}/${o.metadata!.name}`, o);
     }
   }
-  const d = decideNode(
-    pods,
-    placements,
-    (ns) => namespaces.get(ns),
-    (_v, kind, ns, n) => owners.get(`${kind}/${ns}/${n}`),
-  );
+  return { pods, namespaces, owners };
+}
+
+const lookupIn =
+  (view: ClusterView): OwnerLookup =>
+  (_v, kind, ns, n) =>
+    view.owners.get(`${kind}/${ns}/${n}`);
+
+/** The AgentPlacements of the cluster, parsed and validated. */
+export async function clusterPlacements(client: KubeClient) {
+  return parsePlacements((await client.list(AgentPlacement.ref)).items);
+}
+
+export async function explainNodeAgents(
+  client: KubeClient,
+  node: KubeObject,
+  berthNamespace: string,
+): Promise<string[]> {
+  const name = node.metadata!.name!;
+  const { parsed, errors } = await clusterPlacements(client);
+  if (parsed.length === 0 && errors.size === 0) return ['Agent placement: no AgentPlacement'];
+  const view = await loadView(client, name);
+  const usable = parsed.filter((p) => p.problems.length === 0);
+  const d = decideNode(view.pods, usable, (ns) => view.namespaces.get(ns), lookupIn(view), berthNamespace);
   const out = [`Agent placement (field manager ${FIELD_MANAGER}):`];
+  for (const [pname, problem] of [
+    ...parsed.filter((p) => p.problems.length).map((p) => [p.name, p.problems.join('; ')] as const),
+    ...errors,
+  ]) {
+    out.push(`  ${pname}: invalid, applies nothing: ${problem}`);
+  }
   for (const [pname, r] of d.placements) {
-    const spec = placements.find((p) => p.name === pname)!.spec;
+    const spec = usable.find((p) => p.name === pname)!.spec;
+    for (const why of r.rejected) out.push(`  ${pname}: no claim for ${why}`);
     if (r.claims.size === 0) {
       out.push(`  ${pname}: no counted pod on this node, so no claim and no ${spec.nodeLabel.key} label`);
       continue;
@@ -65,4 +101,79 @@ export async function explainNodeAgents(client: KubeClient, node: KubeObject): P
   if (pending.length)
     out.push('  not yet applied (Berth not running, or catching up):', ...pending.map((p) => `    ${p}`));
   return out;
+}
+
+/** What one placement would do to the cluster as it is now. */
+export interface PlacementPreview {
+  name: string;
+  /** Why it is Invalid and applies nothing; empty when usable. */
+  problems: string[];
+  /** Why it needed acknowledgeAllPods, when it has it. */
+  acknowledged?: string;
+  /** Pods its selectors select, bound or not. */
+  selectedPods: number;
+  /** Bound, unfinished, selected pods with an owner: what claims are made of. */
+  claimedPods: number;
+  claims: number;
+  owners: number;
+  /** Nodes that would carry at least one claim, and the label unless another placement holds it. */
+  nodes: number;
+  /** Owners left without a claim, with why (their UID makes no valid key). */
+  rejected: string[];
+  /** With waitForAgent: pods the webhook would give the init container, were they created now. */
+  wouldMutate?: number;
+}
+
+/** Each placement on its own, against the pods of `view`: the numbers a dry run shows. */
+export function previewPlacements(
+  view: ClusterView,
+  placements: ParsedPlacement[],
+  berthNamespace: string,
+): PlacementPreview[] {
+  const byNode = new Map<string, SlimPod[]>();
+  for (const p of view.pods) {
+    if (!p.spec.nodeName) continue;
+    const list = byNode.get(p.spec.nodeName) ?? [];
+    list.push(p);
+    byNode.set(p.spec.nodeName, list);
+  }
+  const nsLabels = (ns: string) => view.namespaces.get(ns);
+  return placements.map((p) => {
+    const ack = needsAcknowledgement(p.spec);
+    const preview: PlacementPreview = {
+      name: p.name,
+      problems: p.problems,
+      ...(ack && p.spec.acknowledgeAllPods ? { acknowledged: ack } : {}),
+      selectedPods: 0,
+      claimedPods: 0,
+      claims: 0,
+      owners: 0,
+      nodes: 0,
+      rejected: [],
+    };
+    if (p.problems.length) return preview;
+    const owners = new Set<string>();
+    for (const pods of byNode.values()) {
+      const r = decideNode(pods, [p], nsLabels, lookupIn(view), berthNamespace).placements.get(p.name)!;
+      preview.rejected.push(...r.rejected);
+      if (r.claims.size === 0) continue;
+      preview.nodes++;
+      preview.claims += r.claims.size;
+      for (const [uid, c] of r.claims) {
+        owners.add(uid);
+        preview.claimedPods += c.pods.length;
+      }
+    }
+    preview.owners = owners.size;
+    // As the webhook decides (exempt, then the selectors), for every pod as if it were created now.
+    let mutated = 0;
+    for (const pod of view.pods) {
+      const ns = pod.metadata?.namespace ?? '';
+      if (!podSelected(ns, pod.metadata?.labels, nsLabels(ns), p.spec, berthNamespace)) continue;
+      preview.selectedPods++;
+      if (p.spec.waitForAgent && !exempt(pod, ns, berthNamespace)) mutated++;
+    }
+    if (p.spec.waitForAgent) preview.wouldMutate = mutated;
+    return preview;
+  });
 }

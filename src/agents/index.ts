@@ -30,12 +30,20 @@ export const agentsCapability: Capability = {
       verbs: ['get', 'list', 'watch', 'patch'],
     },
     { apiGroups: ['batch'], resources: ['cronjobs'], verbs: ['get', 'list', 'watch', 'patch'] },
+    // An owner kind that is not served yet is checked again when its CRD appears.
+    {
+      apiGroups: ['apiextensions.k8s.io'],
+      resources: ['customresourcedefinitions'],
+      verbs: ['get', 'list', 'watch'],
+    },
+    // Whether Berth may watch and patch an owner kind, before it watches it.
+    { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
   ],
-  explainNode: ({ client, node }) => explainNodeAgents(client, node),
-  setup({ manager, options }) {
+  explainNode: ({ client, node, berthNamespace }) => explainNodeAgents(client, node, berthNamespace),
+  setup({ manager, options, berthNamespace }) {
     controllers.set(
       manager,
-      new AgentsController(manager, { workers: Number(options['agentWorkers'] ?? 16) }),
+      new AgentsController(manager, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace }),
     );
   },
   webhooks({ manager }) {

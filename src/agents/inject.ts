@@ -135,17 +135,17 @@ export function injectWaitForAgent(pod: KubeObject, placements: WaitingPlacement
   return out;
 }
 
-/** Both selectors match; an unknown namespace (no labels) matches only when there is no namespaceSelector. */
-
-/** The placements with waitForAgent that select the pod, in name order. */
+/** The placements with waitForAgent that select the pod of `namespace`, in name order. */
 export function placementsForPod(
   pod: KubeObject,
+  namespace: string,
   namespaceLabels: Record<string, string> | undefined,
   placements: Placement[],
+  berthNamespace: string,
 ): WaitingPlacement[] {
   return placements
     .flatMap(({ name, spec }) =>
-      spec.waitForAgent && podSelected(pod.metadata?.labels, namespaceLabels, spec)
+      spec.waitForAgent && podSelected(namespace, pod.metadata?.labels, namespaceLabels, spec, berthNamespace)
         ? [{ name, waitForAgent: spec.waitForAgent }]
         : [],
     )
@@ -156,9 +156,15 @@ export function placementsForPod(
  * Why the pod is never changed, or undefined when it may be. `namespace` defaults to the pod's own,
  * which a pod created from a template does not carry at admission time.
  */
-export function exempt(pod: KubeObject, namespace = pod.metadata?.namespace): string | undefined {
+export function exempt(
+  pod: KubeObject,
+  namespace = pod.metadata?.namespace,
+  berthNamespace?: string,
+): string | undefined {
   // Cluster add-ons, possibly the agent itself: waiting there could hold up the whole cluster.
   if (namespace === 'kube-system') return 'pods in kube-system are never changed';
+  // Berth's own pods: the webhook's registration leaves its namespace out too.
+  if (namespace === berthNamespace) return "pods in Berth's namespace are never changed";
   const annotations = pod.metadata?.annotations ?? {};
   if (annotations[SKIP_WAIT_FOR_AGENT_ANNOTATION] === 'true') {
     return `annotation ${SKIP_WAIT_FOR_AGENT_ANNOTATION}=true`;
@@ -172,8 +178,10 @@ export function exempt(pod: KubeObject, namespace = pod.metadata?.namespace): st
 }
 
 export interface PodMutatingDeps {
+  /** The usable placements only. */
   placements(): Placement[];
   namespaceLabels(namespace: string): Record<string, string> | undefined;
+  berthNamespace: string;
   logger?: Logger;
 }
 
@@ -189,12 +197,18 @@ export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
     const key = { namespace, name: pod.metadata?.name || pod.metadata?.generateName };
     // A thrown error would be answered allowed=false; this webhook must fail open instead.
     try {
-      const reason = exempt(pod, namespace);
+      const reason = exempt(pod, namespace, deps.berthNamespace);
       if (reason) {
         log.debug({ ...key, reason }, 'pod exempt from wait-for-agent');
         return { allowed: true };
       }
-      const placements = placementsForPod(pod, deps.namespaceLabels(namespace), deps.placements());
+      const placements = placementsForPod(
+        pod,
+        namespace,
+        deps.namespaceLabels(namespace),
+        deps.placements(),
+        deps.berthNamespace,
+      );
       if (placements.length === 0) return { allowed: true };
       const patch = mutate(pod, injectWaitForAgent(pod, placements));
       if (patch.length === 0) return { allowed: true };

@@ -11,6 +11,11 @@ export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';
 
 export type LabelSelector = z.infer<typeof labelSelectorSchema>;
 
+/** CEL: the selector at `s` requires some label to be present (matchLabels, or an In or Exists expression). */
+const celRequiresLabel = (s: string) =>
+  `((has(${s}.matchLabels) && size(${s}.matchLabels) > 0) || ` +
+  `(has(${s}.matchExpressions) && ${s}.matchExpressions.exists(e, e.operator == 'In' || e.operator == 'Exists')))`;
+
 export const agentPlacementSpec = k8s(
   z.object({
     namespaceSelector: labelSelectorSchema
@@ -69,9 +74,27 @@ export const agentPlacementSpec = k8s(
       .describe(
         'Opt-in: a webhook adds an init container that waits until the agent answers on hostIP:port.',
       ),
+    acknowledgeAllPods: z
+      .boolean()
+      .optional()
+      .describe(
+        'Required when podSelector requires no label (no matchLabels, no In or Exists expression) and ' +
+          'either no namespaceSelector requires one or waitForAgent is set: such a placement can select every pod ' +
+          'of the cluster, or change every new pod of its namespaces.',
+      ),
   }),
   {
     'x-kubernetes-validations': [
+      {
+        // Mirrored by needsAcknowledgement() for objects stored before this rule, and for dry runs.
+        rule:
+          '(has(self.acknowledgeAllPods) && self.acknowledgeAllPods) || ' +
+          `${celRequiresLabel('self.podSelector')} || ` +
+          `(!has(self.waitForAgent) && has(self.namespaceSelector) && ${celRequiresLabel('self.namespaceSelector')})`,
+        message:
+          'podSelector requires no label, so this placement selects every pod (of the cluster without a namespaceSelector that ' +
+          'requires a label; every new pod of its namespaces with waitForAgent): set acknowledgeAllPods: true if that is meant',
+      },
       {
         rule: '!has(self.finalizer) || (has(self.owner.apiVersion) && has(self.owner.kind))',
         message: 'a finalizer needs owner.apiVersion and owner.kind: the kind that carries it',
@@ -106,6 +129,7 @@ export const AgentPlacement = defineCustomResource({
     { name: 'Nodes', type: 'integer', jsonPath: '.status.labelledNodes' },
     { name: 'Claims', type: 'integer', jsonPath: '.status.claims' },
     { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].reason" },
     { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
   ],
 });

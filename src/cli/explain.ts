@@ -1,6 +1,7 @@
 // `berth explain node NAME`: why a node is labelled, annotated or tainted the way it is.
 import { Command } from 'commander';
 import { capabilities } from './capabilities.ts';
+import { berthNamespace } from '../manifests.ts';
 import { KubeClient } from '../runtime/kube.ts';
 import { Resources } from '../runtime/types.ts';
 
@@ -17,7 +18,10 @@ export function explainCommand(): Command {
         const node = await client.get(Resources.nodes, name);
         const lines = [`Node ${name}`];
         for (const c of capabilities)
-          if (c.explainNode) lines.push(...(await c.explainNode({ client, node, options: o })));
+          if (c.explainNode)
+            lines.push(
+              ...(await c.explainNode({ client, node, options: o, berthNamespace: berthNamespace() })),
+            );
         process.stdout.write(lines.join('\n') + '\n');
       } finally {
         client.close();

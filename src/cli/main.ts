@@ -1,4 +1,5 @@
 import { Command } from 'commander';
+import { agentsCommand } from './agents.ts';
 import { explainCommand } from './explain.ts';
 import { gatesCommand } from './gates.ts';
 import { installCommand, manifestsCommand } from './install.ts';
@@ -19,6 +20,7 @@ program.addCommand(manifestsCommand());
 program.addCommand(explainCommand());
 program.addCommand(rulesCommand());
 program.addCommand(gatesCommand());
+program.addCommand(agentsCommand());
 program.addCommand(sandboxCommand());
 
 try {

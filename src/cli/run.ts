@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
-import { NAMESPACE } from '../manifests.ts';
+import { berthNamespace, NAMESPACE } from '../manifests.ts';
 import { parseBindAddress } from '../runtime/httpserver.ts';
 import { errorText } from '../runtime/informer.ts';
 import { KubeClient } from '../runtime/kube.ts';
@@ -48,11 +48,7 @@ export function runCommand(): Command {
       '127.0.0.1:8081',
     )
     .option('--leader-elect', 'elect a leader on a Lease so that only one replica writes', false)
-    .option(
-      '--leader-election-namespace <ns>',
-      'namespace of the Lease',
-      process.env['POD_NAMESPACE'] ?? 'berth-system',
-    )
+    .option('--leader-election-namespace <ns>', 'namespace of the Lease', berthNamespace())
     .option('--leader-election-id <name>', 'name of the Lease', 'berth')
     .option('--lease-duration <seconds>', 'leader lease duration', Number, 15)
     .option(
@@ -135,13 +131,19 @@ export function runCommand(): Command {
           }
         : {}),
     });
-    const ctx: CapabilityContext = { manager, webhooks: undefined, options: o };
+    const ctx: CapabilityContext = {
+      manager,
+      webhooks: undefined,
+      options: o,
+      berthNamespace: berthNamespace(),
+    };
     for (const c of enabled) await c.setup(ctx);
     const webhookClient = addWebhooks(
       manager,
       client,
       enabled.flatMap((c) => c.webhooks?.(ctx) ?? []),
       o,
+      ctx.berthNamespace,
     );
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();
@@ -157,6 +159,7 @@ function addWebhooks(
   client: KubeClient,
   specs: WebhookSpec[],
   o: Record<string, unknown>,
+  berthNamespace: string,
 ): KubeClient | undefined {
   if (specs.length === 0) return undefined;
   const bind = parseBindAddress(String(o['webhookBindAddress']));
@@ -164,7 +167,6 @@ function addWebhooks(
     rootLogger.info({ webhooks: specs.map((s) => s.name) }, 'webhooks are off (--webhook-bind-address 0)');
     return undefined;
   }
-  const berthNamespace = process.env['POD_NAMESPACE'] ?? NAMESPACE;
   const registration =
     (o['webhookRegister'] as WebhookRegistration | undefined) ??
     defaultWebhookRegistration(bind.host, berthNamespace);

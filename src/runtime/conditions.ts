@@ -80,3 +80,20 @@ export function conditionSetter(existing: Condition[] | undefined, generation: n
     },
   };
 }
+
+/**
+ * Condition `type` of `after` when it has `status` (and `reason`, when given) and did not have it
+ * in `before`, or now says something else: what a Warning event announces, once per change.
+ */
+export function newlyHolds(
+  before: Condition[] | undefined,
+  after: Condition[],
+  type: string,
+  status: ConditionStatus,
+  reason?: string,
+): Condition | undefined {
+  const a = findCondition(after, type);
+  if (!a || a.status !== status || (reason !== undefined && a.reason !== reason)) return undefined;
+  const b = findCondition(before, type);
+  return b?.status === a.status && b.reason === a.reason && b.message === a.message ? undefined : a;
+}

@@ -65,6 +65,7 @@ export class Manager {
   private readonly recorders = new Map<string, EventRecorder>();
   private readonly stopping = new AbortController();
   private started = false;
+  private readonly lateInformers = new Set<Informer<KubeObject>>();
   private leaderWork: AbortController | undefined;
   private elector: LeaderElector | undefined;
   private electorLoop: Promise<void> | undefined;
@@ -121,7 +122,10 @@ export class Manager {
       };
       inf = new Informer<T>(o);
       this.informers.set(key, inf as unknown as Informer<KubeObject>);
-      if (this.started) inf.start();
+      if (this.started) {
+        inf.start();
+        this.lateInformers.add(inf as unknown as Informer<KubeObject>);
+      }
     }
     return inf;
   }
@@ -149,9 +153,13 @@ export class Manager {
     this.runnables.push(r);
   }
 
-  /** Every informer has listed once: what /readyz reports. */
+  /**
+   * Every informer created before start has listed once: what /readyz reports. One created later,
+   * for a kind learned at run time, is awaited by the controller that asked for it: a policy
+   * naming a new kind must not make a ready Berth unready.
+   */
   hasSynced(): boolean {
-    return [...this.informers.values()].every((i) => i.hasSynced());
+    return [...this.informers.values()].every((i) => this.lateInformers.has(i) || i.hasSynced());
   }
 
   /** The CRDs of watched resources that are not installed, each with what it idles. */

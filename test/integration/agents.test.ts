@@ -6,8 +6,13 @@ import { AgentsController } from '../../src/agents/controller.ts';
 import { explainNodeAgents } from '../../src/agents/explain.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { hasCondition } from '../../src/runtime/conditions.ts';
+import { rbacManifests } from '../../src/manifests.ts';
+import { findCondition, hasCondition, type Condition } from '../../src/runtime/conditions.ts';
+import type { Event } from '../../src/runtime/events.ts';
+import { deniedVerbs } from '../../src/runtime/discovery.ts';
+import { KubeClient } from '../../src/runtime/kube.ts';
 import { Manager } from '../../src/runtime/manager.ts';
+import { clusterRole } from '../../src/runtime/rbac.ts';
 import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhooks.ts';
 import { Resources, type KubeObject } from '../../src/runtime/types.ts';
 import {
@@ -19,7 +24,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
-import { holdsFor, waitFor } from '../helpers/wait.ts';
+import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -28,8 +33,11 @@ const D = `${id}.example.com`;
 const POOL = `${D}/pool-uid`;
 const LABEL = `${D}/agent`;
 const CLAIM = `${D}/claim.`;
+// A custom owner kind that does not exist until a test installs its CRD.
+const GHOSTS = `ghosts.${D}`;
 let ns: string;
 const nodes: string[] = [];
+const BERTH = 'berth-system';
 
 let manager: Manager | undefined;
 let controller: AgentsController | undefined;
@@ -39,7 +47,7 @@ async function startController(): Promise<AgentsController> {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const c = new AgentsController(manager, { workers: 4 });
+  const c = new AgentsController(manager, { workers: 4, berthNamespace: BERTH });
   controller = c;
   await manager.start();
   await manager.waitForCacheSync();
@@ -67,6 +75,7 @@ before(async () => {
 
 after(async () => {
   await stopController();
+  await client.delete(Resources.crds, GHOSTS).catch(() => {});
   await client.delete(AgentPlacement.ref, id).catch(() => {});
   await deleteNamespace(client, ns);
   await deleteNodes(client, nodes);
@@ -105,6 +114,32 @@ async function worker(name: string, poolUid: string, node: string, labels: Recor
 
 const deletePod = (name: string) => client.delete(Resources.pods, name, ns, { gracePeriodSeconds: 0 });
 
+type PlacementStatus = { claims?: number; conditions?: Condition[] };
+const placementStatus = async (name: string) =>
+  (await client.get<KubeObject & { status?: PlacementStatus }>(AgentPlacement.ref, name)).status;
+/** Waits until the placement's condition `type` has this status and reason; returns the status. */
+const placementCondition = (name: string, type: string, status: string, reason: string, timeoutMs = 30_000) =>
+  waitFor(
+    `${name}: ${type}=${status} (${reason})`,
+    async () => {
+      const s = await placementStatus(name);
+      const c = findCondition(s?.conditions, type);
+      return c?.status === status && c.reason === reason && s;
+    },
+    { timeoutMs, observe: () => placementStatus(name) },
+  );
+const placementEvent = (name: string, reason: string, text: string) =>
+  waitFor(`a Warning ${reason} on ${name} saying ${text}`, async () =>
+    (await client.list<Event>(Resources.events, { namespace: 'default' })).items.find(
+      (e) =>
+        e.regarding?.kind === 'AgentPlacement' &&
+        e.regarding.name === name &&
+        e.type === 'Warning' &&
+        e.reason === reason &&
+        e.note?.includes(text),
+    ),
+  );
+
 async function nodeMeta(name: string) {
   const n = await client.get(Resources.nodes, name);
   const claims = Object.keys(n.metadata?.annotations ?? {})
@@ -140,7 +175,7 @@ describe('agent placement', () => {
       server: { port: 0, certificates: generatedCertificates(registration) },
       registration,
       specs: [controller!.webhook()],
-      berthNamespace: 'berth-system',
+      berthNamespace: BERTH,
       configName: name,
     });
     await hooks.start(new AbortController().signal);
@@ -197,7 +232,9 @@ describe('agent placement', () => {
     await worker('b-1', b, n0!);
     await expectNode(n0!, 'true', [a, b]);
     // berth explain node: the claims and the pods behind each.
-    const explained = (await explainNodeAgents(client, await client.get(Resources.nodes, n0!))).join('\n');
+    const explained = (await explainNodeAgents(client, await client.get(Resources.nodes, n0!), BERTH)).join(
+      '\n',
+    );
     assert.match(
       explained,
       new RegExp(`claim ${CLAIM.replaceAll('.', '\\.')}${a} \\(ConfigMap/${ns}\\): ${ns}/a-1`),
@@ -375,5 +412,186 @@ describe('agent placement', () => {
         !Object.keys(n.metadata?.annotations ?? {}).some((k) => k.startsWith(`${D}/gone.`))
       );
     });
+  });
+
+  test('an owner kind that is not served: labels, but not Ready, with a Warning naming it; Ready within seconds of its CRD', async () => {
+    const name = `${id}-ghost`;
+    const [node] = await addNodes(client, { prefix: `${id}-ghost`, count: 1 });
+    nodes.push(node!);
+    const created = Date.now();
+    await applyPlacement(name, {
+      podSelector: { matchLabels: { app: `${id}-ghost` } },
+      owner: { uidLabel: POOL, apiVersion: `${D}/v1`, kind: 'Ghost' },
+      nodeLabel: { key: `${D}/ghost-agent` },
+      claimAnnotationPrefix: `${D}/ghost.`,
+      finalizer: { name: `${D}/ghost-claims` },
+    });
+    try {
+      await client.create(
+        Resources.pods,
+        podManifest({
+          name: 'ghost-1',
+          namespace: ns,
+          nodeName: node!,
+          labels: { app: `${id}-ghost`, [POOL]: 'before-the-crd' },
+        }),
+      );
+      const st = await placementCondition(name, 'Ready', 'False', 'OwnerKindUnknown');
+      assert.equal(findCondition(st.conditions, 'OwnerKindResolved')?.status, 'False');
+      assert.match(
+        findCondition(st.conditions, 'OwnerKindResolved')!.message,
+        new RegExp(`Ghost \\(${D}/v1\\)`),
+      );
+      await placementEvent(name, 'OwnerKindUnknown', 'Ghost');
+      // The label and claim do not need the kind: they are placed, and counted.
+      await waitFor(
+        'the node labelled meanwhile',
+        async () =>
+          (await client.get(Resources.nodes, node!)).metadata?.labels?.[`${D}/ghost-agent`] === 'true',
+      );
+      await waitFor('the claim counted', async () => (await placementStatus(name))?.claims === 1);
+
+      // Checks without an event come at 1, 3, 7, then 15 s: installed after 7 s, the CRD is seen
+      // through its watch well before the next one.
+      await sleep(Math.max(0, created + 7500 - Date.now()));
+      const installed = Date.now();
+      await client.create(Resources.crds, {
+        apiVersion: 'apiextensions.k8s.io/v1',
+        kind: 'CustomResourceDefinition',
+        metadata: { name: GHOSTS },
+        spec: {
+          group: D,
+          scope: 'Namespaced',
+          names: { plural: 'ghosts', singular: 'ghost', kind: 'Ghost', listKind: 'GhostList' },
+          versions: [
+            {
+              name: 'v1',
+              served: true,
+              storage: true,
+              schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+            },
+          ],
+        },
+      });
+      await placementCondition(name, 'Ready', 'True', 'Placed', 6000);
+      const recovered = Date.now() - installed;
+      assert.ok(recovered < 4000, `Ready ${recovered} ms after the CRD was created`);
+      assert.equal(
+        findCondition((await placementStatus(name))?.conditions, 'OwnerKindResolved')?.reason,
+        'Resolved',
+      );
+
+      // And the finalizer works on the new kind: a Ghost whose pod is claimed gets it.
+      const ghosts = { group: D, version: 'v1', resource: 'ghosts', kind: 'Ghost', namespaced: true };
+      const ghost = await client.create(ghosts, {
+        apiVersion: `${D}/v1`,
+        kind: 'Ghost',
+        metadata: { name: 'g1', namespace: ns },
+      });
+      await client.patch(
+        Resources.pods,
+        'ghost-1',
+        { metadata: { labels: { [POOL]: ghost.metadata!.uid! } } },
+        { namespace: ns },
+      );
+      await waitFor('the finalizer on the Ghost', async () =>
+        (await client.get(ghosts, 'g1', ns)).metadata?.finalizers?.includes(`${D}/ghost-claims`),
+      );
+      await deletePod('ghost-1');
+      await client.delete(ghosts, 'g1', ns);
+      await waitFor('the Ghost gone', () =>
+        client.get(ghosts, 'g1', ns).then(
+          () => false,
+          () => true,
+        ),
+      );
+    } finally {
+      await client.delete(AgentPlacement.ref, name).catch(() => {});
+    }
+  });
+
+  test('a claim key another field manager holds is neither taken nor counted, and the placement says so', async () => {
+    const name = `${id}-held`;
+    const [node] = await addNodes(client, { prefix: `${id}-held`, count: 1 });
+    nodes.push(node!);
+    const held = `${D}/held.o1`;
+    await client.apply(
+      Resources.nodes,
+      { apiVersion: 'v1', kind: 'Node', metadata: { name: node!, annotations: { [held]: 'someone-else' } } },
+      { fieldManager: 'test-admin' },
+    );
+    await applyPlacement(name, {
+      podSelector: { matchLabels: { app: `${id}-held` } },
+      owner: { uidLabel: POOL },
+      nodeLabel: { key: `${D}/held-agent` },
+      claimAnnotationPrefix: `${D}/held.`,
+    });
+    try {
+      for (const [pod, uid] of [
+        ['held-1', 'o1'],
+        ['held-2', 'o2'],
+      ] as const) {
+        await client.create(
+          Resources.pods,
+          podManifest({
+            name: pod,
+            namespace: ns,
+            nodeName: node!,
+            labels: { app: `${id}-held`, [POOL]: uid },
+          }),
+        );
+      }
+      const st = await placementCondition(name, 'Ready', 'False', 'Conflicting');
+      await waitFor(
+        'one claim counted, the one on the node',
+        async () => (await placementStatus(name))?.claims === 1,
+        {
+          observe: () => placementStatus(name),
+        },
+      );
+      assert.match(
+        findCondition(st.conditions, 'Conflicting')!.message,
+        new RegExp(`annotation ${held.replaceAll('.', '\\.')} on node`),
+      );
+      const n = await client.get(Resources.nodes, node!);
+      assert.equal(n.metadata?.annotations?.[held], 'someone-else');
+      // A uidLabel owner without a kind is described by its namespace.
+      assert.equal(n.metadata?.annotations?.[`${D}/held.o2`], ns);
+      await deletePod('held-1');
+      await deletePod('held-2');
+    } finally {
+      await client.delete(AgentPlacement.ref, name).catch(() => {});
+    }
+  });
+
+  test('Berth asks before it watches an owner kind; its generated ClusterRole covers what agent placement needs', async () => {
+    const user = `${id}-berth`;
+    const asUser = KubeClient.fromFile(await sandbox.mintUser(user));
+    const verbs = ['list', 'watch', 'patch'];
+    try {
+      assert.deepEqual(await deniedVerbs(client, Resources.secrets, verbs), []);
+      assert.deepEqual(await deniedVerbs(asUser, Resources.crds, ['list', 'watch']), ['list', 'watch']);
+      const rules = (rbacManifests().find((o) => o.kind === 'ClusterRole') as KubeObject & { rules: [] })
+        .rules;
+      await client.create(Resources.clusterRoles, clusterRole(user, rules));
+      await client.create(Resources.clusterRoleBindings, {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRoleBinding',
+        metadata: { name: user },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+      });
+      // CRDs, to check an owner kind again when it appears; the built-in owner kinds; not secrets.
+      await waitFor(
+        'the role in effect',
+        async () => (await deniedVerbs(asUser, Resources.crds, ['list', 'watch'])).length === 0,
+      );
+      assert.deepEqual(await deniedVerbs(asUser, Resources.deployments, verbs), []);
+      assert.deepEqual(await deniedVerbs(asUser, Resources.secrets, verbs), verbs);
+    } finally {
+      asUser.close();
+      await client.delete(Resources.clusterRoleBindings, user).catch(() => {});
+      await client.delete(Resources.clusterRoles, user).catch(() => {});
+    }
   });
 });

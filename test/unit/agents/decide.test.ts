@@ -21,6 +21,7 @@ const pod = (name: string, labels: Record<string, string>, extra: Partial<SlimPo
 });
 const noLookup = () => undefined;
 const nsLabels = () => ({});
+const BERTH = 'berth-system';
 
 describe('claims on a node', () => {
   const p: Placement = { name: 'atelet', spec: spec() };
@@ -30,7 +31,7 @@ describe('claims on a node', () => {
       pod('a2', { app: 'ateom', 'ate.dev/pool-uid': 'A' }),
       pod('b1', { app: 'ateom', 'ate.dev/pool-uid': 'B' }),
     ];
-    const d = decideNode(pods, [p], nsLabels, noLookup);
+    const d = decideNode(pods, [p], nsLabels, noLookup, BERTH);
     assert.deepEqual(d.desired.labels, { 'ate.dev/atelet': 'true' });
     assert.deepEqual(Object.keys(d.desired.annotations).sort(), ['ate.dev/claim.A', 'ate.dev/claim.B']);
     assert.deepEqual(d.placements.get('atelet')!.claims.get('A')!.pods, ['ate/a1', 'ate/a2']);
@@ -42,7 +43,7 @@ describe('claims on a node', () => {
       pod('other', { app: 'web', 'ate.dev/pool-uid': 'A' }),
       pod('ownerless', { app: 'ateom' }),
     ];
-    assert.deepEqual(decideNode(pods, [p], nsLabels, noLookup).desired, {
+    assert.deepEqual(decideNode(pods, [p], nsLabels, noLookup, BERTH).desired, {
       labels: {},
       annotations: {},
       taints: [],
@@ -52,14 +53,17 @@ describe('claims on a node', () => {
     const sel: Placement = { name: 'x', spec: spec({ namespaceSelector: { matchLabels: { team: 'ate' } } }) };
     const pods = [pod('a1', { app: 'ateom', 'ate.dev/pool-uid': 'A' })];
     assert.equal(
-      decideNode(pods, [sel], () => ({ team: 'ate' }), noLookup).placements.get('x')!.claims.size,
+      decideNode(pods, [sel], () => ({ team: 'ate' }), noLookup, BERTH).placements.get('x')!.claims.size,
       1,
     );
     assert.equal(
-      decideNode(pods, [sel], () => ({ team: 'web' }), noLookup).placements.get('x')!.claims.size,
+      decideNode(pods, [sel], () => ({ team: 'web' }), noLookup, BERTH).placements.get('x')!.claims.size,
       0,
     );
-    assert.equal(decideNode(pods, [sel], () => undefined, noLookup).placements.get('x')!.claims.size, 0);
+    assert.equal(
+      decideNode(pods, [sel], () => undefined, noLookup, BERTH).placements.get('x')!.claims.size,
+      0,
+    );
   });
   test('two placements on one label key with different values: the first by name keeps it', () => {
     const a: Placement = {
@@ -75,7 +79,7 @@ describe('claims on a node', () => {
       [a, b],
       [b, a],
     ]) {
-      const d = decideNode(pods, order, nsLabels, noLookup);
+      const d = decideNode(pods, order, nsLabels, noLookup, BERTH);
       assert.deepEqual(d.desired.labels, { agent: 'one' });
       assert.equal(d.placements.get('a')!.labelled, true);
       assert.equal(d.placements.get('b')!.labelled, false);
@@ -130,4 +134,75 @@ describe('owners', () => {
       ['A'],
     );
   });
+});
+
+describe('protected namespaces', () => {
+  const inNs = (ns: string) => [
+    pod(
+      'a1',
+      { app: 'ateom', 'ate.dev/pool-uid': 'A' },
+      { metadata: { name: 'a1', namespace: ns, labels: { app: 'ateom', 'ate.dev/pool-uid': 'A' } } },
+    ),
+  ];
+  const claims = (ns: string, s: Partial<AgentPlacementSpec> = {}) =>
+    decideNode(
+      inNs(ns),
+      [{ name: 'x', spec: spec(s) }],
+      () => ({ 'kubernetes.io/metadata.name': ns }),
+      noLookup,
+      BERTH,
+    ).placements.get('x')!.claims.size;
+
+  test("kube-* and Berth's namespace are not selected by a selector that does not name them", () => {
+    assert.equal(claims('ate'), 1);
+    for (const ns of ['kube-system', 'kube-public', 'kube-node-lease', BERTH]) {
+      assert.equal(claims(ns), 0, ns);
+      assert.equal(claims(ns, { namespaceSelector: {} }), 0, `${ns}, empty namespaceSelector`);
+      assert.equal(
+        claims(ns, {
+          namespaceSelector: {
+            matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['x'] }],
+          },
+        }),
+        0,
+        `${ns}, NotIn`,
+      );
+    }
+    // A namespace merely starting with "kube" is not protected.
+    assert.equal(claims('kubeflow'), 1);
+  });
+
+  test('naming one explicitly selects it, and only it', () => {
+    const named = (ns: string) => ({
+      namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
+    });
+    assert.equal(claims('kube-system', named('kube-system')), 1);
+    assert.equal(claims(BERTH, named(BERTH)), 1);
+    const listed = {
+      namespaceSelector: {
+        matchExpressions: [
+          { key: 'kubernetes.io/metadata.name', operator: 'In' as const, values: ['ate', 'kube-public'] },
+        ],
+      },
+    };
+    assert.equal(claims('kube-public', listed), 1);
+    assert.equal(claims('kube-system', listed), 0);
+  });
+});
+
+test('an owner UID that makes no valid claim key is rejected, and the other claims stay', () => {
+  const long = 'u'.repeat(63);
+  const pods = [
+    pod('a1', { app: 'ateom', 'ate.dev/pool-uid': 'A' }),
+    pod('l1', { app: 'ateom', 'ate.dev/pool-uid': long }),
+  ];
+  const d = decideNode(pods, [{ name: 'x', spec: spec() }], nsLabels, noLookup, BERTH);
+  assert.deepEqual(Object.keys(d.desired.annotations), ['ate.dev/claim.A']);
+  const r = d.placements.get('x')!;
+  assert.deepEqual([...r.claims.keys()], ['A']);
+  assert.equal(r.rejected.length, 1);
+  assert.match(
+    r.rejected[0]!,
+    /^pod ate\/l1: claim key "ate\.dev\/claim\.u+…": name part must be no more than 63/,
+  );
 });

@@ -22,6 +22,7 @@ import type { KubeObject } from '../../../src/runtime/types.ts';
 import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
+const BERTH = 'berth-system';
 const wait = { port: 8085, image: 'busybox:1.36', timeoutSeconds: 0 };
 
 function pod(labels: Record<string, string> = { app: 'ateom' }, extra: Partial<KubeObject> = {}): KubeObject {
@@ -168,29 +169,29 @@ describe('placementsForPod', () => {
   ];
 
   test('selector and namespaceSelector both decide; name order; defaults applied', () => {
-    assert.deepEqual(placementsForPod(pod(), { team: 'ate' }, placements), [
+    assert.deepEqual(placementsForPod(pod(), 'ate', { team: 'ate' }, placements, BERTH), [
       { name: 'alpha', waitForAgent: { port: 2, image: 'busybox:1.36', timeoutSeconds: 5 } },
       { name: 'zeta', waitForAgent: { port: 1, image: 'busybox:1.36', timeoutSeconds: 0 } },
     ]);
     assert.deepEqual(
-      placementsForPod(pod(), { team: 'other' }, placements).map((p) => p.name),
+      placementsForPod(pod(), 'ate', { team: 'other' }, placements, BERTH).map((p) => p.name),
       ['zeta'],
     );
     assert.deepEqual(
-      placementsForPod(pod({ app: 'web' }), {}, placements).map((p) => p.name),
+      placementsForPod(pod({ app: 'web' }), 'ate', {}, placements, BERTH).map((p) => p.name),
       ['web'],
     );
-    assert.deepEqual(placementsForPod(pod({}), { team: 'ate' }, placements), []);
+    assert.deepEqual(placementsForPod(pod({}), 'ate', { team: 'ate' }, placements, BERTH), []);
   });
 
   test('an unknown namespace matches only placements without a namespaceSelector', () => {
     assert.deepEqual(
-      placementsForPod(pod(), undefined, placements).map((p) => p.name),
+      placementsForPod(pod(), 'ate', undefined, placements, BERTH).map((p) => p.name),
       ['zeta'],
     );
     const empty = placement('empty', { namespaceSelector: {}, waitForAgent: { port: 1 } });
-    assert.deepEqual(placementsForPod(pod(), undefined, [empty]), []);
-    assert.equal(placementsForPod(pod(), {}, [empty]).length, 1);
+    assert.deepEqual(placementsForPod(pod(), 'ate', undefined, [empty], BERTH), []);
+    assert.equal(placementsForPod(pod(), 'ate', {}, [empty], BERTH).length, 1);
   });
 });
 
@@ -224,6 +225,7 @@ describe('podMutatingHandler', () => {
   const handler = podMutatingHandler({
     placements: () => placements,
     namespaceLabels: (ns) => namespaces[ns],
+    berthNamespace: BERTH,
     logger: quiet,
   });
   const request = (object: KubeObject, extra: Partial<AdmissionRequest> = {}): AdmissionRequest => ({
@@ -248,7 +250,7 @@ describe('podMutatingHandler', () => {
     assert.ok(result.allowed && result.patch && result.patch.length > 0);
     assert.deepEqual(
       applyJsonPatch(templated, result.patch),
-      injectWaitForAgent(templated, placementsForPod(templated, namespaces['ate'], placements)),
+      injectWaitForAgent(templated, placementsForPod(templated, 'ate', namespaces['ate'], placements, BERTH)),
     );
     assert.equal(
       (applyJsonPatch(templated, result.patch) as KubeObject).metadata?.annotations?.[
@@ -274,7 +276,9 @@ describe('podMutatingHandler', () => {
       request(pod({ app: 'ateom' }, { metadata: { labels: { app: 'ateom' } } }), { namespace: 'web' }),
       request(pod({}, { metadata: { namespace: 'kube-system', labels: { app: 'ateom' } } })),
       request(pod({}, { metadata: { labels: { app: 'ateom' } } }), { namespace: 'kube-system' }),
-      request(injectWaitForAgent(pod(), placementsForPod(pod(), namespaces['ate'], placements))),
+      request(
+        injectWaitForAgent(pod(), placementsForPod(pod(), 'ate', namespaces['ate'], placements, BERTH)),
+      ),
       request(pod(), { operation: 'UPDATE', oldObject: pod() }),
       request(pod(), { subResource: 'ephemeralcontainers' }),
     ];
@@ -287,6 +291,7 @@ describe('podMutatingHandler', () => {
         throw new Error('cache not synced');
       },
       namespaceLabels: () => ({}),
+      berthNamespace: BERTH,
       logger: quiet,
     });
     assert.deepEqual(await broken(request(pod())), { allowed: true });

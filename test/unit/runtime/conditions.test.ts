@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { sameConditions, setCondition, type Condition } from '../../../src/runtime/conditions.ts';
+import { newlyHolds, sameConditions, setCondition, type Condition } from '../../../src/runtime/conditions.ts';
 
 const t0 = new Date('2026-01-01T00:00:00Z');
 const t1 = new Date('2026-01-01T00:05:00Z');
@@ -47,4 +47,23 @@ test('sameConditions ignores transition times, order and key order (as the apise
   assert.equal(sameConditions(ours, [{ ...fromApi[0]!, observedGeneration: 3 }, fromApi[1]!]), false);
   assert.equal(sameConditions(ours, fromApi.slice(1)), false);
   assert.equal(sameConditions(undefined, []), true);
+});
+
+test('newlyHolds: a condition that turns bad, or says something new while bad, once', () => {
+  const c = (status: 'True' | 'False', reason: string, message: string): Condition => ({
+    type: 'Invalid',
+    status,
+    reason,
+    message,
+    lastTransitionTime: '2024-01-01T00:00:00Z',
+  });
+  const valid = [c('False', 'Valid', '')];
+  const bad = [c('True', 'InvalidSpec', 'a')];
+  assert.equal(newlyHolds(valid, bad, 'Invalid', 'True'), bad[0]);
+  assert.equal(newlyHolds(undefined, bad, 'Invalid', 'True'), bad[0]);
+  assert.equal(newlyHolds(bad, bad, 'Invalid', 'True'), undefined, 'said already');
+  assert.equal(newlyHolds(bad, [c('True', 'InvalidSpec', 'b')], 'Invalid', 'True')?.message, 'b');
+  assert.equal(newlyHolds(bad, valid, 'Invalid', 'True'), undefined, 'recovered');
+  assert.equal(newlyHolds(valid, bad, 'Invalid', 'True', 'Other'), undefined, 'another reason');
+  assert.equal(newlyHolds(valid, bad, 'Ready', 'True'), undefined, 'another type');
 });

@@ -1,0 +1,94 @@
+// `berth agents test`: a dry run of AgentPlacements against the cluster's pods. Writes nothing.
+import { Command, Option } from 'commander';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { parseAllDocuments } from 'yaml';
+import { parsePlacements, type ParsedPlacement } from '../agents/decide.ts';
+import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from '../agents/explain.ts';
+import { berthNamespace } from '../manifests.ts';
+import { KubeClient } from '../runtime/kube.ts';
+import type { KubeObject } from '../runtime/types.ts';
+
+/** The AgentPlacements of a YAML file, parsed and validated; documents of other kinds are skipped. */
+async function filePlacements(path: string): Promise<{ parsed: ParsedPlacement[]; errors: string[] }> {
+  const objs: KubeObject[] = [];
+  const errors: string[] = [];
+  for (const doc of parseAllDocuments(await readFile(path, 'utf8'))) {
+    if (doc.errors.length) errors.push(`${path}: ${doc.errors.map((e) => e.message).join('; ')}`);
+    const obj = doc.toJS() as KubeObject | null;
+    if (obj?.kind === 'AgentPlacement') objs.push(obj);
+  }
+  const { parsed, errors: invalid } = parsePlacements(objs);
+  return { parsed, errors: [...errors, ...[...invalid.values()].map((e) => `${path}: ${e}`)] };
+}
+
+function describe(p: PlacementPreview): string[] {
+  if (p.problems.length)
+    return [`${p.name}: invalid, Berth applies nothing`, ...p.problems.map((x) => `  ${x}`)];
+  const out = [
+    `${p.name}: selects ${p.selectedPods} pods; would claim ${p.claims} (owner, node) pairs for ${p.owners} owners ` +
+      `from ${p.claimedPods} pods, on ${p.nodes} nodes`,
+  ];
+  if (p.wouldMutate !== undefined)
+    out.push(`  waitForAgent: ${p.wouldMutate} of these pods would get the init container if created now`);
+  if (p.acknowledged) out.push(`  acknowledged (acknowledgeAllPods): ${p.acknowledged}`);
+  for (const r of p.rejected.slice(0, 5)) out.push(`  no claim for ${r}`);
+  if (p.rejected.length > 5) out.push(`  (+${p.rejected.length - 5} more without a claim)`);
+  return out;
+}
+
+export function agentsCommand(): Command {
+  const cmd = new Command('agents').description('Agent placement: helpers for AgentPlacements');
+  cmd
+    .command('test [fileOrPlacement...]')
+    .description(
+      'Show how many pods each AgentPlacement selects and would claim, on how many nodes, and with waitForAgent how many ' +
+        'pods would get the init container (YAML files of AgentPlacements, or names of existing ones; all existing ' +
+        'ones when none is given). Writes nothing.',
+    )
+    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .option(
+      '--berth-namespace <ns>',
+      "Berth's namespace, left alone unless a placement names it",
+      berthNamespace(),
+    )
+    .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
+    .action(async (args: string[], o) => {
+      const client = KubeClient.fromFile(o.kubeconfig);
+      try {
+        const current = await clusterPlacements(client);
+        const chosen: ParsedPlacement[] = [];
+        const errors: string[] = [];
+        for (const a of args) {
+          if (existsSync(a)) {
+            const loaded = await filePlacements(a);
+            chosen.push(...loaded.parsed);
+            errors.push(...loaded.errors);
+          } else {
+            const p = current.parsed.find((x) => x.name === a);
+            if (p) chosen.push(p);
+            else
+              errors.push(
+                `${a}: ${current.errors.get(a) ?? 'no such file, and no AgentPlacement of that name'}`,
+              );
+          }
+        }
+        if (args.length === 0) {
+          chosen.push(...current.parsed);
+          errors.push(...current.errors.values());
+        }
+        const previews = previewPlacements(await loadView(client), chosen, o.berthNamespace);
+        if (errors.length || previews.some((p) => p.problems.length)) process.exitCode = 1;
+        if (o.output === 'json') {
+          process.stdout.write(JSON.stringify({ placements: previews, errors }, null, 2) + '\n');
+          return;
+        }
+        process.stdout.write(`${previews.length} AgentPlacements (dry run: nothing was written)\n`);
+        for (const p of previews) process.stdout.write(describe(p).join('\n') + '\n');
+        if (errors.length) process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+      } finally {
+        client.close();
+      }
+    });
+  return cmd;
+}

@@ -1,0 +1,83 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parsePlacements } from '../../../src/agents/decide.ts';
+import { previewPlacements, type ClusterView } from '../../../src/agents/explain.ts';
+import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/inject.ts';
+import type { SlimPod } from '../../../src/runtime/transforms.ts';
+
+const BERTH = 'berth-system';
+
+const pod = (
+  name: string,
+  namespace: string,
+  node: string | undefined,
+  labels: Record<string, string>,
+  annotations: Record<string, string> = {},
+): SlimPod => ({
+  metadata: { name, namespace, labels, annotations },
+  spec: { ...(node ? { nodeName: node } : {}), containers: [] },
+  status: { phase: 'Running' },
+});
+
+const view: ClusterView = {
+  pods: [
+    pod('w1', 'ate', 'n1', { app: 'w', pool: 'A' }),
+    pod('w2', 'ate', 'n1', { app: 'w', pool: 'B' }),
+    pod('w3', 'ate', 'n2', { app: 'w', pool: 'A' }),
+    pod('pending', 'ate', undefined, { app: 'w', pool: 'A' }),
+    pod('skip', 'ate', 'n2', { app: 'w', pool: 'C' }, { [SKIP_WAIT_FOR_AGENT_ANNOTATION]: 'true' }),
+    pod('long', 'ate', 'n2', { app: 'w', pool: 'L'.repeat(63) }),
+    pod('web', 'web', 'n3', { app: 'web', pool: 'W' }),
+    pod('dns', 'kube-system', 'n3', { app: 'w', pool: 'K' }),
+    pod('berth', BERTH, 'n3', { app: 'w', pool: 'K' }),
+  ],
+  namespaces: new Map(
+    ['ate', 'web', 'kube-system', BERTH].map((n) => [n, { 'kubernetes.io/metadata.name': n }]),
+  ),
+  owners: new Map(),
+};
+
+const placement = (name: string, spec: Record<string, unknown>) => ({
+  metadata: { name },
+  spec: {
+    owner: { uidLabel: 'pool' },
+    nodeLabel: { key: `x/${name}` },
+    claimAnnotationPrefix: `x/${name}.`,
+    podSelector: { matchLabels: { app: 'w' } },
+    ...spec,
+  },
+});
+
+test('a dry run counts selected, claimed and mutated pods as the controller and webhook would', () => {
+  const { parsed } = parsePlacements([
+    placement('workers', {}),
+    placement('everyone', { podSelector: {}, waitForAgent: { port: 1 }, acknowledgeAllPods: true }),
+    placement('unacknowledged', { podSelector: {}, waitForAgent: { port: 1 } }),
+    placement('system', {
+      namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
+      waitForAgent: { port: 1 },
+    }),
+  ]);
+  const [workers, everyone, unacknowledged, system] = previewPlacements(view, parsed, BERTH);
+
+  // w1, w2, w3, pending, skip and long are selected; kube-system and Berth's namespace are not named.
+  assert.equal(workers!.selectedPods, 6);
+  // Bound pods: n1 claims A and B, n2 claims A and C; "long" has no valid claim key.
+  assert.deepEqual([workers!.claims, workers!.owners, workers!.nodes, workers!.claimedPods], [4, 3, 2, 4]);
+  assert.equal(workers!.rejected.length, 1);
+  assert.match(workers!.rejected[0]!, /^pod ate\/long: claim key/);
+  assert.equal(workers!.wouldMutate, undefined);
+  assert.equal(workers!.acknowledged, undefined);
+
+  // Every pod outside the protected namespaces; the skip annotation spares one from the init container.
+  assert.equal(everyone!.selectedPods, 7);
+  assert.equal(everyone!.wouldMutate, 6);
+  assert.match(everyone!.acknowledged!, /every new pod/);
+  assert.deepEqual([everyone!.claims, everyone!.nodes], [5, 3]);
+
+  assert.equal(unacknowledged!.problems.length, 1);
+  assert.deepEqual([unacknowledged!.selectedPods, unacknowledged!.claims], [0, 0]);
+
+  // Named explicitly: claimed, but the webhook never changes pods in kube-system.
+  assert.deepEqual([system!.selectedPods, system!.claims, system!.wouldMutate], [1, 1, 0]);
+});
