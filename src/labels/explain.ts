@@ -3,8 +3,9 @@
 import type { KubeObject } from '../runtime/types.ts';
 import { nodeState, taintId } from '../runtime/nodeapply.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
-import { nodeView, subjectOf, type NodeView } from './match.ts';
+import { MATCH_INPUT_MAX, nodeView, subjectOf, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
+import { escapeControl, quote } from './values.ts';
 
 function describeTerm(view: NodeView, t: MatchTerm): string {
   const s = subjectOf(t);
@@ -14,8 +15,13 @@ function describeTerm(view: NodeView, t: MatchTerm): string {
       : s.kind === 'annotation'
         ? view.annotations[s.key]
         : view.fields[s.key as keyof NodeView['fields']];
-  const seen = value === undefined ? 'absent' : `"${value}"`;
-  return `${s.kind} ${s.key} ${t.operator}${t.values?.length ? ` [${t.values.join(', ')}]` : ''} (node: ${seen})`;
+  const unread =
+    value !== undefined && value.length > MATCH_INPUT_MAX && ['Gt', 'Lt', 'InRegexp'].includes(t.operator)
+      ? `, longer than the ${MATCH_INPUT_MAX} characters ${t.operator} reads`
+      : '';
+  const seen = value === undefined ? 'absent' : `${quote(value)}${unread}`;
+  const values = t.values?.length ? ` [${t.values.map((v) => escapeControl(v)).join(', ')}]` : '';
+  return `${s.kind} ${s.key} ${t.operator}${values} (node: ${seen})`;
 }
 
 const sourceOf = (r: Rule): string =>
@@ -45,6 +51,7 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
     for (const t of m.terms.filter((t) => t.held))
       out.push(`    matched: ${t.group} ${describeTerm(view, t.term)}`);
     for (const o of outputsOf(name)) out.push(`    sets ${show(o)}`);
+    for (const e of d.missingInputs.filter((e) => e.rule === name)) out.push(`    ${e.message}`);
   }
   for (const c of d.conflicts) {
     out.push(

@@ -93,11 +93,20 @@ describe('terms', () => {
       key: 'vendor/gpu',
       value: 'T4',
     };
-    assert.equal(renderTemplate('{{ .match.value }}-{{field "architecture"}}', v, first), 'T4-arm64');
-    assert.equal(
+    assert.deepEqual(renderTemplate('{{ .match.value }}-{{field "architecture"}}', v, first), {
+      value: 'T4-arm64',
+    });
+    assert.deepEqual(renderTemplate('{{ label "vendor/gpu" }}/{{ annotation "zone" }}', v, first), {
+      value: 'T4/z1',
+    });
+    // A missing input renders nothing at all, not an empty string: the output is not set.
+    assert.deepEqual(
       renderTemplate('{{ label "vendor/gpu" }}/{{ annotation "zone" }}/{{ label "missing" }}', v, first),
-      'T4/z1/',
+      { missing: '{{ label "missing" }}' },
     );
+    assert.deepEqual(renderTemplate('{{ field "kernelVersion" }}', v, first), {
+      missing: '{{ field "kernelVersion" }}',
+    });
   });
 });
 
