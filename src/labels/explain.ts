@@ -1,5 +1,6 @@
 // Read-only answers about derived labels: why a node carries what it carries (explain), and what a
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
+import { tolerates, type Toleration } from '../gates/tolerate.ts';
 import type { KubeObject } from '../runtime/types.ts';
 import { nodeState, taintId } from '../runtime/nodeapply.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
@@ -138,4 +139,44 @@ export function previewRules(nodes: KubeObject[], current: Rule[], next: Rule[])
       result.push({ node: view.name, changes: changes.sort((a, b) => (a.key < b.key ? -1 : 1)) });
   }
   return result.sort((a, b) => (a.node < b.node ? -1 : 1));
+}
+
+export interface Eviction {
+  node: string;
+  /** The NoExecute taint the node would gain, "key:NoExecute". */
+  taint: string;
+  /** namespace/name of each running pod on the node that does not tolerate it for good. */
+  pods: string[];
+}
+
+interface PodLike extends KubeObject {
+  spec?: { nodeName?: string; tolerations?: Toleration[] };
+  status?: { phase?: string };
+}
+
+/**
+ * The pods that the NoExecute taints gained in `changes` would evict: those bound to the node and
+ * not finished, with no toleration that holds for good (one with tolerationSeconds only delays).
+ */
+export function evictions(changes: NodeChanges[], pods: PodLike[]): Eviction[] {
+  const out: Eviction[] = [];
+  for (const { node, changes: list } of changes) {
+    for (const c of list) {
+      if (c.kind !== 'taint' || c.after === undefined || !c.key.endsWith(':NoExecute')) continue;
+      const taint = { key: c.key.slice(0, -':NoExecute'.length), value: c.after, effect: 'NoExecute' };
+      const evicted = pods.filter(
+        (p) =>
+          p.spec?.nodeName === node &&
+          p.status?.phase !== 'Succeeded' &&
+          p.status?.phase !== 'Failed' &&
+          !(p.spec.tolerations ?? []).some((t) => tolerates(t, taint) && t.tolerationSeconds === undefined),
+      );
+      out.push({
+        node,
+        taint: c.key,
+        pods: evicted.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`),
+      });
+    }
+  }
+  return out;
 }

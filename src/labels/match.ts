@@ -48,8 +48,14 @@ function lookup(view: NodeView, term: MatchTerm): string | undefined {
  * every match: RE2 runs in time linear in program size times input length.
  */
 export const MATCH_INPUT_MAX = 1024;
-/** The most RE2 instructions all InRegexp values of one rule may compile to. */
-export const REGEXP_PROGRAM_MAX = 1000;
+/**
+ * The most RE2 instructions one InRegexp value, and all of a rule's together, may compile to.
+ * Within these, RE2's DFA keeps its states for a 1024-character input, so a match costs
+ * microseconds once warm and tens of milliseconds cold; a larger program (`\pL{990}`) makes it
+ * fall back to the NFA: half a second per match.
+ */
+export const REGEXP_PROGRAM_MAX = 250;
+export const RULE_REGEXP_PROGRAM_MAX = 1000;
 
 /**
  * An upper bound on the RE2 program size of a pattern, without compiling it (compiling is linear
@@ -80,7 +86,7 @@ export function programSizeBound(pattern: string): number {
       i = stop - 1;
     } else if (c === '\\') {
       i++;
-      atom(2);
+      atom(1);
     } else if (c === '[') {
       // A class is one instruction; `]` first (or after `^`) is literal, `[:alpha:]` nests.
       let j = i + 1;
@@ -93,11 +99,18 @@ export function programSizeBound(pattern: string): number {
           if (end > 0) j = end + 1;
         }
       }
-      atom(j - i + 1);
+      atom(1);
       i = j;
     } else if (c === '(') {
+      // Group prefixes and flags compile to nothing: (?:, (?i-s:, (?P<name>, (?<name>; (?i) opens no group.
+      const prefix = /^\(\?(?:[a-zA-Z-]*:|P?<[^>]{0,64}>|[a-zA-Z-]*\))/.exec(pattern.slice(i, i + 72))?.[0];
+      if (prefix?.endsWith(')')) {
+        i += prefix.length - 1;
+        continue;
+      }
       stack.push(cur);
       cur = { done: 0, branch: 0, last: 0 };
+      i += (prefix?.length ?? 1) - 1;
     } else if (c === ')' && stack.length > 0) {
       const size = cur.done + cur.branch + 2;
       cur = stack.pop()!;
@@ -111,13 +124,16 @@ export function programSizeBound(pattern: string): number {
         atom(1);
         continue;
       }
-      const copies = Math.max(Number(m[1]), m[3] ? Number(m[3]) : 0) + 1;
-      cur.branch += cur.last * (copies - 1) + copies;
-      cur.last = cur.last * copies + copies;
+      // x{n,m}: m copies of x, each past the n-th optional (one more instruction); x{0}: nothing.
+      const copies = Math.max(Number(m[1]), m[3] ? Number(m[3]) : 0);
+      const size = copies * (cur.last + 1);
+      cur.branch += size - cur.last;
+      cur.last = size;
       i += m[0].length - 1;
     } else if (c === '*' || c === '+' || c === '?') {
-      cur.branch += 1;
-      cur.last += 1;
+      // A split and a jump around the operand, at most.
+      cur.branch += 2;
+      cur.last += 2;
     } else atom(1);
   }
   while (stack.length > 0) {
@@ -125,7 +141,7 @@ export function programSizeBound(pattern: string): number {
     cur = stack.pop()!;
     atom(size);
   }
-  return cur.done + cur.branch + 1;
+  return cur.done + cur.branch + 3; // a program starts and ends with bookkeeping instructions
 }
 
 // Compiled once per term object: a rule's terms live as long as the rule, and so do their programs
@@ -134,12 +150,14 @@ const compiled = new WeakMap<MatchTerm, RE2JS[]>();
 
 /**
  * Compiles a regular expression with RE2 semantics (as Kubernetes and node-feature-discovery match
- * InRegexp); throws, saying why, when RE2 cannot run it or it is larger than `budget` instructions.
+ * InRegexp); throws, saying why, when RE2 cannot run it or it compiles to more than
+ * REGEXP_PROGRAM_MAX instructions, or more than the `left` of its rule's budget.
  */
-export function compileRegexp(source: string, budget = REGEXP_PROGRAM_MAX): RE2JS {
+export function compileRegexp(source: string, left = RULE_REGEXP_PROGRAM_MAX): RE2JS {
+  const budget = Math.min(REGEXP_PROGRAM_MAX, left);
   // A bound well above the budget: the estimate over-counts, so it only stops the hopeless ones.
   const bound = programSizeBound(source);
-  if (bound > 10 * budget) throw new Error(tooLarge(`an estimated ${bound}`, budget));
+  if (bound > 10 * budget) throw new Error(tooLarge(`an estimated ${bound}`, left));
   let re: RE2JS;
   try {
     re = RE2JS.compile(source);
@@ -148,15 +166,15 @@ export function compileRegexp(source: string, budget = REGEXP_PROGRAM_MAX): RE2J
     const hint = /Perl syntax|escape sequence|named capture/.test(why)
       ? ' (RE2 syntax, as Kubernetes and node-feature-discovery use: no backreferences or lookaround)'
       : '';
-    throw new Error(`${why}${hint}`);
+    throw new Error(`${why}${hint}`, { cause: e });
   }
-  if (re.programSize() > budget) throw new Error(tooLarge(String(re.programSize()), budget));
+  if (re.programSize() > budget) throw new Error(tooLarge(String(re.programSize()), left));
   return re;
 }
 
-const tooLarge = (size: string, budget: number): string =>
-  `compiles to ${size} RE2 instructions, more than the ${budget} left of a rule's ${REGEXP_PROGRAM_MAX}: simplify it (fewer or smaller counted repetitions)`;
-
+const tooLarge = (size: string, left: number): string =>
+  `compiles to ${size} RE2 instructions; one value may have at most ${REGEXP_PROGRAM_MAX}, and all of a rule's at most ${RULE_REGEXP_PROGRAM_MAX}` +
+  `${left < RULE_REGEXP_PROGRAM_MAX ? ` (${left} left)` : ''}: simplify it (fewer or smaller counted repetitions)`;
 /** The programs of an InRegexp term, compiled on first use (its values were checked by ruleErrors). */
 function termRegexps(term: MatchTerm): RE2JS[] {
   let res = compiled.get(term);
@@ -168,12 +186,12 @@ function termRegexps(term: MatchTerm): RE2JS[] {
 }
 
 /**
- * Checks the InRegexp values of a rule's terms within one budget of REGEXP_PROGRAM_MAX instructions
- * and keeps their programs for matching; the reason for each value that fails, by term.
+ * Checks the InRegexp values of a rule's terms within the rule's budget of RULE_REGEXP_PROGRAM_MAX
+ * instructions and keeps their programs for matching; the reasons each failing term has.
  */
 export function regexpErrors(terms: MatchTerm[]): Map<MatchTerm, string[]> {
   const errors = new Map<MatchTerm, string[]>();
-  let left = REGEXP_PROGRAM_MAX;
+  let left = RULE_REGEXP_PROGRAM_MAX;
   for (const term of terms) {
     if (term.operator !== 'InRegexp') continue;
     const res: RE2JS[] = [];

@@ -10,6 +10,7 @@ export const QUOTE_MAX = 64;
 
 // C0 and C1 controls, DEL, line and paragraph separators, and bidirectional overrides (which can
 // make a log line read differently from what it holds).
+// eslint-disable-next-line no-control-regex -- finding control characters is the point
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 const hex = (c: string): string => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
 
@@ -25,6 +26,7 @@ export const escapeControl = (s: string): string => s.replace(UNSAFE, hex);
 /** The longest annotation value Berth writes, literal or rendered (the rule schema's own bound). */
 export const ANNOTATION_VALUE_MAX = 4096;
 
+// eslint-disable-next-line no-control-regex -- finding control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 
 /** Why `text` cannot appear in any output value: control characters and line breaks, never accepted. */
