@@ -22,6 +22,11 @@ export interface FileError {
 export const formatFileError = (e: FileError): string =>
   `${escapeControl(e.file)}${e.line === undefined ? '' : `:${e.line}`}: ${e.message}`;
 
+/** Line errors reported per file: a file of garbage must not flood the log, one line per error. */
+const MAX_LINE_ERRORS = 10;
+/** Every node evaluates every term of every rule: a file's are bounded like a NodeLabelRule's. */
+const MAX_DEPENDENT_LABELS = 1024;
+
 /**
  * Compiles one rule file. A file with any invalid line yields no rule at all: applying the valid
  * lines alone would silently change what the file means (a typo would narrow the node set), while a
@@ -58,6 +63,11 @@ export function parseRuleFile(
 
   const terms = new Map<string, MatchTerm>();
   let sawLine = false;
+  let unshown = 0;
+  const lineError = (line: number, message: string) => {
+    if (errors.length < MAX_LINE_ERRORS) errors.push({ file: path, line, message });
+    else unshown++;
+  };
   text.split('\n').forEach((raw, i) => {
     const line = raw.trim(); // also drops the '\r' of Windows line endings
     if (line === '' || line.startsWith('#')) return;
@@ -68,20 +78,12 @@ export function parseRuleFile(
     const value = eq < 0 ? undefined : line.slice(eq + 1).trim();
     const keyProblem = validateLabelKey(key);
     if (keyProblem) {
-      errors.push({
-        file: path,
-        line: i + 1,
-        message: `${quote(key)} is not a valid label key: ${keyProblem}`,
-      });
+      lineError(i + 1, `${quote(key)} is not a valid label key: ${keyProblem}`);
       return;
     }
     const valueProblem = value === undefined ? undefined : validateLabelValue(value);
     if (valueProblem) {
-      errors.push({
-        file: path,
-        line: i + 1,
-        message: `${quote(value ?? '')} is not a valid label value: ${valueProblem}`,
-      });
+      lineError(i + 1, `${quote(value ?? '')} is not a valid label value: ${valueProblem}`);
       return;
     }
     const term: MatchTerm =
@@ -90,8 +92,14 @@ export function parseRuleFile(
         : { label: key, operator: 'In', values: [value] };
     terms.set(JSON.stringify(term), term);
   });
+  if (unshown > 0) errors.push({ file: path, message: `and ${unshown} more invalid lines` });
   if (!sawLine)
     errors.push({ file: path, message: 'declares no dependent labels: list one label key per line' });
+  if (terms.size > MAX_DEPENDENT_LABELS)
+    errors.push({
+      file: path,
+      message: `declares ${terms.size} dependent labels; a rule file declares at most ${MAX_DEPENDENT_LABELS}`,
+    });
   if (errors.length > 0) return { errors };
 
   // Fields in a fixed order: RuleDirSource compares rules by their JSON.

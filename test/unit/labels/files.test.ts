@@ -171,6 +171,28 @@ describe('parseRuleFile', () => {
     ]);
   });
 
+  test('a file of garbage gives ten line errors and a count, not one per line', () => {
+    const { rule, errors } = parse('Not A Key!\n'.repeat(5000));
+    assert.equal(rule, undefined);
+    assert.equal(errors.length, 11);
+    assert.deepEqual(
+      errors.slice(9).map((e) => [e.line, e.message.slice(0, 14)]),
+      [
+        [10, '"Not A Key!" i'],
+        [undefined, 'and 4990 more '],
+      ],
+    );
+  });
+
+  test('at most 1024 dependent labels per file', () => {
+    const keys = (n: number) => Array.from({ length: n }, (_, i) => `example.com/k${i}`).join('\n');
+    assert.equal(parse(keys(1024)).rule?.anyOf.length, 1024);
+    assert.deepEqual(
+      parse(keys(1025)).errors.map((e) => e.message),
+      ['declares 1025 dependent labels; a rule file declares at most 1024'],
+    );
+  });
+
   test('a very long bad line gives a bounded message', () => {
     const { errors } = parse('x'.repeat(100_000));
     assert.ok((errors[0]?.message.length ?? 0) < 400);
