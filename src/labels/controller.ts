@@ -251,19 +251,12 @@ export class LabelsController {
     const skipped = missingNodes
       ? `; on ${missingNodes} of them an output reads an input the node lacks and is not set (berth explain node NAME)`
       : '';
-    set(
-      'Ready',
-      ready,
-      reason,
-      ready
-        ? `applied to ${appliedNodes} of ${matchedNodes} matching nodes${skipped}`
-        : invalid.length
-          ? `${invalid.length} of ${matchedNodes} matching nodes skip an output whose rendered value is invalid: ${invalid.slice(0, 3).join(' | ')}`.slice(
-              0,
-              2000,
-            )
-          : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs${skipped}`,
-    );
+    const message = ready
+      ? `applied to ${appliedNodes} of ${matchedNodes} matching nodes${skipped}`
+      : invalid.length
+        ? `${invalid.length} of ${matchedNodes} matching nodes skip an output whose rendered value is invalid: ${invalid.slice(0, 3).join(' | ')}`
+        : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs${skipped}`;
+    set('Ready', ready, reason, message.slice(0, 2000));
 
     const status: NodeLabelRuleStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),

@@ -71,6 +71,8 @@ function valueErrors(what: string, kind: OutputKind, value: string): string[] {
   );
 }
 
+const MAX_RULE_OUTPUTS = 128;
+
 /** Checks the outputs and terms of a rule; the reasons it cannot be applied, if any. */
 export function ruleErrors(rule: Rule): string[] {
   const errors: string[] = [];
@@ -96,6 +98,12 @@ export function ruleErrors(rule: Rule): string[] {
   if (Object.keys(rule.labels).length + Object.keys(rule.annotations).length + rule.taints.length === 0) {
     errors.push('a rule sets at least one label, annotation or taint');
   }
+  // Every output is rendered on every matching node at each reconcile; the schema bounds taints only.
+  const outputs = Object.keys(rule.labels).length + Object.keys(rule.annotations).length;
+  if (outputs > MAX_RULE_OUTPUTS)
+    errors.push(
+      `a rule sets at most ${MAX_RULE_OUTPUTS} labels and annotations together; this one sets ${outputs}`,
+    );
   return errors;
 }
 

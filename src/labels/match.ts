@@ -175,6 +175,7 @@ export function compileRegexp(source: string, left = RULE_REGEXP_PROGRAM_MAX): R
 const tooLarge = (size: string, left: number): string =>
   `compiles to ${size} RE2 instructions; one value may have at most ${REGEXP_PROGRAM_MAX}, and all of a rule's at most ${RULE_REGEXP_PROGRAM_MAX}` +
   `${left < RULE_REGEXP_PROGRAM_MAX ? ` (${left} left)` : ''}: simplify it (fewer or smaller counted repetitions)`;
+
 /** The programs of an InRegexp term, compiled on first use (its values were checked by ruleErrors). */
 function termRegexps(term: MatchTerm): RE2JS[] {
   let res = compiled.get(term);
@@ -192,11 +193,22 @@ function termRegexps(term: MatchTerm): RE2JS[] {
 export function regexpErrors(terms: MatchTerm[]): Map<MatchTerm, string[]> {
   const errors = new Map<MatchTerm, string[]>();
   let left = RULE_REGEXP_PROGRAM_MAX;
+  // Compiling is the cost to bound here, refused programs included: once the estimates of what was
+  // tried pass ten budgets, the rest is not even tried (64 values in each of 96 terms could be).
+  let effort = 10 * RULE_REGEXP_PROGRAM_MAX;
   for (const term of terms) {
     if (term.operator !== 'InRegexp') continue;
     const res: RE2JS[] = [];
     const problems: string[] = [];
     for (const v of term.values ?? []) {
+      effort -= programSizeBound(v);
+      if (effort < 0) {
+        problems.push(
+          `too many or too large regular expressions in one rule: at most ${RULE_REGEXP_PROGRAM_MAX} RE2 instructions in all`,
+        );
+        errors.set(term, problems);
+        return errors;
+      }
       try {
         const re = compileRegexp(v, left);
         left -= re.programSize();

@@ -201,6 +201,15 @@ describe('rule validation', () => {
     ],
     ['an unknown template', { ...base.spec, labels: { x: '{{ .nope }}' } }, /unknown template expression/],
     ['no terms', { ...base.spec, match: {} }, /at least one term/],
+    [
+      'too many outputs',
+      {
+        ...base.spec,
+        labels: Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`example.com/l${i}`, 'x'])),
+        annotations: Object.fromEntries(Array.from({ length: 29 }, (_, i) => [`example.com/a${i}`, 'x'])),
+      },
+      /a rule sets at most 128 labels and annotations together; this one sets 129/,
+    ],
   ] as const) {
     test(`rejects ${why}`, () => {
       const c = compileRule({ ...base, spec });

@@ -104,6 +104,27 @@ describe('InRegexp: bounded cost', () => {
     assert.ok(ms < 100, `refusing took ${ms.toFixed(0)} ms`);
   });
 
+  test('checking a rule stops once its patterns are too many to compile: 96 terms of 64 values each', () => {
+    const terms = Array.from({ length: 96 }, (_, i) => ({
+      label: 'a',
+      operator: 'InRegexp' as const,
+      values: Array.from({ length: 64 }, (_, j) => `[a-z]{${90 + ((i + j) % 10)}}`),
+    }));
+    const t0 = performance.now();
+    const errors = compileRule({
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'NodeLabelRule',
+      metadata: { name: 'r' },
+      spec: {
+        match: { allOf: terms.slice(0, 32), anyOf: terms.slice(32) },
+        labels: { 'example.com/x': 'true' },
+      },
+    }).errors;
+    const ms = performance.now() - t0;
+    assert.match(errors.join('\n'), /too many or too large regular expressions in one rule/);
+    assert.ok(ms < 1000, `checking took ${ms.toFixed(0)} ms`);
+  });
+
   test(`Gt, Lt and InRegexp read at most ${MATCH_INPUT_MAX} characters of a value`, () => {
     assert.equal(holds('x', 'x'.repeat(MATCH_INPUT_MAX)), true);
     assert.equal(holds('x', 'x'.repeat(MATCH_INPUT_MAX + 1)), false);
