@@ -194,14 +194,16 @@ export function regexpErrors(terms: MatchTerm[]): Map<MatchTerm, string[]> {
   const errors = new Map<MatchTerm, string[]>();
   let left = RULE_REGEXP_PROGRAM_MAX;
   // Compiling is the cost to bound here, refused programs included: once the estimates of what was
-  // tried pass ten budgets, the rest is not even tried (64 values in each of 96 terms could be).
+  // compiled pass ten budgets, the rest is not even tried (64 values in each of 96 terms could be).
+  // A pattern refused on its estimate alone costs a scan of its text, and counts nothing.
   let effort = 10 * RULE_REGEXP_PROGRAM_MAX;
   for (const term of terms) {
     if (term.operator !== 'InRegexp') continue;
     const res: RE2JS[] = [];
     const problems: string[] = [];
     for (const v of term.values ?? []) {
-      effort -= programSizeBound(v);
+      const bound = programSizeBound(v);
+      if (bound <= 10 * Math.min(REGEXP_PROGRAM_MAX, left)) effort -= bound;
       if (effort < 0) {
         problems.push(
           `too many or too large regular expressions in one rule: at most ${RULE_REGEXP_PROGRAM_MAX} RE2 instructions in all`,
