@@ -1,7 +1,7 @@
 // `berth rules test`: a dry run of derived-label rules against the cluster's nodes. Writes nothing.
 import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
-import { previewRules } from '../labels/explain.ts';
+import { evictions, previewRules } from '../labels/explain.ts';
 import { clusterRules, localRules } from '../labels/load.ts';
 import { ruleNameOf } from '../labels/decide.ts';
 import type { Rule } from '../labels/types.ts';
@@ -49,8 +49,22 @@ export function rulesCommand(): Command {
         const after = removed.size ? current.rules : [...before, ...candidates];
         const nodes = (await client.list(Resources.nodes)).items;
         const changes = previewRules(nodes, baseline, after);
+        // Pods are read only when a NoExecute taint would appear: they are many, and otherwise moot.
+        const gainsNoExecute = changes.some((n) =>
+          n.changes.some((c) => c.kind === 'taint' && c.after !== undefined && c.key.endsWith(':NoExecute')),
+        );
+        const pods = gainsNoExecute
+          ? (
+              await client.list(Resources.pods, {
+                query: { fieldSelector: 'status.phase!=Succeeded,status.phase!=Failed' },
+              })
+            ).items
+          : [];
+        const evicted = evictions(changes, pods);
         if (o.output === 'json') {
-          process.stdout.write(JSON.stringify({ nodes: nodes.length, changes }, null, 2) + '\n');
+          process.stdout.write(
+            JSON.stringify({ nodes: nodes.length, changes, evictions: evicted }, null, 2) + '\n',
+          );
           return;
         }
         process.stdout.write(
@@ -63,6 +77,18 @@ export function rulesCommand(): Command {
             if (c.before === undefined) process.stdout.write(`  + ${what}=${c.after}  (${c.rule})\n`);
             else if (c.after === undefined) process.stdout.write(`  - ${what}=${c.before}  (${c.rule})\n`);
             else process.stdout.write(`  ~ ${what}: ${c.before} -> ${c.after}  (${c.rule})\n`);
+          }
+        }
+        if (gainsNoExecute) {
+          const count = evicted.reduce((n, e) => n + e.pods.length, 0);
+          const onNodes = new Set(evicted.filter((e) => e.pods.length).map((e) => e.node)).size;
+          process.stdout.write(
+            `${count} pods on ${onNodes} nodes would be evicted by NoExecute taints they do not tolerate\n`,
+          );
+          for (const e of evicted.filter((x) => x.pods.length > 0)) {
+            const shown = e.pods.slice(0, 10).join(', ');
+            const more = e.pods.length > 10 ? ` (+${e.pods.length - 10} more)` : '';
+            process.stdout.write(`  ${e.node} (${e.taint}): ${shown}${more}\n`);
           }
         }
         if (current.errors.length)

@@ -2,36 +2,10 @@
 // DaemonSet's controller does not even create a pod for a node whose taints it does not tolerate).
 // `berth gates tolerate` adds the missing tolerations to a DaemonSet's pod template.
 import { selectorMatches } from '../runtime/selector.ts';
+import { tolerates, tolerationFor, type Toleration } from '../runtime/taints.ts';
 import type { KubeObject } from '../runtime/types.ts';
 import type { JsonPatchOp } from '../runtime/webhook.ts';
 import type { Gate } from './decide.ts';
-
-export interface Toleration {
-  key?: string;
-  operator?: 'Equal' | 'Exists';
-  value?: string;
-  effect?: string;
-  tolerationSeconds?: number;
-}
-
-interface Taint {
-  key: string;
-  value?: string | undefined;
-  effect: string;
-}
-
-/** core/v1 Toleration.ToleratesTaint. */
-export function tolerates(t: Toleration, taint: Taint): boolean {
-  if (t.effect && t.effect !== taint.effect) return false;
-  if (t.key && t.key !== taint.key) return false;
-  if (t.operator === 'Exists') return true;
-  return !!t.key && (t.value ?? '') === (taint.value ?? '');
-}
-
-export const tolerationFor = (taint: Taint): Toleration =>
-  taint.value
-    ? { key: taint.key, operator: 'Equal', value: taint.value, effect: taint.effect }
-    : { key: taint.key, operator: 'Exists', effect: taint.effect };
 
 interface PodTemplateOwner extends KubeObject {
   spec?: {

@@ -36,6 +36,10 @@ interface NodeResult {
   applied: Set<string>;
   /** Rules involved in a conflict on this node, with a description. */
   conflicts: Map<string, string>;
+  /** Rules with an output whose rendered value is invalid on this node, with a description. */
+  invalid: Map<string, string>;
+  /** Rules with an output not set on this node because it reads an input the node lacks. */
+  missing: Set<string>;
 }
 
 type RuleObject = KubeObject & { status?: NodeLabelRuleStatus };
@@ -156,12 +160,14 @@ export class LabelsController {
     }
     const matched = new Set([...decision.matches].filter(([, m]) => m.matched).map(([r]) => r));
     const blocked = new Set([...foreign, ...decision.conflicts.flatMap((c) => c.losers)].map((o) => o.rule));
+    const invalid = new Map<string, string>();
     for (const e of decision.renderErrors) {
       blocked.add(e.rule);
-      conflicts.set(e.rule, e.message);
+      invalid.set(e.rule, `node ${name}: ${e.message}`);
     }
+    const missing = new Set(decision.missingInputs.map((e) => e.rule));
     const applied = new Set([...matched].filter((r) => !blocked.has(r)));
-    this.setResult(name, { matched, applied, conflicts });
+    this.setResult(name, { matched, applied, conflicts, invalid, missing });
   }
 
   private setResult(name: string, r: NodeResult | undefined): void {
@@ -177,7 +183,10 @@ export class LabelsController {
     diff(old?.matched, r?.matched);
     diff(old?.applied, r?.applied);
     diff(new Set(old?.conflicts.keys()), new Set(r?.conflicts.keys()));
+    diff(new Set(old?.invalid.keys()), new Set(r?.invalid.keys()));
+    diff(old?.missing, r?.missing);
     for (const [rule, text] of r?.conflicts ?? []) if (old?.conflicts.get(rule) !== text) touched.add(rule);
+    for (const [rule, text] of r?.invalid ?? []) if (old?.invalid.get(rule) !== text) touched.add(rule);
     for (const rule of touched) {
       if (rule.startsWith('nodelabelrule/'))
         this.statusController.queue.addAfter(rule.slice('nodelabelrule/'.length), 500);
@@ -193,12 +202,17 @@ export class LabelsController {
     const generation = obj.metadata?.generation;
     let matchedNodes = 0;
     let appliedNodes = 0;
+    let missingNodes = 0;
     const conflicts: string[] = [];
+    const invalid: string[] = [];
     for (const r of this.results.values()) {
       if (r.matched.has(ruleName)) matchedNodes++;
       if (r.applied.has(ruleName)) appliedNodes++;
+      if (r.missing.has(ruleName)) missingNodes++;
       const c = r.conflicts.get(ruleName);
       if (c && !conflicts.includes(c)) conflicts.push(c);
+      const i = r.invalid.get(ruleName);
+      if (i) invalid.push(i);
     }
     // Until the first pass over every node is done, the counts are partial: writing them would make
     // the status (and Ready) flap on every restart.
@@ -222,22 +236,27 @@ export class LabelsController {
         ? `${conflicts.slice(0, 3).join(' | ')}${conflicts.length > 3 ? ` (+${conflicts.length - 3} more)` : ''}`
         : '',
     );
-    const ready = errors.length === 0 && conflicts.length === 0 && appliedNodes === matchedNodes;
+    const ready =
+      errors.length === 0 && conflicts.length === 0 && invalid.length === 0 && appliedNodes === matchedNodes;
     const reason = errors.length
       ? 'Invalid'
       : conflicts.length
         ? 'Conflicting'
-        : ready
-          ? 'Applied'
-          : 'Progressing';
-    set(
-      'Ready',
-      ready,
-      reason,
-      ready
-        ? `applied to ${appliedNodes} of ${matchedNodes} matching nodes`
-        : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs`,
-    );
+        : invalid.length
+          ? 'InvalidOutput'
+          : ready
+            ? 'Applied'
+            : 'Progressing';
+    // A skipped output is part of the truth about the rule, Ready or not.
+    const skipped = missingNodes
+      ? `; on ${missingNodes} of them an output reads an input the node lacks and is not set (berth explain node NAME)`
+      : '';
+    const message = ready
+      ? `applied to ${appliedNodes} of ${matchedNodes} matching nodes${skipped}`
+      : invalid.length
+        ? `${invalid.length} of ${matchedNodes} matching nodes skip an output whose rendered value is invalid: ${invalid.slice(0, 3).join(' | ')}`
+        : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs${skipped}`;
+    set('Ready', ready, reason, message.slice(0, 2000));
 
     const status: NodeLabelRuleStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
@@ -257,19 +276,18 @@ export class LabelsController {
     }
   }
 
-  /** Warning events when a rule becomes invalid or conflicting: things a user can fix. */
+  /** Warning events when a rule becomes invalid, conflicting or renders invalid values: things a user can fix. */
   private announceTransitions(obj: RuleObject, before: Condition[] | undefined, after: Condition[]): void {
-    for (const type of ['Invalid', 'Conflicting']) {
+    const warnings: [type: string, when: (c: Condition | undefined) => boolean, reason: string][] = [
+      ['Invalid', (c) => c?.status === 'True', 'InvalidRule'],
+      ['Conflicting', (c) => c?.status === 'True', 'Conflict'],
+      ['Ready', (c) => c?.reason === 'InvalidOutput', 'InvalidOutput'],
+    ];
+    for (const [type, when, reason] of warnings) {
       const b = before?.find((c) => c.type === type);
       const a = after.find((c) => c.type === type)!;
-      if (a.status === 'True' && (b?.status !== 'True' || b.message !== a.message)) {
-        this.events.event(
-          obj,
-          'Warning',
-          type === 'Invalid' ? 'InvalidRule' : 'Conflict',
-          'Reconcile',
-          a.message,
-        );
+      if (when(a) && (!when(b) || b?.message !== a.message)) {
+        this.events.event(obj, 'Warning', reason, 'Reconcile', a.message);
         this.log.warn({ rule: obj.metadata?.name, reason: a.reason }, a.message);
       }
     }

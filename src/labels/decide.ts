@@ -9,17 +9,19 @@ import {
   type NodeState,
 } from '../runtime/nodeapply.ts';
 import type { KubeObject } from '../runtime/types.ts';
-import { validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
+import { validateLabelKey } from '../runtime/selector.ts';
 import {
   isTemplate,
+  literalText,
   matchRule,
-  regex,
+  regexpErrors,
   renderTemplate,
   templateErrors,
   type NodeView,
   type RuleMatch,
 } from './match.ts';
 import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
+import { controlCharacterError, outputValueError, quote } from './values.ts';
 
 // Keys under these domains belong to Kubernetes and its components; a rule must not forge them.
 const RESERVED = /^([a-z0-9-]+\.)*(kubernetes\.io|k8s\.io)\//;
@@ -27,10 +29,10 @@ const ALLOWED_RESERVED = /^(node-role\.kubernetes\.io|node-restriction\.kubernet
 
 function keyErrors(what: string, key: string): string[] {
   const e = validateLabelKey(key);
-  if (e) return [`${what} "${key}": ${e}`];
+  if (e) return [`${what} ${quote(key)}: ${e}`];
   if (RESERVED.test(key) && !ALLOWED_RESERVED.test(key)) {
     return [
-      `${what} "${key}" is in a namespace reserved for Kubernetes (only node-role.kubernetes.io and node-restriction.kubernetes.io are allowed)`,
+      `${what} ${quote(key)} is in a namespace reserved for Kubernetes (only node-role.kubernetes.io and node-restriction.kubernetes.io are allowed)`,
     ];
   }
   return [];
@@ -50,44 +52,58 @@ function termErrors(where: string, t: MatchTerm): string[] {
   if ((t.operator === 'Gt' || t.operator === 'Lt') && (values.length !== 1 || !/^-?\d+$/.test(values[0]!))) {
     errors.push(`${where}: ${t.operator} takes exactly one integer value`);
   }
-  if (t.operator === 'InRegexp') {
-    for (const v of values) {
-      try {
-        regex(v);
-      } catch (e) {
-        errors.push(`${where}: bad regular expression ${JSON.stringify(v)}: ${(e as Error).message}`);
-      }
-    }
-  }
   return errors;
 }
+
+/**
+ * The reasons a value cannot be an output of `kind`: a literal must be a valid value (one
+ * validator for literals and renderings); a template must know its expressions, and its literal
+ * text must hold no control character (every rendering would); the rest is checked per node.
+ */
+function valueErrors(what: string, kind: OutputKind, value: string): string[] {
+  if (!isTemplate(value)) {
+    const e = outputValueError(kind, value);
+    return e ? [`${what} value ${quote(value)}: ${e}`] : [];
+  }
+  const e = controlCharacterError(literalText(value));
+  return [...templateErrors(value), ...(e ? [`value ${quote(value)}: ${e}`] : [])].map(
+    (x) => `${what}: ${x}`,
+  );
+}
+
+const MAX_RULE_OUTPUTS = 128;
 
 /** Checks the outputs and terms of a rule; the reasons it cannot be applied, if any. */
 export function ruleErrors(rule: Rule): string[] {
   const errors: string[] = [];
   if (rule.allOf.length + rule.anyOf.length === 0)
     errors.push('match needs at least one term in allOf or anyOf');
-  rule.allOf.forEach((t, i) => errors.push(...termErrors(`match.allOf[${i}]`, t)));
-  rule.anyOf.forEach((t, i) => errors.push(...termErrors(`match.anyOf[${i}]`, t)));
-  for (const [k, v] of Object.entries(rule.labels)) {
-    errors.push(...keyErrors('label', k));
-    if (isTemplate(v)) errors.push(...templateErrors(v).map((e) => `label "${k}": ${e}`));
-    else {
-      const e = validateLabelValue(v);
-      if (e) errors.push(`label "${k}" value "${v}": ${e}`);
-    }
-  }
-  for (const [k, v] of Object.entries(rule.annotations)) {
-    errors.push(...keyErrors('annotation', k), ...templateErrors(v).map((e) => `annotation "${k}": ${e}`));
-  }
+  const regexps = regexpErrors([...rule.allOf, ...rule.anyOf]);
+  const terms = (group: string, list: MatchTerm[]) =>
+    list.forEach((t, i) => {
+      const where = `match.${group}[${i}]`;
+      errors.push(...termErrors(where, t), ...(regexps.get(t) ?? []).map((e) => `${where}: ${e}`));
+    });
+  terms('allOf', rule.allOf);
+  terms('anyOf', rule.anyOf);
+  for (const [k, v] of Object.entries(rule.labels))
+    errors.push(...keyErrors('label', k), ...valueErrors(`label ${quote(k)}`, 'label', v));
+  for (const [k, v] of Object.entries(rule.annotations))
+    errors.push(...keyErrors('annotation', k), ...valueErrors(`annotation ${quote(k)}`, 'annotation', v));
   for (const t of rule.taints) {
     errors.push(...keyErrors('taint', t.key));
-    const e = t.value ? validateLabelValue(t.value) : undefined;
-    if (e) errors.push(`taint "${t.key}" value "${t.value}": ${e}`);
+    if (isTemplate(t.value ?? '')) errors.push(`taint ${quote(t.key)}: a taint value takes no template`);
+    else errors.push(...valueErrors(`taint ${quote(t.key)}`, 'taint', t.value ?? ''));
   }
   if (Object.keys(rule.labels).length + Object.keys(rule.annotations).length + rule.taints.length === 0) {
     errors.push('a rule sets at least one label, annotation or taint');
   }
+  // Every output is rendered on every matching node at each reconcile; the schema bounds taints only.
+  const outputs = Object.keys(rule.labels).length + Object.keys(rule.annotations).length;
+  if (outputs > MAX_RULE_OUTPUTS)
+    errors.push(
+      `a rule sets at most ${MAX_RULE_OUTPUTS} labels and annotations together; this one sets ${outputs}`,
+    );
   return errors;
 }
 
@@ -113,6 +129,12 @@ export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } 
     taints: spec.taints ?? [],
   };
   const errors = ruleErrors(rule);
+  // Evicting every pod that does not tolerate it is a taint's whole point with NoExecute: only on request.
+  const noExecute = rule.taints.filter((t) => t.effect === 'NoExecute').map((t) => t.key);
+  if (noExecute.length && spec.acknowledgeNoExecute !== true)
+    errors.push(
+      `the NoExecute taint ${noExecute.map((k) => quote(k)).join(', ')} evicts every pod that does not tolerate it from each matching node: set spec.acknowledgeNoExecute: true to mean it (berth rules test counts the pods)`,
+    );
   return errors.length ? { errors } : { rule, errors };
 }
 
@@ -133,6 +155,14 @@ export interface Conflict {
   losers: Output[];
 }
 
+/** An output of a matching rule that is not set on a node, and why. */
+export interface SkippedOutput {
+  rule: string;
+  kind: OutputKind;
+  key: string;
+  message: string;
+}
+
 export interface NodeDecision {
   labels: Record<string, string>;
   annotations: Record<string, string>;
@@ -142,8 +172,10 @@ export interface NodeDecision {
   /** The outputs that won, each with its rule. */
   outputs: Output[];
   conflicts: Conflict[];
-  /** Templated values that rendered to something that is not a valid label value. */
-  renderErrors: { rule: string; key: string; message: string }[];
+  /** Templated values that rendered to something the output does not accept: a problem to fix. */
+  renderErrors: SkippedOutput[];
+  /** Templated values that read an input this node lacks: not set here, by design. */
+  missingInputs: SkippedOutput[];
 }
 
 /**
@@ -159,6 +191,7 @@ export function decide(view: NodeView, rules: Rule[]): NodeDecision {
     outputs: [],
     conflicts: [],
     renderErrors: [],
+    missingInputs: [],
   };
   const claimed = new Map<string, Output>();
   const taints = new Map<string, Taint>();
@@ -182,18 +215,22 @@ export function decide(view: NodeView, rules: Rule[]): NodeDecision {
     const m = matchRule(view, rule);
     d.matches.set(rule.name, m);
     if (!m.matched) continue;
-    for (const [key, tpl] of Object.entries(rule.labels)) {
-      const value = renderTemplate(tpl, view, m.first);
-      const err = validateLabelValue(value);
-      if (err) {
-        d.renderErrors.push({ rule: rule.name, key, message: `label "${key}" rendered "${value}": ${err}` });
-        continue;
+    for (const [kind, values, into] of [
+      ['label', rule.labels, d.labels],
+      ['annotation', rule.annotations, d.annotations],
+    ] as const) {
+      for (const [key, tpl] of Object.entries(values)) {
+        const r = renderTemplate(tpl, view, m.first);
+        const skip = (list: SkippedOutput[], message: string) =>
+          list.push({ rule: rule.name, kind, key, message: `${kind} ${quote(key)}: ${message}` });
+        if ('missing' in r) skip(d.missingInputs, `not set: this node has no input for ${r.missing}`);
+        else if ('error' in r) skip(d.renderErrors, r.error);
+        else {
+          const err = outputValueError(kind, r.value);
+          if (err) skip(d.renderErrors, `rendered ${quote(r.value)}: ${err}`);
+          else if (claim({ kind, key, value: r.value, rule: rule.name })) into[key] = r.value;
+        }
       }
-      if (claim({ kind: 'label', key, value, rule: rule.name })) d.labels[key] = value;
-    }
-    for (const [key, tpl] of Object.entries(rule.annotations)) {
-      const value = renderTemplate(tpl, view, m.first);
-      if (claim({ kind: 'annotation', key, value, rule: rule.name })) d.annotations[key] = value;
     }
     for (const t of rule.taints) {
       if (claim({ kind: 'taint', key: taintId(t), value: t.value ?? '', rule: rule.name }))

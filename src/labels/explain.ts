@@ -1,10 +1,12 @@
 // Read-only answers about derived labels: why a node carries what it carries (explain), and what a
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
+import { tolerates, type Toleration } from '../runtime/taints.ts';
 import type { KubeObject } from '../runtime/types.ts';
 import { nodeState, taintId } from '../runtime/nodeapply.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
-import { nodeView, subjectOf, type NodeView } from './match.ts';
+import { MATCH_INPUT_MAX, nodeView, subjectOf, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
+import { escapeControl, quote } from './values.ts';
 
 function describeTerm(view: NodeView, t: MatchTerm): string {
   const s = subjectOf(t);
@@ -14,8 +16,13 @@ function describeTerm(view: NodeView, t: MatchTerm): string {
       : s.kind === 'annotation'
         ? view.annotations[s.key]
         : view.fields[s.key as keyof NodeView['fields']];
-  const seen = value === undefined ? 'absent' : `"${value}"`;
-  return `${s.kind} ${s.key} ${t.operator}${t.values?.length ? ` [${t.values.join(', ')}]` : ''} (node: ${seen})`;
+  const unread =
+    value !== undefined && value.length > MATCH_INPUT_MAX && ['Gt', 'Lt', 'InRegexp'].includes(t.operator)
+      ? `, longer than the ${MATCH_INPUT_MAX} characters ${t.operator} reads`
+      : '';
+  const seen = value === undefined ? 'absent' : `${quote(value)}${unread}`;
+  const values = t.values?.length ? ` [${t.values.map((v) => escapeControl(v)).join(', ')}]` : '';
+  return `${s.kind} ${s.key} ${t.operator}${values} (node: ${seen})`;
 }
 
 const sourceOf = (r: Rule): string =>
@@ -45,6 +52,7 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
     for (const t of m.terms.filter((t) => t.held))
       out.push(`    matched: ${t.group} ${describeTerm(view, t.term)}`);
     for (const o of outputsOf(name)) out.push(`    sets ${show(o)}`);
+    for (const e of d.missingInputs.filter((e) => e.rule === name)) out.push(`    ${e.message}`);
   }
   for (const c of d.conflicts) {
     out.push(
@@ -131,4 +139,44 @@ export function previewRules(nodes: KubeObject[], current: Rule[], next: Rule[])
       result.push({ node: view.name, changes: changes.sort((a, b) => (a.key < b.key ? -1 : 1)) });
   }
   return result.sort((a, b) => (a.node < b.node ? -1 : 1));
+}
+
+export interface Eviction {
+  node: string;
+  /** The NoExecute taint the node would gain, "key:NoExecute". */
+  taint: string;
+  /** namespace/name of each running pod on the node that does not tolerate it for good. */
+  pods: string[];
+}
+
+interface PodLike extends KubeObject {
+  spec?: { nodeName?: string; tolerations?: Toleration[] };
+  status?: { phase?: string };
+}
+
+/**
+ * The pods that the NoExecute taints gained in `changes` would evict: those bound to the node and
+ * not finished, with no toleration that holds for good (one with tolerationSeconds only delays).
+ */
+export function evictions(changes: NodeChanges[], pods: PodLike[]): Eviction[] {
+  const out: Eviction[] = [];
+  for (const { node, changes: list } of changes) {
+    for (const c of list) {
+      if (c.kind !== 'taint' || c.after === undefined || !c.key.endsWith(':NoExecute')) continue;
+      const taint = { key: c.key.slice(0, -':NoExecute'.length), value: c.after, effect: 'NoExecute' };
+      const evicted = pods.filter(
+        (p) =>
+          p.spec?.nodeName === node &&
+          p.status?.phase !== 'Succeeded' &&
+          p.status?.phase !== 'Failed' &&
+          !(p.spec.tolerations ?? []).some((t) => tolerates(t, taint) && t.tolerationSeconds === undefined),
+      );
+      out.push({
+        node,
+        taint: c.key,
+        pods: evicted.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`),
+      });
+    }
+  }
+  return out;
 }

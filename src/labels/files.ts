@@ -1,14 +1,15 @@
 // k8s-auto-labeller rule files: `<dir>/<namespace>/<label>` lists dependent label keys, one per line,
 // and a node carrying any of them gets `<namespace>/<label>=true`. Parsing is pure; RuleDirSource
 // watches the directory and delivers the compiled rules as a controller Source.
-import { watch, type FSWatcher } from 'node:fs';
-import { readdir, readFile, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { constants, watch, type FSWatcher } from 'node:fs';
+import { open, readdir, realpath, stat } from 'node:fs/promises';
+import { join, sep } from 'node:path';
 import type { Source } from '../runtime/controller.ts';
 import { errorText, type EventHandler } from '../runtime/informer.ts';
 import { rootLogger, type Logger } from '../runtime/log.ts';
 import { validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
 import type { MatchTerm, Rule } from './types.ts';
+import { escapeControl, quote } from './values.ts';
 
 /** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
 export interface FileError {
@@ -17,11 +18,14 @@ export interface FileError {
   message: string;
 }
 
+// File names come from whoever writes the directory: escaped, so that one cannot forge a log line.
 export const formatFileError = (e: FileError): string =>
-  `${e.file}${e.line === undefined ? '' : `:${e.line}`}: ${e.message}`;
+  `${escapeControl(e.file)}${e.line === undefined ? '' : `:${e.line}`}: ${e.message}`;
 
-// Quotes user text for a message; a runaway line must not make a runaway message.
-const quote = (s: string): string => JSON.stringify(s.length > 100 ? `${s.slice(0, 100)}…` : s);
+/** Line errors reported per file: a file of garbage must not flood the log, one line per error. */
+const MAX_LINE_ERRORS = 10;
+/** Every node evaluates every term of every rule: a file's are bounded like a NodeLabelRule's. */
+const MAX_DEPENDENT_LABELS = 1024;
 
 /**
  * Compiles one rule file. A file with any invalid line yields no rule at all: applying the valid
@@ -59,6 +63,11 @@ export function parseRuleFile(
 
   const terms = new Map<string, MatchTerm>();
   let sawLine = false;
+  let unshown = 0;
+  const lineError = (line: number, message: string) => {
+    if (errors.length < MAX_LINE_ERRORS) errors.push({ file: path, line, message });
+    else unshown++;
+  };
   text.split('\n').forEach((raw, i) => {
     const line = raw.trim(); // also drops the '\r' of Windows line endings
     if (line === '' || line.startsWith('#')) return;
@@ -69,20 +78,12 @@ export function parseRuleFile(
     const value = eq < 0 ? undefined : line.slice(eq + 1).trim();
     const keyProblem = validateLabelKey(key);
     if (keyProblem) {
-      errors.push({
-        file: path,
-        line: i + 1,
-        message: `${quote(key)} is not a valid label key: ${keyProblem}`,
-      });
+      lineError(i + 1, `${quote(key)} is not a valid label key: ${keyProblem}`);
       return;
     }
     const valueProblem = value === undefined ? undefined : validateLabelValue(value);
     if (valueProblem) {
-      errors.push({
-        file: path,
-        line: i + 1,
-        message: `${quote(value ?? '')} is not a valid label value: ${valueProblem}`,
-      });
+      lineError(i + 1, `${quote(value ?? '')} is not a valid label value: ${valueProblem}`);
       return;
     }
     const term: MatchTerm =
@@ -91,8 +92,14 @@ export function parseRuleFile(
         : { label: key, operator: 'In', values: [value] };
     terms.set(JSON.stringify(term), term);
   });
+  if (unshown > 0) errors.push({ file: path, message: `and ${unshown} more invalid lines` });
   if (!sawLine)
     errors.push({ file: path, message: 'declares no dependent labels: list one label key per line' });
+  if (terms.size > MAX_DEPENDENT_LABELS)
+    errors.push({
+      file: path,
+      message: `declares ${terms.size} dependent labels; a rule file declares at most ${MAX_DEPENDENT_LABELS}`,
+    });
   if (errors.length > 0) return { errors };
 
   // Fields in a fixed order: RuleDirSource compares rules by their JSON.
@@ -144,13 +151,19 @@ async function attempt<T>(
   }
 }
 
-/** Reads every rule file under `dir` (`dir/<namespace>/<label>`, symlinks followed); sorted by rule name. */
+/**
+ * Reads every rule file under `dir` (`dir/<namespace>/<label>`); sorted by rule name. Symbolic
+ * links are followed only while they stay inside the directory (a ConfigMap volume's `..data`
+ * layout does): one that leads out is an error naming the link, and nothing of its target is read.
+ */
 export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors: FileError[] }> {
   const rules: Rule[] = [];
   const errors: FileError[] = [];
+  let root: string;
   let namespaces: string[];
   try {
-    namespaces = await readdir(dir);
+    root = await realpath(dir);
+    namespaces = await readdir(root);
   } catch (e) {
     const reason = fsReason(e);
     const hint = reason === 'does not exist' ? '; its rules apply once it is created' : '';
@@ -158,37 +171,73 @@ export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors:
   }
   const layout = `rule files go in ${join(dir, '<namespace>', '<label>')}, e.g. ${join(dir, 'accelerators', 'edgetpu')}`;
 
+  /** Where `path` really is, if that is inside the directory; otherwise an error on `path`. */
+  const inside = async (path: string): Promise<string | undefined> => {
+    const real = await attempt(realpath(path), path, 'cannot read', errors);
+    if (real === undefined) return undefined;
+    if (real === root || real.startsWith(root + sep)) return real;
+    errors.push({
+      file: path,
+      message: 'is a symbolic link that leads out of the rule directory: only links within it are followed',
+    });
+    return undefined;
+  };
+
   const readRule = async (namespace: string, label: string): Promise<void> => {
     const file = join(dir, namespace, label);
-    const st = await attempt(stat(file), file, 'cannot read', errors);
-    if (!st) return;
-    const problem = st.isDirectory()
-      ? `is a directory: ${layout}`
-      : !st.isFile()
-        ? 'is not a regular file'
-        : st.size > MAX_FILE_BYTES
-          ? `is ${st.size} bytes; a rule file is at most ${MAX_FILE_BYTES}`
-          : undefined;
-    if (problem) {
-      errors.push({ file, message: problem });
-      return;
+    const real = await inside(file);
+    if (real === undefined) return;
+    // The resolved path, opened without following a link put there since: what was checked is what is read.
+    const handle = await attempt(
+      open(real, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK),
+      file,
+      'cannot read',
+      errors,
+    );
+    if (!handle) return;
+    try {
+      const st = await handle.stat();
+      const problem = st.isDirectory()
+        ? `is a directory: ${layout}`
+        : !st.isFile()
+          ? 'is not a regular file'
+          : st.size > MAX_FILE_BYTES
+            ? `is ${st.size} bytes; a rule file is at most ${MAX_FILE_BYTES}`
+            : undefined;
+      if (problem) {
+        errors.push({ file, message: problem });
+        return;
+      }
+      // One byte more than stat said: a file that grew since is noticed, and never read past the bound.
+      const buf = Buffer.alloc(st.size + 1);
+      let size = 0;
+      for (let n = -1; n !== 0 && size < buf.length; size += n)
+        n = (await handle.read(buf, size, buf.length - size, size)).bytesRead;
+      if (size > st.size) {
+        errors.push({ file, message: 'changed while being read; it is read again on its next change' });
+        return;
+      }
+      const parsed = parseRuleFile(file, namespace, label, buf.subarray(0, size));
+      if (parsed.rule) rules.push(parsed.rule);
+      errors.push(...parsed.errors);
+    } catch (e) {
+      errors.push({ file, message: `cannot read: ${fsReason(e)}` });
+    } finally {
+      await handle.close();
     }
-    const content = await attempt(readFile(file), file, 'cannot read', errors);
-    if (!content) return;
-    const parsed = parseRuleFile(file, namespace, label, content);
-    if (parsed.rule) rules.push(parsed.rule);
-    errors.push(...parsed.errors);
   };
 
   const readNamespace = async (namespace: string): Promise<void> => {
     const path = join(dir, namespace);
-    const st = await attempt(stat(path), path, 'cannot read', errors);
+    const real = await inside(path);
+    if (real === undefined) return;
+    const st = await attempt(stat(real), path, 'cannot read', errors);
     if (!st) return;
     if (!st.isDirectory()) {
       errors.push({ file: path, message: `is not in a namespace directory: ${layout}` });
       return;
     }
-    const labels = await attempt(readdir(path), path, 'cannot read directory', errors);
+    const labels = await attempt(readdir(real), path, 'cannot read directory', errors);
     await Promise.all((labels ?? []).filter((n) => !ignored(n)).map((label) => readRule(namespace, label)));
   };
 

@@ -33,7 +33,8 @@ const matchTerm = k8s(
       .enum(OPERATORS)
       .describe(
         'In / NotIn: the value is (not) one of values. Exists / DoesNotExist: the key is (not) present. ' +
-          'Gt / Lt: the value, an integer, is greater / less than the single value. InRegexp: the value matches one of the regular expressions in values.',
+          'Gt / Lt: the value, an integer, is greater / less than the single value. InRegexp: the value matches one of the regular expressions (RE2 syntax) in values. ' +
+          'Gt, Lt and InRegexp never hold for a value longer than 1024 characters.',
       ),
     values: z.array(z.string().max(1024)).max(64).optional(),
   }),
@@ -91,6 +92,12 @@ export const nodeLabelRuleSpec = k8s(
       .max(16)
       .optional()
       .describe('Taints to set on matching nodes. Opt-in: a rule without taints never taints.'),
+    acknowledgeNoExecute: z
+      .boolean()
+      .optional()
+      .describe(
+        'Must be true for a rule with a NoExecute taint, which evicts every pod that does not tolerate it from each matching node (berth rules test counts them).',
+      ),
   }),
   {
     'x-kubernetes-validations': [
@@ -101,6 +108,11 @@ export const nodeLabelRuleSpec = k8s(
       {
         rule: '(has(self.labels) && size(self.labels) > 0) || (has(self.annotations) && size(self.annotations) > 0) || (has(self.taints) && size(self.taints) > 0)',
         message: 'a rule sets at least one label, annotation or taint',
+      },
+      {
+        rule: "!has(self.taints) || !self.taints.exists(t, t.effect == 'NoExecute') || (has(self.acknowledgeNoExecute) && self.acknowledgeNoExecute)",
+        message:
+          'a NoExecute taint evicts every pod that does not tolerate it from each matching node: set acknowledgeNoExecute: true to mean it',
       },
     ],
   },

@@ -1,9 +1,11 @@
 // Derived node labels against the real apiserver. Each test runs its own labels controller (one at a
 // time: they share Berth's field manager) and uses its own node names and label keys.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
@@ -12,7 +14,15 @@ import { hasCondition } from '../../src/runtime/conditions.ts';
 import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/kube.ts';
 import { Manager } from '../../src/runtime/manager.ts';
 import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import { addNodes, deleteNodes, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import {
+  addNodes,
+  createNamespace,
+  deleteNamespace,
+  deleteNodes,
+  podManifest,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -387,6 +397,13 @@ describe('derived node labels', () => {
         /exactly one of label/,
       ],
       [{ match: {}, labels: { x: 'y' } }, /at least one term/],
+      [
+        {
+          match: { anyOf: [{ label: 'a', operator: 'Exists' }] },
+          taints: [{ key: 'example.com/drain', effect: 'NoExecute' }],
+        },
+        /set acknowledgeNoExecute: true/,
+      ],
     ] as const) {
       await assert.rejects(
         bad(spec),
@@ -409,6 +426,163 @@ describe('derived node labels', () => {
         (await eventsFor(p)).some((e) => e.type === 'Warning' && e.reason === 'InvalidRule'),
       );
     });
+  });
+
+  test('outputs tell the truth: a missing template input sets nothing, an invalid rendering is reported', async () => {
+    const p = uniqueName('truth');
+    const src = `${p}.example.com/src`;
+    const [full, bare, multiline] = await nodes(p, 3, { [src]: '1' });
+    await client.patch(
+      Resources.nodes,
+      full!,
+      {
+        metadata: {
+          labels: { [`${p}.example.com/zone`]: 'z1' },
+          annotations: { [`${p}.example.com/note`]: 'one line' },
+        },
+      },
+      { fieldManager: 'test-admin' },
+    );
+    await client.patch(
+      Resources.nodes,
+      multiline!,
+      {
+        metadata: {
+          labels: { [`${p}.example.com/zone`]: 'z2' },
+          annotations: { [`${p}.example.com/note`]: 'line one\nline two' },
+        },
+      },
+      { fieldManager: 'test-admin' },
+    );
+    const zone = `${p}.example.com/zone-copy`;
+    const note = `${p}.example.com/note-copy`;
+    await withController({}, async () => {
+      await applyRule(p, {
+        match: { allOf: [{ label: src, operator: 'Exists' }] },
+        labels: { [zone]: `{{ label "${p}.example.com/zone" }}` },
+        annotations: { [note]: `{{ annotation "${p}.example.com/note" }}` },
+      });
+      await waitFor('the full node carries both copies', async () => {
+        const n = await client.get(Resources.nodes, full!);
+        return n.metadata?.labels?.[zone] === 'z1' && n.metadata?.annotations?.[note] === 'one line';
+      });
+      await waitFor('the multi-line note is not copied; its zone is', async () => {
+        const n = await client.get(Resources.nodes, multiline!);
+        return n.metadata?.labels?.[zone] === 'z2' && !(note in (n.metadata?.annotations ?? {}));
+      });
+      // A missing input sets nothing: not an empty label (the issue's probe/missing="").
+      const b = await client.get(Resources.nodes, bare!);
+      assert.equal(b.metadata?.labels?.[zone], undefined);
+      assert.equal(b.metadata?.annotations?.[note], undefined);
+
+      const s = await waitFor(
+        'Ready=False, InvalidOutput, naming the node and the value',
+        async () => {
+          const st = await ruleStatus(p);
+          const ready = (
+            st?.['conditions'] as { type: string; reason: string; message: string }[] | undefined
+          )?.find((c) => c.type === 'Ready');
+          return ready?.reason === 'InvalidOutput' ? ready : undefined;
+        },
+        { observe: () => ruleStatus(p) },
+      );
+      assert.match(
+        s.message,
+        new RegExp(
+          `node ${multiline}: annotation "${note}": rendered "line one\\\\nline two": must not contain control characters`,
+        ),
+      );
+      await waitFor('an InvalidOutput Warning event', async () =>
+        (await eventsFor(p)).some((e) => e.type === 'Warning' && e.reason === 'InvalidOutput'),
+      );
+      // Retried: a CRD another test file re-applies can answer 429 for a moment.
+      const explain = await waitFor('berth explain node', () =>
+        promisify(execFile)(process.execPath, [
+          'src/cli/main.ts',
+          'explain',
+          'node',
+          bare!,
+          '--kubeconfig',
+          sandbox.kubeconfigPath,
+        ]),
+      );
+      assert.match(
+        explain.stdout,
+        new RegExp(
+          `label "${zone}": not set: this node has no input for \\{\\{ label "${p}.example.com/zone" }}`,
+        ),
+      );
+
+      // A single-line note is copied and the rule becomes Ready; its message still counts the bare node.
+      await client.patch(
+        Resources.nodes,
+        multiline!,
+        { metadata: { annotations: { [`${p}.example.com/note`]: 'fixed' } } },
+        { fieldManager: 'test-admin' },
+      );
+      await waitFor('Ready once every rendering is valid', async () =>
+        hasCondition({ status: await ruleStatus(p) }, 'Ready'),
+      );
+      const ready = ((await ruleStatus(p))?.['conditions'] as { type: string; message: string }[]).find(
+        (c) => c.type === 'Ready',
+      );
+      assert.match(ready!.message, /on 1 of them an output reads an input the node lacks and is not set/);
+    });
+  });
+
+  test('berth rules test counts the pods a NoExecute taint would evict, and writes nothing', async () => {
+    const p = uniqueName('evict');
+    const ns = await createNamespace(client, p);
+    const [n] = await nodes(p, 1, { [`${p}.example.com/drain`]: 'yes' });
+    const pod = (name: string, tolerations?: unknown[]) =>
+      client.create(
+        Resources.pods,
+        podManifest({ name, namespace: ns, nodeName: n!, ...(tolerations ? { tolerations } : {}) }),
+      );
+    await pod('plain');
+    await pod('tolerant', [{ key: `${p}.example.com/drain`, operator: 'Exists', effect: 'NoExecute' }]);
+    const dir = mkdtempSync(join(tmpdir(), 'berth-evict-'));
+    const file = join(dir, 'drain.yaml');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        apiVersion: NodeLabelRule.apiVersion,
+        kind: 'NodeLabelRule',
+        metadata: { name: p },
+        spec: {
+          match: { allOf: [{ label: `${p}.example.com/drain`, operator: 'Exists' }] },
+          taints: [{ key: `${p}.example.com/drain`, effect: 'NoExecute' }],
+          acknowledgeNoExecute: true,
+        },
+      }),
+    );
+    try {
+      const run = (...args: string[]) =>
+        promisify(execFile)(process.execPath, [
+          'src/cli/main.ts',
+          'rules',
+          'test',
+          file,
+          '--kubeconfig',
+          sandbox.kubeconfigPath,
+          ...args,
+        ]);
+      const json = JSON.parse((await run('-o', 'json')).stdout) as { evictions: unknown };
+      assert.deepEqual(json.evictions, [
+        { node: n, taint: `${p}.example.com/drain:NoExecute`, pods: [`${ns}/plain`] },
+      ]);
+      assert.match(
+        (await run()).stdout,
+        new RegExp(
+          `1 pods on 1 nodes would be evicted .*\\n  ${n} \\(${p}.example.com/drain:NoExecute\\): ${ns}/plain\\n`,
+        ),
+      );
+      const taints = ((await client.get(Resources.nodes, n!))['spec'] as { taints?: unknown[] }).taints ?? [];
+      assert.deepEqual(taints, [], 'a dry run writes nothing');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      await deleteNamespace(client, ns);
+    }
   });
 
   test('a restart removes and re-adds nothing: zero node writes, counted through a watch', async () => {

@@ -1,14 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseGates } from '../../../src/gates/decide.ts';
-import {
-  gatesWaitingFor,
-  missingTolerations,
-  tolerates,
-  tolerationFor,
-  tolerationsPatch,
-  type Toleration,
-} from '../../../src/gates/tolerate.ts';
+import { gatesWaitingFor, missingTolerations, tolerationsPatch } from '../../../src/gates/tolerate.ts';
+import { tolerates, tolerationFor, type Toleration } from '../../../src/runtime/taints.ts';
 import type { KubeObject } from '../../../src/runtime/types.ts';
 import { applyPatch, gateObj, TAINT_KEY } from './fixtures.ts';
 

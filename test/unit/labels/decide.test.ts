@@ -2,10 +2,11 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { compileRule, decide, planApply, ruleErrors } from '../../../src/labels/decide.ts';
 import { nodeState as ownedState } from '../../../src/runtime/nodeapply.ts';
-import { explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
+import { evictions, explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
 import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
 import { parseRuleFile } from '../../../src/labels/files.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from '../../../src/labels/types.ts';
+import type { Toleration } from '../../../src/runtime/taints.ts';
 import type { KubeObject } from '../../../src/runtime/types.ts';
 
 const view = (
@@ -93,11 +94,20 @@ describe('terms', () => {
       key: 'vendor/gpu',
       value: 'T4',
     };
-    assert.equal(renderTemplate('{{ .match.value }}-{{field "architecture"}}', v, first), 'T4-arm64');
-    assert.equal(
+    assert.deepEqual(renderTemplate('{{ .match.value }}-{{field "architecture"}}', v, first), {
+      value: 'T4-arm64',
+    });
+    assert.deepEqual(renderTemplate('{{ label "vendor/gpu" }}/{{ annotation "zone" }}', v, first), {
+      value: 'T4/z1',
+    });
+    // A missing input renders nothing at all, not an empty string: the output is not set.
+    assert.deepEqual(
       renderTemplate('{{ label "vendor/gpu" }}/{{ annotation "zone" }}/{{ label "missing" }}', v, first),
-      'T4/z1/',
+      { missing: '{{ label "missing" }}' },
     );
+    assert.deepEqual(renderTemplate('{{ field "kernelVersion" }}', v, first), {
+      missing: '{{ field "kernelVersion" }}',
+    });
   });
 });
 
@@ -191,6 +201,15 @@ describe('rule validation', () => {
     ],
     ['an unknown template', { ...base.spec, labels: { x: '{{ .nope }}' } }, /unknown template expression/],
     ['no terms', { ...base.spec, match: {} }, /at least one term/],
+    [
+      'too many outputs',
+      {
+        ...base.spec,
+        labels: Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`example.com/l${i}`, 'x'])),
+        annotations: Object.fromEntries(Array.from({ length: 29 }, (_, i) => [`example.com/a${i}`, 'x'])),
+      },
+      /a rule sets at most 128 labels and annotations together; this one sets 129/,
+    ],
   ] as const) {
     test(`rejects ${why}`, () => {
       const c = compileRule({ ...base, spec });
@@ -347,5 +366,175 @@ describe('explain and dry run', () => {
       lines,
       /nodelabelrule\/arm: allOf field architecture In \[arm64\] \(node: absent\) does not hold/,
     );
+  });
+});
+
+describe('outputs tell the truth', () => {
+  const base = {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'NodeLabelRule',
+    metadata: { name: 'r' },
+    spec: { match: { anyOf: [{ label: 'a', operator: 'Exists' }] }, labels: { 'example.com/x': 'true' } },
+  };
+  const errorsOf = (spec: unknown) =>
+    compileRule({ ...base, spec: { ...base.spec, ...(spec as object) } }).errors;
+
+  test('a literal value invalid for its output makes the rule Invalid, for annotations and taints too', () => {
+    assert.match(
+      errorsOf({ annotations: { 'example.com/n': 'a\nb' } }).join('\n'),
+      /annotation "example.com\/n" value "a\\nb": must not contain control characters/,
+    );
+    assert.match(
+      errorsOf({ labels: { 'example.com/x': 'a\nb' } }).join('\n'),
+      /label "example.com\/x" value "a\\nb"/,
+    );
+    assert.match(
+      errorsOf({ taints: [{ key: 'example.com/t', value: 'a b', effect: 'NoSchedule' }] }).join('\n'),
+      /taint "example.com\/t" value "a b": must be empty or consist of/,
+    );
+    assert.match(
+      errorsOf({
+        taints: [{ key: 'example.com/t', value: '{{ .match.value }}', effect: 'NoSchedule' }],
+      }).join('\n'),
+      /taint value takes no template/,
+    );
+    assert.deepEqual(
+      errorsOf({ annotations: { 'example.com/n': 'arch {{ field "architecture" }}, "ok"' } }),
+      [],
+    );
+  });
+
+  test("a template's literal text with a line break is Invalid for every output kind", () => {
+    assert.match(
+      errorsOf({ annotations: { 'example.com/n': 'x\n{{ .match.value }}' } }).join('\n'),
+      /annotation "example.com\/n": value "x\\n\{\{ .match.value }}": must not contain control characters/,
+    );
+  });
+
+  test('messages quote user text bounded and escaped', () => {
+    const errors = errorsOf({ labels: { [`bad key\n${'k'.repeat(500)}`]: 'v' } }).join('\n');
+    assert.doesNotMatch(errors, /\n/);
+    assert.ok(errors.length < 400, errors);
+  });
+
+  const copy = rule('nodelabelrule/copy', {
+    anyOf: [{ label: 'src', operator: 'Exists' }],
+    labels: { 'example.com/zone': '{{ label "zone" }}', 'example.com/fixed': 'yes' },
+    annotations: { 'example.com/note': '{{ annotation "note" }}' },
+  });
+
+  test('a template with a missing input sets nothing on that node, not an empty value, and says why', () => {
+    const d = decide(view({ src: '1' }), [copy]);
+    assert.deepEqual(d.labels, { 'example.com/fixed': 'yes' });
+    assert.deepEqual(d.annotations, {});
+    assert.deepEqual(
+      d.missingInputs.map((m) => [m.kind, m.key, m.message]),
+      [
+        [
+          'label',
+          'example.com/zone',
+          'label "example.com/zone": not set: this node has no input for {{ label "zone" }}',
+        ],
+        [
+          'annotation',
+          'example.com/note',
+          'annotation "example.com/note": not set: this node has no input for {{ annotation "note" }}',
+        ],
+      ],
+    );
+    assert.deepEqual(d.renderErrors, []);
+    const lines = explainNodeLabels({ metadata: { name: 'n1', labels: { src: '1' } } }, [copy]).join('\n');
+    assert.match(
+      lines,
+      /nodelabelrule\/copy[^\n]*\n(.*\n)*\s+label "example.com\/zone": not set: this node has no input for \{\{ label "zone" }}/,
+    );
+  });
+
+  test('a rendered value invalid for its output is skipped on that node and reported, for annotations too', () => {
+    const d = decide(view({ src: '1', zone: 'z1' }, {}, { note: 'line one\nline two' }), [copy]);
+    assert.deepEqual(d.labels, { 'example.com/zone': 'z1', 'example.com/fixed': 'yes' });
+    assert.deepEqual(d.annotations, {});
+    assert.deepEqual(
+      d.renderErrors.map((e) => e.message),
+      [
+        'annotation "example.com/note": rendered "line one\\nline two": must not contain control characters or line breaks (found "\\n")',
+      ],
+    );
+    const lines = explainNodeLabels(
+      { metadata: { name: 'n1', labels: { src: '1', zone: 'z1' }, annotations: { note: 'a\nb' } } },
+      [copy],
+    ).join('\n');
+    assert.match(lines, /held back: nodelabelrule\/copy: annotation "example.com\/note": rendered "a\\nb"/);
+  });
+});
+
+describe('NoExecute needs an acknowledgement', () => {
+  const spec = {
+    match: { anyOf: [{ label: 'a', operator: 'Exists' }] },
+    taints: [{ key: 'example.com/drain', effect: 'NoExecute' }],
+  };
+  const compile = (s: object) =>
+    compileRule({
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'NodeLabelRule',
+      metadata: { name: 'r' },
+      spec: s,
+    });
+  test('a NoExecute taint without acknowledgeNoExecute: true is Invalid, naming the field', () => {
+    assert.match(
+      compile(spec).errors.join('\n'),
+      /NoExecute taint "example.com\/drain" evicts .* set spec.acknowledgeNoExecute: true/,
+    );
+    assert.match(compile({ ...spec, acknowledgeNoExecute: false }).errors.join('\n'), /acknowledgeNoExecute/);
+  });
+  test('with it, the rule compiles; NoSchedule needs nothing', () => {
+    assert.deepEqual(compile({ ...spec, acknowledgeNoExecute: true }).errors, []);
+    assert.deepEqual(
+      compile({ ...spec, taints: [{ key: 'example.com/drain', effect: 'NoSchedule' }] }).errors,
+      [],
+    );
+  });
+});
+
+describe('dry run: pods a NoExecute taint would evict', () => {
+  const drain = rule('nodelabelrule/drain', {
+    anyOf: [{ label: 'drain', operator: 'Exists' }],
+    taints: [{ key: 'example.com/drain', value: 'now', effect: 'NoExecute' }],
+  });
+  const soft = rule('nodelabelrule/soft', {
+    anyOf: [{ label: 'drain', operator: 'Exists' }],
+    taints: [{ key: 'example.com/soft', effect: 'NoSchedule' }],
+  });
+  const nodes: KubeObject[] = [
+    { metadata: { name: 'a', labels: { drain: '' } } },
+    { metadata: { name: 'b', labels: {} } },
+  ];
+  const pod = (name: string, nodeName: string, tolerations: Toleration[] = [], phase = 'Running') => ({
+    metadata: { name, namespace: 'ns' },
+    spec: { nodeName, tolerations },
+    status: { phase },
+  });
+  const pods = [
+    pod('plain', 'a'),
+    pod('elsewhere', 'b'),
+    pod('done', 'a', [], 'Succeeded'),
+    pod('tolerates', 'a', [{ key: 'example.com/drain', operator: 'Exists', effect: 'NoExecute' }]),
+    pod('tolerates-all', 'a', [{ operator: 'Exists' }]),
+    pod('other-value', 'a', [
+      { key: 'example.com/drain', operator: 'Equal', value: 'later', effect: 'NoExecute' },
+    ]),
+    pod('for-a-while', 'a', [{ key: 'example.com/drain', operator: 'Exists', tolerationSeconds: 60 }]),
+  ];
+  test('counts the running pods on nodes gaining the taint that do not tolerate it for good', () => {
+    assert.deepEqual(evictions(previewRules(nodes, [], [drain, soft]), pods), [
+      {
+        node: 'a',
+        taint: 'example.com/drain:NoExecute',
+        pods: ['ns/plain', 'ns/other-value', 'ns/for-a-while'],
+      },
+    ]);
+  });
+  test('a taint the node already has from the rules evicts nothing new', () => {
+    assert.deepEqual(evictions(previewRules(nodes, [drain], [drain, soft]), pods), []);
   });
 });

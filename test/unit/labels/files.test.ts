@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHook } from 'node:async_hooks';
+import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +13,7 @@ import {
   type FileError,
   type RuleDirSourceOptions,
 } from '../../../src/labels/files.ts';
+import { controlCharacterError } from '../../../src/labels/values.ts';
 import { validateLabelKey, validateLabelValue } from '../../../src/runtime/selector.ts';
 import type { Rule } from '../../../src/labels/types.ts';
 import { holdsFor, waitFor } from '../../helpers/wait.ts';
@@ -169,6 +171,28 @@ describe('parseRuleFile', () => {
     ]);
   });
 
+  test('a file of garbage gives ten line errors and a count, not one per line', () => {
+    const { rule, errors } = parse('Not A Key!\n'.repeat(5000));
+    assert.equal(rule, undefined);
+    assert.equal(errors.length, 11);
+    assert.deepEqual(
+      errors.slice(9).map((e) => [e.line, e.message.slice(0, 14)]),
+      [
+        [10, '"Not A Key!" i'],
+        [undefined, 'and 4990 more '],
+      ],
+    );
+  });
+
+  test('at most 1024 dependent labels per file', () => {
+    const keys = (n: number) => Array.from({ length: n }, (_, i) => `example.com/k${i}`).join('\n');
+    assert.equal(parse(keys(1024)).rule?.anyOf.length, 1024);
+    assert.deepEqual(
+      parse(keys(1025)).errors.map((e) => e.message),
+      ['declares 1025 dependent labels; a rule file declares at most 1024'],
+    );
+  });
+
   test('a very long bad line gives a bounded message', () => {
     const { errors } = parse('x'.repeat(100_000));
     assert.ok((errors[0]?.message.length ?? 0) < 400);
@@ -284,6 +308,94 @@ describe('scanRuleDir', () => {
     assert.deepEqual(
       rules.map((r) => [r.name, r.source]),
       [['file:accelerators/edgetpu', { kind: 'File', path: join(dir, 'accelerators/edgetpu') }]],
+    );
+  });
+});
+
+describe('scanRuleDir: files stay in their directory', () => {
+  const SECRET = 'root:*:19000:0:99999:7:::\nnot a label key either\n';
+
+  /** A directory with a secret outside the rule directory, which a link may point at. */
+  async function outside(t: TestContext): Promise<{ dir: string; secretDir: string; secret: string }> {
+    const base = await tempDir(t);
+    const dir = join(base, 'rules');
+    const secretDir = join(base, 'etc');
+    await writeTree(base, { 'etc/shadow': SECRET, 'rules/accelerators/edgetpu': EDGETPU });
+    return { dir, secretDir, secret: join(secretDir, 'shadow') };
+  }
+
+  test('a file link that leaves the directory is rejected, naming the link and nothing of its target', async (t) => {
+    const { dir, secret } = await outside(t);
+    await symlink(secret, join(dir, 'accelerators/shadow'));
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.deepEqual(
+      rules.map((r) => r.name),
+      ['file:accelerators/edgetpu'],
+    );
+    assert.deepEqual(errors, [
+      {
+        file: join(dir, 'accelerators/shadow'),
+        message: 'is a symbolic link that leads out of the rule directory: only links within it are followed',
+      },
+    ]);
+    assert.doesNotMatch(JSON.stringify(errors), /root|etc/);
+  });
+
+  test('a namespace link that leaves the directory is not listed, nor are relative escapes', async (t) => {
+    const { dir, secretDir } = await outside(t);
+    await symlink(secretDir, join(dir, 'etc.example.com'));
+    await symlink('../../etc/shadow', join(dir, 'accelerators/relative'));
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.deepEqual(
+      rules.map((r) => r.name),
+      ['file:accelerators/edgetpu'],
+    );
+    assert.deepEqual(
+      errors.map((e) => [e.file.slice(dir.length + 1), /leads out of the rule directory/.test(e.message)]),
+      [
+        ['accelerators/relative', true],
+        ['etc.example.com', true],
+      ],
+    );
+    assert.doesNotMatch(JSON.stringify(errors), /root/);
+  });
+
+  test('links within the directory are followed, also through a linked rule directory', async (t) => {
+    const { dir } = await outside(t);
+    await mkdir(join(dir, 'gpu.example.com'));
+    await symlink('../accelerators/edgetpu', join(dir, 'gpu.example.com/edgetpu'));
+    const via = join(dir, '..', 'via-link');
+    await symlink(dir, via);
+    for (const root of [dir, via]) {
+      const { rules, errors } = await scanRuleDir(root);
+      assert.deepEqual(errors, []);
+      assert.deepEqual(
+        rules.map((r) => r.name),
+        ['file:accelerators/edgetpu', 'file:gpu.example.com/edgetpu'],
+      );
+    }
+  });
+
+  test('a FIFO is not a rule file, and does not hang the scan', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    const r = spawnSync('mkfifo', [join(dir, 'accelerators/fifo')]);
+    if (r.status !== 0) return t.skip('mkfifo is not available');
+    const { rules, errors } = await scanRuleDir(dir);
+    assert.equal(rules.length, 1);
+    assert.deepEqual(errors, [{ file: join(dir, 'accelerators/fifo'), message: 'is not a regular file' }]);
+  });
+
+  test('an offending line is quoted bounded and escaped, and so is a hostile file name', async () => {
+    const { errors } = parse(`a.org/x\n${'\u001b[31m'.repeat(3)}Bad\u2028${'y'.repeat(500)}\n`);
+    assert.equal(errors.length, 1);
+    const m = errors[0]!.message;
+    assert.equal(controlCharacterError(m), undefined, m);
+    assert.ok(m.startsWith('"\\u001b[31m'), m);
+    assert.ok(m.length < 64 * 7 + 100, m);
+    assert.equal(
+      formatFileError({ file: '/rules/ns/evil\n{"level":50}', line: 1, message: 'x' }),
+      '/rules/ns/evil\\u000a{"level":50}:1: x',
     );
   });
 });
