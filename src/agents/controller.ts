@@ -15,9 +15,10 @@ import { BurstHold, NodeWriter } from '../runtime/nodeapply.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
 import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/types.ts';
 import type { WebhookSpec } from '../runtime/webhooks.ts';
-import { claimedOwners, decideNode, podFinished, type Placement } from './decide.ts';
+import { claimedOwners, decideNode, placementKeys, podFinished, type Placement } from './decide.ts';
 import { podMutatingHandler } from './inject.ts';
 import {
+  AGENT_KEYS,
   AgentPlacement,
   FIELD_MANAGER,
   FINALIZER_FIELD_MANAGER,
@@ -63,6 +64,16 @@ export class AgentsController {
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
   private readonly firstPass = new FirstPass();
   private readonly parsedPlacements: () => (Placement & { obj: PlacementObject })[];
+  /** Bumped when what higher-ranked capabilities own changes: placements are checked again. */
+  private ownershipVersion = 0;
+  private checked:
+    | {
+        parsed: unknown;
+        version: number;
+        valid: (Placement & { obj: PlacementObject })[];
+        invalid: Map<string, string>;
+      }
+    | undefined;
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -88,7 +99,10 @@ export class AgentsController {
         for (const n of names) this.nodeController.queue.add(n);
       },
     });
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, { burst: this.burst });
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
+      breaker: manager.nodeWrites,
+      burst: this.burst,
+    });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
     this.parsedPlacements = this.placementObjects.derive((objs) =>
       objs.flatMap((obj) => {
@@ -100,6 +114,23 @@ export class AgentsController {
         return parsed.success ? [{ name: obj.metadata!.name!, spec: parsed.data.spec, obj }] : [];
       }),
     );
+    // One owner per key: a placement whose label or claims are a gate's keys is Invalid; the keys of
+    // the others are this capability's, which derived-label rules may not write.
+    manager.keys.declare('agents', AGENT_KEYS, (signal) => this.placementObjects.waitForSync(signal));
+    const outranked = (c: { rank: number }) => c.rank < AGENT_KEYS.rank;
+    const claim = () =>
+      manager.keys.claim(
+        'agents',
+        this.placements().flatMap((p) => placementKeys(p)),
+      );
+    this.placementObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
+    manager.keys.addEventHandler({
+      onUpdate: (c) => {
+        if (!outranked(c)) return;
+        this.ownershipVersion++;
+        claim();
+      },
+    });
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
     this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });
@@ -131,6 +162,7 @@ export class AgentsController {
       )
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.placementObjects, allNodes, generationChanged)
+      .watch(manager.keys, (c) => (outranked(c) ? allNodes() : []))
       .watch(
         this.namespaces,
         (ns) => nodesOfPods(this.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
@@ -152,7 +184,9 @@ export class AgentsController {
       workers: 2,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    }).watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged);
+    })
+      .watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged)
+      .watch(manager.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
 
     this.finalizerController = new Controller({
       name: 'agents-finalizer',
@@ -180,7 +214,25 @@ export class AgentsController {
 
   /** The valid placements, parsed from the cache (the CRD schema already rejected most mistakes). */
   placements(): (Placement & { obj: PlacementObject })[] {
-    return this.parsedPlacements();
+    return this.checkedPlacements().valid;
+  }
+
+  /** The parsed placements, less those that would write keys a gate owns (with why). */
+  private checkedPlacements() {
+    const parsed = this.parsedPlacements();
+    if (this.checked?.parsed !== parsed || this.checked.version !== this.ownershipVersion) {
+      const invalid = new Map<string, string>();
+      for (const p of parsed) {
+        const why = this.manager.keys.violations(
+          'agents',
+          placementKeys(p).map((c) => c.pattern),
+        );
+        if (why.length) invalid.set(p.name, why.join('; '));
+      }
+      const valid = parsed.filter((p) => !invalid.has(p.name));
+      this.checked = { parsed, version: this.ownershipVersion, valid, invalid };
+    }
+    return this.checked;
   }
 
   private finalizedPlacements() {
@@ -211,7 +263,7 @@ export class AgentsController {
     );
   }
 
-  private async reconcileNode(name: string): Promise<void> {
+  private async reconcileNode(name: string): Promise<Result | void> {
     const node = this.nodes.get(name);
     if (!node) {
       this.writer.forget(name);
@@ -221,6 +273,8 @@ export class AgentsController {
     const placements = this.placements();
     const decision = this.decide(name);
     const plan = await this.writer.sync(node, decision.desired);
+    // The loop breaker held keys back: write them once it lets go.
+    const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
     const blocked = new Map<string, string>();
     const claims = new Map<string, Set<string>>();
     const labelled = new Set<string>();
@@ -241,6 +295,7 @@ export class AgentsController {
       } else labelled.add(placement);
     }
     this.setResult(name, { claims, labelled, blocked });
+    return retry;
   }
 
   private setResult(name: string, r: NodeResult | undefined): void {
@@ -283,7 +338,8 @@ export class AgentsController {
     const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
     const set = (type: string, status: boolean, reason: string, message: string) =>
       conds.set(type, status, reason, message);
-    const invalid = parsed.success ? '' : parsed.error;
+    const invalid = parsed.success ? (this.checkedPlacements().invalid.get(name) ?? '') : parsed.error;
+    set('Invalid', !!invalid, invalid ? 'InvalidSpec' : 'Valid', invalid);
     set(
       'Conflicting',
       blocked.length > 0,
@@ -314,7 +370,10 @@ export class AgentsController {
     ) {
       return;
     }
-    const wasBlocked = (old?.conditions as Condition[] | undefined)?.find((c) => c.type === 'Conflicting');
+    const was = (type: string) => (old?.conditions as Condition[] | undefined)?.find((c) => c.type === type);
+    if (invalid && (was('Invalid')?.status !== 'True' || was('Invalid')?.message !== invalid))
+      this.events.event(obj, 'Warning', 'InvalidSpec', 'Validate', invalid);
+    const wasBlocked = was('Conflicting');
     if (
       blocked.length &&
       (wasBlocked?.status !== 'True' ||

@@ -120,6 +120,8 @@ export function runCommand(): Command {
     });
     const enabled: Capability[] = capabilities.filter((c) => (o.controllers as string[]).includes(c.name));
     const ctx: CapabilityContext = { manager, webhooks: undefined, options: o };
+    // Every capability's reserved keys, enabled or not: a gate enabled tomorrow must not find them taken.
+    for (const c of capabilities) if (c.keys) manager.keys.declare(c.name, c.keys);
     for (const c of enabled) await c.setup(ctx);
     const webhookClient = addWebhooks(
       manager,

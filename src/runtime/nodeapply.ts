@@ -6,7 +6,7 @@ import { applyTarget, isObjectGone, ownedKeys } from './apply.ts';
 import type { EventHandler } from './informer.ts';
 import type { KubeClient } from './kube.ts';
 import { WriteExpectations } from './expectations.ts';
-import { nodeWriteMetrics } from './metrics.ts';
+import { nodeKey, type NodeKey, type WriteLoopBreaker } from './loopbreaker.ts';
 import { Resources, type KubeObject } from './types.ts';
 import type { Clock } from './workqueue.ts';
 
@@ -108,6 +108,59 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
   return { inSync: changed.length === 0, changed, labels, annotations, taints, foreign };
 }
 
+/** The keys a write of `plan` changes on the node: set to another value, added, or dropped by this manager. */
+export function changedKeys(state: NodeState, plan: NodeOutputs): NodeKey[] {
+  const keys = new Set<NodeKey>();
+  const record = (
+    kind: NodeOutputKind,
+    want: Record<string, string>,
+    have: Record<string, string>,
+    owned: string[],
+  ) => {
+    for (const [k, v] of Object.entries(want)) if (have[k] !== v) keys.add(nodeKey(kind, k));
+    for (const k of owned) if (!(k in want) && k in have) keys.add(nodeKey(kind, k));
+  };
+  record('label', plan.labels, state.labels, state.owned.labels);
+  record('annotation', plan.annotations, state.annotations, state.owned.annotations);
+  const have = new Map(state.taints.map((t) => [taintId(t), t]));
+  const want = new Set(plan.taints.map(taintId));
+  for (const t of plan.taints) {
+    const cur = have.get(taintId(t));
+    if (!cur || (cur.value ?? '') !== (t.value ?? '')) keys.add(nodeKey('taint', t.key));
+  }
+  for (const id of state.owned.taints) {
+    const t = have.get(id);
+    if (t && !want.has(id)) keys.add(nodeKey('taint', t.key));
+  }
+  return [...keys];
+}
+
+/** `desired` with the `held` keys left as this manager's share of the node has them now. */
+export function leaveAsIs(state: NodeState, desired: NodeOutputs, held: NodeKey[]): NodeOutputs {
+  const out: NodeOutputs = {
+    labels: { ...desired.labels },
+    annotations: { ...desired.annotations },
+    taints: desired.taints,
+  };
+  const keep = (want: Record<string, string>, have: Record<string, string>, owned: string[], k: string) => {
+    if (owned.includes(k) && k in have) want[k] = have[k]!;
+    else delete want[k];
+  };
+  for (const h of held) {
+    const [kind, key] = [h.slice(0, h.indexOf(' ')), h.slice(h.indexOf(' ') + 1)];
+    if (kind === 'label') keep(out.labels, state.labels, state.owned.labels, key);
+    else if (kind === 'annotation') keep(out.annotations, state.annotations, state.owned.annotations, key);
+    else {
+      const owned = new Set(state.owned.taints);
+      out.taints = [
+        ...out.taints.filter((t) => t.key !== key),
+        ...state.taints.filter((t) => t.key === key && owned.has(taintId(t))),
+      ];
+    }
+  }
+  return out;
+}
+
 export interface BurstHoldOptions {
   /** Change events per second above which a burst starts; it ends below half of that. */
   burstPerSecond: number;
@@ -207,48 +260,61 @@ export class BurstHold {
  * Applies one field manager's share of nodes. After each write it expects to see that write come
  * back through the node informer: until it has, a reconcile (on a cache older than the write) that
  * arrives at the same plan sends nothing, while a different plan is written at once. With a
- * BurstHold, annotation-only writes wait while a burst of changes lasts.
+ * BurstHold, annotation-only writes wait while a burst of changes lasts. Every write goes through
+ * the manager's WriteLoopBreaker, which may hold keys back.
  */
 export class NodeWriter {
   private readonly client: () => KubeClient;
   readonly fieldManager: string;
   private readonly expectations: WriteExpectations<{ plan: string; scheduling: string }>;
   private readonly burst: BurstHold | undefined;
+  private readonly breaker: WriteLoopBreaker;
 
   constructor(
     client: () => KubeClient,
     fieldManager: string,
     nodes: { addEventHandler(h: EventHandler<KubeObject>): void },
-    opts: { burst?: BurstHold } = {},
+    opts: { breaker: WriteLoopBreaker; burst?: BurstHold },
   ) {
     this.client = client;
     this.fieldManager = fieldManager;
     this.burst = opts.burst;
+    this.breaker = opts.breaker;
     this.expectations = new WriteExpectations(nodes);
   }
 
   /**
    * Brings the node to `desired` if it is not there; returns the plan (foreign keys included).
    * `held`: the write waits for a burst to pass; the BurstHold queues the node again.
+   * `retryAfterMs`: the loop breaker held keys back; sync again after that long.
    */
-  async sync(node: KubeObject, desired: NodeOutputs): Promise<NodePlan & { wrote: boolean; held?: boolean }> {
+  async sync(
+    node: KubeObject,
+    desired: NodeOutputs,
+  ): Promise<NodePlan & { wrote: boolean; held?: boolean; retryAfterMs?: number }> {
     const name = node.metadata!.name!;
     const state = nodeState(node, this.fieldManager);
-    const plan = planNodeApply(state, desired);
+    let plan = planNodeApply(state, desired);
     if (plan.inSync) {
       this.expectations.forget(name);
       this.burst?.done(name);
       return { ...plan, wrote: false };
     }
-    const scheduling = JSON.stringify([plan.labels, plan.taints]);
-    const key = JSON.stringify([scheduling, plan.annotations]);
     const pending = this.expectations.pending(node);
-    if (pending?.plan === key) return { ...plan, wrote: false };
+    if (pending?.plan === planKey(plan).key) return { ...plan, wrote: false };
+    const { held, retryAfterMs } = this.breaker.hold(node, this.fieldManager, changedKeys(state, plan));
+    const loop = retryAfterMs === undefined ? {} : { retryAfterMs };
+    if (held.length) {
+      plan = planNodeApply(state, leaveAsIs(state, desired, held));
+      if (plan.inSync || pending?.plan === planKey(plan).key) return { ...plan, wrote: false, ...loop };
+    }
+    const { scheduling, key } = planKey(plan);
     // Only annotations change (judged against a write still on its way, if any): this may wait.
     const annotationsOnly = pending
       ? pending.scheduling === scheduling
       : plan.changed.every((k) => k === 'annotation');
-    if (this.burst && annotationsOnly && this.burst.hold(name)) return { ...plan, wrote: false, held: true };
+    if (this.burst && annotationsOnly && this.burst.hold(name))
+      return { ...plan, wrote: false, held: true, ...loop };
 
     const body = applyTarget(Resources.nodes, node);
     body.metadata.labels = plan.labels;
@@ -257,8 +323,9 @@ export class NodeWriter {
     if (plan.taints.length > 0 || state.owned.taints.length > 0) body['spec'] = { taints: plan.taints };
     let written: KubeObject;
     try {
-      nodeWriteMetrics.writes.inc({ field_manager: this.fieldManager });
-      written = await this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager });
+      written = await this.breaker.write(node, this.fieldManager, changedKeys(state, plan), () =>
+        this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager }),
+      );
     } catch (e) {
       // The node was deleted meanwhile: the uid precondition refused to recreate it.
       if (isObjectGone(e)) {
@@ -271,11 +338,17 @@ export class NodeWriter {
     }
     this.expectations.expect(name, written.metadata?.resourceVersion, { plan: key, scheduling });
     this.burst?.done(name);
-    return { ...plan, wrote: true };
+    return { ...plan, wrote: true, ...loop };
   }
 
   forget(name: string): void {
     this.expectations.forget(name);
     this.burst?.done(name);
   }
+}
+
+/** What identifies a plan for the write expectations, and its part that steers scheduling. */
+function planKey(plan: NodePlan): { scheduling: string; key: string } {
+  const scheduling = JSON.stringify([plan.labels, plan.taints]);
+  return { scheduling, key: JSON.stringify([scheduling, plan.annotations]) };
 }
