@@ -70,12 +70,18 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
       ? parsed.error
       : name.length > MAX_NAME
         ? `the name is longer than ${MAX_NAME} characters: its node annotations would not be valid keys`
-        : undefined;
+        : completionProblem(name, parsed.data.spec.completionAnnotation);
     if (problem || !parsed.success) {
       problems.set(name, { reason: 'Invalid', message: problem! });
       const keys = disarmedSchema.safeParse((obj as { spec?: unknown }).spec);
       if (keys.success && name.length <= MAX_NAME) {
-        const spec = { ...DISARMED, ...keys.data };
+        // A completion annotation that is another gate's key is never this gate's to take back.
+        const { completionAnnotation, ...taint } = keys.data;
+        const own =
+          completionAnnotation === undefined || completionProblem(name, completionAnnotation)
+            ? {}
+            : { completionAnnotation };
+        const spec = { ...DISARMED, ...taint, ...own };
         gates.push({ name, enforced: false, spec, keys: gateAnnotations(name, spec), ...meta });
       }
       continue;
@@ -92,6 +98,14 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
     gates.push(gate);
   }
   return { gates, problems };
+}
+
+/** One owner per key among gates too: a completion annotation in another gate's keys (or its own bookkeeping) would fight it. */
+function completionProblem(name: string, key: string | undefined): string | undefined {
+  if (key === undefined || !key.includes(`.${GATES_DOMAIN}/`)) return undefined;
+  const own = gateAnnotations(name, {});
+  if (key.startsWith(gatePrefix(name)) && key !== own.gatedAt && key !== own.timedOutAt) return undefined;
+  return `completionAnnotation "${key}" is a key of ${key.startsWith(gatePrefix(name)) ? 'this gate' : 'another gate'}: use one outside *.${GATES_DOMAIN}/ or under ${gatePrefix(name)}`;
 }
 
 // What a gate that does not parse still says reliably: its taint and annotation keys (both immutable).
