@@ -3,12 +3,12 @@
 // No I/O: the controller and the webhook feed these from caches and admission requests.
 import { ownedKeys } from '../runtime/apply.ts';
 import { nodeKey, type NodeKey } from '../runtime/loopbreaker.ts';
-import { taintId, type NodeTaint } from '../runtime/nodeapply.ts';
+import { casPatch, taintId, type NodeTaint } from '../runtime/nodeapply.ts';
 import type { KeyClaim } from '../runtime/ownership.ts';
 import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
 import type { SlimNode, SlimPod } from '../runtime/transforms.ts';
 import type { KubeObject } from '../runtime/types.ts';
-import { escapeKey, type JsonPatchOp } from '../runtime/webhook.ts';
+import type { JsonPatchOp } from '../runtime/webhook.ts';
 import { z } from 'zod';
 import {
   EXEMPT_LABEL,
@@ -578,7 +578,6 @@ export function admitNode(
  * could not take it off without forcing; see docs/decisions/0006.)
  */
 export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision[]): JsonPatchOp[] {
-  const ops: JsonPatchOp[] = [];
   const current = node.spec.taints ?? [];
   const taintOf = (d: GateDecision) => gates.find((g) => g.name === d.gate)!.spec.taint;
   const wanted = decisions.filter((d) => d.taint === true).map(taintOf);
@@ -588,41 +587,9 @@ export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision
   for (const t of decisions.filter((d) => d.taint === false).map(taintOf)) {
     if (holds(next, t) && !holds(wanted, t)) next = next.filter((x) => taintId(x) !== taintId(t));
   }
-  if (next !== current) {
-    if (node.spec.taints) {
-      ops.push(
-        { op: 'test', path: '/spec/taints', value: current },
-        { op: 'replace', path: '/spec/taints', value: next },
-      );
-    } else {
-      ops.push(
-        { op: 'test', path: '/metadata/resourceVersion', value: node.metadata?.resourceVersion },
-        { op: 'add', path: '/spec/taints', value: next },
-      );
-    }
-  }
-  const have = node.metadata?.annotations;
-  const set: Record<string, string> = {};
-  for (const d of decisions) {
-    for (const [k, v] of Object.entries(d.annotations)) {
-      const path = `/metadata/annotations/${escapeKey(k)}`;
-      if (v === null) {
-        if (have && k in have) ops.push({ op: 'test', path, value: have[k] }, { op: 'remove', path });
-      } else if (have?.[k] !== v) {
-        set[k] = v;
-      }
-    }
-  }
-  if (Object.keys(set).length) {
-    if (have) {
-      for (const [k, v] of Object.entries(set))
-        ops.push({ op: 'add', path: `/metadata/annotations/${escapeKey(k)}`, value: v });
-    } else {
-      // No annotations at all: the map is created whole, so only on the version the cache saw.
-      if (!ops.some((o) => o.path === '/metadata/resourceVersion'))
-        ops.unshift({ op: 'test', path: '/metadata/resourceVersion', value: node.metadata?.resourceVersion });
-      ops.push({ op: 'add', path: '/metadata/annotations', value: set });
-    }
-  }
-  return ops;
+  return casPatch(
+    node,
+    next !== current ? next : undefined,
+    decisions.flatMap((d) => Object.entries(d.annotations)),
+  );
 }

@@ -4,7 +4,7 @@
 // it. Capabilities cannot import each other, so each declares here what it owns — static domains
 // and the keys of its live policies — and the others validate their policies against it.
 import type { EventHandler } from './informer.ts';
-import type { NodeOutputKind } from './nodeapply.ts';
+import { NODE_WRITERS_DOMAIN, type NodeOutputKind } from './nodeapply.ts';
 
 /**
  * A set of node keys of one kind ('any': labels, annotations and taints alike): one key, every
@@ -85,6 +85,16 @@ export class KeyOwnership {
   readonly #live = new Map<string, { claims: KeyClaim[]; text: string }>();
   readonly #handlers: EventHandler<OwnershipChange>[] = [];
   readonly #syncs = new Map<string, (signal?: AbortSignal) => Promise<void>>();
+
+  constructor() {
+    // The node writers' own records (the taints each field manager put on) outrank every capability.
+    const title = "Berth's node writers";
+    this.declare('runtime', {
+      rank: -1,
+      title,
+      domains: [{ pattern: { kind: 'any', subdomainsOf: NODE_WRITERS_DOMAIN }, owner: title }],
+    });
+  }
 
   /** Declares a capability's rank and domains; `synced` resolves once its live claims are known. */
   declare(capability: string, d: KeyDeclaration, synced?: (signal?: AbortSignal) => Promise<void>): void {

@@ -16,7 +16,6 @@ import { EXEMPT_LABEL, NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import type { Condition } from '../../src/runtime/conditions.ts';
-import { Informer } from '../../src/runtime/informer.ts';
 import { Manager } from '../../src/runtime/manager.ts';
 import { nodeWriteMetrics } from '../../src/runtime/metrics.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/types.ts';
@@ -29,6 +28,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { nodeKeys, watchNodeKeys } from '../helpers/nodekeys.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
 
 const SEEDS = [7, 18, 42];
@@ -39,7 +39,7 @@ const id = uniqueName('abuse');
 const MARK = `${id}.example.com/abuse`;
 let ns: string;
 let manager: Manager | undefined;
-let watch: Informer | undefined;
+let watch: Awaited<ReturnType<typeof watchNodeKeys>> | undefined;
 const nodes: string[] = [];
 const created: { ref: ResourceRef; name: string }[] = [];
 
@@ -258,7 +258,7 @@ before(async () => {
 });
 
 after(async () => {
-  watch?.stop();
+  await watch?.stop();
   // Nodes first: deleted gates then have nothing left to give back, whatever the loop breaker holds.
   await deleteNodes(client, nodes);
   for (const o of created) await client.delete(o.ref, o.name).catch(() => {});
@@ -291,37 +291,13 @@ const conditions = async (p: Policy) =>
   (await client.get<KubeObject & { status?: { conditions?: Condition[] } }>(p.ref, p.name)).status
     ?.conditions;
 
-/** Every label, annotation and taint (by key and effect) of a node, flattened: "label k=v". */
-const keysOf = (n: KubeObject): Map<string, string> => {
-  const out = new Map<string, string>();
-  for (const [k, v] of Object.entries(n.metadata?.labels ?? {})) out.set(`label ${k}`, v);
-  for (const [k, v] of Object.entries(n.metadata?.annotations ?? {})) out.set(`annotation ${k}`, v);
-  for (const t of (n['spec'] as { taints?: Taint[] } | undefined)?.taints ?? [])
-    out.set(`taint ${t.key}:${t.effect}`, t.value ?? '');
-  return out;
-};
-
 test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded worlds`, async (t) => {
   const worlds = SEEDS.map(generate);
   const policies = worlds.flatMap((w) => [...w.gates, ...w.placements, ...w.rules]);
   const limit = manager!.nodeWrites.limit;
 
   // Every change of every key of this file's nodes, as the apiserver reports them.
-  const changes = new Map<string, number[]>();
-  watch = new Informer({ client, ref: Resources.nodes, labelSelector: MARK });
-  watch.addEventHandler({
-    onUpdate: (a, b) => {
-      if (a === b) return;
-      const [before, after] = [keysOf(a), keysOf(b)];
-      for (const k of new Set([...before.keys(), ...after.keys()])) {
-        if (before.get(k) === after.get(k)) continue;
-        const key = `${b.metadata!.name} ${k}`;
-        changes.set(key, [...(changes.get(key) ?? []), Date.now()]);
-      }
-    },
-  });
-  watch.start();
-  await watch.waitForSync();
+  watch = await watchNodeKeys(client, MARK);
   // The event loop stays free: a timer that should fire every 50 ms, and how late it ever was.
   let lag = 0;
   let last = performance.now();
@@ -396,21 +372,13 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
     const quiet = (await snapshot()) - quietFrom;
     assert.ok(quiet <= 2, `${quiet} node writes in 4 s after settling`);
 
-    // No key of any node changed more than the loop breaker allows within its window.
-    for (const [key, times] of changes) {
-      let most = 0;
-      for (let i = 0; i < times.length; i++) {
-        let j = i;
-        while (j < times.length && times[j]! - times[i]! < manager!.nodeWrites.windowMs) j++;
-        most = Math.max(most, j - i);
-      }
-      // +1: the node lifecycle's and kwok's own changes, and the admission-time state.
-      assert.ok(most <= limit + 1, `${key} changed ${most} times within a window: ${times.join(', ')}`);
-    }
+    // No key of any node changed more often than the loop breaker allows within its window.
+    const worst = watch.most(manager!.nodeWrites.windowMs);
+    assert.ok(worst.count <= limit, `${worst.key} changed ${worst.count} times within a window`);
 
     // Nothing foreign changed: every key the admin set is there with its value.
     for (const d of drafts) {
-      const have = keysOf(await client.get(Resources.nodes, d.name));
+      const have = nodeKeys(await client.get(Resources.nodes, d.name));
       for (const [k, v] of Object.entries(d.labels))
         assert.equal(have.get(`label ${k}`), v, `${d.name} label ${k}`);
       for (const [k, v] of Object.entries(d.annotations))
@@ -426,7 +394,7 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
         ['NodeStartupGate', 'AgentPlacement', 'NodeLabelRule']
           .map((k) => `${count(k, false) + count(k, true)} ${k}s (${count(k, true)} colliding)`)
           .join(', ') +
-        `; ${drafts.length} nodes; ${[...changes.values()].reduce((s, x) => s + x.length, 0)} key changes; ` +
+        `; ${drafts.length} nodes; ${[...watch.changes.values()].reduce((s, x) => s + x.length, 0)} key changes; ` +
         `worst event-loop delay ${Math.round(lag)} ms`,
     );
   } finally {

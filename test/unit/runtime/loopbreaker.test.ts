@@ -9,8 +9,11 @@ import {
   NodeWriter,
   nodeState,
   planNodeApply,
+  taintPatch,
+  taintRecordKey,
   type NodeOutputs,
 } from '../../../src/runtime/nodeapply.ts';
+import { applyPatch } from '../gates/fixtures.ts';
 import type { KubeObject } from '../../../src/runtime/types.ts';
 
 const node = (name = 'n1'): KubeObject => ({ apiVersion: 'v1', kind: 'Node', metadata: { name, uid: 'u1' } });
@@ -117,15 +120,15 @@ function ownedNode(
       uid: 'u1',
       resourceVersion: '1',
       labels,
-      annotations,
+      annotations: {
+        ...annotations,
+        ...(ownedTaints.length ? { [taintRecordKey(FM)]: JSON.stringify(ownedTaints) } : {}),
+      },
       managedFields: [
         {
           manager: FM,
           operation: 'Apply',
-          fieldsV1: {
-            'f:metadata': { 'f:labels': f(owned.labels), 'f:annotations': f(owned.annotations) },
-            'f:spec': { 'f:taints': Object.fromEntries(ownedTaints.map((t) => [`k:${t}`, {}])) },
-          },
+          fieldsV1: { 'f:metadata': { 'f:labels': f(owned.labels), 'f:annotations': f(owned.annotations) } },
         },
       ],
     },
@@ -139,8 +142,11 @@ describe('NodeWriter and the loop breaker', () => {
       { a: '1', b: '2', mine: 'x' },
       { c: '3' },
       { labels: ['a', 'mine'], annotations: ['c'] },
-      [{ key: 't', value: 'v', effect: 'NoSchedule' }],
-      ['{"effect":"NoSchedule","key":"t"}'],
+      [
+        { key: 't', value: 'v', effect: 'NoSchedule' },
+        { key: 'w', effect: 'NoSchedule' },
+      ],
+      ['t:NoSchedule', 'w:NoSchedule'],
     );
     const state = nodeState(n, FM);
     const want: NodeOutputs = {
@@ -156,6 +162,7 @@ describe('NodeWriter and the loop breaker', () => {
       'label d',
       'label mine',
       'taint u',
+      'taint w',
     ]);
   });
 
@@ -203,5 +210,92 @@ describe('NodeWriter and the loop breaker', () => {
     assert.equal(again.wrote, false);
     assert.equal(again.retryAfterMs, 59_000);
     assert.equal(applied.length, 1);
+  });
+});
+
+describe('NodeWriter: taints, an atomic list, by compare-and-swap patch with a record', () => {
+  const admin = { key: 'dedicated', value: 'admin', effect: 'NoSchedule' };
+  const mine = { key: 'accelerators/gpu', value: 'dedicated', effect: 'NoSchedule' };
+
+  test("taintPatch puts its taint beside anyone else's, records it, and takes back only its own", () => {
+    const bare = ownedNode({}, {}, { labels: [], annotations: [] }, [admin]);
+    const on = applyPatch(bare, taintPatch(bare, FM, [mine]));
+    assert.deepEqual((on['spec'] as { taints: unknown[] }).taints, [admin, mine]);
+    assert.equal(on.metadata!.annotations![taintRecordKey(FM)], '["accelerators/gpu:NoSchedule"]');
+    assert.deepEqual(nodeState(on, FM).owned.taints, ['accelerators/gpu:NoSchedule']);
+    // A new value for its own taint, in place.
+    const changed = applyPatch(on, taintPatch(on, FM, [{ ...mine, value: 'shared' }]));
+    assert.deepEqual((changed['spec'] as { taints: unknown[] }).taints, [
+      admin,
+      { ...mine, value: 'shared' },
+    ]);
+    // No more taints: its own comes off, the admin's stays, and so does the record go.
+    const off = applyPatch(changed, taintPatch(changed, FM, []));
+    assert.deepEqual((off['spec'] as { taints: unknown[] }).taints, [admin]);
+    assert.equal(off.metadata!.annotations![taintRecordKey(FM)], undefined);
+    assert.deepEqual(taintPatch(off, FM, []), [], 'nothing left to do');
+  });
+
+  test('the patch fails, instead of losing a change, when the taints or the node changed meanwhile', () => {
+    const bare = ownedNode({}, {}, { labels: [], annotations: [] }, [admin]);
+    const ops = taintPatch(bare, FM, [mine]);
+    assert.throws(() => applyPatch({ ...bare, spec: { taints: [] } }, ops), /test \/spec\/taints failed/);
+    assert.throws(
+      () => applyPatch({ ...bare, metadata: { ...bare.metadata, uid: 'recreated' } }, ops),
+      /test \/metadata\/uid failed/,
+    );
+  });
+
+  test("a taint recorded but removed by someone else is not Berth's any more; one never recorded is not taken", () => {
+    const n = ownedNode(
+      {},
+      {},
+      { labels: [], annotations: [] },
+      [admin],
+      ['accelerators/gpu:NoSchedule', 'gone:NoSchedule'],
+    );
+    assert.deepEqual(nodeState(n, FM).owned.taints, []);
+    const p = planNodeApply(nodeState(n, FM), {
+      labels: {},
+      annotations: {},
+      taints: [{ ...admin, value: 'mine' }],
+    });
+    assert.deepEqual(p.foreign, [{ kind: 'taint', key: 'dedicated:NoSchedule' }]);
+  });
+
+  test('sync: labels by server-side apply (never spec.taints), taints by a JSON patch on what the apply left', async () => {
+    const calls: { kind: string; body: unknown }[] = [];
+    const client = {
+      apply: (_ref: unknown, body: KubeObject) => {
+        calls.push({ kind: 'apply', body });
+        // The apply's answer: the node with the labels, a newer version.
+        return Promise.resolve({
+          ...node0,
+          metadata: { ...node0.metadata, labels: body.metadata!.labels, resourceVersion: '2' },
+        });
+      },
+      patch: (_ref: unknown, _name: string, ops: unknown) => {
+        calls.push({ kind: 'patch', body: ops });
+        return Promise.resolve({ metadata: { resourceVersion: '3' } });
+      },
+    } as unknown as KubeClient;
+    const node0 = ownedNode({}, {}, { labels: [], annotations: [] }, [admin]);
+    const writer = new NodeWriter(
+      () => client,
+      FM,
+      { addEventHandler: () => {} },
+      { breaker: new WriteLoopBreaker() },
+    );
+    const r = await writer.sync(node0, { labels: { gpu: 'true' }, annotations: {}, taints: [mine] });
+    assert.equal(r.wrote, true);
+    assert.deepEqual(
+      calls.map((c) => c.kind),
+      ['apply', 'patch'],
+    );
+    assert.equal((calls[0]!.body as KubeObject)['spec'], undefined, 'the apply never claims the atomic list');
+    assert.deepEqual(
+      (calls[1]!.body as { op: string; path: string }[]).find((o) => o.op === 'replace'),
+      { op: 'replace', path: '/spec/taints', value: [admin, mine] },
+    );
   });
 });

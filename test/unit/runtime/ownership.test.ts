@@ -170,6 +170,13 @@ describe('KeyOwnership', () => {
     assert.deepEqual(keys.violations('gates', [key('annotation', 'ate.dev/claim.1')]), []);
   });
 
+  test("the node writers' records outrank every capability", () => {
+    const keys = registry();
+    assert.deepEqual(keys.violations('gates', [key('annotation', 'berth-labels.nodes.berth.dev/taints')]), [
+      "annotation berth-labels.nodes.berth.dev/taints is owned by Berth's node writers",
+    ]);
+  });
+
   test('watchers hear of a change of what a capability owns, and only of a change', () => {
     const keys = registry();
     const heard: OwnershipChange[] = [];
