@@ -31,7 +31,7 @@ import {
 import { nodeKeys, watchNodeKeys } from '../helpers/nodekeys.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
 
-const SEEDS = [7, 18, 42];
+const SEEDS = [7, 18, 42, 99, 1234];
 const sandbox = testSandbox();
 const client = sandbox.client();
 const id = uniqueName('abuse');
@@ -218,7 +218,19 @@ function generate(seed: number) {
         invalid = true;
       }
     }
-    // Some rules react to what the gates do: inputs are anyone's, and such a fight is the loop breaker's.
+    // Some rules react to what the gates do: inputs are anyone's. One that labels the nodes a gate
+    // holds with the label the gate excludes starts a fight that only the loop breaker stops.
+    const allOf: unknown[] = [{ label: POOL, operator: 'In', values: ['yes'] }];
+    // An exempt node is never gated: only the first (busy) node is exempted, the others stay in play.
+    if (EXEMPT_LABEL in labels)
+      allOf.push({ label: 'kubernetes.io/hostname', operator: 'In', values: [nodeDrafts[0]!.name] });
+    const excluding = gates.filter((g) => g.spec['excludeNodeSelectors']);
+    if (excluding.length && r.chance(0.3)) {
+      const g = r.pick(excluding);
+      allOf.push({ annotation: `${g.name}.gates.berth.dev/gated-at`, operator: 'Exists' });
+      const [{ matchLabels }] = g.spec['excludeNodeSelectors'] as [{ matchLabels: Record<string, string> }];
+      Object.assign(labels, matchLabels);
+    }
     const anyOf = r.chance(0.3)
       ? [
           { annotation: `${r.pick(names)}.gates.berth.dev/gated-at`, operator: 'Exists' },
@@ -230,7 +242,7 @@ function generate(seed: number) {
       ref: NodeLabelRule.ref,
       name: `${id}-s${seed}-r${i}`,
       spec: {
-        match: { allOf: [{ label: POOL, operator: 'In', values: ['yes'] }], ...(anyOf ? { anyOf } : {}) },
+        match: { allOf, ...(anyOf ? { anyOf } : {}) },
         ...(Object.keys(labels).length ? { labels } : {}),
         ...(Object.keys(annotations).length ? { annotations } : {}),
         ...(uniqueTaints.length ? { taints: uniqueTaints } : {}),
@@ -238,6 +250,35 @@ function generate(seed: number) {
       invalid,
       why: 'owned by',
     };
+  });
+  // And one fight for sure: a gate that excludes a label, a rule that sets it on the nodes the gate holds.
+  const fighter = `${id}-s${seed}-fight`;
+  gates.push({
+    ref: NodeStartupGate.ref,
+    name: fighter,
+    spec: {
+      taint: { key: `${D}/fight`, effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'yes' } },
+      excludeNodeSelectors: [{ matchLabels: { [`${D}/fight`]: 'x' } }],
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+    },
+    invalid: false,
+    why: '',
+  });
+  rules.push({
+    ref: NodeLabelRule.ref,
+    name: `${fighter}-back`,
+    spec: {
+      match: {
+        allOf: [
+          { label: POOL, operator: 'In', values: ['yes'] },
+          { annotation: `${fighter}.gates.berth.dev/gated-at`, operator: 'Exists' },
+        ],
+      },
+      labels: { [`${D}/fight`]: 'x' },
+    },
+    invalid: false,
+    why: '',
   });
   return { nodeDrafts, gates, placements, rules, pods };
 }
@@ -298,6 +339,8 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
 
   // Every change of every key of this file's nodes, as the apiserver reports them.
   watch = await watchNodeKeys(client, MARK);
+  const loops = async () => (await nodeWriteMetrics.loops.get()).values.reduce((sum, v) => sum + v.value, 0);
+  const loopsBefore = await loops();
   // The event loop stays free: a timer that should fire every 50 ms, and how late it ever was.
   let lag = 0;
   let last = performance.now();
@@ -387,6 +430,8 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
         assert.equal(have.get(`taint ${x.key}:${x.effect}`), x.value, `${d.name} taint ${x.key}`);
     }
     assert.ok(lag < 1000, `the event loop was ${Math.round(lag)} ms late at worst`);
+    const trips = (await loops()) - loopsBefore;
+    assert.ok(trips >= SEEDS.length, `${trips} loop breaker trips: every seed's fight was stopped`);
     const count = (kind: string, invalid: boolean) =>
       policies.filter((p) => p.ref.kind === kind && p.invalid === invalid).length;
     t.diagnostic(
@@ -395,7 +440,7 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
           .map((k) => `${count(k, false) + count(k, true)} ${k}s (${count(k, true)} colliding)`)
           .join(', ') +
         `; ${drafts.length} nodes; ${[...watch.changes.values()].reduce((s, x) => s + x.length, 0)} key changes; ` +
-        `worst event-loop delay ${Math.round(lag)} ms`,
+        `${trips} loop breaker trips; worst event-loop delay ${Math.round(lag)} ms`,
     );
   } finally {
     clearInterval(timer);
