@@ -10,7 +10,7 @@ import { KubeClient } from './kube.ts';
 import { EventRecorder } from './events.ts';
 import { LeaderElector } from './leaderelection.ts';
 import { rootLogger, type Logger } from './log.ts';
-import { WriteLoopBreaker, type WriteLoopBreakerOptions } from './loopbreaker.ts';
+import { WriteLoopBreaker } from './loopbreaker.ts';
 import { registry } from './metrics.ts';
 import { KeyOwnership } from './ownership.ts';
 import { serve, type RunningServer } from './httpserver.ts';
@@ -43,8 +43,6 @@ export interface ManagerOptions {
   /** Default safety-net resync period of informers. */
   resyncMs?: number;
   logger?: Logger;
-  /** The node write loop breaker's limit and window (10 writes of a key per minute by default). */
-  loopBreaker?: Pick<WriteLoopBreakerOptions, 'limit' | 'windowMs'>;
 }
 
 export interface InformerRequest<T extends KubeObject> {
@@ -87,7 +85,6 @@ export class Manager {
     this.localCluster = names[0]!;
     this.done = new Promise((resolve) => (this.exit = resolve));
     this.nodeWrites = new WriteLoopBreaker({
-      ...opts.loopBreaker,
       onTrip: (t) => {
         const note =
           `Berth wrote ${t.key} on this node ${t.writes} times within ${t.windowMs / 1000}s ` +

@@ -65,7 +65,7 @@ export function overlaps(a: KeyPattern, b: KeyPattern): boolean {
   return inDomain(domainOf(b.prefix), a.subdomainsOf);
 }
 
-export const describePattern = (p: KeyPattern): string => {
+const describePattern = (p: KeyPattern): string => {
   const kind = p.kind === 'any' ? 'key' : p.kind;
   if ('key' in p) return `${kind} ${p.key}`;
   if ('prefix' in p) return `${kind}s ${p.prefix}*`;
