@@ -1,6 +1,6 @@
 // The test driver behind `npm test`: unit tests, then one sandbox for the whole integration run.
 // Test files run in child processes (node:test); they find the sandbox through BERTH_TEST_SANDBOX.
-import { globSync } from 'node:fs';
+import { globSync, readFileSync } from 'node:fs';
 import { run } from 'node:test';
 import { spec } from 'node:test/reporters';
 import { abortOnSignals, Sandbox } from '../src/sandbox/sandbox.ts';
@@ -50,8 +50,17 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
     .finally(interrupt.release);
   process.stdout.write(`sandbox ${name} up in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   try {
-    // Integration files share the cluster: each keeps to its own namespaces and node names.
-    await runFiles(integrationFiles, 2, { BERTH_TEST_SANDBOX: name });
+    // Integration files share the cluster: each keeps to its own namespaces and node names. Files
+    // that say `test-driver: alone` run several capabilities' controllers, which would act on the
+    // policies of files running beside them: they run afterwards, one at a time.
+    const alone = integrationFiles.filter((f) => readFileSync(f, 'utf8').includes('test-driver: alone'));
+    const env = { BERTH_TEST_SANDBOX: name };
+    await runFiles(
+      integrationFiles.filter((f) => !alone.includes(f)),
+      2,
+      env,
+    );
+    await runFiles(alone, 1, env);
   } finally {
     if (process.env['BERTH_TEST_KEEP'])
       process.stdout.write(`kept sandbox ${name}: ${sandbox.kubeconfigPath}\n`);

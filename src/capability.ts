@@ -5,6 +5,7 @@ import type { Option } from 'commander';
 import type { CustomResource } from './runtime/crd.ts';
 import type { KubeClient } from './runtime/kube.ts';
 import type { Manager } from './runtime/manager.ts';
+import type { KeyDeclaration } from './runtime/ownership.ts';
 import type { PolicyRule } from './runtime/rbac.ts';
 import type { KubeObject } from './runtime/types.ts';
 import type { WebhookServer } from './runtime/webhook.ts';
@@ -27,6 +28,12 @@ export interface Capability {
   options?: () => Option[];
   crds: CustomResource[];
   rbac: PolicyRule[];
+  /**
+   * Node keys it owns (its rank among owners, its reserved domains); its controller claims the keys
+   * of its live policies. Another capability's policy that would write them is Invalid. None: the
+   * capability owns no key exclusively (derived labels) and yields to every owner.
+   */
+  keys?: KeyDeclaration;
   setup(ctx: CapabilityContext): void | Promise<void>;
   /** Admission webhooks `berth run` serves and registers; collected after setup. */
   webhooks?(ctx: CapabilityContext): WebhookSpec[];

@@ -21,6 +21,7 @@ import {
   claimKey,
   decideNode,
   parsePlacements,
+  placementKeys,
   podFinished,
   type ParseCache,
   type ParsedPlacement,
@@ -28,6 +29,7 @@ import {
 import { podMutatingHandler } from './inject.ts';
 import { ownerKindProblems } from './validate.ts';
 import {
+  AGENT_KEYS,
   AgentPlacement,
   FIELD_MANAGER,
   FINALIZER_FIELD_MANAGER,
@@ -101,6 +103,15 @@ export class AgentsController {
   private readonly firstPass = new FirstPass();
   private readonly parsedPlacements: () => ReturnType<typeof parsePlacements<PlacementObject>>;
   private readonly berthNamespace: string;
+  /** Bumped when what higher-ranked capabilities own changes: placements are checked again. */
+  private ownershipVersion = 0;
+  private checked:
+    | {
+        from: ParsedPlacement<PlacementObject>[];
+        version: number;
+        parsed: ParsedPlacement<PlacementObject>[];
+      }
+    | undefined;
 
   constructor(manager: Manager, opts: { workers?: number; berthNamespace: string }) {
     this.manager = manager;
@@ -127,10 +138,30 @@ export class AgentsController {
         for (const n of names) this.nodeController.queue.add(n);
       },
     });
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, { burst: this.burst });
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
+      breaker: manager.nodeWrites,
+      burst: this.burst,
+    });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
     const parseCache: ParseCache = new Map();
     this.parsedPlacements = this.placementObjects.derive((objs) => parsePlacements(objs, parseCache));
+    // One owner per key: a placement whose label or claims are a gate's keys is Invalid; the keys of
+    // the others are this capability's, which derived-label rules may not write.
+    manager.keys.declare('agents', AGENT_KEYS, (signal) => this.placementObjects.waitForSync(signal));
+    const outranked = (c: { rank: number }) => c.rank < AGENT_KEYS.rank;
+    const claim = () =>
+      manager.keys.claim(
+        'agents',
+        this.placements().flatMap((p) => placementKeys(p)),
+      );
+    this.placementObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
+    manager.keys.addEventHandler({
+      onUpdate: (c) => {
+        if (!outranked(c)) return;
+        this.ownershipVersion++;
+        claim();
+      },
+    });
     const meta = { name: 'slim-meta', fn: slimMeta };
     this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
     this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });
@@ -162,6 +193,7 @@ export class AgentsController {
       )
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.placementObjects, allNodes, generationChanged)
+      .watch(manager.keys, (c) => (outranked(c) ? allNodes() : []))
       .watch(
         this.namespaces,
         (ns) => nodesOfPods(this.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
@@ -183,7 +215,9 @@ export class AgentsController {
       workers: 2,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    }).watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged);
+    })
+      .watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged)
+      .watch(manager.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
 
     this.finalizerController = new Controller({
       name: 'agents-finalizer',
@@ -216,9 +250,23 @@ export class AgentsController {
     return this.parsed().filter((p) => p.problems.length === 0);
   }
 
-  /** Every placement that parses, usable or not: an invalid one still lets go of what it held. */
+  /**
+   * Every placement that parses, usable or not: an invalid one still lets go of what it held. Its
+   * problems include keys that a higher-ranked capability (a startup gate) owns.
+   */
   private parsed(): ParsedPlacement<PlacementObject>[] {
-    return this.parsedPlacements().parsed;
+    const from = this.parsedPlacements().parsed;
+    if (this.checked?.from !== from || this.checked.version !== this.ownershipVersion) {
+      const parsed = from.map((p) => {
+        const owned = this.manager.keys.violations(
+          'agents',
+          placementKeys(p).map((c) => c.pattern),
+        );
+        return owned.length ? { ...p, problems: [...p.problems, ...owned] } : p;
+      });
+      this.checked = { from, version: this.ownershipVersion, parsed };
+    }
+    return this.checked.parsed;
   }
 
   private lookup = (
@@ -246,7 +294,7 @@ export class AgentsController {
     );
   }
 
-  private async reconcileNode(name: string): Promise<void> {
+  private async reconcileNode(name: string): Promise<Result | void> {
     const node = this.nodes.get(name);
     if (!node) {
       this.writer.forget(name);
@@ -256,6 +304,8 @@ export class AgentsController {
     const placements = this.placements();
     const decision = this.decide(name);
     const plan = await this.writer.sync(node, decision.desired);
+    // The loop breaker held keys back: write them once it lets go.
+    const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
     const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
     // The node as cached: a write just made comes back through the informer and is counted then.
     const labels = node.metadata?.labels ?? {};
@@ -301,6 +351,7 @@ export class AgentsController {
       if (pending) result.pending.set(placement, pending);
     }
     this.setResult(name, result);
+    return retry;
   }
 
   private setResult(name: string, r: NodeResult | undefined): void {

@@ -1,6 +1,7 @@
 // Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
 // node should carry. The controller feeds these from its caches and applies the result.
 import type { NodeOutputs } from '../runtime/nodeapply.ts';
+import type { KeyClaim } from '../runtime/ownership.ts';
 import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
 import type { SlimPod } from '../runtime/transforms.ts';
 import type { KubeObject, OwnerReference } from '../runtime/types.ts';
@@ -240,3 +241,12 @@ export function claimedOwners(node: KubeObject, prefixes: string[]): string[] {
   }
   return out;
 }
+
+/** The node keys a placement writes: its label, and its claim annotations (a prefix). */
+export const placementKeys = (p: Placement): KeyClaim[] => {
+  const owner = `AgentPlacement ${p.name}`;
+  return [
+    { pattern: { kind: 'label', key: p.spec.nodeLabel.key }, owner },
+    { pattern: { kind: 'annotation', prefix: p.spec.claimAnnotationPrefix }, owner },
+  ];
+};

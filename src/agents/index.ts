@@ -3,7 +3,7 @@ import type { Capability } from '../capability.ts';
 import type { Manager } from '../runtime/manager.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
-import { AgentPlacement } from './types.ts';
+import { AGENT_KEYS, AgentPlacement } from './types.ts';
 
 const controllers = new WeakMap<Manager, AgentsController>();
 
@@ -16,6 +16,7 @@ export const agentsCapability: Capability = {
       .argParser(Number),
   ],
   crds: [AgentPlacement],
+  keys: AGENT_KEYS,
   rbac: [
     { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [''], resources: ['pods', 'namespaces'], verbs: ['get', 'list', 'watch'] },

@@ -2,9 +2,15 @@
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
 import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
+import type { KeyDeclaration } from '../runtime/ownership.ts';
 import { labelSelectorSchema } from '../runtime/selector.ts';
 
 export const FIELD_MANAGER = 'berth-agents';
+/**
+ * What agent placement owns on nodes: each placement's label and claim annotations (claimed live).
+ * Rank 1: after startup gates, before derived labels (which own nothing).
+ */
+export const AGENT_KEYS: KeyDeclaration = { rank: 1, title: 'agent placement', domains: [] };
 export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
 /** On AgentPlacements whose owners carry a finalizer: removes those finalizers before the placement goes. */
 export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';

@@ -137,6 +137,8 @@ export function runCommand(): Command {
       options: o,
       berthNamespace: berthNamespace(),
     };
+    // Every capability's reserved keys, enabled or not: a gate enabled tomorrow must not find them taken.
+    for (const c of capabilities) if (c.keys) manager.keys.declare(c.name, c.keys);
     for (const c of enabled) await c.setup(ctx);
     const webhookClient = addWebhooks(
       manager,

@@ -19,7 +19,9 @@ import { mutate, type AdmissionHandler } from '../runtime/webhook.ts';
 import type { WebhookSpec } from '../runtime/webhooks.ts';
 import {
   admitNode,
-  decideGate,
+  decideGates,
+  decisionKeys,
+  gateKeyClaims,
   leftOnNode,
   nodePatch,
   parseGates,
@@ -32,6 +34,7 @@ import {
   EXEMPT_LABEL,
   FIELD_MANAGER,
   GATE_FINALIZER,
+  GATE_KEYS,
   NodeStartupGate,
   type NodeStartupGateStatus,
 } from './types.ts';
@@ -82,6 +85,11 @@ export class GatesController {
     this.expectations = new WriteExpectations(this.nodes);
     this.gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
     this.gates = this.gateObjects.derive(parseGates);
+    // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
+    // that would write those keys are Invalid.
+    manager.keys.declare('gates', GATE_KEYS, (signal) => this.gateObjects.waitForSync(signal));
+    const claim = () => manager.keys.claim('gates', gateKeyClaims(this.gates().gates));
+    this.gateObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
     // Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes.
     this.daemonSets = manager.informer(Resources.daemonSets, {
       transform: { name: 'gates-daemonset', fn: slimDaemonSet },
@@ -127,7 +135,7 @@ export class GatesController {
   decide(node: SlimNode): GateDecision[] {
     const pods = this.pods.byIndex('nodeName', node.metadata!.name!);
     const now = this.clock();
-    return this.gates().gates.map((g) => decideGate(g, node, pods, now));
+    return decideGates(this.gates().gates, node, pods, now);
   }
 
   private async reconcileNode(name: string): Promise<Result | void> {
@@ -140,13 +148,34 @@ export class GatesController {
     // Our last write has not come back through the watch yet: its event will bring us here again.
     if (this.expectations.pending(node)) return;
     const { gates } = this.gates();
-    const decisions = this.decide(node);
+    // A gate's decision is one change (taint, gated-at, completion): written whole, or, when the
+    // loop breaker holds any of its keys back, not at all until it lets go.
+    const wanted = this.decide(node);
+    const keys = wanted.map((d) =>
+      decisionKeys(
+        node,
+        gates.find((g) => g.name === d.gate)!,
+        d,
+      ),
+    );
+    const { held, retryAfterMs } = this.manager.nodeWrites.hold(node, FIELD_MANAGER, keys.flat());
+    const decisions = wanted.map((d, i) => {
+      if (!keys[i]!.some((k) => held.includes(k))) return d;
+      const { event: _event, release: _release, ...rest } = d;
+      return { ...rest, taint: undefined, annotations: {} };
+    });
     const patch = nodePatch(node, gates, decisions);
     if (patch.length) {
       try {
-        const written = await this.manager
-          .client()
-          .patch(Resources.nodes, name, patch, { type: 'json', fieldManager: FIELD_MANAGER });
+        const written = await this.manager.nodeWrites.write(
+          node,
+          FIELD_MANAGER,
+          keys.filter((_, i) => decisions[i] === wanted[i]).flat(),
+          () =>
+            this.manager
+              .client()
+              .patch(Resources.nodes, name, patch, { type: 'json', fieldManager: FIELD_MANAGER }),
+        );
         this.expectations.expect(name, written.metadata?.resourceVersion, true);
       } catch (e) {
         if (isObjectGone(e)) return;
@@ -169,6 +198,7 @@ export class GatesController {
     this.setResults(name, new Map(decisions.map((d) => [d.gate, { state: d.state, timedOut: d.timedOut }])));
     this.announceAdmissions(node, decisions, before);
     const after = decisions.flatMap((d) => (d.requeueAfterMs === undefined ? [] : [d.requeueAfterMs]));
+    if (retryAfterMs !== undefined) after.push(retryAfterMs);
     // A little past the deadline, so that the next look finds it passed.
     if (after.length) return { requeueAfterMs: Math.max(1, Math.min(...after)) + 50 };
   }

@@ -2,16 +2,20 @@
 // what each gate wants on the node now (taint, annotations), and the patch that gets it there.
 // No I/O: the controller and the webhook feed these from caches and admission requests.
 import { ownedKeys } from '../runtime/apply.ts';
-import { taintId, type NodeTaint } from '../runtime/nodeapply.ts';
+import { nodeKey, type NodeKey } from '../runtime/loopbreaker.ts';
+import { casPatch, taintId, type NodeTaint } from '../runtime/nodeapply.ts';
+import type { KeyClaim } from '../runtime/ownership.ts';
 import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
 import type { SlimNode, SlimPod } from '../runtime/transforms.ts';
 import type { KubeObject } from '../runtime/types.ts';
-import { escapeKey, type JsonPatchOp } from '../runtime/webhook.ts';
+import type { JsonPatchOp } from '../runtime/webhook.ts';
 import { z } from 'zod';
 import {
   EXEMPT_LABEL,
   FIELD_MANAGER,
   gateAnnotations,
+  gatePrefix,
+  GATES_DOMAIN,
   NodeStartupGate,
   taintSchema,
   type GateAnnotations,
@@ -39,7 +43,7 @@ export interface GateProblem {
 }
 
 // The gate's annotations live under "<name>.gates.berth.dev/", a DNS subdomain of at most 253 characters.
-const MAX_NAME = 253 - '.gates.berth.dev'.length;
+const MAX_NAME = 253 - `.${GATES_DOMAIN}`.length;
 
 /**
  * Parses gates from their objects, sorted by name. An invalid gate is left out; of two gates with
@@ -66,12 +70,18 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
       ? parsed.error
       : name.length > MAX_NAME
         ? `the name is longer than ${MAX_NAME} characters: its node annotations would not be valid keys`
-        : undefined;
+        : completionProblem(name, parsed.data.spec.completionAnnotation);
     if (problem || !parsed.success) {
       problems.set(name, { reason: 'Invalid', message: problem! });
       const keys = disarmedSchema.safeParse((obj as { spec?: unknown }).spec);
       if (keys.success && name.length <= MAX_NAME) {
-        const spec = { ...DISARMED, ...keys.data };
+        // A completion annotation that is another gate's key is never this gate's to take back.
+        const { completionAnnotation, ...taint } = keys.data;
+        const own =
+          completionAnnotation === undefined || completionProblem(name, completionAnnotation)
+            ? {}
+            : { completionAnnotation };
+        const spec = { ...DISARMED, ...taint, ...own };
         gates.push({ name, enforced: false, spec, keys: gateAnnotations(name, spec), ...meta });
       }
       continue;
@@ -88,6 +98,14 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
     gates.push(gate);
   }
   return { gates, problems };
+}
+
+/** One owner per key among gates too: a completion annotation in another gate's keys (or its own bookkeeping) would fight it. */
+function completionProblem(name: string, key: string | undefined): string | undefined {
+  if (key === undefined || !key.includes(`.${GATES_DOMAIN}/`)) return undefined;
+  const own = gateAnnotations(name, {});
+  if (key.startsWith(gatePrefix(name)) && key !== own.gatedAt && key !== own.timedOutAt) return undefined;
+  return `completionAnnotation "${key}" is a key of ${key.startsWith(gatePrefix(name)) ? 'this gate' : 'another gate'}: use one outside *.${GATES_DOMAIN}/ or under ${gatePrefix(name)}`;
 }
 
 // What a gate that does not parse still says reliably: its taint and annotation keys (both immutable).
@@ -232,16 +250,39 @@ export interface GateDecision {
 const iso = (ms: number) => new Date(ms).toISOString();
 const seconds = (ms: number) => Math.round(ms / 100) / 10;
 
+/** Every gate's decision for a node (what the controller writes and explain shows). */
+export function decideGates(gates: Gate[], node: SlimNode, pods: SlimPod[], now: number): GateDecision[] {
+  const ann = node.metadata?.annotations ?? {};
+  return gates.map((g) =>
+    decideGate(
+      g,
+      node,
+      pods,
+      now,
+      gates.some((o) => o !== g && taintId(o.spec.taint) === taintId(g.spec.taint) && o.keys.gatedAt in ann),
+    ),
+  );
+}
+
 /**
  * What one gate wants on one node now. Berth holds a node exactly while the gate's gated-at
  * annotation is on it: that is how it knows the taint is its own (put on by its webhook or its
- * controller) and since when, across restarts.
+ * controller) and since when, across restarts. `heldByAnother`: another gate with the same taint
+ * holds the node (the loser of a conflict), so the taint is Berth's to hand over.
  */
-export function decideGate(gate: Gate, node: SlimNode, pods: SlimPod[], now: number): GateDecision {
+export function decideGate(
+  gate: Gate,
+  node: SlimNode,
+  pods: SlimPod[],
+  now: number,
+  heldByAnother = false,
+): GateDecision {
   const { keys, spec } = gate;
   const ann = node.metadata?.annotations ?? {};
   const tainted = holds(node.spec.taints, spec.taint);
   const held = keys.gatedAt in ann;
+  // A taint Berth did not put on (an admin's, a rule's) stays theirs: only admission takes one in charge.
+  const foreignTaint = tainted && !held && !heldByAnother;
   const gatedAt =
     Date.parse(ann[keys.gatedAt] ?? '') || Date.parse(node.metadata?.creationTimestamp ?? '') || now;
   const heldMs = Math.max(0, now - gatedAt);
@@ -284,7 +325,10 @@ export function decideGate(gate: Gate, node: SlimNode, pods: SlimPod[], now: num
         ...released,
       };
     const unmet = unmetRequirements(gate, node, pods);
-    const would = unmet.length > 0 && (completed ? spec.mode === 'Continuous' : mayGate(gate, node, pods).ok);
+    const would =
+      unmet.length > 0 &&
+      !foreignTaint &&
+      (completed ? spec.mode === 'Continuous' : mayGate(gate, node, pods).ok);
     return {
       ...base,
       state: would ? 'WouldGate' : 'Released',
@@ -422,6 +466,10 @@ export function decideGate(gate: Gate, node: SlimNode, pods: SlimPod[], now: num
     return open(`released at ${ann[keys.completedAt]} (bootstrap only: never gated again)`);
   if (timedOutBefore)
     return open('released by the timeout; gated again only after its requirements have held');
+  if (foreignTaint)
+    return open(
+      `not gated: the node already carries the taint ${taintId(spec.taint)}, which Berth did not put on; it stays theirs`,
+    );
   const may = completed
     ? { ok: true, why: 'a requirement failed after release (continuous mode)' }
     : mayGate(gate, node, pods);
@@ -474,6 +522,34 @@ export function leftOnNode(gate: Gate, node: SlimNode): boolean {
 const completionOwned = (gate: Gate, node: SlimNode) =>
   ownedKeys(node, FIELD_MANAGER, ['metadata', 'annotations'], '', 'Update').includes(gate.keys.completedAt);
 
+/**
+ * The keys of the node a decision changes, for the loop breaker: the gate's taint (by key) when it
+ * goes on or comes off, and every annotation it sets to a new value or removes.
+ */
+export function decisionKeys(node: SlimNode, gate: Gate, d: GateDecision): NodeKey[] {
+  const keys: NodeKey[] = [];
+  const tainted = holds(node.spec.taints, gate.spec.taint);
+  if ((d.taint === true && !tainted) || (d.taint === false && tainted))
+    keys.push(nodeKey('taint', gate.spec.taint.key));
+  const have = node.metadata?.annotations ?? {};
+  for (const [k, v] of Object.entries(d.annotations)) {
+    if (v === null ? k in have : have[k] !== v) keys.push(nodeKey('annotation', k));
+  }
+  return keys;
+}
+
+/** The node keys the gates own, for the ownership registry: each gate's prefix, taint and completion annotation. */
+export function gateKeyClaims(gates: Gate[]): KeyClaim[] {
+  return gates.flatMap((g) => {
+    const owner = `NodeStartupGate ${g.name}`;
+    return [
+      { pattern: { kind: 'any' as const, prefix: gatePrefix(g.name) }, owner },
+      { pattern: { kind: 'taint' as const, key: g.spec.taint.key }, owner },
+      { pattern: { kind: 'annotation' as const, key: g.keys.completedAt }, owner },
+    ];
+  });
+}
+
 /** The admission patch for a joining node: the taint and gated-at annotation of every gate that selects it. */
 export function admitNode(
   gates: Gate[],
@@ -502,7 +578,6 @@ export function admitNode(
  * could not take it off without forcing; see docs/decisions/0006.)
  */
 export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision[]): JsonPatchOp[] {
-  const ops: JsonPatchOp[] = [];
   const current = node.spec.taints ?? [];
   const taintOf = (d: GateDecision) => gates.find((g) => g.name === d.gate)!.spec.taint;
   const wanted = decisions.filter((d) => d.taint === true).map(taintOf);
@@ -512,41 +587,9 @@ export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision
   for (const t of decisions.filter((d) => d.taint === false).map(taintOf)) {
     if (holds(next, t) && !holds(wanted, t)) next = next.filter((x) => taintId(x) !== taintId(t));
   }
-  if (next !== current) {
-    if (node.spec.taints) {
-      ops.push(
-        { op: 'test', path: '/spec/taints', value: current },
-        { op: 'replace', path: '/spec/taints', value: next },
-      );
-    } else {
-      ops.push(
-        { op: 'test', path: '/metadata/resourceVersion', value: node.metadata?.resourceVersion },
-        { op: 'add', path: '/spec/taints', value: next },
-      );
-    }
-  }
-  const have = node.metadata?.annotations;
-  const set: Record<string, string> = {};
-  for (const d of decisions) {
-    for (const [k, v] of Object.entries(d.annotations)) {
-      const path = `/metadata/annotations/${escapeKey(k)}`;
-      if (v === null) {
-        if (have && k in have) ops.push({ op: 'test', path, value: have[k] }, { op: 'remove', path });
-      } else if (have?.[k] !== v) {
-        set[k] = v;
-      }
-    }
-  }
-  if (Object.keys(set).length) {
-    if (have) {
-      for (const [k, v] of Object.entries(set))
-        ops.push({ op: 'add', path: `/metadata/annotations/${escapeKey(k)}`, value: v });
-    } else {
-      // No annotations at all: the map is created whole, so only on the version the cache saw.
-      if (!ops.some((o) => o.path === '/metadata/resourceVersion'))
-        ops.unshift({ op: 'test', path: '/metadata/resourceVersion', value: node.metadata?.resourceVersion });
-      ops.push({ op: 'add', path: '/metadata/annotations', value: set });
-    }
-  }
-  return ops;
+  return casPatch(
+    node,
+    next !== current ? next : undefined,
+    decisions.flatMap((d) => Object.entries(d.annotations)),
+  );
 }

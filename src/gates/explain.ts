@@ -3,7 +3,7 @@
 import type { KubeClient } from '../runtime/kube.ts';
 import { slimNode, slimPod } from '../runtime/transforms.ts';
 import { Resources, type KubeObject } from '../runtime/types.ts';
-import { decideGate, nodePatch, parseGates } from './decide.ts';
+import { decideGates, nodePatch, parseGates } from './decide.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 
 const formatTaint = (t: { key: string; value?: string | undefined; effect: string }) =>
@@ -22,7 +22,7 @@ export async function explainNodeGates(
     await client.list(Resources.pods, { query: { fieldSelector: `spec.nodeName=${name}` } })
   ).items.map(slimPod);
   const out = [`Startup gates (field manager ${FIELD_MANAGER}):`];
-  const decisions = gates.map((g) => decideGate(g, node, pods, now));
+  const decisions = decideGates(gates, node, pods, now);
   for (const [i, d] of decisions.entries()) {
     const g = gates[i]!;
     const head = `  ${g.name} (taint ${formatTaint(g.spec.taint)}, ${g.spec.mode}${g.spec.dryRun ? ', dry run' : ''})`;

@@ -3,7 +3,7 @@ import type { Capability } from '../capability.ts';
 import type { Manager } from '../runtime/manager.ts';
 import { GatesController } from './controller.ts';
 import { explainNodeGates } from './explain.ts';
-import { NodeStartupGate } from './types.ts';
+import { GATE_KEYS, NodeStartupGate } from './types.ts';
 
 const controllers = new WeakMap<Manager, GatesController>();
 
@@ -25,6 +25,7 @@ export const gatesCapability: Capability = {
       .default('Ignore'),
   ],
   crds: [NodeStartupGate],
+  keys: GATE_KEYS,
   rbac: [
     { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },

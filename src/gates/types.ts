@@ -2,9 +2,22 @@
 // releases each once its initialisation pods are Ready and its node conditions hold.
 import { z } from 'zod';
 import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
+import type { KeyDeclaration } from '../runtime/ownership.ts';
 import { labelSelectorSchema, validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
 
 export const FIELD_MANAGER = 'berth-gates';
+/** The domain whose subdomains hold each gate's node annotations: `<gate>.gates.berth.dev/`. */
+export const GATES_DOMAIN = 'gates.berth.dev';
+/**
+ * What startup gates own on nodes: every key under `<gate>.gates.berth.dev/`, and each gate's taint
+ * and completion annotation (claimed live). Rank 0: a gate's keys decide whether a node takes
+ * workloads at all, so no other capability's policy may write them.
+ */
+export const GATE_KEYS: KeyDeclaration = {
+  rank: 0,
+  title: 'startup gates',
+  domains: [{ pattern: { kind: 'any', subdomainsOf: GATES_DOMAIN }, owner: 'startup gates' }],
+};
 /** On every NodeStartupGate: its taints and annotations leave every node before the gate goes. */
 export const GATE_FINALIZER = 'gates.berth.dev/release-nodes';
 /** A node labelled with this ("true") is never gated by any gate, and the webhook is not even called for it. */
@@ -229,8 +242,10 @@ export interface GateAnnotations {
   completedAt: string;
 }
 
+export const gatePrefix = (name: string): string => `${name}.${GATES_DOMAIN}/`;
+
 export function gateAnnotations(name: string, spec: Pick<NodeStartupGateSpec, 'completionAnnotation'>) {
-  const prefix = `${name}.gates.berth.dev/`;
+  const prefix = gatePrefix(name);
   return {
     gatedAt: `${prefix}gated-at`,
     timedOutAt: `${prefix}timed-out-at`,

@@ -18,7 +18,7 @@ import type { Logger } from '../runtime/log.ts';
 import type { Manager } from '../runtime/manager.ts';
 import { slimNode, type SlimNode } from '../runtime/transforms.ts';
 import { Resources, type KubeObject } from '../runtime/types.ts';
-import { compileRule, decide, ruleNameOf, tracedOutputs } from './decide.ts';
+import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
 import { FIELD_MANAGER, NodeLabelRule, type NodeLabelRuleStatus, type Rule } from './types.ts';
@@ -56,6 +56,8 @@ export class LabelsController {
   private readonly results = new Map<string, NodeResult>();
   private readonly writer: NodeWriter;
   private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
+  /** Rules that would write keys another capability owns, by rule name: why. */
+  private ownership = new Map<string, string[]>();
   private fileErrors: FileError[] = [];
   private readonly firstPass = new FirstPass();
   private rulesVersion = 0;
@@ -68,7 +70,9 @@ export class LabelsController {
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes);
+    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
+      breaker: manager.nodeWrites,
+    });
     this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
     this.files = opts.labelDir
       ? new RuleDirSource(opts.labelDir, {
@@ -85,6 +89,8 @@ export class LabelsController {
     };
     this.ruleObjects.addEventHandler(invalidate);
     this.files?.addEventHandler(invalidate);
+    // So do changes of the keys other capabilities own (a gate created with a rule's taint key).
+    manager.keys.addEventHandler(invalidate);
 
     const allNodes = () => this.nodes.keys();
     this.nodeController = new Controller({
@@ -94,7 +100,8 @@ export class LabelsController {
       reconciler: { reconcile: (key) => this.reconcileNode(key) },
     })
       .watch(this.nodes, (n) => n.metadata!.name!, nodePredicate)
-      .watch(this.ruleObjects, allNodes, generationChanged);
+      .watch(this.ruleObjects, allNodes, generationChanged)
+      .watch(manager.keys, allNodes);
     if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
 
     this.statusController = new Controller({
@@ -102,7 +109,9 @@ export class LabelsController {
       workers: 2,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    }).watch(this.ruleObjects, (r) => r.metadata!.name!, generationChanged);
+    })
+      .watch(this.ruleObjects, (r) => r.metadata!.name!, generationChanged)
+      .watch(manager.keys, () => this.ruleObjects.keys());
 
     manager.add(this.nodeController);
     manager.add(this.statusController);
@@ -129,15 +138,26 @@ export class LabelsController {
       next.set(name, old?.resourceVersion === rv ? old : { resourceVersion: rv, ...compileRule(obj) });
     }
     this.compiled = next;
-    const rules = [
+    const compiled = [
       ...[...next.values()].flatMap((c) => (c.rule ? [c.rule] : [])),
       ...(this.files?.rules() ?? []),
     ];
+    // One owner per key: a rule that outputs a key of a gate or placement is Invalid, whole.
+    const ownership = new Map<string, string[]>();
+    for (const r of compiled) {
+      const why = this.manager.keys.violations('labels', outputKeys(r));
+      if (!why.length) continue;
+      ownership.set(r.name, why);
+      if (r.source.kind === 'File' && this.ownership.get(r.name)?.join() !== why.join())
+        this.log.error({ file: r.source.path }, `rule file rejected: ${why.join('; ')}`);
+    }
+    this.ownership = ownership;
+    const rules = compiled.filter((r) => !ownership.has(r.name));
     this.rulesCache = { version, rules };
     return rules;
   }
 
-  private async reconcileNode(name: string): Promise<void> {
+  private async reconcileNode(name: string): Promise<Result | void> {
     const node = this.nodes.get(name);
     if (!node) {
       this.writer.forget(name);
@@ -145,7 +165,8 @@ export class LabelsController {
       return;
     }
     const decision = decide(nodeView(node), this.rules());
-    const foreign = tracedOutputs(decision, (await this.writer.sync(node, decision)).foreign);
+    const written = await this.writer.sync(node, decision);
+    const foreign = tracedOutputs(decision, written.foreign);
 
     const conflicts = new Map<string, string>();
     for (const c of decision.conflicts) {
@@ -168,6 +189,8 @@ export class LabelsController {
     const missing = new Set(decision.missingInputs.map((e) => e.rule));
     const applied = new Set([...matched].filter((r) => !blocked.has(r)));
     this.setResult(name, { matched, applied, conflicts, invalid, missing });
+    // The loop breaker held keys back: write them once it lets go.
+    if (written.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
   }
 
   private setResult(name: string, r: NodeResult | undefined): void {
@@ -218,7 +241,7 @@ export class LabelsController {
     // the status (and Ready) flap on every restart.
     if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
       return { requeueAfterMs: 250 };
-    const errors = compiled?.errors ?? [];
+    const errors = [...(compiled?.errors ?? []), ...(this.ownership.get(ruleName) ?? [])];
     const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
     const set = (type: string, status: boolean, reason: string, message: string) =>
       conds.set(type, status, reason, message);

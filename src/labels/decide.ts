@@ -8,6 +8,7 @@ import {
   type NodePlan,
   type NodeState,
 } from '../runtime/nodeapply.ts';
+import type { KeyPattern } from '../runtime/ownership.ts';
 import type { KubeObject } from '../runtime/types.ts';
 import { validateLabelKey } from '../runtime/selector.ts';
 import {
@@ -108,6 +109,13 @@ export function ruleErrors(rule: Rule): string[] {
 }
 
 export const ruleNameOf = (crName: string): string => `nodelabelrule/${crName}`;
+
+/** Every key a rule writes, for the ownership check (taints by key, whatever the effect). */
+export const outputKeys = (rule: Rule): KeyPattern[] => [
+  ...Object.keys(rule.labels).map((key) => ({ kind: 'label' as const, key })),
+  ...Object.keys(rule.annotations).map((key) => ({ kind: 'annotation' as const, key })),
+  ...rule.taints.map((t) => ({ kind: 'taint' as const, key: t.key })),
+];
 
 /** Compiles a NodeLabelRule object (from the API or a file) into a Rule, or says why it cannot. */
 export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } {

@@ -10,7 +10,9 @@ import { KubeClient } from './kube.ts';
 import { EventRecorder } from './events.ts';
 import { LeaderElector } from './leaderelection.ts';
 import { rootLogger, type Logger } from './log.ts';
+import { WriteLoopBreaker } from './loopbreaker.ts';
 import { registry } from './metrics.ts';
+import { KeyOwnership } from './ownership.ts';
 import { serve, type RunningServer } from './httpserver.ts';
 import type { KubeObject, ResourceRef } from './types.ts';
 
@@ -73,6 +75,10 @@ export class Manager {
   /** Resolves with the process exit code once the manager has stopped. */
   readonly done: Promise<number>;
   readonly localCluster: string;
+  /** Which capability owns which node keys: policies that would write another's are Invalid. */
+  readonly keys = new KeyOwnership();
+  /** Every node write of every capability goes through it: counted, and held back when it loops. */
+  readonly nodeWrites: WriteLoopBreaker;
 
   constructor(opts: ManagerOptions) {
     this.opts = opts;
@@ -81,6 +87,16 @@ export class Manager {
     if (names.length === 0) throw new Error('a manager needs at least one cluster');
     this.localCluster = names[0]!;
     this.done = new Promise((resolve) => (this.exit = resolve));
+    this.nodeWrites = new WriteLoopBreaker({
+      onTrip: (t) => {
+        const note =
+          `Berth wrote ${t.key} on this node ${t.writes} times within ${t.windowMs / 1000}s ` +
+          `(${t.writers.join(', ')}): it leaves the key as it is until ${new Date(t.until).toISOString()}; ` +
+          'two policies are likely fighting over it (berth explain node)';
+        this.recorder('berth').event(t.node, 'Warning', 'WriteLoop', 'Write', note);
+        this.log.warn({ node: t.node.metadata?.name, key: t.key, writers: t.writers }, note);
+      },
+    });
   }
 
   client(cluster = this.localCluster): KubeClient {

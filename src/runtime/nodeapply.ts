@@ -1,13 +1,16 @@
-// Writing a controller's share of a Node — labels, annotations, taints — with server-side apply,
-// shared by every capability that decorates nodes. Each controller owns its keys through its own
-// field manager; what it owns is read back from managedFields, so it writes only when its share
-// differs, never touches keys another manager set to other values, and never recreates a node.
+// Writing a controller's share of a Node — labels, annotations, taints — shared by every
+// capability that decorates nodes. Each controller owns its keys through its own field manager:
+// labels and annotations by server-side apply, read back from managedFields; taints, an atomic
+// list that managedFields cannot split by owner, by a compare-and-swap JSON patch that also keeps
+// a record of the taints it put on. So a controller writes only when its share differs, never
+// touches keys another manager set to other values, and never recreates a node.
 import { applyTarget, isObjectGone, ownedKeys } from './apply.ts';
 import type { EventHandler } from './informer.ts';
-import type { KubeClient } from './kube.ts';
+import { ApiError, type KubeClient } from './kube.ts';
 import { WriteExpectations } from './expectations.ts';
-import { nodeWriteMetrics } from './metrics.ts';
+import { nodeKey, type NodeKey, type WriteLoopBreaker } from './loopbreaker.ts';
 import { Resources, type KubeObject } from './types.ts';
+import { escapeKey, type JsonPatchOp } from './webhook.ts';
 import type { Clock } from './workqueue.ts';
 
 export interface NodeTaint {
@@ -32,23 +35,112 @@ export type NodeOutputKind = 'label' | 'annotation' | 'taint';
 
 export const taintId = (t: { key: string; effect: string }): string => `${t.key}:${t.effect}`;
 
+/** Where Berth's node writers keep their own bookkeeping: `<field manager>.nodes.berth.dev/`. */
+export const NODE_WRITERS_DOMAIN = 'nodes.berth.dev';
+/**
+ * The annotation in which a field manager records the taints it put on a node (their ids, JSON).
+ * spec.taints is an atomic list: managedFields says who last wrote the list, not whose each taint is.
+ */
+export const taintRecordKey = (manager: string): string => `${manager}.${NODE_WRITERS_DOMAIN}/taints`;
+
+const taintsOf = (node: KubeObject): NodeTaint[] =>
+  (node['spec'] as { taints?: NodeTaint[] } | undefined)?.taints ?? [];
+
+/** The ids of the node's taints that `manager` put on (and that are still there). */
+function ownedTaints(node: KubeObject, manager: string): string[] {
+  let recorded: unknown;
+  try {
+    recorded = JSON.parse(node.metadata?.annotations?.[taintRecordKey(manager)] ?? '[]');
+  } catch {
+    recorded = [];
+  }
+  const present = new Set(taintsOf(node).map(taintId));
+  return Array.isArray(recorded) ? recorded.filter((id): id is string => present.has(id)) : [];
+}
+
 export function nodeState(node: KubeObject, manager: string): NodeState {
-  const taints = ((node['spec'] as { taints?: NodeTaint[] } | undefined)?.taints ?? []).map((t) => ({
-    ...t,
-  }));
   return {
     labels: node.metadata?.labels ?? {},
     annotations: node.metadata?.annotations ?? {},
-    taints,
+    taints: taintsOf(node).map((t) => ({ ...t })),
     owned: {
       labels: ownedKeys(node, manager, ['metadata', 'labels']),
       annotations: ownedKeys(node, manager, ['metadata', 'annotations']),
-      // List-map identities come as k:{"effect":"NoSchedule","key":"x"}.
-      taints: ownedKeys(node, manager, ['spec', 'taints']).map((k) =>
-        taintId(JSON.parse(k.slice(2)) as NodeTaint),
-      ),
+      taints: ownedTaints(node, manager),
     },
   };
+}
+
+/**
+ * A compare-and-swap JSON patch of a node: `taints` (if given) replaces spec.taints, tested first
+ * against what the cache saw; each annotation is set, or removed (null) after a test of its value.
+ * A concurrent change by anyone fails the patch (422) instead of being lost. Entries apply in order.
+ */
+export function casPatch(
+  node: KubeObject,
+  taints: NodeTaint[] | undefined,
+  annotations: Iterable<[string, string | null]>,
+): JsonPatchOp[] {
+  const ops: JsonPatchOp[] = [];
+  const current = (node['spec'] as { taints?: NodeTaint[] } | undefined)?.taints;
+  const rv = {
+    op: 'test' as const,
+    path: '/metadata/resourceVersion',
+    value: node.metadata?.resourceVersion,
+  };
+  if (taints) {
+    if (current) {
+      ops.push(
+        { op: 'test', path: '/spec/taints', value: current },
+        { op: 'replace', path: '/spec/taints', value: taints },
+      );
+    } else ops.push(rv, { op: 'add', path: '/spec/taints', value: taints });
+  }
+  const have = node.metadata?.annotations;
+  const set: Record<string, string> = {};
+  for (const [k, v] of annotations) {
+    const path = `/metadata/annotations/${escapeKey(k)}`;
+    if (v === null) {
+      if (have && k in have) ops.push({ op: 'test', path, value: have[k] }, { op: 'remove', path });
+    } else if (have?.[k] !== v) {
+      set[k] = v;
+    }
+  }
+  if (Object.keys(set).length) {
+    if (have) {
+      for (const [k, v] of Object.entries(set))
+        ops.push({ op: 'add', path: `/metadata/annotations/${escapeKey(k)}`, value: v });
+    } else {
+      // No annotations at all: the map is created whole, so only on the version the cache saw.
+      if (!ops.some((o) => o.path === '/metadata/resourceVersion')) ops.unshift(rv);
+      ops.push({ op: 'add', path: '/metadata/annotations', value: set });
+    }
+  }
+  return ops;
+}
+
+/**
+ * The patch that brings the taints `manager` put on `node` to `want`: its own come off or change,
+ * anyone else's stay, and its record follows. The node's uid is tested first (a node deleted and
+ * recreated under the same name is not this one).
+ */
+export function taintPatch(node: KubeObject, manager: string, want: NodeTaint[]): JsonPatchOp[] {
+  const current = taintsOf(node);
+  const owned = new Set(ownedTaints(node, manager));
+  const wanted = new Map(want.map((t) => [taintId(t), t]));
+  const next = [
+    ...current
+      .filter((t) => !owned.has(taintId(t)) || wanted.has(taintId(t)))
+      .map((t) => wanted.get(taintId(t)) ?? t),
+    ...want.filter((t) => !current.some((c) => taintId(c) === taintId(t))),
+  ];
+  const same =
+    next.length === current.length && next.every((t, i) => JSON.stringify(t) === JSON.stringify(current[i]));
+  const record = [...wanted.keys()].sort();
+  const ops = casPatch(node, same ? undefined : next, [
+    [taintRecordKey(manager), record.length ? JSON.stringify(record) : null],
+  ]);
+  return ops.length ? [{ op: 'test', path: '/metadata/uid', value: node.metadata?.uid }, ...ops] : [];
 }
 
 export interface NodePlan extends NodeOutputs {
@@ -61,7 +153,7 @@ export interface NodePlan extends NodeOutputs {
 }
 
 /**
- * What to apply: the desired outputs minus the keys another manager already set to a different
+ * What to write: the desired outputs minus the keys another manager already set to a different
  * value (a controller never fights for them, and never forces), and whether the node is already there.
  */
 export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan {
@@ -106,6 +198,59 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
   )
     changed.push('taint');
   return { inSync: changed.length === 0, changed, labels, annotations, taints, foreign };
+}
+
+/** The keys a write of `plan` changes on the node: set to another value, added, or dropped by this manager. */
+export function changedKeys(state: NodeState, plan: NodeOutputs): NodeKey[] {
+  const keys = new Set<NodeKey>();
+  const record = (
+    kind: NodeOutputKind,
+    want: Record<string, string>,
+    have: Record<string, string>,
+    owned: string[],
+  ) => {
+    for (const [k, v] of Object.entries(want)) if (have[k] !== v) keys.add(nodeKey(kind, k));
+    for (const k of owned) if (!(k in want) && k in have) keys.add(nodeKey(kind, k));
+  };
+  record('label', plan.labels, state.labels, state.owned.labels);
+  record('annotation', plan.annotations, state.annotations, state.owned.annotations);
+  const have = new Map(state.taints.map((t) => [taintId(t), t]));
+  const want = new Set(plan.taints.map(taintId));
+  for (const t of plan.taints) {
+    const cur = have.get(taintId(t));
+    if (!cur || (cur.value ?? '') !== (t.value ?? '')) keys.add(nodeKey('taint', t.key));
+  }
+  for (const id of state.owned.taints) {
+    const t = have.get(id);
+    if (t && !want.has(id)) keys.add(nodeKey('taint', t.key));
+  }
+  return [...keys];
+}
+
+/** `desired` with the `held` keys left as this manager's share of the node has them now. */
+export function leaveAsIs(state: NodeState, desired: NodeOutputs, held: NodeKey[]): NodeOutputs {
+  const out: NodeOutputs = {
+    labels: { ...desired.labels },
+    annotations: { ...desired.annotations },
+    taints: desired.taints,
+  };
+  const keep = (want: Record<string, string>, have: Record<string, string>, owned: string[], k: string) => {
+    if (owned.includes(k) && k in have) want[k] = have[k]!;
+    else delete want[k];
+  };
+  for (const h of held) {
+    const [kind, key] = [h.slice(0, h.indexOf(' ')), h.slice(h.indexOf(' ') + 1)];
+    if (kind === 'label') keep(out.labels, state.labels, state.owned.labels, key);
+    else if (kind === 'annotation') keep(out.annotations, state.annotations, state.owned.annotations, key);
+    else {
+      const owned = new Set(state.owned.taints);
+      out.taints = [
+        ...out.taints.filter((t) => t.key !== key),
+        ...state.taints.filter((t) => t.key === key && owned.has(taintId(t))),
+      ];
+    }
+  }
+  return out;
 }
 
 export interface BurstHoldOptions {
@@ -207,58 +352,91 @@ export class BurstHold {
  * Applies one field manager's share of nodes. After each write it expects to see that write come
  * back through the node informer: until it has, a reconcile (on a cache older than the write) that
  * arrives at the same plan sends nothing, while a different plan is written at once. With a
- * BurstHold, annotation-only writes wait while a burst of changes lasts.
+ * BurstHold, annotation-only writes wait while a burst of changes lasts. Every write goes through
+ * the manager's WriteLoopBreaker, which may hold keys back.
  */
 export class NodeWriter {
   private readonly client: () => KubeClient;
   readonly fieldManager: string;
   private readonly expectations: WriteExpectations<{ plan: string; scheduling: string }>;
   private readonly burst: BurstHold | undefined;
+  private readonly breaker: WriteLoopBreaker;
 
   constructor(
     client: () => KubeClient,
     fieldManager: string,
     nodes: { addEventHandler(h: EventHandler<KubeObject>): void },
-    opts: { burst?: BurstHold } = {},
+    opts: { breaker: WriteLoopBreaker; burst?: BurstHold },
   ) {
     this.client = client;
     this.fieldManager = fieldManager;
     this.burst = opts.burst;
+    this.breaker = opts.breaker;
     this.expectations = new WriteExpectations(nodes);
   }
 
   /**
    * Brings the node to `desired` if it is not there; returns the plan (foreign keys included).
    * `held`: the write waits for a burst to pass; the BurstHold queues the node again.
+   * `retryAfterMs`: the loop breaker held keys back; sync again after that long.
    */
-  async sync(node: KubeObject, desired: NodeOutputs): Promise<NodePlan & { wrote: boolean; held?: boolean }> {
+  async sync(
+    node: KubeObject,
+    desired: NodeOutputs,
+  ): Promise<NodePlan & { wrote: boolean; held?: boolean; retryAfterMs?: number }> {
     const name = node.metadata!.name!;
     const state = nodeState(node, this.fieldManager);
-    const plan = planNodeApply(state, desired);
+    let plan = planNodeApply(state, desired);
     if (plan.inSync) {
       this.expectations.forget(name);
       this.burst?.done(name);
       return { ...plan, wrote: false };
     }
-    const scheduling = JSON.stringify([plan.labels, plan.taints]);
-    const key = JSON.stringify([scheduling, plan.annotations]);
     const pending = this.expectations.pending(node);
-    if (pending?.plan === key) return { ...plan, wrote: false };
+    if (pending?.plan === planKey(plan).key) return { ...plan, wrote: false };
+    const { held, retryAfterMs } = this.breaker.hold(node, this.fieldManager, changedKeys(state, plan));
+    const loop = retryAfterMs === undefined ? {} : { retryAfterMs };
+    if (held.length) {
+      plan = planNodeApply(state, leaveAsIs(state, desired, held));
+      if (plan.inSync || pending?.plan === planKey(plan).key) return { ...plan, wrote: false, ...loop };
+    }
+    const { scheduling, key } = planKey(plan);
     // Only annotations change (judged against a write still on its way, if any): this may wait.
     const annotationsOnly = pending
       ? pending.scheduling === scheduling
       : plan.changed.every((k) => k === 'annotation');
-    if (this.burst && annotationsOnly && this.burst.hold(name)) return { ...plan, wrote: false, held: true };
+    if (this.burst && annotationsOnly && this.burst.hold(name))
+      return { ...plan, wrote: false, held: true, ...loop };
 
-    const body = applyTarget(Resources.nodes, node);
-    body.metadata.labels = plan.labels;
-    body.metadata.annotations = plan.annotations;
-    // Only claim spec.taints when this manager taints, or still owns a taint it must drop.
-    if (plan.taints.length > 0 || state.owned.taints.length > 0) body['spec'] = { taints: plan.taints };
-    let written: KubeObject;
+    const keys = changedKeys(state, plan);
+    const taintKeys = keys.filter((k) => k.startsWith('taint '));
+    let written: KubeObject | undefined;
+    let patching = false;
     try {
-      nodeWriteMetrics.writes.inc({ field_manager: this.fieldManager });
-      written = await this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager });
+      if (plan.changed.some((k) => k !== 'taint')) {
+        const body = applyTarget(Resources.nodes, node);
+        body.metadata.labels = plan.labels;
+        body.metadata.annotations = plan.annotations;
+        written = await this.breaker.write(
+          node,
+          this.fieldManager,
+          keys.filter((k) => !taintKeys.includes(k)),
+          () => this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager }),
+        );
+      }
+      if (plan.changed.includes('taint')) {
+        // Judged on the node as the apply left it, if there was one: the patch tests what it replaces.
+        const ops = taintPatch(written ?? node, this.fieldManager, plan.taints);
+        if (ops.length) {
+          patching = true;
+          written = await this.breaker.write(node, this.fieldManager, taintKeys, () =>
+            this.client().patch(Resources.nodes, name, ops, {
+              type: 'json',
+              fieldManager: this.fieldManager,
+            }),
+          );
+        }
+      }
     } catch (e) {
       // The node was deleted meanwhile: the uid precondition refused to recreate it.
       if (isObjectGone(e)) {
@@ -266,16 +444,24 @@ export class NodeWriter {
         return { ...plan, wrote: false };
       }
       // Any other conflict: another manager wrote one of these keys after our cache saw the node.
-      // The retry (with backoff) sees that write and holds the key back.
-      throw e;
+      // The retry (with backoff) sees that write and holds the key back. A failed test of the taint
+      // patch says the same, and the node's watch event brings it back here anyway.
+      if (!(patching && e instanceof ApiError && e.status === 422)) throw e;
     }
+    if (!written) return { ...plan, wrote: false, ...loop };
     this.expectations.expect(name, written.metadata?.resourceVersion, { plan: key, scheduling });
     this.burst?.done(name);
-    return { ...plan, wrote: true };
+    return { ...plan, wrote: true, ...loop };
   }
 
   forget(name: string): void {
     this.expectations.forget(name);
     this.burst?.done(name);
   }
+}
+
+/** What identifies a plan for the write expectations, and its part that steers scheduling. */
+function planKey(plan: NodePlan): { scheduling: string; key: string } {
+  const scheduling = JSON.stringify([plan.labels, plan.taints]);
+  return { scheduling, key: JSON.stringify([scheduling, plan.annotations]) };
 }

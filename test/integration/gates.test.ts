@@ -510,6 +510,49 @@ describe('startup gates', () => {
     assert.match(explained, /existed before the gate and backfill is off|already runs workload pods/);
   });
 
+  test("an admin's taint on an existing node stays the admin's: backfill does not take it over, deleting the gate leaves it", async () => {
+    // The issue's repro: a node tainted by hand with the key a backfill gate then uses.
+    const node = (await createNode('admin')).metadata!.name!;
+    const gate = `${id}-admin`;
+    const admin = { key: taintKey(gate), value: 'admin', effect: 'NoSchedule' };
+    await client.patch(Resources.nodes, node, { spec: { taints: [admin] } }, { type: 'strategic' });
+    await sleep(1100);
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), value: 'wait', effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'admin' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+      backfill: true,
+    });
+    const adminsOnly = async () => {
+      const n = await getNode(node);
+      const taints = ((n['spec'] as { taints?: { key: string }[] }).taints ?? []).filter(
+        (t) => t.key === admin.key,
+      );
+      return annotation(n, gatedAt(gate)) === undefined && JSON.stringify(taints) === JSON.stringify([admin]);
+    };
+    await waitFor(
+      'the gate counts the node, released',
+      async () => {
+        const s = await gateStatus(gate);
+        return s?.nodes === 1 && s.released === 1 && s;
+      },
+      { observe: () => gateStatus(gate) },
+    );
+    await holdsFor("the taint stays the admin's, with no gated-at", adminsOnly, 1500);
+    const explained = (await explainNodeGates(client, await getNode(node))).join('\n');
+    assert.match(explained, /which Berth did not put on/);
+
+    await client.delete(NodeStartupGate.ref, gate);
+    await waitFor('the deleted gate gone', () =>
+      client.get(NodeStartupGate.ref, gate).then(
+        () => false,
+        (e) => e instanceof ApiError && e.status === 404,
+      ),
+    );
+    assert.ok(await adminsOnly(), "deleting the gate left the admin's taint");
+    assert.equal((await nodeEvents(node)).filter((e) => e.note?.includes(`gate ${gate}`)).length, 0);
+  });
+
   test('bad gate specs are rejected by the apiserver or marked Invalid with a Warning event', async () => {
     // Every gate here selects only this file's nodes: other test files create nodes in the same sandbox.
     const base = {

@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { decideGate, parseGates, type Gate, type GateDecision } from '../../../src/gates/decide.ts';
+import {
+  decideGate,
+  decideGates,
+  decisionKeys,
+  gateKeyClaims,
+  parseGates,
+  type Gate,
+  type GateDecision,
+} from '../../../src/gates/decide.ts';
 import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
 import type { SlimNode, SlimPod } from '../../../src/runtime/transforms.ts';
 import {
@@ -604,5 +612,86 @@ describe('decideGate: continuous mode after a release while requirements still f
     const d = decide(continuous, released, [cilium(false)]);
     assert.equal(d.state, 'Released');
     assert.equal(d.taint, undefined);
+  });
+});
+
+describe('decideGate: a taint Berth did not put on stays whoever put it on', () => {
+  // An admin's taint with the gate's key (any value): the gate does not take it over, backfill or not.
+  const admin = { key: TAINT_KEY, value: 'admin', effect: 'NoSchedule' };
+
+  test('an existing idle node tainted by hand: backfill leaves it alone', () => {
+    const backfill = gate('cni', { backfill: true });
+    assert.deepEqual(decide(backfill, node({ created: NODE_OLD, taints: [admin] }), []), {
+      gate: 'cni',
+      state: 'Released',
+      taint: undefined,
+      annotations: {},
+      unmet: [NONE_YET],
+      timedOut: false,
+      why: `not gated: the node already carries the taint ${TAINT_KEY}:NoSchedule, which Berth did not put on; it stays theirs`,
+    });
+  });
+
+  test('nor does the fallback on a new node, nor continuous mode on a completed one', () => {
+    assert.equal(decide(g, node({ taints: [admin] }), []).taint, undefined);
+    const continuous = gate('cni', { mode: 'Continuous' });
+    const d = decide(
+      continuous,
+      node({ taints: [admin], annotations: { [K.completedAt]: minutesAgo(5) } }),
+      [],
+    );
+    assert.deepEqual([d.taint, d.annotations], [undefined, {}]);
+  });
+
+  test('the same key with another effect is another taint: the gate puts its own on', () => {
+    const d = decide(g, node({ taints: [{ ...admin, effect: 'NoExecute' }] }), []);
+    assert.deepEqual([d.state, d.taint], ['Held', true]);
+  });
+
+  test('dry run does not count it as a node it would gate', () => {
+    const dry = gate('cni', { dryRun: true, backfill: true });
+    assert.equal(decide(dry, node({ created: NODE_OLD, taints: [admin] }), []).state, 'Released');
+  });
+
+  test('deleting the gate leaves it: the gate never held the node', () => {
+    const deleting = { ...gate('cni', { backfill: true }), deleting: true };
+    const d = decide(deleting, node({ created: NODE_OLD, taints: [admin] }), []);
+    assert.deepEqual([d.taint, d.annotations], [undefined, {}]);
+  });
+
+  test("another gate's hold on the same taint is Berth's: handed over (decideGates)", () => {
+    const { gates } = parseGates([gateObj('a-cni'), gateObj('b-cni')]);
+    const n = node({ taints: [TAINT], annotations: { 'b-cni.gates.berth.dev/gated-at': minutesAgo(1) } });
+    assert.deepEqual(
+      decideGates(gates, n, [], NOW).map((d) => [d.gate, d.taint]),
+      [
+        ['a-cni', true],
+        ['b-cni', false],
+      ],
+    );
+  });
+});
+
+describe('decisionKeys and gateKeyClaims', () => {
+  test('the keys a decision changes: its taint when it goes on or off, annotations set anew or removed', () => {
+    const n = node({ taints: [TAINT], annotations: { [K.gatedAt]: minutesAgo(3), [K.timedOutAt]: 'x' } });
+    const d = decide(g, n, [cilium(true)]);
+    assert.deepEqual(decisionKeys(n, g, d), [
+      `taint ${TAINT_KEY}`,
+      `annotation ${K.gatedAt}`,
+      `annotation ${K.timedOutAt}`,
+      `annotation ${K.completedAt}`,
+    ]);
+    const held = decide(g, n, [cilium(false)]);
+    assert.deepEqual(decisionKeys(n, g, held), [], 'still held: nothing changes');
+  });
+
+  test('a gate claims its annotation prefix, taint and completion annotation, under its own name', () => {
+    const custom = gate('warmup', { completionAnnotation: 'startup.k8s.io/completedAt' });
+    assert.deepEqual(gateKeyClaims([custom]), [
+      { pattern: { kind: 'any', prefix: 'warmup.gates.berth.dev/' }, owner: 'NodeStartupGate warmup' },
+      { pattern: { kind: 'taint', key: TAINT_KEY }, owner: 'NodeStartupGate warmup' },
+      { pattern: { kind: 'annotation', key: 'startup.k8s.io/completedAt' }, owner: 'NodeStartupGate warmup' },
+    ]);
   });
 });

@@ -487,3 +487,33 @@ describe('leftOnNode', () => {
     );
   });
 });
+
+describe('parseGates: a completion annotation that is a gate key', () => {
+  test("another gate's key, or this gate's own bookkeeping: Invalid, and the disarmed gate never claims it", () => {
+    for (const [key, whose] of [
+      ['other.gates.berth.dev/gated-at', 'another gate'],
+      ['cni.gates.berth.dev/gated-at', 'this gate'],
+      ['cni.gates.berth.dev/timed-out-at', 'this gate'],
+    ] as const) {
+      const { gates, problems } = parseGates([gateObj('cni', { completionAnnotation: key })]);
+      assert.equal(problems.get('cni')?.reason, 'Invalid', key);
+      assert.match(
+        problems.get('cni')!.message,
+        new RegExp(`completionAnnotation "${key}" is a key of ${whose}`),
+      );
+      assert.equal(gates[0]!.enforced, false);
+      assert.equal(
+        gates[0]!.keys.completedAt,
+        'cni.gates.berth.dev/completed-at',
+        'its default, not the key',
+      );
+    }
+  });
+
+  test('a key of its own under its prefix, or one outside the gates domain, is fine', () => {
+    for (const key of ['cni.gates.berth.dev/ready-since', 'startup.k8s.io/completedAt']) {
+      const { problems } = parseGates([gateObj('cni', { completionAnnotation: key })]);
+      assert.deepEqual([...problems], [], key);
+    }
+  });
+});

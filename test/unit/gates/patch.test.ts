@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import {
   admitNode,
   decideGate,
+  decideGates,
   nodePatch,
   parseGates,
   type Gate,
@@ -348,7 +349,7 @@ describe('nodePatch', () => {
 
   describe('end to end with decideGate', () => {
     const run = (gates: Gate[], n: SlimNode, pods = [cilium(false)]) => {
-      const decisions = gates.map((x) => decideGate(x, n, pods, NOW));
+      const decisions = decideGates(gates, n, pods, NOW);
       return { decisions, ...patchAndApply(n, gates, decisions) };
     };
 

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeClient } from '../../../src/runtime/kube.ts';
+import { WriteLoopBreaker } from '../../../src/runtime/loopbreaker.ts';
 import {
   BurstHold,
   NodeWriter,
@@ -148,7 +149,15 @@ describe('NodeWriter with a BurstHold', () => {
       release: () => {},
       clock: fakeClock(),
     });
-    const writer = new NodeWriter(() => client, FM, { addEventHandler: () => {} }, { burst: hold });
+    const writer = new NodeWriter(
+      () => client,
+      FM,
+      { addEventHandler: () => {} },
+      {
+        breaker: new WriteLoopBreaker(),
+        burst: hold,
+      },
+    );
     hold.observe(200);
 
     const n = node({ agent: 'true' }, { 'claim.a': 'x' });
@@ -175,7 +184,15 @@ describe('NodeWriter with a BurstHold', () => {
       release: () => {},
       clock: fakeClock(),
     });
-    const writer = new NodeWriter(() => client, FM, { addEventHandler: () => {} }, { burst: hold });
+    const writer = new NodeWriter(
+      () => client,
+      FM,
+      { addEventHandler: () => {} },
+      {
+        breaker: new WriteLoopBreaker(),
+        burst: hold,
+      },
+    );
     hold.observe(200);
     const bare = node();
     // The first claim brings the label: written at once.
