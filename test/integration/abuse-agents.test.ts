@@ -1,3 +1,6 @@
+// test-driver: alone — its agents controller would act on the placements of agents.test.ts (and
+// that file's on its) if both ran at once.
+//
 // Hostile and careless AgentPlacements: seeded generated placements, valid and invalid (unknown and forbidden owner kinds, selectors that
 // reach every pod, template-like and huge values, keys held by someone else, rapid churn). Berth
 // must stay ready and responsive, say the truth in every status, keep a canary placement working,

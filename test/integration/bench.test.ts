@@ -1,3 +1,6 @@
+// test-driver: alone — each benchmark loads both cores; timing-sensitive files beside it would
+// measure the benchmark instead of themselves.
+//
 // The README promises that every benchmark prints, last, one JSON object (scripts read it). Each runs
 // here at a tiny size, the way a user runs it (`npm run bench:NAME -- ...`), on its private sandbox.
 import assert from 'node:assert/strict';
