@@ -1,10 +1,13 @@
 // The loop breaker: every node write Berth makes, by any capability, goes through here. It is
-// counted by field manager (berth_node_writes_total), and the keys it changes are remembered per
-// node. A key that Berth has already written `limit` times on one node within the window is held
-// back: whoever wants to write it next leaves it as it is until the window has moved on, with a
-// Warning event on the node and berth_node_write_loops_total. Ownership checks keep capabilities
-// from fighting over a key they can see; this bounds the fights nobody foresaw (two policies
-// feeding each other's inputs) to `limit` writes per key and window instead of dozens a second.
+// counted by field manager (berth_node_writes_total), and for each key it changes the breaker
+// remembers the value the node had right after the write. A write is contested when the key no
+// longer has that value (someone else changed it since): that is a fight, while a key that only
+// follows its inputs (claims under pod churn, however fast) is never contested. A key with
+// `limit` contested writes on one node within the window is held back: whoever wants to write it
+// next leaves it as it is until the window has moved on, with a Warning event on the node and
+// berth_node_write_loops_total. Ownership checks keep capabilities from fighting over a key they
+// can see; this bounds the fights nobody foresaw (two policies feeding each other's inputs) to
+// `limit` writes per key and window instead of dozens a second.
 import type { NodeOutputKind } from './nodeapply.ts';
 import { nodeWriteMetrics } from './metrics.ts';
 import type { KubeObject } from './types.ts';
@@ -12,6 +15,31 @@ import type { KubeObject } from './types.ts';
 /** A key of a node, with its kind: "annotation x.gates.berth.dev/gated-at", "taint k" (taints by key). */
 export type NodeKey = `${NodeOutputKind} ${string}`;
 export const nodeKey = (kind: NodeOutputKind, key: string): NodeKey => `${kind} ${key}`;
+
+const ABSENT = '\u0000absent';
+
+/** What a node says for a key: a label's or annotation's value, or every taint with the key. */
+export function valueOf(node: KubeObject, key: NodeKey): string {
+  const i = key.indexOf(' ');
+  const kind = key.slice(0, i) as NodeOutputKind;
+  const k = key.slice(i + 1);
+  if (kind === 'label') return node.metadata?.labels?.[k] ?? ABSENT;
+  if (kind === 'annotation') return node.metadata?.annotations?.[k] ?? ABSENT;
+  const taints = (
+    (node as { spec?: { taints?: { key: string; value?: string; effect: string }[] } }).spec?.taints ?? []
+  )
+    .filter((t) => t.key === k)
+    .map((t) => `${t.value ?? ''}:${t.effect}`)
+    .sort();
+  return taints.length ? taints.join(',') : ABSENT;
+}
+
+/** Whether a cached node is older than a write whose answer carried `written` (etcd revisions). */
+function olderThan(node: KubeObject, written: string | undefined): boolean {
+  const a = Number(node.metadata?.resourceVersion);
+  const b = Number(written);
+  return Number.isSafeInteger(a) && Number.isSafeInteger(b) && a < b;
+}
 
 export interface LoopTrip {
   node: KubeObject;
@@ -40,8 +68,10 @@ export interface WriteLoopBreakerOptions {
 }
 
 interface KeyWrites {
-  /** Times of the writes in the window, oldest first, and who wrote them. */
+  /** Times of the contested writes in the window, oldest first, and who wrote them. */
   writes: { at: number; by: string }[];
+  /** By field manager: the key's value right after its last write, and the node's resourceVersion then. */
+  after: Map<string, { value: string; resourceVersion: string | undefined; at: number }>;
   /** Set while held back: the field managers already counted in berth_node_write_loops_total. */
   refused?: Set<string>;
 }
@@ -101,7 +131,11 @@ export class WriteLoopBreaker {
     return retryAfterMs === undefined ? { held } : { held, retryAfterMs };
   }
 
-  /** Sends one write of `node` that changes `keys`: counted, and remembered once it succeeded. */
+  /**
+   * Sends one write of `node` (as the writer saw it) that changes `keys`: counted, and, once it
+   * succeeded, remembered with the node it returned; a write that puts back a key someone else
+   * changed counts against the key.
+   */
   async write<T>(
     node: KubeObject,
     fieldManager: string,
@@ -112,15 +146,28 @@ export class WriteLoopBreaker {
     const result = await send();
     const now = this.#clock();
     const name = node.metadata?.name ?? '';
+    const returned = (result as KubeObject | undefined)?.metadata ? (result as KubeObject) : undefined;
     let byKey = this.#nodes.get(name);
     if (!byKey && keys.length) this.#nodes.set(name, (byKey = new Map()));
     for (const key of keys) {
       let k = byKey!.get(key);
-      if (!k) byKey!.set(key, (k = { writes: [] }));
+      if (!k) byKey!.set(key, (k = { writes: [], after: new Map() }));
       this.#prune(k, now);
-      k.writes.push({ at: now, by: fieldManager });
-      // Only the newest `limit` writes decide when the key frees up.
-      if (k.writes.length > this.limit) k.writes.shift();
+      // Contested: the key is not what this writer left it at, and not because the cache is older
+      // than that write (a write followed at once by the next one sees its own old node).
+      const last = k.after.get(fieldManager);
+      if (last && last.value !== valueOf(node, key) && !olderThan(node, last.resourceVersion)) {
+        k.writes.push({ at: now, by: fieldManager });
+        // Only the newest `limit` writes decide when the key frees up.
+        if (k.writes.length > this.limit) k.writes.shift();
+      }
+      if (returned)
+        k.after.set(fieldManager, {
+          value: valueOf(returned, key),
+          resourceVersion: returned.metadata?.resourceVersion,
+          at: now,
+        });
+      else k.after.delete(fieldManager);
     }
     this.#sweep(now);
     return result;
@@ -137,14 +184,16 @@ export class WriteLoopBreaker {
     while (k.writes.length && k.writes[0]!.at <= now - this.windowMs) k.writes.shift();
   }
 
-  // Once a window, forget the keys nobody wrote within it, so memory follows the recent writes only.
+  // Once a window, forget the keys nobody wrote or contested within it: memory follows the recent
+  // writes only, and a fight that comes back later is counted afresh.
   #sweep(now: number): void {
     if (now - this.#swept < this.windowMs) return;
     this.#swept = now;
     for (const [name, byKey] of this.#nodes) {
       for (const [key, k] of byKey) {
         this.#prune(k, now);
-        if (k.writes.length === 0) byKey.delete(key);
+        for (const [fm, a] of k.after) if (a.at <= now - this.windowMs) k.after.delete(fm);
+        if (k.writes.length === 0 && k.after.size === 0) byKey.delete(key);
       }
       if (byKey.size === 0) this.#nodes.delete(name);
     }
