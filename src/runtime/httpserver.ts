@@ -99,6 +99,10 @@ export function limitServer(
   server.timeout = limits.requestTimeoutMs + handlerTimeoutMs;
   const guard = new ServerGuard(name, log, limits);
   server.on('drop', () => guard.count('connections'));
+  server.on('connection', (socket: Socket) => {
+    httpServerMetrics.connections.inc({ server: name });
+    socket.once('close', () => httpServerMetrics.connections.dec({ server: name }));
+  });
   // Replaces Node's default answer to a bad or late request, only to count the timeouts.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     const status =

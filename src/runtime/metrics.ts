@@ -160,6 +160,12 @@ export const httpServerMetrics = {
     labelNames: ['server', 'reason'],
     registers: [registry],
   }),
+  connections: new Gauge({
+    name: 'berth_http_connections',
+    help: 'Open connections of a Berth server (compare with its connection limit), by server',
+    labelNames: ['server'],
+    registers: [registry],
+  }),
 };
 
 // Writes to nodes by each of Berth's field managers (NodeWriter): what "one patch per change" is judged by.

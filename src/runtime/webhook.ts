@@ -362,6 +362,8 @@ export class WebhookServer {
     const body = await readBody(req, (size, chunk) =>
       size > this.maxRequestBytes ? this.tooLarge() : hold(chunk),
     );
+    if (!nestedWithin(body, maxJsonDepth))
+      throw new HttpError(400, `body nests deeper than ${maxJsonDepth} levels`);
     let review: unknown;
     try {
       review = JSON.parse(body.toString('utf8'));
@@ -476,6 +478,29 @@ function readBody(
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+// The apiserver decodes nothing nested deeper than 10,000 levels (Go's encoding/json limit); the
+// review wraps the object in a few more. JSON.parse takes about a microsecond per level, so 7 MiB
+// of brackets would hold the event loop for seconds.
+const maxJsonDepth = 10_100;
+
+/** Whether no array or object in the JSON text `body` nests deeper than `max`: one pass over the bytes. */
+export function nestedWithin(body: Buffer, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
+    const c = body[i]!;
+    if (inString) {
+      if (c === 0x5c)
+        i++; // a backslash escapes the next byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return false;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return true;
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> =>

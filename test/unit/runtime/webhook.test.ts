@@ -15,6 +15,7 @@ import type { KubeObject } from '../../../src/runtime/types.ts';
 import {
   WebhookServer,
   mutate,
+  nestedWithin,
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
   webhookClientConfig,
@@ -200,6 +201,8 @@ describe('WebhookServer', () => {
       400,
     ],
     ['the wrong content type', { body: review({ uid: 'x' }), contentType: 'text/plain' }, 400],
+    // Would hold the event loop for tens of milliseconds in JSON.parse; refused after one pass over the bytes.
+    ['JSON nested deeper than the apiserver sends', { body: '['.repeat(20_000) + ']'.repeat(20_000) }, 400],
     ['the wrong method', { method: 'GET' }, 405],
     ['an oversized body', { body: Buffer.alloc(100 * 1024, 'a') }, 413],
     ['an oversized chunked body', { body: Buffer.alloc(100 * 1024, 'a'), chunked: true }, 413],
@@ -315,6 +318,33 @@ describe('mutate', () => {
       { op: 'replace', path: '/spec/c', value: { 0: 1 } },
     ]);
     assert.deepEqual(mutate(before, structuredClone(before)), []);
+  });
+});
+
+describe('nestedWithin', () => {
+  const within = (text: string, max: number) => nestedWithin(Buffer.from(text), max);
+
+  test('counts the nesting of arrays and objects', () => {
+    assert.equal(within('{"a":[{"b":[1]}]}', 4), true);
+    assert.equal(within('{"a":[{"b":[1]}]}', 3), false);
+    assert.equal(within('[[],[],[[]]]', 3), true);
+    assert.equal(within('[[],[],[[[]]]]', 3), false);
+  });
+
+  test('ignores brackets inside strings, escaped quotes included', () => {
+    assert.equal(within('["[[[[{{{{"]', 1), true);
+    assert.equal(within('["\\"[[[", "\\\\"]', 1), true);
+    assert.equal(within('["\\\\", [[["x"]]]]', 3), false);
+  });
+
+  test('a body the apiserver could send passes', () => {
+    // Go's encoding/json, and so the apiserver, decodes at most 10,000 levels; the review adds two.
+    const object = '{"next":'.repeat(10_000) + '"leaf"' + '}'.repeat(10_000);
+    assert.equal(within(`{"kind":"AdmissionReview","request":{"uid":"u","object":${object}}}`, 10_100), true);
+    assert.equal(
+      within(`{"kind":"AdmissionReview","request":{"uid":"u","object":[${object}]}}`, 10_002),
+      false,
+    );
   });
 });
 
