@@ -78,8 +78,6 @@ export function serverOptions(limits: ServerLimits): http.ServerOptions & { hand
 /** Why a server refused or dropped a client, as counted in berth_http_rejected_total. */
 export type Rejection = 'connections' | 'in_flight' | 'in_flight_bytes' | 'timeout';
 
-const rejectionLogMs = 60_000;
-
 /**
  * Applies the connection limits of `limits` to a server created with serverOptions(limits), and
  * counts what it refuses. `handlerTimeoutMs` bounds how long the server itself may take to answer.
@@ -125,21 +123,42 @@ export function limitServer(
   return guard;
 }
 
+const throttleMs = 60_000;
+
 /**
- * The in-flight limit of one server, and the count of what it refuses. A refusal is logged at most
- * once a minute per reason, with the count since the last line: a flood must not become one of logs.
+ * Warnings about what clients send: at most one line a minute per key, with `count`, how many
+ * times it happened since the last line. A flood of bad requests must not become one of logs.
  */
+export class ThrottledLog {
+  private readonly log: Logger;
+  private readonly last = new Map<string, { at: number; count: number }>();
+
+  constructor(log: Logger) {
+    this.log = log;
+  }
+
+  warn(key: string, fields: Record<string, unknown>, msg: string): void {
+    const now = Date.now();
+    const last = this.last.get(key);
+    if (last && now - last.at < throttleMs) {
+      last.count++;
+      return;
+    }
+    this.last.set(key, { at: now, count: 0 });
+    this.log.warn({ ...fields, count: (last?.count ?? 0) + 1 }, msg);
+  }
+}
+
+/** The in-flight limit of one server, and the count (metric and throttled log) of what it refuses. */
 export class ServerGuard {
   private readonly name: string;
-  private readonly log: Logger;
+  private readonly log: ThrottledLog;
   private readonly limits: ServerLimits;
-  private readonly pending = new Map<Rejection, number>();
-  private readonly lastLogged = new Map<Rejection, number>();
   private inFlight = 0;
 
   constructor(name: string, log: Logger, limits: ServerLimits) {
     this.name = name;
-    this.log = log;
+    this.log = new ThrottledLog(log);
     this.limits = limits;
   }
 
@@ -156,20 +175,12 @@ export class ServerGuard {
 
   count(reason: Rejection): void {
     httpServerMetrics.rejected.inc({ server: this.name, reason });
-    const n = (this.pending.get(reason) ?? 0) + 1;
-    const now = Date.now();
-    if (now - (this.lastLogged.get(reason) ?? -Infinity) < rejectionLogMs) {
-      this.pending.set(reason, n);
-      return;
-    }
-    this.pending.set(reason, 0);
-    this.lastLogged.set(reason, now);
     const { maxConnections, maxInFlight, headersTimeoutMs, requestTimeoutMs } = this.limits;
     this.log.warn(
+      reason,
       {
         server: this.name,
         reason,
-        count: n,
         ...(reason === 'connections' ? { maxConnections } : {}),
         ...(reason === 'in_flight' ? { maxInFlight } : {}),
         ...(reason === 'timeout' ? { headersTimeoutMs, requestTimeoutMs } : {}),

@@ -7,7 +7,14 @@ import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
-import { limitServer, listen, serverOptions, type ServerGuard, type ServerLimits } from './httpserver.ts';
+import {
+  ThrottledLog,
+  limitServer,
+  listen,
+  serverOptions,
+  type ServerGuard,
+  type ServerLimits,
+} from './httpserver.ts';
 import { rootLogger, type Logger } from './log.ts';
 import { webhookMetrics } from './metrics.ts';
 import { createCertificateAuthority } from './pki.ts';
@@ -160,6 +167,7 @@ export class WebhookServer {
   private readonly maxInFlightBytes: number;
   private readonly limits: ServerLimits;
   private readonly log: Logger;
+  private readonly badRequests: ThrottledLog;
   private readonly routes = new Map<string, Route>();
   private server: https.Server | undefined;
   private guard: ServerGuard | undefined;
@@ -181,6 +189,7 @@ export class WebhookServer {
     this.maxInFlightBytes = opts.maxInFlightBytes ?? defaultMaxInFlightBytes;
     this.limits = { ...webhookServerLimits, ...opts.limits };
     this.log = opts.logger ?? rootLogger.child({ component: 'webhook' });
+    this.badRequests = new ThrottledLog(this.log);
     // Bad limits fail here, before anything starts.
     serverOptions(this.limits);
   }
@@ -340,8 +349,14 @@ export class WebhookServer {
     try {
       request = await this.readRequest(req, hold);
     } catch (err) {
+      // Gone, or dropped for its request timeout (counted in berth_http_rejected_total): no one to answer.
+      if (req.socket.destroyed) return;
       const error = err instanceof HttpError ? err : new HttpError(400, String(err));
-      this.log.warn({ webhook: route.name, code: error.code, err: error.message }, 'bad admission request');
+      this.badRequests.warn(
+        `${route.name} ${error.code}`,
+        { webhook: route.name, code: error.code, err: error.message },
+        'bad admission request',
+      );
       return this.sendError(res, error);
     }
     const response = await this.admit(route, request);
