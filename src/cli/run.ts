@@ -10,7 +10,13 @@ import { errorText } from '../runtime/informer.ts';
 import { KubeClient } from '../runtime/kube.ts';
 import { rootLogger, setLogLevel } from '../runtime/log.ts';
 import { Manager } from '../runtime/manager.ts';
-import type { WebhookCertificates } from '../runtime/webhook.ts';
+import {
+  defaultMaxInFlightBytes,
+  defaultMaxRequestBytes,
+  webhookServerLimits,
+  type WebhookCertificates,
+  type WebhookServerOptions,
+} from '../runtime/webhook.ts';
 import {
   WebhookRunnable,
   defaultWebhookRegistration,
@@ -27,6 +33,16 @@ const list = (v: string) =>
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+
+/** A parser for a whole number of at least `min`. */
+const atLeast = (min: number) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min)
+    throw new InvalidArgumentError(`not a whole number of at least ${min}`);
+  return n;
+};
+
+const limits = webhookServerLimits;
 
 export function runCommand(): Command {
   const names = capabilities.map((c) => c.name);
@@ -64,6 +80,69 @@ export function runCommand(): Command {
       '--webhook-bind-address <addr>',
       'address of the admission webhook server ("0" turns webhooks off)',
       '127.0.0.1:9443',
+    )
+    .addOption(
+      new Option(
+        '--webhook-max-connections <n>',
+        'connections the webhook server keeps; more are closed at once',
+      )
+        .default(limits.maxConnections)
+        .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-max-in-flight <n>',
+        'admission requests served at once; more are answered 429 at once, so the apiserver applies ' +
+          "the webhook's failurePolicy without waiting for its timeout",
+      )
+        .default(limits.maxInFlight)
+        .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-max-in-flight-bytes <n>',
+        'bytes of admission request bodies held at once (received, not yet answered); a request ' +
+          'that would hold more is answered 429 at once',
+      )
+        .default(defaultMaxInFlightBytes)
+        .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-header-timeout <seconds>',
+        "a client's TLS handshake and request headers must arrive within this, or it is dropped",
+      )
+        .default(limits.headersTimeoutMs / 1000)
+        .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-request-timeout <seconds>',
+        'a whole request, body included, must arrive within this, or the client is dropped',
+      )
+        .default(limits.requestTimeoutMs / 1000)
+        .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-keep-alive-timeout <seconds>',
+        'idle connections are closed after this (keep it above the 90 s after which the apiserver closes them)',
+      )
+        .default(limits.keepAliveTimeoutMs / 1000)
+        .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-max-requests-per-connection <n>',
+        'a connection is closed after this many requests, spreading the apiserver over replicas (0: never)',
+      )
+        .default(limits.maxRequestsPerConnection)
+        .argParser(atLeast(0)),
+    )
+    .addOption(
+      new Option('--webhook-max-request-bytes <n>', 'larger admission requests are answered 413')
+        .default(defaultMaxRequestBytes)
+        .argParser(atLeast(1)),
     )
     .option(
       '--webhook-cert-dir <dir>',
@@ -155,6 +234,25 @@ export function runCommand(): Command {
   });
 }
 
+/** The webhook server's limits, from `berth run`'s parsed --webhook-* flags. */
+export function webhookServerOptions(
+  o: Record<string, unknown>,
+): Pick<WebhookServerOptions, 'maxRequestBytes' | 'maxInFlightBytes' | 'limits'> {
+  const seconds = (key: string) => (o[key] as number) * 1000;
+  return {
+    maxRequestBytes: o['webhookMaxRequestBytes'] as number,
+    maxInFlightBytes: o['webhookMaxInFlightBytes'] as number,
+    limits: {
+      maxConnections: o['webhookMaxConnections'] as number,
+      maxInFlight: o['webhookMaxInFlight'] as number,
+      headersTimeoutMs: seconds('webhookHeaderTimeout'),
+      requestTimeoutMs: seconds('webhookRequestTimeout'),
+      keepAliveTimeoutMs: seconds('webhookKeepAliveTimeout'),
+      maxRequestsPerConnection: o['webhookMaxRequestsPerConnection'] as number,
+    },
+  };
+}
+
 /** Serves and registers the capabilities' webhooks; returns the client that registers them. */
 function addWebhooks(
   manager: Manager,
@@ -187,7 +285,7 @@ function addWebhooks(
   manager.addRunnable(
     new WebhookRunnable({
       client: webhookClient,
-      server: { host: bind.host, port: bind.port, certificates },
+      server: { host: bind.host, port: bind.port, certificates, ...webhookServerOptions(o) },
       registration,
       specs,
       berthNamespace,

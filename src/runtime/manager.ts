@@ -202,14 +202,14 @@ export class Manager {
 
   async start(): Promise<void> {
     this.started = true;
-    const metrics = await serve(this.opts.metricsBindAddress ?? '127.0.0.1:8080', {
+    const metrics = await serve(this.opts.metricsBindAddress ?? '127.0.0.1:8080', 'metrics', {
       '/metrics': async () => ({
         status: 200,
         body: await registry.metrics(),
         contentType: registry.contentType,
       }),
     });
-    const health = await serve(this.opts.healthBindAddress ?? '127.0.0.1:8081', {
+    const health = await serve(this.opts.healthBindAddress ?? '127.0.0.1:8081', 'health', {
       '/healthz': async () => ({ status: 200, body: 'ok\n' }),
       // A missing CRD idles only what reads it; what can work does, so readiness stays but says so.
       '/readyz': async () => {

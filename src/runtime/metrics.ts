@@ -155,6 +155,25 @@ export const webhookMetrics = {
   }),
 };
 
+// What Berth's HTTP(S) servers (webhook, metrics, health) refuse to protect themselves.
+export const httpServerMetrics = {
+  rejected: new Counter({
+    name: 'berth_http_rejected_total',
+    help:
+      'Connections and requests a Berth server refused, by server and reason: connections (over the ' +
+      'connection limit), in_flight (over the in-flight limit, answered 429), timeout (a slow TLS handshake, ' +
+      'request headers or body)',
+    labelNames: ['server', 'reason'],
+    registers: [registry],
+  }),
+  connections: new Gauge({
+    name: 'berth_http_connections',
+    help: 'Open connections of a Berth server (compare with its connection limit), by server',
+    labelNames: ['server'],
+    registers: [registry],
+  }),
+};
+
 // Writes to nodes by each of Berth's field managers, every capability's, all through the
 // WriteLoopBreaker: what "one patch per change" is judged by, and how a fight would show.
 export const nodeWriteMetrics = {

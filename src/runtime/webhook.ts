@@ -7,6 +7,14 @@ import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
+import {
+  ThrottledLog,
+  limitServer,
+  listen,
+  serverOptions,
+  type ServerGuard,
+  type ServerLimits,
+} from './httpserver.ts';
 import { rootLogger, type Logger } from './log.ts';
 import { webhookMetrics } from './metrics.ts';
 import { createCertificateAuthority } from './pki.ts';
@@ -91,16 +99,46 @@ export interface WebhookServerOptions {
   port?: number;
   /** Default 5000. A handler still running then is answered allowed=false, code 500. */
   handlerTimeoutMs?: number;
-  /** Default 7 MiB, controller-runtime's: an UPDATE carries two objects of up to 3 MiB each. */
+  /** Default defaultMaxRequestBytes. */
   maxRequestBytes?: number;
+  /**
+   * Default 64 MiB: bytes of request bodies held (received, not yet answered) at once, which bounds
+   * memory; a request that would go over it is answered 429. A slow sender holds only what it sent.
+   */
+  maxInFlightBytes?: number;
+  /** Default webhookServerLimits. */
+  limits?: Partial<ServerLimits>;
   logger?: Logger;
 }
 
+/** 7 MiB, controller-runtime's: an UPDATE carries two objects of up to 3 MiB each. */
+export const defaultMaxRequestBytes = 7 * 1024 * 1024;
+/** Nine of the largest requests, thousands of usual ones (a few KiB each). */
+export const defaultMaxInFlightBytes = 64 * 1024 * 1024;
+
+/**
+ * Sized for bursts of admission requests (the ReplicaSet controller creates up to 500 pods at
+ * once) on a small replica. A request refused for load is answered 429 without Retry-After, and a
+ * connection over the limit is closed at once: either way the apiserver applies the webhook's
+ * failurePolicy immediately (client-go retries a webhook call only when told Retry-After), where
+ * a queue would make it wait out the webhook's timeout first and hold the request meanwhile.
+ */
+export const webhookServerLimits: ServerLimits = {
+  // The apiserver sends a review at once: only a slow or hostile client needs more than a moment.
+  headersTimeoutMs: 5_000,
+  requestTimeoutMs: 10_000,
+  // Longer than Go's default client idle timeout (90 s), so the apiserver closes idle connections
+  // first and never sends a POST on a connection the server is closing at that moment.
+  keepAliveTimeoutMs: 120_000,
+  // Behind a Service a connection stays on one replica; reconnecting now and then (the last
+  // answer says Connection: close, so no request is lost) spreads the apiserver over replicas.
+  maxRequestsPerConnection: 1000,
+  maxConnections: 1000,
+  maxInFlight: 500,
+};
+
 const healthPath = '/healthz';
 const reloadDebounceMs = 200;
-// Longer than Go's default client idle timeout (90 s), so the apiserver closes idle connections
-// first and never sends a POST on a connection the server is closing at that moment.
-const keepAliveTimeoutMs = 120_000;
 
 class HttpError extends Error {
   readonly code: number;
@@ -126,9 +164,14 @@ export class WebhookServer {
   private readonly requestedPort: number;
   private readonly handlerTimeoutMs: number;
   private readonly maxRequestBytes: number;
+  private readonly maxInFlightBytes: number;
+  private readonly limits: ServerLimits;
   private readonly log: Logger;
+  private readonly badRequests: ThrottledLog;
   private readonly routes = new Map<string, Route>();
   private server: https.Server | undefined;
+  private guard: ServerGuard | undefined;
+  private heldBytes = 0;
   private serving: ServingPair | undefined;
   private ca: string | undefined;
   private watchers: fs.FSWatcher[] = [];
@@ -142,8 +185,13 @@ export class WebhookServer {
     this.host = opts.host ?? '127.0.0.1';
     this.requestedPort = opts.port ?? 9443;
     this.handlerTimeoutMs = opts.handlerTimeoutMs ?? 5000;
-    this.maxRequestBytes = opts.maxRequestBytes ?? 7 * 1024 * 1024;
+    this.maxRequestBytes = opts.maxRequestBytes ?? defaultMaxRequestBytes;
+    this.maxInFlightBytes = opts.maxInFlightBytes ?? defaultMaxInFlightBytes;
+    this.limits = { ...webhookServerLimits, ...opts.limits };
     this.log = opts.logger ?? rootLogger.child({ component: 'webhook' });
+    this.badRequests = new ThrottledLog(this.log);
+    // Bad limits fail here, before anything starts.
+    serverOptions(this.limits);
   }
 
   /** Serves `handler` at `path`; `name` labels its metrics and logs (default: the path). */
@@ -174,22 +222,17 @@ export class WebhookServer {
   async start(): Promise<void> {
     if (this.server) throw new Error('webhook server is already started');
     this.serving = await this.loadCertificates();
-    const server = https.createServer({ ...this.serving }, (req, res) => {
+    const server = https.createServer({ ...this.serving, ...serverOptions(this.limits) });
+    this.guard = limitServer(server, 'webhook', this.limits, this.handlerTimeoutMs, this.log);
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
       this.serve(req, res).catch((err: unknown) => {
         this.log.error({ err }, 'webhook request failed');
         this.sendError(res, new HttpError(500, 'internal error'));
       });
     });
-    server.keepAliveTimeout = keepAliveTimeoutMs;
     // Mostly clients that do not trust our CA, e.g. an apiserver with a stale caBundle.
     server.on('tlsClientError', (err) => this.log.debug({ err }, 'TLS handshake failed'));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.requestedPort, this.host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    await listen(server, this.requestedPort, this.host, this.limits);
     // After listen, an unhandled 'error' (e.g. EMFILE on accept) would crash the process.
     server.on('error', (err) => this.log.error({ err }, 'webhook server error'));
     this.server = server;
@@ -284,20 +327,46 @@ export class WebhookServer {
       endTimer();
       webhookMetrics.requests.inc({ ...labels, code: String(res.statusCode) });
     });
+    if (!this.guard!.admit(res)) {
+      return this.sendError(
+        res,
+        new HttpError(429, `over ${this.limits.maxInFlight} admission requests in flight`),
+      );
+    }
+    let held = 0;
+    res.once('close', () => (this.heldBytes -= held));
+    const hold = (bytes: number): HttpError | undefined => {
+      if (this.heldBytes + bytes > this.maxInFlightBytes) {
+        this.guard!.count('in_flight_bytes');
+        return new HttpError(429, `over ${this.maxInFlightBytes} bytes of admission requests in flight`);
+      }
+      this.heldBytes += bytes;
+      held += bytes;
+      return undefined;
+    };
 
     let request: AdmissionRequest;
     try {
-      request = await this.readRequest(req);
+      request = await this.readRequest(req, hold);
     } catch (err) {
+      // Gone, or dropped for its request timeout (counted in berth_http_rejected_total): no one to answer.
+      if (req.socket.destroyed) return;
       const error = err instanceof HttpError ? err : new HttpError(400, String(err));
-      this.log.warn({ webhook: route.name, code: error.code, err: error.message }, 'bad admission request');
+      this.badRequests.warn(
+        `${route.name} ${error.code}`,
+        { webhook: route.name, code: error.code, err: error.message },
+        'bad admission request',
+      );
       return this.sendError(res, error);
     }
     const response = await this.admit(route, request);
     this.send(res, 200, { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response });
   }
 
-  private async readRequest(req: IncomingMessage): Promise<AdmissionRequest> {
+  private async readRequest(
+    req: IncomingMessage,
+    hold: (bytes: number) => HttpError | undefined,
+  ): Promise<AdmissionRequest> {
     if (req.method !== 'POST') throw new HttpError(405, `method ${req.method} not allowed, use POST`);
     const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     if (contentType !== 'application/json') {
@@ -305,7 +374,11 @@ export class WebhookServer {
     }
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > this.maxRequestBytes) throw this.tooLarge();
-    const body = await readBody(req, this.maxRequestBytes, () => this.tooLarge());
+    const body = await readBody(req, (size, chunk) =>
+      size > this.maxRequestBytes ? this.tooLarge() : hold(chunk),
+    );
+    if (!nestedWithin(body, maxJsonDepth))
+      throw new HttpError(400, `body nests deeper than ${maxJsonDepth} levels`);
     let review: unknown;
     try {
       review = JSON.parse(body.toString('utf8'));
@@ -351,8 +424,12 @@ export class WebhookServer {
   }
 
   private sendError(res: ServerResponse, err: HttpError): void {
-    // A body left unread (too large) would otherwise have to be drained before the connection is reused.
-    if (err.code === 413) res.setHeader('connection', 'close');
+    // Before reusing the connection Node reads what is left of the body: only a declared size
+    // within the limit is worth it (cheaper than the client's next TLS handshake).
+    const declared = res.req.headers['content-length'];
+    if (!res.req.complete && !(declared !== undefined && Number(declared) <= this.maxRequestBytes)) {
+      res.setHeader('connection', 'close');
+    }
     if (err.code === 405) res.setHeader('allow', 'POST');
     this.send(res, err.code, {
       apiVersion: 'v1',
@@ -394,20 +471,51 @@ async function readCertificateFiles(source: {
   return { cert, key, ca };
 }
 
-function readBody(req: IncomingMessage, limit: number, tooLarge: () => Error): Promise<Buffer> {
+/** Reads the body while `accept(size so far, chunk size)` returns no error; after one, discards the rest. */
+function readBody(
+  req: IncomingMessage,
+  accept: (size: number, chunk: number) => Error | undefined,
+): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    let failed = false;
     req.on('data', (chunk: Buffer) => {
+      if (failed) return;
       size += chunk.length;
-      if (size > limit) {
+      const err = accept(size, chunk.length);
+      if (err) {
+        failed = true;
         chunks.length = 0;
-        reject(tooLarge());
+        reject(err);
       } else chunks.push(chunk);
     });
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+// The apiserver decodes nothing nested deeper than 10,000 levels (Go's encoding/json limit); the
+// review wraps the object in a few more. JSON.parse takes about a microsecond per level, so 7 MiB
+// of brackets would hold the event loop for seconds.
+const maxJsonDepth = 10_100;
+
+/** Whether no array or object in the JSON text `body` nests deeper than `max`: one pass over the bytes. */
+export function nestedWithin(body: Buffer, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
+    const c = body[i]!;
+    if (inString) {
+      if (c === 0x5c)
+        i++; // a backslash escapes the next byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return false;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return true;
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> =>

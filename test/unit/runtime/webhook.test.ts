@@ -15,6 +15,7 @@ import type { KubeObject } from '../../../src/runtime/types.ts';
 import {
   WebhookServer,
   mutate,
+  nestedWithin,
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
   webhookClientConfig,
@@ -200,6 +201,8 @@ describe('WebhookServer', () => {
       400,
     ],
     ['the wrong content type', { body: review({ uid: 'x' }), contentType: 'text/plain' }, 400],
+    // Would hold the event loop for tens of milliseconds in JSON.parse; refused after one pass over the bytes.
+    ['JSON nested deeper than the apiserver sends', { body: '['.repeat(20_000) + ']'.repeat(20_000) }, 400],
     ['the wrong method', { method: 'GET' }, 405],
     ['an oversized body', { body: Buffer.alloc(100 * 1024, 'a') }, 413],
     ['an oversized chunked body', { body: Buffer.alloc(100 * 1024, 'a'), chunked: true }, 413],
@@ -315,6 +318,112 @@ describe('mutate', () => {
       { op: 'replace', path: '/spec/c', value: { 0: 1 } },
     ]);
     assert.deepEqual(mutate(before, structuredClone(before)), []);
+  });
+});
+
+describe('nestedWithin', () => {
+  const within = (text: string, max: number) => nestedWithin(Buffer.from(text), max);
+
+  test('counts the nesting of arrays and objects', () => {
+    assert.equal(within('{"a":[{"b":[1]}]}', 4), true);
+    assert.equal(within('{"a":[{"b":[1]}]}', 3), false);
+    assert.equal(within('[[],[],[[]]]', 3), true);
+    assert.equal(within('[[],[],[[[]]]]', 3), false);
+  });
+
+  test('ignores brackets inside strings, escaped quotes included', () => {
+    assert.equal(within('["[[[[{{{{"]', 1), true);
+    assert.equal(within('["\\"[[[", "\\\\"]', 1), true);
+    assert.equal(within('["\\\\", [[["x"]]]]', 3), false);
+  });
+
+  test('a body the apiserver could send passes', () => {
+    // Go's encoding/json, and so the apiserver, decodes at most 10,000 levels; the review adds two.
+    const object = '{"next":'.repeat(10_000) + '"leaf"' + '}'.repeat(10_000);
+    assert.equal(within(`{"kind":"AdmissionReview","request":{"uid":"u","object":${object}}}`, 10_100), true);
+    assert.equal(
+      within(`{"kind":"AdmissionReview","request":{"uid":"u","object":[${object}]}}`, 10_002),
+      false,
+    );
+  });
+});
+
+describe('WebhookServer limits', () => {
+  const waiting: (() => void)[] = [];
+  const server = new WebhookServer({
+    certificates: { kind: 'generated', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] },
+    port: 0,
+    maxRequestBytes: 64 * 1024,
+    maxInFlightBytes: 48 * 1024,
+    limits: { maxInFlight: 2 },
+    logger: quiet,
+  });
+  let ca = '';
+  const post = (opts: CallOptions) => call(server.port, ca, opts);
+  const releaseAll = () => waiting.splice(0).forEach((release) => release());
+  /** A review of about `bytes` bytes. */
+  const sized = (uid: string, bytes: number) =>
+    review({ uid, object: { ...pod(), metadata: { name: 'p', annotations: { pad: 'x'.repeat(bytes) } } } });
+
+  before(async () => {
+    server.register('/wait', () => new Promise((resolve) => waiting.push(() => resolve({ allowed: true }))));
+    server.register('/ok', () => ({ allowed: true }));
+    await server.start();
+    ca = server.caBundle!;
+  });
+
+  after(async () => {
+    releaseAll();
+    await server.stop();
+  });
+
+  test('a review beyond maxInFlight is answered 429 at once, without Retry-After, keeping the connection', async () => {
+    const held = [1, 2].map((i) => post({ path: '/wait', body: review({ uid: `w-${i}` }) }));
+    while (waiting.length < 2) await new Promise((r) => setTimeout(r, 5));
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const started = performance.now();
+      const refused = await post({ path: '/ok', body: review({ uid: 'over' }), agent });
+      assert.ok(performance.now() - started < 1000, 'answered at once');
+      assert.equal(refused.status, 429, refused.body);
+      // client-go retries only when told Retry-After; without it the apiserver applies failurePolicy now.
+      assert.equal(refused.headers['retry-after'], undefined);
+      assert.notEqual(refused.headers.connection, 'close');
+      const status = JSON.parse(refused.body) as { kind: string; code: number; message: string };
+      assert.equal(status.kind, 'Status');
+      assert.equal(status.code, 429);
+      assert.match(status.message, /over 2 admission requests in flight/);
+      releaseAll();
+      for (const reply of await Promise.all(held)) assert.equal(responseOf(reply).allowed, true);
+      const again = await post({ path: '/ok', body: review({ uid: 'again' }), agent });
+      assert.equal(responseOf(again).uid, 'again');
+      assert.equal(again.reusedSocket, true);
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  test('bodies held together beyond maxInFlightBytes are answered 429 until the holder is answered', async () => {
+    const holder = post({ path: '/wait', body: sized('big', 40 * 1024) });
+    while (waiting.length < 1) await new Promise((r) => setTimeout(r, 5));
+    const refused = await post({ path: '/ok', body: sized('more', 16 * 1024) });
+    assert.equal(refused.status, 429, refused.body);
+    assert.match(refused.body, /over 49152 bytes of admission requests in flight/);
+    assert.equal(responseOf(await post({ path: '/ok', body: sized('small', 1024) })).uid, 'small');
+    releaseAll();
+    assert.equal(responseOf(await holder).uid, 'big');
+    assert.equal(responseOf(await post({ path: '/ok', body: sized('more', 16 * 1024) })).uid, 'more');
+  });
+
+  test('bad limits are refused when the server is created', () => {
+    assert.throws(
+      () =>
+        new WebhookServer({
+          certificates: { kind: 'generated', dnsNames: ['localhost'] },
+          limits: { headersTimeoutMs: 20_000 },
+        }),
+      /headers timeout \(20000 ms\) must not exceed the request timeout \(10000 ms\)/,
+    );
   });
 });
 
