@@ -373,7 +373,7 @@ export class AgentsController {
   private async reconcileStatus(name: string): Promise<Result | void> {
     const obj = this.placementObjects.get(name);
     if (!obj) return;
-    if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
+    if (!this.firstPass.complete(this.nodeController, this.results, this.nodes))
       return { requeueAfterMs: 250 };
     const placement = this.parsed().find((p) => p.name === name);
     const invalid = (

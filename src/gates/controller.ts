@@ -209,7 +209,7 @@ export class GatesController {
     decisions: GateDecision[],
     before: Map<string, NodeGateResult> | undefined,
   ): void {
-    if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size)) return;
+    if (!this.firstPass.complete(this.nodeController, this.results, this.nodes)) return;
     for (const d of decisions) {
       if (d.state !== 'Held' || d.event || before?.has(d.gate)) continue;
       this.events.event(
@@ -243,7 +243,7 @@ export class GatesController {
       if (!deleting && !hasFinalizer(obj, GATE_FINALIZER)) {
         await setFinalizer(client, NodeStartupGate.ref, obj, GATE_FINALIZER, true, FIELD_MANAGER);
       }
-      if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
+      if (!this.firstPass.complete(this.nodeController, this.results, this.nodes))
         return { requeueAfterMs: 250 };
       if (deleting) {
         // Released only once the cache shows no node with anything of this gate left on it.

@@ -239,7 +239,7 @@ export class LabelsController {
     }
     // Until the first pass over every node is done, the counts are partial: writing them would make
     // the status (and Ready) flap on every restart.
-    if (!this.firstPass.complete(this.nodeController, this.results.size, this.nodes.size))
+    if (!this.firstPass.complete(this.nodeController, this.results, this.nodes))
       return { requeueAfterMs: 250 };
     const errors = [...(compiled?.errors ?? []), ...(this.ownership.get(ruleName) ?? [])];
     const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);

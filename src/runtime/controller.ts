@@ -183,8 +183,17 @@ export class Controller {
 export class FirstPass {
   private done = false;
 
-  complete(controller: Controller, reconciled: number, total: number): boolean {
-    if (!this.done && controller.queue.len() === 0 && reconciled >= total) this.done = true;
+  /**
+   * Done once the queue is empty and every node now cached has a result: by name, not by count, so
+   * that results of nodes deleted meanwhile cannot stand in for nodes not reconciled yet.
+   */
+  complete(
+    controller: Controller,
+    results: ReadonlyMap<string, unknown>,
+    nodes: { keys(): string[] },
+  ): boolean {
+    if (!this.done && controller.queue.len() === 0 && nodes.keys().every((k) => results.has(k)))
+      this.done = true;
     return this.done;
   }
 }
