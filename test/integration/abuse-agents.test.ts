@@ -8,6 +8,7 @@
 // pods (or is only dry-run), because the sandbox is shared with other test files.
 // BERTH_FUZZ_SEED=<n> replays a run; the seed is printed with the results.
 import assert from 'node:assert/strict';
+import { prng } from '../helpers/prng.ts';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
 import { AgentsController } from '../../src/agents/controller.ts';
@@ -56,22 +57,7 @@ const delay = monitorEventLoopDelay({ resolution: 10 });
 const notReady: number[] = [];
 let readinessProbe: NodeJS.Timeout | undefined;
 
-// mulberry32: a small seeded generator, so a failing run can be replayed.
-function rng(s: number) {
-  let a = s >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)]!,
-    chance: (p: number) => next() < p,
-  };
-}
-const r = rng(seed);
+const r = prng(seed);
 
 type Outcome = 'Placed' | 'Invalid' | 'OwnerKindUnknown' | 'Conflicting' | 'ClaimsRejected';
 interface Case {

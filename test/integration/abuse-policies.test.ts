@@ -6,6 +6,7 @@
 // against every capability in one manager. Berth stays ready, every collision by construction is
 // Invalid and nothing else is, no key of a node is written more often than the loop breaker
 // allows, writes stop once things settle, and nothing foreign on a node changes.
+import { prng } from '../helpers/prng.ts';
 import { NAMESPACE } from '../../src/manifests.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -44,23 +45,6 @@ let watch: Awaited<ReturnType<typeof watchNodeKeys>> | undefined;
 const nodes: string[] = [];
 const created: { ref: ResourceRef; name: string }[] = [];
 
-/** mulberry32: a small seeded generator, so that a failure can be replayed. */
-function random(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    chance: (p: number) => next() < p,
-    pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)]!,
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-  };
-}
-
 type Taint = { key: string; value?: string; effect: 'NoSchedule' | 'PreferNoSchedule' };
 type OwnedKey = { kind: 'label' | 'annotation' | 'taint'; key: string };
 interface Policy {
@@ -84,7 +68,7 @@ interface NodeDraft {
 
 /** One seed's world: nodes with an admin's keys, and gates, placements and rules that collide. */
 function generate(seed: number) {
-  const r = random(seed);
+  const r = prng(seed);
   const D = `${id}-s${seed}.example.com`;
   const POOL = `${D}/pool`;
   const free = [0, 1, 2, 3].map((i) => `${D}/k${i}`);
@@ -119,7 +103,7 @@ function generate(seed: number) {
       mode: r.pick(['BootstrapOnly', 'Continuous']),
       backfill: r.chance(0.5),
       dryRun: r.chance(0.1),
-      minHoldSeconds: r.int(0, 1),
+      minHoldSeconds: r.int(2),
       ...(r.chance(0.3) ? { timeout: { seconds: 2, outcome: r.pick(['Release', 'KeepTainted']) } } : {}),
       ...(r.chance(0.3) ? { excludeNodeSelectors: [{ matchLabels: { [r.pick(free)]: 'x' } }] } : {}),
       ...(completion === 'own' ? { completionAnnotation: `${D}/done${i}` } : {}),
@@ -190,7 +174,7 @@ function generate(seed: number) {
     const annotations: Record<string, string> = {};
     const taints: Taint[] = [];
     let invalid = false;
-    for (let n = r.int(1, 3); n > 0; n--) {
+    for (let n = 1 + r.int(3); n > 0; n--) {
       const out = r.pick([
         'free-label',
         'free-annotation',
@@ -205,7 +189,7 @@ function generate(seed: number) {
       if (out === 'free-label') labels[r.pick(free)] = r.pick(['a', 'x']);
       else if (out === 'free-annotation') annotations[r.pick(free)] = `rule-${i}`;
       else if (out === 'free-taint')
-        taints.push({ key: `${D}/rt${r.int(0, 2)}`, value: 'r', effect: r.pick(effects) });
+        taints.push({ key: `${D}/rt${r.int(3)}`, value: 'r', effect: r.pick(effects) });
       else if (out === 'foreign-label') labels[`${D}/f-label`] = 'rule';
       else if (out === 'exempt') labels[EXEMPT_LABEL] = 'true';
       else if (out === 'gate-domain') {
