@@ -2,6 +2,12 @@
 // and benchmarks that drive Berth the way a user does.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { AgentsController } from '../../src/agents/controller.ts';
+import { GatesController } from '../../src/gates/controller.ts';
+import { LabelsController } from '../../src/labels/controller.ts';
+import { NAMESPACE } from '../../src/manifests.ts';
+import type { KubeClient } from '../../src/runtime/kube.ts';
+import { Manager } from '../../src/runtime/manager.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
 
@@ -90,4 +96,23 @@ export async function startBerth(
       ) / 10,
     stop,
   };
+}
+
+/**
+ * Every capability's controllers in one manager of this test process, started and synced: for tests
+ * of how the capabilities behave together (ownership, the loop breaker). Such a file runs alone
+ * (`test-driver: alone`), since its controllers act on every policy in the cluster.
+ */
+export async function everyCapability(client: KubeClient): Promise<Manager> {
+  const manager = new Manager({
+    clusters: { local: client },
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+  });
+  new LabelsController(manager, { workers: 4 });
+  new GatesController(manager, { workers: 4 });
+  new AgentsController(manager, { workers: 4, berthNamespace: NAMESPACE });
+  await manager.start();
+  await manager.waitForCacheSync();
+  return manager;
 }

@@ -6,16 +6,13 @@
 // against every capability in one manager. Berth stays ready, every collision by construction is
 // Invalid and nothing else is, no key of a node is written more often than the loop breaker
 // allows, writes stop once things settle, and nothing foreign on a node changes.
+import { everyCapability } from '../helpers/berth.ts';
 import { prng } from '../helpers/prng.ts';
-import { NAMESPACE } from '../../src/manifests.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { AgentsController } from '../../src/agents/controller.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { GatesController } from '../../src/gates/controller.ts';
 import { EXEMPT_LABEL, NodeStartupGate } from '../../src/gates/types.ts';
-import { LabelsController } from '../../src/labels/controller.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import type { Condition } from '../../src/runtime/conditions.ts';
 import { Manager } from '../../src/runtime/manager.ts';
@@ -271,16 +268,7 @@ function generate(seed: number) {
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'abuse');
-  manager = new Manager({
-    clusters: { local: sandbox.client() },
-    metricsBindAddress: '0',
-    healthBindAddress: '0',
-  });
-  new LabelsController(manager, { workers: 4 });
-  new GatesController(manager, { workers: 4 });
-  new AgentsController(manager, { workers: 4, berthNamespace: NAMESPACE });
-  await manager.start();
-  await manager.waitForCacheSync();
+  manager = await everyCapability(sandbox.client());
 });
 
 after(async () => {

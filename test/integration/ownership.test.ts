@@ -5,15 +5,12 @@
 // capability in one manager: the fight (a rule writing a gate's gated-at) is refused as
 // Invalid, ownership changes re-check policies at once, and a fight nobody could foresee (a rule
 // and a gate feeding each other's inputs) is stopped by the loop breaker.
-import { NAMESPACE } from '../../src/manifests.ts';
 import assert from 'node:assert/strict';
+import { everyCapability } from '../helpers/berth.ts';
 import { after, before, describe, test } from 'node:test';
-import { AgentsController } from '../../src/agents/controller.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { GatesController } from '../../src/gates/controller.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
-import { LabelsController } from '../../src/labels/controller.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import type { Condition } from '../../src/runtime/conditions.ts';
 import type { Event } from '../../src/runtime/events.ts';
@@ -44,16 +41,7 @@ const created: { ref: ResourceRef; name: string }[] = [];
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'own');
-  manager = new Manager({
-    clusters: { local: sandbox.client() },
-    metricsBindAddress: '0',
-    healthBindAddress: '0',
-  });
-  new LabelsController(manager, { workers: 4 });
-  new GatesController(manager, { workers: 4 });
-  new AgentsController(manager, { workers: 4, berthNamespace: NAMESPACE });
-  await manager.start();
-  await manager.waitForCacheSync();
+  manager = await everyCapability(sandbox.client());
 });
 
 after(async () => {
