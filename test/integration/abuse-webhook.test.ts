@@ -1,3 +1,6 @@
+// test-driver: alone — it loads the machine on purpose (hundreds of connections); files beside it
+// would measure that load, and it theirs.
+//
 // Berth's webhook server under abuse, in a process of its own with `berth run`'s --webhook-* flags
 // (test/fixtures/webhook-server.ts) and registered with the sandbox's apiserver: oversize and
 // malformed bodies, slow headers and bodies, idle connections, many concurrent clients, a
