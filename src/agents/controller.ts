@@ -141,6 +141,8 @@ export class AgentsController {
     this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
       breaker: manager.nodeWrites,
       burst: this.burst,
+      // Claims follow pods, never the node: only a claim someone else undid can be a fight.
+      decidesFromNode: false,
     });
     this.placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
     const parseCache: ParseCache = new Map();

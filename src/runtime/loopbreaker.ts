@@ -1,13 +1,17 @@
 // The loop breaker: every node write Berth makes, by any capability, goes through here. It is
-// counted by field manager (berth_node_writes_total), and for each key it changes the breaker
-// remembers the value the node had right after the write. A write is contested when the key no
-// longer has that value (someone else changed it since): that is a fight, while a key that only
-// follows its inputs (claims under pod churn, however fast) is never contested. A key with
-// `limit` contested writes on one node within the window is held back: whoever wants to write it
-// next leaves it as it is until the window has moved on, with a Warning event on the node and
-// berth_node_write_loops_total. Ownership checks keep capabilities from fighting over a key they
-// can see; this bounds the fights nobody foresaw (two policies feeding each other's inputs) to
-// `limit` writes per key and window instead of dozens a second.
+// counted by field manager (berth_node_writes_total), and the keys it changes are remembered per
+// node. A key with `limit` counted writes on one node within the window is held back: whoever
+// wants to write it next leaves it as it is until the window has moved on, with a Warning event on
+// the node and berth_node_write_loops_total. Ownership checks keep capabilities from fighting over
+// a key they can see; this bounds the fights nobody foresaw to `limit` writes per key and window
+// instead of dozens a second. Two kinds of fight:
+// - feedback through the node: a writer whose decision reads the node (derived labels, gates) reacts
+//   to another's write, which reacts to its own, each on its own keys. Every write of such a
+//   writer counts.
+// - one key undone and put back: a writer whose decision does not read the node (agent claims
+//   follow pods) can only fight over its own keys. Only its contested writes count, those that
+//   change a key someone else changed since its last write; so claims that follow pod churn,
+//   however fast, are never held.
 import type { NodeOutputKind } from './nodeapply.ts';
 import { nodeWriteMetrics } from './metrics.ts';
 import type { KubeObject } from './types.ts';
@@ -133,14 +137,16 @@ export class WriteLoopBreaker {
 
   /**
    * Sends one write of `node` (as the writer saw it) that changes `keys`: counted, and, once it
-   * succeeded, remembered with the node it returned; a write that puts back a key someone else
-   * changed counts against the key.
+   * succeeded, remembered with the node it returned. It counts against the keys when the writer's
+   * decision reads the node (`decidesFromNode`, the default), or else when it puts back a key that
+   * someone else changed since.
    */
   async write<T>(
     node: KubeObject,
     fieldManager: string,
     keys: NodeKey[],
     send: () => Promise<T>,
+    opts: { decidesFromNode?: boolean } = {},
   ): Promise<T> {
     nodeWriteMetrics.writes.inc({ field_manager: fieldManager });
     const result = await send();
@@ -156,7 +162,8 @@ export class WriteLoopBreaker {
       // Contested: the key is not what this writer left it at, and not because the cache is older
       // than that write (a write followed at once by the next one sees its own old node).
       const last = k.after.get(fieldManager);
-      if (last && last.value !== valueOf(node, key) && !olderThan(node, last.resourceVersion)) {
+      const contested = !!last && last.value !== valueOf(node, key) && !olderThan(node, last.resourceVersion);
+      if (opts.decidesFromNode !== false || contested) {
         k.writes.push({ at: now, by: fieldManager });
         // Only the newest `limit` writes decide when the key frees up.
         if (k.writes.length > this.limit) k.writes.shift();

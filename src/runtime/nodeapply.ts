@@ -361,17 +361,24 @@ export class NodeWriter {
   private readonly expectations: WriteExpectations<{ plan: string; scheduling: string }>;
   private readonly burst: BurstHold | undefined;
   private readonly breaker: WriteLoopBreaker;
+  private readonly decidesFromNode: boolean;
 
   constructor(
     client: () => KubeClient,
     fieldManager: string,
     nodes: { addEventHandler(h: EventHandler<KubeObject>): void },
-    opts: { breaker: WriteLoopBreaker; burst?: BurstHold },
+    opts: {
+      breaker: WriteLoopBreaker;
+      burst?: BurstHold;
+      /** False when the writer decides without reading the node (see WriteLoopBreaker.write). */
+      decidesFromNode?: boolean;
+    },
   ) {
     this.client = client;
     this.fieldManager = fieldManager;
     this.burst = opts.burst;
     this.breaker = opts.breaker;
+    this.decidesFromNode = opts.decidesFromNode ?? true;
     this.expectations = new WriteExpectations(nodes);
   }
 
@@ -422,6 +429,7 @@ export class NodeWriter {
           this.fieldManager,
           keys.filter((k) => !taintKeys.includes(k)),
           () => this.client().apply(Resources.nodes, body, { fieldManager: this.fieldManager }),
+          { decidesFromNode: this.decidesFromNode },
         );
       }
       if (plan.changed.includes('taint')) {
@@ -429,11 +437,16 @@ export class NodeWriter {
         const ops = taintPatch(written ?? node, this.fieldManager, plan.taints);
         if (ops.length) {
           patching = true;
-          written = await this.breaker.write(node, this.fieldManager, taintKeys, () =>
-            this.client().patch(Resources.nodes, name, ops, {
-              type: 'json',
-              fieldManager: this.fieldManager,
-            }),
+          written = await this.breaker.write(
+            node,
+            this.fieldManager,
+            taintKeys,
+            () =>
+              this.client().patch(Resources.nodes, name, ops, {
+                type: 'json',
+                fieldManager: this.fieldManager,
+              }),
+            { decidesFromNode: this.decidesFromNode },
           );
         }
       }
