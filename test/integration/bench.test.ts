@@ -17,6 +17,7 @@ const tiny: Record<string, string[]> = {
   'bench:labels': ['--nodes', '10', '--idle-seconds', '2'],
   'bench:agents': ['--nodes', '4', '--pods', '40', '--pools', '4', '--churn-seconds', '2'],
   'bench:gates': ['--nodes', '5', '--webhook-rate', '50', '--webhook-seconds', '1'],
+  'bench:webhook': ['--clients', '20', '--seconds', '2', '--slow-headers', '5', '--slow-bodies', '5'],
 };
 
 describe('benchmarks end with one JSON object', () => {

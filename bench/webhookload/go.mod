@@ -1,0 +1,3 @@
+module berth.dev/bench/webhookload
+
+go 1.26
