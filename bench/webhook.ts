@@ -19,7 +19,8 @@ import { Resources } from '../src/runtime/types.ts';
 import { checkGo } from '../src/sandbox/build.ts';
 import { nodeManifests } from '../src/sandbox/nodes.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
-import { benchSandbox, startBerth, type BerthProcess } from './lib.ts';
+import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
+import { benchSandbox, report } from './lib.ts';
 
 const { values } = parseArgs({
   options: {
@@ -85,7 +86,7 @@ try {
       requirements: { pods: [{ namespace: 'bench', daemonSet: 'warmup' }] },
     },
   });
-  berth = await startBerth(sb, ['--webhook-bind-address=127.0.0.1:0', ...values['berth-flag']]);
+  berth = await startBerth(sb, values['berth-flag']);
   interface ClientConfig {
     url: string;
     caBundle: string;
@@ -198,4 +199,4 @@ try {
   await sb.destroy();
   rmSync(work, { recursive: true, force: true });
 }
-console.log(JSON.stringify(result));
+report(result);
