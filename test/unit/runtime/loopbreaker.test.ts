@@ -18,14 +18,6 @@ import type { KubeObject } from '../../../src/runtime/types.ts';
 
 const node = (name = 'n1'): KubeObject => ({ apiVersion: 'v1', kind: 'Node', metadata: { name, uid: 'u1' } });
 const GATED: NodeKey = 'annotation w.gates.berth.dev/gated-at';
-const withAnnotation = (value: string | undefined, rv: number): KubeObject => ({
-  ...node(),
-  metadata: {
-    ...node().metadata,
-    resourceVersion: String(rv),
-    annotations: value === undefined ? {} : { 'w.gates.berth.dev/gated-at': value },
-  },
-});
 
 async function counter(name: 'writes' | 'loops', fieldManager: string): Promise<number> {
   const m = await nodeWriteMetrics[name].get();
