@@ -1,13 +1,23 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
-import { Sandbox } from '../src/sandbox/sandbox.ts';
+import { abortOnSignals, Sandbox } from '../src/sandbox/sandbox.ts';
 import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
 export async function benchSandbox(name: string, nodes: NodeGroupInput[] = []): Promise<Sandbox> {
   const sb = new Sandbox(name);
   const started = performance.now();
-  await sb.up({ fresh: true, nodes, timeoutMs: 900_000, log: (s) => console.log(`  ${s}`) });
+  // Ctrl-C while the sandbox builds or starts stops whatever the start-up launched.
+  const interrupt = abortOnSignals();
+  await sb
+    .up({
+      fresh: true,
+      nodes,
+      timeoutMs: 900_000,
+      log: (s) => console.log(`  ${s}`),
+      signal: interrupt.signal,
+    })
+    .finally(interrupt.release);
   console.log(`sandbox ${name} ready in ${((performance.now() - started) / 1000).toFixed(1)} s`);
   return sb;
 }
