@@ -4,12 +4,16 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { AgentsController } from '../../src/agents/controller.ts';
 import { GatesController } from '../../src/gates/controller.ts';
+import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { NAMESPACE } from '../../src/manifests.ts';
 import type { KubeClient } from '../../src/runtime/kube.ts';
+import type { ResourceRef } from '../../src/runtime/types.ts';
 import { Manager } from '../../src/runtime/manager.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
+import { deleteNodes } from './cluster.ts';
+import { waitFor } from './wait.ts';
 
 export interface BerthProcess {
   pid: number;
@@ -115,4 +119,26 @@ export async function everyCapability(client: KubeClient): Promise<Manager> {
   await manager.start();
   await manager.waitForCacheSync();
   return manager;
+}
+
+/**
+ * Removes what a test of every capability created: nodes first, so that deleted gates have nothing
+ * left to give back (whatever the loop breaker holds), then the policies, waiting for the gates'
+ * finalizers; then the manager stops.
+ */
+export async function removeEverything(
+  client: KubeClient,
+  manager: Manager | undefined,
+  nodes: string[],
+  created: { ref: ResourceRef; name: string }[],
+): Promise<void> {
+  await deleteNodes(client, nodes);
+  for (const o of created) await client.delete(o.ref, o.name).catch(() => {});
+  await waitFor('the gates gone', async () => {
+    const left = (await client.list(NodeStartupGate.ref)).items.filter((g) =>
+      created.some((o) => o.name === g.metadata!.name),
+    );
+    return left.length === 0;
+  }).catch(() => {});
+  await manager?.stop();
 }

@@ -6,7 +6,7 @@
 // against every capability in one manager. Berth stays ready, every collision by construction is
 // Invalid and nothing else is, no key of a node is written more often than the loop breaker
 // allows, writes stop once things settle, and nothing foreign on a node changes.
-import { everyCapability } from '../helpers/berth.ts';
+import { everyCapability, removeEverything } from '../helpers/berth.ts';
 import { prng } from '../helpers/prng.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -22,7 +22,6 @@ import { createNodes } from '../../src/sandbox/nodes.ts';
 import {
   createNamespace,
   deleteNamespace,
-  deleteNodes,
   podManifest,
   testSandbox,
   uniqueName,
@@ -273,16 +272,7 @@ before(async () => {
 
 after(async () => {
   await watch?.stop();
-  // Nodes first: deleted gates then have nothing left to give back, whatever the loop breaker holds.
-  await deleteNodes(client, nodes);
-  for (const o of created) await client.delete(o.ref, o.name).catch(() => {});
-  await waitFor('the gates gone', async () => {
-    const left = (await client.list(NodeStartupGate.ref)).items.filter((g) =>
-      created.some((o) => o.name === g.metadata!.name),
-    );
-    return left.length === 0;
-  }).catch(() => {});
-  await manager?.stop();
+  await removeEverything(client, manager, nodes, created);
   await deleteNamespace(client, ns);
   client.close();
 });

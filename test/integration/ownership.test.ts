@@ -6,7 +6,7 @@
 // Invalid, ownership changes re-check policies at once, and a fight nobody could foresee (a rule
 // and a gate feeding each other's inputs) is stopped by the loop breaker.
 import assert from 'node:assert/strict';
-import { everyCapability } from '../helpers/berth.ts';
+import { everyCapability, removeEverything } from '../helpers/berth.ts';
 import { after, before, describe, test } from 'node:test';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
@@ -17,14 +17,7 @@ import type { Event } from '../../src/runtime/events.ts';
 import { Manager } from '../../src/runtime/manager.ts';
 import { nodeWriteMetrics } from '../../src/runtime/metrics.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/types.ts';
-import {
-  addNodes,
-  createNamespace,
-  deleteNamespace,
-  deleteNodes,
-  testSandbox,
-  uniqueName,
-} from '../helpers/cluster.ts';
+import { addNodes, createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { watchNodeKeys } from '../helpers/nodekeys.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
@@ -45,16 +38,7 @@ before(async () => {
 });
 
 after(async () => {
-  // Nodes first: a deleted gate then has nothing left to give back, whatever the loop breaker holds.
-  await deleteNodes(client, nodes);
-  for (const o of created) await client.delete(o.ref, o.name).catch(() => {});
-  await waitFor('the gates gone', async () => {
-    const left = (await client.list(NodeStartupGate.ref)).items.filter((g) =>
-      created.some((o) => o.name === g.metadata!.name),
-    );
-    return left.length === 0;
-  }).catch(() => {});
-  await manager?.stop();
+  await removeEverything(client, manager, nodes, created);
   await deleteNamespace(client, ns);
   client.close();
 });

@@ -11,6 +11,7 @@ import {
   type NodeOutputs,
 } from '../../../src/runtime/nodeapply.ts';
 import type { KubeObject } from '../../../src/runtime/types.ts';
+import { applyRecorder } from '../../helpers/fakeclient.ts';
 
 const FM = 'berth-test';
 
@@ -136,13 +137,7 @@ describe('BurstHold', () => {
 
 describe('NodeWriter with a BurstHold', () => {
   test('holds annotation-only writes during a burst, never label writes', async () => {
-    const applied: KubeObject[] = [];
-    const client = {
-      apply: (_ref: unknown, body: KubeObject) => {
-        applied.push(body);
-        return Promise.resolve({ metadata: { resourceVersion: String(applied.length + 1) } });
-      },
-    } as unknown as KubeClient;
+    const { client, applied } = applyRecorder();
     const hold = new BurstHold({
       burstPerSecond: 100,
       maxHoldMs: 5_000,

@@ -1,0 +1,15 @@
+// A stand-in KubeClient for unit tests of writers: it records every server-side apply body and
+// answers with a fresh resourceVersion, as the apiserver would.
+import type { KubeClient } from '../../src/runtime/kube.ts';
+import type { KubeObject } from '../../src/runtime/types.ts';
+
+export function applyRecorder(): { client: KubeClient; applied: KubeObject[] } {
+  const applied: KubeObject[] = [];
+  const client = {
+    apply: (_ref: unknown, body: KubeObject) => {
+      applied.push(body);
+      return Promise.resolve({ metadata: { resourceVersion: String(applied.length + 1) } });
+    },
+  } as unknown as KubeClient;
+  return { client, applied };
+}
