@@ -37,7 +37,11 @@ export async function deleteNamespace(client: KubeClient, name: string): Promise
   });
 }
 
-/** Creates kwok nodes and waits until they are Ready; returns their names. */
+/**
+ * Creates kwok nodes and waits until they are Ready and the node lifecycle controller has taken its
+ * `node.kubernetes.io/not-ready` taint off (it lags the condition), so tests see settled nodes;
+ * returns their names.
+ */
 export async function addNodes(client: KubeClient, group: NodeGroupInput): Promise<string[]> {
   await createNodes(client, [group]);
   const names = nodeNames(group);
@@ -45,7 +49,13 @@ export async function addNodes(client: KubeClient, group: NodeGroupInput): Promi
     `nodes ${names.join(', ')} Ready`,
     async () => {
       const nodes = await Promise.all(names.map((n) => client.get(Resources.nodes, n)));
-      return nodes.every((n) => hasCondition(n, 'Ready'));
+      return nodes.every(
+        (n) =>
+          hasCondition(n, 'Ready') &&
+          !((n['spec'] as { taints?: { key: string }[] } | undefined)?.taints ?? []).some(
+            (t) => t.key === 'node.kubernetes.io/not-ready',
+          ),
+      );
     },
     { timeoutMs: 60_000 },
   );
