@@ -8,11 +8,11 @@
 import { parseArgs } from 'node:util';
 import { AgentPlacement } from '../src/agents/types.ts';
 import { installCrds } from '../src/cli/install.ts';
-import { applyTarget } from '../src/runtime/apply.ts';
-import { Informer } from '../src/runtime/informer.ts';
-import type { KubeClient } from '../src/runtime/kube.ts';
-import { slimNode, type SlimNode } from '../src/runtime/transforms.ts';
-import { Resources, type KubeObject } from '../src/runtime/types.ts';
+import { applyTarget } from '../src/runtime/client/apply.ts';
+import { Informer } from '../src/runtime/cache/informer.ts';
+import type { KubeClient } from '../src/runtime/client/client.ts';
+import { slimNode, type SlimNode } from '../src/policy/slim.ts';
+import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 

@@ -9,10 +9,10 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { Informer } from '../src/runtime/informer.ts';
-import { KubeClient } from '../src/runtime/kube.ts';
-import { slimPod, type SlimPod } from '../src/runtime/transforms.ts';
-import { Resources, type KubeObject } from '../src/runtime/types.ts';
+import { Informer } from '../src/runtime/cache/informer.ts';
+import { KubeClient } from '../src/runtime/client/client.ts';
+import { slimPod, type SlimPod } from '../src/policy/slim.ts';
+import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { benchSandbox, forEachLimit, report, round } from './lib.ts';
 
 const { values } = parseArgs({

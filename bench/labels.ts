@@ -7,10 +7,10 @@
 // Berth runs as its own process (`berth run --controllers labels`), as it would in a cluster.
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
-import { applyTarget } from '../src/runtime/apply.ts';
-import { Informer } from '../src/runtime/informer.ts';
-import { slimNode, type SlimNode } from '../src/runtime/transforms.ts';
-import { Resources, type KubeObject } from '../src/runtime/types.ts';
+import { applyTarget } from '../src/runtime/client/apply.ts';
+import { Informer } from '../src/runtime/cache/informer.ts';
+import { slimNode, type SlimNode } from '../src/policy/slim.ts';
+import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
 import { benchSandbox, forEachLimit, round, report } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';

@@ -3,10 +3,10 @@
 // to the moment a worker starts the reconcile; the write-to-reconcile latency, which includes the
 // apiserver and the watch, is printed too.
 import { parseArgs } from 'node:util';
-import { Controller } from '../src/runtime/controller.ts';
-import { keyOf } from '../src/runtime/informer.ts';
-import { Manager } from '../src/runtime/manager.ts';
-import { Resources, type KubeObject } from '../src/runtime/types.ts';
+import { Controller } from '../src/runtime/controller/controller.ts';
+import { keyOf } from '../src/runtime/cache/informer.ts';
+import { Manager } from '../src/runtime/manager/manager.ts';
+import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
 
 const { values } = parseArgs({

@@ -2,7 +2,7 @@
 // Three rounds, each reported; the JSON gives the median and the slowest (not the best) of them.
 // Last output line: {"addsPerSec": n, "getDonePerSec": n, "minAddsPerSec": n, "minGetDonePerSec": n}.
 import { parseArgs } from 'node:util';
-import { WorkQueue } from '../src/runtime/workqueue.ts';
+import { WorkQueue } from '../src/runtime/workqueue/queue.ts';
 
 const { values } = parseArgs({ options: { keys: { type: 'string', default: '1000000' } } });
 const N = Number(values.keys);

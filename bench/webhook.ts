@@ -15,7 +15,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
-import { Resources } from '../src/runtime/types.ts';
+import { Resources } from '../src/runtime/api/meta.ts';
 import { checkGo } from '../src/sandbox/build.ts';
 import { nodeManifests } from '../src/sandbox/nodes.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';

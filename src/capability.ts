@@ -2,17 +2,20 @@
 // name; each declares its flags, the CRDs it serves and the permissions it needs, so that the
 // manifests (CRDs, RBAC) are generated from the same code that runs.
 import type { Option } from 'commander';
-import type { CustomResource } from './runtime/crd.ts';
-import type { KubeClient } from './runtime/kube.ts';
-import type { Manager } from './runtime/manager.ts';
-import type { KeyDeclaration } from './runtime/ownership.ts';
-import type { PolicyRule } from './runtime/rbac.ts';
-import type { KubeObject } from './runtime/types.ts';
-import type { WebhookServer } from './runtime/webhook.ts';
-import type { WebhookSpec } from './runtime/webhooks.ts';
+import type { CustomResource } from './runtime/api/crd.ts';
+import type { KubeClient } from './runtime/client/client.ts';
+import type { Manager } from './runtime/manager/manager.ts';
+import type { PolicyKit } from './policy/kit.ts';
+import type { KeyDeclaration } from './policy/nodes/ownership.ts';
+import type { PolicyRule } from './runtime/api/rbac.ts';
+import type { KubeObject } from './runtime/api/meta.ts';
+import type { WebhookServer } from './runtime/webhook/admission.ts';
+import type { WebhookSpec } from './runtime/webhook/registration.ts';
 
 export interface CapabilityContext {
   manager: Manager;
+  /** What the policies of this manager share: key ownership and the node-write loop breaker. */
+  kit: PolicyKit;
   /** Present when the webhook server is enabled. */
   webhooks: WebhookServer | undefined;
   /** The options of `berth run`, the capability's own flags included. */

@@ -1,9 +1,9 @@
 // The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
 // permission they declare, and what the runtime itself needs (leases, events).
 import type { Capability } from './capability.ts';
-import { capabilities } from './cli/capabilities.ts';
-import { clusterRole, clusterRoleBinding, mergeRules, type PolicyRule } from './runtime/rbac.ts';
-import type { KubeObject } from './runtime/types.ts';
+import { capabilities } from './capabilities.ts';
+import { clusterRole, clusterRoleBinding, mergeRules, type PolicyRule } from './runtime/api/rbac.ts';
+import type { KubeObject } from './runtime/api/meta.ts';
 
 export const NAMESPACE = 'berth-system';
 /** The namespace Berth runs in: its pod's (POD_NAMESPACE, from the downward API), else the default. */

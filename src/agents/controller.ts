@@ -3,19 +3,26 @@
 // The status controller counts per AgentPlacement what the nodes carry, and says why a placement
 // is not Ready. The finalizer controller (opt-in) holds an owner's deletion until no node carries
 // its claim.
-import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
-import { conditionSetter, newlyHolds, sameConditions, type Condition } from '../runtime/conditions.ts';
-import { Controller, FirstPass, generationChanged, sameRecord, type Result } from '../runtime/controller.ts';
-import { deniedVerbs, RestMapper, UnknownKindError } from '../runtime/discovery.ts';
-import type { EventRecorder } from '../runtime/events.ts';
-import { keyOf, type Informer } from '../runtime/informer.ts';
-import { isNotFound } from '../runtime/kube.ts';
-import type { Logger } from '../runtime/log.ts';
-import type { Manager } from '../runtime/manager.ts';
-import { BurstHold, NodeWriter } from '../runtime/nodeapply.ts';
-import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
-import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/types.ts';
-import type { WebhookSpec } from '../runtime/webhooks.ts';
+import type { PolicyKit } from '../policy/kit.ts';
+import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
+import { conditionSetter, newlyHolds, sameConditions, type Condition } from '../runtime/api/conditions.ts';
+import {
+  Controller,
+  FirstPass,
+  generationChanged,
+  sameRecord,
+  type Result,
+} from '../runtime/controller/controller.ts';
+import { deniedVerbs, RestMapper, UnknownKindError } from '../runtime/client/restmapper.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { isNotFound } from '../runtime/client/client.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import { BurstHold, NodeWriter } from '../policy/nodes/writer.ts';
+import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/api/meta.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
   claimedOwners,
   claimKey,
@@ -88,6 +95,7 @@ export class AgentsController {
   readonly statusController: Controller;
   readonly finalizerController: Controller;
   private readonly manager: Manager;
+  private readonly kit: PolicyKit;
   private readonly writer: NodeWriter;
   private readonly burst: BurstHold;
   private readonly events: EventRecorder;
@@ -113,7 +121,9 @@ export class AgentsController {
       }
     | undefined;
 
-  constructor(manager: Manager, opts: { workers?: number; berthNamespace: string }) {
+  constructor(kit: PolicyKit, opts: { workers?: number; berthNamespace: string }) {
+    const manager = kit.manager;
+    this.kit = kit;
     this.manager = manager;
     this.berthNamespace = opts.berthNamespace;
     this.log = manager.log.child({ capability: 'agents' });
@@ -139,7 +149,7 @@ export class AgentsController {
       },
     });
     this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
-      breaker: manager.nodeWrites,
+      breaker: kit.nodeWrites,
       burst: this.burst,
       // Claims follow pods, never the node: only a claim someone else undid can be a fight.
       decidesFromNode: false,
@@ -149,15 +159,15 @@ export class AgentsController {
     this.parsedPlacements = this.placementObjects.derive((objs) => parsePlacements(objs, parseCache));
     // One owner per key: a placement whose label or claims are a gate's keys is Invalid; the keys of
     // the others are this capability's, which derived-label rules may not write.
-    manager.keys.declare('agents', AGENT_KEYS, (signal) => this.placementObjects.waitForSync(signal));
+    kit.keys.declare('agents', AGENT_KEYS, (signal) => this.placementObjects.waitForSync(signal));
     const outranked = (c: { rank: number }) => c.rank < AGENT_KEYS.rank;
     const claim = () =>
-      manager.keys.claim(
+      kit.keys.claim(
         'agents',
         this.placements().flatMap((p) => placementKeys(p)),
       );
     this.placementObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
-    manager.keys.addEventHandler({
+    kit.keys.addEventHandler({
       onUpdate: (c) => {
         if (!outranked(c)) return;
         this.ownershipVersion++;
@@ -195,7 +205,7 @@ export class AgentsController {
       )
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.placementObjects, allNodes, generationChanged)
-      .watch(manager.keys, (c) => (outranked(c) ? allNodes() : []))
+      .watch(kit.keys, (c) => (outranked(c) ? allNodes() : []))
       .watch(
         this.namespaces,
         (ns) => nodesOfPods(this.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
@@ -219,7 +229,7 @@ export class AgentsController {
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
     })
       .watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged)
-      .watch(manager.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
+      .watch(kit.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
 
     this.finalizerController = new Controller({
       name: 'agents-finalizer',
@@ -260,7 +270,7 @@ export class AgentsController {
     const from = this.parsedPlacements().parsed;
     if (this.checked?.from !== from || this.checked.version !== this.ownershipVersion) {
       const parsed = from.map((p) => {
-        const owned = this.manager.keys.violations(
+        const owned = this.kit.keys.violations(
           'agents',
           placementKeys(p).map((c) => c.pattern),
         );

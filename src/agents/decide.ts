@@ -1,10 +1,10 @@
 // Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
 // node should carry. The controller feeds these from its caches and applies the result.
-import type { NodeOutputs } from '../runtime/nodeapply.ts';
-import type { KeyClaim } from '../runtime/ownership.ts';
-import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
-import type { SlimPod } from '../runtime/transforms.ts';
-import type { KubeObject, OwnerReference } from '../runtime/types.ts';
+import type { NodeOutputs } from '../policy/nodes/writer.ts';
+import type { KeyClaim } from '../policy/nodes/ownership.ts';
+import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
+import type { SlimPod } from '../policy/slim.ts';
+import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
 import { AgentPlacement, type AgentPlacementSpec } from './types.ts';
 import { claimKeyProblem, NAMESPACE_NAME_LABEL, validatePlacement } from './validate.ts';
 

@@ -1,10 +1,10 @@
 // `berth explain node` and `berth agents test` for agent placement: what placements claim, label
 // and change, read from the cluster and decided by the same functions the controller and the
 // webhook use. Writes nothing.
-import type { KubeClient } from '../runtime/kube.ts';
-import { ownedKeys } from '../runtime/apply.ts';
-import { slimPod, type SlimPod } from '../runtime/transforms.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../runtime/types.ts';
+import type { KubeClient } from '../runtime/client/client.ts';
+import { ownedKeys } from '../runtime/client/apply.ts';
+import { slimPod, type SlimPod } from '../policy/slim.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import {
   decideNode,
   parsePlacements,

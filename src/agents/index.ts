@@ -1,6 +1,6 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
-import type { Manager } from '../runtime/manager.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
 import { AGENT_KEYS, AgentPlacement } from './types.ts';
@@ -41,10 +41,10 @@ export const agentsCapability: Capability = {
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
   ],
   explainNode: ({ client, node, berthNamespace }) => explainNodeAgents(client, node, berthNamespace),
-  setup({ manager, options, berthNamespace }) {
+  setup({ manager, kit, options, berthNamespace }) {
     controllers.set(
       manager,
-      new AgentsController(manager, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace }),
+      new AgentsController(kit, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace }),
     );
   },
   webhooks({ manager }) {

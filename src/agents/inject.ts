@@ -4,9 +4,9 @@
 // (spec.waitForAgent); the webhook never denies and is registered with failurePolicy Ignore, so an
 // unavailable Berth never blocks pod creation.
 import { createHash } from 'node:crypto';
-import { rootLogger, type Logger } from '../runtime/log.ts';
-import type { KubeObject } from '../runtime/types.ts';
-import { mutate, type AdmissionHandler, type AdmissionResult } from '../runtime/webhook.ts';
+import { rootLogger, type Logger } from '../runtime/observability/log.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import { mutate, type AdmissionHandler, type AdmissionResult } from '../runtime/webhook/admission.ts';
 import { podSelected, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
 

@@ -1,9 +1,9 @@
 // The API of agent placement: AgentPlacement says which pods count, how their owner (pool) is
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
-import type { KeyDeclaration } from '../runtime/ownership.ts';
-import { labelSelectorSchema } from '../runtime/selector.ts';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
+import { labelSelectorSchema } from '../policy/match/selector.ts';
 
 export const FIELD_MANAGER = 'berth-agents';
 /**

@@ -2,7 +2,7 @@
 // refuse on a node or a pod, selectors metav1 would refuse, and a selector that reaches every pod
 // without the acknowledgement. A placement with a problem is Invalid and applies nothing; one bad
 // placement must never make a node write fail for the others.
-import { validateLabelKey, validateLabelValue, type LabelSelector } from '../runtime/selector.ts';
+import { validateLabelKey, validateLabelValue, type LabelSelector } from '../policy/match/selector.ts';
 import type { AgentPlacementSpec } from './types.ts';
 
 /** The label the apiserver puts on every namespace: how a namespaceSelector names a namespace. */

@@ -6,8 +6,8 @@ import { parseAllDocuments } from 'yaml';
 import { parsePlacements, type ParsedPlacement } from '../agents/decide.ts';
 import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from '../agents/explain.ts';
 import { berthNamespace } from '../manifests.ts';
-import { KubeClient } from '../runtime/kube.ts';
-import type { KubeObject } from '../runtime/types.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
 
 /** The AgentPlacements of a YAML file, parsed and validated; documents of other kinds are skipped. */
 async function filePlacements(path: string): Promise<{ parsed: ParsedPlacement[]; errors: string[] }> {

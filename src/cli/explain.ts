@@ -1,9 +1,9 @@
 // `berth explain node NAME`: why a node is labelled, annotated or tainted the way it is.
 import { Command } from 'commander';
-import { capabilities } from './capabilities.ts';
+import { capabilities } from '../capabilities.ts';
 import { berthNamespace } from '../manifests.ts';
-import { KubeClient } from '../runtime/kube.ts';
-import { Resources } from '../runtime/types.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { Resources } from '../runtime/api/meta.ts';
 
 export function explainCommand(): Command {
   const cmd = new Command('explain').description('Explain what Berth does to an object, and why');

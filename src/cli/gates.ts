@@ -4,8 +4,8 @@ import { Command } from 'commander';
 import { parseGates } from '../gates/decide.ts';
 import { gatesWaitingFor, missingTolerations, tolerationsPatch } from '../gates/tolerate.ts';
 import { NodeStartupGate } from '../gates/types.ts';
-import { KubeClient } from '../runtime/kube.ts';
-import { Resources } from '../runtime/types.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { Resources } from '../runtime/api/meta.ts';
 
 export function gatesCommand(): Command {
   const cmd = new Command('gates').description('Startup gates: helpers for NodeStartupGates');

@@ -1,9 +1,9 @@
 // `berth install` and `berth manifests`: the CRDs and RBAC generated from code.
 import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
-import { KubeClient } from '../runtime/kube.ts';
-import { Resources, type KubeObject } from '../runtime/types.ts';
-import { hasCondition } from '../runtime/conditions.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { hasCondition } from '../runtime/api/conditions.ts';
 import { crdManifests, rbacManifests } from '../manifests.ts';
 
 const FIELD_MANAGER = 'berth-install';

@@ -5,8 +5,8 @@ import { evictions, previewRules } from '../labels/explain.ts';
 import { clusterRules, localRules } from '../labels/load.ts';
 import { ruleNameOf } from '../labels/decide.ts';
 import type { Rule } from '../labels/types.ts';
-import { KubeClient } from '../runtime/kube.ts';
-import { Resources } from '../runtime/types.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { Resources } from '../runtime/api/meta.ts';
 
 export function rulesCommand(): Command {
   const cmd = new Command('rules').description('Derived node label rules');

@@ -1,22 +1,23 @@
 // `berth run`: the controller manager.
+import { PolicyKit } from '../policy/kit.ts';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
 import { berthNamespace, NAMESPACE } from '../manifests.ts';
-import { parseBindAddress } from '../runtime/httpserver.ts';
-import { errorText } from '../runtime/informer.ts';
-import { KubeClient } from '../runtime/kube.ts';
-import { rootLogger, setLogLevel } from '../runtime/log.ts';
-import { Manager } from '../runtime/manager.ts';
+import { parseBindAddress } from '../runtime/server/http.ts';
+import { errorText } from '../runtime/cache/informer.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { rootLogger, setLogLevel } from '../runtime/observability/log.ts';
+import { Manager } from '../runtime/manager/manager.ts';
 import {
   defaultMaxInFlightBytes,
   defaultMaxRequestBytes,
   webhookServerLimits,
   type WebhookCertificates,
   type WebhookServerOptions,
-} from '../runtime/webhook.ts';
+} from '../runtime/webhook/admission.ts';
 import {
   WebhookRunnable,
   defaultWebhookRegistration,
@@ -24,8 +25,8 @@ import {
   parseWebhookRegistration,
   type WebhookRegistration,
   type WebhookSpec,
-} from '../runtime/webhooks.ts';
-import { capabilities } from './capabilities.ts';
+} from '../runtime/webhook/registration.ts';
+import { capabilities } from '../capabilities.ts';
 import { installCrds } from './install.ts';
 
 const list = (v: string) =>
@@ -210,14 +211,16 @@ export function runCommand(): Command {
           }
         : {}),
     });
+    const kit = new PolicyKit(manager);
     const ctx: CapabilityContext = {
       manager,
+      kit,
       webhooks: undefined,
       options: o,
       berthNamespace: berthNamespace(),
     };
     // Every capability's reserved keys, enabled or not: a gate enabled tomorrow must not find them taken.
-    for (const c of capabilities) if (c.keys) manager.keys.declare(c.name, c.keys);
+    for (const c of capabilities) if (c.keys) kit.keys.declare(c.name, c.keys);
     for (const c of enabled) await c.setup(ctx);
     const webhookClient = addWebhooks(
       manager,

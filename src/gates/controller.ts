@@ -2,21 +2,22 @@
 // (taint on or off, its annotations) and writes it in one compare-and-swap patch. The status
 // controller counts per gate, and keeps the gate's finalizer until no node carries anything of it.
 // The webhook taints joining nodes at admission, so a gated node is never schedulable without it.
-import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/apply.ts';
-import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
-import { Controller, FirstPass, sameRecord, type Result } from '../runtime/controller.ts';
-import type { EventRecorder } from '../runtime/events.ts';
-import type { Informer } from '../runtime/informer.ts';
-import { ApiError } from '../runtime/kube.ts';
-import type { Logger } from '../runtime/log.ts';
-import type { Manager } from '../runtime/manager.ts';
-import { gateMetrics } from '../runtime/metrics.ts';
-import { WriteExpectations } from '../runtime/expectations.ts';
-import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../runtime/transforms.ts';
+import type { PolicyKit } from '../policy/kit.ts';
+import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
+import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
+import { Controller, FirstPass, sameRecord, type Result } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Informer } from '../runtime/cache/informer.ts';
+import { ApiError } from '../runtime/client/client.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import { gateMetrics } from './metrics.ts';
+import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { missingTolerations } from './tolerate.ts';
-import { Resources, type KubeObject } from '../runtime/types.ts';
-import { mutate, type AdmissionHandler } from '../runtime/webhook.ts';
-import type { WebhookSpec } from '../runtime/webhooks.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { mutate, type AdmissionHandler } from '../runtime/webhook/admission.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
   admitNode,
   decideGates,
@@ -61,6 +62,7 @@ export class GatesController {
   readonly nodeController: Controller;
   readonly statusController: Controller;
   private readonly manager: Manager;
+  private readonly kit: PolicyKit;
   private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly clock: () => number;
@@ -71,7 +73,9 @@ export class GatesController {
   /** The gates from the cache, parsed once per change of any of them. */
   readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
 
-  constructor(manager: Manager, opts: GatesControllerOptions = {}) {
+  constructor(kit: PolicyKit, opts: GatesControllerOptions = {}) {
+    const manager = kit.manager;
+    this.kit = kit;
     this.manager = manager;
     this.log = manager.log.child({ capability: 'gates' });
     this.events = manager.recorder('gates');
@@ -87,8 +91,8 @@ export class GatesController {
     this.gates = this.gateObjects.derive(parseGates);
     // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
     // that would write those keys are Invalid.
-    manager.keys.declare('gates', GATE_KEYS, (signal) => this.gateObjects.waitForSync(signal));
-    const claim = () => manager.keys.claim('gates', gateKeyClaims(this.gates().gates));
+    kit.keys.declare('gates', GATE_KEYS, (signal) => this.gateObjects.waitForSync(signal));
+    const claim = () => kit.keys.claim('gates', gateKeyClaims(this.gates().gates));
     this.gateObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
     // Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes.
     this.daemonSets = manager.informer(Resources.daemonSets, {
@@ -158,7 +162,7 @@ export class GatesController {
         d,
       ),
     );
-    const { held, retryAfterMs } = this.manager.nodeWrites.hold(node, FIELD_MANAGER, keys.flat());
+    const { held, retryAfterMs } = this.kit.nodeWrites.hold(node, FIELD_MANAGER, keys.flat());
     const decisions = wanted.map((d, i) => {
       if (!keys[i]!.some((k) => held.includes(k))) return d;
       const { event: _event, release: _release, ...rest } = d;
@@ -167,7 +171,7 @@ export class GatesController {
     const patch = nodePatch(node, gates, decisions);
     if (patch.length) {
       try {
-        const written = await this.manager.nodeWrites.write(
+        const written = await this.kit.nodeWrites.write(
           node,
           FIELD_MANAGER,
           keys.filter((_, i) => decisions[i] === wanted[i]).flat(),

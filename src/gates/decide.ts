@@ -1,14 +1,14 @@
 // Startup gates, the pure part: which gates select a node, whether a node's initialisation is done,
 // what each gate wants on the node now (taint, annotations), and the patch that gets it there.
 // No I/O: the controller and the webhook feed these from caches and admission requests.
-import { ownedKeys } from '../runtime/apply.ts';
-import { nodeKey, type NodeKey } from '../runtime/loopbreaker.ts';
-import { casPatch, taintId, type NodeTaint } from '../runtime/nodeapply.ts';
-import type { KeyClaim } from '../runtime/ownership.ts';
-import { selectorMatches, type LabelSelector } from '../runtime/selector.ts';
-import type { SlimNode, SlimPod } from '../runtime/transforms.ts';
-import type { KubeObject } from '../runtime/types.ts';
-import type { JsonPatchOp } from '../runtime/webhook.ts';
+import { ownedKeys } from '../runtime/client/apply.ts';
+import { nodeKey, type NodeKey } from '../policy/nodes/loopbreaker.ts';
+import { casPatch, taintId, type NodeTaint } from '../policy/nodes/writer.ts';
+import type { KeyClaim } from '../policy/nodes/ownership.ts';
+import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
+import type { SlimNode, SlimPod } from '../policy/slim.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import type { JsonPatchOp } from '../runtime/webhook/admission.ts';
 import { z } from 'zod';
 import {
   EXEMPT_LABEL,

@@ -1,8 +1,8 @@
 // `berth explain node` for startup gates: which gates hold the node, since when, and what each is
 // still waiting for; or why a gate does not hold it.
-import type { KubeClient } from '../runtime/kube.ts';
-import { slimNode, slimPod } from '../runtime/transforms.ts';
-import { Resources, type KubeObject } from '../runtime/types.ts';
+import type { KubeClient } from '../runtime/client/client.ts';
+import { slimNode, slimPod } from '../policy/slim.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { decideGates, nodePatch, parseGates } from './decide.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 

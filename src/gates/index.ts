@@ -1,6 +1,6 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
-import type { Manager } from '../runtime/manager.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
 import { GatesController } from './controller.ts';
 import { explainNodeGates } from './explain.ts';
 import { GATE_KEYS, NodeStartupGate } from './types.ts';
@@ -38,10 +38,10 @@ export const gatesCapability: Capability = {
     { apiGroups: ['berth.dev'], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
   ],
   explainNode: ({ client, node }) => explainNodeGates(client, node),
-  setup({ manager, options }) {
+  setup({ manager, kit, options }) {
     controllers.set(
       manager,
-      new GatesController(manager, {
+      new GatesController(kit, {
         workers: Number(options['gateWorkers'] ?? 16),
         failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
       }),

@@ -1,10 +1,10 @@
 // The pods a gate waits for must tolerate its taint, or they never start on a gated node (a
 // DaemonSet's controller does not even create a pod for a node whose taints it does not tolerate).
 // `berth gates tolerate` adds the missing tolerations to a DaemonSet's pod template.
-import { selectorMatches } from '../runtime/selector.ts';
-import { tolerates, tolerationFor, type Toleration } from '../runtime/taints.ts';
-import type { KubeObject } from '../runtime/types.ts';
-import type { JsonPatchOp } from '../runtime/webhook.ts';
+import { selectorMatches } from '../policy/match/selector.ts';
+import { tolerates, tolerationFor, type Toleration } from '../policy/nodes/taints.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import type { JsonPatchOp } from '../runtime/webhook/admission.ts';
 import type { Gate } from './decide.ts';
 
 interface PodTemplateOwner extends KubeObject {

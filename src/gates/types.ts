@@ -1,9 +1,9 @@
 // The API of startup gates: a NodeStartupGate taints the nodes it selects when they join, and
 // releases each once its initialisation pods are Ready and its node conditions hold.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
-import type { KeyDeclaration } from '../runtime/ownership.ts';
-import { labelSelectorSchema, validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
+import { labelSelectorSchema, validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 
 export const FIELD_MANAGER = 'berth-gates';
 /** The domain whose subdomains hold each gate's node annotations: `<gate>.gates.berth.dev/`. */

@@ -1,9 +1,10 @@
 // Derived node labels: the reconcile loops. One controller is keyed by node: it decides the node's
 // derived labels, annotations and taints from every rule and applies them under Berth's field
 // manager when they differ. Another is keyed by NodeLabelRule and writes counts and conditions.
-import { applyStatus } from '../runtime/apply.ts';
-import { NodeWriter } from '../runtime/nodeapply.ts';
-import { conditionSetter, sameConditions, type Condition } from '../runtime/conditions.ts';
+import type { PolicyKit } from '../policy/kit.ts';
+import { applyStatus } from '../runtime/client/apply.ts';
+import { NodeWriter } from '../policy/nodes/writer.ts';
+import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
 import {
   changedPredicate,
   Controller,
@@ -11,13 +12,13 @@ import {
   generationChanged,
   type Result,
   type Source,
-} from '../runtime/controller.ts';
-import type { EventRecorder } from '../runtime/events.ts';
-import type { EventHandler, Informer } from '../runtime/informer.ts';
-import type { Logger } from '../runtime/log.ts';
-import type { Manager } from '../runtime/manager.ts';
-import { slimNode, type SlimNode } from '../runtime/transforms.ts';
-import { Resources, type KubeObject } from '../runtime/types.ts';
+} from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import { slimNode, type SlimNode } from '../policy/slim.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
@@ -51,6 +52,7 @@ export class LabelsController {
   readonly nodeController: Controller;
   readonly statusController: Controller;
   private readonly manager: Manager;
+  private readonly kit: PolicyKit;
   private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly results = new Map<string, NodeResult>();
@@ -63,7 +65,9 @@ export class LabelsController {
   private rulesVersion = 0;
   private rulesCache: { version: number; rules: Rule[] } | undefined;
 
-  constructor(manager: Manager, opts: LabelsOptions = {}) {
+  constructor(kit: PolicyKit, opts: LabelsOptions = {}) {
+    const manager = kit.manager;
+    this.kit = kit;
     this.manager = manager;
     this.log = manager.log.child({ capability: 'labels' });
     this.events = manager.recorder('labels');
@@ -71,7 +75,7 @@ export class LabelsController {
       transform: { name: 'slim-node', fn: slimNode },
     });
     this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
-      breaker: manager.nodeWrites,
+      breaker: kit.nodeWrites,
     });
     this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
     this.files = opts.labelDir
@@ -90,7 +94,7 @@ export class LabelsController {
     this.ruleObjects.addEventHandler(invalidate);
     this.files?.addEventHandler(invalidate);
     // So do changes of the keys other capabilities own (a gate created with a rule's taint key).
-    manager.keys.addEventHandler(invalidate);
+    kit.keys.addEventHandler(invalidate);
 
     const allNodes = () => this.nodes.keys();
     this.nodeController = new Controller({
@@ -101,7 +105,7 @@ export class LabelsController {
     })
       .watch(this.nodes, (n) => n.metadata!.name!, nodePredicate)
       .watch(this.ruleObjects, allNodes, generationChanged)
-      .watch(manager.keys, allNodes);
+      .watch(kit.keys, allNodes);
     if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
 
     this.statusController = new Controller({
@@ -111,7 +115,7 @@ export class LabelsController {
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
     })
       .watch(this.ruleObjects, (r) => r.metadata!.name!, generationChanged)
-      .watch(manager.keys, () => this.ruleObjects.keys());
+      .watch(kit.keys, () => this.ruleObjects.keys());
 
     manager.add(this.nodeController);
     manager.add(this.statusController);
@@ -145,7 +149,7 @@ export class LabelsController {
     // One owner per key: a rule that outputs a key of a gate or placement is Invalid, whole.
     const ownership = new Map<string, string[]>();
     for (const r of compiled) {
-      const why = this.manager.keys.violations('labels', outputKeys(r));
+      const why = this.kit.keys.violations('labels', outputKeys(r));
       if (!why.length) continue;
       ownership.set(r.name, why);
       if (r.source.kind === 'File' && this.ownership.get(r.name)?.join() !== why.join())

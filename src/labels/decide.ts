@@ -7,10 +7,10 @@ import {
   type NodeOutputKind,
   type NodePlan,
   type NodeState,
-} from '../runtime/nodeapply.ts';
-import type { KeyPattern } from '../runtime/ownership.ts';
-import type { KubeObject } from '../runtime/types.ts';
-import { validateLabelKey } from '../runtime/selector.ts';
+} from '../policy/nodes/writer.ts';
+import type { KeyPattern } from '../policy/nodes/ownership.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import { validateLabelKey } from '../policy/match/selector.ts';
 import {
   isTemplate,
   literalText,

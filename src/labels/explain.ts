@@ -1,8 +1,8 @@
 // Read-only answers about derived labels: why a node carries what it carries (explain), and what a
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
-import { tolerates, type Toleration } from '../runtime/taints.ts';
-import type { KubeObject } from '../runtime/types.ts';
-import { nodeState, taintId } from '../runtime/nodeapply.ts';
+import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import { nodeState, taintId } from '../policy/nodes/writer.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
 import { MATCH_INPUT_MAX, nodeView, subjectOf, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';

@@ -4,10 +4,10 @@
 import { constants, watch, type FSWatcher } from 'node:fs';
 import { open, readdir, realpath, stat } from 'node:fs/promises';
 import { join, sep } from 'node:path';
-import type { Source } from '../runtime/controller.ts';
-import { errorText, type EventHandler } from '../runtime/informer.ts';
-import { rootLogger, type Logger } from '../runtime/log.ts';
-import { validateLabelKey, validateLabelValue } from '../runtime/selector.ts';
+import type { Source } from '../runtime/controller/controller.ts';
+import { errorText, type EventHandler } from '../runtime/cache/informer.ts';
+import { rootLogger, type Logger } from '../runtime/observability/log.ts';
+import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 import type { MatchTerm, Rule } from './types.ts';
 import { escapeControl, quote } from './values.ts';
 

@@ -28,8 +28,8 @@ export const labelsCapability: Capability = {
     const { rules, errors } = await clusterRules(client, labelDir);
     return [...explainNodeLabels(node, rules), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
   },
-  setup({ manager, options }) {
-    new LabelsController(manager, {
+  setup({ kit, options }) {
+    new LabelsController(kit, {
       ...(typeof options['labelDir'] === 'string' ? { labelDir: options['labelDir'] } : {}),
       workers: Number(options['labelWorkers'] ?? 16),
     });

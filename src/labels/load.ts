@@ -3,8 +3,8 @@
 import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import type { KubeClient } from '../runtime/kube.ts';
-import type { KubeObject } from '../runtime/types.ts';
+import type { KubeClient } from '../runtime/client/client.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
 import { compileRule } from './decide.ts';
 import { formatFileError, parseRuleFile, scanRuleDir } from './files.ts';
 import { NodeLabelRule, type Rule } from './types.ts';

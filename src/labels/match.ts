@@ -1,7 +1,7 @@
 // Pure rule evaluation: does a term match a node, which term matched first, what does a templated
 // value render to. No I/O here: the controller, dry runs and explain all call these.
 import { RE2JS } from 're2js';
-import type { KubeObject } from '../runtime/types.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
 import { NODE_FIELDS, type MatchTerm, type NodeField, type Rule } from './types.ts';
 import { ANNOTATION_VALUE_MAX, escapeControl, quote } from './values.ts';
 

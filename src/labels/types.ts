@@ -1,7 +1,7 @@
 // The API of derived node labels: the NodeLabelRule custom resource, and the Rule model that both
 // NodeLabelRules and k8s-auto-labeller rule files compile into.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/crd.ts';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
 
 export const GROUP = 'berth.dev';
 export const FIELD_MANAGER = 'berth-labels';

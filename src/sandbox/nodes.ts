@@ -3,8 +3,8 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { isConflict, type KubeClient } from '../runtime/kube.ts';
-import { Resources, type KubeObject } from '../runtime/types.ts';
+import { isConflict, type KubeClient } from '../runtime/client/client.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 
 export const KWOK_ANNOTATION = 'kwok.x-k8s.io/node';
 

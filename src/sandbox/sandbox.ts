@@ -17,16 +17,16 @@ import https from 'node:https';
 import http from 'node:http';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
-import { KubeClient, type ClientOptions } from '../runtime/kube.ts';
-import { Resources } from '../runtime/types.ts';
+import { KubeClient, type ClientOptions } from '../runtime/client/client.ts';
+import { Resources } from '../runtime/api/meta.ts';
 import {
   createCertificateAuthority,
   createSigningKeyPair,
   loadCertificateAuthority,
   type CertificateAuthority,
-} from '../runtime/pki.ts';
+} from '../runtime/webhook/certificates.ts';
 import { ensureBinaries, type Binaries } from './build.ts';
-import { hasCondition } from '../runtime/conditions.ts';
+import { hasCondition } from '../runtime/api/conditions.ts';
 import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
 import { sandboxDir, stateDir } from './paths.ts';
 

@@ -1,5 +1,6 @@
 // `berth run` as its own process against a sandbox, as it runs in a cluster: for integration tests
 // and benchmarks that drive Berth the way a user does.
+import { PolicyKit } from '../../src/policy/kit.ts';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { AgentsController } from '../../src/agents/controller.ts';
@@ -7,9 +8,9 @@ import { GatesController } from '../../src/gates/controller.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { NAMESPACE } from '../../src/manifests.ts';
-import type { KubeClient } from '../../src/runtime/kube.ts';
-import type { ResourceRef } from '../../src/runtime/types.ts';
-import { Manager } from '../../src/runtime/manager.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import type { ResourceRef } from '../../src/runtime/api/meta.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
 import { deleteNodes } from './cluster.ts';
@@ -107,18 +108,19 @@ export async function startBerth(
  * of how the capabilities behave together (ownership, the loop breaker). Such a file runs alone
  * (`test-driver: alone`), since its controllers act on every policy in the cluster.
  */
-export async function everyCapability(client: KubeClient): Promise<Manager> {
+export async function everyCapability(client: KubeClient): Promise<PolicyKit> {
   const manager = new Manager({
     clusters: { local: client },
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  new LabelsController(manager, { workers: 4 });
-  new GatesController(manager, { workers: 4 });
-  new AgentsController(manager, { workers: 4, berthNamespace: NAMESPACE });
+  const kit = new PolicyKit(manager);
+  new LabelsController(kit, { workers: 4 });
+  new GatesController(kit, { workers: 4 });
+  new AgentsController(kit, { workers: 4, berthNamespace: NAMESPACE });
   await manager.start();
   await manager.waitForCacheSync();
-  return manager;
+  return kit;
 }
 
 /**

@@ -1,8 +1,8 @@
 // Access to the integration run's sandbox, and factories for the objects tests create.
 import { randomBytes } from 'node:crypto';
-import { isNotFound, type KubeClient } from '../../src/runtime/kube.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import { hasCondition } from '../../src/runtime/conditions.ts';
+import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import { createNodes, nodeNames, type NodeGroupInput } from '../../src/sandbox/nodes.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { waitFor } from './wait.ts';

@@ -1,8 +1,8 @@
 // What tests of node writes observe: every change of every label, annotation and taint of some
 // nodes, as the apiserver reports them, whoever made it.
-import type { KubeClient } from '../../src/runtime/kube.ts';
-import { Informer } from '../../src/runtime/informer.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import { Informer } from '../../src/runtime/cache/informer.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 
 /** A node's labels, annotations and taints (by key and effect), flattened: "label k" → value. */
 export function nodeKeys(n: KubeObject): Map<string, string> {

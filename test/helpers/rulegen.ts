@@ -1,7 +1,7 @@
 // Generated NodeLabelRules and nodes for fuzz and abuse tests: careful ones (valid lists only,
 // within the schema) and careless ones (hostile regular expressions, templates, keys and values).
 import { OPERATORS } from '../../src/labels/types.ts';
-import type { KubeObject } from '../../src/runtime/types.ts';
+import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Prng } from './prng.ts';
 
 export const KEYS = [

@@ -7,6 +7,7 @@
 // and change nothing it does not own on any node or pod. Every placement selects only this file's
 // pods (or is only dry-run), because the sandbox is shared with other test files.
 // BERTH_FUZZ_SEED=<n> replays a run; the seed is printed with the results.
+import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { prng } from '../helpers/prng.ts';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -15,12 +16,12 @@ import { AgentsController } from '../../src/agents/controller.ts';
 import { WAIT_FOR_AGENT_ANNOTATION, SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../src/agents/inject.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { findCondition, type Condition } from '../../src/runtime/conditions.ts';
-import type { Event } from '../../src/runtime/events.ts';
-import { ApiError } from '../../src/runtime/kube.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhooks.ts';
+import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
+import type { Event } from '../../src/runtime/events/recorder.ts';
+import { ApiError } from '../../src/runtime/client/client.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhook/registration.ts';
 import {
   addNodes,
   createNamespace,
@@ -437,7 +438,7 @@ before(async () => {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = new AgentsController(manager, { workers: 4, berthNamespace: BERTH });
+  const controller = new AgentsController(new PolicyKit(manager), { workers: 4, berthNamespace: BERTH });
   await manager.start();
   await manager.waitForCacheSync();
   readinessProbe = setInterval(() => {

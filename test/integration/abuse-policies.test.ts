@@ -6,6 +6,7 @@
 // against every capability in one manager. Berth stays ready, every collision by construction is
 // Invalid and nothing else is, no key of a node is written more often than the loop breaker
 // allows, writes stop once things settle, and nothing foreign on a node changes.
+import type { PolicyKit } from '../../src/policy/kit.ts';
 import { everyCapability, removeEverything } from '../helpers/berth.ts';
 import { prng } from '../helpers/prng.ts';
 import assert from 'node:assert/strict';
@@ -14,10 +15,10 @@ import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { EXEMPT_LABEL, NodeStartupGate } from '../../src/gates/types.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
-import type { Condition } from '../../src/runtime/conditions.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { nodeWriteMetrics } from '../../src/runtime/metrics.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/types.ts';
+import type { Condition } from '../../src/runtime/api/conditions.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { nodeWriteMetrics } from '../../src/policy/nodes/metrics.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { createNodes } from '../../src/sandbox/nodes.ts';
 import {
   createNamespace,
@@ -37,6 +38,7 @@ const id = uniqueName('abuse');
 const MARK = `${id}.example.com/abuse`;
 let ns: string;
 let manager: Manager | undefined;
+let kit: PolicyKit | undefined;
 let watch: Awaited<ReturnType<typeof watchNodeKeys>> | undefined;
 const nodes: string[] = [];
 const created: { ref: ResourceRef; name: string }[] = [];
@@ -267,7 +269,8 @@ function generate(seed: number) {
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'abuse');
-  manager = await everyCapability(sandbox.client());
+  kit = await everyCapability(sandbox.client());
+  manager = kit.manager;
 });
 
 after(async () => {
@@ -298,7 +301,7 @@ const conditions = async (p: Policy) =>
 test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded worlds`, async (t) => {
   const worlds = SEEDS.map(generate);
   const policies = worlds.flatMap((w) => [...w.gates, ...w.placements, ...w.rules]);
-  const limit = manager!.nodeWrites.limit;
+  const limit = kit!.nodeWrites.limit;
 
   // Every change of every key of this file's nodes, as the apiserver reports them.
   watch = await watchNodeKeys(client, MARK);
@@ -379,7 +382,7 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
     assert.ok(quiet <= 2, `${quiet} node writes in 4 s after settling`);
 
     // No key of any node changed more often than the loop breaker allows within its window.
-    const worst = watch.most(manager!.nodeWrites.windowMs);
+    const worst = watch.most(kit!.nodeWrites.windowMs);
     assert.ok(worst.count <= limit, `${worst.key} changed ${worst.count} times within a window`);
 
     // Nothing foreign changed: every key the admin set is there with its value.

@@ -15,9 +15,9 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
-import { isNotFound } from '../../src/runtime/kube.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import type { MutatingWebhook } from '../../src/runtime/webhook.ts';
+import { isNotFound } from '../../src/runtime/client/client.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import type { MutatingWebhook } from '../../src/runtime/webhook/admission.ts';
 import {
   createNamespace,
   deleteNamespace,

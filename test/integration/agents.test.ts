@@ -1,5 +1,6 @@
 // Agent placement against the real control plane: the seed's test plan, the agent DaemonSet
 // following the label, pods moving, a node deleted, and a restart midway.
+import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AgentsController } from '../../src/agents/controller.ts';
@@ -7,14 +8,14 @@ import { explainNodeAgents } from '../../src/agents/explain.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { rbacManifests } from '../../src/manifests.ts';
-import { findCondition, hasCondition, type Condition } from '../../src/runtime/conditions.ts';
-import type { Event } from '../../src/runtime/events.ts';
-import { deniedVerbs } from '../../src/runtime/discovery.ts';
-import { KubeClient } from '../../src/runtime/kube.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { clusterRole } from '../../src/runtime/rbac.ts';
-import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhooks.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
+import type { Event } from '../../src/runtime/events/recorder.ts';
+import { deniedVerbs } from '../../src/runtime/client/restmapper.ts';
+import { KubeClient } from '../../src/runtime/client/client.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { clusterRole } from '../../src/runtime/api/rbac.ts';
+import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhook/registration.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import {
   addNodes,
   createNamespace,
@@ -47,7 +48,7 @@ async function startController(): Promise<AgentsController> {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const c = new AgentsController(manager, { workers: 4, berthNamespace: BERTH });
+  const c = new AgentsController(new PolicyKit(manager), { workers: 4, berthNamespace: BERTH });
   controller = c;
   await manager.start();
   await manager.waitForCacheSync();

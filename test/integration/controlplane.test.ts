@@ -3,15 +3,15 @@
 // webhooks and enforces RBAC.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { hasCondition } from '../../src/runtime/conditions.ts';
-import { ApiError, KubeClient } from '../../src/runtime/kube.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { hasCondition } from '../../src/runtime/api/conditions.ts';
+import { ApiError, KubeClient } from '../../src/runtime/client/client.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import {
   mutate,
   mutatingWebhookConfiguration,
   webhookClientConfig,
   WebhookServer,
-} from '../../src/runtime/webhook.ts';
+} from '../../src/runtime/webhook/admission.ts';
 import { nodeManifests } from '../../src/sandbox/nodes.ts';
 import {
   addNodes,

@@ -4,9 +4,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { z } from 'zod';
-import { defineCustomResource, k8s, type CustomResourceDefinition } from '../../src/runtime/crd.ts';
-import { ApiError } from '../../src/runtime/kube.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { defineCustomResource, k8s, type CustomResourceDefinition } from '../../src/runtime/api/crd.ts';
+import { ApiError } from '../../src/runtime/client/client.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { crdManifests } from '../../src/manifests.ts';
 import { testSandbox, uniqueName } from '../helpers/cluster.ts';

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import type { KubeObject } from '../../src/runtime/types.ts';
+import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 
 const sandbox = testSandbox();

@@ -1,6 +1,7 @@
 // Startup gates against the real control plane (controller-manager, scheduler, kwok): tainted at
 // admission, released when the init DaemonSet's pod is Ready, the annotation shortcut, timeouts,
 // continuous mode, the webhook down (fallback, and failurePolicy Fail), backfill, deletion, bad specs.
+import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -9,12 +10,12 @@ import { installCrds } from '../../src/cli/install.ts';
 import { GatesController } from '../../src/gates/controller.ts';
 import { explainNodeGates } from '../../src/gates/explain.ts';
 import { NodeStartupGate, type NodeStartupGateStatus } from '../../src/gates/types.ts';
-import type { Event } from '../../src/runtime/events.ts';
-import { ApiError } from '../../src/runtime/kube.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhooks.ts';
-import type { WebhookSpec } from '../../src/runtime/webhooks.ts';
+import type { Event } from '../../src/runtime/events/recorder.ts';
+import { ApiError } from '../../src/runtime/client/client.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhook/registration.ts';
+import type { WebhookSpec } from '../../src/runtime/webhook/registration.ts';
 import { KWOK_ANNOTATION, nodeManifests } from '../../src/sandbox/nodes.ts';
 import {
   createNamespace,
@@ -73,7 +74,7 @@ before(async () => {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  controller = new GatesController(manager, { workers: 4 });
+  controller = new GatesController(new PolicyKit(manager), { workers: 4 });
   await manager.start();
   await manager.waitForCacheSync();
   await startWebhooks();

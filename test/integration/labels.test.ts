@@ -1,5 +1,6 @@
 // Derived node labels against the real apiserver. Each test runs its own labels controller (one at a
 // time: they share Berth's field manager) and uses its own node names and label keys.
+import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -10,10 +11,10 @@ import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
-import { hasCondition } from '../../src/runtime/conditions.ts';
-import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/kube.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { hasCondition } from '../../src/runtime/api/conditions.ts';
+import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/client/client.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import {
   addNodes,
   createNamespace,
@@ -50,7 +51,7 @@ async function withController<T>(
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = new LabelsController(manager, {
+  const controller = new LabelsController(new PolicyKit(manager), {
     ...(opts.labelDir ? { labelDir: opts.labelDir } : {}),
     workers: 8,
   });

@@ -7,8 +7,8 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import type { Lease } from '../../src/runtime/leaderelection.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import type { Lease } from '../../src/runtime/leaderelection/elector.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 

@@ -5,6 +5,7 @@
 // capability in one manager: the issue's fight (a rule writing a gate's gated-at) is refused as
 // Invalid, ownership changes re-check policies at once, and a fight nobody could foresee (a rule
 // and a gate feeding each other's inputs) is stopped by the loop breaker.
+import type { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { everyCapability, removeEverything } from '../helpers/berth.ts';
 import { after, before, describe, test } from 'node:test';
@@ -12,11 +13,11 @@ import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
-import type { Condition } from '../../src/runtime/conditions.ts';
-import type { Event } from '../../src/runtime/events.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { nodeWriteMetrics } from '../../src/runtime/metrics.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/types.ts';
+import type { Condition } from '../../src/runtime/api/conditions.ts';
+import type { Event } from '../../src/runtime/events/recorder.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { nodeWriteMetrics } from '../../src/policy/nodes/metrics.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { addNodes, createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { watchNodeKeys } from '../helpers/nodekeys.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
@@ -28,13 +29,15 @@ const D = `${id}.example.com`;
 const POOL = `${D}/pool`;
 let ns: string;
 let manager: Manager | undefined;
+let kit: PolicyKit | undefined;
 const nodes: string[] = [];
 const created: { ref: ResourceRef; name: string }[] = [];
 
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'own');
-  manager = await everyCapability(sandbox.client());
+  kit = await everyCapability(sandbox.client());
+  manager = kit.manager;
 });
 
 after(async () => {
@@ -273,7 +276,7 @@ describe('the loop breaker', () => {
     const node = await poolNode('fight');
     const trip = await warning(node, 'WriteLoop', 'two policies are likely fighting');
     const trippedMs = Date.now() - started;
-    const { limit } = manager!.nodeWrites;
+    const { limit } = kit!.nodeWrites;
     // Each side writes its own keys: whichever reaches the limit first stops, and that stops both.
     assert.match(trip.note ?? '', /times within 60s \((berth-gates|berth-labels)\)/);
     const tripped = await metric('loops');
@@ -292,7 +295,7 @@ describe('the loop breaker', () => {
       `no writes after the trip (the fight wrote ${fight.join(' + ')} in ${trippedMs} ms)`,
     );
     // No key of the node was written more than `limit` times: the breaker's bound, whoever wrote.
-    const worst = keys.most(manager!.nodeWrites.windowMs);
+    const worst = keys.most(kit!.nodeWrites.windowMs);
     await keys.stop();
     assert.ok(worst.count <= limit, `${worst.key} changed ${worst.count} times, limit ${limit}`);
     assert.ok(worst.count >= limit / 2, `a fight it was: ${worst.key} changed ${worst.count} times`);

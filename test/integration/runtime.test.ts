@@ -3,12 +3,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { randomBytes } from 'node:crypto';
-import { Controller } from '../../src/runtime/controller.ts';
-import { Informer, keyOf } from '../../src/runtime/informer.ts';
-import type { KubeClient } from '../../src/runtime/kube.ts';
-import { Manager } from '../../src/runtime/manager.ts';
-import { registry } from '../../src/runtime/metrics.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
+import { Controller } from '../../src/runtime/controller/controller.ts';
+import { Informer, keyOf } from '../../src/runtime/cache/informer.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import { Manager } from '../../src/runtime/manager/manager.ts';
+import { registry } from '../../src/runtime/observability/metrics.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { createNamespace } from '../helpers/cluster.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';

@@ -3,16 +3,16 @@
 // fail open lets creates through once its server is gone.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { isNotFound } from '../../src/runtime/kube.ts';
-import { rootLogger } from '../../src/runtime/log.ts';
-import { Resources, type KubeObject } from '../../src/runtime/types.ts';
-import { mutate, type MutatingWebhook } from '../../src/runtime/webhook.ts';
+import { isNotFound } from '../../src/runtime/client/client.ts';
+import { rootLogger } from '../../src/runtime/observability/log.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { mutate, type MutatingWebhook } from '../../src/runtime/webhook/admission.ts';
 import {
   WebhookRunnable,
   generatedCertificates,
   webhookFieldManager,
   type WebhookRegistration,
-} from '../../src/runtime/webhooks.ts';
+} from '../../src/runtime/webhook/registration.ts';
 import {
   createNamespace,
   deleteNamespace,

@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { parse, parseAllDocuments } from 'yaml';
 import { generatedFiles, HEADER, HELM_CRDS_DIR } from '../../scripts/manifests.ts';
-import { capabilities } from '../../src/cli/capabilities.ts';
+import { capabilities } from '../../src/capabilities.ts';
 import { runCommand } from '../../src/cli/run.ts';
 import { parseRuleFile } from '../../src/labels/files.ts';
 import { NAMESPACE, rbacManifests, SERVICE_ACCOUNT } from '../../src/manifests.ts';
-import type { KubeObject } from '../../src/runtime/types.ts';
+import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 
 const root = packageRoot();

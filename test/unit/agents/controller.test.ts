@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { podChanged } from '../../../src/agents/controller.ts';
-import type { SlimPod } from '../../../src/runtime/transforms.ts';
+import type { SlimPod } from '../../../src/policy/slim.ts';
 
 const pod = (extra: Partial<SlimPod> = {}): SlimPod => ({
   metadata: {

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { claimedOwners, decideNode, ownerOf, type Placement } from '../../../src/agents/decide.ts';
 import type { AgentPlacementSpec } from '../../../src/agents/types.ts';
-import type { SlimPod } from '../../../src/runtime/transforms.ts';
-import type { KubeObject } from '../../../src/runtime/types.ts';
+import type { SlimPod } from '../../../src/policy/slim.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
 const spec = (s: Partial<AgentPlacementSpec> = {}): AgentPlacementSpec => ({
   podSelector: { matchLabels: { app: 'ateom' } },

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { parsePlacements } from '../../../src/agents/decide.ts';
 import { previewPlacements, type ClusterView } from '../../../src/agents/explain.ts';
 import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/inject.ts';
-import type { SlimPod } from '../../../src/runtime/transforms.ts';
+import type { SlimPod } from '../../../src/policy/slim.ts';
 
 const BERTH = 'berth-system';
 

@@ -17,9 +17,9 @@ import {
   type WaitingPlacement,
 } from '../../../src/agents/inject.ts';
 import { agentPlacementSpec } from '../../../src/agents/types.ts';
-import { rootLogger } from '../../../src/runtime/log.ts';
-import type { KubeObject } from '../../../src/runtime/types.ts';
-import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook.ts';
+import { rootLogger } from '../../../src/runtime/observability/log.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook/admission.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
 const BERTH = 'berth-system';

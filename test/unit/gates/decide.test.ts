@@ -10,7 +10,7 @@ import {
   type GateDecision,
 } from '../../../src/gates/decide.ts';
 import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
-import type { SlimNode, SlimPod } from '../../../src/runtime/transforms.ts';
+import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
 import {
   cilium,
   gate,

@@ -4,9 +4,9 @@
 import assert from 'node:assert/strict';
 import { isDeepStrictEqual } from 'node:util';
 import { parseGates, type Gate } from '../../../src/gates/decide.ts';
-import type { SlimNode, SlimPod } from '../../../src/runtime/transforms.ts';
-import type { KubeObject, OwnerReference } from '../../../src/runtime/types.ts';
-import type { JsonPatchOp } from '../../../src/runtime/webhook.ts';
+import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
+import type { KubeObject, OwnerReference } from '../../../src/runtime/api/meta.ts';
+import type { JsonPatchOp } from '../../../src/runtime/webhook/admission.ts';
 
 export const NOW = Date.parse('2026-11-21T10:00:00Z');
 /** When the gates were created. */

@@ -10,8 +10,8 @@ import {
   type GateDecision,
 } from '../../../src/gates/decide.ts';
 import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
-import type { SlimNode } from '../../../src/runtime/transforms.ts';
-import type { KubeObject } from '../../../src/runtime/types.ts';
+import type { SlimNode } from '../../../src/policy/slim.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import {
   applyPatch,
   cilium,

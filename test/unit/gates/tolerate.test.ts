@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseGates } from '../../../src/gates/decide.ts';
 import { gatesWaitingFor, missingTolerations, tolerationsPatch } from '../../../src/gates/tolerate.ts';
-import { tolerates, tolerationFor, type Toleration } from '../../../src/runtime/taints.ts';
-import type { KubeObject } from '../../../src/runtime/types.ts';
+import { tolerates, tolerationFor, type Toleration } from '../../../src/policy/nodes/taints.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyPatch, gateObj, TAINT_KEY } from './fixtures.ts';
 
 describe('tolerates (core/v1 Toleration.ToleratesTaint)', () => {

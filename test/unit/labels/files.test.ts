@@ -14,7 +14,7 @@ import {
   type RuleDirSourceOptions,
 } from '../../../src/labels/files.ts';
 import { controlCharacterError } from '../../../src/labels/values.ts';
-import { validateLabelKey, validateLabelValue } from '../../../src/runtime/selector.ts';
+import { validateLabelKey, validateLabelValue } from '../../../src/policy/match/selector.ts';
 import type { Rule } from '../../../src/labels/types.ts';
 import { holdsFor, waitFor } from '../../helpers/wait.ts';
 

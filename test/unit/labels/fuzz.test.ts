@@ -9,7 +9,7 @@ import { explainNodeLabels } from '../../../src/labels/explain.ts';
 import { nodeView } from '../../../src/labels/match.ts';
 import type { Rule } from '../../../src/labels/types.ts';
 import { controlCharacterError, outputValueError } from '../../../src/labels/values.ts';
-import type { KubeObject } from '../../../src/runtime/types.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { withSeed } from '../../helpers/prng.ts';
 import { nodeObject, ruleSpec } from '../../helpers/rulegen.ts';
 

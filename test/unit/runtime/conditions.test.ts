@@ -1,6 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { newlyHolds, sameConditions, setCondition, type Condition } from '../../../src/runtime/conditions.ts';
+import {
+  newlyHolds,
+  sameConditions,
+  setCondition,
+  type Condition,
+} from '../../../src/runtime/api/conditions.ts';
 
 const t0 = new Date('2026-01-01T00:00:00Z');
 const t1 = new Date('2026-01-01T00:05:00Z');

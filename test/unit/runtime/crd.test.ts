@@ -7,7 +7,7 @@ import {
   toStructuralSchema,
   type CustomResource,
   type StructuralSchema,
-} from '../../../src/runtime/crd.ts';
+} from '../../../src/runtime/api/crd.ts';
 
 // Keys a value-validation-only node (inside allOf) may carry in a structural schema.
 const valueValidations = new Set([

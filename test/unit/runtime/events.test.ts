@@ -10,7 +10,7 @@ import {
   toReference,
   truncateNote,
   type ObjectReference,
-} from '../../../src/runtime/events.ts';
+} from '../../../src/runtime/events/recorder.ts';
 
 const pod: ObjectReference = { apiVersion: 'v1', kind: 'Pod', namespace: 'ns', name: 'web-0', uid: 'u1' };
 const base = {

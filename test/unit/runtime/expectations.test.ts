@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { WriteExpectations } from '../../../src/runtime/expectations.ts';
-import type { EventHandler } from '../../../src/runtime/informer.ts';
-import type { KubeObject } from '../../../src/runtime/types.ts';
+import { WriteExpectations } from '../../../src/runtime/controller/expectations.ts';
+import type { EventHandler } from '../../../src/runtime/cache/informer.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
 const node = (resourceVersion: string): KubeObject => ({ metadata: { name: 'n1', resourceVersion } });
 

@@ -7,7 +7,7 @@ import {
   role,
   roleBinding,
   type PolicyRule,
-} from '../../../src/runtime/rbac.ts';
+} from '../../../src/runtime/api/rbac.ts';
 
 const rules: PolicyRule[] = [
   { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'get', 'watch'] },

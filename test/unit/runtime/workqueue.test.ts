@@ -2,16 +2,15 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate, setTimeout as sleep } from 'node:timers/promises';
-import { registry } from '../../../src/runtime/metrics.ts';
+import { registry } from '../../../src/runtime/observability/metrics.ts';
+import { WorkQueue, type GetResult } from '../../../src/runtime/workqueue/queue.ts';
 import {
   BucketRateLimiter,
   ItemExponentialFailureRateLimiter,
   MaxOfRateLimiter,
-  WorkQueue,
   defaultControllerRateLimiter,
-  type GetResult,
   type RateLimiter,
-} from '../../../src/runtime/workqueue.ts';
+} from '../../../src/runtime/workqueue/ratelimiter.ts';
 
 // A broken queue tends to leave a get() pending forever; fail fast instead.
 const timeout = { timeout: 10_000 };
@@ -229,7 +228,7 @@ test('shutDown clears the delay timer and the waiting keys', timeout, async (t) 
 });
 
 test('pending delays and the metrics timer do not keep the process alive', () => {
-  const url = new URL('../../../src/runtime/workqueue.ts', import.meta.url).href;
+  const url = new URL('../../../src/runtime/workqueue/queue.ts', import.meta.url).href;
   const script = [
     `import { WorkQueue } from ${JSON.stringify(url)};`,
     `const q = new WorkQueue({ name: 'wq-test-exit' });`,

@@ -1,0 +1,151 @@
+// Informer transforms that keep only what Berth's controllers read, so caches of tens of thousands
+// of pods stay small. Controllers that share a transform share one informer (see Manager.informer).
+import type { KubeObject, ObjectMeta } from '../runtime/api/meta.ts';
+
+// Values that repeat across objects (namespaces, node names, images, label values) are kept once.
+const interned = new Map<string, string>();
+const INTERN_LIMIT = 200_000;
+export function intern(s: string): string;
+export function intern(s: string | undefined): string | undefined;
+export function intern(s: string | undefined): string | undefined {
+  if (s === undefined) return s;
+  const hit = interned.get(s);
+  if (hit !== undefined) return hit;
+  if (interned.size < INTERN_LIMIT) interned.set(s, s);
+  return s;
+}
+
+const internRecord = (r: Record<string, string> | undefined) => {
+  if (!r) return undefined;
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(r)) out[k] = intern(v);
+  return out;
+};
+
+const DROPPED_ANNOTATIONS = ['kubectl.kubernetes.io/last-applied-configuration'];
+
+/** Metadata without managedFields and bulky annotations. */
+export function slimMetadata(m: ObjectMeta | undefined): ObjectMeta {
+  const out: ObjectMeta = { name: m?.name, uid: m?.uid, resourceVersion: m?.resourceVersion };
+  if (m?.namespace) out.namespace = intern(m.namespace);
+  if (m?.generation !== undefined) out.generation = m.generation;
+  if (m?.deletionTimestamp) out.deletionTimestamp = m.deletionTimestamp;
+  if (m?.labels) out.labels = internRecord(m.labels);
+  if (m?.annotations) {
+    const a = { ...m.annotations };
+    for (const k of DROPPED_ANNOTATIONS) delete a[k];
+    // Kept even when empty: a JSON patch must know whether the object has an annotations map at all.
+    out.annotations = internRecord(a);
+  }
+  if (m?.ownerReferences?.length) {
+    out.ownerReferences = m.ownerReferences.map((o) => ({
+      apiVersion: intern(o.apiVersion),
+      kind: intern(o.kind),
+      name: intern(o.name),
+      uid: intern(o.uid),
+      ...(o.controller ? { controller: true } : {}),
+    }));
+  }
+  if (m?.finalizers?.length) out.finalizers = m.finalizers.map((f) => intern(f));
+  return out;
+}
+
+export interface SlimPod extends KubeObject {
+  spec: {
+    nodeName?: string;
+    containers: { name: string; image: string }[];
+    initContainers?: { name: string; image: string }[];
+    schedulingGates?: { name: string }[];
+  };
+  status: { phase?: string; hostIP?: string; conditions?: { type: string; status: string }[] };
+}
+
+interface FullPod extends KubeObject {
+  spec?: {
+    nodeName?: string;
+    containers?: { name: string; image: string }[];
+    initContainers?: { name: string; image: string }[];
+    schedulingGates?: { name: string }[];
+  };
+  status?: { phase?: string; hostIP?: string; conditions?: { type: string; status: string }[] };
+}
+
+const slimContainers = (cs: { name: string; image: string }[] | undefined) =>
+  (cs ?? []).map((c) => ({ name: intern(c.name), image: intern(c.image) }));
+
+/** The pod fields Berth's controllers read: identity, labels, owners, node, images, phase, readiness. */
+export function slimPod(obj: KubeObject): SlimPod {
+  const pod = obj as FullPod;
+  const spec: SlimPod['spec'] = { containers: slimContainers(pod.spec?.containers) };
+  if (pod.spec?.nodeName) spec.nodeName = intern(pod.spec.nodeName);
+  if (pod.spec?.initContainers?.length) spec.initContainers = slimContainers(pod.spec.initContainers);
+  if (pod.spec?.schedulingGates?.length)
+    spec.schedulingGates = pod.spec.schedulingGates.map((g) => ({ name: intern(g.name) }));
+  const status: SlimPod['status'] = {};
+  if (pod.status?.phase) status.phase = intern(pod.status.phase);
+  if (pod.status?.hostIP) status.hostIP = intern(pod.status.hostIP);
+  if (pod.status?.conditions?.length) {
+    status.conditions = pod.status.conditions.map((c) => ({
+      type: intern(c.type),
+      status: intern(c.status),
+    }));
+  }
+  return { apiVersion: 'v1', kind: 'Pod', metadata: slimMetadata(pod.metadata), spec, status };
+}
+
+export interface SlimNode extends KubeObject {
+  spec: { taints?: { key: string; value?: string; effect: string }[]; unschedulable?: boolean };
+  status: { nodeInfo?: Record<string, string>; conditions?: { type: string; status: string }[] };
+}
+
+interface FullNode extends KubeObject {
+  spec?: SlimNode['spec'] & Record<string, unknown>;
+  status?: {
+    nodeInfo?: Record<string, string>;
+    conditions?: { type: string; status: string; reason?: string }[];
+  };
+}
+
+const NODE_INFO = [
+  'architecture',
+  'operatingSystem',
+  'kernelVersion',
+  'osImage',
+  'containerRuntimeVersion',
+  'kubeletVersion',
+];
+
+/** Berth's field managers are all named berth-*. */
+export const isBerthManager = (name: string): boolean => name.startsWith('berth');
+
+/**
+ * The node fields Berth's controllers read: labels, annotations, taints, node info, conditions,
+ * and the managedFields entries of Berth's own field managers (so that a controller knows what it
+ * owns without caching everybody's). Images and addresses, the bulk of a node, are dropped.
+ */
+export function slimNode(obj: KubeObject): SlimNode {
+  const node = obj as FullNode;
+  const metadata = slimMetadata(node.metadata);
+  if (node.metadata?.creationTimestamp) metadata.creationTimestamp = node.metadata.creationTimestamp;
+  const mf = (node.metadata?.managedFields as { manager?: string }[] | undefined)?.filter(
+    (e) => e.manager !== undefined && isBerthManager(e.manager),
+  );
+  if (mf?.length) metadata.managedFields = mf;
+  const spec: SlimNode['spec'] = {};
+  if (node.spec?.taints?.length)
+    spec.taints = node.spec.taints.map((t) => ({ ...t, key: intern(t.key), effect: intern(t.effect) }));
+  if (node.spec?.unschedulable) spec.unschedulable = true;
+  const status: SlimNode['status'] = {};
+  const info = node.status?.nodeInfo;
+  if (info) {
+    status.nodeInfo = {};
+    for (const k of NODE_INFO) if (info[k]) status.nodeInfo[k] = intern(info[k]);
+  }
+  if (node.status?.conditions?.length) {
+    status.conditions = node.status.conditions.map((c) => ({
+      type: intern(c.type),
+      status: intern(c.status),
+    }));
+  }
+  return { apiVersion: 'v1', kind: 'Node', metadata, spec, status };
+}

@@ -1,0 +1,436 @@
+// An informer in the manner of client-go's reflector + indexer + shared informer: list, then watch
+// with bookmarks from the last resourceVersion; relist on 410 Gone and deliver the deletes that
+// happened while disconnected; reconnect with backoff after any error; abandon a watch that has
+// been silent too long (half-open connections); resync as a safety net; indexes; a transform hook.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { hasCondition } from '../api/conditions.ts';
+import { isGone, isNotFound, resourcePath, type KubeClient, type KubeList } from '../client/client.ts';
+import { informerMetrics } from '../observability/metrics.ts';
+import { rootLogger, type Logger } from '../observability/log.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
+
+export interface EventHandler<T> {
+  onAdd?(obj: T): void;
+  /** Also called with old === new on resync. */
+  onUpdate?(oldObj: T, newObj: T): void;
+  onDelete?(obj: T): void;
+}
+
+export type IndexFunc<T> = (obj: T) => string[];
+
+export interface InformerOptions<T extends KubeObject> {
+  client: KubeClient;
+  ref: ResourceRef;
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  /** Shrinks each object before it is cached; by default managedFields are dropped. */
+  transform?: (obj: T) => T;
+  /** Period of the safety-net resync (onUpdate(obj, obj) for every object); 0 turns it off. */
+  resyncMs?: number;
+  /** A watch that delivers nothing (not even a bookmark) for this long is abandoned and reopened. */
+  idleTimeoutMs?: number;
+  /** Items per page when listing. */
+  pageSize?: number;
+  /** The cluster's name, for metrics and logs. */
+  cluster?: string;
+  logger?: Logger;
+  /** Backoff between failed attempts: initial and maximum, ms. */
+  backoff?: { initialMs: number; maxMs: number };
+}
+
+interface WatchEvent<T> {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+  object: T & { code?: number; message?: string };
+}
+
+export const keyOf = (obj: KubeObject): string =>
+  obj.metadata?.namespace ? `${obj.metadata.namespace}/${obj.metadata.name}` : (obj.metadata?.name ?? '');
+
+export function stripManagedFields<T extends KubeObject>(obj: T): T {
+  if (obj.metadata?.managedFields) delete obj.metadata.managedFields;
+  return obj;
+}
+
+export class Informer<T extends KubeObject = KubeObject> {
+  readonly ref: ResourceRef;
+  private readonly opts: InformerOptions<T>;
+  private readonly store = new Map<string, T>();
+  private readonly indexers = new Map<string, IndexFunc<T>>();
+  private readonly indices = new Map<string, Map<string, Set<string>>>();
+  private readonly handlers: EventHandler<T>[] = [];
+  private readonly log: Logger;
+  private readonly labels: { cluster: string; resource: string };
+  private resourceVersion = '';
+  private synced = false;
+  private absent = false;
+  private syncWaiters: (() => void)[] = [];
+  private running: AbortController | undefined;
+  private loop: Promise<void> | undefined;
+
+  constructor(opts: InformerOptions<T>) {
+    this.opts = opts;
+    this.ref = opts.ref;
+    this.labels = { cluster: opts.cluster ?? 'local', resource: opts.ref.resource };
+    this.log = (opts.logger ?? rootLogger).child({
+      informer: opts.ref.resource,
+      cluster: this.labels.cluster,
+    });
+  }
+
+  /** Adds an index; objects already cached are indexed at once. */
+  addIndexer(name: string, fn: IndexFunc<T>): void {
+    if (this.indexers.has(name)) return;
+    this.indexers.set(name, fn);
+    const index = new Map<string, Set<string>>();
+    this.indices.set(name, index);
+    for (const [key, obj] of this.store) for (const v of fn(obj)) addTo(index, v, key);
+  }
+
+  /** Registers a handler; it is told about every object already cached, as adds. */
+  addEventHandler(h: EventHandler<T>): void {
+    this.handlers.push(h);
+    if (h.onAdd) for (const obj of this.store.values()) h.onAdd(obj);
+  }
+
+  get(key: string): T | undefined {
+    return this.store.get(key);
+  }
+
+  list(): T[] {
+    return [...this.store.values()];
+  }
+
+  keys(): string[] {
+    return [...this.store.keys()];
+  }
+
+  /**
+   * A view computed from every cached object (say, parsed policies), recomputed only after one of
+   * them changed, not on every call from a reconcile.
+   */
+  derive<R>(fn: (objs: T[]) => R): () => R {
+    let memo: { version: string; value: R } | undefined;
+    return () => {
+      const objs = this.list();
+      const version = objs.map((o) => o.metadata?.resourceVersion).join(',');
+      if (memo?.version !== version) memo = { version, value: fn(objs) };
+      return memo.value;
+    };
+  }
+
+  get size(): number {
+    return this.store.size;
+  }
+
+  byIndex(name: string, value: string): T[] {
+    const index = this.indices.get(name);
+    if (!index) throw new Error(`informer ${this.ref.resource} has no index ${name}`);
+    return [...(index.get(value) ?? [])].map((k) => this.store.get(k)!);
+  }
+
+  hasSynced(): boolean {
+    return this.synced;
+  }
+
+  /** The CRD that serves this resource (for a custom resource), by name. */
+  get crdName(): string {
+    return `${this.ref.resource}.${this.ref.group}`;
+  }
+
+  /**
+   * The resource's CRD is not installed: the cache is synced and empty (no such objects can exist)
+   * and the informer lists again the moment the CRD is established.
+   */
+  get crdMissing(): boolean {
+    return this.absent;
+  }
+
+  waitForSync(signal?: AbortSignal): Promise<void> {
+    if (this.synced) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      this.syncWaiters.push(resolve);
+      signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+    });
+  }
+
+  get lastSyncResourceVersion(): string {
+    return this.resourceVersion;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = new AbortController();
+    const signal = this.running.signal;
+    this.loop = this.run(signal);
+    if (this.opts.resyncMs) void this.resyncLoop(this.opts.resyncMs, signal);
+  }
+
+  async stop(): Promise<void> {
+    this.running?.abort();
+    await this.loop;
+    this.running = undefined;
+  }
+
+  private async run(signal: AbortSignal): Promise<void> {
+    // A short first retry: a watch that fails right after a list (a CRD still initialising, an
+    // apiserver restarting) is usually back at once, and every event waits for it.
+    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 };
+    let delay = initialMs;
+    while (!signal.aborted) {
+      try {
+        if (!this.resourceVersion) await this.relist(signal);
+        delay = initialMs;
+        await this.watch(signal);
+        // The server closed the watch (its timeout): resume from the last resourceVersion at once.
+      } catch (e) {
+        if (signal.aborted) break;
+        if (isGone(e)) {
+          this.log.info('resourceVersion too old; relisting');
+          this.resourceVersion = '';
+          continue;
+        }
+        if (isNotFound(e) && (await this.crdAbsent(signal))) {
+          await this.whileCrdMissing(signal);
+          delay = initialMs;
+          continue;
+        }
+        this.log.warn({ err: errorText(e), retryInMs: delay }, 'list/watch failed; retrying');
+        await sleep(jitter(delay), undefined, { signal }).catch(() => {});
+        delay = Math.min(delay * 2, maxMs);
+      }
+      if (!signal.aborted) informerMetrics.restarts.inc(this.labels);
+    }
+  }
+
+  /**
+   * Whether a 404 means the resource's CRD does not exist. Only the CRD object's own 404 says so: a
+   * custom resource can 404 for a moment while its CRD is being served (an apiserver restarting),
+   * and treating that as "no objects" would prune what they back.
+   */
+  private async crdAbsent(signal: AbortSignal): Promise<boolean> {
+    if (!this.ref.group.includes('.')) return false;
+    try {
+      await this.opts.client.get(Resources.crds, this.crdName);
+      return false;
+    } catch (e) {
+      if (!isNotFound(e) && !signal.aborted)
+        this.log.warn({ err: errorText(e) }, `cannot tell whether the CRD ${this.crdName} is installed`);
+      return isNotFound(e);
+    }
+  }
+
+  /**
+   * The CRD is not installed: no such object exists, so the cache is empty and synced (controllers
+   * that also read other sources keep working); then wait, watching the CRD, until it is established.
+   */
+  private async whileCrdMissing(signal: AbortSignal): Promise<void> {
+    for (const [key, old] of this.store) this.remove(key, old);
+    this.resourceVersion = '';
+    this.absent = true;
+    informerMetrics.crdMissing.set(this.crdLabels, 1);
+    this.log.error(
+      { crd: this.crdName },
+      `the CRD ${this.crdName} is not installed: ${this.ref.kind} objects are ignored until it is ` +
+        '(run berth install, or berth run --install-crds)',
+    );
+    this.markSynced();
+    try {
+      await this.waitForCrd(signal);
+    } finally {
+      this.absent = false;
+      informerMetrics.crdMissing.set(this.crdLabels, 0);
+    }
+    if (!signal.aborted)
+      this.log.info({ crd: this.crdName }, `the CRD ${this.crdName} is installed; listing`);
+  }
+
+  private get crdLabels() {
+    return { ...this.labels, crd: this.crdName, kind: this.ref.kind };
+  }
+
+  /** Watches the one CRD by name until it is established (or the informer stops). */
+  private async waitForCrd(signal: AbortSignal): Promise<void> {
+    const path = resourcePath(Resources.crds);
+    const query = { fieldSelector: `metadata.name=${this.crdName}` };
+    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 };
+    let delay = initialMs;
+    while (!signal.aborted) {
+      try {
+        const list = await this.opts.client.request<KubeList<KubeObject>>('GET', path, { query, signal });
+        if (list.items.some((c) => hasCondition(c, 'Established'))) return;
+        const events = this.opts.client.stream<WatchEvent<KubeObject>>(path, {
+          query: { ...query, watch: 1, resourceVersion: list.metadata.resourceVersion, timeoutSeconds: 300 },
+          signal,
+          idleTimeoutMs: this.opts.idleTimeoutMs ?? 120_000,
+        });
+        for await (const ev of events) {
+          if ((ev.type === 'ADDED' || ev.type === 'MODIFIED') && hasCondition(ev.object, 'Established'))
+            return;
+        }
+        delay = initialMs;
+      } catch (e) {
+        if (signal.aborted) return;
+        this.log.warn(
+          { err: errorText(e), retryInMs: delay },
+          `watching the CRD ${this.crdName} failed; retrying`,
+        );
+        await sleep(jitter(delay), undefined, { signal }).catch(() => {});
+        delay = Math.min(delay * 2, maxMs);
+      }
+    }
+  }
+
+  private markSynced(): void {
+    if (this.synced) return;
+    this.synced = true;
+    for (const w of this.syncWaiters.splice(0)) w();
+    this.log.debug({ objects: this.store.size }, 'cache synced');
+  }
+
+  private query(extra: Record<string, string | number | boolean | undefined>) {
+    return { labelSelector: this.opts.labelSelector, fieldSelector: this.opts.fieldSelector, ...extra };
+  }
+
+  /** Lists everything (paginated) and replaces the cache, emitting adds, updates and deletes for the difference. */
+  private async relist(signal: AbortSignal): Promise<void> {
+    informerMetrics.relists.inc(this.labels);
+    const { client, ref, namespace } = this.opts;
+    const path = resourcePath(ref, namespace);
+    const fresh = new Map<string, T>();
+    let cont: string | undefined;
+    let rv: string;
+    do {
+      const page = await client.request<KubeList<T>>('GET', path, {
+        query: this.query({ limit: this.opts.pageSize ?? 500, continue: cont }),
+        signal,
+      });
+      for (const item of page.items) {
+        // List items carry no apiVersion/kind; watch events do. Keep them uniform.
+        item.apiVersion ??= page.apiVersion;
+        item.kind ??= page.kind.replace(/List$/, '');
+        const obj = this.transform(item);
+        fresh.set(keyOf(obj), obj);
+      }
+      cont = page.metadata.continue || undefined;
+      rv = page.metadata.resourceVersion ?? '';
+    } while (cont);
+    for (const [key, old] of this.store) if (!fresh.has(key)) this.remove(key, old);
+    for (const [key, obj] of fresh) this.upsert(key, obj);
+    this.resourceVersion = rv;
+    informerMetrics.objects.set(this.labels, this.store.size);
+    this.markSynced();
+  }
+
+  private async watch(signal: AbortSignal): Promise<void> {
+    const { client, ref, namespace } = this.opts;
+    // Like client-go, a random server-side timeout spreads reconnects of many watches over time.
+    const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
+    const events = client.stream<WatchEvent<T>>(resourcePath(ref, namespace), {
+      query: this.query({
+        watch: 1,
+        allowWatchBookmarks: true,
+        resourceVersion: this.resourceVersion,
+        timeoutSeconds,
+      }),
+      signal,
+      idleTimeoutMs: this.opts.idleTimeoutMs ?? 120_000,
+    });
+    for await (const ev of events) {
+      switch (ev.type) {
+        case 'ADDED':
+        case 'MODIFIED': {
+          const obj = this.transform(ev.object);
+          this.upsert(keyOf(obj), obj);
+          break;
+        }
+        case 'DELETED': {
+          const key = keyOf(ev.object);
+          const old = this.store.get(key);
+          this.remove(key, old ?? this.transform(ev.object));
+          break;
+        }
+        case 'BOOKMARK':
+          break;
+        case 'ERROR': {
+          const status = ev.object;
+          if (status.code === 410) {
+            this.resourceVersion = '';
+            informerMetrics.restarts.inc(this.labels);
+            return;
+          }
+          throw new Error(`watch error ${status.code}: ${status.message}`);
+        }
+      }
+      const rv = ev.object.metadata?.resourceVersion;
+      if (rv) this.resourceVersion = rv;
+      informerMetrics.objects.set(this.labels, this.store.size);
+    }
+  }
+
+  private transform(obj: T): T {
+    return (this.opts.transform ?? stripManagedFields)(obj);
+  }
+
+  private upsert(key: string, obj: T): void {
+    const old = this.store.get(key);
+    if (old && old.metadata?.resourceVersion === obj.metadata?.resourceVersion) return;
+    this.store.set(key, obj);
+    this.reindex(key, old, obj);
+    for (const h of this.handlers) {
+      try {
+        if (old) h.onUpdate?.(old, obj);
+        else h.onAdd?.(obj);
+      } catch (e) {
+        this.log.error({ err: errorText(e), key }, 'event handler failed');
+      }
+    }
+  }
+
+  private remove(key: string, old: T | undefined): void {
+    if (!this.store.delete(key)) return;
+    this.reindex(key, old, undefined);
+    for (const h of this.handlers) {
+      try {
+        if (old) h.onDelete?.(old);
+      } catch (e) {
+        this.log.error({ err: errorText(e), key }, 'event handler failed');
+      }
+    }
+  }
+
+  private reindex(key: string, old: T | undefined, obj: T | undefined): void {
+    for (const [name, fn] of this.indexers) {
+      const index = this.indices.get(name)!;
+      const before = old ? fn(old) : [];
+      const after = obj ? fn(obj) : [];
+      for (const v of before) if (!after.includes(v)) removeFrom(index, v, key);
+      for (const v of after) addTo(index, v, key);
+    }
+  }
+
+  private async resyncLoop(every: number, signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await sleep(every, undefined, { signal, ref: false }).catch(() => {});
+      if (signal.aborted || !this.synced) continue;
+      for (const obj of this.store.values()) for (const h of this.handlers) h.onUpdate?.(obj, obj);
+    }
+  }
+}
+
+function addTo(index: Map<string, Set<string>>, value: string, key: string): void {
+  let set = index.get(value);
+  if (!set) index.set(value, (set = new Set()));
+  set.add(key);
+}
+
+function removeFrom(index: Map<string, Set<string>>, value: string, key: string): void {
+  const set = index.get(value);
+  if (!set) return;
+  set.delete(key);
+  if (set.size === 0) index.delete(value);
+}
+
+const jitter = (ms: number) => ms * (0.8 + Math.random() * 0.4);
+
+export const errorText = (e: unknown): string => (e instanceof Error ? e.message : String(e));

@@ -1,0 +1,96 @@
+// Server-side apply helpers. Each controller applies under its own fieldManager and includes only
+// the fields it owns: the apiserver then removes exactly what that manager dropped, and never
+// touches what another manager set.
+import { isConflict, isNotFound, type KubeClient } from './client.ts';
+import { apiVersionOf, type KubeObject, type ResourceRef } from '../api/meta.ts';
+
+interface ManagedFieldsEntry {
+  manager?: string;
+  operation?: string;
+  subresource?: string;
+  fieldsV1?: Record<string, unknown>;
+}
+
+/**
+ * The keys under `path` (e.g. ['metadata', 'labels']) that `manager` owns through Apply (or,
+ * given, another operation), read from managedFields. For list-maps such as spec.taints the keys
+ * are the `k:{...}` identities.
+ */
+export function ownedKeys(
+  obj: KubeObject,
+  manager: string,
+  path: string[],
+  subresource = '',
+  operation: 'Apply' | 'Update' = 'Apply',
+): string[] {
+  const entries = (obj.metadata?.managedFields ?? []) as ManagedFieldsEntry[];
+  const entry = entries.find(
+    (e) => e.manager === manager && e.operation === operation && (e.subresource ?? '') === subresource,
+  );
+  let node: unknown = entry?.fieldsV1;
+  for (const p of path) node = (node as Record<string, unknown> | undefined)?.[`f:${p}`];
+  if (!node || typeof node !== 'object') return [];
+  return Object.keys(node)
+    .filter((k) => k.startsWith('f:') || k.startsWith('k:'))
+    .map((k) => (k.startsWith('f:') ? k.slice(2) : k));
+}
+
+/**
+ * The skeleton of an apply body for an object that exists: apiVersion, kind, name, namespace and
+ * uid. The uid makes the apply fail with a conflict instead of recreating an object that was
+ * deleted meanwhile (a node that left the cluster is never resurrected by a label write).
+ */
+export function applyTarget(
+  ref: ResourceRef,
+  obj: KubeObject,
+): KubeObject & { metadata: NonNullable<KubeObject['metadata']> } {
+  return {
+    apiVersion: apiVersionOf(ref),
+    kind: ref.kind,
+    metadata: {
+      name: obj.metadata!.name!,
+      ...(obj.metadata?.namespace ? { namespace: obj.metadata.namespace } : {}),
+      ...(obj.metadata?.uid ? { uid: obj.metadata.uid } : {}),
+    },
+  };
+}
+
+/** The object an apply targeted is gone: deleted, or deleted and recreated (the uid precondition failed). */
+export const isObjectGone = (e: unknown): boolean =>
+  isNotFound(e) ||
+  (isConflict(e) && e instanceof Error && /uid mismatch|UID in precondition/i.test(e.message));
+
+/** Applies `status` to the status subresource under fieldManager (force: status belongs to its controller). */
+export function applyStatus<T extends KubeObject>(
+  client: KubeClient,
+  ref: ResourceRef,
+  obj: KubeObject,
+  status: unknown,
+  fieldManager: string,
+): Promise<T> {
+  return client.apply<T>(
+    ref,
+    { ...applyTarget(ref, obj), status },
+    { fieldManager, subresource: 'status', force: true },
+  );
+}
+
+/**
+ * Adds or removes one finalizer as its own field manager: other finalizers (another manager's)
+ * are untouched because this manager only ever owns its own entry.
+ */
+export function setFinalizer(
+  client: KubeClient,
+  ref: ResourceRef,
+  obj: KubeObject,
+  finalizer: string,
+  present: boolean,
+  fieldManager: string,
+): Promise<KubeObject> {
+  const body = applyTarget(ref, obj);
+  body.metadata.finalizers = present ? [finalizer] : [];
+  return client.apply(ref, body, { fieldManager });
+}
+
+export const hasFinalizer = (obj: KubeObject, finalizer: string): boolean =>
+  obj.metadata?.finalizers?.includes(finalizer) ?? false;

@@ -1,0 +1,293 @@
+// A small REST client over node:https. The generated client in @kubernetes/client-node turns every
+// object into class instances, which costs memory and CPU in informer caches; controllers here work
+// on plain JSON. @kubernetes/client-node still loads kubeconfigs and in-cluster credentials.
+import https from 'node:https';
+import { KubeConfig } from '@kubernetes/client-node';
+import { restMetrics } from '../observability/metrics.ts';
+import type { KubeObject, ResourceRef } from '../api/meta.ts';
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly reason: string;
+  readonly body: unknown;
+  constructor(status: number, reason: string, message: string, body: unknown) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.reason = reason;
+    this.body = body;
+  }
+}
+
+export const isNotFound = (e: unknown): boolean => e instanceof ApiError && e.status === 404;
+export const isConflict = (e: unknown): boolean => e instanceof ApiError && e.status === 409;
+export const isGone = (e: unknown): boolean => e instanceof ApiError && e.status === 410;
+
+export interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined>;
+  body?: unknown;
+  contentType?: string;
+  signal?: AbortSignal;
+  /** Milliseconds without any response data after which the request is abandoned. */
+  idleTimeoutMs?: number;
+}
+
+export interface ClientOptions {
+  /** Largest number of requests in flight at once (watches excepted). */
+  maxInFlight?: number;
+  userAgent?: string;
+  /**
+   * Consulted before every write: when it returns false the write is refused without being sent.
+   * The manager sets it to the leader elector's fencing check, so a replica that lost the lease
+   * stops writing at once.
+   */
+  writeGuard?: () => boolean;
+}
+
+export class NotLeaderError extends Error {
+  override name = 'NotLeaderError';
+}
+
+export const PATCH = {
+  apply: 'application/apply-patch+yaml',
+  merge: 'application/merge-patch+json',
+  strategic: 'application/strategic-merge-patch+json',
+  json: 'application/json-patch+json',
+} as const;
+
+const authRefreshMs = 60_000;
+
+export class KubeClient {
+  readonly config: KubeConfig;
+  readonly server: URL;
+  private readonly agent: https.Agent;
+  private readonly watchAgent: https.Agent;
+  private readonly userAgent: string;
+  writeGuard: (() => boolean) | undefined;
+  private auth: { headers: Record<string, string>; at: number } | undefined;
+  private tls: https.AgentOptions = {};
+  private ready: Promise<void>;
+
+  constructor(config: KubeConfig, opts: ClientOptions = {}) {
+    this.config = config;
+    const cluster = config.getCurrentCluster();
+    if (!cluster) throw new Error('kubeconfig has no current cluster');
+    this.server = new URL(cluster.server);
+    this.userAgent = opts.userAgent ?? 'berth';
+    this.writeGuard = opts.writeGuard;
+    this.ready = this.refreshAuth();
+    // Agents are created lazily from the TLS material that refreshAuth collects.
+    this.agent = new https.Agent({ keepAlive: true, maxSockets: opts.maxInFlight ?? 64 });
+    this.watchAgent = new https.Agent({ keepAlive: true });
+  }
+
+  static fromFile(path?: string, opts?: ClientOptions): KubeClient {
+    const kc = new KubeConfig();
+    if (path) kc.loadFromFile(path);
+    else kc.loadFromDefault();
+    return new KubeClient(kc, opts);
+  }
+
+  private async refreshAuth(): Promise<void> {
+    const o: https.RequestOptions = {};
+    await this.config.applyToHTTPSOptions(o);
+    this.tls = {
+      ca: o.ca,
+      cert: o.cert,
+      key: o.key,
+      servername: o.servername,
+      ...(o.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: o.rejectUnauthorized }),
+    };
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(o.headers ?? {})) if (typeof v === 'string') headers[k] = v;
+    if (o.auth) headers['Authorization'] = 'Basic ' + Buffer.from(o.auth).toString('base64');
+    this.auth = { headers, at: Date.now() };
+  }
+
+  private async headers(): Promise<Record<string, string>> {
+    await this.ready;
+    // Re-read credentials now and then: in-cluster tokens and exec plugins rotate them.
+    if (!this.auth || Date.now() - this.auth.at > authRefreshMs) {
+      this.ready = this.refreshAuth();
+      await this.ready;
+    }
+    return this.auth!.headers;
+  }
+
+  private url(path: string, query?: RequestOptions['query']): URL {
+    const u = new URL(this.server.pathname.replace(/\/$/, '') + path, this.server);
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
+    return u;
+  }
+
+  private async open(method: string, path: string, opts: RequestOptions, watch: boolean) {
+    const headers: Record<string, string> = { ...(await this.headers()), Accept: 'application/json' };
+    // Checked after the last await, right before the request leaves.
+    if (method !== 'GET' && this.writeGuard && !this.writeGuard()) {
+      throw new NotLeaderError(`refusing ${method} ${path}: this replica does not hold the leader lease`);
+    }
+    headers['User-Agent'] = this.userAgent;
+    let payload: Buffer | undefined;
+    if (opts.body !== undefined) {
+      payload = Buffer.from(typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body));
+      headers['Content-Type'] = opts.contentType ?? 'application/json';
+      headers['Content-Length'] = String(payload.length);
+    }
+    const u = this.url(path, opts.query);
+    return new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
+      const req = https.request(u, {
+        method,
+        headers,
+        agent: watch ? this.watchAgent : this.agent,
+        ...this.tls,
+        signal: opts.signal,
+      });
+      if (opts.idleTimeoutMs) {
+        req.setTimeout(opts.idleTimeoutMs, () =>
+          req.destroy(new Error(`no data for ${opts.idleTimeoutMs} ms`)),
+        );
+      }
+      req.on('response', resolve);
+      req.on('error', reject);
+      req.end(payload);
+    });
+  }
+
+  /** Sends one request and decodes the JSON answer; a non-2xx answer throws ApiError. */
+  async request<T = unknown>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    const res = await this.open(method, path, { idleTimeoutMs: 60_000, ...opts }, false);
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    let body: unknown = text;
+    if (text && (res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(text);
+    const status = res.statusCode ?? 0;
+    restMetrics.requests.inc({ code: String(status), method, host: this.server.host });
+    if (status < 200 || status >= 300) throw toApiError(status, body, `${method} ${path}`);
+    return body as T;
+  }
+
+  /**
+   * Opens a watch (or any streaming GET) and yields each newline-delimited JSON document.
+   * The iterator ends when the server closes the stream; abort with opts.signal.
+   */
+  async *stream<T = unknown>(path: string, opts: RequestOptions = {}): AsyncGenerator<T> {
+    const res = await this.open('GET', path, opts, true);
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status >= 300) {
+      const chunks: Buffer[] = [];
+      for await (const c of res) chunks.push(c as Buffer);
+      const text = Buffer.concat(chunks).toString('utf8');
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        // not JSON: keep the text
+      }
+      throw toApiError(status, body, `watch ${path}`);
+    }
+    let buf = '';
+    res.setEncoding('utf8');
+    for await (const chunk of res) {
+      buf += chunk as string;
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.trim()) yield JSON.parse(line) as T;
+      }
+    }
+  }
+
+  // Typed conveniences over request().
+
+  get<T extends KubeObject = KubeObject>(ref: ResourceRef, name: string, namespace?: string): Promise<T> {
+    return this.request<T>('GET', resourcePath(ref, namespace, name));
+  }
+
+  list<T extends KubeObject = KubeObject>(
+    ref: ResourceRef,
+    opts: { namespace?: string; query?: RequestOptions['query'] } = {},
+  ) {
+    return this.request<KubeList<T>>('GET', resourcePath(ref, opts.namespace), { query: opts.query });
+  }
+
+  create<T extends KubeObject = KubeObject>(
+    ref: ResourceRef,
+    obj: KubeObject,
+    opts: { dryRun?: boolean; fieldManager?: string } = {},
+  ): Promise<T> {
+    return this.request<T>('POST', resourcePath(ref, obj.metadata?.namespace), {
+      body: obj,
+      query: { dryRun: opts.dryRun ? 'All' : undefined, fieldManager: opts.fieldManager },
+    });
+  }
+
+  delete(ref: ResourceRef, name: string, namespace?: string, body?: unknown): Promise<unknown> {
+    return this.request('DELETE', resourcePath(ref, namespace, name), { body });
+  }
+
+  /** Server-side apply of a (partial) object under fieldManager. */
+  apply<T extends KubeObject = KubeObject>(
+    ref: ResourceRef,
+    obj: KubeObject,
+    opts: { fieldManager: string; force?: boolean; subresource?: string; dryRun?: boolean },
+  ): Promise<T> {
+    const name = obj.metadata?.name;
+    if (!name) throw new Error('apply needs metadata.name');
+    return this.request<T>('PATCH', resourcePath(ref, obj.metadata?.namespace, name, opts.subresource), {
+      body: obj,
+      contentType: PATCH.apply,
+      query: {
+        fieldManager: opts.fieldManager,
+        force: opts.force ? 'true' : undefined,
+        dryRun: opts.dryRun ? 'All' : undefined,
+      },
+    });
+  }
+
+  patch<T extends KubeObject = KubeObject>(
+    ref: ResourceRef,
+    name: string,
+    patch: unknown,
+    opts: { namespace?: string; type?: keyof typeof PATCH; fieldManager?: string; subresource?: string } = {},
+  ): Promise<T> {
+    return this.request<T>('PATCH', resourcePath(ref, opts.namespace, name, opts.subresource), {
+      body: patch,
+      contentType: PATCH[opts.type ?? 'merge'],
+      query: { fieldManager: opts.fieldManager },
+    });
+  }
+
+  close(): void {
+    this.agent.destroy();
+    this.watchAgent.destroy();
+  }
+}
+
+export interface KubeList<T> {
+  apiVersion: string;
+  kind: string;
+  metadata: { resourceVersion?: string; continue?: string };
+  items: T[];
+}
+
+export function resourcePath(
+  ref: ResourceRef,
+  namespace?: string,
+  name?: string,
+  subresource?: string,
+): string {
+  let p = ref.group ? `/apis/${ref.group}/${ref.version}` : `/api/${ref.version}`;
+  if (ref.namespaced && namespace) p += `/namespaces/${encodeURIComponent(namespace)}`;
+  p += `/${ref.resource}`;
+  if (name) p += `/${encodeURIComponent(name)}`;
+  if (subresource) p += `/${subresource}`;
+  return p;
+}
+
+function toApiError(status: number, body: unknown, what: string): ApiError {
+  const s = (typeof body === 'object' && body !== null ? body : {}) as { reason?: string; message?: string };
+  const message = s.message ?? (typeof body === 'string' ? body.slice(0, 500) : '');
+  return new ApiError(status, s.reason ?? String(status), `${what}: ${status} ${message}`.trim(), body);
+}

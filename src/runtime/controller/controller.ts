@@ -1,0 +1,200 @@
+// A controller in controller-runtime's sense: watches map informer events to keys in a work queue,
+// workers hand each key to a Reconciler, and the result decides forget / requeue / back off.
+import { errorText, type EventHandler } from '../cache/informer.ts';
+import { rootLogger, type Logger } from '../observability/log.ts';
+import { reconcileMetrics } from '../observability/metrics.ts';
+import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
+import { WorkQueue } from '../workqueue/queue.ts';
+import type { KubeObject } from '../api/meta.ts';
+
+export interface Result {
+  /** Reconcile this key again after the given delay (its backoff is forgotten). */
+  requeueAfterMs?: number;
+  /** Reconcile again with rate-limited backoff, without counting an error. */
+  requeue?: boolean;
+}
+
+export interface ReconcileContext {
+  log: Logger;
+  /** Aborted when the controller stops (shutdown or lost leadership). */
+  signal: AbortSignal;
+}
+
+export interface Reconciler {
+  reconcile(key: string, ctx: ReconcileContext): Promise<Result | void>;
+}
+
+/** Anything that delivers object events and knows when it has seen everything once: informers, rule files. */
+export interface Source<T> {
+  addEventHandler(h: EventHandler<T>): void;
+  waitForSync(signal?: AbortSignal): Promise<void>;
+}
+
+/** Maps an event's object to the keys to reconcile (none, one or several). */
+export type MapFunc<T> = (obj: T) => string | string[] | undefined;
+
+export interface Predicates<T> {
+  add?(obj: T): boolean;
+  update?(oldObj: T, newObj: T): boolean;
+  delete?(obj: T): boolean;
+}
+
+export interface ControllerOptions {
+  name: string;
+  reconciler: Reconciler;
+  workers?: number;
+  rateLimiter?: RateLimiter<string>;
+  logger?: Logger;
+}
+
+/** Reconciles an object only when its spec changed (its generation), not on status or metadata writes. */
+export const generationChanged = {
+  update: (a: KubeObject, b: KubeObject): boolean =>
+    a === b || a.metadata?.generation !== b.metadata?.generation,
+};
+
+/** Reconciles objects that changed meaningfully: their generation, labels, annotations or deletion. */
+export const changedPredicate: Predicates<KubeObject> = {
+  update: (a, b) =>
+    a === b ||
+    a.metadata?.generation !== b.metadata?.generation ||
+    a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp ||
+    !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
+    !sameRecord(a.metadata?.annotations, b.metadata?.annotations),
+};
+
+export function sameRecord(
+  a: Record<string, string> | undefined,
+  b: Record<string, string> | undefined,
+): boolean {
+  const ka = Object.keys(a ?? {});
+  if (ka.length !== Object.keys(b ?? {}).length) return false;
+  return ka.every((k) => b?.[k] === a?.[k]);
+}
+
+export class Controller {
+  readonly name: string;
+  readonly queue: WorkQueue<string>;
+  private readonly opts: ControllerOptions;
+  private readonly sources: Source<never>[] = [];
+  private readonly log: Logger;
+  private workers: Promise<void>[] = [];
+  private stopping: AbortController | undefined;
+
+  constructor(opts: ControllerOptions) {
+    this.opts = opts;
+    this.name = opts.name;
+    this.log = (opts.logger ?? rootLogger).child({ controller: opts.name });
+    this.queue = new WorkQueue<string>({
+      name: opts.name,
+      controller: opts.name,
+      rateLimiter: opts.rateLimiter ?? defaultControllerRateLimiter(),
+    });
+  }
+
+  /** Enqueues the keys that `map` derives from every add, update and delete that passes the predicates. */
+  watch<T>(source: Source<T>, map: MapFunc<T>, predicates: Predicates<T> = {}): this {
+    this.sources.push(source as Source<never>);
+    const enqueue = (obj: T) => {
+      const keys = map(obj);
+      if (keys === undefined) return;
+      for (const k of Array.isArray(keys) ? keys : [keys]) this.queue.add(k);
+    };
+    source.addEventHandler({
+      onAdd: (o) => (predicates.add?.(o) ?? true) && enqueue(o),
+      onUpdate: (a, b) => {
+        if (!(predicates.update?.(a, b) ?? true)) return;
+        // An object that moved (say, a pod to another node) must reconcile both its old and new keys.
+        enqueue(a);
+        if (a !== b) enqueue(b);
+      },
+      onDelete: (o) => (predicates.delete?.(o) ?? true) && enqueue(o),
+    });
+    return this;
+  }
+
+  /** Waits for every watched source to sync (nothing is pruned from a partial view), then runs the workers until stop(). */
+  async start(signal?: AbortSignal): Promise<void> {
+    this.stopping = new AbortController();
+    const stop = this.stopping.signal;
+    signal?.addEventListener('abort', () => this.stopping?.abort(), { once: true });
+    await Promise.all(this.sources.map((s) => s.waitForSync(stop)));
+    const n = this.opts.workers ?? 1;
+    reconcileMetrics.maxConcurrent.set({ controller: this.name }, n);
+    reconcileMetrics.activeWorkers.set({ controller: this.name }, 0);
+    this.log.info({ workers: n }, 'starting workers');
+    this.workers = Array.from({ length: n }, () => this.worker(stop));
+  }
+
+  /** Stops taking new keys and waits for reconciles in flight to finish. */
+  async stop(): Promise<void> {
+    this.stopping?.abort();
+    await this.queue.shutDownWithDrain();
+    await Promise.all(this.workers);
+  }
+
+  private async worker(signal: AbortSignal): Promise<void> {
+    for (;;) {
+      const item = await this.queue.get();
+      if (item.shutdown) return;
+      await this.process(item.key, signal);
+    }
+  }
+
+  private async process(key: string, signal: AbortSignal): Promise<void> {
+    const labels = { controller: this.name };
+    const log = this.log.child({ key });
+    const started = performance.now();
+    reconcileMetrics.activeWorkers.inc(labels);
+    try {
+      const result = (await this.opts.reconciler.reconcile(key, { log, signal })) ?? {};
+      if (result.requeueAfterMs !== undefined && result.requeueAfterMs > 0) {
+        this.queue.forget(key);
+        this.queue.addAfter(key, result.requeueAfterMs);
+        reconcileMetrics.total.inc({ ...labels, result: 'requeue_after' });
+      } else if (result.requeue) {
+        this.queue.addRateLimited(key);
+        reconcileMetrics.total.inc({ ...labels, result: 'requeue' });
+      } else {
+        this.queue.forget(key);
+        reconcileMetrics.total.inc({ ...labels, result: 'success' });
+      }
+    } catch (e) {
+      reconcileMetrics.total.inc({ ...labels, result: 'error' });
+      reconcileMetrics.errors.inc(labels);
+      if (!signal.aborted) {
+        log.warn(
+          { err: errorText(e), requeues: this.queue.numRequeues(key) },
+          'reconcile failed; will retry',
+        );
+        this.queue.addRateLimited(key);
+      }
+    } finally {
+      reconcileMetrics.time.observe(labels, (performance.now() - started) / 1000);
+      reconcileMetrics.activeWorkers.dec(labels);
+      this.queue.done(key);
+    }
+  }
+}
+
+/**
+ * Whether a node-keyed controller has reconciled every node once since it started. Until then,
+ * counts over nodes are partial: a status written from them would flap on every restart.
+ */
+export class FirstPass {
+  private done = false;
+
+  /**
+   * Done once the queue is empty and every node now cached has a result: by name, not by count, so
+   * that results of nodes deleted meanwhile cannot stand in for nodes not reconciled yet.
+   */
+  complete(
+    controller: Controller,
+    results: ReadonlyMap<string, unknown>,
+    nodes: { keys(): string[] },
+  ): boolean {
+    if (!this.done && controller.queue.len() === 0 && nodes.keys().every((k) => results.has(k)))
+      this.done = true;
+    return this.done;
+  }
+}

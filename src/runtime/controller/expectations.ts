@@ -1,0 +1,55 @@
+// Expectations, after client-go's controller expectations: after a controller writes an object it
+// expects to see that write come back through its informer. Until it has, the cache is older than
+// the write, and a reconcile working from it would redo (or trip over) the write it just made.
+import type { EventHandler } from '../cache/informer.ts';
+import type { KubeObject } from '../api/meta.ts';
+
+// Past this a write's echo counts as seen anyway (a relist can skip it); writes stay guarded by their preconditions.
+const maxWaitMs = 5000;
+
+export class WriteExpectations<T = true> {
+  private readonly expected = new Map<
+    string,
+    { resourceVersion: string; at: number; seen: boolean; data: T }
+  >();
+
+  constructor(informer: { addEventHandler(h: EventHandler<KubeObject>): void }) {
+    const observe = (o: KubeObject) => {
+      const e = this.expected.get(o.metadata?.name ?? '');
+      if (e && newerOrSame(o.metadata?.resourceVersion, e.resourceVersion)) e.seen = true;
+    };
+    informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o) });
+  }
+
+  /** Records a write of object `name` that the apiserver answered with `resourceVersion`, and what was written. */
+  expect(name: string, resourceVersion: string | undefined, data: T): void {
+    if (resourceVersion) this.expected.set(name, { resourceVersion, at: Date.now(), seen: false, data });
+  }
+
+  /** While `obj`, as cached, is older than the last write to it: what that write was. */
+  pending(obj: KubeObject): T | undefined {
+    const name = obj.metadata?.name ?? '';
+    const e = this.expected.get(name);
+    if (!e) return undefined;
+    if (
+      e.seen ||
+      newerOrSame(obj.metadata?.resourceVersion, e.resourceVersion) ||
+      Date.now() - e.at > maxWaitMs
+    ) {
+      this.expected.delete(name);
+      return undefined;
+    }
+    return e.data;
+  }
+
+  forget(name: string): void {
+    this.expected.delete(name);
+  }
+}
+
+// resourceVersions are opaque, but the apiserver's are etcd revisions: integers that only grow.
+function newerOrSame(a: string | undefined, b: string): boolean {
+  if (a === undefined) return false;
+  if (a === b) return true;
+  return /^\d+$/.test(a) && /^\d+$/.test(b) && BigInt(a) >= BigInt(b);
+}

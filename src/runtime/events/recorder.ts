@@ -1,0 +1,550 @@
+// Kubernetes Events (events.k8s.io/v1) for controllers, after client-go's tools/events, with the
+// per-object spam filter of tools/record. Recording never throws and never waits for the API: it
+// updates in-memory state and a single sender writes in the background. Repeats of one event are a
+// series: one Event object whose series.count is patched at most once per interval, so a hot
+// reconcile loop costs a few writes, not one per occurrence. The decisions (series, spam filter,
+// bounds) are pure classes below, separate from the I/O in EventRecorder.
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  ApiError,
+  isConflict,
+  isNotFound,
+  NotLeaderError,
+  PATCH,
+  resourcePath,
+  type KubeClient,
+} from '../client/client.ts';
+import { microTime } from '../leaderelection/elector.ts';
+import { rootLogger, type Logger } from '../observability/log.ts';
+import { Resources, type KubeObject } from '../api/meta.ts';
+
+export type EventType = 'Normal' | 'Warning';
+
+export interface ObjectReference {
+  apiVersion?: string;
+  kind?: string;
+  name: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+}
+
+export interface EventSeries {
+  count: number;
+  lastObservedTime: string;
+}
+
+/** The fields of an events.k8s.io/v1 Event that Berth writes. */
+export interface EventFields {
+  eventTime: string;
+  series?: EventSeries;
+  reportingController: string;
+  reportingInstance: string;
+  action: string;
+  reason: string;
+  note: string;
+  type: EventType;
+  regarding: ObjectReference;
+  related?: ObjectReference;
+}
+
+export type Event = KubeObject & EventFields;
+
+/** The apiserver rejects longer notes. */
+export const noteMaxBytes = 1024;
+
+/** Cuts `note` to at most `maxBytes` of UTF-8 without splitting a character. */
+export function truncateNote(note: string, maxBytes = noteMaxBytes): string {
+  const bytes = Buffer.from(note, 'utf8');
+  if (bytes.length <= maxBytes) return note;
+  let end = maxBytes;
+  // Back up over continuation bytes (10xxxxxx) to the start of the character that straddles the cut.
+  while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--;
+  return bytes.subarray(0, end).toString('utf8');
+}
+
+export function toReference(obj: KubeObject | ObjectReference): ObjectReference {
+  if (!('metadata' in obj) || !obj.metadata) return obj as ObjectReference;
+  const m = obj.metadata;
+  const ref: ObjectReference = { apiVersion: obj.apiVersion, kind: obj.kind, name: m.name ?? '' };
+  if (m.namespace) ref.namespace = m.namespace;
+  if (m.uid) ref.uid = m.uid;
+  if (m.resourceVersion) ref.resourceVersion = m.resourceVersion;
+  return ref;
+}
+
+/** Identifies the object an event is about (not its version): the spam filter's key. */
+export const objectKey = (ref: ObjectReference): string =>
+  JSON.stringify([ref.apiVersion ?? '', ref.kind ?? '', ref.namespace ?? '', ref.name, ref.uid ?? '']);
+
+/** Events with equal keys are isomorphic: occurrences of one series, recorded as one Event. */
+export function seriesKey(e: {
+  regarding: ObjectReference;
+  related?: ObjectReference | undefined;
+  type: string;
+  reason: string;
+  action: string;
+  note: string;
+  reportingController: string;
+}): string {
+  return JSON.stringify([
+    objectKey(e.regarding),
+    e.related ? objectKey(e.related) : '',
+    e.type,
+    e.reason,
+    e.action,
+    e.note,
+    e.reportingController,
+  ]);
+}
+
+/**
+ * The name prefix for an Event about an object named `name`: Event names must be lowercase RFC
+ * 1123 subdomains, which not every object name is (e.g. ClusterRole "system:node").
+ */
+export function eventNamePrefix(name: string): string {
+  const labels = name
+    .toLowerCase()
+    .replace(/[^a-z0-9.-]/g, '-')
+    .split('.')
+    .map((l) => l.replace(/^-+|-+$/g, ''))
+    .filter(Boolean);
+  // Room for '.' and a 16-digit suffix within the 253 characters of a subdomain.
+  return (
+    labels
+      .join('.')
+      .slice(0, 236)
+      .replace(/[-.]+$/, '') || 'event'
+  );
+}
+
+/** A Map of at most `max` entries that evicts the least recently used. */
+export class Lru<V> {
+  readonly #map = new Map<string, V>();
+  readonly #max: number;
+  readonly #onEvict: ((value: V) => void) | undefined;
+
+  constructor(max: number, onEvict?: (value: V) => void) {
+    this.#max = max;
+    this.#onEvict = onEvict;
+  }
+
+  get size(): number {
+    return this.#map.size;
+  }
+
+  /** The value, now marked most recently used. */
+  get(key: string): V | undefined {
+    const value = this.#map.get(key);
+    if (value !== undefined) {
+      this.#map.delete(key);
+      this.#map.set(key, value);
+    }
+    return value;
+  }
+
+  /** The value, leaving the order alone. */
+  peek(key: string): V | undefined {
+    return this.#map.get(key);
+  }
+
+  set(key: string, value: V): void {
+    this.#map.delete(key);
+    this.#map.set(key, value);
+    for (const [oldest, evicted] of this.#map) {
+      if (this.#map.size <= this.#max) break;
+      this.#map.delete(oldest);
+      this.#onEvict?.(evicted);
+    }
+  }
+
+  delete(key: string): void {
+    this.#map.delete(key);
+  }
+}
+
+/**
+ * client-go's EventSourceObjectSpamFilter: a token bucket per object, `burst` tokens refilled one
+ * per `refillMs`. Bounded like client-go's, so a stream of new objects cannot grow it.
+ */
+export class SpamFilter {
+  readonly #buckets: Lru<{ tokens: number; at: number }>;
+  readonly #burst: number;
+  readonly #refillMs: number;
+
+  constructor(opts: { burst?: number; refillMs?: number; maxKeys?: number } = {}) {
+    this.#burst = opts.burst ?? 25;
+    this.#refillMs = opts.refillMs ?? 5 * 60_000;
+    this.#buckets = new Lru(opts.maxKeys ?? 4096);
+  }
+
+  /** Takes a token for `key` if there is one. */
+  allow(key: string, now: number): boolean {
+    const b = this.#buckets.get(key) ?? { tokens: this.#burst, at: now };
+    b.tokens = Math.min(this.#burst, b.tokens + Math.max(0, now - b.at) / this.#refillMs);
+    b.at = now;
+    this.#buckets.set(key, b);
+    if (b.tokens < 1) return false;
+    b.tokens--;
+    return true;
+  }
+}
+
+export interface Series<T> {
+  readonly key: string;
+  readonly data: T;
+  /** Occurrences so far. */
+  count: number;
+  lastObserved: number;
+  /** The count the API holds; 0 until the Event is created. */
+  sentCount: number;
+  /** When the Event was last written, or its write last failed. */
+  sentAt: number;
+}
+
+export interface SeriesOptions {
+  /** Least time between two writes of one series. */
+  updateIntervalMs?: number;
+  /** A series not seen for longer ends; the next occurrence starts a new Event. */
+  idleMs?: number;
+  maxSeries?: number;
+}
+
+/**
+ * The aggregation decisions: which occurrence creates an Event, and when a series' count is due
+ * to be patched. Pure: the caller passes the time and does the writes.
+ */
+export class SeriesCache<T> {
+  readonly #series: Lru<Series<T>>;
+  /** Created series whose count the API lags behind. */
+  readonly #dirty = new Set<Series<T>>();
+  readonly #intervalMs: number;
+  readonly #idleMs: number;
+
+  constructor(opts: SeriesOptions = {}) {
+    this.#intervalMs = opts.updateIntervalMs ?? 30_000;
+    this.#idleMs = opts.idleMs ?? 6 * 60_000;
+    this.#series = new Lru(opts.maxSeries ?? 4096, (s) => this.#dirty.delete(s));
+  }
+
+  get size(): number {
+    return this.#series.size;
+  }
+
+  /** Whether an occurrence of `key` at `now` would join a live series rather than start one. */
+  continues(key: string, now: number): boolean {
+    const s = this.#series.peek(key);
+    return s !== undefined && now - s.lastObserved <= this.#idleMs;
+  }
+
+  /** Counts an occurrence; `fresh` when it starts a series, whose Event the caller must create. */
+  observe(key: string, now: number, data: () => T): { series: Series<T>; fresh: boolean } {
+    if (this.continues(key, now)) {
+      const series = this.#series.get(key)!;
+      series.count++;
+      series.lastObserved = now;
+      // Until the Event exists its create carries the count; afterwards a patch does.
+      if (series.sentCount > 0) this.#dirty.add(series);
+      return { series, fresh: false };
+    }
+    const old = this.#series.peek(key);
+    if (old) this.forget(old);
+    const series: Series<T> = { key, data: data(), count: 1, lastObserved: now, sentCount: 0, sentAt: now };
+    this.#series.set(key, series);
+    return { series, fresh: true };
+  }
+
+  /** Records a write of the series: the API now holds `count` (unchanged when the write failed). */
+  sent(series: Series<T>, count: number, now: number): void {
+    series.sentCount = count;
+    series.sentAt = now;
+    if (count >= series.count) this.#dirty.delete(series);
+    else if (this.#series.peek(series.key) === series) this.#dirty.add(series);
+  }
+
+  /** A series whose count is due to be patched at `now`, if any. */
+  due(now: number): Series<T> | undefined {
+    for (const s of this.#dirty) if (now - s.sentAt >= this.#intervalMs) return s;
+    return undefined;
+  }
+
+  /** When the next patch falls due; undefined when no count is pending. */
+  nextDueAt(): number | undefined {
+    let next: number | undefined;
+    for (const s of this.#dirty) next = Math.min(next ?? Infinity, s.sentAt + this.#intervalMs);
+    return next;
+  }
+
+  /** Every series with a count not yet written. */
+  pending(): Series<T>[] {
+    return [...this.#dirty];
+  }
+
+  /** Drops the series (its Event could not be created): the next occurrence starts anew. */
+  forget(series: Series<T>): void {
+    if (this.#series.peek(series.key) === series) this.#series.delete(series.key);
+    this.#dirty.delete(series);
+  }
+}
+
+export interface EventRecorderOptions {
+  client: KubeClient;
+  /** `berth.dev/<controller>`. */
+  reportingController: string;
+  /** This replica, e.g. its pod name. */
+  reportingInstance: string;
+  /** Epoch milliseconds; Date.now by default. */
+  clock?: () => number;
+  logger?: Logger;
+  /** Least time between two writes of one series; 30 s by default. */
+  seriesUpdateIntervalMs?: number;
+  /** A series not seen for longer ends; 6 minutes by default. */
+  seriesIdleMs?: number;
+  /** Series remembered at most; 4096 by default. */
+  maxSeries?: number;
+  /** Spam filter: new Events per object at once, and milliseconds per further one. */
+  spamBurst?: number;
+  spamRefillMs?: number;
+  /** Events waiting to be created; beyond it the oldest is dropped. */
+  maxQueue?: number;
+}
+
+interface Draft {
+  namespace: string;
+  prefix: string;
+  body: Omit<EventFields, 'series'>;
+  /** The Event's name once created. */
+  name?: string;
+}
+
+const maxAttempts = 3;
+const retryBaseMs = 200;
+
+// Network errors, overload and server errors may pass; a refusal (403, 422, not the leader) will not.
+const transient = (err: unknown): boolean =>
+  err instanceof ApiError ? err.status === 429 || err.status >= 500 : !(err instanceof NotLeaderError);
+
+export class EventRecorder {
+  readonly #client: KubeClient;
+  readonly #controller: string;
+  readonly #instance: string;
+  readonly #clock: () => number;
+  readonly #log: Logger;
+  readonly #series: SeriesCache<Draft>;
+  readonly #spam: SpamFilter;
+  readonly #maxQueue: number;
+  /** Series whose Event is still to be created, oldest first. */
+  readonly #queue: Series<Draft>[] = [];
+  readonly #flushes: (() => void)[] = [];
+  readonly #stop = new AbortController();
+  readonly #stats = { spamDropped: 0, queueDropped: 0, failedWrites: 0 };
+  /** Set while the sender is idle: wakes it. */
+  #wake: (() => void) | undefined;
+
+  constructor(opts: EventRecorderOptions) {
+    this.#client = opts.client;
+    this.#controller = opts.reportingController;
+    this.#instance = opts.reportingInstance;
+    this.#clock = opts.clock ?? Date.now;
+    this.#log = (opts.logger ?? rootLogger).child({
+      component: 'events',
+      reportingController: opts.reportingController,
+    });
+    this.#series = new SeriesCache({
+      updateIntervalMs: opts.seriesUpdateIntervalMs,
+      idleMs: opts.seriesIdleMs,
+      maxSeries: opts.maxSeries,
+    });
+    this.#spam = new SpamFilter({ burst: opts.spamBurst, refillMs: opts.spamRefillMs });
+    this.#maxQueue = opts.maxQueue ?? 1000;
+    void this.#send();
+  }
+
+  /** Events dropped by the spam filter or a full queue, and writes given up on. */
+  get stats(): { spamDropped: number; queueDropped: number; failedWrites: number } {
+    return { ...this.#stats };
+  }
+
+  /**
+   * Records an event about `regarding`; returns at once and never throws. `regarding` should carry
+   * apiVersion and kind, which the items of a list response lack.
+   */
+  event(
+    regarding: KubeObject | ObjectReference,
+    type: EventType,
+    reason: string,
+    action: string,
+    note: string,
+    related?: KubeObject | ObjectReference,
+  ): void {
+    try {
+      if (this.#stop.signal.aborted) return;
+      const now = this.#clock();
+      const ref = toReference(regarding);
+      const rel = related ? toReference(related) : undefined;
+      const body: Draft['body'] = {
+        eventTime: microTime(now),
+        reportingController: this.#controller,
+        reportingInstance: this.#instance,
+        action,
+        reason,
+        note: truncateNote(note),
+        type,
+        regarding: ref,
+        ...(rel ? { related: rel } : {}),
+      };
+      const key = seriesKey({ ...body, related: rel });
+      // The spam filter limits new Events; repeats of a series cost no more than its patches.
+      if (!this.#series.continues(key, now) && !this.#spam.allow(objectKey(ref), now)) {
+        this.#stats.spamDropped++;
+        this.#log.debug({ regarding: ref, reason }, 'event dropped by the spam filter');
+        return;
+      }
+      const { series, fresh } = this.#series.observe(key, now, () => ({
+        namespace: ref.namespace || 'default',
+        prefix: eventNamePrefix(ref.name),
+        body,
+      }));
+      if (fresh) {
+        if (this.#queue.length >= this.#maxQueue) {
+          const dropped = this.#queue.shift()!;
+          this.#series.forget(dropped);
+          this.#stats.queueDropped++;
+          this.#log.warn({ reason: dropped.data.body.reason }, 'event queue full: dropped the oldest event');
+        }
+        this.#queue.push(series);
+      }
+      this.#wake?.();
+    } catch (err) {
+      this.#log.error({ err }, 'cannot record event');
+    }
+  }
+
+  /** Resolves once everything recorded so far is written (or given up on), due or not. */
+  flush(): Promise<void> {
+    if (this.#stop.signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.#flushes.push(resolve);
+      this.#wake?.();
+    });
+  }
+
+  /** Stops writing; events not yet written are discarded. */
+  stop(): void {
+    this.#stop.abort();
+    this.#queue.length = 0;
+    this.#wake?.();
+  }
+
+  /** The sender: creates queued Events first, then patches the series counts as they fall due. */
+  async #send(): Promise<void> {
+    while (!this.#stop.signal.aborted) {
+      try {
+        const fresh = this.#queue.shift();
+        if (fresh) {
+          await this.#create(fresh);
+        } else if (this.#flushes.length > 0) {
+          const waiters = this.#flushes.splice(0);
+          for (const s of this.#series.pending()) await this.#patch(s);
+          for (const resolve of waiters) resolve();
+        } else {
+          const due = this.#series.due(this.#clock());
+          if (due) await this.#patch(due);
+          else await this.#idle();
+        }
+      } catch (err) {
+        this.#log.error({ err }, 'event sender failed');
+      }
+    }
+    for (const resolve of this.#flushes.splice(0)) resolve();
+  }
+
+  #idle(): Promise<void> {
+    return new Promise((resolve) => {
+      const dueAt = this.#series.nextDueAt();
+      // unref: a recorder waiting to patch a count never keeps the process alive.
+      const timer =
+        dueAt === undefined
+          ? undefined
+          : setTimeout(() => this.#wake?.(), Math.max(0, dueAt - this.#clock()));
+      timer?.unref();
+      this.#wake = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        resolve();
+      };
+    });
+  }
+
+  /** Creates the series' Event under a new name, carrying the count so far. */
+  async #create(s: Series<Draft>): Promise<void> {
+    const count = s.count;
+    const { namespace, prefix, body } = s.data;
+    const event: Event = {
+      apiVersion: 'events.k8s.io/v1',
+      kind: 'Event',
+      ...body,
+      metadata: { name: `${prefix}.${randomBytes(8).toString('hex')}`, namespace },
+      ...(count > 1 ? { series: { count, lastObservedTime: microTime(s.lastObserved) } } : {}),
+    };
+    const err = await this.#write((signal) =>
+      this.#client
+        .request('POST', resourcePath(Resources.events, namespace), { body: event, signal })
+        // The name is ours alone: AlreadyExists means an earlier attempt landed.
+        .catch((e: unknown) => {
+          if (!isConflict(e)) throw e;
+        }),
+    );
+    if (err) {
+      this.#series.forget(s);
+      this.#failed(err, s, 'cannot create event');
+      return;
+    }
+    s.data.name = event.metadata!.name;
+    this.#series.sent(s, count, this.#clock());
+  }
+
+  async #patch(s: Series<Draft>): Promise<void> {
+    const count = s.count;
+    const series: EventSeries = { count, lastObservedTime: microTime(s.lastObserved) };
+    const { namespace, name } = s.data;
+    const err = await this.#write((signal) =>
+      this.#client.request('PATCH', resourcePath(Resources.events, namespace, name), {
+        body: { series },
+        contentType: PATCH.merge,
+        signal,
+      }),
+    );
+    // The Event expired (events live an hour by default) or was deleted: start it again.
+    if (isNotFound(err)) return this.#create(s);
+    if (err) {
+      this.#series.sent(s, s.sentCount, this.#clock());
+      this.#failed(err, s, 'cannot update event series');
+      return;
+    }
+    this.#series.sent(s, count, this.#clock());
+  }
+
+  /** One write, retried a few times with backoff on transient errors; the error it gave up on. */
+  async #write(request: (signal: AbortSignal) => Promise<unknown>): Promise<unknown> {
+    const signal = this.#stop.signal;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await request(signal);
+        return undefined;
+      } catch (err) {
+        if (signal.aborted || attempt >= maxAttempts || !transient(err))
+          return err ?? new Error('request failed');
+        await sleep(retryBaseMs * 2 ** (attempt - 1), undefined, { signal }).catch(() => undefined);
+      }
+    }
+  }
+
+  #failed(err: unknown, s: Series<Draft>, msg: string): void {
+    this.#stats.failedWrites++;
+    if (this.#stop.signal.aborted) return; // stop() cut it short: not worth a warning
+    const { regarding, reason } = s.data.body;
+    this.#log.warn({ err, regarding, reason, count: s.count }, msg);
+  }
+}

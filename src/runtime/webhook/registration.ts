@@ -1,0 +1,273 @@
+// The admission webhooks capabilities declare: served by every replica on one WebhookServer, and
+// registered with the apiserver as one MutatingWebhookConfiguration and one
+// ValidatingWebhookConfiguration, server-side applied by every replica (the content is the same).
+import { isIP } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { errorText } from '../cache/informer.ts';
+import type { KubeClient } from '../client/client.ts';
+import { rootLogger, type Logger } from '../observability/log.ts';
+import type { Runnable } from '../manager/manager.ts';
+import { Resources, type KubeObject } from '../api/meta.ts';
+import {
+  WebhookServer,
+  mutatingWebhookConfiguration,
+  validatingWebhookConfiguration,
+  webhookClientConfig,
+  type AdmissionHandler,
+  type LabelSelector,
+  type MutatingWebhook,
+  type RuleWithOperations,
+  type ValidatingWebhook,
+  type WebhookCertificates,
+  type WebhookServerOptions,
+} from './admission.ts';
+
+export interface WebhookSpec {
+  /** Fully qualified, e.g. 'pods.agents.berth.dev'. */
+  name: string;
+  /** Where the server serves it, e.g. '/mutate-pod'. */
+  path: string;
+  kind: 'mutating' | 'validating';
+  handler: AdmissionHandler;
+  rules: RuleWithOperations[];
+  failurePolicy: 'Fail' | 'Ignore';
+  /** Narrows further; kube-system and Berth's own namespace are always excluded. */
+  namespaceSelector?: LabelSelector;
+  objectSelector?: LabelSelector;
+  matchConditions?: ValidatingWebhook['matchConditions'];
+  timeoutSeconds?: number;
+  /** Mutating webhooks only. */
+  reinvocationPolicy?: MutatingWebhook['reinvocationPolicy'];
+}
+
+export type WebhookRegistration =
+  /** The apiserver calls a URL; `{port}` in it stands for the port the server bound. */
+  | { mode: 'url'; url: string }
+  /** The apiserver calls a Service (port default 443) in front of the replicas. */
+  | { mode: 'service'; namespace: string; name: string; port?: number }
+  /** Serve only: something else registers (Helm, kustomize with cert-manager's CA injection). */
+  | { mode: 'none' };
+
+export const webhookFieldManager = 'berth-webhooks';
+export const webhookConfigLabels = { 'app.kubernetes.io/managed-by': 'berth' };
+
+const registerInitialMs = 1000;
+const registerMaxMs = 30_000;
+// How often a replica checks whether its CA (--webhook-cert-dir's ca.crt) rotated and needs re-registering.
+const caCheckMs = 10_000;
+
+const boundUrl = (url: string, port: number): string => url.replaceAll('{port}', String(port));
+
+/** The registration with `{port}` in a url replaced by the bound port. */
+export function withBoundPort(registration: WebhookRegistration, port: number): WebhookRegistration {
+  return registration.mode === 'url' ? { mode: 'url', url: boundUrl(registration.url, port) } : registration;
+}
+
+/**
+ * The configurations that point the apiserver at `registration`: at most one mutating and one
+ * validating, named `configName`, none when something else registers. Every webhook skips
+ * kube-system and `berthNamespace`, so Berth can never block the system or its own pods.
+ */
+export function webhookConfigurations(
+  specs: WebhookSpec[],
+  registration: WebhookRegistration,
+  caBundle: string | undefined,
+  berthNamespace: string,
+  configName = 'berth',
+): KubeObject[] {
+  if (registration.mode === 'none') return [];
+  const target =
+    registration.mode === 'url'
+      ? { url: registration.url }
+      : {
+          service: {
+            namespace: registration.namespace,
+            name: registration.name,
+            ...(registration.port ? { port: registration.port } : {}),
+          },
+        };
+  const excluded = [...new Set(['kube-system', berthNamespace])];
+  const webhook = (s: WebhookSpec): ValidatingWebhook => ({
+    name: s.name,
+    clientConfig: webhookClientConfig(target, s.path, caBundle),
+    rules: s.rules,
+    failurePolicy: s.failurePolicy,
+    namespaceSelector: {
+      ...s.namespaceSelector,
+      matchExpressions: [
+        ...(s.namespaceSelector?.matchExpressions ?? []),
+        { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: excluded },
+      ],
+    },
+    ...(s.objectSelector ? { objectSelector: s.objectSelector } : {}),
+    ...(s.matchConditions ? { matchConditions: s.matchConditions } : {}),
+    ...(s.timeoutSeconds !== undefined ? { timeoutSeconds: s.timeoutSeconds } : {}),
+  });
+  const mutating: MutatingWebhook[] = specs
+    .filter((s) => s.kind === 'mutating')
+    .map((s) => ({
+      ...webhook(s),
+      ...(s.reinvocationPolicy ? { reinvocationPolicy: s.reinvocationPolicy } : {}),
+    }));
+  const validating = specs.filter((s) => s.kind === 'validating').map(webhook);
+  const spec = <W>(webhooks: W[]) => ({ name: configName, labels: webhookConfigLabels, webhooks });
+  return [
+    ...(mutating.length ? [mutatingWebhookConfiguration(spec(mutating))] : []),
+    ...(validating.length ? [validatingWebhookConfiguration(spec(validating))] : []),
+  ];
+}
+
+/** A generated serving certificate valid on loopback and wherever the registration sends the apiserver. */
+export function generatedCertificates(registration: WebhookRegistration): WebhookCertificates {
+  const dnsNames = ['localhost'];
+  const ipAddresses = ['127.0.0.1'];
+  if (registration.mode === 'service') {
+    // The apiserver verifies a Service's certificate against <name>.<namespace>.svc.
+    const svc = `${registration.name}.${registration.namespace}.svc`;
+    dnsNames.push(svc, `${svc}.cluster.local`);
+  } else if (registration.mode === 'url') {
+    const host = new URL(boundUrl(registration.url, 1)).hostname.replace(/^\[|\]$/g, '');
+    (isIP(host) ? ipAddresses : dnsNames).push(host);
+  }
+  return { kind: 'generated', dnsNames: [...new Set(dnsNames)], ipAddresses: [...new Set(ipAddresses)] };
+}
+
+/** `url=https://HOST:{port}`, `service=NAMESPACE/NAME[:PORT]` or `none`. */
+export function parseWebhookRegistration(value: string): WebhookRegistration {
+  if (value === 'none') return { mode: 'none' };
+  const [, mode, arg = ''] = /^(url|service)=(.*)$/.exec(value) ?? [];
+  if (mode === 'url') {
+    const url = URL.parse(boundUrl(arg, 1));
+    if (url?.protocol === 'https:') return { mode: 'url', url: arg };
+    throw new Error(`webhook registration url must be an https URL: "${arg}"`);
+  }
+  if (mode === 'service') {
+    const m = /^([a-z0-9-]+)\/([a-z0-9-]+)(?::(\d+))?$/.exec(arg);
+    const port = m?.[3] === undefined ? undefined : Number(m[3]);
+    if (m && (port === undefined || (port > 0 && port < 65536))) {
+      return { mode: 'service', namespace: m[1]!, name: m[2]!, ...(port ? { port } : {}) };
+    }
+    throw new Error(`webhook registration service must be NAMESPACE/NAME[:PORT]: "${arg}"`);
+  }
+  throw new Error(
+    `bad webhook registration "${value}": use url=https://HOST:{port}, service=NAMESPACE/NAME[:PORT] or none`,
+  );
+}
+
+/** A loopback server registers its own URL (local runs, tests); any other sits behind a Service. */
+export function defaultWebhookRegistration(bindHost: string, namespace: string): WebhookRegistration {
+  const loopback = bindHost === 'localhost' || bindHost === '::1' || bindHost.startsWith('127.');
+  return loopback
+    ? { mode: 'url', url: `https://${bindHost.includes(':') ? `[${bindHost}]` : bindHost}:{port}` }
+    : { mode: 'service', namespace, name: 'berth-webhook' };
+}
+
+export interface WebhookRunnableOptions {
+  /** A client without the leader's write guard: every replica registers, leader or not. */
+  client: KubeClient;
+  server: WebhookServerOptions;
+  registration: WebhookRegistration;
+  specs: WebhookSpec[];
+  /** The namespace Berth runs in, which its webhooks never gate. */
+  berthNamespace: string;
+  /** Name of the configurations; default 'berth'. */
+  configName?: string;
+  logger?: Logger;
+}
+
+/**
+ * Serves the specs and registers them. stop() leaves the configurations in place: a restarting
+ * replica must not open a window in which the apiserver admits objects unchecked, and with
+ * several replicas the others still serve. Uninstalling Berth means deleting them.
+ *
+ * With generated certificates each replica has its own CA and the last to register wins, so more
+ * than one replica behind a Service needs shared certificates (--webhook-cert-dir).
+ */
+export class WebhookRunnable implements Runnable {
+  readonly name = 'webhooks';
+  readonly needLeaderElection = false;
+  private readonly opts: WebhookRunnableOptions;
+  private readonly log: Logger;
+  private readonly server: WebhookServer;
+  private readonly stopping = new AbortController();
+  private readonly registered = Promise.withResolvers<void>();
+  private registering: Promise<void> | undefined;
+
+  constructor(opts: WebhookRunnableOptions) {
+    this.opts = opts;
+    this.log = opts.logger ?? rootLogger.child({ component: 'webhooks' });
+    this.server = new WebhookServer({ logger: this.log, ...opts.server });
+    // Stopping before registering rejects ready(); nobody has to be waiting for it.
+    this.registered.promise.catch(() => {});
+  }
+
+  /**
+   * Resolves once the configurations have been applied (at once in mode none). The apiserver's
+   * webhook cache is eventually consistent, so the first requests after may still skip the webhooks.
+   */
+  ready(): Promise<void> {
+    return this.registered.promise;
+  }
+
+  async start(signal: AbortSignal): Promise<void> {
+    for (const s of this.opts.specs) this.server.register(s.path, s.handler, { name: s.name });
+    await this.server.start();
+    if (this.opts.registration.mode === 'none') {
+      this.registered.resolve();
+      return;
+    }
+    // In the background, so that an unreachable apiserver delays registration, not serving.
+    this.registering = this.register(AbortSignal.any([signal, this.stopping.signal]));
+  }
+
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    this.registered.reject(new Error('webhooks stopped before they were registered'));
+    await this.registering;
+    await this.server.stop();
+  }
+
+  /** Applies until it succeeds, then again whenever the CA changes (a rotated ca.crt). */
+  private async register(signal: AbortSignal): Promise<void> {
+    let applied: { caBundle: string | undefined } | undefined;
+    let delay = registerInitialMs;
+    while (!signal.aborted) {
+      const caBundle = this.server.caBundle;
+      if (!applied || applied.caBundle !== caBundle) {
+        try {
+          await this.apply(caBundle);
+          applied = { caBundle };
+          delay = registerInitialMs;
+          this.registered.resolve();
+          // Only mounted files rotate; a generated CA lives as long as the process.
+          if (this.opts.server.certificates.kind === 'generated') return;
+        } catch (e) {
+          if (signal.aborted) return;
+          this.log.error({ err: errorText(e), retryInMs: delay }, 'registering webhooks failed; retrying');
+          await sleep(delay, undefined, { signal }).catch(() => {});
+          delay = Math.min(delay * 2, registerMaxMs);
+          continue;
+        }
+      }
+      await sleep(caCheckMs, undefined, { signal }).catch(() => {});
+    }
+  }
+
+  private async apply(caBundle: string | undefined): Promise<void> {
+    const { specs, registration, berthNamespace, configName } = this.opts;
+    const bound = withBoundPort(registration, this.server.port);
+    const configs = webhookConfigurations(specs, bound, caBundle, berthNamespace, configName);
+    for (const config of configs) {
+      const ref =
+        config.kind === Resources.mutatingWebhookConfigurations.kind
+          ? Resources.mutatingWebhookConfigurations
+          : Resources.validatingWebhookConfigurations;
+      // Berth owns these objects: force takes back fields someone edited by hand.
+      await this.opts.client.apply(ref, config, { fieldManager: webhookFieldManager, force: true });
+    }
+    this.log.info(
+      { configurations: configs.map((c) => `${c.kind}/${c.metadata?.name}`), registration: bound },
+      'webhooks registered',
+    );
+  }
+}

@@ -1,0 +1,217 @@
+// A work queue with client-go's semantics (k8s.io/client-go/util/workqueue: Type, DelayingQueue,
+// RateLimitingQueue and the default controller rate limiter). A key is queued at most once while
+// it waits, and a key being processed is held back until done(), so no two workers ever see the
+// same key at once and a burst of adds costs at most one extra reconcile.
+import { workqueueMetrics } from '../observability/metrics.ts';
+import { WaitingHeap } from './heap.ts';
+import { defaultControllerRateLimiter, type Clock, type RateLimiter } from './ratelimiter.ts';
+import { Ring } from './ring.ts';
+
+export type GetResult<K> = { key: K; shutdown: false } | { shutdown: true };
+
+export interface WorkQueueOptions<K> {
+  /** Reports workqueue_* metrics under this name when set. */
+  name?: string;
+  /** The metrics' controller label; defaults to name. */
+  controller?: string;
+  rateLimiter?: RateLimiter<K>;
+  clock?: Clock;
+}
+
+const SHUTDOWN: GetResult<never> = { shutdown: true };
+// client-go refreshes the unfinished-work gauges every 500ms.
+const UNFINISHED_WORK_PERIOD_MS = 500;
+
+// Children bound to this queue's labels, built once per queue.
+function queueMetrics(name: string, controller: string) {
+  return {
+    depth: workqueueMetrics.depth.labels(name, controller),
+    adds: workqueueMetrics.adds.labels(name, controller),
+    latency: workqueueMetrics.latency.labels(name, controller),
+    workDuration: workqueueMetrics.workDuration.labels(name, controller),
+    unfinished: workqueueMetrics.unfinished.labels(name, controller),
+    longestRunning: workqueueMetrics.longestRunning.labels(name, controller),
+    retries: workqueueMetrics.retries.labels(name, controller),
+  };
+}
+
+export class WorkQueue<K = string> {
+  readonly #queue = new Ring<K>();
+  // Keys that need processing, with the time they were added (for the queue duration metric).
+  readonly #dirty = new Map<K, number>();
+  // Keys handed out and not yet done, with the time they were handed out.
+  readonly #processing = new Map<K, number>();
+  // Pending get() calls; only non-empty while the queue is empty.
+  readonly #getters = new Ring<(result: GetResult<K>) => void>();
+  #drainers: (() => void)[] = [];
+  #shuttingDown = false;
+
+  readonly #waiting = new WaitingHeap<K>();
+  // One timer, for the earliest deadline in #waiting.
+  #timer: NodeJS.Timeout | undefined;
+  #timerAt = Infinity;
+
+  readonly #clock: Clock;
+  readonly #rateLimiter: RateLimiter<K>;
+  readonly #metrics: ReturnType<typeof queueMetrics> | undefined;
+  readonly #metricsTimer: NodeJS.Timeout | undefined;
+
+  constructor(options: WorkQueueOptions<K> = {}) {
+    this.#clock = options.clock ?? performance;
+    this.#rateLimiter = options.rateLimiter ?? defaultControllerRateLimiter<K>(this.#clock);
+    if (options.name !== undefined) {
+      this.#metrics = queueMetrics(options.name, options.controller ?? options.name);
+      this.#metricsTimer = setInterval(() => this.updateUnfinishedWork(), UNFINISHED_WORK_PERIOD_MS).unref();
+    }
+  }
+
+  /** Queues the key unless it is already waiting; a key being processed is queued again at done(). */
+  add(key: K): void {
+    if (this.#shuttingDown || this.#dirty.has(key)) return;
+    this.#dirty.set(key, this.#metrics ? this.#clock.now() : 0);
+    if (this.#metrics) {
+      this.#metrics.adds.inc();
+      this.#metrics.depth.inc();
+    }
+    if (!this.#processing.has(key)) this.#push(key);
+  }
+
+  /** The next key in FIFO order, or shutdown once the queue is shut down and empty. */
+  get(): Promise<GetResult<K>> {
+    if (this.#queue.size > 0) return Promise.resolve(this.#take(this.#queue.shift()));
+    if (this.#shuttingDown) return Promise.resolve(SHUTDOWN);
+    return new Promise((resolve) => this.#getters.push(resolve));
+  }
+
+  /** Ends processing of a key handed out by get(); if it was added meanwhile, it is queued again. */
+  done(key: K): void {
+    const started = this.#processing.get(key);
+    // client-go would queue a dirty key twice on a stray done(); ignoring it keeps the queue sound.
+    if (started === undefined) return;
+    this.#processing.delete(key);
+    this.#metrics?.workDuration.observe((this.#clock.now() - started) / 1000);
+    if (this.#dirty.has(key)) this.#push(key);
+    if (this.#processing.size === 0 && this.#drainers.length > 0) this.#releaseDrainers();
+  }
+
+  /** Keys queued and not yet handed out (not counting processing or delayed keys). */
+  len(): number {
+    return this.#queue.size;
+  }
+
+  /** Keys waiting for a delay to pass. */
+  waitingLen(): number {
+    return this.#waiting.size;
+  }
+
+  /** Adds the key once ms have passed; of several delays for one waiting key, the earliest wins. */
+  addAfter(key: K, ms: number): void {
+    if (this.#shuttingDown) return;
+    // client-go counts every delayed add as a retry.
+    this.#metrics?.retries.inc();
+    if (!(ms > 0)) {
+      this.add(key);
+      return;
+    }
+    const readyAt = this.#clock.now() + ms;
+    this.#waiting.insert(key, readyAt);
+    if (readyAt < this.#timerAt) this.#arm(readyAt);
+  }
+
+  addRateLimited(key: K): void {
+    this.addAfter(key, this.#rateLimiter.when(key));
+  }
+
+  /** Clears the key's backoff; call it when the key was processed successfully. */
+  forget(key: K): void {
+    this.#rateLimiter.forget(key);
+  }
+
+  numRequeues(key: K): number {
+    return this.#rateLimiter.numRequeues(key);
+  }
+
+  /** Stops accepting adds and drops delayed keys; get() reports shutdown once the queue is empty. */
+  shutDown(): void {
+    this.#stop();
+    this.#releaseDrainers();
+  }
+
+  /** Like shutDown(), then resolves once every key being processed is done (or shutDown() is called). */
+  shutDownWithDrain(): Promise<void> {
+    this.#stop();
+    if (this.#processing.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#drainers.push(resolve));
+  }
+
+  isShuttingDown(): boolean {
+    return this.#shuttingDown;
+  }
+
+  /** Sets the unfinished-work gauges; cost is linear in the keys being processed (about the worker count). */
+  updateUnfinishedWork(): void {
+    if (!this.#metrics) return;
+    const now = this.#clock.now();
+    let total = 0;
+    let oldest = 0;
+    for (const started of this.#processing.values()) {
+      const age = (now - started) / 1000;
+      total += age;
+      if (age > oldest) oldest = age;
+    }
+    this.#metrics.unfinished.set(total);
+    this.#metrics.longestRunning.set(oldest);
+  }
+
+  // Hands the key straight to a waiting getter if there is one (the queue is then empty, so this
+  // keeps FIFO order), else queues it.
+  #push(key: K): void {
+    if (this.#getters.size > 0) this.#getters.shift()(this.#take(key));
+    else this.#queue.push(key);
+  }
+
+  #take(key: K): GetResult<K> {
+    const now = this.#metrics ? this.#clock.now() : 0;
+    if (this.#metrics) {
+      this.#metrics.depth.dec();
+      this.#metrics.latency.observe((now - (this.#dirty.get(key) as number)) / 1000);
+    }
+    this.#dirty.delete(key);
+    this.#processing.set(key, now);
+    return { key, shutdown: false };
+  }
+
+  #arm(at: number): void {
+    clearTimeout(this.#timer);
+    this.#timerAt = at;
+    this.#timer = setTimeout(() => this.#onTimer(), Math.ceil(Math.max(0, at - this.#clock.now()))).unref();
+  }
+
+  #onTimer(): void {
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    const now = this.#clock.now();
+    // Timers may fire a little early, so due-ness is judged by the clock, not by the timer firing.
+    for (let next = this.#waiting.peek(); next && next.readyAt <= now; next = this.#waiting.peek()) {
+      this.add(this.#waiting.pop());
+    }
+    const next = this.#waiting.peek();
+    if (next) this.#arm(next.readyAt);
+  }
+
+  #stop(): void {
+    this.#shuttingDown = true;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    this.#waiting.clear();
+    clearInterval(this.#metricsTimer);
+    while (this.#getters.size > 0) this.#getters.shift()(SHUTDOWN);
+  }
+
+  #releaseDrainers(): void {
+    const drainers = this.#drainers;
+    this.#drainers = [];
+    for (const resolve of drainers) resolve();
+  }
+}

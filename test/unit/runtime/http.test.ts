@@ -1,0 +1,202 @@
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import type { ServerResponse } from 'node:http';
+import net from 'node:net';
+import { Writable } from 'node:stream';
+import { after, before, describe, mock, test } from 'node:test';
+import { pino } from 'pino';
+import {
+  ServerGuard,
+  probeServerLimits,
+  serve,
+  serverOptions,
+  type RunningServer,
+  type ServerLimits,
+} from '../../../src/runtime/server/http.ts';
+import { rootLogger } from '../../../src/runtime/observability/log.ts';
+import { registry } from '../../../src/runtime/observability/metrics.ts';
+
+const quiet = rootLogger.child({}, { level: 'silent' });
+const limits = (overrides: Partial<ServerLimits> = {}): ServerLimits => ({
+  ...probeServerLimits,
+  ...overrides,
+});
+
+/** The value of berth_http_rejected_total for one server and reason. */
+async function rejected(server: string, reason: string): Promise<number> {
+  const metric = await registry.getSingleMetric('berth_http_rejected_total')!.get();
+  return (
+    metric.values.find((v) => v.labels['server'] === server && v.labels['reason'] === reason)?.value ?? 0
+  );
+}
+
+describe('serverOptions', () => {
+  test('passes the timeouts to Node and checks connections often enough to honour them', () => {
+    const o = serverOptions(limits({ headersTimeoutMs: 2000, requestTimeoutMs: 4000 }));
+    assert.equal(o.headersTimeout, 2000);
+    assert.equal(o.requestTimeout, 4000);
+    assert.equal(o.handshakeTimeout, 2000);
+    assert.equal(o.connectionsCheckingInterval, 500);
+    // Never more than a second late, whatever the timeouts.
+    assert.equal(
+      serverOptions(limits({ headersTimeoutMs: 60_000, requestTimeoutMs: 60_000 }))
+        .connectionsCheckingInterval,
+      1000,
+    );
+  });
+
+  const bad: [string, Partial<ServerLimits>, RegExp][] = [
+    [
+      'a headers timeout over the request timeout',
+      { headersTimeoutMs: 5000, requestTimeoutMs: 4000 },
+      /must not exceed/,
+    ],
+    ['no connections', { maxConnections: 0 }, /maxConnections must be a positive integer/],
+    ['a fraction of a request', { maxInFlight: 1.5 }, /maxInFlight must be a positive integer/],
+    ['a negative timeout', { keepAliveTimeoutMs: -1 }, /keepAliveTimeoutMs/],
+    ['NaN', { requestTimeoutMs: NaN }, /requestTimeoutMs/],
+    ['a negative request count', { maxRequestsPerConnection: -1 }, /non-negative/],
+  ];
+  for (const [what, overrides, message] of bad) {
+    test(`rejects ${what}`, () => assert.throws(() => serverOptions(limits(overrides)), message));
+  }
+
+  test('accepts no limit on requests per connection', () => {
+    assert.doesNotThrow(() => serverOptions(limits({ maxRequestsPerConnection: 0 })));
+  });
+});
+
+/** A stand-in response: admit() only listens for its 'close'. */
+const response = () => new EventEmitter() as unknown as ServerResponse;
+
+describe('ServerGuard', () => {
+  test('admits up to maxInFlight and frees a place when a response closes', async () => {
+    const guard = new ServerGuard('guard-test', quiet, limits({ maxInFlight: 2 }));
+    const [a, b, c] = [response(), response(), response()];
+    const before = await rejected('guard-test', 'in_flight');
+    assert.equal(guard.admit(a), true);
+    assert.equal(guard.admit(b), true);
+    assert.equal(guard.admit(c), false);
+    assert.equal(await rejected('guard-test', 'in_flight'), before + 1);
+    a.emit('close');
+    assert.equal(guard.admit(c), true);
+    assert.equal(guard.admit(response()), false);
+  });
+
+  test('logs a refusal at most once a minute per reason, with the count since the last line', () => {
+    mock.timers.enable({ apis: ['Date'], now: 1_000_000 });
+    try {
+      const lines: { reason: string; count: number }[] = [];
+      const sink = new Writable({
+        write(chunk: Buffer, _enc, done) {
+          lines.push(JSON.parse(chunk.toString()) as { reason: string; count: number });
+          done();
+        },
+      });
+      const guard = new ServerGuard('log-test', pino(sink), limits());
+      for (let i = 0; i < 5; i++) guard.count('connections');
+      guard.count('timeout');
+      mock.timers.tick(59_000);
+      guard.count('connections');
+      mock.timers.tick(1_000);
+      guard.count('connections');
+      assert.deepEqual(
+        lines.map((l) => [l.reason, l.count]),
+        [
+          ['connections', 1],
+          ['timeout', 1],
+          // Five more were refused in the minute after the first line.
+          ['connections', 6],
+        ],
+      );
+    } finally {
+      mock.timers.reset();
+    }
+  });
+});
+
+describe('serve with limits', () => {
+  let server: RunningServer;
+  let release: () => void = () => {};
+  const routeLimits = limits({
+    headersTimeoutMs: 400,
+    requestTimeoutMs: 400,
+    maxConnections: 3,
+    maxInFlight: 1,
+  });
+
+  before(async () => {
+    server = (await serve(
+      '127.0.0.1:0',
+      'serve-test',
+      {
+        '/healthz': async () => ({ status: 200, body: 'ok\n' }),
+        '/slow': () => new Promise((resolve) => (release = () => resolve({ status: 200, body: 'done\n' }))),
+      },
+      routeLimits,
+      quiet,
+    ))!;
+  });
+
+  after(() => server.close());
+
+  const get = (path: string) => fetch(`http://127.0.0.1:${server.port}${path}`);
+
+  test('answers 429 at once beyond maxInFlight, and serves again once the request in flight ends', async () => {
+    const slow = get('/slow');
+    // The first request reaches its route within a few turns of the event loop.
+    let status = 0;
+    for (let i = 0; i < 50 && status !== 429; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      status = (await get('/healthz')).status;
+    }
+    assert.equal(status, 429);
+    release();
+    assert.equal((await slow).status, 200);
+    assert.equal((await get('/healthz')).status, 200);
+  });
+
+  test('drops a client that sends no complete headers within the headers timeout', async () => {
+    const before = await rejected('serve-test', 'timeout');
+    const socket = net.connect(server.port, '127.0.0.1');
+    const started = performance.now();
+    socket.write('GET /healthz HTTP/1.1\r\n');
+    let answer = '';
+    socket.on('data', (d: Buffer) => (answer += d.toString()));
+    await new Promise((r) => socket.once('close', r));
+    const ms = performance.now() - started;
+    assert.match(answer, /^HTTP\/1\.1 408 Request Timeout/);
+    assert.ok(ms >= 350 && ms < 400 + 400, `dropped after ${ms.toFixed(0)} ms`);
+    assert.equal(await rejected('serve-test', 'timeout'), before + 1);
+  });
+});
+
+test('serve closes connections over maxConnections as they are accepted', async () => {
+  const server = (await serve(
+    '127.0.0.1:0',
+    'connections-test',
+    { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
+    limits({ maxConnections: 3 }),
+    quiet,
+  ))!;
+  try {
+    const sockets = Array.from({ length: 5 }, () => net.connect(server.port, '127.0.0.1'));
+    const closed = await Promise.all(
+      sockets.map(
+        (s) =>
+          new Promise<boolean>((resolve) => {
+            s.on('error', () => {});
+            s.once('close', () => resolve(true));
+            setTimeout(() => resolve(false), 300);
+          }),
+      ),
+    );
+    assert.equal(closed.filter(Boolean).length, 2, 'two of five connections closed at once');
+    assert.equal(await rejected('connections-test', 'connections'), 2);
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal((await fetch(`http://127.0.0.1:${server.port}/healthz`)).status, 200);
+  } finally {
+    await server.close();
+  }
+});
