@@ -1,32 +1,45 @@
-// A capability plugs its controllers (and webhooks) into the manager. `berth run` enables them by
-// name; each declares its flags, the CRDs it serves and the permissions it needs, so that the
-// manifests (CRDs, RBAC) are generated from the same code that runs.
-import type { Option } from 'commander';
-import type { CustomResource } from './runtime/api/crd.ts';
-import type { KubeClient } from './runtime/client/client.ts';
-import type { Manager } from './runtime/manager/manager.ts';
+// The contract between `berth` and a capability. A capability states only what is its own: its flags,
+// its CRDs and permissions, the node keys it owns, its CLI commands, where it runs, and a setup that
+// builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
+// same declarations that run. The list of capabilities is beside this file (capabilities.ts).
+import type { Command, Option } from 'commander';
 import type { PolicyKit } from './policy/kit.ts';
 import type { KeyDeclaration } from './policy/nodes/ownership.ts';
-import type { PolicyRule } from './runtime/api/rbac.ts';
+import type { CustomResource } from './runtime/api/crd.ts';
 import type { KubeObject } from './runtime/api/meta.ts';
-import type { WebhookServer } from './runtime/webhook/admission.ts';
+import type { PolicyRule } from './runtime/api/rbac.ts';
+import type { KubeClient } from './runtime/client/client.ts';
+import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
+
+/**
+ * Where a capability runs: in the one cluster whose nodes it places on (`cluster`), in the management
+ * plane that fans policies out to cells (`management`), or in a cell that runs what the management
+ * plane sent (`cell`). Manifests and RBAC are generated per role.
+ */
+export type Role = 'cluster' | 'management' | 'cell';
 
 export interface CapabilityContext {
   manager: Manager;
   /** What the policies of this manager share: key ownership and the node-write loop breaker. */
   kit: PolicyKit;
-  /** Present when the webhook server is enabled. */
-  webhooks: WebhookServer | undefined;
   /** The options of `berth run`, the capability's own flags included. */
   options: Record<string, unknown>;
   /** The namespace Berth runs in: policies leave it alone unless they name it. */
   berthNamespace: string;
 }
 
+/** What a capability's setup serves besides its controllers (which it adds to the manager itself). */
+export interface Served {
+  /** Admission webhooks `berth run` serves and registers. */
+  webhooks?: WebhookSpec[];
+}
+
 export interface Capability {
   name: string;
   description: string;
+  /** The roles it runs in. */
+  roles: Role[];
   /** Flags of `berth run` that configure this capability. */
   options?: () => Option[];
   crds: CustomResource[];
@@ -37,9 +50,10 @@ export interface Capability {
    * capability owns no key exclusively (derived labels) and yields to every owner.
    */
   keys?: KeyDeclaration;
-  setup(ctx: CapabilityContext): void | Promise<void>;
-  /** Admission webhooks `berth run` serves and registers; collected after setup. */
-  webhooks?(ctx: CapabilityContext): WebhookSpec[];
+  /** Its own `berth` subcommands (dry runs, helpers). */
+  commands?: () => Command[];
+  /** Builds its controllers on the manager; returns what they serve. */
+  setup(ctx: CapabilityContext): Served | Promise<Served>;
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
   explainNode?(ctx: {
     client: KubeClient;

@@ -1,14 +1,10 @@
 // The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
 // permission they declare, and what the runtime itself needs (leases, events).
 import type { Capability } from './capability.ts';
+import { NAMESPACE, SERVICE_ACCOUNT } from './policy/namespace.ts';
 import { capabilities } from './capabilities.ts';
 import { clusterRole, clusterRoleBinding, mergeRules, type PolicyRule } from './runtime/api/rbac.ts';
 import type { KubeObject } from './runtime/api/meta.ts';
-
-export const NAMESPACE = 'berth-system';
-/** The namespace Berth runs in: its pod's (POD_NAMESPACE, from the downward API), else the default. */
-export const berthNamespace = (): string => process.env['POD_NAMESPACE'] ?? NAMESPACE;
-export const SERVICE_ACCOUNT = 'berth';
 
 /** What the runtime needs whatever is enabled: leader election, events, registering webhooks. */
 export const runtimeRules: PolicyRule[] = [

@@ -1,15 +1,15 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
+import { agentsCommand } from './cli.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
 import { AGENT_KEYS, AgentPlacement } from './types.ts';
 
-const controllers = new WeakMap<Manager, AgentsController>();
-
 export const agentsCapability: Capability = {
   name: 'agents',
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
+  roles: ['cluster'],
+  commands: () => [agentsCommand()],
   options: () => [
     new Option('--agent-workers <n>', 'concurrent node reconciles of the agents controller')
       .default(16)
@@ -41,14 +41,11 @@ export const agentsCapability: Capability = {
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
   ],
   explainNode: ({ client, node, berthNamespace }) => explainNodeAgents(client, node, berthNamespace),
-  setup({ manager, kit, options, berthNamespace }) {
-    controllers.set(
-      manager,
-      new AgentsController(kit, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace }),
-    );
-  },
-  webhooks({ manager }) {
-    const c = controllers.get(manager);
-    return c ? [c.webhook()] : [];
+  setup({ kit, options, berthNamespace }) {
+    const controller = new AgentsController(kit, {
+      workers: Number(options['agentWorkers'] ?? 16),
+      berthNamespace,
+    });
+    return { webhooks: [controller.webhook()] };
   },
 };

@@ -1,7 +1,7 @@
 // `berth explain node NAME`: why a node is labelled, annotated or tainted the way it is.
 import { Command } from 'commander';
 import { capabilities } from '../capabilities.ts';
-import { berthNamespace } from '../manifests.ts';
+import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 

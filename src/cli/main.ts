@@ -1,9 +1,7 @@
 import { Command } from 'commander';
-import { agentsCommand } from './agents.ts';
+import { capabilities } from '../capabilities.ts';
 import { explainCommand } from './explain.ts';
-import { gatesCommand } from './gates.ts';
 import { installCommand, manifestsCommand } from './install.ts';
-import { rulesCommand } from './rules.ts';
 import { runCommand } from './run.ts';
 import { sandboxCommand } from './sandbox.ts';
 import { version } from './version.ts';
@@ -18,9 +16,7 @@ program.addCommand(runCommand());
 program.addCommand(installCommand());
 program.addCommand(manifestsCommand());
 program.addCommand(explainCommand());
-program.addCommand(rulesCommand());
-program.addCommand(gatesCommand());
-program.addCommand(agentsCommand());
+for (const c of capabilities) for (const command of c.commands?.() ?? []) program.addCommand(command);
 program.addCommand(sandboxCommand());
 
 try {

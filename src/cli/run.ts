@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
-import { berthNamespace, NAMESPACE } from '../manifests.ts';
+import { berthNamespace, NAMESPACE } from '../policy/namespace.ts';
 import { parseBindAddress } from '../runtime/server/http.ts';
 import { errorText } from '../runtime/cache/informer.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -215,20 +215,14 @@ export function runCommand(): Command {
     const ctx: CapabilityContext = {
       manager,
       kit,
-      webhooks: undefined,
       options: o,
       berthNamespace: berthNamespace(),
     };
     // Every capability's reserved keys, enabled or not: a gate enabled tomorrow must not find them taken.
     for (const c of capabilities) if (c.keys) kit.keys.declare(c.name, c.keys);
-    for (const c of enabled) await c.setup(ctx);
-    const webhookClient = addWebhooks(
-      manager,
-      client,
-      enabled.flatMap((c) => c.webhooks?.(ctx) ?? []),
-      o,
-      ctx.berthNamespace,
-    );
+    const webhooks: WebhookSpec[] = [];
+    for (const c of enabled) webhooks.push(...((await c.setup(ctx)).webhooks ?? []));
+    const webhookClient = addWebhooks(manager, client, webhooks, o, ctx.berthNamespace);
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();
     rootLogger.info({ controllers: enabled.map((c) => c.name) }, 'berth is running');

@@ -1,16 +1,16 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
+import { gatesCommand } from './cli.ts';
 import { GatesController } from './controller.ts';
 import { explainNodeGates } from './explain.ts';
 import { GATE_KEYS, NodeStartupGate } from './types.ts';
-
-const controllers = new WeakMap<Manager, GatesController>();
 
 export const gatesCapability: Capability = {
   name: 'gates',
   description:
     'Startup gates: taint nodes as they join, release them once their initialisation pods are Ready',
+  roles: ['cluster'],
+  commands: () => [gatesCommand()],
   options: () => [
     new Option('--gate-workers <n>', 'concurrent node reconciles of the gates controller')
       .default(16)
@@ -38,17 +38,11 @@ export const gatesCapability: Capability = {
     { apiGroups: ['berth.dev'], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
   ],
   explainNode: ({ client, node }) => explainNodeGates(client, node),
-  setup({ manager, kit, options }) {
-    controllers.set(
-      manager,
-      new GatesController(kit, {
-        workers: Number(options['gateWorkers'] ?? 16),
-        failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
-      }),
-    );
-  },
-  webhooks({ manager }) {
-    const c = controllers.get(manager);
-    return c ? [c.webhook()] : [];
+  setup({ kit, options }) {
+    const controller = new GatesController(kit, {
+      workers: Number(options['gateWorkers'] ?? 16),
+      failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
+    });
+    return { webhooks: [controller.webhook()] };
   },
 };

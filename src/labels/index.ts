@@ -1,5 +1,6 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
+import { rulesCommand } from './cli.ts';
 import { LabelsController } from './controller.ts';
 import { explainNodeLabels } from './explain.ts';
 import { clusterRules } from './load.ts';
@@ -8,6 +9,8 @@ import { NodeLabelRule } from './types.ts';
 export const labelsCapability: Capability = {
   name: 'labels',
   description: 'Derived node labels from NodeLabelRules and k8s-auto-labeller rule files',
+  roles: ['cluster'],
+  commands: () => [rulesCommand()],
   options: () => [
     new Option(
       '--label-dir <dir>',
@@ -33,5 +36,6 @@ export const labelsCapability: Capability = {
       ...(typeof options['labelDir'] === 'string' ? { labelDir: options['labelDir'] } : {}),
       workers: Number(options['labelWorkers'] ?? 16),
     });
+    return {};
   },
 };

@@ -7,7 +7,7 @@ import { AgentsController } from '../../src/agents/controller.ts';
 import { GatesController } from '../../src/gates/controller.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
-import { NAMESPACE } from '../../src/manifests.ts';
+import { NAMESPACE } from '../../src/policy/namespace.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';

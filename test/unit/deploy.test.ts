@@ -9,7 +9,8 @@ import { generatedFiles, HEADER, HELM_CRDS_DIR } from '../../scripts/manifests.t
 import { capabilities } from '../../src/capabilities.ts';
 import { runCommand } from '../../src/cli/run.ts';
 import { parseRuleFile } from '../../src/labels/files.ts';
-import { NAMESPACE, rbacManifests, SERVICE_ACCOUNT } from '../../src/manifests.ts';
+import { rbacManifests } from '../../src/manifests.ts';
+import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 

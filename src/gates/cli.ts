@@ -1,9 +1,9 @@
 // `berth gates tolerate DAEMONSET`: makes a DaemonSet's pods tolerate the taints of the gates that
 // wait for them, so they start on gated nodes.
 import { Command } from 'commander';
-import { parseGates } from '../gates/decide.ts';
-import { gatesWaitingFor, missingTolerations, tolerationsPatch } from '../gates/tolerate.ts';
-import { NodeStartupGate } from '../gates/types.ts';
+import { parseGates } from './decide.ts';
+import { gatesWaitingFor, missingTolerations, tolerationsPatch } from './tolerate.ts';
+import { NodeStartupGate } from './types.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 

@@ -3,9 +3,9 @@ import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
-import { parsePlacements, type ParsedPlacement } from '../agents/decide.ts';
-import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from '../agents/explain.ts';
-import { berthNamespace } from '../manifests.ts';
+import { parsePlacements, type ParsedPlacement } from './decide.ts';
+import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from './explain.ts';
+import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 

@@ -1,10 +1,10 @@
 // `berth rules test`: a dry run of derived-label rules against the cluster's nodes. Writes nothing.
 import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
-import { evictions, previewRules } from '../labels/explain.ts';
-import { clusterRules, localRules } from '../labels/load.ts';
-import { ruleNameOf } from '../labels/decide.ts';
-import type { Rule } from '../labels/types.ts';
+import { evictions, previewRules } from './explain.ts';
+import { clusterRules, localRules } from './load.ts';
+import { ruleNameOf } from './decide.ts';
+import type { Rule } from './types.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 
