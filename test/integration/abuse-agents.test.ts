@@ -17,7 +17,7 @@ import { WAIT_FOR_AGENT_ANNOTATION, SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../..
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
-import type { Event } from '../../src/runtime/events/recorder.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import { ApiError } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';

@@ -9,7 +9,7 @@ import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { rbacManifests } from '../../src/manifests.ts';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
-import type { Event } from '../../src/runtime/events/recorder.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import { deniedVerbs } from '../../src/runtime/client/restmapper.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';

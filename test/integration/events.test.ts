@@ -2,7 +2,8 @@
 // one Event's series in a handful of writes, and that API errors never reach the caller.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { EventRecorder, type Event } from '../../src/runtime/events/recorder.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
+import { EventRecorder } from '../../src/runtime/events/recorder.ts';
 import { KubeClient, type RequestOptions } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { nodeManifests } from '../../src/sandbox/nodes.ts';

@@ -10,7 +10,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import { GatesController } from '../../src/gates/controller.ts';
 import { explainNodeGates } from '../../src/gates/explain.ts';
 import { NodeStartupGate, type NodeStartupGateStatus } from '../../src/gates/types.ts';
-import type { Event } from '../../src/runtime/events/recorder.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import { ApiError } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';

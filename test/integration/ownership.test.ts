@@ -14,7 +14,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import type { Condition } from '../../src/runtime/api/conditions.ts';
-import type { Event } from '../../src/runtime/events/recorder.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { nodeWriteMetrics } from '../../src/policy/nodes/metrics.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';

@@ -1,16 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { Lru, SeriesCache, SpamFilter } from '../../../src/runtime/events/correlator.ts';
 import {
   eventNamePrefix,
-  Lru,
   objectKey,
-  SeriesCache,
   seriesKey,
-  SpamFilter,
   toReference,
   truncateNote,
   type ObjectReference,
-} from '../../../src/runtime/events/recorder.ts';
+} from '../../../src/runtime/events/event.ts';
 
 const pod: ObjectReference = { apiVersion: 'v1', kind: 'Pod', namespace: 'ns', name: 'web-0', uid: 'u1' };
 const base = {
