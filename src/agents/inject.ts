@@ -6,7 +6,8 @@
 import { createHash } from 'node:crypto';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { mutate, type AdmissionHandler, type AdmissionResult } from '../runtime/webhook/admission.ts';
+import { type AdmissionHandler, type AdmissionResult } from '../runtime/webhook/admission.ts';
+import { mutate } from '../runtime/api/jsonpatch.ts';
 import { podSelected, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
 

@@ -7,7 +7,7 @@ import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
 import { berthNamespace, NAMESPACE } from '../policy/namespace.ts';
 import { parseBindAddress } from '../runtime/server/http.ts';
-import { errorText } from '../runtime/cache/informer.ts';
+import { errorText } from '../runtime/observability/log.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import { rootLogger, setLogLevel } from '../runtime/observability/log.ts';
 import { Manager } from '../runtime/manager/manager.ts';

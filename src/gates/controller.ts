@@ -16,7 +16,8 @@ import { WriteExpectations } from '../runtime/controller/expectations.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { missingTolerations } from './tolerate.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { mutate, type AdmissionHandler } from '../runtime/webhook/admission.ts';
+import { type AdmissionHandler } from '../runtime/webhook/admission.ts';
+import { mutate } from '../runtime/api/jsonpatch.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
   admitNode,

@@ -8,7 +8,7 @@ import type { KeyClaim } from '../policy/nodes/ownership.ts';
 import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import type { JsonPatchOp } from '../runtime/webhook/admission.ts';
+import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import { z } from 'zod';
 import {
   EXEMPT_LABEL,

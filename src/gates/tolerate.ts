@@ -4,7 +4,7 @@
 import { selectorMatches } from '../policy/match/selector.ts';
 import { tolerates, tolerationFor, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import type { JsonPatchOp } from '../runtime/webhook/admission.ts';
+import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { Gate } from './decide.ts';
 
 interface PodTemplateOwner extends KubeObject {

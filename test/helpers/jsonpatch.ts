@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import type { JsonPatchOp } from '../../src/runtime/webhook/admission.ts';
+import type { JsonPatchOp } from '../../src/runtime/api/jsonpatch.ts';
 
 // A small RFC 6902 applier that fails on operations that would not apply cleanly.
 export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {

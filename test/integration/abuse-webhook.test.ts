@@ -17,7 +17,7 @@ import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { isNotFound } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import type { MutatingWebhook } from '../../src/runtime/webhook/admission.ts';
+import type { MutatingWebhook } from '../../src/runtime/webhook/configuration.ts';
 import {
   createNamespace,
   deleteNamespace,

@@ -6,12 +6,12 @@ import { after, before, describe, test } from 'node:test';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import { ApiError, KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { WebhookServer } from '../../src/runtime/webhook/admission.ts';
 import {
-  mutate,
   mutatingWebhookConfiguration,
   webhookClientConfig,
-  WebhookServer,
-} from '../../src/runtime/webhook/admission.ts';
+} from '../../src/runtime/webhook/configuration.ts';
+import { mutate } from '../../src/runtime/api/jsonpatch.ts';
 import { nodeManifests } from '../../src/sandbox/nodes.ts';
 import {
   addNodes,

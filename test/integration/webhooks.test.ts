@@ -6,7 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import { isNotFound } from '../../src/runtime/client/client.ts';
 import { rootLogger } from '../../src/runtime/observability/log.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { mutate, type MutatingWebhook } from '../../src/runtime/webhook/admission.ts';
+import { type MutatingWebhook } from '../../src/runtime/webhook/configuration.ts';
+import { mutate } from '../../src/runtime/api/jsonpatch.ts';
 import {
   WebhookRunnable,
   generatedCertificates,

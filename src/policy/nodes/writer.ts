@@ -10,7 +10,7 @@ import { ApiError, type KubeClient } from '../../runtime/client/client.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import { nodeKey, type NodeKey, type WriteLoopBreaker } from './loopbreaker.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
-import { escapeKey, type JsonPatchOp } from '../../runtime/webhook/admission.ts';
+import { escapeKey, type JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 import type { Clock } from '../../runtime/workqueue/ratelimiter.ts';
 
 export interface NodeTaint {

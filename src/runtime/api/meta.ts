@@ -119,3 +119,6 @@ export const Resources = {
     namespaced: false,
   },
 } satisfies Record<string, ResourceRef>;
+
+/** A Kubernetes MicroTime: RFC 3339 in UTC with exactly six fractional digits. */
+export const microTime = (ms: number): string => new Date(ms).toISOString().replace(/Z$/, '000Z');

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { hasCondition } from '../api/conditions.ts';
 import { isGone, isNotFound, resourcePath, type KubeClient, type KubeList } from '../client/client.ts';
 import { informerMetrics } from '../observability/metrics.ts';
-import { rootLogger, type Logger } from '../observability/log.ts';
+import { errorText, rootLogger, type Logger } from '../observability/log.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
 
 export interface EventHandler<T> {
@@ -432,5 +432,3 @@ function removeFrom(index: Map<string, Set<string>>, value: string, key: string)
 }
 
 const jitter = (ms: number) => ms * (0.8 + Math.random() * 0.4);
-
-export const errorText = (e: unknown): string => (e instanceof Error ? e.message : String(e));

@@ -1,6 +1,7 @@
 // A controller in controller-runtime's sense: watches map informer events to keys in a work queue,
 // workers hand each key to a Reconciler, and the result decides forget / requeue / back off.
-import { errorText, type EventHandler } from '../cache/informer.ts';
+import { type EventHandler } from '../cache/informer.ts';
+import { errorText } from '../observability/log.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';

@@ -15,7 +15,7 @@ import {
   resourcePath,
   type KubeClient,
 } from '../client/client.ts';
-import { microTime } from '../leaderelection/elector.ts';
+import { microTime } from '../api/meta.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { Resources, type KubeObject } from '../api/meta.ts';
 import { SeriesCache, SpamFilter, type Series } from './correlator.ts';

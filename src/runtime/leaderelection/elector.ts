@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { isConflict, isNotFound, resourcePath, type KubeClient } from '../client/client.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { leaderMetrics } from '../observability/metrics.ts';
-import { Resources, type KubeObject } from '../api/meta.ts';
+import { microTime, Resources, type KubeObject } from '../api/meta.ts';
 
 export interface LeaseSpec {
   holderIdentity?: string;
@@ -48,9 +48,6 @@ export interface LeaderElectorOptions {
 
 // client-go's JitterFactor for acquire retries, so candidates do not stampede in lockstep.
 const jitterFactor = 1.2;
-
-/** A Kubernetes MicroTime: RFC 3339 in UTC with exactly six fractional digits. */
-export const microTime = (ms: number): string => new Date(ms).toISOString().replace(/Z$/, '000Z');
 
 export class LeaderElector {
   readonly #client: KubeClient;

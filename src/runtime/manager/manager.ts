@@ -5,7 +5,8 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Controller } from '../controller/controller.ts';
-import { Informer, errorText, type InformerOptions } from '../cache/informer.ts';
+import { Informer, type InformerOptions } from '../cache/informer.ts';
+import { errorText } from '../observability/log.ts';
 import { KubeClient } from '../client/client.ts';
 import { EventRecorder } from '../events/recorder.ts';
 import { LeaderElector } from '../leaderelection/elector.ts';

@@ -13,3 +13,6 @@ export const rootLogger: Logger = pino({
 export function setLogLevel(level: string): void {
   rootLogger.level = level;
 }
+
+/** An error's message for a log field or a condition. */
+export const errorText = (e: unknown): string => (e instanceof Error ? e.message : String(e));

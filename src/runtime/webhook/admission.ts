@@ -1,6 +1,7 @@
 // The admission webhook server: AdmissionReview v1 over HTTPS for the handlers capabilities
 // register, with a self-generated or file-mounted (hot-reloaded) serving certificate, and pure
 // builders for the webhook configurations that point the apiserver at it.
+import { isRecord, type JsonPatchOp } from '../api/jsonpatch.ts';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import fs from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -18,7 +19,7 @@ import {
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { webhookMetrics } from '../observability/metrics.ts';
 import { createCertificateAuthority } from './certificates.ts';
-import { Resources, apiVersionOf, type KubeObject, type ObjectMeta, type ResourceRef } from '../api/meta.ts';
+import type { KubeObject } from '../api/meta.ts';
 
 export type Operation = 'CREATE' | 'UPDATE' | 'DELETE' | 'CONNECT';
 
@@ -59,10 +60,6 @@ export interface AdmissionRequest {
   dryRun?: boolean;
   options?: KubeObject;
 }
-
-/** One RFC 6902 operation; mutate() produces add, replace and remove. */
-export type JsonPatchOp =
-  { op: 'add' | 'replace' | 'test'; path: string; value: unknown } | { op: 'remove'; path: string };
 
 export interface AdmissionStatus {
   code?: number;
@@ -522,9 +519,6 @@ export function nestedWithin(body: Buffer, max: number): boolean {
   return true;
 }
 
-const isRecord = (v: unknown): v is Record<string, unknown> =>
-  typeof v === 'object' && v !== null && !Array.isArray(v);
-
 const operations: readonly string[] = ['CREATE', 'UPDATE', 'DELETE', 'CONNECT'];
 
 /** Checks the fields handlers rely on; the rest of the request is passed through as sent. */
@@ -565,177 +559,4 @@ async function withTimeout(
   } finally {
     clearTimeout(timer);
   }
-}
-
-// JSON Patch generation.
-
-/** A key as one segment of a JSON Pointer (RFC 6901). */
-export const escapeKey = (key: string): string => key.replaceAll('~', '~0').replaceAll('/', '~1');
-
-// Keys whose value is undefined do not exist once serialized, so they count as absent.
-const has = (o: Record<string, unknown>, key: string): boolean =>
-  Object.hasOwn(o, key) && o[key] !== undefined;
-
-function jsonEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (Array.isArray(a) || Array.isArray(b)) {
-    return (
-      Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((v, i) => jsonEqual(v, b[i]))
-    );
-  }
-  if (!isRecord(a) || !isRecord(b)) return false;
-  const keys = Object.keys(a).filter((k) => has(a, k));
-  return (
-    keys.length === Object.keys(b).filter((k) => has(b, k)).length && keys.every((k) => jsonEqual(a[k], b[k]))
-  );
-}
-
-function diff(before: unknown, after: unknown, at: string, ops: JsonPatchOp[]): void {
-  if (jsonEqual(before, after)) return;
-  if (isRecord(before) && isRecord(after)) {
-    for (const key of Object.keys(before)) {
-      if (has(before, key) && !has(after, key)) ops.push({ op: 'remove', path: `${at}/${escapeKey(key)}` });
-    }
-    for (const key of Object.keys(after)) {
-      if (!has(after, key)) continue;
-      const keyPath = `${at}/${escapeKey(key)}`;
-      if (has(before, key)) diff(before[key], after[key], keyPath, ops);
-      else ops.push({ op: 'add', path: keyPath, value: after[key] });
-    }
-    return;
-  }
-  // Items appended to an unchanged prefix; any other array change replaces the whole array.
-  if (
-    Array.isArray(before) &&
-    Array.isArray(after) &&
-    after.length > before.length &&
-    before.every((v, i) => jsonEqual(v, after[i]))
-  ) {
-    for (const value of after.slice(before.length)) ops.push({ op: 'add', path: `${at}/-`, value });
-    return;
-  }
-  ops.push({ op: 'replace', path: at, value: after });
-}
-
-/**
- * The JSON Patch that turns `before` into `after`: a handler mutates a copy of the request's object
- * and answers `{ allowed: true, patch: mutate(object, copy) }`.
- */
-export function mutate(before: KubeObject, after: KubeObject): JsonPatchOp[] {
-  const ops: JsonPatchOp[] = [];
-  diff(before, after, '', ops);
-  return ops;
-}
-
-// Registration builders: admissionregistration.k8s.io/v1 objects, applied by whoever registers.
-
-export interface ServiceReference {
-  namespace: string;
-  name: string;
-  port?: number;
-}
-
-export interface WebhookClientConfig {
-  url?: string;
-  service?: ServiceReference & { path?: string };
-  /** Base64 of the PEM CA bundle. */
-  caBundle?: string;
-}
-
-/** Where the apiserver sends reviews for `path`: a base URL, or a Service (port defaults to 443). */
-export function webhookClientConfig(
-  target: { url: string } | { service: ServiceReference },
-  path: string,
-  caBundle?: string,
-): WebhookClientConfig {
-  const config: WebhookClientConfig =
-    'url' in target
-      ? { url: target.url.replace(/\/+$/, '') + path }
-      : { service: { ...target.service, path } };
-  if (caBundle) config.caBundle = Buffer.from(caBundle).toString('base64');
-  return config;
-}
-
-export interface LabelSelector {
-  matchLabels?: Record<string, string>;
-  matchExpressions?: {
-    key: string;
-    operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';
-    values?: string[];
-  }[];
-}
-
-export interface RuleWithOperations {
-  operations: (Operation | '*')[];
-  apiGroups: string[];
-  apiVersions: string[];
-  resources: string[];
-  scope?: 'Cluster' | 'Namespaced' | '*';
-}
-
-/** One webhook entry. failurePolicy has no default here: each webhook decides whether it may fail open. */
-export interface ValidatingWebhook {
-  /** Fully qualified, e.g. 'nodes.labels.berth.dev'. */
-  name: string;
-  clientConfig: WebhookClientConfig;
-  rules: RuleWithOperations[];
-  failurePolicy: 'Fail' | 'Ignore';
-  matchPolicy?: 'Exact' | 'Equivalent';
-  namespaceSelector?: LabelSelector;
-  objectSelector?: LabelSelector;
-  matchConditions?: { name: string; expression: string }[];
-  sideEffects?: 'None' | 'NoneOnDryRun';
-  timeoutSeconds?: number;
-  admissionReviewVersions?: string[];
-}
-
-export interface MutatingWebhook extends ValidatingWebhook {
-  reinvocationPolicy?: 'Never' | 'IfNeeded';
-}
-
-export interface WebhookConfiguration<W extends ValidatingWebhook> extends KubeObject {
-  apiVersion: string;
-  kind: string;
-  metadata: ObjectMeta & { name: string };
-  webhooks: W[];
-}
-
-interface WebhookConfigurationSpec<W extends ValidatingWebhook> {
-  name: string;
-  labels?: Record<string, string>;
-  webhooks: W[];
-}
-
-function withDefaults<W extends ValidatingWebhook>(webhook: W): W {
-  return {
-    ...webhook,
-    admissionReviewVersions: webhook.admissionReviewVersions ?? ['v1'],
-    sideEffects: webhook.sideEffects ?? 'None',
-    timeoutSeconds: webhook.timeoutSeconds ?? 5,
-    matchPolicy: webhook.matchPolicy ?? 'Equivalent',
-  };
-}
-
-function configuration<W extends ValidatingWebhook>(
-  ref: ResourceRef,
-  spec: WebhookConfigurationSpec<W>,
-): WebhookConfiguration<W> {
-  return {
-    apiVersion: apiVersionOf(ref),
-    kind: ref.kind,
-    metadata: { name: spec.name, ...(spec.labels ? { labels: spec.labels } : {}) },
-    webhooks: spec.webhooks.map(withDefaults),
-  };
-}
-
-export function mutatingWebhookConfiguration(
-  spec: WebhookConfigurationSpec<MutatingWebhook>,
-): WebhookConfiguration<MutatingWebhook> {
-  return configuration(Resources.mutatingWebhookConfigurations, spec);
-}
-
-export function validatingWebhookConfiguration(
-  spec: WebhookConfigurationSpec<ValidatingWebhook>,
-): WebhookConfiguration<ValidatingWebhook> {
-  return configuration(Resources.validatingWebhookConfigurations, spec);
 }

@@ -3,24 +3,26 @@
 // ValidatingWebhookConfiguration, server-side applied by every replica (the content is the same).
 import { isIP } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { errorText } from '../cache/informer.ts';
+import { errorText } from '../observability/log.ts';
 import type { KubeClient } from '../client/client.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import type { Runnable } from '../manager/manager.ts';
 import { Resources, type KubeObject } from '../api/meta.ts';
 import {
   WebhookServer,
+  type AdmissionHandler,
+  type WebhookCertificates,
+  type WebhookServerOptions,
+} from './admission.ts';
+import {
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
   webhookClientConfig,
-  type AdmissionHandler,
   type LabelSelector,
   type MutatingWebhook,
   type RuleWithOperations,
   type ValidatingWebhook,
-  type WebhookCertificates,
-  type WebhookServerOptions,
-} from './admission.ts';
+} from './configuration.ts';
 
 export interface WebhookSpec {
   /** Fully qualified, e.g. 'pods.agents.berth.dev'. */

@@ -6,7 +6,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { parseGates, type Gate } from '../../../src/gates/decide.ts';
 import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../../../src/runtime/api/meta.ts';
-import type { JsonPatchOp } from '../../../src/runtime/webhook/admission.ts';
+import type { JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
 
 export const NOW = Date.parse('2026-11-21T10:00:00Z');
 /** When the gates were created. */

@@ -14,14 +14,15 @@ import { createCertificateAuthority, type KeyPairPem } from '../../../src/runtim
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import {
   WebhookServer,
-  mutate,
   nestedWithin,
+  type AdmissionRequest,
+} from '../../../src/runtime/webhook/admission.ts';
+import {
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
   webhookClientConfig,
-  type AdmissionRequest,
-  type JsonPatchOp,
-} from '../../../src/runtime/webhook/admission.ts';
+} from '../../../src/runtime/webhook/configuration.ts';
+import { mutate, type JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
 

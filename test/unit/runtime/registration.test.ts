@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
-import type { MutatingWebhook } from '../../../src/runtime/webhook/admission.ts';
+import type { MutatingWebhook } from '../../../src/runtime/webhook/configuration.ts';
 import {
   defaultWebhookRegistration,
   generatedCertificates,
