@@ -1,0 +1,84 @@
+// docs/architecture.md's table of rooms is the rule: every source file belongs to a room it lists,
+// and imports only from its own room and the rooms the table says it may import. Reading the table
+// from the document keeps the document true; a new folder or a new dependency changes both.
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { test } from 'node:test';
+
+const root = path.resolve(import.meta.dirname, '../..');
+const src = path.join(root, 'src');
+
+interface Room {
+  name: string;
+  mayImport: string[];
+}
+
+/** The rooms table of docs/architecture.md: `| \`room\` | holds | may import |`. */
+function rooms(): Room[] {
+  const doc = readFileSync(path.join(root, 'docs/architecture.md'), 'utf8');
+  const table = doc.slice(doc.indexOf('| room'));
+  const rows = table.split('\n').filter((l) => /^\| `/.test(l));
+  return rows.map((row) => {
+    const cells = row.split('|').map((c) => c.trim());
+    const names = (s: string) => [...s.matchAll(/`([^`]+)`/g)].map((m) => m[1]!);
+    return { name: names(cells[1]!)[0]!, mayImport: names(cells[3]!) };
+  });
+}
+
+/** The room of a file: the longest room name that is its path below src (a folder or a file). */
+function roomOf(file: string, all: Room[]): Room | undefined {
+  const rel = path.relative(src, file).split(path.sep).join('/');
+  return all
+    .filter((r) => rel === r.name || rel.startsWith(`${r.name}/`))
+    .sort((a, b) => b.name.length - a.name.length)[0];
+}
+
+const allows = (room: Room, target: Room): boolean =>
+  target === room ||
+  room.mayImport.some(
+    (p) => p === target.name || (p.endsWith('/*') && target.name.startsWith(p.slice(0, -1))),
+  );
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const p = path.join(dir, e.name);
+    return e.isDirectory() ? sources(p) : e.name.endsWith('.ts') ? [p] : [];
+  });
+}
+
+test('the rooms table parses and names rooms that exist', () => {
+  const all = rooms();
+  assert.ok(all.length >= 15, `only ${all.length} rooms read from docs/architecture.md`);
+  for (const r of all) {
+    const files = sources(src).filter((f) => roomOf(f, all) === r);
+    assert.ok(files.length > 0, `room ${r.name} has no source file`);
+  }
+});
+
+test('every source file is in a room and imports only what its room may import', () => {
+  const all = rooms();
+  const problems: string[] = [];
+  for (const file of sources(src)) {
+    const room = roomOf(file, all);
+    const rel = path.relative(root, file);
+    if (!room) {
+      problems.push(`${rel} is in no room of docs/architecture.md`);
+      continue;
+    }
+    for (const m of readFileSync(file, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'(\.{1,2}\/[^']+)'/g)) {
+      const target = roomOf(path.resolve(path.dirname(file), m[1]!), all);
+      if (!target) problems.push(`${rel} imports ${m[1]}, which is in no room`);
+      else if (!allows(room, target)) problems.push(`${rel} (${room.name}) imports ${m[1]} (${target.name})`);
+    }
+  }
+  assert.deepEqual(problems, []);
+});
+
+test('the check catches an import its room may not make', () => {
+  const all = rooms();
+  const runtime = all.find((r) => r.name === 'runtime/client')!;
+  const labels = all.find((r) => r.name === 'labels')!;
+  assert.equal(allows(runtime, labels), false, 'the runtime may not import a capability');
+  assert.equal(allows(labels, runtime), true);
+});
