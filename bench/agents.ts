@@ -13,6 +13,7 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
+import { errorText } from '../src/runtime/observability/log.ts';
 import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
@@ -131,11 +132,18 @@ const createPod = (c: KubeClient, p: ReturnType<typeof podSpec>) =>
   });
 const deleteAllPods = async () => {
   for (let i = 0; i < 4; i++)
-    // Deleting thousands of pods at once answers only when done: give it time.
-    await client.request('DELETE', `/api/v1/namespaces/${nsOf(i)}/pods`, {
-      query: { gracePeriodSeconds: 0 },
-      idleTimeoutMs: 600_000,
-    });
+    // Deleting thousands of pods at once answers only when done, and a loaded apiserver may give up
+    // answering (its request timeout) while the deletion goes on: the poll below is what counts.
+    await client
+      .request('DELETE', `/api/v1/namespaces/${nsOf(i)}/pods`, {
+        query: { gracePeriodSeconds: 0 },
+        idleTimeoutMs: 600_000,
+      })
+      .catch((e: unknown) =>
+        console.log(
+          `  deleting the pods of ${nsOf(i)} did not answer (${errorText(e)}); waiting for them to go`,
+        ),
+      );
   for (;;) {
     let left = 0;
     for (let i = 0; i < 4; i++)
