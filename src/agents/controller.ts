@@ -19,7 +19,8 @@ import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { isNotFound } from '../runtime/client/client.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
-import { BurstHold, NodeWriter } from '../policy/nodes/writer.ts';
+import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
+import { BurstHold } from '../policy/nodes/burst.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
@@ -96,7 +97,7 @@ export class AgentsController {
   readonly finalizerController: Controller;
   private readonly manager: Manager;
   private readonly kit: PolicyKit;
-  private readonly writer: NodeWriter;
+  private readonly writer: ApplyNodeWriter;
   private readonly burst: BurstHold;
   private readonly events: EventRecorder;
   private readonly log: Logger;
@@ -148,8 +149,7 @@ export class AgentsController {
         for (const n of names) this.nodeController.queue.add(n);
       },
     });
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
-      breaker: kit.nodeWrites,
+    this.writer = kit.applyWriter(FIELD_MANAGER, this.nodes, {
       burst: this.burst,
       // Claims follow pods, never the node: only a claim someone else undid can be a fight.
       decidesFromNode: false,

@@ -8,11 +8,10 @@ import { conditionSetter, sameConditions, type Condition } from '../runtime/api/
 import { Controller, FirstPass, sameRecord, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
-import { ApiError } from '../runtime/client/client.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { gateMetrics } from './metrics.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import type { CasNodeWriter } from '../policy/nodes/cas.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { missingTolerations } from './tolerate.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
@@ -63,12 +62,11 @@ export class GatesController {
   readonly nodeController: Controller;
   readonly statusController: Controller;
   private readonly manager: Manager;
-  private readonly kit: PolicyKit;
   private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly clock: () => number;
   private readonly failurePolicy: 'Fail' | 'Ignore';
-  private readonly expectations: WriteExpectations;
+  private readonly writer: CasNodeWriter;
   private readonly results = new Map<string, Map<string, NodeGateResult>>();
   private readonly firstPass = new FirstPass();
   /** The gates from the cache, parsed once per change of any of them. */
@@ -76,7 +74,6 @@ export class GatesController {
 
   constructor(kit: PolicyKit, opts: GatesControllerOptions = {}) {
     const manager = kit.manager;
-    this.kit = kit;
     this.manager = manager;
     this.log = manager.log.child({ capability: 'gates' });
     this.events = manager.recorder('gates');
@@ -87,7 +84,7 @@ export class GatesController {
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
-    this.expectations = new WriteExpectations(this.nodes);
+    this.writer = kit.casWriter(FIELD_MANAGER, this.nodes);
     this.gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
     this.gates = this.gateObjects.derive(parseGates);
     // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
@@ -146,12 +143,12 @@ export class GatesController {
   private async reconcileNode(name: string): Promise<Result | void> {
     const node = this.nodes.get(name);
     if (!node) {
-      this.expectations.forget(name);
+      this.writer.forget(name);
       this.setResults(name, undefined);
       return;
     }
     // Our last write has not come back through the watch yet: its event will bring us here again.
-    if (this.expectations.pending(node)) return;
+    if (this.writer.pending(node)) return;
     const { gates } = this.gates();
     // A gate's decision is one change (taint, gated-at, completion): written whole, or, when the
     // loop breaker holds any of its keys back, not at all until it lets go.
@@ -163,7 +160,7 @@ export class GatesController {
         d,
       ),
     );
-    const { held, retryAfterMs } = this.kit.nodeWrites.hold(node, FIELD_MANAGER, keys.flat());
+    const { held, retryAfterMs } = this.writer.hold(node, keys.flat());
     const decisions = wanted.map((d, i) => {
       if (!keys[i]!.some((k) => held.includes(k))) return d;
       const { event: _event, release: _release, ...rest } = d;
@@ -171,25 +168,17 @@ export class GatesController {
     });
     const patch = nodePatch(node, gates, decisions);
     if (patch.length) {
-      try {
-        const written = await this.kit.nodeWrites.write(
-          node,
-          FIELD_MANAGER,
-          keys.filter((_, i) => decisions[i] === wanted[i]).flat(),
-          () =>
-            this.manager
-              .client()
-              .patch(Resources.nodes, name, patch, { type: 'json', fieldManager: FIELD_MANAGER }),
-        );
-        this.expectations.expect(name, written.metadata?.resourceVersion, true);
-      } catch (e) {
-        if (isObjectGone(e)) return;
-        // A test operation failed: the node changed since the cache saw it. Its event is on the way.
-        if (e instanceof ApiError && e.status === 422) {
-          this.log.debug({ node: name, err: e.message }, 'node changed meanwhile; retrying');
-          return { requeue: true };
-        }
-        throw e;
+      const written = await this.writer.write(
+        node,
+        keys.filter((_, i) => decisions[i] === wanted[i]).flat(),
+        patch,
+        true,
+      );
+      if (written.status === 'gone') return;
+      // A test operation failed: the node changed since the cache saw it. Its event is on the way.
+      if (written.status === 'conflict') {
+        this.log.debug({ node: name, err: written.message }, 'node changed meanwhile; retrying');
+        return { requeue: true };
       }
       for (const d of decisions) {
         if (d.event) this.events.event(node, d.event.type, d.event.reason, 'Gate', d.event.message);

@@ -3,7 +3,8 @@
 // No I/O: the controller and the webhook feed these from caches and admission requests.
 import { ownedKeys } from '../runtime/client/apply.ts';
 import { nodeKey, type NodeKey } from '../policy/nodes/loopbreaker.ts';
-import { casPatch, taintId, type NodeTaint } from '../policy/nodes/writer.ts';
+import { casPatch } from '../policy/nodes/cas.ts';
+import { taintId, type NodeTaint } from '../policy/nodes/plan.ts';
 import type { KeyClaim } from '../policy/nodes/ownership.ts';
 import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';

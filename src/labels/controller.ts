@@ -3,7 +3,7 @@
 // manager when they differ. Another is keyed by NodeLabelRule and writes counts and conditions.
 import type { PolicyKit } from '../policy/kit.ts';
 import { applyStatus } from '../runtime/client/apply.ts';
-import { NodeWriter } from '../policy/nodes/writer.ts';
+import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
 import {
   changedPredicate,
@@ -56,7 +56,7 @@ export class LabelsController {
   private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly results = new Map<string, NodeResult>();
-  private readonly writer: NodeWriter;
+  private readonly writer: ApplyNodeWriter;
   private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
   /** Rules that would write keys another capability owns, by rule name: why. */
   private ownership = new Map<string, string[]>();
@@ -74,9 +74,7 @@ export class LabelsController {
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
       transform: { name: 'slim-node', fn: slimNode },
     });
-    this.writer = new NodeWriter(() => manager.client(), FIELD_MANAGER, this.nodes, {
-      breaker: kit.nodeWrites,
-    });
+    this.writer = kit.applyWriter(FIELD_MANAGER, this.nodes);
     this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
     this.files = opts.labelDir
       ? new RuleDirSource(opts.labelDir, {

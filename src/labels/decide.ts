@@ -7,7 +7,7 @@ import {
   type NodeOutputKind,
   type NodePlan,
   type NodeState,
-} from '../policy/nodes/writer.ts';
+} from '../policy/nodes/plan.ts';
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { validateLabelKey } from '../policy/match/selector.ts';

@@ -2,7 +2,7 @@
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { nodeState, taintId } from '../policy/nodes/writer.ts';
+import { nodeState, taintId } from '../policy/nodes/plan.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
 import { MATCH_INPUT_MAX, nodeView, subjectOf, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';

@@ -2,7 +2,7 @@
 // escaped, so a runaway or hostile line cannot make a runaway message or forge log lines. Output
 // values, literal or rendered, pass one validator per output kind: what Kubernetes accepts, minus
 // control characters everywhere.
-import type { NodeOutputKind } from '../policy/nodes/writer.ts';
+import type { NodeOutputKind } from '../policy/nodes/plan.ts';
 import { validateLabelValue } from '../policy/match/selector.ts';
 
 /** Most characters of user text a message quotes. */

@@ -1,6 +1,10 @@
-// What every placement policy of one manager shares: who owns which node key, and the loop breaker
-// every node write passes. The runtime knows nothing of nodes or policies; this is where they meet it.
+// What every placement policy of one manager shares: who owns which node key, the loop breaker
+// every node write passes, and the node writers that pass it. The runtime knows nothing of nodes or
+// policies; this is where they meet it.
 import type { Manager } from '../runtime/manager/manager.ts';
+import { ApplyNodeWriter } from './nodes/apply.ts';
+import type { BurstHold } from './nodes/burst.ts';
+import { CasNodeWriter, type NodeEvents } from './nodes/cas.ts';
 import { WriteLoopBreaker } from './nodes/loopbreaker.ts';
 import { KeyOwnership } from './nodes/ownership.ts';
 
@@ -24,5 +28,22 @@ export class PolicyKit {
         manager.log.warn({ node: t.node.metadata?.name, key: t.key, writers: t.writers }, note);
       },
     });
+  }
+
+  /** A server-side-apply writer of `fieldManager`'s share of nodes; it writes through nodeWrites. */
+  applyWriter(
+    fieldManager: string,
+    nodes: NodeEvents,
+    opts: { burst?: BurstHold; decidesFromNode?: boolean } = {},
+  ): ApplyNodeWriter {
+    return new ApplyNodeWriter(() => this.manager.client(), fieldManager, nodes, {
+      ...opts,
+      breaker: this.nodeWrites,
+    });
+  }
+
+  /** A compare-and-swap writer of nodes under `fieldManager`; it writes through nodeWrites. */
+  casWriter(fieldManager: string, nodes: NodeEvents): CasNodeWriter {
+    return new CasNodeWriter(() => this.manager.client(), fieldManager, nodes, { breaker: this.nodeWrites });
   }
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { JsonPatchOp } from '../../src/runtime/api/jsonpatch.ts';
 
-// A small RFC 6902 applier that fails on operations that would not apply cleanly.
+// A small RFC 6902 applier that fails on operations that would not apply cleanly, and on a failed test.
 export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
   let root = structuredClone(doc);
   for (const op of ops) {
@@ -20,6 +20,11 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
       const next = (parent as Record<string, unknown>)[token];
       assert.ok(typeof next === 'object' && next !== null, `${op.path}: no container at ${token}`);
       parent = next as Record<string, unknown> | unknown[];
+    }
+    if (op.op === 'test') {
+      const actual = Array.isArray(parent) ? parent[Number(last)] : parent[last];
+      assert.deepEqual(actual, op.value, `test ${op.path} failed`);
+      continue;
     }
     if (Array.isArray(parent)) {
       const index = last === '-' ? parent.length : Number(last);

@@ -1,6 +1,10 @@
 // Expectations, after client-go's controller expectations: after a controller writes an object it
 // expects to see that write come back through its informer. Until it has, the cache is older than
 // the write, and a reconcile working from it would redo (or trip over) the write it just made.
+// It stays in the runtime, beside the controller: it knows an object's name, its resourceVersion and
+// an informer, nothing of nodes or of Berth, as client-go keeps its expectations in its controller
+// package. The node writers (src/policy/nodes) use it today; any controller that writes what it
+// watches can.
 import type { EventHandler } from '../cache/informer.ts';
 import type { KubeObject } from '../api/meta.ts';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { compileRule, decide, planApply, ruleErrors } from '../../../src/labels/decide.ts';
-import { nodeState as ownedState, taintRecordKey } from '../../../src/policy/nodes/writer.ts';
+import { nodeState as ownedState, taintRecordKey } from '../../../src/policy/nodes/plan.ts';
 import { evictions, explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
 import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
 import { parseRuleFile } from '../../../src/labels/files.ts';

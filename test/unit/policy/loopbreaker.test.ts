@@ -3,16 +3,16 @@ import { describe, test } from 'node:test';
 import type { KubeClient } from '../../../src/runtime/client/client.ts';
 import { WriteLoopBreaker, type LoopTrip, type NodeKey } from '../../../src/policy/nodes/loopbreaker.ts';
 import { nodeWriteMetrics } from '../../../src/policy/nodes/metrics.ts';
+import { ApplyNodeWriter } from '../../../src/policy/nodes/apply.ts';
+import { taintPatch } from '../../../src/policy/nodes/cas.ts';
 import {
   changedKeys,
   leaveAsIs,
-  NodeWriter,
   nodeState,
   planNodeApply,
-  taintPatch,
   taintRecordKey,
   type NodeOutputs,
-} from '../../../src/policy/nodes/writer.ts';
+} from '../../../src/policy/nodes/plan.ts';
 import { applyPatch } from '../gates/fixtures.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
@@ -176,7 +176,7 @@ function ownedNode(
   };
 }
 
-describe('NodeWriter and the loop breaker', () => {
+describe('ApplyNodeWriter and the loop breaker', () => {
   test('changedKeys: what a write changes, not what it merely keeps', () => {
     const n = ownedNode(
       { a: '1', b: '2', mine: 'x' },
@@ -226,7 +226,7 @@ describe('NodeWriter and the loop breaker', () => {
   test('a held key is left as it is, the rest is written, and the writer is told when to come back', async () => {
     const { client, applied } = applyRecorder();
     const { b, c } = breaker(2, 60_000);
-    const writer = new NodeWriter(() => client, FM, { addEventHandler: () => {} }, { breaker: b });
+    const writer = new ApplyNodeWriter(() => client, FM, { addEventHandler: () => {} }, { breaker: b });
     const n = ownedNode({ loop: 'a' }, {}, { labels: ['loop'], annotations: [] });
     for (let i = 0; i < 2; i++) await b.write(n, 'berth-other', ['label loop'], async () => {});
     c.t += 1_000;
@@ -247,7 +247,7 @@ describe('NodeWriter and the loop breaker', () => {
   });
 });
 
-describe('NodeWriter: taints, an atomic list, by compare-and-swap patch with a record', () => {
+describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch with a record', () => {
   const admin = { key: 'dedicated', value: 'admin', effect: 'NoSchedule' };
   const mine = { key: 'accelerators/gpu', value: 'dedicated', effect: 'NoSchedule' };
 
@@ -314,7 +314,7 @@ describe('NodeWriter: taints, an atomic list, by compare-and-swap patch with a r
       },
     } as unknown as KubeClient;
     const node0 = ownedNode({}, {}, { labels: [], annotations: [] }, [admin]);
-    const writer = new NodeWriter(
+    const writer = new ApplyNodeWriter(
       () => client,
       FM,
       { addEventHandler: () => {} },

@@ -3,13 +3,9 @@ import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeClient } from '../../../src/runtime/client/client.ts';
 import { WriteLoopBreaker } from '../../../src/policy/nodes/loopbreaker.ts';
-import {
-  BurstHold,
-  NodeWriter,
-  nodeState,
-  planNodeApply,
-  type NodeOutputs,
-} from '../../../src/policy/nodes/writer.ts';
+import { ApplyNodeWriter } from '../../../src/policy/nodes/apply.ts';
+import { BurstHold } from '../../../src/policy/nodes/burst.ts';
+import { nodeState, planNodeApply, type NodeOutputs } from '../../../src/policy/nodes/plan.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
 
@@ -135,7 +131,7 @@ describe('BurstHold', () => {
   });
 });
 
-describe('NodeWriter with a BurstHold', () => {
+describe('ApplyNodeWriter with a BurstHold', () => {
   test('holds annotation-only writes during a burst, never label writes', async () => {
     const { client, applied } = applyRecorder();
     const hold = new BurstHold({
@@ -144,7 +140,7 @@ describe('NodeWriter with a BurstHold', () => {
       release: () => {},
       clock: fakeClock(),
     });
-    const writer = new NodeWriter(
+    const writer = new ApplyNodeWriter(
       () => client,
       FM,
       { addEventHandler: () => {} },
@@ -179,7 +175,7 @@ describe('NodeWriter with a BurstHold', () => {
       release: () => {},
       clock: fakeClock(),
     });
-    const writer = new NodeWriter(
+    const writer = new ApplyNodeWriter(
       () => client,
       FM,
       { addEventHandler: () => {} },

@@ -1,0 +1,130 @@
+// The server-side-apply node writer: one controller's share of a Node (labels, annotations,
+// taints) under its own field manager. Labels and annotations go by server-side apply, read back
+// from managedFields; taints, an atomic list that managedFields cannot split by owner, by the
+// compare-and-swap writer's patch with a record of the taints it put on. So a controller writes
+// only when its share differs, never touches keys another manager set to other values, and never
+// recreates a node.
+import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
+import type { KubeClient } from '../../runtime/client/client.ts';
+import type { BurstHold } from './burst.ts';
+import { CasNodeWriter, taintPatch, type NodeEvents, type NodeWriterOptions } from './cas.ts';
+import { changedKeys, leaveAsIs, nodeState, planNodeApply, type NodeOutputs, type NodePlan } from './plan.ts';
+import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
+
+/** What identifies a plan for the write expectations, and its part that steers scheduling. */
+interface PlanKey {
+  plan: string;
+  scheduling: string;
+}
+
+/**
+ * Applies one field manager's share of nodes. After each write it expects to see that write come
+ * back through the node informer: until it has, a reconcile (on a cache older than the write) that
+ * arrives at the same plan sends nothing, while a different plan is written at once. With a
+ * BurstHold, annotation-only writes wait while a burst of changes lasts. Every write goes through
+ * the manager's WriteLoopBreaker, which may hold keys back.
+ */
+export class ApplyNodeWriter {
+  readonly fieldManager: string;
+  readonly #client: () => KubeClient;
+  /** Sends the writes (the taint patch its own), through the loop breaker, and keeps the expectations. */
+  readonly #cas: CasNodeWriter<PlanKey>;
+  readonly #burst: BurstHold | undefined;
+
+  constructor(
+    client: () => KubeClient,
+    fieldManager: string,
+    nodes: NodeEvents,
+    opts: NodeWriterOptions & { burst?: BurstHold },
+  ) {
+    this.#client = client;
+    this.fieldManager = fieldManager;
+    this.#burst = opts.burst;
+    this.#cas = new CasNodeWriter(client, fieldManager, nodes, opts);
+  }
+
+  /**
+   * Brings the node to `desired` if it is not there; returns the plan (foreign keys included).
+   * `held`: the write waits for a burst to pass; the BurstHold queues the node again.
+   * `retryAfterMs`: the loop breaker held keys back; sync again after that long.
+   */
+  async sync(
+    node: KubeObject,
+    desired: NodeOutputs,
+  ): Promise<NodePlan & { wrote: boolean; held?: boolean; retryAfterMs?: number }> {
+    const name = node.metadata!.name!;
+    const state = nodeState(node, this.fieldManager);
+    let plan = planNodeApply(state, desired);
+    if (plan.inSync) {
+      this.forget(name);
+      return { ...plan, wrote: false };
+    }
+    const pending = this.#cas.pending(node);
+    if (pending?.plan === planKey(plan).plan) return { ...plan, wrote: false };
+    const { held, retryAfterMs } = this.#cas.hold(node, changedKeys(state, plan));
+    const loop = retryAfterMs === undefined ? {} : { retryAfterMs };
+    if (held.length) {
+      plan = planNodeApply(state, leaveAsIs(state, desired, held));
+      if (plan.inSync || pending?.plan === planKey(plan).plan) return { ...plan, wrote: false, ...loop };
+    }
+    const key = planKey(plan);
+    // Only annotations change (judged against a write still on its way, if any): this may wait.
+    const annotationsOnly = pending
+      ? pending.scheduling === key.scheduling
+      : plan.changed.every((k) => k === 'annotation');
+    if (this.#burst && annotationsOnly && this.#burst.hold(name))
+      return { ...plan, wrote: false, held: true, ...loop };
+
+    const keys = changedKeys(state, plan);
+    const taintKeys = keys.filter((k) => k.startsWith('taint '));
+    let written: KubeObject | undefined;
+    try {
+      if (plan.changed.some((k) => k !== 'taint')) {
+        const body = applyTarget(Resources.nodes, node);
+        body.metadata.labels = plan.labels;
+        body.metadata.annotations = plan.annotations;
+        written = await this.#cas.send(
+          node,
+          keys.filter((k) => !taintKeys.includes(k)),
+          () => this.#client().apply(Resources.nodes, body, { fieldManager: this.fieldManager }),
+        );
+      }
+    } catch (e) {
+      // The node was deleted meanwhile: the uid precondition refused to recreate it.
+      if (isObjectGone(e)) {
+        this.forget(name);
+        return { ...plan, wrote: false };
+      }
+      // Any other conflict: another manager wrote one of these keys after our cache saw the node.
+      // The retry (with backoff) sees that write and holds the key back.
+      throw e;
+    }
+    if (plan.changed.includes('taint')) {
+      // Judged on the node as the apply left it, if there was one: the patch tests what it replaces.
+      const ops = taintPatch(written ?? node, this.fieldManager, plan.taints);
+      if (ops.length) {
+        const r = await this.#cas.patch(node, taintKeys, ops);
+        if (r.status === 'gone') {
+          this.forget(name);
+          return { ...plan, wrote: false };
+        }
+        // On a conflict the node's watch event brings the fresh node back here.
+        if (r.status === 'written') written = r.node;
+      }
+    }
+    if (!written) return { ...plan, wrote: false, ...loop };
+    this.#cas.expect(name, written, key);
+    this.#burst?.done(name);
+    return { ...plan, wrote: true, ...loop };
+  }
+
+  forget(name: string): void {
+    this.#cas.forget(name);
+    this.#burst?.done(name);
+  }
+}
+
+function planKey(plan: NodePlan): PlanKey {
+  const scheduling = JSON.stringify([plan.labels, plan.taints]);
+  return { scheduling, plan: JSON.stringify([scheduling, plan.annotations]) };
+}

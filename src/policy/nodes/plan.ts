@@ -1,0 +1,175 @@
+// Planning a controller's share of a Node — labels, annotations, taints — for both node writers:
+// which of the node's keys a field manager owns (labels and annotations from managedFields, taints
+// from the record it keeps on the node), what it should write so the node carries its share, and
+// which keys that write changes (for the loop breaker). Pure: no I/O.
+import { ownedKeys } from '../../runtime/client/apply.ts';
+import { nodeKey, type NodeKey } from './loopbreaker.ts';
+import type { KubeObject } from '../../runtime/api/meta.ts';
+
+export interface NodeTaint {
+  key: string;
+  value?: string;
+  effect: string;
+}
+
+/** What a controller wants on a node. */
+export interface NodeOutputs {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  taints: NodeTaint[];
+}
+
+/** A node's labels, annotations and taints, and which of them one field manager owns. */
+export interface NodeState extends NodeOutputs {
+  owned: { labels: string[]; annotations: string[]; taints: string[] };
+}
+
+export type NodeOutputKind = 'label' | 'annotation' | 'taint';
+
+export const taintId = (t: { key: string; effect: string }): string => `${t.key}:${t.effect}`;
+
+/** Where Berth's node writers keep their own bookkeeping: `<field manager>.nodes.berth.dev/`. */
+export const NODE_WRITERS_DOMAIN = 'nodes.berth.dev';
+/**
+ * The annotation in which a field manager records the taints it put on a node (their ids, JSON).
+ * spec.taints is an atomic list: managedFields says who last wrote the list, not whose each taint is.
+ */
+export const taintRecordKey = (manager: string): string => `${manager}.${NODE_WRITERS_DOMAIN}/taints`;
+
+export const taintsOf = (node: KubeObject): NodeTaint[] =>
+  (node['spec'] as { taints?: NodeTaint[] } | undefined)?.taints ?? [];
+
+/** The ids of the node's taints that `manager` put on (and that are still there). */
+export function ownedTaints(node: KubeObject, manager: string): string[] {
+  let recorded: unknown;
+  try {
+    recorded = JSON.parse(node.metadata?.annotations?.[taintRecordKey(manager)] ?? '[]');
+  } catch {
+    recorded = [];
+  }
+  const present = new Set(taintsOf(node).map(taintId));
+  return Array.isArray(recorded) ? recorded.filter((id): id is string => present.has(id)) : [];
+}
+
+export function nodeState(node: KubeObject, manager: string): NodeState {
+  return {
+    labels: node.metadata?.labels ?? {},
+    annotations: node.metadata?.annotations ?? {},
+    taints: taintsOf(node).map((t) => ({ ...t })),
+    owned: {
+      labels: ownedKeys(node, manager, ['metadata', 'labels']),
+      annotations: ownedKeys(node, manager, ['metadata', 'annotations']),
+      taints: ownedTaints(node, manager),
+    },
+  };
+}
+
+export interface NodePlan extends NodeOutputs {
+  /** True when the node already carries exactly this manager's share: nothing to write. */
+  inSync: boolean;
+  /** Which kinds of output a write would change (empty when in sync). */
+  changed: NodeOutputKind[];
+  /** Keys held back because another field manager set them to a different value. */
+  foreign: { kind: NodeOutputKind; key: string }[];
+}
+
+/**
+ * What to write: the desired outputs minus the keys another manager already set to a different
+ * value (a controller never fights for them, and never forces), and whether the node is already there.
+ */
+export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan {
+  const foreign: NodePlan['foreign'] = [];
+  const keep = (
+    kind: NodeOutputKind,
+    want: Record<string, string>,
+    have: Record<string, string>,
+    owned: Set<string>,
+  ) => {
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(want)) {
+      if (k in have && have[k] !== v && !owned.has(k)) foreign.push({ kind, key: k });
+      else out[k] = v;
+    }
+    return out;
+  };
+  const ownedLabels = new Set(state.owned.labels);
+  const ownedAnnotations = new Set(state.owned.annotations);
+  const ownedTaints = new Set(state.owned.taints);
+  const labels = keep('label', desired.labels, state.labels, ownedLabels);
+  const annotations = keep('annotation', desired.annotations, state.annotations, ownedAnnotations);
+  const current = new Map(state.taints.map((t) => [taintId(t), t]));
+  const taints = desired.taints.filter((t) => {
+    const cur = current.get(taintId(t));
+    if (cur && (cur.value ?? '') !== (t.value ?? '') && !ownedTaints.has(taintId(t))) {
+      foreign.push({ kind: 'taint', key: taintId(t) });
+      return false;
+    }
+    return true;
+  });
+  const sameKeys = (owned: Set<string>, want: string[]) =>
+    owned.size === want.length && want.every((k) => owned.has(k));
+  const sameRecord = (owned: Set<string>, want: Record<string, string>, have: Record<string, string>) =>
+    sameKeys(owned, Object.keys(want)) && Object.entries(want).every(([k, v]) => have[k] === v);
+  const changed: NodeOutputKind[] = [];
+  if (!sameRecord(ownedLabels, labels, state.labels)) changed.push('label');
+  if (!sameRecord(ownedAnnotations, annotations, state.annotations)) changed.push('annotation');
+  if (
+    !sameKeys(ownedTaints, taints.map(taintId)) ||
+    !taints.every((t) => (current.get(taintId(t))?.value ?? '') === (t.value ?? ''))
+  )
+    changed.push('taint');
+  return { inSync: changed.length === 0, changed, labels, annotations, taints, foreign };
+}
+
+/** The keys a write of `plan` changes on the node: set to another value, added, or dropped by this manager. */
+export function changedKeys(state: NodeState, plan: NodeOutputs): NodeKey[] {
+  const keys = new Set<NodeKey>();
+  const record = (
+    kind: NodeOutputKind,
+    want: Record<string, string>,
+    have: Record<string, string>,
+    owned: string[],
+  ) => {
+    for (const [k, v] of Object.entries(want)) if (have[k] !== v) keys.add(nodeKey(kind, k));
+    for (const k of owned) if (!(k in want) && k in have) keys.add(nodeKey(kind, k));
+  };
+  record('label', plan.labels, state.labels, state.owned.labels);
+  record('annotation', plan.annotations, state.annotations, state.owned.annotations);
+  const have = new Map(state.taints.map((t) => [taintId(t), t]));
+  const want = new Set(plan.taints.map(taintId));
+  for (const t of plan.taints) {
+    const cur = have.get(taintId(t));
+    if (!cur || (cur.value ?? '') !== (t.value ?? '')) keys.add(nodeKey('taint', t.key));
+  }
+  for (const id of state.owned.taints) {
+    const t = have.get(id);
+    if (t && !want.has(id)) keys.add(nodeKey('taint', t.key));
+  }
+  return [...keys];
+}
+
+/** `desired` with the `held` keys left as this manager's share of the node has them now. */
+export function leaveAsIs(state: NodeState, desired: NodeOutputs, held: NodeKey[]): NodeOutputs {
+  const out: NodeOutputs = {
+    labels: { ...desired.labels },
+    annotations: { ...desired.annotations },
+    taints: desired.taints,
+  };
+  const keep = (want: Record<string, string>, have: Record<string, string>, owned: string[], k: string) => {
+    if (owned.includes(k) && k in have) want[k] = have[k]!;
+    else delete want[k];
+  };
+  for (const h of held) {
+    const [kind, key] = [h.slice(0, h.indexOf(' ')), h.slice(h.indexOf(' ') + 1)];
+    if (kind === 'label') keep(out.labels, state.labels, state.owned.labels, key);
+    else if (kind === 'annotation') keep(out.annotations, state.annotations, state.owned.annotations, key);
+    else {
+      const owned = new Set(state.owned.taints);
+      out.taints = [
+        ...out.taints.filter((t) => t.key !== key),
+        ...state.taints.filter((t) => t.key === key && owned.has(taintId(t))),
+      ];
+    }
+  }
+  return out;
+}
