@@ -6,13 +6,7 @@
 import type { PolicyKit } from '../policy/kit.ts';
 import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
 import { conditionSetter, newlyHolds, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import {
-  Controller,
-  FirstPass,
-  generationChanged,
-  sameRecord,
-  type Result,
-} from '../runtime/controller/controller.ts';
+import { Controller, FirstPass, type Result } from '../runtime/controller/controller.ts';
 import { deniedVerbs, RestMapper, UnknownKindError } from '../runtime/client/restmapper.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
@@ -21,8 +15,17 @@ import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { BurstHold } from '../policy/nodes/burst.ts';
+import {
+  annotationsChanged,
+  changed,
+  generationChanged,
+  labelsChanged,
+  managedFieldsChanged,
+  ownersChanged,
+  valueChanged,
+} from '../policy/predicates.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
-import { Resources, type KubeObject, type OwnerReference, type ResourceRef } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
   claimedOwners,
@@ -186,8 +189,7 @@ export class AgentsController {
       ...new Set(pods.flatMap((p) => (p.spec.nodeName ? [p.spec.nodeName] : []))),
     ];
     const allNodes = () => this.nodes.keys();
-    const ownerChanged = (a: KubeObject, b: KubeObject) =>
-      a === b || !sameOwners(a.metadata?.ownerReferences, b.metadata?.ownerReferences);
+    const ownerChanged = changed(ownersChanged);
 
     this.nodeController = new Controller({
       name: 'agents-node',
@@ -204,15 +206,12 @@ export class AgentsController {
         { update: podChanged },
       )
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
-      .watch(this.placementObjects, allNodes, generationChanged)
+      .watch(this.placementObjects, allNodes, { update: changed(generationChanged) })
       .watch(kit.keys, (c) => (outranked(c) ? allNodes() : []))
       .watch(
         this.namespaces,
         (ns) => nodesOfPods(this.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
-        {
-          update: (a, b) =>
-            a === b || JSON.stringify(a.metadata?.labels) !== JSON.stringify(b.metadata?.labels),
-        },
+        { update: changed(labelsChanged) },
       )
       // An adoption changes who owns the pods of a ReplicaSet or Job.
       .watch(this.replicaSets, (rs) => nodesOfPods(this.pods.byIndex('controllerUid', rs.metadata!.uid!)), {
@@ -228,7 +227,7 @@ export class AgentsController {
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
     })
-      .watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged)
+      .watch(this.placementObjects, (p) => p.metadata!.name!, { update: changed(generationChanged) })
       .watch(kit.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
 
     this.finalizerController = new Controller({
@@ -237,7 +236,7 @@ export class AgentsController {
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileOwner(key) },
     })
-      .watch(this.placementObjects, (p) => p.metadata!.name!, generationChanged)
+      .watch(this.placementObjects, (p) => p.metadata!.name!, { update: changed(generationChanged) })
       // A claim that appears or goes changes whether its owner may be deleted.
       .watch(
         this.nodes,
@@ -719,33 +718,16 @@ const slimCrd = (o: KubeObject): KubeObject => {
 const sameSet = (a: Set<string> | undefined, b: Set<string> | undefined) =>
   (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x));
 
-const sameOwners = (a: OwnerReference[] | undefined, b: OwnerReference[] | undefined) =>
-  (a?.length ?? 0) === (b?.length ?? 0) &&
-  (a ?? []).every((o, i) => {
-    const p = b![i]!;
-    return (
-      o.uid === p.uid &&
-      o.name === p.name &&
-      o.kind === p.kind &&
-      o.apiVersion === p.apiVersion &&
-      !o.controller === !p.controller
-    );
-  });
-
 /**
  * Pod changes that can change a node's claims: not the status updates of a pod starting, which
  * are most of a pod's events.
  */
-export const podChanged = (a: SlimPod, b: SlimPod): boolean =>
-  a === b ||
-  a.spec.nodeName !== b.spec.nodeName ||
-  podFinished(a) !== podFinished(b) ||
-  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
-  !sameOwners(a.metadata?.ownerReferences, b.metadata?.ownerReferences);
+export const podChanged = changed<SlimPod>(
+  valueChanged((p) => p.spec.nodeName),
+  valueChanged(podFinished),
+  labelsChanged,
+  ownersChanged,
+);
 
 /** Node changes that matter: its labels and annotations (claims), and what Berth owns. */
-const nodeChanged = (a: SlimNode, b: SlimNode) =>
-  a === b ||
-  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
-  !sameRecord(a.metadata?.annotations, b.metadata?.annotations) ||
-  JSON.stringify(a.metadata?.managedFields) !== JSON.stringify(b.metadata?.managedFields);
+const nodeChanged = changed<SlimNode>(labelsChanged, annotationsChanged, managedFieldsChanged);

@@ -2,7 +2,14 @@
 // refuse on a node or a pod, selectors metav1 would refuse, and a selector that reaches every pod
 // without the acknowledgement. A placement with a problem is Invalid and applies nothing; one bad
 // placement must never make a node write fail for the others.
-import { validateLabelKey, validateLabelValue, type LabelSelector } from '../policy/match/selector.ts';
+import { requirementProblems } from '../policy/match/requirement.ts';
+import {
+  LABEL_SYNTAX,
+  selectorRequirements,
+  validateLabelKey,
+  validateLabelValue,
+  type LabelSelector,
+} from '../policy/match/selector.ts';
 import type { AgentPlacementSpec } from './types.ts';
 
 /** The label the apiserver puts on every namespace: how a namespaceSelector names a namespace. */
@@ -40,28 +47,20 @@ export function needsAcknowledgement(spec: AgentPlacementSpec): string | undefin
 
 /** metav1.LabelSelectorAsSelector's rules: valid keys and values, values exactly for In and NotIn. */
 export function selectorProblems(sel: LabelSelector | undefined, at: string): string[] {
-  const out: string[] = [];
-  for (const [k, v] of Object.entries(sel?.matchLabels ?? {})) {
-    const kp = validateLabelKey(k);
-    if (kp) out.push(`${at}.matchLabels key ${quote(k)}: ${kp}`);
-    const vp = validateLabelValue(v);
-    if (vp) out.push(`${at}.matchLabels[${quote(k)}] value ${quote(v)}: ${vp}`);
-  }
-  (sel?.matchExpressions ?? []).forEach((e, i) => {
-    const where = `${at}.matchExpressions[${i}]`;
-    const kp = validateLabelKey(e.key);
-    if (kp) out.push(`${where}.key ${quote(e.key)}: ${kp}`);
-    const values = e.values ?? [];
-    if ((e.operator === 'In' || e.operator === 'NotIn') && values.length === 0)
-      out.push(`${where}: operator ${e.operator} needs at least one value`);
-    if ((e.operator === 'Exists' || e.operator === 'DoesNotExist') && values.length > 0)
-      out.push(`${where}: operator ${e.operator} takes no values`);
-    for (const v of values) {
-      const vp = validateLabelValue(v);
-      if (vp) out.push(`${where} value ${quote(v)}: ${vp}`);
-    }
-  });
-  return out;
+  const labels = Object.keys(sel?.matchLabels ?? {}).length;
+  return selectorRequirements(sel).flatMap((r, i) =>
+    requirementProblems(r, LABEL_SYNTAX).map((p) => {
+      const where =
+        i >= labels
+          ? `${at}.matchExpressions[${i - labels}]`
+          : p.key !== undefined
+            ? `${at}.matchLabels`
+            : `${at}.matchLabels[${quote(r.key)}]`;
+      if (p.key !== undefined) return `${where} key ${quote(p.key)}: ${p.problem}`;
+      if (p.value !== undefined) return `${where} value ${quote(p.value)}: ${p.problem}`;
+      return `${where}: ${p.problem}`;
+    }),
+  );
 }
 
 /** Why `<prefix><owner UID>` is not a valid annotation key, or undefined when it is. */

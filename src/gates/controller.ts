@@ -5,13 +5,23 @@
 import type { PolicyKit } from '../policy/kit.ts';
 import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
 import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import { Controller, FirstPass, sameRecord, type Result } from '../runtime/controller/controller.ts';
+import { Controller, FirstPass, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { gateMetrics } from './metrics.ts';
 import type { CasNodeWriter } from '../policy/nodes/cas.ts';
+import {
+  annotationsChanged,
+  changed,
+  conditionsChanged,
+  deletionChanged,
+  generationChanged,
+  labelsChanged,
+  taintsChanged,
+  valueChanged,
+} from '../policy/predicates.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { missingTolerations } from './tolerate.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
@@ -97,10 +107,7 @@ export class GatesController {
       transform: { name: 'gates-daemonset', fn: slimDaemonSet },
     });
 
-    const gateChanged = (a: KubeObject, b: KubeObject) =>
-      a === b ||
-      a.metadata?.generation !== b.metadata?.generation ||
-      a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp;
+    const gateChanged = changed(generationChanged, deletionChanged);
 
     this.nodeController = new Controller({
       name: 'gates-node',
@@ -425,19 +432,14 @@ function slimDaemonSet(obj: KubeObject): KubeObject {
 }
 
 /** Pod changes that can change a gate's decision: its node, phase, readiness, labels, annotations, deletion. */
-const podChanged = (a: SlimPod, b: SlimPod) =>
-  a === b ||
-  a.spec.nodeName !== b.spec.nodeName ||
-  a.status.phase !== b.status.phase ||
-  a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp ||
-  podReady(a) !== podReady(b) ||
-  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
-  !sameRecord(a.metadata?.annotations, b.metadata?.annotations);
+const podChanged = changed<SlimPod>(
+  valueChanged((p) => p.spec.nodeName),
+  valueChanged((p) => p.status.phase),
+  deletionChanged,
+  valueChanged(podReady),
+  labelsChanged,
+  annotationsChanged,
+);
 
 /** Node changes that matter: labels, annotations, taints and conditions. */
-const nodeChanged = (a: SlimNode, b: SlimNode) =>
-  a === b ||
-  !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
-  !sameRecord(a.metadata?.annotations, b.metadata?.annotations) ||
-  JSON.stringify(a.spec.taints) !== JSON.stringify(b.spec.taints) ||
-  JSON.stringify(a.status.conditions) !== JSON.stringify(b.status.conditions);
+const nodeChanged = changed<SlimNode>(labelsChanged, annotationsChanged, taintsChanged, conditionsChanged);

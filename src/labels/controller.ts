@@ -5,18 +5,21 @@ import type { PolicyKit } from '../policy/kit.ts';
 import { applyStatus } from '../runtime/client/apply.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import {
-  changedPredicate,
-  Controller,
-  FirstPass,
-  generationChanged,
-  type Result,
-  type Source,
-} from '../runtime/controller/controller.ts';
+import { Controller, FirstPass, type Result, type Source } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
+import {
+  annotationsChanged,
+  changed,
+  deletionChanged,
+  generationChanged,
+  labelsChanged,
+  managedFieldsChanged,
+  nodeInfoChanged,
+  taintsChanged,
+} from '../policy/predicates.ts';
 import { slimNode, type SlimNode } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
@@ -101,8 +104,8 @@ export class LabelsController {
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileNode(key) },
     })
-      .watch(this.nodes, (n) => n.metadata!.name!, nodePredicate)
-      .watch(this.ruleObjects, allNodes, generationChanged)
+      .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
+      .watch(this.ruleObjects, allNodes, { update: changed(generationChanged) })
       .watch(kit.keys, allNodes);
     if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
 
@@ -112,7 +115,7 @@ export class LabelsController {
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
     })
-      .watch(this.ruleObjects, (r) => r.metadata!.name!, generationChanged)
+      .watch(this.ruleObjects, (r) => r.metadata!.name!, { update: changed(generationChanged) })
       .watch(kit.keys, () => this.ruleObjects.keys());
 
     manager.add(this.nodeController);
@@ -343,11 +346,13 @@ export class LabelsController {
   }
 }
 
-/** Node events that can change a decision: labels, annotations, taints, node info, deletion. */
-const nodePredicate = {
-  update: (a: SlimNode, b: SlimNode) =>
-    changedPredicate.update!(a, b) ||
-    JSON.stringify(a.spec.taints ?? []) !== JSON.stringify(b.spec.taints ?? []) ||
-    JSON.stringify(a.status.nodeInfo ?? {}) !== JSON.stringify(b.status.nodeInfo ?? {}) ||
-    JSON.stringify(a.metadata?.managedFields ?? []) !== JSON.stringify(b.metadata?.managedFields ?? []),
-};
+/** Node events that can change a decision: labels, annotations, taints, node info, deletion, what Berth owns. */
+const nodeChanged = changed<SlimNode>(
+  generationChanged,
+  deletionChanged,
+  labelsChanged,
+  annotationsChanged,
+  taintsChanged,
+  nodeInfoChanged,
+  managedFieldsChanged,
+);

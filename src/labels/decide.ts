@@ -10,19 +10,21 @@ import {
 } from '../policy/nodes/plan.ts';
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
+import { expressionProblems } from '../policy/match/requirement.ts';
+import { regexpErrors } from '../policy/match/regexp.ts';
 import { validateLabelKey } from '../policy/match/selector.ts';
+import { quote } from '../policy/text.ts';
 import {
   isTemplate,
   literalText,
   matchRule,
-  regexpErrors,
   renderTemplate,
   templateErrors,
   type NodeView,
   type RuleMatch,
 } from './match.ts';
 import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
-import { controlCharacterError, outputValueError, quote } from './values.ts';
+import { controlCharacterError, outputValueError } from './values.ts';
 
 // Keys under these domains belong to Kubernetes and its components; a rule must not forge them.
 const RESERVED = /^([a-z0-9-]+\.)*(kubernetes\.io|k8s\.io)\//;
@@ -40,20 +42,11 @@ function keyErrors(what: string, key: string): string[] {
 }
 
 function termErrors(where: string, t: MatchTerm): string[] {
-  const errors: string[] = [];
   const subjects = [t.label, t.annotation, t.field].filter((x) => x !== undefined).length;
-  if (subjects !== 1) errors.push(`${where}: a term names exactly one of label, annotation or field`);
-  const values = t.values ?? [];
-  if ((t.operator === 'Exists' || t.operator === 'DoesNotExist') && values.length > 0) {
-    errors.push(`${where}: ${t.operator} takes no values`);
-  }
-  if (!['Exists', 'DoesNotExist'].includes(t.operator) && values.length === 0) {
-    errors.push(`${where}: ${t.operator} needs values`);
-  }
-  if ((t.operator === 'Gt' || t.operator === 'Lt') && (values.length !== 1 || !/^-?\d+$/.test(values[0]!))) {
-    errors.push(`${where}: ${t.operator} takes exactly one integer value`);
-  }
-  return errors;
+  return [
+    ...(subjects !== 1 ? ['a term names exactly one of label, annotation or field'] : []),
+    ...expressionProblems(t),
+  ].map((e) => `${where}: ${e}`);
 }
 
 /**

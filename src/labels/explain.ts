@@ -4,18 +4,14 @@ import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { nodeState, taintId } from '../policy/nodes/plan.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
-import { MATCH_INPUT_MAX, nodeView, subjectOf, type NodeView } from './match.ts';
+import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
+import { escapeControl, quote } from '../policy/text.ts';
+import { nodeView, subjectOf, termValue, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
-import { escapeControl, quote } from './values.ts';
 
 function describeTerm(view: NodeView, t: MatchTerm): string {
   const s = subjectOf(t);
-  const value =
-    s.kind === 'label'
-      ? view.labels[s.key]
-      : s.kind === 'annotation'
-        ? view.annotations[s.key]
-        : view.fields[s.key as keyof NodeView['fields']];
+  const value = termValue(view, t);
   const unread =
     value !== undefined && value.length > MATCH_INPUT_MAX && ['Gt', 'Lt', 'InRegexp'].includes(t.operator)
       ? `, longer than the ${MATCH_INPUT_MAX} characters ${t.operator} reads`

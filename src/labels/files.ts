@@ -9,8 +9,8 @@ import { type EventHandler } from '../runtime/cache/informer.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
+import { escapeControl, quote } from '../policy/text.ts';
 import type { MatchTerm, Rule } from './types.ts';
-import { escapeControl, quote } from './values.ts';
 
 /** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
 export interface FileError {

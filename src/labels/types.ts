@@ -2,6 +2,7 @@
 // NodeLabelRules and k8s-auto-labeller rule files compile into.
 import { z } from 'zod';
 import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import { OPERATORS } from '../policy/match/requirement.ts';
 
 export const GROUP = 'berth.dev';
 export const FIELD_MANAGER = 'berth-labels';
@@ -17,9 +18,6 @@ export const NODE_FIELDS = {
   kubeletVersion: 'status.nodeInfo.kubeletVersion',
 } as const;
 export type NodeField = keyof typeof NODE_FIELDS;
-
-export const OPERATORS = ['In', 'NotIn', 'Exists', 'DoesNotExist', 'Gt', 'Lt', 'InRegexp'] as const;
-export type Operator = (typeof OPERATORS)[number];
 
 const matchTerm = k8s(
   z.object({

@@ -1,27 +1,8 @@
-// Text that derived labels show and write. Messages quote user text through quote(): bounded and
-// escaped, so a runaway or hostile line cannot make a runaway message or forge log lines. Output
-// values, literal or rendered, pass one validator per output kind: what Kubernetes accepts, minus
-// control characters everywhere.
+// Text that derived labels write. Output values, literal or rendered, pass one validator per output
+// kind: what Kubernetes accepts, minus control characters everywhere.
 import type { NodeOutputKind } from '../policy/nodes/plan.ts';
 import { validateLabelValue } from '../policy/match/selector.ts';
-
-/** Most characters of user text a message quotes. */
-export const QUOTE_MAX = 64;
-
-// C0 and C1 controls, DEL, line and paragraph separators, and bidirectional overrides (which can
-// make a log line read differently from what it holds).
-// eslint-disable-next-line no-control-regex -- finding control characters is the point
-const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
-const hex = (c: string): string => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
-
-/** User text for a message: a JSON string of at most `max` characters of it, control characters escaped. */
-export function quote(s: string, max = QUOTE_MAX): string {
-  const cut = s.length > max ? `${s.slice(0, max)}…` : s;
-  return JSON.stringify(cut).replace(UNSAFE, hex);
-}
-
-/** `s` with control characters escaped but no quotes added: for paths and names in messages. */
-export const escapeControl = (s: string): string => s.replace(UNSAFE, hex);
+import { quote } from '../policy/text.ts';
 
 /** The longest annotation value Berth writes, literal or rendered (the rule schema's own bound). */
 export const ANNOTATION_VALUE_MAX = 4096;

@@ -1,6 +1,6 @@
 // Generated NodeLabelRules and nodes for fuzz and abuse tests: careful ones (valid lists only,
 // within the schema) and careless ones (hostile regular expressions, templates, keys and values).
-import { OPERATORS } from '../../src/labels/types.ts';
+import { OPERATORS } from '../../src/policy/match/requirement.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Prng } from './prng.ts';
 

@@ -2,11 +2,10 @@
 // selector selects everything, as in a NetworkPolicy or a webhook's namespaceSelector), its schema
 // for custom resources, and the apiserver's rules for label keys and values.
 import { z } from 'zod';
+import { requirementHolds, SELECTOR_OPERATORS, type Requirement, type Syntax } from './requirement.ts';
 
-export interface LabelSelectorRequirement {
-  key: string;
-  operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';
-  values?: string[];
+export interface LabelSelectorRequirement extends Requirement {
+  operator: (typeof SELECTOR_OPERATORS)[number];
 }
 
 export interface LabelSelector {
@@ -14,31 +13,22 @@ export interface LabelSelector {
   matchExpressions?: LabelSelectorRequirement[];
 }
 
+/** The selector's requirements, as metav1.LabelSelectorAsSelector reads it: each matchLabels entry is an In of its one value. */
+export const selectorRequirements = (selector: LabelSelector | undefined): Requirement[] => [
+  ...Object.entries(selector?.matchLabels ?? {}).map(([key, value]) => ({
+    key,
+    operator: 'In' as const,
+    values: [value],
+  })),
+  ...(selector?.matchExpressions ?? []),
+];
+
 export function selectorMatches(
   selector: LabelSelector | undefined,
   labels: Record<string, string> | undefined,
 ): boolean {
   const l = labels ?? {};
-  for (const [k, v] of Object.entries(selector?.matchLabels ?? {})) if (l[k] !== v) return false;
-  for (const r of selector?.matchExpressions ?? []) {
-    const has = r.key in l;
-    const values = r.values ?? [];
-    switch (r.operator) {
-      case 'In':
-        if (!has || !values.includes(l[r.key]!)) return false;
-        break;
-      case 'NotIn':
-        if (has && values.includes(l[r.key]!)) return false;
-        break;
-      case 'Exists':
-        if (!has) return false;
-        break;
-      case 'DoesNotExist':
-        if (has) return false;
-        break;
-    }
-  }
-  return true;
+  return selectorRequirements(selector).every((r) => requirementHolds(r, l));
 }
 
 /** A label selector in a custom resource's spec. */
@@ -49,7 +39,7 @@ export const labelSelectorSchema = z
       .array(
         z.object({
           key: z.string().min(1),
-          operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
+          operator: z.enum(SELECTOR_OPERATORS),
           values: z.array(z.string()).optional(),
         }),
       )
@@ -86,3 +76,6 @@ export function validateLabelValue(value: string): string | undefined {
   if (value !== '' && !QUALIFIED_NAME.test(value)) return `must be empty or consist of ${NAME_CHARS}`;
   return undefined;
 }
+
+/** Label keys and values as the apiserver accepts them: the syntax of a label selector's requirements. */
+export const LABEL_SYNTAX: Syntax = { key: validateLabelKey, value: validateLabelValue };

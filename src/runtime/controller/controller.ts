@@ -6,7 +6,6 @@ import { rootLogger, type Logger } from '../observability/log.ts';
 import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
 import { WorkQueue } from '../workqueue/queue.ts';
-import type { KubeObject } from '../api/meta.ts';
 
 export interface Result {
   /** Reconcile this key again after the given delay (its backoff is forgotten). */
@@ -46,31 +45,6 @@ export interface ControllerOptions {
   workers?: number;
   rateLimiter?: RateLimiter<string>;
   logger?: Logger;
-}
-
-/** Reconciles an object only when its spec changed (its generation), not on status or metadata writes. */
-export const generationChanged = {
-  update: (a: KubeObject, b: KubeObject): boolean =>
-    a === b || a.metadata?.generation !== b.metadata?.generation,
-};
-
-/** Reconciles objects that changed meaningfully: their generation, labels, annotations or deletion. */
-export const changedPredicate: Predicates<KubeObject> = {
-  update: (a, b) =>
-    a === b ||
-    a.metadata?.generation !== b.metadata?.generation ||
-    a.metadata?.deletionTimestamp !== b.metadata?.deletionTimestamp ||
-    !sameRecord(a.metadata?.labels, b.metadata?.labels) ||
-    !sameRecord(a.metadata?.annotations, b.metadata?.annotations),
-};
-
-export function sameRecord(
-  a: Record<string, string> | undefined,
-  b: Record<string, string> | undefined,
-): boolean {
-  const ka = Object.keys(a ?? {});
-  if (ka.length !== Object.keys(b ?? {}).length) return false;
-  return ka.every((k) => b?.[k] === a?.[k]);
 }
 
 export class Controller {

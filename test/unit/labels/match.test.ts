@@ -6,16 +6,13 @@ import { describe, test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { RE2JS } from 're2js';
 import { compileRule } from '../../../src/labels/decide.ts';
+import { evalTerm, renderTemplate, templateErrors, type NodeView } from '../../../src/labels/match.ts';
+import { MATCH_INPUT_MAX } from '../../../src/policy/match/requirement.ts';
 import {
-  evalTerm,
-  MATCH_INPUT_MAX,
   programSizeBound,
   REGEXP_PROGRAM_MAX,
-  renderTemplate,
   RULE_REGEXP_PROGRAM_MAX,
-  templateErrors,
-  type NodeView,
-} from '../../../src/labels/match.ts';
+} from '../../../src/policy/match/regexp.ts';
 import type { MatchTerm } from '../../../src/labels/types.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 

@@ -1,12 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import {
-  ANNOTATION_VALUE_MAX,
-  escapeControl,
-  outputValueError,
-  quote,
-  QUOTE_MAX,
-} from '../../../src/labels/values.ts';
+import { ANNOTATION_VALUE_MAX, outputValueError } from '../../../src/labels/values.ts';
+import { escapeControl, quote, QUOTE_MAX } from '../../../src/policy/text.ts';
 
 describe('quote', () => {
   test('quotes at most QUOTE_MAX characters of user text', () => {
