@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { workersOption, type Capability } from '../capability.ts';
 import { agentsCommand } from './cli.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
@@ -10,11 +10,7 @@ export const agentsCapability: Capability = {
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
   roles: ['cluster'],
   commands: () => [agentsCommand()],
-  options: () => [
-    new Option('--agent-workers <n>', 'concurrent node reconciles of the agents controller')
-      .default(16)
-      .argParser(Number),
-  ],
+  options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
   rbac: [

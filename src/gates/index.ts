@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { workersOption, type Capability } from '../capability.ts';
 import { gatesCommand } from './cli.ts';
 import { GatesController } from './controller.ts';
 import { explainNodeGates } from './explain.ts';
@@ -12,9 +12,7 @@ export const gatesCapability: Capability = {
   roles: ['cluster'],
   commands: () => [gatesCommand()],
   options: () => [
-    new Option('--gate-workers <n>', 'concurrent node reconciles of the gates controller')
-      .default(16)
-      .argParser(Number),
+    workersOption('gate-workers', 'gates'),
     new Option(
       '--gates-failure-policy <policy>',
       'failurePolicy of the Node CREATE webhook: Ignore (nodes join while Berth is down; the controller ' +

@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { workersOption, type Capability } from '../capability.ts';
 import { rulesCommand } from './cli.ts';
 import { LabelsController } from './controller.ts';
 import { explainNodeLabels } from './explain.ts';
@@ -16,9 +16,7 @@ export const labelsCapability: Capability = {
       '--label-dir <dir>',
       'k8s-auto-labeller rule files, DIR/<namespace>/<label> (watched and reloaded)',
     ),
-    new Option('--label-workers <n>', 'concurrent node reconciles of the labels controller')
-      .default(16)
-      .argParser(Number),
+    workersOption('label-workers', 'labels'),
   ],
   crds: [NodeLabelRule],
   rbac: [
