@@ -1,4 +1,3 @@
-import { Option } from 'commander';
 import { workersOption, type Capability } from '../capability.ts';
 import { agentsCommand } from './cli.ts';
 import { AgentsController } from './controller.ts';
