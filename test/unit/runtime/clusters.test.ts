@@ -55,17 +55,13 @@ class FakeSource implements Source<string> {
 
 /** A controller watching a fake source on every cluster; cell keys ask to be reconciled again soon. */
 function watchingController(manager: Manager) {
-  const sources = new Map<string, FakeSource>();
   const reconciled: string[] = [];
-  const controller = new Controller({
-    name: 'clusters-test',
-    reconciler: {
-      async reconcile(key) {
-        reconciled.push(key);
-        return key.startsWith('cluster://') ? { requeueAfterMs: 20 } : {};
-      },
-    },
-  }).watchClusters(
+  const sources = new Map<string, FakeSource>();
+  const reconcile = async (key: string) => {
+    reconciled.push(key);
+    return key.startsWith('cluster://') ? { requeueAfterMs: 20 } : {};
+  };
+  const controller = new Controller({ name: 'fake-clusters', reconciler: { reconcile } }).watchClusters(
     (cluster) => {
       const s = new FakeSource();
       sources.set(cluster.name, s);
