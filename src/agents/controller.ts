@@ -7,7 +7,7 @@ import type { PolicyKit } from '../policy/kit.ts';
 import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
 import { conditionSetter, newlyHolds, sameConditions, type Condition } from '../runtime/api/conditions.ts';
 import { Controller, FirstPass, type Result } from '../runtime/controller/controller.ts';
-import { deniedVerbs, RestMapper, UnknownKindError } from '../runtime/client/restmapper.ts';
+import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/client/restmapper.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { isNotFound } from '../runtime/client/client.ts';
@@ -132,7 +132,7 @@ export class AgentsController {
     this.berthNamespace = opts.berthNamespace;
     this.log = manager.log.child({ capability: 'agents' });
     this.events = manager.recorder('agents');
-    this.mapper = new RestMapper(manager.client());
+    this.mapper = manager.cluster().mapper;
     this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
     this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
     this.pods.addIndexer(

@@ -1,7 +1,12 @@
 // A controller in controller-runtime's sense: watches map informer events to keys in a work queue,
-// workers hand each key to a Reconciler, and the result decides forget / requeue / back off.
+// workers hand each key to a Reconciler, and the result decides forget / requeue / back off. It is
+// Aware of clusters (multicluster-runtime's controller): a watch made with watchClusters runs on
+// every engaged cluster, its keys carry their cluster, and it ends when its cluster is disengaged.
 import { type EventHandler } from '../cache/informer.ts';
 import { errorText } from '../observability/log.ts';
+import type { Cluster } from '../cluster/cluster.ts';
+import { clusterKey, localCluster, splitClusterKey } from '../cluster/key.ts';
+import type { Aware } from '../cluster/provider.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
@@ -47,11 +52,20 @@ export interface ControllerOptions {
   logger?: Logger;
 }
 
-export class Controller {
+interface ClusterWatch<T> {
+  source: (cluster: Cluster) => Source<T>;
+  map: MapFunc<T>;
+  predicates: Predicates<T>;
+}
+
+export class Controller implements Aware {
   readonly name: string;
   readonly queue: WorkQueue<string>;
   private readonly opts: ControllerOptions;
   private readonly sources: Source<never>[] = [];
+  private readonly clusterWatches: ClusterWatch<never>[] = [];
+  /** The clusters engaged with this controller, each with the signal that aborts when it leaves. */
+  private readonly clusters = new Map<string, { cluster: Cluster; signal: AbortSignal }>();
   private readonly log: Logger;
   private workers: Promise<void>[] = [];
   private stopping: AbortController | undefined;
@@ -70,12 +84,65 @@ export class Controller {
   /** Enqueues the keys that `map` derives from every add, update and delete that passes the predicates. */
   watch<T>(source: Source<T>, map: MapFunc<T>, predicates: Predicates<T> = {}): this {
     this.sources.push(source as Source<never>);
+    source.addEventHandler(this.handler(map, predicates));
+    return this;
+  }
+
+  /**
+   * Watches on every engaged cluster, the local one included: `source` makes the source of one
+   * cluster (say, its informer of a resource), and the keys `map` derives carry that cluster
+   * (clusterKey). A cluster's events flow once its sources have synced (they replay what they hold
+   * as adds), so a reconcile never sees part of a cluster, and a cluster out of reach holds back
+   * only its own keys.
+   */
+  watchClusters<T>(
+    source: (cluster: Cluster) => Source<T>,
+    map: MapFunc<T>,
+    predicates: Predicates<T> = {},
+  ): this {
+    const w: ClusterWatch<T> = { source, map, predicates };
+    this.clusterWatches.push(w as ClusterWatch<never>);
+    for (const { cluster, signal } of this.clusters.values()) this.watchOn(cluster, signal, w);
+    return this;
+  }
+
+  /** Aware: the cluster's watches start; when it leaves they stop and its keys leave the queue. */
+  engage(cluster: Cluster, signal: AbortSignal): void {
+    const name = cluster.name;
+    this.clusters.set(name, { cluster, signal });
+    signal.addEventListener(
+      'abort',
+      () => {
+        this.clusters.delete(name);
+        this.queue.removeWhere((k) => splitClusterKey(k).cluster === name);
+      },
+      { once: true },
+    );
+    for (const w of this.clusterWatches) this.watchOn(cluster, signal, w);
+  }
+
+  private watchOn<T>(cluster: Cluster, signal: AbortSignal, w: ClusterWatch<T>): void {
+    const source = w.source(cluster);
+    source.waitForSync(signal).then(
+      () => source.addEventHandler(this.handler(w.map, w.predicates, cluster.name, signal)),
+      () => {}, // disengaged before it synced
+    );
+  }
+
+  private handler<T>(
+    map: MapFunc<T>,
+    predicates: Predicates<T>,
+    cluster = localCluster,
+    signal?: AbortSignal,
+  ): EventHandler<T> {
     const enqueue = (obj: T) => {
+      // A disengaged cluster's informers stop a moment after its signal aborts.
+      if (signal?.aborted) return;
       const keys = map(obj);
       if (keys === undefined) return;
-      for (const k of Array.isArray(keys) ? keys : [keys]) this.queue.add(k);
+      for (const k of Array.isArray(keys) ? keys : [keys]) this.queue.add(clusterKey(cluster, k));
     };
-    source.addEventHandler({
+    return {
       onAdd: (o) => (predicates.add?.(o) ?? true) && enqueue(o),
       onUpdate: (a, b) => {
         if (!(predicates.update?.(a, b) ?? true)) return;
@@ -84,8 +151,7 @@ export class Controller {
         if (a !== b) enqueue(b);
       },
       onDelete: (o) => (predicates.delete?.(o) ?? true) && enqueue(o),
-    });
-    return this;
+    };
   }
 
   /** Waits for every watched source to sync (nothing is pruned from a partial view), then runs the workers until stop(). */
@@ -112,8 +178,19 @@ export class Controller {
     for (;;) {
       const item = await this.queue.get();
       if (item.shutdown) return;
+      if (this.left(item.key)) {
+        this.queue.forget(item.key);
+        this.queue.done(item.key);
+        continue;
+      }
       await this.process(item.key, signal);
     }
+  }
+
+  /** A key of a cluster that is not engaged (any more): one that was being reconciled or waiting when its cluster left. */
+  private left(key: string): boolean {
+    const { cluster } = splitClusterKey(key);
+    return cluster !== localCluster && !this.clusters.has(cluster);
   }
 
   private async process(key: string, signal: AbortSignal): Promise<void> {
