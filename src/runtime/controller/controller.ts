@@ -19,14 +19,8 @@ export interface Result {
   requeue?: boolean;
 }
 
-export interface ReconcileContext {
-  log: Logger;
-  /** Aborted when the controller stops (shutdown or lost leadership). */
-  signal: AbortSignal;
-}
-
 export interface Reconciler {
-  reconcile(key: string, ctx: ReconcileContext): Promise<Result | void>;
+  reconcile(key: string): Promise<Result | void>;
 }
 
 /** Anything that delivers object events and knows when it has seen everything once: informers, rule files. */
@@ -195,11 +189,10 @@ export class Controller implements Aware {
 
   private async process(key: string, signal: AbortSignal): Promise<void> {
     const labels = { controller: this.name };
-    const log = this.log.child({ key });
     const started = performance.now();
     reconcileMetrics.activeWorkers.inc(labels);
     try {
-      const result = (await this.opts.reconciler.reconcile(key, { log, signal })) ?? {};
+      const result = (await this.opts.reconciler.reconcile(key)) ?? {};
       if (result.requeueAfterMs !== undefined && result.requeueAfterMs > 0) {
         this.queue.forget(key);
         this.queue.addAfter(key, result.requeueAfterMs);
@@ -215,8 +208,8 @@ export class Controller implements Aware {
       reconcileMetrics.total.inc({ ...labels, result: 'error' });
       reconcileMetrics.errors.inc(labels);
       if (!signal.aborted) {
-        log.warn(
-          { err: errorText(e), requeues: this.queue.numRequeues(key) },
+        this.log.warn(
+          { key, err: errorText(e), requeues: this.queue.numRequeues(key) },
           'reconcile failed; will retry',
         );
         this.queue.addRateLimited(key);
