@@ -132,14 +132,19 @@ export class Cluster {
     for (const inf of this.informers.values()) inf.start();
   }
 
-  /** Events recorded until now still go out (up to a bound); then the informers stop and the client closes. */
-  async stop(): Promise<void> {
-    if (this.state === 'stopped') return;
-    this.state = 'stopped';
+  /** Sends the events recorded until now (up to a bound), and records no more. */
+  async flushEvents(): Promise<void> {
     const bound = () => new Promise<void>((r) => setTimeout(r, eventFlushBoundMs).unref());
     await Promise.all(
       [...this.recorders.values()].map((r) => Promise.race([r.flush(), bound()]).finally(() => r.stop())),
     );
+  }
+
+  /** Events recorded until now still go out (up to a bound); then the informers stop and the client closes. */
+  async stop(): Promise<void> {
+    if (this.state === 'stopped') return;
+    this.state = 'stopped';
+    await this.flushEvents();
     await Promise.all(this.allInformers().map((i) => i.stop()));
     this.client.close();
   }
