@@ -90,12 +90,12 @@ export class AgentsController {
   readonly nodeController: Controller;
   readonly status: PolicyStatusWriter<PlacementObject, PlacementStanding, PlacementCount>;
   readonly finalizerController: Controller;
-  private readonly manager: Manager;
+  readonly manager: Manager;
   private readonly kit: PolicyKit;
   private readonly writer: NodeWriter;
   private readonly burst: BurstHold;
-  private readonly events: EventRecorder;
-  private readonly log: Logger;
+  readonly events: EventRecorder;
+  readonly log: Logger;
   private readonly mapper: RestMapper;
   /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
@@ -218,16 +218,9 @@ export class AgentsController {
 
     manager.add(this.nodeController);
 
-    this.status = new PolicyStatusWriter({
+    this.status = new PolicyStatusWriter(this, this.placementObjects, {
       name: 'agents-status',
-      kit,
-      policy: AgentPlacement,
-      objects: this.placementObjects,
-      nodeController: this.nodeController,
-      nodes: this.nodes,
       fieldManager: FIELD_MANAGER,
-      events: this.events,
-      log: this.log,
       delayMs: 500,
       report: (obj, standings) => this.report(obj, standings),
       // Things a user can fix: a placement that is unusable, conflicts, or rejects claims.

@@ -63,10 +63,10 @@ export class GatesController {
   readonly daemonSets: Informer<KubeObject>;
   readonly nodeController: Controller;
   readonly status: PolicyStatusWriter<GateObject, NodeGateResult, GateCount>;
-  private readonly manager: Manager;
+  readonly manager: Manager;
+  readonly events: EventRecorder;
+  readonly log: Logger;
   private readonly kit: PolicyKit;
-  private readonly events: EventRecorder;
-  private readonly log: Logger;
   private readonly clock: () => number;
   private readonly failurePolicy: 'Fail' | 'Ignore';
   private readonly expectations: WriteExpectations;
@@ -116,18 +116,11 @@ export class GatesController {
 
     manager.add(this.nodeController);
 
-    this.status = new PolicyStatusWriter({
+    this.status = new PolicyStatusWriter(this, this.gateObjects, {
       name: 'gates-status',
-      kit,
-      policy: NodeStartupGate,
-      objects: this.gateObjects,
-      objectChanged: gateChanged,
-      nodeController: this.nodeController,
-      nodes: this.nodes,
       fieldManager: FIELD_MANAGER,
-      events: this.events,
-      log: this.log,
       delayMs: 200,
+      objectChanged: gateChanged,
       report: (obj, standings) => this.report(obj, standings),
       warnings: [
         { type: 'Invalid', status: 'True' },

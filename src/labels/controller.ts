@@ -14,6 +14,7 @@ import {
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
 import type { Logger } from '../runtime/observability/log.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
 import { slimNode, type SlimNode } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
@@ -52,9 +53,10 @@ export class LabelsController {
   readonly files: RuleDirSource | undefined;
   readonly nodeController: Controller;
   readonly status: PolicyStatusWriter<RuleObject, RuleStanding, RuleCount>;
+  readonly manager: Manager;
+  readonly events: EventRecorder;
+  readonly log: Logger;
   private readonly kit: PolicyKit;
-  private readonly events: EventRecorder;
-  private readonly log: Logger;
   private readonly writer: NodeWriter;
   private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
   /** Rules that would write keys another capability owns, by rule name: why. */
@@ -66,6 +68,7 @@ export class LabelsController {
   constructor(kit: PolicyKit, opts: LabelsOptions = {}) {
     const manager = kit.manager;
     this.kit = kit;
+    this.manager = manager;
     this.log = manager.log.child({ capability: 'labels' });
     this.events = manager.recorder('labels');
     this.nodes = manager.informer<SlimNode>(Resources.nodes, {
@@ -105,16 +108,9 @@ export class LabelsController {
       .watch(kit.keys, allNodes);
     if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
 
-    this.status = new PolicyStatusWriter({
+    this.status = new PolicyStatusWriter(this, this.ruleObjects, {
       name: 'labels-rule-status',
-      kit,
-      policy: NodeLabelRule,
-      objects: this.ruleObjects,
-      nodeController: this.nodeController,
-      nodes: this.nodes,
       fieldManager: FIELD_MANAGER,
-      events: this.events,
-      log: this.log,
       delayMs: 500,
       report: (obj, standings) => this.report(obj, standings),
       // Things a user can fix: a rule that is invalid, conflicts, or renders invalid values.

@@ -5,8 +5,7 @@
 // log line, once per change), and writes the status only when something changed, and never before
 // the node controller's first full pass: counts over part of the nodes would flap on every restart.
 import { isDeepStrictEqual } from 'node:util';
-import type { PolicyKit } from './kit.ts';
-import type { Policy, PolicyStatus } from './crd.ts';
+import type { PolicyStatus } from './crd.ts';
 import { applyStatus } from '../runtime/client/apply.ts';
 import {
   conditionSetter,
@@ -20,11 +19,12 @@ import {
   generationChanged,
   type Predicates,
   type Result,
+  type Source,
 } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Informer } from '../runtime/cache/informer.ts';
 import type { Logger } from '../runtime/observability/log.ts';
-import type { KubeObject } from '../runtime/api/meta.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 
 /** What a policy reports: every count (undefined leaves it out) and its conditions, in order. */
 export interface StatusReport<Count extends string> {
@@ -42,28 +42,33 @@ export interface Warning {
   event?: string;
 }
 
+/** A capability's node loop: the controller that records standings, and what the writer writes with. */
+export interface NodeLoop {
+  readonly manager: Pick<Manager, 'add' | 'client'>;
+  readonly nodeController: Controller;
+  /** The nodes it must have seen once before a status is written. */
+  readonly nodes: { keys(): string[] };
+  readonly events: Pick<EventRecorder, 'event'>;
+  readonly log: Logger;
+}
+
+/** The policy objects, from their informer. */
+export type PolicyObjects<O> = Source<O> & { readonly ref: ResourceRef; get(name: string): O | undefined };
+
 export interface PolicyStatusOptions<O extends PolicyObject<Count>, S, Count extends string> {
   /** The status controller's name. */
   name: string;
-  kit: PolicyKit;
-  policy: Policy<unknown, Count>;
-  objects: Informer<O>;
-  /** Which object updates reach the status controller; default: a new generation. */
-  objectChanged?: Predicates<O>['update'];
-  /** The node controller that records standings, and the nodes it must have seen once before a write. */
-  nodeController: Controller;
-  nodes: { keys(): string[] };
   fieldManager: string;
-  events: EventRecorder;
-  log: Logger;
   /** How long a changed standing waits before its policy's status is looked at. */
   delayMs: number;
+  warnings: Warning[];
   /** The policy's counts and conditions from its standing on every node that has one; a Result to look again later. */
   report(obj: O, standings: S[]): StatusReport<Count> | Result;
-  warnings: Warning[];
+  /** Which object updates reach the status controller; default: a new generation. */
+  objectChanged?: Predicates<O>['update'];
   /** The events' action; default Reconcile. */
   eventAction?: string;
-  /** What a reconcile of the live object does; default: write its status. A finalizer flow wraps the write here. */
+  /** What a reconcile of a cached policy object does; default: write its status. A finalizer flow wraps the write here. */
   reconcile?(obj: O, writeStatus: () => Promise<Result | void>): Promise<Result | void>;
 }
 
@@ -72,22 +77,26 @@ export type PolicyObject<Count extends string = string> = KubeObject & { status?
 export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends string> {
   /** Keyed by policy name; more sources may be watched. */
   readonly controller: Controller;
+  private readonly loop: NodeLoop;
+  private readonly objects: PolicyObjects<O>;
   private readonly opts: PolicyStatusOptions<O, S, Count>;
   /** Node → policy → its standing there. */
   private readonly standings = new Map<string, Map<string, S>>();
   private readonly firstPass = new FirstPass();
 
-  constructor(opts: PolicyStatusOptions<O, S, Count>) {
+  constructor(loop: NodeLoop, objects: PolicyObjects<O>, opts: PolicyStatusOptions<O, S, Count>) {
+    this.loop = loop;
+    this.objects = objects;
     this.opts = opts;
     this.controller = new Controller({
       name: opts.name,
       workers: 2,
-      logger: opts.log,
+      logger: loop.log,
       reconciler: { reconcile: (name) => this.reconcile(name) },
-    }).watch(opts.objects, (o) => o.metadata!.name!, {
+    }).watch(objects, (o) => o.metadata!.name!, {
       update: opts.objectChanged ?? generationChanged.update,
     });
-    opts.kit.manager.add(this.controller);
+    loop.manager.add(this.controller);
   }
 
   /** Records a node's standing per policy (none: the node is gone), and queues the policies it changed for. */
@@ -108,11 +117,11 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
 
   /** Whether the node controller has been through every node once. */
   firstPassDone(): boolean {
-    return this.firstPass.complete(this.opts.nodeController, this.standings, this.opts.nodes);
+    return this.firstPass.complete(this.loop.nodeController, this.standings, this.loop.nodes);
   }
 
   private async reconcile(name: string): Promise<Result | void> {
-    const obj = this.opts.objects.get(name);
+    const obj = this.objects.get(name);
     if (!obj) return;
     const write = () => this.write(obj);
     return this.opts.reconcile ? this.opts.reconcile(obj, write) : write();
@@ -143,26 +152,20 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
     for (const w of this.opts.warnings) {
       const c = newlyHolds(old?.conditions, conds.conditions, w.type, w.status, w.reason);
       if (!c) continue;
-      this.opts.events.event(
+      this.loop.events.event(
         obj,
         'Warning',
         w.event ?? c.reason,
         this.opts.eventAction ?? 'Reconcile',
         c.message,
       );
-      this.opts.log.warn({ policy: name, reason: c.reason }, c.message);
+      this.loop.log.warn({ policy: name, reason: c.reason }, c.message);
     }
     const status = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       ...Object.fromEntries(counts.filter(([, v]) => v !== undefined)),
       conditions: conds.conditions,
     };
-    await applyStatus(
-      this.opts.kit.manager.client(),
-      this.opts.policy.ref,
-      obj,
-      status,
-      this.opts.fieldManager,
-    );
+    await applyStatus(this.loop.manager.client(), this.objects.ref, obj, status, this.opts.fieldManager);
   }
 }
