@@ -221,7 +221,6 @@ export class AgentsController {
     this.status = new PolicyStatusWriter(this, this.placementObjects, {
       name: 'agents-status',
       fieldManager: FIELD_MANAGER,
-      delayMs: 500,
       report: (obj, standings) => this.report(obj, standings),
       // Things a user can fix: a placement that is unusable, conflicts, or rejects claims.
       warnings: [

@@ -122,12 +122,14 @@ export class GatesController {
       delayMs: 200,
       objectChanged: gateChanged,
       report: (obj, standings) => this.report(obj, standings),
+      // Things a user can fix, found when the gate is validated: an invalid or conflicting gate, or
+      // required pods that could never run on a gated node.
+      eventAction: 'Validate',
       warnings: [
         { type: 'Invalid', status: 'True' },
         { type: 'Conflicting', status: 'True' },
         { type: 'RequiredPodsSchedulable', status: 'False' },
       ],
-      eventAction: 'Validate',
       // The gate's finalizer: deleting a gate takes its taint and annotations off every node first.
       reconcile: (obj, writeStatus) =>
         finalizer(

@@ -111,7 +111,6 @@ export class LabelsController {
     this.status = new PolicyStatusWriter(this, this.ruleObjects, {
       name: 'labels-rule-status',
       fieldManager: FIELD_MANAGER,
-      delayMs: 500,
       report: (obj, standings) => this.report(obj, standings),
       // Things a user can fix: a rule that is invalid, conflicts, or renders invalid values.
       warnings: [

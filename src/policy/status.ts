@@ -59,8 +59,8 @@ export interface PolicyStatusOptions<O extends PolicyObject<Count>, S, Count ext
   /** The status controller's name. */
   name: string;
   fieldManager: string;
-  /** How long a changed standing waits before its policy's status is looked at. */
-  delayMs: number;
+  /** How long a changed standing waits before its policy's status is looked at; default 500 ms. */
+  delayMs?: number;
   warnings: Warning[];
   /** The policy's counts and conditions from its standing on every node that has one; a Result to look again later. */
   report(obj: O, standings: S[]): StatusReport<Count> | Result;
@@ -106,7 +106,7 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
     else this.standings.delete(node);
     for (const policy of new Set([...(old?.keys() ?? []), ...(standings?.keys() ?? [])])) {
       if (!isDeepStrictEqual(old?.get(policy), standings?.get(policy)))
-        this.controller.queue.addAfter(policy, this.opts.delayMs);
+        this.controller.queue.addAfter(policy, this.opts.delayMs ?? 500);
     }
   }
 
