@@ -1,5 +1,6 @@
 import { Option } from 'commander';
 import { workersOption, type Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
 import { gatesCommand } from './cli.ts';
 import { GatesController } from './controller.ts';
 import { explainNodeGates } from './explain.ts';
@@ -29,11 +30,11 @@ export const gatesCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['get', 'list', 'watch'] },
     {
-      apiGroups: ['berth.dev'],
+      apiGroups: [POLICY_GROUP],
       resources: ['nodestartupgates'],
       verbs: ['get', 'list', 'watch', 'patch', 'update'],
     },
-    { apiGroups: ['berth.dev'], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
   ],
   explainNode: ({ client, node }) => explainNodeGates(client, node),
   setup({ kit, options }) {

@@ -1,5 +1,6 @@
 import { Option } from 'commander';
 import { workersOption, type Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
 import { rulesCommand } from './cli.ts';
 import { LabelsController } from './controller.ts';
 import { explainNodeLabels } from './explain.ts';
@@ -21,8 +22,8 @@ export const labelsCapability: Capability = {
   crds: [NodeLabelRule],
   rbac: [
     { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: ['berth.dev'], resources: ['nodelabelrules'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['berth.dev'], resources: ['nodelabelrules/status'], verbs: ['get', 'patch', 'update'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules/status'], verbs: ['get', 'patch', 'update'] },
   ],
   async explainNode({ client, node, options }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
