@@ -131,25 +131,24 @@ const createPod = (c: KubeClient, p: ReturnType<typeof podSpec>) =>
     spec: { nodeName: p.node, containers: [{ name: 'w', image: 'registry.example/w:1' }] },
   });
 const deleteAllPods = async () => {
-  for (let i = 0; i < 4; i++)
-    // Deleting thousands of pods at once answers only when done, and a loaded apiserver may give up
-    // answering (its request timeout) while the deletion goes on: the poll below is what counts.
-    await client
-      .request('DELETE', `/api/v1/namespaces/${nsOf(i)}/pods`, {
-        query: { gracePeriodSeconds: 0 },
-        idleTimeoutMs: 600_000,
-      })
-      .catch((e: unknown) =>
-        console.log(
-          `  deleting the pods of ${nsOf(i)} did not answer (${errorText(e)}); waiting for them to go`,
-        ),
-      );
+  // A DELETE of thousands of pods answers only when done, and the apiserver's request timeout (60 s)
+  // can cut it off halfway on a loaded machine: it is sent again for whatever is left, until none is.
   for (;;) {
     let left = 0;
-    for (let i = 0; i < 4; i++)
-      left += (await client.list(Resources.pods, { namespace: nsOf(i), query: { limit: 1 } })).items.length;
+    for (let i = 0; i < 4; i++) {
+      if ((await client.list(Resources.pods, { namespace: nsOf(i), query: { limit: 1 } })).items.length === 0)
+        continue;
+      left++;
+      await client
+        .request('DELETE', `/api/v1/namespaces/${nsOf(i)}/pods`, {
+          query: { gracePeriodSeconds: 0 },
+          idleTimeoutMs: 600_000,
+        })
+        .catch((e: unknown) =>
+          console.log(`  deleting the pods of ${nsOf(i)} was cut off (${errorText(e)}); again`),
+        );
+    }
     if (left === 0) return;
-    await new Promise((r) => setTimeout(r, 500));
   }
 };
 
