@@ -49,10 +49,11 @@ function splitUrl(u: string): { labels: string[]; port: string; path: string } {
 
 /** The keyring key of a config entry: no scheme, no leading /v1/ or /v2/, host plus path. */
 export function keyOf(location: string): string | undefined {
-  const schemeless = location.replace(/^https?:\/\//, '');
+  // Go's url.Parse ends the URL at `?` or `#`: a `?` in a key is a query, never a glob.
+  const schemeless = location.replace(/^https?:\/\//, '').replace(/[?#].*$/s, '');
   const slash = schemeless.indexOf('/');
   const host = slash < 0 ? schemeless : schemeless.slice(0, slash);
-  if (!host || /[\s?#]/.test(schemeless)) return undefined;
+  if (!host || /\s/.test(schemeless)) return undefined;
   let path = slash < 0 ? '' : schemeless.slice(slash);
   if (path.startsWith('/v2/') || path.startsWith('/v1/')) path = path.slice(3);
   return path && path !== '/' ? host + path : host;
