@@ -28,25 +28,23 @@ const entry = (
   ...(annotations ? { annotations } : {}),
 });
 
+/** An index or list of the given entries, parsed. */
+const index = (mediaType: string, manifests: object[]) =>
+  parseManifest(buf({ schemaVersion: 2, mediaType, manifests }));
+
 describe('parseManifest', () => {
   test('an OCI index names its platforms, variants kept, attestations dropped', () => {
-    const p = parseManifest(
-      buf({
-        schemaVersion: 2,
-        mediaType: MediaType.ociIndex,
-        manifests: [
-          entry(1, { os: 'linux', architecture: 'amd64' }),
-          entry(2, { os: 'linux', architecture: 'arm', variant: 'v6' }),
-          entry(3, { os: 'linux', architecture: 'arm', variant: 'v7' }),
-          entry(4, { os: 'linux', architecture: 'arm64', variant: 'v8' }),
-          entry(5, { os: 'unknown', architecture: 'unknown' }),
-          entry(6, { os: 'linux', architecture: 'amd64' }, MediaType.ociManifest, {
-            'vnd.docker.reference.type': 'attestation-manifest',
-            'vnd.docker.reference.digest': dg(1),
-          }),
-        ],
+    const p = index(MediaType.ociIndex, [
+      entry(1, { os: 'linux', architecture: 'amd64' }),
+      entry(2, { os: 'linux', architecture: 'arm', variant: 'v6' }),
+      entry(3, { os: 'linux', architecture: 'arm', variant: 'v7' }),
+      entry(4, { os: 'linux', architecture: 'arm64', variant: 'v8' }),
+      entry(5, { os: 'unknown', architecture: 'unknown' }),
+      entry(6, { os: 'linux', architecture: 'amd64' }, MediaType.ociManifest, {
+        'vnd.docker.reference.type': 'attestation-manifest',
+        'vnd.docker.reference.digest': dg(1),
       }),
-    );
+    ]);
     assert.deepEqual(p, {
       kind: 'index',
       platforms: [
@@ -60,16 +58,10 @@ describe('parseManifest', () => {
   });
 
   test('a Docker manifest list reads like an index', () => {
-    const p = parseManifest(
-      buf({
-        schemaVersion: 2,
-        mediaType: MediaType.dockerList,
-        manifests: [
-          entry(1, { os: 'linux', architecture: 'ppc64le' }, MediaType.dockerManifest),
-          entry(2, { os: 'linux', architecture: 's390x' }, MediaType.dockerManifest),
-        ],
-      }),
-    );
+    const p = index(MediaType.dockerList, [
+      entry(1, { os: 'linux', architecture: 'ppc64le' }, MediaType.dockerManifest),
+      entry(2, { os: 'linux', architecture: 's390x' }, MediaType.dockerManifest),
+    ]);
     assert.deepEqual(p, {
       kind: 'index',
       platforms: [
