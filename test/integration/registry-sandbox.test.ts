@@ -106,6 +106,14 @@ describe('the sandbox registry process (a private sandbox)', () => {
         ['registry', true],
       ],
     );
+    // Asked again, a running registry is reused: same processes, same address.
+    const pids = sb.status().map((p) => p.pid);
+    await sb.up({ registry: true });
+    assert.deepEqual(
+      sb.status().map((p) => p.pid),
+      pids,
+    );
+    assert.equal(sb.registry!.url, r.url);
     const client = new RegistryClient(r);
     const base = await request(`${r.url}/v2/`, { ca: client.ca });
     assert.equal(base.status, 401);
