@@ -100,6 +100,10 @@ export function request(
   });
 }
 
+/** The repository a distribution API path names (`/v2/<name>/manifests|blobs|tags/…`). */
+const repositoryOf = (path: string): string | undefined =>
+  /^\/v2\/(.+?)\/(manifests|blobs|tags)\//.exec(path)?.[1];
+
 /** The parameters of a `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge. */
 export function parseBearerChallenge(header: string | undefined): Record<string, string> | undefined {
   if (!header || !/^Bearer\s/i.test(header)) return undefined;
@@ -184,10 +188,9 @@ export class RegistryClient {
     return answer.token ?? answer.access_token!;
   }
 
-  /** Tokens are per repository (`/v2/<name>/manifests|blobs/…`); a push needs pull,push on it. */
+  /** Tokens are per repository; a push needs pull,push on it. */
   private scopeGuess(url: string): string {
-    const m = /\/v2\/(.+?)\/(manifests|blobs|tags)\//.exec(new URL(url).pathname);
-    return m?.[1] ?? '';
+    return repositoryOf(new URL(url).pathname) ?? '';
   }
 
   async getManifest(repo: string, reference: string, accept = ACCEPT_ALL): Promise<Response> {
@@ -446,7 +449,7 @@ export async function startFaultProxy(
       if (fault?.status !== undefined) {
         const headers: Record<string, string> = { 'Content-Type': 'application/json' };
         if (fault.retryAfter !== undefined) headers['Retry-After'] = fault.retryAfter;
-        const repo = /^\/v2\/(.+?)\/(manifests|blobs|tags)\//.exec(path)?.[1];
+        const repo = repositoryOf(path);
         if (fault.status === 401)
           headers['WWW-Authenticate'] =
             `Bearer realm="${registry.realm}",service="${registry.service}"` +

@@ -3,7 +3,7 @@
 // ones, the push helpers store what they claim, and the fault proxy does what a test asks of it.
 // test-driver: registry
 import assert from 'node:assert/strict';
-import { chmodSync, copyFileSync, mkdtempSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -82,6 +82,7 @@ describe('the sandbox registry process (a private sandbox)', () => {
       sb.up({ registry: true, buildRegistry: async () => broken }),
       /registry exited.*serve/s,
     );
+    rmSync(dir, { recursive: true, force: true });
     assert.deepEqual(await registryLeftovers(), []);
     const fresh = new Sandbox(sb.name);
     assert.ok(
@@ -106,6 +107,14 @@ describe('the sandbox registry process (a private sandbox)', () => {
         ['registry', true],
       ],
     );
+    // Asked again, a running registry is reused: same processes, same address.
+    const pids = sb.status().map((p) => p.pid);
+    await sb.up({ registry: true });
+    assert.deepEqual(
+      sb.status().map((p) => p.pid),
+      pids,
+    );
+    assert.equal(sb.registry!.url, r.url);
     const client = new RegistryClient(r);
     const base = await request(`${r.url}/v2/`, { ca: client.ca });
     assert.equal(base.status, 401);
