@@ -1,6 +1,14 @@
-// `berth arch clean`: takes off every taint Berth's Taints mode put on nodes and every gate it left
+// `berth arch inspect IMAGE`: the platforms an image's registry lists, read as the controller reads
+// them. `berth arch clean`: takes off every taint Berth's Taints mode put on nodes and every gate it left
 // on pods, and says which tolerations stay (a running pod's tolerations cannot be removed).
 import { Command } from 'commander';
+import { readFileSync } from 'node:fs';
+import {
+  loadRegistriesConfig,
+  pullSecretFromFile,
+  RegistryClient,
+  type RegistryClientOptions,
+} from '../registry/index.ts';
 import { taintPatch } from '../policy/nodes/cas.ts';
 import { ownedTaints } from '../policy/nodes/plan.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -8,8 +16,34 @@ import { Resources } from '../runtime/api/meta.ts';
 import { gated, parsePolicies, releasePatch, type ArchPod } from './decide.ts';
 import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
 
+/** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */
+export function registryOptions(o: { registries?: unknown; registryCa?: unknown }): RegistryClientOptions {
+  return {
+    ...(typeof o.registries === 'string' ? { hosts: loadRegistriesConfig(o.registries) } : {}),
+    ...(typeof o.registryCa === 'string' ? { defaultCa: readFileSync(o.registryCa, 'utf8') } : {}),
+    userAgent: 'berth',
+  };
+}
+
 export function archCommand(): Command {
   const cmd = new Command('arch').description('Architecture-aware placement: helpers for ArchPlacements');
+  cmd
+    .command('inspect <image>')
+    .description('Print the platforms an image supports, read from its registry without pulling it')
+    .option('--pull-secret <file...>', 'a pull Secret (YAML or JSON) or a docker config.json to log in with')
+    .option('--registries <file>', 'registries configuration: mirrors, CAs, insecure registries')
+    .option('--registry-ca <file>', 'a PEM bundle trusted by every registry that names no CA of its own')
+    .option('--always', 'revalidate the tag, as for imagePullPolicy: Always', false)
+    .action(async (image: string, o) => {
+      const client = new RegistryClient(registryOptions(o));
+      const pullSecrets = ((o.pullSecret as string[] | undefined) ?? []).map((f) =>
+        pullSecretFromFile(readFileSync(f, 'utf8'), f),
+      );
+      const i = await client.inspect(image, { pullSecrets, revalidate: o.always });
+      process.stdout.write(`${i.reference}\n  digest ${i.digest} (from ${i.registry})\n`);
+      for (const p of i.platforms)
+        process.stdout.write(`  ${p.os}/${p.architecture}${p.variant ? `/${p.variant}` : ''}\n`);
+    });
   cmd
     .command('clean')
     .description(

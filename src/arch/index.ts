@@ -1,18 +1,11 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { InspectionError, type ImageInspector } from '../registry/types.ts';
-import { archCommand } from './cli.ts';
+import { RegistryClient } from '../registry/index.ts';
+import { archCommand, registryOptions } from './cli.ts';
 import { ArchController } from './controller.ts';
 import { explainPodArch } from './explain.ts';
 import { ARCH_KEYS, ArchPlacement } from './types.ts';
-
-// The registry client is wired here once it is on main; until then every inspection fails, and
-// pods are released or placed on their fallback like on any inspection failure (fail open).
-const noRegistryClient: ImageInspector = {
-  inspect: (image) =>
-    Promise.reject(new InspectionError('Unreachable', image, 'this build of Berth has no registry client')),
-};
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -23,6 +16,14 @@ export const archCapability: Capability = {
     new Option('--arch-workers <n>', 'pods the arch controller places at once (each waits on registries)')
       .default(32)
       .argParser(Number),
+    new Option(
+      '--arch-registries <file>',
+      'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries by opt-in',
+    ),
+    new Option(
+      '--arch-registry-ca <file>',
+      'a PEM bundle trusted by every registry that names no CA of its own',
+    ),
     new Option(
       '--arch-pull-secret <namespace/name>',
       "a pull secret tried for every pod's images after the pod's own (a cluster-wide registry login)",
@@ -49,7 +50,9 @@ export const archCapability: Capability = {
   explainPod: ({ client, pod, berthNamespace }) => explainPodArch(client, pod, berthNamespace),
   setup({ kit, options, berthNamespace }) {
     const controller = new ArchController(kit, {
-      inspector: noRegistryClient,
+      inspector: new RegistryClient(
+        registryOptions({ registries: options['archRegistries'], registryCa: options['archRegistryCa'] }),
+      ),
       berthNamespace,
       workers: Number(options['archWorkers'] ?? 32),
       ...(typeof options['archPullSecret'] === 'string' ? { pullSecret: options['archPullSecret'] } : {}),
