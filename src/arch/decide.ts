@@ -351,9 +351,11 @@ export function placePatch(
   // Guarded on what it overwrites and on the images it was decided from, not on the resourceVersion:
   // the scheduler marks a gated pod SchedulingGated right after creation, which must not fail it.
   const images = (['initContainers', 'containers'] as const).flatMap((list) =>
-    (pod.spec[list] ?? []).map(
-      (c, i): JsonPatchOp => ({ op: 'test', path: `/spec/${list}/${i}/image`, value: c.image }),
-    ),
+    (pod.spec[list] ?? []).map((c, i): JsonPatchOp => ({
+      op: 'test',
+      path: `/spec/${list}/${i}/image`,
+      value: c.image,
+    })),
   );
   return [...images, ...guarded(pod, mutate(pod, out))];
 }
