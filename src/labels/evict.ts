@@ -3,6 +3,7 @@
 // the clock and calls the Eviction API; nothing here reads a cluster.
 import { requirementHolds, valueAt, type Requirement } from '../policy/match/requirement.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
+import { isTemplate } from './match.ts';
 import type { EvictOnRemoval, Rule } from './types.ts';
 
 /** A pod annotation that opts the pod out: `berth.dev/evict-on-removal: "false"`. */
@@ -159,4 +160,64 @@ export function verdict(
   const derived = new Map([...gone].filter(([k]) => keys.has(k)));
   const label = removedKeys(pod, node, derived)[0];
   return label === undefined ? undefined : { label, since: derived.get(label)!.at, ...keys.get(label)! };
+}
+
+/** An event Berth recorded about a pod's eviction, for explain. */
+export interface EvictionEvent {
+  time: string;
+  reason: string;
+  note: string;
+}
+
+/**
+ * Lines for `berth explain pod`: whether the pod can be evicted on a removal, which derived labels
+ * it depends on, whether it still fits its node, and what Berth already did. The time a label went
+ * away is in the evictor's memory, not the cluster: a pod that no longer fits is said to go the
+ * rule's delay after Berth saw the removal, and the events say when it did.
+ */
+export function explainPodEviction(
+  pod: SlimPod,
+  node: SlimNode | undefined,
+  rules: Rule[],
+  berthNamespace: string,
+  files: EvictOnRemoval | undefined,
+  events: EvictionEvent[],
+): string[] {
+  const out = ['Eviction on removal of derived labels:'];
+  const why = exemption(pod, berthNamespace);
+  const keys = evictingKeys(rules, files);
+  const { selector, terms } = constraints(pod);
+  const needed = [
+    ...new Set([...selector, ...(terms ?? []).flatMap((t) => t.matchExpressions ?? [])].map((r) => r.key)),
+  ].filter((k) => keys.has(k));
+  if (why) out.push(`  never evicted: ${why}`);
+  else if (needed.length === 0) out.push('  needs no label that a rule with evictOnRemoval derives');
+  for (const k of needed) {
+    const o = keys.get(k)!;
+    out.push(
+      `  needs label ${k}, derived by ${o.rule} (evictOnRemoval: ${o.policy.mode} after ${o.policy.afterSeconds}s, at most ${o.policy.maxPerMinute} a minute)`,
+    );
+  }
+  if (!why && node && needed.length) {
+    // The value each rule sets (literal ones: a template's depends on the node).
+    const gone = new Map<string, Removal>();
+    for (const k of needed) {
+      const v = rules.find((r) => r.name === keys.get(k)!.rule)?.labels[k];
+      if (v !== undefined && !isTemplate(v) && valueAt(node.metadata?.labels ?? {}, k) !== v)
+        gone.set(k, { value: v, at: 0 });
+    }
+    const removed = removedKeys(pod, node, gone);
+    const nodeName = node.metadata!.name!;
+    if (removed.length) {
+      const o = keys.get(removed[0]!)!;
+      out.push(
+        `  no longer fits node ${nodeName}: label ${removed.join(', ')} is gone; ` +
+          (o.policy.mode === 'DryRun'
+            ? `reported (DryRun) ${o.policy.afterSeconds}s after Berth saw it go`
+            : `evicted ${o.policy.afterSeconds}s after Berth saw it go, unless it comes back`),
+      );
+    } else out.push(`  fits node ${nodeName} as far as these labels go`);
+  }
+  for (const e of events) out.push(`  ${e.time} ${e.reason}: ${e.note}`);
+  return out;
 }

@@ -143,13 +143,6 @@ export class Evictor {
     return this.keysMemo;
   }
 
-  /** Why and when the pod will be (or was found to be) evicted, for explain and tests. */
-  pendingFor(podKey: string): (Pending & { at: number }) | undefined {
-    const p = this.pending.get(podKey);
-    const owner = p && this.memo().keys.get(p.label);
-    return p && owner ? { ...p, at: p.since + owner.policy.afterSeconds * 1000 } : undefined;
-  }
-
   private forget(key: string): void {
     this.pending.delete(key);
     this.reserved.delete(key);

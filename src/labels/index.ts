@@ -3,9 +3,12 @@ import type { Capability } from '../capability.ts';
 import { rulesCommand } from './cli.ts';
 import { LabelsController } from './controller.ts';
 import { CLUSTER_MAX_PER_MINUTE, Evictor } from './evictor.ts';
+import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels } from './explain.ts';
 import { clusterRules } from './load.ts';
-import { NodeLabelRule } from './types.ts';
+import { NodeLabelRule, type EvictOnRemoval } from './types.ts';
+import { slimNode, slimPod } from '../policy/slim.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 
 export const labelsCapability: Capability = {
   name: 'labels',
@@ -50,19 +53,54 @@ export const labelsCapability: Capability = {
     const { rules, errors } = await clusterRules(client, labelDir);
     return [...explainNodeLabels(node, rules), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
   },
+  async explainPod({ client, pod, options, berthNamespace }) {
+    const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
+    const { rules } = await clusterRules(client, labelDir);
+    const slim = slimPod(pod);
+    const node = slim.spec.nodeName
+      ? await client.get(Resources.nodes, slim.spec.nodeName).then(slimNode, () => undefined)
+      : undefined;
+    const events = await client.list<
+      KubeObject & {
+        eventTime?: string;
+        reason?: string;
+        note?: string;
+        regarding?: { uid?: string };
+        reportingController?: string;
+      }
+    >(Resources.events, { namespace: slim.metadata!.namespace! });
+    return explainPodEviction(
+      slim,
+      node,
+      rules,
+      berthNamespace,
+      evictOnRemovalFiles(options),
+      events.items
+        .filter(
+          (e) => e.regarding?.uid === slim.metadata?.uid && e.reportingController === 'berth.dev/labels',
+        )
+        .map((e) => ({ time: e.eventTime ?? '', reason: e.reason ?? '', note: e.note ?? '' })),
+    );
+  },
   setup({ kit, options, berthNamespace }) {
     const labels = new LabelsController(kit, {
       ...(typeof options['labelDir'] === 'string' ? { labelDir: options['labelDir'] } : {}),
       workers: Number(options['labelWorkers'] ?? 16),
     });
-    const mode = options['labelDirEvictOnRemoval'];
+    const files = evictOnRemovalFiles(options);
     new Evictor(kit, labels, {
       berthNamespace,
-      ...(mode === 'Evict' || mode === 'DryRun'
-        ? { files: { mode, afterSeconds: Number(options['labelDirEvictAfter'] ?? 60) } }
-        : {}),
+      ...(files ? { files } : {}),
       maxPerMinute: Number(options['maxEvictionsPerMinute'] ?? CLUSTER_MAX_PER_MINUTE),
     });
     return {};
   },
 };
+
+/** The evictOnRemoval of rule files, from the flags of `berth run` (and `berth explain pod`). */
+function evictOnRemovalFiles(options: Record<string, unknown>): EvictOnRemoval | undefined {
+  const mode = options['labelDirEvictOnRemoval'];
+  return mode === 'Evict' || mode === 'DryRun'
+    ? { mode, afterSeconds: Number(options['labelDirEvictAfter'] ?? 60) }
+    : undefined;
+}

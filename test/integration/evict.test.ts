@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { Evictor, evictionMetrics } from '../../src/labels/evictor.ts';
+import { labelsCapability } from '../../src/labels/index.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { PolicyKit } from '../../src/policy/kit.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
@@ -341,5 +342,26 @@ describe('eviction on removal of a derived label', () => {
     await holdsFor('the pod untouched', () => untouched(s.ns, 'app', pod.metadata!.uid!), 2000);
     assert.equal(await count(s.rule, 'dryrun'), 1);
     assert.equal(await count(s.rule, 'evicted'), 0);
+    // berth explain pod says why, and what Berth did.
+    const lines = await labelsCapability.explainPod!({
+      client,
+      pod: await client.get(Resources.pods, 'app', s.ns),
+      options: {},
+      berthNamespace: 'berth-system',
+    });
+    assert.ok(
+      lines.some((l) => l.includes(`needs label ${s.label}, derived by ${s.rule} (evictOnRemoval: DryRun`)),
+      lines.join('\n'),
+    );
+    assert.ok(
+      lines.some((l) =>
+        l.includes(`no longer fits node ${s.names[0]}: label ${s.label} is gone; reported (DryRun)`),
+      ),
+      lines.join('\n'),
+    );
+    assert.ok(
+      lines.some((l) => l.includes('WouldEvict: would evict pod')),
+      lines.join('\n'),
+    );
   });
 });

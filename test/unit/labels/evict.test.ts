@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { compileRule } from '../../../src/labels/decide.ts';
 import {
+  explainPodEviction,
   evictingKeys,
   exemption,
   removedKeys,
@@ -252,6 +253,35 @@ describe('evictingKeys and verdict', () => {
     assert.equal(compileRule(obj(undefined)).rule?.evictOnRemoval, undefined);
     assert.ok(compileRule(obj({ afterSeconds: -1 })).errors.length > 0);
     assert.ok(compileRule(obj({ mode: 'Force' })).errors.length > 0);
+  });
+});
+
+describe('explainPodEviction', () => {
+  const rules = [rule('nodelabelrule/tpu', { [TPU]: 'true' }, { afterSeconds: 30 })];
+  const p = pod({ nodeSelector: { [TPU]: 'true' } });
+  test('a pod that needs a derived label: fits, or goes after the delay', () => {
+    assert.deepEqual(explainPodEviction(p, node({ [TPU]: 'true' }), rules, 'berth-system', undefined, []), [
+      'Eviction on removal of derived labels:',
+      `  needs label ${TPU}, derived by nodelabelrule/tpu (evictOnRemoval: Evict after 30s, at most 10 a minute)`,
+      '  fits node n1 as far as these labels go',
+    ]);
+    const events = [{ time: '2026-11-22T14:00:00Z', reason: 'EvictedOnRemoval', note: 'evicted' }];
+    assert.deepEqual(explainPodEviction(p, node({}), rules, 'berth-system', undefined, events).slice(2), [
+      `  no longer fits node n1: label ${TPU} is gone; evicted 30s after Berth saw it go, unless it comes back`,
+      '  2026-11-22T14:00:00Z EvictedOnRemoval: evicted',
+    ]);
+  });
+
+  test('exempt pods and pods that need no derived label', () => {
+    const system = pod({ nodeSelector: { [TPU]: 'true' } }, { namespace: 'kube-system' });
+    assert.equal(
+      explainPodEviction(system, node({}), rules, 'x', undefined, [])[1],
+      '  never evicted: in kube-system',
+    );
+    assert.deepEqual(explainPodEviction(pod({}), node({}), rules, 'x', undefined, []), [
+      'Eviction on removal of derived labels:',
+      '  needs no label that a rule with evictOnRemoval derives',
+    ]);
   });
 });
 
