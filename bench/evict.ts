@@ -5,7 +5,9 @@
 // delay, evicts the pods on those nodes. Measured per pod: from the removal (the patch of its node)
 // to the pod's eviction (seen terminating or gone), minus the delay. Every affected pod must be
 // evicted, and no other. The descheduler's RemovePodsViolatingNodeAffinity runs on an interval
-// (5 minutes by default): its time to evict is up to that interval, not measured here.
+// (5 minutes by default): its time to evict is up to that interval, not measured here. Beside it,
+// for diagnosis: the time until the derived label is gone (Berth's labels controller, included
+// in the eviction time) and the mean reconcile time of the eviction controller.
 // Berth runs as its own process (`berth run --controllers labels`), as it would in a cluster.
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
@@ -51,6 +53,15 @@ pods.addEventHandler({
   onDelete: (p) => gone.has(p.metadata!.name!) || gone.set(p.metadata!.name!, performance.now()),
 });
 let onChange = () => {};
+// When the derived label went from each node, as the bench saw it.
+const unlabelled = new Map<string, number>();
+nodes.addEventHandler({
+  onUpdate: (a, b) => {
+    const name = b.metadata!.name!;
+    if (a.metadata?.labels?.[DERIVED] && !b.metadata?.labels?.[DERIVED] && !unlabelled.has(name))
+      unlabelled.set(name, performance.now());
+  },
+});
 const changes = { onAdd: () => onChange(), onUpdate: () => onChange(), onDelete: () => onChange() };
 nodes.addEventHandler(changes);
 pods.addEventHandler(changes);
@@ -134,7 +145,13 @@ try {
     if (affectedSet.has(node)) lat.push(at - removedAt.get(node)! - afterSeconds * 1000);
     else wrong++;
   }
+  const relabel = affected.map((n) => (unlabelled.get(n) ?? NaN) - removedAt.get(n)!);
   const evicted = await berth.metric('berth_evictions_total', (l) => l.includes('result="evicted"'));
+  // Where the time goes: Berth's reconciles of pods (an eviction's round trip to the apiserver included).
+  const ofEvict = (l: string) => l.includes('controller="labels-evict"');
+  const reconcileMeanMs =
+    (1000 * (await berth.metric('controller_runtime_reconcile_time_seconds_sum', ofEvict))) /
+    (await berth.metric('controller_runtime_reconcile_time_seconds_count', ofEvict));
   console.log(`Berth counts ${evicted} evictions; ${lat.length} affected pods seen go, ${wrong} others`);
   result = {
     nodes: nodeCount,
@@ -147,6 +164,8 @@ try {
     wrongEvictions: wrong,
     evictP50ms: round(percentile(lat, 50), 0),
     evictP99ms: round(percentile(lat, 99), 0),
+    unlabelP99ms: round(percentile(relabel, 99), 0),
+    reconcileMeanMs: round(reconcileMeanMs, 1),
     rssMB: berth.rssMB(),
   };
 } finally {
