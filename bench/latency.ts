@@ -19,7 +19,7 @@ type Stamped = KubeObject & { receivedAt?: number };
 const sb = await benchSandbox('bench-latency');
 let result: object | undefined;
 const client = sb.client();
-const manager = new Manager({ clusters: { local: client }, metricsBindAddress: '0', healthBindAddress: '0' });
+const manager = new Manager({ client, metricsBindAddress: '0', healthBindAddress: '0' });
 try {
   const ns = 'bench';
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });

@@ -2,7 +2,7 @@
 // its CRDs and permissions, the node keys it owns, its CLI commands, where it runs, and a setup that
 // builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
-import type { Command, Option } from 'commander';
+import { Option, type Command } from 'commander';
 import type { PolicyKit } from './policy/kit.ts';
 import type { KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
@@ -69,3 +69,9 @@ export interface Capability {
     berthNamespace: string;
   }): Promise<string[]>;
 }
+
+/** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
+export const workersOption = (flag: string, controller: string): Option =>
+  new Option(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`)
+    .default(16)
+    .argParser(Number);

@@ -4,10 +4,10 @@
 // is not Ready. The finalizer controller (opt-in) holds an owner's deletion until no node carries
 // its claim.
 import type { PolicyKit } from '../policy/kit.ts';
-import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
-import { conditionSetter, newlyHolds, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import { Controller, FirstPass, type Result } from '../runtime/controller/controller.ts';
-import { deniedVerbs, RestMapper, UnknownKindError } from '../runtime/client/restmapper.ts';
+import { finalizer, hasFinalizer, setFinalizer, type FinalizerRef } from '../policy/finalizer.ts';
+import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/client/restmapper.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { isNotFound } from '../runtime/client/client.ts';
@@ -50,21 +50,23 @@ import {
 
 type PlacementObject = KubeObject & { spec?: unknown; status?: AgentPlacementStatus };
 
+type PlacementCount = 'labelledNodes' | 'claims' | 'owners';
+
 /**
- * What the node controller last found per node, for status: only what the node carries counts, so
- * a claim that was decided but not (yet) written is pending, never counted.
+ * What the node controller last found for a placement on a node, for its status: only what the
+ * node carries counts, so a claim that was decided but not (yet) written is pending, never counted.
  */
-interface NodeResult {
-  /** Placement → owner UIDs whose claims the node carries. */
-  claims: Map<string, Set<string>>;
-  /** Placements whose label the node carries. */
-  labelled: Set<string>;
-  /** Placement → claims and label decided but not on the node yet (a write on its way, or held in a burst). */
-  pending: Map<string, number>;
-  /** Placements whose label or claim key another placement or field manager holds with another value. */
-  blocked: Map<string, string>;
-  /** Placement → owners that cannot have a claim (their UID makes no valid key), and why. */
-  rejected: Map<string, string[]>;
+interface PlacementStanding {
+  /** Owner UIDs whose claims the node carries. */
+  claims: Set<string>;
+  /** The node carries its label. */
+  labelled: boolean;
+  /** Claims and label decided but not on the node yet (a write on its way, or held in a burst). */
+  pending: number;
+  /** Its label or a claim key is held with another value by another placement or field manager. */
+  blocked: string | undefined;
+  /** Owners that cannot have a claim (their UID makes no valid key), and why. */
+  rejected: string[];
 }
 
 /** Whether a placement's owner kind (for its finalizer) can be used: served, and Berth may watch and patch it. */
@@ -96,23 +98,21 @@ export class AgentsController {
   readonly replicaSets: Informer<KubeObject>;
   readonly jobs: Informer<KubeObject>;
   readonly nodeController: Controller;
-  readonly statusController: Controller;
+  readonly status: PolicyStatusWriter<PlacementObject, PlacementStanding, PlacementCount>;
   readonly finalizerController: Controller;
-  private readonly manager: Manager;
+  readonly manager: Manager;
   private readonly kit: PolicyKit;
   private readonly writer: ApplyNodeWriter;
   private readonly burst: BurstHold;
-  private readonly events: EventRecorder;
-  private readonly log: Logger;
+  readonly events: EventRecorder;
+  readonly log: Logger;
   private readonly mapper: RestMapper;
-  private readonly results = new Map<string, NodeResult>();
   /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
   /** Placement → its owner kind as last checked, for placements with a finalizer. */
   private readonly ownerKinds = new Map<string, OwnerKind>();
   /** CRDs, watched once a placement has a finalizer: an owner kind that appears or goes is checked again. */
   private crds: Informer<KubeObject> | undefined;
-  private readonly firstPass = new FirstPass();
   private readonly parsedPlacements: () => ReturnType<typeof parsePlacements<PlacementObject>>;
   private readonly berthNamespace: string;
   /** Bumped when what higher-ranked capabilities own changes: placements are checked again. */
@@ -132,7 +132,7 @@ export class AgentsController {
     this.berthNamespace = opts.berthNamespace;
     this.log = manager.log.child({ capability: 'agents' });
     this.events = manager.recorder('agents');
-    this.mapper = new RestMapper(manager.client());
+    this.mapper = manager.cluster().mapper;
     this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
     this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
     this.pods.addIndexer(
@@ -221,14 +221,21 @@ export class AgentsController {
         update: ownerChanged,
       });
 
-    this.statusController = new Controller({
+    manager.add(this.nodeController);
+
+    this.status = new PolicyStatusWriter(this, this.placementObjects, {
       name: 'agents-status',
-      workers: 2,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    })
-      .watch(this.placementObjects, (p) => p.metadata!.name!, { update: changed(generationChanged) })
-      .watch(kit.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
+      fieldManager: FIELD_MANAGER,
+      report: (obj, standings) => this.report(obj, standings),
+      // Things a user can fix: a placement that is unusable, conflicts, or rejects claims.
+      warnings: [
+        { type: 'Invalid', status: 'True' },
+        { type: 'OwnerKindResolved', status: 'False' },
+        { type: 'Conflicting', status: 'True' },
+        { type: 'Ready', status: 'False', reason: 'ClaimsRejected' },
+      ],
+    });
+    this.status.controller.watch(kit.keys, (c) => (outranked(c) ? this.placementObjects.keys() : []));
 
     this.finalizerController = new Controller({
       name: 'agents-finalizer',
@@ -251,8 +258,6 @@ export class AgentsController {
         },
       );
 
-    manager.add(this.nodeController);
-    manager.add(this.statusController);
     manager.add(this.finalizerController);
   }
 
@@ -309,7 +314,7 @@ export class AgentsController {
     const node = this.nodes.get(name);
     if (!node) {
       this.writer.forget(name);
-      this.setResult(name, undefined);
+      this.status.set(name, undefined);
       return;
     }
     const placements = this.placements();
@@ -321,71 +326,43 @@ export class AgentsController {
     // The node as cached: a write just made comes back through the informer and is counted then.
     const labels = node.metadata?.labels ?? {};
     const annotations = node.metadata?.annotations ?? {};
-    const result: NodeResult = {
-      claims: new Map(),
-      labelled: new Set(),
-      pending: new Map(),
-      blocked: new Map(),
-      rejected: new Map(),
-    };
+    const standings = new Map<string, PlacementStanding>();
     for (const [placement, r] of decision.placements) {
       const spec = placements.find((p) => p.name === placement)!.spec;
-      const carried = new Set<string>();
-      let pending = 0;
+      const s: PlacementStanding = {
+        claims: new Set(),
+        labelled: false,
+        pending: 0,
+        blocked: undefined,
+        rejected: r.rejected,
+      };
       for (const [uid, c] of r.claims) {
         const key = claimKey(spec, uid);
-        if (annotations[key] === c.owner.description) carried.add(uid);
+        if (annotations[key] === c.owner.description) s.claims.add(uid);
         else if (foreign.has(`annotation/${key}`))
-          result.blocked.set(
-            placement,
-            `annotation ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
-          );
-        else pending++;
+          s.blocked = `annotation ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`;
+        else s.pending++;
       }
-      result.claims.set(placement, carried);
-      if (r.rejected.length) result.rejected.set(placement, r.rejected);
       if (r.claims.size > 0) {
         const { key, value } = spec.nodeLabel;
         if (!r.labelled)
-          result.blocked.set(
-            placement,
-            `label ${key} on node ${name} is set to another value by another AgentPlacement`,
-          );
+          s.blocked = `label ${key} on node ${name} is set to another value by another AgentPlacement`;
         else if (foreign.has(`label/${key}`))
-          result.blocked.set(
-            placement,
-            `label ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
-          );
-        else if (labels[key] === value) result.labelled.add(placement);
-        else pending++;
+          s.blocked = `label ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`;
+        else if (labels[key] === value) s.labelled = true;
+        else s.pending++;
       }
-      if (pending) result.pending.set(placement, pending);
+      standings.set(placement, s);
     }
-    this.setResult(name, result);
+    this.status.set(name, standings);
     return retry;
   }
 
-  private setResult(name: string, r: NodeResult | undefined): void {
-    const old = this.results.get(name);
-    if (r) this.results.set(name, r);
-    else this.results.delete(name);
-    const touched = new Set<string>([...(old?.claims.keys() ?? []), ...(r?.claims.keys() ?? [])]);
-    for (const p of touched) {
-      const same =
-        sameSet(old?.claims.get(p), r?.claims.get(p)) &&
-        old?.labelled.has(p) === r?.labelled.has(p) &&
-        old?.pending.get(p) === r?.pending.get(p) &&
-        old?.blocked.get(p) === r?.blocked.get(p) &&
-        (old?.rejected.get(p) ?? []).join('\n') === (r?.rejected.get(p) ?? []).join('\n');
-      if (!same) this.statusController.queue.addAfter(p, 500);
-    }
-  }
-
-  private async reconcileStatus(name: string): Promise<Result | void> {
-    const obj = this.placementObjects.get(name);
-    if (!obj) return;
-    if (!this.firstPass.complete(this.nodeController, this.results, this.nodes))
-      return { requeueAfterMs: 250 };
+  private report(
+    obj: PlacementObject,
+    standings: PlacementStanding[],
+  ): StatusReport<PlacementCount> | Result {
+    const name = obj.metadata!.name!;
     const placement = this.parsed().find((p) => p.name === name);
     const invalid = (
       placement ? placement.problems : [this.parsedPlacements().errors.get(name) ?? 'does not parse']
@@ -404,34 +381,15 @@ export class AgentsController {
     const owners = new Set<string>();
     const blocked: string[] = [];
     const rejected: string[] = [];
-    for (const r of this.results.values()) {
-      const c = r.claims.get(name);
-      claims += c?.size ?? 0;
-      for (const uid of c ?? []) owners.add(uid);
-      if (r.labelled.has(name)) labelledNodes++;
-      pending += r.pending.get(name) ?? 0;
-      const b = r.blocked.get(name);
-      if (b) blocked.push(b);
-      rejected.push(...(r.rejected.get(name) ?? []));
+    for (const s of standings) {
+      claims += s.claims.size;
+      for (const uid of s.claims) owners.add(uid);
+      if (s.labelled) labelledNodes++;
+      pending += s.pending;
+      if (s.blocked) blocked.push(s.blocked);
+      rejected.push(...s.rejected);
     }
-    const generation = obj.metadata?.generation;
-    const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
-    const set = (type: string, status: boolean, reason: string, message: string) =>
-      conds.set(type, status, reason, message);
     const problem = ownerKind?.problem;
-    set('Invalid', !!invalid, invalid ? 'InvalidSpec' : 'Valid', invalid);
-    set(
-      'OwnerKindResolved',
-      !problem,
-      problem?.reason ?? (placement?.spec.finalizer && !invalid ? 'Resolved' : 'NoFinalizer'),
-      problem?.message ?? '',
-    );
-    set(
-      'Conflicting',
-      blocked.length > 0,
-      blocked.length ? 'OutputConflict' : 'NoConflict',
-      blocked.slice(0, 3).join(' | '),
-    );
     const more = (list: string[]) => (list.length > 1 ? ` (+${list.length - 1} more)` : '');
     const placed = `${claims} claims on ${labelledNodes} nodes from ${owners.size} owners`;
     const [reason, message] = invalid
@@ -445,42 +403,25 @@ export class AgentsController {
             : pending
               ? ['Progressing', `${placed}; ${pending} claims and labels not written yet`]
               : ['Placed', placed];
-    set('Ready', reason === 'Placed', reason, message);
-    const status: AgentPlacementStatus = {
-      ...(generation !== undefined ? { observedGeneration: generation } : {}),
-      labelledNodes,
-      claims,
-      owners: owners.size,
-      conditions: conds.conditions,
+    return {
+      counts: { labelledNodes, claims, owners: owners.size },
+      conditions: [
+        { type: 'Invalid', status: !!invalid, reason: invalid ? 'InvalidSpec' : 'Valid', message: invalid },
+        {
+          type: 'OwnerKindResolved',
+          status: !problem,
+          reason: problem?.reason ?? (placement?.spec.finalizer && !invalid ? 'Resolved' : 'NoFinalizer'),
+          message: problem?.message ?? '',
+        },
+        {
+          type: 'Conflicting',
+          status: blocked.length > 0,
+          reason: blocked.length ? 'OutputConflict' : 'NoConflict',
+          message: blocked.slice(0, 3).join(' | '),
+        },
+        { type: 'Ready', status: reason === 'Placed', reason, message },
+      ],
     };
-    const old = obj.status;
-    if (
-      old?.observedGeneration === status.observedGeneration &&
-      old?.labelledNodes === labelledNodes &&
-      old?.claims === claims &&
-      old?.owners === owners.size &&
-      sameConditions(old?.conditions as Condition[] | undefined, conds.conditions)
-    ) {
-      return;
-    }
-    this.announce(obj, old?.conditions as Condition[] | undefined, conds.conditions);
-    await applyStatus(this.manager.client(), AgentPlacement.ref, obj, status, FIELD_MANAGER);
-  }
-
-  /** A Warning event and a log line when a placement turns unusable, conflicting or rejects claims: things a user can fix. */
-  private announce(obj: PlacementObject, before: Condition[] | undefined, after: Condition[]): void {
-    const warnings = [
-      newlyHolds(before, after, 'Invalid', 'True'),
-      newlyHolds(before, after, 'OwnerKindResolved', 'False'),
-      newlyHolds(before, after, 'Conflicting', 'True'),
-    ];
-    const ready = newlyHolds(before, after, 'Ready', 'False', 'ClaimsRejected');
-    if (ready) warnings.push(ready);
-    for (const c of warnings) {
-      if (!c) continue;
-      this.events.event(obj, 'Warning', c.reason, 'Reconcile', c.message);
-      this.log.warn({ placement: obj.metadata?.name, reason: c.reason }, c.message);
-    }
   }
 
   /** Every node that carries a claim of this owner under this placement's prefix, from the node cache. */
@@ -500,21 +441,22 @@ export class AgentsController {
   private async reconcileOwner(key: string): Promise<Result | void> {
     const [name, uid] = key.split('/');
     const placement = this.parsed().find((p) => p.name === name);
-    const finalizer = placement?.spec.finalizer?.name;
-    if (!placement || !finalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) {
+    const ownerFinalizer = placement?.spec.finalizer?.name;
+    if (!placement || !ownerFinalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) {
       if (!uid) this.ownerKinds.delete(name!);
       return;
     }
     if (!uid) {
       const kind = await this.checkOwnerKind(placement);
       if (kind.ref) {
-        const informer = this.ownerInformer(kind.ref);
-        await informer.waitForSync();
-        return this.reconcilePlacementCleanup(placement.obj, finalizer, kind.ref, informer);
+        const owners = this.ownerInformer(kind.ref);
+        await owners.waitForSync();
+        const f = this.ownerFinalizer(ownerFinalizer, kind.ref);
+        return this.placementFinalizer(placement.obj, () => this.releaseOwners(f, owners));
       }
       // A kind the API does not serve has no objects, so none carries the finalizer: nothing to hold.
       if (placement.obj.metadata?.deletionTimestamp && kind.problem?.reason === 'OwnerKindUnknown')
-        await this.dropPlacementFinalizer(placement.obj);
+        await this.placementFinalizer(placement.obj, async () => 'released');
       return { requeueAfterMs: ownerKindRetryMs(kind.failures) };
     }
     // Not checked yet, or unusable: the placement's own key queues its claimed owners once it is usable.
@@ -523,22 +465,18 @@ export class AgentsController {
     const informer = this.ownerInformer(kind.ref);
     await informer.waitForSync();
     const owner = informer.byIndex('uid', uid)[0];
-    // A placement being deleted is taking its finalizers off (reconcilePlacementCleanup): never add one back.
+    // A placement being deleted is taking its finalizers off (releaseOwners): never add one back.
     if (!owner || placement.obj.metadata?.deletionTimestamp) return;
     const claimed = this.nodesClaiming(placement.spec.claimAnnotationPrefix, uid).length > 0;
-    const deleting = owner.metadata?.deletionTimestamp !== undefined;
-    const has = hasFinalizer(owner, finalizer);
-    const client = this.manager.client();
-    try {
-      if (!deleting && claimed && !has && placement.problems.length === 0) {
-        await setFinalizer(client, kind.ref, owner, finalizer, true, FINALIZER_FIELD_MANAGER);
-      } else if (deleting && !claimed && has) {
-        await setFinalizer(client, kind.ref, owner, finalizer, false, FINALIZER_FIELD_MANAGER);
-        this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; finalizer removed');
-      }
-    } catch (e) {
-      if (!isObjectGone(e)) throw e;
-    }
+    return finalizer(this.ownerFinalizer(ownerFinalizer, kind.ref), owner, {
+      needed: claimed && placement.problems.length === 0,
+      // A claim that goes queues its owner again.
+      cleanup: async () => {
+        if (claimed) return {};
+        this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; removing the finalizer');
+        return 'released';
+      },
+    });
   }
 
   /**
@@ -553,7 +491,7 @@ export class AgentsController {
     const next = await this.lookupOwnerKind(p, old?.id === id && old.problem ? old.failures + 1 : 0);
     this.ownerKinds.set(p.name, next);
     if (old?.id !== next.id || old.problem?.message !== next.problem?.message) {
-      this.statusController.queue.add(p.name);
+      this.status.controller.queue.add(p.name);
       if (next.ref) {
         for (const n of this.nodes.list())
           for (const uid of claimedOwners(n, [p.spec.claimAnnotationPrefix]))
@@ -613,50 +551,37 @@ export class AgentsController {
     this.crds.addEventHandler({ onAdd: changed, onUpdate: (_a, b) => changed(b), onDelete: changed });
   }
 
+  private ownerFinalizer(name: string, ref: ResourceRef): FinalizerRef {
+    return { name, client: this.manager.client(), ref, fieldManager: FINALIZER_FIELD_MANAGER };
+  }
+
   /**
    * A placement that puts finalizers on owners carries one of its own, so that deleting it first
    * takes its finalizer off every owner: no owner is left undeletable by a placement that is gone.
    */
-  private async reconcilePlacementCleanup(
+  private placementFinalizer(
     obj: PlacementObject,
-    finalizer: string,
-    ref: ResourceRef,
-    owners: Informer<KubeObject>,
-  ): Promise<void> {
-    const client = this.manager.client();
-    if (obj.metadata?.deletionTimestamp === undefined) {
-      if (!hasFinalizer(obj, PLACEMENT_FINALIZER)) {
-        await setFinalizer(
-          client,
-          AgentPlacement.ref,
-          obj,
-          PLACEMENT_FINALIZER,
-          true,
-          FINALIZER_FIELD_MANAGER,
-        );
-      }
-      return;
-    }
-    for (const owner of owners.list().filter((o) => hasFinalizer(o, finalizer))) {
-      await setFinalizer(client, ref, owner, finalizer, false, FINALIZER_FIELD_MANAGER).catch(
-        (e: unknown) => {
-          if (!isNotFound(e)) throw e;
-        },
-      );
-    }
-    await this.dropPlacementFinalizer(obj);
+    cleanup: () => Promise<Result | 'released'>,
+  ): Promise<Result | void> {
+    return finalizer(
+      {
+        name: PLACEMENT_FINALIZER,
+        client: this.manager.client(),
+        ref: AgentPlacement.ref,
+        fieldManager: FINALIZER_FIELD_MANAGER,
+      },
+      obj,
+      { cleanup },
+    );
   }
 
-  private async dropPlacementFinalizer(obj: PlacementObject): Promise<void> {
-    if (!hasFinalizer(obj, PLACEMENT_FINALIZER)) return;
-    await setFinalizer(
-      this.manager.client(),
-      AgentPlacement.ref,
-      obj,
-      PLACEMENT_FINALIZER,
-      false,
-      FINALIZER_FIELD_MANAGER,
-    );
+  private async releaseOwners(f: FinalizerRef, owners: Informer<KubeObject>): Promise<'released'> {
+    for (const owner of owners.list().filter((o) => hasFinalizer(o, f.name))) {
+      await setFinalizer(f, owner, false).catch((e: unknown) => {
+        if (!isNotFound(e)) throw e;
+      });
+    }
+    return 'released';
   }
 
   /** An informer on an owner kind, indexed by uid; its owners' events reach the finalizer controller. */
@@ -714,9 +639,6 @@ const slimCrd = (o: KubeObject): KubeObject => {
     spec: { group: spec?.group, names: { kind: spec?.names?.kind } },
   };
 };
-
-const sameSet = (a: Set<string> | undefined, b: Set<string> | undefined) =>
-  (a?.size ?? 0) === (b?.size ?? 0) && [...(a ?? [])].every((x) => b?.has(x));
 
 /**
  * Pod changes that can change a node's claims: not the status updates of a pod starting, which

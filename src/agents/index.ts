@@ -1,5 +1,5 @@
-import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { workersOption, type Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
 import { agentsCommand } from './cli.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
@@ -10,11 +10,7 @@ export const agentsCapability: Capability = {
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
   roles: ['cluster'],
   commands: () => [agentsCommand()],
-  options: () => [
-    new Option('--agent-workers <n>', 'concurrent node reconciles of the agents controller')
-      .default(16)
-      .argParser(Number),
-  ],
+  options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
   rbac: [
@@ -22,8 +18,9 @@ export const agentsCapability: Capability = {
     { apiGroups: [''], resources: ['pods', 'namespaces'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: ['apps'], resources: ['replicasets'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['berth.dev'], resources: ['agentplacements'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['berth.dev'], resources: ['agentplacements/status'], verbs: ['get', 'patch', 'update'] },
+    // patch: the controller applies its own finalizer to placements, so that deleting one releases its owners.
+    { apiGroups: [POLICY_GROUP], resources: ['agentplacements'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['agentplacements/status'], verbs: ['get', 'patch', 'update'] },
     // Owner finalizers on the built-in workload kinds; a custom owner kind needs a rule like these.
     {
       apiGroups: ['apps'],

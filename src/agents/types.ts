@@ -1,7 +1,8 @@
 // The API of agent placement: AgentPlacement says which pods count, how their owner (pool) is
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import { k8s } from '../runtime/api/crd.ts';
+import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
 
@@ -110,32 +111,22 @@ export const agentPlacementSpec = k8s(
 );
 export type AgentPlacementSpec = z.infer<typeof agentPlacementSpec>;
 
-export const agentPlacementStatus = z.object({
-  observedGeneration: z.number().int().optional(),
-  labelledNodes: z.number().int().optional().describe('Nodes carrying the label.'),
-  claims: z.number().int().optional().describe('Claim annotations across all nodes.'),
-  owners: z.number().int().optional().describe('Distinct owners with pods on some node.'),
-  conditions: conditionsSchema,
-});
-export type AgentPlacementStatus = z.infer<typeof agentPlacementStatus>;
-
-export const AgentPlacement = defineCustomResource({
-  group: 'berth.dev',
-  version: 'v1alpha1',
+export const AgentPlacement = definePolicy({
   kind: 'AgentPlacement',
   plural: 'agentplacements',
-  singular: 'agentplacement',
   shortNames: ['ap'],
-  categories: ['berth'],
-  scope: 'Cluster',
   spec: agentPlacementSpec,
-  status: agentPlacementStatus,
+  // Placements have few columns of their own: why one is not Ready fits beside them.
+  showReason: true,
+  counts: {
+    labelledNodes: 'Nodes carrying the label.',
+    claims: 'Claim annotations across all nodes.',
+    owners: 'Distinct owners with pods on some node.',
+  },
   printerColumns: [
     { name: 'Label', type: 'string', jsonPath: '.spec.nodeLabel.key' },
     { name: 'Nodes', type: 'integer', jsonPath: '.status.labelledNodes' },
     { name: 'Claims', type: 'integer', jsonPath: '.status.claims' },
-    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
-    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].reason" },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
   ],
 });
+export type AgentPlacementStatus = PolicyStatus<'labelledNodes' | 'claims' | 'owners'>;

@@ -191,7 +191,7 @@ export function runCommand(): Command {
       );
     }
     const manager = new Manager({
-      clusters: { local: client },
+      client,
       crdOwners: Object.fromEntries(
         enabled.flatMap((c) => c.crds.map((r) => [r.crd.metadata!.name!, c.name])),
       ),

@@ -3,9 +3,9 @@
 // controller counts per gate, and keeps the gate's finalizer until no node carries anything of it.
 // The webhook taints joining nodes at admission, so a gated node is never schedulable without it.
 import type { PolicyKit } from '../policy/kit.ts';
-import { applyStatus, hasFinalizer, isObjectGone, setFinalizer } from '../runtime/client/apply.ts';
-import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import { Controller, FirstPass, type Result } from '../runtime/controller/controller.ts';
+import { finalizer } from '../policy/finalizer.ts';
+import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -51,6 +51,7 @@ import {
 } from './types.ts';
 
 type GateObject = KubeObject & { spec?: unknown; status?: NodeStartupGateStatus };
+type GateCount = 'nodes' | 'gated' | 'released' | 'timedOut' | 'wouldGate';
 
 /** What the node controller last decided for a node, per gate: for status, finalizers and events. */
 interface NodeGateResult {
@@ -70,15 +71,13 @@ export class GatesController {
   readonly gateObjects: Informer<GateObject>;
   readonly daemonSets: Informer<KubeObject>;
   readonly nodeController: Controller;
-  readonly statusController: Controller;
-  private readonly manager: Manager;
-  private readonly events: EventRecorder;
-  private readonly log: Logger;
+  readonly status: PolicyStatusWriter<GateObject, NodeGateResult, GateCount>;
+  readonly manager: Manager;
+  readonly events: EventRecorder;
+  readonly log: Logger;
   private readonly clock: () => number;
   private readonly failurePolicy: 'Fail' | 'Ignore';
   private readonly writer: CasNodeWriter;
-  private readonly results = new Map<string, Map<string, NodeGateResult>>();
-  private readonly firstPass = new FirstPass();
   /** The gates from the cache, parsed once per change of any of them. */
   readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
 
@@ -119,19 +118,39 @@ export class GatesController {
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.gateObjects, () => this.nodes.keys(), { update: gateChanged });
 
-    this.statusController = new Controller({
+    manager.add(this.nodeController);
+
+    this.status = new PolicyStatusWriter(this, this.gateObjects, {
       name: 'gates-status',
-      workers: 2,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    })
-      .watch(this.gateObjects, (g) => g.metadata!.name!, { update: gateChanged })
+      fieldManager: FIELD_MANAGER,
+      delayMs: 200,
+      objectChanged: gateChanged,
+      report: (obj, standings) => this.report(obj, standings),
+      // Things a user can fix, found when the gate is validated: an invalid or conflicting gate, or
+      // required pods that could never run on a gated node.
+      eventAction: 'Validate',
+      warnings: [
+        { type: 'Invalid', status: 'True' },
+        { type: 'Conflicting', status: 'True' },
+        { type: 'RequiredPodsSchedulable', status: 'False' },
+      ],
+      // The gate's finalizer: deleting a gate takes its taint and annotations off every node first.
+      reconcile: (obj, writeStatus) =>
+        finalizer(
+          {
+            name: GATE_FINALIZER,
+            client: manager.client(),
+            ref: NodeStartupGate.ref,
+            fieldManager: FIELD_MANAGER,
+          },
+          obj,
+          { apply: writeStatus, cleanup: () => this.released(obj.metadata!.name!) },
+        ),
+    });
+    this.status.controller
       // A node giving back a deleted gate's taint may be the last thing its finalizer waits for.
       .watch(this.nodes, () => this.deletingGates(), { update: nodeChanged })
       .watch(this.daemonSets, () => this.gateObjects.keys());
-
-    manager.add(this.nodeController);
-    manager.add(this.statusController);
   }
 
   private deletingGates(): string[] {
@@ -151,7 +170,7 @@ export class GatesController {
     const node = this.nodes.get(name);
     if (!node) {
       this.writer.forget(name);
-      this.setResults(name, undefined);
+      this.status.set(name, undefined);
       return;
     }
     // Our last write has not come back through the watch yet: its event will bring us here again.
@@ -195,8 +214,8 @@ export class GatesController {
           this.log.info({ node: name, gate: d.gate, state: d.state, why: d.why }, d.event?.message ?? d.why);
       }
     }
-    const before = this.results.get(name);
-    this.setResults(name, new Map(decisions.map((d) => [d.gate, { state: d.state, timedOut: d.timedOut }])));
+    const before = this.status.get(name);
+    this.status.set(name, new Map(decisions.map((d) => [d.gate, { state: d.state, timedOut: d.timedOut }])));
     this.announceAdmissions(node, decisions, before);
     const after = decisions.flatMap((d) => (d.requeueAfterMs === undefined ? [] : [d.requeueAfterMs]));
     if (retryAfterMs !== undefined) after.push(retryAfterMs);
@@ -208,9 +227,9 @@ export class GatesController {
   private announceAdmissions(
     node: SlimNode,
     decisions: GateDecision[],
-    before: Map<string, NodeGateResult> | undefined,
+    before: ReadonlyMap<string, NodeGateResult> | undefined,
   ): void {
-    if (!this.firstPass.complete(this.nodeController, this.results, this.nodes)) return;
+    if (!this.status.firstPassDone()) return;
     for (const d of decisions) {
       if (d.state !== 'Held' || d.event || before?.has(d.gate)) continue;
       this.events.event(
@@ -223,50 +242,17 @@ export class GatesController {
     }
   }
 
-  private setResults(name: string, r: Map<string, NodeGateResult> | undefined): void {
-    const old = this.results.get(name);
-    if (r) this.results.set(name, r);
-    else this.results.delete(name);
-    for (const gate of new Set([...(old?.keys() ?? []), ...(r?.keys() ?? [])])) {
-      const a = old?.get(gate);
-      const b = r?.get(gate);
-      if (a?.state !== b?.state || a?.timedOut !== b?.timedOut)
-        this.statusController.queue.addAfter(gate, 200);
-    }
+  /** A deleted gate is released once the cache shows no node with anything of it left on it. */
+  private async released(name: string): Promise<Result | 'released'> {
+    if (!this.status.firstPassDone()) return { requeueAfterMs: 250 };
+    const gate = this.gates().gates.find((g) => g.name === name);
+    if (gate && this.nodes.list().some((n) => leftOnNode(gate, n))) return { requeueAfterMs: 500 };
+    this.log.info({ gate: name }, 'gate deleted: its taints and annotations are off every node');
+    for (const state of ['gated', 'released', 'timed_out']) gateMetrics.nodes.remove({ gate: name, state });
+    return 'released';
   }
 
-  private async reconcileStatus(name: string): Promise<Result | void> {
-    const obj = this.gateObjects.get(name);
-    if (!obj) return;
-    const client = this.manager.client();
-    const deleting = obj.metadata?.deletionTimestamp !== undefined;
-    try {
-      if (!deleting && !hasFinalizer(obj, GATE_FINALIZER)) {
-        await setFinalizer(client, NodeStartupGate.ref, obj, GATE_FINALIZER, true, FIELD_MANAGER);
-      }
-      if (!this.firstPass.complete(this.nodeController, this.results, this.nodes))
-        return { requeueAfterMs: 250 };
-      if (deleting) {
-        // Released only once the cache shows no node with anything of this gate left on it.
-        const gate = this.gates().gates.find((g) => g.name === name);
-        const left = gate ? this.nodes.list().filter((n) => leftOnNode(gate, n)).length : 0;
-        if (left === 0 && hasFinalizer(obj, GATE_FINALIZER)) {
-          await setFinalizer(client, NodeStartupGate.ref, obj, GATE_FINALIZER, false, FIELD_MANAGER);
-          this.log.info({ gate: name }, 'gate deleted: its taints and annotations are off every node');
-          for (const state of ['gated', 'released', 'timed_out'])
-            gateMetrics.nodes.remove({ gate: name, state });
-          return;
-        }
-        return { requeueAfterMs: 500 };
-      }
-    } catch (e) {
-      if (isObjectGone(e)) return;
-      throw e;
-    }
-    return this.writeStatus(obj);
-  }
-
-  private async writeStatus(obj: GateObject): Promise<void> {
+  private report(obj: GateObject, standings: NodeGateResult[]): StatusReport<GateCount> {
     const name = obj.metadata!.name!;
     const { gates, problems } = this.gates();
     const gate = gates.find((g) => g.name === name);
@@ -275,9 +261,8 @@ export class GatesController {
     let gated = 0;
     let timedOut = 0;
     let wouldGate = 0;
-    for (const r of this.results.values()) {
-      const s = r.get(name);
-      if (!s || s.state === 'NotSelected') continue;
+    for (const s of standings) {
+      if (s.state === 'NotSelected') continue;
       nodes++;
       if (s.state === 'Held' || s.state === 'HeldTimedOut') gated++;
       if (s.state === 'WouldGate') wouldGate++;
@@ -288,74 +273,49 @@ export class GatesController {
     gateMetrics.nodes.set({ gate: name, state: 'released' }, released);
     gateMetrics.nodes.set({ gate: name, state: 'timed_out' }, timedOut);
 
-    const generation = obj.metadata?.generation;
-    const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
     const invalid = problem?.reason === 'Invalid' ? problem.message : '';
     const conflicting = problem?.reason === 'Conflicting' ? problem.message : '';
-    conds.set('Invalid', !!invalid, invalid ? 'InvalidSpec' : 'Valid', invalid);
-    conds.set('Conflicting', !!conflicting, conflicting ? 'TaintConflict' : 'NoConflict', conflicting);
     const unschedulable = gate?.enforced ? this.unschedulableRequirements(gate) : [];
-    conds.set(
-      'RequiredPodsSchedulable',
-      unschedulable.length === 0,
-      unschedulable.length ? 'MissingToleration' : 'Schedulable',
-      unschedulable.join('; '),
-    );
     const enforced = !!gate?.enforced;
     const dryRun = gate?.spec.dryRun ?? false;
-    conds.set(
-      'Ready',
-      enforced && !dryRun && unschedulable.length === 0,
-      invalid
-        ? 'Invalid'
-        : !enforced
-          ? 'Conflicting'
-          : dryRun
-            ? 'DryRun'
-            : unschedulable.length
-              ? 'MissingToleration'
-              : 'Enforcing',
-      invalid ||
-        (!enforced
-          ? conflicting
-          : dryRun
-            ? `dry run: would hold ${wouldGate} of ${nodes} nodes`
-            : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}${unschedulable.length ? `; ${unschedulable[0]}` : ''}`),
-    );
-    const status: NodeStartupGateStatus = {
-      ...(generation !== undefined ? { observedGeneration: generation } : {}),
-      nodes,
-      gated,
-      released,
-      timedOut,
-      ...(dryRun ? { wouldGate } : {}),
-      conditions: conds.conditions,
+    return {
+      counts: { nodes, gated, released, timedOut, wouldGate: dryRun ? wouldGate : undefined },
+      conditions: [
+        { type: 'Invalid', status: !!invalid, reason: invalid ? 'InvalidSpec' : 'Valid', message: invalid },
+        {
+          type: 'Conflicting',
+          status: !!conflicting,
+          reason: conflicting ? 'TaintConflict' : 'NoConflict',
+          message: conflicting,
+        },
+        {
+          type: 'RequiredPodsSchedulable',
+          status: unschedulable.length === 0,
+          reason: unschedulable.length ? 'MissingToleration' : 'Schedulable',
+          message: unschedulable.join('; '),
+        },
+        {
+          type: 'Ready',
+          status: enforced && !dryRun && unschedulable.length === 0,
+          reason: invalid
+            ? 'Invalid'
+            : !enforced
+              ? 'Conflicting'
+              : dryRun
+                ? 'DryRun'
+                : unschedulable.length
+                  ? 'MissingToleration'
+                  : 'Enforcing',
+          message:
+            invalid ||
+            (!enforced
+              ? conflicting
+              : dryRun
+                ? `dry run: would hold ${wouldGate} of ${nodes} nodes`
+                : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}${unschedulable.length ? `; ${unschedulable[0]}` : ''}`),
+        },
+      ],
     };
-    const old = obj.status;
-    if (
-      old?.observedGeneration === status.observedGeneration &&
-      old?.nodes === nodes &&
-      old?.gated === gated &&
-      old?.released === released &&
-      old?.timedOut === timedOut &&
-      old?.wouldGate === status.wouldGate &&
-      sameConditions(old?.conditions as Condition[] | undefined, conds.conditions)
-    ) {
-      return;
-    }
-    const was = (type: string) => (old?.conditions as Condition[] | undefined)?.find((c) => c.type === type);
-    if (invalid && (was('Invalid')?.status !== 'True' || was('Invalid')?.message !== invalid))
-      this.events.event(obj, 'Warning', 'InvalidSpec', 'Validate', invalid);
-    if (conflicting && (was('Conflicting')?.status !== 'True' || was('Conflicting')?.message !== conflicting))
-      this.events.event(obj, 'Warning', 'TaintConflict', 'Validate', conflicting);
-    const stuck = unschedulable.join('; ');
-    if (
-      stuck &&
-      (was('RequiredPodsSchedulable')?.status !== 'False' ||
-        was('RequiredPodsSchedulable')?.message !== stuck)
-    )
-      this.events.event(obj, 'Warning', 'MissingToleration', 'Validate', stuck);
-    await applyStatus(this.manager.client(), NodeStartupGate.ref, obj, status, FIELD_MANAGER);
   }
 
   /** The DaemonSets the gate waits for that are missing, or whose pods could never start on a gated node. */

@@ -9,6 +9,7 @@ import type { KeyClaim } from '../policy/nodes/ownership.ts';
 import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
+import { findCondition, hasCondition } from '../runtime/api/conditions.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import { z } from 'zod';
 import {
@@ -159,8 +160,7 @@ export function podDone(p: SlimPod, readyAnnotation: string | undefined): boolea
   return p.status.phase === 'Running' && podReady(p);
 }
 
-export const podReady = (p: SlimPod): boolean =>
-  p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+export const podReady = (p: SlimPod): boolean => hasCondition(p, 'Ready');
 
 function formatSelector(s: LabelSelector | undefined): string {
   const parts = Object.entries(s?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
@@ -210,7 +210,7 @@ export function unmetRequirements(gate: Pick<Gate, 'spec'>, node: SlimNode, pods
     }
   }
   for (const c of gate.spec.requirements.nodeConditions ?? []) {
-    const actual = node.status.conditions?.find((x) => x.type === c.type)?.status;
+    const actual = findCondition(node.status.conditions, c.type)?.status;
     if (actual !== c.status)
       unmet.push(`node condition ${c.type} is ${actual ?? 'absent'}, needs ${c.status}`);
   }

@@ -1,5 +1,6 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { workersOption, type Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
 import { gatesCommand } from './cli.ts';
 import { GatesController } from './controller.ts';
 import { explainNodeGates } from './explain.ts';
@@ -12,9 +13,7 @@ export const gatesCapability: Capability = {
   roles: ['cluster'],
   commands: () => [gatesCommand()],
   options: () => [
-    new Option('--gate-workers <n>', 'concurrent node reconciles of the gates controller')
-      .default(16)
-      .argParser(Number),
+    workersOption('gate-workers', 'gates'),
     new Option(
       '--gates-failure-policy <policy>',
       'failurePolicy of the Node CREATE webhook: Ignore (nodes join while Berth is down; the controller ' +
@@ -31,11 +30,11 @@ export const gatesCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['get', 'list', 'watch'] },
     {
-      apiGroups: ['berth.dev'],
+      apiGroups: [POLICY_GROUP],
       resources: ['nodestartupgates'],
       verbs: ['get', 'list', 'watch', 'patch', 'update'],
     },
-    { apiGroups: ['berth.dev'], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
   ],
   explainNode: ({ client, node }) => explainNodeGates(client, node),
   setup({ kit, options }) {

@@ -1,7 +1,8 @@
 // The API of startup gates: a NodeStartupGate taints the nodes it selects when they join, and
 // releases each once its initialisation pods are Ready and its node conditions hold.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import { k8s } from '../runtime/api/crd.ts';
+import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema, validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 
@@ -189,32 +190,18 @@ export const nodeStartupGateSpec = k8s(
 );
 export type NodeStartupGateSpec = z.infer<typeof nodeStartupGateSpec>;
 
-export const nodeStartupGateStatus = z.object({
-  observedGeneration: z.number().int().optional(),
-  nodes: z.number().int().optional().describe('Nodes the gate selects.'),
-  gated: z.number().int().optional().describe('Selected nodes the gate holds now.'),
-  released: z.number().int().optional().describe('Selected nodes the gate does not hold.'),
-  timedOut: z
-    .number()
-    .int()
-    .optional()
-    .describe('Nodes held past the timeout, or released by it, until their requirements hold.'),
-  wouldGate: z.number().int().optional().describe('Dry run: nodes the gate would hold.'),
-  conditions: conditionsSchema,
-});
-export type NodeStartupGateStatus = z.infer<typeof nodeStartupGateStatus>;
-
-export const NodeStartupGate = defineCustomResource({
-  group: 'berth.dev',
-  version: 'v1alpha1',
+export const NodeStartupGate = definePolicy({
   kind: 'NodeStartupGate',
   plural: 'nodestartupgates',
-  singular: 'nodestartupgate',
   shortNames: ['nsg'],
-  categories: ['berth'],
-  scope: 'Cluster',
   spec: nodeStartupGateSpec,
-  status: nodeStartupGateStatus,
+  counts: {
+    nodes: 'Nodes the gate selects.',
+    gated: 'Selected nodes the gate holds now.',
+    released: 'Selected nodes the gate does not hold.',
+    timedOut: 'Nodes held past the timeout, or released by it, until their requirements hold.',
+    wouldGate: 'Dry run: nodes the gate would hold.',
+  },
   printerColumns: [
     { name: 'Taint', type: 'string', jsonPath: '.spec.taint.key' },
     { name: 'Mode', type: 'string', jsonPath: '.spec.mode' },
@@ -222,16 +209,9 @@ export const NodeStartupGate = defineCustomResource({
     { name: 'Gated', type: 'integer', jsonPath: '.status.gated' },
     { name: 'Released', type: 'integer', jsonPath: '.status.released' },
     { name: 'TimedOut', type: 'integer', jsonPath: '.status.timedOut' },
-    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
-    {
-      name: 'Reason',
-      type: 'string',
-      jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
-      priority: 1,
-    },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
   ],
 });
+export type NodeStartupGateStatus = PolicyStatus<'nodes' | 'gated' | 'released' | 'timedOut' | 'wouldGate'>;
 
 /** The annotations a gate keeps on a node, all under `<gate>.gates.berth.dev/` but the completion one. */
 export interface GateAnnotations {

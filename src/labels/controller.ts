@@ -2,10 +2,9 @@
 // derived labels, annotations and taints from every rule and applies them under Berth's field
 // manager when they differ. Another is keyed by NodeLabelRule and writes counts and conditions.
 import type { PolicyKit } from '../policy/kit.ts';
-import { applyStatus } from '../runtime/client/apply.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
-import { conditionSetter, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import { Controller, FirstPass, type Result, type Source } from '../runtime/controller/controller.ts';
+import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
+import { Controller, type Result, type Source } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -33,38 +32,40 @@ export interface LabelsOptions {
   workers?: number;
 }
 
-/** What the node controller last found on each node, for rule status. */
-interface NodeResult {
-  matched: Set<string>;
-  /** Rules all of whose outputs on this node are in place. */
-  applied: Set<string>;
-  /** Rules involved in a conflict on this node, with a description. */
-  conflicts: Map<string, string>;
-  /** Rules with an output whose rendered value is invalid on this node, with a description. */
-  invalid: Map<string, string>;
-  /** Rules with an output not set on this node because it reads an input the node lacks. */
-  missing: Set<string>;
+/** What the node controller last found for a NodeLabelRule on a node, for its status. */
+interface RuleStanding {
+  matched: boolean;
+  /** All of its outputs on this node are in place. */
+  applied: boolean;
+  /** It is involved in a conflict on this node: a description. */
+  conflict: string | undefined;
+  /** An output's rendered value is invalid on this node: a description. */
+  invalid: string | undefined;
+  /** An output is not set on this node because it reads an input the node lacks. */
+  missing: boolean;
 }
 
 type RuleObject = KubeObject & { status?: NodeLabelRuleStatus };
+type RuleCount = 'matchedNodes' | 'appliedNodes';
+
+/** Rules from NodeLabelRules are named after them; the others (rule files) have no status. */
+const CR_RULE_PREFIX = ruleNameOf('');
 
 export class LabelsController {
   readonly nodes: Informer<SlimNode>;
   readonly ruleObjects: Informer<RuleObject>;
   readonly files: RuleDirSource | undefined;
   readonly nodeController: Controller;
-  readonly statusController: Controller;
-  private readonly manager: Manager;
+  readonly status: PolicyStatusWriter<RuleObject, RuleStanding, RuleCount>;
+  readonly manager: Manager;
+  readonly events: EventRecorder;
+  readonly log: Logger;
   private readonly kit: PolicyKit;
-  private readonly events: EventRecorder;
-  private readonly log: Logger;
-  private readonly results = new Map<string, NodeResult>();
   private readonly writer: ApplyNodeWriter;
   private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
   /** Rules that would write keys another capability owns, by rule name: why. */
   private ownership = new Map<string, string[]>();
   private fileErrors: FileError[] = [];
-  private readonly firstPass = new FirstPass();
   private rulesVersion = 0;
   private rulesCache: { version: number; rules: Rule[] } | undefined;
 
@@ -109,17 +110,20 @@ export class LabelsController {
       .watch(kit.keys, allNodes);
     if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
 
-    this.statusController = new Controller({
+    this.status = new PolicyStatusWriter(this, this.ruleObjects, {
       name: 'labels-rule-status',
-      workers: 2,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    })
-      .watch(this.ruleObjects, (r) => r.metadata!.name!, { update: changed(generationChanged) })
-      .watch(kit.keys, () => this.ruleObjects.keys());
+      fieldManager: FIELD_MANAGER,
+      report: (obj, standings) => this.report(obj, standings),
+      // Things a user can fix: a rule that is invalid, conflicts, or renders invalid values.
+      warnings: [
+        { type: 'Invalid', status: 'True', event: 'InvalidRule' },
+        { type: 'Conflicting', status: 'True', event: 'Conflict' },
+        { type: 'Ready', status: 'False', reason: 'InvalidOutput' },
+      ],
+    });
+    this.status.controller.watch(kit.keys, () => this.ruleObjects.keys());
 
     manager.add(this.nodeController);
-    manager.add(this.statusController);
     if (this.files) {
       const files = this.files;
       manager.addRunnable({
@@ -166,104 +170,78 @@ export class LabelsController {
     const node = this.nodes.get(name);
     if (!node) {
       this.writer.forget(name);
-      this.setResult(name, undefined);
+      this.status.set(name, undefined);
       return;
     }
     const decision = decide(nodeView(node), this.rules());
     const written = await this.writer.sync(node, decision);
     const foreign = tracedOutputs(decision, written.foreign);
 
-    const conflicts = new Map<string, string>();
+    // Each NodeLabelRule's standing on this node, for its status.
+    const standings = new Map<string, RuleStanding>();
+    const standing = (rule: string): RuleStanding | undefined => {
+      if (!rule.startsWith(CR_RULE_PREFIX)) return undefined;
+      const cr = rule.slice(CR_RULE_PREFIX.length);
+      let s = standings.get(cr);
+      if (!s) {
+        s = { matched: false, applied: false, conflict: undefined, invalid: undefined, missing: false };
+        standings.set(cr, s);
+      }
+      return s;
+    };
     for (const c of decision.conflicts) {
       const text = `${c.kind} ${c.key}: ${[c.winner, ...c.losers].map((o) => `${o.rule} sets "${o.value}"`).join(', ')}; ${c.winner.rule} wins (rules apply in name order)`;
-      for (const o of [c.winner, ...c.losers]) conflicts.set(o.rule, text);
+      for (const o of [c.winner, ...c.losers]) {
+        const s = standing(o.rule);
+        if (s) s.conflict = text;
+      }
     }
     for (const f of foreign) {
-      conflicts.set(
-        f.rule,
-        `${f.kind} ${f.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`,
-      );
+      const s = standing(f.rule);
+      if (s)
+        s.conflict = `${f.kind} ${f.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`;
     }
-    const matched = new Set([...decision.matches].filter(([, m]) => m.matched).map(([r]) => r));
+    const matched = [...decision.matches].filter(([, m]) => m.matched).map(([r]) => r);
     const blocked = new Set([...foreign, ...decision.conflicts.flatMap((c) => c.losers)].map((o) => o.rule));
-    const invalid = new Map<string, string>();
     for (const e of decision.renderErrors) {
       blocked.add(e.rule);
-      invalid.set(e.rule, `node ${name}: ${e.message}`);
+      const s = standing(e.rule);
+      if (s) s.invalid = `node ${name}: ${e.message}`;
     }
-    const missing = new Set(decision.missingInputs.map((e) => e.rule));
-    const applied = new Set([...matched].filter((r) => !blocked.has(r)));
-    this.setResult(name, { matched, applied, conflicts, invalid, missing });
+    for (const e of decision.missingInputs) {
+      const s = standing(e.rule);
+      if (s) s.missing = true;
+    }
+    for (const r of matched) {
+      const s = standing(r);
+      if (s) {
+        s.matched = true;
+        s.applied = !blocked.has(r);
+      }
+    }
+    this.status.set(name, standings);
     // The loop breaker held keys back: write them once it lets go.
     if (written.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
   }
 
-  private setResult(name: string, r: NodeResult | undefined): void {
-    const old = this.results.get(name);
-    if (r) this.results.set(name, r);
-    else this.results.delete(name);
-    // Recount only the rules whose standing on this node changed, coalesced over a short window.
-    const touched = new Set<string>();
-    const diff = (a: Set<string> | undefined, b: Set<string> | undefined) => {
-      for (const x of a ?? []) if (!b?.has(x)) touched.add(x);
-      for (const x of b ?? []) if (!a?.has(x)) touched.add(x);
-    };
-    diff(old?.matched, r?.matched);
-    diff(old?.applied, r?.applied);
-    diff(new Set(old?.conflicts.keys()), new Set(r?.conflicts.keys()));
-    diff(new Set(old?.invalid.keys()), new Set(r?.invalid.keys()));
-    diff(old?.missing, r?.missing);
-    for (const [rule, text] of r?.conflicts ?? []) if (old?.conflicts.get(rule) !== text) touched.add(rule);
-    for (const [rule, text] of r?.invalid ?? []) if (old?.invalid.get(rule) !== text) touched.add(rule);
-    for (const rule of touched) {
-      if (rule.startsWith('nodelabelrule/'))
-        this.statusController.queue.addAfter(rule.slice('nodelabelrule/'.length), 500);
-    }
-  }
-
-  private async reconcileStatus(crName: string): Promise<Result | void> {
-    const obj = this.ruleObjects.get(crName);
-    if (!obj) return;
+  private report(obj: RuleObject, standings: RuleStanding[]): StatusReport<RuleCount> {
+    const crName = obj.metadata!.name!;
     this.rules();
     const compiled = this.compiled.get(crName);
     const ruleName = ruleNameOf(crName);
-    const generation = obj.metadata?.generation;
     let matchedNodes = 0;
     let appliedNodes = 0;
     let missingNodes = 0;
     const conflicts: string[] = [];
     const invalid: string[] = [];
-    for (const r of this.results.values()) {
-      if (r.matched.has(ruleName)) matchedNodes++;
-      if (r.applied.has(ruleName)) appliedNodes++;
-      if (r.missing.has(ruleName)) missingNodes++;
-      const c = r.conflicts.get(ruleName);
-      if (c && !conflicts.includes(c)) conflicts.push(c);
-      const i = r.invalid.get(ruleName);
-      if (i) invalid.push(i);
+    for (const s of standings) {
+      if (s.matched) matchedNodes++;
+      if (s.applied) appliedNodes++;
+      if (s.missing) missingNodes++;
+      if (s.conflict && !conflicts.includes(s.conflict)) conflicts.push(s.conflict);
+      if (s.invalid) invalid.push(s.invalid);
     }
-    // Until the first pass over every node is done, the counts are partial: writing them would make
-    // the status (and Ready) flap on every restart.
-    if (!this.firstPass.complete(this.nodeController, this.results, this.nodes))
-      return { requeueAfterMs: 250 };
     const errors = [...(compiled?.errors ?? []), ...(this.ownership.get(ruleName) ?? [])];
-    const conds = conditionSetter(obj.status?.conditions as Condition[] | undefined, generation);
-    const set = (type: string, status: boolean, reason: string, message: string) =>
-      conds.set(type, status, reason, message);
-    set(
-      'Invalid',
-      errors.length > 0,
-      errors.length ? 'InvalidSpec' : 'Valid',
-      errors.join('; ').slice(0, 2000),
-    );
-    set(
-      'Conflicting',
-      conflicts.length > 0,
-      conflicts.length ? 'OutputConflict' : 'NoConflict',
-      conflicts.length
-        ? `${conflicts.slice(0, 3).join(' | ')}${conflicts.length > 3 ? ` (+${conflicts.length - 3} more)` : ''}`
-        : '',
-    );
     const ready =
       errors.length === 0 && conflicts.length === 0 && invalid.length === 0 && appliedNodes === matchedNodes;
     const reason = errors.length
@@ -284,41 +262,29 @@ export class LabelsController {
       : invalid.length
         ? `${invalid.length} of ${matchedNodes} matching nodes skip an output whose rendered value is invalid: ${invalid.slice(0, 3).join(' | ')}`
         : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs${skipped}`;
-    set('Ready', ready, reason, message.slice(0, 2000));
-
-    const status: NodeLabelRuleStatus = {
-      ...(generation !== undefined ? { observedGeneration: generation } : {}),
-      matchedNodes: errors.length ? 0 : matchedNodes,
-      appliedNodes: errors.length ? 0 : appliedNodes,
-      conditions: conds.conditions,
+    return {
+      counts: {
+        matchedNodes: errors.length ? 0 : matchedNodes,
+        appliedNodes: errors.length ? 0 : appliedNodes,
+      },
+      conditions: [
+        {
+          type: 'Invalid',
+          status: errors.length > 0,
+          reason: errors.length ? 'InvalidSpec' : 'Valid',
+          message: errors.join('; ').slice(0, 2000),
+        },
+        {
+          type: 'Conflicting',
+          status: conflicts.length > 0,
+          reason: conflicts.length ? 'OutputConflict' : 'NoConflict',
+          message: conflicts.length
+            ? `${conflicts.slice(0, 3).join(' | ')}${conflicts.length > 3 ? ` (+${conflicts.length - 3} more)` : ''}`
+            : '',
+        },
+        { type: 'Ready', status: ready, reason, message: message.slice(0, 2000) },
+      ],
     };
-    const old = obj.status;
-    const same =
-      old?.observedGeneration === status.observedGeneration &&
-      old?.matchedNodes === status.matchedNodes &&
-      old?.appliedNodes === status.appliedNodes &&
-      sameConditions(old?.conditions as Condition[] | undefined, conds.conditions);
-    if (!same) {
-      this.announceTransitions(obj, old?.conditions as Condition[] | undefined, conds.conditions);
-      await applyStatus(this.manager.client(), NodeLabelRule.ref, obj, status, FIELD_MANAGER);
-    }
-  }
-
-  /** Warning events when a rule becomes invalid, conflicting or renders invalid values: things a user can fix. */
-  private announceTransitions(obj: RuleObject, before: Condition[] | undefined, after: Condition[]): void {
-    const warnings: [type: string, when: (c: Condition | undefined) => boolean, reason: string][] = [
-      ['Invalid', (c) => c?.status === 'True', 'InvalidRule'],
-      ['Conflicting', (c) => c?.status === 'True', 'Conflict'],
-      ['Ready', (c) => c?.reason === 'InvalidOutput', 'InvalidOutput'],
-    ];
-    for (const [type, when, reason] of warnings) {
-      const b = before?.find((c) => c.type === type);
-      const a = after.find((c) => c.type === type)!;
-      if (when(a) && (!when(b) || b?.message !== a.message)) {
-        this.events.event(obj, 'Warning', reason, 'Reconcile', a.message);
-        this.log.warn({ rule: obj.metadata?.name, reason: a.reason }, a.message);
-      }
-    }
   }
 
   private onFileErrors(errors: FileError[]): void {

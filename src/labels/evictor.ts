@@ -58,6 +58,13 @@ interface Pending {
 
 export const CLUSTER_MAX_PER_MINUTE = 60;
 
+/** The reasons of the events about a pod's eviction, which `berth explain pod` lists. */
+export const EVICTION_REASONS = {
+  evicted: 'EvictedOnRemoval',
+  dryrun: 'WouldEvict',
+  blocked: 'EvictionBlocked',
+} as const;
+
 const perMinute = (n: number) => new BucketRateLimiter<string>(n / 60, n);
 
 export class Evictor {
@@ -94,7 +101,8 @@ export class Evictor {
     // down) evicts nothing.
     this.nodes.addEventHandler({
       onUpdate: (a, b) => {
-        if (a === b) return;
+        // Removals are label changes: a resync or any other update changes nothing here.
+        if (!labelsChanged(a, b)) return;
         const name = b.metadata!.name!;
         const next = trackRemovals(
           this.removals.get(name),
@@ -181,7 +189,7 @@ export class Evictor {
     if (v.policy.mode === 'DryRun') {
       if (!p.reported) {
         p.reported = true;
-        this.report(pod, node!, v, 'dryrun', 'WouldEvict', `would evict pod ${key} (DryRun)`);
+        this.report(pod, node!, v, 'dryrun', EVICTION_REASONS.dryrun, `would evict pod ${key} (DryRun)`);
       }
       return;
     }
@@ -228,11 +236,11 @@ export class Evictor {
         this.events.event(
           pod,
           'Warning',
-          'EvictionBlocked',
+          EVICTION_REASONS.blocked,
           'Evict',
           `${note} (rule ${v.rule}, label ${v.label})`,
         );
-        this.eventOnRule(v.rule, 'EvictionBlocked', note);
+        this.eventOnRule(v.rule, EVICTION_REASONS.blocked, note);
         this.log.warn({ pod: key, rule: v.rule, label: v.label }, note);
         return { requeue: true };
       }
@@ -240,7 +248,7 @@ export class Evictor {
       this.log.warn({ pod: key, rule: v.rule, err: errorText(e) }, 'eviction failed; will retry');
       return { requeue: true };
     }
-    this.report(pod, node, v, 'evicted', 'EvictedOnRemoval', `evicted pod ${key}`);
+    this.report(pod, node, v, 'evicted', EVICTION_REASONS.evicted, `evicted pod ${key}`);
     this.forget(key);
   }
 

@@ -1,8 +1,9 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { workersOption, type Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
 import { rulesCommand } from './cli.ts';
 import { LabelsController } from './controller.ts';
-import { CLUSTER_MAX_PER_MINUTE, Evictor } from './evictor.ts';
+import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, Evictor } from './evictor.ts';
 import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels } from './explain.ts';
 import { clusterRules } from './load.ts';
@@ -20,9 +21,7 @@ export const labelsCapability: Capability = {
       '--label-dir <dir>',
       'k8s-auto-labeller rule files, DIR/<namespace>/<label> (watched and reloaded)',
     ),
-    new Option('--label-workers <n>', 'concurrent node reconciles of the labels controller')
-      .default(16)
-      .argParser(Number),
+    workersOption('label-workers', 'labels'),
     new Option(
       '--label-dir-evict-on-removal <mode>',
       'evictOnRemoval for every rule file: evict pods that needed a label a file derived once it goes away (DryRun only reports)',
@@ -43,8 +42,8 @@ export const labelsCapability: Capability = {
   crds: [NodeLabelRule],
   rbac: [
     { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: ['berth.dev'], resources: ['nodelabelrules'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['berth.dev'], resources: ['nodelabelrules/status'], verbs: ['get', 'patch', 'update'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules/status'], verbs: ['get', 'patch', 'update'] },
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: [''], resources: ['pods/eviction'], verbs: ['create'] },
   ],
@@ -61,14 +60,9 @@ export const labelsCapability: Capability = {
       ? await client.get(Resources.nodes, slim.spec.nodeName).then(slimNode, () => undefined)
       : undefined;
     const events = await client.list<
-      KubeObject & {
-        eventTime?: string;
-        reason?: string;
-        note?: string;
-        regarding?: { uid?: string };
-        reportingController?: string;
-      }
+      KubeObject & { eventTime?: string; reason?: string; note?: string; regarding?: { uid?: string } }
     >(Resources.events, { namespace: slim.metadata!.namespace! });
+    const reasons: readonly string[] = Object.values(EVICTION_REASONS);
     return explainPodEviction(
       slim,
       node,
@@ -76,9 +70,7 @@ export const labelsCapability: Capability = {
       berthNamespace,
       evictOnRemovalFiles(options),
       events.items
-        .filter(
-          (e) => e.regarding?.uid === slim.metadata?.uid && e.reportingController === 'berth.dev/labels',
-        )
+        .filter((e) => e.regarding?.uid === slim.metadata?.uid && reasons.includes(e.reason ?? ''))
         .map((e) => ({ time: e.eventTime ?? '', reason: e.reason ?? '', note: e.note ?? '' })),
     );
   },

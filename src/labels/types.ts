@@ -1,10 +1,10 @@
 // The API of derived node labels: the NodeLabelRule custom resource, and the Rule model that both
 // NodeLabelRules and k8s-auto-labeller rule files compile into.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import { k8s } from '../runtime/api/crd.ts';
+import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
 import { OPERATORS } from '../policy/match/requirement.ts';
 
-export const GROUP = 'berth.dev';
 export const FIELD_MANAGER = 'berth-labels';
 
 /** Well-known node fields a term can match, read from the Node object. */
@@ -151,25 +151,15 @@ export const nodeLabelRuleSpec = k8s(
 );
 export type NodeLabelRuleSpec = z.infer<typeof nodeLabelRuleSpec>;
 
-export const nodeLabelRuleStatus = z.object({
-  observedGeneration: z.number().int().optional(),
-  matchedNodes: z.number().int().optional().describe('Nodes the rule matches.'),
-  appliedNodes: z.number().int().optional().describe('Matched nodes that carry every output of the rule.'),
-  conditions: conditionsSchema,
-});
-export type NodeLabelRuleStatus = z.infer<typeof nodeLabelRuleStatus>;
-
-export const NodeLabelRule = defineCustomResource({
-  group: GROUP,
-  version: 'v1alpha1',
+export const NodeLabelRule = definePolicy({
   kind: 'NodeLabelRule',
   plural: 'nodelabelrules',
-  singular: 'nodelabelrule',
   shortNames: ['nlr'],
-  categories: ['berth'],
-  scope: 'Cluster',
   spec: nodeLabelRuleSpec,
-  status: nodeLabelRuleStatus,
+  counts: {
+    matchedNodes: 'Nodes the rule matches.',
+    appliedNodes: 'Matched nodes that carry every output of the rule.',
+  },
   printerColumns: [
     {
       name: 'Matched',
@@ -183,16 +173,9 @@ export const NodeLabelRule = defineCustomResource({
       jsonPath: '.status.appliedNodes',
       description: 'Matched nodes carrying its outputs',
     },
-    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
-    {
-      name: 'Reason',
-      type: 'string',
-      jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
-      priority: 1,
-    },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
   ],
 });
+export type NodeLabelRuleStatus = PolicyStatus<'matchedNodes' | 'appliedNodes'>;
 
 /**
  * A compiled rule, from a NodeLabelRule or a rule file. `name` is unique across both sources

@@ -110,7 +110,7 @@ export async function startBerth(
  */
 export async function everyCapability(client: KubeClient): Promise<PolicyKit> {
   const manager = new Manager({
-    clusters: { local: client },
+    client,
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

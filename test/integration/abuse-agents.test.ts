@@ -434,7 +434,7 @@ before(async () => {
   }
 
   manager = new Manager({
-    clusters: { local: sandbox.client() },
+    client: sandbox.client(),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

@@ -44,7 +44,7 @@ let manager: Manager | undefined;
 let controller: AgentsController | undefined;
 async function startController(): Promise<AgentsController> {
   manager = new Manager({
-    clusters: { local: sandbox.client() },
+    client: sandbox.client(),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

@@ -49,7 +49,7 @@ type Event = KubeObject & { reason: string; note: string; type: string; regardin
 before(async () => {
   await installCrds(client);
   manager = new Manager({
-    clusters: { local: sandbox.client() },
+    client: sandbox.client(),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

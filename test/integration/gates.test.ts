@@ -70,7 +70,7 @@ before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'gates');
   manager = new Manager({
-    clusters: { local: sandbox.client() },
+    client: sandbox.client(),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

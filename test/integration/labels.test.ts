@@ -47,7 +47,7 @@ async function withController<T>(
   fn: (c: LabelsController) => Promise<T>,
 ): Promise<T> {
   const manager = new Manager({
-    clusters: { local: opts.client ?? sandbox.client() },
+    client: opts.client ?? sandbox.client(),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

@@ -63,7 +63,7 @@ describe('controller runtime under apiserver failures', () => {
     const writes: string[] = [];
     const lastVersion = new Map<string, string>();
     const manager = new Manager({
-      clusters: { local: client },
+      client,
       metricsBindAddress: '0',
       healthBindAddress: '0',
     });

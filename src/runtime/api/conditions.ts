@@ -21,14 +21,18 @@ export function setCondition(
   now = new Date(),
 ): Condition[] {
   const list = conditions ?? [];
-  const old = list.find((x) => x.type === c.type);
+  const old = findCondition(list, c.type);
   const lastTransitionTime =
     old && old.status === c.status ? old.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
   const next: Condition = { ...c, lastTransitionTime };
   return old ? list.map((x) => (x === old ? next : x)) : [...list, next];
 }
 
-export function findCondition(conditions: Condition[] | undefined, type: string): Condition | undefined {
+/** The condition of `type` in a list of conditions (metav1.Condition, or a node's or pod's). */
+export function findCondition<C extends { type: string }>(
+  conditions: readonly C[] | undefined,
+  type: string,
+): C | undefined {
   return conditions?.find((c) => c.type === type);
 }
 
@@ -50,7 +54,7 @@ export function sameConditions(a: Condition[] | undefined, b: Condition[] | unde
   return (
     x.length === y.length &&
     x.every((c) => {
-      const d = y.find((o) => o.type === c.type);
+      const d = findCondition(y, c.type);
       return (
         d !== undefined &&
         d.status === c.status &&

@@ -74,23 +74,3 @@ export function applyStatus<T extends KubeObject>(
     { fieldManager, subresource: 'status', force: true },
   );
 }
-
-/**
- * Adds or removes one finalizer as its own field manager: other finalizers (another manager's)
- * are untouched because this manager only ever owns its own entry.
- */
-export function setFinalizer(
-  client: KubeClient,
-  ref: ResourceRef,
-  obj: KubeObject,
-  finalizer: string,
-  present: boolean,
-  fieldManager: string,
-): Promise<KubeObject> {
-  const body = applyTarget(ref, obj);
-  body.metadata.finalizers = present ? [finalizer] : [];
-  return client.apply(ref, body, { fieldManager });
-}
-
-export const hasFinalizer = (obj: KubeObject, finalizer: string): boolean =>
-  obj.metadata?.finalizers?.includes(finalizer) ?? false;

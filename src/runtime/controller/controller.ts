@@ -1,7 +1,12 @@
 // A controller in controller-runtime's sense: watches map informer events to keys in a work queue,
-// workers hand each key to a Reconciler, and the result decides forget / requeue / back off.
+// workers hand each key to a Reconciler, and the result decides forget / requeue / back off. It is
+// Aware of clusters (multicluster-runtime's controller): a watch made with watchClusters runs on
+// every engaged cluster, its keys carry their cluster, and it ends when its cluster is disengaged.
 import { type EventHandler } from '../cache/informer.ts';
 import { errorText } from '../observability/log.ts';
+import type { Cluster } from '../cluster/cluster.ts';
+import { clusterKey, localCluster, splitClusterKey } from '../cluster/key.ts';
+import type { Aware } from '../cluster/provider.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
@@ -14,14 +19,8 @@ export interface Result {
   requeue?: boolean;
 }
 
-export interface ReconcileContext {
-  log: Logger;
-  /** Aborted when the controller stops (shutdown or lost leadership). */
-  signal: AbortSignal;
-}
-
 export interface Reconciler {
-  reconcile(key: string, ctx: ReconcileContext): Promise<Result | void>;
+  reconcile(key: string): Promise<Result | void>;
 }
 
 /** Anything that delivers object events and knows when it has seen everything once: informers, rule files. */
@@ -47,11 +46,20 @@ export interface ControllerOptions {
   logger?: Logger;
 }
 
-export class Controller {
+interface ClusterWatch<T> {
+  source: (cluster: Cluster) => Source<T>;
+  map: MapFunc<T>;
+  predicates: Predicates<T>;
+}
+
+export class Controller implements Aware {
   readonly name: string;
   readonly queue: WorkQueue<string>;
   private readonly opts: ControllerOptions;
   private readonly sources: Source<never>[] = [];
+  private readonly clusterWatches: ClusterWatch<never>[] = [];
+  /** The clusters engaged with this controller, each with the signal that aborts when it leaves. */
+  private readonly clusters = new Map<string, { cluster: Cluster; signal: AbortSignal }>();
   private readonly log: Logger;
   private workers: Promise<void>[] = [];
   private stopping: AbortController | undefined;
@@ -70,12 +78,65 @@ export class Controller {
   /** Enqueues the keys that `map` derives from every add, update and delete that passes the predicates. */
   watch<T>(source: Source<T>, map: MapFunc<T>, predicates: Predicates<T> = {}): this {
     this.sources.push(source as Source<never>);
+    source.addEventHandler(this.handler(map, predicates));
+    return this;
+  }
+
+  /**
+   * Watches on every engaged cluster, the local one included: `source` makes the source of one
+   * cluster (say, its informer of a resource), and the keys `map` derives carry that cluster
+   * (clusterKey). A cluster's events flow once its sources have synced (they replay what they hold
+   * as adds), so a reconcile never sees part of a cluster, and a cluster out of reach holds back
+   * only its own keys.
+   */
+  watchClusters<T>(
+    source: (cluster: Cluster) => Source<T>,
+    map: MapFunc<T>,
+    predicates: Predicates<T> = {},
+  ): this {
+    const w: ClusterWatch<T> = { source, map, predicates };
+    this.clusterWatches.push(w as ClusterWatch<never>);
+    for (const { cluster, signal } of this.clusters.values()) this.watchOn(cluster, signal, w);
+    return this;
+  }
+
+  /** Aware: the cluster's watches start; when it leaves they stop and its keys leave the queue. */
+  engage(cluster: Cluster, signal: AbortSignal): void {
+    const name = cluster.name;
+    this.clusters.set(name, { cluster, signal });
+    signal.addEventListener(
+      'abort',
+      () => {
+        this.clusters.delete(name);
+        this.queue.removeWhere((k) => splitClusterKey(k).cluster === name);
+      },
+      { once: true },
+    );
+    for (const w of this.clusterWatches) this.watchOn(cluster, signal, w);
+  }
+
+  private watchOn<T>(cluster: Cluster, signal: AbortSignal, w: ClusterWatch<T>): void {
+    const source = w.source(cluster);
+    source.waitForSync(signal).then(
+      () => source.addEventHandler(this.handler(w.map, w.predicates, cluster.name, signal)),
+      () => {}, // disengaged before it synced
+    );
+  }
+
+  private handler<T>(
+    map: MapFunc<T>,
+    predicates: Predicates<T>,
+    cluster = localCluster,
+    signal?: AbortSignal,
+  ): EventHandler<T> {
     const enqueue = (obj: T) => {
+      // A disengaged cluster's informers stop a moment after its signal aborts.
+      if (signal?.aborted) return;
       const keys = map(obj);
       if (keys === undefined) return;
-      for (const k of Array.isArray(keys) ? keys : [keys]) this.queue.add(k);
+      for (const k of Array.isArray(keys) ? keys : [keys]) this.queue.add(clusterKey(cluster, k));
     };
-    source.addEventHandler({
+    return {
       onAdd: (o) => (predicates.add?.(o) ?? true) && enqueue(o),
       onUpdate: (a, b) => {
         if (!(predicates.update?.(a, b) ?? true)) return;
@@ -84,8 +145,7 @@ export class Controller {
         if (a !== b) enqueue(b);
       },
       onDelete: (o) => (predicates.delete?.(o) ?? true) && enqueue(o),
-    });
-    return this;
+    };
   }
 
   /** Waits for every watched source to sync (nothing is pruned from a partial view), then runs the workers until stop(). */
@@ -112,17 +172,27 @@ export class Controller {
     for (;;) {
       const item = await this.queue.get();
       if (item.shutdown) return;
+      if (this.left(item.key)) {
+        this.queue.forget(item.key);
+        this.queue.done(item.key);
+        continue;
+      }
       await this.process(item.key, signal);
     }
   }
 
+  /** A key of a cluster that is not engaged (any more): one that was being reconciled or waiting when its cluster left. */
+  private left(key: string): boolean {
+    const { cluster } = splitClusterKey(key);
+    return cluster !== localCluster && !this.clusters.has(cluster);
+  }
+
   private async process(key: string, signal: AbortSignal): Promise<void> {
     const labels = { controller: this.name };
-    const log = this.log.child({ key });
     const started = performance.now();
     reconcileMetrics.activeWorkers.inc(labels);
     try {
-      const result = (await this.opts.reconciler.reconcile(key, { log, signal })) ?? {};
+      const result = (await this.opts.reconciler.reconcile(key)) ?? {};
       if (result.requeueAfterMs !== undefined && result.requeueAfterMs > 0) {
         this.queue.forget(key);
         this.queue.addAfter(key, result.requeueAfterMs);
@@ -138,8 +208,8 @@ export class Controller {
       reconcileMetrics.total.inc({ ...labels, result: 'error' });
       reconcileMetrics.errors.inc(labels);
       if (!signal.aborted) {
-        log.warn(
-          { err: errorText(e), requeues: this.queue.numRequeues(key) },
+        this.log.warn(
+          { key, err: errorText(e), requeues: this.queue.numRequeues(key) },
           'reconcile failed; will retry',
         );
         this.queue.addRateLimited(key);

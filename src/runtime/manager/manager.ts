@@ -1,21 +1,25 @@
-// The manager in controller-runtime's sense: it owns the clients of one or more clusters, the shared
-// informers, the controllers and other runnables, leader election, and the metrics and health
-// endpoints. Informers run on every replica (so a new leader starts warm); controllers and other
-// leader-only runnables run only while this replica holds the lease.
+// The manager in controller-runtime's sense: it owns the runnables (controllers among them), leader
+// election, the metrics and health endpoints, and a set of clusters: the local one it is built with
+// and others that providers engage and disengage while it runs. Informers run on every replica (so
+// a new leader starts warm); controllers and other leader-only runnables run only while this
+// replica holds the lease.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Controller } from '../controller/controller.ts';
-import { Informer, type InformerOptions } from '../cache/informer.ts';
+import type { Informer } from '../cache/informer.ts';
 import { errorText } from '../observability/log.ts';
 import { KubeClient } from '../client/client.ts';
-import { EventRecorder } from '../events/recorder.ts';
+import { Cluster, type InformerRequest } from '../cluster/cluster.ts';
+import { localCluster } from '../cluster/key.ts';
+import type { Aware, ClusterSet, Provider } from '../cluster/provider.ts';
+import type { EventRecorder } from '../events/recorder.ts';
 import { LeaderElector } from '../leaderelection/elector.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { registry } from '../observability/metrics.ts';
 import { serve, type RunningServer } from '../server/http.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
 
-export interface Runnable {
+export interface Runnable extends Partial<Aware> {
   name: string;
   /** Leader-only runnables start when this replica becomes leader; others (webhook servers) always run. */
   needLeaderElection: boolean;
@@ -34,151 +38,173 @@ export interface LeaderElectionOptions {
 }
 
 export interface ManagerOptions {
-  /** One client per cluster; the first is the local cluster that holds the lease. */
-  clusters: Record<string, KubeClient>;
+  /** The client of the local cluster: the one that holds the lease (the manager closes it at stop). */
+  client: KubeClient;
+  /** Engage and disengage further clusters while the manager runs. */
+  providers?: Provider[];
   metricsBindAddress?: string;
   healthBindAddress?: string;
   leaderElection?: LeaderElectionOptions;
-  /** Default safety-net resync period of informers. */
+  /** Default safety-net resync period of the local cluster's informers. */
   resyncMs?: number;
   /** Which capability serves each CRD (by name), so /readyz can say what a missing CRD idles. */
   crdOwners?: Record<string, string>;
   logger?: Logger;
 }
 
-export interface InformerRequest<T extends KubeObject> {
-  cluster?: string;
-  namespace?: string;
-  labelSelector?: string;
-  fieldSelector?: string;
-  /** Controllers that need the same shrunken objects share one informer by naming the transform. */
-  transform?: { name: string; fn: (obj: T) => T };
-  idleTimeoutMs?: number;
+interface Engaged {
+  cluster: Cluster;
+  /** Aborted when the cluster is disengaged: what is Aware stops its work there. */
+  engagement: AbortController;
 }
 
-export class Manager {
+export class Manager implements ClusterSet {
   readonly log: Logger;
+  readonly localCluster = localCluster;
   private readonly opts: ManagerOptions;
-  private readonly informers = new Map<string, Informer<KubeObject>>();
+  private readonly clusters = new Map<string, Engaged>();
+  private readonly aware: Aware[] = [];
   private readonly controllers: Controller[] = [];
   private readonly runnables: Runnable[] = [];
   private readonly servers: RunningServer[] = [];
-  private readonly recorders = new Map<string, EventRecorder>();
+  /** Aborted when stop() begins: providers stop and no cluster is engaged any more. */
+  private readonly closing = new AbortController();
+  /** Aborted once the clusters have stopped: the elector releases the lease, always-on runnables end. */
   private readonly stopping = new AbortController();
   private started = false;
-  private readonly lateInformers = new Set<Informer<KubeObject>>();
+  private healthServer: RunningServer | undefined;
+  /** The leader elector's fencing check, once there is one: every engaged cluster's writes pass it. */
+  private fence: (() => boolean) | undefined;
   private leaderWork: AbortController | undefined;
   private elector: LeaderElector | undefined;
   private electorLoop: Promise<void> | undefined;
   private exit!: (code: number) => void;
   /** Resolves with the process exit code once the manager has stopped. */
   readonly done: Promise<number>;
-  readonly localCluster: string;
 
   constructor(opts: ManagerOptions) {
     this.opts = opts;
     this.log = opts.logger ?? rootLogger;
-    const names = Object.keys(opts.clusters);
-    if (names.length === 0) throw new Error('a manager needs at least one cluster');
-    this.localCluster = names[0]!;
     this.done = new Promise((resolve) => (this.exit = resolve));
+    this.engage(
+      new Cluster({
+        name: localCluster,
+        client: opts.client,
+        logger: this.log,
+        ...(opts.resyncMs !== undefined ? { resyncMs: opts.resyncMs } : {}),
+      }),
+    );
   }
 
-  client(cluster = this.localCluster): KubeClient {
-    const c = this.opts.clusters[cluster];
-    if (!c) throw new Error(`unknown cluster ${cluster}`);
-    return c;
+  /** An engaged cluster by name; the local one by default. */
+  cluster(name: string = localCluster): Cluster {
+    const e = this.clusters.get(name);
+    if (!e) throw new Error(`cluster ${name} is not engaged`);
+    return e.cluster;
   }
 
   get clusterNames(): string[] {
-    return Object.keys(this.opts.clusters);
+    return [...this.clusters.keys()];
   }
 
-  /** The shared informer for (cluster, resource, namespace, selectors, transform), created on first use. */
+  client(cluster: string = localCluster): KubeClient {
+    return this.cluster(cluster).client;
+  }
+
+  /** The local cluster's shared informer for (resource, namespace, selectors, transform). */
   informer<T extends KubeObject>(ref: ResourceRef, req: InformerRequest<T> = {}): Informer<T> {
-    const cluster = req.cluster ?? this.localCluster;
-    const key = [
-      cluster,
-      ref.group,
-      ref.version,
-      ref.resource,
-      req.namespace,
-      req.labelSelector,
-      req.fieldSelector,
-      req.transform?.name,
-    ].join('|');
-    let inf = this.informers.get(key) as Informer<T> | undefined;
-    if (!inf) {
-      const o: InformerOptions<T> = {
-        client: this.client(cluster),
-        ref,
-        cluster,
-        logger: this.log,
-        resyncMs: this.opts.resyncMs ?? 10 * 60_000,
-        ...(req.namespace ? { namespace: req.namespace } : {}),
-        ...(req.labelSelector ? { labelSelector: req.labelSelector } : {}),
-        ...(req.fieldSelector ? { fieldSelector: req.fieldSelector } : {}),
-        ...(req.transform ? { transform: req.transform.fn } : {}),
-        ...(req.idleTimeoutMs ? { idleTimeoutMs: req.idleTimeoutMs } : {}),
-      };
-      inf = new Informer<T>(o);
-      this.informers.set(key, inf as unknown as Informer<KubeObject>);
-      if (this.started) {
-        inf.start();
-        this.lateInformers.add(inf as unknown as Informer<KubeObject>);
-      }
-    }
-    return inf;
+    return this.cluster().informer(ref, req);
   }
 
-  /** The event recorder of a controller (reportingController berth.dev/<name>), on the local cluster. */
+  /** The event recorder of a controller in the local cluster; events about another cluster's objects go to cluster(name).recorder(). */
   recorder(name: string): EventRecorder {
-    let r = this.recorders.get(name);
-    if (!r) {
-      r = new EventRecorder({
-        client: this.client(),
-        reportingController: `berth.dev/${name}`,
-        reportingInstance: process.env['POD_NAME'] ?? hostname(),
-        logger: this.log,
-      });
-      this.recorders.set(name, r);
-    }
-    return r;
+    return this.cluster().recorder(name);
+  }
+
+  /** The health server's port once started (the bind address may ask for any free port). */
+  get healthPort(): number | undefined {
+    return this.healthServer?.port;
   }
 
   add(controller: Controller): void {
     this.controllers.push(controller);
+    this.addAware(controller);
   }
 
   addRunnable(r: Runnable): void {
     this.runnables.push(r);
+    if (r.engage) this.addAware(r as Aware);
+  }
+
+  private addAware(a: Aware): void {
+    this.aware.push(a);
+    for (const { cluster, engagement } of this.clusters.values()) a.engage(cluster, engagement.signal);
   }
 
   /**
-   * Every informer created before start has listed once: what /readyz reports. One created later,
-   * for a kind learned at run time, is awaited by the controller that asked for it: a policy
-   * naming a new kind must not make a ready Berth unready.
+   * Adds a cluster: its writes are fenced by the lease like the local cluster's, everything Aware
+   * engages it (asking for its informers), and then, if the manager runs, it starts.
    */
+  engage(cluster: Cluster): void {
+    if (this.closing.signal.aborted)
+      throw new Error(`the manager is stopping: cluster ${cluster.name} not engaged`);
+    if (this.clusters.has(cluster.name)) throw new Error(`cluster ${cluster.name} is engaged already`);
+    const engagement = new AbortController();
+    this.clusters.set(cluster.name, { cluster, engagement });
+    if (this.fence) cluster.client.writeGuard = this.fence;
+    try {
+      for (const a of this.aware) a.engage(cluster, engagement.signal);
+    } catch (e) {
+      // Half an engagement would leave watches nobody stops: undo it, and the caller keeps the cluster.
+      this.clusters.delete(cluster.name);
+      engagement.abort();
+      throw e;
+    }
+    if (this.started) cluster.start();
+    if (cluster.name !== localCluster) this.log.info({ cluster: cluster.name }, 'cluster engaged');
+  }
+
+  /** Removes a cluster: watches on it stop, its keys leave the queues, its informers stop and its client closes. */
+  async disengage(name: string): Promise<void> {
+    if (name === localCluster) throw new Error('the local cluster cannot be disengaged');
+    const e = this.clusters.get(name);
+    if (!e) return;
+    this.clusters.delete(name);
+    e.engagement.abort();
+    await e.cluster.stop();
+    this.log.info({ cluster: name }, 'cluster disengaged');
+  }
+
+  /** Every engaged cluster's informers created before it started have listed once: what /readyz reports. */
   hasSynced(): boolean {
-    return [...this.informers.values()].every((i) => this.lateInformers.has(i) || i.hasSynced());
+    return this.unsynced().length === 0;
+  }
+
+  private unsynced(): string[] {
+    return [...this.clusters.values()].filter((e) => !e.cluster.hasSynced()).map((e) => e.cluster.name);
   }
 
   /** The CRDs of watched resources that are not installed, each with what it idles. */
   missingCrds(): string[] {
     const missing = new Set<string>();
-    for (const inf of this.informers.values()) {
-      if (!inf.crdMissing) continue;
-      const owner = this.opts.crdOwners?.[inf.crdName];
-      missing.add(
-        `CRD ${inf.crdName} is not installed: ${owner ? `the ${owner} capability ignores ` : ''}` +
-          `${inf.ref.kind} objects until it is (berth install, or berth run --install-crds)`,
-      );
+    for (const { cluster } of this.clusters.values()) {
+      const where = cluster.name === localCluster ? '' : `cluster ${cluster.name}: `;
+      for (const inf of cluster.allInformers()) {
+        if (!inf.crdMissing) continue;
+        const owner = this.opts.crdOwners?.[inf.crdName];
+        missing.add(
+          `${where}CRD ${inf.crdName} is not installed: ${owner ? `the ${owner} capability ignores ` : ''}` +
+            `${inf.ref.kind} objects until it is (berth install, or berth run --install-crds)`,
+        );
+      }
     }
     return [...missing].sort();
   }
 
   waitForCacheSync(signal?: AbortSignal): Promise<void> {
-    return Promise.all([...this.informers.values()].map((i) => i.waitForSync(signal))).then(() => {});
+    return Promise.all([...this.clusters.values()].map((e) => e.cluster.waitForCacheSync(signal))).then(
+      () => {},
+    );
   }
 
   isLeader(): boolean {
@@ -201,16 +227,22 @@ export class Manager {
         const notes = this.missingCrds()
           .map((m) => `warning: ${m}\n`)
           .join('');
-        return this.hasSynced()
+        const unsynced = this.unsynced();
+        return unsynced.length === 0
           ? { status: 200, body: `ok\n${notes}` }
-          : { status: 503, body: `informer caches have not synced\n${notes}` };
+          : {
+              status: 503,
+              body: `informer caches have not synced (cluster ${unsynced.join(', ')})\n${notes}`,
+            };
       },
     });
     for (const s of [metrics, health]) if (s) this.servers.push(s);
+    this.healthServer = health;
     this.log.info({ metricsPort: metrics?.port, healthPort: health?.port }, 'manager starting');
 
-    for (const inf of this.informers.values()) inf.start();
+    for (const { cluster } of this.clusters.values()) cluster.start();
     for (const r of this.runnables.filter((r) => !r.needLeaderElection)) await r.start(this.stopping.signal);
+    this.startProviders();
 
     const le = this.opts.leaderElection;
     if (!le) {
@@ -221,7 +253,8 @@ export class Manager {
     // The elector writes the Lease through its own client: the others are fenced by isLeader().
     const local = this.client();
     const electorClient = new KubeClient(local.config, { userAgent: 'berth-leader-election' });
-    for (const c of Object.values(this.opts.clusters)) c.writeGuard = () => this.elector?.isLeader() ?? false;
+    this.fence = () => this.elector?.isLeader() ?? false;
+    for (const { cluster } of this.clusters.values()) cluster.client.writeGuard = this.fence;
     this.elector = new LeaderElector({
       client: electorClient,
       namespace: le.namespace,
@@ -233,13 +266,23 @@ export class Manager {
       logger: this.log,
       onStartedLeading: () => this.startLeaderWork(),
       onStoppedLeading: () => {
-        if (this.stopping.signal.aborted) return;
+        if (this.closing.signal.aborted) return;
         // Like controller-runtime, a replica that lost the lease exits; its pod restarts and campaigns again.
         this.log.error({ identity }, 'leader election lost; stopping');
         void this.stop(1);
       },
     });
     this.electorLoop = this.elector.run(this.stopping.signal).finally(() => electorClient.close());
+  }
+
+  /** Providers run on every replica, like informers, so a new leader finds its clusters engaged. */
+  private startProviders(): void {
+    for (const p of this.opts.providers ?? []) {
+      p.run(this, this.closing.signal).catch((e: unknown) => {
+        if (!this.closing.signal.aborted)
+          this.log.error({ provider: p.name, err: errorText(e) }, 'cluster provider failed');
+      });
+    }
   }
 
   private async startLeaderWork(): Promise<void> {
@@ -256,23 +299,23 @@ export class Manager {
     }
   }
 
-  /** Graceful stop: controllers drain, the lease is released, informers and servers close. */
+  /** Graceful stop: controllers drain, clusters stop (their recorded events go out first), the lease is released, servers close. */
   async stop(code = 0): Promise<void> {
-    if (this.stopping.signal.aborted) return;
+    if (this.closing.signal.aborted) return;
+    this.closing.abort();
     this.log.info('manager stopping');
     this.leaderWork?.abort();
     await Promise.all(this.controllers.map((c) => c.stop()));
     for (const r of this.runnables) await r.stop?.();
-    // Events recorded while stopping still go out (up to a bound), then the lease is released.
-    const bound = () => new Promise<void>((r) => setTimeout(r, 2000).unref());
-    await Promise.all(
-      [...this.recorders.values()].map((r) => Promise.race([r.flush(), bound()]).finally(() => r.stop())),
-    );
+    // Events recorded while stopping go out while the lease is held, so they still pass the fence;
+    // then the lease is released at once, so that a follower takes over without waiting for the
+    // informers to close.
+    const clusters = [...this.clusters.values()].map((e) => e.cluster);
+    await Promise.all(clusters.map((c) => c.flushEvents()));
     this.stopping.abort();
     await this.electorLoop;
-    await Promise.all([...this.informers.values()].map((i) => i.stop()));
+    await Promise.all(clusters.map((c) => c.stop()));
     await Promise.all(this.servers.map((s) => s.close()));
-    for (const c of Object.values(this.opts.clusters)) c.close();
     this.exit(code);
   }
 }

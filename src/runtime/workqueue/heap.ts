@@ -49,6 +49,25 @@ export class WaitingHeap<K> {
     return top.key;
   }
 
+  /** Removes the keys `drop` selects and returns them; the others keep their order. */
+  removeWhere(drop: (key: K) => boolean): K[] {
+    const removed: K[] = [];
+    const kept: Waiting<K>[] = [];
+    for (const e of this.#heap) {
+      if (drop(e.key)) removed.push(e.key);
+      else kept.push(e);
+    }
+    if (removed.length === 0) return removed;
+    for (const key of removed) this.#byKey.delete(key);
+    this.#heap.length = 0;
+    for (const e of kept) {
+      e.index = this.#heap.length;
+      this.#heap.push(e);
+    }
+    for (let i = (this.#heap.length >> 1) - 1; i >= 0; i--) this.#down(i);
+    return removed;
+  }
+
   clear(): void {
     this.#heap.length = 0;
     this.#byKey.clear();

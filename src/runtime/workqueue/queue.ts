@@ -127,6 +127,22 @@ export class WorkQueue<K = string> {
     this.#rateLimiter.forget(key);
   }
 
+  /**
+   * Drops every key `drop` selects, waiting or delayed, with its backoff: say, the keys of a cluster
+   * that left. A selected key being processed now is not queued again at done().
+   */
+  removeWhere(drop: (key: K) => boolean): void {
+    for (const key of this.#dirty.keys()) {
+      if (!drop(key)) continue;
+      this.#dirty.delete(key);
+      this.#rateLimiter.forget(key);
+      this.#metrics?.depth.dec();
+    }
+    this.#queue.retain((key) => this.#dirty.has(key));
+    for (const key of this.#waiting.removeWhere(drop)) this.#rateLimiter.forget(key);
+    for (const key of this.#processing.keys()) if (drop(key)) this.#rateLimiter.forget(key);
+  }
+
   numRequeues(key: K): number {
     return this.#rateLimiter.numRequeues(key);
   }

@@ -26,6 +26,15 @@ export class Ring<T> {
     return item;
   }
 
+  /** Keeps only the items `keep` accepts, in order. */
+  retain(keep: (item: T) => boolean): void {
+    const n = this.#size;
+    for (let i = 0; i < n; i++) {
+      const item = this.shift();
+      if (keep(item)) this.push(item);
+    }
+  }
+
   // Capacity stays a power of two so that wrapping is a mask.
   #resize(capacity: number): void {
     const items = new Array<T | undefined>(capacity);

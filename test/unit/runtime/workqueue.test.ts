@@ -445,3 +445,37 @@ test('the controller label defaults to the queue name', timeout, async () => {
   assert.equal(sample(text, 'workqueue_adds_total', 'wq-test-default-controller'), 1);
   q.shutDown();
 });
+
+test(
+  'removeWhere drops selected keys, queued or delayed, with their backoff; the rest keep their order',
+  timeout,
+  async () => {
+    const q = new WorkQueue<string>({ name: 'wq-test-remove' });
+    const depth = async () =>
+      sample(await registry.getSingleMetricAsString('workqueue_depth'), 'workqueue_depth', 'wq-test-remove');
+    q.add('x/busy');
+    assert.equal(await getKey(q), 'x/busy');
+    // Added again while processing: once removed, done() must not queue it again.
+    q.add('x/busy');
+    for (const k of ['a', 'x/1', 'b', 'x/2', 'c']) q.add(k);
+    q.addRateLimited('x/3');
+    q.addRateLimited('x/3');
+    q.addAfter('d', 30);
+    q.addAfter('x/4', 20);
+    assert.equal(await depth(), 6);
+
+    q.removeWhere((k) => k.startsWith('x/'));
+    assert.equal(q.len(), 3);
+    assert.equal(q.waitingLen(), 1);
+    assert.equal(q.numRequeues('x/3'), 0);
+    assert.equal(await depth(), 3);
+    q.done('x/busy');
+    assert.equal(q.len(), 3);
+    assert.deepEqual([await getKey(q), await getKey(q), await getKey(q)], ['a', 'b', 'c']);
+    // Only the delayed key that was kept comes due.
+    assert.equal(await getKey(q), 'd');
+    await sleep(50);
+    assert.equal(await settles(q.get()), false);
+    q.shutDown();
+  },
+);

@@ -1,0 +1,171 @@
+// A policy's status, from what a node-keyed controller found on each node. That controller records
+// each node's standing per policy; the policies whose standing changed are queued (after a short
+// delay, so that a change across many nodes makes one write). Their status controller turns the
+// standings into counts and conditions, announces a condition turning bad (a Warning event and a
+// log line, once per change), and writes the status only when something changed, and never before
+// the node controller's first full pass: counts over part of the nodes would flap on every restart.
+import { isDeepStrictEqual } from 'node:util';
+import type { PolicyStatus } from './crd.ts';
+import { applyStatus } from '../runtime/client/apply.ts';
+import {
+  conditionSetter,
+  newlyHolds,
+  sameConditions,
+  type ConditionStatus,
+} from '../runtime/api/conditions.ts';
+import {
+  Controller,
+  FirstPass,
+  type Predicates,
+  type Result,
+  type Source,
+} from '../runtime/controller/controller.ts';
+import { changed, generationChanged } from './predicates.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
+
+/** What a policy reports: every count (undefined leaves it out) and its conditions, in order. */
+export interface StatusReport<Count extends string> {
+  counts: Record<Count, number | undefined>;
+  conditions: { type: string; status: boolean; reason: string; message: string }[];
+}
+
+/** A condition a user can act on: announced when it comes to hold, or says something new while it holds. */
+export interface Warning {
+  type: string;
+  status: ConditionStatus;
+  /** Only with this reason. */
+  reason?: string;
+  /** The event's reason; the condition's when not given. */
+  event?: string;
+}
+
+/** A capability's node loop: the controller that records standings, and what the writer writes with. */
+export interface NodeLoop {
+  readonly manager: Pick<Manager, 'add' | 'client'>;
+  readonly nodeController: Controller;
+  /** The nodes it must have seen once before a status is written. */
+  readonly nodes: { keys(): string[] };
+  readonly events: Pick<EventRecorder, 'event'>;
+  readonly log: Logger;
+}
+
+/** The policy objects, from their informer. */
+export type PolicyObjects<O> = Source<O> & { readonly ref: ResourceRef; get(name: string): O | undefined };
+
+export interface PolicyStatusOptions<O extends PolicyObject<Count>, S, Count extends string> {
+  /** The status controller's name. */
+  name: string;
+  fieldManager: string;
+  /** How long a changed standing waits before its policy's status is looked at; default 500 ms. */
+  delayMs?: number;
+  warnings: Warning[];
+  /** The policy's counts and conditions from its standing on every node that has one; a Result to look again later. */
+  report(obj: O, standings: S[]): StatusReport<Count> | Result;
+  /** Which object updates reach the status controller; default: a new generation. */
+  objectChanged?: Predicates<O>['update'];
+  /** The events' action; default Reconcile. */
+  eventAction?: string;
+  /** What a reconcile of a cached policy object does; default: write its status. A finalizer flow wraps the write here. */
+  reconcile?(obj: O, writeStatus: () => Promise<Result | void>): Promise<Result | void>;
+}
+
+export type PolicyObject<Count extends string = string> = KubeObject & { status?: PolicyStatus<Count> };
+
+export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends string> {
+  /** Keyed by policy name; more sources may be watched. */
+  readonly controller: Controller;
+  private readonly loop: NodeLoop;
+  private readonly objects: PolicyObjects<O>;
+  private readonly opts: PolicyStatusOptions<O, S, Count>;
+  /** Node → policy → its standing there. */
+  private readonly standings = new Map<string, Map<string, S>>();
+  private readonly firstPass = new FirstPass();
+
+  constructor(loop: NodeLoop, objects: PolicyObjects<O>, opts: PolicyStatusOptions<O, S, Count>) {
+    this.loop = loop;
+    this.objects = objects;
+    this.opts = opts;
+    this.controller = new Controller({
+      name: opts.name,
+      workers: 2,
+      logger: loop.log,
+      reconciler: { reconcile: (name) => this.reconcile(name) },
+    }).watch(objects, (o) => o.metadata!.name!, {
+      update: opts.objectChanged ?? changed(generationChanged),
+    });
+    loop.manager.add(this.controller);
+  }
+
+  /** Records a node's standing per policy (none: the node is gone), and queues the policies it changed for. */
+  set(node: string, standings: Map<string, S> | undefined): void {
+    const old = this.standings.get(node);
+    if (standings) this.standings.set(node, standings);
+    else this.standings.delete(node);
+    for (const policy of new Set([...(old?.keys() ?? []), ...(standings?.keys() ?? [])])) {
+      if (!isDeepStrictEqual(old?.get(policy), standings?.get(policy)))
+        this.controller.queue.addAfter(policy, this.opts.delayMs ?? 500);
+    }
+  }
+
+  /** A node's standings as last recorded. */
+  get(node: string): ReadonlyMap<string, S> | undefined {
+    return this.standings.get(node);
+  }
+
+  /** Whether the node controller has been through every node once. */
+  firstPassDone(): boolean {
+    return this.firstPass.complete(this.loop.nodeController, this.standings, this.loop.nodes);
+  }
+
+  private async reconcile(name: string): Promise<Result | void> {
+    const obj = this.objects.get(name);
+    if (!obj) return;
+    const write = () => this.write(obj);
+    return this.opts.reconcile ? this.opts.reconcile(obj, write) : write();
+  }
+
+  private async write(obj: O): Promise<Result | void> {
+    if (!this.firstPassDone()) return { requeueAfterMs: 250 };
+    const name = obj.metadata!.name!;
+    const standings: S[] = [];
+    for (const s of this.standings.values()) {
+      const mine = s.get(name);
+      if (mine !== undefined) standings.push(mine);
+    }
+    const report = this.opts.report(obj, standings);
+    if (!('counts' in report)) return report;
+
+    const generation = obj.metadata?.generation;
+    const conds = conditionSetter(obj.status?.conditions, generation);
+    for (const c of report.conditions) conds.set(c.type, c.status, c.reason, c.message);
+    const old = obj.status;
+    const counts = Object.entries<number | undefined>(report.counts);
+    if (
+      old?.observedGeneration === generation &&
+      counts.every(([k, v]) => (old as Record<string, unknown> | undefined)?.[k] === v) &&
+      sameConditions(old?.conditions, conds.conditions)
+    )
+      return;
+    for (const w of this.opts.warnings) {
+      const c = newlyHolds(old?.conditions, conds.conditions, w.type, w.status, w.reason);
+      if (!c) continue;
+      this.loop.events.event(
+        obj,
+        'Warning',
+        w.event ?? c.reason,
+        this.opts.eventAction ?? 'Reconcile',
+        c.message,
+      );
+      this.loop.log.warn({ policy: name, reason: c.reason }, c.message);
+    }
+    const status = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      ...Object.fromEntries(counts.filter(([, v]) => v !== undefined)),
+      conditions: conds.conditions,
+    };
+    await applyStatus(this.loop.manager.client(), this.objects.ref, obj, status, this.opts.fieldManager);
+  }
+}

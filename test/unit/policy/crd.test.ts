@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { z } from 'zod';
+import { capabilities } from '../../../src/capabilities.ts';
+import { definePolicy, POLICY_GROUP } from '../../../src/policy/crd.ts';
+import { conditionsSchema, toStructuralSchema } from '../../../src/runtime/api/crd.ts';
+
+const Trial = definePolicy({
+  kind: 'TrialPolicy',
+  plural: 'trialpolicies',
+  shortNames: ['tp'],
+  spec: z.object({ size: z.number().int() }),
+  counts: { seen: 'Nodes seen.', held: 'Nodes held.' },
+  printerColumns: [{ name: 'Seen', type: 'integer', jsonPath: '.status.seen' }],
+});
+
+test('a policy kind: Berth group and version, cluster scope, the berth category', () => {
+  const { crd, ref, apiVersion } = Trial;
+  assert.equal(crd.metadata.name, 'trialpolicies.berth.dev');
+  assert.equal(crd.spec.group, POLICY_GROUP);
+  assert.equal(apiVersion, 'berth.dev/v1alpha1');
+  assert.equal(crd.spec.scope, 'Cluster');
+  assert.equal(ref.namespaced, false);
+  assert.deepEqual(crd.spec.names, {
+    kind: 'TrialPolicy',
+    listKind: 'TrialPolicyList',
+    plural: 'trialpolicies',
+    singular: 'trialpolicy',
+    shortNames: ['tp'],
+    categories: ['berth'],
+  });
+  assert.deepEqual(crd.spec.versions[0]!.subresources, { status: {} });
+});
+
+test('its status: observedGeneration, the counts in order with their descriptions, conditions keyed by type', () => {
+  const status = Trial.crd.spec.versions[0]!.schema.openAPIV3Schema.properties!['status']!;
+  assert.deepEqual(Object.keys(status.properties!), ['observedGeneration', 'seen', 'held', 'conditions']);
+  assert.deepEqual(status.properties!['seen'], { description: 'Nodes seen.', type: 'integer' });
+  assert.deepEqual(status.properties!['held'], { description: 'Nodes held.', type: 'integer' });
+  assert.deepEqual(status.properties!['observedGeneration'], { type: 'integer' });
+  assert.deepEqual(status.properties!['conditions'], toStructuralSchema(conditionsSchema));
+  assert.equal(status.required, undefined, 'every field optional: a new object has no status yet');
+
+  const parsed = Trial.parse({
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'TrialPolicy',
+    metadata: { name: 't' },
+    spec: { size: 1 },
+    status: { seen: 2, held: 1, observedGeneration: 3, conditions: [] },
+  });
+  assert.ok(parsed.success);
+  assert.deepEqual(parsed.data.status, { seen: 2, held: 1, observedGeneration: 3, conditions: [] });
+  assert.equal(
+    Trial.parse({
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'TrialPolicy',
+      metadata: { name: 't' },
+      spec: { size: 1 },
+      status: { seen: 1.5 },
+    }).success,
+    false,
+    'counts are integers',
+  );
+});
+
+test('its columns: its own first, then Ready, Reason (wide) and Age', () => {
+  const columns = Trial.crd.spec.versions[0]!.additionalPrinterColumns!;
+  assert.deepEqual(
+    columns.map((c) => `${c.name} ${c.type} ${c.jsonPath} ${c.priority ?? 0}`),
+    [
+      'Seen integer .status.seen 0',
+      "Ready string .status.conditions[?(@.type=='Ready')].status 0",
+      "Reason string .status.conditions[?(@.type=='Ready')].reason 1",
+      'Age date .metadata.creationTimestamp 0',
+    ],
+  );
+});
+
+test("every capability's policy kind is a policy: its group, and the standard columns last", () => {
+  const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd));
+  assert.ok(crds.length >= 3);
+  for (const crd of crds) {
+    assert.equal(crd.spec.group, POLICY_GROUP, crd.metadata.name);
+    assert.deepEqual(crd.spec.names.categories, ['berth'], crd.metadata.name);
+    assert.deepEqual(
+      crd.spec.versions[0]!.additionalPrinterColumns!.slice(-3).map((c) => c.name),
+      ['Ready', 'Reason', 'Age'],
+      crd.metadata.name,
+    );
+  }
+});

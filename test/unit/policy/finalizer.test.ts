@@ -1,0 +1,154 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { finalizer, hasFinalizer, type FinalizerRef } from '../../../src/policy/finalizer.ts';
+import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
+import type { KubeObject, ResourceRef } from '../../../src/runtime/api/meta.ts';
+import type { Result } from '../../../src/runtime/controller/controller.ts';
+
+const ref: ResourceRef = {
+  group: 'berth.dev',
+  version: 'v1alpha1',
+  resource: 'trials',
+  kind: 'Trial',
+  namespaced: false,
+};
+const NAME = 'berth.dev/hold';
+
+const obj = (finalizers: string[], deleting: boolean): KubeObject => ({
+  apiVersion: 'berth.dev/v1alpha1',
+  kind: 'Trial',
+  metadata: {
+    name: 't',
+    uid: 'u1',
+    finalizers,
+    ...(deleting ? { deletionTimestamp: '2026-01-01T00:00:00Z' } : {}),
+  },
+});
+
+/** A client that records the finalizers of every apply, and fails it with `fail` when given. */
+function client(fail?: () => Error) {
+  const writes: {
+    finalizers: string[] | undefined;
+    fieldManager: string | undefined;
+    uid: string | undefined;
+  }[] = [];
+  const c = {
+    apply: (_ref: ResourceRef, body: KubeObject, opts: { fieldManager?: string }) => {
+      if (fail) return Promise.reject(fail());
+      writes.push({
+        finalizers: body.metadata?.finalizers,
+        fieldManager: opts.fieldManager,
+        uid: body.metadata?.uid,
+      });
+      return Promise.resolve(body);
+    },
+  } as unknown as KubeClient;
+  const f: FinalizerRef = { name: NAME, client: c, ref, fieldManager: 'berth-test' };
+  return { f, writes };
+}
+
+test('a living object gets the finalizer first, under its own field manager, then apply runs', async () => {
+  const { f, writes } = client();
+  const order: string[] = [];
+  const r = await finalizer(f, obj(['other/one'], false), {
+    apply: async () => {
+      order.push(`apply after ${writes.length} write(s)`);
+      return { requeueAfterMs: 7 };
+    },
+    cleanup: async () => 'released',
+  });
+  assert.deepEqual(
+    writes,
+    [{ finalizers: [NAME], fieldManager: 'berth-test', uid: 'u1' }],
+    'only its own entry, with the uid precondition',
+  );
+  assert.deepEqual(order, ['apply after 1 write(s)']);
+  assert.deepEqual(r, { requeueAfterMs: 7 }, "apply's result is the reconcile's");
+});
+
+test('an object being deleted: cleanup, and the finalizer comes off only once cleanup released everything', async () => {
+  const { f, writes } = client();
+  const deleting = obj([NAME, 'other/one'], true);
+  assert.deepEqual(await finalizer(f, deleting, { cleanup: async () => ({ requeueAfterMs: 500 }) }), {
+    requeueAfterMs: 500,
+  });
+  assert.deepEqual(await finalizer(f, deleting, { cleanup: async () => ({}) }), {}, 'waits for an event');
+  assert.deepEqual(writes, [], 'kept while cleanup is not done');
+  assert.equal(await finalizer(f, deleting, { cleanup: async () => 'released' }), undefined);
+  assert.deepEqual(writes, [{ finalizers: [], fieldManager: 'berth-test', uid: 'u1' }]);
+});
+
+test('an object that went away meanwhile ends the flow quietly; other errors are the caller’s', async () => {
+  const gone = client(() => new ApiError(404, 'NotFound', 'not found', {}));
+  let applied = false;
+  await finalizer(gone.f, obj([], false), {
+    apply: async () => {
+      applied = true;
+    },
+    cleanup: async () => 'released',
+  });
+  assert.equal(applied, false, 'nothing to reconcile on an object that is gone');
+  await finalizer(gone.f, obj([NAME], true), { cleanup: async () => 'released' });
+  const recreated = client(
+    () => new ApiError(409, 'Conflict', 'Precondition failed: UID in precondition: u1', {}),
+  );
+  await finalizer(recreated.f, obj([NAME], true), { cleanup: async () => 'released' });
+
+  const denied = client(() => new ApiError(403, 'Forbidden', 'forbidden', {}));
+  await assert.rejects(finalizer(denied.f, obj([], false), { cleanup: async () => 'released' }), /forbidden/);
+  await assert.rejects(
+    finalizer(client().f, obj([NAME], true), {
+      cleanup: () => Promise.reject(new Error('cleanup failed')),
+    }),
+    /cleanup failed/,
+  );
+});
+
+// Every combination of: being deleted, carrying the finalizer, needing it, and what cleanup says.
+test('generated: never added to an object being deleted, never removed before cleanup released, never left when it did', async () => {
+  let cases = 0;
+  for (const deleting of [false, true])
+    for (const present of [false, true])
+      for (const needed of [undefined, true, false])
+        for (const outcome of ['released', 'requeue', 'wait'] as const) {
+          const { f, writes } = client();
+          const calls: string[] = [];
+          const o = obj(present ? ['other/one', NAME] : ['other/one'], deleting);
+          const result = await finalizer(f, o, {
+            ...(needed === undefined ? {} : { needed }),
+            apply: async () => {
+              calls.push('apply');
+            },
+            cleanup: async (): Promise<Result | 'released'> => {
+              calls.push('cleanup');
+              return outcome === 'released' ? 'released' : outcome === 'requeue' ? { requeueAfterMs: 9 } : {};
+            },
+          });
+          const what = JSON.stringify({ deleting, present, needed, outcome });
+          const added = writes.filter((w) => w.finalizers?.includes(NAME)).length;
+          const removed = writes.filter((w) => w.finalizers?.length === 0).length;
+          assert.ok(writes.length <= 1, `${what}: one write at most`);
+          if (deleting) {
+            assert.equal(added, 0, `${what}: never added while deleting`);
+            assert.ok(!calls.includes('apply'), `${what}: no apply while deleting`);
+            assert.deepEqual(calls, present ? ['cleanup'] : [], `${what}: cleanup only of its own finalizer`);
+            assert.equal(
+              removed,
+              present && outcome === 'released' ? 1 : 0,
+              `${what}: removed exactly when released`,
+            );
+            if (present && outcome !== 'released') assert.ok(result, `${what}: cleanup's result returned`);
+          } else {
+            assert.equal(removed, 0, `${what}: never removed from a living object`);
+            assert.deepEqual(calls, ['apply'], `${what}: apply, never cleanup`);
+            assert.equal(
+              added,
+              !present && needed !== false ? 1 : 0,
+              `${what}: added when missing and needed`,
+            );
+          }
+          assert.equal(hasFinalizer(o, NAME), present);
+          cases++;
+        }
+  assert.equal(cases, 36);
+});
