@@ -19,6 +19,13 @@ export async function benchSandbox(name: string, nodes: NodeGroupInput[] = []): 
     })
     .finally(interrupt.release);
   console.log(`sandbox ${name} ready in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  // A benchmark that fails unexpectedly still takes its sandbox down: a thousand kwok nodes left
+  // running would load every later run on the machine.
+  const crash = (e: unknown) => {
+    console.error(e);
+    void sb.destroy().finally(() => process.exit(1));
+  };
+  process.once('uncaughtException', crash).once('unhandledRejection', crash);
   return sb;
 }
 

@@ -559,10 +559,16 @@ export class AgentsController {
    * A placement that puts finalizers on owners carries one of its own, so that deleting it first
    * takes its finalizer off every owner: no owner is left undeletable by a placement that is gone.
    */
-  private placementFinalizer(
+  private async placementFinalizer(
     obj: PlacementObject,
     cleanup: () => Promise<Result | 'released'>,
   ): Promise<Result | void> {
+    // A placement deleted before its own finalizer went on (or after a user removed it) still
+    // releases the owners: once it is gone nothing else would, and they could never be deleted.
+    if (obj.metadata?.deletionTimestamp !== undefined && !hasFinalizer(obj, PLACEMENT_FINALIZER)) {
+      const cleaned = await cleanup();
+      return cleaned === 'released' ? undefined : cleaned;
+    }
     return finalizer(
       {
         name: PLACEMENT_FINALIZER,

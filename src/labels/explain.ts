@@ -18,7 +18,7 @@ function describeTerm(view: NodeView, t: MatchTerm): string {
       : '';
   const seen = value === undefined ? 'absent' : `${quote(value)}${unread}`;
   const values = t.values?.length ? ` [${t.values.map((v) => escapeControl(v)).join(', ')}]` : '';
-  return `${s.kind} ${s.key} ${t.operator}${values} (node: ${seen})`;
+  return `${s.kind} ${escapeControl(s.key)} ${t.operator}${values} (node: ${seen})`;
 }
 
 const sourceOf = (r: Rule): string =>

@@ -47,7 +47,7 @@ export interface NodeLoop {
   readonly manager: Pick<Manager, 'add' | 'client'>;
   readonly nodeController: Controller;
   /** The nodes it must have seen once before a status is written. */
-  readonly nodes: { keys(): string[] };
+  readonly nodes: { keys(): string[]; hasSynced(): boolean };
   readonly events: Pick<EventRecorder, 'event'>;
   readonly log: Logger;
 }

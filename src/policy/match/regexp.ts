@@ -81,9 +81,12 @@ export function programSizeBound(pattern: string): number {
         atom(1);
         continue;
       }
-      // x{n,m}: m copies of x, each past the n-th optional (one more instruction); x{0}: nothing.
-      const copies = Math.max(Number(m[1]), m[3] ? Number(m[3]) : 0);
-      const size = copies * (cur.last + 1);
+      // x{n,m}: m copies of x, each past the n-th optional (one more instruction); x{n,}: n copies
+      // and a starred one (a split and a jump more).
+      const open = m[2] !== undefined && !m[3];
+      const copies = Math.max(Number(m[1]), m[3] ? Number(m[3]) : 0) + (open ? 1 : 0);
+      // RE2 keeps an empty instruction for x{0}, and its repetitions count it.
+      const size = copies === 0 ? 1 : copies * (cur.last + 1) + (open ? 2 : 0);
       cur.branch += size - cur.last;
       cur.last = size;
       i += m[0].length - 1;

@@ -230,15 +230,21 @@ export class FirstPass {
   private done = false;
 
   /**
-   * Done once the queue is empty and every node now cached has a result: by name, not by count, so
-   * that results of nodes deleted meanwhile cannot stand in for nodes not reconciled yet.
+   * Done once the node cache has listed, the queue is empty and every node now cached has a result:
+   * by name, not by count, so that results of nodes deleted meanwhile cannot stand in for nodes not
+   * reconciled yet, and not before the list, when an empty cache would make it done at once.
    */
   complete(
     controller: Controller,
     results: ReadonlyMap<string, unknown>,
-    nodes: { keys(): string[] },
+    nodes: { keys(): string[]; hasSynced(): boolean },
   ): boolean {
-    if (!this.done && controller.queue.len() === 0 && nodes.keys().every((k) => results.has(k)))
+    if (
+      !this.done &&
+      nodes.hasSynced() &&
+      controller.queue.len() === 0 &&
+      nodes.keys().every((k) => results.has(k))
+    )
       this.done = true;
     return this.done;
   }

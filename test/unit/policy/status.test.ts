@@ -90,6 +90,7 @@ function harness(o: {
     manager: { add: () => {}, client: () => client },
     nodeController,
     nodes: {
+      hasSynced: () => true,
       keys: () => {
         keysAsked.splice(0).forEach((f) => f());
         return o.nodes;

@@ -131,25 +131,31 @@ describe('BurstHold', () => {
   });
 });
 
+/** A writer whose burst hold is in a burst already (200 changes against 100 a second). */
+function inBurst(client: KubeClient): { writer: ApplyNodeWriter; hold: BurstHold } {
+  const hold = new BurstHold({
+    burstPerSecond: 100,
+    maxHoldMs: 5_000,
+    release: () => {},
+    clock: fakeClock(),
+  });
+  const writer = new ApplyNodeWriter(
+    () => client,
+    FM,
+    { addEventHandler: () => {} },
+    {
+      breaker: new WriteLoopBreaker(),
+      burst: hold,
+    },
+  );
+  hold.observe(200);
+  return { writer, hold };
+}
+
 describe('ApplyNodeWriter with a BurstHold', () => {
   test('holds annotation-only writes during a burst, never label writes', async () => {
     const { client, applied } = applyRecorder();
-    const hold = new BurstHold({
-      burstPerSecond: 100,
-      maxHoldMs: 5_000,
-      release: () => {},
-      clock: fakeClock(),
-    });
-    const writer = new ApplyNodeWriter(
-      () => client,
-      FM,
-      { addEventHandler: () => {} },
-      {
-        breaker: new WriteLoopBreaker(),
-        burst: hold,
-      },
-    );
-    hold.observe(200);
+    const { writer, hold } = inBurst(client);
 
     const n = node({ agent: 'true' }, { 'claim.a': 'x' });
     const claims = await writer.sync(n, want({ agent: 'true' }, { 'claim.a': 'x', 'claim.b': 'y' }));
@@ -169,22 +175,7 @@ describe('ApplyNodeWriter with a BurstHold', () => {
     const client = {
       apply: () => Promise.resolve({ metadata: { resourceVersion: String(++applies + 1) } }),
     } as unknown as KubeClient;
-    const hold = new BurstHold({
-      burstPerSecond: 100,
-      maxHoldMs: 5_000,
-      release: () => {},
-      clock: fakeClock(),
-    });
-    const writer = new ApplyNodeWriter(
-      () => client,
-      FM,
-      { addEventHandler: () => {} },
-      {
-        breaker: new WriteLoopBreaker(),
-        burst: hold,
-      },
-    );
-    hold.observe(200);
+    const { writer } = inBurst(client);
     const bare = node();
     // The first claim brings the label: written at once.
     assert.equal((await writer.sync(bare, want({ agent: 'true' }, { 'claim.a': 'x' }))).wrote, true);

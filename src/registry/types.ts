@@ -1,0 +1,76 @@
+// What the registry client answers, and how it fails: the contract between Berth's OCI registry client
+// and the capabilities that ask it which platforms an image supports (architecture-aware placement).
+// A capability depends on ImageInspector, never on how the client speaks HTTP.
+
+/** One platform an image runs on, as the index or the config blob states it (names normalised as containerd does). */
+export interface Platform {
+  os: string;
+  architecture: string;
+  /** arm/v6, arm/v7, arm64/v8, ...: kept, since an arm/v6 node cannot run an arm/v7-only image. */
+  variant?: string;
+}
+
+/** The platforms of one image, and what they were read from. */
+export interface Inspection {
+  /** The image as the pod names it. */
+  image: string;
+  /** The normalised reference (`docker.io/library/nginx:latest`, `host:5000/a/b@sha256:...`). */
+  reference: string;
+  /** The digest of the manifest or index the platforms were read from. */
+  digest: string;
+  /** Every runnable platform: attestation entries are dropped, duplicates merged. */
+  platforms: Platform[];
+  /** The registry host that answered (a mirror, when one did). */
+  registry: string;
+  /** True when no request was needed (the digest and, for a tag, its TTL were cached). */
+  cached: boolean;
+}
+
+/**
+ * Why an inspection failed: each becomes the pod's reason and the Warning's text, so each names
+ * something the user can fix (a pull secret, a reference, a registry's reachability).
+ */
+export type FailureReason =
+  | 'InvalidReference'
+  | 'Unauthorized'
+  | 'NotFound'
+  | 'RateLimited'
+  | 'Unreachable'
+  | 'Malformed'
+  | 'DigestMismatch'
+  | 'NotAnImage';
+
+export class InspectionError extends Error {
+  readonly reason: FailureReason;
+  readonly image: string;
+  /** Worth retrying later (rate limits, unreachable registries, 5xx) rather than a fact about the image. */
+  readonly transient: boolean;
+  constructor(reason: FailureReason, image: string, message: string, transient = false) {
+    super(message);
+    this.name = 'InspectionError';
+    this.reason = reason;
+    this.image = image;
+    this.transient = transient;
+  }
+}
+
+/** A pull secret as the kubelet reads it: its type and its base64 data (`.dockerconfigjson` or `.dockercfg`). */
+export interface PullSecret {
+  /** `namespace/name`, for messages. */
+  name: string;
+  type: string;
+  data: Record<string, string>;
+}
+
+export interface InspectOptions {
+  /** The pod's pull secrets (its own, then the cluster-wide one), matched the way the kubelet matches. */
+  pullSecrets?: PullSecret[];
+  /** `imagePullPolicy: Always`: revalidate the tag (one HEAD) instead of trusting the tag cache. */
+  revalidate?: boolean;
+  signal?: AbortSignal;
+}
+
+/** Reads an image's platforms from its registry without pulling it. */
+export interface ImageInspector {
+  inspect(image: string, options?: InspectOptions): Promise<Inspection>;
+}
