@@ -58,6 +58,9 @@ interface Pending {
 
 export const CLUSTER_MAX_PER_MINUTE = 60;
 
+/** Reconciles at once, so evictions asked for at once (the evictor's default). */
+export const EVICT_WORKERS = 16;
+
 /** The reasons of the events about a pod's eviction, which `berth explain pod` lists. */
 export const EVICTION_REASONS = {
   evicted: 'EvictedOnRemoval',
@@ -120,7 +123,7 @@ export class Evictor {
     const allPods = () => this.pods.keys();
     this.controller = new Controller({
       name: 'labels-evict',
-      workers: opts.workers ?? 16,
+      workers: opts.workers ?? EVICT_WORKERS,
       logger: this.log,
       rateLimiter: new ItemExponentialFailureRateLimiter<string>(opts.retryBaseMs ?? 1000, 300_000),
       reconciler: { reconcile: (key) => this.reconcile(key) },
@@ -189,7 +192,7 @@ export class Evictor {
     if (v.policy.mode === 'DryRun') {
       if (!p.reported) {
         p.reported = true;
-        this.report(pod, node!, v, 'dryrun', EVICTION_REASONS.dryrun, `would evict pod ${key} (DryRun)`);
+        this.report(pod, node!, v, 'dryrun');
       }
       return;
     }
@@ -248,21 +251,25 @@ export class Evictor {
       this.log.warn({ pod: key, rule: v.rule, err: errorText(e) }, 'eviction failed; will retry');
       return { requeue: true };
     }
-    this.report(pod, node, v, 'evicted', EVICTION_REASONS.evicted, `evicted pod ${key}`);
+    this.report(pod, node, v, 'evicted');
     this.forget(key);
   }
 
-  /** The Warning events (pod, node, rule), log line and metric of an eviction or a DryRun's report. */
-  private report(
-    pod: SlimPod,
-    node: SlimNode,
-    v: Verdict,
-    result: string,
-    reason: string,
-    what: string,
-  ): void {
+  /**
+   * The Warning events (pod, node, rule), log line and metric of an eviction or a DryRun's report.
+   * Only the pod's event names the pod: the node's and the rule's are the same for each of their
+   * pods, so each is one Event whose series counts them. A mass eviction thus costs the apiserver
+   * one Event per pod, not three, and the recorder's queue does not overflow and drop pods' events.
+   */
+  private report(pod: SlimPod, node: SlimNode, v: Verdict, result: 'evicted' | 'dryrun'): void {
     const nodeName = node.metadata!.name!;
-    const note = `${what}: node ${nodeName} no longer has label ${v.label}, which rule ${v.rule} derived and the pod's nodeSelector or required node affinity needs (gone for ${v.policy.afterSeconds}s or more)`;
+    const key = keyOf(pod);
+    const dryRun = result === 'dryrun';
+    const verb = dryRun ? 'would evict (DryRun)' : 'evicted';
+    const reason = EVICTION_REASONS[result];
+    const label = `label ${v.label}, which rule ${v.rule} derived`;
+    const gone = `gone for ${v.policy.afterSeconds}s or more`;
+    const note = `${dryRun ? `would evict pod ${key} (DryRun)` : `evicted pod ${key}`}: node ${nodeName} no longer has ${label} and the pod's nodeSelector or required node affinity needs (${gone})`;
     evictionMetrics.total.inc({ rule: v.rule, result });
     const podRef: ObjectReference = {
       apiVersion: 'v1',
@@ -272,9 +279,19 @@ export class Evictor {
       ...(pod.metadata?.uid ? { uid: pod.metadata.uid } : {}),
     };
     this.events.event(podRef, 'Warning', reason, 'Evict', note);
-    this.events.event(node, 'Warning', reason, 'Evict', note, podRef);
-    this.eventOnRule(v.rule, reason, note);
-    this.log.warn({ pod: keyOf(pod), node: nodeName, rule: v.rule, label: v.label }, note);
+    this.events.event(
+      node,
+      'Warning',
+      reason,
+      'Evict',
+      `${verb} pods that needed ${label}: the node no longer has it (${gone})`,
+    );
+    this.eventOnRule(
+      v.rule,
+      reason,
+      `${verb} pods that needed ${label}, from nodes that no longer have it (${gone})`,
+    );
+    this.log.warn({ pod: key, node: nodeName, rule: v.rule, label: v.label }, note);
   }
 
   /** An event on the NodeLabelRule; a rule file has no object, so it goes on Berth's own pod when it runs in one. */

@@ -329,6 +329,40 @@ describe('eviction on removal of a derived label', () => {
     assert.deepEqual(await events(s.ns, ds.metadata!.name!, 'EvictedOnRemoval'), []);
   });
 
+  test('several pods evicted from a node: an event on each pod, one Event on the node and one on the rule', async () => {
+    const s = await setup(1, { afterSeconds: 1 });
+    const names = ['a', 'b', 'c'];
+    const uids = await Promise.all(
+      names.map(async (n) => (await createPod(s.ns, n, s.label)).metadata!.uid!),
+    );
+    await s.setInput(s.names[0]!, false);
+    await waitFor(
+      'every pod evicted',
+      async () => !(await Promise.all(names.map((n, i) => untouched(s.ns, n, uids[i]!)))).some(Boolean),
+      { timeoutMs: 15_000 },
+    );
+    for (const n of names)
+      await waitFor(`an EvictedOnRemoval event on pod ${n}`, async () => {
+        const es = await events(s.ns, n, 'EvictedOnRemoval');
+        return es.length === 1 && es[0]!.note.includes(`pod ${s.ns}/${n}`);
+      });
+    // The node's and the rule's events name no pod, so the three evictions are one series each.
+    await sleep(1000);
+    for (const [ns, name] of [
+      ['default', s.names[0]!],
+      ['default', s.id],
+    ] as const) {
+      const es = await events(ns, name, 'EvictedOnRemoval');
+      assert.equal(
+        es.length,
+        1,
+        `one EvictedOnRemoval Event on ${name}: ${es.map((e) => e.note).join(' | ')}`,
+      );
+      assert.ok(es[0]!.note.includes(s.label) && es[0]!.note.includes(s.rule), es[0]!.note);
+    }
+    assert.equal(await count(s.rule, 'evicted'), 3);
+  });
+
   test('DryRun reports and evicts nothing', async () => {
     const s = await setup(1, { afterSeconds: 1, mode: 'DryRun' });
     const pod = await createPod(s.ns, 'app', s.label);
