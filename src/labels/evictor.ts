@@ -94,7 +94,9 @@ export class Evictor {
     this.labels = labels;
     this.opts = opts;
     this.nodes = labels.nodes;
-    this.log = manager.log.child({ capability: 'labels', controller: 'labels-evict' });
+    const log = manager.log.child({ capability: 'labels' });
+    // The controller adds its name to the logger it is given; the evictor's own lines carry it too.
+    this.log = log.child({ controller: 'labels-evict' });
     this.events = manager.recorder('labels');
     this.cluster = perMinute(opts.maxPerMinute ?? CLUSTER_MAX_PER_MINUTE);
     this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
@@ -124,7 +126,7 @@ export class Evictor {
     this.controller = new Controller({
       name: 'labels-evict',
       workers: opts.workers ?? EVICT_WORKERS,
-      logger: this.log,
+      logger: log,
       rateLimiter: new ItemExponentialFailureRateLimiter<string>(opts.retryBaseMs ?? 1000, 300_000),
       reconciler: { reconcile: (key) => this.reconcile(key) },
     })
