@@ -6,7 +6,6 @@
 // 2. Webhook: AdmissionReviews for Node CREATE sent straight to Berth's webhook server at 200 per
 //    second (half of the nodes selected by the gate); latency of each, as the apiserver would see it.
 // Berth runs as its own process (`berth run --controllers gates`), as it would in a cluster.
-import https from 'node:https';
 import { parseArgs } from 'node:util';
 import { podReady } from '../src/gates/decide.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
@@ -15,7 +14,15 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { nodeManifests } from '../src/sandbox/nodes.ts';
-import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
+import {
+  benchSandbox,
+  forEachLimit,
+  percentile,
+  round,
+  report,
+  waitForValue,
+  webhookLatencies,
+} from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
@@ -124,11 +131,6 @@ console.log(
 );
 
 // 2. Webhook latency at a fixed rate, straight to Berth's server.
-const agent = new https.Agent({
-  keepAlive: true,
-  ca: Buffer.from(hook.clientConfig.caBundle, 'base64').toString(),
-});
-const url = new URL(hook.clientConfig.url);
 const review = (i: number) =>
   JSON.stringify({
     apiVersion: 'admission.k8s.io/v1',
@@ -146,46 +148,13 @@ const review = (i: number) =>
       })[0],
     },
   });
-const post = (body: string) =>
-  new Promise<number>((resolve, reject) => {
-    const started = performance.now();
-    const req = https.request(
-      url,
-      {
-        method: 'POST',
-        agent,
-        headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () =>
-          res.statusCode === 200
-            ? resolve(performance.now() - started)
-            : reject(new Error(`HTTP ${res.statusCode}`)),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-const total = rate * webhookSeconds;
-// Built beforehand, so that the sender's own work does not delay the responses it times.
-const bodies = Array.from({ length: total }, (_, i) => review(i));
-// Warm the connection pool and the code paths first.
-for (let i = 0; i < 50; i++) await post(bodies[i]!);
-const latencies: number[] = [];
-const hookStarted = performance.now();
-const inFlight: Promise<void>[] = [];
-for (let i = 0; i < total; i++) {
-  const due = hookStarted + (i * 1000) / rate;
-  const wait = due - performance.now();
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-  inFlight.push(post(bodies[i]!).then((ms) => void latencies.push(ms)));
-}
-await Promise.all(inFlight);
-const achieved = total / ((performance.now() - hookStarted) / 1000);
+const { latencies, achievedRate } = await webhookLatencies(
+  hook.clientConfig,
+  Array.from({ length: rate * webhookSeconds }, (_, i) => review(i)),
+  rate,
+);
 console.log(
-  `webhook: ${total} reviews at ${achieved.toFixed(0)}/s: p50 ${percentile(latencies, 50).toFixed(2)} ms, ` +
+  `webhook: ${latencies.length} reviews at ${achievedRate.toFixed(0)}/s: p50 ${percentile(latencies, 50).toFixed(2)} ms, ` +
     `p99 ${percentile(latencies, 99).toFixed(2)} ms, max ${Math.max(...latencies).toFixed(2)} ms`,
 );
 
@@ -196,31 +165,9 @@ const result = {
   webhookP99ms: round(percentile(latencies, 99), 2),
   rssMB: berth.rssMB(),
 };
-agent.destroy();
 pods.stop();
 nodes.stop();
 await berth.stop();
 client.close();
 await sb.down();
 report(result);
-
-async function waitForValue<T>(
-  what: string,
-  probe: () => Promise<T | undefined> | T | undefined,
-  timeoutMs = 60_000,
-  progress?: () => string,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastLog = Date.now();
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${progress ? `: ${progress()}` : ''}`);
-    if (progress && Date.now() - lastLog > 10_000) {
-      console.log(`  ${progress()}`);
-      lastLog = Date.now();
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}

@@ -1,10 +1,15 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
-import { abortOnSignals, Sandbox } from '../src/sandbox/sandbox.ts';
+import https from 'node:https';
+import { abortOnSignals, Sandbox, type UpOptions } from '../src/sandbox/sandbox.ts';
 import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
-export async function benchSandbox(name: string, nodes: NodeGroupInput[] = []): Promise<Sandbox> {
+export async function benchSandbox(
+  name: string,
+  nodes: NodeGroupInput[] = [],
+  extra: Pick<UpOptions, 'registry'> = {},
+): Promise<Sandbox> {
   const sb = new Sandbox(name);
   const started = performance.now();
   // Ctrl-C while the sandbox builds or starts stops whatever the start-up launched.
@@ -13,6 +18,7 @@ export async function benchSandbox(name: string, nodes: NodeGroupInput[] = []): 
     .up({
       fresh: true,
       nodes,
+      ...extra,
       timeoutMs: 900_000,
       log: (s) => console.log(`  ${s}`),
       signal: interrupt.signal,
@@ -62,4 +68,77 @@ export const round = (n: number, digits = 1): number => Number(n.toFixed(digits)
  */
 export function report(result: object | undefined): void {
   if (result) console.log(JSON.stringify(result));
+}
+
+/** Polls `probe` until it answers a value; on timeout, throws with `progress()` (also logged every 10 s). */
+export async function waitForValue<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 60_000,
+  progress?: () => string,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastLog = Date.now();
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${progress ? `: ${progress()}` : ''}`);
+    if (progress && Date.now() - lastLog > 10_000) {
+      console.log(`  ${progress()}`);
+      lastLog = Date.now();
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * Sends AdmissionReviews straight to a webhook at a fixed rate (as the apiserver would call it) and
+ * answers each one's latency. The bodies are built beforehand, so that the sender's own work does not
+ * delay the responses it times; the first 50 warm the connections and the code paths, untimed.
+ */
+export async function webhookLatencies(
+  hook: { url: string; caBundle: string },
+  bodies: string[],
+  rate: number,
+): Promise<{ latencies: number[]; achievedRate: number }> {
+  const agent = new https.Agent({ keepAlive: true, ca: Buffer.from(hook.caBundle, 'base64').toString() });
+  const url = new URL(hook.url);
+  const post = (body: string) =>
+    new Promise<number>((resolve, reject) => {
+      const started = performance.now();
+      const req = https.request(
+        url,
+        {
+          method: 'POST',
+          agent,
+          headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () =>
+            res.statusCode === 200
+              ? resolve(performance.now() - started)
+              : reject(new Error(`HTTP ${res.statusCode}`)),
+          );
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  try {
+    for (let i = 0; i < Math.min(50, bodies.length); i++) await post(bodies[i]!);
+    const latencies: number[] = [];
+    const started = performance.now();
+    const inFlight: Promise<void>[] = [];
+    for (let i = 0; i < bodies.length; i++) {
+      const wait = started + (i * 1000) / rate - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      inFlight.push(post(bodies[i]!).then((ms) => void latencies.push(ms)));
+    }
+    await Promise.all(inFlight);
+    return { latencies, achievedRate: bodies.length / ((performance.now() - started) / 1000) };
+  } finally {
+    agent.destroy();
+  }
 }

@@ -44,9 +44,11 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
   const sandbox = new Sandbox(name);
   const started = Date.now();
   process.stdout.write(`starting sandbox ${name} (builds the control plane the first time)\n`);
+  // The registry (and its build, the first time) only when a file says `test-driver: registry`.
+  const registry = integrationFiles.some((f) => readFileSync(f, 'utf8').includes('test-driver: registry'));
   const interrupt = abortOnSignals();
   await sandbox
-    .up({ fresh: true, log: (s) => process.stdout.write(`  ${s}\n`), signal: interrupt.signal })
+    .up({ fresh: true, registry, log: (s) => process.stdout.write(`  ${s}\n`), signal: interrupt.signal })
     .finally(interrupt.release);
   process.stdout.write(`sandbox ${name} up in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   try {

@@ -1,6 +1,6 @@
 // `berth sandbox`: the local control plane, by hand.
 import { Command, Option } from 'commander';
-import { ensureBinaries } from '../sandbox/build.ts';
+import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
 import { abortOnSignals, Sandbox } from '../sandbox/sandbox.ts';
 
@@ -16,11 +16,17 @@ export function sandboxCommand(): Command {
   cmd
     .command('build')
     .description('Build the control plane binaries from the pinned Go modules (cached; a no-op when built)')
-    .action(async () => {
+    .option('--registry', 'also build the OCI registry', false)
+    .action(async (o) => {
       const started = Date.now();
       const interrupt = abortOnSignals();
-      const b = await ensureBinaries(log, interrupt.signal).finally(interrupt.release);
-      log(`control plane ${b.kubernetesVersion} ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      try {
+        const b = await ensureBinaries(log, interrupt.signal);
+        if (o.registry) await ensureRegistry(log, interrupt.signal);
+        log(`control plane ${b.kubernetesVersion} ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      } finally {
+        interrupt.release();
+      }
     });
 
   cmd
@@ -44,6 +50,11 @@ export function sandboxCommand(): Command {
     )
     .option('--fresh', 'delete the existing sandbox of this name and start clean', false)
     .option(
+      '--registry',
+      'also run an OCI registry with token auth on 127.0.0.1 (building it the first time)',
+      false,
+    )
+    .option(
       '--timeout <seconds>',
       'how long the control plane and nodes may take to start (a build does not count)',
       (v) => Number.parseInt(v, 10),
@@ -64,10 +75,19 @@ export function sandboxCommand(): Command {
       const started = Date.now();
       const interrupt = abortOnSignals();
       await sb
-        .up({ nodes: groups, fresh: o.fresh, log, timeoutMs: o.timeout * 1000, signal: interrupt.signal })
+        .up({
+          nodes: groups,
+          fresh: o.fresh,
+          registry: o.registry,
+          log,
+          timeoutMs: o.timeout * 1000,
+          signal: interrupt.signal,
+        })
         .finally(interrupt.release);
       log(`sandbox ${sb.name} is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`);
       log(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodes`);
+      const r = sb.registry;
+      if (r) log(`registry ${r.host} (CA ${r.caPath}; push as ${r.push.username}, see berth sandbox status)`);
     });
 
   cmd
@@ -107,6 +127,7 @@ export function sandboxCommand(): Command {
             ready,
             kubeconfig: sb.kubeconfigPath,
             processes: procs,
+            ...(sb.registry ? { registry: sb.registry } : {}),
           }) + '\n',
         );
       } else {
@@ -117,6 +138,11 @@ export function sandboxCommand(): Command {
           );
         }
         process.stdout.write(`  kubeconfig: ${sb.kubeconfigPath}\n`);
+        const r = sb.registry;
+        if (r) {
+          process.stdout.write(`  registry: ${r.host} (token service ${r.realm}, CA ${r.caPath})\n`);
+          process.stdout.write(`  registry push user: ${r.push.username} (password in -o json)\n`);
+        }
       }
       if (!ready) process.exitCode = 3;
     });

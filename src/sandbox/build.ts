@@ -69,6 +69,15 @@ export const components = {
       'kustomize/stage/pod/fast/pod-delete.yaml',
     ],
   },
+  // CNCF distribution's registry, through Berth's own main package (controlplane/registry/main.go:
+  // the filesystem driver and token auth only, half of upstream's cmd/registry). Built only when a
+  // sandbox asks for a registry, so the control plane's cold start does not pay for it.
+  registry: {
+    module: 'registry',
+    pin: 'github.com/distribution/distribution/v3',
+    packages: ['.'],
+    ldflags: (v) => `-X github.com/distribution/distribution/v3/version.version=${v}`,
+  },
 } satisfies Record<string, Component>;
 
 export type ComponentName = keyof typeof components;
@@ -100,7 +109,11 @@ export function componentDir(name: ComponentName): string {
   const c: Component = components[name];
   const src = join(controlPlaneSourceDir(), c.module);
   const h = createHash('sha256');
-  for (const f of ['go.mod', 'go.sum']) h.update(readFileSync(join(src, f)));
+  // A wrapper's own Go files (the registry's main package) decide the build as much as its pins.
+  const goFiles = readdirSync(src)
+    .filter((f) => f.endsWith('.go'))
+    .sort();
+  for (const f of ['go.mod', 'go.sum', ...goFiles]) h.update(readFileSync(join(src, f)));
   h.update(JSON.stringify(c.packages) + (c.ldflags?.('') ?? ''));
   return join(cacheDir(), 'bin', `${name}-${pinnedVersion(c)}-${h.digest('hex').slice(0, 12)}`);
 }
@@ -284,4 +297,12 @@ export async function ensureBinaries(
     kwokStages: (components.kwok.files ?? []).map((f) => join(kwok, f.split('/').pop()!)),
     kubernetesVersion: pinnedVersion(components.kubernetes),
   };
+}
+
+/** Builds the registry if missing (only a sandbox that runs one asks) and returns its binary. */
+export async function ensureRegistry(
+  log: (s: string) => void = () => {},
+  signal?: AbortSignal,
+): Promise<string> {
+  return join(await buildComponent('registry', log, signal), 'registry');
 }

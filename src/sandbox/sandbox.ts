@@ -1,5 +1,6 @@
 // The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok,
-// as plain processes bound to 127.0.0.1 on free ports, one state folder per named sandbox.
+// as plain processes bound to 127.0.0.1 on free ports, one state folder per named sandbox; on
+// request also an OCI registry and its token service.
 import { spawn } from 'node:child_process';
 import {
   closeSync,
@@ -9,13 +10,15 @@ import {
   readdirSync,
   readFileSync,
   readlinkSync,
+  realpathSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import https from 'node:https';
 import http from 'node:http';
-import { join } from 'node:path';
+import { extname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';
 import { KubeClient, type ClientOptions } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
@@ -25,10 +28,11 @@ import {
   loadCertificateAuthority,
   type CertificateAuthority,
 } from '../runtime/webhook/certificates.ts';
-import { ensureBinaries, type Binaries } from './build.ts';
+import { ensureBinaries, ensureRegistry, type Binaries } from './build.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
 import { sandboxDir, stateDir } from './paths.ts';
+import { registryInfo, writeRegistryFiles, type RegistryPorts, type SandboxRegistry } from './registry.ts';
 
 export const PROCESSES = [
   'etcd',
@@ -37,7 +41,14 @@ export const PROCESSES = [
   'kube-scheduler',
   'kwok',
 ] as const;
-export type ProcessName = (typeof PROCESSES)[number];
+/** The registry's processes, started only when asked for (`up({ registry: true })`), token service first. */
+export const REGISTRY_PROCESSES = ['registry-token', 'registry'] as const;
+export type ProcessName = (typeof PROCESSES)[number] | (typeof REGISTRY_PROCESSES)[number];
+
+/** The token service runs on the Node running the sandbox, from the file beside this one (.ts or .js). */
+const TOKEN_SERVER = fileURLToPath(
+  new URL(`./token-server${extname(fileURLToPath(import.meta.url))}`, import.meta.url),
+);
 
 interface Ports {
   etcdClient: number;
@@ -55,6 +66,7 @@ interface State {
   pids: Partial<Record<ProcessName, number>>;
   binaries: Binaries;
   startedAt: string;
+  registry?: { ports: RegistryPorts; binary: string; node: string };
 }
 
 export interface ProcessStatus {
@@ -74,6 +86,10 @@ export interface UpOptions {
   signal?: AbortSignal;
   /** Provides the binaries (default: build what is missing); tests inject a slow or broken one. */
   build?: (log: (s: string) => void, signal?: AbortSignal) => Promise<Binaries>;
+  /** Also run the OCI registry and its token service (building the registry the first time). */
+  registry?: boolean;
+  /** Provides the registry binary (default: build it if missing). */
+  buildRegistry?: (log: (s: string) => void, signal?: AbortSignal) => Promise<string>;
 }
 
 const SERVICE_CIDR = '10.96.0.0/16';
@@ -116,6 +132,12 @@ export class Sandbox {
     return `https://127.0.0.1:${this.ports.apiserver}`;
   }
 
+  /** The registry's address, CA and push credentials; undefined when this sandbox runs no registry. */
+  get registry(): SandboxRegistry | undefined {
+    const r = this.state?.registry;
+    return r && registryInfo(this.path('registry'), this.path('pki'), r.ports);
+  }
+
   private path(...p: string[]): string {
     return join(this.dir, ...p);
   }
@@ -134,18 +156,25 @@ export class Sandbox {
     const { signal } = opts;
     if (opts.fresh) await this.destroy();
     const binaries = await (opts.build ?? ensureBinaries)(log, signal);
+    const registry = opts.registry ? await (opts.buildRegistry ?? ensureRegistry)(log, signal) : undefined;
     signal?.throwIfAborted();
     // The start-up budget begins only now: a cold build, however long, never eats into it.
     const deadline = Date.now() + (opts.timeoutMs ?? 180_000);
     const status = this.status();
+    const controlPlane = status.filter((p) => (PROCESSES as readonly string[]).includes(p.name));
     let started = false;
+    let startedRegistry = false;
     try {
-      if (this.state && status.every((p) => p.running) && (await this.apiserverReady())) {
+      if (this.state && controlPlane.every((p) => p.running) && (await this.apiserverReady())) {
         log(`sandbox ${this.name} is already running`);
       } else {
         if (status.some((p) => p.running)) await this.down();
         started = true;
         await this.start(binaries, log, deadline, signal);
+      }
+      if (registry !== undefined && !(await this.registryRunning())) {
+        startedRegistry = true;
+        await this.startRegistry(registry, log, deadline, signal);
       }
       if (opts.nodes?.length) await this.ensureNodes(opts.nodes, log, deadline, signal);
     } catch (e) {
@@ -153,9 +182,46 @@ export class Sandbox {
       if (started) {
         log(`stopping the processes of sandbox ${this.name} that this start-up launched`);
         await this.down().catch((err: unknown) => log(`could not stop sandbox ${this.name}: ${String(err)}`));
+      } else if (startedRegistry) {
+        log(`stopping the registry of sandbox ${this.name}, which this start-up launched`);
+        await this.stopRegistry().catch((err: unknown) =>
+          log(`could not stop the registry of sandbox ${this.name}: ${String(err)}`),
+        );
       }
       throw e;
     }
+  }
+
+  private async registryRunning(): Promise<boolean> {
+    const procs = this.status().filter((p) => (REGISTRY_PROCESSES as readonly string[]).includes(p.name));
+    return procs.length > 0 && procs.every((p) => p.running) && (await this.healthy('registry'));
+  }
+
+  /** Starts the registry and its token service beside a running control plane (restarting a broken pair). */
+  private async startRegistry(
+    binary: string,
+    log: (s: string) => void,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    await this.stopRegistry();
+    const st = this.requireState();
+    const [registry, token] = (await freePorts(2)) as [number, number];
+    const ports = { registry, token };
+    await writeRegistryFiles(this.path('registry'), this.path('pki'), () => this.ca(), ports, this.name);
+    st.registry = { ports, binary, node: realpathSync(process.execPath) };
+    this.saveState();
+    const started = Date.now();
+    for (const p of REGISTRY_PROCESSES) {
+      this.startProcess(p);
+      await this.waitHealthy(p, deadline, signal);
+      log(`${p} is up (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+    }
+  }
+
+  /** Stops the registry and its token service; the control plane keeps running. */
+  async stopRegistry(): Promise<void> {
+    for (const p of [...REGISTRY_PROCESSES].reverse()) await this.stopProcess(p);
   }
 
   private async start(
@@ -198,7 +264,15 @@ export class Sandbox {
   startProcess(p: ProcessName): void {
     const st = this.requireState();
     const out = openSync(this.path('logs', `${p}.log`), 'a');
-    const child = spawn(this.binaryOf(p), this.argsOf(p), { detached: true, stdio: ['ignore', out, out] });
+    const child = spawn(this.binaryOf(p), this.argsOf(p), {
+      detached: true,
+      stdio: ['ignore', out, out],
+      // The registry reads every REGISTRY_* variable as a configuration key, and without
+      // OTEL_TRACES_EXPORTER=none it exports traces to localhost:4318; the token service must not
+      // inherit a test runner's NODE_* variables: both get a clean environment.
+      ...(p === 'registry' ? { env: { OTEL_TRACES_EXPORTER: 'none' } } : {}),
+      ...(p === 'registry-token' ? { env: {} } : {}),
+    });
     closeSync(out);
     child.unref();
     if (!child.pid) throw new Error(`could not start ${p}`);
@@ -249,13 +323,15 @@ export class Sandbox {
   }
 
   private binaryOf(p: ProcessName): string {
-    const b = this.requireState().binaries;
+    const { binaries: b, registry } = this.requireState();
     return {
       etcd: b.etcd,
       'kube-apiserver': b.kubeApiserver,
       'kube-controller-manager': b.kubeControllerManager,
       'kube-scheduler': b.kubeScheduler,
       kwok: b.kwok,
+      registry: registry?.binary ?? '',
+      'registry-token': registry?.node ?? '',
     }[p];
   }
 
@@ -339,6 +415,10 @@ export class Sandbox {
           '--node-lease-duration-seconds=120',
           '--v=WARN',
         ];
+      case 'registry':
+        return ['serve', this.path('registry', 'config.yml')];
+      case 'registry-token':
+        return [TOKEN_SERVER, this.path('registry')];
     }
   }
 
@@ -356,6 +436,11 @@ export class Sandbox {
           return (await this.httpsGet(`https://127.0.0.1:${ports.scheduler}/healthz`)) === 'ok';
         case 'kwok':
           return (await httpRequest(`http://127.0.0.1:${ports.kwok}/healthz`)).trim() === 'ok';
+        case 'registry':
+          // Token auth guards even the base endpoint: its Bearer challenge is the registry's answer.
+          return (await this.httpsStatus(`${this.registry!.url}/v2/`)) === 401;
+        case 'registry-token':
+          return (await this.httpsStatus(`${this.registry!.realm.replace(/\/token$/, '/healthz')}`)) === 200;
       }
     } catch {
       return false;
@@ -380,6 +465,18 @@ export class Sandbox {
     } catch {
       return false;
     }
+  }
+
+  /** The status code of a GET to a server with a certificate from the sandbox CA. */
+  private httpsStatus(url: string): Promise<number | undefined> {
+    return new Promise((resolve, reject) => {
+      const req = https.get(url, { ca: readFileSync(this.path('pki', 'ca.crt')), timeout: 2000 }, (res) => {
+        res.resume();
+        resolve(res.statusCode);
+      });
+      req.on('timeout', () => req.destroy(new Error('timeout')));
+      req.on('error', reject);
+    });
   }
 
   private httpsGet(url: string, withClientCert = false): Promise<string> {
@@ -433,8 +530,10 @@ export class Sandbox {
       'kube-controller-manager': st.ports.controllerManager,
       'kube-scheduler': st.ports.scheduler,
       kwok: st.ports.kwok,
+      registry: st.registry?.ports.registry ?? 0,
+      'registry-token': st.registry?.ports.token ?? 0,
     };
-    return PROCESSES.map((name) => {
+    return [...PROCESSES, ...(st.registry ? REGISTRY_PROCESSES : [])].map((name) => {
       const pid = st.pids[name];
       return {
         name,
@@ -449,7 +548,11 @@ export class Sandbox {
   private isOurs(p: ProcessName, pid: number): boolean {
     try {
       return (
-        readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '') === this.binaryOf(p) && !isZombie(pid)
+        readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '') === this.binaryOf(p) &&
+        // Many processes run Node: the token service is ours only when it serves this sandbox.
+        (p !== 'registry-token' ||
+          readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(this.path('registry'))) &&
+        !isZombie(pid)
       );
     } catch {
       return false;
@@ -459,8 +562,8 @@ export class Sandbox {
   /** Stops every process (newest first) and checks that no port is left listening. */
   async down(): Promise<void> {
     if (!this.state) return;
-    for (const p of [...PROCESSES].reverse()) await this.stopProcess(p);
-    const ports = Object.values(this.state.ports);
+    for (const p of [...PROCESSES, ...REGISTRY_PROCESSES].reverse()) await this.stopProcess(p);
+    const ports = [...Object.values(this.state.ports), ...Object.values(this.state.registry?.ports ?? {})];
     for (const port of ports) {
       if (await isListening(port))
         throw new Error(`port ${port} is still listening after sandbox ${this.name} stopped`);

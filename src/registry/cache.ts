@@ -1,0 +1,69 @@
+// The client's memory: bounded caches with an expiry, and single-flight. Bounded because their keys
+// come from pods (images, pull secrets), which any user can create.
+import { Lru } from '../runtime/events/correlator.ts';
+
+/** An LRU whose entries expire: `get` answers fresh entries only, `stale` any entry still held. */
+export class TtlCache<V> {
+  readonly #lru: Lru<{ value: V; expiresAt: number }>;
+  readonly #now: () => number;
+
+  constructor(max: number, now: () => number = Date.now) {
+    this.#lru = new Lru(max);
+    this.#now = now;
+  }
+
+  get size(): number {
+    return this.#lru.size;
+  }
+
+  get(key: string): V | undefined {
+    const e = this.#lru.get(key);
+    return e && e.expiresAt > this.#now() ? e.value : undefined;
+  }
+
+  /** The entry even when expired: a tag's old digest, to revalidate against. */
+  stale(key: string): V | undefined {
+    return this.#lru.get(key)?.value;
+  }
+
+  set(key: string, value: V, ttlMs: number): void {
+    this.#lru.set(key, { value, expiresAt: this.#now() + ttlMs });
+  }
+
+  delete(key: string): void {
+    this.#lru.delete(key);
+  }
+}
+
+/**
+ * One promise per key while it runs: the callers of one image (or one digest, or one token) share
+ * one request. The work is started without any caller's signal, so one caller giving up does not
+ * fail the others; each caller waits under its own signal.
+ */
+export class Flights<T> {
+  readonly #running = new Map<string, Promise<T>>();
+
+  /** The number of keys in flight. */
+  get size(): number {
+    return this.#running.size;
+  }
+
+  run(key: string, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    let p = this.#running.get(key);
+    if (!p) {
+      p = work().finally(() => this.#running.delete(key));
+      this.#running.set(key, p);
+    }
+    return signal ? abortable(p, signal) : p;
+  }
+}
+
+/** p, or the signal's reason when it aborts first. */
+export function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}

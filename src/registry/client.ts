@@ -1,0 +1,696 @@
+// Berth's OCI registry client (decision 0007): reads which platforms an image supports from its
+// manifests, never pulling layers. Layers, from the bottom: one HTTP exchange (redirects, body cap,
+// timeout), politeness per host (semaphore, Retry-After pause, retries with jitter), auth (the
+// challenge remembered per host, tokens cached), the manifest walk, and the caches and single-flight
+// in front of it all. It needs no Kubernetes: `berth arch inspect` uses it as it is.
+import { createHash } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
+import { rootCertificates } from 'node:tls';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Lru } from '../runtime/events/correlator.ts';
+import { errorText } from '../runtime/observability/log.ts';
+import {
+  basicHeader,
+  credentialKey,
+  parseChallenges,
+  parseTokenResponse,
+  pickChallenge,
+  pullScope,
+  tokenRequest,
+  type Challenge,
+  type Credential,
+} from './auth.ts';
+import { Flights, TtlCache } from './cache.ts';
+import { endpointsFor, type Endpoint, type RegistriesConfig } from './hosts.ts';
+import { buildKeyring, lookup } from './keyring.ts';
+import {
+  ManifestError,
+  digestOf,
+  manifestAccept,
+  mergePlatforms,
+  parseConfig,
+  parseManifest,
+} from './manifest.ts';
+import { registryMetrics } from './metrics.ts';
+import { HostPauses, Semaphore, backoffMs, parseRetryAfter } from './politeness.ts';
+import { isDigest, parseReference, type Reference } from './reference.ts';
+import {
+  InspectionError,
+  type FailureReason,
+  type ImageInspector,
+  type Inspection,
+  type InspectOptions,
+  type Platform,
+} from './types.ts';
+
+export interface RegistryClientOptions {
+  /** Mirrors, CAs and insecure registries (hosts.ts). */
+  hosts?: RegistriesConfig;
+  /** Requests in flight to one registry host at most. */
+  concurrencyPerRegistry?: number;
+  /** How long a tag's digest is trusted before a HEAD revalidates it. */
+  tagTtlMs?: number;
+  /** Digests (and tags) remembered at most. */
+  digestCacheSize?: number;
+  /** One request, redirects and body included. */
+  timeoutMs?: number;
+  /** Retries of one request after a network error, a 5xx or a 429/503. */
+  retries?: number;
+  /** A PEM bundle trusted by every endpoint that names no CA of its own (the sandbox CA in tests). */
+  defaultCa?: string;
+  /** How long a 404 or 401 is remembered, so many pods naming one missing image ask once. */
+  negativeTtlMs?: number;
+  /** The longest pause a Retry-After may impose on a host. */
+  maxRetryAfterMs?: number;
+  /** The largest manifest or config blob read. */
+  maxBodyBytes?: number;
+  userAgent?: string;
+}
+
+/** Requests sent since the client was made: to registries (manifests, blobs, redirects followed) and to token servers, apart. */
+export interface RequestCounts {
+  registry: number;
+  token: number;
+}
+
+interface Answer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/** What one manifest walk learnt; an Inspection without the caller's own fields. */
+interface Resolved {
+  reference: string;
+  digest: string;
+  platforms: Platform[];
+  registry: string;
+}
+
+/** One image at one endpoint with one credential. */
+interface Session {
+  ep: Endpoint;
+  repo: string;
+  cred: Credential | undefined;
+  canonical: string;
+}
+
+const defaults = {
+  concurrencyPerRegistry: 8,
+  tagTtlMs: 5 * 60_000,
+  digestCacheSize: 4096,
+  timeoutMs: 10_000,
+  retries: 3,
+  negativeTtlMs: 15_000,
+  maxRetryAfterMs: 5 * 60_000,
+  maxBodyBytes: 4 << 20,
+};
+/** An index inside an index inside the top one at most, and this many child fetches per image. */
+const maxDepth = 2;
+const maxFollows = 16;
+const maxRedirects = 5;
+const agentsKept = 256;
+/** TLS failures that a retry cannot mend: the answer is a CA in the registries configuration. */
+const tlsCodes = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ERR_TLS/;
+
+const fail = (reason: FailureReason, canonical: string, message: string, transient = false) =>
+  new InspectionError(reason, canonical, message, transient);
+
+/** The registry's own words from an error body (`{errors: [{code, message}]}`), when it gave any. */
+function registrySays(body: Buffer): string {
+  try {
+    const errors = (
+      JSON.parse(body.toString('utf8')) as { errors?: Array<{ code?: string; message?: string }> }
+    ).errors;
+    const e = errors?.[0];
+    return e ? `: ${[e.code, e.message].filter(Boolean).join(' ')}` : '';
+  } catch {
+    return '';
+  }
+}
+
+const header = (h: http.IncomingHttpHeaders, name: string): string | undefined => {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+};
+
+export class RegistryClient implements ImageInspector {
+  readonly #hosts: RegistriesConfig | undefined;
+  readonly #o: typeof defaults;
+  readonly #defaultCa: string | undefined;
+  readonly #userAgent: string;
+  readonly #digests: Lru<{ platforms: Platform[]; registry: string }>;
+  readonly #tags: TtlCache<{ digest: string; registry: string }>;
+  readonly #negative: TtlCache<InspectionError>;
+  readonly #tokens = new TtlCache<string>(1024);
+  /** The challenge each registry origin answered, so later repositories go straight to the realm. */
+  readonly #challenges = new Lru<Challenge>(1024);
+  readonly #imageFlights = new Flights<Resolved>();
+  readonly #digestFlights = new Flights<{ platforms: Platform[]; registry: string }>();
+  readonly #tokenFlights = new Flights<string>();
+  readonly #semaphores = new Map<string, Semaphore>();
+  readonly #pauses = new HostPauses();
+  readonly #agents = new Lru<http.Agent>(agentsKept, (a) => {
+    a.destroy();
+    this.#liveAgents.delete(a);
+  });
+  readonly #liveAgents = new Set<http.Agent>();
+  readonly #counts: RequestCounts = { registry: 0, token: 0 };
+
+  constructor(options: RegistryClientOptions = {}) {
+    const { hosts, defaultCa, userAgent, ...rest } = options;
+    this.#hosts = hosts;
+    this.#defaultCa = defaultCa;
+    this.#userAgent = userAgent ?? 'berth';
+    this.#o = { ...defaults };
+    for (const [k, v] of Object.entries(rest)) if (v !== undefined) this.#o[k as keyof typeof defaults] = v;
+    this.#digests = new Lru(this.#o.digestCacheSize);
+    this.#tags = new TtlCache(this.#o.digestCacheSize);
+    this.#negative = new TtlCache(1024);
+  }
+
+  /** Requests sent so far; a benchmark divides `registry` by the images it inspected. */
+  requestsTotal(): RequestCounts {
+    return { ...this.#counts };
+  }
+
+  /** Closes kept-alive connections. */
+  close(): void {
+    for (const a of this.#liveAgents) a.destroy();
+  }
+
+  async inspect(image: string, options: InspectOptions = {}): Promise<Inspection> {
+    const started = performance.now();
+    let result = 'ok';
+    try {
+      const ref = parseReference(image);
+      const keyring = buildKeyring(options.pullSecrets ?? []);
+      const creds = lookup(keyring, ref.domain, ref.path);
+      const hit = this.#fromCache(ref, options.revalidate === true);
+      if (hit) return { image, ...hit, cached: true };
+      const key = `${ref.canonical}|${creds.map(credentialKey).join(',')}`;
+      const negative = this.#negative.get(key);
+      registryMetrics.cache.inc({ cache: 'negative', result: negative ? 'hit' : 'miss' });
+      if (negative) throw negative;
+      const work = async () => {
+        try {
+          return await this.#resolve(ref, creds, keyring.problems);
+        } catch (e) {
+          if (e instanceof InspectionError && (e.reason === 'NotFound' || e.reason === 'Unauthorized')) {
+            this.#negative.set(key, e, this.#o.negativeTtlMs);
+          }
+          throw e;
+        }
+      };
+      const resolved = await this.#imageFlights.run(key, work, options.signal);
+      return { image, ...resolved, cached: false };
+    } catch (e) {
+      const err =
+        e instanceof InspectionError
+          ? new InspectionError(e.reason, image, e.message, e.transient)
+          : options.signal?.aborted
+            ? e
+            : new InspectionError('Unreachable', image, `inspecting ${image}: ${errorText(e)}`, true);
+      result = err instanceof InspectionError ? err.reason : 'Aborted';
+      throw err;
+    } finally {
+      registryMetrics.inspection.observe({ result }, (performance.now() - started) / 1000);
+    }
+  }
+
+  /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
+  #fromCache(ref: Reference, revalidate: boolean): Resolved | undefined {
+    let digest = ref.digest;
+    if (!digest) {
+      if (revalidate) return undefined;
+      const tag = this.#tags.get(ref.canonical);
+      registryMetrics.cache.inc({ cache: 'tag', result: tag ? 'hit' : 'miss' });
+      if (!tag) return undefined;
+      digest = tag.digest;
+    }
+    const known = this.#digests.get(digest);
+    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    return known && { reference: ref.canonical, digest, ...known };
+  }
+
+  /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
+  async #resolve(ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
+    const endpoints = endpointsFor(this.#hosts, ref, this.#defaultCa);
+    for (const [i, ep] of endpoints.entries()) {
+      try {
+        return await this.#resolveAt(ep, ref, creds, problems);
+      } catch (e) {
+        if (i === endpoints.length - 1 || !(e instanceof InspectionError)) throw e;
+      }
+    }
+    throw new Error('unreachable: endpointsFor returns at least the registry itself');
+  }
+
+  /** Each matching credential in turn (the kubelet's order), anonymous only when none matched. */
+  async #resolveAt(ep: Endpoint, ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
+    const attempts = creds.length ? creds : [undefined];
+    let last: unknown;
+    for (const cred of attempts) {
+      try {
+        return await this.#resolveWith({ ep, repo: ref.path, cred, canonical: ref.canonical }, ref);
+      } catch (e) {
+        last = e;
+        if (!(e instanceof InspectionError) || (e.reason !== 'Unauthorized' && e.reason !== 'NotFound'))
+          throw e;
+      }
+    }
+    if (last instanceof InspectionError && last.reason === 'Unauthorized') {
+      const tried = creds.length
+        ? `with ${creds.map((c) => `the credentials of ${c.source}`).join(', then ')}`
+        : 'anonymously: no pull secret matched';
+      const notes = problems.length ? `; ${problems.join('; ')}` : '';
+      throw fail('Unauthorized', ref.canonical, `${last.message} (tried ${tried}${notes})`);
+    }
+    throw last;
+  }
+
+  async #resolveWith(s: Session, ref: Reference): Promise<Resolved> {
+    const registry = s.ep.url.host;
+    const done = (digest: string, found: { platforms: Platform[]; registry: string }): Resolved => ({
+      reference: ref.canonical,
+      digest,
+      ...found,
+    });
+    // #fromCache has just missed this digest.
+    if (ref.digest) return done(ref.digest, await this.#fetchDigest(s, ref.digest, 0, { left: maxFollows }));
+    const tagPath = `/v2/${s.repo}/manifests/${ref.tag}`;
+    // A tag seen before (expired, or revalidated for imagePullPolicy: Always): one HEAD says whether
+    // it still names the same digest, and HEAD does not count as a pull on Docker Hub.
+    if (this.#tags.stale(ref.canonical)) {
+      const head = await this.#registryRequest(s, 'HEAD', tagPath, manifestAccept);
+      const d = header(head.headers, 'docker-content-digest');
+      if (d && isDigest(d)) {
+        this.#tags.set(ref.canonical, { digest: d, registry }, this.#o.tagTtlMs);
+        return done(d, await this.#byDigest(s, d, 0, { left: maxFollows }));
+      }
+    }
+    const got = await this.#registryRequest(s, 'GET', tagPath, manifestAccept);
+    const stated = header(got.headers, 'docker-content-digest');
+    const digest = digestOf(got.body, stated && isDigest(stated) ? stated : 'sha256:');
+    if (stated && isDigest(stated) && stated !== digest) {
+      throw fail(
+        'DigestMismatch',
+        s.canonical,
+        `${registry} answered ${tagPath} with content of ${digest}, not the ${stated} it stated`,
+      );
+    }
+    this.#tags.set(ref.canonical, { digest, registry }, this.#o.tagTtlMs);
+    const known = this.#digests.get(digest);
+    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    if (known) return done(digest, known);
+    return done(
+      digest,
+      await this.#digestFlights.run(`${digest}|${credentialKey(s.cred)}`, () =>
+        this.#platforms(s, digest, got, 0, { left: maxFollows }),
+      ),
+    );
+  }
+
+  /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
+  #byDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
+    const known = this.#digests.get(digest);
+    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    if (known) return Promise.resolve(known);
+    return this.#fetchDigest(s, digest, depth, budget);
+  }
+
+  #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
+    return this.#digestFlights.run(`${digest}|${credentialKey(s.cred)}`, async () => {
+      const got = await this.#registryRequest(s, 'GET', `/v2/${s.repo}/manifests/${digest}`, manifestAccept);
+      this.#verify(s, got.body, digest, 'manifest');
+      return this.#platforms(s, digest, got, depth, budget);
+    });
+  }
+
+  /** Reads a manifest body: an index's entries (following what they do not say), or a manifest's config. */
+  async #platforms(s: Session, digest: string, got: Answer, depth: number, budget: { left: number }) {
+    const registry = s.ep.url.host;
+    let parsed;
+    try {
+      parsed = parseManifest(got.body, header(got.headers, 'content-type'));
+    } catch (e) {
+      throw this.#manifestFailure(s, e, digest);
+    }
+    let platforms: Platform[];
+    if (parsed.kind === 'index') {
+      if (parsed.follow.length && depth >= maxDepth) {
+        throw fail('Malformed', s.canonical, `${digest} nests indexes deeper than ${maxDepth} levels`);
+      }
+      if (parsed.follow.length > budget.left) {
+        throw fail('Malformed', s.canonical, `${digest} needs more than ${maxFollows} child manifests read`);
+      }
+      budget.left -= parsed.follow.length;
+      const children = await Promise.all(
+        parsed.follow.map((d) => this.#byDigest(s, d.digest, depth + 1, budget)),
+      );
+      platforms = mergePlatforms([...parsed.platforms, ...children.flatMap((c) => c.platforms)]);
+    } else {
+      const config = await this.#registryRequest(s, 'GET', `/v2/${s.repo}/blobs/${parsed.config.digest}`);
+      this.#verify(s, config.body, parsed.config.digest, 'config blob');
+      try {
+        platforms = [parseConfig(config.body)];
+      } catch (e) {
+        throw this.#manifestFailure(s, e, parsed.config.digest);
+      }
+    }
+    if (depth === 0 && platforms.length === 0) {
+      throw fail(
+        'NotAnImage',
+        s.canonical,
+        `${digest} names no runnable platform (only attestations or artifacts)`,
+      );
+    }
+    const found = { platforms, registry };
+    this.#digests.set(digest, found);
+    return found;
+  }
+
+  #verify(s: Session, body: Buffer, digest: string, what: string): void {
+    const actual = digestOf(body, digest);
+    if (actual !== digest) {
+      throw fail(
+        'DigestMismatch',
+        s.canonical,
+        `${s.ep.url.host} answered ${what} ${digest} with content of ${actual}`,
+      );
+    }
+  }
+
+  #manifestFailure(s: Session, e: unknown, digest: string): InspectionError {
+    if (e instanceof ManifestError) {
+      return fail(
+        e.kind === 'notAnImage' ? 'NotAnImage' : 'Malformed',
+        s.canonical,
+        `${digest}: ${e.message}`,
+      );
+    }
+    return fail('Malformed', s.canonical, `${digest}: ${errorText(e)}`);
+  }
+
+  /** A registry request with auth: the remembered challenge answered up front, a 401 answered once. */
+  async #registryRequest(s: Session, method: 'GET' | 'HEAD', path: string, accept?: string): Promise<Answer> {
+    const origin = s.ep.url.origin;
+    const url = new URL(path, s.ep.url);
+    let renewed = false;
+    while (true) {
+      const challenge = this.#challenges.peek(origin);
+      const headers: Record<string, string> = accept ? { Accept: accept } : {};
+      const authorization = challenge && (await this.#authorization(s, challenge));
+      if (authorization) headers['Authorization'] = authorization;
+      const got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical);
+      if (got.status >= 200 && got.status < 300) return got;
+      const says = registrySays(got.body);
+      if (got.status === 401) {
+        const fresh = pickChallenge(parseChallenges(got.headers['www-authenticate']));
+        if (fresh && !renewed) {
+          this.#challenges.set(origin, fresh);
+          if (authorization) this.#tokens.delete(this.#tokenKey(s, fresh));
+          renewed = true;
+          if (fresh.scheme === 'bearer' || s.cred) continue;
+        }
+        const who = s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
+        throw fail('Unauthorized', s.canonical, `${s.ep.url.host} refused ${who} for ${s.repo}${says}`);
+      }
+      if (got.status === 403) {
+        throw fail('Unauthorized', s.canonical, `${s.ep.url.host} denied ${s.repo}${says}`);
+      }
+      if (got.status === 404) {
+        throw fail('NotFound', s.canonical, `${s.ep.url.host} has no ${path}${says}`);
+      }
+      throw fail(
+        'Malformed',
+        s.canonical,
+        `${s.ep.url.host} answered ${method} ${path} with ${got.status}${says}`,
+      );
+    }
+  }
+
+  #tokenKey(s: Session, c: Challenge): string {
+    return [c.params['realm'], c.params['service'], pullScope(s.repo), credentialKey(s.cred)].join('|');
+  }
+
+  /** The Authorization for a challenge: Basic straight to the registry, or a bearer token (cached, single-flight). */
+  async #authorization(s: Session, challenge: Challenge): Promise<string | undefined> {
+    if (challenge.scheme === 'basic') return s.cred && basicHeader(s.cred);
+    if (challenge.scheme !== 'bearer') return undefined;
+    const key = this.#tokenKey(s, challenge);
+    const cached = this.#tokens.get(key);
+    registryMetrics.cache.inc({ cache: 'token', result: cached ? 'hit' : 'miss' });
+    if (cached) return `Bearer ${cached}`;
+    const token = await this.#tokenFlights.run(key, async () => {
+      let req;
+      try {
+        req = tokenRequest(challenge, pullScope(s.repo), s.ep.url, s.cred);
+      } catch (e) {
+        throw fail('Unauthorized', s.canonical, `${s.ep.url.host}: ${errorText(e)}`);
+      }
+      const headers: Record<string, string> = { Accept: 'application/json' };
+      if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
+      // The realm is the registry's: trust what the registry's endpoint trusts, but skip no verification.
+      const realmEp: Endpoint = {
+        url: new URL(req.url.origin),
+        ...(s.ep.ca ? { ca: s.ep.ca } : {}),
+        insecure: false,
+        mirror: s.ep.mirror,
+      };
+      const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical);
+      const withheld =
+        s.cred && !req.sendCredential
+          ? ` (credentials withheld from the plain-http realm ${req.url.origin})`
+          : '';
+      if (got.status === 401 || got.status === 403) {
+        const who = req.sendCredential && s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
+        throw fail(
+          'Unauthorized',
+          s.canonical,
+          `the token server ${req.url.host} refused ${who} for ${s.repo}${withheld}`,
+        );
+      }
+      if (got.status < 200 || got.status >= 300) {
+        throw fail(
+          'Unreachable',
+          s.canonical,
+          `the token server ${req.url.host} answered ${got.status}`,
+          got.status >= 500,
+        );
+      }
+      let parsed;
+      try {
+        parsed = parseTokenResponse(JSON.parse(got.body.toString('utf8')));
+      } catch (e) {
+        throw fail('Malformed', s.canonical, `the token server ${req.url.host}: ${errorText(e)}`);
+      }
+      this.#tokens.set(key, parsed.token, parsed.ttlMs);
+      return parsed.token;
+    });
+    return `Bearer ${token}`;
+  }
+
+  /**
+   * One request, politely: at most `concurrencyPerRegistry` in flight to a host, none while the
+   * host is paused by a Retry-After, and bounded retries with jitter for network errors, 5xx and
+   * 429/503. Any other answer is returned as it is.
+   */
+  async #polite(
+    ep: Endpoint,
+    kind: keyof RequestCounts,
+    method: string,
+    url: URL,
+    headers: Record<string, string>,
+    canonical: string,
+  ): Promise<Answer> {
+    const host = url.host;
+    for (let attempt = 0; ; attempt++) {
+      const paused = this.#pauses.remaining(host);
+      if (paused > this.#o.timeoutMs) {
+        throw fail(
+          'RateLimited',
+          canonical,
+          `${host} asked to wait; ${Math.ceil(paused / 1000)} s left`,
+          true,
+        );
+      }
+      await this.#pauses.wait(host);
+      const release = await this.#semaphore(host).acquire();
+      let got: Answer;
+      try {
+        got = await this.#send(ep, kind, method, url, headers, canonical);
+      } catch (e) {
+        if (e instanceof InspectionError) throw e;
+        const code = (e as { code?: string }).code ?? '';
+        if (tlsCodes.test(code)) {
+          throw fail(
+            'Unreachable',
+            canonical,
+            `${host}: TLS: ${errorText(e)} (name its CA in the registries configuration)`,
+          );
+        }
+        if (attempt >= this.#o.retries) {
+          throw fail(
+            'Unreachable',
+            canonical,
+            `${host}: ${errorText(e)} (after ${attempt + 1} attempts)`,
+            true,
+          );
+        }
+        await sleep(backoffMs(attempt, 200, 5000));
+        continue;
+      } finally {
+        release();
+      }
+      const limited = got.status === 429 || got.status === 503;
+      if (!limited && got.status < 500) return got;
+      const asked = limited
+        ? parseRetryAfter(header(got.headers, 'retry-after'), this.#o.maxRetryAfterMs)
+        : undefined;
+      const wait = asked ?? backoffMs(attempt, 200, 5000);
+      if (asked !== undefined) this.#pauses.pause(host, asked);
+      if (attempt >= this.#o.retries || wait > this.#o.timeoutMs) {
+        const after = `after ${attempt + 1} attempts${asked === undefined ? '' : `, asked to wait ${Math.ceil(asked / 1000)} s`}`;
+        if (got.status === 429)
+          throw fail('RateLimited', canonical, `${host} answered 429 Too Many Requests (${after})`, true);
+        throw fail(
+          'Unreachable',
+          canonical,
+          `${host} answered ${got.status}${registrySays(got.body)} (${after})`,
+          true,
+        );
+      }
+      if (asked === undefined) await sleep(wait);
+    }
+  }
+
+  #semaphore(host: string): { acquire: () => Promise<() => void> } {
+    let sem = this.#semaphores.get(host);
+    if (!sem) {
+      sem = new Semaphore(this.#o.concurrencyPerRegistry);
+      this.#semaphores.set(host, sem);
+    }
+    const s = sem;
+    return {
+      acquire: async () => {
+        const release = await s.acquire();
+        return () => {
+          release();
+          // Forget idle hosts: images name hosts at will, and a Map of every host ever seen would only grow.
+          if (s.held === 0 && s.waiting === 0) this.#semaphores.delete(host);
+        };
+      },
+    };
+  }
+
+  /** A keep-alive agent per origin and trust: the CA goes on the agent, since a request cannot carry it. */
+  #agent(url: URL, ca: string | undefined, insecure: boolean): http.Agent {
+    const key = `${url.origin}|${insecure}|${ca ? createHash('sha256').update(ca).digest('hex') : ''}`;
+    let agent = this.#agents.get(key);
+    if (!agent) {
+      const common = { keepAlive: true, maxSockets: this.#o.concurrencyPerRegistry };
+      agent =
+        url.protocol === 'http:'
+          ? new http.Agent(common)
+          : new https.Agent({
+              ...common,
+              ...(ca ? { ca: [...rootCertificates, ca] } : {}),
+              rejectUnauthorized: !insecure,
+            });
+      this.#agents.set(key, agent);
+      this.#liveAgents.add(agent);
+    }
+    return agent;
+  }
+
+  /**
+   * One exchange: redirects followed (Authorization dropped when the host changes, never from https
+   * down to http), the body read up to the cap, all within the timeout.
+   */
+  async #send(
+    ep: Endpoint,
+    kind: keyof RequestCounts,
+    method: string,
+    first: URL,
+    firstHeaders: Record<string, string>,
+    canonical: string,
+  ): Promise<Answer> {
+    const signal = AbortSignal.timeout(this.#o.timeoutMs);
+    let url = first;
+    let headers: Record<string, string> = { ...firstHeaders, 'User-Agent': this.#userAgent };
+    for (let hop = 0; ; hop++) {
+      const same = url.host === ep.url.host && url.protocol === ep.url.protocol;
+      const agent = same ? this.#agent(url, ep.ca, ep.insecure) : this.#agent(url, this.#defaultCa, false);
+      this.#counts[kind]++;
+      let res: http.IncomingMessage;
+      try {
+        res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+          const req = (url.protocol === 'http:' ? http : https).request(url, {
+            method,
+            headers,
+            agent,
+            signal,
+          });
+          req.on('response', resolve);
+          req.on('error', reject);
+          req.end();
+        });
+      } catch (e) {
+        this.#count(kind, url, method, 'error');
+        throw e;
+      }
+      const status = res.statusCode ?? 0;
+      this.#count(kind, url, method, String(status));
+      const location = res.headers.location;
+      if (status >= 300 && status < 400 && status !== 304 && location) {
+        res.resume();
+        if (hop >= maxRedirects)
+          throw fail('Unreachable', canonical, `${first.host}: more than ${maxRedirects} redirects`);
+        const next = new URL(location, url);
+        if (next.protocol !== 'https:' && !(next.protocol === 'http:' && url.protocol === 'http:')) {
+          throw fail(
+            'Unreachable',
+            canonical,
+            `${url.host} redirected to ${next.protocol}//${next.host}, which Berth does not follow`,
+          );
+        }
+        // Blob redirects go to object storage: the registry's credentials stay with the registry.
+        if (next.host !== url.host) {
+          const { Authorization: _dropped, ...rest } = headers;
+          headers = rest;
+        }
+        url = next;
+        continue;
+      }
+      const body = method === 'HEAD' ? Buffer.alloc(0) : await this.#read(res, url, canonical);
+      return { status, headers: res.headers, body };
+    }
+  }
+
+  async #read(res: http.IncomingMessage, url: URL, canonical: string): Promise<Buffer> {
+    const cap = this.#o.maxBodyBytes;
+    const tooBig = () => fail('Malformed', canonical, `${url.host}${url.pathname}: a body over ${cap} bytes`);
+    if (Number(res.headers['content-length'] ?? 0) > cap) {
+      res.destroy();
+      throw tooBig();
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of res) {
+      size += (c as Buffer).length;
+      if (size > cap) {
+        res.destroy();
+        throw tooBig();
+      }
+      chunks.push(c as Buffer);
+    }
+    return Buffer.concat(chunks);
+  }
+
+  #count(kind: keyof RequestCounts, url: URL, method: string, code: string): void {
+    if (kind === 'token') registryMetrics.tokenRequests.inc({ realm: url.host, code });
+    else registryMetrics.requests.inc({ registry: url.host, method, code });
+  }
+}

@@ -1,0 +1,7 @@
+// The registry room's public surface: the client, its configuration, and the contract it fulfils.
+export * from './types.ts';
+export { RegistryClient, type RegistryClientOptions, type RequestCounts } from './client.ts';
+export { RegistriesConfig, loadRegistriesConfig, parseRegistriesConfig } from './hosts.ts';
+export { pullSecretFromFile, SecretType } from './keyring.ts';
+export { parseReference, type Reference } from './reference.ts';
+export { MediaType } from './manifest.ts';
