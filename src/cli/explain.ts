@@ -33,6 +33,9 @@ export function explainCommand(): Command {
     .description('What Berth does (or will do) to this pod, and why (NAME or NAMESPACE/NAME)')
     .option('-n, --namespace <ns>', "the pod's namespace", 'default')
     .option('--kubeconfig <path>', 'kubeconfig to use')
+    .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
+    .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
+    .option('--label-dir-evict-after <seconds>', 'the delay Berth runs rule files with', '60')
     .action(async (arg: string, o) => {
       const [namespace, name] = arg.includes('/') ? arg.split('/', 2) : [o.namespace as string, arg];
       const client = KubeClient.fromFile(o.kubeconfig);

@@ -128,6 +128,7 @@ export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } 
     labels: spec.labels ?? {},
     annotations: spec.annotations ?? {},
     taints: spec.taints ?? [],
+    ...(spec.evictOnRemoval ? { evictOnRemoval: spec.evictOnRemoval } : {}),
   };
   const errors = ruleErrors(rule);
   // Evicting every pod that does not tolerate it is a taint's whole point with NoExecute: only on request.

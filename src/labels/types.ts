@@ -62,6 +62,39 @@ const taint = z.object({
 });
 export type Taint = z.infer<typeof taint>;
 
+const evictOnRemoval = z
+  .object({
+    mode: z
+      .enum(['Evict', 'DryRun'])
+      .optional()
+      .describe(
+        'Evict (the default) evicts through the Eviction API; DryRun only reports what it would evict.',
+      ),
+    afterSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(86400)
+      .optional()
+      .describe(
+        'How long the label must stay gone before its pods are evicted (default 60): a flapping input kills no pod.',
+      ),
+    maxPerMinute: z
+      .number()
+      .int()
+      .min(1)
+      .max(10000)
+      .optional()
+      .describe(
+        'Evictions this rule asks for per minute at most (default 10); berth run caps the cluster too.',
+      ),
+  })
+  .describe(
+    'Opt-in: evict the pods whose nodeSelector or required node affinity no longer fits a node because a label this rule derived went away from it. ' +
+      'Never DaemonSet, mirror or static pods, pods in kube-system or Berth\'s namespace, or pods annotated berth.dev/evict-on-removal: "false". PodDisruptionBudgets hold.',
+  );
+export type EvictOnRemoval = z.infer<typeof evictOnRemoval>;
+
 export const nodeLabelRuleSpec = k8s(
   z.object({
     match: z
@@ -96,6 +129,7 @@ export const nodeLabelRuleSpec = k8s(
       .describe(
         'Must be true for a rule with a NoExecute taint, which evicts every pod that does not tolerate it from each matching node (berth rules test counts them).',
       ),
+    evictOnRemoval: evictOnRemoval.optional(),
   }),
   {
     'x-kubernetes-validations': [
@@ -158,4 +192,6 @@ export interface Rule {
   labels: Record<string, string>;
   annotations: Record<string, string>;
   taints: Taint[];
+  /** Evict the pods that needed a label of this rule once it goes away (NodeLabelRules only). */
+  evictOnRemoval?: EvictOnRemoval;
 }

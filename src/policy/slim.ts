@@ -60,18 +60,40 @@ export const slimMeta = {
   }),
 };
 
+/** A node selector requirement of a pod's required node affinity (v1.NodeSelectorRequirement). */
+export interface NodeSelectorRequirement {
+  key: string;
+  operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist' | 'Gt' | 'Lt';
+  values?: string[];
+}
+
+/** What a pod requires of its node's labels and fields: its nodeSelector and required node affinity. */
+export interface PodNodeConstraints {
+  nodeSelector?: Record<string, string>;
+  affinity?: {
+    nodeAffinity?: {
+      requiredDuringSchedulingIgnoredDuringExecution?: {
+        nodeSelectorTerms: {
+          matchExpressions?: NodeSelectorRequirement[];
+          matchFields?: NodeSelectorRequirement[];
+        }[];
+      };
+    };
+  };
+}
+
 export interface SlimPod extends KubeObject {
   spec: {
     nodeName?: string;
     containers: { name: string; image: string }[];
     initContainers?: { name: string; image: string }[];
     schedulingGates?: { name: string }[];
-  };
+  } & PodNodeConstraints;
   status: { phase?: string; hostIP?: string; conditions?: { type: string; status: string }[] };
 }
 
 interface FullPod extends KubeObject {
-  spec?: {
+  spec?: PodNodeConstraints & {
     nodeName?: string;
     containers?: { name: string; image: string }[];
     initContainers?: { name: string; image: string }[];
@@ -83,7 +105,7 @@ interface FullPod extends KubeObject {
 const slimContainers = (cs: { name: string; image: string }[] | undefined) =>
   (cs ?? []).map((c) => ({ name: intern(c.name), image: intern(c.image) }));
 
-/** The pod fields Berth's controllers read: identity, labels, owners, node, images, phase, readiness. */
+/** The pod fields Berth's controllers read: identity, labels, owners, node and node constraints, images, phase, readiness. */
 export function slimPod(obj: KubeObject): SlimPod {
   const pod = obj as FullPod;
   const spec: SlimPod['spec'] = { containers: slimContainers(pod.spec?.containers) };
@@ -91,6 +113,11 @@ export function slimPod(obj: KubeObject): SlimPod {
   if (pod.spec?.initContainers?.length) spec.initContainers = slimContainers(pod.spec.initContainers);
   if (pod.spec?.schedulingGates?.length)
     spec.schedulingGates = pod.spec.schedulingGates.map((g) => ({ name: intern(g.name) }));
+  // Only the required node affinity: what eviction on removal checks the node's labels against.
+  if (pod.spec?.nodeSelector) spec.nodeSelector = internRecord(pod.spec.nodeSelector)!;
+  const required = pod.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution;
+  if (required)
+    spec.affinity = { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: required } };
   const status: SlimPod['status'] = {};
   if (pod.status?.phase) status.phase = intern(pod.status.phase);
   if (pod.status?.hostIP) status.hostIP = intern(pod.status.hostIP);
