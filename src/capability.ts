@@ -35,6 +35,14 @@ export interface Served {
   webhooks?: WebhookSpec[];
 }
 
+/** What `berth explain` gives a capability: the object asked about, and the flags Berth runs with. */
+export interface ExplainContext {
+  client: KubeClient;
+  object: KubeObject;
+  options: Record<string, unknown>;
+  berthNamespace: string;
+}
+
 export interface Capability {
   name: string;
   description: string;
@@ -55,19 +63,9 @@ export interface Capability {
   /** Builds its controllers on the manager; returns what they serve. */
   setup(ctx: CapabilityContext): Served | Promise<Served>;
   /** Lines for `berth explain pod`: what this capability does (or will do) to the pod, and why. */
-  explainPod?(ctx: {
-    client: KubeClient;
-    pod: KubeObject;
-    options: Record<string, unknown>;
-    berthNamespace: string;
-  }): Promise<string[]>;
+  explainPod?(ctx: ExplainContext): Promise<string[]>;
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
-  explainNode?(ctx: {
-    client: KubeClient;
-    node: KubeObject;
-    options: Record<string, unknown>;
-    berthNamespace: string;
-  }): Promise<string[]>;
+  explainNode?(ctx: ExplainContext): Promise<string[]>;
 }
 
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */

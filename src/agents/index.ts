@@ -37,7 +37,7 @@ export const agentsCapability: Capability = {
     // Whether Berth may watch and patch an owner kind, before it watches it.
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
   ],
-  explainNode: ({ client, node, berthNamespace }) => explainNodeAgents(client, node, berthNamespace),
+  explainNode: ({ client, object, berthNamespace }) => explainNodeAgents(client, object, berthNamespace),
   setup({ kit, options, berthNamespace }) {
     const controller = new AgentsController(kit, {
       workers: Number(options['agentWorkers'] ?? 16),

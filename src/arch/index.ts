@@ -47,7 +47,7 @@ export const archCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['archplacements'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['get', 'patch', 'update'] },
   ],
-  explainPod: ({ client, pod, berthNamespace }) => explainPodArch(client, pod, berthNamespace),
+  explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
   setup({ kit, options, berthNamespace }) {
     const controller = new ArchController(kit, {
       inspector: new RegistryClient(

@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
-import { Resources } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 
 export function explainCommand(): Command {
   const cmd = new Command('explain').description('Explain what Berth does to an object, and why');
@@ -14,19 +14,7 @@ export function explainCommand(): Command {
     .option('--kubeconfig <path>', 'kubeconfig to use')
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
     .action(async (name: string, o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
-      try {
-        const node = await client.get(Resources.nodes, name);
-        const lines = [`Node ${name}`];
-        for (const c of capabilities)
-          if (c.explainNode)
-            lines.push(
-              ...(await c.explainNode({ client, node, options: o, berthNamespace: berthNamespace() })),
-            );
-        process.stdout.write(lines.join('\n') + '\n');
-      } finally {
-        client.close();
-      }
+      await explain(o, `Node ${name}`, (client) => client.get(Resources.nodes, name), 'explainNode');
     });
   cmd
     .command('pod <name>')
@@ -38,19 +26,33 @@ export function explainCommand(): Command {
     .option('--label-dir-evict-after <seconds>', 'the delay Berth runs rule files with', '60')
     .action(async (arg: string, o) => {
       const [namespace, name] = arg.includes('/') ? arg.split('/', 2) : [o.namespace as string, arg];
-      const client = KubeClient.fromFile(o.kubeconfig);
-      try {
-        const pod = await client.get(Resources.pods, name!, namespace);
-        const lines = [`Pod ${namespace}/${name}`];
-        for (const c of capabilities)
-          if (c.explainPod)
-            lines.push(
-              ...(await c.explainPod({ client, pod, options: o, berthNamespace: berthNamespace() })),
-            );
-        process.stdout.write(lines.join('\n') + '\n');
-      } finally {
-        client.close();
-      }
+      await explain(
+        o,
+        `Pod ${namespace}/${name}`,
+        (client) => client.get(Resources.pods, name!, namespace),
+        'explainPod',
+      );
     });
   return cmd;
+}
+
+/** Prints `title`, then what every capability says of the object. */
+async function explain(
+  o: Record<string, unknown> & { kubeconfig?: string },
+  title: string,
+  get: (client: KubeClient) => Promise<KubeObject>,
+  hook: 'explainNode' | 'explainPod',
+): Promise<void> {
+  const client = KubeClient.fromFile(o.kubeconfig);
+  try {
+    const object = await get(client);
+    const lines = [title];
+    for (const c of capabilities)
+      lines.push(
+        ...((await c[hook]?.({ client, object, options: o, berthNamespace: berthNamespace() })) ?? []),
+      );
+    process.stdout.write(lines.join('\n') + '\n');
+  } finally {
+    client.close();
+  }
 }

@@ -37,7 +37,7 @@ export const gatesCapability: Capability = {
     },
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
   ],
-  explainNode: ({ client, node }) => explainNodeGates(client, node),
+  explainNode: ({ client, object }) => explainNodeGates(client, object),
   setup({ kit, options }) {
     const controller = new GatesController(kit, {
       workers: Number(options['gateWorkers'] ?? 16),

@@ -47,12 +47,12 @@ export const labelsCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: [''], resources: ['pods/eviction'], verbs: ['create'] },
   ],
-  async explainNode({ client, node, options }) {
+  async explainNode({ client, object: node, options }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
     const { rules, errors } = await clusterRules(client, labelDir);
     return [...explainNodeLabels(node, rules), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
   },
-  async explainPod({ client, pod, options, berthNamespace }) {
+  async explainPod({ client, object: pod, options, berthNamespace }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
     const { rules } = await clusterRules(client, labelDir);
     const slim = slimPod(pod);

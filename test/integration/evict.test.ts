@@ -379,7 +379,7 @@ describe('eviction on removal of a derived label', () => {
     // berth explain pod says why, and what Berth did.
     const lines = await labelsCapability.explainPod!({
       client,
-      pod: await client.get(Resources.pods, 'app', s.ns),
+      object: await client.get(Resources.pods, 'app', s.ns),
       options: {},
       berthNamespace: 'berth-system',
     });
