@@ -21,6 +21,7 @@ import {
   type ArchPlacementSpec,
   type PodState,
 } from './types.ts';
+import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
 
 export interface NodeSelectorRequirement {
   key: string;
@@ -61,7 +62,6 @@ export interface ArchPod extends KubeObject {
   };
 }
 
-const MIRROR_POD_ANNOTATION = 'kubernetes.io/config.mirror';
 /** The value of the impossible requirement an empty intersection gets: no kubelet reports it. */
 export const NO_COMMON_ARCHITECTURE = 'berth-no-common-architecture';
 
@@ -100,9 +100,8 @@ export function exemption(pod: ArchPod, namespace: string, ctx: ExemptionContext
   if (ctx.servesWebhook(namespace)) return `namespace ${namespace} serves an admission webhook`;
   if (pod.spec.nodeName) return 'the pod names its node (a pod with nodeName cannot carry gates)';
   const annotations = pod.metadata?.annotations ?? {};
-  if (MIRROR_POD_ANNOTATION in annotations) return 'mirror pod of a static pod';
-  if (pod.metadata?.ownerReferences?.some((o) => o.controller && o.kind === 'DaemonSet'))
-    return 'DaemonSet pods run on the node they are made for';
+  if (isMirrorPod(pod)) return 'mirror pod of a static pod';
+  if (daemonSetOwner(pod)) return 'DaemonSet pods run on the node they are made for';
   if (annotations[SKIP_ANNOTATION] === 'true') return `annotation ${SKIP_ANNOTATION}=true`;
   if (constrainsArch(pod)) return `the pod already constrains ${ARCH_LABEL}`;
   return undefined;

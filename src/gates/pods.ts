@@ -5,9 +5,7 @@ import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import { taintId } from '../policy/nodes/plan.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import { formatTaint, requiredPods, type Gate } from './decide.ts';
-
-/** The annotation the kubelet puts on the mirror pod of a static pod. */
-export const MIRROR_ANNOTATION = 'kubernetes.io/config.mirror';
+import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
 
 export interface PodAdmissionInput {
   /** The pod as created, with its namespace (the request's) set. */
@@ -48,10 +46,9 @@ export function alwaysAdmitted(input: PodAdmissionInput): string | undefined {
   const { pod } = input;
   if (!pod.spec.nodeName) return 'no spec.nodeName: the scheduler heeds the taints';
   if (pod.metadata?.namespace === 'kube-system') return 'a kube-system pod';
-  const ds = (pod.metadata?.ownerReferences ?? []).find((o) => o.kind === 'DaemonSet' && o.controller);
+  const ds = daemonSetOwner(pod);
   if (ds && input.daemonSetExists(pod.metadata!.namespace!, ds.name, ds.uid)) return 'a DaemonSet pod';
-  if (MIRROR_ANNOTATION in (pod.metadata?.annotations ?? {}) && input.groups?.includes('system:nodes'))
-    return 'a mirror pod';
+  if (isMirrorPod(pod) && input.groups?.includes('system:nodes')) return 'a mirror pod';
   return undefined;
 }
 

@@ -5,6 +5,7 @@ import { requirementHolds, valueAt, type Requirement } from '../policy/match/req
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import { isTemplate } from './match.ts';
 import type { EvictOnRemoval, Rule } from './types.ts';
+import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
 
 /** A pod annotation that opts the pod out: `berth.dev/evict-on-removal: "false"`. */
 export const OPT_OUT_ANNOTATION = 'berth.dev/evict-on-removal';
@@ -57,10 +58,10 @@ export function exemption(pod: SlimPod, berthNamespace: string): string | undefi
   if (m.namespace === 'kube-system') return 'in kube-system';
   if (m.namespace === berthNamespace) return "in Berth's namespace";
   // The kubelet owns mirror (static) pods; the DaemonSet controller places its pods by node itself.
-  if (a['kubernetes.io/config.mirror'] !== undefined) return 'a mirror pod';
+  if (isMirrorPod(pod)) return 'a mirror pod';
   if (a['kubernetes.io/config.source'] !== undefined && a['kubernetes.io/config.source'] !== 'api')
     return 'a static pod';
-  if (m.ownerReferences?.some((o) => o.controller && o.kind === 'DaemonSet')) return 'a DaemonSet pod';
+  if (daemonSetOwner(pod)) return 'a DaemonSet pod';
   if (a[OPT_OUT_ANNOTATION] === 'false') return `opted out (${OPT_OUT_ANNOTATION}: "false")`;
   return undefined;
 }

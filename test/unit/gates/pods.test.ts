@@ -3,15 +3,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { decideGates, parseGates, podDone, startedEarly, type Gate } from '../../../src/gates/decide.ts';
-import {
-  admitPod,
-  holdingGates,
-  MIRROR_ANNOTATION,
-  type PodAdmissionInput,
-} from '../../../src/gates/pods.ts';
+import { admitPod, holdingGates, type PodAdmissionInput } from '../../../src/gates/pods.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 import { cilium, gateObj, minutesAgo, node, NOW, pod, TAINT_KEY, workload } from './fixtures.ts';
+import { MIRROR_POD_ANNOTATION } from '../../../src/policy/pods.ts';
 
 const TAINT = { key: TAINT_KEY, value: 'wait', effect: 'NoSchedule' };
 const { gates } = parseGates([
@@ -104,7 +100,7 @@ describe('admitPod', () => {
       ns === 'shop' && name === 'agent' && uid === 'uid-agent';
     assert.equal(admitPod(gates, input(ds, { daemonSetExists: exists })).allowed, true);
     assert.equal(admitPod(gates, input(ds)).allowed, false, 'an owner reference alone proves nothing');
-    const mirror = pod('etcd-n1', { namespace: 'shop', annotations: { [MIRROR_ANNOTATION]: 'abc' } });
+    const mirror = pod('etcd-n1', { namespace: 'shop', annotations: { [MIRROR_POD_ANNOTATION]: 'abc' } });
     assert.equal(admitPod(gates, input(mirror, { groups: ['system:nodes'] })).allowed, true);
     assert.equal(admitPod(gates, input(mirror)).allowed, false, 'the mirror annotation from anyone else');
   });
