@@ -1,7 +1,13 @@
 import type { Capability } from './capability.ts';
 import { agentsCapability } from './agents/index.ts';
+import { archCapability } from './arch/index.ts';
 import { gatesCapability } from './gates/index.ts';
 import { labelsCapability } from './labels/index.ts';
 
 /** Every capability `berth run` knows, in the order they start. */
-export const capabilities: Capability[] = [labelsCapability, gatesCapability, agentsCapability];
+export const capabilities: Capability[] = [
+  labelsCapability,
+  gatesCapability,
+  agentsCapability,
+  archCapability,
+];

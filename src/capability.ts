@@ -54,6 +54,13 @@ export interface Capability {
   commands?: () => Command[];
   /** Builds its controllers on the manager; returns what they serve. */
   setup(ctx: CapabilityContext): Served | Promise<Served>;
+  /** Lines for `berth explain pod`: what this capability does (or will do) to the pod, and why. */
+  explainPod?(ctx: {
+    client: KubeClient;
+    pod: KubeObject;
+    options: Record<string, unknown>;
+    berthNamespace: string;
+  }): Promise<string[]>;
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
   explainNode?(ctx: {
     client: KubeClient;

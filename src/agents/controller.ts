@@ -24,7 +24,7 @@ import {
   ownersChanged,
   valueChanged,
 } from '../policy/predicates.ts';
-import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import { slimMeta, slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
@@ -83,12 +83,6 @@ const ownerKindId = (p: ParsedPlacement): string => `${p.spec.owner.apiVersion}/
 // Between checks of an owner kind that cannot be used. CRD events check at once; this bound covers
 // kinds served by aggregated APIs, and RBAC changes, which send no event Berth watches.
 const ownerKindRetryMs = (failures: number) => Math.min(1000 * 2 ** failures, 60_000);
-
-const slimMeta = (o: KubeObject): KubeObject => ({
-  apiVersion: o.apiVersion,
-  kind: o.kind,
-  metadata: slimMetadata(o.metadata),
-});
 
 export class AgentsController {
   readonly pods: Informer<SlimPod>;
@@ -177,12 +171,11 @@ export class AgentsController {
         claim();
       },
     });
-    const meta = { name: 'slim-meta', fn: slimMeta };
-    this.namespaces = manager.informer(Resources.namespaces, { transform: meta });
-    this.replicaSets = manager.informer(Resources.replicaSets, { transform: meta });
+    this.namespaces = manager.informer(Resources.namespaces, { transform: slimMeta });
+    this.replicaSets = manager.informer(Resources.replicaSets, { transform: slimMeta });
     this.jobs = manager.informer(
       { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true },
-      { transform: meta },
+      { transform: slimMeta },
     );
 
     const nodesOfPods = (pods: SlimPod[]) => [
@@ -595,7 +588,7 @@ export class AgentsController {
     const key = `${ref.group}/${ref.version}/${ref.kind}`;
     let inf = this.ownerInformers.get(key);
     if (!inf) {
-      inf = this.manager.informer(ref, { transform: { name: 'slim-meta', fn: slimMeta } });
+      inf = this.manager.informer(ref, { transform: slimMeta });
       inf.addIndexer('uid', (o) => (o.metadata?.uid ? [o.metadata.uid] : []));
       const enqueue = (o: KubeObject) => {
         for (const p of this.parsed()) {

@@ -2,11 +2,14 @@
 // node should carry. The controller feeds these from its caches and applies the result.
 import type { NodeOutputs } from '../policy/nodes/plan.ts';
 import type { KeyClaim } from '../policy/nodes/ownership.ts';
-import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
 import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
 import { AgentPlacement, type AgentPlacementSpec } from './types.ts';
-import { claimKeyProblem, NAMESPACE_NAME_LABEL, validatePlacement } from './validate.ts';
+import { claimKeyProblem, validatePlacement } from './validate.ts';
+import { podSelected } from '../policy/namespace.ts';
+
+// Pod selection is the kit's, shared with architecture-aware placement.
+export { podSelected, protectedNamespace } from '../policy/namespace.ts';
 
 export interface Placement {
   name: string;
@@ -77,41 +80,6 @@ export type OwnerLookup = (
 ) => KubeObject | undefined;
 
 const TERMINAL = new Set(['Succeeded', 'Failed']);
-
-/** The selector names the namespace: matchLabels or an In expression on kubernetes.io/metadata.name. */
-const namesNamespace = (sel: LabelSelector | undefined, ns: string): boolean =>
-  sel?.matchLabels?.[NAMESPACE_NAME_LABEL] === ns ||
-  (sel?.matchExpressions ?? []).some(
-    (e) => e.key === NAMESPACE_NAME_LABEL && e.operator === 'In' && (e.values ?? []).includes(ns),
-  );
-
-/**
- * Cluster add-ons (kube-*) and Berth itself: a placement that does not name them explicitly in its
- * namespaceSelector never selects their pods, whatever else its selectors say.
- */
-export const protectedNamespace = (ns: string, berthNamespace: string): boolean =>
-  ns.startsWith('kube-') || ns === berthNamespace;
-
-/**
- * The placement's pod and namespace selectors; an unknown namespace matches only without a
- * namespaceSelector, a protected one only when the namespaceSelector names it.
- */
-export function podSelected(
-  namespace: string,
-  podLabels: Record<string, string> | undefined,
-  namespaceLabels: Record<string, string> | undefined,
-  spec: AgentPlacementSpec,
-  berthNamespace: string,
-): boolean {
-  if (protectedNamespace(namespace, berthNamespace) && !namesNamespace(spec.namespaceSelector, namespace))
-    return false;
-  if (
-    spec.namespaceSelector &&
-    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
-  )
-    return false;
-  return selectorMatches(spec.podSelector, podLabels);
-}
 
 /** The pod has succeeded or failed: it no longer needs the agent. */
 export const podFinished = (pod: SlimPod): boolean => TERMINAL.has(pod.status.phase ?? '');

@@ -12,9 +12,6 @@ import {
 } from '../policy/match/selector.ts';
 import type { AgentPlacementSpec } from './types.ts';
 
-/** The label the apiserver puts on every namespace: how a namespaceSelector names a namespace. */
-export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
-
 // Object UIDs are RFC 4122 strings: a controllerRef owner's claim key needs this much room.
 const UID_LENGTH = 36;
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;

@@ -50,6 +50,16 @@ export function slimMetadata(m: ObjectMeta | undefined): ObjectMeta {
   return out;
 }
 
+/** Identity, labels, annotations and owners only (namespaces, owners): one informer per kind serves every capability. */
+export const slimMeta = {
+  name: 'slim-meta',
+  fn: (o: KubeObject): KubeObject => ({
+    apiVersion: o.apiVersion,
+    kind: o.kind,
+    metadata: slimMetadata(o.metadata),
+  }),
+};
+
 export interface SlimPod extends KubeObject {
   spec: {
     nodeName?: string;

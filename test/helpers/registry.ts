@@ -9,6 +9,13 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
+import {
+  basicHeader,
+  parseChallenges,
+  parseTokenResponse,
+  tokenRequest,
+  type Challenge,
+} from '../../src/registry/auth.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import type { TokenPolicy, TokenUser } from '../../src/sandbox/token.ts';
 import { uniqueName } from './cluster.ts';
@@ -100,13 +107,9 @@ export function request(
   });
 }
 
-/** The parameters of a `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge. */
-export function parseBearerChallenge(header: string | undefined): Record<string, string> | undefined {
-  if (!header || !/^Bearer\s/i.test(header)) return undefined;
-  const params: Record<string, string> = {};
-  for (const m of header.matchAll(/(\w+)="([^"]*)"/g)) params[m[1]!] = m[2]!;
-  return params;
-}
+/** The repository a distribution API path names (`/v2/<name>/manifests|blobs|tags/…`). */
+const repositoryOf = (path: string): string | undefined =>
+  /^\/v2\/(.+?)\/(manifests|blobs|tags)\//.exec(path)?.[1];
 
 export interface Credentials {
   username: string;
@@ -114,11 +117,11 @@ export interface Credentials {
 }
 
 /**
- * Talks to a registry the way a client does: a request, on a Bearer challenge a token from its
+ * Pushes to (and reads from) a registry the way a client does: a request, on a Bearer challenge a token from its
  * realm for the challenge's scope (with Basic credentials, or anonymously), then the request again.
  * Tokens are kept per scope. `baseUrl` may be the fault proxy instead of the registry.
  */
-export class RegistryClient {
+export class RegistryPusher {
   readonly registry: SandboxRegistry;
   readonly credentials: Credentials | null;
   readonly baseUrl: string;
@@ -156,7 +159,10 @@ export class RegistryClient {
         ...(body === undefined ? {} : { body }),
       });
     let res = await attempt(this.tokens.get(scopeKey));
-    const challenge = res.status === 401 ? parseBearerChallenge(res.headers['www-authenticate']) : undefined;
+    const challenge =
+      res.status === 401
+        ? parseChallenges(res.headers['www-authenticate']).find((c) => c.scheme === 'bearer')
+        : undefined;
     if (challenge) {
       const token = await this.token(challenge);
       this.tokens.set(scopeKey, token);
@@ -165,29 +171,26 @@ export class RegistryClient {
     return res;
   }
 
-  /** Asks the realm for a token; throws on anything but 200 (a wrong password, a bad service). */
-  async token(challenge: Record<string, string>): Promise<string> {
-    const realm = new URL(challenge['realm']!);
-    if (challenge['service']) realm.searchParams.set('service', challenge['service']);
-    if (challenge['scope']) realm.searchParams.set('scope', challenge['scope']);
+  /** Asks the realm for a token for the challenge's own scope; throws on anything but 200 (a wrong password, a bad service). */
+  async token(challenge: Challenge): Promise<string> {
+    const { url } = tokenRequest(
+      challenge,
+      challenge.params['scope'] ?? '',
+      new URL(this.baseUrl),
+      undefined,
+    );
     this.tokenRequests++;
-    const res = await request(realm.toString(), {
+    const res = await request(url.toString(), {
       ca: this.ca,
-      headers: this.credentials
-        ? {
-            Authorization: `Basic ${Buffer.from(`${this.credentials.username}:${this.credentials.password}`).toString('base64')}`,
-          }
-        : {},
+      headers: this.credentials ? { Authorization: basicHeader(this.credentials) } : {},
     });
-    if (res.status !== 200) throw new Error(`token ${realm}: ${res.status} ${res.body.toString()}`);
-    const answer = JSON.parse(res.body.toString()) as { token?: string; access_token?: string };
-    return answer.token ?? answer.access_token!;
+    if (res.status !== 200) throw new Error(`token ${url}: ${res.status} ${res.body.toString()}`);
+    return parseTokenResponse(JSON.parse(res.body.toString())).token;
   }
 
-  /** Tokens are per repository (`/v2/<name>/manifests|blobs/…`); a push needs pull,push on it. */
+  /** Tokens are per repository; a push needs pull,push on it. */
   private scopeGuess(url: string): string {
-    const m = /\/v2\/(.+?)\/(manifests|blobs|tags)\//.exec(new URL(url).pathname);
-    return m?.[1] ?? '';
+    return repositoryOf(new URL(url).pathname) ?? '';
   }
 
   async getManifest(repo: string, reference: string, accept = ACCEPT_ALL): Promise<Response> {
@@ -447,7 +450,7 @@ export async function startFaultProxy(
       if (fault?.status !== undefined) {
         const headers: Record<string, string> = { 'Content-Type': 'application/json' };
         if (fault.retryAfter !== undefined) headers['Retry-After'] = fault.retryAfter;
-        const repo = /^\/v2\/(.+?)\/(manifests|blobs|tags)\//.exec(path)?.[1];
+        const repo = repositoryOf(path);
         if (fault.status === 401)
           headers['WWW-Authenticate'] =
             `Bearer realm="${registry.realm}",service="${registry.service}"` +

@@ -3,20 +3,20 @@
 // ones, the push helpers store what they claim, and the fault proxy does what a test asks of it.
 // test-driver: registry
 import assert from 'node:assert/strict';
-import { chmodSync, copyFileSync, mkdtempSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
+import { parseChallenges } from '../../src/registry/auth.ts';
 import { isListening, Sandbox } from '../../src/sandbox/sandbox.ts';
 import { testSandbox, uniqueName } from '../helpers/cluster.ts';
 import {
   ACCEPT_ALL,
   addTokenPolicy,
   MediaType,
-  parseBearerChallenge,
   platform,
-  RegistryClient,
+  RegistryPusher,
   request,
   sha256,
   startFaultProxy,
@@ -26,19 +26,19 @@ import {
 } from '../helpers/registry.ts';
 
 let reg: SandboxRegistry;
-let pusher: RegistryClient;
+let pusher: RegistryPusher;
 before(() => {
   const r = testSandbox().registry;
   assert.ok(r, 'the test sandbox runs a registry (this file says test-driver: registry)');
   reg = r;
-  pusher = new RegistryClient(reg);
+  pusher = new RegistryPusher(reg);
 });
 
 const json = (b: Buffer) => JSON.parse(b.toString()) as Record<string, unknown>;
 const repoName = (prefix: string) => `${prefix}/${uniqueName('img')}`;
 
 /** The platform a single image's config blob states, read back from the registry. */
-async function configPlatform(client: RegistryClient, repo: string, digest: string): Promise<PlatformSpec> {
+async function configPlatform(client: RegistryPusher, repo: string, digest: string): Promise<PlatformSpec> {
   const m = await client.getManifest(repo, digest);
   assert.equal(m.status, 200);
   const config = (json(m.body)['config'] as Descriptor).digest;
@@ -82,6 +82,7 @@ describe('the sandbox registry process (a private sandbox)', () => {
       sb.up({ registry: true, buildRegistry: async () => broken }),
       /registry exited.*serve/s,
     );
+    rmSync(dir, { recursive: true, force: true });
     assert.deepEqual(await registryLeftovers(), []);
     const fresh = new Sandbox(sb.name);
     assert.ok(
@@ -106,7 +107,15 @@ describe('the sandbox registry process (a private sandbox)', () => {
         ['registry', true],
       ],
     );
-    const client = new RegistryClient(r);
+    // Asked again, a running registry is reused: same processes, same address.
+    const pids = sb.status().map((p) => p.pid);
+    await sb.up({ registry: true });
+    assert.deepEqual(
+      sb.status().map((p) => p.pid),
+      pids,
+    );
+    assert.equal(sb.registry!.url, r.url);
+    const client = new RegistryPusher(r);
     const base = await request(`${r.url}/v2/`, { ca: client.ca });
     assert.equal(base.status, 401);
     assert.match(
@@ -122,7 +131,7 @@ describe('the sandbox registry process (a private sandbox)', () => {
     }
     // Up again with the registry: the stored image survived (its storage is the sandbox's data).
     await sb.up({ registry: true });
-    const again = await new RegistryClient(sb.registry!).getManifest('kept/app', 'v1');
+    const again = await new RegistryPusher(sb.registry!).getManifest('kept/app', 'v1');
     assert.equal(again.status, 200);
     assert.equal(again.headers['docker-content-digest'], pushed.digest);
     await sb.down();
@@ -137,12 +146,13 @@ describe('token auth', () => {
     const ca = pusher.ca;
     const bare = await request(`${reg.url}/v2/${repo}/manifests/v1`, { ca, headers: { Accept: ACCEPT_ALL } });
     assert.equal(bare.status, 401);
-    assert.deepEqual(parseBearerChallenge(bare.headers['www-authenticate']), {
-      realm: reg.realm,
-      service: reg.service,
-      scope: `repository:${repo}:pull`,
-    });
-    const anonymous = new RegistryClient(reg, null);
+    assert.deepEqual(parseChallenges(bare.headers['www-authenticate']), [
+      {
+        scheme: 'bearer',
+        params: { realm: reg.realm, service: reg.service, scope: `repository:${repo}:pull` },
+      },
+    ]);
+    const anonymous = new RegistryPusher(reg, null);
     const res = await anonymous.getManifest(repo, 'v1');
     assert.equal(res.status, 200);
     assert.equal(res.headers['docker-content-digest'], index.digest);
@@ -163,20 +173,20 @@ describe('token auth', () => {
       },
     });
     try {
-      const anonymous = await new RegistryClient(reg, null).getManifest(repo, 'v1');
+      const anonymous = await new RegistryPusher(reg, null).getManifest(repo, 'v1');
       assert.equal(anonymous.status, 401);
       assert.match(String(anonymous.headers['www-authenticate']), /error="insufficient_scope"/);
-      assert.equal((await new RegistryClient(reg, other).getManifest(repo, 'v1')).status, 401);
-      assert.equal((await new RegistryClient(reg, reader).getManifest(repo, 'v1')).status, 200);
+      assert.equal((await new RegistryPusher(reg, other).getManifest(repo, 'v1')).status, 401);
+      assert.equal((await new RegistryPusher(reg, reader).getManifest(repo, 'v1')).status, 200);
       await assert.rejects(
-        new RegistryClient(reg, { ...reader, password: 'wrong' }).getManifest(repo, 'v1'),
+        new RegistryPusher(reg, { ...reader, password: 'wrong' }).getManifest(repo, 'v1'),
         /token .*: 401 .*wrong user name or password/,
       );
     } finally {
       remove();
     }
     // The policy file removed, the reader's credentials no longer get a token.
-    await assert.rejects(new RegistryClient(reg, reader).getManifest(repo, 'v1'), /token .*: 401/);
+    await assert.rejects(new RegistryPusher(reg, reader).getManifest(repo, 'v1'), /token .*: 401/);
   });
 
   test('a repository made private by a policy file is public again once the file is gone', async () => {
@@ -184,11 +194,11 @@ describe('token auth', () => {
     await pusher.pushImage(repo, 'v1', platform('linux/amd64'));
     const remove = addTokenPolicy(reg, { private: [repo] });
     try {
-      assert.equal((await new RegistryClient(reg, null).getManifest(repo, 'v1')).status, 401);
+      assert.equal((await new RegistryPusher(reg, null).getManifest(repo, 'v1')).status, 401);
     } finally {
       remove();
     }
-    assert.equal((await new RegistryClient(reg, null).getManifest(repo, 'v1')).status, 200);
+    assert.equal((await new RegistryPusher(reg, null).getManifest(repo, 'v1')).status, 200);
   });
 });
 
@@ -293,14 +303,14 @@ describe('push helpers', () => {
 describe('fault proxy', () => {
   let proxy: FaultProxy;
   let repo: string;
-  let via: RegistryClient;
+  let via: RegistryPusher;
   let digest: string;
   before(async () => {
     proxy = await startFaultProxy(reg);
     repo = repoName('public');
     digest = (await pusher.pushIndex(repo, 'v1', [platform('linux/amd64'), platform('linux/arm64')])).index
       .digest;
-    via = new RegistryClient(reg, null, proxy.url);
+    via = new RegistryPusher(reg, null, proxy.url);
     assert.equal(
       (await via.getManifest(repo, 'v1')).status,
       200,
@@ -330,11 +340,14 @@ describe('fault proxy', () => {
 
   test('401 carries a Bearer challenge for the repository; for good, it stays 401 after a fresh token', async () => {
     proxy.fail({ status: 401, times: Infinity });
-    const fresh = new RegistryClient(reg, null, proxy.url);
+    const fresh = new RegistryPusher(reg, null, proxy.url);
     const res = await fresh.getManifest(repo, 'v1');
     assert.equal(res.status, 401);
     assert.equal(fresh.tokenRequests, 1);
-    assert.equal(parseBearerChallenge(res.headers['www-authenticate'])?.['scope'], `repository:${repo}:pull`);
+    assert.equal(
+      parseChallenges(res.headers['www-authenticate'])[0]?.params['scope'],
+      `repository:${repo}:pull`,
+    );
     proxy.clear();
     assert.equal((await via.getManifest(repo, 'v1')).status, 200);
   });

@@ -1,0 +1,112 @@
+// `berth arch inspect IMAGE`: the platforms an image's registry lists, read as the controller reads
+// them. `berth arch clean`: takes off every taint Berth's Taints mode put on nodes and every gate it left
+// on pods, and says which tolerations stay (a running pod's tolerations cannot be removed).
+import { Command } from 'commander';
+import { readFileSync } from 'node:fs';
+import {
+  loadRegistriesConfig,
+  pullSecretFromFile,
+  RegistryClient,
+  type RegistryClientOptions,
+} from '../registry/index.ts';
+import { taintPatch } from '../policy/nodes/cas.ts';
+import { ownedTaints } from '../policy/nodes/plan.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { Resources } from '../runtime/api/meta.ts';
+import { gated, parsePolicies, releasePatch, type ArchPod } from './decide.ts';
+import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
+
+/** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */
+export function registryOptions(o: { registries?: unknown; registryCa?: unknown }): RegistryClientOptions {
+  return {
+    ...(typeof o.registries === 'string' ? { hosts: loadRegistriesConfig(o.registries) } : {}),
+    ...(typeof o.registryCa === 'string' ? { defaultCa: readFileSync(o.registryCa, 'utf8') } : {}),
+    userAgent: 'berth',
+  };
+}
+
+export function archCommand(): Command {
+  const cmd = new Command('arch').description('Architecture-aware placement: helpers for ArchPlacements');
+  cmd
+    .command('inspect <image>')
+    .description('Print the platforms an image supports, read from its registry without pulling it')
+    .option('--pull-secret <file...>', 'a pull Secret (YAML or JSON) or a docker config.json to log in with')
+    .option('--registries <file>', 'registries configuration: mirrors, CAs, insecure registries')
+    .option('--registry-ca <file>', 'a PEM bundle trusted by every registry that names no CA of its own')
+    .option('--always', 'revalidate the tag, as for imagePullPolicy: Always', false)
+    .action(async (image: string, o) => {
+      const client = new RegistryClient(registryOptions(o));
+      const pullSecrets = ((o.pullSecret as string[] | undefined) ?? []).map((f) =>
+        pullSecretFromFile(readFileSync(f, 'utf8'), f),
+      );
+      const i = await client.inspect(image, { pullSecrets, revalidate: o.always });
+      process.stdout.write(`${i.reference}\n  digest ${i.digest} (from ${i.registry})\n`);
+      for (const p of i.platforms)
+        process.stdout.write(`  ${p.os}/${p.architecture}${p.variant ? `/${p.variant}` : ''}\n`);
+    });
+  cmd
+    .command('clean')
+    .description(
+      'Remove every arch taint Berth set on nodes and every arch gate on pods; list the tolerations that stay',
+    )
+    .option(
+      '--force',
+      'clean even while an ArchPlacement in Taints mode exists (Berth would taint again)',
+      false,
+    )
+    .option('--dry-run', 'say what would change, change nothing', false)
+    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .action(async (o) => {
+      const client = KubeClient.fromFile(o.kubeconfig);
+      const say = (s: string) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`);
+      try {
+        const { policies } = parsePolicies((await client.list(ArchPlacement.ref)).items);
+        const live = policies.filter((p) => !p.deleting);
+        if (live.length && !o.force)
+          throw new Error(
+            `ArchPlacements still exist (${live.map((p) => `${p.name}: ${p.spec.mode}`).join(', ')}): ` +
+              'delete them first (Berth releases their pods), or pass --force',
+          );
+        for (const node of (await client.list(Resources.nodes)).items) {
+          const owned = ownedTaints(node, FIELD_MANAGER);
+          const patch = taintPatch(node, FIELD_MANAGER, []);
+          if (!patch.length) continue;
+          if (!o.dryRun)
+            await client.patch(Resources.nodes, node.metadata!.name!, patch, {
+              type: 'json',
+              fieldManager: FIELD_MANAGER,
+            });
+          say(`node ${node.metadata!.name}: removed taints ${owned.join(', ') || '(none; its record only)'}`);
+        }
+        const pods = (await client.list(Resources.pods, { query: { labelSelector: STATE_LABEL } }))
+          .items as ArchPod[];
+        for (const pod of pods.filter(gated)) {
+          const at = `${pod.metadata!.namespace}/${pod.metadata!.name}`;
+          if (!o.dryRun)
+            await client.patch(
+              Resources.pods,
+              pod.metadata!.name!,
+              releasePatch(pod, 'released by berth arch clean'),
+              {
+                namespace: pod.metadata!.namespace!,
+                type: 'json',
+                fieldManager: FIELD_MANAGER,
+              },
+            );
+          say(`pod ${at}: gate removed, released unplaced`);
+        }
+        // Tolerations can be added to a pod, never removed: they stay, harmless once no node has the taint.
+        const tolerating = ((await client.list(Resources.pods)).items as ArchPod[]).filter((p) =>
+          (p.spec.tolerations ?? []).some((t) => t.key === ARCH_TAINT),
+        );
+        for (const p of tolerating)
+          process.stdout.write(
+            `pod ${p.metadata!.namespace}/${p.metadata!.name}: keeps its ${ARCH_TAINT} tolerations ` +
+              '(a pod’s tolerations cannot be removed; harmless without the taints; recreate the pod to drop them)\n',
+          );
+      } finally {
+        client.close();
+      }
+    });
+  return cmd;
+}

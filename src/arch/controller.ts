@@ -1,0 +1,459 @@
+// Architecture-aware placement: the reconcile loops. The pod controller takes each pod the webhook
+// gated, reads every image's platforms from its registry (ImageInspector), and in one patch places
+// the pod on the architectures all its images support and takes the gate off. The status writer
+// counts per ArchPlacement from what the pods carry, and its finalizer releases a deleted policy's
+// pods. In Taints mode a node controller keeps each node tainted with its architecture.
+import type { PolicyKit } from '../policy/kit.ts';
+import { finalizer } from '../policy/finalizer.ts';
+import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
+import {
+  annotationsChanged,
+  changed,
+  deletionChanged,
+  generationChanged,
+  labelsChanged,
+  valueChanged,
+} from '../policy/predicates.ts';
+import { slimMeta, slimMetadata, slimNode, type SlimNode } from '../policy/slim.ts';
+import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { ApiError, isNotFound } from '../runtime/client/client.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
+import { counter, histogram } from '../runtime/observability/metrics.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import { InspectionError, type ImageInspector, type Inspection, type PullSecret } from '../registry/types.ts';
+import {
+  gated,
+  imagesText,
+  intersection,
+  nodeArchitectures,
+  nodeArchTaint,
+  parsePolicies,
+  placePatch,
+  podImages,
+  releasePatch,
+  report,
+  standingOf,
+  webhookServiceNamespaces,
+  type ArchPod,
+  type ParseCache,
+  type Placement,
+  type Policy,
+  type Standing,
+} from './decide.ts';
+import { podGateHandler } from './webhook.ts';
+import {
+  ARCH_FINALIZER,
+  ARCH_KEYS,
+  ArchPlacement,
+  FIELD_MANAGER,
+  POLICY_ANNOTATION,
+  STATE_LABEL,
+  type ArchPlacementStatus,
+} from './types.ts';
+
+type PolicyObject = KubeObject & { spec?: unknown; status?: ArchPlacementStatus };
+type Count = 'gated' | 'placed' | 'failed';
+
+export const archMetrics = {
+  pods: counter(
+    'berth_arch_pods_total',
+    'Gated pods the controller decided, by outcome (placed, failed, released)',
+    ['outcome'],
+  ),
+  ungate: histogram(
+    'berth_arch_ungate_seconds',
+    'Time from a gated pod’s creation to Berth taking its gate off',
+    ['outcome'],
+    [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300],
+  ),
+};
+
+export interface ArchControllerOptions {
+  inspector: ImageInspector;
+  berthNamespace: string;
+  /** Pods reconciled at once: each waits on registries, so more than the node controllers. */
+  workers?: number;
+  /** `namespace/name` of a pull secret tried for every pod after its own. */
+  pullSecret?: string;
+  /** How long one pod's inspections may take before they count as a transient failure. */
+  inspectTimeoutMs?: number;
+}
+
+/** What the controller keeps of a pod it gated: what it reads, and what its patch rewrites. */
+function archPod(obj: KubeObject): ArchPod {
+  const spec = (obj['spec'] ?? {}) as ArchPod['spec'];
+  const container = (c: ArchPod['spec']['containers'][number]) => ({
+    name: c.name,
+    image: c.image,
+    ...(c.imagePullPolicy ? { imagePullPolicy: c.imagePullPolicy } : {}),
+  });
+  const kept: ArchPod['spec'] = { containers: (spec.containers ?? []).map(container) };
+  if (spec.initContainers?.length) kept.initContainers = spec.initContainers.map(container);
+  for (const k of [
+    'nodeName',
+    'nodeSelector',
+    'affinity',
+    'tolerations',
+    'schedulingGates',
+    'imagePullSecrets',
+    'os',
+  ] as const)
+    if (spec[k] !== undefined) (kept as Record<string, unknown>)[k] = spec[k];
+  const metadata = slimMetadata(obj.metadata);
+  if (obj.metadata?.creationTimestamp) metadata.creationTimestamp = obj.metadata.creationTimestamp;
+  return { apiVersion: 'v1', kind: 'Pod', metadata, spec: kept };
+}
+
+/** Namespaces whose Services an admission webhook calls. */
+function webhookServices(obj: KubeObject): KubeObject {
+  return {
+    apiVersion: obj.apiVersion,
+    kind: obj.kind,
+    metadata: slimMetadata(obj.metadata),
+    namespaces: webhookServiceNamespaces(obj),
+  };
+}
+
+export class ArchController {
+  readonly pods: Informer<ArchPod>;
+  readonly nodes: Informer<SlimNode>;
+  readonly namespaces: Informer<KubeObject>;
+  readonly webhookConfigs: Informer<KubeObject>[];
+  readonly policyObjects: Informer<PolicyObject>;
+  readonly podController: Controller;
+  readonly nodeController: Controller;
+  readonly status: PolicyStatusWriter<PolicyObject, Standing, Count>;
+  readonly manager: Manager;
+  readonly events: EventRecorder;
+  readonly log: Logger;
+  private readonly writer: ApplyNodeWriter;
+  private readonly opts: ArchControllerOptions;
+  readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
+  /** Transient failures in a row, per pod, until it is placed or given up on. */
+  private readonly attempts = new Map<string, number>();
+
+  constructor(kit: PolicyKit, opts: ArchControllerOptions) {
+    const manager = kit.manager;
+    this.manager = manager;
+    this.opts = opts;
+    this.log = manager.log.child({ capability: 'arch' });
+    this.events = manager.recorder('arch');
+    // Only the pods Berth gated: the webhook labels them, so this cache never holds the others.
+    this.pods = manager.informer<ArchPod>(Resources.pods, {
+      labelSelector: STATE_LABEL,
+      transform: { name: 'arch-pod', fn: archPod },
+    });
+    this.pods.addIndexer('policy', (p) => {
+      const name = p.metadata?.annotations?.[POLICY_ANNOTATION];
+      return name ? [name] : [];
+    });
+    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
+      transform: { name: 'slim-node', fn: slimNode },
+    });
+    this.namespaces = manager.informer(Resources.namespaces, { transform: slimMeta });
+    const services = { name: 'webhook-services', fn: webhookServices };
+    this.webhookConfigs = [
+      manager.informer(Resources.mutatingWebhookConfigurations, { transform: services }),
+      manager.informer(Resources.validatingWebhookConfigurations, { transform: services }),
+    ];
+    this.policyObjects = manager.informer<PolicyObject>(ArchPlacement.ref);
+    const cache: ParseCache = new Map();
+    this.parsed = this.policyObjects.derive((objs) => parsePolicies(objs, cache));
+    kit.keys.declare('arch', ARCH_KEYS, (signal) => this.policyObjects.waitForSync(signal));
+    this.writer = kit.applyWriter(FIELD_MANAGER, this.nodes);
+
+    const policyChanged = changed<PolicyObject>(generationChanged, deletionChanged);
+    this.podController = new Controller({
+      name: 'arch-pod',
+      workers: opts.workers ?? 32,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcilePod(key) },
+    })
+      .watch(this.pods, keyOf, {
+        update: changed(
+          labelsChanged,
+          annotationsChanged,
+          valueChanged((p: ArchPod) => gated(p)),
+        ),
+      })
+      // A policy deleted, or changed, reaches the pods it holds.
+      .watch(this.policyObjects, (o) => this.pods.byIndex('policy', o.metadata!.name!).map(keyOf), {
+        update: policyChanged,
+      });
+    manager.add(this.podController);
+
+    // Taints mode: each node carries its architecture's taint while a Taints policy lives.
+    this.nodeController = new Controller({
+      name: 'arch-node',
+      workers: 4,
+      logger: this.log,
+      reconciler: { reconcile: (name) => this.reconcileNode(name) },
+    })
+      .watch(this.nodes, (n) => n.metadata!.name!, { update: changed(labelsChanged, annotationsChanged) })
+      .watch(this.policyObjects, () => this.nodes.keys(), { update: policyChanged });
+    manager.add(this.nodeController);
+
+    this.status = new PolicyStatusWriter(
+      { manager, nodeController: this.podController, nodes: this.pods, events: this.events, log: this.log },
+      this.policyObjects,
+      {
+        name: 'arch-status',
+        fieldManager: FIELD_MANAGER,
+        objectChanged: policyChanged,
+        report: (obj, standings) => this.report(obj, standings),
+        warnings: [
+          { type: 'Invalid', status: 'True' },
+          { type: 'ArchitecturesSchedulable', status: 'False' },
+          { type: 'InspectionsFailing', status: 'True' },
+        ],
+        reconcile: (obj, writeStatus) =>
+          finalizer(
+            {
+              name: ARCH_FINALIZER,
+              client: manager.client(),
+              ref: ArchPlacement.ref,
+              fieldManager: FIELD_MANAGER,
+            },
+            obj,
+            { apply: writeStatus, cleanup: () => this.released(obj.metadata!.name!) },
+          ),
+      },
+    );
+    // Nodes coming and going change which placed pods have a node of their architectures.
+    this.status.controller.watch(this.nodes, () => this.policyObjects.keys(), {
+      update: changed(labelsChanged),
+    });
+  }
+
+  /** The live policies, highest priority first. */
+  policies(): Policy[] {
+    return this.parsed().policies;
+  }
+
+  webhookNamespaces(): Set<string> {
+    return new Set(
+      this.webhookConfigs.flatMap((i) => i.list().flatMap((o) => (o['namespaces'] as string[]) ?? [])),
+    );
+  }
+
+  webhook(): WebhookSpec {
+    return {
+      name: 'pods.arch.berth.dev',
+      path: '/arch/mutate-pod',
+      kind: 'mutating',
+      handler: podGateHandler({
+        policies: () => this.policies(),
+        namespaceLabels: (ns) => this.namespaces.get(ns)?.metadata?.labels,
+        berthNamespace: this.opts.berthNamespace,
+        servesWebhook: (ns) => this.webhookNamespaces().has(ns),
+        logger: this.log,
+      }),
+      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+      // Fail open: Berth down leaves pods ungated, never uncreated.
+      failurePolicy: 'Ignore',
+      // A pod with nodeName can carry no gate: the apiserver need not ask.
+      matchConditions: [{ name: 'no-node-name', expression: '!has(object.spec.nodeName)' }],
+      timeoutSeconds: 2,
+    };
+  }
+
+  private async reconcilePod(key: string): Promise<Result | void> {
+    const pod = this.pods.get(key);
+    const s = pod && standingOf(pod);
+    this.status.set(key, s ? new Map([[s.policy, s.standing]]) : pod ? new Map() : undefined);
+    if (!pod || !gated(pod) || pod.metadata?.deletionTimestamp) {
+      this.attempts.delete(key);
+      return;
+    }
+    const name = pod.metadata!.annotations?.[POLICY_ANNOTATION] ?? '';
+    const policy = this.policies().find((p) => p.name === name);
+    if (!policy || policy.deleting) {
+      const why = `ArchPlacement ${name} ${policy ? 'is being deleted' : 'does not exist'}: released unplaced`;
+      return this.write(pod, releasePatch(pod, why), 'released', 'Normal', 'Released', why);
+    }
+    const images = podImages(pod);
+    const secrets = await this.pullSecrets(pod);
+    const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? 30_000);
+    const results = await Promise.allSettled(
+      images.map((i) =>
+        this.opts.inspector.inspect(i.image, { pullSecrets: secrets, revalidate: i.revalidate, signal }),
+      ),
+    );
+    const failure = results.find((r) => r.status === 'rejected');
+    if (failure) {
+      const err =
+        failure.reason instanceof InspectionError
+          ? failure.reason
+          : new InspectionError('Unreachable', '', errorText(failure.reason), true);
+      const attempts = this.attempts.get(key) ?? 0;
+      if (err.transient && attempts < policy.spec.onFailure.retries) {
+        this.attempts.set(key, attempts + 1);
+        this.log.info(
+          { pod: key, reason: err.reason, attempt: attempts + 1, err: err.message },
+          'inspection failed; retrying',
+        );
+        return { requeueAfterMs: Math.min(1000 * 2 ** attempts, 30_000) };
+      }
+      const fallback =
+        policy.spec.onFailure.action === 'Fallback' ? policy.spec.onFailure.fallbackArchitecture : undefined;
+      const placement: Placement = { kind: 'Failed', reason: err.reason, message: err.message, fallback };
+      const note =
+        `could not read ${err.image || 'an image'}: ${err.reason}: ${err.message}; ` +
+        (fallback ? `placed on the fallback architecture ${fallback}` : 'released unplaced (fail open)');
+      return this.write(
+        pod,
+        placePatch(pod, placement, policy.spec),
+        'failed',
+        'Warning',
+        'InspectionFailed',
+        note,
+      );
+    }
+    const inspections = results.map((r) => (r as PromiseFulfilledResult<Inspection>).value);
+    const architectures = intersection(pod, inspections);
+    const placement: Placement = { kind: 'Placed', architectures, inspections };
+    const patch = placePatch(pod, placement, policy.spec);
+    if (architectures.length === 0)
+      return this.write(
+        pod,
+        patch,
+        'placed',
+        'Warning',
+        'NoCommonArchitecture',
+        `no architecture is supported by every image: ${imagesText(inspections)}; the pod cannot be scheduled`,
+      );
+    return this.write(
+      pod,
+      patch,
+      'placed',
+      'Normal',
+      'Placed',
+      `${policy.spec.mode === 'Taints' ? 'tolerates' : 'placed on'} ${architectures.join(', ')}: ${imagesText(inspections)}`,
+    );
+  }
+
+  /** Sends the pod's one patch; the event, log line and metrics follow a write that went through. */
+  private async write(
+    pod: ArchPod,
+    patch: unknown,
+    outcome: 'placed' | 'failed' | 'released',
+    type: 'Normal' | 'Warning',
+    reason: string,
+    note: string,
+  ): Promise<Result | void> {
+    const key = keyOf(pod);
+    try {
+      await this.manager.client().patch(Resources.pods, pod.metadata!.name!, patch, {
+        namespace: pod.metadata!.namespace!,
+        type: 'json',
+        fieldManager: FIELD_MANAGER,
+      });
+    } catch (e) {
+      if (isNotFound(e)) return;
+      // The test on resourceVersion failed: the pod changed since the cache saw it; its event is on the way.
+      if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
+      throw e;
+    }
+    this.attempts.delete(key);
+    this.events.event(pod, type, reason, 'Place', note);
+    (type === 'Warning' ? this.log.warn : this.log.info).call(this.log, { pod: key, reason }, note);
+    archMetrics.pods.inc({ outcome });
+    const created = Date.parse(pod.metadata?.creationTimestamp ?? '');
+    if (!Number.isNaN(created))
+      archMetrics.ungate.observe({ outcome }, Math.max(0, (Date.now() - created) / 1000));
+  }
+
+  /** The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the kubelet does. */
+  private async pullSecrets(pod: ArchPod): Promise<PullSecret[]> {
+    const ns = pod.metadata!.namespace!;
+    const refs = (pod.spec.imagePullSecrets ?? []).map((s) => ({ namespace: ns, name: s.name }));
+    if (this.opts.pullSecret) {
+      const [namespace, name] = this.opts.pullSecret.split('/');
+      if (namespace && name) refs.push({ namespace, name });
+    }
+    const out: PullSecret[] = [];
+    for (const r of refs) {
+      try {
+        const s = await this.manager.client().get(Resources.secrets, r.name, r.namespace);
+        out.push({
+          name: `${r.namespace}/${r.name}`,
+          type: String(s['type'] ?? ''),
+          data: (s['data'] ?? {}) as Record<string, string>,
+        });
+      } catch (e) {
+        if (!isNotFound(e)) throw e;
+        this.log.debug({ pod: keyOf(pod), secret: `${r.namespace}/${r.name}` }, 'pull secret not found');
+      }
+    }
+    return out;
+  }
+
+  /** Taints mode: the node's architecture taint while some Taints policy lives, once every gated pod was seen. */
+  private async reconcileNode(name: string): Promise<Result | void> {
+    const node = this.nodes.get(name);
+    if (!node) {
+      this.writer.forget(name);
+      return;
+    }
+    const taints = this.policies().some((p) => p.spec.mode === 'Taints' && !p.deleting);
+    // Tolerations before taints: until every gated pod has been through once, a taint could strand one.
+    if (taints && !this.status.firstPassDone()) return { requeueAfterMs: 250 };
+    const r = await this.writer.sync(node, {
+      labels: {},
+      annotations: {},
+      taints: taints ? nodeArchTaint(node) : [],
+    });
+    if (r.retryAfterMs !== undefined) return { requeueAfterMs: r.retryAfterMs };
+  }
+
+  /** A deleted policy is released once no pod it gated still carries the gate. */
+  private async released(name: string): Promise<Result | 'released'> {
+    const held = this.pods.byIndex('policy', name).filter(gated);
+    if (held.length) {
+      for (const p of held) this.podController.queue.add(keyOf(p));
+      return { requeueAfterMs: 500 };
+    }
+    this.log.info({ policy: name }, 'ArchPlacement deleted: none of its pods is gated');
+    return 'released';
+  }
+
+  private report(obj: PolicyObject, standings: Standing[]): StatusReport<Count> {
+    const name = obj.metadata!.name!;
+    const error = this.parsed().errors.get(name);
+    const r = report(standings, nodeArchitectures(this.nodes.list()));
+    const unschedulable = [...r.unschedulable].map(([archs, n]) => `${n} pod(s) run only on ${archs}`);
+    const failures = [...r.failures].map(([reason, n]) => `${n} pod(s): ${reason}`);
+    const noNodes = unschedulable.length
+      ? `no node has the architectures of ${unschedulable.join('; ')} (berth explain pod)`
+      : '';
+    return {
+      counts: { gated: r.gated, placed: r.placed, failed: r.failed },
+      conditions: [
+        { type: 'Invalid', status: !!error, reason: error ? 'InvalidSpec' : 'Valid', message: error ?? '' },
+        {
+          type: 'ArchitecturesSchedulable',
+          status: !noNodes,
+          reason: noNodes ? 'NoNodeOfArchitecture' : 'Schedulable',
+          message: noNodes,
+        },
+        {
+          type: 'InspectionsFailing',
+          status: failures.length > 0,
+          reason: failures.length ? 'InspectionFailed' : 'Inspecting',
+          message: failures.length ? `images could not be read: ${failures.join('; ')}` : '',
+        },
+        {
+          type: 'Ready',
+          status: !error && !noNodes,
+          reason: error ? 'Invalid' : noNodes ? 'NoNodeOfArchitecture' : 'Placing',
+          message: error ?? noNodes,
+        },
+      ],
+    };
+  }
+}

@@ -1,0 +1,435 @@
+// Pure decisions of architecture-aware placement: which pods are never gated, which ArchPlacement
+// places a pod, the architectures every image of a pod supports, and the one pod patch that places
+// it (affinity or tolerations, result, state) and takes its gate off. The webhook and the controller
+// feed these from their caches and the registry; nothing here does I/O.
+import type { Inspection, Platform } from '../registry/types.ts';
+import { podSelected } from '../policy/namespace.ts';
+import type { NodeTaint } from '../policy/nodes/plan.ts';
+import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
+import { mutate, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import {
+  ARCH_LABEL,
+  ARCH_TAINT,
+  ArchPlacement,
+  FAILURE_ANNOTATION,
+  POLICY_ANNOTATION,
+  RESULT_ANNOTATION,
+  SCHEDULING_GATE,
+  SKIP_ANNOTATION,
+  STATE_LABEL,
+  type ArchPlacementSpec,
+  type PodState,
+} from './types.ts';
+
+export interface NodeSelectorRequirement {
+  key: string;
+  operator: string;
+  values?: string[];
+}
+export interface NodeSelectorTerm {
+  matchExpressions?: NodeSelectorRequirement[];
+  matchFields?: NodeSelectorRequirement[];
+}
+export interface PreferredTerm {
+  weight: number;
+  preference: NodeSelectorTerm;
+}
+interface Container {
+  name: string;
+  image: string;
+  imagePullPolicy?: string;
+}
+
+/** The pod fields placement reads and writes. */
+export interface ArchPod extends KubeObject {
+  spec: {
+    nodeName?: string;
+    nodeSelector?: Record<string, string>;
+    affinity?: {
+      nodeAffinity?: {
+        requiredDuringSchedulingIgnoredDuringExecution?: { nodeSelectorTerms: NodeSelectorTerm[] };
+        preferredDuringSchedulingIgnoredDuringExecution?: PreferredTerm[];
+      };
+    } & Record<string, unknown>;
+    tolerations?: Toleration[];
+    schedulingGates?: { name: string }[];
+    imagePullSecrets?: { name: string }[];
+    containers: Container[];
+    initContainers?: Container[];
+    os?: { name: string };
+  };
+}
+
+const MIRROR_POD_ANNOTATION = 'kubernetes.io/config.mirror';
+/** The value of the impossible requirement an empty intersection gets: no kubelet reports it. */
+export const NO_COMMON_ARCHITECTURE = 'berth-no-common-architecture';
+
+export interface ExemptionContext {
+  berthNamespace: string;
+  /** Whether a Service of the namespace backs an admission webhook (from the webhook configurations). */
+  servesWebhook(namespace: string): boolean;
+}
+
+/** The namespaces of the Services a Mutating- or ValidatingWebhookConfiguration calls. */
+export const webhookServiceNamespaces = (config: KubeObject): string[] => [
+  ...new Set(
+    ((config['webhooks'] ?? []) as { clientConfig?: { service?: { namespace?: string } } }[]).flatMap(
+      (h) => h.clientConfig?.service?.namespace ?? [],
+    ),
+  ),
+];
+
+const required = (pod: ArchPod) =>
+  pod.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+
+/** The pod already says which architectures it runs on: its nodeSelector, or every required term. */
+export function constrainsArch(pod: ArchPod): boolean {
+  if (pod.spec.nodeSelector?.[ARCH_LABEL] !== undefined) return true;
+  const terms = required(pod);
+  return !!terms?.length && terms.every((t) => (t.matchExpressions ?? []).some((e) => e.key === ARCH_LABEL));
+}
+
+/** Why a pod is never gated, or undefined when a policy may gate it. */
+export function exemption(pod: ArchPod, namespace: string, ctx: ExemptionContext): string | undefined {
+  // Cluster add-ons: gating them could hold up the whole cluster.
+  if (namespace.startsWith('kube-')) return `namespace ${namespace} holds cluster add-ons`;
+  // Berth's own pods: gated, they could never be released.
+  if (namespace === ctx.berthNamespace) return "Berth's own namespace";
+  // A pod that serves a webhook, gated while Berth is down, could block Berth's own pod (the anchor's deadlock).
+  if (ctx.servesWebhook(namespace)) return `namespace ${namespace} serves an admission webhook`;
+  if (pod.spec.nodeName) return 'the pod names its node (a pod with nodeName cannot carry gates)';
+  const annotations = pod.metadata?.annotations ?? {};
+  if (MIRROR_POD_ANNOTATION in annotations) return 'mirror pod of a static pod';
+  if (pod.metadata?.ownerReferences?.some((o) => o.controller && o.kind === 'DaemonSet'))
+    return 'DaemonSet pods run on the node they are made for';
+  if (annotations[SKIP_ANNOTATION] === 'true') return `annotation ${SKIP_ANNOTATION}=true`;
+  if (constrainsArch(pod)) return `the pod already constrains ${ARCH_LABEL}`;
+  return undefined;
+}
+
+export interface Policy {
+  name: string;
+  spec: ArchPlacementSpec;
+  /** Being deleted: it gates nothing new, and releases what it holds. */
+  deleting: boolean;
+}
+
+/** Specs as parsed, by object uid: the spec changes only with the generation. */
+export type ParseCache = Map<
+  string,
+  { generation: number | undefined; spec?: ArchPlacementSpec; error?: string }
+>;
+
+/** Every ArchPlacement that parses, highest priority first (ties by name), and the others' errors. */
+export function parsePolicies(
+  objs: KubeObject[],
+  cache: ParseCache = new Map(),
+): { policies: Policy[]; errors: Map<string, string> } {
+  const policies: Policy[] = [];
+  const errors = new Map<string, string>();
+  const seen = new Set<string>();
+  for (const obj of objs) {
+    const name = obj.metadata!.name!;
+    const uid = obj.metadata?.uid ?? name;
+    seen.add(uid);
+    let c = cache.get(uid);
+    if (!c || c.generation !== obj.metadata?.generation) {
+      const r = ArchPlacement.parse({
+        ...obj,
+        apiVersion: ArchPlacement.apiVersion,
+        kind: ArchPlacement.kind,
+      });
+      c = r.success
+        ? { generation: obj.metadata?.generation, spec: r.data.spec }
+        : { generation: obj.metadata?.generation, error: r.error };
+      cache.set(uid, c);
+    }
+    if (c.spec) policies.push({ name, spec: c.spec, deleting: !!obj.metadata?.deletionTimestamp });
+    else errors.set(name, c.error!);
+  }
+  for (const uid of cache.keys()) if (!seen.has(uid)) cache.delete(uid);
+  policies.sort(
+    (a, b) => b.spec.priority - a.spec.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0),
+  );
+  return { policies, errors };
+}
+
+/** The policy that places the pod: the first live one (by priority, then name) that selects it. */
+export function choosePolicy(
+  policies: Policy[],
+  pod: KubeObject,
+  namespace: string,
+  namespaceLabels: Record<string, string> | undefined,
+  berthNamespace: string,
+): Policy | undefined {
+  return policies.find(
+    (p) =>
+      !p.deleting && podSelected(namespace, pod.metadata?.labels, namespaceLabels, p.spec, berthNamespace),
+  );
+}
+
+const hasGate = (pod: ArchPod) => pod.spec.schedulingGates?.some((g) => g.name === SCHEDULING_GATE) ?? false;
+export const gated = hasGate;
+
+/**
+ * The webhook's change to a new pod the policy selects: the gate, the state label and the policy's
+ * name; nothing when the pod carries the gate already (a reinvocation).
+ */
+export function gatePod(pod: ArchPod, policy: string): JsonPatchOp[] {
+  if (hasGate(pod)) return [];
+  const out = structuredClone(pod);
+  out.spec.schedulingGates = [...(out.spec.schedulingGates ?? []), { name: SCHEDULING_GATE }];
+  const meta = (out.metadata ??= {});
+  meta.labels = { ...meta.labels, [STATE_LABEL]: 'Gated' };
+  meta.annotations = { ...meta.annotations, [POLICY_ANNOTATION]: policy };
+  return mutate(pod, out);
+}
+
+/** One image of the pod, once however many containers name it. */
+export interface PodImage {
+  image: string;
+  /** Some container pulls it with imagePullPolicy Always: the tag is revalidated. */
+  revalidate: boolean;
+}
+
+export function podImages(pod: ArchPod): PodImage[] {
+  const out = new Map<string, PodImage>();
+  for (const c of [...(pod.spec.initContainers ?? []), ...pod.spec.containers]) {
+    const seen = out.get(c.image);
+    const always = c.imagePullPolicy === 'Always';
+    if (seen) seen.revalidate ||= always;
+    else out.set(c.image, { image: c.image, revalidate: always });
+  }
+  return [...out.values()];
+}
+
+const platformText = (p: Platform) => `${p.os}/${p.architecture}${p.variant ? `/${p.variant}` : ''}`;
+
+/**
+ * The architectures every image supports for the pod's OS (linux unless spec.os says otherwise),
+ * sorted. The node label has no variant, so variants narrow nothing here; they stay in the result.
+ */
+export function intersection(pod: ArchPod, inspections: Inspection[]): string[] {
+  const os = pod.spec.os?.name ?? 'linux';
+  let common: Set<string> | undefined;
+  for (const i of inspections) {
+    const archs = new Set(i.platforms.filter((p) => p.os === os).map((p) => p.architecture));
+    common = common ? new Set([...common].filter((a) => archs.has(a))) : archs;
+  }
+  return [...(common ?? [])].sort();
+}
+
+/** What the controller decided for a gated pod. */
+export type Placement =
+  | { kind: 'Placed'; architectures: string[]; inspections: Inspection[] }
+  | { kind: 'Failed'; reason: string; message: string; fallback?: string }
+  | { kind: 'Released'; message: string };
+
+/** The result annotation: what Berth read, so that `kubectl get pod -o yaml` explains the affinity. */
+export function resultText(architectures: string[], inspections: Inspection[]): string {
+  return JSON.stringify({
+    architectures,
+    images: inspections.map((i) => ({
+      image: i.image,
+      digest: i.digest,
+      platforms: i.platforms.map(platformText),
+    })),
+  });
+}
+
+/** Each image's architectures, for messages: `a:1 (amd64), b:2 (arm64, ppc64le)`. */
+export const imagesText = (inspections: Inspection[]): string =>
+  inspections
+    .map(
+      (i) =>
+        `${i.image} (${[...new Set(i.platforms.map((p) => p.architecture))].sort().join(', ') || 'none'})`,
+    )
+    .join(', ');
+
+function withArchRequirement(terms: NodeSelectorTerm[] | undefined, values: string[]): NodeSelectorTerm[] {
+  const requirement = { key: ARCH_LABEL, operator: 'In', values };
+  // No required term yet: one term, ours. Otherwise ours joins every term (while gated, a term may
+  // gain requirements but no term may be added: an added term would widen an OR).
+  if (!terms?.length) return [{ matchExpressions: [requirement] }];
+  return terms.map((t) => ({ ...t, matchExpressions: [...(t.matchExpressions ?? []), { ...requirement }] }));
+}
+
+function withPreferred(
+  have: PreferredTerm[] | undefined,
+  architectures: string[],
+  preferred: ArchPlacementSpec['preferredArchitectures'],
+): PreferredTerm[] | undefined {
+  const add = (preferred ?? [])
+    .filter((p) => architectures.includes(p.architecture))
+    .map((p) => ({
+      weight: p.weight,
+      preference: { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: [p.architecture] }] },
+    }));
+  return add.length ? [...(have ?? []), ...add] : have;
+}
+
+/** The toleration of the Taints mode's taint on nodes of one architecture. */
+export const archToleration = (architecture: string): Toleration => ({
+  key: ARCH_TAINT,
+  operator: 'Equal',
+  value: architecture,
+  effect: 'NoSchedule',
+});
+
+/** The taint Taints mode keeps on a node: its architecture, from its label or its kubelet's report. */
+export function nodeArchTaint(
+  node: KubeObject & { status?: { nodeInfo?: Record<string, string> } },
+): NodeTaint[] {
+  const arch = node.metadata?.labels?.[ARCH_LABEL] ?? node.status?.nodeInfo?.['architecture'];
+  return arch ? [{ key: ARCH_TAINT, value: arch, effect: 'NoSchedule' }] : [];
+}
+
+/**
+ * The one JSON patch that places a gated pod and takes Berth's gate off (other gates stay), valid
+ * only on the version read. Placed: `kubernetes.io/arch In <architectures>` in every required term
+ * (an impossible value when none is common), preferred terms, or in Taints mode the tolerations of
+ * those architectures. Failed: released as it is, or placed on the fallback architecture.
+ */
+export function placePatch(
+  pod: ArchPod,
+  placement: Placement,
+  spec: Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'> = { mode: 'NodeAffinity' },
+): JsonPatchOp[] {
+  const out = structuredClone(pod);
+  const meta = (out.metadata ??= {});
+  const annotations: Record<string, string> = { ...meta.annotations };
+  let state: PodState;
+  let architectures: string[] | undefined;
+  switch (placement.kind) {
+    case 'Placed':
+      state = 'Placed';
+      architectures = placement.architectures;
+      annotations[RESULT_ANNOTATION] = resultText(placement.architectures, placement.inspections);
+      delete annotations[FAILURE_ANNOTATION];
+      break;
+    case 'Failed':
+      state = 'Failed';
+      architectures = placement.fallback === undefined ? undefined : [placement.fallback];
+      annotations[FAILURE_ANNOTATION] = `${placement.reason}: ${placement.message}`;
+      break;
+    case 'Released':
+      state = 'Released';
+      annotations[FAILURE_ANNOTATION] = placement.message;
+  }
+  meta.annotations = annotations;
+  meta.labels = { ...meta.labels, [STATE_LABEL]: state };
+  if (architectures) {
+    const s = out.spec;
+    const values = architectures.length ? architectures : [NO_COMMON_ARCHITECTURE];
+    if (spec.mode === 'Taints' && architectures.length) {
+      const have = s.tolerations ?? [];
+      const add = architectures
+        .map(archToleration)
+        .filter(
+          (t) => !have.some((h) => tolerates(h, { key: ARCH_TAINT, value: t.value, effect: 'NoSchedule' })),
+        );
+      if (add.length) s.tolerations = [...have, ...add];
+    } else {
+      const affinity = (s.affinity ??= {});
+      const node = (affinity.nodeAffinity ??= {});
+      node.requiredDuringSchedulingIgnoredDuringExecution = {
+        ...node.requiredDuringSchedulingIgnoredDuringExecution,
+        nodeSelectorTerms: withArchRequirement(required(pod), values),
+      };
+      const preferred = withPreferred(
+        node.preferredDuringSchedulingIgnoredDuringExecution,
+        architectures,
+        spec.preferredArchitectures,
+      );
+      if (preferred) node.preferredDuringSchedulingIgnoredDuringExecution = preferred;
+    }
+  }
+  const gates = (out.spec.schedulingGates ?? []).filter((g) => g.name !== SCHEDULING_GATE);
+  if (gates.length) out.spec.schedulingGates = gates;
+  else delete out.spec.schedulingGates;
+  return [
+    { op: 'test', path: '/metadata/resourceVersion', value: pod.metadata?.resourceVersion },
+    ...mutate(pod, out),
+  ];
+}
+
+/** A gated pod's policy is gone or being deleted: the gate comes off, the pod as it is. */
+export const releasePatch = (pod: ArchPod, why: string): JsonPatchOp[] =>
+  placePatch(pod, { kind: 'Released', message: why });
+
+/** What a pod stands for in its policy's status. */
+export interface Standing {
+  state: PodState;
+  /** Placed: the architectures it may run on (empty: none in common). */
+  architectures?: string[];
+  /** Failed: the reason, as the failure annotation starts. */
+  reason?: string;
+}
+
+/** The pod's standing, read from what Berth wrote on it (so a restarted Berth counts the same). */
+export function standingOf(pod: ArchPod): { policy: string; standing: Standing } | undefined {
+  const policy = pod.metadata?.annotations?.[POLICY_ANNOTATION];
+  const state = pod.metadata?.labels?.[STATE_LABEL];
+  if (!policy || (state !== 'Gated' && state !== 'Placed' && state !== 'Failed' && state !== 'Released'))
+    return undefined;
+  // A gate that is still there wins over a label someone else set.
+  if (hasGate(pod)) return { policy, standing: { state: 'Gated' } };
+  if (state === 'Placed') {
+    let architectures: string[] = [];
+    try {
+      const r = JSON.parse(pod.metadata?.annotations?.[RESULT_ANNOTATION] ?? '{}') as {
+        architectures?: unknown;
+      };
+      if (Array.isArray(r.architectures))
+        architectures = r.architectures.filter((a) => typeof a === 'string');
+    } catch {
+      // A result someone else rewrote counts as none in common.
+    }
+    return { policy, standing: { state, architectures } };
+  }
+  if (state === 'Failed') {
+    const reason = pod.metadata?.annotations?.[FAILURE_ANNOTATION]?.split(':')[0] ?? 'Unknown';
+    return { policy, standing: { state, reason } };
+  }
+  return { policy, standing: { state } };
+}
+
+export interface Report {
+  gated: number;
+  placed: number;
+  failed: number;
+  /** Placed pods whose architectures no node has (none in common included), by architecture set. */
+  unschedulable: Map<string, number>;
+  /** Failed pods by reason. */
+  failures: Map<string, number>;
+}
+
+/** A policy's counts and problems from its pods' standings and the architectures the nodes have. */
+export function report(standings: Standing[], nodeArchitectures: ReadonlySet<string>): Report {
+  const r: Report = { gated: 0, placed: 0, failed: 0, unschedulable: new Map(), failures: new Map() };
+  for (const s of standings) {
+    if (s.state === 'Gated') r.gated++;
+    else if (s.state === 'Failed') {
+      r.failed++;
+      r.failures.set(s.reason ?? 'Unknown', (r.failures.get(s.reason ?? 'Unknown') ?? 0) + 1);
+    } else if (s.state === 'Placed') {
+      r.placed++;
+      const archs = s.architectures ?? [];
+      if (!archs.some((a) => nodeArchitectures.has(a))) {
+        const k = archs.join(', ') || 'none in common';
+        r.unschedulable.set(k, (r.unschedulable.get(k) ?? 0) + 1);
+      }
+    }
+  }
+  return r;
+}
+
+/** The architectures of the nodes, as their labels (or kubelets) say. */
+export function nodeArchitectures(
+  nodes: (KubeObject & { status?: { nodeInfo?: Record<string, string> } })[],
+): Set<string> {
+  const out = new Set<string>();
+  for (const n of nodes) for (const t of nodeArchTaint(n)) out.add(t.value!);
+  return out;
+}

@@ -1,0 +1,109 @@
+// `berth explain pod` for architecture-aware placement: whether an ArchPlacement gates the pod,
+// and why its affinity (or its tolerations) is what it is.
+import type { KubeClient } from '../runtime/client/client.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import {
+  choosePolicy,
+  exemption,
+  gated,
+  parsePolicies,
+  webhookServiceNamespaces,
+  type ArchPod,
+  type ExemptionContext,
+  type NodeSelectorTerm,
+  type Policy,
+} from './decide.ts';
+import {
+  ARCH_LABEL,
+  ARCH_TAINT,
+  ArchPlacement,
+  FAILURE_ANNOTATION,
+  POLICY_ANNOTATION,
+  RESULT_ANNOTATION,
+  STATE_LABEL,
+} from './types.ts';
+
+const termText = (t: NodeSelectorTerm) =>
+  [...(t.matchExpressions ?? []), ...(t.matchFields ?? []).map((f) => ({ ...f, key: `field ${f.key}` }))]
+    .map((e) => `${e.key} ${e.operator}${e.values ? ` [${e.values.join(', ')}]` : ''}`)
+    .join(' AND ') || '(empty)';
+
+/** The lines for one pod, from the pod, the policies and the pod's namespace labels. */
+export function explainArch(
+  pod: ArchPod,
+  policies: Policy[],
+  namespaceLabels: Record<string, string> | undefined,
+  ctx: ExemptionContext,
+): string[] {
+  const ns = pod.metadata?.namespace ?? '';
+  const out = ['Architecture-aware placement:'];
+  const state = pod.metadata?.labels?.[STATE_LABEL];
+  const by = pod.metadata?.annotations?.[POLICY_ANNOTATION];
+  if (!state || !by) {
+    const reason = exemption(pod, ns, ctx);
+    if (reason) return [...out, `  never gated: ${reason}`];
+    const p = choosePolicy(policies, pod, ns, namespaceLabels, ctx.berthNamespace);
+    return [
+      ...out,
+      p
+        ? `  not gated, though ArchPlacement ${p.name} selects it now: created before the policy, or while Berth's webhook was unavailable`
+        : '  no ArchPlacement selects the pod',
+    ];
+  }
+  const policy = policies.find((p) => p.name === by);
+  out.push(`  ArchPlacement ${by}${policy ? ` (mode ${policy.spec.mode})` : ' (gone)'}: ${state}`);
+  if (gated(pod))
+    out.push(
+      '  gated: waiting for Berth to read its images (is Berth running? berth explain shows no progress while it is down)',
+    );
+  const result = pod.metadata?.annotations?.[RESULT_ANNOTATION];
+  if (result) {
+    try {
+      const r = JSON.parse(result) as {
+        architectures: string[];
+        images: { image: string; digest: string; platforms: string[] }[];
+      };
+      out.push(
+        r.architectures.length
+          ? `  every image supports: ${r.architectures.join(', ')}`
+          : '  no architecture is supported by every image: the pod cannot be scheduled, on purpose',
+      );
+      for (const i of r.images) out.push(`    ${i.image} @ ${i.digest}: ${i.platforms.join(', ')}`);
+    } catch {
+      out.push(`  result: ${result}`);
+    }
+  }
+  const failure = pod.metadata?.annotations?.[FAILURE_ANNOTATION];
+  if (failure) out.push(`  ${state === 'Released' ? 'released' : 'inspection failed'}: ${failure}`);
+  const terms =
+    pod.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms ?? [];
+  const archTerms = terms.filter((t) => (t.matchExpressions ?? []).some((e) => e.key === ARCH_LABEL));
+  if (archTerms.length)
+    out.push(`  required node affinity (any term): ${terms.map((t) => `{${termText(t)}}`).join(' OR ')}`);
+  const tolerations = (pod.spec.tolerations ?? []).filter((t) => t.key === ARCH_TAINT);
+  if (tolerations.length)
+    out.push(`  tolerates ${ARCH_TAINT}: ${tolerations.map((t) => t.value ?? '(any)').join(', ')}`);
+  return out;
+}
+
+export async function explainPodArch(
+  client: KubeClient,
+  full: KubeObject,
+  berthNamespace: string,
+): Promise<string[]> {
+  const { policies } = parsePolicies((await client.list(ArchPlacement.ref)).items);
+  const pod = full as ArchPod;
+  const ns = pod.metadata?.namespace ?? '';
+  const [namespace, mutating, validating] = await Promise.all([
+    client.get(Resources.namespaces, ns).catch(() => undefined),
+    client.list(Resources.mutatingWebhookConfigurations),
+    client.list(Resources.validatingWebhookConfigurations),
+  ]);
+  const webhookNamespaces = new Set(
+    [...mutating.items, ...validating.items].flatMap(webhookServiceNamespaces),
+  );
+  return explainArch(pod, policies, namespace?.metadata?.labels, {
+    berthNamespace,
+    servesWebhook: (n) => webhookNamespaces.has(n),
+  });
+}

@@ -1,0 +1,62 @@
+import { Option } from 'commander';
+import type { Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
+import { RegistryClient } from '../registry/index.ts';
+import { archCommand, registryOptions } from './cli.ts';
+import { ArchController } from './controller.ts';
+import { explainPodArch } from './explain.ts';
+import { ARCH_KEYS, ArchPlacement } from './types.ts';
+
+export const archCapability: Capability = {
+  name: 'arch',
+  description: 'Architecture-aware placement: pods land on nodes whose architecture all their images support',
+  roles: ['cluster'],
+  commands: () => [archCommand()],
+  options: () => [
+    new Option('--arch-workers <n>', 'pods the arch controller places at once (each waits on registries)')
+      .default(32)
+      .argParser(Number),
+    new Option(
+      '--arch-registries <file>',
+      'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries by opt-in',
+    ),
+    new Option(
+      '--arch-registry-ca <file>',
+      'a PEM bundle trusted by every registry that names no CA of its own',
+    ),
+    new Option(
+      '--arch-pull-secret <namespace/name>',
+      "a pull secret tried for every pod's images after the pod's own (a cluster-wide registry login)",
+    ),
+  ],
+  crds: [ArchPlacement],
+  keys: ARCH_KEYS,
+  rbac: [
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'patch'] },
+    // Pull secrets, read by name when a pod names them (or --arch-pull-secret): never listed.
+    { apiGroups: [''], resources: ['secrets'], verbs: ['get'] },
+    { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
+    // Taints mode: the architecture taint.
+    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    // Pods in namespaces that serve admission webhooks are never gated (see docs/decisions/0012).
+    {
+      apiGroups: ['admissionregistration.k8s.io'],
+      resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
+      verbs: ['get', 'list', 'watch'],
+    },
+    { apiGroups: [POLICY_GROUP], resources: ['archplacements'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['get', 'patch', 'update'] },
+  ],
+  explainPod: ({ client, pod, berthNamespace }) => explainPodArch(client, pod, berthNamespace),
+  setup({ kit, options, berthNamespace }) {
+    const controller = new ArchController(kit, {
+      inspector: new RegistryClient(
+        registryOptions({ registries: options['archRegistries'], registryCa: options['archRegistryCa'] }),
+      ),
+      berthNamespace,
+      workers: Number(options['archWorkers'] ?? 32),
+      ...(typeof options['archPullSecret'] === 'string' ? { pullSecret: options['archPullSecret'] } : {}),
+    });
+    return { webhooks: [controller.webhook()] };
+  },
+};

@@ -1,0 +1,129 @@
+// The API of architecture-aware placement: ArchPlacement says which pods are placed by the
+// architectures their images support, how (a node affinity, or the seed's taints and tolerations),
+// and what happens when an image cannot be read.
+import { z } from 'zod';
+import { k8s } from '../runtime/api/crd.ts';
+import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
+import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
+import { labelSelectorSchema } from '../policy/match/selector.ts';
+
+export const FIELD_MANAGER = 'berth-arch';
+/** The scheduling gate the webhook adds and the controller removes; no other gate is ever touched. */
+export const SCHEDULING_GATE = 'arch.berth.dev/inspect';
+/**
+ * Set by the webhook beside the gate, and kept up to date by the controller: `Gated`, `Placed`,
+ * `Failed` (an image could not be read), `Released` (its policy went away first). A label, so that
+ * the controller's pod informer watches only the pods Berth gated.
+ */
+export const STATE_LABEL = 'arch.berth.dev/state';
+export type PodState = 'Gated' | 'Placed' | 'Failed' | 'Released';
+/** The ArchPlacement that gated the pod (names do not fit a label value). */
+export const POLICY_ANNOTATION = 'arch.berth.dev/policy';
+/** What Berth read: the architectures it placed the pod on, and each image's digest and platforms (JSON). */
+export const RESULT_ANNOTATION = 'arch.berth.dev/result';
+/** Why an inspection failed, and what Berth did about it. */
+export const FAILURE_ANNOTATION = 'arch.berth.dev/failure';
+/** A pod annotated with this set to "true" is never gated. */
+export const SKIP_ANNOTATION = 'arch.berth.dev/skip';
+/** The node label the kubelet sets from its GOARCH; node affinity and the taint values use its values. */
+export const ARCH_LABEL = 'kubernetes.io/arch';
+/** Taints mode: every node selected carries `arch.berth.dev/arch=<its architecture>:NoSchedule`. */
+export const ARCH_TAINT = 'arch.berth.dev/arch';
+/** Deleting an ArchPlacement first takes its gate off every pod it still holds. */
+export const ARCH_FINALIZER = 'arch.berth.dev/release-pods';
+
+/**
+ * What the arch capability owns on nodes: its taint key. Rank 2: after startup gates and agent
+ * placement, before derived labels (which own nothing).
+ */
+export const ARCH_KEYS: KeyDeclaration = {
+  rank: 2,
+  title: 'architecture-aware placement',
+  domains: [{ pattern: { kind: 'taint', key: ARCH_TAINT }, owner: 'architecture-aware placement' }],
+};
+
+// GOARCH values as the kubelet labels nodes: lower case letters and digits (amd64, arm64, ppc64le, 386).
+const architecture = z
+  .string()
+  .min(1)
+  .max(32)
+  .regex(/^[a-z0-9]+$/, 'an architecture as kubernetes.io/arch names it (amd64, arm64, ppc64le, ...)');
+
+export const archPlacementSpec = k8s(
+  z.object({
+    namespaceSelector: labelSelectorSchema
+      .optional()
+      .describe(
+        "Namespaces whose pods it places; all when omitted (kube-* and Berth's own only when named here).",
+      ),
+    podSelector: labelSelectorSchema.optional().describe('The pods it places; all when omitted.'),
+    mode: z
+      .enum(['NodeAffinity', 'Taints'])
+      .default('NodeAffinity')
+      .describe(
+        'NodeAffinity: add kubernetes.io/arch In <the architectures every image supports> to every required ' +
+          'node-selector term. Taints: taint nodes with arch.berth.dev/arch=<architecture>:NoSchedule and ' +
+          'give pods the tolerations of those architectures (the seed, archaware-controller).',
+      ),
+    preferredArchitectures: z
+      .array(z.object({ architecture, weight: z.number().int().min(1).max(100) }))
+      .max(16)
+      .optional()
+      .describe('NodeAffinity: preferred terms among the supported architectures, with their weights.'),
+    onFailure: z
+      .object({
+        action: z
+          .enum(['Release', 'Fallback'])
+          .default('Release')
+          .describe(
+            'Release: ungate the pod as it is (fail open). Fallback: place it on fallbackArchitecture.',
+          ),
+        fallbackArchitecture: architecture.optional(),
+        retries: z
+          .number()
+          .int()
+          .min(0)
+          .max(10)
+          .default(3)
+          .describe('Retries of a transient failure (rate limit, unreachable registry) before acting.'),
+      })
+      .default({ action: 'Release', retries: 3 })
+      .describe('When an image cannot be read: always a Warning event and the reason on the pod.'),
+    priority: z
+      .number()
+      .int()
+      .min(-1000)
+      .max(1000)
+      .default(0)
+      .describe('When several ArchPlacements select a pod, the highest priority places it (ties: by name).'),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: "self.onFailure.action != 'Fallback' || has(self.onFailure.fallbackArchitecture)",
+        message: 'onFailure.action Fallback needs onFailure.fallbackArchitecture',
+      },
+    ],
+  },
+);
+export type ArchPlacementSpec = z.infer<typeof archPlacementSpec>;
+
+export const ArchPlacement = definePolicy({
+  kind: 'ArchPlacement',
+  plural: 'archplacements',
+  shortNames: ['archp'],
+  spec: archPlacementSpec,
+  counts: {
+    gated: 'Pods it holds now, waiting for their images to be read.',
+    placed: 'Live pods it placed by their images’ architectures.',
+    failed: 'Live pods released or placed on the fallback because an image could not be read.',
+  },
+  printerColumns: [
+    { name: 'Mode', type: 'string', jsonPath: '.spec.mode' },
+    { name: 'Gated', type: 'integer', jsonPath: '.status.gated' },
+    { name: 'Placed', type: 'integer', jsonPath: '.status.placed' },
+    { name: 'Failed', type: 'integer', jsonPath: '.status.failed' },
+  ],
+  showReason: true,
+});
+export type ArchPlacementStatus = PolicyStatus<'gated' | 'placed' | 'failed'>;

@@ -1,0 +1,68 @@
+// The Pod CREATE webhook: gates the pods an ArchPlacement selects, from the informer caches only (the
+// registry is the controller's business, never admission's). It always allows, and is registered
+// with failurePolicy Ignore and a short timeout: an unavailable Berth never blocks a pod, it only
+// leaves the pod unplaced.
+import { rootLogger, type Logger } from '../runtime/observability/log.ts';
+import type { AdmissionHandler, AdmissionResult } from '../runtime/webhook/admission.ts';
+import { counter } from '../runtime/observability/metrics.ts';
+import {
+  choosePolicy,
+  exemption,
+  gatePod,
+  type ArchPod,
+  type ExemptionContext,
+  type Policy,
+} from './decide.ts';
+
+export const webhookDecisions = counter(
+  'berth_arch_admissions_total',
+  'Pods the architecture webhook saw, by outcome (gated, exempt, unselected, error)',
+  ['outcome'],
+);
+
+export interface ArchWebhookDeps extends ExemptionContext {
+  /** The live policies, highest priority first. */
+  policies(): Policy[];
+  namespaceLabels(namespace: string): Record<string, string> | undefined;
+  logger?: Logger;
+}
+
+export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
+  const log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
+  return (req): AdmissionResult => {
+    const pod = req.object as ArchPod | undefined;
+    if (req.operation !== 'CREATE' || req.kind.kind !== 'Pod' || req.subResource || !pod?.spec) {
+      return { allowed: true };
+    }
+    // A pod made from a template has no namespace of its own at admission.
+    const namespace = pod.metadata?.namespace || req.namespace || '';
+    // A thrown error would be answered allowed=false; this webhook fails open instead.
+    try {
+      const reason = exemption(pod, namespace, deps);
+      if (reason) {
+        webhookDecisions.inc({ outcome: 'exempt' });
+        return { allowed: true };
+      }
+      const policy = choosePolicy(
+        deps.policies(),
+        pod,
+        namespace,
+        deps.namespaceLabels(namespace),
+        deps.berthNamespace,
+      );
+      if (!policy) {
+        webhookDecisions.inc({ outcome: 'unselected' });
+        return { allowed: true };
+      }
+      webhookDecisions.inc({ outcome: 'gated' });
+      return { allowed: true, patch: gatePod(pod, policy.name) };
+    } catch (err) {
+      webhookDecisions.inc({ outcome: 'error' });
+      log.error(
+        { namespace, name: pod.metadata?.name || pod.metadata?.generateName, err },
+        'pod admitted ungated',
+      );
+      return { allowed: true };
+    }
+  };
+}

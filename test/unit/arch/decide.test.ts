@@ -1,0 +1,571 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
+import { withSeed, type Prng } from '../../helpers/prng.ts';
+import {
+  NO_COMMON_ARCHITECTURE,
+  choosePolicy,
+  constrainsArch,
+  exemption,
+  gatePod,
+  intersection,
+  nodeArchitectures,
+  parsePolicies,
+  placePatch,
+  podImages,
+  releasePatch,
+  report,
+  standingOf,
+  webhookServiceNamespaces,
+  type ArchPod,
+  type NodeSelectorTerm,
+  type Placement,
+} from '../../../src/arch/decide.ts';
+import {
+  ARCH_LABEL,
+  ARCH_TAINT,
+  FAILURE_ANNOTATION,
+  POLICY_ANNOTATION,
+  RESULT_ANNOTATION,
+  SCHEDULING_GATE,
+  SKIP_ANNOTATION,
+  STATE_LABEL,
+  archPlacementSpec,
+  type ArchPlacementSpec,
+} from '../../../src/arch/types.ts';
+import type { Inspection, Platform } from '../../../src/registry/types.ts';
+
+const BERTH = 'berth-system';
+const ctx = { berthNamespace: BERTH, servesWebhook: (ns: string) => ns === 'cert-manager' };
+
+function pod(spec: Partial<ArchPod['spec']> = {}, meta: ArchPod['metadata'] = {}): ArchPod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: 'p', namespace: 'apps', resourceVersion: '7', labels: { app: 'web' }, ...meta },
+    spec: { containers: [{ name: 'c', image: 'web:1' }], ...spec },
+  };
+}
+
+const spec = (s: Record<string, unknown> = {}): ArchPlacementSpec => archPlacementSpec.parse(s);
+
+const platform = (p: string): Platform => {
+  const [os, architecture, variant] = p.split('/') as [string, string, string | undefined];
+  return variant ? { os, architecture, variant } : { os, architecture };
+};
+const inspection = (image: string, platforms: string[]): Inspection => ({
+  image,
+  reference: `registry.test/${image}`,
+  digest: `sha256:${image.length.toString(16).padStart(64, '0')}`,
+  platforms: platforms.map(platform),
+  registry: 'registry.test',
+  cached: false,
+});
+
+const apply = (p: ArchPod, ops: ReturnType<typeof placePatch>) => applyJsonPatch(p, ops) as ArchPod;
+const terms = (p: ArchPod) =>
+  p.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+
+describe('exemption', () => {
+  const cases: [string, ArchPod, string, RegExp][] = [
+    ['kube-system', pod(), 'kube-system', /cluster add-ons/],
+    ['any kube-* namespace', pod(), 'kube-public', /cluster add-ons/],
+    ["Berth's namespace", pod(), BERTH, /Berth's own/],
+    ['a namespace serving a webhook', pod(), 'cert-manager', /admission webhook/],
+    ['nodeName', pod({ nodeName: 'n1' }), 'apps', /nodeName/],
+    ['mirror pod', pod({}, { annotations: { 'kubernetes.io/config.mirror': 'x' } }), 'apps', /mirror/],
+    [
+      'DaemonSet pod',
+      pod(
+        {},
+        {
+          ownerReferences: [
+            { apiVersion: 'apps/v1', kind: 'DaemonSet', name: 'd', uid: 'u', controller: true },
+          ],
+        },
+      ),
+      'apps',
+      /DaemonSet/,
+    ],
+    ['opted out', pod({}, { annotations: { [SKIP_ANNOTATION]: 'true' } }), 'apps', /arch.berth.dev\/skip/],
+    ['nodeSelector on arch', pod({ nodeSelector: { [ARCH_LABEL]: 'arm64' } }), 'apps', /already constrains/],
+    [
+      'every required term on arch',
+      pod({
+        affinity: {
+          nodeAffinity: {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [
+                { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] },
+                {
+                  matchExpressions: [
+                    { key: 'zone', operator: 'Exists' },
+                    { key: ARCH_LABEL, operator: 'NotIn', values: ['s390x'] },
+                  ],
+                },
+              ],
+            },
+          },
+        },
+      }),
+      'apps',
+      /already constrains/,
+    ],
+  ];
+  for (const [what, p, ns, reason] of cases)
+    test(`never gates: ${what}`, () => assert.match(exemption(p, ns, ctx) ?? '', reason));
+
+  test('gates the rest: a plain pod, an owner that is not a DaemonSet, skip=false, arch in only some terms', () => {
+    assert.equal(exemption(pod(), 'apps', ctx), undefined);
+    const rs = pod(
+      {},
+      {
+        ownerReferences: [
+          { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'r', uid: 'u', controller: true },
+        ],
+      },
+    );
+    assert.equal(exemption(rs, 'apps', ctx), undefined);
+    assert.equal(exemption(pod({}, { annotations: { [SKIP_ANNOTATION]: 'false' } }), 'apps', ctx), undefined);
+    const some = pod({
+      affinity: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: {
+            nodeSelectorTerms: [
+              { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] },
+              { matchFields: [{ key: 'metadata.name', operator: 'In', values: ['n'] }] },
+            ],
+          },
+        },
+      },
+    });
+    assert.equal(constrainsArch(some), false);
+    assert.equal(exemption(some, 'apps', ctx), undefined);
+    assert.equal(
+      constrainsArch(
+        pod({
+          affinity: {
+            nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [] } },
+          },
+        }),
+      ),
+      false,
+    );
+  });
+});
+
+describe('policies', () => {
+  const obj = (name: string, s: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'ArchPlacement',
+    metadata: { name, uid: name, generation: 1, ...extra },
+    spec: s,
+  });
+
+  test('highest priority first, ties by name; invalid specs reported by name', () => {
+    const { policies, errors } = parsePolicies([
+      obj('b', { priority: 5 }),
+      obj('a', { priority: 5 }),
+      obj('z', { priority: 10 }),
+      obj('low', {}),
+      obj('bad', { mode: 'Sideways' }),
+    ]);
+    assert.deepEqual(
+      policies.map((p) => p.name),
+      ['z', 'a', 'b', 'low'],
+    );
+    assert.deepEqual([...errors.keys()], ['bad']);
+    assert.equal(policies[3]!.spec.mode, 'NodeAffinity');
+    assert.deepEqual(policies[3]!.spec.onFailure, { action: 'Release', retries: 3 });
+  });
+
+  test('the chosen policy: the first live one that selects the pod; protected namespaces only when named', () => {
+    const { policies } = parsePolicies([
+      obj('top', { priority: 9, podSelector: { matchLabels: { app: 'db' } } }),
+      obj('gone', { priority: 8 }, { deletionTimestamp: '2026-01-01T00:00:00Z' }),
+      obj('all', {}),
+      obj('system', {
+        priority: -1,
+        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
+      }),
+    ]);
+    assert.equal(choosePolicy(policies, pod(), 'apps', {}, BERTH)?.name, 'all');
+    assert.equal(choosePolicy(policies, pod({}, { labels: { app: 'db' } }), 'apps', {}, BERTH)?.name, 'top');
+    assert.equal(
+      choosePolicy(policies, pod(), 'kube-system', { 'kubernetes.io/metadata.name': 'kube-system' }, BERTH)
+        ?.name,
+      'system',
+    );
+    assert.equal(choosePolicy(policies.slice(0, 3), pod(), BERTH, {}, BERTH), undefined);
+  });
+});
+
+describe('the webhook gate', () => {
+  test('adds the gate after the pod’s own, the state label and the policy; a second pass adds nothing', () => {
+    const p = pod({ schedulingGates: [{ name: 'other.example/wait' }] });
+    const gatedPod = applyJsonPatch(p, gatePod(p, 'arm-first')) as ArchPod;
+    assert.deepEqual(gatedPod.spec.schedulingGates, [
+      { name: 'other.example/wait' },
+      { name: SCHEDULING_GATE },
+    ]);
+    assert.equal(gatedPod.metadata?.labels?.[STATE_LABEL], 'Gated');
+    assert.equal(gatedPod.metadata?.labels?.['app'], 'web');
+    assert.equal(gatedPod.metadata?.annotations?.[POLICY_ANNOTATION], 'arm-first');
+    assert.deepEqual(gatePod(gatedPod, 'arm-first'), []);
+  });
+
+  test('webhook configurations name the namespaces of their services, once each', () => {
+    assert.deepEqual(
+      webhookServiceNamespaces({
+        webhooks: [
+          { clientConfig: { service: { namespace: 'cert-manager' } } },
+          { clientConfig: { service: { namespace: 'cert-manager' } } },
+          { clientConfig: { url: 'https://x' } },
+        ],
+      }),
+      ['cert-manager'],
+    );
+  });
+});
+
+describe('images and their architectures', () => {
+  test('every image of containers and initContainers, once; Always on any container revalidates', () => {
+    const p = pod({
+      initContainers: [{ name: 'i', image: 'init:1', imagePullPolicy: 'IfNotPresent' }],
+      containers: [
+        { name: 'a', image: 'web:1' },
+        { name: 'b', image: 'web:1', imagePullPolicy: 'Always' },
+        { name: 'c', image: 'side:2' },
+      ],
+    });
+    assert.deepEqual(podImages(p), [
+      { image: 'init:1', revalidate: false },
+      { image: 'web:1', revalidate: true },
+      { image: 'side:2', revalidate: false },
+    ]);
+  });
+
+  test("the seed's example: amd64-only and amd64+arm+ppc64le give amd64", () => {
+    const got = intersection(pod(), [
+      inspection('a', ['linux/amd64']),
+      inspection('b', ['linux/amd64', 'linux/arm/v7', 'linux/ppc64le']),
+    ]);
+    assert.deepEqual(got, ['amd64']);
+  });
+
+  test('variants narrow nothing (the node label has none); other OSes count only for pods of that OS', () => {
+    const images = [
+      inspection('a', ['linux/arm/v6', 'linux/arm64/v8', 'windows/amd64']),
+      inspection('b', ['linux/arm/v7', 'linux/arm64', 'windows/amd64']),
+    ];
+    assert.deepEqual(intersection(pod(), images), ['arm', 'arm64']);
+    assert.deepEqual(intersection(pod({ os: { name: 'windows' } }), images), ['amd64']);
+    assert.deepEqual(
+      intersection(pod(), [inspection('a', ['linux/amd64']), inspection('b', ['linux/arm64'])]),
+      [],
+    );
+  });
+});
+
+const placed = (architectures: string[]): Placement => ({
+  kind: 'Placed',
+  architectures,
+  inspections: [
+    inspection(
+      'web:1',
+      architectures.map((a) => `linux/${a}`),
+    ),
+  ],
+});
+
+describe('the placing patch', () => {
+  test('no affinity yet: one required term, ours; the gate, and only it, comes off; result and state', () => {
+    const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }, { name: 'other.example/wait' }] });
+    const ops = placePatch(p, placed(['amd64', 'arm64']), spec());
+    assert.deepEqual(ops[0], { op: 'test', path: '/metadata/resourceVersion', value: '7' });
+    const out = apply(p, ops);
+    assert.deepEqual(terms(out), [
+      { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64', 'arm64'] }] },
+    ]);
+    assert.deepEqual(out.spec.schedulingGates, [{ name: 'other.example/wait' }]);
+    assert.equal(out.metadata?.labels?.[STATE_LABEL], 'Placed');
+    const result = JSON.parse(out.metadata!.annotations![RESULT_ANNOTATION]!);
+    assert.deepEqual(result.architectures, ['amd64', 'arm64']);
+    assert.deepEqual(result.images[0].platforms, ['linux/amd64', 'linux/arm64']);
+    assert.match(result.images[0].digest, /^sha256:/);
+  });
+
+  test('existing terms, matchFields-only ones included, each gain the requirement; nothing else changes', () => {
+    const before: NodeSelectorTerm[] = [
+      { matchExpressions: [{ key: 'zone', operator: 'In', values: ['a'] }] },
+      { matchFields: [{ key: 'metadata.name', operator: 'In', values: ['n1'] }] },
+    ];
+    const p = pod({
+      schedulingGates: [{ name: SCHEDULING_GATE }],
+      affinity: {
+        podAntiAffinity: { x: 1 },
+        nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: before } },
+      },
+    });
+    const out = apply(p, placePatch(p, placed(['arm64']), spec()));
+    const arch = { key: ARCH_LABEL, operator: 'In', values: ['arm64'] };
+    assert.deepEqual(terms(out), [
+      { matchExpressions: [...before[0]!.matchExpressions!, arch] },
+      { matchFields: before[1]!.matchFields, matchExpressions: [arch] },
+    ]);
+    assert.deepEqual(out.spec.affinity?.['podAntiAffinity'], { x: 1 });
+    assert.equal(out.spec.schedulingGates, undefined);
+  });
+
+  test('preferred terms for the preferred architectures that are supported, after the pod’s own', () => {
+    const own = {
+      weight: 3,
+      preference: { matchExpressions: [{ key: 'disk', operator: 'In', values: ['ssd'] }] },
+    };
+    const p = pod({
+      schedulingGates: [{ name: SCHEDULING_GATE }],
+      affinity: { nodeAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [own] } },
+    });
+    const s = spec({
+      preferredArchitectures: [
+        { architecture: 'arm64', weight: 80 },
+        { architecture: 's390x', weight: 50 },
+      ],
+    });
+    const out = apply(p, placePatch(p, placed(['amd64', 'arm64']), s));
+    assert.deepEqual(out.spec.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution, [
+      own,
+      {
+        weight: 80,
+        preference: { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['arm64'] }] },
+      },
+    ]);
+  });
+
+  test('none in common: an impossible requirement, on purpose', () => {
+    const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }] });
+    const out = apply(p, placePatch(p, placed([]), spec()));
+    assert.deepEqual(terms(out), [
+      { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: [NO_COMMON_ARCHITECTURE] }] },
+    ]);
+  });
+
+  test('Taints mode: tolerations of the architectures, none already tolerated twice, no affinity', () => {
+    const p = pod({
+      schedulingGates: [{ name: SCHEDULING_GATE }],
+      tolerations: [{ key: ARCH_TAINT, operator: 'Equal', value: 'amd64', effect: 'NoSchedule' }],
+    });
+    const out = apply(p, placePatch(p, placed(['amd64', 'arm64']), spec({ mode: 'Taints' })));
+    assert.deepEqual(out.spec.tolerations, [
+      { key: ARCH_TAINT, operator: 'Equal', value: 'amd64', effect: 'NoSchedule' },
+      { key: ARCH_TAINT, operator: 'Equal', value: 'arm64', effect: 'NoSchedule' },
+    ]);
+    assert.equal(out.spec.affinity, undefined);
+    const any = pod({ schedulingGates: [{ name: SCHEDULING_GATE }], tolerations: [{ operator: 'Exists' }] });
+    assert.deepEqual(
+      apply(any, placePatch(any, placed(['arm64']), spec({ mode: 'Taints' }))).spec.tolerations,
+      [{ operator: 'Exists' }],
+    );
+  });
+
+  test('failure: released as it is, or placed on the fallback; the reason on the pod either way', () => {
+    const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }] });
+    const failed: Placement = { kind: 'Failed', reason: 'Unauthorized', message: 'registry.test/web: 401' };
+    const released = apply(p, placePatch(p, failed, spec()));
+    assert.equal(released.spec.affinity, undefined);
+    assert.equal(released.spec.schedulingGates, undefined);
+    assert.equal(released.metadata?.labels?.[STATE_LABEL], 'Failed');
+    assert.equal(
+      released.metadata?.annotations?.[FAILURE_ANNOTATION],
+      'Unauthorized: registry.test/web: 401',
+    );
+    const fallback = apply(p, placePatch(p, { ...failed, fallback: 'amd64' }, spec()));
+    assert.deepEqual(terms(fallback), [
+      { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] },
+    ]);
+  });
+
+  test('a policy gone: the gate comes off, nothing placed; a later success clears an old failure', () => {
+    const p = pod(
+      { schedulingGates: [{ name: SCHEDULING_GATE }] },
+      { annotations: { [FAILURE_ANNOTATION]: 'old' } },
+    );
+    const out = apply(p, releasePatch(p, 'ArchPlacement x does not exist'));
+    assert.equal(out.metadata?.labels?.[STATE_LABEL], 'Released');
+    assert.equal(out.spec.affinity, undefined);
+    const again = apply(p, placePatch(p, placed(['amd64']), spec()));
+    assert.equal(again.metadata?.annotations?.[FAILURE_ANNOTATION], undefined);
+  });
+});
+
+describe('standing and report', () => {
+  const at = (labels: Record<string, string>, annotations: Record<string, string>, gates?: string[]) =>
+    pod(gates ? { schedulingGates: gates.map((name) => ({ name })) } : {}, { labels, annotations });
+
+  test('read back from the pod: a gate wins over the label; results and reasons parsed', () => {
+    const a = { [POLICY_ANNOTATION]: 'p' };
+    assert.deepEqual(standingOf(at({ [STATE_LABEL]: 'Placed' }, a, [SCHEDULING_GATE])), {
+      policy: 'p',
+      standing: { state: 'Gated' },
+    });
+    assert.deepEqual(
+      standingOf(
+        at({ [STATE_LABEL]: 'Placed' }, { ...a, [RESULT_ANNOTATION]: '{"architectures":["arm64"]}' }),
+      ),
+      { policy: 'p', standing: { state: 'Placed', architectures: ['arm64'] } },
+    );
+    assert.deepEqual(standingOf(at({ [STATE_LABEL]: 'Placed' }, { ...a, [RESULT_ANNOTATION]: 'not json' })), {
+      policy: 'p',
+      standing: { state: 'Placed', architectures: [] },
+    });
+    assert.deepEqual(
+      standingOf(at({ [STATE_LABEL]: 'Failed' }, { ...a, [FAILURE_ANNOTATION]: 'NotFound: x' })),
+      {
+        policy: 'p',
+        standing: { state: 'Failed', reason: 'NotFound' },
+      },
+    );
+    assert.equal(standingOf(at({ [STATE_LABEL]: 'Whatever' }, a)), undefined);
+    assert.equal(standingOf(at({ [STATE_LABEL]: 'Placed' }, {})), undefined);
+  });
+
+  test('counts, failures by reason, and placed pods no node can run', () => {
+    const nodes = nodeArchitectures([
+      { metadata: { name: 'a', labels: { [ARCH_LABEL]: 'amd64' } } },
+      { metadata: { name: 'b' }, status: { nodeInfo: { architecture: 'arm64' } } },
+    ]);
+    assert.deepEqual([...nodes].sort(), ['amd64', 'arm64']);
+    const r = report(
+      [
+        { state: 'Gated' },
+        { state: 'Placed', architectures: ['arm64', 's390x'] },
+        { state: 'Placed', architectures: ['s390x'] },
+        { state: 'Placed', architectures: [] },
+        { state: 'Failed', reason: 'NotFound' },
+        { state: 'Failed', reason: 'NotFound' },
+        { state: 'Released' },
+      ],
+      nodes,
+    );
+    assert.deepEqual([r.gated, r.placed, r.failed], [1, 3, 2]);
+    assert.deepEqual(
+      [...r.unschedulable],
+      [
+        ['s390x', 1],
+        ['none in common', 1],
+      ],
+    );
+    assert.deepEqual([...r.failures], [['NotFound', 2]]);
+  });
+});
+
+// Generated pods and images: the patch always applies to the version read, keeps every term the
+// pod had (now requiring the intersection too), takes off Berth's gate only, and the intersection
+// is exactly the architectures every image has for the pod's OS.
+const ARCHS = ['amd64', 'arm64', 'arm', 'ppc64le', 's390x', 'riscv64'];
+const OSES = ['linux', 'linux', 'linux', 'windows'];
+
+function randomPod(r: Prng): ArchPod {
+  const requirement = () => ({
+    key: r.pick(['zone', 'disk', 'pool']),
+    operator: r.pick(['In', 'NotIn', 'Exists']),
+    values: [r.pick(['a', 'b', 'c'])],
+  });
+  const term = (): NodeSelectorTerm => {
+    const t: NodeSelectorTerm = {};
+    if (r.chance(0.7)) t.matchExpressions = Array.from({ length: 1 + r.int(3) }, requirement);
+    if (!t.matchExpressions || r.chance(0.3))
+      t.matchFields = [{ key: 'metadata.name', operator: 'In', values: [`n${r.int(9)}`] }];
+    return t;
+  };
+  const gates = [
+    ...Array.from({ length: r.int(3) }, (_, i) => ({ name: `other.example/g${i}` })),
+    { name: SCHEDULING_GATE },
+  ];
+  if (r.chance(0.5)) gates.reverse();
+  const spec: Partial<ArchPod['spec']> = { schedulingGates: gates };
+  if (r.chance(0.6))
+    spec.affinity = {
+      nodeAffinity: {
+        requiredDuringSchedulingIgnoredDuringExecution: {
+          nodeSelectorTerms: Array.from({ length: 1 + r.int(3) }, term),
+        },
+        ...(r.chance(0.4)
+          ? {
+              preferredDuringSchedulingIgnoredDuringExecution: [
+                { weight: 1 + r.int(100), preference: term() },
+              ],
+            }
+          : {}),
+      },
+    };
+  if (r.chance(0.2)) spec.os = { name: 'windows' };
+  return pod(spec);
+}
+
+const randomImages = (r: Prng): Inspection[] =>
+  Array.from({ length: 1 + r.int(4) }, (_, i) =>
+    inspection(
+      `img${i}`,
+      Array.from({ length: r.int(5) }, () => `${r.pick(OSES)}/${r.pick(ARCHS)}${r.chance(0.2) ? '/v8' : ''}`),
+    ),
+  );
+
+test('generated pods: the patch keeps every term, adds the intersection to each, removes only its gate', async () => {
+  const CASES = 2000;
+  await withSeed('arch placePatch', (r) => {
+    for (let n = 0; n < CASES; n++) {
+      const p = randomPod(r);
+      const images = randomImages(r);
+      const common = intersection(p, images);
+      const os = p.spec.os?.name ?? 'linux';
+      // The model: an architecture is common when every image lists it for the pod's OS.
+      for (const a of ARCHS)
+        assert.equal(
+          common.includes(a),
+          images.every((i) => i.platforms.some((x) => x.os === os && x.architecture === a)),
+          `case ${n}: ${a}`,
+        );
+      const s = spec({
+        mode: r.chance(0.2) ? 'Taints' : 'NodeAffinity',
+        preferredArchitectures: r.chance(0.5)
+          ? [{ architecture: r.pick(ARCHS), weight: 1 + r.int(100) }]
+          : undefined,
+      });
+      const out = apply(p, placePatch(p, { kind: 'Placed', architectures: common, inspections: images }, s));
+      const others = p.spec.schedulingGates!.filter((g) => g.name !== SCHEDULING_GATE);
+      assert.deepEqual(out.spec.schedulingGates ?? [], others, `case ${n}: gates`);
+      if (s.mode === 'Taints' && common.length) {
+        assert.deepEqual(terms(out), terms(p), `case ${n}: Taints mode leaves the affinity`);
+        for (const a of common)
+          assert.ok(
+            out.spec.tolerations?.some((t) => t.key === ARCH_TAINT && t.value === a),
+            `case ${n}: tolerates ${a}`,
+          );
+        continue;
+      }
+      const before = terms(p) ?? [{}];
+      const after = terms(out)!;
+      assert.equal(after.length, before.length, `case ${n}: no term added or lost`);
+      const values = common.length ? common : [NO_COMMON_ARCHITECTURE];
+      after.forEach((t, i) => {
+        const b = before[i]!;
+        assert.deepEqual(t.matchFields, b.matchFields, `case ${n}: matchFields kept`);
+        assert.deepEqual(
+          t.matchExpressions,
+          [...(b.matchExpressions ?? []), { key: ARCH_LABEL, operator: 'In', values }],
+          `case ${n}`,
+        );
+      });
+      const preferred =
+        out.spec.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution ?? [];
+      const own = p.spec.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution ?? [];
+      assert.deepEqual(preferred.slice(0, own.length), own, `case ${n}: own preferred terms kept first`);
+      for (const t of preferred.slice(own.length))
+        assert.ok(
+          common.includes(t.preference.matchExpressions![0]!.values![0]!),
+          `case ${n}: preferred only among supported`,
+        );
+    }
+  });
+});
