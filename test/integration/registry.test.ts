@@ -15,7 +15,7 @@ import {
   addTokenPolicy,
   MediaType,
   platform,
-  RegistryClient as Pusher,
+  RegistryPusher as Pusher,
   startFaultProxy,
   type FaultProxy,
 } from '../helpers/registry.ts';
