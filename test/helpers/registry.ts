@@ -446,6 +446,7 @@ export async function startFaultProxy(
     );
     if (fault) fault.left--;
     const act = () => {
+      if (req.socket.destroyed) return; // the client gave up while a fault delayed its request
       if (fault?.status !== undefined) {
         const headers: Record<string, string> = { 'Content-Type': 'application/json' };
         if (fault.retryAfter !== undefined) headers['Retry-After'] = fault.retryAfter;
@@ -494,6 +495,8 @@ export async function startFaultProxy(
         res.end(errorBody('UNAVAILABLE', `fault proxy upstream: ${e.message}`));
       });
       req.pipe(up);
+      // A client that gives up ends the upstream request too: its unread answer would hold a socket open.
+      res.on('close', () => up.destroy());
     };
     if (fault?.delayMs) setTimeout(act, fault.delayMs);
     else act();
