@@ -184,6 +184,17 @@ describe('caches, single-flight and revalidation', () => {
     assert.deepEqual([registry, token], [1, 1]);
   });
 
+  test('twenty new repositories of a registry never seen: one 401 finds its challenge, the others wait for it', async () => {
+    const names = Array.from({ length: 20 }, () => repo());
+    for (const name of names) await pusher.pushIndex(name, 'v1', plats('linux/amd64'));
+    const c = client();
+    const { registry, token } = await cost(c, () =>
+      Promise.all(names.map((name) => c.inspect(`${reg.host}/${name}:v1`))),
+    );
+    // Each repository's GET, and the one request that met the challenge; a token per repository.
+    assert.deepEqual([registry, token], [names.length + 1, names.length]);
+  });
+
   test('a fresh tag costs nothing; Always revalidates with one HEAD; a moved tag is read anew', async () => {
     const name = repo();
     await pusher.pushIndex(name, 'v1', plats('linux/amd64'));
