@@ -111,7 +111,7 @@ export type ArchPlacementSpec = z.infer<typeof archPlacementSpec>;
 export const ArchPlacement = definePolicy({
   kind: 'ArchPlacement',
   plural: 'archplacements',
-  shortNames: ['ap'],
+  shortNames: ['archp'],
   spec: archPlacementSpec,
   counts: {
     gated: 'Pods it holds now, waiting for their images to be read.',
