@@ -355,7 +355,7 @@ export class ArchController {
       });
     } catch (e) {
       if (isNotFound(e)) return;
-      // The test on resourceVersion failed: the pod changed since the cache saw it; its event is on the way.
+      // A test failed: an image, the gates or the affinity changed since the cache saw the pod.
       if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
       throw e;
     }

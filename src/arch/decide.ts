@@ -6,7 +6,7 @@ import type { Inspection, Platform } from '../registry/types.ts';
 import { podSelected } from '../policy/namespace.ts';
 import type { NodeTaint } from '../policy/nodes/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
-import { mutate, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
+import { guarded, mutate, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import {
   ARCH_LABEL,
@@ -348,10 +348,16 @@ export function placePatch(
   const gates = (out.spec.schedulingGates ?? []).filter((g) => g.name !== SCHEDULING_GATE);
   if (gates.length) out.spec.schedulingGates = gates;
   else delete out.spec.schedulingGates;
-  return [
-    { op: 'test', path: '/metadata/resourceVersion', value: pod.metadata?.resourceVersion },
-    ...mutate(pod, out),
-  ];
+  // Guarded on what it overwrites and on the images it was decided from, not on the resourceVersion:
+  // the scheduler marks a gated pod SchedulingGated right after creation, which must not fail it.
+  const images = (['initContainers', 'containers'] as const).flatMap((list) =>
+    (pod.spec[list] ?? []).map((c, i): JsonPatchOp => ({
+      op: 'test',
+      path: `/spec/${list}/${i}/image`,
+      value: c.image,
+    })),
+  );
+  return [...images, ...guarded(pod, mutate(pod, out))];
 }
 
 /** A gated pod's policy is gone or being deleted: the gate comes off, the pod as it is. */

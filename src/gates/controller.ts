@@ -1,7 +1,8 @@
 // Startup gates: the reconcile loops. The node controller decides, per node, what every gate wants
 // (taint on or off, its annotations) and writes it in one compare-and-swap patch. The status
 // controller counts per gate, and keeps the gate's finalizer until no node carries anything of it.
-// The webhook taints joining nodes at admission, so a gated node is never schedulable without it.
+// The webhook taints joining nodes at admission, so a gated node is never schedulable without it;
+// another refuses pods that would skip the taint by naming a held node in spec.nodeName.
 import type { PolicyKit } from '../policy/kit.ts';
 import { finalizer } from '../policy/finalizer.ts';
 import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
@@ -24,6 +25,8 @@ import {
 } from '../policy/predicates.ts';
 import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { missingTolerations } from './tolerate.ts';
+import { admitPod } from './pods.ts';
+import type { Toleration } from '../policy/nodes/taints.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { type AdmissionHandler } from '../runtime/webhook/admission.ts';
 import { mutate } from '../runtime/api/jsonpatch.ts';
@@ -37,6 +40,7 @@ import {
   nodePatch,
   parseGates,
   podReady,
+  unknownAfter,
   type Gate,
   type GateDecision,
   type GateProblem,
@@ -51,12 +55,14 @@ import {
 } from './types.ts';
 
 type GateObject = KubeObject & { spec?: unknown; status?: NodeStartupGateStatus };
-type GateCount = 'nodes' | 'gated' | 'released' | 'timedOut' | 'wouldGate';
+type GateCount = 'nodes' | 'gated' | 'released' | 'timedOut' | 'wouldGate' | 'startedEarly';
 
 /** What the node controller last decided for a node, per gate: for status, finalizers and events. */
 interface NodeGateResult {
   state: GateDecision['state'];
   timedOut: boolean;
+  /** Held: the pods no gate requires that run on the node ("namespace/name on node"). */
+  startedEarly: string[];
 }
 
 export interface GatesControllerOptions {
@@ -133,6 +139,7 @@ export class GatesController {
         { type: 'Invalid', status: 'True' },
         { type: 'Conflicting', status: 'True' },
         { type: 'RequiredPodsSchedulable', status: 'False' },
+        { type: 'AfterGatesFound', status: 'False' },
       ],
       // The gate's finalizer: deleting a gate takes its taint and annotations off every node first.
       reconcile: (obj, writeStatus) =>
@@ -215,7 +222,19 @@ export class GatesController {
       }
     }
     const before = this.status.get(name);
-    this.status.set(name, new Map(decisions.map((d) => [d.gate, { state: d.state, timedOut: d.timedOut }])));
+    this.status.set(
+      name,
+      new Map(
+        decisions.map((d) => [
+          d.gate,
+          {
+            state: d.state,
+            timedOut: d.timedOut,
+            startedEarly: (d.startedEarly ?? []).map((p) => `${p} on ${name}`),
+          },
+        ]),
+      ),
+    );
     this.announceAdmissions(node, decisions, before);
     const after = decisions.flatMap((d) => (d.requeueAfterMs === undefined ? [] : [d.requeueAfterMs]));
     if (retryAfterMs !== undefined) after.push(retryAfterMs);
@@ -261,9 +280,11 @@ export class GatesController {
     let gated = 0;
     let timedOut = 0;
     let wouldGate = 0;
+    const early: string[] = [];
     for (const s of standings) {
       if (s.state === 'NotSelected') continue;
       nodes++;
+      early.push(...s.startedEarly);
       if (s.state === 'Held' || s.state === 'HeldTimedOut') gated++;
       if (s.state === 'WouldGate') wouldGate++;
       if (s.timedOut) timedOut++;
@@ -278,8 +299,16 @@ export class GatesController {
     const unschedulable = gate?.enforced ? this.unschedulableRequirements(gate) : [];
     const enforced = !!gate?.enforced;
     const dryRun = gate?.spec.dryRun ?? false;
+    const unknown = gate?.enforced ? unknownAfter(gate, gates) : [];
     return {
-      counts: { nodes, gated, released, timedOut, wouldGate: dryRun ? wouldGate : undefined },
+      counts: {
+        nodes,
+        gated,
+        released,
+        timedOut,
+        wouldGate: dryRun ? wouldGate : undefined,
+        startedEarly: early.length,
+      },
       conditions: [
         { type: 'Invalid', status: !!invalid, reason: invalid ? 'InvalidSpec' : 'Valid', message: invalid },
         {
@@ -293,6 +322,22 @@ export class GatesController {
           status: unschedulable.length === 0,
           reason: unschedulable.length ? 'MissingToleration' : 'Schedulable',
           message: unschedulable.join('; '),
+        },
+        {
+          type: 'AfterGatesFound',
+          status: unknown.length === 0,
+          reason: unknown.length ? 'UnknownGate' : 'Found',
+          message: unknown.length
+            ? `after names ${unknown.join(', ')}, which no valid gate has: this gate does not wait for ${unknown.length > 1 ? 'them' : 'it'}`
+            : '',
+        },
+        {
+          type: 'StartedEarly',
+          status: early.length > 0,
+          reason: early.length ? 'PodsRanBeforeRelease' : 'None',
+          message: early.length
+            ? `${early.length} pod${early.length > 1 ? 's' : ''} no gate requires run on nodes this gate holds: ${early.slice(0, 5).join(', ')}${early.length > 5 ? ` and ${early.length - 5} more` : ''}`
+            : '',
         },
         {
           type: 'Ready',
@@ -348,6 +393,61 @@ export class GatesController {
         spec: { ...spec, taints: [...(spec.taints ?? []), ...taints] },
       };
       return { allowed: true, patch: mutate(node, after) };
+    };
+  }
+
+  /**
+   * The Pod CREATE admission handler: refuses (or warns about) a pod whose spec.nodeName names a
+   * node a gate holds, from the caches alone (the apiserver waits for this answer).
+   */
+  podAdmissionHandler(): AdmissionHandler {
+    return (req) => {
+      const obj = req.object;
+      if (!obj || req.operation !== 'CREATE') return { allowed: true };
+      const slim = slimPod(obj);
+      const pod: SlimPod = { ...slim, metadata: { ...slim.metadata, namespace: req.namespace } };
+      const node = pod.spec.nodeName ? this.nodes.get(pod.spec.nodeName) : undefined;
+      const verdict = admitPod(this.gates().gates, {
+        pod,
+        tolerations: (obj['spec'] as { tolerations?: Toleration[] } | undefined)?.tolerations,
+        node,
+        groups: req.userInfo.groups,
+        daemonSetExists: (ns, name, uid) => this.daemonSets.get(`${ns}/${name}`)?.metadata?.uid === uid,
+      });
+      if (node && !req.dryRun) {
+        for (const w of verdict.warnings) this.events.event(node, 'Warning', 'NodeNameBypass', 'Admit', w);
+      }
+      if (verdict.allowed) {
+        if (verdict.warnings.length) this.log.info({ node: pod.spec.nodeName }, verdict.warnings.join('; '));
+        return verdict.warnings.length ? { allowed: true, warnings: verdict.warnings } : { allowed: true };
+      }
+      this.log.info({ node: pod.spec.nodeName }, verdict.message!);
+      return {
+        allowed: false,
+        status: { code: 403, reason: 'Forbidden', message: verdict.message! },
+        ...(verdict.warnings.length ? { warnings: verdict.warnings } : {}),
+      };
+    };
+  }
+
+  /**
+   * The Pod CREATE webhook, for pods created with spec.nodeName only (the match condition keeps the
+   * apiserver from calling it for any other). It shares the Node webhook's failurePolicy: Ignore
+   * admits such pods while Berth is down, Fail refuses them (kube-system and Berth's namespace
+   * excepted), so a strict cluster is strict about both doors.
+   */
+  podWebhook(): WebhookSpec {
+    return {
+      name: 'pods.gates.berth.dev',
+      path: '/gates/validate-pod',
+      kind: 'validating',
+      handler: this.podAdmissionHandler(),
+      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+      failurePolicy: this.failurePolicy,
+      matchConditions: [
+        { name: 'node-name-set', expression: "has(object.spec.nodeName) && object.spec.nodeName != ''" },
+      ],
+      timeoutSeconds: 2,
     };
   }
 

@@ -48,32 +48,37 @@ export interface GateProblem {
 const MAX_NAME = 253 - `.${GATES_DOMAIN}`.length;
 
 /**
- * Parses gates from their objects, sorted by name. An invalid gate is left out; of two gates with
- * the same taint (key and effect) the first by name is enforced and both are Conflicting, so the
- * outcome does not depend on the order events arrive in.
+ * Parses gates from their objects, sorted by name. An invalid gate is left out; gates whose `after`
+ * lists form a cycle are Invalid; of two gates with the same taint (key and effect) the first by
+ * name is enforced and both are Conflicting, so the outcome does not depend on the order events
+ * arrive in.
  */
 export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<string, GateProblem> } {
   const problems = new Map<string, GateProblem>();
-  const gates: Gate[] = [];
-  const byTaint = new Map<string, Gate>();
   const sorted = [...objs].sort((a, b) => (a.metadata!.name! < b.metadata!.name! ? -1 : 1));
-  for (const obj of sorted) {
+  const parsed = sorted.map((obj) => {
     const name = obj.metadata!.name!;
     const meta = {
       createdAt: Date.parse(obj.metadata?.creationTimestamp ?? '') || 0,
       deleting: obj.metadata?.deletionTimestamp !== undefined,
     };
-    const parsed = NodeStartupGate.parse({
+    const result = NodeStartupGate.parse({
       ...obj,
       apiVersion: NodeStartupGate.apiVersion,
       kind: NodeStartupGate.kind,
     });
-    const problem = !parsed.success
-      ? parsed.error
+    const problem = !result.success
+      ? result.error
       : name.length > MAX_NAME
         ? `the name is longer than ${MAX_NAME} characters: its node annotations would not be valid keys`
-        : completionProblem(name, parsed.data.spec.completionAnnotation);
-    if (problem || !parsed.success) {
+        : completionProblem(name, result.data.spec.completionAnnotation);
+    return { obj, name, meta, spec: result.success && !problem ? result.data.spec : undefined, problem };
+  });
+  const cycles = afterCycles(new Map(parsed.flatMap((p) => (p.spec ? [[p.name, p.spec.after ?? []]] : []))));
+  const gates: Gate[] = [];
+  const byTaint = new Map<string, Gate>();
+  for (const { obj, name, meta, spec, problem } of parsed) {
+    if (!spec) {
       problems.set(name, { reason: 'Invalid', message: problem! });
       const keys = disarmedSchema.safeParse((obj as { spec?: unknown }).spec);
       if (keys.success && name.length <= MAX_NAME) {
@@ -88,8 +93,14 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
       }
       continue;
     }
-    const spec = parsed.data.spec;
     const gate: Gate = { name, enforced: true, spec, keys: gateAnnotations(name, spec), ...meta };
+    const cycle = cycles.get(name);
+    if (cycle) {
+      // Its keys are sound, so it gives back what it holds like any gate that is not enforced.
+      problems.set(name, { reason: 'Invalid', message: cycle });
+      gates.push({ ...gate, enforced: false });
+      continue;
+    }
     const holder = byTaint.get(taintId(spec.taint));
     if (holder) {
       const message = `gates ${holder.name} and ${name} both use the taint ${taintId(spec.taint)}; ${holder.name} (first by name) is enforced`;
@@ -100,6 +111,84 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
     gates.push(gate);
   }
   return { gates, problems };
+}
+
+/**
+ * The gates on a cycle of `after` (name → the gates it waits for), each with the message that
+ * names the cycle's gates. A gate waiting for a gate on a cycle is not on it: the gates of a cycle
+ * hold nothing, so it does not wait for them.
+ */
+export function afterCycles(after: Map<string, string[]>): Map<string, string> {
+  const reach = new Map<string, Set<string>>();
+  for (const start of after.keys()) {
+    const seen = new Set<string>();
+    const stack = [...(after.get(start) ?? [])];
+    while (stack.length) {
+      const n = stack.pop()!;
+      if (seen.has(n) || !after.has(n)) continue;
+      seen.add(n);
+      stack.push(...after.get(n)!);
+    }
+    reach.set(start, seen);
+  }
+  const out = new Map<string, string>();
+  for (const [name, seen] of reach) {
+    if (!seen.has(name)) continue;
+    const members = [...seen].filter((n) => reach.get(n)!.has(name)).sort();
+    out.set(
+      name,
+      members.length === 1
+        ? `after: the gate waits for itself (a cycle)`
+        : `after: gates ${members.join(', ')} wait for each other (a cycle); none of them is enforced`,
+    );
+  }
+  return out;
+}
+
+/** The names in the gate's `after` that no gate has (a typo, or a gate not created yet): it does not wait for them. */
+export function unknownAfter(gate: Pick<Gate, 'spec'>, gates: Gate[]): string[] {
+  return (gate.spec.after ?? []).filter((n) => !gates.some((g) => g.name === n));
+}
+
+/**
+ * Each enforced gate's phase: 1 without predecessors, else one more than its latest enforced
+ * predecessor's. Cycles never reach here (their gates are not enforced).
+ */
+export function gatePhases(gates: Gate[]): Map<string, number> {
+  const enforced = new Map(gates.filter((g) => g.enforced).map((g) => [g.name, g]));
+  const phases = new Map<string, number>();
+  const phase = (g: Gate): number => {
+    const known = phases.get(g.name);
+    if (known !== undefined) return known;
+    const before = (g.spec.after ?? []).flatMap((n) => (enforced.has(n) ? [phase(enforced.get(n)!)] : []));
+    const p = 1 + Math.max(0, ...before);
+    phases.set(g.name, p);
+    return p;
+  };
+  for (const g of enforced.values()) phase(g);
+  return phases;
+}
+
+/**
+ * Where a node is in its ordered gates: the gates holding it whose requirements count now, those
+ * still waiting for them, and the phase (of the phases of the gates holding it). Undefined when no
+ * gate holds the node.
+ */
+export function nodePhase(
+  gates: Gate[],
+  decisions: GateDecision[],
+): { phase: number; of: number; now: string[]; next: string[] } | undefined {
+  const held = decisions.filter((d) => d.state === 'Held' || d.state === 'HeldTimedOut');
+  if (held.length === 0) return undefined;
+  const phases = gatePhases(gates);
+  const phaseOf = (d: GateDecision) => phases.get(d.gate) ?? 1;
+  const now = held.filter((d) => !d.waitingFor);
+  return {
+    phase: Math.min(...(now.length ? now : held).map(phaseOf)),
+    of: Math.max(...held.map(phaseOf)),
+    now: now.map((d) => d.gate),
+    next: held.filter((d) => d.waitingFor).map((d) => d.gate),
+  };
 }
 
 /** One owner per key among gates too: a completion annotation in another gate's keys (or its own bookkeeping) would fight it. */
@@ -114,6 +203,7 @@ function completionProblem(name: string, key: string | undefined): string | unde
 const disarmedSchema = z.object({ taint: taintSchema, completionAnnotation: z.string().min(1).optional() });
 const DISARMED: Omit<NodeStartupGateSpec, 'taint'> = {
   requirements: {},
+  nodeNamePods: 'Reject',
   minHoldSeconds: 0,
   mode: 'BootstrapOnly',
   backfill: false,
@@ -125,6 +215,9 @@ type TaintLike = { key: string; value?: string | undefined; effect: string };
 /** Whether `taints` hold `t` (a taint's identity is its key and effect). */
 const holds = (taints: TaintLike[] | undefined, t: TaintLike) =>
   (taints ?? []).some((x) => taintId(x) === taintId(t));
+
+/** A taint as kubectl writes it: key=value:Effect. */
+export const formatTaint = (t: TaintLike): string => `${t.key}${t.value ? `=${t.value}` : ''}:${t.effect}`;
 
 /** The gate's taint as written to a node (no value field when it has none). */
 const nodeTaint = (t: TaintLike): NodeTaint => ({
@@ -153,11 +246,20 @@ export function workloadPods(pods: SlimPod[]): SlimPod[] {
   );
 }
 
-/** A pod is done initialising when it is Ready, has Succeeded (a run-to-completion init), or says so. */
-export function podDone(p: SlimPod, readyAnnotation: string | undefined): boolean {
-  if (p.status.phase === 'Succeeded') return true;
-  if (readyAnnotation && p.metadata?.annotations?.[readyAnnotation] === 'true') return true;
-  return p.status.phase === 'Running' && podReady(p);
+/**
+ * A pod is done initialising when it is Ready or has Succeeded (a run-to-completion init), or when
+ * it says so with the ready annotation; readiness Annotation makes the annotation the only signal.
+ * The default keeps gates written before `readiness` working as they did.
+ */
+export function podDone(
+  p: SlimPod,
+  readyAnnotation: string | undefined,
+  readiness: PodRequirement['readiness'] = readyAnnotation ? 'Either' : 'Ready',
+): boolean {
+  if (readiness !== 'Ready' && readyAnnotation && p.metadata?.annotations?.[readyAnnotation] === 'true')
+    return true;
+  if (readiness === 'Annotation') return false;
+  return p.status.phase === 'Succeeded' || (p.status.phase === 'Running' && podReady(p));
 }
 
 export const podReady = (p: SlimPod): boolean => hasCondition(p, 'Ready');
@@ -199,13 +301,17 @@ export function unmetRequirements(gate: Pick<Gate, 'spec'>, node: SlimNode, pods
       unmet.push(`${describeRequirement(r)}: none on the node yet`);
       continue;
     }
-    const waiting = mine.filter((p) => !podDone(p, r.readyAnnotation));
+    const waiting = mine.filter((p) => !podDone(p, r.readyAnnotation, r.readiness));
     if (waiting.length) {
       const names = waiting
         .slice(0, 3)
         .map((p) => `${p.metadata?.namespace}/${p.metadata?.name} (${p.status.phase ?? 'Pending'})`);
+      const lacking =
+        r.readiness === 'Annotation'
+          ? `without ${r.readyAnnotation ?? 'the ready annotation'}=true`
+          : 'not Ready';
       unmet.push(
-        `${describeRequirement(r)}: ${names.join(', ')}${waiting.length > 3 ? ` and ${waiting.length - 3} more` : ''} not Ready`,
+        `${describeRequirement(r)}: ${names.join(', ')}${waiting.length > 3 ? ` and ${waiting.length - 3} more` : ''} ${lacking}`,
       );
     }
   }
@@ -246,6 +352,10 @@ export interface GateDecision {
   timedOut: boolean;
   /** When to look again even if nothing changes (the minimum hold or the timeout runs out). */
   requeueAfterMs?: number;
+  /** Held: the gates of its `after` that still hold the node, so its requirements do not count yet. */
+  waitingFor?: string[];
+  /** Held: the node's pods (namespace/name) no gate requires that run there already. */
+  startedEarly?: string[];
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -254,29 +364,54 @@ const seconds = (ms: number) => Math.round(ms / 100) / 10;
 /** Every gate's decision for a node (what the controller writes and explain shows). */
 export function decideGates(gates: Gate[], node: SlimNode, pods: SlimPod[], now: number): GateDecision[] {
   const ann = node.metadata?.annotations ?? {};
-  return gates.map((g) =>
-    decideGate(
-      g,
-      node,
-      pods,
-      now,
-      gates.some((o) => o !== g && taintId(o.spec.taint) === taintId(g.spec.taint) && o.keys.gatedAt in ann),
-    ),
-  );
+  const early = startedEarly(gates, pods);
+  return gates.map((g) => {
+    const d = decideGate(g, node, pods, now, {
+      heldByAnother: gates.some(
+        (o) => o !== g && taintId(o.spec.taint) === taintId(g.spec.taint) && o.keys.gatedAt in ann,
+      ),
+      // A predecessor has released the node once the node says so (its gated-at is gone), so the
+      // phases come off one after the other even when their requirements hold at once.
+      waitingFor: (g.spec.after ?? []).filter((n) =>
+        gates.some((o) => o.name === n && o.keys.gatedAt in ann),
+      ),
+    });
+    const held = d.state === 'Held' || d.state === 'HeldTimedOut';
+    return held && early.length ? { ...d, startedEarly: early } : d;
+  });
+}
+
+/**
+ * The node's pods that no gate requires and that have started (or run to the end): what ran on a
+ * node before its gates released it, as the DaemonSets that tolerate every taint do. Static pods
+ * (their mirrors) run whatever the API says, so they are left out.
+ */
+export function startedEarly(gates: Gate[], pods: SlimPod[]): string[] {
+  return pods
+    .filter(
+      (p) =>
+        !p.metadata?.deletionTimestamp &&
+        p.status.phase !== undefined &&
+        p.status.phase !== 'Pending' &&
+        !ownerKinds(p).includes('Node') &&
+        !gates.some((g) => (g.spec.requirements.pods ?? []).some((r) => requiredPods(r, [p]).length)),
+    )
+    .map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`);
 }
 
 /**
  * What one gate wants on one node now. Berth holds a node exactly while the gate's gated-at
  * annotation is on it: that is how it knows the taint is its own (put on by its webhook or its
  * controller) and since when, across restarts. `heldByAnother`: another gate with the same taint
- * holds the node (the loser of a conflict), so the taint is Berth's to hand over.
+ * holds the node (the loser of a conflict), so the taint is Berth's to hand over. `waitingFor`: the
+ * gates of its `after` that still hold the node; until they let go they are all it waits for.
  */
 export function decideGate(
   gate: Gate,
   node: SlimNode,
   pods: SlimPod[],
   now: number,
-  heldByAnother = false,
+  { heldByAnother = false, waitingFor = [] }: { heldByAnother?: boolean; waitingFor?: string[] } = {},
 ): GateDecision {
   const { keys, spec } = gate;
   const ann = node.metadata?.annotations ?? {};
@@ -343,6 +478,12 @@ export function decideGate(
 
   const unmet = unmetRequirements(gate, node, pods);
   if (held) {
+    const earlier = waitingFor.length
+      ? {
+          unmet: waitingFor.map((n) => `gate ${n} to release the node first (after)`),
+          why: `waiting for gate${waitingFor.length > 1 ? 's' : ''} ${waitingFor.join(', ')} to release the node first`,
+        }
+      : undefined;
     if (!tainted) {
       // Someone took the taint off by hand: that is a release, and the gate stops holding.
       return {
@@ -372,8 +513,10 @@ export function decideGate(
           : {}),
       ...(completed ? {} : { [keys.completedAt]: iso(now) }),
     });
+    // Until its predecessors let go, they are all it waits for: its own requirements do not count yet.
+    const pending = earlier?.unmet ?? unmet;
     const minHoldMs = spec.minHoldSeconds * 1000;
-    if (unmet.length === 0) {
+    if (pending.length === 0) {
       if (heldMs >= minHoldMs) {
         return {
           ...base,
@@ -401,14 +544,14 @@ export function decideGate(
     }
     const timeoutMs = spec.timeout ? spec.timeout.seconds * 1000 : undefined;
     if (timeoutMs !== undefined && heldMs >= timeoutMs) {
-      const waiting = unmet.join('; ');
+      const waiting = pending.join('; ');
       if (spec.timeout!.outcome === 'Release') {
         return {
           ...base,
           state: 'Released',
           taint: false,
           annotations: releaseWith('Timeout'),
-          unmet,
+          unmet: pending,
           timedOut: true,
           why: `released by the ${spec.timeout!.seconds}s timeout`,
           release: { outcome: 'Timeout', heldSeconds: seconds(heldMs) },
@@ -424,8 +567,9 @@ export function decideGate(
         state: 'HeldTimedOut',
         taint: true,
         annotations: timedOutBefore ? {} : { [keys.timedOutAt]: iso(now) },
-        unmet,
+        unmet: pending,
         timedOut: true,
+        ...(earlier ? { waitingFor } : {}),
         why: `held past the ${spec.timeout!.seconds}s timeout (outcome KeepTainted)`,
         ...(timedOutBefore
           ? {}
@@ -443,8 +587,9 @@ export function decideGate(
       state: 'Held',
       taint: true,
       annotations: {},
-      unmet,
-      why: 'waiting for its requirements',
+      unmet: pending,
+      why: earlier?.why ?? 'waiting for its requirements',
+      ...(earlier ? { waitingFor } : {}),
       ...(timeoutMs !== undefined ? { requeueAfterMs: timeoutMs - heldMs } : {}),
     };
   }

@@ -1,13 +1,10 @@
-// `berth explain node` for startup gates: which gates hold the node, since when, and what each is
-// still waiting for; or why a gate does not hold it.
+// `berth explain node` for startup gates: which gates hold the node, since when, in which phase,
+// what each is still waiting for and which pods started early; or why a gate does not hold it.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { decideGates, nodePatch, parseGates } from './decide.ts';
+import { decideGates, formatTaint, nodePatch, nodePhase, parseGates } from './decide.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
-
-const formatTaint = (t: { key: string; value?: string | undefined; effect: string }) =>
-  `${t.key}${t.value ? `=${t.value}` : ''}:${t.effect}`;
 
 export async function explainNodeGates(
   client: KubeClient,
@@ -23,15 +20,21 @@ export async function explainNodeGates(
   ).items.map(slimPod);
   const out = [`Startup gates (field manager ${FIELD_MANAGER}):`];
   const decisions = decideGates(gates, node, pods, now);
+  const phase = nodePhase(gates, decisions);
+  if (phase && phase.of > 1)
+    out.push(
+      `  phase ${phase.phase} of ${phase.of}: now ${phase.now.join(', ') || 'none'}${phase.next.length ? `; then ${phase.next.join(', ')}` : ''}`,
+    );
   for (const [i, d] of decisions.entries()) {
     const g = gates[i]!;
-    const head = `  ${g.name} (taint ${formatTaint(g.spec.taint)}, ${g.spec.mode}${g.spec.dryRun ? ', dry run' : ''})`;
+    const head = `  ${g.name} (taint ${formatTaint(g.spec.taint)}, ${g.spec.mode}${g.spec.after?.length ? `, after ${g.spec.after.join(', ')}` : ''}${g.spec.dryRun ? ', dry run' : ''})`;
     const since = node.metadata?.annotations?.[g.keys.gatedAt];
     switch (d.state) {
       case 'Held':
       case 'HeldTimedOut':
         out.push(`${head}: HELD since ${since ?? 'now'}; ${d.why}`);
         for (const u of d.unmet) out.push(`    waiting for ${u}`);
+        for (const p of d.startedEarly ?? []) out.push(`    started early (not required by any gate): ${p}`);
         break;
       case 'WouldGate':
         out.push(`${head}: ${d.why}`);

@@ -16,9 +16,10 @@ export const gatesCapability: Capability = {
     workersOption('gate-workers', 'gates'),
     new Option(
       '--gates-failure-policy <policy>',
-      'failurePolicy of the Node CREATE webhook: Ignore (nodes join while Berth is down; the controller ' +
-        'taints them afterwards if still idle) or Fail (strict: no node joins ungated; label the nodes ' +
-        'Berth runs on gates.berth.dev/exempt=true)',
+      'failurePolicy of the Node CREATE webhook and of the Pod CREATE webhook for pods with spec.nodeName: ' +
+        'Ignore (nodes join while Berth is down, and the controller taints them afterwards if still idle; ' +
+        'pods with spec.nodeName are admitted) or Fail (strict: no node joins ungated, no pod with ' +
+        'spec.nodeName is created outside kube-system; label the nodes Berth runs on gates.berth.dev/exempt=true)',
     )
       .choices(['Ignore', 'Fail'])
       .default('Ignore'),
@@ -42,6 +43,6 @@ export const gatesCapability: Capability = {
       workers: Number(options['gateWorkers'] ?? 16),
       failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
     });
-    return { webhooks: [controller.webhook()] };
+    return { webhooks: [controller.webhook(), controller.podWebhook()] };
   },
 };

@@ -47,8 +47,14 @@ const podRequirement = k8s(
       .max(317)
       .superRefine(qualified('readyAnnotation'))
       .optional()
+      .describe('A pod carrying this annotation with the value "true" says it is done (see readiness).'),
+    readiness: z
+      .enum(['Ready', 'Annotation', 'Either'])
+      .optional()
       .describe(
-        'Shortcut: a pod carrying this annotation with the value "true" counts as Ready (the pod says it is done).',
+        'What says a pod is done. Ready: the pod is Ready (or Succeeded). Annotation: only readyAnnotation ' +
+          '(for pods that are Ready before their work is). Either: one or the other. Default: Either with ' +
+          'readyAnnotation, Ready without.',
       ),
   }),
   {
@@ -58,6 +64,11 @@ const podRequirement = k8s(
         message: 'set exactly one of selector or daemonSet',
       },
       { rule: '!has(self.daemonSet) || has(self.namespace)', message: 'daemonSet needs a namespace' },
+      {
+        rule: "!has(self.readiness) || (self.readiness == 'Ready') != has(self.readyAnnotation)",
+        message:
+          'readiness Annotation and Either need readyAnnotation; readiness Ready takes none (it would be ignored)',
+      },
     ],
   },
 );
@@ -133,6 +144,23 @@ export const nodeStartupGateSpec = k8s(
         ],
       },
     ).describe('What must hold, all of it, before the taint comes off.'),
+    after: z
+      .array(z.string().min(1).max(253))
+      .max(16)
+      .optional()
+      .describe(
+        'Gates that must release a node before this gate looks at its requirements: the taints can all go on ' +
+          'at admission and come off in this order. A cycle makes the gates in it Invalid; a name no gate has ' +
+          'holds nothing (condition AfterGatesFound False).',
+      ),
+    nodeNamePods: z
+      .enum(['Reject', 'Warn'])
+      .default('Reject')
+      .describe(
+        'A pod created with spec.nodeName on a node the gate holds skips the scheduler and its taint. Reject: ' +
+          'admission refuses it unless it tolerates the taint or is a required pod (DaemonSet, mirror and ' +
+          'kube-system pods always pass). Warn: admitted with a warning and a Warning event on the node.',
+      ),
     minHoldSeconds: z
       .number()
       .int()
@@ -201,6 +229,8 @@ export const NodeStartupGate = definePolicy({
     released: 'Selected nodes the gate does not hold.',
     timedOut: 'Nodes held past the timeout, or released by it, until their requirements hold.',
     wouldGate: 'Dry run: nodes the gate would hold.',
+    startedEarly:
+      'Pods no gate requires that run on nodes this gate holds (started before the node was released).',
   },
   printerColumns: [
     { name: 'Taint', type: 'string', jsonPath: '.spec.taint.key' },
@@ -211,7 +241,9 @@ export const NodeStartupGate = definePolicy({
     { name: 'TimedOut', type: 'integer', jsonPath: '.status.timedOut' },
   ],
 });
-export type NodeStartupGateStatus = PolicyStatus<'nodes' | 'gated' | 'released' | 'timedOut' | 'wouldGate'>;
+export type NodeStartupGateStatus = PolicyStatus<
+  'nodes' | 'gated' | 'released' | 'timedOut' | 'wouldGate' | 'startedEarly'
+>;
 
 /** The annotations a gate keeps on a node, all under `<gate>.gates.berth.dev/` but the completion one. */
 export interface GateAnnotations {

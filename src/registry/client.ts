@@ -107,6 +107,8 @@ const defaults = {
   maxBodyBytes: 4 << 20,
 };
 /** An index inside an index inside the top one at most, and this many child fetches per image. */
+/** What an origin that served a request without asking for credentials is remembered by. */
+const NO_CHALLENGE: Challenge = { scheme: 'none', params: {} };
 const maxDepth = 2;
 const maxFollows = 16;
 const maxRedirects = 5;
@@ -146,6 +148,11 @@ export class RegistryClient implements ImageInspector {
   readonly #tokens = new TtlCache<string>(1024);
   /** The challenge each registry origin answered, so later repositories go straight to the realm. */
   readonly #challenges = new Lru<Challenge>(1024);
+  /**
+   * An origin's first request, while its challenge is unknown: the others wait for it rather than
+   * each take their own 401 (a burst of pods naming new repositories of one registry).
+   */
+  readonly #discovering = new Map<string, Promise<void>>();
   readonly #imageFlights = new Flights<Resolved>();
   readonly #digestFlights = new Flights<{ platforms: Platform[]; registry: string }>();
   readonly #tokenFlights = new Flights<string>();
@@ -399,11 +406,29 @@ export class RegistryClient implements ImageInspector {
     const url = new URL(path, s.ep.url);
     let renewed = false;
     while (true) {
-      const challenge = this.#challenges.peek(origin);
+      let challenge = this.#challenges.peek(origin);
+      const pending = challenge ? undefined : this.#discovering.get(origin);
+      if (pending) {
+        await pending;
+        challenge = this.#challenges.peek(origin);
+      }
+      let discovered: (() => void) | undefined;
+      if (!challenge && !this.#discovering.has(origin))
+        this.#discovering.set(origin, new Promise<void>((resolve) => (discovered = resolve)));
       const headers: Record<string, string> = accept ? { Accept: accept } : {};
       const authorization = challenge && (await this.#authorization(s, challenge));
       if (authorization) headers['Authorization'] = authorization;
-      const got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical);
+      let got: Answer;
+      try {
+        got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical);
+        // Served without a challenge: the origin needs none, and nobody waits for a 401 again.
+        if (!challenge && got.status !== 401) this.#challenges.set(origin, NO_CHALLENGE);
+      } finally {
+        if (discovered) {
+          this.#discovering.delete(origin);
+          discovered();
+        }
+      }
       if (got.status >= 200 && got.status < 300) return got;
       const says = registrySays(got.body);
       if (got.status === 401) {

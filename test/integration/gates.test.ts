@@ -1,6 +1,8 @@
 // Startup gates against the real control plane (controller-manager, scheduler, kwok): tainted at
 // admission, released when the init DaemonSet's pod is Ready, the annotation shortcut, timeouts,
-// continuous mode, the webhook down (fallback, and failurePolicy Fail), backfill, deletion, bad specs.
+// continuous mode, the webhook down (fallback, and failurePolicy Fail), backfill, deletion, bad specs;
+// ordered gates (after), annotation-only readiness, pods created with spec.nodeName on a held node,
+// and the pods that started on a node before its release.
 import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -53,12 +55,18 @@ function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
   };
 }
 
+/** The gates' Pod webhook, narrowed to this file's namespace. */
+const ourPodWebhook = (): WebhookSpec => ({
+  ...controller!.podWebhook(),
+  namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
+});
+
 async function startWebhooks(): Promise<void> {
   hooks = new WebhookRunnable({
     client,
     server: { port: 0, certificates: generatedCertificates(registration) },
     registration,
-    specs: [ourWebhook()],
+    specs: [ourWebhook(), ourPodWebhook()],
     berthNamespace: 'berth-system',
     configName: id,
   });
@@ -83,6 +91,7 @@ before(async () => {
 after(async () => {
   await hooks?.stop();
   await client.delete(Resources.mutatingWebhookConfigurations, id).catch(() => {});
+  await client.delete(Resources.validatingWebhookConfigurations, id).catch(() => {});
   for (const g of gates) await client.delete(NodeStartupGate.ref, g).catch(() => {});
   // Deleting the gates releases their finalizers while the controller still runs.
   await waitFor('the gates gone', async () => {
@@ -576,6 +585,16 @@ describe('startup gates', () => {
     await reject('an unknown effect', { ...base, taint: { key: 'k', effect: 'Bogus' } });
     await reject('no requirement', { ...base, requirements: {} });
     await reject('a daemonSet without namespace', { ...base, requirements: { pods: [{ daemonSet: 'x' }] } });
+    const annotated = (extra: Record<string, unknown>) => ({
+      ...base,
+      requirements: { pods: [{ namespace: ns, daemonSet: 'x', ...extra }] },
+    });
+    await reject('readiness Annotation without readyAnnotation', annotated({ readiness: 'Annotation' }));
+    await reject('readiness Either without readyAnnotation', annotated({ readiness: 'Either' }));
+    await reject(
+      'readiness Ready with a readyAnnotation it would ignore',
+      annotated({ readiness: 'Ready', readyAnnotation: `${D}/ready` }),
+    );
     await reject('a timeout shorter than the minimum hold', {
       ...base,
       minHoldSeconds: 10,
@@ -622,5 +641,234 @@ describe('startup gates', () => {
       ),
       (e) => e instanceof ApiError && e.status === 422 && /immutable/.test(e.message),
     );
+  });
+});
+
+/** A pod on `node`, created directly (spec.nodeName), tolerating everything unless told. */
+const boundPod = (node: string, labels: Record<string, string>, tolerate = true) =>
+  podManifest({
+    name: uniqueName('bound'),
+    namespace: ns,
+    nodeName: node,
+    labels,
+    ...(tolerate ? { tolerations: [{ operator: 'Exists' as const }] } : {}),
+  });
+const getPod = (name: string) => client.get(Resources.pods, name, ns);
+const podReadyNow = async (name: string) =>
+  (
+    (await getPod(name))['status'] as { conditions?: { type: string; status: string }[] } | undefined
+  )?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
+const condition = async (gate: string, type: string) =>
+  (await gateStatus(gate))?.conditions?.find((c) => c.type === type);
+const waitCondition = (gate: string, type: string, status: 'True' | 'False', text = '') =>
+  waitFor(
+    `${gate}: ${type} ${status} (${text})`,
+    async () => {
+      const c = await condition(gate, type);
+      return c?.status === status && c.message.includes(text) && c;
+    },
+    { observe: () => gateStatus(gate) },
+  );
+
+describe('startup gates: order, readiness, nodeName, early pods', () => {
+  test('ordered gates: both taints at admission, and the later gate releases only after the earlier one', async () => {
+    const net = `${id}-net`;
+    const warm = `${id}-warm`;
+    const spec = (gate: string, extra: Record<string, unknown>) => ({
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'order' } },
+      ...extra,
+    });
+    // Its own requirement holds as soon as kwok reports the node Ready: only the order holds it.
+    await applyGate(
+      warm,
+      spec(warm, { requirements: { nodeConditions: [{ type: 'Ready' }] }, after: [net] }),
+    );
+    // Named before it exists: a condition and a Warning, not a failure.
+    await waitCondition(warm, 'AfterGatesFound', 'False', net);
+    await applyGate(
+      net,
+      spec(net, {
+        requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'net-init' } } }] },
+      }),
+    );
+    await waitCondition(warm, 'AfterGatesFound', 'True');
+    const admitted = await createNode('order');
+    const node = admitted.metadata!.name!;
+    assert.ok(taintsOf(admitted).includes(taintKey(net)), 'the earlier taint at admission');
+    assert.ok(taintsOf(admitted).includes(taintKey(warm)), 'the later taint at admission too');
+    await waitFor(
+      `${node} Ready`,
+      async () =>
+        (
+          (await getNode(node))['status'] as { conditions?: { type: string; status: string }[] }
+        ).conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
+      { observe: () => getNode(node) },
+    );
+    await holdsFor(
+      `${warm} holds while ${net} does, although its own requirement holds`,
+      async () => taintsOf(await getNode(node)).includes(taintKey(warm)),
+      1500,
+    );
+    const explained = (await explainNodeGates(client, await getNode(node))).join('\n');
+    assert.match(explained, new RegExp(`phase 1 of 2: now ${net}; then ${warm}`));
+    assert.match(explained, new RegExp(`waiting for gate ${net} to release the node first`));
+
+    await client.create(Resources.pods, boundPod(node, { app: 'net-init' }));
+    const n = await released(node, warm);
+    assert.equal(taintsOf(n).includes(taintKey(net)), false);
+    const [first, second] = [annotation(n, completedAt(net)), annotation(n, completedAt(warm))];
+    assert.ok(first && second, 'both completion stamps');
+    assert.ok(
+      Date.parse(first) < Date.parse(second),
+      `${net} released (${first}) before ${warm} (${second})`,
+    );
+  });
+
+  test('gates waiting for each other are Invalid, with a Warning, and hold nothing', async () => {
+    const a = `${id}-cyca`;
+    const b = `${id}-cycb`;
+    const spec = (gate: string, after: string) => ({
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'cycle' } },
+      requirements: { nodeConditions: [{ type: 'Ready' }] },
+      after: [after],
+    });
+    await applyGate(a, spec(a, b));
+    await applyGate(b, spec(b, a));
+    for (const g of [a, b]) await waitCondition(g, 'Invalid', 'True', 'a cycle');
+    const gateEvents = async () =>
+      (await client.list<Event>(Resources.events, { namespace: 'default' })).items.filter(
+        (e) => e.regarding?.name === a,
+      );
+    await waitFor(
+      'InvalidSpec Warning event naming the cycle',
+      async () =>
+        (await gateEvents()).find(
+          (e) => e.reason === 'InvalidSpec' && e.type === 'Warning' && e.note?.includes('cycle'),
+        ),
+      { observe: gateEvents },
+    );
+    const joined = await createNode('cycle');
+    assert.deepEqual(
+      taintsOf(joined).filter((k) => k === taintKey(a) || k === taintKey(b)),
+      [],
+      'neither gate of the cycle taints a joining node',
+    );
+  });
+
+  test('readiness Annotation: an init pod Ready at once releases the node only once annotated', async () => {
+    const gate = `${id}-annot`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'annot' } },
+      requirements: {
+        pods: [
+          {
+            namespace: ns,
+            selector: { matchLabels: { app: 'warm-annot' } },
+            readyAnnotation: `${D}/warm`,
+            readiness: 'Annotation',
+          },
+        ],
+      },
+    });
+    const node = (await createNode('annot')).metadata!.name!;
+    await tainted(node, gate);
+    const init = (await client.create(Resources.pods, boundPod(node, { app: 'warm-annot' }))).metadata!.name!;
+    await waitFor(`${init} Ready (kwok)`, () => podReadyNow(init), { observe: () => getPod(init) });
+    await holdsFor(
+      'held while the Ready init pod lacks the annotation',
+      async () => taintsOf(await getNode(node)).includes(taintKey(gate)),
+      1500,
+    );
+    const explained = (await explainNodeGates(client, await getNode(node))).join('\n');
+    assert.match(explained, new RegExp(`${init} \\(Running\\) without ${D}/warm=true`));
+    await client.patch(
+      Resources.pods,
+      init,
+      { metadata: { annotations: { [`${D}/warm`]: 'true' } } },
+      { namespace: ns },
+    );
+    await released(node, gate);
+  });
+
+  test('spec.nodeName on a held node: refused unless tolerating or required, admitted after release; Warn admits with a Warning', async () => {
+    const gate = `${id}-bind`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), value: 'wait', effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'bind' } },
+      requirements: {
+        pods: [
+          { namespace: ns, selector: { matchLabels: { app: 'bind-init' } }, readyAnnotation: `${D}/done` },
+        ],
+      },
+    });
+    const node = (await createNode('bind', { kwok: false })).metadata!.name!;
+    await tainted(node, gate);
+    // The apiserver picks a new webhook configuration up with some delay: retry until refused.
+    const refused = await waitFor('a pod with nodeName on the held node refused', async () => {
+      try {
+        const p = await client.create(Resources.pods, boundPod(node, { app: 'web' }, false));
+        await client.delete(Resources.pods, p.metadata!.name!, ns);
+        return false;
+      } catch (e) {
+        return e instanceof ApiError && e.status === 403 && e;
+      }
+    });
+    assert.match(refused.message, new RegExp(`NodeStartupGate ${gate} holds node ${node}`));
+    assert.match(refused.message, /spec\.nodeName/);
+    // Tolerating the taint, or being the pod the gate waits for, gets in.
+    await client.create(Resources.pods, boundPod(node, { app: 'web' }, true));
+    const init = (await client.create(Resources.pods, boundPod(node, { app: 'bind-init' }, false))).metadata!
+      .name!;
+    await client.patch(
+      Resources.pods,
+      init,
+      { metadata: { annotations: { [`${D}/done`]: 'true' } } },
+      { namespace: ns },
+    );
+    await released(node, gate);
+    // The controller's node cache follows the release: retry until admitted.
+    await waitFor('a pod with nodeName admitted once the node is released', async () => {
+      try {
+        return await client.create(Resources.pods, boundPod(node, { app: 'web' }, false));
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 403) return false;
+        throw e;
+      }
+    });
+
+    const lenient = `${id}-bindwarn`;
+    await applyGate(lenient, {
+      taint: { key: taintKey(lenient), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'bindwarn' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+      nodeNamePods: 'Warn',
+    });
+    const warned = (await createNode('bindwarn', { kwok: false })).metadata!.name!;
+    await tainted(warned, lenient);
+    await client.create(Resources.pods, boundPod(warned, { app: 'web' }, false));
+    await eventWith(warned, 'NodeNameBypass', `NodeStartupGate ${lenient} holds node ${warned}`);
+  });
+
+  test('pods no gate requires that run on a held node are counted and named, in status and explain', async () => {
+    const gate = `${id}-early`;
+    await applyGate(gate, {
+      taint: { key: taintKey(gate), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'early' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+    });
+    const node = (await createNode('early')).metadata!.name!;
+    await tainted(node, gate);
+    const bird = (await client.create(Resources.pods, boundPod(node, { app: 'early-bird' }))).metadata!.name!;
+    await waitFor(`${bird} Running (kwok)`, () => podReadyNow(bird), { observe: () => getPod(bird) });
+    await waitCondition(gate, 'StartedEarly', 'True', `${ns}/${bird} on ${node}`);
+    assert.equal((await gateStatus(gate))?.startedEarly, 1);
+    const explained = (await explainNodeGates(client, await getNode(node))).join('\n');
+    assert.match(explained, new RegExp(`started early \\(not required by any gate\\): ${ns}/${bird}`));
+    await client.delete(Resources.pods, bird, ns, { gracePeriodSeconds: 0 });
+    await waitCondition(gate, 'StartedEarly', 'False');
+    assert.equal((await gateStatus(gate))?.startedEarly, 0);
   });
 });

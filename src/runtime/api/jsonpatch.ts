@@ -66,3 +66,31 @@ export function mutate(before: KubeObject, after: KubeObject): JsonPatchOp[] {
   diff(before, after, '', ops);
   return ops;
 }
+
+/** The value a JSON Pointer names in `doc` (undefined when absent). */
+function valueAt(doc: unknown, pointer: string): unknown {
+  let at: unknown = doc;
+  for (const raw of pointer.slice(1).split('/')) {
+    const token = raw.replaceAll('~1', '/').replaceAll('~0', '~');
+    if (Array.isArray(at)) at = at[Number(token)];
+    else if (isRecord(at)) at = at[token];
+    else return undefined;
+  }
+  return at;
+}
+
+/**
+ * `ops` preceded by a test of every value they overwrite: what each replace or remove finds, and
+ * the array each append extends, as `before` had them. A concurrent change to one of those fails
+ * the patch; a change elsewhere (a status condition the scheduler sets, another writer's annotation)
+ * does not, as a test of the resourceVersion would.
+ */
+export function guarded(before: unknown, ops: JsonPatchOp[]): JsonPatchOp[] {
+  const tests = new Map<string, JsonPatchOp>();
+  for (const op of ops) {
+    const path = op.op === 'add' && op.path.endsWith('/-') ? op.path.slice(0, -2) : op.path;
+    if (op.op === 'test' || (op.op === 'add' && path === op.path)) continue;
+    tests.set(path, { op: 'test', path, value: valueAt(before, path) });
+  }
+  return [...tests.values(), ...ops];
+}

@@ -282,8 +282,22 @@ describe('the placing patch', () => {
   test('no affinity yet: one required term, ours; the gate, and only it, comes off; result and state', () => {
     const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }, { name: 'other.example/wait' }] });
     const ops = placePatch(p, placed(['amd64', 'arm64']), spec());
-    assert.deepEqual(ops[0], { op: 'test', path: '/metadata/resourceVersion', value: '7' });
-    const out = apply(p, ops);
+    // Guarded on the images it read and the gates it rewrites, not on the resourceVersion (the
+    // scheduler's SchedulingGated condition must not fail it).
+    assert.deepEqual(
+      ops.filter((o) => o.op === 'test'),
+      [
+        { op: 'test', path: '/spec/containers/0/image', value: p.spec.containers[0]!.image },
+        { op: 'test', path: '/spec/schedulingGates', value: p.spec.schedulingGates },
+      ],
+    );
+    assert.throws(() =>
+      apply({ ...p, spec: { ...p.spec, containers: [{ name: 'c', image: 'other:2' }] } }, ops),
+    );
+    const out = apply(
+      { ...p, status: { conditions: [{ type: 'PodScheduled', status: 'False' }] } } as typeof p,
+      ops,
+    );
     assert.deepEqual(terms(out), [
       { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64', 'arm64'] }] },
     ]);

@@ -27,6 +27,7 @@ describe('parseGates', () => {
         spec: {
           taint: { key: TAINT_KEY, effect: 'NoSchedule' },
           requirements: { pods: [{ namespace: 'kube-system', daemonSet: 'cilium' }] },
+          nodeNamePods: 'Reject',
           minHoldSeconds: 0,
           mode: 'BootstrapOnly',
           backfill: false,
@@ -106,6 +107,7 @@ describe('parseGates', () => {
       spec: {
         requirements: {},
         minHoldSeconds: 0,
+        nodeNamePods: 'Reject',
         mode: 'BootstrapOnly',
         backfill: false,
         dryRun: false,

@@ -1,0 +1,350 @@
+// Architecture-aware placement at scale: `npm run bench:arch -- --pods 5000 --images 200`.
+// 1. Images: `--images` repositories pushed to the sandbox registry (a quarter each: an OCI index
+//    amd64+arm64, a Docker list amd64+arm64+arm/v7, a single-arch amd64 image, a single-arch arm64
+//    one), reached through a counting proxy, so registry requests are counted outside Berth.
+// 2. Berth: `--pods` pods of two containers each are created at `--concurrency`; Berth's webhook
+//    gates each, its controller reads the images and writes the affinity and ungates. Measured per
+//    pod by one watcher: from the create's answer (the pod exists, gated) to the gate seen gone.
+// 3. The floor: the same number of pods created gated in another namespace at the same concurrency,
+//    while a minimal client, which knows each image's platforms, sends each pod the same patch
+//    (affinity, annotation, gate removed) at the same concurrency as Berth's workers.
+// 4. Webhook: Pod CREATE AdmissionReviews sent straight to Berth's webhook at `--webhook-rate`.
+// Berth runs as its own process (`berth run --controllers arch`), as it would in a cluster.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { installCrds } from '../src/cli/install.ts';
+import { ArchPlacement, SCHEDULING_GATE } from '../src/arch/types.ts';
+import { Informer } from '../src/runtime/cache/informer.ts';
+import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
+import {
+  benchSandbox,
+  forEachLimit,
+  percentile,
+  round,
+  report,
+  waitForValue,
+  webhookLatencies,
+} from './lib.ts';
+import { startBerth } from '../test/helpers/berth.ts';
+import { platform, RegistryPusher, startFaultProxy, type PlatformSpec } from '../test/helpers/registry.ts';
+
+const { values } = parseArgs({
+  options: {
+    pods: { type: 'string', default: '5000' },
+    images: { type: 'string', default: '200' },
+    nodes: { type: 'string', default: '100' },
+    concurrency: { type: 'string', default: '32' },
+    'webhook-rate': { type: 'string', default: '200' },
+    'webhook-seconds': { type: 'string', default: '10' },
+  },
+});
+const podCount = Number(values.pods);
+const imageCount = Number(values.images);
+const nodeCount = Number(values.nodes);
+const concurrency = Number(values.concurrency);
+const rate = Number(values['webhook-rate']);
+const webhookSeconds = Number(values['webhook-seconds']);
+const NS = 'bench-arch';
+const FLOOR_NS = 'bench-arch-floor';
+
+// Mixed architectures, as in a cluster of cloud amd64 and arm64 instances.
+const arm = Math.floor(nodeCount * 0.4);
+const sb = await benchSandbox(
+  'bench-arch',
+  [
+    { prefix: 'amd', count: nodeCount - arm, arch: 'amd64' },
+    { prefix: 'arm', count: arm, arch: 'arm64' },
+  ],
+  { registry: true },
+);
+const registry = sb.registry!;
+const client = sb.client({ maxInFlight: 64 });
+await installCrds(client);
+for (const name of [NS, FLOOR_NS])
+  await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+
+// 1. Images.
+const kinds: { platforms: PlatformSpec[]; format: 'oci' | 'docker'; index: boolean }[] = [
+  { platforms: [platform('linux/amd64'), platform('linux/arm64')], format: 'oci', index: true },
+  {
+    platforms: [platform('linux/amd64'), platform('linux/arm64'), platform('linux/arm/v7')],
+    format: 'docker',
+    index: true,
+  },
+  { platforms: [platform('linux/amd64')], format: 'oci', index: false },
+  { platforms: [platform('linux/arm64')], format: 'docker', index: false },
+];
+const proxy = await startFaultProxy(registry);
+const pusher = new RegistryPusher(registry);
+const images: { ref: string }[] = [];
+const archesOf = new Map<string, string[]>();
+const pushStarted = performance.now();
+await forEachLimit(
+  Array.from({ length: imageCount }, (_, i) => i),
+  8,
+  async (i) => {
+    const kind = kinds[i % kinds.length]!;
+    const repo = `bench/img-${i}`;
+    if (kind.index) await pusher.pushIndex(repo, 'v1', kind.platforms, { format: kind.format });
+    else await pusher.pushImage(repo, 'v1', kind.platforms[0]!, kind.format);
+    images[i] = { ref: `${proxy.host}/${repo}:v1` };
+    archesOf.set(images[i].ref, [...new Set(kind.platforms.map((p) => p.architecture))]);
+  },
+);
+console.log(`${imageCount} images pushed in ${((performance.now() - pushStarted) / 1000).toFixed(1)} s`);
+proxy.resetCounts();
+
+// Each pod: a main image (every kind), and a multi-arch sidecar (kinds 0 and 1), so that most
+// intersections are not empty and every image is named by many pods (what caches are for).
+const podImages = (i: number): [string, string] => [
+  images[i % imageCount]!.ref,
+  images[4 * (i % Math.floor(imageCount / 4)) + (i % 2)]!.ref,
+];
+const intersection = (refs: string[]): string[] => {
+  const sets = refs.map((r) => archesOf.get(r)!);
+  return sets[0]!.filter((a) => sets.every((s) => s.includes(a))).sort();
+};
+const podManifest = (ns: string, i: number, gated: boolean): KubeObject => {
+  const [main, sidecar] = podImages(i);
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: `p-${i}`, namespace: ns, labels: { app: 'bench' } },
+    spec: {
+      ...(gated ? { schedulingGates: [{ name: SCHEDULING_GATE }] } : {}),
+      containers: [
+        { name: 'main', image: main },
+        { name: 'sidecar', image: sidecar },
+      ],
+    },
+  };
+};
+
+// The registry's CA, for the proxy that stands in for it (it serves the registry's certificate).
+const registriesFile = join(sb.dir, 'bench-arch-registries.yaml');
+writeFileSync(registriesFile, `registries:\n  "${proxy.host}":\n    ca: ${registry.caPath}\n`);
+await client.create(ArchPlacement.ref, {
+  apiVersion: ArchPlacement.apiVersion,
+  kind: ArchPlacement.kind,
+  metadata: { name: 'bench' },
+  spec: { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': NS } } },
+});
+const berth = await startBerth(sb, [
+  '--controllers=arch',
+  `--arch-registries=${registriesFile}`,
+  `--arch-workers=${concurrency}`,
+]);
+const config = await waitForValue('the webhook registered', async () =>
+  client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined),
+);
+const hook = (config['webhooks'] as { name: string; clientConfig: { url: string; caBundle: string } }[]).find(
+  (w) => w.name.includes('arch'),
+)!;
+// The apiserver's webhook cache is eventually consistent: give it a moment before pods come.
+await new Promise((r) => setTimeout(r, 2000));
+
+// One watcher for both namespaces: when each pod's gate is seen gone.
+const ungatedAt = new Map<string, number>();
+const createdAt = new Map<string, number>();
+const pods = new Informer<KubeObject>({ client, ref: Resources.pods });
+const onPod = (p: KubeObject) => {
+  const key = `${p.metadata!.namespace}/${p.metadata!.name}`;
+  const gates = (p['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates ?? [];
+  // Recorded even before the create's answer is (a fast ungate can be seen first): latencies clamp at 0.
+  const ours = p.metadata!.namespace === NS || p.metadata!.namespace === FLOOR_NS;
+  if (ours && !ungatedAt.has(key) && !gates.some((g) => g.name === SCHEDULING_GATE))
+    ungatedAt.set(key, performance.now());
+};
+pods.addEventHandler({ onAdd: onPod, onUpdate: (_a, b) => onPod(b) });
+pods.start();
+await pods.waitForSync();
+
+/** Creates `podCount` pods in `ns` and waits until every one's gate is gone; seconds from the first create. */
+async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => void) {
+  const t0 = performance.now();
+  let gatedAtAdmission = 0;
+  await forEachLimit(
+    Array.from({ length: podCount }, (_, i) => i),
+    concurrency,
+    async (i) => {
+      const created = await client.create<KubeObject>(Resources.pods, podManifest(ns, i, gated));
+      const key = `${ns}/p-${i}`;
+      createdAt.set(key, performance.now());
+      const gates = (created['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates ?? [];
+      if (gates.some((g) => g.name === SCHEDULING_GATE)) gatedAtAdmission++;
+      else if (!ungatedAt.has(key)) ungatedAt.set(key, createdAt.get(key)!);
+      onCreated?.(created);
+    },
+  );
+  const done = (k: string) => k.startsWith(`${ns}/`);
+  await waitForValue(
+    `every pod in ${ns} ungated`,
+    () => ([...ungatedAt.keys()].filter(done).length >= podCount ? true : undefined),
+    300_000,
+    () => `${[...ungatedAt.keys()].filter(done).length}/${podCount} ungated`,
+  ).catch((e: unknown) => console.log(String(e)));
+  const latencies = [...createdAt]
+    .filter(([k]) => done(k))
+    .flatMap(([k, t]) => (ungatedAt.has(k) ? [Math.max(0, ungatedAt.get(k)! - t)] : []));
+  const seconds = (Math.max(...[...ungatedAt].filter(([k]) => done(k)).map(([, t]) => t)) - t0) / 1000;
+  return { seconds, latencies, gatedAtAdmission, left: podCount - latencies.length };
+}
+
+// 2. Berth.
+const berthRun = await run(NS, false);
+const registryRequests = proxy.count();
+const tokenRequests = await berth.metric('berth_registry_token_requests_total');
+console.log(
+  `berth: ${podCount} pods ungated in ${berthRun.seconds.toFixed(2)} s; ungate p50 ${percentile(berthRun.latencies, 50).toFixed(0)} ms, ` +
+    `p99 ${percentile(berthRun.latencies, 99).toFixed(0)} ms; ${registryRequests} registry requests ` +
+    `(+${tokenRequests} token requests) for ${imageCount} images; ${berthRun.left} left gated`,
+);
+// Where Berth's time went, per pod: waiting in its queue, reconciling, inspecting images.
+const mean = async (metric: string, filter?: (l: string) => boolean) =>
+  (await berth.metric(`${metric}_sum`, filter)) / Math.max(1, await berth.metric(`${metric}_count`, filter));
+const archPod = (l: string) => l.includes('arch-pod');
+console.log(
+  `berth per pod: queued ${(1000 * (await mean('workqueue_queue_duration_seconds', archPod))).toFixed(0)} ms, ` +
+    `reconcile ${(1000 * (await mean('controller_runtime_reconcile_time_seconds', archPod))).toFixed(0)} ms ` +
+    `(${await berth.metric('controller_runtime_reconcile_total', archPod)} reconciles, ` +
+    `${await berth.metric('workqueue_retries_total', archPod)} retries), ` +
+    `image inspection ${(1000 * (await mean('berth_image_inspection_seconds'))).toFixed(0)} ms`,
+);
+// Every pod Berth ungated carries the architectures its images share.
+const wrong = (await client.list<KubeObject>(Resources.pods, { namespace: NS })).items.filter((p) => {
+  const spec = p['spec'] as {
+    containers: { image: string }[];
+    affinity?: {
+      nodeAffinity?: {
+        requiredDuringSchedulingIgnoredDuringExecution?: {
+          nodeSelectorTerms: { matchExpressions?: { key: string; values?: string[] }[] }[];
+        };
+      };
+    };
+  };
+  const want = intersection(spec.containers.map((c) => c.image)).join(',');
+  const terms =
+    spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms ?? [];
+  return (
+    !terms.every((t) =>
+      t.matchExpressions?.some(
+        (e) => e.key === 'kubernetes.io/arch' && [...(e.values ?? [])].sort().join(',') === want,
+      ),
+    ) || terms.length === 0
+  );
+}).length;
+if (wrong) console.log(`WARNING: ${wrong} pods lack the architectures their images share`);
+
+// 3. The floor: same pods, gated at creation, patched by a client that already knows the answer.
+const floorQueue: KubeObject[] = [];
+const sleeping: (() => void)[] = [];
+const wake = () => sleeping.splice(0).forEach((w) => w());
+// Berth's patch without its decision: the images and gates it was read from are tested, the
+// affinity and the result added, the gate removed.
+const floorPatch = (p: KubeObject) => {
+  const spec = p['spec'] as { containers: { image: string }[]; schedulingGates: unknown[] };
+  const arches = intersection(spec.containers.map((c) => c.image));
+  return [
+    ...spec.containers.map((c, i) => ({ op: 'test', path: `/spec/containers/${i}/image`, value: c.image })),
+    { op: 'test', path: '/spec/schedulingGates', value: spec.schedulingGates },
+    {
+      op: 'add',
+      path: '/spec/affinity',
+      value: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: {
+            nodeSelectorTerms: [
+              { matchExpressions: [{ key: 'kubernetes.io/arch', operator: 'In', values: arches }] },
+            ],
+          },
+        },
+      },
+    },
+    {
+      op: 'add',
+      path: '/metadata/annotations',
+      value: { 'arch.berth.dev/result': JSON.stringify({ arches }) },
+    },
+    { op: 'remove', path: '/spec/schedulingGates' },
+  ];
+};
+let floorCreating = true;
+const floorWorkers = Promise.all(
+  Array.from({ length: concurrency }, async () => {
+    for (;;) {
+      const p = floorQueue.shift();
+      if (!p) {
+        if (!floorCreating) return;
+        await new Promise<void>((r) => sleeping.push(r));
+        continue;
+      }
+      await client.patch(Resources.pods, p.metadata!.name!, floorPatch(p), {
+        namespace: FLOOR_NS,
+        type: 'json',
+      });
+    }
+  }),
+);
+const floorRun = await run(FLOOR_NS, true, (p) => {
+  floorQueue.push(p);
+  wake();
+});
+floorCreating = false;
+wake();
+await floorWorkers;
+console.log(
+  `floor: ${podCount} pods ungated in ${floorRun.seconds.toFixed(2)} s; ungate p50 ${percentile(floorRun.latencies, 50).toFixed(0)} ms, ` +
+    `p99 ${percentile(floorRun.latencies, 99).toFixed(0)} ms`,
+);
+
+// 4. Webhook latency at a fixed rate, straight to Berth's server: half the pods in the policy's namespace.
+const review = (i: number) => {
+  const pod = podManifest(i % 2 ? NS : 'other', i, false);
+  return JSON.stringify({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: {
+      uid: `bench-${i}`,
+      kind: { group: '', version: 'v1', kind: 'Pod' },
+      resource: { group: '', version: 'v1', resource: 'pods' },
+      namespace: pod.metadata!.namespace,
+      operation: 'CREATE',
+      userInfo: { username: 'system:serviceaccount:kube-system:replicaset-controller' },
+      object: pod,
+    },
+  });
+};
+const { latencies: hookLatencies, achievedRate } = await webhookLatencies(
+  hook.clientConfig,
+  Array.from({ length: rate * webhookSeconds }, (_, i) => review(i)),
+  rate,
+);
+console.log(
+  `webhook: ${hookLatencies.length} reviews at ${achievedRate.toFixed(0)}/s: p50 ${percentile(hookLatencies, 50).toFixed(2)} ms, ` +
+    `p99 ${percentile(hookLatencies, 99).toFixed(2)} ms, max ${Math.max(...hookLatencies).toFixed(2)} ms`,
+);
+
+const result = {
+  pods: podCount,
+  images: imageCount,
+  nodes: nodeCount,
+  webhookP99ms: round(percentile(hookLatencies, 99), 2),
+  gatedAtAdmission: berthRun.gatedAtAdmission,
+  ungateP50ms: round(percentile(berthRun.latencies, 50), 0),
+  ungateP99ms: round(percentile(berthRun.latencies, 99), 0),
+  ungateSeconds: round(berthRun.seconds, 2),
+  floorSeconds: round(floorRun.seconds, 2),
+  ratio: round(berthRun.seconds / floorRun.seconds, 2),
+  registryRequestsPerImage: round(registryRequests / imageCount, 2),
+  tokenRequests,
+  podsLeftGated: berthRun.left,
+  podsMisplaced: wrong,
+  rssMB: berth.rssMB(),
+};
+pods.stop();
+await berth.stop();
+await proxy.close();
+client.close();
+await sb.down();
+report(result);
