@@ -733,6 +733,13 @@ describe('Taints mode (the seed) and berth arch clean', () => {
     assert.equal(requiredTerms(placed), undefined, 'Taints mode adds no affinity');
     assert.equal(await scheduledOn(ns, pod), nodes.amd64);
 
+    // A pod Berth holds when it goes: its registry answers in a minute.
+    const repo = `${id}/stuck`;
+    await pusher.pushImage(repo, 'v1', platform('linux/amd64'));
+    proxy.fail({ path: new RegExp(`/${repo}/`), delayMs: 60_000, times: Infinity });
+    const stuck = 'stuck';
+    assert.ok(hasGate(await createPod(ns, stuck, [{ image: image('stuck', 'v1', proxy.host) }])));
+
     // Uninstall: Berth goes first; clean refuses while an ArchPlacement would taint again.
     await berth!.stop();
     berth = undefined;
@@ -747,9 +754,15 @@ describe('Taints mode (the seed) and berth arch clean', () => {
       assert.deepEqual(await taintOf(node), []);
     }
     assert.match(cleaned.stdout, new RegExp(`pod ${ns}/${pod}: keeps its ${ARCH_TAINT} tolerations`));
+    assert.match(cleaned.stdout, new RegExp(`pod ${ns}/${stuck}: gate removed, released unplaced`));
+    const released = await getPod(ns, stuck);
+    assert.equal(hasGate(released), false);
+    assert.equal(released.metadata?.labels?.[STATE_LABEL], 'Released');
+    await scheduledOn(ns, stuck);
+    proxy.clear();
     // A second clean finds nothing to do.
     const again = berthCli('arch', 'clean', kubeconfig);
     assert.equal(again.status, 0, again.stderr);
-    assert.doesNotMatch(again.stdout, /removed taints/);
+    assert.doesNotMatch(again.stdout, /removed taints|gate removed/);
   });
 });
