@@ -164,6 +164,22 @@ function berthCli(...args: string[]): { status: number | null; stdout: string; s
 }
 
 const kubeconfig = `--kubeconfig=${sandbox.kubeconfigPath}`;
+/**
+ * Waits until a new pod in `ns` is gated: the webhook registered, and its informer caches holding
+ * the namespace's policy. Each probe pod is deleted at once.
+ */
+const gatingIn = (ns: string, observe?: () => unknown) =>
+  waitFor(
+    `the arch webhook gating new pods in ${ns}`,
+    async () => {
+      const name = uniqueName('probe');
+      const p = await createPod(ns, name, [{ image: image('amd') }]);
+      await client.delete(Resources.pods, name, ns, { gracePeriodSeconds: 0 });
+      return hasGate(p);
+    },
+    { intervalMs: 500, ...(observe ? { observe } : {}) },
+  );
+
 const registriesFile = join(work, 'registries.yaml');
 async function runBerth(): Promise<BerthProcess> {
   const b = await startBerth(
@@ -177,18 +193,10 @@ async function runBerth(): Promise<BerthProcess> {
     { capture: true },
   );
   // The apiserver's webhook configuration cache lags the registration: probe until a pod is gated.
-  const probeNs = namespaces[0]!;
-  const probe = image('amd');
-  await waitFor(
-    'the arch webhook gating new pods',
-    async () => {
-      const name = uniqueName('probe');
-      const p = await createPod(probeNs, name, [{ image: probe }]);
-      await client.delete(Resources.pods, name, probeNs, { gracePeriodSeconds: 0 });
-      return hasGate(p);
-    },
-    { timeoutMs: 30_000, intervalMs: 500, observe: () => b.output().slice(-3000) },
-  );
+  await gatingIn(namespaces[0]!, () => b.output().slice(-3000)).catch(async (e: unknown) => {
+    await b.stop();
+    throw e;
+  });
   return b;
 }
 
@@ -560,12 +568,7 @@ describe('a registry that fails: the pod is released with a Warning, nothing cra
       namespaceSelector: selectNamespaces(ns),
       onFailure: { action: 'Fallback', fallbackArchitecture: 'arm64', retries: 0 },
     });
-    await waitFor('the fallback policy seen by the webhook', async () => {
-      const name = uniqueName('probe');
-      const p = await createPod(ns, name, [{ image: image('amd') }]);
-      await client.delete(Resources.pods, name, ns, { gracePeriodSeconds: 0 });
-      return hasGate(p);
-    });
+    await gatingIn(ns);
     const name = uniqueName('fallback');
     await createPod(ns, name, [{ image: image('does-not-exist') }]);
     const failed = await podSettled(ns, name, 'Failed');
@@ -655,12 +658,7 @@ describe('no stranded pods', () => {
     await pusher.pushIndex(repo, 'v1', ['linux/amd64', 'linux/arm64'].map(platform));
     proxy.fail({ path: new RegExp(`/${repo}/`), delayMs: 60_000, times: Infinity });
     const slow = image('slow', 'v1', proxy.host);
-    await waitFor('the new policies seen by the webhook', async () => {
-      const name = uniqueName('probe');
-      const p = await createPod(doomedNs, name, [{ image: image('amd') }]);
-      await client.delete(Resources.pods, name, doomedNs, { gracePeriodSeconds: 0 });
-      return hasGate(p);
-    });
+    await gatingIn(doomedNs);
     const held = ['a', 'b', 'c'];
     for (const n of held) {
       assert.ok(hasGate(await createPod(resumeNs, n, [{ image: slow }])));
@@ -717,12 +715,7 @@ describe('Taints mode (the seed) and berth arch clean', () => {
         const t = await taintOf(node);
         return t.length === 1 && t[0]!.value === arch;
       });
-    await waitFor('the taints policy seen by the webhook', async () => {
-      const probe = uniqueName('probe');
-      const p = await createPod(ns, probe, [{ image: image('amd') }]);
-      await client.delete(Resources.pods, probe, ns, { gracePeriodSeconds: 0 });
-      return hasGate(p);
-    });
+    await gatingIn(ns);
     const pod = 'seed';
     await createPod(ns, pod, [{ image: image('amd') }, { image: image('multi') }]);
     const placed = await podSettled(ns, pod, 'Placed');
