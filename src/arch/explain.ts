@@ -40,13 +40,22 @@ export function explainArch(
   const state = pod.metadata?.labels?.[STATE_LABEL];
   const by = pod.metadata?.annotations?.[POLICY_ANNOTATION];
   if (!state || !by) {
-    const reason = exemption(pod, ns, ctx);
-    if (reason) return [...out, `  never gated: ${reason}`];
+    // A bound pod's nodeName may be the scheduler's, not its author's: the other reasons are certain.
+    const { nodeName, ...unbound } = pod.spec;
+    const certain = exemption({ ...pod, spec: unbound }, ns, ctx);
+    if (certain) return [...out, `  never gated: ${certain}`];
     const p = choosePolicy(policies, pod, ns, namespaceLabels, ctx.berthNamespace);
+    const late = "created before the policy, or while Berth's webhook was unavailable";
+    if (nodeName)
+      return [
+        ...out,
+        `  never gated: ${exemption(pod, ns, ctx)}` +
+          (p ? `; or bound ungated though ArchPlacement ${p.name} selects it (${late})` : ''),
+      ];
     return [
       ...out,
       p
-        ? `  not gated, though ArchPlacement ${p.name} selects it now: created before the policy, or while Berth's webhook was unavailable`
+        ? `  not gated, though ArchPlacement ${p.name} selects it now: ${late}`
         : '  no ArchPlacement selects the pod',
     ];
   }

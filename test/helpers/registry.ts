@@ -445,8 +445,16 @@ export async function startFaultProxy(
       (f) => f.left > 0 && (!f.method || f.method === method) && (!f.path || f.path.test(path)),
     );
     if (fault) fault.left--;
+    // The caller gone (it gave up, or the proxy closed) ends the request upstream too: a response piped
+    // to nowhere would hold its connection to the registry open, and the test process with it.
+    let upstreamRequest: http.ClientRequest | undefined;
+    let gone = false;
+    res.once('close', () => {
+      gone = true;
+      upstreamRequest?.destroy();
+    });
     const act = () => {
-      if (req.socket.destroyed) return; // the client gave up while a fault delayed its request
+      if (gone) return; // the client gave up while a fault delayed its request
       if (fault?.status !== undefined) {
         const headers: Record<string, string> = { 'Content-Type': 'application/json' };
         if (fault.retryAfter !== undefined) headers['Retry-After'] = fault.retryAfter;
@@ -490,13 +498,12 @@ export async function startFaultProxy(
           });
         },
       );
+      upstreamRequest = up;
       up.on('error', (e) => {
         res.writeHead(502, { 'Content-Type': 'application/json' });
         res.end(errorBody('UNAVAILABLE', `fault proxy upstream: ${e.message}`));
       });
       req.pipe(up);
-      // A client that gives up ends the upstream request too: its unread answer would hold a socket open.
-      res.on('close', () => up.destroy());
     };
     if (fault?.delayMs) setTimeout(act, fault.delayMs);
     else act();

@@ -95,22 +95,6 @@ describe('generated deploy files', () => {
     assert.deepEqual(helm.sort(), crdNames);
   });
 
-  test('name every CRD apart: the apiserver refuses to establish one whose names another took', () => {
-    // A short name taken twice leaves the second CRD NamesAccepted=False and never Established.
-    const names = capabilities
-      .flatMap((c) => c.crds)
-      .flatMap(({ crd }) => {
-        const n = crd.spec.names;
-        // Within one CRD, the kind and the singular are one name.
-        const own = new Set(
-          [n.plural, n.singular, n.kind, ...(n.shortNames ?? [])].map((x) => x.toLowerCase()),
-        );
-        return [...own].map((x) => `${crd.spec.group}/${x}`);
-      });
-    const taken = names.filter((n, i) => names.indexOf(n) !== i);
-    assert.deepEqual(taken, [], 'names used by two CRDs of one group');
-  });
-
   test('grant the ClusterRole exactly the rules of rbacManifests()', () => {
     assert.deepEqual(find(baseObjects(), 'ClusterRole', 'berth').rules, clusterRoleRules);
     const template = read(`${CHART}/templates/clusterrole.yaml`);

@@ -72,6 +72,20 @@ test('explain: exempt, not selected, gated, and placed pods say why', () => {
     explainArch({ ...base, spec: { ...base.spec, nodeName: 'n' } }, policies, {}, ctx).join('\n'),
     /never gated: .*nodeName/,
   );
+  // Bound by the scheduler, an opted-out pod still says why it was never gated.
+  assert.match(
+    explainArch(
+      {
+        ...base,
+        metadata: { ...base.metadata, annotations: { 'arch.berth.dev/skip': 'true' } },
+        spec: { ...base.spec, nodeName: 'n' },
+      },
+      policies,
+      {},
+      ctx,
+    ).join('\n'),
+    /never gated: annotation arch\.berth\.dev\/skip=true\n?$/,
+  );
   assert.match(
     explainArch({ ...base, metadata: { ...base.metadata, labels: {} } }, policies, {}, ctx).join('\n'),
     /no ArchPlacement selects/,

@@ -89,3 +89,18 @@ test("every capability's policy kind is a policy: its group, and the standard co
     );
   }
 });
+
+test('no two policy kinds share a plural, kind or short name (the apiserver would not establish the second)', () => {
+  const names = capabilities.flatMap((c) =>
+    c.crds.flatMap((r) => {
+      const n = r.crd.spec.names;
+      return [...new Set([n.plural, n.singular ?? '', n.kind.toLowerCase(), ...(n.shortNames ?? [])])].filter(
+        Boolean,
+      );
+    }),
+  );
+  assert.deepEqual(
+    names.filter((n, i) => names.indexOf(n) !== i),
+    [],
+  );
+});
