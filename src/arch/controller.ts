@@ -42,6 +42,7 @@ import {
   type ArchPod,
   type ParseCache,
   type Placement,
+  placedAtAdmission,
   type Policy,
   type Standing,
 } from './decide.ts';
@@ -136,6 +137,8 @@ export class ArchController {
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** Transient failures in a row, per pod, until it is placed or given up on. */
   private readonly attempts = new Map<string, number>();
+  /** Pods placed at admission whose event this process wrote (they had no uid to name then). */
+  private readonly announced = new Set<string>();
 
   constructor(kit: PolicyKit, opts: ArchControllerOptions) {
     const manager = kit.manager;
@@ -249,6 +252,7 @@ export class ArchController {
       handler: podGateHandler({
         policies: () => this.policies(),
         namespaceLabels: (ns) => this.namespaces.get(ns)?.metadata?.labels,
+        cached: (image, options) => this.opts.inspector.cached(image, options),
         berthNamespace: this.opts.berthNamespace,
         servesWebhook: (ns) => this.webhookNamespaces().has(ns),
         logger: this.log,
@@ -268,6 +272,8 @@ export class ArchController {
     this.status.set(key, s ? new Map([[s.policy, s.standing]]) : pod ? new Map() : undefined);
     if (!pod || !gated(pod) || pod.metadata?.deletionTimestamp) {
       this.attempts.delete(key);
+      if (!pod) this.announced.delete(key);
+      else this.announceAdmission(key, pod);
       return;
     }
     const name = pod.metadata!.annotations?.[POLICY_ANNOTATION] ?? '';
@@ -366,6 +372,24 @@ export class ArchController {
     const created = Date.parse(pod.metadata?.creationTimestamp ?? '');
     if (!Number.isNaN(created))
       archMetrics.ungate.observe({ outcome }, Math.max(0, (Date.now() - created) / 1000));
+  }
+
+  /**
+   * The Placed event and metrics of a pod the webhook placed at admission, once it exists. Only for
+   * a pod created in the last minute: a restarted Berth, listing every pod again, does not repeat
+   * the events of those it placed long ago.
+   */
+  private announceAdmission(key: string, pod: ArchPod): void {
+    const result = placedAtAdmission(pod);
+    if (!result || this.announced.has(key)) return;
+    this.announced.add(key);
+    const created = Date.parse(pod.metadata?.creationTimestamp ?? '');
+    if (Number.isNaN(created) || Date.now() - created > 60_000) return;
+    const note = `placed on ${result.architectures.join(', ')} at admission (every image's platforms were known)`;
+    this.events.event(pod, 'Normal', 'Placed', 'Place', note);
+    this.log.info({ pod: key, reason: 'Placed' }, note);
+    archMetrics.pods.inc({ outcome: 'placed' });
+    archMetrics.ungate.observe({ outcome: 'placed' }, 0);
   }
 
   /** The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the kubelet does. */

@@ -171,18 +171,50 @@ export function choosePolicy(
 const hasGate = (pod: ArchPod) => pod.spec.schedulingGates?.some((g) => g.name === SCHEDULING_GATE) ?? false;
 export const gated = hasGate;
 
-/**
- * The webhook's change to a new pod the policy selects: the gate, the state label and the policy's
- * name; nothing when the pod carries the gate already (a reinvocation).
- */
-export function gatePod(pod: ArchPod, policy: string): JsonPatchOp[] {
-  if (hasGate(pod)) return [];
+/** The pod with Berth's gate, the state label Gated and its policy's name. */
+function withGate(pod: ArchPod, policy: string): ArchPod {
   const out = structuredClone(pod);
   out.spec.schedulingGates = [...(out.spec.schedulingGates ?? []), { name: SCHEDULING_GATE }];
   const meta = (out.metadata ??= {});
   meta.labels = { ...meta.labels, [STATE_LABEL]: 'Gated' };
   meta.annotations = { ...meta.annotations, [POLICY_ANNOTATION]: policy };
-  return mutate(pod, out);
+  return out;
+}
+
+/**
+ * The webhook's change to a new pod the policy selects: nothing when the pod carries the gate
+ * already (a reinvocation). When every image's platforms are already known without a request
+ * (`known`: cached digests, fresh tags, no `Always`) and they share an architecture, the pod is
+ * placed at once and never gated: no second write, no wait for the controller. Otherwise the gate,
+ * the state label and the policy's name, and the controller reads the images.
+ */
+export function gatePod(
+  pod: ArchPod,
+  policy: Policy,
+  known?: Inspection[],
+): { patch: JsonPatchOp[]; placed?: string[] } {
+  if (hasGate(pod)) return { patch: [] };
+  const held = withGate(pod, policy.name);
+  const architectures = known && intersection(pod, known);
+  if (!known || !architectures?.length) return { patch: mutate(pod, held) };
+  const out = placed(held, { kind: 'Placed', architectures, inspections: known }, policy.spec);
+  out.metadata!.annotations![RESULT_ANNOTATION] = resultText(architectures, known, true);
+  return { patch: mutate(pod, out), placed: architectures };
+}
+
+/** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
+export function placedAtAdmission(pod: ArchPod): { architectures: string[] } | undefined {
+  if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || hasGate(pod)) return undefined;
+  try {
+    const r = JSON.parse(pod.metadata?.annotations?.[RESULT_ANNOTATION] ?? '{}') as {
+      placedAt?: unknown;
+      architectures?: unknown;
+    };
+    if (r.placedAt !== 'admission' || !Array.isArray(r.architectures)) return undefined;
+    return { architectures: r.architectures.filter((a): a is string => typeof a === 'string') };
+  } catch {
+    return undefined;
+  }
 }
 
 /** One image of the pod, once however many containers name it. */
@@ -226,9 +258,10 @@ export type Placement =
   | { kind: 'Released'; message: string };
 
 /** The result annotation: what Berth read, so that `kubectl get pod -o yaml` explains the affinity. */
-export function resultText(architectures: string[], inspections: Inspection[]): string {
+export function resultText(architectures: string[], inspections: Inspection[], atAdmission = false): string {
   return JSON.stringify({
     architectures,
+    ...(atAdmission ? { placedAt: 'admission' } : {}),
     images: inspections.map((i) => ({
       image: i.image,
       digest: i.digest,
@@ -295,6 +328,24 @@ export function placePatch(
   placement: Placement,
   spec: Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'> = { mode: 'NodeAffinity' },
 ): JsonPatchOp[] {
+  // Guarded on what it overwrites and on the images it was decided from, not on the resourceVersion:
+  // the scheduler marks a gated pod SchedulingGated right after creation, which must not fail it.
+  const images = (['initContainers', 'containers'] as const).flatMap((list) =>
+    (pod.spec[list] ?? []).map((c, i): JsonPatchOp => ({
+      op: 'test',
+      path: `/spec/${list}/${i}/image`,
+      value: c.image,
+    })),
+  );
+  return [...images, ...guarded(pod, mutate(pod, placed(pod, placement, spec)))];
+}
+
+/** The pod placed (or released) as `placement` says, Berth's gate off. */
+function placed(
+  pod: ArchPod,
+  placement: Placement,
+  spec: Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'>,
+): ArchPod {
   const out = structuredClone(pod);
   const meta = (out.metadata ??= {});
   const annotations: Record<string, string> = { ...meta.annotations };
@@ -347,16 +398,7 @@ export function placePatch(
   const gates = (out.spec.schedulingGates ?? []).filter((g) => g.name !== SCHEDULING_GATE);
   if (gates.length) out.spec.schedulingGates = gates;
   else delete out.spec.schedulingGates;
-  // Guarded on what it overwrites and on the images it was decided from, not on the resourceVersion:
-  // the scheduler marks a gated pod SchedulingGated right after creation, which must not fail it.
-  const images = (['initContainers', 'containers'] as const).flatMap((list) =>
-    (pod.spec[list] ?? []).map((c, i): JsonPatchOp => ({
-      op: 'test',
-      path: `/spec/${list}/${i}/image`,
-      value: c.image,
-    })),
-  );
-  return [...images, ...guarded(pod, mutate(pod, out))];
+  return out;
 }
 
 /** A gated pod's policy is gone or being deleted: the gate comes off, the pod as it is. */

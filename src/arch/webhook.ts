@@ -5,10 +5,12 @@
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import type { AdmissionHandler, AdmissionResult } from '../runtime/webhook/admission.ts';
 import { counter } from '../runtime/observability/metrics.ts';
+import type { Inspection, ImageInspector } from '../registry/types.ts';
 import {
   choosePolicy,
   exemption,
   gatePod,
+  podImages,
   type ArchPod,
   type ExemptionContext,
   type Policy,
@@ -16,7 +18,7 @@ import {
 
 export const webhookDecisions = counter(
   'berth_arch_admissions_total',
-  'Pods the architecture webhook saw, by outcome (gated, exempt, unselected, error)',
+  'Pods the architecture webhook saw, by outcome (placed at admission, gated, exempt, unselected, error)',
   ['outcome'],
 );
 
@@ -24,6 +26,8 @@ export interface ArchWebhookDeps extends ExemptionContext {
   /** The live policies, highest priority first. */
   policies(): Policy[];
   namespaceLabels(namespace: string): Record<string, string> | undefined;
+  /** Platforms known without a request (admission never waits on a registry). */
+  cached: ImageInspector['cached'];
   logger?: Logger;
 }
 
@@ -54,8 +58,14 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
         webhookDecisions.inc({ outcome: 'unselected' });
         return { allowed: true };
       }
-      webhookDecisions.inc({ outcome: 'gated' });
-      return { allowed: true, patch: gatePod(pod, policy.name) };
+      const known = podImages(pod).map((i) => deps.cached(i.image, { revalidate: i.revalidate }));
+      const { patch, placed } = gatePod(
+        pod,
+        policy,
+        known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined,
+      );
+      webhookDecisions.inc({ outcome: placed ? 'placed' : 'gated' });
+      return { allowed: true, patch };
     } catch (err) {
       webhookDecisions.inc({ outcome: 'error' });
       log.error(

@@ -226,6 +226,17 @@ export class RegistryClient implements ImageInspector {
     }
   }
 
+  cached(image: string, options: Pick<InspectOptions, 'revalidate'> = {}): Inspection | undefined {
+    let ref: Reference;
+    try {
+      ref = parseReference(image);
+    } catch {
+      return undefined;
+    }
+    const hit = this.#fromCache(ref, options.revalidate === true);
+    return hit && { image, ...hit, cached: true };
+  }
+
   /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
   #fromCache(ref: Reference, revalidate: boolean): Resolved | undefined {
     let digest = ref.digest;

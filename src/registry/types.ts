@@ -73,4 +73,9 @@ export interface InspectOptions {
 /** Reads an image's platforms from its registry without pulling it. */
 export interface ImageInspector {
   inspect(image: string, options?: InspectOptions): Promise<Inspection>;
+  /**
+   * What inspect() would answer without sending a request (a digest known, or a tag fresh in the
+   * cache), or undefined: for admission, which must never wait on a registry.
+   */
+  cached(image: string, options?: Pick<InspectOptions, 'revalidate'>): Inspection | undefined;
 }

@@ -166,14 +166,15 @@ function berthCli(...args: string[]): { status: number | null; stdout: string; s
 const kubeconfig = `--kubeconfig=${sandbox.kubeconfigPath}`;
 /**
  * Waits until a new pod in `ns` is gated: the webhook registered, and its informer caches holding
- * the namespace's policy. Each probe pod is deleted at once.
+ * the namespace's policy. Each probe pod is deleted at once. Its image is one no registry has, so
+ * it is never known at admission (a known one would be placed there, never gated).
  */
 const gatingIn = (ns: string, observe?: () => unknown) =>
   waitFor(
     `the arch webhook gating new pods in ${ns}`,
     async () => {
       const name = uniqueName('probe');
-      const p = await createPod(ns, name, [{ image: image('amd') }]);
+      const p = await createPod(ns, name, [{ image: `${reg.host}/${id}/probe-${name}:v1` }]);
       await client.delete(Resources.pods, name, ns, { gracePeriodSeconds: 0 });
       return hasGate(p);
     },
@@ -287,6 +288,15 @@ describe('NodeAffinity mode', () => {
     assert.equal(await scheduledOn(main, name), nodes.amd64);
     const ev = await podEvent(main, name, 'Normal', 'Placed');
     assert.match(ev.note, /amd64/);
+
+    // Every image now known: the next such pod is placed at admission, never gated, and still gets its event.
+    const again = uniqueName('seed');
+    const second = await createPod(main, again, [{ image: image('amd') }, { image: image('multi') }]);
+    assert.equal(hasGate(second), false, 'placed at admission, not gated');
+    assert.equal(second.metadata?.labels?.[STATE_LABEL], 'Placed');
+    assert.deepEqual(requiredTerms(second), terms);
+    assert.equal(await scheduledOn(main, again), nodes.amd64);
+    assert.match((await podEvent(main, again, 'Normal', 'Placed')).note, /amd64 at admission/);
   });
 
   test('berth explain pod says why the affinity is what it is; berth arch inspect lists the platforms', async () => {

@@ -2,6 +2,7 @@
 // object into class instances, which costs memory and CPU in informer caches; controllers here work
 // on plain JSON. @kubernetes/client-node still loads kubeconfigs and in-cluster credentials.
 import https from 'node:https';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeConfig } from '@kubernetes/client-node';
 import { restMetrics } from '../observability/metrics.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
@@ -56,6 +57,9 @@ export const PATCH = {
 } as const;
 
 const authRefreshMs = 60_000;
+// client-go's limits for answers that carry Retry-After: ten tries, each wait capped.
+const maxRetryAfterAttempts = 10;
+const maxRetryAfterSeconds = 10;
 
 export class KubeClient {
   readonly config: KubeConfig;
@@ -155,16 +159,27 @@ export class KubeClient {
 
   /** Sends one request and decodes the JSON answer; a non-2xx answer throws ApiError. */
   async request<T = unknown>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
-    const res = await this.open(method, path, { idleTimeoutMs: 60_000, ...opts }, false);
-    const chunks: Buffer[] = [];
-    for await (const c of res) chunks.push(c as Buffer);
-    const text = Buffer.concat(chunks).toString('utf8');
-    let body: unknown = text;
-    if (text && (res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(text);
-    const status = res.statusCode ?? 0;
-    restMetrics.requests.inc({ code: String(status), method, host: this.server.host });
-    if (status < 200 || status >= 300) throw toApiError(status, body, `${method} ${path}`);
-    return body as T;
+    for (let attempt = 1; ; attempt++) {
+      const res = await this.open(method, path, { idleTimeoutMs: 60_000, ...opts }, false);
+      const chunks: Buffer[] = [];
+      for await (const c of res) chunks.push(c as Buffer);
+      const text = Buffer.concat(chunks).toString('utf8');
+      let body: unknown = text;
+      if (text && (res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(text);
+      const status = res.statusCode ?? 0;
+      restMetrics.requests.inc({ code: String(status), method, host: this.server.host });
+      // As client-go does: a 429 with Retry-After (priority and fairness, a resource's storage still
+      // initialising after its CRD was created) was not processed, so any verb is sent again.
+      const wait = status === 429 ? Number(res.headers['retry-after']) : NaN;
+      if (Number.isFinite(wait) && attempt < maxRetryAfterAttempts) {
+        await sleep(Math.min(Math.max(wait, 0), maxRetryAfterSeconds) * 1000, undefined, {
+          signal: opts.signal,
+        });
+        continue;
+      }
+      if (status < 200 || status >= 300) throw toApiError(status, body, `${method} ${path}`);
+      return body as T;
+    }
   }
 
   /**

@@ -203,7 +203,8 @@ describe('policies', () => {
 describe('the webhook gate', () => {
   test('adds the gate after the pod’s own, the state label and the policy; a second pass adds nothing', () => {
     const p = pod({ schedulingGates: [{ name: 'other.example/wait' }] });
-    const gatedPod = applyJsonPatch(p, gatePod(p, 'arm-first')) as ArchPod;
+    const policy = { name: 'arm-first', spec: spec(), deleting: false };
+    const gatedPod = applyJsonPatch(p, gatePod(p, policy).patch) as ArchPod;
     assert.deepEqual(gatedPod.spec.schedulingGates, [
       { name: 'other.example/wait' },
       { name: SCHEDULING_GATE },
@@ -211,7 +212,7 @@ describe('the webhook gate', () => {
     assert.equal(gatedPod.metadata?.labels?.[STATE_LABEL], 'Gated');
     assert.equal(gatedPod.metadata?.labels?.['app'], 'web');
     assert.equal(gatedPod.metadata?.annotations?.[POLICY_ANNOTATION], 'arm-first');
-    assert.deepEqual(gatePod(gatedPod, 'arm-first'), []);
+    assert.deepEqual(gatePod(gatedPod, policy).patch, []);
   });
 
   test('webhook configurations name the namespaces of their services, once each', () => {

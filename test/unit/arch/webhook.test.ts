@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
-import { parsePolicies, placePatch, type ArchPod } from '../../../src/arch/decide.ts';
+import { parsePolicies, placePatch, placedAtAdmission, type ArchPod } from '../../../src/arch/decide.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
 import { podGateHandler } from '../../../src/arch/webhook.ts';
 import { ARCH_LABEL, SCHEDULING_GATE, STATE_LABEL, archPlacementSpec } from '../../../src/arch/types.ts';
@@ -19,6 +19,7 @@ const deps = {
   namespaceLabels: () => ({}),
   berthNamespace: 'berth-system',
   servesWebhook: () => false,
+  cached: () => undefined,
   logger: quiet,
 };
 const request = (object: unknown, extra: Partial<AdmissionRequest> = {}): AdmissionRequest =>
@@ -62,6 +63,60 @@ test('the webhook gates selected pods, leaves the others, and always allows', as
     },
   });
   assert.deepEqual(await broken(request(newPod({ app: 'web' }))), { allowed: true });
+});
+
+test('every image known without a request: the pod is placed at admission and never gated', async () => {
+  const known = (image: string, archs: string[]) => ({
+    image,
+    reference: `docker.io/library/${image}`,
+    digest: 'sha256:ab',
+    platforms: archs.map((architecture) => ({ os: 'linux', architecture })),
+    registry: 'registry-1.docker.io',
+    cached: true,
+  });
+  const cache = new Map([
+    ['web:1', known('web:1', ['amd64', 'arm64'])],
+    ['side:1', known('side:1', ['arm64'])],
+    ['x86:1', known('x86:1', ['amd64'])],
+  ]);
+  const asked: { image: string; revalidate: boolean | undefined }[] = [];
+  const handle = podGateHandler({
+    ...deps,
+    cached: (image, o) => (asked.push({ image, revalidate: o?.revalidate }), cache.get(image)),
+  });
+  const two = newPod(
+    { app: 'web' },
+    {
+      containers: [
+        { name: 'c', image: 'web:1' },
+        { name: 's', image: 'side:1', imagePullPolicy: 'Always' },
+      ],
+    },
+  );
+  const r = (await handle(request(two))) as AdmissionResult & { patch?: unknown[] };
+  const out = applyJsonPatch(two, r.patch as never) as ArchPod;
+  assert.equal(out.spec.schedulingGates, undefined, 'not gated');
+  assert.equal(out.metadata?.labels?.[STATE_LABEL], 'Placed');
+  assert.deepEqual(
+    out.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms,
+    [{ matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['arm64'] }] }],
+  );
+  assert.deepEqual(placedAtAdmission(out), { architectures: ['arm64'] });
+  // Always is passed on (the cache answers nothing for it), each image asked once.
+  assert.deepEqual(asked, [
+    { image: 'web:1', revalidate: false },
+    { image: 'side:1', revalidate: true },
+  ]);
+  // One image not known, or nothing in common: gated, for the controller to read and report.
+  for (const images of [
+    ['web:1', 'new:1'],
+    ['x86:1', 'side:1'],
+  ]) {
+    const p = newPod({ app: 'web' }, { containers: images.map((image, i) => ({ name: `c${i}`, image })) });
+    const g = applyJsonPatch(p, ((await handle(request(p))) as unknown as { patch: never }).patch) as ArchPod;
+    assert.deepEqual(g.spec.schedulingGates, [{ name: SCHEDULING_GATE }], images.join(' + '));
+    assert.equal(placedAtAdmission(g), undefined);
+  }
 });
 
 test('explain: exempt, not selected, gated, and placed pods say why', () => {
