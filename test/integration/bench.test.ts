@@ -18,6 +18,20 @@ const tiny: Record<string, string[]> = {
   'bench:evict': ['--nodes', '4', '--pods', '20', '--affected', '2', '--after-seconds', '1'],
   'bench:agents': ['--nodes', '4', '--pods', '40', '--pools', '4', '--churn-seconds', '2'],
   'bench:gates': ['--nodes', '5', '--webhook-rate', '50', '--webhook-seconds', '1'],
+  'bench:arch': [
+    '--pods',
+    '20',
+    '--images',
+    '4',
+    '--nodes',
+    '4',
+    '--concurrency',
+    '4',
+    '--webhook-rate',
+    '50',
+    '--webhook-seconds',
+    '1',
+  ],
   'bench:webhook': ['--clients', '20', '--seconds', '2', '--slow-headers', '5', '--slow-bodies', '5'],
 };
 
