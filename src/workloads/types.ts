@@ -1,0 +1,284 @@
+// The API of workloads in a cell (federated placement, part 1): a WorkloadDeployment runs its template
+// as Instances named by ordinal, each realised as one Pod; a namespace's Quota budgets instances, vCPU
+// and memory, and an InstanceType sizes an instance whose containers do not say their resources.
+// Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
+import { z } from 'zod';
+import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import type { Condition } from '../runtime/api/conditions.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
+
+/** Field managers: one per controller, so no controller ever takes another's fields. */
+export const DEPLOYMENT_MANAGER = 'berth-workloads';
+export const INSTANCE_MANAGER = 'berth-instances';
+export const QUOTA_MANAGER = 'berth-quota';
+
+/** The scheduling gate an instance's Pod carries until its quota claim is granted. */
+export const QUOTA_GATE = 'workloads.berth.dev/quota';
+/** On Instances and their Pods: the WorkloadDeployment they belong to. */
+export const DEPLOYMENT_LABEL = 'workloads.berth.dev/deployment';
+/** On Instances and their Pods: the ordinal (0, 1, ...), also the name's suffix. */
+export const ORDINAL_LABEL = 'workloads.berth.dev/ordinal';
+/** On Instances and their Pods: the hash of the template they were made from. */
+export const TEMPLATE_HASH_LABEL = 'workloads.berth.dev/template-hash';
+/** On Pods: the Instance that owns them (also their controller owner reference). */
+export const INSTANCE_LABEL = 'workloads.berth.dev/instance';
+
+// Kubernetes quantities as users write them ("500m", "2", "2Gi"); parsed by decide.ts.
+const quantity = z
+  .string()
+  .max(32)
+  .regex(/^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/, 'a quantity such as 500m, 2, 512Mi or 2Gi');
+const resourceList = z.object({ cpu: quantity.optional(), memory: quantity.optional() });
+const dnsLabel = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a DNS label');
+
+const container = z.object({
+  name: dnsLabel,
+  image: z.string().min(1).max(512),
+  command: z.array(z.string().max(4096)).max(64).optional(),
+  args: z.array(z.string().max(4096)).max(256).optional(),
+  env: z
+    .array(z.object({ name: z.string().min(1).max(256), value: z.string().max(32768).optional() }))
+    .max(128)
+    .optional(),
+  ports: z
+    .array(
+      z.object({
+        name: z.string().max(15).optional(),
+        containerPort: z.number().int().min(1).max(65535),
+        protocol: z.enum(['TCP', 'UDP', 'SCTP']).default('TCP'),
+      }),
+    )
+    .max(64)
+    .optional(),
+  resources: z
+    .object({ requests: resourceList.optional(), limits: resourceList.optional() })
+    .optional()
+    .describe('Explicit resources take precedence over the instance type, for the pod and for quota.'),
+});
+
+/** What every instance of a deployment runs; its hash names the revision. */
+export const instanceTemplate = k8s(
+  z.object({
+    metadata: z
+      .object({
+        labels: z.record(z.string(), z.string()).optional(),
+        annotations: z.record(z.string(), z.string()).optional(),
+      })
+      .optional()
+      .describe("Copied onto each instance's Pod; changing one (a restartedAt annotation) rolls the instances."),
+    instanceType: dnsLabel
+      .optional()
+      .describe('An InstanceType by name (d1-standard-2): sizes the instance for the Pod and for quota.'),
+    containers: z.array(container).min(1).max(16),
+  }),
+  {
+    'x-kubernetes-validations': [
+      {
+        rule: 'self.containers.all(c, self.containers.exists_one(d, d.name == c.name))',
+        message: 'container names must be unique',
+      },
+    ],
+  },
+);
+export type InstanceTemplate = z.infer<typeof instanceTemplate>;
+
+const workloadDeploymentSpec = z.object({
+  workloadRef: z
+    .object({
+      name: z.string().min(1).max(253),
+      uid: z.string().max(64).optional(),
+      templateHash: z.string().max(64).optional(),
+    })
+    .optional()
+    .describe('The Workload this deployment was fanned out from (part 2 sets it; absent when written by hand).'),
+  placement: z.string().max(63).optional().describe("The Workload's placement this deployment serves."),
+  template: instanceTemplate,
+  replicas: z.number().int().min(0).max(10000).default(1),
+  instanceManagementPolicy: z
+    .enum(['OrderedReady', 'Parallel'])
+    .default('OrderedReady')
+    .describe(
+      'OrderedReady: scale one instance at a time by ordinal, each after the one before is Ready (the ' +
+        'seed). Parallel: create and delete all at once. Rollouts are one at a time either way.',
+    ),
+  progressDeadlineSeconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(86400)
+    .default(600)
+    .describe('A rollout step not Ready within this long sets Progressing=False (ProgressDeadlineExceeded).'),
+});
+export type WorkloadDeploymentSpec = z.infer<typeof workloadDeploymentSpec>;
+
+const workloadDeploymentStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  replicas: z.number().int().optional().describe('Instances that exist.'),
+  currentReplicas: z.number().int().optional().describe('Instances whose Pod is programmed (created).'),
+  readyReplicas: z.number().int().optional(),
+  availableReplicas: z.number().int().optional(),
+  updatedReplicas: z
+    .number()
+    .int()
+    .optional()
+    .describe('Instances on the current template hash, ready or not (dips during a rollout).'),
+  desiredReplicas: z.number().int().optional(),
+  templateHash: z.string().optional().describe('The hash of the current template.'),
+  selector: z.string().optional().describe('Label selector of its instances (for the scale subresource).'),
+  conditions: conditionsSchema,
+});
+export type WorkloadDeploymentStatus = z.infer<typeof workloadDeploymentStatus> & { conditions?: Condition[] };
+
+export const WorkloadDeployment = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'WorkloadDeployment',
+  plural: 'workloaddeployments',
+  shortNames: ['wd'],
+  categories: ['berth'],
+  scope: 'Namespaced',
+  spec: workloadDeploymentSpec,
+  status: workloadDeploymentStatus,
+  printerColumns: [
+    { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+    { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
+    { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
+    { name: 'Available', type: 'string', jsonPath: ".status.conditions[?(@.type=='Available')].status" },
+    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Available')].reason" },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+const instanceSpec = z.object({
+  template: instanceTemplate,
+  templateHash: z.string().min(1).max(64),
+  ordinal: z.number().int().min(0),
+});
+
+const instanceStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  observedTemplateHash: z.string().optional().describe('The template hash of the Pod that runs now.'),
+  podName: z.string().optional(),
+  conditions: conditionsSchema,
+});
+export type InstanceStatus = z.infer<typeof instanceStatus> & { conditions?: Condition[] };
+
+export const Instance = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'Instance',
+  plural: 'instances',
+  shortNames: ['inst'],
+  categories: ['berth'],
+  scope: 'Namespaced',
+  spec: instanceSpec,
+  status: instanceStatus,
+  printerColumns: [
+    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].reason" },
+    { name: 'Quota', type: 'string', jsonPath: ".status.conditions[?(@.type=='QuotaGranted')].reason" },
+    { name: 'Hash', type: 'string', jsonPath: '.spec.templateHash', priority: 1 },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+/** Instance conditions. Ready: serving and nothing blocks it; its reason is the worst blocking one. */
+export type InstanceConditionType = 'Ready' | 'Available' | 'Programmed' | 'QuotaGranted';
+
+/**
+ * Why an instance is not Ready, worst first: a cause the user can fix outranks a transient one. The
+ * order is the rollup order (Instance → WorkloadDeployment).
+ */
+export const BLOCKING_REASONS = [
+  'ConfigurationError', // a missing InstanceType, a bad env reference, CreateContainerConfigError
+  'ImageUnavailable', // ErrImagePull, ImagePullBackOff, InvalidImageName
+  'InstanceCrashing', // CrashLoopBackOff, repeated restarts
+  'QuotaExceeded', // the namespace's Quota has no room for it
+  'Unschedulable', // no node fits the Pod
+  'QuotaBackendUnavailable', // the quota controller cannot reach the cluster that holds the Quota
+  'PendingEvaluation', // the quota controller has not looked at it yet
+  'Provisioning', // Pod being created, scheduled, started
+] as const;
+export type BlockingReason = (typeof BLOCKING_REASONS)[number];
+
+/** QuotaGranted condition reasons (the seed's). */
+export type QuotaReason =
+  | 'PendingEvaluation'
+  | 'QuotaAvailable'
+  | 'NoQuota'
+  | 'QuotaExceeded'
+  | 'QuotaBackendUnavailable';
+
+const quotaSpec = z.object({
+  instances: z.number().int().min(0).optional().describe('Instances granted at once; no limit when omitted.'),
+  cpu: quantity.optional().describe('vCPU granted at once (sum over instances); no limit when omitted.'),
+  memory: quantity.optional().describe('Memory granted at once; no limit when omitted.'),
+});
+
+/** One granted claim: the ledger entry that counts against the budget until its instance is gone. */
+const claim = z.object({
+  /** The cluster the instance lives in ("local" in a single cluster; a cell's name in part 2). */
+  cluster: z.string().max(63),
+  name: z.string().max(253),
+  uid: z.string().max(64),
+  /** Millicores and bytes, as counted against the budget. */
+  milliCPU: z.number().int().min(0),
+  memoryBytes: z.number().int().min(0),
+  grantedAt: z.string(),
+});
+export type QuotaClaim = z.infer<typeof claim>;
+
+const quotaStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  used: z
+    .object({ instances: z.number().int(), cpu: z.string(), memory: z.string() })
+    .optional()
+    .describe('What the granted claims add up to.'),
+  waiting: z.number().int().optional().describe('Instances waiting for room.'),
+  claims: k8s(z.array(claim).optional(), {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['uid'],
+  }).describe('The granted claims: the ledger, written with optimistic concurrency so nothing is granted twice.'),
+  conditions: conditionsSchema,
+});
+export type QuotaStatus = z.infer<typeof quotaStatus> & { conditions?: Condition[] };
+
+export const Quota = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'Quota',
+  plural: 'quotas',
+  shortNames: ['bquota'],
+  categories: ['berth'],
+  scope: 'Namespaced',
+  spec: quotaSpec,
+  status: quotaStatus,
+  printerColumns: [
+    { name: 'Instances', type: 'integer', jsonPath: '.status.used.instances' },
+    { name: 'Budget', type: 'integer', jsonPath: '.spec.instances' },
+    { name: 'CPU', type: 'string', jsonPath: '.status.used.cpu' },
+    { name: 'Memory', type: 'string', jsonPath: '.status.used.memory' },
+    { name: 'Waiting', type: 'integer', jsonPath: '.status.waiting' },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+export const InstanceType = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'InstanceType',
+  plural: 'instancetypes',
+  shortNames: ['itype'],
+  categories: ['berth'],
+  scope: 'Cluster',
+  spec: z.object({ cpu: quantity, memory: quantity }),
+  printerColumns: [
+    { name: 'CPU', type: 'string', jsonPath: '.spec.cpu' },
+    { name: 'Memory', type: 'string', jsonPath: '.spec.memory' },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
