@@ -69,7 +69,9 @@ export const instanceTemplate = k8s(
         annotations: z.record(z.string(), z.string()).optional(),
       })
       .optional()
-      .describe("Copied onto each instance's Pod; changing one (a restartedAt annotation) rolls the instances."),
+      .describe(
+        "Copied onto each instance's Pod; changing one (a restartedAt annotation) rolls the instances.",
+      ),
     instanceType: dnsLabel
       .optional()
       .describe('An InstanceType by name (d1-standard-2): sizes the instance for the Pod and for quota.'),
@@ -94,7 +96,9 @@ const workloadDeploymentSpec = z.object({
       templateHash: z.string().max(64).optional(),
     })
     .optional()
-    .describe('The Workload this deployment was fanned out from (part 2 sets it; absent when written by hand).'),
+    .describe(
+      'The Workload this deployment was fanned out from (part 2 sets it; absent when written by hand).',
+    ),
   placement: z.string().max(63).optional().describe("The Workload's placement this deployment serves."),
   template: instanceTemplate,
   replicas: z.number().int().min(0).max(10000).default(1),
@@ -131,7 +135,9 @@ const workloadDeploymentStatus = z.object({
   selector: z.string().optional().describe('Label selector of its instances (for the scale subresource).'),
   conditions: conditionsSchema,
 });
-export type WorkloadDeploymentStatus = z.infer<typeof workloadDeploymentStatus> & { conditions?: Condition[] };
+export type WorkloadDeploymentStatus = z.infer<typeof workloadDeploymentStatus> & {
+  conditions?: Condition[];
+};
 
 export const WorkloadDeployment = defineCustomResource({
   group: POLICY_GROUP,
@@ -207,11 +213,7 @@ export type BlockingReason = (typeof BLOCKING_REASONS)[number];
 
 /** QuotaGranted condition reasons (the seed's). */
 export type QuotaReason =
-  | 'PendingEvaluation'
-  | 'QuotaAvailable'
-  | 'NoQuota'
-  | 'QuotaExceeded'
-  | 'QuotaBackendUnavailable';
+  'PendingEvaluation' | 'QuotaAvailable' | 'NoQuota' | 'QuotaExceeded' | 'QuotaBackendUnavailable';
 
 const quotaSpec = z.object({
   instances: z.number().int().min(0).optional().describe('Instances granted at once; no limit when omitted.'),
@@ -242,7 +244,9 @@ const quotaStatus = z.object({
   claims: k8s(z.array(claim).optional(), {
     'x-kubernetes-list-type': 'map',
     'x-kubernetes-list-map-keys': ['uid'],
-  }).describe('The granted claims: the ledger, written with optimistic concurrency so nothing is granted twice.'),
+  }).describe(
+    'The granted claims: the ledger, written with optimistic concurrency so nothing is granted twice.',
+  ),
   conditions: conditionsSchema,
 });
 export type QuotaStatus = z.infer<typeof quotaStatus> & { conditions?: Condition[] };
