@@ -335,7 +335,9 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
   };
 }
 
-const IMAGE_REASONS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
+/** The kubelet alternates these while it retries a pull. */
+const PULL_RETRIES = new Set(['ErrImagePull', 'ImagePullBackOff']);
+const IMAGE_REASONS = new Set(['InvalidImageName', 'ErrImageNeverPull']);
 const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
 /** Restarts from which an instance counts as crashing even between back-offs. */
 export const CRASH_RESTARTS = 3;
@@ -345,22 +347,31 @@ export interface Cause {
   message: string;
 }
 
-/** Every cause the Pod's status shows for not running, from what a kubelet reports. */
+/**
+ * Every cause the Pod's status shows for not running, from what a kubelet reports. Messages stay
+ * the same while the cause does (no restart count, no ErrImagePull/ImagePullBackOff flip-flop), so
+ * a crash loop or a pull back-off is one status write and one event, not one per kubelet retry.
+ */
 export function podCauses(pod: WorkloadPod): Cause[] {
   const causes: Cause[] = [];
   const containers = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
   for (const c of containers) {
     const waiting = c.state?.waiting;
     const why = waiting?.reason ?? '';
-    const detail = waiting?.message ? `: ${waiting.message}` : '';
-    if (IMAGE_REASONS.has(why))
-      causes.push({ reason: 'ImageUnavailable', message: `container ${c.name}: ${why}${detail}` });
-    else if (CONFIG_REASONS.has(why))
-      causes.push({ reason: 'ConfigurationError', message: `container ${c.name}: ${why}${detail}` });
+    if (PULL_RETRIES.has(why))
+      causes.push({
+        reason: 'ImageUnavailable',
+        message: `container ${c.name}: its image cannot be pulled (see the Pod's events)`,
+      });
+    else if (IMAGE_REASONS.has(why) || CONFIG_REASONS.has(why))
+      causes.push({
+        reason: IMAGE_REASONS.has(why) ? 'ImageUnavailable' : 'ConfigurationError',
+        message: `container ${c.name}: ${why}${waiting?.message ? `: ${waiting.message}` : ''}`,
+      });
     else if (why === 'CrashLoopBackOff' || (c.restartCount ?? 0) >= CRASH_RESTARTS)
       causes.push({
         reason: 'InstanceCrashing',
-        message: `container ${c.name} restarted ${c.restartCount ?? 0} times${why ? ` (${why})` : ''}`,
+        message: `container ${c.name} keeps crashing and restarting`,
       });
   }
   const scheduled = findCondition(pod.status?.conditions, 'PodScheduled');
