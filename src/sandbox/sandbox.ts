@@ -32,6 +32,7 @@ import { ensureBinaries, ensureRegistry, type Binaries } from './build.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
 import { sandboxDir, stateDir } from './paths.ts';
+import { stagesYaml } from './stages.ts';
 import { registryInfo, writeRegistryFiles, type RegistryPorts, type SandboxRegistry } from './registry.ts';
 
 export const PROCESSES = [
@@ -244,6 +245,7 @@ export class Sandbox {
     await this.ensurePki();
     this.writeKubeconfigs();
     this.writeSchedulerConfig();
+    writeFileSync(this.path('kwok-stages.yaml'), stagesYaml());
     this.saveState();
     for (const p of PROCESSES) {
       this.startProcess(p);
@@ -408,6 +410,8 @@ export class Sandbox {
         return [
           `--kubeconfig=${kubeconfig}`,
           ...binaries.kwokStages.map((s) => `--config=${s}`),
+          // Berth's own stages (stages.ts): failed pulls and crashing containers, by image host.
+          `--config=${this.path('kwok-stages.yaml')}`,
           `--manage-nodes-with-annotation-selector=${KWOK_ANNOTATION}=fake`,
           `--server-address=127.0.0.1:${ports.kwok}`,
           '--node-ip=127.0.0.1',
