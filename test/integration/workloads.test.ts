@@ -7,15 +7,14 @@
 // stops the rollout (the old instances keep serving) and a crash loop, both named on the instance and
 // the deployment with Warning events; Berth restarted writes nothing; a fixed template heals.
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
+import { CRASH_IMAGE_HOST, MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { applyStatus } from '../../src/runtime/client/apply.ts';
 import { resourcePath } from '../../src/runtime/client/client.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
-import { packageRoot } from '../../src/sandbox/paths.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import {
   DEPLOYMENT_LABEL,
@@ -44,8 +43,6 @@ let ns = '';
 let nodes: string[] = [];
 let berth: BerthProcess | undefined;
 let granting: AbortController | undefined;
-// The sandbox simulates unpullable images and crash loops once its kwok stages exist (src/sandbox/stages.ts).
-const simulated = existsSync(`${packageRoot()}/src/sandbox/stages.ts`);
 
 type WD = KubeObject & { metadata: { generation?: number }; status?: WorkloadDeploymentStatus };
 
@@ -285,63 +282,53 @@ describe('workloads in a cell', () => {
     for (const p of await podsOf('roll')) assert.equal(p.metadata!.labels![TEMPLATE_HASH_LABEL], current);
   });
 
-  test(
-    'an image that cannot be pulled stops the rollout; the old instances keep serving',
-    { skip: !simulated && 'needs the sandbox kwok stages (src/sandbox/stages.ts)' },
-    async () => {
-      await applyWD('pull', { replicas: 3, template: template('registry.example/pull:1') });
-      await observe('pull', settled(3));
-      const old = (await getWD('pull')).status!.templateHash!;
-      await applyWD('pull', { replicas: 3, template: template('missing.kwok.invalid/pull:2') });
-      await observe('pull', (s) => cond(s.wd, 'Progressing')?.reason === 'ImageUnavailable');
-      const check = async () => {
-        const [i0, i1, i2] = await instancesOf('pull');
-        assert.deepEqual([i0!.spec.templateHash, i1!.spec.templateHash], [old, old]);
-        assert.ok(isReady(i0!) && isReady(i1!), 'the old instances serve');
-        assert.notEqual(i2!.spec.templateHash, old);
-        assert.equal(cond(i2, 'Ready')?.reason, 'ImageUnavailable');
-        return true;
-      };
-      await check();
-      await holdsFor('the rollout to stay stopped', check, 3000, 500);
-      const wd = await getWD('pull');
-      assert.equal(cond(wd, 'Progressing')?.status, 'False');
-      assert.equal(cond(wd, 'Available')?.reason, 'ImageUnavailable');
-      assert.match(cond(wd, 'Available')!.message, /pull-2/);
-      assert.equal(wd.status?.updatedReplicas, 1);
-      assert.equal(wd.status?.readyReplicas, 2);
-      await waitFor('Warning events on the instance and the deployment', async () => {
-        const onInstance = (await events('pull-2', 'Instance')).filter(
-          (e) => e.reason === 'ImageUnavailable',
-        );
-        const onDeployment = (await events('pull', 'WorkloadDeployment')).filter(
-          (e) => e.reason === 'ImageUnavailable',
-        );
-        return onInstance.length === 1 && onInstance[0]!.type === 'Warning' && onDeployment.length >= 1;
-      });
-    },
-  );
-
-  test(
-    'a crash loop gives InstanceCrashing on the instance and the deployment',
-    { skip: !simulated && 'needs the sandbox kwok stages (src/sandbox/stages.ts)' },
-    async () => {
-      await applyWD('crash', { replicas: 2, template: template('crash.kwok.invalid/app:1') });
-      await observe('crash', (s) => cond(s.wd, 'Available')?.reason === 'InstanceCrashing');
-      const [i0, ...rest] = await instancesOf('crash');
-      assert.equal(cond(i0, 'Ready')?.reason, 'InstanceCrashing');
-      assert.equal(cond(i0, 'Programmed')?.status, 'True');
-      // OrderedReady: ordinal 1 waits for ordinal 0, which the user must fix.
-      assert.equal(rest.length, 0);
-      const wd = await getWD('crash');
-      assert.equal(cond(wd, 'Progressing')?.reason, 'InstanceCrashing');
-      await waitFor('a Warning event on the instance', async () =>
-        (await events('crash-0', 'Instance')).some(
-          (e) => e.type === 'Warning' && e.reason === 'InstanceCrashing',
-        ),
+  test('an image that cannot be pulled stops the rollout; the old instances keep serving', async () => {
+    await applyWD('pull', { replicas: 3, template: template('registry.example/pull:1') });
+    await observe('pull', settled(3));
+    const old = (await getWD('pull')).status!.templateHash!;
+    await applyWD('pull', { replicas: 3, template: template(`${MISSING_IMAGE_HOST}/pull:2`) });
+    await observe('pull', (s) => cond(s.wd, 'Progressing')?.reason === 'ImageUnavailable');
+    const check = async () => {
+      const [i0, i1, i2] = await instancesOf('pull');
+      assert.deepEqual([i0!.spec.templateHash, i1!.spec.templateHash], [old, old]);
+      assert.ok(isReady(i0!) && isReady(i1!), 'the old instances serve');
+      assert.notEqual(i2!.spec.templateHash, old);
+      assert.equal(cond(i2, 'Ready')?.reason, 'ImageUnavailable');
+      return true;
+    };
+    await check();
+    await holdsFor('the rollout to stay stopped', check, 3000, 500);
+    const wd = await getWD('pull');
+    assert.equal(cond(wd, 'Progressing')?.status, 'False');
+    assert.equal(cond(wd, 'Available')?.reason, 'ImageUnavailable');
+    assert.match(cond(wd, 'Available')!.message, /pull-2/);
+    assert.equal(wd.status?.updatedReplicas, 1);
+    assert.equal(wd.status?.readyReplicas, 2);
+    await waitFor('Warning events on the instance and the deployment', async () => {
+      const onInstance = (await events('pull-2', 'Instance')).filter((e) => e.reason === 'ImageUnavailable');
+      const onDeployment = (await events('pull', 'WorkloadDeployment')).filter(
+        (e) => e.reason === 'ImageUnavailable',
       );
-    },
-  );
+      return onInstance.length === 1 && onInstance[0]!.type === 'Warning' && onDeployment.length >= 1;
+    });
+  });
+
+  test('a crash loop gives InstanceCrashing on the instance and the deployment', async () => {
+    await applyWD('crash', { replicas: 2, template: template(`${CRASH_IMAGE_HOST}/app:1`) });
+    await observe('crash', (s) => cond(s.wd, 'Available')?.reason === 'InstanceCrashing');
+    const [i0, ...rest] = await instancesOf('crash');
+    assert.equal(cond(i0, 'Ready')?.reason, 'InstanceCrashing');
+    assert.equal(cond(i0, 'Programmed')?.status, 'True');
+    // OrderedReady: ordinal 1 waits for ordinal 0, which the user must fix.
+    assert.equal(rest.length, 0);
+    const wd = await getWD('crash');
+    assert.equal(cond(wd, 'Progressing')?.reason, 'InstanceCrashing');
+    await waitFor('a Warning event on the instance', async () =>
+      (await events('crash-0', 'Instance')).some(
+        (e) => e.type === 'Warning' && e.reason === 'InstanceCrashing',
+      ),
+    );
+  });
 
   test('Berth restarted writes nothing it need not', async () => {
     // Let every status settle (the crash loop keeps restarting: its status must not change with it).
@@ -356,15 +343,17 @@ describe('workloads in a cell', () => {
     assertOrderedUp(await observe('web', settled(3)));
   });
 
-  test(
-    'a broken rollout heals when the template is fixed: the broken instance is replaced at once',
-    { skip: !simulated && 'needs the sandbox kwok stages (src/sandbox/stages.ts)' },
-    async () => {
-      await applyWD('pull', { replicas: 3, template: template('registry.example/pull:1') });
-      await observe('pull', settled(3));
-      const wd = await getWD('pull');
-      assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
-      assert.equal(cond(wd, 'Available')?.status, 'True');
-    },
-  );
+  test('a broken rollout heals when the template is fixed: the broken instance is replaced at once', async () => {
+    const broken = (await instancesOf('pull')).find((i) => i.spec.ordinal === 2)!;
+    assert.equal(cond(broken, 'Ready')?.reason, 'ImageUnavailable');
+    await applyWD('pull', { replicas: 3, template: template('registry.example/pull:1') });
+    await observe('pull', settled(3));
+    const [i0, i1, i2] = await instancesOf('pull');
+    assert.notEqual(i2!.metadata.uid, broken.metadata.uid, 'pull-2 was recreated, not updated');
+    assert.equal(i2!.spec.templateHash, i0!.spec.templateHash);
+    assert.equal(i1!.spec.templateHash, i0!.spec.templateHash);
+    const wd = await getWD('pull');
+    assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
+    assert.equal(cond(wd, 'Available')?.status, 'True');
+  });
 });
