@@ -63,7 +63,7 @@ export interface QuotaVerdict {
 const byNamespace = (o: KubeObject) => (o.metadata?.namespace ? [o.metadata.namespace] : []);
 
 /** Oldest first: the Quota in force in a namespace is its oldest; any other is Superseded. */
-const oldestFirst = (a: KubeObject, b: KubeObject) =>
+export const oldestFirst = (a: KubeObject, b: KubeObject) =>
   (a.metadata?.creationTimestamp ?? '').localeCompare(b.metadata?.creationTimestamp ?? '') ||
   (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? '');
 
