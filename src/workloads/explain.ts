@@ -104,12 +104,16 @@ function quotaLines(v: InstanceView, now: Date): string[] {
     return [`  quota: granted (${cond.reason}) ${since(cond.lastTransitionTime, now)}: ${cond.message}`];
   const [quota] = [...v.quotas].sort(oldestFirst);
   const types = new Map(v.instanceTypes.map((t) => [t.metadata?.name ?? '', t.spec]));
-  const listed = new Set(v.instances.map((i) => i.metadata?.uid));
+  // Listed a moment apart, the instance may be missing from the namespace's list: it counts all the same.
+  const all = v.instances.some((i) => i.metadata?.uid === inst.metadata?.uid)
+    ? v.instances
+    : [...v.instances, inst];
+  const listed = new Set(all.map((i) => i.metadata?.uid));
   const budget = quota ? budgetOf(quota.spec ?? {}) : {};
   const decision = decideGrants(
     budget,
     quota?.status?.claims ?? [],
-    v.instances.map((i) => candidateOf(localCluster, i, (n) => types.get(n))),
+    all.map((i) => candidateOf(localCluster, i, (n) => types.get(n))),
     // Instances of other clusters are out of sight here: their claims count.
     { gone: (c) => c.cluster === localCluster && !listed.has(c.uid), now: now.toISOString() },
   );

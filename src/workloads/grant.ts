@@ -110,10 +110,17 @@ export function sizeText(size: { milliCPU: number; memoryBytes: number }): strin
   return `${formatCPU(size.milliCPU)} vCPU, ${formatBytes(size.memoryBytes)}`;
 }
 
+/** What each dimension is called in messages. */
+export const dimensionNames: Record<keyof Amount, string> = {
+  instances: 'instances',
+  milliCPU: 'vCPU',
+  memoryBytes: 'memory',
+};
+
 const units: Record<keyof Amount, [(v: number) => string, string]> = {
-  instances: [String, 'instances'],
-  milliCPU: [formatCPU, 'vCPU'],
-  memoryBytes: [formatBytes, 'memory'],
+  instances: [String, dimensionNames.instances],
+  milliCPU: [formatCPU, dimensionNames.milliCPU],
+  memoryBytes: [formatBytes, dimensionNames.memoryBytes],
 };
 
 /** "4 of 4 instances, 3 of 4 vCPU, 6Gi of 8Gi memory": each budgeted dimension (or those given). */

@@ -28,7 +28,15 @@ import {
 } from '../runtime/api/conditions.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../policy/predicates.ts';
-import { budgetOf, decideGrants, requeueAfterMs, usageText, type Candidate, type Decision } from './grant.ts';
+import {
+  budgetOf,
+  decideGrants,
+  dimensionNames,
+  requeueAfterMs,
+  usageText,
+  type Candidate,
+  type Decision,
+} from './grant.ts';
 import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from './resources.ts';
 import {
   Instance,
@@ -114,7 +122,7 @@ export function quotaStatus(
         status: 'False' as const,
         reason: 'OverBudget',
         message:
-          `${usage} used, over the budget in ${decision.over.join(', ')}: instances granted before this ` +
+          `${usage} used, over the budget in ${decision.over.map((d) => dimensionNames[d]).join(', ')}: instances granted before this ` +
           'Quota counted them are kept (nothing is revoked); new ones wait until use is back within it',
       }
     : { status: 'True' as const, reason: 'WithinBudget', message: `${usage} used` };
