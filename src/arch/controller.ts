@@ -85,7 +85,7 @@ export const archMetrics = {
 export interface ArchControllerOptions {
   inspector: ImageInspector;
   berthNamespace: string;
-  /** Pods reconciled at once: each waits on registries, so more than the node controllers. */
+  /** Pods reconciled at once: each waits on its patch (not on registries: see inspections()). */
   workers?: number;
   /** `namespace/name` of a pull secret tried for every pod after its own. */
   pullSecret?: string;
