@@ -112,10 +112,22 @@ export class DeploymentController {
       instances: states,
     };
     const p = plan(input);
+    // Writes the cache now shows are settled: a later action on the same name is not held back.
+    const prefix = `${ns}/${name}-`;
+    for (const target of this.inFlight.keys())
+      if (target.startsWith(prefix) && /^\d+$/.test(target.slice(prefix.length)))
+        this.expected(target, states);
 
+    // An action held back for a write the cache has not shown yet is looked at again when the hold
+    // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
+    let heldMs: number | undefined;
     for (const a of p.actions) {
       const target = `${ns}/${a.type === 'create' ? instanceName(name, a.ordinal) : a.name}`;
-      if (this.expected(target, states)) continue;
+      const hold = this.expected(target, states);
+      if (hold > 0) {
+        heldMs = Math.min(heldMs ?? hold, hold);
+        continue;
+      }
       try {
         if (a.type === 'create') {
           await this.manager
@@ -168,21 +180,26 @@ export class DeploymentController {
       conditions: setter.conditions,
     };
     await this.writeStatus(wd, before, status);
-    if (verdict.deadlineInMs !== undefined) return { requeueAfterMs: verdict.deadlineInMs + 100 };
+    const after = [
+      heldMs,
+      verdict.deadlineInMs === undefined ? undefined : verdict.deadlineInMs + 100,
+    ].filter((x): x is number => x !== undefined);
+    if (after.length) return { requeueAfterMs: Math.min(...after) };
   }
 
-  /** A create or delete of `target` was sent and the cache does not show it yet. */
-  private expected(target: string, states: InstanceState[]): boolean {
+  /** How much longer a create or delete of `target`, sent and not yet in the cache, holds it back (0: not). */
+  private expected(target: string, states: InstanceState[]): number {
     const w = this.inFlight.get(target);
-    if (!w) return false;
+    if (!w) return 0;
     const name = target.slice(target.indexOf('/') + 1);
     const seen = states.find((s) => s.name === name);
     const done = w.action === 'create' ? !!seen : !seen || seen.deleting;
-    if (done || Date.now() - w.at > EXPECTATION_MS) {
+    const left = EXPECTATION_MS - (Date.now() - w.at);
+    if (done || left <= 0) {
       this.inFlight.delete(target);
-      return false;
+      return 0;
     }
-    return true;
+    return left;
   }
 
   /** Writes the status when a count, the hash or a condition changed; Warnings for user-fixable causes. */

@@ -107,7 +107,12 @@ export const lineOrder = (a: Candidate, b: Candidate): number =>
 
 /** "1 vCPU, 2Gi" */
 export function sizeText(size: { milliCPU: number; memoryBytes: number }): string {
-  return `${formatCPU(size.milliCPU)} vCPU, ${formatBytes(size.memoryBytes)}`;
+  // An instance that states no size counts as one instance only: say so, not "0 vCPU, 0".
+  const parts = [
+    ...(size.milliCPU ? [`${formatCPU(size.milliCPU)} vCPU`] : []),
+    ...(size.memoryBytes ? [formatBytes(size.memoryBytes)] : []),
+  ];
+  return parts.length ? `1 instance (${parts.join(', ')})` : '1 instance';
 }
 
 /** What each dimension is called in messages. */

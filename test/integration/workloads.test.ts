@@ -303,7 +303,16 @@ describe('workloads in a cell', () => {
   });
 
   test('Berth restarted writes nothing it need not', async () => {
-    // Let every status settle (the crash loop keeps restarting: its status must not change with it).
+    // Let every status settle. The crash loop keeps restarting, and its status must not change with
+    // it: once the kubelet (kwok) has restarted it three times it reads InstanceCrashing whatever the
+    // container's state at the moment.
+    await waitFor('the crash loop to have restarted three times', async () =>
+      (await podsOf('crash')).some((p) =>
+        ((p['status'] as { containerStatuses?: { restartCount: number }[] }).containerStatuses ?? []).some(
+          (c) => c.restartCount >= 3,
+        ),
+      ),
+    );
     await sleep(3000);
     await berth!.stop();
     berth = await startBerth(sandbox, ['--controllers=workloads'], { capture: true });
@@ -329,7 +338,15 @@ describe('workloads in a cell', () => {
     assert.equal(cond(wd, 'Available')?.status, 'True');
   });
 
-  test('a Quota of four with six requested: four run, two wait QuotaExceeded; deleting one lets exactly one in', async () => {
+  test('a Quota of four with six requested: four run, two wait QuotaExceeded; deleting one lets exactly one in', async (t) => {
+    // A namespace of its own: a Quota adopts the instances already running where it is created.
+    const shared = ns;
+    ns = await createNamespace(client, `${id}-q`);
+    const own = ns;
+    t.after(() => {
+      ns = shared;
+      return deleteNamespace(client, own);
+    });
     await client.create(Quota.ref, {
       apiVersion: Quota.apiVersion,
       kind: Quota.kind,
@@ -372,14 +389,14 @@ describe('workloads in a cell', () => {
           a.metadata.name!.localeCompare(b.metadata.name!),
       );
     await client.delete(Instance.ref, 'quota-0', ns);
-    const after = (
+    const then = (
       await observe('quota', (s) => {
         const ready = s.instances.filter(isReady).map((i) => i.metadata.name);
         return s.instances.length === 6 && ready.length === 4 && ready.includes(oldest!.metadata.name);
       })
     ).slice(-1)[0]!;
     assert.deepEqual(
-      waiting(after).sort(),
+      waiting(then).sort(),
       ['quota-0', ...waiting(last!).filter((n) => n !== oldest!.metadata.name)].sort(),
     );
     const quota = await client.get(Quota.ref, 'budget', ns);

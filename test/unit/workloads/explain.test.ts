@@ -67,11 +67,11 @@ test('an instance waiting for quota: its place in line, what is used, what it ne
     inst('web-0', '2030-01-01T00:50:00Z', [granted]),
     inst('web-1', '2030-01-01T00:51:00Z', [granted]),
     inst('web-2', '2030-01-01T00:52:00Z', [
-      cond('QuotaGranted', 'False', 'QuotaExceeded', 'needs 1 vCPU, 2Gi; 2 of 2 instances used'),
+      cond('QuotaGranted', 'False', 'QuotaExceeded', 'needs 1 instance (1 vCPU, 2Gi); 2 of 2 instances used'),
     ]),
     inst('web-3', '2030-01-01T00:53:00Z', [
       cond('Ready', 'False', 'QuotaExceeded', 'waiting for quota'),
-      cond('QuotaGranted', 'False', 'QuotaExceeded', 'needs 1 vCPU, 2Gi; 2 of 2 instances used'),
+      cond('QuotaGranted', 'False', 'QuotaExceeded', 'needs 1 instance (1 vCPU, 2Gi); 2 of 2 instances used'),
     ]),
   ];
   const pod: PodView = {
@@ -86,7 +86,7 @@ test('an instance waiting for quota: its place in line, what is used, what it ne
   assert.deepEqual(lines, [
     '  WorkloadDeployment web, ordinal 3; template h2; created 2030-01-01T00:53:00Z (7m ago)',
     '  Ready: False (QuotaExceeded) since 2030-01-01T00:57:00Z (3m ago): waiting for quota',
-    '  quota: waiting, 2nd in line for Quota budget (2 of 2 instances used); needs 1 vCPU, 2Gi; waiting since 2030-01-01T00:53:00Z (7m ago)',
+    '  quota: waiting, 2nd in line for Quota budget (2 of 2 instances used); needs 1 instance (1 vCPU, 2Gi); waiting since 2030-01-01T00:53:00Z (7m ago)',
     '  pod web-3: Pending, gated by workloads.berth.dev/quota until the quota is granted',
   ]);
   // Granted, and no Quota at all.

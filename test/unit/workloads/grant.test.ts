@@ -58,7 +58,7 @@ test('a quota of four with six instances: the four oldest are granted, two wait 
   assert.deepEqual(d.verdicts.get('uid-e'), {
     granted: false,
     reason: 'QuotaExceeded',
-    message: 'needs 1 vCPU, 2Gi; 4 of 4 instances used',
+    message: 'needs 1 instance (1 vCPU, 2Gi); 4 of 4 instances used',
     place: 1,
   });
   assert.deepEqual(d.verdicts.get('uid-f'), { ...d.verdicts.get('uid-e'), place: 2 });
@@ -102,7 +102,7 @@ test('the line is strict: a younger instance never overtakes an older one that d
   assert.deepEqual(d.verdicts.get('uid-small'), {
     granted: false,
     reason: 'QuotaExceeded',
-    message: 'needs 500m vCPU, 1Gi; 2 of 4 vCPU used; waiting behind older instances',
+    message: 'needs 1 instance (500m vCPU, 1Gi); 2 of 4 vCPU used; waiting behind older instances',
     place: 2,
   });
 });
@@ -116,7 +116,7 @@ test('an instance larger than the whole budget, or without a size, steps out of 
   assert.deepEqual(d.verdicts.get('uid-huge'), {
     granted: false,
     reason: 'QuotaExceeded',
-    message: 'needs 1 vCPU, 64Gi, more than the whole budget (8Gi memory)',
+    message: 'needs 1 instance (1 vCPU, 64Gi), more than the whole budget (8Gi memory)',
   });
   assert.deepEqual(d.verdicts.get('uid-broken'), {
     granted: false,

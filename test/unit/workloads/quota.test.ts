@@ -56,7 +56,7 @@ test('verdicts as QuotaGranted conditions: QuotaAvailable, NoQuota, QuotaExceede
   assert.deepEqual(verdictCondition(d, 'uid-b', 'budget', 'ns'), {
     status: 'False',
     reason: 'QuotaExceeded',
-    message: 'needs 0 vCPU, 0; 1 of 1 instances used',
+    message: 'needs 1 instance; 1 of 1 instances used',
   });
   assert.equal(verdictCondition(d, 'uid-none', 'budget', 'ns'), undefined);
 });
