@@ -166,15 +166,23 @@ floorWatch.readyHandler = () => {};
 console.log(`floor: ${instances} pods Ready in ${floorSeconds.toFixed(2)} s`);
 const steps: number[] = [];
 for (let i = 0; i < FLOOR_STEPS; i++) {
-  const d = i % deployments;
-  const pod = floorPod(d, 0);
+  const pod = floorPod(i % deployments, 0);
+  const name = pod.metadata!.name!;
   const started = performance.now();
-  const gone = floorWatch.untilGone(pod.metadata!.name!);
-  await client.delete(Resources.pods, pod.metadata!.name!, FLOOR_NS);
+  const gone = floorWatch.untilGone(name);
+  await client.delete(Resources.pods, name, FLOOR_NS);
   await gone;
-  const isReady = floorWatch.untilReady(pod.metadata!.name!);
-  await client.create(Resources.pods, pod);
-  await isReady;
+  // kwok deletes a terminating pod by name, not by uid, and a late second delete can take the new
+  // pod of the same name: created again, as Berth's instance controller recreates a Pod deleted by
+  // someone else.
+  for (;;) {
+    const outcome = Promise.race([
+      floorWatch.untilReady(name).then(() => 'ready'),
+      floorWatch.untilGone(name).then(() => 'gone'),
+    ]);
+    await client.create(Resources.pods, pod);
+    if ((await outcome) === 'ready') break;
+  }
   steps.push(performance.now() - started);
 }
 const floorStepMs = percentile(steps, 50);
@@ -230,7 +238,17 @@ const wd = (name: string, n: number): KubeObject => ({
   metadata: { name, namespace: NS },
   spec: { template, replicas: n, instanceManagementPolicy: 'OrderedReady' },
 });
-const berthWrites = () => berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
+const WRITES = ['POST', 'PUT', 'PATCH', 'DELETE'] as const;
+/** Berth's own requests by method (watches are GETs, so every other method is a write). */
+const berthWrites = async () =>
+  Object.fromEntries(
+    await Promise.all(
+      WRITES.map(
+        async (m) =>
+          [m, await berth.metric('rest_client_requests_total', (l) => l.includes(`method="${m}"`))] as const,
+      ),
+    ),
+  ) as Record<(typeof WRITES)[number], number>;
 const writesBefore = await berthWrites();
 const started = performance.now();
 await forEachLimit(
@@ -246,12 +264,14 @@ await waitForValue(
   () => `${readyOf()}/${instances} instances Ready, ${grantedAt.size} granted, ${firstSeen.size} exist`,
 );
 const berthSeconds = (Math.max(...readyAt.values()) - started) / 1000;
-const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
+const writesAfter = await berthWrites();
+const writesBy = WRITES.map((m) => `${m} ${((writesAfter[m] - writesBefore[m]) / instances).toFixed(1)}`);
+const writesPerInstance = WRITES.reduce((a, m) => a + writesAfter[m] - writesBefore[m], 0) / instances;
 const grants = [...grantedAt].map(([n, t]) => t - firstSeen.get(n)!);
 console.log(
   `berth: ${instances} instances Ready in ${berthSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); ` +
     `quota grant p50 ${percentile(grants, 50).toFixed(0)} ms, p99 ${percentile(grants, 99).toFixed(0)} ms; ` +
-    `${writesPerInstance.toFixed(1)} API writes per instance`,
+    `${writesPerInstance.toFixed(1)} API writes per instance (${writesBy.join(', ')})`,
 );
 const rss = berth.rssMB();
 
