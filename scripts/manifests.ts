@@ -4,7 +4,7 @@
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { stringify } from 'yaml';
-import { crdManifests, rbacManifests } from '../src/manifests.ts';
+import { crdManifests, namespaceRules, rbacManifests } from '../src/manifests.ts';
 import type { KubeObject } from '../src/runtime/api/meta.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 
@@ -34,6 +34,29 @@ function helmClusterRole(): string {
   );
 }
 
+/**
+ * The Role in the release namespace as a Helm template: only while Berth keeps its own webhook
+ * certificate (no cert-manager, no Secret of the user's), for the Secret the chart names.
+ */
+function helmRole(): string {
+  return (
+    HEADER +
+    [
+      '{{- if and .Values.webhook.enabled (not (include "berth.webhookSecret" .)) }}',
+      'apiVersion: rbac.authorization.k8s.io/v1',
+      'kind: Role',
+      'metadata:',
+      '  name: {{ include "berth.fullname" . }}',
+      '  namespace: {{ .Release.Namespace }}',
+      '  labels:',
+      '    {{- include "berth.labels" . | nindent 4 }}',
+    ].join('\n') +
+    '\n' +
+    yaml({ rules: namespaceRules('{{ include "berth.webhookCertSecret" . }}') }) +
+    '{{- end }}\n'
+  );
+}
+
 /** Every generated file, by path relative to the repository root. */
 export function generatedFiles(): Map<string, string> {
   const crds = crdManifests();
@@ -41,6 +64,7 @@ export function generatedFiles(): Map<string, string> {
     ['deploy/kustomize/base/crds.yaml', documents(crds)],
     ['deploy/kustomize/base/rbac.yaml', documents(rbacManifests())],
     ['deploy/helm/berth/templates/clusterrole.yaml', helmClusterRole()],
+    ['deploy/helm/berth/templates/role.yaml', helmRole()],
   ]);
   for (const crd of crds) files.set(`${HELM_CRDS_DIR}/${crd.metadata!.name}.yaml`, documents([crd]));
   return files;

@@ -3,6 +3,7 @@ import { agentsCapability } from './agents/index.ts';
 import { archCapability } from './arch/index.ts';
 import { gatesCapability } from './gates/index.ts';
 import { labelsCapability } from './labels/index.ts';
+import { workloadsCapability } from './workloads/index.ts';
 
 /** Every capability `berth run` knows, in the order they start. */
 export const capabilities: Capability[] = [
@@ -10,4 +11,5 @@ export const capabilities: Capability[] = [
   gatesCapability,
   agentsCapability,
   archCapability,
+  workloadsCapability,
 ];

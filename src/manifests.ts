@@ -1,9 +1,17 @@
 // The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
-// permission they declare, and what the runtime itself needs (leases, events).
+// permission they declare, and what the runtime itself needs (leases, events), and a Role for what
+// Berth needs only in its own namespace (the webhook certificate's Secret).
 import type { Capability } from './capability.ts';
-import { NAMESPACE, SERVICE_ACCOUNT } from './policy/namespace.ts';
+import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from './policy/namespace.ts';
 import { capabilities } from './capabilities.ts';
-import { clusterRole, clusterRoleBinding, mergeRules, type PolicyRule } from './runtime/api/rbac.ts';
+import {
+  clusterRole,
+  clusterRoleBinding,
+  mergeRules,
+  role,
+  roleBinding,
+  type PolicyRule,
+} from './runtime/api/rbac.ts';
 import type { KubeObject } from './runtime/api/meta.ts';
 
 /** What the runtime needs whatever is enabled: leader election, events, registering webhooks. */
@@ -24,6 +32,15 @@ export const runtimeRules: PolicyRule[] = [
   },
 ];
 
+/**
+ * What Berth needs in its own namespace only: the Secret its replicas share for the webhook's serving
+ * certificate. Create cannot be limited to a name (the object does not exist yet); read and update can.
+ */
+export const namespaceRules = (secret: string = WEBHOOK_CERT_SECRET): PolicyRule[] => [
+  { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
+  { apiGroups: [''], resources: ['secrets'], resourceNames: [secret], verbs: ['get', 'patch'] },
+];
+
 export function crdManifests(caps: Capability[] = capabilities): KubeObject[] {
   return caps.flatMap((c) => c.crds.map((r) => r.crd));
 }
@@ -37,5 +54,12 @@ export function rbacManifests(caps: Capability[] = capabilities): KubeObject[] {
       name: SERVICE_ACCOUNT,
       namespace: NAMESPACE,
     }),
+    role('berth', NAMESPACE, namespaceRules()),
+    roleBinding(
+      'berth',
+      NAMESPACE,
+      { kind: 'Role', name: 'berth' },
+      { kind: 'ServiceAccount', name: SERVICE_ACCOUNT, namespace: NAMESPACE },
+    ),
   ];
 }

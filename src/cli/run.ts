@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
-import { berthNamespace, NAMESPACE } from '../policy/namespace.ts';
+import { berthNamespace, NAMESPACE, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import { parseBindAddress } from '../runtime/server/http.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -148,7 +148,13 @@ export function runCommand(): Command {
     .option(
       '--webhook-cert-dir <dir>',
       'serving certificate: tls.crt, tls.key and optional ca.crt (a cert-manager Secret), reloaded when ' +
-        'they change (default: a CA and certificate generated at start, one per replica)',
+        'they change (default: the shared Secret of --webhook-cert-secret)',
+    )
+    .option(
+      '--webhook-cert-secret <name>',
+      "a Secret in Berth's namespace where Berth keeps the webhook CA and serving certificate, shared by " +
+        'every replica and renewed before they expire (default: berth-webhook-cert behind a Service; on a ' +
+        'loopback bind address, a CA and certificate generated at start)',
     )
     .addOption(
       new Option(
@@ -269,6 +275,13 @@ function addWebhooks(
     defaultWebhookRegistration(bind.host, berthNamespace);
   const dir = o['webhookCertDir'] as string | undefined;
   const caFile = dir && path.join(dir, 'ca.crt');
+  const secretName =
+    (o['webhookCertSecret'] as string | undefined) ??
+    (registration.mode === 'service' ? WEBHOOK_CERT_SECRET : undefined);
+  // The manager fences its own clients to the leader; every replica registers (and may renew the
+  // shared certificate), so this one is unfenced.
+  const webhookClient = new KubeClient(client.config, { userAgent: 'berth-webhooks' });
+  const generated = generatedCertificates(registration);
   const certificates: WebhookCertificates = dir
     ? {
         kind: 'files',
@@ -276,9 +289,9 @@ function addWebhooks(
         keyFile: path.join(dir, 'tls.key'),
         ...(caFile && existsSync(caFile) ? { caFile } : {}),
       }
-    : generatedCertificates(registration);
-  // The manager fences its own clients to the leader; every replica registers, so this one is unfenced.
-  const webhookClient = new KubeClient(client.config, { userAgent: 'berth-webhooks' });
+    : secretName
+      ? { ...generated, kind: 'secret', client: webhookClient, namespace: berthNamespace, name: secretName }
+      : generated;
   manager.addRunnable(
     new WebhookRunnable({
       client: webhookClient,

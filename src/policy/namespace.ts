@@ -6,6 +6,8 @@ export const NAMESPACE = 'berth-system';
 /** The namespace Berth runs in: its pod's (POD_NAMESPACE, from the downward API), else the default. */
 export const berthNamespace = (): string => process.env['POD_NAMESPACE'] ?? NAMESPACE;
 export const SERVICE_ACCOUNT = 'berth';
+/** The Secret in Berth's namespace where its replicas keep the webhook CA and serving certificate. */
+export const WEBHOOK_CERT_SECRET = 'berth-webhook-cert';
 
 /** The label the apiserver puts on every namespace: how a namespaceSelector names a namespace. */
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';

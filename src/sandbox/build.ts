@@ -78,6 +78,13 @@ export const components = {
     packages: ['.'],
     ldflags: (v) => `-X github.com/distribution/distribution/v3/version.version=${v}`,
   },
+  // Helm, to lint, render and install Berth's chart as its users do. Built only when a test asks.
+  helm: {
+    module: 'helm',
+    pin: 'helm.sh/helm/v3',
+    packages: ['helm.sh/helm/v3/cmd/helm'],
+    ldflags: (v) => `-X helm.sh/helm/v3/internal/version.version=${v}`,
+  },
 } satisfies Record<string, Component>;
 
 export type ComponentName = keyof typeof components;
@@ -300,6 +307,11 @@ export async function ensureBinaries(
 }
 
 /** Builds the registry if missing (only a sandbox that runs one asks) and returns its binary. */
+/** The helm binary, built on first use (a few minutes cold) and cached like the control plane. */
+export async function ensureHelm(log: (s: string) => void = () => {}, signal?: AbortSignal): Promise<string> {
+  return join(await buildComponent('helm', log, signal), 'helm');
+}
+
 export async function ensureRegistry(
   log: (s: string) => void = () => {},
   signal?: AbortSignal,

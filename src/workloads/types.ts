@@ -149,6 +149,12 @@ export const WorkloadDeployment = defineCustomResource({
   scope: 'Namespaced',
   spec: workloadDeploymentSpec,
   status: workloadDeploymentStatus,
+  // `kubectl scale wd/x --replicas=5`, and autoscalers.
+  scale: {
+    specReplicasPath: '.spec.replicas',
+    statusReplicasPath: '.status.replicas',
+    labelSelectorPath: '.status.selector',
+  },
   printerColumns: [
     { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
     { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },

@@ -31,6 +31,9 @@ function kubectl(args: string[], input?: string): { stdout: string; stderr: stri
   return { stdout: r.stdout, stderr: r.stderr };
 }
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- built objects, read field by field
+type Any = any;
+
 const yamlOf = (objects: KubeObject[]): string => objects.map((o) => stringify(o)).join('---\n');
 
 /** Server-side dry-run apply; returns kubectl's stdout and warnings. */
@@ -81,14 +84,47 @@ after(async () => {
 
 describe('deploy/kustomize/default', () => {
   test('is accepted by the apiserver (server-side dry run), within restricted Pod Security', () => {
-    // The sandbox has no cert-manager: its objects cannot be dry-run (no such kinds) but must be there.
-    const certManager = objects.filter((o) => o.apiVersion?.startsWith('cert-manager.io/'));
-    assert.deepEqual(certManager.map((o) => o.kind).sort(), ['Certificate', 'Issuer']);
-    const rest = objects.filter((o) => o.kind !== 'Namespace' && !certManager.includes(o));
+    // A plain cluster: nothing of cert-manager's is needed (Berth keeps its own webhook certificate).
+    assert.deepEqual(
+      objects.filter((o) => o.apiVersion?.startsWith('cert-manager.io/')),
+      [],
+    );
+    const rest = objects.filter((o) => o.kind !== 'Namespace');
     const { stdout, stderr } = dryRun(rest);
     const applied = stdout.split('\n').filter((l) => l.includes('serverside-applied (server dry run)'));
     assert.equal(applied.length, rest.length, stdout);
     assert.doesNotMatch(stderr, /Warning/, stderr);
+  });
+
+  test('with the cert-manager Component: its Certificate, mounted for --webhook-cert-dir', () => {
+    const overlay = mkdtempSync(join(tmpdir(), 'berth-deploy-cm-'));
+    try {
+      writeFileSync(
+        join(overlay, 'kustomization.yaml'),
+        stringify({
+          apiVersion: 'kustomize.config.k8s.io/v1beta1',
+          kind: 'Kustomization',
+          namespace: ns,
+          resources: [relative(overlay, join(packageRoot(), 'deploy/kustomize/default'))],
+          components: [relative(overlay, join(packageRoot(), 'deploy/kustomize/cert-manager'))],
+        }),
+      );
+      const built = parseAllDocuments(kubectl(['kustomize', overlay]).stdout).map((d) => d.toJS() as Any);
+      const cert = built.find((o) => o.kind === 'Certificate');
+      assert.ok(built.some((o) => o.kind === 'Issuer') && cert);
+      const pod = built.find((o) => o.kind === 'Deployment').spec.template.spec;
+      assert.ok(pod.containers[0].args.includes('--webhook-cert-dir=/certs'));
+      const mount = pod.containers[0].volumeMounts.find((m: Any) => m.mountPath === '/certs');
+      assert.equal(
+        pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName,
+        cert.spec.secretName,
+      );
+      // The Deployment with the mount is still valid for the apiserver.
+      const { stdout } = dryRun(built.filter((o) => o.kind === 'Deployment'));
+      assert.match(stdout, /serverside-applied \(server dry run\)/);
+    } finally {
+      rmSync(overlay, { recursive: true, force: true });
+    }
   });
 
   test('the Pod Security check is live: a privileged pod template draws a warning', () => {

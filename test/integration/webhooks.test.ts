@@ -7,6 +7,7 @@ import { isNotFound } from '../../src/runtime/client/client.ts';
 import { rootLogger } from '../../src/runtime/observability/log.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { type MutatingWebhook } from '../../src/runtime/webhook/configuration.ts';
+import type { WebhookCertificates } from '../../src/runtime/webhook/admission.ts';
 import { mutate } from '../../src/runtime/api/jsonpatch.ts';
 import {
   WebhookRunnable,
@@ -53,11 +54,12 @@ after(async () => {
 /** Starts a runnable whose one webhook annotates the pods labelled with its own key, and waits until it is registered. */
 async function startWebhook(
   failurePolicy: 'Fail' | 'Ignore',
+  certificates: WebhookCertificates = generatedCertificates(registration),
 ): Promise<{ runnable: WebhookRunnable; key: string }> {
   const key = uniqueName('wh');
   const runnable = new WebhookRunnable({
     client,
-    server: { port: 0, certificates: generatedCertificates(registration) },
+    server: { port: 0, certificates },
     registration,
     specs: [
       {
@@ -153,4 +155,39 @@ test('failurePolicy Ignore lets creates through once the server is stopped', asy
   await client.get(Resources.mutatingWebhookConfigurations, key);
   const pod = await createPod(ns, key);
   assert.equal(pod.metadata?.annotations?.[annotation], undefined);
+});
+
+test('replicas share one CA through the Secret, and converge again when it is replaced', async () => {
+  const secret = uniqueName('cert');
+  const shared = (): WebhookCertificates => ({
+    ...generatedCertificates(registration),
+    kind: 'secret',
+    client,
+    namespace: berthNs,
+    name: secret,
+    checkMs: 300,
+  });
+  // Two replicas starting at once race to create the Secret: one wins, the other reads it.
+  const [a, b] = await Promise.all([startWebhook('Fail', shared()), startWebhook('Fail', shared())]);
+  const caBundle = async (key: string) => {
+    const config = await client.get(Resources.mutatingWebhookConfigurations, key);
+    return (config['webhooks'] as MutatingWebhook[])[0]!.clientConfig.caBundle;
+  };
+  const first = await caBundle(a.key);
+  assert.ok(first);
+  assert.equal(await caBundle(b.key), first);
+  const stored = await client.get(Resources.secrets, secret, berthNs);
+  assert.equal(stored['type'], 'kubernetes.io/tls');
+  assert.equal((stored['data'] as Record<string, string>)['ca.crt'], first);
+  await mutatedPod(a.key);
+  await mutatedPod(b.key);
+
+  // Deleted (by hand, or restored from an old backup): a replica writes a new one, both serve and register it.
+  await client.delete(Resources.secrets, secret, berthNs);
+  await waitFor('both replicas to register the new CA', async () => {
+    const [x, y] = await Promise.all([caBundle(a.key), caBundle(b.key)]);
+    return x !== first && x === y ? x : undefined;
+  });
+  await mutatedPod(a.key);
+  await mutatedPod(b.key);
 });

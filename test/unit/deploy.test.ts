@@ -10,7 +10,7 @@ import { capabilities } from '../../src/capabilities.ts';
 import { runCommand } from '../../src/cli/run.ts';
 import { parseRuleFile } from '../../src/labels/files.ts';
 import { rbacManifests } from '../../src/manifests.ts';
-import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
+import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 
@@ -187,16 +187,44 @@ describe('kustomize base', () => {
     assert.ok(
       find(objects, 'Service', 'berth-metrics').spec.ports.some((p: Any) => p.targetPort === 'metrics'),
     );
-    // The serving certificate: cert-manager's Secret, mounted where --webhook-cert-dir says.
-    const mount = container.volumeMounts.find((m: Any) => m.mountPath === args.get('--webhook-cert-dir'));
-    const volume = pod.volumes.find((v: Any) => v.name === mount?.name);
+    // The serving certificate: Berth's own shared Secret, which its namespaced Role lets it keep.
+    assert.equal(args.get('--webhook-cert-dir'), undefined);
+    assert.equal(args.get('--webhook-cert-secret') ?? WEBHOOK_CERT_SECRET, WEBHOOK_CERT_SECRET);
+    const role = find(objects, 'Role', 'berth');
+    assert.equal(role.metadata.namespace, NAMESPACE);
+    const may = (verb: string, name?: string) =>
+      role.rules.some(
+        (r: Any) =>
+          r.resources.includes('secrets') &&
+          r.verbs.includes(verb) &&
+          (r.resourceNames === undefined || r.resourceNames.includes(name)),
+      );
+    assert.ok(may('create') && may('get', WEBHOOK_CERT_SECRET) && may('patch', WEBHOOK_CERT_SECRET));
+    assert.ok(!may('get', 'some-other-secret'), 'the Role reads only the certificate Secret');
+    const binding = find(objects, 'RoleBinding', 'berth');
+    assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'berth' });
+    assert.deepEqual(binding.subjects, [
+      { kind: 'ServiceAccount', name: SERVICE_ACCOUNT, namespace: NAMESPACE },
+    ]);
+    const k = parse(read('deploy/kustomize/default/kustomization.yaml')) as Any;
+    assert.deepEqual([k.resources, k.components], [['../base'], undefined]);
+  });
+
+  test('the cert-manager Component mounts its Certificate where --webhook-cert-dir says', () => {
+    const component = parse(read('deploy/kustomize/cert-manager/kustomization.yaml')) as Any;
+    const ops = component.patches.flatMap((p: Any) => parse(p.patch) as Any[]);
+    const added = (path: string) => ops.find((o: Any) => o.op === 'add' && o.path === path)?.value;
+    const dir = String(added('/spec/template/spec/containers/0/args/-')).replace(/^--webhook-cert-dir=/, '');
+    const mount = added('/spec/template/spec/containers/0/volumeMounts/-');
+    const volume = added('/spec/template/spec/volumes/-');
+    assert.equal(mount.mountPath, dir);
+    assert.equal(volume.name, mount.name);
     const certManager = docs('deploy/kustomize/cert-manager/certificate.yaml');
     const cert = find(certManager, 'Certificate');
-    assert.equal(volume?.secret?.secretName, cert.spec.secretName);
+    assert.equal(volume.secret.secretName, cert.spec.secretName);
+    const name = (args.get('--webhook-register') ?? '').replace(/^service=/, '').split('/')[1];
     assert.ok(cert.spec.dnsNames.includes(`${name}.${NAMESPACE}.svc`));
     assert.equal(find(certManager, 'Issuer', cert.spec.issuerRef.name).spec.selfSigned !== undefined, true);
-    const k = parse(read('deploy/kustomize/default/kustomization.yaml')) as Any;
-    assert.deepEqual([k.resources, k.components], [['../base'], ['../cert-manager']]);
   });
 
   test('mounts valid rule files, one per ConfigMap key, at --label-dir', () => {

@@ -469,6 +469,16 @@ export interface CustomResourceOptions<Spec extends z.ZodType, Status extends z.
   printerColumns?: PrinterColumn[];
   /** CEL rules on the spec root (`self` is the spec). */
   validations?: CelValidation[];
+  /** The scale subresource (`kubectl scale`, autoscalers): JSON paths of the replica counts. */
+  scale?: ScaleSubresource;
+}
+
+/** apiextensions.k8s.io/v1 CustomResourceSubresourceScale. */
+export interface ScaleSubresource {
+  specReplicasPath: string;
+  statusReplicasPath: string;
+  /** The label selector (as a string) of what the replicas are: status.selector by convention. */
+  labelSelectorPath?: string;
 }
 
 /** apiextensions.k8s.io/v1 CustomResourceDefinition, as defineCustomResource builds it. */
@@ -492,7 +502,7 @@ export interface CustomResourceDefinition extends KubeObject {
       served: boolean;
       storage: boolean;
       schema: { openAPIV3Schema: StructuralSchema };
-      subresources?: { status: Record<string, never> };
+      subresources?: { status?: Record<string, never>; scale?: ScaleSubresource };
       additionalPrinterColumns?: PrinterColumn[];
     }[];
   };
@@ -532,6 +542,7 @@ export function defineCustomResource<
   if (o.validations?.length) {
     spec['x-kubernetes-validations'] = [...(spec['x-kubernetes-validations'] ?? []), ...o.validations];
   }
+  if (o.scale && !o.status) throw new Error(`${o.kind}: a scale subresource needs a status`);
   const specRequired = o.spec._zod.optin === undefined && !!spec.required?.length;
   const openAPIV3Schema: StructuralSchema = {
     type: 'object',
@@ -565,7 +576,7 @@ export function defineCustomResource<
           served: true,
           storage: true,
           schema: { openAPIV3Schema },
-          ...(o.status ? { subresources: { status: {} } } : {}),
+          ...(o.status ? { subresources: { status: {}, ...(o.scale ? { scale: o.scale } : {}) } } : {}),
           ...(o.printerColumns ? { additionalPrinterColumns: o.printerColumns } : {}),
         },
       ],

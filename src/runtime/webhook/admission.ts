@@ -19,6 +19,7 @@ import {
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { webhookMetrics } from '../observability/metrics.ts';
 import { createCertificateAuthority } from './certificates.ts';
+import { ServingSecret, type ServingSecretOptions } from './secret.ts';
 import type { KubeObject } from '../api/meta.ts';
 
 export type Operation = 'CREATE' | 'UPDATE' | 'DELETE' | 'CONNECT';
@@ -86,7 +87,12 @@ export type WebhookCertificates =
   /** A CA and serving certificate created at start; register with the server's caBundle. */
   | { kind: 'generated'; dnsNames: string[]; ipAddresses?: string[] }
   /** PEM files (user-supplied or a cert-manager secret volume), reloaded when they change. */
-  | { kind: 'files'; certFile: string; keyFile: string; caFile?: string };
+  | { kind: 'files'; certFile: string; keyFile: string; caFile?: string }
+  /**
+   * A Secret that every replica shares, created and renewed by Berth (secret.ts); checked every
+   * `checkMs` (default a minute), so a renewal by another replica is served within that.
+   */
+  | ({ kind: 'secret'; checkMs?: number } & ServingSecretOptions);
 
 export interface WebhookServerOptions {
   certificates: WebhookCertificates;
@@ -176,6 +182,7 @@ export class WebhookServer {
   private serving: ServingPair | undefined;
   private ca: string | undefined;
   private watchers: fs.FSWatcher[] = [];
+  private secretTimer: NodeJS.Timeout | undefined;
   private reloadTimer: NodeJS.Timeout | undefined;
   // Reloads run one after another, so a slow read cannot install an older pair over a newer one.
   private reloads: Promise<void> = Promise.resolve();
@@ -238,6 +245,7 @@ export class WebhookServer {
     server.on('error', (err) => this.log.error({ err }, 'webhook server error'));
     this.server = server;
     if (this.certificates.kind === 'files') this.watch(this.certificates);
+    if (this.certificates.kind === 'secret') this.poll(this.certificates);
     this.log.info({ port: this.port, paths: [...this.routes.keys()] }, 'webhook server started');
   }
 
@@ -246,6 +254,7 @@ export class WebhookServer {
     for (const watcher of this.watchers) watcher.close();
     this.watchers = [];
     clearTimeout(this.reloadTimer);
+    clearInterval(this.secretTimer);
     const server = this.server;
     if (!server) return;
     this.stopping = true;
@@ -261,10 +270,13 @@ export class WebhookServer {
 
   private async loadCertificates(): Promise<ServingPair> {
     const source = this.certificates;
-    if (source.kind === 'files') {
-      const files = await readCertificateFiles(source);
-      this.ca = files.ca;
-      return { cert: files.cert, key: files.key };
+    if (source.kind !== 'generated') {
+      const next =
+        source.kind === 'files'
+          ? await readCertificateFiles(source)
+          : await new ServingSecret(source).ensure();
+      this.ca = next.ca;
+      return { cert: next.cert, key: next.key };
     }
     const ca = await createCertificateAuthority('berth-webhook-ca');
     const serving = await ca.issue({
@@ -286,7 +298,9 @@ export class WebhookServer {
       const watcher = fs.watch(dir, () => {
         clearTimeout(this.reloadTimer);
         this.reloadTimer = setTimeout(() => {
-          this.reloads = this.reloads.then(() => this.reload(source));
+          this.reloads = this.reloads.then(() =>
+            this.reload(() => readCertificateFiles(source), source.certFile),
+          );
         }, reloadDebounceMs);
       });
       watcher.on('error', (err) => this.log.error({ err, dir }, 'certificate directory watch failed'));
@@ -294,20 +308,32 @@ export class WebhookServer {
     }
   }
 
-  private async reload(source: Extract<WebhookCertificates, { kind: 'files' }>): Promise<void> {
+  /** Checks the shared Secret now and then: another replica may have renewed it. */
+  private poll(source: Extract<WebhookCertificates, { kind: 'secret' }>): void {
+    const secret = new ServingSecret(source);
+    this.secretTimer = setInterval(() => {
+      this.reloads = this.reloads.then(() =>
+        this.reload(() => secret.ensure(), `secret ${source.namespace}/${source.name}`),
+      );
+    }, source.checkMs ?? 60_000);
+    this.secretTimer.unref();
+  }
+
+  /** Installs what `read` returns if it differs from what is served; a failure keeps the old pair. */
+  private async reload(
+    read: () => Promise<{ cert: string; key: string; ca?: string | undefined }>,
+    from: string,
+  ): Promise<void> {
     try {
-      const next = await readCertificateFiles(source);
+      const next = await read();
       if (!this.server || this.stopping) return;
       if (next.cert === this.serving?.cert && next.key === this.serving.key && next.ca === this.ca) return;
       this.server.setSecureContext({ cert: next.cert, key: next.key });
       this.serving = { cert: next.cert, key: next.key };
       this.ca = next.ca;
-      this.log.info({ certFile: source.certFile }, 'serving certificate reloaded');
+      this.log.info({ from }, 'serving certificate reloaded');
     } catch (err) {
-      this.log.error(
-        { err, certFile: source.certFile },
-        'serving certificate reload failed, keeping the old one',
-      );
+      this.log.error({ err, from }, 'serving certificate reload failed, keeping the old one');
     }
   }
 

@@ -120,7 +120,9 @@ export function webhookConfigurations(
 }
 
 /** A generated serving certificate valid on loopback and wherever the registration sends the apiserver. */
-export function generatedCertificates(registration: WebhookRegistration): WebhookCertificates {
+export function generatedCertificates(
+  registration: WebhookRegistration,
+): Extract<WebhookCertificates, { kind: 'generated' }> {
   const dnsNames = ['localhost'];
   const ipAddresses = ['127.0.0.1'];
   if (registration.mode === 'service') {
@@ -183,7 +185,7 @@ export interface WebhookRunnableOptions {
  * several replicas the others still serve. Uninstalling Berth means deleting them.
  *
  * With generated certificates each replica has its own CA and the last to register wins, so more
- * than one replica behind a Service needs shared certificates (--webhook-cert-dir).
+ * than one replica behind a Service needs shared certificates (the shared Secret, or --webhook-cert-dir).
  */
 export class WebhookRunnable implements Runnable {
   readonly name = 'webhooks';
@@ -241,7 +243,7 @@ export class WebhookRunnable implements Runnable {
           applied = { caBundle };
           delay = registerInitialMs;
           this.registered.resolve();
-          // Only mounted files rotate; a generated CA lives as long as the process.
+          // Mounted files and the shared Secret rotate; a generated CA lives as long as the process.
           if (this.opts.server.certificates.kind === 'generated') return;
         } catch (e) {
           if (signal.aborted) return;

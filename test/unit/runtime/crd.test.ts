@@ -433,6 +433,23 @@ describe('defineCustomResource', () => {
     assert.equal(registry.length, 2);
   });
 
+  test('a scale subresource sits beside status, and needs one', () => {
+    const scale = {
+      specReplicasPath: '.spec.replicas',
+      statusReplicasPath: '.status.replicas',
+      labelSelectorPath: '.status.selector',
+    };
+    const status = z.object({ replicas: z.int().optional(), selector: z.string().optional() });
+    const spec = z.object({ replicas: z.int().min(0).default(1) });
+    const base = { group: 'test.berth.dev', version: 'v1', plural: 'scalers', scope: 'Namespaced' } as const;
+    const scaler = defineCustomResource({ ...base, kind: 'Scaler', spec, status, scale });
+    assert.deepEqual(scaler.crd.spec.versions[0]!.subresources, { status: {}, scale });
+    assert.throws(
+      () => defineCustomResource({ ...base, kind: 'Scaler', spec, scale }),
+      /Scaler: a scale subresource needs a status/,
+    );
+  });
+
   test('the spec must be an object', () => {
     assert.throws(
       () =>

@@ -31,11 +31,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: berth
 {{- end }}
 
-{{/* The Secret with the webhook serving certificate: cert-manager's, or one the user provides. */}}
+{{/* A mounted Secret with the webhook serving certificate (cert-manager's, or one the user provides); empty when Berth keeps its own. */}}
 {{- define "berth.webhookSecret" -}}
 {{- if .Values.webhook.certManager.enabled }}
 {{- include "berth.fullname" . }}-webhook-tls
-{{- else }}
-{{- required "webhook.secretName is required when webhook.certManager.enabled is false (a Secret with tls.crt, tls.key and ca.crt)" .Values.webhook.secretName }}
+{{- else if .Values.webhook.secretName }}
+{{- .Values.webhook.secretName }}
 {{- end }}
+{{- end }}
+
+{{/* The Secret where Berth keeps its own webhook CA and serving certificate, shared by the replicas. */}}
+{{- define "berth.webhookCertSecret" -}}
+{{- include "berth.fullname" . }}-webhook-cert
 {{- end }}

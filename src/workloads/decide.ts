@@ -1,0 +1,545 @@
+// Workloads in a cell: the pure decisions. The template hash that names a revision; the plan that
+// scales and rolls a WorkloadDeployment's instances by ordinal; its status and the rollup of its
+// instances' blocking reasons; an instance's conditions read from its Pod's real state; the Pod it
+// runs as, and the patch that takes the quota gate off. No I/O: deployment.ts and instance.ts act.
+import { createHash } from 'node:crypto';
+import { findCondition, type Condition } from '../runtime/api/conditions.ts';
+import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
+import type { KubeObject, ObjectMeta, OwnerReference } from '../runtime/api/meta.ts';
+import type { Size } from './resources.ts';
+import {
+  BLOCKING_REASONS,
+  DEPLOYMENT_LABEL,
+  INSTANCE_LABEL,
+  Instance,
+  ORDINAL_LABEL,
+  QUOTA_GATE,
+  TEMPLATE_HASH_LABEL,
+  type BlockingReason,
+  type InstanceStatus,
+  type InstanceTemplate,
+} from './types.ts';
+
+// ---------------------------------------------------------------------------------------------
+// Revisions and names
+
+/** JSON with object keys sorted, so equal templates hash equally whatever order they were written in. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v);
+}
+
+/** The revision of a template: a short stable hash (a label value), as a ReplicaSet's pod-template-hash. */
+export const templateHash = (template: InstanceTemplate): string =>
+  createHash('sha256').update(canonical(template)).digest('hex').slice(0, 10);
+
+export const instanceName = (deployment: string, ordinal: number): string => `${deployment}-${ordinal}`;
+
+/** The label selector of a deployment's instances (status.selector, for the scale subresource). */
+export const deploymentSelector = (deployment: string): string => `${DEPLOYMENT_LABEL}=${deployment}`;
+
+/** Reasons a user must act on: they stop a rollout and warrant a Warning event. */
+export const USER_FIXABLE: ReadonlySet<string> = new Set<BlockingReason>([
+  'ConfigurationError',
+  'ImageUnavailable',
+  'InstanceCrashing',
+]);
+
+const rank = (reason: string): number => {
+  const i = (BLOCKING_REASONS as readonly string[]).indexOf(reason);
+  return i < 0 ? BLOCKING_REASONS.length : i;
+};
+
+/** The worst of some blocking causes (BLOCKING_REASONS order; unknown reasons last), first on ties. */
+export function worst<T extends { reason: string }>(causes: readonly T[]): T | undefined {
+  let w: T | undefined;
+  for (const c of causes) if (!w || rank(c.reason) < rank(w.reason)) w = c;
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The deployment plan
+
+/** What the deployment controller knows of one of its instances. */
+export interface InstanceState {
+  name: string;
+  ordinal: number;
+  hash: string;
+  ready: boolean;
+  available: boolean;
+  programmed: boolean;
+  deleting: boolean;
+  /** creationTimestamp, ms. */
+  created: number;
+  /** The Ready condition's reason and message while not Ready. */
+  reason?: string;
+  message?: string;
+}
+
+export type Action = { type: 'create'; ordinal: number } | { type: 'delete'; name: string; rollout: boolean };
+
+export interface PlanInput {
+  replicas: number;
+  policy: 'OrderedReady' | 'Parallel';
+  hash: string;
+  instances: readonly InstanceState[];
+}
+
+export interface Plan {
+  actions: Action[];
+  /** The instance the next step waits to be Ready (a replacement, or a predecessor when scaling up). */
+  waitingFor?: InstanceState;
+  /** Instances still on another template (among those that stay). */
+  drifted: number;
+}
+
+/**
+ * The next step. OrderedReady scales one instance at a time: ordinal i is created once 0..i-1 are
+ * Ready, the highest ordinal is deleted first, and nothing moves while a deletion is in flight.
+ * Parallel creates and deletes all at once. Rollouts are one at a time either way: a Ready drifted
+ * instance is deleted (recreated by the scale step, never updated in place), highest ordinal first,
+ * the next only once the replacement is Ready; a drifted instance that is not Ready is replaced at
+ * once, since nothing serves from it.
+ */
+export function plan(p: PlanInput): Plan {
+  const ordered = p.policy === 'OrderedReady';
+  const live = p.instances.filter((i) => !i.deleting);
+  const deleting = p.instances.filter((i) => i.deleting);
+  const byOrdinal = new Map(live.map((i) => [i.ordinal, i]));
+  const excess = live.filter((i) => i.ordinal >= p.replicas).sort((a, b) => b.ordinal - a.ordinal);
+  const staying = live.filter((i) => i.ordinal < p.replicas).sort((a, b) => b.ordinal - a.ordinal);
+  const drifted = staying.filter((i) => i.hash !== p.hash);
+  const missing: number[] = [];
+  for (let i = 0; i < p.replicas; i++) if (!byOrdinal.has(i)) missing.push(i);
+  const del = (i: InstanceState, rollout: boolean): Action => ({ type: 'delete', name: i.name, rollout });
+  const result = (actions: Action[], waitingFor?: InstanceState): Plan => ({
+    actions,
+    ...(waitingFor ? { waitingFor } : {}),
+    drifted: drifted.length,
+  });
+
+  if (ordered) {
+    if (deleting.length) return result([]);
+    if (excess.length) return result([del(excess[0]!, false)]);
+    const first = missing[0];
+    if (first !== undefined) {
+      const notReady = staying.filter((i) => i.ordinal < first && !i.ready).at(-1);
+      if (!notReady) return result([{ type: 'create', ordinal: first }]);
+      // A predecessor is not Ready: replace it now if it is drifted, else wait for it.
+      const broken = drifted.find((i) => !i.ready);
+      return broken ? result([del(broken, true)]) : result([], notReady);
+    }
+  } else {
+    const freed = new Set(deleting.map((i) => i.ordinal));
+    const actions: Action[] = [
+      ...excess.map((i) => del(i, false)),
+      ...missing.filter((i) => !freed.has(i)).map((ordinal): Action => ({ type: 'create', ordinal })),
+    ];
+    if (actions.length) return result(actions);
+    if (deleting.length || missing.length) return result([]);
+  }
+
+  // Every ordinal exists: roll, one instance at a time.
+  const broken = drifted.find((i) => !i.ready);
+  if (broken) return result([del(broken, true)]);
+  const pending = staying.filter((i) => !i.ready).at(-1);
+  if (pending) return result([], pending);
+  return result(drifted.length ? [del(drifted[0]!, true)] : []);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deployment status
+
+export interface DeploymentCounts {
+  replicas: number;
+  currentReplicas: number;
+  readyReplicas: number;
+  availableReplicas: number;
+  updatedReplicas: number;
+  desiredReplicas: number;
+}
+
+export interface ConditionVerdict {
+  status: boolean;
+  reason: string;
+  message: string;
+}
+
+export interface DeploymentVerdict {
+  counts: DeploymentCounts;
+  available: ConditionVerdict;
+  progressing: ConditionVerdict;
+  /** When the progress deadline of the step waited on runs out, from now (ms). */
+  deadlineInMs?: number;
+}
+
+const MAX_NAMED = 3;
+
+/** "web-1: message; web-2: message (and 3 more)". */
+function naming(instances: readonly InstanceState[]): string {
+  const named = instances.slice(0, MAX_NAMED).map((i) => `${i.name}: ${i.message ?? i.reason}`);
+  const more = instances.length - named.length;
+  return `${named.join('; ')}${more > 0 ? ` (and ${more} more)` : ''}`;
+}
+
+/**
+ * Counts and the Available and Progressing conditions. Available is False with the worst blocking
+ * reason of the instances that do not serve (a cause the user can fix outranks a transient one).
+ * Progressing is False when the step the plan waits on is blocked by a user-fixable cause (the
+ * rollout stops; the old instances keep serving) or has not become Ready within the deadline.
+ */
+export function deploymentVerdict(
+  p: PlanInput & { plan: Plan; progressDeadlineSeconds: number; now: number },
+): DeploymentVerdict {
+  const live = p.instances.filter((i) => !i.deleting);
+  const count = (f: (i: InstanceState) => boolean) => live.filter(f).length;
+  const counts: DeploymentCounts = {
+    replicas: live.length,
+    currentReplicas: count((i) => i.programmed),
+    readyReplicas: count((i) => i.ready),
+    availableReplicas: count((i) => i.available),
+    updatedReplicas: count((i) => i.hash === p.hash),
+    desiredReplicas: p.replicas,
+  };
+
+  let available: ConditionVerdict;
+  if (counts.availableReplicas >= p.replicas)
+    available = {
+      status: true,
+      reason: 'MinimumReplicasAvailable',
+      message: `${counts.availableReplicas} of ${p.replicas} instances available`,
+    };
+  else {
+    const blocked = live
+      .filter((i) => !i.available && i.ordinal < p.replicas)
+      .sort((a, b) => a.ordinal - b.ordinal);
+    const w = worst(blocked.filter((i) => i.reason).map((i) => ({ ...i, reason: i.reason! })));
+    const same = w ? blocked.filter((i) => i.reason === w.reason) : [];
+    available = {
+      status: false,
+      reason: w?.reason ?? 'Provisioning',
+      message:
+        `${counts.availableReplicas} of ${p.replicas} instances available` +
+        (w ? `; ${w.reason}: ${naming(same)}` : ''),
+    };
+  }
+
+  const w = p.plan.waitingFor;
+  const elapsed = w ? p.now - w.created : 0;
+  const deadlineMs = p.progressDeadlineSeconds * 1000;
+  let progressing: ConditionVerdict;
+  let deadlineInMs: number | undefined;
+  if (w?.reason && USER_FIXABLE.has(w.reason))
+    progressing = {
+      status: false,
+      reason: w.reason,
+      message: `${p.plan.drifted ? 'rollout' : 'scaling'} stopped at ${naming([w])}`,
+    };
+  else if (w && elapsed >= deadlineMs)
+    progressing = {
+      status: false,
+      reason: 'ProgressDeadlineExceeded',
+      message: `${w.name} not Ready after ${p.progressDeadlineSeconds}s: ${w.message ?? w.reason ?? 'not Ready'}`,
+    };
+  else {
+    if (w) deadlineInMs = deadlineMs - elapsed;
+    const settled =
+      !p.plan.actions.length &&
+      !w &&
+      !p.plan.drifted &&
+      live.length === p.replicas &&
+      !p.instances.some((i) => i.deleting);
+    progressing = settled
+      ? { status: true, reason: 'NewTemplateAvailable', message: `template ${p.hash} is rolled out` }
+      : p.plan.drifted
+        ? {
+            status: true,
+            reason: 'NewTemplateRolling',
+            message: `${counts.updatedReplicas} of ${p.replicas} instances on template ${p.hash}`,
+          }
+        : {
+            status: true,
+            reason: 'ScalingReplicas',
+            message: `${live.length} instances, ${p.replicas} desired`,
+          };
+  }
+  return { counts, available, progressing, ...(deadlineInMs !== undefined ? { deadlineInMs } : {}) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instances and their Pods
+
+interface ContainerStatus {
+  name: string;
+  ready?: boolean;
+  restartCount?: number;
+  state?: {
+    waiting?: { reason?: string; message?: string };
+    running?: unknown;
+    terminated?: { reason?: string; message?: string; exitCode?: number };
+  };
+}
+
+interface PodCondition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+}
+
+/** What the instance controller keeps of a Pod (its cache holds only instances' Pods). */
+export interface WorkloadPod extends KubeObject {
+  metadata: ObjectMeta;
+  spec: { schedulingGates?: { name: string }[]; nodeName?: string };
+  status?: {
+    phase?: string;
+    conditions?: PodCondition[];
+    containerStatuses?: ContainerStatus[];
+    initContainerStatuses?: ContainerStatus[];
+  };
+}
+
+/** The Pod as the instance controller caches it: what blocking reasons and the gate patch read. */
+export function workloadPod(obj: KubeObject): WorkloadPod {
+  const spec = (obj['spec'] ?? {}) as WorkloadPod['spec'];
+  const status = (obj['status'] ?? {}) as NonNullable<WorkloadPod['status']>;
+  const keep = (c: ContainerStatus): ContainerStatus => ({
+    name: c.name,
+    ...(c.ready !== undefined ? { ready: c.ready } : {}),
+    ...(c.restartCount !== undefined ? { restartCount: c.restartCount } : {}),
+    ...(c.state ? { state: c.state } : {}),
+  });
+  const { managedFields: _, ...metadata } = obj.metadata ?? {};
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata,
+    spec: {
+      ...(spec.schedulingGates ? { schedulingGates: spec.schedulingGates } : {}),
+      ...(spec.nodeName ? { nodeName: spec.nodeName } : {}),
+    },
+    status: {
+      ...(status.phase ? { phase: status.phase } : {}),
+      ...(status.conditions ? { conditions: status.conditions } : {}),
+      ...(status.containerStatuses ? { containerStatuses: status.containerStatuses.map(keep) } : {}),
+      ...(status.initContainerStatuses
+        ? { initContainerStatuses: status.initContainerStatuses.map(keep) }
+        : {}),
+    },
+  };
+}
+
+/** The kubelet alternates these while it retries a pull. */
+const PULL_RETRIES = new Set(['ErrImagePull', 'ImagePullBackOff']);
+const IMAGE_REASONS = new Set(['InvalidImageName', 'ErrImageNeverPull']);
+const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
+/** Restarts from which an instance counts as crashing even between back-offs. */
+export const CRASH_RESTARTS = 3;
+
+export interface Cause {
+  reason: BlockingReason;
+  message: string;
+}
+
+/**
+ * Every cause the Pod's status shows for not running, from what a kubelet reports. Messages stay
+ * the same while the cause does (no restart count, no ErrImagePull/ImagePullBackOff flip-flop), so
+ * a crash loop or a pull back-off is one status write and one event, not one per kubelet retry.
+ */
+export function podCauses(pod: WorkloadPod): Cause[] {
+  const causes: Cause[] = [];
+  const containers = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
+  for (const c of containers) {
+    const waiting = c.state?.waiting;
+    const why = waiting?.reason ?? '';
+    if (PULL_RETRIES.has(why))
+      causes.push({
+        reason: 'ImageUnavailable',
+        message: `container ${c.name}: its image cannot be pulled (see the Pod's events)`,
+      });
+    else if (IMAGE_REASONS.has(why) || CONFIG_REASONS.has(why))
+      causes.push({
+        reason: IMAGE_REASONS.has(why) ? 'ImageUnavailable' : 'ConfigurationError',
+        message: `container ${c.name}: ${why}${waiting?.message ? `: ${waiting.message}` : ''}`,
+      });
+    else if (why === 'CrashLoopBackOff' || (c.restartCount ?? 0) >= CRASH_RESTARTS)
+      causes.push({
+        reason: 'InstanceCrashing',
+        message: `container ${c.name} keeps crashing and restarting`,
+      });
+  }
+  const scheduled = findCondition(pod.status?.conditions, 'PodScheduled');
+  if (scheduled?.status === 'False' && scheduled.reason === 'Unschedulable')
+    causes.push({ reason: 'Unschedulable', message: scheduled.message ?? 'no node fits the pod' });
+  return causes;
+}
+
+export const podReady = (pod: WorkloadPod | undefined): boolean =>
+  !!pod &&
+  !pod.metadata.deletionTimestamp &&
+  findCondition(pod.status?.conditions, 'Ready')?.status === 'True';
+
+export interface InstanceObservation {
+  /** The instance's own Pod (controller owner reference with its uid), if it has one. */
+  pod?: WorkloadPod;
+  /** A Pod of that name that is not this instance's (an earlier instance's, going away). */
+  foreignPod?: boolean;
+  /** The QuotaGranted condition the quota controller wrote. */
+  quota?: Condition;
+  /** Why no Pod can be made: a sizing error, or the apiserver's answer to the Pod. */
+  configError?: string;
+}
+
+export interface InstanceVerdict {
+  ready: ConditionVerdict;
+  available: ConditionVerdict;
+  programmed: ConditionVerdict;
+}
+
+/** The quota controller's verdict as a blocking cause (undefined when granted). */
+export function quotaCause(quota: Condition | undefined): Cause | undefined {
+  if (quota?.status === 'True') return undefined;
+  const reason = quota && rank(quota.reason) < BLOCKING_REASONS.length ? quota.reason : 'PendingEvaluation';
+  return {
+    reason: reason as BlockingReason,
+    message: quota?.message || 'waiting for the quota controller to evaluate the instance',
+  };
+}
+
+/**
+ * Ready (serving and nothing blocks it: its reason is the worst cause), Available (the Pod serves)
+ * and Programmed (the Pod exists), from the Pod's real state and the quota verdict.
+ */
+export function instanceVerdict(o: InstanceObservation): InstanceVerdict {
+  const pod = o.pod && !o.pod.metadata.deletionTimestamp ? o.pod : undefined;
+  const serving = podReady(pod);
+  const podCause: Cause | undefined = o.configError
+    ? { reason: 'ConfigurationError', message: o.configError }
+    : pod
+      ? (worst(podCauses(pod)) ?? {
+          reason: 'Provisioning',
+          message: gated(pod)
+            ? 'the Pod waits for its quota gate'
+            : pod.spec.nodeName
+              ? `the Pod is starting on ${pod.spec.nodeName}`
+              : 'the Pod is being scheduled',
+        })
+      : {
+          reason: 'Provisioning',
+          message: o.pod
+            ? 'the Pod is being deleted; a new one follows'
+            : o.foreignPod
+              ? 'waiting for the Pod of an earlier instance of this name to go'
+              : 'creating the Pod',
+        };
+  const available: ConditionVerdict = serving
+    ? { status: true, reason: 'PodReady', message: `Pod ${pod!.metadata.name} is Ready` }
+    : { status: false, ...podCause };
+  const programmed: ConditionVerdict = pod
+    ? { status: true, reason: 'PodCreated', message: `Pod ${pod.metadata.name}` }
+    : { status: false, ...podCause };
+  const q = quotaCause(o.quota);
+  const blocking = worst([...(serving ? [] : [podCause]), ...(q ? [q] : [])]);
+  const ready: ConditionVerdict = blocking
+    ? { status: false, ...blocking }
+    : { status: true, reason: 'Ready', message: 'serving' };
+  return { ready, available, programmed };
+}
+
+/** The Pod carries Berth's quota gate. */
+export const gated = (pod: WorkloadPod): boolean =>
+  (pod.spec.schedulingGates ?? []).some((g) => g.name === QUOTA_GATE);
+
+/**
+ * The JSON patch that removes exactly the quota gate: guarded by a test of its index's name, so a
+ * concurrent change to the gates fails the patch instead of removing another's gate.
+ */
+export function ungatePatch(pod: WorkloadPod): JsonPatchOp[] | undefined {
+  const i = (pod.spec.schedulingGates ?? []).findIndex((g) => g.name === QUOTA_GATE);
+  if (i < 0) return undefined;
+  const path = `/spec/schedulingGates/${i}`;
+  return [
+    { op: 'test', path: `${path}/name`, value: QUOTA_GATE },
+    { op: 'remove', path },
+  ];
+}
+
+/** An Instance as the controllers read it. */
+export interface InstanceObject extends KubeObject {
+  metadata: ObjectMeta;
+  spec: { template: InstanceTemplate; templateHash: string; ordinal: number };
+  status?: InstanceStatus;
+}
+
+/** The Pod an instance runs as: its template, sized, labelled, owned, gated until quota is granted. */
+export function podManifest(
+  inst: InstanceObject,
+  owner: OwnerReference,
+  size: Size,
+  gate: boolean,
+): KubeObject {
+  const t = inst.spec.template;
+  const labels = inst.metadata.labels ?? {};
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name: inst.metadata.name!,
+      namespace: inst.metadata.namespace!,
+      labels: {
+        ...t.metadata?.labels,
+        ...(labels[DEPLOYMENT_LABEL] ? { [DEPLOYMENT_LABEL]: labels[DEPLOYMENT_LABEL] } : {}),
+        [ORDINAL_LABEL]: String(inst.spec.ordinal),
+        [TEMPLATE_HASH_LABEL]: inst.spec.templateHash,
+        [INSTANCE_LABEL]: inst.metadata.name!,
+      },
+      ...(t.metadata?.annotations ? { annotations: t.metadata.annotations } : {}),
+      ownerReferences: [{ ...owner, controller: true, blockOwnerDeletion: true }],
+    },
+    spec: {
+      containers: t.containers.map((c) => ({
+        name: c.name,
+        image: c.image,
+        ...(c.command ? { command: c.command } : {}),
+        ...(c.args ? { args: c.args } : {}),
+        ...(c.env ? { env: c.env } : {}),
+        ...(c.ports ? { ports: c.ports } : {}),
+        ...(c.resources ? { resources: c.resources } : {}),
+      })),
+      ...(size.pod ? { resources: { requests: size.pod, limits: size.pod } } : {}),
+      ...(gate ? { schedulingGates: [{ name: QUOTA_GATE }] } : {}),
+    },
+  };
+}
+
+/** The Instance a deployment runs at `ordinal`, on its current template. */
+export function instanceManifest(
+  deployment: KubeObject & { metadata: ObjectMeta },
+  owner: OwnerReference,
+  template: InstanceTemplate,
+  hash: string,
+  ordinal: number,
+): KubeObject {
+  const name = deployment.metadata.name!;
+  return {
+    apiVersion: Instance.apiVersion,
+    kind: Instance.kind,
+    metadata: {
+      name: instanceName(name, ordinal),
+      namespace: deployment.metadata.namespace!,
+      labels: { [DEPLOYMENT_LABEL]: name, [ORDINAL_LABEL]: String(ordinal), [TEMPLATE_HASH_LABEL]: hash },
+      ownerReferences: [{ ...owner, controller: true, blockOwnerDeletion: true }],
+    },
+    spec: { template, templateHash: hash, ordinal },
+  };
+}
+
+/** The controller owner reference of `obj` if it names `uid`. */
+export const controlledBy = (obj: KubeObject, uid: string | undefined): boolean =>
+  !!uid && (obj.metadata?.ownerReferences ?? []).some((o) => o.controller && o.uid === uid);

@@ -1,0 +1,235 @@
+// The WorkloadDeployment controller: runs a deployment's template as Instances named by ordinal,
+// scales them (OrderedReady or Parallel), rolls a new template one instance at a time by recreating
+// (highest ordinal first, the next once the replacement is Ready), stops a rollout that a user must
+// fix, and writes the deployment's counts and its Available and Progressing conditions when they
+// change. The plan and the verdicts are pure (decide.ts); this file reads the caches and writes.
+import {
+  changed,
+  conditionsChanged,
+  deletionChanged,
+  generationChanged,
+  labelsChanged,
+} from '../policy/predicates.ts';
+import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
+import type { CustomObject } from '../runtime/api/crd.ts';
+import type { OwnerReference } from '../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { isConflict, isNotFound } from '../runtime/client/client.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import {
+  controlledBy,
+  deploymentSelector,
+  deploymentVerdict,
+  instanceManifest,
+  instanceName,
+  plan,
+  templateHash,
+  USER_FIXABLE,
+  type Action,
+  type InstanceObject,
+  type InstanceState,
+} from './decide.ts';
+import {
+  DEPLOYMENT_LABEL,
+  DEPLOYMENT_MANAGER,
+  Instance,
+  WorkloadDeployment,
+  type WorkloadDeploymentSpec,
+  type WorkloadDeploymentStatus,
+} from './types.ts';
+
+type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
+
+/** A create or delete not yet seen by the instance cache is not sent again before this long. */
+const EXPECTATION_MS = 5000;
+
+export interface DeploymentControllerOptions {
+  workers?: number;
+}
+
+export class DeploymentController {
+  readonly deployments: Informer<DeploymentObject>;
+  readonly instances: Informer<InstanceObject>;
+  readonly controller: Controller;
+  private readonly manager: Manager;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  /** Writes sent but not yet in the cache, by instance key: a second reconcile must not repeat them. */
+  private readonly inFlight = new Map<string, { action: Action['type']; at: number }>();
+
+  constructor(manager: Manager, opts: DeploymentControllerOptions = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'workloads', controller: 'deployment' });
+    this.events = manager.recorder('workloads');
+    this.deployments = manager.informer<DeploymentObject>(WorkloadDeployment.ref);
+    // The same informer as the instance controller's (same resource, no selector): one cache.
+    this.instances = manager.informer<InstanceObject>(Instance.ref);
+    this.instances.addIndexer('deployment', (i) => {
+      const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
+      return d ? [`${i.metadata.namespace}/${d}`] : [];
+    });
+    this.controller = new Controller({
+      name: 'workloads-deployment',
+      workers: opts.workers ?? 8,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+    })
+      // The spec (replicas by the scale subresource too) or deletion; its own status writes pass by.
+      .watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
+      .watch(
+        this.instances,
+        (i) => {
+          const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
+          return d ? `${i.metadata.namespace}/${d}` : undefined;
+        },
+        { update: changed(conditionsChanged, deletionChanged, labelsChanged) },
+      );
+    manager.add(this.controller);
+  }
+
+  private async reconcile(key: string): Promise<Result | void> {
+    const wd = this.deployments.get(key);
+    if (!wd || wd.metadata.deletionTimestamp) return;
+    const ns = wd.metadata.namespace!;
+    const name = wd.metadata.name!;
+    const owner: OwnerReference = {
+      apiVersion: WorkloadDeployment.apiVersion,
+      kind: WorkloadDeployment.kind,
+      name,
+      uid: wd.metadata.uid!,
+    };
+    const hash = templateHash(wd.spec.template);
+    const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
+    const states = owned.map(instanceState);
+    const input = {
+      replicas: wd.spec.replicas,
+      policy: wd.spec.instanceManagementPolicy,
+      hash,
+      instances: states,
+    };
+    const p = plan(input);
+
+    for (const a of p.actions) {
+      const target = `${ns}/${a.type === 'create' ? instanceName(name, a.ordinal) : a.name}`;
+      if (this.expected(target, states)) continue;
+      try {
+        if (a.type === 'create') {
+          await this.manager
+            .client()
+            .create(Instance.ref, instanceManifest(wd, owner, wd.spec.template, hash, a.ordinal), {
+              fieldManager: DEPLOYMENT_MANAGER,
+            });
+          this.log.info({ deployment: key, instance: target, hash }, 'instance created');
+        } else {
+          const uid = owned.find((i) => i.metadata.name === a.name)!.metadata.uid;
+          // Foreground: the Instance stays (deleting) until its Pod is gone, so "gone" means gone.
+          await this.manager.client().delete(Instance.ref, a.name, ns, {
+            apiVersion: 'v1',
+            kind: 'DeleteOptions',
+            propagationPolicy: 'Foreground',
+            preconditions: { uid },
+          });
+          this.log.info(
+            { deployment: key, instance: target, reason: a.rollout ? 'rollout' : 'scale down' },
+            'instance deleted',
+          );
+        }
+        this.inFlight.set(target, { action: a.type, at: Date.now() });
+      } catch (e) {
+        // Already there, or already gone: the cache catches up and brings this key back.
+        if (!isConflict(e) && !isNotFound(e)) throw e;
+      }
+    }
+
+    const verdict = deploymentVerdict({
+      ...input,
+      plan: p,
+      progressDeadlineSeconds: wd.spec.progressDeadlineSeconds,
+      now: Date.now(),
+    });
+    const before = wd.status?.conditions ?? [];
+    const setter = conditionSetter(before, wd.metadata.generation);
+    setter.set('Available', verdict.available.status, verdict.available.reason, verdict.available.message);
+    setter.set(
+      'Progressing',
+      verdict.progressing.status,
+      verdict.progressing.reason,
+      verdict.progressing.message,
+    );
+    const status: WorkloadDeploymentStatus = {
+      ...(wd.metadata.generation !== undefined ? { observedGeneration: wd.metadata.generation } : {}),
+      ...verdict.counts,
+      templateHash: hash,
+      selector: deploymentSelector(name),
+      conditions: setter.conditions,
+    };
+    await this.writeStatus(wd, before, status);
+    if (verdict.deadlineInMs !== undefined) return { requeueAfterMs: verdict.deadlineInMs + 100 };
+  }
+
+  /** A create or delete of `target` was sent and the cache does not show it yet. */
+  private expected(target: string, states: InstanceState[]): boolean {
+    const w = this.inFlight.get(target);
+    if (!w) return false;
+    const name = target.slice(target.indexOf('/') + 1);
+    const seen = states.find((s) => s.name === name);
+    const done = w.action === 'create' ? !!seen : !seen || seen.deleting;
+    if (done || Date.now() - w.at > EXPECTATION_MS) {
+      this.inFlight.delete(target);
+      return false;
+    }
+    return true;
+  }
+
+  /** Writes the status when a count, the hash or a condition changed; Warnings for user-fixable causes. */
+  private async writeStatus(
+    wd: DeploymentObject,
+    before: Condition[],
+    status: WorkloadDeploymentStatus,
+  ): Promise<void> {
+    const old = wd.status ?? {};
+    const same =
+      (Object.keys(status) as (keyof WorkloadDeploymentStatus)[]).every(
+        (k) => k === 'conditions' || old[k] === status[k],
+      ) && sameConditions(before, status.conditions);
+    if (same) return;
+    try {
+      await applyStatus(this.manager.client(), WorkloadDeployment.ref, wd, status, DEPLOYMENT_MANAGER);
+    } catch (e) {
+      if (isObjectGone(e)) return;
+      throw e;
+    }
+    for (const type of ['Available', 'Progressing']) {
+      const now = findCondition(status.conditions, type)!;
+      const was = findCondition(before, type);
+      if (
+        now.status === 'False' &&
+        (USER_FIXABLE.has(now.reason) || now.reason === 'ProgressDeadlineExceeded') &&
+        !(was?.status === 'False' && was.reason === now.reason)
+      ) {
+        this.events.event(wd, 'Warning', now.reason, type === 'Available' ? 'Serve' : 'Rollout', now.message);
+        this.log.warn({ deployment: keyOf(wd), condition: type, reason: now.reason }, now.message);
+      }
+    }
+  }
+}
+
+function instanceState(i: InstanceObject): InstanceState {
+  const ready = findCondition(i.status?.conditions, 'Ready');
+  const is = (type: string) => findCondition(i.status?.conditions, type)?.status === 'True';
+  return {
+    name: i.metadata.name!,
+    ordinal: i.spec.ordinal,
+    hash: i.spec.templateHash,
+    ready: ready?.status === 'True',
+    available: is('Available'),
+    programmed: is('Programmed'),
+    deleting: !!i.metadata.deletionTimestamp,
+    created: Date.parse(i.metadata.creationTimestamp ?? '') || Date.now(),
+    ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
+  };
+}

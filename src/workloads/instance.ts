@@ -1,0 +1,225 @@
+// The Instance controller: each Instance runs as one Pod of its name. It creates the Pod (gated by
+// the quota gate until QuotaGranted is True), takes exactly that gate off once the quota controller
+// grants the instance, recreates a Pod someone else deleted, and writes Ready, Available and
+// Programmed from the Pod's real state by server-side apply on /status under its own manager (the
+// conditions are a list-map keyed by type: the quota controller's QuotaGranted entry is never touched).
+import { isDeepStrictEqual } from 'node:util';
+import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
+import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
+import { Resources, type KubeObject, type OwnerReference } from '../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import {
+  controlledBy,
+  gated,
+  instanceVerdict,
+  podManifest,
+  ungatePatch,
+  USER_FIXABLE,
+  workloadPod,
+  type ConditionVerdict,
+  type InstanceObject,
+  type WorkloadPod,
+} from './decide.ts';
+import { instanceSize, type InstanceTypeSize } from './resources.ts';
+import {
+  INSTANCE_LABEL,
+  INSTANCE_MANAGER,
+  Instance,
+  InstanceType,
+  TEMPLATE_HASH_LABEL,
+  type InstanceStatus,
+} from './types.ts';
+
+type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
+
+/** The conditions this controller owns on an Instance. */
+const OWN = ['Ready', 'Available', 'Programmed'] as const;
+
+/** A Pod the apiserver refused is tried again after this long (the refusal stands meanwhile). */
+const REJECTED_RETRY_MS = 60_000;
+
+export interface InstanceControllerOptions {
+  workers?: number;
+}
+
+export class InstanceController {
+  readonly instances: Informer<InstanceObject>;
+  readonly pods: Informer<WorkloadPod>;
+  readonly types: Informer<InstanceTypeObject>;
+  readonly controller: Controller;
+  private readonly manager: Manager;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
+  private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
+
+  constructor(manager: Manager, opts: InstanceControllerOptions = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'workloads', controller: 'instance' });
+    this.events = manager.recorder('instances');
+    this.instances = manager.informer<InstanceObject>(Instance.ref);
+    this.instances.addIndexer('instanceType', (i) =>
+      i.spec?.template?.instanceType ? [i.spec.template.instanceType] : [],
+    );
+    // Only instances' Pods: the label selector keeps every other pod out of this cache.
+    this.pods = manager.informer<WorkloadPod>(Resources.pods, {
+      labelSelector: INSTANCE_LABEL,
+      transform: { name: 'workload-pod', fn: workloadPod },
+    });
+    this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
+    this.controller = new Controller({
+      name: 'workloads-instance',
+      workers: opts.workers ?? 16,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+    })
+      // QuotaGranted arriving (or changing) is a condition change.
+      .watch(this.instances, keyOf, {
+        update: changed(conditionsChanged, deletionChanged, generationChanged),
+      })
+      .watch(
+        this.pods,
+        (p) => {
+          const owner = p.metadata.labels?.[INSTANCE_LABEL];
+          return owner ? `${p.metadata.namespace}/${owner}` : undefined;
+        },
+        {
+          update: changed<WorkloadPod>(
+            (a, b) =>
+              !isDeepStrictEqual(
+                [a.spec, a.status, a.metadata.deletionTimestamp, a.metadata.ownerReferences],
+                [b.spec, b.status, b.metadata.deletionTimestamp, b.metadata.ownerReferences],
+              ),
+          ),
+        },
+      )
+      // An InstanceType created, changed or deleted resizes the instances that name it.
+      .watch(this.types, (t) => this.instances.byIndex('instanceType', t.metadata!.name!).map(keyOf), {
+        update: changed(generationChanged),
+      });
+    manager.add(this.controller);
+  }
+
+  private async reconcile(key: string): Promise<Result | void> {
+    const inst = this.instances.get(key);
+    if (!inst || inst.metadata.deletionTimestamp) {
+      this.rejected.delete(key);
+      return;
+    }
+    const uid = inst.metadata.uid!;
+    const owner: OwnerReference = {
+      apiVersion: Instance.apiVersion,
+      kind: Instance.kind,
+      name: inst.metadata.name!,
+      uid,
+    };
+    const cached = this.pods.get(key);
+    let pod = cached && controlledBy(cached, uid) ? cached : undefined;
+    const quota = findCondition(inst.status?.conditions, 'QuotaGranted');
+    const granted = quota?.status === 'True';
+    const size = instanceSize(inst.spec.template, (name) => this.types.get(name)?.spec);
+    let refused = this.rejected.get(key);
+    if (refused && (refused.uid !== uid || Date.now() - refused.at >= REJECTED_RETRY_MS)) {
+      this.rejected.delete(key);
+      refused = undefined;
+    }
+    let configError = 'error' in size ? size.error : refused?.message;
+    let result: Result | void = refused
+      ? { requeueAfterMs: REJECTED_RETRY_MS - (Date.now() - refused.at) }
+      : undefined;
+
+    if (!configError && !cached && !('error' in size)) {
+      // No Pod (never made, or deleted by someone else): make it, gated unless already granted.
+      try {
+        const made = await this.manager
+          .client()
+          .create(Resources.pods, podManifest(inst, owner, size, !granted), {
+            fieldManager: INSTANCE_MANAGER,
+          });
+        pod = workloadPod(made);
+      } catch (e) {
+        if (isConflict(e)) return; // it exists: its add event brings this key back
+        if (!(e instanceof ApiError && e.status === 422)) throw e;
+        configError = `the apiserver refused the Pod: ${e.message}`;
+        this.rejected.set(key, { uid, message: configError, at: Date.now() });
+        result = { requeueAfterMs: REJECTED_RETRY_MS };
+      }
+    } else if (pod && granted && gated(pod) && !pod.metadata.deletionTimestamp) {
+      try {
+        const patched = await this.manager
+          .client()
+          .patch(Resources.pods, pod.metadata.name!, ungatePatch(pod), {
+            namespace: pod.metadata.namespace!,
+            type: 'json',
+            fieldManager: INSTANCE_MANAGER,
+          });
+        pod = workloadPod(patched);
+      } catch (e) {
+        if (isNotFound(e)) return;
+        // The test failed: the gates changed since the cache saw them; the next event brings it back.
+        if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
+        throw e;
+      }
+    }
+
+    const verdict = instanceVerdict({
+      ...(pod ? { pod } : {}),
+      foreignPod: !!cached && !pod,
+      ...(quota ? { quota } : {}),
+      ...(configError ? { configError } : {}),
+    });
+    await this.writeStatus(inst, pod, verdict);
+    return result;
+  }
+
+  /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */
+  private async writeStatus(
+    inst: InstanceObject,
+    pod: WorkloadPod | undefined,
+    v: { ready: ConditionVerdict; available: ConditionVerdict; programmed: ConditionVerdict },
+  ): Promise<void> {
+    const before = inst.status?.conditions ?? [];
+    const generation = inst.metadata.generation;
+    const setter = conditionSetter(before, generation);
+    setter.set('Ready', v.ready.status, v.ready.reason, v.ready.message);
+    setter.set('Available', v.available.status, v.available.reason, v.available.message);
+    setter.set('Programmed', v.programmed.status, v.programmed.reason, v.programmed.message);
+    const mine = (cs: Condition[]) => cs.filter((c) => (OWN as readonly string[]).includes(c.type));
+    const hash = pod?.metadata.labels?.[TEMPLATE_HASH_LABEL];
+    const status: InstanceStatus = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      ...(hash ? { observedTemplateHash: hash } : {}),
+      ...(pod ? { podName: pod.metadata.name! } : {}),
+      conditions: mine(setter.conditions),
+    };
+    const old = inst.status ?? {};
+    if (
+      old.observedGeneration === status.observedGeneration &&
+      old.observedTemplateHash === status.observedTemplateHash &&
+      old.podName === status.podName &&
+      sameConditions(mine(before), status.conditions)
+    )
+      return;
+    try {
+      await applyStatus(this.manager.client(), Instance.ref, inst, status, INSTANCE_MANAGER);
+    } catch (e) {
+      if (isObjectGone(e)) return;
+      throw e;
+    }
+    const was = findCondition(before, 'Ready');
+    if (
+      !v.ready.status &&
+      USER_FIXABLE.has(v.ready.reason) &&
+      !(was?.status === 'False' && was.reason === v.ready.reason)
+    ) {
+      this.events.event(inst, 'Warning', v.ready.reason, 'Run', v.ready.message);
+      this.log.warn({ instance: keyOf(inst), reason: v.ready.reason }, v.ready.message);
+    }
+  }
+}

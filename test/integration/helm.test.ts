@@ -1,0 +1,200 @@
+// The Helm chart as its users meet it, with Helm itself (built from its pinned Go module): it lints
+// and renders with the default values and with every documented option, the apiserver accepts what
+// it renders (server-side dry run, in a namespace under restricted Pod Security), and a default
+// install, upgrade and uninstall work on a plain cluster: no cert-manager, no Secret made by hand.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { parseAllDocuments, stringify } from 'yaml';
+import { ensureBinaries, ensureHelm } from '../../src/sandbox/build.ts';
+import { packageRoot } from '../../src/sandbox/paths.ts';
+import { WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+// Rendered objects, read field by field: a missing field fails an assertion, not the compiler.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Any = any;
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const chart = join(packageRoot(), 'deploy/helm/berth');
+const ns = uniqueName('helm');
+let helmPath: string;
+let kubectlPath: string;
+
+function exec(bin: string, args: string[], input?: string): { stdout: string; stderr: string } {
+  const r = spawnSync(bin, args, {
+    input,
+    encoding: 'utf8',
+    timeout: 120_000,
+    env: { ...process.env, KUBECONFIG: sandbox.kubeconfigPath, HELM_CACHE_HOME: join(sandbox.dir, 'helm') },
+  });
+  assert.equal(r.status, 0, `${bin} ${args.join(' ')} failed:\n${r.stderr}${r.error ?? ''}`);
+  return { stdout: r.stdout, stderr: r.stderr };
+}
+
+const helm = (args: string[]) => exec(helmPath, args);
+
+/** `--set` arguments for one option set. */
+const sets = (values: Record<string, string>) =>
+  Object.entries(values).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
+
+function render(values: Record<string, string> = {}): Any[] {
+  const out = helm(['template', 'berth', chart, '--namespace', ns, ...sets(values)]).stdout;
+  return parseAllDocuments(out)
+    .map((d) => d.toJS() as Any)
+    .filter(Boolean);
+}
+
+// Kinds of other projects' CRDs that a plain cluster does not serve: rendered, not dry-run.
+const foreignGroups = ['cert-manager.io/', 'monitoring.coreos.com/'];
+
+/** Server-side dry run of what the apiserver can serve; returns the warnings. */
+function dryRun(objects: Any[]): string {
+  const served = objects.filter((o) => !foreignGroups.some((g) => String(o.apiVersion).startsWith(g)));
+  const { stdout, stderr } = exec(
+    kubectlPath,
+    [
+      '--kubeconfig',
+      sandbox.kubeconfigPath,
+      'apply',
+      '--server-side',
+      '--dry-run=server',
+      '--force-conflicts',
+      '--field-manager=berth-helm-test',
+      '-f',
+      '-',
+    ],
+    served.map((o) => stringify(o)).join('---\n'),
+  );
+  const applied = stdout.split('\n').filter((l) => l.includes('(server dry run)'));
+  assert.equal(applied.length, served.length, stdout);
+  return stderr;
+}
+
+const deployment = (objects: Any[]) => objects.find((o) => o.kind === 'Deployment');
+const args = (objects: Any[]): string[] => deployment(objects).spec.template.spec.containers[0].args;
+
+/** Every option values.yaml documents, one set at a time. */
+const options: Record<string, Record<string, string>> = {
+  'cert-manager': { 'webhook.certManager.enabled': 'true' },
+  'a Secret of the user': { 'webhook.secretName': 'my-webhook-tls' },
+  'no webhooks': { 'webhook.enabled': 'false' },
+  'one replica, no leader election': {
+    replicas: '1',
+    leaderElect: 'false',
+    'podDisruptionBudget.enabled': 'false',
+  },
+  'some controllers': { 'controllers={labels,arch}': '' },
+  'gates fail closed': { 'gates.failurePolicy': 'Fail' },
+  'rule files': { 'labelRules.accelerators/edgetpu[0]': 'kkohtaka.org/edgetpu' },
+  'webhook limits': {
+    'webhook.maxConnections': '100',
+    'webhook.maxInFlight': '50',
+    'webhook.headerTimeoutSeconds': '3',
+    'webhook.requestTimeoutSeconds': '8',
+  },
+  'service monitor': { 'metrics.serviceMonitor.enabled': 'true' },
+  'extra args': { 'extraArgs[0]': '--label-workers=32' },
+};
+
+before(async () => {
+  [helmPath, { kubectl: kubectlPath }] = await Promise.all([ensureHelm(), ensureBinaries()]);
+  await client.create(Resources.namespaces, {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: ns, labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } },
+  });
+});
+
+after(async () => {
+  await deleteNamespace(client, ns);
+  client.close();
+});
+
+describe('the Helm chart', () => {
+  test('lints clean with the default values and with every option', () => {
+    for (const [what, values] of [['defaults', {}] as const, ...Object.entries(options)]) {
+      const { stdout } = helm(['lint', chart, '--strict', ...sets(values)]);
+      assert.match(stdout, /1 chart\(s\) linted, 0 chart\(s\) failed/, `${what}:\n${stdout}`);
+    }
+  });
+
+  test('by default needs nothing but the cluster: Berth keeps its webhook certificate in a Secret', () => {
+    const objects = render();
+    assert.deepEqual(
+      objects.filter((o) => foreignGroups.some((g) => String(o.apiVersion).startsWith(g))),
+      [],
+      'no cert-manager or Prometheus Operator kinds by default',
+    );
+    // <fullname>-webhook-cert: with the release named berth, the name `berth run` defaults to.
+    assert.ok(args(objects).includes(`--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`));
+    const role = objects.find((o) => o.kind === 'Role');
+    assert.equal(role.metadata.namespace, ns);
+    const names = role.rules.flatMap((r: Any) => r.resourceNames ?? []);
+    assert.deepEqual(names, [WEBHOOK_CERT_SECRET]);
+    assert.ok(objects.some((o) => o.kind === 'RoleBinding' && o.roleRef.name === role.metadata.name));
+    assert.doesNotMatch(dryRun(objects), /Warning/);
+  });
+
+  test('every option renders what the apiserver accepts, within restricted Pod Security', () => {
+    for (const [what, values] of Object.entries(options)) {
+      const objects = render(values);
+      const warnings = dryRun(objects);
+      assert.doesNotMatch(warnings, /Warning/, `${what}: ${warnings}`);
+    }
+    const cm = render(options['cert-manager']);
+    const cert = cm.find((o) => o.kind === 'Certificate');
+    const pod = deployment(cm).spec.template.spec;
+    const mount = pod.containers[0].volumeMounts.find((m: Any) => m.name === 'webhook-certs');
+    assert.equal(pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName, cert.spec.secretName);
+    assert.ok(args(cm).includes(`--webhook-cert-dir=${mount.mountPath}`));
+    assert.equal(
+      cm.find((o) => o.kind === 'Role'),
+      undefined,
+      'no Secret to keep: no Role',
+    );
+    assert.ok(args(render(options['a Secret of the user'])).includes('--webhook-cert-dir=/certs'));
+    const off = render(options['no webhooks']);
+    assert.deepEqual(
+      args(off).filter((a) => a.startsWith('--webhook-')),
+      ['--webhook-bind-address=0'],
+    );
+    assert.equal(
+      off.find((o) => o.kind === 'Role'),
+      undefined,
+      'no webhooks: no certificate Secret to keep',
+    );
+  });
+
+  test('installs, upgrades and uninstalls on a plain cluster', async () => {
+    const release = uniqueName('b');
+    helm(['install', release, chart, '--namespace', ns, '--wait=false']);
+    const name = `${release}-berth`;
+    const d = await waitFor('the Deployment to be created', () =>
+      client.get(Resources.deployments, name, ns).catch(() => undefined),
+    );
+    assert.ok(d);
+    helm(['upgrade', release, chart, '--namespace', ns, '--set', 'replicas=1', '--wait=false']);
+    await waitFor('the upgrade to reach the Deployment', async () => {
+      const now = (await client.get(Resources.deployments, name, ns)) as KubeObject & {
+        spec: { replicas: number };
+      };
+      return now.spec.replicas === 1;
+    });
+    // The CRDs stay through upgrades: Helm installs crds/ once and never touches them again.
+    await client.get(Resources.crds, 'nodelabelrules.berth.dev');
+    helm(['uninstall', release, '--namespace', ns, '--wait']);
+    const left = helm(['list', '--namespace', ns, '--all', '--short']).stdout.trim();
+    assert.equal(left, '');
+    await waitFor('the release objects to be gone', () =>
+      client.get(Resources.deployments, name, ns).then(
+        () => false,
+        () => true,
+      ),
+    );
+  });
+});

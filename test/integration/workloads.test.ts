@@ -1,0 +1,359 @@
+// test-driver: alone — Berth's workloads controllers act on every WorkloadDeployment and Instance in
+// the cluster, so a file beside it that makes Instances (the quota test) would have two Berths on them.
+//
+// Workloads in a cell against the real control plane, with Berth as its own process: three replicas
+// as three Ready Pods, scaled by ordinal through the scale subresource; a rollout one instance at a
+// time, highest ordinal first, with updatedReplicas counted right; an image that cannot be pulled
+// stops the rollout (the old instances keep serving) and a crash loop, both named on the instance and
+// the deployment with Warning events; Berth restarted writes nothing; a fixed template heals.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { installCrds } from '../../src/cli/install.ts';
+import { CRASH_IMAGE_HOST, MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
+import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { applyStatus } from '../../src/runtime/client/apply.ts';
+import { resourcePath } from '../../src/runtime/client/client.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
+import type { InstanceObject } from '../../src/workloads/decide.ts';
+import {
+  DEPLOYMENT_LABEL,
+  Instance,
+  INSTANCE_LABEL,
+  QUOTA_MANAGER,
+  TEMPLATE_HASH_LABEL,
+  WorkloadDeployment,
+  type WorkloadDeploymentStatus,
+} from '../../src/workloads/types.ts';
+import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import {
+  addNodes,
+  createNamespace,
+  deleteNamespace,
+  deleteNodes,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
+import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const id = uniqueName('wl');
+let ns = '';
+let nodes: string[] = [];
+let berth: BerthProcess | undefined;
+let granting: AbortController | undefined;
+
+type WD = KubeObject & { metadata: { generation?: number }; status?: WorkloadDeploymentStatus };
+
+const template = (image: string) => ({ containers: [{ name: 'app', image }] });
+
+async function applyWD(name: string, spec: Record<string, unknown>): Promise<void> {
+  await client.apply(
+    WorkloadDeployment.ref,
+    {
+      apiVersion: WorkloadDeployment.apiVersion,
+      kind: WorkloadDeployment.kind,
+      metadata: { name, namespace: ns },
+      spec,
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+}
+
+const getWD = (name: string) => client.get<WD>(WorkloadDeployment.ref, name, ns);
+const instancesOf = async (wd: string) =>
+  (
+    await client.list<InstanceObject>(Instance.ref, {
+      namespace: ns,
+      query: { labelSelector: `${DEPLOYMENT_LABEL}=${wd}` },
+    })
+  ).items.sort((a, b) => a.spec.ordinal - b.spec.ordinal);
+const podsOf = async (wd: string) =>
+  (
+    await client.list(Resources.pods, {
+      namespace: ns,
+      query: { labelSelector: `${DEPLOYMENT_LABEL}=${wd}` },
+    })
+  ).items;
+const cond = (o: KubeObject | undefined, type: string): Condition | undefined =>
+  findCondition((o?.['status'] as { conditions?: Condition[] } | undefined)?.conditions, type);
+const isReady = (i: InstanceObject) => cond(i, 'Ready')?.status === 'True';
+
+/**
+ * Stands in for the quota controller (a namespace without a Quota): grants every instance of the
+ * test's namespace by a status apply under the quota controller's manager, as it would.
+ */
+function grantEveryInstance(signal: AbortSignal): void {
+  void (async () => {
+    while (!signal.aborted) {
+      const all = (await client.list<InstanceObject>(Instance.ref, { namespace: ns }).catch(() => undefined))
+        ?.items;
+      for (const i of all ?? []) {
+        if (cond(i, 'QuotaGranted') || i.metadata.deletionTimestamp) continue;
+        const granted: Condition = {
+          type: 'QuotaGranted',
+          status: 'True',
+          reason: 'NoQuota',
+          message: 'no Quota in the namespace',
+          lastTransitionTime: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+        };
+        await applyStatus(client, Instance.ref, i, { conditions: [granted] }, QUOTA_MANAGER).catch(() => {});
+      }
+      await sleep(200);
+    }
+  })();
+}
+
+interface Snapshot {
+  wd: WD;
+  instances: InstanceObject[];
+}
+
+/** Polls the deployment, then its instances, until `done` holds: what a user watching would see. */
+async function observe(
+  name: string,
+  done: (s: Snapshot) => boolean,
+  timeoutMs = 90_000,
+): Promise<Snapshot[]> {
+  const seen: Snapshot[] = [];
+  await waitFor(
+    `${name} to settle`,
+    async () => {
+      const s = { wd: await getWD(name), instances: await instancesOf(name) };
+      seen.push(s);
+      return done(s);
+    },
+    { timeoutMs, intervalMs: 50, observe: () => seen.at(-1) && summary(seen.at(-1)!) },
+  );
+  return seen;
+}
+
+const summary = (s: Snapshot) => ({
+  status: s.wd.status,
+  instances: s.instances.map((i) => ({
+    name: i.metadata.name,
+    hash: i.spec.templateHash,
+    deleting: !!i.metadata.deletionTimestamp,
+    conditions: i.status?.conditions?.map((c) => `${c.type}=${c.status} ${c.reason}: ${c.message}`),
+  })),
+});
+
+/** Every instance Ready and on the current template, `n` of them, and the status says so. */
+const settled = (n: number) => (s: Snapshot) =>
+  s.wd.status?.observedGeneration === s.wd.metadata.generation &&
+  s.wd.status?.readyReplicas === n &&
+  s.wd.status?.updatedReplicas === n &&
+  s.wd.status?.replicas === n &&
+  s.instances.length === n &&
+  s.instances.every(
+    (i) => isReady(i) && !i.metadata.deletionTimestamp && i.spec.templateHash === s.wd.status?.templateHash,
+  );
+
+/** OrderedReady: no snapshot shows an instance whose lower ordinals are not all there and Ready. */
+function assertOrderedUp(snaps: Snapshot[]): void {
+  for (const s of snaps) {
+    const byOrdinal = new Map(s.instances.map((i) => [i.spec.ordinal, i]));
+    for (const i of s.instances)
+      for (let j = 0; j < i.spec.ordinal; j++) {
+        const lower = byOrdinal.get(j);
+        assert.ok(
+          lower && isReady(lower),
+          `${i.metadata.name} exists while ordinal ${j} is not Ready: ${JSON.stringify(summary(s))}`,
+        );
+      }
+  }
+}
+
+async function events(name: string, kind: string): Promise<Event[]> {
+  const list = await client.list<Event>(Resources.events, { namespace: ns });
+  return list.items.filter((e) => e.regarding?.name === name && e.regarding?.kind === kind);
+}
+
+before(async () => {
+  await installCrds(client);
+  nodes = await addNodes(client, { prefix: id, count: 3 });
+  ns = await createNamespace(client, id);
+  granting = new AbortController();
+  grantEveryInstance(granting.signal);
+  berth = await startBerth(sandbox, ['--controllers=workloads'], { capture: true });
+});
+
+after(async () => {
+  granting?.abort();
+  await berth?.stop();
+  if (process.env['BERTH_TEST_VERBOSE']) process.stderr.write(berth?.output() ?? '');
+  await deleteNamespace(client, ns);
+  await deleteNodes(client, nodes);
+});
+
+describe('workloads in a cell', () => {
+  test('three replicas run as three Ready Pods, scaled to five and back to two by ordinal', async () => {
+    await applyWD('web', { replicas: 3, template: template('registry.example/web:1') });
+    assertOrderedUp(await observe('web', settled(3)));
+    const pods = await podsOf('web');
+    assert.deepEqual(pods.map((p) => p.metadata!.name).sort(), ['web-0', 'web-1', 'web-2']);
+    for (const p of pods) {
+      assert.equal(cond(p, 'Ready')?.status, 'True', p.metadata!.name);
+      assert.equal(p.metadata!.labels![INSTANCE_LABEL], p.metadata!.name);
+      const owner = p.metadata!.ownerReferences?.find((o) => o.controller);
+      assert.equal(owner?.kind, 'Instance');
+      assert.equal(owner?.name, p.metadata!.name);
+    }
+
+    // The scale subresource, as `kubectl scale wd/web --replicas=5` uses it.
+    const scalePath = resourcePath(WorkloadDeployment.ref, ns, 'web', 'scale');
+    await client.request('PATCH', scalePath, {
+      body: { spec: { replicas: 5 } },
+      contentType: 'application/merge-patch+json',
+    });
+    assertOrderedUp(await observe('web', settled(5)));
+    const scale = await client.request<{
+      spec: { replicas: number };
+      status: { replicas: number; selector: string };
+    }>('GET', scalePath);
+    assert.deepEqual(
+      { spec: scale.spec.replicas, status: scale.status.replicas, selector: scale.status.selector },
+      { spec: 5, status: 5, selector: `${DEPLOYMENT_LABEL}=web` },
+    );
+
+    await client.request('PATCH', scalePath, {
+      body: { spec: { replicas: 2 } },
+      contentType: 'application/merge-patch+json',
+    });
+    const down = await observe('web', settled(2));
+    // Highest ordinal first, one at a time, the next only once the one before is gone.
+    for (const s of down) {
+      const ordinals = s.instances.map((i) => i.spec.ordinal);
+      assert.deepEqual(
+        ordinals,
+        ordinals.map((_, k) => k),
+        `not a prefix: ${ordinals.join(',')}`,
+      );
+      const deleting = s.instances.filter((i) => i.metadata.deletionTimestamp);
+      assert.ok(deleting.length <= 1, `two deleting at once: ${JSON.stringify(summary(s))}`);
+      if (deleting[0]) assert.equal(deleting[0].spec.ordinal, ordinals.length - 1);
+    }
+    await waitFor(
+      'only web-0 and web-1 have Pods',
+      async () =>
+        (await podsOf('web'))
+          .map((p) => p.metadata!.name)
+          .sort()
+          .join() === 'web-0,web-1',
+    );
+    const wd = await getWD('web');
+    assert.equal(cond(wd, 'Available')?.status, 'True');
+    assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
+  });
+
+  test('a template change rolls one instance at a time, highest ordinal first, updatedReplicas counted right', async () => {
+    await applyWD('roll', { replicas: 3, template: template('registry.example/roll:1') });
+    await observe('roll', settled(3));
+    const old = (await getWD('roll')).status!.templateHash!;
+    await applyWD('roll', { replicas: 3, template: template('registry.example/roll:2') });
+    const snaps = await observe('roll', (s) => s.wd.status?.templateHash !== old && settled(3)(s));
+    const current = snaps.at(-1)!.wd.status!.templateHash!;
+    assert.notEqual(current, old);
+
+    const order: number[] = [];
+    let lastUpdated = -1;
+    for (const s of snaps) {
+      for (const i of s.instances)
+        if (i.spec.templateHash === current && !order.includes(i.spec.ordinal)) order.push(i.spec.ordinal);
+      // At most one of the three is out of service at any moment.
+      const serving = s.instances.filter((i) => isReady(i) && !i.metadata.deletionTimestamp).length;
+      assert.ok(serving >= 2, `two out of service at once: ${JSON.stringify(summary(s))}`);
+      if (s.wd.status?.templateHash !== current) continue;
+      // Read before the instances, the count cannot exceed the instances on the new template then.
+      const updated = s.wd.status.updatedReplicas ?? 0;
+      const onNew = s.instances.filter(
+        (i) => i.spec.templateHash === current && !i.metadata.deletionTimestamp,
+      );
+      assert.ok(
+        updated <= onNew.length,
+        `updatedReplicas ${updated} with ${onNew.length} instances on ${current}`,
+      );
+      assert.ok(updated >= lastUpdated, `updatedReplicas went back from ${lastUpdated} to ${updated}`);
+      lastUpdated = updated;
+    }
+    assert.deepEqual(order, [2, 1, 0]);
+    assert.equal(lastUpdated, 3);
+    for (const p of await podsOf('roll')) assert.equal(p.metadata!.labels![TEMPLATE_HASH_LABEL], current);
+  });
+
+  test('an image that cannot be pulled stops the rollout; the old instances keep serving', async () => {
+    await applyWD('pull', { replicas: 3, template: template('registry.example/pull:1') });
+    await observe('pull', settled(3));
+    const old = (await getWD('pull')).status!.templateHash!;
+    await applyWD('pull', { replicas: 3, template: template(`${MISSING_IMAGE_HOST}/pull:2`) });
+    await observe('pull', (s) => cond(s.wd, 'Progressing')?.reason === 'ImageUnavailable');
+    const check = async () => {
+      const [i0, i1, i2] = await instancesOf('pull');
+      assert.deepEqual([i0!.spec.templateHash, i1!.spec.templateHash], [old, old]);
+      assert.ok(isReady(i0!) && isReady(i1!), 'the old instances serve');
+      assert.notEqual(i2!.spec.templateHash, old);
+      assert.equal(cond(i2, 'Ready')?.reason, 'ImageUnavailable');
+      return true;
+    };
+    await check();
+    await holdsFor('the rollout to stay stopped', check, 3000, 500);
+    const wd = await getWD('pull');
+    assert.equal(cond(wd, 'Progressing')?.status, 'False');
+    assert.equal(cond(wd, 'Available')?.reason, 'ImageUnavailable');
+    assert.match(cond(wd, 'Available')!.message, /pull-2/);
+    assert.equal(wd.status?.updatedReplicas, 1);
+    assert.equal(wd.status?.readyReplicas, 2);
+    await waitFor('Warning events on the instance and the deployment', async () => {
+      const onInstance = (await events('pull-2', 'Instance')).filter((e) => e.reason === 'ImageUnavailable');
+      const onDeployment = (await events('pull', 'WorkloadDeployment')).filter(
+        (e) => e.reason === 'ImageUnavailable',
+      );
+      return onInstance.length === 1 && onInstance[0]!.type === 'Warning' && onDeployment.length >= 1;
+    });
+  });
+
+  test('a crash loop gives InstanceCrashing on the instance and the deployment', async () => {
+    await applyWD('crash', { replicas: 2, template: template(`${CRASH_IMAGE_HOST}/app:1`) });
+    await observe('crash', (s) => cond(s.wd, 'Available')?.reason === 'InstanceCrashing');
+    const [i0, ...rest] = await instancesOf('crash');
+    assert.equal(cond(i0, 'Ready')?.reason, 'InstanceCrashing');
+    assert.equal(cond(i0, 'Programmed')?.status, 'True');
+    // OrderedReady: ordinal 1 waits for ordinal 0, which the user must fix.
+    assert.equal(rest.length, 0);
+    const wd = await getWD('crash');
+    assert.equal(cond(wd, 'Progressing')?.reason, 'InstanceCrashing');
+    await waitFor('a Warning event on the instance', async () =>
+      (await events('crash-0', 'Instance')).some(
+        (e) => e.type === 'Warning' && e.reason === 'InstanceCrashing',
+      ),
+    );
+  });
+
+  test('Berth restarted writes nothing it need not', async () => {
+    // Let every status settle (the crash loop keeps restarting: its status must not change with it).
+    await sleep(3000);
+    await berth!.stop();
+    berth = await startBerth(sandbox, ['--controllers=workloads'], { capture: true });
+    await sleep(5000);
+    const writes = await berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
+    assert.equal(writes, 0, berth.output());
+    // And it still works: a scale up after the restart.
+    await applyWD('web', { replicas: 3, template: template('registry.example/web:1') });
+    assertOrderedUp(await observe('web', settled(3)));
+  });
+
+  test('a broken rollout heals when the template is fixed: the broken instance is replaced at once', async () => {
+    const broken = (await instancesOf('pull')).find((i) => i.spec.ordinal === 2)!;
+    assert.equal(cond(broken, 'Ready')?.reason, 'ImageUnavailable');
+    await applyWD('pull', { replicas: 3, template: template('registry.example/pull:1') });
+    await observe('pull', settled(3));
+    const [i0, i1, i2] = await instancesOf('pull');
+    assert.notEqual(i2!.metadata.uid, broken.metadata.uid, 'pull-2 was recreated, not updated');
+    assert.equal(i2!.spec.templateHash, i0!.spec.templateHash);
+    assert.equal(i1!.spec.templateHash, i0!.spec.templateHash);
+    const wd = await getWD('pull');
+    assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
+    assert.equal(cond(wd, 'Available')?.status, 'True');
+  });
+});

@@ -1,0 +1,419 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { Condition } from '../../../src/runtime/api/conditions.ts';
+import {
+  deploymentVerdict,
+  instanceManifest,
+  instanceVerdict,
+  plan,
+  podCauses,
+  podManifest,
+  templateHash,
+  ungatePatch,
+  worst,
+  type InstanceObject,
+  type InstanceState,
+  type PlanInput,
+  type WorkloadPod,
+} from '../../../src/workloads/decide.ts';
+import {
+  BLOCKING_REASONS,
+  DEPLOYMENT_LABEL,
+  INSTANCE_LABEL,
+  QUOTA_GATE,
+} from '../../../src/workloads/types.ts';
+import { withSeed } from '../../helpers/prng.ts';
+
+const inst = (ordinal: number, hash = 'new', more: Partial<InstanceState> = {}): InstanceState => ({
+  name: `web-${ordinal}`,
+  ordinal,
+  hash,
+  ready: true,
+  available: true,
+  programmed: true,
+  deleting: false,
+  created: 0,
+  ...more,
+});
+const input = (
+  replicas: number,
+  instances: InstanceState[],
+  policy: PlanInput['policy'] = 'OrderedReady',
+) => ({
+  replicas,
+  policy,
+  hash: 'new',
+  instances,
+});
+
+describe('templateHash', () => {
+  test('equal templates hash equally whatever their key order; any change is a new revision', () => {
+    const a = templateHash({ containers: [{ name: 'app', image: 'x:1' }], instanceType: 'd1' });
+    const b = templateHash({ instanceType: 'd1', containers: [{ image: 'x:1', name: 'app' }] });
+    assert.equal(a, b);
+    assert.match(a, /^[0-9a-f]{10}$/);
+    assert.notEqual(a, templateHash({ containers: [{ name: 'app', image: 'x:2' }], instanceType: 'd1' }));
+    assert.notEqual(
+      a,
+      templateHash({
+        containers: [{ name: 'app', image: 'x:1' }],
+        instanceType: 'd1',
+        metadata: { annotations: { restartedAt: 'now' } },
+      }),
+    );
+  });
+});
+
+describe('plan', () => {
+  test('OrderedReady scales up one ordinal at a time, each after the ones below are Ready', () => {
+    assert.deepEqual(plan(input(3, [])).actions, [{ type: 'create', ordinal: 0 }]);
+    assert.deepEqual(plan(input(3, [inst(0)])).actions, [{ type: 'create', ordinal: 1 }]);
+    const waiting = plan(input(3, [inst(0), inst(1, 'new', { ready: false })]));
+    assert.deepEqual(waiting.actions, []);
+    assert.equal(waiting.waitingFor?.name, 'web-1');
+    // A gap is refilled first.
+    assert.deepEqual(plan(input(3, [inst(0), inst(2)])).actions, [{ type: 'create', ordinal: 1 }]);
+  });
+
+  test('OrderedReady scales down highest first, the next only once it is gone', () => {
+    const all = [inst(0), inst(1), inst(2), inst(3)];
+    assert.deepEqual(plan(input(2, all)).actions, [{ type: 'delete', name: 'web-3', rollout: false }]);
+    const deleting = [inst(0), inst(1), inst(2), inst(3, 'new', { deleting: true })];
+    assert.deepEqual(plan(input(2, deleting)).actions, []);
+  });
+
+  test('Parallel creates and deletes all at once, but never into a slot still being deleted', () => {
+    assert.deepEqual(plan(input(3, [], 'Parallel')).actions, [
+      { type: 'create', ordinal: 0 },
+      { type: 'create', ordinal: 1 },
+      { type: 'create', ordinal: 2 },
+    ]);
+    assert.deepEqual(plan(input(1, [inst(0), inst(1), inst(2)], 'Parallel')).actions, [
+      { type: 'delete', name: 'web-2', rollout: false },
+      { type: 'delete', name: 'web-1', rollout: false },
+    ]);
+    assert.deepEqual(plan(input(2, [inst(1, 'new', { deleting: true })], 'Parallel')).actions, [
+      { type: 'create', ordinal: 0 },
+    ]);
+  });
+
+  test('a rollout deletes the highest Ready drifted instance, one at a time, after the replacement is Ready', () => {
+    const old = [inst(0, 'old'), inst(1, 'old'), inst(2, 'old')];
+    const p = plan(input(3, old));
+    assert.deepEqual(p.actions, [{ type: 'delete', name: 'web-2', rollout: true }]);
+    assert.equal(p.drifted, 3);
+    // The replacement is not Ready yet: wait for it.
+    const replacing = plan(input(3, [inst(0, 'old'), inst(1, 'old'), inst(2, 'new', { ready: false })]));
+    assert.deepEqual(replacing.actions, []);
+    assert.equal(replacing.waitingFor?.name, 'web-2');
+    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old'), inst(2)])).actions, [
+      { type: 'delete', name: 'web-1', rollout: true },
+    ]);
+    assert.deepEqual(plan(input(3, [inst(0), inst(1), inst(2)])).actions, []);
+  });
+
+  test('a drifted instance that is not Ready is replaced at once, even while another step waits', () => {
+    const broken = [inst(0, 'old', { ready: false }), inst(1, 'old'), inst(2, 'new', { ready: false })];
+    assert.deepEqual(plan(input(3, broken)).actions, [{ type: 'delete', name: 'web-0', rollout: true }]);
+    // OrderedReady scale-up blocked by a broken drifted predecessor: it is replaced.
+    assert.deepEqual(plan(input(3, [inst(0, 'old', { ready: false })])).actions, [
+      { type: 'delete', name: 'web-0', rollout: true },
+    ]);
+  });
+
+  // A model of the controllers: each step applies the plan, then the world moves on at random
+  // (a create becomes an instance, which may become Ready; a delete finishes). The invariants the
+  // design promises must hold at every step, and every run must converge.
+  test('generated runs: ordered scaling and one-at-a-time rollouts converge, never two out at once', async () => {
+    await withSeed('plan model', (r) => {
+      for (let run = 0; run < 300; run++) {
+        const policy = r.pick(['OrderedReady', 'Parallel'] as const);
+        const start = r.int(6);
+        let world: InstanceState[] = Array.from({ length: start }, (_, i) => inst(i, 'old'));
+        const replicas = r.int(6);
+        const rolling = start > 0 && replicas >= start && policy === 'OrderedReady';
+        for (let step = 0; step < 500; step++) {
+          const p = plan({ replicas, policy, hash: 'new', instances: world });
+          const deleting = world.filter((i) => i.deleting).length;
+          if (policy === 'OrderedReady') assert.ok(deleting <= 1, `run ${run}: two deleting`);
+          if (rolling) {
+            // Every instance started Ready: at most one of the first `start` is out of service.
+            const out = Array.from({ length: start }, (_, k) => world.find((i) => i.ordinal === k)).filter(
+              (i) => !i || !i.ready || i.deleting,
+            ).length;
+            assert.ok(out <= 1, `run ${run} step ${step}: ${out} out of service`);
+          }
+          for (const a of p.actions) {
+            if (a.type === 'create') {
+              assert.ok(
+                !world.some((i) => i.ordinal === a.ordinal),
+                `run ${run}: created an existing ordinal`,
+              );
+              world.push(inst(a.ordinal, 'new', { ready: false }));
+            } else world = world.map((i) => (i.name === a.name ? { ...i, deleting: true } : i));
+          }
+          // The world moves: one random instance gets Ready or finishes deleting.
+          const i = world.length ? r.int(world.length) : -1;
+          if (i >= 0) {
+            if (world[i]!.deleting) world.splice(i, 1);
+            else world[i] = { ...world[i]!, ready: true };
+          }
+          const done =
+            world.length === replicas &&
+            world.every((x) => x.ready && !x.deleting && x.hash === 'new' && x.ordinal < replicas);
+          if (done) break;
+          assert.ok(step < 499, `run ${run} did not converge: ${JSON.stringify(world)}`);
+        }
+      }
+    });
+  });
+});
+
+describe('deploymentVerdict', () => {
+  const verdict = (replicas: number, instances: InstanceState[], now = 1000, deadline = 600) =>
+    deploymentVerdict({
+      ...input(replicas, instances),
+      plan: plan(input(replicas, instances)),
+      progressDeadlineSeconds: deadline,
+      now,
+    });
+
+  test('counts: updated is the new template, ready or not; current is programmed', () => {
+    const v = verdict(3, [
+      inst(0, 'old'),
+      inst(1, 'old'),
+      inst(2, 'new', { ready: false, available: false, programmed: false }),
+    ]);
+    assert.deepEqual(v.counts, {
+      replicas: 3,
+      currentReplicas: 2,
+      readyReplicas: 2,
+      availableReplicas: 2,
+      updatedReplicas: 1,
+      desiredReplicas: 3,
+    });
+    assert.deepEqual(
+      { status: v.progressing.status, reason: v.progressing.reason },
+      { status: true, reason: 'NewTemplateRolling' },
+    );
+    assert.equal(v.deadlineInMs, 600_000 - 1000);
+  });
+
+  test('a user-fixable cause stops the rollout and rolls up as the worst reason', () => {
+    const v = verdict(3, [
+      inst(0, 'old', { ready: false, available: false, reason: 'QuotaExceeded', message: 'no room' }),
+      inst(1, 'old'),
+      inst(2, 'new', { ready: false, available: false, reason: 'ImageUnavailable', message: 'cannot pull' }),
+    ]);
+    assert.equal(v.available.status, false);
+    assert.equal(v.available.reason, 'ImageUnavailable');
+    assert.match(v.available.message, /1 of 3 instances available; ImageUnavailable: web-2: cannot pull/);
+    // web-0 is drifted and not Ready: replaced at once, so the plan waits on nothing.
+    assert.equal(v.progressing.status, true);
+    const stuck = verdict(3, [
+      inst(0, 'old'),
+      inst(1, 'old'),
+      inst(2, 'new', { ready: false, available: false, reason: 'ImageUnavailable', message: 'cannot pull' }),
+    ]);
+    assert.deepEqual(
+      { status: stuck.progressing.status, reason: stuck.progressing.reason },
+      { status: false, reason: 'ImageUnavailable' },
+    );
+    assert.equal(stuck.deadlineInMs, undefined);
+  });
+
+  test('a step not Ready within the deadline is ProgressDeadlineExceeded; a transient cause is not a stall', () => {
+    const slow = [
+      inst(0),
+      inst(1, 'new', { ready: false, available: false, reason: 'Unschedulable', created: 0 }),
+    ];
+    assert.equal(verdict(3, slow, 599_000).progressing.status, true);
+    const v = verdict(3, slow, 600_000);
+    assert.deepEqual(
+      { status: v.progressing.status, reason: v.progressing.reason },
+      {
+        status: false,
+        reason: 'ProgressDeadlineExceeded',
+      },
+    );
+  });
+
+  test('settled: Available with every instance, Progressing NewTemplateAvailable', () => {
+    const v = verdict(2, [inst(0), inst(1)]);
+    assert.equal(v.available.status, true);
+    assert.equal(v.progressing.reason, 'NewTemplateAvailable');
+    assert.equal(verdict(0, []).progressing.reason, 'NewTemplateAvailable');
+  });
+});
+
+const pod = (status: WorkloadPod['status'], spec: WorkloadPod['spec'] = { nodeName: 'n1' }): WorkloadPod => ({
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name: 'web-0', namespace: 'ns' },
+  spec,
+  status,
+});
+const waiting = (reason: string, restartCount = 0, message?: string) => ({
+  name: 'app',
+  restartCount,
+  state: { waiting: { reason, ...(message ? { message } : {}) } },
+});
+const granted: Condition = {
+  type: 'QuotaGranted',
+  status: 'True',
+  reason: 'NoQuota',
+  message: '',
+  lastTransitionTime: '2026-01-01T00:00:00Z',
+};
+
+describe('instance conditions from the Pod', () => {
+  test('the kubelet reasons map to blocking reasons, with messages that do not flip with retries', () => {
+    const pull = podCauses(pod({ containerStatuses: [waiting('ErrImagePull', 0, 'not found')] }));
+    const backoff = podCauses(pod({ containerStatuses: [waiting('ImagePullBackOff', 0, 'Back-off')] }));
+    assert.equal(pull[0]!.reason, 'ImageUnavailable');
+    assert.deepEqual(pull, backoff);
+    assert.equal(
+      podCauses(pod({ containerStatuses: [waiting('InvalidImageName')] }))[0]!.reason,
+      'ImageUnavailable',
+    );
+    const crash = podCauses(pod({ containerStatuses: [waiting('CrashLoopBackOff', 5)] }));
+    assert.equal(crash[0]!.reason, 'InstanceCrashing');
+    assert.deepEqual(
+      podCauses(pod({ containerStatuses: [{ name: 'app', restartCount: 7, state: { running: {} } }] })),
+      crash,
+    );
+    assert.deepEqual(
+      podCauses(pod({ containerStatuses: [{ name: 'app', restartCount: 2, state: { running: {} } }] })),
+      [],
+    );
+    assert.equal(
+      podCauses(
+        pod({ containerStatuses: [waiting('CreateContainerConfigError', 0, 'secret "x" not found')] }),
+      )[0]!.message,
+      'container app: CreateContainerConfigError: secret "x" not found',
+    );
+    const unschedulable = podCauses(
+      pod(
+        {
+          conditions: [
+            { type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/3 nodes' },
+          ],
+        },
+        {},
+      ),
+    );
+    assert.deepEqual(unschedulable, [{ reason: 'Unschedulable', message: '0/3 nodes' }]);
+  });
+
+  test('Ready needs a Ready Pod and the grant; the worst cause is its reason', () => {
+    const readyPod = pod({ conditions: [{ type: 'Ready', status: 'True' }] });
+    const ok = instanceVerdict({ pod: readyPod, quota: granted });
+    assert.deepEqual([ok.ready.status, ok.available.status, ok.programmed.status], [true, true, true]);
+    const noGrant = instanceVerdict({ pod: readyPod });
+    assert.deepEqual([noGrant.ready.status, noGrant.ready.reason], [false, 'PendingEvaluation']);
+    const exceeded = instanceVerdict({
+      pod: pod({}, { schedulingGates: [{ name: QUOTA_GATE }] }),
+      quota: { ...granted, status: 'False', reason: 'QuotaExceeded', message: '4 of 4 instances used' },
+    });
+    assert.deepEqual(
+      [exceeded.ready.reason, exceeded.ready.message],
+      ['QuotaExceeded', '4 of 4 instances used'],
+    );
+    assert.equal(exceeded.available.reason, 'Provisioning');
+    assert.equal(exceeded.programmed.status, true);
+    const crashing = instanceVerdict({
+      pod: pod({ containerStatuses: [waiting('CrashLoopBackOff', 4)] }),
+      quota: granted,
+    });
+    assert.deepEqual(
+      [crashing.ready.reason, crashing.available.reason],
+      ['InstanceCrashing', 'InstanceCrashing'],
+    );
+    const config = instanceVerdict({ configError: 'InstanceType d9 does not exist' });
+    assert.deepEqual(
+      [config.ready.reason, config.programmed.reason],
+      ['ConfigurationError', 'ConfigurationError'],
+    );
+    const foreign = instanceVerdict({ foreignPod: true, quota: granted });
+    assert.deepEqual([foreign.programmed.status, foreign.ready.reason], [false, 'Provisioning']);
+    assert.match(foreign.ready.message, /earlier instance/);
+  });
+
+  test('worst follows BLOCKING_REASONS, unknown reasons last', () => {
+    const all = [...BLOCKING_REASONS].reverse().map((reason) => ({ reason }));
+    assert.equal(worst(all)?.reason, 'ConfigurationError');
+    assert.equal(worst([{ reason: 'Whatever' }, { reason: 'Provisioning' }])?.reason, 'Provisioning');
+    assert.equal(worst([]), undefined);
+  });
+});
+
+describe('the Pod and its gate', () => {
+  const instance: InstanceObject = {
+    metadata: { name: 'web-1', namespace: 'ns', uid: 'u1', labels: { [DEPLOYMENT_LABEL]: 'web' } },
+    spec: {
+      template: {
+        metadata: { labels: { app: 'web', [INSTANCE_LABEL]: 'spoof' }, annotations: { a: 'b' } },
+        instanceType: 'd1-standard-2',
+        containers: [{ name: 'app', image: 'x:1', env: [{ name: 'K', value: 'v' }] }],
+      },
+      templateHash: 'h1',
+      ordinal: 1,
+    },
+  };
+  const owner = { apiVersion: 'berth.dev/v1alpha1', kind: 'Instance', name: 'web-1', uid: 'u1' };
+
+  test('labelled, owned, sized at pod level by the instance type, gated until granted', () => {
+    const size = { milliCPU: 1000, memoryBytes: 2 ** 31, pod: { cpu: '1', memory: '2Gi' } };
+    const p = podManifest(instance, owner, size, true) as WorkloadPod & {
+      spec: { containers: unknown[]; resources?: unknown };
+    };
+    assert.deepEqual(p.metadata.labels, {
+      app: 'web',
+      [DEPLOYMENT_LABEL]: 'web',
+      'workloads.berth.dev/ordinal': '1',
+      'workloads.berth.dev/template-hash': 'h1',
+      [INSTANCE_LABEL]: 'web-1',
+    });
+    assert.deepEqual(p.metadata.annotations, { a: 'b' });
+    assert.deepEqual(p.metadata.ownerReferences, [{ ...owner, controller: true, blockOwnerDeletion: true }]);
+    assert.deepEqual(p.spec.resources, {
+      requests: { cpu: '1', memory: '2Gi' },
+      limits: { cpu: '1', memory: '2Gi' },
+    });
+    assert.deepEqual(p.spec.schedulingGates, [{ name: QUOTA_GATE }]);
+    assert.deepEqual(p.spec.containers, [{ name: 'app', image: 'x:1', env: [{ name: 'K', value: 'v' }] }]);
+    const ungated = podManifest(instance, owner, { milliCPU: 0, memoryBytes: 0 }, false) as WorkloadPod & {
+      spec: { resources?: unknown };
+    };
+    assert.equal(ungated.spec.schedulingGates, undefined);
+    assert.equal(ungated.spec.resources, undefined);
+  });
+
+  test('the gate comes off by index, guarded by its name; other gates are never touched', () => {
+    const p = pod({}, { schedulingGates: [{ name: 'other/gate' }, { name: QUOTA_GATE }] });
+    assert.deepEqual(ungatePatch(p), [
+      { op: 'test', path: '/spec/schedulingGates/1/name', value: QUOTA_GATE },
+      { op: 'remove', path: '/spec/schedulingGates/1' },
+    ]);
+    assert.equal(ungatePatch(pod({}, { schedulingGates: [{ name: 'other/gate' }] })), undefined);
+  });
+
+  test('an instance by ordinal, owned by its deployment, labelled with its revision', () => {
+    const wd = { metadata: { name: 'web', namespace: 'ns', uid: 'd1' } };
+    const i = instanceManifest(
+      wd,
+      { apiVersion: 'berth.dev/v1alpha1', kind: 'WorkloadDeployment', name: 'web', uid: 'd1' },
+      instance.spec.template,
+      'h2',
+      4,
+    );
+    assert.equal(i.metadata!.name, 'web-4');
+    assert.deepEqual(i.metadata!.labels, {
+      [DEPLOYMENT_LABEL]: 'web',
+      'workloads.berth.dev/ordinal': '4',
+      'workloads.berth.dev/template-hash': 'h2',
+    });
+    assert.deepEqual(i['spec'], { template: instance.spec.template, templateHash: 'h2', ordinal: 4 });
+    assert.equal(i.metadata!.ownerReferences![0]!.controller, true);
+  });
+});
