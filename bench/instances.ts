@@ -12,22 +12,18 @@
 // 3. Rollout: one deployment of `--rollout-replicas`, its template changed once; seconds until every
 //    instance runs the new template and is Ready, against the floor's step times the replicas.
 // Berth runs as its own process (`berth run --controllers workloads`), as it would in a cluster.
-import { createHash } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { findCondition } from '../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { slimPod, type SlimPod } from '../src/policy/slim.ts';
+import { instanceManifest, podManifest, templateHash, type InstanceObject } from '../src/workloads/decide.ts';
+import { instanceSize } from '../src/workloads/resources.ts';
 import {
-  DEPLOYMENT_LABEL,
-  INSTANCE_LABEL,
-  ORDINAL_LABEL,
   Quota,
-  TEMPLATE_HASH_LABEL,
   WorkloadDeployment,
   Instance,
-  type InstanceStatus,
   type InstanceTemplate,
   type WorkloadDeploymentStatus,
 } from '../src/workloads/types.ts';
@@ -114,25 +110,28 @@ class PodWatch {
 }
 
 // 1. The floor.
-const templateHash = createHash('sha256').update(JSON.stringify(template)).digest('hex').slice(0, 10);
+// Built by Berth's own functions, so the floor's pods are the ones Berth would create, less the
+// owner reference (nothing owns them here: the garbage collector would take them) and the gate.
+const hash = templateHash(template);
+const size = instanceSize(template, () => undefined);
+if ('error' in size) throw new Error(size.error);
 const floorPod = (d: number, ordinal: number): KubeObject => {
-  const name = `${wdName(d)}-${ordinal}`;
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: {
-      name,
-      namespace: FLOOR_NS,
-      labels: {
-        ...template.metadata?.labels,
-        [DEPLOYMENT_LABEL]: wdName(d),
-        [ORDINAL_LABEL]: String(ordinal),
-        [TEMPLATE_HASH_LABEL]: templateHash,
-        [INSTANCE_LABEL]: name,
-      },
-    },
-    spec: { containers: template.containers },
+  const owner = {
+    apiVersion: WorkloadDeployment.apiVersion,
+    kind: WorkloadDeployment.kind,
+    name: wdName(d),
+    uid: '',
   };
+  const inst = instanceManifest(
+    { metadata: { name: wdName(d), namespace: FLOOR_NS } },
+    owner,
+    template,
+    hash,
+    ordinal,
+  ) as InstanceObject;
+  const pod = podManifest(inst, owner, size, false);
+  delete pod.metadata!.ownerReferences;
+  return pod;
 };
 const floorWatch = new PodWatch(FLOOR_NS);
 await floorWatch.start();
@@ -212,10 +211,6 @@ const berth = await startBerth(sb, [
   `--workload-workers=${concurrency}`,
   `--instance-workers=${concurrency}`,
 ]);
-interface InstanceObject extends KubeObject {
-  spec: { templateHash: string };
-  status?: InstanceStatus;
-}
 const firstSeen = new Map<string, number>();
 const grantedAt = new Map<string, number>();
 const readyAt = new Map<string, number>();
