@@ -148,14 +148,14 @@ const review = (i: number) =>
       })[0],
     },
   });
-const { latencies, achievedRate } = await webhookLatencies(
+const { latencies, achievedRate, failed } = await webhookLatencies(
   hook.clientConfig,
   Array.from({ length: rate * webhookSeconds }, (_, i) => review(i)),
   rate,
 );
 console.log(
   `webhook: ${latencies.length} reviews at ${achievedRate.toFixed(0)}/s: p50 ${percentile(latencies, 50).toFixed(2)} ms, ` +
-    `p99 ${percentile(latencies, 99).toFixed(2)} ms, max ${Math.max(...latencies).toFixed(2)} ms`,
+    `p99 ${percentile(latencies, 99).toFixed(2)} ms, max ${Math.max(...latencies).toFixed(2)} ms; ${failed} failed`,
 );
 
 const result = {
@@ -163,6 +163,7 @@ const result = {
   releaseP50ms: round(percentile(release, 50), 0),
   releaseP99ms: round(percentile(release, 99), 0),
   webhookP99ms: round(percentile(latencies, 99), 2),
+  webhookFailed: failed,
   rssMB: berth.rssMB(),
 };
 pods.stop();

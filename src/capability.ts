@@ -6,7 +6,7 @@ import { Option, type Command } from 'commander';
 import type { PolicyKit } from './policy/kit.ts';
 import type { KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
-import type { KubeObject } from './runtime/api/meta.ts';
+import type { KubeObject, ResourceRef } from './runtime/api/meta.ts';
 import type { PolicyRule } from './runtime/api/rbac.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 import type { Manager } from './runtime/manager/manager.ts';
@@ -43,6 +43,16 @@ export interface ExplainContext {
   berthNamespace: string;
 }
 
+/** A kind of the capability's own that `berth explain <name> NAMESPACE/NAME` explains. */
+export interface ExplainKind {
+  /** The subcommand: the kind's singular name in lower case (`instance`). */
+  name: string;
+  aliases?: string[];
+  resource: ResourceRef;
+  description: string;
+  lines(ctx: ExplainContext): Promise<string[]>;
+}
+
 export interface Capability {
   name: string;
   description: string;
@@ -66,6 +76,8 @@ export interface Capability {
   explainPod?(ctx: ExplainContext): Promise<string[]>;
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
   explainNode?(ctx: ExplainContext): Promise<string[]>;
+  /** Its own kinds `berth explain` explains (namespaced ones). */
+  explainKinds?: ExplainKind[];
 }
 
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */

@@ -25,6 +25,7 @@ import { counter, histogram } from '../runtime/observability/metrics.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import { Flights, TtlCache } from '../registry/cache.ts';
 import { InspectionError, type ImageInspector, type Inspection, type PullSecret } from '../registry/types.ts';
 import {
   gated,
@@ -59,6 +60,13 @@ import {
 
 type PolicyObject = KubeObject & { spec?: unknown; status?: ArchPlacementStatus };
 type Count = 'gated' | 'placed' | 'failed';
+/** How long a pull secret read is used without reading it again. */
+const PULL_SECRET_TTL_MS = 10_000;
+/** A parked pod: the images (and pull policies) being read, then what reading them gave. */
+interface Parked {
+  images: string;
+  results?: PromiseSettledResult<Inspection>[];
+}
 
 export const archMetrics = {
   pods: counter(
@@ -77,7 +85,7 @@ export const archMetrics = {
 export interface ArchControllerOptions {
   inspector: ImageInspector;
   berthNamespace: string;
-  /** Pods reconciled at once: each waits on registries, so more than the node controllers. */
+  /** Pods reconciled at once: each waits on its patch (not on registries: see inspections()). */
   workers?: number;
   /** `namespace/name` of a pull secret tried for every pod after its own. */
   pullSecret?: string;
@@ -125,6 +133,7 @@ export class ArchController {
   readonly nodes: Informer<SlimNode>;
   readonly namespaces: Informer<KubeObject>;
   readonly webhookConfigs: Informer<KubeObject>[];
+  private readonly webhookNamespaces: (() => Set<string>)[];
   readonly policyObjects: Informer<PolicyObject>;
   readonly podController: Controller;
   readonly nodeController: Controller;
@@ -137,6 +146,11 @@ export class ArchController {
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** Transient failures in a row, per pod, until it is placed or given up on. */
   private readonly attempts = new Map<string, number>();
+  /** Pull secrets read lately, by `namespace/name`. */
+  private readonly secrets = new TtlCache<PullSecret>(1024);
+  private readonly secretFlights = new Flights<PullSecret | undefined>();
+  /** Gated pods whose inspections run in the background, then their results until reconciled. */
+  private readonly parked = new Map<string, Parked>();
   /** Pods placed at admission whose event this process wrote (they had no uid to name then). */
   private readonly announced = new Set<string>();
 
@@ -164,6 +178,9 @@ export class ArchController {
       manager.informer(Resources.mutatingWebhookConfigurations, { transform: services }),
       manager.informer(Resources.validatingWebhookConfigurations, { transform: services }),
     ];
+    this.webhookNamespaces = this.webhookConfigs.map((i) =>
+      i.derive((objs) => new Set(objs.flatMap((o) => (o['namespaces'] as string[]) ?? []))),
+    );
     this.policyObjects = manager.informer<PolicyObject>(ArchPlacement.ref);
     const cache: ParseCache = new Map();
     this.parsed = this.policyObjects.derive((objs) => parsePolicies(objs, cache));
@@ -238,10 +255,9 @@ export class ArchController {
     return this.parsed().policies;
   }
 
-  webhookNamespaces(): Set<string> {
-    return new Set(
-      this.webhookConfigs.flatMap((i) => i.list().flatMap((o) => (o['namespaces'] as string[]) ?? [])),
-    );
+  /** Whether a webhook configuration calls a Service in the namespace; recomputed only when one changes. */
+  servesWebhook(namespace: string): boolean {
+    return this.webhookNamespaces.some((namespaces) => namespaces().has(namespace));
   }
 
   webhook(): WebhookSpec {
@@ -254,7 +270,7 @@ export class ArchController {
         namespaceLabels: (ns) => this.namespaces.get(ns)?.metadata?.labels,
         cached: (image, options) => this.opts.inspector.cached(image, options),
         berthNamespace: this.opts.berthNamespace,
-        servesWebhook: (ns) => this.webhookNamespaces().has(ns),
+        servesWebhook: (ns) => this.servesWebhook(ns),
         logger: this.log,
       }),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
@@ -272,6 +288,7 @@ export class ArchController {
     this.status.set(key, s ? new Map([[s.policy, s.standing]]) : pod ? new Map() : undefined);
     if (!pod || !gated(pod) || pod.metadata?.deletionTimestamp) {
       this.attempts.delete(key);
+      this.parked.delete(key);
       if (!pod) this.announced.delete(key);
       else this.announceAdmission(key, pod);
       return;
@@ -282,20 +299,19 @@ export class ArchController {
       const why = `ArchPlacement ${name} ${policy ? 'is being deleted' : 'does not exist'}: released unplaced`;
       return this.write(pod, releasePatch(pod, why), 'released', 'Normal', 'Released', why);
     }
-    const images = podImages(pod);
-    const secrets = await this.pullSecrets(pod);
-    const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? 30_000);
-    const results = await Promise.allSettled(
-      images.map((i) =>
-        this.opts.inspector.inspect(i.image, { pullSecrets: secrets, revalidate: i.revalidate, signal }),
-      ),
-    );
+    const results = await this.inspections(key, pod);
+    // Parked: the inspections go on without a worker, and requeue the pod when they settle.
+    if (!results) return;
     const failure = results.find((r) => r.status === 'rejected');
     if (failure) {
       const err =
         failure.reason instanceof InspectionError
           ? failure.reason
           : new InspectionError('Unreachable', '', errorText(failure.reason), true);
+      // Refused, or hidden as not found (what some registries answer for a private repository):
+      // the next try reads the pod's secrets again, in case they were rotated.
+      if (err.reason === 'Unauthorized' || err.reason === 'NotFound')
+        for (const ref of this.pullSecretRefs(pod)) this.secrets.delete(ref);
       const attempts = this.attempts.get(key) ?? 0;
       if (err.transient && attempts < policy.spec.onFailure.retries) {
         this.attempts.set(key, attempts + 1);
@@ -341,6 +357,46 @@ export class ArchController {
       'Placed',
       `${policy.spec.mode === 'Taints' ? 'tolerates' : 'placed on'} ${architectures.join(', ')}: ${imagesText(inspections)}`,
     );
+  }
+
+  /**
+   * The results of the pod's inspections once they are all in, or undefined while they run. Images
+   * known without a request are answered at once; otherwise the inspections start in the background
+   * and the worker goes on to other pods: a worker waiting on a registry would hold up every pod
+   * behind it in the queue, including those whose images are already known (bench:arch measured
+   * the queue as most of a gated pod's wait).
+   */
+  private async inspections(
+    key: string,
+    pod: ArchPod,
+  ): Promise<PromiseSettledResult<Inspection>[] | undefined> {
+    const images = podImages(pod);
+    const known = images.map((i) => this.opts.inspector.cached(i.image, { revalidate: i.revalidate }));
+    if (known.every((k) => k !== undefined)) {
+      this.parked.delete(key);
+      return known.map((value) => ({ status: 'fulfilled' as const, value }));
+    }
+    // Results for other images (the pod's images changed meanwhile) are dropped and read again.
+    const wanted = images.map((i) => `${i.image}|${i.revalidate}`).join(' ');
+    const parked = this.parked.get(key);
+    if (parked?.images === wanted) {
+      if (parked.results) this.parked.delete(key);
+      return parked.results;
+    }
+    const secrets = await this.pullSecrets(pod);
+    const entry: Parked = { images: wanted };
+    this.parked.set(key, entry);
+    const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? 30_000);
+    void Promise.allSettled(
+      images.map((i) =>
+        this.opts.inspector.inspect(i.image, { pullSecrets: secrets, revalidate: i.revalidate, signal }),
+      ),
+    ).then((results) => {
+      if (this.parked.get(key) !== entry) return;
+      entry.results = results;
+      this.podController.queue.add(key);
+    });
+    return undefined;
   }
 
   /** Sends the pod's one patch; the event, log line and metrics follow a write that went through. */
@@ -394,27 +450,49 @@ export class ArchController {
 
   /** The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the kubelet does. */
   private async pullSecrets(pod: ArchPod): Promise<PullSecret[]> {
-    const ns = pod.metadata!.namespace!;
-    const refs = (pod.spec.imagePullSecrets ?? []).map((s) => ({ namespace: ns, name: s.name }));
-    if (this.opts.pullSecret) {
-      const [namespace, name] = this.opts.pullSecret.split('/');
-      if (namespace && name) refs.push({ namespace, name });
-    }
     const out: PullSecret[] = [];
-    for (const r of refs) {
-      try {
-        const s = await this.manager.client().get(Resources.secrets, r.name, r.namespace);
-        out.push({
-          name: `${r.namespace}/${r.name}`,
-          type: String(s['type'] ?? ''),
-          data: (s['data'] ?? {}) as Record<string, string>,
-        });
-      } catch (e) {
-        if (!isNotFound(e)) throw e;
-        this.log.debug({ pod: keyOf(pod), secret: `${r.namespace}/${r.name}` }, 'pull secret not found');
-      }
+    for (const ref of this.pullSecretRefs(pod)) {
+      const secret = await this.pullSecret(ref);
+      if (secret) out.push(secret);
+      else this.log.debug({ pod: keyOf(pod), secret: ref }, 'pull secret not found');
     }
     return out;
+  }
+
+  /** `namespace/name` of each secret the pod's images may be read with. */
+  private pullSecretRefs(pod: ArchPod): string[] {
+    const ns = pod.metadata!.namespace!;
+    const refs = (pod.spec.imagePullSecrets ?? []).map((s) => `${ns}/${s.name}`);
+    if (this.opts.pullSecret?.includes('/')) refs.push(this.opts.pullSecret);
+    return refs;
+  }
+
+  /**
+   * A pull secret by `namespace/name`, kept for a few seconds: the pods of one workload name the
+   * same secrets, and one GET each would double the API requests of placing them. Not found is not
+   * kept (a secret created next is used at once); a pod refused by a registry drops its secrets
+   * (a rotated password is read again).
+   */
+  private pullSecret(ref: string): Promise<PullSecret | undefined> {
+    const known = this.secrets.get(ref);
+    if (known) return Promise.resolve(known);
+    return this.secretFlights.run(ref, async () => {
+      const [namespace, name] = ref.split('/') as [string, string];
+      let s;
+      try {
+        s = await this.manager.client().get(Resources.secrets, name, namespace);
+      } catch (e) {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      }
+      const secret = {
+        name: ref,
+        type: String(s['type'] ?? ''),
+        data: (s['data'] ?? {}) as Record<string, string>,
+      };
+      this.secrets.set(ref, secret, PULL_SECRET_TTL_MS);
+      return secret;
+    });
   }
 
   /** Taints mode: the node's architecture taint while some Taints policy lives, once every gated pod was seen. */

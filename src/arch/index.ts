@@ -13,7 +13,10 @@ export const archCapability: Capability = {
   roles: ['cluster'],
   commands: () => [archCommand()],
   options: () => [
-    new Option('--arch-workers <n>', 'pods the arch controller places at once (each waits on registries)')
+    new Option(
+      '--arch-workers <n>',
+      'pods the arch controller patches at once (a pod waiting on its registry holds none)',
+    )
       .default(32)
       .argParser(Number),
     new Option(

@@ -2,7 +2,9 @@ import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { DeploymentController } from './deployment.ts';
+import { explainInstance, explainWorkloadDeployment } from './explain.ts';
 import { InstanceController } from './instance.ts';
+import { QuotaController } from './quota.ts';
 import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
 
 export const workloadsCapability: Capability = {
@@ -16,6 +18,9 @@ export const workloadsCapability: Capability = {
       .argParser(Number),
     new Option('--instance-workers <n>', 'Instances the instance controller reconciles at once')
       .default(16)
+      .argParser(Number),
+    new Option('--quota-workers <n>', 'namespaces the quota controller decides at once')
+      .default(4)
       .argParser(Number),
   ],
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
@@ -36,6 +41,24 @@ export const workloadsCapability: Capability = {
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });
     new InstanceController(manager, { workers: Number(options['instanceWorkers'] ?? 16) });
+    // Part 1 keeps Quotas in the cluster that runs the instances; part 2 passes the management plane.
+    new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
     return {};
   },
+  explainKinds: [
+    {
+      name: 'instance',
+      aliases: ['inst'],
+      resource: Instance.ref,
+      description: 'What an Instance waits for (quota, image, scheduling) and since when',
+      lines: ({ client, object }) => explainInstance(client, object),
+    },
+    {
+      name: 'workloaddeployment',
+      aliases: ['wd'],
+      resource: WorkloadDeployment.ref,
+      description: 'What a WorkloadDeployment waits for (instances, rollout) and since when',
+      lines: ({ client, object }) => explainWorkloadDeployment(client, object),
+    },
+  ],
 };

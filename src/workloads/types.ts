@@ -217,9 +217,14 @@ export const BLOCKING_REASONS = [
 ] as const;
 export type BlockingReason = (typeof BLOCKING_REASONS)[number];
 
-/** QuotaGranted condition reasons (the seed's). */
+/** QuotaGranted condition reasons (the seed's; ConfigurationError: the instance has no size to count). */
 export type QuotaReason =
-  'PendingEvaluation' | 'QuotaAvailable' | 'NoQuota' | 'QuotaExceeded' | 'QuotaBackendUnavailable';
+  | 'PendingEvaluation'
+  | 'QuotaAvailable'
+  | 'NoQuota'
+  | 'QuotaExceeded'
+  | 'QuotaBackendUnavailable'
+  | 'ConfigurationError';
 
 const quotaSpec = z.object({
   instances: z.number().int().min(0).optional().describe('Instances granted at once; no limit when omitted.'),

@@ -60,6 +60,11 @@ export async function startBerth(
     ],
     { stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'] },
   );
+  // A test or benchmark that dies (its sandbox torn down by its crash handler) takes Berth along:
+  // left running, it would retry a gone apiserver and load every later run on the machine.
+  const orphaned = () => child.kill('SIGTERM');
+  process.once('exit', orphaned);
+  child.once('exit', () => process.off('exit', orphaned));
   let out = '';
   child.stdout?.on('data', (d: Buffer) => (out += d));
   child.stderr?.on('data', (d: Buffer) => (out += d));

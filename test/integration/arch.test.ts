@@ -149,6 +149,36 @@ const result = (p: ArchPod) =>
     images: { image: string; digest: string; platforms: string[] }[];
   };
 
+/** A kubernetes.io/dockerconfigjson Secret with one login for `key` (a host, or host and path). */
+const dockerConfigSecret = (
+  namespace: string,
+  name: string,
+  key: string,
+  user: string,
+  password: string,
+) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: { name, namespace },
+  type: 'kubernetes.io/dockerconfigjson',
+  data: {
+    '.dockerconfigjson': Buffer.from(
+      JSON.stringify({ auths: { [key]: { auth: Buffer.from(`${user}:${password}`).toString('base64') } } }),
+    ).toString('base64'),
+  },
+});
+/** GETs of Secrets the apiserver has served (its own metric: the only reader here is Berth). */
+const secretGets = async () =>
+  (await client.request<string>('GET', '/metrics'))
+    .split('\n')
+    .filter(
+      (l) =>
+        l.startsWith('apiserver_request_total{') &&
+        l.includes('resource="secrets"') &&
+        l.includes('verb="GET"'),
+    )
+    .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+
 type PolicyStatus = { gated?: number; placed?: number; failed?: number; conditions?: Condition[] };
 const policyObject = (name: string) =>
   client.get<KubeObject & { status?: PolicyStatus }>(ArchPlacement.ref, name);
@@ -182,6 +212,8 @@ const gatingIn = (ns: string, observe?: () => unknown) =>
   );
 
 const registriesFile = join(work, 'registries.yaml');
+/** Berth's cluster-wide pull secret (`--arch-pull-secret`), in its namespace; made by the test of it. */
+const CLUSTER_PULL_SECRET = 'cluster-pull';
 async function runBerth(): Promise<BerthProcess> {
   const b = await startBerth(
     sandbox,
@@ -189,6 +221,7 @@ async function runBerth(): Promise<BerthProcess> {
       '--controllers=arch',
       `--arch-registry-ca=${reg.caPath}`,
       `--arch-registries=${registriesFile}`,
+      `--arch-pull-secret=${berthNs}/${CLUSTER_PULL_SECRET}`,
       '--log-level=info',
     ],
     { capture: true },
@@ -364,6 +397,74 @@ describe('NodeAffinity mode', () => {
       const placed = await podSettled(main, withSecret, 'Placed');
       assert.deepEqual(result(placed).architectures, ['arm64', 'ppc64le']);
       assert.ok([nodes.arm64, nodes.ppc64le].includes(await scheduledOn(main, withSecret)));
+    } finally {
+      removePolicy();
+    }
+  });
+
+  test('--arch-pull-secret: a private repository read with the cluster-wide secret, read once for many pods', async () => {
+    const user = `${id}-global`;
+    const password = uniqueName('pw');
+    const removePolicy = addTokenPolicy(reg, {
+      users: { [user]: { password, pull: [`private/${id}/global/*`] } },
+    });
+    try {
+      const repo = `private/${id}/global/app`;
+      await pusher.pushIndex(repo, 'v1', ['linux/arm64', 'linux/ppc64le'].map(platform));
+      // Keyed by path, so it serves this repository only (the kubelet's matching), not the others'.
+      await client.create(
+        Resources.secrets,
+        dockerConfigSecret(berthNs, CLUSTER_PULL_SECRET, `${reg.host}/private/${id}/global`, user, password),
+      );
+      const before = await secretGets();
+      // Always: every pod is gated and its tag read again, each with the secret.
+      const names = Array.from({ length: 6 }, () => uniqueName('global'));
+      for (const name of names)
+        await createPod(main, name, [{ image: `${reg.host}/${repo}:v1`, imagePullPolicy: 'Always' }]);
+      for (const name of names)
+        assert.deepEqual(result(await podSettled(main, name, 'Placed')).architectures, ['arm64', 'ppc64le']);
+      // Kept for seconds: one GET serves the pods of a burst (each pod read it before).
+      const gets = (await secretGets()) - before;
+      assert.ok(gets >= 1 && gets <= 2, `${gets} GETs of secrets for ${names.length} pods`);
+    } finally {
+      removePolicy();
+      await client.delete(Resources.secrets, CLUSTER_PULL_SECRET, berthNs).catch(() => undefined);
+    }
+  });
+
+  test('a ServiceAccount’s imagePullSecrets reach the pod; a password rotated after a refusal is read again', async () => {
+    const user = `${id}-sa`;
+    const password = uniqueName('pw');
+    const removePolicy = addTokenPolicy(reg, {
+      users: { [user]: { password, pull: [`private/${id}/sa/*`] } },
+    });
+    try {
+      const repo = `private/${id}/sa/app`;
+      await pusher.pushImage(repo, 'v1', platform('linux/ppc64le'));
+      const ref = `${reg.host}/${repo}:v1`;
+      await client.create(Resources.secrets, dockerConfigSecret(main, 'sa-pull', reg.host, user, 'wrong'));
+      await client.create(Resources.serviceAccounts, {
+        apiVersion: 'v1',
+        kind: 'ServiceAccount',
+        metadata: { name: 'puller', namespace: main },
+        imagePullSecrets: [{ name: 'sa-pull' }],
+      });
+      const refused = uniqueName('sa-refused');
+      const p = await createPod(main, refused, [{ image: ref }], { spec: { serviceAccountName: 'puller' } });
+      // The ServiceAccount admission plugin copied the secret in before Berth's webhook saw the pod.
+      assert.deepEqual(p.spec.imagePullSecrets, [{ name: 'sa-pull' }]);
+      const failed = await podSettled(main, refused, 'Failed');
+      assert.match(failed.metadata!.annotations![FAILURE_ANNOTATION]!, /^Unauthorized: .*sa-pull/s);
+
+      // Rotated: the refusal dropped the secret Berth kept, so the next pod reads the new password.
+      await client.apply(Resources.secrets, dockerConfigSecret(main, 'sa-pull', reg.host, user, password), {
+        fieldManager: 'test-author',
+        force: true,
+      });
+      const placed = uniqueName('sa-placed');
+      await createPod(main, placed, [{ image: ref }], { spec: { serviceAccountName: 'puller' } });
+      assert.deepEqual(result(await podSettled(main, placed, 'Placed')).architectures, ['ppc64le']);
+      assert.equal(await scheduledOn(main, placed), nodes.ppc64le);
     } finally {
       removePolicy();
     }

@@ -1,7 +1,8 @@
 // test-driver: alone — Berth's workloads controllers act on every WorkloadDeployment and Instance in
 // the cluster, so a file beside it that makes Instances (the quota test) would have two Berths on them.
 //
-// Workloads in a cell against the real control plane, with Berth as its own process: three replicas
+// Workloads in a cell against the real control plane, with Berth as its own process (its quota
+// controller grants instances of a namespace without a Quota at once, NoQuota): three replicas
 // as three Ready Pods, scaled by ordinal through the scale subresource; a rollout one instance at a
 // time, highest ordinal first, with updatedReplicas counted right; an image that cannot be pulled
 // stops the rollout (the old instances keep serving) and a crash loop, both named on the instance and
@@ -12,7 +13,6 @@ import { installCrds } from '../../src/cli/install.ts';
 import { CRASH_IMAGE_HOST, MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { applyStatus } from '../../src/runtime/client/apply.ts';
 import { resourcePath } from '../../src/runtime/client/client.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
@@ -20,7 +20,8 @@ import {
   DEPLOYMENT_LABEL,
   Instance,
   INSTANCE_LABEL,
-  QUOTA_MANAGER,
+  Quota,
+  QUOTA_GATE,
   TEMPLATE_HASH_LABEL,
   WorkloadDeployment,
   type WorkloadDeploymentStatus,
@@ -42,7 +43,6 @@ const id = uniqueName('wl');
 let ns = '';
 let nodes: string[] = [];
 let berth: BerthProcess | undefined;
-let granting: AbortController | undefined;
 
 type WD = KubeObject & { metadata: { generation?: number }; status?: WorkloadDeploymentStatus };
 
@@ -79,31 +79,6 @@ const podsOf = async (wd: string) =>
 const cond = (o: KubeObject | undefined, type: string): Condition | undefined =>
   findCondition((o?.['status'] as { conditions?: Condition[] } | undefined)?.conditions, type);
 const isReady = (i: InstanceObject) => cond(i, 'Ready')?.status === 'True';
-
-/**
- * Stands in for the quota controller (a namespace without a Quota): grants every instance of the
- * test's namespace by a status apply under the quota controller's manager, as it would.
- */
-function grantEveryInstance(signal: AbortSignal): void {
-  void (async () => {
-    while (!signal.aborted) {
-      const all = (await client.list<InstanceObject>(Instance.ref, { namespace: ns }).catch(() => undefined))
-        ?.items;
-      for (const i of all ?? []) {
-        if (cond(i, 'QuotaGranted') || i.metadata.deletionTimestamp) continue;
-        const granted: Condition = {
-          type: 'QuotaGranted',
-          status: 'True',
-          reason: 'NoQuota',
-          message: 'no Quota in the namespace',
-          lastTransitionTime: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
-        };
-        await applyStatus(client, Instance.ref, i, { conditions: [granted] }, QUOTA_MANAGER).catch(() => {});
-      }
-      await sleep(200);
-    }
-  })();
-}
 
 interface Snapshot {
   wd: WD;
@@ -174,13 +149,10 @@ before(async () => {
   await installCrds(client);
   nodes = await addNodes(client, { prefix: id, count: 3 });
   ns = await createNamespace(client, id);
-  granting = new AbortController();
-  grantEveryInstance(granting.signal);
   berth = await startBerth(sandbox, ['--controllers=workloads'], { capture: true });
 });
 
 after(async () => {
-  granting?.abort();
   await berth?.stop();
   if (process.env['BERTH_TEST_VERBOSE']) process.stderr.write(berth?.output() ?? '');
   await deleteNamespace(client, ns);
@@ -355,5 +327,62 @@ describe('workloads in a cell', () => {
     const wd = await getWD('pull');
     assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
     assert.equal(cond(wd, 'Available')?.status, 'True');
+  });
+
+  test('a Quota of four with six requested: four run, two wait QuotaExceeded; deleting one lets exactly one in', async () => {
+    await client.create(Quota.ref, {
+      apiVersion: Quota.apiVersion,
+      kind: Quota.kind,
+      metadata: { name: 'budget', namespace: ns },
+      spec: { instances: 4 },
+    });
+    await applyWD('quota', {
+      replicas: 6,
+      instanceManagementPolicy: 'Parallel',
+      template: template('registry.example/quota:1'),
+    });
+    const waiting = (s: Snapshot) =>
+      s.instances
+        .filter((i) => cond(i, 'QuotaGranted')?.reason === 'QuotaExceeded')
+        .map((i) => i.metadata.name);
+    const [last] = (
+      await observe(
+        'quota',
+        (s) => s.wd.status?.readyReplicas === 4 && s.instances.length === 6 && waiting(s).length === 2,
+      )
+    ).slice(-1);
+    for (const i of last!.instances.filter((x) => waiting(last!).includes(x.metadata.name)))
+      assert.equal(cond(i, 'Ready')?.reason, 'QuotaExceeded');
+    assert.equal(cond(last!.wd, 'Available')?.reason, 'QuotaExceeded');
+    // The waiting instances' Pods exist and carry the quota gate: nothing schedules them.
+    const gated = (await podsOf('quota')).filter((p) =>
+      ((p['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates ?? []).some(
+        (g) => g.name === QUOTA_GATE,
+      ),
+    );
+    assert.deepEqual(gated.map((p) => p.metadata!.name).sort(), waiting(last!).sort());
+
+    // Deleting a running instance frees its claim: the oldest waiting one gets it, and the
+    // replacement the deployment creates waits at the back of the line.
+    const [oldest] = last!.instances
+      .filter((i) => waiting(last!).includes(i.metadata.name))
+      .sort(
+        (a, b) =>
+          Date.parse(a.metadata.creationTimestamp!) - Date.parse(b.metadata.creationTimestamp!) ||
+          a.metadata.name!.localeCompare(b.metadata.name!),
+      );
+    await client.delete(Instance.ref, 'quota-0', ns);
+    const after = (
+      await observe('quota', (s) => {
+        const ready = s.instances.filter(isReady).map((i) => i.metadata.name);
+        return s.instances.length === 6 && ready.length === 4 && ready.includes(oldest!.metadata.name);
+      })
+    ).slice(-1)[0]!;
+    assert.deepEqual(
+      waiting(after).sort(),
+      ['quota-0', ...waiting(last!).filter((n) => n !== oldest!.metadata.name)].sort(),
+    );
+    const quota = await client.get(Quota.ref, 'budget', ns);
+    assert.equal((quota['status'] as { used?: { instances: number } }).used?.instances, 4);
   });
 });

@@ -56,6 +56,8 @@ export class Informer<T extends KubeObject = KubeObject> {
   readonly ref: ResourceRef;
   private readonly opts: InformerOptions<T>;
   private readonly store = new Map<string, T>();
+  /** Adds, updates and deletes so far: what derive() recomputes on. */
+  private changes = 0;
   private readonly indexers = new Map<string, IndexFunc<T>>();
   private readonly indices = new Map<string, Map<string, Set<string>>>();
   private readonly handlers: EventHandler<T>[] = [];
@@ -110,11 +112,11 @@ export class Informer<T extends KubeObject = KubeObject> {
    * them changed, not on every call from a reconcile.
    */
   derive<R>(fn: (objs: T[]) => R): () => R {
-    let memo: { version: string; value: R } | undefined;
+    let memo: { changes: number; value: R } | undefined;
+    // Keyed by the cache's change count, so a call between changes costs nothing (an admission
+    // webhook asks on every request).
     return () => {
-      const objs = this.list();
-      const version = objs.map((o) => o.metadata?.resourceVersion).join(',');
-      if (memo?.version !== version) memo = { version, value: fn(objs) };
+      if (memo?.changes !== this.changes) memo = { changes: this.changes, value: fn(this.list()) };
       return memo.value;
     };
   }
@@ -376,6 +378,7 @@ export class Informer<T extends KubeObject = KubeObject> {
     const old = this.store.get(key);
     if (old && old.metadata?.resourceVersion === obj.metadata?.resourceVersion) return;
     this.store.set(key, obj);
+    this.changes++;
     this.reindex(key, old, obj);
     for (const h of this.handlers) {
       try {
@@ -389,6 +392,7 @@ export class Informer<T extends KubeObject = KubeObject> {
 
   private remove(key: string, old: T | undefined): void {
     if (!this.store.delete(key)) return;
+    this.changes++;
     this.reindex(key, old, undefined);
     for (const h of this.handlers) {
       try {

@@ -16,23 +16,29 @@ export class WriteExpectations<T = true> {
     string,
     { resourceVersion: string; at: number; seen: boolean; data: T }
   >();
+  private readonly keyOf: (o: KubeObject) => string;
 
-  constructor(informer: { addEventHandler(h: EventHandler<KubeObject>): void }) {
+  /** Objects are told apart by `key`: their name by default; namespaced objects need their namespace too. */
+  constructor(
+    informer: { addEventHandler(h: EventHandler<KubeObject>): void },
+    key: (o: KubeObject) => string = (o) => o.metadata?.name ?? '',
+  ) {
+    this.keyOf = key;
     const observe = (o: KubeObject) => {
-      const e = this.expected.get(o.metadata?.name ?? '');
+      const e = this.expected.get(this.keyOf(o));
       if (e && newerOrSame(o.metadata?.resourceVersion, e.resourceVersion)) e.seen = true;
     };
     informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o) });
   }
 
-  /** Records a write of object `name` that the apiserver answered with `resourceVersion`, and what was written. */
+  /** Records a write of the object of key `name` that the apiserver answered with `resourceVersion`, and what was written. */
   expect(name: string, resourceVersion: string | undefined, data: T): void {
     if (resourceVersion) this.expected.set(name, { resourceVersion, at: Date.now(), seen: false, data });
   }
 
   /** While `obj`, as cached, is older than the last write to it: what that write was. */
   pending(obj: KubeObject): T | undefined {
-    const name = obj.metadata?.name ?? '';
+    const name = this.keyOf(obj);
     const e = this.expected.get(name);
     if (!e) return undefined;
     if (

@@ -1,0 +1,431 @@
+// The quota controller, keyed by namespace. The Quotas live in one cluster, a parameter (the local
+// one in a single cluster; the management plane for every cell in part 2); the Instances they count
+// live in every engaged cluster. The ledger is Quota.status.claims, written by PUT with the
+// resourceVersion read: a writer working from a stale view gets a 409 and decides again, so nothing
+// is granted twice, whatever the caches say and however many writers race. Only then does each
+// Instance learn its verdict, in its QuotaGranted condition (server-side apply under berth-quota; the
+// conditions are a list-map keyed by type, so the instance controller's own conditions stay its own).
+// Events first (Instance created or deleted, Quota changed); while an instance waits, a requeue
+// backing off with its age heals a missed one.
+import { isDeepStrictEqual } from 'node:util';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
+import { isConflict, isNotFound, resourcePath } from '../runtime/client/client.ts';
+import type { Cluster } from '../runtime/cluster/cluster.ts';
+import { localCluster, splitClusterKey } from '../runtime/cluster/key.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
+import {
+  findCondition,
+  newlyHolds,
+  sameConditions,
+  setCondition,
+  type Condition,
+  type ConditionStatus,
+} from '../runtime/api/conditions.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import { changed, deletionChanged, generationChanged, valueChanged } from '../policy/predicates.ts';
+import {
+  budgetOf,
+  decideGrants,
+  dimensionNames,
+  requeueAfterMs,
+  usageText,
+  type Candidate,
+  type Decision,
+} from './grant.ts';
+import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from './resources.ts';
+import {
+  Instance,
+  InstanceType,
+  Quota,
+  QUOTA_MANAGER,
+  type InstanceStatus,
+  type InstanceTemplate,
+  type QuotaReason,
+  type QuotaStatus,
+} from './types.ts';
+
+export type InstanceObject = KubeObject & {
+  spec?: { template?: InstanceTemplate; templateHash?: string; ordinal?: number };
+  status?: InstanceStatus;
+};
+export type QuotaObject = KubeObject & {
+  spec?: { instances?: number; cpu?: string; memory?: string };
+  status?: QuotaStatus;
+};
+export type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
+
+export const QUOTA_CONDITION = 'QuotaGranted';
+
+/** What a QuotaGranted condition says, as the quota controller writes it. */
+export interface QuotaVerdict {
+  status: ConditionStatus;
+  reason: QuotaReason;
+  message: string;
+}
+
+const byNamespace = (o: KubeObject) => (o.metadata?.namespace ? [o.metadata.namespace] : []);
+
+/** Oldest first: the Quota in force in a namespace is its oldest; any other is Superseded. */
+export const oldestFirst = (a: KubeObject, b: KubeObject) =>
+  (a.metadata?.creationTimestamp ?? '').localeCompare(b.metadata?.creationTimestamp ?? '') ||
+  (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? '');
+
+/** An instance as the grant decision sees it, sized with its own cluster's InstanceTypes. */
+export function candidateOf(
+  cluster: string,
+  inst: InstanceObject,
+  instanceType: (name: string) => InstanceTypeSize | undefined,
+): Candidate {
+  const template = inst.spec?.template;
+  const size = template?.containers ? instanceSize(template, instanceType) : { error: 'it has no template' };
+  return {
+    cluster,
+    name: inst.metadata?.name ?? '',
+    uid: inst.metadata?.uid ?? '',
+    creationTimestamp: inst.metadata?.creationTimestamp ?? '',
+    size: 'error' in size ? size : { milliCPU: size.milliCPU, memoryBytes: size.memoryBytes },
+    granted: findCondition(inst.status?.conditions, QUOTA_CONDITION)?.status === 'True',
+    deleting: !!inst.metadata?.deletionTimestamp,
+  };
+}
+
+/** The QuotaGranted condition an instance's verdict gives; undefined for an instance being deleted without a claim. */
+export function verdictCondition(
+  decision: Decision,
+  uid: string,
+  quota: string | undefined,
+  namespace: string,
+): QuotaVerdict | undefined {
+  const v = decision.verdicts.get(uid);
+  if (!v) return undefined;
+  if (!v.granted) return { status: 'False', reason: v.reason, message: v.message };
+  return quota
+    ? { status: 'True', reason: 'QuotaAvailable', message: `counted by Quota ${quota}` }
+    : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}` };
+}
+
+/** The status a Quota in force gets from a decision; conditions keep their transition times. */
+export function quotaStatus(
+  quota: QuotaObject,
+  decision: Decision,
+  now: Date,
+): QuotaStatus & { conditions: Condition[] } {
+  const budget = budgetOf(quota.spec ?? {});
+  const usage = usageText(decision.used, budget);
+  const ready = decision.over.length
+    ? {
+        status: 'False' as const,
+        reason: 'OverBudget',
+        message:
+          `${usage} used, over the budget in ${decision.over.map((d) => dimensionNames[d]).join(', ')}: instances granted before this ` +
+          'Quota counted them are kept (nothing is revoked); new ones wait until use is back within it',
+      }
+    : { status: 'True' as const, reason: 'WithinBudget', message: `${usage} used` };
+  return {
+    ...(quota.metadata?.generation !== undefined ? { observedGeneration: quota.metadata.generation } : {}),
+    used: {
+      instances: decision.used.instances,
+      cpu: formatCPU(decision.used.milliCPU),
+      memory: formatBytes(decision.used.memoryBytes),
+    },
+    waiting: decision.waiting,
+    claims: decision.claims,
+    conditions: setCondition(
+      quota.status?.conditions,
+      {
+        type: 'Ready',
+        ...ready,
+        ...(quota.metadata?.generation !== undefined
+          ? { observedGeneration: quota.metadata.generation }
+          : {}),
+      },
+      now,
+    ),
+  };
+}
+
+/** Equal but for the conditions' transition times: a status that needs no write. */
+export function sameQuotaStatus(a: QuotaStatus | undefined, b: QuotaStatus): boolean {
+  const { conditions: ca, ...ra } = a ?? {};
+  const { conditions: cb, ...rb } = b;
+  return isDeepStrictEqual(ra, rb) && sameConditions(ca, cb);
+}
+
+interface ClusterState {
+  cluster: Cluster;
+  instances: Informer<InstanceObject>;
+  instanceTypes?: Informer<InstanceTypeObject>;
+  /** The QuotaGranted condition last written to an instance, until its informer has it. */
+  written: WriteExpectations<QuotaVerdict>;
+}
+
+export interface QuotaControllerOptions {
+  /** The cluster that holds the Quotas and their ledgers; the manager's local cluster by default. */
+  quotaCluster?: Cluster;
+  workers?: number;
+}
+
+export class QuotaController {
+  readonly controller: Controller;
+  readonly quotas: Informer<QuotaObject>;
+  readonly quotaCluster: Cluster;
+  private readonly manager: Manager;
+  private readonly clusters = new Map<string, ClusterState>();
+  /** The ledger last written to a Quota, until the Quota informer has it. */
+  private readonly ledgers: WriteExpectations<QuotaObject>;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+
+  constructor(manager: Manager, opts: QuotaControllerOptions = {}) {
+    this.manager = manager;
+    this.quotaCluster = opts.quotaCluster ?? manager.cluster();
+    this.log = manager.log.child({ capability: 'workloads', controller: 'quota' });
+    this.events = this.quotaCluster.recorder('quota');
+    this.quotas = this.quotaCluster.informer<QuotaObject>(Quota.ref);
+    this.quotas.addIndexer('namespace', byNamespace);
+    this.ledgers = new WriteExpectations<QuotaObject>(this.quotas, keyOf);
+    const quotaGranted = (o: InstanceObject) => {
+      const c = findCondition(o.status?.conditions, QUOTA_CONDITION);
+      return c ? `${c.status}/${c.reason}/${c.message}` : '';
+    };
+    this.controller = new Controller({
+      name: 'workloads-quota',
+      workers: opts.workers ?? 4,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+    })
+      .watch(this.quotas, (q) => q.metadata?.namespace, { update: changed(generationChanged) })
+      .watchClusters(
+        (cluster) => this.state(cluster).instances,
+        (i) => i.metadata?.namespace,
+        { update: changed(generationChanged, deletionChanged, valueChanged(quotaGranted)) },
+      )
+      .watchClusters(
+        (cluster) => {
+          const s = this.state(cluster);
+          s.instanceTypes = cluster.informer<InstanceTypeObject>(InstanceType.ref);
+          return s.instanceTypes;
+        },
+        // A type that appears, changes or goes resizes the instances that name it, wherever they are.
+        (t) => [
+          ...new Set(
+            [...this.clusters.values()].flatMap((s) =>
+              s.instances.byIndex('instanceType', t.metadata?.name ?? '').flatMap(byNamespace),
+            ),
+          ),
+        ],
+        { update: changed(generationChanged) },
+      );
+    manager.add(this.controller);
+  }
+
+  /** The instances of an engaged cluster, made on its first watch (and again if it is engaged anew). */
+  private state(cluster: Cluster): ClusterState {
+    const known = this.clusters.get(cluster.name);
+    if (known?.cluster === cluster) return known;
+    const instances = cluster.informer<InstanceObject>(Instance.ref);
+    instances.addIndexer('namespace', byNamespace);
+    instances.addIndexer('instanceType', (i) =>
+      i.spec?.template?.instanceType ? [i.spec.template.instanceType] : [],
+    );
+    const s: ClusterState = { cluster, instances, written: new WriteExpectations(instances, keyOf) };
+    this.clusters.set(cluster.name, s);
+    return s;
+  }
+
+  /** Clusters whose instances can be read now: engaged, and listed once. */
+  private readable(): ClusterState[] {
+    const engaged = new Set(this.manager.clusterNames);
+    return [...this.clusters.values()].filter((s) => engaged.has(s.cluster.name) && s.instances.hasSynced());
+  }
+
+  async reconcile(queueKey: string): Promise<Result | void> {
+    const { cluster, key: namespace } = splitClusterKey(queueKey);
+    // One key per namespace, whichever cluster's instance moved, so that its passes never overlap.
+    if (cluster !== localCluster) {
+      this.controller.queue.add(namespace);
+      return;
+    }
+    // A cluster that has not listed its instances yet would make every count partial: wait for it.
+    const engaged = new Set(this.manager.clusterNames);
+    if ([...this.clusters.values()].some((s) => engaged.has(s.cluster.name) && !s.instances.hasSynced()))
+      return { requeueAfterMs: 1000 };
+    const now = new Date();
+    const quotas = this.quotas
+      .byIndex('namespace', namespace)
+      .map((q) => this.ledgers.pending(q) ?? q)
+      .sort(oldestFirst);
+    const quota = quotas[0];
+    for (const superseded of quotas.slice(1)) await this.supersede(superseded, quota!, now);
+
+    const instances = this.readable().flatMap((s) =>
+      s.instances.byIndex('namespace', namespace).map((inst) => ({ s, inst })),
+    );
+    const candidates = instances.map(({ s, inst }) =>
+      candidateOf(s.cluster.name, inst, (name) => s.instanceTypes?.get(name)?.spec),
+    );
+    const ledger = quota?.status?.claims ?? [];
+    const gone = await this.goneClaims(namespace, ledger);
+    const decision = decideGrants(quota ? budgetOf(quota.spec ?? {}) : {}, ledger, candidates, {
+      gone: (c) => gone.has(c.uid),
+      now: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    });
+
+    if (quota) {
+      const status = quotaStatus(quota, decision, now);
+      if (!sameQuotaStatus(quota.status, status)) {
+        const written = await this.writeQuotaStatus(quota, status);
+        // Another writer (or our own earlier write, not cached yet) moved the ledger: decide again.
+        if (!written) return { requeue: true };
+        const warn = newlyHolds(quota.status?.conditions, status.conditions, 'Ready', 'False', 'OverBudget');
+        if (warn) {
+          this.events.event(quota, 'Warning', 'OverBudget', 'Reconcile', warn.message);
+          this.log.warn({ quota: keyOf(quota), message: warn.message }, 'quota over budget');
+        }
+      }
+    }
+
+    // Grants first: the instances that wait on them start sooner.
+    let conflicts = false;
+    const writes = instances
+      .map(({ s, inst }) => ({
+        s,
+        inst,
+        v: verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace),
+      }))
+      .filter(
+        (w): w is typeof w & { v: QuotaVerdict } => w.v !== undefined && !w.inst.metadata?.deletionTimestamp,
+      )
+      .sort((a, b) => Number(b.v.status === 'True') - Number(a.v.status === 'True'));
+    await Promise.all(
+      writes.map(async ({ s, inst, v }) => {
+        if (!(await this.writeVerdict(s, inst, v))) conflicts = true;
+      }),
+    );
+    if (conflicts) return { requeue: true };
+    const waiting = candidates.filter((c) => decision.verdicts.get(c.uid)?.granted === false);
+    if (waiting.length === 0) return;
+    return {
+      requeueAfterMs: Math.min(
+        ...waiting.map((c) =>
+          requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime()),
+        ),
+      ),
+    };
+  }
+
+  /**
+   * The claims whose instance is gone. A cache that lacks an instance may only lag a grant another
+   * writer made: the apiserver of its cluster decides, and a cluster that does not answer (or has
+   * not listed its instances yet) keeps its claims.
+   */
+  private async goneClaims(
+    namespace: string,
+    claims: readonly { cluster: string; name: string; uid: string }[],
+  ) {
+    const readable = new Map(this.readable().map((s) => [s.cluster.name, s]));
+    const gone = new Set<string>();
+    await Promise.all(
+      claims.map(async (c) => {
+        const s = readable.get(c.cluster);
+        if (!s || s.instances.get(`${namespace}/${c.name}`)?.metadata?.uid === c.uid) return;
+        try {
+          const live = await s.cluster.client.get(Instance.ref, c.name, namespace);
+          if (live.metadata?.uid !== c.uid) gone.add(c.uid);
+        } catch (e) {
+          if (isNotFound(e)) gone.add(c.uid);
+          else
+            this.log.info(
+              { cluster: c.cluster, instance: `${namespace}/${c.name}`, err: errorText(e) },
+              'claim kept: its instance cannot be read',
+            );
+        }
+      }),
+    );
+    return gone;
+  }
+
+  /** PUT with the resourceVersion read; false on a conflict (or a Quota deleted meanwhile). */
+  private async writeQuotaStatus(quota: QuotaObject, status: QuotaStatus): Promise<boolean> {
+    const { namespace, name } = quota.metadata!;
+    try {
+      const written = await this.quotaCluster.client.request<QuotaObject>(
+        'PUT',
+        resourcePath(Quota.ref, namespace, name, 'status'),
+        { body: { ...quota, status }, query: { fieldManager: QUOTA_MANAGER } },
+      );
+      this.ledgers.expect(keyOf(quota), written.metadata?.resourceVersion, written);
+      return true;
+    } catch (e) {
+      if (isConflict(e) || isNotFound(e)) {
+        this.log.debug({ quota: `${namespace}/${name}`, err: errorText(e) }, 'ledger moved; deciding again');
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  /** Another Quota of the namespace is in force: this one counts nothing and says so. */
+  private async supersede(quota: QuotaObject, inForce: QuotaObject, now: Date): Promise<void> {
+    const generation = quota.metadata?.generation;
+    const status: QuotaStatus = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      conditions: setCondition(
+        quota.status?.conditions,
+        {
+          type: 'Ready',
+          status: 'False',
+          reason: 'Superseded',
+          message: `Quota ${inForce.metadata?.name} is in force in this namespace (the oldest); delete one of them`,
+          ...(generation !== undefined ? { observedGeneration: generation } : {}),
+        },
+        now,
+      ),
+    };
+    const warn = newlyHolds(quota.status?.conditions, status.conditions!, 'Ready', 'False', 'Superseded');
+    if (!sameQuotaStatus(quota.status, status) && (await this.writeQuotaStatus(quota, status)) && warn)
+      this.events.event(quota, 'Warning', 'Superseded', 'Reconcile', warn.message);
+  }
+
+  /**
+   * Applies the instance's QuotaGranted condition unless it says that already. A grant is backed by
+   * the ledger and always true; anything else is applied only to the instance as read, so that a
+   * stale view never overwrites a grant another writer made (false on that conflict).
+   */
+  private async writeVerdict(s: ClusterState, inst: InstanceObject, v: QuotaVerdict): Promise<boolean> {
+    const current = s.written.pending(inst) ?? findCondition(inst.status?.conditions, QUOTA_CONDITION);
+    if (
+      current &&
+      current.status === v.status &&
+      current.reason === v.reason &&
+      current.message === v.message
+    )
+      return true;
+    const old = findCondition(inst.status?.conditions, QUOTA_CONDITION);
+    const [condition] = setCondition(old ? [old] : [], {
+      type: QUOTA_CONDITION,
+      ...v,
+      ...(inst.metadata?.generation !== undefined ? { observedGeneration: inst.metadata.generation } : {}),
+    });
+    const target = applyTarget(Instance.ref, inst);
+    if (v.status !== 'True') target.metadata.resourceVersion = inst.metadata!.resourceVersion!;
+    try {
+      const written = await s.cluster.client.apply(
+        Instance.ref,
+        { ...target, status: { conditions: [condition] } },
+        { fieldManager: QUOTA_MANAGER, subresource: 'status', force: true },
+      );
+      s.written.expect(keyOf(inst), written.metadata?.resourceVersion, v);
+      return true;
+    } catch (e) {
+      if (isObjectGone(e)) return true;
+      if (isConflict(e)) return false;
+      throw e;
+    }
+  }
+}

@@ -1,0 +1,96 @@
+// The quota controller's pure pieces: what an instance counts as, the condition a verdict gives, and
+// the Quota status it writes (only when it changes).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { decideGrants } from '../../../src/workloads/grant.ts';
+import {
+  candidateOf,
+  quotaStatus,
+  sameQuotaStatus,
+  verdictCondition,
+  type InstanceObject,
+  type QuotaObject,
+} from '../../../src/workloads/quota.ts';
+
+const T0 = '2030-01-01T00:00:00Z';
+const instance = (name: string, template: Record<string, unknown>, more: Record<string, unknown> = {}) =>
+  ({
+    metadata: { name, namespace: 'ns', uid: `uid-${name}`, creationTimestamp: T0, ...more },
+    spec: { template, templateHash: 'h', ordinal: 0 },
+  }) as InstanceObject;
+
+test("an instance counts with its own cluster's InstanceTypes; without a size it says why", () => {
+  const typed = instance('a', { instanceType: 'd1-standard-2', containers: [{ name: 'm', image: 'x' }] });
+  const types = (n: string) => (n === 'd1-standard-2' ? { cpu: '1', memory: '2Gi' } : undefined);
+  assert.deepEqual(candidateOf('cell-a', typed, types), {
+    cluster: 'cell-a',
+    name: 'a',
+    uid: 'uid-a',
+    creationTimestamp: T0,
+    size: { milliCPU: 1000, memoryBytes: 2 ** 31 },
+    granted: false,
+    deleting: false,
+  });
+  assert.deepEqual(candidateOf('local', typed, () => undefined).size, {
+    error: 'InstanceType d1-standard-2 does not exist',
+  });
+  const gone = candidateOf('local', instance('b', { containers: [] }, { deletionTimestamp: T0 }), types);
+  assert.equal(gone.deleting, true);
+});
+
+test('verdicts as QuotaGranted conditions: QuotaAvailable, NoQuota, QuotaExceeded', () => {
+  const cs = ['a', 'b'].map((n) =>
+    candidateOf('local', instance(n, { containers: [{ name: 'm', image: 'x' }] }), () => undefined),
+  );
+  const d = decideGrants({ instances: 1 }, [], cs, { gone: () => false, now: T0 });
+  assert.deepEqual(verdictCondition(d, 'uid-a', 'budget', 'ns'), {
+    status: 'True',
+    reason: 'QuotaAvailable',
+    message: 'counted by Quota budget',
+  });
+  assert.deepEqual(verdictCondition(d, 'uid-a', undefined, 'ns'), {
+    status: 'True',
+    reason: 'NoQuota',
+    message: 'no Quota in namespace ns',
+  });
+  assert.deepEqual(verdictCondition(d, 'uid-b', 'budget', 'ns'), {
+    status: 'False',
+    reason: 'QuotaExceeded',
+    message: 'needs 0 vCPU, 0; 1 of 1 instances used',
+  });
+  assert.equal(verdictCondition(d, 'uid-none', 'budget', 'ns'), undefined);
+});
+
+test('the Quota status: used, waiting, the ledger, Ready or OverBudget; equal statuses need no write', () => {
+  const quota: QuotaObject = {
+    metadata: { name: 'budget', namespace: 'ns', generation: 2 },
+    spec: { instances: 1, cpu: '2' },
+  };
+  const granted = ['a', 'b'].map((n) => ({
+    ...candidateOf(
+      'local',
+      instance(n, { containers: [{ name: 'm', image: 'x', resources: { requests: { cpu: '1500m' } } }] }),
+      () => undefined,
+    ),
+    granted: true,
+  }));
+  const d = decideGrants({ instances: 1, milliCPU: 2000 }, [], granted, { gone: () => false, now: T0 });
+  const status = quotaStatus(quota, d, new Date(T0));
+  assert.deepEqual(status.used, { instances: 2, cpu: '3', memory: '0' });
+  assert.equal(status.waiting, 0);
+  assert.deepEqual(
+    status.claims?.map((c) => c.name),
+    ['a', 'b'],
+  );
+  assert.equal(status.observedGeneration, 2);
+  const [ready] = status.conditions;
+  assert.equal(ready?.status, 'False');
+  assert.equal(ready?.reason, 'OverBudget');
+  assert.match(ready!.message, /^2 of 1 instances, 3 of 2 vCPU used, over the budget in instances, vCPU/);
+  // Written again later, only the transition time could differ: no write.
+  const later = quotaStatus({ ...quota, status }, d, new Date('2030-01-02T00:00:00Z'));
+  assert.equal(later.conditions[0]!.lastTransitionTime, ready!.lastTransitionTime);
+  assert.ok(sameQuotaStatus(status, later));
+  assert.ok(!sameQuotaStatus(status, { ...later, waiting: 1 }));
+  assert.ok(!sameQuotaStatus(undefined, later));
+});
