@@ -33,6 +33,16 @@ const tiny: Record<string, string[]> = {
     '1',
   ],
   'bench:webhook': ['--clients', '20', '--seconds', '2', '--slow-headers', '5', '--slow-bodies', '5'],
+  'bench:instances': [
+    '--deployments',
+    '3',
+    '--replicas',
+    '2',
+    '--rollout-replicas',
+    '2',
+    '--concurrency',
+    '4',
+  ],
 };
 
 describe('benchmarks end with one JSON object', () => {

@@ -1,0 +1,330 @@
+// Workloads in a cell at scale: `npm run bench:instances -- --deployments 200 --replicas 5`.
+// 1. The floor: the Pods Berth's instances would run (same names, labels, resources, no gate),
+//    created directly by a minimal client at `--concurrency` in the order OrderedReady makes them:
+//    ordinal 0 of every deployment first, each next ordinal once the one before is Ready. Seconds
+//    from the first create to every pod Ready. Then one rollout step done by hand, several times: a
+//    pod deleted, seen gone, created again under its name, seen Ready (the recreate a rollout must do).
+// 2. Berth: `--deployments` WorkloadDeployments of `--replicas` (OrderedReady) in a namespace whose
+//    Quota has room, created at `--concurrency`, Berth's workers at the same number. Seconds from the
+//    first create to every Instance Ready; quota grant latency per instance (first seen → seen with
+//    QuotaGranted=True, by one watcher); Berth's API writes per instance (its own client's requests
+//    other than GET: watches are GETs too).
+// 3. Rollout: one deployment of `--rollout-replicas`, its template changed once; seconds until every
+//    instance runs the new template and is Ready, against the floor's step times the replicas.
+// Berth runs as its own process (`berth run --controllers workloads`), as it would in a cluster.
+import { parseArgs } from 'node:util';
+import { installCrds } from '../src/cli/install.ts';
+import { Informer } from '../src/runtime/cache/informer.ts';
+import { findCondition } from '../src/runtime/api/conditions.ts';
+import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
+import { slimPod, type SlimPod } from '../src/policy/slim.ts';
+import { instanceManifest, podManifest, templateHash, type InstanceObject } from '../src/workloads/decide.ts';
+import { instanceSize } from '../src/workloads/resources.ts';
+import {
+  Quota,
+  WorkloadDeployment,
+  Instance,
+  type InstanceTemplate,
+  type WorkloadDeploymentStatus,
+} from '../src/workloads/types.ts';
+import { benchSandbox, forEachLimit, percentile, round, report, waitForValue } from './lib.ts';
+import { startBerth } from '../test/helpers/berth.ts';
+
+const { values } = parseArgs({
+  options: {
+    deployments: { type: 'string', default: '200' },
+    replicas: { type: 'string', default: '5' },
+    'rollout-replicas': { type: 'string', default: '20' },
+    concurrency: { type: 'string', default: '16' },
+    nodes: { type: 'string' },
+  },
+});
+const deployments = Number(values.deployments);
+const replicas = Number(values.replicas);
+const rolloutReplicas = Number(values['rollout-replicas']);
+const concurrency = Number(values.concurrency);
+const instances = deployments * replicas;
+// kwok nodes take 110 pods each: room for every pod with a node to spare.
+const nodeCount = Number(values.nodes ?? Math.ceil((instances + rolloutReplicas) / 100) + 1);
+const NS = 'bench-instances';
+const FLOOR_NS = 'bench-instances-floor';
+/** Rollout steps the floor times by hand (the median counts). */
+const FLOOR_STEPS = 5;
+
+const template: InstanceTemplate = {
+  metadata: { labels: { app: 'bench' } },
+  containers: [
+    {
+      name: 'app',
+      image: 'registry.example/app:1',
+      resources: { requests: { cpu: '100m', memory: '128Mi' } },
+    },
+  ],
+};
+const wdName = (d: number) => `wd-${d}`;
+
+const sb = await benchSandbox('bench-instances', [{ prefix: 'cell', count: nodeCount }]);
+const client = sb.client({ maxInFlight: 64 });
+await installCrds(client);
+for (const name of [NS, FLOOR_NS])
+  await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+
+const ready = (o: { status?: { conditions?: { type: string; status: string }[] } }) =>
+  findCondition(o.status?.conditions, 'Ready')?.status === 'True';
+
+/** Waiters on pods of one namespace, by name: seen Ready, seen gone. */
+class PodWatch {
+  readonly informer: Informer<SlimPod>;
+  private readonly onReady = new Map<string, () => void>();
+  private readonly onGone = new Map<string, () => void>();
+  readyHandler: (name: string) => void = () => {};
+  constructor(namespace: string) {
+    this.informer = new Informer<SlimPod>({ client, ref: Resources.pods, namespace, transform: slimPod });
+    const seen = (p: SlimPod) => {
+      if (!ready(p)) return;
+      const name = p.metadata!.name!;
+      this.readyHandler(name);
+      this.onReady.get(name)?.();
+      this.onReady.delete(name);
+    };
+    this.informer.addEventHandler({
+      onAdd: seen,
+      onUpdate: (_a, b) => seen(b),
+      onDelete: (p) => {
+        this.onGone.get(p.metadata!.name!)?.();
+        this.onGone.delete(p.metadata!.name!);
+      },
+    });
+  }
+  async start() {
+    this.informer.start();
+    await this.informer.waitForSync();
+  }
+  /** Resolves once the pod is seen Ready (register before the write that leads there). */
+  untilReady(name: string) {
+    return new Promise<void>((r) => this.onReady.set(name, r));
+  }
+  untilGone(name: string) {
+    return new Promise<void>((r) => this.onGone.set(name, r));
+  }
+}
+
+// 1. The floor.
+// Built by Berth's own functions, so the floor's pods are the ones Berth would create, less the
+// owner reference (nothing owns them here: the garbage collector would take them) and the gate.
+const hash = templateHash(template);
+const size = instanceSize(template, () => undefined);
+if ('error' in size) throw new Error(size.error);
+const floorPod = (d: number, ordinal: number): KubeObject => {
+  const owner = {
+    apiVersion: WorkloadDeployment.apiVersion,
+    kind: WorkloadDeployment.kind,
+    name: wdName(d),
+    uid: '',
+  };
+  const inst = instanceManifest(
+    { metadata: { name: wdName(d), namespace: FLOOR_NS } },
+    owner,
+    template,
+    hash,
+    ordinal,
+  ) as InstanceObject;
+  const pod = podManifest(inst, owner, size, false);
+  delete pod.metadata!.ownerReferences;
+  return pod;
+};
+const floorWatch = new PodWatch(FLOOR_NS);
+await floorWatch.start();
+const floorStarted = performance.now();
+const floorSeconds = await new Promise<number>((resolve, reject) => {
+  // A FIFO of pods to create, served by `concurrency` workers, as Berth's instance workers would.
+  const queue: [number, number][] = Array.from({ length: deployments }, (_, d) => [d, 0]);
+  let inFlight = 0;
+  const done = new Set<string>();
+  const pump = () => {
+    while (inFlight < concurrency && queue.length) {
+      const [d, ordinal] = queue.shift()!;
+      inFlight++;
+      client.create(Resources.pods, floorPod(d, ordinal)).then(() => {
+        inFlight--;
+        pump();
+      }, reject);
+    }
+  };
+  floorWatch.readyHandler = (name) => {
+    if (done.has(name)) return;
+    done.add(name);
+    const [, d, ordinal] = /^wd-(\d+)-(\d+)$/.exec(name)!.map(Number) as [number, number, number];
+    if (ordinal + 1 < replicas) queue.push([d, ordinal + 1]);
+    if (done.size === instances) resolve((performance.now() - floorStarted) / 1000);
+    pump();
+  };
+  pump();
+});
+floorWatch.readyHandler = () => {};
+console.log(`floor: ${instances} pods Ready in ${floorSeconds.toFixed(2)} s`);
+const steps: number[] = [];
+for (let i = 0; i < FLOOR_STEPS; i++) {
+  const pod = floorPod(i % deployments, 0);
+  const name = pod.metadata!.name!;
+  const started = performance.now();
+  const gone = floorWatch.untilGone(name);
+  await client.delete(Resources.pods, name, FLOOR_NS);
+  await gone;
+  // kwok deletes a terminating pod by name, not by uid, and a late second delete can take the new
+  // pod of the same name: created again, as Berth's instance controller recreates a Pod deleted by
+  // someone else.
+  for (;;) {
+    const outcome = Promise.race([
+      floorWatch.untilReady(name).then(() => 'ready'),
+      floorWatch.untilGone(name).then(() => 'gone'),
+    ]);
+    await client.create(Resources.pods, pod);
+    if ((await outcome) === 'ready') break;
+  }
+  steps.push(performance.now() - started);
+}
+const floorStepMs = percentile(steps, 50);
+console.log(
+  `floor: a rollout step (delete, gone, create, Ready) ${floorStepMs.toFixed(0)} ms (median of ${FLOOR_STEPS})`,
+);
+floorWatch.informer.stop();
+// Berth starts on a cluster as bare as the floor's was.
+await client.request('DELETE', `/api/v1/namespaces/${FLOOR_NS}/pods`, {
+  body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0 },
+});
+await waitForValue('the floor pods gone', async () =>
+  (await client.list(Resources.pods, { namespace: FLOOR_NS, query: { limit: 1 } })).items.length === 0
+    ? true
+    : undefined,
+);
+
+// 2. Berth.
+await client.create(Quota.ref, {
+  apiVersion: Quota.apiVersion,
+  kind: Quota.kind,
+  metadata: { name: 'room', namespace: NS },
+  spec: { instances: 2 * (instances + rolloutReplicas) },
+});
+const berth = await startBerth(sb, [
+  '--controllers=workloads',
+  `--workload-workers=${concurrency}`,
+  `--instance-workers=${concurrency}`,
+]);
+const firstSeen = new Map<string, number>();
+const grantedAt = new Map<string, number>();
+const readyAt = new Map<string, number>();
+const insts = new Informer<InstanceObject>({ client, ref: Instance.ref, namespace: NS });
+const onInstance = (o: InstanceObject) => {
+  const name = o.metadata!.name!;
+  const now = performance.now();
+  if (!firstSeen.has(name)) firstSeen.set(name, now);
+  if (!grantedAt.has(name) && findCondition(o.status?.conditions, 'QuotaGranted')?.status === 'True')
+    grantedAt.set(name, now);
+  if (!readyAt.has(name) && ready(o)) readyAt.set(name, now);
+};
+insts.addEventHandler({ onAdd: onInstance, onUpdate: (_a, b) => onInstance(b) });
+insts.start();
+await insts.waitForSync();
+
+const wd = (name: string, n: number): KubeObject => ({
+  apiVersion: WorkloadDeployment.apiVersion,
+  kind: WorkloadDeployment.kind,
+  metadata: { name, namespace: NS },
+  spec: { template, replicas: n, instanceManagementPolicy: 'OrderedReady' },
+});
+const WRITES = ['POST', 'PUT', 'PATCH', 'DELETE'] as const;
+/** Berth's own requests by method (watches are GETs, so every other method is a write). */
+const berthWrites = async () =>
+  Object.fromEntries(
+    await Promise.all(
+      WRITES.map(
+        async (m) =>
+          [m, await berth.metric('rest_client_requests_total', (l) => l.includes(`method="${m}"`))] as const,
+      ),
+    ),
+  ) as Record<(typeof WRITES)[number], number>;
+const writesBefore = await berthWrites();
+const started = performance.now();
+await forEachLimit(
+  Array.from({ length: deployments }, (_, d) => d),
+  concurrency,
+  async (d) => void (await client.create(WorkloadDeployment.ref, wd(wdName(d), replicas))),
+);
+const readyOf = () => [...readyAt.keys()].filter((n) => n.startsWith('wd-')).length;
+await waitForValue(
+  'every instance Ready',
+  () => (readyOf() >= instances ? true : undefined),
+  900_000,
+  () => `${readyOf()}/${instances} instances Ready, ${grantedAt.size} granted, ${firstSeen.size} exist`,
+);
+const berthSeconds = (Math.max(...readyAt.values()) - started) / 1000;
+const writesAfter = await berthWrites();
+const writesBy = WRITES.map((m) => `${m} ${((writesAfter[m] - writesBefore[m]) / instances).toFixed(1)}`);
+const writesPerInstance = WRITES.reduce((a, m) => a + writesAfter[m] - writesBefore[m], 0) / instances;
+const grants = [...grantedAt].map(([n, t]) => t - firstSeen.get(n)!);
+console.log(
+  `berth: ${instances} instances Ready in ${berthSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); ` +
+    `quota grant p50 ${percentile(grants, 50).toFixed(0)} ms, p99 ${percentile(grants, 99).toFixed(0)} ms; ` +
+    `${writesPerInstance.toFixed(1)} API writes per instance (${writesBy.join(', ')})`,
+);
+const rss = berth.rssMB();
+
+// 3. Rollout.
+await client.create(WorkloadDeployment.ref, wd('rollout', rolloutReplicas));
+const statusOf = async () => {
+  const o = await client.get<KubeObject & { status?: WorkloadDeploymentStatus }>(
+    WorkloadDeployment.ref,
+    'rollout',
+    NS,
+  );
+  return { generation: o.metadata!.generation!, status: o.status ?? {} };
+};
+/** Every replica on the current template and Ready, as the deployment's status says for its generation. */
+const rolledOut = async () => {
+  const { generation, status: s } = await statusOf();
+  return s.observedGeneration === generation &&
+    s.replicas === rolloutReplicas &&
+    s.updatedReplicas === rolloutReplicas &&
+    s.readyReplicas === rolloutReplicas
+    ? true
+    : undefined;
+};
+await waitForValue('the rollout deployment Ready', rolledOut, 300_000);
+const rolloutStarted = performance.now();
+await client.patch(
+  WorkloadDeployment.ref,
+  'rollout',
+  {
+    spec: {
+      template: { metadata: { annotations: { 'bench.berth.dev/restartedAt': new Date().toISOString() } } },
+    },
+  },
+  { namespace: NS },
+);
+await waitForValue('the rollout done', rolledOut, 600_000, () => 'rolling');
+const rolloutSeconds = (performance.now() - rolloutStarted) / 1000;
+const rolloutFloorSeconds = (rolloutReplicas * floorStepMs) / 1000;
+console.log(
+  `rollout of ${rolloutReplicas}: ${rolloutSeconds.toFixed(2)} s (floor ${rolloutReplicas} × ${floorStepMs.toFixed(0)} ms = ${rolloutFloorSeconds.toFixed(2)} s)`,
+);
+
+const result = {
+  deployments,
+  replicas,
+  instances,
+  seconds: round(berthSeconds, 2),
+  floorSeconds: round(floorSeconds, 2),
+  ratio: round(berthSeconds / floorSeconds, 2),
+  quotaGrantP99ms: round(percentile(grants, 99), 0),
+  rolloutReplicas,
+  rolloutSeconds: round(rolloutSeconds, 2),
+  rolloutFloorSeconds: round(rolloutFloorSeconds, 2),
+  writesPerInstance: round(writesPerInstance, 1),
+  rssMB: rss,
+};
+insts.stop();
+await berth.stop();
+client.close();
+await sb.down();
+report(result);
