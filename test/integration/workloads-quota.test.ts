@@ -258,19 +258,24 @@ async function frozenQuota() {
   return { controller, instances, stop: () => local.stop() };
 }
 
+/** A budget of one, granted to g by `writer` itself; then w arrives. */
+async function grantOneThenAddW(ns: string, writer: Awaited<ReturnType<typeof frozenQuota>>): Promise<void> {
+  await createQuota(ns, { instances: 1 });
+  await createInstance(ns, 'g');
+  await waitFor(
+    'g cached',
+    () => writer.instances.get(`${ns}/g`) && writer.controller.quotas.get(`${ns}/budget`),
+  );
+  assert.equal(await writer.controller.reconcile(ns), undefined);
+  await createInstance(ns, 'w');
+}
+
 test('a writer working from a stale view of an instance does not overwrite its grant', async () => {
   const ns = await namespace();
   const writer = await frozenQuota();
   try {
     // It grants g (the only one) itself; w arrives, and then its view of instances stops.
-    await createQuota(ns, { instances: 1 });
-    await createInstance(ns, 'g');
-    await waitFor(
-      'g cached',
-      () => writer.instances.get(`${ns}/g`) && writer.controller.quotas.get(`${ns}/budget`),
-    );
-    assert.equal(await writer.controller.reconcile(ns), undefined);
-    await createInstance(ns, 'w');
+    await grantOneThenAddW(ns, writer);
     await waitFor('w cached', () => writer.instances.get(`${ns}/w`));
     await writer.instances.stop();
     // Another writer gave w a grant meanwhile (as the ledger of a later Quota would, by adoption).
@@ -306,14 +311,7 @@ test('a writer working from a stale ledger does not overwrite it', async () => {
   const ns = await namespace();
   const writer = await frozenQuota();
   try {
-    await createQuota(ns, { instances: 1 });
-    await createInstance(ns, 'g');
-    await waitFor(
-      'g cached',
-      () => writer.instances.get(`${ns}/g`) && writer.controller.quotas.get(`${ns}/budget`),
-    );
-    assert.equal(await writer.controller.reconcile(ns), undefined);
-    await createInstance(ns, 'w');
+    await grantOneThenAddW(ns, writer);
     await sleep(1100);
     await createInstance(ns, 'x');
     await waitFor('w and x cached', () => writer.instances.get(`${ns}/w`) && writer.instances.get(`${ns}/x`));
