@@ -3,7 +3,7 @@
 // fail open lets creates through once its server is gone.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { isNotFound } from '../../src/runtime/client/client.ts';
+import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
 import { rootLogger } from '../../src/runtime/observability/log.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { type MutatingWebhook } from '../../src/runtime/webhook/configuration.ts';
@@ -190,4 +190,46 @@ test('replicas share one CA through the Secret, and converge again when it is re
   });
   await mutatedPod(a.key);
   await mutatedPod(b.key);
+});
+
+test('a replica that cannot reach the Secret serves with its own certificate, then moves to the Secret', async () => {
+  const secret = uniqueName('cert');
+  const user = uniqueName('no-secrets');
+  const limited = KubeClient.fromFile(await sandbox.mintUser(user));
+  try {
+    const { key } = await startWebhook('Fail', {
+      ...generatedCertificates(registration),
+      kind: 'secret',
+      client: limited,
+      namespace: berthNs,
+      name: secret,
+      checkMs: 300,
+    });
+    // Served, and registered, though the Secret is forbidden to it.
+    await mutatedPod(key);
+    await assert.rejects(client.get(Resources.secrets, secret, berthNs), (e) => isNotFound(e));
+    // Once it may keep the Secret, it creates it and moves to it: the caBundle follows.
+    await client.create(Resources.roles, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: user, namespace: berthNs },
+      rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'patch'] }],
+    });
+    await client.create(Resources.roleBindings, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: user, namespace: berthNs },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: user },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+    });
+    await waitFor('the caBundle of the Secret to be registered', async () => {
+      const stored = await client.get(Resources.secrets, secret, berthNs).catch(() => undefined);
+      const config = await client.get(Resources.mutatingWebhookConfigurations, key);
+      const bundle = (config['webhooks'] as MutatingWebhook[])[0]!.clientConfig.caBundle;
+      return stored && (stored['data'] as Record<string, string>)['ca.crt'] === bundle;
+    });
+    await mutatedPod(key);
+  } finally {
+    limited.close();
+  }
 });

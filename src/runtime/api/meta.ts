@@ -118,6 +118,20 @@ export const Resources = {
     kind: 'ClusterRoleBinding',
     namespaced: false,
   },
+  roles: {
+    group: 'rbac.authorization.k8s.io',
+    version: 'v1',
+    resource: 'roles',
+    kind: 'Role',
+    namespaced: true,
+  },
+  roleBindings: {
+    group: 'rbac.authorization.k8s.io',
+    version: 'v1',
+    resource: 'rolebindings',
+    kind: 'RoleBinding',
+    namespaced: true,
+  },
 } satisfies Record<string, ResourceRef>;
 
 /** A Kubernetes MicroTime: RFC 3339 in UTC with exactly six fractional digits. */

@@ -270,13 +270,25 @@ export class WebhookServer {
 
   private async loadCertificates(): Promise<ServingPair> {
     const source = this.certificates;
-    if (source.kind !== 'generated') {
-      const next =
-        source.kind === 'files'
-          ? await readCertificateFiles(source)
-          : await new ServingSecret(source).ensure();
-      this.ca = next.ca;
-      return { cert: next.cert, key: next.key };
+    if (source.kind === 'files') {
+      const files = await readCertificateFiles(source);
+      this.ca = files.ca;
+      return { cert: files.cert, key: files.key };
+    }
+    if (source.kind === 'secret') {
+      try {
+        const shared = await new ServingSecret(source).ensure();
+        this.ca = shared.ca;
+        return { cert: shared.cert, key: shared.key };
+      } catch (err) {
+        // No access to the Secret yet (a Role not applied, an apiserver not reachable): serve with a
+        // certificate of this replica's own rather than not at all; the poll moves to the Secret
+        // as soon as it can be read, and registration follows the caBundle.
+        this.log.error(
+          { err, secret: `${source.namespace}/${source.name}` },
+          'cannot keep the webhook certificate in its Secret; serving one generated for this replica until it can',
+        );
+      }
     }
     const ca = await createCertificateAuthority('berth-webhook-ca');
     const serving = await ca.issue({
