@@ -153,8 +153,8 @@ export function runCommand(): Command {
     .option(
       '--webhook-cert-secret <name>',
       "a Secret in Berth's namespace where Berth keeps the webhook CA and serving certificate, shared by " +
-        'every replica and renewed before they expire (default: berth-webhook-cert behind a Service; on a ' +
-        'loopback bind address, a CA and certificate generated at start)',
+        'every replica and renewed before they expire (default: berth-webhook-cert when registered by ' +
+        'Service; registered by URL, a CA and certificate generated at start)',
     )
     .addOption(
       new Option(

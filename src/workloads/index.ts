@@ -35,6 +35,12 @@ export const workloadsCapability: Capability = {
       resources: ['workloaddeployments/status', 'instances/status', 'quotas/status'],
       verbs: ['get', 'patch', 'update'],
     },
+    // Owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['workloaddeployments/finalizers', 'instances/finalizers'],
+      verbs: ['update'],
+    },
     { apiGroups: [POLICY_GROUP], resources: ['instancetypes'], verbs: ['get', 'list', 'watch'] },
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'delete', 'patch'] },
   ],

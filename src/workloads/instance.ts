@@ -144,11 +144,21 @@ export class InstanceController {
           });
         pod = workloadPod(made);
       } catch (e) {
-        if (isConflict(e)) return; // it exists: its add event brings this key back
-        if (!(e instanceof ApiError && e.status === 422)) throw e;
-        configError = `the apiserver refused the Pod: ${e.message}`;
-        this.rejected.set(key, { uid, message: configError, at: Date.now() });
-        result = { requeueAfterMs: REJECTED_RETRY_MS };
+        if (isConflict(e)) {
+          // Ours, not cached yet: its add event brings this key back. Anyone else's (a Pod of this
+          // name without the instance label, which the cache never sees): say so, look again later.
+          const there = await this.manager
+            .client()
+            .get(Resources.pods, inst.metadata.name!, inst.metadata.namespace)
+            .catch(() => undefined);
+          if (!there || controlledBy(there, uid)) return;
+          configError = `a Pod named ${inst.metadata.name} exists that this instance does not own`;
+          result = { requeueAfterMs: REJECTED_RETRY_MS };
+        } else if (e instanceof ApiError && e.status === 422) {
+          configError = `the apiserver refused the Pod: ${e.message}`;
+          this.rejected.set(key, { uid, message: configError, at: Date.now() });
+          result = { requeueAfterMs: REJECTED_RETRY_MS };
+        } else throw e;
       }
     } else if (pod && granted && gated(pod) && !pod.metadata.deletionTimestamp) {
       try {

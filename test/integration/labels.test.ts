@@ -238,11 +238,15 @@ describe('derived node labels', () => {
         annotations: { [`${p}.example.com/note`]: 'arch {{ field "architecture" }}' },
         taints: [{ key: `${p}.example.com/dedicated`, value: 'accel', effect: 'NoSchedule' }],
       });
+      // Labels and annotations go by server-side apply, taints by a patch of their own: wait for both.
       await waitFor(
-        'both nodes labelled',
+        'both nodes labelled, the GPU node tainted',
         async () =>
           (await labelsOf(gpu!))[`${p}.example.com/accel`] === 'true' &&
-          (await labelsOf(arm!))[`${p}.example.com/accel`] === 'true',
+          (await labelsOf(arm!))[`${p}.example.com/accel`] === 'true' &&
+          (
+            ((await client.get(Resources.nodes, gpu!))['spec'] as { taints?: { key: string }[] }).taints ?? []
+          ).some((t) => t.key === `${p}.example.com/dedicated`),
       );
       const g = await client.get(Resources.nodes, gpu!);
       assert.equal(g.metadata?.labels?.[`${p}.example.com/why`], 'true');

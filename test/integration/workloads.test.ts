@@ -402,4 +402,27 @@ describe('workloads in a cell', () => {
     const quota = await client.get(Quota.ref, 'budget', ns);
     assert.equal((quota['status'] as { used?: { instances: number } }).used?.instances, 4);
   });
+
+  test("a Pod of the instance's name that is not its own: ConfigurationError, and healed once it is gone", async () => {
+    await client.create(Resources.pods, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'foreign-0', namespace: ns },
+      spec: { containers: [{ name: 'app', image: 'registry.example/other:1' }] },
+    });
+    await applyWD('foreign', { replicas: 1, template: template('registry.example/foreign:1') });
+    const [blocked] = (
+      await observe('foreign', (s) => cond(s.instances[0], 'Ready')?.reason === 'ConfigurationError')
+    ).slice(-1);
+    assert.match(
+      cond(blocked!.instances[0], 'Ready')!.message,
+      /a Pod named foreign-0 exists that this instance does not own/,
+    );
+    await client.delete(Resources.pods, 'foreign-0', ns, {
+      apiVersion: 'v1',
+      kind: 'DeleteOptions',
+      gracePeriodSeconds: 0,
+    });
+    await observe('foreign', settled(1), 120_000);
+  });
 });

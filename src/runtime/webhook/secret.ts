@@ -72,12 +72,14 @@ export function plan(s: SecretState | undefined, names: ServingNames, now: numbe
   const signer = s?.cas[0];
   if (!s || !signer || !s.caKey || remaining(signer, now) <= 0)
     return { action: 'create', why: 'no usable CA in the Secret' };
-  const staged = s.stagedAt !== undefined && s.cas.length > 1;
-  if (!staged && dueForRenewal(signer, now)) return { action: 'stage', why: 'the CA expires soon' };
+  // A serving certificate first: staging keeps the one there is, so there must be one to keep.
+  // (A renewal forced now signs with the head CA, staged or not: there is no other key.)
   if (!s.serving || !s.servingKey || remaining(s.serving, now) <= 0)
     return { action: 'renew', why: 'no valid serving certificate' };
   if (!covers(s.serving, names))
     return { action: 'renew', why: 'the serving certificate does not name this server' };
+  const staged = s.stagedAt !== undefined && s.cas.length > 1;
+  if (!staged && dueForRenewal(signer, now)) return { action: 'stage', why: 'the CA expires soon' };
   const signedByHead = s.serving.checkIssued(signer) && s.serving.verify(signer.publicKey);
   if (!signedByHead && (!staged || now - s.stagedAt! >= l.overlapMs))
     return { action: 'renew', why: 'the staged CA has been trusted long enough to sign' };
@@ -146,7 +148,8 @@ export class ServingSecret {
    * read again), and returns what to serve. Throws when the apiserver cannot be asked.
    */
   async ensure(now = Date.now): Promise<ServingMaterial> {
-    for (let attempt = 0; ; attempt++) {
+    // A few passes: each writes one step (create, stage, renew, prune) or meets another replica's write.
+    for (let pass = 0; pass < 6; pass++) {
       const secret = await this.o.client
         .get(Resources.secrets, this.o.name, this.o.namespace)
         .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
@@ -154,13 +157,14 @@ export class ServingSecret {
       const p = plan(state, this.o, now(), this.lifetimes);
       if (p.action === 'keep') return material(secret!);
       try {
-        return material(await this.write(secret, state, p, now()));
+        await this.write(secret, state, p, now());
       } catch (e) {
         // 409: another replica created or changed the Secret since it was read.
-        if (!isConflict(e) || attempt >= 4) throw e;
-        await sleep(50 * (attempt + 1));
+        if (!isConflict(e)) throw e;
+        await sleep(50 * (pass + 1));
       }
     }
+    throw new Error(`the Secret ${this.o.namespace}/${this.o.name} did not settle after 6 writes`);
   }
 
   private async write(
@@ -203,7 +207,7 @@ export class ServingSecret {
         break;
     }
     // The staging mark goes once the serving certificate has moved to the new CA.
-    if (p.action === 'renew' && stagedAt !== undefined && now - stagedAt >= l.overlapMs) stagedAt = undefined;
+    if (p.action === 'renew') stagedAt = undefined;
     const data = {
       [TLS_CRT]: serving!.certPem,
       [TLS_KEY]: serving!.keyPem,

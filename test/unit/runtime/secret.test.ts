@@ -81,3 +81,9 @@ test('an expired signing CA means starting over', async () => {
   const s = await state(await createCertificateAuthority('ca', 1), { servingDays: 365 });
   assert.equal(plan(s, names, Date.now() + 2 * day, l).action, 'create');
 });
+
+test('a CA due for renewal but no serving certificate: renew first (staging keeps the one there is)', async () => {
+  const old = await createCertificateAuthority('old', 30);
+  const { serving: _serving, ...noServing } = await state(old);
+  assert.equal(plan(noServing, names, Date.now() + 21 * day, l).action, 'renew');
+});
