@@ -563,11 +563,16 @@ export class Sandbox {
     }
   }
 
-  /** Stops every process (newest first) and checks that no port is left listening. */
+  /**
+   * Stops every process (newest first) and checks that none of those that ran left its port
+   * listening. A port whose process never ran (it failed to start) is not ours any more: another
+   * program may have been given it since.
+   */
   async down(): Promise<void> {
     if (!this.state) return;
+    const ran = this.status().filter((p) => p.running);
     for (const p of [...PROCESSES, ...REGISTRY_PROCESSES].reverse()) await this.stopProcess(p);
-    const ports = [...Object.values(this.state.ports), ...Object.values(this.state.registry?.ports ?? {})];
+    const ports = ran.flatMap((p) => (p.name === 'etcd' ? [p.port, this.state!.ports.etcdPeer] : [p.port]));
     for (const port of ports) {
       if (await isListening(port))
         throw new Error(`port ${port} is still listening after sandbox ${this.name} stopped`);

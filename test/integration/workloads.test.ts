@@ -392,7 +392,13 @@ describe('workloads in a cell', () => {
     const then = (
       await observe('quota', (s) => {
         const ready = s.instances.filter(isReady).map((i) => i.metadata.name);
-        return s.instances.length === 6 && ready.length === 4 && ready.includes(oldest!.metadata.name);
+        // quota-0's replacement has been looked at too: it waits at the back of the line.
+        return (
+          s.instances.length === 6 &&
+          ready.length === 4 &&
+          ready.includes(oldest!.metadata.name) &&
+          waiting(s).length === 2
+        );
       })
     ).slice(-1)[0]!;
     assert.deepEqual(
