@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject, ObjectMeta, OwnerReference } from '../runtime/api/meta.ts';
-import type { Size } from './resources.ts';
+import type { InstanceTypeSize, Size } from './resources.ts';
 import {
   BLOCKING_REASONS,
   DEPLOYMENT_LABEL,
@@ -469,6 +469,13 @@ export function ungatePatch(pod: WorkloadPod): JsonPatchOp[] | undefined {
     { op: 'remove', path },
   ];
 }
+
+/** An InstanceType as the controllers read it. */
+export type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
+
+/** The index of instances by the InstanceType they name: its changes resize them. */
+export const byInstanceType = (i: { spec?: { template?: { instanceType?: string } } }): string[] =>
+  i.spec?.template?.instanceType ? [i.spec.template.instanceType] : [];
 
 /** An Instance as the controllers read it. */
 export interface InstanceObject extends KubeObject {

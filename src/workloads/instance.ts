@@ -6,7 +6,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
-import { Resources, type KubeObject, type OwnerReference } from '../runtime/api/meta.ts';
+import { Resources, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
@@ -15,6 +15,7 @@ import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import {
+  byInstanceType,
   controlledBy,
   gated,
   instanceVerdict,
@@ -24,9 +25,10 @@ import {
   workloadPod,
   type ConditionVerdict,
   type InstanceObject,
+  type InstanceTypeObject,
   type WorkloadPod,
 } from './decide.ts';
-import { instanceSize, type InstanceTypeSize } from './resources.ts';
+import { instanceSize } from './resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
@@ -35,8 +37,6 @@ import {
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
 } from './types.ts';
-
-type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
 
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;
@@ -64,9 +64,7 @@ export class InstanceController {
     this.log = manager.log.child({ capability: 'workloads', controller: 'instance' });
     this.events = manager.recorder('instances');
     this.instances = manager.informer<InstanceObject>(Instance.ref);
-    this.instances.addIndexer('instanceType', (i) =>
-      i.spec?.template?.instanceType ? [i.spec.template.instanceType] : [],
-    );
+    this.instances.addIndexer('instanceType', byInstanceType);
     // Only instances' Pods: the label selector keeps every other pod out of this cache.
     this.pods = manager.informer<WorkloadPod>(Resources.pods, {
       labelSelector: INSTANCE_LABEL,

@@ -48,6 +48,7 @@ import {
   type QuotaReason,
   type QuotaStatus,
 } from './types.ts';
+import { byInstanceType, type InstanceTypeObject } from './decide.ts';
 
 export type InstanceObject = KubeObject & {
   spec?: { template?: InstanceTemplate; templateHash?: string; ordinal?: number };
@@ -57,7 +58,6 @@ export type QuotaObject = KubeObject & {
   spec?: { instances?: number; cpu?: string; memory?: string };
   status?: QuotaStatus;
 };
-export type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
 
 export const QUOTA_CONDITION = 'QuotaGranted';
 
@@ -230,9 +230,7 @@ export class QuotaController {
     if (known?.cluster === cluster) return known;
     const instances = cluster.informer<InstanceObject>(Instance.ref);
     instances.addIndexer('namespace', byNamespace);
-    instances.addIndexer('instanceType', (i) =>
-      i.spec?.template?.instanceType ? [i.spec.template.instanceType] : [],
-    );
+    instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = { cluster, instances, written: new WriteExpectations(instances, keyOf) };
     this.clusters.set(cluster.name, s);
     return s;
@@ -429,3 +427,5 @@ export class QuotaController {
     }
   }
 }
+
+export type { InstanceTypeObject } from './decide.ts';
