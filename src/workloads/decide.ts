@@ -4,12 +4,13 @@
 // runs as, and the patch that takes the quota gate off. No I/O: deployment.ts and instance.ts act.
 import { createHash } from 'node:crypto';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
-import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
+import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject, ObjectMeta, OwnerReference } from '../runtime/api/meta.ts';
 import type { InstanceTypeSize, Size } from './resources.ts';
 import {
   BLOCKING_REASONS,
   DEPLOYMENT_LABEL,
+  INSTANCE_FINALIZER,
   INSTANCE_LABEL,
   Instance,
   ORDINAL_LABEL,
@@ -75,8 +76,8 @@ export interface InstanceState {
   available: boolean;
   programmed: boolean;
   deleting: boolean;
-  /** creationTimestamp, ms. */
-  created: number;
+  /** While not Ready: since when (its Ready condition's last transition, else its creation), ms. */
+  notReadySince: number;
   /** The Ready condition's reason and message while not Ready. */
   reason?: string;
   message?: string;
@@ -231,7 +232,7 @@ export function deploymentVerdict(
   }
 
   const w = p.plan.waitingFor;
-  const elapsed = w ? p.now - w.created : 0;
+  const elapsed = w ? p.now - w.notReadySince : 0;
   const deadlineMs = p.progressDeadlineSeconds * 1000;
   let progressing: ConditionVerdict;
   let deadlineInMs: number | undefined;
@@ -424,11 +425,8 @@ export function instanceVerdict(o: InstanceObservation): InstanceVerdict {
     : pod
       ? (worst(podCauses(pod)) ?? {
           reason: 'Provisioning',
-          message: gated(pod)
-            ? 'the Pod waits for its quota gate'
-            : pod.spec.nodeName
-              ? `the Pod is starting on ${pod.spec.nodeName}`
-              : 'the Pod is being scheduled',
+          // One message from creation to Ready (scheduling, then starting): one status write, not two.
+          message: gated(pod) ? 'the Pod waits for its quota gate' : 'the Pod is starting',
         })
       : {
           reason: 'Provisioning',
@@ -462,12 +460,13 @@ export const gated = (pod: WorkloadPod): boolean =>
  */
 export function ungatePatch(pod: WorkloadPod): JsonPatchOp[] | undefined {
   const i = (pod.spec.schedulingGates ?? []).findIndex((g) => g.name === QUOTA_GATE);
-  if (i < 0) return undefined;
-  const path = `/spec/schedulingGates/${i}`;
-  return [
-    { op: 'test', path: `${path}/name`, value: QUOTA_GATE },
-    { op: 'remove', path },
-  ];
+  return i < 0 ? undefined : removeItem('/spec/schedulingGates', i, QUOTA_GATE, 'name');
+}
+
+/** The JSON patch that takes the instance's own finalizer off, guarded like the gate's. */
+export function releasePatch(inst: KubeObject): JsonPatchOp[] | undefined {
+  const i = (inst.metadata?.finalizers ?? []).indexOf(INSTANCE_FINALIZER);
+  return i < 0 ? undefined : removeItem('/metadata/finalizers', i, INSTANCE_FINALIZER);
 }
 
 /** An InstanceType as the controllers read it. */
@@ -542,6 +541,7 @@ export function instanceManifest(
       namespace: deployment.metadata.namespace!,
       labels: { [DEPLOYMENT_LABEL]: name, [ORDINAL_LABEL]: String(ordinal), [TEMPLATE_HASH_LABEL]: hash },
       ownerReferences: [{ ...owner, controller: true, blockOwnerDeletion: true }],
+      finalizers: [INSTANCE_FINALIZER],
     },
     spec: { template, templateHash: hash, ordinal },
   };

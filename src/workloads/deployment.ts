@@ -12,11 +12,13 @@ import {
 } from '../policy/predicates.ts';
 import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
-import type { OwnerReference } from '../runtime/api/meta.ts';
+import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
+import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
+import { hasFinalizer } from '../policy/finalizer.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -36,6 +38,7 @@ import {
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
+  INSTANCE_FINALIZER,
   Instance,
   WorkloadDeployment,
   type WorkloadDeploymentSpec,
@@ -43,9 +46,6 @@ import {
 } from './types.ts';
 
 type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
-
-/** A create or delete not yet seen by the instance cache is not sent again before this long. */
-const EXPECTATION_MS = 5000;
 
 export interface DeploymentControllerOptions {
   workers?: number;
@@ -58,8 +58,8 @@ export class DeploymentController {
   private readonly manager: Manager;
   private readonly events: EventRecorder;
   private readonly log: Logger;
-  /** Writes sent but not yet in the cache, by instance key: a second reconcile must not repeat them. */
-  private readonly inFlight = new Map<string, { action: Action['type']; at: number }>();
+  /** Creates and deletes sent but not yet in the cache, by instance key: a second reconcile must not repeat them. */
+  private readonly sent: WriteExpectations<Action['type']>;
 
   constructor(manager: Manager, opts: DeploymentControllerOptions = {}) {
     this.manager = manager;
@@ -72,6 +72,7 @@ export class DeploymentController {
       const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
       return d ? [`${i.metadata.namespace}/${d}`] : [];
     });
+    this.sent = new WriteExpectations(this.instances, keyOf);
     this.controller = new Controller({
       name: 'workloads-deployment',
       workers: opts.workers ?? 8,
@@ -112,45 +113,42 @@ export class DeploymentController {
       instances: states,
     };
     const p = plan(input);
-    // Writes the cache now shows are settled: a later action on the same name is not held back.
-    const prefix = `${ns}/${name}-`;
-    for (const target of this.inFlight.keys())
-      if (target.startsWith(prefix) && /^\d+$/.test(target.slice(prefix.length)))
-        this.expected(target, states);
 
     // An action held back for a write the cache has not shown yet is looked at again when the hold
     // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
-    let heldMs: number | undefined;
+    let held = false;
     for (const a of p.actions) {
       const target = `${ns}/${a.type === 'create' ? instanceName(name, a.ordinal) : a.name}`;
-      const hold = this.expected(target, states);
-      if (hold > 0) {
-        heldMs = Math.min(heldMs ?? hold, hold);
+      if (this.sent.pendingKey(target)) {
+        held = true;
         continue;
       }
       try {
+        let written: KubeObject | undefined;
         if (a.type === 'create') {
-          await this.manager
+          written = await this.manager
             .client()
             .create(Instance.ref, instanceManifest(wd, owner, wd.spec.template, hash, a.ordinal), {
               fieldManager: DEPLOYMENT_MANAGER,
             });
           this.log.info({ deployment: key, instance: target, hash }, 'instance created');
         } else {
-          const uid = owned.find((i) => i.metadata.name === a.name)!.metadata.uid;
-          // Foreground: the Instance stays (deleting) until its Pod is gone, so "gone" means gone.
-          await this.manager.client().delete(Instance.ref, a.name, ns, {
+          const inst = owned.find((i) => i.metadata.name === a.name)!;
+          written = (await this.manager.client().delete(Instance.ref, a.name, ns, {
             apiVersion: 'v1',
             kind: 'DeleteOptions',
-            propagationPolicy: 'Foreground',
-            preconditions: { uid },
-          });
+            // The instance's own finalizer keeps it until its Pod is gone, so "gone" means gone. One
+            // made before that finalizer existed waits for the garbage collector instead.
+            propagationPolicy: hasFinalizer(inst, INSTANCE_FINALIZER) ? 'Background' : 'Foreground',
+            preconditions: { uid: inst.metadata.uid },
+          })) as KubeObject | undefined;
           this.log.info(
             { deployment: key, instance: target, reason: a.rollout ? 'rollout' : 'scale down' },
             'instance deleted',
           );
         }
-        this.inFlight.set(target, { action: a.type, at: Date.now() });
+        // A delete answered with a Status (the object went at once) leaves nothing to wait for.
+        this.sent.expect(target, written?.metadata?.resourceVersion, a.type);
       } catch (e) {
         // Already there, or already gone: the cache catches up and brings this key back.
         if (!isConflict(e) && !isNotFound(e)) throw e;
@@ -181,25 +179,10 @@ export class DeploymentController {
     };
     await this.writeStatus(wd, before, status);
     const after = [
-      heldMs,
+      held ? maxWaitMs : undefined,
       verdict.deadlineInMs === undefined ? undefined : verdict.deadlineInMs + 100,
     ].filter((x): x is number => x !== undefined);
     if (after.length) return { requeueAfterMs: Math.min(...after) };
-  }
-
-  /** How much longer a create or delete of `target`, sent and not yet in the cache, holds it back (0: not). */
-  private expected(target: string, states: InstanceState[]): number {
-    const w = this.inFlight.get(target);
-    if (!w) return 0;
-    const name = target.slice(target.indexOf('/') + 1);
-    const seen = states.find((s) => s.name === name);
-    const done = w.action === 'create' ? !!seen : !seen || seen.deleting;
-    const left = EXPECTATION_MS - (Date.now() - w.at);
-    if (done || left <= 0) {
-      this.inFlight.delete(target);
-      return 0;
-    }
-    return left;
   }
 
   /** Writes the status when a count, the hash or a condition changed; Warnings for user-fixable causes. */
@@ -246,7 +229,11 @@ function instanceState(i: InstanceObject): InstanceState {
     available: is('Available'),
     programmed: is('Programmed'),
     deleting: !!i.metadata.deletionTimestamp,
-    created: Date.parse(i.metadata.creationTimestamp ?? '') || Date.now(),
+    // The progress deadline runs from when the awaited instance stopped being Ready, not from its
+    // creation: an instance that served for a day and then crashed has not been waited on for a day.
+    notReadySince:
+      Date.parse((ready?.status !== 'True' && ready?.lastTransitionTime) || i.metadata.creationTimestamp || '') ||
+      Date.now(),
     ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
   };
 }

@@ -1,8 +1,10 @@
-// The Instance controller: each Instance runs as one Pod of its name. It creates the Pod (gated by
-// the quota gate until QuotaGranted is True), takes exactly that gate off once the quota controller
-// grants the instance, recreates a Pod someone else deleted, and writes Ready, Available and
-// Programmed from the Pod's real state by server-side apply on /status under its own manager (the
-// conditions are a list-map keyed by type: the quota controller's QuotaGranted entry is never touched).
+// The Instance controller: each Instance runs as one Pod of its name. It creates the Pod once the
+// quota controller has given its verdict (gated by the quota gate unless QuotaGranted is True), takes
+// exactly that gate off once the instance is granted, recreates a Pod someone else deleted, and
+// writes Ready, Available and Programmed from the Pod's real state by server-side apply on /status
+// under its own manager (the conditions are a list-map keyed by type: the quota controller's
+// QuotaGranted entry is never touched). An instance being deleted has its Pod deleted here, then its
+// finalizer taken off (INSTANCE_FINALIZER says why).
 import { isDeepStrictEqual } from 'node:util';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
@@ -11,6 +13,8 @@ import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
+import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import { hasFinalizer } from '../policy/finalizer.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -20,6 +24,7 @@ import {
   gated,
   instanceVerdict,
   podManifest,
+  releasePatch,
   ungatePatch,
   USER_FIXABLE,
   workloadPod,
@@ -30,6 +35,7 @@ import {
 } from './decide.ts';
 import { instanceSize } from './resources.ts';
 import {
+  INSTANCE_FINALIZER,
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
   Instance,
@@ -40,6 +46,9 @@ import {
 
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;
+
+/** How long a new instance waits for the quota controller's verdict before it is reported as waiting. */
+const VERDICT_WAIT_MS = 5000;
 
 /** A Pod the apiserver refused is tried again after this long (the refusal stands meanwhile). */
 const REJECTED_RETRY_MS = 60_000;
@@ -58,6 +67,8 @@ export class InstanceController {
   private readonly log: Logger;
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
+  /** Pods created and not yet in the cache, by instance key. */
+  private readonly podsSent: WriteExpectations;
 
   constructor(manager: Manager, opts: InstanceControllerOptions = {}) {
     this.manager = manager;
@@ -70,6 +81,7 @@ export class InstanceController {
       labelSelector: INSTANCE_LABEL,
       transform: { name: 'workload-pod', fn: workloadPod },
     });
+    this.podsSent = new WriteExpectations(this.pods, keyOf);
     this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
     this.controller = new Controller({
       name: 'workloads-instance',
@@ -106,21 +118,28 @@ export class InstanceController {
 
   private async reconcile(key: string): Promise<Result | void> {
     const inst = this.instances.get(key);
-    if (!inst || inst.metadata.deletionTimestamp) {
-      this.rejected.delete(key);
-      return;
-    }
+    if (!inst || inst.metadata.deletionTimestamp) this.rejected.delete(key);
+    if (!inst) return;
     const uid = inst.metadata.uid!;
+    const cached = this.pods.get(key);
+    let pod = cached && controlledBy(cached, uid) ? cached : undefined;
+    if (inst.metadata.deletionTimestamp) return this.release(key, inst, pod);
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
       name: inst.metadata.name!,
       uid,
     };
-    const cached = this.pods.get(key);
-    let pod = cached && controlledBy(cached, uid) ? cached : undefined;
     const quota = findCondition(inst.status?.conditions, 'QuotaGranted');
     const granted = quota?.status === 'True';
+    // A Pod made before the quota controller's first verdict would be gated, then ungated a moment
+    // later (two more writes, two more hops): wait for the verdict, whose own event brings this key
+    // back. One that does not come soon is reported (PendingEvaluation) and the Pod made gated.
+    const waitedMs = Date.now() - (Date.parse(inst.metadata.creationTimestamp ?? '') || 0);
+    if (!quota && !cached && waitedMs < VERDICT_WAIT_MS) return { requeueAfterMs: VERDICT_WAIT_MS - waitedMs };
+    // A Pod created and not cached yet: its add event brings this key back; creating it again would
+    // only conflict, and a status written now would say it does not exist.
+    if (!cached && this.podsSent.pendingKey(key)) return;
     const size = instanceSize(inst.spec.template, (name) => this.types.get(name)?.spec);
     let refused = this.rejected.get(key);
     if (refused && (refused.uid !== uid || Date.now() - refused.at >= REJECTED_RETRY_MS)) {
@@ -140,7 +159,9 @@ export class InstanceController {
           .create(Resources.pods, podManifest(inst, owner, size, !granted), {
             fieldManager: INSTANCE_MANAGER,
           });
-        pod = workloadPod(made);
+        this.podsSent.expect(key, made.metadata?.resourceVersion, true);
+        // The status follows from the Pod's add event, by then often scheduled or Ready already.
+        return result;
       } catch (e) {
         if (isConflict(e)) {
           // Ours, not cached yet: its add event brings this key back. Anyone else's (a Pod of this
@@ -184,6 +205,41 @@ export class InstanceController {
     });
     await this.writeStatus(inst, pod, verdict);
     return result;
+  }
+
+  /**
+   * An instance being deleted: its Pod first (by uid, so a successor's Pod of the same name is never
+   * taken), then the instance's finalizer, once the cache shows no Pod of its own and none created
+   * unseen. The Pod's deletion event brings this key back.
+   */
+  private async release(key: string, inst: InstanceObject, pod: WorkloadPod | undefined): Promise<Result | void> {
+    if (!hasFinalizer(inst, INSTANCE_FINALIZER)) return;
+    const client = this.manager.client();
+    if (pod || this.podsSent.pendingKey(key)) {
+      if (pod && !pod.metadata.deletionTimestamp)
+        await client
+          .delete(Resources.pods, pod.metadata.name!, pod.metadata.namespace, {
+            apiVersion: 'v1',
+            kind: 'DeleteOptions',
+            preconditions: { uid: pod.metadata.uid },
+          })
+          .catch((e: unknown) => {
+            if (!isNotFound(e) && !isConflict(e)) throw e;
+          });
+      return;
+    }
+    try {
+      await client.patch(Instance.ref, inst.metadata.name!, releasePatch(inst), {
+        namespace: inst.metadata.namespace!,
+        type: 'json',
+        fieldManager: INSTANCE_MANAGER,
+      });
+    } catch (e) {
+      if (isNotFound(e)) return;
+      // The finalizers changed since the cache saw them: their event brings this key back.
+      if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
+      throw e;
+    }
   }
 
   /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */

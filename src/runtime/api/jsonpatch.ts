@@ -5,6 +5,15 @@ import type { KubeObject } from './meta.ts';
 export type JsonPatchOp =
   { op: 'add' | 'replace' | 'test'; path: string; value: unknown } | { op: 'remove'; path: string };
 
+/**
+ * Removes item `index` of the list at `list`, guarded by a test that the item (or its `field`) still
+ * is `value`: if the list changed since it was read, the patch fails rather than remove another's item.
+ */
+export const removeItem = (list: string, index: number, value: unknown, field?: string): JsonPatchOp[] => [
+  { op: 'test', path: `${list}/${index}${field ? `/${escapeKey(field)}` : ''}`, value },
+  { op: 'remove', path: `${list}/${index}` },
+];
+
 /** A plain JSON object (not an array, not null). */
 export const isRecord = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);

@@ -9,7 +9,7 @@ import type { EventHandler } from '../cache/informer.ts';
 import type { KubeObject } from '../api/meta.ts';
 
 // Past this a write's echo counts as seen anyway (a relist can skip it); writes stay guarded by their preconditions.
-const maxWaitMs = 5000;
+export const maxWaitMs = 5000;
 
 export class WriteExpectations<T = true> {
   private readonly expected = new Map<
@@ -28,7 +28,12 @@ export class WriteExpectations<T = true> {
       const e = this.expected.get(this.keyOf(o));
       if (e && newerOrSame(o.metadata?.resourceVersion, e.resourceVersion)) e.seen = true;
     };
-    informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o) });
+    // A deletion settles whatever was expected of the object: there is nothing left to catch up on.
+    const gone = (o: KubeObject) => {
+      const e = this.expected.get(this.keyOf(o));
+      if (e) e.seen = true;
+    };
+    informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o), onDelete: gone });
   }
 
   /** Records a write of the object of key `name` that the apiserver answered with `resourceVersion`, and what was written. */
@@ -46,6 +51,20 @@ export class WriteExpectations<T = true> {
       newerOrSame(obj.metadata?.resourceVersion, e.resourceVersion) ||
       Date.now() - e.at > maxWaitMs
     ) {
+      this.expected.delete(name);
+      return undefined;
+    }
+    return e.data;
+  }
+
+  /**
+   * What was last written to the object of key `name` while the cache has not shown it yet, for an
+   * object the cache may not hold at all (a create not yet seen, a delete already seen).
+   */
+  pendingKey(name: string): T | undefined {
+    const e = this.expected.get(name);
+    if (!e) return undefined;
+    if (e.seen || Date.now() - e.at > maxWaitMs) {
       this.expected.delete(name);
       return undefined;
     }

@@ -9,7 +9,12 @@ const node = (resourceVersion: string): KubeObject => ({ metadata: { name: 'n1',
 function setup() {
   let handler: EventHandler<KubeObject> | undefined;
   const e = new WriteExpectations<string>({ addEventHandler: (h) => void (handler = h) });
-  return { e, update: (o: KubeObject) => handler!.onUpdate!(o, o) };
+  return {
+    e,
+    add: (o: KubeObject) => handler!.onAdd!(o),
+    update: (o: KubeObject) => handler!.onUpdate!(o, o),
+    remove: (o: KubeObject) => handler!.onDelete!(o),
+  };
 }
 
 describe('WriteExpectations', () => {
@@ -37,5 +42,17 @@ describe('WriteExpectations', () => {
     assert.equal(e.pending(node('10')), undefined);
     e.expect('n1', undefined, 'plan-b');
     assert.equal(e.pending(node('10')), undefined);
+  });
+
+  test('a create is pending by key until its add event, a delete until its delete event', () => {
+    const { e, add, remove } = setup();
+    assert.equal(e.pendingKey('n1'), undefined);
+    e.expect('n1', '12', 'create');
+    assert.equal(e.pendingKey('n1'), 'create', 'not cached yet');
+    add(node('12'));
+    assert.equal(e.pendingKey('n1'), undefined, 'its add event seen');
+    e.expect('n1', '13', 'delete');
+    remove(node('12'));
+    assert.equal(e.pendingKey('n1'), undefined, 'gone from the cache: nothing left to wait for');
   });
 });

@@ -32,7 +32,7 @@ const inst = (ordinal: number, hash = 'new', more: Partial<InstanceState> = {}):
   available: true,
   programmed: true,
   deleting: false,
-  created: 0,
+  notReadySince: 0,
   ...more,
 });
 const input = (
@@ -225,7 +225,7 @@ describe('deploymentVerdict', () => {
   test('a step not Ready within the deadline is ProgressDeadlineExceeded; a transient cause is not a stall', () => {
     const slow = [
       inst(0),
-      inst(1, 'new', { ready: false, available: false, reason: 'Unschedulable', created: 0 }),
+      inst(1, 'new', { ready: false, available: false, reason: 'Unschedulable', notReadySince: 0 }),
     ];
     assert.equal(verdict(3, slow, 599_000).progressing.status, true);
     const v = verdict(3, slow, 600_000);
