@@ -232,8 +232,9 @@ function instanceState(i: InstanceObject): InstanceState {
     // The progress deadline runs from when the awaited instance stopped being Ready, not from its
     // creation: an instance that served for a day and then crashed has not been waited on for a day.
     notReadySince:
-      Date.parse((ready?.status !== 'True' && ready?.lastTransitionTime) || i.metadata.creationTimestamp || '') ||
-      Date.now(),
+      Date.parse(
+        (ready?.status !== 'True' && ready?.lastTransitionTime) || i.metadata.creationTimestamp || '',
+      ) || Date.now(),
     ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
   };
 }

@@ -136,7 +136,8 @@ export class InstanceController {
     // later (two more writes, two more hops): wait for the verdict, whose own event brings this key
     // back. One that does not come soon is reported (PendingEvaluation) and the Pod made gated.
     const waitedMs = Date.now() - (Date.parse(inst.metadata.creationTimestamp ?? '') || 0);
-    if (!quota && !cached && waitedMs < VERDICT_WAIT_MS) return { requeueAfterMs: VERDICT_WAIT_MS - waitedMs };
+    if (!quota && !cached && waitedMs < VERDICT_WAIT_MS)
+      return { requeueAfterMs: VERDICT_WAIT_MS - waitedMs };
     // A Pod created and not cached yet: its add event brings this key back; creating it again would
     // only conflict, and a status written now would say it does not exist.
     if (!cached && this.podsSent.pendingKey(key)) return;
@@ -212,7 +213,11 @@ export class InstanceController {
    * taken), then the instance's finalizer, once the cache shows no Pod of its own and none created
    * unseen. The Pod's deletion event brings this key back.
    */
-  private async release(key: string, inst: InstanceObject, pod: WorkloadPod | undefined): Promise<Result | void> {
+  private async release(
+    key: string,
+    inst: InstanceObject,
+    pod: WorkloadPod | undefined,
+  ): Promise<Result | void> {
     if (!hasFinalizer(inst, INSTANCE_FINALIZER)) return;
     const client = this.manager.client();
     if (pod || this.podsSent.pendingKey(key)) {
