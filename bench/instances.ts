@@ -269,6 +269,21 @@ console.log(
     `${writesPerInstance.toFixed(1)} API writes per instance (${writesBy.join(', ')})`,
 );
 const rss = berth.rssMB();
+// Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.
+for (const c of ['workloads-deployment', 'workloads-instance', 'workloads-quota']) {
+  const of = (m: string) =>
+    berth.metric(m, (l) => l.includes(`controller="${c}"`) || l.includes(`name="${c}"`));
+  const [n, sum, waited, queued] = await Promise.all([
+    of('controller_runtime_reconcile_time_seconds_count'),
+    of('controller_runtime_reconcile_time_seconds_sum'),
+    of('workqueue_queue_duration_seconds_sum'),
+    of('workqueue_queue_duration_seconds_count'),
+  ]);
+  console.log(
+    `  ${c}: ${n} passes, mean ${((sum / Math.max(n, 1)) * 1000).toFixed(0)} ms, ` +
+      `mean queue wait ${((waited / Math.max(queued, 1)) * 1000).toFixed(0)} ms`,
+  );
+}
 
 // 3. Rollout.
 await client.create(WorkloadDeployment.ref, wd('rollout', rolloutReplicas));

@@ -68,6 +68,10 @@ export interface QuotaVerdict {
   message: string;
 }
 
+type VerdictText = Pick<Condition, 'status' | 'reason' | 'message'>;
+const sameVerdict = (a: VerdictText, b: VerdictText) =>
+  a.status === b.status && a.reason === b.reason && a.message === b.message;
+
 const byNamespace = (o: KubeObject) => (o.metadata?.namespace ? [o.metadata.namespace] : []);
 
 /** Oldest first: the Quota in force in a namespace is its oldest; any other is Superseded. */
@@ -162,6 +166,8 @@ interface ClusterState {
   instanceTypes?: Informer<InstanceTypeObject>;
   /** The QuotaGranted condition last written to an instance, until its informer has it. */
   written: WriteExpectations<QuotaVerdict>;
+  /** Grants on their way, by instance key. */
+  sending: Map<string, QuotaVerdict>;
 }
 
 export interface QuotaControllerOptions {
@@ -231,7 +237,12 @@ export class QuotaController {
     const instances = cluster.informer<InstanceObject>(Instance.ref);
     instances.addIndexer('namespace', byNamespace);
     instances.addIndexer('instanceType', byInstanceType);
-    const s: ClusterState = { cluster, instances, written: new WriteExpectations(instances, keyOf) };
+    const s: ClusterState = {
+      cluster,
+      instances,
+      written: new WriteExpectations(instances, keyOf),
+      sending: new Map(),
+    };
     this.clusters.set(cluster.name, s);
     return s;
   }
@@ -288,23 +299,24 @@ export class QuotaController {
       }
     }
 
-    // Grants first: the instances that wait on them start sooner.
+    // Grants are sent without holding the pass: the ledger already backs them and they are applied
+    // unconditionally, so the next pass (and the grants it makes) need not wait for their round trips.
+    // Other verdicts are applied only to the instance as read, and a conflict means deciding again.
     let conflicts = false;
-    const writes = instances
-      .map(({ s, inst }) => ({
-        s,
-        inst,
-        v: verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace),
-      }))
-      .filter(
-        (w): w is typeof w & { v: QuotaVerdict } => w.v !== undefined && !w.inst.metadata?.deletionTimestamp,
-      )
-      .sort((a, b) => Number(b.v.status === 'True') - Number(a.v.status === 'True'));
-    await Promise.all(
-      writes.map(async ({ s, inst, v }) => {
-        if (!(await this.writeVerdict(s, inst, v))) conflicts = true;
-      }),
-    );
+    const denials: Promise<void>[] = [];
+    for (const { s, inst } of instances) {
+      if (inst.metadata?.deletionTimestamp) continue;
+      const v = verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace);
+      if (!v) continue;
+      if (v.status === 'True') this.sendGrant(s, inst, v, namespace);
+      else
+        denials.push(
+          this.writeVerdict(s, inst, v).then((ok) => {
+            if (!ok) conflicts = true;
+          }),
+        );
+    }
+    await Promise.all(denials);
     if (conflicts) return { requeue: true };
     const waiting = candidates.filter((c) => decision.verdicts.get(c.uid)?.granted === false);
     if (waiting.length === 0) return;
@@ -390,6 +402,22 @@ export class QuotaController {
       this.events.event(quota, 'Warning', 'Superseded', 'Reconcile', warn.message);
   }
 
+  /** Applies a grant in the background, once at a time per instance; a failure decides the namespace again. */
+  private sendGrant(s: ClusterState, inst: InstanceObject, v: QuotaVerdict, namespace: string): void {
+    const key = keyOf(inst);
+    const sending = s.sending.get(key);
+    if (sending && sameVerdict(sending, v)) return;
+    s.sending.set(key, v);
+    this.writeVerdict(s, inst, v)
+      .catch((e: unknown) => {
+        this.log.warn({ instance: key, err: errorText(e) }, 'quota grant not written; deciding again');
+        this.controller.queue.add(namespace);
+      })
+      .finally(() => {
+        if (s.sending.get(key) === v) s.sending.delete(key);
+      });
+  }
+
   /**
    * Applies the instance's QuotaGranted condition unless it says that already. A grant is backed by
    * the ledger and always true; anything else is applied only to the instance as read, so that a
@@ -397,13 +425,7 @@ export class QuotaController {
    */
   private async writeVerdict(s: ClusterState, inst: InstanceObject, v: QuotaVerdict): Promise<boolean> {
     const current = s.written.pending(inst) ?? findCondition(inst.status?.conditions, QUOTA_CONDITION);
-    if (
-      current &&
-      current.status === v.status &&
-      current.reason === v.reason &&
-      current.message === v.message
-    )
-      return true;
+    if (current && sameVerdict(current, v)) return true;
     const old = findCondition(inst.status?.conditions, QUOTA_CONDITION);
     const [condition] = setCondition(old ? [old] : [], {
       type: QUOTA_CONDITION,
