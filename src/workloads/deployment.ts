@@ -10,7 +10,7 @@ import {
   generationChanged,
   labelsChanged,
 } from '../policy/predicates.ts';
-import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
+import { conditionSetter, findCondition, sameConditions } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
@@ -47,6 +47,9 @@ import {
 
 type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
 
+/** Count-only status changes within this long of the last write are batched into one write. */
+const STATUS_BATCH_MS = 250;
+
 export interface DeploymentControllerOptions {
   workers?: number;
 }
@@ -60,6 +63,10 @@ export class DeploymentController {
   private readonly log: Logger;
   /** Creates and deletes sent but not yet in the cache, by instance key: a second reconcile must not repeat them. */
   private readonly sent: WriteExpectations<Action['type']>;
+  /** The status last written, until the deployment cache shows it. */
+  private readonly statusSent: WriteExpectations<WorkloadDeploymentStatus>;
+  /** When each deployment's status was last written (forgotten with the deployment). */
+  private readonly lastWrite = new Map<string, number>();
 
   constructor(manager: Manager, opts: DeploymentControllerOptions = {}) {
     this.manager = manager;
@@ -73,6 +80,8 @@ export class DeploymentController {
       return d ? [`${i.metadata.namespace}/${d}`] : [];
     });
     this.sent = new WriteExpectations(this.instances, keyOf);
+    this.statusSent = new WriteExpectations(this.deployments, keyOf);
+    this.deployments.addEventHandler({ onDelete: (d) => this.lastWrite.delete(keyOf(d)) });
     this.controller = new Controller({
       name: 'workloads-deployment',
       workers: opts.workers ?? 8,
@@ -161,8 +170,9 @@ export class DeploymentController {
       progressDeadlineSeconds: wd.spec.progressDeadlineSeconds,
       now: Date.now(),
     });
-    const before = wd.status?.conditions ?? [];
-    const setter = conditionSetter(before, wd.metadata.generation);
+    // The status as last written: the cache may not show our own last write yet.
+    const current = this.statusSent.pending(wd) ?? wd.status ?? {};
+    const setter = conditionSetter(current.conditions ?? [], wd.metadata.generation);
     setter.set('Available', verdict.available.status, verdict.available.reason, verdict.available.message);
     setter.set(
       'Progressing',
@@ -177,44 +187,69 @@ export class DeploymentController {
       selector: deploymentSelector(name),
       conditions: setter.conditions,
     };
-    await this.writeStatus(wd, before, status);
+    const batched = await this.writeStatus(wd, current, status);
     const after = [
       held ? maxWaitMs : undefined,
+      batched,
       verdict.deadlineInMs === undefined ? undefined : verdict.deadlineInMs + 100,
     ].filter((x): x is number => x !== undefined);
     if (after.length) return { requeueAfterMs: Math.min(...after) };
   }
 
-  /** Writes the status when a count, the hash or a condition changed; Warnings for user-fixable causes. */
+  /**
+   * Writes the status when a count, the hash or a condition changed; Warnings for user-fixable
+   * causes. A change of counts or messages alone within STATUS_BATCH_MS of the last write waits for
+   * the rest of that window (the milliseconds returned), so one instance's steps (created, its Pod
+   * made, Ready) are one write rather than three, as the Job controller batches its syncs; a new
+   * generation or a condition that changes status or reason is written at once.
+   */
   private async writeStatus(
     wd: DeploymentObject,
-    before: Condition[],
+    old: WorkloadDeploymentStatus,
     status: WorkloadDeploymentStatus,
-  ): Promise<void> {
-    const old = wd.status ?? {};
+  ): Promise<number | undefined> {
+    const key = keyOf(wd);
+    const last = old.conditions ?? [];
     const same =
       (Object.keys(status) as (keyof WorkloadDeploymentStatus)[]).every(
         (k) => k === 'conditions' || old[k] === status[k],
-      ) && sameConditions(before, status.conditions);
+      ) && sameConditions(last, status.conditions);
     if (same) return;
+    const urgent =
+      old.observedGeneration !== status.observedGeneration ||
+      status.conditions!.some((c) => {
+        const was = findCondition(last, c.type);
+        return was?.status !== c.status || was.reason !== c.reason;
+      });
+    const wait = STATUS_BATCH_MS - (Date.now() - (this.lastWrite.get(key) ?? 0));
+    if (!urgent && wait > 0) return wait;
     try {
-      await applyStatus(this.manager.client(), WorkloadDeployment.ref, wd, status, DEPLOYMENT_MANAGER);
+      const written = await applyStatus(
+        this.manager.client(),
+        WorkloadDeployment.ref,
+        wd,
+        status,
+        DEPLOYMENT_MANAGER,
+      );
+      this.statusSent.expect(key, written.metadata?.resourceVersion, status);
+      this.lastWrite.set(key, Date.now());
     } catch (e) {
       if (isObjectGone(e)) return;
       throw e;
     }
     for (const type of ['Available', 'Progressing']) {
       const now = findCondition(status.conditions, type)!;
-      const was = findCondition(before, type);
+      const was = findCondition(last, type);
       if (
         now.status === 'False' &&
         (USER_FIXABLE.has(now.reason) || now.reason === 'ProgressDeadlineExceeded') &&
         !(was?.status === 'False' && was.reason === now.reason)
       ) {
         this.events.event(wd, 'Warning', now.reason, type === 'Available' ? 'Serve' : 'Rollout', now.message);
-        this.log.warn({ deployment: keyOf(wd), condition: type, reason: now.reason }, now.message);
+        this.log.warn({ deployment: key, condition: type, reason: now.reason }, now.message);
       }
     }
+    return undefined;
   }
 }
 

@@ -69,6 +69,8 @@ export class InstanceController {
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
   /** Pods created and not yet in the cache, by instance key. */
   private readonly podsSent: WriteExpectations;
+  /** The status last written to an instance, until the instance cache shows it. */
+  private readonly statusSent: WriteExpectations<InstanceStatus>;
 
   constructor(manager: Manager, opts: InstanceControllerOptions = {}) {
     this.manager = manager;
@@ -82,6 +84,7 @@ export class InstanceController {
       transform: { name: 'workload-pod', fn: workloadPod },
     });
     this.podsSent = new WriteExpectations(this.pods, keyOf);
+    this.statusSent = new WriteExpectations(this.instances, keyOf);
     this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
     this.controller = new Controller({
       name: 'workloads-instance',
@@ -253,7 +256,9 @@ export class InstanceController {
     pod: WorkloadPod | undefined,
     v: { ready: ConditionVerdict; available: ConditionVerdict; programmed: ConditionVerdict },
   ): Promise<void> {
-    const before = inst.status?.conditions ?? [];
+    // Our last write, while the cache does not show it yet (a second pass must not send it again).
+    const old = this.statusSent.pending(inst) ?? inst.status ?? {};
+    const before = old.conditions ?? [];
     const generation = inst.metadata.generation;
     const setter = conditionSetter(before, generation);
     setter.set('Ready', v.ready.status, v.ready.reason, v.ready.message);
@@ -267,7 +272,6 @@ export class InstanceController {
       ...(pod ? { podName: pod.metadata.name! } : {}),
       conditions: mine(setter.conditions),
     };
-    const old = inst.status ?? {};
     if (
       old.observedGeneration === status.observedGeneration &&
       old.observedTemplateHash === status.observedTemplateHash &&
@@ -276,7 +280,8 @@ export class InstanceController {
     )
       return;
     try {
-      await applyStatus(this.manager.client(), Instance.ref, inst, status, INSTANCE_MANAGER);
+      const written = await applyStatus(this.manager.client(), Instance.ref, inst, status, INSTANCE_MANAGER);
+      this.statusSent.expect(keyOf(inst), written.metadata?.resourceVersion, status);
     } catch (e) {
       if (isObjectGone(e)) return;
       throw e;

@@ -19,6 +19,7 @@ import type { InstanceObject } from '../../src/workloads/decide.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
+  INSTANCE_FINALIZER,
   INSTANCE_LABEL,
   Quota,
   QUOTA_GATE,
@@ -336,6 +337,27 @@ describe('workloads in a cell', () => {
     const wd = await getWD('pull');
     assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
     assert.equal(cond(wd, 'Available')?.status, 'True');
+  });
+
+  test('an instance to Ready is a handful of writes, and it is gone only once its Pod is, by its own finalizer', async () => {
+    const writes = () => berth!.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
+    const spentBefore = await writes();
+    await applyWD('lean', { replicas: 1, template: template('registry.example/lean:1') });
+    await observe('lean', settled(1));
+    await sleep(1000); // a batched status write of the deployment, if one is due
+    // The Instance, its quota verdict, its Pod (made ungated: the verdict is in first), the
+    // instance's status twice (Pod made, Ready) and the deployment's at most four times (its new
+    // generation; counts, batched when they come close together; Available). Before: 10 to 12.
+    const spent = (await writes()) - spentBefore;
+    assert.ok(spent <= 9, `${spent} writes for one instance`);
+    const [inst] = await instancesOf('lean');
+    assert.deepEqual(inst!.metadata.finalizers, [INSTANCE_FINALIZER]);
+    const [pod] = await podsOf('lean');
+    assert.equal(((pod!['spec'] as { schedulingGates?: unknown[] }).schedulingGates ?? []).length, 0);
+
+    await applyWD('lean', { replicas: 0, template: template('registry.example/lean:1') });
+    await waitFor('lean-0 gone', async () => (await instancesOf('lean')).length === 0);
+    assert.deepEqual(await podsOf('lean'), [], 'the instance went before its Pod');
   });
 
   test('a Quota of four with six requested: four run, two wait QuotaExceeded; deleting one lets exactly one in', async (t) => {
