@@ -48,7 +48,7 @@ import {
 type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
 
 /** Count-only status changes within this long of the last write are batched into one write. */
-const STATUS_BATCH_MS = 250;
+const STATUS_BATCH_MS = 500;
 
 export interface DeploymentControllerOptions {
   workers?: number;

@@ -46,9 +46,9 @@ export const workloadsCapability: Capability = {
   ],
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });
-    new InstanceController(manager, { workers: Number(options['instanceWorkers'] ?? 16) });
     // Part 1 keeps Quotas in the cluster that runs the instances; part 2 passes the management plane.
-    new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
+    const quota = new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
+    new InstanceController(manager, { workers: Number(options['instanceWorkers'] ?? 16), quota });
     return {};
   },
   explainKinds: [

@@ -33,6 +33,7 @@ import {
   type InstanceTypeObject,
   type WorkloadPod,
 } from './decide.ts';
+import type { QuotaController } from './quota.ts';
 import { instanceSize } from './resources.ts';
 import {
   INSTANCE_FINALIZER,
@@ -47,6 +48,15 @@ import {
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;
 
+/** A grant the quota controller has made whose condition is not cached yet (it is being applied). */
+const grantedInMemory: Condition = {
+  type: 'QuotaGranted',
+  status: 'True',
+  reason: 'QuotaAvailable',
+  message: 'granted; the condition is being written',
+  lastTransitionTime: '',
+};
+
 /** How long a new instance waits for the quota controller's verdict before it is reported as waiting. */
 const VERDICT_WAIT_MS = 5000;
 
@@ -55,6 +65,8 @@ const REJECTED_RETRY_MS = 60_000;
 
 export interface InstanceControllerOptions {
   workers?: number;
+  /** The quota controller of this process: its grants are acted on before their condition comes back. */
+  quota?: Pick<QuotaController, 'isGranted' | 'onGrant'>;
 }
 
 export class InstanceController {
@@ -67,6 +79,7 @@ export class InstanceController {
   private readonly log: Logger;
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
+  private readonly quota: InstanceControllerOptions['quota'];
   /** Pods created and not yet in the cache, by instance key. */
   private readonly podsSent: WriteExpectations;
   /** The status last written to an instance, until the instance cache shows it. */
@@ -117,6 +130,11 @@ export class InstanceController {
         update: changed(generationChanged),
       });
     manager.add(this.controller);
+    this.quota = opts.quota;
+    const local = manager.cluster().name;
+    opts.quota?.onGrant((cluster, key) => {
+      if (cluster === local) this.controller.queue.add(key);
+    });
   }
 
   private async reconcile(key: string): Promise<Result | void> {
@@ -133,7 +151,10 @@ export class InstanceController {
       name: inst.metadata.name!,
       uid,
     };
-    const quota = findCondition(inst.status?.conditions, 'QuotaGranted');
+    const cluster = this.manager.cluster().name;
+    const quota =
+      findCondition(inst.status?.conditions, 'QuotaGranted') ??
+      (this.quota?.isGranted(cluster, uid) ? grantedInMemory : undefined);
     const granted = quota?.status === 'True';
     // A Pod made before the quota controller's first verdict would be gated, then ungated a moment
     // later (two more writes, two more hops): wait for the verdict, whose own event brings this key

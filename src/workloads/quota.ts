@@ -168,6 +168,8 @@ interface ClusterState {
   written: WriteExpectations<QuotaVerdict>;
   /** Grants on their way, by instance key. */
   sending: Map<string, QuotaVerdict>;
+  /** Instances granted (by uid) since this process started, until they are deleted. */
+  granted: Set<string>;
 }
 
 export interface QuotaControllerOptions {
@@ -186,6 +188,22 @@ export class QuotaController {
   private readonly ledgers: WriteExpectations<QuotaObject>;
   private readonly events: EventRecorder;
   private readonly log: Logger;
+
+  private readonly grantListeners: ((cluster: string, key: string) => void)[] = [];
+
+  /**
+   * Whether this controller has granted the instance (its ledger written, or no Quota): the instance
+   * controller acts on it at once instead of a watch hop later, when the QuotaGranted condition it
+   * also applies comes back. A restart forgets; the condition remembers.
+   */
+  isGranted(cluster: string, uid: string): boolean {
+    return this.clusters.get(cluster)?.granted.has(uid) ?? false;
+  }
+
+  /** Called with the cluster and the key of each instance granted. */
+  onGrant(listener: (cluster: string, key: string) => void): void {
+    this.grantListeners.push(listener);
+  }
 
   constructor(manager: Manager, opts: QuotaControllerOptions = {}) {
     this.manager = manager;
@@ -242,7 +260,9 @@ export class QuotaController {
       instances,
       written: new WriteExpectations(instances, keyOf),
       sending: new Map(),
+      granted: new Set(),
     };
+    instances.addEventHandler({ onDelete: (i) => s.granted.delete(i.metadata?.uid ?? '') });
     this.clusters.set(cluster.name, s);
     return s;
   }
@@ -308,8 +328,14 @@ export class QuotaController {
       if (inst.metadata?.deletionTimestamp) continue;
       const v = verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace);
       if (!v) continue;
-      if (v.status === 'True') this.sendGrant(s, inst, v, namespace);
-      else
+      if (v.status === 'True') {
+        this.sendGrant(s, inst, v, namespace);
+        const uid = inst.metadata!.uid!;
+        if (!s.granted.has(uid)) {
+          s.granted.add(uid);
+          for (const listener of this.grantListeners) listener(s.cluster.name, keyOf(inst));
+        }
+      } else
         denials.push(
           this.writeVerdict(s, inst, v).then((ok) => {
             if (!ok) conflicts = true;
