@@ -280,6 +280,8 @@ interface ContainerStatus {
   name: string;
   ready?: boolean;
   restartCount?: number;
+  /** Only when the last run ended: what the crash window reads. */
+  lastState?: { terminated?: { finishedAt?: string } };
   state?: {
     waiting?: { reason?: string; message?: string };
     running?: unknown;
@@ -315,6 +317,9 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
     ...(c.ready !== undefined ? { ready: c.ready } : {}),
     ...(c.restartCount !== undefined ? { restartCount: c.restartCount } : {}),
     ...(c.state ? { state: c.state } : {}),
+    ...(c.lastState?.terminated?.finishedAt
+      ? { lastState: { terminated: { finishedAt: c.lastState.terminated.finishedAt } } }
+      : {}),
   });
   const { managedFields: _, ...metadata } = obj.metadata ?? {};
   return {
@@ -340,8 +345,29 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
 const PULL_RETRIES = new Set(['ErrImagePull', 'ImagePullBackOff']);
 const IMAGE_REASONS = new Set(['InvalidImageName', 'ErrImageNeverPull']);
 const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
-/** Restarts from which an instance counts as crashing even between back-offs. */
+/** Restarts from which an instance counts as crashing even between back-offs... */
 export const CRASH_RESTARTS = 3;
+/**
+ * ...while its last run ended less than this long ago: the kubelet forgets a container's back-off
+ * after ten minutes of running well, and so does Berth (a container that crashed three times last
+ * week and is not Ready now for another cause is not crashing).
+ */
+export const CRASH_WINDOW_MS = 10 * 60_000;
+
+/** How long the container's last crash still counts (ms); 0 when it does not. No record of the last run counts. */
+function crashWindowLeft(c: ContainerStatus, now: number): number {
+  if ((c.restartCount ?? 0) < CRASH_RESTARTS) return 0;
+  const ended = Date.parse(c.lastState?.terminated?.finishedAt ?? '');
+  return Number.isNaN(ended) ? CRASH_WINDOW_MS : Math.max(0, CRASH_WINDOW_MS - (now - ended));
+}
+
+/** When a crash the Pod shows stops counting (ms from now): the instance is looked at again then. */
+export function crashWindowEndsIn(pod: WorkloadPod, now: number): number | undefined {
+  const left = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]
+    .map((c) => crashWindowLeft(c, now))
+    .filter((ms) => ms > 0);
+  return left.length ? Math.min(...left) : undefined;
+}
 
 export interface Cause {
   reason: BlockingReason;
@@ -353,7 +379,7 @@ export interface Cause {
  * the same while the cause does (no restart count, no ErrImagePull/ImagePullBackOff flip-flop), so
  * a crash loop or a pull back-off is one status write and one event, not one per kubelet retry.
  */
-export function podCauses(pod: WorkloadPod): Cause[] {
+export function podCauses(pod: WorkloadPod, now = Date.now()): Cause[] {
   const causes: Cause[] = [];
   const containers = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
   for (const c of containers) {
@@ -369,7 +395,7 @@ export function podCauses(pod: WorkloadPod): Cause[] {
         reason: IMAGE_REASONS.has(why) ? 'ImageUnavailable' : 'ConfigurationError',
         message: `container ${c.name}: ${why}${waiting?.message ? `: ${waiting.message}` : ''}`,
       });
-    else if (why === 'CrashLoopBackOff' || (c.restartCount ?? 0) >= CRASH_RESTARTS)
+    else if (why === 'CrashLoopBackOff' || crashWindowLeft(c, now) > 0)
       causes.push({
         reason: 'InstanceCrashing',
         message: `container ${c.name} keeps crashing and restarting`,

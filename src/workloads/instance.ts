@@ -21,6 +21,7 @@ import type { Logger } from '../runtime/observability/log.ts';
 import {
   byInstanceType,
   controlledBy,
+  crashWindowEndsIn,
   gated,
   instanceVerdict,
   podManifest,
@@ -229,6 +230,9 @@ export class InstanceController {
       ...(configError ? { configError } : {}),
     });
     await this.writeStatus(inst, pod, verdict);
+    // A crash stops counting when its window closes, with no event to say so: look again then.
+    const crashEnds = pod && crashWindowEndsIn(pod, Date.now());
+    if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
     return result;
   }
 

@@ -7,6 +7,7 @@ import {
   instanceVerdict,
   plan,
   podCauses,
+  crashWindowEndsIn,
   podManifest,
   templateHash,
   ungatePatch,
@@ -286,6 +287,18 @@ describe('instance conditions from the Pod', () => {
       podCauses(pod({ containerStatuses: [{ name: 'app', restartCount: 2, state: { running: {} } }] })),
       [],
     );
+    // Restarts count for ten minutes after the last run ended, as the kubelet's back-off does.
+    const now = Date.parse('2030-01-01T01:00:00Z');
+    const ranUntil = (finishedAt: string) =>
+      pod({
+        containerStatuses: [
+          { name: 'app', restartCount: 7, state: { running: {} }, lastState: { terminated: { finishedAt } } },
+        ],
+      });
+    assert.deepEqual(podCauses(ranUntil('2030-01-01T00:59:00Z'), now), crash);
+    assert.equal(crashWindowEndsIn(ranUntil('2030-01-01T00:59:00Z'), now), 9 * 60_000);
+    assert.deepEqual(podCauses(ranUntil('2030-01-01T00:49:00Z'), now), [], 'eleven minutes ago');
+    assert.equal(crashWindowEndsIn(ranUntil('2030-01-01T00:49:00Z'), now), undefined);
     assert.equal(
       podCauses(
         pod({ containerStatuses: [waiting('CreateContainerConfigError', 0, 'secret "x" not found')] }),
