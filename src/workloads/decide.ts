@@ -417,8 +417,8 @@ export interface InstanceObservation {
   pod?: WorkloadPod;
   /** A Pod of that name that is not this instance's (an earlier instance's, going away). */
   foreignPod?: boolean;
-  /** The QuotaGranted condition the quota controller wrote. */
-  quota?: Condition;
+  /** The quota verdict: the QuotaGranted condition, or the grant of the quota controller in this process. */
+  quota?: QuotaView;
   /** Why no Pod can be made: a sizing error, or the apiserver's answer to the Pod. */
   configError?: string;
 }
@@ -430,7 +430,10 @@ export interface InstanceVerdict {
 }
 
 /** The quota controller's verdict as a blocking cause (undefined when granted). */
-export function quotaCause(quota: Condition | undefined): Cause | undefined {
+/** What a quota verdict says, as a condition or as the quota controller hands it over. */
+export type QuotaView = Pick<Condition, 'status' | 'reason' | 'message'>;
+
+export function quotaCause(quota: QuotaView | undefined): Cause | undefined {
   if (quota?.status === 'True') return undefined;
   const reason = quota && rank(quota.reason) < BLOCKING_REASONS.length ? quota.reason : 'PendingEvaluation';
   return {

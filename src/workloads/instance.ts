@@ -2,8 +2,9 @@
 // quota controller has given its verdict (gated by the quota gate unless QuotaGranted is True), takes
 // exactly that gate off once the instance is granted, recreates a Pod someone else deleted, and
 // writes Ready, Available and Programmed from the Pod's real state by server-side apply on /status
-// under its own manager (the conditions are a list-map keyed by type: the quota controller's
-// QuotaGranted entry is never touched). An instance being deleted has its Pod deleted here, then its
+// under its own manager (the conditions are a list-map keyed by type). A grant of the quota
+// controller in this process is acted on and written here, with the rest of the status; a waiting
+// verdict stays the quota controller's entry, never touched here. An instance being deleted has its Pod deleted here, then its
 // finalizer taken off (INSTANCE_FINALIZER says why).
 import { isDeepStrictEqual } from 'node:util';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
@@ -32,6 +33,7 @@ import {
   type ConditionVerdict,
   type InstanceObject,
   type InstanceTypeObject,
+  type QuotaView,
   type WorkloadPod,
 } from './decide.ts';
 import type { QuotaController } from './quota.ts';
@@ -49,15 +51,6 @@ import {
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;
 
-/** A grant the quota controller has made whose condition is not cached yet (it is being applied). */
-const grantedInMemory: Condition = {
-  type: 'QuotaGranted',
-  status: 'True',
-  reason: 'QuotaAvailable',
-  message: 'granted; the condition is being written',
-  lastTransitionTime: '',
-};
-
 /** How long a new instance waits for the quota controller's verdict before it is reported as waiting. */
 const VERDICT_WAIT_MS = 5000;
 
@@ -67,7 +60,7 @@ const REJECTED_RETRY_MS = 60_000;
 export interface InstanceControllerOptions {
   workers?: number;
   /** The quota controller of this process: its grants are acted on before their condition comes back. */
-  quota?: Pick<QuotaController, 'isGranted' | 'onGrant'>;
+  quota?: Pick<QuotaController, 'grantOf' | 'onGrant'>;
 }
 
 export class InstanceController {
@@ -153,9 +146,10 @@ export class InstanceController {
       uid,
     };
     const cluster = this.manager.cluster().name;
-    const quota =
-      findCondition(inst.status?.conditions, 'QuotaGranted') ??
-      (this.quota?.isGranted(cluster, uid) ? grantedInMemory : undefined);
+    // The in-process quota controller's grant, which this controller writes; else whatever verdict
+    // the instance carries (a waiting one, or a grant written by a quota controller elsewhere).
+    const grant = this.quota?.grantOf(cluster, uid);
+    const quota: QuotaView | undefined = grant ?? findCondition(inst.status?.conditions, 'QuotaGranted');
     const granted = quota?.status === 'True';
     // A Pod made before the quota controller's first verdict would be gated, then ungated a moment
     // later (two more writes, two more hops): wait for the verdict, whose own event brings this key
@@ -229,7 +223,7 @@ export class InstanceController {
       ...(quota ? { quota } : {}),
       ...(configError ? { configError } : {}),
     });
-    await this.writeStatus(inst, pod, verdict);
+    await this.writeStatus(inst, pod, verdict, granted ? quota : undefined);
     // A crash stops counting when its window closes, with no event to say so: look again then.
     const crashEnds = pod && crashWindowEndsIn(pod, Date.now());
     if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
@@ -280,6 +274,7 @@ export class InstanceController {
     inst: InstanceObject,
     pod: WorkloadPod | undefined,
     v: { ready: ConditionVerdict; available: ConditionVerdict; programmed: ConditionVerdict },
+    grant: QuotaView | undefined,
   ): Promise<void> {
     // Our last write, while the cache does not show it yet (a second pass must not send it again).
     const old = this.statusSent.pending(inst) ?? inst.status ?? {};
@@ -289,7 +284,11 @@ export class InstanceController {
     setter.set('Ready', v.ready.status, v.ready.reason, v.ready.message);
     setter.set('Available', v.available.status, v.available.reason, v.available.message);
     setter.set('Programmed', v.programmed.status, v.programmed.reason, v.programmed.message);
-    const mine = (cs: Condition[]) => cs.filter((c) => (OWN as readonly string[]).includes(c.type));
+    // A grant is written with the rest (never revoked, so it is in every later write too: a server-side
+    // apply without it would take it away); a waiting verdict is the quota controller's own.
+    if (grant) setter.set('QuotaGranted', true, grant.reason, grant.message);
+    const own: readonly string[] = grant ? [...OWN, 'QuotaGranted'] : OWN;
+    const mine = (cs: Condition[]) => cs.filter((c) => own.includes(c.type));
     const hash = pod?.metadata.labels?.[TEMPLATE_HASH_LABEL];
     const status: InstanceStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),

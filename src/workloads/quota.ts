@@ -4,7 +4,9 @@
 // resourceVersion read: a writer working from a stale view gets a 409 and decides again, so nothing
 // is granted twice, whatever the caches say and however many writers race. Only then does each
 // Instance learn its verdict, in its QuotaGranted condition (server-side apply under berth-quota; the
-// conditions are a list-map keyed by type, so the instance controller's own conditions stay its own).
+// conditions are a list-map keyed by type, so the instance controller's own conditions stay its own),
+// except that a grant is handed to the instance controller of the same process, which writes it with
+// the rest of the instance's status (grantOf, onGrant).
 // Events first (Instance created or deleted, Quota changed); while an instance waits, a requeue
 // backing off with its age heals a missed one.
 import { isDeepStrictEqual } from 'node:util';
@@ -168,8 +170,8 @@ interface ClusterState {
   written: WriteExpectations<QuotaVerdict>;
   /** Grants on their way, by instance key. */
   sending: Map<string, QuotaVerdict>;
-  /** Instances granted (by uid) since this process started, until they are deleted. */
-  granted: Set<string>;
+  /** The grants of this process's passes, by instance uid, until the instance is deleted. */
+  granted: Map<string, QuotaVerdict>;
 }
 
 export interface QuotaControllerOptions {
@@ -192,15 +194,19 @@ export class QuotaController {
   private readonly grantListeners: ((cluster: string, key: string) => void)[] = [];
 
   /**
-   * Whether this controller has granted the instance (its ledger written, or no Quota): the instance
-   * controller acts on it at once instead of a watch hop later, when the QuotaGranted condition it
-   * also applies comes back. A restart forgets; the condition remembers.
+   * The grant this controller has made to the instance (its ledger written, or no Quota), if any. An
+   * instance controller in the same process that listens (onGrant) acts on it at once and writes the
+   * QuotaGranted condition itself, with the rest of the instance's status: one write and one watch
+   * hop fewer per instance. A restart forgets; the next pass grants again from the ledger.
    */
-  isGranted(cluster: string, uid: string): boolean {
-    return this.clusters.get(cluster)?.granted.has(uid) ?? false;
+  grantOf(cluster: string, uid: string): QuotaVerdict | undefined {
+    return this.clusters.get(cluster)?.granted.get(uid);
   }
 
-  /** Called with the cluster and the key of each instance granted. */
+  /**
+   * Called with the cluster and the key of each instance granted, or whose grant reads otherwise. With
+   * a listener, grants are the listener's to write; this controller writes only the others.
+   */
   onGrant(listener: (cluster: string, key: string) => void): void {
     this.grantListeners.push(listener);
   }
@@ -260,7 +266,7 @@ export class QuotaController {
       instances,
       written: new WriteExpectations(instances, keyOf),
       sending: new Map(),
-      granted: new Set(),
+      granted: new Map(),
     };
     instances.addEventHandler({ onDelete: (i) => s.granted.delete(i.metadata?.uid ?? '') });
     this.clusters.set(cluster.name, s);
@@ -329,12 +335,13 @@ export class QuotaController {
       const v = verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace);
       if (!v) continue;
       if (v.status === 'True') {
-        this.sendGrant(s, inst, v, namespace);
         const uid = inst.metadata!.uid!;
-        if (!s.granted.has(uid)) {
-          s.granted.add(uid);
+        const known = s.granted.get(uid);
+        if (!known || !sameVerdict(known, v)) {
+          s.granted.set(uid, v);
           for (const listener of this.grantListeners) listener(s.cluster.name, keyOf(inst));
         }
+        if (!this.grantListeners.length) this.sendGrant(s, inst, v, namespace);
       } else
         denials.push(
           this.writeVerdict(s, inst, v).then((ok) => {

@@ -345,11 +345,11 @@ describe('workloads in a cell', () => {
     await applyWD('lean', { replicas: 1, template: template('registry.example/lean:1') });
     await observe('lean', settled(1));
     await sleep(1000); // a batched status write of the deployment, if one is due
-    // The Instance, its quota verdict, its Pod (made ungated: the verdict is in first), the
-    // instance's status twice (Pod made, Ready) and the deployment's at most four times (its new
-    // generation; counts, batched when they come close together; Available). Before: 10 to 12.
+    // The Instance, its Pod (made ungated: the grant is in first), the instance's status twice (the
+    // grant with the Pod made; Ready) and the deployment's at most four times (its new generation;
+    // counts, batched when they come close together; Available). Before: 17.
     const spent = (await writes()) - spentBefore;
-    assert.ok(spent <= 9, `${spent} writes for one instance`);
+    assert.ok(spent <= 8, `${spent} writes for one instance`);
     const [inst] = await instancesOf('lean');
     assert.deepEqual(inst!.metadata.finalizers, [INSTANCE_FINALIZER]);
     const [pod] = await podsOf('lean');
