@@ -180,8 +180,7 @@ export class InstanceController {
             fieldManager: INSTANCE_MANAGER,
           });
         this.podsSent.expect(key, made.metadata?.resourceVersion, true);
-        // The status follows from the Pod's add event, by then often scheduled or Ready already.
-        return result;
+        pod = workloadPod(made);
       } catch (e) {
         if (isConflict(e)) {
           // Ours, not cached yet: its add event brings this key back. Anyone else's (a Pod of this

@@ -14,6 +14,7 @@ import { CRASH_IMAGE_HOST, MISSING_IMAGE_HOST } from '../../src/sandbox/stages.t
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { resourcePath } from '../../src/runtime/client/client.ts';
+import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import {
@@ -224,16 +225,26 @@ describe('workloads in a cell', () => {
     await applyWD('roll', { replicas: 3, template: template('registry.example/roll:1') });
     await observe('roll', settled(3));
     const old = (await getWD('roll')).status!.templateHash!;
+    // The order of the replacements, from a watch: a step can be quicker than one poll of the snapshots.
+    const created: InstanceObject[] = [];
+    const watch = new Informer<InstanceObject>({
+      client,
+      ref: Instance.ref,
+      namespace: ns,
+      labelSelector: `${DEPLOYMENT_LABEL}=roll`,
+    });
+    watch.addEventHandler({ onAdd: (i) => created.push(i) });
+    watch.start();
+    await watch.waitForSync();
     await applyWD('roll', { replicas: 3, template: template('registry.example/roll:2') });
     const snaps = await observe('roll', (s) => s.wd.status?.templateHash !== old && settled(3)(s));
+    watch.stop();
     const current = snaps.at(-1)!.wd.status!.templateHash!;
     assert.notEqual(current, old);
+    const order = created.filter((i) => i.spec.templateHash === current).map((i) => i.spec.ordinal);
 
-    const order: number[] = [];
     let lastUpdated = -1;
     for (const s of snaps) {
-      for (const i of s.instances)
-        if (i.spec.templateHash === current && !order.includes(i.spec.ordinal)) order.push(i.spec.ordinal);
       // At most one of the three is out of service at any moment.
       const serving = s.instances.filter((i) => isReady(i) && !i.metadata.deletionTimestamp).length;
       assert.ok(serving >= 2, `two out of service at once: ${JSON.stringify(summary(s))}`);
