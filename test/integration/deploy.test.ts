@@ -4,7 +4,6 @@
 // Security profile. The build is moved to a namespace of its own: only the Namespace is created for
 // real, since dry-run objects cannot land in a namespace that does not exist.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -13,7 +12,7 @@ import { parseAllDocuments, stringify } from 'yaml';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
-import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { deleteNamespace, kubectl as runKubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -21,15 +20,7 @@ const ns = uniqueName('deploy');
 const dir = mkdtempSync(join(tmpdir(), 'berth-deploy-'));
 let kubectlPath: string;
 
-function kubectl(args: string[], input?: string): { stdout: string; stderr: string } {
-  const r = spawnSync(kubectlPath, ['--kubeconfig', sandbox.kubeconfigPath, ...args], {
-    input,
-    encoding: 'utf8',
-    timeout: 60_000,
-  });
-  assert.equal(r.status, 0, `kubectl ${args.join(' ')} failed:\n${r.stderr}${r.error ?? ''}`);
-  return { stdout: r.stdout, stderr: r.stderr };
-}
+const kubectl = (args: string[], input?: string) => runKubectl(sandbox, kubectlPath, args, input);
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- built objects, read field by field
 type Any = any;

@@ -14,7 +14,6 @@
 // group's domain, and the keys the policies named), no field of an object still owned by one of
 // Berth's field managers, no webhook configuration, Lease, Secret or CRD.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,7 +31,6 @@ import { ownedKeys } from '../../src/runtime/client/apply.ts';
 import { isNotFound } from '../../src/runtime/client/client.ts';
 import { webhookConfigLabels, webhookFieldManager } from '../../src/runtime/webhook/registration.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
-import { packageRoot } from '../../src/sandbox/paths.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import {
   DEPLOYMENT_MANAGER,
@@ -44,12 +42,13 @@ import {
   QUOTA_MANAGER,
   WorkloadDeployment,
 } from '../../src/workloads/types.ts';
-import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
   deleteNamespace,
   deleteNodes,
+  kubectl as runKubectl,
   podManifest,
   testSandbox,
   uniqueName,
@@ -104,15 +103,8 @@ let proxy: FaultProxy;
 let berth: BerthProcess | undefined;
 let kubectlPath: string;
 
-/** kubectl as the procedure runs it; fails the test when kubectl fails. */
-function kubectl(...args: string[]): string {
-  const r = spawnSync(kubectlPath, ['--kubeconfig', sandbox.kubeconfigPath, ...args], {
-    encoding: 'utf8',
-    timeout: 180_000,
-  });
-  assert.equal(r.status, 0, `kubectl ${args.join(' ')} failed:\n${r.stderr}${r.error ?? ''}`);
-  return r.stdout;
-}
+/** kubectl as the procedure runs it. */
+const kubectl = (...args: string[]) => runKubectl(sandbox, kubectlPath, args).stdout;
 
 const apply = (ref: ResourceRef, obj: KubeObject) =>
   client.apply(ref, obj, { fieldManager: 'test-author', force: true });
@@ -125,15 +117,8 @@ const exists = (ref: ResourceRef, name: string, namespace?: string) =>
     },
   );
 
-/** A berth command as a user runs it. */
-function berthCli(...args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(
-    process.execPath,
-    [join(packageRoot(), 'src/cli/main.ts'), ...args, `--kubeconfig=${sandbox.kubeconfigPath}`],
-    { encoding: 'utf8', timeout: 120_000 },
-  );
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+/** A berth command as a user runs it, against the sandbox. */
+const berthCli = (...args: string[]) => runBerthCli([...args, `--kubeconfig=${sandbox.kubeconfigPath}`]);
 
 // ---- what "nothing of Berth's" means ----------------------------------------------------------------
 
@@ -141,7 +126,7 @@ function berthCli(...args: string[]): { status: number | null; stdout: string; s
 function berthKey(key: string): boolean {
   const prefix = key.includes('/') ? key.slice(0, key.indexOf('/')) : '';
   if (prefix === POLICY_GROUP || prefix.endsWith(`.${POLICY_GROUP}`)) return true;
-  return Object.values(keys).some((k) => key === k || key.startsWith(keys.claimPrefix));
+  return key.startsWith(keys.claimPrefix) || Object.values(keys).includes(key);
 }
 
 /**
