@@ -12,7 +12,7 @@ import {
 } from '../registry/index.ts';
 import { releaseNodes, type ReleaseOptions } from '../policy/nodes/release.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
-import { KubeClient } from '../runtime/client/client.ts';
+import { isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { gated, parsePolicies, recordsPatch, releasePatch, type ArchPod } from './decide.ts';
 import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
@@ -95,27 +95,27 @@ export async function cleanArch(client: KubeClient, o: CleanOptions): Promise<vo
   const pods = (await client.list(Resources.pods, { query: { labelSelector: STATE_LABEL } }))
     .items as ArchPod[];
   for (const pod of pods) {
-    const at = `${pod.metadata!.namespace}/${pod.metadata!.name}`;
-    const write = async (patch: JsonPatchOp[]) => {
-      if (!o.dryRun && patch.length)
-        await client.patch(Resources.pods, pod.metadata!.name!, patch, {
-          namespace: pod.metadata!.namespace!,
-          type: 'json',
-          fieldManager: FIELD_MANAGER,
-        });
-    };
-    let now = pod;
-    if (gated(pod)) {
-      const patch = releasePatch(pod, 'released by berth arch clean');
-      await write(patch);
-      // The records patch tests what it removes: against the pod as the release left it.
-      if (!o.dryRun)
-        now = await client.get<ArchPod>(Resources.pods, pod.metadata!.name!, pod.metadata!.namespace!);
-      o.say(`pod ${at}: gate removed, released unplaced`);
-    }
-    if (o.records) {
-      await write(recordsPatch(now));
-      o.say(`pod ${at}: removed ${STATE_LABEL} and Berth's annotations`);
+    const [name, namespace] = [pod.metadata!.name!, pod.metadata!.namespace!];
+    const at = `${namespace}/${name}`;
+    const write = (patch: JsonPatchOp[]) =>
+      o.dryRun || !patch.length
+        ? Promise.resolve()
+        : client.patch(Resources.pods, name, patch, { namespace, type: 'json', fieldManager: FIELD_MANAGER });
+    try {
+      let now = pod;
+      if (gated(pod)) {
+        await write(releasePatch(pod, 'released by berth arch clean'));
+        // The records patch tests what it removes: against the pod as the release left it.
+        if (!o.dryRun) now = await client.get<ArchPod>(Resources.pods, name, namespace);
+        o.say(`pod ${at}: gate removed, released unplaced`);
+      }
+      if (o.records) {
+        await write(recordsPatch(now));
+        o.say(`pod ${at}: removed ${STATE_LABEL} and Berth's annotations`);
+      }
+    } catch (e) {
+      // A pod deleted meanwhile carries nothing any more.
+      if (!isNotFound(e)) throw e;
     }
   }
   // Tolerations can be added to a pod, never removed: they stay, harmless once no node has the taint.
