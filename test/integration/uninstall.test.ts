@@ -422,12 +422,19 @@ describe('the documented uninstall', () => {
       ),
       'gated at admission',
     );
+    // What the search below finds while Berth is at work: it looks where Berth's things are.
     const before = await leftovers();
-    for (const n of Object.values(nodes))
+    for (const what of [
+      ...Object.values(nodes).map((n) => `Node ${n}: `),
+      `Pod ${ns.arch}/stalled: scheduling gate ${SCHEDULING_GATE}`,
+      `Pod ${ns.work}/web-`,
+      `ConfigMap ${ns.agents}/pool: finalizer ${keys.ownerFinalizer}`,
+    ])
       assert.ok(
-        before.some((l) => l.includes(n)),
-        `Berth's keys on ${n}`,
+        before.some((l) => l.startsWith(what)),
+        `${what} in ${before.join('\n')}`,
       );
+    assert.ok(before.some((l) => l.endsWith(`scheduling gate ${QUOTA_GATE}`)));
 
     // berth uninstall refuses to run before step 1: only a running Berth releases what policies hold.
     const early = berthCli('uninstall', `--namespace=${ns.berth}`);
