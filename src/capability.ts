@@ -43,6 +43,14 @@ export interface ExplainContext {
   berthNamespace: string;
 }
 
+/** What `berth uninstall` gives a capability. */
+export interface UninstallContext {
+  client: KubeClient;
+  /** Says what changed (or, in a dry run, would change), one line each. */
+  say: (line: string) => void;
+  dryRun: boolean;
+}
+
 /** A kind of the capability's own that `berth explain <name> NAMESPACE/NAME` explains. */
 export interface ExplainKind {
   /** The subcommand: the kind's singular name in lower case (`instance`). */
@@ -78,6 +86,12 @@ export interface Capability {
   explainNode?(ctx: ExplainContext): Promise<string[]>;
   /** Its own kinds `berth explain` explains (namespaced ones). */
   explainKinds?: ExplainKind[];
+  /**
+   * `berth uninstall`, run once Berth is gone and no object of Berth's kinds is left: takes off what the
+   * capability still has on other objects (keys its controllers had not pruned yet when Berth stopped,
+   * records on pods). Its finalizers have released the rest while Berth ran.
+   */
+  uninstall?(ctx: UninstallContext): Promise<void>;
 }
 
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */

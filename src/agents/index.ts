@@ -3,7 +3,8 @@ import { POLICY_GROUP } from '../policy/crd.ts';
 import { agentsCommand } from './cli.ts';
 import { AgentsController } from './controller.ts';
 import { explainNodeAgents } from './explain.ts';
-import { AGENT_KEYS, AgentPlacement } from './types.ts';
+import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER } from './types.ts';
+import { releaseNodes } from '../policy/nodes/release.ts';
 
 export const agentsCapability: Capability = {
   name: 'agents',
@@ -45,4 +46,6 @@ export const agentsCapability: Capability = {
     });
     return { webhooks: [controller.webhook()] };
   },
+  // Claims and labels of a placement deleted moments before Berth stopped.
+  uninstall: ({ client, say, dryRun }) => releaseNodes(client, FIELD_MANAGER, { say, dryRun }),
 };

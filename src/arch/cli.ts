@@ -1,6 +1,7 @@
 // `berth arch inspect IMAGE`: the platforms an image's registry lists, read as the controller reads
 // them. `berth arch clean`: takes off every taint Berth's Taints mode put on nodes and every gate it left
-// on pods, and says which tolerations stay (a running pod's tolerations cannot be removed).
+// on pods, and says which tolerations stay (a running pod's tolerations cannot be removed); `berth
+// uninstall` runs the same clean and takes Berth's records off the pods too.
 import { Command } from 'commander';
 import { readFileSync } from 'node:fs';
 import {
@@ -9,11 +10,11 @@ import {
   RegistryClient,
   type RegistryClientOptions,
 } from '../registry/index.ts';
-import { taintPatch } from '../policy/nodes/cas.ts';
-import { ownedTaints } from '../policy/nodes/plan.ts';
-import { KubeClient } from '../runtime/client/client.ts';
+import { releaseNodes, type ReleaseOptions } from '../policy/nodes/release.ts';
+import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
+import { isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
-import { gated, parsePolicies, releasePatch, type ArchPod } from './decide.ts';
+import { gated, parsePolicies, recordsPatch, releasePatch, type ArchPod } from './decide.ts';
 import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
 
 /** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */
@@ -58,55 +59,72 @@ export function archCommand(): Command {
     .option('--kubeconfig <path>', 'kubeconfig to use')
     .action(async (o) => {
       const client = KubeClient.fromFile(o.kubeconfig);
-      const say = (s: string) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`);
       try {
-        const { policies } = parsePolicies((await client.list(ArchPlacement.ref)).items);
-        const live = policies.filter((p) => !p.deleting);
-        if (live.length && !o.force)
-          throw new Error(
-            `ArchPlacements still exist (${live.map((p) => `${p.name}: ${p.spec.mode}`).join(', ')}): ` +
-              'delete them first (Berth releases their pods), or pass --force',
-          );
-        for (const node of (await client.list(Resources.nodes)).items) {
-          const owned = ownedTaints(node, FIELD_MANAGER);
-          const patch = taintPatch(node, FIELD_MANAGER, []);
-          if (!patch.length) continue;
-          if (!o.dryRun)
-            await client.patch(Resources.nodes, node.metadata!.name!, patch, {
-              type: 'json',
-              fieldManager: FIELD_MANAGER,
-            });
-          say(`node ${node.metadata!.name}: removed taints ${owned.join(', ') || '(none; its record only)'}`);
-        }
-        const pods = (await client.list(Resources.pods, { query: { labelSelector: STATE_LABEL } }))
-          .items as ArchPod[];
-        for (const pod of pods.filter(gated)) {
-          const at = `${pod.metadata!.namespace}/${pod.metadata!.name}`;
-          if (!o.dryRun)
-            await client.patch(
-              Resources.pods,
-              pod.metadata!.name!,
-              releasePatch(pod, 'released by berth arch clean'),
-              {
-                namespace: pod.metadata!.namespace!,
-                type: 'json',
-                fieldManager: FIELD_MANAGER,
-              },
-            );
-          say(`pod ${at}: gate removed, released unplaced`);
-        }
-        // Tolerations can be added to a pod, never removed: they stay, harmless once no node has the taint.
-        const tolerating = ((await client.list(Resources.pods)).items as ArchPod[]).filter((p) =>
-          (p.spec.tolerations ?? []).some((t) => t.key === ARCH_TAINT),
-        );
-        for (const p of tolerating)
-          process.stdout.write(
-            `pod ${p.metadata!.namespace}/${p.metadata!.name}: keeps its ${ARCH_TAINT} tolerations ` +
-              '(a pod’s tolerations cannot be removed; harmless without the taints; recreate the pod to drop them)\n',
-          );
+        await cleanArch(client, {
+          force: o.force,
+          dryRun: o.dryRun,
+          say: (s) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`),
+        });
       } finally {
         client.close();
       }
     });
   return cmd;
+}
+
+export interface CleanOptions extends ReleaseOptions {
+  /** Clean even while an ArchPlacement exists. */
+  force?: boolean;
+  /** Also take Berth's state label and annotations off every pod it gated (uninstalling). */
+  records?: boolean;
+}
+
+/**
+ * Takes off every arch taint Berth set on nodes and every arch gate on pods; with `records`, its label
+ * and annotations from the pods too. Says which tolerations stay.
+ */
+export async function cleanArch(client: KubeClient, o: CleanOptions): Promise<void> {
+  const { policies } = parsePolicies((await client.list(ArchPlacement.ref)).items);
+  const live = policies.filter((p) => !p.deleting);
+  if (live.length && !o.force)
+    throw new Error(
+      `ArchPlacements still exist (${live.map((p) => `${p.name}: ${p.spec.mode}`).join(', ')}): ` +
+        'delete them first (Berth releases their pods), or pass --force',
+    );
+  await releaseNodes(client, FIELD_MANAGER, o);
+  const pods = (await client.list(Resources.pods, { query: { labelSelector: STATE_LABEL } }))
+    .items as ArchPod[];
+  for (const pod of pods) {
+    const [name, namespace] = [pod.metadata!.name!, pod.metadata!.namespace!];
+    const at = `${namespace}/${name}`;
+    const write = (patch: JsonPatchOp[]) =>
+      o.dryRun || !patch.length
+        ? Promise.resolve()
+        : client.patch(Resources.pods, name, patch, { namespace, type: 'json', fieldManager: FIELD_MANAGER });
+    try {
+      let now = pod;
+      if (gated(pod)) {
+        await write(releasePatch(pod, 'released by berth arch clean'));
+        // The records patch tests what it removes: against the pod as the release left it.
+        if (!o.dryRun) now = await client.get<ArchPod>(Resources.pods, name, namespace);
+        o.say(`pod ${at}: gate removed, released unplaced`);
+      }
+      if (o.records) {
+        await write(recordsPatch(now));
+        o.say(`pod ${at}: removed ${STATE_LABEL} and Berth's annotations`);
+      }
+    } catch (e) {
+      // A pod deleted meanwhile carries nothing any more.
+      if (!isNotFound(e)) throw e;
+    }
+  }
+  // Tolerations can be added to a pod, never removed: they stay, harmless once no node has the taint.
+  const tolerating = ((await client.list(Resources.pods)).items as ArchPod[]).filter((p) =>
+    (p.spec.tolerations ?? []).some((t) => t.key === ARCH_TAINT),
+  );
+  for (const p of tolerating)
+    o.say(
+      `pod ${p.metadata!.namespace}/${p.metadata!.name}: keeps its ${ARCH_TAINT} tolerations ` +
+        '(a pod’s tolerations cannot be removed; harmless without the taints; recreate the pod to drop them)',
+    );
 }

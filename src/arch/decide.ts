@@ -405,6 +405,21 @@ function placed(
 export const releasePatch = (pod: ArchPod, why: string): JsonPatchOp[] =>
   placePatch(pod, { kind: 'Released', message: why });
 
+/** Berth's own annotations on the pods it gated, beside the state label. */
+export const RECORD_ANNOTATIONS = [POLICY_ANNOTATION, RESULT_ANNOTATION, FAILURE_ANNOTATION];
+
+/**
+ * Uninstalling: the state label and the annotations Berth wrote come off an ungated pod (its affinity
+ * or tolerations stay: the apiserver lets no one remove them from a pod that may be scheduled).
+ */
+export function recordsPatch(pod: ArchPod): JsonPatchOp[] {
+  const out = structuredClone(pod);
+  const meta = (out.metadata ??= {});
+  if (meta.labels) delete meta.labels[STATE_LABEL];
+  for (const a of RECORD_ANNOTATIONS) if (meta.annotations) delete meta.annotations[a];
+  return guarded(pod, mutate(pod, out));
+}
+
 /** What a pod stands for in its policy's status. */
 export interface Standing {
   state: PodState;

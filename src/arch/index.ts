@@ -2,7 +2,7 @@ import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
-import { archCommand, registryOptions } from './cli.ts';
+import { archCommand, cleanArch, registryOptions } from './cli.ts';
 import { ArchController } from './controller.ts';
 import { explainPodArch } from './explain.ts';
 import { ARCH_KEYS, ArchPlacement } from './types.ts';
@@ -62,4 +62,6 @@ export const archCapability: Capability = {
     });
     return { webhooks: [controller.webhook()] };
   },
+  // Deleting the ArchPlacements released their pods; what stays on them is Berth's record of it.
+  uninstall: ({ client, say, dryRun }) => cleanArch(client, { say, dryRun, records: true }),
 };

@@ -4,6 +4,7 @@ import { explainCommand } from './explain.ts';
 import { installCommand, manifestsCommand } from './install.ts';
 import { runCommand } from './run.ts';
 import { sandboxCommand } from './sandbox.ts';
+import { uninstallCommand } from './uninstall.ts';
 import { version } from './version.ts';
 
 const program = new Command()
@@ -15,6 +16,7 @@ const program = new Command()
 program.addCommand(runCommand());
 program.addCommand(installCommand());
 program.addCommand(manifestsCommand());
+program.addCommand(uninstallCommand());
 program.addCommand(explainCommand());
 for (const c of capabilities) for (const command of c.commands?.() ?? []) program.addCommand(command);
 program.addCommand(sandboxCommand());

@@ -7,7 +7,8 @@ import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, Evictor } from './evictor.ts'
 import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels } from './explain.ts';
 import { clusterRules } from './load.ts';
-import { NodeLabelRule, type EvictOnRemoval } from './types.ts';
+import { FIELD_MANAGER, NodeLabelRule, type EvictOnRemoval } from './types.ts';
+import { releaseNodes } from '../policy/nodes/release.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 
@@ -87,6 +88,8 @@ export const labelsCapability: Capability = {
     });
     return {};
   },
+  // Labels of a rule file removed moments before Berth stopped (a ConfigMap takes up to a minute to reach it).
+  uninstall: ({ client, say, dryRun }) => releaseNodes(client, FIELD_MANAGER, { say, dryRun }),
 };
 
 /** The evictOnRemoval of rule files, from the flags of `berth run` (and `berth explain pod`). */

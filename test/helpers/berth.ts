@@ -1,7 +1,7 @@
 // `berth run` as its own process against a sandbox, as it runs in a cluster: for integration tests
 // and benchmarks that drive Berth the way a user does.
 import { PolicyKit } from '../../src/policy/kit.ts';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { AgentsController } from '../../src/agents/controller.ts';
 import { GatesController } from '../../src/gates/controller.ts';
@@ -106,6 +106,19 @@ export async function startBerth(
       ) / 10,
     stop,
   };
+}
+
+/** A berth command as a user runs it, to its end; `env` adds to this process's environment. */
+export function runBerthCli(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [`${packageRoot()}/src/cli/main.ts`, ...args], {
+    encoding: 'utf8',
+    timeout: 120_000,
+    env: { ...process.env, ...env },
+  });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
 /**

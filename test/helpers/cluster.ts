@@ -1,4 +1,6 @@
 // Access to the integration run's sandbox, and factories for the objects tests create.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
@@ -13,6 +15,22 @@ export function testSandbox(): Sandbox {
   const sb = new Sandbox(name);
   if (!sb.exists) throw new Error(`sandbox ${name} does not exist`);
   return sb;
+}
+
+/** kubectl (`ensureBinaries().kubectl`) against the sandbox, as a user runs it; fails the test when it fails. */
+export function kubectl(
+  sandbox: Sandbox,
+  kubectlPath: string,
+  args: string[],
+  input?: string,
+): { stdout: string; stderr: string } {
+  const r = spawnSync(kubectlPath, ['--kubeconfig', sandbox.kubeconfigPath, ...args], {
+    input,
+    encoding: 'utf8',
+    timeout: 180_000,
+  });
+  assert.equal(r.status, 0, `kubectl ${args.join(' ')} failed:\n${r.stderr}${r.error ?? ''}`);
+  return { stdout: r.stdout, stderr: r.stderr };
 }
 
 /** A DNS-label-safe name unique to this test run. */

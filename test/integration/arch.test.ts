@@ -9,7 +9,6 @@
 // Berth killed while pods are gated, a policy deleted, Taints mode and `berth arch clean`, an empty
 // intersection, status counts and conditions, `berth explain pod` and `berth arch inspect`.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,9 +30,8 @@ import { installCrds } from '../../src/cli/install.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
-import { packageRoot } from '../../src/sandbox/paths.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
-import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -184,14 +182,7 @@ const policyObject = (name: string) =>
   client.get<KubeObject & { status?: PolicyStatus }>(ArchPlacement.ref, name);
 
 /** A berth command as a user runs it (POD_NAMESPACE: Berth's namespace of this run). */
-function berthCli(...args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [join(packageRoot(), 'src/cli/main.ts'), ...args], {
-    encoding: 'utf8',
-    timeout: 60_000,
-    env: { ...process.env, POD_NAMESPACE: berthNs },
-  });
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+const berthCli = (...args: string[]) => runBerthCli(args, { POD_NAMESPACE: berthNs });
 
 const kubeconfig = `--kubeconfig=${sandbox.kubeconfigPath}`;
 /**

@@ -1,19 +1,20 @@
-// The kustomize install (deploy/kustomize/default) is accepted by the real apiserver: built with
-// the sandbox's kubectl and applied with a server-side dry run, which validates every object (the
-// Deployment's pod template included) and warns when the pod breaks the namespace's restricted Pod
-// Security profile. The build is moved to a namespace of its own: only the Namespace is created for
-// real, since dry-run objects cannot land in a namespace that does not exist.
+// Every kustomization in deploy/kustomize is accepted by the real apiserver: built with the sandbox's
+// kubectl (`kubectl kustomize`; a Component on top of default, as its users add it) and applied with a
+// server-side dry run, which validates every object (the Deployment's pod template included) and
+// warns when the pod breaks the namespace's restricted Pod Security profile. The builds are moved to
+// a namespace of their own: only the Namespace is created for real, since dry-run objects cannot land
+// in a namespace that does not exist. Kinds of cert-manager's, which a plain cluster does not serve,
+// are checked by what they say, not dry-run.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { parseAllDocuments, stringify } from 'yaml';
+import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
-import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { deleteNamespace, kubectl as runKubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -21,15 +22,7 @@ const ns = uniqueName('deploy');
 const dir = mkdtempSync(join(tmpdir(), 'berth-deploy-'));
 let kubectlPath: string;
 
-function kubectl(args: string[], input?: string): { stdout: string; stderr: string } {
-  const r = spawnSync(kubectlPath, ['--kubeconfig', sandbox.kubeconfigPath, ...args], {
-    input,
-    encoding: 'utf8',
-    timeout: 60_000,
-  });
-  assert.equal(r.status, 0, `kubectl ${args.join(' ')} failed:\n${r.stderr}${r.error ?? ''}`);
-  return { stdout: r.stdout, stderr: r.stderr };
-}
+const kubectl = (args: string[], input?: string) => runKubectl(sandbox, kubectlPath, args, input);
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- built objects, read field by field
 type Any = any;
@@ -52,22 +45,42 @@ const dryRun = (objects: KubeObject[]) =>
     yamlOf(objects),
   );
 
-let objects: KubeObject[];
+const kustomize = join(packageRoot(), 'deploy/kustomize');
+/** Every directory of deploy/kustomize, and whether it is a Kustomization or a Component. */
+const overlays = readdirSync(kustomize, { withFileTypes: true })
+  .filter((d) => d.isDirectory())
+  .map((d) => ({
+    name: d.name,
+    kind: (parse(readFileSync(join(kustomize, d.name, 'kustomization.yaml'), 'utf8')) as { kind: string })
+      .kind,
+  }));
 
-before(async () => {
-  kubectlPath = (await ensureBinaries()).kubectl;
-  // kustomize refuses absolute resource paths: refer to the repository relative to the overlay.
-  const target = relative(dir, join(packageRoot(), 'deploy/kustomize/default'));
+/**
+ * `kubectl kustomize` of an overlay moved to the test's namespace (a Component on top of default).
+ * kustomize refuses absolute resource paths: the repository is named relative to the overlay.
+ */
+function build(overlay: { name: string; kind: string }): Any[] {
+  const rel = (name: string) => relative(dir, join(kustomize, name));
   writeFileSync(
     join(dir, 'kustomization.yaml'),
     stringify({
       apiVersion: 'kustomize.config.k8s.io/v1beta1',
       kind: 'Kustomization',
       namespace: ns,
-      resources: [target],
+      ...(overlay.kind === 'Component'
+        ? { resources: [rel('default')], components: [rel(overlay.name)] }
+        : { resources: [rel(overlay.name)] }),
     }),
   );
-  objects = parseAllDocuments(kubectl(['kustomize', dir]).stdout).map((d) => d.toJS() as KubeObject);
+  return parseAllDocuments(kubectl(['kustomize', dir]).stdout).map((d) => d.toJS() as Any);
+}
+
+const certManager = (o: KubeObject) => o.apiVersion?.startsWith('cert-manager.io/');
+let objects: KubeObject[];
+
+before(async () => {
+  kubectlPath = (await ensureBinaries()).kubectl;
+  objects = build({ name: 'default', kind: 'Kustomization' });
   const namespace = objects.filter((o) => o.kind === 'Namespace');
   assert.deepEqual(
     namespace.map((o) => o.metadata?.name),
@@ -82,49 +95,41 @@ after(async () => {
   client.close();
 });
 
-describe('deploy/kustomize/default', () => {
-  test('is accepted by the apiserver (server-side dry run), within restricted Pod Security', () => {
-    // A plain cluster: nothing of cert-manager's is needed (Berth keeps its own webhook certificate).
+describe('deploy/kustomize', () => {
+  test('every kustomization is accepted by the apiserver (server-side dry run), within restricted Pod Security', () => {
+    // Found by reading the directory (a new one is built below too); never none, or nothing would be tested.
     assert.deepEqual(
-      objects.filter((o) => o.apiVersion?.startsWith('cert-manager.io/')),
-      [],
+      overlays.map((o) => `${o.name}: ${o.kind}`),
+      ['base: Kustomization', 'cert-manager: Component', 'default: Kustomization'],
     );
-    const rest = objects.filter((o) => o.kind !== 'Namespace');
-    const { stdout, stderr } = dryRun(rest);
-    const applied = stdout.split('\n').filter((l) => l.includes('serverside-applied (server dry run)'));
-    assert.equal(applied.length, rest.length, stdout);
-    assert.doesNotMatch(stderr, /Warning/, stderr);
+    for (const overlay of overlays) {
+      const built = build(overlay);
+      // A plain cluster: nothing of cert-manager's is needed, but with the Component that asks for it.
+      assert.deepEqual(
+        built
+          .filter(certManager)
+          .map((o) => o.kind)
+          .sort(),
+        overlay.kind === 'Component' ? ['Certificate', 'Issuer'] : [],
+        overlay.name,
+      );
+      const rest = built.filter((o) => o.kind !== 'Namespace' && !certManager(o));
+      const { stdout, stderr } = dryRun(rest);
+      const applied = stdout.split('\n').filter((l) => l.includes('serverside-applied (server dry run)'));
+      assert.equal(applied.length, rest.length, `${overlay.name}: ${stdout}`);
+      assert.doesNotMatch(stderr, /Warning/, `${overlay.name}: ${stderr}`);
+    }
   });
 
   test('with the cert-manager Component: its Certificate, mounted for --webhook-cert-dir', () => {
-    const overlay = mkdtempSync(join(tmpdir(), 'berth-deploy-cm-'));
-    try {
-      writeFileSync(
-        join(overlay, 'kustomization.yaml'),
-        stringify({
-          apiVersion: 'kustomize.config.k8s.io/v1beta1',
-          kind: 'Kustomization',
-          namespace: ns,
-          resources: [relative(overlay, join(packageRoot(), 'deploy/kustomize/default'))],
-          components: [relative(overlay, join(packageRoot(), 'deploy/kustomize/cert-manager'))],
-        }),
-      );
-      const built = parseAllDocuments(kubectl(['kustomize', overlay]).stdout).map((d) => d.toJS() as Any);
-      const cert = built.find((o) => o.kind === 'Certificate');
-      assert.ok(built.some((o) => o.kind === 'Issuer') && cert);
-      const pod = built.find((o) => o.kind === 'Deployment').spec.template.spec;
-      assert.ok(pod.containers[0].args.includes('--webhook-cert-dir=/certs'));
-      const mount = pod.containers[0].volumeMounts.find((m: Any) => m.mountPath === '/certs');
-      assert.equal(
-        pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName,
-        cert.spec.secretName,
-      );
-      // The Deployment with the mount is still valid for the apiserver.
-      const { stdout } = dryRun(built.filter((o) => o.kind === 'Deployment'));
-      assert.match(stdout, /serverside-applied \(server dry run\)/);
-    } finally {
-      rmSync(overlay, { recursive: true, force: true });
-    }
+    const built = build({ name: 'cert-manager', kind: 'Component' });
+    const cert = built.find((o) => o.kind === 'Certificate');
+    assert.ok(built.some((o) => o.kind === 'Issuer') && cert);
+    const pod = built.find((o) => o.kind === 'Deployment').spec.template.spec;
+    assert.ok(pod.containers[0].args.includes('--webhook-cert-dir=/certs'));
+    const mount = pod.containers[0].volumeMounts.find((m: Any) => m.mountPath === '/certs');
+    assert.equal(pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName, cert.spec.secretName);
+    // That the apiserver takes the Deployment with the mount: the dry run of every kustomization above.
   });
 
   test('the Pod Security check is live: a privileged pod template draws a warning', () => {

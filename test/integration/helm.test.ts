@@ -1,12 +1,18 @@
 // The Helm chart as its users meet it, with Helm itself (built from its pinned Go module): it lints
 // and renders with the default values and with every documented option, the apiserver accepts what
 // it renders (server-side dry run, in a namespace under restricted Pod Security), and a default
-// install, upgrade and uninstall work on a plain cluster: no cert-manager, no Secret made by hand.
+// install, upgrade and uninstall work on a plain cluster: no cert-manager, no Secret made by hand; and
+// an upgrade from the previous chart (test/fixtures/upgrade) as deploy/README says keeps the CRDs and
+// the policies.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
+import { capabilities } from '../../src/capabilities.ts';
+import { NodeLabelRule } from '../../src/labels/types.ts';
 import { ensureBinaries, ensureHelm } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
@@ -21,6 +27,8 @@ type Any = any;
 const sandbox = testSandbox();
 const client = sandbox.client();
 const chart = join(packageRoot(), 'deploy/helm/berth');
+/** The chart as it was before today's (test/fixtures/upgrade/README.md). */
+const previousChart = join(packageRoot(), 'test/fixtures/upgrade/helm-34d69d1');
 const ns = uniqueName('helm');
 let helmPath: string;
 let kubectlPath: string;
@@ -168,6 +176,73 @@ describe('the Helm chart', () => {
       undefined,
       'no webhooks: no certificate Secret to keep',
     );
+  });
+
+  test('upgrades from the previous chart (34d69d1) as deploy/README says, keeping the CRDs and the policies', async () => {
+    const release = uniqueName('prev');
+    // A user of that chart without cert-manager gave it a Secret of theirs; the same values go on.
+    const values = { 'webhook.certManager.enabled': 'false', 'webhook.secretName': 'my-tls' };
+    // Its crds/, left out of the fixture, were today's byte for byte.
+    const previous = mkdtempSync(join(tmpdir(), 'berth-chart-'));
+    cpSync(previousChart, previous, { recursive: true });
+    cpSync(join(chart, 'crds'), join(previous, 'crds'), { recursive: true });
+    helm(['install', release, previous, '--namespace', ns, '--wait=false', ...sets(values)]);
+    const rule = uniqueName('kept');
+    const policy = await client.apply(
+      NodeLabelRule.ref,
+      {
+        apiVersion: NodeLabelRule.apiVersion,
+        kind: NodeLabelRule.kind,
+        metadata: { name: rule },
+        spec: {
+          match: { anyOf: [{ label: `${rule}.example/a`, operator: 'Exists' }] },
+          labels: { [`${rule}.example/b`]: 'true' },
+        },
+      },
+      { fieldManager: 'test-author' },
+    );
+    try {
+      const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd.metadata!.name!));
+      const uids = async () =>
+        Promise.all(crds.map(async (n) => (await client.get(Resources.crds, n)).metadata!.uid));
+      const before = await uids();
+      // deploy/README.md, "Upgrading": the CRDs first, then the release.
+      exec(kubectlPath, [
+        '--kubeconfig',
+        sandbox.kubeconfigPath,
+        'apply',
+        '--server-side',
+        '--force-conflicts',
+        '-f',
+        join(chart, 'crds'),
+      ]);
+      helm(['upgrade', release, chart, '--namespace', ns, '--wait=false', ...sets(values)]);
+      const history = JSON.parse(
+        helm(['history', release, '--namespace', ns, '--output', 'json']).stdout,
+      ) as {
+        revision: number;
+        status: string;
+      }[];
+      assert.deepEqual(
+        history.map((h) => [h.revision, h.status]),
+        [
+          [1, 'superseded'],
+          [2, 'deployed'],
+        ],
+      );
+      // What the release holds now is today's chart.
+      const rendered = render(values);
+      const role = await client.get(Resources.clusterRoles, `${release}-berth`);
+      assert.deepEqual(role['rules'], rendered.find((o) => o.kind === 'ClusterRole').rules);
+      assert.deepEqual(await uids(), before, 'the CRDs are the same objects');
+      const kept = await client.get(NodeLabelRule.ref, rule);
+      assert.equal(kept.metadata?.uid, policy.metadata?.uid);
+      assert.deepEqual(kept['spec'], policy['spec']);
+    } finally {
+      helm(['uninstall', release, '--namespace', ns, '--wait']);
+      await client.delete(NodeLabelRule.ref, rule).catch(() => {});
+      rmSync(previous, { recursive: true, force: true });
+    }
   });
 
   test('installs, upgrades and uninstalls on a plain cluster', async () => {

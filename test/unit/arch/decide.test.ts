@@ -13,6 +13,7 @@ import {
   parsePolicies,
   placePatch,
   podImages,
+  recordsPatch,
   releasePatch,
   report,
   standingOf,
@@ -410,6 +411,28 @@ describe('the placing patch', () => {
     assert.equal(out.spec.affinity, undefined);
     const again = apply(p, placePatch(p, placed(['amd64']), spec()));
     assert.equal(again.metadata?.annotations?.[FAILURE_ANNOTATION], undefined);
+  });
+  test("uninstalling: Berth's label and annotations come off a placed pod, everyone else's stay", () => {
+    const p = pod(
+      {},
+      {
+        labels: { app: 'web', [STATE_LABEL]: 'Placed' },
+        annotations: {
+          [POLICY_ANNOTATION]: 'p',
+          [RESULT_ANNOTATION]: '{}',
+          [FAILURE_ANNOTATION]: 'old',
+          mine: 'x',
+        },
+      },
+    );
+    const out = apply(p, recordsPatch(p));
+    assert.deepEqual(out.metadata?.labels, { app: 'web' });
+    assert.deepEqual(out.metadata?.annotations, { mine: 'x' });
+    // Guarded: a record someone changed meanwhile fails the patch instead of being removed unseen.
+    const changed = structuredClone(p);
+    changed.metadata!.annotations![RESULT_ANNOTATION] = '{"architectures":[]}';
+    assert.throws(() => applyJsonPatch(changed, recordsPatch(p)));
+    assert.deepEqual(recordsPatch(pod()), [], 'nothing of Berth: nothing to send');
   });
 });
 

@@ -1,0 +1,105 @@
+// `berth uninstall`: the last step of the documented uninstall (deploy/README.md), once every object of
+// Berth's kinds was deleted while Berth ran (its finalizers release what the policies held) and Berth
+// itself is removed. Takes back what Berth made at run time, which no manifest of its install names:
+// what each capability still has on nodes and pods, the webhook configurations it registered, the
+// Secret of its webhook certificate and its leader-election Lease; then the CRDs.
+import { Command } from 'commander';
+import { capabilities } from '../capabilities.ts';
+import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
+import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
+import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { webhookConfigLabels } from '../runtime/webhook/registration.ts';
+
+export interface UninstallOptions {
+  /** Berth's namespace: where its Secret and Lease are. */
+  namespace: string;
+  webhookCertSecret: string;
+  leaderElectionId: string;
+  dryRun: boolean;
+  say: (line: string) => void;
+}
+
+export async function uninstall(client: KubeClient, o: UninstallOptions): Promise<void> {
+  const left: string[] = [];
+  for (const c of capabilities)
+    for (const r of c.crds) {
+      const n = await client.list(r.ref).then(
+        (l) => l.items.length,
+        (e: unknown) => {
+          // Not served (its CRD deleted already): none left.
+          if (isNotFound(e)) return 0;
+          throw e;
+        },
+      );
+      if (n) left.push(`${n} ${r.crd.spec.names.plural}`);
+    }
+  // Only a running Berth takes back what a policy holds (a gate's taints, an owner's finalizer).
+  if (left.length)
+    throw new Error(
+      `objects of Berth's kinds still exist (${left.join(', ')}): delete them while Berth runs ` +
+        '(deploy/README.md, "Uninstalling"), then run berth uninstall',
+    );
+  const ctx = { client, say: o.say, dryRun: o.dryRun };
+  for (const c of capabilities) await c.uninstall?.(ctx);
+  const remove = async (ref: ResourceRef, name: string, namespace?: string) => {
+    const what = `${ref.kind} ${namespace ? `${namespace}/` : ''}${name}`;
+    if (o.dryRun) return o.say(`${what}: deleted`);
+    await client.delete(ref, name, namespace).then(
+      () => o.say(`${what}: deleted`),
+      (e: unknown) => {
+        if (!isNotFound(e)) throw e;
+      },
+    );
+  };
+  const labelSelector = Object.entries(webhookConfigLabels)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',');
+  for (const ref of [Resources.mutatingWebhookConfigurations, Resources.validatingWebhookConfigurations])
+    for (const w of (await client.list(ref, { query: { labelSelector } })).items)
+      await remove(ref, w.metadata!.name!);
+  for (const [ref, name] of [
+    [Resources.secrets, o.webhookCertSecret],
+    [Resources.leases, o.leaderElectionId],
+  ] as const)
+    if (await exists(client, ref, name, o.namespace)) await remove(ref, name, o.namespace);
+  for (const c of capabilities)
+    for (const r of c.crds)
+      if (await exists(client, Resources.crds, r.crd.metadata!.name!))
+        await remove(Resources.crds, r.crd.metadata!.name!);
+}
+
+const exists = (client: KubeClient, ref: ResourceRef, name: string, namespace?: string) =>
+  client.get(ref, name, namespace).then(
+    () => true,
+    (e: unknown) => {
+      if (isNotFound(e)) return false;
+      throw e;
+    },
+  );
+
+export function uninstallCommand(): Command {
+  return new Command('uninstall')
+    .description(
+      "The last step of uninstalling, once Berth's objects are deleted and Berth is removed: takes off what " +
+        'Berth still has on nodes and pods, deletes its webhook configurations, certificate Secret, Lease and CRDs',
+    )
+    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .option('--namespace <ns>', "Berth's namespace (its Secret and Lease)", berthNamespace())
+    .option('--webhook-cert-secret <name>', 'the Secret of the webhook certificate', WEBHOOK_CERT_SECRET)
+    .option('--leader-election-id <name>', 'the leader-election Lease', LEADER_ELECTION_ID)
+    .option('--dry-run', 'say what would change, change nothing', false)
+    .action(async (o) => {
+      const client = KubeClient.fromFile(o.kubeconfig);
+      try {
+        await uninstall(client, {
+          namespace: o.namespace,
+          webhookCertSecret: o.webhookCertSecret,
+          leaderElectionId: o.leaderElectionId,
+          dryRun: o.dryRun,
+          say: (s) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`),
+        });
+      } finally {
+        client.close();
+      }
+    });
+}
