@@ -4,6 +4,7 @@ import { explainCommand } from './explain.ts';
 import { installCommand, manifestsCommand } from './install.ts';
 import { runCommand } from './run.ts';
 import { sandboxCommand } from './sandbox.ts';
+import { uiCommand } from './ui.ts';
 import { version } from './version.ts';
 
 const program = new Command()
@@ -16,6 +17,7 @@ program.addCommand(runCommand());
 program.addCommand(installCommand());
 program.addCommand(manifestsCommand());
 program.addCommand(explainCommand());
+program.addCommand(uiCommand());
 for (const c of capabilities) for (const command of c.commands?.() ?? []) program.addCommand(command);
 program.addCommand(sandboxCommand());
 
