@@ -119,7 +119,13 @@ export class UiServer implements Runnable {
     const server = http.createServer(serverOptions(limits));
     this.guard = limitServer(server, 'ui', limits, explainTimeoutMs, this.opts.log);
     server.on('request', (req: IncomingMessage, res: ServerResponse) => this.serve(req, res));
-    await listen(server, bind.port, bind.host, limits);
+    await listen(server, bind.port, bind.host, limits).catch((e: unknown) => {
+      this.state?.stop();
+      throw new Error(
+        `the page cannot listen on ${this.opts.bindAddress} (${errorText(e)}): pass --ui-bind-address ` +
+          'with another address (127.0.0.1:0 for any free port), or 0 to turn the page off',
+      );
+    });
     this.server = server;
     this.port = (server.address() as AddressInfo).port;
     this.opts.log.info(
