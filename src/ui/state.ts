@@ -112,20 +112,24 @@ export class UiState {
       const d = i.metadata?.labels?.[DEPLOYMENT_LABEL];
       return d ? [`${i.metadata?.namespace}/${d}`] : [];
     });
-    const on = (inf: Informer<KubeObject>, sections: Section[]) => {
-      const mark = () => this.mark(sections);
+    const on = (inf: Informer<KubeObject>, sections: () => Section[]) => {
+      const mark = () => this.mark(sections());
       inf.addEventHandler({ onAdd: mark, onUpdate: (a, b) => a !== b && mark(), onDelete: mark });
     };
-    on(this.nodes as unknown as Informer<KubeObject>, ['nodes', 'pods']);
-    on(this.pods as unknown as Informer<KubeObject>, ['pods', 'nodes', 'workloads']);
-    on(this.events, ['policies']);
-    for (const { cr, informer } of this.kinds)
-      on(
-        informer,
+    on(this.nodes as unknown as Informer<KubeObject>, () => ['nodes', 'pods']);
+    // A node's row reads its pods only for the startup gates' requirements: without a gate, a pod's
+    // change (the most frequent kind) leaves every row as it is.
+    on(this.pods as unknown as Informer<KubeObject>, () =>
+      this.gates?.().gates.length ? ['pods', 'workloads', 'nodes'] : ['pods', 'workloads'],
+    );
+    on(this.events, () => ['policies']);
+    for (const { cr, informer } of this.kinds) {
+      const sections: Section[] =
         cr === WorkloadDeployment || cr === Instance
           ? ['workloads', 'policies', 'pods']
-          : ['policies', 'nodes', 'pods'],
-      );
+          : ['policies', 'nodes', 'pods'];
+      on(informer, () => sections);
+    }
   }
 
   /** Every informer the page reads has listed once. */
@@ -233,7 +237,14 @@ export class UiState {
     );
     const heldNodes = this.nodeRows()
       .filter((r) => r.held)
-      .map((r) => ({ name: r.name, waiting: r.gates.flatMap((g) => g.waiting) }));
+      .map((r) => ({
+        name: r.name,
+        // A held node without unmet requirements waits for something else (a gate before it, its
+        // minimum hold): the decision's reason says what.
+        waiting: r.gates
+          .filter((g) => g.state === 'Held' || g.state === 'HeldTimedOut')
+          .flatMap((g) => (g.waiting.length ? g.waiting : [g.why])),
+      }));
     return { pods, heldNodes };
   }
 

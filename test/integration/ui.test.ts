@@ -4,7 +4,8 @@
 // The page in a real browser (Debian's Chromium, headless, through puppeteer-core) against the
 // sandbox: it lists the nodes, shows a label added through the API without a reload within 2 s,
 // shows what a node held by a startup gate waits for, renders a value with markup as text, shows
-// what `berth explain` prints, lists a pod a Berth scheduling gate holds; a screenshot is kept.
+// what `berth explain` prints, lists a pod a Berth scheduling gate holds and a Warning event; a
+// screenshot is kept.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -201,6 +202,31 @@ test('a pod a Berth scheduling gate holds is listed with the reason', async () =
   await waitForText('#pod-rows', pod, 5000);
   const text = await page.$eval('#pod-rows', (e) => e.textContent ?? '');
   assert.match(text, new RegExp(`${ns}/${pod}${QUOTA_GATE}quota: waiting for the quota controller`));
+});
+
+test('a Warning event shows among the policies, its note as text', async () => {
+  const note = `a warning for ${id} <img src=x onerror=alert(2)>`;
+  await client.create(Resources.events, {
+    apiVersion: 'events.k8s.io/v1',
+    kind: 'Event',
+    metadata: { name: `${id}-warning`, namespace: ns },
+    // A MicroTime: six digits of fraction.
+    eventTime: new Date().toISOString().replace('Z', '000Z'),
+    reportingController: 'berth.dev/ui-test',
+    reportingInstance: 'ui-test',
+    action: 'Test',
+    reason: 'UiTest',
+    type: 'Warning',
+    note,
+    regarding: { apiVersion: NodeStartupGate.apiVersion, kind: NodeStartupGate.kind, name: id },
+  });
+  await waitForText('#event-rows', note, 5000);
+  assert.match(
+    await page.$eval('#event-rows', (e) => e.textContent ?? ''),
+    new RegExp(`NodeStartupGate ${id}UiTest`),
+  );
+  assert.equal(await page.$$eval('#event-rows img', (i) => i.length), 0, 'the note is text, not markup');
+  assert.deepEqual(dialogs, [], 'no dialog fired');
 });
 
 test('a screenshot of the page is kept as a test artefact', async () => {

@@ -81,7 +81,9 @@ function nodeRow(r: NodeRow): HTMLElement {
       'div',
       g.state.startsWith('Held') ? 'held' : undefined,
       `${g.gate}: ${g.state}${g.since ? ` since ${g.since}` : ''}`,
-      ...g.waiting.map((w) => el('div', undefined, `waiting for ${w}`)),
+      ...(g.waiting.length
+        ? g.waiting.map((w) => el('div', undefined, `waiting for ${w}`))
+        : [el('div', undefined, g.why)]),
     ),
   );
   const derived = r.derived.map((d) =>
@@ -184,7 +186,7 @@ async function loadPods(): Promise<void> {
     3,
   );
   const held = p.heldNodes.map((n) =>
-    el('li', undefined, explainLink('node', n.name), `: ${n.waiting.join('; ') || 'its minimum hold'}`),
+    el('li', undefined, explainLink('node', n.name), `: ${n.waiting.join('; ')}`),
   );
   $('held-nodes').replaceChildren(...(held.length ? held : [el('li', 'note', 'none')]));
 }
