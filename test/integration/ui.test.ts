@@ -218,12 +218,13 @@ test('a Warning event shows among the policies, its note as text', async () => {
     reason: 'UiTest',
     type: 'Warning',
     note,
-    regarding: { apiVersion: NodeStartupGate.apiVersion, kind: NodeStartupGate.kind, name: id },
+    // An object of the namespace, so the event goes with it (a cluster-scoped one's is in default).
+    regarding: { apiVersion: 'v1', kind: 'Pod', namespace: ns, name: `${id}-pod` },
   });
   await waitForText('#event-rows', note, 5000);
   assert.match(
     await page.$eval('#event-rows', (e) => e.textContent ?? ''),
-    new RegExp(`NodeStartupGate ${id}UiTest`),
+    new RegExp(`Pod ${ns}/${id}-podUiTest`),
   );
   assert.equal(await page.$$eval('#event-rows img', (i) => i.length), 0, 'the note is text, not markup');
   assert.deepEqual(dialogs, [], 'no dialog fired');
