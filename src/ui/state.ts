@@ -85,6 +85,16 @@ export class UiState {
   private timer: NodeJS.Timeout | undefined;
   /** The node rows, until a change that may alter one. */
   private rows: NodeRow[] | undefined;
+  /** Bumped by a change that may alter every row (a gate, a rule, a pod while gates exist). */
+  private epoch = 0;
+  /**
+   * Each node object's row, computed once per epoch: an update replaces the cached object, so
+   * only the nodes that changed are computed again, not 5,000 rows for one node's heartbeat.
+   */
+  private readonly rowOf = new WeakMap<SlimNode, { epoch: number; row: NodeRow; json: string }>();
+  /** Each node's row as last computed, to tell whether the rows really changed. */
+  private readonly rowJson = new Map<string, string>();
+  private nodesChanged = false;
 
   constructor(manager: Manager, opts: UiStateOptions) {
     this.poolLabels = opts.poolLabels;
@@ -112,15 +122,21 @@ export class UiState {
       const d = i.metadata?.labels?.[DEPLOYMENT_LABEL];
       return d ? [`${i.metadata?.namespace}/${d}`] : [];
     });
-    const on = (inf: Informer<KubeObject>, sections: () => Section[]) => {
-      const mark = () => this.mark(sections());
+    const on = (inf: Informer<KubeObject>, sections: () => Section[], everyRow = () => false) => {
+      const mark = () => {
+        if (everyRow()) this.epoch++;
+        this.mark(sections());
+      };
       inf.addEventHandler({ onAdd: mark, onUpdate: (a, b) => a !== b && mark(), onDelete: mark });
     };
     on(this.nodes as unknown as Informer<KubeObject>, () => ['nodes', 'pods']);
     // A node's row reads its pods only for the startup gates' requirements: without a gate, a pod's
     // change (the most frequent kind) leaves every row as it is.
-    on(this.pods as unknown as Informer<KubeObject>, () =>
-      this.gates?.().gates.length ? ['pods', 'workloads', 'nodes'] : ['pods', 'workloads'],
+    const gated = () => (this.gates?.().gates.length ?? 0) > 0;
+    on(
+      this.pods as unknown as Informer<KubeObject>,
+      () => (gated() ? ['pods', 'workloads', 'nodes'] : ['pods', 'workloads']),
+      gated,
     );
     on(this.events, () => ['policies']);
     for (const { cr, informer } of this.kinds) {
@@ -128,7 +144,11 @@ export class UiState {
         cr === WorkloadDeployment || cr === Instance
           ? ['workloads', 'policies', 'pods']
           : ['policies', 'nodes', 'pods'];
-      on(informer, () => sections);
+      on(
+        informer,
+        () => sections,
+        () => sections.includes('nodes'),
+      );
     }
   }
 
@@ -160,6 +180,12 @@ export class UiState {
     this.timer = undefined;
     const changed: Section[] = [];
     for (const s of this.dirty) {
+      if (s === 'nodes') {
+        this.nodeRows();
+        if (this.nodesChanged) changed.push(s);
+        this.nodesChanged = false;
+        continue;
+      }
       const json = JSON.stringify(this.snapshot(s));
       if (this.announced.get(s) !== json) changed.push(s);
       this.announced.set(s, json);
@@ -181,7 +207,7 @@ export class UiState {
     }
   }
 
-  /** Every node's row, recomputed when anything changed since the last call. */
+  /** Every node's row, sorted by name; a row is computed again only when its node or the epoch changed. */
   nodeRows(): NodeRow[] {
     if (this.rows) return this.rows;
     const gates = this.gates?.().gates.filter((g) => g.enforced || g.spec.dryRun) ?? [];
@@ -192,10 +218,23 @@ export class UiState {
       podsOn: (name: string) => this.pods.byIndex('nodeName', name),
       now: Date.now(),
     };
-    this.rows = this.nodes
-      .list()
-      .map((n) => nodeRow(n, inputs))
-      .sort((a, b) => (a.name < b.name ? -1 : 1));
+    const nodes = this.nodes.list();
+    const rows = nodes.map((n) => {
+      const cached = this.rowOf.get(n);
+      if (cached?.epoch === this.epoch) return cached.row;
+      const row = nodeRow(n, inputs);
+      const json = JSON.stringify(row);
+      this.rowOf.set(n, { epoch: this.epoch, row, json });
+      if (this.rowJson.get(row.name) !== json) this.nodesChanged = true;
+      this.rowJson.set(row.name, json);
+      return row;
+    });
+    if (this.rowJson.size > rows.length) {
+      const names = new Set(rows.map((r) => r.name));
+      for (const name of this.rowJson.keys()) if (!names.has(name)) this.rowJson.delete(name);
+      this.nodesChanged = true;
+    }
+    this.rows = rows.sort((a, b) => (a.name < b.name ? -1 : 1));
     return this.rows;
   }
 

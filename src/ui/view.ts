@@ -102,8 +102,18 @@ export function nodeRow(node: SlimNode, inputs: NodeInputs): NodeRow {
   };
 }
 
-const haystack = (r: NodeRow): string =>
-  [r.name, r.pool, r.arch, ...Object.entries(r.labels).map(([k, v]) => `${k}=${v}`)].join('\n').toLowerCase();
+/** What a text filter searches in a row, kept with the row (rows live until their node changes). */
+const haystacks = new WeakMap<NodeRow, string>();
+function haystack(r: NodeRow): string {
+  let h = haystacks.get(r);
+  if (h === undefined) {
+    h = [r.name, r.pool, r.arch, ...Object.entries(r.labels).map(([k, v]) => `${k}=${v}`)]
+      .join('\n')
+      .toLowerCase();
+    haystacks.set(r, h);
+  }
+  return h;
+}
 
 /** One page of the rows that match the query, sorted by name, with the pools and architectures to filter by. */
 export function queryNodes(rows: NodeRow[], q: NodeQuery): NodePage {
