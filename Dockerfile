@@ -9,9 +9,9 @@ COPY package.json package-lock.json ./
 # --ignore-scripts: `prepare` would build before the sources are here, and the devDependency `node`
 # (the runtime pinned for checkouts) would download a second Node.js the image does not need.
 RUN npm ci --ignore-scripts
-COPY tsconfig.json tsconfig.build.json ./
+COPY tsconfig.json tsconfig.build.json tsconfig.page.json ./
 COPY src ./src
-RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json
+RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json && node node_modules/typescript/bin/tsc -p tsconfig.page.json
 
 FROM node:24-slim
 LABEL org.opencontainers.image.title="berth" org.opencontainers.image.licenses="Apache-2.0"

@@ -17,7 +17,8 @@ import type { KubeObject } from './runtime/api/meta.ts';
 /** What the runtime needs whatever is enabled: leader election, events, registering webhooks. */
 export const runtimeRules: PolicyRule[] = [
   { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
-  { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
+  // Reading them is for the page (`--ui-bind-address`), which lists the last hour's Warning events.
+  { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'list', 'watch'] },
   // Informers of custom resources tell a missing CRD from a passing 404, and wait for it to appear.
   {
     apiGroups: ['apiextensions.k8s.io'],

@@ -1,56 +1,44 @@
 // `berth explain node NAME`: why a node is labelled, annotated or tainted the way it is; `berth
 // explain pod NAME`: what Berth does to a pod; `berth explain <kind> NAME` for the kinds a
-// capability explains itself (Capability.explainKinds).
+// capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
+// which the page (src/ui) calls too.
 import { Command } from 'commander';
-import type { ExplainContext } from '../capability.ts';
-import { capabilities } from '../capabilities.ts';
+import { explainers, explainObject, type Explainer } from '../explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+
+/** The flags a kind's explanation reads, besides --kubeconfig and --namespace. */
+function ruleFlags(cmd: Command, e: Explainer): Command {
+  if (e.name !== 'node' && e.name !== 'pod') return cmd;
+  cmd.option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)');
+  if (e.name === 'pod')
+    cmd
+      .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
+      .option('--label-dir-evict-after <seconds>', 'the delay Berth runs rule files with', '60');
+  return cmd;
+}
 
 export function explainCommand(): Command {
   const cmd = new Command('explain').description('Explain what Berth does to an object, and why');
-  cmd
-    .command('node <name>')
-    .description('Which rules, gates and placements give this node its labels, annotations and taints')
-    .option('--kubeconfig <path>', 'kubeconfig to use')
-    .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
-    .action(async (name: string, o) => {
-      await explain(o, `Node ${name}`, (client) => client.get(Resources.nodes, name), every('explainNode'));
+  for (const e of explainers) {
+    const sub = cmd
+      .command(`${e.name} <name>`)
+      .aliases(e.aliases)
+      .description(e.resource.namespaced ? `${e.description} (NAME or NAMESPACE/NAME)` : e.description);
+    if (e.resource.namespaced)
+      sub.option('-n, --namespace <ns>', `the ${e.resource.kind.toLowerCase()}'s namespace`, 'default');
+    sub.option('--kubeconfig <path>', 'kubeconfig to use');
+    ruleFlags(sub, e).action(async (arg: string, o) => {
+      const [namespace, name] = e.resource.namespaced ? namespaced(arg, o.namespace) : [undefined, arg];
+      const client = KubeClient.fromFile(o.kubeconfig);
+      try {
+        const lines = await explainObject(client, e, name, namespace, o, berthNamespace());
+        process.stdout.write(lines.join('\n') + '\n');
+      } finally {
+        client.close();
+      }
     });
-  cmd
-    .command('pod <name>')
-    .description('What Berth does (or will do) to this pod, and why (NAME or NAMESPACE/NAME)')
-    .option('-n, --namespace <ns>', "the pod's namespace", 'default')
-    .option('--kubeconfig <path>', 'kubeconfig to use')
-    .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
-    .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
-    .option('--label-dir-evict-after <seconds>', 'the delay Berth runs rule files with', '60')
-    .action(async (arg: string, o) => {
-      const [namespace, name] = namespaced(arg, o.namespace);
-      await explain(
-        o,
-        `Pod ${namespace}/${name}`,
-        (client) => client.get(Resources.pods, name, namespace),
-        every('explainPod'),
-      );
-    });
-  for (const kind of capabilities.flatMap((c) => c.explainKinds ?? []))
-    cmd
-      .command(`${kind.name} <name>`)
-      .aliases(kind.aliases ?? [])
-      .description(`${kind.description} (NAME or NAMESPACE/NAME)`)
-      .option('-n, --namespace <ns>', `the ${kind.resource.kind}'s namespace`, 'default')
-      .option('--kubeconfig <path>', 'kubeconfig to use')
-      .action(async (arg: string, o) => {
-        const [namespace, name] = namespaced(arg, o.namespace);
-        await explain(
-          o,
-          `${kind.resource.kind} ${namespace}/${name}`,
-          (client) => client.get(kind.resource, name, namespace),
-          (ctx) => kind.lines(ctx),
-        );
-      });
+  }
   return cmd;
 }
 
@@ -58,29 +46,3 @@ const namespaced = (arg: string, namespace: string): [string, string] => {
   const slash = arg.indexOf('/');
   return slash < 0 ? [namespace, arg] : [arg.slice(0, slash), arg.slice(slash + 1)];
 };
-
-/** What every capability says through one of its hooks, in order. */
-const every =
-  (hook: 'explainNode' | 'explainPod') =>
-  async (ctx: ExplainContext): Promise<string[]> => {
-    const lines: string[] = [];
-    for (const c of capabilities) lines.push(...((await c[hook]?.(ctx)) ?? []));
-    return lines;
-  };
-
-/** Prints `title`, then the lines said of the object. */
-async function explain(
-  o: Record<string, unknown> & { kubeconfig?: string },
-  title: string,
-  get: (client: KubeClient) => Promise<KubeObject>,
-  lines: (ctx: ExplainContext) => Promise<string[]>,
-): Promise<void> {
-  const client = KubeClient.fromFile(o.kubeconfig);
-  try {
-    const object = await get(client);
-    const said = await lines({ client, object, options: o, berthNamespace: berthNamespace() });
-    process.stdout.write([title, ...said].join('\n') + '\n');
-  } finally {
-    client.close();
-  }
-}

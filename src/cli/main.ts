@@ -4,6 +4,7 @@ import { explainCommand } from './explain.ts';
 import { installCommand, manifestsCommand } from './install.ts';
 import { runCommand } from './run.ts';
 import { sandboxCommand } from './sandbox.ts';
+import { uiCommand } from './ui.ts';
 import { uninstallCommand } from './uninstall.ts';
 import { version } from './version.ts';
 
@@ -18,6 +19,7 @@ program.addCommand(installCommand());
 program.addCommand(manifestsCommand());
 program.addCommand(uninstallCommand());
 program.addCommand(explainCommand());
+program.addCommand(uiCommand());
 for (const c of capabilities) for (const command of c.commands?.() ?? []) program.addCommand(command);
 program.addCommand(sandboxCommand());
 

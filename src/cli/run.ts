@@ -28,6 +28,7 @@ import {
 } from '../runtime/webhook/registration.ts';
 import { capabilities } from '../capabilities.ts';
 import { installCrds } from './install.ts';
+import { addUi, uiOptions } from './ui.ts';
 
 const list = (v: string) =>
   v
@@ -182,6 +183,7 @@ export function runCommand(): Command {
         .choices(['debug', 'info', 'warn', 'error'])
         .default('info'),
     );
+  for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);
   for (const c of capabilities) for (const opt of c.options?.() ?? []) cmd.addOption(opt);
   return cmd.action(async (o) => {
     setLogLevel(o.logLevel);
@@ -229,6 +231,7 @@ export function runCommand(): Command {
     const webhooks: WebhookSpec[] = [];
     for (const c of enabled) webhooks.push(...((await c.setup(ctx)).webhooks ?? []));
     const webhookClient = addWebhooks(manager, client, webhooks, o, ctx.berthNamespace);
+    addUi(manager, o, enabled);
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();
     rootLogger.info({ controllers: enabled.map((c) => c.name) }, 'berth is running');

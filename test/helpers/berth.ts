@@ -55,6 +55,8 @@ export async function startBerth(
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       // A free port, so that several Berths (tests in parallel) never collide on the default one.
       '--webhook-bind-address=127.0.0.1:0',
+      // The page is off unless a test asks for it (with its own free port, after these).
+      '--ui-bind-address=0',
       '--log-level=warn',
       ...args,
     ],

@@ -1,0 +1,76 @@
+// The page: `berth run --ui-bind-address` serves it beside the controllers; `berth ui` serves it
+// alone, with only the informers it reads (no controller, no lease, no write).
+import { Command, Option } from 'commander';
+import type { Capability } from '../capability.ts';
+import { capabilities } from '../capabilities.ts';
+import { berthNamespace } from '../policy/namespace.ts';
+import { KubeClient } from '../runtime/client/client.ts';
+import { Manager } from '../runtime/manager/manager.ts';
+import { rootLogger } from '../runtime/observability/log.ts';
+import { UiServer } from '../ui/server.ts';
+import { defaultPoolLabels } from '../ui/view.ts';
+
+const list = (v: string) =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+/** The page's flags, the same on `berth run` and `berth ui`. */
+export function uiOptions(defaultBind: string): Option[] {
+  return [
+    new Option('--ui-bind-address <addr>', 'address of the read-only web page ("0" turns it off)').default(
+      defaultBind,
+    ),
+    new Option('--ui-pool-labels <keys>', "node labels that name a node's pool, the first present wins")
+      .default(defaultPoolLabels, defaultPoolLabels.join(','))
+      .argParser(list),
+    new Option(
+      '--ui-allowed-hosts <names>',
+      'host names the page answers to besides localhost and IP addresses (a guard against DNS rebinding)',
+    )
+      .default([], 'none')
+      .argParser(list),
+  ];
+}
+
+/** Adds the page to the manager, showing the policies of `enabled`; undefined when it is off. */
+export function addUi(
+  manager: Manager,
+  o: Record<string, unknown>,
+  enabled: Capability[],
+): UiServer | undefined {
+  if (o['uiBindAddress'] === '0') return undefined;
+  const ui = new UiServer(manager, {
+    bindAddress: String(o['uiBindAddress']),
+    kinds: enabled.flatMap((c) => c.crds),
+    poolLabels: o['uiPoolLabels'] as string[],
+    allowedHosts: (o['uiAllowedHosts'] as string[]).map((h) => h.toLowerCase()),
+    options: o,
+    berthNamespace: berthNamespace(),
+    log: rootLogger.child({ component: 'ui' }),
+  });
+  manager.addRunnable(ui);
+  return ui;
+}
+
+export function uiCommand(): Command {
+  const cmd = new Command('ui')
+    .description("Serve Berth's read-only web page alone: informers and the page, no controller")
+    .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
+    .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)');
+  for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);
+  return cmd.action(async (o) => {
+    const manager = new Manager({
+      client: KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' }),
+      metricsBindAddress: '0',
+      healthBindAddress: '0',
+    });
+    const ui = addUi(manager, o, capabilities);
+    if (!ui) throw new Error('--ui-bind-address 0: there is nothing to serve');
+    for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
+    await manager.start();
+    process.stdout.write(`Berth's page: http://localhost:${ui.port}/\n`);
+    process.exitCode = await manager.done;
+  });
+}

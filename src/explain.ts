@@ -1,0 +1,65 @@
+// What `berth explain` says of an object: the node and pod hooks of every capability, and the kinds a
+// capability explains itself (Capability.explainKinds). The command and the page both call this, so
+// the page shows exactly what the command prints.
+import type { ExplainContext } from './capability.ts';
+import { capabilities } from './capabilities.ts';
+import type { KubeClient } from './runtime/client/client.ts';
+import { Resources, type ResourceRef } from './runtime/api/meta.ts';
+
+export interface Explainer {
+  /** The subcommand and the page's kind: node, pod, or a capability's kind name (instance). */
+  name: string;
+  aliases: string[];
+  resource: ResourceRef;
+  description: string;
+  lines(ctx: ExplainContext): Promise<string[]>;
+}
+
+/** What every capability says through one of its hooks, in order. */
+const every =
+  (hook: 'explainNode' | 'explainPod') =>
+  async (ctx: ExplainContext): Promise<string[]> => {
+    const lines: string[] = [];
+    for (const c of capabilities) lines.push(...((await c[hook]?.(ctx)) ?? []));
+    return lines;
+  };
+
+/** Every kind `berth explain` knows. */
+export const explainers: Explainer[] = [
+  {
+    name: 'node',
+    aliases: [],
+    resource: Resources.nodes,
+    description: 'Which rules, gates and placements give this node its labels, annotations and taints',
+    lines: every('explainNode'),
+  },
+  {
+    name: 'pod',
+    aliases: [],
+    resource: Resources.pods,
+    description: 'What Berth does (or will do) to this pod, and why',
+    lines: every('explainPod'),
+  },
+  ...capabilities.flatMap((c) => (c.explainKinds ?? []).map((k) => ({ ...k, aliases: k.aliases ?? [] }))),
+];
+
+export const explainerOf = (kind: string): Explainer | undefined =>
+  explainers.find((e) => e.name === kind || e.aliases.includes(kind));
+
+/**
+ * The explanation of one object as `berth explain` prints it: a title line (`Node NAME`, `Pod
+ * NAMESPACE/NAME`), then the lines said of it. `options` are the flags Berth runs with (--label-dir).
+ */
+export async function explainObject(
+  client: KubeClient,
+  e: Explainer,
+  name: string,
+  namespace: string | undefined,
+  options: Record<string, unknown>,
+  berthNamespace: string,
+): Promise<string[]> {
+  const ns = e.resource.namespaced ? (namespace ?? 'default') : undefined;
+  const object = await client.get(e.resource, name, ns);
+  const said = await e.lines({ client, object, options, berthNamespace });
+  return [`${e.resource.kind} ${ns ? `${ns}/` : ''}${name}`, ...said];
+}

@@ -1,0 +1,251 @@
+// The page's HTTP server (node:http, loopback by default): the static page, JSON snapshots of the
+// informer caches, one Server-Sent-Events stream that says which sections changed, and `berth
+// explain` for one object. Only GET; nothing here writes to the cluster. It runs on every replica
+// (it needs no lease) as one of the manager's runnables.
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { isIP, type AddressInfo } from 'node:net';
+import { explainerOf, explainObject } from '../explain.ts';
+import type { CustomResource } from '../runtime/api/crd.ts';
+import { ApiError } from '../runtime/client/client.ts';
+import type { Manager, Runnable } from '../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
+import {
+  limitServer,
+  listen,
+  parseBindAddress,
+  serverOptions,
+  type ServerGuard,
+  type ServerLimits,
+} from '../runtime/server/http.ts';
+import { pageCss, pageHtml } from './assets.ts';
+import { UiState, type Section } from './state.ts';
+
+export interface UiOptions {
+  /** "host:port"; "0" turns the page off. */
+  bindAddress: string;
+  kinds: CustomResource[];
+  poolLabels: string[];
+  /** Host names (besides localhost and IP addresses) the page answers to: a guard against DNS rebinding. */
+  allowedHosts: string[];
+  /** The flags Berth runs with, for explain (--label-dir). */
+  options: Record<string, unknown>;
+  berthNamespace: string;
+  log: Logger;
+  coalesceMs?: number;
+}
+
+const limits: ServerLimits = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 5_000,
+  maxRequestsPerConnection: 0,
+  maxConnections: 128,
+  maxInFlight: 64,
+};
+/** Open event streams at most: each holds a connection and an in-flight slot. */
+const MAX_STREAMS = 32;
+const HEARTBEAT_MS = 15_000;
+const explainTimeoutMs = 20_000;
+
+const securityHeaders = {
+  // No inline script, nothing from elsewhere: cluster data that slipped into markup could not run.
+  'Content-Security-Policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  'Cache-Control': 'no-store',
+};
+
+/** The compiled page script: under this file once built (dist/ui/web), or in dist/ when run from source. */
+function pageScript(): string | undefined {
+  for (const u of ['./web/page/app.js', '../../dist/ui/web/page/app.js'])
+    try {
+      return readFileSync(new URL(u, import.meta.url), 'utf8');
+    } catch {
+      // try the next place
+    }
+  return undefined;
+}
+
+/** True when `host` (a Host header) names localhost, an IP address, or an allowed name. */
+export function hostAllowed(host: string | undefined, allowed: string[]): boolean {
+  if (!host) return false;
+  const name = host.startsWith('[') ? host.slice(1, host.indexOf(']')) : host.replace(/:\d+$/, '');
+  return name === 'localhost' || isIP(name) !== 0 || allowed.includes(name.toLowerCase());
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  res
+    .writeHead(status, { ...securityHeaders, 'Content-Type': 'application/json; charset=utf-8' })
+    .end(JSON.stringify(body));
+}
+
+const intParam = (v: string | null): number | undefined => {
+  const n = Number(v);
+  return v !== null && Number.isInteger(n) && n >= 0 ? n : undefined;
+};
+
+export class UiServer implements Runnable {
+  readonly name = 'ui';
+  readonly needLeaderElection = false;
+  private readonly manager: Manager;
+  private readonly opts: UiOptions;
+  private state: UiState | undefined;
+  private server: http.Server | undefined;
+  private guard: ServerGuard | undefined;
+  private readonly streams = new Set<ServerResponse>();
+  private script: string | undefined;
+  /** The bound port once started. */
+  port: number | undefined;
+
+  constructor(manager: Manager, opts: UiOptions) {
+    this.manager = manager;
+    this.opts = opts;
+  }
+
+  async start(): Promise<void> {
+    const bind = parseBindAddress(this.opts.bindAddress);
+    if (!bind) return;
+    this.script = pageScript();
+    if (!this.script) this.opts.log.error('the page script is not built (npm run build): the page says so');
+    // Made once the manager runs, its informers start at once and do not hold back /readyz.
+    this.state = new UiState(this.manager, {
+      kinds: this.opts.kinds,
+      poolLabels: this.opts.poolLabels,
+      ...(this.opts.coalesceMs !== undefined ? { coalesceMs: this.opts.coalesceMs } : {}),
+    });
+    this.state.subscribe((sections) => this.broadcast(sections));
+    const server = http.createServer(serverOptions(limits));
+    this.guard = limitServer(server, 'ui', limits, explainTimeoutMs, this.opts.log);
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => this.serve(req, res));
+    await listen(server, bind.port, bind.host, limits).catch((e: unknown) => {
+      this.state?.stop();
+      throw new Error(
+        `the page cannot listen on ${this.opts.bindAddress} (${errorText(e)}): pass --ui-bind-address ` +
+          'with another address (127.0.0.1:0 for any free port), or 0 to turn the page off',
+      );
+    });
+    this.server = server;
+    this.port = (server.address() as AddressInfo).port;
+    this.opts.log.info(
+      { url: `http://${bind.host.includes(':') ? `[${bind.host}]` : bind.host}:${this.port}/` },
+      'the page is served',
+    );
+  }
+
+  async stop(): Promise<void> {
+    this.state?.stop();
+    for (const s of this.streams) s.end();
+    const server = this.server;
+    if (!server) return;
+    await new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    });
+  }
+
+  private broadcast(sections: Section[]): void {
+    const msg = `event: change\ndata: ${JSON.stringify(sections)}\n\n`;
+    for (const s of this.streams) s.write(msg);
+  }
+
+  private serve(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { Allow: 'GET, HEAD' }).end('only GET\n');
+      return;
+    }
+    if (!hostAllowed(req.headers.host, this.opts.allowedHosts)) {
+      res.writeHead(403).end('host not allowed (--ui-allowed-hosts)\n');
+      return;
+    }
+    if (!this.guard!.admit(res)) {
+      res.writeHead(429).end(`over ${limits.maxInFlight} requests in flight\n`);
+      return;
+    }
+    const url = new URL(req.url ?? '/', 'http://page');
+    const state = this.state!;
+    const q = url.searchParams;
+    switch (url.pathname) {
+      case '/':
+        res.writeHead(200, { ...securityHeaders, 'Content-Type': 'text/html; charset=utf-8' }).end(pageHtml);
+        return;
+      case '/style.css':
+        res.writeHead(200, { ...securityHeaders, 'Content-Type': 'text/css; charset=utf-8' }).end(pageCss);
+        return;
+      case '/app.js':
+        if (!this.script) {
+          res.writeHead(503).end('the page script is not built: npm run build\n');
+          return;
+        }
+        res
+          .writeHead(200, { ...securityHeaders, 'Content-Type': 'text/javascript; charset=utf-8' })
+          .end(this.script);
+        return;
+      case '/api/nodes': {
+        const held = q.get('held') === 'true';
+        return json(res, 200, {
+          synced: state.hasSynced(),
+          ...state.queryNodes({
+            text: q.get('text') ?? '',
+            pool: q.get('pool') ?? '',
+            arch: q.get('arch') ?? '',
+            ...(held ? { held } : {}),
+            ...(intParam(q.get('offset')) !== undefined ? { offset: intParam(q.get('offset'))! } : {}),
+            ...(intParam(q.get('limit')) !== undefined ? { limit: intParam(q.get('limit'))! } : {}),
+          }),
+        });
+      }
+      case '/api/policies':
+        return json(res, 200, state.policies());
+      case '/api/pods':
+        return json(res, 200, state.heldPods());
+      case '/api/workloads':
+        return json(res, 200, state.workloads());
+      case '/api/explain':
+        return void this.explain(q, res);
+      case '/api/stream':
+        return this.stream(req, res);
+      default:
+        res.writeHead(404).end('not found\n');
+    }
+  }
+
+  /** `berth explain` of one object: the same code as the command (src/explain.ts), read from the API on request. */
+  private async explain(q: URLSearchParams, res: ServerResponse): Promise<void> {
+    const e = explainerOf(q.get('kind') ?? '');
+    const name = q.get('name') ?? '';
+    if (!e || !name)
+      return json(res, 400, { error: 'kind (node, pod, instance, ...) and name are required' });
+    try {
+      const lines = await explainObject(
+        this.manager.client(),
+        e,
+        name,
+        q.get('namespace') ?? undefined,
+        this.opts.options,
+        this.opts.berthNamespace,
+      );
+      json(res, 200, { lines });
+    } catch (err) {
+      json(res, err instanceof ApiError && err.status === 404 ? 404 : 500, { error: errorText(err) });
+    }
+  }
+
+  private stream(req: IncomingMessage, res: ServerResponse): void {
+    if (this.streams.size >= MAX_STREAMS) {
+      res.writeHead(429).end(`over ${MAX_STREAMS} event streams\n`);
+      return;
+    }
+    // A stream stays open: only the heartbeat keeps it from looking idle.
+    req.socket.setTimeout(0);
+    res.writeHead(200, { ...securityHeaders, 'Content-Type': 'text/event-stream', Connection: 'keep-alive' });
+    res.write('retry: 1000\nevent: hello\ndata: {}\n\n');
+    this.streams.add(res);
+    const beat = setInterval(() => res.write(': heartbeat\n\n'), HEARTBEAT_MS);
+    res.once('close', () => {
+      clearInterval(beat);
+      this.streams.delete(res);
+    });
+  }
+}

@@ -1,0 +1,125 @@
+// The shapes of what the page's server answers (view.ts computes them, page/app.ts shows them).
+// No imports: the page's own build reads this file too.
+
+/** A label, annotation or taint one of Berth's field managers owns on a node. */
+export interface Derived {
+  kind: 'label' | 'annotation' | 'taint';
+  key: string;
+  value: string;
+  /** The field manager (berth-labels, berth-gates, berth-agents, berth-arch). */
+  by: string;
+  /** The rule behind a derived label: "NodeLabelRule gpu", "file accelerators/edgetpu". */
+  rule?: string;
+}
+
+export interface GateRow {
+  gate: string;
+  /** Held, HeldTimedOut, Released or WouldGate (gates/decide.ts GateState). */
+  state: string;
+  /** Held: since when (the gate's gated-at annotation). */
+  since?: string;
+  /** What the node still waits for. */
+  waiting: string[];
+  why: string;
+}
+
+export interface NodeRow {
+  name: string;
+  pool: string;
+  arch: string;
+  ready: boolean;
+  unschedulable: boolean;
+  labels: Record<string, string>;
+  derived: Derived[];
+  /** The gates that select the node (held, released, would hold). */
+  gates: GateRow[];
+  /** True while a startup gate holds the node. */
+  held: boolean;
+}
+
+export interface NodeQuery {
+  /** Words that must all appear in the name, pool, architecture or a label (key=value). */
+  text?: string;
+  pool?: string;
+  arch?: string;
+  /** Only nodes a startup gate holds. */
+  held?: boolean;
+  offset?: number;
+  limit?: number;
+}
+
+export interface NodePage {
+  total: number;
+  matched: number;
+  offset: number;
+  rows: NodeRow[];
+  pools: string[];
+  archs: string[];
+}
+
+export interface ConditionView {
+  type: string;
+  status: string;
+  reason: string;
+  message: string;
+}
+
+export interface PolicyRow {
+  kind: string;
+  namespace?: string;
+  name: string;
+  /** The status counts (policies), or replica counts (WorkloadDeployments). */
+  counts: Record<string, number>;
+  conditions: ConditionView[];
+}
+
+export interface EventRow {
+  time: string;
+  regarding: string;
+  reason: string;
+  note: string;
+  reportingController: string;
+  count: number;
+}
+
+export interface HeldPod {
+  namespace: string;
+  name: string;
+  /** The scheduling gate Berth holds it with. */
+  gate: string;
+  reason: string;
+}
+
+export interface InstanceRow {
+  namespace: string;
+  name: string;
+  ordinal: number;
+  ready: string;
+  reason: string;
+  message: string;
+  quota: string;
+}
+
+export interface WorkloadRow extends PolicyRow {
+  desired: number;
+  instances: InstanceRow[];
+}
+
+export interface PoliciesSnapshot {
+  policies: PolicyRow[];
+  /** Kinds whose CRD is not installed: the page says so instead of an empty list. */
+  missing: string[];
+  events: EventRow[];
+}
+
+export interface PodsSnapshot {
+  pods: HeldPod[];
+  /** Nodes a startup gate holds, and what each waits for. */
+  heldNodes: { name: string; waiting: string[] }[];
+}
+
+export interface WorkloadsSnapshot {
+  workloads: WorkloadRow[];
+  /** Federation (cells) does not exist yet: the local cluster is the only cell. */
+  cells: { name: string; local: boolean; reachable: boolean; instances: number }[];
+}

@@ -1,0 +1,240 @@
+// test-driver: alone — its Berth runs the labels and gates controllers, which would act on the
+// NodeLabelRules and NodeStartupGates of the files beside it.
+//
+// The page in a real browser (Debian's Chromium, headless, through puppeteer-core) against the
+// sandbox: it lists the nodes, shows a label added through the API without a reload within 2 s,
+// shows what a node held by a startup gate waits for, renders a value with markup as text, shows
+// what `berth explain` prints, lists a pod a Berth scheduling gate holds and a Warning event; a
+// screenshot is kept.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { after, before, test } from 'node:test';
+import type { Browser, Page } from 'puppeteer-core';
+import { installCrds } from '../../src/cli/install.ts';
+import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeLabelRule } from '../../src/labels/types.ts';
+import { Resources } from '../../src/runtime/api/meta.ts';
+import { packageRoot, stateDir } from '../../src/sandbox/paths.ts';
+import { freePorts } from '../../src/sandbox/sandbox.ts';
+import { QUOTA_GATE } from '../../src/workloads/types.ts';
+import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { launchBrowser } from '../helpers/browser.ts';
+import {
+  addNodes,
+  createNamespace,
+  deleteNamespace,
+  deleteNodes,
+  podManifest,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const id = uniqueName('ui');
+const D = `${id}.example.com`;
+const XSS = '<script>alert(1)</script>';
+let ns: string;
+let nodes: string[] = [];
+let berth: BerthProcess | undefined;
+let browser: Browser | undefined;
+let page: Page;
+let url: string;
+const dialogs: string[] = [];
+
+/**
+ * Waits until the element `selector` of the page contains `text`. (The check runs in the page, so
+ * it is written as the page's script, not as this file's TypeScript, which knows no DOM.)
+ */
+const waitForText = (selector: string, text: string, timeout = 15_000) =>
+  page.waitForFunction(
+    `document.querySelector(${JSON.stringify(selector)})?.textContent?.includes(${JSON.stringify(text)}) ?? false`,
+    { timeout, polling: 50 },
+  );
+const rowOf = (node: string) => `tr[data-node="${node}"]`;
+
+/** The text of the page's row of a node ('' while it has none). */
+const rowText = (node: string) => page.$eval(rowOf(node), (e) => e.textContent ?? '').catch(() => '');
+
+before(async () => {
+  // Found (or a clear error) before anything is created.
+  browser = await launchBrowser();
+  await installCrds(client);
+  ns = await createNamespace(client, 'ui');
+  nodes = await addNodes(client, {
+    prefix: `${id}-n`,
+    count: 2,
+    labels: { 'karpenter.sh/nodepool': id },
+  });
+  await client.patch(Resources.nodes, nodes[0]!, { metadata: { labels: { [`${D}/pool`]: 'held' } } });
+  await client.apply(
+    NodeStartupGate.ref,
+    {
+      apiVersion: NodeStartupGate.apiVersion,
+      kind: NodeStartupGate.kind,
+      metadata: { name: id },
+      spec: {
+        taint: { key: `${D}/startup`, effect: 'NoSchedule' },
+        nodeSelector: { matchLabels: { [`${D}/pool`]: 'held' } },
+        requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+        backfill: true,
+      },
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+  // A derived annotation whose value is markup: user input the page must show as text.
+  await client.apply(
+    NodeLabelRule.ref,
+    {
+      apiVersion: NodeLabelRule.apiVersion,
+      kind: NodeLabelRule.kind,
+      metadata: { name: id },
+      spec: {
+        match: { anyOf: [{ label: 'karpenter.sh/nodepool', operator: 'In', values: [id] }] },
+        annotations: { [`${D}/note`]: XSS },
+      },
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+  const [port] = (await freePorts(1)) as [number];
+  berth = await startBerth(sandbox, ['--controllers=labels,gates', `--ui-bind-address=127.0.0.1:${port}`]);
+  url = `http://127.0.0.1:${port}/`;
+  page = await browser.newPage();
+  page.on('dialog', (d) => {
+    dialogs.push(d.message());
+    void d.dismiss();
+  });
+  await page.setViewport({ width: 1400, height: 900 });
+  await page.goto(url);
+  // Only this file's nodes: the sandbox has others.
+  await page.type('#f-text', id);
+});
+
+after(async () => {
+  await browser?.close();
+  // The gate goes while Berth runs: its finalizer gives the node back.
+  await client.delete(NodeStartupGate.ref, id).catch(() => {});
+  await waitFor(`gate ${id} gone`, () =>
+    client.get(NodeStartupGate.ref, id).then(
+      () => false,
+      () => true,
+    ),
+  ).catch(() => {});
+  await berth?.stop();
+  await client.delete(NodeLabelRule.ref, id).catch(() => {});
+  await deleteNodes(client, nodes);
+  if (ns) await deleteNamespace(client, ns);
+  client.close();
+});
+
+test('the page lists the nodes, with their pool and architecture', async () => {
+  for (const n of nodes) await waitForText(rowOf(n), n);
+  for (const n of nodes) {
+    const text = await rowText(n);
+    assert.match(text, new RegExp(id), `${n}'s row names its pool`);
+    assert.match(text, /amd64/, `${n}'s row names its architecture`);
+  }
+  // The filter (this file's id) leaves this file's two nodes of all the sandbox's.
+  const all = (await client.list(Resources.nodes)).items.length;
+  await waitForText('#node-count', `2 of ${all}`, 5000);
+  assert.equal(await page.$$eval('#node-rows tr', (rows) => rows.length), 2);
+});
+
+test('a label added through the API appears without a reload within 2 s', async () => {
+  await page.evaluate('window.marker = 1');
+  const started = Date.now();
+  await client.patch(Resources.nodes, nodes[1]!, { metadata: { labels: { [`${D}/added`]: 'yes' } } });
+  await waitForText(rowOf(nodes[1]!), `${D}/added=yes`, 2000);
+  const took = Date.now() - started;
+  assert.ok(took < 2000, `the label showed after ${took} ms`);
+  assert.equal(await page.evaluate('window.marker'), 1, 'the page was not reloaded');
+});
+
+test('a node held by a startup gate shows the gate and what it waits for', async () => {
+  await waitForText(rowOf(nodes[0]!), `${id}: Held`);
+  const text = await rowText(nodes[0]!);
+  assert.match(text, new RegExp(`${id}: Held since \\d{4}-`));
+  assert.match(text, new RegExp(`waiting for pods app=never in ${ns}`));
+  assert.doesNotMatch(await rowText(nodes[1]!), /Held/, 'the gate does not select the other node');
+  // The pods section lists it among the held nodes, with the same reason.
+  const held = await page.$eval('#held-nodes', (e) => e.textContent ?? '');
+  assert.match(held, new RegExp(`${nodes[0]}: .*app=never`));
+});
+
+test('a value with markup renders as text, and nothing of it runs', async () => {
+  await waitForText(rowOf(nodes[1]!), XSS);
+  assert.match(
+    await rowText(nodes[1]!),
+    new RegExp(`annotation ${D}/note=<script>alert\\(1\\)</script> \\(berth-labels, NodeLabelRule ${id}\\)`),
+  );
+  assert.equal(await page.$$eval('main script', (s) => s.length), 0, 'no script element came from the data');
+  assert.deepEqual(dialogs, [], 'no dialog fired');
+});
+
+test('selecting a node shows what `berth explain node` prints', async () => {
+  await page.click(`${rowOf(nodes[0]!)} a.object`);
+  await waitForText('#explain-text', `Node ${nodes[0]}`);
+  const shown = await page.$eval('#explain-text', (e) => e.textContent ?? '');
+  const { stdout } = await promisify(execFile)(process.execPath, [
+    path.join(packageRoot(), 'src/cli/main.ts'),
+    'explain',
+    'node',
+    nodes[0]!,
+    `--kubeconfig=${sandbox.kubeconfigPath}`,
+  ]);
+  assert.equal(shown, stdout.trimEnd());
+  assert.match(shown, /HELD since/);
+});
+
+test('a pod a Berth scheduling gate holds is listed with the reason', async () => {
+  const pod = uniqueName('gated');
+  await client.create(Resources.pods, {
+    ...podManifest({ name: pod, namespace: ns }),
+    spec: {
+      ...(podManifest({ name: pod, namespace: ns })['spec'] as object),
+      schedulingGates: [{ name: QUOTA_GATE }],
+    },
+  });
+  await waitForText('#pod-rows', pod, 5000);
+  const text = await page.$eval('#pod-rows', (e) => e.textContent ?? '');
+  assert.match(text, new RegExp(`${ns}/${pod}${QUOTA_GATE}quota: waiting for the quota controller`));
+});
+
+test('a Warning event shows among the policies, its note as text', async () => {
+  const note = `a warning for ${id} <img src=x onerror=alert(2)>`;
+  await client.create(Resources.events, {
+    apiVersion: 'events.k8s.io/v1',
+    kind: 'Event',
+    metadata: { name: `${id}-warning`, namespace: ns },
+    // A MicroTime: six digits of fraction.
+    eventTime: new Date().toISOString().replace('Z', '000Z'),
+    reportingController: 'berth.dev/ui-test',
+    reportingInstance: 'ui-test',
+    action: 'Test',
+    reason: 'UiTest',
+    type: 'Warning',
+    note,
+    // An object of the namespace, so the event goes with it (a cluster-scoped one's is in default).
+    regarding: { apiVersion: 'v1', kind: 'Pod', namespace: ns, name: `${id}-pod` },
+  });
+  await waitForText('#event-rows', note, 5000);
+  assert.match(
+    await page.$eval('#event-rows', (e) => e.textContent ?? ''),
+    new RegExp(`Pod ${ns}/${id}-podUiTest`),
+  );
+  assert.equal(await page.$$eval('#event-rows img', (i) => i.length), 0, 'the note is text, not markup');
+  assert.deepEqual(dialogs, [], 'no dialog fired');
+});
+
+test('a screenshot of the page is kept as a test artefact', async () => {
+  const dir = path.join(stateDir(), 'artifacts');
+  mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, `ui-${id}.png`);
+  const png = await page.screenshot({ path: file, fullPage: true });
+  assert.ok(png.length > 10_000, `screenshot of ${png.length} bytes`);
+  process.stdout.write(`# screenshot of the page: ${file}\n`);
+});
