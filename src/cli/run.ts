@@ -5,7 +5,13 @@ import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
-import { berthNamespace, NAMESPACE, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
+import {
+  berthNamespace,
+  LEADER_ELECTION_ID,
+  NAMESPACE,
+  WEBHOOK_CERT_SECRET,
+  WEBHOOK_CONFIGURATION,
+} from '../policy/namespace.ts';
 import { parseBindAddress } from '../runtime/server/http.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -66,7 +72,7 @@ export function runCommand(): Command {
     )
     .option('--leader-elect', 'elect a leader on a Lease so that only one replica writes', false)
     .option('--leader-election-namespace <ns>', 'namespace of the Lease', berthNamespace())
-    .option('--leader-election-id <name>', 'name of the Lease', 'berth')
+    .option('--leader-election-id <name>', 'name of the Lease', LEADER_ELECTION_ID)
     .option('--lease-duration <seconds>', 'leader lease duration', Number, 15)
     .option(
       '--renew-deadline <seconds>',
@@ -299,6 +305,8 @@ function addWebhooks(
       registration,
       specs,
       berthNamespace,
+      // The name Berth's generated role lets it patch (resourceNames).
+      configName: WEBHOOK_CONFIGURATION,
     }),
   );
   return webhookClient;

@@ -29,6 +29,8 @@ export const gatesCapability: Capability = {
   rbac: [
     { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+    // Read only: `berth gates tolerate` patches a DaemonSet's pod template with the credentials of
+    // whoever runs it, never with the controller's (patch would let Berth run anything on every node).
     { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['get', 'list', 'watch'] },
     {
       apiGroups: [POLICY_GROUP],
