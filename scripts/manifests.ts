@@ -80,7 +80,7 @@ function helmRole(): string {
       '    {{- include "berth.labels" . | nindent 4 }}',
     ].join('\n') +
     '\n' +
-    yaml({ rules: certSecretRules('{{ include "berth.webhookCertSecret" . }}') }) +
+    yaml({ rules: mergeRules(certSecretRules('{{ include "berth.webhookCertSecret" . }}')) }) +
     '{{- end }}\n'
   );
 }
@@ -104,7 +104,7 @@ function helmLeaderElection(): string {
       ...metadata,
     ].join('\n') +
     '\n' +
-    yaml({ rules: leaseRules() }) +
+    yaml({ rules: mergeRules(leaseRules()) }) +
     [
       '---',
       'apiVersion: rbac.authorization.k8s.io/v1',

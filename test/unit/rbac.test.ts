@@ -2,6 +2,7 @@
 // (scripts/rbac-audit.ts) tells a used, an explained and an unexplained grant apart.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { generatedFiles } from '../../scripts/manifests.ts';
 import { grantedPairs, isBerth, pairOf, usage, verdict } from '../../scripts/rbac-audit.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import {
@@ -85,9 +86,10 @@ describe('the generated roles', () => {
     assert.ok(!may(install, 'patch', 'customresourcedefinitions', 'certificates.cert-manager.io'));
   });
 
-  test('why is for the code: no generated rule carries it', () => {
+  test('why is for the code: no generated rule or deploy file carries it', () => {
     for (const o of rbacManifests(capabilities, { finalizerOwners: ['deployments.apps'], installCrds: true }))
       for (const r of (o as Role).rules ?? []) assert.ok(!('why' in r), JSON.stringify(r));
+    for (const [path, text] of generatedFiles()) assert.doesNotMatch(text, /^\s*why:/m, path);
   });
 });
 
