@@ -74,7 +74,7 @@ export const runtimeRules = (webhookConfiguration: string = WEBHOOK_CONFIGURATIO
 
 /**
  * What Berth needs in its own namespace only, in two Roles: the Lease of leader election, and the
- * Secret its replicas share for the webhook's serving certificate (each installed only when used).
+ * Secret its replicas share for the webhook's serving certificate (Helm renders each only when used).
  * Read and update are limited to their names; create cannot be (the object does not exist yet, so
  * there is no name to check), so it is limited to the namespace.
  */
