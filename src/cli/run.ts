@@ -180,7 +180,7 @@ export function runCommand(): Command {
     .option(
       '--install-crds',
       "install or upgrade Berth's CRDs before starting (needs permission to write CRDs, which the " +
-        'generated role does not grant)',
+        'generated role grants only with `berth manifests --install-crds`)',
       false,
     )
     .addOption(
