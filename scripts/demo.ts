@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { installCrds } from '../src/cli/install.ts';
+import { rbacManifests } from '../src/manifests.ts';
 import { ownedKeys } from '../src/runtime/client/apply.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
@@ -59,13 +60,15 @@ for (const f of readdirSync(join(examples, 'rules')).filter((f) => f.endsWith('.
 }
 
 say('== running berth with the example rule files (examples/labels/)');
+// As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints.
+const kubeconfig = await sb.mintServiceAccount(rbacManifests());
 const [metricsPort, healthPort] = await freePorts(2);
 const berth = spawn(
   process.execPath,
   [
     join(root, 'src/cli/main.ts'),
     'run',
-    `--kubeconfig=${sb.kubeconfigPath}`,
+    `--kubeconfig=${kubeconfig}`,
     `--label-dir=${join(examples, 'labels')}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     `--health-probe-bind-address=127.0.0.1:${healthPort}`,

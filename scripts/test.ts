@@ -4,6 +4,7 @@ import { globSync, readFileSync } from 'node:fs';
 import { run } from 'node:test';
 import { spec } from 'node:test/reporters';
 import { abortOnSignals, Sandbox } from '../src/sandbox/sandbox.ts';
+import { auditCheck } from './rbac-audit.ts';
 
 const args = new Set(process.argv.slice(2));
 const only = process.env['BERTH_TEST_FILES']?.split(',').filter(Boolean);
@@ -46,9 +47,18 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
   process.stdout.write(`starting sandbox ${name} (builds the control plane the first time)\n`);
   // The registry (and its build, the first time) only when a file says `test-driver: registry`.
   const registry = integrationFiles.some((f) => readFileSync(f, 'utf8').includes('test-driver: registry'));
+  // BERTH_TEST_AUDIT=1: the apiserver logs every service account's requests, and the RBAC audit
+  // (scripts/rbac-audit.ts) checks Berth's roles against what the files made Berth do.
+  const audit = Boolean(process.env['BERTH_TEST_AUDIT']);
   const interrupt = abortOnSignals();
   await sandbox
-    .up({ fresh: true, registry, log: (s) => process.stdout.write(`  ${s}\n`), signal: interrupt.signal })
+    .up({
+      fresh: true,
+      registry,
+      audit,
+      log: (s) => process.stdout.write(`  ${s}\n`),
+      signal: interrupt.signal,
+    })
     .finally(interrupt.release);
   process.stdout.write(`sandbox ${name} up in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   try {
@@ -63,6 +73,12 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
       env,
     );
     await runFiles(alone, 1, env);
+    if (audit) {
+      const { lines, ok } = auditCheck(sandbox.auditLogPath);
+      process.stdout.write(`\n${lines.join('\n')}\n`);
+      if (ok) totals.passed++;
+      else totals.failed++;
+    }
   } finally {
     if (process.env['BERTH_TEST_KEEP'])
       process.stdout.write(`kept sandbox ${name}: ${sandbox.kubeconfigPath}\n`);

@@ -7,7 +7,7 @@ import type { PolicyKit } from './policy/kit.ts';
 import type { KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
 import type { KubeObject, ResourceRef } from './runtime/api/meta.ts';
-import type { PolicyRule } from './runtime/api/rbac.ts';
+import type { DeclaredRule } from './runtime/api/rbac.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
@@ -69,7 +69,8 @@ export interface Capability {
   /** Flags of `berth run` that configure this capability. */
   options?: () => Option[];
   crds: CustomResource[];
-  rbac: PolicyRule[];
+  /** The rules its controllers need (`why` on a grant a run may not exercise: see DeclaredRule). */
+  rbac: DeclaredRule[];
   /**
    * Node keys it owns (its rank among owners, its reserved domains); its controller claims the keys
    * of its live policies. Another capability's policy that would write them is Invalid. None: the

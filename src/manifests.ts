@@ -1,66 +1,161 @@
 // The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
-// permission they declare, and what the runtime itself needs (leases, events), and a Role for what
-// Berth needs only in its own namespace (the webhook certificate's Secret).
+// permission they declare and what the runtime itself needs cluster-wide (events, webhook
+// configurations), and Roles for what Berth needs only in its own namespace (the webhook
+// certificate's Secret; the Lease of leader election).
 import type { Capability } from './capability.ts';
-import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from './policy/namespace.ts';
-import { capabilities } from './capabilities.ts';
 import {
-  clusterRole,
-  clusterRoleBinding,
-  mergeRules,
-  role,
-  roleBinding,
-  type PolicyRule,
-} from './runtime/api/rbac.ts';
+  LEADER_ELECTION_ID,
+  NAMESPACE,
+  SERVICE_ACCOUNT,
+  WEBHOOK_CERT_SECRET,
+  WEBHOOK_CONFIGURATION,
+} from './policy/namespace.ts';
+import { capabilities } from './capabilities.ts';
+import { clusterRole, clusterRoleBinding, role, roleBinding, type DeclaredRule } from './runtime/api/rbac.ts';
 import type { KubeObject } from './runtime/api/meta.ts';
 
-/** What the runtime needs whatever is enabled: leader election, events, registering webhooks. */
-export const runtimeRules: PolicyRule[] = [
-  { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
+/** What the names in Berth's roles are; the defaults are `berth run`'s and the kustomize base's. */
+export interface RbacOptions {
+  /** The roles, their bindings and the ServiceAccount they bind (Helm: the release's full name). */
+  name?: string;
+  /** Berth's namespace: its ServiceAccount, Lease and webhook certificate Secret. */
+  namespace?: string;
+  /** The Lease of leader election (`--leader-election-id`). */
+  lease?: string;
+  /** The Mutating- and ValidatingWebhookConfiguration Berth registers. */
+  webhookConfiguration?: string;
+  /** The Secret where Berth keeps its webhook certificate (`--webhook-cert-secret`). */
+  webhookCertSecret?: string;
+  /**
+   * Owner kinds that an AgentPlacement's `finalizer` may be put on, as `resource.group`
+   * (`deployments.apps`; `replicationcontrollers` for the core group). None by default: watching and
+   * patching a workload kind lets Berth change every pod template of that kind, so each is opted into.
+   */
+  finalizerOwners?: string[];
+  /** `berth run --install-crds`: Berth writes its own CRDs at start (never granted by default). */
+  installCrds?: boolean;
+}
+
+/** The built-in workload kinds a pod's controller chain ends at, for the kustomize component that opts them in. */
+export const BUILTIN_OWNER_KINDS = [
+  'cronjobs.batch',
+  'daemonsets.apps',
+  'deployments.apps',
+  'statefulsets.apps',
+];
+
+/** What the runtime needs cluster-wide whatever is enabled: events, registering webhooks. */
+export const runtimeRules = (webhookConfiguration: string = WEBHOOK_CONFIGURATION): DeclaredRule[] => [
   // Reading them is for the page (`--ui-bind-address`), which lists the last hour's Warning events.
   { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'list', 'watch'] },
-  // Informers of custom resources tell a missing CRD from a passing 404, and wait for it to appear.
+  // Informers of custom resources wait for a missing CRD to appear.
+  { apiGroups: ['apiextensions.k8s.io'], resources: ['customresourcedefinitions'], verbs: ['list', 'watch'] },
   {
     apiGroups: ['apiextensions.k8s.io'],
     resources: ['customresourcedefinitions'],
-    verbs: ['get', 'list', 'watch'],
+    verbs: ['get'],
+    why: "an informer whose list answers 404 reads its CRD to tell a missing CRD from a passing 404; with Berth's CRDs installed it never does",
   },
-  // Server-side apply is a PATCH, authorized as create too when the object does not exist yet.
+  // Registration is a server-side apply (PATCH) of Berth's own configurations, by name.
   {
     apiGroups: ['admissionregistration.k8s.io'],
     resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
-    verbs: ['get', 'create', 'patch'],
+    resourceNames: [webhookConfiguration],
+    verbs: ['patch'],
+  },
+  {
+    apiGroups: ['admissionregistration.k8s.io'],
+    resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
+    verbs: ['create'],
+    why:
+      'the first apply of a configuration that does not exist yet is authorized as create too; ' +
+      'resourceNames cannot limit a create (the object has no name to check until it exists)',
   },
 ];
 
 /**
- * What Berth needs in its own namespace only: the Secret its replicas share for the webhook's serving
- * certificate. Create cannot be limited to a name (the object does not exist yet); read and update can.
+ * What Berth needs in its own namespace only, in two Roles: the Lease of leader election, and the
+ * Secret its replicas share for the webhook's serving certificate (Helm renders each only when used).
+ * Read and update are limited to their names; create cannot be (the object does not exist yet, so
+ * there is no name to check), so it is limited to the namespace.
  */
-export const namespaceRules = (secret: string = WEBHOOK_CERT_SECRET): PolicyRule[] => [
-  { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
-  { apiGroups: [''], resources: ['secrets'], resourceNames: [secret], verbs: ['get', 'patch'] },
+export const leaseRules = (lease: string = LEADER_ELECTION_ID): DeclaredRule[] => [
+  { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
+  {
+    apiGroups: ['coordination.k8s.io'],
+    resources: ['leases'],
+    resourceNames: [lease],
+    verbs: ['get', 'update'],
+  },
 ];
+
+export const certSecretRules = (secret: string = WEBHOOK_CERT_SECRET): DeclaredRule[] => [
+  { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
+  { apiGroups: [''], resources: ['secrets'], resourceNames: [secret], verbs: ['get'] },
+  {
+    apiGroups: [''],
+    resources: ['secrets'],
+    resourceNames: [secret],
+    verbs: ['patch'],
+    why: 'a replica renews the serving certificate (a third of its year left) or the CA; a run of minutes never does',
+  },
+];
+
+/** What an owner kind needs to carry an AgentPlacement's finalizer: watched for its UIDs, patched for the finalizer. */
+export function finalizerOwnerRule(kind: string): DeclaredRule {
+  const dot = kind.indexOf('.');
+  const [resource, group] = dot < 0 ? [kind, ''] : [kind.slice(0, dot), kind.slice(dot + 1)];
+  const label = '[a-z0-9]([-a-z0-9]*[a-z0-9])?';
+  if (!/^[a-z0-9]+$/.test(resource) || (dot >= 0 && !new RegExp(`^${label}(\\.${label})*$`).test(group)))
+    throw new Error(`owner kind "${kind}" is not resource.group in lower case (deployments.apps)`);
+  return { apiGroups: [group], resources: [resource], verbs: ['list', 'watch', 'patch'] };
+}
+
+/** What `--install-crds` needs: applying the capabilities' CRDs, by name. */
+export const installCrdsRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
+  {
+    apiGroups: ['apiextensions.k8s.io'],
+    resources: ['customresourcedefinitions'],
+    resourceNames: crdManifests(caps).map((c) => c.metadata!.name!),
+    verbs: ['patch'],
+  },
+  {
+    apiGroups: ['apiextensions.k8s.io'],
+    resources: ['customresourcedefinitions'],
+    verbs: ['create'],
+    why: 'the apply of a CRD not installed yet is authorized as create too, which resourceNames cannot limit',
+  },
+];
+
+/** Every rule the ClusterRole grants, as declared (with their `why`), before merging. */
+export function clusterRules(caps: Capability[] = capabilities, opts: RbacOptions = {}): DeclaredRule[] {
+  return [
+    ...runtimeRules(opts.webhookConfiguration),
+    ...caps.flatMap((c) => c.rbac),
+    ...(opts.finalizerOwners ?? []).map(finalizerOwnerRule),
+    ...(opts.installCrds ? installCrdsRules(caps) : []),
+  ];
+}
 
 export function crdManifests(caps: Capability[] = capabilities): KubeObject[] {
   return caps.flatMap((c) => c.crds.map((r) => r.crd));
 }
 
-export function rbacManifests(caps: Capability[] = capabilities): KubeObject[] {
-  const rules = mergeRules([...runtimeRules, ...caps.flatMap((c) => c.rbac)]);
+/** The name of the Role for the Lease, beside the one named `name` for the certificate Secret. */
+export const leaderElectionRoleName = (name: string): string => `${name}-leader-election`;
+
+export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptions = {}): KubeObject[] {
+  const name = opts.name ?? SERVICE_ACCOUNT;
+  const namespace = opts.namespace ?? NAMESPACE;
+  const subject = { kind: 'ServiceAccount' as const, name, namespace };
+  const lease = leaderElectionRoleName(name);
+  // The builders merge the rules, which leaves `why` out: it is for the code, not the cluster.
   return [
-    clusterRole('berth', rules),
-    clusterRoleBinding('berth', 'berth', {
-      kind: 'ServiceAccount',
-      name: SERVICE_ACCOUNT,
-      namespace: NAMESPACE,
-    }),
-    role('berth', NAMESPACE, namespaceRules()),
-    roleBinding(
-      'berth',
-      NAMESPACE,
-      { kind: 'Role', name: 'berth' },
-      { kind: 'ServiceAccount', name: SERVICE_ACCOUNT, namespace: NAMESPACE },
-    ),
+    clusterRole(name, clusterRules(caps, opts)),
+    clusterRoleBinding(name, name, subject),
+    role(name, namespace, certSecretRules(opts.webhookCertSecret)),
+    roleBinding(name, namespace, { kind: 'Role', name }, subject),
+    role(lease, namespace, leaseRules(opts.lease)),
+    roleBinding(lease, namespace, { kind: 'Role', name: lease }, subject),
   ];
 }

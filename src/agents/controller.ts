@@ -520,7 +520,7 @@ export class AgentsController {
     if (denied.length)
       return unusable(
         'OwnerKindForbidden',
-        `Berth may not ${denied.join(', ')} ${ref.resource}${ref.group ? `.${ref.group}` : ''} (owner kind ${kind}): grant it in Berth's ClusterRole; until then ${unprotected}`,
+        `Berth may not ${denied.join(', ')} ${ref.resource}${ref.group ? `.${ref.group}` : ''} (owner kind ${kind}): opt the kind into Berth's ClusterRole (berth manifests --finalizer-owner ${ref.resource}${ref.group ? `.${ref.group}` : ''}, Helm agents.finalizerOwners); until then ${unprotected}`,
       );
     return { id, ref, failures: 0 };
   }

@@ -15,25 +15,25 @@ export const agentsCapability: Capability = {
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
   rbac: [
-    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: [''], resources: ['pods', 'namespaces'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['apps'], resources: ['replicasets'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch'] },
+    // Informers list and watch; claims, finalizers and statuses are server-side applies (patch).
+    { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
+    { apiGroups: [''], resources: ['pods', 'namespaces'], verbs: ['list', 'watch'] },
+    // A pod's controller chain up to its top owner (controllerRef: true), read only: the top owner's
+    // UID is read from the ReplicaSet's or Job's owner reference, never from the owner itself.
+    { apiGroups: ['apps'], resources: ['replicasets'], verbs: ['list', 'watch'] },
+    { apiGroups: ['batch'], resources: ['jobs'], verbs: ['list', 'watch'] },
     // patch: the controller applies its own finalizer to placements, so that deleting one releases its owners.
-    { apiGroups: [POLICY_GROUP], resources: ['agentplacements'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: [POLICY_GROUP], resources: ['agentplacements/status'], verbs: ['get', 'patch', 'update'] },
-    // Owner finalizers on the built-in workload kinds; a custom owner kind needs a rule like these.
-    {
-      apiGroups: ['apps'],
-      resources: ['deployments', 'statefulsets', 'daemonsets'],
-      verbs: ['get', 'list', 'watch', 'patch'],
-    },
-    { apiGroups: ['batch'], resources: ['cronjobs'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['agentplacements'], verbs: ['list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['agentplacements/status'], verbs: ['patch'] },
+    // Owner kinds that carry a placement's finalizer are not here: watching and patching a workload
+    // kind would let Berth change every pod template of it, so each is opted into (RbacOptions
+    // finalizerOwners: `berth manifests --finalizer-owner`, Helm agents.finalizerOwners, the kustomize
+    // component finalizer-owners).
     // An owner kind that is not served yet is checked again when its CRD appears.
     {
       apiGroups: ['apiextensions.k8s.io'],
       resources: ['customresourcedefinitions'],
-      verbs: ['get', 'list', 'watch'],
+      verbs: ['list', 'watch'],
     },
     // Whether Berth may watch and patch an owner kind, before it watches it.
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },

@@ -35,20 +35,21 @@ export const archCapability: Capability = {
   crds: [ArchPlacement],
   keys: ARCH_KEYS,
   rbac: [
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'patch'] },
+    // Informers list and watch; pods are ungated by patch, the rest written by server-side apply.
+    { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch', 'patch'] },
     // Pull secrets, read by name when a pod names them (or --arch-pull-secret): never listed.
     { apiGroups: [''], resources: ['secrets'], verbs: ['get'] },
-    { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [''], resources: ['namespaces'], verbs: ['list', 'watch'] },
     // Taints mode: the architecture taint.
-    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
+    { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
     // Pods in namespaces that serve admission webhooks are never gated (see docs/decisions/0012).
     {
       apiGroups: ['admissionregistration.k8s.io'],
       resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
-      verbs: ['get', 'list', 'watch'],
+      verbs: ['list', 'watch'],
     },
-    { apiGroups: [POLICY_GROUP], resources: ['archplacements'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['get', 'patch', 'update'] },
+    { apiGroups: [POLICY_GROUP], resources: ['archplacements'], verbs: ['list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['patch'] },
   ],
   explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
   setup({ kit, options, berthNamespace }) {

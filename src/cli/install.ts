@@ -4,6 +4,7 @@ import { stringify } from 'yaml';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
+import { capabilities } from '../capabilities.ts';
 import { crdManifests, rbacManifests } from '../manifests.ts';
 
 const FIELD_MANAGER = 'berth-install';
@@ -44,10 +45,18 @@ export function manifestsCommand(): Command {
   return new Command('manifests')
     .description('Print the generated manifests as YAML (CRDs and RBAC come from the same code that runs)')
     .addOption(new Option('--kind <kind>', 'what to print').choices(['all', 'crds', 'rbac']).default('all'))
+    .option(
+      '--finalizer-owner <kinds...>',
+      "owner kinds an AgentPlacement's finalizer may be put on, as resource.group (deployments.apps); " +
+        'the ClusterRole lets Berth watch and patch them (default: none)',
+      [],
+    )
+    .option('--install-crds', 'let Berth write its own CRDs (`berth run --install-crds`)', false)
     .action((o) => {
+      const rbac = { finalizerOwners: o.finalizerOwner as string[], installCrds: o.installCrds as boolean };
       const docs: KubeObject[] = [
         ...(o.kind !== 'rbac' ? crdManifests() : []),
-        ...(o.kind !== 'crds' ? rbacManifests() : []),
+        ...(o.kind !== 'crds' ? rbacManifests(capabilities, rbac) : []),
       ];
       process.stdout.write(docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n'));
     });

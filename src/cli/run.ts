@@ -5,7 +5,13 @@ import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Capability, CapabilityContext } from '../capability.ts';
-import { berthNamespace, LEADER_ELECTION_ID, NAMESPACE, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
+import {
+  berthNamespace,
+  LEADER_ELECTION_ID,
+  NAMESPACE,
+  WEBHOOK_CERT_SECRET,
+  WEBHOOK_CONFIGURATION,
+} from '../policy/namespace.ts';
 import { parseBindAddress } from '../runtime/server/http.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -175,7 +181,7 @@ export function runCommand(): Command {
     .option(
       '--install-crds',
       "install or upgrade Berth's CRDs before starting (needs permission to write CRDs, which the " +
-        'generated role does not grant)',
+        'generated role grants only with `berth manifests --install-crds`)',
       false,
     )
     .addOption(
@@ -302,6 +308,8 @@ function addWebhooks(
       registration,
       specs,
       berthNamespace,
+      // The name Berth's generated role lets it patch (resourceNames).
+      configName: WEBHOOK_CONFIGURATION,
     }),
   );
   return webhookClient;

@@ -55,6 +55,12 @@ export function sandboxCommand(): Command {
       false,
     )
     .option(
+      '--audit',
+      "kube-apiserver logs service accounts' requests to logs/audit.log (when the control plane starts; " +
+        'npm run rbac:audit reads it)',
+      false,
+    )
+    .option(
       '--timeout <seconds>',
       'how long the control plane and nodes may take to start (a build does not count)',
       (v) => Number.parseInt(v, 10),
@@ -79,6 +85,7 @@ export function sandboxCommand(): Command {
           nodes: groups,
           fresh: o.fresh,
           registry: o.registry,
+          audit: o.audit,
           log,
           timeoutMs: o.timeout * 1000,
           signal: interrupt.signal,

@@ -27,15 +27,15 @@ export const gatesCapability: Capability = {
   crds: [NodeStartupGate],
   keys: GATE_KEYS,
   rbac: [
-    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['get', 'list', 'watch'] },
-    {
-      apiGroups: [POLICY_GROUP],
-      resources: ['nodestartupgates'],
-      verbs: ['get', 'list', 'watch', 'patch', 'update'],
-    },
-    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['get', 'patch', 'update'] },
+    // Informers list and watch; nodes are written by compare-and-swap patches, gates' finalizers
+    // and statuses by server-side apply (patch).
+    { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch'] },
+    // Read only: `berth gates tolerate` patches a DaemonSet's pod template with the credentials of
+    // whoever runs it, never with the controller's (patch would let Berth run anything on every node).
+    { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates'], verbs: ['list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['patch'] },
   ],
   explainNode: ({ client, object }) => explainNodeGates(client, object),
   setup({ kit, options }) {

@@ -42,10 +42,11 @@ export const labelsCapability: Capability = {
   ],
   crds: [NodeLabelRule],
   rbac: [
-    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
-    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules/status'], verbs: ['get', 'patch', 'update'] },
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+    // Informers list and watch; writes are server-side applies (patch), statuses too.
+    { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules'], verbs: ['list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['nodelabelrules/status'], verbs: ['patch'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch'] },
     { apiGroups: [''], resources: ['pods/eviction'], verbs: ['create'] },
   ],
   async explainNode({ client, object: node, options }) {

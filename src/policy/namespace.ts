@@ -8,8 +8,10 @@ export const berthNamespace = (): string => process.env['POD_NAMESPACE'] ?? NAME
 export const SERVICE_ACCOUNT = 'berth';
 /** The Secret in Berth's namespace where its replicas keep the webhook CA and serving certificate. */
 export const WEBHOOK_CERT_SECRET = 'berth-webhook-cert';
-/** The Lease in Berth's namespace that its replicas elect a leader on. */
+/** The Lease of leader election in Berth's namespace (`--leader-election-id`). */
 export const LEADER_ELECTION_ID = 'berth';
+/** The Mutating- and ValidatingWebhookConfiguration `berth run` registers its webhooks in. */
+export const WEBHOOK_CONFIGURATION = 'berth';
 
 /** The label the apiserver puts on every namespace: how a namespaceSelector names a namespace. */
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';

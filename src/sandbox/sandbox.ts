@@ -11,6 +11,7 @@ import {
   readFileSync,
   readlinkSync,
   realpathSync,
+  renameSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
@@ -20,8 +21,9 @@ import http from 'node:http';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';
-import { KubeClient, type ClientOptions } from '../runtime/client/client.ts';
-import { Resources } from '../runtime/api/meta.ts';
+import { KubeClient, resourcePath, type ClientOptions } from '../runtime/client/client.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
+import type { PolicyRule } from '../runtime/api/rbac.ts';
 import {
   createCertificateAuthority,
   createSigningKeyPair,
@@ -68,6 +70,8 @@ interface State {
   binaries: Binaries;
   startedAt: string;
   registry?: { ports: RegistryPorts; binary: string; node: string };
+  /** kube-apiserver writes an audit log (`up({ audit: true })`). */
+  audit?: boolean;
 }
 
 export interface ProcessStatus {
@@ -91,7 +95,28 @@ export interface UpOptions {
   registry?: boolean;
   /** Provides the registry binary (default: build it if missing). */
   buildRegistry?: (log: (s: string) => void, signal?: AbortSignal) => Promise<string>;
+  /**
+   * kube-apiserver writes an audit log of every service account's requests (Metadata level: who,
+   * verb, resource, response code) to `auditLogPath`. Taken into account when the control plane starts.
+   */
+  audit?: boolean;
 }
+
+/** The audit policy of `up({ audit: true })`: service accounts' requests at Metadata level, nothing else. */
+const AUDIT_POLICY = {
+  apiVersion: 'audit.k8s.io/v1',
+  kind: 'Policy',
+  omitStages: ['RequestReceived'],
+  rules: [{ level: 'Metadata', userGroups: ['system:serviceaccounts'] }, { level: 'None' }],
+};
+
+/** Where each RBAC kind lives, for mintServiceAccount. */
+const RBAC_REFS: Record<string, ResourceRef> = {
+  ClusterRole: Resources.clusterRoles,
+  ClusterRoleBinding: Resources.clusterRoleBindings,
+  Role: Resources.roles,
+  RoleBinding: Resources.roleBindings,
+};
 
 const SERVICE_CIDR = '10.96.0.0/16';
 const SERVICE_IP = '10.96.0.1';
@@ -118,6 +143,11 @@ export class Sandbox {
 
   get kubeconfigPath(): string {
     return join(this.dir, 'kubeconfig');
+  }
+
+  /** The audit log kube-apiserver writes when the sandbox was started with `audit`. */
+  get auditLogPath(): string {
+    return join(this.dir, 'logs', 'audit.log');
   }
 
   get exists(): boolean {
@@ -171,7 +201,7 @@ export class Sandbox {
       } else {
         if (status.some((p) => p.running)) await this.down();
         started = true;
-        await this.start(binaries, log, deadline, signal);
+        await this.start(binaries, log, deadline, signal, opts.audit ?? false);
       }
       if (registry !== undefined && !(await this.registryRunning())) {
         startedRegistry = true;
@@ -229,7 +259,8 @@ export class Sandbox {
     binaries: Binaries,
     log: (s: string) => void,
     deadline: number,
-    signal?: AbortSignal,
+    signal: AbortSignal | undefined,
+    audit: boolean,
   ): Promise<void> {
     mkdirSync(this.path('logs'), { recursive: true });
     const started = Date.now();
@@ -241,11 +272,13 @@ export class Sandbox {
       pids: {},
       binaries,
       startedAt: new Date().toISOString(),
+      ...(audit ? { audit } : {}),
     };
     await this.ensurePki();
     this.writeKubeconfigs();
     this.writeSchedulerConfig();
     writeFileSync(this.path('kwok-stages.yaml'), stagesYaml());
+    if (audit) writeFileSync(this.path('audit-policy.yaml'), toYaml(AUDIT_POLICY));
     this.saveState();
     for (const p of PROCESSES) {
       this.startProcess(p);
@@ -338,7 +371,7 @@ export class Sandbox {
   }
 
   private argsOf(p: ProcessName): string[] {
-    const { ports, binaries } = this.requireState();
+    const { ports, binaries, audit } = this.requireState();
     const pki = (f: string) => this.path('pki', f);
     const kubeconfig = this.path('kubeconfig');
     switch (p) {
@@ -378,6 +411,15 @@ export class Sandbox {
           '--max-mutating-requests-inflight=800',
           '--profiling=false',
           '--v=1',
+          ...(audit
+            ? [
+                `--audit-policy-file=${this.path('audit-policy.yaml')}`,
+                `--audit-log-path=${this.auditLogPath}`,
+                // Whole lines in one file: a reader never sees half an event or a rotated file.
+                '--audit-log-mode=blocking',
+                '--audit-log-maxsize=0',
+              ]
+            : []),
         ];
       case 'kube-controller-manager':
         return [
@@ -629,7 +671,10 @@ export class Sandbox {
     });
   }
 
-  private kubeconfig(user: string, certPem: string, keyPem: string): string {
+  private kubeconfig(
+    user: string,
+    credentials: { certPem: string; keyPem: string } | { token: string },
+  ): string {
     const b64 = (s: string) => Buffer.from(s).toString('base64');
     const cluster = `berth-${this.name}`;
     return toYaml({
@@ -645,7 +690,16 @@ export class Sandbox {
         },
       ],
       users: [
-        { name: user, user: { 'client-certificate-data': b64(certPem), 'client-key-data': b64(keyPem) } },
+        {
+          name: user,
+          user:
+            'token' in credentials
+              ? { token: credentials.token }
+              : {
+                  'client-certificate-data': b64(credentials.certPem),
+                  'client-key-data': b64(credentials.keyPem),
+                },
+        },
       ],
       contexts: [{ name: cluster, context: { cluster, user } }],
       'current-context': cluster,
@@ -653,9 +707,9 @@ export class Sandbox {
   }
 
   private writeKubeconfigs(): void {
-    const cert = readFileSync(this.path('pki', 'admin.crt'), 'utf8');
-    const key = readFileSync(this.path('pki', 'admin.key'), 'utf8');
-    writeFileSync(this.kubeconfigPath, this.kubeconfig('berth-admin', cert, key), { mode: 0o600 });
+    const certPem = readFileSync(this.path('pki', 'admin.crt'), 'utf8');
+    const keyPem = readFileSync(this.path('pki', 'admin.key'), 'utf8');
+    writeFileSync(this.kubeconfigPath, this.kubeconfig('berth-admin', { certPem, keyPem }), { mode: 0o600 });
   }
 
   private writeSchedulerConfig(): void {
@@ -680,8 +734,73 @@ export class Sandbox {
     const pair = await ca.issue({ commonName: user, organizations: groups, usage: 'client' });
     mkdirSync(this.path('users'), { recursive: true });
     const file = this.path('users', `${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`);
-    writeFileSync(file, this.kubeconfig(user, pair.certPem, pair.keyPem), { mode: 0o600 });
+    writeFileSync(file, this.kubeconfig(user, pair), { mode: 0o600 });
     return file;
+  }
+
+  /**
+   * Mints a ServiceAccount identity with exactly the permissions of `rbac` (ClusterRoles, Roles and
+   * their bindings, applied as given): creates the namespace and the ServiceAccount the bindings
+   * name (exactly one), asks the TokenRequest API for a token and writes a kubeconfig with it;
+   * returns its path. For running a program with only what its roles grant.
+   */
+  async mintServiceAccount(rbac: KubeObject[], expirationSeconds = 24 * 3600): Promise<string> {
+    this.requireState();
+    const subjects = new Map(
+      rbac.flatMap((o) =>
+        ((o['subjects'] as { kind: string; name: string; namespace: string }[] | undefined) ?? [])
+          .filter((s) => s.kind === 'ServiceAccount')
+          .map((s) => [`${s.namespace}/${s.name}`, s] as const),
+      ),
+    );
+    if (subjects.size !== 1)
+      throw new Error(`the bindings name ${subjects.size} service accounts, not exactly one`);
+    const sa = [...subjects.values()][0]!;
+    const client = this.client();
+    const fieldManager = 'berth-sandbox';
+    try {
+      await client.apply(
+        Resources.namespaces,
+        { apiVersion: 'v1', kind: 'Namespace', metadata: { name: sa.namespace } },
+        { fieldManager },
+      );
+      await client.apply(
+        Resources.serviceAccounts,
+        { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: sa.name, namespace: sa.namespace } },
+        { fieldManager },
+      );
+      for (const o of rbac) {
+        const ref = RBAC_REFS[o.kind ?? ''];
+        if (!ref) throw new Error(`mintServiceAccount applies RBAC objects only, not a ${o.kind}`);
+        // force: the roles are exactly what was given, whoever applied them before.
+        await client.apply(ref, o, { fieldManager, force: true });
+      }
+      await this.waitFor('the roles in effect', Date.now() + 30_000, undefined, () =>
+        rolesInEffect(client, rbac, sa),
+      );
+      const review = await client.request<{ status: { token: string } }>(
+        'POST',
+        resourcePath(Resources.serviceAccounts, sa.namespace, sa.name, 'token'),
+        {
+          body: {
+            apiVersion: 'authentication.k8s.io/v1',
+            kind: 'TokenRequest',
+            spec: { expirationSeconds },
+          },
+        },
+      );
+      mkdirSync(this.path('users'), { recursive: true });
+      const file = this.path('users', `sa-${sa.namespace}-${sa.name}.kubeconfig`);
+      // Written aside and renamed: a process reading the file (another test) never sees half of it.
+      const tmp = `${file}.${process.pid}`;
+      writeFileSync(tmp, this.kubeconfig(`${sa.namespace}/${sa.name}`, { token: review.status.token }), {
+        mode: 0o600,
+      });
+      renameSync(tmp, file);
+      return file;
+    } finally {
+      client.close();
+    }
   }
 
   /** Creates the nodes that are missing and waits until every one of them is Ready. */
@@ -706,6 +825,56 @@ export class Sandbox {
       client.close();
     }
   }
+}
+
+/**
+ * Whether the authorizer grants the ServiceAccount the first rule of every role in `rbac` yet: RBAC
+ * objects reach it through a watch, a moment after they are written.
+ */
+async function rolesInEffect(
+  admin: KubeClient,
+  rbac: KubeObject[],
+  sa: { name: string; namespace: string },
+): Promise<boolean> {
+  const reviews = rbac
+    .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
+    .flatMap((o) => {
+      const rule = (o['rules'] as PolicyRule[] | undefined)?.find((r) => r.resources?.length);
+      if (!rule) return [];
+      return [
+        {
+          namespace: o.metadata?.namespace,
+          verb: rule.verbs[0],
+          group: rule.apiGroups?.[0],
+          resource: rule.resources![0]!.split('/')[0],
+          subresource: rule.resources![0]!.split('/')[1],
+          name: rule.resourceNames?.[0],
+        },
+      ];
+    });
+  for (const resourceAttributes of reviews) {
+    const review = await admin.request<{ status?: { allowed?: boolean } }>(
+      'POST',
+      '/apis/authorization.k8s.io/v1/subjectaccessreviews',
+      {
+        body: {
+          apiVersion: 'authorization.k8s.io/v1',
+          kind: 'SubjectAccessReview',
+          spec: {
+            user: `system:serviceaccount:${sa.namespace}:${sa.name}`,
+            groups: [
+              'system:serviceaccounts',
+              `system:serviceaccounts:${sa.namespace}`,
+              'system:authenticated',
+            ],
+            resourceAttributes,
+          },
+        },
+      },
+    );
+    if (!review.status?.allowed) return false;
+  }
+  return true;
 }
 
 /**

@@ -25,24 +25,32 @@ export const workloadsCapability: Capability = {
   ],
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
   rbac: [
+    // Deployments create and delete their instances; the instance controller takes its finalizer
+    // off an instance (patch); statuses are applied (patch), a Quota's is written with its
+    // resourceVersion (update).
+    { apiGroups: [POLICY_GROUP], resources: ['workloaddeployments', 'quotas'], verbs: ['list', 'watch'] },
     {
       apiGroups: [POLICY_GROUP],
-      resources: ['workloaddeployments', 'instances', 'quotas'],
-      verbs: ['get', 'list', 'watch', 'create', 'delete', 'patch', 'update'],
+      resources: ['instances'],
+      verbs: ['get', 'list', 'watch', 'create', 'delete', 'patch'],
     },
     {
       apiGroups: [POLICY_GROUP],
-      resources: ['workloaddeployments/status', 'instances/status', 'quotas/status'],
-      verbs: ['get', 'patch', 'update'],
+      resources: ['workloaddeployments/status', 'instances/status'],
+      verbs: ['patch'],
     },
-    // Owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
+    { apiGroups: [POLICY_GROUP], resources: ['quotas/status'], verbs: ['update'] },
     {
       apiGroups: [POLICY_GROUP],
       resources: ['workloaddeployments/finalizers', 'instances/finalizers'],
       verbs: ['update'],
+      why:
+        'owner references with blockOwnerDeletion (instances, pods) are authorized as an update of ' +
+        "the owner's finalizers where OwnerReferencesPermissionEnforcement is on: a check, never a request",
     },
-    { apiGroups: [POLICY_GROUP], resources: ['instancetypes'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'delete', 'patch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['instancetypes'], verbs: ['list', 'watch'] },
+    // An instance being deleted has its Pod deleted by the instance controller.
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'] },
   ],
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });

@@ -1,5 +1,6 @@
 // `berth run` as its own process against a sandbox, as it runs in a cluster: for integration tests
-// and benchmarks that drive Berth the way a user does.
+// and benchmarks that drive Berth the way a user does. Berth runs with its own identity, a
+// ServiceAccount bound only to the roles `berth manifests` generates, never with the admin's.
 import { PolicyKit } from '../../src/policy/kit.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -7,9 +8,11 @@ import { AgentsController } from '../../src/agents/controller.ts';
 import { GatesController } from '../../src/gates/controller.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
-import { NAMESPACE } from '../../src/policy/namespace.ts';
-import type { KubeClient } from '../../src/runtime/client/client.ts';
-import type { ResourceRef } from '../../src/runtime/api/meta.ts';
+import { capabilities } from '../../src/capabilities.ts';
+import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
+import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
+import { KubeClient } from '../../src/runtime/client/client.ts';
+import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
@@ -28,7 +31,53 @@ export interface BerthProcess {
   stop(): Promise<void>;
 }
 
+// Identities minted by this process, minted once each: a test that counts the requests its process
+// sends (a restart that must write nothing) does not count the minting of a controller it restarts.
+const identities = new Map<string, Promise<string>>();
+
+/**
+ * The kubeconfig of Berth's identity in the sandbox: the ServiceAccount of the roles that manifests.ts
+ * generates with `opts`, bound exactly to them (a test that runs its own webhook configuration or
+ * owner kinds names them in `opts`, with a `name` of its own).
+ */
+export function berthKubeconfig(sb: Sandbox, opts: RbacOptions = {}): Promise<string> {
+  const key = JSON.stringify([sb.dir, opts]);
+  let minted = identities.get(key);
+  if (!minted) {
+    minted = sb.mintServiceAccount(rbacManifests(capabilities, opts));
+    // A failed mint is not kept: the next caller tries again.
+    minted.catch(() => identities.delete(key));
+    identities.set(key, minted);
+  }
+  return minted;
+}
+
+/** A client with Berth's identity: what Berth's controllers run with in a test of this process. */
+export async function berthClient(sb: Sandbox, opts: RbacOptions = {}): Promise<KubeClient> {
+  return KubeClient.fromFile(await berthKubeconfig(sb, opts));
+}
+
+/** Removes an identity minted with a `name` of its own: its roles, their bindings and its ServiceAccount. */
+export async function removeBerthIdentity(admin: KubeClient, opts: RbacOptions): Promise<void> {
+  for (const key of identities.keys())
+    if ((JSON.parse(key) as [string, RbacOptions])[1].name === opts.name) identities.delete(key);
+  const name = opts.name ?? SERVICE_ACCOUNT;
+  const namespace = opts.namespace ?? NAMESPACE;
+  for (const o of rbacManifests(capabilities, opts)) {
+    const ref = {
+      ClusterRole: Resources.clusterRoles,
+      ClusterRoleBinding: Resources.clusterRoleBindings,
+      Role: Resources.roles,
+      RoleBinding: Resources.roleBindings,
+    }[o.kind as 'Role'];
+    await admin.delete(ref, o.metadata!.name!, o.metadata!.namespace).catch(() => {});
+  }
+  await admin.delete(Resources.serviceAccounts, name, namespace).catch(() => {});
+}
+
 export interface StartOptions {
+  /** The kubeconfig Berth runs with (default: its own identity, berthKubeconfig with the default roles). */
+  kubeconfig?: string;
   /** Keep Berth's stdout and stderr for output() instead of passing them through. */
   capture?: boolean;
   /** Return once /readyz answers 200 (default); otherwise as soon as /healthz does. */
@@ -40,6 +89,7 @@ export async function startBerth(
   args: string[],
   opts: StartOptions = {},
 ): Promise<BerthProcess> {
+  const kubeconfig = opts.kubeconfig ?? (await berthKubeconfig(sb));
   const [metricsPort, healthPort] = (await freePorts(2)) as [number, number];
   const child = spawn(
     process.execPath,
@@ -50,7 +100,7 @@ export async function startBerth(
         : []),
       `${packageRoot()}/src/cli/main.ts`,
       'run',
-      `--kubeconfig=${sb.kubeconfigPath}`,
+      `--kubeconfig=${kubeconfig}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       // A free port, so that several Berths (tests in parallel) never collide on the default one.

@@ -31,6 +31,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const seed = Number(process.env['BERTH_FUZZ_SEED'] ?? 18);
@@ -47,6 +48,8 @@ const WEBHOOK_NS = `${D}/webhook`;
 // A DNS subdomain prefix at its 253-character limit.
 const LONG_DNS = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(60 - D.length)}.${D}`;
 const FOREIGN = 'test-admin';
+// Berth's identity for this file: its webhook configuration, and Deployments as finalizer owners.
+const identity = { name: id, webhookConfiguration: id, finalizerOwners: ['deployments.apps'] };
 
 let ns = '';
 let ns2 = '';
@@ -204,8 +207,8 @@ function generateCases(): Case[] {
   for (const [change, text] of invalid)
     add('Invalid', broken(i, change), { name: `invalid-${i++}`, warning: { reason: 'InvalidSpec', text } });
 
-  // Owner kinds for the finalizer: not served, and usable. (Berth runs with the sandbox's admin
-  // here, as the other files' controllers do: a kind it may not watch is tested in agents.test.ts.)
+  // Owner kinds for the finalizer: not served, and usable (Deployments, which this file's identity
+  // opts into; a kind Berth may not watch is tested in agents.test.ts).
   const finalizer = { finalizer: { name: `${D}/release` } };
   add(
     'OwnerKindUnknown',
@@ -434,7 +437,7 @@ before(async () => {
   }
 
   manager = new Manager({
-    client: sandbox.client(),
+    client: await berthClient(sandbox, identity),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
@@ -447,12 +450,12 @@ before(async () => {
   // The webhook, registered for this file's namespaces only.
   const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
   hooks = new WebhookRunnable({
-    client,
+    client: manager.client(),
     server: { port: 0, certificates: generatedCertificates(registration) },
     registration,
     specs: [{ ...controller.webhook(), namespaceSelector: { matchLabels: { [WEBHOOK_NS]: 'yes' } } }],
     berthNamespace: BERTH,
-    configName: id,
+    configName: identity.webhookConfiguration,
   });
   await hooks.start(new AbortController().signal);
   await hooks.ready();
@@ -476,6 +479,7 @@ after(async () => {
   await manager?.stop();
   for (const n of [ns, ns2, kubeNs]) if (n) await deleteNamespace(client, n);
   await deleteNodes(client, nodes);
+  await removeBerthIdentity(client, identity);
   client.close();
 });
 

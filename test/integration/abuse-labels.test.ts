@@ -17,6 +17,7 @@ import { NodeLabelRule } from '../../src/labels/types.ts';
 import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { freePorts, Sandbox } from '../../src/sandbox/sandbox.ts';
+import { berthKubeconfig } from '../helpers/berth.ts';
 import { addNodes } from '../helpers/cluster.ts';
 import { prng } from '../helpers/prng.ts';
 import { REGEXPS, ruleSpec, TEMPLATES } from '../helpers/rulegen.ts';
@@ -57,7 +58,7 @@ class Berth {
       [
         'src/cli/main.ts',
         'run',
-        `--kubeconfig=${sandbox.kubeconfigPath}`,
+        `--kubeconfig=${await berthKubeconfig(sandbox)}`,
         '--controllers=labels',
         `--label-dir=${dir}`,
         '--metrics-bind-address=0',

@@ -7,7 +7,7 @@
 // Invalid and nothing else is, no key of a node is written more often than the loop breaker
 // allows, writes stop once things settle, and nothing foreign on a node changes.
 import type { PolicyKit } from '../../src/policy/kit.ts';
-import { everyCapability, removeEverything } from '../helpers/berth.ts';
+import { berthClient, everyCapability, removeEverything } from '../helpers/berth.ts';
 import { prng } from '../helpers/prng.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -269,7 +269,7 @@ function generate(seed: number) {
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'abuse');
-  kit = await everyCapability(sandbox.client());
+  kit = await everyCapability(await berthClient(sandbox));
   manager = kit.manager;
 });
 

@@ -7,7 +7,8 @@ import { AgentsController } from '../../src/agents/controller.ts';
 import { explainNodeAgents } from '../../src/agents/explain.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { rbacManifests } from '../../src/manifests.ts';
+import { capabilities } from '../../src/capabilities.ts';
+import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import { deniedVerbs } from '../../src/runtime/client/restmapper.ts';
@@ -25,6 +26,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -40,11 +42,18 @@ let ns: string;
 const nodes: string[] = [];
 const BERTH = 'berth-system';
 
+// Berth's identity for this file: its roles with this file's webhook configuration and the owner
+// kinds its placements put finalizers on (ConfigMaps, and Ghosts once their CRD exists).
+const identity = {
+  name: id,
+  webhookConfiguration: `${id}-wait`,
+  finalizerOwners: ['configmaps', GHOSTS],
+};
 let manager: Manager | undefined;
 let controller: AgentsController | undefined;
 async function startController(): Promise<AgentsController> {
   manager = new Manager({
-    client: sandbox.client(),
+    client: await berthClient(sandbox, identity),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
@@ -80,6 +89,7 @@ after(async () => {
   await client.delete(AgentPlacement.ref, id).catch(() => {});
   await deleteNamespace(client, ns);
   await deleteNodes(client, nodes);
+  await removeBerthIdentity(client, identity);
   client.close();
 });
 
@@ -172,12 +182,12 @@ describe('agent placement', () => {
     });
     const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
     const hooks = new WebhookRunnable({
-      client,
+      client: manager!.client(),
       server: { port: 0, certificates: generatedCertificates(registration) },
       registration,
       specs: [controller!.webhook()],
       berthNamespace: BERTH,
-      configName: name,
+      configName: identity.webhookConfiguration,
     });
     await hooks.start(new AbortController().signal);
     try {
@@ -565,16 +575,25 @@ describe('agent placement', () => {
     }
   });
 
-  test('Berth asks before it watches an owner kind; its generated ClusterRole covers what agent placement needs', async () => {
+  test('Berth asks before it watches an owner kind; its generated ClusterRole covers what agent placement needs, owner kinds only when opted into', async () => {
     const user = `${id}-berth`;
     const asUser = KubeClient.fromFile(await sandbox.mintUser(user));
     const verbs = ['list', 'watch', 'patch'];
+    const grant = async (opts: RbacOptions) => {
+      const rules = (
+        rbacManifests(capabilities, opts).find((o) => o.kind === 'ClusterRole') as KubeObject & {
+          rules: [];
+        }
+      ).rules;
+      await client.apply(Resources.clusterRoles, clusterRole(user, rules), {
+        fieldManager: 'test',
+        force: true,
+      });
+    };
     try {
       assert.deepEqual(await deniedVerbs(client, Resources.secrets, verbs), []);
       assert.deepEqual(await deniedVerbs(asUser, Resources.crds, ['list', 'watch']), ['list', 'watch']);
-      const rules = (rbacManifests().find((o) => o.kind === 'ClusterRole') as KubeObject & { rules: [] })
-        .rules;
-      await client.create(Resources.clusterRoles, clusterRole(user, rules));
+      await grant({});
       await client.create(Resources.clusterRoleBindings, {
         apiVersion: 'rbac.authorization.k8s.io/v1',
         kind: 'ClusterRoleBinding',
@@ -582,12 +601,26 @@ describe('agent placement', () => {
         roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
         subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
       });
-      // CRDs, to check an owner kind again when it appears; the built-in owner kinds; not secrets.
+      // CRDs, to check an owner kind again when it appears; no workload kind, no secrets.
       await waitFor(
         'the role in effect',
         async () => (await deniedVerbs(asUser, Resources.crds, ['list', 'watch'])).length === 0,
       );
-      assert.deepEqual(await deniedVerbs(asUser, Resources.deployments, verbs), []);
+      for (const ref of [Resources.deployments, Resources.secrets])
+        assert.deepEqual(
+          await deniedVerbs(asUser, ref, ['watch', 'patch']),
+          ['watch', 'patch'],
+          ref.resource,
+        );
+      // DaemonSets are read by the gates, never written (`berth gates tolerate` is the user's).
+      assert.deepEqual(await deniedVerbs(asUser, Resources.daemonSets, ['watch', 'patch']), ['patch']);
+      // Deployments opted in: Berth may watch and patch them, and still nothing else.
+      await grant({ finalizerOwners: ['deployments.apps'] });
+      await waitFor(
+        'the opted-in kind in effect',
+        async () => (await deniedVerbs(asUser, Resources.deployments, verbs)).length === 0,
+      );
+      assert.deepEqual(await deniedVerbs(asUser, Resources.daemonSets, ['patch']), ['patch']);
       assert.deepEqual(await deniedVerbs(asUser, Resources.secrets, verbs), verbs);
     } finally {
       asUser.close();

@@ -14,6 +14,9 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
+import { mergeRules } from '../../src/runtime/api/rbac.ts';
+import { capabilities } from '../../src/capabilities.ts';
+import { BUILTIN_OWNER_KINDS, rbacManifests } from '../../src/manifests.ts';
 import { deleteNamespace, kubectl as runKubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
 
 const sandbox = testSandbox();
@@ -130,6 +133,39 @@ describe('deploy/kustomize', () => {
     const mount = pod.containers[0].volumeMounts.find((m: Any) => m.mountPath === '/certs');
     assert.equal(pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName, cert.spec.secretName);
     // That the apiserver takes the Deployment with the mount: the dry run of every kustomization above.
+  });
+
+  test('with the finalizer-owners Component: the built-in workload kinds in the ClusterRole, nothing else changed', () => {
+    const overlay = mkdtempSync(join(tmpdir(), 'berth-deploy-fo-'));
+    try {
+      writeFileSync(
+        join(overlay, 'kustomization.yaml'),
+        stringify({
+          apiVersion: 'kustomize.config.k8s.io/v1beta1',
+          kind: 'Kustomization',
+          namespace: ns,
+          resources: [relative(overlay, join(packageRoot(), 'deploy/kustomize/default'))],
+          components: [relative(overlay, join(packageRoot(), 'deploy/kustomize/finalizer-owners'))],
+        }),
+      );
+      const built = parseAllDocuments(kubectl(['kustomize', overlay]).stdout).map((d) => d.toJS() as Any);
+      const role = (list: Any[]) => list.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'berth');
+      const base = role(objects);
+      const opted = rbacManifests(capabilities, { finalizerOwners: BUILTIN_OWNER_KINDS }).find(
+        (o) => o.kind === 'ClusterRole',
+      ) as Any;
+      // The same grants as the roles generated with these owner kinds (rules compared merged).
+      assert.deepEqual(mergeRules(role(built).rules), opted.rules);
+      assert.notDeepEqual(mergeRules(base.rules), opted.rules);
+      assert.deepEqual(
+        built.filter((o) => o.kind !== 'ClusterRole'),
+        objects.filter((o) => o.kind !== 'ClusterRole'),
+      );
+      const { stdout } = dryRun([role(built)]);
+      assert.match(stdout, /serverside-applied \(server dry run\)/);
+    } finally {
+      rmSync(overlay, { recursive: true, force: true });
+    }
   });
 
   test('the Pod Security check is live: a privileged pod template draws a warning', () => {

@@ -22,6 +22,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { berthClient } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -49,7 +50,7 @@ type Event = KubeObject & { reason: string; note: string; type: string; regardin
 before(async () => {
   await installCrds(client);
   manager = new Manager({
-    client: sandbox.client(),
+    client: await berthClient(sandbox),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });

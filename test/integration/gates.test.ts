@@ -27,6 +27,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -38,6 +39,10 @@ let ns: string;
 const nodes: string[] = [];
 const gates: string[] = [];
 
+// Berth's identity for this file, with this file's webhook configurations; the strict one (a
+// failurePolicy Fail registration) has its own.
+const identity = { name: id, webhookConfiguration: id };
+const strictIdentity = { name: `${id}-strict`, webhookConfiguration: `${id}-strict` };
 let manager: Manager | undefined;
 let controller: GatesController | undefined;
 let hooks: WebhookRunnable | undefined;
@@ -63,12 +68,12 @@ const ourPodWebhook = (): WebhookSpec => ({
 
 async function startWebhooks(): Promise<void> {
   hooks = new WebhookRunnable({
-    client,
+    client: manager!.client(),
     server: { port: 0, certificates: generatedCertificates(registration) },
     registration,
     specs: [ourWebhook(), ourPodWebhook()],
     berthNamespace: 'berth-system',
-    configName: id,
+    configName: identity.webhookConfiguration,
   });
   await hooks.start(new AbortController().signal);
   await hooks.ready();
@@ -78,7 +83,7 @@ before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'gates');
   manager = new Manager({
-    client: sandbox.client(),
+    client: await berthClient(sandbox, identity),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
@@ -103,6 +108,7 @@ after(async () => {
   await manager?.stop();
   await deleteNamespace(client, ns);
   await deleteNodes(client, nodes);
+  for (const i of [identity, strictIdentity]) await removeBerthIdentity(client, i);
   client.close();
 });
 
@@ -446,17 +452,19 @@ describe('startup gates', () => {
       await eventWith(node, 'Gated', 'the webhook missed it');
 
       // Strict: failurePolicy Fail refuses nodes while the webhook is down, except exempt ones.
+      const strictClient = await berthClient(sandbox, strictIdentity);
       const strict = new WebhookRunnable({
-        client,
+        client: strictClient,
         server: { port: 0, certificates: generatedCertificates(registration) },
         registration,
         specs: [ourWebhook({ failurePolicy: 'Fail' })],
         berthNamespace: 'berth-system',
-        configName: `${id}-strict`,
+        configName: strictIdentity.webhookConfiguration,
       });
       await strict.start(new AbortController().signal);
       await strict.ready();
       await strict.stop();
+      strictClient.close();
       try {
         await waitFor('a node refused by the failing webhook', async () => {
           try {

@@ -15,8 +15,10 @@ import { capabilities } from '../../src/capabilities.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { ensureBinaries, ensureHelm } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import { WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
+import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { mergeRules } from '../../src/runtime/api/rbac.ts';
+import { rbacManifests } from '../../src/manifests.ts';
 import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -83,6 +85,8 @@ function dryRun(objects: Any[]): string {
   return stderr;
 }
 
+/** The Role for the webhook certificate's Secret: the release's full name (berth, for the release berth). */
+const certRole = (objects: Any[]) => objects.find((o) => o.kind === 'Role' && o.metadata.name === 'berth');
 const deployment = (objects: Any[]) => objects.find((o) => o.kind === 'Deployment');
 const args = (objects: Any[]): string[] => deployment(objects).spec.template.spec.containers[0].args;
 
@@ -107,6 +111,7 @@ const options: Record<string, Record<string, string>> = {
   },
   'service monitor': { 'metrics.serviceMonitor.enabled': 'true' },
   'extra args': { 'extraArgs[0]': '--label-workers=32' },
+  'finalizer owners': { 'agents.finalizerOwners': '{deployments.apps,configmaps}' },
 };
 
 before(async () => {
@@ -140,11 +145,26 @@ describe('the Helm chart', () => {
     );
     // <fullname>-webhook-cert: with the release named berth, the name `berth run` defaults to.
     assert.ok(args(objects).includes(`--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`));
-    const role = objects.find((o) => o.kind === 'Role');
+    const role = certRole(objects);
     assert.equal(role.metadata.namespace, ns);
     const names = role.rules.flatMap((r: Any) => r.resourceNames ?? []);
     assert.deepEqual(names, [WEBHOOK_CERT_SECRET]);
     assert.ok(objects.some((o) => o.kind === 'RoleBinding' && o.roleRef.name === role.metadata.name));
+    // The Lease, in a Role of its own: by name, in the release namespace only.
+    const lease = objects.find((o) => o.kind === 'Role' && o.metadata.name === 'berth-leader-election');
+    assert.equal(lease.metadata.namespace, ns);
+    assert.deepEqual(
+      lease.rules.flatMap((r: Any) => r.resourceNames ?? []),
+      [LEADER_ELECTION_ID],
+    );
+    assert.ok(objects.some((o) => o.kind === 'RoleBinding' && o.roleRef.name === lease.metadata.name));
+    assert.equal(
+      render(options['one replica, no leader election']).find(
+        (o) => o.kind === 'Role' && o.metadata.name === lease.metadata.name,
+      ),
+      undefined,
+      'no leader election: no Lease to keep',
+    );
     assert.doesNotMatch(dryRun(objects), /Warning/);
   });
 
@@ -160,22 +180,24 @@ describe('the Helm chart', () => {
     const mount = pod.containers[0].volumeMounts.find((m: Any) => m.name === 'webhook-certs');
     assert.equal(pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName, cert.spec.secretName);
     assert.ok(args(cm).includes(`--webhook-cert-dir=${mount.mountPath}`));
-    assert.equal(
-      cm.find((o) => o.kind === 'Role'),
-      undefined,
-      'no Secret to keep: no Role',
-    );
+    assert.equal(certRole(cm), undefined, 'no Secret to keep: no Role');
     assert.ok(args(render(options['a Secret of the user'])).includes('--webhook-cert-dir=/certs'));
+    // Owner kinds opted in: the ClusterRole is the one generated with them, and only with them.
+    const clusterRoleRules = (values: Record<string, string>) =>
+      mergeRules(render(values).find((o) => o.kind === 'ClusterRole').rules);
+    const generated = (finalizerOwners: string[]) =>
+      (rbacManifests(capabilities, { finalizerOwners }).find((o) => o.kind === 'ClusterRole') as Any).rules;
+    assert.deepEqual(
+      clusterRoleRules(options['finalizer owners']!),
+      generated(['deployments.apps', 'configmaps']),
+    );
+    assert.deepEqual(clusterRoleRules({}), generated([]));
     const off = render(options['no webhooks']);
     assert.deepEqual(
       args(off).filter((a) => a.startsWith('--webhook-')),
       ['--webhook-bind-address=0'],
     );
-    assert.equal(
-      off.find((o) => o.kind === 'Role'),
-      undefined,
-      'no webhooks: no certificate Secret to keep',
-    );
+    assert.equal(certRole(off), undefined, 'no webhooks: no certificate Secret to keep');
   });
 
   test('upgrades from the previous chart (34d69d1) as deploy/README says, keeping the CRDs and the policies', async () => {

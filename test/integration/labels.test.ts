@@ -24,6 +24,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { berthClient } from '../helpers/berth.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -47,7 +48,7 @@ async function withController<T>(
   fn: (c: LabelsController) => Promise<T>,
 ): Promise<T> {
   const manager = new Manager({
-    client: opts.client ?? sandbox.client(),
+    client: opts.client ?? (await berthClient(sandbox)),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
@@ -605,7 +606,7 @@ describe('derived node labels', () => {
     });
     // Watch every change to these nodes while a new controller starts, syncs and settles, and record
     // the writes it sends: an identical apply would be invisible to the watch, but not to this.
-    const recording = new RecordingClient(sandbox.client().config);
+    const recording = new RecordingClient((await berthClient(sandbox)).config);
     const changes = await countNodeWrites(client, names, async () => {
       await withController({ client: recording }, async (c) => {
         await waitFor(

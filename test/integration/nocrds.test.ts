@@ -12,7 +12,7 @@ import { crdManifests } from '../../src/manifests.ts';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
-import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { berthKubeconfig, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -140,7 +140,9 @@ describe('berth run on a cluster without its CRDs', () => {
 
   test('berth run --install-crds installs the CRDs itself', async () => {
     await deleteCrds();
-    berth = await startBerth(sandbox, ['--install-crds']);
+    // Its identity's roles with the CRD writes --install-crds needs, as its user grants them.
+    const kubeconfig = await berthKubeconfig(sandbox, { name: 'berth-install-crds', installCrds: true });
+    berth = await startBerth(sandbox, ['--install-crds'], { kubeconfig });
     for (const n of crdNames) await client.get(Resources.crds, n);
     assert.doesNotMatch((await readyz()).body, /not installed/);
     await client.apply(

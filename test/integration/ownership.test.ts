@@ -7,7 +7,7 @@
 // and a gate feeding each other's inputs) is stopped by the loop breaker.
 import type { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
-import { everyCapability, removeEverything } from '../helpers/berth.ts';
+import { berthClient, everyCapability, removeEverything } from '../helpers/berth.ts';
 import { after, before, describe, test } from 'node:test';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
@@ -36,7 +36,7 @@ const created: { ref: ResourceRef; name: string }[] = [];
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'own');
-  kit = await everyCapability(sandbox.client());
+  kit = await everyCapability(await berthClient(sandbox));
   manager = kit.manager;
 });
 

@@ -14,6 +14,7 @@ import { explainInstance } from '../../src/workloads/explain.ts';
 import { QuotaController, type InstanceObject, type QuotaObject } from '../../src/workloads/quota.ts';
 import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { berthClient } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -39,7 +40,11 @@ after(async () => {
 
 /** A manager of this process running only the quota controller, started and synced. */
 async function startQuota(): Promise<{ controller: QuotaController; stop: () => Promise<void> }> {
-  const manager = new Manager({ client: sandbox.client(), metricsBindAddress: '0', healthBindAddress: '0' });
+  const manager = new Manager({
+    client: await berthClient(sandbox),
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+  });
   const controller = new QuotaController(manager, { workers: 2 });
   await manager.start();
   await manager.waitForCacheSync();
@@ -249,7 +254,11 @@ test('two quota controllers at once, two instances racing for the last slot: nev
  * and stops its informers to freeze what it sees.
  */
 async function frozenQuota() {
-  const manager = new Manager({ client: sandbox.client(), metricsBindAddress: '0', healthBindAddress: '0' });
+  const manager = new Manager({
+    client: await berthClient(sandbox),
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+  });
   const controller = new QuotaController(manager, { workers: 1 });
   const local = manager.cluster();
   const instances = local.informer<InstanceObject>(Instance.ref);

@@ -9,7 +9,7 @@ import { generatedFiles, HEADER, HELM_CRDS_DIR } from '../../scripts/manifests.t
 import { capabilities } from '../../src/capabilities.ts';
 import { runCommand } from '../../src/cli/run.ts';
 import { parseRuleFile } from '../../src/labels/files.ts';
-import { rbacManifests } from '../../src/manifests.ts';
+import { finalizerOwnerRule, rbacManifests } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
@@ -98,9 +98,20 @@ describe('generated deploy files', () => {
   test('grant the ClusterRole exactly the rules of rbacManifests()', () => {
     assert.deepEqual(find(baseObjects(), 'ClusterRole', 'berth').rules, clusterRoleRules);
     const template = read(`${CHART}/templates/clusterrole.yaml`);
-    // The metadata is Go template; the rules section is plain YAML.
-    const rules = parse(template.slice(template.indexOf('\nrules:'))) as Any;
+    // The metadata is Go template; the rules section is plain YAML, then the opted-in owner kinds.
+    const rules = parse(
+      template.slice(
+        template.indexOf('\nrules:'),
+        template.indexOf('\n{{- range .Values.agents.finalizerOwners }}'),
+      ),
+    ) as Any;
     assert.deepEqual(rules.rules, clusterRoleRules);
+    // Each opted-in owner kind gets finalizerOwnerRule's verbs, whatever the kind.
+    const owners = template.slice(template.indexOf('{{- range .Values.agents.finalizerOwners }}'));
+    const verbs = parse(
+      owners.slice(owners.indexOf('    verbs:'), owners.indexOf('{{- end }}')).trim(),
+    ) as Any;
+    assert.deepEqual(verbs.verbs, finalizerOwnerRule('deployments.apps').verbs);
   });
 });
 

@@ -10,6 +10,16 @@ export interface PolicyRule {
   nonResourceURLs?: string[];
 }
 
+/**
+ * A rule as code declares it. `why` explains a grant that a run may never exercise (a create that
+ * server-side apply performs as a patch, a path taken only on failure): the RBAC audit check
+ * (scripts/rbac-audit.ts) accepts a granted pair that no request used only when its rule says why.
+ * It is never part of a generated manifest.
+ */
+export interface DeclaredRule extends PolicyRule {
+  why?: string;
+}
+
 export interface ServiceAccountSubject {
   kind: 'ServiceAccount';
   name: string;
