@@ -270,7 +270,12 @@ console.log(
 );
 const rss = berth.rssMB();
 // Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.
-for (const c of ['workloads-deployment', 'workloads-instance', 'workloads-quota']) {
+for (const c of [
+  'workloads-deployment',
+  'workloads-deployment-status',
+  'workloads-instance',
+  'workloads-quota',
+]) {
   const of = (m: string) =>
     berth.metric(m, (l) => l.includes(`controller="${c}"`) || l.includes(`name="${c}"`));
   const [n, sum, waited, queued] = await Promise.all([

@@ -47,6 +47,15 @@ import {
 
 type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
 
+/** Workers of the status controller: status writes only, one per deployment at a time. */
+const STATUS_WORKERS = 4;
+
+/** The deployment an instance belongs to, by its label. */
+const deploymentOf = (i: InstanceObject): string | undefined => {
+  const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
+  return d ? `${i.metadata.namespace}/${d}` : undefined;
+};
+
 /** Count-only status changes within this long of the last write are batched into one write. */
 const STATUS_BATCH_MS = 500;
 
@@ -58,6 +67,7 @@ export class DeploymentController {
   readonly deployments: Informer<DeploymentObject>;
   readonly instances: Informer<InstanceObject>;
   readonly controller: Controller;
+  readonly statusController: Controller;
   private readonly manager: Manager;
   private readonly events: EventRecorder;
   private readonly log: Logger;
@@ -90,15 +100,23 @@ export class DeploymentController {
     })
       // The spec (replicas by the scale subresource too) or deletion; its own status writes pass by.
       .watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
-      .watch(
-        this.instances,
-        (i) => {
-          const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
-          return d ? `${i.metadata.namespace}/${d}` : undefined;
-        },
-        { update: changed(conditionsChanged, deletionChanged, labelsChanged) },
-      );
+      .watch(this.instances, deploymentOf, {
+        update: changed(conditionsChanged, deletionChanged, labelsChanged),
+      });
+    // The status is written by a controller of its own, so that a slow status write never holds a
+    // worker that the next create waits for (as the policy kit's PolicyStatusWriter does).
+    this.statusController = new Controller({
+      name: 'workloads-deployment-status',
+      workers: STATUS_WORKERS,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcileStatus(key) },
+    })
+      .watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
+      .watch(this.instances, deploymentOf, {
+        update: changed(conditionsChanged, deletionChanged, labelsChanged),
+      });
     manager.add(this.controller);
+    manager.add(this.statusController);
   }
 
   private async reconcile(key: string): Promise<Result | void> {
@@ -112,16 +130,7 @@ export class DeploymentController {
       name,
       uid: wd.metadata.uid!,
     };
-    const hash = templateHash(wd.spec.template);
-    const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
-    const states = owned.map(instanceState);
-    const input = {
-      replicas: wd.spec.replicas,
-      policy: wd.spec.instanceManagementPolicy,
-      hash,
-      instances: states,
-    };
-    const p = plan(input);
+    const { hash, owned, plan: p } = this.planFor(key, wd);
 
     // An action held back for a write the cache has not shown yet is looked at again when the hold
     // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
@@ -164,6 +173,15 @@ export class DeploymentController {
       }
     }
 
+    if (held) return { requeueAfterMs: maxWaitMs };
+  }
+
+  /** The deployment's counts and conditions, from the same caches and plan as the actions. */
+  private async reconcileStatus(key: string): Promise<Result | void> {
+    const wd = this.deployments.get(key);
+    if (!wd || wd.metadata.deletionTimestamp) return;
+    const { hash, input, plan: p } = this.planFor(key, wd);
+    const name = wd.metadata.name!;
     const verdict = deploymentVerdict({
       ...input,
       plan: p,
@@ -189,11 +207,23 @@ export class DeploymentController {
     };
     const batched = await this.writeStatus(wd, current, status);
     const after = [
-      held ? maxWaitMs : undefined,
       batched,
       verdict.deadlineInMs === undefined ? undefined : verdict.deadlineInMs + 100,
     ].filter((x): x is number => x !== undefined);
     if (after.length) return { requeueAfterMs: Math.min(...after) };
+  }
+
+  /** The deployment's instances as the plan sees them, and the plan. */
+  private planFor(key: string, wd: DeploymentObject) {
+    const hash = templateHash(wd.spec.template);
+    const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
+    const input = {
+      replicas: wd.spec.replicas,
+      policy: wd.spec.instanceManagementPolicy,
+      hash,
+      instances: owned.map(instanceState),
+    };
+    return { hash, owned, input, plan: plan(input) };
   }
 
   /**
