@@ -4,6 +4,7 @@
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { stringify } from 'yaml';
+import { capabilities } from '../src/capabilities.ts';
 import { crdManifests, namespaceRules, rbacManifests } from '../src/manifests.ts';
 import type { KubeObject } from '../src/runtime/api/meta.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
@@ -57,6 +58,47 @@ function helmRole(): string {
   );
 }
 
+/**
+ * The Roles capabilities declare in Berth's namespace, each with its binding, as a Helm template:
+ * Helm names them after the release, the rules come from code.
+ */
+function helmCapabilityRoles(): string {
+  const docs = capabilities
+    .filter((c) => c.namespaceRbac)
+    .map((c) => {
+      const name = `{{ include "berth.fullname" . }}-${c.name}`;
+      const metadata = [
+        'metadata:',
+        `  name: ${name}`,
+        '  namespace: {{ .Release.Namespace }}',
+        '  labels:',
+        '    {{- include "berth.labels" . | nindent 4 }}',
+      ];
+      const role = (rbacManifests().find(
+        (o) => o.kind === 'Role' && o.metadata?.name === `berth-${c.name}`,
+      ) ?? {}) as KubeObject & { rules?: unknown };
+      return [
+        ['apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join('\n') +
+          '\n' +
+          yaml({ rules: role.rules }),
+        [
+          'apiVersion: rbac.authorization.k8s.io/v1',
+          'kind: RoleBinding',
+          ...metadata,
+          'roleRef:',
+          '  apiGroup: rbac.authorization.k8s.io',
+          '  kind: Role',
+          `  name: ${name}`,
+          'subjects:',
+          '  - kind: ServiceAccount',
+          '    name: {{ include "berth.fullname" . }}',
+          '    namespace: {{ .Release.Namespace }}',
+        ].join('\n') + '\n',
+      ].join('---\n');
+    });
+  return HEADER + docs.join('---\n');
+}
+
 /** Every generated file, by path relative to the repository root. */
 export function generatedFiles(): Map<string, string> {
   const crds = crdManifests();
@@ -65,6 +107,7 @@ export function generatedFiles(): Map<string, string> {
     ['deploy/kustomize/base/rbac.yaml', documents(rbacManifests())],
     ['deploy/helm/berth/templates/clusterrole.yaml', helmClusterRole()],
     ['deploy/helm/berth/templates/role.yaml', helmRole()],
+    ['deploy/helm/berth/templates/capability-roles.yaml', helmCapabilityRoles()],
   ]);
   for (const crd of crds) files.set(`${HELM_CRDS_DIR}/${crd.metadata!.name}.yaml`, documents([crd]));
   return files;

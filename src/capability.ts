@@ -62,6 +62,8 @@ export interface Capability {
   options?: () => Option[];
   crds: CustomResource[];
   rbac: PolicyRule[];
+  /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */
+  namespaceRbac?: PolicyRule[];
   /**
    * Node keys it owns (its rank among owners, its reserved domains); its controller claims the keys
    * of its live policies. Another capability's policy that would write them is Invalid. None: the

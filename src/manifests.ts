@@ -1,6 +1,7 @@
 // The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
 // permission they declare, and what the runtime itself needs (leases, events), and a Role for what
-// Berth needs only in its own namespace (the webhook certificate's Secret).
+// Berth needs only in its own namespace (the webhook certificate's Secret), and one Role there for each
+// capability that declares rules of its own in that namespace (the cells' kubeconfig Secrets).
 import type { Capability } from './capability.ts';
 import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from './policy/namespace.ts';
 import { capabilities } from './capabilities.ts';
@@ -59,6 +60,24 @@ export function rbacManifests(caps: Capability[] = capabilities): KubeObject[] {
       'berth',
       NAMESPACE,
       { kind: 'Role', name: 'berth' },
+      { kind: 'ServiceAccount', name: SERVICE_ACCOUNT, namespace: NAMESPACE },
+    ),
+    ...caps.flatMap((c) => (c.namespaceRbac ? capabilityRole(c.name, c.namespaceRbac) : [])),
+  ];
+}
+
+/**
+ * A capability's own Role in Berth's namespace and its binding: kept apart from the webhook
+ * certificate's Role, which reads that one Secret only.
+ */
+function capabilityRole(capability: string, rules: PolicyRule[]): KubeObject[] {
+  const name = `berth-${capability}`;
+  return [
+    role(name, NAMESPACE, mergeRules(rules)),
+    roleBinding(
+      name,
+      NAMESPACE,
+      { kind: 'Role', name },
       { kind: 'ServiceAccount', name: SERVICE_ACCOUNT, namespace: NAMESPACE },
     ),
   ];
