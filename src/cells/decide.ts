@@ -2,7 +2,7 @@
 // a cell's conditions are derived from, its status (written only when it changes), the events a
 // change announces, and which kubeconfigs Berth uses from a Secret.
 import type { KubeConfig } from '@kubernetes/client-node';
-import { newlyHolds, sameConditions, setCondition, findCondition } from '../runtime/api/conditions.ts';
+import { sameConditions, setCondition, findCondition } from '../runtime/api/conditions.ts';
 import type { Condition, ConditionStatus } from '../runtime/api/conditions.ts';
 import { ApiError } from '../runtime/client/client.ts';
 import { errorText } from '../runtime/observability/log.ts';
@@ -191,12 +191,15 @@ export interface CellEvent {
   message: string;
 }
 
-/** What a change of Reachable announces: a Warning when the cell is lost (and why), Normal when it is back. */
+/**
+ * What a change of Reachable announces: a Warning when the cell is lost or the cause changes (not
+ * when only the error's text does, which a cell that stays down varies), Normal when it is back.
+ */
 export function cellEvents(before: Condition[] | undefined, after: Condition[]): CellEvent[] {
-  const lost = newlyHolds(before, after, 'Reachable', 'False');
-  if (lost) return [{ type: 'Warning', reason: lost.reason, message: lost.message }];
   const was = findCondition(before, 'Reachable');
   const now = findCondition(after, 'Reachable');
+  if (now?.status === 'False' && (was?.status !== 'False' || was.reason !== now.reason))
+    return [{ type: 'Warning', reason: now.reason, message: now.message }];
   if (was?.status === 'False' && now?.status === 'True')
     return [{ type: 'Normal', reason: 'Reachable', message: `the cell answers again (was ${was.reason})` }];
   return [];

@@ -218,7 +218,7 @@ describe('cellEvents', () => {
   const c = (status: Condition['status'], reason: string, message = reason): Condition[] => [
     { type: 'Reachable', status, reason, message, lastTransitionTime: '' },
   ];
-  test('a Warning when the cell is lost or the cause changes, a Normal when it is back, nothing otherwise', () => {
+  test('a Warning when the cell is lost or the cause changes (not its text), a Normal when it is back, nothing otherwise', () => {
     assert.deepEqual(cellEvents(c('True', 'Reachable'), c('False', 'Unreachable', 'gone')), [
       { type: 'Warning', reason: 'Unreachable', message: 'gone' },
     ]);
@@ -226,6 +226,10 @@ describe('cellEvents', () => {
       { type: 'Warning', reason: 'BadKubeconfig', message: 'BadKubeconfig' },
     ]);
     assert.deepEqual(cellEvents(c('False', 'Unreachable'), c('False', 'Unreachable')), []);
+    assert.deepEqual(
+      cellEvents(c('False', 'Unreachable', 'refused'), c('False', 'Unreachable', 'timed out')),
+      [],
+    );
     assert.equal(
       cellEvents(c('False', 'Unreachable'), c('False', 'Unauthorized'))[0]?.reason,
       'Unauthorized',
@@ -250,9 +254,11 @@ test('generated probe histories: Unreachable exactly when every probe for unreac
       let lost: string | undefined;
       for (let i = 0; i < 60; i++) {
         at += 500 + r.int(3000);
-        // A cause says the same each time, as an apiserver that stays down does.
+        // A cause keeps its reason while its text varies, as an apiserver that stays down does.
         const reason: FailureReason = r.chance(0.9) ? 'Unreachable' : 'Unauthorized';
-        const p: Probe = r.chance(0.5) ? ok(at, r.chance(0.9)) : { ok: false, at, reason, message: reason };
+        const p: Probe = r.chance(0.5)
+          ? ok(at, r.chance(0.9))
+          : { ok: false, at, reason, message: `${reason}: error ${r.int(3)}` };
         probes.push(p);
         h = observe(h, p);
         const before = s?.conditions;
