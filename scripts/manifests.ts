@@ -60,7 +60,8 @@ function helmRole(): string {
 
 /**
  * The Roles capabilities declare in Berth's namespace, each with its binding, as a Helm template:
- * Helm names them after the release, the rules come from code.
+ * rendered only when the capability is among the release's controllers, named after the release,
+ * the rules from code.
  */
 function helmCapabilityRoles(): string {
   const docs = capabilities
@@ -77,7 +78,7 @@ function helmCapabilityRoles(): string {
       const role = (rbacManifests().find(
         (o) => o.kind === 'Role' && o.metadata?.name === `berth-${c.name}`,
       ) ?? {}) as KubeObject & { rules?: unknown };
-      return [
+      const docs = [
         ['apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join('\n') +
           '\n' +
           yaml({ rules: role.rules }),
@@ -95,6 +96,7 @@ function helmCapabilityRoles(): string {
           '    namespace: {{ .Release.Namespace }}',
         ].join('\n') + '\n',
       ].join('---\n');
+      return `{{- if has "${c.name}" .Values.controllers }}\n${docs}{{- end }}\n`;
     });
   return HEADER + docs.join('---\n');
 }

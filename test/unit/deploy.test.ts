@@ -283,5 +283,10 @@ describe('Helm chart', () => {
     assert.match(guard('certificate.yaml')!, /\.Values\.webhook\.certManager\.enabled/);
     assert.match(guard('pdb.yaml')!, /\.Values\.podDisruptionBudget\.enabled/);
     assert.match(guard('configmap.yaml')!, /\.Values\.labelRules/);
+    // A capability's own Role only when the release runs it (the header comment is the first line).
+    assert.equal(
+      read(`${CHART}/templates/capability-roles.yaml`).split('\n')[1],
+      '{{- if has "cells" .Values.controllers }}',
+    );
   });
 });
