@@ -13,6 +13,7 @@ import {
   leaseRules,
   rbacManifests,
 } from '../src/manifests.ts';
+import { capabilities } from '../src/capabilities.ts';
 import type { KubeObject } from '../src/runtime/api/meta.ts';
 import { mergeRules } from '../src/runtime/api/rbac.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
@@ -133,6 +134,49 @@ function kustomizeFinalizerOwners(): string {
   return HEADER + yaml(rules.map((value) => ({ op: 'add', path: '/rules/-', value })));
 }
 
+/**
+ * The Roles capabilities declare in Berth's namespace, each with its binding, as a Helm template:
+ * rendered only when the capability is among the release's controllers, named after the release,
+ * the rules from code.
+ */
+function helmCapabilityRoles(): string {
+  const docs = capabilities
+    .filter((c) => c.namespaceRbac)
+    .map((c) => {
+      const name = `{{ include "berth.fullname" . }}-${c.name}`;
+      const metadata = [
+        'metadata:',
+        `  name: ${name}`,
+        '  namespace: {{ .Release.Namespace }}',
+        '  labels:',
+        '    {{- include "berth.labels" . | nindent 4 }}',
+      ];
+      const role = (rbacManifests().find(
+        (o) => o.kind === 'Role' && o.metadata?.name === `berth-${c.name}`,
+      ) ?? {}) as KubeObject & { rules?: unknown };
+      const docs = [
+        ['apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join('\n') +
+          '\n' +
+          yaml({ rules: role.rules }),
+        [
+          'apiVersion: rbac.authorization.k8s.io/v1',
+          'kind: RoleBinding',
+          ...metadata,
+          'roleRef:',
+          '  apiGroup: rbac.authorization.k8s.io',
+          '  kind: Role',
+          `  name: ${name}`,
+          'subjects:',
+          '  - kind: ServiceAccount',
+          '    name: {{ include "berth.fullname" . }}',
+          '    namespace: {{ .Release.Namespace }}',
+        ].join('\n') + '\n',
+      ].join('---\n');
+      return `{{- if has "${c.name}" .Values.controllers }}\n${docs}{{- end }}\n`;
+    });
+  return HEADER + docs.join('---\n');
+}
+
 /** Every generated file, by path relative to the repository root. */
 export function generatedFiles(): Map<string, string> {
   const crds = crdManifests();
@@ -143,6 +187,7 @@ export function generatedFiles(): Map<string, string> {
     ['deploy/helm/berth/templates/clusterrole.yaml', helmClusterRole()],
     ['deploy/helm/berth/templates/role.yaml', helmRole()],
     ['deploy/helm/berth/templates/leader-election.yaml', helmLeaderElection()],
+    ['deploy/helm/berth/templates/capability-roles.yaml', helmCapabilityRoles()],
   ]);
   for (const crd of crds) files.set(`${HELM_CRDS_DIR}/${crd.metadata!.name}.yaml`, documents([crd]));
   return files;

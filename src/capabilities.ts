@@ -1,6 +1,7 @@
 import type { Capability } from './capability.ts';
 import { agentsCapability } from './agents/index.ts';
 import { archCapability } from './arch/index.ts';
+import { cellsCapability } from './cells/index.ts';
 import { gatesCapability } from './gates/index.ts';
 import { labelsCapability } from './labels/index.ts';
 import { workloadsCapability } from './workloads/index.ts';
@@ -12,4 +13,5 @@ export const capabilities: Capability[] = [
   agentsCapability,
   archCapability,
   workloadsCapability,
+  cellsCapability,
 ];

@@ -71,6 +71,8 @@ export interface Capability {
   crds: CustomResource[];
   /** The rules its controllers need (`why` on a grant a run may not exercise: see DeclaredRule). */
   rbac: DeclaredRule[];
+  /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */
+  namespaceRbac?: DeclaredRule[];
   /**
    * Node keys it owns (its rank among owners, its reserved domains); its controller claims the keys
    * of its live policies. Another capability's policy that would write them is Invalid. None: the

@@ -1,7 +1,8 @@
 // The install manifests, generated from the capabilities: their CRDs, one ClusterRole with every
 // permission they declare and what the runtime itself needs cluster-wide (events, webhook
 // configurations), and Roles for what Berth needs only in its own namespace (the webhook
-// certificate's Secret; the Lease of leader election).
+// certificate's Secret; the Lease of leader election; each capability's own rules there, such as the
+// cells' kubeconfig Secrets).
 import type { Capability } from './capability.ts';
 import {
   LEADER_ELECTION_ID,
@@ -157,5 +158,14 @@ export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptio
     roleBinding(name, namespace, { kind: 'Role', name }, subject),
     role(lease, namespace, leaseRules(opts.lease)),
     roleBinding(lease, namespace, { kind: 'Role', name: lease }, subject),
+    ...caps.flatMap((c) => {
+      if (!c.namespaceRbac) return [];
+      // A capability's own Role, apart from the webhook certificate's, which reads that one Secret only.
+      const own = `${name}-${c.name}`;
+      return [
+        role(own, namespace, c.namespaceRbac),
+        roleBinding(own, namespace, { kind: 'Role', name: own }, subject),
+      ];
+    }),
   ];
 }

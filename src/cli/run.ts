@@ -54,15 +54,18 @@ const limits = webhookServerLimits;
 
 export function runCommand(): Command {
   const names = capabilities.map((c) => c.name);
+  // A management plane's capabilities (cells) run only when named: a cluster runs what it always ran.
+  const clusterRole = capabilities.filter((c) => c.roles.includes('cluster')).map((c) => c.name);
   const cmd = new Command('run')
     .description('Run the Berth controller manager')
     .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
     .addOption(
       new Option(
         '--controllers <names>',
-        `controllers to enable, comma-separated (${names.join(', ') || 'none yet'})`,
+        `controllers to enable, comma-separated (${names.join(', ') || 'none yet'}); a management plane ` +
+          `names its own (--controllers cells)`,
       )
-        .default(names)
+        .default(clusterRole)
         .argParser(list),
     )
     .option('--metrics-bind-address <addr>', 'address of /metrics ("0" turns it off)', '127.0.0.1:8080')

@@ -267,12 +267,12 @@ describe('Helm chart', () => {
     assert.equal(chart.appVersion, packageVersion, `${CHART}/Chart.yaml appVersion`);
   });
 
-  test('defaults to leader election, every controller and a hardened pod', () => {
+  test('defaults to leader election, every controller of a cluster (what berth run runs) and a hardened pod', () => {
     assert.equal(values.leaderElect, true);
     assert.ok(values.replicas >= 2);
     assert.deepEqual(
       values.controllers,
-      capabilities.map((c) => c.name),
+      capabilities.filter((c) => c.roles.includes('cluster')).map((c) => c.name),
     );
     assertHardened(values.podSecurityContext, { securityContext: values.securityContext }, 'values.yaml');
     assert.ok(values.resources.limits.memory);
@@ -294,5 +294,10 @@ describe('Helm chart', () => {
     assert.match(guard('certificate.yaml')!, /\.Values\.webhook\.certManager\.enabled/);
     assert.match(guard('pdb.yaml')!, /\.Values\.podDisruptionBudget\.enabled/);
     assert.match(guard('configmap.yaml')!, /\.Values\.labelRules/);
+    // A capability's own Role only when the release runs it (the header comment is the first line).
+    assert.equal(
+      read(`${CHART}/templates/capability-roles.yaml`).split('\n')[1],
+      '{{- if has "cells" .Values.controllers }}',
+    );
   });
 });

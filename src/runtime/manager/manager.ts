@@ -66,12 +66,14 @@ export class Manager implements ClusterSet {
   private readonly aware: Aware[] = [];
   private readonly controllers: Controller[] = [];
   private readonly runnables: Runnable[] = [];
+  private readonly providers: Provider[] = [];
   private readonly servers: RunningServer[] = [];
   /** Aborted when stop() begins: providers stop and no cluster is engaged any more. */
   private readonly closing = new AbortController();
   /** Aborted once the clusters have stopped: the elector releases the lease, always-on runnables end. */
   private readonly stopping = new AbortController();
   private started = false;
+  private providersStarted = false;
   private healthServer: RunningServer | undefined;
   /** The leader elector's fencing check, once there is one: every engaged cluster's writes pass it. */
   private fence: (() => boolean) | undefined;
@@ -86,6 +88,7 @@ export class Manager implements ClusterSet {
     this.opts = opts;
     this.log = opts.logger ?? rootLogger;
     this.done = new Promise((resolve) => (this.exit = resolve));
+    this.providers.push(...(opts.providers ?? []));
     this.engage(
       new Cluster({
         name: localCluster,
@@ -275,14 +278,23 @@ export class Manager implements ClusterSet {
     this.electorLoop = this.elector.run(this.stopping.signal).finally(() => electorClient.close());
   }
 
+  /** Adds a provider (a capability's, made after the manager): it runs from start, or at once if started. */
+  addProvider(p: Provider): void {
+    this.providers.push(p);
+    if (this.providersStarted) this.runProvider(p);
+  }
+
   /** Providers run on every replica, like informers, so a new leader finds its clusters engaged. */
   private startProviders(): void {
-    for (const p of this.opts.providers ?? []) {
-      p.run(this, this.closing.signal).catch((e: unknown) => {
-        if (!this.closing.signal.aborted)
-          this.log.error({ provider: p.name, err: errorText(e) }, 'cluster provider failed');
-      });
-    }
+    this.providersStarted = true;
+    for (const p of this.providers) this.runProvider(p);
+  }
+
+  private runProvider(p: Provider): void {
+    p.run(this, this.closing.signal).catch((e: unknown) => {
+      if (!this.closing.signal.aborted)
+        this.log.error({ provider: p.name, err: errorText(e) }, 'cluster provider failed');
+    });
   }
 
   private async startLeaderWork(): Promise<void> {

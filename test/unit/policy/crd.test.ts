@@ -79,10 +79,13 @@ test('its columns: its own first, then Ready, Reason (wide) and Age', () => {
 test("every capability's policy kind is a policy: its group, and the standard columns last", () => {
   const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd));
   assert.ok(crds.length >= 3);
-  // The workloads capability's kinds are Berth's API but not placement policies: their columns are
-  // a Deployment's (Ready, Up-to-date, Available), not a policy's standard ones.
+  // The workloads and cells capabilities' kinds are Berth's API but not placement policies: their
+  // columns are a Deployment's (Ready, Up-to-date, Available) or a cluster's (Reachable, Version),
+  // not a policy's standard ones.
   const workloads = new Set(
-    capabilities.filter((c) => c.name === 'workloads').flatMap((c) => c.crds.map((r) => r.crd)),
+    capabilities
+      .filter((c) => c.name === 'workloads' || c.name === 'cells')
+      .flatMap((c) => c.crds.map((r) => r.crd)),
   );
   for (const crd of crds) {
     assert.equal(crd.spec.group, POLICY_GROUP, crd.metadata.name);

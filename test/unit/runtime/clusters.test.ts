@@ -221,6 +221,41 @@ test(
   },
 );
 
+test(
+  'a provider added to the manager runs once, from start or at once when added later, until stop',
+  timeout,
+  async () => {
+    const runs: string[] = [];
+    const signals: AbortSignal[] = [];
+    const provider = (name: string): Provider => ({
+      name,
+      async run(set, signal) {
+        runs.push(name);
+        signals.push(signal);
+        assert.ok(set instanceof Manager);
+      },
+    });
+    const manager = new Manager({
+      client: deadClient(),
+      providers: [provider('given')],
+      metricsBindAddress: '0',
+      healthBindAddress: '0',
+    });
+    manager.addProvider(provider('before'));
+    assert.deepEqual(runs, [], 'nothing runs before start');
+    await manager.start();
+    try {
+      assert.deepEqual(runs, ['given', 'before']);
+      manager.addProvider(provider('after'));
+      assert.deepEqual(runs, ['given', 'before', 'after']);
+      assert.ok(signals.every((s) => !s.aborted));
+    } finally {
+      await manager.stop();
+    }
+    assert.ok(signals.every((s) => s.aborted));
+  },
+);
+
 async function waitUntil(cond: () => boolean, ms = 5000): Promise<void> {
   const end = Date.now() + ms;
   while (!cond()) {

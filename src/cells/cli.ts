@@ -1,0 +1,183 @@
+// `berth cells join` and `berth cells list`: join a cluster to the management plane as a cell (its
+// kubeconfig checked against the cell first, then kept in a Secret in Berth's namespace, its
+// Locations created if missing) and list the cells with what their probes say.
+import { Command } from 'commander';
+import { readFile } from 'node:fs/promises';
+import { findCondition } from '../runtime/api/conditions.ts';
+import { Resources } from '../runtime/api/meta.ts';
+import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { errorText } from '../runtime/observability/log.ts';
+import { berthNamespace } from '../policy/namespace.ts';
+import { probeCell } from './controller.ts';
+import { clusterNameOf } from './decide.ts';
+import { kubeconfigClient } from './provider.ts';
+import {
+  Cell,
+  CELL_LABEL,
+  CELLS_MANAGER,
+  cityCode,
+  KUBECONFIG_KEY,
+  Location,
+  type CellObject,
+  type LocationObject,
+} from './types.ts';
+
+const codes = (v: string) =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+/** How long `berth cells join` waits for the cell to answer. */
+const joinProbeTimeoutMs = 5000;
+
+/** The Secret `berth cells join` keeps a cell's kubeconfig in. */
+export const secretName = (cell: string): string => `cell-${cell}-kubeconfig`;
+
+async function join(name: string, o: Record<string, unknown>): Promise<string> {
+  if (!clusterNameOf(name))
+    throw new Error(`cell name "${name}" must be a DNS label of at most 58 characters`);
+  const locations = o['location'] as string[];
+  for (const c of locations)
+    if (!cityCode.safeParse(c).success) throw new Error(`location "${c}" is not a city code such as DFW`);
+  const file = String(o['kubeconfig']);
+  const text = await readFile(file, 'utf8').catch((e: unknown) => {
+    throw new Error(`cannot read ${file}: ${errorText(e)}`);
+  });
+  let cell: KubeClient;
+  try {
+    cell = kubeconfigClient(text, 'berth-cells-join');
+  } catch (e) {
+    throw new Error(`cannot use ${file} for cell ${name}: ${errorText(e)}`, { cause: e });
+  }
+  const probe = await probeCell(cell, joinProbeTimeoutMs).finally(() => cell.close());
+  if (!probe.ok) throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
+
+  const mgmt = KubeClient.fromFile(o['managementKubeconfig'] as string | undefined, {
+    userAgent: 'berth-cells-join',
+  });
+  const ns = String(o['berthNamespace']);
+  try {
+    const apply = { fieldManager: CELLS_MANAGER, force: true };
+    await mgmt.apply(
+      Resources.namespaces,
+      { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
+      apply,
+    );
+    await mgmt.apply(
+      Resources.secrets,
+      {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        type: 'Opaque',
+        metadata: { name: secretName(name), namespace: ns, labels: { [CELL_LABEL]: name } },
+        data: { [KUBECONFIG_KEY]: Buffer.from(text).toString('base64') },
+      },
+      apply,
+    );
+    const existing = (await mgmt.list<LocationObject>(Location.ref)).items;
+    for (const code of locations) {
+      if (existing.some((l) => l.spec.cityCode === code)) continue;
+      await mgmt.create(
+        Location.ref,
+        {
+          apiVersion: Location.apiVersion,
+          kind: Location.kind,
+          metadata: { name: code.toLowerCase() },
+          spec: { cityCode: code },
+        },
+        { fieldManager: CELLS_MANAGER },
+      );
+    }
+    await mgmt.apply(
+      Cell.ref,
+      {
+        apiVersion: Cell.apiVersion,
+        kind: Cell.kind,
+        metadata: { name },
+        spec: {
+          kubeconfigSecretRef: { namespace: ns, name: secretName(name), key: KUBECONFIG_KEY },
+          locations,
+        },
+      },
+      apply,
+    );
+  } catch (e) {
+    if (isNotFound(e))
+      throw new Error(
+        'the management plane does not serve Cells and Locations: run berth install there first',
+        { cause: e },
+      );
+    throw e;
+  } finally {
+    mgmt.close();
+  }
+  return (
+    `cell ${name} joined: Kubernetes ${probe.version} at ${cell.server.origin}, serving ${locations.join(', ')}` +
+    (probe.crdsInstalled
+      ? ''
+      : "; Berth's cell CRDs are not installed there yet (berth install), so it is not Ready")
+  );
+}
+
+function table(cells: CellObject[]): string {
+  const rows = [['NAME', 'LOCATIONS', 'REACHABLE', 'READY', 'VERSION', 'REASON']];
+  for (const c of cells) {
+    const conds = c.status?.conditions;
+    const ready = findCondition(conds, 'Ready');
+    rows.push([
+      c.metadata.name!,
+      c.spec.locations.join(',') || '<none>',
+      findCondition(conds, 'Reachable')?.status ?? 'Unknown',
+      ready?.status ?? 'Unknown',
+      c.status?.serverVersion ?? '<unknown>',
+      ready?.reason ?? '',
+    ]);
+  }
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows
+    .map((r) =>
+      r
+        .map((v, i) => v.padEnd(widths[i]!))
+        .join('   ')
+        .trimEnd(),
+    )
+    .join('\n');
+}
+
+export function cellsCommand(): Command {
+  const cmd = new Command('cells').description('Cells of a management plane: join them, list them');
+  cmd
+    .command('join <name>')
+    .description(
+      "Join a cluster as a cell: check that it answers, keep its kubeconfig in a Secret in Berth's namespace, " +
+        'create its Locations if missing, and create the Cell',
+    )
+    .requiredOption(
+      '--kubeconfig <file>',
+      "the cell's kubeconfig (its current context; credentials embedded)",
+    )
+    .requiredOption('--location <codes>', 'the city codes the cell serves, comma-separated (DFW)', codes)
+    .option(
+      '--management-kubeconfig <file>',
+      'kubeconfig of the management plane (default: $KUBECONFIG, ~/.kube/config)',
+    )
+    .option('--berth-namespace <ns>', "Berth's namespace on the management plane", berthNamespace())
+    .action(async (name: string, o: Record<string, unknown>) => {
+      process.stdout.write(`${await join(name, o)}\n`);
+    });
+  cmd
+    .command('list')
+    .description('List the cells with their locations, whether they answer and are Ready, and their version')
+    .option('--kubeconfig <file>', 'kubeconfig of the management plane')
+    .action(async (o: { kubeconfig?: string }) => {
+      const mgmt = KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-cells' });
+      try {
+        const cells = (await mgmt.list<CellObject>(Cell.ref)).items;
+        process.stdout.write(cells.length ? `${table(cells)}\n` : 'no cells\n');
+      } finally {
+        mgmt.close();
+      }
+    });
+  return cmd;
+}

@@ -1,0 +1,138 @@
+// The cell controller: probes each cell on a period (GET /version and Berth's discovery document,
+// within a bounded timeout) through the cluster the provider engaged it as, derives its Reachable
+// and Ready conditions from the history of probes (decide.ts), writes its status only when it
+// changes, and announces a lost cell (Warning) and a recovered one (Normal) with an event and a log line.
+import { changed, deletionChanged, generationChanged } from '../policy/predicates.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
+import {
+  cellEvents,
+  cellStatus,
+  crdsServed,
+  observe,
+  probeFailure,
+  statusChanged,
+  type History,
+  type Probe,
+  type Timing,
+} from './decide.ts';
+import type { CellProvider } from './provider.ts';
+import { Cell, CELLS_MANAGER, type CellObject } from './types.ts';
+
+export interface CellTiming extends Timing {
+  /** How often each cell is probed. */
+  probePeriodMs: number;
+  /** How long one probe may take before it counts as no answer. */
+  probeTimeoutMs: number;
+}
+
+/**
+ * The defaults: a probe every 2 s that may take 3 s, and Unreachable after 6 s without an answer,
+ * so a cell that stops answering is Reachable=False within unreachableAfter + period + timeout = 11 s.
+ */
+export const defaultTiming: CellTiming = {
+  probePeriodMs: 2000,
+  probeTimeoutMs: 3000,
+  unreachableAfterMs: 6000,
+  contactRefreshMs: 60_000,
+};
+
+/** One probe of a cell's apiserver: its version and whether it serves Berth's cell kinds. */
+export async function probeCell(client: KubeClient, timeoutMs: number): Promise<Probe> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  const opts = { signal, idleTimeoutMs: timeoutMs };
+  try {
+    const version = await client.request<{ gitVersion?: string }>('GET', '/version', opts);
+    const discovery = await client
+      .request('GET', `/apis/${POLICY_GROUP}/v1alpha1`, opts)
+      .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
+    return {
+      ok: true,
+      at: Date.now(),
+      version: version.gitVersion ?? 'unknown',
+      crdsInstalled: crdsServed(discovery),
+    };
+  } catch (e) {
+    return {
+      ok: false,
+      at: Date.now(),
+      ...probeFailure(signal.aborted ? new Error(`no answer within ${timeoutMs} ms`) : e),
+    };
+  }
+}
+
+export class CellController {
+  readonly controller: Controller;
+  private readonly manager: Manager;
+  private readonly cells: Informer<CellObject>;
+  private readonly provider: CellProvider;
+  private readonly timing: CellTiming;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  private readonly history = new Map<string, History>();
+
+  constructor(
+    manager: Manager,
+    o: { cells: Informer<CellObject>; provider: CellProvider; timing: CellTiming; log: Logger },
+  ) {
+    this.manager = manager;
+    this.cells = o.cells;
+    this.provider = o.provider;
+    this.timing = o.timing;
+    this.log = o.log;
+    this.events = manager.recorder('cells');
+    this.cells.addEventHandler({ onDelete: (c) => this.history.delete(c.metadata.name!) });
+    this.controller = new Controller({
+      name: 'cells',
+      workers: 4,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+    }).watch(this.cells, keyOf, { update: changed(generationChanged, deletionChanged) });
+    manager.add(this.controller);
+  }
+
+  /** The provider engaged, re-engaged or gave up on a cell: probe it now. */
+  changed(cell: string): void {
+    this.controller.queue.add(cell);
+  }
+
+  private async reconcile(name: string): Promise<Result | void> {
+    const cell = this.cells.get(name);
+    if (!cell || cell.metadata.deletionTimestamp) return;
+    const access = this.provider.access(name);
+    // Not looked at yet: the provider asks for this cell once it has.
+    if (!access) return;
+    let probe: Probe;
+    if ('failure' in access) probe = { ok: false, at: Date.now(), ...access.failure };
+    else {
+      // Disengaged since access() answered: the provider asks for this cell again.
+      if (!this.manager.clusterNames.includes(access.cluster)) return;
+      probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs);
+    }
+    const history = observe(this.history.get(name), probe);
+    this.history.set(name, history);
+    const now = Date.now();
+    const next = cellStatus(cell, history, now, this.timing);
+    if (statusChanged(cell.status, next)) {
+      try {
+        await applyStatus(this.manager.client(), Cell.ref, cell, next, CELLS_MANAGER);
+      } catch (e) {
+        if (isObjectGone(e)) return;
+        throw e;
+      }
+      for (const ev of cellEvents(cell.status?.conditions, next.conditions ?? [])) {
+        this.events.event(cell, ev.type, ev.reason, 'Probe', ev.message);
+        const line = { cell: name, reason: ev.reason, problem: ev.message };
+        if (ev.type === 'Warning') this.log.warn(line, 'cell not reachable');
+        else this.log.info(line, 'cell reachable again');
+      }
+    }
+    return { requeueAfterMs: this.timing.probePeriodMs };
+  }
+}

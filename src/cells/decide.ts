@@ -1,0 +1,208 @@
+// The cell controller's pure decisions: what a probe's answer or error means, the history of probes
+// a cell's conditions are derived from, its status (written only when it changes), the events a
+// change announces, and which kubeconfigs Berth uses from a Secret.
+import type { KubeConfig } from '@kubernetes/client-node';
+import { sameConditions, setCondition, findCondition } from '../runtime/api/conditions.ts';
+import type { Condition, ConditionStatus } from '../runtime/api/conditions.ts';
+import { ApiError } from '../runtime/client/client.ts';
+import { errorText } from '../runtime/observability/log.ts';
+import type { CellSpec, CellStatus } from './types.ts';
+
+/** Why a cell is not reachable. */
+export type FailureReason =
+  'Unreachable' | 'Unauthorized' | 'BadKubeconfig' | 'SecretMissing' | 'InvalidName';
+
+export interface Failure {
+  reason: FailureReason;
+  message: string;
+}
+
+/** One probe of a cell: its apiserver's answer, or why there was none. */
+export type Probe =
+  { ok: true; at: number; version: string; crdsInstalled: boolean } | ({ ok: false; at: number } & Failure);
+
+/** What the probes of a cell have shown: the last contact and, while they fail, since when and why. */
+export interface History {
+  lastContact?: number;
+  version?: string;
+  crdsInstalled?: boolean;
+  failingSince?: number;
+  failure?: Failure;
+}
+
+export interface Timing {
+  /** How long a cell must fail to answer before it is Reachable=False (Unreachable). */
+  unreachableAfterMs: number;
+  /** lastContactTime moves at most this often: a probe that changes nothing else writes nothing. */
+  contactRefreshMs: number;
+}
+
+/** The resources of Berth's cell kinds (part 1) that a cell must serve to take workloads. */
+export const CELL_RESOURCES = ['workloaddeployments', 'instances'];
+
+/** The cluster name a cell is engaged under: a DNS label, which cluster keys need (no '/'). */
+export function clusterNameOf(cell: string): string | undefined {
+  const name = `cell-${cell}`;
+  return name.length <= 63 && /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(name) ? name : undefined;
+}
+
+/** Whether a discovery document (APIResourceList of berth.dev) lists every cell resource. */
+export function crdsServed(list: unknown): boolean {
+  const names = new Set(
+    ((list as { resources?: { name?: unknown }[] } | undefined)?.resources ?? []).map((r) => r.name),
+  );
+  return CELL_RESOURCES.every((r) => names.has(r));
+}
+
+/**
+ * What a failed probe means. The apiserver refusing the credentials is Unauthorized; TLS material
+ * that cannot be loaded is a bad kubeconfig; anything else (refused, reset, timed out, 5xx) is the
+ * cell not answering, which only counts after a while.
+ */
+export function probeFailure(err: unknown): Failure {
+  const message = oneLine(errorText(err));
+  if (err instanceof ApiError && (err.status === 401 || err.status === 403))
+    return { reason: 'Unauthorized', message: `the cell refused Berth's credentials: ${message}` };
+  const code = (err as { code?: unknown } | undefined)?.code;
+  if ((typeof code === 'string' && code.startsWith('ERR_OSSL')) || /PEM|no start line/.test(message))
+    return { reason: 'BadKubeconfig', message: `the kubeconfig's TLS material cannot be used: ${message}` };
+  return { reason: 'Unreachable', message: `the cell's apiserver does not answer: ${message}` };
+}
+
+/**
+ * Why Berth will not use a kubeconfig from a Secret, or undefined when it can. Berth runs no
+ * command and reads no file named by a Secret: credentials and certificates must be embedded.
+ */
+export function kubeconfigProblem(kc: KubeConfig): string | undefined {
+  const context = kc.getContextObject(kc.getCurrentContext());
+  if (!context) return 'it has no current context';
+  const cluster = kc.getCluster(context.cluster);
+  if (!cluster?.server) return `its current context names no cluster with a server`;
+  let url: URL;
+  try {
+    url = new URL(cluster.server);
+  } catch {
+    return `its server "${cluster.server}" is not a URL`;
+  }
+  if (url.protocol !== 'https:') return `its server ${cluster.server} is not https`;
+  if (cluster.caFile) return 'it refers to a CA file: embed it (kubectl config view --flatten --minify)';
+  const user = context.user ? kc.getUser(context.user) : undefined;
+  if (user?.exec || user?.authProvider)
+    return 'its user runs a credential plugin (exec or auth-provider), which Berth does not run: use a token or a client certificate';
+  if (user?.certFile || user?.keyFile)
+    return 'it refers to client certificate files: embed them (kubectl config view --flatten --minify)';
+  if ((user as { tokenFile?: string } | undefined)?.tokenFile)
+    return 'it refers to a token file: embed the token';
+  return undefined;
+}
+
+/** The history after one more probe: a success clears the failure, a failure keeps its start. */
+export function observe(h: History | undefined, p: Probe): History {
+  if (p.ok) return { lastContact: p.at, version: p.version, crdsInstalled: p.crdsInstalled };
+  return {
+    ...h,
+    failingSince: h?.failure ? (h.failingSince ?? p.at) : p.at,
+    failure: { reason: p.reason, message: p.message },
+  };
+}
+
+interface Verdict {
+  status: ConditionStatus;
+  reason: string;
+  message: string;
+}
+
+/**
+ * Reachable from the history. A cell that stops answering stays as it was for unreachableAfterMs
+ * (a restart or a lost packet is no partition); a problem of configuration or credentials is
+ * reported at once, since waiting cannot fix it.
+ */
+export function reachable(h: History, now: number, t: Timing): Verdict {
+  const failure = h.failure;
+  if (failure && (failure.reason !== 'Unreachable' || now - (h.failingSince ?? now) >= t.unreachableAfterMs))
+    return { status: 'False', reason: failure.reason, message: failure.message };
+  if (h.lastContact !== undefined)
+    return { status: 'True', reason: 'Reachable', message: "the cell's apiserver answers" };
+  return { status: 'Unknown', reason: 'Probing', message: 'the cell has not answered yet' };
+}
+
+const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+/**
+ * The status a cell should have now: Reachable, Ready (= Reachable, Berth's cell CRDs served, not
+ * unschedulable), the last contact and the last known version and CRDs (kept while it is away).
+ */
+export function cellStatus(
+  cell: { metadata: { generation?: number }; spec: Pick<CellSpec, 'unschedulable'>; status?: CellStatus },
+  h: History,
+  now: number,
+  t: Timing,
+): CellStatus {
+  const old = cell.status ?? {};
+  const r = reachable(h, now, t);
+  const crdsInstalled = h.crdsInstalled ?? old.crdsInstalled;
+  const version = h.version ?? old.serverVersion;
+  const ready: Verdict =
+    r.status !== 'True'
+      ? { status: r.status, reason: r.reason, message: r.message }
+      : !crdsInstalled
+        ? {
+            status: 'False',
+            reason: 'CRDsMissing',
+            message: "the cell does not serve WorkloadDeployments and Instances: install Berth's CRDs there",
+          }
+        : cell.spec.unschedulable
+          ? { status: 'False', reason: 'Unschedulable', message: 'the cell is cordoned (spec.unschedulable)' }
+          : { status: 'True', reason: 'Ready', message: "the cell answers and serves Berth's cell kinds" };
+  const g = cell.metadata.generation;
+  const generation = g !== undefined ? { observedGeneration: g } : {};
+  let conditions = setCondition(old.conditions, { type: 'Reachable', ...r, ...generation }, new Date(now));
+  conditions = setCondition(conditions, { type: 'Ready', ...ready, ...generation }, new Date(now));
+  const previous = old.lastContactTime ? Date.parse(old.lastContactTime) : undefined;
+  const lastContactTime =
+    h.lastContact === undefined
+      ? old.lastContactTime
+      : previous !== undefined && h.lastContact - previous < t.contactRefreshMs && h.lastContact >= previous
+        ? old.lastContactTime
+        : iso(h.lastContact);
+  return {
+    ...generation,
+    ...(lastContactTime ? { lastContactTime } : {}),
+    ...(version ? { serverVersion: version } : {}),
+    ...(crdsInstalled !== undefined ? { crdsInstalled } : {}),
+    conditions,
+  };
+}
+
+/** Whether writing `next` changes anything in `current` (transition times aside). */
+export function statusChanged(current: CellStatus | undefined, next: CellStatus): boolean {
+  return (
+    current?.observedGeneration !== next.observedGeneration ||
+    current?.lastContactTime !== next.lastContactTime ||
+    current?.serverVersion !== next.serverVersion ||
+    current?.crdsInstalled !== next.crdsInstalled ||
+    !sameConditions(current?.conditions, next.conditions)
+  );
+}
+
+export interface CellEvent {
+  type: 'Normal' | 'Warning';
+  reason: string;
+  message: string;
+}
+
+/**
+ * What a change of Reachable announces: a Warning when the cell is lost or the cause changes (not
+ * when only the error's text does, which a cell that stays down varies), Normal when it is back.
+ */
+export function cellEvents(before: Condition[] | undefined, after: Condition[]): CellEvent[] {
+  const was = findCondition(before, 'Reachable');
+  const now = findCondition(after, 'Reachable');
+  if (now?.status === 'False' && (was?.status !== 'False' || was.reason !== now.reason))
+    return [{ type: 'Warning', reason: now.reason, message: now.message }];
+  if (was?.status === 'False' && now?.status === 'True')
+    return [{ type: 'Normal', reason: 'Reachable', message: `the cell answers again (was ${was.reason})` }];
+  return [];
+}
+
+const oneLine = (s: string) => s.replace(/\s+/g, ' ').trim();

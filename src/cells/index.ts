@@ -1,0 +1,68 @@
+import { Option } from 'commander';
+import type { Capability } from '../capability.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { cellsCommand } from './cli.ts';
+import { CellController, defaultTiming } from './controller.ts';
+import { CellProvider } from './provider.ts';
+import { Cell, Location, type CellObject } from './types.ts';
+
+const seconds = (v: string) => {
+  const n = Number(v);
+  if (!(n > 0)) throw new Error(`not a positive number of seconds: ${v}`);
+  return n;
+};
+
+export const cellsCapability: Capability = {
+  name: 'cells',
+  description:
+    'Cells on a management plane: Locations by city code, Cells reached by a kubeconfig Secret, probed for Reachable and Ready',
+  roles: ['management'],
+  commands: () => [cellsCommand()],
+  options: () => [
+    new Option('--cell-probe-period <seconds>', 'how often each cell is probed')
+      .default(defaultTiming.probePeriodMs / 1000)
+      .argParser(seconds),
+    new Option(
+      '--cell-unreachable-after <seconds>',
+      'how long a cell may go without answering before it is Reachable=False (Unreachable)',
+    )
+      .default(defaultTiming.unreachableAfterMs / 1000)
+      .argParser(seconds),
+  ],
+  crds: [Location, Cell],
+  rbac: [
+    { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['cells/status'], verbs: ['get', 'patch', 'update'] },
+  ],
+  // The cells' kubeconfigs: read only in Berth's own namespace.
+  namespaceRbac: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'list', 'watch'] }],
+  setup({ manager, options, berthNamespace }) {
+    const log = manager.log.child({ capability: 'cells' });
+    const cells = manager.informer<CellObject>(Cell.ref);
+    const secrets = manager.informer<KubeObject & { data?: Record<string, string> }>(Resources.secrets, {
+      namespace: berthNamespace,
+    });
+    const provider = new CellProvider({
+      cells,
+      secrets,
+      berthNamespace,
+      // The controller exists before the provider runs (at the manager's start).
+      onChange: (cell) => controller.changed(cell),
+      log,
+    });
+    const controller = new CellController(manager, {
+      cells,
+      provider,
+      timing: {
+        ...defaultTiming,
+        probePeriodMs: Number(options['cellProbePeriod'] ?? defaultTiming.probePeriodMs / 1000) * 1000,
+        unreachableAfterMs:
+          Number(options['cellUnreachableAfter'] ?? defaultTiming.unreachableAfterMs / 1000) * 1000,
+      },
+      log,
+    });
+    manager.addProvider(provider);
+    return {};
+  },
+};

@@ -1,0 +1,110 @@
+// The API of cells on a management plane (federated placement, part 2, first slice): a Location is a
+// city a cell serves, a Cell is a cluster Berth reaches with the kubeconfig kept in a Secret. The
+// management plane probes each cell and says whether it answers and can take workloads.
+import { z } from 'zod';
+import { conditionsSchema, defineCustomResource, k8s, type CustomObject } from '../runtime/api/crd.ts';
+import type { Condition } from '../runtime/api/conditions.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
+
+/** The field manager of the cell controller's status writes and of `berth cells join`. */
+export const CELLS_MANAGER = 'berth-cells';
+/** The key of the kubeconfig in a cell's Secret when the Cell names none. */
+export const KUBECONFIG_KEY = 'kubeconfig';
+/** On the Secrets `berth cells join` writes: the Cell they belong to. */
+export const CELL_LABEL = 'cells.berth.dev/cell';
+
+/** An IATA-style city code: three capital letters. */
+export const cityCode = z
+  .string()
+  .regex(/^[A-Z]{3}$/, 'an IATA-style city code: three capital letters, such as DFW');
+
+const locationSpec = z.object({
+  cityCode: cityCode.describe('The city this location is in (IATA-style, e.g. DFW).'),
+  topology: z
+    .object({
+      region: z.string().min(1).max(63).optional(),
+      zone: z.string().min(1).max(63).optional(),
+    })
+    .optional()
+    .describe('Where the location sits in the provider topology.'),
+  class: z.string().min(1).max(63).optional().describe('The class of location (e.g. edge, core).'),
+});
+export type LocationSpec = z.output<typeof locationSpec>;
+
+export const Location = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'Location',
+  plural: 'locations',
+  shortNames: ['loc'],
+  categories: ['berth'],
+  scope: 'Cluster',
+  spec: locationSpec,
+  printerColumns: [
+    { name: 'City', type: 'string', jsonPath: '.spec.cityCode' },
+    { name: 'Region', type: 'string', jsonPath: '.spec.topology.region' },
+    { name: 'Zone', type: 'string', jsonPath: '.spec.topology.zone' },
+    { name: 'Class', type: 'string', jsonPath: '.spec.class' },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+const cellSpec = z.object({
+  kubeconfigSecretRef: z
+    .object({
+      namespace: z.string().min(1).max(63),
+      name: z.string().min(1).max(253),
+      key: z.string().min(1).max(253).default(KUBECONFIG_KEY),
+    })
+    .describe("The Secret (in Berth's namespace) that holds the cell's kubeconfig, and its key."),
+  locations: k8s(z.array(cityCode).max(64), { 'x-kubernetes-list-type': 'set' })
+    .default([])
+    .describe('The city codes of the Locations this cell serves.'),
+  unschedulable: z
+    .boolean()
+    .default(false)
+    .describe('Cordons the cell: it stays watched but is not Ready for new workloads.'),
+});
+export type CellSpec = z.output<typeof cellSpec>;
+
+const cellStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  lastContactTime: z
+    .string()
+    .optional()
+    .describe('The last successful probe of the cell, refreshed at most once a minute.'),
+  serverVersion: z.string().optional().describe("The cell apiserver's gitVersion."),
+  crdsInstalled: z
+    .boolean()
+    .optional()
+    .describe("Whether the cell serves Berth's WorkloadDeployment and Instance kinds."),
+  conditions: conditionsSchema,
+});
+export type CellStatus = z.output<typeof cellStatus> & { conditions?: Condition[] };
+
+export const Cell = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'Cell',
+  plural: 'cells',
+  categories: ['berth'],
+  scope: 'Cluster',
+  spec: cellSpec,
+  status: cellStatus,
+  printerColumns: [
+    { name: 'Locations', type: 'string', jsonPath: '.spec.locations' },
+    { name: 'Reachable', type: 'string', jsonPath: ".status.conditions[?(@.type=='Reachable')].status" },
+    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    { name: 'Version', type: 'string', jsonPath: '.status.serverVersion' },
+    {
+      name: 'Reason',
+      type: 'string',
+      jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
+      priority: 1,
+    },
+    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+  ],
+});
+
+export type CellObject = CustomObject<CellSpec, CellStatus>;
+export type LocationObject = CustomObject<LocationSpec, unknown>;

@@ -1,0 +1,288 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { KubeConfig } from '@kubernetes/client-node';
+import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
+import { ApiError } from '../../../src/runtime/client/client.ts';
+import {
+  cellEvents,
+  cellStatus,
+  clusterNameOf,
+  crdsServed,
+  kubeconfigProblem,
+  observe,
+  probeFailure,
+  reachable,
+  statusChanged,
+  type FailureReason,
+  type History,
+  type Probe,
+  type Timing,
+} from '../../../src/cells/decide.ts';
+import type { CellStatus } from '../../../src/cells/types.ts';
+import { withSeed } from '../../helpers/prng.ts';
+
+const t: Timing = { unreachableAfterMs: 6000, contactRefreshMs: 60_000 };
+const T0 = Date.parse('2026-11-22T10:00:00Z');
+const ok = (at: number, crdsInstalled = true, version = 'v1.34.1'): Probe => ({
+  ok: true,
+  at,
+  version,
+  crdsInstalled,
+});
+const fail = (at: number, reason: FailureReason = 'Unreachable'): Probe => ({
+  ok: false,
+  at,
+  reason,
+  message: `${reason} at ${at}`,
+});
+const history = (...probes: Probe[]): History => probes.reduce<History | undefined>(observe, undefined)!;
+const cell = (status?: CellStatus, unschedulable = false, generation = 1) => ({
+  metadata: { generation },
+  spec: { unschedulable },
+  ...(status ? { status } : {}),
+});
+const cond = (s: CellStatus, type: string) => findCondition(s.conditions, type)!;
+
+describe('clusterNameOf', () => {
+  test('a cell named by a DNS label is engaged as cell-<name>; others cannot name a cluster', () => {
+    assert.equal(clusterNameOf('dfw-1'), 'cell-dfw-1');
+    assert.equal(clusterNameOf('a'.repeat(58)), `cell-${'a'.repeat(58)}`);
+    assert.equal(clusterNameOf('a'.repeat(59)), undefined);
+    assert.equal(clusterNameOf('dfw.example'), undefined);
+    assert.equal(clusterNameOf('dfw-'), undefined);
+  });
+});
+
+describe('crdsServed', () => {
+  test('only when discovery lists both WorkloadDeployments and Instances', () => {
+    const list = (...names: string[]) => ({ resources: names.map((name) => ({ name })) });
+    assert.equal(crdsServed(list('workloaddeployments', 'instances', 'quotas')), true);
+    assert.equal(crdsServed(list('workloaddeployments', 'workloaddeployments/status')), false);
+    assert.equal(crdsServed(list('cells')), false);
+    assert.equal(crdsServed(undefined), false);
+  });
+});
+
+describe('probeFailure', () => {
+  test('refused credentials are Unauthorized, unloadable TLS material a bad kubeconfig, the rest Unreachable', () => {
+    assert.equal(probeFailure(new ApiError(401, 'Unauthorized', 'Unauthorized', {})).reason, 'Unauthorized');
+    assert.equal(probeFailure(new ApiError(403, 'Forbidden', 'forbidden', {})).reason, 'Unauthorized');
+    assert.equal(probeFailure(new ApiError(503, 'ServiceUnavailable', 'down', {})).reason, 'Unreachable');
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
+    assert.equal(probeFailure(refused).reason, 'Unreachable');
+    const pem = Object.assign(new Error('error:1E08010C:DECODER routines::unsupported'), {
+      code: 'ERR_OSSL_UNSUPPORTED',
+    });
+    assert.equal(probeFailure(pem).reason, 'BadKubeconfig');
+    assert.equal(
+      probeFailure(new Error('error:0480006C:PEM routines::no start line')).reason,
+      'BadKubeconfig',
+    );
+  });
+  test('the message is one line', () => {
+    assert.doesNotMatch(probeFailure(new Error('a\nb\n  c')).message, /\n/);
+  });
+});
+
+describe('kubeconfigProblem', () => {
+  const kubeconfig = (user: Record<string, unknown>, cluster: Record<string, unknown> = {}) => {
+    const kc = new KubeConfig();
+    kc.loadFromString(
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'c',
+        contexts: [{ name: 'c', context: { cluster: 'k', user: 'u' } }],
+        clusters: [{ name: 'k', cluster: { server: 'https://127.0.0.1:6443', ...cluster } }],
+        users: [{ name: 'u', user }],
+      }),
+    );
+    return kc;
+  };
+  test('embedded credentials and certificates are used', () => {
+    assert.equal(
+      kubeconfigProblem(kubeconfig({ token: 'x' }, { 'certificate-authority-data': 'Zm9v' })),
+      undefined,
+    );
+    assert.equal(
+      kubeconfigProblem(kubeconfig({ 'client-certificate-data': 'Zm9v', 'client-key-data': 'YmFy' })),
+      undefined,
+    );
+  });
+  test('no command is run and no file read on behalf of a Secret', () => {
+    assert.match(
+      kubeconfigProblem(
+        kubeconfig({ exec: { command: 'sh', apiVersion: 'client.authentication.k8s.io/v1' } }),
+      )!,
+      /exec/,
+    );
+    assert.match(
+      kubeconfigProblem(kubeconfig({ token: 'x' }, { 'certificate-authority': '/etc/ca.crt' }))!,
+      /CA file/,
+    );
+    assert.match(kubeconfigProblem(kubeconfig({ 'client-certificate': '/c', 'client-key': '/k' }))!, /files/);
+  });
+  test('a server that is not https, or no current context, is named', () => {
+    assert.match(
+      kubeconfigProblem(kubeconfig({ token: 'x' }, { server: 'http://127.0.0.1:8080' }))!,
+      /not https/,
+    );
+    assert.match(kubeconfigProblem(new KubeConfig())!, /no current context/);
+  });
+});
+
+describe('reachable', () => {
+  test('a cell that stops answering stays Reachable until unreachableAfter has passed, then is Unreachable', () => {
+    const h = history(ok(T0), fail(T0 + 1000), fail(T0 + 3000), fail(T0 + 5000));
+    assert.equal(reachable(h, T0 + 5000, t).status, 'True');
+    assert.equal(reachable(h, T0 + 1000 + 5999, t).status, 'True');
+    assert.deepEqual(reachable(h, T0 + 7000, t), {
+      status: 'False',
+      reason: 'Unreachable',
+      message: `Unreachable at ${T0 + 5000}`,
+    });
+    assert.equal(reachable(observe(h, ok(T0 + 8000)), T0 + 8000, t).status, 'True');
+  });
+  test('a failure that waiting cannot fix is reported at once', () => {
+    for (const reason of ['Unauthorized', 'BadKubeconfig', 'SecretMissing', 'InvalidName'] as const) {
+      const h = history(ok(T0), fail(T0 + 1000, reason));
+      assert.equal(reachable(h, T0 + 1000, t).reason, reason);
+      assert.equal(reachable(h, T0 + 1000, t).status, 'False');
+    }
+  });
+  test('a cell never contacted is Unknown (Probing) until unreachableAfter has passed', () => {
+    assert.equal(reachable(history(fail(T0)), T0 + 100, t).status, 'Unknown');
+    assert.equal(reachable(history(fail(T0)), T0 + 6000, t).status, 'False');
+    assert.equal(reachable({}, T0, t).reason, 'Probing');
+  });
+  test('the failing period starts again after an answer', () => {
+    const h = history(fail(T0), fail(T0 + 5000), ok(T0 + 5500), fail(T0 + 6000));
+    assert.equal(h.failingSince, T0 + 6000);
+    assert.equal(reachable(h, T0 + 11_000, t).status, 'True');
+  });
+});
+
+describe('cellStatus', () => {
+  test('Ready = Reachable, the cell CRDs served and not unschedulable, each with its reason', () => {
+    const h = history(ok(T0));
+    const s = cellStatus(cell(), h, T0, t);
+    assert.deepEqual(
+      [cond(s, 'Reachable').status, cond(s, 'Ready').status, cond(s, 'Ready').reason],
+      ['True', 'True', 'Ready'],
+    );
+    assert.equal(s.serverVersion, 'v1.34.1');
+    assert.equal(s.crdsInstalled, true);
+    assert.equal(s.lastContactTime, '2026-11-22T10:00:00Z');
+    assert.equal(s.observedGeneration, 1);
+    assert.equal(cond(cellStatus(cell(), history(ok(T0, false)), T0, t), 'Ready').reason, 'CRDsMissing');
+    assert.equal(cond(cellStatus(cell(undefined, true), h, T0, t), 'Ready').reason, 'Unschedulable');
+    const lost = cellStatus(cell(s), observe(h, fail(T0, 'Unauthorized')), T0 + 2000, t);
+    assert.deepEqual([cond(lost, 'Ready').status, cond(lost, 'Ready').reason], ['False', 'Unauthorized']);
+  });
+  test('a lost cell keeps its last contact, version and CRDs, marked by its conditions', () => {
+    const h1 = history(ok(T0));
+    const s1 = cellStatus(cell(), h1, T0, t);
+    const h2 = observe(observe(h1, fail(T0 + 2000)), fail(T0 + 9000));
+    const s2 = cellStatus(cell(s1), h2, T0 + 9000, t);
+    assert.equal(cond(s2, 'Reachable').reason, 'Unreachable');
+    assert.equal(cond(s2, 'Reachable').lastTransitionTime, '2026-11-22T10:00:09Z');
+    assert.equal(s2.lastContactTime, s1.lastContactTime);
+    assert.equal(s2.serverVersion, 'v1.34.1');
+    assert.equal(s2.crdsInstalled, true);
+  });
+  test('lastContactTime moves at most once per contactRefresh: steady probes write nothing', () => {
+    let s = cellStatus(cell(), history(ok(T0)), T0, t);
+    let h = history(ok(T0));
+    let writes = 0;
+    for (let at = T0 + 2000; at <= T0 + 180_000; at += 2000) {
+      h = observe(h, ok(at));
+      const next = cellStatus(cell(s), h, at, t);
+      if (statusChanged(s, next)) {
+        writes++;
+        s = next;
+      }
+    }
+    assert.equal(writes, 3, 'one write a minute over three minutes');
+    assert.equal(s.lastContactTime, '2026-11-22T10:03:00Z');
+  });
+  test('the conditions keep their transition times while their status holds', () => {
+    const s1 = cellStatus(cell(), history(ok(T0)), T0, t);
+    const s2 = cellStatus(cell(s1, true, 2), history(ok(T0 + 4000)), T0 + 4000, t);
+    assert.equal(cond(s2, 'Reachable').lastTransitionTime, cond(s1, 'Reachable').lastTransitionTime);
+    assert.notEqual(cond(s2, 'Ready').lastTransitionTime, cond(s1, 'Ready').lastTransitionTime);
+    assert.equal(statusChanged(s1, s2), true, 'a new generation is written');
+  });
+});
+
+describe('cellEvents', () => {
+  const c = (status: Condition['status'], reason: string, message = reason): Condition[] => [
+    { type: 'Reachable', status, reason, message, lastTransitionTime: '' },
+  ];
+  test('a Warning when the cell is lost or the cause changes (not its text), a Normal when it is back, nothing otherwise', () => {
+    assert.deepEqual(cellEvents(c('True', 'Reachable'), c('False', 'Unreachable', 'gone')), [
+      { type: 'Warning', reason: 'Unreachable', message: 'gone' },
+    ]);
+    assert.deepEqual(cellEvents(undefined, c('False', 'BadKubeconfig')), [
+      { type: 'Warning', reason: 'BadKubeconfig', message: 'BadKubeconfig' },
+    ]);
+    assert.deepEqual(cellEvents(c('False', 'Unreachable'), c('False', 'Unreachable')), []);
+    assert.deepEqual(
+      cellEvents(c('False', 'Unreachable', 'refused'), c('False', 'Unreachable', 'timed out')),
+      [],
+    );
+    assert.equal(
+      cellEvents(c('False', 'Unreachable'), c('False', 'Unauthorized'))[0]?.reason,
+      'Unauthorized',
+    );
+    assert.deepEqual(cellEvents(c('False', 'Unreachable'), c('True', 'Reachable')), [
+      { type: 'Normal', reason: 'Reachable', message: 'the cell answers again (was Unreachable)' },
+    ]);
+    assert.deepEqual(cellEvents(undefined, c('True', 'Reachable')), []);
+    assert.deepEqual(cellEvents(c('Unknown', 'Probing'), c('True', 'Reachable')), []);
+  });
+});
+
+test('generated probe histories: Unreachable exactly when every probe for unreachableAfter failed, one Warning per loss or change of cause, writes only on change (500 cases)', async () => {
+  await withSeed('cells fuzz', (r) => {
+    for (let n = 0; n < 500; n++) {
+      let h: History | undefined;
+      let s: CellStatus | undefined;
+      const probes: Probe[] = [];
+      let at = T0;
+      let expectedWarnings = 0;
+      let warnings = 0;
+      let lost: string | undefined;
+      for (let i = 0; i < 60; i++) {
+        at += 500 + r.int(3000);
+        // A cause keeps its reason while its text varies, as an apiserver that stays down does.
+        const reason: FailureReason = r.chance(0.9) ? 'Unreachable' : 'Unauthorized';
+        const p: Probe = r.chance(0.5)
+          ? ok(at, r.chance(0.9))
+          : { ok: false, at, reason, message: `${reason}: error ${r.int(3)}` };
+        probes.push(p);
+        h = observe(h, p);
+        const before = s?.conditions;
+        const next = cellStatus(cell(s), h, at, t);
+        // The same probe history at the same time changes nothing once written.
+        assert.equal(statusChanged(next, cellStatus(cell(next), h, at, t)), false);
+        if (!s || statusChanged(s, next)) s = next;
+        warnings += cellEvents(before, s.conditions!).filter((e) => e.type === 'Warning').length;
+        const rc = cond(s, 'Reachable');
+        // The oracle: the failures since the last answer, and whether the last one is transient.
+        const lastOk = probes.findLastIndex((q) => q.ok);
+        const failing = probes.slice(lastOk + 1) as (Probe & { ok: false })[];
+        const last = failing.at(-1);
+        const expectFalse =
+          last !== undefined &&
+          (last.reason !== 'Unreachable' || at - failing[0]!.at >= t.unreachableAfterMs);
+        assert.equal(rc.status, expectFalse ? 'False' : lastOk >= 0 ? 'True' : 'Unknown', `probe ${i}`);
+        if (expectFalse) {
+          assert.equal(rc.reason, last.reason);
+          if (lost !== last.reason) expectedWarnings++;
+          lost = last.reason;
+        } else lost = undefined;
+      }
+      assert.equal(warnings, expectedWarnings);
+    }
+  });
+});
