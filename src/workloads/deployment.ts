@@ -47,7 +47,12 @@ import {
 
 type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
 
-/** Workers of the status controller: status writes only, one per deployment at a time. */
+/**
+ * Workers of the status controller: status writes only, one per deployment at a time. Fewer than the
+ * actions' on purpose: measured with 1,000 instances starting at once (bench:instances), 4 wrote 5.4
+ * times per instance with the status up to ~2 s behind at the peak; 16 kept it within ~0.1 s but
+ * wrote 7.1 times and slowed the start by a quarter.
+ */
 const STATUS_WORKERS = 4;
 
 /** The deployment an instance belongs to, by its label. */
