@@ -62,7 +62,7 @@ for (const f of readdirSync(join(examples, 'rules')).filter((f) => f.endsWith('.
 say('== running berth with the example rule files (examples/labels/)');
 // As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints.
 const kubeconfig = await sb.mintServiceAccount(rbacManifests());
-const [metricsPort, healthPort] = await freePorts(2);
+const [metricsPort, healthPort, uiPort] = await freePorts(3);
 const berth = spawn(
   process.execPath,
   [
@@ -72,10 +72,12 @@ const berth = spawn(
     `--label-dir=${join(examples, 'labels')}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+    `--ui-bind-address=127.0.0.1:${uiPort}`,
     '--log-level=warn',
   ],
   { stdio: ['ignore', 'inherit', 'inherit'] },
 );
+say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
 
 // Print the labels Berth owns on each node whenever they change.
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });

@@ -86,26 +86,23 @@ function helmRole(): string {
   );
 }
 
-/** The Role for the Lease in the release namespace, and its binding, as a Helm template: only with leader election. */
-function helmLeaderElection(): string {
-  const name = `{{ include "berth.fullname" . }}`;
+const FULLNAME = '{{ include "berth.fullname" . }}';
+
+/** A Role in the release namespace and its binding to Berth's ServiceAccount, as a Helm template rendered while `condition` holds. */
+function helmRoleAndBinding(role: string, rules: unknown, condition: string): string {
   const metadata = [
     'metadata:',
-    `  name: ${leaderElectionRoleName(name)}`,
+    `  name: ${role}`,
     '  namespace: {{ .Release.Namespace }}',
     '  labels:',
     '    {{- include "berth.labels" . | nindent 4 }}',
   ];
   return (
-    HEADER +
-    [
-      '{{- if .Values.leaderElect }}',
-      'apiVersion: rbac.authorization.k8s.io/v1',
-      'kind: Role',
-      ...metadata,
-    ].join('\n') +
+    [`{{- if ${condition} }}`, 'apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join(
+      '\n',
+    ) +
     '\n' +
-    yaml({ rules: mergeRules(leaseRules()) }) +
+    yaml({ rules }) +
     [
       '---',
       'apiVersion: rbac.authorization.k8s.io/v1',
@@ -114,16 +111,21 @@ function helmLeaderElection(): string {
       'roleRef:',
       '  apiGroup: rbac.authorization.k8s.io',
       '  kind: Role',
-      `  name: ${leaderElectionRoleName(name)}`,
+      `  name: ${role}`,
       'subjects:',
       '  - kind: ServiceAccount',
-      `    name: ${name}`,
+      `    name: ${FULLNAME}`,
       '    namespace: {{ .Release.Namespace }}',
       '{{- end }}',
     ].join('\n') +
     '\n'
   );
 }
+
+/** The Role for the Lease in the release namespace, and its binding: only with leader election. */
+const helmLeaderElection = (): string =>
+  HEADER +
+  helmRoleAndBinding(leaderElectionRoleName(FULLNAME), mergeRules(leaseRules()), '.Values.leaderElect');
 
 /**
  * The kustomize component's patch: JSON patch operations appending the rules of the built-in
@@ -143,36 +145,10 @@ function helmCapabilityRoles(): string {
   const docs = capabilities
     .filter((c) => c.namespaceRbac)
     .map((c) => {
-      const name = `{{ include "berth.fullname" . }}-${c.name}`;
-      const metadata = [
-        'metadata:',
-        `  name: ${name}`,
-        '  namespace: {{ .Release.Namespace }}',
-        '  labels:',
-        '    {{- include "berth.labels" . | nindent 4 }}',
-      ];
       const role = (rbacManifests().find(
         (o) => o.kind === 'Role' && o.metadata?.name === `berth-${c.name}`,
       ) ?? {}) as KubeObject & { rules?: unknown };
-      const docs = [
-        ['apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join('\n') +
-          '\n' +
-          yaml({ rules: role.rules }),
-        [
-          'apiVersion: rbac.authorization.k8s.io/v1',
-          'kind: RoleBinding',
-          ...metadata,
-          'roleRef:',
-          '  apiGroup: rbac.authorization.k8s.io',
-          '  kind: Role',
-          `  name: ${name}`,
-          'subjects:',
-          '  - kind: ServiceAccount',
-          '    name: {{ include "berth.fullname" . }}',
-          '    namespace: {{ .Release.Namespace }}',
-        ].join('\n') + '\n',
-      ].join('---\n');
-      return `{{- if has "${c.name}" .Values.controllers }}\n${docs}{{- end }}\n`;
+      return helmRoleAndBinding(`${FULLNAME}-${c.name}`, role.rules, `has "${c.name}" .Values.controllers`);
     });
   return HEADER + docs.join('---\n');
 }
