@@ -10,7 +10,6 @@ import type { InstanceTypeSize, Size } from './resources.ts';
 import {
   BLOCKING_REASONS,
   DEPLOYMENT_LABEL,
-  INSTANCE_FINALIZER,
   INSTANCE_LABEL,
   Instance,
   ORDINAL_LABEL,
@@ -492,12 +491,6 @@ export function ungatePatch(pod: WorkloadPod): JsonPatchOp[] | undefined {
   return i < 0 ? undefined : removeItem('/spec/schedulingGates', i, QUOTA_GATE, 'name');
 }
 
-/** The JSON patch that takes the instance's own finalizer off, guarded like the gate's. */
-export function releasePatch(inst: KubeObject): JsonPatchOp[] | undefined {
-  const i = (inst.metadata?.finalizers ?? []).indexOf(INSTANCE_FINALIZER);
-  return i < 0 ? undefined : removeItem('/metadata/finalizers', i, INSTANCE_FINALIZER);
-}
-
 /** An InstanceType as the controllers read it. */
 export type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
 
@@ -570,7 +563,6 @@ export function instanceManifest(
       namespace: deployment.metadata.namespace!,
       labels: { [DEPLOYMENT_LABEL]: name, [ORDINAL_LABEL]: String(ordinal), [TEMPLATE_HASH_LABEL]: hash },
       ownerReferences: [{ ...owner, controller: true, blockOwnerDeletion: true }],
-      finalizers: [INSTANCE_FINALIZER],
     },
     spec: { template, templateHash: hash, ordinal },
   };

@@ -18,7 +18,6 @@ import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
-import { hasFinalizer } from '../policy/finalizer.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -38,7 +37,6 @@ import {
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
-  INSTANCE_FINALIZER,
   Instance,
   WorkloadDeployment,
   type WorkloadDeploymentSpec,
@@ -160,9 +158,9 @@ export class DeploymentController {
           written = (await this.manager.client().delete(Instance.ref, a.name, ns, {
             apiVersion: 'v1',
             kind: 'DeleteOptions',
-            // The instance's own finalizer keeps it until its Pod is gone, so "gone" means gone. One
-            // made before that finalizer existed waits for the garbage collector instead.
-            propagationPolicy: hasFinalizer(inst, INSTANCE_FINALIZER) ? 'Background' : 'Foreground',
+            // Foreground: the Instance stays (deleting) until its Pod is gone, so "gone" means gone.
+            // No finalizer of Berth's: an Instance deleted while Berth is down or removed never waits.
+            propagationPolicy: 'Foreground',
             preconditions: { uid: inst.metadata.uid },
           })) as KubeObject | undefined;
           this.log.info(

@@ -25,14 +25,13 @@ export const workloadsCapability: Capability = {
   ],
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
   rbac: [
-    // Deployments create and delete their instances; the instance controller takes its finalizer
-    // off an instance (patch); statuses are applied (patch), a Quota's is written with its
-    // resourceVersion (update).
+    // Deployments create and delete their instances; statuses are applied (patch), a Quota's is
+    // written with its resourceVersion (update).
     { apiGroups: [POLICY_GROUP], resources: ['workloaddeployments', 'quotas'], verbs: ['list', 'watch'] },
     {
       apiGroups: [POLICY_GROUP],
       resources: ['instances'],
-      verbs: ['get', 'list', 'watch', 'create', 'delete', 'patch'],
+      verbs: ['get', 'list', 'watch', 'create', 'delete'],
     },
     {
       apiGroups: [POLICY_GROUP],
@@ -49,8 +48,7 @@ export const workloadsCapability: Capability = {
         "the owner's finalizers where OwnerReferencesPermissionEnforcement is on: a check, never a request",
     },
     { apiGroups: [POLICY_GROUP], resources: ['instancetypes'], verbs: ['list', 'watch'] },
-    // An instance being deleted has its Pod deleted by the instance controller.
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'patch'] },
   ],
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });

@@ -4,8 +4,7 @@
 // writes Ready, Available and Programmed from the Pod's real state by server-side apply on /status
 // under its own manager (the conditions are a list-map keyed by type). A grant of the quota
 // controller in this process is acted on and written here, with the rest of the status; a waiting
-// verdict stays the quota controller's entry, never touched here. An instance being deleted has its Pod deleted here, then its
-// finalizer taken off (INSTANCE_FINALIZER says why).
+// verdict stays the quota controller's entry, never touched here.
 import { isDeepStrictEqual } from 'node:util';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
@@ -15,7 +14,6 @@ import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { hasFinalizer } from '../policy/finalizer.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -26,7 +24,6 @@ import {
   gated,
   instanceVerdict,
   podManifest,
-  releasePatch,
   ungatePatch,
   USER_FIXABLE,
   workloadPod,
@@ -39,7 +36,6 @@ import {
 import type { QuotaController } from './quota.ts';
 import { instanceSize } from './resources.ts';
 import {
-  INSTANCE_FINALIZER,
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
   Instance,
@@ -138,7 +134,8 @@ export class InstanceController {
     const uid = inst.metadata.uid!;
     const cached = this.pods.get(key);
     let pod = cached && controlledBy(cached, uid) ? cached : undefined;
-    if (inst.metadata.deletionTimestamp) return this.release(key, inst, pod);
+    // Being deleted: the garbage collector takes its Pod (foreground), then the instance.
+    if (inst.metadata.deletionTimestamp) return;
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
@@ -227,45 +224,6 @@ export class InstanceController {
     const crashEnds = pod && crashWindowEndsIn(pod, Date.now());
     if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
     return result;
-  }
-
-  /**
-   * An instance being deleted: its Pod first (by uid, so a successor's Pod of the same name is never
-   * taken), then the instance's finalizer, once the cache shows no Pod of its own and none created
-   * unseen. The Pod's deletion event brings this key back.
-   */
-  private async release(
-    key: string,
-    inst: InstanceObject,
-    pod: WorkloadPod | undefined,
-  ): Promise<Result | void> {
-    if (!hasFinalizer(inst, INSTANCE_FINALIZER)) return;
-    const client = this.manager.client();
-    if (pod || this.podsSent.pendingKey(key)) {
-      if (pod && !pod.metadata.deletionTimestamp)
-        await client
-          .delete(Resources.pods, pod.metadata.name!, pod.metadata.namespace, {
-            apiVersion: 'v1',
-            kind: 'DeleteOptions',
-            preconditions: { uid: pod.metadata.uid },
-          })
-          .catch((e: unknown) => {
-            if (!isNotFound(e) && !isConflict(e)) throw e;
-          });
-      return;
-    }
-    try {
-      await client.patch(Instance.ref, inst.metadata.name!, releasePatch(inst), {
-        namespace: inst.metadata.namespace!,
-        type: 'json',
-        fieldManager: INSTANCE_MANAGER,
-      });
-    } catch (e) {
-      if (isNotFound(e)) return;
-      // The finalizers changed since the cache saw them: their event brings this key back.
-      if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
-      throw e;
-    }
   }
 
   /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */

@@ -14,12 +14,6 @@ export const QUOTA_MANAGER = 'berth-quota';
 
 /** The scheduling gate an instance's Pod carries until its quota claim is granted. */
 export const QUOTA_GATE = 'workloads.berth.dev/quota';
-/**
- * On every Instance from its creation: the instance controller deletes the instance's Pod itself and
- * then takes this off, so an Instance is gone only once its Pod is, without waiting on the garbage
- * collector (which learns of a new CRD only at its next discovery, up to 30 s later).
- */
-export const INSTANCE_FINALIZER = 'workloads.berth.dev/pod';
 /** On Instances and their Pods: the WorkloadDeployment they belong to. */
 export const DEPLOYMENT_LABEL = 'workloads.berth.dev/deployment';
 /** On Instances and their Pods: the ordinal (0, 1, ...), also the name's suffix. */

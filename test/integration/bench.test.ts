@@ -43,6 +43,7 @@ const tiny: Record<string, string[]> = {
     '--concurrency',
     '4',
   ],
+  'bench:ui': ['--nodes', '20'],
 };
 
 describe('benchmarks end with one JSON object', () => {

@@ -103,7 +103,12 @@ describe('deploy/kustomize', () => {
     // Found by reading the directory (a new one is built below too); never none, or nothing would be tested.
     assert.deepEqual(
       overlays.map((o) => `${o.name}: ${o.kind}`),
-      ['base: Kustomization', 'cert-manager: Component', 'default: Kustomization'],
+      [
+        'base: Kustomization',
+        'cert-manager: Component',
+        'default: Kustomization',
+        'finalizer-owners: Component',
+      ],
     );
     for (const overlay of overlays) {
       const built = build(overlay);
@@ -113,7 +118,7 @@ describe('deploy/kustomize', () => {
           .filter(certManager)
           .map((o) => o.kind)
           .sort(),
-        overlay.kind === 'Component' ? ['Certificate', 'Issuer'] : [],
+        overlay.name === 'cert-manager' ? ['Certificate', 'Issuer'] : [],
         overlay.name,
       );
       const rest = built.filter((o) => o.kind !== 'Namespace' && !certManager(o));
