@@ -49,6 +49,12 @@ export const BUILTIN_OWNER_KINDS = [
 export const runtimeRules = (webhookConfiguration: string = WEBHOOK_CONFIGURATION): DeclaredRule[] => [
   // Reading them is for the page (`--ui-bind-address`), which lists the last hour's Warning events.
   { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'list', 'watch'] },
+  {
+    apiGroups: [''],
+    resources: ['nodes', 'pods', 'namespaces'],
+    verbs: ['get'],
+    why: "the page's explain (`--ui-bind-address`) reads the object it explains, as `berth explain` does; only when someone asks",
+  },
   // Informers of custom resources wait for a missing CRD to appear.
   { apiGroups: ['apiextensions.k8s.io'], resources: ['customresourcedefinitions'], verbs: ['list', 'watch'] },
   {

@@ -42,7 +42,13 @@ import {
   QUOTA_MANAGER,
   WorkloadDeployment,
 } from '../../src/workloads/types.ts';
-import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
+import {
+  berthKubeconfig,
+  removeBerthIdentity,
+  runBerthCli,
+  startBerth,
+  type BerthProcess,
+} from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -98,6 +104,8 @@ const nodes: Record<'labelled' | 'held' | 'released' | 'work', string> = {
   work: '',
 };
 const ns = { berth: `${id}-berth`, agents: '', arch: '', work: '' };
+/** Berth's roles, named for this test and bound in its namespace; the owner kind used below opted in. */
+const identity = { name: `${id}-berth`, namespace: ns.berth, finalizerOwners: ['configmaps'] };
 let reg: SandboxRegistry;
 let proxy: FaultProxy;
 let berth: BerthProcess | undefined;
@@ -280,6 +288,9 @@ before(async () => {
   });
 
   process.env['POD_NAMESPACE'] = ns.berth;
+  // Berth's identity in its own namespace (its Lease and certificate Secret are there), as a user's
+  // install binds it; removed with Berth in step 2.
+  const kubeconfig = await berthKubeconfig(sandbox, identity);
   berth = await startBerth(
     sandbox,
     [
@@ -289,7 +300,7 @@ before(async () => {
       '--leader-elect',
       '--log-level=error',
     ],
-    { capture: true },
+    { capture: true, kubeconfig },
   );
 });
 
@@ -449,8 +460,10 @@ describe('the documented uninstall', () => {
     const plurals = capabilities.flatMap((c) => c.crds.map((r) => r.crd.spec.names.plural));
     kubectl('delete', plurals.join(','), '--all', '--all-namespaces', '--cascade=foreground');
     rmSync(ruleFile);
-    // Step 2: remove Berth (here, its process; in a cluster, kubectl delete -k or helm uninstall).
+    // Step 2: remove Berth (here, its process and its identity; in a cluster, kubectl delete -k or
+    // helm uninstall).
     await berth!.stop();
+    await removeBerthIdentity(client, identity);
     berth = undefined;
     // Step 3: berth uninstall.
     const uninstalled = berthCli('uninstall', `--namespace=${ns.berth}`);
