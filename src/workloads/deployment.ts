@@ -100,12 +100,8 @@ export class DeploymentController {
       workers: opts.workers ?? 8,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      // The spec (replicas by the scale subresource too) or deletion; its own status writes pass by.
-      .watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
-      .watch(this.instances, deploymentOf, {
-        update: changed(conditionsChanged, deletionChanged, labelsChanged),
-      });
+    });
+    this.watchDeployments(this.controller);
     // The status is written by a controller of its own, so that a slow status write never holds a
     // worker that the next create waits for (as the policy kit's PolicyStatusWriter does).
     this.statusController = new Controller({
@@ -113,11 +109,8 @@ export class DeploymentController {
       workers: STATUS_WORKERS,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileStatus(key) },
-    })
-      .watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
-      .watch(this.instances, deploymentOf, {
-        update: changed(conditionsChanged, deletionChanged, labelsChanged),
-      });
+    });
+    this.watchDeployments(this.statusController);
     manager.add(this.controller);
     manager.add(this.statusController);
   }
@@ -214,6 +207,16 @@ export class DeploymentController {
       verdict.deadlineInMs === undefined ? undefined : verdict.deadlineInMs + 100,
     ].filter((x): x is number => x !== undefined);
     if (after.length) return { requeueAfterMs: Math.min(...after) };
+  }
+
+  /** What both controllers act on: a deployment's spec (replicas by the scale subresource too) or
+   * deletion, its own status writes passing by, and its instances' conditions, deletion and labels. */
+  private watchDeployments(c: Controller): void {
+    c.watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) }).watch(
+      this.instances,
+      deploymentOf,
+      { update: changed(conditionsChanged, deletionChanged, labelsChanged) },
+    );
   }
 
   /** The deployment's instances as the plan sees them, and the plan. */

@@ -70,6 +70,8 @@ export class InstanceController {
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
   private readonly quota: InstanceControllerOptions['quota'];
+  /** The cluster its instances live in (the manager's own), as the quota controller names it. */
+  private readonly cluster: string;
   /** Pods created and not yet in the cache, by instance key. */
   private readonly podsSent: WriteExpectations;
   /** The status last written to an instance, until the instance cache shows it. */
@@ -121,31 +123,31 @@ export class InstanceController {
       });
     manager.add(this.controller);
     this.quota = opts.quota;
-    const local = manager.cluster().name;
+    this.cluster = manager.cluster().name;
     opts.quota?.onGrant((cluster, key) => {
-      if (cluster === local) this.controller.queue.add(key);
+      if (cluster === this.cluster) this.controller.queue.add(key);
     });
   }
 
   private async reconcile(key: string): Promise<Result | void> {
     const inst = this.instances.get(key);
-    if (!inst || inst.metadata.deletionTimestamp) this.rejected.delete(key);
-    if (!inst) return;
+    // Being deleted: the garbage collector takes its Pod (foreground), then the instance.
+    if (!inst || inst.metadata.deletionTimestamp) {
+      this.rejected.delete(key);
+      return;
+    }
     const uid = inst.metadata.uid!;
     const cached = this.pods.get(key);
     let pod = cached && controlledBy(cached, uid) ? cached : undefined;
-    // Being deleted: the garbage collector takes its Pod (foreground), then the instance.
-    if (inst.metadata.deletionTimestamp) return;
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
       name: inst.metadata.name!,
       uid,
     };
-    const cluster = this.manager.cluster().name;
     // The in-process quota controller's grant, which this controller writes; else whatever verdict
     // the instance carries (a waiting one, or a grant written by a quota controller elsewhere).
-    const grant = this.quota?.grantOf(cluster, uid);
+    const grant = this.quota?.grantOf(this.cluster, uid);
     const quota: QuotaView | undefined = grant ?? findCondition(inst.status?.conditions, 'QuotaGranted');
     const granted = quota?.status === 'True';
     // A Pod made before the quota controller's first verdict would be gated, then ungated a moment
