@@ -106,7 +106,7 @@ export function parseRuleFile(
   // Fields in a fixed order: RuleDirSource compares rules by their JSON.
   return {
     rule: {
-      name: `file:${output}`,
+      name: fileRuleName(output),
       source: { kind: 'File', path },
       allOf: [],
       anyOf: [...terms.values()],
@@ -117,6 +117,9 @@ export function parseRuleFile(
     errors,
   };
 }
+
+/** The rule a file's `<namespace>/<label>` path makes. */
+const fileRuleName = (output: string): string => `file:${output}`;
 
 /** Larger than any list of label keys; stops a misdirected --label-dir from reading big files on every poll. */
 const MAX_FILE_BYTES = 1 << 20;
@@ -152,28 +155,48 @@ async function attempt<T>(
   }
 }
 
+/** A directory a scan read, by its real path and identity (device and inode): what to watch. */
+export interface ScannedDir {
+  path: string;
+  id: string;
+}
+
+export interface ScannedRuleDir {
+  rules: Rule[];
+  errors: FileError[];
+  /** The directories read, to watch. */
+  dirs: ScannedDir[];
+  /** Rules whose file is there but was rejected: each keeps its last good version. */
+  kept: string[];
+}
+
+const dirId = (st: { dev: number; ino: number }): string => `${st.dev}:${st.ino}`;
+
 /**
  * Reads every rule file under `dir` (`dir/<namespace>/<label>`); sorted by rule name. Symbolic
  * links are followed only while they stay inside the directory (a ConfigMap volume's `..data`
  * layout does): one that leads out is an error naming the link, and nothing of its target is read.
  */
-export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors: FileError[] }> {
+export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
   const rules: Rule[] = [];
   const errors: FileError[] = [];
+  const dirs: ScannedDir[] = [];
+  const kept: string[] = [];
   let root: string;
   let namespaces: string[];
   try {
     root = await realpath(dir);
+    dirs.push({ path: root, id: dirId(await stat(root)) });
     namespaces = await readdir(root);
   } catch (e) {
     const reason = fsReason(e);
     const hint = reason === 'does not exist' ? '; its rules apply once it is created' : '';
-    return { rules, errors: [{ file: dir, message: `rule directory ${reason}${hint}` }] };
+    return { rules, errors: [{ file: dir, message: `rule directory ${reason}${hint}` }], dirs, kept };
   }
   const layout = `rule files go in ${join(dir, '<namespace>', '<label>')}, e.g. ${join(dir, 'accelerators', 'edgetpu')}`;
 
   /** Where `path` really is, if that is inside the directory; otherwise an error on `path`. */
-  const inside = async (path: string): Promise<string | undefined> => {
+  const inside = async (path: string, errors: FileError[]): Promise<string | undefined> => {
     const real = await attempt(realpath(path), path, 'cannot read', errors);
     if (real === undefined) return undefined;
     if (real === root || real.startsWith(root + sep)) return real;
@@ -184,9 +207,19 @@ export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors:
     return undefined;
   };
 
+  // A file that is there but cannot be used keeps its last good rule (the label stays where it
+  // was, and the error says why): a typo, or a scan that caught a file half written, must not take
+  // a label off every node.
   const readRule = async (namespace: string, label: string): Promise<void> => {
+    const own: FileError[] = [];
+    await readRuleInto(namespace, label, own);
+    if (own.length === 0) return;
+    errors.push(...own);
+    kept.push(fileRuleName(`${namespace}/${label}`));
+  };
+  const readRuleInto = async (namespace: string, label: string, errors: FileError[]): Promise<void> => {
     const file = join(dir, namespace, label);
-    const real = await inside(file);
+    const real = await inside(file, errors);
     if (real === undefined) return;
     // The resolved path, opened without following a link put there since: what was checked is what is read.
     const handle = await attempt(
@@ -230,7 +263,7 @@ export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors:
 
   const readNamespace = async (namespace: string): Promise<void> => {
     const path = join(dir, namespace);
-    const real = await inside(path);
+    const real = await inside(path, errors);
     if (real === undefined) return;
     const st = await attempt(stat(real), path, 'cannot read', errors);
     if (!st) return;
@@ -238,6 +271,7 @@ export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors:
       errors.push({ file: path, message: `is not in a namespace directory: ${layout}` });
       return;
     }
+    dirs.push({ path: real, id: dirId(st) });
     const labels = await attempt(readdir(real), path, 'cannot read directory', errors);
     await Promise.all((labels ?? []).filter((n) => !ignored(n)).map((label) => readRule(namespace, label)));
   };
@@ -245,7 +279,8 @@ export async function scanRuleDir(dir: string): Promise<{ rules: Rule[]; errors:
   await Promise.all(namespaces.filter((n) => !ignored(n)).map(readNamespace));
   rules.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   errors.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : (a.line ?? 0) - (b.line ?? 0)));
-  return { rules, errors };
+  kept.sort();
+  return { rules, errors, dirs, kept };
 }
 
 export interface RuleDirSourceOptions {
@@ -281,9 +316,13 @@ export class RuleDirSource implements Source<Rule> {
   private running = false;
   private scanning: Promise<void> | undefined;
   private rescanAgain = false;
-  private watcher: FSWatcher | undefined;
-  /** Device and inode of the watched directory: a deleted and recreated directory needs a new watch. */
-  private watchedId: string | undefined;
+  /**
+   * One watch per directory read, by real path, with the identity it was watched under: a deleted
+   * and recreated directory needs a new watch.
+   */
+  private readonly watchers = new Map<string, { id: string; watcher: FSWatcher }>();
+  /** Every directory of the last scan is watched; otherwise polling stands in. */
+  private watched = false;
   private lastWatchError: string | undefined;
   private debounceTimer: NodeJS.Timeout | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
@@ -306,7 +345,7 @@ export class RuleDirSource implements Source<Rule> {
 
   stop(): void {
     this.running = false;
-    this.closeWatcher();
+    for (const path of [...this.watchers.keys()]) this.unwatch(path);
     clearTimeout(this.debounceTimer);
     clearTimeout(this.pollTimer);
     this.debounceTimer = this.pollTimer = undefined;
@@ -347,10 +386,16 @@ export class RuleDirSource implements Source<Rule> {
       return;
     }
     this.scanning = (async () => {
+      // A change made between a directory's read and the start of its watch is seen by one more
+      // scan; once per round, so that a watch that keeps failing cannot spin.
+      let rescanForNewWatch = true;
       do {
         this.rescanAgain = false;
         try {
-          await this.rescan();
+          if ((await this.rescan()) && rescanForNewWatch) {
+            rescanForNewWatch = false;
+            this.rescanAgain = true;
+          }
         } catch (e) {
           this.log.error({ err: errorText(e) }, 'rescanning the rule directory failed');
         }
@@ -371,16 +416,17 @@ export class RuleDirSource implements Source<Rule> {
   private schedulePoll(): void {
     clearTimeout(this.pollTimer);
     if (!this.running) return;
-    const ms = this.watcher ? this.pollMs : Math.min(this.pollMs, UNWATCHED_POLL_MS);
+    const ms = this.watched ? this.pollMs : Math.min(this.pollMs, UNWATCHED_POLL_MS);
     this.pollTimer = setTimeout(() => this.requestScan(), ms).unref();
   }
 
-  private async rescan(): Promise<void> {
-    await this.rewatch();
-    const { rules, errors } = await scanRuleDir(this.dir);
-    if (!this.running) return;
+  /** Rescans the tree and delivers the differences; true when a directory is newly watched. */
+  private async rescan(): Promise<boolean> {
+    const { rules, errors, dirs, kept } = await scanRuleDir(this.dir);
+    if (!this.running) return false;
+    const newWatch = this.rewatch(dirs);
 
-    const next = new Map<string, { rule: Rule; json: string }>();
+    let next = new Map<string, { rule: Rule; json: string }>();
     const added: Rule[] = [];
     const updated: [Rule, Rule][] = [];
     for (const rule of rules) {
@@ -394,6 +440,11 @@ export class RuleDirSource implements Source<Rule> {
       else added.push(rule);
       next.set(rule.name, { rule, json });
     }
+    for (const name of kept) {
+      const prev = this.current.get(name);
+      if (prev) next.set(name, prev);
+    }
+    if (kept.length > 0) next = new Map([...next].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
     const deleted = [...this.current.values()].filter((e) => !next.has(e.rule.name)).map((e) => e.rule);
     this.current = next;
     const errorsJson = JSON.stringify(errors);
@@ -417,6 +468,7 @@ export class RuleDirSource implements Source<Rule> {
       this.synced = true;
       for (const w of this.syncWaiters.splice(0)) w();
     }
+    return newWatch;
   }
 
   private deliver(fn: () => void, rule: Rule): void {
@@ -428,30 +480,33 @@ export class RuleDirSource implements Source<Rule> {
   }
 
   /**
-   * Makes sure the directory as it is now is watched. A recursive fs.watch on a missing directory
-   * reports nothing, and one on a deleted directory stays silent when it is recreated, so the
-   * directory's identity is checked on every scan; without a watch, polling takes over.
+   * Watches each directory the scan read, and only those: the root and every namespace directory,
+   * by real path. Node's recursive fs.watch is not used: on Linux it watches each file's inode, so
+   * a file replaced by a rename (what editors and atomic writers do) is never heard from again.
+   * A directory's own watch hears every change to its entries, whatever replaced them.
    */
-  private async rewatch(): Promise<void> {
-    const id = await stat(this.dir).then(
-      (s) => (s.isDirectory() ? `${s.dev}:${s.ino}` : undefined),
-      () => undefined,
-    );
-    if (!this.running || (this.watcher && id === this.watchedId)) return;
-    this.closeWatcher();
-    if (id === undefined) return; // reported as an error by the scan
-    try {
-      const w = watch(this.dir, { recursive: true, persistent: false }, this.onWatchEvent);
-      w.on('error', (e) => {
-        this.watchFailed(e);
-        if (this.watcher === w) this.closeWatcher();
-        this.schedulePoll();
-      });
-      this.watcher = w;
-      this.watchedId = id;
-    } catch (e) {
-      this.watchFailed(e);
+  private rewatch(dirs: ScannedDir[]): boolean {
+    const wanted = new Map(dirs.map((d) => [d.path, d.id]));
+    for (const [path, w] of this.watchers) if (wanted.get(path) !== w.id) this.unwatch(path);
+    let added = false;
+    for (const [path, id] of wanted) {
+      if (this.watchers.has(path)) continue;
+      try {
+        const watcher = watch(path, { persistent: false }, this.onWatchEvent);
+        watcher.on('error', (e) => {
+          this.watchFailed(e);
+          if (this.watchers.get(path)?.watcher === watcher) this.unwatch(path);
+          this.schedulePoll();
+        });
+        this.watchers.set(path, { id, watcher });
+        added = true;
+      } catch (e) {
+        // Gone since the scan: its parent's watch has heard that already.
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.watchFailed(e);
+      }
     }
+    this.watched = wanted.size > 0 && wanted.size === this.watchers.size;
+    return added;
   }
 
   // Logged once per distinct failure: while it lasts, polling retries every UNWATCHED_POLL_MS.
@@ -462,8 +517,9 @@ export class RuleDirSource implements Source<Rule> {
     this.lastWatchError = err;
   }
 
-  private closeWatcher(): void {
-    this.watcher?.close();
-    this.watcher = this.watchedId = undefined;
+  private unwatch(path: string): void {
+    this.watchers.get(path)?.watcher.close();
+    this.watchers.delete(path);
+    this.watched = false;
   }
 }
