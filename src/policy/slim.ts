@@ -156,18 +156,52 @@ const NODE_INFO = [
 export const isBerthManager = (name: string): boolean => name.startsWith('berth');
 
 /**
+ * The managedFields entry a slim node keeps for every other manager together: only the labels and
+ * annotations that a Berth manager owns too. Changing such a key is an apply conflict.
+ */
+export const OTHER_MANAGERS = 'other-managers';
+
+interface FieldsEntry {
+  manager?: string;
+  operation?: string;
+  fieldsV1?: Record<string, Record<string, Record<string, unknown>>>;
+}
+const META_MAPS = ['f:labels', 'f:annotations'] as const;
+
+/** What of Berth's label and annotation keys other managers own as well, as one entry (or none). */
+function othersShare(berth: FieldsEntry[], others: FieldsEntry[]): FieldsEntry | undefined {
+  const meta: Record<string, Record<string, unknown>> = {};
+  for (const map of META_MAPS) {
+    const ours = new Set(berth.flatMap((e) => Object.keys(e.fieldsV1?.['f:metadata']?.[map] ?? {})));
+    if (!ours.size) continue;
+    const shared = others.flatMap((e) =>
+      Object.keys(e.fieldsV1?.['f:metadata']?.[map] ?? {}).filter((k) => ours.has(k)),
+    );
+    if (shared.length) meta[map] = Object.fromEntries(shared.map((k) => [k, {}]));
+  }
+  return Object.keys(meta).length
+    ? { manager: OTHER_MANAGERS, operation: 'Update', fieldsV1: { 'f:metadata': meta } }
+    : undefined;
+}
+
+/**
  * The node fields Berth's controllers read: labels, annotations, taints, node info, conditions,
  * and the managedFields entries of Berth's own field managers (so that a controller knows what it
- * owns without caching everybody's). Images and addresses, the bulk of a node, are dropped.
+ * owns without caching everybody's), with one entry for the keys others own too (OTHER_MANAGERS).
+ * Images and addresses, the bulk of a node, are dropped.
  */
 export function slimNode(obj: KubeObject): SlimNode {
   const node = obj as FullNode;
   const metadata = slimMetadata(node.metadata);
   if (node.metadata?.creationTimestamp) metadata.creationTimestamp = node.metadata.creationTimestamp;
-  const mf = (node.metadata?.managedFields as { manager?: string }[] | undefined)?.filter(
-    (e) => e.manager !== undefined && isBerthManager(e.manager),
+  const all = (node.metadata?.managedFields ?? []) as FieldsEntry[];
+  const mf = all.filter((e) => e.manager !== undefined && isBerthManager(e.manager));
+  const others = othersShare(
+    mf,
+    all.filter((e) => !mf.includes(e)),
   );
-  if (mf?.length) metadata.managedFields = mf;
+  if (others) mf.push(others);
+  if (mf.length) metadata.managedFields = mf;
   const spec: SlimNode['spec'] = {};
   if (node.spec?.taints?.length)
     spec.taints = node.spec.taints.map((t) => ({ ...t, key: intern(t.key), effect: intern(t.effect) }));

@@ -2,7 +2,7 @@
 // which of the node's keys a field manager owns (labels and annotations from managedFields, taints
 // from the record it keeps on the node), what it should write so the node carries its share, and
 // which keys that write changes (for the loop breaker). Pure: no I/O.
-import { ownedKeys } from '../../runtime/client/apply.ts';
+import { othersKeys, ownedKeys } from '../../runtime/client/apply.ts';
 import { nodeKey, type NodeKey } from './loopbreaker.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 
@@ -22,6 +22,11 @@ export interface NodeOutputs {
 /** A node's labels, annotations and taints, and which of them one field manager owns. */
 export interface NodeState extends NodeOutputs {
   owned: { labels: string[]; annotations: string[]; taints: string[] };
+  /**
+   * Labels and annotations another manager owns too (both set the same value): changing one is an
+   * apply conflict, so it is foreign to a change.
+   */
+  shared: { labels: string[]; annotations: string[] };
 }
 
 export type NodeOutputKind = 'label' | 'annotation' | 'taint';
@@ -52,14 +57,20 @@ export function ownedTaints(node: KubeObject, manager: string): string[] {
 }
 
 export function nodeState(node: KubeObject, manager: string): NodeState {
+  const shared = (path: string[], owned: string[]) => {
+    const others = othersKeys(node, manager, path);
+    return owned.filter((k) => others.has(k));
+  };
+  const labels = ownedKeys(node, manager, ['metadata', 'labels']);
+  const annotations = ownedKeys(node, manager, ['metadata', 'annotations']);
   return {
     labels: node.metadata?.labels ?? {},
     annotations: node.metadata?.annotations ?? {},
     taints: taintsOf(node).map((t) => ({ ...t })),
-    owned: {
-      labels: ownedKeys(node, manager, ['metadata', 'labels']),
-      annotations: ownedKeys(node, manager, ['metadata', 'annotations']),
-      taints: ownedTaints(node, manager),
+    owned: { labels, annotations, taints: ownedTaints(node, manager) },
+    shared: {
+      labels: shared(['metadata', 'labels'], labels),
+      annotations: shared(['metadata', 'annotations'], annotations),
     },
   };
 }
@@ -75,7 +86,8 @@ export interface NodePlan extends NodeOutputs {
 
 /**
  * What to write: the desired outputs minus the keys another manager already set to a different
- * value (a controller never fights for them, and never forces), and whether the node is already there.
+ * value, or owns too and this write would change (a controller never fights for them, and never
+ * forces), and whether the node is already there.
  */
 export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan {
   const foreign: NodePlan['foreign'] = [];
@@ -84,10 +96,11 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
     want: Record<string, string>,
     have: Record<string, string>,
     owned: Set<string>,
+    shared: string[],
   ) => {
     const out: Record<string, string> = {};
     for (const [k, v] of Object.entries(want)) {
-      if (k in have && have[k] !== v && !owned.has(k)) foreign.push({ kind, key: k });
+      if (k in have && have[k] !== v && (!owned.has(k) || shared.includes(k))) foreign.push({ kind, key: k });
       else out[k] = v;
     }
     return out;
@@ -95,8 +108,14 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
   const ownedLabels = new Set(state.owned.labels);
   const ownedAnnotations = new Set(state.owned.annotations);
   const ownedTaints = new Set(state.owned.taints);
-  const labels = keep('label', desired.labels, state.labels, ownedLabels);
-  const annotations = keep('annotation', desired.annotations, state.annotations, ownedAnnotations);
+  const labels = keep('label', desired.labels, state.labels, ownedLabels, state.shared.labels);
+  const annotations = keep(
+    'annotation',
+    desired.annotations,
+    state.annotations,
+    ownedAnnotations,
+    state.shared.annotations,
+  );
   const current = new Map(state.taints.map((t) => [taintId(t), t]));
   const taints = desired.taints.filter((t) => {
     const cur = current.get(taintId(t));

@@ -11,6 +11,16 @@ interface ManagedFieldsEntry {
   fieldsV1?: Record<string, unknown>;
 }
 
+/** The keys under `path` one managedFields entry owns; for list-maps the `k:{...}` identities. */
+function entryKeys(entry: ManagedFieldsEntry | undefined, path: string[]): string[] {
+  let node: unknown = entry?.fieldsV1;
+  for (const p of path) node = (node as Record<string, unknown> | undefined)?.[`f:${p}`];
+  if (!node || typeof node !== 'object') return [];
+  return Object.keys(node)
+    .filter((k) => k.startsWith('f:') || k.startsWith('k:'))
+    .map((k) => (k.startsWith('f:') ? k.slice(2) : k));
+}
+
 /**
  * The keys under `path` (e.g. ['metadata', 'labels']) that `manager` owns through Apply (or,
  * given, another operation), read from managedFields. For list-maps such as spec.taints the keys
@@ -27,12 +37,20 @@ export function ownedKeys(
   const entry = entries.find(
     (e) => e.manager === manager && e.operation === operation && (e.subresource ?? '') === subresource,
   );
-  let node: unknown = entry?.fieldsV1;
-  for (const p of path) node = (node as Record<string, unknown> | undefined)?.[`f:${p}`];
-  if (!node || typeof node !== 'object') return [];
-  return Object.keys(node)
-    .filter((k) => k.startsWith('f:') || k.startsWith('k:'))
-    .map((k) => (k.startsWith('f:') ? k.slice(2) : k));
+  return entryKeys(entry, path);
+}
+
+/**
+ * The keys under `path` that a manager other than `manager`'s Apply owns, by any operation: an
+ * apply that changes one of them conflicts, so a controller that never forces leaves it be.
+ */
+export function othersKeys(obj: KubeObject, manager: string, path: string[]): Set<string> {
+  const entries = (obj.metadata?.managedFields ?? []) as ManagedFieldsEntry[];
+  return new Set(
+    entries
+      .filter((e) => !(e.manager === manager && e.operation === 'Apply' && !e.subresource))
+      .flatMap((e) => entryKeys(e, path)),
+  );
 }
 
 /**

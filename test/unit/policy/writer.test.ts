@@ -6,6 +6,7 @@ import { WriteLoopBreaker } from '../../../src/policy/nodes/loopbreaker.ts';
 import { ApplyNodeWriter } from '../../../src/policy/nodes/apply.ts';
 import { BurstHold } from '../../../src/policy/nodes/burst.ts';
 import { nodeState, planNodeApply, type NodeOutputs } from '../../../src/policy/nodes/plan.ts';
+import { OTHER_MANAGERS, slimNode } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
 
@@ -65,6 +66,35 @@ describe('planNodeApply', () => {
         .changed,
       ['taint'],
     );
+  });
+
+  test('a key another manager owns too is left alone when this write would change it', () => {
+    // Both set zone=admin (shared ownership); an apply of another value would be a 409 conflict.
+    const n = node({ zone: 'admin', agent: 'true' });
+    n.metadata!.labels!['admin-only'] = 'x';
+    n.metadata!.managedFields!.push({
+      manager: 'admin',
+      operation: 'Update',
+      fieldsV1: { 'f:metadata': { 'f:labels': { 'f:zone': {}, 'f:admin-only': {} } }, 'f:spec': {} },
+    });
+    // As the informer caches it: Berth's entries, and of the others only the keys shared with Berth.
+    const slim = slimNode(n);
+    assert.deepEqual(slim.metadata?.managedFields, [
+      n.metadata!.managedFields![0],
+      {
+        manager: OTHER_MANAGERS,
+        operation: 'Update',
+        fieldsV1: { 'f:metadata': { 'f:labels': { 'f:zone': {} } } },
+      },
+    ]);
+    const state = nodeState(slim, FM);
+    assert.deepEqual(state.shared.labels, ['zone']);
+    const same = planNodeApply(state, want({ zone: 'admin', agent: 'true' }, {}));
+    assert.deepEqual([same.inSync, same.foreign], [true, []]);
+    const other = planNodeApply(state, want({ zone: 'amd64', agent: 'true' }, {}));
+    assert.deepEqual(other.foreign, [{ kind: 'label', key: 'zone' }]);
+    // The write drops this manager's share of the key; the other manager's value stays.
+    assert.deepEqual([other.labels, other.changed], [{ agent: 'true' }, ['label']]);
   });
 });
 
