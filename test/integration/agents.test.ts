@@ -12,7 +12,7 @@ import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import { deniedVerbs } from '../../src/runtime/client/restmapper.ts';
-import { KubeClient } from '../../src/runtime/client/client.ts';
+import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { clusterRole } from '../../src/runtime/api/rbac.ts';
 import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhook/registration.ts';
@@ -84,9 +84,17 @@ before(async () => {
 });
 
 after(async () => {
+  // The placement goes while its Berth runs, as a user removes one: its own finalizer is released
+  // then, not left for whichever Berth runs next in this cluster.
+  await client.delete(AgentPlacement.ref, id).catch(() => {});
+  await waitFor('the placement gone', () =>
+    client.get(AgentPlacement.ref, id).then(
+      () => false,
+      (e: unknown) => isNotFound(e),
+    ),
+  );
   await stopController();
   await client.delete(Resources.crds, GHOSTS).catch(() => {});
-  await client.delete(AgentPlacement.ref, id).catch(() => {});
   await deleteNamespace(client, ns);
   await deleteNodes(client, nodes);
   await removeBerthIdentity(client, identity);
