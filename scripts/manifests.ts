@@ -11,7 +11,9 @@ import {
   finalizerOwnerRule,
   leaderElectionRoleName,
   leaseRules,
+  pullSecretRoleName,
   rbacManifests,
+  userNamespaceRules,
 } from '../src/manifests.ts';
 import { capabilities } from '../src/capabilities.ts';
 import type { KubeObject } from '../src/runtime/api/meta.ts';
@@ -59,6 +61,60 @@ function helmClusterRole(): string {
     '\n' +
     yaml({ rules: (role as KubeObject & { rules: unknown }).rules }) +
     helmFinalizerOwnerRules() +
+    '\n' +
+    helmPullSecretClusterRule()
+  );
+}
+
+const PULL_SECRET_NAMESPACES = '.Values.arch.pullSecretNamespaces';
+
+/** With `*` among `.Values.arch.pullSecretNamespaces`, the pull secret rule cluster-wide. */
+function helmPullSecretClusterRule(): string {
+  const items = yaml({ rules: mergeRules(userNamespaceRules()) }).replace(/^rules:\n/, '');
+  return `{{- if has "*" ${PULL_SECRET_NAMESPACES} }}\n${items}{{- end }}\n`;
+}
+
+/**
+ * A Role and its binding in each namespace of `.Values.arch.pullSecretNamespaces` (but `*`): Berth
+ * may read the Secrets pods there name as imagePullSecrets.
+ */
+function helmPullSecretRoles(): string {
+  const name = pullSecretRoleName('{{ include "berth.fullname" $ }}');
+  const metadata = [
+    'metadata:',
+    `  name: ${name}`,
+    '  namespace: {{ . | quote }}',
+    '  labels:',
+    '    {{- include "berth.labels" $ | nindent 4 }}',
+  ];
+  return (
+    HEADER +
+    [
+      `{{- range ${PULL_SECRET_NAMESPACES} }}`,
+      '{{- if ne . "*" }}',
+      '---',
+      'apiVersion: rbac.authorization.k8s.io/v1',
+      'kind: Role',
+      ...metadata,
+    ].join('\n') +
+    '\n' +
+    yaml({ rules: mergeRules(userNamespaceRules()) }) +
+    [
+      '---',
+      'apiVersion: rbac.authorization.k8s.io/v1',
+      'kind: RoleBinding',
+      ...metadata,
+      'roleRef:',
+      '  apiGroup: rbac.authorization.k8s.io',
+      '  kind: Role',
+      `  name: ${name}`,
+      'subjects:',
+      '  - kind: ServiceAccount',
+      '    name: {{ include "berth.fullname" $ }}',
+      '    namespace: {{ $.Release.Namespace }}',
+      '{{- end }}',
+      '{{- end }}',
+    ].join('\n') +
     '\n'
   );
 }
@@ -164,6 +220,7 @@ export function generatedFiles(): Map<string, string> {
     ['deploy/helm/berth/templates/role.yaml', helmRole()],
     ['deploy/helm/berth/templates/leader-election.yaml', helmLeaderElection()],
     ['deploy/helm/berth/templates/capability-roles.yaml', helmCapabilityRoles()],
+    ['deploy/helm/berth/templates/pull-secret-roles.yaml', helmPullSecretRoles()],
   ]);
   for (const crd of crds) files.set(`${HELM_CRDS_DIR}/${crd.metadata!.name}.yaml`, documents([crd]));
   return files;

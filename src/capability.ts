@@ -74,6 +74,11 @@ export interface Capability {
   /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */
   namespaceRbac?: DeclaredRule[];
   /**
+   * Permissions it needs in users' namespaces, granted only in those the install names
+   * (RbacOptions.pullSecretNamespaces; `*` for all): reading the Secrets pods there name.
+   */
+  userNamespaceRbac?: DeclaredRule[];
+  /**
    * Node keys it owns (its rank among owners, its reserved domains); its controller claims the keys
    * of its live policies. Another capability's policy that would write them is Invalid. None: the
    * capability owns no key exclusively (derived labels) and yields to every owner.

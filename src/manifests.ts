@@ -35,6 +35,28 @@ export interface RbacOptions {
   finalizerOwners?: string[];
   /** `berth run --install-crds`: Berth writes its own CRDs at start (never granted by default). */
   installCrds?: boolean;
+  /**
+   * Namespaces whose Secrets pods may name as imagePullSecrets for Berth to read their images'
+   * platforms with (architecture-aware placement): a Role in each with the capabilities'
+   * userNamespaceRbac; `*` grants it cluster-wide. None by default: such a pod's images are read
+   * without its secret (a private registry refuses that, and the pod is released with a Warning
+   * naming the opt-in).
+   */
+  pullSecretNamespaces?: string[];
+}
+
+/** What the capabilities need in the users' namespaces an install opts in. */
+export const userNamespaceRules = (caps: Capability[] = capabilities): DeclaredRule[] =>
+  caps.flatMap((c) => c.userNamespaceRbac ?? []);
+
+/** The Role each opted-in namespace gets for its pull secrets, beside the roles named `name`. */
+export const pullSecretRoleName = (name: string): string => `${name}-pull-secrets`;
+
+/** A namespace named for pull secrets: a DNS label, or `*` for every namespace. */
+export function pullSecretNamespace(ns: string): string {
+  if (ns !== '*' && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(ns))
+    throw new Error(`pull secret namespace "${ns}" is not a namespace name (or * for every namespace)`);
+  return ns;
 }
 
 /** The built-in workload kinds a pod's controller chain ends at, for the kustomize component that opts them in. */
@@ -141,6 +163,9 @@ export function clusterRules(caps: Capability[] = capabilities, opts: RbacOption
     ...caps.flatMap((c) => c.rbac),
     ...(opts.finalizerOwners ?? []).map(finalizerOwnerRule),
     ...(opts.installCrds ? installCrdsRules(caps) : []),
+    ...((opts.pullSecretNamespaces ?? []).map(pullSecretNamespace).includes('*')
+      ? userNamespaceRules(caps)
+      : []),
   ];
 }
 
@@ -164,6 +189,16 @@ export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptio
     roleBinding(name, namespace, { kind: 'Role', name }, subject),
     role(lease, namespace, leaseRules(opts.lease)),
     roleBinding(lease, namespace, { kind: 'Role', name: lease }, subject),
+    ...(opts.pullSecretNamespaces ?? [])
+      .map(pullSecretNamespace)
+      .filter((ns) => ns !== '*')
+      .flatMap((ns) => {
+        const own = pullSecretRoleName(name);
+        return [
+          role(own, ns, userNamespaceRules(caps)),
+          roleBinding(own, ns, { kind: 'Role', name: own }, subject),
+        ];
+      }),
     ...caps.flatMap((c) => {
       if (!c.namespaceRbac) return [];
       // A capability's own Role, apart from the webhook certificate's, which reads that one Secret only.

@@ -19,7 +19,7 @@ import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { ApiError, isNotFound } from '../runtime/client/client.ts';
+import { ApiError, isForbidden, isNotFound } from '../runtime/client/client.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
 import { counter, histogram } from '../runtime/observability/metrics.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
@@ -148,7 +148,7 @@ export class ArchController {
   private readonly attempts = new Map<string, number>();
   /** Pull secrets read lately, by `namespace/name`. */
   private readonly secrets = new TtlCache<PullSecret>(1024);
-  private readonly secretFlights = new Flights<PullSecret | undefined>();
+  private readonly secretFlights = new Flights<PullSecret | 'forbidden' | undefined>();
   /** Gated pods whose inspections run in the background, then their results until reconciled. */
   private readonly parked = new Map<string, Parked>();
   /** Pods placed at admission whose event this process wrote (they had no uid to name then). */
@@ -448,12 +448,22 @@ export class ArchController {
     archMetrics.ungate.observe({ outcome: 'placed' }, 0);
   }
 
-  /** The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the kubelet does. */
+  /**
+   * The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the
+   * kubelet does, and so is one Berth may not read, with a Warning naming the opt-in.
+   */
   private async pullSecrets(pod: ArchPod): Promise<PullSecret[]> {
     const out: PullSecret[] = [];
     for (const ref of this.pullSecretRefs(pod)) {
       const secret = await this.pullSecret(ref);
-      if (secret) out.push(secret);
+      if (secret === 'forbidden') {
+        const ns = ref.slice(0, ref.indexOf('/'));
+        const note =
+          `Berth may not read the pull secret ${ref}, so this pod's images are read without it: ` +
+          `opt the namespace in (berth manifests --pull-secret-namespace ${ns}, Helm arch.pullSecretNamespaces)`;
+        this.events.event(pod, 'Warning', 'PullSecretForbidden', 'Inspect', note);
+        this.log.warn({ pod: keyOf(pod), secret: ref }, note);
+      } else if (secret) out.push(secret);
       else this.log.debug({ pod: keyOf(pod), secret: ref }, 'pull secret not found');
     }
     return out;
@@ -473,7 +483,7 @@ export class ArchController {
    * kept (a secret created next is used at once); a pod refused by a registry drops its secrets
    * (a rotated password is read again).
    */
-  private pullSecret(ref: string): Promise<PullSecret | undefined> {
+  private pullSecret(ref: string): Promise<PullSecret | 'forbidden' | undefined> {
     const known = this.secrets.get(ref);
     if (known) return Promise.resolve(known);
     return this.secretFlights.run(ref, async () => {
@@ -483,6 +493,7 @@ export class ArchController {
         s = await this.manager.client().get(Resources.secrets, name, namespace);
       } catch (e) {
         if (isNotFound(e)) return undefined;
+        if (isForbidden(e)) return 'forbidden';
         throw e;
       }
       const secret = {

@@ -5,7 +5,7 @@ import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
 import { ArchController } from './controller.ts';
 import { explainPodArch } from './explain.ts';
-import { ARCH_KEYS, ArchPlacement } from './types.ts';
+import { ARCH_KEYS, ArchPlacement, PULL_SECRET_RULE } from './types.ts';
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -34,11 +34,13 @@ export const archCapability: Capability = {
   ],
   crds: [ArchPlacement],
   keys: ARCH_KEYS,
+  // Pull secrets, read by name: --arch-pull-secret's in Berth's namespace, pods' own where the
+  // install opts their namespace in.
+  namespaceRbac: [PULL_SECRET_RULE],
+  userNamespaceRbac: [PULL_SECRET_RULE],
   rbac: [
     // Informers list and watch; pods are ungated by patch, the rest written by server-side apply.
     { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch', 'patch'] },
-    // Pull secrets, read by name when a pod names them (or --arch-pull-secret): never listed.
-    { apiGroups: [''], resources: ['secrets'], verbs: ['get'] },
     { apiGroups: [''], resources: ['namespaces'], verbs: ['list', 'watch'] },
     // Taints mode: the architecture taint.
     { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },

@@ -6,6 +6,7 @@ import { k8s } from '../runtime/api/crd.ts';
 import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
+import type { DeclaredRule } from '../runtime/api/rbac.ts';
 
 export const FIELD_MANAGER = 'berth-arch';
 /** The scheduling gate the webhook adds and the controller removes; no other gate is ever touched. */
@@ -36,6 +37,17 @@ export const ARCH_FINALIZER = 'arch.berth.dev/release-pods';
  * What the arch capability owns on nodes: its taint key. Rank 2: after startup gates and agent
  * placement, before derived labels (which own nothing).
  */
+/**
+ * What reading pull secrets needs: get by name (never list: a pod names the ones it uses). Granted
+ * in Berth's namespace (--arch-pull-secret) and in the namespaces an install opts in.
+ */
+export const PULL_SECRET_RULE: DeclaredRule = {
+  apiGroups: [''],
+  resources: ['secrets'],
+  verbs: ['get'],
+  why: "a pod's imagePullSecrets (and --arch-pull-secret) are read to read its images' platforms",
+};
+
 export const ARCH_KEYS: KeyDeclaration = {
   rank: 2,
   title: 'architecture-aware placement',

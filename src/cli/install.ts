@@ -52,8 +52,18 @@ export function manifestsCommand(): Command {
       [],
     )
     .option('--install-crds', 'let Berth write its own CRDs (`berth run --install-crds`)', false)
+    .option(
+      '--pull-secret-namespace <namespaces...>',
+      "namespaces whose pods' imagePullSecrets Berth may read (architecture-aware placement), a Role " +
+        "in each; * for every namespace (default: none, only --arch-pull-secret's in Berth's namespace)",
+      [],
+    )
     .action((o) => {
-      const rbac = { finalizerOwners: o.finalizerOwner as string[], installCrds: o.installCrds as boolean };
+      const rbac = {
+        finalizerOwners: o.finalizerOwner as string[],
+        installCrds: o.installCrds as boolean,
+        pullSecretNamespaces: o.pullSecretNamespace as string[],
+      };
       const docs: KubeObject[] = [
         ...(o.kind !== 'rbac' ? crdManifests() : []),
         ...(o.kind !== 'crds' ? rbacManifests(capabilities, rbac) : []),

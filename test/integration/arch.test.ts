@@ -31,7 +31,13 @@ import { findCondition, type Condition } from '../../src/runtime/api/conditions.
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
-import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
+import {
+  berthKubeconfig,
+  removeBerthIdentity,
+  runBerthCli,
+  startBerth,
+  type BerthProcess,
+} from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -203,6 +209,14 @@ const gatingIn = (ns: string, observe?: () => unknown) =>
   );
 
 const registriesFile = join(work, 'registries.yaml');
+let main: string;
+/** A namespace the policy covers whose Secrets Berth's install did not opt in. */
+let unopted: string;
+/**
+ * Berth installed in its namespace, with pods' pull secrets opted in for `main` only
+ * (`berth manifests --pull-secret-namespace`): no Secret elsewhere may it read.
+ */
+const identity = () => ({ name: id, namespace: berthNs, pullSecretNamespaces: [main] });
 /** Berth's cluster-wide pull secret (`--arch-pull-secret`), in its namespace; made by the test of it. */
 const CLUSTER_PULL_SECRET = 'cluster-pull';
 async function runBerth(): Promise<BerthProcess> {
@@ -215,7 +229,7 @@ async function runBerth(): Promise<BerthProcess> {
       `--arch-pull-secret=${berthNs}/${CLUSTER_PULL_SECRET}`,
       '--log-level=info',
     ],
-    { capture: true },
+    { capture: true, kubeconfig: await berthKubeconfig(sandbox, identity()) },
   );
   // The apiserver's webhook configuration cache lags the registration: probe until a pod is gated.
   await gatingIn(namespaces[0]!, () => b.output().slice(-3000)).catch(async (e: unknown) => {
@@ -225,7 +239,6 @@ async function runBerth(): Promise<BerthProcess> {
   return b;
 }
 
-let main: string;
 before(async () => {
   const r = sandbox.registry;
   assert.ok(r, 'the test sandbox runs a registry (this file says test-driver: registry)');
@@ -251,6 +264,7 @@ before(async () => {
 
   writeFileSync(registriesFile, `registries:\n  ${MIRRORED}:\n    mirrors:\n      - url: ${reg.url}\n`);
   main = await namespace('main');
+  unopted = await namespace('unopted');
   await client.create(Resources.namespaces, {
     apiVersion: 'v1',
     kind: 'Namespace',
@@ -263,7 +277,7 @@ before(async () => {
   });
   namespaces.push(kubeNs, berthNs);
   await applyPolicy(`${id}-main`, {
-    namespaceSelector: selectNamespaces(main, kubeNs, berthNs),
+    namespaceSelector: selectNamespaces(main, unopted, kubeNs, berthNs),
     onFailure: { action: 'Release', retries: 1 },
   });
   process.env['POD_NAMESPACE'] = berthNs;
@@ -272,6 +286,7 @@ before(async () => {
 
 after(async () => {
   await berth?.stop();
+  await removeBerthIdentity(client, identity());
   // Berth is gone: take its finalizers off by hand (deploy/README's last resort), then everything else.
   for (const name of policies) {
     await client
@@ -383,6 +398,18 @@ describe('NodeAffinity mode', () => {
       const ev = await podEvent(main, without, 'Warning', 'InspectionFailed');
       assert.match(ev.note, /Unauthorized/);
       assert.match(ev.note, /released unplaced/);
+      // A namespace whose Secrets the install did not opt in: its pod's secret is not read (the
+      // Warning names the opt-in), and the registry refuses the images as it did without one.
+      await client.create(Resources.secrets, dockerConfigSecret(unopted, 'pull', reg.host, user, password));
+      const notOpted = uniqueName('private-unopted');
+      await createPod(unopted, notOpted, [{ image: ref }], {
+        spec: { imagePullSecrets: [{ name: 'pull' }] },
+      });
+      const forbidden = await podEvent(unopted, notOpted, 'Warning', 'PullSecretForbidden');
+      assert.match(forbidden.note, new RegExp(`--pull-secret-namespace ${unopted}\\b`));
+      assert.match(forbidden.note, /arch\.pullSecretNamespaces/);
+      const refused = await podSettled(unopted, notOpted, 'Failed');
+      assert.match(refused.metadata!.annotations![FAILURE_ANNOTATION]!, /^Unauthorized: /);
       const withSecret = uniqueName('private');
       await createPod(main, withSecret, [{ image: ref }], { spec: { imagePullSecrets: [{ name: 'pull' }] } });
       const placed = await podSettled(main, withSecret, 'Placed');

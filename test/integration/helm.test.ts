@@ -18,7 +18,7 @@ import { packageRoot } from '../../src/sandbox/paths.ts';
 import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { mergeRules } from '../../src/runtime/api/rbac.ts';
-import { rbacManifests } from '../../src/manifests.ts';
+import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -112,6 +112,8 @@ const options: Record<string, Record<string, string>> = {
   'service monitor': { 'metrics.serviceMonitor.enabled': 'true' },
   'extra args': { 'extraArgs[0]': '--label-workers=32' },
   'finalizer owners': { 'agents.finalizerOwners': '{deployments.apps,configmaps}' },
+  'pull secrets in a namespace': { 'arch.pullSecretNamespaces': `{${ns}}` },
+  'pull secrets everywhere': { 'arch.pullSecretNamespaces': '{*}' },
 };
 
 before(async () => {
@@ -185,13 +187,31 @@ describe('the Helm chart', () => {
     // Owner kinds opted in: the ClusterRole is the one generated with them, and only with them.
     const clusterRoleRules = (values: Record<string, string>) =>
       mergeRules(render(values).find((o) => o.kind === 'ClusterRole').rules);
-    const generated = (finalizerOwners: string[]) =>
-      (rbacManifests(capabilities, { finalizerOwners }).find((o) => o.kind === 'ClusterRole') as Any).rules;
+    const generated = (opts: RbacOptions) =>
+      (rbacManifests(capabilities, opts).find((o) => o.kind === 'ClusterRole') as Any).rules;
     assert.deepEqual(
       clusterRoleRules(options['finalizer owners']!),
-      generated(['deployments.apps', 'configmaps']),
+      generated({ finalizerOwners: ['deployments.apps', 'configmaps'] }),
     );
-    assert.deepEqual(clusterRoleRules({}), generated([]));
+    assert.deepEqual(clusterRoleRules({}), generated({}));
+    // Pull secrets: read in Berth's namespace (arch's Role), in the namespaces named, or everywhere.
+    assert.deepEqual(
+      clusterRoleRules(options['pull secrets everywhere']!),
+      generated({ pullSecretNamespaces: ['*'] }),
+    );
+    assert.ok(!clusterRoleRules({}).some((r: Any) => r.resources.includes('secrets')));
+    const pulls = render(options['pull secrets in a namespace']).filter(
+      (o) => o.metadata.name === 'berth-pull-secrets',
+    );
+    assert.deepEqual(
+      pulls.map((o) => [o.kind, o.metadata.namespace]),
+      [
+        ['Role', ns],
+        ['RoleBinding', ns],
+      ],
+    );
+    assert.deepEqual(pulls[0].rules, [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }]);
+    assert.deepEqual(pulls[1].subjects, [{ kind: 'ServiceAccount', name: 'berth', namespace: ns }]);
     const off = render(options['no webhooks']);
     assert.deepEqual(
       args(off).filter((a) => a.startsWith('--webhook-')),

@@ -295,9 +295,13 @@ describe('Helm chart', () => {
     assert.match(guard('pdb.yaml')!, /\.Values\.podDisruptionBudget\.enabled/);
     assert.match(guard('configmap.yaml')!, /\.Values\.labelRules/);
     // A capability's own Role only when the release runs it (the header comment is the first line).
+    const roles = read(`${CHART}/templates/capability-roles.yaml`);
+    assert.equal(roles.split('\n')[1], '{{- if has "arch" .Values.controllers }}');
+    assert.match(roles, /^\{\{- if has "cells" \.Values\.controllers \}\}$/m);
+    // Pull secrets only in the namespaces the values name.
     assert.equal(
-      read(`${CHART}/templates/capability-roles.yaml`).split('\n')[1],
-      '{{- if has "cells" .Values.controllers }}',
+      read(`${CHART}/templates/pull-secret-roles.yaml`).split('\n')[1],
+      '{{- range .Values.arch.pullSecretNamespaces }}',
     );
   });
 });

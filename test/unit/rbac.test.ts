@@ -79,6 +79,34 @@ describe('the generated roles', () => {
       assert.throws(() => finalizerOwnerRule(bad), /resource\.group/, bad);
   });
 
+  test("Secrets: no cluster-wide read by default; pull secrets in Berth's namespace and the ones opted in", () => {
+    assert.ok(!may(cluster, 'get', 'secrets') && !may(cluster, 'list', 'secrets'));
+    const arch = find({}, 'Role', 'berth-arch');
+    assert.equal(arch.metadata?.namespace, NAMESPACE);
+    assert.ok(may(arch, 'get', 'secrets', 'any-login') && !may(arch, 'list', 'secrets'));
+    const opted = rbacManifests(capabilities, { pullSecretNamespaces: ['team-a', 'team-b'] }).filter(
+      (o) => o.metadata?.name === 'berth-pull-secrets',
+    );
+    assert.deepEqual(
+      opted.map((o) => [o.kind, o.metadata?.namespace]),
+      [
+        ['Role', 'team-a'],
+        ['RoleBinding', 'team-a'],
+        ['Role', 'team-b'],
+        ['RoleBinding', 'team-b'],
+      ],
+    );
+    assert.ok(may(opted[0] as Role, 'get', 'secrets', 'pull') && !may(opted[0] as Role, 'list', 'secrets'));
+    const everywhere = find({ pullSecretNamespaces: ['*'] }, 'ClusterRole');
+    assert.ok(may(everywhere, 'get', 'secrets') && !may(everywhere, 'list', 'secrets'));
+    for (const bad of ['Team_A', '', '-a', 'a'.repeat(64)])
+      assert.throws(
+        () => rbacManifests(capabilities, { pullSecretNamespaces: [bad] }),
+        /namespace name/,
+        bad,
+      );
+  });
+
   test('CRD writes only with installCrds, patched by the names of Berth’s CRDs', () => {
     assert.ok(!may(cluster, 'patch', 'customresourcedefinitions', 'nodelabelrules.berth.dev'));
     const install = find({ installCrds: true }, 'ClusterRole');

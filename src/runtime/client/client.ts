@@ -21,6 +21,7 @@ export class ApiError extends Error {
 }
 
 export const isNotFound = (e: unknown): boolean => e instanceof ApiError && e.status === 404;
+export const isForbidden = (e: unknown): boolean => e instanceof ApiError && e.status === 403;
 export const isConflict = (e: unknown): boolean => e instanceof ApiError && e.status === 409;
 export const isGone = (e: unknown): boolean => e instanceof ApiError && e.status === 410;
 
