@@ -78,46 +78,14 @@ function helmPullSecretClusterRule(): string {
  * A Role and its binding in each namespace of `.Values.arch.pullSecretNamespaces` (but `*`): Berth
  * may read the Secrets pods there name as imagePullSecrets.
  */
-function helmPullSecretRoles(): string {
-  const name = pullSecretRoleName('{{ include "berth.fullname" $ }}');
-  const metadata = [
-    'metadata:',
-    `  name: ${name}`,
-    '  namespace: {{ . | quote }}',
-    '  labels:',
-    '    {{- include "berth.labels" $ | nindent 4 }}',
-  ];
-  return (
-    HEADER +
-    [
-      `{{- range ${PULL_SECRET_NAMESPACES} }}`,
-      '{{- if ne . "*" }}',
-      '---',
-      'apiVersion: rbac.authorization.k8s.io/v1',
-      'kind: Role',
-      ...metadata,
-    ].join('\n') +
-    '\n' +
-    yaml({ rules: mergeRules(userNamespaceRules()) }) +
-    [
-      '---',
-      'apiVersion: rbac.authorization.k8s.io/v1',
-      'kind: RoleBinding',
-      ...metadata,
-      'roleRef:',
-      '  apiGroup: rbac.authorization.k8s.io',
-      '  kind: Role',
-      `  name: ${name}`,
-      'subjects:',
-      '  - kind: ServiceAccount',
-      '    name: {{ include "berth.fullname" $ }}',
-      '    namespace: {{ $.Release.Namespace }}',
-      '{{- end }}',
-      '{{- end }}',
-    ].join('\n') +
-    '\n'
-  );
-}
+const helmPullSecretRoles = (): string =>
+  HEADER +
+  helmRoleDocs(pullSecretRoleName('{{ include "berth.fullname" $ }}'), mergeRules(userNamespaceRules()), {
+    root: '$',
+    namespace: '{{ . | quote }}',
+    open: [`{{- range ${PULL_SECRET_NAMESPACES} }}`, '{{- if ne . "*" }}', '---'],
+    close: ['{{- end }}', '{{- end }}'],
+  });
 
 /**
  * The Role in the release namespace as a Helm template: only while Berth keeps its own webhook
@@ -144,19 +112,24 @@ function helmRole(): string {
 
 const FULLNAME = '{{ include "berth.fullname" . }}';
 
-/** A Role in the release namespace and its binding to Berth's ServiceAccount, as a Helm template rendered while `condition` holds. */
-function helmRoleAndBinding(role: string, rules: unknown, condition: string): string {
+/**
+ * A Role and its binding to Berth's ServiceAccount as a Helm template, between the `open` and
+ * `close` lines (a condition, a range); `root` is the chart's context there (`.`, or `$` in a range).
+ */
+function helmRoleDocs(
+  role: string,
+  rules: unknown,
+  at: { root: '.' | '$'; namespace: string; open: string[]; close: string[] },
+): string {
   const metadata = [
     'metadata:',
     `  name: ${role}`,
-    '  namespace: {{ .Release.Namespace }}',
+    `  namespace: ${at.namespace}`,
     '  labels:',
-    '    {{- include "berth.labels" . | nindent 4 }}',
+    `    {{- include "berth.labels" ${at.root} | nindent 4 }}`,
   ];
   return (
-    [`{{- if ${condition} }}`, 'apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join(
-      '\n',
-    ) +
+    [...at.open, 'apiVersion: rbac.authorization.k8s.io/v1', 'kind: Role', ...metadata].join('\n') +
     '\n' +
     yaml({ rules }) +
     [
@@ -170,13 +143,22 @@ function helmRoleAndBinding(role: string, rules: unknown, condition: string): st
       `  name: ${role}`,
       'subjects:',
       '  - kind: ServiceAccount',
-      `    name: ${FULLNAME}`,
-      '    namespace: {{ .Release.Namespace }}',
-      '{{- end }}',
+      `    name: {{ include "berth.fullname" ${at.root} }}`,
+      `    namespace: {{ ${at.root === '$' ? '$' : ''}.Release.Namespace }}`,
+      ...at.close,
     ].join('\n') +
     '\n'
   );
 }
+
+/** A Role in the release namespace and its binding, rendered while `condition` holds. */
+const helmRoleAndBinding = (role: string, rules: unknown, condition: string): string =>
+  helmRoleDocs(role, rules, {
+    root: '.',
+    namespace: '{{ .Release.Namespace }}',
+    open: [`{{- if ${condition} }}`],
+    close: ['{{- end }}'],
+  });
 
 /** The Role for the Lease in the release namespace, and its binding: only with leader election. */
 const helmLeaderElection = (): string =>
