@@ -31,9 +31,11 @@ export const cellsCapability: Capability = {
       .argParser(seconds),
   ],
   crds: [Location, Cell],
+  // The probe controller watches cells and patches their status; Locations are written and read by
+  // `berth cells join`, with its user's credentials (the full-suite RBAC audit found the rest unused).
   rbac: [
-    { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['get', 'list', 'watch'] },
-    { apiGroups: [POLICY_GROUP], resources: ['cells/status'], verbs: ['get', 'patch', 'update'] },
+    { apiGroups: [POLICY_GROUP], resources: ['cells'], verbs: ['list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['cells/status'], verbs: ['patch'] },
   ],
   // The cells' kubeconfigs: read only in Berth's own namespace.
   namespaceRbac: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'list', 'watch'] }],

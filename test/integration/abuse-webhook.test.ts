@@ -25,6 +25,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { berthKubeconfig, removeBerthIdentity } from '../helpers/berth.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -69,12 +70,10 @@ class Server {
   stats: Stats[] = [];
   readonly ready: Promise<{ metricsPort: number }>;
 
-  constructor(berthNs: string) {
-    this.child = spawn(
-      process.execPath,
-      [fixture, sandbox.kubeconfigPath, berthNs, key, label, annotation, ...flags],
-      { stdio: ['pipe', 'pipe', 'pipe'] },
-    );
+  constructor(berthNs: string, kubeconfig: string) {
+    this.child = spawn(process.execPath, [fixture, kubeconfig, berthNs, key, label, annotation, ...flags], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let ready!: (v: { metricsPort: number }) => void;
     this.ready = new Promise((resolve) => (ready = resolve));
     for (const stream of [this.child.stdout!, this.child.stderr!]) {
@@ -109,6 +108,8 @@ class Server {
 
 let ns: string;
 let berthNs: string;
+/** Berth's identity for the fixture: its roles in its namespace, registering the configuration named `key`. */
+const identity = () => ({ name: key, namespace: berthNs, webhookConfiguration: key });
 let server: Server;
 let metricsPort: number;
 let url: URL;
@@ -122,7 +123,7 @@ before(async () => {
     createNamespace(client, 'abuse'),
     createNamespace(client, 'abuse-berth'),
   ]);
-  server = new Server(berthNs);
+  server = new Server(berthNs, await berthKubeconfig(sandbox, identity()));
   ({ metricsPort } = await Promise.race([
     server.ready,
     new Promise<never>((_, reject) =>
@@ -153,6 +154,7 @@ after(async () => {
     if (!isNotFound(e)) throw e;
   });
   await Promise.all([deleteNamespace(client, ns), deleteNamespace(client, berthNs)]);
+  await removeBerthIdentity(client, identity());
   client.close();
 });
 

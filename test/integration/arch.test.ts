@@ -31,13 +31,7 @@ import { findCondition, type Condition } from '../../src/runtime/api/conditions.
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
-import {
-  berthKubeconfig,
-  removeBerthIdentity,
-  runBerthCli,
-  startBerth,
-  type BerthProcess,
-} from '../helpers/berth.ts';
+import { berthKubeconfig, runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -213,10 +207,10 @@ let main: string;
 /** A namespace the policy covers whose Secrets Berth's install did not opt in. */
 let unopted: string;
 /**
- * Berth installed in its namespace, with pods' pull secrets opted in for `main` only
+ * Berth's identity with pods' pull secrets opted in for `main` and its namespace of this run
  * (`berth manifests --pull-secret-namespace`): no Secret elsewhere may it read.
  */
-const identity = () => ({ name: id, namespace: berthNs, pullSecretNamespaces: [main] });
+const identity = () => ({ pullSecretNamespaces: [main, berthNs] });
 /** Berth's cluster-wide pull secret (`--arch-pull-secret`), in its namespace; made by the test of it. */
 const CLUSTER_PULL_SECRET = 'cluster-pull';
 async function runBerth(): Promise<BerthProcess> {
@@ -286,7 +280,6 @@ before(async () => {
 
 after(async () => {
   await berth?.stop();
-  await removeBerthIdentity(client, identity());
   // Berth is gone: take its finalizers off by hand (deploy/README's last resort), then everything else.
   for (const name of policies) {
     await client
