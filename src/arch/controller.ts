@@ -20,6 +20,7 @@ import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { ApiError, isForbidden, isNotFound } from '../runtime/client/client.ts';
+import { deniedVerbs } from '../runtime/client/restmapper.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
 import { counter, histogram } from '../runtime/observability/metrics.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
@@ -62,6 +63,8 @@ type PolicyObject = KubeObject & { spec?: unknown; status?: ArchPlacementStatus 
 type Count = 'gated' | 'placed' | 'failed';
 /** How long a pull secret read is used without reading it again. */
 const PULL_SECRET_TTL_MS = 10_000;
+/** How long the answer to whether Secrets may be read in a namespace is kept. */
+const SECRET_ACCESS_TTL_MS = 60_000;
 /** A parked pod: the images (and pull policies) being read, then what reading them gave. */
 interface Parked {
   images: string;
@@ -148,6 +151,8 @@ export class ArchController {
   private readonly attempts = new Map<string, number>();
   /** Pull secrets read lately, by `namespace/name`. */
   private readonly secrets = new TtlCache<PullSecret>(1024);
+  /** Whether Berth may read Secrets in a namespace, as the apiserver said lately, by namespace. */
+  private readonly secretAccess = new TtlCache<{ allowed: boolean }>(1024);
   private readonly secretFlights = new Flights<PullSecret | 'forbidden' | undefined>();
   /** Gated pods whose inspections run in the background, then their results until reconciled. */
   private readonly parked = new Map<string, Parked>();
@@ -488,6 +493,7 @@ export class ArchController {
     if (known) return Promise.resolve(known);
     return this.secretFlights.run(ref, async () => {
       const [namespace, name] = ref.split('/') as [string, string];
+      if (!(await this.maySecretsIn(namespace))) return 'forbidden';
       let s;
       try {
         s = await this.manager.client().get(Resources.secrets, name, namespace);
@@ -504,6 +510,19 @@ export class ArchController {
       this.secrets.set(ref, secret, PULL_SECRET_TTL_MS);
       return secret;
     });
+  }
+
+  /**
+   * Whether the install lets Berth read Secrets in `namespace` (pull secrets are opted in per
+   * namespace): asked, not tried, so a namespace left out costs no denied request in the audit log,
+   * and kept a minute, so an opt-in is seen within one.
+   */
+  private async maySecretsIn(namespace: string): Promise<boolean> {
+    const known = this.secretAccess.get(namespace);
+    if (known) return known.allowed;
+    const denied = await deniedVerbs(this.manager.client(), Resources.secrets, ['get'], namespace);
+    this.secretAccess.set(namespace, { allowed: denied.length === 0 }, SECRET_ACCESS_TTL_MS);
+    return denied.length === 0;
   }
 
   /** Taints mode: the node's architecture taint while some Taints policy lives, once every gated pod was seen. */

@@ -42,6 +42,8 @@ export const archCapability: Capability = {
     // Informers list and watch; pods are ungated by patch, the rest written by server-side apply.
     { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch', 'patch'] },
     { apiGroups: [''], resources: ['namespaces'], verbs: ['list', 'watch'] },
+    // Asked before a pull secret is read: may Berth read Secrets in the pod's namespace?
+    { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
     // Taints mode: the architecture taint.
     { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
     // Pods in namespaces that serve admission webhooks are never gated (see docs/decisions/0012).

@@ -57,8 +57,13 @@ export class RestMapper {
   }
 }
 
-/** The verbs on `ref`, in every namespace, that this client's user may not use (SelfSubjectAccessReview). */
-export async function deniedVerbs(client: KubeClient, ref: ResourceRef, verbs: string[]): Promise<string[]> {
+/** The verbs on `ref` (in `namespace`, or in every one) that this client's user may not use (SelfSubjectAccessReview). */
+export async function deniedVerbs(
+  client: KubeClient,
+  ref: ResourceRef,
+  verbs: string[],
+  namespace?: string,
+): Promise<string[]> {
   const answers = await Promise.all(
     verbs.map((verb) =>
       client.request<{ status?: { allowed?: boolean } }>(
@@ -68,7 +73,14 @@ export async function deniedVerbs(client: KubeClient, ref: ResourceRef, verbs: s
           body: {
             apiVersion: 'authorization.k8s.io/v1',
             kind: 'SelfSubjectAccessReview',
-            spec: { resourceAttributes: { group: ref.group, resource: ref.resource, verb } },
+            spec: {
+              resourceAttributes: {
+                group: ref.group,
+                resource: ref.resource,
+                verb,
+                ...(namespace ? { namespace } : {}),
+              },
+            },
           },
         },
       ),
