@@ -24,7 +24,15 @@ import {
   ownersChanged,
   valueChanged,
 } from '../policy/predicates.ts';
-import { slimMeta, slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import {
+  nodeInformer,
+  podInformer,
+  podsOn,
+  slimMeta,
+  slimMetadata,
+  type SlimNode,
+  type SlimPod,
+} from '../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
@@ -127,15 +135,12 @@ export class AgentsController {
     this.log = manager.log.child({ capability: 'agents' });
     this.events = manager.recorder('agents');
     this.mapper = manager.cluster().mapper;
-    this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
-    this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
+    this.pods = podInformer(manager);
     this.pods.addIndexer(
       'controllerUid',
       (p) => p.metadata?.ownerReferences?.filter((o) => o.controller).map((o) => o.uid) ?? [],
     );
-    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
-      transform: { name: 'slim-node', fn: slimNode },
-    });
+    this.nodes = nodeInformer(manager);
     const workers = opts.workers ?? 16;
     // A node write takes some 60 ms, so the workers write about 16 nodes per second each: faster
     // changes would queue up anyway, and are better written once the burst is over.
@@ -295,7 +300,7 @@ export class AgentsController {
   /** The claims a node should carry; a placement being deleted claims nothing any more. */
   decide(nodeName: string) {
     return decideNode(
-      this.pods.byIndex('nodeName', nodeName),
+      podsOn(this.pods, nodeName),
       this.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
       this.namespaceLabels,
       this.lookup,

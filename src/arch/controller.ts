@@ -14,7 +14,7 @@ import {
   labelsChanged,
   valueChanged,
 } from '../policy/predicates.ts';
-import { slimMeta, slimMetadata, slimNode, type SlimNode } from '../policy/slim.ts';
+import { nodeInformer, slimMeta, slimMetadata, type SlimNode } from '../policy/slim.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
@@ -174,9 +174,7 @@ export class ArchController {
       const name = p.metadata?.annotations?.[POLICY_ANNOTATION];
       return name ? [name] : [];
     });
-    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
-      transform: { name: 'slim-node', fn: slimNode },
-    });
+    this.nodes = nodeInformer(manager);
     this.namespaces = manager.informer(Resources.namespaces, { transform: slimMeta });
     const services = { name: 'webhook-services', fn: webhookServices };
     this.webhookConfigs = [

@@ -23,7 +23,15 @@ import {
   taintsChanged,
   valueChanged,
 } from '../policy/predicates.ts';
-import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import {
+  nodeInformer,
+  podInformer,
+  podsOn,
+  slimMetadata,
+  slimPod,
+  type SlimNode,
+  type SlimPod,
+} from '../policy/slim.ts';
 import { missingTolerations } from './tolerate.ts';
 import { admitPod } from './pods.ts';
 import type { Toleration } from '../policy/nodes/taints.ts';
@@ -94,11 +102,8 @@ export class GatesController {
     this.events = manager.recorder('gates');
     this.clock = opts.clock ?? Date.now;
     this.failurePolicy = opts.failurePolicy ?? 'Ignore';
-    this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
-    this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
-    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
-      transform: { name: 'slim-node', fn: slimNode },
-    });
+    this.pods = podInformer(manager);
+    this.nodes = nodeInformer(manager);
     this.writer = kit.casWriter(FIELD_MANAGER, this.nodes);
     this.gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
     this.gates = this.gateObjects.derive(parseGates);
@@ -168,7 +173,7 @@ export class GatesController {
 
   /** Every gate's decision for a node, now. */
   decide(node: SlimNode): GateDecision[] {
-    const pods = this.pods.byIndex('nodeName', node.metadata!.name!);
+    const pods = podsOn(this.pods, node.metadata!.name!);
     const now = this.clock();
     return decideGates(this.gates().gates, node, pods, now);
   }

@@ -19,8 +19,8 @@ import {
   nodeInfoChanged,
   taintsChanged,
 } from '../policy/predicates.ts';
-import { slimNode, type SlimNode } from '../policy/slim.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { nodeInformer, type SlimNode } from '../policy/slim.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
 import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
@@ -75,9 +75,7 @@ export class LabelsController {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'labels' });
     this.events = manager.recorder('labels');
-    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
-      transform: { name: 'slim-node', fn: slimNode },
-    });
+    this.nodes = nodeInformer(manager);
     this.writer = kit.applyWriter(FIELD_MANAGER, this.nodes);
     this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
     this.files = opts.labelDir

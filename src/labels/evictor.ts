@@ -11,7 +11,7 @@ import {
   labelsChanged,
   valueChanged,
 } from '../policy/predicates.ts';
-import { slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import { podInformer, podsOn, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { ApiError, isConflict, isNotFound, resourcePath } from '../runtime/client/client.ts';
@@ -99,8 +99,7 @@ export class Evictor {
     this.log = log.child({ controller: 'labels-evict' });
     this.events = manager.recorder('labels');
     this.cluster = perMinute(opts.maxPerMinute ?? CLUSTER_MAX_PER_MINUTE);
-    this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
-    this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
+    this.pods = podInformer(manager);
 
     // Noted before the pods of the node are reconciled: a removal Berth did not see (while it was
     // down) evicts nothing.
@@ -121,7 +120,7 @@ export class Evictor {
       },
       onDelete: (n) => this.removals.delete(n.metadata!.name!),
     });
-    const podsOf = (n: SlimNode) => this.pods.byIndex('nodeName', n.metadata!.name!).map(keyOf);
+    const podsOf = (n: SlimNode) => podsOn(this.pods, n.metadata!.name!).map(keyOf);
     const allPods = () => this.pods.keys();
     this.controller = new Controller({
       name: 'labels-evict',

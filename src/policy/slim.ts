@@ -1,6 +1,8 @@
 // Informer transforms that keep only what Berth's controllers read, so caches of tens of thousands
 // of pods stay small. Controllers that share a transform share one informer (see Manager.informer).
-import type { KubeObject, ObjectMeta } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject, type ObjectMeta } from '../runtime/api/meta.ts';
+import type { Informer } from '../runtime/cache/informer.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
 
 // Values that repeat across objects (namespaces, node names, images, label values) are kept once.
 const interned = new Map<string, string>();
@@ -220,3 +222,20 @@ export function slimNode(obj: KubeObject): SlimNode {
   }
   return { apiVersion: 'v1', kind: 'Node', metadata, spec, status };
 }
+
+/** The informer of slim nodes, one for every capability and the page (Manager.informer shares it by its transform). */
+export const nodeInformer = (manager: Manager): Informer<SlimNode> =>
+  manager.informer<SlimNode>(Resources.nodes, { transform: { name: 'slim-node', fn: slimNode } });
+
+const POD_NODE_INDEX = 'nodeName';
+
+/** The informer of slim pods, shared like nodeInformer's, indexed by the node each pod runs on (podsOn). */
+export function podInformer(manager: Manager): Informer<SlimPod> {
+  const pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
+  pods.addIndexer(POD_NODE_INDEX, (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
+  return pods;
+}
+
+/** The pods of a podInformer bound to `node`. */
+export const podsOn = (pods: Informer<SlimPod>, node: string): SlimPod[] =>
+  pods.byIndex(POD_NODE_INDEX, node);

@@ -7,7 +7,14 @@ import type { Informer } from '../runtime/cache/informer.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
-import { slimMetadata, slimNode, slimPod, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import {
+  nodeInformer,
+  podInformer,
+  podsOn,
+  slimMetadata,
+  type SlimNode,
+  type SlimPod,
+} from '../policy/slim.ts';
 import { parseGates } from '../gates/decide.ts';
 import { NodeStartupGate } from '../gates/types.ts';
 import { compileRule } from '../labels/decide.ts';
@@ -99,11 +106,8 @@ export class UiState {
   constructor(manager: Manager, opts: UiStateOptions) {
     this.poolLabels = opts.poolLabels;
     this.coalesceMs = opts.coalesceMs ?? 100;
-    this.nodes = manager.informer<SlimNode>(Resources.nodes, {
-      transform: { name: 'slim-node', fn: slimNode },
-    });
-    this.pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
-    this.pods.addIndexer('nodeName', (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
+    this.nodes = nodeInformer(manager);
+    this.pods = podInformer(manager);
     this.events = manager.informer(Resources.events, {
       fieldSelector: 'type=Warning',
       transform: { name: 'ui-event', fn: slimEvent },
@@ -215,7 +219,7 @@ export class UiState {
       gates,
       rules: this.rules?.() ?? [],
       poolLabels: this.poolLabels,
-      podsOn: (name: string) => this.pods.byIndex('nodeName', name),
+      podsOn: (name: string) => podsOn(this.pods, name),
       now: Date.now(),
     };
     const nodes = this.nodes.list();
