@@ -2,7 +2,14 @@
 // city a cell serves, a Cell is a cluster Berth reaches with the kubeconfig kept in a Secret. The
 // management plane probes each cell and says whether it answers and can take workloads.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s, type CustomObject } from '../runtime/api/crd.ts';
+import {
+  AGE_COLUMN,
+  conditionColumn,
+  conditionsSchema,
+  defineCustomResource,
+  k8s,
+  type CustomObject,
+} from '../runtime/api/crd.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 
@@ -45,7 +52,7 @@ export const Location = defineCustomResource({
     { name: 'Region', type: 'string', jsonPath: '.spec.topology.region' },
     { name: 'Zone', type: 'string', jsonPath: '.spec.topology.zone' },
     { name: 'Class', type: 'string', jsonPath: '.spec.class' },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    AGE_COLUMN,
   ],
 });
 
@@ -93,16 +100,11 @@ export const Cell = defineCustomResource({
   status: cellStatus,
   printerColumns: [
     { name: 'Locations', type: 'string', jsonPath: '.spec.locations' },
-    { name: 'Reachable', type: 'string', jsonPath: ".status.conditions[?(@.type=='Reachable')].status" },
-    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
+    conditionColumn('Reachable', 'Reachable'),
+    conditionColumn('Ready', 'Ready'),
     { name: 'Version', type: 'string', jsonPath: '.status.serverVersion' },
-    {
-      name: 'Reason',
-      type: 'string',
-      jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
-      priority: 1,
-    },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    conditionColumn('Reason', 'Ready', 'reason', 1),
+    AGE_COLUMN,
   ],
 });
 

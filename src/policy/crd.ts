@@ -5,6 +5,8 @@
 import { z } from 'zod';
 import type { Condition } from '../runtime/api/conditions.ts';
 import {
+  AGE_COLUMN,
+  conditionColumn,
   conditionsSchema,
   defineCustomResource,
   type CustomResource,
@@ -60,14 +62,9 @@ export function definePolicy<Spec extends z.ZodType, Count extends string>(
     status: status as unknown as z.ZodType<PolicyStatus<Count>>,
     printerColumns: [
       ...o.printerColumns,
-      { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
-      {
-        name: 'Reason',
-        type: 'string',
-        jsonPath: ".status.conditions[?(@.type=='Ready')].reason",
-        ...(o.showReason ? {} : { priority: 1 }),
-      },
-      { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+      conditionColumn('Ready', 'Ready'),
+      conditionColumn('Reason', 'Ready', 'reason', o.showReason ? undefined : 1),
+      AGE_COLUMN,
     ],
   });
 }

@@ -3,7 +3,13 @@
 // and memory, and an InstanceType sizes an instance whose containers do not say their resources.
 // Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
 import { z } from 'zod';
-import { conditionsSchema, defineCustomResource, k8s } from '../runtime/api/crd.ts';
+import {
+  AGE_COLUMN,
+  conditionColumn,
+  conditionsSchema,
+  defineCustomResource,
+  k8s,
+} from '../runtime/api/crd.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 
@@ -159,9 +165,9 @@ export const WorkloadDeployment = defineCustomResource({
     { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
     { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
     { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
-    { name: 'Available', type: 'string', jsonPath: ".status.conditions[?(@.type=='Available')].status" },
-    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Available')].reason" },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    conditionColumn('Available', 'Available'),
+    conditionColumn('Reason', 'Available', 'reason'),
+    AGE_COLUMN,
   ],
 });
 
@@ -190,11 +196,11 @@ export const Instance = defineCustomResource({
   spec: instanceSpec,
   status: instanceStatus,
   printerColumns: [
-    { name: 'Ready', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].status" },
-    { name: 'Reason', type: 'string', jsonPath: ".status.conditions[?(@.type=='Ready')].reason" },
-    { name: 'Quota', type: 'string', jsonPath: ".status.conditions[?(@.type=='QuotaGranted')].reason" },
+    conditionColumn('Ready', 'Ready'),
+    conditionColumn('Reason', 'Ready', 'reason'),
+    conditionColumn('Quota', 'QuotaGranted', 'reason'),
     { name: 'Hash', type: 'string', jsonPath: '.spec.templateHash', priority: 1 },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    AGE_COLUMN,
   ],
 });
 
@@ -278,7 +284,7 @@ export const Quota = defineCustomResource({
     { name: 'CPU', type: 'string', jsonPath: '.status.used.cpu' },
     { name: 'Memory', type: 'string', jsonPath: '.status.used.memory' },
     { name: 'Waiting', type: 'integer', jsonPath: '.status.waiting' },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    AGE_COLUMN,
   ],
 });
 
@@ -294,6 +300,6 @@ export const InstanceType = defineCustomResource({
   printerColumns: [
     { name: 'CPU', type: 'string', jsonPath: '.spec.cpu' },
     { name: 'Memory', type: 'string', jsonPath: '.spec.memory' },
-    { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    AGE_COLUMN,
   ],
 });

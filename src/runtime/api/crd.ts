@@ -455,6 +455,26 @@ export interface PrinterColumn {
   format?: string;
 }
 
+/** The column of a condition's status (or reason) by its type, as `kubectl get` shows it. */
+export const conditionColumn = (
+  name: string,
+  type: string,
+  field: 'status' | 'reason' = 'status',
+  priority?: number,
+): PrinterColumn => ({
+  name,
+  type: 'string',
+  jsonPath: `.status.conditions[?(@.type=='${type}')].${field}`,
+  ...(priority === undefined ? {} : { priority }),
+});
+
+/** The Age column every kind ends with. */
+export const AGE_COLUMN: PrinterColumn = {
+  name: 'Age',
+  type: 'date',
+  jsonPath: '.metadata.creationTimestamp',
+};
+
 export interface CustomResourceOptions<Spec extends z.ZodType, Status extends z.ZodType | undefined> {
   group: string;
   version: string;
