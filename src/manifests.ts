@@ -13,7 +13,7 @@ import {
 } from './policy/namespace.ts';
 import { capabilities } from './capabilities.ts';
 import { clusterRole, clusterRoleBinding, role, roleBinding, type DeclaredRule } from './runtime/api/rbac.ts';
-import type { KubeObject } from './runtime/api/meta.ts';
+import { DNS1123_SUBDOMAIN, isDnsLabel, type KubeObject } from './runtime/api/meta.ts';
 
 /** What the names in Berth's roles are; the defaults are `berth run`'s and the kustomize base's. */
 export interface RbacOptions {
@@ -54,7 +54,7 @@ export const pullSecretRoleName = (name: string): string => `${name}-pull-secret
 
 /** A namespace named for pull secrets: a DNS label, or `*` for every namespace. */
 export function pullSecretNamespace(ns: string): string {
-  if (ns !== '*' && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(ns))
+  if (ns !== '*' && !isDnsLabel(ns))
     throw new Error(`pull secret namespace "${ns}" is not a namespace name (or * for every namespace)`);
   return ns;
 }
@@ -134,8 +134,7 @@ export const certSecretRules = (secret: string = WEBHOOK_CERT_SECRET): DeclaredR
 export function finalizerOwnerRule(kind: string): DeclaredRule {
   const dot = kind.indexOf('.');
   const [resource, group] = dot < 0 ? [kind, ''] : [kind.slice(0, dot), kind.slice(dot + 1)];
-  const label = '[a-z0-9]([-a-z0-9]*[a-z0-9])?';
-  if (!/^[a-z0-9]+$/.test(resource) || (dot >= 0 && !new RegExp(`^${label}(\\.${label})*$`).test(group)))
+  if (!/^[a-z0-9]+$/.test(resource) || (dot >= 0 && !DNS1123_SUBDOMAIN.test(group)))
     throw new Error(`owner kind "${kind}" is not resource.group in lower case (deployments.apps)`);
   return { apiGroups: [group], resources: [resource], verbs: ['list', 'watch', 'patch'] };
 }

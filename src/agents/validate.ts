@@ -11,11 +11,10 @@ import {
   type LabelSelector,
 } from '../policy/match/selector.ts';
 import type { AgentPlacementSpec } from './types.ts';
+import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
 
 // Object UIDs are RFC 4122 strings: a controllerRef owner's claim key needs this much room.
 const UID_LENGTH = 36;
-const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 /** A value quoted for a message: escaped, and bounded whatever its size. */
 const quote = (v: string): string => JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);

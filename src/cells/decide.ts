@@ -5,6 +5,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { sameConditions, setCondition, findCondition } from '../runtime/api/conditions.ts';
 import type { Condition, ConditionStatus } from '../runtime/api/conditions.ts';
 import { ApiError } from '../runtime/client/client.ts';
+import { isDnsLabel } from '../runtime/api/meta.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import type { CellSpec, CellStatus } from './types.ts';
 
@@ -43,7 +44,7 @@ export const CELL_RESOURCES = ['workloaddeployments', 'instances'];
 /** The cluster name a cell is engaged under: a DNS label, which cluster keys need (no '/'). */
 export function clusterNameOf(cell: string): string | undefined {
   const name = `cell-${cell}`;
-  return name.length <= 63 && /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(name) ? name : undefined;
+  return isDnsLabel(name) ? name : undefined;
 }
 
 /** Whether a discovery document (APIResourceList of berth.dev) lists every cell resource. */

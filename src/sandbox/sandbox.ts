@@ -22,7 +22,7 @@ import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';
 import { KubeClient, resourcePath, type ClientOptions } from '../runtime/client/client.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
+import { DNS1123_LABEL, Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { PolicyRule } from '../runtime/api/rbac.ts';
 import {
   createCertificateAuthority,
@@ -127,8 +127,7 @@ export class Sandbox {
   private state: State | undefined;
 
   constructor(name = 'default') {
-    if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(name))
-      throw new Error(`sandbox name "${name}" must be a DNS label`);
+    if (!DNS1123_LABEL.test(name)) throw new Error(`sandbox name "${name}" must be a DNS label`);
     this.name = name;
     this.dir = sandboxDir(name);
     const statePath = join(this.dir, 'state.json');

@@ -12,6 +12,7 @@ import {
 } from '../runtime/api/crd.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
+import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
 /** Field managers: one per controller, so no controller ever takes another's fields. */
 export const DEPLOYMENT_MANAGER = 'berth-workloads';
@@ -35,11 +36,7 @@ const quantity = z
   .max(32)
   .regex(/^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/, 'a quantity such as 500m, 2, 512Mi or 2Gi');
 const resourceList = z.object({ cpu: quantity.optional(), memory: quantity.optional() });
-const dnsLabel = z
-  .string()
-  .min(1)
-  .max(63)
-  .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a DNS label');
+const dnsLabel = z.string().min(1).max(63).regex(DNS1123_LABEL, 'a DNS label');
 
 const container = z.object({
   name: dnsLabel,

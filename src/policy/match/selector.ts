@@ -3,6 +3,7 @@
 // for custom resources, and the apiserver's rules for label keys and values.
 import { z } from 'zod';
 import { requirementHolds, SELECTOR_OPERATORS, type Requirement, type Syntax } from './requirement.ts';
+import { DNS1123_SUBDOMAIN } from '../../runtime/api/meta.ts';
 
 export interface LabelSelectorRequirement extends Requirement {
   operator: (typeof SELECTOR_OPERATORS)[number];
@@ -47,7 +48,6 @@ export const labelSelectorSchema = z
   })
   .describe('A Kubernetes label selector; empty selects everything.');
 
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 const NAME_CHARS =
   "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";

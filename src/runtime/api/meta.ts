@@ -1,6 +1,13 @@
 // Minimal Kubernetes object shapes. Controllers work on plain JSON; each capability declares the
 // fields it reads in its own types.ts.
 
+/** A DNS-1123 label's form (namespaces, versions, cluster names); isDnsLabel adds its bound. */
+export const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+/** A DNS-1123 subdomain's form, labels joined by dots (API groups, label key prefixes). */
+export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** A DNS-1123 label: its form, in at most 63 characters. */
+export const isDnsLabel = (s: string): boolean => s.length <= 63 && DNS1123_LABEL.test(s);
+
 export interface OwnerReference {
   apiVersion: string;
   kind: string;

@@ -2,16 +2,16 @@
 // key of the local cluster stays as it is, so single-cluster controllers never see a difference; a
 // key of another cluster reads `cluster://<name>/<key>`. Kubernetes names cannot contain ':', so no
 // key of a local object starts that way.
+import { isDnsLabel } from '../api/meta.ts';
 
 /** The name of the cluster a manager is constructed with: the one that holds the leader lease. */
 export const localCluster = 'local';
 
 const scheme = 'cluster://';
-const clusterName = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 
 /** Throws unless `name` is a DNS label (no '/', so a cluster key splits without ambiguity). */
 export function checkClusterName(name: string): void {
-  if (name.length > 63 || !clusterName.test(name))
+  if (!isDnsLabel(name))
     throw new Error(`cluster name "${name}" must be a DNS label (lowercase letters, digits and '-')`);
 }
 
