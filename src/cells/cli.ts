@@ -9,7 +9,7 @@ import { isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { probeCell } from './controller.ts';
-import { clusterNameOf } from './decide.ts';
+import { CELL_NAME_RULE, clusterNameOf } from './decide.ts';
 import { kubeconfigClient } from './provider.ts';
 import {
   Cell,
@@ -35,8 +35,7 @@ const joinProbeTimeoutMs = 5000;
 export const secretName = (cell: string): string => `cell-${cell}-kubeconfig`;
 
 async function join(name: string, o: Record<string, unknown>): Promise<string> {
-  if (!clusterNameOf(name))
-    throw new Error(`cell name "${name}" must be a DNS label of at most 58 characters`);
+  if (!clusterNameOf(name)) throw new Error(`cell name "${name}" must be ${CELL_NAME_RULE}`);
   const locations = o['location'] as string[];
   for (const c of locations)
     if (!cityCode.safeParse(c).success) throw new Error(`location "${c}" is not a city code such as DFW`);

@@ -41,6 +41,9 @@ export interface Timing {
 /** The resources of Berth's cell kinds (part 1) that a cell must serve to take workloads. */
 export const CELL_RESOURCES = ['workloaddeployments', 'instances'];
 
+/** What a cell's name must be, for the cluster it is engaged as (`cell-<name>`). */
+export const CELL_NAME_RULE = 'a DNS label of at most 58 characters';
+
 /** The cluster name a cell is engaged under: a DNS label, which cluster keys need (no '/'). */
 export function clusterNameOf(cell: string): string | undefined {
   const name = `cell-${cell}`;

@@ -10,7 +10,7 @@ import { KubeClient } from '../runtime/client/client.ts';
 import { Cluster } from '../runtime/cluster/cluster.ts';
 import type { ClusterSet, Provider } from '../runtime/cluster/provider.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
-import { clusterNameOf, kubeconfigProblem, type Failure } from './decide.ts';
+import { CELL_NAME_RULE, clusterNameOf, kubeconfigProblem, type Failure } from './decide.ts';
 import type { CellObject } from './types.ts';
 
 type Secret = KubeObject & { data?: Record<string, string> };
@@ -134,7 +134,7 @@ export class CellProvider implements Provider {
       return {
         failure: {
           reason: 'InvalidName',
-          message: `the cell's name cannot name a cluster: use a DNS label of at most 58 characters`,
+          message: `the cell's name cannot name a cluster: use ${CELL_NAME_RULE}`,
         },
       };
     const ref = cell.spec.kubeconfigSecretRef;
