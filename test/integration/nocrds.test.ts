@@ -51,16 +51,17 @@ async function deleteCrds(): Promise<void> {
       if (!isNotFound(e)) throw e;
     });
   }
-  await waitFor('Berth CRDs gone', async () => {
-    const left = await Promise.all(
-      crdNames.map((n) =>
-        client.get(Resources.crds, n).then(
-          () => n,
-          (e) => (isNotFound(e) ? undefined : n),
-        ),
-      ),
-    );
-    return left.every((n) => n === undefined);
+  const left = async () =>
+    (await client.list(Resources.crds)).items.filter((c) => crdNames.includes(c.metadata!.name!));
+  await waitFor('Berth CRDs gone', async () => (await left()).length === 0, {
+    // What holds a CRD that lingers: its finalizers and its Terminating condition.
+    observe: async () =>
+      (await left()).map((c) => ({
+        name: c.metadata?.name,
+        deletionTimestamp: c.metadata?.deletionTimestamp,
+        finalizers: c.metadata?.finalizers,
+        conditions: (c.status as { conditions?: unknown[] } | undefined)?.conditions,
+      })),
   });
 }
 
