@@ -115,3 +115,30 @@ export function podManifest(p: PodInput): KubeObject {
     },
   };
 }
+
+/**
+ * Deletes the named CRDs (their objects with them) and waits until they are gone. The apiserver's
+ * CRD finalizer deletes the objects and then polls every 5 s, up to a minute per attempt, until
+ * none is left: a loaded apiserver may need that minute, so the wait allows it. On a timeout the
+ * CRDs left are shown with their finalizers and Terminating condition.
+ */
+export async function deleteCrds(client: KubeClient, names: string[]): Promise<void> {
+  for (const name of names)
+    await client.delete(Resources.crds, name).catch((e: unknown) => {
+      if (!isNotFound(e)) throw e;
+    });
+  const left = async () =>
+    (await client.list(Resources.crds)).items.filter((c) => names.includes(c.metadata!.name!));
+  await waitFor('the CRDs gone', async () => (await left()).length === 0, {
+    timeoutMs: 90_000,
+    observe: async () =>
+      (await left()).map((c) => ({
+        name: c.metadata?.name,
+        deletionTimestamp: c.metadata?.deletionTimestamp,
+        finalizers: c.metadata?.finalizers,
+        terminating: (c.status as { conditions?: { type: string }[] } | undefined)?.conditions?.find(
+          (x) => x.type === 'Terminating',
+        ),
+      })),
+  });
+}

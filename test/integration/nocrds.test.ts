@@ -13,7 +13,7 @@ import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts'
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { berthKubeconfig, startBerth, type BerthProcess } from '../helpers/berth.ts';
-import { addNodes, uniqueName } from '../helpers/cluster.ts';
+import { addNodes, deleteCrds, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = new Sandbox(uniqueName('nocrd'));
@@ -43,26 +43,6 @@ const labelsOf = async (node: string) => (await client.get(Resources.nodes, node
 async function readyz(): Promise<{ status: number; body: string }> {
   const r = await fetch(`http://127.0.0.1:${berth!.healthPort}/readyz`);
   return { status: r.status, body: await r.text() };
-}
-
-async function deleteCrds(): Promise<void> {
-  for (const name of crdNames) {
-    await client.delete(Resources.crds, name).catch((e) => {
-      if (!isNotFound(e)) throw e;
-    });
-  }
-  const left = async () =>
-    (await client.list(Resources.crds)).items.filter((c) => crdNames.includes(c.metadata!.name!));
-  await waitFor('Berth CRDs gone', async () => (await left()).length === 0, {
-    // What holds a CRD that lingers: its finalizers and its Terminating condition.
-    observe: async () =>
-      (await left()).map((c) => ({
-        name: c.metadata?.name,
-        deletionTimestamp: c.metadata?.deletionTimestamp,
-        finalizers: c.metadata?.finalizers,
-        conditions: (c.status as { conditions?: unknown[] } | undefined)?.conditions,
-      })),
-  });
 }
 
 function labelDir(): string {
@@ -140,7 +120,7 @@ describe('berth run on a cluster without its CRDs', () => {
   });
 
   test('berth run --install-crds installs the CRDs itself', async () => {
-    await deleteCrds();
+    await deleteCrds(client, crdNames);
     // Its identity's roles with the CRD writes --install-crds needs, as its user grants them.
     const kubeconfig = await berthKubeconfig(sandbox, { name: 'berth-install-crds', installCrds: true });
     berth = await startBerth(sandbox, ['--install-crds'], { kubeconfig });

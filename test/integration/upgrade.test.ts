@@ -21,11 +21,18 @@ import { NodeLabelRule } from '../../src/labels/types.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import type { CustomResource } from '../../src/runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { ApiError, isNotFound } from '../../src/runtime/client/client.ts';
+import { ApiError } from '../../src/runtime/client/client.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { runBerthCli } from '../helpers/berth.ts';
-import { createNamespace, deleteNamespace, kubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import {
+  createNamespace,
+  deleteCrds,
+  deleteNamespace,
+  kubectl,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -54,18 +61,7 @@ const add = (kind: CustomResource, name: string, spec: Record<string, unknown>) 
 before(async () => {
   const { kubectl: kubectlPath } = await ensureBinaries();
   // Objects stored under the earlier schema: today's CRDs go first (with any object of theirs).
-  for (const name of crdNames()) await client.delete(Resources.crds, name).catch(() => {});
-  await waitFor('the CRDs gone', async () => {
-    for (const name of crdNames())
-      if (
-        await client.get(Resources.crds, name).then(
-          () => true,
-          (e: unknown) => !isNotFound(e),
-        )
-      )
-        return false;
-    return true;
-  });
+  await deleteCrds(client, crdNames());
   kubectl(sandbox, kubectlPath, ['apply', '--server-side', '--field-manager=berth-install', '-f', fixture]);
   const earlier = parseAllDocuments(readFileSync(fixture, 'utf8')).map(
     (d) => (d.toJS() as KubeObject).metadata!.name!,
