@@ -31,10 +31,10 @@ export const cellsCapability: Capability = {
       .argParser(seconds),
   ],
   crds: [Location, Cell],
-  // The probe controller watches cells and patches their status; Locations are written and read by
-  // `berth cells join`, with its user's credentials (the full-suite RBAC audit found the rest unused).
+  // The probe controller watches cells and patches their status; the page's map of cells by city
+  // watches Locations too. `berth cells join` writes Locations with its user's credentials.
   rbac: [
-    { apiGroups: [POLICY_GROUP], resources: ['cells'], verbs: ['list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['list', 'watch'] },
     { apiGroups: [POLICY_GROUP], resources: ['cells/status'], verbs: ['patch'] },
   ],
   // The cells' kubeconfigs: read only in Berth's own namespace.

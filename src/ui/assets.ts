@@ -61,8 +61,8 @@ export const pageHtml = `<!doctype html>
       <thead><tr><th>WorkloadDeployment</th><th>Ready / desired</th><th>Conditions</th><th>Instances</th></tr></thead>
       <tbody id="workload-rows"></tbody>
     </table>
-    <h3>Cells</h3>
-    <p class="note">Federated placement (issue 14) is not built yet: the local cluster is the only cell.</p>
+    <h3>Cells by city</h3>
+    <p class="note" id="local-cell"></p>
     <ul id="cells"></ul>
   </section>
   <aside id="explain" hidden>

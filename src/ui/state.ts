@@ -21,7 +21,9 @@ import { compileRule } from '../labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
 import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
+import { Cell, Location } from '../cells/types.ts';
 import {
+  cityRows,
   heldPods,
   nodeRow,
   policyRow,
@@ -147,7 +149,9 @@ export class UiState {
       const sections: Section[] =
         cr === WorkloadDeployment || cr === Instance
           ? ['workloads', 'policies', 'pods']
-          : ['policies', 'nodes', 'pods'];
+          : cr === Cell || cr === Location
+            ? ['workloads', 'policies']
+            : ['policies', 'nodes', 'pods'];
       on(
         informer,
         () => sections,
@@ -299,9 +303,11 @@ export class UiState {
         this.instances?.byIndex('ui-deployment', `${d.metadata?.namespace}/${d.metadata?.name}`) ?? [],
       ),
     );
+    const list = (cr: CustomResource) => this.kinds.find((k) => k.cr === cr)?.informer.list() ?? [];
     return {
       workloads,
-      cells: [{ name: 'local', local: true, reachable: true, instances: this.instances?.size ?? 0 }],
+      cities: cityRows(list(Cell), list(Location)),
+      localInstances: this.instances?.size ?? 0,
     };
   }
 }

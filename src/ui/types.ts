@@ -118,8 +118,33 @@ export interface PodsSnapshot {
   heldNodes: { name: string; waiting: string[] }[];
 }
 
+/** A Cell the management plane probes, as its status says. */
+export interface CellRow {
+  name: string;
+  /** The Reachable and Ready conditions' status (True, False, Unknown). */
+  reachable: string;
+  ready: string;
+  /** The Ready condition's reason and message: why a cell cannot take workloads. */
+  reason: string;
+  message: string;
+  cordoned: boolean;
+  serverVersion: string;
+  lastContactTime: string;
+}
+
+/** A city and the cells that serve it (a cell serving several cities is under each). */
+export interface CityRow {
+  /** The IATA-style code; '' for cells that name no city. */
+  city: string;
+  /** The Locations in the city (region/zone, class). */
+  locations: string[];
+  cells: CellRow[];
+}
+
 export interface WorkloadsSnapshot {
   workloads: WorkloadRow[];
-  /** Federation (cells) does not exist yet: the local cluster is the only cell. */
-  cells: { name: string; local: boolean; reachable: boolean; instances: number }[];
+  /** The cells by city; empty when none are joined (or the cells capability is off). */
+  cities: CityRow[];
+  /** Instances in this cluster (the cell the page runs in). */
+  localInstances: number;
 }

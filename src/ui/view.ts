@@ -10,6 +10,8 @@ import { nodeState, taintId } from '../policy/nodes/plan.ts';
 import { isBerthManager, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type {
+  CellRow,
+  CityRow,
   ConditionView,
   Derived,
   EventRow,
@@ -247,4 +249,62 @@ export function workloadRow(obj: KubeObject, instances: KubeObject[]): WorkloadR
     desired: Number((obj as { spec?: { replicas?: number } }).spec?.replicas ?? 0),
     instances: instances.map(instanceRow).sort((a, b) => a.ordinal - b.ordinal),
   };
+}
+
+interface CellLike extends WithStatus {
+  spec?: { locations?: string[]; unschedulable?: boolean };
+  status?: WithStatus['status'] & { serverVersion?: string; lastContactTime?: string };
+}
+
+interface LocationLike extends KubeObject {
+  spec?: { cityCode?: string; topology?: { region?: string; zone?: string }; class?: string };
+}
+
+export function cellRow(obj: KubeObject): CellRow {
+  const o = obj as CellLike;
+  const cond = (t: string) => conditionsOf(o).find((c) => c.type === t);
+  const ready = cond('Ready');
+  return {
+    name: o.metadata?.name ?? '',
+    reachable: cond('Reachable')?.status ?? 'Unknown',
+    ready: ready?.status ?? 'Unknown',
+    reason: ready?.reason ?? '',
+    message: ready?.message ?? '',
+    cordoned: o.spec?.unschedulable === true,
+    serverVersion: o.status?.serverVersion ?? '',
+    lastContactTime: o.status?.lastContactTime ?? '',
+  };
+}
+
+/**
+ * The map of cells by city: every city a Cell or a Location names, sorted by code, with its
+ * Locations and the cells serving it; cells that name no city last, under ''.
+ */
+export function cityRows(cells: KubeObject[], locations: KubeObject[]): CityRow[] {
+  const cities = new Map<string, CityRow>();
+  const city = (code: string) => {
+    let c = cities.get(code);
+    if (!c) cities.set(code, (c = { city: code, locations: [], cells: [] }));
+    return c;
+  };
+  for (const l of locations as LocationLike[]) {
+    const code = l.spec?.cityCode;
+    if (!code) continue;
+    const where = [l.spec?.topology?.region, l.spec?.topology?.zone, l.spec?.class]
+      .filter(Boolean)
+      .join(', ');
+    city(code).locations.push(`${l.metadata?.name ?? ''}${where ? ` (${where})` : ''}`);
+  }
+  for (const c of cells as CellLike[]) {
+    const codes = c.spec?.locations?.length ? c.spec.locations : [''];
+    for (const code of codes) city(code).cells.push(cellRow(c));
+  }
+  const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : 1);
+  for (const c of cities.values()) {
+    c.locations.sort();
+    c.cells.sort(byName);
+  }
+  return [...cities.values()].sort((a, b) =>
+    a.city === b.city ? 0 : a.city === '' ? 1 : b.city === '' ? -1 : a.city < b.city ? -1 : 1,
+  );
 }

@@ -1,11 +1,11 @@
-// test-driver: alone — its Berth runs the labels and gates controllers, which would act on the
-// NodeLabelRules and NodeStartupGates of the files beside it.
+// test-driver: alone — its Berth runs the labels, gates and cells controllers, which would act on
+// the NodeLabelRules, NodeStartupGates and Cells of the files beside it.
 //
 // The page in a real browser (Debian's Chromium, headless, through puppeteer-core) against the
 // sandbox: it lists the nodes, shows a label added through the API without a reload within 2 s,
 // shows what a node held by a startup gate waits for, renders a value with markup as text, shows
-// what `berth explain` prints, lists a pod a Berth scheduling gate holds and a Warning event; a
-// screenshot is kept.
+// what `berth explain` prints, lists a pod a Berth scheduling gate holds and a Warning event, maps
+// a Cell under its city with the reason its probe gave; a screenshot is kept.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -13,9 +13,11 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'puppeteer-core';
+import { Cell, Location } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { packageRoot, stateDir } from '../../src/sandbox/paths.ts';
 import { freePorts } from '../../src/sandbox/sandbox.ts';
@@ -101,7 +103,10 @@ before(async () => {
     { fieldManager: 'test-author', force: true },
   );
   const [port] = (await freePorts(1)) as [number];
-  berth = await startBerth(sandbox, ['--controllers=labels,gates', `--ui-bind-address=127.0.0.1:${port}`]);
+  berth = await startBerth(sandbox, [
+    '--controllers=labels,gates,cells',
+    `--ui-bind-address=127.0.0.1:${port}`,
+  ]);
   url = `http://127.0.0.1:${port}/`;
   page = await browser.newPage();
   page.on('dialog', (d) => {
@@ -126,6 +131,8 @@ after(async () => {
   ).catch(() => {});
   await berth?.stop();
   await client.delete(NodeLabelRule.ref, id).catch(() => {});
+  await client.delete(Cell.ref, id).catch(() => {});
+  await client.delete(Location.ref, id).catch(() => {});
   await deleteNodes(client, nodes);
   if (ns) await deleteNamespace(client, ns);
   client.close();
@@ -228,6 +235,44 @@ test('a Warning event shows among the policies, its note as text', async () => {
   );
   assert.equal(await page.$$eval('#event-rows img', (i) => i.length), 0, 'the note is text, not markup');
   assert.deepEqual(dialogs, [], 'no dialog fired');
+});
+
+test('the cells map shows a city with its Location and its cell, with what the probe found', async () => {
+  // A made-up city code, so that no other file's cell is under it.
+  const city = 'UIX';
+  await client.apply(
+    Location.ref,
+    {
+      apiVersion: Location.apiVersion,
+      kind: Location.kind,
+      metadata: { name: id },
+      spec: { cityCode: city, topology: { region: 'ui-region' }, class: 'edge' },
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+  // Its kubeconfig Secret was never made: the probe says so, and the page shows why.
+  await client.apply(
+    Cell.ref,
+    {
+      apiVersion: Cell.apiVersion,
+      kind: Cell.kind,
+      metadata: { name: id },
+      spec: { locations: [city], kubeconfigSecretRef: { namespace: NAMESPACE, name: `${id}-none` } },
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+  await waitForText('#cells', 'SecretMissing', 10_000).catch(async (e: unknown) => {
+    const c = await client.get(Cell.ref, id);
+    const shown = await page.$eval('#cells', (e) => e.textContent ?? '');
+    throw new Error(`${String(e)}; the page shows: ${shown}; the Cell's status: ${JSON.stringify(c.status)}`);
+  });
+  const item = await page.$$eval('#cells > li', (lis) => lis.map((l) => l.textContent ?? ''));
+  const uix = item.find((t) => t.startsWith(city));
+  assert.ok(uix, `no ${city} among the cities: ${item.join(' | ')}`);
+  assert.match(
+    uix,
+    new RegExp(`^${city} \\(${id} \\(ui-region, edge\\)\\)${id} unreachable, not Ready: SecretMissing`),
+  );
 });
 
 test('a screenshot of the page is kept as a test artefact', async () => {

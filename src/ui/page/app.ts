@@ -217,14 +217,25 @@ async function loadWorkloads(): Promise<void> {
     'no WorkloadDeployment',
     4,
   );
-  $('cells').replaceChildren(
-    ...w.cells.map((c) =>
-      el(
-        'li',
-        undefined,
-        `${c.name}${c.local ? ' (this cluster)' : ''}: ${c.reachable ? 'reachable' : 'unreachable'}, ${c.instances} instances`,
+  $('local-cell').textContent = `This cluster runs ${w.localInstances} instances.`;
+  const cities = w.cities.map((c) =>
+    el(
+      'li',
+      undefined,
+      el('strong', undefined, c.city || 'no city'),
+      c.locations.length ? ` (${c.locations.join('; ')})` : '',
+      ...c.cells.map((x) =>
+        el(
+          'div',
+          x.ready === 'True' ? undefined : 'held',
+          el('span', 'object', x.name),
+          ` ${{ True: 'reachable', False: 'unreachable' }[x.reachable] ?? 'not probed yet'}, ${x.ready === 'True' ? 'Ready' : `not Ready: ${x.reason}${x.message ? ` (${x.message})` : ''}`}${x.cordoned ? ', cordoned' : ''}${x.serverVersion ? `, ${x.serverVersion}` : ''}`,
+        ),
       ),
     ),
+  );
+  $('cells').replaceChildren(
+    ...(cities.length ? cities : [el('li', 'note', 'no Cell joined (berth cells join adds one)')]),
   );
 }
 

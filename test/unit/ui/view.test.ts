@@ -12,6 +12,7 @@ import { slimNode, slimPod, type SlimNode } from '../../../src/policy/slim.ts';
 import { hostAllowed } from '../../../src/ui/server.ts';
 import type { NodeRow } from '../../../src/ui/types.ts';
 import {
+  cityRows,
   defaultPoolLabels,
   derivedOf,
   heldPods,
@@ -309,6 +310,61 @@ test('heldPods: pods a Berth scheduling gate holds, each with its reason', () =>
     { namespace: 'ns', name: 'a', gate: 'x.berth.dev/new', reason: 'held by a Berth scheduling gate' },
     { namespace: 'ns', name: 'b', gate: 'arch.berth.dev/inspect', reason: 'reading images of b' },
   ]);
+});
+
+test('cityRows: cells by city with their Locations, a cell of two cities under both, cells of none last', () => {
+  const cond = (type: string, status: string, reason = '', message = '') => ({
+    type,
+    status,
+    reason,
+    message,
+  });
+  const cellObj = (name: string, locations: string[], conditions: object[], extra: object = {}) => ({
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'Cell',
+    metadata: { name },
+    spec: { locations, ...extra },
+    status: { conditions, serverVersion: 'v1.35.4' },
+  });
+  const loc = (name: string, cityCode: string, topology?: object, cls?: string) => ({
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'Location',
+    metadata: { name },
+    spec: { cityCode, ...(topology ? { topology } : {}), ...(cls ? { class: cls } : {}) },
+  });
+  const rows = cityRows(
+    [
+      cellObj(
+        'dfw-b',
+        ['DFW'],
+        [
+          cond('Reachable', 'False', 'Unreachable'),
+          cond('Ready', 'False', 'Unreachable', 'dial tcp: refused'),
+        ],
+      ),
+      cellObj('dfw-a', ['DFW', 'LHR'], [cond('Reachable', 'True'), cond('Ready', 'True', 'Ready')]),
+      cellObj('lab', [], [], { unschedulable: true }),
+    ],
+    [loc('dfw-1', 'DFW', { region: 'us-central', zone: 'z1' }, 'edge'), loc('ams-1', 'AMS')],
+  );
+  assert.deepEqual(
+    rows.map((r) => [
+      r.city,
+      r.locations,
+      r.cells.map((c) => `${c.name} ${c.reachable}/${c.ready} ${c.reason}`),
+    ]),
+    [
+      ['AMS', ['ams-1'], []],
+      ['DFW', ['dfw-1 (us-central, z1, edge)'], ['dfw-a True/True Ready', 'dfw-b False/False Unreachable']],
+      ['LHR', [], ['dfw-a True/True Ready']],
+      ['', [], ['lab Unknown/Unknown ']],
+    ],
+  );
+  const dfwB = rows[1]!.cells[1]!;
+  assert.equal(dfwB.message, 'dial tcp: refused');
+  assert.equal(dfwB.serverVersion, 'v1.35.4');
+  assert.equal(rows[3]!.cells[0]!.cordoned, true);
+  assert.deepEqual(cityRows([], []), []);
 });
 
 test('hostAllowed: localhost and IP addresses, and the names allowed; others are refused (DNS rebinding)', () => {
