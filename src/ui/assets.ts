@@ -58,7 +58,7 @@ export const pageHtml = `<!doctype html>
   <section id="workloads">
     <h2>Workloads</h2>
     <table>
-      <thead><tr><th>WorkloadDeployment</th><th>Ready / desired</th><th>Conditions</th><th>Instances</th></tr></thead>
+      <thead><tr><th>WorkloadDeployment</th><th>Ready / desired</th><th>Rollout (up-to-date)</th><th>Conditions</th><th>Instances</th></tr></thead>
       <tbody id="workload-rows"></tbody>
     </table>
     <h3>Cells by city</h3>

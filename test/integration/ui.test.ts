@@ -1,11 +1,12 @@
-// test-driver: alone — its Berth runs the labels, gates and cells controllers, which would act on
-// the NodeLabelRules, NodeStartupGates and Cells of the files beside it.
+// test-driver: alone — its Berth runs the labels, gates, cells and workloads controllers, which
+// would act on the NodeLabelRules, NodeStartupGates, Cells and WorkloadDeployments of other files.
 //
 // The page in a real browser (Debian's Chromium, headless, through puppeteer-core) against the
 // sandbox: it lists the nodes, shows a label added through the API without a reload within 2 s,
 // shows what a node held by a startup gate waits for, renders a value with markup as text, shows
 // what `berth explain` prints, lists a pod a Berth scheduling gate holds and a Warning event, maps
-// a Cell under its city with the reason its probe gave; a screenshot is kept.
+// a Cell under its city with the reason its probe gave, and a WorkloadDeployment's instances and
+// rollout; a screenshot is kept.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -21,7 +22,7 @@ import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { packageRoot, stateDir } from '../../src/sandbox/paths.ts';
 import { freePorts } from '../../src/sandbox/sandbox.ts';
-import { QUOTA_GATE } from '../../src/workloads/types.ts';
+import { QUOTA_GATE, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { launchBrowser } from '../helpers/browser.ts';
 import {
@@ -104,7 +105,7 @@ before(async () => {
   );
   const [port] = (await freePorts(1)) as [number];
   berth = await startBerth(sandbox, [
-    '--controllers=labels,gates,cells',
+    '--controllers=labels,gates,cells,workloads',
     `--ui-bind-address=127.0.0.1:${port}`,
   ]);
   url = `http://127.0.0.1:${port}/`;
@@ -275,10 +276,48 @@ test('the cells map shows a city with its Location and its cell, with what the p
   );
 });
 
+test('a WorkloadDeployment shows its instances Ready and its rollout up to date', async () => {
+  const name = `${id}-web`;
+  await client.apply(
+    WorkloadDeployment.ref,
+    {
+      apiVersion: WorkloadDeployment.apiVersion,
+      kind: WorkloadDeployment.kind,
+      metadata: { name, namespace: ns },
+      spec: { replicas: 2, template: { containers: [{ name: 'app', image: 'registry.example/app:1' }] } },
+    },
+    { fieldManager: 'test-author', force: true },
+  );
+  const cellsOf = () =>
+    page.$$eval('#workload-rows tr', (rows) =>
+      rows.map((r) => [...r.querySelectorAll('td')].map((td) => td.textContent ?? '')),
+    );
+  const row = await waitFor(
+    `${name} shown with 2 of 2 Ready and up to date`,
+    async () => {
+      const r = (await cellsOf()).find((c) => c[0] === `${ns}/${name}`);
+      return r?.[1] === '2 / 2' && r[2] === '2 / 2' ? r : undefined;
+    },
+    {
+      timeoutMs: 30_000,
+      observe: async () => ({
+        page: await cellsOf(),
+        api: await (await fetch(`${url}api/workloads`)).text(),
+        wd: (await client.get(WorkloadDeployment.ref, name, ns)).status,
+      }),
+    },
+  );
+  // Its instances by ordinal, each Ready, and the deployment's conditions.
+  assert.match(row[4]!, new RegExp(`^${ns}/${name}-0 True .*${ns}/${name}-1 True`));
+  assert.match(row[3]!, /Available/);
+});
+
 test('a screenshot of the page is kept as a test artefact', async () => {
   const dir = path.join(stateDir(), 'artifacts');
   mkdirSync(dir, { recursive: true });
   const file = path.join(dir, `ui-${id}.png`);
+  // The explanation opened above would cover the page.
+  if (await page.$eval('#explain', (e) => !e.hasAttribute('hidden'))) await page.click('#explain-close');
   const png = await page.screenshot({ path: file, fullPage: true });
   assert.ok(png.length > 10_000, `screenshot of ${png.length} bytes`);
   process.stdout.write(`# screenshot of the page: ${file}\n`);

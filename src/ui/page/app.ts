@@ -201,6 +201,8 @@ async function loadWorkloads(): Promise<void> {
         undefined,
         cell(explainLink('workloaddeployment', d.name, d.namespace)),
         cell(`${d.counts['readyReplicas'] ?? 0} / ${d.desired}`),
+        // The rollout's progress: instances on the current template, as kubectl's UP-TO-DATE.
+        cell(`${d.counts['updatedReplicas'] ?? 0} / ${d.desired}`),
         cell(conditions(d.conditions)),
         cell(
           ...d.instances.map((i) =>
@@ -215,7 +217,7 @@ async function loadWorkloads(): Promise<void> {
       ),
     ),
     'no WorkloadDeployment',
-    4,
+    5,
   );
   $('local-cell').textContent = `This cluster runs ${w.localInstances} instances.`;
   const cities = w.cities.map((c) =>
