@@ -227,18 +227,22 @@ interface InstanceLike extends WithStatus {
   spec?: { ordinal?: number };
 }
 
+const conditionOf = (o: WithStatus, type: string) => conditionsOf(o).find((c) => c.type === type);
+
+/** The Ready condition as a row shows it: its status, and the reason and message why. */
+function readyOf(o: WithStatus): { ready: string; reason: string; message: string } {
+  const r = conditionOf(o, 'Ready');
+  return { ready: r?.status ?? 'Unknown', reason: r?.reason ?? '', message: r?.message ?? '' };
+}
+
 export function instanceRow(obj: KubeObject): InstanceRow {
   const o = obj as InstanceLike;
-  const cond = (t: string) => conditionsOf(o).find((c) => c.type === t);
-  const ready = cond('Ready');
   return {
     namespace: o.metadata?.namespace ?? '',
     name: o.metadata?.name ?? '',
     ordinal: o.spec?.ordinal ?? 0,
-    ready: ready?.status ?? 'Unknown',
-    reason: ready?.reason ?? '',
-    message: ready?.message ?? '',
-    quota: cond('QuotaGranted')?.reason ?? '',
+    ...readyOf(o),
+    quota: conditionOf(o, 'QuotaGranted')?.reason ?? '',
   };
 }
 
@@ -262,14 +266,10 @@ interface LocationLike extends KubeObject {
 
 export function cellRow(obj: KubeObject): CellRow {
   const o = obj as CellLike;
-  const cond = (t: string) => conditionsOf(o).find((c) => c.type === t);
-  const ready = cond('Ready');
   return {
     name: o.metadata?.name ?? '',
-    reachable: cond('Reachable')?.status ?? 'Unknown',
-    ready: ready?.status ?? 'Unknown',
-    reason: ready?.reason ?? '',
-    message: ready?.message ?? '',
+    reachable: conditionOf(o, 'Reachable')?.status ?? 'Unknown',
+    ...readyOf(o),
     cordoned: o.spec?.unschedulable === true,
     serverVersion: o.status?.serverVersion ?? '',
     lastContactTime: o.status?.lastContactTime ?? '',

@@ -142,3 +142,17 @@ export async function deleteCrds(client: KubeClient, names: string[]): Promise<v
       })),
   });
 }
+
+/** Applies an object of a Berth kind as a user would (field manager `test-author`), forcing. */
+export function applyAsAuthor(
+  client: KubeClient,
+  cr: { ref: Parameters<KubeClient['apply']>[0]; apiVersion: string; kind: string },
+  metadata: { name: string; namespace?: string },
+  spec: object,
+): Promise<KubeObject> {
+  return client.apply(
+    cr.ref,
+    { apiVersion: cr.apiVersion, kind: cr.kind, metadata, spec },
+    { fieldManager: 'test-author', force: true },
+  );
+}

@@ -27,6 +27,7 @@ import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { launchBrowser } from '../helpers/browser.ts';
 import {
   addNodes,
+  applyAsAuthor,
   createNamespace,
   deleteNamespace,
   deleteNodes,
@@ -74,34 +75,26 @@ before(async () => {
     labels: { 'karpenter.sh/nodepool': id },
   });
   await client.patch(Resources.nodes, nodes[0]!, { metadata: { labels: { [`${D}/pool`]: 'held' } } });
-  await client.apply(
-    NodeStartupGate.ref,
+  await applyAsAuthor(
+    client,
+    NodeStartupGate,
+    { name: id },
     {
-      apiVersion: NodeStartupGate.apiVersion,
-      kind: NodeStartupGate.kind,
-      metadata: { name: id },
-      spec: {
-        taint: { key: `${D}/startup`, effect: 'NoSchedule' },
-        nodeSelector: { matchLabels: { [`${D}/pool`]: 'held' } },
-        requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
-        backfill: true,
-      },
+      taint: { key: `${D}/startup`, effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [`${D}/pool`]: 'held' } },
+      requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+      backfill: true,
     },
-    { fieldManager: 'test-author', force: true },
   );
   // A derived annotation whose value is markup: user input the page must show as text.
-  await client.apply(
-    NodeLabelRule.ref,
+  await applyAsAuthor(
+    client,
+    NodeLabelRule,
+    { name: id },
     {
-      apiVersion: NodeLabelRule.apiVersion,
-      kind: NodeLabelRule.kind,
-      metadata: { name: id },
-      spec: {
-        match: { anyOf: [{ label: 'karpenter.sh/nodepool', operator: 'In', values: [id] }] },
-        annotations: { [`${D}/note`]: XSS },
-      },
+      match: { anyOf: [{ label: 'karpenter.sh/nodepool', operator: 'In', values: [id] }] },
+      annotations: { [`${D}/note`]: XSS },
     },
-    { fieldManager: 'test-author', force: true },
   );
   const [port] = (await freePorts(1)) as [number];
   berth = await startBerth(sandbox, [
@@ -241,26 +234,18 @@ test('a Warning event shows among the policies, its note as text', async () => {
 test('the cells map shows a city with its Location and its cell, with what the probe found', async () => {
   // A made-up city code, so that no other file's cell is under it.
   const city = 'UIX';
-  await client.apply(
-    Location.ref,
-    {
-      apiVersion: Location.apiVersion,
-      kind: Location.kind,
-      metadata: { name: id },
-      spec: { cityCode: city, topology: { region: 'ui-region' }, class: 'edge' },
-    },
-    { fieldManager: 'test-author', force: true },
+  await applyAsAuthor(
+    client,
+    Location,
+    { name: id },
+    { cityCode: city, topology: { region: 'ui-region' }, class: 'edge' },
   );
   // Its kubeconfig Secret was never made: the probe says so, and the page shows why.
-  await client.apply(
-    Cell.ref,
-    {
-      apiVersion: Cell.apiVersion,
-      kind: Cell.kind,
-      metadata: { name: id },
-      spec: { locations: [city], kubeconfigSecretRef: { namespace: NAMESPACE, name: `${id}-none` } },
-    },
-    { fieldManager: 'test-author', force: true },
+  await applyAsAuthor(
+    client,
+    Cell,
+    { name: id },
+    { locations: [city], kubeconfigSecretRef: { namespace: NAMESPACE, name: `${id}-none` } },
   );
   await waitForText('#cells', 'SecretMissing', 10_000).catch(async (e: unknown) => {
     const c = await client.get(Cell.ref, id);
@@ -278,15 +263,11 @@ test('the cells map shows a city with its Location and its cell, with what the p
 
 test('a WorkloadDeployment shows its instances Ready and its rollout up to date', async () => {
   const name = `${id}-web`;
-  await client.apply(
-    WorkloadDeployment.ref,
-    {
-      apiVersion: WorkloadDeployment.apiVersion,
-      kind: WorkloadDeployment.kind,
-      metadata: { name, namespace: ns },
-      spec: { replicas: 2, template: { containers: [{ name: 'app', image: 'registry.example/app:1' }] } },
-    },
-    { fieldManager: 'test-author', force: true },
+  await applyAsAuthor(
+    client,
+    WorkloadDeployment,
+    { name, namespace: ns },
+    { replicas: 2, template: { containers: [{ name: 'app', image: 'registry.example/app:1' }] } },
   );
   const cellsOf = () =>
     page.$$eval('#workload-rows tr', (rows) =>
