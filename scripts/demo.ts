@@ -39,13 +39,16 @@ const { values } = parseArgs({
     sandbox: { type: 'string', default: 'default' },
     // Exit once every step has been seen (for tests and CI); otherwise run until Ctrl-C.
     once: { type: 'boolean', default: false },
+    // How long each thing a step waits for may take before the demo says the step did not happen.
+    'step-timeout': { type: 'string', default: '90' },
   },
 });
+const stepTimeoutMs = Number(values['step-timeout']) * 1000;
+if (!(stepTimeoutMs > 0))
+  throw new Error(`--step-timeout ${values['step-timeout']}: not a number of seconds`);
 const root = packageRoot();
 const examples = join(root, 'examples');
 const NS = 'berth-demo';
-/** How long one step may take before the demo says it did not happen. */
-const STEP_TIMEOUT_MS = 90_000;
 /** The kinds the example files hold. */
 const KINDS: ResourceRef[] = [
   Resources.daemonSets,
@@ -135,15 +138,12 @@ interface Summary {
 
 async function derivedLabels(): Promise<Summary> {
   const want = ['edgetpu-plugin-0', 'edgetpu-usb-0', 'edgetpu-pci-0', 'coral-devboard-0'];
-  await waitFor(
-    'accelerators/edgetpu=true on the four EdgeTPU nodes',
-    () =>
-      want.every((w) =>
-        labelRows()
-          .find(([n]) => n === w)?.[1]
-          .includes('accelerators/edgetpu=true'),
-      ),
-    { timeoutMs: STEP_TIMEOUT_MS },
+  await until('accelerators/edgetpu=true on the four EdgeTPU nodes', () =>
+    want.every((w) =>
+      labelRows()
+        .find(([n]) => n === w)?.[1]
+        .includes('accelerators/edgetpu=true'),
+    ),
   );
   const rows = labelRows();
   say(labelTable(rows));
@@ -164,7 +164,7 @@ async function startupGate(): Promise<Summary> {
   const taint = 'demo.berth.dev/initialising';
   // The apiserver learns of Berth's webhook a moment after Berth registers it: ask (dry run) until a
   // new node would be tainted at creation.
-  await waitFor('the gate tainting new nodes at admission (dry run)', async () =>
+  await until('the gate tainting new nodes at admission (dry run)', async () =>
     taintKeys(await client.create(Resources.nodes, manifests[0]!, { dryRun: true })).includes(taint),
   );
   const held = new Map<string, number>();
@@ -182,28 +182,24 @@ async function startupGate(): Promise<Summary> {
     );
   }
   const released = new Map<string, string>();
-  await waitFor(
-    'the joining nodes released',
-    async () => {
-      for (const name of held.keys()) {
-        if (released.has(name)) continue;
-        const n = await client.get(Resources.nodes, name);
-        if (taintKeys(n).includes(taint)) continue;
-        const init = (await list(Resources.pods, 'app=node-init')).find((p) => nodeOf(p) === name);
-        const at = n.metadata?.annotations?.[`${gate}.gates.berth.dev/completed-at`];
-        const off = at ? Date.parse(at) : Date.now();
-        const pod = init
-          ? `${init.metadata!.name} ${hasCondition(init, 'Ready') ? 'Ready' : 'not Ready'}`
-          : 'gone';
-        released.set(
-          name,
-          `released ${name} at ${clock(off)} (held ${((off - held.get(name)!) / 1000).toFixed(1)} s), its node-init pod ${pod}`,
-        );
-      }
-      return released.size === held.size;
-    },
-    { timeoutMs: STEP_TIMEOUT_MS },
-  );
+  await until('the joining nodes released', async () => {
+    for (const name of held.keys()) {
+      if (released.has(name)) continue;
+      const n = await client.get(Resources.nodes, name);
+      if (taintKeys(n).includes(taint)) continue;
+      const init = (await list(Resources.pods, 'app=node-init')).find((p) => nodeOf(p) === name);
+      const at = n.metadata?.annotations?.[`${gate}.gates.berth.dev/completed-at`];
+      const off = at ? Date.parse(at) : Date.now();
+      const pod = init
+        ? `${init.metadata!.name} ${hasCondition(init, 'Ready') ? 'Ready' : 'not Ready'}`
+        : 'gone';
+      released.set(
+        name,
+        `released ${name} at ${clock(off)} (held ${((off - held.get(name)!) / 1000).toFixed(1)} s), its node-init pod ${pod}`,
+      );
+    }
+    return released.size === held.size;
+  });
   return {
     did: [`applied examples/gates/node-init.yaml; created nodes ${[...held.keys()].join(', ')}`],
     berth: [...didHold, ...released.values()],
@@ -224,19 +220,15 @@ async function agentFollows(): Promise<Summary> {
   /** Waits until web's pods all run on `node` and the label is there alone, noting claims and releases. */
   const follow = (node: string) => {
     const before = names();
-    return waitFor(
-      `web's pods on ${node} and ${label} there alone`,
-      async () => {
-        const has = names();
-        for (const n of has.filter((n) => !before.includes(n)))
-          if (!seen.has(`claimed ${n}`)) seen.set(`claimed ${n}`, clock());
-        for (const n of before.filter((n) => !has.includes(n)))
-          if (!seen.has(`released ${n}`)) seen.set(`released ${n}`, clock());
-        const pods = (await list(Resources.pods, 'app=web')).filter((p) => !p.metadata?.deletionTimestamp);
-        return pods.length > 0 && pods.every((p) => running(p) && nodeOf(p) === node) && has.join() === node;
-      },
-      { timeoutMs: STEP_TIMEOUT_MS },
-    );
+    return until(`web's pods on ${node} and ${label} there alone`, async () => {
+      const has = names();
+      for (const n of has.filter((n) => !before.includes(n)))
+        if (!seen.has(`claimed ${n}`)) seen.set(`claimed ${n}`, clock());
+      for (const n of before.filter((n) => !has.includes(n)))
+        if (!seen.has(`released ${n}`)) seen.set(`released ${n}`, clock());
+      const pods = (await list(Resources.pods, 'app=web')).filter((p) => !p.metadata?.deletionTimestamp);
+      return pods.length > 0 && pods.every((p) => running(p) && nodeOf(p) === node) && has.join() === node;
+    });
   };
   // Where examples/agents/web.yaml runs it, and where the demo moves it.
   const [from, to] = ['plain-0', 'plain-1'];
@@ -276,7 +268,7 @@ async function archAware(): Promise<Summary> {
     metadata: { generateName: 'arm-only-', namespace: NS, labels: { 'demo.berth.dev/arch-aware': 'true' } },
     spec: { containers: [{ name: 'app', image }] },
   };
-  await waitFor('the arch webhook placing new pods (dry run)', async () =>
+  await until('the arch webhook placing new pods (dry run)', async () =>
     Boolean((await client.create(Resources.pods, pod, { dryRun: true })).metadata?.labels?.[STATE_LABEL]),
   );
   const created = await client.create(Resources.pods, pod);
@@ -284,14 +276,10 @@ async function archAware(): Promise<Summary> {
   const gated = ((created['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates ?? []).some(
     (g) => g.name === SCHEDULING_GATE,
   );
-  const placed = await waitFor(
-    `pod ${name} placed and scheduled`,
-    async () => {
-      const p = await client.get(Resources.pods, name, NS);
-      return p.metadata?.labels?.[STATE_LABEL] === 'Placed' && nodeOf(p) !== undefined && p;
-    },
-    { timeoutMs: STEP_TIMEOUT_MS },
-  );
+  const placed = await until(`pod ${name} placed and scheduled`, async () => {
+    const p = await client.get(Resources.pods, name, NS);
+    return p.metadata?.labels?.[STATE_LABEL] === 'Placed' && nodeOf(p) !== undefined && p;
+  });
   const node = nodeOf(placed)!;
   const arch = nodes.get(node)?.metadata?.labels?.['kubernetes.io/arch'];
   if (arch !== 'arm64') throw new Error(`pod ${name} ran on ${node}, an ${arch} node`);
@@ -335,37 +323,39 @@ async function archAware(): Promise<Summary> {
 
 async function workloads(): Promise<Summary> {
   await applyExample('workloads/hello.yaml');
-  type WD = KubeObject & { status?: { readyReplicas?: number; replicas?: number } };
-  await waitFor(
-    'WorkloadDeployment hello with 3 Ready instances',
-    async () => {
-      const wd = await client.get<WD>(WorkloadDeployment.ref, 'hello', NS);
-      const ready = (await list(Instance.ref, `${DEPLOYMENT_LABEL}=hello`)).filter((i) =>
-        hasCondition(i, 'Ready'),
-      );
-      return wd.status?.readyReplicas === 3 && wd.status.replicas === 3 && ready.length === 3;
-    },
-    { timeoutMs: STEP_TIMEOUT_MS },
-  );
+  type WD = KubeObject & {
+    spec: { replicas: number };
+    status?: { readyReplicas?: number; replicas?: number };
+  };
+  await until('WorkloadDeployment hello with every instance Ready', async () => {
+    const wd = await client.get<WD>(WorkloadDeployment.ref, 'hello', NS);
+    const ready = (await list(Instance.ref, `${DEPLOYMENT_LABEL}=hello`)).filter((i) =>
+      hasCondition(i, 'Ready'),
+    );
+    const n = wd.spec.replicas;
+    return wd.status?.readyReplicas === n && wd.status.replicas === n && ready.length === n;
+  });
   const pods = new Map(
     (await list(Resources.pods, `${DEPLOYMENT_LABEL}=hello`)).map((p) => [p.metadata!.name!, p]),
   );
   const instances = (await list(Instance.ref, `${DEPLOYMENT_LABEL}=hello`))
     .map((i) => i.metadata!.name!)
     .sort();
-  const quota = await client.get<KubeObject & { status?: { used?: Record<string, unknown> } }>(
+  type Amounts = { instances?: number; cpu?: string; memory?: string };
+  const quota = await client.get<KubeObject & { spec: Amounts; status?: { used?: Amounts } }>(
     Quota.ref,
     'budget',
     NS,
   );
-  const used = quota.status?.used;
+  const [budget, used] = [quota.spec, quota.status?.used];
   return {
     did: [
       'applied examples/workloads/hello.yaml (InstanceType demo-small, Quota budget, WorkloadDeployment hello)',
     ],
     berth: [
       ...instances.map((i) => `instance ${i} Ready, its pod on ${pods.get(i) ? nodeOf(pods.get(i)!) : '?'}`),
-      `granted by Quota budget: ${used?.['instances']} of 4 instances, ${used?.['cpu']} of 2 vCPU, ${used?.['memory']} of 2Gi`,
+      `granted by Quota budget: ${used?.instances} of ${budget.instances} instances, ` +
+        `${used?.cpu} of ${budget.cpu} vCPU, ${used?.memory} of ${budget.memory}`,
       'two cities: the fan-out of a workload to cells in two cities arrives with federation (issue 14); not shown yet',
     ],
   };
@@ -417,6 +407,10 @@ async function step(n: number, title: string, run: () => Promise<Summary>): Prom
     if (values.once) await stop(1);
   }
 }
+
+/** Waits for what a step needs to see; past --step-timeout the step did not happen. */
+const until = <T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false) =>
+  waitFor(what, probe, { timeoutMs: stepTimeoutMs });
 
 let stopping = false;
 async function stop(code: number): Promise<void> {

@@ -13,15 +13,17 @@ import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 
 const name = `demo-${randomBytes(3).toString('hex')}`;
-const sandbox = new Sandbox(name);
-let out = '';
-
-before(() => {
-  const r = spawnSync(process.execPath, ['scripts/demo.ts', '--once', `--sandbox=${name}`], {
+const demo = (...args: string[]) =>
+  spawnSync(process.execPath, ['scripts/demo.ts', '--once', `--sandbox=${name}`, ...args], {
     encoding: 'utf8',
     timeout: 180_000,
     env: { ...process.env, BERTH_LOG_LEVEL: 'warn' },
   });
+const sandbox = new Sandbox(name);
+let out = '';
+
+before(() => {
+  const r = demo();
   assert.equal(r.status, 0, `demo failed:\n${r.stdout}\n${r.stderr}`);
   out = r.stdout;
 });
@@ -132,5 +134,26 @@ describe('npm run demo --once', () => {
       assert.match(s, new RegExp(`instance ${i} Ready, its pod on [a-z][\\w.-]*`));
     assert.match(s, /granted by Quota budget: 3 of 4 instances, 1500m of 2 vCPU, 1536Mi of 2Gi/);
     assert.match(s, /two cities: .* arrives with federation \(issue 14\); not shown yet/);
+  });
+
+  // Last: it cordons the arm64 nodes.
+  test('a step that does not happen ends --once with 1, naming the step (the demo run again, every arm64 node cordoned)', async () => {
+    const client = sandbox.client();
+    try {
+      for (const n of ['arm-0', 'arm-1', 'coral-devboard-0'])
+        await client.patch(Resources.nodes, n, { spec: { unschedulable: true } });
+    } finally {
+      client.close();
+    }
+    const r = demo('--step-timeout=20');
+    assert.equal(r.status, 1, `${r.stdout}\n${r.stderr}`);
+    // The steps before it happen again on the same sandbox: new joining nodes are held and released.
+    assert.match(r.stdout, /held joining-2 at [\d:.]+: tainted demo\.berth\.dev\/initialising/);
+    assert.match(r.stdout, /-- step 3 summary/);
+    assert.match(
+      r.stdout,
+      /step 4 \(architecture-aware placement of an arm64-only image\) did not happen: timed out after 20000 ms waiting for pod arm-only-\w+ placed and scheduled/,
+    );
+    assert.doesNotMatch(r.stdout, /step 5|every step seen/);
   });
 });
