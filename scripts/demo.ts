@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { AgentPlacement } from '../src/agents/types.ts';
+import type { ArchPod } from '../src/arch/decide.ts';
 import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../src/arch/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
@@ -210,7 +211,6 @@ async function agentFollows(): Promise<Summary> {
   await applyExample('agents/web.yaml');
   const label = 'demo.berth.dev/web-agent';
   const labelled = () => nodes.list().filter((n) => n.metadata?.labels?.[label] === 'true');
-  /** Waits until the label is on exactly the nodes where the web pods run; says what changed since `before`. */
   const names = () =>
     labelled()
       .map((n) => n.metadata!.name!)
@@ -271,31 +271,18 @@ async function archAware(): Promise<Summary> {
   await until('the arch webhook placing new pods (dry run)', async () =>
     Boolean((await client.create(Resources.pods, pod, { dryRun: true })).metadata?.labels?.[STATE_LABEL]),
   );
-  const created = await client.create(Resources.pods, pod);
+  const created = await client.create<ArchPod>(Resources.pods, pod);
   const name = created.metadata!.name!;
-  const gated = ((created['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates ?? []).some(
-    (g) => g.name === SCHEDULING_GATE,
-  );
+  const gated = (created.spec.schedulingGates ?? []).some((g) => g.name === SCHEDULING_GATE);
   const placed = await until(`pod ${name} placed and scheduled`, async () => {
-    const p = await client.get(Resources.pods, name, NS);
+    const p = await client.get<ArchPod>(Resources.pods, name, NS);
     return p.metadata?.labels?.[STATE_LABEL] === 'Placed' && nodeOf(p) !== undefined && p;
   });
   const node = nodeOf(placed)!;
   const arch = nodes.get(node)?.metadata?.labels?.['kubernetes.io/arch'];
   if (arch !== 'arm64') throw new Error(`pod ${name} ran on ${node}, an ${arch} node`);
-  const terms = (
-    placed['spec'] as {
-      affinity?: {
-        nodeAffinity?: {
-          requiredDuringSchedulingIgnoredDuringExecution?: {
-            nodeSelectorTerms: {
-              matchExpressions?: { key: string; operator: string; values?: string[] }[];
-            }[];
-          };
-        };
-      };
-    }
-  ).affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+  const terms =
+    placed.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
   const affinity = (terms ?? [])
     .flatMap((t) => t.matchExpressions ?? [])
     .map((e) => `${e.key} ${e.operator} [${(e.values ?? []).join(', ')}]`)
