@@ -19,6 +19,7 @@ const demo = (...args: string[]) =>
     timeout: 180_000,
     env: { ...process.env, BERTH_LOG_LEVEL: 'warn' },
   });
+/** The demo's sandbox, for its clients (its kubeconfig); its state is read again to tear it down. */
 const sandbox = new Sandbox(name);
 let out = '';
 
@@ -29,7 +30,8 @@ before(() => {
 });
 
 after(async () => {
-  await sandbox.destroy();
+  // A Sandbox reads its state when made: this one is made now, after the demo started the processes.
+  await new Sandbox(name).destroy();
 });
 
 /** The summary lines of step `n`, from its header to the next step's. */
