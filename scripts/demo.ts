@@ -1,41 +1,78 @@
-// Berth's main job on the local control plane: `npm run demo`.
-// Starts (or reuses) a sandbox with the sample nodes, installs the CRDs and the example rules,
-// runs `berth run` with the example rule files, and prints the nodes' derived labels every time
-// they change. Edit examples/labels/accelerators/edgetpu (or add a file next to it) and watch.
+// Berth's capabilities at work on the local control plane: `npm run demo`.
+// Starts (or reuses) a sandbox with the sample nodes and its registry, installs the CRDs, runs
+// `berth run` as a user installs it, and then shows each capability as a step: derived labels, a
+// startup gate holding new nodes, an agent label following a workload, an arm64-only image placed
+// on arm64 nodes, and a WorkloadDeployment running as instances. Each step applies its file under
+// examples/ and prints what was done, what Berth did, and how long it took. `--once` exits when
+// every step has been seen (CI); otherwise the derived labels stay live until Ctrl-C.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
+import { AgentPlacement } from '../src/agents/types.ts';
+import type { ArchPod } from '../src/arch/decide.ts';
+import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../src/arch/types.ts';
 import { installCrds } from '../src/cli/install.ts';
-import { rbacManifests } from '../src/manifests.ts';
-import { ownedKeys } from '../src/runtime/client/apply.ts';
-import { Informer } from '../src/runtime/cache/informer.ts';
-import { slimNode, type SlimNode } from '../src/policy/slim.ts';
-import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
+import { NodeStartupGate } from '../src/gates/types.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
-import { readNodeFile } from '../src/sandbox/nodes.ts';
+import { rbacManifests } from '../src/manifests.ts';
+import { slimNode, type SlimNode } from '../src/policy/slim.ts';
+import { hasCondition } from '../src/runtime/api/conditions.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../src/runtime/api/meta.ts';
+import { Informer } from '../src/runtime/cache/informer.ts';
+import { ownedKeys } from '../src/runtime/client/apply.ts';
+import { readNodeFile, nodeManifests } from '../src/sandbox/nodes.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
+import { ImagePusher, platform } from '../src/sandbox/push.ts';
 import { abortOnSignals, freePorts, Sandbox } from '../src/sandbox/sandbox.ts';
+import {
+  DEPLOYMENT_LABEL,
+  Instance,
+  InstanceType,
+  Quota,
+  WorkloadDeployment,
+} from '../src/workloads/types.ts';
+import { waitFor } from '../test/helpers/wait.ts';
 
 const { values } = parseArgs({
   options: {
     sandbox: { type: 'string', default: 'default' },
-    // Exit once the example labels are in place (for tests and CI); otherwise run until Ctrl-C.
+    // Exit once every step has been seen (for tests and CI); otherwise run until Ctrl-C.
     once: { type: 'boolean', default: false },
+    // How long each thing a step waits for may take before the demo says the step did not happen.
+    'step-timeout': { type: 'string', default: '90' },
   },
 });
+const stepTimeoutMs = Number(values['step-timeout']) * 1000;
+if (!(stepTimeoutMs > 0))
+  throw new Error(`--step-timeout ${values['step-timeout']}: not a number of seconds`);
 const root = packageRoot();
 const examples = join(root, 'examples');
+const NS = 'berth-demo';
+/** The kinds the example files hold. */
+const KINDS: ResourceRef[] = [
+  Resources.daemonSets,
+  Resources.deployments,
+  NodeLabelRule.ref,
+  NodeStartupGate.ref,
+  AgentPlacement.ref,
+  ArchPlacement.ref,
+  InstanceType.ref,
+  Quota.ref,
+  WorkloadDeployment.ref,
+];
 const say = (s: string) => process.stdout.write(`${s}\n`);
+const clock = (ms = Date.now()) => new Date(ms).toISOString().slice(11, 23);
 
-say(`== starting sandbox "${values.sandbox}" with the sample nodes (examples/nodes.yaml)`);
+say(`== starting sandbox "${values.sandbox}" with the sample nodes (examples/nodes.yaml) and its registry`);
 const sb = new Sandbox(values.sandbox);
 // Ctrl-C while the control plane builds or starts stops whatever the start-up launched.
 const interrupt = abortOnSignals();
 try {
   await sb.up({
     nodes: readNodeFile(join(examples, 'nodes.yaml')),
+    registry: true,
     log: (s) => say(`   ${s}`),
     signal: interrupt.signal,
   });
@@ -46,23 +83,24 @@ try {
   interrupt.release();
 }
 const client = sb.client();
+const registry = sb.registry!;
 
 say('== installing the CRDs and the example NodeLabelRules (examples/rules/)');
 await installCrds(client);
-for (const f of readdirSync(join(examples, 'rules')).filter((f) => f.endsWith('.yaml'))) {
-  for (const doc of parseAllDocuments(readFileSync(join(examples, 'rules', f), 'utf8'))) {
-    await client.apply(NodeLabelRule.ref, doc.toJS() as KubeObject, {
-      fieldManager: 'berth-demo',
-      force: true,
-    });
-    say(`   applied ${f}`);
-  }
-}
+await client.apply(
+  Resources.namespaces,
+  { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } },
+  { fieldManager: 'berth-demo' },
+);
+for (const f of readdirSync(join(examples, 'rules')).filter((f) => f.endsWith('.yaml')))
+  await applyExample(join('rules', f));
 
 say('== running berth with the example rule files (examples/labels/)');
-// As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints.
+// As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints,
+// with default flags but for its addresses and the CA of the sandbox registry (which Berth reads
+// images from for architecture-aware placement).
 const kubeconfig = await sb.mintServiceAccount(rbacManifests());
-const [metricsPort, healthPort, uiPort] = await freePorts(3);
+const [metricsPort, healthPort, uiPort, webhookPort] = await freePorts(4);
 const berth = spawn(
   process.execPath,
   [
@@ -72,44 +110,294 @@ const berth = spawn(
     `--label-dir=${join(examples, 'labels')}`,
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+    `--webhook-bind-address=127.0.0.1:${webhookPort}`,
     `--ui-bind-address=127.0.0.1:${uiPort}`,
+    `--arch-registry-ca=${registry.caPath}`,
     '--log-level=warn',
   ],
   { stdio: ['ignore', 'inherit', 'inherit'] },
 );
 say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
 
-// Print the labels Berth owns on each node whenever they change.
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
-const derived = (n: SlimNode) =>
-  ownedKeys(n, FIELD_MANAGER, ['metadata', 'labels'])
-    .sort()
-    .map((k) => `${k}=${n.metadata?.labels?.[k]}`)
-    .join(', ');
-let shown = '';
-const show = () => {
-  const rows = nodes
-    .list()
-    .map((n) => [n.metadata!.name!, derived(n)] as const)
-    .sort((a, b) => (a[0] < b[0] ? -1 : 1));
-  const table = rows.map(([name, labels]) => `   ${name.padEnd(20)} ${labels || '-'}`).join('\n');
-  if (table === shown) return;
-  shown = table;
-  say(`\n-- derived labels at ${new Date().toISOString().slice(11, 19)}\n${table}`);
-  const want = ['edgetpu-plugin-0', 'edgetpu-usb-0', 'edgetpu-pci-0', 'coral-devboard-0'];
-  if (
-    values.once &&
-    want.every((w) => rows.find(([n]) => n === w)?.[1].includes('accelerators/edgetpu=true'))
-  )
-    void stop(0);
-};
-const debounce = { timer: undefined as NodeJS.Timeout | undefined };
-const changed = () => {
-  clearTimeout(debounce.timer);
-  debounce.timer = setTimeout(show, 100);
-};
-nodes.addEventHandler({ onAdd: changed, onUpdate: changed, onDelete: changed });
 nodes.start();
+const taintKeys = (n: KubeObject | undefined) =>
+  ((n?.['spec'] as { taints?: { key: string }[] } | undefined)?.taints ?? []).map((t) => t.key);
+const list = async (ref: ResourceRef, labelSelector?: string) =>
+  (await client.list(ref, { namespace: NS, ...(labelSelector ? { query: { labelSelector } } : {}) })).items;
+const running = (p: KubeObject) =>
+  !p.metadata?.deletionTimestamp && (p['status'] as { phase?: string } | undefined)?.phase === 'Running';
+const nodeOf = (p: KubeObject) => (p['spec'] as { nodeName?: string }).nodeName;
+
+// --- the steps -------------------------------------------------------------------------------
+
+/** What a step reports: what the demo did, and what Berth did. */
+interface Summary {
+  did: string[];
+  berth: string[];
+}
+
+async function derivedLabels(): Promise<Summary> {
+  const want = ['edgetpu-plugin-0', 'edgetpu-usb-0', 'edgetpu-pci-0', 'coral-devboard-0'];
+  await until('accelerators/edgetpu=true on the four EdgeTPU nodes', () =>
+    want.every((w) =>
+      labelRows()
+        .find(([n]) => n === w)?.[1]
+        .includes('accelerators/edgetpu=true'),
+    ),
+  );
+  const rows = labelRows();
+  say(labelTable(rows));
+  const labelled = rows.filter(([, l]) => l).length;
+  return {
+    did: ['applied examples/rules/*.yaml; Berth reads examples/labels/ (k8s-auto-labeller rule files)'],
+    berth: [`derived labels on ${labelled} of ${rows.length} nodes (the table above)`],
+  };
+}
+
+async function startupGate(): Promise<Summary> {
+  await applyExample('gates/node-init.yaml');
+  const gate = 'node-init';
+  // New names on every run: a node the gate released once is never held again (BootstrapOnly).
+  const pool = { 'demo.berth.dev/pool': 'joining' };
+  const start = nodes.list().filter((n) => n.metadata?.labels?.['demo.berth.dev/pool'] === 'joining').length;
+  const manifests = nodeManifests({ prefix: 'joining', count: 2, start, labels: pool });
+  const taint = 'demo.berth.dev/initialising';
+  // The apiserver learns of Berth's webhook a moment after Berth registers it: ask (dry run) until a
+  // new node would be tainted at creation.
+  await until('the gate tainting new nodes at admission (dry run)', async () =>
+    taintKeys(await client.create(Resources.nodes, manifests[0]!, { dryRun: true })).includes(taint),
+  );
+  const held = new Map<string, number>();
+  const didHold: string[] = [];
+  for (const m of manifests) {
+    const created = await client.create(Resources.nodes, m);
+    const name = created.metadata!.name!;
+    // Berth's own stamp of when it put the taint on.
+    const gatedAt = created.metadata?.annotations?.[`${gate}.gates.berth.dev/gated-at`];
+    held.set(name, gatedAt ? Date.parse(gatedAt) : Date.now());
+    didHold.push(
+      taintKeys(created).includes(taint)
+        ? `held ${name} at ${clock(held.get(name))}: tainted ${taint}=${gate}:NoSchedule at creation`
+        : `${name} was created without the taint`,
+    );
+  }
+  const released = new Map<string, string>();
+  await until('the joining nodes released', async () => {
+    for (const name of held.keys()) {
+      if (released.has(name)) continue;
+      const n = await client.get(Resources.nodes, name);
+      if (taintKeys(n).includes(taint)) continue;
+      const init = (await list(Resources.pods, 'app=node-init')).find((p) => nodeOf(p) === name);
+      const at = n.metadata?.annotations?.[`${gate}.gates.berth.dev/completed-at`];
+      const off = at ? Date.parse(at) : Date.now();
+      const pod = init
+        ? `${init.metadata!.name} ${hasCondition(init, 'Ready') ? 'Ready' : 'not Ready'}`
+        : 'gone';
+      released.set(
+        name,
+        `released ${name} at ${clock(off)} (held ${((off - held.get(name)!) / 1000).toFixed(1)} s), its node-init pod ${pod}`,
+      );
+    }
+    return released.size === held.size;
+  });
+  return {
+    did: [`applied examples/gates/node-init.yaml; created nodes ${[...held.keys()].join(', ')}`],
+    berth: [...didHold, ...released.values()],
+  };
+}
+
+async function agentFollows(): Promise<Summary> {
+  await applyExample('agents/web.yaml');
+  const label = 'demo.berth.dev/web-agent';
+  const labelled = () => nodes.list().filter((n) => n.metadata?.labels?.[label] === 'true');
+  const names = () =>
+    labelled()
+      .map((n) => n.metadata!.name!)
+      .sort();
+  /** What happened to the label, in order, with the time it was first seen. */
+  const seen = new Map<string, string>();
+  /** Waits until web's pods all run on `node` and the label is there alone, noting claims and releases. */
+  const follow = (node: string) => {
+    const before = names();
+    return until(`web's pods on ${node} and ${label} there alone`, async () => {
+      const has = names();
+      for (const n of has.filter((n) => !before.includes(n)))
+        if (!seen.has(`claimed ${n}`)) seen.set(`claimed ${n}`, clock());
+      for (const n of before.filter((n) => !has.includes(n)))
+        if (!seen.has(`released ${n}`)) seen.set(`released ${n}`, clock());
+      const pods = (await list(Resources.pods, 'app=web')).filter((p) => !p.metadata?.deletionTimestamp);
+      return pods.length > 0 && pods.every((p) => running(p) && nodeOf(p) === node) && has.join() === node;
+    });
+  };
+  // Where examples/agents/web.yaml runs it, and where the demo moves it.
+  const [from, to] = ['plain-0', 'plain-1'];
+  await follow(from);
+  const claim = labelled()
+    .flatMap((n) => Object.keys(n.metadata?.annotations ?? {}))
+    .find((k) => k.startsWith(`${label}.claim-`));
+  // Moved as a user would: the Deployment's nodeSelector changed; its new pod lands elsewhere.
+  await client.patch(
+    Resources.deployments,
+    'web',
+    { spec: { template: { spec: { nodeSelector: { 'kubernetes.io/hostname': to } } } } },
+    { namespace: NS, type: 'strategic', fieldManager: 'berth-demo' },
+  );
+  await follow(to);
+  return {
+    did: [
+      `applied examples/agents/web.yaml (AgentPlacement web-agent, Deployment web on ${from})`,
+      `moved Deployment web to ${to} (its nodeSelector)`,
+    ],
+    berth: [
+      ...[...seen].map(
+        ([what, at]) => `${what} at ${at}${what.startsWith('claimed') ? `: ${label}=true` : ''}`,
+      ),
+      `(the claim: annotation ${claim ?? 'none'})`,
+    ],
+  };
+}
+
+async function archAware(): Promise<Summary> {
+  const image = `${registry.host}/demo/arm-only:v1`;
+  await new ImagePusher(registry).pushImage('demo/arm-only', 'v1', platform('linux/arm64'));
+  await applyExample('arch/arch-aware.yaml');
+  const pod: KubeObject = {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { generateName: 'arm-only-', namespace: NS, labels: { 'demo.berth.dev/arch-aware': 'true' } },
+    spec: { containers: [{ name: 'app', image }] },
+  };
+  await until('the arch webhook placing new pods (dry run)', async () =>
+    Boolean((await client.create(Resources.pods, pod, { dryRun: true })).metadata?.labels?.[STATE_LABEL]),
+  );
+  const created = await client.create<ArchPod>(Resources.pods, pod);
+  const name = created.metadata!.name!;
+  const gated = (created.spec.schedulingGates ?? []).some((g) => g.name === SCHEDULING_GATE);
+  const placed = await until(`pod ${name} placed and scheduled`, async () => {
+    const p = await client.get<ArchPod>(Resources.pods, name, NS);
+    return p.metadata?.labels?.[STATE_LABEL] === 'Placed' && nodeOf(p) !== undefined && p;
+  });
+  const node = nodeOf(placed)!;
+  const arch = nodes.get(node)?.metadata?.labels?.['kubernetes.io/arch'];
+  if (arch !== 'arm64') throw new Error(`pod ${name} ran on ${node}, an ${arch} node`);
+  const terms =
+    placed.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+  const affinity = (terms ?? [])
+    .flatMap((t) => t.matchExpressions ?? [])
+    .map((e) => `${e.key} ${e.operator} [${(e.values ?? []).join(', ')}]`)
+    .join('; ');
+  const read = JSON.parse(placed.metadata?.annotations?.[RESULT_ANNOTATION] ?? '{}') as {
+    images?: { platforms: string[] }[];
+  };
+  const arm = nodes
+    .list()
+    .filter((n) => n.metadata?.labels?.['kubernetes.io/arch'] === 'arm64')
+    .map((n) => n.metadata!.name!)
+    .sort();
+  return {
+    did: [`pushed ${image} for linux/arm64 only; applied examples/arch/arch-aware.yaml; created pod ${name}`],
+    berth: [
+      gated
+        ? `gated ${name} at admission (scheduling gate ${SCHEDULING_GATE}) while it read the image`
+        : `placed ${name} at admission (the image was known)`,
+      `read its platforms: ${read.images?.[0]?.platforms.join(', ') ?? '?'}`,
+      `added node affinity ${affinity}`,
+      `${name} ran on ${node} (arm64; the arm64 nodes are ${arm.join(', ')})`,
+    ],
+  };
+}
+
+async function workloads(): Promise<Summary> {
+  await applyExample('workloads/hello.yaml');
+  type WD = KubeObject & {
+    spec: { replicas: number };
+    status?: { readyReplicas?: number; replicas?: number };
+  };
+  await until('WorkloadDeployment hello with every instance Ready', async () => {
+    const wd = await client.get<WD>(WorkloadDeployment.ref, 'hello', NS);
+    const ready = (await list(Instance.ref, `${DEPLOYMENT_LABEL}=hello`)).filter((i) =>
+      hasCondition(i, 'Ready'),
+    );
+    const n = wd.spec.replicas;
+    return wd.status?.readyReplicas === n && wd.status.replicas === n && ready.length === n;
+  });
+  const pods = new Map(
+    (await list(Resources.pods, `${DEPLOYMENT_LABEL}=hello`)).map((p) => [p.metadata!.name!, p]),
+  );
+  const instances = (await list(Instance.ref, `${DEPLOYMENT_LABEL}=hello`))
+    .map((i) => i.metadata!.name!)
+    .sort();
+  type Amounts = { instances?: number; cpu?: string; memory?: string };
+  const quota = await client.get<KubeObject & { spec: Amounts; status?: { used?: Amounts } }>(
+    Quota.ref,
+    'budget',
+    NS,
+  );
+  const [budget, used] = [quota.spec, quota.status?.used];
+  return {
+    did: [
+      'applied examples/workloads/hello.yaml (InstanceType demo-small, Quota budget, WorkloadDeployment hello)',
+    ],
+    berth: [
+      ...instances.map((i) => `instance ${i} Ready, its pod on ${pods.get(i) ? nodeOf(pods.get(i)!) : '?'}`),
+      `granted by Quota budget: ${used?.instances} of ${budget.instances} instances, ` +
+        `${used?.cpu} of ${budget.cpu} vCPU, ${used?.memory} of ${budget.memory}`,
+      'two cities: the fan-out of a workload to cells in two cities arrives with federation (issue 14); not shown yet',
+    ],
+  };
+}
+
+// --- shared: applying examples, the label table, running a step --------------------------------
+
+/** Applies every object of a file under examples/ (server-side apply, as `kubectl apply --server-side`). */
+async function applyExample(file: string): Promise<void> {
+  for (const doc of parseAllDocuments(readFileSync(join(examples, file), 'utf8'))) {
+    const o = doc.toJS() as KubeObject;
+    const ref = KINDS.find((r) => r.kind === o.kind);
+    if (!ref) throw new Error(`examples/${file}: the demo applies no ${o.kind}`);
+    await client.apply(ref, o, { fieldManager: 'berth-demo', force: true });
+  }
+  say(`   applied examples/${file}`);
+}
+
+/** Each node's name and the labels Berth derived on it. */
+function labelRows(): (readonly [string, string])[] {
+  return nodes
+    .list()
+    .map(
+      (n) =>
+        [
+          n.metadata!.name!,
+          ownedKeys(n, FIELD_MANAGER, ['metadata', 'labels'])
+            .sort()
+            .map((k) => `${k}=${n.metadata?.labels?.[k]}`)
+            .join(', '),
+        ] as const,
+    )
+    .sort((a, b) => (a[0] < b[0] ? -1 : 1));
+}
+const labelTable = (rows: (readonly [string, string])[]) =>
+  rows.map(([name, labels]) => `   ${name.padEnd(20)} ${labels || '-'}`).join('\n');
+
+/** Runs one step and prints its summary; a step that does not happen in time is said so (and ends --once). */
+async function step(n: number, title: string, run: () => Promise<Summary>): Promise<void> {
+  say(`\n== step ${n}: ${title}`);
+  const started = Date.now();
+  try {
+    const { did, berth } = await run();
+    say(`-- step ${n} summary (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+    for (const l of did) say(`   did:   ${l}`);
+    for (const l of berth) say(`   berth: ${l}`);
+  } catch (e) {
+    say(`step ${n} (${title}) did not happen: ${e instanceof Error ? e.message : String(e)}`);
+    if (values.once) await stop(1);
+  }
+}
+
+/** Waits for what a step needs to see; past --step-timeout the step did not happen. */
+const until = <T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false) =>
+  waitFor(what, probe, { timeoutMs: stepTimeoutMs });
 
 let stopping = false;
 async function stop(code: number): Promise<void> {
@@ -125,17 +413,38 @@ async function stop(code: number): Promise<void> {
 
 process.once('SIGINT', () => void stop(0));
 berth.once('exit', (code) => {
+  if (stopping) return;
   say(`berth exited with code ${code}`);
   void stop(1);
 });
-if (!values.once) {
+
+await step(1, 'derived labels', derivedLabels);
+await step(2, 'a startup gate holds new nodes until their init pods are Ready', startupGate);
+await step(3, 'an agent label follows a workload', agentFollows);
+await step(4, 'architecture-aware placement of an arm64-only image', archAware);
+await step(5, 'a WorkloadDeployment runs as instances under a quota', workloads);
+
+if (values.once) {
+  say('\nevery step seen');
+  await stop(0);
+} else {
+  // From here on, the derived labels are live: print the table whenever it changes.
+  let shown = labelTable(labelRows());
+  const debounce = { timer: undefined as NodeJS.Timeout | undefined };
+  const changed = () => {
+    clearTimeout(debounce.timer);
+    debounce.timer = setTimeout(() => {
+      const table = labelTable(labelRows());
+      if (table === shown) return;
+      shown = table;
+      say(`\n-- derived labels at ${clock()}\n${table}`);
+    }, 100);
+  };
+  nodes.addEventHandler({ onAdd: changed, onUpdate: changed, onDelete: changed });
   say(
     '\nEdit examples/labels/accelerators/edgetpu (remove a line, add a file beside it) and watch the table. Ctrl-C stops.',
   );
-  say(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodelabelrules`);
-} else {
-  setTimeout(() => {
-    say('timed out waiting for the example labels');
-    void stop(1);
-  }, 120_000).unref();
+  say(
+    `kubectl --kubeconfig ${sb.kubeconfigPath} get nodelabelrules,nodestartupgates,agentplacements,archplacements`,
+  );
 }
