@@ -118,9 +118,12 @@ export function podManifest(p: PodInput): KubeObject {
 
 /**
  * Deletes the named CRDs (their objects with them) and waits until they are gone. The apiserver's
- * CRD finalizer deletes the objects and then polls every 5 s, up to a minute per attempt, until
- * none is left: a loaded apiserver may need that minute, so the wait allows it. On a timeout the
- * CRDs left are shown with their finalizers and Terminating condition.
+ * CRD finalizer lists the objects before it deletes them; shortly after a CRD was installed or
+ * changed, that list fails with "storage is (re)initializing" (InstanceDeletionFailed) until the
+ * watch cache is ready, and each failure is retried with a doubling backoff, so on a loaded
+ * apiserver the deletion can take well over 30 s (operator-framework/operator-controller#1437 saw
+ * minutes). The wait allows 90 s; on a timeout the CRDs left are shown with their finalizers and
+ * Terminating condition.
  */
 export async function deleteCrds(client: KubeClient, names: string[]): Promise<void> {
   for (const name of names)
