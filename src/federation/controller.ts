@@ -18,7 +18,7 @@ import { localCluster } from '../runtime/cluster/key.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
 import { clusterNameOf } from '../cells/decide.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
 import { templateHash } from '../workloads/decide.ts';
@@ -190,6 +190,9 @@ export class FederationController {
     const find = (cell: string, name: string) =>
       this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
 
+    // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
+    // other cells are written and the status too, and the reconcile is retried.
+    const failures: string[] = [];
     for (const t of wanted) {
       // An unreachable cell keeps what it has; it is written again once it answers.
       if (!t.cell || t.waiting || !views.get(t.cell)!.reachable) continue;
@@ -197,18 +200,20 @@ export class FederationController {
       const have = find(t.cell, t.name);
       if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) continue;
       const name = cluster.get(t.cell)!;
-      await this.ensureNamespace(name, w.metadata.namespace!);
-      try {
-        await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
-          fieldManager: FEDERATION_MANAGER,
-          force: true,
-        });
-      } catch (e) {
-        // The namespace went meanwhile: made again on the retry.
-        if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
-        throw e;
-      }
-      this.log.info({ workload: key, cell: t.cell, deployment: t.name }, 'WorkloadDeployment applied');
+      await inCell(failures, t.cell, async () => {
+        await this.ensureNamespace(name, w.metadata.namespace!);
+        try {
+          await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
+            fieldManager: FEDERATION_MANAGER,
+            force: true,
+          });
+        } catch (e) {
+          // The namespace went meanwhile: made again on the retry.
+          if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
+          throw e;
+        }
+        this.log.info({ workload: key, cell: t.cell, deployment: t.name }, 'WorkloadDeployment applied');
+      });
     }
 
     const reachableListed = new Set(
@@ -216,11 +221,13 @@ export class FederationController {
     );
     for (const d of unwanted(wanted, placed, reachableListed)) {
       if (d.object.metadata.deletionTimestamp) continue;
-      await this.deleteDeployment(cluster.get(d.cell)!, d.object);
-      this.log.info(
-        { workload: key, cell: d.cell, deployment: d.object.metadata.name },
-        'WorkloadDeployment no longer placed there: deleted',
-      );
+      await inCell(failures, d.cell, async () => {
+        await this.deleteDeployment(cluster.get(d.cell)!, d.object);
+        this.log.info(
+          { workload: key, cell: d.cell, deployment: d.object.metadata.name },
+          'WorkloadDeployment no longer placed there: deleted',
+        );
+      });
     }
 
     const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS);
@@ -249,6 +256,7 @@ export class FederationController {
         this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
       }
     }
+    if (failures.length) throw new Error(failures.join('; '));
   }
 
   /**
@@ -259,6 +267,7 @@ export class FederationController {
     const key = keyOf(w);
     const { views, cluster } = this.cellViews();
     const holding: string[] = [];
+    const failures: string[] = [];
     let left = 0;
     for (const [cell, name] of cluster) {
       const view = views.get(cell)!;
@@ -268,8 +277,10 @@ export class FederationController {
         continue;
       }
       left += there.length;
-      for (const d of there) if (!d.metadata.deletionTimestamp) await this.deleteDeployment(name, d);
+      for (const d of there)
+        if (!d.metadata.deletionTimestamp) await inCell(failures, cell, () => this.deleteDeployment(name, d));
     }
+    if (failures.length) throw new Error(failures.join('; '));
     if (!holding.length && !left) return 'released';
     if (holding.length) {
       const conditions = setCondition(w.status?.conditions ?? [], {
@@ -325,6 +336,18 @@ export class FederationController {
       if (isObjectGone(e)) return false;
       throw e;
     }
+  }
+}
+
+/**
+ * Runs a write in one cell; a failure (a cell not yet found unreachable) is collected, so that the
+ * other cells are still written, and the reconcile, retried, names it.
+ */
+async function inCell(failures: string[], cell: string, write: () => Promise<void>): Promise<void> {
+  try {
+    await write();
+  } catch (e) {
+    failures.push(`cell ${cell}: ${errorText(e)}`);
   }
 }
 
