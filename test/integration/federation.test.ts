@@ -187,6 +187,19 @@ test('a Workload placed in DFW and LHR: a WorkloadDeployment in exactly each cel
     'Progressing RolledOut',
     async () => findCondition((await workload()).status?.conditions, 'Progressing')?.reason === 'RolledOut',
   );
+  // Settled: the status is written only when it changes, and the cells' objects are not rewritten.
+  const [settled, dfwSettled] = await Promise.all([workload(), deploymentsIn('DFW')]);
+  await holdsFor(
+    'nothing rewritten while nothing changes',
+    async () => {
+      const [now, dfwNow] = await Promise.all([workload(), deploymentsIn('DFW')]);
+      return (
+        now.metadata.resourceVersion === settled.metadata.resourceVersion &&
+        dfwNow[0]!.metadata.resourceVersion === dfwSettled[0]!.metadata.resourceVersion
+      );
+    },
+    3000,
+  );
 });
 
 test("a cell instance's change shows upstream within the bound, with the cell's own reason", async () => {
