@@ -2,6 +2,7 @@ import type { Capability } from './capability.ts';
 import { agentsCapability } from './agents/index.ts';
 import { archCapability } from './arch/index.ts';
 import { cellsCapability } from './cells/index.ts';
+import { federationCapability } from './federation/index.ts';
 import { gatesCapability } from './gates/index.ts';
 import { labelsCapability } from './labels/index.ts';
 import { workloadsCapability } from './workloads/index.ts';
@@ -14,4 +15,5 @@ export const capabilities: Capability[] = [
   archCapability,
   workloadsCapability,
   cellsCapability,
+  federationCapability,
 ];

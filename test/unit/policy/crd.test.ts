@@ -79,12 +79,12 @@ test('its columns: its own first, then Ready, Reason (wide) and Age', () => {
 test("every capability's policy kind is a policy: its group, and the standard columns last", () => {
   const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd));
   assert.ok(crds.length >= 3);
-  // The workloads and cells capabilities' kinds are Berth's API but not placement policies: their
-  // columns are a Deployment's (Ready, Up-to-date, Available) or a cluster's (Reachable, Version),
-  // not a policy's standard ones.
+  // The workloads, cells and federation capabilities' kinds are Berth's API but not placement
+  // policies: their columns are a Deployment's (Ready, Up-to-date, Available) or a cluster's
+  // (Reachable, Version), not a policy's standard ones.
   const workloads = new Set(
     capabilities
-      .filter((c) => c.name === 'workloads' || c.name === 'cells')
+      .filter((c) => ['workloads', 'cells', 'federation'].includes(c.name))
       .flatMap((c) => c.crds.map((r) => r.crd)),
   );
   for (const crd of crds) {

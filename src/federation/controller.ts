@@ -1,0 +1,364 @@
+// The federation controller: the whole reconcile loop of a Workload on the management plane. It is
+// Aware of every engaged cell and watches the cell's WorkloadDeployments that carry its upstream
+// labels (mapped back to their Workload), and Workloads, Cells and Locations here (by city code, so
+// a Cell or Location change re-evaluates exactly the workloads that name its cities). A reconcile
+// decides where each placement × city runs (decide.ts), creates the namespace in the cell, applies
+// each WorkloadDeployment, deletes those it made that are no longer wanted, and writes the Workload's
+// status when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
+import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
+import { finalizer } from '../policy/finalizer.ts';
+import { isDeepStrictEqual } from 'node:util';
+import { newlyHolds, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
+import { Resources } from '../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { isConflict, isNotFound } from '../runtime/client/client.ts';
+import type { Cluster } from '../runtime/cluster/cluster.ts';
+import { localCluster } from '../runtime/cluster/key.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
+import { clusterNameOf } from '../cells/decide.ts';
+import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
+import { templateHash } from '../workloads/decide.ts';
+import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
+import {
+  cellView,
+  deploymentManifest,
+  rollup,
+  targets,
+  unwanted,
+  workloadKeyOf,
+  WORKLOAD_FIXABLE,
+  type CellView,
+  type DeploymentObject,
+  type Placed,
+} from './decide.ts';
+import {
+  FEDERATION_FINALIZER,
+  FEDERATION_MANAGER,
+  Workload,
+  WORKLOAD_UID_LABEL,
+  type WorkloadObject,
+  type WorkloadStatus,
+} from './types.ts';
+
+/** A cell's WorkloadDeployments that carry federation's labels. */
+interface CellDeployments {
+  informer: Informer<DeploymentObject>;
+  /** Namespaces known to exist in the cell (created or found). */
+  namespaces: Set<string>;
+}
+
+export class FederationController {
+  readonly controller: Controller;
+  private readonly manager: Manager;
+  private readonly workloads: Informer<WorkloadObject>;
+  private readonly cells: Informer<CellObject>;
+  private readonly locations: Informer<LocationObject>;
+  private readonly events: EventRecorder;
+  private readonly log: Logger;
+  /** By cluster name (`cell-<name>`), while engaged. */
+  private readonly inCells = new Map<string, CellDeployments>();
+
+  constructor(manager: Manager, opts: { workers?: number } = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'federation' });
+    this.events = manager.recorder('federation');
+    this.workloads = manager.informer<WorkloadObject>(Workload.ref);
+    this.cells = manager.informer<CellObject>(Cell.ref);
+    this.locations = manager.informer<LocationObject>(Location.ref);
+    this.workloads.addIndexer('city', (w) => [...new Set(w.spec.placements.flatMap((p) => p.cityCodes))]);
+    const byCities = (cities: readonly string[]) => [
+      ...new Set(cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf))),
+    ];
+    this.controller = new Controller({
+      name: 'federation',
+      workers: opts.workers ?? 4,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+    })
+      .watch(this.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
+      // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
+      .watch(this.cells, (c) => byCities(c.spec.locations), {
+        update: changed<CellObject>(generationChanged, conditionsChanged),
+      })
+      .watch(this.locations, (l) => byCities([l.spec.cityCode]));
+    manager.add(this.controller);
+    // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
+    manager.addRunnable({
+      name: 'federation-cells',
+      needLeaderElection: false,
+      start: () => Promise.resolve(),
+      engage: (cluster, signal) => this.engage(cluster, signal, byCities),
+    });
+  }
+
+  /** Aware: a cell's WorkloadDeployments of federation's, each mapped back to its Workload. */
+  private engage(cluster: Cluster, signal: AbortSignal, byCities: (cities: string[]) => string[]): void {
+    if (cluster.name === localCluster) return;
+    const informer = cluster.informer<DeploymentObject>(WorkloadDeployment.ref, {
+      labelSelector: WORKLOAD_UID_LABEL,
+    });
+    informer.addIndexer('workload', (d) => {
+      const k = workloadKeyOf(d);
+      return k ? [k] : [];
+    });
+    this.inCells.set(cluster.name, { informer, namespaces: new Set() });
+    const cellsOfCluster = () =>
+      this.cells.list().filter((c) => clusterNameOf(c.metadata.name!) === cluster.name);
+    const affected = () => [
+      ...new Set([
+        ...informer.list().flatMap((d) => workloadKeyOf(d) ?? []),
+        ...byCities(cellsOfCluster().flatMap((c) => c.spec.locations)),
+      ]),
+    ];
+    signal.addEventListener(
+      'abort',
+      () => {
+        const keys = affected();
+        this.inCells.delete(cluster.name);
+        for (const k of keys) this.controller.queue.add(k);
+      },
+      { once: true },
+    );
+    informer.waitForSync(signal).then(
+      () => {
+        // Listed: its workloads may now place there (or learn what is there), even those with none yet.
+        for (const k of affected()) this.controller.queue.add(k);
+        informer.addEventHandler({
+          onAdd: (d) => this.enqueue(d, signal),
+          onUpdate: (a, b) => {
+            this.enqueue(a, signal);
+            this.enqueue(b, signal);
+          },
+          onDelete: (d) => this.enqueue(d, signal),
+        });
+      },
+      () => {}, // disengaged before it listed
+    );
+  }
+
+  private enqueue(d: DeploymentObject, signal: AbortSignal): void {
+    const k = workloadKeyOf(d);
+    if (k && !signal.aborted) this.controller.queue.add(k);
+  }
+
+  private async reconcile(key: string): Promise<Result | void> {
+    const w = this.workloads.get(key);
+    if (!w) return;
+    return finalizer(
+      {
+        name: FEDERATION_FINALIZER,
+        client: this.manager.client(),
+        ref: Workload.ref,
+        fieldManager: FEDERATION_MANAGER,
+      },
+      w,
+      { apply: () => this.apply(w), cleanup: () => this.cleanup(w) },
+    );
+  }
+
+  /** The cells as decide.ts sees them, each with its cluster's WorkloadDeployments while engaged. */
+  private cellViews(): { views: Map<string, CellView>; cluster: Map<string, string> } {
+    const views = new Map<string, CellView>();
+    const cluster = new Map<string, string>();
+    for (const c of this.cells.list()) {
+      const name = clusterNameOf(c.metadata.name!);
+      const listed = !!name && !!this.inCells.get(name)?.informer.hasSynced();
+      views.set(c.metadata.name!, cellView(c, listed));
+      if (name) cluster.set(c.metadata.name!, name);
+    }
+    return { views, cluster };
+  }
+
+  /** This workload's WorkloadDeployments in the engaged cells. */
+  private placed(key: string, cluster: ReadonlyMap<string, string>): Placed[] {
+    return [...cluster].flatMap(([cell, name]) =>
+      (this.inCells.get(name)?.informer.byIndex('workload', key) ?? []).map((object) => ({ cell, object })),
+    );
+  }
+
+  private async apply(w: WorkloadObject): Promise<void> {
+    const key = keyOf(w);
+    const { views, cluster } = this.cellViews();
+    const placed = this.placed(key, cluster);
+    const locations = new Set(this.locations.list().map((l) => l.spec.cityCode));
+    const wanted = targets(w, locations, [...views.values()], placed);
+    const hash = templateHash(w.spec.template);
+    const find = (cell: string, name: string) =>
+      this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
+
+    // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
+    // other cells are written and the status too, and the reconcile is retried.
+    const failures: string[] = [];
+    for (const t of wanted) {
+      // An unreachable cell keeps what it has; it is written again once it answers.
+      if (!t.cell || t.waiting || !views.get(t.cell)!.reachable) continue;
+      const manifest = deploymentManifest(w, t, hash);
+      const have = find(t.cell, t.name);
+      if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) continue;
+      const name = cluster.get(t.cell)!;
+      await inCell(failures, t.cell, async () => {
+        await this.ensureNamespace(name, w.metadata.namespace!);
+        try {
+          await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
+            fieldManager: FEDERATION_MANAGER,
+            force: true,
+          });
+        } catch (e) {
+          // The namespace went meanwhile: made again on the retry.
+          if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
+          throw e;
+        }
+        this.log.info({ workload: key, cell: t.cell, deployment: t.name }, 'WorkloadDeployment applied');
+      });
+    }
+
+    const reachableListed = new Set(
+      [...views.values()].filter((v) => v.listed && v.reachable).map((v) => v.name),
+    );
+    for (const d of unwanted(wanted, placed, reachableListed)) {
+      if (d.object.metadata.deletionTimestamp) continue;
+      await inCell(failures, d.cell, async () => {
+        await this.deleteDeployment(cluster.get(d.cell)!, d.object);
+        this.log.info(
+          { workload: key, cell: d.cell, deployment: d.object.metadata.name },
+          'WorkloadDeployment no longer placed there: deleted',
+        );
+      });
+    }
+
+    const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS);
+    let conditions: Condition[] = w.status?.conditions ?? [];
+    const generation = w.metadata.generation;
+    for (const [type, v] of [
+      ['Available', r.available],
+      ['Progressing', r.progressing],
+    ] as const)
+      conditions = setCondition(conditions, {
+        type,
+        ...v,
+        ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      });
+    // The deletion hold is only for a workload being deleted.
+    conditions = conditions.filter((c) => c.type !== 'Released');
+    const status: WorkloadStatus = {
+      ...(generation !== undefined ? { observedGeneration: generation } : {}),
+      ...r.status,
+      conditions,
+    };
+    if (await this.writeStatus(w, status)) {
+      const fixable = newlyHolds(w.status?.conditions, conditions, 'Available', 'False');
+      if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
+        this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
+        this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
+      }
+    }
+    if (failures.length) throw new Error(failures.join('; '));
+  }
+
+  /**
+   * Deletes the workload's WorkloadDeployments in every cell; 'released' once none is left. An
+   * unreachable cell, or one not listed yet, holds the workload, and a Released=False condition says so.
+   */
+  private async cleanup(w: WorkloadObject): Promise<Result | 'released'> {
+    const key = keyOf(w);
+    const { views, cluster } = this.cellViews();
+    const holding: string[] = [];
+    const failures: string[] = [];
+    let left = 0;
+    for (const [cell, name] of cluster) {
+      const view = views.get(cell)!;
+      const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
+      if (!view.listed || !view.reachable) {
+        if (there.length || !view.listed) holding.push(cell);
+        continue;
+      }
+      left += there.length;
+      for (const d of there)
+        if (!d.metadata.deletionTimestamp) await inCell(failures, cell, () => this.deleteDeployment(name, d));
+    }
+    if (failures.length) throw new Error(failures.join('; '));
+    if (!holding.length && !left) return 'released';
+    if (holding.length) {
+      const conditions = setCondition(w.status?.conditions ?? [], {
+        type: 'Released',
+        status: 'False',
+        reason: 'CellUnreachable',
+        message: `waiting for cell ${holding.join(', ')} to answer, to delete this workload's WorkloadDeployments there`,
+      });
+      await this.writeStatus(w, { ...w.status, conditions });
+    }
+    // A cell's deletions and its coming back both bring this workload back.
+    return {};
+  }
+
+  private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {
+    try {
+      await this.manager
+        .client(cluster)
+        .delete(WorkloadDeployment.ref, d.metadata.name!, d.metadata.namespace, {
+          apiVersion: 'v1',
+          kind: 'DeleteOptions',
+          // Only the object the cache showed: one recreated meanwhile is not ours to judge yet.
+          preconditions: { uid: d.metadata.uid },
+        });
+    } catch (e) {
+      if (!isNotFound(e) && !isConflict(e)) throw e;
+    }
+  }
+
+  private async ensureNamespace(cluster: string, namespace: string): Promise<void> {
+    const known = this.inCells.get(cluster)!.namespaces;
+    if (known.has(namespace)) return;
+    try {
+      await this.manager
+        .client(cluster)
+        .create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
+      this.log.info({ cluster, namespace }, 'namespace created in the cell');
+    } catch (e) {
+      if (!isConflict(e)) throw e;
+    }
+    known.add(namespace);
+  }
+
+  /** Writes the status when it changed; whether it wrote. */
+  private async writeStatus(w: WorkloadObject, status: WorkloadStatus): Promise<boolean> {
+    const { conditions, ...rest } = status;
+    const { conditions: was, ...old } = w.status ?? {};
+    if (isDeepStrictEqual(rest, old) && sameConditions(was, conditions)) return false;
+    try {
+      await applyStatus(this.manager.client(), Workload.ref, w, status, FEDERATION_MANAGER);
+      return true;
+    } catch (e) {
+      if (isObjectGone(e)) return false;
+      throw e;
+    }
+  }
+}
+
+/**
+ * Runs a write in one cell; a failure (a cell not yet found unreachable) is collected, so that the
+ * other cells are still written, and the reconcile, retried, names it.
+ */
+async function inCell(failures: string[], cell: string, write: () => Promise<void>): Promise<void> {
+  try {
+    await write();
+  } catch (e) {
+    failures.push(`cell ${cell}: ${errorText(e)}`);
+  }
+}
+
+/** Whether the cell's WorkloadDeployment already says what federation would apply. */
+function sameDeployment(have: DeploymentObject, want: DeploymentObject): boolean {
+  const labels = want.metadata!.labels!;
+  return (
+    Object.entries(labels).every(([k, v]) => have.metadata.labels?.[k] === v) &&
+    have.spec.workloadRef?.templateHash === want.spec.workloadRef?.templateHash &&
+    have.spec.workloadRef?.uid === want.spec.workloadRef?.uid &&
+    have.spec.replicas === want.spec.replicas &&
+    have.spec.placement === want.spec.placement
+  );
+}

@@ -1,0 +1,116 @@
+// The API of federation on a management plane (federated placement, part 2, second slice): a
+// Workload is part 1's instance template with placements by city; the management plane fans it out
+// as one WorkloadDeployment per placement and city, in one cell serving that city, and rolls the
+// cells' counts back up into the Workload's status.
+import { z } from 'zod';
+import {
+  AGE_COLUMN,
+  conditionColumn,
+  conditionsSchema,
+  defineCustomResource,
+  k8s,
+  type CustomObject,
+} from '../runtime/api/crd.ts';
+import type { Condition } from '../runtime/api/conditions.ts';
+import { DNS1123_LABEL } from '../runtime/api/meta.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
+import { cityCode } from '../cells/types.ts';
+import { instanceTemplate } from '../workloads/types.ts';
+
+/** The field manager of everything the federation controller writes, upstream and in the cells. */
+export const FEDERATION_MANAGER = 'berth-federation';
+/** On a Workload: its WorkloadDeployments in the cells are deleted before it goes. */
+export const FEDERATION_FINALIZER = 'federation.berth.dev/cells';
+
+// On the WorkloadDeployments it writes in a cell: the upstream owner (owner references cannot cross
+// clusters). Only objects carrying these are ever deleted by the federation controller.
+export const WORKLOAD_NAMESPACE_LABEL = 'federation.berth.dev/workload-namespace';
+export const WORKLOAD_NAME_LABEL = 'federation.berth.dev/workload';
+export const WORKLOAD_UID_LABEL = 'federation.berth.dev/workload-uid';
+export const PLACEMENT_LABEL = 'federation.berth.dev/placement';
+export const CITY_LABEL = 'federation.berth.dev/city';
+
+const placement = z.object({
+  name: z
+    .string()
+    .min(1)
+    .max(20)
+    .regex(DNS1123_LABEL, 'a DNS label')
+    .describe("Names the placement; part of its WorkloadDeployments' names (<workload>-<placement>-<city>)."),
+  cityCodes: k8s(z.array(cityCode).min(1).max(64), { 'x-kubernetes-list-type': 'set' }).describe(
+    'The cities to run in: one WorkloadDeployment in one cell serving each.',
+  ),
+  scaleSettings: z.object({
+    minReplicas: z.number().int().min(0).max(10000).describe('Instances in each city.'),
+  }),
+});
+export type Placement = z.output<typeof placement>;
+
+const workloadSpec = z.object({
+  template: instanceTemplate,
+  placements: k8s(z.array(placement).min(1).max(32), {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['name'],
+  }),
+});
+export type WorkloadSpec = z.output<typeof workloadSpec>;
+
+const counts = {
+  replicas: z.number().int().optional().describe('Instances that exist.'),
+  readyReplicas: z.number().int().optional(),
+  updatedReplicas: z.number().int().optional().describe('Instances on the current template.'),
+  desiredReplicas: z.number().int().optional(),
+};
+
+const cityStatus = z.object({
+  city: z.string(),
+  cell: z.string().optional().describe('The cell that runs this city, if any.'),
+  ...counts,
+  reason: z.string().optional().describe('Why the city is not available, when it is not.'),
+  message: z.string().optional(),
+});
+export type CityStatus = z.output<typeof cityStatus>;
+
+const placementStatus = z.object({
+  name: z.string(),
+  cities: k8s(z.array(cityStatus), {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['city'],
+  }).optional(),
+  ...counts,
+});
+export type PlacementStatus = z.output<typeof placementStatus>;
+
+const workloadStatus = z.object({
+  observedGeneration: z.number().int().optional(),
+  ...counts,
+  placements: k8s(z.array(placementStatus), {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['name'],
+  }).optional(),
+  conditions: conditionsSchema,
+});
+export type WorkloadStatus = z.output<typeof workloadStatus> & { conditions?: Condition[] };
+
+export const Workload = defineCustomResource({
+  group: POLICY_GROUP,
+  version: 'v1alpha1',
+  kind: 'Workload',
+  plural: 'workloads',
+  shortNames: ['wl'],
+  categories: ['berth'],
+  scope: 'Namespaced',
+  spec: workloadSpec,
+  status: workloadStatus,
+  // As `kubectl get deployment`: ready, up to date, available, age (and desired beside ready).
+  printerColumns: [
+    { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+    { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
+    { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
+    conditionColumn('Available', 'Available'),
+    conditionColumn('Reason', 'Available', 'reason'),
+    AGE_COLUMN,
+  ],
+});
+
+export type WorkloadObject = CustomObject<WorkloadSpec, WorkloadStatus>;

@@ -1,0 +1,448 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  cellView,
+  deploymentManifest,
+  deploymentName,
+  FEDERATION_REASONS,
+  rollup,
+  targets,
+  unwanted,
+  workloadKeyOf,
+  type CellView,
+  type DeploymentObject,
+  type Placed,
+  type Target,
+} from '../../../src/federation/decide.ts';
+import {
+  CITY_LABEL,
+  PLACEMENT_LABEL,
+  WORKLOAD_NAME_LABEL,
+  WORKLOAD_NAMESPACE_LABEL,
+  WORKLOAD_UID_LABEL,
+  type WorkloadObject,
+} from '../../../src/federation/types.ts';
+import type { CellObject } from '../../../src/cells/types.ts';
+import type { Condition } from '../../../src/runtime/api/conditions.ts';
+import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
+import { withSeed, type Prng } from '../../helpers/prng.ts';
+
+const HASH = 'abc123';
+
+function workload(placements: [string, string[], number][], name = 'web'): WorkloadObject {
+  return {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'Workload',
+    metadata: { name, namespace: 'shop', uid: 'uid-1', generation: 3 },
+    spec: {
+      template: { containers: [{ name: 'app', image: 'web:1' }] },
+      placements: placements.map(([n, cityCodes, minReplicas]) => ({
+        name: n,
+        cityCodes,
+        scaleSettings: { minReplicas },
+      })),
+    },
+  };
+}
+
+const cell = (name: string, cities: string[], o: Partial<CellView> = {}): CellView => ({
+  name,
+  cities,
+  unschedulable: false,
+  reachable: true,
+  ready: true,
+  listed: true,
+  ...o,
+});
+
+/** A federation WorkloadDeployment in a cell, as the cell's informer shows it. */
+function placed(
+  cellName: string,
+  t: Pick<Target, 'name' | 'city' | 'placement' | 'replicas'>,
+  status?: DeploymentObject['status'],
+  o: { hash?: string; generation?: number } = {},
+): Placed {
+  const generation = o.generation ?? 1;
+  return {
+    cell: cellName,
+    object: {
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'WorkloadDeployment',
+      metadata: {
+        name: t.name,
+        namespace: 'shop',
+        uid: `${cellName}-${t.name}`,
+        generation,
+        labels: {
+          [WORKLOAD_NAMESPACE_LABEL]: 'shop',
+          [WORKLOAD_NAME_LABEL]: 'web',
+          [CITY_LABEL]: t.city,
+          [PLACEMENT_LABEL]: t.placement,
+        },
+      },
+      spec: {
+        workloadRef: { name: 'web', templateHash: o.hash ?? HASH },
+        template: { containers: [{ name: 'app', image: 'web:1' }] },
+        replicas: t.replicas,
+        instanceManagementPolicy: 'OrderedReady',
+        progressDeadlineSeconds: 600,
+      },
+      ...(status ? { status: { observedGeneration: generation, ...status } } : {}),
+    },
+  };
+}
+
+const cond = (type: string, status: 'True' | 'False', reason: string, message = reason): Condition => ({
+  type,
+  status,
+  reason,
+  message,
+  lastTransitionTime: '2026-11-23T04:00:00Z',
+});
+
+const serving = (n: number, ready = n) => ({
+  replicas: n,
+  readyReplicas: ready,
+  updatedReplicas: n,
+  conditions: [
+    cond(
+      'Available',
+      ready >= n ? 'True' : 'False',
+      ready >= n ? 'MinimumReplicasAvailable' : 'Provisioning',
+    ),
+    cond('Progressing', 'True', 'NewTemplateAvailable'),
+  ],
+});
+
+const ALL = new Set(['DFW', 'LHR', 'NRT', 'SIN']);
+
+describe('targets', () => {
+  test('one per placement × city, named <workload>-<placement>-<city>, in the first Ready schedulable cell by name', () => {
+    const w = workload([
+      ['us', ['DFW'], 2],
+      ['eu', ['LHR', 'DFW'], 1],
+    ]);
+    const cells = [
+      cell('dfw-b', ['DFW']),
+      cell('dfw-a', ['DFW'], { unschedulable: true }),
+      cell('dfw-0', ['DFW'], { ready: false, notReady: { reason: 'CrdsMissing', message: 'x' } }),
+      cell('lhr', ['LHR']),
+    ];
+    assert.deepEqual(
+      targets(w, ALL, cells, []).map((t) => [t.name, t.cell, t.replicas]),
+      [
+        ['web-us-dfw', 'dfw-b', 2],
+        ['web-eu-lhr', 'lhr', 1],
+        ['web-eu-dfw', 'dfw-b', 1],
+      ],
+    );
+  });
+
+  test('sticky: it stays in the cell it is in while that cell exists and serves the city, unreachable or cordoned', () => {
+    const w = workload([['us', ['DFW'], 2]]);
+    const t = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 2 };
+    for (const o of [{ reachable: false, ready: false }, { unschedulable: true }, { listed: false }]) {
+      const cells = [cell('a', ['DFW']), cell('b', ['DFW'], o)];
+      assert.equal(targets(w, ALL, cells, [placed('b', t)])[0]!.cell, 'b', JSON.stringify(o));
+    }
+    // The cell no longer serves DFW, or is gone: the first Ready one takes it.
+    assert.equal(targets(w, ALL, [cell('a', ['DFW']), cell('b', ['LHR'])], [placed('b', t)])[0]!.cell, 'a');
+    assert.equal(targets(w, ALL, [cell('a', ['DFW'])], [placed('b', t)])[0]!.cell, 'a');
+  });
+
+  test('no Location, or no Ready schedulable cell: NoMatchingLocation saying why', () => {
+    const w = workload([['ap', ['NRT'], 1]]);
+    assert.deepEqual(targets(w, new Set(['DFW']), [cell('nrt', ['NRT'])], [])[0]!.problem, {
+      reason: 'NoMatchingLocation',
+      message: 'no Location has city code NRT',
+    });
+    assert.deepEqual(
+      targets(
+        w,
+        ALL,
+        [
+          cell('nrt', ['NRT'], { unschedulable: true }),
+          cell('nrt2', ['NRT'], { ready: false, notReady: { reason: 'Unreachable', message: '' } }),
+        ],
+        [],
+      )[0]!.problem,
+      {
+        reason: 'NoMatchingLocation',
+        message: 'no Ready, schedulable cell serves NRT (nrt: cordoned, nrt2: Unreachable)',
+      },
+    );
+    assert.equal(targets(w, ALL, [], [])[0]!.problem?.message, 'no Ready, schedulable cell serves NRT');
+  });
+
+  test('a chosen cell not listed yet waits; a name longer than a DNS label is InvalidName', () => {
+    const w = workload([['us', ['DFW'], 1]]);
+    assert.match(
+      targets(w, ALL, [cell('a', ['DFW'], { listed: false })], [])[0]!.waiting ?? '',
+      /not listed yet/,
+    );
+    const long = workload([['us', ['DFW'], 1]], 'w'.repeat(60));
+    assert.equal(targets(long, ALL, [cell('a', ['DFW'])], [])[0]!.problem?.reason, 'InvalidName');
+  });
+});
+
+test('the manifest: labels naming the upstream owner, the template, replicas, the workload namespace', () => {
+  const w = workload([['us', ['DFW'], 2]]);
+  const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
+  const m = deploymentManifest(w, t!, HASH);
+  assert.equal(m.metadata.name, 'web-us-dfw');
+  assert.equal(m.metadata.namespace, 'shop');
+  assert.deepEqual(m.metadata.labels, {
+    [WORKLOAD_NAMESPACE_LABEL]: 'shop',
+    [WORKLOAD_NAME_LABEL]: 'web',
+    [WORKLOAD_UID_LABEL]: 'uid-1',
+    [PLACEMENT_LABEL]: 'us',
+    [CITY_LABEL]: 'DFW',
+  });
+  assert.deepEqual(m.spec.template, w.spec.template);
+  assert.equal(m.spec.replicas, 2);
+  assert.deepEqual(m.spec.workloadRef, { name: 'web', uid: 'uid-1', templateHash: HASH });
+  assert.equal(workloadKeyOf(m), 'shop/web');
+  assert.equal(workloadKeyOf({ metadata: { labels: {} } }), undefined);
+});
+
+test('unwanted: what no target wants, in listed cells only', () => {
+  const w = workload([['us', ['DFW'], 1]]);
+  const t = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 1 };
+  const old = { name: 'web-eu-lhr', city: 'LHR', placement: 'eu', replicas: 1 };
+  const have = [placed('a', t), placed('b', old), placed('c', old)];
+  const wanted = targets(w, ALL, [cell('a', ['DFW']), cell('b', ['LHR']), cell('c', ['LHR'])], have);
+  assert.deepEqual(
+    unwanted(wanted, have, new Set(['a', 'b'])).map((d) => d.cell),
+    ['b'],
+  );
+});
+
+test('cellView reads Reachable and Ready, with since when it is unreachable', () => {
+  const c: CellObject = {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'Cell',
+    metadata: { name: 'dfw' },
+    spec: {
+      kubeconfigSecretRef: { namespace: 'berth-system', name: 's', key: 'kubeconfig' },
+      locations: ['DFW'],
+      unschedulable: false,
+    },
+    status: {
+      conditions: [cond('Reachable', 'False', 'Unreachable'), cond('Ready', 'False', 'Unreachable', 'gone')],
+    },
+  };
+  assert.deepEqual(cellView(c, true), {
+    name: 'dfw',
+    cities: ['DFW'],
+    unschedulable: false,
+    reachable: false,
+    unreachableSince: '2026-11-23T04:00:00Z',
+    ready: false,
+    notReady: { reason: 'Unreachable', message: 'gone' },
+    listed: true,
+  });
+  assert.equal(cellView({ ...c, status: {} }, false).notReady?.reason, 'NotProbed');
+});
+
+describe('rollup', () => {
+  const w = workload([
+    ['us', ['DFW'], 2],
+    ['eu', ['LHR'], 2],
+  ]);
+  const cells = [cell('dfw', ['DFW']), cell('lhr', ['LHR'])];
+  const us = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 2 };
+  const eu = { name: 'web-eu-lhr', city: 'LHR', placement: 'eu', replicas: 2 };
+  const run = (views: CellView[], have: Placed[]) => {
+    const byName = new Map(views.map((v) => [v.name, v]));
+    const find = (c: string, n: string) =>
+      have.find((d) => d.cell === c && d.object.metadata.name === n)?.object;
+    return rollup(w, targets(w, ALL, views, have), HASH, byName, find, BLOCKING_REASONS);
+  };
+
+  test('every city serving: Available with totals per city, placement and workload; RolledOut', () => {
+    const r = run(cells, [placed('dfw', us, serving(2)), placed('lhr', eu, serving(2))]);
+    assert.equal(r.available.status, 'True');
+    assert.equal(r.progressing.reason, 'RolledOut');
+    assert.deepEqual(
+      { ...r.status, placements: undefined },
+      { replicas: 4, readyReplicas: 4, updatedReplicas: 4, desiredReplicas: 4, placements: undefined },
+    );
+    assert.deepEqual(r.status.placements![1], {
+      name: 'eu',
+      cities: [
+        { city: 'LHR', cell: 'lhr', replicas: 2, readyReplicas: 2, updatedReplicas: 2, desiredReplicas: 2 },
+      ],
+      replicas: 2,
+      readyReplicas: 2,
+      updatedReplicas: 2,
+      desiredReplicas: 2,
+    });
+  });
+
+  test("a cell's counts count only when it observed what was applied", () => {
+    for (const stale of [{ hash: 'old' }, { generation: 2 }]) {
+      const d = placed('dfw', us, serving(2), stale);
+      if (stale.generation) d.object.status!.observedGeneration = 1;
+      const r = run(cells, [d, placed('lhr', eu, serving(2))]);
+      assert.equal(r.status.readyReplicas, 2, JSON.stringify(stale));
+      assert.equal(r.available.reason, 'Provisioning');
+      assert.equal(r.progressing.reason, 'Progressing');
+    }
+  });
+
+  test('an unreachable cell: its last known counts, Available Unknown CellUnreachable since when', () => {
+    const views = [
+      cell('dfw', ['DFW'], { reachable: false, ready: false, unreachableSince: '2026-11-23T04:00:00Z' }),
+      cells[1]!,
+    ];
+    const r = run(views, [placed('dfw', us, serving(2)), placed('lhr', eu, serving(2, 1))]);
+    assert.equal(r.status.readyReplicas, 3);
+    assert.deepEqual(r.available, {
+      status: 'Unknown',
+      reason: 'CellUnreachable',
+      message: 'DFW: cell dfw is unreachable since 2026-11-23T04:00:00Z; last known counts',
+    });
+  });
+
+  test("the worst reason first: federation's own, then the cells' in part 1's order", () => {
+    const imageless = serving(2, 1);
+    imageless.conditions[0] = cond('Available', 'False', 'ImageUnavailable', '1 of 2 available');
+    const quota = serving(2, 1);
+    quota.conditions[0] = cond('Available', 'False', 'QuotaExceeded');
+    assert.equal(
+      run(cells, [placed('dfw', us, quota), placed('lhr', eu, imageless)]).available.reason,
+      'ImageUnavailable',
+    );
+    const r = run([cells[0]!], [placed('dfw', us, quota)]);
+    assert.equal(r.available.reason, 'NoMatchingLocation');
+    assert.equal(r.available.status, 'False');
+    const stuck = serving(2, 1);
+    stuck.conditions[1] = cond('Progressing', 'False', 'ProgressDeadlineExceeded', 'web-1 not Ready');
+    assert.deepEqual(run(cells, [placed('dfw', us, stuck), placed('lhr', eu, serving(2))]).progressing, {
+      status: 'False',
+      reason: 'ProgressDeadlineExceeded',
+      message: 'DFW: web-1 not Ready',
+    });
+  });
+});
+
+/** Random cells, placements and existing deployments, within a handful of cities. */
+function scenario(r: Prng) {
+  const cityCodes = ['DFW', 'LHR', 'NRT', 'SIN'];
+  const cells: CellView[] = Array.from({ length: r.int(6) }, (_, i) => {
+    const ready = r.chance(0.6);
+    return cell(
+      `c${r.int(9)}${i}`,
+      cityCodes.filter(() => r.chance(0.4)),
+      {
+        ready,
+        reachable: ready || r.chance(0.5),
+        unschedulable: r.chance(0.2),
+        listed: r.chance(0.85),
+        ...(ready ? {} : { notReady: { reason: 'Unreachable', message: '' } }),
+      },
+    );
+  });
+  const w = workload(
+    Array.from({ length: 1 + r.int(3) }, (_, i) => [
+      `p${i}`,
+      cityCodes
+        .filter(() => r.chance(0.5))
+        .slice(0, 3)
+        .concat(r.chance(0.2) ? ['AMS'] : []),
+      r.int(4),
+    ]),
+  );
+  const locations = new Set(cityCodes.filter(() => r.chance(0.9)));
+  const have: Placed[] = [];
+  for (const p of w.spec.placements)
+    for (const city of p.cityCodes)
+      if (r.chance(0.5)) {
+        const where = r.chance(0.8) && cells.length ? r.pick(cells).name : 'gone-cell';
+        const t = {
+          name: deploymentName('web', p.name, city),
+          city,
+          placement: p.name,
+          replicas: p.scaleSettings.minReplicas,
+        };
+        have.push(placed(where, t, r.chance(0.7) ? serving(t.replicas, r.int(t.replicas + 1)) : undefined));
+      }
+  return { cells, w, locations, have };
+}
+
+test('generated: 3,000 scenarios keep the placement rules, and the rollup adds up', () =>
+  withSeed('federation scenarios', (r) => {
+    let sticky = 0;
+    let fresh = 0;
+    let none = 0;
+    for (let i = 0; i < 3000; i++) {
+      const { cells, w, locations, have } = scenario(r);
+      const ts = targets(w, locations, cells, have);
+      // One per placement × city.
+      assert.deepEqual(
+        ts.map((t) => `${t.placement}/${t.city}`),
+        w.spec.placements.flatMap((p) => p.cityCodes.map((c) => `${p.name}/${c}`)),
+      );
+      for (const t of ts) {
+        const servingCells = cells
+          .filter((c) => c.cities.includes(t.city))
+          .sort((a, b) => (a.name < b.name ? -1 : 1));
+        const stay = have.find(
+          (d) => d.object.metadata.name === t.name && servingCells.some((c) => c.name === d.cell),
+        );
+        if (stay) {
+          sticky++;
+          assert.equal(t.cell, stay.cell, 'a deployment stays in a cell that exists and serves the city');
+        } else if (t.cell) {
+          fresh++;
+          const first = servingCells.find((c) => c.ready && !c.unschedulable);
+          assert.equal(t.cell, first?.name, 'the first Ready, schedulable cell by name');
+          assert.ok(locations.has(t.city), 'a new placement needs a Location');
+          assert.equal(t.waiting !== undefined, !first!.listed);
+        } else {
+          none++;
+          assert.equal(t.problem?.reason, 'NoMatchingLocation');
+          assert.ok(!locations.has(t.city) || !servingCells.some((c) => c.ready && !c.unschedulable));
+        }
+      }
+      const listed = new Set(cells.filter((c) => c.listed).map((c) => c.name));
+      const gone = unwanted(ts, have, listed);
+      for (const d of gone) {
+        assert.ok(listed.has(d.cell), 'nothing is deleted in a cell not listed');
+        assert.ok(
+          !ts.some((t) => t.cell === d.cell && t.name === d.object.metadata.name),
+          'a wanted one is never deleted',
+        );
+      }
+      // Everything in a listed cell is either wanted or unwanted.
+      assert.equal(
+        have.filter((d) => listed.has(d.cell)).length,
+        gone.length +
+          have.filter(
+            (d) =>
+              listed.has(d.cell) && ts.some((t) => t.cell === d.cell && t.name === d.object.metadata.name),
+          ).length,
+      );
+
+      const views = new Map(cells.map((c) => [c.name, c]));
+      const find = (c: string, n: string) =>
+        have.find((d) => d.cell === c && d.object.metadata.name === n)?.object;
+      const ru = rollup(w, ts, HASH, views, find, BLOCKING_REASONS);
+      const cities = ru.status.placements!.flatMap((p) => p.cities!);
+      for (const k of ['replicas', 'readyReplicas', 'updatedReplicas', 'desiredReplicas'] as const)
+        assert.equal(
+          ru.status[k],
+          cities.reduce((n, c) => n + c[k]!, 0),
+          k,
+        );
+      const reasons = cities.flatMap((c) => c.reason ?? []);
+      assert.equal(ru.available.status === 'True', reasons.length === 0);
+      if (reasons.length) {
+        const fed = FEDERATION_REASONS.filter((f) => reasons.includes(f));
+        if (fed.length) assert.equal(ru.available.reason, fed[0]);
+        assert.equal(ru.available.status === 'Unknown', ru.available.reason === 'CellUnreachable');
+      }
+    }
+    // The generator reaches every branch.
+    assert.ok(sticky > 300 && fresh > 300 && none > 300, `sticky ${sticky}, fresh ${fresh}, none ${none}`);
+  }));
