@@ -178,7 +178,7 @@ export class Manager implements ClusterSet {
     this.log.info({ cluster: name }, 'cluster disengaged');
   }
 
-  /** Every engaged cluster's informers created before it started have listed once: what /readyz reports. */
+  /** Every engaged cluster's informers created before it started have listed once. */
   hasSynced(): boolean {
     return this.unsynced().length === 0;
   }
@@ -226,17 +226,22 @@ export class Manager implements ClusterSet {
     const health = await serve(this.opts.healthBindAddress ?? '127.0.0.1:8081', 'health', {
       '/healthz': async () => ({ status: 200, body: 'ok\n' }),
       // A missing CRD idles only what reads it; what can work does, so readiness stays but says so.
+      // So does a cluster a provider engaged whose caches have not synced (a cell that does not
+      // answer): its controllers wait for it, and one unreachable cell must not take a ready Berth
+      // out of its Service or stall its rollout. Only the local cluster's caches decide readiness.
       '/readyz': async () => {
-        const notes = this.missingCrds()
+        const unsynced = this.unsynced();
+        const notes = [
+          ...this.missingCrds(),
+          ...unsynced
+            .filter((c) => c !== localCluster)
+            .map((c) => `cluster ${c}: informer caches have not synced; its controllers wait for it`),
+        ]
           .map((m) => `warning: ${m}\n`)
           .join('');
-        const unsynced = this.unsynced();
-        return unsynced.length === 0
-          ? { status: 200, body: `ok\n${notes}` }
-          : {
-              status: 503,
-              body: `informer caches have not synced (cluster ${unsynced.join(', ')})\n${notes}`,
-            };
+        return unsynced.includes(localCluster)
+          ? { status: 503, body: `informer caches have not synced (cluster ${localCluster})\n${notes}` }
+          : { status: 200, body: `ok\n${notes}` };
       },
     });
     for (const s of [metrics, health]) if (s) this.servers.push(s);
