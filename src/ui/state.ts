@@ -22,6 +22,7 @@ import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
 import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
 import { Cell, Location } from '../cells/types.ts';
+import { Workload } from '../federation/types.ts';
 import {
   cityRows,
   heldPods,
@@ -149,7 +150,7 @@ export class UiState {
       const sections: Section[] =
         cr === WorkloadDeployment || cr === Instance
           ? ['workloads', 'policies', 'pods']
-          : cr === Cell || cr === Location
+          : cr === Cell || cr === Location || cr === Workload
             ? ['workloads', 'policies']
             : ['policies', 'nodes', 'pods'];
       on(
@@ -306,7 +307,7 @@ export class UiState {
     const list = (cr: CustomResource) => this.kinds.find((k) => k.cr === cr)?.informer.list() ?? [];
     return {
       workloads,
-      cities: cityRows(list(Cell), list(Location)),
+      cities: cityRows(list(Cell), list(Location), list(Workload)),
       localInstances: this.instances?.size ?? 0,
     };
   }

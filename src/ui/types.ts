@@ -130,6 +130,20 @@ export interface CellRow {
   cordoned: boolean;
   serverVersion: string;
   lastContactTime: string;
+  /** The federated Workloads placed in this cell, with the cell's counts for each. */
+  workloads: CellWorkload[];
+}
+
+/** A Workload's share in one cell, as the Workload's status reports it. */
+export interface CellWorkload {
+  namespace: string;
+  name: string;
+  placement: string;
+  city: string;
+  ready: number;
+  desired: number;
+  /** Why the city is not available, when it is not. */
+  reason: string;
 }
 
 /** A city and the cells that serve it (a cell serving several cities is under each). */

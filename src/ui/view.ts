@@ -11,6 +11,7 @@ import { isBerthManager, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type {
   CellRow,
+  CellWorkload,
   CityRow,
   ConditionView,
   Derived,
@@ -264,7 +265,44 @@ interface LocationLike extends KubeObject {
   spec?: { cityCode?: string; topology?: { region?: string; zone?: string }; class?: string };
 }
 
-export function cellRow(obj: KubeObject): CellRow {
+interface WorkloadLike extends KubeObject {
+  status?: {
+    placements?: {
+      name: string;
+      cities?: {
+        city: string;
+        cell?: string;
+        readyReplicas?: number;
+        desiredReplicas?: number;
+        reason?: string;
+      }[];
+    }[];
+  };
+}
+
+/** Each federated Workload's share per cell, from the Workloads' status: cell name → shares. */
+export function workloadsByCell(workloads: KubeObject[]): Map<string, CellWorkload[]> {
+  const out = new Map<string, CellWorkload[]>();
+  for (const w of workloads as WorkloadLike[])
+    for (const p of w.status?.placements ?? [])
+      for (const c of p.cities ?? []) {
+        if (!c.cell) continue;
+        const shares = out.get(c.cell) ?? [];
+        shares.push({
+          namespace: w.metadata?.namespace ?? '',
+          name: w.metadata?.name ?? '',
+          placement: p.name,
+          city: c.city,
+          ready: c.readyReplicas ?? 0,
+          desired: c.desiredReplicas ?? 0,
+          reason: c.reason ?? '',
+        });
+        out.set(c.cell, shares);
+      }
+  return out;
+}
+
+export function cellRow(obj: KubeObject, workloads: CellWorkload[] = []): CellRow {
   const o = obj as CellLike;
   return {
     name: o.metadata?.name ?? '',
@@ -273,14 +311,21 @@ export function cellRow(obj: KubeObject): CellRow {
     cordoned: o.spec?.unschedulable === true,
     serverVersion: o.status?.serverVersion ?? '',
     lastContactTime: o.status?.lastContactTime ?? '',
+    workloads,
   };
 }
 
 /**
  * The map of cells by city: every city a Cell or a Location names, sorted by code, with its
- * Locations and the cells serving it; cells that name no city last, under ''.
+ * Locations and the cells serving it, each with the Workloads it runs for that city; cells that
+ * name no city last, under ''.
  */
-export function cityRows(cells: KubeObject[], locations: KubeObject[]): CityRow[] {
+export function cityRows(
+  cells: KubeObject[],
+  locations: KubeObject[],
+  workloads: KubeObject[] = [],
+): CityRow[] {
+  const shares = workloadsByCell(workloads);
   const cities = new Map<string, CityRow>();
   const city = (code: string) => {
     let c = cities.get(code);
@@ -297,7 +342,9 @@ export function cityRows(cells: KubeObject[], locations: KubeObject[]): CityRow[
   }
   for (const c of cells as CellLike[]) {
     const codes = c.spec?.locations?.length ? c.spec.locations : [''];
-    for (const code of codes) city(code).cells.push(cellRow(c));
+    const mine = shares.get(c.metadata?.name ?? '') ?? [];
+    for (const code of codes)
+      city(code).cells.push(cellRow(c, code ? mine.filter((w) => w.city === code) : mine));
   }
   const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : 1);
   for (const c of cities.values()) {

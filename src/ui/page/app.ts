@@ -232,6 +232,13 @@ async function loadWorkloads(): Promise<void> {
           x.ready === 'True' ? undefined : 'held',
           el('span', 'object', x.name),
           ` ${{ True: 'reachable', False: 'unreachable' }[x.reachable] ?? 'not probed yet'}, ${x.ready === 'True' ? 'Ready' : `not Ready: ${x.reason}${x.message ? ` (${x.message})` : ''}`}${x.cordoned ? ', cordoned' : ''}${x.serverVersion ? `, ${x.serverVersion}` : ''}`,
+          ...x.workloads.map((w) =>
+            el(
+              'div',
+              w.reason ? 'held' : 'note',
+              `Workload ${w.namespace}/${w.name} (${w.placement}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
+            ),
+          ),
         ),
       ),
     ),

@@ -365,6 +365,42 @@ test('cityRows: cells by city with their Locations, a cell of two cities under b
   assert.equal(dfwB.serverVersion, 'v1.35.4');
   assert.equal(rows[3]!.cells[0]!.cordoned, true);
   assert.deepEqual(cityRows([], []), []);
+
+  // A federated Workload's share in each cell, per city: a cell of two cities shows each city's own.
+  const workload = {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'Workload',
+    metadata: { name: 'web', namespace: 'shop' },
+    status: {
+      placements: [
+        {
+          name: 'us',
+          cities: [
+            { city: 'DFW', cell: 'dfw-a', readyReplicas: 2, desiredReplicas: 3, reason: 'Provisioning' },
+            { city: 'LHR', cell: 'dfw-a', readyReplicas: 1, desiredReplicas: 1 },
+            { city: 'NRT', reason: 'NoMatchingLocation' },
+          ],
+        },
+      ],
+    },
+  };
+  const placed = cityRows(
+    [cellObj('dfw-a', ['DFW', 'LHR'], [cond('Ready', 'True', 'Ready')])],
+    [],
+    [workload],
+  );
+  assert.deepEqual(
+    placed.map((c) => [
+      c.city,
+      c.cells.map((x) =>
+        x.workloads.map((w) => `${w.namespace}/${w.name} ${w.placement} ${w.ready}/${w.desired} ${w.reason}`),
+      ),
+    ]),
+    [
+      ['DFW', [['shop/web us 2/3 Provisioning']]],
+      ['LHR', [['shop/web us 1/1 ']]],
+    ],
+  );
 });
 
 test('hostAllowed: localhost and IP addresses, and the names allowed; others are refused (DNS rebinding)', () => {
