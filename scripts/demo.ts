@@ -343,7 +343,7 @@ async function workloads(): Promise<Summary> {
       ...instances.map((i) => `instance ${i} Ready, its pod on ${pods.get(i) ? nodeOf(pods.get(i)!) : '?'}`),
       `granted by Quota budget: ${used?.instances} of ${budget.instances} instances, ` +
         `${used?.cpu} of ${budget.cpu} vCPU, ${used?.memory} of ${budget.memory}`,
-      'two cities: the fan-out of a workload to cells in two cities arrives with federation (issue 14); not shown yet',
+      'two cities: a Workload fanned out to cells in two cities needs a management plane and its cells (README, Federation); the demo does not start them yet',
     ],
   };
 }
