@@ -1,8 +1,9 @@
 // The page's data, read from the manager's informer caches only: the nodes and pods informers the
 // capabilities share (same transforms, so the same informers), one per kind of policy, and one of
-// Warning events. A change marks its section dirty; listeners hear of the dirty sections at most
-// every `coalesceMs`, and only of those whose snapshot really changed (a node's heartbeat changes
-// nothing the page shows).
+// Warning events. A change marks its section dirty; listeners hear of the dirty sections at once
+// when the last announcement is `coalesceMs` old, else when it will be (so a burst is announced at
+// most every `coalesceMs`, and a lone change without waiting), and only of the sections whose
+// snapshot really changed (a node's heartbeat changes nothing the page shows).
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
@@ -93,6 +94,8 @@ export class UiState {
   /** The JSON each section was last announced with: a section is announced only when it changes. */
   private readonly announced = new Map<Section, string>();
   private timer: NodeJS.Timeout | undefined;
+  /** When listeners were last told (0: never). */
+  private flushedAt = 0;
   /** The node rows, until a change that may alter one. */
   private rows: NodeRow[] | undefined;
   /** Bumped by a change that may alter every row (a gate, a rule, a pod while gates exist). */
@@ -182,11 +185,13 @@ export class UiState {
   private mark(sections: Section[]): void {
     for (const s of sections) this.dirty.add(s);
     if (sections.includes('nodes')) this.rows = undefined;
-    this.timer ??= setTimeout(() => this.flush(), this.coalesceMs);
+    // A timer of 0 still gathers the changes of this turn of the event loop into one announcement.
+    this.timer ??= setTimeout(() => this.flush(), Math.max(0, this.flushedAt + this.coalesceMs - Date.now()));
   }
 
   private flush(): void {
     this.timer = undefined;
+    this.flushedAt = Date.now();
     const changed: Section[] = [];
     for (const s of this.dirty) {
       if (s === 'nodes') {
