@@ -2,10 +2,11 @@
 // Starts (or reuses) a sandbox with the sample nodes and its registry, installs the CRDs, runs
 // `berth run` as a user installs it, and then shows each capability as a step: derived labels, a
 // startup gate holding new nodes, an agent label following a workload, an arm64-only image placed
-// on arm64 nodes, and a WorkloadDeployment running as instances. Each step applies its file under
+// on arm64 nodes, a WorkloadDeployment running as instances, and a Workload placed in two cities (two
+// more sandboxes as its cells, this one their management plane). Each step applies its file under
 // examples/ and prints what was done, what Berth did, and how long it took. `--once` exits when
 // every step has been seen (CI); otherwise the derived labels stay live until Ctrl-C.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -13,7 +14,9 @@ import { parseAllDocuments } from 'yaml';
 import { AgentPlacement } from '../src/agents/types.ts';
 import type { ArchPod } from '../src/arch/decide.ts';
 import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../src/arch/types.ts';
+import { cellsCommand } from '../src/cells/cli.ts';
 import { installCrds } from '../src/cli/install.ts';
+import { Workload, type WorkloadObject } from '../src/federation/types.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
 import { rbacManifests } from '../src/manifests.ts';
@@ -61,6 +64,7 @@ const KINDS: ResourceRef[] = [
   InstanceType.ref,
   Quota.ref,
   WorkloadDeployment.ref,
+  Workload.ref,
 ];
 const say = (s: string) => process.stdout.write(`${s}\n`);
 const clock = (ms = Date.now()) => new Date(ms).toISOString().slice(11, 23);
@@ -99,25 +103,15 @@ say('== running berth with the example rule files (examples/labels/)');
 // As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints,
 // with default flags but for its addresses and the CA of the sandbox registry (which Berth reads
 // images from for architecture-aware placement).
-const kubeconfig = await sb.mintServiceAccount(rbacManifests());
-const [metricsPort, healthPort, uiPort, webhookPort] = await freePorts(4);
-const berth = spawn(
-  process.execPath,
-  [
-    join(root, 'src/cli/main.ts'),
-    'run',
-    `--kubeconfig=${kubeconfig}`,
-    `--label-dir=${join(examples, 'labels')}`,
-    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-    `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-    `--webhook-bind-address=127.0.0.1:${webhookPort}`,
-    `--ui-bind-address=127.0.0.1:${uiPort}`,
-    `--arch-registry-ca=${registry.caPath}`,
-    '--log-level=warn',
-  ],
-  { stdio: ['ignore', 'inherit', 'inherit'] },
-);
+const [uiPort, mgmtUiPort] = await freePorts(2);
+const berth = await runBerth(sb, [
+  `--label-dir=${join(examples, 'labels')}`,
+  `--ui-bind-address=127.0.0.1:${uiPort}`,
+  `--arch-registry-ca=${registry.caPath}`,
+]);
 say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
+/** The cells' Berths and the management plane's, once step 6 starts them. */
+const moreBerths: ChildProcess[] = [];
 
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
 nodes.start();
@@ -343,12 +337,94 @@ async function workloads(): Promise<Summary> {
       ...instances.map((i) => `instance ${i} Ready, its pod on ${pods.get(i) ? nodeOf(pods.get(i)!) : '?'}`),
       `granted by Quota budget: ${used?.instances} of ${budget.instances} instances, ` +
         `${used?.cpu} of ${budget.cpu} vCPU, ${used?.memory} of ${budget.memory}`,
-      'two cities: a Workload fanned out to cells in two cities needs a management plane and its cells (README, Federation); the demo does not start them yet',
     ],
   };
 }
 
-// --- shared: applying examples, the label table, running a step --------------------------------
+async function federation(): Promise<Summary> {
+  // Two more control planes side by side, each a cell with its own Berth running the workloads
+  // controllers (so a cell keeps its instances running on its own); this sandbox is their
+  // management plane, where a second Berth runs the cells and federation controllers.
+  const cities = { DFW: 'dfw', LHR: 'lhr' } as const;
+  const did: string[] = [];
+  for (const [city, suffix] of Object.entries(cities)) {
+    const cell = new Sandbox(`${values.sandbox}-${suffix}`);
+    say(`   starting sandbox "${cell.name}" as the cell of ${city}`);
+    await cell.up({ nodes: [{ prefix: `${suffix}-node`, count: 2 }] });
+    const c = cell.client();
+    await installCrds(c);
+    c.close();
+    moreBerths.push(await runBerth(cell, ['--controllers=workloads', '--ui-bind-address=0']));
+    // As a user joins a cell: its kubeconfig kept in a Secret here, its Location made, its Cell made.
+    await cellsCommand().parseAsync(
+      [
+        'join',
+        suffix,
+        `--kubeconfig=${cell.kubeconfigPath}`,
+        `--location=${city}`,
+        `--management-kubeconfig=${sb.kubeconfigPath}`,
+      ],
+      { from: 'user' },
+    );
+    did.push(
+      `started sandbox ${cell.name} and joined it as cell ${suffix} (berth cells join --location=${city})`,
+    );
+  }
+  moreBerths.push(
+    await runBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`]),
+  );
+  say(`   the management plane's page: http://127.0.0.1:${mgmtUiPort}/ (cells by city, workloads in them)`);
+  await applyExample('federation/web.yaml');
+  const w = await until('Workload web Ready in both cities', async () => {
+    const w = await client.get<WorkloadObject>(Workload.ref, 'web', NS);
+    const s = w.status;
+    return (
+      s?.observedGeneration === w.metadata.generation &&
+      (s?.desiredReplicas ?? 0) > 0 &&
+      s?.readyReplicas === s?.desiredReplicas &&
+      hasCondition(w, 'Available') &&
+      w
+    );
+  });
+  const places = (w.status?.placements ?? []).flatMap((p) =>
+    (p.cities ?? []).map(
+      (c) =>
+        `placement ${p.name}: ${c.city} in cell ${c.cell ?? '-'}, ${c.readyReplicas ?? 0} of ${c.desiredReplicas ?? 0} instances Ready`,
+    ),
+  );
+  return {
+    did: [...did, 'applied examples/federation/web.yaml (Workload web: placement us in DFW, eu in LHR)'],
+    berth: [
+      ...places,
+      `Workload web: ${w.status?.readyReplicas} of ${w.status?.desiredReplicas} Ready in total, Available`,
+    ],
+  };
+}
+
+// --- shared: running Berth, applying examples, the label table, running a step -----------------
+
+/**
+ * Runs `berth run` on a sandbox as a user installs it: under its ServiceAccount, bound only to the
+ * roles `berth manifests` prints, with default flags but for free addresses and `args`.
+ */
+async function runBerth(on: Sandbox, args: string[]): Promise<ChildProcess> {
+  const kubeconfig = await on.mintServiceAccount(rbacManifests());
+  const [metricsPort, healthPort, webhookPort] = await freePorts(3);
+  return spawn(
+    process.execPath,
+    [
+      join(root, 'src/cli/main.ts'),
+      'run',
+      `--kubeconfig=${kubeconfig}`,
+      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+      `--webhook-bind-address=127.0.0.1:${webhookPort}`,
+      '--log-level=warn',
+      ...args,
+    ],
+    { stdio: ['ignore', 'inherit', 'inherit'] },
+  );
+}
 
 /** Applies every object of a file under examples/ (server-side apply, as `kubectl apply --server-side`). */
 async function applyExample(file: string): Promise<void> {
@@ -403,11 +479,19 @@ let stopping = false;
 async function stop(code: number): Promise<void> {
   if (stopping) return;
   stopping = true;
-  berth.kill('SIGTERM');
-  if (berth.exitCode === null) await new Promise((r) => berth.once('exit', r));
+  for (const b of [berth, ...moreBerths]) {
+    b.kill('SIGTERM');
+    if (b.exitCode === null) await new Promise((r) => b.once('exit', r));
+  }
   await nodes.stop();
   client.close();
-  say(`\nberth stopped; the sandbox keeps running: npx berth sandbox down --name ${values.sandbox}`);
+  const names = [
+    values.sandbox,
+    ...(moreBerths.length ? [`${values.sandbox}-dfw`, `${values.sandbox}-lhr`] : []),
+  ];
+  say(
+    `\nberth stopped; the sandboxes keep running: ${names.map((n) => `npx berth sandbox down --name ${n}`).join('; ')}`,
+  );
   process.exit(code);
 }
 
@@ -423,6 +507,7 @@ await step(2, 'a startup gate holds new nodes until their init pods are Ready', 
 await step(3, 'an agent label follows a workload', agentFollows);
 await step(4, 'architecture-aware placement of an arm64-only image', archAware);
 await step(5, 'a WorkloadDeployment runs as instances under a quota', workloads);
+await step(6, 'a Workload placed in two cities, each a cell of its own', federation);
 
 if (values.once) {
   say('\nevery step seen');

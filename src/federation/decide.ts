@@ -36,6 +36,8 @@ export interface CellView {
   ready: boolean;
   /** Ready's reason and message when it is not Ready. */
   notReady?: { reason: string; message: string };
+  /** Not probed to an answer yet (Ready absent or Unknown): it may be Ready in a moment. */
+  probing: boolean;
   /** Its WorkloadDeployments are in the cache (the cell is engaged and its informer has listed). */
   listed: boolean;
 }
@@ -52,6 +54,7 @@ export function cellView(cell: CellObject, listed: boolean): CellView {
     reachable: reachable?.status !== 'False',
     ...(reachable?.status === 'False' ? { unreachableSince: reachable.lastTransitionTime } : {}),
     ready: ready?.status === 'True',
+    probing: !ready || ready.status === 'Unknown',
     ...(ready && ready.status !== 'True'
       ? { notReady: { reason: ready.reason, message: ready.message } }
       : !ready
@@ -69,7 +72,7 @@ export interface Placed {
 
 /** Why a placement × city has no cell (or cannot have a WorkloadDeployment). */
 export interface Problem {
-  reason: 'InvalidName' | 'NoMatchingLocation';
+  reason: 'InvalidName' | 'NoMatchingLocation' | 'CellNotReady';
   message: string;
 }
 
@@ -102,7 +105,8 @@ export function workloadKeyOf(d: KubeObject): string | undefined {
 /**
  * Where each placement × city runs: in the cell its WorkloadDeployment is in while that cell exists
  * and serves the city (an unreachable or cordoned cell keeps it: failover is opt-in), else in the
- * first Ready, schedulable cell of the city by name; none, or no Location of the city: NoMatchingLocation.
+ * first Ready, schedulable cell of the city by name; none, or no Location of the city: NoMatchingLocation
+ * (CellNotReady while a cell of the city has not answered its first probe).
  */
 export function targets(
   w: WorkloadObject,
@@ -135,8 +139,16 @@ export function targets(
       const chosen = sticky
         ? serving.find((c) => c.name === sticky.cell)
         : serving.find((c) => c.ready && !c.unschedulable);
+      const probing = serving.filter((c) => c.probing && !c.unschedulable);
       if (!locations.has(city) && !sticky)
         t.problem = { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
+      // A cell not probed to an answer yet (a cell just joined, Berth just started) may be Ready in a
+      // moment: a wait, not something the user must fix.
+      else if (!chosen && probing.length)
+        t.problem = {
+          reason: 'CellNotReady',
+          message: `waiting for the first probe of ${probing.map((c) => `cell ${c.name}`).join(', ')}, which serves ${city}`,
+        };
       else if (!chosen)
         t.problem = {
           reason: 'NoMatchingLocation',

@@ -11,12 +11,14 @@ import { after, before, describe, test } from 'node:test';
 import { STATE_LABEL } from '../../src/arch/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import { WorkloadDeployment } from '../../src/workloads/types.ts';
 
 const name = `demo-${randomBytes(3).toString('hex')}`;
 const demo = (...args: string[]) =>
   spawnSync(process.execPath, ['scripts/demo.ts', '--once', `--sandbox=${name}`, ...args], {
     encoding: 'utf8',
-    timeout: 180_000,
+    // Three control planes start in it (the demo's and its two cells).
+    timeout: 300_000,
     env: { ...process.env, BERTH_LOG_LEVEL: 'warn' },
   });
 /** The demo's sandbox, for its clients (its kubeconfig); its state is read again to tear it down. */
@@ -29,9 +31,12 @@ before(() => {
   out = r.stdout;
 });
 
+/** The cells step 6 starts beside the demo's sandbox. */
+const cells = { DFW: `${name}-dfw`, LHR: `${name}-lhr` };
+
 after(async () => {
-  // A Sandbox reads its state when made: this one is made now, after the demo started the processes.
-  await new Sandbox(name).destroy();
+  // A Sandbox reads its state when made: these are made now, after the demo started the processes.
+  for (const n of [name, ...Object.values(cells)]) await new Sandbox(n).destroy();
 });
 
 /** The summary lines of step `n`, from its header to the next step's. */
@@ -58,8 +63,9 @@ const taints = (n: KubeObject) =>
   ((n['spec'] as { taints?: { key: string }[] }).taints ?? []).map((t) => t.key);
 
 describe('npm run demo --once', () => {
-  test('prints the page URL once and says every step was seen', () => {
-    assert.equal(out.match(/http:\/\/127\.0\.0\.1:\d+\//g)?.length, 1, out);
+  test("prints the page's URL and the management plane's, once each, and says every step was seen", () => {
+    assert.equal(out.match(/ the page: http:\/\/127\.0\.0\.1:\d+\//g)?.length, 1, out);
+    assert.equal(out.match(/ the management plane's page: http:\/\/127\.0\.0\.1:\d+\//g)?.length, 1, out);
     assert.match(out, /\nevery step seen\n/);
   });
 
@@ -130,15 +136,38 @@ describe('npm run demo --once', () => {
     assert.equal((await node(ran)).metadata?.labels?.['kubernetes.io/arch'], 'arm64');
   });
 
-  test('step 5: the WorkloadDeployment runs three Ready instances within its Quota; federation is said to come later', () => {
+  test('step 5: the WorkloadDeployment runs three Ready instances within its Quota', () => {
     const s = summary(5);
     for (const i of ['hello-0', 'hello-1', 'hello-2'])
       assert.match(s, new RegExp(`instance ${i} Ready, its pod on [a-z][\\w.-]*`));
     assert.match(s, /granted by Quota budget: 3 of 4 instances, 1500m of 2 vCPU, 1536Mi of 2Gi/);
-    assert.match(
-      s,
-      /two cities: .* needs a management plane and its cells \(README, Federation\); the demo does not start them yet/,
-    );
+  });
+
+  test('step 6: the Workload runs in both cities, each in its own cell, and the cells hold exactly its WorkloadDeployments', async () => {
+    const s = summary(6);
+    assert.match(s, /joined it as cell dfw \(berth cells join --location=DFW\)/);
+    assert.match(s, /joined it as cell lhr \(berth cells join --location=LHR\)/);
+    assert.match(s, /placement us: DFW in cell dfw, 2 of 2 instances Ready/);
+    assert.match(s, /placement eu: LHR in cell lhr, 1 of 1 instances Ready/);
+    assert.match(s, /Workload web: 3 of 3 Ready in total, Available/);
+    for (const [city, sandboxName] of Object.entries(cells)) {
+      const client = new Sandbox(sandboxName).client();
+      try {
+        const wds = (
+          await client.list<KubeObject & { status?: { readyReplicas?: number } }>(WorkloadDeployment.ref, {
+            namespace: 'berth-demo',
+          })
+        ).items;
+        const want = city === 'DFW' ? ['web-us-dfw', 2] : ['web-eu-lhr', 1];
+        assert.deepEqual(
+          wds.map((d) => [d.metadata?.name, d.status?.readyReplicas]),
+          [want],
+          `the WorkloadDeployments of the ${city} cell`,
+        );
+      } finally {
+        client.close();
+      }
+    }
   });
 
   // Last: it cordons the arm64 nodes.

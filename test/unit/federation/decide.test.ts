@@ -51,6 +51,7 @@ const cell = (name: string, cities: string[], o: Partial<CellView> = {}): CellVi
   unschedulable: false,
   reachable: true,
   ready: true,
+  probing: false,
   listed: true,
   ...o,
 });
@@ -174,6 +175,26 @@ describe('targets', () => {
     assert.equal(targets(w, ALL, [], [])[0]!.problem?.message, 'no Ready, schedulable cell serves NRT');
   });
 
+  test('a cell of the city not probed to an answer yet: CellNotReady, a wait rather than something to fix', () => {
+    const w = workload([['ap', ['NRT'], 1]]);
+    const probing = cell('nrt', ['NRT'], {
+      ready: false,
+      probing: true,
+      notReady: { reason: 'NotProbed', message: 'not probed yet' },
+    });
+    assert.deepEqual(targets(w, ALL, [probing], [])[0]!.problem, {
+      reason: 'CellNotReady',
+      message: 'waiting for the first probe of cell nrt, which serves NRT',
+    });
+    // Cordoned, it would not take the workload once probed either.
+    assert.equal(
+      targets(w, ALL, [{ ...probing, unschedulable: true }], [])[0]!.problem?.reason,
+      'NoMatchingLocation',
+    );
+    // No Location of the city is for the user to fix, probed or not.
+    assert.equal(targets(w, new Set(['DFW']), [probing], [])[0]!.problem?.reason, 'NoMatchingLocation');
+  });
+
   test('a chosen cell not listed yet waits; a name longer than a DNS label is InvalidName', () => {
     const w = workload([['us', ['DFW'], 1]]);
     assert.match(
@@ -239,9 +260,12 @@ test('cellView reads Reachable and Ready, with since when it is unreachable', ()
     unreachableSince: '2026-11-23T04:00:00Z',
     ready: false,
     notReady: { reason: 'Unreachable', message: 'gone' },
+    probing: false,
     listed: true,
   });
-  assert.equal(cellView({ ...c, status: {} }, false).notReady?.reason, 'NotProbed');
+  const unprobed = cellView({ ...c, status: {} }, false);
+  assert.equal(unprobed.notReady?.reason, 'NotProbed');
+  assert.equal(unprobed.probing, true);
 });
 
 describe('rollup', () => {
@@ -331,15 +355,17 @@ function scenario(r: Prng) {
   const cityCodes = ['DFW', 'LHR', 'NRT', 'SIN'];
   const cells: CellView[] = Array.from({ length: r.int(6) }, (_, i) => {
     const ready = r.chance(0.6);
+    const probing = !ready && r.chance(0.3);
     return cell(
       `c${r.int(9)}${i}`,
       cityCodes.filter(() => r.chance(0.4)),
       {
         ready,
-        reachable: ready || r.chance(0.5),
+        probing,
+        reachable: ready || probing || r.chance(0.5),
         unschedulable: r.chance(0.2),
         listed: r.chance(0.85),
-        ...(ready ? {} : { notReady: { reason: 'Unreachable', message: '' } }),
+        ...(ready ? {} : { notReady: { reason: probing ? 'NotProbed' : 'Unreachable', message: '' } }),
       },
     );
   });
@@ -401,7 +427,9 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
           assert.equal(t.waiting !== undefined, !first!.listed);
         } else {
           none++;
-          assert.equal(t.problem?.reason, 'NoMatchingLocation');
+          const waitForProbe =
+            locations.has(t.city) && servingCells.some((c) => c.probing && !c.unschedulable);
+          assert.equal(t.problem?.reason, waitForProbe ? 'CellNotReady' : 'NoMatchingLocation');
           assert.ok(!locations.has(t.city) || !servingCells.some((c) => c.ready && !c.unschedulable));
         }
       }
