@@ -126,6 +126,25 @@ export function podManifest(p: PodInput): KubeObject {
  * Terminating condition.
  */
 export async function deleteCrds(client: KubeClient, names: string[]): Promise<void> {
+  // Each kind listed once, and until it answers, first: the storage the CRD finalizer lists through
+  // then exists and is ready (CI saw the finalizer's list of a kind nobody had read stall past 90 s).
+  for (const name of names) {
+    const crd = await client
+      .get<
+        KubeObject & {
+          spec: { group: string; names: { plural: string }; versions: { name: string; storage: boolean }[] };
+        }
+      >(Resources.crds, name)
+      .catch((e: unknown) => {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      });
+    if (!crd) continue;
+    const version = crd.spec.versions.find((v) => v.storage)?.name;
+    await waitFor(`the ${crd.spec.names.plural} storage answering a list`, () =>
+      client.request('GET', `/apis/${crd.spec.group}/${version}/${crd.spec.names.plural}`).then(() => true),
+    );
+  }
   for (const name of names)
     await client.delete(Resources.crds, name).catch((e: unknown) => {
       if (!isNotFound(e)) throw e;
