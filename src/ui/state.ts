@@ -119,15 +119,14 @@ export class UiState {
       transform: { name: 'ui-event', fn: slimEvent },
     });
     this.kinds = opts.kinds.map((cr) => ({ cr, informer: manager.informer(cr.ref) }));
-    const informerOf = (cr: CustomResource) => this.kinds.find((k) => k.cr.kind === cr.kind)?.informer;
-    this.gates = informerOf(NodeStartupGate)?.derive(parseGates);
-    this.rules = informerOf(NodeLabelRule)?.derive((objs) =>
+    this.gates = this.informerOf(NodeStartupGate)?.derive(parseGates);
+    this.rules = this.informerOf(NodeLabelRule)?.derive((objs) =>
       objs.flatMap(
         (o) =>
           compileRule({ ...o, apiVersion: NodeLabelRule.apiVersion, kind: NodeLabelRule.kind }).rule ?? [],
       ),
     );
-    this.instances = informerOf(Instance);
+    this.instances = this.informerOf(Instance);
     this.instances?.addIndexer('ui-deployment', (i) => {
       const d = i.metadata?.labels?.[DEPLOYMENT_LABEL];
       return d ? [`${i.metadata?.namespace}/${d}`] : [];
@@ -162,6 +161,11 @@ export class UiState {
         () => sections.includes('nodes'),
       );
     }
+  }
+
+  /** The informer of a policy kind the page shows; undefined when its capability is off. */
+  private informerOf(cr: CustomResource): Informer<KubeObject> | undefined {
+    return this.kinds.find((k) => k.cr.kind === cr.kind)?.informer;
   }
 
   /** Every informer the page reads has listed once. */
@@ -302,14 +306,14 @@ export class UiState {
   }
 
   workloads(): WorkloadsSnapshot {
-    const wd = this.kinds.find((k) => k.cr === WorkloadDeployment)?.informer;
+    const wd = this.informerOf(WorkloadDeployment);
     const workloads = (wd?.list() ?? []).map((d) =>
       workloadRow(
         d,
         this.instances?.byIndex('ui-deployment', `${d.metadata?.namespace}/${d.metadata?.name}`) ?? [],
       ),
     );
-    const list = (cr: CustomResource) => this.kinds.find((k) => k.cr === cr)?.informer.list() ?? [];
+    const list = (cr: CustomResource) => this.informerOf(cr)?.list() ?? [];
     return {
       workloads,
       cities: cityRows(list(Cell), list(Location), list(Workload)),
