@@ -1,7 +1,7 @@
 // The cell controller's pure decisions: what a probe's answer or error means, the history of probes
 // a cell's conditions are derived from, its status (written only when it changes), the events a
 // change announces, and which kubeconfigs Berth uses from a Secret.
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { Kubeconfig } from '../runtime/client/kubeconfig.ts';
 import { sameConditions, setCondition, findCondition } from '../runtime/api/conditions.ts';
 import type { Condition, ConditionStatus } from '../runtime/api/conditions.ts';
 import { ApiError } from '../runtime/client/client.ts';
@@ -77,10 +77,9 @@ export function probeFailure(err: unknown): Failure {
  * Why Berth will not use a kubeconfig from a Secret, or undefined when it can. Berth runs no
  * command and reads no file named by a Secret: credentials and certificates must be embedded.
  */
-export function kubeconfigProblem(kc: KubeConfig): string | undefined {
-  const context = kc.getContextObject(kc.getCurrentContext());
-  if (!context) return 'it has no current context';
-  const cluster = kc.getCluster(context.cluster);
+export function kubeconfigProblem(kc: Kubeconfig): string | undefined {
+  if (!kc.context) return 'it has no current context';
+  const cluster = kc.cluster;
   if (!cluster?.server) return `its current context names no cluster with a server`;
   let url: URL;
   try {
@@ -89,14 +88,14 @@ export function kubeconfigProblem(kc: KubeConfig): string | undefined {
     return `its server "${cluster.server}" is not a URL`;
   }
   if (url.protocol !== 'https:') return `its server ${cluster.server} is not https`;
-  if (cluster.caFile) return 'it refers to a CA file: embed it (kubectl config view --flatten --minify)';
-  const user = context.user ? kc.getUser(context.user) : undefined;
-  if (user?.exec || user?.authProvider)
+  if (cluster['certificate-authority'])
+    return 'it refers to a CA file: embed it (kubectl config view --flatten --minify)';
+  const user = kc.user;
+  if (user?.exec || user?.['auth-provider'])
     return 'its user runs a credential plugin (exec or auth-provider), which Berth does not run: use a token or a client certificate';
-  if (user?.certFile || user?.keyFile)
+  if (user?.['client-certificate'] || user?.['client-key'])
     return 'it refers to client certificate files: embed them (kubectl config view --flatten --minify)';
-  if ((user as { tokenFile?: string } | undefined)?.tokenFile)
-    return 'it refers to a token file: embed the token';
+  if (user?.tokenFile) return 'it refers to a token file: embed the token';
   return undefined;
 }
 

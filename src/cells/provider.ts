@@ -3,10 +3,10 @@
 // Cell or its Secret goes. A Cell it cannot engage is remembered with why (SecretMissing,
 // BadKubeconfig, InvalidName), for the cell controller to report; nothing else is disturbed.
 import { createHash } from 'node:crypto';
-import { KubeConfig } from '@kubernetes/client-node';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import { KubeClient } from '../runtime/client/client.ts';
+import { kubeconfigAccess, parseKubeconfig, type Kubeconfig } from '../runtime/client/kubeconfig.ts';
 import { Cluster } from '../runtime/cluster/cluster.ts';
 import type { ClusterSet, Provider } from '../runtime/cluster/provider.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
@@ -20,15 +20,15 @@ export type CellAccess = { cluster: string } | { failure: Failure };
 
 /** A client of the cluster a kubeconfig's current context names; throws, saying why, when Berth cannot use it. */
 export function kubeconfigClient(text: string, userAgent = 'berth-cells'): KubeClient {
-  const kc = new KubeConfig();
+  let kc: Kubeconfig;
   try {
-    kc.loadFromString(text);
+    kc = parseKubeconfig(text);
   } catch (e) {
     throw new Error(`it is not a kubeconfig (${errorText(e).split('\n')[0]})`, { cause: e });
   }
   const problem = kubeconfigProblem(kc);
   if (problem) throw new Error(problem);
-  return new KubeClient(kc, { userAgent, maxInFlight: 4 });
+  return new KubeClient(kubeconfigAccess(kc), { userAgent, maxInFlight: 4 });
 }
 
 export class CellProvider implements Provider {

@@ -1,12 +1,19 @@
 import { Command } from 'commander';
-import { capabilities } from '../capabilities.ts';
-import { explainCommand } from './explain.ts';
-import { installCommand, manifestsCommand } from './install.ts';
-import { runCommand } from './run.ts';
-import { sandboxCommand } from './sandbox.ts';
-import { uiCommand } from './ui.ts';
-import { uninstallCommand } from './uninstall.ts';
 import { version } from './version.ts';
+
+// Each command's module is loaded only when it runs (all of them for help): `berth run` lives for
+// weeks, and the sandbox's, explain's and uninstall's code would stay resident all that time.
+const builtin: Record<string, () => Promise<Command[]>> = {
+  run: async () => [(await import('./run.ts')).runCommand()],
+  install: async () => [(await import('./install.ts')).installCommand()],
+  manifests: async () => [(await import('./install.ts')).manifestsCommand()],
+  uninstall: async () => [(await import('./uninstall.ts')).uninstallCommand()],
+  explain: async () => [(await import('./explain.ts')).explainCommand()],
+  ui: async () => [(await import('./ui.ts')).uiCommand()],
+};
+const capabilityCommands = async () =>
+  (await import('../capabilities.ts')).capabilities.flatMap((c) => c.commands?.() ?? []);
+const sandbox = async () => [(await import('./sandbox.ts')).sandboxCommand()];
 
 const program = new Command()
   .name('berth')
@@ -14,14 +21,16 @@ const program = new Command()
   .version(version())
   .showHelpAfterError();
 
-program.addCommand(runCommand());
-program.addCommand(installCommand());
-program.addCommand(manifestsCommand());
-program.addCommand(uninstallCommand());
-program.addCommand(explainCommand());
-program.addCommand(uiCommand());
-for (const c of capabilities) for (const command of c.commands?.() ?? []) program.addCommand(command);
-program.addCommand(sandboxCommand());
+const name = process.argv[2];
+const only = name !== undefined ? builtin[name] : undefined;
+const commands = only
+  ? await only()
+  : [
+      ...(await Promise.all(Object.values(builtin).map((load) => load()))).flat(),
+      ...(await capabilityCommands()),
+      ...(await sandbox()),
+    ];
+for (const command of commands) program.addCommand(command);
 
 try {
   await program.parseAsync(process.argv);

@@ -292,7 +292,7 @@ function addWebhooks(
     (registration.mode === 'service' ? WEBHOOK_CERT_SECRET : undefined);
   // The manager fences its own clients to the leader; every replica registers (and may renew the
   // shared certificate), so this one is unfenced.
-  const webhookClient = new KubeClient(client.config, { userAgent: 'berth-webhooks' });
+  const webhookClient = new KubeClient(client.access, { userAgent: 'berth-webhooks' });
   const generated = generatedCertificates(registration);
   const certificates: WebhookCertificates = dir
     ? {

@@ -4,7 +4,8 @@
 // challenge remembered per host, tokens cached), the manifest walk, and the caches and single-flight
 // in front of it all. It needs no Kubernetes: `berth arch inspect` uses it as it is.
 import { createHash } from 'node:crypto';
-import http from 'node:http';
+import type { Agent, IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import { http } from '../runtime/platform/http.ts';
 import https from 'node:https';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -76,7 +77,7 @@ export interface RequestCounts {
 
 interface Answer {
   status: number;
-  headers: http.IncomingHttpHeaders;
+  headers: IncomingHttpHeaders;
   body: Buffer;
 }
 
@@ -132,7 +133,7 @@ function registrySays(body: Buffer): string {
   }
 }
 
-const header = (h: http.IncomingHttpHeaders, name: string): string | undefined => {
+const header = (h: IncomingHttpHeaders, name: string): string | undefined => {
   const v = h[name];
   return Array.isArray(v) ? v[0] : v;
 };
@@ -158,11 +159,11 @@ export class RegistryClient implements ImageInspector {
   readonly #tokenFlights = new Flights<string>();
   readonly #semaphores = new Map<string, Semaphore>();
   readonly #pauses = new HostPauses();
-  readonly #agents = new Lru<http.Agent>(agentsKept, (a) => {
+  readonly #agents = new Lru<Agent>(agentsKept, (a) => {
     a.destroy();
     this.#liveAgents.delete(a);
   });
-  readonly #liveAgents = new Set<http.Agent>();
+  readonly #liveAgents = new Set<Agent>();
   readonly #counts: RequestCounts = { registry: 0, token: 0 };
 
   constructor(options: RegistryClientOptions = {}) {
@@ -627,7 +628,7 @@ export class RegistryClient implements ImageInspector {
    * would be parsed for every connection and concatenated into the agent's socket key on every
    * request and every socket freed, milliseconds of CPU each (bench:arch measured it).
    */
-  #agent(url: URL, ca: string | undefined, insecure: boolean): http.Agent {
+  #agent(url: URL, ca: string | undefined, insecure: boolean): Agent {
     const key = `${url.origin}|${insecure}|${ca ? createHash('sha256').update(ca).digest('hex') : ''}`;
     let agent = this.#agents.get(key);
     if (!agent) {
@@ -665,9 +666,9 @@ export class RegistryClient implements ImageInspector {
       const same = url.host === ep.url.host && url.protocol === ep.url.protocol;
       const agent = same ? this.#agent(url, ep.ca, ep.insecure) : this.#agent(url, this.#defaultCa, false);
       this.#counts[kind]++;
-      let res: http.IncomingMessage;
+      let res: IncomingMessage;
       try {
-        res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+        res = await new Promise<IncomingMessage>((resolve, reject) => {
           const req = (url.protocol === 'http:' ? http : https).request(url, {
             method,
             headers,
@@ -710,7 +711,7 @@ export class RegistryClient implements ImageInspector {
     }
   }
 
-  async #read(res: http.IncomingMessage, url: URL, canonical: string): Promise<Buffer> {
+  async #read(res: IncomingMessage, url: URL, canonical: string): Promise<Buffer> {
     const cap = this.#o.maxBodyBytes;
     const tooBig = () => fail('Malformed', canonical, `${url.host}${url.pathname}: a body over ${cap} bytes`);
     if (Number(res.headers['content-length'] ?? 0) > cap) {

@@ -3,7 +3,8 @@
 // the sandbox CA that both use. The tests' helper adds indexes, Docker lists and retagging on top.
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import http from 'node:http';
+import type { IncomingHttpHeaders } from 'node:http';
+import { http } from '../runtime/platform/http.ts';
 import https from 'node:https';
 import { gzipSync } from 'node:zlib';
 import {
@@ -53,7 +54,7 @@ export type Format = 'oci' | 'docker';
 
 export interface Response {
   status: number;
-  headers: http.IncomingHttpHeaders;
+  headers: IncomingHttpHeaders;
   body: Buffer;
 }
 

@@ -17,7 +17,7 @@ import {
 } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import https from 'node:https';
-import http from 'node:http';
+import { http } from '../runtime/platform/http.ts';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';

@@ -2,7 +2,8 @@
 // informer caches, one Server-Sent-Events stream that says which sections changed, and `berth
 // explain` for one object. Only GET; nothing here writes to the cluster. It runs on every replica
 // (it needs no lease) as one of the manager's runnables.
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../runtime/platform/http.ts';
 import { readFileSync } from 'node:fs';
 import { isIP, type AddressInfo } from 'node:net';
 import { explainerOf, explainObject } from '../explain.ts';
@@ -92,7 +93,7 @@ export class UiServer implements Runnable {
   private readonly manager: Manager;
   private readonly opts: UiOptions;
   private state: UiState | undefined;
-  private server: http.Server | undefined;
+  private server: Server | undefined;
   private guard: ServerGuard | undefined;
   private readonly streams = new Set<ServerResponse>();
   private script: string | undefined;

@@ -116,7 +116,7 @@ describe('the event recorder', () => {
 
   test('100 quick repeats are one Event with series.count 100 after flush', async () => {
     const cm = await configMap();
-    const counting = new CountingClient(client.config);
+    const counting = new CountingClient(client.access);
     try {
       const r = recorder({ client: counting, seriesUpdateIntervalMs: 30_000 });
       for (let i = 0; i < 100; i++) r.event(cm, 'Warning', 'Unplaceable', 'Place', 'no node matches');
@@ -132,7 +132,7 @@ describe('the event recorder', () => {
 
   test('repeats over time are patched into the series at most once per interval', async (t) => {
     const cm = await configMap();
-    const counting = new CountingClient(client.config);
+    const counting = new CountingClient(client.access);
     try {
       const r = recorder({ client: counting, seriesUpdateIntervalMs: 200 });
       const started = Date.now();

@@ -606,7 +606,7 @@ describe('derived node labels', () => {
     });
     // Watch every change to these nodes while a new controller starts, syncs and settles, and record
     // the writes it sends: an identical apply would be invisible to the watch, but not to this.
-    const recording = new RecordingClient((await berthClient(sandbox)).config);
+    const recording = new RecordingClient((await berthClient(sandbox)).access);
     const changes = await countNodeWrites(client, names, async () => {
       await withController({ client: recording }, async (c) => {
         await waitFor(

@@ -1,10 +1,10 @@
 // A small REST client over node:https. The generated client in @kubernetes/client-node turns every
 // object into class instances, which costs memory and CPU in informer caches; controllers here work
-// on plain JSON. @kubernetes/client-node still loads kubeconfigs and in-cluster credentials.
+// on plain JSON. Kubeconfigs are read by kubeconfig.ts.
 import https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { KubeConfig } from '@kubernetes/client-node';
 import { restMetrics } from '../observability/metrics.ts';
+import { defaultAccess, kubeconfigFileAccess, type ClusterAccess } from './kubeconfig.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
 
 export class ApiError extends Error {
@@ -63,7 +63,7 @@ const maxRetryAfterAttempts = 10;
 const maxRetryAfterSeconds = 10;
 
 export class KubeClient {
-  readonly config: KubeConfig;
+  readonly access: ClusterAccess;
   readonly server: URL;
   private readonly agent: https.Agent;
   private readonly watchAgent: https.Agent;
@@ -73,11 +73,9 @@ export class KubeClient {
   private tls: https.AgentOptions = {};
   private ready: Promise<void>;
 
-  constructor(config: KubeConfig, opts: ClientOptions = {}) {
-    this.config = config;
-    const cluster = config.getCurrentCluster();
-    if (!cluster) throw new Error('kubeconfig has no current cluster');
-    this.server = new URL(cluster.server);
+  constructor(access: ClusterAccess, opts: ClientOptions = {}) {
+    this.access = access;
+    this.server = new URL(access.server);
     this.userAgent = opts.userAgent ?? 'berth';
     this.writeGuard = opts.writeGuard;
     this.ready = this.refreshAuth();
@@ -86,26 +84,14 @@ export class KubeClient {
     this.watchAgent = new https.Agent({ keepAlive: true });
   }
 
+  /** A client of the kubeconfig file at `path`, or of what kubectl would use when none is given. */
   static fromFile(path?: string, opts?: ClientOptions): KubeClient {
-    const kc = new KubeConfig();
-    if (path) kc.loadFromFile(path);
-    else kc.loadFromDefault();
-    return new KubeClient(kc, opts);
+    return new KubeClient(path ? kubeconfigFileAccess(path) : defaultAccess(), opts);
   }
 
   private async refreshAuth(): Promise<void> {
-    const o: https.RequestOptions = {};
-    await this.config.applyToHTTPSOptions(o);
-    this.tls = {
-      ca: o.ca,
-      cert: o.cert,
-      key: o.key,
-      servername: o.servername,
-      ...(o.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: o.rejectUnauthorized }),
-    };
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(o.headers ?? {})) if (typeof v === 'string') headers[k] = v;
-    if (o.auth) headers['Authorization'] = 'Basic ' + Buffer.from(o.auth).toString('base64');
+    const { tls, headers } = await this.access.resolve();
+    this.tls = tls;
     this.auth = { headers, at: Date.now() };
   }
 

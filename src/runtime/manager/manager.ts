@@ -260,7 +260,7 @@ export class Manager implements ClusterSet {
     const identity = le.identity ?? `${hostname()}_${randomBytes(4).toString('hex')}`;
     // The elector writes the Lease through its own client: the others are fenced by isLeader().
     const local = this.client();
-    const electorClient = new KubeClient(local.config, { userAgent: 'berth-leader-election' });
+    const electorClient = new KubeClient(local.access, { userAgent: 'berth-leader-election' });
     this.fence = () => this.elector?.isLeader() ?? false;
     for (const { cluster } of this.clusters.values()) cluster.client.writeGuard = this.fence;
     this.elector = new LeaderElector({

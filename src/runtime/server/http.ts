@@ -1,7 +1,8 @@
 // Berth's HTTP(S) servers: the manager's /metrics on one address and /healthz and /readyz on
 // another, as controller-runtime serves them, and the limits every server (the admission webhook
 // server included) applies so that a slow or flooding client cannot hold the process.
-import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'node:http';
+import { http } from '../platform/http.ts';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { rootLogger, type Logger } from '../observability/log.ts';
@@ -65,7 +66,7 @@ function validateLimits(limits: ServerLimits): void {
  * Options for http(s).createServer. Node enforces the headers and request timeouts only when it
  * checks its connections, every 30 s by default: a slow client would live up to that much longer.
  */
-export function serverOptions(limits: ServerLimits): http.ServerOptions & { handshakeTimeout: number } {
+export function serverOptions(limits: ServerLimits): ServerOptions & { handshakeTimeout: number } {
   validateLimits(limits);
   return {
     headersTimeout: limits.headersTimeoutMs,
@@ -83,7 +84,7 @@ export type Rejection = 'connections' | 'in_flight' | 'in_flight_bytes' | 'timeo
  * counts what it refuses. `handlerTimeoutMs` bounds how long the server itself may take to answer.
  */
 export function limitServer(
-  server: http.Server,
+  server: Server,
   name: string,
   limits: ServerLimits,
   handlerTimeoutMs: number,
@@ -113,7 +114,7 @@ export function limitServer(
             : undefined;
     if (status === 408) guard.count('timeout');
     if (status && socket.writable && (socket as Socket).bytesWritten === 0) {
-      socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\n\r\n`);
+      socket.write(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\n\r\n`);
     }
     socket.destroy();
   });
@@ -191,7 +192,7 @@ export class ServerGuard {
 }
 
 /** Listens with an accept queue long enough for `maxConnections`, so a burst is queued, not dropped by the kernel. */
-export function listen(server: http.Server, port: number, host: string, limits: ServerLimits): Promise<void> {
+export function listen(server: Server, port: number, host: string, limits: ServerLimits): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen({ port, host, backlog: Math.max(511, limits.maxConnections) }, () => {

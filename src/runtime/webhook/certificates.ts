@@ -1,13 +1,24 @@
 // Small certificate authority for the sandbox and for the webhook server's self-managed certificates.
 // ECDSA P-256 keys, like envtest: fast to generate and accepted everywhere Kubernetes reads PEM.
-import 'reflect-metadata';
 import { webcrypto } from 'node:crypto';
-import * as x509 from '@peculiar/x509';
+import type * as X509 from '@peculiar/x509';
 
 type CryptoKey = webcrypto.CryptoKey;
 type CryptoKeyPair = webcrypto.CryptoKeyPair;
 
-x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+let library: Promise<typeof X509> | undefined;
+/**
+ * @peculiar/x509, loaded with the first certificate made or read: with its ASN.1 and injection
+ * libraries it costs some 10 MB of resident memory, which a Berth serving no webhook never needs.
+ */
+function x509lib(): Promise<typeof X509> {
+  return (library ??= (async () => {
+    await import('reflect-metadata');
+    const x509 = await import('@peculiar/x509');
+    x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+    return x509;
+  })());
+}
 
 const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 const day = 24 * 60 * 60 * 1000;
@@ -61,6 +72,7 @@ export async function createCertificateAuthority(
   commonName: string,
   validDays = 3650,
 ): Promise<CertificateAuthority> {
+  const x509 = await x509lib();
   const keys = await newKeys();
   const now = Date.now();
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
@@ -81,27 +93,29 @@ export async function createCertificateAuthority(
 
 /** Loads a CA written earlier by createCertificateAuthority, so a restarted sandbox keeps its trust root. */
 export async function loadCertificateAuthority(pair: KeyPairPem): Promise<CertificateAuthority> {
+  const x509 = await x509lib();
   const cert = new x509.X509Certificate(pair.certPem);
   const der = Buffer.from(pair.keyPem.replace(/-----[^-]+-----|\s/g, ''), 'base64');
   const key = await webcrypto.subtle.importKey('pkcs8', der, alg, true, ['sign']);
   return caFrom(cert, key, pair.keyPem);
 }
 
-function caFrom(caCert: x509.X509Certificate, caKey: CryptoKey, caKeyPem: string): CertificateAuthority {
+function caFrom(caCert: X509.X509Certificate, caKey: CryptoKey, caKeyPem: string): CertificateAuthority {
   return {
     certPem: caCert.toString('pem') + '\n',
     keyPem: caKeyPem,
     async issue(req: IssueRequest): Promise<KeyPairPem> {
+      const x509 = await x509lib();
       const keys = await newKeys();
       const now = Date.now();
       const usages: string[] = [];
       if (req.usage !== 'client') usages.push(x509.ExtendedKeyUsage.serverAuth);
       if (req.usage !== 'server') usages.push(x509.ExtendedKeyUsage.clientAuth);
-      const sans: x509.JsonGeneralName[] = [
+      const sans: X509.JsonGeneralName[] = [
         ...(req.dnsNames ?? []).map((value) => ({ type: 'dns' as const, value })),
         ...(req.ipAddresses ?? []).map((value) => ({ type: 'ip' as const, value })),
       ];
-      const extensions: x509.Extension[] = [
+      const extensions: X509.Extension[] = [
         new x509.BasicConstraintsExtension(false, undefined, true),
         new x509.KeyUsagesExtension(
           x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment,

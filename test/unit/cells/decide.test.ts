@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { KubeConfig } from '@kubernetes/client-node';
 import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
 import { ApiError } from '../../../src/runtime/client/client.ts';
+import { parseKubeconfig } from '../../../src/runtime/client/kubeconfig.ts';
 import {
   cellEvents,
   cellStatus,
@@ -86,8 +86,7 @@ describe('probeFailure', () => {
 
 describe('kubeconfigProblem', () => {
   const kubeconfig = (user: Record<string, unknown>, cluster: Record<string, unknown> = {}) => {
-    const kc = new KubeConfig();
-    kc.loadFromString(
+    return parseKubeconfig(
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'Config',
@@ -97,7 +96,6 @@ describe('kubeconfigProblem', () => {
         users: [{ name: 'u', user }],
       }),
     );
-    return kc;
   };
   test('embedded credentials and certificates are used', () => {
     assert.equal(
@@ -127,7 +125,7 @@ describe('kubeconfigProblem', () => {
       kubeconfigProblem(kubeconfig({ token: 'x' }, { server: 'http://127.0.0.1:8080' }))!,
       /not https/,
     );
-    assert.match(kubeconfigProblem(new KubeConfig())!, /no current context/);
+    assert.match(kubeconfigProblem(parseKubeconfig('{}'))!, /no current context/);
   });
 });
 

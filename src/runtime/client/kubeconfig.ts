@@ -1,0 +1,239 @@
+// Where a client connects and how it authenticates: a kubeconfig's current context, or the pod's
+// service account. Berth reads kubeconfigs itself because importing @kubernetes/client-node costs
+// about 70 MB of resident memory (its KubeConfig loads every generated API model), more than half of
+// the labels job's whole budget (issue 17; decision 0002). client-node is still what runs credential
+// plugins (exec, auth-provider): it is imported only for a kubeconfig whose user has one.
+import { readFileSync, existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { delimiter, dirname, isAbsolute, join } from 'node:path';
+import { parse } from 'yaml';
+
+/** TLS material as node:https takes it. */
+export interface TlsMaterial {
+  ca?: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+  servername?: string;
+  rejectUnauthorized?: boolean;
+}
+
+/** A cluster a client reaches: its server, and its TLS material and credentials as of now. */
+export interface ClusterAccess {
+  readonly server: string;
+  /** Read again on every call: files and plugins rotate credentials. */
+  resolve(): Promise<{ tls: TlsMaterial; headers: Record<string, string> }>;
+}
+
+// The parts of a kubeconfig Berth reads (client-go's names); anything else is ignored.
+export interface KubeconfigCluster {
+  server?: string;
+  'certificate-authority'?: string;
+  'certificate-authority-data'?: string;
+  'insecure-skip-tls-verify'?: boolean;
+  'tls-server-name'?: string;
+}
+export interface KubeconfigUser {
+  token?: string;
+  tokenFile?: string;
+  username?: string;
+  password?: string;
+  'client-certificate'?: string;
+  'client-certificate-data'?: string;
+  'client-key'?: string;
+  'client-key-data'?: string;
+  exec?: unknown;
+  'auth-provider'?: unknown;
+}
+
+/** A kubeconfig's current context, resolved to its cluster and user (paths made absolute). */
+export interface Kubeconfig {
+  currentContext?: string;
+  /** The current context exists. */
+  context?: { cluster?: string; user?: string };
+  cluster?: KubeconfigCluster;
+  user?: KubeconfigUser;
+  /** Where it was read from, for client-node when a plugin must run; undefined for text. */
+  source?: { path?: string; text?: string };
+}
+
+const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+/**
+ * Parses a kubeconfig (YAML or JSON) and resolves its current context. Relative file names are
+ * taken from `dir` (the kubeconfig's folder), as kubectl does. Throws when the text is not a
+ * kubeconfig at all; a kubeconfig that lacks a context, cluster or user parses, with those absent.
+ */
+export function parseKubeconfig(text: string, dir?: string): Kubeconfig {
+  const doc: unknown = parse(text);
+  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new Error('not a YAML or JSON mapping');
+  const d = doc as Record<string, unknown>;
+  const entries = <T>(key: string, body: string): Map<string, T> => {
+    const list = d[key] ?? [];
+    if (!Array.isArray(list)) throw new Error(`${key} is not a list`);
+    const out = new Map<string, T>();
+    for (const e of list as Record<string, unknown>[]) {
+      const name = e?.['name'];
+      if (typeof name !== 'string') throw new Error(`an entry of ${key} has no name`);
+      // The first of a name wins, as in kubectl's merge.
+      if (!out.has(name)) out.set(name, (e[body] ?? {}) as T);
+    }
+    return out;
+  };
+  const clusters = entries<KubeconfigCluster>('clusters', 'cluster');
+  const users = entries<KubeconfigUser>('users', 'user');
+  const contexts = entries<{ cluster?: string; user?: string }>('contexts', 'context');
+  const current = typeof d['current-context'] === 'string' ? d['current-context'] : undefined;
+  const context = current ? contexts.get(current) : undefined;
+  const abs = (p: string | undefined) => (p && dir && !isAbsolute(p) ? join(dir, p) : p);
+  const cluster = context?.cluster ? clusters.get(context.cluster) : undefined;
+  const user = context?.user ? users.get(context.user) : undefined;
+  return {
+    ...(current ? { currentContext: current } : {}),
+    ...(context ? { context } : {}),
+    ...(cluster
+      ? {
+          cluster: {
+            ...cluster,
+            ...(cluster['certificate-authority']
+              ? { 'certificate-authority': abs(cluster['certificate-authority']) }
+              : {}),
+          },
+        }
+      : {}),
+    ...(user
+      ? {
+          user: {
+            ...user,
+            ...(user.tokenFile ? { tokenFile: abs(user.tokenFile) } : {}),
+            ...(user['client-certificate'] ? { 'client-certificate': abs(user['client-certificate']) } : {}),
+            ...(user['client-key'] ? { 'client-key': abs(user['client-key']) } : {}),
+          },
+        }
+      : {}),
+  };
+}
+
+/** The access a parsed kubeconfig gives; throws, saying why, when it names no usable cluster. */
+export function kubeconfigAccess(kc: Kubeconfig): ClusterAccess {
+  if (!kc.context) throw new Error('kubeconfig has no current context');
+  const server = kc.cluster?.server;
+  if (!server) throw new Error('kubeconfig has no current cluster');
+  const cluster = kc.cluster!;
+  const user = kc.user ?? {};
+  if (user.exec || user['auth-provider']) return pluginAccess(server, kc.source ?? {});
+  const material = (data: string | undefined, file: string | undefined) =>
+    data ? Buffer.from(data, 'base64') : file ? readFile(file) : undefined;
+  return {
+    server,
+    async resolve() {
+      const [ca, cert, key] = await Promise.all([
+        material(cluster['certificate-authority-data'], cluster['certificate-authority']),
+        material(user['client-certificate-data'], user['client-certificate']),
+        material(user['client-key-data'], user['client-key']),
+      ]);
+      const headers: Record<string, string> = {};
+      const token = user.token ?? (user.tokenFile ? (await readFile(user.tokenFile, 'utf8')).trim() : undefined);
+      if (token) headers['Authorization'] = `Bearer ${token}`;
+      else if (user.username !== undefined)
+        headers['Authorization'] =
+          'Basic ' + Buffer.from(`${user.username}:${user.password ?? ''}`).toString('base64');
+      return {
+        tls: {
+          ...(ca ? { ca } : {}),
+          ...(cert ? { cert } : {}),
+          ...(key ? { key } : {}),
+          ...(cluster['tls-server-name'] ? { servername: cluster['tls-server-name'] } : {}),
+          ...(cluster['insecure-skip-tls-verify'] ? { rejectUnauthorized: false } : {}),
+        },
+        headers,
+      };
+    },
+  };
+}
+
+/** A kubeconfig file's access. */
+export function kubeconfigFileAccess(path: string): ClusterAccess {
+  const kc = parseKubeconfig(readFileSync(path, 'utf8'), dirname(path));
+  return kubeconfigAccess({ ...kc, source: { path } });
+}
+
+/** A kubeconfig text's access (a cell's, from a Secret). */
+export function kubeconfigTextAccess(text: string): ClusterAccess {
+  return kubeconfigAccess({ ...parseKubeconfig(text), source: { text } });
+}
+
+/**
+ * The pod's service account: KUBERNETES_SERVICE_HOST and _PORT, its CA and its token, read again
+ * on every resolve (the kubelet rotates projected tokens).
+ */
+export function inClusterAccess(dir = SA_DIR, env = process.env): ClusterAccess {
+  const host = env['KUBERNETES_SERVICE_HOST'];
+  const port = env['KUBERNETES_SERVICE_PORT'];
+  if (!host || !port) throw new Error('not in a cluster: KUBERNETES_SERVICE_HOST or _PORT is not set');
+  return kubeconfigAccess({
+    context: {},
+    cluster: {
+      server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`,
+      'certificate-authority': join(dir, 'ca.crt'),
+    },
+    user: { tokenFile: join(dir, 'token') },
+  });
+}
+
+/**
+ * What kubectl would use: the files of $KUBECONFIG (merged, the first of a name winning), else
+ * ~/.kube/config, else the pod's service account.
+ */
+export function defaultAccess(env = process.env): ClusterAccess {
+  const files = (env['KUBECONFIG'] ?? '').split(delimiter).filter(Boolean);
+  if (files.length === 1) return kubeconfigFileAccess(files[0]!);
+  if (files.length > 1) {
+    const texts = files.filter(existsSync).map((f) => parse(readFileSync(f, 'utf8')) as Record<string, unknown>);
+    const merged: Record<string, unknown> = {
+      'current-context': texts.find((t) => t?.['current-context'])?.['current-context'],
+    };
+    for (const key of ['clusters', 'users', 'contexts'])
+      merged[key] = texts.flatMap((t) => (Array.isArray(t?.[key]) ? (t[key] as unknown[]) : []));
+    const text = JSON.stringify(merged);
+    return kubeconfigAccess({ ...parseKubeconfig(text), source: {} });
+  }
+  const home = join(homedir(), '.kube', 'config');
+  if (existsSync(home)) return kubeconfigFileAccess(home);
+  return inClusterAccess();
+}
+
+/** A kubeconfig whose user runs a credential plugin: client-node runs it (imported only now). */
+function pluginAccess(server: string, source: { path?: string; text?: string }): ClusterAccess {
+  let config: Promise<import('@kubernetes/client-node').KubeConfig> | undefined;
+  return {
+    server,
+    async resolve() {
+      config ??= import('@kubernetes/client-node').then(({ KubeConfig }) => {
+        const kc = new KubeConfig();
+        if (source.text !== undefined) kc.loadFromString(source.text);
+        else if (source.path) kc.loadFromFile(source.path);
+        else kc.loadFromDefault();
+        return kc;
+      });
+      const o: import('node:https').RequestOptions = {};
+      await (await config).applyToHTTPSOptions(o);
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(o.headers ?? {})) if (typeof v === 'string') headers[k] = v;
+      const buf = (v: unknown) => (typeof v === 'string' || Buffer.isBuffer(v) ? Buffer.from(v) : undefined);
+      const ca = buf(o.ca);
+      const cert = buf(o.cert);
+      const key = buf(o.key);
+      return {
+        tls: {
+          ...(ca ? { ca } : {}),
+          ...(cert ? { cert } : {}),
+          ...(key ? { key } : {}),
+          ...(o.servername ? { servername: o.servername } : {}),
+          ...(o.rejectUnauthorized === false ? { rejectUnauthorized: false } : {}),
+        },
+        headers,
+      };
+    },
+  };
+}
