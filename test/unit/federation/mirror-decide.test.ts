@@ -25,7 +25,7 @@ import {
 } from '../../../src/federation/types.ts';
 import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
 import type { InstanceObject } from '../../../src/workloads/decide.ts';
-import { DEPLOYMENT_LABEL, MIRROR_LABEL, OWN_INSTANCES } from '../../../src/workloads/types.ts';
+import { DEPLOYMENT_LABEL, MIRROR_LABEL } from '../../../src/workloads/types.ts';
 import { withSeed } from '../../helpers/prng.ts';
 
 const T0 = '2026-01-01T00:00:00Z';
@@ -102,10 +102,6 @@ test('a mirror carries the marker, the cell, city, placement and workload, an ow
   assert.equal(findCondition(m.status.conditions, 'Ready')?.status, 'True');
   assert.equal(findCondition(m.status.conditions, MIRRORED_CONDITION)?.status, 'True');
   assert.equal(isStale({ ...m.object, status: m.status }), false);
-});
-
-test("part 1's controllers select every Instance but the mirrors", () => {
-  assert.equal(OWN_INSTANCES.labelSelector, `!${MIRROR_LABEL}`);
 });
 
 test('a mirror of an unreachable cell keeps its last status, stale since the cell went silent', () => {
