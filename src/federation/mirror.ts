@@ -25,6 +25,7 @@ import {
   MIRROR_LABEL,
   OWN_INSTANCES,
   WorkloadDeployment,
+  type InstanceStatus,
 } from '../workloads/types.ts';
 import { workloadKeyOf, type DeploymentObject } from './decide.ts';
 import {
