@@ -5,7 +5,8 @@
 // sandbox is the management plane (cells, federation and quota), two more are cells in Dallas and
 // London whose Berths run the workloads controllers with `--quota-source=management`. Every cell
 // Instance of a Workload gets one read-only mirror upstream (its status within the bound, p50/p99
-// printed), pruned when its instance goes; a Quota of 3 upstream holds across both cells.
+// printed), pruned when its instance goes; a Quota of 3 upstream holds across both cells, and a
+// cell's new instance waits PendingEvaluation while the management plane's Berth is away.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import {
@@ -25,7 +26,7 @@ import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import type { QuotaObject } from '../../src/workloads/quota.ts';
-import { Instance, MIRROR_LABEL, Quota } from '../../src/workloads/types.ts';
+import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { createNamespace, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';
@@ -294,6 +295,39 @@ test('a Quota of 3 upstream holds across both cells: 3 of 4 granted, the 4th Quo
     'three grants, no more',
     async () => (await all()).filter((i) => granted(i)?.status === 'True').length === 3,
     3000,
+  );
+
+  // The management plane's Berth away: a new instance in a cell waits PendingEvaluation, never
+  // granted there; back, it is decided upstream (the budget is used up: QuotaExceeded).
+  const lhr = fed.cells.LHR.client;
+  const byHand = `${uniqueName('byhand')}-0`;
+  const instance = () => lhr.get<InstanceObject>(Instance.ref, byHand, ns);
+  await fed.stopManagement();
+  try {
+    await lhr.create(WorkloadDeployment.ref, {
+      apiVersion: WorkloadDeployment.apiVersion,
+      kind: WorkloadDeployment.kind,
+      metadata: { name: byHand.slice(0, -2), namespace: ns },
+      spec: { template, replicas: 1 },
+    });
+    await waitFor(
+      'the new instance waiting PendingEvaluation',
+      async () =>
+        findCondition((await instance()).status?.conditions, 'Ready')?.reason === 'PendingEvaluation',
+      { timeoutMs: 30_000 },
+    );
+    await holdsFor(
+      'no grant while the management plane is away',
+      async () => !granted(await instance()),
+      2000,
+    );
+  } finally {
+    await fed.startManagement();
+  }
+  await waitFor(
+    'the new instance decided upstream once it is back: QuotaExceeded',
+    async () => granted(await instance())?.reason === 'QuotaExceeded',
+    { timeoutMs: 30_000 },
   );
   await client.delete(Workload.ref, wl, ns);
 });
