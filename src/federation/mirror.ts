@@ -228,10 +228,7 @@ export class MirrorController {
     await this.writeStatus(current, want.status);
   }
 
-  private async writeStatus(
-    mirror: InstanceObject,
-    status: InstanceObject['status'] & object,
-  ): Promise<void> {
+  private async writeStatus(mirror: InstanceObject, status: InstanceStatus): Promise<void> {
     if (sameStatus(mirror.status, status)) return;
     try {
       const written = await applyStatus<InstanceObject>(
