@@ -5,7 +5,7 @@ import { cellsCapability } from './cells/index.ts';
 import { federationCapability } from './federation/index.ts';
 import { gatesCapability } from './gates/index.ts';
 import { labelsCapability } from './labels/index.ts';
-import { workloadsCapability } from './workloads/index.ts';
+import { quotaCapability, workloadsCapability } from './workloads/index.ts';
 
 /** Every capability `berth run` knows, in the order they start. */
 export const capabilities: Capability[] = [
@@ -16,4 +16,5 @@ export const capabilities: Capability[] = [
   workloadsCapability,
   cellsCapability,
   federationCapability,
+  quotaCapability,
 ];

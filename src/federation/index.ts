@@ -1,12 +1,13 @@
 import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { FederationController } from './controller.ts';
+import { MirrorController } from './mirror.ts';
 import { Workload } from './types.ts';
 
 export const federationCapability: Capability = {
   name: 'federation',
   description:
-    'Workloads on a management plane: one WorkloadDeployment per placement and city, in one cell serving the city, and their status rolled up',
+    'Workloads on a management plane: one WorkloadDeployment per placement and city, in one cell serving the city, their status rolled up, and read-only mirrors of their Instances',
   roles: ['management'],
   crds: [Workload],
   // Workloads are read from the cache; their finalizer is a server-side apply (patch), their status too.
@@ -15,9 +16,18 @@ export const federationCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['workloads'], verbs: ['list', 'watch', 'patch'] },
     { apiGroups: [POLICY_GROUP], resources: ['workloads/status'], verbs: ['patch'] },
     { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['list', 'watch'] },
+    // Mirrors of the cells' Instances: applied (the first apply of one is authorized as create too),
+    // their status applied, deleted once their instance is gone.
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['instances'],
+      verbs: ['list', 'watch', 'create', 'patch', 'delete'],
+    },
+    { apiGroups: [POLICY_GROUP], resources: ['instances/status'], verbs: ['patch'] },
   ],
   setup({ manager }) {
     new FederationController(manager);
+    new MirrorController(manager);
     return {};
   },
 };

@@ -38,6 +38,7 @@ import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
   Instance,
+  OWN_INSTANCES,
   WorkloadDeployment,
   type WorkloadDeploymentSpec,
   type WorkloadDeploymentStatus,
@@ -86,8 +87,8 @@ export class DeploymentController {
     this.log = manager.log.child({ capability: 'workloads', controller: 'deployment' });
     this.events = manager.recorder('workloads');
     this.deployments = manager.informer<DeploymentObject>(WorkloadDeployment.ref);
-    // The same informer as the instance controller's (same resource, no selector): one cache.
-    this.instances = manager.informer<InstanceObject>(Instance.ref);
+    // The same informer as the instance controller's (same resource, same selector): one cache.
+    this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
     this.instances.addIndexer('deployment', (i) => {
       const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
       return d ? [`${i.metadata.namespace}/${d}`] : [];

@@ -22,6 +22,14 @@ export const workloadsCapability: Capability = {
     new Option('--quota-workers <n>', 'namespaces the quota controller decides at once')
       .default(4)
       .argParser(Number),
+    new Option(
+      '--quota-source <where>',
+      'who grants quota to the instances here: this Berth, from the Quotas of this cluster (local), or the ' +
+        "management plane's, from its Quotas, counted across all its cells (management: this Berth grants " +
+        'nothing, and an instance waits with PendingEvaluation while the management plane is away)',
+    )
+      .choices(['local', 'management'])
+      .default('local'),
   ],
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
   rbac: [
@@ -52,9 +60,15 @@ export const workloadsCapability: Capability = {
   ],
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });
-    // Part 1 keeps Quotas in the cluster that runs the instances; part 2 passes the management plane.
-    const quota = new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
-    new InstanceController(manager, { workers: Number(options['instanceWorkers'] ?? 16), quota });
+    // A cell of a management plane that grants (its `quota` capability) runs no quota controller.
+    const quota =
+      options['quotaSource'] === 'management'
+        ? undefined
+        : new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
+    new InstanceController(manager, {
+      workers: Number(options['instanceWorkers'] ?? 16),
+      ...(quota ? { quota } : {}),
+    });
     return {};
   },
   explainKinds: [
@@ -73,4 +87,33 @@ export const workloadsCapability: Capability = {
       lines: ({ client, object }) => explainWorkloadDeployment(client, object),
     },
   ],
+};
+
+/**
+ * Quota across cells: the quota controller on a management plane, keeping the Quotas there and
+ * granting the instances of every engaged cell (whose Berths run `--quota-source=management`), so a
+ * namespace's budget holds across all its cells. Mirrors of instances are never counted.
+ */
+export const quotaCapability: Capability = {
+  name: 'quota',
+  description:
+    "Quota across cells on a management plane: a namespace's Quota here grants the instances of every cell",
+  roles: ['management'],
+  // Its kinds are the workloads capability's CRDs (Quota, Instance, InstanceType), installed with it.
+  crds: [],
+  // Here: the Quotas and their ledgers (written by PUT with the resourceVersion read), and the
+  // Instances and InstanceTypes every cluster is watched for (here, mirrors only, left out by their
+  // label). In the cells it reads and grants instances with each cell's kubeconfig.
+  rbac: [
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['quotas', 'instances', 'instancetypes'],
+      verbs: ['list', 'watch'],
+    },
+    { apiGroups: [POLICY_GROUP], resources: ['quotas/status'], verbs: ['update'] },
+  ],
+  setup({ manager, options }) {
+    new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
+    return {};
+  },
 };

@@ -39,6 +39,7 @@ import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
   Instance,
+  OWN_INSTANCES,
   InstanceType,
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
@@ -81,7 +82,7 @@ export class InstanceController {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'workloads', controller: 'instance' });
     this.events = manager.recorder('instances');
-    this.instances = manager.informer<InstanceObject>(Instance.ref);
+    this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
     this.instances.addIndexer('instanceType', byInstanceType);
     // Only instances' Pods: the label selector keeps every other pod out of this cache.
     this.pods = manager.informer<WorkloadPod>(Resources.pods, {

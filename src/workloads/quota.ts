@@ -42,6 +42,7 @@ import {
 import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from './resources.ts';
 import {
   Instance,
+  OWN_INSTANCES,
   InstanceType,
   Quota,
   QUOTA_MANAGER,
@@ -258,7 +259,7 @@ export class QuotaController {
   private state(cluster: Cluster): ClusterState {
     const known = this.clusters.get(cluster.name);
     if (known?.cluster === cluster) return known;
-    const instances = cluster.informer<InstanceObject>(Instance.ref);
+    const instances = cluster.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
     instances.addIndexer('namespace', byNamespace);
     instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = {

@@ -29,6 +29,14 @@ export const ORDINAL_LABEL = 'workloads.berth.dev/ordinal';
 export const TEMPLATE_HASH_LABEL = 'workloads.berth.dev/template-hash';
 /** On Pods: the Instance that owns them (also their controller owner reference). */
 export const INSTANCE_LABEL = 'workloads.berth.dev/instance';
+/**
+ * On an Instance that is a read-only copy of one in another cluster (federation's mirrors on a
+ * management plane). The controllers of this part never see one (OWN_INSTANCES), so a mirror is
+ * never run, rolled out or counted against a Quota, even with them in the same cluster.
+ */
+export const MIRROR_LABEL = 'workloads.berth.dev/mirror';
+/** The Instances this part's controllers act on and count: all but mirrors. One informer, shared. */
+export const OWN_INSTANCES = { labelSelector: `!${MIRROR_LABEL}` };
 
 // Kubernetes quantities as users write them ("500m", "2", "2Gi"); parsed by decide.ts.
 const quantity = z

@@ -12,7 +12,7 @@ import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
 import { QuotaController, type InstanceObject, type QuotaObject } from '../../src/workloads/quota.ts';
-import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
+import { Instance, InstanceType, OWN_INSTANCES, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { berthClient } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
@@ -261,7 +261,8 @@ async function frozenQuota() {
   });
   const controller = new QuotaController(manager, { workers: 1 });
   const local = manager.cluster();
-  const instances = local.informer<InstanceObject>(Instance.ref);
+  // The quota controller's own informer (same request), whose stop freezes what it sees.
+  const instances = local.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
   local.start();
   await local.waitForCacheSync();
   return { controller, instances, stop: () => local.stop() };

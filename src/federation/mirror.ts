@@ -1,0 +1,260 @@
+// The mirror controller: the whole reconcile loop of mirrored Instances on the management plane. For
+// every engaged cell it watches the Instances there and the WorkloadDeployments of federation's (an
+// Instance names its WorkloadDeployment by label, which names its Workload), and keeps one read-only
+// copy of each such Instance here, in the Workload's namespace, named `<cell>-<instance>` and owned
+// by the Workload: one hop, watch-driven, written only when something changed (mirror-decide.ts).
+// Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
+// deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
+// not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
+import { changed, conditionsChanged, deletionChanged } from '../policy/predicates.ts';
+import { findCondition } from '../runtime/api/conditions.ts';
+import { keyOf, type Informer } from '../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { isConflict, isNotFound } from '../runtime/client/client.ts';
+import type { Cluster } from '../runtime/cluster/cluster.ts';
+import { Controller } from '../runtime/controller/controller.ts';
+import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import { clusterNameOf } from '../cells/decide.ts';
+import { Cell, type CellObject } from '../cells/types.ts';
+import type { InstanceObject } from '../workloads/decide.ts';
+import {
+  DEPLOYMENT_LABEL,
+  Instance,
+  MIRROR_LABEL,
+  OWN_INSTANCES,
+  WorkloadDeployment,
+  type InstanceStatus,
+} from '../workloads/types.ts';
+import { workloadKeyOf, type DeploymentObject } from './decide.ts';
+import {
+  MIRROR_CELL_LABEL,
+  MIRROR_MANAGER,
+  mirrorKey,
+  mirrorName,
+  mirrorOf,
+  sameMirror,
+  sameStatus,
+  sourceKeyOf,
+  splitMirrorKey,
+  staleStatus,
+} from './mirror-decide.ts';
+import {
+  Workload,
+  WORKLOAD_NAME_LABEL,
+  WORKLOAD_NAMESPACE_LABEL,
+  WORKLOAD_UID_LABEL,
+  type WorkloadObject,
+} from './types.ts';
+
+/** A cell's Instances and federation's WorkloadDeployments there, while it is engaged. */
+interface InCell {
+  instances: Informer<InstanceObject>;
+  deployments: Informer<DeploymentObject>;
+}
+
+const deploymentKeyOf = (i: InstanceObject): string[] => {
+  const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
+  return d ? [`${i.metadata.namespace}/${d}`] : [];
+};
+
+export class MirrorController {
+  readonly controller: Controller;
+  private readonly manager: Manager;
+  private readonly mirrors: Informer<InstanceObject>;
+  private readonly workloads: Informer<WorkloadObject>;
+  private readonly cells: Informer<CellObject>;
+  private readonly log: Logger;
+  /** By cell name, while engaged. */
+  private readonly inCells = new Map<string, InCell>();
+  /** The mirror last written, until the mirror cache shows it (a second pass must not send it again). */
+  private readonly sent: WriteExpectations<InstanceObject>;
+
+  constructor(manager: Manager, opts: { workers?: number } = {}) {
+    this.manager = manager;
+    this.log = manager.log.child({ capability: 'federation', controller: 'mirror' });
+    this.mirrors = manager.informer<InstanceObject>(Instance.ref, { labelSelector: MIRROR_LABEL });
+    this.mirrors.addIndexer('cell', (m) => {
+      const c = m.metadata.labels?.[MIRROR_CELL_LABEL];
+      return c ? [c] : [];
+    });
+    this.mirrors.addIndexer('workload', (m) => {
+      const ns = m.metadata.labels?.[WORKLOAD_NAMESPACE_LABEL];
+      const name = m.metadata.labels?.[WORKLOAD_NAME_LABEL];
+      return ns && name ? [`${ns}/${name}`] : [];
+    });
+    this.sent = new WriteExpectations<InstanceObject>(this.mirrors, keyOf);
+    // The same informers as the federation controller's (same requests): one cache each.
+    this.workloads = manager.informer<WorkloadObject>(Workload.ref);
+    this.cells = manager.informer<CellObject>(Cell.ref);
+    this.controller = new Controller({
+      name: 'federation-mirror',
+      workers: opts.workers ?? 4,
+      logger: this.log,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+    })
+      // A mirror changed or deleted by someone else is put back; one with no instance is pruned.
+      .watch(this.mirrors, (m) => sourceKeyOf(m))
+      // A cell that stops (or starts again) answering marks its mirrors stale (or current); a Cell
+      // deleted takes its mirrors with it.
+      .watch(this.cells, (c) => this.keysOfCell(c.metadata.name!), { update: changed(conditionsChanged) })
+      // A Workload that appears, is recreated or is being deleted: its instances' mirrors follow.
+      .watch(this.workloads, (w) => this.keysOfWorkload(keyOf(w)), {
+        update: changed<WorkloadObject>(deletionChanged, (a, b) => a.metadata.uid !== b.metadata.uid),
+      });
+    manager.add(this.controller);
+    // Each cell's caches are made while it is engaged, on every replica (warm failover).
+    manager.addRunnable({
+      name: 'federation-mirror-cells',
+      needLeaderElection: false,
+      start: () => Promise.resolve(),
+      engage: (cluster, signal) => this.engage(cluster, signal),
+    });
+  }
+
+  /** The keys of a cell's mirrors and of its instances. */
+  private keysOfCell(cell: string): string[] {
+    const instances = this.inCells.get(cell)?.instances.list() ?? [];
+    return [
+      ...new Set([
+        ...this.mirrors.byIndex('cell', cell).flatMap((m) => sourceKeyOf(m) ?? []),
+        ...instances.map((i) => mirrorKey(cell, i.metadata.namespace!, i.metadata.name!)),
+      ]),
+    ];
+  }
+
+  /** The keys of a workload's mirrors and of its instances in every engaged cell. */
+  private keysOfWorkload(workload: string): string[] {
+    const keys = new Set(this.mirrors.byIndex('workload', workload).flatMap((m) => sourceKeyOf(m) ?? []));
+    for (const [cell, c] of this.inCells)
+      for (const d of c.deployments.byIndex('workload', workload))
+        for (const i of c.instances.byIndex('deployment', keyOf(d)))
+          keys.add(mirrorKey(cell, i.metadata.namespace!, i.metadata.name!));
+    return [...keys];
+  }
+
+  private engage(cluster: Cluster, signal: AbortSignal): void {
+    const cell = cluster.name.replace(/^cell-/, '');
+    if (clusterNameOf(cell) !== cluster.name) return; // the local cluster, or a cluster of no Cell
+    const instances = cluster.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+    instances.addIndexer('deployment', deploymentKeyOf);
+    const deployments = cluster.informer<DeploymentObject>(WorkloadDeployment.ref, {
+      labelSelector: WORKLOAD_UID_LABEL,
+    });
+    deployments.addIndexer('workload', (d) => {
+      const k = workloadKeyOf(d);
+      return k ? [k] : [];
+    });
+    const here: InCell = { instances, deployments };
+    this.inCells.set(cell, here);
+    const add = (keys: string[]) => {
+      if (!signal.aborted) for (const k of keys) this.controller.queue.add(k);
+    };
+    const ofInstance = (i: InstanceObject) => [mirrorKey(cell, i.metadata.namespace!, i.metadata.name!)];
+    const ofDeployment = (d: DeploymentObject) =>
+      instances.byIndex('deployment', keyOf(d)).flatMap((i) => ofInstance(i));
+    signal.addEventListener(
+      'abort',
+      () => {
+        if (this.inCells.get(cell) === here) this.inCells.delete(cell);
+      },
+      { once: true },
+    );
+    Promise.all([instances.waitForSync(signal), deployments.waitForSync(signal)]).then(
+      () => {
+        // Listed: every mirror of the cell is looked at once (those with no instance left are pruned).
+        add(this.mirrors.byIndex('cell', cell).flatMap((m) => sourceKeyOf(m) ?? []));
+        instances.addEventHandler({
+          onAdd: (i) => add(ofInstance(i)),
+          // A resync (the same object) changes nothing.
+          onUpdate: (a, b) => a !== b && add(ofInstance(b)),
+          onDelete: (i) => add(ofInstance(i)),
+        });
+        deployments.addEventHandler({
+          onAdd: (d) => add(ofDeployment(d)),
+          onUpdate: (a, b) => a !== b && add(ofDeployment(b)),
+          onDelete: (d) => add(ofDeployment(d)),
+        });
+      },
+      () => {}, // disengaged before it listed
+    );
+  }
+
+  private async reconcile(key: string): Promise<void> {
+    const { cell, namespace, name } = splitMirrorKey(key);
+    const mname = mirrorName(cell, name);
+    if (!mname) return;
+    const cached = this.mirrors.get(`${namespace}/${mname}`);
+    const mirror = cached && (this.sent.pending(cached) ?? cached);
+    const cellObject = this.cells.get(cell);
+    // A Cell deleted has left the federation: its mirrors go too.
+    if (!cellObject) return this.remove(mirror, `cell ${cell} is gone`);
+    const reachable = findCondition(cellObject.status?.conditions, 'Reachable');
+    if (reachable?.status === 'False') {
+      // A partition is not a deletion: the last status stays, marked stale since the cell went silent.
+      if (mirror) await this.writeStatus(mirror, staleStatus(mirror, cell, reachable.lastTransitionTime));
+      return;
+    }
+    const here = this.inCells.get(cell);
+    // Never judged on a view not listed yet: the cell's sync brings every key of it back.
+    if (!here?.instances.hasSynced() || !here.deployments.hasSynced()) return;
+    const instance = here.instances.get(`${namespace}/${name}`);
+    const deployment = instance && here.deployments.get(deploymentKeyOf(instance)[0] ?? '');
+    const wkey = deployment && workloadKeyOf(deployment);
+    const workload = wkey ? this.workloads.get(wkey) : undefined;
+    if (
+      !instance ||
+      !deployment ||
+      !workload ||
+      workload.metadata.deletionTimestamp ||
+      workload.metadata.uid !== deployment.metadata.labels?.[WORKLOAD_UID_LABEL]
+    )
+      return this.remove(
+        mirror,
+        `instance ${namespace}/${name} of cell ${cell} is gone or no longer federation's`,
+      );
+    const want = mirrorOf({ cell, instance, deployment, workload }, mirror);
+    if (!want) return;
+    let current = mirror;
+    if (!current || !sameMirror(current, want.object)) {
+      current = await this.manager.client().apply<InstanceObject>(Instance.ref, want.object, {
+        fieldManager: MIRROR_MANAGER,
+        force: true,
+      });
+      this.sent.expect(keyOf(current), current.metadata.resourceVersion, current);
+      if (!mirror) this.log.info({ mirror: keyOf(current), cell }, 'instance mirrored');
+    }
+    await this.writeStatus(current, want.status);
+  }
+
+  private async writeStatus(mirror: InstanceObject, status: InstanceStatus): Promise<void> {
+    if (sameStatus(mirror.status, status)) return;
+    try {
+      const written = await applyStatus<InstanceObject>(
+        this.manager.client(),
+        Instance.ref,
+        mirror,
+        status,
+        MIRROR_MANAGER,
+      );
+      this.sent.expect(keyOf(written), written.metadata.resourceVersion, written);
+    } catch (e) {
+      if (!isObjectGone(e)) throw e;
+    }
+  }
+
+  private async remove(mirror: InstanceObject | undefined, why: string): Promise<void> {
+    if (!mirror || mirror.metadata.deletionTimestamp) return;
+    try {
+      await this.manager.client().delete(Instance.ref, mirror.metadata.name!, mirror.metadata.namespace, {
+        apiVersion: 'v1',
+        kind: 'DeleteOptions',
+        preconditions: { uid: mirror.metadata.uid },
+      });
+      this.log.info({ mirror: keyOf(mirror) }, `mirror deleted: ${why}`);
+    } catch (e) {
+      if (!isNotFound(e) && !isConflict(e)) throw e;
+    }
+  }
+}

@@ -1,0 +1,117 @@
+// A federation for tests: the run's sandbox is the management plane, two more sandboxes (with kwok
+// nodes) are cells in Dallas and London, joined with `berth cells join`, each with its own Berth
+// (`cellArgs`), and the management plane's Berth (`managementArgs`) can be stopped and started again.
+import { cellsCommand, secretName } from '../../src/cells/cli.ts';
+import { Cell } from '../../src/cells/types.ts';
+import { installCrds } from '../../src/cli/install.ts';
+import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
+import { NAMESPACE } from '../../src/policy/namespace.ts';
+import { Resources } from '../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import { startBerth, type BerthProcess } from './berth.ts';
+import { addNodes, testSandbox, uniqueName } from './cluster.ts';
+
+export const CITIES = ['DFW', 'LHR'] as const;
+export type City = (typeof CITIES)[number];
+
+export interface CellHandle {
+  name: string;
+  sandbox: Sandbox;
+  client: KubeClient;
+  berth: BerthProcess;
+}
+
+export interface Federation {
+  sandbox: Sandbox;
+  client: KubeClient;
+  cells: Record<City, CellHandle>;
+  management(): BerthProcess | undefined;
+  startManagement(): Promise<void>;
+  stopManagement(): Promise<void>;
+  /** Stops every Berth, removes the cells and workloads left in `namespaces`, and destroys the cells' sandboxes. */
+  down(namespaces: string[]): Promise<void>;
+}
+
+export async function startFederation(opts: {
+  cellArgs: string[];
+  managementArgs: string[];
+}): Promise<Federation> {
+  const sandbox = testSandbox();
+  const client = sandbox.client();
+  await installCrds(client);
+  const cells = {} as Record<City, CellHandle>;
+  let management: BerthProcess | undefined;
+  const fed: Federation = {
+    sandbox,
+    client,
+    cells,
+    management: () => management,
+    async startManagement() {
+      management = await startBerth(sandbox, opts.managementArgs);
+    },
+    async stopManagement() {
+      await management?.stop();
+      management = undefined;
+    },
+    async down(namespaces) {
+      await management?.stop();
+      for (const city of CITIES) {
+        const cell = cells[city];
+        if (!cell) continue;
+        await cell.berth?.stop();
+        await client.delete(Cell.ref, cell.name).catch(() => {});
+        await client.delete(Resources.secrets, secretName(cell.name), NAMESPACE).catch(() => {});
+        cell.client?.close();
+        await cell.sandbox.destroy();
+      }
+      for (const ns of namespaces) {
+        // The workloads' finalizer has nobody left to release it.
+        const left = await client
+          .list<WorkloadObject>(Workload.ref, { namespace: ns })
+          .catch(() => undefined);
+        for (const w of left?.items ?? [])
+          await client
+            .patch(Workload.ref, w.metadata.name!, { metadata: { finalizers: null } }, { namespace: ns })
+            .catch(() => {});
+        await client.delete(Resources.namespaces, ns).catch(() => {});
+      }
+      client.close();
+    },
+  };
+  try {
+    await up(fed, opts.cellArgs);
+    await fed.startManagement();
+  } catch (e) {
+    // What started is stopped: a failed start leaves no sandbox running.
+    await fed.down([]);
+    throw e;
+  }
+  return fed;
+}
+
+async function up(fed: Federation, cellArgs: string[]): Promise<void> {
+  for (const city of CITIES) {
+    const sb = new Sandbox(process.env[`BERTH_TEST_FED_${city}`] ?? `fed-${city.toLowerCase()}`);
+    const name = uniqueName(city.toLowerCase());
+    // Known before it starts, so that a failure from here on still destroys it.
+    const cell = { name, sandbox: sb } as CellHandle;
+    fed.cells[city] = cell;
+    await sb.up({ fresh: true });
+    const c = sb.client();
+    cell.client = c;
+    await installCrds(c);
+    await addNodes(c, { prefix: `${city.toLowerCase()}-node`, count: 2 });
+    cell.berth = await startBerth(sb, cellArgs);
+    await cellsCommand().parseAsync(
+      [
+        'join',
+        name,
+        `--kubeconfig=${sb.kubeconfigPath}`,
+        `--location=${city}`,
+        `--management-kubeconfig=${fed.sandbox.kubeconfigPath}`,
+      ],
+      { from: 'user' },
+    );
+  }
+}

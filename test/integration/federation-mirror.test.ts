@@ -1,0 +1,333 @@
+// test-driver: alone — the cells' Berths and the management plane's act on every Workload, Cell,
+// Quota and Instance they see, so no other file's objects may be beside them.
+//
+// Mirrored Instances and quota across cells, against real control planes side by side: the run's
+// sandbox is the management plane (cells, federation and quota), two more are cells in Dallas and
+// London whose Berths run the workloads controllers with `--quota-source=management`. Every cell
+// Instance of a Workload gets one read-only mirror upstream (its status within the bound, p50/p99
+// printed), pruned when its instance goes; a Quota of 3 upstream holds across both cells, and a
+// cell's new instance waits PendingEvaluation while the management plane's Berth is away.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import {
+  MIRROR_CELL_LABEL,
+  MIRRORED_CONDITION,
+  SOURCE_UID_ANNOTATION,
+} from '../../src/federation/mirror-decide.ts';
+import {
+  CITY_LABEL,
+  PLACEMENT_LABEL,
+  Workload,
+  WORKLOAD_NAME_LABEL,
+  type WorkloadObject,
+} from '../../src/federation/types.ts';
+import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
+import { Informer } from '../../src/runtime/cache/informer.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { QuotaObject } from '../../src/workloads/quota.ts';
+import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
+import { createNamespace, uniqueName } from '../helpers/cluster.ts';
+import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
+import { holdsFor, waitFor } from '../helpers/wait.ts';
+
+let fed: Federation;
+let client: KubeClient;
+const namespaces: string[] = [];
+
+before(async () => {
+  fed = await startFederation({
+    cellArgs: ['--controllers=workloads', '--quota-source=management'],
+    managementArgs: [
+      '--controllers=cells,federation,quota',
+      '--cell-probe-period=1',
+      '--cell-unreachable-after=3',
+    ],
+  });
+  client = fed.client;
+});
+
+after(async () => {
+  await fed?.down(namespaces);
+});
+
+const template = { containers: [{ name: 'app', image: 'registry.example/web:1' }] };
+
+async function applyWorkload(ns: string, name: string, placements: [string, City, number][]) {
+  await client.apply(
+    Workload.ref,
+    {
+      apiVersion: Workload.apiVersion,
+      kind: Workload.kind,
+      metadata: { name, namespace: ns },
+      spec: {
+        template,
+        placements: placements.map(([p, city, n]) => ({
+          name: p,
+          cityCodes: [city],
+          scaleSettings: { minReplicas: n },
+        })),
+      },
+    },
+    { fieldManager: 'test', force: true },
+  );
+}
+
+/** The mirrors of a workload upstream, as `kubectl get inst -l federation.berth.dev/workload=NAME` lists them. */
+const mirrorsOf = async (ns: string, workload: string) =>
+  (
+    await client.list<InstanceObject>(Instance.ref, {
+      namespace: ns,
+      query: { labelSelector: `${WORKLOAD_NAME_LABEL}=${workload}` },
+    })
+  ).items;
+const cellInstances = async (city: City, ns: string) =>
+  (await fed.cells[city].client.list<InstanceObject>(Instance.ref, { namespace: ns })).items;
+const ready = (i: InstanceObject) => findCondition(i.status?.conditions, 'Ready')?.status === 'True';
+const granted = (i: InstanceObject) => findCondition(i.status?.conditions, 'QuotaGranted');
+const percentile = (xs: number[], p: number) =>
+  [...xs].sort((a, b) => a - b)[Math.ceil((p / 100) * xs.length) - 1]!;
+
+test("every cell instance of a Workload has one read-only mirror upstream: labelled, owned by the Workload, the cell's status, within the bound", async () => {
+  const ns = await createNamespace(client, 'mirror');
+  namespaces.push(ns);
+  const wl = uniqueName('web');
+  await applyWorkload(ns, wl, [
+    ['us', 'DFW', 2],
+    ['eu', 'LHR', 1],
+  ]);
+  const w = await waitFor(
+    'the workload Available with 3 ready instances',
+    async () => {
+      const w = await client.get<WorkloadObject>(Workload.ref, wl, ns);
+      return (
+        findCondition(w.status?.conditions, 'Available')?.status === 'True' &&
+        w.status?.readyReplicas === 3 &&
+        w
+      );
+    },
+    { timeoutMs: 120_000 },
+  );
+  const mirrors = await waitFor(
+    'three Ready mirrors upstream',
+    async () => {
+      const ms = await mirrorsOf(ns, wl);
+      return ms.length === 3 && ms.every(ready) && ms;
+    },
+    { timeoutMs: 10_000, observe: () => mirrorsOf(ns, wl) },
+  );
+  for (const city of CITIES) {
+    const cell = fed.cells[city];
+    for (const inst of await cellInstances(city, ns)) {
+      const m = mirrors.find((x) => x.metadata.name === `${cell.name}-${inst.metadata.name}`);
+      assert.ok(m, `a mirror of ${city}'s ${inst.metadata.name}`);
+      assert.equal(m.metadata.labels?.[MIRROR_LABEL], 'true');
+      assert.equal(m.metadata.labels?.[MIRROR_CELL_LABEL], cell.name);
+      assert.equal(m.metadata.labels?.[CITY_LABEL], city);
+      assert.equal(m.metadata.labels?.[PLACEMENT_LABEL], city === 'DFW' ? 'us' : 'eu');
+      assert.equal(m.metadata.annotations?.[SOURCE_UID_ANNOTATION], inst.metadata.uid);
+      assert.deepEqual(
+        m.metadata.ownerReferences?.map((o) => [o.kind, o.name, o.uid]),
+        [['Workload', wl, w.metadata.uid]],
+      );
+      assert.deepEqual(m.spec, inst.spec);
+      assert.equal(m.status?.podName, inst.status?.podName);
+      assert.equal(m.status?.observedTemplateHash, inst.status?.observedTemplateHash);
+      for (const t of ['Ready', 'Available', 'Programmed', 'QuotaGranted'])
+        assert.equal(
+          findCondition(m.status?.conditions, t)?.reason,
+          findCondition(inst.status?.conditions, t)?.reason,
+          t,
+        );
+      assert.equal(findCondition(m.status?.conditions, MIRRORED_CONDITION)?.status, 'True');
+    }
+  }
+
+  // Settled: nothing is rewritten while nothing changes.
+  const rvs = (ms: InstanceObject[]) =>
+    ms
+      .map((m) => m.metadata.resourceVersion)
+      .sort()
+      .join();
+  const settled = rvs(await mirrorsOf(ns, wl));
+  await holdsFor(
+    'no mirror rewritten while nothing changes',
+    async () => rvs(await mirrorsOf(ns, wl)) === settled,
+    3000,
+  );
+
+  // A cell instance's status change → its mirror, timed through a watch on each side.
+  const dfw = fed.cells.DFW;
+  const [source] = (await cellInstances('DFW', ns)).sort((a, b) => a.spec.ordinal - b.spec.ordinal);
+  const mirrorName = `${dfw.name}-${source!.metadata.name}`;
+  const seen = new Map<string, number>();
+  const watch = new Informer<InstanceObject>({
+    client,
+    ref: Instance.ref,
+    namespace: ns,
+    labelSelector: MIRROR_LABEL,
+  });
+  const note = (m: InstanceObject) => {
+    const probe = findCondition(m.status?.conditions, 'Probe')?.message;
+    if (m.metadata.name === mirrorName && probe && !seen.has(probe)) seen.set(probe, performance.now());
+  };
+  watch.addEventHandler({ onAdd: note, onUpdate: (_, b) => note(b) });
+  watch.start();
+  await watch.waitForSync();
+  const latencies: number[] = [];
+  try {
+    for (let n = 0; n < 20; n++) {
+      const message = `probe ${n}`;
+      const probe: Condition = {
+        type: 'Probe',
+        status: 'True',
+        reason: 'Test',
+        message,
+        lastTransitionTime: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      };
+      // A condition of the test's own (the conditions are a list-map): Berth's own stay untouched.
+      await dfw.client.apply(
+        Instance.ref,
+        {
+          apiVersion: Instance.apiVersion,
+          kind: Instance.kind,
+          metadata: { name: source!.metadata.name, namespace: ns },
+          status: { conditions: [probe] },
+        },
+        { fieldManager: 'test-probe', subresource: 'status', force: true },
+      );
+      const sent = performance.now();
+      await waitFor(`the mirror to show ${message}`, () => seen.has(message), {
+        timeoutMs: 5000,
+        intervalMs: 5,
+      });
+      latencies.push(Math.max(0, seen.get(message)! - sent));
+    }
+  } finally {
+    await watch.stop();
+  }
+  const p50 = percentile(latencies, 50);
+  const p99 = percentile(latencies, 99);
+  console.log(
+    `cell instance status → mirror: p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (${latencies.length} changes)`,
+  );
+  assert.ok(p99 <= 1000, `p99 ${p99} ms, over the 1 s bound`);
+
+  // Scaled down: the mirror of the instance that went goes, the others stay.
+  const before = await mirrorsOf(ns, wl);
+  await applyWorkload(ns, wl, [
+    ['us', 'DFW', 1],
+    ['eu', 'LHR', 1],
+  ]);
+  const gone = `${dfw.name}-${wl}-us-dfw-1`;
+  await waitFor(
+    'the mirror of the instance scaled away deleted',
+    async () => !(await mirrorsOf(ns, wl)).some((m) => m.metadata.name === gone),
+    { timeoutMs: 60_000 },
+  );
+  const after = await mirrorsOf(ns, wl);
+  assert.deepEqual(
+    after.map((m) => m.metadata.uid).sort(),
+    before
+      .filter((m) => m.metadata.name !== gone)
+      .map((m) => m.metadata.uid)
+      .sort(),
+    'the other mirrors are the same objects',
+  );
+
+  // The Workload deleted: its mirrors are collected with it (owner reference, same cluster).
+  await client.delete(Workload.ref, wl, ns);
+  await waitFor('the mirrors gone with the Workload', async () => (await mirrorsOf(ns, wl)).length === 0, {
+    timeoutMs: 90_000,
+    observe: () => mirrorsOf(ns, wl),
+  });
+});
+
+test('a Quota of 3 upstream holds across both cells: 3 of 4 granted, the 4th QuotaExceeded, the Workload says so; mirrors are not counted', async () => {
+  const ns = await createNamespace(client, 'quota');
+  namespaces.push(ns);
+  const quota = 'budget';
+  await client.create(Quota.ref, {
+    apiVersion: Quota.apiVersion,
+    kind: Quota.kind,
+    metadata: { name: quota, namespace: ns },
+    spec: { instances: 3 },
+  });
+  const wl = uniqueName('q');
+  await applyWorkload(ns, wl, [
+    ['us', 'DFW', 2],
+    ['eu', 'LHR', 2],
+  ]);
+  const all = async () => [...(await cellInstances('DFW', ns)), ...(await cellInstances('LHR', ns))];
+  const verdicts = async () =>
+    (await all()).map((i) => `${i.metadata.name}: ${granted(i)?.reason ?? 'none'}`).sort();
+  await waitFor(
+    'four instances in the two cells, three granted, one QuotaExceeded',
+    async () => {
+      const is = await all();
+      return (
+        is.length === 4 &&
+        is.filter((i) => granted(i)?.status === 'True').length === 3 &&
+        is.filter((i) => granted(i)?.reason === 'QuotaExceeded').length === 1
+      );
+    },
+    { timeoutMs: 120_000, observe: verdicts },
+  );
+  const w = await waitFor(
+    'the Workload Available=False QuotaExceeded',
+    async () => {
+      const w = await client.get<WorkloadObject>(Workload.ref, wl, ns);
+      return findCondition(w.status?.conditions, 'Available')?.reason === 'QuotaExceeded' && w;
+    },
+    { timeoutMs: 15_000 },
+  );
+  assert.equal(findCondition(w.status?.conditions, 'Available')?.status, 'False');
+  // Every instance has its mirror by now, and the ledger counts the cells' instances only.
+  await waitFor('four mirrors upstream', async () => (await mirrorsOf(ns, wl)).length === 4);
+  const ledger = (await client.get<QuotaObject>(Quota.ref, quota, ns)).status;
+  assert.equal(ledger?.used?.instances, 3);
+  assert.deepEqual(
+    [...new Set(ledger?.claims?.map((c) => c.cluster))].sort(),
+    CITIES.map((c) => `cell-${fed.cells[c].name}`).sort(),
+  );
+  // Never a fourth grant.
+  await holdsFor(
+    'three grants, no more',
+    async () => (await all()).filter((i) => granted(i)?.status === 'True').length === 3,
+    3000,
+  );
+
+  // The management plane's Berth away: a new instance in a cell waits PendingEvaluation, never
+  // granted there; back, it is decided upstream (the budget is used up: QuotaExceeded).
+  const lhr = fed.cells.LHR.client;
+  const byHand = `${uniqueName('byhand')}-0`;
+  const instance = () => lhr.get<InstanceObject>(Instance.ref, byHand, ns);
+  await fed.stopManagement();
+  try {
+    await lhr.create(WorkloadDeployment.ref, {
+      apiVersion: WorkloadDeployment.apiVersion,
+      kind: WorkloadDeployment.kind,
+      metadata: { name: byHand.slice(0, -2), namespace: ns },
+      spec: { template, replicas: 1 },
+    });
+    await waitFor(
+      'the new instance waiting PendingEvaluation',
+      async () =>
+        findCondition((await instance()).status?.conditions, 'Ready')?.reason === 'PendingEvaluation',
+      { timeoutMs: 30_000 },
+    );
+    await holdsFor(
+      'no grant while the management plane is away',
+      async () => !granted(await instance()),
+      2000,
+    );
+  } finally {
+    await fed.startManagement();
+  }
+  await waitFor(
+    'the new instance decided upstream once it is back: QuotaExceeded',
+    async () => granted(await instance())?.reason === 'QuotaExceeded',
+    { timeoutMs: 30_000 },
+  );
+  await client.delete(Workload.ref, wl, ns);
+});
