@@ -113,6 +113,15 @@ export const quotaCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['quotas/status'], verbs: ['update'] },
   ],
   setup({ manager, options }) {
+    // Two quota controllers keeping one namespace's ledger would each grant its own view of it.
+    if (
+      (options['controllers'] as string[] | undefined)?.includes('workloads') &&
+      options['quotaSource'] !== 'management'
+    )
+      throw new Error(
+        'controllers quota and workloads both grant quota here: run the cells with --quota-source=management, ' +
+          "or leave out quota (the workloads controller grants from this cluster's Quotas)",
+      );
     new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
     return {};
   },
