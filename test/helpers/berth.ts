@@ -82,6 +82,19 @@ export interface StartOptions {
   capture?: boolean;
   /** Return once /readyz answers 200 (default); otherwise as soon as /healthz does. */
   waitReady?: boolean;
+  /**
+   * Run Berth as its image does: the compiled dist/ (npm run build first) with the Node flags of the
+   * Dockerfile's ENTRYPOINT. Otherwise the TypeScript sources, as a checkout runs them.
+   */
+  compiled?: boolean;
+}
+
+/** The Node flags of the image: what the Dockerfile's ENTRYPOINT puts between `node` and Berth's main. */
+export function imageNodeFlags(): string[] {
+  const line = readFileSync(`${packageRoot()}/Dockerfile`, 'utf8').match(/^ENTRYPOINT (\[.*\])$/m);
+  if (!line) throw new Error('the Dockerfile has no ENTRYPOINT in exec form');
+  const argv = JSON.parse(line[1]!) as string[];
+  return argv.slice(1, argv.indexOf('dist/cli/main.js'));
 }
 
 export async function startBerth(
@@ -98,7 +111,9 @@ export async function startBerth(
       ...(process.env['BERTH_BENCH_CPU_PROF']
         ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BERTH_BENCH_CPU_PROF']}`]
         : []),
-      `${packageRoot()}/src/cli/main.ts`,
+      ...(opts.compiled
+        ? [...imageNodeFlags(), `${packageRoot()}/dist/cli/main.js`]
+        : [`${packageRoot()}/src/cli/main.ts`]),
       'run',
       `--kubeconfig=${kubeconfig}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,

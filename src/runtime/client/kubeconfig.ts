@@ -133,7 +133,8 @@ export function kubeconfigAccess(kc: Kubeconfig): ClusterAccess {
         material(user['client-key-data'], user['client-key']),
       ]);
       const headers: Record<string, string> = {};
-      const token = user.token ?? (user.tokenFile ? (await readFile(user.tokenFile, 'utf8')).trim() : undefined);
+      const token =
+        user.token ?? (user.tokenFile ? (await readFile(user.tokenFile, 'utf8')).trim() : undefined);
       if (token) headers['Authorization'] = `Bearer ${token}`;
       else if (user.username !== undefined)
         headers['Authorization'] =
@@ -189,7 +190,9 @@ export function defaultAccess(env = process.env): ClusterAccess {
   const files = (env['KUBECONFIG'] ?? '').split(delimiter).filter(Boolean);
   if (files.length === 1) return kubeconfigFileAccess(files[0]!);
   if (files.length > 1) {
-    const texts = files.filter(existsSync).map((f) => parse(readFileSync(f, 'utf8')) as Record<string, unknown>);
+    const texts = files
+      .filter(existsSync)
+      .map((f) => parse(readFileSync(f, 'utf8')) as Record<string, unknown>);
     const merged: Record<string, unknown> = {
       'current-context': texts.find((t) => t?.['current-context'])?.['current-context'],
     };

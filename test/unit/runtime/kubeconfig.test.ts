@@ -119,7 +119,10 @@ describe('kubeconfig', () => {
   });
 
   test('the current context is what counts; a missing one is said', () => {
-    assert.equal(parseKubeconfig(JSON.stringify(kubeconfig({ token: 'a' }))).cluster?.server, 'https://127.0.0.1:6443');
+    assert.equal(
+      parseKubeconfig(JSON.stringify(kubeconfig({ token: 'a' }))).cluster?.server,
+      'https://127.0.0.1:6443',
+    );
     assert.throws(() => kubeconfigTextAccess('{}'), /no current context/);
     assert.throws(
       () => kubeconfigTextAccess(JSON.stringify({ ...kubeconfig({}), 'current-context': 'nope' })),

@@ -1,0 +1,3 @@
+module berth.dev/bench/labelsfloor
+
+go 1.26
