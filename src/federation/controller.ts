@@ -236,7 +236,8 @@ export class FederationController {
     const { views, cluster } = this.cellViews();
     const placed = this.placed(key, cluster);
     const locations = new Set(this.locations.list().map((l) => l.spec.cityCode));
-    const wanted = targets(w, locations, [...views.values()], placed, this.labelled());
+    const now = Date.now();
+    const wanted = targets(w, locations, [...views.values()], placed, this.labelled(), now);
     const hash = templateHash(w.spec.template);
     const find = (cell: string, name: string) =>
       this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
@@ -247,7 +248,7 @@ export class FederationController {
       targets: wanted,
       deployment: (t) => find(t.cell!, t.name),
       previous: w.status?.rollout,
-      now: Date.now(),
+      now,
     });
 
     // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
@@ -273,7 +274,17 @@ export class FederationController {
           if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
           throw e;
         }
-        this.log.info({ workload: key, cell: t.cell, deployment: t.name }, 'WorkloadDeployment applied');
+        this.log.info(
+          {
+            workload: key,
+            cell: t.cell,
+            deployment: t.name,
+            ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
+          },
+          t.failedOverFrom
+            ? 'WorkloadDeployment applied: failed over from an unreachable cell'
+            : 'WorkloadDeployment applied',
+        );
       });
     }
 
@@ -333,8 +344,13 @@ export class FederationController {
       }
     }
     if (failures.length) throw new Error(failures.join('; '));
-    // A soak that ends or a deadline that passes changes nothing in the cells: wake up for it.
-    if (plan.requeueAfterMs !== undefined) return { requeueAfterMs: plan.requeueAfterMs };
+    // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
+    // wake up for it.
+    const wakeups = [
+      ...(plan.requeueAfterMs !== undefined ? [plan.requeueAfterMs] : []),
+      ...wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - now] : [])),
+    ];
+    if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
   }
 
   /**

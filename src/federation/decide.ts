@@ -94,6 +94,10 @@ export interface Target {
   problem?: Problem;
   /** A cell was chosen but its WorkloadDeployments are not listed yet: nothing is written until they are. */
   waiting?: string;
+  /** Failed over from this unreachable cell (its WorkloadDeployment there goes once it answers). */
+  failedOverFrom?: string;
+  /** Its cell is unreachable and the placement fails over: when (ms since the epoch). */
+  failoverAt?: number;
 }
 
 /** The name of a placement × city's WorkloadDeployment. */
@@ -130,9 +134,12 @@ export function placementCities(p: Placement, locations: readonly LabelledLocati
 
 /**
  * Where each placement × city runs: in the cell its WorkloadDeployment is in while that cell exists
- * and serves the city (an unreachable or cordoned cell keeps it: failover is opt-in), else in the
- * first Ready, schedulable cell of the city by name; none, or no Location of the city: NoMatchingLocation
- * (CellNotReady while a cell of the city has not answered its first probe).
+ * and serves the city (an unreachable or cordoned cell keeps it), else in the first Ready,
+ * schedulable cell of the city by name; none, or no Location of the city: NoMatchingLocation
+ * (CellNotReady while a cell of the city has not answered its first probe). Failover is opt-in: a
+ * placement with `failover` leaves a cell unreachable for afterSeconds (at `now`) for the first
+ * Ready, schedulable, reachable other cell of the city. Two cells holding it (after a failover, the
+ * old one answering again): the one created last keeps it, the other is drained.
  */
 export function targets(
   w: WorkloadObject,
@@ -140,6 +147,7 @@ export function targets(
   cells: readonly CellView[],
   placed: readonly Placed[],
   labelled: readonly LabelledLocation[] = [],
+  now = Date.now(),
 ): Target[] {
   const byName = [...cells].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const out: Target[] = [];
@@ -157,15 +165,26 @@ export function targets(
         out.push(t);
         continue;
       }
-      const sticky = placed.find(
-        (d) =>
-          d.object.metadata.name === name &&
-          d.object.metadata.labels?.[CITY_LABEL] === city &&
-          serving.some((c) => c.name === d.cell),
+      const sticky = newest(
+        placed.filter(
+          (d) =>
+            d.object.metadata.name === name &&
+            d.object.metadata.labels?.[CITY_LABEL] === city &&
+            serving.some((c) => c.name === d.cell),
+        ),
       );
-      const chosen = sticky
+      let chosen = sticky
         ? serving.find((c) => c.name === sticky.cell)
         : serving.find((c) => c.ready && !c.unschedulable);
+      if (p.failover && chosen && !chosen.reachable && chosen.unreachableSince) {
+        const at = Date.parse(chosen.unreachableSince) + p.failover.afterSeconds * 1000;
+        const other = serving.find((c) => c !== chosen && c.ready && c.reachable && !c.unschedulable);
+        if (at > now) t.failoverAt = at;
+        else if (other) {
+          t.failedOverFrom = chosen.name;
+          chosen = other;
+        }
+      }
       const probing = serving.filter((c) => c.probing && !c.unschedulable);
       if (!locations.has(city) && !sticky)
         t.problem = { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
@@ -199,6 +218,15 @@ export function targets(
 export interface Applied {
   hash: string;
   template: InstanceTemplate;
+}
+
+/** The one created last (by creationTimestamp; the first of equals). */
+function newest(ds: readonly Placed[]): Placed | undefined {
+  let best: Placed | undefined;
+  for (const d of ds)
+    if (!best || (d.object.metadata.creationTimestamp ?? '') > (best.object.metadata.creationTimestamp ?? ''))
+      best = d;
+  return best;
 }
 
 /** The WorkloadDeployment a target has in its cell, as server-side applied. */

@@ -52,6 +52,19 @@ const placement = k8s(
     scaleSettings: z.object({
       minReplicas: z.number().int().min(0).max(10000).describe('Instances in each city.'),
     }),
+    failover: z
+      .object({
+        afterSeconds: z
+          .number()
+          .int()
+          .min(0)
+          .max(86400)
+          .describe('How long its cell must be unreachable before another cell of the city takes it.'),
+      })
+      .optional()
+      .describe(
+        'Opt-in: a city whose cell is unreachable moves to another Ready, schedulable cell of the city (absent: it waits for its cell).',
+      ),
   }),
   {
     'x-kubernetes-validations': [

@@ -9,7 +9,8 @@
 // cell-side change shows upstream within a bound; a progressive rollout updates the three cells one
 // at a time, each after the one before is Available, and a template that cannot run stops it after
 // the first; a city removed from a placement is drained only once the new city is Available; a
-// Location relabelled moves a selector placement; a placement moved from LHR to DFW removes exactly
+// Location relabelled moves a selector placement; with failover opted in, a city whose cell stays
+// unreachable moves to another cell serving it; a placement moved from LHR to DFW removes exactly
 // that WorkloadDeployment; a city with no cell is NoMatchingLocation with a Warning; deleting the
 // Workload removes its WorkloadDeployments from every cell, an unreachable cell holding it until it
 // answers.
@@ -114,6 +115,7 @@ async function applyWorkload(
     cityCodes?: string[];
     locationSelector?: { matchLabels: Record<string, string> };
     minReplicas: number;
+    failover?: { afterSeconds: number };
   }[],
   o: { template?: typeof template; rollout?: Partial<Rollout> } = {},
 ) {
@@ -131,6 +133,7 @@ async function applyWorkload(
           ...(p.cityCodes ? { cityCodes: p.cityCodes } : {}),
           ...(p.locationSelector ? { locationSelector: p.locationSelector } : {}),
           scaleSettings: { minReplicas: p.minReplicas },
+          ...(p.failover ? { failover: p.failover } : {}),
         })),
       },
     },
@@ -558,6 +561,57 @@ test('a Location relabelled moves a selector placement; a selector matching none
   } finally {
     await label('DFW', null);
     await label('LHR', null);
+  }
+});
+
+test('failover, opt-in: a city whose cell stays unreachable moves to another cell of the city; the old one goes once it answers', async () => {
+  await applyWorkload([
+    { name: 'us', cityCodes: ['DFW'], minReplicas: 1 },
+    { name: 'eu', cityCodes: ['LHR'], minReplicas: 1, failover: { afterSeconds: 1 } },
+  ]);
+  await waitFor(
+    'eu in LHR, Available',
+    async () => (await names('LHR')).includes(`${wl}-eu-lhr`) && (await rolledOut(2)),
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  // The Tokyo cell serves London too, from now on: the city stays where it is (sticky).
+  const serve = (locations: string[]) =>
+    client.patch(Cell.ref, cellName.NRT, { spec: { locations } }, { fieldManager: 'test' });
+  await serve(['NRT', 'LHR']);
+  try {
+    await holdsFor('eu stays in LHR', async () => !(await names('NRT')).includes(`${wl}-eu-lhr`), 1500, 200);
+    const lhr = cities.LHR;
+    await lhr.stopProcess('kube-apiserver', 'SIGKILL');
+    try {
+      await waitFor(
+        'eu failed over to the NRT cell, Available upstream',
+        async () => {
+          const w = await workload();
+          return (
+            (await names('NRT')).includes(`${wl}-eu-lhr`) &&
+            cityStatus(w, 'eu', 'LHR')?.cell === cellName.NRT &&
+            (await rolledOut(2))
+          );
+        },
+        { timeoutMs: 30_000 },
+      );
+      assert.equal(await readyInstances('NRT', `${wl}-eu-lhr`), 1);
+    } finally {
+      lhr.startProcess('kube-apiserver');
+      await lhr.waitHealthy('kube-apiserver');
+    }
+    await waitFor(
+      'the old WorkloadDeployment gone from LHR once it answers',
+      async () => !(await names('LHR')).includes(`${wl}-eu-lhr`),
+      {
+        timeoutMs: 60_000,
+      },
+    );
+    assert.equal(cityStatus(await workload(), 'eu', 'LHR')?.cell, cellName.NRT);
+  } finally {
+    await serve(['NRT']);
   }
 });
 

@@ -58,6 +58,34 @@ describe('targets', () => {
     assert.equal(targets(w, ALL, [cell('a', ['DFW'])], [placed('b', t)])[0]!.cell, 'a');
   });
 
+  test('failover, opt-in: a cell unreachable for afterSeconds hands the city to another Ready, schedulable, reachable cell', () => {
+    const w = workload([['us', ['DFW'], 2]]);
+    w.spec.placements[0]!.failover = { afterSeconds: 30 };
+    const t = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 2 };
+    const since = '2026-11-23T04:00:00Z';
+    const at = Date.parse(since) + 30_000;
+    const down = cell('a', ['DFW'], { reachable: false, ready: false, unreachableSince: since });
+    const cells = [down, cell('b', ['DFW'], { unschedulable: true }), cell('c', ['DFW'])];
+    const early = targets(w, ALL, cells, [placed('a', t)], [], at - 1)[0]!;
+    assert.deepEqual([early.cell, early.failoverAt, early.failedOverFrom], ['a', at, undefined]);
+    const moved = targets(w, ALL, cells, [placed('a', t)], [], at)[0]!;
+    assert.deepEqual([moved.cell, moved.failoverAt, moved.failedOverFrom], ['c', undefined, 'a']);
+    // No other cell that could take it: it waits for its own.
+    assert.equal(targets(w, ALL, cells.slice(0, 2), [placed('a', t)], [], at)[0]!.cell, 'a');
+    // Not opted in: it waits, whatever the time.
+    const plain = workload([['us', ['DFW'], 2]]);
+    assert.equal(targets(plain, ALL, cells, [placed('a', t)], [], at + 3_600_000)[0]!.cell, 'a');
+    // The old cell answers again: the one created last keeps the city, the old one is unwanted.
+    const old = placed('a', t);
+    old.object.metadata.creationTimestamp = '2026-11-23T03:00:00Z';
+    const failedOver = placed('c', t);
+    failedOver.object.metadata.creationTimestamp = '2026-11-23T04:01:00Z';
+    const back = [cell('a', ['DFW']), cells[2]!];
+    const ts = targets(w, ALL, back, [old, failedOver], [], at);
+    assert.equal(ts[0]!.cell, 'c');
+    assert.deepEqual(unwanted(ts, [old, failedOver], new Set(['a', 'c'])), [old]);
+  });
+
   test('no Location, or no Ready schedulable cell: NoMatchingLocation saying why', () => {
     const w = workload([['ap', ['NRT'], 1]]);
     assert.deepEqual(targets(w, new Set(['DFW']), [cell('nrt', ['NRT'])], [])[0]!.problem, {
