@@ -8,7 +8,13 @@
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { finalizer } from '../policy/finalizer.ts';
 import { isDeepStrictEqual } from 'node:util';
-import { newlyHolds, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
+import {
+  findCondition,
+  newlyHolds,
+  sameConditions,
+  setCondition,
+  type Condition,
+} from '../runtime/api/conditions.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
@@ -23,16 +29,22 @@ import { clusterNameOf } from '../cells/decide.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
 import { templateHash } from '../workloads/decide.ts';
 import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
+import { selectorMatches } from '../policy/match/selector.ts';
 import {
   cellView,
   deploymentManifest,
+  drains,
+  placementCities,
   rollup,
+  rolloutPlan,
+  serves,
   targets,
   unwanted,
   workloadKeyOf,
   WORKLOAD_FIXABLE,
   type CellView,
   type DeploymentObject,
+  type LabelledLocation,
   type Placed,
 } from './decide.ts';
 import {
@@ -43,6 +55,9 @@ import {
   type WorkloadObject,
   type WorkloadStatus,
 } from './types.ts';
+
+/** The one key of the workloads' selector index. */
+const SELECTS = 'selector';
 
 /** A cell's WorkloadDeployments that carry federation's labels. */
 interface CellDeployments {
@@ -69,9 +84,40 @@ export class FederationController {
     this.workloads = manager.informer<WorkloadObject>(Workload.ref);
     this.cells = manager.informer<CellObject>(Cell.ref);
     this.locations = manager.informer<LocationObject>(Location.ref);
-    this.workloads.addIndexer('city', (w) => [...new Set(w.spec.placements.flatMap((p) => p.cityCodes))]);
-    const byCities = (cities: readonly string[]) => [
-      ...new Set(cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf))),
+    this.workloads.addIndexer('city', (w) => [
+      ...new Set(w.spec.placements.flatMap((p) => p.cityCodes ?? [])),
+    ]);
+    // Workloads whose cities depend on Locations' labels.
+    this.workloads.addIndexer('selector', (w) =>
+      w.spec.placements.some((p) => p.locationSelector) ? [SELECTS] : [],
+    );
+    const selecting = () => this.workloads.byIndex('selector', SELECTS);
+    // The workloads that run (or may run) in these cities: by cityCodes, or by a selector today.
+    const byCities = (cities: readonly string[]) => {
+      const labelled = this.labelled();
+      return [
+        ...new Set([
+          ...cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf)),
+          ...selecting()
+            .filter((w) =>
+              w.spec.placements.some((p) => placementCities(p, labelled).some((c) => cities.includes(c))),
+            )
+            .map(keyOf),
+        ]),
+      ];
+    };
+    // A Location's old and new objects both map: a selector that matched its labels before or matches them now.
+    const byLocation = (l: LocationObject) => [
+      ...new Set([
+        ...byCities([l.spec.cityCode]),
+        ...selecting()
+          .filter((w) =>
+            w.spec.placements.some(
+              (p) => p.locationSelector && selectorMatches(p.locationSelector, l.metadata.labels),
+            ),
+          )
+          .map(keyOf),
+      ]),
     ];
     this.controller = new Controller({
       name: 'federation',
@@ -84,7 +130,7 @@ export class FederationController {
       .watch(this.cells, (c) => byCities(c.spec.locations), {
         update: changed<CellObject>(generationChanged, conditionsChanged),
       })
-      .watch(this.locations, (l) => byCities([l.spec.cityCode]));
+      .watch(this.locations, byLocation);
     manager.add(this.controller);
     // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
     manager.addRunnable({
@@ -160,6 +206,11 @@ export class FederationController {
     );
   }
 
+  /** The Locations as a placement's selector sees them. */
+  private labelled(): LabelledLocation[] {
+    return this.locations.list().map((l) => ({ city: l.spec.cityCode, labels: l.metadata.labels ?? {} }));
+  }
+
   /** The cells as decide.ts sees them, each with its cluster's WorkloadDeployments while engaged. */
   private cellViews(): { views: Map<string, CellView>; cluster: Map<string, string> } {
     const views = new Map<string, CellView>();
@@ -180,23 +231,34 @@ export class FederationController {
     );
   }
 
-  private async apply(w: WorkloadObject): Promise<void> {
+  private async apply(w: WorkloadObject): Promise<Result | void> {
     const key = keyOf(w);
     const { views, cluster } = this.cellViews();
     const placed = this.placed(key, cluster);
     const locations = new Set(this.locations.list().map((l) => l.spec.cityCode));
-    const wanted = targets(w, locations, [...views.values()], placed);
+    const now = Date.now();
+    const wanted = targets(w, locations, [...views.values()], placed, this.labelled(), now);
     const hash = templateHash(w.spec.template);
     const find = (cell: string, name: string) =>
       this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
+    const plan = rolloutPlan({
+      rollout: w.spec.rollout,
+      template: w.spec.template,
+      hash,
+      targets: wanted,
+      deployment: (t) => find(t.cell!, t.name),
+      previous: w.status?.rollout,
+      now,
+    });
 
     // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
     // other cells are written and the status too, and the reconcile is retried.
     const failures: string[] = [];
     for (const t of wanted) {
       // An unreachable cell keeps what it has; it is written again once it answers.
-      if (!t.cell || t.waiting || !views.get(t.cell)!.reachable) continue;
-      const manifest = deploymentManifest(w, t, hash);
+      const applied = plan.applied.get(t.name);
+      if (!t.cell || !applied || !views.get(t.cell)!.reachable) continue;
+      const manifest = deploymentManifest(w, t, applied);
       const have = find(t.cell, t.name);
       if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) continue;
       const name = cluster.get(t.cell)!;
@@ -212,14 +274,28 @@ export class FederationController {
           if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
           throw e;
         }
-        this.log.info({ workload: key, cell: t.cell, deployment: t.name }, 'WorkloadDeployment applied');
+        this.log.info(
+          {
+            workload: key,
+            cell: t.cell,
+            deployment: t.name,
+            ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
+          },
+          t.failedOverFrom
+            ? 'WorkloadDeployment applied: failed over from an unreachable cell'
+            : 'WorkloadDeployment applied',
+        );
       });
     }
 
     const reachableListed = new Set(
       [...views.values()].filter((v) => v.listed && v.reachable).map((v) => v.name),
     );
-    for (const d of unwanted(wanted, placed, reachableListed)) {
+    // Drain after ready: a city removed from a placement serves until the placement's cities do.
+    const { remove, draining } = drains(wanted, unwanted(wanted, placed, reachableListed), (t) =>
+      serves(t.cell ? find(t.cell, t.name) : undefined),
+    );
+    for (const d of remove) {
       if (d.object.metadata.deletionTimestamp) continue;
       await inCell(failures, d.cell, async () => {
         await this.deleteDeployment(cluster.get(d.cell)!, d.object);
@@ -230,7 +306,11 @@ export class FederationController {
       });
     }
 
-    const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS);
+    const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {
+      applied: plan.applied,
+      draining,
+      ...(plan.progressing ? { progressing: plan.progressing } : {}),
+    });
     let conditions: Condition[] = w.status?.conditions ?? [];
     const generation = w.metadata.generation;
     for (const [type, v] of [
@@ -247,6 +327,7 @@ export class FederationController {
     const status: WorkloadStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       ...r.status,
+      ...(plan.status ? { rollout: plan.status } : {}),
       conditions,
     };
     if (await this.writeStatus(w, status)) {
@@ -255,8 +336,21 @@ export class FederationController {
         this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
         this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
       }
+      // Once per stop: its message changes as the cells' do.
+      const stopped = newlyHolds(w.status?.conditions, conditions, 'Progressing', 'False', 'RolloutStopped');
+      if (stopped && findCondition(w.status?.conditions, 'Progressing')?.reason !== 'RolloutStopped') {
+        this.events.event(w, 'Warning', stopped.reason, 'Rollout', stopped.message);
+        this.log.warn({ workload: key, reason: stopped.reason }, stopped.message);
+      }
     }
     if (failures.length) throw new Error(failures.join('; '));
+    // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
+    // wake up for it.
+    const wakeups = [
+      ...(plan.requeueAfterMs !== undefined ? [plan.requeueAfterMs] : []),
+      ...wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - now] : [])),
+    ];
+    if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
   }
 
   /**

@@ -5,7 +5,9 @@ import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import { apiVersionOf, isDnsLabel, type KubeObject } from '../runtime/api/meta.ts';
 import type { CellObject } from '../cells/types.ts';
+import { selectorMatches } from '../policy/match/selector.ts';
 import {
+  type InstanceTemplate,
   WorkloadDeployment,
   type WorkloadDeploymentSpec,
   type WorkloadDeploymentStatus,
@@ -17,7 +19,11 @@ import {
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type CityStatus,
+  type Placement,
   type PlacementStatus,
+  type Rollout,
+  type RolloutCell,
+  type RolloutStatus,
   type WorkloadObject,
   type WorkloadStatus,
 } from './types.ts';
@@ -88,6 +94,10 @@ export interface Target {
   problem?: Problem;
   /** A cell was chosen but its WorkloadDeployments are not listed yet: nothing is written until they are. */
   waiting?: string;
+  /** Failed over from this unreachable cell (its WorkloadDeployment there goes once it answers). */
+  failedOverFrom?: string;
+  /** Its cell is unreachable and the placement fails over: when (ms since the epoch). */
+  failoverAt?: number;
 }
 
 /** The name of a placement × city's WorkloadDeployment. */
@@ -102,22 +112,47 @@ export function workloadKeyOf(d: KubeObject): string | undefined {
   return ns && name ? `${ns}/${name}` : undefined;
 }
 
+/** A Location as a placement's selector sees it. */
+export interface LabelledLocation {
+  city: string;
+  labels: Record<string, string>;
+}
+
+/**
+ * A placement's cities: its cityCodes as written, then the cities of the Locations its
+ * locationSelector matches, by city code.
+ */
+export function placementCities(p: Placement, locations: readonly LabelledLocation[]): string[] {
+  const named = p.cityCodes ?? [];
+  if (!p.locationSelector) return named;
+  const selected = locations
+    .filter((l) => selectorMatches(p.locationSelector, l.labels))
+    .map((l) => l.city)
+    .filter((c) => !named.includes(c));
+  return [...named, ...[...new Set(selected)].sort()];
+}
+
 /**
  * Where each placement × city runs: in the cell its WorkloadDeployment is in while that cell exists
- * and serves the city (an unreachable or cordoned cell keeps it: failover is opt-in), else in the
- * first Ready, schedulable cell of the city by name; none, or no Location of the city: NoMatchingLocation
- * (CellNotReady while a cell of the city has not answered its first probe).
+ * and serves the city (an unreachable or cordoned cell keeps it), else in the first Ready,
+ * schedulable cell of the city by name; none, or no Location of the city: NoMatchingLocation
+ * (CellNotReady while a cell of the city has not answered its first probe). Failover is opt-in: a
+ * placement with `failover` leaves a cell unreachable for afterSeconds (at `now`) for the first
+ * Ready, schedulable, reachable other cell of the city. Two cells holding it (after a failover, the
+ * old one answering again): the one created last keeps it, the other is drained.
  */
 export function targets(
   w: WorkloadObject,
   locations: ReadonlySet<string>,
   cells: readonly CellView[],
   placed: readonly Placed[],
+  labelled: readonly LabelledLocation[] = [],
+  now = Date.now(),
 ): Target[] {
   const byName = [...cells].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const out: Target[] = [];
   for (const p of w.spec.placements) {
-    for (const city of p.cityCodes) {
+    for (const city of placementCities(p, labelled)) {
       const name = deploymentName(w.metadata.name!, p.name, city);
       const t: Target = { placement: p.name, city, name, replicas: p.scaleSettings.minReplicas };
       const serving = byName.filter((c) => c.cities.includes(city));
@@ -130,15 +165,26 @@ export function targets(
         out.push(t);
         continue;
       }
-      const sticky = placed.find(
-        (d) =>
-          d.object.metadata.name === name &&
-          d.object.metadata.labels?.[CITY_LABEL] === city &&
-          serving.some((c) => c.name === d.cell),
+      const sticky = newest(
+        placed.filter(
+          (d) =>
+            d.object.metadata.name === name &&
+            d.object.metadata.labels?.[CITY_LABEL] === city &&
+            serving.some((c) => c.name === d.cell),
+        ),
       );
-      const chosen = sticky
+      let chosen = sticky
         ? serving.find((c) => c.name === sticky.cell)
         : serving.find((c) => c.ready && !c.unschedulable);
+      if (p.failover && chosen && !chosen.reachable && chosen.unreachableSince) {
+        const at = Date.parse(chosen.unreachableSince) + p.failover.afterSeconds * 1000;
+        const other = serving.find((c) => c !== chosen && c.ready && c.reachable && !c.unschedulable);
+        if (at > now) t.failoverAt = at;
+        else if (other) {
+          t.failedOverFrom = chosen.name;
+          chosen = other;
+        }
+      }
       const probing = serving.filter((c) => c.probing && !c.unschedulable);
       if (!locations.has(city) && !sticky)
         t.problem = { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
@@ -168,8 +214,23 @@ export function targets(
   return out;
 }
 
-/** The WorkloadDeployment a target has in its cell, as server-side applied (spec from the Workload's template). */
-export function deploymentManifest(w: WorkloadObject, t: Target, templateHash: string): DeploymentObject {
+/** What a target's WorkloadDeployment runs: the Workload's template, or the old one it keeps until its turn in a rollout. */
+export interface Applied {
+  hash: string;
+  template: InstanceTemplate;
+}
+
+/** The one created last (by creationTimestamp; the first of equals). */
+function newest(ds: readonly Placed[]): Placed | undefined {
+  let best: Placed | undefined;
+  for (const d of ds)
+    if (!best || (d.object.metadata.creationTimestamp ?? '') > (best.object.metadata.creationTimestamp ?? ''))
+      best = d;
+  return best;
+}
+
+/** The WorkloadDeployment a target has in its cell, as server-side applied. */
+export function deploymentManifest(w: WorkloadObject, t: Target, applied: Applied): DeploymentObject {
   return {
     apiVersion: apiVersionOf(WorkloadDeployment.ref),
     kind: WorkloadDeployment.kind,
@@ -185,9 +246,9 @@ export function deploymentManifest(w: WorkloadObject, t: Target, templateHash: s
       },
     },
     spec: {
-      workloadRef: { name: w.metadata.name!, uid: w.metadata.uid!, templateHash },
+      workloadRef: { name: w.metadata.name!, uid: w.metadata.uid!, templateHash: applied.hash },
       placement: t.placement,
-      template: w.spec.template,
+      template: applied.template,
       replicas: t.replicas,
       instanceManagementPolicy: 'OrderedReady',
       progressDeadlineSeconds: 600,
@@ -203,6 +264,228 @@ export function unwanted(
 ): Placed[] {
   const wanted = new Set(targetsNow.filter((t) => t.cell).map((t) => `${t.cell}/${t.name}`));
   return placed.filter((d) => listed.has(d.cell) && !wanted.has(`${d.cell}/${d.object.metadata.name}`));
+}
+
+/** A WorkloadDeployment no target wants, kept until the cities of its placement serve. */
+export interface Drain {
+  placed: Placed;
+  placement: string;
+  city: string;
+  /** The cities of its placement not Available yet. */
+  waitingFor: string[];
+}
+
+/**
+ * Drain after ready: of the WorkloadDeployments no target wants, those to delete now (their
+ * placement is gone or has no city left, or every city it has is Available) and those that keep
+ * serving, Draining, until then.
+ */
+export function drains(
+  targetsNow: readonly Target[],
+  gone: readonly Placed[],
+  available: (t: Target) => boolean,
+): { remove: Placed[]; draining: Drain[] } {
+  const remove: Placed[] = [];
+  const draining: Drain[] = [];
+  for (const d of gone) {
+    const placement = d.object.metadata.labels?.[PLACEMENT_LABEL] ?? '';
+    const waitingFor = targetsNow
+      .filter((t) => t.placement === placement && !available(t))
+      .map((t) => t.city);
+    if (waitingFor.length)
+      draining.push({ placed: d, placement, city: d.object.metadata.labels?.[CITY_LABEL] ?? '', waitingFor });
+    else remove.push(d);
+  }
+  return { remove, draining };
+}
+
+/** Whether a cell's WorkloadDeployment serves: it observed its spec and says Available. */
+export function serves(d: DeploymentObject | undefined): boolean {
+  return (
+    d !== undefined &&
+    d.status?.observedGeneration === d.metadata.generation &&
+    findCondition(d.status?.conditions, 'Available')?.status === 'True'
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progressive rollout across cells
+
+/** How a target is named in a rollout's status: <placement>/<city>. */
+export const rolloutName = (t: Pick<Target, 'placement' | 'city'>): string => `${t.placement}/${t.city}`;
+
+export interface RolloutPlan {
+  /** What each target's WorkloadDeployment runs, by target name (only targets with a cell, listed). */
+  applied: Map<string, Applied>;
+  /** Where a progressive rollout stands (absent for All). */
+  status?: RolloutStatus;
+  /** Progressing while a progressive rollout runs or stopped; otherwise the cells' rollup says. */
+  progressing?: Verdict;
+  /** When a soak ends or a deadline passes. */
+  requeueAfterMs?: number;
+}
+
+/**
+ * The rollout of the Workload's template across its targets. All: every target gets it. Progressive:
+ * a target with no WorkloadDeployment yet gets it at once; one that runs another template keeps it
+ * until its turn (placement order, then city order), when fewer than maxConcurrency started targets
+ * are updating or soaking; none starts once more than maxFailures have failed. Derived from the
+ * cells' WorkloadDeployments (their applied hash and conditions); what they cannot say (when a cell
+ * started, when it became Available) comes from the previous status of the same template.
+ */
+export function rolloutPlan(p: {
+  rollout: Rollout | undefined;
+  template: InstanceTemplate;
+  hash: string;
+  targets: readonly Target[];
+  deployment: (t: Target) => DeploymentObject | undefined;
+  previous: RolloutStatus | undefined;
+  now: number;
+}): RolloutPlan {
+  const current: Applied = { hash: p.hash, template: p.template };
+  const placeable = p.targets.filter((t) => t.cell && !t.waiting);
+  const applied = new Map<string, Applied>();
+  if (p.rollout?.type !== 'Progressive') {
+    for (const t of placeable) applied.set(t.name, current);
+    return { applied };
+  }
+  const cfg = p.rollout;
+  const nowIso = new Date(p.now).toISOString();
+  const before = new Map(
+    p.previous?.templateHash === p.hash ? (p.previous.cells ?? []).map((c) => [c.name, c]) : [],
+  );
+  const records = new Map<string, RolloutCell>();
+  const pending: Target[] = [];
+  const wakeups: number[] = [];
+  for (const t of placeable) {
+    const d = p.deployment(t);
+    const old = d?.spec.workloadRef?.templateHash;
+    if (d && old && old !== p.hash) {
+      pending.push(t);
+      applied.set(t.name, { hash: old, template: d.spec.template });
+      continue;
+    }
+    applied.set(t.name, current);
+    const cell = judge(t, d, before.get(rolloutName(t)), p.hash, cfg, p.now, nowIso);
+    records.set(cell.name, cell);
+    if (cell.state === 'Soaking') wakeups.push(Date.parse(cell.since) + cfg.minSuccessTime * 1000);
+    if (cell.state === 'Updating' && cfg.progressDeadline !== undefined)
+      wakeups.push(Date.parse(cell.since) + cfg.progressDeadline * 1000);
+  }
+  const all = [...records.values()];
+  const failed = all.filter((c) => c.state === 'Failed');
+  const stopped = failed.length > cfg.maxFailures;
+  let active = all.filter((c) => c.state === 'Updating' || c.state === 'Soaking').length;
+  const waiting: Target[] = [];
+  for (const t of pending) {
+    if (stopped || active >= cfg.maxConcurrency) {
+      waiting.push(t);
+      continue;
+    }
+    applied.set(t.name, current);
+    // Started before, its cell not showing it yet: it keeps its start.
+    const since = startedAt(before.get(rolloutName(t)), nowIso);
+    records.set(rolloutName(t), { name: rolloutName(t), state: 'Updating', since });
+    if (cfg.progressDeadline !== undefined) wakeups.push(Date.parse(since) + cfg.progressDeadline * 1000);
+    active++;
+  }
+  const cells = placeable.flatMap((t) => records.get(rolloutName(t)) ?? []);
+  const updated = cells.filter((c) => c.state === 'Updated').length;
+  const soaking = cells.filter((c) => c.state === 'Soaking');
+  const soakingUntil = soaking.length
+    ? new Date(Math.max(...soaking.map((c) => Date.parse(c.since) + cfg.minSuccessTime * 1000))).toISOString()
+    : undefined;
+  const status: RolloutStatus = {
+    templateHash: p.hash,
+    cells,
+    updatedCells: updated,
+    totalCells: placeable.length,
+    ...(soakingUntil ? { soakingUntil } : {}),
+  };
+  const later = wakeups.filter((at) => at > p.now);
+  const requeue = later.length ? { requeueAfterMs: Math.min(...later) - p.now } : {};
+  const head = `${updated} of ${placeable.length} cells updated to template ${p.hash}`;
+  if (stopped)
+    return {
+      applied,
+      status,
+      ...requeue,
+      progressing: {
+        status: 'False',
+        reason: 'RolloutStopped',
+        message:
+          `${head}; stopped after ${failed.length} failed (maxFailures ${cfg.maxFailures}): ` +
+          failed.map((c) => `${c.name} ${c.reason}: ${c.message}`).join('; ') +
+          (waiting.length ? `; ${waiting.map(rolloutName).join(', ')} keep the old template` : ''),
+      },
+    };
+  const busy = cells.filter((c) => c.state === 'Updating' || c.state === 'Soaking');
+  if (!busy.length && !waiting.length) return { applied, status, ...requeue };
+  const why = busy.map((c) =>
+    c.state === 'Soaking'
+      ? `${c.name} to soak until ${new Date(Date.parse(c.since) + cfg.minSuccessTime * 1000).toISOString()}`
+      : `${c.name} to become Available`,
+  );
+  return {
+    applied,
+    status,
+    ...requeue,
+    progressing: {
+      status: 'True',
+      reason: 'RollingOut',
+      message:
+        `${head}, waiting for ${why.join(', ')}` +
+        (waiting.length ? `; next: ${waiting.map(rolloutName).join(', ')}` : ''),
+    },
+  };
+}
+
+const startedAt = (before: RolloutCell | undefined, nowIso: string): string =>
+  before && (before.state === 'Updating' || before.state === 'Failed') ? before.since : nowIso;
+
+/** A started target's turn: failed, Available on the new template (soaking, then updated), or updating. */
+function judge(
+  t: Target,
+  d: DeploymentObject | undefined,
+  before: RolloutCell | undefined,
+  hash: string,
+  cfg: Rollout,
+  now: number,
+  nowIso: string,
+): RolloutCell {
+  const name = rolloutName(t);
+  const started = startedAt(before, nowIso);
+  const fresh =
+    d !== undefined &&
+    d.spec.workloadRef?.templateHash === hash &&
+    d.spec.replicas === t.replicas &&
+    d.status?.observedGeneration === d.metadata.generation;
+  const progressing = fresh ? findCondition(d.status?.conditions, 'Progressing') : undefined;
+  if (progressing?.status === 'False')
+    return {
+      name,
+      state: 'Failed',
+      since: started,
+      reason: progressing.reason,
+      message: progressing.message,
+    };
+  if (fresh && serves(d) && d.status?.updatedReplicas === t.replicas) {
+    const at = before && (before.state === 'Soaking' || before.state === 'Updated') ? before.since : nowIso;
+    return {
+      name,
+      state: Date.parse(at) + cfg.minSuccessTime * 1000 <= now ? 'Updated' : 'Soaking',
+      since: at,
+    };
+  }
+  if (cfg.progressDeadline !== undefined && Date.parse(started) + cfg.progressDeadline * 1000 <= now)
+    return {
+      name,
+      state: 'Failed',
+      since: started,
+      reason: 'ProgressDeadlineExceeded',
+      message: `not Available on the new template within ${cfg.progressDeadline}s`,
+    };
+  return { name, state: 'Updating', since: started };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,6 +530,7 @@ function observed(d: DeploymentObject, t: Target, hash: string): boolean {
 function cityRollup(
   t: Target,
   hash: string,
+  applied: string,
   cells: ReadonlyMap<string, CellView>,
   deployment: (cell: string, name: string) => DeploymentObject | undefined,
 ): CityRollup {
@@ -261,7 +545,9 @@ function cityRollup(
   if (t.problem) return { status: { ...base, ...t.problem }, settled: false };
   const cell = cells.get(t.cell!)!;
   const d = deployment(cell.name, t.name);
-  const fresh = d !== undefined && observed(d, t, hash);
+  const fresh = d !== undefined && observed(d, t, applied);
+  // Not its turn in a rollout yet: it runs the old template, counted, none of it updated.
+  const current = applied === hash;
   // A cell's counts count when it has observed what was applied; an unreachable cell's last known
   // counts are kept, marked with since when it is unreachable.
   const counted: CityStatus =
@@ -270,7 +556,7 @@ function cityRollup(
           ...base,
           replicas: d.status?.replicas ?? 0,
           readyReplicas: d.status?.readyReplicas ?? 0,
-          updatedReplicas: fresh ? (d.status?.updatedReplicas ?? 0) : 0,
+          updatedReplicas: fresh && current ? (d.status?.updatedReplicas ?? 0) : 0,
         }
       : base;
   const why = (reason: string, message: string): CityRollup => ({
@@ -291,6 +577,7 @@ function cityRollup(
       ? { reason: progressing.reason, message: progressing.message }
       : undefined;
   const settled =
+    current &&
     d.status?.updatedReplicas === t.replicas &&
     d.status.replicas === t.replicas &&
     progressing?.status === 'True';
@@ -348,22 +635,53 @@ export function rollup(
   cells: ReadonlyMap<string, CellView>,
   deployment: (cell: string, name: string) => DeploymentObject | undefined,
   cellReasons: readonly string[],
+  o: { applied?: ReadonlyMap<string, Applied>; draining?: readonly Drain[]; progressing?: Verdict } = {},
 ): Rollup {
-  const cities = targetsNow.map((t) => ({ t, r: cityRollup(t, hash, cells, deployment) }));
+  const cities = targetsNow.map((t) => ({
+    t,
+    r: cityRollup(t, hash, o.applied?.get(t.name)?.hash ?? hash, cells, deployment),
+  }));
+  // Problems named by where they are: a city, or a placement with none.
+  const problems: { where: string; reason: string; message: string }[] = cities.flatMap(({ r }) =>
+    r.status.reason
+      ? [{ where: r.status.city, reason: r.status.reason, message: r.status.message ?? '' }]
+      : [],
+  );
   const placements: PlacementStatus[] = w.spec.placements.map((p) => {
     const own = cities.filter((c) => c.t.placement === p.name).map((c) => c.r.status);
-    return { name: p.name, cities: own, ...sum(own) };
+    // Only a selector can leave a placement with no city (cityCodes has at least one).
+    const none = !own.length &&
+      p.locationSelector && {
+        reason: 'NoMatchingLocation',
+        message: 'its locationSelector matches no Location',
+      };
+    if (none) problems.push({ where: `placement ${p.name}`, ...none });
+    // Still serving until the cities of its placement are Available (one in a city that is also
+    // wanted, in another cell, is not listed twice: the city is the list's key).
+    const draining: CityStatus[] = (o.draining ?? [])
+      .filter((d) => d.placement === p.name && !own.some((c) => c.city === d.city))
+      .map((d) => ({
+        city: d.city,
+        cell: d.placed.cell,
+        replicas: d.placed.object.status?.replicas ?? 0,
+        readyReplicas: d.placed.object.status?.readyReplicas ?? 0,
+        updatedReplicas: 0,
+        desiredReplicas: 0,
+        reason: 'Draining',
+        message: `removed from the placement; deleted once ${d.waitingFor.join(', ')} ${d.waitingFor.length > 1 ? 'are' : 'is'} Available`,
+      }));
+    const all = [...own, ...draining];
+    return { name: p.name, ...(none || {}), cities: all, ...sum(all) };
   });
   const total = sum(placements);
-  let worst: CityStatus | undefined;
-  for (const { r } of cities)
-    if (r.status.reason && (!worst || rank(r.status.reason, cellReasons) < rank(worst.reason!, cellReasons)))
-      worst = r.status;
+  let worst: (typeof problems)[number] | undefined;
+  for (const q of problems)
+    if (!worst || rank(q.reason, cellReasons) < rank(worst.reason, cellReasons)) worst = q;
   const available: Verdict = worst
     ? {
         status: worst.reason === 'CellUnreachable' ? 'Unknown' : 'False',
-        reason: worst.reason!,
-        message: `${worst.city}: ${worst.message ?? worst.reason}`,
+        reason: worst.reason,
+        message: `${worst.where}: ${worst.message || worst.reason}`,
       }
     : {
         status: 'True',
@@ -371,18 +689,20 @@ export function rollup(
         message: `${total.readyReplicas} of ${total.desiredReplicas} instances ready in ${cities.length} cities`,
       };
   const stuck = cities.find((c) => c.r.stuck);
-  const progressing: Verdict = stuck
-    ? {
-        status: 'False',
-        reason: stuck.r.stuck!.reason,
-        message: `${stuck.t.city}: ${stuck.r.stuck!.message}`,
-      }
-    : cities.every((c) => c.r.settled)
-      ? { status: 'True', reason: 'RolledOut', message: `every city runs the current template` }
-      : {
-          status: 'True',
-          reason: 'Progressing',
-          message: `${total.updatedReplicas} of ${total.desiredReplicas} instances on the current template`,
-        };
+  const progressing: Verdict =
+    o.progressing ??
+    (stuck
+      ? {
+          status: 'False',
+          reason: stuck.r.stuck!.reason,
+          message: `${stuck.t.city}: ${stuck.r.stuck!.message}`,
+        }
+      : cities.every((c) => c.r.settled) && !o.draining?.length
+        ? { status: 'True', reason: 'RolledOut', message: `every city runs the current template` }
+        : {
+            status: 'True',
+            reason: 'Progressing',
+            message: `${total.updatedReplicas} of ${total.desiredReplicas} instances on the current template`,
+          });
   return { status: { ...total, placements }, available, progressing };
 }

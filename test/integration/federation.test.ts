@@ -2,13 +2,18 @@
 // WorkloadDeployment they see, so no other file's objects may be beside them.
 //
 // Federation against real control planes side by side: the run's sandbox is the management plane,
-// two more (with kwok nodes) are cells in Dallas and London, joined with `berth cells join`, each
-// with its own Berth running the workloads controllers (instances really run there as Pods), and the
-// management plane's Berth runs cells and federation. A Workload with placements in DFW and LHR
-// gets WorkloadDeployments in exactly those cells, Ready instances and totals upstream; a cell-side
-// change shows upstream within a bound; a placement moved from LHR to DFW removes exactly that
-// WorkloadDeployment; a city with no cell is NoMatchingLocation with a Warning; deleting the Workload
-// removes its WorkloadDeployments from both cells, an unreachable cell holding it until it answers.
+// three more (with kwok nodes) are cells in Dallas, London and Tokyo, joined with `berth cells join`,
+// each with its own Berth running the workloads controllers (instances really run there as Pods),
+// and the management plane's Berth runs cells and federation. A Workload with placements in DFW and
+// LHR gets WorkloadDeployments in exactly those cells, Ready instances and totals upstream; a
+// cell-side change shows upstream within a bound; a progressive rollout updates the three cells one
+// at a time, each after the one before is Available, and a template that cannot run stops it after
+// the first; a city removed from a placement is drained only once the new city is Available; a
+// Location relabelled moves a selector placement; with failover opted in, a city whose cell stays
+// unreachable moves to another cell serving it; a placement moved from LHR to DFW removes exactly
+// that WorkloadDeployment; a city with no cell is NoMatchingLocation with a Warning; deleting the
+// Workload removes its WorkloadDeployments from every cell, an unreachable cell holding it until it
+// answers.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { cellsCommand, secretName } from '../../src/cells/cli.ts';
@@ -16,6 +21,7 @@ import { Cell, type CellObject } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import {
   CITY_LABEL,
+  type Rollout,
   Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_UID_LABEL,
@@ -25,7 +31,10 @@ import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
+import { Location, type LocationObject } from '../../src/cells/types.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import { MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
+import { templateHash } from '../../src/workloads/decide.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
 import type { DeploymentObject } from '../../src/federation/decide.ts';
@@ -38,9 +47,11 @@ const client = sandbox.client();
 const cities = {
   DFW: new Sandbox(process.env['BERTH_TEST_FED_DFW'] ?? 'fed-dfw'),
   LHR: new Sandbox(process.env['BERTH_TEST_FED_LHR'] ?? 'fed-lhr'),
+  NRT: new Sandbox(process.env['BERTH_TEST_FED_NRT'] ?? 'fed-nrt'),
 };
 type City = keyof typeof cities;
-const cellName = { DFW: uniqueName('dfw'), LHR: uniqueName('lhr') };
+const CITIES = ['DFW', 'LHR', 'NRT'] as const;
+const cellName = { DFW: uniqueName('dfw'), LHR: uniqueName('lhr'), NRT: uniqueName('nrt') };
 const cellClients = {} as Record<City, KubeClient>;
 const berths: BerthProcess[] = [];
 const wl = uniqueName('web');
@@ -49,7 +60,7 @@ let ns = '';
 before(async () => {
   await installCrds(client);
   ns = await createNamespace(client, 'fed');
-  for (const city of ['DFW', 'LHR'] as const) {
+  for (const city of CITIES) {
     const sb = cities[city];
     await sb.up({ fresh: true });
     const c = sb.client();
@@ -79,7 +90,7 @@ before(async () => {
 
 after(async () => {
   for (const b of berths) await b.stop();
-  for (const city of ['DFW', 'LHR'] as const) {
+  for (const city of CITIES) {
     await client.delete(Cell.ref, cellName[city]).catch(() => {});
     await client.delete(Resources.secrets, secretName(cellName[city]), NAMESPACE).catch(() => {});
     cellClients[city]?.close();
@@ -95,9 +106,19 @@ after(async () => {
   client.close();
 });
 
-const template = { containers: [{ name: 'app', image: 'registry.example/web:1' }] };
+const image = (i: string) => ({ containers: [{ name: 'app', image: i }] });
+const template = image('registry.example/web:1');
 
-async function applyWorkload(placements: { name: string; cityCodes: string[]; minReplicas: number }[]) {
+async function applyWorkload(
+  placements: {
+    name: string;
+    cityCodes?: string[];
+    locationSelector?: { matchLabels: Record<string, string> };
+    minReplicas: number;
+    failover?: { afterSeconds: number };
+  }[],
+  o: { template?: typeof template; rollout?: Partial<Rollout> } = {},
+) {
   await client.apply(
     Workload.ref,
     {
@@ -105,11 +126,14 @@ async function applyWorkload(placements: { name: string; cityCodes: string[]; mi
       kind: Workload.kind,
       metadata: { name: wl, namespace: ns },
       spec: {
-        template,
+        template: o.template ?? template,
+        ...(o.rollout ? { rollout: o.rollout } : {}),
         placements: placements.map((p) => ({
           name: p.name,
-          cityCodes: p.cityCodes,
+          ...(p.cityCodes ? { cityCodes: p.cityCodes } : {}),
+          ...(p.locationSelector ? { locationSelector: p.locationSelector } : {}),
           scaleSettings: { minReplicas: p.minReplicas },
+          ...(p.failover ? { failover: p.failover } : {}),
         })),
       },
     },
@@ -295,7 +319,7 @@ test('a city with no cell: NoMatchingLocation with a Warning event, the other ci
   await applyWorkload([
     { name: 'us', cityCodes: ['DFW'], minReplicas: 2 },
     { name: 'eu', cityCodes: ['DFW'], minReplicas: 1 },
-    { name: 'ap', cityCodes: ['NRT'], minReplicas: 1 },
+    { name: 'ap', cityCodes: ['SIN'], minReplicas: 1 },
   ]);
   await waitFor('NoMatchingLocation upstream', async () => {
     const a = findCondition((await workload()).status?.conditions, 'Available');
@@ -304,9 +328,9 @@ test('a city with no cell: NoMatchingLocation with a Warning event, the other ci
   const w = await workload();
   assert.match(
     findCondition(w.status?.conditions, 'Available')!.message,
-    /^NRT: no Location has city code NRT/,
+    /^SIN: no Location has city code SIN/,
   );
-  assert.equal(cityStatus(w, 'ap', 'NRT')?.reason, 'NoMatchingLocation');
+  assert.equal(cityStatus(w, 'ap', 'SIN')?.reason, 'NoMatchingLocation');
   assert.equal(w.status?.readyReplicas, 3);
   await waitFor('a Warning event', async () =>
     (await workloadEvents()).some((e) => e.type === 'Warning' && e.reason === 'NoMatchingLocation'),
@@ -314,7 +338,284 @@ test('a city with no cell: NoMatchingLocation with a Warning event, the other ci
   assert.deepEqual(await names('DFW'), [`${wl}-eu-dfw`, `${wl}-us-dfw`]);
 });
 
-test('deleting the Workload: its WorkloadDeployments go from both cells; an unreachable cell holds it, saying so, until it answers', async () => {
+const three = [
+  { name: 'us', cityCodes: ['DFW'], minReplicas: 1 },
+  { name: 'eu', cityCodes: ['LHR'], minReplicas: 1 },
+  { name: 'ap', cityCodes: ['NRT'], minReplicas: 1 },
+];
+const placementIn: Record<City, string> = { DFW: 'us', LHR: 'eu', NRT: 'ap' };
+const v2 = image('registry.example/web:2');
+const wdIn = (city: City, name: string) =>
+  cellClients[city].get<DeploymentObject>(WorkloadDeployment.ref, name, ns).catch(() => undefined);
+/** Whether a cell's WorkloadDeployment observed its spec and has all its instances Available on it. */
+const servesAll = (d: DeploymentObject | undefined) =>
+  !!d &&
+  d.status?.observedGeneration === d.metadata.generation &&
+  findCondition(d.status?.conditions, 'Available')?.status === 'True' &&
+  d.status?.updatedReplicas === d.spec.replicas;
+/** Each city's WorkloadDeployment of `three`: the template hash applied, and whether it serves it. */
+async function cellStates(): Promise<Record<City, { hash?: string; serves: boolean }>> {
+  const states = await Promise.all(
+    CITIES.map(async (c) => {
+      const d = await wdIn(c, `${wl}-${placementIn[c]}-${c.toLowerCase()}`);
+      return [c, { hash: d?.spec.workloadRef?.templateHash, serves: servesAll(d) }] as const;
+    }),
+  );
+  return Object.fromEntries(states) as Record<City, { hash?: string; serves: boolean }>;
+}
+const rolledOut = async (ready: number) => {
+  const w = await workload();
+  return (
+    findCondition(w.status?.conditions, 'Available')?.status === 'True' &&
+    findCondition(w.status?.conditions, 'Progressing')?.reason === 'RolledOut' &&
+    w.status?.readyReplicas === ready
+  );
+};
+
+test('a progressive rollout across three cells: one cell at a time, each after the one before is Available and soaked', async () => {
+  await applyWorkload(three);
+  await waitFor('Available in three cities, rolled out', () => rolledOut(3), { timeoutMs: 90_000 });
+  const h2 = templateHash(v2);
+  await applyWorkload(three, {
+    template: v2,
+    rollout: { type: 'Progressive', maxConcurrency: 1, minSuccessTime: 2 },
+  });
+  const startedAt: Partial<Record<City, number>> = {};
+  const servesAt: Partial<Record<City, number>> = {};
+  const violations: string[] = [];
+  let soaking = '';
+  await waitFor(
+    'every cell on the new template, the workload RolledOut',
+    async () => {
+      const [s, w] = await Promise.all([cellStates(), workload()]);
+      const now = Date.now();
+      // Observed, not inferred: never two cells on the new template that do not serve it yet.
+      const rolling = CITIES.filter((c) => s[c].hash === h2 && !s[c].serves);
+      if (rolling.length > 1) violations.push(`${rolling.join(' and ')} rolling at once`);
+      for (const c of CITIES) {
+        if (s[c].hash === h2) startedAt[c] ??= now;
+        if (s[c].hash === h2 && s[c].serves) servesAt[c] ??= now;
+      }
+      const p = findCondition(w.status?.conditions, 'Progressing');
+      if (p?.reason === 'RollingOut' && p.message.includes('to soak until')) soaking = p.message;
+      return CITIES.every((c) => servesAt[c]) && (await rolledOut(3));
+    },
+    { timeoutMs: 120_000, intervalMs: 50 },
+  );
+  assert.deepEqual(violations, []);
+  // In placement order, each after the one before served the new template and soaked 2 s.
+  assert.ok(startedAt.DFW! < startedAt.LHR! && startedAt.LHR! < startedAt.NRT!, JSON.stringify(startedAt));
+  assert.ok(startedAt.LHR! - servesAt.DFW! >= 1500, `LHR ${startedAt.LHR! - servesAt.DFW!} ms after DFW`);
+  assert.ok(startedAt.NRT! - servesAt.LHR! >= 1500, `NRT ${startedAt.NRT! - servesAt.LHR!} ms after LHR`);
+  assert.match(
+    soaking,
+    new RegExp(`^\\d of 3 cells updated to template ${h2}, waiting for \\w+/\\w+ to soak until`),
+  );
+  const w = await workload();
+  assert.deepEqual(
+    w.status?.rollout?.cells?.map((c) => [c.name, c.state]),
+    [
+      ['us/DFW', 'Updated'],
+      ['eu/LHR', 'Updated'],
+      ['ap/NRT', 'Updated'],
+    ],
+  );
+  assert.equal(w.status?.updatedReplicas, 3);
+});
+
+test('a template the cells cannot run stops the rollout after the first cell: the others keep theirs, RolloutStopped with a Warning', async () => {
+  const bad = image(`${MISSING_IMAGE_HOST}/web:3`);
+  const [h2, h3] = [templateHash(v2), templateHash(bad)];
+  const rollout = { type: 'Progressive' as const, maxConcurrency: 1 };
+  await applyWorkload(three, { template: bad, rollout });
+  await waitFor(
+    'Progressing=False RolloutStopped naming us/DFW',
+    async () => {
+      const p = findCondition((await workload()).status?.conditions, 'Progressing');
+      return (
+        p?.status === 'False' &&
+        p.reason === 'RolloutStopped' &&
+        p.message.includes('us/DFW ImageUnavailable')
+      );
+    },
+    { timeoutMs: 60_000 },
+  );
+  const kept = async () => {
+    const s = await cellStates();
+    return s.DFW.hash === h3 && s.LHR.hash === h2 && s.NRT.hash === h2 && s.LHR.serves && s.NRT.serves;
+  };
+  assert.ok(await kept(), JSON.stringify(await cellStates()));
+  await holdsFor('LHR and NRT keep the old template', kept, 3000, 200);
+  const w = await workload();
+  assert.match(
+    findCondition(w.status?.conditions, 'Progressing')!.message,
+    /eu\/LHR, ap\/NRT keep the old template$/,
+  );
+  assert.deepEqual(
+    w.status?.rollout?.cells?.map((c) => [c.name, c.state, c.reason]),
+    [['us/DFW', 'Failed', 'ImageUnavailable']],
+  );
+  await waitFor('a Warning event', async () =>
+    (await workloadEvents()).some((e) => e.type === 'Warning' && e.reason === 'RolloutStopped'),
+  );
+  // Back to the template the other cells run: DFW returns to it, the rollout is done.
+  await applyWorkload(three, { template: v2, rollout });
+  await waitFor('RolledOut again', () => rolledOut(3), { timeoutMs: 90_000 });
+});
+
+test('a city removed from a placement is drained only once the new city is Available, Draining meanwhile', async () => {
+  // eu moves from LHR to NRT while NRT's nodes are cordoned: the new city cannot serve yet.
+  const nrt = cellClients.NRT;
+  const nodes = (await nrt.list(Resources.nodes)).items.map((n) => n.metadata!.name!);
+  const cordon = (on: boolean) =>
+    Promise.all(nodes.map((n) => nrt.patch(Resources.nodes, n, { spec: { unschedulable: on } })));
+  await cordon(true);
+  try {
+    await applyWorkload(
+      [
+        { name: 'us', cityCodes: ['DFW'], minReplicas: 1 },
+        { name: 'eu', cityCodes: ['NRT'], minReplicas: 1 },
+        { name: 'ap', cityCodes: ['NRT'], minReplicas: 1 },
+      ],
+      { template: v2 },
+    );
+    await waitFor('LHR Draining upstream, NRT Unschedulable', async () => {
+      const w = await workload();
+      return (
+        cityStatus(w, 'eu', 'LHR')?.reason === 'Draining' &&
+        cityStatus(w, 'eu', 'NRT')?.reason === 'Unschedulable'
+      );
+    });
+    const w = await workload();
+    assert.equal(
+      cityStatus(w, 'eu', 'LHR')?.message,
+      'removed from the placement; deleted once NRT is Available',
+    );
+    assert.equal(cityStatus(w, 'eu', 'LHR')?.readyReplicas, 1);
+    await holdsFor('eu serving in LHR', async () => servesAll(await wdIn('LHR', `${wl}-eu-lhr`)), 2000, 200);
+  } finally {
+    await cordon(false);
+  }
+  const violations: string[] = [];
+  await waitFor(
+    'eu gone from LHR',
+    async () => {
+      const [lhr, moved] = await Promise.all([names('LHR'), wdIn('NRT', `${wl}-eu-nrt`)]);
+      if (lhr.includes(`${wl}-eu-lhr`)) return false;
+      if (!servesAll(moved)) violations.push('LHR drained before NRT served');
+      return true;
+    },
+    { timeoutMs: 60_000, intervalMs: 50 },
+  );
+  assert.deepEqual(violations, []);
+  await waitFor('Available, nothing Draining', async () => {
+    const w = await workload();
+    return (await rolledOut(3)) && cityStatus(w, 'eu', 'LHR') === undefined;
+  });
+});
+
+test('a Location relabelled moves a selector placement; a selector matching none is NoMatchingLocation', async () => {
+  const TIER = 'test.berth.dev/tier';
+  const locations = (await client.list<LocationObject>(Location.ref)).items;
+  const locationOf = (city: City) => locations.find((l) => l.spec.cityCode === city)!.metadata.name!;
+  const label = (city: City, value: string | null) =>
+    client.patch(Location.ref, locationOf(city), { metadata: { labels: { [TIER]: value } } });
+  const sel = [
+    { name: 'us', cityCodes: ['DFW'], minReplicas: 1 },
+    { name: 'sel', locationSelector: { matchLabels: { [TIER]: 'gold' } }, minReplicas: 1 },
+  ];
+  await label('DFW', 'gold');
+  try {
+    await applyWorkload(sel, { template: v2 });
+    await waitFor(
+      'sel in DFW, Available',
+      async () => (await names('DFW')).includes(`${wl}-sel-dfw`) && (await rolledOut(2)),
+      {
+        timeoutMs: 60_000,
+      },
+    );
+    // LHR selected first, then DFW no longer: DFW drains once LHR serves.
+    await label('LHR', 'gold');
+    await label('DFW', null);
+    await waitFor(
+      'sel moved to LHR, gone from DFW',
+      async () =>
+        (await names('LHR')).includes(`${wl}-sel-lhr`) &&
+        !(await names('DFW')).includes(`${wl}-sel-dfw`) &&
+        (await rolledOut(2)),
+      { timeoutMs: 60_000 },
+    );
+    const w = await workload();
+    assert.equal(cityStatus(w, 'sel', 'LHR')?.cell, cellName.LHR);
+    assert.equal(cityStatus(w, 'sel', 'DFW'), undefined);
+    assert.equal(await readyInstances('LHR', `${wl}-sel-lhr`), 1);
+    await label('LHR', null);
+    await waitFor('no city for sel: NoMatchingLocation, its WorkloadDeployment gone', async () => {
+      const a = findCondition((await workload()).status?.conditions, 'Available');
+      return (
+        a?.reason === 'NoMatchingLocation' &&
+        a.message === 'placement sel: its locationSelector matches no Location' &&
+        !(await names('LHR')).includes(`${wl}-sel-lhr`)
+      );
+    });
+  } finally {
+    await label('DFW', null);
+    await label('LHR', null);
+  }
+});
+
+test('failover, opt-in: a city whose cell stays unreachable moves to another cell of the city; the old one goes once it answers', async () => {
+  await applyWorkload([
+    { name: 'us', cityCodes: ['DFW'], minReplicas: 1 },
+    { name: 'eu', cityCodes: ['LHR'], minReplicas: 1, failover: { afterSeconds: 1 } },
+  ]);
+  await waitFor(
+    'eu in LHR, Available',
+    async () => (await names('LHR')).includes(`${wl}-eu-lhr`) && (await rolledOut(2)),
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  // The Tokyo cell serves London too, from now on: the city stays where it is (sticky).
+  const serve = (locations: string[]) =>
+    client.patch(Cell.ref, cellName.NRT, { spec: { locations } }, { fieldManager: 'test' });
+  await serve(['NRT', 'LHR']);
+  try {
+    await holdsFor('eu stays in LHR', async () => !(await names('NRT')).includes(`${wl}-eu-lhr`), 1500, 200);
+    const lhr = cities.LHR;
+    await lhr.stopProcess('kube-apiserver', 'SIGKILL');
+    try {
+      await waitFor(
+        'eu failed over to the NRT cell, Available upstream',
+        async () => {
+          const w = await workload();
+          return (
+            (await names('NRT')).includes(`${wl}-eu-lhr`) &&
+            cityStatus(w, 'eu', 'LHR')?.cell === cellName.NRT &&
+            (await rolledOut(2))
+          );
+        },
+        { timeoutMs: 30_000 },
+      );
+      assert.equal(await readyInstances('NRT', `${wl}-eu-lhr`), 1);
+    } finally {
+      lhr.startProcess('kube-apiserver');
+      await lhr.waitHealthy('kube-apiserver');
+    }
+    await waitFor(
+      'the old WorkloadDeployment gone from LHR once it answers',
+      async () => !(await names('LHR')).includes(`${wl}-eu-lhr`),
+      {
+        timeoutMs: 60_000,
+      },
+    );
+    assert.equal(cityStatus(await workload(), 'eu', 'LHR')?.cell, cellName.NRT);
+  } finally {
+    await serve(['NRT']);
+  }
+});
+
+test('deleting the Workload: its WorkloadDeployments go from every cell; an unreachable cell holds it, saying so, until it answers', async () => {
   await applyWorkload([
     { name: 'us', cityCodes: ['DFW'], minReplicas: 1 },
     { name: 'eu', cityCodes: ['LHR'], minReplicas: 1 },

@@ -10,9 +10,7 @@ import {
   unwanted,
   workloadKeyOf,
   type CellView,
-  type DeploymentObject,
   type Placed,
-  type Target,
 } from '../../../src/federation/decide.ts';
 import {
   CITY_LABEL,
@@ -20,102 +18,11 @@ import {
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
-  type WorkloadObject,
 } from '../../../src/federation/types.ts';
 import type { CellObject } from '../../../src/cells/types.ts';
-import type { Condition } from '../../../src/runtime/api/conditions.ts';
 import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
-
-const HASH = 'abc123';
-
-function workload(placements: [string, string[], number][], name = 'web'): WorkloadObject {
-  return {
-    apiVersion: 'berth.dev/v1alpha1',
-    kind: 'Workload',
-    metadata: { name, namespace: 'shop', uid: 'uid-1', generation: 3 },
-    spec: {
-      template: { containers: [{ name: 'app', image: 'web:1' }] },
-      placements: placements.map(([n, cityCodes, minReplicas]) => ({
-        name: n,
-        cityCodes,
-        scaleSettings: { minReplicas },
-      })),
-    },
-  };
-}
-
-const cell = (name: string, cities: string[], o: Partial<CellView> = {}): CellView => ({
-  name,
-  cities,
-  unschedulable: false,
-  reachable: true,
-  ready: true,
-  probing: false,
-  listed: true,
-  ...o,
-});
-
-/** A federation WorkloadDeployment in a cell, as the cell's informer shows it. */
-function placed(
-  cellName: string,
-  t: Pick<Target, 'name' | 'city' | 'placement' | 'replicas'>,
-  status?: DeploymentObject['status'],
-  o: { hash?: string; generation?: number } = {},
-): Placed {
-  const generation = o.generation ?? 1;
-  return {
-    cell: cellName,
-    object: {
-      apiVersion: 'berth.dev/v1alpha1',
-      kind: 'WorkloadDeployment',
-      metadata: {
-        name: t.name,
-        namespace: 'shop',
-        uid: `${cellName}-${t.name}`,
-        generation,
-        labels: {
-          [WORKLOAD_NAMESPACE_LABEL]: 'shop',
-          [WORKLOAD_NAME_LABEL]: 'web',
-          [CITY_LABEL]: t.city,
-          [PLACEMENT_LABEL]: t.placement,
-        },
-      },
-      spec: {
-        workloadRef: { name: 'web', templateHash: o.hash ?? HASH },
-        template: { containers: [{ name: 'app', image: 'web:1' }] },
-        replicas: t.replicas,
-        instanceManagementPolicy: 'OrderedReady',
-        progressDeadlineSeconds: 600,
-      },
-      ...(status ? { status: { observedGeneration: generation, ...status } } : {}),
-    },
-  };
-}
-
-const cond = (type: string, status: 'True' | 'False', reason: string, message = reason): Condition => ({
-  type,
-  status,
-  reason,
-  message,
-  lastTransitionTime: '2026-11-23T04:00:00Z',
-});
-
-const serving = (n: number, ready = n) => ({
-  replicas: n,
-  readyReplicas: ready,
-  updatedReplicas: n,
-  conditions: [
-    cond(
-      'Available',
-      ready >= n ? 'True' : 'False',
-      ready >= n ? 'MinimumReplicasAvailable' : 'Provisioning',
-    ),
-    cond('Progressing', 'True', 'NewTemplateAvailable'),
-  ],
-});
-
-const ALL = new Set(['DFW', 'LHR', 'NRT', 'SIN']);
+import { ALL, cell, cond, HASH, placed, serving, workload } from './fixtures.ts';
 
 describe('targets', () => {
   test('one per placement × city, named <workload>-<placement>-<city>, in the first Ready schedulable cell by name', () => {
@@ -149,6 +56,34 @@ describe('targets', () => {
     // The cell no longer serves DFW, or is gone: the first Ready one takes it.
     assert.equal(targets(w, ALL, [cell('a', ['DFW']), cell('b', ['LHR'])], [placed('b', t)])[0]!.cell, 'a');
     assert.equal(targets(w, ALL, [cell('a', ['DFW'])], [placed('b', t)])[0]!.cell, 'a');
+  });
+
+  test('failover, opt-in: a cell unreachable for afterSeconds hands the city to another Ready, schedulable, reachable cell', () => {
+    const w = workload([['us', ['DFW'], 2]]);
+    w.spec.placements[0]!.failover = { afterSeconds: 30 };
+    const t = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 2 };
+    const since = '2026-11-23T04:00:00Z';
+    const at = Date.parse(since) + 30_000;
+    const down = cell('a', ['DFW'], { reachable: false, ready: false, unreachableSince: since });
+    const cells = [down, cell('b', ['DFW'], { unschedulable: true }), cell('c', ['DFW'])];
+    const early = targets(w, ALL, cells, [placed('a', t)], [], at - 1)[0]!;
+    assert.deepEqual([early.cell, early.failoverAt, early.failedOverFrom], ['a', at, undefined]);
+    const moved = targets(w, ALL, cells, [placed('a', t)], [], at)[0]!;
+    assert.deepEqual([moved.cell, moved.failoverAt, moved.failedOverFrom], ['c', undefined, 'a']);
+    // No other cell that could take it: it waits for its own.
+    assert.equal(targets(w, ALL, cells.slice(0, 2), [placed('a', t)], [], at)[0]!.cell, 'a');
+    // Not opted in: it waits, whatever the time.
+    const plain = workload([['us', ['DFW'], 2]]);
+    assert.equal(targets(plain, ALL, cells, [placed('a', t)], [], at + 3_600_000)[0]!.cell, 'a');
+    // The old cell answers again: the one created last keeps the city, the old one is unwanted.
+    const old = placed('a', t);
+    old.object.metadata.creationTimestamp = '2026-11-23T03:00:00Z';
+    const failedOver = placed('c', t);
+    failedOver.object.metadata.creationTimestamp = '2026-11-23T04:01:00Z';
+    const back = [cell('a', ['DFW']), cells[2]!];
+    const ts = targets(w, ALL, back, [old, failedOver], [], at);
+    assert.equal(ts[0]!.cell, 'c');
+    assert.deepEqual(unwanted(ts, [old, failedOver], new Set(['a', 'c'])), [old]);
   });
 
   test('no Location, or no Ready schedulable cell: NoMatchingLocation saying why', () => {
@@ -209,7 +144,7 @@ describe('targets', () => {
 test('the manifest: labels naming the upstream owner, the template, replicas, the workload namespace', () => {
   const w = workload([['us', ['DFW'], 2]]);
   const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
-  const m = deploymentManifest(w, t!, HASH);
+  const m = deploymentManifest(w, t!, { hash: HASH, template: w.spec.template });
   assert.equal(m.metadata.name, 'web-us-dfw');
   assert.equal(m.metadata.namespace, 'shop');
   assert.deepEqual(m.metadata.labels, {
@@ -382,7 +317,7 @@ function scenario(r: Prng) {
   const locations = new Set(cityCodes.filter(() => r.chance(0.9)));
   const have: Placed[] = [];
   for (const p of w.spec.placements)
-    for (const city of p.cityCodes)
+    for (const city of p.cityCodes!)
       if (r.chance(0.5)) {
         const where = r.chance(0.8) && cells.length ? r.pick(cells).name : 'gone-cell';
         const t = {
@@ -407,7 +342,7 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
       // One per placement × city.
       assert.deepEqual(
         ts.map((t) => `${t.placement}/${t.city}`),
-        w.spec.placements.flatMap((p) => p.cityCodes.map((c) => `${p.name}/${c}`)),
+        w.spec.placements.flatMap((p) => p.cityCodes!.map((c) => `${p.name}/${c}`)),
       );
       for (const t of ts) {
         const servingCells = cells
