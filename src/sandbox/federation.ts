@@ -3,7 +3,7 @@
 // the cell's sandbox), joined to the management plane. `berth sandbox up --cells`, the demo's step 6,
 // the federation benchmark and the tests all start it here. What is Berth's own (its CRDs, its roles,
 // `berth cells join`) comes in as hooks, since the sandbox sits below the capabilities.
-import type { KubeObject } from '../runtime/api/meta.ts';
+import { DNS1123_LABEL, type KubeObject } from '../runtime/api/meta.ts';
 import type { KubeClient } from '../runtime/client/client.ts';
 import { Sandbox, type UpOptions } from './sandbox.ts';
 
@@ -38,6 +38,21 @@ export const cellName = (city: string): string => city.toLowerCase();
 /** The sandbox of a city's cell: `<management>-<city>`. */
 export const cellSandboxName = (management: string, city: string): string =>
   `${management}-${city.toLowerCase()}`;
+/**
+ * The cities of `--cells DFW,lhr, DFW`: trimmed, upper-cased, each once, in order. Each must make a
+ * sandbox name with the management plane's (`berth cells join` checks the code itself).
+ */
+export function federationCities(management: string, codes: readonly string[]): string[] {
+  const cities = [...new Set(codes.map((c) => c.trim().toUpperCase()).filter(Boolean))];
+  if (cities.length === 0) throw new Error('a federation needs at least one city code, such as DFW');
+  for (const city of cities) {
+    const name = cellSandboxName(management, city);
+    if (!DNS1123_LABEL.test(name))
+      throw new Error(`city code "${city}" makes the sandbox name "${name}", which is not a DNS label`);
+  }
+  return cities;
+}
+
 /** The flags of a cell's Berth: it runs what the management plane sends it. */
 export const CELL_BERTH_ARGS = ['--controllers=workloads'];
 
@@ -66,8 +81,8 @@ export class Federation {
     const log = opts.log ?? (() => {});
     const mgmt = this.management;
     const timeoutMs = opts.timeoutMs ?? 300_000;
-    const cities = [...new Set(opts.cities.map((c) => c.trim().toUpperCase()).filter(Boolean))];
-    if (cities.length === 0) throw new Error('a federation needs at least one city');
+    // Checked before anything starts.
+    const cities = federationCities(mgmt.name, opts.cities);
     await mgmt.up({ ...opts.management, log, timeoutMs, ...(opts.signal ? { signal: opts.signal } : {}) });
     const client = mgmt.client();
     try {
