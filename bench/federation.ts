@@ -10,7 +10,10 @@
 //    Available upstream with every instance Ready, for its generation (convergeSeconds).
 // 3. Status: `--samples` times, one instance's pod deleted in a cell; from the instance seen not
 //    Ready in the cell to its Workload's ready count seen lower upstream (both by this process's
-//    watches); each sample waits for the workload to recover first.
+//    watches); each sample waits for the workload to recover first. A workload that is not back to
+//    every instance Ready upstream 60 s on is a defect: printed with its cells' own counts (which
+//    tell a cell that did not recover from an upstream that did not follow), counted
+//    (statusUnrecovered), and left out of later samples.
 // 4. Rollout: one more workload in every city, its image changed; seconds until the management
 //    plane says every city runs it. Then the management Berth's resident memory.
 // Everything listens on 127.0.0.1; the federation is destroyed at the end.
@@ -227,17 +230,38 @@ console.log(
 // 3. Status: a cell instance's change, seen upstream.
 const latencies: number[] = [];
 let missed = 0;
-for (let k = 0; k < samples; k++) {
+/** Workloads not back to every instance Ready upstream 60 s on: a defect, reported. */
+const unrecovered = new Set<string>();
+for (let k = 0; latencies.length + missed < samples && unrecovered.size < workloads; k++) {
   const i = k % workloads;
+  const name = wlName(i);
+  if (unrecovered.has(name)) continue;
   const city = citiesOf(i)[0]!;
-  const wd = deploymentName(wlName(i), PLACEMENT, city);
+  const wd = deploymentName(name, PLACEMENT, city);
   const instance = `${wd}-0`;
-  await waitForValue(`workload ${wlName(i)} recovered`, () => {
-    const w = upstream.get(`${NS}/${wlName(i)}`);
-    return w && rolledOut(w) ? true : undefined;
-  });
+  try {
+    await waitForValue(`workload ${name} recovered`, () => {
+      const w = upstream.get(`${NS}/${name}`);
+      return w && rolledOut(w) ? true : undefined;
+    });
+  } catch {
+    const cells = await Promise.all(
+      citiesOf(i).map(async (c) => {
+        const d = await cellClients
+          .get(c)!
+          .get<WD>(WorkloadDeployment.ref, deploymentName(name, PLACEMENT, c), NS);
+        return `${c} ${d.status?.readyReplicas}/${d.spec.replicas} ready`;
+      }),
+    );
+    const s = upstream.get(`${NS}/${name}`)?.status;
+    console.log(
+      `  NOT RECOVERED: ${name} upstream says ${s?.readyReplicas}/${s?.desiredReplicas} ready 60 s on; its cells say ${cells.join(', ')}`,
+    );
+    unrecovered.add(name);
+    continue;
+  }
   Object.assign(sample, {
-    workload: wlName(i),
+    workload: name,
     instance: `${city}/${instance}`,
     notReadyAt: undefined,
     upstreamAt: undefined,
@@ -258,7 +282,8 @@ for (let k = 0; k < samples; k++) {
 Object.assign(sample, { workload: undefined, instance: undefined });
 console.log(
   `status: cell instance not Ready → upstream, p50 ${percentile(latencies, 50).toFixed(0)} ms, ` +
-    `p99 ${percentile(latencies, 99).toFixed(0)} ms (${latencies.length} samples, ${missed} missed)`,
+    `p99 ${percentile(latencies, 99).toFixed(0)} ms (${latencies.length} samples, ${missed} missed, ` +
+    `${unrecovered.size} not recovered)`,
 );
 
 // 4. Rollout: one workload in every city, its image changed.
@@ -297,6 +322,7 @@ const result = {
   statusP99ms: round(percentile(latencies, 99), 0),
   statusSamples: latencies.length,
   statusMissed: missed,
+  statusUnrecovered: unrecovered.size,
   rolloutSeconds: round(rolloutSeconds, 2),
   rssMB: berth.rssMB(),
 };
