@@ -545,7 +545,9 @@ export class Sandbox {
         case 'registry-token':
           return (await this.httpsStatus(`${this.registry!.realm.replace(/\/token$/, '/healthz')}`)) === 200;
         case 'berth':
-          return (await httpRequest(`http://127.0.0.1:${berth!.ports.health}/readyz`)) !== undefined;
+          // Ready when /readyz answers 200 (any other answer rejects).
+          await httpRequest(`http://127.0.0.1:${berth!.ports.health}/readyz`);
+          return true;
       }
     } catch {
       return false;
