@@ -25,14 +25,20 @@ export async function benchSandbox(
     })
     .finally(interrupt.release);
   console.log(`sandbox ${name} ready in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-  // A benchmark that fails unexpectedly still takes its sandbox down: a thousand kwok nodes left
-  // running would load every later run on the machine.
+  destroyOnCrash(() => sb.destroy());
+  return sb;
+}
+
+/**
+ * A benchmark that fails unexpectedly still takes its clusters down (`destroy`): a thousand kwok
+ * nodes left running would load every later run on the machine.
+ */
+export function destroyOnCrash(destroy: () => Promise<void>): void {
   const crash = (e: unknown) => {
     console.error(e);
-    void sb.destroy().finally(() => process.exit(1));
+    void destroy().finally(() => process.exit(1));
   };
   process.once('uncaughtException', crash).once('unhandledRejection', crash);
-  return sb;
 }
 
 export function percentile(values: number[], p: number): number {

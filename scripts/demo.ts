@@ -3,10 +3,9 @@
 // `berth run` as a user installs it, and then shows each capability as a step: derived labels, a
 // startup gate holding new nodes, an agent label following a workload, an arm64-only image placed
 // on arm64 nodes, a WorkloadDeployment running as instances, and a Workload placed in two cities (two
-// more sandboxes as its cells, this one their management plane). Each step applies its file under
+// more sandboxes as its cells, this one their management plane) and rolled out to a new image. Each step applies its file under
 // examples/ and prints what was done, what Berth did, and how long it took. `--once` exits when
 // every step has been seen (CI); otherwise the derived labels stay live until Ctrl-C.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -14,18 +13,18 @@ import { parseAllDocuments } from 'yaml';
 import { AgentPlacement } from '../src/agents/types.ts';
 import type { ArchPod } from '../src/arch/decide.ts';
 import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../src/arch/types.ts';
-import { cellsCommand } from '../src/cells/cli.ts';
 import { installCrds } from '../src/cli/install.ts';
+import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
-import { rbacManifests } from '../src/manifests.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { hasCondition } from '../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { ownedKeys } from '../src/runtime/client/apply.ts';
 import { readNodeFile, nodeManifests } from '../src/sandbox/nodes.ts';
+import { Federation } from '../src/sandbox/federation.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { ImagePusher, platform } from '../src/sandbox/push.ts';
 import { abortOnSignals, freePorts, Sandbox } from '../src/sandbox/sandbox.ts';
@@ -36,6 +35,7 @@ import {
   Quota,
   WorkloadDeployment,
 } from '../src/workloads/types.ts';
+import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
 import { waitFor } from '../test/helpers/wait.ts';
 
 const { values } = parseArgs({
@@ -104,14 +104,16 @@ say('== running berth with the example rule files (examples/labels/)');
 // with default flags but for its addresses and the CA of the sandbox registry (which Berth reads
 // images from for architecture-aware placement).
 const [uiPort, mgmtUiPort] = await freePorts(2);
-const berth = await runBerth(sb, [
+const berth = await startBerth(sb, [
   `--label-dir=${join(examples, 'labels')}`,
   `--ui-bind-address=127.0.0.1:${uiPort}`,
   `--arch-registry-ca=${registry.caPath}`,
 ]);
 say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
-/** The cells' Berths and the management plane's, once step 6 starts them. */
-const moreBerths: ChildProcess[] = [];
+/** The management plane's Berth, once step 6 starts it (the cells' Berths are their sandboxes' own). */
+const moreBerths: BerthProcess[] = [];
+/** Step 6's federation: this sandbox and its cells. */
+const federated = new Federation(values.sandbox);
 
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
 nodes.start();
@@ -343,98 +345,103 @@ async function workloads(): Promise<Summary> {
 
 async function federation(): Promise<Summary> {
   // Two more control planes side by side, each a cell with its own Berth running the workloads
-  // controllers (so a cell keeps its instances running on its own); this sandbox is their
-  // management plane, where a second Berth runs the cells and federation controllers.
-  const cities = { DFW: 'dfw', LHR: 'lhr' } as const;
-  const did: string[] = [];
-  for (const [city, suffix] of Object.entries(cities)) {
-    const cell = new Sandbox(`${values.sandbox}-${suffix}`);
-    say(`   starting sandbox "${cell.name}" as the cell of ${city}`);
-    await cell.up({ nodes: [{ prefix: `${suffix}-node`, count: 2 }] });
-    const c = cell.client();
-    await installCrds(c);
-    c.close();
-    moreBerths.push(await runBerth(cell, ['--controllers=workloads', '--ui-bind-address=0']));
-    // As a user joins a cell: its kubeconfig kept in a Secret here, its Location made, its Cell made.
-    await cellsCommand().parseAsync(
-      [
-        'join',
-        suffix,
-        `--kubeconfig=${cell.kubeconfigPath}`,
-        `--location=${city}`,
-        `--management-kubeconfig=${sb.kubeconfigPath}`,
-      ],
-      { from: 'user' },
-    );
-    did.push(
-      `started sandbox ${cell.name} and joined it as cell ${suffix} (berth cells join --location=${city})`,
-    );
-  }
+  // controllers (so a cell keeps its instances running on its own), started as `berth sandbox up
+  // --cells DFW,LHR` starts them; this sandbox is their management plane, where a second Berth runs
+  // the cells and federation controllers.
+  const cells = await federated.up(berthFederationHooks, {
+    cities: ['DFW', 'LHR'],
+    cellNodes: 2,
+    log: (s) => say(`   ${s}`),
+  });
   moreBerths.push(
-    await runBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`]),
+    await startBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`]),
   );
   say(`   the management plane's page: http://127.0.0.1:${mgmtUiPort}/ (cells by city, workloads in them)`);
+  // Applied again on a second run, the file takes the workload back to its first image: a rollout
+  // of its own, which the wait below sees through.
   await applyExample('federation/web.yaml');
-  const w = await until('Workload web Ready in both cities', async () => {
-    const w = await client.get<WorkloadObject>(Workload.ref, 'web', NS);
-    const s = w.status;
-    return (
-      s?.observedGeneration === w.metadata.generation &&
-      (s?.desiredReplicas ?? 0) > 0 &&
-      s?.readyReplicas === s?.desiredReplicas &&
-      hasCondition(w, 'Available') &&
-      w
-    );
-  });
+  const w = await until('Workload web Ready in both cities', async () => rolledOut(await web()));
   const places = (w.status?.placements ?? []).flatMap((p) =>
     (p.cities ?? []).map(
       (c) =>
         `placement ${p.name}: ${c.city} in cell ${c.cell ?? '-'}, ${c.readyReplicas ?? 0} of ${c.desiredReplicas ?? 0} instances Ready`,
     ),
   );
+  // The rollout: the template changed (a new image), as its owner would change the file; with or
+  // without spec.rollout (All at once, or Progressive one cell at a time), each city is printed when
+  // the management plane sees all its instances on the new template and Ready.
+  const image = 'registry.example/web:2';
+  const started = Date.now();
+  await applyExample('federation/web.yaml', (o) => {
+    const containers = (o['spec'] as WorkloadObject['spec']).template.containers;
+    containers[0]!.image = image;
+  });
+  const updated = new Map<string, string>();
+  const done = await until(`every city of Workload web on ${image}`, async () => {
+    const w = await web();
+    if (w.status?.observedGeneration !== w.metadata.generation) return false;
+    for (const c of (w.status?.placements ?? []).flatMap((p) => p.cities ?? [])) {
+      const n = c.desiredReplicas ?? 0;
+      if (updated.has(c.city) || n === 0 || c.updatedReplicas !== n || c.readyReplicas !== n) continue;
+      const line = `${c.city} in cell ${c.cell ?? '-'} runs ${image}: ${n} of ${n} instances updated and Ready at ${clock()}`;
+      updated.set(c.city, line);
+      say(`   ${line}`);
+    }
+    return rolledOut(w);
+  });
   return {
-    did: [...did, 'applied examples/federation/web.yaml (Workload web: placement us in DFW, eu in LHR)'],
+    did: [
+      ...cells.map(
+        (c) =>
+          `started sandbox ${c.sandbox.name} and joined it as cell ${c.name} (berth cells join --location=${c.city})`,
+      ),
+      'applied examples/federation/web.yaml (Workload web: placement us in DFW, eu in LHR)',
+      `changed Workload web's image to ${image}`,
+    ],
     berth: [
       ...places,
       `Workload web: ${w.status?.readyReplicas} of ${w.status?.desiredReplicas} Ready in total, Available`,
+      ...updated.values(),
+      `Workload web rolled out to ${image} in ${((Date.now() - started) / 1000).toFixed(1)} s: ` +
+        `${done.status?.updatedReplicas} of ${done.status?.desiredReplicas} instances updated, Available`,
     ],
   };
+}
+
+const web = () => client.get<WorkloadObject>(Workload.ref, 'web', NS);
+
+/**
+ * The workload, once its status says for its current generation that every city runs its current
+ * template, every instance Ready, and it is Available; false until then.
+ */
+function rolledOut(w: WorkloadObject): WorkloadObject | false {
+  const s = w.status;
+  return (
+    s !== undefined &&
+    s.observedGeneration === w.metadata.generation &&
+    (s.desiredReplicas ?? 0) > 0 &&
+    s.readyReplicas === s.desiredReplicas &&
+    s.updatedReplicas === s.desiredReplicas &&
+    hasCondition(w, 'Available') &&
+    w
+  );
 }
 
 // --- shared: running Berth, applying examples, the label table, running a step -----------------
 
 /**
- * Runs `berth run` on a sandbox as a user installs it: under its ServiceAccount, bound only to the
- * roles `berth manifests` prints, with default flags but for free addresses and `args`.
+ * Applies every object of a file under examples/ (server-side apply, as `kubectl apply
+ * --server-side`), each changed by `edit` first if given (as a user edits the file).
  */
-async function runBerth(on: Sandbox, args: string[]): Promise<ChildProcess> {
-  const kubeconfig = await on.mintServiceAccount(rbacManifests());
-  const [metricsPort, healthPort, webhookPort] = await freePorts(3);
-  return spawn(
-    process.execPath,
-    [
-      join(root, 'src/cli/main.ts'),
-      'run',
-      `--kubeconfig=${kubeconfig}`,
-      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-      `--webhook-bind-address=127.0.0.1:${webhookPort}`,
-      '--log-level=warn',
-      ...args,
-    ],
-    { stdio: ['ignore', 'inherit', 'inherit'] },
-  );
-}
-
-/** Applies every object of a file under examples/ (server-side apply, as `kubectl apply --server-side`). */
-async function applyExample(file: string): Promise<void> {
+async function applyExample(file: string, edit?: (o: KubeObject) => void): Promise<void> {
   for (const doc of parseAllDocuments(readFileSync(join(examples, file), 'utf8'))) {
     const o = doc.toJS() as KubeObject;
     const ref = KINDS.find((r) => r.kind === o.kind);
     if (!ref) throw new Error(`examples/${file}: the demo applies no ${o.kind}`);
+    edit?.(o);
     await client.apply(ref, o, { fieldManager: 'berth-demo', force: true });
   }
-  say(`   applied examples/${file}`);
+  say(`   applied examples/${file}${edit ? ', changed' : ''}`);
 }
 
 /** Each node's name and the labels Berth derived on it. */
@@ -479,24 +486,19 @@ let stopping = false;
 async function stop(code: number): Promise<void> {
   if (stopping) return;
   stopping = true;
-  for (const b of [berth, ...moreBerths]) {
-    b.kill('SIGTERM');
-    if (b.exitCode === null) await new Promise((r) => b.once('exit', r));
-  }
+  for (const b of [berth, ...moreBerths]) await b.stop();
   await nodes.stop();
   client.close();
-  const names = [
-    values.sandbox,
-    ...(moreBerths.length ? [`${values.sandbox}-dfw`, `${values.sandbox}-lhr`] : []),
-  ];
+  const cells = federated.cells.map((c) => c.sandbox.name);
   say(
-    `\nberth stopped; the sandboxes keep running: ${names.map((n) => `npx berth sandbox down --name ${n}`).join('; ')}`,
+    `\nberth stopped; the sandbox keeps running${cells.length ? `, and its cells ${cells.join(', ')} with their Berths` : ''}: ` +
+      `npx berth sandbox down --name ${values.sandbox}`,
   );
   process.exit(code);
 }
 
 process.once('SIGINT', () => void stop(0));
-berth.once('exit', (code) => {
+void berth.exited.then((code) => {
   if (stopping) return;
   say(`berth exited with code ${code}`);
   void stop(1);

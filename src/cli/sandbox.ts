@@ -1,12 +1,43 @@
-// `berth sandbox`: the local control plane, by hand.
+// `berth sandbox`: the local control plane, by hand; with `--cells`, a federation.
 import { Command, Option } from 'commander';
+import { capabilities } from '../capabilities.ts';
+import { rbacManifests } from '../manifests.ts';
 import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
+import { Federation, type FederationHooks } from '../sandbox/federation.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
 import { abortOnSignals, Sandbox } from '../sandbox/sandbox.ts';
+import { installCrds } from './install.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 const collect = (v: string, prev: string[]) => [...prev, v];
 const nameOption = () => new Option('--name <name>', 'sandbox name').default('default');
+
+/**
+ * What a sandbox federation needs of Berth: its CRDs, the roles `berth manifests` prints, and
+ * `berth cells join` itself (the cells capability's command, run as a user runs it).
+ */
+export const berthFederationHooks: FederationHooks = {
+  installCrds: (client) => installCrds(client),
+  rbac: () => rbacManifests(),
+  async join(cell, managementKubeconfig) {
+    const cells = capabilities.flatMap((c) => c.commands?.() ?? []).find((c) => c.name() === 'cells');
+    if (!cells) throw new Error('berth has no cells command to join a cell with');
+    await cells.parseAsync(
+      [
+        'join',
+        cell.name,
+        `--kubeconfig=${cell.kubeconfig}`,
+        `--location=${cell.city}`,
+        `--management-kubeconfig=${managementKubeconfig}`,
+      ],
+      { from: 'user' },
+    );
+  },
+};
+
+/** What the user runs next on a federation's management plane. */
+export const managementCommand = (sb: Sandbox): string =>
+  `npx berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation`;
 
 export function sandboxCommand(): Command {
   const cmd = new Command('sandbox').description(
@@ -66,6 +97,12 @@ export function sandboxCommand(): Command {
       (v) => Number.parseInt(v, 10),
       300,
     )
+    .option(
+      '--cells <codes>',
+      'also start a cell per city code (DFW,LHR,NRT): sandboxes NAME-dfw, ... with kwok nodes, the CRDs and a ' +
+        'Berth running the workloads controllers, joined to this sandbox as their management plane',
+    )
+    .option('--cell-nodes <n>', 'kwok nodes in each cell', (v) => Number.parseInt(v, 10), 2)
     .action(async (o) => {
       const groups: NodeGroupInput[] = o.nodeFile ? readNodeFile(o.nodeFile) : [];
       if (o.nodes > 0) {
@@ -77,41 +114,60 @@ export function sandboxCommand(): Command {
           taints: (o.nodeTaint as string[]).map(parseTaint),
         });
       }
-      const sb = new Sandbox(o.name);
+      const upOptions = { nodes: groups, fresh: o.fresh, registry: o.registry, audit: o.audit };
+      const federation = o.cells === undefined ? undefined : new Federation(o.name);
+      const sb = federation?.management ?? new Sandbox(o.name);
       const started = Date.now();
       const interrupt = abortOnSignals();
-      await sb
-        .up({
-          nodes: groups,
-          fresh: o.fresh,
-          registry: o.registry,
-          audit: o.audit,
-          log,
-          timeoutMs: o.timeout * 1000,
-          signal: interrupt.signal,
-        })
-        .finally(interrupt.release);
+      const timeoutMs = o.timeout * 1000;
+      if (!federation) {
+        await sb.up({ ...upOptions, log, timeoutMs, signal: interrupt.signal }).finally(interrupt.release);
+      } else {
+        // Fresh is the whole federation's: its old cells go with the management plane.
+        if (o.fresh) await federation.down(true);
+        const cells = await federation
+          .up(berthFederationHooks, {
+            cities: String(o.cells).split(','),
+            cellNodes: o.cellNodes,
+            management: { ...upOptions, fresh: false },
+            log,
+            timeoutMs,
+            signal: interrupt.signal,
+          })
+          .finally(interrupt.release);
+        for (const c of cells)
+          log(
+            `cell ${c.name} (${c.city}): sandbox ${c.sandbox.name} at ${c.sandbox.server}, its Berth running`,
+          );
+      }
       log(`sandbox ${sb.name} is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`);
       log(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodes`);
       const r = sb.registry;
       if (r) log(`registry ${r.host} (CA ${r.caPath}; push as ${r.push.username}, see berth sandbox status)`);
+      if (federation) {
+        log(`next, run the management plane's Berth:`);
+        log(`  ${managementCommand(sb)}`);
+        log(`  kubectl --kubeconfig ${sb.kubeconfigPath} get cells,workloads -A`);
+      }
     });
 
   cmd
     .command('down')
-    .description('Stop every process of the sandbox (its data stays for the next up unless --purge)')
+    .description(
+      'Stop every process of the sandbox and of its cells, if it has any (the data stays for the next up unless --purge)',
+    )
     .addOption(nameOption())
     .option('--purge', 'also delete its data and certificates', false)
     .action(async (o) => {
-      const sb = new Sandbox(o.name);
-      if (o.purge) await sb.destroy();
-      else await sb.down();
-      log(`sandbox ${sb.name} is down`);
+      const federation = new Federation(o.name);
+      const cells = federation.cells.map((c) => c.sandbox.name);
+      await federation.down(o.purge);
+      log(`sandbox ${o.name} is down${cells.length ? `, and its cells ${cells.join(', ')}` : ''}`);
     });
 
   cmd
     .command('status')
-    .description('Show the processes, ports and health of the sandbox')
+    .description('Show the processes, ports and health of the sandbox, and of its cells if it has any')
     .addOption(nameOption())
     .option('-o, --output <format>', 'text or json', 'text')
     .action(async (o) => {
@@ -125,6 +181,17 @@ export function sandboxCommand(): Command {
       }
       const procs = sb.status();
       const ready = await sb.apiserverReady();
+      const cells = await Promise.all(
+        new Federation(sb.name).cells.map(async (c) => ({
+          city: c.city,
+          name: c.name,
+          sandbox: c.sandbox.name,
+          exists: c.sandbox.exists,
+          ready: c.sandbox.exists && (await c.sandbox.apiserverReady()),
+          ...(c.sandbox.exists ? { server: c.sandbox.server, kubeconfig: c.sandbox.kubeconfigPath } : {}),
+          processes: c.sandbox.status(),
+        })),
+      );
       if (o.output === 'json') {
         process.stdout.write(
           JSON.stringify({
@@ -135,6 +202,7 @@ export function sandboxCommand(): Command {
             kubeconfig: sb.kubeconfigPath,
             processes: procs,
             ...(sb.registry ? { registry: sb.registry } : {}),
+            ...(cells.length ? { cells } : {}),
           }) + '\n',
         );
       } else {
@@ -150,8 +218,15 @@ export function sandboxCommand(): Command {
           process.stdout.write(`  registry: ${r.host} (token service ${r.realm}, CA ${r.caPath})\n`);
           process.stdout.write(`  registry push user: ${r.push.username} (password in -o json)\n`);
         }
+        for (const c of cells) {
+          const berth = c.processes.find((p) => p.name === 'berth');
+          process.stdout.write(
+            `  cell ${c.name} (${c.city}): sandbox ${c.sandbox} ${c.ready ? `ready at ${c.server}` : 'not ready'}, ` +
+              `berth ${berth?.running ? `running pid ${berth.pid}` : 'stopped'}\n`,
+          );
+        }
       }
-      if (!ready) process.exitCode = 3;
+      if (!ready || cells.some((c) => !c.ready)) process.exitCode = 3;
     });
 
   cmd

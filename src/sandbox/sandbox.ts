@@ -36,6 +36,7 @@ import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './
 import { sandboxDir, stateDir } from './paths.ts';
 import { stagesYaml } from './stages.ts';
 import { registryInfo, writeRegistryFiles, type RegistryPorts, type SandboxRegistry } from './registry.ts';
+import { berthRunArgs, type BerthPorts } from './berth.ts';
 
 export const PROCESSES = [
   'etcd',
@@ -46,7 +47,10 @@ export const PROCESSES = [
 ] as const;
 /** The registry's processes, started only when asked for (`up({ registry: true })`), token service first. */
 export const REGISTRY_PROCESSES = ['registry-token', 'registry'] as const;
-export type ProcessName = (typeof PROCESSES)[number] | (typeof REGISTRY_PROCESSES)[number];
+/** Berth itself, started only when asked for (`startBerth`, a federation's cells); stopped first. */
+export const BERTH_PROCESS = 'berth' as const;
+export type ProcessName =
+  (typeof PROCESSES)[number] | (typeof REGISTRY_PROCESSES)[number] | typeof BERTH_PROCESS;
 
 /** The token service runs on the Node running the sandbox, from the file beside this one (.ts or .js). */
 const TOKEN_SERVER = fileURLToPath(
@@ -72,6 +76,16 @@ interface State {
   registry?: { ports: RegistryPorts; binary: string; node: string };
   /** kube-apiserver writes an audit log (`up({ audit: true })`). */
   audit?: boolean;
+  /** The Berth this sandbox runs (`startBerth`): node, its identity's kubeconfig, ports, its own flags. */
+  berth?: { node: string; kubeconfig: string; ports: BerthPorts; args: string[] };
+  /** The sandboxes this one is the management plane of, by city (a federation, federation.ts). */
+  cells?: CellSandbox[];
+}
+
+/** A cell of a federation: the city it serves and the sandbox that runs it. */
+export interface CellSandbox {
+  city: string;
+  sandbox: string;
 }
 
 export interface ProcessStatus {
@@ -249,6 +263,44 @@ export class Sandbox {
     }
   }
 
+  /**
+   * Runs `berth run` with `args` as a process of this sandbox (its log `logs/berth.log`, stopped
+   * first by `down`), as a user installs it: under a ServiceAccount bound exactly to `rbac` (the
+   * roles `berth manifests` prints). Waits until it is ready; a Berth already running with the same
+   * flags is kept.
+   */
+  async startBerth(
+    rbac: KubeObject[],
+    args: string[],
+    deadline = Date.now() + 120_000,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const st = this.requireState();
+    const running = this.status().find((p) => p.name === BERTH_PROCESS)?.running;
+    if (!running || JSON.stringify(st.berth?.args) !== JSON.stringify(args)) {
+      await this.stopProcess(BERTH_PROCESS);
+      // A sandbox's Berth may run for weeks: its token must outlive a day.
+      const kubeconfig = await this.mintServiceAccount(rbac, 90 * 24 * 3600);
+      const [metrics, health] = (await freePorts(2)) as [number, number];
+      st.berth = { node: realpathSync(process.execPath), kubeconfig, ports: { metrics, health }, args };
+      this.saveState();
+      this.startProcess(BERTH_PROCESS);
+    }
+    await this.waitHealthy(BERTH_PROCESS, deadline, signal);
+  }
+
+  /** The cells this sandbox is the management plane of (a federation, federation.ts). */
+  get cells(): CellSandbox[] {
+    return this.state?.cells ?? [];
+  }
+
+  /** Records a cell of this management plane (once per sandbox), so that status and down find it. */
+  addCell(cell: CellSandbox): void {
+    const st = this.requireState();
+    st.cells = [...(st.cells ?? []).filter((c) => c.sandbox !== cell.sandbox), cell];
+    this.saveState();
+  }
+
   /** Stops the registry and its token service; the control plane keeps running. */
   async stopRegistry(): Promise<void> {
     for (const p of [...REGISTRY_PROCESSES].reverse()) await this.stopProcess(p);
@@ -264,6 +316,8 @@ export class Sandbox {
     mkdirSync(this.path('logs'), { recursive: true });
     const started = Date.now();
     const [etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok] = await freePorts(6);
+    // A restarted management plane still knows its cells, so that `down` takes them along.
+    const cells = this.state?.cells;
     this.state = {
       name: this.name,
       kubernetesVersion: binaries.kubernetesVersion,
@@ -272,6 +326,7 @@ export class Sandbox {
       binaries,
       startedAt: new Date().toISOString(),
       ...(audit ? { audit } : {}),
+      ...(cells ? { cells } : {}),
     };
     await this.ensurePki();
     this.writeKubeconfigs();
@@ -357,7 +412,7 @@ export class Sandbox {
   }
 
   private binaryOf(p: ProcessName): string {
-    const { binaries: b, registry } = this.requireState();
+    const { binaries: b, registry, berth } = this.requireState();
     return {
       etcd: b.etcd,
       'kube-apiserver': b.kubeApiserver,
@@ -366,11 +421,12 @@ export class Sandbox {
       kwok: b.kwok,
       registry: registry?.binary ?? '',
       'registry-token': registry?.node ?? '',
+      berth: berth?.node ?? '',
     }[p];
   }
 
   private argsOf(p: ProcessName): string[] {
-    const { ports, binaries, audit } = this.requireState();
+    const { ports, binaries, audit, berth } = this.requireState();
     const pki = (f: string) => this.path('pki', f);
     const kubeconfig = this.path('kubeconfig');
     switch (p) {
@@ -464,11 +520,13 @@ export class Sandbox {
         return ['serve', this.path('registry', 'config.yml')];
       case 'registry-token':
         return [TOKEN_SERVER, this.path('registry')];
+      case 'berth':
+        return berthRunArgs(berth!.kubeconfig, berth!.ports, berth!.args);
     }
   }
 
   private async healthy(p: ProcessName): Promise<boolean> {
-    const { ports } = this.requireState();
+    const { ports, berth } = this.requireState();
     try {
       switch (p) {
         case 'etcd':
@@ -486,6 +544,10 @@ export class Sandbox {
           return (await this.httpsStatus(`${this.registry!.url}/v2/`)) === 401;
         case 'registry-token':
           return (await this.httpsStatus(`${this.registry!.realm.replace(/\/token$/, '/healthz')}`)) === 200;
+        case 'berth':
+          // Ready when /readyz answers 200 (any other answer rejects).
+          await httpRequest(`http://127.0.0.1:${berth!.ports.health}/readyz`);
+          return true;
       }
     } catch {
       return false;
@@ -577,8 +639,14 @@ export class Sandbox {
       kwok: st.ports.kwok,
       registry: st.registry?.ports.registry ?? 0,
       'registry-token': st.registry?.ports.token ?? 0,
+      berth: st.berth?.ports.health ?? 0,
     };
-    return [...PROCESSES, ...(st.registry ? REGISTRY_PROCESSES : [])].map((name) => {
+    const names: ProcessName[] = [
+      ...PROCESSES,
+      ...(st.registry ? REGISTRY_PROCESSES : []),
+      ...(st.berth ? [BERTH_PROCESS] : []),
+    ];
+    return names.map((name) => {
       const pid = st.pids[name];
       return {
         name,
@@ -597,6 +665,11 @@ export class Sandbox {
         // Many processes run Node: the token service is ours only when it serves this sandbox.
         (p !== 'registry-token' ||
           readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(this.path('registry'))) &&
+        // ... and Berth only when it runs under this sandbox's identity for it.
+        (p !== BERTH_PROCESS ||
+          readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+            .split('\0')
+            .includes(`--kubeconfig=${this.state?.berth?.kubeconfig}`)) &&
         !isZombie(pid)
       );
     } catch {
@@ -612,7 +685,8 @@ export class Sandbox {
   async down(): Promise<void> {
     if (!this.state) return;
     const ran = this.status().filter((p) => p.running);
-    for (const p of [...PROCESSES, ...REGISTRY_PROCESSES].reverse()) await this.stopProcess(p);
+    // Berth first: it would retry a gone apiserver, and log it, until stopped.
+    for (const p of [...PROCESSES, ...REGISTRY_PROCESSES, BERTH_PROCESS].reverse()) await this.stopProcess(p);
     const ports = ran.flatMap((p) => (p.name === 'etcd' ? [p.port, this.state!.ports.etcdPeer] : [p.port]));
     for (const port of ports) {
       if (await isListening(port))

@@ -14,6 +14,7 @@ import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
+import { berthRunArgs, BERTH_MAIN } from '../../src/sandbox/berth.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
 import { deleteNodes } from './cluster.ts';
@@ -28,6 +29,8 @@ export interface BerthProcess {
   /** What Berth printed so far (only with `capture`). */
   output(): string;
   rssMB(): number;
+  /** Settles with the exit code once the process has exited, however it ended. */
+  exited: Promise<number | null>;
   stop(): Promise<void>;
 }
 
@@ -111,19 +114,14 @@ export async function startBerth(
       ...(process.env['BERTH_BENCH_CPU_PROF']
         ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BERTH_BENCH_CPU_PROF']}`]
         : []),
-      ...(opts.compiled
-        ? [...imageNodeFlags(), `${packageRoot()}/dist/cli/main.js`]
-        : [`${packageRoot()}/src/cli/main.ts`]),
-      'run',
-      `--kubeconfig=${kubeconfig}`,
-      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-      // A free port, so that several Berths (tests in parallel) never collide on the default one.
-      '--webhook-bind-address=127.0.0.1:0',
-      // The page is off unless a test asks for it (with its own free port, after these).
-      '--ui-bind-address=0',
-      '--log-level=warn',
-      ...args,
+      ...(opts.compiled ? imageNodeFlags() : []),
+      // The page is off unless a test asks for it (with its own free port, in `args`).
+      ...berthRunArgs(
+        kubeconfig,
+        { metrics: metricsPort, health: healthPort },
+        ['--log-level=warn', ...args],
+        opts.compiled ? `${packageRoot()}/dist/cli/main.js` : undefined,
+      ),
     ],
     { stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'] },
   );
@@ -131,14 +129,19 @@ export async function startBerth(
   // left running, it would retry a gone apiserver and load every later run on the machine.
   const orphaned = () => child.kill('SIGTERM');
   process.once('exit', orphaned);
-  child.once('exit', () => process.off('exit', orphaned));
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code) => {
+      process.off('exit', orphaned);
+      resolve(code);
+    }),
+  );
   let out = '';
   child.stdout?.on('data', (d: Buffer) => (out += d));
   child.stderr?.on('data', (d: Buffer) => (out += d));
   const stop = async () => {
     if (child.exitCode !== null) return;
     child.kill('SIGTERM');
-    await new Promise((r) => child.once('exit', r));
+    await exited;
   };
   const probe = opts.waitReady === false ? 'healthz' : 'readyz';
   try {
@@ -167,6 +170,7 @@ export async function startBerth(
         .reduce((a, l) => a + Number(l.split(' ').pop()), 0);
     },
     output: () => out,
+    exited,
     rssMB: () =>
       Math.round(
         Number(readFileSync(`/proc/${child.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)![1]) / 102.4,
@@ -175,14 +179,18 @@ export async function startBerth(
   };
 }
 
-/** A berth command as a user runs it, to its end; `env` adds to this process's environment. */
+/**
+ * A berth command as a user runs it, to its end (killed past `timeoutMs`); `env` adds to this
+ * process's environment.
+ */
 export function runBerthCli(
   args: string[],
   env: NodeJS.ProcessEnv = {},
+  timeoutMs = 120_000,
 ): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [`${packageRoot()}/src/cli/main.ts`, ...args], {
+  const r = spawnSync(process.execPath, [BERTH_MAIN, ...args], {
     encoding: 'utf8',
-    timeout: 120_000,
+    timeout: timeoutMs,
     env: { ...process.env, ...env },
   });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };

@@ -143,27 +143,45 @@ describe('npm run demo --once', () => {
     assert.match(s, /granted by Quota budget: 3 of 4 instances, 1500m of 2 vCPU, 1536Mi of 2Gi/);
   });
 
-  test('step 6: the Workload runs in both cities, each in its own cell, and the cells hold exactly its WorkloadDeployments', async () => {
+  test('step 6: the Workload runs in both cities, each in its own cell, rolls out to a new image in each, and the cells hold exactly its WorkloadDeployments', async () => {
     const s = summary(6);
     assert.match(s, /joined it as cell dfw \(berth cells join --location=DFW\)/);
     assert.match(s, /joined it as cell lhr \(berth cells join --location=LHR\)/);
     assert.match(s, /placement us: DFW in cell dfw, 2 of 2 instances Ready/);
     assert.match(s, /placement eu: LHR in cell lhr, 1 of 1 instances Ready/);
     assert.match(s, /Workload web: 3 of 3 Ready in total, Available/);
+    assert.match(s, /did: {3}changed Workload web's image to registry\.example\/web:2\n/);
+    assert.match(s, /DFW in cell dfw runs registry\.example\/web:2: 2 of 2 instances updated and Ready at /);
+    assert.match(s, /LHR in cell lhr runs registry\.example\/web:2: 1 of 1 instances updated and Ready at /);
+    assert.match(
+      s,
+      /Workload web rolled out to registry\.example\/web:2 in [\d.]+ s: 3 of 3 instances updated, Available/,
+    );
+    // The cells were started as `berth sandbox up --cells` starts them: each runs its own Berth.
+    const status = new Sandbox(name).cells.map((c) => [
+      c.city,
+      c.sandbox,
+      new Sandbox(c.sandbox).status().find((p) => p.name === 'berth')?.running,
+    ]);
+    assert.deepEqual(status, [
+      ['DFW', cells.DFW, true],
+      ['LHR', cells.LHR, true],
+    ]);
     for (const [city, sandboxName] of Object.entries(cells)) {
       const client = new Sandbox(sandboxName).client();
       try {
-        const wds = (
-          await client.list<KubeObject & { status?: { readyReplicas?: number } }>(WorkloadDeployment.ref, {
-            namespace: 'berth-demo',
-          })
-        ).items;
-        const want = city === 'DFW' ? ['web-us-dfw', 2] : ['web-eu-lhr', 1];
+        type WD = KubeObject & {
+          spec: { template: { containers: { image: string }[] } };
+          status?: { readyReplicas?: number; updatedReplicas?: number };
+        };
+        const wds = (await client.list<WD>(WorkloadDeployment.ref, { namespace: 'berth-demo' })).items;
+        const want = city === 'DFW' ? ['web-us-dfw', 2, 2] : ['web-eu-lhr', 1, 1];
         assert.deepEqual(
-          wds.map((d) => [d.metadata?.name, d.status?.readyReplicas]),
+          wds.map((d) => [d.metadata?.name, d.status?.readyReplicas, d.status?.updatedReplicas]),
           [want],
           `the WorkloadDeployments of the ${city} cell`,
         );
+        assert.equal(wds[0]!.spec.template.containers[0]!.image, 'registry.example/web:2');
       } finally {
         client.close();
       }
