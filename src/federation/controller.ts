@@ -22,6 +22,7 @@ import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
+import { WriteExpectations } from '../runtime/controller/expectations.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
@@ -70,6 +71,8 @@ export class FederationController {
   readonly controller: Controller;
   private readonly manager: Manager;
   private readonly workloads: Informer<WorkloadObject>;
+  /** Status writes not yet seen in the Workload cache. */
+  private readonly statusSent: WriteExpectations<WorkloadStatus>;
   private readonly cells: Informer<CellObject>;
   private readonly locations: Informer<LocationObject>;
   private readonly events: EventRecorder;
@@ -82,6 +85,7 @@ export class FederationController {
     this.log = manager.log.child({ capability: 'federation' });
     this.events = manager.recorder('federation');
     this.workloads = manager.informer<WorkloadObject>(Workload.ref);
+    this.statusSent = new WriteExpectations<WorkloadStatus>(this.workloads, keyOf);
     this.cells = manager.informer<CellObject>(Cell.ref);
     this.locations = manager.informer<LocationObject>(Location.ref);
     this.workloads.addIndexer('city', (w) => [
@@ -247,7 +251,7 @@ export class FederationController {
       hash,
       targets: wanted,
       deployment: (t) => find(t.cell!, t.name),
-      previous: w.status?.rollout,
+      previous: this.statusOf(w)?.rollout,
       now,
     });
 
@@ -311,7 +315,8 @@ export class FederationController {
       draining,
       ...(plan.progressing ? { progressing: plan.progressing } : {}),
     });
-    let conditions: Condition[] = w.status?.conditions ?? [];
+    const was = this.statusOf(w)?.conditions;
+    let conditions: Condition[] = was ?? [];
     const generation = w.metadata.generation;
     for (const [type, v] of [
       ['Available', r.available],
@@ -331,14 +336,14 @@ export class FederationController {
       conditions,
     };
     if (await this.writeStatus(w, status)) {
-      const fixable = newlyHolds(w.status?.conditions, conditions, 'Available', 'False');
+      const fixable = newlyHolds(was, conditions, 'Available', 'False');
       if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
         this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
         this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
       }
       // Once per stop: its message changes as the cells' do.
-      const stopped = newlyHolds(w.status?.conditions, conditions, 'Progressing', 'False', 'RolloutStopped');
-      if (stopped && findCondition(w.status?.conditions, 'Progressing')?.reason !== 'RolloutStopped') {
+      const stopped = newlyHolds(was, conditions, 'Progressing', 'False', 'RolloutStopped');
+      if (stopped && findCondition(was, 'Progressing')?.reason !== 'RolloutStopped') {
         this.events.event(w, 'Warning', stopped.reason, 'Rollout', stopped.message);
         this.log.warn({ workload: key, reason: stopped.reason }, stopped.message);
       }
@@ -377,13 +382,14 @@ export class FederationController {
     if (failures.length) throw new Error(failures.join('; '));
     if (!holding.length && !left) return 'released';
     if (holding.length) {
-      const conditions = setCondition(w.status?.conditions ?? [], {
+      const current = this.statusOf(w);
+      const conditions = setCondition(current?.conditions ?? [], {
         type: 'Released',
         status: 'False',
         reason: 'CellUnreachable',
         message: `waiting for cell ${holding.join(', ')} to answer, to delete this workload's WorkloadDeployments there`,
       });
-      await this.writeStatus(w, { ...w.status, conditions });
+      await this.writeStatus(w, { ...current, conditions });
     }
     // A cell's deletions and its coming back both bring this workload back.
     return {};
@@ -418,13 +424,22 @@ export class FederationController {
     known.add(namespace);
   }
 
-  /** Writes the status when it changed; whether it wrote. */
+  /**
+   * The status as last written: until the cache shows a write, it still holds the status before it,
+   * and a reconcile comparing with that would skip a status equal to it, leaving the write in force.
+   */
+  private statusOf(w: WorkloadObject): WorkloadStatus | undefined {
+    return this.statusSent.pending(w) ?? w.status;
+  }
+
+  /** Writes the status when it changed from the last written; whether it wrote. */
   private async writeStatus(w: WorkloadObject, status: WorkloadStatus): Promise<boolean> {
     const { conditions, ...rest } = status;
-    const { conditions: was, ...old } = w.status ?? {};
+    const { conditions: was, ...old } = this.statusOf(w) ?? {};
     if (isDeepStrictEqual(rest, old) && sameConditions(was, conditions)) return false;
     try {
-      await applyStatus(this.manager.client(), Workload.ref, w, status, FEDERATION_MANAGER);
+      const written = await applyStatus(this.manager.client(), Workload.ref, w, status, FEDERATION_MANAGER);
+      this.statusSent.expect(keyOf(w), written.metadata?.resourceVersion, status);
       return true;
     } catch (e) {
       if (isObjectGone(e)) return false;
