@@ -20,7 +20,7 @@ import { Resources } from '../src/runtime/api/meta.ts';
 import { resourcePath } from '../src/runtime/client/client.ts';
 import { EVICT_WORKERS } from '../src/labels/evictor.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
-import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
+import { benchSandbox, createBoundPods, forEachLimit, percentile, round, report } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
@@ -113,23 +113,13 @@ try {
 
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
   let t0 = performance.now();
-  await forEachLimit(
-    Array.from({ length: podCount }, (_, i) => i),
-    32,
-    async (i) => {
-      await client.create(Resources.pods, {
-        apiVersion: 'v1',
-        kind: 'Pod',
-        metadata: { name: `p-${i}`, namespace: NS },
-        spec: {
-          nodeName: names[i % nodeCount],
-          nodeSelector: { [DERIVED]: 'true' },
-          terminationGracePeriodSeconds: 0,
-          containers: [{ name: 'main', image: 'registry.example/edgetpu-inference:1' }],
-        },
-      });
-    },
-  );
+  await createBoundPods(client, {
+    namespace: NS,
+    from: 0,
+    to: podCount,
+    nodeOf: (i) => names[i % nodeCount]!,
+    label: DERIVED,
+  });
   await until(() => pods.list().filter((p) => p.status.phase === 'Running').length === podCount, 300_000);
   console.log(`${podCount} pods running in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 

@@ -19,7 +19,7 @@
 // Everything listens on 127.0.0.1; the federation is destroyed at the end.
 import { parseArgs } from 'node:util';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';
-import { deploymentManifest, deploymentName } from '../src/federation/decide.ts';
+import { deploymentManifest, deploymentName, rolledOut } from '../src/federation/decide.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
 import { Cell, type CellObject } from '../src/cells/types.ts';
 import { findCondition, hasCondition } from '../src/runtime/api/conditions.ts';
@@ -163,18 +163,6 @@ await waitForValue('every cell Ready upstream', async () => {
   const list = (await mgmt.list<CellObject>(Cell.ref)).items;
   return list.length === cellCount && list.every((c) => hasCondition(c, 'Ready')) ? true : undefined;
 });
-/** The workload's status says, for its generation, that every instance runs its template, Ready, and it is Available. */
-const rolledOut = (w: WorkloadObject) => {
-  const s = w.status;
-  return (
-    s !== undefined &&
-    s.observedGeneration === w.metadata.generation &&
-    (s.desiredReplicas ?? 0) > 0 &&
-    s.readyReplicas === s.desiredReplicas &&
-    s.updatedReplicas === s.desiredReplicas &&
-    available(w)
-  );
-};
 const convergedAt = new Map<string, number>();
 /** Status samples: the workload whose ready count is awaited upstream, and when it was seen lower. */
 const sample: { workload?: string; instance?: string; notReadyAt?: number; upstreamAt?: number } = {};

@@ -1,8 +1,14 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
+import { spawnSync } from 'node:child_process';
 import https from 'node:https';
+import path from 'node:path';
+import { checkGo } from '../src/sandbox/build.ts';
+import { packageRoot } from '../src/sandbox/paths.ts';
 import { abortOnSignals, Sandbox, type UpOptions } from '../src/sandbox/sandbox.ts';
 import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
+import { Resources } from '../src/runtime/api/meta.ts';
+import type { KubeClient } from '../src/runtime/client/client.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
 export async function benchSandbox(
@@ -155,4 +161,44 @@ export async function webhookLatencies(
   } finally {
     agent.destroy();
   }
+}
+
+/**
+ * Creates pods `p-<from>` to `p-<to - 1>` in `namespace`, each bound to the node `nodeOf(i)` and
+ * needing `label` there (true): the workload of the derived-label benchmarks.
+ */
+export async function createBoundPods(
+  client: KubeClient,
+  o: { namespace: string; from: number; to: number; nodeOf: (i: number) => string; label: string },
+): Promise<void> {
+  await forEachLimit(
+    Array.from({ length: o.to - o.from }, (_, i) => o.from + i),
+    32,
+    async (i) => {
+      await client.create(Resources.pods, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: `p-${i}`, namespace: o.namespace },
+        spec: {
+          nodeName: o.nodeOf(i),
+          nodeSelector: { [o.label]: 'true' },
+          terminationGracePeriodSeconds: 0,
+          containers: [{ name: 'main', image: 'registry.example/edgetpu-inference:1' }],
+        },
+      });
+    },
+  );
+}
+
+/** Builds the Go program of `bench/<name>` (a floor or a load generator) into `dir`; its path. */
+export function buildGoProgram(name: string, dir: string): string {
+  checkGo();
+  const out = path.join(dir, name);
+  const built = spawnSync('go', ['build', '-o', out, '.'], {
+    cwd: path.join(packageRoot(), 'bench', name),
+    env: { ...process.env, CGO_ENABLED: '0', GOTOOLCHAIN: 'local' },
+    encoding: 'utf8',
+  });
+  if (built.status !== 0) throw new Error(`building bench/${name} failed:\n${built.stderr}`);
+  return out;
 }

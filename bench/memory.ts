@@ -8,7 +8,7 @@
 // label). Each is started fresh, so its initial list is of that point's size; once every node
 // carries its label and 5 s have passed, its RSS is sampled for 5 s and the median kept.
 // The seed's own Go labeller held 54 MB at 1,000 nodes (issue 17): the target is 110 MB there.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,11 +19,9 @@ import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { kubeconfigFileAccess } from '../src/runtime/client/kubeconfig.ts';
-import { checkGo } from '../src/sandbox/build.ts';
 import { createNodes } from '../src/sandbox/nodes.ts';
-import { packageRoot } from '../src/sandbox/paths.ts';
 import { startBerth } from '../test/helpers/berth.ts';
-import { benchSandbox, forEachLimit, report, round, waitForValue } from './lib.ts';
+import { benchSandbox, buildGoProgram, createBoundPods, report, round, waitForValue } from './lib.ts';
 
 const { values } = parseArgs({
   options: { points: { type: 'string', default: '1000:0,1000:20000,5000:20000,5000:100000' } },
@@ -44,14 +42,7 @@ const NS = 'bench-memory';
 
 // The floor, built from its Go module like the control plane.
 const work = mkdtempSync(path.join(tmpdir(), 'bench-memory-'));
-checkGo();
-const floorBin = path.join(work, 'labelsfloor');
-const built = spawnSync('go', ['build', '-o', floorBin, '.'], {
-  cwd: path.join(packageRoot(), 'bench', 'labelsfloor'),
-  env: { ...process.env, CGO_ENABLED: '0', GOTOOLCHAIN: 'local' },
-  encoding: 'utf8',
-});
-if (built.status !== 0) throw new Error(`building bench/labelsfloor failed:\n${built.stderr}`);
+const floorBin = buildGoProgram('labelsfloor', work);
 
 const sb = await benchSandbox('bench-memory', [
   { prefix: 'tpu', count: points[0]!.nodes, labels: { [INPUT]: 'true' } },
@@ -140,23 +131,13 @@ try {
       haveNodes = p.nodes;
     }
     const t0 = performance.now();
-    await forEachLimit(
-      Array.from({ length: p.pods - havePods }, (_, i) => havePods + i),
-      32,
-      async (i) => {
-        await client.create(Resources.pods, {
-          apiVersion: 'v1',
-          kind: 'Pod',
-          metadata: { name: `p-${i}`, namespace: NS },
-          spec: {
-            nodeName: `tpu-${i % haveNodes}`,
-            nodeSelector: { [DERIVED]: 'true' },
-            terminationGracePeriodSeconds: 0,
-            containers: [{ name: 'main', image: 'registry.example/edgetpu-inference:1' }],
-          },
-        });
-      },
-    );
+    await createBoundPods(client, {
+      namespace: NS,
+      from: havePods,
+      to: p.pods,
+      nodeOf: (i) => `tpu-${i % haveNodes}`,
+      label: DERIVED,
+    });
     if (p.pods > havePods)
       console.log(`${p.pods - havePods} pods created in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     havePods = p.pods;

@@ -16,11 +16,9 @@ import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
-import { checkGo } from '../src/sandbox/build.ts';
 import { nodeManifests } from '../src/sandbox/nodes.ts';
-import { packageRoot } from '../src/sandbox/paths.ts';
 import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
-import { benchSandbox, report } from './lib.ts';
+import { benchSandbox, buildGoProgram, report } from './lib.ts';
 
 const { values } = parseArgs({
   options: {
@@ -60,14 +58,7 @@ interface LoadResult {
 }
 
 const work = mkdtempSync(path.join(tmpdir(), 'bench-webhook-'));
-checkGo();
-const generator = path.join(work, 'webhookload');
-const built = spawnSync('go', ['build', '-o', generator, '.'], {
-  cwd: path.join(packageRoot(), 'bench', 'webhookload'),
-  env: { ...process.env, CGO_ENABLED: '0', GOTOOLCHAIN: 'local' },
-  encoding: 'utf8',
-});
-if (built.status !== 0) throw new Error(`building bench/webhookload failed:\n${built.stderr}`);
+const generator = buildGoProgram('webhookload', work);
 
 const sb = await benchSandbox('bench-webhook');
 const client = sb.client();

@@ -16,6 +16,7 @@ import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '
 import { installCrds } from '../src/cli/install.ts';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
+import { rolledOut } from '../src/federation/decide.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
@@ -360,7 +361,10 @@ async function federation(): Promise<Summary> {
   // Applied again on a second run, the file takes the workload back to its first image: a rollout
   // of its own, which the wait below sees through.
   await applyExample('federation/web.yaml');
-  const w = await until('Workload web Ready in both cities', async () => rolledOut(await web()));
+  const w = await until('Workload web Ready in both cities', async () => {
+    const w = await web();
+    return rolledOut(w) && w;
+  });
   const places = (w.status?.placements ?? []).flatMap((p) =>
     (p.cities ?? []).map(
       (c) =>
@@ -387,7 +391,7 @@ async function federation(): Promise<Summary> {
       updated.set(c.city, line);
       say(`   ${line}`);
     }
-    return rolledOut(w);
+    return rolledOut(w) && w;
   });
   return {
     did: [
@@ -409,23 +413,6 @@ async function federation(): Promise<Summary> {
 }
 
 const web = () => client.get<WorkloadObject>(Workload.ref, 'web', NS);
-
-/**
- * The workload, once its status says for its current generation that every city runs its current
- * template, every instance Ready, and it is Available; false until then.
- */
-function rolledOut(w: WorkloadObject): WorkloadObject | false {
-  const s = w.status;
-  return (
-    s !== undefined &&
-    s.observedGeneration === w.metadata.generation &&
-    (s.desiredReplicas ?? 0) > 0 &&
-    s.readyReplicas === s.desiredReplicas &&
-    s.updatedReplicas === s.desiredReplicas &&
-    hasCondition(w, 'Available') &&
-    w
-  );
-}
 
 // --- shared: running Berth, applying examples, the label table, running a step -----------------
 

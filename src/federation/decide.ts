@@ -706,3 +706,19 @@ export function rollup(
           });
   return { status: { ...total, placements }, available, progressing };
 }
+
+/**
+ * Whether the Workload's status says, for its current generation, that every instance runs its
+ * current template and is Ready, and the Workload is Available: its placement or rollout is done.
+ */
+export function rolledOut(w: WorkloadObject): boolean {
+  const s = w.status;
+  return (
+    s !== undefined &&
+    s.observedGeneration === w.metadata.generation &&
+    (s.desiredReplicas ?? 0) > 0 &&
+    s.readyReplicas === s.desiredReplicas &&
+    s.updatedReplicas === s.desiredReplicas &&
+    findCondition(s.conditions, 'Available')?.status === 'True'
+  );
+}
