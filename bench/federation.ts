@@ -25,7 +25,7 @@ import { Cell, type CellObject } from '../src/cells/types.ts';
 import { findCondition, hasCondition } from '../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
-import type { KubeClient } from '../src/runtime/client/client.ts';
+import { isNotFound, type KubeClient } from '../src/runtime/client/client.ts';
 import { Federation } from '../src/sandbox/federation.ts';
 import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
 import { Instance, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
@@ -53,8 +53,9 @@ const samples = Number(values.samples);
 const instances = workloads * 2 * replicas;
 /** Workload i runs in two neighbouring cities of the ring, so every city gets as many workloads. */
 const citiesOf = (i: number) => [cities[i % cellCount]!, cities[(i + 1) % cellCount]!];
-// Each cell holds the floor's instances and the federation's (both stay), and the rollout's; kwok
-// nodes take 110 pods each: room for all with a node to spare.
+// Each cell holds the floor's instances, then the federation's and the rollout's (the floor's are
+// deleted first, so that both run on cells equally loaded); kwok nodes take 110 pods each: room
+// for either with a node to spare.
 const perCell = 2 * Math.ceil((2 * workloads) / cellCount) * replicas + replicas;
 const cellNodes = Math.ceil(perCell / 100) + 1;
 const NS = 'bench-federation';
@@ -156,6 +157,23 @@ console.log(
   `floor: ${floorWork.length} WorkloadDeployments (${instances} instances) Available in ${floorSeconds.toFixed(2)} s`,
 );
 for (const i of floorWatches) i.stop();
+// The floor's instances go before Berth starts: the federation's run on cells as empty as the floor's did.
+await Promise.all([...cellClients.values()].map((c) => c.delete(Resources.namespaces, FLOOR_NS)));
+await waitForValue(
+  "the floor's namespace gone from every cell",
+  async () => {
+    const left = await Promise.all(
+      [...cellClients.values()].map((c) =>
+        c.get(Resources.namespaces, FLOOR_NS).then(
+          () => 1,
+          (e: unknown) => (isNotFound(e) ? 0 : 1),
+        ),
+      ),
+    );
+    return left.every((n) => n === 0) ? true : undefined;
+  },
+  600_000,
+);
 
 // 2. Berth.
 const berth = await startBerth(federation.management, ['--controllers=cells,federation']);

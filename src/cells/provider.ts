@@ -28,7 +28,9 @@ export function kubeconfigClient(text: string, userAgent = 'berth-cells'): KubeC
   }
   const problem = kubeconfigProblem(kc);
   if (problem) throw new Error(problem);
-  return new KubeClient(kubeconfigAccess(kc), { userAgent, maxInFlight: 4 });
+  // Requests at once into one cell: as many as the federation controller has workers, each writing
+  // one WorkloadDeployment into each of its cells at a time.
+  return new KubeClient(kubeconfigAccess(kc), { userAgent, maxInFlight: 16 });
 }
 
 export class CellProvider implements Provider {

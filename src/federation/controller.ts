@@ -125,7 +125,7 @@ export class FederationController {
     ];
     this.controller = new Controller({
       name: 'federation',
-      workers: opts.workers ?? 4,
+      workers: opts.workers ?? 16,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcile(key) },
     })
@@ -258,39 +258,42 @@ export class FederationController {
     // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
     // other cells are written and the status too, and the reconcile is retried.
     const failures: string[] = [];
-    for (const t of wanted) {
-      // An unreachable cell keeps what it has; it is written again once it answers.
-      const applied = plan.applied.get(t.name);
-      if (!t.cell || !applied || !views.get(t.cell)!.reachable) continue;
-      const manifest = deploymentManifest(w, t, applied);
-      const have = find(t.cell, t.name);
-      if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) continue;
-      const name = cluster.get(t.cell)!;
-      await inCell(failures, t.cell, async () => {
-        await this.ensureNamespace(name, w.metadata.namespace!);
-        try {
-          await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
-            fieldManager: FEDERATION_MANAGER,
-            force: true,
-          });
-        } catch (e) {
-          // The namespace went meanwhile: made again on the retry.
-          if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
-          throw e;
-        }
-        this.log.info(
-          {
-            workload: key,
-            cell: t.cell,
-            deployment: t.name,
-            ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
-          },
-          t.failedOverFrom
-            ? 'WorkloadDeployment applied: failed over from an unreachable cell'
-            : 'WorkloadDeployment applied',
-        );
-      });
-    }
+    // Each cell's WorkloadDeployment is written at once, not one cell after the other.
+    await Promise.all(
+      wanted.map(async (t) => {
+        // An unreachable cell keeps what it has; it is written again once it answers.
+        const applied = plan.applied.get(t.name);
+        if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
+        const manifest = deploymentManifest(w, t, applied);
+        const have = find(t.cell, t.name);
+        if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
+        const name = cluster.get(t.cell)!;
+        await inCell(failures, t.cell, async () => {
+          await this.ensureNamespace(name, w.metadata.namespace!);
+          try {
+            await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
+              fieldManager: FEDERATION_MANAGER,
+              force: true,
+            });
+          } catch (e) {
+            // The namespace went meanwhile: made again on the retry.
+            if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
+            throw e;
+          }
+          this.log.info(
+            {
+              workload: key,
+              cell: t.cell,
+              deployment: t.name,
+              ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
+            },
+            t.failedOverFrom
+              ? 'WorkloadDeployment applied: failed over from an unreachable cell'
+              : 'WorkloadDeployment applied',
+          );
+        });
+      }),
+    );
 
     const reachableListed = new Set(
       [...views.values()].filter((v) => v.listed && v.reachable).map((v) => v.name),

@@ -1,3 +1,4 @@
+import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { FederationController } from './controller.ts';
@@ -9,6 +10,11 @@ export const federationCapability: Capability = {
   description:
     'Workloads on a management plane: one WorkloadDeployment per placement and city, in one cell serving the city, their status rolled up, and read-only mirrors of their Instances',
   roles: ['management'],
+  options: () => [
+    new Option('--federation-workers <n>', 'Workloads the federation controller reconciles at once')
+      .default(16)
+      .argParser(Number),
+  ],
   crds: [Workload],
   // Workloads are read from the cache; their finalizer is a server-side apply (patch), their status too.
   // Cells and Locations say where each city runs. In the cells Berth acts with each cell's kubeconfig.
@@ -25,8 +31,8 @@ export const federationCapability: Capability = {
     },
     { apiGroups: [POLICY_GROUP], resources: ['instances/status'], verbs: ['patch'] },
   ],
-  setup({ manager }) {
-    new FederationController(manager);
+  setup({ manager, options }) {
+    new FederationController(manager, { workers: Number(options['federationWorkers'] ?? 16) });
     new MirrorController(manager);
     return {};
   },

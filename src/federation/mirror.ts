@@ -12,7 +12,7 @@ import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { Controller } from '../runtime/controller/controller.ts';
+import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -54,6 +54,9 @@ interface InCell {
   deployments: Informer<DeploymentObject>;
 }
 
+/** The shortest time between two writes of one mirror, after the first of a burst. */
+export const MIRROR_WRITE_INTERVAL_MS = 250;
+
 const deploymentKeyOf = (i: InstanceObject): string[] => {
   const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
   return d ? [`${i.metadata.namespace}/${d}`] : [];
@@ -70,6 +73,8 @@ export class MirrorController {
   private readonly inCells = new Map<string, InCell>();
   /** The mirror last written, until the mirror cache shows it (a second pass must not send it again). */
   private readonly sent: WriteExpectations<InstanceObject>;
+  /** When each mirror was last written, for the write interval. */
+  private readonly writtenAt = new Map<string, number>();
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -85,6 +90,12 @@ export class MirrorController {
       return ns && name ? [`${ns}/${name}`] : [];
     });
     this.sent = new WriteExpectations<InstanceObject>(this.mirrors, keyOf);
+    this.mirrors.addEventHandler({
+      onDelete: (m) => {
+        const key = sourceKeyOf(m);
+        if (key) this.writtenAt.delete(key);
+      },
+    });
     // The same informers as the federation controller's (same requests): one cache each.
     this.workloads = manager.informer<WorkloadObject>(Workload.ref);
     this.cells = manager.informer<CellObject>(Cell.ref);
@@ -181,19 +192,27 @@ export class MirrorController {
     );
   }
 
-  private async reconcile(key: string): Promise<void> {
+  private async reconcile(key: string): Promise<Result | void> {
     const { cell, namespace, name } = splitMirrorKey(key);
     const mname = mirrorName(cell, name);
     if (!mname) return;
     const cached = this.mirrors.get(`${namespace}/${mname}`);
     const mirror = cached && (this.sent.pending(cached) ?? cached);
+    // A new instance passes through several statuses within a second (quota granted, programmed,
+    // Ready, Available): a mirror is written at once after a quiet spell and then at most once per
+    // interval, with whatever the cell says by then, so a thousand new instances do not send the
+    // management plane four thousand writes.
+    const since = Date.now() - (this.writtenAt.get(key) ?? 0);
+    if (mirror && since < MIRROR_WRITE_INTERVAL_MS)
+      return { requeueAfterMs: MIRROR_WRITE_INTERVAL_MS - since };
     const cellObject = this.cells.get(cell);
     // A Cell deleted has left the federation: its mirrors go too.
     if (!cellObject) return this.remove(mirror, `cell ${cell} is gone`);
     const reachable = findCondition(cellObject.status?.conditions, 'Reachable');
     if (reachable?.status === 'False') {
       // A partition is not a deletion: the last status stays, marked stale since the cell went silent.
-      if (mirror) await this.writeStatus(mirror, staleStatus(mirror, cell, reachable.lastTransitionTime));
+      if (mirror)
+        await this.writeStatus(mirror, staleStatus(mirror, cell, reachable.lastTransitionTime), key);
       return;
     }
     const here = this.inCells.get(cell);
@@ -223,13 +242,15 @@ export class MirrorController {
         force: true,
       });
       this.sent.expect(keyOf(current), current.metadata.resourceVersion, current);
+      this.writtenAt.set(key, Date.now());
       if (!mirror) this.log.info({ mirror: keyOf(current), cell }, 'instance mirrored');
     }
-    await this.writeStatus(current, want.status);
+    await this.writeStatus(current, want.status, key);
   }
 
-  private async writeStatus(mirror: InstanceObject, status: InstanceStatus): Promise<void> {
+  private async writeStatus(mirror: InstanceObject, status: InstanceStatus, key: string): Promise<void> {
     if (sameStatus(mirror.status, status)) return;
+    this.writtenAt.set(key, Date.now());
     try {
       const written = await applyStatus<InstanceObject>(
         this.manager.client(),
