@@ -44,6 +44,8 @@ const tiny: Record<string, string[]> = {
     '4',
   ],
   'bench:ui': ['--nodes', '20'],
+  'bench:memory': ['--points', '5:0,5:10'],
+  'bench:federation': ['--cells', '2', '--workloads', '2', '--replicas', '1', '--samples', '2'],
 };
 
 describe('benchmarks end with one JSON object', () => {
