@@ -116,23 +116,32 @@ export function verdictCondition(
     : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}` };
 }
 
-/** The status a Quota in force gets from a decision; conditions keep their transition times. */
+/**
+ * The status a Quota in force gets from a decision; conditions keep their transition times. `unread`
+ * names the engaged clusters decided without (they have not listed their instances in time).
+ */
 export function quotaStatus(
   quota: QuotaObject,
   decision: Decision,
   now: Date,
+  unread: readonly string[] = [],
 ): QuotaStatus & { conditions: Condition[] } {
   const budget = budgetOf(quota.spec ?? {});
   const usage = usageText(decision.used, budget);
+  const [one, its, it] =
+    unread.length === 1 ? ['cluster', 'its', 'it answers'] : ['clusters', 'their', 'they answer'];
+  const note = unread.length
+    ? `; ${one} ${unread.join(', ')} not read: ${its} claims stay counted, ${its} waiting instances are decided once ${it}`
+    : '';
   const ready = decision.over.length
     ? {
         status: 'False' as const,
         reason: 'OverBudget',
         message:
           `${usage} used, over the budget in ${decision.over.map((d) => dimensionNames[d]).join(', ')}: instances granted before this ` +
-          'Quota counted them are kept (nothing is revoked); new ones wait until use is back within it',
+          `Quota counted them are kept (nothing is revoked); new ones wait until use is back within it${note}`,
       }
-    : { status: 'True' as const, reason: 'WithinBudget', message: `${usage} used` };
+    : { status: 'True' as const, reason: 'WithinBudget', message: `${usage} used${note}` };
   return {
     ...(quota.metadata?.generation !== undefined ? { observedGeneration: quota.metadata.generation } : {}),
     used: {
@@ -163,8 +172,18 @@ export function sameQuotaStatus(a: QuotaStatus | undefined, b: QuotaStatus): boo
   return isDeepStrictEqual(ra, rb) && sameConditions(ca, cb);
 }
 
+/**
+ * How long a pass waits for an engaged cluster's first list before it decides without that cluster:
+ * a cell that is down when Berth starts must not hold every namespace's grants in the other cells.
+ */
+export const UNREAD_GRACE_MS = 10_000;
+/** How often a namespace decided without a cluster is decided again, to take it in once it answers. */
+const UNREAD_REQUEUE_MS = 5_000;
+
 interface ClusterState {
   cluster: Cluster;
+  /** When this controller first watched it (its engagement): the grace for its first list runs from here. */
+  since: number;
   instances: Informer<InstanceObject>;
   instanceTypes?: Informer<InstanceTypeObject>;
   /** The QuotaGranted condition last written to an instance, until its informer has it. */
@@ -173,6 +192,8 @@ interface ClusterState {
   sending: Map<string, QuotaVerdict>;
   /** The grants of this process's passes, by instance uid, until the instance is deleted. */
   granted: Map<string, QuotaVerdict>;
+  /** Said once that passes go on without it. */
+  unreadLogged?: boolean;
 }
 
 export interface QuotaControllerOptions {
@@ -264,6 +285,7 @@ export class QuotaController {
     instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = {
       cluster,
+      since: Date.now(),
       instances,
       written: new WriteExpectations(instances, keyOf),
       sending: new Map(),
@@ -287,11 +309,25 @@ export class QuotaController {
       this.controller.queue.add(namespace);
       return;
     }
-    // A cluster that has not listed its instances yet would make every count partial: wait for it.
-    const engaged = new Set(this.manager.clusterNames);
-    if ([...this.clusters.values()].some((s) => engaged.has(s.cluster.name) && !s.instances.hasSynced()))
-      return { requeueAfterMs: 1000 };
+    // A cluster that has not listed its instances yet would make the line partial: wait for it, for
+    // a while. Past the grace, decide without it: the ledger still counts its claims (goneClaims
+    // keeps a claim it cannot check), so the budget holds; only its waiting instances wait on.
     const now = new Date();
+    const engaged = new Set(this.manager.clusterNames);
+    const unread = [...this.clusters.values()].filter(
+      (s) => engaged.has(s.cluster.name) && !s.instances.hasSynced(),
+    );
+    const graceLeft = Math.max(0, ...unread.map((s) => s.since + UNREAD_GRACE_MS - now.getTime()));
+    if (graceLeft > 0) return { requeueAfterMs: Math.min(1000, graceLeft) };
+    for (const s of this.clusters.values()) if (s.instances.hasSynced()) s.unreadLogged = false;
+    for (const s of unread)
+      if (!s.unreadLogged) {
+        s.unreadLogged = true;
+        this.log.warn(
+          { cluster: s.cluster.name, graceMs: UNREAD_GRACE_MS },
+          'instances of a cluster not listed in time: deciding without them (its claims stay counted)',
+        );
+      }
     const quotas = this.quotas
       .byIndex('namespace', namespace)
       .map((q) => this.ledgers.pending(q) ?? q)
@@ -313,7 +349,12 @@ export class QuotaController {
     });
 
     if (quota) {
-      const status = quotaStatus(quota, decision, now);
+      const status = quotaStatus(
+        quota,
+        decision,
+        now,
+        unread.map((s) => s.cluster.name),
+      );
       if (!sameQuotaStatus(quota.status, status)) {
         const written = await this.writeQuotaStatus(quota, status);
         // Another writer (or our own earlier write, not cached yet) moved the ledger: decide again.
@@ -353,14 +394,12 @@ export class QuotaController {
     await Promise.all(denials);
     if (conflicts) return { requeue: true };
     const waiting = candidates.filter((c) => decision.verdicts.get(c.uid)?.granted === false);
-    if (waiting.length === 0) return;
-    return {
-      requeueAfterMs: Math.min(
-        ...waiting.map((c) =>
-          requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime()),
-        ),
-      ),
-    };
+    // A namespace decided without a cluster is decided again until that cluster is read.
+    const after = [
+      ...waiting.map((c) => requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime())),
+      ...(unread.length ? [UNREAD_REQUEUE_MS] : []),
+    ];
+    return after.length ? { requeueAfterMs: Math.min(...after) } : undefined;
   }
 
   /**

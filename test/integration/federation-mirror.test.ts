@@ -6,7 +6,8 @@
 // London whose Berths run the workloads controllers with `--quota-source=management`. Every cell
 // Instance of a Workload gets one read-only mirror upstream (its status within the bound, p50/p99
 // printed), pruned when its instance goes; a Quota of 3 upstream holds across both cells, and a
-// cell's new instance waits PendingEvaluation while the management plane's Berth is away.
+// cell's new instance waits PendingEvaluation while the management plane's Berth is away; a cell down
+// when that Berth starts holds the other cell's grants only for a bounded grace.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import {
@@ -25,7 +26,7 @@ import { findCondition, type Condition } from '../../src/runtime/api/conditions.
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
-import type { QuotaObject } from '../../src/workloads/quota.ts';
+import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/quota.ts';
 import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { createNamespace, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
@@ -330,4 +331,45 @@ test('a Quota of 3 upstream holds across both cells: 3 of 4 granted, the 4th Quo
     { timeoutMs: 30_000 },
   );
   await client.delete(Workload.ref, wl, ns);
+});
+
+test("a cell down when the management plane's Berth starts: grants in the other cell wait only the grace, the Quota names the cell not read; back, it is counted again", async () => {
+  const ns = await createNamespace(client, 'unread');
+  namespaces.push(ns);
+  await client.create(Quota.ref, {
+    apiVersion: Quota.apiVersion,
+    kind: Quota.kind,
+    metadata: { name: 'budget', namespace: ns },
+    spec: { instances: 5 },
+  });
+  const readyMessage = async () =>
+    findCondition((await client.get<QuotaObject>(Quota.ref, 'budget', ns)).status?.conditions, 'Ready')
+      ?.message ?? '';
+  const lhr = fed.cells.LHR.sandbox;
+  const unread = new RegExp(`cluster cell-${fed.cells.LHR.name} not read`);
+  await fed.stopManagement();
+  await lhr.stopProcess('kube-apiserver', 'SIGKILL');
+  try {
+    await fed.startManagement();
+    const started = Date.now();
+    const wl = uniqueName('u');
+    await applyWorkload(ns, wl, [['us', 'DFW', 2]]);
+    await waitFor(
+      'both DFW instances granted while LHR is down',
+      async () => {
+        const is = await cellInstances('DFW', ns);
+        return is.length === 2 && is.every((i) => granted(i)?.status === 'True');
+      },
+      { timeoutMs: UNREAD_GRACE_MS + 30_000, observe: () => cellInstances('DFW', ns) },
+    );
+    console.log(`DFW's instances granted ${Date.now() - started} ms after Berth started, LHR down`);
+    assert.match(await readyMessage(), unread);
+  } finally {
+    lhr.startProcess('kube-apiserver');
+    await lhr.waitHealthy('kube-apiserver');
+  }
+  await waitFor('the Quota reads every cell again', async () => !unread.test(await readyMessage()), {
+    timeoutMs: 60_000,
+    observe: readyMessage,
+  });
 });

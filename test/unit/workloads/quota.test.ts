@@ -94,3 +94,16 @@ test('the Quota status: used, waiting, the ledger, Ready or OverBudget; equal st
   assert.ok(!sameQuotaStatus(status, { ...later, waiting: 1 }));
   assert.ok(!sameQuotaStatus(undefined, later));
 });
+
+test('the Quota status names the clusters decided without, and says what that means', () => {
+  const quota: QuotaObject = { metadata: { name: 'budget', namespace: 'ns' }, spec: { instances: 3 } };
+  const d = decideGrants({ instances: 3 }, [], [], { gone: () => false, now: T0 });
+  const [whole] = quotaStatus(quota, d, new Date(T0)).conditions;
+  assert.equal(whole?.message, '0 of 3 instances used');
+  const [partial] = quotaStatus(quota, d, new Date(T0), ['cell-lhr']).conditions;
+  assert.equal(partial?.status, 'True');
+  assert.equal(
+    partial?.message,
+    '0 of 3 instances used; cluster cell-lhr not read: its claims stay counted, its waiting instances are decided once it answers',
+  );
+});
