@@ -14,6 +14,7 @@ import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../runtime/controller/spacing.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import { clusterNameOf } from '../cells/decide.ts';
@@ -74,7 +75,7 @@ export class MirrorController {
   /** The mirror last written, until the mirror cache shows it (a second pass must not send it again). */
   private readonly sent: WriteExpectations<InstanceObject>;
   /** When each mirror was last written, for the write interval. */
-  private readonly writtenAt = new Map<string, number>();
+  private readonly spacing = new WriteSpacing(MIRROR_WRITE_INTERVAL_MS);
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -93,7 +94,7 @@ export class MirrorController {
     this.mirrors.addEventHandler({
       onDelete: (m) => {
         const key = sourceKeyOf(m);
-        if (key) this.writtenAt.delete(key);
+        if (key) this.spacing.forget(key);
       },
     });
     // The same informers as the federation controller's (same requests): one cache each.
@@ -199,12 +200,10 @@ export class MirrorController {
     const cached = this.mirrors.get(`${namespace}/${mname}`);
     const mirror = cached && (this.sent.pending(cached) ?? cached);
     // A new instance passes through several statuses within a second (quota granted, programmed,
-    // Ready, Available): a mirror is written at once after a quiet spell and then at most once per
-    // interval, with whatever the cell says by then, so a thousand new instances do not send the
-    // management plane four thousand writes.
-    const since = Date.now() - (this.writtenAt.get(key) ?? 0);
-    if (mirror && since < MIRROR_WRITE_INTERVAL_MS)
-      return { requeueAfterMs: MIRROR_WRITE_INTERVAL_MS - since };
+    // Ready, Available): its mirror is written with spacing, so that a thousand new instances do not
+    // send the management plane four thousand writes.
+    const wait = this.spacing.wait(key);
+    if (mirror && wait > 0) return { requeueAfterMs: wait };
     const cellObject = this.cells.get(cell);
     // A Cell deleted has left the federation: its mirrors go too.
     if (!cellObject) return this.remove(mirror, `cell ${cell} is gone`);
@@ -242,7 +241,7 @@ export class MirrorController {
         force: true,
       });
       this.sent.expect(keyOf(current), current.metadata.resourceVersion, current);
-      this.writtenAt.set(key, Date.now());
+      this.spacing.wrote(key);
       if (!mirror) this.log.info({ mirror: keyOf(current), cell }, 'instance mirrored');
     }
     await this.writeStatus(current, want.status, key);
@@ -250,7 +249,7 @@ export class MirrorController {
 
   private async writeStatus(mirror: InstanceObject, status: InstanceStatus, key: string): Promise<void> {
     if (sameStatus(mirror.status, status)) return;
-    this.writtenAt.set(key, Date.now());
+    this.spacing.wrote(key);
     try {
       const written = await applyStatus<InstanceObject>(
         this.manager.client(),

@@ -18,6 +18,7 @@ import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../runtime/controller/spacing.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -80,7 +81,7 @@ export class DeploymentController {
   /** The status last written, until the deployment cache shows it. */
   private readonly statusSent: WriteExpectations<WorkloadDeploymentStatus>;
   /** When each deployment's status was last written (forgotten with the deployment). */
-  private readonly lastWrite = new Map<string, number>();
+  private readonly statusSpacing = new WriteSpacing(STATUS_BATCH_MS);
 
   constructor(manager: Manager, opts: DeploymentControllerOptions = {}) {
     this.manager = manager;
@@ -95,7 +96,7 @@ export class DeploymentController {
     });
     this.sent = new WriteExpectations(this.instances, keyOf);
     this.statusSent = new WriteExpectations(this.deployments, keyOf);
-    this.deployments.addEventHandler({ onDelete: (d) => this.lastWrite.delete(keyOf(d)) });
+    this.deployments.addEventHandler({ onDelete: (d) => this.statusSpacing.forget(keyOf(d)) });
     this.controller = new Controller({
       name: 'workloads-deployment',
       workers: opts.workers ?? 8,
@@ -258,7 +259,7 @@ export class DeploymentController {
         const was = findCondition(last, c.type);
         return was?.status !== c.status || was.reason !== c.reason;
       });
-    const wait = STATUS_BATCH_MS - (Date.now() - (this.lastWrite.get(key) ?? 0));
+    const wait = this.statusSpacing.wait(key);
     if (!urgent && wait > 0) return wait;
     try {
       const written = await applyStatus(
@@ -269,7 +270,7 @@ export class DeploymentController {
         DEPLOYMENT_MANAGER,
       );
       this.statusSent.expect(key, written.metadata?.resourceVersion, status);
-      this.lastWrite.set(key, Date.now());
+      this.statusSpacing.wrote(key);
     } catch (e) {
       if (isObjectGone(e)) return;
       throw e;
