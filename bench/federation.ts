@@ -30,7 +30,7 @@ import { Federation } from '../src/sandbox/federation.ts';
 import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
 import { Instance, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
 import { startBerth } from '../test/helpers/berth.ts';
-import { destroyOnCrash, forEachLimit, percentile, report, round, waitForValue } from './lib.ts';
+import { cpuSeconds, destroyOnCrash, forEachLimit, percentile, report, round, waitForValue } from './lib.ts';
 
 const { values } = parseArgs({
   options: {
@@ -215,6 +215,10 @@ const instanceWatches = [...cellClients].map(([city, client]) => {
 });
 await Promise.all([upstream, ...instanceWatches].map((i) => i.waitForSync()));
 const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager: 'bench', force: true });
+// What converging costs the management Berth: its CPU time and its API writes (to every cluster).
+const berthWrites = () => berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
+const cpuBefore = cpuSeconds(berth.pid);
+const writesBefore = await berthWrites();
 const convergeStarted = performance.now();
 await forEachLimit(
   Array.from({ length: workloads }, (_, i) => i),
@@ -228,9 +232,12 @@ await waitForValue(
   () => `${convergedAt.size}/${workloads} Workloads Available upstream`,
 );
 const convergeSeconds = (Math.max(...convergedAt.values()) - convergeStarted) / 1000;
+const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
+const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
 console.log(
   `berth: ${workloads} Workloads (${instances} instances in ${cellCount} cells) Available upstream in ` +
-    `${convergeSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s)`,
+    `${convergeSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); the management Berth used ` +
+    `${convergeCpuSeconds.toFixed(1)} s of CPU and wrote ${writesPerInstance.toFixed(2)} times per instance`,
 );
 
 // 3. Status: a cell instance's change, seen upstream.
@@ -324,6 +331,8 @@ const result = {
   convergeSeconds: round(convergeSeconds, 2),
   floorSeconds: round(floorSeconds, 2),
   ratio: round(convergeSeconds / floorSeconds, 2),
+  convergeCpuSeconds: round(convergeCpuSeconds, 1),
+  writesPerInstance: round(writesPerInstance, 2),
   statusP50ms: round(percentile(latencies, 50), 0),
   statusP99ms: round(percentile(latencies, 99), 0),
   statusSamples: latencies.length,

@@ -1,6 +1,7 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { checkGo } from '../src/sandbox/build.ts';
@@ -73,6 +74,16 @@ export async function forEachLimit<T>(
 }
 
 export const round = (n: number, digits = 1): number => Number(n.toFixed(digits));
+
+/** CPU seconds (user and system) a process of this machine has used so far, from /proc. */
+export function cpuSeconds(pid: number): number {
+  // Fields 14 and 15 of /proc/PID/stat, counted after the command's closing parenthesis.
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+}
+/** USER_HZ: 100 on every Linux that Node runs on. */
+const CLOCK_TICKS = 100;
 
 /**
  * Prints a benchmark's result as one JSON object: call it after the cleanup, so that the object is

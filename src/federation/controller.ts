@@ -23,6 +23,7 @@ import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../runtime/controller/spacing.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
@@ -33,6 +34,7 @@ import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
 import {
   cellView,
+  countsOnly,
   deploymentManifest,
   drains,
   placementCities,
@@ -57,6 +59,9 @@ import {
   type WorkloadStatus,
 } from './types.ts';
 
+/** The shortest time between two writes of a Workload's status that change only its counts. */
+export const STATUS_WRITE_INTERVAL_MS = 250;
+
 /** The one key of the workloads' selector index. */
 const SELECTS = 'selector';
 
@@ -73,6 +78,8 @@ export class FederationController {
   private readonly workloads: Informer<WorkloadObject>;
   /** Status writes not yet seen in the Workload cache. */
   private readonly statusSent: WriteExpectations<WorkloadStatus>;
+  /** When each Workload's status was last written: counts that move within the interval wait for it. */
+  private readonly statusSpacing = new WriteSpacing(STATUS_WRITE_INTERVAL_MS);
   private readonly cells: Informer<CellObject>;
   private readonly locations: Informer<LocationObject>;
   private readonly events: EventRecorder;
@@ -86,6 +93,7 @@ export class FederationController {
     this.events = manager.recorder('federation');
     this.workloads = manager.informer<WorkloadObject>(Workload.ref);
     this.statusSent = new WriteExpectations<WorkloadStatus>(this.workloads, keyOf);
+    this.workloads.addEventHandler({ onDelete: (w) => this.statusSpacing.forget(keyOf(w)) });
     this.cells = manager.informer<CellObject>(Cell.ref);
     this.locations = manager.informer<LocationObject>(Location.ref);
     this.workloads.addIndexer('city', (w) => [
@@ -338,7 +346,8 @@ export class FederationController {
       ...(plan.status ? { rollout: plan.status } : {}),
       conditions,
     };
-    if (await this.writeStatus(w, status)) {
+    const written = await this.writeStatus(w, status);
+    if (written === true) {
       const fixable = newlyHolds(was, conditions, 'Available', 'False');
       if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
         this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
@@ -356,6 +365,7 @@ export class FederationController {
     // wake up for it.
     const wakeups = [
       ...(plan.requeueAfterMs !== undefined ? [plan.requeueAfterMs] : []),
+      ...(typeof written === 'number' ? [written] : []),
       ...wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - now] : [])),
     ];
     if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
@@ -435,14 +445,22 @@ export class FederationController {
     return this.statusSent.pending(w) ?? w.status;
   }
 
-  /** Writes the status when it changed from the last written; whether it wrote. */
-  private async writeStatus(w: WorkloadObject, status: WorkloadStatus): Promise<boolean> {
+  /**
+   * Writes the status when it changed from the last written; whether it wrote, or in how many
+   * milliseconds a change of counts only may be written (its write spacing).
+   */
+  private async writeStatus(w: WorkloadObject, status: WorkloadStatus): Promise<boolean | number> {
     const { conditions, ...rest } = status;
-    const { conditions: was, ...old } = this.statusOf(w) ?? {};
+    const last = this.statusOf(w);
+    const { conditions: was, ...old } = last ?? {};
     if (isDeepStrictEqual(rest, old) && sameConditions(was, conditions)) return false;
+    const key = keyOf(w);
+    const wait = this.statusSpacing.wait(key);
+    if (wait > 0 && countsOnly(last, status)) return wait;
     try {
       const written = await applyStatus(this.manager.client(), Workload.ref, w, status, FEDERATION_MANAGER);
-      this.statusSent.expect(keyOf(w), written.metadata?.resourceVersion, status);
+      this.statusSent.expect(key, written.metadata?.resourceVersion, status);
+      this.statusSpacing.wrote(key);
       return true;
     } catch (e) {
       if (isObjectGone(e)) return false;

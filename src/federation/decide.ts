@@ -1,6 +1,7 @@
 // The pure decisions of federation: where each placement × city of a Workload runs (one cell,
 // sticky), what its WorkloadDeployment there says, and the Workload's status rolled up from the
 // cells' WorkloadDeployments. The controller (controller.ts) reads the caches and writes.
+import { isDeepStrictEqual } from 'node:util';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import { apiVersionOf, isDnsLabel, type KubeObject } from '../runtime/api/meta.ts';
@@ -721,4 +722,23 @@ export function rolledOut(w: WorkloadObject): boolean {
     s.updatedReplicas === s.desiredReplicas &&
     findCondition(s.conditions, 'Available')?.status === 'True'
   );
+}
+
+/**
+ * Whether a Workload's new status differs from the old only in counts and messages (a cell's
+ * instances coming up one by one): such a write may wait for the status's write spacing. A new
+ * generation, a condition's status or reason, a city's cell or reason, or the rollout is written at once.
+ */
+export function countsOnly(old: WorkloadStatus | undefined, next: WorkloadStatus): boolean {
+  const shape = (s: WorkloadStatus | undefined) => ({
+    observedGeneration: s?.observedGeneration,
+    rollout: s?.rollout,
+    placements: s?.placements?.map((p) => ({
+      name: p.name,
+      reason: p.reason,
+      cities: p.cities?.map((c) => ({ city: c.city, cell: c.cell, reason: c.reason })),
+    })),
+    conditions: s?.conditions?.map((c) => ({ type: c.type, status: c.status, reason: c.reason })),
+  });
+  return isDeepStrictEqual(shape(old), shape(next));
 }

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
   cellView,
+  countsOnly,
   deploymentManifest,
   deploymentName,
   FEDERATION_REASONS,
@@ -12,12 +13,15 @@ import {
   type CellView,
   type Placed,
 } from '../../../src/federation/decide.ts';
+import type { Condition } from '../../../src/runtime/api/conditions.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
+  type CityStatus,
+  type WorkloadStatus,
 } from '../../../src/federation/types.ts';
 import type { CellObject } from '../../../src/cells/types.ts';
 import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
@@ -409,3 +413,47 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
     // The generator reaches every branch.
     assert.ok(sticky > 300 && fresh > 300 && none > 300, `sticky ${sticky}, fresh ${fresh}, none ${none}`);
   }));
+
+test('countsOnly: instances coming up change counts and messages only; a generation, a condition, a city or the rollout does not', () => {
+  const base: WorkloadStatus = {
+    observedGeneration: 2,
+    replicas: 4,
+    readyReplicas: 1,
+    desiredReplicas: 4,
+    placements: [
+      {
+        name: 'p',
+        readyReplicas: 1,
+        cities: [
+          { city: 'DFW', cell: 'dfw', readyReplicas: 1, reason: 'Provisioning', message: '1 of 4 ready' },
+        ],
+      },
+    ],
+    conditions: [
+      {
+        type: 'Available',
+        status: 'False',
+        reason: 'Provisioning',
+        message: '1 of 4',
+        lastTransitionTime: 't0',
+      },
+    ],
+  };
+  const city = (c: Partial<CityStatus>): WorkloadStatus => ({
+    ...base,
+    placements: [{ ...base.placements![0]!, cities: [{ ...base.placements![0]!.cities![0]!, ...c }] }],
+  });
+  const available = (c: Partial<Condition>): WorkloadStatus => ({
+    ...base,
+    conditions: [{ ...base.conditions![0]!, ...c }],
+  });
+  assert.ok(countsOnly(base, { ...base, readyReplicas: 2 }));
+  assert.ok(countsOnly(base, city({ readyReplicas: 2, message: '2 of 4 ready' })));
+  assert.ok(countsOnly(base, available({ message: '2 of 4', lastTransitionTime: 't1' })));
+  assert.ok(!countsOnly(base, { ...base, observedGeneration: 3 }));
+  assert.ok(!countsOnly(base, available({ status: 'True', reason: 'Available' })));
+  assert.ok(!countsOnly(base, city({ reason: 'CellUnreachable' })));
+  assert.ok(!countsOnly(base, city({ cell: 'dfw-2' })));
+  assert.ok(!countsOnly(base, { ...base, rollout: { templateHash: 'h2' } }));
+  assert.ok(!countsOnly(undefined, base), 'a first status is written at once');
+});
