@@ -17,6 +17,7 @@
 // 4. Rollout: one more workload in every city, its image changed; seconds until the management
 //    plane says every city runs it. Then the management Berth's resident memory.
 // Everything listens on 127.0.0.1; the federation is destroyed at the end.
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { deploymentManifest, deploymentName, rolledOut } from '../src/federation/decide.ts';
@@ -30,7 +31,16 @@ import { Federation } from '../src/sandbox/federation.ts';
 import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
 import { Instance, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
 import { startBerth } from '../test/helpers/berth.ts';
-import { cpuSeconds, destroyOnCrash, forEachLimit, percentile, report, round, waitForValue } from './lib.ts';
+import {
+  cpuSeconds,
+  sandboxCpuSeconds,
+  destroyOnCrash,
+  forEachLimit,
+  percentile,
+  report,
+  round,
+  waitForValue,
+} from './lib.ts';
 
 const { values } = parseArgs({
   options: {
@@ -142,6 +152,10 @@ const floorWork = Array.from({ length: workloads }, (_, i) => {
     return { city, wd };
   });
 }).flat();
+const cellSandboxes = federation.cells.map((c) => c.sandbox);
+const cellsCpu = () => cellSandboxes.reduce((sum, sb) => sum + sandboxCpuSeconds(sb), 0);
+const floorCellsCpuBefore = cellsCpu();
+const floorManagementCpuBefore = sandboxCpuSeconds(federation.management);
 const floorStarted = performance.now();
 await forEachLimit(floorWork, concurrency, async ({ city, wd }) => {
   await cellClients.get(city)!.apply(WorkloadDeployment.ref, wd, { fieldManager: 'bench', force: true });
@@ -153,6 +167,8 @@ await waitForValue(
   () => `${floorDone.size}/${floorWork.length} floor WorkloadDeployments Available`,
 );
 const floorSeconds = (Math.max(...floorDone.values()) - floorStarted) / 1000;
+const floorCellsCpuSeconds = cellsCpu() - floorCellsCpuBefore;
+const floorManagementCpuSeconds = sandboxCpuSeconds(federation.management) - floorManagementCpuBefore;
 console.log(
   `floor: ${floorWork.length} WorkloadDeployments (${instances} instances) Available in ${floorSeconds.toFixed(2)} s`,
 );
@@ -218,6 +234,8 @@ const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager:
 // What converging costs the management Berth: its CPU time and its API writes (to every cluster).
 const berthWrites = () => berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
 const cpuBefore = cpuSeconds(berth.pid);
+const managementCpuBefore = sandboxCpuSeconds(federation.management);
+const cellsCpuBefore = cellsCpu();
 const writesBefore = await berthWrites();
 const convergeStarted = performance.now();
 await forEachLimit(
@@ -233,11 +251,19 @@ await waitForValue(
 );
 const convergeSeconds = (Math.max(...convergedAt.values()) - convergeStarted) / 1000;
 const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
+const cores = availableParallelism();
+const managementCpuSeconds = sandboxCpuSeconds(federation.management) - managementCpuBefore;
+const cellsCpuSeconds = cellsCpu() - cellsCpuBefore;
 const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
 console.log(
   `berth: ${workloads} Workloads (${instances} instances in ${cellCount} cells) Available upstream in ` +
     `${convergeSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); the management Berth used ` +
     `${convergeCpuSeconds.toFixed(1)} s of CPU and wrote ${writesPerInstance.toFixed(2)} times per instance`,
+);
+console.log(
+  `CPU seconds while converging: the cells ${cellsCpuSeconds.toFixed(1)} (floor ${floorCellsCpuSeconds.toFixed(1)}), ` +
+    `the management plane's control plane ${managementCpuSeconds.toFixed(1)} (floor, idle: ${floorManagementCpuSeconds.toFixed(1)}), its Berth ${convergeCpuSeconds.toFixed(1)} ` +
+    `(${cores} cores: ${(cores * convergeSeconds).toFixed(0)} core-seconds in the converge)`,
 );
 
 // 3. Status: a cell instance's change, seen upstream.
@@ -332,6 +358,10 @@ const result = {
   floorSeconds: round(floorSeconds, 2),
   ratio: round(convergeSeconds / floorSeconds, 2),
   convergeCpuSeconds: round(convergeCpuSeconds, 1),
+  managementCpuSeconds: round(managementCpuSeconds, 1),
+  cellsCpuSeconds: round(cellsCpuSeconds, 1),
+  floorCellsCpuSeconds: round(floorCellsCpuSeconds, 1),
+  floorManagementCpuSeconds: round(floorManagementCpuSeconds, 1),
   writesPerInstance: round(writesPerInstance, 2),
   statusP50ms: round(percentile(latencies, 50), 0),
   statusP99ms: round(percentile(latencies, 99), 0),

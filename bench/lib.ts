@@ -85,6 +85,13 @@ export function cpuSeconds(pid: number): number {
 /** USER_HZ: 100 on every Linux that Node runs on. */
 const CLOCK_TICKS = 100;
 
+/** CPU seconds the running processes of a sandbox (its control plane, kwok, its Berth if any) have used. */
+export const sandboxCpuSeconds = (sb: Sandbox): number =>
+  sb
+    .status()
+    .filter((p) => p.running && p.pid !== undefined)
+    .reduce((sum, p) => sum + cpuSeconds(p.pid!), 0);
+
 /**
  * Prints a benchmark's result as one JSON object: call it after the cleanup, so that the object is
  * the last line printed whatever the cleanup logs (the README promises it to scripts that read it).
