@@ -235,6 +235,14 @@ const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager:
 const berthWrites = () => berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
 const cpuBefore = cpuSeconds(berth.pid);
 const managementCpuBefore = sandboxCpuSeconds(federation.management);
+const managementByProcess = () =>
+  new Map(
+    federation.management
+      .status()
+      .filter((p) => p.running && p.pid !== undefined)
+      .map((p) => [p.name, cpuSeconds(p.pid!)]),
+  );
+const managementByProcessBefore = managementByProcess();
 const cellsCpuBefore = cellsCpu();
 const writesBefore = await berthWrites();
 const convergeStarted = performance.now();
@@ -254,6 +262,9 @@ const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
 const cores = availableParallelism();
 const managementCpuSeconds = sandboxCpuSeconds(federation.management) - managementCpuBefore;
 const cellsCpuSeconds = cellsCpu() - cellsCpuBefore;
+const managementSpent = [...managementByProcess()]
+  .map(([name, s]) => `${name} ${(s - (managementByProcessBefore.get(name) ?? 0)).toFixed(1)}`)
+  .join(', ');
 const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
 console.log(
   `berth: ${workloads} Workloads (${instances} instances in ${cellCount} cells) Available upstream in ` +
@@ -265,6 +276,7 @@ console.log(
     `the management plane's control plane ${managementCpuSeconds.toFixed(1)} (floor, idle: ${floorManagementCpuSeconds.toFixed(1)}), its Berth ${convergeCpuSeconds.toFixed(1)} ` +
     `(${cores} cores: ${(cores * convergeSeconds).toFixed(0)} core-seconds in the converge)`,
 );
+console.log(`  the management plane's processes: ${managementSpent}`);
 
 // 3. Status: a cell instance's change, seen upstream.
 const latencies: number[] = [];
