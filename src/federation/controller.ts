@@ -61,6 +61,12 @@ import {
 
 /** The shortest time between two writes of a Workload's status that change only its counts. */
 export const STATUS_WRITE_INTERVAL_MS = 250;
+/**
+ * The same while its instances come up (the status last written has fewer Ready than desired):
+ * nobody needs each step of a ramp, and each write is a server-side apply of the whole status that
+ * the management plane's apiserver pays for (bench:federation: most of its CPU while converging).
+ */
+export const RAMP_WRITE_INTERVAL_MS = 1000;
 
 /** The one key of the workloads' selector index. */
 const SELECTS = 'selector';
@@ -455,7 +461,12 @@ export class FederationController {
     const { conditions: was, ...old } = last ?? {};
     if (isDeepStrictEqual(rest, old) && sameConditions(was, conditions)) return false;
     const key = keyOf(w);
-    const wait = this.statusSpacing.wait(key);
+    const ramping = (last?.readyReplicas ?? 0) < (last?.desiredReplicas ?? 0);
+    const wait = this.statusSpacing.wait(
+      key,
+      Date.now(),
+      ramping ? RAMP_WRITE_INTERVAL_MS : STATUS_WRITE_INTERVAL_MS,
+    );
     if (wait > 0 && countsOnly(last, status)) return wait;
     try {
       const written = await applyStatus(this.manager.client(), Workload.ref, w, status, FEDERATION_MANAGER);

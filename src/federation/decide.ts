@@ -727,10 +727,12 @@ export function rolledOut(w: WorkloadObject): boolean {
 /**
  * Whether a Workload's new status differs from the old only in counts and messages (a cell's
  * instances coming up one by one): such a write may wait for the status's write spacing. A new
- * generation, a condition's status or reason, a city's cell or reason, or the rollout is written at once.
+ * generation, a condition's status or reason, a city's cell or reason, the rollout, or every
+ * instance Ready at last (or no longer) is written at once.
  */
 export function countsOnly(old: WorkloadStatus | undefined, next: WorkloadStatus): boolean {
   const shape = (s: WorkloadStatus | undefined) => ({
+    allReady: (s?.desiredReplicas ?? 0) > 0 && s?.readyReplicas === s?.desiredReplicas,
     observedGeneration: s?.observedGeneration,
     rollout: s?.rollout,
     placements: s?.placements?.map((p) => ({

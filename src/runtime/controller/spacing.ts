@@ -11,10 +11,10 @@ export class WriteSpacing {
     this.intervalMs = intervalMs;
   }
 
-  /** Milliseconds until the key may be written again: 0 if now. */
-  wait(key: string, now = Date.now()): number {
+  /** Milliseconds until the key may be written again: 0 if now. A caller may space a write otherwise. */
+  wait(key: string, now = Date.now(), intervalMs = this.intervalMs): number {
     const last = this.at.get(key);
-    return last === undefined ? 0 : Math.max(0, last + this.intervalMs - now);
+    return last === undefined ? 0 : Math.max(0, last + intervalMs - now);
   }
 
   wrote(key: string, now = Date.now()): void {

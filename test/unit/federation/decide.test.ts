@@ -456,4 +456,6 @@ test('countsOnly: instances coming up change counts and messages only; a generat
   assert.ok(!countsOnly(base, city({ cell: 'dfw-2' })));
   assert.ok(!countsOnly(base, { ...base, rollout: { templateHash: 'h2' } }));
   assert.ok(!countsOnly(undefined, base), 'a first status is written at once');
+  assert.ok(!countsOnly(base, { ...base, readyReplicas: 4 }), 'every instance Ready at last');
+  assert.ok(!countsOnly({ ...base, readyReplicas: 4 }, base), 'every instance Ready no longer');
 });
