@@ -232,7 +232,9 @@ const instanceWatches = [...cellClients].map(([city, client]) => {
 await Promise.all([upstream, ...instanceWatches].map((i) => i.waitForSync()));
 const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager: 'bench', force: true });
 // What converging costs the management Berth: its CPU time and its API writes (to every cluster).
-const berthWrites = () => berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
+const berthWrites = (also: (labels: string) => boolean = () => true) =>
+  berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"') && also(l));
+const toManagement = (l: string) => l.includes(`host="${mgmt.server.host}"`);
 const cpuBefore = cpuSeconds(berth.pid);
 const managementCpuBefore = sandboxCpuSeconds(federation.management);
 const managementByProcess = () =>
@@ -245,6 +247,7 @@ const managementByProcess = () =>
 const managementByProcessBefore = managementByProcess();
 const cellsCpuBefore = cellsCpu();
 const writesBefore = await berthWrites();
+const managementWritesBefore = await berthWrites(toManagement);
 const convergeStarted = performance.now();
 await forEachLimit(
   Array.from({ length: workloads }, (_, i) => i),
@@ -266,10 +269,12 @@ const managementSpent = [...managementByProcess()]
   .map(([name, s]) => `${name} ${(s - (managementByProcessBefore.get(name) ?? 0)).toFixed(1)}`)
   .join(', ');
 const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
+const managementWritesPerInstance = ((await berthWrites(toManagement)) - managementWritesBefore) / instances;
 console.log(
   `berth: ${workloads} Workloads (${instances} instances in ${cellCount} cells) Available upstream in ` +
     `${convergeSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); the management Berth used ` +
-    `${convergeCpuSeconds.toFixed(1)} s of CPU and wrote ${writesPerInstance.toFixed(2)} times per instance`,
+    `${convergeCpuSeconds.toFixed(1)} s of CPU and wrote ${writesPerInstance.toFixed(2)} times per instance ` +
+    `(${managementWritesPerInstance.toFixed(2)} to the management plane)`,
 );
 console.log(
   `CPU seconds while converging: the cells ${cellsCpuSeconds.toFixed(1)} (floor ${floorCellsCpuSeconds.toFixed(1)}), ` +
@@ -375,6 +380,7 @@ const result = {
   floorCellsCpuSeconds: round(floorCellsCpuSeconds, 1),
   floorManagementCpuSeconds: round(floorManagementCpuSeconds, 1),
   writesPerInstance: round(writesPerInstance, 2),
+  managementWritesPerInstance: round(managementWritesPerInstance, 2),
   statusP50ms: round(percentile(latencies, 50), 0),
   statusP99ms: round(percentile(latencies, 99), 0),
   statusSamples: latencies.length,
