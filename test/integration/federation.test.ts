@@ -363,6 +363,42 @@ async function cellStates(): Promise<Record<City, { hash?: string; serves: boole
   );
   return Object.fromEntries(states) as Record<City, { hash?: string; serves: boolean }>;
 }
+/**
+ * What a rollout wait shows when it times out: the Workload's conditions and rollout, in each cell
+ * its WorkloadDeployments' spec hash, conditions and instances' Ready conditions, and the last
+ * lines the management plane's Berth printed.
+ */
+async function federationState(): Promise<unknown> {
+  const w = await workload();
+  const cells = await Promise.all(
+    CITIES.map(async (c) => {
+      const instances = (await cellClients[c].list<InstanceObject>(Instance.ref, { namespace: ns })).items;
+      return [
+        c,
+        (await deploymentsIn(c)).map((d) => ({
+          name: d.metadata.name,
+          hash: d.spec.workloadRef?.templateHash,
+          generation: `${d.status?.observedGeneration}/${d.metadata.generation}`,
+          conditions: d.status?.conditions?.map((x) => `${x.type}=${x.status} ${x.reason}: ${x.message}`),
+          instances: instances
+            .filter((i) => i.metadata.labels?.[DEPLOYMENT_LABEL] === d.metadata.name)
+            .map((i) => {
+              const ready = findCondition(i.status?.conditions, 'Ready');
+              return `${i.metadata.name} Ready=${ready?.status} ${ready?.reason}`;
+            }),
+        })),
+      ] as const;
+    }),
+  );
+  return {
+    conditions: w.status?.conditions?.map((x) => `${x.type}=${x.status} ${x.reason}: ${x.message}`),
+    readyReplicas: w.status?.readyReplicas,
+    rollout: w.status?.rollout,
+    cells: Object.fromEntries(cells),
+    // The management plane's Berth is captured: its warnings (a write that keeps failing) say why.
+    berth: berths.at(-1)?.output().trim().split('\n').slice(-20),
+  };
+}
 const rolledOut = async (ready: number) => {
   const w = await workload();
   return (
@@ -374,7 +410,10 @@ const rolledOut = async (ready: number) => {
 
 test('a progressive rollout across three cells: one cell at a time, each after the one before is Available and soaked', async () => {
   await applyWorkload(three);
-  await waitFor('Available in three cities, rolled out', () => rolledOut(3), { timeoutMs: 90_000 });
+  await waitFor('Available in three cities, rolled out', () => rolledOut(3), {
+    timeoutMs: 90_000,
+    observe: federationState,
+  });
   const h2 = templateHash(v2);
   await applyWorkload(three, {
     template: v2,
@@ -460,7 +499,10 @@ test('a template the cells cannot run stops the rollout after the first cell: th
   );
   // Back to the template the other cells run: DFW returns to it, the rollout is done.
   await applyWorkload(three, { template: v2, rollout });
-  await waitFor('RolledOut again', () => rolledOut(3), { timeoutMs: 90_000 });
+  await waitFor('RolledOut again', () => rolledOut(3), {
+    timeoutMs: 90_000,
+    observe: federationState,
+  });
 });
 
 test('a city removed from a placement is drained only once the new city is Available, Draining meanwhile', async () => {
@@ -508,10 +550,14 @@ test('a city removed from a placement is drained only once the new city is Avail
     { timeoutMs: 60_000, intervalMs: 50 },
   );
   assert.deepEqual(violations, []);
-  await waitFor('Available, nothing Draining', async () => {
-    const w = await workload();
-    return (await rolledOut(3)) && cityStatus(w, 'eu', 'LHR') === undefined;
-  });
+  await waitFor(
+    'Available, nothing Draining',
+    async () => {
+      const w = await workload();
+      return (await rolledOut(3)) && cityStatus(w, 'eu', 'LHR') === undefined;
+    },
+    { observe: federationState },
+  );
 });
 
 test('a Location relabelled moves a selector placement; a selector matching none is NoMatchingLocation', async () => {
@@ -530,9 +576,7 @@ test('a Location relabelled moves a selector placement; a selector matching none
     await waitFor(
       'sel in DFW, Available',
       async () => (await names('DFW')).includes(`${wl}-sel-dfw`) && (await rolledOut(2)),
-      {
-        timeoutMs: 60_000,
-      },
+      { timeoutMs: 60_000, observe: federationState },
     );
     // LHR selected first, then DFW no longer: DFW drains once LHR serves.
     await label('LHR', 'gold');
@@ -543,7 +587,7 @@ test('a Location relabelled moves a selector placement; a selector matching none
         (await names('LHR')).includes(`${wl}-sel-lhr`) &&
         !(await names('DFW')).includes(`${wl}-sel-dfw`) &&
         (await rolledOut(2)),
-      { timeoutMs: 60_000 },
+      { timeoutMs: 60_000, observe: federationState },
     );
     const w = await workload();
     assert.equal(cityStatus(w, 'sel', 'LHR')?.cell, cellName.LHR);
@@ -572,9 +616,7 @@ test('failover, opt-in: a city whose cell stays unreachable moves to another cel
   await waitFor(
     'eu in LHR, Available',
     async () => (await names('LHR')).includes(`${wl}-eu-lhr`) && (await rolledOut(2)),
-    {
-      timeoutMs: 60_000,
-    },
+    { timeoutMs: 60_000, observe: federationState },
   );
   // The Tokyo cell serves London too, from now on: the city stays where it is (sticky).
   const serve = (locations: string[]) =>
@@ -595,7 +637,7 @@ test('failover, opt-in: a city whose cell stays unreachable moves to another cel
             (await rolledOut(2))
           );
         },
-        { timeoutMs: 30_000 },
+        { timeoutMs: 30_000, observe: federationState },
       );
       assert.equal(await readyInstances('NRT', `${wl}-eu-lhr`), 1);
     } finally {
