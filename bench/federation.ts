@@ -32,6 +32,7 @@ import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
 import { Instance, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 import {
+  apiserverWork,
   cpuSeconds,
   sandboxCpuSeconds,
   destroyOnCrash,
@@ -40,6 +41,7 @@ import {
   report,
   round,
   waitForValue,
+  workDelta,
 } from './lib.ts';
 
 const { values } = parseArgs({
@@ -245,6 +247,7 @@ const managementByProcess = () =>
       .map((p) => [p.name, cpuSeconds(p.pid!)]),
   );
 const managementByProcessBefore = managementByProcess();
+const managementWorkBefore = await apiserverWork(mgmt);
 const cellsCpuBefore = cellsCpu();
 const writesBefore = await berthWrites();
 const managementWritesBefore = await berthWrites(toManagement);
@@ -282,6 +285,9 @@ console.log(
     `(${cores} cores: ${(cores * convergeSeconds).toFixed(0)} core-seconds in the converge)`,
 );
 console.log(`  the management plane's processes: ${managementSpent}`);
+// What its apiserver served meanwhile (every client's requests, and the watch events sent).
+const managementWork = workDelta(managementWorkBefore, await apiserverWork(mgmt));
+console.log(`  its apiserver served: ${managementWork.join(', ')}`);
 
 // 3. Status: a cell instance's change, seen upstream.
 const latencies: number[] = [];
@@ -381,6 +387,7 @@ const result = {
   floorManagementCpuSeconds: round(floorManagementCpuSeconds, 1),
   writesPerInstance: round(writesPerInstance, 2),
   managementWritesPerInstance: round(managementWritesPerInstance, 2),
+  managementApiserverWork: managementWork,
   statusP50ms: round(percentile(latencies, 50), 0),
   statusP99ms: round(percentile(latencies, 99), 0),
   statusSamples: latencies.length,

@@ -93,6 +93,38 @@ export const sandboxCpuSeconds = (sb: Sandbox): number =>
     .reduce((sum, p) => sum + cpuSeconds(p.pid!), 0);
 
 /**
+ * What an apiserver has served so far, from its own /metrics: requests by verb and resource
+ * (`apiserver_request_total`, WATCH counted when opened) and watch events sent by kind
+ * (`apiserver_watch_events_total`, once per watcher). Two of these apart say where its CPU went.
+ */
+export async function apiserverWork(client: KubeClient): Promise<Map<string, number>> {
+  const text = await client.request<string>('GET', '/metrics');
+  const work = new Map<string, number>();
+  const add = (key: string, n: number) => work.set(key, (work.get(key) ?? 0) + n);
+  for (const line of text.split('\n')) {
+    const m = /^(apiserver_request_total|apiserver_watch_events_total)\{([^}]*)\} (\S+)$/.exec(line);
+    if (!m) continue;
+    const labels = Object.fromEntries([...m[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
+    if (m[1] === 'apiserver_watch_events_total') add(`watch event ${labels['kind']}`, Number(m[3]));
+    else {
+      const what = [labels['resource'], labels['subresource']].filter(Boolean).join('/') || 'other';
+      add(`${labels['verb']} ${what}`, Number(m[3]));
+    }
+  }
+  return work;
+}
+
+/** The `top` largest growths between two apiserverWork readings, largest first: "verb resource n". */
+export function workDelta(before: Map<string, number>, after: Map<string, number>, top = 12): string[] {
+  return [...after]
+    .map(([k, n]) => [k, n - (before.get(k) ?? 0)] as const)
+    .filter(([, n]) => n > 0)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([k, n]) => `${k} ${Math.round(n)}`);
+}
+
+/**
  * Prints a benchmark's result as one JSON object: call it after the cleanup, so that the object is
  * the last line printed whatever the cleanup logs (the README promises it to scripts that read it).
  */
