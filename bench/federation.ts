@@ -7,7 +7,8 @@
 //    first apply until every one is Available in its cell (status observed for its generation).
 // 2. Berth: the management plane's Berth (cells, federation) as its own process; the Workloads
 //    created at the same concurrency; seconds from the first create until every Workload is
-//    Available upstream with every instance Ready, for its generation (convergeSeconds).
+//    Available upstream with every instance Ready, for its generation (convergeSeconds). Then the
+//    mirrors: how many showed their instance Ready upstream by then, and when the last one did.
 // 3. Status: `--samples` times, one instance's pod deleted in a cell; from the instance seen not
 //    Ready in the cell to its Workload's ready count seen lower upstream (both by this process's
 //    watches); each sample waits for the workload to recover first. A workload that is not back to
@@ -29,7 +30,7 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import { isNotFound, type KubeClient } from '../src/runtime/client/client.ts';
 import { Federation } from '../src/sandbox/federation.ts';
 import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
-import { Instance, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
+import { Instance, MIRROR_LABEL, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 import {
   apiserverWork,
@@ -231,7 +232,22 @@ const instanceWatches = [...cellClients].map(([city, client]) => {
   inf.start();
   return inf;
 });
-await Promise.all([upstream, ...instanceWatches].map((i) => i.waitForSync()));
+// Mirrors upstream: when each first showed its cell instance Ready (issue 14: within 1 s of the cell).
+const mirrorReadyAt = new Map<string, number>();
+const mirrors = new Informer<InstanceObject>({
+  client: mgmt,
+  ref: Instance.ref,
+  namespace: NS,
+  labelSelector: MIRROR_LABEL,
+});
+const onMirror = (m: InstanceObject) => {
+  const name = m.metadata!.name!;
+  if (!mirrorReadyAt.has(name) && findCondition(m.status?.conditions, 'Ready')?.status === 'True')
+    mirrorReadyAt.set(name, performance.now());
+};
+mirrors.addEventHandler({ onAdd: onMirror, onUpdate: (_a, b) => onMirror(b) });
+mirrors.start();
+await Promise.all([upstream, mirrors, ...instanceWatches].map((i) => i.waitForSync()));
 const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager: 'bench', force: true });
 // What converging costs the management Berth: its CPU time and its API writes (to every cluster).
 const berthWrites = (also: (labels: string) => boolean = () => true) =>
@@ -264,6 +280,7 @@ await waitForValue(
   () => `${convergedAt.size}/${workloads} Workloads Available upstream`,
 );
 const convergeSeconds = (Math.max(...convergedAt.values()) - convergeStarted) / 1000;
+const mirrorsReadyAtConverge = mirrorReadyAt.size;
 const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
 const cores = availableParallelism();
 const managementCpuSeconds = sandboxCpuSeconds(federation.management) - managementCpuBefore;
@@ -288,6 +305,18 @@ console.log(`  the management plane's processes: ${managementSpent}`);
 // What its apiserver served meanwhile (every client's requests, and the watch events sent).
 const managementWork = workDelta(managementWorkBefore, await apiserverWork(mgmt));
 console.log(`  its apiserver served: ${managementWork.join(', ')}`);
+// The mirrors finish after the Workloads when their writes queue behind the management apiserver.
+await waitForValue(
+  'every mirror upstream Ready',
+  () => (mirrorReadyAt.size >= instances ? true : undefined),
+  300_000,
+  () => `${mirrorReadyAt.size}/${instances} mirrors Ready upstream`,
+);
+const mirrorsSeconds = (Math.max(...mirrorReadyAt.values()) - convergeStarted) / 1000;
+mirrors.stop();
+console.log(
+  `mirrors: ${mirrorsReadyAtConverge} of ${instances} Ready upstream when the Workloads were; all ${mirrorsSeconds.toFixed(2)} s after the first create`,
+);
 
 // 3. Status: a cell instance's change, seen upstream.
 const latencies: number[] = [];
@@ -387,6 +416,8 @@ const result = {
   floorManagementCpuSeconds: round(floorManagementCpuSeconds, 1),
   writesPerInstance: round(writesPerInstance, 2),
   managementWritesPerInstance: round(managementWritesPerInstance, 2),
+  mirrorsReadyAtConverge,
+  mirrorsSeconds: round(mirrorsSeconds, 2),
   managementApiserverWork: managementWork,
   statusP50ms: round(percentile(latencies, 50), 0),
   statusP99ms: round(percentile(latencies, 99), 0),

@@ -105,7 +105,8 @@ export async function apiserverWork(client: KubeClient): Promise<Map<string, num
     const m = /^(apiserver_request_total|apiserver_watch_events_total)\{([^}]*)\} (\S+)$/.exec(line);
     if (!m) continue;
     const labels = Object.fromEntries([...m[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
-    if (m[1] === 'apiserver_watch_events_total') add(`watch event ${labels['kind']}`, Number(m[3]));
+    if (m[1] === 'apiserver_watch_events_total')
+      add(`watch event ${labels['kind'] ?? labels['resource']}`, Number(m[3]));
     else {
       const what = [labels['resource'], labels['subresource']].filter(Boolean).join('/') || 'other';
       add(`${labels['verb']} ${what}`, Number(m[3]));
