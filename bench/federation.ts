@@ -231,8 +231,7 @@ const mirrors = new Informer<InstanceObject>({
 });
 const onMirror = (m: InstanceObject) => {
   const name = m.metadata!.name!;
-  if (!mirrorReadyAt.has(name) && findCondition(m.status?.conditions, 'Ready')?.status === 'True')
-    mirrorReadyAt.set(name, performance.now());
+  if (!mirrorReadyAt.has(name) && hasCondition(m, 'Ready')) mirrorReadyAt.set(name, performance.now());
 };
 mirrors.addEventHandler({ onAdd: onMirror, onUpdate: (_a, b) => onMirror(b) });
 mirrors.start();
@@ -240,7 +239,7 @@ const instanceWatches = [...cellClients].map(([city, client]) => {
   const inf = new Informer<InstanceObject>({ client, ref: Instance.ref, namespace: NS });
   const seen = (i: InstanceObject) => {
     const mirror = mirrorName(cellName(city), i.metadata!.name!);
-    if (mirror && !cellReadyAt.has(mirror) && findCondition(i.status?.conditions, 'Ready')?.status === 'True')
+    if (mirror && !cellReadyAt.has(mirror) && hasCondition(i, 'Ready'))
       cellReadyAt.set(mirror, performance.now());
     if (
       sample.instance === `${city}/${i.metadata!.name}` &&

@@ -28,7 +28,7 @@ import {
   type WorkloadObject,
 } from '../../src/federation/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
-import { findCondition } from '../../src/runtime/api/conditions.ts';
+import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import { Location, type LocationObject } from '../../src/cells/types.ts';
@@ -369,6 +369,8 @@ async function cellStates(): Promise<Record<City, { hash?: string; serves: boole
  * lines the management plane's Berth printed.
  */
 async function federationState(): Promise<unknown> {
+  const text = (cs: Condition[] | undefined) =>
+    cs?.map((c) => `${c.type}=${c.status} ${c.reason}: ${c.message}`);
   const w = await workload();
   const cells = await Promise.all(
     CITIES.map(async (c) => {
@@ -379,7 +381,7 @@ async function federationState(): Promise<unknown> {
           name: d.metadata.name,
           hash: d.spec.workloadRef?.templateHash,
           generation: `${d.status?.observedGeneration}/${d.metadata.generation}`,
-          conditions: d.status?.conditions?.map((x) => `${x.type}=${x.status} ${x.reason}: ${x.message}`),
+          conditions: text(d.status?.conditions),
           instances: instances
             .filter((i) => i.metadata.labels?.[DEPLOYMENT_LABEL] === d.metadata.name)
             .map((i) => {
@@ -391,7 +393,7 @@ async function federationState(): Promise<unknown> {
     }),
   );
   return {
-    conditions: w.status?.conditions?.map((x) => `${x.type}=${x.status} ${x.reason}: ${x.message}`),
+    conditions: text(w.status?.conditions),
     readyReplicas: w.status?.readyReplicas,
     rollout: w.status?.rollout,
     cells: Object.fromEntries(cells),
