@@ -4,23 +4,35 @@
 // taken off `--affected` nodes at once; Berth drops the derived label there and, after the rule's
 // delay, evicts the pods on those nodes. Measured per pod: from the removal (its node's patch
 // answered or seen, whichever is first) to the pod's eviction (seen terminating or gone), minus the
-// delay. Every affected pod must be evicted, and no other. The floor: a minimal client asking the
-// Eviction API for as many pods of other nodes at once, at the evictor's concurrency; the
-// apiserver's evictions per second bound both. The descheduler's RemovePodsViolatingNodeAffinity
+// delay. Every affected pod must be evicted, and no other. The floor: bench/evictfloor, a Go
+// program asking the Eviction API for as many pods of other nodes at once, at the evictor's
+// concurrency (or --floor-concurrency); the apiserver's evictions per second bound both. The descheduler's RemovePodsViolatingNodeAffinity
 // runs on an interval (5 minutes by default): its time to evict is up to that interval, not
 // measured here. Beside them, for diagnosis: the time until the derived label is gone (Berth's
 // labels controller, part of the eviction time), the time from then, Berth's mean reconcile time,
 // its API writes per eviction and the events it had to drop.
 // Berth runs as its own process (`berth run --controllers labels`), as it would in a cluster.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
-import { resourcePath } from '../src/runtime/client/client.ts';
 import { EVICT_WORKERS } from '../src/labels/evictor.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
-import { benchSandbox, createBoundPods, forEachLimit, percentile, round, report } from './lib.ts';
+import {
+  benchSandbox,
+  buildGoProgram,
+  createBoundPods,
+  goClientArgs,
+  percentile,
+  round,
+  report,
+} from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
@@ -29,12 +41,14 @@ const { values } = parseArgs({
     pods: { type: 'string', default: '5000' },
     affected: { type: 'string', default: '100' },
     'after-seconds': { type: 'string', default: '2' },
+    'floor-concurrency': { type: 'string', default: String(EVICT_WORKERS) },
   },
 });
 const nodeCount = Number(values.nodes);
 const podCount = Number(values.pods);
 const affectedCount = Math.min(Number(values.affected), nodeCount);
 const afterSeconds = Number(values['after-seconds']);
+const floorConcurrency = Number(values['floor-concurrency']);
 if (nodeCount < 2 * affectedCount)
   throw new Error(
     '--nodes must be at least twice --affected: the floor evicts the pods of as many other nodes',
@@ -88,6 +102,37 @@ const until = (pred: () => boolean, timeoutMs: number) =>
     onChange = check;
     check();
   });
+
+// The floor, built from its Go module like the control plane: it evicts the given pods and says
+// when it started and how many the apiserver took.
+const work = mkdtempSync(path.join(tmpdir(), 'bench-evict-'));
+const floorBin = buildGoProgram('evictfloor', work);
+const floorArgs = [...(await goClientArgs(sb, work)), `-concurrency=${floorConcurrency}`];
+async function runFloor(
+  list: SlimPod[],
+): Promise<{ start: number; answered: Map<string, number>; refused: number }> {
+  const child = spawn(floorBin, floorArgs, { stdio: ['pipe', 'pipe', 'inherit'] });
+  child.stdin.end(list.map((p) => `${p.metadata!.namespace} ${p.metadata!.name} ${p.metadata!.uid}\n`).join(''));
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  const start = out.match(/^start (\d+)$/m);
+  const done = out.match(/^done (\d+) (\d+)$/m);
+  if (code !== 0 || !start || !done) throw new Error(`the eviction floor failed (exit ${code}): ${out}`);
+  const answered = new Map([...out.matchAll(/^evicted (\S+) (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
+  return { start: Number(start[1]), answered, refused: Number(done[2]) };
+}
+
+/** When Berth's Eviction requests were answered (wall clock ms), by pod name: its log line of each. */
+function berthAnswered(output: string): Map<string, number> {
+  const at = new Map<string, number>();
+  for (const line of output.split('\n')) {
+    if (!line.includes('"evicted pod ')) continue;
+    const l = JSON.parse(line) as { time: string; pod: string };
+    at.set(l.pod.split('/')[1]!, Date.parse(l.time));
+  }
+  return at;
+}
 
 // Its output is kept, not printed (a warning per eviction), and searched for events it dropped.
 const berth = await startBerth(sb, ['--controllers=labels', '--max-evictions-per-minute=100000'], {
@@ -150,18 +195,23 @@ try {
   const lat: number[] = [];
   // The same time counted from when the derived label went (as the bench saw it): the evictor's share.
   const afterLabel: number[] = [];
+  // To the Eviction request's answer rather than the pod seen go: the apiserver's watch delay apart.
+  const answeredAt = berthAnswered(berth.output());
+  const answered: number[] = [];
   let wrong = 0;
   for (const [pod, at] of gone) {
     const node = nodeOf.get(pod)!;
     if (affectedSet.has(node)) {
       lat.push(at - removedAt.get(node)! - afterSeconds * 1000);
       afterLabel.push(at - unlabelled.get(node)! - afterSeconds * 1000);
+      const a = answeredAt.get(pod);
+      if (a !== undefined) answered.push(a - performance.timeOrigin - removedAt.get(node)! - afterSeconds * 1000);
     } else wrong++;
   }
   const relabel = affected.map((n) => (unlabelled.get(n) ?? NaN) - removedAt.get(n)!);
 
-  // The floor: a minimal client that knows the affected pods asks the Eviction API for as many
-  // pods of other nodes at once, at the evictor's concurrency, timed from its first request to each
+  // The floor: a Go program that knows the affected pods asks the Eviction API for as many pods
+  // of other nodes at once, at the evictor's concurrency, timed from its first request to each
   // pod seen go the same way. Berth keeps running, so the cluster carries the same watches, but its
   // event writes trailing the evictions are let finish first: they would slow the floor down.
   for (let w = -1, deadline = performance.now() + 60_000; performance.now() < deadline;) {
@@ -172,22 +222,13 @@ try {
   }
   const floorSet = new Set(names.slice(affectedCount, 2 * affectedCount));
   const floorPods = pods.list().filter((p) => floorSet.has(p.spec.nodeName!));
-  t0 = performance.now();
-  await forEachLimit(floorPods, EVICT_WORKERS, async (p) => {
-    const { name, namespace, uid } = p.metadata!;
-    await client.request('POST', resourcePath(Resources.pods, namespace, name, 'eviction'), {
-      body: {
-        apiVersion: 'policy/v1',
-        kind: 'Eviction',
-        metadata: { name, namespace },
-        deleteOptions: { preconditions: { uid } },
-      },
-    });
-  });
+  const floorRun = await runFloor(floorPods);
   await until(() => floorPods.every((p) => gone.has(p.metadata!.name!)), 120_000);
-  const floor = floorPods.map((p) => gone.get(p.metadata!.name!)! - t0);
+  // The floor prints its start on the wall clock; the bench's times are on its monotonic one.
+  const floor = floorPods.map((p) => performance.timeOrigin + gone.get(p.metadata!.name!)! - floorRun.start);
+  const floorAnswered = [...floorRun.answered.values()].map((t) => t - floorRun.start);
   console.log(
-    `floor: ${floorPods.length} evictions at concurrency ${EVICT_WORKERS}, p99 ${round(percentile(floor, 99), 0)} ms`,
+    `floor: ${floorRun.answered.size} evictions (${floorRun.refused} refused) at concurrency ${floorConcurrency}, p99 ${round(percentile(floor, 99), 0)} ms (answered: ${round(percentile(floorAnswered, 99), 0)} ms)`,
   );
   const evicted = await berth.metric('berth_evictions_total', (l) => l.includes('result="evicted"'));
   // Where the time goes: Berth's reconciles of pods (an eviction's round trip to the apiserver included).
@@ -210,6 +251,10 @@ try {
     floorPods: floorPods.length,
     floorP50ms: round(percentile(floor, 50), 0),
     floorP99ms: round(percentile(floor, 99), 0),
+    floorConcurrency,
+    ratio: round(percentile(lat, 99) / percentile(floor, 99), 2),
+    answeredP99ms: round(percentile(answered, 99), 0),
+    floorAnsweredP99ms: round(percentile(floorAnswered, 99), 0),
     unlabelP99ms: round(percentile(relabel, 99), 0),
     afterLabelP99ms: round(percentile(afterLabel, 99), 0),
     reconcileMeanMs: round(reconcileMeanMs, 1),
@@ -222,5 +267,6 @@ try {
   await Promise.all([nodes.stop(), pods.stop()]);
   client.close();
   await sb.destroy();
+  rmSync(work, { recursive: true, force: true });
 }
 report(result);

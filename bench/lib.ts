@@ -1,7 +1,7 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { checkGo } from '../src/sandbox/build.ts';
@@ -10,6 +10,7 @@ import { abortOnSignals, Sandbox, type UpOptions } from '../src/sandbox/sandbox.
 import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
+import { kubeconfigFileAccess } from '../src/runtime/client/kubeconfig.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
 export async function benchSandbox(
@@ -252,4 +253,22 @@ export function buildGoProgram(name: string, dir: string): string {
   });
   if (built.status !== 0) throw new Error(`building bench/${name} failed:\n${built.stderr}`);
   return out;
+}
+
+/** The flags a Go floor takes to reach the sandbox's apiserver: its URL and TLS material, written
+ *  as files into `dir`. */
+export async function goClientArgs(sb: Sandbox, dir: string): Promise<string[]> {
+  const access = kubeconfigFileAccess(sb.kubeconfigPath);
+  const { tls } = await access.resolve();
+  const file = (name: string, data: Buffer | undefined) => {
+    const p = path.join(dir, name);
+    writeFileSync(p, data!);
+    return p;
+  };
+  return [
+    `-server=${new URL(access.server).origin}`,
+    `-ca=${file('ca.crt', tls.ca)}`,
+    `-cert=${file('client.crt', tls.cert)}`,
+    `-key=${file('client.key', tls.key)}`,
+  ];
 }

@@ -9,7 +9,7 @@
 // carries its label and 5 s have passed, its RSS is sampled for 5 s and the median kept.
 // The seed's own Go labeller held 54 MB at 1,000 nodes (issue 17): the target is 110 MB there.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -18,10 +18,17 @@ import { NodeLabelRule } from '../src/labels/types.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
-import { kubeconfigFileAccess } from '../src/runtime/client/kubeconfig.ts';
 import { createNodes } from '../src/sandbox/nodes.ts';
 import { startBerth } from '../test/helpers/berth.ts';
-import { benchSandbox, buildGoProgram, createBoundPods, report, round, waitForValue } from './lib.ts';
+import {
+  benchSandbox,
+  buildGoProgram,
+  createBoundPods,
+  goClientArgs,
+  report,
+  round,
+  waitForValue,
+} from './lib.ts';
 
 const { values } = parseArgs({
   options: { points: { type: 'string', default: '1000:0,1000:20000,5000:20000,5000:100000' } },
@@ -57,21 +64,7 @@ await client.create(NodeLabelRule.ref, {
   spec: { match: { allOf: [{ label: INPUT, operator: 'Exists' }] }, labels: { [DERIVED]: 'true' } },
 });
 
-// The floor's TLS material, as files.
-const { tls } = await kubeconfigFileAccess(sb.kubeconfigPath).resolve();
-const file = (name: string, data: Buffer | undefined) => {
-  const p = path.join(work, name);
-  writeFileSync(p, data!);
-  return p;
-};
-const floorArgs = [
-  `-server=${client.server.origin}`,
-  `-ca=${file('ca.crt', tls.ca)}`,
-  `-cert=${file('client.crt', tls.cert)}`,
-  `-key=${file('client.key', tls.key)}`,
-  `-input=${INPUT}`,
-  `-derived=${FLOOR}`,
-];
+const floorArgs = [...(await goClientArgs(sb, work)), `-input=${INPUT}`, `-derived=${FLOOR}`];
 
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
 nodes.start();
@@ -159,6 +152,7 @@ try {
   nodes.stop();
   client.close();
   await sb.destroy();
+  rmSync(work, { recursive: true, force: true });
 }
 
 // Growth per cached object, from pairs of points that differ in one count only.

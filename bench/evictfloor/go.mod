@@ -1,0 +1,3 @@
+module berth.dev/bench/evictfloor
+
+go 1.26
