@@ -87,17 +87,25 @@ export interface StartOptions {
   waitReady?: boolean;
   /**
    * Run Berth as its image does: the compiled dist/ (npm run build first) with the Node flags of the
-   * Dockerfile's ENTRYPOINT. Otherwise the TypeScript sources, as a checkout runs them.
+   * Dockerfile's ENTRYPOINT and the environment of its ENV lines. Otherwise the TypeScript sources,
+   * as a checkout runs them.
    */
   compiled?: boolean;
 }
 
+const dockerfile = () => readFileSync(`${packageRoot()}/Dockerfile`, 'utf8');
+
 /** The Node flags of the image: what the Dockerfile's ENTRYPOINT puts between `node` and Berth's main. */
 export function imageNodeFlags(): string[] {
-  const line = readFileSync(`${packageRoot()}/Dockerfile`, 'utf8').match(/^ENTRYPOINT (\[.*\])$/m);
+  const line = dockerfile().match(/^ENTRYPOINT (\[.*\])$/m);
   if (!line) throw new Error('the Dockerfile has no ENTRYPOINT in exec form');
   const argv = JSON.parse(line[1]!) as string[];
   return argv.slice(1, argv.indexOf('dist/cli/main.js'));
+}
+
+/** The environment the image sets: the Dockerfile's `ENV NAME=value` lines. */
+export function imageEnv(): Record<string, string> {
+  return Object.fromEntries([...dockerfile().matchAll(/^ENV (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
 }
 
 export async function startBerth(
@@ -123,7 +131,10 @@ export async function startBerth(
         opts.compiled ? `${packageRoot()}/dist/cli/main.js` : undefined,
       ),
     ],
-    { stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'] },
+    {
+      stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'],
+      env: { ...process.env, ...(opts.compiled ? imageEnv() : {}) },
+    },
   );
   // A test or benchmark that dies (its sandbox torn down by its crash handler) takes Berth along:
   // left running, it would retry a gone apiserver and load every later run on the machine.
