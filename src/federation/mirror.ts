@@ -6,7 +6,7 @@
 // Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
 // deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
 // not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
-import { changed, conditionsChanged, deletionChanged } from '../policy/predicates.ts';
+import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../policy/predicates.ts';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
@@ -185,7 +185,9 @@ export class MirrorController {
         });
         deployments.addEventHandler({
           onAdd: (d) => add(ofDeployment(d)),
-          onUpdate: (a, b) => a !== b && add(ofDeployment(b)),
+          // A mirror reads only a WorkloadDeployment's labels (its workload, placement and city); its
+          // status changes with each of its instances', which bring their own mirrors' keys.
+          onUpdate: (a, b) => a !== b && labelsChanged(a, b) && add(ofDeployment(b)),
           onDelete: (d) => add(ofDeployment(d)),
         });
       },
