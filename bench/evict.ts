@@ -4,13 +4,14 @@
 // taken off `--affected` nodes at once; Berth drops the derived label there and, after the rule's
 // delay, evicts the pods on those nodes. Measured per pod: from the removal (its node's patch
 // answered or seen, whichever is first) to the pod's eviction (seen terminating or gone), minus the
-// delay. Every affected pod must be evicted, and no other. The floor: bench/evictfloor, a Go
-// program asking the Eviction API for as many pods of other nodes at once, at the evictor's
-// concurrency (or --floor-concurrency); the apiserver's evictions per second bound both. The descheduler's RemovePodsViolatingNodeAffinity
-// runs on an interval (5 minutes by default): its time to evict is up to that interval, not
-// measured here. Beside them, for diagnosis: the time until the derived label is gone (Berth's
-// labels controller, part of the eviction time), the time from then, Berth's mean reconcile time,
-// its API writes per eviction and the events it had to drop.
+// delay; and the same to its Eviction request's answer. Every affected pod must be evicted, and no
+// other. The floor: bench/evictfloor, a Go program asking the Eviction API for as many pods of other
+// nodes at once, at the evictor's concurrency (or --floor-concurrency); the apiserver's evictions
+// per second bound both. The descheduler's RemovePodsViolatingNodeAffinity runs on an interval
+// (5 minutes by default): its time to evict is up to that interval, not measured here. Beside them,
+// for diagnosis: the time until the derived label is gone (Berth's labels controller, part of the
+// eviction time), the time from then, Berth's mean reconcile time, its API writes per eviction and
+// the events it had to drop.
 // Berth runs as its own process (`berth run --controllers labels`), as it would in a cluster.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -112,7 +113,9 @@ async function runFloor(
   list: SlimPod[],
 ): Promise<{ start: number; answered: Map<string, number>; refused: number }> {
   const child = spawn(floorBin, floorArgs, { stdio: ['pipe', 'pipe', 'inherit'] });
-  child.stdin.end(list.map((p) => `${p.metadata!.namespace} ${p.metadata!.name} ${p.metadata!.uid}\n`).join(''));
+  child.stdin.end(
+    list.map((p) => `${p.metadata!.namespace} ${p.metadata!.name} ${p.metadata!.uid}\n`).join(''),
+  );
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   const [code] = (await once(child, 'exit')) as [number | null];
@@ -205,7 +208,8 @@ try {
       lat.push(at - removedAt.get(node)! - afterSeconds * 1000);
       afterLabel.push(at - unlabelled.get(node)! - afterSeconds * 1000);
       const a = answeredAt.get(pod);
-      if (a !== undefined) answered.push(a - performance.timeOrigin - removedAt.get(node)! - afterSeconds * 1000);
+      if (a !== undefined)
+        answered.push(a - performance.timeOrigin - removedAt.get(node)! - afterSeconds * 1000);
     } else wrong++;
   }
   const relabel = affected.map((n) => (unlabelled.get(n) ?? NaN) - removedAt.get(n)!);

@@ -9,44 +9,26 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"berth.dev/bench/apiclient"
 )
 
 var (
-	server      = flag.String("server", "", "apiserver URL")
-	caFile      = flag.String("ca", "", "CA file")
-	cert        = flag.String("cert", "", "client certificate file")
-	key         = flag.String("key", "", "client key file")
 	concurrency = flag.Int("concurrency", 16, "evictions in flight")
 )
 
 func main() {
 	flag.Parse()
-	ca, err := os.ReadFile(*caFile)
-	if err != nil {
-		log.Fatal(err)
-	}
-	pair, err := tls.LoadX509KeyPair(*cert, *key)
-	if err != nil {
-		log.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca)
-	client := &http.Client{Transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
-		MaxIdleConnsPerHost: *concurrency,
-	}}
+	client := apiclient.New(*concurrency)
 
 	var pods [][3]string
 	in := bufio.NewScanner(os.Stdin)
@@ -76,7 +58,7 @@ func main() {
 			"metadata":      map[string]string{"namespace": p[0], "name": p[1]},
 			"deleteOptions": map[string]any{"preconditions": map[string]string{"uid": p[2]}},
 		})
-		url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/eviction", *server, p[0], p[1])
+		url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/eviction", *apiclient.Server, p[0], p[1])
 		res, err := client.Post(url, "application/json", bytes.NewReader(body))
 		if err != nil {
 			log.Fatal(err)

@@ -8,15 +8,14 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"net/http"
-	"os"
 	"sync"
+
+	"berth.dev/bench/apiclient"
 )
 
 type meta struct {
@@ -49,10 +48,6 @@ type pod struct {
 }
 
 var (
-	server  = flag.String("server", "", "apiserver URL")
-	caFile  = flag.String("ca", "", "CA file")
-	cert    = flag.String("cert", "", "client certificate file")
-	key     = flag.String("key", "", "client key file")
 	input   = flag.String("input", "", "the input label")
 	derived = flag.String("derived", "", "the derived label")
 
@@ -63,7 +58,7 @@ var (
 )
 
 func get(path string) *http.Response {
-	res, err := client.Get(*server + path)
+	res, err := client.Get(*apiclient.Server + path)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -120,7 +115,7 @@ func watch(path, rv string, keep func(object), drop func(object)) {
 
 func label(name string) {
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{*derived: "true"}}})
-	req, _ := http.NewRequest("PATCH", *server+"/api/v1/nodes/"+name, bytes.NewReader(body))
+	req, _ := http.NewRequest("PATCH", *apiclient.Server+"/api/v1/nodes/"+name, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/merge-patch+json")
 	res, err := client.Do(req)
 	if err != nil {
@@ -139,20 +134,7 @@ func keepNode(o object) (patch bool) {
 
 func main() {
 	flag.Parse()
-	ca, err := os.ReadFile(*caFile)
-	if err != nil {
-		log.Fatal(err)
-	}
-	pair, err := tls.LoadX509KeyPair(*cert, *key)
-	if err != nil {
-		log.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca)
-	client = &http.Client{Transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}},
-		MaxIdleConnsPerHost: 16,
-	}}
+	client = apiclient.New(16)
 
 	var todo []string
 	nodeRV := listAll("/api/v1/nodes", func(o object) {

@@ -1,0 +1,3 @@
+module berth.dev/bench/apiclient
+
+go 1.26
