@@ -108,7 +108,7 @@ const until = (pred: () => boolean, timeoutMs: number) =>
 // when it started and how many the apiserver took.
 const work = mkdtempSync(path.join(tmpdir(), 'bench-evict-'));
 const floorBin = buildGoProgram('evictfloor', work);
-const floorArgs = [...(await goClientArgs(sb, work)), `-concurrency=${floorConcurrency}`];
+const floorArgs = [...(await goClientArgs(client, work)), `-concurrency=${floorConcurrency}`];
 async function runFloor(
   list: SlimPod[],
 ): Promise<{ start: number; answered: Map<string, number>; refused: number }> {
@@ -120,10 +120,10 @@ async function runFloor(
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   const [code] = (await once(child, 'exit')) as [number | null];
   const start = out.match(/^start (\d+)$/m);
-  const done = out.match(/^done (\d+) (\d+)$/m);
+  const done = out.match(/^done (\d+)$/m);
   if (code !== 0 || !start || !done) throw new Error(`the eviction floor failed (exit ${code}): ${out}`);
   const answered = new Map([...out.matchAll(/^evicted (\S+) (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
-  return { start: Number(start[1]), answered, refused: Number(done[2]) };
+  return { start: Number(start[1]), answered, refused: Number(done[1]) };
 }
 
 /** When Berth's Eviction requests were answered (wall clock ms), by pod name: its log line of each. */

@@ -10,7 +10,6 @@ import { abortOnSignals, Sandbox, type UpOptions } from '../src/sandbox/sandbox.
 import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
-import { kubeconfigFileAccess } from '../src/runtime/client/kubeconfig.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
 export async function benchSandbox(
@@ -255,18 +254,17 @@ export function buildGoProgram(name: string, dir: string): string {
   return out;
 }
 
-/** The flags a Go floor takes to reach the sandbox's apiserver: its URL and TLS material, written
- *  as files into `dir`. */
-export async function goClientArgs(sb: Sandbox, dir: string): Promise<string[]> {
-  const access = kubeconfigFileAccess(sb.kubeconfigPath);
-  const { tls } = await access.resolve();
+/** The flags a Go floor takes to reach the apiserver a client reaches: its URL and TLS material,
+ *  written as files into `dir`. */
+export async function goClientArgs(client: KubeClient, dir: string): Promise<string[]> {
+  const { tls } = await client.access.resolve();
   const file = (name: string, data: Buffer | undefined) => {
     const p = path.join(dir, name);
     writeFileSync(p, data!);
     return p;
   };
   return [
-    `-server=${new URL(access.server).origin}`,
+    `-server=${client.server.origin}`,
     `-ca=${file('ca.crt', tls.ca)}`,
     `-cert=${file('client.crt', tls.cert)}`,
     `-key=${file('client.key', tls.key)}`,

@@ -64,7 +64,7 @@ await client.create(NodeLabelRule.ref, {
   spec: { match: { allOf: [{ label: INPUT, operator: 'Exists' }] }, labels: { [DERIVED]: 'true' } },
 });
 
-const floorArgs = [...(await goClientArgs(sb, work)), `-input=${INPUT}`, `-derived=${FLOOR}`];
+const floorArgs = [...(await goClientArgs(client, work)), `-input=${INPUT}`, `-derived=${FLOOR}`];
 
 const nodes = new Informer<SlimNode>({ client, ref: Resources.nodes, transform: slimNode });
 nodes.start();
