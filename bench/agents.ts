@@ -2,9 +2,12 @@
 // 1. Burst: create the pods (bound to nodes, 200 pools) and time until every node's claims are
 //    right; the floor is the same burst while a minimal client sends only the necessary patches
 //    (one per node, its final claims) at the same concurrency.
-// 2. Churn at 100 pods per second: latency from a pod being bound to its node being correct.
+// 2. Churn at 100 pods per second: latency from a pod being bound (or deleted) to its node being
+//    correct, p99 and maximum; the floor is the same churn while the minimal client patches each
+//    changed node at once.
 // 3. Writes: node patches by Berth per node whose claim set changed (at most one), and none otherwise.
 // Berth runs as its own process (`berth run --controllers agents`), as it would in a cluster.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { AgentPlacement } from '../src/agents/types.ts';
 import { installCrds } from '../src/cli/install.ts';
@@ -114,13 +117,20 @@ const until = (pred: () => boolean, node = '*', timeoutMs = 600_000) =>
   });
 
 const pools = Array.from({ length: poolCount }, (_, i) => `pool-${i.toString().padStart(4, '0')}`);
-// A seeded generator: the same pools land on the same nodes in the floor and in Berth's run, and a
-// node hosts pods of many pools (so that churn adds and removes claims, as in a real cluster).
-const poolOf = (i: number) => {
+// A hash of i (mulberry32's step), so that the bench's choices are the same in every run.
+const hash32 = (i: number) => {
   let t = (i + 0x6d2b79f5) | 0;
   t = Math.imul(t ^ (t >>> 15), t | 1);
   t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-  return pools[((t ^ (t >>> 14)) >>> 0) % poolCount]!;
+  return (t ^ (t >>> 14)) >>> 0;
+};
+// The same pools land on the same nodes in the floor and in Berth's run, and a node hosts pods of
+// many pools (so that churn adds and removes claims, as in a real cluster).
+const poolOf = (i: number) => pools[hash32(i) % poolCount]!;
+/** A generator of numbers in [0, 1), the same sequence for the same seed. */
+const seeded = (seed: number) => {
+  let k = seed * 0x9e3779b9;
+  return () => hash32(k++) / 2 ** 32;
 };
 const podSpec = (i: number) => ({ name: `w-${i}`, ns: nsOf(i), node: `n-${i % nodeCount}`, pool: poolOf(i) });
 const createPod = (c: KubeClient, p: ReturnType<typeof podSpec>) =>
@@ -152,6 +162,76 @@ const deleteAllPods = async () => {
   }
 };
 
+/**
+ * Churn at 100 pods per second for churnSeconds (half new pods, half deletions, the same sequence
+ * every time it runs): per operation, the time from its answer to its node carrying the claims
+ * (under `prefix`) it must carry now. `write`, the floor's, sends a node's claims itself.
+ */
+async function churn(prefix: string, write?: (node: string) => Promise<void>) {
+  // The burst's pods are all Running first (kwok has caught up): the churn is timed alone.
+  for (let i = 0; i < 4;) {
+    const query = { limit: 1, fieldSelector: 'status.phase!=Running' };
+    if ((await client.list(Resources.pods, { namespace: nsOf(i), query })).items.length) await sleep(500);
+    else i++;
+  }
+  let changedNodes = 0;
+  const latencies: number[] = [];
+  const live = [...burst];
+  let next = podCount;
+  let stalls = 0;
+  const random = seeded(1);
+  // Kept and rethrown after the churn, so that a failure still stops Berth (finally) instead of crashing.
+  const failures: unknown[] = [];
+  const tick = async (i: number) => {
+    // At a small size deletions can outrun the live pods: then this tick adds one instead.
+    const add = i % 2 === 0 || live.length === 0;
+    const p = add ? podSpec(next++) : live.splice(Math.floor(random() * live.length), 1)[0]!;
+    const before = expected(p.node);
+    track(p.node, p.pool, add ? 1 : -1);
+    const changed = before !== expected(p.node);
+    if (changed) changedNodes++;
+    if (add) {
+      await createPod(client, p);
+      // Only now may a deletion pick it.
+      live.push(p);
+    } else await client.delete(Resources.pods, p.name, p.ns, { gracePeriodSeconds: 0 });
+    const answered = performance.now();
+    if (changed) write?.(p.node).catch((e: unknown) => void failures.push(e));
+    // Later operations on the same node may move its expected claims on: wait for any state at
+    // least this one (the claims equal to what they must be now).
+    // A node whose claims are still wrong 30 s on is a stall: counted and reported, not a crash.
+    const at = await until(() => claimsOf(p.node, prefix) === expected(p.node), p.node, 30_000).catch(
+      (e: unknown) => {
+        if (e instanceof Error && e.message === 'timed out') return undefined;
+        throw e;
+      },
+    );
+    if (at === undefined) stalls++;
+    else latencies.push(at - answered);
+  };
+  const ops: Promise<void>[] = [];
+  const start = performance.now();
+  for (let i = 0; i < churnSeconds * 100; i++) {
+    const due = start + i * 10;
+    const wait = due - performance.now();
+    if (wait > 0) await sleep(wait);
+    ops.push(tick(i).catch((e: unknown) => void failures.push(e)));
+  }
+  await Promise.all(ops);
+  if (failures.length) throw failures[0];
+  return { latencies, stalls, changedNodes };
+}
+type Churn = Awaited<ReturnType<typeof churn>>;
+const logChurn = (what: string, c: Churn) =>
+  console.log(
+    `${what}: p50 ${round(percentile(c.latencies, 50))} ms, p99 ${round(percentile(c.latencies, 99))} ms, max ${round(Math.max(...c.latencies))} ms` +
+      (c.stalls ? `; ${c.stalls} operations whose node's claims were still wrong after 30 s (stalled)` : ''),
+  );
+const churnFigures = (name: string, c: Churn) => ({
+  [`${name}P99ms`]: c.stalls ? null : round(percentile(c.latencies, 99)),
+  [`${name}MaxMs`]: c.stalls ? null : round(Math.max(...c.latencies)),
+});
+
 // Phase 0: the floor. The same burst while a minimal client, which knows each node's final claims
 // in advance (no controller can), sends only the necessary patches: one per node, at the same
 // concurrency as Berth's workers. A lower bound: no watch, no cache, no intermediate states.
@@ -172,7 +252,35 @@ await Promise.all([
 ]);
 const floorSeconds = ((await until(() => allRight(FLOOR))) - t0) / 1000;
 console.log(`floor: ${podCount} pods and ${nodeCount} necessary patches in ${floorSeconds.toFixed(2)} s`);
+
+// The churn floor: the same churn while the minimal client patches a node the moment an operation
+// changes its claims (in order per node), so the same latency is measured with no controller in it.
+// Its own client, as Berth has: the operations' client does not queue its writes.
+const floorClient = sb.client({ maxInFlight: 64 });
+const floorWrites = new Map<string, Promise<void>>();
+const floorChurn = await churn(FLOOR, (node) => {
+  const write = async () => {
+    const body = applyTarget(Resources.nodes, nodes.get(node)!);
+    body.metadata.labels = { [LABEL]: 'true' };
+    body.metadata.annotations = Object.fromEntries(
+      [...(placed.get(node)?.keys() ?? [])].map((pool) => [`${FLOOR}${pool}`, pool]),
+    );
+    await floorClient.apply(Resources.nodes, body, { fieldManager: 'bench-floor' });
+  };
+  const next = (floorWrites.get(node) ?? Promise.resolve()).then(write);
+  // A failed write (reported by churn) does not stop the node's later ones.
+  floorWrites.set(
+    node,
+    next.catch(() => {}),
+  );
+  return next;
+});
+logChurn('floor churn latency', floorChurn);
+floorClient.close();
 await deleteAllPods();
+// Berth starts from the burst's pods, as the floor's churn did.
+placed.clear();
+for (const p of burst) track(p.node, p.pool, 1);
 // The floor's label and annotations go too: Berth starts from nodes as bare as the floor's were.
 await forEachLimit([...Array(nodeCount).keys()], workers, async (i) => {
   const body = applyTarget(Resources.nodes, nodes.get(`n-${i}`)!);
@@ -205,7 +313,7 @@ try {
 
   // Berth has seen the placement (it reports on it) before the burst starts: setup is not measured.
   while (!(await client.get<KubeObject & { status?: unknown }>(AgentPlacement.ref, 'bench')).status) {
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
   }
 
   // Phase 1: the burst, with Berth.
@@ -218,72 +326,28 @@ try {
     `burst: ${podCount} pods on ${nodeCount} nodes created in ${createdSeconds.toFixed(2)} s, claims right in ${convergeSeconds.toFixed(2)} s, ${(await nodeWrites()) - burstWritesBefore} node patches by Berth`,
   );
 
-  // Phase 2: churn at 100 pods/s (half new pods, half deletions), latency from bind to a correct node.
-  await new Promise((r) => setTimeout(r, 2000));
+  // Phase 2: the same churn, with Berth.
+  await sleep(2000);
   const writesBefore = await nodeWrites();
-  let changedNodes = 0;
-  const latencies: number[] = [];
-  const live = [...burst];
-  let next = podCount;
-  let stalls = 0;
-  const tick = async (i: number) => {
-    // At a small size deletions can outrun the live pods: then this tick adds one instead.
-    const add = i % 2 === 0 || live.length === 0;
-    const p = add ? podSpec(next++) : live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
-    const before = expected(p.node);
-    track(p.node, p.pool, add ? 1 : -1);
-    const after = expected(p.node);
-    if (before !== after) changedNodes++;
-    if (add) {
-      await createPod(client, p);
-      // Only now may a deletion pick it.
-      live.push(p);
-    } else await client.delete(Resources.pods, p.name, p.ns, { gracePeriodSeconds: 0 });
-    const bound = performance.now();
-    // Later operations on the same node may move its expected claims on: wait for any state at
-    // least this one (the claims equal to what they must be now).
-    // A node whose claims are still wrong 30 s on is a stall: counted and reported, not a crash.
-    const at = await until(() => claimsOf(p.node, CLAIM) === expected(p.node), p.node, 30_000).catch(
-      (e: unknown) => {
-        if (e instanceof Error && e.message === 'timed out') return undefined;
-        throw e;
-      },
-    );
-    if (at === undefined) stalls++;
-    else latencies.push(at - bound);
-  };
-  const ops: Promise<void>[] = [];
-  const failures: unknown[] = [];
-  const churnStart = performance.now();
-  for (let i = 0; i < churnSeconds * 100; i++) {
-    const due = churnStart + i * 10;
-    const wait = due - performance.now();
-    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-    // Kept and rethrown after the loop, so that a failure still stops Berth (finally) instead of crashing.
-    ops.push(tick(i).catch((e: unknown) => void failures.push(e)));
-  }
-  await Promise.all(ops);
-  if (failures.length) throw failures[0];
-  await new Promise((r) => setTimeout(r, 2000));
+  const churned = await churn(CLAIM);
+  await sleep(2000);
   const writes = (await nodeWrites()) - writesBefore;
   const rssMB = berth.rssMB();
   console.log(
-    `churn: ${churnSeconds * 100} pod operations, ${changedNodes} changed a node's claims, ${writes} node patches by Berth`,
+    `churn: ${churnSeconds * 100} pod operations, ${churned.changedNodes} changed a node's claims, ${writes} node patches by Berth`,
   );
-  console.log(
-    `churn latency: p50 ${round(percentile(latencies, 50))} ms, p99 ${round(percentile(latencies, 99))} ms` +
-      (stalls ? `; ${stalls} operations whose node's claims were still wrong after 30 s (stalled)` : ''),
-  );
+  logChurn('churn latency', churned);
   result = {
     nodes: nodeCount,
     pods: podCount,
     convergeSeconds: round(convergeSeconds, 2),
     floorSeconds: round(floorSeconds, 2),
     ratio: round(convergeSeconds / floorSeconds, 2),
-    // With a stall the p99 is not a figure: the stalled operations are counted instead.
-    churnP99ms: stalls ? null : round(percentile(latencies, 99)),
-    churnStalled: stalls,
-    writesPerChangedNode: round(writes / Math.max(1, changedNodes), 2),
+    // With a stall the p99 and maximum are not figures: the stalled operations are counted instead.
+    ...churnFigures('churn', churned),
+    churnStalled: churned.stalls,
+    ...churnFigures('churnFloor', floorChurn),
+    writesPerChangedNode: round(writes / Math.max(1, churned.changedNodes), 2),
     rssMB,
   };
 } finally {
