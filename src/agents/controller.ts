@@ -195,14 +195,7 @@ export class AgentsController {
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcileNode(key) },
     })
-      .watch(
-        this.pods,
-        (p) => {
-          this.burst.observe();
-          return p.spec.nodeName;
-        },
-        { update: podChanged },
-      )
+      .watch(this.pods, (p) => p.spec.nodeName, { update: podChanged })
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.placementObjects, allNodes, { update: changed(generationChanged) })
       .watch(kit.keys, (c) => (outranked(c) ? allNodes() : []))
@@ -220,6 +213,11 @@ export class AgentsController {
       });
 
     manager.add(this.nodeController);
+    this.pods.addEventHandler({
+      onAdd: (p) => movesClaims(undefined, p) && this.burst.observe(),
+      onUpdate: (a, b) => movesClaims(a, b) && this.burst.observe(),
+      onDelete: (p) => movesClaims(p, undefined) && this.burst.observe(),
+    });
 
     this.status = new PolicyStatusWriter(this, this.placementObjects, {
       name: 'agents-status',
@@ -654,6 +652,16 @@ export const podChanged = changed<SlimPod>(
   labelsChanged,
   ownersChanged,
 );
+
+/**
+ * Whether a pod's event (an add without `before`, a delete without `after`) can move a node's
+ * claims: what the burst hold counts, once per event. A pod not yet bound moves none, and neither
+ * does the informer's resync, which replays every pod at once (a burst it is not).
+ */
+export function movesClaims(before: SlimPod | undefined, after: SlimPod | undefined): boolean {
+  if (!before || !after) return !!(before ?? after)?.spec.nodeName;
+  return before !== after && podChanged(before, after);
+}
 
 /** Node changes that matter: its labels and annotations (claims), and what Berth owns. */
 const nodeChanged = changed<SlimNode>(labelsChanged, annotationsChanged, managedFieldsChanged);
