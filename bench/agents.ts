@@ -17,7 +17,7 @@ import type { KubeClient } from '../src/runtime/client/client.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { errorText } from '../src/runtime/observability/log.ts';
-import { benchSandbox, forEachLimit, percentile, round, report } from './lib.ts';
+import { benchSandbox, forEachLimit, percentile, round, report, waitForValue } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
@@ -169,11 +169,16 @@ const deleteAllPods = async () => {
  */
 async function churn(prefix: string, write?: (node: string) => Promise<void>) {
   // The burst's pods are all Running first (kwok has caught up): the churn is timed alone.
-  for (let i = 0; i < 4;) {
-    const query = { limit: 1, fieldSelector: 'status.phase!=Running' };
-    if ((await client.list(Resources.pods, { namespace: nsOf(i), query })).items.length) await sleep(500);
-    else i++;
-  }
+  const query = { limit: 1, fieldSelector: 'status.phase!=Running' };
+  await waitForValue(
+    "the burst's pods Running",
+    async () => {
+      for (let i = 0; i < 4; i++)
+        if ((await client.list(Resources.pods, { namespace: nsOf(i), query })).items.length) return undefined;
+      return true;
+    },
+    600_000,
+  );
   let changedNodes = 0;
   const latencies: number[] = [];
   const live = [...burst];
@@ -232,6 +237,16 @@ const churnFigures = (name: string, c: Churn) => ({
   [`${name}MaxMs`]: c.stalls ? null : round(Math.max(...c.latencies)),
 });
 
+/** The floor's one patch of a node: its label and the claims of the pods placed on it now. */
+const floorPatch = (c: KubeClient, node: string) => {
+  const body = applyTarget(Resources.nodes, nodes.get(node)!);
+  body.metadata.labels = { [LABEL]: 'true' };
+  body.metadata.annotations = Object.fromEntries(
+    [...(placed.get(node)?.keys() ?? [])].map((pool) => [`${FLOOR}${pool}`, pool]),
+  );
+  return c.apply(Resources.nodes, body, { fieldManager: 'bench-floor' });
+};
+
 // Phase 0: the floor. The same burst while a minimal client, which knows each node's final claims
 // in advance (no controller can), sends only the necessary patches: one per node, at the same
 // concurrency as Berth's workers. A lower bound: no watch, no cache, no intermediate states.
@@ -242,12 +257,7 @@ let t0 = performance.now();
 await Promise.all([
   forEachLimit(burst, 64, (p) => createPod(client, p).then(() => {})),
   forEachLimit([...Array(nodeCount).keys()], workers, async (i) => {
-    const body = applyTarget(Resources.nodes, nodes.get(`n-${i}`)!);
-    body.metadata.labels = { [LABEL]: 'true' };
-    body.metadata.annotations = Object.fromEntries(
-      [...(placed.get(`n-${i}`)?.keys() ?? [])].map((pool) => [`${FLOOR}${pool}`, pool]),
-    );
-    await client.apply(Resources.nodes, body, { fieldManager: 'bench-floor' });
+    await floorPatch(client, `n-${i}`);
   }),
 ]);
 const floorSeconds = ((await until(() => allRight(FLOOR))) - t0) / 1000;
@@ -259,15 +269,9 @@ console.log(`floor: ${podCount} pods and ${nodeCount} necessary patches in ${flo
 const floorClient = sb.client({ maxInFlight: 64 });
 const floorWrites = new Map<string, Promise<void>>();
 const floorChurn = await churn(FLOOR, (node) => {
-  const write = async () => {
-    const body = applyTarget(Resources.nodes, nodes.get(node)!);
-    body.metadata.labels = { [LABEL]: 'true' };
-    body.metadata.annotations = Object.fromEntries(
-      [...(placed.get(node)?.keys() ?? [])].map((pool) => [`${FLOOR}${pool}`, pool]),
-    );
-    await floorClient.apply(Resources.nodes, body, { fieldManager: 'bench-floor' });
-  };
-  const next = (floorWrites.get(node) ?? Promise.resolve()).then(write);
+  const next = (floorWrites.get(node) ?? Promise.resolve()).then(async () => {
+    await floorPatch(floorClient, node);
+  });
   // A failed write (reported by churn) does not stop the node's later ones.
   floorWrites.set(
     node,
