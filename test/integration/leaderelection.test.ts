@@ -220,4 +220,27 @@ describe('leader election on a Lease', () => {
     assert.ok(took.at - stoppedAt < 2000, `takeover after ${took.at - stoppedAt} ms`);
     await acquiredBy(lease, follower);
   });
+
+  test('the release survives a Lease changed since the leader last wrote it (a renew cut short by the stop)', async (t) => {
+    const { lease, leader, follower } = await electOne();
+    // Moves the Lease's resourceVersion without touching its spec, as a renew that landed after
+    // the stop had cancelled it would; the leader's next write must not rely on its old copy.
+    await client.patch(
+      Resources.leases,
+      lease,
+      { metadata: { annotations: { 'test/touched': 'yes' } } },
+      { namespace: ns },
+    );
+    const stoppedAt = Date.now();
+    leader.child.kill('SIGTERM');
+    const [code] = await leader.exited;
+    assert.equal(code, 0);
+    assert.ok(
+      !leader.output.some((line) => line.includes('cannot release leader lease')),
+      leader.output.filter((line) => line.includes('release')).join('\n'),
+    );
+    const took = await waitFor('the follower leading', () => follower.last('leading'), { timeoutMs: 10_000 });
+    t.diagnostic(`takeover ${took.at - stoppedAt} ms after SIGTERM`);
+    assert.ok(took.at - stoppedAt < 2000, `takeover after ${took.at - stoppedAt} ms`);
+  });
 });

@@ -257,27 +257,40 @@ export class LeaderElector {
     }
   }
 
-  /** Hands the Lease over at once: no holder and the shortest duration the API accepts. */
+  /**
+   * Hands the Lease over at once: no holder and the shortest duration the API accepts. It reads the
+   * Lease first: a renew cut short by the stop may still have landed, and a PUT with the
+   * resourceVersion from before it would be refused, leaving followers to wait a whole lease.
+   */
   async #release(): Promise<void> {
-    if (this.#holder() !== this.#identity) return;
-    const now = microTime(Date.now());
-    try {
-      this.#observe(
-        await this.#put(
-          {
-            holderIdentity: '',
-            leaseDurationSeconds: 1,
-            acquireTime: now,
-            renewTime: now,
-            leaseTransitions: this.#lease?.spec?.leaseTransitions,
-          },
-          AbortSignal.timeout(Math.ceil(this.#renewDeadlineMs)),
-        ),
-      );
-      this.#log.info('released leader lease');
-    } catch (err) {
-      this.#log.warn({ err }, 'cannot release leader lease');
+    const signal = AbortSignal.timeout(Math.ceil(this.#renewDeadlineMs));
+    while (!signal.aborted) {
+      try {
+        this.#observe(await this.#client.request<Lease>('GET', this.#path(), { signal }));
+        if (this.#holder() !== this.#identity) return;
+        const now = microTime(Date.now());
+        this.#observe(
+          await this.#put(
+            {
+              holderIdentity: '',
+              leaseDurationSeconds: 1,
+              acquireTime: now,
+              renewTime: now,
+              leaseTransitions: this.#lease?.spec?.leaseTransitions,
+            },
+            signal,
+          ),
+        );
+        this.#log.info('released leader lease');
+        return;
+      } catch (err) {
+        // A conflict means the Lease moved between the read and the write: read it again.
+        if (isConflict(err)) continue;
+        this.#log.warn({ err }, 'cannot release leader lease');
+        return;
+      }
     }
+    this.#log.warn('cannot release leader lease within the renew deadline');
   }
 
   /** Replaces the last seen Lease; its resourceVersion makes this a compare-and-swap. */
