@@ -7,7 +7,7 @@ import path from 'node:path';
 import { checkGo } from '../src/sandbox/build.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { abortOnSignals, Sandbox, type UpOptions } from '../src/sandbox/sandbox.ts';
-import type { NodeGroupInput } from '../src/sandbox/nodes.ts';
+import { nodeManifests, type NodeGroupInput } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
 
@@ -215,12 +215,12 @@ export async function webhookLatencies(
 }
 
 /**
- * Creates pods `p-<from>` to `p-<to - 1>` in `namespace`, each bound to the node `nodeOf(i)` and
- * needing `label` there (true): the workload of the derived-label benchmarks.
+ * Creates pods `p-<from>` to `p-<to - 1>` in `namespace`, each bound to the node `nodeOf(i)` and,
+ * given a `label`, needing it there (true): the workload of the derived-label benchmarks.
  */
 export async function createBoundPods(
   client: KubeClient,
-  o: { namespace: string; from: number; to: number; nodeOf: (i: number) => string; label: string },
+  o: { namespace: string; from: number; to: number; nodeOf: (i: number) => string; label?: string },
 ): Promise<void> {
   await forEachLimit(
     Array.from({ length: o.to - o.from }, (_, i) => o.from + i),
@@ -232,7 +232,7 @@ export async function createBoundPods(
         metadata: { name: `p-${i}`, namespace: o.namespace },
         spec: {
           nodeName: o.nodeOf(i),
-          nodeSelector: { [o.label]: 'true' },
+          ...(o.label ? { nodeSelector: { [o.label]: 'true' } } : {}),
           terminationGracePeriodSeconds: 0,
           containers: [{ name: 'main', image: 'registry.example/edgetpu-inference:1' }],
         },
@@ -252,6 +252,40 @@ export function buildGoProgram(name: string, dir: string): string {
   });
   if (built.status !== 0) throw new Error(`building bench/${name} failed:\n${built.stderr}`);
   return out;
+}
+
+/** The AdmissionReview the apiserver sends a Node CREATE webhook for a new node with these labels. */
+export const nodeCreateReview = (uid: string, labels: Record<string, string>): string =>
+  JSON.stringify({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: {
+      uid,
+      kind: { group: '', version: 'v1', kind: 'Node' },
+      resource: { group: '', version: 'v1', resource: 'nodes' },
+      operation: 'CREATE',
+      userInfo: { username: 'system:node:bench' },
+      object: nodeManifests({ prefix: `review-${uid}`, count: 1, labels })[0],
+    },
+  });
+
+/** Latencies of calls as bench/webhookload summarizes them. */
+export interface LoadSummary {
+  count: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+/** Runs bench/webhookload (built by buildGoProgram) with `args` to its end; its last line, parsed. */
+export function webhookLoad<T>(generator: string, args: string[]): T {
+  const run = spawnSync(generator, args, {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+    timeout: 300_000,
+  });
+  if (run.status !== 0) throw new Error(`webhookload ${args.join(' ')} exited with ${run.status}`);
+  return JSON.parse(run.stdout.trim().split('\n').pop()!) as T;
 }
 
 /** The flags a Go floor takes to reach the apiserver a client reaches: its URL and TLS material,

@@ -8,7 +8,6 @@
 // 2. Slow clients: 450 connections sending their headers and 300 their bodies a piece a second,
 //    beside 20 callers; when the server dropped each (target: within its timeouts) and the
 //    callers' latency meanwhile.
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -16,9 +15,15 @@ import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
-import { nodeManifests } from '../src/sandbox/nodes.ts';
 import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
-import { benchSandbox, buildGoProgram, report } from './lib.ts';
+import {
+  benchSandbox,
+  buildGoProgram,
+  nodeCreateReview,
+  report,
+  webhookLoad,
+  type LoadSummary,
+} from './lib.ts';
 
 const { values } = parseArgs({
   options: {
@@ -33,12 +38,6 @@ const { values } = parseArgs({
 const POOL = 'bench.berth.dev/pool';
 const TAINT = 'bench.berth.dev/warmup';
 
-interface Summary {
-  count: number;
-  p50Ms: number;
-  p99Ms: number;
-  maxMs: number;
-}
 interface Slow {
   started: number;
   refused: number;
@@ -48,9 +47,9 @@ interface Slow {
 }
 interface LoadResult {
   perSecond: number;
-  answered: Summary;
+  answered: LoadSummary;
   late: number;
-  refused: Summary;
+  refused: LoadSummary;
   refusedBy: Record<string, number>;
   timeouts: number;
   slowHeaders: Slow;
@@ -94,32 +93,11 @@ try {
   const caFile = path.join(work, 'ca.pem');
   writeFileSync(caFile, Buffer.from(hook.caBundle, 'base64'));
   const bodyFile = path.join(work, 'review.json');
-  writeFileSync(
-    bodyFile,
-    JSON.stringify({
-      apiVersion: 'admission.k8s.io/v1',
-      kind: 'AdmissionReview',
-      request: {
-        uid: 'bench',
-        kind: { group: '', version: 'v1', kind: 'Node' },
-        resource: { group: '', version: 'v1', resource: 'nodes' },
-        operation: 'CREATE',
-        userInfo: { username: 'system:node:bench' },
-        object: nodeManifests({ prefix: 'review', count: 1, labels: { [POOL]: 'gated' } })[0],
-      },
-    }),
-  );
+  writeFileSync(bodyFile, nodeCreateReview('bench', { [POOL]: 'gated' }));
 
-  function load(args: string[]): LoadResult {
-    const run = spawnSync(generator, ['-url', hook!.url, '-ca', caFile, '-body', bodyFile, ...args], {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'inherit'],
-      timeout: 300_000,
-    });
-    if (run.status !== 0) throw new Error(`webhookload ${args.join(' ')} exited with ${run.status}`);
-    return JSON.parse(run.stdout.trim().split('\n').pop()!) as LoadResult;
-  }
-  const ms = (s: Summary) => `p50 ${s.p50Ms} ms, p99 ${s.p99Ms} ms, max ${s.maxMs} ms`;
+  const load = (args: string[]) =>
+    webhookLoad<LoadResult>(generator, ['-url', hook!.url, '-ca', caFile, '-body', bodyFile, ...args]);
+  const ms = (s: LoadSummary) => `p50 ${s.p50Ms} ms, p99 ${s.p99Ms} ms, max ${s.maxMs} ms`;
 
   const clients = Number(values.clients);
   console.log(`load: ${clients} concurrent callers for ${values.seconds} s`);

@@ -17,7 +17,7 @@ const tiny: Record<string, string[]> = {
   'bench:labels': ['--nodes', '10', '--idle-seconds', '2'],
   'bench:evict': ['--nodes', '4', '--pods', '20', '--affected', '2', '--after-seconds', '1'],
   'bench:agents': ['--nodes', '4', '--pods', '40', '--pools', '4', '--churn-seconds', '2'],
-  'bench:gates': ['--nodes', '5', '--webhook-rate', '50', '--webhook-seconds', '1'],
+  'bench:gates': ['--nodes', '5', '--pods', '20', '--webhook-rate', '50', '--webhook-seconds', '1'],
   'bench:arch': [
     '--pods',
     '20',

@@ -1,0 +1,3 @@
+module berth.dev/bench/webhookfloor
+
+go 1.26
