@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Event } from '../../src/runtime/events/event.ts';
 import { EventRecorder } from '../../src/runtime/events/recorder.ts';
+import { eventMetrics } from '../../src/runtime/observability/metrics.ts';
 import { KubeClient, type RequestOptions } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { nodeManifests } from '../../src/sandbox/nodes.ts';
@@ -33,13 +34,16 @@ const nodes: string[] = [];
 const defaultNamespaceEvents: string[] = [];
 let ns: string;
 
-function recorder(opts: { client?: KubeClient; seriesUpdateIntervalMs?: number; spamBurst?: number } = {}) {
+function recorder(
+  opts: { client?: KubeClient; seriesUpdateIntervalMs?: number; spamBurst?: number; maxQueue?: number } = {},
+) {
   const r = new EventRecorder({
     client: opts.client ?? client,
     reportingController: 'berth.dev/test',
     reportingInstance: 'test-0',
     seriesUpdateIntervalMs: opts.seriesUpdateIntervalMs ?? 200,
     spamBurst: opts.spamBurst,
+    maxQueue: opts.maxQueue,
   });
   recorders.push(r);
   return r;
@@ -222,6 +226,23 @@ describe('the event recorder', () => {
     assert.deepEqual(events.map((e) => e.reason).sort(), ['Step0', 'Step1', 'Step2']);
     assert.equal(events.find((e) => e.reason === 'Step0')?.series?.count, 2);
     assert.equal(r.stats.spamDropped, 2);
+  });
+
+  test('a full queue drops the oldest Events and counts them in berth_events_dropped_total', async () => {
+    const dropped = async () =>
+      (await eventMetrics.dropped.get()).values.find(
+        (v) => v.labels.controller === 'berth.dev/test' && v.labels.reason === 'queue_full',
+      )?.value ?? 0;
+    const before = await dropped();
+    const r = recorder({ maxQueue: 2 });
+    const cms = await Promise.all(Array.from({ length: 5 }, () => configMap()));
+    // All at once, before the sender takes any: two fit, the three oldest make room.
+    for (const cm of cms) r.event(cm, 'Normal', 'Made', 'Reconcile', `made ${cm.metadata!.name}`);
+    await r.flush();
+    assert.equal(r.stats.queueDropped, 3);
+    assert.equal((await dropped()) - before, 3);
+    const written = await Promise.all(cms.map(async (cm) => (await eventsAbout(cm.metadata!.name!)).length));
+    assert.deepEqual(written, [0, 0, 0, 1, 1]);
   });
 
   test('an API error is logged and counted, never thrown', async () => {

@@ -16,7 +16,8 @@ import {
   type KubeClient,
 } from '../client/client.ts';
 import { microTime } from '../api/meta.ts';
-import { rootLogger, type Logger } from '../observability/log.ts';
+import { rootLogger, ThrottledLog, type Logger } from '../observability/log.ts';
+import { eventMetrics } from '../observability/metrics.ts';
 import { Resources, type KubeObject } from '../api/meta.ts';
 import { SeriesCache, SpamFilter, type Series } from './correlator.ts';
 import {
@@ -83,6 +84,8 @@ export class EventRecorder {
   readonly #flushes: (() => void)[] = [];
   readonly #stop = new AbortController();
   readonly #stats = { spamDropped: 0, queueDropped: 0, failedWrites: 0 };
+  /** A thousand nodes joining at once fill the queue in a second: one line says so, not a thousand. */
+  readonly #throttled: ThrottledLog;
   /** Set while the sender is idle: wakes it. */
   #wake: (() => void) | undefined;
 
@@ -100,6 +103,7 @@ export class EventRecorder {
       idleMs: opts.seriesIdleMs,
       maxSeries: opts.maxSeries,
     });
+    this.#throttled = new ThrottledLog(this.#log);
     this.#spam = new SpamFilter({ burst: opts.spamBurst, refillMs: opts.spamRefillMs });
     this.#maxQueue = opts.maxQueue ?? 1000;
     void this.#send();
@@ -142,6 +146,7 @@ export class EventRecorder {
       // The spam filter limits new Events; repeats of a series cost no more than its patches.
       if (!this.#series.continues(key, now) && !this.#spam.allow(objectKey(ref), now)) {
         this.#stats.spamDropped++;
+        eventMetrics.dropped.inc({ controller: this.#controller, reason: 'spam' });
         this.#log.debug({ regarding: ref, reason }, 'event dropped by the spam filter');
         return;
       }
@@ -155,7 +160,12 @@ export class EventRecorder {
           const dropped = this.#queue.shift()!;
           this.#series.forget(dropped);
           this.#stats.queueDropped++;
-          this.#log.warn({ reason: dropped.data.body.reason }, 'event queue full: dropped the oldest event');
+          eventMetrics.dropped.inc({ controller: this.#controller, reason: 'queue_full' });
+          this.#throttled.warn(
+            'queue_full',
+            { reason: dropped.data.body.reason },
+            'event queue full: dropped the oldest event (berth_events_dropped_total counts them all)',
+          );
         }
         this.#queue.push(series);
       }
@@ -287,6 +297,7 @@ export class EventRecorder {
 
   #failed(err: unknown, s: Series<Draft>, msg: string): void {
     this.#stats.failedWrites++;
+    eventMetrics.dropped.inc({ controller: this.#controller, reason: 'failed' });
     if (this.#stop.signal.aborted) return; // stop() cut it short: not worth a warning
     const { regarding, reason } = s.data.body;
     this.#log.warn({ err, regarding, reason, count: s.count }, msg);

@@ -145,6 +145,16 @@ export const httpServerMetrics = {
   ),
 };
 
+// Events the recorder did not write: how much of what happened `kubectl get events` does not show.
+export const eventMetrics = {
+  dropped: counter(
+    'berth_events_dropped_total',
+    'Events not written, by reporting controller and reason: spam (the per-object spam filter), ' +
+      'queue_full (the oldest waiting Event made room for a new one), failed (the write was given up on)',
+    ['controller', 'reason'],
+  ),
+};
+
 // API requests (client-go's rest_client metrics).
 export const restMetrics = {
   requests: counter(

@@ -5,7 +5,7 @@ import type { IncomingMessage, Server, ServerOptions, ServerResponse } from 'nod
 import { http } from '../platform/http.ts';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { rootLogger, type Logger } from '../observability/log.ts';
+import { rootLogger, ThrottledLog, type Logger } from '../observability/log.ts';
 import { httpServerMetrics } from '../observability/metrics.ts';
 
 export type Route = () => Promise<{ status: number; body: string; contentType?: string }>;
@@ -122,32 +122,6 @@ export function limitServer(
     if (err.code === 'ERR_TLS_HANDSHAKE_TIMEOUT') guard.count('timeout');
   });
   return guard;
-}
-
-const throttleMs = 60_000;
-
-/**
- * Warnings about what clients send: at most one line a minute per key, with `count`, how many
- * times it happened since the last line. A flood of bad requests must not become one of logs.
- */
-export class ThrottledLog {
-  private readonly log: Logger;
-  private readonly last = new Map<string, { at: number; count: number }>();
-
-  constructor(log: Logger) {
-    this.log = log;
-  }
-
-  warn(key: string, fields: Record<string, unknown>, msg: string): void {
-    const now = Date.now();
-    const last = this.last.get(key);
-    if (last && now - last.at < throttleMs) {
-      last.count++;
-      return;
-    }
-    this.last.set(key, { at: now, count: 0 });
-    this.log.warn({ ...fields, count: (last?.count ?? 0) + 1 }, msg);
-  }
 }
 
 /** The in-flight limit of one server, and the count (metric and throttled log) of what it refuses. */

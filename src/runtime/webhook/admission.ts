@@ -8,15 +8,8 @@ import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
-import {
-  ThrottledLog,
-  limitServer,
-  listen,
-  serverOptions,
-  type ServerGuard,
-  type ServerLimits,
-} from '../server/http.ts';
-import { rootLogger, type Logger } from '../observability/log.ts';
+import { limitServer, listen, serverOptions, type ServerGuard, type ServerLimits } from '../server/http.ts';
+import { rootLogger, ThrottledLog, type Logger } from '../observability/log.ts';
 import { webhookMetrics } from '../observability/metrics.ts';
 import { createCertificateAuthority } from './certificates.ts';
 import { ServingSecret, type ServingSecretOptions } from './secret.ts';
