@@ -11,26 +11,40 @@
 // 3. The floor: the same number of pods created gated in another namespace at the same concurrency,
 //    while a minimal client, which knows each image's platforms, sends each pod the same patch
 //    (affinity, annotation, gate removed) at the same concurrency as Berth's workers.
-// 4. Webhook: Pod CREATE AdmissionReviews sent straight to Berth's webhook at `--webhook-rate`.
+// 4. Webhook: Pod CREATE reviews (half for pods of the policy's namespace, whose images Berth now
+//    knows: it answers them with its placing patch from its caches; half for pods it leaves alone)
+//    at `--webhook-rate`, open-loop, from bench/webhookload (Go, outside this process and Berth's)
+//    to Berth's webhook and to a floor, bench/webhookfloor -webhook=arch (a minimal Go net/http TLS
+//    server answering the same patch from the images' platforms), the two taking turns of a
+//    second; p99 of each and their ratio.
 // Berth runs as its own process (`berth run --controllers arch`), as it would in a cluster.
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { ArchPlacement, SCHEDULING_GATE } from '../src/arch/types.ts';
+import { mergePlatforms } from '../src/registry/manifest.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import {
   benchSandbox,
+  buildGoProgram,
   forEachLimit,
   percentile,
   round,
   report,
   waitForValue,
-  webhookLatencies,
+  webhookAgainstFloor,
 } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
-import { platform, RegistryPusher, startFaultProxy, type PlatformSpec } from '../test/helpers/registry.ts';
+import {
+  platform,
+  platformString,
+  RegistryPusher,
+  startFaultProxy,
+  type PlatformSpec,
+} from '../test/helpers/registry.ts';
 
 const { values } = parseArgs({
   options: {
@@ -50,6 +64,11 @@ const rate = Number(values['webhook-rate']);
 const webhookSeconds = Number(values['webhook-seconds']);
 const NS = 'bench-arch';
 const FLOOR_NS = 'bench-arch-floor';
+const POLICY = 'bench';
+
+const work = mkdtempSync(join(tmpdir(), 'bench-arch-'));
+const generator = buildGoProgram('webhookload', work);
+const floorBin = buildGoProgram('webhookfloor', work);
 
 // Mixed architectures, as in a cluster of cloud amd64 and arm64 instances.
 const arm = Math.floor(nodeCount * 0.4);
@@ -82,6 +101,9 @@ const proxy = await startFaultProxy(registry);
 const pusher = new RegistryPusher(registry);
 const images: { ref: string }[] = [];
 const archesOf = new Map<string, string[]>();
+// What Berth will know of each image, for the webhook's floor: its digest and platforms (merged and
+// sorted, as its registry client keeps them).
+const known: Record<string, { digest: string; platforms: string[] }> = {};
 const pushStarted = performance.now();
 await forEachLimit(
   Array.from({ length: imageCount }, (_, i) => i),
@@ -89,9 +111,11 @@ await forEachLimit(
   async (i) => {
     const kind = kinds[i % kinds.length]!;
     const repo = `bench/img-${i}`;
-    if (kind.index) await pusher.pushIndex(repo, 'v1', kind.platforms, { format: kind.format });
-    else await pusher.pushImage(repo, 'v1', kind.platforms[0]!, kind.format);
+    const { digest } = kind.index
+      ? (await pusher.pushIndex(repo, 'v1', kind.platforms, { format: kind.format })).index
+      : await pusher.pushImage(repo, 'v1', kind.platforms[0]!, kind.format);
     images[i] = { ref: `${proxy.host}/${repo}:v1` };
+    known[images[i].ref] = { digest, platforms: mergePlatforms(kind.platforms).map(platformString) };
     archesOf.set(images[i].ref, [...new Set(kind.platforms.map((p) => p.architecture))]);
   },
 );
@@ -130,7 +154,7 @@ writeFileSync(registriesFile, `registries:\n  "${proxy.host}":\n    ca: ${regist
 await client.create(ArchPlacement.ref, {
   apiVersion: ArchPlacement.apiVersion,
   kind: ArchPlacement.kind,
-  metadata: { name: 'bench' },
+  metadata: { name: POLICY },
   spec: { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': NS } } },
 });
 const berth = await startBerth(sb, [
@@ -305,9 +329,11 @@ console.log(
     `p99 ${percentile(floorRun.latencies, 99).toFixed(0)} ms`,
 );
 
-// 4. Webhook latency at a fixed rate, straight to Berth's server: half the pods in the policy's namespace.
-// The bench's own watch of 10,000 pods stops first: its events would delay the sender's clock.
-pods.stop();
+// 4. Webhook: Berth against the floor, with the bench's mix of reviews (every other one in the
+// policy's namespace). The first 2 × images pods name every image, without thousands of bodies to
+// warm up and compare; they are sent in turn.
+// The bench's own watch stops first: its process has no more to do while Berth is measured.
+await pods.stop();
 const review = (i: number) => {
   const pod = podManifest(i % 2 ? NS : 'other', i, false);
   return JSON.stringify({
@@ -324,8 +350,8 @@ const review = (i: number) => {
     },
   });
 };
-// Berth's own count of reviews it took over 5 ms to answer, apart from what the network and this
-// process's clock add (on a busy machine they can be most of the p99).
+// Berth's own count of reviews it took over 5 ms to answer, apart from what the network and the
+// generator add.
 const archHook = (l: string) => l.includes('arch');
 /** Reviews Berth answered so far, and how many of them within 5 ms (its latency histogram). */
 const served = async () => ({
@@ -336,29 +362,32 @@ const served = async () => ({
   ),
 });
 const servedBefore = await served();
-const {
-  latencies: hookLatencies,
-  achievedRate,
-  failed: webhookFailed,
-} = await webhookLatencies(
-  hook.clientConfig,
-  Array.from({ length: rate * webhookSeconds }, (_, i) => review(i)),
+const imagesFile = join(work, 'images.json');
+writeFileSync(imagesFile, JSON.stringify(known));
+const webhook = await webhookAgainstFloor({
+  generator,
+  floor: floorBin,
+  floorArgs: ['-webhook=arch', `-namespace=${NS}`, `-policy=${POLICY}`, `-images=${imagesFile}`],
+  dir: work,
+  hook: hook.clientConfig,
+  bodies: Array.from({ length: Math.min(rate * webhookSeconds, 2 * imageCount) }, (_, i) => review(i)),
   rate,
-);
+  seconds: webhookSeconds,
+});
 const servedAfter = await served();
 const slowInBerth = servedAfter.all - servedAfter.within5ms - (servedBefore.all - servedBefore.within5ms);
 console.log(
-  `webhook: ${hookLatencies.length} reviews at ${achievedRate.toFixed(0)}/s: p50 ${percentile(hookLatencies, 50).toFixed(2)} ms, ` +
-    `p99 ${percentile(hookLatencies, 99).toFixed(2)} ms, max ${Math.max(...hookLatencies).toFixed(2)} ms; ` +
-    `${slowInBerth} of ${servedAfter.all - servedBefore.all} answered by Berth in over 5 ms; ${webhookFailed} failed`,
+  `  Berth's own clock: ${slowInBerth} of ${servedAfter.all - servedBefore.all} reviews (warm-up included) over 5 ms`,
 );
 
 const result = {
   pods: podCount,
   images: imageCount,
   nodes: nodeCount,
-  webhookP99ms: round(percentile(hookLatencies, 99), 2),
-  webhookFailed,
+  webhookP99ms: webhook.p99Ms,
+  webhookFloorP99ms: webhook.floorP99Ms,
+  webhookRatio: webhook.ratio,
+  webhookFailed: webhook.failed,
   gatedAtAdmission: berthRun.gatedAtAdmission,
   ungateP50ms: round(percentile(berthRun.latencies, 50), 0),
   ungateP99ms: round(percentile(berthRun.latencies, 99), 0),
@@ -376,4 +405,5 @@ await berth.stop();
 await proxy.close();
 client.close();
 await sb.down();
+rmSync(work, { recursive: true, force: true });
 report(result);

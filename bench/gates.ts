@@ -10,20 +10,16 @@
 //    apiserver does) to Berth's webhook server and to a floor, bench/webhookfloor (a minimal Go
 //    net/http TLS server answering the same patch); p99 of each and their ratio.
 // Berth runs as its own process (`berth run --controllers gates`), as it would in a cluster.
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
-import { isDeepStrictEqual, parseArgs } from 'node:util';
+import { parseArgs } from 'node:util';
 import { podReady } from '../src/gates/decide.ts';
 import { gateAnnotations, NodeStartupGate } from '../src/gates/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
-import { createCertificateAuthority } from '../src/runtime/webhook/certificates.ts';
 import { nodeManifests } from '../src/sandbox/nodes.ts';
 import {
   benchSandbox,
@@ -35,8 +31,7 @@ import {
   round,
   report,
   waitForValue,
-  webhookLoad,
-  type LoadSummary,
+  webhookAgainstFloor,
 } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
@@ -188,86 +183,35 @@ console.log(
     `Berth caches ${await cached('nodes')} nodes and ${cachedPods} pods`,
 );
 
-// 3. Webhook: Berth against the floor, given a serving certificate like Berth's (ECDSA P-256).
-const ca = await createCertificateAuthority('bench-webhookfloor');
-const serving = await ca.issue({ commonName: '127.0.0.1', ipAddresses: ['127.0.0.1'], usage: 'server' });
-const file = (name: string, data: string | Buffer) => {
-  writeFileSync(path.join(work, name), data);
-  return path.join(work, name);
-};
-const floor = spawn(
-  floorBin,
-  [
-    `-cert=${file('floor.crt', serving.certPem)}`,
-    `-key=${file('floor.key', serving.keyPem)}`,
+// 3. Webhook: Berth against the floor.
+const webhook = await webhookAgainstFloor({
+  generator,
+  floor: floorBin,
+  floorArgs: [
+    '-webhook=gates',
     `-select=${POOL}=gated`,
     `-taint=${TAINT}=warmup:NoSchedule`,
     `-annotation=${gateAnnotations('warmup', {}).gatedAt}`,
   ],
-  { stdio: ['ignore', 'pipe', 'inherit'] },
-);
-process.once('exit', () => floor.kill());
-const [floorUrl] = (await Promise.race([
-  once(createInterface({ input: floor.stdout }), 'line'),
-  once(floor, 'exit').then(([code]) => {
-    throw new Error(`bench/webhookfloor exited with ${code}`);
-  }),
-])) as [string];
-
-interface Target {
-  answers: string[];
-  answered: LoadSummary;
-  refused: LoadSummary;
-  timeouts: number;
-}
-// Berth and the floor take turns of a second (-slice) rather than answering interleaved calls or
-// running one after the other: never loaded at once, neither's work (Berth's garbage collection,
-// its informers' events) lands in the other's latency on a 2-core machine, and noise slower than a
-// second (other processes, kwok) hits both alike.
-const load = webhookLoad<{ sentPerSecond: number; targets: [Target, Target] }>(generator, [
-  `-url=${hook.clientConfig.url}`,
-  `-url=${floorUrl}`,
-  `-ca=${file('ca.pem', `${Buffer.from(hook.clientConfig.caBundle, 'base64').toString()}\n${ca.certPem}`)}`,
-  `-body=${file('other.json', nodeCreateReview('bench-other', { [POOL]: 'other' }))}`,
-  `-body=${file('gated.json', nodeCreateReview('bench-gated', { [POOL]: 'gated' }))}`,
-  `-rate=${rate}`,
-  `-duration=${webhookSeconds}s`,
-  '-slice=1s',
-]);
-floor.kill();
-const [berthHook, floorHook] = load.targets;
-// A floor is one only if it answers what Berth does: the same patch to each review, but the time.
-const answer = (text: string) => {
-  const r = (JSON.parse(text) as { response: { patch?: string } }).response;
-  const patch = Buffer.from(r.patch ?? '', 'base64').toString();
-  return { ...r, patch: patch.replace(/"\d{4}-\d\d-\d\dT[\d:.]+Z"/g, '"(time)"') };
-};
-berthHook.answers.forEach((a, i) => {
-  if (!isDeepStrictEqual(answer(a), answer(floorHook.answers[i]!)))
-    throw new Error(`the floor answers ${floorHook.answers[i]} where Berth answers ${a}`);
+  dir: work,
+  hook: hook.clientConfig,
+  bodies: [
+    nodeCreateReview('bench-other', { [POOL]: 'other' }),
+    nodeCreateReview('bench-gated', { [POOL]: 'gated' }),
+  ],
+  rate,
+  seconds: webhookSeconds,
 });
-const failed = (t: Target) => t.refused.count + t.timeouts;
-const ms = (t: Target) =>
-  `${t.answered.count} answered: p50 ${t.answered.p50Ms} ms, p99 ${t.answered.p99Ms} ms, max ${t.answered.maxMs} ms; ${failed(t)} failed`;
-const webhookRatio = round(berthHook.answered.p99Ms / floorHook.answered.p99Ms, 2);
-console.log(
-  `webhook at ${rate}/s each (${load.sentPerSecond}/s sent), Berth and the floor taking turns of a second:`,
-);
-console.log(`  Berth: ${ms(berthHook)}`);
-console.log(`  floor: ${ms(floorHook)}`);
-console.log(
-  `  p99 ratio ${webhookRatio} (target ≤ 1.2), Berth's p99 ${berthHook.answered.p99Ms} ms (target ≤ 5 ms)`,
-);
 
 const result = {
   nodes: nodeCount,
   pods: podCount,
   releaseP50ms: round(percentile(release, 50), 0),
   releaseP99ms: round(percentile(release, 99), 0),
-  webhookP99ms: berthHook.answered.p99Ms,
-  webhookFloorP99ms: floorHook.answered.p99Ms,
-  webhookRatio,
-  webhookFailed: failed(berthHook),
+  webhookP99ms: webhook.p99Ms,
+  webhookFloorP99ms: webhook.floorP99Ms,
+  webhookRatio: webhook.ratio,
+  webhookFailed: webhook.failed,
   rssMB: berth.rssMB(),
 };
 await berth.stop();

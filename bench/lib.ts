@@ -1,15 +1,18 @@
 // Shared pieces of the benchmarks: a private sandbox, percentiles, memory, bounded concurrency.
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import { readFileSync, writeFileSync } from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { isDeepStrictEqual } from 'node:util';
 import { checkGo } from '../src/sandbox/build.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { abortOnSignals, Sandbox, type UpOptions } from '../src/sandbox/sandbox.ts';
 import { nodeManifests, type NodeGroupInput } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
+import { createCertificateAuthority } from '../src/runtime/webhook/certificates.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
 export async function benchSandbox(
@@ -156,65 +159,6 @@ export async function waitForValue<T>(
 }
 
 /**
- * Sends AdmissionReviews straight to a webhook at a fixed rate (as the apiserver would call it) and
- * answers each one's latency. The bodies are built beforehand, so that the sender's own work does not
- * delay the responses it times; the first 50 warm the connections and the code paths, untimed.
- */
-export async function webhookLatencies(
-  hook: { url: string; caBundle: string },
-  bodies: string[],
-  rate: number,
-): Promise<{ latencies: number[]; achievedRate: number; failed: number }> {
-  const agent = new https.Agent({ keepAlive: true, ca: Buffer.from(hook.caBundle, 'base64').toString() });
-  const url = new URL(hook.url);
-  const post = (body: string) =>
-    new Promise<number>((resolve, reject) => {
-      const started = performance.now();
-      const req = https.request(
-        url,
-        {
-          method: 'POST',
-          agent,
-          headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
-        },
-        (res) => {
-          res.resume();
-          res.on('end', () =>
-            res.statusCode === 200
-              ? resolve(performance.now() - started)
-              : reject(new Error(`HTTP ${res.statusCode}`)),
-          );
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
-  try {
-    for (let i = 0; i < Math.min(50, bodies.length); i++) await post(bodies[i]!);
-    const latencies: number[] = [];
-    // A review refused or dropped (a server over its connection limit on a loaded machine) is
-    // counted, not thrown: the run still reports what it measured.
-    let failed = 0;
-    const started = performance.now();
-    const inFlight: Promise<void>[] = [];
-    for (let i = 0; i < bodies.length; i++) {
-      const wait = started + (i * 1000) / rate - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      inFlight.push(
-        post(bodies[i]!).then(
-          (ms) => void latencies.push(ms),
-          () => void failed++,
-        ),
-      );
-    }
-    await Promise.all(inFlight);
-    return { latencies, achievedRate: bodies.length / ((performance.now() - started) / 1000), failed };
-  } finally {
-    agent.destroy();
-  }
-}
-
-/**
  * Creates pods `p-<from>` to `p-<to - 1>` in `namespace`, each bound to the node `nodeOf(i)` and,
  * given a `label`, needing it there (true): the workload of the derived-label benchmarks.
  */
@@ -283,9 +227,102 @@ export function webhookLoad<T>(generator: string, args: string[]): T {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
     timeout: 300_000,
+    // With -rate, its line holds each server's answer to every body.
+    maxBuffer: 64 * 1024 * 1024,
   });
   if (run.status !== 0) throw new Error(`webhookload ${args.join(' ')} exited with ${run.status}`);
   return JSON.parse(run.stdout.trim().split('\n').pop()!) as T;
+}
+
+/** One server's figures from bench/webhookload -rate, and its answer to each body (warm-up). */
+interface RateTarget {
+  answers: string[];
+  answered: LoadSummary;
+  refused: LoadSummary;
+  timeouts: number;
+}
+
+/**
+ * Berth's webhook (`hook`, as registered) against its floor: bench/webhookfloor (built, `floor`)
+ * started with `floorArgs` and a serving certificate like Berth's (ECDSA P-256). bench/webhookload
+ * (`generator`) sends `bodies` in turn to each at `rate` per second for `seconds`. Throws unless the
+ * floor answers each body as Berth does; prints both and answers Berth's p99, the floor's and
+ * their ratio.
+ */
+export async function webhookAgainstFloor(o: {
+  generator: string;
+  floor: string;
+  floorArgs: string[];
+  dir: string;
+  hook: { url: string; caBundle: string };
+  bodies: string[];
+  rate: number;
+  seconds: number;
+}): Promise<{ p99Ms: number; floorP99Ms: number; ratio: number; failed: number }> {
+  const ca = await createCertificateAuthority('bench-webhookfloor');
+  const serving = await ca.issue({ commonName: '127.0.0.1', ipAddresses: ['127.0.0.1'], usage: 'server' });
+  const file = (name: string, data: string | Buffer) => {
+    writeFileSync(path.join(o.dir, name), data);
+    return path.join(o.dir, name);
+  };
+  const floor = spawn(
+    o.floor,
+    [
+      `-cert=${file('floor.crt', serving.certPem)}`,
+      `-key=${file('floor.key', serving.keyPem)}`,
+      ...o.floorArgs,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const kill = () => floor.kill();
+  process.once('exit', kill);
+  let load: { sentPerSecond: number; targets: [RateTarget, RateTarget] };
+  try {
+    const [floorUrl] = (await Promise.race([
+      once(createInterface({ input: floor.stdout }), 'line'),
+      once(floor, 'exit').then(([code]) => {
+        throw new Error(`bench/webhookfloor exited with ${code}`);
+      }),
+    ])) as [string];
+    // Berth and the floor take turns of a second (-slice) rather than answering interleaved calls or
+    // running one after the other: never loaded at once, neither's work (Berth's garbage collection,
+    // its informers' events) lands in the other's latency on a 2-core machine, and noise slower than
+    // a second (other processes, kwok) hits both alike.
+    load = webhookLoad(o.generator, [
+      `-url=${o.hook.url}`,
+      `-url=${floorUrl}`,
+      `-ca=${file('ca.pem', `${Buffer.from(o.hook.caBundle, 'base64').toString()}\n${ca.certPem}`)}`,
+      ...o.bodies.map((body, i) => `-body=${file(`review-${i}.json`, body)}`),
+      `-rate=${o.rate}`,
+      `-duration=${o.seconds}s`,
+      '-slice=1s',
+    ]);
+  } finally {
+    kill();
+    process.off('exit', kill);
+  }
+  const [berth, floorHook] = load.targets;
+  // A floor is one only if it answers what Berth does: the same patch to each review, but the time.
+  const answer = (text: string) => {
+    const r = (JSON.parse(text) as { response: { patch?: string } }).response;
+    const patch = Buffer.from(r.patch ?? '', 'base64').toString();
+    return { ...r, patch: patch && JSON.parse(patch.replace(/"\d{4}-\d\d-\d\dT[\d:.]+Z"/g, '"(time)"')) };
+  };
+  berth.answers.forEach((a, i) => {
+    if (!isDeepStrictEqual(answer(a), answer(floorHook.answers[i]!)))
+      throw new Error(`the floor answers ${floorHook.answers[i]} where Berth answers ${a}`);
+  });
+  const failed = (t: RateTarget) => t.refused.count + t.timeouts;
+  const ms = (t: RateTarget) =>
+    `${t.answered.count} answered: p50 ${t.answered.p50Ms} ms, p99 ${t.answered.p99Ms} ms, max ${t.answered.maxMs} ms; ${failed(t)} failed`;
+  const ratio = round(berth.answered.p99Ms / floorHook.answered.p99Ms, 2);
+  console.log(
+    `webhook at ${o.rate}/s each (${load.sentPerSecond}/s sent), Berth and the floor taking turns of a second:`,
+  );
+  console.log(`  Berth: ${ms(berth)}`);
+  console.log(`  floor: ${ms(floorHook)}`);
+  console.log(`  p99 ratio ${ratio} (target ≤ 1.2), Berth's p99 ${berth.answered.p99Ms} ms (target ≤ 5 ms)`);
+  return { p99Ms: berth.answered.p99Ms, floorP99Ms: floorHook.answered.p99Ms, ratio, failed: failed(berth) };
 }
 
 /** The flags a Go floor takes to reach the apiserver a client reaches: its URL and TLS material,

@@ -1,5 +1,5 @@
-// A loopback load generator for admission webhook servers, built and run by bench/webhook.ts and
-// bench/gates.ts. It calls a server the way the apiserver does: Go's HTTP/1.1 client over TLS with
+// A loopback load generator for admission webhook servers, built and run by bench/webhook.ts,
+// bench/gates.ts and bench/arch.ts. It calls a server the way the apiserver does: Go's HTTP/1.1 client over TLS with
 // client-go's transport settings (25 idle connections per host, a 10 s handshake timeout). Two
 // modes: one goroutine per concurrent caller sending reviews back to back (-clients), or reviews at
 // a constant rate (-rate), open-loop, to one or more servers taking turns. Slow clients (slow
