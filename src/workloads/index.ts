@@ -34,7 +34,8 @@ export const workloadsCapability: Capability = {
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
   rbac: [
     // Deployments create and delete their instances; statuses are applied (patch), a Quota's is
-    // written with its resourceVersion (update).
+    // written with its resourceVersion (update). An instance's Pod is created, ungated (patch) and
+    // deleted with the instance, a hop before the garbage collector would.
     { apiGroups: [POLICY_GROUP], resources: ['workloaddeployments', 'quotas'], verbs: ['list', 'watch'] },
     {
       apiGroups: [POLICY_GROUP],
@@ -56,7 +57,7 @@ export const workloadsCapability: Capability = {
         "the owner's finalizers where OwnerReferencesPermissionEnforcement is on: a check, never a request",
     },
     { apiGroups: [POLICY_GROUP], resources: ['instancetypes'], verbs: ['list', 'watch'] },
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'patch'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'] },
   ],
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });

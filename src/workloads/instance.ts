@@ -132,13 +132,16 @@ export class InstanceController {
 
   private async reconcile(key: string): Promise<Result | void> {
     const inst = this.instances.get(key);
-    // Being deleted: the garbage collector takes its Pod (foreground), then the instance.
-    if (!inst || inst.metadata.deletionTimestamp) {
+    if (!inst) {
       this.rejected.delete(key);
       return;
     }
     const uid = inst.metadata.uid!;
     const cached = this.pods.get(key);
+    if (inst.metadata.deletionTimestamp) {
+      this.rejected.delete(key);
+      return this.deletePod(inst, cached);
+    }
     let pod = cached && controlledBy(cached, uid) ? cached : undefined;
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
@@ -227,6 +230,24 @@ export class InstanceController {
     const crashEnds = pod && crashWindowEndsIn(pod, Date.now());
     if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
     return result;
+  }
+
+  /**
+   * An instance being deleted: its Pod goes now. The garbage collector would take it too (the
+   * instance's deletion is foreground), but a hop later; a rollout waits on every such deletion.
+   */
+  private async deletePod(inst: InstanceObject, pod: WorkloadPod | undefined): Promise<void> {
+    if (!pod || pod.metadata.deletionTimestamp || !controlledBy(pod, inst.metadata.uid)) return;
+    try {
+      await this.manager.client().delete(Resources.pods, pod.metadata.name!, pod.metadata.namespace, {
+        apiVersion: 'v1',
+        kind: 'DeleteOptions',
+        preconditions: { uid: pod.metadata.uid },
+      });
+    } catch (e) {
+      // Gone already, or a Pod of the same name that is not this one: nothing of ours to delete.
+      if (!isNotFound(e) && !isConflict(e)) throw e;
+    }
   }
 
   /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */

@@ -72,5 +72,7 @@ test('every capability, leader election and webhooks run with only the generated
   const renewed = await client.get(Resources.leases, LEADER_ELECTION_ID, NAMESPACE);
   assert.notEqual(renewed.metadata?.resourceVersion, lease.metadata?.resourceVersion);
   assert.equal(await berth.metric('leader_election_master_status'), 1);
-  assert.doesNotMatch(berth.output(), /forbidden/i);
+  // RBAC's refusal names the user; a 403 for another cause (a namespace another test is deleting,
+  // whose leftovers this Berth sees too) is not one of the roles'.
+  assert.doesNotMatch(berth.output(), /forbidden: User .* cannot /i);
 });
