@@ -13,6 +13,7 @@ import { nodeManifests, type NodeGroupInput } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
 import { createCertificateAuthority } from '../src/runtime/webhook/certificates.ts';
+import { admissionReview } from '../test/helpers/admission.ts';
 
 /** A fresh sandbox of its own, so a benchmark never disturbs (or is disturbed by) another cluster. */
 export async function benchSandbox(
@@ -200,17 +201,10 @@ export function buildGoProgram(name: string, dir: string): string {
 
 /** The AdmissionReview the apiserver sends a Node CREATE webhook for a new node with these labels. */
 export const nodeCreateReview = (uid: string, labels: Record<string, string>): string =>
-  JSON.stringify({
-    apiVersion: 'admission.k8s.io/v1',
-    kind: 'AdmissionReview',
-    request: {
-      uid,
-      kind: { group: '', version: 'v1', kind: 'Node' },
-      resource: { group: '', version: 'v1', resource: 'nodes' },
-      operation: 'CREATE',
-      userInfo: { username: 'system:node:bench' },
-      object: nodeManifests({ prefix: `review-${uid}`, count: 1, labels })[0],
-    },
+  admissionReview({
+    uid,
+    userInfo: { username: 'system:node:bench' },
+    object: nodeManifests({ prefix: `review-${uid}`, count: 1, labels })[0],
   });
 
 /** Latencies of calls as bench/webhookload summarizes them. */

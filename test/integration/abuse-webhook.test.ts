@@ -27,6 +27,7 @@ import {
 } from '../helpers/cluster.ts';
 import { berthKubeconfig, removeBerthIdentity } from '../helpers/berth.ts';
 import { sleep, waitFor } from '../helpers/wait.ts';
+import { admissionReview } from '../helpers/admission.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -159,17 +160,10 @@ after(async () => {
 });
 
 const reviewBody = (uid: string) =>
-  JSON.stringify({
-    apiVersion: 'admission.k8s.io/v1',
-    kind: 'AdmissionReview',
-    request: {
-      uid,
-      kind: { group: '', version: 'v1', kind: 'Pod' },
-      resource: { group: '', version: 'v1', resource: 'pods' },
-      operation: 'CREATE',
-      userInfo: { username: 'abuse-test' },
-      object: podManifest({ name: uid, namespace: 'abuse', labels: { [label]: `${key}-ignore` } }),
-    },
+  admissionReview({
+    uid,
+    userInfo: { username: 'abuse-test' },
+    object: podManifest({ name: uid, namespace: 'abuse', labels: { [label]: `${key}-ignore` } }),
   });
 
 interface Reply {

@@ -12,17 +12,14 @@ import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import { registry } from '../../../src/runtime/observability/metrics.ts';
 import { createCertificateAuthority, type KeyPairPem } from '../../../src/runtime/webhook/certificates.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
-import {
-  WebhookServer,
-  nestedWithin,
-  type AdmissionRequest,
-} from '../../../src/runtime/webhook/admission.ts';
+import { WebhookServer, nestedWithin } from '../../../src/runtime/webhook/admission.ts';
 import {
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
   webhookClientConfig,
 } from '../../../src/runtime/webhook/configuration.ts';
 import { mutate, type JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
+import { admissionReview } from '../../helpers/admission.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
 
@@ -78,20 +75,6 @@ function call(port: number, ca: string, opts: CallOptions): Promise<Reply> {
       for (let i = 0; i < opts.body.length; i += 16 * 1024) req.write(opts.body.slice(i, i + 16 * 1024));
       req.end();
     } else req.end(opts.body);
-  });
-}
-
-function review(request: Partial<AdmissionRequest> & { uid: string }): string {
-  return JSON.stringify({
-    apiVersion: 'admission.k8s.io/v1',
-    kind: 'AdmissionReview',
-    request: {
-      kind: { group: '', version: 'v1', kind: 'Pod' },
-      resource: { group: '', version: 'v1', resource: 'pods' },
-      operation: 'CREATE',
-      userInfo: { username: 'tester' },
-      ...request,
-    },
   });
 }
 
@@ -151,13 +134,13 @@ describe('WebhookServer', () => {
   after(() => server.stop());
 
   const valid = async () => {
-    const res = responseOf(await post({ path: '/validate', body: review({ uid: 'again' }) }));
+    const res = responseOf(await post({ path: '/validate', body: admissionReview({ uid: 'again' }) }));
     assert.equal(res.uid, 'again');
   };
 
   test('a mutating handler answers with a base64 JSON patch', async () => {
     const res = responseOf(
-      await post({ path: '/mutate?timeout=10s', body: review({ uid: 'u-1', object: pod() }) }),
+      await post({ path: '/mutate?timeout=10s', body: admissionReview({ uid: 'u-1', object: pod() }) }),
     );
     assert.equal(res.uid, 'u-1');
     assert.equal(res.allowed, true);
@@ -169,7 +152,7 @@ describe('WebhookServer', () => {
   });
 
   test('a denying handler answers allowed=false with its status', async () => {
-    const res = responseOf(await post({ path: '/validate', body: review({ uid: 'u-2' }) }));
+    const res = responseOf(await post({ path: '/validate', body: admissionReview({ uid: 'u-2' }) }));
     assert.equal(res.uid, 'u-2');
     assert.equal(res.allowed, false);
     assert.deepEqual(res.status, { code: 403, message: 'pods are not welcome', reason: 'Forbidden' });
@@ -177,14 +160,14 @@ describe('WebhookServer', () => {
   });
 
   test('a handler that throws is answered with code 500 and the server stays up', async () => {
-    const res = responseOf(await post({ path: '/throw', body: review({ uid: 'u-3' }) }));
+    const res = responseOf(await post({ path: '/throw', body: admissionReview({ uid: 'u-3' }) }));
     assert.equal(res.allowed, false);
     assert.deepEqual(res.status, { code: 500, message: 'handler exploded' });
     await valid();
   });
 
   test('a handler that hangs past the timeout is answered allowed=false', async () => {
-    const res = responseOf(await post({ path: '/hang', body: review({ uid: 'u-4' }) }));
+    const res = responseOf(await post({ path: '/hang', body: admissionReview({ uid: 'u-4' }) }));
     assert.equal(res.uid, 'u-4');
     assert.equal(res.allowed, false);
     assert.equal(res.status?.code, 500);
@@ -195,19 +178,19 @@ describe('WebhookServer', () => {
   const malformed: [string, CallOptions, number][] = [
     ['a body that is not JSON', { body: '{"apiVersion": ' }, 400],
     ['JSON that is not an AdmissionReview', { body: '{"hello":"world"}' }, 400],
-    ['a request without uid', { body: review({ uid: '' }) }, 400],
+    ['a request without uid', { body: admissionReview({ uid: '' }) }, 400],
     [
       'a request with an unknown operation',
-      { body: review({ uid: 'x', operation: 'PATCH' as 'CREATE' }) },
+      { body: admissionReview({ uid: 'x', operation: 'PATCH' as 'CREATE' }) },
       400,
     ],
-    ['the wrong content type', { body: review({ uid: 'x' }), contentType: 'text/plain' }, 400],
+    ['the wrong content type', { body: admissionReview({ uid: 'x' }), contentType: 'text/plain' }, 400],
     // Would hold the event loop for tens of milliseconds in JSON.parse; refused after one pass over the bytes.
     ['JSON nested deeper than the apiserver sends', { body: '['.repeat(20_000) + ']'.repeat(20_000) }, 400],
     ['the wrong method', { method: 'GET' }, 405],
     ['an oversized body', { body: Buffer.alloc(100 * 1024, 'a') }, 413],
     ['an oversized chunked body', { body: Buffer.alloc(100 * 1024, 'a'), chunked: true }, 413],
-    ['an unknown path', { path: '/nowhere', body: review({ uid: 'x' }) }, 404],
+    ['an unknown path', { path: '/nowhere', body: admissionReview({ uid: 'x' }) }, 404],
   ];
   for (const [what, opts, status] of malformed) {
     test(`${what} gets HTTP ${status} and the server stays up`, async () => {
@@ -230,8 +213,8 @@ describe('WebhookServer', () => {
   test('connections are kept alive between reviews', async () => {
     const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
     try {
-      const first = await post({ path: '/validate', body: review({ uid: 'k-1' }), agent });
-      const second = await post({ path: '/validate', body: review({ uid: 'k-2' }), agent });
+      const first = await post({ path: '/validate', body: admissionReview({ uid: 'k-1' }), agent });
+      const second = await post({ path: '/validate', body: admissionReview({ uid: 'k-2' }), agent });
       assert.equal(responseOf(first).uid, 'k-1');
       assert.equal(responseOf(second).uid, 'k-2');
       assert.equal(second.reusedSocket, true);
@@ -241,7 +224,7 @@ describe('WebhookServer', () => {
   });
 
   test('requests are counted per webhook name and code', async () => {
-    await post({ path: '/mutate', body: review({ uid: 'm-1', object: pod() }) });
+    await post({ path: '/mutate', body: admissionReview({ uid: 'm-1', object: pod() }) });
     const text = await registry.getSingleMetricAsString('controller_runtime_webhook_requests_total');
     assert.match(text, /controller_runtime_webhook_requests_total\{webhook="label-pods",code="200"\} \d+/);
     assert.match(text, /webhook="label-pods",code="413"/);
@@ -364,7 +347,10 @@ describe('WebhookServer limits', () => {
   const releaseAll = () => waiting.splice(0).forEach((release) => release());
   /** A review of about `bytes` bytes. */
   const sized = (uid: string, bytes: number) =>
-    review({ uid, object: { ...pod(), metadata: { name: 'p', annotations: { pad: 'x'.repeat(bytes) } } } });
+    admissionReview({
+      uid,
+      object: { ...pod(), metadata: { name: 'p', annotations: { pad: 'x'.repeat(bytes) } } },
+    });
 
   before(async () => {
     server.register('/wait', () => new Promise((resolve) => waiting.push(() => resolve({ allowed: true }))));
@@ -379,12 +365,12 @@ describe('WebhookServer limits', () => {
   });
 
   test('a review beyond maxInFlight is answered 429 at once, without Retry-After, keeping the connection', async () => {
-    const held = [1, 2].map((i) => post({ path: '/wait', body: review({ uid: `w-${i}` }) }));
+    const held = [1, 2].map((i) => post({ path: '/wait', body: admissionReview({ uid: `w-${i}` }) }));
     while (waiting.length < 2) await new Promise((r) => setTimeout(r, 5));
     const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
     try {
       const started = performance.now();
-      const refused = await post({ path: '/ok', body: review({ uid: 'over' }), agent });
+      const refused = await post({ path: '/ok', body: admissionReview({ uid: 'over' }), agent });
       assert.ok(performance.now() - started < 1000, 'answered at once');
       assert.equal(refused.status, 429, refused.body);
       // client-go retries only when told Retry-After; without it the apiserver applies failurePolicy now.
@@ -396,7 +382,7 @@ describe('WebhookServer limits', () => {
       assert.match(status.message, /over 2 admission requests in flight/);
       releaseAll();
       for (const reply of await Promise.all(held)) assert.equal(responseOf(reply).allowed, true);
-      const again = await post({ path: '/ok', body: review({ uid: 'again' }), agent });
+      const again = await post({ path: '/ok', body: admissionReview({ uid: 'again' }), agent });
       assert.equal(responseOf(again).uid, 'again');
       assert.equal(again.reusedSocket, true);
     } finally {
