@@ -3,7 +3,7 @@
 // on plain JSON. Kubeconfigs are read by kubeconfig.ts.
 import https from 'node:https';
 import { createSecureContext } from 'node:tls';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { restMetrics } from '../observability/metrics.ts';
 import { defaultAccess, kubeconfigFileAccess, type ClusterAccess, type TlsMaterial } from './kubeconfig.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
@@ -59,6 +59,8 @@ export const PATCH = {
 } as const;
 
 const authRefreshMs = 60_000;
+/** How long a watch stream's events are handled back to back before other work gets a turn. */
+const STREAM_SLICE_MS = 2;
 
 const sameMaterial = (a: TlsMaterial, b: TlsMaterial): boolean =>
   (['ca', 'cert', 'key'] as const).every((k) => (a[k] && b[k] ? a[k].equals(b[k]) : a[k] === b[k])) &&
@@ -203,6 +205,7 @@ export class KubeClient {
     }
     let buf = '';
     res.setEncoding('utf8');
+    let turnStarted = performance.now();
     for await (const chunk of res) {
       buf += chunk as string;
       let nl: number;
@@ -210,6 +213,13 @@ export class KubeClient {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
         if (line.trim()) yield JSON.parse(line) as T;
+        // One socket read can bring dozens of events, each parsed and handled (by the consumer,
+        // while this generator waits) before anything else runs. Past a slice, the rest waits a
+        // turn of the event loop, so an admission review is not held behind a backlog of events.
+        if (performance.now() - turnStarted > STREAM_SLICE_MS) {
+          await nextTurn();
+          turnStarted = performance.now();
+        }
       }
     }
   }
