@@ -17,7 +17,7 @@ import {
 } from '../runtime/api/conditions.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
@@ -415,18 +415,8 @@ export class FederationController {
   }
 
   private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {
-    try {
-      await this.manager
-        .client(cluster)
-        .delete(WorkloadDeployment.ref, d.metadata.name!, d.metadata.namespace, {
-          apiVersion: 'v1',
-          kind: 'DeleteOptions',
-          // Only the object the cache showed: one recreated meanwhile is not ours to judge yet.
-          preconditions: { uid: d.metadata.uid },
-        });
-    } catch (e) {
-      if (!isNotFound(e) && !isConflict(e)) throw e;
-    }
+    // Only the object the cache showed: one recreated meanwhile is not ours to judge yet.
+    await deleteExact(this.manager.client(cluster), WorkloadDeployment.ref, d);
   }
 
   private async ensureNamespace(cluster: string, namespace: string): Promise<void> {

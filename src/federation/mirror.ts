@@ -9,8 +9,7 @@
 import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../policy/predicates.ts';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict, isNotFound } from '../runtime/client/client.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
@@ -268,15 +267,7 @@ export class MirrorController {
 
   private async remove(mirror: InstanceObject | undefined, why: string): Promise<void> {
     if (!mirror || mirror.metadata.deletionTimestamp) return;
-    try {
-      await this.manager.client().delete(Instance.ref, mirror.metadata.name!, mirror.metadata.namespace, {
-        apiVersion: 'v1',
-        kind: 'DeleteOptions',
-        preconditions: { uid: mirror.metadata.uid },
-      });
+    if (await deleteExact(this.manager.client(), Instance.ref, mirror))
       this.log.info({ mirror: keyOf(mirror) }, `mirror deleted: ${why}`);
-    } catch (e) {
-      if (!isNotFound(e) && !isConflict(e)) throw e;
-    }
   }
 }

@@ -10,7 +10,7 @@ import { changed, conditionsChanged, deletionChanged, generationChanged } from '
 import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
 import { Resources, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
@@ -132,16 +132,12 @@ export class InstanceController {
 
   private async reconcile(key: string): Promise<Result | void> {
     const inst = this.instances.get(key);
-    if (!inst) {
+    const cached = this.pods.get(key);
+    if (!inst || inst.metadata.deletionTimestamp) {
       this.rejected.delete(key);
-      return;
+      return inst && this.deletePod(inst, cached);
     }
     const uid = inst.metadata.uid!;
-    const cached = this.pods.get(key);
-    if (inst.metadata.deletionTimestamp) {
-      this.rejected.delete(key);
-      return this.deletePod(inst, cached);
-    }
     let pod = cached && controlledBy(cached, uid) ? cached : undefined;
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
@@ -238,16 +234,7 @@ export class InstanceController {
    */
   private async deletePod(inst: InstanceObject, pod: WorkloadPod | undefined): Promise<void> {
     if (!pod || pod.metadata.deletionTimestamp || !controlledBy(pod, inst.metadata.uid)) return;
-    try {
-      await this.manager.client().delete(Resources.pods, pod.metadata.name!, pod.metadata.namespace, {
-        apiVersion: 'v1',
-        kind: 'DeleteOptions',
-        preconditions: { uid: pod.metadata.uid },
-      });
-    } catch (e) {
-      // Gone already, or a Pod of the same name that is not this one: nothing of ours to delete.
-      if (!isNotFound(e) && !isConflict(e)) throw e;
-    }
+    await deleteExact(this.manager.client(), Resources.pods, pod);
   }
 
   /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */

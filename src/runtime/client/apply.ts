@@ -73,6 +73,24 @@ export function applyTarget(
   };
 }
 
+/**
+ * Deletes exactly `obj` (its uid as precondition). True when this call deleted it; false when it
+ * was gone already or another object of its name stands there now, which is not the caller's.
+ */
+export async function deleteExact(client: KubeClient, ref: ResourceRef, obj: KubeObject): Promise<boolean> {
+  try {
+    await client.delete(ref, obj.metadata!.name!, obj.metadata!.namespace, {
+      apiVersion: 'v1',
+      kind: 'DeleteOptions',
+      preconditions: { uid: obj.metadata!.uid },
+    });
+    return true;
+  } catch (e) {
+    if (isNotFound(e) || isConflict(e)) return false;
+    throw e;
+  }
+}
+
 /** The object an apply targeted is gone: deleted, or deleted and recreated (the uid precondition failed). */
 export const isObjectGone = (e: unknown): boolean =>
   isNotFound(e) ||

@@ -62,6 +62,7 @@ const authRefreshMs = 60_000;
 /** How long a watch stream's events are handled back to back before other work gets a turn. */
 const STREAM_SLICE_MS = 2;
 
+/** The same TLS material: a refresh that read the same files keeps its secure context. */
 const sameMaterial = (a: TlsMaterial, b: TlsMaterial): boolean =>
   (['ca', 'cert', 'key'] as const).every((k) => (a[k] && b[k] ? a[k].equals(b[k]) : a[k] === b[k])) &&
   a.servername === b.servername &&
