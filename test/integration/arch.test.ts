@@ -408,6 +408,29 @@ describe('NodeAffinity mode', () => {
       const placed = await podSettled(main, withSecret, 'Placed');
       assert.deepEqual(result(placed).architectures, ['arm64', 'ppc64le']);
       assert.ok([nodes.arm64, nodes.ppc64le].includes(await scheduledOn(main, withSecret)));
+
+      // `berth arch inspect --pull-secret`: refused without, read with the Secret's manifest or a
+      // docker config.json (each form a user has at hand).
+      const inspect = (...flags: string[]) =>
+        berthCli('arch', 'inspect', ref, `--registry-ca=${reg.caPath}`, ...flags);
+      const anonymous = inspect();
+      assert.notEqual(anonymous.status, 0, anonymous.stdout);
+      assert.match(
+        anonymous.stderr,
+        /refused anonymous access .*\(tried anonymously: no pull secret matched\)/,
+      );
+      const secretFile = join(work, 'pull-secret.json');
+      writeFileSync(secretFile, JSON.stringify(dockerConfigSecret(main, 'pull', reg.host, user, password)));
+      const configFile = join(work, 'config.json');
+      writeFileSync(configFile, JSON.stringify({ auths: { [reg.host]: { auth } } }));
+      for (const file of [secretFile, configFile]) {
+        const read = inspect(`--pull-secret=${file}`);
+        assert.equal(read.status, 0, read.stderr);
+        assert.deepEqual(
+          read.stdout.split('\n').filter((l) => l.startsWith('  linux/')),
+          ['  linux/arm64', '  linux/ppc64le'],
+        );
+      }
     } finally {
       removePolicy();
     }
