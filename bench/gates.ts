@@ -9,7 +9,8 @@
 //    second, open-loop, from bench/webhookload (Go, outside this process and Berth's, calling as the
 //    apiserver does) to Berth's webhook server and to a floor, bench/webhookfloor (a minimal Go
 //    net/http TLS server answering the same patch); p99 of each and their ratio.
-// Berth runs as its own process (`berth run --controllers gates`), as it would in a cluster.
+// Berth runs as its own process (`berth run --controllers gates`), as it would in a cluster, with the
+// image's Node flags and environment (its young generation's size shows in the webhook's tail).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -87,7 +88,7 @@ await client.create(NodeStartupGate.ref, {
   },
 });
 
-const berth = await startBerth(sb, ['--controllers=gates']);
+const berth = await startBerth(sb, ['--controllers=gates'], { imageRuntime: true });
 const config = await waitForValue('the webhook registered', async () =>
   client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined),
 );

@@ -91,6 +91,12 @@ export interface StartOptions {
    * as a checkout runs them.
    */
   compiled?: boolean;
+  /**
+   * The Node flags and environment of the image, on the TypeScript sources (implied by
+   * `compiled`): for a benchmark of latency, where what the flags do to garbage collection shows,
+   * without a build first.
+   */
+  imageRuntime?: boolean;
 }
 
 const dockerfile = () => readFileSync(`${packageRoot()}/Dockerfile`, 'utf8');
@@ -114,6 +120,7 @@ export async function startBerth(
   opts: StartOptions = {},
 ): Promise<BerthProcess> {
   const kubeconfig = opts.kubeconfig ?? (await berthKubeconfig(sb));
+  const image = opts.compiled || opts.imageRuntime;
   const [metricsPort, healthPort] = (await freePorts(2)) as [number, number];
   const child = spawn(
     process.execPath,
@@ -122,7 +129,7 @@ export async function startBerth(
       ...(process.env['BERTH_BENCH_CPU_PROF']
         ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BERTH_BENCH_CPU_PROF']}`]
         : []),
-      ...(opts.compiled ? imageNodeFlags() : []),
+      ...(image ? imageNodeFlags() : []),
       // The page is off unless a test asks for it (with its own free port, in `args`).
       ...berthRunArgs(
         kubeconfig,
@@ -133,7 +140,7 @@ export async function startBerth(
     ],
     {
       stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'],
-      env: { ...process.env, ...(opts.compiled ? imageEnv() : {}) },
+      env: { ...process.env, ...(image ? imageEnv() : {}) },
     },
   );
   // A test or benchmark that dies (its sandbox torn down by its crash handler) takes Berth along:
