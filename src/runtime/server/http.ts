@@ -104,6 +104,15 @@ export function limitServer(
   });
   // Replaces Node's default answer to a bad or late request, only to count the timeouts.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    // Node times a connection's first request from the connect, so one that never sent a byte is
+    // dropped at the headers timeout too: mostly a client's spare connection (Go's transport dials
+    // one for a call that then takes an idle connection, and pools it). Closed as Go's own server
+    // closes it: without an answer, which a Go client would log as unsolicited on an idle
+    // connection, and uncounted, since no client was refused (maxConnections bounds silent ones).
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && (socket as Socket).bytesRead === 0) {
+      socket.destroy();
+      return;
+    }
     const status =
       err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? 408

@@ -124,7 +124,8 @@ export const webhookServerLimits: ServerLimits = {
   headersTimeoutMs: 5_000,
   requestTimeoutMs: 10_000,
   // Longer than Go's default client idle timeout (90 s), so the apiserver closes idle connections
-  // first and never sends a POST on a connection the server is closing at that moment.
+  // first and never sends a POST on a connection the server is closing at that moment. One it
+  // dialled and never used goes at the headers timeout, as from a Go server (server/http.ts).
   keepAliveTimeoutMs: 120_000,
   // Behind a Service a connection stays on one replica; reconnecting now and then (the last
   // answer says Connection: close, so no request is lost) spreads the apiserver over replicas.

@@ -171,6 +171,41 @@ describe('serve with limits', () => {
   });
 });
 
+test('a connection that never sends a byte is closed at the headers timeout unanswered and uncounted; one that served a request idles on', async () => {
+  const server = (await serve(
+    '127.0.0.1:0',
+    'silent-test',
+    { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
+    limits({ headersTimeoutMs: 300, requestTimeoutMs: 300 }),
+    quiet,
+  ))!;
+  try {
+    const connect = () => {
+      const socket = net.connect(server.port, '127.0.0.1');
+      const got = { text: '', closed: false };
+      socket.on('data', (d: Buffer) => (got.text += d.toString()));
+      socket.once('close', () => (got.closed = true));
+      return { socket, got };
+    };
+    const silent = connect();
+    const used = connect();
+    used.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    const started = performance.now();
+    await new Promise((r) => silent.socket.once('close', r));
+    const ms = performance.now() - started;
+    assert.ok(ms >= 250 && ms < 300 + 400, `closed after ${ms.toFixed(0)} ms`);
+    assert.equal(silent.got.text, '', 'no answer to a request never sent');
+    assert.equal(await rejected('silent-test', 'timeout'), 0);
+    // The keep-alive timeout governs a connection between requests, not the headers timeout.
+    await new Promise((r) => setTimeout(r, 700));
+    assert.match(used.got.text, /^HTTP\/1\.1 200 OK/);
+    assert.equal(used.got.closed, false);
+    used.socket.destroy();
+  } finally {
+    await server.close();
+  }
+});
+
 test('serve closes connections over maxConnections as they are accepted', async () => {
   const server = (await serve(
     '127.0.0.1:0',
