@@ -171,11 +171,21 @@ export function choosePolicy(
 const hasGate = (pod: ArchPod) => pod.spec.schedulingGates?.some((g) => g.name === SCHEDULING_GATE) ?? false;
 export const gated = hasGate;
 
+/**
+ * A copy of the pod to change, new down to what Berth's changes reach (its metadata and spec; the
+ * affinity is copied where it is changed) and sharing the rest with `pod`, which stays as it was.
+ * The webhook makes one for every review: a structuredClone of the whole pod cost milliseconds in
+ * bursts (bench:arch's CPU profile), and the patch's diff skips what is shared at once.
+ */
+function editable(pod: ArchPod): ArchPod & { metadata: NonNullable<ArchPod['metadata']> } {
+  return { ...pod, metadata: { ...pod.metadata }, spec: { ...pod.spec } };
+}
+
 /** The pod with Berth's gate, the state label Gated and its policy's name. */
 function withGate(pod: ArchPod, policy: string): ArchPod {
-  const out = structuredClone(pod);
+  const out = editable(pod);
   out.spec.schedulingGates = [...(out.spec.schedulingGates ?? []), { name: SCHEDULING_GATE }];
-  const meta = (out.metadata ??= {});
+  const meta = out.metadata;
   meta.labels = { ...meta.labels, [STATE_LABEL]: 'Gated' };
   meta.annotations = { ...meta.annotations, [POLICY_ANNOTATION]: policy };
   return out;
@@ -346,8 +356,8 @@ function placed(
   placement: Placement,
   spec: Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'>,
 ): ArchPod {
-  const out = structuredClone(pod);
-  const meta = (out.metadata ??= {});
+  const out = editable(pod);
+  const meta = out.metadata;
   const annotations: Record<string, string> = { ...meta.annotations };
   let state: PodState;
   let architectures: string[] | undefined;
@@ -381,8 +391,8 @@ function placed(
         );
       if (add.length) s.tolerations = [...have, ...add];
     } else {
-      const affinity = (s.affinity ??= {});
-      const node = (affinity.nodeAffinity ??= {});
+      const affinity = (s.affinity = { ...s.affinity });
+      const node = (affinity.nodeAffinity = { ...affinity.nodeAffinity });
       node.requiredDuringSchedulingIgnoredDuringExecution = {
         ...node.requiredDuringSchedulingIgnoredDuringExecution,
         nodeSelectorTerms: withArchRequirement(required(pod), values),

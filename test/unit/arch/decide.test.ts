@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { deepFreeze } from '../../helpers/freeze.ts';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 import {
@@ -553,7 +554,8 @@ test('generated pods: the patch keeps every term, adds the intersection to each,
   const CASES = 2000;
   await withSeed('arch placePatch', (r) => {
     for (let n = 0; n < CASES; n++) {
-      const p = randomPod(r);
+      // Frozen: the pod is an informer's or a review's object, which a decision must leave as it is.
+      const p = deepFreeze(randomPod(r));
       const images = randomImages(r);
       const common = intersection(p, images);
       const os = p.spec.os?.name ?? 'linux';

@@ -27,14 +27,7 @@ import {
   workload,
   type NodeOptions,
 } from './fixtures.ts';
-
-function deepFreeze<T>(o: T): T {
-  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
-    Object.freeze(o);
-    for (const v of Object.values(o)) deepFreeze(v);
-  }
-  return o;
-}
+import { deepFreeze } from '../../helpers/freeze.ts';
 
 /** decideGate at NOW, on frozen inputs: it must not change what the caches hold. */
 const decide = (g: Gate, n: SlimNode, pods: SlimPod[] = []): GateDecision =>
