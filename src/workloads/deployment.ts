@@ -14,7 +14,7 @@ import { conditionSetter, findCondition, sameConditions } from '../runtime/api/c
 import type { CustomObject } from '../runtime/api/crd.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
@@ -150,14 +150,13 @@ export class DeploymentController {
           this.log.info({ deployment: key, instance: target, hash }, 'instance created');
         } else {
           const inst = owned.find((i) => i.metadata.name === a.name)!;
-          written = (await this.manager.client().delete(Instance.ref, a.name, ns, {
-            apiVersion: 'v1',
-            kind: 'DeleteOptions',
-            // Foreground: the Instance stays (deleting) until its Pod is gone, so "gone" means gone.
-            // No finalizer of Berth's: an Instance deleted while Berth is down or removed never waits.
+          // Foreground: the Instance stays (deleting) until its Pod is gone, so "gone" means gone.
+          // No finalizer of Berth's: an Instance deleted while Berth is down or removed never waits.
+          written = await deleteExact(this.manager.client(), Instance.ref, inst, {
             propagationPolicy: 'Foreground',
-            preconditions: { uid: inst.metadata.uid },
-          })) as KubeObject | undefined;
+          });
+          // Already gone, or replaced: the cache catches up and brings this key back.
+          if (!written) continue;
           this.log.info(
             { deployment: key, instance: target, reason: a.rollout ? 'rollout' : 'scale down' },
             'instance deleted',

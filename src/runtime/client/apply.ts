@@ -74,19 +74,25 @@ export function applyTarget(
 }
 
 /**
- * Deletes exactly `obj` (its uid as precondition). True when this call deleted it; false when it
- * was gone already or another object of its name stands there now, which is not the caller's.
+ * Deletes exactly `obj` (its uid as precondition). The apiserver's answer when this call deleted it
+ * (the object, now deleting, or a Status when it went at once); undefined when it was gone already
+ * or another object of its name stands there now, which is not the caller's.
  */
-export async function deleteExact(client: KubeClient, ref: ResourceRef, obj: KubeObject): Promise<boolean> {
+export async function deleteExact(
+  client: KubeClient,
+  ref: ResourceRef,
+  obj: KubeObject,
+  opts: { propagationPolicy?: 'Foreground' | 'Background' | 'Orphan' } = {},
+): Promise<KubeObject | undefined> {
   try {
-    await client.delete(ref, obj.metadata!.name!, obj.metadata!.namespace, {
+    return (await client.delete(ref, obj.metadata!.name!, obj.metadata!.namespace, {
       apiVersion: 'v1',
       kind: 'DeleteOptions',
+      ...opts,
       preconditions: { uid: obj.metadata!.uid },
-    });
-    return true;
+    })) as KubeObject;
   } catch (e) {
-    if (isNotFound(e) || isConflict(e)) return false;
+    if (isNotFound(e) || isConflict(e)) return undefined;
     throw e;
   }
 }
