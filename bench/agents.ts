@@ -1,10 +1,11 @@
 // Agent placement at scale: `npm run bench:agents -- --nodes 1000 --pods 20000`.
 // 1. Burst: create the pods (bound to nodes, 200 pools) and time until every node's claims are
 //    right; the floor is the same burst while a minimal client sends only the necessary patches
-//    (one per node, its final claims) at the same concurrency.
+//    (one per node, its final claims) at the same concurrency. And the burst's staleness: for each
+//    pod that brings a new claim to its node, the time from its creation to the claim on the node.
 // 2. Churn at 100 pods per second: latency from a pod being bound (or deleted) to its node being
-//    correct, p99 and maximum; the floor is the same churn while the minimal client patches each
-//    changed node at once.
+//    correct, p99 and maximum; the floor is the same churn while the simplest controller (a pod
+//    informer that patches a node at once when its pools change) keeps the claims.
 // 3. Writes: node patches by Berth per node whose claim set changed (at most one), and none otherwise.
 // Berth runs as its own process (`berth run --controllers agents`), as it would in a cluster.
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -14,7 +15,7 @@ import { installCrds } from '../src/cli/install.ts';
 import { applyTarget } from '../src/runtime/client/apply.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../src/runtime/client/client.ts';
-import { slimNode, type SlimNode } from '../src/policy/slim.ts';
+import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { errorText } from '../src/runtime/observability/log.ts';
 import { benchSandbox, forEachLimit, percentile, round, report, waitForValue } from './lib.ts';
@@ -73,16 +74,29 @@ const claimsOf = (node: string, prefix: string) =>
     .sort()
     .join(',');
 
-/** Expected claims per node, kept as pods are added and removed. */
-const placed = new Map<string, Map<string, number>>();
-const expected = (node: string) => [...(placed.get(node) ?? new Map()).keys()].sort().join(',');
-const track = (node: string, pool: string, delta: number) => {
-  const m = placed.get(node) ?? new Map<string, number>();
+/** Pods per pool per node. */
+type PoolCounts = Map<string, Map<string, number>>;
+/** Counts `delta` pods of `pool` on `node`; true when the node's set of pools changed. */
+const countPool = (counts: PoolCounts, node: string, pool: string, delta: number): boolean => {
+  const m = counts.get(node) ?? new Map<string, number>();
+  counts.set(node, m);
+  const had = m.has(pool);
   const n = (m.get(pool) ?? 0) + delta;
   if (n > 0) m.set(pool, n);
   else m.delete(pool);
-  placed.set(node, m);
+  return had !== n > 0;
+};
+/** Expected claims per node, kept as pods are added and removed. */
+const placed: PoolCounts = new Map();
+const expected = (node: string) => [...(placed.get(node) ?? new Map()).keys()].sort().join(',');
+/** Counts a pod added or removed; true when its node's expected claims changed. */
+const track = (node: string, pool: string, delta: number): boolean => {
+  const changed = countPool(placed, node, pool, delta);
   refresh(node);
+  // A later operation can make a node's claims right again with no write (a pool's last pod goes
+  // and a new one comes before anyone wrote): its waiters look now, not at the node's next event.
+  wake(node);
+  return changed;
 };
 // Which nodes carry exactly their expected claims, per prefix: kept per node as nodes change,
 // so that "every node is right" costs nothing to ask (the bench must not eat the CPU it measures).
@@ -165,9 +179,9 @@ const deleteAllPods = async () => {
 /**
  * Churn at 100 pods per second for churnSeconds (half new pods, half deletions, the same sequence
  * every time it runs): per operation, the time from its answer to its node carrying the claims
- * (under `prefix`) it must carry now. `write`, the floor's, sends a node's claims itself.
+ * (under `prefix`) it must carry now.
  */
-async function churn(prefix: string, write?: (node: string) => Promise<void>) {
+async function churn(prefix: string) {
   // The burst's pods are all Running first (kwok has caught up): the churn is timed alone.
   const query = { limit: 1, fieldSelector: 'status.phase!=Running' };
   await waitForValue(
@@ -191,9 +205,7 @@ async function churn(prefix: string, write?: (node: string) => Promise<void>) {
     // At a small size deletions can outrun the live pods: then this tick adds one instead.
     const add = i % 2 === 0 || live.length === 0;
     const p = add ? podSpec(next++) : live.splice(Math.floor(random() * live.length), 1)[0]!;
-    const before = expected(p.node);
-    track(p.node, p.pool, add ? 1 : -1);
-    const changed = before !== expected(p.node);
+    const changed = track(p.node, p.pool, add ? 1 : -1);
     if (changed) changedNodes++;
     if (add) {
       await createPod(client, p);
@@ -201,7 +213,6 @@ async function churn(prefix: string, write?: (node: string) => Promise<void>) {
       live.push(p);
     } else await client.delete(Resources.pods, p.name, p.ns, { gracePeriodSeconds: 0 });
     const answered = performance.now();
-    if (changed) write?.(p.node).catch((e: unknown) => void failures.push(e));
     // Later operations on the same node may move its expected claims on: wait for any state at
     // least this one (the claims equal to what they must be now).
     // A node whose claims are still wrong 30 s on is a stall: counted and reported, not a crash.
@@ -237,13 +248,11 @@ const churnFigures = (name: string, c: Churn) => ({
   [`${name}MaxMs`]: c.stalls ? null : round(Math.max(...c.latencies)),
 });
 
-/** The floor's one patch of a node: its label and the claims of the pods placed on it now. */
-const floorPatch = (c: KubeClient, node: string) => {
+/** The floor's one patch of a node: its label and `pools`' claims. */
+const floorPatch = (c: KubeClient, node: string, pools: Iterable<string>) => {
   const body = applyTarget(Resources.nodes, nodes.get(node)!);
   body.metadata.labels = { [LABEL]: 'true' };
-  body.metadata.annotations = Object.fromEntries(
-    [...(placed.get(node)?.keys() ?? [])].map((pool) => [`${FLOOR}${pool}`, pool]),
-  );
+  body.metadata.annotations = Object.fromEntries([...pools].map((pool) => [`${FLOOR}${pool}`, pool]));
   return c.apply(Resources.nodes, body, { fieldManager: 'bench-floor' });
 };
 
@@ -257,28 +266,43 @@ let t0 = performance.now();
 await Promise.all([
   forEachLimit(burst, 64, (p) => createPod(client, p).then(() => {})),
   forEachLimit([...Array(nodeCount).keys()], workers, async (i) => {
-    await floorPatch(client, `n-${i}`);
+    await floorPatch(client, `n-${i}`, placed.get(`n-${i}`)?.keys() ?? []);
   }),
 ]);
 const floorSeconds = ((await until(() => allRight(FLOOR))) - t0) / 1000;
 console.log(`floor: ${podCount} pods and ${nodeCount} necessary patches in ${floorSeconds.toFixed(2)} s`);
 
-// The churn floor: the same churn while the minimal client patches a node the moment an operation
-// changes its claims (in order per node), so the same latency is measured with no controller in it.
-// Its own client, as Berth has: the operations' client does not queue its writes.
+// The churn floor: the same churn while the simplest controller keeps the claims: an informer on
+// the pods and, when a pod event changes a node's pools, a patch of that node at once (in order per
+// node, no queue, no worker limit). Any controller must see a pod through its watch first: the
+// floor measures that and the write, with no controller runtime in between. Its own client, as
+// Berth has.
 const floorClient = sb.client({ maxInFlight: 64 });
+const floorPools: PoolCounts = new Map();
 const floorWrites = new Map<string, Promise<void>>();
-const floorChurn = await churn(FLOOR, (node) => {
+let floorWatching = false;
+const floorPods = new Informer<SlimPod>({ client: floorClient, ref: Resources.pods, transform: slimPod });
+const floorMove = (p: SlimPod, delta: number) => {
+  const node = p.spec.nodeName;
+  const pool = p.metadata?.labels?.[POOL];
+  if (!node || !pool) return;
+  if (!countPool(floorPools, node, pool, delta) || !floorWatching) return;
   const next = (floorWrites.get(node) ?? Promise.resolve()).then(async () => {
-    await floorPatch(floorClient, node);
+    await floorPatch(floorClient, node, floorPools.get(node)!.keys());
   });
-  // A failed write (reported by churn) does not stop the node's later ones.
+  // A failed write does not stop the node's later ones; the churn sees its claims stay wrong.
   floorWrites.set(
     node,
     next.catch(() => {}),
   );
-  return next;
-});
+};
+floorPods.addEventHandler({ onAdd: (p) => floorMove(p, 1), onDelete: (p) => floorMove(p, -1) });
+floorPods.start();
+await floorPods.waitForSync();
+// The initial list matches the claims phase 0 wrote: only changes from now on are written.
+floorWatching = true;
+const floorChurn = await churn(FLOOR);
+await floorPods.stop();
 logChurn('floor churn latency', floorChurn);
 floorClient.close();
 await deleteAllPods();
@@ -321,14 +345,40 @@ try {
   }
 
   // Phase 1: the burst, with Berth.
+  // Staleness in the burst: for each pod that brings its pool to its node, the time from its
+  // creation's answer to the node carrying that claim.
+  const firstOf = new Map<string, (typeof burst)[number]>();
+  for (const p of burst) {
+    const key = `${p.node}/${p.pool}`;
+    if (!firstOf.has(key)) firstOf.set(key, p);
+  }
+  const firsts = new Set(firstOf.values());
+  const burstStaleness: Churn = { latencies: [], stalls: 0, changedNodes: firsts.size };
+  const claimed: Promise<void>[] = [];
   const burstWritesBefore = await nodeWrites();
   t0 = performance.now();
-  await forEachLimit(burst, 64, (p) => createPod(client, p).then(() => {}));
+  await forEachLimit(burst, 64, async (p) => {
+    await createPod(client, p);
+    if (!firsts.has(p)) return;
+    const answered = performance.now();
+    claimed.push(
+      until(
+        () => nodes.get(p.node)?.metadata?.annotations?.[CLAIM + p.pool] !== undefined,
+        p.node,
+        30_000,
+      ).then(
+        (at) => void burstStaleness.latencies.push(at - answered),
+        () => void burstStaleness.stalls++,
+      ),
+    );
+  });
   const createdSeconds = (performance.now() - t0) / 1000;
   const convergeSeconds = ((await until(() => allRight(CLAIM))) - t0) / 1000;
+  await Promise.all(claimed);
   console.log(
     `burst: ${podCount} pods on ${nodeCount} nodes created in ${createdSeconds.toFixed(2)} s, claims right in ${convergeSeconds.toFixed(2)} s, ${(await nodeWrites()) - burstWritesBefore} node patches by Berth`,
   );
+  logChurn(`burst staleness (${firsts.size} new claims)`, burstStaleness);
 
   // Phase 2: the same churn, with Berth.
   await sleep(2000);
@@ -347,6 +397,8 @@ try {
     convergeSeconds: round(convergeSeconds, 2),
     floorSeconds: round(floorSeconds, 2),
     ratio: round(convergeSeconds / floorSeconds, 2),
+    ...churnFigures('burst', burstStaleness),
+    burstStalled: burstStaleness.stalls,
     // With a stall the p99 and maximum are not figures: the stalled operations are counted instead.
     ...churnFigures('churn', churned),
     churnStalled: churned.stalls,
