@@ -14,7 +14,7 @@ import { isNotFound } from '../runtime/client/client.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
-import { BurstHold } from '../policy/nodes/burst.ts';
+import { WriteSpacing } from '../runtime/controller/spacing.ts';
 import {
   annotationsChanged,
   changed,
@@ -69,7 +69,7 @@ interface PlacementStanding {
   claims: Set<string>;
   /** The node carries its label. */
   labelled: boolean;
-  /** Claims and label decided but not on the node yet (a write on its way, or held in a burst). */
+  /** Claims and label decided but not on the node yet (a write on its way, or waiting for the node's write spacing). */
   pending: number;
   /** Its label or a claim key is held with another value by another placement or field manager. */
   blocked: string | undefined;
@@ -86,6 +86,10 @@ interface OwnerKind {
   /** Checks failed in a row, for the backoff of the next one. */
   failures: number;
 }
+
+// A busy node's claims wait at most this long after its last write, so that the changes of a burst
+// go out together: every claim is on its node within this bound plus one write (decision 0005).
+export const CLAIM_WRITE_INTERVAL_MS = 500;
 
 const ownerKindId = (p: ParsedPlacement): string => `${p.spec.owner.apiVersion}/${p.spec.owner.kind}`;
 // Between checks of an owner kind that cannot be used. CRD events check at once; this bound covers
@@ -105,7 +109,6 @@ export class AgentsController {
   readonly manager: Manager;
   private readonly kit: PolicyKit;
   private readonly writer: ApplyNodeWriter;
-  private readonly burst: BurstHold;
   readonly events: EventRecorder;
   readonly log: Logger;
   private readonly mapper: RestMapper;
@@ -142,17 +145,8 @@ export class AgentsController {
     );
     this.nodes = nodeInformer(manager);
     const workers = opts.workers ?? 16;
-    // A node write takes some 60 ms, so the workers write about 16 nodes per second each: faster
-    // changes would queue up anyway, and are better written once the burst is over.
-    this.burst = new BurstHold({
-      burstPerSecond: 16 * workers,
-      maxHoldMs: 30_000,
-      release: (names) => {
-        for (const n of names) this.nodeController.queue.add(n);
-      },
-    });
     this.writer = kit.applyWriter(FIELD_MANAGER, this.nodes, {
-      burst: this.burst,
+      spacing: new WriteSpacing(CLAIM_WRITE_INTERVAL_MS),
       // Claims follow pods, never the node: only a claim someone else undid can be a fight.
       decidesFromNode: false,
     });
@@ -213,11 +207,6 @@ export class AgentsController {
       });
 
     manager.add(this.nodeController);
-    this.pods.addEventHandler({
-      onAdd: (p) => movesClaims(undefined, p) && this.burst.observe(),
-      onUpdate: (a, b) => movesClaims(a, b) && this.burst.observe(),
-      onDelete: (p) => movesClaims(p, undefined) && this.burst.observe(),
-    });
 
     this.status = new PolicyStatusWriter(this, this.placementObjects, {
       name: 'agents-status',
@@ -316,7 +305,7 @@ export class AgentsController {
     const placements = this.placements();
     const decision = this.decide(name);
     const plan = await this.writer.sync(node, decision.desired);
-    // The loop breaker held keys back: write them once it lets go.
+    // Claims wait for the node's write spacing, or the loop breaker held keys back: sync again then.
     const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
     const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
     // The node as cached: a write just made comes back through the informer and is counted then.
@@ -652,16 +641,6 @@ export const podChanged = changed<SlimPod>(
   labelsChanged,
   ownersChanged,
 );
-
-/**
- * Whether a pod's event (an add without `before`, a delete without `after`) can move a node's
- * claims: what the burst hold counts, once per event. A pod not yet bound moves none, and neither
- * does the informer's resync, which replays every pod at once (a burst it is not).
- */
-export function movesClaims(before: SlimPod | undefined, after: SlimPod | undefined): boolean {
-  if (!before || !after) return !!(before ?? after)?.spec.nodeName;
-  return before !== after && podChanged(before, after);
-}
 
 /** Node changes that matter: its labels and annotations (claims), and what Berth owns. */
 const nodeChanged = changed<SlimNode>(labelsChanged, annotationsChanged, managedFieldsChanged);

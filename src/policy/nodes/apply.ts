@@ -6,7 +6,7 @@
 // recreates a node.
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
 import type { KubeClient } from '../../runtime/client/client.ts';
-import type { BurstHold } from './burst.ts';
+import type { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import { CasNodeWriter, taintPatch, type NodeEvents, type NodeWriterOptions } from './cas.ts';
 import { changedKeys, leaveAsIs, nodeState, planNodeApply, type NodeOutputs, type NodePlan } from './plan.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
@@ -21,32 +21,33 @@ interface PlanKey {
  * Applies one field manager's share of nodes. After each write it expects to see that write come
  * back through the node informer: until it has, a reconcile (on a cache older than the write) that
  * arrives at the same plan sends nothing, while a different plan is written at once. With a
- * BurstHold, annotation-only writes wait while a burst of changes lasts. Every write goes through
- * the manager's WriteLoopBreaker, which may hold keys back.
+ * WriteSpacing, a write that changes only annotations waits until the node's last write is that old:
+ * the changes of a busy node go out together, each at most one interval late. Every write goes
+ * through the manager's WriteLoopBreaker, which may hold keys back.
  */
 export class ApplyNodeWriter {
   readonly fieldManager: string;
   readonly #client: () => KubeClient;
   /** Sends the writes (the taint patch its own), through the loop breaker, and keeps the expectations. */
   readonly #cas: CasNodeWriter<PlanKey>;
-  readonly #burst: BurstHold | undefined;
+  readonly #spacing: WriteSpacing | undefined;
 
   constructor(
     client: () => KubeClient,
     fieldManager: string,
     nodes: NodeEvents,
-    opts: NodeWriterOptions & { burst?: BurstHold },
+    opts: NodeWriterOptions & { spacing?: WriteSpacing },
   ) {
     this.#client = client;
     this.fieldManager = fieldManager;
-    this.#burst = opts.burst;
+    this.#spacing = opts.spacing;
     this.#cas = new CasNodeWriter(client, fieldManager, nodes, opts);
   }
 
   /**
    * Brings the node to `desired` if it is not there; returns the plan (foreign keys included).
-   * `held`: the write waits for a burst to pass; the BurstHold queues the node again.
-   * `retryAfterMs`: the loop breaker held keys back; sync again after that long.
+   * `held`: the write waits for the node's write spacing.
+   * `retryAfterMs`: sync again after that long (the write spacing, or the loop breaker held keys back).
    */
   async sync(
     node: KubeObject,
@@ -56,7 +57,7 @@ export class ApplyNodeWriter {
     const state = nodeState(node, this.fieldManager);
     let plan = planNodeApply(state, desired);
     if (plan.inSync) {
-      this.forget(name);
+      this.#cas.forget(name);
       return { ...plan, wrote: false };
     }
     const pending = this.#cas.pending(node);
@@ -72,8 +73,9 @@ export class ApplyNodeWriter {
     const annotationsOnly = pending
       ? pending.scheduling === key.scheduling
       : plan.changed.every((k) => k === 'annotation');
-    if (this.#burst && annotationsOnly && this.#burst.hold(name))
-      return { ...plan, wrote: false, held: true, ...loop };
+    const wait = annotationsOnly ? (this.#spacing?.wait(name) ?? 0) : 0;
+    if (wait > 0)
+      return { ...plan, wrote: false, held: true, retryAfterMs: Math.min(wait, retryAfterMs ?? wait) };
 
     const keys = changedKeys(state, plan);
     const taintKeys = keys.filter((k) => k.startsWith('taint '));
@@ -114,13 +116,14 @@ export class ApplyNodeWriter {
     }
     if (!written) return { ...plan, wrote: false, ...loop };
     this.#cas.expect(name, written, key);
-    this.#burst?.done(name);
+    this.#spacing?.wrote(name);
     return { ...plan, wrote: true, ...loop };
   }
 
+  /** The node is gone. */
   forget(name: string): void {
     this.#cas.forget(name);
-    this.#burst?.done(name);
+    this.#spacing?.forget(name);
   }
 }
 

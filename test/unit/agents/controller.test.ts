@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { movesClaims, podChanged } from '../../../src/agents/controller.ts';
+import { podChanged } from '../../../src/agents/controller.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 
 const pod = (extra: Partial<SlimPod> = {}): SlimPod => ({
@@ -29,16 +29,4 @@ test("a pod's node sees only the pod changes that can change its claims", () => 
     false,
     'same labels and owners',
   );
-});
-
-test('the burst hold counts each event that can move claims once, and no resync', () => {
-  const a = pod();
-  const unbound = pod({ spec: { containers: [] } });
-  assert.equal(movesClaims(undefined, a), true, 'a bound pod comes');
-  assert.equal(movesClaims(undefined, unbound), false, 'a pod waiting for the scheduler');
-  assert.equal(movesClaims(unbound, a), true, 'bound by the scheduler');
-  assert.equal(movesClaims(a, a), false, 'the resync replays every pod at once');
-  assert.equal(movesClaims(a, pod({ status: { phase: 'Running' } })), false, 'starting');
-  assert.equal(movesClaims(a, undefined), true, 'a bound pod goes');
-  assert.equal(movesClaims(unbound, undefined), false, 'an unbound pod goes');
 });

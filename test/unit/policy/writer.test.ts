@@ -1,25 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeClient } from '../../../src/runtime/client/client.ts';
 import { WriteLoopBreaker } from '../../../src/policy/nodes/loopbreaker.ts';
 import { ApplyNodeWriter } from '../../../src/policy/nodes/apply.ts';
-import { BurstHold } from '../../../src/policy/nodes/burst.ts';
+import { WriteSpacing } from '../../../src/runtime/controller/spacing.ts';
 import { nodeState, planNodeApply, type NodeOutputs } from '../../../src/policy/nodes/plan.ts';
 import { OTHER_MANAGERS, slimNode } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
 
 const FM = 'berth-test';
-
-function fakeClock(start = 1000) {
-  return {
-    t: start,
-    now() {
-      return this.t;
-    },
-  };
-}
 
 /** A node carrying `labels` and `annotations`, all of them owned by FM. */
 const node = (labels: Record<string, string> = {}, annotations: Record<string, string> = {}): KubeObject => ({
@@ -98,106 +88,49 @@ describe('planNodeApply', () => {
   });
 });
 
-describe('BurstHold', () => {
-  const burstHold = (clock = fakeClock(), released: string[][] = []) =>
-    new BurstHold({
-      burstPerSecond: 100,
-      maxHoldMs: 5_000,
-      release: (names) => released.push(names),
-      clock,
-    });
-
-  test('holds nothing while changes come slower than the burst rate', () => {
-    const clock = fakeClock();
-    const h = burstHold(clock);
-    for (let i = 0; i < 100; i++) {
-      clock.t += 20; // 50 per second
-      h.observe();
-    }
-    assert.equal(h.inBurst(), false);
-    assert.equal(h.hold('n1'), false);
-    assert.equal(h.held, 0);
-  });
-
-  test('holds during a burst and releases once it has passed', async () => {
-    const clock = fakeClock();
-    const released: string[][] = [];
-    const h = burstHold(clock, released);
-    h.observe(200);
-    assert.equal(h.inBurst(), true);
-    assert.equal(h.hold('n1'), true);
-    assert.equal(h.hold('n2'), true);
-    assert.equal(h.held, 2);
-    await sleep(150);
-    assert.deepEqual(released, [], 'nothing is released while the burst lasts');
-    // Between half and all of the burst rate the burst goes on; below half it is over.
-    clock.t += 300 * Math.log(2);
-    assert.equal(h.inBurst(), true);
-    clock.t += 2_000;
-    await sleep(150);
-    assert.deepEqual(released.at(-1), ['n1', 'n2']);
-    // A held node stays held until written or found in sync.
-    h.done('n1');
-    h.done('n2');
-    assert.equal(h.held, 0);
-    assert.equal(h.hold('n1'), false);
-  });
-
-  test('never holds a node longer than maxHoldMs, even while the burst lasts', async () => {
-    const clock = fakeClock();
-    const released: string[][] = [];
-    const h = burstHold(clock, released);
-    h.observe(200);
-    assert.equal(h.hold('n1'), true);
-    for (let t = 0; t < 5_000; t += 100) {
-      clock.t += 100;
-      h.observe(20);
-    }
-    assert.equal(h.inBurst(), true);
-    await sleep(150);
-    assert.deepEqual(released.at(-1), ['n1']);
-    assert.equal(h.hold('n1'), false, 'held long enough: written now');
-    h.done('n1');
-  });
-});
-
-/** A writer whose burst hold is in a burst already (200 changes against 100 a second). */
-function inBurst(client: KubeClient): { writer: ApplyNodeWriter; hold: BurstHold } {
-  const hold = new BurstHold({
-    burstPerSecond: 100,
-    maxHoldMs: 5_000,
-    release: () => {},
-    clock: fakeClock(),
-  });
-  const writer = new ApplyNodeWriter(
+/** A writer whose claims wait a minute after a node's last write: longer than any test runs. */
+function spaced(client: KubeClient): ApplyNodeWriter {
+  return new ApplyNodeWriter(
     () => client,
     FM,
     { addEventHandler: () => {} },
-    {
-      breaker: new WriteLoopBreaker(),
-      burst: hold,
-    },
+    { breaker: new WriteLoopBreaker(), spacing: new WriteSpacing(60_000) },
   );
-  hold.observe(200);
-  return { writer, hold };
 }
 
-describe('ApplyNodeWriter with a BurstHold', () => {
-  test('holds annotation-only writes during a burst, never label writes', async () => {
+describe('ApplyNodeWriter with a WriteSpacing', () => {
+  test("annotation-only writes wait for the node's spacing, label writes never do", async () => {
     const { client, applied } = applyRecorder();
-    const { writer, hold } = inBurst(client);
-
+    const writer = spaced(client);
     const n = node({ agent: 'true' }, { 'claim.a': 'x' });
-    const claims = await writer.sync(n, want({ agent: 'true' }, { 'claim.a': 'x', 'claim.b': 'y' }));
+    // A quiet node: written at once.
+    const first = await writer.sync(n, want({ agent: 'true' }, { 'claim.a': 'x', 'claim.b': 'y' }));
+    assert.equal(first.wrote, true);
+    assert.equal(applied.length, 1);
+    // Written a moment ago: the next claim waits, and says for how long.
+    const n2 = node({ agent: 'true' }, { 'claim.a': 'x', 'claim.b': 'y' });
+    const claims = await writer.sync(n2, want({ agent: 'true' }, { 'claim.a': 'x' }));
     assert.equal(claims.held, true);
     assert.equal(claims.wrote, false);
-    assert.equal(applied.length, 0);
-    assert.equal(hold.held, 1);
-
-    const label = await writer.sync(n, want({}, {}));
-    assert.equal(label.wrote, true);
+    assert.ok(claims.retryAfterMs! > 59_000 && claims.retryAfterMs! <= 60_000, String(claims.retryAfterMs));
     assert.equal(applied.length, 1);
-    assert.equal(hold.held, 0, 'a write ends the hold');
+    // The label steers scheduling: it goes at once.
+    const label = await writer.sync(n2, want({}, {}));
+    assert.equal(label.wrote, true);
+    assert.equal(applied.length, 2);
+  });
+
+  test('a node in sync keeps its spacing; a node that is gone loses it', async () => {
+    const { client, applied } = applyRecorder();
+    const writer = spaced(client);
+    await writer.sync(node(), want({ agent: 'true' }, { 'claim.a': 'x' }));
+    const written = node({ agent: 'true' }, { 'claim.a': 'x' });
+    // The write's watch event: in sync.
+    assert.equal((await writer.sync(written, want({ agent: 'true' }, { 'claim.a': 'x' }))).inSync, true);
+    assert.equal((await writer.sync(written, want({ agent: 'true' }, {}))).held, true);
+    writer.forget('n1');
+    assert.equal((await writer.sync(written, want({ agent: 'true' }, {}))).wrote, true);
+    assert.equal(applied.length, 2);
   });
 
   test('judges a change against a write still on its way back, not the older cache', async () => {
@@ -205,7 +138,7 @@ describe('ApplyNodeWriter with a BurstHold', () => {
     const client = {
       apply: () => Promise.resolve({ metadata: { resourceVersion: String(++applies + 1) } }),
     } as unknown as KubeClient;
-    const { writer } = inBurst(client);
+    const writer = spaced(client);
     const bare = node();
     // The first claim brings the label: written at once.
     assert.equal((await writer.sync(bare, want({ agent: 'true' }, { 'claim.a': 'x' }))).wrote, true);
