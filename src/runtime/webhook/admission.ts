@@ -152,6 +152,12 @@ class HttpError extends Error {
 interface Route {
   name: string;
   handler: AdmissionHandler;
+  // Label lookups made once per route rather than hashed again on every request.
+  metrics: {
+    latency: { startTimer(): () => void };
+    inFlight: { inc(): void; dec(): void };
+    byCode: Map<number, { inc(): void }>;
+  };
 }
 
 interface ServingPair {
@@ -200,7 +206,16 @@ export class WebhookServer {
   register(path: string, handler: AdmissionHandler, opts: { name?: string } = {}): void {
     if (!path.startsWith('/')) throw new Error(`webhook path must start with '/': ${path}`);
     if (path === healthPath || this.routes.has(path)) throw new Error(`webhook path already in use: ${path}`);
-    this.routes.set(path, { name: opts.name ?? path, handler });
+    const name = opts.name ?? path;
+    this.routes.set(path, {
+      name,
+      handler,
+      metrics: {
+        latency: webhookMetrics.latency.labels({ webhook: name }),
+        inFlight: webhookMetrics.inFlight.labels({ webhook: name }),
+        byCode: new Map(),
+      },
+    });
   }
 
   /** PEM of the CA that signed the serving certificate, when known: the webhook configurations' caBundle. */
@@ -352,13 +367,20 @@ export class WebhookServer {
     const route = this.routes.get(urlPath);
     if (!route) return this.sendError(res, new HttpError(404, `no webhook at ${urlPath}`));
 
-    const labels = { webhook: route.name };
-    const endTimer = webhookMetrics.latency.startTimer(labels);
-    webhookMetrics.inFlight.inc(labels);
+    const { metrics } = route;
+    const endTimer = metrics.latency.startTimer();
+    metrics.inFlight.inc();
+    let held = 0;
     res.once('close', () => {
-      webhookMetrics.inFlight.dec(labels);
+      this.heldBytes -= held;
+      metrics.inFlight.dec();
       endTimer();
-      webhookMetrics.requests.inc({ ...labels, code: String(res.statusCode) });
+      let requests = metrics.byCode.get(res.statusCode);
+      if (!requests) {
+        requests = webhookMetrics.requests.labels({ webhook: route.name, code: String(res.statusCode) });
+        metrics.byCode.set(res.statusCode, requests);
+      }
+      requests.inc();
     });
     if (!this.guard!.admit(res)) {
       return this.sendError(
@@ -366,8 +388,6 @@ export class WebhookServer {
         new HttpError(429, `over ${this.limits.maxInFlight} admission requests in flight`),
       );
     }
-    let held = 0;
-    res.once('close', () => (this.heldBytes -= held));
     const hold = (bytes: number): HttpError | undefined => {
       if (this.heldBytes + bytes > this.maxInFlightBytes) {
         this.guard!.count('in_flight_bytes');
@@ -392,7 +412,9 @@ export class WebhookServer {
       );
       return this.sendError(res, error);
     }
-    const response = await this.admit(route, request);
+    const admitted = this.admit(route, request);
+    // A synchronous handler (every one Berth has) is answered without a timer or a promise.
+    const response = admitted instanceof Promise ? await admitted : admitted;
     this.send(res, 200, { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response });
   }
 
@@ -425,35 +447,36 @@ export class WebhookServer {
     return new HttpError(413, `request body over ${this.maxRequestBytes} bytes`);
   }
 
-  private async admit(route: Route, request: AdmissionRequest): Promise<AdmissionResponse> {
-    const { uid } = request;
-    let result: AdmissionResult;
+  private admit(route: Route, request: AdmissionRequest): AdmissionResponse | Promise<AdmissionResponse> {
+    let result: ReturnType<AdmissionHandler>;
     try {
-      result = await withTimeout(route.handler, request, this.handlerTimeoutMs);
+      result = route.handler(request);
     } catch (err) {
-      const message = err instanceof Error ? err.message : String(err);
-      this.log.error(
-        {
-          err,
-          webhook: route.name,
-          uid,
-          operation: request.operation,
-          kind: request.kind.kind,
-          namespace: request.namespace,
-          name: request.name,
-        },
-        'admission handler failed',
-      );
-      return { uid, allowed: false, status: { code: 500, message } };
+      return this.failed(route, request, err);
     }
-    const response: AdmissionResponse = { uid, allowed: result.allowed };
-    if (result.allowed && result.patch && result.patch.length > 0) {
-      response.patchType = 'JSONPatch';
-      response.patch = Buffer.from(JSON.stringify(result.patch)).toString('base64');
-    }
-    if (!result.allowed) response.status = result.status;
-    if (result.warnings && result.warnings.length > 0) response.warnings = result.warnings;
-    return response;
+    if (!(result instanceof Promise)) return responseOf(request.uid, result);
+    return withTimeout(result, this.handlerTimeoutMs).then(
+      (r) => responseOf(request.uid, r),
+      (err: unknown) => this.failed(route, request, err),
+    );
+  }
+
+  private failed(route: Route, request: AdmissionRequest, err: unknown): AdmissionResponse {
+    const { uid } = request;
+    const message = err instanceof Error ? err.message : String(err);
+    this.log.error(
+      {
+        err,
+        webhook: route.name,
+        uid,
+        operation: request.operation,
+        kind: request.kind.kind,
+        namespace: request.namespace,
+        name: request.name,
+      },
+      'admission handler failed',
+    );
+    return { uid, allowed: false, status: { code: 500, message } };
   }
 
   private sendError(res: ServerResponse, err: HttpError): void {
@@ -576,18 +599,24 @@ function admissionRequestOf(review: unknown): AdmissionRequest {
   return request as unknown as AdmissionRequest;
 }
 
-async function withTimeout(
-  handler: AdmissionHandler,
-  request: AdmissionRequest,
-  ms: number,
-): Promise<AdmissionResult> {
+function responseOf(uid: string, result: AdmissionResult): AdmissionResponse {
+  const response: AdmissionResponse = { uid, allowed: result.allowed };
+  if (result.allowed && result.patch && result.patch.length > 0) {
+    response.patchType = 'JSONPatch';
+    response.patch = Buffer.from(JSON.stringify(result.patch)).toString('base64');
+  }
+  if (!result.allowed) response.status = result.status;
+  if (result.warnings && result.warnings.length > 0) response.warnings = result.warnings;
+  return response;
+}
+
+async function withTimeout(result: Promise<AdmissionResult>, ms: number): Promise<AdmissionResult> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`admission handler timed out after ${ms} ms`)), ms);
   });
   try {
-    // The async wrapper turns a synchronous throw into a rejection.
-    return await Promise.race([(async () => handler(request))(), timeout]);
+    return await Promise.race([result, timeout]);
   } finally {
     clearTimeout(timer);
   }
