@@ -18,7 +18,17 @@ import type { KubeClient } from '../src/runtime/client/client.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { errorText } from '../src/runtime/observability/log.ts';
-import { benchSandbox, forEachLimit, percentile, round, report, waitForValue } from './lib.ts';
+import {
+  benchSandbox,
+  controllerMeans,
+  controllerWork,
+  describeControllerMeans,
+  forEachLimit,
+  percentile,
+  round,
+  report,
+  waitForValue,
+} from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
@@ -383,14 +393,19 @@ try {
   // Phase 2: the same churn, with Berth.
   await sleep(2000);
   const writesBefore = await nodeWrites();
+  const workBefore = await controllerWork(berth, 'agents-node');
   const churned = await churn(CLAIM);
   await sleep(2000);
   const writes = (await nodeWrites()) - writesBefore;
+  // Whether the churn's latency was the queue's (too few workers for the writes' round trips) or
+  // the writes' own (an apiserver slower in this run): it differs from run to run.
+  const churnWork = controllerMeans(await controllerWork(berth, 'agents-node'), workBefore);
   const rssMB = berth.rssMB();
   console.log(
     `churn: ${churnSeconds * 100} pod operations, ${churned.changedNodes} changed a node's claims, ${writes} node patches by Berth`,
   );
   logChurn('churn latency', churned);
+  console.log(`  ${describeControllerMeans('agents-node in the churn', churnWork)}`);
   result = {
     nodes: nodeCount,
     pods: podCount,
@@ -403,6 +418,8 @@ try {
     ...churnFigures('churn', churned),
     churnStalled: churned.stalls,
     ...churnFigures('churnFloor', floorChurn),
+    churnQueueWaitMs: churnWork.queuedMs,
+    churnReconcileMs: churnWork.reconcileMs,
     writesPerChangedNode: round(writes / Math.max(1, churned.changedNodes), 2),
     rssMB,
   };

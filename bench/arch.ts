@@ -31,6 +31,9 @@ import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import {
   benchSandbox,
   buildGoProgram,
+  controllerMeans,
+  controllerWork,
+  describeControllerMeans,
   forEachLimit,
   percentile,
   round,
@@ -234,15 +237,12 @@ console.log(
     `(+${tokenRequests} token requests) for ${imageCount} images; ${berthRun.left} left gated`,
 );
 // Where Berth's time went, per pod: waiting in its queue, reconciling, inspecting images.
-const mean = async (metric: string, filter?: (l: string) => boolean) =>
-  (await berth.metric(`${metric}_sum`, filter)) / Math.max(1, await berth.metric(`${metric}_count`, filter));
-const archPod = (l: string) => l.includes('arch-pod');
+const inspectionMs =
+  (1000 * (await berth.metric('berth_image_inspection_seconds_sum'))) /
+  Math.max(1, await berth.metric('berth_image_inspection_seconds_count'));
 console.log(
-  `berth per pod: queued ${(1000 * (await mean('workqueue_queue_duration_seconds', archPod))).toFixed(0)} ms, ` +
-    `reconcile ${(1000 * (await mean('controller_runtime_reconcile_time_seconds', archPod))).toFixed(0)} ms ` +
-    `(${await berth.metric('controller_runtime_reconcile_total', archPod)} reconciles, ` +
-    `${await berth.metric('workqueue_retries_total', archPod)} retries), ` +
-    `image inspection ${(1000 * (await mean('berth_image_inspection_seconds'))).toFixed(0)} ms`,
+  `berth per pod: ${describeControllerMeans('arch-pod', controllerMeans(await controllerWork(berth, 'arch-pod')))}, ` +
+    `image inspection ${inspectionMs.toFixed(0)} ms`,
 );
 // Every pod Berth ungated carries the architectures its images share.
 const wrong = (await client.list<KubeObject>(Resources.pods, { namespace: NS })).items.filter((p) => {

@@ -35,7 +35,10 @@ import { Instance, MIRROR_LABEL, WorkloadDeployment, type InstanceTemplate } fro
 import { startBerth } from '../test/helpers/berth.ts';
 import {
   apiserverWork,
+  controllerMeans,
+  controllerWork,
   cpuSeconds,
+  describeControllerMeans,
   sandboxCpuSeconds,
   destroyOnCrash,
   forEachLimit,
@@ -310,6 +313,9 @@ console.log(`  the management plane's processes: ${managementSpent}`);
 // What its apiserver served meanwhile (every client's requests, and the watch events sent).
 const managementWork = workDelta(managementWorkBefore, await apiserverWork(mgmt));
 console.log(`  its apiserver served: ${managementWork.join(', ')}`);
+console.log(
+  `  ${describeControllerMeans('federation', controllerMeans(await controllerWork(berth, 'federation')))}`,
+);
 // The mirrors finish after the Workloads when their writes queue behind the management apiserver.
 await waitForValue(
   'every mirror upstream Ready',
@@ -318,6 +324,8 @@ await waitForValue(
   () => `${mirrorReadyAt.size}/${instances} mirrors Ready upstream`,
 );
 const mirrorsSeconds = (Math.max(...mirrorReadyAt.values()) - convergeStarted) / 1000;
+// A mirror's lag is its queue's wait plus its pass (two writes to the management plane for a new one).
+const mirrorWork = controllerMeans(await controllerWork(berth, 'federation-mirror'));
 mirrors.stop();
 const mirrorLags = [...mirrorReadyAt].flatMap(([name, at]) => {
   const from = cellReadyAt.get(name);
@@ -327,6 +335,7 @@ console.log(
   `mirrors: ${mirrorsReadyAtConverge} of ${instances} Ready upstream when the Workloads were; all ${mirrorsSeconds.toFixed(2)} s after the first create; ` +
     `instance Ready in its cell → its mirror Ready upstream p50 ${percentile(mirrorLags, 50).toFixed(0)} ms, p99 ${percentile(mirrorLags, 99).toFixed(0)} ms (${mirrorLags.length} mirrors)`,
 );
+console.log(`  ${describeControllerMeans('federation-mirror', mirrorWork)}`);
 
 // 3. Status: a cell instance's change, seen upstream.
 const latencies: number[] = [];
@@ -430,6 +439,8 @@ const result = {
   mirrorsSeconds: round(mirrorsSeconds, 2),
   mirrorLagP50ms: round(percentile(mirrorLags, 50), 0),
   mirrorLagP99ms: round(percentile(mirrorLags, 99), 0),
+  mirrorQueueWaitMs: mirrorWork.queuedMs,
+  mirrorReconcileMs: mirrorWork.reconcileMs,
   managementApiserverWork: managementWork,
   statusP50ms: round(percentile(latencies, 50), 0),
   statusP99ms: round(percentile(latencies, 99), 0),

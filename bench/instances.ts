@@ -27,7 +27,17 @@ import {
   type InstanceTemplate,
   type WorkloadDeploymentStatus,
 } from '../src/workloads/types.ts';
-import { benchSandbox, forEachLimit, percentile, round, report, waitForValue } from './lib.ts';
+import {
+  benchSandbox,
+  controllerMeans,
+  controllerWork,
+  describeControllerMeans,
+  forEachLimit,
+  percentile,
+  round,
+  report,
+  waitForValue,
+} from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
@@ -275,20 +285,8 @@ for (const c of [
   'workloads-deployment-status',
   'workloads-instance',
   'workloads-quota',
-]) {
-  const of = (m: string) =>
-    berth.metric(m, (l) => l.includes(`controller="${c}"`) || l.includes(`name="${c}"`));
-  const [n, sum, waited, queued] = await Promise.all([
-    of('controller_runtime_reconcile_time_seconds_count'),
-    of('controller_runtime_reconcile_time_seconds_sum'),
-    of('workqueue_queue_duration_seconds_sum'),
-    of('workqueue_queue_duration_seconds_count'),
-  ]);
-  console.log(
-    `  ${c}: ${n} passes, mean ${((sum / Math.max(n, 1)) * 1000).toFixed(0)} ms, ` +
-      `mean queue wait ${((waited / Math.max(queued, 1)) * 1000).toFixed(0)} ms`,
-  );
-}
+])
+  console.log(`  ${describeControllerMeans(c, controllerMeans(await controllerWork(berth, c)))}`);
 
 // 3. Rollout.
 await client.create(WorkloadDeployment.ref, wd('rollout', rolloutReplicas));

@@ -335,3 +335,48 @@ export async function goClientArgs(client: KubeClient, dir: string): Promise<str
     `-key=${file('client.key', tls.key)}`,
   ];
 }
+
+/** A controller's work so far, read from Berth's metrics: its reconciles and its queue's waits. */
+export interface ControllerWork {
+  passes: number;
+  reconcileSeconds: number;
+  queued: number;
+  queuedSeconds: number;
+  /** workqueue_retries_total: as client-go counts it, every delayed add (a requeue after, a backoff). */
+  retries: number;
+}
+
+export async function controllerWork(
+  berth: { metric(name: string, filter?: (labels: string) => boolean): Promise<number> },
+  controller: string,
+): Promise<ControllerWork> {
+  // The closing quote: 'federation' must not count 'federation-mirror'.
+  const of = (m: string) =>
+    berth.metric(m, (l) => l.includes(`controller="${controller}"`) || l.includes(`name="${controller}"`));
+  const [passes, reconcileSeconds, queued, queuedSeconds, retries] = await Promise.all([
+    of('controller_runtime_reconcile_time_seconds_count'),
+    of('controller_runtime_reconcile_time_seconds_sum'),
+    of('workqueue_queue_duration_seconds_count'),
+    of('workqueue_queue_duration_seconds_sum'),
+    of('workqueue_retries_total'),
+  ]);
+  return { passes, reconcileSeconds, queued, queuedSeconds, retries };
+}
+
+/**
+ * Where a controller's time went between two readings (`before` omitted: since it started): its
+ * passes, their mean, and the mean wait of an item in its queue, in ms. A queue that waits much
+ * longer than a pass takes has too few workers for the passes' round trips; the reverse, slow passes.
+ */
+export function controllerMeans(now: ControllerWork, before?: ControllerWork) {
+  const d = (k: keyof ControllerWork) => now[k] - (before?.[k] ?? 0);
+  return {
+    passes: d('passes'),
+    reconcileMs: round((d('reconcileSeconds') / Math.max(1, d('passes'))) * 1000, 1),
+    queuedMs: round((d('queuedSeconds') / Math.max(1, d('queued'))) * 1000, 1),
+    retries: d('retries'),
+  };
+}
+
+export const describeControllerMeans = (name: string, m: ReturnType<typeof controllerMeans>) =>
+  `${name}: ${m.passes} passes, mean ${m.reconcileMs} ms, mean queue wait ${m.queuedMs} ms, ${m.retries} delayed re-adds (requeues and backoff)`;
