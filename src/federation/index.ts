@@ -14,6 +14,9 @@ export const federationCapability: Capability = {
     new Option('--federation-workers <n>', 'Workloads the federation controller reconciles at once')
       .default(16)
       .argParser(Number),
+    new Option('--mirror-workers <n>', 'Instance mirrors the mirror controller writes at once')
+      .default(16)
+      .argParser(Number),
   ],
   crds: [Workload],
   // Workloads are read from the cache; their finalizer is a server-side apply (patch), their status too.
@@ -33,7 +36,7 @@ export const federationCapability: Capability = {
   ],
   setup({ manager, options }) {
     new FederationController(manager, { workers: Number(options['federationWorkers'] ?? 16) });
-    new MirrorController(manager);
+    new MirrorController(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
     return {};
   },
 };

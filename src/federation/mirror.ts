@@ -101,7 +101,7 @@ export class MirrorController {
     this.cells = manager.informer<CellObject>(Cell.ref);
     this.controller = new Controller({
       name: 'federation-mirror',
-      workers: opts.workers ?? 4,
+      workers: opts.workers ?? 16,
       logger: this.log,
       reconciler: { reconcile: (key) => this.reconcile(key) },
     })
