@@ -22,6 +22,7 @@ import {
   benchSandbox,
   controllerMeans,
   controllerWork,
+  cpuSeconds,
   describeControllerMeans,
   forEachLimit,
   percentile,
@@ -394,7 +395,14 @@ try {
   await sleep(2000);
   const writesBefore = await nodeWrites();
   const workBefore = await controllerWork(berth, 'agents-node');
+  const cpuBefore = cpuSeconds(berth.pid);
+  const churnStarted = performance.now();
   const churned = await churn(CLAIM);
+  // Berth's own CPU in the churn, of one core: near 1, its event loop (answers, watch events) waits too.
+  const churnCpuShare = round(
+    (cpuSeconds(berth.pid) - cpuBefore) / ((performance.now() - churnStarted) / 1000),
+    2,
+  );
   await sleep(2000);
   const writes = (await nodeWrites()) - writesBefore;
   // Whether the churn's latency was the queue's (too few workers for the writes' round trips) or
@@ -405,7 +413,9 @@ try {
     `churn: ${churnSeconds * 100} pod operations, ${churned.changedNodes} changed a node's claims, ${writes} node patches by Berth`,
   );
   logChurn('churn latency', churned);
-  console.log(`  ${describeControllerMeans('agents-node in the churn', churnWork)}`);
+  console.log(
+    `  ${describeControllerMeans('agents-node in the churn', churnWork)}; Berth busy ${churnCpuShare} of a core`,
+  );
   result = {
     nodes: nodeCount,
     pods: podCount,
@@ -420,6 +430,7 @@ try {
     ...churnFigures('churnFloor', floorChurn),
     churnQueueWaitMs: churnWork.queuedMs,
     churnReconcileMs: churnWork.reconcileMs,
+    churnCpuShare,
     writesPerChangedNode: round(writes / Math.max(1, churned.changedNodes), 2),
     rssMB,
   };
