@@ -8,7 +8,9 @@
 //    Quota has room, created at `--concurrency`, Berth's workers at the same number. Seconds from the
 //    first create to every Instance Ready; quota grant latency per instance (first seen → seen with
 //    QuotaGranted=True, by one watcher); Berth's API writes per instance (its own client's requests
-//    other than GET: watches are GETs too).
+//    other than GET: watches are GETs too). And where an instance's time goes, step by step (each
+//    seen by this process's watches): claimed in the Quota's ledger, its Pod created, bound, Ready,
+//    the instance Ready, the next ordinal created; the floor's pods by the same steps.
 // 3. Rollout: one deployment of `--rollout-replicas`, its template changed once; seconds until every
 //    instance runs the new template and is Ready, against the floor's step times the replicas.
 // Berth runs as its own process (`berth run --controllers workloads`), as it would in a cluster.
@@ -25,6 +27,7 @@ import {
   WorkloadDeployment,
   Instance,
   type InstanceTemplate,
+  type QuotaStatus,
   type WorkloadDeploymentStatus,
 } from '../src/workloads/types.ts';
 import {
@@ -88,11 +91,21 @@ class PodWatch {
   private readonly onReady = new Map<string, () => void>();
   private readonly onGone = new Map<string, () => void>();
   readyHandler: (name: string) => void = () => {};
+  /** When each pod was first seen, seen bound to a node (and ungated, if it was gated), seen Ready. */
+  readonly seenAt = new Map<string, number>();
+  readonly boundAt = new Map<string, number>();
+  readonly readyAt = new Map<string, number>();
+  readonly gated = new Set<string>();
   constructor(namespace: string) {
     this.informer = new Informer<SlimPod>({ client, ref: Resources.pods, namespace, transform: slimPod });
     const seen = (p: SlimPod) => {
-      if (!ready(p)) return;
       const name = p.metadata!.name!;
+      const now = performance.now();
+      if (!this.seenAt.has(name)) this.seenAt.set(name, now);
+      if (p.spec.schedulingGates?.length) this.gated.add(name);
+      if (!this.boundAt.has(name) && p.spec.nodeName) this.boundAt.set(name, now);
+      if (!ready(p)) return;
+      if (!this.readyAt.has(name)) this.readyAt.set(name, now);
       this.readyHandler(name);
       this.onReady.get(name)?.();
       this.onReady.delete(name);
@@ -119,6 +132,16 @@ class PodWatch {
   }
 }
 
+/** p50/p99 of the time from one step to the next, over the instances seen at both. */
+const hop = (from: Map<string, number>, to: Map<string, number>, name: (n: string) => string = (n) => n) => {
+  const ms = [...to].flatMap(([n, t]) => {
+    const f = from.get(name(n));
+    return f === undefined || !n.startsWith('wd-') ? [] : [t - f];
+  });
+  return `p50 ${percentile(ms, 50).toFixed(0)} / p99 ${percentile(ms, 99).toFixed(0)} ms`;
+};
+/** The instance of the ordinal before (wd-3-2 → wd-3-1), whose Ready the next create waits for. */
+const previous = (n: string) => n.replace(/-(\d+)$/, (_, k: string) => `-${Number(k) - 1}`);
 // 1. The floor.
 // Built by Berth's own functions, so the floor's pods are the ones Berth would create, less the
 // owner reference (nothing owns them here: the garbage collector would take them) and the gate.
@@ -173,6 +196,10 @@ const floorSeconds = await new Promise<number>((resolve, reject) => {
 });
 floorWatch.readyHandler = () => {};
 console.log(`floor: ${instances} pods Ready in ${floorSeconds.toFixed(2)} s`);
+console.log(
+  `  a pod's steps: seen → bound ${hop(floorWatch.seenAt, floorWatch.boundAt)}; bound → Ready ` +
+    `${hop(floorWatch.boundAt, floorWatch.readyAt)}`,
+);
 const steps: number[] = [];
 for (let i = 0; i < FLOOR_STEPS; i++) {
   const pod = floorPod(i % deployments, 0);
@@ -234,8 +261,19 @@ const onInstance = (o: InstanceObject) => {
   if (!readyAt.has(name) && ready(o)) readyAt.set(name, now);
 };
 insts.addEventHandler({ onAdd: onInstance, onUpdate: (_a, b) => onInstance(b) });
+// The steps between (issue 13: where an instance's time goes): its claim in the Quota's ledger (the
+// grant decided), its Pod created, the Pod Ready.
+const claimedAt = new Map<string, number>();
+const ledger = new Informer<KubeObject & { status?: QuotaStatus }>({ client, ref: Quota.ref, namespace: NS });
+const onLedger = (q: KubeObject & { status?: QuotaStatus }) => {
+  const now = performance.now();
+  for (const c of q.status?.claims ?? []) if (!claimedAt.has(c.name)) claimedAt.set(c.name, now);
+};
+ledger.addEventHandler({ onAdd: onLedger, onUpdate: (_a, b) => onLedger(b) });
+const pods = new PodWatch(NS);
 insts.start();
-await insts.waitForSync();
+ledger.start();
+await Promise.all([insts.waitForSync(), ledger.waitForSync(), pods.start()]);
 
 const wd = (name: string, n: number): KubeObject => ({
   apiVersion: WorkloadDeployment.apiVersion,
@@ -277,6 +315,14 @@ console.log(
   `berth: ${instances} instances Ready in ${berthSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); ` +
     `quota grant p50 ${percentile(grants, 50).toFixed(0)} ms, p99 ${percentile(grants, 99).toFixed(0)} ms; ` +
     `${writesPerInstance.toFixed(1)} API writes per instance (${writesBy.join(', ')})`,
+);
+const firstOrdinals = new Map([...firstSeen].filter(([n]) => !n.endsWith('-0')));
+console.log(
+  `  an instance's steps: seen → claimed in the ledger ${hop(firstSeen, claimedAt)}; claimed → its Pod seen ` +
+    `${hop(claimedAt, pods.seenAt)}; Pod seen → QuotaGranted seen ${hop(pods.seenAt, grantedAt)}; Pod seen → ` +
+    `bound ${hop(pods.seenAt, pods.boundAt)} (${pods.gated.size} made gated); bound → Ready ` +
+    `${hop(pods.boundAt, pods.readyAt)}; Pod Ready → instance Ready ${hop(pods.readyAt, readyAt)}; instance ` +
+    `Ready → the next ordinal seen ${hop(readyAt, firstOrdinals, previous)}`,
 );
 const rss = berth.rssMB();
 // Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.
@@ -342,6 +388,8 @@ const result = {
   rssMB: rss,
 };
 insts.stop();
+ledger.stop();
+pods.informer.stop();
 await berth.stop();
 client.close();
 await sb.down();
