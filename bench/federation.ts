@@ -39,10 +39,12 @@ import {
   controllerWork,
   cpuSeconds,
   describeControllerMeans,
+  describeCpu,
   sandboxCpuSeconds,
   destroyOnCrash,
   forEachLimit,
   percentile,
+  processCpu,
   report,
   round,
   waitForValue,
@@ -263,14 +265,7 @@ const berthWrites = (also: (labels: string) => boolean = () => true) =>
 const toManagement = (l: string) => l.includes(`host="${mgmt.server.host}"`);
 const cpuBefore = cpuSeconds(berth.pid);
 const managementCpuBefore = sandboxCpuSeconds(federation.management);
-const managementByProcess = () =>
-  new Map(
-    federation.management
-      .status()
-      .filter((p) => p.running && p.pid !== undefined)
-      .map((p) => [p.name, cpuSeconds(p.pid!)]),
-  );
-const managementByProcessBefore = managementByProcess();
+const managementByProcessBefore = processCpu(federation.management);
 const managementWorkBefore = await apiserverWork(mgmt);
 const cellsCpuBefore = cellsCpu();
 const writesBefore = await berthWrites();
@@ -293,9 +288,7 @@ const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
 const cores = availableParallelism();
 const managementCpuSeconds = sandboxCpuSeconds(federation.management) - managementCpuBefore;
 const cellsCpuSeconds = cellsCpu() - cellsCpuBefore;
-const managementSpent = [...managementByProcess()]
-  .map(([name, s]) => `${name} ${(s - (managementByProcessBefore.get(name) ?? 0)).toFixed(1)}`)
-  .join(', ');
+const managementSpent = describeCpu(managementByProcessBefore, processCpu(federation.management));
 const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
 const managementWritesPerInstance = ((await berthWrites(toManagement)) - managementWritesBefore) / instances;
 console.log(

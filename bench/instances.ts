@@ -31,15 +31,20 @@ import {
   type WorkloadDeploymentStatus,
 } from '../src/workloads/types.ts';
 import {
+  apiserverWork,
   benchSandbox,
   controllerMeans,
   controllerWork,
+  cpuSeconds,
   describeControllerMeans,
+  describeCpu,
   forEachLimit,
   percentile,
+  processCpu,
   round,
   report,
   waitForValue,
+  workDelta,
 } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
@@ -168,6 +173,10 @@ const floorPod = (d: number, ordinal: number): KubeObject => {
 };
 const floorWatch = new PodWatch(FLOOR_NS);
 await floorWatch.start();
+// What the control plane does for the floor's pods, and below for Berth's instances: CPU seconds
+// by process and what the apiserver served (the machine's two cores are shared by all of them).
+const floorCpuBefore = processCpu(sb);
+const floorWorkBefore = await apiserverWork(client);
 const floorStarted = performance.now();
 const floorSeconds = await new Promise<number>((resolve, reject) => {
   // A FIFO of pods to create, served by `concurrency` workers, as Berth's instance workers would.
@@ -196,6 +205,8 @@ const floorSeconds = await new Promise<number>((resolve, reject) => {
 });
 floorWatch.readyHandler = () => {};
 console.log(`floor: ${instances} pods Ready in ${floorSeconds.toFixed(2)} s`);
+console.log(`  CPU seconds: ${describeCpu(floorCpuBefore, processCpu(sb))}`);
+console.log(`  the apiserver served: ${workDelta(floorWorkBefore, await apiserverWork(client)).join(', ')}`);
 console.log(
   `  a pod's steps: seen → bound ${hop(floorWatch.seenAt, floorWatch.boundAt)}; bound → Ready ` +
     `${hop(floorWatch.boundAt, floorWatch.readyAt)}`,
@@ -293,6 +304,8 @@ const berthWrites = async () =>
     ),
   ) as Record<(typeof WRITES)[number], number>;
 const writesBefore = await berthWrites();
+const berthCpuBefore = processCpu(sb).set('berth', cpuSeconds(berth.pid));
+const berthWorkBefore = await apiserverWork(client);
 const started = performance.now();
 await forEachLimit(
   Array.from({ length: deployments }, (_, d) => d),
@@ -324,6 +337,10 @@ console.log(
     `${hop(pods.boundAt, pods.readyAt)}; Pod Ready → instance Ready ${hop(pods.readyAt, readyAt)}; instance ` +
     `Ready → the next ordinal seen ${hop(readyAt, firstOrdinals, previous)}`,
 );
+console.log(
+  `  CPU seconds: ${describeCpu(berthCpuBefore, processCpu(sb).set('berth', cpuSeconds(berth.pid)))}`,
+);
+console.log(`  the apiserver served: ${workDelta(berthWorkBefore, await apiserverWork(client)).join(', ')}`);
 const rss = berth.rssMB();
 // Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.
 for (const c of [

@@ -96,6 +96,19 @@ export const sandboxCpuSeconds = (sb: Sandbox): number =>
     .filter((p) => p.running && p.pid !== undefined)
     .reduce((sum, p) => sum + cpuSeconds(p.pid!), 0);
 
+/** CPU seconds each running process of a sandbox has used, by name (etcd, kube-apiserver, ..., berth). */
+export const processCpu = (sb: Sandbox): Map<string, number> =>
+  new Map(
+    sb
+      .status()
+      .filter((p) => p.running && p.pid !== undefined)
+      .map((p) => [p.name, cpuSeconds(p.pid!)]),
+  );
+
+/** What each process used between two readings of processCpu: `etcd 2.6, kube-apiserver 18.5, ...`. */
+export const describeCpu = (before: Map<string, number>, after: Map<string, number>): string =>
+  [...after].map(([name, s]) => `${name} ${(s - (before.get(name) ?? 0)).toFixed(1)}`).join(', ');
+
 /**
  * What an apiserver has served so far, from its own /metrics: requests by verb and resource
  * (`apiserver_request_total`, WATCH counted when opened) and watch events sent by kind
