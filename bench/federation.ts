@@ -7,8 +7,10 @@
 //    first apply until every one is Available in its cell (status observed for its generation).
 // 2. Berth: the management plane's Berth (cells, federation) as its own process; the Workloads
 //    created at the same concurrency; seconds from the first create until every Workload is
-//    Available upstream with every instance Ready, for its generation (convergeSeconds). Then the
-//    mirrors: how many showed their instance Ready upstream by then, and when the last one did.
+//    Available upstream with every instance Ready, for its generation (convergeSeconds); and for each
+//    Workload, from its WorkloadDeployments Available in both cells to it Available upstream (the
+//    management plane's own hop). Then the mirrors: how many showed their instance Ready upstream by
+//    then, and when the last one did.
 // 3. Status: `--samples` times, one instance's pod deleted in a cell; from the instance seen not
 //    Ready in the cell to its Workload's ready count seen lower upstream (both by this process's
 //    watches); each sample waits for the workload to recover first. A workload that is not back to
@@ -128,23 +130,26 @@ type WD = KubeObject & {
     conditions?: { type: string; status: string }[];
   };
 };
+/** Watches every cell's WorkloadDeployments of a namespace; `done` gets when each (`city/name`) was first Available. */
+const deploymentWatches = (namespace: string, done: Map<string, number>) =>
+  [...cellClients].map(([city, client]) => {
+    const inf = new Informer<WD>({ client, ref: WorkloadDeployment.ref, namespace });
+    const seen = (d: WD) => {
+      const key = `${city}/${d.metadata!.name}`;
+      if (
+        !done.has(key) &&
+        d.status?.observedGeneration === d.metadata!.generation &&
+        d.status?.readyReplicas === d.spec.replicas &&
+        available(d)
+      )
+        done.set(key, performance.now());
+    };
+    inf.addEventHandler({ onAdd: seen, onUpdate: (_a, b) => seen(b) });
+    inf.start();
+    return inf;
+  });
 const floorDone = new Map<string, number>();
-const floorWatches = [...cellClients].map(([city, client]) => {
-  const inf = new Informer<WD>({ client, ref: WorkloadDeployment.ref, namespace: FLOOR_NS });
-  const seen = (d: WD) => {
-    const key = `${city}/${d.metadata!.name}`;
-    if (
-      !floorDone.has(key) &&
-      d.status?.observedGeneration === d.metadata!.generation &&
-      d.status?.readyReplicas === d.spec.replicas &&
-      available(d)
-    )
-      floorDone.set(key, performance.now());
-  };
-  inf.addEventHandler({ onAdd: seen, onUpdate: (_a, b) => seen(b) });
-  inf.start();
-  return inf;
-});
+const floorWatches = deploymentWatches(FLOOR_NS, floorDone);
 await Promise.all(floorWatches.map((i) => i.waitForSync()));
 // The WorkloadDeployments of the federation's fan-out, from Berth's own manifest, less the labels
 // that name an owner upstream: none exists, and the management Berth must not take them for its own.
@@ -257,7 +262,11 @@ const instanceWatches = [...cellClients].map(([city, client]) => {
   inf.start();
   return inf;
 });
-await Promise.all([upstream, mirrors, ...instanceWatches].map((i) => i.waitForSync()));
+// Each Workload's WorkloadDeployments Available in their cells: what the management plane then has to
+// see and say upstream (its own hop, against the cells' work).
+const cellDone = new Map<string, number>();
+const cellWatches = deploymentWatches(NS, cellDone);
+await Promise.all([upstream, mirrors, ...instanceWatches, ...cellWatches].map((i) => i.waitForSync()));
 const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager: 'bench', force: true });
 // What converging costs the management Berth: its CPU time and its API writes (to every cluster).
 const berthWrites = (also: (labels: string) => boolean = () => true) =>
@@ -303,6 +312,18 @@ console.log(
     `(${cores} cores: ${(cores * convergeSeconds).toFixed(0)} core-seconds in the converge)`,
 );
 console.log(`  the management plane's processes: ${managementSpent}`);
+const hops = Array.from({ length: workloads }, (_, i) => {
+  const cellsAt = citiesOf(i).map((city) =>
+    cellDone.get(`${city}/${deploymentName(wlName(i), PLACEMENT, city)}`),
+  );
+  const upAt = convergedAt.get(wlName(i));
+  return upAt === undefined || cellsAt.includes(undefined) ? [] : [upAt - Math.max(...(cellsAt as number[]))];
+}).flat();
+console.log(
+  `  a Workload's WorkloadDeployments Available in both cells → Available upstream: p50 ${percentile(hops, 50).toFixed(0)} ms, ` +
+    `p99 ${percentile(hops, 99).toFixed(0)} ms, max ${Math.max(...hops).toFixed(0)} ms (${hops.length} Workloads); ` +
+    `the last in the cells ${((Math.max(...cellDone.values()) - convergeStarted) / 1000).toFixed(2)} s after the first create`,
+);
 // What its apiserver served meanwhile (every client's requests, and the watch events sent).
 const managementWork = workDelta(managementWorkBefore, await apiserverWork(mgmt));
 console.log(`  its apiserver served: ${managementWork.join(', ')}`);
@@ -443,7 +464,7 @@ const result = {
   rolloutSeconds: round(rolloutSeconds, 2),
   rssMB: berth.rssMB(),
 };
-for (const i of [upstream, ...instanceWatches]) i.stop();
+for (const i of [upstream, ...instanceWatches, ...cellWatches]) i.stop();
 await berth.stop();
 mgmt.close();
 for (const c of cellClients.values()) c.close();
