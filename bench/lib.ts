@@ -109,9 +109,13 @@ export const processCpu = (sb: Sandbox): Map<string, number> =>
 export const describeCpu = (before: Map<string, number>, after: Map<string, number>): string =>
   [...after].map(([name, s]) => `${name} ${(s - (before.get(name) ?? 0)).toFixed(1)}`).join(', ');
 
+/** Keys of apiserverWork that hold seconds spent on requests, not counts. */
+const SECONDS = 'seconds ';
+
 /**
  * What an apiserver has served so far, from its own /metrics: requests by verb and resource
- * (`apiserver_request_total`, WATCH counted when opened) and watch events sent by kind
+ * (`apiserver_request_total`, WATCH counted when opened) with the seconds it took to answer them
+ * (`apiserver_request_duration_seconds_sum`), and watch events sent by kind
  * (`apiserver_watch_events_total`, once per watcher). Two of these apart say where its CPU went.
  */
 export async function apiserverWork(client: KubeClient): Promise<Map<string, number>> {
@@ -119,27 +123,40 @@ export async function apiserverWork(client: KubeClient): Promise<Map<string, num
   const work = new Map<string, number>();
   const add = (key: string, n: number) => work.set(key, (work.get(key) ?? 0) + n);
   for (const line of text.split('\n')) {
-    const m = /^(apiserver_request_total|apiserver_watch_events_total)\{([^}]*)\} (\S+)$/.exec(line);
+    const m =
+      /^(apiserver_request_total|apiserver_request_duration_seconds_sum|apiserver_watch_events_total)\{([^}]*)\} (\S+)$/.exec(
+        line,
+      );
     if (!m) continue;
     const labels = Object.fromEntries([...m[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
     if (m[1] === 'apiserver_watch_events_total')
       add(`watch event ${labels['kind'] ?? labels['resource']}`, Number(m[3]));
     else {
       const what = [labels['resource'], labels['subresource']].filter(Boolean).join('/') || 'other';
-      add(`${labels['verb']} ${what}`, Number(m[3]));
+      const key = `${labels['verb']} ${what}`;
+      add(m[1] === 'apiserver_request_total' ? key : SECONDS + key, Number(m[3]));
     }
   }
   return work;
 }
 
-/** The `top` largest growths between two apiserverWork readings, largest first: "verb resource n". */
+/**
+ * The `top` largest growths between two apiserverWork readings, largest first: "verb resource n",
+ * with the mean time to answer them but for watches (which last as long as they are open).
+ */
 export function workDelta(before: Map<string, number>, after: Map<string, number>, top = 12): string[] {
-  return [...after]
-    .map(([k, n]) => [k, n - (before.get(k) ?? 0)] as const)
-    .filter(([, n]) => n > 0)
-    .sort((a, b) => b[1] - a[1])
+  const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
+  return [...after.keys()]
+    .filter((k) => !k.startsWith(SECONDS) && delta(k) > 0)
+    .sort((a, b) => delta(b) - delta(a))
     .slice(0, top)
-    .map(([k, n]) => `${k} ${Math.round(n)}`);
+    .map((k) => {
+      const n = delta(k);
+      const seconds = k.startsWith('WATCH') ? 0 : delta(SECONDS + k);
+      return seconds > 0
+        ? `${k} ${Math.round(n)} (mean ${((1000 * seconds) / n).toFixed(0)} ms)`
+        : `${k} ${Math.round(n)}`;
+    });
 }
 
 /**
