@@ -447,6 +447,8 @@ const result = {
   cellsCpuSeconds: round(cellsCpuSeconds, 1),
   floorCellsCpuSeconds: round(floorCellsCpuSeconds, 1),
   floorManagementCpuSeconds: round(floorManagementCpuSeconds, 1),
+  upstreamHopP50ms: round(percentile(hops, 50), 0),
+  upstreamHopP99ms: round(percentile(hops, 99), 0),
   writesPerInstance: round(writesPerInstance, 2),
   managementWritesPerInstance: round(managementWritesPerInstance, 2),
   mirrorsReadyAtConverge,
