@@ -304,7 +304,9 @@ const berthWrites = async () =>
     ),
   ) as Record<(typeof WRITES)[number], number>;
 const writesBefore = await berthWrites();
-const berthCpuBefore = processCpu(sb).set('berth', cpuSeconds(berth.pid));
+/** The sandbox's processes' CPU seconds and Berth's (its own process, not the sandbox's). */
+const cpuWithBerth = () => processCpu(sb).set('berth', cpuSeconds(berth.pid));
+const berthCpuBefore = cpuWithBerth();
 const berthWorkBefore = await apiserverWork(client);
 const started = performance.now();
 await forEachLimit(
@@ -337,9 +339,7 @@ console.log(
     `${hop(pods.boundAt, pods.readyAt)}; Pod Ready → instance Ready ${hop(pods.readyAt, readyAt)}; instance ` +
     `Ready → the next ordinal seen ${hop(readyAt, firstOrdinals, previous)}`,
 );
-console.log(
-  `  CPU seconds: ${describeCpu(berthCpuBefore, processCpu(sb).set('berth', cpuSeconds(berth.pid)))}`,
-);
+console.log(`  CPU seconds: ${describeCpu(berthCpuBefore, cpuWithBerth())}`);
 console.log(`  the apiserver served: ${workDelta(berthWorkBefore, await apiserverWork(client)).join(', ')}`);
 const rss = berth.rssMB();
 // Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.

@@ -89,13 +89,6 @@ export function cpuSeconds(pid: number): number {
 /** USER_HZ: 100 on every Linux that Node runs on. */
 const CLOCK_TICKS = 100;
 
-/** CPU seconds the running processes of a sandbox (its control plane, kwok, its Berth if any) have used. */
-export const sandboxCpuSeconds = (sb: Sandbox): number =>
-  sb
-    .status()
-    .filter((p) => p.running && p.pid !== undefined)
-    .reduce((sum, p) => sum + cpuSeconds(p.pid!), 0);
-
 /** CPU seconds each running process of a sandbox has used, by name (etcd, kube-apiserver, ..., berth). */
 export const processCpu = (sb: Sandbox): Map<string, number> =>
   new Map(
@@ -104,6 +97,10 @@ export const processCpu = (sb: Sandbox): Map<string, number> =>
       .filter((p) => p.running && p.pid !== undefined)
       .map((p) => [p.name, cpuSeconds(p.pid!)]),
   );
+
+/** CPU seconds the running processes of a sandbox (its control plane, kwok, its Berth if any) have used. */
+export const sandboxCpuSeconds = (sb: Sandbox): number =>
+  [...processCpu(sb).values()].reduce((sum, s) => sum + s, 0);
 
 /** What each process used between two readings of processCpu: `etcd 2.6, kube-apiserver 18.5, ...`. */
 export const describeCpu = (before: Map<string, number>, after: Map<string, number>): string =>
