@@ -75,6 +75,11 @@ export interface InstanceState {
   available: boolean;
   programmed: boolean;
   deleting: boolean;
+  /**
+   * The Instance is gone and only its Pod is still going (instances are deleted in the background):
+   * it holds the Pod's name, not the instance's, so its ordinal may be made again at once.
+   */
+  gone?: boolean;
   /** While not Ready: since when (its Ready condition's last transition, else its creation), ms. */
   notReadySince: number;
   /** The Ready condition's reason and message while not Ready. */
@@ -101,8 +106,8 @@ export interface Plan {
 
 /**
  * The next step. OrderedReady scales one instance at a time: ordinal i is created once 0..i-1 are
- * Ready, the highest ordinal is deleted first, and nothing moves while a deletion is in flight.
- * Parallel creates and deletes all at once. Rollouts are one at a time either way: a Ready drifted
+ * Ready, the highest ordinal is deleted first, and nothing moves while a deletion is in flight (until
+ * the Pod is gone), save that a deleted ordinal may be made again at once. Parallel creates and deletes all at once. Rollouts are one at a time either way: a Ready drifted
  * instance is deleted (recreated by the scale step, never updated in place), highest ordinal first,
  * the next only once the replacement is Ready; a drifted instance that is not Ready is replaced at
  * once, since nothing serves from it.
@@ -125,9 +130,18 @@ export function plan(p: PlanInput): Plan {
   });
 
   if (ordered) {
-    if (deleting.length) return result([]);
-    if (excess.length) return result([del(excess[0]!, false)]);
     const first = missing[0];
+    if (deleting.length) {
+      // A deletion in flight holds every step but one: an Instance already gone whose Pod is still
+      // going holds only the Pod's name, so its ordinal, when it is next, is made again at once (the
+      // new instance's Pod waits for the name: the instance controller).
+      const remake =
+        first !== undefined &&
+        deleting.every((i) => i.gone && i.ordinal === first) &&
+        !staying.some((i) => i.ordinal < first && !i.ready);
+      return result(remake ? [{ type: 'create', ordinal: first }] : []);
+    }
+    if (excess.length) return result([del(excess[0]!, false)]);
     if (first !== undefined) {
       const notReady = staying.filter((i) => i.ordinal < first && !i.ready).at(-1);
       if (!notReady) return result([{ type: 'create', ordinal: first }]);
@@ -136,7 +150,8 @@ export function plan(p: PlanInput): Plan {
       return broken ? result([del(broken, true)]) : result([], notReady);
     }
   } else {
-    const freed = new Set(deleting.map((i) => i.ordinal));
+    // An Instance still deleting holds its name; one already gone holds only its Pod's.
+    const freed = new Set(deleting.filter((i) => !i.gone).map((i) => i.ordinal));
     const actions: Action[] = [
       ...excess.map((i) => del(i, false)),
       ...missing.filter((i) => !freed.has(i)).map((ordinal): Action => ({ type: 'create', ordinal })),
@@ -337,6 +352,40 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
         ? { initContainerStatuses: status.initContainerStatuses.map(keep) }
         : {}),
     },
+  };
+}
+
+/** The informer request for instances' Pods, one cache for both controllers. */
+export const INSTANCE_PODS = {
+  labelSelector: INSTANCE_LABEL,
+  transform: { name: 'workload-pod', fn: workloadPod },
+};
+
+/** The uid of the Instance a Pod was made for (its controller owner), if it was made for one. */
+export function instanceOwnerUid(pod: KubeObject): string | undefined {
+  return pod.metadata?.ownerReferences?.find(
+    (o) => o.controller && o.kind === Instance.kind && o.apiVersion === Instance.apiVersion,
+  )?.uid;
+}
+
+/**
+ * The plan's view of a Pod whose Instance is gone (deleted in the background, the Pod still
+ * terminating): a deletion in flight at its ordinal. Undefined for a Pod without an ordinal.
+ */
+export function formerInstanceState(pod: WorkloadPod, now: number): InstanceState | undefined {
+  const labels = pod.metadata.labels ?? {};
+  const ordinal = Number(labels[ORDINAL_LABEL]);
+  if (!Number.isInteger(ordinal) || ordinal < 0) return undefined;
+  return {
+    name: labels[INSTANCE_LABEL] ?? pod.metadata.name!,
+    ordinal,
+    hash: labels[TEMPLATE_HASH_LABEL] ?? '',
+    ready: false,
+    available: false,
+    programmed: false,
+    deleting: true,
+    gone: true,
+    notReadySince: now,
   };
 }
 

@@ -12,7 +12,7 @@ import {
 } from '../policy/predicates.ts';
 import { conditionSetter, findCondition, sameConditions } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
-import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound } from '../runtime/client/client.ts';
@@ -26,7 +26,10 @@ import {
   controlledBy,
   deploymentSelector,
   deploymentVerdict,
+  formerInstanceState,
+  INSTANCE_PODS,
   instanceManifest,
+  instanceOwnerUid,
   instanceName,
   plan,
   templateHash,
@@ -34,10 +37,12 @@ import {
   type Action,
   type InstanceObject,
   type InstanceState,
+  type WorkloadPod,
 } from './decide.ts';
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
+  INSTANCE_LABEL,
   Instance,
   OWN_INSTANCES,
   WorkloadDeployment,
@@ -55,10 +60,14 @@ type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentS
  */
 const STATUS_WORKERS = 4;
 
-/** The deployment an instance belongs to, by its label. */
-const deploymentOf = (i: InstanceObject): string | undefined => {
-  const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
-  return d ? `${i.metadata.namespace}/${d}` : undefined;
+/** The deployment an instance or its Pod belongs to, by its label. */
+const deploymentOf = (o: KubeObject): string | undefined => {
+  const d = o.metadata?.labels?.[DEPLOYMENT_LABEL];
+  return d ? `${o.metadata!.namespace}/${d}` : undefined;
+};
+const byDeployment = (o: KubeObject) => {
+  const d = deploymentOf(o);
+  return d ? [d] : [];
 };
 
 /** Count-only status changes within this long of the last write are batched into one write. */
@@ -71,6 +80,8 @@ export interface DeploymentControllerOptions {
 export class DeploymentController {
   readonly deployments: Informer<DeploymentObject>;
   readonly instances: Informer<InstanceObject>;
+  /** Instances' Pods (the instance controller's cache): one whose Instance is gone is a deletion in flight. */
+  readonly pods: Informer<WorkloadPod>;
   readonly controller: Controller;
   readonly statusController: Controller;
   private readonly manager: Manager;
@@ -90,10 +101,9 @@ export class DeploymentController {
     this.deployments = manager.informer<DeploymentObject>(WorkloadDeployment.ref);
     // The same informer as the instance controller's (same resource, same selector): one cache.
     this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
-    this.instances.addIndexer('deployment', (i) => {
-      const d = i.metadata.labels?.[DEPLOYMENT_LABEL];
-      return d ? [`${i.metadata.namespace}/${d}`] : [];
-    });
+    this.instances.addIndexer('deployment', byDeployment);
+    this.pods = manager.informer<WorkloadPod>(Resources.pods, INSTANCE_PODS);
+    this.pods.addIndexer('deployment', byDeployment);
     this.sent = new WriteExpectations(this.instances, keyOf);
     this.statusSent = new WriteExpectations(this.deployments, keyOf);
     this.deployments.addEventHandler({ onDelete: (d) => this.statusSpacing.forget(keyOf(d)) });
@@ -150,10 +160,13 @@ export class DeploymentController {
           this.log.info({ deployment: key, instance: target, hash }, 'instance created');
         } else {
           const inst = owned.find((i) => i.metadata.name === a.name)!;
-          // Foreground: the Instance stays (deleting) until its Pod is gone, so "gone" means gone.
-          // No finalizer of Berth's: an Instance deleted while Berth is down or removed never waits.
+          // In the background: the Instance goes at once and the instance controller deletes its Pod
+          // (the garbage collector would too); the plan counts the deletion in flight until the Pod
+          // is gone. Foreground deletion would wait on the garbage collector, which for up to 30 s
+          // after the CRD's install does not watch Instances yet (decision 0013). No finalizer of
+          // Berth's: an Instance deleted while Berth is down or removed never waits.
           written = await deleteExact(this.manager.client(), Instance.ref, inst, {
-            propagationPolicy: 'Foreground',
+            propagationPolicy: 'Background',
           });
           // Already gone, or replaced: the cache catches up and brings this key back.
           if (!written) continue;
@@ -211,24 +224,38 @@ export class DeploymentController {
   }
 
   /** What both controllers act on: a deployment's spec (replicas by the scale subresource too) or
-   * deletion, its own status writes passing by, and its instances' conditions, deletion and labels. */
+   * deletion, its own status writes passing by, its instances' conditions, deletion and labels, and
+   * the Pods of gone instances coming and going. */
   private watchDeployments(c: Controller): void {
-    c.watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) }).watch(
-      this.instances,
-      deploymentOf,
-      { update: changed(conditionsChanged, deletionChanged, labelsChanged) },
-    );
+    const former = (p: WorkloadPod) => this.isFormer(p);
+    c.watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
+      .watch(this.instances, deploymentOf, {
+        update: changed(conditionsChanged, deletionChanged, labelsChanged),
+      })
+      .watch(this.pods, deploymentOf, { add: former, update: () => false, delete: former });
+  }
+
+  /** A Pod made for an Instance that is no longer the one of its name in the cache. */
+  private isFormer(pod: WorkloadPod): boolean {
+    const owner = instanceOwnerUid(pod);
+    const name = pod.metadata.labels?.[INSTANCE_LABEL];
+    return !!owner && this.instances.get(`${pod.metadata.namespace}/${name}`)?.metadata.uid !== owner;
   }
 
   /** The deployment's instances as the plan sees them, and the plan. */
   private planFor(key: string, wd: DeploymentObject) {
     const hash = templateHash(wd.spec.template);
     const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
+    const now = Date.now();
+    const former = this.pods
+      .byIndex('deployment', key)
+      .filter((p) => this.isFormer(p))
+      .flatMap((p) => formerInstanceState(p, now) ?? []);
     const input = {
       replicas: wd.spec.replicas,
       policy: wd.spec.instanceManagementPolicy,
       hash,
-      instances: owned.map(instanceState),
+      instances: [...owned.map(instanceState), ...former],
     };
     return { hash, owned, input, plan: plan(input) };
   }

@@ -6,6 +6,7 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { instanceOwnerUid } from './decide.ts';
 import { budgetOf, decideGrants, sizeText, usageText } from './grant.ts';
 import {
   candidateOf,
@@ -199,11 +200,15 @@ export type WorkloadDeploymentObject = KubeObject & {
   status?: WorkloadDeploymentStatus;
 };
 
-/** The lines about a deployment: its counts and conditions, the rollout, and each instance in a line. */
+/**
+ * The lines about a deployment: its counts and conditions, the rollout, each instance in a line, and
+ * the Pods of its instances that are gone (deleted in the background) while they are still going.
+ */
 export function deploymentLines(
   wd: WorkloadDeploymentObject,
   instances: InstanceObject[],
   now = new Date(),
+  pods: KubeObject[] = [],
 ): string[] {
   const s = wd.status ?? {};
   const desired = s.templateHash;
@@ -237,16 +242,30 @@ export function deploymentLines(
     out.push(`  instance ${i.metadata?.name}: ${state}${older}`);
   }
   if (instances.length === 0) out.push('  no instances');
+  const uids = new Set(instances.map((i) => i.metadata?.uid));
+  for (const p of pods) {
+    const owner = instanceOwnerUid(p);
+    if (!owner || uids.has(owner)) continue;
+    const when = p.metadata?.deletionTimestamp
+      ? `terminating ${since(p.metadata.deletionTimestamp, now)}`
+      : 'to be deleted';
+    out.push(`  pod ${p.metadata?.name} of a deleted instance: ${when}; the next step waits for it to go`);
+  }
   return out;
 }
 
 export async function explainWorkloadDeployment(client: KubeClient, object: KubeObject): Promise<string[]> {
   const wd = object as WorkloadDeploymentObject;
-  const instances = (
-    await client.list<InstanceObject>(Instance.ref, {
-      namespace: wd.metadata?.namespace ?? '',
-      query: { labelSelector: `${DEPLOYMENT_LABEL}=${wd.metadata?.name}` },
-    })
-  ).items.filter((i) => i.metadata?.ownerReferences?.some((o) => o.uid === wd.metadata?.uid));
-  return deploymentLines(wd, instances);
+  const query = {
+    namespace: wd.metadata?.namespace ?? '',
+    query: { labelSelector: `${DEPLOYMENT_LABEL}=${wd.metadata?.name}` },
+  };
+  const [labelled, pods] = await Promise.all([
+    client.list<InstanceObject>(Instance.ref, query).then((l) => l.items),
+    client.list(Resources.pods, query).then((l) => l.items),
+  ]);
+  const instances = labelled.filter((i) =>
+    i.metadata?.ownerReferences?.some((o) => o.uid === wd.metadata?.uid),
+  );
+  return deploymentLines(wd, instances, new Date(), pods);
 }

@@ -1,6 +1,7 @@
 // The Instance controller: each Instance runs as one Pod of its name. It creates the Pod once the
 // quota controller has given its verdict (gated by the quota gate unless QuotaGranted is True), takes
-// exactly that gate off once the instance is granted, recreates a Pod someone else deleted, and
+// exactly that gate off once the instance is granted, recreates a Pod someone else deleted, deletes
+// the Pod of an Instance that is gone (instances are deleted in the background), and
 // writes Ready, Available and Programmed from the Pod's real state by server-side apply on /status
 // under its own manager (the conditions are a list-map keyed by type). A grant of the quota
 // controller in this process is acted on and written here, with the rest of the status; a waiting
@@ -22,6 +23,8 @@ import {
   controlledBy,
   crashWindowEndsIn,
   gated,
+  INSTANCE_PODS,
+  instanceOwnerUid,
   instanceVerdict,
   podManifest,
   ungatePatch,
@@ -85,10 +88,7 @@ export class InstanceController {
     this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
     this.instances.addIndexer('instanceType', byInstanceType);
     // Only instances' Pods: the label selector keeps every other pod out of this cache.
-    this.pods = manager.informer<WorkloadPod>(Resources.pods, {
-      labelSelector: INSTANCE_LABEL,
-      transform: { name: 'workload-pod', fn: workloadPod },
-    });
+    this.pods = manager.informer<WorkloadPod>(Resources.pods, INSTANCE_PODS);
     this.podsSent = new WriteExpectations(this.pods, keyOf);
     this.statusSent = new WriteExpectations(this.instances, keyOf);
     this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
@@ -135,10 +135,15 @@ export class InstanceController {
     const cached = this.pods.get(key);
     if (!inst || inst.metadata.deletionTimestamp) {
       this.rejected.delete(key);
-      return inst && this.deletePod(inst, cached);
+      if (inst) return this.deletePod(inst, cached);
+      if (cached) await this.deleteFormerPod(cached);
+      return;
     }
     const uid = inst.metadata.uid!;
     let pod = cached && controlledBy(cached, uid) ? cached : undefined;
+    // An earlier instance's Pod holds the name this one's needs: it goes now, and its deletion's
+    // event brings this key back to make the new one.
+    if (cached && !pod) await this.deleteFormerPod(cached);
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
@@ -229,12 +234,34 @@ export class InstanceController {
   }
 
   /**
-   * An instance being deleted: its Pod goes now. The garbage collector would take it too (the
-   * instance's deletion is foreground), but a hop later; a rollout waits on every such deletion.
+   * An instance being deleted (someone's foreground deletion, or a finalizer of theirs): its Pod
+   * goes now. The garbage collector would take it too, but a hop later.
    */
   private async deletePod(inst: InstanceObject, pod: WorkloadPod | undefined): Promise<void> {
     if (!pod || pod.metadata.deletionTimestamp || !controlledBy(pod, inst.metadata.uid)) return;
     await deleteExact(this.manager.client(), Resources.pods, pod);
+  }
+
+  /**
+   * The Pod of an Instance that is gone: Berth's own (its label and its controller Instance), deleted
+   * now rather than when the garbage collector gets to it, since a rollout waits for its name. The
+   * apiserver is asked for the Instance first: a cache may lag, and the Pod of the Instance that
+   * stands there is never deleted.
+   */
+  private async deleteFormerPod(pod: WorkloadPod): Promise<void> {
+    const owner = instanceOwnerUid(pod);
+    if (!owner || pod.metadata.deletionTimestamp) return;
+    const { name, namespace } = pod.metadata;
+    const standing = await this.manager
+      .client()
+      .get(Instance.ref, pod.metadata.labels![INSTANCE_LABEL]!, namespace)
+      .catch((e: unknown) => {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      });
+    if (standing?.metadata?.uid === owner) return;
+    if (await deleteExact(this.manager.client(), Resources.pods, pod))
+      this.log.info({ pod: `${namespace}/${name}`, instance: owner }, 'deleted the Pod of a gone instance');
   }
 
   /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */

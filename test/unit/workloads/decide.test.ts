@@ -81,6 +81,9 @@ describe('plan', () => {
     assert.deepEqual(plan(input(2, all)).actions, [{ type: 'delete', name: 'web-3', rollout: false }]);
     const deleting = [inst(0), inst(1), inst(2), inst(3, 'new', { deleting: true })];
     assert.deepEqual(plan(input(2, deleting)).actions, []);
+    // Gone, its Pod still going: still in flight.
+    const going = [inst(0), inst(1), inst(2), inst(3, 'new', { deleting: true, gone: true })];
+    assert.deepEqual(plan(input(2, going)).actions, []);
   });
 
   test('Parallel creates and deletes all at once, but never into a slot still being deleted', () => {
@@ -95,6 +98,11 @@ describe('plan', () => {
     ]);
     assert.deepEqual(plan(input(2, [inst(1, 'new', { deleting: true })], 'Parallel')).actions, [
       { type: 'create', ordinal: 0 },
+    ]);
+    // An Instance already gone holds only its Pod's name: its slot is made again at once.
+    assert.deepEqual(plan(input(2, [inst(1, 'new', { deleting: true, gone: true })], 'Parallel')).actions, [
+      { type: 'create', ordinal: 0 },
+      { type: 'create', ordinal: 1 },
     ]);
   });
 
@@ -111,6 +119,20 @@ describe('plan', () => {
       { type: 'delete', name: 'web-1', rollout: true },
     ]);
     assert.deepEqual(plan(input(3, [inst(0), inst(1), inst(2)])).actions, []);
+  });
+
+  test('OrderedReady remakes a rolled ordinal while its old Pod is still going, and nothing else', () => {
+    const going = inst(2, 'old', { deleting: true, gone: true, ready: false });
+    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old'), going])).actions, [
+      { type: 'create', ordinal: 2 },
+    ]);
+    // Remade: the old Pod still going holds the next step.
+    const remade = [inst(0, 'old'), inst(1, 'old'), going, inst(2, 'new', { ready: false })];
+    assert.deepEqual(plan(input(3, remade)).actions, []);
+    // A predecessor not Ready, or an Instance still deleting (a finalizer of someone's), holds it too.
+    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old', { ready: false }), going])).actions, []);
+    const held = { ...going, gone: false };
+    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old'), held])).actions, []);
   });
 
   test('a drifted instance that is not Ready is replaced at once, even while another step waits', () => {
@@ -147,11 +169,18 @@ describe('plan', () => {
           for (const a of p.actions) {
             if (a.type === 'create') {
               assert.ok(
-                !world.some((i) => i.ordinal === a.ordinal),
+                !world.some((i) => i.ordinal === a.ordinal && !i.gone),
                 `run ${run}: created an existing ordinal`,
               );
               world.push(inst(a.ordinal, 'new', { ready: false }));
-            } else world = world.map((i) => (i.name === a.name ? { ...i, deleting: true } : i));
+            } else {
+              // Deleted in the background, the Instance goes at once and its Pod lingers; or someone
+              // else's finalizer holds the Instance itself.
+              const gone = r.int(2) === 0;
+              world = world.map((i) =>
+                i.name === a.name && !i.gone ? { ...i, deleting: true, ...(gone ? { gone } : {}) } : i,
+              );
+            }
           }
           // The world moves: one random instance gets Ready or finishes deleting.
           const i = world.length ? r.int(world.length) : -1;

@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import type { Condition, ConditionStatus } from '../../../src/runtime/api/conditions.ts';
 import { age, deploymentLines, instanceLines, type PodView } from '../../../src/workloads/explain.ts';
 import type { InstanceObject, QuotaObject } from '../../../src/workloads/quota.ts';
+import { Instance } from '../../../src/workloads/types.ts';
 
 const NOW = new Date('2030-01-01T01:00:00Z');
 const T0 = '2030-01-01T00:57:00Z';
@@ -177,5 +178,24 @@ test('a deployment: counts, conditions since when, the instances on an older tem
     '  instance web-0: Ready since 2030-01-01T00:57:00Z (3m ago) [older template h1]',
     '  instance web-1: not reconciled yet, created 2030-01-01T00:57:00Z (3m ago) [older template h1]',
     '  instance web-2: not Ready (ImageUnavailable) since 2030-01-01T00:57:00Z (3m ago): ErrImagePull',
+  ]);
+});
+
+test('a deployment: the Pod of a deleted instance, while it goes, and never a Pod of a standing one', () => {
+  const wd = { metadata: { name: 'web', namespace: 'ns' }, spec: { replicas: 1 }, status: {} };
+  const standing = inst('web-0', T0, [cond('Ready', 'True', 'Ready')]);
+  const pod = (name: string, uid: string, deletionTimestamp?: string) => ({
+    metadata: {
+      name,
+      ...(deletionTimestamp ? { deletionTimestamp } : {}),
+      ownerReferences: [
+        { apiVersion: Instance.apiVersion, kind: Instance.kind, name, uid, controller: true },
+      ],
+    },
+  });
+  const lines = deploymentLines(wd, [standing], NOW, [pod('web-0', 'uid-web-0'), pod('web-1', 'gone', T0)]);
+  assert.deepEqual(lines.slice(-2), [
+    '  instance web-0: Ready since 2030-01-01T00:57:00Z (3m ago)',
+    '  pod web-1 of a deleted instance: terminating since 2030-01-01T00:57:00Z (3m ago); the next step waits for it to go',
   ]);
 });
