@@ -167,8 +167,24 @@ const floorWork = Array.from({ length: workloads }, (_, i) => {
   });
 }).flat();
 const cellSandboxes = federation.cells.map((c) => c.sandbox);
-const cellsCpu = () => cellSandboxes.reduce((sum, sb) => sum + sandboxCpuSeconds(sb), 0);
+// The cells' processes by name (etcd, kube-apiserver, ..., berth), summed over the cells.
+const cellsByProcess = () => {
+  const sum = new Map<string, number>();
+  for (const sb of cellSandboxes)
+    for (const [name, s] of processCpu(sb)) sum.set(name, (sum.get(name) ?? 0) + s);
+  return sum;
+};
+const cellsCpu = () => [...cellsByProcess().values()].reduce((sum, s) => sum + s, 0);
 const floorCellsCpuBefore = cellsCpu();
+const floorCellsByProcessBefore = cellsByProcess();
+// What the cells' apiservers served, summed over the cells.
+const cellsWork = async () => {
+  const sum = new Map<string, number>();
+  for (const c of cellClients.values())
+    for (const [k, n] of await apiserverWork(c)) sum.set(k, (sum.get(k) ?? 0) + n);
+  return sum;
+};
+const floorCellsWorkBefore = await cellsWork();
 const floorManagementCpuBefore = sandboxCpuSeconds(federation.management);
 const floorStarted = performance.now();
 await forEachLimit(floorWork, concurrency, async ({ city, wd }) => {
@@ -182,6 +198,8 @@ await waitForValue(
 );
 const floorSeconds = (Math.max(...floorDone.values()) - floorStarted) / 1000;
 const floorCellsCpuSeconds = cellsCpu() - floorCellsCpuBefore;
+const floorCellsSpent = describeCpu(floorCellsByProcessBefore, cellsByProcess());
+const floorCellsWork = workDelta(floorCellsWorkBefore, await cellsWork());
 const floorManagementCpuSeconds = sandboxCpuSeconds(federation.management) - floorManagementCpuBefore;
 console.log(
   `floor: ${floorWork.length} WorkloadDeployments (${instances} instances) Available in ${floorSeconds.toFixed(2)} s`,
@@ -277,6 +295,8 @@ const managementCpuBefore = sandboxCpuSeconds(federation.management);
 const managementByProcessBefore = processCpu(federation.management);
 const managementWorkBefore = await apiserverWork(mgmt);
 const cellsCpuBefore = cellsCpu();
+const cellsByProcessBefore = cellsByProcess();
+const cellsWorkBefore = await cellsWork();
 const writesBefore = await berthWrites();
 const managementWritesBefore = await berthWrites(toManagement);
 const convergeStarted = performance.now();
@@ -297,6 +317,7 @@ const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
 const cores = availableParallelism();
 const managementCpuSeconds = sandboxCpuSeconds(federation.management) - managementCpuBefore;
 const cellsCpuSeconds = cellsCpu() - cellsCpuBefore;
+const cellsSpent = describeCpu(cellsByProcessBefore, cellsByProcess());
 const managementSpent = describeCpu(managementByProcessBefore, processCpu(federation.management));
 const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
 const managementWritesPerInstance = ((await berthWrites(toManagement)) - managementWritesBefore) / instances;
@@ -312,6 +333,9 @@ console.log(
     `(${cores} cores: ${(cores * convergeSeconds).toFixed(0)} core-seconds in the converge)`,
 );
 console.log(`  the management plane's processes: ${managementSpent}`);
+console.log(`  the cells' processes, summed: ${cellsSpent} (floor: ${floorCellsSpent})`);
+console.log(`  the cells' apiservers served: ${workDelta(cellsWorkBefore, await cellsWork()).join(', ')}`);
+console.log(`  (floor: ${floorCellsWork.join(', ')})`);
 const hops = Array.from({ length: workloads }, (_, i) => {
   const cellsAt = citiesOf(i).map((city) =>
     cellDone.get(`${city}/${deploymentName(wlName(i), PLACEMENT, city)}`),
