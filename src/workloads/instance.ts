@@ -261,7 +261,10 @@ export class InstanceController {
       });
     if (standing?.metadata?.uid === owner) return;
     if (await deleteExact(this.manager.client(), Resources.pods, pod))
-      this.log.info({ pod: `${namespace}/${name}`, instance: owner }, 'deleted the Pod of a gone instance');
+      this.log.info(
+        { pod: `${namespace}/${name}`, instanceUid: owner },
+        'deleted the Pod of a gone instance',
+      );
   }
 
   /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */
