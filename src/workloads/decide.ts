@@ -107,10 +107,11 @@ export interface Plan {
 /**
  * The next step. OrderedReady scales one instance at a time: ordinal i is created once 0..i-1 are
  * Ready, the highest ordinal is deleted first, and nothing moves while a deletion is in flight (until
- * the Pod is gone), save that a deleted ordinal may be made again at once. Parallel creates and deletes all at once. Rollouts are one at a time either way: a Ready drifted
- * instance is deleted (recreated by the scale step, never updated in place), highest ordinal first,
- * the next only once the replacement is Ready; a drifted instance that is not Ready is replaced at
- * once, since nothing serves from it.
+ * its Pod is gone), save that a deleted ordinal may be made again at once. Parallel creates and
+ * deletes all at once. Rollouts are one at a time either way: a Ready drifted instance is deleted
+ * (recreated by the scale step, never updated in place), highest ordinal first, the next only once
+ * the replacement is Ready; a drifted instance that is not Ready is replaced at once, since nothing
+ * serves from it.
  */
 export function plan(p: PlanInput): Plan {
   const ordered = p.policy === 'OrderedReady';
