@@ -224,7 +224,14 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
   const latencies = mine.map(latency);
   const gatedLatencies = mine.filter((k) => gatedKeys.has(k)).map(latency);
   const seconds = (Math.max(...[...ungatedAt].filter(([k]) => done(k)).map(([, t]) => t)) - t0) / 1000;
-  return { seconds, latencies, gatedLatencies, gatedAtAdmission, left: podCount - latencies.length };
+  // When the pods gated at admission were created and ungated, from the first create: whether their
+  // tail is one wave (the first inspections) or spread over the run.
+  const gatedMine = mine.filter((k) => gatedKeys.has(k));
+  const wave = {
+    lastCreatedS: gatedMine.length ? (Math.max(...gatedMine.map((k) => createdAt.get(k)!)) - t0) / 1000 : 0,
+    lastUngatedS: gatedMine.length ? (Math.max(...gatedMine.map((k) => ungatedAt.get(k)!)) - t0) / 1000 : 0,
+  };
+  return { seconds, latencies, gatedLatencies, gatedAtAdmission, wave, left: podCount - latencies.length };
 }
 
 // 2. Berth.
@@ -235,6 +242,13 @@ console.log(
   `berth: ${podCount} pods ungated in ${berthRun.seconds.toFixed(2)} s; ungate p50 ${percentile(berthRun.latencies, 50).toFixed(0)} ms, ` +
     `p99 ${percentile(berthRun.latencies, 99).toFixed(0)} ms; ${registryRequests} registry requests ` +
     `(+${tokenRequests} token requests) for ${imageCount} images; ${berthRun.left} left gated`,
+);
+const g = berthRun.gatedLatencies;
+console.log(
+  `  the ${g.length} pods gated at admission: ungate p50 ${percentile(g, 50).toFixed(0)} ms, p90 ` +
+    `${percentile(g, 90).toFixed(0)} ms, p99 ${percentile(g, 99).toFixed(0)} ms, max ${Math.max(0, ...g).toFixed(0)} ms; ` +
+    `the last created ${berthRun.wave.lastCreatedS.toFixed(2)} s and the last ungated ` +
+    `${berthRun.wave.lastUngatedS.toFixed(2)} s after the first create`,
 );
 // Where Berth's time went, per pod: waiting in its queue, reconciling, inspecting images.
 const inspectionMs =
