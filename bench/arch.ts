@@ -222,11 +222,11 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
   const latency = (k: string) => Math.max(0, ungatedAt.get(k)! - createdAt.get(k)!);
   const mine = [...createdAt.keys()].filter((k) => done(k) && ungatedAt.has(k));
   const latencies = mine.map(latency);
-  const gatedLatencies = mine.filter((k) => gatedKeys.has(k)).map(latency);
+  const gatedMine = mine.filter((k) => gatedKeys.has(k));
+  const gatedLatencies = gatedMine.map(latency);
   const seconds = (Math.max(...[...ungatedAt].filter(([k]) => done(k)).map(([, t]) => t)) - t0) / 1000;
   // When the pods gated at admission were created and ungated, from the first create: whether their
   // tail is one wave (the first inspections) or spread over the run.
-  const gatedMine = mine.filter((k) => gatedKeys.has(k));
   const wave = {
     lastCreatedS: gatedMine.length ? (Math.max(...gatedMine.map((k) => createdAt.get(k)!)) - t0) / 1000 : 0,
     lastUngatedS: gatedMine.length ? (Math.max(...gatedMine.map((k) => ungatedAt.get(k)!)) - t0) / 1000 : 0,

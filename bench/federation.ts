@@ -41,6 +41,7 @@ import {
   controllerWork,
   cpuSeconds,
   describeControllerMeans,
+  cpuBetween,
   describeCpu,
   sandboxCpuSeconds,
   destroyOnCrash,
@@ -167,23 +168,16 @@ const floorWork = Array.from({ length: workloads }, (_, i) => {
   });
 }).flat();
 const cellSandboxes = federation.cells.map((c) => c.sandbox);
-// The cells' processes by name (etcd, kube-apiserver, ..., berth), summed over the cells.
-const cellsByProcess = () => {
+/** Maps of counts added up key by key: one reading of every cell as one. */
+const summed = (maps: Map<string, number>[]) => {
   const sum = new Map<string, number>();
-  for (const sb of cellSandboxes)
-    for (const [name, s] of processCpu(sb)) sum.set(name, (sum.get(name) ?? 0) + s);
+  for (const m of maps) for (const [k, n] of m) sum.set(k, (sum.get(k) ?? 0) + n);
   return sum;
 };
-const cellsCpu = () => [...cellsByProcess().values()].reduce((sum, s) => sum + s, 0);
-const floorCellsCpuBefore = cellsCpu();
+// The cells' processes by name (etcd, kube-apiserver, ..., berth), and what their apiservers served.
+const cellsByProcess = () => summed(cellSandboxes.map(processCpu));
+const cellsWork = async () => summed(await Promise.all([...cellClients.values()].map(apiserverWork)));
 const floorCellsByProcessBefore = cellsByProcess();
-// What the cells' apiservers served, summed over the cells.
-const cellsWork = async () => {
-  const sum = new Map<string, number>();
-  for (const c of cellClients.values())
-    for (const [k, n] of await apiserverWork(c)) sum.set(k, (sum.get(k) ?? 0) + n);
-  return sum;
-};
 const floorCellsWorkBefore = await cellsWork();
 const floorManagementCpuBefore = sandboxCpuSeconds(federation.management);
 const floorStarted = performance.now();
@@ -197,8 +191,9 @@ await waitForValue(
   () => `${floorDone.size}/${floorWork.length} floor WorkloadDeployments Available`,
 );
 const floorSeconds = (Math.max(...floorDone.values()) - floorStarted) / 1000;
-const floorCellsCpuSeconds = cellsCpu() - floorCellsCpuBefore;
-const floorCellsSpent = describeCpu(floorCellsByProcessBefore, cellsByProcess());
+const floorCellsByProcess = cellsByProcess();
+const floorCellsCpuSeconds = cpuBetween(floorCellsByProcessBefore, floorCellsByProcess);
+const floorCellsSpent = describeCpu(floorCellsByProcessBefore, floorCellsByProcess);
 const floorCellsWork = workDelta(floorCellsWorkBefore, await cellsWork());
 const floorManagementCpuSeconds = sandboxCpuSeconds(federation.management) - floorManagementCpuBefore;
 console.log(
@@ -291,10 +286,8 @@ const berthWrites = (also: (labels: string) => boolean = () => true) =>
   berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"') && also(l));
 const toManagement = (l: string) => l.includes(`host="${mgmt.server.host}"`);
 const cpuBefore = cpuSeconds(berth.pid);
-const managementCpuBefore = sandboxCpuSeconds(federation.management);
 const managementByProcessBefore = processCpu(federation.management);
 const managementWorkBefore = await apiserverWork(mgmt);
-const cellsCpuBefore = cellsCpu();
 const cellsByProcessBefore = cellsByProcess();
 const cellsWorkBefore = await cellsWork();
 const writesBefore = await berthWrites();
@@ -315,10 +308,12 @@ const convergeSeconds = (Math.max(...convergedAt.values()) - convergeStarted) / 
 const mirrorsReadyAtConverge = mirrorReadyAt.size;
 const convergeCpuSeconds = cpuSeconds(berth.pid) - cpuBefore;
 const cores = availableParallelism();
-const managementCpuSeconds = sandboxCpuSeconds(federation.management) - managementCpuBefore;
-const cellsCpuSeconds = cellsCpu() - cellsCpuBefore;
-const cellsSpent = describeCpu(cellsByProcessBefore, cellsByProcess());
-const managementSpent = describeCpu(managementByProcessBefore, processCpu(federation.management));
+const managementByProcessAfter = processCpu(federation.management);
+const managementCpuSeconds = cpuBetween(managementByProcessBefore, managementByProcessAfter);
+const cellsByProcessAfter = cellsByProcess();
+const cellsCpuSeconds = cpuBetween(cellsByProcessBefore, cellsByProcessAfter);
+const cellsSpent = describeCpu(cellsByProcessBefore, cellsByProcessAfter);
+const managementSpent = describeCpu(managementByProcessBefore, managementByProcessAfter);
 const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
 const managementWritesPerInstance = ((await berthWrites(toManagement)) - managementWritesBefore) / instances;
 console.log(

@@ -102,6 +102,10 @@ export const processCpu = (sb: Sandbox): Map<string, number> =>
 export const sandboxCpuSeconds = (sb: Sandbox): number =>
   [...processCpu(sb).values()].reduce((sum, s) => sum + s, 0);
 
+/** What the processes used between two readings of processCpu, all together. */
+export const cpuBetween = (before: Map<string, number>, after: Map<string, number>): number =>
+  [...after].reduce((sum, [name, s]) => sum + s - (before.get(name) ?? 0), 0);
+
 /** What each process used between two readings of processCpu: `etcd 2.6, kube-apiserver 18.5, ...`. */
 export const describeCpu = (before: Map<string, number>, after: Map<string, number>): string =>
   [...after].map(([name, s]) => `${name} ${(s - (before.get(name) ?? 0)).toFixed(1)}`).join(', ');
