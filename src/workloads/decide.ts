@@ -370,6 +370,15 @@ export function instanceOwnerUid(pod: KubeObject): string | undefined {
 }
 
 /**
+ * Whether a Pod was made for an Instance that no longer stands under its name (`standing` gives the
+ * uid of the Instance of a name, if any): the Pod of a gone instance, still going.
+ */
+export function isFormerPod(pod: KubeObject, standing: (name: string) => string | undefined): boolean {
+  const owner = instanceOwnerUid(pod);
+  return !!owner && standing(pod.metadata?.labels?.[INSTANCE_LABEL] ?? '') !== owner;
+}
+
+/**
  * The plan's view of a Pod whose Instance is gone (deleted in the background, the Pod still
  * terminating): a deletion in flight at its ordinal. Undefined for a Pod without an ordinal.
  */

@@ -29,8 +29,8 @@ import {
   formerInstanceState,
   INSTANCE_PODS,
   instanceManifest,
-  instanceOwnerUid,
   instanceName,
+  isFormerPod,
   plan,
   templateHash,
   USER_FIXABLE,
@@ -42,7 +42,6 @@ import {
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
-  INSTANCE_LABEL,
   Instance,
   OWN_INSTANCES,
   WorkloadDeployment,
@@ -237,9 +236,7 @@ export class DeploymentController {
 
   /** A Pod made for an Instance that is no longer the one of its name in the cache. */
   private isFormer(pod: WorkloadPod): boolean {
-    const owner = instanceOwnerUid(pod);
-    const name = pod.metadata.labels?.[INSTANCE_LABEL];
-    return !!owner && this.instances.get(`${pod.metadata.namespace}/${name}`)?.metadata.uid !== owner;
+    return isFormerPod(pod, (name) => this.instances.get(`${pod.metadata.namespace}/${name}`)?.metadata.uid);
   }
 
   /** The deployment's instances as the plan sees them, and the plan. */

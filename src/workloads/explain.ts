@@ -6,7 +6,7 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { instanceOwnerUid } from './decide.ts';
+import { isFormerPod } from './decide.ts';
 import { budgetOf, decideGrants, sizeText, usageText } from './grant.ts';
 import {
   candidateOf,
@@ -202,13 +202,14 @@ export type WorkloadDeploymentObject = KubeObject & {
 
 /**
  * The lines about a deployment: its counts and conditions, the rollout, each instance in a line, and
- * the Pods of its instances that are gone (deleted in the background) while they are still going.
+ * the Pods of its instances that are gone (deleted in the background) while they are still going
+ * (`formerPods`, as the plan counts them: isFormerPod).
  */
 export function deploymentLines(
   wd: WorkloadDeploymentObject,
   instances: InstanceObject[],
   now = new Date(),
-  pods: KubeObject[] = [],
+  formerPods: KubeObject[] = [],
 ): string[] {
   const s = wd.status ?? {};
   const desired = s.templateHash;
@@ -242,10 +243,7 @@ export function deploymentLines(
     out.push(`  instance ${i.metadata?.name}: ${state}${older}`);
   }
   if (instances.length === 0) out.push('  no instances');
-  const uids = new Set(instances.map((i) => i.metadata?.uid));
-  for (const p of pods) {
-    const owner = instanceOwnerUid(p);
-    if (!owner || uids.has(owner)) continue;
+  for (const p of formerPods) {
     const when = p.metadata?.deletionTimestamp
       ? `terminating ${since(p.metadata.deletionTimestamp, now)}`
       : 'to be deleted';
@@ -267,5 +265,7 @@ export async function explainWorkloadDeployment(client: KubeClient, object: Kube
   const instances = labelled.filter((i) =>
     i.metadata?.ownerReferences?.some((o) => o.uid === wd.metadata?.uid),
   );
-  return deploymentLines(wd, instances, new Date(), pods);
+  const uidOf = new Map(labelled.map((i) => [i.metadata?.name, i.metadata?.uid]));
+  const former = pods.filter((p) => isFormerPod(p, (name) => uidOf.get(name)));
+  return deploymentLines(wd, instances, new Date(), former);
 }

@@ -5,6 +5,7 @@ import {
   deploymentVerdict,
   instanceManifest,
   instanceVerdict,
+  isFormerPod,
   plan,
   podCauses,
   crashWindowEndsIn,
@@ -20,6 +21,7 @@ import {
 import {
   BLOCKING_REASONS,
   DEPLOYMENT_LABEL,
+  Instance,
   INSTANCE_LABEL,
   QUOTA_GATE,
 } from '../../../src/workloads/types.ts';
@@ -63,6 +65,27 @@ describe('templateHash', () => {
       }),
     );
   });
+});
+
+test('a former Pod: made for an Instance that no longer stands under its name', () => {
+  const pod = (owner?: { kind: string; uid: string }) => ({
+    metadata: {
+      name: 'web-1',
+      labels: { [INSTANCE_LABEL]: 'web-1' },
+      ...(owner
+        ? {
+            ownerReferences: [{ apiVersion: Instance.apiVersion, name: 'web-1', controller: true, ...owner }],
+          }
+        : {}),
+    },
+  });
+  const standing = (uid: string | undefined) => (name: string) => (name === 'web-1' ? uid : undefined);
+  const ours = pod({ kind: Instance.kind, uid: 'u1' });
+  assert.equal(isFormerPod(ours, standing('u1')), false, 'its Instance stands');
+  assert.equal(isFormerPod(ours, standing('u2')), true, 'another Instance of its name stands');
+  assert.equal(isFormerPod(ours, standing(undefined)), true, 'no Instance of its name');
+  assert.equal(isFormerPod(pod(), standing(undefined)), false, 'not made for an Instance');
+  assert.equal(isFormerPod(pod({ kind: 'ReplicaSet', uid: 'u1' }), standing(undefined)), false);
 });
 
 describe('plan', () => {

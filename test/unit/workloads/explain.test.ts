@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import type { Condition, ConditionStatus } from '../../../src/runtime/api/conditions.ts';
 import { age, deploymentLines, instanceLines, type PodView } from '../../../src/workloads/explain.ts';
 import type { InstanceObject, QuotaObject } from '../../../src/workloads/quota.ts';
-import { Instance } from '../../../src/workloads/types.ts';
+import { isFormerPod } from '../../../src/workloads/decide.ts';
+import { Instance, INSTANCE_LABEL } from '../../../src/workloads/types.ts';
 
 const NOW = new Date('2030-01-01T01:00:00Z');
 const T0 = '2030-01-01T00:57:00Z';
@@ -187,13 +188,18 @@ test('a deployment: the Pod of a deleted instance, while it goes, and never a Po
   const pod = (name: string, uid: string, deletionTimestamp?: string) => ({
     metadata: {
       name,
+      labels: { [INSTANCE_LABEL]: name },
       ...(deletionTimestamp ? { deletionTimestamp } : {}),
       ownerReferences: [
         { apiVersion: Instance.apiVersion, kind: Instance.kind, name, uid, controller: true },
       ],
     },
   });
-  const lines = deploymentLines(wd, [standing], NOW, [pod('web-0', 'uid-web-0'), pod('web-1', 'gone', T0)]);
+  // As explain workloaddeployment picks them: the Pods whose Instance does not stand under their name.
+  const former = [pod('web-0', 'uid-web-0'), pod('web-1', 'gone', T0)].filter((p) =>
+    isFormerPod(p, (name) => (name === 'web-0' ? standing.metadata!.uid : undefined)),
+  );
+  const lines = deploymentLines(wd, [standing], NOW, former);
   assert.deepEqual(lines.slice(-2), [
     '  instance web-0: Ready since 2030-01-01T00:57:00Z (3m ago)',
     '  pod web-1 of a deleted instance: terminating since 2030-01-01T00:57:00Z (3m ago); the next step waits for it to go',
