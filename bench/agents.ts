@@ -291,6 +291,8 @@ console.log(`floor: ${podCount} pods and ${nodeCount} necessary patches in ${flo
 const floorClient = sb.client({ maxInFlight: 64 });
 const floorPools: PoolCounts = new Map();
 const floorWrites = new Map<string, Promise<void>>();
+// How long the floor's patches took to answer: beside Berth's, it tells a slow write from a slow controller.
+const floorPatchSeconds = { total: 0, count: 0 };
 let floorWatching = false;
 const floorPods = new Informer<SlimPod>({ client: floorClient, ref: Resources.pods, transform: slimPod });
 const floorMove = (p: SlimPod, delta: number) => {
@@ -299,7 +301,10 @@ const floorMove = (p: SlimPod, delta: number) => {
   if (!node || !pool) return;
   if (!countPool(floorPools, node, pool, delta) || !floorWatching) return;
   const next = (floorWrites.get(node) ?? Promise.resolve()).then(async () => {
+    const sent = performance.now();
     await floorPatch(floorClient, node, floorPools.get(node)!.keys());
+    floorPatchSeconds.total += (performance.now() - sent) / 1000;
+    floorPatchSeconds.count++;
   });
   // A failed write does not stop the node's later ones; the churn sees its claims stay wrong.
   floorWrites.set(
@@ -315,6 +320,9 @@ floorWatching = true;
 const floorChurn = await churn(FLOOR);
 await floorPods.stop();
 logChurn('floor churn latency', floorChurn);
+console.log(
+  `  the floor's ${floorPatchSeconds.count} patches answered in ${round((floorPatchSeconds.total / Math.max(1, floorPatchSeconds.count)) * 1000, 1)} ms on average`,
+);
 floorClient.close();
 await deleteAllPods();
 // Berth starts from the burst's pods, as the floor's churn did.
@@ -430,6 +438,8 @@ try {
     ...churnFigures('churnFloor', floorChurn),
     churnQueueWaitMs: churnWork.queuedMs,
     churnReconcileMs: churnWork.reconcileMs,
+    churnPatchMs: churnWork.patchMs,
+    churnFloorPatchMs: round((floorPatchSeconds.total / Math.max(1, floorPatchSeconds.count)) * 1000, 1),
     churnCpuShare,
     writesPerChangedNode: round(writes / Math.max(1, churned.changedNodes), 2),
     rssMB,

@@ -375,6 +375,9 @@ export interface ControllerWork {
   queuedSeconds: number;
   /** workqueue_retries_total: as client-go counts it, every delayed add (a requeue after, a backoff). */
   retries: number;
+  /** The process's PATCH requests (every controller's writes) and the seconds they took to answer. */
+  patches: number;
+  patchSeconds: number;
 }
 
 export async function controllerWork(
@@ -384,20 +387,26 @@ export async function controllerWork(
   // The closing quote: 'federation' must not count 'federation-mirror'.
   const of = (m: string) =>
     berth.metric(m, (l) => l.includes(`controller="${controller}"`) || l.includes(`name="${controller}"`));
-  const [passes, reconcileSeconds, queued, queuedSeconds, retries] = await Promise.all([
-    of('controller_runtime_reconcile_time_seconds_count'),
-    of('controller_runtime_reconcile_time_seconds_sum'),
-    of('workqueue_queue_duration_seconds_count'),
-    of('workqueue_queue_duration_seconds_sum'),
-    of('workqueue_retries_total'),
-  ]);
-  return { passes, reconcileSeconds, queued, queuedSeconds, retries };
+  const patch = (m: string) => berth.metric(m, (l) => l.includes('verb="PATCH"'));
+  const [passes, reconcileSeconds, queued, queuedSeconds, retries, patches, patchSeconds] = await Promise.all(
+    [
+      of('controller_runtime_reconcile_time_seconds_count'),
+      of('controller_runtime_reconcile_time_seconds_sum'),
+      of('workqueue_queue_duration_seconds_count'),
+      of('workqueue_queue_duration_seconds_sum'),
+      of('workqueue_retries_total'),
+      patch('rest_client_request_duration_seconds_count'),
+      patch('rest_client_request_duration_seconds_sum'),
+    ],
+  );
+  return { passes, reconcileSeconds, queued, queuedSeconds, retries, patches, patchSeconds };
 }
 
 /**
  * Where a controller's time went between two readings (`before` omitted: since it started): its
- * passes, their mean, and the mean wait of an item in its queue, in ms. A queue that waits much
- * longer than a pass takes has too few workers for the passes' round trips; the reverse, slow passes.
+ * passes, their mean, the mean wait of an item in its queue, and the mean answer to the process's
+ * PATCHes (its writes), in ms. A queue that waits much longer than a pass takes has too few workers
+ * for the passes' round trips; the reverse, slow passes, and slow PATCHes say the apiserver's answer.
  */
 export function controllerMeans(now: ControllerWork, before?: ControllerWork) {
   const d = (k: keyof ControllerWork) => now[k] - (before?.[k] ?? 0);
@@ -406,8 +415,10 @@ export function controllerMeans(now: ControllerWork, before?: ControllerWork) {
     reconcileMs: round((d('reconcileSeconds') / Math.max(1, d('passes'))) * 1000, 1),
     queuedMs: round((d('queuedSeconds') / Math.max(1, d('queued'))) * 1000, 1),
     retries: d('retries'),
+    patches: d('patches'),
+    patchMs: round((d('patchSeconds') / Math.max(1, d('patches'))) * 1000, 1),
   };
 }
 
 export const describeControllerMeans = (name: string, m: ReturnType<typeof controllerMeans>) =>
-  `${name}: ${m.passes} passes, mean ${m.reconcileMs} ms, mean queue wait ${m.queuedMs} ms, ${m.retries} delayed re-adds (requeues and backoff)`;
+  `${name}: ${m.passes} passes, mean ${m.reconcileMs} ms, mean queue wait ${m.queuedMs} ms, ${m.retries} delayed re-adds (requeues and backoff); the process's ${m.patches} PATCHes answered in ${m.patchMs} ms on average`;

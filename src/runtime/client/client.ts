@@ -163,6 +163,7 @@ export class KubeClient {
   /** Sends one request and decodes the JSON answer; a non-2xx answer throws ApiError. */
   async request<T = unknown>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     for (let attempt = 1; ; attempt++) {
+      const sent = performance.now();
       const res = await this.open(method, path, { idleTimeoutMs: 60_000, ...opts }, false);
       const chunks: Buffer[] = [];
       for await (const c of res) chunks.push(c as Buffer);
@@ -171,6 +172,10 @@ export class KubeClient {
       if (text && (res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(text);
       const status = res.statusCode ?? 0;
       restMetrics.requests.inc({ code: String(status), method, host: this.server.host });
+      restMetrics.latency.observe(
+        { verb: method, host: this.server.host },
+        (performance.now() - sent) / 1000,
+      );
       // As client-go does: a 429 with Retry-After (priority and fairness, a resource's storage still
       // initialising after its CRD was created) was not processed, so any verb is sent again.
       const wait = status === 429 ? Number(res.headers['retry-after']) : NaN;

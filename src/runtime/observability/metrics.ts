@@ -162,4 +162,11 @@ export const restMetrics = {
     'Number of HTTP requests, partitioned by status code, method, and host',
     ['code', 'method', 'host'],
   ),
+  // From the request sent to its answer read whole: what a controller's pass waits on a write.
+  latency: histogram(
+    'rest_client_request_duration_seconds',
+    'Request latency in seconds, broken down by verb and host',
+    ['verb', 'host'],
+    [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
+  ),
 };
