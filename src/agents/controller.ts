@@ -90,6 +90,9 @@ interface OwnerKind {
 // A busy node's claims wait at most this long after its last write, so that the changes of a burst
 // go out together: every claim is on its node within this bound plus one write (decision 0005).
 export const CLAIM_WRITE_INTERVAL_MS = 500;
+// After a quiet spell two claim writes go at once: a pod replaced on a node (one goes, one comes) is
+// two changes in quick succession, and the second need not wait out the interval (decision 0005).
+export const CLAIM_WRITE_BURST = 2;
 
 const ownerKindId = (p: ParsedPlacement): string => `${p.spec.owner.apiVersion}/${p.spec.owner.kind}`;
 // Between checks of an owner kind that cannot be used. CRD events check at once; this bound covers
@@ -146,7 +149,7 @@ export class AgentsController {
     this.nodes = nodeInformer(manager);
     const workers = opts.workers ?? 16;
     this.writer = kit.applyWriter(FIELD_MANAGER, this.nodes, {
-      spacing: new WriteSpacing(CLAIM_WRITE_INTERVAL_MS),
+      spacing: new WriteSpacing(CLAIM_WRITE_INTERVAL_MS, CLAIM_WRITE_BURST),
       // Claims follow pods, never the node: only a claim someone else undid can be a fight.
       decidesFromNode: false,
     });

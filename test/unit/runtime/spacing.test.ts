@@ -15,3 +15,21 @@ test('a key never written may be written at once; after a write it waits the res
   s.forget('a');
   assert.equal(s.wait('a', 1100), 0, 'a forgotten key is new again');
 });
+
+test('with a burst, that many writes go at once after a quiet spell, then one per interval', () => {
+  const s = new WriteSpacing(500, 2);
+  assert.equal(s.wait('a', 0), 0);
+  s.wrote('a', 0);
+  assert.equal(s.wait('a', 100), 0, 'the second of a pair goes at once');
+  s.wrote('a', 100);
+  // 0.2 of a token left: 0.8 of an interval to wait.
+  assert.equal(s.wait('a', 100), 400);
+  assert.equal(s.wait('a', 500), 0);
+  s.wrote('a', 500);
+  assert.equal(s.wait('a', 500), 500, 'a key that keeps changing is written once per interval');
+  assert.equal(s.wait('a', 2000), 0);
+  s.wrote('a', 2000);
+  assert.equal(s.wait('a', 2000), 0, 'a quiet spell fills the bucket again');
+  s.wrote('a', 2000);
+  assert.equal(s.wait('a', 2000), 500, 'never more than the burst');
+});
