@@ -320,9 +320,8 @@ floorWatching = true;
 const floorChurn = await churn(FLOOR);
 await floorPods.stop();
 logChurn('floor churn latency', floorChurn);
-console.log(
-  `  the floor's ${floorPatchSeconds.count} patches answered in ${round((floorPatchSeconds.total / Math.max(1, floorPatchSeconds.count)) * 1000, 1)} ms on average`,
-);
+const floorPatchMs = round((floorPatchSeconds.total / Math.max(1, floorPatchSeconds.count)) * 1000, 1);
+console.log(`  the floor's ${floorPatchSeconds.count} patches answered in ${floorPatchMs} ms on average`);
 floorClient.close();
 await deleteAllPods();
 // Berth starts from the burst's pods, as the floor's churn did.
@@ -439,7 +438,7 @@ try {
     churnQueueWaitMs: churnWork.queuedMs,
     churnReconcileMs: churnWork.reconcileMs,
     churnPatchMs: churnWork.patchMs,
-    churnFloorPatchMs: round((floorPatchSeconds.total / Math.max(1, floorPatchSeconds.count)) * 1000, 1),
+    churnFloorPatchMs: floorPatchMs,
     churnCpuShare,
     writesPerChangedNode: round(writes / Math.max(1, churned.changedNodes), 2),
     rssMB,
