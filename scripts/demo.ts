@@ -135,14 +135,22 @@ interface Summary {
 }
 
 async function derivedLabels(): Promise<Summary> {
-  const want = ['edgetpu-plugin-0', 'edgetpu-usb-0', 'edgetpu-pci-0', 'coral-devboard-0'];
-  await until('accelerators/edgetpu=true on the four EdgeTPU nodes', () =>
-    want.every((w) =>
-      labelRows()
-        .find(([n]) => n === w)?.[1]
-        .includes('accelerators/edgetpu=true'),
+  // Every label the examples derive: from the rule files (EdgeTPU) and from the NodeLabelRules
+  // (GPU, the arm64 class), which Berth reads through different informers and may apply apart.
+  const want: [node: string, label: string][] = [
+    ...['edgetpu-plugin-0', 'edgetpu-usb-0', 'edgetpu-pci-0', 'coral-devboard-0'].map(
+      (n): [string, string] => [n, 'accelerators/edgetpu=true'],
     ),
-  );
+    ['gpu-0', 'accelerators/gpu-product=Tesla-T4'],
+    ...['arm-0', 'arm-1', 'coral-devboard-0'].map((n): [string, string] => [
+      n,
+      'node-class.berth.dev/edge=true',
+    ]),
+  ];
+  await until('the derived labels of the EdgeTPU, GPU and arm64 nodes', () => {
+    const rows = labelRows();
+    return want.every(([node, label]) => rows.find(([n]) => n === node)?.[1].includes(label));
+  });
   const rows = labelRows();
   say(labelTable(rows));
   const labelled = rows.filter(([, l]) => l).length;
