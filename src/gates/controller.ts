@@ -37,10 +37,9 @@ import { admitPod } from './pods.ts';
 import type { Toleration } from '../policy/nodes/taints.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { type AdmissionHandler } from '../runtime/webhook/admission.ts';
-import { mutate } from '../runtime/api/jsonpatch.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import { nodeAdmission } from './webhook.ts';
 import {
-  admitNode,
   decideGates,
   decisionKeys,
   gateKeyClaims,
@@ -385,22 +384,6 @@ export class GatesController {
   }
 
   /** The Node CREATE admission handler: adds the taint and gated-at annotation of every gate that selects the node. */
-  admissionHandler(): AdmissionHandler {
-    return (req) => {
-      const node = req.object;
-      if (!node || req.operation !== 'CREATE') return { allowed: true };
-      const { taints, annotations } = admitNode(this.gates().gates, node, this.clock());
-      if (taints.length === 0 && Object.keys(annotations).length === 0) return { allowed: true };
-      const spec = (node['spec'] as { taints?: unknown[] } | undefined) ?? {};
-      const after: KubeObject = {
-        ...node,
-        metadata: { ...node.metadata, annotations: { ...node.metadata?.annotations, ...annotations } },
-        spec: { ...spec, taints: [...(spec.taints ?? []), ...taints] },
-      };
-      return { allowed: true, patch: mutate(node, after) };
-    };
-  }
-
   /**
    * The Pod CREATE admission handler: refuses (or warns about) a pod whose spec.nodeName names a
    * node a gate holds, from the caches alone (the apiserver waits for this answer).
@@ -467,7 +450,12 @@ export class GatesController {
       name: 'nodes.gates.berth.dev',
       path: '/gates/mutate-node',
       kind: 'mutating',
-      handler: this.admissionHandler(),
+      // In the webhook thread, from the gates as this controller parses them.
+      handler: nodeAdmission.fed(
+        () => this.gates().gates,
+        (changed) =>
+          this.gateObjects.addEventHandler({ onAdd: changed, onUpdate: changed, onDelete: changed }),
+      ),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['nodes'] }],
       failurePolicy: this.failurePolicy,
       objectSelector: { matchExpressions: [{ key: EXEMPT_LABEL, operator: 'NotIn', values: ['true'] }] },

@@ -15,7 +15,7 @@ import type { Aware, ClusterSet, Provider } from '../cluster/provider.ts';
 import type { EventRecorder } from '../events/recorder.ts';
 import { LeaderElector } from '../leaderelection/elector.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
-import { registry } from '../observability/metrics.ts';
+import { metricsText, registry } from '../observability/metrics.ts';
 import { serve, type RunningServer } from '../server/http.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
 
@@ -219,7 +219,7 @@ export class Manager implements ClusterSet {
     const metrics = await serve(this.opts.metricsBindAddress ?? '127.0.0.1:8080', 'metrics', {
       '/metrics': async () => ({
         status: 200,
-        body: await registry.metrics(),
+        body: await metricsText(),
         contentType: registry.contentType,
       }),
     });

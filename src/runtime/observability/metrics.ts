@@ -1,9 +1,28 @@
 // Prometheus metrics, named like controller-runtime's and client-go's so that existing dashboards
-// and alerts work unchanged. One registry per process, served on /metrics.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+// and alerts work unchanged. One registry per thread; /metrics serves the main thread's with what
+// other threads (the webhook thread) add to it.
+import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { isMainThread } from 'node:worker_threads';
 
 export const registry = new Registry();
-collectDefaultMetrics({ register: registry });
+// The process's own figures (CPU, memory, event loop) once, from the main thread.
+if (isMainThread) collectDefaultMetrics({ register: registry });
+
+type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+const sources = new Set<() => Promise<unknown[]>>();
+
+/** Adds another thread's registry (as getMetricsAsJSON gives it) to /metrics; the remover. */
+export function addMetricsSource(read: () => Promise<unknown[]>): () => void {
+  sources.add(read);
+  return () => sources.delete(read);
+}
+
+/** What /metrics serves: this registry, and every source's summed into it (each metric's aggregator, sum by default). */
+export async function metricsText(): Promise<string> {
+  if (sources.size === 0) return registry.metrics();
+  const all = await Promise.all([registry.getMetricsAsJSON(), ...[...sources].map((read) => read())]);
+  return AggregatorRegistry.aggregate(all as MetricsJson[]).metrics();
+}
 
 // Every metric is on the one registry; these say so once.
 export const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>

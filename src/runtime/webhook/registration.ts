@@ -14,6 +14,7 @@ import {
   type WebhookCertificates,
   type WebhookServerOptions,
 } from './admission.ts';
+import type { FedHandler } from './threaded.ts';
 import {
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
@@ -30,7 +31,8 @@ export interface WebhookSpec {
   /** Where the server serves it, e.g. '/mutate-pod'. */
   path: string;
   kind: 'mutating' | 'validating';
-  handler: AdmissionHandler;
+  /** Called on the main thread; a FedHandler answers in the webhook thread (threaded.ts). */
+  handler: AdmissionHandler | FedHandler;
   rules: RuleWithOperations[];
   failurePolicy: 'Fail' | 'Ignore';
   /** Narrows further; kube-system and Berth's own namespace are always excluded. */

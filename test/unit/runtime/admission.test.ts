@@ -9,10 +9,11 @@ import { after, before, describe, test } from 'node:test';
 import type { TLSSocket } from 'node:tls';
 import { pino } from 'pino';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
-import { registry } from '../../../src/runtime/observability/metrics.ts';
+import { metricsText } from '../../../src/runtime/observability/metrics.ts';
 import { createCertificateAuthority, type KeyPairPem } from '../../../src/runtime/webhook/certificates.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
-import { WebhookServer, nestedWithin } from '../../../src/runtime/webhook/admission.ts';
+import { WebhookServer } from '../../../src/runtime/webhook/admission.ts';
+import { nestedWithin } from '../../../src/runtime/webhook/serving.ts';
 import {
   mutatingWebhookConfiguration,
   validatingWebhookConfiguration,
@@ -20,6 +21,8 @@ import {
 } from '../../../src/runtime/webhook/configuration.ts';
 import { mutate, type JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
 import { admissionReview } from '../../helpers/admission.ts';
+import { echoState } from './threaded-fixture.ts';
+import { once } from 'node:events';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
 
@@ -225,9 +228,81 @@ describe('WebhookServer', () => {
 
   test('requests are counted per webhook name and code', async () => {
     await post({ path: '/mutate', body: admissionReview({ uid: 'm-1', object: pod() }) });
-    const text = await registry.getSingleMetricAsString('controller_runtime_webhook_requests_total');
+    // Counted in the webhook thread, and served with the main thread's metrics.
+    const text = await metricsText();
     assert.match(text, /controller_runtime_webhook_requests_total\{webhook="label-pods",code="200"\} \d+/);
     assert.match(text, /webhook="label-pods",code="413"/);
+  });
+});
+
+describe('WebhookServer in its thread', () => {
+  const server = new WebhookServer({
+    certificates: { kind: 'generated', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] },
+    port: 0,
+    logger: quiet,
+  });
+  let ca = '';
+  let state = 'one';
+  let changed = () => {};
+  const warnings = async (agent?: https.Agent) =>
+    responseOf(await call(server.port, ca, { path: '/threaded', body: admissionReview({ uid: 't' }), agent }))
+      .warnings!;
+
+  before(async () => {
+    server.register(
+      '/threaded',
+      echoState.fed(
+        () => state,
+        (c) => (changed = c),
+      ),
+    );
+    await server.start();
+    ca = server.caBundle!;
+  });
+
+  after(() => server.stop());
+
+  test('a threaded handler answers from the state last sent, and hears of a change', async () => {
+    assert.equal((await warnings())[0], 'one');
+    state = 'two';
+    changed();
+    changed();
+    const deadline = Date.now() + 2000;
+    while ((await warnings())[0] !== 'two')
+      assert.ok(Date.now() < deadline, 'the thread never heard of the change');
+  });
+
+  test('a threaded handler answers while the main thread is busy', async () => {
+    const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      await warnings(agent); // the TLS handshake needs this thread: done before it is blocked
+      const answered = Promise.withResolvers<string[]>();
+      const req = https.request(
+        { host: '127.0.0.1', port: server.port, path: '/threaded', method: 'POST', ca, agent },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            answered.resolve(
+              (JSON.parse(Buffer.concat(chunks).toString()) as { response: ReviewResponse }).response
+                .warnings!,
+            ),
+          );
+        },
+      );
+      req.setHeader('content-type', 'application/json');
+      req.end(admissionReview({ uid: 'busy' }));
+      await once(req, 'finish');
+      const busyFrom = Date.now();
+      while (Date.now() - busyFrom < 500); // an informer's burst, a long collection
+      const answeredAt = Number((await answered.promise)[1]);
+      assert.ok(
+        answeredAt < busyFrom + 500,
+        `answered ${answeredAt - busyFrom} ms after the main thread was blocked for 500`,
+      );
+    } finally {
+      agent.destroy();
+    }
   });
 });
 
