@@ -48,7 +48,7 @@ import {
   type Policy,
   type Standing,
 } from './decide.ts';
-import { podGateHandler } from './webhook.ts';
+import { archAdmission, type ArchAdmissionState } from './webhook.ts';
 import {
   ARCH_FINALIZER,
   ARCH_KEYS,
@@ -258,9 +258,14 @@ export class ArchController {
     return this.parsed().policies;
   }
 
-  /** Whether a webhook configuration calls a Service in the namespace; recomputed only when one changes. */
-  servesWebhook(namespace: string): boolean {
-    return this.webhookNamespaces.some((namespaces) => namespaces().has(namespace));
+  private admissionState(): ArchAdmissionState {
+    return {
+      policies: this.policies(),
+      berthNamespace: this.opts.berthNamespace,
+      namespaceLabels: new Map(this.namespaces.list().map((n) => [n.metadata!.name!, n.metadata?.labels])),
+      webhookNamespaces: new Set(this.webhookNamespaces.flatMap((namespaces) => [...namespaces()])),
+      images: this.opts.inspector.known(),
+    };
   }
 
   webhook(): WebhookSpec {
@@ -268,14 +273,16 @@ export class ArchController {
       name: 'pods.arch.berth.dev',
       path: '/arch/mutate-pod',
       kind: 'mutating',
-      handler: podGateHandler({
-        policies: () => this.policies(),
-        namespaceLabels: (ns) => this.namespaces.get(ns)?.metadata?.labels,
-        cached: (image, options) => this.opts.inspector.cached(image, options),
-        berthNamespace: this.opts.berthNamespace,
-        servesWebhook: (ns) => this.servesWebhook(ns),
-        logger: this.log,
-      }),
+      // In the webhook thread, from what this controller knows, sent again whenever it changes.
+      handler: archAdmission.fed(
+        () => this.admissionState(),
+        (changed) => {
+          const on = { onAdd: changed, onUpdate: changed, onDelete: changed };
+          for (const informer of [this.policyObjects, this.namespaces, ...this.webhookConfigs])
+            informer.addEventHandler(on);
+          this.opts.inspector.onLearn(changed);
+        },
+      ),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
       // Fail open: Berth down leaves pods ungated, never uncreated.
       failurePolicy: 'Ignore',

@@ -1,10 +1,14 @@
-// The Pod CREATE webhook: gates the pods an ArchPlacement selects, from the informer caches only (the
-// registry is the controller's business, never admission's). It always allows, and is registered
-// with failurePolicy Ignore and a short timeout: an unavailable Berth never blocks a pod, it only
-// leaves the pod unplaced.
+// The Pod CREATE webhook: gates the pods an ArchPlacement selects, from what the controller knows
+// only (the registry is the controller's business, never admission's). It always allows, and is
+// registered with failurePolicy Ignore and a short timeout: an unavailable Berth never blocks a pod,
+// it only leaves the pod unplaced. It is served from the webhook thread
+// (runtime/webhook/thread.ts), where the pods' informer cannot hold its answers; the controller
+// sends it an ArchAdmissionState whenever one of its parts changes.
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import type { AdmissionHandler, AdmissionResult } from '../runtime/webhook/admission.ts';
+import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { counter } from '../runtime/observability/metrics.ts';
+import { cachedFrom, type KnownImages } from '../registry/known.ts';
 import type { Inspection, ImageInspector } from '../registry/types.ts';
 import {
   choosePolicy,
@@ -76,3 +80,30 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     }
   };
 }
+
+/** What the webhook decides from, as a value the webhook thread holds. */
+export interface ArchAdmissionState {
+  /** The live policies, highest priority first. */
+  policies: Policy[];
+  berthNamespace: string;
+  namespaceLabels: Map<string, Record<string, string> | undefined>;
+  /** The namespaces of the Services that webhook configurations call. */
+  webhookNamespaces: Set<string>;
+  /** What the registry client knows without a request. */
+  images: KnownImages;
+}
+
+export const archAdmission = threadHandler(
+  import.meta.url,
+  'archAdmission',
+  (state: () => ArchAdmissionState) =>
+    podGateHandler({
+      policies: () => state().policies,
+      namespaceLabels: (ns) => state().namespaceLabels.get(ns),
+      cached: (image, options) => cachedFrom(state().images)(image, options),
+      get berthNamespace() {
+        return state().berthNamespace;
+      },
+      servesWebhook: (ns) => state().webhookNamespaces.has(ns),
+    }),
+);

@@ -26,6 +26,12 @@ export class TtlCache<V> {
     return this.#lru.get(key)?.value;
   }
 
+  /** Every fresh entry and when it expires (ms), leaving the order alone. */
+  *fresh(): Generator<[key: string, value: V, expiresAt: number]> {
+    const now = this.#now();
+    for (const [key, e] of this.#lru.entries()) if (e.expiresAt > now) yield [key, e.value, e.expiresAt];
+  }
+
   set(key: string, value: V, ttlMs: number): void {
     this.#lru.set(key, { value, expiresAt: this.#now() + ttlMs });
   }

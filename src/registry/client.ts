@@ -33,6 +33,14 @@ import {
   parseConfig,
   parseManifest,
 } from './manifest.ts';
+import {
+  cachedInspection,
+  fromKnown,
+  type KnownDigest,
+  type KnownImages,
+  type KnownTag,
+  type Resolved,
+} from './known.ts';
 import { registryMetrics } from './metrics.ts';
 import { HostPauses, Semaphore, backoffMs, parseRetryAfter } from './politeness.ts';
 import { isDigest, parseReference, type Reference } from './reference.ts';
@@ -79,14 +87,6 @@ interface Answer {
   status: number;
   headers: IncomingHttpHeaders;
   body: Buffer;
-}
-
-/** What one manifest walk learnt; an Inspection without the caller's own fields. */
-interface Resolved {
-  reference: string;
-  digest: string;
-  platforms: Platform[];
-  registry: string;
 }
 
 /** One image at one endpoint with one credential. */
@@ -143,8 +143,9 @@ export class RegistryClient implements ImageInspector {
   readonly #o: typeof defaults;
   readonly #defaultCa: string | undefined;
   readonly #userAgent: string;
-  readonly #digests: Lru<{ platforms: Platform[]; registry: string }>;
-  readonly #tags: TtlCache<{ digest: string; registry: string }>;
+  readonly #digests: Lru<KnownDigest>;
+  readonly #tags: TtlCache<KnownTag>;
+  readonly #learnListeners: (() => void)[] = [];
   readonly #negative: TtlCache<InspectionError>;
   readonly #tokens = new TtlCache<string>(1024);
   /** The challenge each registry origin answered, so later repositories go straight to the realm. */
@@ -228,29 +229,33 @@ export class RegistryClient implements ImageInspector {
   }
 
   cached(image: string, options: Pick<InspectOptions, 'revalidate'> = {}): Inspection | undefined {
-    let ref: Reference;
-    try {
-      ref = parseReference(image);
-    } catch {
-      return undefined;
-    }
-    const hit = this.#fromCache(ref, options.revalidate === true);
-    return hit && { image, ...hit, cached: true };
+    return cachedInspection(
+      image,
+      options.revalidate === true,
+      (canonical) => this.#tags.get(canonical),
+      (digest) => this.#digests.get(digest),
+    );
+  }
+
+  known(): KnownImages {
+    const tags = [...this.#tags.fresh()].map(
+      ([canonical, tag, expiresAt]) => [canonical, { ...tag, expiresAt }] as const,
+    );
+    return { tags: new Map(tags), digests: new Map(this.#digests.entries()) };
+  }
+
+  onLearn(listener: () => void): void {
+    this.#learnListeners.push(listener);
   }
 
   /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
   #fromCache(ref: Reference, revalidate: boolean): Resolved | undefined {
-    let digest = ref.digest;
-    if (!digest) {
-      if (revalidate) return undefined;
-      const tag = this.#tags.get(ref.canonical);
-      registryMetrics.cache.inc({ cache: 'tag', result: tag ? 'hit' : 'miss' });
-      if (!tag) return undefined;
-      digest = tag.digest;
-    }
-    const known = this.#digests.get(digest);
-    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
-    return known && { reference: ref.canonical, digest, ...known };
+    return fromKnown(
+      ref,
+      revalidate,
+      (canonical) => this.#tags.get(canonical),
+      (digest) => this.#digests.get(digest),
+    );
   }
 
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
@@ -305,7 +310,7 @@ export class RegistryClient implements ImageInspector {
       const head = await this.#registryRequest(s, 'HEAD', tagPath, manifestAccept);
       const d = header(head.headers, 'docker-content-digest');
       if (d && isDigest(d)) {
-        this.#tags.set(ref.canonical, { digest: d, registry }, this.#o.tagTtlMs);
+        this.#learnTag(ref.canonical, { digest: d, registry });
         return done(d, await this.#byDigest(s, d, 0, { left: maxFollows }));
       }
     }
@@ -319,7 +324,7 @@ export class RegistryClient implements ImageInspector {
         `${registry} answered ${tagPath} with content of ${digest}, not the ${stated} it stated`,
       );
     }
-    this.#tags.set(ref.canonical, { digest, registry }, this.#o.tagTtlMs);
+    this.#learnTag(ref.canonical, { digest, registry });
     const known = this.#digests.get(digest);
     registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
     if (known) return done(digest, known);
@@ -387,7 +392,13 @@ export class RegistryClient implements ImageInspector {
     }
     const found = { platforms, registry };
     this.#digests.set(digest, found);
+    for (const listener of this.#learnListeners) listener();
     return found;
+  }
+
+  #learnTag(canonical: string, tag: KnownTag): void {
+    this.#tags.set(canonical, tag, this.#o.tagTtlMs);
+    for (const listener of this.#learnListeners) listener();
   }
 
   #verify(s: Session, body: Buffer, digest: string, what: string): void {

@@ -1,6 +1,7 @@
 // What the registry client answers, and how it fails: the contract between Berth's OCI registry client
 // and the capabilities that ask it which platforms an image supports (architecture-aware placement).
 // A capability depends on ImageInspector, never on how the client speaks HTTP.
+import type { KnownImages } from './known.ts';
 
 /** One platform an image runs on, as the index or the config blob states it (names normalised as containerd does). */
 export interface Platform {
@@ -78,4 +79,8 @@ export interface ImageInspector {
    * cache), or undefined: for admission, which must never wait on a registry.
    */
   cached(image: string, options?: Pick<InspectOptions, 'revalidate'>): Inspection | undefined;
+  /** What cached() answers from, as a value: for the webhook thread (registry/known.ts). */
+  known(): KnownImages;
+  /** Calls `listener` after each tag or digest the client learns. */
+  onLearn(listener: () => void): void;
 }

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { RegistryClient, type RegistryClientOptions } from '../../src/registry/client.ts';
 import { parseRegistriesConfig } from '../../src/registry/hosts.ts';
+import { cachedFrom } from '../../src/registry/known.ts';
 import { SecretType } from '../../src/registry/keyring.ts';
 import { InspectionError, type FailureReason, type PullSecret } from '../../src/registry/types.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
@@ -212,6 +213,30 @@ describe('caches, single-flight and revalidation', () => {
     assert.equal(fresh.value.digest, moved.index.digest);
     assert.deepEqual(fresh.value.platforms, [{ os: 'linux', architecture: 'arm64' }]);
     assert.equal(fresh.registry, 2, 'the HEAD, then the new digest');
+  });
+
+  test('the snapshot of what the client knows answers as cached() does, and each thing learnt is told', async () => {
+    const name = repo();
+    const pushed = await pusher.pushIndex(name, 'v1', plats('linux/amd64', 'linux/arm64'));
+    const c = client({ tagTtlMs: 200 });
+    let learnt = 0;
+    c.onLearn(() => learnt++);
+    const tag = `${reg.host}/${name}:v1`;
+    const byDigest = `${reg.host}/${name}@${pushed.index.digest}`;
+    await c.inspect(tag);
+    assert.ok(learnt >= 2, `told ${learnt} times: the tag and its digest`);
+    for (const [image, revalidate] of [
+      [tag, false],
+      [tag, true],
+      [byDigest, false],
+    ] as const) {
+      assert.deepEqual(cachedFrom(c.known())(image, { revalidate }), c.cached(image, { revalidate }));
+    }
+    assert.equal(cachedFrom(c.known())(tag)?.digest, pushed.index.digest);
+    await new Promise((r) => setTimeout(r, 250));
+    assert.equal(c.cached(tag), undefined);
+    assert.equal(cachedFrom(c.known())(tag), undefined, 'an expired tag is not in the snapshot');
+    assert.equal(cachedFrom(c.known())(byDigest)?.digest, pushed.index.digest);
   });
 
   test('an expired tag is revalidated with a HEAD, not read again', async () => {

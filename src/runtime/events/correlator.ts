@@ -30,6 +30,11 @@ export class Lru<V> {
     return this.#map.get(key);
   }
 
+  /** Every entry, oldest first, leaving the order alone. */
+  entries(): IterableIterator<[string, V]> {
+    return this.#map.entries();
+  }
+
   set(key: string, value: V): void {
     this.#map.delete(key);
     this.#map.set(key, value);

@@ -1,0 +1,81 @@
+// What the registry client knows without sending a request, as a value another thread can hold
+// (the webhook thread answers admission from it), and the one lookup the client and that thread
+// both use to answer from it.
+import { registryMetrics } from './metrics.ts';
+import { parseReference, type Reference } from './reference.ts';
+import type { ImageInspector, Inspection, Platform } from './types.ts';
+
+/** A digest's platforms, and the registry host that answered for them. */
+export interface KnownDigest {
+  platforms: Platform[];
+  registry: string;
+}
+
+/** The digest a tag named when last read. */
+export interface KnownTag {
+  digest: string;
+  registry: string;
+}
+
+/** A snapshot of the client's caches: tags (with when each expires, ms) and digests. */
+export interface KnownImages {
+  tags: Map<string, KnownTag & { expiresAt: number }>;
+  digests: Map<string, KnownDigest>;
+}
+
+/** What one manifest walk learnt; an Inspection without the caller's own fields. */
+export interface Resolved extends KnownDigest {
+  reference: string;
+  digest: string;
+}
+
+/** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
+export function fromKnown(
+  ref: Reference,
+  revalidate: boolean,
+  tag: (canonical: string) => KnownTag | undefined,
+  platforms: (digest: string) => KnownDigest | undefined,
+): Resolved | undefined {
+  let digest = ref.digest;
+  if (!digest) {
+    if (revalidate) return undefined;
+    const known = tag(ref.canonical);
+    registryMetrics.cache.inc({ cache: 'tag', result: known ? 'hit' : 'miss' });
+    if (!known) return undefined;
+    digest = known.digest;
+  }
+  const known = platforms(digest);
+  registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+  return known && { reference: ref.canonical, digest, ...known };
+}
+
+/** ImageInspector.cached over lookups: what inspect() would answer without a request. */
+export function cachedInspection(
+  image: string,
+  revalidate: boolean,
+  tag: (canonical: string) => KnownTag | undefined,
+  platforms: (digest: string) => KnownDigest | undefined,
+): Inspection | undefined {
+  let ref: Reference;
+  try {
+    ref = parseReference(image);
+  } catch {
+    return undefined;
+  }
+  const hit = fromKnown(ref, revalidate, tag, platforms);
+  return hit && { image, ...hit, cached: true };
+}
+
+/** ImageInspector.cached over a snapshot, its tags fresh until they expire. */
+export const cachedFrom =
+  (known: KnownImages, now: () => number = Date.now): ImageInspector['cached'] =>
+  (image, options = {}) =>
+    cachedInspection(
+      image,
+      options.revalidate === true,
+      (canonical) => {
+        const t = known.tags.get(canonical);
+        return t && t.expiresAt > now() ? t : undefined;
+      },
+      (digest) => known.digests.get(digest),
+    );

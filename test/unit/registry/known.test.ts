@@ -1,0 +1,37 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
+
+const digest = `sha256:${'a'.repeat(64)}`;
+const other = `sha256:${'b'.repeat(64)}`;
+const platforms = [{ os: 'linux', architecture: 'arm64' }];
+const known = (expiresAt: number): KnownImages => ({
+  tags: new Map([['registry.example/app:v1', { digest, registry: 'registry.example', expiresAt }]]),
+  digests: new Map([[digest, { platforms, registry: 'registry.example' }]]),
+});
+
+test('a snapshot answers as the client would without a request', () => {
+  const now = () => 1000;
+  const fresh = cachedFrom(known(2000), now);
+  assert.deepEqual(fresh('registry.example/app:v1'), {
+    image: 'registry.example/app:v1',
+    reference: 'registry.example/app:v1',
+    digest,
+    platforms,
+    registry: 'registry.example',
+    cached: true,
+  });
+  // imagePullPolicy: Always revalidates the tag: only a request can answer.
+  assert.equal(fresh('registry.example/app:v1', { revalidate: true }), undefined);
+  // A digest is known whatever its tag: revalidating changes nothing.
+  assert.equal(fresh(`registry.example/app@${digest}`, { revalidate: true })?.digest, digest);
+  assert.equal(fresh(`registry.example/app@${other}`), undefined);
+  assert.equal(fresh('registry.example/app:v2'), undefined);
+  assert.equal(fresh('Not A Reference'), undefined);
+});
+
+test('a tag past its expiry is not known, its digest still is', () => {
+  const expired = cachedFrom(known(1000), () => 1000);
+  assert.equal(expired('registry.example/app:v1'), undefined);
+  assert.equal(expired(`registry.example/app:v1@${digest}`)?.digest, digest);
+});
