@@ -109,6 +109,9 @@ const reloadDebounceMs = 200;
 const threadEntry = new URL(`./thread${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url);
 // A scrape waits this long for the thread's metrics, then goes without them.
 const threadMetricsMs = 1000;
+// A thread that exited is started again after this, doubling up to the max while it fails.
+const respawnFirstMs = 1000;
+const respawnMaxMs = 30_000;
 
 interface ServingPair {
   cert: string;
@@ -140,6 +143,7 @@ export class WebhookServer {
   private readonly metricsAsked = new Map<number, (metrics: unknown) => void>();
   private nextMetricsId = 0;
   private removeMetricsSource: (() => void) | undefined;
+  private respawnTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: WebhookServerOptions) {
     this.certificates = opts.certificates;
@@ -199,27 +203,45 @@ export class WebhookServer {
   async start(): Promise<void> {
     if (this.thread) throw new Error('webhook server is already started');
     this.serving = await this.loadCertificates();
-    const routes: ThreadRoute[] = [...this.routes].map(([path, r]) => ({
-      path,
-      name: r.name,
-      ...('fed' in r ? { threaded: { module: r.fed.module, name: r.fed.name, state: r.fed.read() } } : {}),
-    }));
+    this.boundPort = await this.spawn(this.requestedPort);
+    this.removeMetricsSource = addMetricsSource(() => this.threadMetrics());
+    if (this.certificates.kind === 'files') this.watch(this.certificates);
+    if (this.certificates.kind === 'secret') this.poll(this.certificates);
+    this.log.info(
+      {
+        port: this.port,
+        paths: [...this.routes.keys()],
+        thread: [...this.routes].flatMap(([path, r]) => ('fed' in r ? [path] : [])),
+      },
+      'webhook server started',
+    );
+  }
+
+  /** Starts the webhook thread on `port`, with every route's state as it is now; the port it listens on. */
+  private spawn(port: number): Promise<number> {
     const init: ThreadInit = {
       host: this.host,
-      port: this.requestedPort,
-      certificate: this.serving,
+      port,
+      certificate: this.serving!,
       handlerTimeoutMs: this.handlerTimeoutMs,
       maxRequestBytes: this.maxRequestBytes,
       maxInFlightBytes: this.maxInFlightBytes,
       limits: this.limits,
       logLevel: this.log.level,
-      routes,
+      routes: [...this.routes].map(([path, r]) => ({
+        path,
+        name: r.name,
+        ...('fed' in r ? { threaded: { module: r.fed.module, name: r.fed.name, state: r.fed.read() } } : {}),
+      })),
     };
     const thread = new Worker(threadEntry, { workerData: init, name: 'berth-webhook' });
     const listening = Promise.withResolvers<number>();
+    let listened = false;
     thread.on('message', (m: FromThread) => {
-      if (m.type === 'listening') listening.resolve(m.port);
-      else if (m.type === 'admit') this.admit(m.id, m.path, m.request as AdmissionRequest);
+      if (m.type === 'listening') {
+        listened = true;
+        listening.resolve(m.port);
+      } else if (m.type === 'admit') this.admit(m.id, m.path, m.request as AdmissionRequest);
       else if (m.type === 'metrics') this.metricsAsked.get(m.id)?.(m.metrics);
     });
     thread.on('error', (err) => {
@@ -228,32 +250,31 @@ export class WebhookServer {
     });
     thread.on('exit', (code) => {
       listening.reject(new Error(`webhook thread exited with ${code} before it listened`));
-      if (this.thread === thread) {
-        // Nothing answers the apiserver now: its failurePolicy applies until Berth restarts.
-        this.log.error({ code }, 'webhook thread exited; admission requests go unanswered');
-        this.thread = undefined;
-        this.removeMetricsSource?.();
-      }
+      if (this.thread !== thread || !listened) return;
+      // Until another thread listens the apiserver applies each webhook's failurePolicy.
+      this.thread = undefined;
+      this.log.error({ code }, 'webhook thread exited; starting another');
+      this.respawn(respawnFirstMs);
     });
     this.thread = thread;
-    try {
-      this.boundPort = await listening.promise;
-    } catch (err) {
-      this.thread = undefined;
+    return listening.promise.catch(async (err: unknown) => {
+      if (this.thread === thread) this.thread = undefined;
       await thread.terminate();
       throw err;
-    }
-    this.removeMetricsSource = addMetricsSource(() => this.threadMetrics());
-    if (this.certificates.kind === 'files') this.watch(this.certificates);
-    if (this.certificates.kind === 'secret') this.poll(this.certificates);
-    this.log.info(
-      {
-        port: this.port,
-        paths: [...this.routes.keys()],
-        thread: routes.filter((r) => r.threaded).map((r) => r.path),
-      },
-      'webhook server started',
-    );
+    });
+  }
+
+  private respawn(delayMs: number): void {
+    this.respawnTimer = setTimeout(() => {
+      this.spawn(this.boundPort!).then(
+        () => this.log.info({ port: this.boundPort }, 'webhook thread started again'),
+        (err: unknown) => {
+          const next = Math.min(delayMs * 2, respawnMaxMs);
+          this.log.error({ err, retryInMs: next }, 'starting the webhook thread again failed');
+          this.respawn(next);
+        },
+      );
+    }, delayMs);
   }
 
   /** Stops listening, lets requests in flight finish (bounded by the handler timeout), closes connections. */
@@ -262,10 +283,13 @@ export class WebhookServer {
     this.watchers = [];
     clearTimeout(this.reloadTimer);
     clearInterval(this.secretTimer);
-    const thread = this.thread;
-    if (!thread) return;
-    this.thread = undefined;
+    clearTimeout(this.respawnTimer);
     this.removeMetricsSource?.();
+    this.removeMetricsSource = undefined;
+    const thread = this.thread;
+    this.thread = undefined;
+    this.boundPort = undefined;
+    if (!thread) return;
     const stopped = new Promise<void>((resolve) => {
       thread.on('message', (m: FromThread) => m.type === 'stopped' && resolve());
       thread.once('exit', () => resolve());
@@ -274,7 +298,6 @@ export class WebhookServer {
     await stopped;
     await thread.terminate();
     await this.reloads;
-    this.boundPort = undefined;
   }
 
   private post(m: ToThread): void {

@@ -21,7 +21,7 @@ import {
 } from '../../../src/runtime/webhook/configuration.ts';
 import { mutate, type JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
 import { admissionReview } from '../../helpers/admission.ts';
-import { echoState } from './threaded-fixture.ts';
+import { echoState, exitThread } from './threaded-fixture.ts';
 import { once } from 'node:events';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
@@ -256,6 +256,13 @@ describe('WebhookServer in its thread', () => {
         (c) => (changed = c),
       ),
     );
+    server.register(
+      '/exit',
+      exitThread.fed(
+        () => undefined,
+        () => {},
+      ),
+    );
     await server.start();
     ca = server.caBundle!;
   });
@@ -270,6 +277,20 @@ describe('WebhookServer in its thread', () => {
     const deadline = Date.now() + 2000;
     while ((await warnings())[0] !== 'two')
       assert.ok(Date.now() < deadline, 'the thread never heard of the change');
+  });
+
+  test('a thread that exits is started again on the same port, with the state as it is now', async () => {
+    const port = server.port;
+    await assert.rejects(call(port, ca, { path: '/exit', body: admissionReview({ uid: 'x' }) }));
+    state = 'three';
+    const deadline = Date.now() + 5000;
+    for (;;) {
+      const answer = await warnings().catch(() => undefined);
+      if (answer?.[0] === 'three') break;
+      assert.ok(Date.now() < deadline, 'no thread answers again');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(server.port, port);
   });
 
   test('a threaded handler answers while the main thread is busy', async () => {

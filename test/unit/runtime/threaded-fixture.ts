@@ -6,3 +6,6 @@ export const echoState = threadHandler(import.meta.url, 'echoState', (state: () 
   allowed: true,
   warnings: [state(), String(Date.now())],
 }));
+
+/** Ends the webhook thread, as a crash in it would. */
+export const exitThread = threadHandler(import.meta.url, 'exitThread', () => () => process.exit(3));
