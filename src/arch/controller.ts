@@ -12,6 +12,8 @@ import {
   deletionChanged,
   generationChanged,
   labelsChanged,
+  onChanges,
+  or,
   valueChanged,
 } from '../policy/predicates.ts';
 import { nodeInformer, slimMeta, slimMetadata, type SlimNode } from '../policy/slim.ts';
@@ -276,10 +278,12 @@ export class ArchController {
       // In the webhook thread, from what this controller knows, sent again whenever it changes.
       handler: archAdmission.fed(
         () => this.admissionState(),
+        // Only what admission reads: a policy's status changes with every pod it places.
         (changed) => {
-          const on = { onAdd: changed, onUpdate: changed, onDelete: changed };
-          for (const informer of [this.policyObjects, this.namespaces, ...this.webhookConfigs])
-            informer.addEventHandler(on);
+          this.policyObjects.addEventHandler(onChanges(or(generationChanged, deletionChanged), changed));
+          this.namespaces.addEventHandler(onChanges(labelsChanged, changed));
+          const services = valueChanged((o: KubeObject) => String(o['namespaces']));
+          for (const configs of this.webhookConfigs) configs.addEventHandler(onChanges(services, changed));
           this.opts.inspector.onLearn(changed);
         },
       ),

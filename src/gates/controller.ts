@@ -20,6 +20,8 @@ import {
   deletionChanged,
   generationChanged,
   labelsChanged,
+  onChanges,
+  or,
   taintsChanged,
   valueChanged,
 } from '../policy/predicates.ts';
@@ -453,8 +455,9 @@ export class GatesController {
       // In the webhook thread, from the gates as this controller parses them.
       handler: nodeAdmission.fed(
         () => this.gates().gates,
+        // A gate's status changes with every node it holds; admission reads its spec and deletion.
         (changed) =>
-          this.gateObjects.addEventHandler({ onAdd: changed, onUpdate: changed, onDelete: changed }),
+          this.gateObjects.addEventHandler(onChanges(or(generationChanged, deletionChanged), changed)),
       ),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['nodes'] }],
       failurePolicy: this.failurePolicy,

@@ -30,6 +30,18 @@ export const resync: UpdatePredicate<unknown> = (a, b) => a === b;
 /** The resync, or an update where any of `changes` holds: what Berth's watches let through. */
 export const changed = <T>(...changes: UpdatePredicate<T>[]): UpdatePredicate<T> => or(resync, ...changes);
 
+/**
+ * The handlers that call `fn` when an object comes, goes, or changes as `update` says (a resync
+ * is no change): for what derives a value from a whole cache, say a webhook thread's state.
+ */
+export const onChanges = <T>(update: UpdatePredicate<T>, fn: () => void) => ({
+  onAdd: fn,
+  onUpdate: (a: T, b: T) => {
+    if (a !== b && update(a, b)) fn();
+  },
+  onDelete: fn,
+});
+
 /** An update where `read` gives another value (compared with ===). */
 export const valueChanged =
   <T>(read: (obj: T) => unknown): UpdatePredicate<T> =>
