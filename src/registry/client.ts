@@ -38,6 +38,7 @@ import {
   fromKnown,
   type KnownDigest,
   type KnownImages,
+  type KnownLookups,
   type KnownTag,
   type Resolved,
 } from './known.ts';
@@ -146,6 +147,10 @@ export class RegistryClient implements ImageInspector {
   readonly #digests: Lru<KnownDigest>;
   readonly #tags: TtlCache<KnownTag>;
   readonly #learnListeners: (() => void)[] = [];
+  readonly #lookups: KnownLookups = {
+    tag: (canonical) => this.#tags.get(canonical),
+    platforms: (digest) => this.#digests.get(digest),
+  };
   readonly #negative: TtlCache<InspectionError>;
   readonly #tokens = new TtlCache<string>(1024);
   /** The challenge each registry origin answered, so later repositories go straight to the realm. */
@@ -229,12 +234,7 @@ export class RegistryClient implements ImageInspector {
   }
 
   cached(image: string, options: Pick<InspectOptions, 'revalidate'> = {}): Inspection | undefined {
-    return cachedInspection(
-      image,
-      options.revalidate === true,
-      (canonical) => this.#tags.get(canonical),
-      (digest) => this.#digests.get(digest),
-    );
+    return cachedInspection(image, options.revalidate === true, this.#lookups);
   }
 
   known(): KnownImages {
@@ -250,12 +250,7 @@ export class RegistryClient implements ImageInspector {
 
   /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
   #fromCache(ref: Reference, revalidate: boolean): Resolved | undefined {
-    return fromKnown(
-      ref,
-      revalidate,
-      (canonical) => this.#tags.get(canonical),
-      (digest) => this.#digests.get(digest),
-    );
+    return fromKnown(ref, revalidate, this.#lookups);
   }
 
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */

@@ -29,22 +29,23 @@ export interface Resolved extends KnownDigest {
   digest: string;
 }
 
+/** Where a lookup reads: the client's caches, or a snapshot of them. */
+export interface KnownLookups {
+  tag(canonical: string): KnownTag | undefined;
+  platforms(digest: string): KnownDigest | undefined;
+}
+
 /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
-export function fromKnown(
-  ref: Reference,
-  revalidate: boolean,
-  tag: (canonical: string) => KnownTag | undefined,
-  platforms: (digest: string) => KnownDigest | undefined,
-): Resolved | undefined {
+export function fromKnown(ref: Reference, revalidate: boolean, lookups: KnownLookups): Resolved | undefined {
   let digest = ref.digest;
   if (!digest) {
     if (revalidate) return undefined;
-    const known = tag(ref.canonical);
+    const known = lookups.tag(ref.canonical);
     registryMetrics.cache.inc({ cache: 'tag', result: known ? 'hit' : 'miss' });
     if (!known) return undefined;
     digest = known.digest;
   }
-  const known = platforms(digest);
+  const known = lookups.platforms(digest);
   registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
   return known && { reference: ref.canonical, digest, ...known };
 }
@@ -53,8 +54,7 @@ export function fromKnown(
 export function cachedInspection(
   image: string,
   revalidate: boolean,
-  tag: (canonical: string) => KnownTag | undefined,
-  platforms: (digest: string) => KnownDigest | undefined,
+  lookups: KnownLookups,
 ): Inspection | undefined {
   let ref: Reference;
   try {
@@ -62,7 +62,7 @@ export function cachedInspection(
   } catch {
     return undefined;
   }
-  const hit = fromKnown(ref, revalidate, tag, platforms);
+  const hit = fromKnown(ref, revalidate, lookups);
   return hit && { image, ...hit, cached: true };
 }
 
@@ -70,12 +70,10 @@ export function cachedInspection(
 export const cachedFrom =
   (known: KnownImages, now: () => number = Date.now): ImageInspector['cached'] =>
   (image, options = {}) =>
-    cachedInspection(
-      image,
-      options.revalidate === true,
-      (canonical) => {
+    cachedInspection(image, options.revalidate === true, {
+      tag: (canonical) => {
         const t = known.tags.get(canonical);
         return t && t.expiresAt > now() ? t : undefined;
       },
-      (digest) => known.digests.get(digest),
-    );
+      platforms: (digest) => known.digests.get(digest),
+    });

@@ -409,7 +409,8 @@ export class WebhookServer {
   ): Promise<void> {
     try {
       const next = await read();
-      if (!this.thread) return;
+      // Stopped; a thread being started again is given this.serving.
+      if (this.boundPort === undefined) return;
       if (next.cert === this.serving?.cert && next.key === this.serving.key && next.ca === this.ca) return;
       this.post({ type: 'certificate', cert: next.cert, key: next.key });
       this.serving = { cert: next.cert, key: next.key };

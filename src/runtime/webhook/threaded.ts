@@ -1,8 +1,8 @@
 // Admission handlers that run in the webhook thread (thread.ts), where neither the informers' events
 // nor the main heap's garbage collection can hold an answer. Such a handler decides from a state the
 // main thread sends it whenever that state changes (say, the parsed policies), never from a cache.
-import type { ServerLimits } from '../server/http.ts';
 import type { AdmissionHandler } from './admission.ts';
+import type { ServingOptions } from './serving.ts';
 
 /**
  * Declared at the top level of its module (`module` is that module's import.meta.url), so the
@@ -63,14 +63,7 @@ export type FromThread =
   | { type: 'stopped' };
 
 /** What the thread starts from (its workerData). */
-export interface ThreadInit {
-  host: string;
-  port: number;
-  certificate: { cert: string; key: string };
-  handlerTimeoutMs: number;
-  maxRequestBytes: number;
-  maxInFlightBytes: number;
-  limits: ServerLimits;
+export interface ThreadInit extends Omit<ServingOptions, 'logger'> {
   logLevel: string;
   routes: ThreadRoute[];
 }

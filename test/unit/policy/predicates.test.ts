@@ -220,3 +220,20 @@ describe('combinators', () => {
     assert.equal(and(labelsChanged, not(annotationsChanged))(a, relabelled), true, 'relabelled only');
   });
 });
+
+describe('onChanges', () => {
+  test('calls back on an add, a delete, and an update the predicate lets through; never on a resync', () => {
+    let calls = 0;
+    const h = predicates.onChanges(predicates.generationChanged, () => calls++);
+    const v1 = { metadata: { name: 'p', generation: 1 } };
+    const status = { metadata: { name: 'p', generation: 1 }, status: { placed: 3 } };
+    const v2 = { metadata: { name: 'p', generation: 2 } };
+    h.onAdd();
+    h.onUpdate(v1, v1);
+    h.onUpdate(v1, status);
+    assert.equal(calls, 1, 'a resync and a status write are not changes');
+    h.onUpdate(status, v2);
+    h.onDelete();
+    assert.equal(calls, 3);
+  });
+});
