@@ -25,7 +25,8 @@ RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 COPY --from=build /src/dist ./dist
 # Numeric, so that the kubelet can verify runAsNonRoot.
 USER 65532:65532
-# A young generation of 2 MB and V8's optimize-for-size: the labels job at 1,000 nodes holds about
-# 100 MB resident instead of 140 (issue 17; npm run bench:memory runs Berth with these flags).
-ENTRYPOINT ["node", "--max-semi-space-size=2", "--optimize-for-size", "dist/cli/main.js"]
+# V8's optimize-for-size: the labels job at 1,000 nodes holds about 100 MB resident instead of 140
+# (issue 17; npm run bench:memory runs Berth with these flags). The young generation keeps V8's
+# default size: held to 2 MB it saved nothing more and cost the webhook thread its tail (decision 0023).
+ENTRYPOINT ["node", "--optimize-for-size", "dist/cli/main.js"]
 CMD ["run"]
