@@ -11,7 +11,7 @@ import type { ServingOptions } from './serving.ts';
 export interface ThreadHandler<S> {
   readonly module: string;
   readonly name: string;
-  /** The handler, given a reader of the latest state: the thread's, and in-process callers' alike. */
+  /** The handler, given a reader of the latest state the thread was sent. */
   readonly handler: (state: () => S) => AdmissionHandler;
   /** Binds it to the main thread's state: `read` gives it, `onChange` calls back after it changed. */
   fed(read: () => S, onChange: (changed: () => void) => void): FedHandler;
