@@ -5,6 +5,7 @@
 // its claim.
 import type { PolicyKit } from '../policy/kit.ts';
 import { finalizer, hasFinalizer, setFinalizer, type FinalizerRef } from '../policy/finalizer.ts';
+import { namespaceLabelsByName } from '../policy/namespace.ts';
 import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/client/restmapper.ts';
@@ -18,9 +19,12 @@ import { WriteSpacing } from '../runtime/controller/spacing.ts';
 import {
   annotationsChanged,
   changed,
+  deletionChanged,
   generationChanged,
   labelsChanged,
   managedFieldsChanged,
+  onChanges,
+  or,
   ownersChanged,
   valueChanged,
 } from '../policy/predicates.ts';
@@ -45,7 +49,7 @@ import {
   type ParseCache,
   type ParsedPlacement,
 } from './decide.ts';
-import { podMutatingHandler } from './inject.ts';
+import { agentAdmission, type AgentAdmissionState } from './inject.ts';
 import { ownerKindProblems } from './validate.ts';
 import {
   AGENT_KEYS,
@@ -601,6 +605,16 @@ export class AgentsController {
     return inf;
   }
 
+  private admissionState(): AgentAdmissionState {
+    return {
+      placements: this.placements().flatMap((p) =>
+        p.spec.waitForAgent && !p.obj.metadata?.deletionTimestamp ? [{ name: p.name, spec: p.spec }] : [],
+      ),
+      berthNamespace: this.berthNamespace,
+      namespaceLabels: namespaceLabelsByName(this.namespaces),
+    };
+  }
+
   /**
    * The Pod CREATE webhook that adds the wait-for-agent init container. failurePolicy Ignore: an
    * unavailable Berth must never block pod creation; such a pod just starts without waiting.
@@ -610,12 +624,17 @@ export class AgentsController {
       name: 'pods.agents.berth.dev',
       path: '/agents/mutate-pod',
       kind: 'mutating',
-      handler: podMutatingHandler({
-        placements: () => this.placements(),
-        namespaceLabels: this.namespaceLabels,
-        berthNamespace: this.berthNamespace,
-        logger: this.log,
-      }),
+      // In the webhook thread, from the placements as this controller parses them.
+      handler: agentAdmission.fed(
+        () => this.admissionState(),
+        // Only what admission reads: a placement's status changes with every node it claims.
+        (changed) => {
+          this.placementObjects.addEventHandler(onChanges(or(generationChanged, deletionChanged), changed));
+          // A key a gate takes makes a placement Invalid, so unusable.
+          this.kit.keys.addEventHandler({ onUpdate: changed });
+          this.namespaces.addEventHandler(onChanges(labelsChanged, changed));
+        },
+      ),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
       failurePolicy: 'Ignore',
       timeoutSeconds: 2,

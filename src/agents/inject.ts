@@ -2,12 +2,15 @@
 // ready on its node there is a gap. A mutating webhook on pod CREATE closes it with an init container
 // that waits until the agent answers on the node's IP and port. Opt-in per AgentPlacement
 // (spec.waitForAgent); the webhook never denies and is registered with failurePolicy Ignore, so an
-// unavailable Berth never blocks pod creation.
+// unavailable Berth never blocks pod creation. It is served from the webhook thread
+// (runtime/webhook/thread.ts), where the pods' informer cannot hold its answers; the controller
+// sends it an AgentAdmissionState whenever one of its parts changes.
 import { createHash } from 'node:crypto';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { type AdmissionHandler, type AdmissionResult } from '../runtime/webhook/admission.ts';
 import { mutate } from '../runtime/api/jsonpatch.ts';
+import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { podSelected, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
 
@@ -221,3 +224,24 @@ export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
     }
   };
 }
+
+/** What the webhook decides from, as a value the webhook thread holds. */
+export interface AgentAdmissionState {
+  /** The usable placements that set waitForAgent: the others change no pod. */
+  placements: Placement[];
+  berthNamespace: string;
+  namespaceLabels: Map<string, Record<string, string> | undefined>;
+}
+
+export const agentAdmission = threadHandler(
+  import.meta.url,
+  'agentAdmission',
+  (state: () => AgentAdmissionState) =>
+    podMutatingHandler({
+      placements: () => state().placements,
+      namespaceLabels: (ns) => state().namespaceLabels.get(ns),
+      get berthNamespace() {
+        return state().berthNamespace;
+      },
+    }),
+);

@@ -5,6 +5,7 @@
 // pods. In Taints mode a node controller keeps each node tainted with its architecture.
 import type { PolicyKit } from '../policy/kit.ts';
 import { finalizer } from '../policy/finalizer.ts';
+import { namespaceLabelsByName } from '../policy/namespace.ts';
 import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
 import {
   annotationsChanged,
@@ -264,7 +265,7 @@ export class ArchController {
     return {
       policies: this.policies(),
       berthNamespace: this.opts.berthNamespace,
-      namespaceLabels: new Map(this.namespaces.list().map((n) => [n.metadata!.name!, n.metadata?.labels])),
+      namespaceLabels: namespaceLabelsByName(this.namespaces),
       webhookNamespaces: new Set(this.webhookNamespaces.flatMap((namespaces) => [...namespaces()])),
       images: this.opts.inspector.known(),
     };

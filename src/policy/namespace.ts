@@ -50,3 +50,12 @@ export function podSelected(
     return false;
   return selectorMatches(spec.podSelector, podLabels);
 }
+
+/**
+ * Every namespace's labels by name, from a cache of namespaces: what a webhook thread is sent to
+ * select pods by namespace without the main thread's informers.
+ */
+export const namespaceLabelsByName = (namespaces: {
+  list(): { metadata?: { name?: string; labels?: Record<string, string> } }[];
+}): Map<string, Record<string, string> | undefined> =>
+  new Map(namespaces.list().map((n) => [n.metadata!.name!, n.metadata?.labels]));

@@ -8,11 +8,13 @@ import type { Placement } from '../../../src/agents/decide.ts';
 import {
   SKIP_WAIT_FOR_AGENT_ANNOTATION,
   WAIT_FOR_AGENT_ANNOTATION,
+  agentAdmission,
   exempt,
   injectWaitForAgent,
   placementsForPod,
   podMutatingHandler,
   waitForAgentContainer,
+  type AgentAdmissionState,
   type Container,
   type WaitingPlacement,
 } from '../../../src/agents/inject.ts';
@@ -283,6 +285,27 @@ describe('podMutatingHandler', () => {
       request(pod(), { subResource: 'ephemeralcontainers' }),
     ];
     for (const req of cases) assert.deepEqual(await admit(req), { allowed: true }, JSON.stringify(req));
+  });
+
+  test('in the webhook thread it answers from the latest state it was sent, cloned as a message is', async () => {
+    // What the webhook thread holds: the state after postMessage's structured clone.
+    let state = structuredClone<AgentAdmissionState>({
+      placements: [],
+      berthNamespace: BERTH,
+      namespaceLabels: new Map(Object.entries(namespaces)),
+    });
+    const threaded = agentAdmission.handler(() => state);
+    assert.deepEqual(await threaded(request(pod())), { allowed: true });
+    state = structuredClone({ ...state, placements });
+    const result = await threaded(request(pod()));
+    assert.ok(result.allowed && result.patch);
+    assert.deepEqual(
+      initContainers(applyJsonPatch(pod(), result.patch) as KubeObject).map((c) => c.name),
+      ['berth-wait-for-agent-atelet', 'setup', 'migrate'],
+    );
+    // A namespace that loses the label the placement selects it by.
+    state = structuredClone({ ...state, namespaceLabels: new Map([['ate', {}]]) });
+    assert.deepEqual(await threaded(request(pod())), { allowed: true });
   });
 
   test('fails open when the placements cannot be read', async () => {
