@@ -15,7 +15,7 @@ import { errorText, rootLogger, type Logger } from '../observability/log.ts';
 import { addMetricsSource } from '../observability/metrics.ts';
 import { createCertificateAuthority } from './certificates.ts';
 import { defaultMaxInFlightBytes, defaultMaxRequestBytes, webhookServerLimits } from './serving.ts';
-import type { FedHandler, FromThread, ThreadInit, ThreadRoute, ToThread } from './threaded.ts';
+import type { FedHandler, FromThread, ThreadInit, ToThread } from './threaded.ts';
 import { ServingSecret, type ServingSecretOptions } from './secret.ts';
 import type { KubeObject } from '../api/meta.ts';
 
