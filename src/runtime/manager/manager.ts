@@ -75,6 +75,8 @@ export class Manager implements ClusterSet {
   private started = false;
   private providersStarted = false;
   private healthServer: RunningServer | undefined;
+  /** Always-on runnables not started yet (a webhook server not listening): not ready until none. */
+  private readonly starting = new Set<string>();
   /** The leader elector's fencing check, once there is one: every engaged cluster's writes pass it. */
   private fence: (() => boolean) | undefined;
   private leaderWork: AbortController | undefined;
@@ -230,6 +232,8 @@ export class Manager implements ClusterSet {
       // answer): its controllers wait for it, and one unreachable cell must not take a ready Berth
       // out of its Service or stall its rollout. Only the local cluster's caches decide readiness.
       '/readyz': async () => {
+        // The apiserver calls a webhook as soon as the replica is a Service endpoint.
+        if (this.starting.size) return { status: 503, body: `starting: ${[...this.starting].join(', ')}\n` };
         const unsynced = this.unsynced();
         const notes = [
           ...this.missingCrds(),
@@ -249,7 +253,12 @@ export class Manager implements ClusterSet {
     this.log.info({ metricsPort: metrics?.port, healthPort: health?.port }, 'manager starting');
 
     for (const { cluster } of this.clusters.values()) cluster.start();
-    for (const r of this.runnables.filter((r) => !r.needLeaderElection)) await r.start(this.stopping.signal);
+    const alwaysOn = this.runnables.filter((r) => !r.needLeaderElection);
+    for (const r of alwaysOn) this.starting.add(r.name);
+    for (const r of alwaysOn) {
+      await r.start(this.stopping.signal);
+      this.starting.delete(r.name);
+    }
     this.startProviders();
 
     const le = this.opts.leaderElection;

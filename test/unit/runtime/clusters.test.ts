@@ -218,6 +218,38 @@ test(
 );
 
 test(
+  '/readyz is not ready until every always-on runnable has started (a webhook server listening)',
+  timeout,
+  async () => {
+    const manager = new Manager({
+      client: deadClient(),
+      metricsBindAddress: '0',
+      healthBindAddress: '127.0.0.1:0',
+    });
+    let listening!: () => void;
+    manager.addRunnable({
+      name: 'webhooks',
+      needLeaderElection: false,
+      start: () => new Promise<void>((resolve) => (listening = resolve)),
+    });
+    const started = manager.start();
+    try {
+      while (!manager.healthPort) await sleep(10);
+      const readyz = async () => {
+        const r = await fetch(`http://127.0.0.1:${manager.healthPort}/readyz`);
+        return { status: r.status, body: await r.text() };
+      };
+      assert.deepEqual(await readyz(), { status: 503, body: 'starting: webhooks\n' });
+      listening();
+      await started;
+      assert.equal((await readyz()).status, 200);
+    } finally {
+      await manager.stop();
+    }
+  },
+);
+
+test(
   'a provider added to the manager runs once, from start or at once when added later, until stop',
   timeout,
   async () => {
