@@ -163,7 +163,16 @@ export class GatesController {
     this.status.controller
       // A node giving back a deleted gate's taint may be the last thing its finalizer waits for.
       .watch(this.nodes, () => this.deletingGates(), { update: nodeChanged })
+      // A gate that comes, goes or changes is found or lost by the gates that wait for it.
+      .watch(this.gateObjects, () => this.waitingGates(), { update: gateChanged })
       .watch(this.daemonSets, () => this.gateObjects.keys());
+  }
+
+  /** The gates whose `after` names another gate: their AfterGatesFound follows the others. */
+  private waitingGates(): string[] {
+    return this.gates()
+      .gates.filter((g) => g.spec.after?.length)
+      .map((g) => g.name);
   }
 
   private deletingGates(): string[] {
