@@ -201,7 +201,7 @@ export class RegistryClient implements ImageInspector {
       const ref = parseReference(image);
       const keyring = buildKeyring(options.pullSecrets ?? []);
       const creds = lookup(keyring, ref.domain, ref.path);
-      const hit = this.#fromCache(ref, options.revalidate === true);
+      const hit = fromKnown(ref, options.revalidate === true, this.#lookups);
       if (hit) return { image, ...hit, cached: true };
       const key = `${ref.canonical}|${creds.map(credentialKey).join(',')}`;
       const negative = this.#negative.get(key);
@@ -248,11 +248,6 @@ export class RegistryClient implements ImageInspector {
     this.#learnListeners.push(listener);
   }
 
-  /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
-  #fromCache(ref: Reference, revalidate: boolean): Resolved | undefined {
-    return fromKnown(ref, revalidate, this.#lookups);
-  }
-
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
   async #resolve(ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
     const endpoints = endpointsFor(this.#hosts, ref, this.#defaultCa);
@@ -296,7 +291,7 @@ export class RegistryClient implements ImageInspector {
       digest,
       ...found,
     });
-    // #fromCache has just missed this digest.
+    // The caches have just missed this digest (fromKnown).
     if (ref.digest) return done(ref.digest, await this.#fetchDigest(s, ref.digest, 0, { left: maxFollows }));
     const tagPath = `/v2/${s.repo}/manifests/${ref.tag}`;
     // A tag seen before (expired, or revalidated for imagePullPolicy: Always): one HEAD says whether
@@ -387,12 +382,16 @@ export class RegistryClient implements ImageInspector {
     }
     const found = { platforms, registry };
     this.#digests.set(digest, found);
-    for (const listener of this.#learnListeners) listener();
+    this.#learned();
     return found;
   }
 
   #learnTag(canonical: string, tag: KnownTag): void {
     this.#tags.set(canonical, tag, this.#o.tagTtlMs);
+    this.#learned();
+  }
+
+  #learned(): void {
     for (const listener of this.#learnListeners) listener();
   }
 
