@@ -2,7 +2,7 @@
 // its CRDs and permissions, the node keys it owns, its CLI commands, where it runs, and a setup that
 // builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { PolicyKit } from './policy/kit.ts';
 import type { KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
@@ -102,8 +102,16 @@ export interface Capability {
   uninstall?(ctx: UninstallContext): Promise<void>;
 }
 
+/** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */
+export const atLeast = (min: number) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min)
+    throw new InvalidArgumentError(`not a whole number of at least ${min}`);
+  return n;
+};
+
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
 export const workersOption = (flag: string, controller: string): Option =>
   new Option(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`)
     .default(16)
-    .argParser(Number);
+    .argParser(atLeast(1));

@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import type { Capability, CapabilityContext } from '../capability.ts';
+import { atLeast, type Capability, type CapabilityContext } from '../capability.ts';
 import {
   berthNamespace,
   LEADER_ELECTION_ID,
@@ -41,14 +41,6 @@ const list = (v: string) =>
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
-
-/** A parser for a whole number of at least `min`. */
-const atLeast = (min: number) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min)
-    throw new InvalidArgumentError(`not a whole number of at least ${min}`);
-  return n;
-};
 
 const limits = webhookServerLimits;
 

@@ -177,16 +177,23 @@ export class Informer<T extends KubeObject = KubeObject> {
   private async run(signal: AbortSignal): Promise<void> {
     // A short first retry: a watch that fails right after a list (a CRD still initialising, an
     // apiserver restarting) is usually back at once, and every event waits for it.
-    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 };
+    const { initialMs, maxMs } = this.opts.backoff ?? DEFAULT_BACKOFF;
     let delay = initialMs;
     while (!signal.aborted) {
+      const began = performance.now();
       try {
-        if (!this.resourceVersion) await this.relist(signal);
-        delay = initialMs;
+        if (!this.resourceVersion) {
+          await this.relist(signal);
+          delay = initialMs;
+        }
         await this.watch(signal);
         // The server closed the watch (its timeout): resume from the last resourceVersion at once.
+        delay = initialMs;
       } catch (e) {
         if (signal.aborted) break;
+        // The backoff grows while watches keep failing (an apiserver down, throttling) and starts
+        // afresh only after one that ran a while: a failure right after a watch opened is no sign of health.
+        if (performance.now() - began > HEALTHY_WATCH_MS) delay = initialMs;
         if (isGone(e)) {
           this.log.info('resourceVersion too old; relisting');
           this.resourceVersion = '';
@@ -255,7 +262,7 @@ export class Informer<T extends KubeObject = KubeObject> {
   private async waitForCrd(signal: AbortSignal): Promise<void> {
     const path = resourcePath(Resources.crds);
     const query = { fieldSelector: `metadata.name=${this.crdName}` };
-    const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 };
+    const { initialMs, maxMs } = this.opts.backoff ?? DEFAULT_BACKOFF;
     let delay = initialMs;
     while (!signal.aborted) {
       try {
@@ -436,3 +443,10 @@ function removeFrom(index: Map<string, Set<string>>, value: string, key: string)
 }
 
 const jitter = (ms: number) => ms * (0.8 + Math.random() * 0.4);
+/**
+ * Retries of a failed list or watch: 5 s at most, so that an apiserver back from a restart is watched
+ * again within seconds, at a fifth of a request a second per informer while it is down.
+ */
+const DEFAULT_BACKOFF = { initialMs: 200, maxMs: 5_000 };
+/** A watch that ran this long before it failed was a healthy one: the retry backoff starts afresh. */
+const HEALTHY_WATCH_MS = 10_000;

@@ -58,6 +58,8 @@ export const PATCH = {
   json: 'application/json-patch+json',
 } as const;
 
+/** After a failed refresh, the next one is tried this much later. */
+const AUTH_RETRY_MS = 5_000;
 const authRefreshMs = 60_000;
 /** How long a watch stream's events are handled back to back before other work gets a turn. */
 const STREAM_SLICE_MS = 2;
@@ -87,7 +89,7 @@ export class KubeClient {
     this.server = new URL(access.server);
     this.userAgent = opts.userAgent ?? 'berth';
     this.writeGuard = opts.writeGuard;
-    this.ready = this.refreshAuth();
+    this.ready = this.refresh();
     // Agents are created lazily from the TLS material that refreshAuth collects.
     this.agent = new https.Agent({ keepAlive: true, maxSockets: opts.maxInFlight ?? 64 });
     this.watchAgent = new https.Agent({ keepAlive: true });
@@ -111,12 +113,29 @@ export class KubeClient {
     this.auth = { headers, at: Date.now() };
   }
 
+  /** A refresh whose failure is handled by whoever awaits it (never an unhandled rejection). */
+  private refresh(): Promise<void> {
+    const p = this.refreshAuth();
+    p.catch(() => {});
+    return p;
+  }
+
   private async headers(): Promise<Record<string, string>> {
-    await this.ready;
+    // A failed refresh does not stick: the credentials are read again below.
+    await this.ready.catch(() => {});
+    const last = this.auth;
     // Re-read credentials now and then: in-cluster tokens and exec plugins rotate them.
-    if (!this.auth || Date.now() - this.auth.at > authRefreshMs) {
-      this.ready = this.refreshAuth();
+    if (last && Date.now() - last.at <= authRefreshMs) return last.headers;
+    this.ready = this.refresh();
+    try {
       await this.ready;
+    } catch (e) {
+      // An exec plugin or a token file that fails once (a swap, a slow plugin) must not stop the
+      // client: the last good credentials serve until they are refused, and the next refresh is
+      // tried a few seconds on rather than on every request.
+      if (!last) throw e;
+      last.at = Date.now() - authRefreshMs + AUTH_RETRY_MS;
+      return last.headers;
     }
     return this.auth!.headers;
   }

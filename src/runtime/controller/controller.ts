@@ -65,6 +65,12 @@ export class Controller implements Aware {
   private stopping: AbortController | undefined;
 
   constructor(opts: ControllerOptions) {
+    // No worker would leave every key queued for ever (policies' finalizers included): refused at once.
+    const workers = opts.workers ?? 1;
+    if (!Number.isInteger(workers) || workers < 1)
+      throw new Error(
+        `controller ${opts.name}: workers must be a whole number of at least 1, not ${workers}`,
+      );
     this.opts = opts;
     this.name = opts.name;
     this.log = (opts.logger ?? rootLogger).child({ controller: opts.name });
@@ -172,6 +178,12 @@ export class Controller implements Aware {
     for (;;) {
       const item = await this.queue.get();
       if (item.shutdown) return;
+      // Stopping: the backlog is left (a replica that leads next lists everything anew); only the
+      // reconciles already running are waited for, so the Lease is released soon after SIGTERM.
+      if (signal.aborted) {
+        this.queue.done(item.key);
+        continue;
+      }
       if (this.left(item.key)) {
         this.queue.forget(item.key);
         this.queue.done(item.key);
