@@ -35,8 +35,10 @@ import {
   gated,
   imagesText,
   intersection,
+  nextTry,
   nodeArchitectures,
   nodeArchTaint,
+  nodesTainted,
   parsePolicies,
   placePatch,
   podImages,
@@ -49,6 +51,7 @@ import {
   type Placement,
   placedAtAdmission,
   type Policy,
+  type Retries,
   type Standing,
 } from './decide.ts';
 import { archAdmission, type ArchAdmissionState } from './webhook.ts';
@@ -68,10 +71,16 @@ type Count = 'gated' | 'placed' | 'failed';
 const PULL_SECRET_TTL_MS = 10_000;
 /** How long the answer to whether Secrets may be read in a namespace is kept. */
 const SECRET_ACCESS_TTL_MS = 60_000;
+/** What reading a pod's images gave, and the pull secrets it names that could not be used. */
+interface Read {
+  results: PromiseSettledResult<Inspection>[];
+  /** `namespace/name` of the pod's own pull secrets that were missing or unreadable. */
+  missing: string[];
+}
 /** A parked pod: the images (and pull policies) being read, then what reading them gave. */
 interface Parked {
   images: string;
-  results?: PromiseSettledResult<Inspection>[];
+  read?: Read;
 }
 
 export const archMetrics = {
@@ -151,7 +160,7 @@ export class ArchController {
   private readonly opts: ArchControllerOptions;
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** Transient failures in a row, per pod, until it is placed or given up on. */
-  private readonly attempts = new Map<string, number>();
+  private readonly retries = new Map<string, Retries>();
   /** Pull secrets read lately, by `namespace/name`. */
   private readonly secrets = new TtlCache<PullSecret>(1024);
   /** Whether Berth may read Secrets in a namespace, as the apiserver said lately, by namespace. */
@@ -302,49 +311,60 @@ export class ArchController {
     const s = pod && standingOf(pod);
     this.status.set(key, s ? new Map([[s.policy, s.standing]]) : pod ? new Map() : undefined);
     if (!pod || !gated(pod) || pod.metadata?.deletionTimestamp) {
-      this.attempts.delete(key);
+      this.retries.delete(key);
       this.parked.delete(key);
       if (!pod) this.announced.delete(key);
       else this.announceAdmission(key, pod);
       return;
     }
     const name = pod.metadata!.annotations?.[POLICY_ANNOTATION] ?? '';
-    const policy = this.policies().find((p) => p.name === name);
+    const policies = this.policies();
+    const policy = policies.find((p) => p.name === name);
+    // Released unplaced, a pod tolerates the arch taint wherever nodes may carry it: its own
+    // policy's (the node controller takes that off meanwhile) or another live Taints policy's.
+    const archTainted = nodesTainted(policies);
     if (!policy || policy.deleting) {
       const why = `ArchPlacement ${name} ${policy ? 'is being deleted' : 'does not exist'}: released unplaced`;
-      return this.write(pod, releasePatch(pod, why), 'released', 'Normal', 'Released', why);
+      const patch = releasePatch(pod, why, { mode: policy?.spec.mode ?? 'NodeAffinity', archTainted });
+      return this.write(pod, patch, 'released', 'Normal', 'Released', why);
     }
-    const results = await this.inspections(key, pod);
+    const read = await this.inspections(key, pod);
     // Parked: the inspections go on without a worker, and requeue the pod when they settle.
-    if (!results) return;
+    if (!read) return;
+    const { results, missing } = read;
     const failure = results.find((r) => r.status === 'rejected');
     if (failure) {
       const err =
         failure.reason instanceof InspectionError
           ? failure.reason
           : new InspectionError('Unreachable', '', errorText(failure.reason), true);
+      const refused = err.reason === 'Unauthorized' || err.reason === 'NotFound';
       // Refused, or hidden as not found (what some registries answer for a private repository):
       // the next try reads the pod's secrets again, in case they were rotated.
-      if (err.reason === 'Unauthorized' || err.reason === 'NotFound')
-        for (const ref of this.pullSecretRefs(pod)) this.secrets.delete(ref);
-      const attempts = this.attempts.get(key) ?? 0;
-      if (err.transient && attempts < policy.spec.onFailure.retries) {
-        this.attempts.set(key, attempts + 1);
+      if (refused) for (const ref of this.pullSecretRefs(pod)) this.secrets.delete(ref);
+      const retry = nextTry(err, this.retries.get(key) ?? { attempts: 0 }, policy.spec.onFailure.retries, {
+        now: Date.now(),
+        secretsMissing: missing.length > 0,
+      });
+      if (retry) {
+        this.retries.set(key, retry.retries);
         this.log.info(
-          { pod: key, reason: err.reason, attempt: attempts + 1, err: err.message },
-          'inspection failed; retrying',
+          { pod: key, reason: err.reason, attempt: retry.retries.attempts, err: err.message },
+          `inspection failed; retrying in ${Math.ceil(retry.afterMs / 1000)} s`,
         );
-        return { requeueAfterMs: Math.min(1000 * 2 ** attempts, 30_000) };
+        return { requeueAfterMs: retry.afterMs };
       }
       const fallback =
         policy.spec.onFailure.action === 'Fallback' ? policy.spec.onFailure.fallbackArchitecture : undefined;
       const placement: Placement = { kind: 'Failed', reason: err.reason, message: err.message, fallback };
+      const unused =
+        refused && missing.length ? ` (pull secrets missing or unreadable: ${missing.join(', ')})` : '';
       const note =
-        `could not read ${err.image || 'an image'}: ${err.reason}: ${err.message}; ` +
+        `could not read ${err.image || 'an image'}: ${err.reason}: ${err.message}${unused}; ` +
         (fallback ? `placed on the fallback architecture ${fallback}` : 'released unplaced (fail open)');
       return this.write(
         pod,
-        placePatch(pod, placement, policy.spec),
+        placePatch(pod, placement, { ...policy.spec, archTainted }),
         'failed',
         'Warning',
         'InspectionFailed',
@@ -381,24 +401,21 @@ export class ArchController {
    * behind it in the queue, including those whose images are already known (bench:arch measured
    * the queue as most of a gated pod's wait).
    */
-  private async inspections(
-    key: string,
-    pod: ArchPod,
-  ): Promise<PromiseSettledResult<Inspection>[] | undefined> {
+  private async inspections(key: string, pod: ArchPod): Promise<Read | undefined> {
     const images = podImages(pod);
     const known = images.map((i) => this.opts.inspector.cached(i.image, { revalidate: i.revalidate }));
     if (known.every((k) => k !== undefined)) {
       this.parked.delete(key);
-      return known.map((value) => ({ status: 'fulfilled' as const, value }));
+      return { results: known.map((value) => ({ status: 'fulfilled' as const, value })), missing: [] };
     }
     // Results for other images (the pod's images changed meanwhile) are dropped and read again.
     const wanted = images.map((i) => `${i.image}|${i.revalidate}`).join(' ');
     const parked = this.parked.get(key);
     if (parked?.images === wanted) {
-      if (parked.results) this.parked.delete(key);
-      return parked.results;
+      if (parked.read) this.parked.delete(key);
+      return parked.read;
     }
-    const secrets = await this.pullSecrets(pod);
+    const { secrets, missing } = await this.pullSecrets(pod);
     const entry: Parked = { images: wanted };
     this.parked.set(key, entry);
     const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? 30_000);
@@ -408,7 +425,7 @@ export class ArchController {
       ),
     ).then((results) => {
       if (this.parked.get(key) !== entry) return;
-      entry.results = results;
+      entry.read = { results, missing };
       this.podController.queue.add(key);
     });
     return undefined;
@@ -436,7 +453,7 @@ export class ArchController {
       if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
       throw e;
     }
-    this.attempts.delete(key);
+    this.retries.delete(key);
     this.events.event(pod, type, reason, 'Place', note);
     (type === 'Warning' ? this.log.warn : this.log.info).call(this.log, { pod: key, reason }, note);
     archMetrics.pods.inc({ outcome });
@@ -465,12 +482,16 @@ export class ArchController {
 
   /**
    * The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the
-   * kubelet does, and so is one Berth may not read, with a Warning naming the opt-in.
+   * kubelet does, and so is one Berth may not read, with a Warning naming the opt-in. `missing`
+   * names the pod's own that were skipped.
    */
-  private async pullSecrets(pod: ArchPod): Promise<PullSecret[]> {
+  private async pullSecrets(pod: ArchPod): Promise<{ secrets: PullSecret[]; missing: string[] }> {
     const out: PullSecret[] = [];
+    const missing: string[] = [];
+    const own = new Set(this.podPullSecretRefs(pod));
     for (const ref of this.pullSecretRefs(pod)) {
       const secret = await this.pullSecret(ref);
+      if (!secret && own.has(ref)) missing.push(ref);
       if (secret === 'forbidden') {
         const ns = ref.slice(0, ref.indexOf('/'));
         const note =
@@ -481,13 +502,18 @@ export class ArchController {
       } else if (secret) out.push(secret);
       else this.log.debug({ pod: keyOf(pod), secret: ref }, 'pull secret not found');
     }
-    return out;
+    return { secrets: out, missing };
   }
 
-  /** `namespace/name` of each secret the pod's images may be read with. */
-  private pullSecretRefs(pod: ArchPod): string[] {
+  /** `namespace/name` of each secret the pod names. */
+  private podPullSecretRefs(pod: ArchPod): string[] {
     const ns = pod.metadata!.namespace!;
-    const refs = (pod.spec.imagePullSecrets ?? []).map((s) => `${ns}/${s.name}`);
+    return (pod.spec.imagePullSecrets ?? []).map((s) => `${ns}/${s.name}`);
+  }
+
+  /** `namespace/name` of each secret the pod's images may be read with: its own, then the cluster-wide one. */
+  private pullSecretRefs(pod: ArchPod): string[] {
+    const refs = this.podPullSecretRefs(pod);
     if (this.opts.pullSecret?.includes('/')) refs.push(this.opts.pullSecret);
     return refs;
   }
@@ -542,7 +568,7 @@ export class ArchController {
       this.writer.forget(name);
       return;
     }
-    const taints = this.policies().some((p) => p.spec.mode === 'Taints' && !p.deleting);
+    const taints = nodesTainted(this.policies());
     // Tolerations before taints: until every gated pod has been through once, a taint could strand one.
     if (taints && !this.status.firstPassDone()) return { requeueAfterMs: 250 };
     const r = await this.writer.sync(node, {

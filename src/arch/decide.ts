@@ -2,7 +2,7 @@
 // places a pod, the architectures every image of a pod supports, and the one pod patch that places
 // it (affinity or tolerations, result, state) and takes its gate off. The webhook and the controller
 // feed these from their caches and the registry; nothing here does I/O.
-import type { Inspection, Platform } from '../registry/types.ts';
+import type { InspectionError, Inspection, Platform } from '../registry/types.ts';
 import { podSelected } from '../policy/namespace.ts';
 import type { NodeTaint } from '../policy/nodes/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
@@ -13,6 +13,7 @@ import {
   ARCH_TAINT,
   ArchPlacement,
   FAILURE_ANNOTATION,
+  OS_LABEL,
   POLICY_ANNOTATION,
   RESULT_ANNOTATION,
   SCHEDULING_GATE,
@@ -248,11 +249,29 @@ export function podImages(pod: ArchPod): PodImage[] {
 const platformText = (p: Platform) => `${p.os}/${p.architecture}${p.variant ? `/${p.variant}` : ''}`;
 
 /**
- * The architectures every image supports for the pod's OS (linux unless spec.os says otherwise),
- * sorted. The node label has no variant, so variants narrow nothing here; they stay in the result.
+ * The OS the pod runs on: spec.os, else its nodeSelector's kubernetes.io/os, else a
+ * `kubernetes.io/os In [one value]` every required term names, else linux. Windows pods mostly say
+ * it only by selector (spec.os is recent and optional).
+ */
+export function podOs(pod: ArchPod): string {
+  const named = pod.spec.os?.name ?? pod.spec.nodeSelector?.[OS_LABEL];
+  if (named) return named;
+  const each = (required(pod) ?? []).map(
+    (t) =>
+      (t.matchExpressions ?? []).find(
+        (e) => e.key === OS_LABEL && e.operator === 'In' && e.values?.length === 1,
+      )?.values?.[0],
+  );
+  const [first] = each;
+  return first !== undefined && each.every((os) => os === first) ? first : 'linux';
+}
+
+/**
+ * The architectures every image supports for the pod's OS (podOs), sorted. The node label has no
+ * variant, so variants narrow nothing here; they stay in the result.
  */
 export function intersection(pod: ArchPod, inspections: Inspection[]): string[] {
-  const os = pod.spec.os?.name ?? 'linux';
+  const os = podOs(pod);
   let common: Set<string> | undefined;
   for (const i of inspections) {
     const archs = new Set(i.platforms.filter((p) => p.os === os).map((p) => p.architecture));
@@ -311,6 +330,10 @@ function withPreferred(
   return add.length ? [...(have ?? []), ...add] : have;
 }
 
+/** Taints mode: while some live policy says it, every node carries its architecture's taint. */
+export const nodesTainted = (policies: Policy[]): boolean =>
+  policies.some((p) => p.spec.mode === 'Taints' && !p.deleting);
+
 /** The toleration of the Taints mode's taint on nodes of one architecture. */
 export const archToleration = (architecture: string): Toleration => ({
   key: ARCH_TAINT,
@@ -327,16 +350,24 @@ export function nodeArchTaint(
   return arch ? [{ key: ARCH_TAINT, value: arch, effect: 'NoSchedule' }] : [];
 }
 
+/** How a pod is placed: its policy's mode and preferences, and whether the nodes carry the arch taint. */
+export type PlaceOptions = Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'> & {
+  /** Some live Taints policy keeps the taint on every node (nodesTainted), whatever the pod's own mode. */
+  archTainted?: boolean;
+};
+
 /**
  * The one JSON patch that places a gated pod and takes Berth's gate off (other gates stay), valid
  * only on the version read. Placed: `kubernetes.io/arch In <architectures>` in every required term
  * (an impossible value when none is common), preferred terms, or in Taints mode the tolerations of
- * those architectures. Failed: released as it is, or placed on the fallback architecture.
+ * those architectures. Failed: released as it is, or placed on the fallback architecture. A pod
+ * released unplaced where nodes carry the arch taint tolerates it whatever its value, so that it
+ * may go anywhere, as without Berth.
  */
 export function placePatch(
   pod: ArchPod,
   placement: Placement,
-  spec: Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'> = { mode: 'NodeAffinity' },
+  spec: PlaceOptions = { mode: 'NodeAffinity' },
 ): JsonPatchOp[] {
   // Guarded on what it overwrites and on the images it was decided from, not on the resourceVersion:
   // the scheduler marks a gated pod SchedulingGated right after creation, which must not fail it.
@@ -351,11 +382,7 @@ export function placePatch(
 }
 
 /** The pod placed (or released) as `placement` says, Berth's gate off. */
-function placed(
-  pod: ArchPod,
-  placement: Placement,
-  spec: Pick<ArchPlacementSpec, 'mode' | 'preferredArchitectures'>,
-): ArchPod {
+function placed(pod: ArchPod, placement: Placement, spec: PlaceOptions): ArchPod {
   const out = editable(pod);
   const meta = out.metadata;
   const annotations: Record<string, string> = { ...meta.annotations };
@@ -404,6 +431,12 @@ function placed(
       );
       if (preferred) node.preferredDuringSchedulingIgnoredDuringExecution = preferred;
     }
+  } else if (spec.mode === 'Taints' || spec.archTainted) {
+    const have = out.spec.tolerations ?? [];
+    const taint = { key: ARCH_TAINT, effect: 'NoSchedule' };
+    // Whatever the value: an Equal toleration of one architecture is not enough.
+    if (!have.some((h) => h.operator === 'Exists' && tolerates(h, taint)))
+      out.spec.tolerations = [...have, { ...taint, operator: 'Exists' }];
   }
   const gates = (out.spec.schedulingGates ?? []).filter((g) => g.name !== SCHEDULING_GATE);
   if (gates.length) out.spec.schedulingGates = gates;
@@ -411,9 +444,59 @@ function placed(
   return out;
 }
 
-/** A gated pod's policy is gone or being deleted: the gate comes off, the pod as it is. */
-export const releasePatch = (pod: ArchPod, why: string): JsonPatchOp[] =>
-  placePatch(pod, { kind: 'Released', message: why });
+/**
+ * A gated pod's policy is gone or being deleted: the gate comes off, the pod as it is (tolerating
+ * the arch taint when its policy was in Taints mode or nodes carry the taint for another).
+ */
+export const releasePatch = (pod: ArchPod, why: string, spec?: PlaceOptions): JsonPatchOp[] =>
+  placePatch(pod, { kind: 'Released', message: why }, spec);
+
+/** A pod's transient failures so far, until it is placed or given up on. */
+export interface Retries {
+  /** Retries used (`onFailure.retries`). */
+  attempts: number;
+  /** When the pod first waited out a registry's Retry-After (ms since the epoch). */
+  pausedSince?: number;
+}
+
+/**
+ * How long after its first one a pod keeps waiting out registries' pauses without using its retries:
+ * the longest pause the registry client honours (its maxRetryAfterMs), so one full pause fits.
+ */
+export const MAX_PAUSED_MS = 5 * 60_000;
+
+/**
+ * After a failed inspection: when to try the pod again and its retries then, or undefined to give
+ * up (Failed: released or placed on the fallback). A transient failure waits 1 s, doubling to 30 s,
+ * for at most `maxRetries` retries. A registry that asked to wait (Retry-After) is waited out as
+ * asked without using a retry, until MAX_PAUSED_MS after the pod's first pause: each try in a pause
+ * fails at once, and the backoff alone would spend every retry in seconds (with no retries at all,
+ * the policy asked to act at once, and nothing is waited out). A refusal or a not-found
+ * while a pull secret the pod names was missing or unreadable is transient too: the secret may come
+ * next (applied with its workload), and reading anonymously says nothing of the image.
+ */
+export function nextTry(
+  err: Pick<InspectionError, 'reason' | 'transient' | 'retryAt'>,
+  retries: Retries,
+  maxRetries: number,
+  ctx: { now: number; secretsMissing: boolean },
+): { afterMs: number; retries: Retries } | undefined {
+  const refused = err.reason === 'Unauthorized' || err.reason === 'NotFound';
+  if (!err.transient && !(refused && ctx.secretsMissing)) return undefined;
+  const pausedSince = retries.pausedSince ?? ctx.now;
+  if (
+    maxRetries > 0 &&
+    err.retryAt !== undefined &&
+    err.retryAt > ctx.now &&
+    err.retryAt - pausedSince <= MAX_PAUSED_MS
+  )
+    return { afterMs: err.retryAt - ctx.now, retries: { ...retries, pausedSince } };
+  if (retries.attempts >= maxRetries) return undefined;
+  return {
+    afterMs: Math.min(1000 * 2 ** retries.attempts, 30_000),
+    retries: { ...retries, attempts: retries.attempts + 1 },
+  };
+}
 
 /** Berth's own annotations on the pods it gated, beside the state label. */
 export const RECORD_ANNOTATIONS = [POLICY_ANNOTATION, RESULT_ANNOTATION, FAILURE_ANNOTATION];

@@ -28,6 +28,8 @@ export const FAILURE_ANNOTATION = 'arch.berth.dev/failure';
 export const SKIP_ANNOTATION = 'arch.berth.dev/skip';
 /** The node label the kubelet sets from its GOARCH; node affinity and the taint values use its values. */
 export const ARCH_LABEL = 'kubernetes.io/arch';
+/** The node label of the kubelet's GOOS, and the pods' way to ask for an OS (beside spec.os). */
+export const OS_LABEL = 'kubernetes.io/os';
 /** Taints mode: every node selected carries `arch.berth.dev/arch=<its architecture>:NoSchedule`. */
 export const ARCH_TAINT = 'arch.berth.dev/arch';
 /** Deleting an ArchPlacement first takes its gate off every pod it still holds. */
@@ -97,7 +99,11 @@ export const archPlacementSpec = k8s(
           .min(0)
           .max(10)
           .default(3)
-          .describe('Retries of a transient failure (rate limit, unreachable registry) before acting.'),
+          .describe(
+            'Retries of a transient failure (rate limit, unreachable registry, a 401 or 404 while a pull ' +
+              "secret the pod names is missing) before acting; a registry's Retry-After is waited out " +
+              'without using one, for up to 5 minutes.',
+          ),
       })
       .default({ action: 'Release', retries: 3 })
       .describe('When an image cannot be read: always a Warning event and the reason on the pod.'),

@@ -118,8 +118,13 @@ const agentsKept = 256;
 /** TLS failures that a retry cannot mend: the answer is a CA in the registries configuration. */
 const tlsCodes = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ERR_TLS/;
 
-const fail = (reason: FailureReason, canonical: string, message: string, transient = false) =>
-  new InspectionError(reason, canonical, message, transient);
+const fail = (
+  reason: FailureReason,
+  canonical: string,
+  message: string,
+  transient = false,
+  retryAt?: number,
+) => new InspectionError(reason, canonical, message, transient, retryAt);
 
 /** The registry's own words from an error body (`{errors: [{code, message}]}`), when it gave any. */
 function registrySays(body: Buffer): string {
@@ -161,7 +166,7 @@ export class RegistryClient implements ImageInspector {
    */
   readonly #discovering = new Map<string, Promise<void>>();
   readonly #imageFlights = new Flights<Resolved>();
-  readonly #digestFlights = new Flights<{ platforms: Platform[]; registry: string }>();
+  readonly #digestFlights = new Flights<KnownDigest>();
   readonly #tokenFlights = new Flights<string>();
   readonly #semaphores = new Map<string, Semaphore>();
   readonly #pauses = new HostPauses();
@@ -222,7 +227,7 @@ export class RegistryClient implements ImageInspector {
     } catch (e) {
       const err =
         e instanceof InspectionError
-          ? new InspectionError(e.reason, image, e.message, e.transient)
+          ? new InspectionError(e.reason, image, e.message, e.transient, e.retryAt)
           : options.signal?.aborted
             ? e
             : new InspectionError('Unreachable', image, `inspecting ${image}: ${errorText(e)}`, true);
@@ -320,10 +325,17 @@ export class RegistryClient implements ImageInspector {
     if (known) return done(digest, known);
     return done(
       digest,
-      await this.#digestFlights.run(`${digest}|${credentialKey(s.cred)}`, () =>
-        this.#platforms(s, digest, got, 0, { left: maxFollows }),
-      ),
+      await this.#digestFlight(s, digest, () => this.#platforms(s, digest, got, 0, { left: maxFollows })),
     );
+  }
+
+  /**
+   * A digest read once however many ask, per endpoint, repository and credential: a refusal or a
+   * 404 holds for one repository only, and must not fail another's read of the same digest (a
+   * success is shared anyway, through the digest cache).
+   */
+  #digestFlight(s: Session, digest: string, work: () => Promise<KnownDigest>): Promise<KnownDigest> {
+    return this.#digestFlights.run(`${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`, work);
   }
 
   /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
@@ -335,7 +347,7 @@ export class RegistryClient implements ImageInspector {
   }
 
   #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    return this.#digestFlights.run(`${digest}|${credentialKey(s.cred)}`, async () => {
+    return this.#digestFlight(s, digest, async () => {
       const got = await this.#registryRequest(s, 'GET', `/v2/${s.repo}/manifests/${digest}`, manifestAccept);
       this.#verify(s, got.body, digest, 'manifest');
       return this.#platforms(s, digest, got, depth, budget);
@@ -361,7 +373,13 @@ export class RegistryClient implements ImageInspector {
       }
       budget.left -= parsed.follow.length;
       const children = await Promise.all(
-        parsed.follow.map((d) => this.#byDigest(s, d.digest, depth + 1, budget)),
+        parsed.follow.map((d) =>
+          this.#byDigest(s, d.digest, depth + 1, budget).catch((e: unknown) => {
+            // An artifact beside the images that its entry did not mark: no platform, no failure.
+            if (e instanceof InspectionError && e.reason === 'NotAnImage') return { platforms: [] };
+            throw e;
+          }),
+        ),
       );
       platforms = mergePlatforms([...parsed.platforms, ...children.flatMap((c) => c.platforms)]);
     } else {
@@ -494,11 +512,12 @@ export class RegistryClient implements ImageInspector {
       }
       const headers: Record<string, string> = { Accept: 'application/json' };
       if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
-      // The realm is the registry's: trust what the registry's endpoint trusts, but skip no verification.
+      // The realm is the registry's: trust what the registry's endpoint trusts. Verification is
+      // skipped only where the registry's own host serves the realm, as containerd does.
       const realmEp: Endpoint = {
         url: new URL(req.url.origin),
         ...(s.ep.ca ? { ca: s.ep.ca } : {}),
-        insecure: false,
+        insecure: s.ep.insecure && req.url.host === s.ep.url.host,
         mirror: s.ep.mirror,
       };
       const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical);
@@ -556,6 +575,7 @@ export class RegistryClient implements ImageInspector {
           canonical,
           `${host} asked to wait; ${Math.ceil(paused / 1000)} s left`,
           true,
+          this.#retryAt(host),
         );
       }
       await this.#pauses.wait(host);
@@ -596,16 +616,32 @@ export class RegistryClient implements ImageInspector {
       if (attempt >= this.#o.retries || wait > this.#o.timeoutMs) {
         const after = `after ${attempt + 1} attempts${asked === undefined ? '' : `, asked to wait ${Math.ceil(asked / 1000)} s`}`;
         if (got.status === 429)
-          throw fail('RateLimited', canonical, `${host} answered 429 Too Many Requests (${after})`, true);
+          throw fail(
+            'RateLimited',
+            canonical,
+            `${host} answered 429 Too Many Requests (${after})`,
+            true,
+            this.#retryAt(host),
+          );
         throw fail(
           'Unreachable',
           canonical,
           `${host} answered ${got.status}${registrySays(got.body)} (${after})`,
           true,
+          this.#retryAt(host),
         );
       }
       if (asked === undefined) await sleep(wait);
     }
+  }
+
+  /**
+   * When a host paused for longer than a request may wait can be asked again: the caller comes back
+   * then rather than spend its retries on failures that come at once meanwhile.
+   */
+  #retryAt(host: string): number | undefined {
+    const paused = this.#pauses.remaining(host);
+    return paused > this.#o.timeoutMs ? Date.now() + paused : undefined;
   }
 
   #semaphore(host: string): { acquire: () => Promise<() => void> } {

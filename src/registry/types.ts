@@ -46,12 +46,18 @@ export class InspectionError extends Error {
   readonly image: string;
   /** Worth retrying later (rate limits, unreachable registries, 5xx) rather than a fact about the image. */
   readonly transient: boolean;
-  constructor(reason: FailureReason, image: string, message: string, transient = false) {
+  /**
+   * When the registry may be asked again (ms since the epoch), when it asked to wait (429 or 503
+   * with Retry-After) for longer than a request may: trying before then fails at once.
+   */
+  readonly retryAt: number | undefined;
+  constructor(reason: FailureReason, image: string, message: string, transient = false, retryAt?: number) {
     super(message);
     this.name = 'InspectionError';
     this.reason = reason;
     this.image = image;
     this.transient = transient;
+    this.retryAt = retryAt;
   }
 }
 

@@ -4,16 +4,20 @@ import { deepFreeze } from '../../helpers/freeze.ts';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 import {
+  MAX_PAUSED_MS,
   NO_COMMON_ARCHITECTURE,
   choosePolicy,
   constrainsArch,
   exemption,
   gatePod,
   intersection,
+  nextTry,
   nodeArchitectures,
+  nodesTainted,
   parsePolicies,
   placePatch,
   podImages,
+  podOs,
   recordsPatch,
   releasePatch,
   report,
@@ -27,6 +31,7 @@ import {
   ARCH_LABEL,
   ARCH_TAINT,
   FAILURE_ANNOTATION,
+  OS_LABEL,
   POLICY_ANNOTATION,
   RESULT_ANNOTATION,
   SCHEDULING_GATE,
@@ -35,7 +40,7 @@ import {
   archPlacementSpec,
   type ArchPlacementSpec,
 } from '../../../src/arch/types.ts';
-import type { Inspection, Platform } from '../../../src/registry/types.ts';
+import { InspectionError, type Inspection, type Platform } from '../../../src/registry/types.ts';
 
 const BERTH = 'berth-system';
 const ctx = { berthNamespace: BERTH, servesWebhook: (ns: string) => ns === 'cert-manager' };
@@ -268,6 +273,64 @@ describe('images and their architectures', () => {
       [],
     );
   });
+
+  test("the pod's OS: spec.os, else its nodeSelector, else one value every required term names, else linux", () => {
+    const os = (values: string[], operator = 'In') => ({ key: OS_LABEL, operator, values });
+    const required = (...t: NodeSelectorTerm[]) => ({
+      affinity: {
+        nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: t } },
+      },
+    });
+    assert.equal(podOs(pod()), 'linux');
+    assert.equal(podOs(pod({ nodeSelector: { [OS_LABEL]: 'windows' } })), 'windows');
+    assert.equal(
+      podOs(pod({ os: { name: 'linux' }, nodeSelector: { [OS_LABEL]: 'windows' } })),
+      'linux',
+      'spec.os first',
+    );
+    const zone = { key: 'zone', operator: 'In', values: ['a'] };
+    assert.equal(
+      podOs(
+        pod(required({ matchExpressions: [zone, os(['windows'])] }, { matchExpressions: [os(['windows'])] })),
+      ),
+      'windows',
+    );
+    for (const [what, t] of [
+      ['a term without it', [{ matchExpressions: [os(['windows'])] }, { matchExpressions: [zone] }]],
+      ['terms that differ', [{ matchExpressions: [os(['windows'])] }, { matchExpressions: [os(['linux'])] }]],
+      ['more than one value', [{ matchExpressions: [os(['windows', 'linux'])] }]],
+      ['NotIn', [{ matchExpressions: [os(['windows'], 'NotIn')] }]],
+      ['no term', []],
+    ] as [string, NodeSelectorTerm[]][])
+      assert.equal(podOs(pod(required(...t))), 'linux', what);
+  });
+
+  test('a Windows pod that says so by selector only gets the Windows architectures, at admission too', () => {
+    const images = [
+      inspection('win', ['windows/amd64']),
+      inspection('both', ['linux/arm64', 'windows/amd64']),
+    ];
+    const bySelector = pod({ nodeSelector: { [OS_LABEL]: 'windows' } });
+    assert.deepEqual(intersection(bySelector, images), ['amd64']);
+    const byTerm = pod({
+      affinity: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: {
+            nodeSelectorTerms: [
+              { matchExpressions: [{ key: OS_LABEL, operator: 'In', values: ['windows'] }] },
+            ],
+          },
+        },
+      },
+    });
+    assert.deepEqual(intersection(byTerm, images), ['amd64']);
+    // The webhook decides with the same function: placed at once, never gated, never impossible.
+    const { patch, placed } = gatePod(bySelector, { name: 'p', spec: spec(), deleting: false }, images);
+    assert.deepEqual(placed, ['amd64']);
+    assert.deepEqual(terms(apply(bySelector, patch)), [
+      { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] },
+    ]);
+  });
 });
 
 const placed = (architectures: string[]): Placement => ({
@@ -402,6 +465,54 @@ describe('the placing patch', () => {
     ]);
   });
 
+  test('Taints mode, released unplaced: the pod tolerates the arch taint whatever its value, once', () => {
+    const any = { key: ARCH_TAINT, operator: 'Exists', effect: 'NoSchedule' };
+    const equal = { key: ARCH_TAINT, operator: 'Equal' as const, value: 'amd64', effect: 'NoSchedule' };
+    const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }], tolerations: [equal] });
+    const failed: Placement = { kind: 'Failed', reason: 'Unreachable', message: 'down' };
+    const released = apply(p, placePatch(p, failed, spec({ mode: 'Taints' })));
+    assert.deepEqual(released.spec.tolerations, [equal, any], 'one architecture is not anywhere');
+    assert.equal(released.spec.affinity, undefined);
+    const tolerant = pod({
+      schedulingGates: [{ name: SCHEDULING_GATE }],
+      tolerations: [{ operator: 'Exists' }],
+    });
+    assert.deepEqual(
+      apply(tolerant, placePatch(tolerant, failed, spec({ mode: 'Taints' }))).spec.tolerations,
+      [{ operator: 'Exists' }],
+    );
+    // Its policy deleted: released as it is, in its policy's mode.
+    const gone = apply(p, releasePatch(p, 'ArchPlacement t is being deleted', spec({ mode: 'Taints' })));
+    assert.deepEqual(gone.spec.tolerations, [equal, any]);
+    // The fallback is a placement: its architecture only.
+    const fallback = apply(p, placePatch(p, { ...failed, fallback: 'arm64' }, spec({ mode: 'Taints' })));
+    assert.deepEqual(fallback.spec.tolerations, [equal, { ...equal, value: 'arm64' }]);
+  });
+
+  test('NodeAffinity mode, released unplaced: the arch taint tolerated only while another policy keeps nodes tainted', () => {
+    const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }] });
+    const failed: Placement = { kind: 'Failed', reason: 'Unreachable', message: 'down' };
+    assert.equal(apply(p, placePatch(p, failed, spec())).spec.tolerations, undefined);
+    assert.equal(apply(p, releasePatch(p, 'gone')).spec.tolerations, undefined);
+    const any = [{ key: ARCH_TAINT, operator: 'Exists', effect: 'NoSchedule' }];
+    assert.deepEqual(apply(p, placePatch(p, failed, { ...spec(), archTainted: true })).spec.tolerations, any);
+    assert.deepEqual(
+      apply(p, releasePatch(p, 'gone', { mode: 'NodeAffinity', archTainted: true })).spec.tolerations,
+      any,
+    );
+    // Placed by affinity, a pod gains no toleration.
+    assert.equal(
+      apply(p, placePatch(p, placed(['amd64']), { ...spec(), archTainted: true })).spec.tolerations,
+      undefined,
+    );
+    const { policies } = parsePolicies([
+      { metadata: { name: 'a', uid: 'a', generation: 1 }, spec: {} },
+      { metadata: { name: 't', uid: 't', generation: 1, deletionTimestamp: 'x' }, spec: { mode: 'Taints' } },
+    ]);
+    assert.equal(nodesTainted(policies), false, 'a Taints policy being deleted takes its taints off');
+    assert.equal(nodesTainted([...policies, { ...policies[1]!, deleting: false }]), true);
+  });
+
   test('a policy gone: the gate comes off, nothing placed; a later success clears an old failure', () => {
     const p = pod(
       { schedulingGates: [{ name: SCHEDULING_GATE }] },
@@ -434,6 +545,65 @@ describe('the placing patch', () => {
     changed.metadata!.annotations![RESULT_ANNOTATION] = '{"architectures":[]}';
     assert.throws(() => applyJsonPatch(changed, recordsPatch(p)));
     assert.deepEqual(recordsPatch(pod()), [], 'nothing of Berth: nothing to send');
+  });
+});
+
+describe('after a failed inspection', () => {
+  const now = 1_000_000;
+  const ctx = { now, secretsMissing: false };
+  const err = (reason: InspectionError['reason'], transient: boolean, retryAt?: number) =>
+    new InspectionError(reason, 'web:1', 'x', transient, retryAt);
+
+  test('transient: 1 s doubling, up to the retries; permanent: at once', () => {
+    let r = { attempts: 0 };
+    const waits: number[] = [];
+    for (let step; (step = nextTry(err('Unreachable', true), r, 3, ctx)); r = step.retries)
+      waits.push(step.afterMs);
+    assert.deepEqual(waits, [1000, 2000, 4000]);
+    assert.equal(nextTry(err('Malformed', false), { attempts: 0 }, 3, ctx), undefined);
+    assert.equal(nextTry(err('Unauthorized', false), { attempts: 0 }, 3, ctx), undefined);
+    assert.equal(nextTry(err('Unreachable', true), { attempts: 9 }, 10, ctx)?.afterMs, 30_000);
+  });
+
+  test('a registry that asked to wait is waited out as asked, without using a retry, for a bounded time', () => {
+    const paused = nextTry(err('RateLimited', true, now + 30_000), { attempts: 2 }, 3, ctx);
+    assert.deepEqual(paused, { afterMs: 30_000, retries: { attempts: 2, pausedSince: now } });
+    // Pauses keep the first pause's time: waited out while they end within MAX_PAUSED_MS of it.
+    const later = now + MAX_PAUSED_MS - 60_000;
+    const again = nextTry(err('RateLimited', true, later + 60_000), paused!.retries, 3, {
+      ...ctx,
+      now: later,
+    });
+    assert.deepEqual(again, { afterMs: 60_000, retries: { attempts: 2, pausedSince: now } });
+    // Beyond it, a pause counts as a retry like any transient failure, and the retries end.
+    const beyond = nextTry(err('RateLimited', true, later + 60_001), paused!.retries, 3, {
+      ...ctx,
+      now: later,
+    });
+    assert.deepEqual(beyond, { afterMs: 4000, retries: { attempts: 3, pausedSince: now } });
+    assert.equal(
+      nextTry(err('RateLimited', true, later + 60_001), beyond!.retries, 3, { ...ctx, now: later }),
+      undefined,
+    );
+    // No retries at all: the policy asked to act at once, pause or not.
+    assert.equal(nextTry(err('RateLimited', true, now + 30_000), { attempts: 0 }, 0, ctx), undefined);
+    // A pause already over: an ordinary retry.
+    assert.deepEqual(nextTry(err('RateLimited', true, now), { attempts: 0 }, 3, ctx), {
+      afterMs: 1000,
+      retries: { attempts: 1 },
+    });
+  });
+
+  test('refused or not found while a pull secret the pod names was missing: retried, the secret may come next', () => {
+    const missing = { now, secretsMissing: true };
+    for (const reason of ['Unauthorized', 'NotFound'] as const) {
+      assert.deepEqual(nextTry(err(reason, false), { attempts: 0 }, 3, missing), {
+        afterMs: 1000,
+        retries: { attempts: 1 },
+      });
+      assert.equal(nextTry(err(reason, false), { attempts: 3 }, 3, missing), undefined);
+    }
+    assert.equal(nextTry(err('Malformed', false), { attempts: 0 }, 3, missing), undefined);
   });
 });
 

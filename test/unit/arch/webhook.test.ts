@@ -4,7 +4,13 @@ import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { parsePolicies, placePatch, placedAtAdmission, type ArchPod } from '../../../src/arch/decide.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
 import { podGateHandler } from '../../../src/arch/webhook.ts';
-import { ARCH_LABEL, SCHEDULING_GATE, STATE_LABEL, archPlacementSpec } from '../../../src/arch/types.ts';
+import {
+  ARCH_LABEL,
+  OS_LABEL,
+  SCHEDULING_GATE,
+  STATE_LABEL,
+  archPlacementSpec,
+} from '../../../src/arch/types.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook/admission.ts';
 
@@ -117,6 +123,28 @@ test('every image known without a request: the pod is placed at admission and ne
     assert.deepEqual(g.spec.schedulingGates, [{ name: SCHEDULING_GATE }], images.join(' + '));
     assert.equal(placedAtAdmission(g), undefined);
   }
+});
+
+test('a Windows pod that says so only by its nodeSelector is placed on its Windows images at admission', async () => {
+  const win = {
+    image: 'win:1',
+    reference: 'docker.io/library/win:1',
+    digest: 'sha256:cd',
+    platforms: [
+      { os: 'linux', architecture: 'arm64' },
+      { os: 'windows', architecture: 'amd64' },
+    ],
+    registry: 'registry-1.docker.io',
+    cached: true,
+  };
+  const handle = podGateHandler({ ...deps, cached: () => win });
+  const p = newPod(
+    { app: 'web' },
+    { containers: [{ name: 'c', image: 'win:1' }], nodeSelector: { [OS_LABEL]: 'windows' } },
+  );
+  const out = applyJsonPatch(p, ((await handle(request(p))) as unknown as { patch: never }).patch) as ArchPod;
+  assert.equal(out.spec.schedulingGates, undefined, 'not gated');
+  assert.deepEqual(placedAtAdmission(out), { architectures: ['amd64'] });
 });
 
 test('explain: exempt, not selected, gated, and placed pods say why', () => {

@@ -90,6 +90,20 @@ describe('parseManifest', () => {
     assert.deepEqual(p.kind === 'index' && p.platforms, [{ os: 'linux', architecture: 'amd64' }]);
   });
 
+  test('OCI 1.1 artifacts in the image manifest type are skipped by their artifactType, platform or none', () => {
+    const artifact = (n: number, platform?: object) => ({
+      ...entry(n, platform),
+      artifactType: 'application/vnd.example.sbom.v1+json',
+    });
+    const p = index(MediaType.ociIndex, [
+      entry(1, { os: 'linux', architecture: 'arm64' }),
+      artifact(2),
+      artifact(3, { os: 'linux', architecture: 's390x' }),
+      artifact(4, { os: '' }),
+    ]);
+    assert.deepEqual(p, { kind: 'index', platforms: [{ os: 'linux', architecture: 'arm64' }], follow: [] });
+  });
+
   test('single manifests (OCI and Docker) need their config blob', () => {
     for (const [mt, ct] of [
       [MediaType.ociManifest, MediaType.ociConfig],

@@ -1,0 +1,231 @@
+// The registry client against small registries served in this process: what it follows in an
+// index, what one repository's failure may do to another's, which TLS its token requests use, and
+// what a long Retry-After tells the caller.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { after, describe, test } from 'node:test';
+import { RegistryClient, type RegistryClientOptions } from '../../../src/registry/client.ts';
+import { parseRegistriesConfig } from '../../../src/registry/hosts.ts';
+import { MediaType } from '../../../src/registry/manifest.ts';
+import { InspectionError } from '../../../src/registry/types.ts';
+import { createCertificateAuthority } from '../../../src/runtime/webhook/certificates.ts';
+
+interface Answer {
+  status?: number;
+  headers?: Record<string, string>;
+  body?: Buffer;
+}
+type Route = (path: string, req: http.IncomingMessage) => Answer;
+
+interface Served {
+  /** `127.0.0.1:PORT`. */
+  host: string;
+  /** Every path asked, in order. */
+  asked: string[];
+}
+
+const servers: http.Server[] = [];
+const clients: RegistryClient[] = [];
+after(() => {
+  for (const c of clients) c.close();
+  for (const s of servers) s.close();
+});
+
+/** A registry on 127.0.0.1: plain HTTP, or HTTPS with `tls`. */
+async function serve(route: Route, tls?: { cert: string; key: string }): Promise<Served> {
+  const asked: string[] = [];
+  const handler: http.RequestListener = (req, res) => {
+    asked.push(req.url!);
+    const a = route(req.url!, req);
+    res.writeHead(a.status ?? 200, a.headers ?? {});
+    res.end(a.body);
+  };
+  const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { host: `127.0.0.1:${(server.address() as AddressInfo).port}`, asked };
+}
+
+/** A client for the registries at `hosts`, each plain HTTP unless said `tls` (verification off). */
+function client(hosts: Record<string, 'http' | 'tls'>, opts: RegistryClientOptions = {}): RegistryClient {
+  const registries = Object.fromEntries(
+    Object.entries(hosts).map(([host, how]) => [
+      host,
+      how === 'http' ? { server: `http://${host}`, insecure: true } : { insecure: true },
+    ]),
+  );
+  const c = new RegistryClient({ hosts: parseRegistriesConfig({ registries }), ...opts });
+  clients.push(c);
+  return c;
+}
+
+const json = (v: unknown) => Buffer.from(JSON.stringify(v));
+const digestOf = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
+const manifest = (body: Buffer, mediaType: string): Answer => ({
+  headers: { 'content-type': mediaType, 'docker-content-digest': digestOf(body) },
+  body,
+});
+const notFound: Answer = { status: 404, body: json({ errors: [{ code: 'MANIFEST_UNKNOWN' }] }) };
+
+/** An OCI index whose entries name these platforms, plus `more` entries as they are. */
+const indexOf = (platforms: string[], more: object[] = []) =>
+  json({
+    schemaVersion: 2,
+    mediaType: MediaType.ociIndex,
+    manifests: [
+      ...platforms.map((p, i) => {
+        const [os, architecture] = p.split('/');
+        return {
+          mediaType: MediaType.ociManifest,
+          digest: `sha256:${String(i).repeat(64)}`,
+          size: 1,
+          platform: { os, architecture },
+        };
+      }),
+      ...more,
+    ],
+  });
+
+async function rejectsWith(p: Promise<unknown>, check: (e: InspectionError) => void): Promise<void> {
+  await assert.rejects(p, (e: unknown) => {
+    assert.ok(e instanceof InspectionError, `an InspectionError, not ${String(e)}`);
+    check(e);
+    return true;
+  });
+}
+
+describe('an index with artifacts beside its images', () => {
+  test('a child that is not an image is skipped; read alone, it is still not an image', async () => {
+    // An artifact whose entry names neither a platform nor its artifactType (older tools).
+    const artifact = json({
+      schemaVersion: 2,
+      mediaType: MediaType.ociManifest,
+      config: {
+        mediaType: 'application/vnd.example.sbom.config.v1+json',
+        digest: `sha256:${'c'.repeat(64)}`,
+        size: 2,
+      },
+      layers: [],
+    });
+    const entry = { mediaType: MediaType.ociManifest, digest: digestOf(artifact), size: artifact.length };
+    const index = indexOf(['linux/amd64', 'linux/arm64'], [entry]);
+    const onlyArtifact = indexOf([], [entry]);
+    const reg = await serve((path) => {
+      if (path === '/v2/app/manifests/v1') return manifest(index, MediaType.ociIndex);
+      if (path === '/v2/app/manifests/none') return manifest(onlyArtifact, MediaType.ociIndex);
+      if (path === `/v2/app/manifests/${entry.digest}`) return manifest(artifact, MediaType.ociManifest);
+      return notFound;
+    });
+    const c = client({ [reg.host]: 'http' });
+    const got = await c.inspect(`${reg.host}/app:v1`);
+    assert.deepEqual(got.platforms, [
+      { os: 'linux', architecture: 'amd64' },
+      { os: 'linux', architecture: 'arm64' },
+    ]);
+    assert.ok(reg.asked.includes(`/v2/app/manifests/${entry.digest}`), 'the unmarked child was read');
+    await rejectsWith(c.inspect(`${reg.host}/app:none`), (e) => assert.equal(e.reason, 'NotAnImage'));
+    await rejectsWith(c.inspect(`${reg.host}/app@${entry.digest}`), (e) =>
+      assert.equal(e.reason, 'NotAnImage'),
+    );
+  });
+});
+
+describe('single-flight of a digest', () => {
+  test("one repository's 404 for a digest does not fail another repository's read of it", async () => {
+    const index = indexOf(['linux/arm64']);
+    const digest = digestOf(index);
+    const reg = await serve((path) =>
+      path === `/v2/open/b/manifests/${digest}` ? manifest(index, MediaType.ociIndex) : notFound,
+    );
+    const c = client({ [reg.host]: 'http' });
+    // Together: the second starts while the first's request is in flight.
+    const [hidden, open] = await Promise.allSettled([
+      c.inspect(`${reg.host}/hidden/a@${digest}`),
+      c.inspect(`${reg.host}/open/b@${digest}`),
+    ]);
+    assert.equal(hidden.status, 'rejected');
+    assert.equal(hidden.status === 'rejected' && (hidden.reason as InspectionError).reason, 'NotFound');
+    assert.equal(open.status, 'fulfilled', open.status === 'rejected' ? String(open.reason) : '');
+    assert.deepEqual(open.status === 'fulfilled' && open.value.platforms, [
+      { os: 'linux', architecture: 'arm64' },
+    ]);
+    // A success is shared across repositories by the digest cache: no request for a third.
+    const before = reg.asked.length;
+    assert.equal((await c.inspect(`${reg.host}/third/c@${digest}`)).cached, true);
+    assert.equal(reg.asked.length, before);
+  });
+});
+
+describe('the token realm', () => {
+  const index = indexOf(['linux/s390x']);
+  /** A registry on HTTPS from a CA the client does not know, with its realm at `realm(host)`. */
+  async function bearerRegistry(realm: (self: string) => string, tls: { cert: string; key: string }) {
+    let self = '';
+    const reg = await serve((path, req) => {
+      if (path.startsWith('/token?')) return { body: json({ token: 't0k' }) };
+      if (req.headers.authorization !== 'Bearer t0k')
+        return {
+          status: 401,
+          headers: { 'www-authenticate': `Bearer realm="${realm(self)}",service="reg"` },
+        };
+      return path === '/v2/app/manifests/v1' ? manifest(index, MediaType.ociIndex) : notFound;
+    }, tls);
+    self = reg.host;
+    return reg;
+  }
+
+  test("served by an insecure registry's own host: asked with the registry's TLS settings", async () => {
+    const ca = await createCertificateAuthority('untrusted');
+    const pair = await ca.issue({ commonName: 'reg', ipAddresses: ['127.0.0.1'], usage: 'server' });
+    const tls = { cert: pair.certPem, key: pair.keyPem };
+    const reg = await bearerRegistry((self) => `https://${self}/token`, tls);
+    const c = client({ [reg.host]: 'tls' });
+    assert.deepEqual((await c.inspect(`${reg.host}/app:v1`)).platforms, [
+      { os: 'linux', architecture: 's390x' },
+    ]);
+    assert.equal(c.requestsTotal().token, 1);
+
+    // On another host (here another port), the realm is verified: insecure is the registry's only.
+    const tokens = await serve(() => ({ body: json({ token: 't0k' }) }), tls);
+    const other = await bearerRegistry(() => `https://${tokens.host}/token`, tls);
+    const d = client({ [other.host]: 'tls' });
+    await rejectsWith(d.inspect(`${other.host}/app:v1`), (e) => {
+      assert.equal(e.reason, 'Unreachable');
+      assert.match(e.message, new RegExp(`${tokens.host}: TLS`));
+    });
+    assert.deepEqual(tokens.asked, [], 'no token request got through');
+  });
+});
+
+describe('a Retry-After longer than a request may wait', () => {
+  test('fails at once, saying when the registry may be asked again, for every image of the host', async () => {
+    const reg = await serve(() => ({ status: 429, headers: { 'retry-after': '30' } }));
+    const c = client({ [reg.host]: 'http' }, { timeoutMs: 2000 });
+    const before = Date.now();
+    let first = 0;
+    await rejectsWith(c.inspect(`${reg.host}/a:1`), (e) => {
+      assert.equal(e.reason, 'RateLimited');
+      assert.equal(e.transient, true);
+      assert.ok(e.retryAt !== undefined && e.retryAt >= before + 29_000 && e.retryAt <= Date.now() + 30_000);
+      first = e.retryAt;
+    });
+    // Another image of that host: no request, the same time.
+    await rejectsWith(c.inspect(`${reg.host}/b:1`), (e) => {
+      assert.equal(e.reason, 'RateLimited');
+      assert.ok(e.retryAt !== undefined && Math.abs(e.retryAt - first) < 1000, `${e.retryAt} vs ${first}`);
+    });
+    assert.equal(reg.asked.length, 1);
+  });
+
+  test('a pause the client waits out itself gives the caller no time: its retries count as usual', async () => {
+    const stuck = await serve(() => ({ status: 503, headers: { 'retry-after': '1' } }));
+    const d = client({ [stuck.host]: 'http' }, { retries: 1 });
+    await rejectsWith(d.inspect(`${stuck.host}/a:1`), (e) => {
+      assert.equal(e.reason, 'Unreachable');
+      assert.equal(e.retryAt, undefined);
+    });
+  });
+});
