@@ -15,6 +15,7 @@ import {
   cellEvents,
   cellStatus,
   crdsServed,
+  historyOf,
   observe,
   probeFailure,
   statusChanged,
@@ -115,7 +116,7 @@ export class CellController {
       if (!this.manager.clusterNames.includes(access.cluster)) return;
       probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs);
     }
-    const history = observe(this.history.get(name), probe);
+    const history = observe(this.history.get(name) ?? historyOf(cell.status), probe);
     this.history.set(name, history);
     const now = Date.now();
     const next = cellStatus(cell, history, now, this.timing);

@@ -10,8 +10,15 @@ import { errorText } from '../runtime/observability/log.ts';
 import type { CellSpec, CellStatus } from './types.ts';
 
 /** Why a cell is not reachable. */
-export type FailureReason =
-  'Unreachable' | 'Unauthorized' | 'BadKubeconfig' | 'SecretMissing' | 'InvalidName';
+const FAILURE_REASONS = [
+  'Unreachable',
+  'Unauthorized',
+  'BadKubeconfig',
+  'SecretMissing',
+  'InvalidName',
+] as const;
+export type FailureReason = (typeof FAILURE_REASONS)[number];
+const isFailureReason = (r: string): r is FailureReason => (FAILURE_REASONS as readonly string[]).includes(r);
 
 export interface Failure {
   reason: FailureReason;
@@ -97,6 +104,23 @@ export function kubeconfigProblem(kc: Kubeconfig): string | undefined {
     return 'it refers to client certificate files: embed them (kubectl config view --flatten --minify)';
   if (user?.tokenFile) return 'it refers to a token file: embed the token';
   return undefined;
+}
+
+/**
+ * The history a cell's status implies, before Berth's first probe of it since it started (probes
+ * are kept in memory): a cell lost before the restart has been failing since Reachable went False
+ * (so failover and the Warning count from then, not from the restart), and a reachable one has
+ * answered at its lastContactTime (so a first failing probe is no loss yet).
+ */
+export function historyOf(status: CellStatus | undefined): History {
+  const r = findCondition(status?.conditions, 'Reachable');
+  if (r?.status === 'False' && isFailureReason(r.reason)) {
+    const since = Date.parse(r.lastTransitionTime);
+    if (!Number.isNaN(since))
+      return { failingSince: since, failure: { reason: r.reason, message: r.message } };
+  }
+  const contact = status?.lastContactTime ? Date.parse(status.lastContactTime) : NaN;
+  return r?.status === 'True' && !Number.isNaN(contact) ? { lastContact: contact } : {};
 }
 
 /** The history after one more probe: a success clears the failure, a failure keeps its start. */

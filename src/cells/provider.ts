@@ -73,6 +73,14 @@ export class CellProvider implements Provider {
     return f ? { failure: f } : undefined;
   }
 
+  /** A cluster is a cell's while a Cell of that cluster name exists and is not being deleted. */
+  knows(cluster: string): boolean | undefined {
+    if (!this.cells.hasSynced()) return undefined;
+    return this.cells
+      .list()
+      .some((c) => !c.metadata.deletionTimestamp && clusterNameOf(c.metadata.name!) === cluster);
+  }
+
   async run(clusters: ClusterSet, signal: AbortSignal): Promise<void> {
     await Promise.all([this.cells.waitForSync(signal), this.secrets.waitForSync(signal)]);
     const sync = (cell: string) => {

@@ -12,6 +12,7 @@ import {
   DEPLOYMENT_LABEL,
   INSTANCE_LABEL,
   Instance,
+  MAX_REPLICAS,
   ORDINAL_LABEL,
   QUOTA_GATE,
   TEMPLATE_HASH_LABEL,
@@ -40,6 +41,21 @@ export const templateHash = (template: InstanceTemplate): string =>
   createHash('sha256').update(canonical(template)).digest('hex').slice(0, 10);
 
 export const instanceName = (deployment: string, ordinal: number): string => `${deployment}-${ordinal}`;
+
+/**
+ * The longest WorkloadDeployment name: an instance's name, `<name>-<ordinal>` (up to -9999), is the
+ * value of its Pod's instance label, and a label value has at most 63 characters.
+ */
+export const MAX_DEPLOYMENT_NAME = 63 - instanceName('', MAX_REPLICAS - 1).length;
+
+/** Why a WorkloadDeployment of this name can have no instances, if it cannot: its name is too long. */
+export function deploymentNameProblem(name: string): string | undefined {
+  if (name.length <= MAX_DEPLOYMENT_NAME) return undefined;
+  return (
+    `the WorkloadDeployment name ${name} is longer than ${MAX_DEPLOYMENT_NAME} characters: its instances ` +
+    `(${instanceName(name, 0)} and on) label their Pods ${INSTANCE_LABEL}=<instance>, a value of at most 63`
+  );
+}
 
 /** The label selector of a deployment's instances (status.selector, for the scale subresource). */
 export const deploymentSelector = (deployment: string): string => `${DEPLOYMENT_LABEL}=${deployment}`;
@@ -90,6 +106,8 @@ export interface InstanceState {
 export type Action = { type: 'create'; ordinal: number } | { type: 'delete'; name: string; rollout: boolean };
 
 export interface PlanInput {
+  /** The deployment's name: one too long for its instances' names plans nothing (deploymentNameProblem). */
+  name?: string;
   replicas: number;
   policy: 'OrderedReady' | 'Parallel';
   hash: string;
@@ -129,6 +147,8 @@ export function plan(p: PlanInput): Plan {
     ...(waitingFor ? { waitingFor } : {}),
     drifted: drifted.length,
   });
+  // Its instances' Pods would be refused, each after its instance had claimed quota.
+  if (p.name !== undefined && deploymentNameProblem(p.name)) return result([]);
 
   if (ordered) {
     const first = missing[0];
@@ -223,6 +243,11 @@ export function deploymentVerdict(
     updatedReplicas: count((i) => i.hash === p.hash),
     desiredReplicas: p.replicas,
   };
+  const invalid = p.name !== undefined ? deploymentNameProblem(p.name) : undefined;
+  if (invalid) {
+    const stopped: ConditionVerdict = { status: false, reason: 'ConfigurationError', message: invalid };
+    return { counts, available: stopped, progressing: stopped };
+  }
 
   let available: ConditionVerdict;
   if (counts.availableReplicas >= p.replicas)

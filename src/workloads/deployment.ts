@@ -249,6 +249,7 @@ export class DeploymentController {
       .filter((p) => this.isFormer(p))
       .flatMap((p) => formerInstanceState(p, now) ?? []);
     const input = {
+      name: wd.metadata.name!,
       replicas: wd.spec.replicas,
       policy: wd.spec.instanceManagementPolicy,
       hash,

@@ -123,7 +123,11 @@ export const quotaCapability: Capability = {
         'controllers quota and workloads both grant quota here: run the cells with --quota-source=management, ' +
           "or leave out quota (the workloads controller grants from this cluster's Quotas)",
       );
-    new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
+    new QuotaController(manager, {
+      workers: Number(options['quotaWorkers'] ?? 4),
+      // A deleted Cell's cluster never answers again: its claims are released rather than kept.
+      clusterExists: (cluster) => manager.clusterKnown(cluster),
+    });
     return {};
   },
 };

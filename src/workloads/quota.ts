@@ -14,9 +14,10 @@ import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
 import { isConflict, isNotFound, resourcePath } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { localCluster, splitClusterKey } from '../runtime/cluster/key.ts';
+import { clusterKey, localCluster, splitClusterKey } from '../runtime/cluster/key.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import { defaultControllerRateLimiter } from '../runtime/workqueue/ratelimiter.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
@@ -200,6 +201,13 @@ export interface QuotaControllerOptions {
   /** The cluster that holds the Quotas and their ledgers; the manager's local cluster by default. */
   quotaCluster?: Cluster;
   workers?: number;
+  /**
+   * Whether a cluster other than the local one still exists (on a management plane: a Cell brings
+   * it): false once it never will again, undefined while that is not known (its Cells not listed).
+   * The claims of instances in a cluster that no longer exists are released; without this, a claim
+   * waits for its own cluster to answer, which a deleted Cell's never does.
+   */
+  clusterExists?: (cluster: string) => boolean | undefined;
 }
 
 export class QuotaController {
@@ -207,7 +215,13 @@ export class QuotaController {
   readonly quotas: Informer<QuotaObject>;
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
+  private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
   private readonly clusters = new Map<string, ClusterState>();
+  /**
+   * The backoff of each grant that could not be written, by instance (clusterKey): the namespace's
+   * own is the pass's, forgotten by every pass that succeeds, and a grant is sent after its pass.
+   */
+  private readonly grantRetries = defaultControllerRateLimiter<string>();
   /** The ledger last written to a Quota, until the Quota informer has it. */
   private readonly ledgers: WriteExpectations<QuotaObject>;
   private readonly events: EventRecorder;
@@ -236,6 +250,7 @@ export class QuotaController {
   constructor(manager: Manager, opts: QuotaControllerOptions = {}) {
     this.manager = manager;
     this.quotaCluster = opts.quotaCluster ?? manager.cluster();
+    this.clusterExists = opts.clusterExists;
     this.log = manager.log.child({ capability: 'workloads', controller: 'quota' });
     this.events = this.quotaCluster.recorder('quota');
     this.quotas = this.quotaCluster.informer<QuotaObject>(Quota.ref);
@@ -291,7 +306,12 @@ export class QuotaController {
       sending: new Map(),
       granted: new Map(),
     };
-    instances.addEventHandler({ onDelete: (i) => s.granted.delete(i.metadata?.uid ?? '') });
+    instances.addEventHandler({
+      onDelete: (i) => {
+        s.granted.delete(i.metadata?.uid ?? '');
+        this.grantRetries.forget(clusterKey(cluster.name, keyOf(i)));
+      },
+    });
     this.clusters.set(cluster.name, s);
     return s;
   }
@@ -405,16 +425,27 @@ export class QuotaController {
   /**
    * The claims whose instance is gone. A cache that lacks an instance may only lag a grant another
    * writer made: the apiserver of its cluster decides, and a cluster that does not answer (or has
-   * not listed its instances yet) keeps its claims.
+   * not listed its instances yet) keeps its claims, unless it no longer exists (clusterExists): a
+   * partition is not a deletion, but a deleted Cell is.
    */
   private async goneClaims(
     namespace: string,
     claims: readonly { cluster: string; name: string; uid: string }[],
   ) {
     const readable = new Map(this.readable().map((s) => [s.cluster.name, s]));
+    const engaged = new Set(this.manager.clusterNames);
     const gone = new Set<string>();
     await Promise.all(
       claims.map(async (c) => {
+        // The local cluster is always engaged.
+        if (!engaged.has(c.cluster) && this.clusterExists?.(c.cluster) === false) {
+          this.log.info(
+            { cluster: c.cluster, instance: `${namespace}/${c.name}` },
+            'claim released: its cluster no longer exists',
+          );
+          gone.add(c.uid);
+          return;
+        }
         const s = readable.get(c.cluster);
         if (!s || s.instances.get(`${namespace}/${c.name}`)?.metadata?.uid === c.uid) return;
         try {
@@ -475,17 +506,28 @@ export class QuotaController {
       this.events.event(quota, 'Warning', 'Superseded', 'Reconcile', warn.message);
   }
 
-  /** Applies a grant in the background, once at a time per instance; a failure decides the namespace again. */
+  /**
+   * Applies a grant in the background, once at a time per instance; a failure decides the namespace
+   * again after the grant's backoff (a cell that refuses or does not answer is no tight loop).
+   */
   private sendGrant(s: ClusterState, inst: InstanceObject, v: QuotaVerdict, namespace: string): void {
     const key = keyOf(inst);
     const sending = s.sending.get(key);
     if (sending && sameVerdict(sending, v)) return;
     s.sending.set(key, v);
+    const retry = clusterKey(s.cluster.name, key);
     this.writeVerdict(s, inst, v)
-      .catch((e: unknown) => {
-        this.log.warn({ instance: key, err: errorText(e) }, 'quota grant not written; deciding again');
-        this.controller.queue.add(namespace);
-      })
+      .then(
+        () => this.grantRetries.forget(retry),
+        (e: unknown) => {
+          const afterMs = this.grantRetries.when(retry);
+          this.log.warn(
+            { instance: key, cluster: s.cluster.name, err: errorText(e), retryInMs: afterMs },
+            'quota grant not written; deciding again',
+          );
+          this.controller.queue.addAfter(namespace, afterMs);
+        },
+      )
       .finally(() => {
         if (s.sending.get(key) === v) s.sending.delete(key);
       });

@@ -38,6 +38,9 @@ export const MIRROR_LABEL = 'workloads.berth.dev/mirror';
 /** The Instances this part's controllers act on and count: all but mirrors. One informer, shared. */
 export const OWN_INSTANCES = { labelSelector: `!${MIRROR_LABEL}` };
 
+/** The most replicas a WorkloadDeployment has: its ordinals have at most four digits. */
+export const MAX_REPLICAS = 10000;
+
 // Kubernetes quantities as users write them ("500m", "2", "2Gi"); parsed by decide.ts.
 const quantity = z
   .string()
@@ -112,7 +115,7 @@ const workloadDeploymentSpec = z.object({
     ),
   placement: z.string().max(63).optional().describe("The Workload's placement this deployment serves."),
   template: instanceTemplate,
-  replicas: z.number().int().min(0).max(10000).default(1),
+  replicas: z.number().int().min(0).max(MAX_REPLICAS).default(1),
   instanceManagementPolicy: z
     .enum(['OrderedReady', 'Parallel'])
     .default('OrderedReady')

@@ -15,6 +15,12 @@ export interface Provider {
   name: string;
   /** Engages and disengages clusters on `clusters` as they come and go, until `signal` aborts. */
   run(clusters: ClusterSet, signal: AbortSignal): Promise<void>;
+  /**
+   * Whether a cluster of that name is one of this provider's, engaged or not (a cell that does not
+   * answer still is); false only once the provider is sure it is not (what it reads has listed),
+   * undefined while it cannot tell.
+   */
+  knows?(cluster: string): boolean | undefined;
 }
 
 /** A component that works on every engaged cluster (a controller's watches). */

@@ -112,6 +112,18 @@ export class Manager implements ClusterSet {
     return [...this.clusters.keys()];
   }
 
+  /**
+   * Whether a cluster exists for Berth: true when engaged (the local one always is) or when a
+   * provider has it; false only when every provider is sure it has not (a deleted Cell's: what was
+   * kept for it may go); undefined while any cannot tell, or with no provider to ask.
+   */
+  clusterKnown(name: string): boolean | undefined {
+    if (this.clusters.has(name)) return true;
+    const answers = this.providers.map((p) => p.knows?.(name));
+    if (answers.includes(true)) return true;
+    return answers.length > 0 && answers.every((a) => a === false) ? false : undefined;
+  }
+
   client(cluster: string = localCluster): KubeClient {
     return this.cluster(cluster).client;
   }

@@ -8,6 +8,7 @@ import {
   cellStatus,
   clusterNameOf,
   crdsServed,
+  historyOf,
   kubeconfigProblem,
   observe,
   probeFailure,
@@ -209,6 +210,49 @@ describe('cellStatus', () => {
     assert.equal(cond(s2, 'Reachable').lastTransitionTime, cond(s1, 'Reachable').lastTransitionTime);
     assert.notEqual(cond(s2, 'Ready').lastTransitionTime, cond(s1, 'Ready').lastTransitionTime);
     assert.equal(statusChanged(s1, s2), true, 'a new generation is written');
+  });
+});
+
+describe('historyOf: a restart of Berth (probes are kept in memory) is no change of the cell', () => {
+  // Before the restart: answering at T0, then silent from T0 + 2 s.
+  const before = cellStatus(cell(), history(ok(T0)), T0, t);
+  const lost = cellStatus(cell(before), history(ok(T0), fail(T0 + 2000), fail(T0 + 9000)), T0 + 9000, t);
+  const restart = T0 + 3_600_000;
+
+  test('a cell lost before stays lost since then: no new transition time (failover), no new Warning', () => {
+    for (const reason of ['Unreachable', 'Unauthorized'] as const) {
+      const was =
+        reason === 'Unreachable'
+          ? lost
+          : cellStatus(cell(before), history(fail(T0 + 9000, reason)), T0 + 9000, t);
+      const h = observe(historyOf(was), fail(restart, reason));
+      const next = cellStatus(cell(was), h, restart, t);
+      assert.deepEqual(cond(next, 'Reachable'), {
+        ...cond(was, 'Reachable'),
+        message: `${reason} at ${restart}`,
+      });
+      assert.deepEqual(cellEvents(was.conditions, next.conditions!), [], reason);
+    }
+    // It answers: Reachable again, announced once.
+    const back = cellStatus(cell(lost), observe(historyOf(lost), ok(restart)), restart, t);
+    assert.equal(cond(back, 'Reachable').status, 'True');
+    assert.equal(cellEvents(lost.conditions, back.conditions!)[0]?.type, 'Normal');
+  });
+
+  test('a reachable cell whose first probe fails is not lost before unreachableAfter', () => {
+    const h = observe(historyOf(before), fail(restart));
+    const next = cellStatus(cell(before), h, restart, t);
+    assert.equal(cond(next, 'Reachable').status, 'True');
+    assert.equal(statusChanged(before, next), false);
+    assert.equal(
+      cond(cellStatus(cell(next), observe(h, fail(restart + 6000)), restart + 6000, t), 'Reachable').reason,
+      'Unreachable',
+    );
+  });
+
+  test('no status, or one never reached: nothing is known', () => {
+    assert.deepEqual(historyOf(undefined), {});
+    assert.deepEqual(historyOf(cellStatus(cell(), history(fail(T0)), T0, t)), {});
   });
 });
 

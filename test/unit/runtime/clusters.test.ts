@@ -291,3 +291,28 @@ async function waitUntil(cond: () => boolean, ms = 5000): Promise<void> {
     await sleep(10);
   }
 }
+
+test('a cluster is known while engaged or a provider has it, unknown while one cannot tell', () => {
+  const provider = (name: string, knows?: (c: string) => boolean | undefined): Provider => ({
+    name,
+    run: () => Promise.resolve(),
+    ...(knows ? { knows } : {}),
+  });
+  const bare = new Manager({ client: deadClient(), ...offline });
+  assert.equal(bare.clusterKnown(localCluster), true);
+  // No provider to ask: nothing is said gone.
+  assert.equal(bare.clusterKnown('cell-gone'), undefined);
+  const cells = new Map<string, boolean | undefined>([['cell-a', true]]);
+  const manager = new Manager({
+    client: deadClient(),
+    ...offline,
+    providers: [provider('cells', (c) => (cells.has(c) ? cells.get(c) : false))],
+  });
+  assert.equal(manager.clusterKnown('cell-a'), true);
+  assert.equal(manager.clusterKnown('cell-gone'), false);
+  cells.set('cell-listing', undefined);
+  assert.equal(manager.clusterKnown('cell-listing'), undefined);
+  // A provider that cannot say keeps every cluster it might have.
+  manager.addProvider(provider('other'));
+  assert.equal(manager.clusterKnown('cell-gone'), undefined);
+});

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Condition } from '../../../src/runtime/api/conditions.ts';
 import {
+  deploymentNameProblem,
   deploymentVerdict,
   instanceManifest,
   instanceVerdict,
@@ -220,6 +221,26 @@ describe('plan', () => {
       }
     });
   });
+});
+
+test('a name whose instances cannot label their Pods (<name>-9999 over 63) plans nothing and says ConfigurationError', () => {
+  const ok = 'w'.repeat(58);
+  const long = 'w'.repeat(59);
+  assert.equal(deploymentNameProblem(ok), undefined);
+  assert.equal(`${ok}-9999`.length, 63);
+  assert.equal(
+    deploymentNameProblem(long),
+    `the WorkloadDeployment name ${long} is longer than 58 characters: its instances (${long}-0 and on) ` +
+      `label their Pods ${INSTANCE_LABEL}=<instance>, a value of at most 63`,
+  );
+  assert.deepEqual(plan({ ...input(3, []), name: ok }).actions, [{ type: 'create', ordinal: 0 }]);
+  // No instance is made, so none claims quota for a Pod the apiserver would refuse.
+  const p = plan({ ...input(3, []), name: long });
+  assert.deepEqual(p.actions, []);
+  const v = deploymentVerdict({ ...input(3, []), name: long, plan: p, progressDeadlineSeconds: 600, now: 0 });
+  const stopped = { status: false, reason: 'ConfigurationError', message: deploymentNameProblem(long) };
+  assert.deepEqual([v.available, v.progressing], [stopped, stopped]);
+  assert.equal(v.counts.desiredReplicas, 3);
 });
 
 describe('deploymentVerdict', () => {
