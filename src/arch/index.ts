@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { atLeast, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
@@ -18,7 +18,7 @@ export const archCapability: Capability = {
       'pods the arch controller patches at once (a pod waiting on its registry holds none)',
     )
       .default(32)
-      .argParser(Number),
+      .argParser(atLeast(1)),
     new Option(
       '--arch-registries <file>',
       'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries by opt-in',

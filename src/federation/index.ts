@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { atLeast, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { FederationController } from './controller.ts';
 import { MirrorController } from './mirror.ts';
@@ -13,10 +13,10 @@ export const federationCapability: Capability = {
   options: () => [
     new Option('--federation-workers <n>', 'Workloads the federation controller reconciles at once')
       .default(16)
-      .argParser(Number),
+      .argParser(atLeast(1)),
     new Option('--mirror-workers <n>', 'Instance mirrors the mirror controller writes at once')
       .default(16)
-      .argParser(Number),
+      .argParser(atLeast(1)),
   ],
   crds: [Workload],
   // Workloads are read from the cache; their finalizer is a server-side apply (patch), their status too.
