@@ -4,14 +4,14 @@
 // is not Ready. The finalizer controller (opt-in) holds an owner's deletion until no node carries
 // its claim.
 import type { PolicyKit } from '../policy/kit.ts';
-import { finalizer, hasFinalizer, setFinalizer, type FinalizerRef } from '../policy/finalizer.ts';
+import { hasFinalizer } from '../policy/finalizer.ts';
 import { namespaceLabelsByName } from '../policy/namespace.ts';
 import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/client/restmapper.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { isNotFound } from '../runtime/client/client.ts';
+import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
@@ -49,6 +49,20 @@ import {
   type ParseCache,
   type ParsedPlacement,
 } from './decide.ts';
+import {
+  holdOf,
+  holdRecord,
+  OWNER_HOLD_ANNOTATION,
+  ownerFinalizerApplies,
+  ownerFinalizerIntent,
+  planOwnerHold,
+  recordedHold,
+  sameHold,
+  slimOwner,
+  wantedHold,
+  type FinalizerApply,
+  type OwnerHold,
+} from './finalizers.ts';
 import { agentAdmission, type AgentAdmissionState } from './inject.ts';
 import { ownerKindProblems } from './validate.ts';
 import {
@@ -233,9 +247,17 @@ export class AgentsController {
       name: 'agents-finalizer',
       workers: 4,
       logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcileOwner(key) },
+      reconciler: { reconcile: (key) => this.reconcileFinalizers(key) },
     })
-      .watch(this.placementObjects, (p) => p.metadata!.name!, { update: changed(generationChanged) })
+      // Its spec, its deletion, and its record coming back (its owners act on it only then).
+      .watch(this.placementObjects, (p) => p.metadata!.name!, {
+        update: changed(
+          generationChanged,
+          deletionChanged,
+          valueChanged((p) => p.metadata?.annotations?.[OWNER_HOLD_ANNOTATION]),
+          valueChanged((p) => hasFinalizer(p, PLACEMENT_FINALIZER)),
+        ),
+      })
       // A claim that appears or goes changes whether its owner may be deleted.
       .watch(
         this.nodes,
@@ -243,7 +265,7 @@ export class AgentsController {
           this.parsed()
             .filter((p) => p.spec.finalizer)
             .flatMap((p) =>
-              claimedOwners(n, [p.spec.claimAnnotationPrefix]).map((uid) => `${p.name}/${uid}`),
+              claimedOwners(n, p.spec.claimAnnotationPrefix, FIELD_MANAGER).map((uid) => `${p.name}/${uid}`),
             ),
         {
           update: nodeChanged,
@@ -416,95 +438,117 @@ export class AgentsController {
     };
   }
 
-  /** Every node that carries a claim of this owner under this placement's prefix, from the node cache. */
+  /** Every node that carries a claim of this owner under this placement's prefix, as Berth wrote it, from the node cache. */
   nodesClaiming(prefix: string, uid: string): string[] {
     return this.nodes
       .list()
-      .filter((n) => claimedOwners(n, [prefix]).includes(uid))
+      .filter((n) => claimedOwners(n, prefix, FIELD_MANAGER).includes(uid))
       .map((n) => n.metadata!.name!);
   }
 
   /**
-   * Keys of the finalizer controller: "<placement>" checks that the owner kind can be used and
-   * watches it; "<placement>/<owner uid>" adds the finalizer while the owner has claims and is not
-   * being deleted, and removes it once it is being deleted and no node carries its claim any more.
-   * An invalid placement claims nothing: it only lets go.
+   * Keys of the finalizer controller: "<placement>" keeps what the placement holds on owners (its
+   * record, its own finalizer, the owner kind checked and watched), and "<placement>/<owner uid>"
+   * one owner's finalizer.
    */
-  private async reconcileOwner(key: string): Promise<Result | void> {
+  private reconcileFinalizers(key: string): Promise<Result | void> {
     const [name, uid] = key.split('/');
+    return uid ? this.reconcileOwner(name!, uid) : this.reconcilePlacement(name!);
+  }
+
+  /**
+   * What the placement holds on owners. Whatever it held (as its record says) and no longer does
+   * (its finalizer or owner kind changed, its spec no longer parses, it is being deleted) comes off
+   * every owner first; then its record says what it holds, with its own finalizer on, or both go.
+   * An invalid placement still holds what it held: it only lets go.
+   */
+  private async reconcilePlacement(name: string): Promise<Result | void> {
+    const obj = this.placementObjects.get(name);
     const placement = this.parsed().find((p) => p.name === name);
-    const ownerFinalizer = placement?.spec.finalizer?.name;
-    if (!placement || !ownerFinalizer || !placement.spec.owner.apiVersion || !placement.spec.owner.kind) {
-      if (!uid) this.ownerKinds.delete(name!);
+    if (!obj) {
+      this.ownerKinds.delete(name);
       return;
     }
-    if (!uid) {
-      const kind = await this.checkOwnerKind(placement);
-      if (kind.ref) {
-        const owners = this.ownerInformer(kind.ref);
-        await owners.waitForSync();
-        const f = this.ownerFinalizer(ownerFinalizer, kind.ref);
-        return this.placementFinalizer(placement.obj, () => this.releaseOwners(f, owners));
-      }
-      // A kind the API does not serve has no objects, so none carries the finalizer: nothing to hold.
-      if (placement.obj.metadata?.deletionTimestamp && kind.problem?.reason === 'OwnerKindUnknown')
-        await this.placementFinalizer(placement.obj, async () => 'released');
-      return { requeueAfterMs: ownerKindRetryMs(kind.failures) };
-    }
-    // Not checked yet, or unusable: the placement's own key queues its claimed owners once it is usable.
-    const kind = this.ownerKinds.get(name!);
+    // Checked while it is being deleted too: its status says so until it is gone.
+    const kind = placement && holdOf(placement.spec) ? await this.checkOwnerKind(placement) : undefined;
+    if (!kind) this.ownerKinds.delete(name);
+    const { release, record } = planOwnerHold(obj, placement?.spec, kind?.ref !== undefined);
+    if (release) await this.releaseOwners(name, release);
+    if (!sameHold(recordedHold(obj), record) || hasFinalizer(obj, PLACEMENT_FINALIZER) !== !!record)
+      await this.recordHold(obj, record);
+    const hold = wantedHold(obj, placement?.spec);
+    if (!hold || !kind || !placement) return;
+    if (!kind.ref) return { requeueAfterMs: ownerKindRetryMs(kind.failures) };
+    // Every owner it may have to act on: those claimed, and those carrying its finalizer.
+    const owners = this.ownerInformer(kind.ref);
+    await owners.waitForSync();
+    const prefix = placement.spec.claimAnnotationPrefix;
+    const uids = new Set([
+      ...this.nodes.list().flatMap((n) => claimedOwners(n, prefix, FIELD_MANAGER)),
+      ...owners.list().flatMap((o) => (hasFinalizer(o, hold.finalizer) ? [o.metadata!.uid!] : [])),
+    ]);
+    for (const uid of uids) this.finalizerController.queue.add(`${name}/${uid}`);
+  }
+
+  /**
+   * One owner's finalizer: on while the owner lives and has claims, off once it is being deleted
+   * and no node carries its claim any more. Only what the placement has recorded goes on an owner,
+   * so that it can always be taken back.
+   */
+  private async reconcileOwner(name: string, uid: string): Promise<Result | void> {
+    const placement = this.parsed().find((p) => p.name === name);
+    const hold = placement && holdOf(placement.spec);
+    const obj = placement?.obj;
+    // A placement being deleted is taking its finalizer off every owner (reconcilePlacement).
+    if (!hold || !obj || obj.metadata?.deletionTimestamp) return;
+    if (!sameHold(recordedHold(obj), hold) || !hasFinalizer(obj, PLACEMENT_FINALIZER)) return;
+    // Not checked yet, or unusable: the placement's own key queues its owners once it is usable.
+    const kind = this.ownerKinds.get(name);
     if (!kind?.ref || kind.id !== ownerKindId(placement)) return;
     const informer = this.ownerInformer(kind.ref);
     await informer.waitForSync();
     const owner = informer.byIndex('uid', uid)[0];
-    // A placement being deleted is taking its finalizers off (releaseOwners): never add one back.
-    if (!owner || placement.obj.metadata?.deletionTimestamp) return;
+    if (!owner) return;
     const claimed = this.nodesClaiming(placement.spec.claimAnnotationPrefix, uid).length > 0;
-    return finalizer(this.ownerFinalizer(ownerFinalizer, kind.ref), owner, {
-      needed: claimed && placement.problems.length === 0,
-      // A claim that goes queues its owner again.
-      cleanup: async () => {
-        if (claimed) return {};
-        this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; removing the finalizer');
-        return 'released';
-      },
-    });
+    const intent = ownerFinalizerIntent(owner, claimed, placement.problems.length === 0);
+    const applies = ownerFinalizerApplies(owner, name, hold.finalizer, intent);
+    if (intent === 'release' && applies.length)
+      this.log.info({ owner: keyOf(owner), placement: name }, 'claims released; removing the finalizer');
+    // A claim that goes queues its owner again.
+    await this.applyFinalizers(kind.ref, owner, applies);
   }
 
   /**
    * Checks that the placement's owner kind is served and that Berth may list, watch and patch it
    * (an informer it may not list would never sync, and /readyz would fail with it). A change of
-   * the answer queues the status, and once usable the owners already claimed.
+   * the answer queues the status.
    */
   private async checkOwnerKind(p: ParsedPlacement<PlacementObject>): Promise<OwnerKind> {
     const id = ownerKindId(p);
     const old = this.ownerKinds.get(p.name);
     this.watchCrds();
-    const next = await this.lookupOwnerKind(p, old?.id === id && old.problem ? old.failures + 1 : 0);
+    const next = await this.lookupOwnerKind(
+      holdOf(p.spec)!,
+      old?.id === id && old.problem ? old.failures + 1 : 0,
+    );
     this.ownerKinds.set(p.name, next);
-    if (old?.id !== next.id || old.problem?.message !== next.problem?.message) {
+    if (old?.id !== next.id || old.problem?.message !== next.problem?.message)
       this.status.controller.queue.add(p.name);
-      if (next.ref) {
-        for (const n of this.nodes.list())
-          for (const uid of claimedOwners(n, [p.spec.claimAnnotationPrefix]))
-            this.finalizerController.queue.add(`${p.name}/${uid}`);
-      }
-    }
     return next;
   }
 
-  private async lookupOwnerKind(p: ParsedPlacement<PlacementObject>, failures: number): Promise<OwnerKind> {
-    const id = ownerKindId(p);
-    const { apiVersion, kind } = p.spec.owner as { apiVersion: string; kind: string };
+  private async lookupOwnerKind(hold: OwnerHold, failures: number): Promise<OwnerKind> {
+    const { apiVersion, kind } = hold;
+    const id = `${apiVersion}/${kind}`;
     const unusable = (reason: 'OwnerKindUnknown' | 'OwnerKindForbidden', message: string): OwnerKind => ({
       id,
       failures,
       problem: { reason, message },
     });
     // Invalid already: asking the API would only fail.
-    const invalid = ownerKindProblems(p.spec);
+    const invalid = ownerKindProblems(hold);
     if (invalid.length) return unusable('OwnerKindUnknown', invalid.join('; '));
-    const unprotected = `the finalizer ${p.spec.finalizer?.name} protects no owner`;
+    const unprotected = `the finalizer ${hold.finalizer} protects no owner`;
     let ref: ResourceRef;
     try {
       ref = await this.mapper.resolve(apiVersion, kind);
@@ -543,43 +587,59 @@ export class AgentsController {
     this.crds.addEventHandler({ onAdd: changed, onUpdate: (_a, b) => changed(b), onDelete: changed });
   }
 
-  private ownerFinalizer(name: string, ref: ResourceRef): FinalizerRef {
-    return { name, client: this.manager.client(), ref, fieldManager: FINALIZER_FIELD_MANAGER };
-  }
-
   /**
-   * A placement that puts finalizers on owners carries one of its own, so that deleting it first
-   * takes its finalizer off every owner: no owner is left undeletable by a placement that is gone.
+   * Records on the placement what it holds on owners, with its own finalizer (so that deleting it
+   * first takes the owners' off), before any owner gets it; holding nothing, both go. One apply
+   * under one field manager: the record never goes without the finalizer, nor comes without it.
    */
-  private async placementFinalizer(
-    obj: PlacementObject,
-    cleanup: () => Promise<Result | 'released'>,
-  ): Promise<Result | void> {
-    // A placement deleted before its own finalizer went on (or after a user removed it) still
-    // releases the owners: once it is gone nothing else would, and they could never be deleted.
-    if (obj.metadata?.deletionTimestamp !== undefined && !hasFinalizer(obj, PLACEMENT_FINALIZER)) {
-      const cleaned = await cleanup();
-      return cleaned === 'released' ? undefined : cleaned;
+  private async recordHold(obj: PlacementObject, hold: OwnerHold | undefined): Promise<void> {
+    const body = applyTarget(AgentPlacement.ref, obj);
+    if (hold) {
+      body.metadata.finalizers = [PLACEMENT_FINALIZER];
+      body.metadata.annotations = { [OWNER_HOLD_ANNOTATION]: holdRecord(hold) };
     }
-    return finalizer(
-      {
-        name: PLACEMENT_FINALIZER,
-        client: this.manager.client(),
-        ref: AgentPlacement.ref,
-        fieldManager: FINALIZER_FIELD_MANAGER,
-      },
-      obj,
-      { cleanup },
-    );
+    try {
+      await this.manager.client().apply(AgentPlacement.ref, body, { fieldManager: FINALIZER_FIELD_MANAGER });
+    } catch (e) {
+      if (!isObjectGone(e)) throw e;
+    }
   }
 
-  private async releaseOwners(f: FinalizerRef, owners: Informer<KubeObject>): Promise<'released'> {
-    for (const owner of owners.list().filter((o) => hasFinalizer(o, f.name))) {
-      await setFinalizer(f, owner, false).catch((e: unknown) => {
-        if (!isNotFound(e)) throw e;
-      });
+  /** Takes what `hold` says off every owner of its kind that carries it. */
+  private async releaseOwners(placement: string, hold: OwnerHold): Promise<void> {
+    const kind = await this.lookupOwnerKind(hold, 0);
+    // A kind the API does not serve has no objects, so none carries the finalizer.
+    if (kind.problem?.reason === 'OwnerKindUnknown') return;
+    if (!kind.ref)
+      throw new Error(
+        `the finalizer ${hold.finalizer} stays on ${hold.kind} owners: ${kind.problem!.message}`,
+      );
+    const owners = this.ownerInformer(kind.ref);
+    await owners.waitForSync();
+    for (const owner of owners.list().filter((o) => hasFinalizer(o, hold.finalizer)))
+      await this.applyFinalizers(
+        kind.ref,
+        owner,
+        ownerFinalizerApplies(owner, placement, hold.finalizer, 'release'),
+      );
+  }
+
+  /** Sends the applies, in order; an owner that went away meanwhile holds nothing any more. */
+  private async applyFinalizers(
+    ref: ResourceRef,
+    owner: KubeObject,
+    applies: FinalizerApply[],
+  ): Promise<void> {
+    for (const a of applies) {
+      const body = applyTarget(ref, owner);
+      body.metadata.finalizers = a.finalizers;
+      try {
+        await this.manager.client().apply(ref, body, { fieldManager: a.fieldManager });
+      } catch (e) {
+        if (isObjectGone(e)) return;
+        throw e;
+      }
     }
-    return 'released';
   }
 
   /** An informer on an owner kind, indexed by uid; its owners' events reach the finalizer controller. */
@@ -587,16 +647,15 @@ export class AgentsController {
     const key = `${ref.group}/${ref.version}/${ref.kind}`;
     let inf = this.ownerInformers.get(key);
     if (!inf) {
-      inf = this.manager.informer(ref, { transform: slimMeta });
+      inf = this.manager.informer(ref, { transform: slimOwner });
       inf.addIndexer('uid', (o) => (o.metadata?.uid ? [o.metadata.uid] : []));
       const enqueue = (o: KubeObject) => {
         for (const p of this.parsed()) {
           const uid = o.metadata?.uid;
           const finalizer = p.spec.finalizer?.name;
           if (!uid || !finalizer || p.spec.owner.kind !== ref.kind) continue;
-          if (hasFinalizer(o, finalizer) || this.nodesClaiming(p.spec.claimAnnotationPrefix, uid).length) {
+          if (hasFinalizer(o, finalizer) || this.nodesClaiming(p.spec.claimAnnotationPrefix, uid).length)
             this.finalizerController.queue.add(`${p.name}/${uid}`);
-          }
         }
       };
       inf.addEventHandler({ onAdd: enqueue, onUpdate: (_a, b) => enqueue(b) });

@@ -4,6 +4,7 @@ import type { NodeOutputs } from '../policy/nodes/plan.ts';
 import type { KeyClaim } from '../policy/nodes/ownership.ts';
 import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
+import { ownedKeys } from '../runtime/client/apply.ts';
 import { AgentPlacement, type AgentPlacementSpec } from './types.ts';
 import { claimKeyProblem, validatePlacement } from './validate.ts';
 import { podSelected } from '../policy/namespace.ts';
@@ -108,7 +109,7 @@ const controllerOf = (obj: KubeObject): OwnerReference | undefined =>
 const INTERMEDIATE = new Set(['apps/v1/ReplicaSet', 'batch/v1/Job']);
 
 /** The owner of a pod under a placement's owner rule, or undefined when it has none. */
-export function ownerOf(pod: SlimPod, spec: AgentPlacementSpec, lookup: OwnerLookup): Owner | undefined {
+export function ownerOf(pod: KubeObject, spec: AgentPlacementSpec, lookup: OwnerLookup): Owner | undefined {
   const ns = pod.metadata?.namespace ?? '';
   if (spec.owner.uidLabel) {
     const uid = pod.metadata?.labels?.[spec.owner.uidLabel];
@@ -138,6 +139,23 @@ export function ownerOf(pod: SlimPod, spec: AgentPlacementSpec, lookup: OwnerLoo
 
 export const claimKey = (spec: AgentPlacementSpec, ownerUid: string): string =>
   `${spec.claimAnnotationPrefix}${ownerUid}`;
+
+/**
+ * The claim a pod the placement selects makes once it runs on a node: its owner, with why the
+ * claim key is refused when it is; none when the pod has no owner. The node controller
+ * (decideNode) and the wait-for-agent webhook both decide by it.
+ */
+export function claimOf(
+  pod: KubeObject,
+  spec: AgentPlacementSpec,
+  lookup: OwnerLookup,
+): { owner: Owner; rejected?: string } | undefined {
+  const owner = ownerOf(pod, spec, lookup);
+  if (!owner) return undefined;
+  // A uidLabel value is any label value: one that makes no valid key must not fail the node's write.
+  const rejected = claimKeyProblem(spec.claimAnnotationPrefix, owner.uid);
+  return rejected ? { owner, rejected } : { owner };
+}
 
 export interface PlacementOnNode {
   /** Owner UID → the owner and the pods behind its claim. */
@@ -173,19 +191,15 @@ export function decideNode(
     const rejected = new Set<string>();
     for (const pod of pods) {
       if (!podCounts(pod, namespaceLabels(pod.metadata?.namespace ?? ''), p.spec, berthNamespace)) continue;
-      const owner = ownerOf(pod, p.spec, lookup);
-      if (!owner) continue;
-      // A uidLabel value is any label value: one that makes no valid key must not fail the node's write.
-      const problem = claims.has(owner.uid)
-        ? undefined
-        : claimKeyProblem(p.spec.claimAnnotationPrefix, owner.uid);
-      if (problem) {
-        rejected.add(`pod ${pod.metadata?.namespace}/${pod.metadata?.name}: ${problem}`);
+      const claim = claimOf(pod, p.spec, lookup);
+      if (!claim) continue;
+      if (claim.rejected) {
+        rejected.add(`pod ${pod.metadata?.namespace}/${pod.metadata?.name}: ${claim.rejected}`);
         continue;
       }
-      const c = claims.get(owner.uid) ?? { owner, pods: [] };
+      const c = claims.get(claim.owner.uid) ?? { owner: claim.owner, pods: [] };
       c.pods.push(`${pod.metadata?.namespace}/${pod.metadata?.name}`);
-      claims.set(owner.uid, c);
+      claims.set(claim.owner.uid, c);
     }
     let labelled = false;
     if (claims.size > 0) {
@@ -201,13 +215,15 @@ export function decideNode(
   return { desired, placements: result };
 }
 
-/** The owner UIDs whose claims (under any of these prefixes) a node carries. */
-export function claimedOwners(node: KubeObject, prefixes: string[]): string[] {
-  const out: string[] = [];
-  for (const k of Object.keys(node.metadata?.annotations ?? {})) {
-    for (const p of prefixes) if (k.startsWith(p) && k.length > p.length) out.push(k.slice(p.length));
-  }
-  return out;
+/**
+ * The owner UIDs whose claims under `prefix` the node carries and `fieldManager` owns: the claims
+ * it takes off when their pods go. A claim annotation someone else set is never Berth's to prune,
+ * so no owner's deletion may wait for it.
+ */
+export function claimedOwners(node: KubeObject, prefix: string, fieldManager: string): string[] {
+  return ownedKeys(node, fieldManager, ['metadata', 'annotations']).flatMap((k) =>
+    k.startsWith(prefix) && k.length > prefix.length ? [k.slice(prefix.length)] : [],
+  );
 }
 
 /** The node keys a placement writes: its label, and its claim annotations (a prefix). */

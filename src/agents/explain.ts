@@ -12,7 +12,7 @@ import {
   type OwnerLookup,
   type ParsedPlacement,
 } from './decide.ts';
-import { exempt } from './inject.ts';
+import { exempt, placementsForPod } from './inject.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { needsAcknowledgement } from './validate.ts';
 
@@ -165,13 +165,18 @@ export function previewPlacements(
       }
     }
     preview.owners = owners.size;
-    // As the webhook decides (exempt, then the selectors), for every pod as if it were created now.
+    // As the webhook decides (exempt, then the placements that will claim it), for every pod as if
+    // it were created now.
     let mutated = 0;
     for (const pod of view.pods) {
       const ns = pod.metadata?.namespace ?? '';
       if (!podSelected(ns, pod.metadata?.labels, nsLabels(ns), p.spec, berthNamespace)) continue;
       preview.selectedPods++;
-      if (p.spec.waitForAgent && !exempt(pod, ns, berthNamespace)) mutated++;
+      if (
+        !exempt(pod, ns, berthNamespace) &&
+        placementsForPod(pod, ns, nsLabels(ns), [p], berthNamespace).length
+      )
+        mutated++;
     }
     if (p.spec.waitForAgent) preview.wouldMutate = mutated;
     return preview;

@@ -11,7 +11,7 @@ import type { KubeObject } from '../runtime/api/meta.ts';
 import { type AdmissionHandler, type AdmissionResult } from '../runtime/webhook/admission.ts';
 import { mutate } from '../runtime/api/jsonpatch.ts';
 import { threadHandler } from '../runtime/webhook/threaded.ts';
-import { podSelected, type Placement } from './decide.ts';
+import { claimOf, podSelected, type OwnerLookup, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
 
 /** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
@@ -139,7 +139,15 @@ export function injectWaitForAgent(pod: KubeObject, placements: WaitingPlacement
   return out;
 }
 
-/** The placements with waitForAgent that select the pod of `namespace`, in name order. */
+// At admission the pod's controller is as far as its owner can be followed (the webhook thread holds
+// no ReplicaSets or Jobs); whether the claim then names it or its own owner, the pod has one.
+const noLookup: OwnerLookup = () => undefined;
+
+/**
+ * The placements with waitForAgent that select the pod of `namespace` and will claim it once it
+ * runs, in name order. A pod no claim follows (no owner, or a claim key the apiserver refuses)
+ * gets no agent placed for it, and would wait for one forever.
+ */
 export function placementsForPod(
   pod: KubeObject,
   namespace: string,
@@ -148,11 +156,12 @@ export function placementsForPod(
   berthNamespace: string,
 ): WaitingPlacement[] {
   return placements
-    .flatMap(({ name, spec }) =>
-      spec.waitForAgent && podSelected(namespace, pod.metadata?.labels, namespaceLabels, spec, berthNamespace)
-        ? [{ name, waitForAgent: spec.waitForAgent }]
-        : [],
-    )
+    .flatMap(({ name, spec }) => {
+      if (!spec.waitForAgent) return [];
+      if (!podSelected(namespace, pod.metadata?.labels, namespaceLabels, spec, berthNamespace)) return [];
+      const claim = claimOf(pod, spec, noLookup);
+      return claim && !claim.rejected ? [{ name, waitForAgent: spec.waitForAgent }] : [];
+    })
     .sort(byName);
 }
 

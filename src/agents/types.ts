@@ -12,6 +12,11 @@ export const FIELD_MANAGER = 'berth-agents';
  * Rank 1: after startup gates, before derived labels (which own nothing).
  */
 export const AGENT_KEYS: KeyDeclaration = { rank: 1, title: 'agent placement', domains: [] };
+/**
+ * Applies a placement's own finalizer and its record of what it holds on owners. On owners, each
+ * placement applies its finalizer under `<this>/<placement>` (finalizers.ts); earlier versions
+ * applied all of them under this one, which now only lets go of them.
+ */
 export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
 /** On AgentPlacements whose owners carry a finalizer: removes those finalizers before the placement goes. */
 export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';

@@ -2,10 +2,8 @@
 // refuse on a node or a pod, selectors metav1 would refuse, and a selector that reaches every pod
 // without the acknowledgement. A placement with a problem is Invalid and applies nothing; one bad
 // placement must never make a node write fail for the others.
-import { requirementProblems } from '../policy/match/requirement.ts';
 import {
-  LABEL_SYNTAX,
-  selectorRequirements,
+  selectorProblems,
   validateLabelKey,
   validateLabelValue,
   type LabelSelector,
@@ -41,24 +39,6 @@ export function needsAcknowledgement(spec: AgentPlacementSpec): string | undefin
   return undefined;
 }
 
-/** metav1.LabelSelectorAsSelector's rules: valid keys and values, values exactly for In and NotIn. */
-export function selectorProblems(sel: LabelSelector | undefined, at: string): string[] {
-  const labels = Object.keys(sel?.matchLabels ?? {}).length;
-  return selectorRequirements(sel).flatMap((r, i) =>
-    requirementProblems(r, LABEL_SYNTAX).map((p) => {
-      const where =
-        i >= labels
-          ? `${at}.matchExpressions[${i - labels}]`
-          : p.key !== undefined
-            ? `${at}.matchLabels`
-            : `${at}.matchLabels[${quote(r.key)}]`;
-      if (p.key !== undefined) return `${where} key ${quote(p.key)}: ${p.problem}`;
-      if (p.value !== undefined) return `${where} value ${quote(p.value)}: ${p.problem}`;
-      return `${where}: ${p.problem}`;
-    }),
-  );
-}
-
 /** Why `<prefix><owner UID>` is not a valid annotation key, or undefined when it is. */
 export function claimKeyProblem(prefix: string, uid: string): string | undefined {
   const p = validateLabelKey(`${prefix}${uid}`);
@@ -75,9 +55,8 @@ function apiVersionProblem(apiVersion: string): string | undefined {
 }
 
 /** What makes owner.apiVersion and owner.kind unusable as a kind to look up: no API call can resolve them. */
-export function ownerKindProblems(spec: AgentPlacementSpec): string[] {
+export function ownerKindProblems({ apiVersion, kind }: { apiVersion?: string; kind?: string }): string[] {
   const out: string[] = [];
-  const { apiVersion, kind } = spec.owner;
   const v = apiVersion && apiVersionProblem(apiVersion);
   if (v) out.push(`owner.apiVersion ${quote(apiVersion)}: ${v}`);
   if (kind && (kind.length > 63 || !/^[A-Za-z][A-Za-z0-9]*$/.test(kind)))
@@ -96,7 +75,7 @@ export function validatePlacement(spec: AgentPlacementSpec): string[] {
   add('nodeLabel.key', spec.nodeLabel.key, validateLabelKey(spec.nodeLabel.key));
   add('nodeLabel.value', spec.nodeLabel.value, validateLabelValue(spec.nodeLabel.value));
   if (spec.owner.uidLabel) add('owner.uidLabel', spec.owner.uidLabel, validateLabelKey(spec.owner.uidLabel));
-  out.push(...ownerKindProblems(spec));
+  out.push(...ownerKindProblems(spec.owner));
   // The shortest and the longest owner UID must both make a valid key: one character for a
   // uidLabel (a longer label value is checked per claim), a full UID for controllerRef.
   const prefix = spec.claimAnnotationPrefix;

@@ -6,7 +6,7 @@ import { nodeKey, type NodeKey } from '../policy/nodes/loopbreaker.ts';
 import { casPatch } from '../policy/nodes/cas.ts';
 import { taintId, type NodeTaint } from '../policy/nodes/plan.ts';
 import type { KeyClaim } from '../policy/nodes/ownership.ts';
-import { selectorMatches, type LabelSelector } from '../policy/match/selector.ts';
+import { selectorMatches, selectorProblems, type LabelSelector } from '../policy/match/selector.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { findCondition, hasCondition } from '../runtime/api/conditions.ts';
@@ -71,7 +71,8 @@ export function parseGates(objs: KubeObject[]): { gates: Gate[]; problems: Map<s
       ? result.error
       : name.length > MAX_NAME
         ? `the name is longer than ${MAX_NAME} characters: its node annotations would not be valid keys`
-        : completionProblem(name, result.data.spec.completionAnnotation);
+        : (completionProblem(name, result.data.spec.completionAnnotation) ??
+          selectorProblem(name, result.data.spec));
     return { obj, name, meta, spec: result.success && !problem ? result.data.spec : undefined, problem };
   });
   const cycles = afterCycles(new Map(parsed.flatMap((p) => (p.spec ? [[p.name, p.spec.after ?? []]] : []))));
@@ -197,6 +198,23 @@ function completionProblem(name: string, key: string | undefined): string | unde
   const own = gateAnnotations(name, {});
   if (key.startsWith(gatePrefix(name)) && key !== own.gatedAt && key !== own.timedOutAt) return undefined;
   return `completionAnnotation "${key}" is a key of ${key.startsWith(gatePrefix(name)) ? 'this gate' : 'another gate'}: use one outside *.${GATES_DOMAIN}/ or under ${gatePrefix(name)}`;
+}
+
+/**
+ * What metav1 would refuse in the gate's selectors. Evaluated anyway, a NotIn of no values would
+ * hold every node and an In of none hold nothing, while the gate said Ready.
+ */
+function selectorProblem(name: string, spec: NodeStartupGateSpec): string | undefined {
+  const problems = [
+    ...selectorProblems(spec.nodeSelector, 'spec.nodeSelector'),
+    ...(spec.excludeNodeSelectors ?? []).flatMap((s, i) =>
+      selectorProblems(s, `spec.excludeNodeSelectors[${i}]`),
+    ),
+    ...(spec.requirements.pods ?? []).flatMap((r, i) =>
+      selectorProblems(r.selector, `spec.requirements.pods[${i}].selector`),
+    ),
+  ];
+  return problems.length ? `invalid NodeStartupGate ${name}: ${problems.join('; ')}` : undefined;
 }
 
 // What a gate that does not parse still says reliably: its taint and annotation keys (both immutable).

@@ -9,6 +9,7 @@
 // BERTH_FUZZ_SEED=<n> replays a run; the seed is printed with the results.
 import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { prng } from '../helpers/prng.ts';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
@@ -337,6 +338,7 @@ function generateCases(): Case[] {
     broken(i++, {
       namespaceSelector: undefined,
       podSelector: mine({ app: 'w' }),
+      owner: { uidLabel: POOL },
       waitForAgent: { port: 8086 },
     }),
     {
@@ -652,15 +654,33 @@ test(`generated AgentPlacements (seed ${seed}): Berth stays ready, says the trut
     },
   );
 
-  // The webhook: the acknowledged placement changes every new pod of its namespace, nothing else does.
-  const created = async (name: string, namespace: string, labels: Record<string, string>, annotations = {}) =>
-    (
-      (await pod(name, namespace, n2, labels, annotations)).metadata?.annotations?.[
-        WAIT_FOR_AGENT_ANNOTATION
-      ] ?? ''
-    )
+  // The webhook: the acknowledged placement changes every new pod of its namespace that it would
+  // claim (one with an owner: a controller, and a pool label for the uidLabel placement), nothing
+  // else does; a pod no placement could claim never waits for an agent.
+  const created = async (
+    name: string,
+    namespace: string,
+    labels: Record<string, string>,
+    annotations = {},
+    owned = true,
+  ) => {
+    const p = podManifest({
+      name,
+      namespace,
+      nodeName: n2,
+      labels: owned ? { ...labels, [POOL]: 'webhook-pool' } : labels,
+    });
+    p.metadata!.annotations = annotations;
+    if (owned)
+      p.metadata!.ownerReferences = [
+        { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'rs', uid: randomUUID(), controller: true },
+      ];
+    podsCreated++;
+    return ((await client.create(Resources.pods, p)).metadata?.annotations?.[WAIT_FOR_AGENT_ANNOTATION] ?? '')
       .split(',')
       .filter(Boolean);
+  };
+  assert.deepEqual(await created('new-bare', ns, { [MINE]: 'yes', app: 'w' }, {}, false), []);
   assert.deepEqual(await created('new-w', ns, { [MINE]: 'yes', app: 'w' }), [
     `${id}-wait-everyone`,
     `${id}-wait-w`,

@@ -142,7 +142,15 @@ function berthKey(key: string): boolean {
  * node affinity and tolerations, which the apiserver never lets anyone remove, are not looked at).
  */
 const ownedByBerth = (o: KubeObject): string[] =>
-  berthManagers.flatMap((manager) =>
+  [
+    ...berthManagers,
+    // Each AgentPlacement applies its owner finalizer under a manager of its own.
+    ...new Set(
+      (o.metadata?.managedFields ?? [])
+        .map((f) => (f as { manager?: string }).manager ?? '')
+        .filter((m) => m.startsWith(`${FINALIZER_FIELD_MANAGER}/`)),
+    ),
+  ].flatMap((manager) =>
     (['Apply', 'Update'] as const).flatMap((operation) =>
       [
         ['metadata', 'labels'],

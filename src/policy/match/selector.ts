@@ -2,7 +2,14 @@
 // selector selects everything, as in a NetworkPolicy or a webhook's namespaceSelector), its schema
 // for custom resources, and the apiserver's rules for label keys and values.
 import { z } from 'zod';
-import { requirementHolds, SELECTOR_OPERATORS, type Requirement, type Syntax } from './requirement.ts';
+import {
+  requirementHolds,
+  requirementProblems,
+  SELECTOR_OPERATORS,
+  type Requirement,
+  type Syntax,
+} from './requirement.ts';
+import { quote } from '../text.ts';
 import { DNS1123_SUBDOMAIN } from '../../runtime/api/meta.ts';
 
 export interface LabelSelectorRequirement extends Requirement {
@@ -79,3 +86,25 @@ export function validateLabelValue(value: string): string | undefined {
 
 /** Label keys and values as the apiserver accepts them: the syntax of a label selector's requirements. */
 export const LABEL_SYNTAX: Syntax = { key: validateLabelKey, value: validateLabelValue };
+
+/**
+ * What metav1.LabelSelectorAsSelector would refuse in a selector (`at` names it in the messages):
+ * invalid keys and values, values for Exists and DoesNotExist, none for In and NotIn. Evaluated
+ * anyway, a NotIn of nothing would select everything and an In of nothing nothing.
+ */
+export function selectorProblems(sel: LabelSelector | undefined, at: string): string[] {
+  const labels = Object.keys(sel?.matchLabels ?? {}).length;
+  return selectorRequirements(sel).flatMap((r, i) =>
+    requirementProblems(r, LABEL_SYNTAX).map((p) => {
+      const where =
+        i >= labels
+          ? `${at}.matchExpressions[${i - labels}]`
+          : p.key !== undefined
+            ? `${at}.matchLabels`
+            : `${at}.matchLabels[${quote(r.key)}]`;
+      if (p.key !== undefined) return `${where} key ${quote(p.key)}: ${p.problem}`;
+      if (p.value !== undefined) return `${where} value ${quote(p.value)}: ${p.problem}`;
+      return `${where}: ${p.problem}`;
+    }),
+  );
+}

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { claimedOwners, decideNode, ownerOf, type Placement } from '../../../src/agents/decide.ts';
-import type { AgentPlacementSpec } from '../../../src/agents/types.ts';
+import { FIELD_MANAGER, type AgentPlacementSpec } from '../../../src/agents/types.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
@@ -125,14 +125,24 @@ describe('owners', () => {
     // Without the ReplicaSet in the cache, the ReplicaSet itself is the owner.
     assert.equal(ownerOf(p, spec({ owner: { controllerRef: true } }), noLookup)?.uid, 'rs-uid');
   });
-  test('claimedOwners reads claim annotations by prefix', () => {
-    assert.deepEqual(
-      claimedOwners(
-        { metadata: { annotations: { 'ate.dev/claim.A': 'x', 'ate.dev/claim.': 'y', other: 'z' } } },
-        ['ate.dev/claim.'],
-      ),
-      ['A'],
-    );
+  test("claimedOwners reads the claims under the prefix that Berth's field manager owns, and only those", () => {
+    const applied = (manager: string, keys: string[]) => ({
+      manager,
+      operation: 'Apply',
+      fieldsV1: { 'f:metadata': { 'f:annotations': Object.fromEntries(keys.map((k) => [`f:${k}`, {}])) } },
+    });
+    const node: KubeObject = {
+      metadata: {
+        annotations: { 'ate.dev/claim.A': 'x', 'ate.dev/claim.B': 'y', 'ate.dev/claim.': 'y', other: 'z' },
+        managedFields: [
+          applied(FIELD_MANAGER, ['ate.dev/claim.A', 'ate.dev/claim.', 'other']),
+          // B: a hand edit, or the controller Berth replaces. Berth never prunes it, so no owner waits for it.
+          { ...applied('kubectl-edit', ['ate.dev/claim.B']), operation: 'Update' },
+        ],
+      },
+    };
+    assert.deepEqual(claimedOwners(node, 'ate.dev/claim.', FIELD_MANAGER), ['A']);
+    assert.deepEqual(claimedOwners(node, 'other.dev/claim.', FIELD_MANAGER), []);
   });
 });
 

@@ -27,11 +27,22 @@ const quiet = rootLogger.child({}, { level: 'silent' });
 const BERTH = 'berth-system';
 const wait = { port: 8085, image: 'busybox:1.36', timeoutSeconds: 0 };
 
+/** As a ReplicaSet creates its pods: what a controllerRef placement claims them by. */
+const fromReplicaSet = [
+  {
+    apiVersion: 'apps/v1',
+    kind: 'ReplicaSet',
+    name: 'worker-7d9',
+    uid: '0f5c2b9e-8d1a-4c3e-9b7a-2e6f4d8c1a35',
+    controller: true,
+  },
+];
+
 function pod(labels: Record<string, string> = { app: 'ateom' }, extra: Partial<KubeObject> = {}): KubeObject {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name: 'worker-1', namespace: 'ate', labels },
+    metadata: { name: 'worker-1', namespace: 'ate', labels, ownerReferences: fromReplicaSet },
     spec: {
       initContainers: [
         { name: 'setup', image: 'registry.example/setup:1' },
@@ -197,6 +208,55 @@ describe('placementsForPod', () => {
   });
 });
 
+describe('only pods a claim will follow', () => {
+  const waiting = { podSelector: { matchLabels: { app: 'ateom' } }, waitForAgent: { port: 1 } };
+  const byController = placement('by-controller', waiting);
+  const byLabel = placement('by-label', { ...waiting, owner: { uidLabel: 'ate.dev/pool-uid' } });
+  const names = (p: KubeObject, placements: Placement[]) =>
+    placementsForPod(p, 'ate', {}, placements, BERTH).map((w) => w.name);
+
+  test('a pod without an owner under the placement gets no container (nothing would place its agent)', () => {
+    const bare = pod({ app: 'ateom' }, { metadata: { name: 'bare', labels: { app: 'ateom' } } });
+    assert.deepEqual(names(bare, [byController]), [], 'no controller: no claim in controllerRef mode');
+    assert.deepEqual(names(pod(), [byLabel]), [], 'no uidLabel: no claim');
+    const pooled = pod({ app: 'ateom', 'ate.dev/pool-uid': 'A' });
+    assert.deepEqual(names(pooled, [byController, byLabel]), ['by-controller', 'by-label']);
+  });
+
+  test('nor does a pod whose claim key the apiserver would refuse', () => {
+    const prefixed = placement('prefixed', {
+      ...waiting,
+      owner: { uidLabel: 'ate.dev/pool-uid' },
+      claimAnnotationPrefix: 'ate.dev/claim.',
+    });
+    // "claim." and a 63-character label value make a name part longer than 63.
+    const long = pod({ app: 'ateom', 'ate.dev/pool-uid': 'u'.repeat(63) });
+    assert.deepEqual(names(long, [prefixed]), []);
+    assert.deepEqual(names(pod({ app: 'ateom', 'ate.dev/pool-uid': 'u' }), [prefixed]), ['prefixed']);
+  });
+
+  test('the webhook answers so', async () => {
+    const handler = podMutatingHandler({
+      placements: () => [byLabel],
+      namespaceLabels: () => ({}),
+      berthNamespace: BERTH,
+      logger: quiet,
+    });
+    const review = (object: KubeObject): AdmissionRequest => ({
+      uid: 'u1',
+      kind: { group: '', version: 'v1', kind: 'Pod' },
+      resource: { group: '', version: 'v1', resource: 'pods' },
+      namespace: 'ate',
+      operation: 'CREATE',
+      userInfo: { username: 'someone' },
+      object,
+    });
+    assert.deepEqual(await handler(review(pod())), { allowed: true });
+    const claimed = await handler(review(pod({ app: 'ateom', 'ate.dev/pool-uid': 'A' })));
+    assert.ok(claimed.allowed && claimed.patch && claimed.patch.length > 0);
+  });
+});
+
 describe('exempt', () => {
   test('kube-system, the skip annotation and mirror pods', () => {
     assert.equal(exempt(pod()), undefined);
@@ -245,7 +305,7 @@ describe('podMutatingHandler', () => {
   test('a templated pod (namespace only in the request) gets a patch that injects', async () => {
     const templated = pod(
       { app: 'ateom' },
-      { metadata: { generateName: 'worker-', labels: { app: 'ateom' } } },
+      { metadata: { generateName: 'worker-', labels: { app: 'ateom' }, ownerReferences: fromReplicaSet } },
     );
     const result = await admit(request(templated));
     assert.equal(result.allowed, true);

@@ -6,9 +6,9 @@ import {
   claimKeyProblem,
   needsAcknowledgement,
   requiresLabel,
-  selectorProblems,
   validatePlacement,
 } from '../../../src/agents/validate.ts';
+import { selectorProblems } from '../../../src/policy/match/selector.ts';
 
 // Through the real schema, so defaults apply as in the cluster.
 const spec = (s: Record<string, unknown> = {}): AgentPlacementSpec =>

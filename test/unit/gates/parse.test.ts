@@ -148,6 +148,49 @@ describe('parseGates', () => {
     }
   });
 
+  test('selectors metav1 would refuse: Invalid (never "NotIn nothing holds every node"), disarmed, with the field', () => {
+    const expr = (operator: string, values?: string[]) => ({
+      matchExpressions: [{ key: 'pool', operator, ...(values ? { values } : {}) }],
+    });
+    const cases: [Record<string, unknown>, string][] = [
+      [
+        { nodeSelector: expr('NotIn', []) },
+        'spec.nodeSelector.matchExpressions[0]: operator NotIn needs at least one value',
+      ],
+      [
+        { nodeSelector: expr('In') },
+        'spec.nodeSelector.matchExpressions[0]: operator In needs at least one value',
+      ],
+      [
+        { excludeNodeSelectors: [{}, expr('Exists', ['x'])] },
+        'spec.excludeNodeSelectors[1].matchExpressions[0]: operator Exists takes no values',
+      ],
+      [
+        { nodeSelector: { matchLabels: { pool: 'not valid!' } } },
+        'spec.nodeSelector.matchLabels["pool"] value "not valid!": must be empty or consist of',
+      ],
+      [
+        { requirements: { pods: [{ namespace: 'kube-system', selector: expr('NotIn', []) }] } },
+        'spec.requirements.pods[0].selector.matchExpressions[0]: operator NotIn needs at least one value',
+      ],
+    ];
+    for (const [spec, message] of cases) {
+      const { gates, problems } = parseGates([gateObj('g', spec)]);
+      assert.equal(problems.get('g')?.reason, 'Invalid', JSON.stringify(spec));
+      assert.ok(
+        problems.get('g')!.message.startsWith(`invalid NodeStartupGate g: ${message}`),
+        problems.get('g')!.message,
+      );
+      // Its taint is known: a disarmed gate, never enforced, that gives back what it held.
+      assert.deepEqual(
+        gates.map((g) => g.enforced),
+        [false],
+      );
+    }
+    // The same selectors, well formed, are fine.
+    assert.equal(parseGates([gateObj('g', { nodeSelector: expr('NotIn', ['a']) })]).problems.size, 0);
+  });
+
   test('a name too long for annotation keys: Invalid and left out, even with a valid spec', () => {
     const max = 'n'.repeat(237);
     const over = 'n'.repeat(238);
