@@ -398,6 +398,7 @@ const webhook = await webhookAgainstFloor({
   bodies: Array.from({ length: Math.min(rate * webhookSeconds, 2 * imageCount) }, (_, i) => review(i)),
   rate,
   seconds: webhookSeconds,
+  berthPid: berth.pid,
 });
 const servedAfter = await served();
 const slowInBerth = servedAfter.all - servedAfter.within5ms - (servedBefore.all - servedBefore.within5ms);
@@ -409,10 +410,7 @@ const result = {
   pods: podCount,
   images: imageCount,
   nodes: nodeCount,
-  webhookP99ms: webhook.p99Ms,
-  webhookFloorP99ms: webhook.floorP99Ms,
-  webhookRatio: webhook.ratio,
-  webhookFailed: webhook.failed,
+  ...webhook,
   gatedAtAdmission: berthRun.gatedAtAdmission,
   ungateP50ms: round(percentile(berthRun.latencies, 50), 0),
   ungateP99ms: round(percentile(berthRun.latencies, 99), 0),

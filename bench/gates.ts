@@ -202,6 +202,7 @@ const webhook = await webhookAgainstFloor({
   ],
   rate,
   seconds: webhookSeconds,
+  berthPid: berth.pid,
 });
 
 const result = {
@@ -209,10 +210,7 @@ const result = {
   pods: podCount,
   releaseP50ms: round(percentile(release, 50), 0),
   releaseP99ms: round(percentile(release, 99), 0),
-  webhookP99ms: webhook.p99Ms,
-  webhookFloorP99ms: webhook.floorP99Ms,
-  webhookRatio: webhook.ratio,
-  webhookFailed: webhook.failed,
+  ...webhook,
   rssMB: berth.rssMB(),
 };
 await berth.stop();

@@ -2,7 +2,7 @@
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { isDeepStrictEqual } from 'node:util';
@@ -88,6 +88,31 @@ export function cpuSeconds(pid: number): number {
 }
 /** USER_HZ: 100 on every Linux that Node runs on. */
 const CLOCK_TICKS = 100;
+
+/** What the scheduler says of a process's threads (those `which` picks, by name): time on a core, time
+ *  runnable but waiting for one, and how many times they were put on one (/proc/PID/task/TID/schedstat). */
+export interface Schedstat {
+  runMs: number;
+  waitMs: number;
+  slices: number;
+}
+export function schedstat(pid: number, which: (name: string) => boolean = () => true): Schedstat {
+  const sum: Schedstat = { runMs: 0, waitMs: 0, slices: 0 };
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      if (!which(readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim())) continue;
+      const [run, wait, slices] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8')
+        .split(' ')
+        .map(Number);
+      sum.runMs += run! / 1e6;
+      sum.waitMs += wait! / 1e6;
+      sum.slices += slices!;
+    } catch {
+      // a thread that ended between the listing and the read
+    }
+  }
+  return sum;
+}
 
 /** CPU seconds each running process of a sandbox has used, by name (etcd, kube-apiserver, ..., berth). */
 export const processCpu = (sb: Sandbox): Map<string, number> =>
@@ -246,6 +271,14 @@ export interface LoadSummary {
   maxMs: number;
 }
 
+/** The name Berth's webhook thread carries (runtime/webhook/admission.ts), as /proc shows it. */
+const WEBHOOK_THREAD = 'berth-webhook';
+const since = (a: Schedstat, b: Schedstat): Schedstat => ({
+  runMs: b.runMs - a.runMs,
+  waitMs: b.waitMs - a.waitMs,
+  slices: b.slices - a.slices,
+});
+
 /** Runs bench/webhookload (built by buildGoProgram) with `args` to its end; its last line, parsed. */
 export function webhookLoad<T>(generator: string, args: string[]): T {
   const run = spawnSync(generator, args, {
@@ -271,8 +304,9 @@ interface RateTarget {
  * Berth's webhook (`hook`, as registered) against its floor: bench/webhookfloor (built, `floor`)
  * started with `floorArgs` and a serving certificate like Berth's (ECDSA P-256). bench/webhookload
  * (`generator`) sends `bodies` in turn to each at `rate` per second for `seconds`. Throws unless the
- * floor answers each body as Berth does; prints both and answers Berth's p99, the floor's and
- * their ratio.
+ * floor answers each body as Berth does; prints both and answers Berth's p99, the floor's, their
+ * ratio, and what the scheduler says of Berth's webhook thread and of the floor (the benchmarks' JSON
+ * fields, by name).
  */
 export async function webhookAgainstFloor(o: {
   generator: string;
@@ -283,7 +317,19 @@ export async function webhookAgainstFloor(o: {
   bodies: string[];
   rate: number;
   seconds: number;
-}): Promise<{ p99Ms: number; floorP99Ms: number; ratio: number; failed: number }> {
+  /** Berth's process: its webhook thread's scheduling is read beside the floor's. */
+  berthPid: number;
+}): Promise<{
+  webhookP99ms: number;
+  webhookFloorP99ms: number;
+  webhookRatio: number;
+  webhookFailed: number;
+  /** Per review answered: the webhook thread's time on a core and waiting for one; the floor's threads' alike. */
+  webhookCpuPerReviewMs: number;
+  webhookFloorCpuPerReviewMs: number;
+  webhookWaitPerReviewMs: number;
+  webhookFloorWaitPerReviewMs: number;
+}> {
   const ca = await createCertificateAuthority('bench-webhookfloor');
   const serving = await ca.issue({ commonName: '127.0.0.1', ipAddresses: ['127.0.0.1'], usage: 'server' });
   const file = (name: string, data: string | Buffer) => {
@@ -302,6 +348,8 @@ export async function webhookAgainstFloor(o: {
   const kill = () => floor.kill();
   process.once('exit', kill);
   let load: { sentPerSecond: number; targets: [RateTarget, RateTarget] };
+  let berthSched: Schedstat;
+  let floorSched: Schedstat;
   try {
     const [floorUrl] = (await Promise.race([
       once(createInterface({ input: floor.stdout }), 'line'),
@@ -309,6 +357,8 @@ export async function webhookAgainstFloor(o: {
         throw new Error(`bench/webhookfloor exited with ${code}`);
       }),
     ])) as [string];
+    berthSched = schedstat(o.berthPid, (name) => name === WEBHOOK_THREAD);
+    floorSched = schedstat(floor.pid!);
     // Berth and the floor take turns of a second (-slice) rather than answering interleaved calls or
     // running one after the other: never loaded at once, neither's work (Berth's garbage collection,
     // its informers' events) lands in the other's latency on a 2-core machine, and noise slower than
@@ -322,6 +372,11 @@ export async function webhookAgainstFloor(o: {
       `-duration=${o.seconds}s`,
       '-slice=1s',
     ]);
+    berthSched = since(
+      berthSched,
+      schedstat(o.berthPid, (name) => name === WEBHOOK_THREAD),
+    );
+    floorSched = since(floorSched, schedstat(floor.pid!));
   } finally {
     kill();
     process.off('exit', kill);
@@ -347,7 +402,32 @@ export async function webhookAgainstFloor(o: {
   console.log(`  Berth: ${ms(berth)}`);
   console.log(`  floor: ${ms(floorHook)}`);
   console.log(`  p99 ratio ${ratio} (target ≤ 1.2), Berth's p99 ${berth.answered.p99Ms} ms (target ≤ 5 ms)`);
-  return { p99Ms: berth.answered.p99Ms, floorP99Ms: floorHook.answered.p99Ms, ratio, failed: failed(berth) };
+  // Whether a slow tail is the answer's own work or a wait for a core: the scheduler's account of
+  // Berth's webhook thread and of the floor's threads over the whole load.
+  const perReview = (s: Schedstat, t: RateTarget) => {
+    const n = Math.max(1, t.answered.count);
+    return {
+      cpu: round(s.runMs / n, 3),
+      wait: round(s.waitMs / n, 3),
+      perWake: round(s.waitMs / Math.max(1, s.slices), 3),
+    };
+  };
+  const b = perReview(berthSched, berth);
+  const f = perReview(floorSched, floorHook);
+  console.log(
+    `  per review answered, on a core / waiting for one: Berth's webhook thread ${b.cpu} / ${b.wait} ms ` +
+      `(${b.perWake} ms a wake-up), the floor's threads ${f.cpu} / ${f.wait} ms (${f.perWake} ms a wake-up)`,
+  );
+  return {
+    webhookP99ms: berth.answered.p99Ms,
+    webhookFloorP99ms: floorHook.answered.p99Ms,
+    webhookRatio: ratio,
+    webhookFailed: failed(berth),
+    webhookCpuPerReviewMs: b.cpu,
+    webhookFloorCpuPerReviewMs: f.cpu,
+    webhookWaitPerReviewMs: b.wait,
+    webhookFloorWaitPerReviewMs: f.wait,
+  };
 }
 
 /** The flags a Go floor takes to reach the apiserver a client reaches: its URL and TLS material,
