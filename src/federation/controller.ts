@@ -35,6 +35,7 @@ import { selectorMatches } from '../policy/match/selector.ts';
 import {
   cellView,
   countsOnly,
+  deletionHold,
   deploymentManifest,
   drains,
   placementCities,
@@ -70,6 +71,8 @@ export const RAMP_WRITE_INTERVAL_MS = 1000;
 
 /** The one key of the workloads' selector index. */
 const SELECTS = 'selector';
+/** The one key of the index of workloads being deleted. */
+const DELETING = 'deleting';
 
 /** A cell's WorkloadDeployments that carry federation's labels. */
 interface CellDeployments {
@@ -110,6 +113,10 @@ export class FederationController {
       w.spec.placements.some((p) => p.locationSelector) ? [SELECTS] : [],
     );
     const selecting = () => this.workloads.byIndex('selector', SELECTS);
+    // Workloads held by their finalizer: a cell that lists, goes or changes may release them, whatever
+    // cities they name now (their status may name another cell or city).
+    this.workloads.addIndexer('deleting', (w) => (w.metadata.deletionTimestamp ? [DELETING] : []));
+    const deleting = () => this.workloads.byIndex('deleting', DELETING).map(keyOf);
     // The workloads that run (or may run) in these cities: by cityCodes, or by a selector today.
     const byCities = (cities: readonly string[]) => {
       const labelled = this.labelled();
@@ -145,7 +152,7 @@ export class FederationController {
     })
       .watch(this.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
       // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
-      .watch(this.cells, (c) => byCities(c.spec.locations), {
+      .watch(this.cells, (c) => [...byCities(c.spec.locations), ...deleting()], {
         update: changed<CellObject>(generationChanged, conditionsChanged),
       })
       .watch(this.locations, byLocation);
@@ -155,12 +162,17 @@ export class FederationController {
       name: 'federation-cells',
       needLeaderElection: false,
       start: () => Promise.resolve(),
-      engage: (cluster, signal) => this.engage(cluster, signal, byCities),
+      engage: (cluster, signal) => this.engage(cluster, signal, byCities, deleting),
     });
   }
 
   /** Aware: a cell's WorkloadDeployments of federation's, each mapped back to its Workload. */
-  private engage(cluster: Cluster, signal: AbortSignal, byCities: (cities: string[]) => string[]): void {
+  private engage(
+    cluster: Cluster,
+    signal: AbortSignal,
+    byCities: (cities: string[]) => string[],
+    deleting: () => string[],
+  ): void {
     if (cluster.name === localCluster) return;
     const informer = cluster.informer<DeploymentObject>(WorkloadDeployment.ref, {
       labelSelector: WORKLOAD_UID_LABEL,
@@ -189,8 +201,9 @@ export class FederationController {
     );
     informer.waitForSync(signal).then(
       () => {
-        // Listed: its workloads may now place there (or learn what is there), even those with none yet.
-        for (const k of affected()) this.controller.queue.add(k);
+        // Listed: its workloads may now place there (or learn what is there), even those with none yet,
+        // and the workloads it held back from deletion may go.
+        for (const k of [...affected(), ...deleting()]) this.controller.queue.add(k);
         informer.addEventHandler({
           onAdd: (d) => this.enqueue(d, signal),
           onUpdate: (a, b) => {
@@ -378,39 +391,39 @@ export class FederationController {
   }
 
   /**
-   * Deletes the workload's WorkloadDeployments in every cell; 'released' once none is left. An
-   * unreachable cell, or one not listed yet, holds the workload, and a Released=False condition says so.
+   * Deletes the workload's WorkloadDeployments in every cell; 'released' once none is left. A cell
+   * that may hold one it cannot delete now (unreachable, or not listed) holds the workload, and a
+   * Released=False condition says so (deletionHold).
    */
   private async cleanup(w: WorkloadObject): Promise<Result | 'released'> {
     const key = keyOf(w);
     const { views, cluster } = this.cellViews();
-    const holding: string[] = [];
+    const there = (cell: string) =>
+      this.inCells.get(cluster.get(cell) ?? '')?.informer.byIndex('workload', key) ?? [];
+    const current = this.statusOf(w);
+    const hold = deletionHold(w, current, [...views.values()], (c) => there(c).length, this.labelled());
     const failures: string[] = [];
     let left = 0;
     for (const [cell, name] of cluster) {
       const view = views.get(cell)!;
-      const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
-      if (!view.listed || !view.reachable) {
-        if (there.length || !view.listed) holding.push(cell);
-        continue;
-      }
-      left += there.length;
-      for (const d of there)
+      if (!view.listed || !view.reachable) continue;
+      const ds = there(cell);
+      left += ds.length;
+      for (const d of ds)
         if (!d.metadata.deletionTimestamp) await inCell(failures, cell, () => this.deleteDeployment(name, d));
     }
     if (failures.length) throw new Error(failures.join('; '));
-    if (!holding.length && !left) return 'released';
-    if (holding.length) {
-      const current = this.statusOf(w);
+    if (!hold && !left) return 'released';
+    if (hold) {
       const conditions = setCondition(current?.conditions ?? [], {
         type: 'Released',
         status: 'False',
-        reason: 'CellUnreachable',
-        message: `waiting for cell ${holding.join(', ')} to answer, to delete this workload's WorkloadDeployments there`,
+        reason: hold.reason,
+        message: hold.message,
       });
       await this.writeStatus(w, { ...current, conditions });
     }
-    // A cell's deletions and its coming back both bring this workload back.
+    // A cell's deletions, its listing and its Cell's changes all bring this workload back.
     return {};
   }
 

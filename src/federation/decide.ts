@@ -5,8 +5,10 @@ import { isDeepStrictEqual } from 'node:util';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import { apiVersionOf, isDnsLabel, type KubeObject } from '../runtime/api/meta.ts';
+import { clusterNameOf } from '../cells/decide.ts';
 import type { CellObject } from '../cells/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
+import { deploymentNameProblem } from '../workloads/decide.ts';
 import {
   type InstanceTemplate,
   WorkloadDeployment,
@@ -45,11 +47,14 @@ export interface CellView {
   notReady?: { reason: string; message: string };
   /** Not probed to an answer yet (Ready absent or Unknown): it may be Ready in a moment. */
   probing: boolean;
-  /** Its WorkloadDeployments are in the cache (the cell is engaged and its informer has listed). */
+  /**
+   * Its WorkloadDeployments are known: in the cache (the cell is engaged and its informer has
+   * listed). One not listed shows none, whatever it holds.
+   */
   listed: boolean;
 }
 
-/** A Cell as federation sees it. */
+/** A Cell as federation sees it; `listed`: its cluster's WorkloadDeployments are in the cache. */
 export function cellView(cell: CellObject, listed: boolean): CellView {
   const conditions: Condition[] = cell.status?.conditions ?? [];
   const reachable = findCondition(conditions, 'Reachable');
@@ -67,7 +72,8 @@ export function cellView(cell: CellObject, listed: boolean): CellView {
       : !ready
         ? { notReady: { reason: 'NotProbed', message: 'not probed yet' } }
         : {}),
-    listed,
+    // One whose name can make no cluster was never engaged: it holds nothing of ours.
+    listed: listed || !clusterNameOf(cell.metadata.name!),
   };
 }
 
@@ -79,7 +85,7 @@ export interface Placed {
 
 /** Why a placement × city has no cell (or cannot have a WorkloadDeployment). */
 export interface Problem {
-  reason: 'InvalidName' | 'NoMatchingLocation' | 'CellNotReady';
+  reason: 'InvalidName' | 'NoMatchingLocation' | 'CellUnreachable' | 'CellNotReady';
   message: string;
 }
 
@@ -93,11 +99,12 @@ export interface Target {
   cell?: string;
   /** No cell: why. */
   problem?: Problem;
-  /** A cell was chosen but its WorkloadDeployments are not listed yet: nothing is written until they are. */
-  waiting?: string;
   /** Failed over from this unreachable cell (its WorkloadDeployment there goes once it answers). */
   failedOverFrom?: string;
-  /** Its cell is unreachable and the placement fails over: when (ms since the epoch). */
+  /**
+   * Its cell (or a cell not listed that holds it back) is unreachable and the placement fails over:
+   * when (ms since the epoch).
+   */
   failoverAt?: number;
 }
 
@@ -140,7 +147,9 @@ export function placementCities(p: Placement, locations: readonly LabelledLocati
  * (CellNotReady while a cell of the city has not answered its first probe). Failover is opt-in: a
  * placement with `failover` leaves a cell unreachable for afterSeconds (at `now`) for the first
  * Ready, schedulable, reachable other cell of the city. Two cells holding it (after a failover, the
- * old one answering again): the one created last keeps it, the other is drained.
+ * old one answering again): the one created last keeps it, the other is drained. A city is placed
+ * anew (or failed over) only once every cell serving it is listed: one that is not may hold it
+ * (CellUnreachable, or CellNotReady while it lists), save a cell a failover would leave anyway.
  */
 export function targets(
   w: WorkloadObject,
@@ -157,11 +166,12 @@ export function targets(
       const name = deploymentName(w.metadata.name!, p.name, city);
       const t: Target = { placement: p.name, city, name, replicas: p.scaleSettings.minReplicas };
       const serving = byName.filter((c) => c.cities.includes(city));
-      // A label value and the instances' label: the name must be a DNS label.
-      if (!isDnsLabel(name)) {
+      // A label value, and with the ordinal the instances' label: a short enough DNS label.
+      const tooLong = deploymentNameProblem(name);
+      if (tooLong || !isDnsLabel(name)) {
         t.problem = {
           reason: 'InvalidName',
-          message: `the WorkloadDeployment name ${name} is longer than 63 characters: shorten the workload or placement name`,
+          message: `${tooLong ?? `the WorkloadDeployment name ${name} is not a DNS label`}: shorten the workload or placement name`,
         };
         out.push(t);
         continue;
@@ -174,20 +184,50 @@ export function targets(
             serving.some((c) => c.name === d.cell),
         ),
       );
-      let chosen = sticky
-        ? serving.find((c) => c.name === sticky.cell)
-        : serving.find((c) => c.ready && !c.unschedulable);
-      if (p.failover && chosen && !chosen.reachable && chosen.unreachableSince) {
-        const at = Date.parse(chosen.unreachableSince) + p.failover.afterSeconds * 1000;
-        const other = serving.find((c) => c !== chosen && c.ready && c.reachable && !c.unschedulable);
-        if (at > now) t.failoverAt = at;
+      const kept = sticky && serving.find((c) => c.name === sticky.cell);
+      // Where a copy is known to run (a cell not listed shows none).
+      const known = kept?.listed ? kept : undefined;
+      let chosen = kept ?? serving.find((c) => c.ready && !c.unschedulable);
+      const failsOverAt = (c: CellView) =>
+        p.failover && !c.reachable && c.unreachableSince
+          ? Date.parse(c.unreachableSince) + p.failover.afterSeconds * 1000
+          : undefined;
+      const due = kept ? failsOverAt(kept) : undefined;
+      let from: string | undefined;
+      if (kept && due !== undefined) {
+        const other = serving.find((c) => c !== kept && c.ready && c.reachable && !c.unschedulable);
+        if (due > now) t.failoverAt = due;
         else if (other) {
-          t.failedOverFrom = chosen.name;
+          from = kept.name;
           chosen = other;
         }
       }
+      // A cell not listed (Berth just started, its kubeconfig changed, it does not answer) may hold
+      // this city: placing it anew elsewhere would run it twice, then drain the one that serves. One
+      // unreachable past its failover time does not hold it back: a failover would leave it anyway.
+      const unseen = serving.filter(
+        (c) => !c.listed && !(chosen?.listed && (failsOverAt(c) ?? Infinity) <= now),
+      );
+      if (unseen.length && (!known || chosen !== known)) {
+        const later = unseen.flatMap((c) => failsOverAt(c) ?? []).filter((at) => at > now);
+        if (later.length) t.failoverAt = Math.min(t.failoverAt ?? Infinity, ...later);
+        chosen = known;
+      } else if (from) t.failedOverFrom = from;
       const probing = serving.filter((c) => c.probing && !c.unschedulable);
-      if (!locations.has(city) && !sticky)
+      if (!chosen && unseen.length)
+        t.problem = {
+          reason: unseen.some((c) => !c.reachable) ? 'CellUnreachable' : 'CellNotReady',
+          message:
+            `the WorkloadDeployments of ${unseen
+              .map((c) =>
+                c.reachable
+                  ? `cell ${c.name}`
+                  : `cell ${c.name} (unreachable since ${c.unreachableSince ?? 'unknown'})`,
+              )
+              .join(', ')} are not listed yet: ${city} may run there, ` +
+            `so it is placed nowhere else until they are`,
+        };
+      else if (!locations.has(city) && !sticky)
         t.problem = { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
       // A cell not probed to an answer yet (a cell just joined, Berth just started) may be Ready in a
       // moment: a wait, not something the user must fix.
@@ -205,10 +245,7 @@ export function targets(
               ? ` (${serving.map((c) => `${c.name}: ${c.unschedulable ? 'cordoned' : (c.notReady?.reason ?? 'Ready')}`).join(', ')})`
               : ''),
         };
-      else {
-        t.cell = chosen.name;
-        if (!chosen.listed) t.waiting = `the WorkloadDeployments of cell ${chosen.name} are not listed yet`;
-      }
+      else t.cell = chosen.name;
       out.push(t);
     }
   }
@@ -310,6 +347,64 @@ export function serves(d: DeploymentObject | undefined): boolean {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Deletion
+
+/** The cells that hold a deleting Workload back, and what its Released=False condition says. */
+export interface DeletionHold {
+  cells: string[];
+  reason: 'CellUnreachable' | 'CellNotReady';
+  message: string;
+}
+
+/**
+ * The cells that may hold a WorkloadDeployment of a deleting Workload that cannot be deleted now;
+ * undefined when none does. A listed cell is known: an unreachable one holds the Workload while it
+ * has one there (`copies`). One not listed shows none, so it holds the Workload when its status
+ * names the cell, or the cell serves a city its placements or its status name: but not when the
+ * cell has been Reachable=False since before the Workload was created (nothing is written into an
+ * unreachable cell, so none of this Workload's is there). A cell that is none of these (one whose
+ * Secret went, in cities the Workload never had) holds nothing: it must not hold every deletion.
+ */
+export function deletionHold(
+  w: WorkloadObject,
+  status: WorkloadStatus | undefined,
+  cells: readonly CellView[],
+  copies: (cell: string) => number,
+  labelled: readonly LabelledLocation[] = [],
+): DeletionHold | undefined {
+  // The status keeps what the placements had when last reconciled (a city since removed, its cell).
+  const recorded = (status?.placements ?? []).flatMap((p) => p.cities ?? []);
+  const cities = new Set([
+    ...w.spec.placements.flatMap((p) => placementCities(p, labelled)),
+    ...recorded.map((c) => c.city),
+  ]);
+  const named = new Set(recorded.flatMap((c) => c.cell ?? []));
+  const created = Date.parse(w.metadata.creationTimestamp ?? '');
+  const holding = cells.filter((c) => {
+    if (c.listed) return !c.reachable && copies(c.name) > 0;
+    if (named.has(c.name)) return true;
+    // NaN (no time known) compares false: such a cell may hold it.
+    if (Date.parse(c.unreachableSince ?? '') < created) return false;
+    return c.cities.some((city) => cities.has(city));
+  });
+  if (!holding.length) return undefined;
+  const why = (c: CellView) =>
+    c.listed
+      ? `unreachable since ${c.unreachableSince ?? 'unknown'}`
+      : c.reachable
+        ? 'its WorkloadDeployments not listed yet; it may hold some'
+        : // Ready repeats Reachable's reason and message: SecretMissing says which Secret, say.
+          `${c.notReady?.reason ?? 'unreachable'} since ${c.unreachableSince ?? 'unknown'}: ${c.notReady?.message ?? ''}; it may hold some`;
+  return {
+    cells: holding.map((c) => c.name),
+    reason: holding.some((c) => !c.reachable) ? 'CellUnreachable' : 'CellNotReady',
+    message:
+      `waiting to delete this workload's WorkloadDeployments in ${holding.map((c) => `cell ${c.name} (${why(c)})`).join(', ')}: ` +
+      `each is deleted once its cell answers and lists them`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
 // Progressive rollout across cells
 
 /** How a target is named in a rollout's status: <placement>/<city>. */
@@ -344,7 +439,7 @@ export function rolloutPlan(p: {
   now: number;
 }): RolloutPlan {
   const current: Applied = { hash: p.hash, template: p.template };
-  const placeable = p.targets.filter((t) => t.cell && !t.waiting);
+  const placeable = p.targets.filter((t) => t.cell);
   const applied = new Map<string, Applied>();
   if (p.rollout?.type !== 'Progressive') {
     for (const t of placeable) applied.set(t.name, current);
@@ -569,7 +664,6 @@ function cityRollup(
       'CellUnreachable',
       `cell ${cell.name} is unreachable since ${cell.unreachableSince ?? 'unknown'}; last known counts`,
     );
-  if (t.waiting) return why('Provisioning', t.waiting);
   if (!d) return why('Provisioning', `not in cell ${cell.name} yet`);
   if (!fresh) return why('Provisioning', `cell ${cell.name} has not observed the applied spec yet`);
   const progressing = findCondition(d.status?.conditions, 'Progressing');
@@ -658,19 +752,29 @@ export function rollup(
       };
     if (none) problems.push({ where: `placement ${p.name}`, ...none });
     // Still serving until the cities of its placement are Available (one in a city that is also
-    // wanted, in another cell, is not listed twice: the city is the list's key).
-    const draining: CityStatus[] = (o.draining ?? [])
-      .filter((d) => d.placement === p.name && !own.some((c) => c.city === d.city))
-      .map((d) => ({
-        city: d.city,
-        cell: d.placed.cell,
-        replicas: d.placed.object.status?.replicas ?? 0,
-        readyReplicas: d.placed.object.status?.readyReplicas ?? 0,
+    // wanted, in another cell, is not listed twice: the city is the list's key; nor are two cells
+    // draining one city, after a failover).
+    const byCity = new Map<string, Drain[]>();
+    for (const d of o.draining ?? [])
+      if (d.placement === p.name && !own.some((c) => c.city === d.city))
+        byCity.set(d.city, [...(byCity.get(d.city) ?? []), d]);
+    const draining: CityStatus[] = [...byCity].map(([city, ds]) => {
+      const cells = ds.map((d) => d.placed.cell).sort();
+      // The same for every one of the placement.
+      const { waitingFor } = ds[0]!;
+      return {
+        city,
+        cell: cells[0]!,
+        replicas: ds.reduce((n, d) => n + (d.placed.object.status?.replicas ?? 0), 0),
+        readyReplicas: ds.reduce((n, d) => n + (d.placed.object.status?.readyReplicas ?? 0), 0),
         updatedReplicas: 0,
         desiredReplicas: 0,
         reason: 'Draining',
-        message: `removed from the placement; deleted once ${d.waitingFor.join(', ')} ${d.waitingFor.length > 1 ? 'are' : 'is'} Available`,
-      }));
+        message:
+          `removed from the placement${cells.length > 1 ? ` (in cells ${cells.join(', ')})` : ''}; ` +
+          `deleted once ${waitingFor.join(', ')} ${waitingFor.length > 1 ? 'are' : 'is'} Available`,
+      };
+    });
     const all = [...own, ...draining];
     return { name: p.name, ...(none || {}), cities: all, ...sum(all) };
   });

@@ -16,7 +16,7 @@ import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { cityCode } from '../cells/types.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
-import { instanceTemplate } from '../workloads/types.ts';
+import { instanceTemplate, MAX_REPLICAS } from '../workloads/types.ts';
 
 /** The field manager of everything the federation controller writes, upstream and in the cells. */
 export const FEDERATION_MANAGER = 'berth-federation';
@@ -50,7 +50,7 @@ const placement = k8s(
         'Selects Locations by their labels: their cities are run in too (beside cityCodes). A Location relabelled moves the placement.',
       ),
     scaleSettings: z.object({
-      minReplicas: z.number().int().min(0).max(10000).describe('Instances in each city.'),
+      minReplicas: z.number().int().min(0).max(MAX_REPLICAS).describe('Instances in each city.'),
     }),
     failover: z
       .object({

@@ -53,10 +53,13 @@ describe('targets', () => {
   test('sticky: it stays in the cell it is in while that cell exists and serves the city, unreachable or cordoned', () => {
     const w = workload([['us', ['DFW'], 2]]);
     const t = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 2 };
-    for (const o of [{ reachable: false, ready: false }, { unschedulable: true }, { listed: false }]) {
+    for (const o of [{ reachable: false, ready: false }, { unschedulable: true }]) {
       const cells = [cell('a', ['DFW']), cell('b', ['DFW'], o)];
       assert.equal(targets(w, ALL, cells, [placed('b', t)])[0]!.cell, 'b', JSON.stringify(o));
     }
+    // Another cell of the city not listed yet: what is known is kept.
+    const unlisted = cell('a', ['DFW'], { listed: false });
+    assert.equal(targets(w, ALL, [unlisted, cell('b', ['DFW'])], [placed('b', t)])[0]!.cell, 'b');
     // The cell no longer serves DFW, or is gone: the first Ready one takes it.
     assert.equal(targets(w, ALL, [cell('a', ['DFW']), cell('b', ['LHR'])], [placed('b', t)])[0]!.cell, 'a');
     assert.equal(targets(w, ALL, [cell('a', ['DFW'])], [placed('b', t)])[0]!.cell, 'a');
@@ -88,6 +91,80 @@ describe('targets', () => {
     const ts = targets(w, ALL, back, [old, failedOver], [], at);
     assert.equal(ts[0]!.cell, 'c');
     assert.deepEqual(unwanted(ts, [old, failedOver], new Set(['a', 'c'])), [old]);
+  });
+
+  // A cell not listed shows no WorkloadDeployment, as the controller's cache does: whatever it holds
+  // is unseen (`have` is what the listed cells show).
+  describe('a cell serving the city not listed yet (a restart, a rotated kubeconfig, a partition)', () => {
+    const w = workload([['us', ['DFW'], 2]]);
+    const since = '2026-11-23T04:00:00Z';
+    const down = { reachable: false, ready: false, unreachableSince: since };
+
+    test('the city is placed nowhere else: it may run there', () => {
+      // dfw-b holds it; dfw-a listed first.
+      const [t] = targets(w, ALL, [cell('dfw-a', ['DFW']), cell('dfw-b', ['DFW'], { listed: false })], []);
+      assert.equal(t!.cell, undefined);
+      assert.deepEqual(t!.problem, {
+        reason: 'CellNotReady',
+        message:
+          'the WorkloadDeployments of cell dfw-b are not listed yet: DFW may run there, so it is placed nowhere else until they are',
+      });
+      // dfw-b partitioned as Berth restarts: CellUnreachable, and Available says Unknown.
+      const cells = [cell('dfw-a', ['DFW']), cell('dfw-b', ['DFW'], { listed: false, ...down })];
+      const ts = targets(w, ALL, cells, []);
+      assert.equal(ts[0]!.cell, undefined);
+      assert.equal(ts[0]!.problem?.reason, 'CellUnreachable');
+      const r = rollup(
+        w,
+        ts,
+        HASH,
+        new Map(cells.map((c) => [c.name, c])),
+        () => undefined,
+        BLOCKING_REASONS,
+      );
+      assert.deepEqual(r.available, {
+        status: 'Unknown',
+        reason: 'CellUnreachable',
+        message: `DFW: the WorkloadDeployments of cell dfw-b (unreachable since ${since}) are not listed yet: DFW may run there, so it is placed nowhere else until they are`,
+      });
+    });
+
+    test('a city of one cell partitioned during a restart: CellUnreachable, not NoMatchingLocation', () => {
+      const only = cell('dfw', ['DFW'], {
+        listed: false,
+        ...down,
+        notReady: { reason: 'Unreachable', message: '' },
+      });
+      const ts = targets(w, ALL, [only], []);
+      assert.equal(ts[0]!.problem?.reason, 'CellUnreachable');
+      const r = rollup(w, ts, HASH, new Map([['dfw', only]]), () => undefined, BLOCKING_REASONS);
+      assert.equal(r.available.status, 'Unknown');
+    });
+
+    test('failover waits for it too, unless it is past its own failover time', () => {
+      const fw = workload([['us', ['DFW'], 2]]);
+      fw.spec.placements[0]!.failover = { afterSeconds: 30 };
+      const at = Date.parse(since) + 30_000;
+      const t = { name: 'web-us-dfw', city: 'DFW', placement: 'us', replicas: 2 };
+      const a = cell('a', ['DFW'], down);
+      const c = cell('c', ['DFW']);
+      // b may hold the copy that a failover made before the restart: a keeps the city.
+      for (const b of [
+        cell('b', ['DFW'], { listed: false }),
+        cell('b', ['DFW'], { listed: false, ...down, unreachableSince: '2026-11-23T04:00:10Z' }),
+      ]) {
+        const kept = targets(fw, ALL, [a, b, c], [placed('a', t)], [], at)[0]!;
+        assert.deepEqual([kept.cell, kept.failedOverFrom], ['a', undefined], JSON.stringify(b));
+        // An unreachable b holds it back until its own failover time.
+        assert.equal(kept.failoverAt, b.reachable ? undefined : at + 10_000);
+      }
+      // Past it, b would be left anyway: the city fails over to c.
+      const b = cell('b', ['DFW'], { listed: false, ...down });
+      const moved = targets(fw, ALL, [a, b, c], [placed('a', t)], [], at)[0]!;
+      assert.deepEqual([moved.cell, moved.failedOverFrom], ['c', 'a']);
+      // And a city with no copy seen is placed anew.
+      assert.equal(targets(fw, ALL, [b, c], [], [], at)[0]!.cell, 'c');
+    });
   });
 
   test('no Location, or no Ready schedulable cell: NoMatchingLocation saying why', () => {
@@ -134,14 +211,14 @@ describe('targets', () => {
     assert.equal(targets(w, new Set(['DFW']), [probing], [])[0]!.problem?.reason, 'NoMatchingLocation');
   });
 
-  test('a chosen cell not listed yet waits; a name longer than a DNS label is InvalidName', () => {
-    const w = workload([['us', ['DFW'], 1]]);
-    assert.match(
-      targets(w, ALL, [cell('a', ['DFW'], { listed: false })], [])[0]!.waiting ?? '',
-      /not listed yet/,
-    );
-    const long = workload([['us', ['DFW'], 1]], 'w'.repeat(60));
-    assert.equal(targets(long, ALL, [cell('a', ['DFW'])], [])[0]!.problem?.reason, 'InvalidName');
+  test('a name too long for its instances (<name>-<ordinal> a label value of at most 63) is InvalidName', () => {
+    // -us-dfw adds 7 characters: a workload name of 51 makes 58, of 52 makes 59.
+    const fits = workload([['us', ['DFW'], 1]], 'w'.repeat(51));
+    assert.equal(targets(fits, ALL, [cell('a', ['DFW'])], [])[0]!.cell, 'a');
+    const long = targets(workload([['us', ['DFW'], 1]], 'w'.repeat(52)), ALL, [cell('a', ['DFW'])], [])[0]!;
+    assert.equal(long.problem?.reason, 'InvalidName');
+    assert.match(long.problem!.message, /longer than 58 characters.*shorten the workload or placement name/);
+    assert.equal(long.cell, undefined);
   });
 });
 
@@ -205,6 +282,9 @@ test('cellView reads Reachable and Ready, with since when it is unreachable', ()
   const unprobed = cellView({ ...c, status: {} }, false);
   assert.equal(unprobed.notReady?.reason, 'NotProbed');
   assert.equal(unprobed.probing, true);
+  assert.equal(unprobed.listed, false);
+  // A name that can make no cluster: never engaged, it holds nothing, and holds no city back.
+  assert.equal(cellView({ ...c, metadata: { name: 'd'.repeat(59) } }, false).listed, true);
 });
 
 describe('rollup', () => {
@@ -332,7 +412,10 @@ function scenario(r: Prng) {
         };
         have.push(placed(where, t, r.chance(0.7) ? serving(t.replicas, r.int(t.replicas + 1)) : undefined));
       }
-  return { cells, w, locations, have };
+  // What the controller's caches show: nothing of a cell not listed.
+  const unlisted = new Set(cells.filter((c) => !c.listed).map((c) => c.name));
+  const seen = have.filter((d) => !unlisted.has(d.cell));
+  return { cells, w, locations, have: seen, hidden: have.filter((d) => unlisted.has(d.cell)) };
 }
 
 test('generated: 3,000 scenarios keep the placement rules, and the rollup adds up', () =>
@@ -340,8 +423,9 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
     let sticky = 0;
     let fresh = 0;
     let none = 0;
+    let unseen = 0;
     for (let i = 0; i < 3000; i++) {
-      const { cells, w, locations, have } = scenario(r);
+      const { cells, w, locations, have, hidden } = scenario(r);
       const ts = targets(w, locations, cells, have);
       // One per placement × city.
       assert.deepEqual(
@@ -355,6 +439,14 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
         const stay = have.find(
           (d) => d.object.metadata.name === t.name && servingCells.some((c) => c.name === d.cell),
         );
+        const notListed = servingCells.filter((c) => !c.listed);
+        if (t.cell)
+          assert.ok(
+            !hidden.some(
+              (d) => d.object.metadata.name === t.name && servingCells.some((c) => c.name === d.cell),
+            ) || t.cell === stay?.cell,
+            'a city that may run in a cell not listed is never placed anew',
+          );
         if (stay) {
           sticky++;
           assert.equal(t.cell, stay.cell, 'a deployment stays in a cell that exists and serves the city');
@@ -363,7 +455,13 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
           const first = servingCells.find((c) => c.ready && !c.unschedulable);
           assert.equal(t.cell, first?.name, 'the first Ready, schedulable cell by name');
           assert.ok(locations.has(t.city), 'a new placement needs a Location');
-          assert.equal(t.waiting !== undefined, !first!.listed);
+          assert.deepEqual(notListed, [], 'placed anew once every cell of the city is listed');
+        } else if (notListed.length) {
+          unseen++;
+          assert.equal(
+            t.problem?.reason,
+            notListed.some((c) => !c.reachable) ? 'CellUnreachable' : 'CellNotReady',
+          );
         } else {
           none++;
           const waitForProbe =
@@ -411,7 +509,10 @@ test('generated: 3,000 scenarios keep the placement rules, and the rollup adds u
       }
     }
     // The generator reaches every branch.
-    assert.ok(sticky > 300 && fresh > 300 && none > 300, `sticky ${sticky}, fresh ${fresh}, none ${none}`);
+    assert.ok(
+      sticky > 300 && fresh > 300 && none > 300 && unseen > 300,
+      `sticky ${sticky}, fresh ${fresh}, none ${none}, unseen ${unseen}`,
+    );
   }));
 
 test('countsOnly: instances coming up change counts and messages only; a generation, a condition, a city or the rollout does not', () => {

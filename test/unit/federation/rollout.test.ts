@@ -283,6 +283,40 @@ describe('rollup during a rollout', () => {
     assert.equal(r.progressing.reason, 'Progressing');
   });
 
+  test('one city draining in two cells (after a failover) is one entry of the list-map keyed by city', () => {
+    const w = workload([['eu', ['DFW'], 2]]);
+    const cells = [cell('dfw', ['DFW']), cell('lhr-a', ['LHR']), cell('lhr-b', ['LHR'])];
+    const have = [
+      placed('dfw', t('eu', 'DFW'), serving(2, 1)),
+      placed('lhr-b', EU, serving(2, 1)),
+      placed('lhr-a', EU, serving(2)),
+    ];
+    const ts = targets(w, ALL, cells, have);
+    const find = (c: string, n: string) =>
+      have.find((d) => d.cell === c && d.object.metadata.name === n)?.object;
+    const { draining } = drains(ts, unwanted(ts, have, new Set(cells.map((c) => c.name))), (x) =>
+      serves(find(x.cell!, x.name)),
+    );
+    assert.equal(draining.length, 2);
+    const r = rollup(w, ts, HASH, new Map(cells.map((c) => [c.name, c])), find, BLOCKING_REASONS, {
+      draining,
+    });
+    assert.deepEqual(r.status.placements![0]!.cities![1], {
+      city: 'LHR',
+      cell: 'lhr-a',
+      replicas: 4,
+      readyReplicas: 3,
+      updatedReplicas: 0,
+      desiredReplicas: 0,
+      reason: 'Draining',
+      message: 'removed from the placement (in cells lhr-a, lhr-b); deleted once DFW is Available',
+    });
+    assert.deepEqual(
+      r.status.placements![0]!.cities!.map((c) => c.city),
+      ['DFW', 'LHR'],
+    );
+  });
+
   test('a selector that matches no Location: the placement says NoMatchingLocation', () => {
     const w = workload([['eu', ['DFW'], 1]]);
     w.spec.placements[0] = {

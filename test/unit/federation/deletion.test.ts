@@ -1,0 +1,333 @@
+// A deleting Workload: which cells hold it back (deletionHold), and the controller releasing it as
+// soon as what held it changes (a cell that lists, a Cell that goes), against stand-in apiservers
+// (lists answered, watches fed by the test, writes recorded).
+import assert from 'node:assert/strict';
+import { EventEmitter, on } from 'node:events';
+import { describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { CellObject } from '../../../src/cells/types.ts';
+import { FederationController } from '../../../src/federation/controller.ts';
+import { deletionHold, targets, type CellView } from '../../../src/federation/decide.ts';
+import {
+  FEDERATION_FINALIZER,
+  type WorkloadObject,
+  type WorkloadStatus,
+} from '../../../src/federation/types.ts';
+import { findCondition } from '../../../src/runtime/api/conditions.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../../src/runtime/client/client.ts';
+import { Cluster } from '../../../src/runtime/cluster/cluster.ts';
+import { Manager } from '../../../src/runtime/manager/manager.ts';
+import { ALL, cell, workload } from './fixtures.ts';
+
+const CREATED = '2026-11-23T04:00:00Z';
+const BEFORE = '2026-11-23T03:00:00Z';
+const AFTER = '2026-11-23T05:00:00Z';
+
+/** A workload being deleted, created at CREATED, with the status it was last given. */
+function deleting(cities: string[], status?: WorkloadStatus): WorkloadObject {
+  const w = workload([['us', cities, 1]]);
+  return {
+    ...w,
+    metadata: {
+      ...w.metadata,
+      creationTimestamp: CREATED,
+      deletionTimestamp: AFTER,
+      finalizers: [FEDERATION_FINALIZER],
+      resourceVersion: '1',
+    },
+    ...(status ? { status } : {}),
+  };
+}
+
+/** A status whose placement `us` records each city in its cell (none: the city had no cell). */
+const recorded = (...cities: [string, string?][]): WorkloadStatus => ({
+  placements: [{ name: 'us', cities: cities.map(([city, c]) => ({ city, ...(c ? { cell: c } : {}) })) }],
+});
+
+/** A cell the Provider cannot engage (its Secret went): Reachable and Ready False since `since`. */
+const broken = (name: string, cities: string[], since: string | undefined): CellView =>
+  cell(name, cities, {
+    listed: false,
+    reachable: false,
+    ready: false,
+    ...(since ? { unreachableSince: since } : {}),
+    notReady: { reason: 'SecretMissing', message: `Secret berth/cell-${name}-kubeconfig not found` },
+  });
+
+const none = () => 0;
+const held = (...args: Parameters<typeof deletionHold>) => deletionHold(...args)?.cells ?? [];
+
+describe('deletionHold', () => {
+  test('a broken cell in cities the workload never had holds nothing, and nor does a listed cell that answers', () => {
+    const w = deleting(['DFW']);
+    const cells = [
+      cell('dfw-1', ['DFW']),
+      broken('sin-1', ['SIN'], AFTER),
+      broken('nrt-1', ['NRT'], undefined),
+    ];
+    assert.equal(deletionHold(w, w.status, cells, none), undefined);
+    // Copies in a cell that answers are deleted now (the controller waits for them), not held for.
+    assert.equal(
+      deletionHold(w, w.status, cells, (c) => (c === 'dfw-1' ? 2 : 0)),
+      undefined,
+    );
+  });
+
+  test('an unreachable listed cell holds it while a copy is there: CellUnreachable, since when', () => {
+    const w = deleting(['DFW', 'LHR']);
+    const lhr = cell('lhr-1', ['LHR'], { reachable: false, ready: false, unreachableSince: AFTER });
+    assert.equal(deletionHold(w, w.status, [lhr], none), undefined);
+    const hold = deletionHold(w, w.status, [lhr], (c) => (c === 'lhr-1' ? 1 : 0));
+    assert.deepEqual(hold, {
+      cells: ['lhr-1'],
+      reason: 'CellUnreachable',
+      message:
+        `waiting to delete this workload's WorkloadDeployments in cell lhr-1 (unreachable since ${AFTER}): ` +
+        'each is deleted once its cell answers and lists them',
+    });
+  });
+
+  test('a cell not listed holds it when it serves a city the placements name (by code or selector) or the status names', () => {
+    const listing = (name: string, cities: string[]) => cell(name, cities, { listed: false });
+    const w = deleting(['DFW']);
+    assert.deepEqual(held(w, w.status, [listing('dfw-1', ['DFW', 'SIN']), listing('sin-1', ['SIN'])], none), [
+      'dfw-1',
+    ]);
+    const hold = deletionHold(w, w.status, [listing('dfw-1', ['DFW'])], none)!;
+    // It answers probes but has not listed (still listing, or Berth may not list there): not unreachable.
+    assert.equal(hold.reason, 'CellNotReady');
+    assert.match(hold.message, /cell dfw-1 \(its WorkloadDeployments not listed yet; it may hold some\)/);
+
+    const selecting: WorkloadObject = {
+      ...w,
+      spec: {
+        ...w.spec,
+        placements: [
+          {
+            name: 'edge',
+            locationSelector: { matchLabels: { tier: 'edge' } },
+            scaleSettings: { minReplicas: 1 },
+          },
+        ],
+      },
+    };
+    const edge = [{ city: 'NRT', labels: { tier: 'edge' } }];
+    assert.deepEqual(held(selecting, undefined, [listing('nrt-1', ['NRT'])], none, edge), ['nrt-1']);
+    assert.deepEqual(held(selecting, undefined, [listing('nrt-1', ['NRT'])], none, []), []);
+
+    // LHR, since removed from the placement, is still in its status, in a cell no longer serving it.
+    const moved = deleting(['DFW'], recorded(['DFW', 'dfw-1'], ['LHR', 'old']));
+    assert.deepEqual(
+      held(
+        moved,
+        moved.status,
+        [listing('lhr-1', ['LHR']), listing('old', []), listing('nrt-1', ['NRT'])],
+        none,
+      ),
+      ['lhr-1', 'old'],
+    );
+  });
+
+  test('a cell that cannot be engaged holds it only if it may have been written for it', () => {
+    const w = deleting(['DFW']);
+    // Broken before the workload was made: nothing of it was ever written there.
+    assert.deepEqual(held(w, w.status, [broken('dfw-1', ['DFW'], BEFORE)], none), []);
+    // Broken since it was made, or since when unknown: it may hold its copy of DFW.
+    assert.deepEqual(held(w, w.status, [broken('dfw-1', ['DFW'], AFTER)], none), ['dfw-1']);
+    assert.deepEqual(held(w, w.status, [broken('dfw-1', ['DFW'], undefined)], none), ['dfw-1']);
+    // The status does not say so: a city whose cells have not all listed has no cell in it.
+    const [dfw] = targets(w, ALL, [broken('dfw-1', ['DFW'], AFTER)], []);
+    assert.equal(dfw!.cell, undefined);
+    // Named by the status, it holds whatever its Reachable says; the message says why it does not answer.
+    const named = deleting(['LHR'], recorded(['LHR', 'dfw-1']));
+    const hold = deletionHold(named, named.status, [broken('dfw-1', ['DFW'], BEFORE)], none)!;
+    assert.deepEqual(hold, {
+      cells: ['dfw-1'],
+      reason: 'CellUnreachable',
+      message:
+        `waiting to delete this workload's WorkloadDeployments in cell dfw-1 (SecretMissing since ${BEFORE}: ` +
+        'Secret berth/cell-dfw-1-kubeconfig not found; it may hold some): each is deleted once its cell answers and lists them',
+    });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The controller
+
+type WatchEvent = { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: KubeObject };
+
+/**
+ * An apiserver holding `objects` by resource: lists answer once `listed` resolves, watches yield
+ * what `push` sends, and every server-side apply is recorded.
+ */
+function apiserver(objects: Record<string, KubeObject[]>, listed: Promise<void> = Promise.resolve()) {
+  const feed = new EventEmitter();
+  const watching = new Set<string>();
+  const applies: KubeObject[] = [];
+  const resourceOf = (path: string) => path.split('/').at(-1)!;
+  const client = {
+    request: async (method: string, path: string, opts: { signal?: AbortSignal } = {}) => {
+      if (method !== 'GET') return {};
+      // A cluster stopped while its list waits stops waiting, as a socket would.
+      await Promise.race([listed, abortion(opts.signal)]);
+      return {
+        kind: 'List',
+        apiVersion: 'berth.dev/v1alpha1',
+        metadata: { resourceVersion: '1' },
+        items: structuredClone(objects[resourceOf(path)] ?? []),
+      };
+    },
+    async *stream(path: string, opts: { signal?: AbortSignal }) {
+      const resource = resourceOf(path);
+      const events = on(feed, resource, opts.signal ? { signal: opts.signal } : {});
+      watching.add(resource);
+      try {
+        for await (const [ev] of events) yield ev as WatchEvent;
+      } catch (e) {
+        if (!opts.signal?.aborted) throw e;
+      }
+    },
+    apply: (_ref: unknown, body: KubeObject) => {
+      applies.push(body);
+      return Promise.resolve({
+        ...body,
+        metadata: { ...body.metadata, resourceVersion: String(applies.length + 1) },
+      });
+    },
+    close: () => {},
+  } as unknown as KubeClient;
+  return {
+    client,
+    applies,
+    async push(resource: string, ev: WatchEvent) {
+      await until(`a watch of ${resource}`, () => watching.has(resource));
+      feed.emit(resource, ev);
+    },
+  };
+}
+
+const abortion = (signal: AbortSignal | undefined) =>
+  new Promise<never>((_, reject) =>
+    signal?.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
+  );
+
+async function until(what: string, ok: () => boolean, ms = 3000): Promise<void> {
+  for (const end = Date.now() + ms; !ok(); await sleep(10))
+    if (Date.now() > end) assert.fail(`not within ${ms} ms: ${what}`);
+}
+
+const cellObject = (name: string, locations: string[], status: CellObject['status']): CellObject => ({
+  apiVersion: 'berth.dev/v1alpha1',
+  kind: 'Cell',
+  metadata: { name, uid: `uid-${name}`, resourceVersion: '1' },
+  spec: {
+    kubeconfigSecretRef: { namespace: 'berth', name: `cell-${name}-kubeconfig`, key: 'kubeconfig' },
+    locations,
+    unschedulable: false,
+  },
+  ...(status ? { status } : {}),
+});
+
+const reachable = (status: 'True' | 'False', reason: string, since: string): CellObject['status'] => ({
+  conditions: ['Reachable', 'Ready'].map((type) => ({
+    type,
+    status,
+    reason,
+    message: reason,
+    lastTransitionTime: since,
+  })),
+});
+
+/** The federation controller on a manager whose local apiserver is `local`, its workers running. */
+async function running(local: ReturnType<typeof apiserver>) {
+  const manager = new Manager({ client: local.client, metricsBindAddress: '0', healthBindAddress: '0' });
+  const federation = new FederationController(manager, { workers: 1 });
+  manager.cluster().start();
+  await manager.cluster().waitForCacheSync();
+  await federation.controller.start();
+  const released = () => local.applies.some((b) => b.metadata?.finalizers?.length === 0);
+  const releasedCondition = () =>
+    findCondition(
+      (local.applies.findLast((b) => (b as WorkloadObject).status) as WorkloadObject | undefined)?.status
+        ?.conditions,
+      'Released',
+    );
+  return {
+    manager,
+    released,
+    releasedCondition,
+    async stop() {
+      await federation.controller.stop();
+      for (const name of manager.clusterNames)
+        if (name !== manager.cluster().name) await manager.disengage(name);
+      await manager.cluster().stop();
+    },
+  };
+}
+
+describe('the controller', () => {
+  test('a cell whose Secret went, in cities the workload never had, does not hold its deletion', async () => {
+    const w = deleting(['DFW'], recorded(['DFW']));
+    const local = apiserver({
+      workloads: [w],
+      cells: [cellObject('sin-1', ['SIN'], reachable('False', 'SecretMissing', AFTER))],
+    });
+    const r = await running(local);
+    try {
+      await until('the finalizer off', r.released);
+      assert.equal(r.releasedCondition(), undefined);
+    } finally {
+      await r.stop();
+    }
+  });
+
+  test('a deleting workload waits for a cell that may hold it, and goes as soon as that cell lists, whatever cities it names now', async () => {
+    // Its placement moved from DFW to LHR while dfw-1 was away: its status still has DFW in dfw-1.
+    const w = deleting(['LHR'], recorded(['DFW', 'dfw-1']));
+    const local = apiserver({
+      workloads: [w],
+      cells: [
+        cellObject('dfw-1', ['DFW'], reachable('True', 'Reachable', BEFORE)),
+        cellObject('sin-1', ['SIN'], reachable('False', 'SecretMissing', BEFORE)),
+      ],
+    });
+    const lists = Promise.withResolvers<void>();
+    const cellServer = apiserver({ workloaddeployments: [] }, lists.promise);
+    const r = await running(local);
+    try {
+      const dfw = new Cluster({ name: 'cell-dfw-1', client: cellServer.client });
+      r.manager.engage(dfw);
+      dfw.start();
+      await until('the workload held', () => r.releasedCondition()?.status === 'False');
+      assert.equal(r.releasedCondition()?.reason, 'CellNotReady');
+      // sin-1 serves none of its cities and never had it: not named.
+      assert.match(r.releasedCondition()!.message, /in cell dfw-1 \(its WorkloadDeployments not listed yet/);
+      assert.doesNotMatch(r.releasedCondition()!.message, /sin-1/);
+      assert.equal(r.released(), false);
+      lists.resolve();
+      await until('the finalizer off once dfw-1 listed (nothing there)', r.released);
+    } finally {
+      await r.stop();
+    }
+  });
+
+  test('a Cell deleted releases the deleting workloads it held, whatever cities they name now', async () => {
+    const w = deleting(['LHR'], recorded(['DFW', 'dfw-1']));
+    const gone = cellObject('dfw-1', ['DFW'], reachable('False', 'SecretMissing', AFTER));
+    const local = apiserver({ workloads: [w], cells: [gone] });
+    const r = await running(local);
+    try {
+      await until('the workload held', () => r.releasedCondition()?.status === 'False');
+      assert.equal(r.releasedCondition()?.reason, 'CellUnreachable');
+      assert.equal(r.released(), false);
+      await local.push('cells', {
+        type: 'DELETED',
+        object: { ...gone, metadata: { ...gone.metadata, resourceVersion: '2' } },
+      });
+      await until('the finalizer off once the Cell went', r.released);
+    } finally {
+      await r.stop();
+    }
+  });
+});
