@@ -58,7 +58,7 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
   for (const e of d.renderErrors) out.push(`  held back: ${e.rule}: ${e.message}`);
   for (const f of plan.foreignOutputs) {
     out.push(
-      `  held back: ${show(f)} from ${f.rule}: another field manager set ${f.kind} ${f.key} to another value; Berth leaves it alone`,
+      `  held back: ${show(f)} from ${f.rule}: another field manager holds ${f.kind} ${f.key}; Berth leaves it alone`,
     );
   }
   // Drift between what the rules say and what Berth owns on the node right now.

@@ -97,7 +97,8 @@ function expression(text: string): Expression {
   const m = CALL.exec(text);
   if (!m) return { error: `unknown template expression {{ ${escapeControl(text).slice(0, 80)} }}`, text };
   const read = m[1] as 'label' | 'annotation' | 'field';
-  if (read === 'field' && !(m[2]! in NODE_FIELDS))
+  // Own keys only: `in` would take an object's inherited members (constructor, __proto__) for fields.
+  if (read === 'field' && !Object.hasOwn(NODE_FIELDS, m[2]!))
     return { error: `unknown node field ${quote(m[2]!)} in {{ ${escapeControl(text).slice(0, 80)} }}`, text };
   return { read, key: m[2]!, text };
 }
@@ -137,11 +138,11 @@ function read(e: Exclude<Expression, { error: string }>, view: NodeView, first: 
     case 'match.value':
       return first?.value;
     case 'label':
-      return view.labels[e.key];
+      return valueAt(view.labels, e.key);
     case 'annotation':
-      return view.annotations[e.key];
+      return valueAt(view.annotations, e.key);
     case 'field':
-      return view.fields[e.key as NodeField];
+      return valueAt(view.fields, e.key);
   }
 }
 

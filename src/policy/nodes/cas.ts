@@ -8,7 +8,7 @@ import type { EventHandler } from '../../runtime/cache/informer.ts';
 import { ApiError, type KubeClient } from '../../runtime/client/client.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import type { NodeKey, WriteLoopBreaker } from './loopbreaker.ts';
-import { ownedTaints, taintId, taintRecordKey, taintsOf, type NodeTaint } from './plan.ts';
+import { ownedTaints, taintId, taintRecordKey, taintRecordValue, taintsOf, type NodeTaint } from './plan.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
 import { escapeKey, type JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 
@@ -62,24 +62,27 @@ export function casPatch(
 
 /**
  * The patch that brings the taints `manager` put on `node` to `want`: its own come off or change,
- * anyone else's stay, and its record follows. The node's uid is tested first (a node deleted and
- * recreated under the same name is not this one).
+ * anyone else's stay (a wanted taint someone else has on the node is left to them), and its record
+ * follows. The node's uid is tested first (a node deleted and recreated under the same name is not
+ * this one).
  */
 export function taintPatch(node: KubeObject, manager: string, want: NodeTaint[]): JsonPatchOp[] {
   const current = taintsOf(node);
   const owned = new Set(ownedTaints(node, manager));
-  const wanted = new Map(want.map((t) => [taintId(t), t]));
+  const present = new Set(current.map(taintId));
+  const wanted = new Map(
+    want.filter((t) => owned.has(taintId(t)) || !present.has(taintId(t))).map((t) => [taintId(t), t]),
+  );
   const next = [
     ...current
       .filter((t) => !owned.has(taintId(t)) || wanted.has(taintId(t)))
-      .map((t) => wanted.get(taintId(t)) ?? t),
-    ...want.filter((t) => !current.some((c) => taintId(c) === taintId(t))),
+      .map((t) => (owned.has(taintId(t)) ? wanted.get(taintId(t))! : t)),
+    ...[...wanted.values()].filter((t) => !present.has(taintId(t))),
   ];
   const same =
     next.length === current.length && next.every((t, i) => JSON.stringify(t) === JSON.stringify(current[i]));
-  const record = [...wanted.keys()].sort();
   const ops = casPatch(node, same ? undefined : next, [
-    [taintRecordKey(manager), record.length ? JSON.stringify(record) : null],
+    [taintRecordKey(manager), taintRecordValue([...wanted.values()])],
   ]);
   return ops.length ? [{ op: 'test', path: '/metadata/uid', value: node.metadata?.uid }, ...ops] : [];
 }

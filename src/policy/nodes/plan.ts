@@ -27,6 +27,8 @@ export interface NodeState extends NodeOutputs {
    * apply conflict, so it is foreign to a change.
    */
   shared: { labels: string[]; annotations: string[] };
+  /** The manager's taint record as the node carries it (taintRecord). */
+  taintRecord: Map<string, string | undefined>;
 }
 
 export type NodeOutputKind = 'label' | 'annotation' | 'taint';
@@ -36,24 +38,51 @@ export const taintId = (t: { key: string; effect: string }): string => `${t.key}
 /** Where Berth's node writers keep their own bookkeeping: `<field manager>.nodes.berth.dev/`. */
 export const NODE_WRITERS_DOMAIN = 'nodes.berth.dev';
 /**
- * The annotation in which a field manager records the taints it put on a node (their ids, JSON).
- * spec.taints is an atomic list: managedFields says who last wrote the list, not whose each taint is.
+ * The annotation in which a field manager records the taints it put on a node: each one's id with
+ * the value it wrote, JSON. spec.taints is an atomic list: managedFields says who last wrote the
+ * list, not whose each taint is.
  */
 export const taintRecordKey = (manager: string): string => `${manager}.${NODE_WRITERS_DOMAIN}/taints`;
 
 export const taintsOf = (node: KubeObject): NodeTaint[] =>
   (node['spec'] as { taints?: NodeTaint[] } | undefined)?.taints ?? [];
 
-/** The ids of the node's taints that `manager` put on (and that are still there). */
-export function ownedTaints(node: KubeObject, manager: string): string[] {
+/**
+ * What `manager`'s record on the node says: the value it wrote, by taint id. An earlier version
+ * recorded ids only: their values are unknown (undefined) until the record is written again.
+ */
+export function taintRecord(node: KubeObject, manager: string): Map<string, string | undefined> {
   let recorded: unknown;
   try {
-    recorded = JSON.parse(node.metadata?.annotations?.[taintRecordKey(manager)] ?? '[]');
+    recorded = JSON.parse(node.metadata?.annotations?.[taintRecordKey(manager)] ?? '{}');
   } catch {
-    recorded = [];
+    recorded = {};
   }
-  const present = new Set(taintsOf(node).map(taintId));
-  return Array.isArray(recorded) ? recorded.filter((id): id is string => present.has(id)) : [];
+  if (Array.isArray(recorded))
+    return new Map(
+      recorded.filter((id): id is string => typeof id === 'string').map((id) => [id, undefined]),
+    );
+  if (typeof recorded !== 'object' || recorded === null) return new Map();
+  return new Map(Object.entries(recorded).filter((e): e is [string, string] => typeof e[1] === 'string'));
+}
+
+/** The record of the taints a manager has on a node; null when there are none (the record goes). */
+export function taintRecordValue(taints: NodeTaint[]): string | null {
+  if (taints.length === 0) return null;
+  const sorted = [...taints].sort((a, b) => (taintId(a) < taintId(b) ? -1 : 1));
+  return JSON.stringify(Object.fromEntries(sorted.map((t) => [taintId(t), t.value ?? ''])));
+}
+
+/**
+ * The ids of the node's taints that `manager` put on and that are still as it wrote them: one
+ * someone removed, or set to another value, is theirs now (an entry of an earlier record, without
+ * its value, is taken as written).
+ */
+export function ownedTaints(node: KubeObject, manager: string): string[] {
+  const values = new Map(taintsOf(node).map((t) => [taintId(t), t.value ?? '']));
+  return [...taintRecord(node, manager)]
+    .filter(([id, value]) => values.has(id) && (value === undefined || values.get(id) === value))
+    .map(([id]) => id);
 }
 
 export function nodeState(node: KubeObject, manager: string): NodeState {
@@ -72,6 +101,7 @@ export function nodeState(node: KubeObject, manager: string): NodeState {
       labels: shared(['metadata', 'labels'], labels),
       annotations: shared(['metadata', 'annotations'], annotations),
     },
+    taintRecord: taintRecord(node, manager),
   };
 }
 
@@ -117,9 +147,10 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
     state.shared.annotations,
   );
   const current = new Map(state.taints.map((t) => [taintId(t), t]));
+  // A taint on the node that is not this manager's is someone else's, whatever its value: one set
+  // before this manager's first write of it, or changed since. Never taken, never recorded.
   const taints = desired.taints.filter((t) => {
-    const cur = current.get(taintId(t));
-    if (cur && (cur.value ?? '') !== (t.value ?? '') && !ownedTaints.has(taintId(t))) {
+    if (current.has(taintId(t)) && !ownedTaints.has(taintId(t))) {
       foreign.push({ kind: 'taint', key: taintId(t) });
       return false;
     }
@@ -132,9 +163,16 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
   const changed: NodeOutputKind[] = [];
   if (!sameRecord(ownedLabels, labels, state.labels)) changed.push('label');
   if (!sameRecord(ownedAnnotations, annotations, state.annotations)) changed.push('annotation');
+  // The node carries each taint as wanted, and the record says exactly that (values included, so
+  // an earlier version's record of ids, or one naming a taint someone took over, is written again).
+  const written = (t: NodeTaint) => {
+    const cur = current.get(taintId(t));
+    return cur !== undefined && (cur.value ?? '') === (t.value ?? '');
+  };
+  const record = state.taintRecord;
   if (
-    !sameKeys(ownedTaints, taints.map(taintId)) ||
-    !taints.every((t) => (current.get(taintId(t))?.value ?? '') === (t.value ?? ''))
+    record.size !== taints.length ||
+    !taints.every((t) => written(t) && record.get(taintId(t)) === (t.value ?? ''))
   )
     changed.push('taint');
   return { inSync: changed.length === 0, changed, labels, annotations, taints, foreign };

@@ -235,13 +235,15 @@ describe('planApply: ownership', () => {
     labels: Record<string, string>,
     ownedByBerth: string[],
     taints: unknown[] = [],
-    ownedTaints: string[] = [],
+    taintRecord: Record<string, string> = {},
   ): KubeObject => ({
     metadata: {
       name: 'n1',
       labels,
-      // The taints Berth put on are in its record (spec.taints is an atomic list).
-      annotations: ownedTaints.length ? { [taintRecordKey(FIELD_MANAGER)]: JSON.stringify(ownedTaints) } : {},
+      // The taints Berth put on are in its record, with their values (spec.taints is an atomic list).
+      annotations: Object.keys(taintRecord).length
+        ? { [taintRecordKey(FIELD_MANAGER)]: JSON.stringify(taintRecord) }
+        : {},
       managedFields: [
         {
           manager: FIELD_MANAGER,
@@ -297,12 +299,9 @@ describe('planApply: ownership', () => {
       anyOf: [{ label: 'gpu', operator: 'Exists' }],
       taints: [{ key: 'gpu', value: 'x', effect: 'NoSchedule' }],
     });
-    const owned = node(
-      { gpu: '1' },
-      [],
-      [{ key: 'gpu', value: 'x', effect: 'NoSchedule' }],
-      ['gpu:NoSchedule'],
-    );
+    const owned = node({ gpu: '1' }, [], [{ key: 'gpu', value: 'x', effect: 'NoSchedule' }], {
+      'gpu:NoSchedule': 'x',
+    });
     assert.equal(
       planApply(ownedState(owned, FIELD_MANAGER), decide(nodeView(owned), [tainting])).inSync,
       true,

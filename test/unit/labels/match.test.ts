@@ -303,6 +303,22 @@ describe('templates', () => {
     });
   });
 
+  test("an object's inherited members are no field, label or annotation", () => {
+    for (const name of ['constructor', '__proto__', 'toString', 'hasOwnProperty'])
+      assert.deepEqual(templateErrors(`{{ field "${name}" }}`), [
+        `unknown node field "${name}" in {{ field "${name}" }}`,
+      ]);
+    for (const read of ['label', 'annotation'])
+      for (const name of ['__proto__', 'constructor'])
+        assert.deepEqual(renderTemplate(`v{{ ${read} "${name}" }}`, view({}), undefined), {
+          missing: `{{ ${read} "${name}" }}`,
+        });
+    // A label that really has such a name is read like any other.
+    assert.deepEqual(renderTemplate('{{ label "constructor" }}', view({ constructor: 'x' }), undefined), {
+      value: 'x',
+    });
+  });
+
   test('a rendering never exceeds the longest value any output takes', () => {
     const big = 'x'.repeat(3000);
     assert.deepEqual(renderTemplate('{{ annotation "big" }}', view({}, { big }), undefined), { value: big });

@@ -12,6 +12,7 @@ import {
   planNodeApply,
   taintRecordKey,
   type NodeOutputs,
+  type NodeTaint,
 } from '../../../src/policy/nodes/plan.ts';
 import { applyPatch } from '../gates/fixtures.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
@@ -255,7 +256,11 @@ describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch wit
     const bare = ownedNode({}, {}, { labels: [], annotations: [] }, [admin]);
     const on = applyPatch(bare, taintPatch(bare, FM, [mine]));
     assert.deepEqual((on['spec'] as { taints: unknown[] }).taints, [admin, mine]);
-    assert.equal(on.metadata!.annotations![taintRecordKey(FM)], '["accelerators/gpu:NoSchedule"]');
+    assert.equal(
+      on.metadata!.annotations![taintRecordKey(FM)],
+      '{"accelerators/gpu:NoSchedule":"dedicated"}',
+      'each taint with the value written',
+    );
     assert.deepEqual(nodeState(on, FM).owned.taints, ['accelerators/gpu:NoSchedule']);
     // A new value for its own taint, in place.
     const changed = applyPatch(on, taintPatch(on, FM, [{ ...mine, value: 'shared' }]));
@@ -295,6 +300,58 @@ describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch wit
       taints: [{ ...admin, value: 'mine' }],
     });
     assert.deepEqual(p.foreign, [{ kind: 'taint', key: 'dedicated:NoSchedule' }]);
+  });
+
+  const bare = (taints: NodeTaint[], record?: string): KubeObject => {
+    const n = ownedNode({}, {}, { labels: [], annotations: [] }, taints);
+    if (record) n.metadata!.annotations![taintRecordKey(FM)] = record;
+    return n;
+  };
+  const outputs = (taints: NodeTaint[]): NodeOutputs => ({ labels: {}, annotations: {}, taints });
+  const taintsOn = (n: KubeObject) => (n['spec'] as { taints: NodeTaint[] }).taints;
+
+  test('a taint already on the node, of the same value, is not taken: foreign, never recorded, never removed', () => {
+    // An admin's `kubectl taint` before the rule came: the same key, effect and value.
+    const n = bare([admin, mine]);
+    const plan = planNodeApply(nodeState(n, FM), outputs([mine]));
+    assert.deepEqual(plan.foreign, [{ kind: 'taint', key: 'accelerators/gpu:NoSchedule' }]);
+    assert.deepEqual([plan.taints, plan.inSync], [[], true], 'nothing of its own to write');
+    assert.deepEqual(taintPatch(n, FM, [mine]), [], 'not recorded, even when asked to');
+    // The rule stops matching: the taint stays the admin's.
+    assert.deepEqual(taintPatch(n, FM, []), []);
+    assert.equal(planNodeApply(nodeState(n, FM), outputs([])).inSync, true);
+  });
+
+  test('a taint Berth put on whose value someone changed is theirs: not written back, dropped from the record, left on the node', () => {
+    const n = bare([admin, { ...mine, value: 'taken' }], '{"accelerators/gpu:NoSchedule":"dedicated"}');
+    assert.deepEqual(nodeState(n, FM).owned.taints, []);
+    const plan = planNodeApply(nodeState(n, FM), outputs([mine]));
+    assert.deepEqual(plan.foreign, [{ kind: 'taint', key: 'accelerators/gpu:NoSchedule' }]);
+    assert.deepEqual([plan.taints, plan.changed], [[], ['taint']], 'a write of the record alone');
+    const after = applyPatch(n, taintPatch(n, FM, plan.taints));
+    assert.deepEqual(taintsOn(after), [admin, { ...mine, value: 'taken' }], 'their value stays');
+    assert.equal(after.metadata!.annotations![taintRecordKey(FM)], undefined, 'no longer recorded');
+    // From then on it is like any taint of someone else's: held back, nothing to write.
+    const again = planNodeApply(nodeState(after, FM), outputs([mine]));
+    assert.deepEqual([again.foreign.length, again.inSync], [1, true]);
+    // And were it set back to Berth's value, Berth would not take it back either.
+    const back = applyPatch(after, [{ op: 'replace', path: '/spec/taints/1/value', value: 'dedicated' }]);
+    assert.deepEqual(taintPatch(back, FM, []), []);
+  });
+
+  test("an earlier version's record (ids only) still owns its taints, and is written again with their values", () => {
+    const n = bare([admin, mine], '["accelerators/gpu:NoSchedule"]');
+    assert.deepEqual(nodeState(n, FM).owned.taints, ['accelerators/gpu:NoSchedule']);
+    const plan = planNodeApply(nodeState(n, FM), outputs([mine]));
+    assert.deepEqual([plan.foreign, plan.taints, plan.changed], [[], [mine], ['taint']]);
+    assert.deepEqual(changedKeys(nodeState(n, FM), plan), [], 'the taints themselves do not change');
+    const after = applyPatch(n, taintPatch(n, FM, plan.taints));
+    assert.deepEqual(taintsOn(after), [admin, mine]);
+    assert.equal(
+      after.metadata!.annotations![taintRecordKey(FM)],
+      '{"accelerators/gpu:NoSchedule":"dedicated"}',
+    );
+    assert.equal(planNodeApply(nodeState(after, FM), outputs([mine])).inSync, true);
   });
 
   test('sync: labels by server-side apply (never spec.taints), taints by a JSON patch on what the apply left', async () => {
