@@ -22,7 +22,7 @@ import {
 import { nodeInformer, type SlimNode } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
-import { formatFileError, RuleDirSource, type FileError } from './files.ts';
+import { formatFileError, keepHeld, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
 import { FIELD_MANAGER, NodeLabelRule, type NodeLabelRuleStatus, type Rule } from './types.ts';
 
@@ -106,7 +106,8 @@ export class LabelsController {
       .watch(this.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
       .watch(this.ruleObjects, allNodes, { update: changed(generationChanged) })
       .watch(kit.keys, allNodes);
-    if (this.files) this.nodeController.watch(this.files as Source<Rule>, allNodes);
+    if (this.files)
+      this.nodeController.watch(this.files as Source<Rule>, allNodes).watch(this.files.holdChanges, allNodes);
 
     this.status = new PolicyStatusWriter(this, this.ruleObjects, {
       name: 'labels-rule-status',
@@ -172,7 +173,7 @@ export class LabelsController {
       return;
     }
     const decision = decide(nodeView(node), this.rules());
-    const written = await this.writer.sync(node, decision);
+    const written = await this.writer.sync(node, keepHeld(decision, this.files?.holds() ?? [], node));
     const foreign = tracedOutputs(decision, written.foreign);
 
     // Each NodeLabelRule's standing on this node, for its status.
@@ -197,7 +198,8 @@ export class LabelsController {
     for (const f of foreign) {
       const s = standing(f.rule);
       if (s)
-        s.conflict = `${f.kind} ${f.key} on node ${name} is set to another value by another field manager; Berth leaves it alone`;
+        // A label or annotation set to another value, or a taint that was never (or is no longer) Berth's.
+        s.conflict = `${f.kind} ${f.key} on node ${name} is held by another field manager; Berth leaves it alone`;
     }
     const matched = [...decision.matches].filter(([, m]) => m.matched).map(([r]) => r);
     const blocked = new Set([...foreign, ...decision.conflicts.flatMap((c) => c.losers)].map((o) => o.rule));

@@ -1,16 +1,19 @@
 // k8s-auto-labeller rule files: `<dir>/<namespace>/<label>` lists dependent label keys, one per line,
-// and a node carrying any of them gets `<namespace>/<label>=true`. Parsing is pure; RuleDirSource
-// watches the directory and delivers the compiled rules as a controller Source.
+// and a node carrying any of them gets `<namespace>/<label>=true`. Parsing is pure, and so is what a
+// scan leaves in force (settleScan); RuleDirSource watches the directory and delivers the compiled
+// rules as a controller Source.
 import { constants, watch, type FSWatcher } from 'node:fs';
 import { open, readdir, realpath, stat } from 'node:fs/promises';
 import { join, sep } from 'node:path';
 import type { Source } from '../runtime/controller/controller.ts';
 import { type EventHandler } from '../runtime/cache/informer.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import { ownedKeys } from '../runtime/client/apply.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 import { escapeControl, quote } from '../policy/text.ts';
-import type { MatchTerm, Rule } from './types.ts';
+import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
 /** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
 export interface FileError {
@@ -118,8 +121,48 @@ export function parseRuleFile(
   };
 }
 
+const FILE_RULE = 'file:';
 /** The rule a file's `<namespace>/<label>` path makes. */
-const fileRuleName = (output: string): string => `file:${output}`;
+const fileRuleName = (output: string): string => `${FILE_RULE}${output}`;
+
+/**
+ * Which rule files' label keys: one file's (`<namespace>/<label>`), a namespace directory's, or
+ * (neither given) the whole directory's.
+ */
+export interface RuleScope {
+  namespace?: string;
+  label?: string;
+}
+
+const scopeId = (s: RuleScope): string => JSON.stringify([s.namespace, s.label]);
+
+/** Whether `key` is a key a rule file in `scope` may own: every rule file's is `<namespace>/<label>`. */
+export function inScope(scope: RuleScope, key: string): boolean {
+  const slash = key.indexOf('/');
+  if (slash < 0) return false;
+  return (
+    (scope.namespace === undefined || scope.namespace === key.slice(0, slash)) &&
+    (scope.label === undefined || scope.label === key.slice(slash + 1))
+  );
+}
+
+/**
+ * `desired` with the labels that holds keep as they are on `node`: each label Berth's field manager
+ * set to `true` (all that a rule file sets) under a held scope. The rule of a file Berth cannot
+ * read may still want it, so it is not pruned; a rule that sets the key on this node decides it.
+ */
+export function keepHeld<T extends { labels: Record<string, string> }>(
+  desired: T,
+  holds: readonly RuleScope[],
+  node: KubeObject,
+): T {
+  if (holds.length === 0) return desired;
+  const labels = node.metadata?.labels ?? {};
+  const held: Record<string, string> = {};
+  for (const key of ownedKeys(node, FIELD_MANAGER, ['metadata', 'labels']))
+    if (labels[key] === 'true' && holds.some((s) => inScope(s, key))) held[key] = 'true';
+  return { ...desired, labels: { ...held, ...desired.labels } };
+}
 
 /** Larger than any list of label keys; stops a misdirected --label-dir from reading big files on every poll. */
 const MAX_FILE_BYTES = 1 << 20;
@@ -135,22 +178,29 @@ const fsReason = (e: unknown): string => {
   return errorText(e);
 };
 
+/** What reading one entry of the tree (a rule file, a namespace directory) found wrong. */
+interface Reading {
+  errors: FileError[];
+  /** It was listed but is gone (ENOENT). */
+  vanished: boolean;
+}
+
 /**
  * Runs one file-system call; a failure becomes an error on `file`, except ENOENT: a path that
  * vanished after its directory was listed (or a link left dangling mid-swap of a ConfigMap volume)
- * is a change in progress, and the change's own event rescans.
+ * is marked vanished, a change in progress until a following scan finds it gone too.
  */
 async function attempt<T>(
   op: Promise<T>,
   file: string,
   what: string,
-  errors: FileError[],
+  reading: Reading,
 ): Promise<T | undefined> {
   try {
     return await op;
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT')
-      errors.push({ file, message: `${what}: ${fsReason(e)}` });
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') reading.vanished = true;
+    else reading.errors.push({ file, message: `${what}: ${fsReason(e)}` });
     return undefined;
   }
 }
@@ -161,13 +211,25 @@ export interface ScannedDir {
   id: string;
 }
 
+/**
+ * A rule file, namespace directory or the directory itself that a scan could not use: there but
+ * rejected or unreadable, or vanished mid-scan (ENOENT).
+ */
+export interface Unsettled {
+  scope: RuleScope;
+  /** Its path, for the note that says what stays. */
+  file: string;
+  /** Gone (ENOENT): a change in progress, such as a ConfigMap volume's `..data` swap, or a removal. */
+  vanished: boolean;
+}
+
 export interface ScannedRuleDir {
   rules: Rule[];
   errors: FileError[];
   /** The directories read, to watch. */
   dirs: ScannedDir[];
-  /** Rules whose file is there but was rejected: each keeps its last good version. */
-  kept: string[];
+  /** What the scan could not use: each keeps its last good rules (settleScan). */
+  unsettled: Unsettled[];
 }
 
 const dirId = (st: { dev: number; ino: number }): string => `${st.dev}:${st.ino}`;
@@ -181,7 +243,7 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
   const rules: Rule[] = [];
   const errors: FileError[] = [];
   const dirs: ScannedDir[] = [];
-  const kept: string[] = [];
+  const unsettled: Unsettled[] = [];
   let root: string;
   let namespaces: string[];
   try {
@@ -190,43 +252,56 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
     namespaces = await readdir(root);
   } catch (e) {
     const reason = fsReason(e);
-    const hint = reason === 'does not exist' ? '; its rules apply once it is created' : '';
-    return { rules, errors: [{ file: dir, message: `rule directory ${reason}${hint}` }], dirs, kept };
+    const vanished = (e as NodeJS.ErrnoException).code === 'ENOENT';
+    const hint = vanished ? '; its rules apply once it is created' : '';
+    unsettled.push({ scope: {}, file: dir, vanished });
+    return { rules, errors: [{ file: dir, message: `rule directory ${reason}${hint}` }], dirs, unsettled };
   }
   const layout = `rule files go in ${join(dir, '<namespace>', '<label>')}, e.g. ${join(dir, 'accelerators', 'edgetpu')}`;
 
   /** Where `path` really is, if that is inside the directory; otherwise an error on `path`. */
-  const inside = async (path: string, errors: FileError[]): Promise<string | undefined> => {
-    const real = await attempt(realpath(path), path, 'cannot read', errors);
+  const inside = async (path: string, reading: Reading): Promise<string | undefined> => {
+    const real = await attempt(realpath(path), path, 'cannot read', reading);
     if (real === undefined) return undefined;
     if (real === root || real.startsWith(root + sep)) return real;
-    errors.push({
+    reading.errors.push({
       file: path,
       message: 'is a symbolic link that leads out of the rule directory: only links within it are followed',
     });
     return undefined;
   };
 
-  // A file that is there but cannot be used keeps its last good rule (the label stays where it
-  // was, and the error says why): a typo, or a scan that caught a file half written, must not take
-  // a label off every node.
-  const readRule = async (namespace: string, label: string): Promise<void> => {
-    const own: FileError[] = [];
-    await readRuleInto(namespace, label, own);
-    if (own.length === 0) return;
-    errors.push(...own);
-    kept.push(fileRuleName(`${namespace}/${label}`));
+  // An entry that is there but cannot be used, or that vanished, is unsettled (settleScan keeps its
+  // last good rules or holds its keys, and the error says why): a typo, a scan that caught a file
+  // half written, an unreadable directory or a swap in progress must not take a label off every node.
+  const settle = (scope: RuleScope, file: string, reading: Reading): void => {
+    errors.push(...reading.errors);
+    if (reading.errors.length > 0 || reading.vanished)
+      unsettled.push({ scope, file, vanished: reading.errors.length === 0 });
   };
-  const readRuleInto = async (namespace: string, label: string, errors: FileError[]): Promise<void> => {
+
+  const readRule = async (namespace: string, label: string): Promise<void> => {
     const file = join(dir, namespace, label);
-    const real = await inside(file, errors);
+    const reading: Reading = { errors: [], vanished: false };
+    const rule = await readRuleFile(file, namespace, label, reading);
+    if (rule) rules.push(rule);
+    settle({ namespace, label }, file, reading);
+  };
+  const readRuleFile = async (
+    file: string,
+    namespace: string,
+    label: string,
+    reading: Reading,
+  ): Promise<Rule | undefined> => {
+    const errors = reading.errors;
+    const real = await inside(file, reading);
     if (real === undefined) return;
     // The resolved path, opened without following a link put there since: what was checked is what is read.
     const handle = await attempt(
       open(real, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK),
       file,
       'cannot read',
-      errors,
+      reading,
     );
     if (!handle) return;
     try {
@@ -252,8 +327,8 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
         return;
       }
       const parsed = parseRuleFile(file, namespace, label, buf.subarray(0, size));
-      if (parsed.rule) rules.push(parsed.rule);
       errors.push(...parsed.errors);
+      return parsed.rule;
     } catch (e) {
       errors.push({ file, message: `cannot read: ${fsReason(e)}` });
     } finally {
@@ -263,24 +338,98 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
 
   const readNamespace = async (namespace: string): Promise<void> => {
     const path = join(dir, namespace);
-    const real = await inside(path, errors);
+    const reading: Reading = { errors: [], vanished: false };
+    const labels = await listNamespace(path, reading);
+    settle({ namespace }, path, reading);
+    await Promise.all((labels ?? []).filter((n) => !ignored(n)).map((label) => readRule(namespace, label)));
+  };
+  const listNamespace = async (path: string, reading: Reading): Promise<string[] | undefined> => {
+    const real = await inside(path, reading);
     if (real === undefined) return;
-    const st = await attempt(stat(real), path, 'cannot read', errors);
+    const st = await attempt(stat(real), path, 'cannot read', reading);
     if (!st) return;
     if (!st.isDirectory()) {
+      // Not unsettled: no rule file can be in it.
       errors.push({ file: path, message: `is not in a namespace directory: ${layout}` });
       return;
     }
     dirs.push({ path: real, id: dirId(st) });
-    const labels = await attempt(readdir(real), path, 'cannot read directory', errors);
-    await Promise.all((labels ?? []).filter((n) => !ignored(n)).map((label) => readRule(namespace, label)));
+    return attempt(readdir(real), path, 'cannot read directory', reading);
   };
 
   await Promise.all(namespaces.filter((n) => !ignored(n)).map(readNamespace));
-  rules.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  rules.sort(byName);
   errors.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : (a.line ?? 0) - (b.line ?? 0)));
-  kept.sort();
-  return { rules, errors, dirs, kept };
+  unsettled.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0));
+  return { rules, errors, dirs, unsettled };
+}
+
+const byName = (a: { name: string }, b: { name: string }): number =>
+  a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+
+/** What a scan leaves in force, given what was in force before it. */
+export interface SettledScan {
+  /** The rules scanned and the last good rules of what is unsettled, sorted by name. */
+  rules: Rule[];
+  /** The scan's errors, then a note per unsettled entry saying what stays. */
+  errors: FileError[];
+  /** Scopes whose keys are not pruned: rejected with no last good rule, or an unreadable directory. */
+  holds: RuleScope[];
+  /** What vanished in this scan (scopeId), for the next to confirm. */
+  vanished: Set<string>;
+  /** Something vanished that the previous scan had: a following scan must tell a swap from a removal. */
+  recheck: boolean;
+}
+
+/**
+ * Settles a scan against what was in force before it. What is unsettled keeps its last good
+ * rules; one with none (a file rejected since Berth started: a restart, a new leader) or a
+ * directory (whose files Berth cannot see) holds back the pruning of its keys instead, so that
+ * a label is not taken off every node (and the pods that select it with it) for a file Berth
+ * could not read. ENOENT on one scan is a change in progress (a ConfigMap volume's `..data` swap);
+ * on the following one too, or once no listing names the path, the path is gone and its rules go.
+ */
+export function settleScan(
+  scan: Pick<ScannedRuleDir, 'rules' | 'errors' | 'unsettled'>,
+  before: { rules: ReadonlyMap<string, { rule: Rule }>; vanished: ReadonlySet<string> },
+): SettledScan {
+  const rules = new Map(scan.rules.map((r) => [r.name, r]));
+  const vanished = new Set(scan.unsettled.filter((u) => u.vanished).map((u) => scopeId(u.scope)));
+  const holds: RuleScope[] = [];
+  const notes: FileError[] = [];
+  for (const u of scan.unsettled) {
+    if (u.vanished && before.vanished.has(scopeId(u.scope))) continue;
+    let kept = 0;
+    for (const [name, { rule }] of before.rules) {
+      if (rules.has(name) || !inScope(u.scope, name.slice(FILE_RULE.length))) continue;
+      rules.set(name, rule);
+      kept++;
+    }
+    // A directory may hold files that have no last good rule.
+    const directory = u.scope.label === undefined;
+    if (directory || kept === 0) holds.push(u.scope);
+    if (!u.vanished) notes.push({ file: u.file, message: stays(u.scope, kept > 0) });
+  }
+  return {
+    rules: [...rules.values()].sort(byName),
+    errors: [...scan.errors, ...notes],
+    holds,
+    vanished,
+    recheck: [...vanished].some((id) => !before.vanished.has(id)),
+  };
+}
+
+/** The note on an unsettled entry that is there: what stays until it can be used again. */
+function stays(scope: RuleScope, kept: boolean): string {
+  if (scope.label !== undefined)
+    return kept
+      ? 'its last good rule stays in force until the file is fixed or removed'
+      : `no good version of it has been read since Berth started: label ${escapeControl(`${scope.namespace}/${scope.label}`)} stays on the nodes where Berth set it, and is set on no other, until the file is fixed or removed`;
+  const labels =
+    scope.namespace === undefined
+      ? 'the labels of rule files'
+      : `the labels ${escapeControl(scope.namespace)}/*`;
+  return `the last good rules under it stay in force, and ${labels} that Berth set stay where they are, until it can be read or is removed`;
 }
 
 export interface RuleDirSourceOptions {
@@ -311,6 +460,11 @@ export class RuleDirSource implements Source<Rule> {
   private current = new Map<string, { rule: Rule; json: string }>();
   private currentErrors: FileError[] = [];
   private errorsJson = '[]';
+  private currentHolds: RuleScope[] = [];
+  private holdsJson = '[]';
+  private readonly holdHandlers: EventHandler<RuleScope[]>[] = [];
+  /** What the last scan found vanished: gone again in the next, it is removed. */
+  private vanished = new Set<string>();
   private synced = false;
   private syncWaiters: (() => void)[] = [];
   private running = false;
@@ -354,7 +508,7 @@ export class RuleDirSource implements Source<Rule> {
   /** A handler added late first gets an add for every current rule, as with informers. */
   addEventHandler(h: EventHandler<Rule>): void {
     this.handlers.push(h);
-    if (h.onAdd) for (const { rule } of this.current.values()) this.deliver(() => h.onAdd?.(rule), rule);
+    if (h.onAdd) for (const { rule } of this.current.values()) this.deliver(() => h.onAdd?.(rule), rule.name);
   }
 
   waitForSync(signal?: AbortSignal): Promise<void> {
@@ -377,6 +531,17 @@ export class RuleDirSource implements Source<Rule> {
   get(name: string): Rule | undefined {
     return this.current.get(name)?.rule;
   }
+
+  /** Scopes whose labels are not pruned (keepHeld): their files are rejected or unreadable. */
+  holds(): RuleScope[] {
+    return [...this.currentHolds];
+  }
+
+  /** Changes of holds(), as a Source for Controller.watch: onUpdate(before, after) on each. */
+  readonly holdChanges: Source<RuleScope[]> = {
+    addEventHandler: (h) => void this.holdHandlers.push(h),
+    waitForSync: (signal) => this.waitForSync(signal),
+  };
 
   // Events that arrive while a scan runs ask for one more scan after it, so nothing is lost.
   private requestScan(): void {
@@ -405,7 +570,7 @@ export class RuleDirSource implements Source<Rule> {
     })();
   }
 
-  private readonly onWatchEvent = (): void => {
+  private readonly scheduleRescan = (): void => {
     if (this.debounceTimer || !this.running) return;
     this.debounceTimer = setTimeout(() => {
       this.debounceTimer = undefined;
@@ -422,11 +587,18 @@ export class RuleDirSource implements Source<Rule> {
 
   /** Rescans the tree and delivers the differences; true when a directory is newly watched. */
   private async rescan(): Promise<boolean> {
-    const { rules, errors, dirs, kept } = await scanRuleDir(this.dir);
+    const scan = await scanRuleDir(this.dir);
     if (!this.running) return false;
-    const newWatch = this.rewatch(dirs);
+    const newWatch = this.rewatch(scan.dirs);
+    const { rules, errors, holds, vanished, recheck } = settleScan(scan, {
+      rules: this.current,
+      vanished: this.vanished,
+    });
+    this.vanished = vanished;
+    // Something vanished: the following scan, soon rather than at the next poll, tells a swap from a removal.
+    if (recheck) this.scheduleRescan();
 
-    let next = new Map<string, { rule: Rule; json: string }>();
+    const next = new Map<string, { rule: Rule; json: string }>();
     const added: Rule[] = [];
     const updated: [Rule, Rule][] = [];
     for (const rule of rules) {
@@ -440,23 +612,25 @@ export class RuleDirSource implements Source<Rule> {
       else added.push(rule);
       next.set(rule.name, { rule, json });
     }
-    for (const name of kept) {
-      const prev = this.current.get(name);
-      if (prev) next.set(name, prev);
-    }
-    if (kept.length > 0) next = new Map([...next].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
     const deleted = [...this.current.values()].filter((e) => !next.has(e.rule.name)).map((e) => e.rule);
     this.current = next;
     const errorsJson = JSON.stringify(errors);
     const errorsChanged = errorsJson !== this.errorsJson;
     this.currentErrors = errors;
     this.errorsJson = errorsJson;
+    const holdsBefore = this.currentHolds;
+    const holdsJson = JSON.stringify(holds);
+    const holdsChanged = holdsJson !== this.holdsJson;
+    this.currentHolds = holds;
+    this.holdsJson = holdsJson;
 
     for (const h of this.handlers) {
-      for (const r of added) this.deliver(() => h.onAdd?.(r), r);
-      for (const [a, b] of updated) this.deliver(() => h.onUpdate?.(a, b), b);
-      for (const r of deleted) this.deliver(() => h.onDelete?.(r), r);
+      for (const r of added) this.deliver(() => h.onAdd?.(r), r.name);
+      for (const [a, b] of updated) this.deliver(() => h.onUpdate?.(a, b), b.name);
+      for (const r of deleted) this.deliver(() => h.onDelete?.(r), r.name);
     }
+    if (holdsChanged)
+      for (const h of this.holdHandlers) this.deliver(() => h.onUpdate?.(holdsBefore, holds), 'holds');
     if (errorsChanged) {
       try {
         this.onErrors?.(errors);
@@ -471,11 +645,11 @@ export class RuleDirSource implements Source<Rule> {
     return newWatch;
   }
 
-  private deliver(fn: () => void, rule: Rule): void {
+  private deliver(fn: () => void, rule: string): void {
     try {
       fn();
     } catch (e) {
-      this.log.error({ err: errorText(e), rule: rule.name }, 'event handler failed');
+      this.log.error({ err: errorText(e), rule }, 'event handler failed');
     }
   }
 
@@ -492,7 +666,7 @@ export class RuleDirSource implements Source<Rule> {
     for (const [path, id] of wanted) {
       if (this.watchers.has(path)) continue;
       try {
-        const watcher = watch(path, { persistent: false }, this.onWatchEvent);
+        const watcher = watch(path, { persistent: false }, this.scheduleRescan);
         watcher.on('error', (e) => {
           this.watchFailed(e);
           if (this.watchers.get(path)?.watcher === watcher) this.unwatch(path);

@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import { workersOption, type Capability } from '../capability.ts';
+import { atLeast, workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { rulesCommand } from './cli.ts';
 import { LabelsController } from './controller.ts';
@@ -32,13 +32,13 @@ export const labelsCapability: Capability = {
       "how long a rule file's label must stay gone before its pods are evicted",
     )
       .default(60)
-      .argParser(Number),
+      .argParser(atLeast(0)),
     new Option(
       '--max-evictions-per-minute <n>',
       'evictions on removal per minute in the whole cluster, all rules together',
     )
       .default(CLUSTER_MAX_PER_MINUTE)
-      .argParser(Number),
+      .argParser(atLeast(0)),
   ],
   crds: [NodeLabelRule],
   rbac: [

@@ -5,17 +5,25 @@ import { chmod, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
+import { decide } from '../../../src/labels/decide.ts';
 import {
   formatFileError,
+  keepHeld,
   parseRuleFile,
   RuleDirSource,
   scanRuleDir,
+  settleScan,
   type FileError,
   type RuleDirSourceOptions,
+  type RuleScope,
+  type ScannedRuleDir,
 } from '../../../src/labels/files.ts';
+import { nodeView } from '../../../src/labels/match.ts';
 import { controlCharacterError } from '../../../src/labels/values.ts';
+import { nodeState, planNodeApply } from '../../../src/policy/nodes/plan.ts';
 import { validateLabelKey, validateLabelValue } from '../../../src/policy/match/selector.ts';
-import type { Rule } from '../../../src/labels/types.ts';
+import { FIELD_MANAGER, type Rule } from '../../../src/labels/types.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { holdsFor, waitFor } from '../../helpers/wait.ts';
 
 const EDGETPU = [
@@ -276,13 +284,13 @@ describe('scanRuleDir', () => {
     );
   });
 
-  test('a missing directory is one error and no rules', async (t) => {
+  test('a missing directory is one error, no rules, and vanished (for a following scan to confirm)', async (t) => {
     const dir = join(await tempDir(t), 'absent');
     assert.deepEqual(await scanRuleDir(dir), {
       rules: [],
       errors: [{ file: dir, message: 'rule directory does not exist; its rules apply once it is created' }],
       dirs: [],
-      kept: [],
+      unsettled: [{ scope: {}, file: dir, vanished: true }],
     });
   });
 
@@ -317,6 +325,207 @@ describe('scanRuleDir', () => {
       rules.map((r) => [r.name, r.source]),
       [['file:accelerators/edgetpu', { kind: 'File', path: join(dir, 'accelerators/edgetpu') }]],
     );
+  });
+
+  test('what it cannot use is unsettled: a rejected file, an unreadable namespace, a vanished file', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, {
+      'accelerators/edgetpu': EDGETPU,
+      'accelerators/broken': 'Not Valid\n',
+      stray: 'a\n',
+    });
+    await symlink('nowhere', join(dir, 'accelerators/dangling')); // what a swap in progress leaves
+    await symlink('looped.example.org', join(dir, 'looped.example.org')); // ELOOP: no root needed
+    const { rules, errors, unsettled } = await scanRuleDir(dir);
+    assert.deepEqual(
+      rules.map((r) => r.name),
+      ['file:accelerators/edgetpu'],
+    );
+    assert.deepEqual(unsettled, [
+      {
+        scope: { namespace: 'accelerators', label: 'broken' },
+        file: join(dir, 'accelerators/broken'),
+        vanished: false,
+      },
+      {
+        scope: { namespace: 'accelerators', label: 'dangling' },
+        file: join(dir, 'accelerators/dangling'),
+        vanished: true,
+      },
+      { scope: { namespace: 'looped.example.org' }, file: join(dir, 'looped.example.org'), vanished: false },
+    ]);
+    assert.match(
+      errors.find((e) => e.file === join(dir, 'looped.example.org'))?.message ?? '',
+      /^cannot read: /,
+    );
+    assert.ok(!errors.some((e) => e.file.endsWith('dangling')), 'a vanished file is no error');
+
+    // The directory itself unreadable.
+    const loop = join(dir, 'loop');
+    await symlink(loop, loop);
+    assert.deepEqual((await scanRuleDir(loop)).unsettled, [{ scope: {}, file: loop, vanished: false }]);
+  });
+});
+
+describe('settleScan', () => {
+  const EDGE = parse(EDGETPU).rule!;
+  const GPU = parse('nvidia.com/gpu.present\n', 'accelerators', 'gpu').rule!;
+  const OTHER = parse('a\n', 'other.example.org', 'x').rule!;
+  const edgeScope: RuleScope = { namespace: 'accelerators', label: 'edgetpu' };
+  const file = 'labels/accelerators/edgetpu';
+  const before = (rules: Rule[], vanished: string[] = []) => ({
+    rules: new Map(rules.map((rule) => [rule.name, { rule }])),
+    vanished: new Set(vanished),
+  });
+  const scan = (rules: Rule[], unsettled: ScannedRuleDir['unsettled'] = []) => ({
+    rules,
+    errors: [],
+    unsettled,
+  });
+  const names = (rules: Rule[]) => rules.map((r) => r.name);
+
+  test('a rejected file keeps its last good rule; with none (the first scan), it holds its key and says so', () => {
+    const rejected = scan([GPU], [{ scope: edgeScope, file, vanished: false }]);
+    const kept = settleScan(rejected, before([EDGE, GPU]));
+    assert.deepEqual(names(kept.rules), ['file:accelerators/edgetpu', 'file:accelerators/gpu']);
+    assert.equal(kept.rules[0], EDGE);
+    assert.deepEqual(kept.holds, []);
+    assert.deepEqual(kept.errors, [
+      { file, message: 'its last good rule stays in force until the file is fixed or removed' },
+    ]);
+
+    const first = settleScan(rejected, before([]));
+    assert.deepEqual(names(first.rules), ['file:accelerators/gpu']);
+    assert.deepEqual(first.holds, [edgeScope]);
+    assert.match(
+      first.errors[0]?.message ?? '',
+      /label accelerators\/edgetpu stays on the nodes where Berth set it/,
+    );
+    assert.equal(first.recheck, false);
+  });
+
+  test('an unreadable directory keeps the last good rules under it and holds its keys', () => {
+    const namespace = settleScan(
+      scan([OTHER], [{ scope: { namespace: 'accelerators' }, file: 'labels/accelerators', vanished: false }]),
+      before([EDGE, GPU, OTHER]),
+    );
+    assert.deepEqual(names(namespace.rules), [EDGE.name, GPU.name, OTHER.name]);
+    assert.deepEqual(namespace.holds, [{ namespace: 'accelerators' }]);
+    assert.match(namespace.errors[0]?.message ?? '', /the labels accelerators\/\* that Berth set stay/);
+
+    const root = settleScan(
+      scan([], [{ scope: {}, file: 'labels', vanished: false }]),
+      before([EDGE, OTHER]),
+    );
+    assert.deepEqual(names(root.rules), [EDGE.name, OTHER.name]);
+    assert.deepEqual(root.holds, [{}]);
+  });
+
+  test('ENOENT once is a change in progress: nothing goes, nothing is said, and a following scan is asked for', () => {
+    const swap = settleScan(scan([GPU], [{ scope: edgeScope, file, vanished: true }]), before([EDGE, GPU]));
+    assert.deepEqual(names(swap.rules), [EDGE.name, GPU.name]);
+    assert.deepEqual([swap.errors, swap.holds, swap.recheck], [[], [], true]);
+    // The swap done: the file is back, changed or not, and nothing flapped.
+    const after = settleScan(scan([EDGE, GPU]), {
+      rules: before([EDGE, GPU]).rules,
+      vanished: swap.vanished,
+    });
+    assert.deepEqual(
+      [names(after.rules), after.vanished.size, after.recheck],
+      [[EDGE.name, GPU.name], 0, false],
+    );
+    // Vanished on the first scan, with no rule yet: its key is held, not pruned, until confirmed.
+    assert.deepEqual(settleScan(scan([], [{ scope: edgeScope, file, vanished: true }]), before([])).holds, [
+      edgeScope,
+    ]);
+  });
+
+  test('ENOENT on a following scan too, or no listing naming it, is a removal, and stays one', () => {
+    const gone = scan([GPU], [{ scope: edgeScope, file, vanished: true }]);
+    const first = settleScan(gone, before([EDGE, GPU]));
+    const second = settleScan(gone, { rules: before(first.rules).rules, vanished: first.vanished });
+    assert.deepEqual([names(second.rules), second.holds, second.recheck], [[GPU.name], [], false]);
+    // A dangling link stays: it is not brought back, held or rechecked on the next scans.
+    const third = settleScan(gone, { rules: before(second.rules).rules, vanished: second.vanished });
+    assert.deepEqual([names(third.rules), third.holds, third.recheck], [[GPU.name], [], false]);
+    // Not listed any more: gone at once.
+    assert.deepEqual(
+      names(settleScan(scan([GPU]), { rules: before(first.rules).rules, vanished: first.vanished }).rules),
+      [GPU.name],
+    );
+  });
+});
+
+describe('keepHeld', () => {
+  /** A node with `labels`, of which Berth's field manager set `owned`. */
+  const node = (labels: Record<string, string>, owned: string[]): KubeObject => ({
+    metadata: {
+      name: 'n1',
+      labels,
+      managedFields: [
+        {
+          manager: FIELD_MANAGER,
+          operation: 'Apply',
+          fieldsV1: { 'f:metadata': { 'f:labels': Object.fromEntries(owned.map((k) => [`f:${k}`, {}])) } },
+        },
+      ],
+    },
+  });
+  const n = node(
+    {
+      'accelerators/edgetpu': 'true',
+      'accelerators/gpu': 'true',
+      'accelerators/tier': 'gold', // a rule file sets only true: not one of theirs
+      'accelerators/admin': 'true', // not Berth's
+      'other.example.org/x': 'true',
+    },
+    ['accelerators/edgetpu', 'accelerators/gpu', 'accelerators/tier', 'other.example.org/x'],
+  );
+  const plan = (holds: RuleScope[], rules: Rule[] = []) =>
+    planNodeApply(nodeState(n, FIELD_MANAGER), keepHeld(decide(nodeView(n), rules), holds, n));
+
+  test('without holds, a label no rule derives is pruned', () => {
+    assert.deepEqual(plan([]).labels, {});
+  });
+
+  test("a held file's label stays where Berth set it, and only it", () => {
+    const p = plan([{ namespace: 'accelerators', label: 'edgetpu' }]);
+    assert.deepEqual(p.labels, { 'accelerators/edgetpu': 'true' });
+    assert.equal(p.inSync, false, 'the others still go');
+    // Set nowhere new: a node without it is left without it.
+    const bare = node({}, []);
+    assert.deepEqual(
+      keepHeld({ labels: {} }, [{ namespace: 'accelerators', label: 'edgetpu' }], bare).labels,
+      {},
+    );
+  });
+
+  test("a held namespace keeps its labels of Berth's set to true; a held directory, every such label", () => {
+    assert.deepEqual(plan([{ namespace: 'accelerators' }]).labels, {
+      'accelerators/edgetpu': 'true',
+      'accelerators/gpu': 'true',
+    });
+    const all = plan([{}]);
+    assert.deepEqual(all.labels, {
+      'accelerators/edgetpu': 'true',
+      'accelerators/gpu': 'true',
+      'other.example.org/x': 'true',
+    });
+  });
+
+  test('a rule that sets the key on the node decides it', () => {
+    const rule: Rule = {
+      name: 'nodelabelrule/a',
+      source: { kind: 'NodeLabelRule', name: 'a' },
+      allOf: [],
+      anyOf: [{ label: 'other.example.org/x', operator: 'Exists' }],
+      labels: { 'accelerators/edgetpu': 'yes' },
+      annotations: {},
+      taints: [],
+    };
+    assert.deepEqual(plan([{ namespace: 'accelerators', label: 'edgetpu' }], [rule]).labels, {
+      'accelerators/edgetpu': 'yes',
+    });
   });
 });
 
@@ -579,6 +788,7 @@ describe('RuleDirSource', () => {
     });
     assert.deepEqual(calls[0]?.map(formatFileError), [
       `${join(dir, 'accelerators/broken')}:1: "Bad Key!" is not a valid label key: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+      `${join(dir, 'accelerators/broken')}: no good version of it has been read since Berth started: label accelerators/broken stays on the nodes where Berth set it, and is set on no other, until the file is fixed or removed`,
     ]);
     assert.deepEqual(src.errors(), calls[0]);
     await holdsFor(
@@ -628,6 +838,85 @@ describe('RuleDirSource', () => {
     // Removed, the rule goes.
     await rm(file);
     assert.deepEqual((await next('onDelete of the removed file')).type, 'delete');
+  });
+
+  test('a file invalid at start holds its label, says so, and applies once fixed', async (t) => {
+    const dir = await tempDir(t);
+    const file = join(dir, 'accelerators/edgetpu');
+    // Caught half written as Berth starts (a restart, a new leader): there is no last good rule.
+    await writeTree(dir, {
+      'accelerators/edgetpu': 'kkohtaka.org/',
+      'accelerators/gpu': 'nvidia.com/gpu.present\n',
+    });
+    const { src, next } = await watchDir(t, dir);
+    const changes: RuleScope[][] = [];
+    src.holdChanges.addEventHandler({ onUpdate: (_, holds) => changes.push(holds) });
+    assert.deepEqual(
+      src.rules().map((r) => r.name),
+      ['file:accelerators/gpu'],
+    );
+    assert.deepEqual(src.holds(), [{ namespace: 'accelerators', label: 'edgetpu' }]);
+    assert.ok(
+      src
+        .errors()
+        .some((e) => e.file === file && /label accelerators\/edgetpu stays on the nodes/.test(e.message)),
+    );
+
+    await writeAtomic(file, EDGETPU);
+    assert.deepEqual((await next('onAdd of the fixed file')).name, 'file:accelerators/edgetpu');
+    assert.deepEqual(src.holds(), []);
+    assert.deepEqual(changes, [[]], 'the hold let go, for the nodes to be reconciled');
+    assert.deepEqual(src.errors(), []);
+  });
+
+  test('a namespace directory that cannot be read keeps its rules and holds its keys; the others work', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, {
+      '.real/accelerators/edgetpu': EDGETPU,
+      'other.example.org/x': 'a\n',
+    });
+    await symlink('.real/accelerators', join(dir, 'accelerators'));
+    const { src, events, next } = await watchDir(t, dir);
+    const initial = events.length;
+    const ns = join(dir, 'accelerators');
+
+    // Swapped whole for a link to itself: ELOOP, an error no chmod is needed for (tests may run as root).
+    await symlink('accelerators', join(dir, 'loop~'));
+    await rename(join(dir, 'loop~'), ns);
+    await waitFor('the unreadable namespace reported', () => src.errors().some((e) => e.file === ns), {
+      timeoutMs: 2000,
+      intervalMs: 20,
+    });
+    assert.deepEqual(src.holds(), [{ namespace: 'accelerators' }]);
+    assert.deepEqual(
+      src.rules().map((r) => r.name),
+      ['file:accelerators/edgetpu', 'file:other.example.org/x'],
+    );
+    await writeFile(join(dir, 'other.example.org/x'), 'b\n');
+    assert.deepEqual((await next('onUpdate in the readable namespace')).name, 'file:other.example.org/x');
+    assert.equal(events.length, initial + 1, 'no delete');
+
+    // Really removed: its rules go and the hold lets go.
+    await rm(ns);
+    assert.deepEqual((await next('onDelete once the namespace is gone')).name, 'file:accelerators/edgetpu');
+    assert.deepEqual(src.holds(), []);
+  });
+
+  test('a file that vanishes (a dangling link) goes once a following scan confirms it, and does not come back', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU, 'accelerators/gpu': 'nvidia.com/gpu.present\n' });
+    const { src, events, next } = await watchDir(t, dir, { pollMs: 50 });
+    await symlink(join(dir, '..nowhere'), join(dir, 'accelerators/.link'));
+    await rename(join(dir, 'accelerators/.link'), join(dir, 'accelerators/edgetpu'));
+    assert.deepEqual((await next('onDelete of the vanished file')).name, 'file:accelerators/edgetpu');
+    const seen = events.length;
+    await holdsFor(
+      'no flap: the dangling link is not brought back, nor held, by the polls that follow',
+      () => events.length === seen && src.holds().length === 0 && src.rules().length === 1,
+      400,
+      20,
+    );
+    assert.deepEqual(src.errors(), []);
   });
 
   test('a handler added after start gets the current rules', async (t) => {
