@@ -433,6 +433,63 @@ describe('agent placement', () => {
     });
   });
 
+  test('two placements on one owner keep both finalizers without rewriting it; a renamed finalizer and a deleted placement take only their own off', async () => {
+    const [node] = await addNodes(client, { prefix: `${id}-two`, count: 1 });
+    nodes.push(node!);
+    const placement = (side: string, finalizer: string) =>
+      applyPlacement(`${id}-two-${side}`, {
+        podSelector: { matchLabels: { app: `${id}-two` } },
+        owner: { uidLabel: POOL, apiVersion: 'v1', kind: 'ConfigMap' },
+        nodeLabel: { key: `${D}/two-${side}-agent` },
+        claimAnnotationPrefix: `${D}/two-${side}.`,
+        finalizer: { name: finalizer },
+      });
+    const uid = await pool('pool-two');
+    await client.create(
+      Resources.pods,
+      podManifest({
+        name: 'two-1',
+        namespace: ns,
+        nodeName: node!,
+        labels: { app: `${id}-two`, [POOL]: uid },
+      }),
+    );
+    await placement('a', `${D}/two-a-claims`);
+    await placement('b', `${D}/two-b-claims`);
+    const finalizers = async () =>
+      ((await client.get(Resources.configMaps, 'pool-two', ns)).metadata?.finalizers ?? []).sort();
+    await waitFor(
+      'both finalizers on the owner',
+      async () =>
+        JSON.stringify(await finalizers()) === JSON.stringify([`${D}/two-a-claims`, `${D}/two-b-claims`]),
+      { observe: finalizers },
+    );
+    // Settled: neither placement takes the other's entry off and puts its own back.
+    const version = async () =>
+      (await client.get(Resources.configMaps, 'pool-two', ns)).metadata?.resourceVersion;
+    const settled = await version();
+    await sleep(2000);
+    assert.equal(await version(), settled, 'the owner was written again with nothing to change');
+
+    await placement('a', `${D}/two-a2-claims`);
+    await waitFor(
+      'the renamed finalizer in place of the old, the other placement untouched',
+      async () =>
+        JSON.stringify(await finalizers()) === JSON.stringify([`${D}/two-a2-claims`, `${D}/two-b-claims`]),
+      { observe: finalizers },
+    );
+    await client.delete(AgentPlacement.ref, `${id}-two-b`);
+    await waitFor(
+      'the deleted placement took only its own finalizer off',
+      async () => JSON.stringify(await finalizers()) === JSON.stringify([`${D}/two-a2-claims`]),
+      { observe: finalizers },
+    );
+    await client.delete(AgentPlacement.ref, `${id}-two-a`);
+    await waitFor('no finalizer left', async () => (await finalizers()).length === 0, {
+      observe: finalizers,
+    });
+  });
+
   test('an owner kind that is not served: labels, but not Ready, with a Warning naming it; Ready within seconds of its CRD', async () => {
     const name = `${id}-ghost`;
     const [node] = await addNodes(client, { prefix: `${id}-ghost`, count: 1 });
