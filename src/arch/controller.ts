@@ -39,6 +39,7 @@ import {
   nodeArchitectures,
   nodeArchTaint,
   nodesTainted,
+  refusedByRegistry,
   parsePolicies,
   placePatch,
   podImages,
@@ -338,7 +339,7 @@ export class ArchController {
         failure.reason instanceof InspectionError
           ? failure.reason
           : new InspectionError('Unreachable', '', errorText(failure.reason), true);
-      const refused = err.reason === 'Unauthorized' || err.reason === 'NotFound';
+      const refused = refusedByRegistry(err);
       // Refused, or hidden as not found (what some registries answer for a private repository):
       // the next try reads the pod's secrets again, in case they were rotated.
       if (refused) for (const ref of this.pullSecretRefs(pod)) this.secrets.delete(ref);

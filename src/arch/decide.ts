@@ -2,7 +2,12 @@
 // places a pod, the architectures every image of a pod supports, and the one pod patch that places
 // it (affinity or tolerations, result, state) and takes its gate off. The webhook and the controller
 // feed these from their caches and the registry; nothing here does I/O.
-import type { InspectionError, Inspection, Platform } from '../registry/types.ts';
+import {
+  MAX_RETRY_AFTER_MS,
+  type InspectionError,
+  type Inspection,
+  type Platform,
+} from '../registry/types.ts';
 import { podSelected } from '../policy/namespace.ts';
 import type { NodeTaint } from '../policy/nodes/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
@@ -461,9 +466,13 @@ export interface Retries {
 
 /**
  * How long after its first one a pod keeps waiting out registries' pauses without using its retries:
- * the longest pause the registry client honours (its maxRetryAfterMs), so one full pause fits.
+ * the longest pause the registry client honours, so one full pause fits.
  */
-export const MAX_PAUSED_MS = 5 * 60_000;
+export const MAX_PAUSED_MS = MAX_RETRY_AFTER_MS;
+
+/** The registry refused the credentials, or hid the repository as not found. */
+export const refusedByRegistry = (err: Pick<InspectionError, 'reason'>): boolean =>
+  err.reason === 'Unauthorized' || err.reason === 'NotFound';
 
 /**
  * After a failed inspection: when to try the pod again and its retries then, or undefined to give
@@ -481,8 +490,7 @@ export function nextTry(
   maxRetries: number,
   ctx: { now: number; secretsMissing: boolean },
 ): { afterMs: number; retries: Retries } | undefined {
-  const refused = err.reason === 'Unauthorized' || err.reason === 'NotFound';
-  if (!err.transient && !(refused && ctx.secretsMissing)) return undefined;
+  if (!err.transient && !(refusedByRegistry(err) && ctx.secretsMissing)) return undefined;
   const pausedSince = retries.pausedSince ?? ctx.now;
   if (
     maxRetries > 0 &&

@@ -47,6 +47,7 @@ import { HostPauses, Semaphore, backoffMs, parseRetryAfter } from './politeness.
 import { isDigest, parseReference, type Reference } from './reference.ts';
 import {
   InspectionError,
+  MAX_RETRY_AFTER_MS,
   type FailureReason,
   type ImageInspector,
   type Inspection,
@@ -105,7 +106,7 @@ const defaults = {
   timeoutMs: 10_000,
   retries: 3,
   negativeTtlMs: 15_000,
-  maxRetryAfterMs: 5 * 60_000,
+  maxRetryAfterMs: MAX_RETRY_AFTER_MS,
   maxBodyBytes: 4 << 20,
 };
 /** An index inside an index inside the top one at most, and this many child fetches per image. */

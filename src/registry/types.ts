@@ -41,6 +41,9 @@ export type FailureReason =
   | 'DigestMismatch'
   | 'NotAnImage';
 
+/** The longest Retry-After the client honours by default (a registry asking for more gets this). */
+export const MAX_RETRY_AFTER_MS = 5 * 60_000;
+
 export class InspectionError extends Error {
   readonly reason: FailureReason;
   readonly image: string;
