@@ -2,9 +2,11 @@
 // first, then `apply` runs; once it is being deleted, `cleanup` runs, and the finalizer comes off
 // only when cleanup has released everything it guards. A finalizer is never added to an object being
 // deleted (the apiserver refuses that, and nothing would take it off again), and one that is on is
-// always taken off by the cleanup that follows: none is stranded.
+// always taken off by the cleanup that follows: none is stranded, not even one Berth did not apply
+// (a manifest or a restore that carried it).
 import type { KubeClient } from '../runtime/client/client.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
+import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { Result } from '../runtime/controller/controller.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 
@@ -22,22 +24,40 @@ export const hasFinalizer = (obj: KubeObject, name: string): boolean =>
   obj.metadata?.finalizers?.includes(name) ?? false;
 
 /** Adds or removes the finalizer by server-side apply: the field manager owns its own entry only. */
-export function setFinalizer(f: FinalizerRef, obj: KubeObject, present: boolean): Promise<KubeObject> {
+async function setFinalizer(f: FinalizerRef, obj: KubeObject, present: boolean): Promise<void> {
   const body = applyTarget(f.ref, obj);
   body.metadata.finalizers = present ? [f.name] : [];
-  return f.client.apply(f.ref, body, { fieldManager: f.fieldManager });
+  const written = await f.client.apply(f.ref, body, { fieldManager: f.fieldManager });
+  if (present) return;
+  // The apply lets go of Berth's claim only: an entry another manager also applied (or wrote by
+  // update) stays. The finalizer's name is Berth's all the same, and cleanup has released what it
+  // guards, so it comes off by a patch that fails if the object or the list changed meanwhile.
+  const patch = strayFinalizer(written, f.name);
+  if (patch)
+    await f.client.patch(f.ref, obj.metadata!.name!, patch, {
+      namespace: obj.metadata?.namespace,
+      type: 'json',
+    });
+}
+
+/** The patch that takes `name` off an object that still carries it after Berth let go of it. */
+export function strayFinalizer(obj: KubeObject, name: string): JsonPatchOp[] | undefined {
+  const i = obj.metadata?.finalizers?.indexOf(name) ?? -1;
+  if (i < 0) return undefined;
+  return [
+    { op: 'test', path: '/metadata/uid', value: obj.metadata!.uid },
+    ...removeItem('/metadata/finalizers', i, name),
+  ];
 }
 
 export interface FinalizerHandlers {
-  /** The object lives and carries the finalizer (or, not `needed`, may lack it): reconcile it. */
+  /** The object lives and carries the finalizer: reconcile it. */
   apply?(): Promise<Result | void>;
   /**
    * The object is being deleted and carries the finalizer: release what it guards. 'released' takes
    * the finalizer off; a Result (an empty one waits for the next event) keeps it on for now.
    */
   cleanup(): Promise<Result | 'released'>;
-  /** Whether a living object needs the finalizer (default: always). One already on stays. */
-  needed?: boolean;
 }
 
 export async function finalizer(
@@ -47,7 +67,7 @@ export async function finalizer(
 ): Promise<Result | void> {
   const present = hasFinalizer(obj, f.name);
   if (obj.metadata?.deletionTimestamp === undefined) {
-    if (!present && on.needed !== false && !(await write(f, obj, true))) return;
+    if (!present && !(await write(f, obj, true))) return;
     return on.apply?.();
   }
   // Not ours to hold, or released already.

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { GatesController } from '../../src/gates/controller.ts';
 import { explainNodeGates } from '../../src/gates/explain.ts';
-import { NodeStartupGate, type NodeStartupGateStatus } from '../../src/gates/types.ts';
+import { GATE_FINALIZER, NodeStartupGate, type NodeStartupGateStatus } from '../../src/gates/types.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import { ApiError } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
@@ -569,6 +569,33 @@ describe('startup gates', () => {
     );
     assert.ok(await adminsOnly(), "deleting the gate left the admin's taint");
     assert.equal((await nodeEvents(node)).filter((e) => e.note?.includes(`gate ${gate}`)).length, 0);
+  });
+
+  test("a gate whose manifest carried Berth's finalizer (a restore, a copied manifest) is not stranded when deleted", async () => {
+    const gate = `${id}-carried`;
+    gates.push(gate);
+    await client.apply(
+      NodeStartupGate.ref,
+      {
+        apiVersion: NodeStartupGate.apiVersion,
+        kind: NodeStartupGate.kind,
+        metadata: { name: gate, finalizers: [GATE_FINALIZER] },
+        spec: {
+          taint: { key: taintKey(gate), value: 'wait', effect: 'NoSchedule' },
+          nodeSelector: { matchLabels: { [POOL]: 'carried' } },
+          requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+        },
+      },
+      { fieldManager: 'test-restore', force: true },
+    );
+    await waitFor('the gate reconciled', async () => (await gateStatus(gate)) !== undefined);
+    await client.delete(NodeStartupGate.ref, gate);
+    await waitFor('the deleted gate gone, its finalizer taken off by Berth', () =>
+      client.get(NodeStartupGate.ref, gate).then(
+        () => false,
+        (e) => e instanceof ApiError && e.status === 404,
+      ),
+    );
   });
 
   test('bad gate specs are rejected by the apiserver or marked Invalid with a Warning event', async () => {
