@@ -6,6 +6,7 @@ import { nodeState, taintId } from '../policy/nodes/plan.ts';
 import { decide, planApply, type Output, type OutputKind } from './decide.ts';
 import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
 import { escapeControl, quote } from '../policy/text.ts';
+import { inScope, keepHeld, type Hold } from './files.ts';
 import { nodeView, subjectOf, termValue, type NodeView } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
@@ -24,12 +25,31 @@ function describeTerm(view: NodeView, t: MatchTerm): string {
 const sourceOf = (r: Rule): string =>
   r.source.kind === 'File' ? `file ${r.source.path}` : `NodeLabelRule ${r.source.name}`;
 
-/** Lines explaining a node's derived labels, annotations and taints. */
-export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
+function describeHold(h: Hold): string {
+  const why = h.errors.map((e) => `${e.line === undefined ? '' : `line ${e.line}: `}${e.message}`).join('; ');
+  const what =
+    h.scope.label !== undefined
+      ? 'rule file'
+      : h.scope.namespace !== undefined
+        ? 'namespace directory'
+        : 'rule directory';
+  const until =
+    h.scope.label !== undefined
+      ? 'Berth leaves the label where it set it until the file is fixed or removed (a Berth that read a good version of it since it started runs that instead)'
+      : 'Berth leaves the labels it set under it where they are until it can be read or is removed';
+  return `${what} ${escapeControl(h.file)} cannot be used (${why}): ${until}`;
+}
+
+/**
+ * Lines explaining a node's derived labels, annotations and taints. `holds` (holdsOf) keep the
+ * labels no rule sets that the controller keeps (keepHeld), and each such label says why.
+ */
+export function explainNodeLabels(node: KubeObject, rules: Rule[], holds: readonly Hold[] = []): string[] {
   const view = nodeView(node);
   const d = decide(view, rules);
   const state = nodeState(node, FIELD_MANAGER);
-  const plan = planApply(state, d);
+  const scopes = holds.map((h) => h.scope);
+  const plan = planApply(state, keepHeld(d, scopes, node));
   const byName = new Map(rules.map((r) => [r.name, r]));
   const out: string[] = [];
   const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
@@ -60,6 +80,10 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[]): string[] {
     out.push(
       `  held back: ${show(f)} from ${f.rule}: another field manager holds ${f.kind} ${f.key}; Berth leaves it alone`,
     );
+  }
+  for (const [k, v] of Object.entries(plan.labels)) {
+    const hold = k in d.labels ? undefined : holds.find((h) => inScope(h.scope, k));
+    if (hold) out.push(`  held: label ${k}=${v} stays though no rule sets it: ${describeHold(hold)}`);
   }
   // Drift between what the rules say and what Berth owns on the node right now.
   const pending: string[] = [];

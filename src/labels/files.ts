@@ -697,3 +697,29 @@ export class RuleDirSource implements Source<Rule> {
     this.watched = false;
   }
 }
+
+/** A rule file or directory Berth cannot use: the labels it set under it stay (keepHeld). */
+export interface Hold {
+  scope: RuleScope;
+  /** The file or directory. */
+  file: string;
+  /** Why it cannot be used. */
+  errors: FileError[];
+}
+
+/**
+ * What Berth holds for the rule directory a scan read, decided as the controller decides it
+ * (settleScan). Settled twice, as the controller's recheck does: a path that vanished is gone, not
+ * a swap in progress. Only the running Berth knows the last good rules, so a rejected file holds.
+ */
+export function holdsOf(scan: Pick<ScannedRuleDir, 'rules' | 'errors' | 'unsettled'>): Hold[] {
+  const first = settleScan(scan, { rules: new Map(), vanished: new Set() });
+  const { holds } = settleScan(scan, { rules: new Map(), vanished: first.vanished });
+  const held = (u: Unsettled) =>
+    holds.some((s) => s.namespace === u.scope.namespace && s.label === u.scope.label);
+  return scan.unsettled.filter(held).map((u) => ({
+    scope: u.scope,
+    file: u.file,
+    errors: scan.errors.filter((e) => e.file === u.file),
+  }));
+}

@@ -51,8 +51,8 @@ export const labelsCapability: Capability = {
   ],
   async explainNode({ client, object: node, options }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
-    const { rules, errors } = await clusterRules(client, labelDir);
-    return [...explainNodeLabels(node, rules), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
+    const { rules, errors, holds } = await clusterRules(client, labelDir);
+    return [...explainNodeLabels(node, rules, holds), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
   },
   async explainPod({ client, object: pod, options, berthNamespace }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;

@@ -6,13 +6,15 @@ import { parseAllDocuments } from 'yaml';
 import type { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { compileRule } from './decide.ts';
-import { formatFileError, parseRuleFile, scanRuleDir } from './files.ts';
+import { formatFileError, holdsOf, parseRuleFile, scanRuleDir, type Hold } from './files.ts';
 import { NodeLabelRule, type Rule } from './types.ts';
 
 export interface LoadedRules {
   rules: Rule[];
   /** Rules that could not be compiled, with why. */
   errors: string[];
+  /** Rule files or directories Berth cannot use, whose labels it keeps where it set them. */
+  holds?: Hold[];
 }
 
 /** The rules Berth would run with: every NodeLabelRule in the cluster, plus the rule directory if given. */
@@ -28,6 +30,7 @@ export async function clusterRules(client: KubeClient, labelDir?: string): Promi
     const scanned = await scanRuleDir(labelDir);
     out.rules.push(...scanned.rules);
     out.errors.push(...scanned.errors.map(formatFileError));
+    out.holds = holdsOf(scanned);
   }
   return out;
 }
