@@ -18,7 +18,7 @@ import {
 import { Resources } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict, isNotFound } from '../runtime/client/client.ts';
+import { isConflict, isForbidden, isNotFound } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
@@ -435,13 +435,28 @@ export class FederationController {
   private async ensureNamespace(cluster: string, namespace: string): Promise<void> {
     const known = this.inCells.get(cluster)!.namespaces;
     if (known.has(namespace)) return;
+    const client = this.manager.client(cluster);
     try {
-      await this.manager
-        .client(cluster)
-        .create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
+      await client.create(Resources.namespaces, {
+        apiVersion: 'v1',
+        kind: 'Namespace',
+        metadata: { name: namespace },
+      });
       this.log.info({ cluster, namespace }, 'namespace created in the cell');
     } catch (e) {
-      if (!isConflict(e)) throw e;
+      if (isForbidden(e)) {
+        // A cell kubeconfig scoped to some namespaces may not create any; the namespace may be
+        // there all the same. One it may not even read is left to the apply to judge.
+        const exists = await client.get(Resources.namespaces, namespace).then(
+          () => true,
+          (g: unknown) => !isNotFound(g),
+        );
+        if (!exists)
+          throw new Error(
+            `namespace ${namespace} does not exist in the cell, and its kubeconfig may not create namespaces: create it there`,
+            { cause: e },
+          );
+      } else if (!isConflict(e)) throw e;
     }
     known.add(namespace);
   }

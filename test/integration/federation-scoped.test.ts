@@ -1,0 +1,154 @@
+// test-driver: alone — the management plane's Berth acts on every Workload and Cell it sees.
+//
+// A cell joined with a kubeconfig scoped the way a platform team hands them out: it may write
+// WorkloadDeployments but not create namespaces. Federation places a Workload there when the
+// namespace exists in the cell, and says what to do when it does not, instead of a 403 for ever.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { cellsCommand, secretName } from '../../src/cells/cli.ts';
+import { Cell } from '../../src/cells/types.ts';
+import { installCrds } from '../../src/cli/install.ts';
+import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
+import { NAMESPACE } from '../../src/policy/namespace.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import { WorkloadDeployment } from '../../src/workloads/types.ts';
+import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { createNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const sandbox = testSandbox();
+const client = sandbox.client();
+const cellSandbox = new Sandbox(process.env['BERTH_TEST_FED_SCOPED'] ?? 'fed-scoped');
+let cellClient: KubeClient;
+const cell = uniqueName('sea');
+const user = uniqueName('scoped-cell');
+const wl = uniqueName('web');
+let berth: BerthProcess | undefined;
+/** In the cell too (created there by its admin). */
+let ns = '';
+/** Only on the management plane. */
+let nsMissing = '';
+
+before(async () => {
+  await installCrds(client);
+  ns = await createNamespace(client, 'fedscoped');
+  nsMissing = await createNamespace(client, 'fedscoped-missing');
+  await cellSandbox.up({ fresh: true });
+  cellClient = cellSandbox.client();
+  await installCrds(cellClient);
+  await cellClient.create(Resources.namespaces, {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: ns },
+  });
+  // Everything federation does in a cell but create namespaces.
+  const role: KubeObject = {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRole',
+    metadata: { name: user },
+    rules: [
+      {
+        apiGroups: ['berth.dev'],
+        resources: ['workloaddeployments'],
+        verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
+      },
+      { apiGroups: ['berth.dev'], resources: ['instances'], verbs: ['get', 'list', 'watch'] },
+      { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
+    ],
+  };
+  await cellClient.create(Resources.clusterRoles, role);
+  await cellClient.create(Resources.clusterRoleBindings, {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRoleBinding',
+    metadata: { name: user },
+    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
+    subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+  });
+  await cellsCommand().parseAsync(
+    [
+      'join',
+      cell,
+      `--kubeconfig=${await cellSandbox.mintUser(user)}`,
+      '--location=SEA',
+      `--management-kubeconfig=${sandbox.kubeconfigPath}`,
+    ],
+    { from: 'user' },
+  );
+  berth = await startBerth(sandbox, ['--controllers=cells,federation', '--cell-probe-period=1'], {
+    capture: true,
+  });
+});
+
+after(async () => {
+  await berth?.stop();
+  for (const n of [ns, nsMissing]) {
+    // The workload's finalizer has nobody left to release it.
+    await client
+      .patch(Workload.ref, wl, { metadata: { finalizers: null } }, { namespace: n })
+      .catch(() => {});
+    await client.delete(Resources.namespaces, n).catch(() => {});
+  }
+  await client.delete(Cell.ref, cell).catch(() => {});
+  await client.delete(Resources.secrets, secretName(cell), NAMESPACE).catch(() => {});
+  cellClient?.close();
+  await cellSandbox.destroy();
+  client.close();
+});
+
+const applyWorkload = (namespace: string) =>
+  client.apply(
+    Workload.ref,
+    {
+      apiVersion: Workload.apiVersion,
+      kind: Workload.kind,
+      metadata: { name: wl, namespace },
+      spec: {
+        template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
+        placements: [{ name: 'us', cityCodes: ['SEA'], scaleSettings: { minReplicas: 1 } }],
+      },
+    },
+    { fieldManager: 'test', force: true },
+  );
+
+test('a cell whose kubeconfig may not create namespaces: the Workload is placed in the namespace that exists there', async () => {
+  await applyWorkload(ns);
+  const placed = await waitFor(
+    'the WorkloadDeployment in the cell',
+    async () => {
+      const names = (await cellClient.list(WorkloadDeployment.ref, { namespace: ns })).items.map(
+        (d) => d.metadata!.name,
+      );
+      return names.length > 0 && names;
+    },
+    { timeoutMs: 30_000 },
+  );
+  assert.deepEqual(placed, [`${wl}-us-sea`]);
+  const w = await client.get<WorkloadObject>(Workload.ref, wl, ns);
+  assert.equal(w.status?.placements?.find((p) => p.name === 'us')?.cities?.[0]?.cell, cell);
+});
+
+test('a namespace the cell lacks and may not create: the log says to create it there', async () => {
+  await applyWorkload(nsMissing);
+  await waitFor(
+    "Berth's log names the namespace and what to do",
+    () =>
+      berth!
+        .output()
+        .includes(
+          `namespace ${nsMissing} does not exist in the cell, and its kubeconfig may not create namespaces: create it there`,
+        ),
+    { timeoutMs: 30_000 },
+  );
+  await cellClient.create(Resources.namespaces, {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: nsMissing },
+  });
+  await waitFor(
+    'the WorkloadDeployment in the cell once its admin created the namespace',
+    async () => (await cellClient.list(WorkloadDeployment.ref, { namespace: nsMissing })).items.length === 1,
+    { timeoutMs: 60_000 },
+  );
+});
