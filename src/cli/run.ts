@@ -28,6 +28,7 @@ import {
   WebhookRunnable,
   defaultWebhookRegistration,
   generatedCertificates,
+  isLoopbackHost,
   parseWebhookRegistration,
   type WebhookRegistration,
   type WebhookSpec,
@@ -43,6 +44,12 @@ const list = (v: string) =>
     .filter(Boolean);
 
 const limits = webhookServerLimits;
+
+/**
+ * Time for a deleted pod's endpoint to leave its Services (EndpointSlice, then kube-proxy), well
+ * inside the default terminationGracePeriodSeconds (30) with the webhook server's own close after it.
+ */
+const defaultShutdownDelayMs = 5000;
 
 export function runCommand(): Command {
   const names = capabilities.map((c) => c.name);
@@ -173,6 +180,14 @@ export function runCommand(): Command {
         }
       }),
     )
+    .addOption(
+      new Option(
+        '--shutdown-delay <seconds>',
+        'on SIGTERM, /readyz fails and the webhooks are served this long before the server closes, so ' +
+          'that the pod leaves its Service first (0: close at once) (default: ' +
+          `${defaultShutdownDelayMs / 1000} when the webhook server binds a non-loopback address, else 0)`,
+      ).argParser(atLeast(0)),
+    )
     .option(
       '--install-crds',
       "install or upgrade Berth's CRDs before starting (needs permission to write CRDs, which the " +
@@ -207,6 +222,7 @@ export function runCommand(): Command {
       metricsBindAddress: o.metricsBindAddress,
       healthBindAddress: o.healthProbeBindAddress,
       resyncMs: o.resyncPeriod * 1000,
+      shutdownDelayMs: shutdownDelayMs(o),
       ...(o.leaderElect
         ? {
             leaderElection: {
@@ -239,6 +255,13 @@ export function runCommand(): Command {
     process.exitCode = await manager.done;
     webhookClient?.close();
   });
+}
+
+/** --shutdown-delay in ms: by default none on loopback, where no Service sends the apiserver here. */
+export function shutdownDelayMs(o: Record<string, unknown>): number {
+  if (o['shutdownDelay'] !== undefined) return (o['shutdownDelay'] as number) * 1000;
+  const bind = parseBindAddress(String(o['webhookBindAddress']));
+  return bind && !isLoopbackHost(bind.host) ? defaultShutdownDelayMs : 0;
 }
 
 /** The webhook server's limits, from `berth run`'s parsed --webhook-* flags. */

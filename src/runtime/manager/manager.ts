@@ -5,6 +5,7 @@
 // replica holds the lease.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Controller } from '../controller/controller.ts';
 import type { Informer } from '../cache/informer.ts';
 import { errorText } from '../observability/log.ts';
@@ -26,6 +27,10 @@ export interface Runnable extends Partial<Aware> {
   /** Runs until the signal aborts; may resolve early once started. */
   start(signal: AbortSignal): Promise<void>;
   stop?(): Promise<void>;
+  /** Why this replica must not be sent traffic now, which /readyz then says; undefined when it may. */
+  unready?(): string | undefined;
+  /** Stop begins: an always-on runnable that serves moves its clients elsewhere, yet serves until stop(). */
+  drain?(): void;
 }
 
 export interface LeaderElectionOptions {
@@ -49,6 +54,11 @@ export interface ManagerOptions {
   resyncMs?: number;
   /** Which capability serves each CRD (by name), so /readyz can say what a missing CRD idles. */
   crdOwners?: Record<string, string>;
+  /**
+   * How long stop() keeps the always-on runnables (the webhook server) serving while /readyz fails,
+   * so that the replica leaves its Services' endpoints before it stops answering; default 0.
+   */
+  shutdownDelayMs?: number;
   logger?: Logger;
 }
 
@@ -70,7 +80,7 @@ export class Manager implements ClusterSet {
   private readonly servers: RunningServer[] = [];
   /** Aborted when stop() begins: providers stop and no cluster is engaged any more. */
   private readonly closing = new AbortController();
-  /** Aborted once the clusters have stopped: the elector releases the lease, always-on runnables end. */
+  /** Aborted once leader work has stopped: the elector releases the lease, always-on runnables end their background work. */
   private readonly stopping = new AbortController();
   private started = false;
   private providersStarted = false;
@@ -244,8 +254,12 @@ export class Manager implements ClusterSet {
       // answer): its controllers wait for it, and one unreachable cell must not take a ready Berth
       // out of its Service or stall its rollout. Only the local cluster's caches decide readiness.
       '/readyz': async () => {
+        // Out of the Services while stopping, so that nothing new is sent here.
+        if (this.closing.signal.aborted) return { status: 503, body: 'stopping\n' };
         // The apiserver calls a webhook as soon as the replica is a Service endpoint.
         if (this.starting.size) return { status: 503, body: `starting: ${[...this.starting].join(', ')}\n` };
+        const unready = this.runnables.flatMap((r) => r.unready?.() ?? []);
+        if (unready.length) return { status: 503, body: unready.map((m) => `${m}\n`).join('') };
         const unsynced = this.unsynced();
         const notes = [
           ...this.missingCrds(),
@@ -337,14 +351,28 @@ export class Manager implements ClusterSet {
     }
   }
 
-  /** Graceful stop: controllers drain, clusters stop (their recorded events go out first), the lease is released, servers close. */
+  /**
+   * Graceful stop: /readyz fails, controllers drain, the lease is released, the always-on
+   * runnables stop once the shutdown delay has passed, clusters stop (their recorded events go out
+   * first), servers close.
+   */
   async stop(code = 0): Promise<void> {
     if (this.closing.signal.aborted) return;
     this.closing.abort();
-    this.log.info('manager stopping');
+    const shutdownDelayMs = this.opts.shutdownDelayMs ?? 0;
+    // A deleted pod's endpoint takes seconds to leave its Services (the EndpointSlice, then every
+    // kube-proxy), and meanwhile the apiserver still sends admission reviews here: the webhook
+    // server serves on until then. Leader work does not wait, so a follower takes over at once.
+    const delayed = sleep(shutdownDelayMs);
+    const [leaderOnly, alwaysOn] = [
+      this.runnables.filter((r) => r.needLeaderElection),
+      this.runnables.filter((r) => !r.needLeaderElection),
+    ];
+    for (const r of alwaysOn) r.drain?.();
+    this.log.info({ shutdownDelayMs }, 'manager stopping');
     this.leaderWork?.abort();
     await Promise.all(this.controllers.map((c) => c.stop()));
-    for (const r of this.runnables) await r.stop?.();
+    for (const r of leaderOnly) await r.stop?.();
     // Events recorded while stopping go out while the lease is held, so they still pass the fence;
     // then the lease is released at once, so that a follower takes over without waiting for the
     // informers to close.
@@ -352,6 +380,8 @@ export class Manager implements ClusterSet {
     await Promise.all(clusters.map((c) => c.flushEvents()));
     this.stopping.abort();
     await this.electorLoop;
+    await delayed;
+    for (const r of alwaysOn) await r.stop?.();
     await Promise.all(clusters.map((c) => c.stop()));
     await Promise.all(this.servers.map((s) => s.close()));
     this.exit(code);

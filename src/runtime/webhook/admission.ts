@@ -135,6 +135,7 @@ export class WebhookServer {
   private boundPort: number | undefined;
   private serving: ServingPair | undefined;
   private ca: string | undefined;
+  private fallbackReason: string | undefined;
   private watchers: fs.FSWatcher[] = [];
   private secretTimer: NodeJS.Timeout | undefined;
   private reloadTimer: NodeJS.Timeout | undefined;
@@ -186,6 +187,15 @@ export class WebhookServer {
   /** PEM of the CA that signed the serving certificate, when known: the webhook configurations' caBundle. */
   get caBundle(): string | undefined {
     return this.ca;
+  }
+
+  /**
+   * Why the serving certificate is not the shared Secret's but one of this replica's own, while it
+   * is (see loadCertificates): the apiserver trusts no such certificate, and its CA is not to be
+   * registered. Undefined otherwise.
+   */
+  get fallback(): string | undefined {
+    return this.fallbackReason;
   }
 
   /** The bound port, once started. */
@@ -300,6 +310,11 @@ export class WebhookServer {
     await this.reloads;
   }
 
+  /** The replica is leaving its Service: answers close their connections (serving.ts, drain). */
+  drain(): void {
+    this.post({ type: 'drain' });
+  }
+
   private post(m: ToThread): void {
     this.thread?.postMessage(m);
   }
@@ -353,10 +368,13 @@ export class WebhookServer {
         return { cert: shared.cert, key: shared.key };
       } catch (err) {
         // No access to the Secret yet (a Role not applied, an apiserver not reachable): serve with a
-        // certificate of this replica's own rather than not at all; the poll moves to the Secret
-        // as soon as it can be read, and registration follows the caBundle.
+        // certificate of this replica's own rather than not at all, and move to the Secret's at
+        // the first poll that can use it. Its CA is never registered (registration.ts): the
+        // configurations are shared, and the other replicas serve the Secret's certificate.
+        const secret = `${source.namespace}/${source.name}`;
+        this.fallbackReason = `the Secret ${secret} cannot be used (${errorText(err)}): serving a certificate of this replica's own`;
         this.log.error(
-          { err, secret: `${source.namespace}/${source.name}` },
+          { err, secret },
           'cannot keep the webhook certificate in its Secret; serving one generated for this replica until it can',
         );
       }
@@ -415,6 +433,7 @@ export class WebhookServer {
       this.post({ type: 'certificate', cert: next.cert, key: next.key });
       this.serving = { cert: next.cert, key: next.key };
       this.ca = next.ca;
+      this.fallbackReason = undefined;
       this.log.info({ from }, 'serving certificate reloaded');
     } catch (err) {
       this.log.error({ err, from }, 'serving certificate reload failed, keeping the old one');

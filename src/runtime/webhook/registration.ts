@@ -160,10 +160,14 @@ export function parseWebhookRegistration(value: string): WebhookRegistration {
   );
 }
 
+/** Whether a server bound to `host` is reachable only from this machine. */
+export function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
+}
+
 /** A loopback server registers its own URL (local runs, tests); any other sits behind a Service. */
 export function defaultWebhookRegistration(bindHost: string, namespace: string): WebhookRegistration {
-  const loopback = bindHost === 'localhost' || bindHost === '::1' || bindHost.startsWith('127.');
-  return loopback
+  return isLoopbackHost(bindHost)
     ? { mode: 'url', url: `https://${bindHost.includes(':') ? `[${bindHost}]` : bindHost}:{port}` }
     : { mode: 'service', namespace, name: 'berth-webhook' };
 }
@@ -188,6 +192,15 @@ export interface WebhookRunnableOptions {
  *
  * With generated certificates each replica has its own CA and the last to register wins, so more
  * than one replica behind a Service needs shared certificates (the shared Secret, or --webhook-cert-dir).
+ *
+ * Behind a Service, a replica that cannot use the shared Secret serves a certificate of its own
+ * (admission.ts) but registers nothing and is not ready until it can: its CA in the shared caBundle
+ * would make the apiserver reject every other replica. (A URL registration is the replica's own, so
+ * its own CA is the right one to register there.) As with cert-controller's rotator, the caBundle only ever
+ * holds the Secret's CAs, and a replica without them stays out of the Service. Appending replica
+ * CAs to the bundle instead would keep trusting CAs whose replica is gone (nothing can tell them
+ * from live ones to prune them), grow with every restart, and need every replica to merge the
+ * bundle rather than apply it.
  */
 export class WebhookRunnable implements Runnable {
   readonly name = 'webhooks';
@@ -226,6 +239,21 @@ export class WebhookRunnable implements Runnable {
     this.registering = this.register(AbortSignal.any([signal, this.stopping.signal]));
   }
 
+  /** Why the apiserver should not be sent here: a certificate it does not trust (see the class comment). */
+  unready(): string | undefined {
+    const why = this.sharedFallback();
+    return why && `webhooks: ${why}, which the apiserver does not trust`;
+  }
+
+  /** Why this replica serves a certificate of its own while the configurations are shared. */
+  private sharedFallback(): string | undefined {
+    return this.opts.registration.mode === 'service' ? this.server.fallback : undefined;
+  }
+
+  drain(): void {
+    this.server.drain();
+  }
+
   async stop(): Promise<void> {
     this.stopping.abort();
     this.registered.reject(new Error('webhooks stopped before they were registered'));
@@ -233,13 +261,16 @@ export class WebhookRunnable implements Runnable {
     await this.server.stop();
   }
 
-  /** Applies until it succeeds, then again whenever the CA changes (a rotated ca.crt). */
+  /**
+   * Applies until it succeeds, then again whenever the CA changes (a rotated ca.crt); nothing while
+   * a replica behind a Service is on a certificate of its own (see the class comment).
+   */
   private async register(signal: AbortSignal): Promise<void> {
     let applied: { caBundle: string | undefined } | undefined;
     let delay = registerInitialMs;
     while (!signal.aborted) {
       const caBundle = this.server.caBundle;
-      if (!applied || applied.caBundle !== caBundle) {
+      if (!this.sharedFallback() && (!applied || applied.caBundle !== caBundle)) {
         try {
           await this.apply(caBundle);
           applied = { caBundle };

@@ -93,7 +93,7 @@ export class AdmissionServing {
   private readonly server: https.Server;
   private readonly guard: ServerGuard;
   private heldBytes = 0;
-  private stopping = false;
+  private draining = false;
 
   constructor(opts: ServingOptions) {
     this.opts = opts;
@@ -136,9 +136,19 @@ export class AdmissionServing {
     this.server.setSecureContext(pair);
   }
 
+  /**
+   * The replica is leaving its Service: every answer from now on closes its connection. Through a
+   * Service a kept-alive connection stays on this replica after its endpoint is gone, so the
+   * apiserver dials again, reaching a replica that stays, rather than reusing one that close()
+   * would cut under a request (client-go does not retry a POST already written).
+   */
+  drain(): void {
+    this.draining = true;
+  }
+
   /** Stops listening, lets requests in flight finish (bounded by the handler timeout), closes connections. */
   async close(): Promise<void> {
-    this.stopping = true;
+    this.drain();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     const force = setTimeout(() => this.server.closeAllConnections(), this.opts.handlerTimeoutMs + 1000);
@@ -292,7 +302,7 @@ export class AdmissionServing {
       typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/json',
     );
     res.setHeader('content-length', Buffer.byteLength(text));
-    if (this.stopping) res.setHeader('connection', 'close');
+    if (this.draining) res.setHeader('connection', 'close');
     res.writeHead(code).end(text);
   }
 }

@@ -64,6 +64,9 @@ port.on('message', (m: ToThread) => {
     case 'metrics':
       void registry.getMetricsAsJSON().then((metrics) => send({ type: 'metrics', id: m.id, metrics }));
       break;
+    case 'drain':
+      serving.drain();
+      break;
     case 'stop':
       void serving.close().then(() => {
         send({ type: 'stopped' });

@@ -53,6 +53,7 @@ export type ToThread =
   | { type: 'state'; path: string; state: unknown }
   | { type: 'answer'; id: number; result?: unknown; error?: string }
   | { type: 'metrics'; id: number }
+  | { type: 'drain' }
   | { type: 'stop' };
 
 /** Messages from the webhook thread to the main thread. */
