@@ -13,6 +13,7 @@ import { mutate } from '../runtime/api/jsonpatch.ts';
 import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { claimOf, podSelected, type OwnerLookup, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
+import { NAMESPACE_WAIT_MS, namespaceLabelsWhenKnown, podSelection } from '../policy/namespace.ts';
 
 /** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
 export const WAIT_FOR_AGENT_ANNOTATION = 'agents.berth.dev/wait-for-agent';
@@ -193,7 +194,10 @@ export function exempt(
 export interface PodMutatingDeps {
   /** The usable placements only. */
   placements(): Placement[];
+  /** A namespace's labels ({} for none), or undefined while the cache does not know it. */
   namespaceLabels(namespace: string): Record<string, string> | undefined;
+  /** How long a review waits for the cache to learn a new namespace (NAMESPACE_WAIT_MS). */
+  namespaceWaitMs?: number;
   berthNamespace: string;
   logger?: Logger;
 }
@@ -201,24 +205,22 @@ export interface PodMutatingDeps {
 /** The pod CREATE webhook: injects the wait-for-agent init containers, and always allows. */
 export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
   const log = (deps.logger ?? rootLogger).child({ webhook: 'wait-for-agent' });
-  return (req): AdmissionResult => {
+  return (req) => {
     const pod = req.object;
     if (req.operation !== 'CREATE' || req.kind.kind !== 'Pod' || req.subResource || !pod) {
       return { allowed: true };
     }
     const namespace = pod.metadata?.namespace || req.namespace || '';
     const key = { namespace, name: pod.metadata?.name || pod.metadata?.generateName };
-    // A thrown error would be answered allowed=false; this webhook must fail open instead.
-    try {
-      const reason = exempt(pod, namespace, deps.berthNamespace);
-      if (reason) {
-        log.debug({ ...key, reason }, 'pod exempt from wait-for-agent');
-        return { allowed: true };
-      }
+    const failOpen = (err: unknown): AdmissionResult => {
+      log.error({ ...key, err }, 'wait-for-agent injection failed, pod admitted unchanged');
+      return { allowed: true };
+    };
+    const admit = (namespaceLabels: Record<string, string> | undefined): AdmissionResult => {
       const placements = placementsForPod(
         pod,
         namespace,
-        deps.namespaceLabels(namespace),
+        namespaceLabels,
         deps.placements(),
         deps.berthNamespace,
       );
@@ -227,11 +229,47 @@ export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
       if (patch.length === 0) return { allowed: true };
       log.info({ ...key, placements: placements.map((p) => p.name) }, 'wait-for-agent injected');
       return { allowed: true, patch };
+    };
+    // A thrown error would be answered allowed=false; this webhook must fail open instead.
+    try {
+      const reason = exempt(pod, namespace, deps.berthNamespace);
+      if (reason) {
+        log.debug({ ...key, reason }, 'pod exempt from wait-for-agent');
+        return { allowed: true };
+      }
+      const labels = deps.namespaceLabels(namespace);
+      if (labels || !namespaceDecides(pod, namespace, deps.placements(), deps.berthNamespace))
+        return admit(labels);
+      // A namespace created a moment before its pod: its labels are on their way to the cache
+      // (policy/namespace.ts), and deciding without them would start the pod without its agent.
+      return namespaceLabelsWhenKnown(deps.namespaceLabels, namespace, deps.namespaceWaitMs)
+        .then((known) => {
+          if (!known)
+            log.warn(
+              { ...key, waitedMs: deps.namespaceWaitMs ?? NAMESPACE_WAIT_MS },
+              "namespace not in Berth's cache: placements with a namespaceSelector pass the pod by",
+            );
+          return admit(known);
+        })
+        .catch(failOpen);
     } catch (err) {
-      log.error({ ...key, err }, 'wait-for-agent injection failed, pod admitted unchanged');
-      return { allowed: true };
+      return failOpen(err);
     }
   };
+}
+
+/** Whether a waitForAgent placement's choice of the pod turns on the labels of its namespace. */
+function namespaceDecides(
+  pod: KubeObject,
+  namespace: string,
+  placements: Placement[],
+  berthNamespace: string,
+): boolean {
+  return placements.some(
+    ({ spec }) =>
+      spec.waitForAgent &&
+      podSelection(namespace, pod.metadata?.labels, undefined, spec, berthNamespace) === undefined,
+  );
 }
 
 /** What the webhook decides from, as a value the webhook thread holds. */
@@ -239,7 +277,8 @@ export interface AgentAdmissionState {
   /** The usable placements that set waitForAgent: the others change no pod. */
   placements: Placement[];
   berthNamespace: string;
-  namespaceLabels: Map<string, Record<string, string> | undefined>;
+  /** Every namespace the controller's cache holds: one missing is not known yet (namespaceLabelsByName). */
+  namespaceLabels: Map<string, Record<string, string>>;
 }
 
 export const agentAdmission = threadHandler(

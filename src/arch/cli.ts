@@ -14,7 +14,14 @@ import { releaseNodes, type ReleaseOptions } from '../policy/nodes/release.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import { isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
-import { gated, parsePolicies, recordsPatch, releasePatch, type ArchPod } from './decide.ts';
+import {
+  gated,
+  parsePolicies,
+  recordsPatch,
+  releasePatch,
+  UNLABELLED_UNBOUND,
+  type ArchPod,
+} from './decide.ts';
 import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
 
 /** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */
@@ -92,8 +99,11 @@ export async function cleanArch(client: KubeClient, o: CleanOptions): Promise<vo
         'delete them first (Berth releases their pods), or pass --force',
     );
   await releaseNodes(client, FIELD_MANAGER, o);
-  const pods = (await client.list(Resources.pods, { query: { labelSelector: STATE_LABEL } }))
-    .items as ArchPod[];
+  // A gated pod whose state label was taken off is among the unbound pods without it.
+  const pods = [
+    ...((await client.list(Resources.pods, { query: { labelSelector: STATE_LABEL } })).items as ArchPod[]),
+    ...((await client.list(Resources.pods, { query: UNLABELLED_UNBOUND })).items as ArchPod[]).filter(gated),
+  ];
   for (const pod of pods) {
     const [name, namespace] = [pod.metadata!.name!, pod.metadata!.namespace!];
     const at = `${namespace}/${name}`;

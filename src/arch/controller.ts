@@ -43,9 +43,11 @@ import {
   parsePolicies,
   placePatch,
   podImages,
+  relabelPatch,
   releasePatch,
   report,
   standingOf,
+  UNLABELLED_UNBOUND,
   webhookServiceNamespaces,
   type ArchPod,
   type ParseCache,
@@ -68,6 +70,8 @@ import {
 
 type PolicyObject = KubeObject & { spec?: unknown; status?: ArchPlacementStatus };
 type Count = 'gated' | 'placed' | 'failed';
+/** The regate controller's key of its sweep; pod keys are `namespace/name`. */
+const SWEEP = 'sweep';
 /** How long a pull secret read is used without reading it again. */
 const PULL_SECRET_TTL_MS = 10_000;
 /** How long the answer to whether Secrets may be read in a namespace is kept. */
@@ -152,6 +156,8 @@ export class ArchController {
   private readonly webhookNamespaces: (() => Set<string>)[];
   readonly policyObjects: Informer<PolicyObject>;
   readonly podController: Controller;
+  /** Finds the gated pods that lost their state label, and labels them again (see the constructor). */
+  readonly regateController: Controller;
   readonly nodeController: Controller;
   readonly status: PolicyStatusWriter<PolicyObject, Standing, Count>;
   readonly manager: Manager;
@@ -222,6 +228,25 @@ export class ArchController {
         update: policyChanged,
       });
     manager.add(this.podController);
+
+    // A gated pod whose state label someone takes off leaves the informer above, which selects the
+    // label: nothing would take its gate off. Watching every pod instead would cache the whole
+    // cluster's, and the apiserver selects on no scheduling gate; so Berth looks only where such a
+    // pod can be. Each gated pod the informer loses is read again (the watch says DELETED for a
+    // pod deleted and for one unlabelled alike): one GET per gated pod gone, where a list per loss
+    // would read every pending pod each time. And a leader, once it starts, lists the unbound pods
+    // without the label, for the labels taken off while no Berth watched (no event tells of
+    // those). A pod that still carries the gate gets its label back, and the pod controller, seeing
+    // it again, places or releases it.
+    this.regateController = new Controller({
+      name: 'arch-regate',
+      workers: 4,
+      logger: this.log,
+      reconciler: { reconcile: (key) => (key === SWEEP ? this.sweep() : this.regate(key)) },
+    }).watch(this.pods, keyOf, { add: () => false, update: () => false, delete: gated });
+    // Once per leadership: a replica that loses the lease exits.
+    this.regateController.queue.add(SWEEP);
+    manager.add(this.regateController);
 
     // Taints mode: each node carries its architecture's taint while a Taints policy lives.
     this.nodeController = new Controller({
@@ -392,6 +417,53 @@ export class ArchController {
       'Normal',
       'Placed',
       `${policy.spec.mode === 'Taints' ? 'tolerates' : 'placed on'} ${architectures.join(', ')}: ${imagesText(inspections)}`,
+    );
+  }
+
+  /** A gated pod the informer lost: read again, it gets its label back if it still carries the gate. */
+  private async regate(key: string): Promise<void> {
+    // Back in the cache (labelled again meanwhile): the pod controller has it.
+    if (this.pods.get(key)) return;
+    const [namespace, name] = key.split('/') as [string, string];
+    let pod: ArchPod;
+    try {
+      pod = await this.manager.client().get<ArchPod>(Resources.pods, name, namespace);
+    } catch (e) {
+      if (isNotFound(e)) return;
+      throw e;
+    }
+    await this.relabel(pod);
+  }
+
+  /** The unbound pods without the state label, a page at a time (none kept): the gated ones get it back. */
+  private async sweep(): Promise<void> {
+    let cont: string | undefined;
+    do {
+      const page = await this.manager.client().list<ArchPod>(Resources.pods, {
+        query: { ...UNLABELLED_UNBOUND, limit: 500, continue: cont },
+      });
+      for (const pod of page.items) await this.relabel(pod);
+      cont = page.metadata.continue || undefined;
+    } while (cont);
+  }
+
+  private async relabel(pod: ArchPod): Promise<void> {
+    const patch = relabelPatch(pod);
+    if (!patch.length) return;
+    try {
+      await this.manager.client().patch(Resources.pods, pod.metadata!.name!, patch, {
+        namespace: pod.metadata!.namespace!,
+        type: 'json',
+        fieldManager: FIELD_MANAGER,
+      });
+    } catch (e) {
+      // Deleted, or its gate taken off meanwhile (the patch tests it): nothing holds it any more.
+      if (isNotFound(e) || (e instanceof ApiError && e.status === 422)) return;
+      throw e;
+    }
+    this.log.warn(
+      { pod: keyOf(pod) },
+      `gated pod without its ${STATE_LABEL} label: labelled again, so that it is placed`,
     );
   }
 

@@ -8,7 +8,7 @@ import {
   type Inspection,
   type Platform,
 } from '../registry/types.ts';
-import { podSelected } from '../policy/namespace.ts';
+import { podSelected, podSelection } from '../policy/namespace.ts';
 import type { NodeTaint } from '../policy/nodes/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import { guarded, mutate, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
@@ -174,6 +174,24 @@ export function choosePolicy(
   );
 }
 
+/**
+ * Whether choosing the pod's policy turns on the labels of its namespace, not known yet: a live
+ * policy whose namespaceSelector decides comes before any that selects the pod whatever they are.
+ */
+export function namespaceDecides(
+  policies: Policy[],
+  pod: KubeObject,
+  namespace: string,
+  berthNamespace: string,
+): boolean {
+  for (const p of policies) {
+    if (p.deleting) continue;
+    const selected = podSelection(namespace, pod.metadata?.labels, undefined, p.spec, berthNamespace);
+    if (selected !== false) return selected === undefined;
+  }
+  return false;
+}
+
 const hasGate = (pod: ArchPod) => pod.spec.schedulingGates?.some((g) => g.name === SCHEDULING_GATE) ?? false;
 export const gated = hasGate;
 
@@ -216,6 +234,27 @@ export function gatePod(
   const out = placed(held, { kind: 'Placed', architectures, inspections: known }, policy.spec);
   out.metadata!.annotations![RESULT_ANNOTATION] = resultText(architectures, known, true);
   return { patch: mutate(pod, out), placed: architectures };
+}
+
+/**
+ * Where a gated pod that lost its state label is found (the controller's informer selects the label,
+ * so it no longer sees the pod): among the pods not bound to a node (a gated pod never is) that have
+ * no such label. The apiserver selects on both, so the answer holds no pod Berth has in hand already.
+ */
+export const UNLABELLED_UNBOUND = { fieldSelector: 'spec.nodeName=', labelSelector: `!${STATE_LABEL}` };
+
+/**
+ * A pod that carries Berth's gate without the state label gets the label back (Gated), so that the
+ * controller's informer sees it again and places or releases it; nothing for any other pod. Valid
+ * only while the gate is still there.
+ */
+export function relabelPatch(pod: ArchPod): JsonPatchOp[] {
+  const gates = pod.spec.schedulingGates ?? [];
+  const at = gates.findIndex((g) => g.name === SCHEDULING_GATE);
+  if (at < 0 || pod.metadata?.labels?.[STATE_LABEL] !== undefined) return [];
+  const out = editable(pod);
+  out.metadata.labels = { ...out.metadata.labels, [STATE_LABEL]: 'Gated' };
+  return [{ op: 'test', path: `/spec/schedulingGates/${at}`, value: gates[at] }, ...mutate(pod, out)];
 }
 
 /** A pod the webhook placed at admission: its result, for the event the pod could not get then. */

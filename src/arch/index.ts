@@ -40,7 +40,8 @@ export const archCapability: Capability = {
   userNamespaceRbac: [PULL_SECRET_RULE],
   rbac: [
     // Informers list and watch; pods are ungated by patch, the rest written by server-side apply.
-    { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch', 'patch'] },
+    // A gated pod the informer loses is read again (get): its state label may have been taken off.
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [''], resources: ['namespaces'], verbs: ['list', 'watch'] },
     // Asked before a pull secret is read: may Berth read Secrets in the pod's namespace?
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },

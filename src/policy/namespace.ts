@@ -1,5 +1,6 @@
 // The namespace Berth runs in. Policies leave it alone unless they name it, and the install puts
 // Berth's service account there. Which pods a policy selects depends on their namespace too.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { selectorMatches, type LabelSelector } from './match/selector.ts';
 
 export const NAMESPACE = 'berth-system';
@@ -31,31 +32,62 @@ export const protectedNamespace = (ns: string, berthNamespace: string): boolean 
   ns.startsWith('kube-') || ns === berthNamespace;
 
 /**
- * A policy's pod and namespace selectors; an unknown namespace matches only without a
- * namespaceSelector, a protected one only when the namespaceSelector names it.
+ * Whether a policy's pod and namespace selectors select a pod, or undefined when that turns on the
+ * labels of a namespace not known (`namespaceLabels` undefined): a protected namespace only when the
+ * namespaceSelector names it.
  */
-export function podSelected(
+export function podSelection(
   namespace: string,
   podLabels: Record<string, string> | undefined,
   namespaceLabels: Record<string, string> | undefined,
   spec: { namespaceSelector?: LabelSelector | undefined; podSelector?: LabelSelector | undefined },
   berthNamespace: string,
-): boolean {
+): boolean | undefined {
   if (protectedNamespace(namespace, berthNamespace) && !namesNamespace(spec.namespaceSelector, namespace))
     return false;
-  if (
-    spec.namespaceSelector &&
-    (!namespaceLabels || !selectorMatches(spec.namespaceSelector, namespaceLabels))
-  )
-    return false;
-  return selectorMatches(spec.podSelector, podLabels);
+  if (!selectorMatches(spec.podSelector, podLabels)) return false;
+  if (!spec.namespaceSelector) return true;
+  return namespaceLabels && selectorMatches(spec.namespaceSelector, namespaceLabels);
 }
+
+/** podSelection, an unknown namespace's pods selected only by a policy without a namespaceSelector. */
+export const podSelected = (...args: Parameters<typeof podSelection>): boolean =>
+  podSelection(...args) === true;
 
 /**
  * Every namespace's labels by name, from a cache of namespaces: what a webhook thread is sent to
- * select pods by namespace without the main thread's informers.
+ * select pods by namespace without the main thread's informers. A namespace without labels maps to
+ * {}, so that undefined means only "not in the cache".
  */
 export const namespaceLabelsByName = (namespaces: {
   list(): { metadata?: { name?: string; labels?: Record<string, string> } }[];
-}): Map<string, Record<string, string> | undefined> =>
-  new Map(namespaces.list().map((n) => [n.metadata!.name!, n.metadata?.labels]));
+}): Map<string, Record<string, string>> =>
+  new Map(namespaces.list().map((n) => [n.metadata!.name!, n.metadata?.labels ?? {}]));
+
+/**
+ * How long admission waits for its cache to learn a pod's namespace: within the 2 s the apiserver
+ * gives Berth's pod webhooks, with room for the rest of the review.
+ */
+export const NAMESPACE_WAIT_MS = 1000;
+const NAMESPACE_POLL_MS = 10;
+
+/**
+ * A namespace's labels from a cache that may lag the apiserver (a webhook thread's state), waiting
+ * up to `waitMs` for it to learn the namespace; undefined if it has not by then. At admission a
+ * pod's namespace exists (the apiserver's NamespaceLifecycle plugin checks, with a read of its own
+ * when its cache lacks it), so one missing here was created a moment ago and is on its way: waiting
+ * for it answers truly, where treating it as unselected let its first pods through. Polled, as the
+ * cache says nothing when it changes; the wait is rare (a namespace younger than the cache's lag).
+ */
+export async function namespaceLabelsWhenKnown(
+  labelsOf: (namespace: string) => Record<string, string> | undefined,
+  namespace: string,
+  waitMs = NAMESPACE_WAIT_MS,
+): Promise<Record<string, string> | undefined> {
+  const deadline = performance.now() + waitMs;
+  for (;;) {
+    const labels = labelsOf(namespace);
+    if (labels || performance.now() >= deadline) return labels;
+    await sleep(NAMESPACE_POLL_MS);
+  }
+}

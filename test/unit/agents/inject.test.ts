@@ -322,6 +322,40 @@ describe('podMutatingHandler', () => {
     );
   });
 
+  test('a namespace created a moment before its pod: the webhook waits for the cache to learn it, not guess', async () => {
+    const owned = pod(
+      { app: 'ateom' },
+      { metadata: { labels: { app: 'ateom' }, ownerReferences: fromReplicaSet } },
+    );
+    // The cache learns the namespace 30 ms after the review arrives, as a watch event would bring it.
+    const arrives = performance.now() + 30;
+    const fresh = podMutatingHandler({
+      placements: () => placements,
+      namespaceLabels: (ns) => (ns === 'fresh' && performance.now() >= arrives ? { team: 'ate' } : undefined),
+      namespaceWaitMs: 1000,
+      berthNamespace: BERTH,
+      logger: quiet,
+    });
+    const r = await fresh(request(owned, { namespace: 'fresh' }));
+    assert.ok(r.allowed && r.patch && r.patch.length > 0, 'injected once the namespace was known');
+    // One the cache never learns: answered once the wait is over, as a namespaceSelector's that does not match.
+    const lost = podMutatingHandler({
+      placements: () => placements,
+      namespaceLabels: () => undefined,
+      namespaceWaitMs: 40,
+      berthNamespace: BERTH,
+      logger: quiet,
+    });
+    const started = performance.now();
+    assert.deepEqual(await lost(request(owned, { namespace: 'lost' })), { allowed: true });
+    assert.ok(performance.now() - started >= 40, 'waited');
+    // No wait where the namespace cannot change the answer: no placement selects the pod's labels.
+    assert.ok(
+      !(lost(request(pod({ app: 'other' }), { namespace: 'lost' })) instanceof Promise),
+      'answered at once',
+    );
+  });
+
   test('a pod without init containers gets them added', async () => {
     const bare = pod({ app: 'ateom' }, { spec: { containers: [{ name: 'main', image: 'x' }] } });
     const result = await admit(request(bare));

@@ -11,6 +11,7 @@ import {
   exemption,
   gatePod,
   intersection,
+  namespaceDecides,
   nextTry,
   nodeArchitectures,
   nodesTainted,
@@ -204,6 +205,20 @@ describe('policies', () => {
       'system',
     );
     assert.equal(choosePolicy(policies.slice(0, 3), pod(), BERTH, {}, BERTH), undefined);
+  });
+
+  test("a namespace not known yet decides only when a namespaceSelector's policy would come first", () => {
+    const team = { namespaceSelector: { matchLabels: { team: 'a' } } };
+    const { policies } = parsePolicies([
+      obj('db', { priority: 9, podSelector: { matchLabels: { app: 'db' } } }),
+      obj('gone', { priority: 8, ...team }, { deletionTimestamp: '2026-01-01T00:00:00Z' }),
+      obj('team', { priority: 5, ...team }),
+      obj('all', {}),
+    ]);
+    assert.equal(namespaceDecides(policies, pod(), 'apps', BERTH), true, 'team before all');
+    assert.equal(namespaceDecides(policies, pod({}, { labels: { app: 'db' } }), 'apps', BERTH), false);
+    assert.equal(namespaceDecides(policies.slice(0, 2), pod(), 'apps', BERTH), false, 'only a deleting one');
+    assert.equal(namespaceDecides(policies, pod(), 'kube-system', BERTH), false, 'protected');
   });
 });
 

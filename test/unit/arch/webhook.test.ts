@@ -147,6 +147,45 @@ test('a Windows pod that says so only by its nodeSelector is placed on its Windo
   assert.deepEqual(placedAtAdmission(out), { architectures: ['amd64'] });
 });
 
+test('a namespace created a moment before its pod: the webhook waits for the cache to learn it, not guess', async () => {
+  const { policies: byTeam } = parsePolicies([
+    policy('team-a', {
+      priority: 1,
+      namespaceSelector: { matchLabels: { team: 'a' } },
+      podSelector: { matchLabels: { app: 'web' } },
+    }),
+    policy('db', { podSelector: { matchLabels: { app: 'db' } } }),
+  ]);
+  // The cache learns the namespace 30 ms after the review arrives, as a watch event would bring it.
+  const arrives = performance.now() + 30;
+  const namespaceLabels = (ns: string) =>
+    ns === 'fresh' && performance.now() >= arrives ? { team: 'a' } : undefined;
+  const handle = podGateHandler({ ...deps, policies: () => byTeam, namespaceLabels, namespaceWaitMs: 1000 });
+  const r = (await handle(request(newPod({ app: 'web' }), { namespace: 'fresh' }))) as AdmissionResult & {
+    patch?: unknown[];
+  };
+  const out = applyJsonPatch(newPod({ app: 'web' }), r.patch as never) as ArchPod;
+  assert.deepEqual(out.spec.schedulingGates, [{ name: SCHEDULING_GATE }], 'gated by team-a');
+  assert.equal(out.metadata?.annotations?.['arch.berth.dev/policy'], 'team-a');
+
+  // A namespace the cache never learns: answered once the wait is over, as no namespaceSelector's.
+  const never = podGateHandler({
+    ...deps,
+    policies: () => byTeam,
+    namespaceLabels: () => undefined,
+    namespaceWaitMs: 40,
+  });
+  const started = performance.now();
+  assert.deepEqual(await never(request(newPod({ app: 'web' }), { namespace: 'lost' })), { allowed: true });
+  assert.ok(performance.now() - started >= 40, 'waited');
+  // No wait where the namespace cannot change the answer: the only policies that could select the
+  // pod have no namespaceSelector, or the namespace is known.
+  const db = never(request(newPod({ app: 'db' }), { namespace: 'lost' }));
+  assert.ok(!(db instanceof Promise), 'answered at once');
+  assert.ok((db as AdmissionResult & { patch?: unknown[] }).patch?.length, 'gated by db');
+  assert.ok(!(handle(request(newPod({ app: 'web' }), { namespace: 'fresh' })) instanceof Promise));
+});
+
 test('explain: exempt, not selected, gated, and placed pods say why', () => {
   const ctx = { berthNamespace: 'berth-system', servesWebhook: () => false };
   const base = newPod({ app: 'web' }) as unknown as ArchPod;
