@@ -242,8 +242,14 @@ export class ArchController {
       name: 'arch-regate',
       workers: 4,
       logger: this.log,
-      reconciler: { reconcile: (key) => (key === SWEEP ? this.sweep() : this.regate(key)) },
-    }).watch(this.pods, keyOf, { add: () => false, update: () => false, delete: gated });
+      reconciler: { reconcile: (key, signal) => (key === SWEEP ? this.sweep(signal) : this.regate(key)) },
+      // Only the leader's losses: a follower's queue would grow for as long as it follows, and the
+      // sweep covers what happened before it leads.
+    }).watch(this.pods, keyOf, {
+      add: () => false,
+      update: () => false,
+      delete: (p) => this.manager.isLeader() && gated(p),
+    });
     // Once per leadership: a replica that loses the lease exits.
     this.regateController.queue.add(SWEEP);
     manager.add(this.regateController);
@@ -435,16 +441,28 @@ export class ArchController {
     await this.relabel(pod);
   }
 
-  /** The unbound pods without the state label, a page at a time (none kept): the gated ones get it back. */
-  private async sweep(): Promise<void> {
+  /**
+   * The unbound pods without the state label, a page at a time (none kept): the gated ones get it
+   * back. Ends early when Berth stops, so that the Lease is released without waiting for it.
+   */
+  private async sweep(signal: AbortSignal): Promise<void> {
     let cont: string | undefined;
     do {
+      // The first page from the apiserver's watch cache (resourceVersion 0), not from etcd: the
+      // selector is sparse, and etcd would read every pod for it. Later pages follow the continue token.
       const page = await this.manager.client().list<ArchPod>(Resources.pods, {
-        query: { ...UNLABELLED_UNBOUND, limit: 500, continue: cont },
+        query: {
+          ...UNLABELLED_UNBOUND,
+          limit: 500,
+          ...(cont ? { continue: cont } : { resourceVersion: '0' }),
+        },
       });
-      for (const pod of page.items) await this.relabel(pod);
+      for (const pod of page.items) {
+        if (signal.aborted) return;
+        await this.relabel(pod);
+      }
       cont = page.metadata.continue || undefined;
-    } while (cont);
+    } while (cont && !signal.aborted);
   }
 
   private async relabel(pod: ArchPod): Promise<void> {

@@ -445,15 +445,16 @@ export class FederationController {
       this.log.info({ cluster, namespace }, 'namespace created in the cell');
     } catch (e) {
       if (isForbidden(e)) {
-        // A cell kubeconfig scoped to some namespaces may not create any; the namespace may be
-        // there all the same. One it may not even read is left to the apply to judge.
+        // A cell kubeconfig scoped to some namespaces may not create any (or an admission policy
+        // refuses it); the namespace may be there all the same. One it may not even read is left
+        // to the apply to judge.
         const exists = await client.get(Resources.namespaces, namespace).then(
           () => true,
           (g: unknown) => !isNotFound(g),
         );
         if (!exists)
           throw new Error(
-            `namespace ${namespace} does not exist in the cell, and its kubeconfig may not create namespaces: create it there`,
+            `namespace ${namespace} does not exist in the cell, and creating it was refused (${errorText(e)}): create it there`,
             { cause: e },
           );
       } else if (!isConflict(e)) throw e;

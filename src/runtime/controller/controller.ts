@@ -20,7 +20,8 @@ export interface Result {
 }
 
 export interface Reconciler {
-  reconcile(key: string): Promise<Result | void>;
+  /** `signal` aborts when the controller stops: a long reconcile (a paged sweep) ends early. */
+  reconcile(key: string, signal: AbortSignal): Promise<Result | void>;
 }
 
 /** Anything that delivers object events and knows when it has seen everything once: informers, rule files. */
@@ -204,7 +205,7 @@ export class Controller implements Aware {
     const started = performance.now();
     reconcileMetrics.activeWorkers.inc(labels);
     try {
-      const result = (await this.opts.reconciler.reconcile(key)) ?? {};
+      const result = (await this.opts.reconciler.reconcile(key, signal)) ?? {};
       if (result.requeueAfterMs !== undefined && result.requeueAfterMs > 0) {
         this.queue.forget(key);
         this.queue.addAfter(key, result.requeueAfterMs);

@@ -55,8 +55,9 @@ export interface ManagerOptions {
   /** Which capability serves each CRD (by name), so /readyz can say what a missing CRD idles. */
   crdOwners?: Record<string, string>;
   /**
-   * How long stop() keeps the always-on runnables (the webhook server) serving while /readyz fails,
-   * so that the replica leaves its Services' endpoints before it stops answering; default 0.
+   * How long stop() keeps the always-on runnables that drain (the webhook server) serving while
+   * /readyz fails, so that the replica leaves its Services' endpoints before it stops answering;
+   * default 0, and none without such a runnable.
    */
   shutdownDelayMs?: number;
   logger?: Logger;
@@ -363,11 +364,12 @@ export class Manager implements ClusterSet {
     // A deleted pod's endpoint takes seconds to leave its Services (the EndpointSlice, then every
     // kube-proxy), and meanwhile the apiserver still sends admission reviews here: the webhook
     // server serves on until then. Leader work does not wait, so a follower takes over at once.
-    const delayed = sleep(shutdownDelayMs);
     const [leaderOnly, alwaysOn] = [
       this.runnables.filter((r) => r.needLeaderElection),
       this.runnables.filter((r) => !r.needLeaderElection),
     ];
+    // Nothing to wait for when nothing serves what a Service sends here (no webhooks).
+    const delayed = alwaysOn.some((r) => r.drain) ? sleep(shutdownDelayMs) : undefined;
     for (const r of alwaysOn) r.drain?.();
     this.log.info({ shutdownDelayMs }, 'manager stopping');
     this.leaderWork?.abort();

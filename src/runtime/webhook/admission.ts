@@ -105,6 +105,8 @@ export interface WebhookServerOptions {
 }
 
 const reloadDebounceMs = 200;
+/** How often a replica serving a certificate of its own tries the shared Secret again. */
+const fallbackCheckMs = 5000;
 // The webhook thread's entry, as a file of the same kind as this one (sources or compiled).
 const threadEntry = new URL(`./thread${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url);
 // A scrape waits this long for the thread's metrics, then goes without them.
@@ -292,7 +294,7 @@ export class WebhookServer {
     for (const watcher of this.watchers) watcher.close();
     this.watchers = [];
     clearTimeout(this.reloadTimer);
-    clearInterval(this.secretTimer);
+    clearTimeout(this.secretTimer);
     clearTimeout(this.respawnTimer);
     this.removeMetricsSource?.();
     this.removeMetricsSource = undefined;
@@ -409,15 +411,27 @@ export class WebhookServer {
     }
   }
 
-  /** Checks the shared Secret now and then: another replica may have renewed it. */
+  /**
+   * Checks the shared Secret now and then: another replica may have renewed it. A replica on a
+   * certificate of its own is out of its Service (registration.ts), so it checks every few seconds
+   * until it can use the Secret.
+   */
   private poll(source: Extract<WebhookCertificates, { kind: 'secret' }>): void {
     const secret = new ServingSecret(source);
-    this.secretTimer = setInterval(() => {
-      this.reloads = this.reloads.then(() =>
-        this.reload(() => secret.ensure(), `secret ${source.namespace}/${source.name}`),
-      );
-    }, source.checkMs ?? 60_000);
-    this.secretTimer.unref();
+    const checkMs = source.checkMs ?? 60_000;
+    const schedule = () => {
+      const ms = this.fallbackReason ? Math.min(checkMs, fallbackCheckMs) : checkMs;
+      this.secretTimer = setTimeout(() => {
+        this.reloads = this.reloads
+          .then(() => this.reload(() => secret.ensure(), `secret ${source.namespace}/${source.name}`))
+          // Stopped meanwhile: no next check.
+          .then(() => {
+            if (this.boundPort !== undefined) schedule();
+          });
+      }, ms);
+      this.secretTimer.unref();
+    };
+    schedule();
   }
 
   /** Installs what `read` returns if it differs from what is served; a failure keeps the old pair. */

@@ -211,7 +211,8 @@ export class AdmissionServing {
       return this.sendError(res, error);
     }
     const admitted = this.admit(route, request);
-    // A synchronous handler (every one Berth has) is answered without a timer or a promise.
+    // A synchronous answer (Berth's handlers give one but while a new namespace is awaited) needs
+    // no timer or promise.
     const response = admitted instanceof Promise ? await admitted : admitted;
     this.send(res, 200, { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response });
   }

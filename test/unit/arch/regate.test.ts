@@ -38,11 +38,14 @@ type WatchEvent = { type: 'DELETED' | 'ADDED'; object: ArchPod };
  * The pods as the apiserver keeps them. The informer's pod list and watch select the state label;
  * `events` feeds its watch. A paged list answers one pod a page.
  */
-function apiserver(pods: ArchPod[]) {
+function apiserver(pods: ArchPod[], listDelayMs = 0) {
   const stored = new Map(
     pods.map((p) => [`${p.metadata!.namespace}/${p.metadata!.name}`, structuredClone(p)]),
   );
   const patched: string[] = [];
+  /** Every GET and every patch sent, whatever its answer. */
+  const gets: string[] = [];
+  const attempts: string[] = [];
   const queries: Record<string, unknown>[] = [];
   const pending: WatchEvent[] = [];
   let wake: (() => void) | undefined;
@@ -68,12 +71,14 @@ function apiserver(pods: ArchPod[]) {
       }
     },
     get: (_ref: unknown, name: string, namespace: string) => {
+      gets.push(`${namespace}/${name}`);
       const p = stored.get(`${namespace}/${name}`);
       return p
         ? Promise.resolve(structuredClone(p))
         : Promise.reject(new ApiError(404, 'NotFound', `pods "${name}" not found`, {}));
     },
-    list: (_ref: unknown, opts: { query: Record<string, unknown> }) => {
+    list: async (_ref: unknown, opts: { query: Record<string, unknown> }) => {
+      await new Promise((r) => setTimeout(r, listDelayMs));
       queries.push(opts.query);
       const { fieldSelector, labelSelector } = opts.query;
       assert.deepEqual({ fieldSelector, labelSelector }, UNLABELLED_UNBOUND);
@@ -93,6 +98,7 @@ function apiserver(pods: ArchPod[]) {
     },
     patch: (_ref: unknown, name: string, ops: JsonPatchOp[], opts: { namespace: string }) => {
       const key = `${opts.namespace}/${name}`;
+      attempts.push(key);
       const p = stored.get(key);
       if (!p) return Promise.reject(new ApiError(404, 'NotFound', `pods "${name}" not found`, {}));
       try {
@@ -111,6 +117,8 @@ function apiserver(pods: ArchPod[]) {
     client,
     stored,
     patched,
+    gets,
+    attempts,
     queries,
     /** Someone else's write: the label taken off, or the pod deleted; the informer's watch says DELETED. */
     leave(key: string, how: 'unlabel' | 'delete') {
@@ -182,10 +190,20 @@ test('a gated pod that loses its state label is labelled again; one deleted, or 
         intervalMs: 10,
       },
     );
+    await waitFor('the deleted pod read again', () => server.gets.includes('apps/web-2') || undefined, {
+      timeoutMs: 3000,
+      intervalMs: 10,
+    });
     assert.deepEqual(server.stored.get('apps/web-1')?.spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
     assert.equal(server.stored.get('apps/web-1')?.metadata?.labels?.['app'], 'web', 'other labels kept');
   });
   assert.deepEqual(server.patched, ['apps/web-1']);
+  assert.deepEqual(
+    server.gets.sort(),
+    ['apps/web-1', 'apps/web-2'],
+    'each lost gated pod read again (done had no gate)',
+  );
+  assert.deepEqual(server.attempts, ['apps/web-1'], 'no patch for the deleted pod, nor the ungated one');
   assert.equal(
     server.stored.get('apps/done')?.metadata?.labels?.[STATE_LABEL],
     undefined,
@@ -208,6 +226,8 @@ test('a leader starting finds the gated pods that lost their label while no Bert
   });
   assert.deepEqual(server.patched.sort(), ['apps/lost-1', 'apps/lost-2']);
   assert.equal(server.queries.length, 3, 'one page per unlabelled unbound pod');
+  assert.equal(server.queries[0]!['resourceVersion'], '0', "the first page from the apiserver's cache");
+  assert.equal(server.queries[1]!['resourceVersion'], undefined, 'later pages by their continue token');
   assert.equal(server.stored.get('apps/pending')?.metadata?.labels?.[STATE_LABEL], undefined);
 });
 
@@ -226,4 +246,22 @@ test('the label comes back only on a pod that still carries the gate, and the pa
   assert.deepEqual((applyJsonPatch(bare, relabelPatch(bare)) as ArchPod).metadata?.labels, {
     [STATE_LABEL]: 'Gated',
   });
+});
+
+test('a sweep ends at the next page once its controller stops, so the Lease waits for no backlog', async () => {
+  const server = apiserver(
+    Array.from({ length: 50 }, (_, i) => gatedPod(`lost-${i}`, false)),
+    20,
+  );
+  await regating(server, async () => {
+    await waitFor('the first relabel', () => server.patched.length > 0 || undefined, {
+      timeoutMs: 3000,
+      intervalMs: 5,
+    });
+  });
+  const stoppedAt = server.queries.length;
+  await new Promise((r) => setTimeout(r, 200));
+  assert.ok(stoppedAt < 10, `${stoppedAt} pages read before the stop`);
+  assert.equal(server.queries.length, stoppedAt, 'no page read after the stop');
+  assert.ok(server.patched.length < 50);
 });

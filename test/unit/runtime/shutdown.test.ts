@@ -137,6 +137,21 @@ test('leader work stops at once; only the always-on runnables wait for the shutd
   assert.equal(seen['leader drained'], undefined, 'only what serves always drains');
 });
 
+test('with nothing that drains (no webhooks), stop does not wait for the shutdown delay', async () => {
+  const manager = new Manager({
+    client: deadClient(),
+    metricsBindAddress: '0',
+    healthBindAddress: '0',
+    shutdownDelayMs: 5000,
+    logger: quiet,
+  });
+  manager.addRunnable({ name: 'page', needLeaderElection: false, start: () => Promise.resolve() });
+  await manager.start();
+  const started = Date.now();
+  await manager.stop();
+  assert.ok(Date.now() - started < 2000, `stopped in ${Date.now() - started} ms`);
+});
+
 test('berth run waits 5 s by default only when the webhook server binds a non-loopback address', () => {
   const parsed = (...args: string[]) =>
     runCommand()

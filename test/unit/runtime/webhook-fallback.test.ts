@@ -178,3 +178,24 @@ test('a server on its own certificate moves to the Secret one at the first poll 
     await server.stop();
   }
 });
+
+test('on its own certificate a server tries the Secret every few seconds, not once a minute', async () => {
+  const c = cluster();
+  let usable = false;
+  const server = new WebhookServer({
+    certificates: { ...certificates(c.client(() => usable)), checkMs: 60_000 },
+    port: 0,
+    logger: quiet,
+  });
+  try {
+    await server.start();
+    assert.match(server.fallback ?? '', /cannot be used/);
+    usable = true;
+    const deadline = Date.now() + 7000;
+    while (server.fallback && Date.now() < deadline) await sleep(50);
+    assert.equal(server.fallback, undefined, 'on the Secret within 7 s');
+    assert.equal(server.caBundle, c.sharedCa());
+  } finally {
+    await server.stop();
+  }
+});
