@@ -155,6 +155,9 @@ export function reachable(h: History, now: number, t: Timing): Verdict {
 
 const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 
+/** Ready's reason for a cell that is Ready in every other way but cordoned (spec.unschedulable). */
+export const CORDONED = 'Unschedulable';
+
 /**
  * The status a cell should have now: Reachable, Ready (= Reachable, Berth's cell CRDs served, not
  * unschedulable), the last contact and the last known version and CRDs (kept while it is away).
@@ -179,7 +182,7 @@ export function cellStatus(
             message: "the cell does not serve WorkloadDeployments and Instances: install Berth's CRDs there",
           }
         : cell.spec.unschedulable
-          ? { status: 'False', reason: 'Unschedulable', message: 'the cell is cordoned (spec.unschedulable)' }
+          ? { status: 'False', reason: CORDONED, message: 'the cell is cordoned (spec.unschedulable)' }
           : { status: 'True', reason: 'Ready', message: "the cell answers and serves Berth's cell kinds" };
   const g = cell.metadata.generation;
   const generation = g !== undefined ? { observedGeneration: g } : {};

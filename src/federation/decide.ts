@@ -5,7 +5,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import { apiVersionOf, isDnsLabel, type KubeObject } from '../runtime/api/meta.ts';
-import { clusterNameOf } from '../cells/decide.ts';
+import { clusterNameOf, CORDONED } from '../cells/decide.ts';
 import type { CellObject } from '../cells/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
 import { deploymentNameProblem } from '../workloads/decide.ts';
@@ -687,7 +687,9 @@ function cityRollup(
       ...(stuck ? { stuck } : {}),
     };
   // Ready in a cell that is not Ready (its CRDs went, say): it serves, but no new work goes there.
-  if (!cell.ready)
+  // A cordoned cell is one its operator keeps new work from, on purpose: what runs there is
+  // available as before.
+  if (!cell.ready && cell.notReady?.reason !== CORDONED)
     return {
       ...why('CellNotReady', `cell ${cell.name} is not Ready: ${cell.notReady?.message ?? ''}`),
       settled,

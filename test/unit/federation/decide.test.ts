@@ -24,6 +24,7 @@ import {
   type WorkloadStatus,
 } from '../../../src/federation/types.ts';
 import type { CellObject } from '../../../src/cells/types.ts';
+import { CORDONED } from '../../../src/cells/decide.ts';
 import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 import { ALL, cell, cond, HASH, placed, serving, workload } from './fixtures.ts';
@@ -345,6 +346,20 @@ describe('rollup', () => {
       reason: 'CellUnreachable',
       message: 'DFW: cell dfw is unreachable since 2026-11-23T04:00:00Z; last known counts',
     });
+  });
+
+  test('a cordoned cell: what runs there stays Available; a cell not Ready for another reason is CellNotReady', () => {
+    const cordoned = cell('dfw', ['DFW'], {
+      ready: false,
+      unschedulable: true,
+      notReady: { reason: CORDONED, message: 'the cell is cordoned (spec.unschedulable)' },
+    });
+    const have = [placed('dfw', us, serving(2)), placed('lhr', eu, serving(2))];
+    const r = run([cordoned, cells[1]!], have);
+    assert.equal(r.available.status, 'True');
+    assert.equal(r.status.readyReplicas, 4);
+    const crdless = { ...cordoned, notReady: { reason: 'CRDsMissing', message: 'no CRDs' } };
+    assert.equal(run([crdless, cells[1]!], have).available.reason, 'CellNotReady');
   });
 
   test("the worst reason first: federation's own, then the cells' in part 1's order", () => {
