@@ -138,6 +138,7 @@ export class WebhookServer {
   private serving: ServingPair | undefined;
   private ca: string | undefined;
   private fallbackReason: string | undefined;
+  private draining = false;
   private watchers: fs.FSWatcher[] = [];
   private secretTimer: NodeJS.Timeout | undefined;
   private reloadTimer: NodeJS.Timeout | undefined;
@@ -240,6 +241,7 @@ export class WebhookServer {
       maxInFlightBytes: this.maxInFlightBytes,
       limits: this.limits,
       logLevel: this.log.level,
+      draining: this.draining,
       routes: [...this.routes].map(([path, r]) => ({
         path,
         name: r.name,
@@ -314,6 +316,7 @@ export class WebhookServer {
 
   /** The replica is leaving its Service: answers close their connections (serving.ts, drain). */
   drain(): void {
+    this.draining = true;
     this.post({ type: 'drain' });
   }
 

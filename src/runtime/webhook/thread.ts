@@ -34,6 +34,7 @@ const askMain =
     });
 
 const serving = new AdmissionServing({ ...init, logger: log });
+if (init.draining) serving.drain();
 for (const route of init.routes) {
   let handler: AdmissionHandler;
   if (route.threaded) {

@@ -67,4 +67,6 @@ export type FromThread =
 export interface ThreadInit extends Omit<ServingOptions, 'logger'> {
   logLevel: string;
   routes: ThreadRoute[];
+  /** The replica is leaving its Service already: a thread started again drains from the first answer. */
+  draining: boolean;
 }

@@ -325,6 +325,35 @@ describe('WebhookServer in its thread', () => {
       agent.destroy();
     }
   });
+
+  // Last: it drains the server.
+  test('a thread started again while the replica drains closes each connection after its answer too', async () => {
+    // A client that keeps connections alive: otherwise every answer closes its connection anyway.
+    const agent = new https.Agent({ keepAlive: true });
+    const threaded = (uid: string) =>
+      call(server.port, ca, { path: '/threaded', body: admissionReview({ uid }), agent });
+    try {
+      assert.equal((await threaded('kept')).headers.connection, 'keep-alive', 'kept alive before the drain');
+      server.drain();
+      // The thread hears of the drain by a message, which may come after the next request.
+      const drained = Date.now() + 2000;
+      while ((await threaded('d')).headers.connection !== 'close')
+        assert.ok(Date.now() < drained, 'the thread drains');
+      await assert.rejects(call(server.port, ca, { path: '/exit', body: admissionReview({ uid: 'x' }) }));
+      const deadline = Date.now() + 5000;
+      for (;;) {
+        const reply = await threaded('again').catch(() => undefined);
+        if (reply?.status === 200) {
+          assert.equal(reply.headers.connection, 'close');
+          break;
+        }
+        assert.ok(Date.now() < deadline, 'no thread answers again');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      agent.destroy();
+    }
+  });
 });
 
 describe('mutate', () => {
