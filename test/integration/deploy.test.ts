@@ -18,6 +18,7 @@ import { mergeRules } from '../../src/runtime/api/rbac.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { BUILTIN_OWNER_KINDS, rbacManifests } from '../../src/manifests.ts';
 import { deleteNamespace, kubectl as runKubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { assertCaChain } from '../helpers/certmanager.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -118,7 +119,7 @@ describe('deploy/kustomize', () => {
           .filter(certManager)
           .map((o) => o.kind)
           .sort(),
-        overlay.name === 'cert-manager' ? ['Certificate', 'Issuer'] : [],
+        overlay.name === 'cert-manager' ? ['Certificate', 'Certificate', 'Issuer', 'Issuer'] : [],
         overlay.name,
       );
       const rest = built.filter((o) => o.kind !== 'Namespace' && !certManager(o));
@@ -129,14 +130,13 @@ describe('deploy/kustomize', () => {
     }
   });
 
-  test('with the cert-manager Component: its Certificate, mounted for --webhook-cert-dir', () => {
+  test('with the cert-manager Component: its Certificate, signed by a CA of its own, mounted for --webhook-cert-dir', () => {
     const built = build({ name: 'cert-manager', kind: 'Component' });
-    const cert = built.find((o) => o.kind === 'Certificate');
-    assert.ok(built.some((o) => o.kind === 'Issuer') && cert);
     const pod = built.find((o) => o.kind === 'Deployment').spec.template.spec;
     assert.ok(pod.containers[0].args.includes('--webhook-cert-dir=/certs'));
     const mount = pod.containers[0].volumeMounts.find((m: Any) => m.mountPath === '/certs');
-    assert.equal(pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName, cert.spec.secretName);
+    const mounted = pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName;
+    assertCaChain(built, mounted);
     // That the apiserver takes the Deployment with the mount: the dry run of every kustomization above.
   });
 

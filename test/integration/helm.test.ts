@@ -21,6 +21,7 @@ import { mergeRules } from '../../src/runtime/api/rbac.ts';
 import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { assertCaChain } from '../helpers/certmanager.ts';
 
 // Rendered objects, read field by field: a missing field fails an assertion, not the compiler.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -177,10 +178,9 @@ describe('the Helm chart', () => {
       assert.doesNotMatch(warnings, /Warning/, `${what}: ${warnings}`);
     }
     const cm = render(options['cert-manager']);
-    const cert = cm.find((o) => o.kind === 'Certificate');
     const pod = deployment(cm).spec.template.spec;
     const mount = pod.containers[0].volumeMounts.find((m: Any) => m.name === 'webhook-certs');
-    assert.equal(pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName, cert.spec.secretName);
+    assertCaChain(cm, pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName);
     assert.ok(args(cm).includes(`--webhook-cert-dir=${mount.mountPath}`));
     assert.equal(certRole(cm), undefined, 'no Secret to keep: no Role');
     assert.ok(args(render(options['a Secret of the user'])).includes('--webhook-cert-dir=/certs'));
