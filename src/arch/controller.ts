@@ -465,15 +465,20 @@ export class ArchController {
     } while (cont && !signal.aborted);
   }
 
+  /** A JSON patch of the pod, guarded by the tests it carries, under Berth's field manager. */
+  private patchPod(pod: ArchPod, patch: unknown): Promise<KubeObject> {
+    return this.manager.client().patch(Resources.pods, pod.metadata!.name!, patch, {
+      namespace: pod.metadata!.namespace!,
+      type: 'json',
+      fieldManager: FIELD_MANAGER,
+    });
+  }
+
   private async relabel(pod: ArchPod): Promise<void> {
     const patch = relabelPatch(pod);
     if (!patch.length) return;
     try {
-      await this.manager.client().patch(Resources.pods, pod.metadata!.name!, patch, {
-        namespace: pod.metadata!.namespace!,
-        type: 'json',
-        fieldManager: FIELD_MANAGER,
-      });
+      await this.patchPod(pod, patch);
     } catch (e) {
       // Deleted, or its gate taken off meanwhile (the patch tests it): nothing holds it any more.
       if (isNotFound(e) || (e instanceof ApiError && e.status === 422)) return;
@@ -533,11 +538,7 @@ export class ArchController {
   ): Promise<Result | void> {
     const key = keyOf(pod);
     try {
-      await this.manager.client().patch(Resources.pods, pod.metadata!.name!, patch, {
-        namespace: pod.metadata!.namespace!,
-        type: 'json',
-        fieldManager: FIELD_MANAGER,
-      });
+      await this.patchPod(pod, patch);
     } catch (e) {
       if (isNotFound(e)) return;
       // A test failed: an image, the gates or the affinity changed since the cache saw the pod.

@@ -1,6 +1,7 @@
 // AdmissionReview bodies as an apiserver sends them, for tests and benchmarks that call Berth's
 // webhook server directly.
 import type { AdmissionRequest } from '../../src/runtime/webhook/admission.ts';
+import type { WebhookSpec } from '../../src/runtime/webhook/registration.ts';
 
 /**
  * The AdmissionReview for `request`: a CREATE of its object's kind (a Pod without one), by
@@ -21,3 +22,13 @@ export function admissionReview(request: Partial<AdmissionRequest> & { uid: stri
     },
   });
 }
+
+/** A validating webhook of pod CREATEs that allows every pod: for tests of serving and registering. */
+export const allowPods: WebhookSpec = {
+  name: 'pods.test.berth.dev',
+  path: '/validate',
+  kind: 'validating',
+  handler: () => ({ allowed: true }),
+  rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+  failurePolicy: 'Fail',
+};

@@ -10,7 +10,7 @@ import { Manager, type Runnable } from '../../../src/runtime/manager/manager.ts'
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { WebhookConfiguration, ValidatingWebhook } from '../../../src/runtime/webhook/configuration.ts';
 import { WebhookRunnable } from '../../../src/runtime/webhook/registration.ts';
-import { admissionReview } from '../../helpers/admission.ts';
+import { admissionReview, allowPods } from '../../helpers/admission.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
@@ -65,16 +65,7 @@ test('a follower told to stop fails /readyz at once and serves webhooks until th
         certificates: { kind: 'generated', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] },
       },
       registration: { mode: 'url', url: 'https://127.0.0.1:{port}' },
-      specs: [
-        {
-          name: 'pods.test.berth.dev',
-          path: '/validate',
-          kind: 'validating',
-          handler: () => ({ allowed: true }),
-          rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
-          failurePolicy: 'Fail',
-        },
-      ],
+      specs: [allowPods],
       berthNamespace: 'berth-system',
       logger: quiet,
     }),

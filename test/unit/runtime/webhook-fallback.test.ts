@@ -10,7 +10,8 @@ import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import { WebhookServer, type WebhookCertificates } from '../../../src/runtime/webhook/admission.ts';
 import type { WebhookConfiguration, ValidatingWebhook } from '../../../src/runtime/webhook/configuration.ts';
-import { WebhookRunnable, type WebhookSpec } from '../../../src/runtime/webhook/registration.ts';
+import { WebhookRunnable } from '../../../src/runtime/webhook/registration.ts';
+import { allowPods } from '../../helpers/admission.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
@@ -72,15 +73,6 @@ function cluster() {
   };
 }
 
-const spec: WebhookSpec = {
-  name: 'pods.test.berth.dev',
-  path: '/validate',
-  kind: 'validating',
-  handler: () => ({ allowed: true }),
-  rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
-  failurePolicy: 'Fail',
-};
-
 const certificates = (client: KubeClient): Extract<WebhookCertificates, { kind: 'secret' }> => ({
   kind: 'secret',
   client,
@@ -95,7 +87,7 @@ function replica(client: KubeClient): WebhookRunnable {
     client,
     server: { host: '127.0.0.1', port: 0, certificates: certificates(client) },
     registration: { mode: 'service', namespace, name: 'berth-webhook' },
-    specs: [spec],
+    specs: [allowPods],
     berthNamespace: namespace,
     logger: quiet,
   });
