@@ -46,6 +46,7 @@ import {
   relabelPatch,
   releasePatch,
   report,
+  unplacedRelease,
   standingOf,
   UNLABELLED_UNBOUND,
   webhookServiceNamespaces,
@@ -349,14 +350,14 @@ export class ArchController {
       else this.announceAdmission(key, pod);
       return;
     }
-    const name = pod.metadata!.annotations?.[POLICY_ANNOTATION] ?? '';
+    const name = pod.metadata!.annotations?.[POLICY_ANNOTATION];
     const policies = this.policies();
     const policy = policies.find((p) => p.name === name);
     // Released unplaced, a pod tolerates the arch taint wherever nodes may carry it: its own
     // policy's (the node controller takes that off meanwhile) or another live Taints policy's.
     const archTainted = nodesTainted(policies);
     if (!policy || policy.deleting) {
-      const why = `ArchPlacement ${name} ${policy ? 'is being deleted' : 'does not exist'}: released unplaced`;
+      const why = unplacedRelease(name, policy);
       const patch = releasePatch(pod, why, { mode: policy?.spec.mode ?? 'NodeAffinity', archTainted });
       return this.write(pod, patch, 'released', 'Normal', 'Released', why);
     }

@@ -495,6 +495,19 @@ function placed(pod: ArchPod, placement: Placement, spec: PlaceOptions): ArchPod
 export const releasePatch = (pod: ArchPod, why: string, spec?: PlaceOptions): JsonPatchOp[] =>
   placePatch(pod, { kind: 'Released', message: why }, spec);
 
+/**
+ * Why a gated pod is released unplaced, its policy (named by its annotation, `name`) gone or going;
+ * a pod whose annotation someone took off names none.
+ */
+export function unplacedRelease(
+  name: string | undefined,
+  policy: Pick<Policy, 'deleting'> | undefined,
+): string {
+  if (name === undefined)
+    return `no ${POLICY_ANNOTATION} annotation names its ArchPlacement: released unplaced`;
+  return `ArchPlacement ${name} ${policy ? 'is being deleted' : 'does not exist'}: released unplaced`;
+}
+
 /** A pod's transient failures so far, until it is placed or given up on. */
 export interface Retries {
   /** Retries used (`onFailure.retries`). */

@@ -23,6 +23,7 @@ import {
   releasePatch,
   report,
   standingOf,
+  unplacedRelease,
   webhookServiceNamespaces,
   type ArchPod,
   type NodeSelectorTerm,
@@ -793,4 +794,17 @@ test('generated pods: the patch keeps every term, adds the intersection to each,
         );
     }
   });
+});
+
+test('a pod released unplaced says why: its policy gone, going, or not named at all', () => {
+  assert.equal(unplacedRelease('web', undefined), 'ArchPlacement web does not exist: released unplaced');
+  assert.equal(
+    unplacedRelease('web', { deleting: true }),
+    'ArchPlacement web is being deleted: released unplaced',
+  );
+  // Its label and annotation both taken off, the regate controller labelled it again.
+  assert.equal(
+    unplacedRelease(undefined, undefined),
+    `no ${POLICY_ANNOTATION} annotation names its ArchPlacement: released unplaced`,
+  );
 });
