@@ -283,8 +283,11 @@ export class FederationController {
     });
 
     // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
-    // other cells are written and the status too, and the reconcile is retried.
+    // other cells are written and the status too (saying what the cell answered), and the
+    // reconcile is retried.
     const failures: string[] = [];
+    /** What a cell answered each WorkloadDeployment it refused, by name. */
+    const refused = new Map<string, string>();
     // Each cell's WorkloadDeployment is written at once, not one cell after the other.
     await Promise.all(
       wanted.map(async (t) => {
@@ -295,7 +298,7 @@ export class FederationController {
         const have = find(t.cell, t.name);
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
         const name = cluster.get(t.cell)!;
-        await inCell(failures, t.cell, async () => {
+        const failed = await inCell(failures, t.cell, async () => {
           await this.ensureNamespace(name, w.metadata.namespace!);
           try {
             await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
@@ -319,6 +322,7 @@ export class FederationController {
               : 'WorkloadDeployment applied',
           );
         });
+        if (failed) refused.set(t.name, failed);
       }),
     );
 
@@ -343,6 +347,7 @@ export class FederationController {
     const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {
       applied: plan.applied,
       draining,
+      refused,
       ...(plan.progressing ? { progressing: plan.progressing } : {}),
     });
     const was = this.statusOf(w)?.conditions;
@@ -503,11 +508,18 @@ export class FederationController {
  * Runs a write in one cell; a failure (a cell not yet found unreachable) is collected, so that the
  * other cells are still written, and the reconcile, retried, names it.
  */
-async function inCell(failures: string[], cell: string, write: () => Promise<void>): Promise<void> {
+/** Runs a cell's write; its failure is noted, and returned. */
+async function inCell(
+  failures: string[],
+  cell: string,
+  write: () => Promise<void>,
+): Promise<string | undefined> {
   try {
     await write();
+    return undefined;
   } catch (e) {
     failures.push(`cell ${cell}: ${errorText(e)}`);
+    return errorText(e);
   }
 }
 

@@ -588,10 +588,20 @@ function judge(
 // Status rollup
 
 /** Reasons of federation itself, worst first; the cells' own reasons rank after them. */
-export const FEDERATION_REASONS = ['InvalidName', 'NoMatchingLocation', 'CellUnreachable', 'CellNotReady'];
+export const FEDERATION_REASONS = [
+  'InvalidName',
+  'NoMatchingLocation',
+  'CellRefused',
+  'CellUnreachable',
+  'CellNotReady',
+];
 
 /** Reasons a user can fix upstream: a Warning event on the Workload. */
-export const WORKLOAD_FIXABLE: ReadonlySet<string> = new Set(['InvalidName', 'NoMatchingLocation']);
+export const WORKLOAD_FIXABLE: ReadonlySet<string> = new Set([
+  'InvalidName',
+  'NoMatchingLocation',
+  'CellRefused',
+]);
 
 export interface Verdict {
   status: 'True' | 'False' | 'Unknown';
@@ -629,6 +639,7 @@ function cityRollup(
   applied: string,
   cells: ReadonlyMap<string, CellView>,
   deployment: (cell: string, name: string) => DeploymentObject | undefined,
+  refused?: string,
 ): CityRollup {
   const base: CityStatus = {
     city: t.city,
@@ -664,6 +675,10 @@ function cityRollup(
       'CellUnreachable',
       `cell ${cell.name} is unreachable since ${cell.unreachableSince ?? 'unknown'}; last known counts`,
     );
+  // The cell answered the write with a refusal (RBAC, an admission policy, a missing namespace):
+  // something to fix there, where a write not observed yet is only a wait.
+  if ((!d || !fresh) && refused !== undefined)
+    return why('CellRefused', `cell ${cell.name} refused the WorkloadDeployment: ${refused}`);
   if (!d) return why('Provisioning', `not in cell ${cell.name} yet`);
   if (!fresh) return why('Provisioning', `cell ${cell.name} has not observed the applied spec yet`);
   const progressing = findCondition(d.status?.conditions, 'Progressing');
@@ -732,11 +747,17 @@ export function rollup(
   cells: ReadonlyMap<string, CellView>,
   deployment: (cell: string, name: string) => DeploymentObject | undefined,
   cellReasons: readonly string[],
-  o: { applied?: ReadonlyMap<string, Applied>; draining?: readonly Drain[]; progressing?: Verdict } = {},
+  o: {
+    applied?: ReadonlyMap<string, Applied>;
+    draining?: readonly Drain[];
+    progressing?: Verdict;
+    /** What a cell answered each WorkloadDeployment it refused just now, by name. */
+    refused?: ReadonlyMap<string, string>;
+  } = {},
 ): Rollup {
   const cities = targetsNow.map((t) => ({
     t,
-    r: cityRollup(t, hash, o.applied?.get(t.name)?.hash ?? hash, cells, deployment),
+    r: cityRollup(t, hash, o.applied?.get(t.name)?.hash ?? hash, cells, deployment, o.refused?.get(t.name)),
   }));
   // Problems named by where they are: a city, or a placement with none.
   const problems: { where: string; reason: string; message: string }[] = cities.flatMap(({ r }) =>

@@ -10,7 +10,9 @@ import { Cell } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
+import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { WorkloadDeployment } from '../../src/workloads/types.ts';
@@ -22,6 +24,7 @@ const sandbox = testSandbox();
 const client = sandbox.client();
 const cellSandbox = new Sandbox(process.env['BERTH_TEST_FED_SCOPED'] ?? 'fed-scoped');
 let cellClient: KubeClient;
+const CITY = 'SEA';
 const cell = uniqueName('sea');
 const user = uniqueName('scoped-cell');
 const wl = uniqueName('web');
@@ -71,7 +74,7 @@ before(async () => {
       'join',
       cell,
       `--kubeconfig=${await cellSandbox.mintUser(user)}`,
-      '--location=SEA',
+      `--location=${CITY}`,
       `--management-kubeconfig=${sandbox.kubeconfigPath}`,
     ],
     { from: 'user' },
@@ -106,7 +109,7 @@ const applyWorkload = (namespace: string) =>
       metadata: { name: wl, namespace },
       spec: {
         template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
-        placements: [{ name: 'us', cityCodes: ['SEA'], scaleSettings: { minReplicas: 1 } }],
+        placements: [{ name: 'us', cityCodes: [CITY], scaleSettings: { minReplicas: 1 } }],
       },
     },
     { fieldManager: 'test', force: true },
@@ -129,7 +132,7 @@ test('a cell whose kubeconfig may not create namespaces: the Workload is placed 
   assert.equal(w.status?.placements?.find((p) => p.name === 'us')?.cities?.[0]?.cell, cell);
 });
 
-test('a namespace the cell lacks and may not create: the log says to create it there', async () => {
+test('a namespace the cell lacks and may not create: the log, the Workload and a Warning say to create it there', async () => {
   await applyWorkload(nsMissing);
   await waitFor(
     "Berth's log names the namespace and what to do",
@@ -138,6 +141,22 @@ test('a namespace the cell lacks and may not create: the log says to create it t
         .output()
         .includes(`namespace ${nsMissing} does not exist in the cell, and creating it was refused (`),
     { timeoutMs: 30_000 },
+  );
+  // The Workload says so too, where its user looks: its Available condition and a Warning event.
+  const refusal = new RegExp(
+    `^${CITY}: cell ${cell} refused the WorkloadDeployment: namespace ${nsMissing} does not exist in the cell, and creating it was refused \\(.*forbidden`,
+  );
+  await waitFor("the Workload's Available condition names the refusal", async () => {
+    const w = await client.get<WorkloadObject>(Workload.ref, wl, nsMissing);
+    const available = findCondition(w.status?.conditions, 'Available');
+    return (
+      available?.status === 'False' && available.reason === 'CellRefused' && refusal.test(available.message)
+    );
+  });
+  await waitFor('a Warning event CellRefused on the Workload', async () =>
+    (await client.list<Event>(Resources.events, { namespace: nsMissing })).items.some(
+      (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === wl,
+    ),
   );
   await cellClient.create(Resources.namespaces, {
     apiVersion: 'v1',

@@ -362,6 +362,29 @@ describe('rollup', () => {
     assert.equal(run([crdless, cells[1]!], have).available.reason, 'CellNotReady');
   });
 
+  test('a cell that refused the write: CellRefused with what it answered, until it holds what was applied', () => {
+    const refusal = 'POST namespaces: 403 forbidden';
+    const views = new Map(cells.map((v) => [v.name, v]));
+    const have = [placed('lhr', eu, serving(2))];
+    const find = (c: string, n: string) =>
+      have.find((d) => d.cell === c && d.object.metadata.name === n)?.object;
+    const ts = targets(w, ALL, cells, have);
+    const r = rollup(w, ts, HASH, views, find, BLOCKING_REASONS, { refused: new Map([[us.name, refusal]]) });
+    assert.deepEqual(r.available, {
+      status: 'False',
+      reason: 'CellRefused',
+      message: `DFW: cell dfw refused the WorkloadDeployment: ${refusal}`,
+    });
+    // Without a refusal, a WorkloadDeployment not there yet is a wait.
+    assert.equal(rollup(w, ts, HASH, views, find, BLOCKING_REASONS).available.reason, 'Provisioning');
+    // One the cell holds as applied counts, whatever an earlier write met.
+    have.push(placed('dfw', us, serving(2)));
+    const held = rollup(w, ts, HASH, views, find, BLOCKING_REASONS, {
+      refused: new Map([[us.name, refusal]]),
+    });
+    assert.equal(held.available.status, 'True');
+  });
+
   test("the worst reason first: federation's own, then the cells' in part 1's order", () => {
     const imageless = serving(2, 1);
     imageless.conditions[0] = cond('Available', 'False', 'ImageUnavailable', '1 of 2 available');
