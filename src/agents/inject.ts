@@ -13,7 +13,7 @@ import { mutate } from '../runtime/api/jsonpatch.ts';
 import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { claimOf, podSelected, type OwnerLookup, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
-import { NAMESPACE_WAIT_MS, namespaceLabelsWhenKnown, podSelection } from '../policy/namespace.ts';
+import { podSelection, withNamespaceLabels } from '../policy/namespace.ts';
 
 /** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
 export const WAIT_FOR_AGENT_ANNOTATION = 'agents.berth.dev/wait-for-agent';
@@ -237,21 +237,21 @@ export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
         log.debug({ ...key, reason }, 'pod exempt from wait-for-agent');
         return { allowed: true };
       }
-      const labels = deps.namespaceLabels(namespace);
-      if (labels || !namespaceDecides(pod, namespace, deps.placements(), deps.berthNamespace))
-        return admit(labels);
       // A namespace created a moment before its pod: its labels are on their way to the cache
       // (policy/namespace.ts), and deciding without them would start the pod without its agent.
-      return namespaceLabelsWhenKnown(deps.namespaceLabels, namespace, deps.namespaceWaitMs)
-        .then((known) => {
-          if (!known)
-            log.warn(
-              { ...key, waitedMs: deps.namespaceWaitMs ?? NAMESPACE_WAIT_MS },
-              "namespace not in Berth's cache: placements with a namespaceSelector pass the pod by",
-            );
-          return admit(known);
-        })
-        .catch(failOpen);
+      const answer = withNamespaceLabels(
+        deps.namespaceLabels,
+        namespace,
+        () => namespaceDecides(pod, namespace, deps.placements(), deps.berthNamespace),
+        admit,
+        (waitedMs) =>
+          log.warn(
+            { ...key, waitedMs },
+            "namespace not in Berth's cache: placements with a namespaceSelector pass the pod by",
+          ),
+        deps.namespaceWaitMs,
+      );
+      return answer instanceof Promise ? answer.catch(failOpen) : answer;
     } catch (err) {
       return failOpen(err);
     }

@@ -12,7 +12,7 @@ import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { counter } from '../runtime/observability/metrics.ts';
 import { cachedFrom, type KnownImages } from '../registry/known.ts';
 import type { Inspection, ImageInspector } from '../registry/types.ts';
-import { NAMESPACE_WAIT_MS, namespaceLabelsWhenKnown } from '../policy/namespace.ts';
+import { withNamespaceLabels } from '../policy/namespace.ts';
 import {
   choosePolicy,
   exemption,
@@ -81,21 +81,21 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
         webhookDecisions.inc({ outcome: 'exempt' });
         return { allowed: true };
       }
-      const labels = deps.namespaceLabels(namespace);
-      if (labels || !namespaceDecides(deps.policies(), pod, namespace, deps.berthNamespace))
-        return admit(labels);
       // A namespace created a moment before its pod: its labels are on their way to the cache, and
       // deciding without them would let the pod through ungated.
-      return namespaceLabelsWhenKnown(deps.namespaceLabels, namespace, deps.namespaceWaitMs)
-        .then((known) => {
-          if (!known)
-            log.warn(
-              { namespace, waitedMs: deps.namespaceWaitMs ?? NAMESPACE_WAIT_MS },
-              "namespace not in Berth's cache: policies with a namespaceSelector pass the pod by (fail open)",
-            );
-          return admit(known);
-        })
-        .catch(failOpen);
+      const answer = withNamespaceLabels(
+        deps.namespaceLabels,
+        namespace,
+        () => namespaceDecides(deps.policies(), pod, namespace, deps.berthNamespace),
+        admit,
+        (waitedMs) =>
+          log.warn(
+            { namespace, waitedMs },
+            "namespace not in Berth's cache: policies with a namespaceSelector pass the pod by (fail open)",
+          ),
+        deps.namespaceWaitMs,
+      );
+      return answer instanceof Promise ? answer.catch(failOpen) : answer;
     } catch (err) {
       return failOpen(err);
     }

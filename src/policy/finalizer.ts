@@ -41,7 +41,7 @@ async function setFinalizer(f: FinalizerRef, obj: KubeObject, present: boolean):
 }
 
 /** The patch that takes `name` off an object that still carries it after Berth let go of it. */
-export function strayFinalizer(obj: KubeObject, name: string): JsonPatchOp[] | undefined {
+function strayFinalizer(obj: KubeObject, name: string): JsonPatchOp[] | undefined {
   const i = obj.metadata?.finalizers?.indexOf(name) ?? -1;
   if (i < 0) return undefined;
   return [

@@ -91,3 +91,24 @@ export async function namespaceLabelsWhenKnown(
     await sleep(NAMESPACE_POLL_MS);
   }
 }
+
+/**
+ * A webhook's answer from the pod's namespace labels: at once when its cache knows the namespace,
+ * or when its labels cannot change the answer (`decides` false); otherwise once the cache learns
+ * it (namespaceLabelsWhenKnown), or, after `waitMs`, without them, `missing` told so.
+ */
+export function withNamespaceLabels<T>(
+  labelsOf: (namespace: string) => Record<string, string> | undefined,
+  namespace: string,
+  decides: () => boolean,
+  answer: (labels: Record<string, string> | undefined) => T,
+  missing: (waitedMs: number) => void,
+  waitMs = NAMESPACE_WAIT_MS,
+): T | Promise<T> {
+  const labels = labelsOf(namespace);
+  if (labels || !decides()) return answer(labels);
+  return namespaceLabelsWhenKnown(labelsOf, namespace, waitMs).then((known) => {
+    if (!known) missing(waitMs);
+    return answer(known);
+  });
+}
