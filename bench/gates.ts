@@ -193,6 +193,7 @@ const webhook = await webhookAgainstFloor({
     `-select=${POOL}=gated`,
     `-taint=${TAINT}=warmup:NoSchedule`,
     `-annotation=${gateAnnotations('warmup', {}).gatedAt}`,
+    `-record=${gateAnnotations('warmup', {}).taint}`,
   ],
   dir: work,
   hook: hook.clientConfig,

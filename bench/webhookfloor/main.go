@@ -1,7 +1,7 @@
 // The floor of bench:gates' and bench:arch's webhook latency: a minimal Go net/http TLS server
 // answering a review with the patch Berth's webhook answers, for one policy given by flags.
-//   - gates: Node CREATE. A node carrying the -select label gets the gate's taint and gated-at
-//     annotation, any other is allowed as it is. The bench's nodes carry annotations and a taints
+//   - gates: Node CREATE. A node carrying the -select label gets the gate's taint, and its gated-at
+//     and taint record annotations, any other is allowed as it is. The bench's nodes carry annotations and a taints
 //     list, so both are appended to.
 //   - arch: Pod CREATE. A pod of the -namespace the ArchPlacement selects is placed at admission:
 //     kubernetes.io/arch In the architectures its images share (from -images, what Berth has
@@ -108,6 +108,7 @@ func main() {
 	selector := flag.String("select", "", "gates: the label key=value of the nodes the gate selects")
 	taintFlag := flag.String("taint", "", "gates: the gate's taint, key=value:Effect")
 	annotation := flag.String("annotation", "", "gates: the key of the gated-at annotation")
+	record := flag.String("record", "", "gates: the key of the annotation recording the gate's taint (key=value:Effect)")
 	namespace := flag.String("namespace", "", "arch: the namespace whose pods the ArchPlacement places")
 	policy := flag.String("policy", "", "arch: the ArchPlacement's name")
 	imagesFile := flag.String("images", "", "arch: JSON file, image reference → {digest, platforms}")
@@ -123,6 +124,7 @@ func main() {
 		taintKey, taintValue, _ := strings.Cut(keyValue, "=")
 		gateTaint := taint{Key: taintKey, Value: taintValue, Effect: effect}
 		annotationPath := "/metadata/annotations/" + escape(*annotation)
+		recordPath := "/metadata/annotations/" + escape(*record)
 		patch = func(in *review) ([]patchOp, error) {
 			if in.Request.Object.Metadata.Labels[labelKey] != labelValue {
 				return nil, nil
@@ -131,6 +133,7 @@ func main() {
 			now := time.Now().UTC().Format("2006-01-02T15:04:05.000Z")
 			return []patchOp{
 				{Op: "add", Path: annotationPath, Value: now},
+				{Op: "add", Path: recordPath, Value: *taintFlag},
 				{Op: "add", Path: "/spec/taints/-", Value: gateTaint},
 			}, nil
 		}

@@ -38,6 +38,7 @@ import { missingTolerations } from './tolerate.ts';
 import { admitPod } from './pods.ts';
 import type { Toleration } from '../policy/nodes/taints.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { isNotFound } from '../runtime/client/client.ts';
 import { type AdmissionHandler } from '../runtime/webhook/admission.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { nodeAdmission } from './webhook.ts';
@@ -45,11 +46,14 @@ import {
   decideGates,
   decisionKeys,
   gateKeyClaims,
+  gatesNamedOn,
   leftOnNode,
   nodePatch,
   parseGates,
   podReady,
+  strayGate,
   unknownAfter,
+  unrecordedStray,
   type Gate,
   type GateDecision,
   type GateProblem,
@@ -59,6 +63,7 @@ import {
   FIELD_MANAGER,
   GATE_FINALIZER,
   GATE_KEYS,
+  gateAnnotations,
   NodeStartupGate,
   type NodeStartupGateStatus,
 } from './types.ts';
@@ -93,6 +98,12 @@ export class GatesController {
   private readonly clock: () => number;
   private readonly failurePolicy: 'Fail' | 'Ignore';
   private readonly writer: CasNodeWriter;
+  /**
+   * Gates a read of the API found gone while nodes still carried their keys: name → when. A node
+   * gated before that read was gated for the gate that is gone; one gated since, maybe for a new
+   * gate of the same name the cache has not seen yet, is read for again.
+   */
+  private readonly gone = new Map<string, number>();
   /** The gates from the cache, parsed once per change of any of them. */
   readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
 
@@ -112,7 +123,11 @@ export class GatesController {
     // that would write those keys are Invalid.
     kit.keys.declare('gates', GATE_KEYS, (signal) => this.gateObjects.waitForSync(signal));
     const claim = () => kit.keys.claim('gates', gateKeyClaims(this.gates().gates));
-    this.gateObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
+    this.gateObjects.addEventHandler({
+      onAdd: (g) => (this.gone.delete(g.metadata!.name!), claim()),
+      onUpdate: claim,
+      onDelete: claim,
+    });
     // Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes.
     this.daemonSets = manager.informer(Resources.daemonSets, {
       transform: { name: 'gates-daemonset', fn: slimDaemonSet },
@@ -181,11 +196,50 @@ export class GatesController {
       .map((g) => g.name);
   }
 
-  /** Every gate's decision for a node, now. */
-  decide(node: SlimNode): GateDecision[] {
+  /** Every gate's decision for a node, now; `strays` are gates gone from the API that left keys on it. */
+  decide(node: SlimNode, strays: Gate[] = []): GateDecision[] {
     const pods = podsOn(this.pods, node.metadata!.name!);
     const now = this.clock();
-    return decideGates(this.gates().gates, node, pods, now);
+    return decideGates([...this.gates().gates, ...strays], node, pods, now);
+  }
+
+  /**
+   * The gates whose keys are on the node though the cache has no such gate, once a read of the API
+   * says they are gone: a replica whose webhook had not yet seen a gate deleted tainted the node
+   * for it, or someone removed a gate's finalizer. A gate the read finds is one the cache has yet to
+   * see: its event brings the node back. `retryAfterMs` when a read failed.
+   */
+  private async strayGates(node: SlimNode): Promise<{ strays: Gate[]; retryAfterMs?: number }> {
+    const strays: Gate[] = [];
+    let retryAfterMs: number | undefined;
+    for (const name of gatesNamedOn(node)) {
+      if (this.gateObjects.get(name)) continue;
+      const keys = gateAnnotations(name, {});
+      const gatedAt = Date.parse(node.metadata?.annotations?.[keys.gatedAt] ?? '') || 0;
+      const readAt = this.gone.get(name);
+      // The webhook stamps gated-at with its replica's clock: a second's slack for skew.
+      if (readAt === undefined || gatedAt > readAt - 1000) {
+        const at = this.clock();
+        try {
+          await this.manager.client().get(NodeStartupGate.ref, name);
+          continue;
+        } catch (err) {
+          if (!isNotFound(err)) {
+            this.log.warn(
+              { gate: name, node: node.metadata!.name, err },
+              'cannot read a gate the node names',
+            );
+            retryAfterMs = 5000;
+            continue;
+          }
+        }
+        this.gone.set(name, at);
+      }
+      const stray = strayGate(name, node);
+      if (stray) strays.push(stray);
+      else this.events.event(node, 'Warning', 'UnknownTaint', 'Gate', unrecordedStray(name));
+    }
+    return { strays, ...(retryAfterMs !== undefined ? { retryAfterMs } : {}) };
   }
 
   private async reconcileNode(name: string): Promise<Result | void> {
@@ -197,10 +251,11 @@ export class GatesController {
     }
     // Our last write has not come back through the watch yet: its event will bring us here again.
     if (this.writer.pending(node)) return;
-    const { gates } = this.gates();
+    const { strays, retryAfterMs: strayRetryMs } = await this.strayGates(node);
+    const gates = [...this.gates().gates, ...strays];
     // A gate's decision is one change (taint, gated-at, completion): written whole, or, when the
     // loop breaker holds any of its keys back, not at all until it lets go.
-    const wanted = this.decide(node);
+    const wanted = this.decide(node, strays);
     const keys = wanted.map((d) =>
       decisionKeys(
         node,
@@ -230,7 +285,7 @@ export class GatesController {
       }
       for (const d of decisions) {
         if (d.event) this.events.event(node, d.event.type, d.event.reason, 'Gate', d.event.message);
-        if (d.release)
+        if (d.release && !strays.some((g) => g.name === d.gate))
           gateMetrics.duration.observe({ gate: d.gate, outcome: d.release.outcome }, d.release.heldSeconds);
         if (d.event || d.release)
           this.log.info({ node: name, gate: d.gate, state: d.state, why: d.why }, d.event?.message ?? d.why);
@@ -240,7 +295,7 @@ export class GatesController {
     this.status.set(
       name,
       new Map(
-        decisions.map((d) => [
+        decisions.slice(0, decisions.length - strays.length).map((d) => [
           d.gate,
           {
             state: d.state,
@@ -253,6 +308,7 @@ export class GatesController {
     this.announceAdmissions(node, decisions, before);
     const after = decisions.flatMap((d) => (d.requeueAfterMs === undefined ? [] : [d.requeueAfterMs]));
     if (retryAfterMs !== undefined) after.push(retryAfterMs);
+    if (strayRetryMs !== undefined) after.push(strayRetryMs);
     // A little past the deadline, so that the next look finds it passed.
     if (after.length) return { requeueAfterMs: Math.max(1, Math.min(...after)) + 50 };
   }

@@ -37,6 +37,8 @@ export interface Gate {
   /** Nodes created before this (ms) existed before the gate: only backfill gates them. */
   createdAt: number;
   deleting: boolean;
+  /** A gate the API no longer has, known only from what it left on a node (strayGate). */
+  gone?: true;
 }
 
 export interface GateProblem {
@@ -196,7 +198,8 @@ export function nodePhase(
 function completionProblem(name: string, key: string | undefined): string | undefined {
   if (key === undefined || !key.includes(`.${GATES_DOMAIN}/`)) return undefined;
   const own = gateAnnotations(name, {});
-  if (key.startsWith(gatePrefix(name)) && key !== own.gatedAt && key !== own.timedOutAt) return undefined;
+  if (key.startsWith(gatePrefix(name)) && key !== own.gatedAt && key !== own.timedOutAt && key !== own.taint)
+    return undefined;
   return `completionAnnotation "${key}" is a key of ${key.startsWith(gatePrefix(name)) ? 'this gate' : 'another gate'}: use one outside *.${GATES_DOMAIN}/ or under ${gatePrefix(name)}`;
 }
 
@@ -400,6 +403,69 @@ export function decideGates(gates: Gate[], node: SlimNode, pods: SlimPod[], now:
 }
 
 /**
+ * The gate's taint record, kept beside its gated-at: on while the decision leaves the node held, off
+ * with it. A node held since before Berth kept records gets one.
+ */
+function withTaintRecord(gate: Gate, node: SlimNode, d: GateDecision): GateDecision {
+  const ann = node.metadata?.annotations ?? {};
+  const { gatedAt, taint } = gate.keys;
+  const heldAfter = gatedAt in d.annotations ? d.annotations[gatedAt] !== null : gatedAt in ann;
+  const want = heldAfter ? formatTaint(gate.spec.taint) : undefined;
+  if (want === ann[taint]) return d;
+  return { ...d, annotations: { ...d.annotations, [taint]: want ?? null } };
+}
+
+/** The names of the gates whose keys (`<gate>.gates.berth.dev/gated-at` and the like) are on the node. */
+export function gatesNamedOn(node: SlimNode): string[] {
+  const names = new Set<string>();
+  for (const key of Object.keys(node.metadata?.annotations ?? {})) {
+    const slash = key.indexOf('/');
+    const domain = key.slice(0, slash);
+    if (slash < 0 || !domain.endsWith(`.${GATES_DOMAIN}`)) continue;
+    const name = domain.slice(0, -GATES_DOMAIN.length - 1);
+    const keys = gateAnnotations(name, {});
+    if ([keys.gatedAt, keys.timedOutAt, keys.completedAt, keys.taint].includes(key)) names.add(name);
+  }
+  return [...names];
+}
+
+/**
+ * A gate the API no longer has, rebuilt from what it left on the node, for decideGates to take
+ * back (as for a gate being deleted): its taint from the record. Undefined when the node is held
+ * with no readable record (gated before Berth kept them): the taint is unknown, so nothing is taken.
+ */
+export function strayGate(name: string, node: SlimNode): Gate | undefined {
+  const keys = gateAnnotations(name, {});
+  const ann = node.metadata?.annotations ?? {};
+  const record = ann[keys.taint];
+  const recorded = record === undefined ? undefined : taintOfRecord(record);
+  if (keys.gatedAt in ann && !recorded) return undefined;
+  // Not held, a gate's taint is never looked at: a key no node can carry stands in for it.
+  const taint = recorded ?? { key: '', effect: 'NoSchedule' as const };
+  return {
+    name,
+    enforced: false,
+    spec: { ...DISARMED, taint },
+    keys,
+    createdAt: 0,
+    deleting: true,
+    gone: true,
+  };
+}
+
+/** What a node held for a gone gate with no record of its taint needs (strayGate leaves it). */
+export const unrecordedStray = (name: string): string =>
+  `gate ${name} no longer exists, and the node is held for it with no record of its taint (gated by a Berth older than the record): remove that taint and the ${gatePrefix(name)} annotations by hand`;
+
+/** The taint a record holds (key=value:Effect, as formatTaint writes it), if it is one. */
+function taintOfRecord(record: string): NodeStartupGateSpec['taint'] | undefined {
+  const colon = record.lastIndexOf(':');
+  const [key, value] = record.slice(0, colon).split(/=(.*)/s);
+  const parsed = taintSchema.safeParse({ key, ...(value ? { value } : {}), effect: record.slice(colon + 1) });
+  return colon > 0 && parsed.success ? parsed.data : undefined;
+}
+
+/**
  * The node's pods that no gate requires and that have started (or run to the end): what ran on a
  * node before its gates released it, as the DaemonSets that tolerate every taint do. Static pods
  * (their mirrors) run whatever the API says, so they are left out.
@@ -429,7 +495,17 @@ export function decideGate(
   node: SlimNode,
   pods: SlimPod[],
   now: number,
-  { heldByAnother = false, waitingFor = [] }: { heldByAnother?: boolean; waitingFor?: string[] } = {},
+  others: { heldByAnother?: boolean; waitingFor?: string[] } = {},
+): GateDecision {
+  return withTaintRecord(gate, node, gateState(gate, node, pods, now, others));
+}
+
+function gateState(
+  gate: Gate,
+  node: SlimNode,
+  pods: SlimPod[],
+  now: number,
+  { heldByAnother = false, waitingFor = [] }: { heldByAnother?: boolean; waitingFor?: string[] },
 ): GateDecision {
   const { keys, spec } = gate;
   const ann = node.metadata?.annotations ?? {};
@@ -452,13 +528,15 @@ export function decideGate(
     if (timedOutBefore) annotations[keys.timedOutAt] = null;
     // Uninstalling leaves nothing behind: a deleted gate also takes back the completion stamps it wrote.
     if (gate.deleting && completed && completionOwned(gate, node)) annotations[keys.completedAt] = null;
-    const why = gate.deleting
-      ? 'the gate is being deleted'
-      : !gate.enforced
-        ? 'the gate is invalid or conflicting, and not enforced'
-        : !selected
-          ? 'the gate does not select this node'
-          : 'dry run';
+    const why = gate.gone
+      ? 'the gate no longer exists'
+      : gate.deleting
+        ? 'the gate is being deleted'
+        : !gate.enforced
+          ? 'the gate is invalid or conflicting, and not enforced'
+          : !selected
+            ? 'the gate does not select this node'
+            : 'dry run';
     const released = held
       ? {
           release: { outcome: 'Removed' as const, heldSeconds: seconds(heldMs) },
@@ -678,7 +756,7 @@ function mayGate(gate: Gate, node: SlimNode, pods: SlimPod[]): { ok: boolean; wh
 /** Whether anything of the gate is still on the node: its taint as Berth holds it, or its annotations. */
 export function leftOnNode(gate: Gate, node: SlimNode): boolean {
   const ann = node.metadata?.annotations ?? {};
-  if (gate.keys.gatedAt in ann || gate.keys.timedOutAt in ann) return true;
+  if (gate.keys.gatedAt in ann || gate.keys.timedOutAt in ann || gate.keys.taint in ann) return true;
   return gate.keys.completedAt in ann && completionOwned(gate, node);
 }
 
@@ -729,7 +807,10 @@ export function admitNode(
     if (g.spec.mode === 'BootstrapOnly' && g.keys.completedAt in ann) continue;
     // A taint someone else puts on at registration (Karpenter's startupTaints) is taken in charge.
     if (!holds(existing, g.spec.taint)) taints.push(nodeTaint(g.spec.taint));
-    if (!(g.keys.gatedAt in ann)) annotations[g.keys.gatedAt] = iso(now);
+    if (!(g.keys.gatedAt in ann)) {
+      annotations[g.keys.gatedAt] = iso(now);
+      annotations[g.keys.taint] = formatTaint(g.spec.taint);
+    }
   }
   return { taints, annotations };
 }

@@ -3,7 +3,16 @@
 import type { KubeClient } from '../runtime/client/client.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { decideGates, formatTaint, nodePatch, nodePhase, parseGates } from './decide.ts';
+import {
+  decideGates,
+  formatTaint,
+  gatesNamedOn,
+  nodePatch,
+  nodePhase,
+  parseGates,
+  strayGate,
+  unrecordedStray,
+} from './decide.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 
 export async function explainNodeGates(
@@ -11,9 +20,16 @@ export async function explainNodeGates(
   full: KubeObject,
   now = Date.now(),
 ): Promise<string[]> {
-  const { gates, problems } = parseGates((await client.list(NodeStartupGate.ref)).items);
-  if (gates.length === 0 && problems.size === 0) return ['Startup gates: no NodeStartupGate'];
+  const objects = (await client.list(NodeStartupGate.ref)).items;
+  const parsed = parseGates(objects);
   const node = slimNode(full);
+  // Gates gone from the API whose keys are still on the node: what Berth takes back, or cannot.
+  const gone = gatesNamedOn(node).filter((n) => !objects.some((o) => o.metadata?.name === n));
+  const strays = gone.flatMap((n) => strayGate(n, node) ?? []);
+  const gates = [...parsed.gates, ...strays];
+  const { problems } = parsed;
+  if (gates.length === 0 && problems.size === 0 && gone.length === 0)
+    return ['Startup gates: no NodeStartupGate'];
   const name = node.metadata!.name!;
   const pods = (
     await client.list(Resources.pods, { query: { fieldSelector: `spec.nodeName=${name}` } })
@@ -29,6 +45,12 @@ export async function explainNodeGates(
     const g = gates[i]!;
     const head = `  ${g.name} (taint ${formatTaint(g.spec.taint)}, ${g.spec.mode}${g.spec.after?.length ? `, after ${g.spec.after.join(', ')}` : ''}${g.spec.dryRun ? ', dry run' : ''})`;
     const since = node.metadata?.annotations?.[g.keys.gatedAt];
+    if (g.gone) {
+      out.push(
+        `  ${g.name}: the gate no longer exists; Berth takes back what it left on the node${d.taint === false ? ` (its taint ${formatTaint(g.spec.taint)}, held since ${since})` : ''}`,
+      );
+      continue;
+    }
     switch (d.state) {
       case 'Held':
       case 'HeldTimedOut':
@@ -44,6 +66,7 @@ export async function explainNodeGates(
         out.push(`${head}: not held: ${d.why}`);
     }
   }
+  for (const n of gone.filter((n) => !strays.some((g) => g.name === n))) out.push(`  ${unrecordedStray(n)}`);
   for (const [gate, p] of problems) out.push(`  ${gate}: ${p.reason}: ${p.message}`);
   if (nodePatch(node, gates, decisions).length)
     out.push(

@@ -34,7 +34,8 @@ export const gatesCapability: Capability = {
     // Read only: `berth gates tolerate` patches a DaemonSet's pod template with the credentials of
     // whoever runs it, never with the controller's (patch would let Berth run anything on every node).
     { apiGroups: ['apps'], resources: ['daemonsets'], verbs: ['list', 'watch'] },
-    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates'], verbs: ['list', 'watch', 'patch'] },
+    // get: a gate a node names that the cache lacks is read for, to tell one gone from one not yet seen.
+    { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['patch'] },
   ],
   explainNode: ({ client, object }) => explainNodeGates(client, object),

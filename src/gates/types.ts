@@ -252,6 +252,12 @@ export interface GateAnnotations {
   /** When the timeout fired; until the node next releases normally. */
   timedOutAt: string;
   completedAt: string;
+  /**
+   * The taint Berth holds the node with (key=value:Effect), beside gatedAt: what takes the taint back
+   * should the gate be gone before it releases the node (a replica whose webhook had not yet seen
+   * the gate deleted, a gate whose finalizer was removed by hand).
+   */
+  taint: string;
 }
 
 export const gatePrefix = (name: string): string => `${name}.${GATES_DOMAIN}/`;
@@ -262,5 +268,6 @@ export function gateAnnotations(name: string, spec: Pick<NodeStartupGateSpec, 'c
     gatedAt: `${prefix}gated-at`,
     timedOutAt: `${prefix}timed-out-at`,
     completedAt: spec.completionAnnotation ?? `${prefix}completed-at`,
+    taint: `${prefix}taint`,
   } satisfies GateAnnotations;
 }

@@ -211,6 +211,7 @@ describe('startup gates', () => {
     const node = admitted.metadata!.name!;
     assert.ok(taintsOf(admitted).includes(taintKey(gate)), 'the taint is on the node from its creation');
     assert.ok(annotation(admitted, gatedAt(gate)), 'gated-at stamped at admission');
+    assert.equal(annotation(admitted, `${gate}.gates.berth.dev/taint`), `${taintKey(gate)}=wait:NoSchedule`);
     // Ready, and the node lifecycle controller's not-ready taint gone: the gate's is the only taint left.
     await waitFor(
       `${node} Ready with only the gate's taint`,
@@ -595,6 +596,54 @@ describe('startup gates', () => {
         () => false,
         (e) => e instanceof ApiError && e.status === 404,
       ),
+    );
+  });
+
+  test("a node held for a gate that no longer exists (a lagging replica's webhook, a finalizer removed by hand) is released by its record; without one, a Warning says what to remove", async () => {
+    // As a replica's webhook that had not yet seen the gates deleted leaves its nodes: taint,
+    // gated-at and (for the first) the record of the taint.
+    const ghost = (gate: string, record: boolean) => ({
+      annotations: {
+        [gatedAt(gate)]: new Date().toISOString(),
+        ...(record ? { [`${gate}.gates.berth.dev/taint`]: `${taintKey(gate)}=wait:NoSchedule` } : {}),
+        [`${D}/theirs`]: 'kept',
+      },
+      taints: [
+        { key: taintKey(gate), value: 'wait', effect: 'NoSchedule' },
+        { key: `${D}/admin`, effect: 'NoSchedule' },
+      ],
+    });
+    const create = async (gate: string, record: boolean) => {
+      const name = uniqueName('stray');
+      const [manifest] = nodeManifests({ prefix: name, count: 1, labels: { [POOL]: 'stray' } });
+      const { annotations, taints } = ghost(gate, record);
+      manifest!.metadata!.name = name;
+      manifest!.metadata!.annotations = { ...manifest!.metadata!.annotations, ...annotations };
+      (manifest as { spec: { taints?: unknown[] } }).spec.taints = taints;
+      await client.create(Resources.nodes, manifest!);
+      nodes.push(name);
+      return name;
+    };
+    const recorded = await create(`${id}-gone`, true);
+    const unrecorded = await create(`${id}-old`, false);
+
+    const n = await released(recorded, `${id}-gone`);
+    assert.equal(annotation(n, `${id}-gone.gates.berth.dev/taint`), undefined);
+    assert.equal(annotation(n, `${D}/theirs`), 'kept', 'an annotation Berth did not set stays');
+    assert.ok(taintsOf(n).includes(`${D}/admin`), 'a taint Berth did not set stays');
+    await eventWith(recorded, 'Released', `gate ${id}-gone: released (the gate no longer exists)`);
+
+    await eventWith(
+      unrecorded,
+      'UnknownTaint',
+      `remove that taint and the ${id}-old.gates.berth.dev/ annotations`,
+    );
+    const kept = await getNode(unrecorded);
+    assert.ok(taintsOf(kept).includes(taintKey(`${id}-old`)), 'a taint Berth cannot name stays');
+    assert.ok(annotation(kept, gatedAt(`${id}-old`)));
+    assert.match(
+      (await explainNodeGates(client, kept)).join('\n'),
+      new RegExp(`gate ${id}-old no longer exists, and the node is held for it with no record of its taint`),
     );
   });
 

@@ -34,17 +34,19 @@ const decide = (g: Gate, n: SlimNode, pods: SlimPod[] = []): GateDecision =>
   decideGate(deepFreeze(g), deepFreeze(n), deepFreeze(pods), NOW);
 
 const TAINT = { key: TAINT_KEY, effect: 'NoSchedule' };
+/** The gate's taint record: its taint as kubectl writes it. */
+const RECORD = `${TAINT_KEY}:NoSchedule`;
 const NONE_YET = 'pods of DaemonSet kube-system/cilium: none on the node yet';
 const NOT_READY = 'pods of DaemonSet kube-system/cilium: kube-system/cilium-x7k2p (Running) not Ready';
 
 const g = gate('cni');
 const K = g.keys;
 
-/** A node the gate holds: its taint, and gated-at `heldMinutes` ago. */
+/** A node the gate holds: its taint, gated-at `heldMinutes` ago and the taint record beside it. */
 const heldNode = (heldMinutes: number, annotations: Record<string, string> = {}, o: NodeOptions = {}) =>
   node({
     taints: [{ key: 'node.kubernetes.io/not-ready', effect: 'NoSchedule' }, TAINT],
-    annotations: { [K.gatedAt]: minutesAgo(heldMinutes), ...annotations },
+    annotations: { [K.gatedAt]: minutesAgo(heldMinutes), [K.taint]: RECORD, ...annotations },
     ...o,
   });
 
@@ -69,7 +71,7 @@ describe('decideGate: the gate does not apply', () => {
       gate: 'cni',
       state: 'NotSelected',
       taint: false,
-      annotations: { [K.gatedAt]: null, [K.timedOutAt]: null },
+      annotations: { [K.gatedAt]: null, [K.taint]: null, [K.timedOutAt]: null },
       unmet: [],
       timedOut: false,
       why: 'the gate does not select this node',
@@ -86,7 +88,7 @@ describe('decideGate: the gate does not apply', () => {
     const d = decide(g, heldNode(2, {}, { labels: { [EXEMPT_LABEL]: 'true' } }));
     assert.equal(d.state, 'NotSelected');
     assert.equal(d.taint, false);
-    assert.deepEqual(d.annotations, { [K.gatedAt]: null });
+    assert.deepEqual(d.annotations, { [K.gatedAt]: null, [K.taint]: null });
     assert.deepEqual(d.release, { outcome: 'Removed', heldSeconds: 120 });
   });
 
@@ -144,7 +146,7 @@ describe('decideGate: the gate does not apply', () => {
       [K.completedAt]: minutesAgo(30),
     };
 
-    test('takes back gated-at, timed-out-at and the completion stamp it wrote (berth-gates, Update)', () => {
+    test('takes back gated-at, the taint record, timed-out-at and the completion stamp it wrote (berth-gates, Update)', () => {
       const n = heldNode(2, stamps, {
         managedFields: [
           { manager: 'kubelet', operation: 'Update', fieldsV1: {} },
@@ -155,7 +157,7 @@ describe('decideGate: the gate does not apply', () => {
         gate: 'cni',
         state: 'NotSelected',
         taint: false,
-        annotations: { [K.gatedAt]: null, [K.timedOutAt]: null, [K.completedAt]: null },
+        annotations: { [K.gatedAt]: null, [K.taint]: null, [K.timedOutAt]: null, [K.completedAt]: null },
         unmet: [],
         timedOut: false,
         why: 'the gate is being deleted',
@@ -180,7 +182,7 @@ describe('decideGate: the gate does not apply', () => {
         const n = heldNode(2, stamps, managedFields ? { managedFields } : {});
         assert.deepEqual(
           decide(deleting, n).annotations,
-          { [K.gatedAt]: null, [K.timedOutAt]: null },
+          { [K.gatedAt]: null, [K.taint]: null, [K.timedOutAt]: null },
           JSON.stringify(managedFields),
         );
       }
@@ -254,7 +256,7 @@ describe('decideGate: dry run', () => {
       gate: 'cni',
       state: 'WouldGate',
       taint: false,
-      annotations: { [K.gatedAt]: null, [K.timedOutAt]: null },
+      annotations: { [K.gatedAt]: null, [K.taint]: null, [K.timedOutAt]: null },
       unmet: [NOT_READY],
       timedOut: false,
       why: 'dry run: would hold the node',
@@ -304,7 +306,7 @@ describe('decideGate: a held node', () => {
       gate: 'cni',
       state: 'Released',
       taint: false,
-      annotations: { [K.gatedAt]: null, [K.completedAt]: '2026-11-21T10:00:00.000Z' },
+      annotations: { [K.gatedAt]: null, [K.taint]: null, [K.completedAt]: '2026-11-21T10:00:00.000Z' },
       unmet: [],
       timedOut: false,
       why: 'every requirement holds',
@@ -316,7 +318,7 @@ describe('decideGate: a held node', () => {
   test('a Ready release clears an earlier timeout and keeps an earlier completion stamp', () => {
     const n = heldNode(2, { [K.timedOutAt]: minutesAgo(1), [K.completedAt]: '2026-11-01T00:00:00.000Z' });
     const d = decide(g, n, [cilium(true)]);
-    assert.deepEqual(d.annotations, { [K.gatedAt]: null, [K.timedOutAt]: null });
+    assert.deepEqual(d.annotations, { [K.gatedAt]: null, [K.taint]: null, [K.timedOutAt]: null });
     assert.equal(d.timedOut, false);
   });
 
@@ -385,6 +387,7 @@ describe('decideGate: a held node', () => {
       taint: false,
       annotations: {
         [K.gatedAt]: null,
+        [K.taint]: null,
         [K.timedOutAt]: '2026-11-21T10:00:00.000Z',
         [K.completedAt]: '2026-11-21T10:00:00.000Z',
       },
@@ -449,7 +452,12 @@ describe('decideGate: a held node', () => {
     const d = decide(t, heldNode(20, { [K.timedOutAt]: minutesAgo(9) }), [cilium(true)]);
     assert.equal(d.state, 'Released');
     assert.deepEqual(d.release, { outcome: 'Ready', heldSeconds: 1200 });
-    assert.deepEqual(d.annotations, { [K.gatedAt]: null, [K.timedOutAt]: null, [K.completedAt]: iso(NOW) });
+    assert.deepEqual(d.annotations, {
+      [K.gatedAt]: null,
+      [K.taint]: null,
+      [K.timedOutAt]: null,
+      [K.completedAt]: iso(NOW),
+    });
   });
 });
 
@@ -475,7 +483,7 @@ describe('decideGate: a node not held', () => {
       gate: 'cni',
       state: 'Held',
       taint: true,
-      annotations: { [K.gatedAt]: '2026-11-21T10:00:00.000Z' },
+      annotations: { [K.gatedAt]: '2026-11-21T10:00:00.000Z', [K.taint]: RECORD },
       unmet: [NOT_READY],
       timedOut: false,
       why: 'waiting for its requirements',
@@ -517,7 +525,7 @@ describe('decideGate: a node not held', () => {
       gate: 'cni',
       state: 'Held',
       taint: true,
-      annotations: { [K.gatedAt]: '2026-11-21T10:00:00.000Z' },
+      annotations: { [K.gatedAt]: '2026-11-21T10:00:00.000Z', [K.taint]: RECORD },
       unmet: [NOT_READY],
       timedOut: false,
       why: 'waiting for its requirements',
@@ -547,7 +555,7 @@ describe('decideGate: a node not held', () => {
     const d = decide(backfill, node({ created: NODE_OLD }), []);
     assert.equal(d.state, 'Held');
     assert.equal(d.taint, true);
-    assert.deepEqual(d.annotations, { [K.gatedAt]: iso(NOW) });
+    assert.deepEqual(d.annotations, { [K.gatedAt]: iso(NOW), [K.taint]: RECORD });
     assert.equal(
       d.event?.message,
       `gate cni: tainted, backfill of an idle node that existed before the gate; waiting for: ${NONE_YET}`,
@@ -590,7 +598,7 @@ describe('decideGate: a node not held', () => {
   test('a node without an annotations map is treated as having none', () => {
     const d = decide(g, node({ annotations: undefined }), []);
     assert.equal(d.state, 'Held');
-    assert.deepEqual(d.annotations, { [K.gatedAt]: iso(NOW) });
+    assert.deepEqual(d.annotations, { [K.gatedAt]: iso(NOW), [K.taint]: RECORD });
   });
 });
 
@@ -667,13 +675,17 @@ describe('decideGate: a taint Berth did not put on stays whoever put it on', () 
 
 describe('decisionKeys and gateKeyClaims', () => {
   test('the keys a decision changes: its taint when it goes on or off, annotations set anew or removed', () => {
-    const n = node({ taints: [TAINT], annotations: { [K.gatedAt]: minutesAgo(3), [K.timedOutAt]: 'x' } });
+    const n = node({
+      taints: [TAINT],
+      annotations: { [K.gatedAt]: minutesAgo(3), [K.taint]: RECORD, [K.timedOutAt]: 'x' },
+    });
     const d = decide(g, n, [cilium(true)]);
     assert.deepEqual(decisionKeys(n, g, d), [
       `taint ${TAINT_KEY}`,
       `annotation ${K.gatedAt}`,
       `annotation ${K.timedOutAt}`,
       `annotation ${K.completedAt}`,
+      `annotation ${K.taint}`,
     ]);
     const held = decide(g, n, [cilium(false)]);
     assert.deepEqual(decisionKeys(n, g, held), [], 'still held: nothing changes');

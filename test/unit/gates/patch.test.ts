@@ -54,7 +54,10 @@ describe('admitNode', () => {
     const { gates } = parseGates([cni, gpu]);
     assert.deepEqual(admitNode(gates, joining(), NOW), {
       taints: [{ key: TAINT_KEY, effect: 'NoSchedule' }],
-      annotations: { 'cni.gates.berth.dev/gated-at': STAMP },
+      annotations: {
+        'cni.gates.berth.dev/gated-at': STAMP,
+        'cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
+      },
     });
     assert.deepEqual(admitNode(gates, joining({ labels: { 'nvidia.com/gpu.present': 'true' } }), NOW), {
       taints: [
@@ -63,7 +66,9 @@ describe('admitNode', () => {
       ],
       annotations: {
         'cni.gates.berth.dev/gated-at': STAMP,
+        'cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
         'gpu.gates.berth.dev/gated-at': STAMP,
+        'gpu.gates.berth.dev/taint': 'startup.berth.dev/gpu=driver:NoExecute',
       },
     });
   });
@@ -77,7 +82,10 @@ describe('admitNode', () => {
     const conflict = parseGates([gateObj('a'), gateObj('b')]).gates;
     assert.deepEqual(admitNode(conflict, joining(), NOW), {
       taints: [{ key: TAINT_KEY, effect: 'NoSchedule' }],
-      annotations: { 'a.gates.berth.dev/gated-at': STAMP },
+      annotations: {
+        'a.gates.berth.dev/gated-at': STAMP,
+        'a.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
+      },
     });
     const invalid = parseGates([
       gateObj('cni', {
@@ -100,7 +108,10 @@ describe('admitNode', () => {
     const continuous = parseGates([gateObj('cni', { mode: 'Continuous' })]).gates;
     assert.deepEqual(admitNode(continuous, joining({ annotations }), NOW), {
       taints: [{ key: TAINT_KEY, effect: 'NoSchedule' }],
-      annotations: { 'cni.gates.berth.dev/gated-at': STAMP },
+      annotations: {
+        'cni.gates.berth.dev/gated-at': STAMP,
+        'cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
+      },
     });
   });
 
@@ -111,7 +122,10 @@ describe('admitNode', () => {
     ];
     assert.deepEqual(admitNode(parseGates([cni]).gates, joining({ taints }), NOW), {
       taints: [],
-      annotations: { 'cni.gates.berth.dev/gated-at': STAMP },
+      annotations: {
+        'cni.gates.berth.dev/gated-at': STAMP,
+        'cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
+      },
     });
     // The same key with another effect is another taint.
     const other = [{ key: TAINT_KEY, effect: 'PreferNoSchedule' }];
@@ -357,7 +371,10 @@ describe('nodePatch', () => {
       const n = node({ taints: [NOT_READY_TAINT] });
       const first = run([g], n);
       assert.deepEqual(first.after.spec.taints, [NOT_READY_TAINT, TAINT]);
-      assert.deepEqual(first.after.metadata!.annotations, { [K.gatedAt]: STAMP });
+      assert.deepEqual(first.after.metadata!.annotations, {
+        [K.gatedAt]: STAMP,
+        [K.taint]: `${TAINT_KEY}:NoSchedule`,
+      });
       // Ten minutes later, cilium is Ready.
       const later = decideGate(g, first.after, [cilium(true)], NOW + 600_000);
       assert.deepEqual(later.release, { outcome: 'Ready', heldSeconds: 600 });
@@ -377,7 +394,13 @@ describe('nodePatch', () => {
 
     test('the conflict loser hands over its node to the winner without the taint ever coming off', () => {
       const { gates } = parseGates([gateObj('a-cni'), gateObj('b-cni')]);
-      const n = node({ taints: [TAINT], annotations: { 'b-cni.gates.berth.dev/gated-at': minutesAgo(1) } });
+      const n = node({
+        taints: [TAINT],
+        annotations: {
+          'b-cni.gates.berth.dev/gated-at': minutesAgo(1),
+          'b-cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
+        },
+      });
       const { decisions, after } = run(gates, n);
       assert.deepEqual(
         decisions.map((d) => [d.gate, d.state, d.taint]),
@@ -387,7 +410,10 @@ describe('nodePatch', () => {
         ],
       );
       assert.deepEqual(after.spec.taints, [TAINT]);
-      assert.deepEqual(after.metadata!.annotations, { 'a-cni.gates.berth.dev/gated-at': STAMP });
+      assert.deepEqual(after.metadata!.annotations, {
+        'a-cni.gates.berth.dev/gated-at': STAMP,
+        'a-cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
+      });
     });
   });
 });
