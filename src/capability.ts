@@ -4,7 +4,7 @@
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { PolicyKit } from './policy/kit.ts';
-import type { KeyDeclaration } from './policy/nodes/ownership.ts';
+import { KeyOwnership, type KeyClaim, type KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
 import type { KubeObject, ResourceRef } from './runtime/api/meta.ts';
 import type { DeclaredRule } from './runtime/api/rbac.ts';
@@ -41,6 +41,12 @@ export interface ExplainContext {
   object: KubeObject;
   options: Record<string, unknown>;
   berthNamespace: string;
+  /**
+   * Who owns which node keys, as a running Berth finds it (clusterKeyOwnership): read from the API
+   * once per explanation, when first asked for. A policy that would write a key another capability
+   * owns is refused by its controller, so explain must say so too.
+   */
+  keys?: () => Promise<KeyOwnership>;
 }
 
 /** What `berth uninstall` gives a capability. */
@@ -84,6 +90,12 @@ export interface Capability {
    * capability owns no key exclusively (derived labels) and yields to every owner.
    */
   keys?: KeyDeclaration;
+  /**
+   * The live claims of its policies as listed from the API, the same its controller keeps on
+   * `kit.keys`, for `berth explain` (which has no controller). `keys` already holds the claims of
+   * the capabilities that outrank it: a policy whose keys they own claims nothing.
+   */
+  keyClaims?(client: KubeClient, keys: KeyOwnership): Promise<KeyClaim[]>;
   /** Its own `berth` subcommands (dry runs, helpers). */
   commands?: () => Command[];
   /** Builds its controllers on the manager; returns what they serve. */
@@ -100,6 +112,19 @@ export interface Capability {
    * records on pods). Its finalizers have released the rest while Berth ran.
    */
   uninstall?(ctx: UninstallContext): Promise<void>;
+}
+
+/**
+ * Who owns which node keys, read from the API: every capability's declaration (as `berth run`
+ * makes them), then each one's live claims, in rank order, since what a capability claims depends
+ * on what outranks it.
+ */
+export async function clusterKeyOwnership(all: Capability[], client: KubeClient): Promise<KeyOwnership> {
+  const keys = new KeyOwnership();
+  for (const c of all) if (c.keys) keys.declare(c.name, c.keys);
+  const claiming = all.filter((c) => c.keys && c.keyClaims).sort((a, b) => a.keys!.rank - b.keys!.rank);
+  for (const c of claiming) keys.claim(c.name, await c.keyClaims!(client, keys));
+  return keys;
 }
 
 /** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */

@@ -1,7 +1,7 @@
 // What `berth explain` says of an object: the node and pod hooks of every capability, and the kinds a
 // capability explains itself (Capability.explainKinds). The command and the page both call this, so
 // the page shows exactly what the command prints.
-import type { ExplainContext } from './capability.ts';
+import { clusterKeyOwnership, type ExplainContext } from './capability.ts';
 import { capabilities } from './capabilities.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 import { Resources, type ResourceRef } from './runtime/api/meta.ts';
@@ -60,6 +60,9 @@ export async function explainObject(
 ): Promise<string[]> {
   const ns = e.resource.namespaced ? (namespace ?? 'default') : undefined;
   const object = await client.get(e.resource, name, ns);
-  const said = await e.lines({ client, object, options, berthNamespace });
+  // Who owns which node keys: read only if a hook asks, and then once.
+  let owners: ReturnType<typeof clusterKeyOwnership> | undefined;
+  const keys = () => (owners ??= clusterKeyOwnership(capabilities, client));
+  const said = await e.lines({ client, object, options, berthNamespace, keys });
   return [`${e.resource.kind} ${ns ? `${ns}/` : ''}${name}`, ...said];
 }

@@ -40,12 +40,14 @@ import {
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import {
+  checkOwnership,
   claimedOwners,
   claimKey,
   decideNode,
   parsePlacements,
-  placementKeys,
+  placementClaims,
   podFinished,
+  usablePlacements,
   type ParseCache,
   type ParsedPlacement,
 } from './decide.ts';
@@ -178,11 +180,7 @@ export class AgentsController {
     // the others are this capability's, which derived-label rules may not write.
     kit.keys.declare('agents', AGENT_KEYS, (signal) => this.placementObjects.waitForSync(signal));
     const outranked = (c: { rank: number }) => c.rank < AGENT_KEYS.rank;
-    const claim = () =>
-      kit.keys.claim(
-        'agents',
-        this.placements().flatMap((p) => placementKeys(p)),
-      );
+    const claim = () => kit.keys.claim('agents', placementClaims(this.parsed()));
     this.placementObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
     kit.keys.addEventHandler({
       onUpdate: (c) => {
@@ -277,7 +275,7 @@ export class AgentsController {
 
   /** The usable placements, from the cache: they parse, and validatePlacement finds no problem. */
   placements(): ParsedPlacement<PlacementObject>[] {
-    return this.parsed().filter((p) => p.problems.length === 0);
+    return usablePlacements(this.parsed());
   }
 
   /**
@@ -287,13 +285,7 @@ export class AgentsController {
   private parsed(): ParsedPlacement<PlacementObject>[] {
     const from = this.parsedPlacements().parsed;
     if (this.checked?.from !== from || this.checked.version !== this.ownershipVersion) {
-      const parsed = from.map((p) => {
-        const owned = this.kit.keys.violations(
-          'agents',
-          placementKeys(p).map((c) => c.pattern),
-        );
-        return owned.length ? { ...p, problems: [...p.problems, ...owned] } : p;
-      });
+      const parsed = checkOwnership(from, (keys) => this.kit.keys.violations('agents', keys));
       this.checked = { from, version: this.ownershipVersion, parsed };
     }
     return this.checked.parsed;

@@ -1,7 +1,7 @@
 // Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
 // node should carry. The controller feeds these from its caches and applies the result.
 import type { NodeOutputs } from '../policy/nodes/plan.ts';
-import type { KeyClaim } from '../policy/nodes/ownership.ts';
+import type { KeyClaim, KeyPattern } from '../policy/nodes/ownership.ts';
 import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
 import { ownedKeys } from '../runtime/client/apply.ts';
@@ -234,3 +234,28 @@ export const placementKeys = (p: Placement): KeyClaim[] => {
     { pattern: { kind: 'annotation', prefix: p.spec.claimAnnotationPrefix }, owner },
   ];
 };
+
+/**
+ * The placements with, among their problems, the keys a capability that outranks them owns (a
+ * startup gate's): `owned` is what KeyOwnership.violations says of the agents' keys.
+ */
+export function checkOwnership<O extends KubeObject>(
+  parsed: ParsedPlacement<O>[],
+  owned: (keys: KeyPattern[]) => string[],
+): ParsedPlacement<O>[] {
+  return parsed.map((p) => {
+    const why = owned(placementKeys(p).map((c) => c.pattern));
+    return why.length ? { ...p, problems: [...p.problems, ...why] } : p;
+  });
+}
+
+/** The usable placements: those with no problem (validatePlacement, checkOwnership). */
+export const usablePlacements = <O extends KubeObject>(parsed: ParsedPlacement<O>[]): ParsedPlacement<O>[] =>
+  parsed.filter((p) => p.problems.length === 0);
+
+/**
+ * What the agents claim on nodes: the keys of every usable placement. An invalid or outranked one
+ * claims nothing, so a derived-label rule may still write what it names.
+ */
+export const placementClaims = (parsed: ParsedPlacement[]): KeyClaim[] =>
+  usablePlacements(parsed).flatMap((p) => placementKeys(p));

@@ -2,7 +2,8 @@ import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { agentsCommand } from './cli.ts';
 import { AgentsController } from './controller.ts';
-import { explainNodeAgents } from './explain.ts';
+import { checkOwnership, placementClaims } from './decide.ts';
+import { clusterPlacements, explainNodeAgents } from './explain.ts';
 import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { releaseNodes } from '../policy/nodes/release.ts';
 
@@ -14,6 +15,11 @@ export const agentsCapability: Capability = {
   options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
+  // As the controller claims: the keys of the usable placements, a gate's keys outranking theirs.
+  keyClaims: async (client, keys) =>
+    placementClaims(
+      checkOwnership((await clusterPlacements(client)).parsed, (k) => keys.violations('agents', k)),
+    ),
   rbac: [
     // Informers list and watch; claims, finalizers and statuses are server-side applies (patch).
     { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },

@@ -3,6 +3,7 @@ import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { gatesCommand } from './cli.ts';
 import { GatesController } from './controller.ts';
+import { gateKeyClaims, parseGates } from './decide.ts';
 import { explainNodeGates } from './explain.ts';
 import { GATE_KEYS, NodeStartupGate } from './types.ts';
 
@@ -26,6 +27,9 @@ export const gatesCapability: Capability = {
   ],
   crds: [NodeStartupGate],
   keys: GATE_KEYS,
+  // As the controller claims: every gate's prefix, taint and completion annotation.
+  keyClaims: async (client) =>
+    gateKeyClaims(parseGates((await client.list(NodeStartupGate.ref)).items).gates),
   rbac: [
     // Informers list and watch; nodes are written by compare-and-swap patches, gates' finalizers
     // and statuses by server-side apply (patch).

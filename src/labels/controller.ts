@@ -21,7 +21,7 @@ import {
 } from '../policy/predicates.ts';
 import { nodeInformer, type SlimNode } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { compileRule, decide, outputKeys, ruleNameOf, tracedOutputs } from './decide.ts';
+import { compileRule, decide, refuseOwned, ruleNameOf, tracedOutputs } from './decide.ts';
 import { formatFileError, keepHeld, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
 import { FIELD_MANAGER, NodeLabelRule, type NodeLabelRuleStatus, type Rule } from './types.ts';
@@ -151,16 +151,13 @@ export class LabelsController {
       ...(this.files?.rules() ?? []),
     ];
     // One owner per key: a rule that outputs a key of a gate or placement is Invalid, whole.
-    const ownership = new Map<string, string[]>();
+    const { rules, refused } = refuseOwned(compiled, (keys) => this.kit.keys.violations('labels', keys));
     for (const r of compiled) {
-      const why = this.kit.keys.violations('labels', outputKeys(r));
-      if (!why.length) continue;
-      ownership.set(r.name, why);
-      if (r.source.kind === 'File' && this.ownership.get(r.name)?.join() !== why.join())
+      const why = refused.get(r.name);
+      if (why && r.source.kind === 'File' && this.ownership.get(r.name)?.join() !== why.join())
         this.log.error({ file: r.source.path }, `rule file rejected: ${why.join('; ')}`);
     }
-    this.ownership = ownership;
-    const rules = compiled.filter((r) => !ownership.has(r.name));
+    this.ownership = refused;
     this.rulesCache = { version, rules };
     return rules;
   }

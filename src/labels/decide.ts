@@ -110,6 +110,22 @@ export const outputKeys = (rule: Rule): KeyPattern[] => [
   ...rule.taints.map((t) => ({ kind: 'taint' as const, key: t.key })),
 ];
 
+/**
+ * One owner per key: a rule that would write a key another capability owns is refused, whole, with
+ * why (`owned`: what KeyOwnership.violations says of derived labels' keys); the others apply.
+ */
+export function refuseOwned(
+  rules: Rule[],
+  owned: (keys: KeyPattern[]) => string[],
+): { rules: Rule[]; refused: Map<string, string[]> } {
+  const refused = new Map<string, string[]>();
+  for (const r of rules) {
+    const why = owned(outputKeys(r));
+    if (why.length) refused.set(r.name, why);
+  }
+  return { rules: rules.filter((r) => !refused.has(r.name)), refused };
+}
+
 /** Compiles a NodeLabelRule object (from the API or a file) into a Rule, or says why it cannot. */
 export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } {
   const parsed = NodeLabelRule.parse(obj);

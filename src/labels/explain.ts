@@ -1,9 +1,10 @@
 // Read-only answers about derived labels: why a node carries what it carries (explain), and what a
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
+import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { nodeState, taintId } from '../policy/nodes/plan.ts';
-import { decide, planApply, type Output, type OutputKind } from './decide.ts';
+import { decide, planApply, refuseOwned, type Output, type OutputKind } from './decide.ts';
 import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
 import { escapeControl, quote } from '../policy/text.ts';
 import { inScope, keepHeld, type Hold } from './files.ts';
@@ -42,15 +43,25 @@ function describeHold(h: Hold): string {
 
 /**
  * Lines explaining a node's derived labels, annotations and taints. `holds` (holdsOf) keep the
- * labels no rule sets that the controller keeps (keepHeld), and each such label says why.
+ * labels no rule sets that the controller keeps (keepHeld), and each such label says why. `owned`
+ * (KeyOwnership.violations of derived labels) refuses, as the controller does, the rules that
+ * would write another capability's keys: they are shown refused, with their owner, and set nothing.
  */
-export function explainNodeLabels(node: KubeObject, rules: Rule[], holds: readonly Hold[] = []): string[] {
+export function explainNodeLabels(
+  node: KubeObject,
+  all: Rule[],
+  holds: readonly Hold[] = [],
+  owned?: (keys: KeyPattern[]) => string[],
+): string[] {
+  const { rules, refused } = owned
+    ? refuseOwned(all, owned)
+    : { rules: all, refused: new Map<string, string[]>() };
   const view = nodeView(node);
   const d = decide(view, rules);
   const state = nodeState(node, FIELD_MANAGER);
   const scopes = holds.map((h) => h.scope);
   const plan = planApply(state, keepHeld(d, scopes, node));
-  const byName = new Map(rules.map((r) => [r.name, r]));
+  const byName = new Map(all.map((r) => [r.name, r]));
   const out: string[] = [];
   const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
   const show = (o: Output) =>
@@ -60,7 +71,7 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[], holds: readon
 
   const matched = [...d.matches].filter(([, m]) => m.matched);
   out.push(
-    `Derived labels (field manager ${FIELD_MANAGER}): ${matched.length} of ${rules.length} rules match`,
+    `Derived labels (field manager ${FIELD_MANAGER}): ${matched.length} of ${rules.length} rules match${refused.size ? ` (${refused.size} more refused)` : ''}`,
   );
   for (const [name, m] of matched) {
     const r = byName.get(name)!;
@@ -81,6 +92,8 @@ export function explainNodeLabels(node: KubeObject, rules: Rule[], holds: readon
       `  held back: ${show(f)} from ${f.rule}: another field manager holds ${f.kind} ${f.key}; Berth leaves it alone`,
     );
   }
+  for (const [name, why] of refused)
+    out.push(`  refused: ${name} (${sourceOf(byName.get(name)!)}) sets nothing: ${why.join('; ')}`);
   for (const [k, v] of Object.entries(plan.labels)) {
     const hold = k in d.labels ? undefined : holds.find((h) => inScope(h.scope, k));
     if (hold) out.push(`  held: label ${k}=${v} stays though no rule sets it: ${describeHold(hold)}`);

@@ -8,6 +8,7 @@ import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels } from './explain.ts';
 import { clusterRules } from './load.ts';
 import { FIELD_MANAGER, NodeLabelRule, type EvictOnRemoval } from './types.ts';
+import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { releaseNodes } from '../policy/nodes/release.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
@@ -49,10 +50,15 @@ export const labelsCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch'] },
     { apiGroups: [''], resources: ['pods/eviction'], verbs: ['create'] },
   ],
-  async explainNode({ client, object: node, options }) {
+  async explainNode({ client, object: node, options, keys }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
     const { rules, errors, holds } = await clusterRules(client, labelDir);
-    return [...explainNodeLabels(node, rules, holds), ...errors.map((e) => `  skipped invalid rule: ${e}`)];
+    const owners = await keys?.();
+    const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
+    return [
+      ...explainNodeLabels(node, rules, holds, owned),
+      ...errors.map((e) => `  skipped invalid rule: ${e}`),
+    ];
   },
   async explainPod({ client, object: pod, options, berthNamespace }) {
     const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;

@@ -1,7 +1,18 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { claimedOwners, decideNode, ownerOf, type Placement } from '../../../src/agents/decide.ts';
-import { FIELD_MANAGER, type AgentPlacementSpec } from '../../../src/agents/types.ts';
+import {
+  checkOwnership,
+  claimedOwners,
+  decideNode,
+  ownerOf,
+  parsePlacements,
+  placementClaims,
+  usablePlacements,
+  type Placement,
+} from '../../../src/agents/decide.ts';
+import { AGENT_KEYS, FIELD_MANAGER, type AgentPlacementSpec } from '../../../src/agents/types.ts';
+import { GATE_KEYS } from '../../../src/gates/types.ts';
+import { KeyOwnership } from '../../../src/policy/nodes/ownership.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
@@ -215,4 +226,40 @@ test('an owner UID that makes no valid claim key is rejected, and the other clai
     r.rejected[0]!,
     /^pod ate\/l1: claim key "ate\.dev\/claim\.u+…": name part must be no more than 63/,
   );
+});
+
+describe('what the agents claim on nodes', () => {
+  const obj = (name: string, s: Partial<AgentPlacementSpec>) => ({ metadata: { name }, spec: spec(s) });
+  const { parsed } = parsePlacements([
+    obj('atelet', {}),
+    obj('bad', { nodeLabel: { key: 'a b', value: 'true' }, claimAnnotationPrefix: 'bad.dev/claim.' }),
+    obj('sneaky', {
+      nodeLabel: { key: 'warmup.gates.berth.dev/agent', value: 'true' },
+      claimAnnotationPrefix: 'sneaky.dev/claim.',
+    }),
+  ]);
+  const keys = new KeyOwnership();
+  keys.declare('gates', GATE_KEYS);
+  keys.declare('agents', AGENT_KEYS);
+  const checked = checkOwnership(parsed, (k) => keys.violations('agents', k));
+
+  test("checkOwnership adds a gate's key to a placement's problems, and leaves the others as they are", () => {
+    assert.deepEqual(checked[2]!.problems, ['label warmup.gates.berth.dev/agent is owned by startup gates']);
+    assert.equal(checked[0], parsed[0]);
+    assert.equal(checked[1], parsed[1]);
+    assert.equal(parsed[2]!.problems.length, 0, 'the parsed placement is not changed');
+  });
+
+  test('only usable placements claim: an invalid or outranked one leaves its keys to others', () => {
+    assert.deepEqual(
+      usablePlacements(checked).map((p) => p.name),
+      ['atelet'],
+    );
+    assert.deepEqual(placementClaims(checked), [
+      { pattern: { kind: 'label', key: 'ate.dev/atelet' }, owner: 'AgentPlacement atelet' },
+      { pattern: { kind: 'annotation', prefix: 'ate.dev/claim.' }, owner: 'AgentPlacement atelet' },
+    ]);
+    // Unchecked, the outranked placement would claim its label and claims.
+    assert.equal(placementClaims(parsed).length, 4);
+  });
 });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compileRule, decide, planApply, ruleErrors } from '../../../src/labels/decide.ts';
+import { compileRule, decide, planApply, refuseOwned, ruleErrors } from '../../../src/labels/decide.ts';
 import { nodeState as ownedState, taintRecordKey } from '../../../src/policy/nodes/plan.ts';
 import { evictions, explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
 import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
@@ -536,5 +536,24 @@ describe('dry run: pods a NoExecute taint would evict', () => {
   });
   test('a taint the node already has from the rules evicts nothing new', () => {
     assert.deepEqual(evictions(previewRules(nodes, [drain], [drain, soft]), pods), []);
+  });
+});
+
+describe('refuseOwned', () => {
+  test('a rule with an owned output is refused whole, with why; the others apply', () => {
+    const a = rule('a', { labels: { 'example.com/a': 'x' } });
+    const owning = rule('owning', {
+      labels: { 'example.com/b': 'x' },
+      taints: [{ key: 'example.com/owned', effect: 'NoSchedule' }],
+    });
+    const c = rule('c', { annotations: { 'example.com/owned': 'x' } });
+    // Only the taint is owned: an annotation with the same key is not.
+    const { rules, refused } = refuseOwned([a, owning, c], (keys) =>
+      keys.flatMap((k) =>
+        'key' in k && k.kind === 'taint' && k.key === 'example.com/owned' ? ['owned'] : [],
+      ),
+    );
+    assert.deepEqual(rules, [a, c]);
+    assert.deepEqual([...refused], [['owning', ['owned']]]);
   });
 });

@@ -3,11 +3,19 @@ import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
+import { checkOwnership, parsePlacements, placementClaims } from '../../../src/agents/decide.ts';
+import { AGENT_KEYS } from '../../../src/agents/types.ts';
+import { explainerOf, explainObject } from '../../../src/explain.ts';
+import { gateKeyClaims, parseGates } from '../../../src/gates/decide.ts';
+import { GATE_KEYS } from '../../../src/gates/types.ts';
 import { explainNodeLabels } from '../../../src/labels/explain.ts';
 import { holdsOf } from '../../../src/labels/files.ts';
 import { scanRuleDir } from '../../../src/labels/files.ts';
-import { FIELD_MANAGER } from '../../../src/labels/types.ts';
-import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import { FIELD_MANAGER, type Rule } from '../../../src/labels/types.ts';
+import { KeyOwnership, type KeyPattern } from '../../../src/policy/nodes/ownership.ts';
+import type { KubeObject, ResourceRef } from '../../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../../src/runtime/client/client.ts';
+import { gateObj } from '../gates/fixtures.ts';
 
 /** A node carrying `owned`, set by Berth's field manager, and `others`, set by someone else. */
 const node = (owned: Record<string, string>, others: Record<string, string> = {}): KubeObject => ({
@@ -124,5 +132,114 @@ describe('explain node: labels held for a rule file Berth cannot use', () => {
       text.some((l) => l.includes('rule file labels/accelerators/edge\\u000atpu cannot be used')),
       text.join('\n'),
     );
+  });
+});
+
+describe('explain node: a rule that would write a key another capability owns', () => {
+  const warmup = gateObj('warmup', { taint: { key: 'example.com/warming' } });
+  /** An AgentPlacement object: its label, and its claim annotations under `prefix`. */
+  const placementObj = (name: string, label: string, prefix: string): KubeObject => ({
+    metadata: { name, uid: `${name}-uid`, generation: 1 },
+    spec: {
+      podSelector: { matchLabels: { app: name } },
+      owner: { controllerRef: true },
+      nodeLabel: { key: label },
+      claimAnnotationPrefix: prefix,
+    },
+  });
+  const atelet = placementObj('atelet', 'ate.dev/atelet', 'ate.dev/claim.');
+  const rule = (name: string, outputs: Partial<Rule>): Rule => ({
+    name: `nodelabelrule/${name}`,
+    source: { kind: 'NodeLabelRule', name },
+    allOf: [{ label: 'pool', operator: 'Exists' }],
+    anyOf: [],
+    labels: {},
+    annotations: {},
+    taints: [],
+    ...outputs,
+  });
+  const rules = [
+    rule('gated', { annotations: { 'warmup.gates.berth.dev/gated-at': 'now' } }),
+    rule('gpu', { labels: { 'example.com/gpu': 'true' } }),
+    rule('pool-agent', { labels: { 'ate.dev/atelet': 'true' } }),
+    rule('warming', { taints: [{ key: 'example.com/warming', effect: 'NoSchedule' }] }),
+  ];
+  // Berth set the placement's label through a rule before the placement came: it gives it back.
+  const n = node({ 'ate.dev/atelet': 'true' }, { pool: 'user' });
+
+  /** What the controllers claim from these gates and placements, in a registry as `berth run` declares it. */
+  function owners(): (keys: KeyPattern[]) => string[] {
+    const keys = new KeyOwnership();
+    keys.declare('gates', GATE_KEYS);
+    keys.declare('agents', AGENT_KEYS);
+    keys.claim('gates', gateKeyClaims(parseGates([warmup]).gates));
+    const placements = checkOwnership(parsePlacements([atelet]).parsed, (k) => keys.violations('agents', k));
+    keys.claim('agents', placementClaims(placements));
+    return (k) => keys.violations('labels', k);
+  }
+
+  test("a rule writing a gate's taint or annotation, or a placement's label, is refused with its owner and sets nothing", () => {
+    const lines = explainNodeLabels(n, rules, [], owners());
+    const text = lines.join('\n');
+    assert.equal(
+      lines[0],
+      `Derived labels (field manager ${FIELD_MANAGER}): 1 of 1 rules match (3 more refused)`,
+    );
+    assert.deepEqual(
+      lines.filter((l) => l.includes('refused:')),
+      [
+        '  refused: nodelabelrule/gated (NodeLabelRule gated) sets nothing: annotation warmup.gates.berth.dev/gated-at is owned by NodeStartupGate warmup (startup gates)',
+        '  refused: nodelabelrule/pool-agent (NodeLabelRule pool-agent) sets nothing: label ate.dev/atelet is owned by AgentPlacement atelet (agent placement)',
+        '  refused: nodelabelrule/warming (NodeLabelRule warming) sets nothing: taint example.com/warming is owned by NodeStartupGate warmup (startup gates)',
+      ],
+    );
+    assert.doesNotMatch(text, /sets (taint example\.com\/warming|annotation warmup|label ate\.dev)/);
+    assert.doesNotMatch(text, /will set (taint example\.com\/warming|annotation warmup)/);
+    // As the controller does: what a refused rule had set goes.
+    assert.match(text, /will remove label ate\.dev\/atelet \(no rule backs it any more\)/);
+    assert.match(text, /sets label example\.com\/gpu=true/);
+  });
+
+  test('a rule that writes no owned key is shown as before', () => {
+    const gpu = rules.filter((r) => r.name === 'nodelabelrule/gpu');
+    assert.deepEqual(explainNodeLabels(n, gpu, [], owners()), explainNodeLabels(n, gpu));
+  });
+
+  test('berth explain node reads the owners from the API as the controllers claim them, gates before placements', async () => {
+    // sneaky's claims are the gate's completion annotation: it is Invalid, and its label is anyone's.
+    const gate = gateObj('warmup', {
+      taint: { key: 'example.com/warming' },
+      completionAnnotation: 'startup.example.com/done',
+    });
+    const sneaky = placementObj('sneaky', 'sneaky.dev/agent', 'startup.example.com/');
+    const ruleObj = (name: string, spec: Record<string, unknown>) => ({
+      metadata: { name },
+      spec: { match: { allOf: [{ label: 'pool', operator: 'Exists' }] }, ...spec },
+    });
+    const objects: Record<string, KubeObject[]> = {
+      nodestartupgates: [gate],
+      agentplacements: [atelet, sneaky],
+      nodelabelrules: [
+        ruleObj('gpu', { labels: { 'example.com/gpu': 'true' } }),
+        ruleObj('pool-agent', { labels: { 'ate.dev/atelet': 'true' } }),
+        ruleObj('sneaky-label', { labels: { 'sneaky.dev/agent': 'true' } }),
+        ruleObj('warming', { taints: [{ key: 'example.com/warming', effect: 'NoSchedule' }] }),
+      ],
+    };
+    const client = {
+      get: async () => n,
+      list: async (ref: ResourceRef) => ({ items: objects[ref.resource] ?? [] }),
+    } as unknown as KubeClient;
+    const lines = await explainObject(client, explainerOf('node')!, 'n1', undefined, {}, 'berth-system');
+    assert.deepEqual(
+      lines.filter((l) => l.includes('refused:')),
+      [
+        '  refused: nodelabelrule/pool-agent (NodeLabelRule pool-agent) sets nothing: label ate.dev/atelet is owned by AgentPlacement atelet (agent placement)',
+        '  refused: nodelabelrule/warming (NodeLabelRule warming) sets nothing: taint example.com/warming is owned by NodeStartupGate warmup (startup gates)',
+      ],
+    );
+    const text = lines.join('\n');
+    assert.match(text, /sets label example\.com\/gpu=true/);
+    assert.match(text, /sets label sneaky\.dev\/agent=true/);
   });
 });
