@@ -5,12 +5,15 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { ownedKeys } from '../runtime/client/apply.ts';
 import { slimPod, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
+import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import {
+  checkOwnership,
   decideNode,
   parsePlacements,
   podSelected,
   type OwnerLookup,
   type ParsedPlacement,
+  usablePlacements,
 } from './decide.ts';
 import { exempt, placementsForPod } from './inject.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
@@ -58,16 +61,23 @@ export async function clusterPlacements(client: KubeClient) {
   return parsePlacements((await client.list(AgentPlacement.ref)).items);
 }
 
+/**
+ * `owned` (KeyOwnership.violations of the agents' keys): a placement whose keys a startup gate owns
+ * is invalid, as the controller finds it.
+ */
 export async function explainNodeAgents(
   client: KubeClient,
   node: KubeObject,
   berthNamespace: string,
+  owned?: (keys: KeyPattern[]) => string[],
 ): Promise<string[]> {
   const name = node.metadata!.name!;
-  const { parsed, errors } = await clusterPlacements(client);
+  const listed = await clusterPlacements(client);
+  const { errors } = listed;
+  const parsed = owned ? checkOwnership(listed.parsed, owned) : listed.parsed;
   if (parsed.length === 0 && errors.size === 0) return ['Agent placement: no AgentPlacement'];
   const view = await loadView(client, name);
-  const usable = parsed.filter((p) => p.problems.length === 0);
+  const usable = usablePlacements(parsed);
   const d = decideNode(view.pods, usable, (ns) => view.namespaces.get(ns), lookupIn(view), berthNamespace);
   const out = [`Agent placement (field manager ${FIELD_MANAGER}):`];
   for (const [pname, problem] of [
@@ -92,11 +102,11 @@ export async function explainNodeAgents(
       );
     }
   }
-  const owned = new Set(ownedKeys(node, FIELD_MANAGER, ['metadata', 'annotations']));
+  const written = new Set(ownedKeys(node, FIELD_MANAGER, ['metadata', 'annotations']));
   const want = Object.keys(d.desired.annotations);
   const pending = [
-    ...want.filter((k) => !owned.has(k)).map((k) => `will add ${k}`),
-    ...[...owned].filter((k) => !want.includes(k)).map((k) => `will remove ${k}`),
+    ...want.filter((k) => !written.has(k)).map((k) => `will add ${k}`),
+    ...[...written].filter((k) => !want.includes(k)).map((k) => `will remove ${k}`),
   ];
   if (pending.length)
     out.push('  not yet applied (Berth not running, or catching up):', ...pending.map((p) => `    ${p}`));

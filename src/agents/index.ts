@@ -44,7 +44,15 @@ export const agentsCapability: Capability = {
     // Whether Berth may watch and patch an owner kind, before it watches it.
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
   ],
-  explainNode: ({ client, object, berthNamespace }) => explainNodeAgents(client, object, berthNamespace),
+  async explainNode({ client, object, berthNamespace, keys }) {
+    const owners = await keys?.();
+    return explainNodeAgents(
+      client,
+      object,
+      berthNamespace,
+      owners && ((k) => owners.violations('agents', k)),
+    );
+  },
   setup({ kit, options, berthNamespace }) {
     const controller = new AgentsController(kit, {
       workers: Number(options['agentWorkers'] ?? 16),

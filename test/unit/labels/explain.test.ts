@@ -241,5 +241,7 @@ describe('explain node: a rule that would write a key another capability owns', 
     const text = lines.join('\n');
     assert.match(text, /sets label example\.com\/gpu=true/);
     assert.match(text, /sets label sneaky\.dev\/agent=true/);
+    // The agents' own section says so too: sneaky applies nothing, for the gate's key.
+    assert.match(text, /\n {2}sneaky: invalid, applies nothing: .*are owned by NodeStartupGate warmup/);
   });
 });
