@@ -1,0 +1,65 @@
+// berth explain on a cluster without Berth's CRDs: every kind it cannot list reads as no objects,
+// and the explanation says which CRDs are missing, instead of failing whole.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { explainerOf, explainObject } from '../../src/explain.ts';
+import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
+import type { ResourceRef } from '../../src/runtime/api/meta.ts';
+
+const node = {
+  apiVersion: 'v1',
+  kind: 'Node',
+  metadata: { name: 'n1', labels: { 'kubernetes.io/hostname': 'n1' } },
+  spec: {},
+  status: {},
+};
+
+/** A cluster that serves the built-in kinds (empty) and answers `custom` for Berth's. */
+const cluster = (custom: (ref: ResourceRef) => never): KubeClient =>
+  ({
+    get: async () => node,
+    list: async (ref: ResourceRef) => (ref.group.includes('.') ? custom(ref) : { items: [] }),
+  }) as unknown as KubeClient;
+
+const notFound = () => {
+  throw new ApiError(404, 'NotFound', 'the server could not find the requested resource', {});
+};
+
+test('no CRDs installed: the node is explained, its kinds read as none, and the missing CRDs named', async () => {
+  const lines = await explainObject(
+    cluster(notFound),
+    explainerOf('node')!,
+    'n1',
+    undefined,
+    {},
+    'berth-system',
+  );
+  assert.equal(lines[0], 'Node n1');
+  assert.match(lines[1]!, /^Not installed here: .*nodelabelrules\.berth\.dev.*\(read as no objects; install/);
+  assert.match(lines[1]!, /nodestartupgates\.berth\.dev/);
+  assert.match(lines[1]!, /agentplacements\.berth\.dev/);
+  assert.ok(lines.includes('Startup gates: no NodeStartupGate'), lines.join('\n'));
+  assert.ok(lines.includes('Agent placement: no AgentPlacement'), lines.join('\n'));
+});
+
+test('with the CRDs installed, no such line', async () => {
+  const lines = await explainObject(
+    cluster(() => ({ items: [] }) as never),
+    explainerOf('node')!,
+    'n1',
+    undefined,
+    {},
+    'berth-system',
+  );
+  assert.ok(!lines.some((l) => l.startsWith('Not installed here')), lines.join('\n'));
+});
+
+test('any other refusal (RBAC) still fails the explanation, saying so', async () => {
+  const forbidden = () => {
+    throw new ApiError(403, 'Forbidden', 'nodestartupgates.berth.dev is forbidden', {});
+  };
+  await assert.rejects(
+    explainObject(cluster(forbidden), explainerOf('node')!, 'n1', undefined, {}, 'berth-system'),
+    /forbidden/,
+  );
+});
