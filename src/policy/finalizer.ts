@@ -4,7 +4,7 @@
 // deleted (the apiserver refuses that, and nothing would take it off again), and one that is on is
 // always taken off by the cleanup that follows: none is stranded, not even one Berth did not apply
 // (a manifest or a restore that carried it).
-import type { KubeClient } from '../runtime/client/client.ts';
+import { ApiError, type KubeClient } from '../runtime/client/client.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
 import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { Result } from '../runtime/controller/controller.ts';
@@ -23,8 +23,12 @@ export interface FinalizerRef {
 export const hasFinalizer = (obj: KubeObject, name: string): boolean =>
   obj.metadata?.finalizers?.includes(name) ?? false;
 
-/** Adds or removes the finalizer by server-side apply: the field manager owns its own entry only. */
-async function setFinalizer(f: FinalizerRef, obj: KubeObject, present: boolean): Promise<void> {
+/**
+ * Adds or removes the finalizer by server-side apply: the field manager owns its own entry only.
+ * 'changed': the finalizers changed between the apply and the patch that takes off an entry
+ * another manager also holds (another finalizer came off meanwhile), so the patch did not apply.
+ */
+async function setFinalizer(f: FinalizerRef, obj: KubeObject, present: boolean): Promise<'changed' | void> {
   const body = applyTarget(f.ref, obj);
   body.metadata.finalizers = present ? [f.name] : [];
   const written = await f.client.apply(f.ref, body, { fieldManager: f.fieldManager });
@@ -33,11 +37,17 @@ async function setFinalizer(f: FinalizerRef, obj: KubeObject, present: boolean):
   // update) stays. The finalizer's name is Berth's all the same, and cleanup has released what it
   // guards, so it comes off by a patch that fails if the object or the list changed meanwhile.
   const patch = strayFinalizer(written, f.name);
-  if (patch)
+  if (!patch) return;
+  try {
     await f.client.patch(f.ref, obj.metadata!.name!, patch, {
       namespace: obj.metadata?.namespace,
       type: 'json',
     });
+  } catch (e) {
+    // A test of the patch failed: a race, not an error. The change's event brings the object back.
+    if (e instanceof ApiError && e.status === 422) return 'changed';
+    throw e;
+  }
 }
 
 /** The patch that takes `name` off an object that still carries it after Berth let go of it. */
@@ -67,23 +77,29 @@ export async function finalizer(
 ): Promise<Result | void> {
   const present = hasFinalizer(obj, f.name);
   if (obj.metadata?.deletionTimestamp === undefined) {
-    if (!present && !(await write(f, obj, true))) return;
+    if (!present && (await write(f, obj, true)) === 'gone') return;
     return on.apply?.();
   }
   // Not ours to hold, or released already.
   if (!present) return;
   const cleaned = await on.cleanup();
   if (cleaned !== 'released') return cleaned;
-  await write(f, obj, false);
+  if ((await write(f, obj, false)) === 'changed') return { requeue: true };
 }
 
-/** Whether the object is still there: one that went away meanwhile has nothing left to hold or release. */
-async function write(f: FinalizerRef, obj: KubeObject, present: boolean): Promise<boolean> {
+/**
+ * The finalizer written ('done'), the object gone meanwhile (nothing left to hold or release), or
+ * its finalizers changed under the write ('changed', setFinalizer).
+ */
+async function write(
+  f: FinalizerRef,
+  obj: KubeObject,
+  present: boolean,
+): Promise<'done' | 'gone' | 'changed'> {
   try {
-    await setFinalizer(f, obj, present);
-    return true;
+    return (await setFinalizer(f, obj, present)) ?? 'done';
   } catch (e) {
-    if (isObjectGone(e)) return false;
+    if (isObjectGone(e)) return 'gone';
     throw e;
   }
 }

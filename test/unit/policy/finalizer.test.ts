@@ -30,7 +30,7 @@ const obj = (finalizers: string[], deleting: boolean): KubeObject => ({
  * applies answer with `kept` still on the object, as the apiserver does with finalizers another
  * field manager holds too; patches are recorded.
  */
-function client(fail?: () => Error, kept: string[] = []) {
+function client(fail?: () => Error, kept: string[] = [], patchFail?: () => Error) {
   const writes: {
     finalizers: string[] | undefined;
     fieldManager: string | undefined;
@@ -50,7 +50,7 @@ function client(fail?: () => Error, kept: string[] = []) {
     },
     patch: (_ref: ResourceRef, name: string, patch: unknown, opts: { type?: string }) => {
       patches.push({ name, patch, type: opts.type });
-      return Promise.resolve({});
+      return patchFail ? Promise.reject(patchFail()) : Promise.resolve({});
     },
   } as unknown as KubeClient;
   const f: FinalizerRef = { name: NAME, client: c, ref, fieldManager: 'berth-test' };
@@ -115,6 +115,26 @@ test('a finalizer Berth did not apply (a manifest or a restore carried it) still
   const living = client(undefined, [NAME]);
   await finalizer(living.f, obj([], false), { cleanup: async () => 'released' });
   assert.deepEqual(living.patches, []);
+});
+
+test('a finalizer list that changed under the guarded patch (another finalizer came off): a quiet requeue, not an error', async () => {
+  const raced = client(
+    undefined,
+    ['other/one', NAME],
+    () => new ApiError(422, 'Invalid', 'test operation failed', {}),
+  );
+  const deleting = obj(['other/one', NAME], true);
+  assert.deepEqual(await finalizer(raced.f, deleting, { cleanup: async () => 'released' }), {
+    requeue: true,
+  });
+  assert.equal(raced.patches.length, 1);
+  // Any other refusal of the patch is the caller's.
+  const denied = client(
+    undefined,
+    ['other/one', NAME],
+    () => new ApiError(403, 'Forbidden', 'forbidden', {}),
+  );
+  await assert.rejects(finalizer(denied.f, deleting, { cleanup: async () => 'released' }), /forbidden/);
 });
 
 test('an object that went away meanwhile ends the flow quietly; other errors are the caller’s', async () => {
