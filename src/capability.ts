@@ -49,6 +49,12 @@ export interface ExplainContext {
   keys?: () => Promise<KeyOwnership>;
 }
 
+/** What a capability's commands may ask of the others. */
+export interface CommandContext {
+  /** Who owns which node keys, read from the API (clusterKeyOwnership): a dry run refuses what Berth would. */
+  keys(client: KubeClient): Promise<KeyOwnership>;
+}
+
 /** What `berth uninstall` gives a capability. */
 export interface UninstallContext {
   client: KubeClient;
@@ -97,7 +103,7 @@ export interface Capability {
    */
   keyClaims?(client: KubeClient, keys: KeyOwnership): Promise<KeyClaim[]>;
   /** Its own `berth` subcommands (dry runs, helpers). */
-  commands?: () => Command[];
+  commands?: (ctx: CommandContext) => Command[];
   /** Builds its controllers on the manager; returns what they serve. */
   setup(ctx: CapabilityContext): Served | Promise<Served>;
   /** Lines for `berth explain pod`: what this capability does (or will do) to the pod, and why. */
@@ -125,6 +131,12 @@ export async function clusterKeyOwnership(all: Capability[], client: KubeClient)
   const claiming = all.filter((c) => c.keys && c.keyClaims).sort((a, b) => a.keys!.rank - b.keys!.rank);
   for (const c of claiming) keys.claim(c.name, await c.keyClaims!(client, keys));
   return keys;
+}
+
+/** Every capability's own `berth` subcommands, each given what it may ask of the others. */
+export function capabilityCommands(all: Capability[]): Command[] {
+  const ctx: CommandContext = { keys: (client) => clusterKeyOwnership(all, client) };
+  return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }
 
 /** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */

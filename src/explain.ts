@@ -3,7 +3,8 @@
 // the page shows exactly what the command prints.
 import { clusterKeyOwnership, type ExplainContext } from './capability.ts';
 import { capabilities } from './capabilities.ts';
-import { isNotFound, type KubeClient } from './runtime/client/client.ts';
+import type { KubeClient } from './runtime/client/client.ts';
+import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
 import { Resources, type ResourceRef } from './runtime/api/meta.ts';
 
 export interface Explainer {
@@ -68,34 +69,5 @@ export async function explainObject(
   const said = await e.lines({ client: reader, object, options, berthNamespace, keys });
   const title = `${e.resource.kind} ${ns ? `${ns}/` : ''}${name}`;
   if (missing.size === 0) return [title, ...said];
-  const crds = [...missing].sort().join(', ');
-  return [
-    title,
-    `Not installed here: ${crds} (read as no objects; install Berth's CRDs with npx berth install, or the Helm chart)`,
-    ...said,
-  ];
-}
-
-/**
- * The client the explanations read with: a list of a custom resource whose CRD is not installed
- * (a rule-file-only cluster, an install without CRDs) answers no objects and is noted in
- * `missing`, as Berth's informers take it, instead of failing the whole explanation.
- */
-function withoutMissingCrds(client: KubeClient, missing: Set<string>): KubeClient {
-  const list: KubeClient['list'] = async (ref, opts) => {
-    try {
-      return await client.list(ref, opts);
-    } catch (err) {
-      if (!isNotFound(err) || !ref.group.includes('.')) throw err;
-      missing.add(`${ref.resource}.${ref.group}`);
-      return { apiVersion: 'v1', kind: 'List', metadata: {}, items: [] };
-    }
-  };
-  return new Proxy(client, {
-    get: (target, prop) => {
-      if (prop === 'list') return list;
-      const value: unknown = Reflect.get(target, prop, target);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-  });
+  return [title, missingCrdsLine(missing), ...said];
 }

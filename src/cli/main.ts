@@ -12,7 +12,7 @@ const builtin: Record<string, () => Promise<Command[]>> = {
   ui: async () => [(await import('./ui.ts')).uiCommand()],
 };
 const capabilityCommands = async () =>
-  (await import('../capabilities.ts')).capabilities.flatMap((c) => c.commands?.() ?? []);
+  (await import('../capability.ts')).capabilityCommands((await import('../capabilities.ts')).capabilities);
 const sandbox = async () => [(await import('./sandbox.ts')).sandboxCommand()];
 
 const program = new Command()

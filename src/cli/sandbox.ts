@@ -1,6 +1,7 @@
 // `berth sandbox`: the local control plane, by hand; with `--cells`, a federation.
 import { Command, Option } from 'commander';
 import { capabilities } from '../capabilities.ts';
+import { capabilityCommands } from '../capability.ts';
 import { rbacManifests } from '../manifests.ts';
 import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
 import { Federation, type FederationHooks } from '../sandbox/federation.ts';
@@ -20,7 +21,7 @@ export const berthFederationHooks: FederationHooks = {
   installCrds: (client) => installCrds(client),
   rbac: () => rbacManifests(),
   async join(cell, managementKubeconfig) {
-    const cells = capabilities.flatMap((c) => c.commands?.() ?? []).find((c) => c.name() === 'cells');
+    const cells = capabilityCommands(capabilities).find((c) => c.name() === 'cells');
     if (!cells) throw new Error('berth has no cells command to join a cell with');
     await cells.parseAsync(
       [

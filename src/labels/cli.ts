@@ -3,12 +3,14 @@ import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { evictions, previewRules } from './explain.ts';
 import { clusterRules, localRules } from './load.ts';
-import { ruleNameOf } from './decide.ts';
+import { refuseOwned, ruleNameOf } from './decide.ts';
+import type { CommandContext } from '../capability.ts';
 import type { Rule } from './types.ts';
 import { KubeClient } from '../runtime/client/client.ts';
+import { missingCrdsLine, withoutMissingCrds } from '../runtime/client/absent.ts';
 import { Resources } from '../runtime/api/meta.ts';
 
-export function rulesCommand(): Command {
+export function rulesCommand(ctx: CommandContext): Command {
   const cmd = new Command('rules').description('Derived node label rules');
   cmd
     .command('test <fileOrRule...>')
@@ -20,7 +22,10 @@ export function rulesCommand(): Command {
     .option('--label-dir <dir>', 'the rule directory Berth runs with, part of the current rules')
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
     .action(async (args: string[], o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
+      const kube = KubeClient.fromFile(o.kubeconfig);
+      // A cluster without some of Berth's CRDs (rule files only) has none of their objects.
+      const missing = new Set<string>();
+      const client = withoutMissingCrds(kube, missing);
       try {
         const current = await clusterRules(client, o.labelDir);
         const candidates: Rule[] = [];
@@ -38,15 +43,23 @@ export function rulesCommand(): Command {
             else removed.add(rule.name);
           }
         }
+        // One owner per key, as the controller applies it: a rule that would write a key a gate or
+        // placement owns is Invalid and applies nothing. A candidate's is an error; a current one's
+        // applies nothing before or after.
+        const owners = await ctx.keys(client);
+        const owned = (keys: Parameters<typeof owners.violations>[1]) => owners.violations('labels', keys);
+        for (const [name, why] of refuseOwned(candidates, owned).refused)
+          errors.push(`${name} would be Invalid and apply nothing: ${why.join('; ')}`);
         if (errors.length) {
           process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
           process.exitCode = 1;
           return;
         }
+        const { rules: usable, refused } = refuseOwned(current.rules, owned);
         const replaced = new Set(candidates.map((r) => r.name));
-        const before = current.rules.filter((r) => !replaced.has(r.name) && !removed.has(r.name));
-        const baseline = removed.size ? before : current.rules;
-        const after = removed.size ? current.rules : [...before, ...candidates];
+        const before = usable.filter((r) => !replaced.has(r.name) && !removed.has(r.name));
+        const baseline = removed.size ? before : usable;
+        const after = removed.size ? usable : [...before, ...candidates];
         const nodes = (await client.list(Resources.nodes)).items;
         const changes = previewRules(nodes, baseline, after);
         // Pods are read only when a NoExecute taint would appear: they are many, and otherwise moot.
@@ -91,10 +104,15 @@ export function rulesCommand(): Command {
             process.stdout.write(`  ${e.node} (${e.taint}): ${shown}${more}\n`);
           }
         }
-        if (current.errors.length)
-          process.stderr.write(current.errors.map((e) => `warning: current rule skipped: ${e}\n`).join(''));
+        const skipped = [
+          ...current.errors,
+          ...[...refused].map(([name, why]) => `${name}: Invalid, applies nothing: ${why.join('; ')}`),
+        ];
+        if (skipped.length)
+          process.stderr.write(skipped.map((e) => `warning: current rule skipped: ${e}\n`).join(''));
+        if (missing.size) process.stderr.write(`warning: ${missingCrdsLine(missing)}\n`);
       } finally {
-        client.close();
+        kube.close();
       }
     });
   return cmd;

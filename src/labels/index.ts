@@ -17,7 +17,7 @@ export const labelsCapability: Capability = {
   name: 'labels',
   description: 'Derived node labels from NodeLabelRules and k8s-auto-labeller rule files',
   roles: ['cluster'],
-  commands: () => [rulesCommand()],
+  commands: (ctx) => [rulesCommand(ctx)],
   options: () => [
     new Option(
       '--label-dir <dir>',

@@ -11,6 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeStartupGate } from '../../src/gates/types.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
@@ -588,6 +589,60 @@ describe('derived node labels', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
       await deleteNamespace(client, ns);
+    }
+  });
+
+  test("berth rules test refuses, as Berth would, a rule that writes a gate's taint, naming the gate", async () => {
+    const p = uniqueName('owned');
+    const gate = `${p}-warm`;
+    // A gate whose taint the rule would write; it selects no node.
+    await client.create(NodeStartupGate.ref, {
+      apiVersion: NodeStartupGate.apiVersion,
+      kind: NodeStartupGate.kind,
+      metadata: { name: gate },
+      spec: {
+        taint: { key: `${p}.example.com/warming`, effect: 'NoSchedule' },
+        nodeSelector: { matchLabels: { [`${p}.example.com/none`]: 'x' } },
+        requirements: { nodeConditions: [{ type: 'Ready' }] },
+      },
+    });
+    const dir = mkdtempSync(join(tmpdir(), 'berth-owned-'));
+    const file = join(dir, 'warming.yaml');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        apiVersion: NodeLabelRule.apiVersion,
+        kind: 'NodeLabelRule',
+        metadata: { name: p },
+        spec: {
+          match: { allOf: [{ label: 'kubernetes.io/hostname', operator: 'Exists' }] },
+          taints: [{ key: `${p}.example.com/warming`, effect: 'NoSchedule' }],
+        },
+      }),
+    );
+    try {
+      const run = promisify(execFile)(process.execPath, [
+        'src/cli/main.ts',
+        'rules',
+        'test',
+        file,
+        '--kubeconfig',
+        sandbox.kubeconfigPath,
+      ]);
+      await assert.rejects(run, (e: { code?: number; stderr?: string; stdout?: string }) => {
+        assert.equal(e.code, 1);
+        assert.match(
+          e.stderr ?? '',
+          new RegExp(
+            `error: nodelabelrule/${p} would be Invalid and apply nothing: taint ${p}.example.com/warming is owned by NodeStartupGate ${gate}`,
+          ),
+        );
+        assert.equal(e.stdout, '', 'no preview of a rule Berth would refuse');
+        return true;
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      await client.delete(NodeStartupGate.ref, gate).catch(() => {});
     }
   });
 

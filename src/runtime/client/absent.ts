@@ -1,0 +1,30 @@
+// Reading a cluster where some of Berth's CRDs are not installed, for the read-only commands.
+import { isNotFound, type KubeClient } from './client.ts';
+
+/**
+ * A client for read-only commands (explain, dry runs): a list of a custom resource whose CRD is not installed
+ * (a rule-file-only cluster, an install without CRDs) answers no objects and is noted in
+ * `missing`, as Berth's informers take it, instead of failing the whole command.
+ */
+export function withoutMissingCrds(client: KubeClient, missing: Set<string>): KubeClient {
+  const list: KubeClient['list'] = async (ref, opts) => {
+    try {
+      return await client.list(ref, opts);
+    } catch (err) {
+      if (!isNotFound(err) || !ref.group.includes('.')) throw err;
+      missing.add(`${ref.resource}.${ref.group}`);
+      return { apiVersion: 'v1', kind: 'List', metadata: {}, items: [] };
+    }
+  };
+  return new Proxy(client, {
+    get: (target, prop) => {
+      if (prop === 'list') return list;
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
+/** The line a read-only command prints for the CRDs `withoutMissingCrds` found missing. */
+export const missingCrdsLine = (missing: ReadonlySet<string>): string =>
+  `Not installed here: ${[...missing].sort().join(', ')} (read as no objects; install Berth's CRDs with npx berth install, or the Helm chart)`;
