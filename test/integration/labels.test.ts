@@ -72,6 +72,29 @@ async function nodes(prefix: string, count: number, labels: Record<string, strin
   return names;
 }
 
+/** `berth rules test` of one NodeLabelRule, given as a file, with `args`; the file goes afterwards. */
+async function rulesTest(name: string, spec: Record<string, unknown>, ...args: string[]) {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-rules-test-'));
+  const file = join(dir, `${name}.yaml`);
+  writeFileSync(
+    file,
+    JSON.stringify({ apiVersion: NodeLabelRule.apiVersion, kind: 'NodeLabelRule', metadata: { name }, spec }),
+  );
+  try {
+    return await promisify(execFile)(process.execPath, [
+      'src/cli/main.ts',
+      'rules',
+      'test',
+      file,
+      '--kubeconfig',
+      sandbox.kubeconfigPath,
+      ...args,
+    ]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 const labelsOf = async (name: string) => (await client.get(Resources.nodes, name)).metadata?.labels ?? {};
 
 async function applyRule(name: string, spec: unknown): Promise<void> {
@@ -548,32 +571,17 @@ describe('derived node labels', () => {
       );
     await pod('plain');
     await pod('tolerant', [{ key: `${p}.example.com/drain`, operator: 'Exists', effect: 'NoExecute' }]);
-    const dir = mkdtempSync(join(tmpdir(), 'berth-evict-'));
-    const file = join(dir, 'drain.yaml');
-    writeFileSync(
-      file,
-      JSON.stringify({
-        apiVersion: NodeLabelRule.apiVersion,
-        kind: 'NodeLabelRule',
-        metadata: { name: p },
-        spec: {
+    const run = (...args: string[]) =>
+      rulesTest(
+        p,
+        {
           match: { allOf: [{ label: `${p}.example.com/drain`, operator: 'Exists' }] },
           taints: [{ key: `${p}.example.com/drain`, effect: 'NoExecute' }],
           acknowledgeNoExecute: true,
         },
-      }),
-    );
+        ...args,
+      );
     try {
-      const run = (...args: string[]) =>
-        promisify(execFile)(process.execPath, [
-          'src/cli/main.ts',
-          'rules',
-          'test',
-          file,
-          '--kubeconfig',
-          sandbox.kubeconfigPath,
-          ...args,
-        ]);
       const json = JSON.parse((await run('-o', 'json')).stdout) as { evictions: unknown };
       assert.deepEqual(json.evictions, [
         { node: n, taint: `${p}.example.com/drain:NoExecute`, pods: [`${ns}/plain`] },
@@ -587,7 +595,6 @@ describe('derived node labels', () => {
       const taints = ((await client.get(Resources.nodes, n!))['spec'] as { taints?: unknown[] }).taints ?? [];
       assert.deepEqual(taints, [], 'a dry run writes nothing');
     } finally {
-      rmSync(dir, { recursive: true, force: true });
       await deleteNamespace(client, ns);
     }
   });
@@ -606,29 +613,11 @@ describe('derived node labels', () => {
         requirements: { nodeConditions: [{ type: 'Ready' }] },
       },
     });
-    const dir = mkdtempSync(join(tmpdir(), 'berth-owned-'));
-    const file = join(dir, 'warming.yaml');
-    writeFileSync(
-      file,
-      JSON.stringify({
-        apiVersion: NodeLabelRule.apiVersion,
-        kind: 'NodeLabelRule',
-        metadata: { name: p },
-        spec: {
-          match: { allOf: [{ label: 'kubernetes.io/hostname', operator: 'Exists' }] },
-          taints: [{ key: `${p}.example.com/warming`, effect: 'NoSchedule' }],
-        },
-      }),
-    );
     try {
-      const run = promisify(execFile)(process.execPath, [
-        'src/cli/main.ts',
-        'rules',
-        'test',
-        file,
-        '--kubeconfig',
-        sandbox.kubeconfigPath,
-      ]);
+      const run = rulesTest(p, {
+        match: { allOf: [{ label: 'kubernetes.io/hostname', operator: 'Exists' }] },
+        taints: [{ key: `${p}.example.com/warming`, effect: 'NoSchedule' }],
+      });
       await assert.rejects(run, (e: { code?: number; stderr?: string; stdout?: string }) => {
         assert.equal(e.code, 1);
         assert.match(
@@ -641,7 +630,6 @@ describe('derived node labels', () => {
         return true;
       });
     } finally {
-      rmSync(dir, { recursive: true, force: true });
       await client.delete(NodeStartupGate.ref, gate).catch(() => {});
     }
   });
