@@ -196,11 +196,9 @@ export class GatesController {
       .map((g) => g.name);
   }
 
-  /** Every gate's decision for a node, now; `strays` are gates gone from the API that left keys on it. */
-  decide(node: SlimNode, strays: Gate[] = []): GateDecision[] {
-    const pods = podsOn(this.pods, node.metadata!.name!);
-    const now = this.clock();
-    return decideGates([...this.gates().gates, ...strays], node, pods, now);
+  /** Every gate's decision for a node, now: the cache's gates, and those gone from the API that left keys on it. */
+  private decide(node: SlimNode, gates: Gate[]): GateDecision[] {
+    return decideGates(gates, node, podsOn(this.pods, node.metadata!.name!), this.clock());
   }
 
   /**
@@ -255,7 +253,7 @@ export class GatesController {
     const gates = [...this.gates().gates, ...strays];
     // A gate's decision is one change (taint, gated-at, completion): written whole, or, when the
     // loop breaker holds any of its keys back, not at all until it lets go.
-    const wanted = this.decide(node, strays);
+    const wanted = this.decide(node, gates);
     const keys = wanted.map((d) =>
       decisionKeys(
         node,

@@ -5,6 +5,7 @@ import { evictions, previewRules } from './explain.ts';
 import { clusterRules, localRules } from './load.ts';
 import { refuseOwned, ruleNameOf } from './decide.ts';
 import type { CommandContext } from '../capability.ts';
+import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import type { Rule } from './types.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import { missingCrdsLine, withoutMissingCrds } from '../runtime/client/absent.ts';
@@ -47,7 +48,7 @@ export function rulesCommand(ctx: CommandContext): Command {
         // placement owns is Invalid and applies nothing. A candidate's is an error; a current one's
         // applies nothing before or after.
         const owners = await ctx.keys(client);
-        const owned = (keys: Parameters<typeof owners.violations>[1]) => owners.violations('labels', keys);
+        const owned = (keys: KeyPattern[]) => owners.violations('labels', keys);
         for (const [name, why] of refuseOwned(candidates, owned).refused)
           errors.push(`${name} would be Invalid and apply nothing: ${why.join('; ')}`);
         if (errors.length) {
