@@ -38,6 +38,8 @@ const POOL = `${D}/pool`;
 let ns: string;
 const nodes: string[] = [];
 const gates: string[] = [];
+/** A gate for the dry-run nodes that tell when the webhook is live (startWebhooks). */
+const PROBE_GATE = `${id}-probe`;
 
 // Berth's identity for this file, with this file's webhook configurations; the strict one (a
 // failurePolicy Fail registration) has its own.
@@ -77,6 +79,14 @@ async function startWebhooks(): Promise<void> {
   });
   await hooks.start(new AbortController().signal);
   await hooks.ready();
+  // The apiserver's webhook configuration cache lags the registration (and may still hold a
+  // stopped server's URL, which Ignore skips): a dry-run node of the probe gate's pool comes back
+  // tainted only once this server admits it.
+  await waitFor('the gates webhook admitting nodes', async () => {
+    const [manifest] = nodeManifests({ prefix: uniqueName('probe'), count: 1, labels: { [POOL]: 'probe' } });
+    const n = await client.create(Resources.nodes, manifest!, { dryRun: true });
+    return taintsOf(n).includes(taintKey(PROBE_GATE));
+  });
 }
 
 before(async () => {
@@ -90,6 +100,11 @@ before(async () => {
   controller = new GatesController(new PolicyKit(manager), { workers: 4 });
   await manager.start();
   await manager.waitForCacheSync();
+  await applyGate(PROBE_GATE, {
+    taint: { key: taintKey(PROBE_GATE), effect: 'NoSchedule' },
+    nodeSelector: { matchLabels: { [POOL]: 'probe' } },
+    requirements: { pods: [{ namespace: ns, selector: { matchLabels: { app: 'never' } } }] },
+  });
   await startWebhooks();
 });
 

@@ -127,7 +127,9 @@ describe('controller runtime under apiserver failures', () => {
           observe: () => writes,
         },
       );
-      await holdsFor('one write each', () => writes.length === 5, 1000);
+      // A failed hold names the writes it saw.
+      const writesStay = (n: number) => () => (assert.equal(writes.length, n, writes.join(', ')), true);
+      await holdsFor('one write each', writesStay(5), 1000);
       const restartsBefore = await metricValue('berth_informer_watch_restarts_total', {
         resource: 'configmaps',
       });
@@ -137,16 +139,18 @@ describe('controller runtime under apiserver failures', () => {
       for (const n of ['b', 'd']) {
         await client.patch(Resources.configMaps, n, { data: { v: '2' } }, { namespace: ns });
       }
-      await waitFor('mirrors of b and d updated', converged({ b: '2', d: '2' }), {
-        timeoutMs: 60_000,
-        observe: () => writes,
-      });
+      await waitFor(
+        'mirrors of b and d updated, their writes answered',
+        async () => (await converged({ b: '2', d: '2' })()) && writes.length >= 7,
+        { timeoutMs: 60_000, observe: () => writes },
+      );
       assert.ok(
         (await metricValue('berth_informer_watch_restarts_total', { resource: 'configmaps' })) >
           restartsBefore,
+        'the watches restarted',
       );
       // Exactly one write per change: 5 creations, 2 updates; nothing repeated after the reconnect.
-      await holdsFor('no further writes', () => writes.length === 7, 2000);
+      await holdsFor('no further writes', writesStay(7), 2000);
       assert.deepEqual(writes.slice(5).sort(), [`${ns}/b={"v":"2"}`, `${ns}/d={"v":"2"}`]);
     } finally {
       await manager.stop();
