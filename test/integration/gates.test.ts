@@ -947,6 +947,8 @@ describe('startup gates: order, readiness, nodeName, early pods', () => {
     });
     const warned = (await createNode('bindwarn', { kwok: false })).metadata!.name!;
     await tainted(warned, lenient);
+    // The pod webhook reads the held node from the controller's cache.
+    await waitFor(`${warned} in the controller's cache`, () => controller!.nodes.get(warned));
     await client.create(Resources.pods, boundPod(warned, { app: 'web' }, false));
     await eventWith(warned, 'NodeNameBypass', `NodeStartupGate ${lenient} holds node ${warned}`);
   });

@@ -226,9 +226,18 @@ describe('workloads in a cell', () => {
           .sort()
           .join() === 'web-0,web-1',
     );
-    const wd = await getWD('web');
-    assert.equal(cond(wd, 'Available')?.status, 'True');
-    assert.equal(cond(wd, 'Progressing')?.reason, 'NewTemplateAvailable');
+    // The status follows once Berth's Pod cache has seen the last Pod go.
+    await waitFor(
+      'web Available, its template rolled out',
+      async () => {
+        const wd = await getWD('web');
+        return (
+          cond(wd, 'Available')?.status === 'True' &&
+          cond(wd, 'Progressing')?.reason === 'NewTemplateAvailable'
+        );
+      },
+      { observe: async () => (await getWD('web'))['status'] },
+    );
   });
 
   test('a template change rolls one instance at a time, highest ordinal first, updatedReplicas counted right', async () => {
@@ -362,7 +371,12 @@ describe('workloads in a cell', () => {
 
   test('an instance to Ready is a handful of writes; scaled away, the deployment settles only once its Pod is gone', async () => {
     const writes = () => berth!.metric('rest_client_requests_total', (l) => !l.includes('method="GET"'));
-    const spentBefore = await writes();
+    // Writes of the tests before (a batched status, events) may still be landing: start once none do.
+    const spentBefore = await waitFor('no writes for a second', async () => {
+      const first = await writes();
+      await sleep(1000);
+      return (await writes()) === first && first;
+    });
     await applyWD('lean', { replicas: 1, template: template('registry.example/lean:1') });
     await observe('lean', settled(1));
     await sleep(1000); // a batched status write of the deployment, if one is due
