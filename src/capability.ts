@@ -51,8 +51,13 @@ export interface ExplainContext {
 
 /** What a capability's commands may ask of the others. */
 export interface CommandContext {
-  /** Who owns which node keys, read from the API (clusterKeyOwnership): a dry run refuses what Berth would. */
-  keys(client: KubeClient): Promise<KeyOwnership>;
+  /**
+   * Who owns which node keys, read from the API (clusterKeyOwnership) as a Berth running
+   * `controllers` claims them: a dry run refuses what that Berth would.
+   */
+  keys(client: KubeClient, controllers: string[]): Promise<KeyOwnership>;
+  /** `--controllers`, for a dry run to be given the capabilities Berth runs (controllersOption). */
+  controllersOption(): Option;
 }
 
 /** What `berth uninstall` gives a capability. */
@@ -121,21 +126,65 @@ export interface Capability {
 }
 
 /**
- * Who owns which node keys, read from the API: every capability's declaration (as `berth run`
- * makes them), then each one's live claims, in rank order, since what a capability claims depends
- * on what outranks it.
+ * Who owns which node keys, read from the API as a Berth running `controllers` finds them: every
+ * capability's declaration (`berth run` makes them all, enabled or not), then the live claims of
+ * the running ones, in rank order, since what a capability claims depends on what outranks it.
  */
-export async function clusterKeyOwnership(all: Capability[], client: KubeClient): Promise<KeyOwnership> {
+export async function clusterKeyOwnership(
+  all: Capability[],
+  client: KubeClient,
+  controllers: readonly string[],
+): Promise<KeyOwnership> {
   const keys = new KeyOwnership();
   for (const c of all) if (c.keys) keys.declare(c.name, c.keys);
-  const claiming = all.filter((c) => c.keys && c.keyClaims).sort((a, b) => a.keys!.rank - b.keys!.rank);
+  const claiming = all
+    .filter((c) => c.keys && c.keyClaims && controllers.includes(c.name))
+    .sort((a, b) => a.keys!.rank - b.keys!.rank);
   for (const c of claiming) keys.claim(c.name, await c.keyClaims!(client, keys));
   return keys;
 }
 
+/** A comma-separated flag's values. */
+export const commaList = (v: string): string[] =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+/** The capabilities a cluster runs when `--controllers` is not given; a management plane names its own. */
+export const clusterControllers = (all: Capability[]): string[] =>
+  all.filter((c) => c.roles.includes('cluster')).map((c) => c.name);
+
+/**
+ * `--controllers`: the capabilities `berth run` runs. The dry runs (explain, rules test) take it
+ * too, so that they count the key claims of exactly the capabilities that Berth runs.
+ */
+export function controllersOption(all: Capability[], description: string): Option {
+  const names = all.map((c) => c.name);
+  return new Option('--controllers <names>', `${description} (${names.join(', ')})`)
+    .default(clusterControllers(all), clusterControllers(all).join(','))
+    .argParser((v) => {
+      const named = commaList(v);
+      const unknown = named.filter((n) => !names.includes(n));
+      if (unknown.length)
+        throw new InvalidArgumentError(
+          `unknown controllers: ${unknown.join(', ')} (known: ${names.join(', ')})`,
+        );
+      return named;
+    });
+}
+
+/** --controllers of a dry run's options (controllersOption); a cluster's when the command has none. */
+export const controllersOf = (all: Capability[], options: Record<string, unknown>): string[] =>
+  (options['controllers'] as string[] | undefined) ?? clusterControllers(all);
+
 /** Every capability's own `berth` subcommands, each given what it may ask of the others. */
 export function capabilityCommands(all: Capability[]): Command[] {
-  const ctx: CommandContext = { keys: (client) => clusterKeyOwnership(all, client) };
+  const ctx: CommandContext = {
+    keys: (client, controllers) => clusterKeyOwnership(all, client, controllers),
+    controllersOption: () =>
+      controllersOption(all, 'the controllers Berth runs with: only their policies claim keys'),
+  };
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }
 

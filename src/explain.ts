@@ -1,7 +1,7 @@
 // What `berth explain` says of an object: the node and pod hooks of every capability, and the kinds a
 // capability explains itself (Capability.explainKinds). The command and the page both call this, so
 // the page shows exactly what the command prints.
-import { clusterKeyOwnership, type ExplainContext } from './capability.ts';
+import { clusterKeyOwnership, controllersOf, type ExplainContext } from './capability.ts';
 import { capabilities } from './capabilities.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
@@ -49,7 +49,8 @@ export const explainerOf = (kind: string): Explainer | undefined =>
 
 /**
  * The explanation of one object as `berth explain` prints it: a title line (`Node NAME`, `Pod
- * NAMESPACE/NAME`), then the lines said of it. `options` are the flags Berth runs with (--label-dir).
+ * NAMESPACE/NAME`), then the lines said of it. `options` are the flags Berth runs with (--label-dir,
+ * --controllers).
  */
 export async function explainObject(
   client: KubeClient,
@@ -65,7 +66,8 @@ export async function explainObject(
   const reader = withoutMissingCrds(client, missing);
   // Who owns which node keys: read only if a hook asks, and then once.
   let owners: ReturnType<typeof clusterKeyOwnership> | undefined;
-  const keys = () => (owners ??= clusterKeyOwnership(capabilities, reader));
+  const keys = () =>
+    (owners ??= clusterKeyOwnership(capabilities, reader, controllersOf(capabilities, options)));
   const said = await e.lines({ client: reader, object, options, berthNamespace, keys });
   const title = `${e.resource.kind} ${ns ? `${ns}/` : ''}${name}`;
   if (missing.size === 0) return [title, ...said];

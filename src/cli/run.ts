@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import { atLeast, type Capability, type CapabilityContext } from '../capability.ts';
+import { atLeast, controllersOption, type Capability, type CapabilityContext } from '../capability.ts';
 import {
   berthNamespace,
   LEADER_ELECTION_ID,
@@ -37,12 +37,6 @@ import { capabilities } from '../capabilities.ts';
 import { installCrds } from './install.ts';
 import { addUi, uiOptions } from './ui.ts';
 
-const list = (v: string) =>
-  v
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
-
 const limits = webhookServerLimits;
 
 /**
@@ -52,20 +46,15 @@ const limits = webhookServerLimits;
 const defaultShutdownDelayMs = 5000;
 
 export function runCommand(): Command {
-  const names = capabilities.map((c) => c.name);
-  // A management plane's capabilities (cells) run only when named: a cluster runs what it always ran.
-  const clusterRole = capabilities.filter((c) => c.roles.includes('cluster')).map((c) => c.name);
   const cmd = new Command('run')
     .description('Run the Berth controller manager')
     .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
     .addOption(
-      new Option(
-        '--controllers <names>',
-        `controllers to enable, comma-separated (${names.join(', ') || 'none yet'}); a management plane ` +
-          `names its own (--controllers cells)`,
-      )
-        .default(clusterRole)
-        .argParser(list),
+      // A management plane's capabilities (cells) run only when named: a cluster runs what it always ran.
+      controllersOption(
+        capabilities,
+        'controllers to enable, comma-separated; a management plane names its own (--controllers cells)',
+      ),
     )
     .option('--metrics-bind-address <addr>', 'address of /metrics ("0" turns it off)', '127.0.0.1:8080')
     .option(
@@ -203,9 +192,6 @@ export function runCommand(): Command {
   for (const c of capabilities) for (const opt of c.options?.() ?? []) cmd.addOption(opt);
   return cmd.action(async (o) => {
     setLogLevel(o.logLevel);
-    const unknown = (o.controllers as string[]).filter((n) => !names.includes(n));
-    if (unknown.length)
-      throw new Error(`unknown controllers: ${unknown.join(', ')} (known: ${names.join(', ')})`);
     const client = KubeClient.fromFile(o.kubeconfig, { maxInFlight: o.maxInFlight, userAgent: 'berth' });
     const enabled: Capability[] = capabilities.filter((c) => (o.controllers as string[]).includes(c.name));
     if (o.installCrds) {

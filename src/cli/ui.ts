@@ -1,7 +1,7 @@
 // The page: `berth run --ui-bind-address` serves it beside the controllers; `berth ui` serves it
 // alone, with only the informers it reads (no controller, no lease, no write).
 import { Command, Option } from 'commander';
-import type { Capability } from '../capability.ts';
+import { commaList, controllersOption, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -9,12 +9,6 @@ import { Manager } from '../runtime/manager/manager.ts';
 import { rootLogger } from '../runtime/observability/log.ts';
 import { UiServer } from '../ui/server.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
-
-const list = (v: string) =>
-  v
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
 export function uiOptions(defaultBind: string): Option[] {
@@ -24,13 +18,13 @@ export function uiOptions(defaultBind: string): Option[] {
     ),
     new Option('--ui-pool-labels <keys>', "node labels that name a node's pool, the first present wins")
       .default(defaultPoolLabels, defaultPoolLabels.join(','))
-      .argParser(list),
+      .argParser(commaList),
     new Option(
       '--ui-allowed-hosts <names>',
       'host names the page answers to besides localhost and IP addresses (a guard against DNS rebinding)',
     )
       .default([], 'none')
-      .argParser(list),
+      .argParser(commaList),
   ];
 }
 
@@ -58,7 +52,8 @@ export function uiCommand(): Command {
   const cmd = new Command('ui')
     .description("Serve Berth's read-only web page alone: informers and the page, no controller")
     .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
-    .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)');
+    .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)')
+    .addOption(controllersOption(capabilities, 'the controllers Berth runs with, for explain'));
   for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);
   return cmd.action(async (o) => {
     const manager = new Manager({

@@ -2,6 +2,7 @@
 import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { evictions, previewRules } from './explain.ts';
+import { holdsBeside } from './files.ts';
 import { clusterRules, localRules } from './load.ts';
 import { refuseOwned, ruleNameOf } from './decide.ts';
 import type { CommandContext } from '../capability.ts';
@@ -20,7 +21,11 @@ export function rulesCommand(ctx: CommandContext): Command {
         '(YAML files of NodeLabelRules, k8s-auto-labeller rule files or directories, or the name of an existing NodeLabelRule). Writes nothing.',
     )
     .option('--kubeconfig <path>', 'kubeconfig to use')
-    .option('--label-dir <dir>', 'the rule directory Berth runs with, part of the current rules')
+    .option(
+      '--label-dir <dir>',
+      'the rule directory Berth runs with, part of the current rules; labels of its files Berth cannot use stay, as Berth holds them',
+    )
+    .addOption(ctx.controllersOption())
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
     .action(async (args: string[], o) => {
       const kube = KubeClient.fromFile(o.kubeconfig);
@@ -47,7 +52,7 @@ export function rulesCommand(ctx: CommandContext): Command {
         // One owner per key, as the controller applies it: a rule that would write a key a gate or
         // placement owns is Invalid and applies nothing. A candidate's is an error; a current one's
         // applies nothing before or after.
-        const owners = await ctx.keys(client);
+        const owners = await ctx.keys(client, o.controllers);
         const owned = (keys: KeyPattern[]) => owners.violations('labels', keys);
         for (const [name, why] of refuseOwned(candidates, owned).refused)
           errors.push(`${name} would be Invalid and apply nothing: ${why.join('; ')}`);
@@ -62,7 +67,13 @@ export function rulesCommand(ctx: CommandContext): Command {
         const baseline = removed.size ? before : usable;
         const after = removed.size ? usable : [...before, ...candidates];
         const nodes = (await client.list(Resources.nodes)).items;
-        const changes = previewRules(nodes, baseline, after);
+        // Labels of rule files Berth cannot use stay where it set them, before and after; a
+        // candidate standing in for such a file decides them instead.
+        const held = current.holds ?? [];
+        const changes = previewRules(nodes, baseline, after, {
+          before: held,
+          after: removed.size ? held : holdsBeside(held, candidates),
+        });
         // Pods are read only when a NoExecute taint would appear: they are many, and otherwise moot.
         const gainsNoExecute = changes.some((n) =>
           n.changes.some((c) => c.kind === 'taint' && c.after !== undefined && c.key.endsWith(':NoExecute')),

@@ -150,15 +150,48 @@ export interface NodeChanges {
   changes: Change[];
 }
 
-/** What applying `next` instead of `current` would change on each node: gains, losses and new values. */
-export function previewRules(nodes: KubeObject[], current: Rule[], next: Rule[]): NodeChanges[] {
+/** The holds (holdsOf) of the rule directory before and after the change a preview compares. */
+export interface PreviewHolds {
+  before: readonly Hold[];
+  after: readonly Hold[];
+}
+
+/**
+ * What applying `next` instead of `current` would change on each node: gains, losses and new
+ * values. A label a hold keeps (keepHeld) counts as set, by the unusable file, as the controller
+ * keeps it: a candidate that fixes that file changes nothing on the nodes that already carry it.
+ */
+export function previewRules(
+  nodes: KubeObject[],
+  current: Rule[],
+  next: Rule[],
+  holds: PreviewHolds = { before: [], after: [] },
+): NodeChanges[] {
   const result: NodeChanges[] = [];
   for (const node of nodes) {
     const view = nodeView(node);
-    const index = (rules: Rule[]) =>
-      new Map(decide(view, rules).outputs.map((o) => [`${o.kind}\u0000${o.key}`, o]));
-    const before = index(current);
-    const after = index(next);
+    const index = (rules: Rule[], held: readonly Hold[]) => {
+      const d = decide(view, rules);
+      const outputs = new Map(d.outputs.map((o) => [`${o.kind}\u0000${o.key}`, o]));
+      const kept = keepHeld(
+        d,
+        held.map((h) => h.scope),
+        node,
+      ).labels;
+      for (const [key, value] of Object.entries(kept)) {
+        if (key in d.labels) continue;
+        const h = held.find((x) => inScope(x.scope, key))!;
+        outputs.set(`label\u0000${key}`, {
+          kind: 'label',
+          key,
+          value,
+          rule: `held: ${escapeControl(h.file)} cannot be used`,
+        });
+      }
+      return outputs;
+    };
+    const before = index(current, holds.before);
+    const after = index(next, holds.after);
     const changes: Change[] = [];
     for (const [id, o] of after) {
       const b = before.get(id);

@@ -164,6 +164,18 @@ export function keepHeld<T extends { labels: Record<string, string> }>(
   return { ...desired, labels: { ...held, ...desired.labels } };
 }
 
+/**
+ * The holds left once `rules` run beside them: a rule file's hold goes when a rule of the file's
+ * name stands in for it (a candidate that fixes it); a directory's stays, as no rule makes a
+ * directory readable.
+ */
+export function holdsBeside(holds: readonly Hold[], rules: readonly { name: string }[]): Hold[] {
+  const names = new Set(rules.map((r) => r.name));
+  return holds.filter(
+    (h) => h.scope.label === undefined || !names.has(fileRuleName(`${h.scope.namespace}/${h.scope.label}`)),
+  );
+}
+
 /** Larger than any list of label keys; stops a misdirected --label-dir from reading big files on every poll. */
 const MAX_FILE_BYTES = 1 << 20;
 

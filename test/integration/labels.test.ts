@@ -26,7 +26,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { berthClient } from '../helpers/berth.ts';
-import { holdsFor, waitFor } from '../helpers/wait.ts';
+import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -72,6 +72,17 @@ async function nodes(prefix: string, count: number, labels: Record<string, strin
   return names;
 }
 
+/** `berth rules test` with `args`, against the sandbox. */
+const rulesTestCli = (...args: string[]) =>
+  promisify(execFile)(process.execPath, [
+    'src/cli/main.ts',
+    'rules',
+    'test',
+    ...args,
+    '--kubeconfig',
+    sandbox.kubeconfigPath,
+  ]);
+
 /** `berth rules test` of one NodeLabelRule, given as a file, with `args`; the file goes afterwards. */
 async function rulesTest(name: string, spec: Record<string, unknown>, ...args: string[]) {
   const dir = mkdtempSync(join(tmpdir(), 'berth-rules-test-'));
@@ -81,15 +92,7 @@ async function rulesTest(name: string, spec: Record<string, unknown>, ...args: s
     JSON.stringify({ apiVersion: NodeLabelRule.apiVersion, kind: 'NodeLabelRule', metadata: { name }, spec }),
   );
   try {
-    return await promisify(execFile)(process.execPath, [
-      'src/cli/main.ts',
-      'rules',
-      'test',
-      file,
-      '--kubeconfig',
-      sandbox.kubeconfigPath,
-      ...args,
-    ]);
+    return await rulesTestCli(file, ...args);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -596,6 +599,54 @@ describe('derived node labels', () => {
       assert.deepEqual(taints, [], 'a dry run writes nothing');
     } finally {
       await deleteNamespace(client, ns);
+    }
+  });
+
+  test('berth rules test of a fix for a broken rule file: no change where Berth holds its label, a gain where it was never set', async () => {
+    const p = uniqueName('heldfix');
+    const ns = `${p}.example.com`;
+    const dir = mkdtempSync(join(tmpdir(), 'berth-labels-'));
+    const fixes = mkdtempSync(join(tmpdir(), 'berth-fixes-'));
+    mkdirSync(join(dir, ns));
+    mkdirSync(join(fixes, ns));
+    writeFileSync(join(dir, ns, 'out'), `${ns}/src\n`);
+    const [labelled] = await nodes(p, 1, { [`${ns}/src`]: '1' });
+    try {
+      await withController({ labelDir: dir }, async () => {
+        await waitFor('the label set', async () => (await labelsOf(labelled!))[`${ns}/out`] === 'true');
+        // The file breaks: Berth holds the label it set. A node joining now does not get it.
+        writeFileSync(join(dir, ns, 'out'), `${ns}/src\nNot A Key!\n`);
+        await sleep(1500);
+      });
+      const [joined] = await nodes(`${p}-late`, 1, { [`${ns}/src`]: '1' });
+      assert.equal((await labelsOf(labelled!))[`${ns}/out`], 'true', 'held');
+      // The fix, also reading a second source label.
+      writeFileSync(join(fixes, ns, 'out'), `${ns}/src\n${ns}/other\n`);
+      const { stdout, stderr } = await rulesTestCli(join(fixes, ns, 'out'), '--label-dir', dir, '-o', 'json');
+      const { changes } = JSON.parse(stdout) as { changes: { node: string; changes: unknown[] }[] };
+      const ours = changes.filter((c) => c.node.startsWith(p));
+      assert.deepEqual(ours, [
+        {
+          node: joined,
+          changes: [{ kind: 'label', key: `${ns}/out`, after: 'true', rule: `file:${ns}/out` }],
+        },
+      ]);
+      assert.match(stderr, /warning: current rule skipped: .*out: line 2/);
+      // Without the fix, the held label stays: testing another file changes nothing on the held node.
+      writeFileSync(join(fixes, ns, 'more'), `${ns}/src\n`);
+      const other = JSON.parse(
+        (await rulesTestCli(join(fixes, ns, 'more'), '--label-dir', dir, '-o', 'json')).stdout,
+      ) as { changes: { node: string; changes: { key: string }[] }[] };
+      assert.deepEqual(
+        other.changes
+          .filter((c) => c.node.startsWith(p))
+          .flatMap((c) => c.changes.map((x) => `${c.node} ${x.key}`))
+          .sort(),
+        [`${joined} ${ns}/more`, `${labelled} ${ns}/more`],
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(fixes, { recursive: true, force: true });
     }
   });
 

@@ -2,6 +2,9 @@
 // and the explanation says which CRDs are missing, instead of failing whole.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Command } from 'commander';
+import { capabilities } from '../../src/capabilities.ts';
+import { clusterControllers, controllersOption } from '../../src/capability.ts';
 import { explainerOf, explainObject } from '../../src/explain.ts';
 import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
 import type { ResourceRef } from '../../src/runtime/api/meta.ts';
@@ -62,4 +65,18 @@ test('any other refusal (RBAC) still fails the explanation, saying so', async ()
     explainObject(cluster(forbidden), explainerOf('node')!, 'n1', undefined, {}, 'berth-system'),
     /forbidden/,
   );
+});
+
+test('--controllers: as berth run takes it, defaulting to the cluster controllers; an unknown name is refused', () => {
+  const parse = (...args: string[]) => {
+    const cmd = new Command()
+      .exitOverride()
+      .configureOutput({ writeErr: () => {} })
+      .addOption(controllersOption(capabilities, 'the controllers'));
+    return cmd.parse(args, { from: 'user' }).opts()['controllers'] as string[];
+  };
+  assert.deepEqual(parse(), clusterControllers(capabilities));
+  assert.ok(!parse().includes('cells'), 'a management plane names its own');
+  assert.deepEqual(parse('--controllers', ' labels, agents '), ['labels', 'agents']);
+  assert.throws(() => parse('--controllers', 'labels,nope'), /unknown controllers: nope \(known: .*labels/);
 });

@@ -8,8 +8,8 @@ import { AGENT_KEYS } from '../../../src/agents/types.ts';
 import { explainerOf, explainObject } from '../../../src/explain.ts';
 import { gateKeyClaims, parseGates } from '../../../src/gates/decide.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
-import { explainNodeLabels } from '../../../src/labels/explain.ts';
-import { holdsOf } from '../../../src/labels/files.ts';
+import { explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
+import { holdsBeside, holdsOf } from '../../../src/labels/files.ts';
 import { scanRuleDir } from '../../../src/labels/files.ts';
 import { FIELD_MANAGER, type Rule } from '../../../src/labels/types.ts';
 import { KeyOwnership, type KeyPattern } from '../../../src/policy/nodes/ownership.ts';
@@ -18,9 +18,13 @@ import type { KubeClient } from '../../../src/runtime/client/client.ts';
 import { gateObj } from '../gates/fixtures.ts';
 
 /** A node carrying `owned`, set by Berth's field manager, and `others`, set by someone else. */
-const node = (owned: Record<string, string>, others: Record<string, string> = {}): KubeObject => ({
+const node = (
+  owned: Record<string, string>,
+  others: Record<string, string> = {},
+  name = 'n1',
+): KubeObject => ({
   metadata: {
-    name: 'n1',
+    name,
     labels: { ...others, ...owned },
     managedFields: [
       {
@@ -135,6 +139,68 @@ describe('explain node: labels held for a rule file Berth cannot use', () => {
   });
 });
 
+describe('rules test: labels held for a rule file Berth cannot use', () => {
+  test('a candidate that fixes the file changes nothing where the label is held, and adds it where it is missing', async (t) => {
+    const dir = await ruleDir(t, {
+      'accelerators/edgetpu': 'kkohtaka.org/edgetpu\nnot a key\n',
+      'accelerators/gpu': 'nvidia.com/gpu.present\n',
+    });
+    const fixed = await ruleDir(t, { 'accelerators/edgetpu': 'kkohtaka.org/edgetpu\n' });
+    const scan = await scanRuleDir(dir);
+    const candidates = (await scanRuleDir(fixed)).rules;
+    const holds = holdsOf(scan);
+    // Held and backed by the fix; backed by the fix only; held, but the fix does not back it.
+    const nodes = [
+      node({ 'accelerators/edgetpu': 'true' }, { 'kkohtaka.org/edgetpu': '' }, 'held'),
+      node({}, { 'kkohtaka.org/edgetpu': '' }, 'new'),
+      node({ 'accelerators/edgetpu': 'true' }, {}, 'stale'),
+    ];
+    const after = [...scan.rules, ...candidates];
+    assert.deepEqual(holdsBeside(holds, candidates), [], 'the candidate stands in for the broken file');
+    assert.deepEqual(
+      previewRules(nodes, scan.rules, after, { before: holds, after: holdsBeside(holds, candidates) }),
+      [
+        {
+          node: 'new',
+          changes: [
+            { kind: 'label', key: 'accelerators/edgetpu', after: 'true', rule: 'file:accelerators/edgetpu' },
+          ],
+        },
+        {
+          node: 'stale',
+          changes: [
+            {
+              kind: 'label',
+              key: 'accelerators/edgetpu',
+              before: 'true',
+              rule: `held: ${join(dir, 'accelerators', 'edgetpu')} cannot be used`,
+            },
+          ],
+        },
+      ],
+    );
+    // Without the holds, as before: the held node would gain the label it carries.
+    assert.deepEqual(
+      previewRules(nodes, scan.rules, after).map((n) => n.node),
+      ['held', 'new'],
+    );
+  });
+
+  test("a candidate for another file leaves the broken file's hold, and no rule lifts a directory's", async (t) => {
+    const dir = await ruleDir(t, { 'accelerators/edgetpu': 'not a key\n' });
+    const other = await ruleDir(t, { 'accelerators/gpu': 'nvidia.com/gpu.present\n' });
+    const fixed = await ruleDir(t, { 'accelerators/edgetpu': 'kkohtaka.org/edgetpu\n' });
+    const holds = holdsOf(await scanRuleDir(dir));
+    const candidates = (await scanRuleDir(other)).rules;
+    assert.equal(holds.length, 1);
+    assert.deepEqual(holdsBeside(holds, candidates), holds);
+    const held = node({ 'accelerators/edgetpu': 'true' });
+    assert.deepEqual(previewRules([held], [], candidates, { before: holds, after: holds }), []);
+    const dirHold = { ...holds[0]!, scope: { namespace: 'accelerators' } };
+    assert.deepEqual(holdsBeside([dirHold], (await scanRuleDir(fixed)).rules), [dirHold]);
+  });
+});
+
 describe('explain node: a rule that would write a key another capability owns', () => {
   const warmup = gateObj('warmup', { taint: { key: 'example.com/warming' } });
   /** An AgentPlacement object: its label, and its claim annotations under `prefix`. */
@@ -243,5 +309,24 @@ describe('explain node: a rule that would write a key another capability owns', 
     assert.match(text, /sets label sneaky\.dev\/agent=true/);
     // The agents' own section says so too: sneaky applies nothing, for the gate's key.
     assert.match(text, /\n {2}sneaky: invalid, applies nothing: .*are owned by NodeStartupGate warmup/);
+
+    // A Berth run without gates (--controllers labels,agents): nothing claims the gate's keys, so
+    // the rule writing its taint applies, and sneaky claims its label.
+    const withoutGates = await explainObject(
+      client,
+      explainerOf('node')!,
+      'n1',
+      undefined,
+      { controllers: ['labels', 'agents'] },
+      'berth-system',
+    );
+    assert.deepEqual(
+      withoutGates.filter((l) => l.includes('refused:')),
+      [
+        '  refused: nodelabelrule/pool-agent (NodeLabelRule pool-agent) sets nothing: label ate.dev/atelet is owned by AgentPlacement atelet (agent placement)',
+        '  refused: nodelabelrule/sneaky-label (NodeLabelRule sneaky-label) sets nothing: label sneaky.dev/agent is owned by AgentPlacement sneaky (agent placement)',
+      ],
+    );
+    assert.match(withoutGates.join('\n'), /sets taint example\.com\/warming/);
   });
 });
