@@ -1,7 +1,7 @@
 // `berth rules test`: a dry run of derived-label rules against the cluster's nodes. Writes nothing.
 import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
-import { evictions, previewRules } from './explain.ts';
+import { evictions, previewRules, type Eviction, type NodeChanges } from './explain.ts';
 import { holdsBeside } from './files.ts';
 import { clusterRules, localRules } from './load.ts';
 import { refuseOwned, ruleNameOf } from './decide.ts';
@@ -90,32 +90,10 @@ export function rulesCommand(ctx: CommandContext): Command {
           process.stdout.write(
             JSON.stringify({ nodes: nodes.length, changes, evictions: evicted }, null, 2) + '\n',
           );
-          return;
+        } else {
+          printPreview(nodes.length, changes, gainsNoExecute ? evicted : undefined);
         }
-        process.stdout.write(
-          `${changes.length} of ${nodes.length} nodes would change (dry run: nothing was written)\n`,
-        );
-        for (const n of changes) {
-          process.stdout.write(`${n.node}\n`);
-          for (const c of n.changes) {
-            const what = `${c.kind} ${c.key}`;
-            if (c.before === undefined) process.stdout.write(`  + ${what}=${c.after}  (${c.rule})\n`);
-            else if (c.after === undefined) process.stdout.write(`  - ${what}=${c.before}  (${c.rule})\n`);
-            else process.stdout.write(`  ~ ${what}: ${c.before} -> ${c.after}  (${c.rule})\n`);
-          }
-        }
-        if (gainsNoExecute) {
-          const count = evicted.reduce((n, e) => n + e.pods.length, 0);
-          const onNodes = new Set(evicted.filter((e) => e.pods.length).map((e) => e.node)).size;
-          process.stdout.write(
-            `${count} pods on ${onNodes} nodes would be evicted by NoExecute taints they do not tolerate\n`,
-          );
-          for (const e of evicted.filter((x) => x.pods.length > 0)) {
-            const shown = e.pods.slice(0, 10).join(', ');
-            const more = e.pods.length > 10 ? ` (+${e.pods.length - 10} more)` : '';
-            process.stdout.write(`  ${e.node} (${e.taint}): ${shown}${more}\n`);
-          }
-        }
+        // After the preview, on stderr in either format (the JSON on stdout stays whole).
         const skipped = [
           ...current.errors,
           ...[...refused].map(([name, why]) => `${name}: Invalid, applies nothing: ${why.join('; ')}`),
@@ -128,4 +106,29 @@ export function rulesCommand(ctx: CommandContext): Command {
       }
     });
   return cmd;
+}
+
+/** The preview as text; `evicted` when a NoExecute taint would appear (the pods were read). */
+function printPreview(nodes: number, changes: NodeChanges[], evicted: Eviction[] | undefined): void {
+  process.stdout.write(`${changes.length} of ${nodes} nodes would change (dry run: nothing was written)\n`);
+  for (const n of changes) {
+    process.stdout.write(`${n.node}\n`);
+    for (const c of n.changes) {
+      const what = `${c.kind} ${c.key}`;
+      if (c.before === undefined) process.stdout.write(`  + ${what}=${c.after}  (${c.rule})\n`);
+      else if (c.after === undefined) process.stdout.write(`  - ${what}=${c.before}  (${c.rule})\n`);
+      else process.stdout.write(`  ~ ${what}: ${c.before} -> ${c.after}  (${c.rule})\n`);
+    }
+  }
+  if (!evicted) return;
+  const count = evicted.reduce((n, e) => n + e.pods.length, 0);
+  const onNodes = new Set(evicted.filter((e) => e.pods.length).map((e) => e.node)).size;
+  process.stdout.write(
+    `${count} pods on ${onNodes} nodes would be evicted by NoExecute taints they do not tolerate\n`,
+  );
+  for (const e of evicted.filter((x) => x.pods.length > 0)) {
+    const shown = e.pods.slice(0, 10).join(', ');
+    const more = e.pods.length > 10 ? ` (+${e.pods.length - 10} more)` : '';
+    process.stdout.write(`  ${e.node} (${e.taint}): ${shown}${more}\n`);
+  }
 }
