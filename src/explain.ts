@@ -16,12 +16,18 @@ export interface Explainer {
   lines(ctx: ExplainContext): Promise<string[]>;
 }
 
-/** What every capability says through one of its hooks, in order. */
+/**
+ * What every capability Berth runs (--controllers) says through one of its hooks, in order; the
+ * ones it does not run are named, not explained: they do nothing to the object.
+ */
 const every =
   (hook: 'explainNode' | 'explainPod') =>
   async (ctx: ExplainContext): Promise<string[]> => {
+    const running = controllersOf(capabilities, ctx.options);
     const lines: string[] = [];
-    for (const c of capabilities) lines.push(...((await c[hook]?.(ctx)) ?? []));
+    for (const c of capabilities) if (running.includes(c.name)) lines.push(...((await c[hook]?.(ctx)) ?? []));
+    const off = capabilities.filter((c) => c[hook] && !running.includes(c.name)).map((c) => c.name);
+    if (off.length) lines.push(`Not run by this Berth (--controllers): ${off.join(', ')}`);
     return lines;
   };
 

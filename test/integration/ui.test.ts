@@ -59,6 +59,8 @@ const waitForText = (selector: string, text: string, timeout = 15_000) =>
     `document.querySelector(${JSON.stringify(selector)})?.textContent?.includes(${JSON.stringify(text)}) ?? false`,
     { timeout, polling: 50 },
   );
+/** The controllers this file's Berth runs; `berth explain` is given them too. */
+const CONTROLLERS = '--controllers=labels,gates,cells,workloads';
 const rowOf = (node: string) => `tr[data-node="${node}"]`;
 
 /** The text of the page's row of a node ('' while it has none). */
@@ -97,10 +99,7 @@ before(async () => {
     },
   );
   const [port] = (await freePorts(1)) as [number];
-  berth = await startBerth(sandbox, [
-    '--controllers=labels,gates,cells,workloads',
-    `--ui-bind-address=127.0.0.1:${port}`,
-  ]);
+  berth = await startBerth(sandbox, [CONTROLLERS, `--ui-bind-address=127.0.0.1:${port}`]);
   url = `http://127.0.0.1:${port}/`;
   page = await browser.newPage();
   page.on('dialog', (d) => {
@@ -186,8 +185,11 @@ test('selecting a node shows what `berth explain node` prints', async () => {
     'node',
     nodes[0]!,
     `--kubeconfig=${sandbox.kubeconfigPath}`,
+    CONTROLLERS,
   ]);
+  // The page explains with the flags its Berth runs with: the command, given them, says the same.
   assert.equal(shown, stdout.trimEnd());
+  assert.match(shown, /\nNot run by this Berth \(--controllers\): agents$/);
   assert.match(shown, /HELD since/);
 });
 

@@ -328,5 +328,9 @@ describe('explain node: a rule that would write a key another capability owns', 
       ],
     );
     assert.match(withoutGates.join('\n'), /sets taint example\.com\/warming/);
+    // The gates are not explained, as they do nothing to the node; they are named as not run.
+    assert.equal(withoutGates.at(-1), 'Not run by this Berth (--controllers): gates');
+    assert.ok(lines.some((l) => l.startsWith('  warmup (taint')));
+    assert.ok(!withoutGates.some((l) => l.startsWith('  warmup (taint')));
   });
 });
