@@ -739,6 +739,8 @@ describe('status', () => {
       const c = findCondition((await policyObject(name)).status?.conditions, 'Ready');
       return c?.status === 'True';
     });
+    // The webhook's thread gets the policy a moment after the controller: gated from then on.
+    await gatingIn(ns);
     await createPod(ns, 'ok', [{ image: image('amd') }]);
     await createPod(ns, 'missing', [{ image: image('missing') }]);
     await createPod(ns, 'nowhere', [{ image: image('s390x') }]);
