@@ -57,6 +57,18 @@ test('with the CRDs installed, no such line', async () => {
   assert.ok(!lines.some((l) => l.startsWith('Not installed here')), lines.join('\n'));
 });
 
+test('each list is read once per explanation, though several capabilities ask for it', async () => {
+  const lists: string[] = [];
+  const counting = cluster((ref) => {
+    lists.push(ref.resource);
+    return { items: [] } as never;
+  });
+  await explainObject(counting, explainerOf('node')!, 'n1', undefined, {}, 'berth-system');
+  // The gates and the placements are read for their own lines and for who owns which key.
+  assert.ok(lists.includes('nodestartupgates') && lists.includes('agentplacements'), lists.join());
+  assert.deepEqual(lists, [...new Set(lists)], lists.join());
+});
+
 test('any other refusal (RBAC) still fails the explanation, saying so', async () => {
   const forbidden = () => {
     throw new ApiError(403, 'Forbidden', 'nodestartupgates.berth.dev is forbidden', {});
