@@ -37,6 +37,7 @@ import {
   countsOnly,
   deletionHold,
   deploymentManifest,
+  orphaned,
   drains,
   placementCities,
   rollup,
@@ -224,7 +225,7 @@ export class FederationController {
 
   private async reconcile(key: string): Promise<Result | void> {
     const w = this.workloads.get(key);
-    if (!w) return;
+    if (!w) return this.sweep(key);
     return finalizer(
       {
         name: FEDERATION_FINALIZER,
@@ -294,7 +295,7 @@ export class FederationController {
         // An unreachable cell keeps what it has; it is written again once it answers.
         const applied = plan.applied.get(t.name);
         if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
-        const manifest = deploymentManifest(w, t, applied);
+        const manifest = deploymentManifest(w, t, applied, this.cells.get(t.cell)?.metadata.uid);
         const have = find(t.cell, t.name);
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
         const name = cluster.get(t.cell)!;
@@ -430,6 +431,31 @@ export class FederationController {
     }
     // A cell's deletions, its listing and its Cell's changes all bring this workload back.
     return {};
+  }
+
+  /**
+   * A Workload gone from the (synced) cache whose WorkloadDeployments a cell still holds: one not
+   * listed when the finalizer ran, or a finalizer taken off by hand. A cell's listing brings every
+   * key it holds here; what this plane wrote through the cell (orphaned) is deleted.
+   */
+  private async sweep(key: string): Promise<void> {
+    const { views, cluster } = this.cellViews();
+    const failures: string[] = [];
+    for (const [cell, name] of cluster) {
+      const view = views.get(cell)!;
+      if (!view.listed || !view.reachable) continue;
+      const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
+      const cellObject = this.cells.get(cell);
+      for (const d of orphaned(there, cellObject?.metadata.uid))
+        await inCell(failures, cell, async () => {
+          await this.deleteDeployment(name, d);
+          const message = `WorkloadDeployment ${d.metadata.namespace}/${d.metadata.name} deleted: its Workload ${key} is gone`;
+          this.log.info({ workload: key, cell, deployment: d.metadata.name }, message);
+          // The Workload is gone: the Cell it was left in says so.
+          if (cellObject) this.events.event(cellObject, 'Normal', 'LeftoverDeleted', 'Delete', message);
+        });
+    }
+    if (failures.length) throw new Error(failures.join('; '));
   }
 
   private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {

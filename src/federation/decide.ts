@@ -21,6 +21,7 @@ import {
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
+  CELL_UID_LABEL,
   type CityStatus,
   type Placement,
   type PlacementStatus,
@@ -267,8 +268,16 @@ function newest(ds: readonly Placed[]): Placed | undefined {
   return best;
 }
 
-/** The WorkloadDeployment a target has in its cell, as server-side applied. */
-export function deploymentManifest(w: WorkloadObject, t: Target, applied: Applied): DeploymentObject {
+/**
+ * The WorkloadDeployment a target has in its cell, as server-side applied; `cellUid` is the uid
+ * of the Cell it is written through (CELL_UID_LABEL).
+ */
+export function deploymentManifest(
+  w: WorkloadObject,
+  t: Target,
+  applied: Applied,
+  cellUid: string | undefined,
+): DeploymentObject {
   return {
     apiVersion: apiVersionOf(WorkloadDeployment.ref),
     kind: WorkloadDeployment.kind,
@@ -281,6 +290,7 @@ export function deploymentManifest(w: WorkloadObject, t: Target, applied: Applie
         [WORKLOAD_UID_LABEL]: w.metadata.uid!,
         [PLACEMENT_LABEL]: t.placement,
         [CITY_LABEL]: t.city,
+        ...(cellUid ? { [CELL_UID_LABEL]: cellUid } : {}),
       },
     },
     spec: {
@@ -292,6 +302,16 @@ export function deploymentManifest(w: WorkloadObject, t: Target, applied: Applie
       progressDeadlineSeconds: 600,
     },
   };
+}
+
+/**
+ * Of a cell's WorkloadDeployments of a Workload that is gone from the management plane, those to
+ * delete: the ones this plane wrote through that Cell (`cellUid`), not being deleted already. One
+ * without the label (written before it existed) or with another Cell's uid is not known to be ours.
+ */
+export function orphaned(ds: readonly DeploymentObject[], cellUid: string | undefined): DeploymentObject[] {
+  if (!cellUid) return [];
+  return ds.filter((d) => d.metadata.labels?.[CELL_UID_LABEL] === cellUid && !d.metadata.deletionTimestamp);
 }
 
 /** The WorkloadDeployments the federation made for this workload that no target wants (in listed cells only). */

@@ -30,6 +30,12 @@ export const WORKLOAD_NAME_LABEL = 'federation.berth.dev/workload';
 export const WORKLOAD_UID_LABEL = 'federation.berth.dev/workload-uid';
 export const PLACEMENT_LABEL = 'federation.berth.dev/placement';
 export const CITY_LABEL = 'federation.berth.dev/city';
+/**
+ * The uid of the Cell (in the management plane) it was written through: which management plane
+ * wrote it, so that a plane deletes the copies of a Workload gone from it only where they are its
+ * own, never another plane's in a cell they share.
+ */
+export const CELL_UID_LABEL = 'federation.berth.dev/cell-uid';
 
 const placement = k8s(
   z.object({

@@ -128,8 +128,15 @@ test('a cell whose kubeconfig may not create namespaces: the Workload is placed 
     { timeoutMs: 30_000 },
   );
   assert.deepEqual(placed, [`${wl}-us-sea`]);
-  const w = await client.get<WorkloadObject>(Workload.ref, wl, ns);
-  assert.equal(w.status?.placements?.find((p) => p.name === 'us')?.cities?.[0]?.cell, cell);
+  // The status is written after the cell's WorkloadDeployment.
+  await waitFor(
+    'the Workload naming its cell',
+    async () => {
+      const w = await client.get<WorkloadObject>(Workload.ref, wl, ns);
+      return w.status?.placements?.find((p) => p.name === 'us')?.cities?.[0]?.cell === cell;
+    },
+    { observe: async () => (await client.get<WorkloadObject>(Workload.ref, wl, ns)).status },
+  );
 });
 
 test('a namespace the cell lacks and may not create: the log, the Workload and a Warning say to create it there', async () => {

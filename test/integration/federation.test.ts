@@ -13,17 +13,21 @@
 // unreachable moves to another cell serving it; a placement moved from LHR to DFW removes exactly
 // that WorkloadDeployment; a city with no cell is NoMatchingLocation with a Warning; deleting the
 // Workload removes its WorkloadDeployments from every cell, an unreachable cell holding it until it
-// answers.
+// answers; a copy of a Workload gone from the management plane is deleted where this plane wrote it,
+// never where another plane did.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { cellsCommand, secretName } from '../../src/cells/cli.ts';
 import { Cell, type CellObject } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import {
+  CELL_UID_LABEL,
   CITY_LABEL,
+  PLACEMENT_LABEL,
   type Rollout,
   Workload,
   WORKLOAD_NAME_LABEL,
+  WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
 } from '../../src/federation/types.ts';
@@ -712,4 +716,57 @@ test('deleting the Workload: its WorkloadDeployments go from every cell; an unre
     },
     { timeoutMs: 60_000 },
   );
+});
+
+test('a copy of a Workload gone from the management plane is deleted where this plane wrote it, not where another did', async () => {
+  // As a cell not listed when the Workload's finalizer ran would keep it, or a finalizer taken off
+  // by hand: a WorkloadDeployment whose Workload no longer exists upstream.
+  const dfwUid = (await client.get<CellObject>(Cell.ref, cellName.DFW)).metadata!.uid!;
+  const copy = (name: string, cellUid: string): DeploymentObject => ({
+    apiVersion: WorkloadDeployment.apiVersion,
+    kind: WorkloadDeployment.kind,
+    metadata: {
+      name,
+      namespace: ns,
+      labels: {
+        [WORKLOAD_NAMESPACE_LABEL]: ns,
+        [WORKLOAD_NAME_LABEL]: `${wl}-gone`,
+        [WORKLOAD_UID_LABEL]: 'a-gone-uid',
+        [PLACEMENT_LABEL]: 'us',
+        [CITY_LABEL]: 'DFW',
+        [CELL_UID_LABEL]: cellUid,
+      },
+    },
+    spec: { template, replicas: 0, instanceManagementPolicy: 'OrderedReady', progressDeadlineSeconds: 600 },
+  });
+  for (const [name, uid] of [
+    [`${wl}-gone-ours`, dfwUid],
+    [`${wl}-gone-theirs`, 'another-planes-cell'],
+  ] as const)
+    await cellClients.DFW.apply(WorkloadDeployment.ref, copy(name, uid), {
+      fieldManager: 'berth-federation',
+    });
+  await waitFor(
+    'the copy this plane wrote deleted',
+    async () => !(await names('DFW')).includes(`${wl}-gone-ours`),
+    {
+      timeoutMs: 30_000,
+      observe: () => names('DFW'),
+    },
+  );
+  // The Workload is gone: the Cell says what was deleted there.
+  await waitFor('a LeftoverDeleted event on the DFW Cell', async () =>
+    (await client.list<Event>(Resources.events, { namespace: 'default' })).items.find(
+      (e) =>
+        e.reason === 'LeftoverDeleted' &&
+        e.regarding?.name === cellName.DFW &&
+        e.note?.includes(`${ns}/${wl}-gone-ours deleted: its Workload ${ns}/${wl}-gone is gone`),
+    ),
+  );
+  await holdsFor(
+    "another plane's copy stays",
+    async () => (await names('DFW')).includes(`${wl}-gone-theirs`),
+    2000,
+  );
+  await cellClients.DFW.delete(WorkloadDeployment.ref, `${wl}-gone-theirs`, ns);
 });

@@ -8,6 +8,7 @@ import {
   FEDERATION_REASONS,
   rollup,
   targets,
+  orphaned,
   unwanted,
   workloadKeyOf,
   type CellView,
@@ -15,6 +16,7 @@ import {
 } from '../../../src/federation/decide.ts';
 import type { Condition } from '../../../src/runtime/api/conditions.ts';
 import {
+  CELL_UID_LABEL,
   CITY_LABEL,
   PLACEMENT_LABEL,
   WORKLOAD_NAME_LABEL,
@@ -226,7 +228,7 @@ describe('targets', () => {
 test('the manifest: labels naming the upstream owner, the template, replicas, the workload namespace', () => {
   const w = workload([['us', ['DFW'], 2]]);
   const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
-  const m = deploymentManifest(w, t!, { hash: HASH, template: w.spec.template });
+  const m = deploymentManifest(w, t!, { hash: HASH, template: w.spec.template }, 'cell-a-uid');
   assert.equal(m.metadata.name, 'web-us-dfw');
   assert.equal(m.metadata.namespace, 'shop');
   assert.deepEqual(m.metadata.labels, {
@@ -235,12 +237,25 @@ test('the manifest: labels naming the upstream owner, the template, replicas, th
     [WORKLOAD_UID_LABEL]: 'uid-1',
     [PLACEMENT_LABEL]: 'us',
     [CITY_LABEL]: 'DFW',
+    [CELL_UID_LABEL]: 'cell-a-uid',
   });
   assert.deepEqual(m.spec.template, w.spec.template);
   assert.equal(m.spec.replicas, 2);
   assert.deepEqual(m.spec.workloadRef, { name: 'web', uid: 'uid-1', templateHash: HASH });
   assert.equal(workloadKeyOf(m), 'shop/web');
   assert.equal(workloadKeyOf({ metadata: { labels: {} } }), undefined);
+});
+
+test("orphaned: of a gone Workload's copies in a cell, only those written through this plane's Cell, not being deleted", () => {
+  const w = workload([['us', ['DFW'], 1]]);
+  const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
+  const applied = { hash: HASH, template: w.spec.template };
+  const ours = deploymentManifest(w, t!, applied, 'cell-a-uid');
+  const another = deploymentManifest(w, t!, applied, 'other-plane-cell');
+  const older = deploymentManifest(w, t!, applied, undefined);
+  const going = { ...ours, metadata: { ...ours.metadata, deletionTimestamp: '2026-11-26T00:00:00Z' } };
+  assert.deepEqual(orphaned([ours, another, older, going], 'cell-a-uid'), [ours]);
+  assert.deepEqual(orphaned([ours], undefined), [], 'no Cell: nothing is known to be ours');
 });
 
 test('unwanted: what no target wants, in listed cells only', () => {

@@ -120,7 +120,7 @@ describe('rolloutPlan', () => {
       message: `0 of 3 cells updated to template ${HASH}, waiting for us/DFW to become Available; next: eu/LHR, ap/NRT`,
     });
     // A replica change reaches a cell not rolled yet at once, on its old template.
-    const m = deploymentManifest(w, ts[1]!, p.applied.get('web-eu-lhr')!);
+    const m = deploymentManifest(w, ts[1]!, p.applied.get('web-eu-lhr')!, undefined);
     assert.equal(m.spec.workloadRef?.templateHash, OLD);
     assert.equal(m.spec.template.containers[0]!.image, 'web:0');
     assert.equal(m.spec.replicas, 2);
