@@ -174,6 +174,10 @@ export function controllersOption(all: Capability[], description: string): Optio
     });
 }
 
+/** `--controllers` of the read-only commands: the capabilities of the Berth they are run against. */
+export const dryRunControllersOption = (all: Capability[]): Option =>
+  controllersOption(all, 'the controllers Berth runs with: only their policies claim keys');
+
 /** --controllers of a dry run's options (controllersOption); a cluster's when the command has none. */
 export const controllersOf = (all: Capability[], options: Record<string, unknown>): string[] =>
   (options['controllers'] as string[] | undefined) ?? clusterControllers(all);
@@ -182,8 +186,7 @@ export const controllersOf = (all: Capability[], options: Record<string, unknown
 export function capabilityCommands(all: Capability[]): Command[] {
   const ctx: CommandContext = {
     keys: (client, controllers) => clusterKeyOwnership(all, client, controllers),
-    controllersOption: () =>
-      controllersOption(all, 'the controllers Berth runs with: only their policies claim keys'),
+    controllersOption: () => dryRunControllersOption(all),
   };
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }

@@ -3,7 +3,7 @@
 // capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
 // which the page (src/ui) calls too.
 import { Command } from 'commander';
-import { controllersOption } from '../capability.ts';
+import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { explainers, explainObject, type Explainer } from '../explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
@@ -14,9 +14,7 @@ function ruleFlags(cmd: Command, e: Explainer): Command {
   if (e.name !== 'node' && e.name !== 'pod') return cmd;
   cmd
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
-    .addOption(
-      controllersOption(capabilities, 'the controllers Berth runs with: only their policies claim keys'),
-    );
+    .addOption(dryRunControllersOption(capabilities));
   if (e.name === 'pod')
     cmd
       .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')

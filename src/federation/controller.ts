@@ -82,6 +82,9 @@ interface CellDeployments {
   namespaces: Set<string>;
 }
 
+/** How soon a leftover in a cell listed but unreachable is looked at again. */
+const SWEEP_RETRY_MS = 10_000;
+
 export class FederationController {
   readonly controller: Controller;
   private readonly manager: Manager;
@@ -436,26 +439,50 @@ export class FederationController {
   /**
    * A Workload gone from the (synced) cache whose WorkloadDeployments a cell still holds: one not
    * listed when the finalizer ran, or a finalizer taken off by hand. A cell's listing brings every
-   * key it holds here; what this plane wrote through the cell (orphaned) is deleted.
+   * key it holds here; what this plane wrote through the cell (orphaned) is deleted, once the
+   * apiserver confirms the Workload is gone: a cell's watch may show a new leader a copy before
+   * the management plane's watch shows it the Workload. A cell listed but not reachable is
+   * looked at again later, as its Cell's change brings only the workloads that exist.
    */
-  private async sweep(key: string): Promise<void> {
+  private async sweep(key: string): Promise<Result | void> {
     const { views, cluster } = this.cellViews();
-    const failures: string[] = [];
-    for (const [cell, name] of cluster) {
-      const view = views.get(cell)!;
-      if (!view.listed || !view.reachable) continue;
-      const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
+    const leftovers = [...cluster].flatMap(([cell, name]) => {
       const cellObject = this.cells.get(cell);
-      for (const d of orphaned(there, cellObject?.metadata.uid))
-        await inCell(failures, cell, async () => {
-          await this.deleteDeployment(name, d);
-          const message = `WorkloadDeployment ${d.metadata.namespace}/${d.metadata.name} deleted: its Workload ${key} is gone`;
-          this.log.info({ workload: key, cell, deployment: d.metadata.name }, message);
-          // The Workload is gone: the Cell it was left in says so.
-          if (cellObject) this.events.event(cellObject, 'Normal', 'LeftoverDeleted', 'Delete', message);
-        });
+      const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
+      return orphaned(there, cellObject?.metadata.uid).map((d) => ({ cell, name, cellObject, d }));
+    });
+    if (!leftovers.length || (await this.workloadExists(key))) return;
+    const failures: string[] = [];
+    let unreachable = false;
+    for (const { cell, name, cellObject, d } of leftovers) {
+      const view = views.get(cell)!;
+      if (!view.listed) continue;
+      if (!view.reachable) {
+        unreachable = true;
+        continue;
+      }
+      await inCell(failures, cell, async () => {
+        await this.deleteDeployment(name, d);
+        const message = `WorkloadDeployment ${d.metadata.namespace}/${d.metadata.name} deleted: its Workload ${key} is gone`;
+        this.log.info({ workload: key, cell, deployment: d.metadata.name }, message);
+        // The Workload is gone: the Cell it was left in says so.
+        if (cellObject) this.events.event(cellObject, 'Normal', 'LeftoverDeleted', 'Delete', message);
+      });
     }
     if (failures.length) throw new Error(failures.join('; '));
+    if (unreachable) return { requeueAfterMs: SWEEP_RETRY_MS };
+  }
+
+  /** Whether the apiserver still has the Workload (any uid): only its 404 says it is gone. */
+  private async workloadExists(key: string): Promise<boolean> {
+    const [namespace, name] = key.split('/') as [string, string];
+    try {
+      await this.manager.client().get(Workload.ref, name, namespace);
+      return true;
+    } catch (e) {
+      if (isNotFound(e)) return false;
+      throw e;
+    }
   }
 
   private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {

@@ -23,6 +23,12 @@ export const federationCapability: Capability = {
   // Cells and Locations say where each city runs. In the cells Berth acts with each cell's kubeconfig.
   rbac: [
     { apiGroups: [POLICY_GROUP], resources: ['workloads'], verbs: ['list', 'watch', 'patch'] },
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['workloads'],
+      verbs: ['get'],
+      why: 'confirms a Workload is gone before its leftovers in a cell are deleted: only when a cell holds one',
+    },
     { apiGroups: [POLICY_GROUP], resources: ['workloads/status'], verbs: ['patch'] },
     { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['list', 'watch'] },
     // Mirrors of the cells' Instances: applied (the first apply of one is authorized as create too),

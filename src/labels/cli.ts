@@ -101,6 +101,10 @@ export function rulesCommand(ctx: CommandContext): Command {
         if (skipped.length)
           process.stderr.write(skipped.map((e) => `warning: current rule skipped: ${e}\n`).join(''));
         if (missing.size) process.stderr.write(`warning: ${missingCrdsLine(missing)}\n`);
+        if (!(o.controllers as string[]).includes('labels'))
+          process.stderr.write(
+            'warning: labels is not among --controllers: that Berth applies no label rules, so none of this would happen\n',
+          );
       } finally {
         kube.close();
       }

@@ -375,7 +375,7 @@ describe('workloads in a cell', () => {
     const spentBefore = await waitFor('no writes for a second', async () => {
       const first = await writes();
       await sleep(1000);
-      return (await writes()) === first && first;
+      return (await writes()) === first ? first : undefined;
     });
     await applyWD('lean', { replicas: 1, template: template('registry.example/lean:1') });
     await observe('lean', settled(1));

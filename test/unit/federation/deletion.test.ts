@@ -9,13 +9,17 @@ import type { CellObject } from '../../../src/cells/types.ts';
 import { FederationController } from '../../../src/federation/controller.ts';
 import { deletionHold, targets, type CellView } from '../../../src/federation/decide.ts';
 import {
+  CELL_UID_LABEL,
   FEDERATION_FINALIZER,
+  WORKLOAD_NAME_LABEL,
+  WORKLOAD_NAMESPACE_LABEL,
+  WORKLOAD_UID_LABEL,
   type WorkloadObject,
   type WorkloadStatus,
 } from '../../../src/federation/types.ts';
 import { findCondition } from '../../../src/runtime/api/conditions.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
-import type { KubeClient } from '../../../src/runtime/client/client.ts';
+import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 import { Cluster } from '../../../src/runtime/cluster/cluster.ts';
 import { Manager } from '../../../src/runtime/manager/manager.ts';
 import { ALL, cell, workload } from './fixtures.ts';
@@ -161,10 +165,17 @@ type WatchEvent = { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: KubeObject }
  * An apiserver holding `objects` by resource: lists answer once `listed` resolves, watches yield
  * what `push` sends, and every server-side apply is recorded.
  */
-function apiserver(objects: Record<string, KubeObject[]>, listed: Promise<void> = Promise.resolve()) {
+function apiserver(
+  objects: Record<string, KubeObject[]>,
+  listed: Promise<void> = Promise.resolve(),
+  /** What a GET finds, by resource, when the lists are behind; the listed objects otherwise. */
+  live: Record<string, KubeObject[]> = objects,
+) {
   const feed = new EventEmitter();
   const watching = new Set<string>();
   const applies: KubeObject[] = [];
+  const deletes: string[] = [];
+  const gets: string[] = [];
   const resourceOf = (path: string) => path.split('/').at(-1)!;
   const client = {
     request: async (method: string, path: string, opts: { signal?: AbortSignal } = {}) => {
@@ -188,6 +199,16 @@ function apiserver(objects: Record<string, KubeObject[]>, listed: Promise<void> 
         if (!opts.signal?.aborted) throw e;
       }
     },
+    get: async (ref: { resource: string }, name: string) => {
+      gets.push(`${ref.resource}/${name}`);
+      const found = live[ref.resource]?.find((o) => o.metadata?.name === name);
+      if (!found) throw new ApiError(404, 'NotFound', `${ref.resource} "${name}" not found`, {});
+      return structuredClone(found);
+    },
+    delete: (_ref: unknown, name: string) => {
+      deletes.push(name);
+      return Promise.resolve({});
+    },
     apply: (_ref: unknown, body: KubeObject) => {
       applies.push(body);
       return Promise.resolve({
@@ -200,6 +221,8 @@ function apiserver(objects: Record<string, KubeObject[]>, listed: Promise<void> 
   return {
     client,
     applies,
+    deletes,
+    gets,
     async push(resource: string, ev: WatchEvent) {
       await until(`a watch of ${resource}`, () => watching.has(resource));
       feed.emit(resource, ev);
@@ -329,5 +352,78 @@ describe('the controller', () => {
     } finally {
       await r.stop();
     }
+  });
+
+  /** A cell's WorkloadDeployment of Workload shop/gone, written through the Cell of uid `cellUid`. */
+  const leftover = (name: string, cellUid?: string): KubeObject => ({
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'WorkloadDeployment',
+    metadata: {
+      name,
+      namespace: 'shop',
+      uid: `uid-${name}`,
+      resourceVersion: '1',
+      labels: {
+        [WORKLOAD_NAMESPACE_LABEL]: 'shop',
+        [WORKLOAD_NAME_LABEL]: 'gone',
+        [WORKLOAD_UID_LABEL]: 'uid-gone',
+        ...(cellUid ? { [CELL_UID_LABEL]: cellUid } : {}),
+      },
+    },
+    spec: {},
+  });
+
+  /** The controller with cell dfw-1 engaged on `cellServer`, until `fn` is done. */
+  async function withCell(
+    local: ReturnType<typeof apiserver>,
+    cellServer: ReturnType<typeof apiserver>,
+    fn: () => Promise<void>,
+  ) {
+    const r = await running(local);
+    try {
+      const dfw = new Cluster({ name: 'cell-dfw-1', client: cellServer.client });
+      r.manager.engage(dfw);
+      dfw.start();
+      await fn();
+    } finally {
+      await r.stop();
+    }
+  }
+
+  test("a Workload gone upstream: once its cell lists, the copy this plane wrote goes; another plane's and an unlabelled one stay", async () => {
+    const local = apiserver({
+      workloads: [],
+      cells: [cellObject('dfw-1', ['DFW'], reachable('True', 'Reachable', BEFORE))],
+    });
+    const cellServer = apiserver({
+      workloaddeployments: [
+        leftover('gone-ours', 'uid-dfw-1'),
+        leftover('gone-theirs', 'uid-another-plane'),
+        leftover('gone-old'),
+      ],
+    });
+    await withCell(local, cellServer, async () => {
+      await until('the leftover deleted', () => cellServer.deletes.length > 0);
+      await sleep(200);
+      // Each delete is of the cached object (its uid a precondition): a repeat before the watch
+      // shows it gone is answered 404 and is harmless.
+      assert.deepEqual([...new Set(cellServer.deletes)], ['gone-ours']);
+      assert.deepEqual([...new Set(local.gets)], ['workloads/gone'], 'the apiserver asked first');
+    });
+  });
+
+  test('a copy whose Workload the apiserver still has (the cache behind, after a leader change) stays', async () => {
+    const w = workload([['us', ['DFW'], 1]]);
+    const local = apiserver(
+      { workloads: [], cells: [cellObject('dfw-1', ['DFW'], reachable('True', 'Reachable', BEFORE))] },
+      Promise.resolve(),
+      { workloads: [{ ...w, metadata: { ...w.metadata, name: 'gone' } }] },
+    );
+    const cellServer = apiserver({ workloaddeployments: [leftover('gone-ours', 'uid-dfw-1')] });
+    await withCell(local, cellServer, async () => {
+      await until('the apiserver asked', () => local.gets.includes('workloads/gone'));
+      await sleep(300);
+      assert.deepEqual(cellServer.deletes, []);
+    });
   });
 });
