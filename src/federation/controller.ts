@@ -446,31 +446,30 @@ export class FederationController {
    */
   private async sweep(key: string): Promise<Result | void> {
     const { views, cluster } = this.cellViews();
-    const leftovers = [...cluster].flatMap(([cell, name]) => {
-      const cellObject = this.cells.get(cell);
-      const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
-      return orphaned(there, cellObject?.metadata.uid).map((d) => ({ cell, name, cellObject, d }));
-    });
-    if (!leftovers.length || (await this.workloadExists(key))) return;
-    const failures: string[] = [];
-    let unreachable = false;
-    for (const { cell, name, cellObject, d } of leftovers) {
-      const view = views.get(cell)!;
-      if (!view.listed) continue;
-      if (!view.reachable) {
-        unreachable = true;
-        continue;
-      }
-      await inCell(failures, cell, async () => {
-        await this.deleteDeployment(name, d);
-        const message = `WorkloadDeployment ${d.metadata.namespace}/${d.metadata.name} deleted: its Workload ${key} is gone`;
-        this.log.info({ workload: key, cell, deployment: d.metadata.name }, message);
-        // The Workload is gone: the Cell it was left in says so.
-        if (cellObject) this.events.event(cellObject, 'Normal', 'LeftoverDeleted', 'Delete', message);
+    const leftovers = [...cluster]
+      .filter(([cell]) => views.get(cell)!.listed)
+      .flatMap(([cell, name]) => {
+        const cellObject = this.cells.get(cell);
+        const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
+        return orphaned(there, cellObject?.metadata.uid).map((d) => ({ cell, name, cellObject, d }));
       });
+    // The apiserver is asked only when there is something to delete now, not on every retry of a
+    // cell that does not answer.
+    const now = leftovers.filter(({ cell }) => views.get(cell)!.reachable);
+    if (now.length) {
+      if (await this.workloadExists(key)) return;
+      const failures: string[] = [];
+      for (const { cell, name, cellObject, d } of now)
+        await inCell(failures, cell, async () => {
+          await this.deleteDeployment(name, d);
+          const message = `WorkloadDeployment ${d.metadata.namespace}/${d.metadata.name} deleted: its Workload ${key} is gone`;
+          this.log.info({ workload: key, cell, deployment: d.metadata.name }, message);
+          // The Workload is gone: the Cell it was left in says so.
+          if (cellObject) this.events.event(cellObject, 'Normal', 'LeftoverDeleted', 'Delete', message);
+        });
+      if (failures.length) throw new Error(failures.join('; '));
     }
-    if (failures.length) throw new Error(failures.join('; '));
-    if (unreachable) return { requeueAfterMs: SWEEP_RETRY_MS };
+    if (now.length < leftovers.length) return { requeueAfterMs: SWEEP_RETRY_MS };
   }
 
   /** Whether the apiserver still has the Workload (any uid): only its 404 says it is gone. */

@@ -13,7 +13,7 @@ type ListOptions = Parameters<KubeClient['list']>[1];
  */
 export function withoutMissingCrds(client: KubeClient, missing: Set<string>): KubeClient {
   const read = new Map<string, Promise<KubeList<KubeObject>>>();
-  const listOnce = async (ref: ResourceRef, opts: ListOptions): Promise<KubeList<KubeObject>> => {
+  const listOrNone = async (ref: ResourceRef, opts: ListOptions): Promise<KubeList<KubeObject>> => {
     try {
       return await client.list(ref, opts);
     } catch (err) {
@@ -25,7 +25,7 @@ export function withoutMissingCrds(client: KubeClient, missing: Set<string>): Ku
   const list = (ref: ResourceRef, opts: ListOptions = {}): Promise<KubeList<KubeObject>> => {
     const key = JSON.stringify([ref.group, ref.version, ref.resource, opts]);
     let answer = read.get(key);
-    if (!answer) read.set(key, (answer = listOnce(ref, opts)));
+    if (!answer) read.set(key, (answer = listOrNone(ref, opts)));
     return answer;
   };
   return new Proxy(client, {
