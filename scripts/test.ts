@@ -9,6 +9,8 @@ import { auditCheck } from './rbac-audit.ts';
 const args = new Set(process.argv.slice(2));
 const only = process.env['BERTH_TEST_FILES']?.split(',').filter(Boolean);
 const totals = { passed: 0, failed: 0, skipped: 0 };
+// Each failure again at the very end: a CI that keeps only the tail of the output still shows why.
+const failures: string[] = [];
 
 async function runFiles(files: string[], concurrency: number, env: NodeJS.ProcessEnv): Promise<void> {
   if (files.length === 0) return;
@@ -25,7 +27,15 @@ async function runFiles(files: string[], concurrency: number, env: NodeJS.Proces
     else totals.passed++;
   });
   stream.on('test:fail', (t) => {
-    if (t.details.type !== 'suite') totals.failed++;
+    if (t.details.type === 'suite') return;
+    totals.failed++;
+    // The runner wraps what the test threw (ERR_TEST_FAILURE); the thrown error is its cause.
+    const thrown = (t.details.error as Error & { cause?: unknown }).cause ?? t.details.error;
+    const why = (thrown instanceof Error ? (thrown.stack ?? thrown.message) : String(thrown))
+      .split('\n')
+      .filter((line) => !line.includes('(node:internal/') && !line.includes('at node:internal/'))
+      .slice(0, 40);
+    failures.push(`✖ ${t.name} (${t.file ?? '?'}:${t.line ?? '?'})\n${why.join('\n')}`);
   });
   stream.compose(spec).pipe(process.stdout);
   await new Promise((resolve) => stream.once('end', resolve));
@@ -86,5 +96,6 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
   }
 }
 
+if (failures.length > 0) process.stdout.write(`\nfailed:\n${failures.join('\n\n')}\n`);
 process.stdout.write(`\n${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped\n`);
 process.exitCode = totals.failed > 0 || totals.passed === 0 ? 1 : 0;
