@@ -4,7 +4,7 @@ import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { nodeState, taintId } from '../policy/nodes/plan.ts';
-import { decide, planApply, refuseOwned, type Output, type OutputKind } from './decide.ts';
+import { decide, planApply, refuseOwned, type NodeDecision, type Output, type OutputKind } from './decide.ts';
 import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
 import { escapeControl, quote } from '../policy/text.ts';
 import { inScope, keepHeld, type Hold } from './files.ts';
@@ -41,6 +41,15 @@ function describeHold(h: Hold): string {
   return `${what} ${escapeControl(h.file)} cannot be used (${why}): ${until}`;
 }
 
+const scopes = (holds: readonly Hold[]) => holds.map((h) => h.scope);
+
+/** The labels on `node` that only a hold keeps (keepHeld), as the controller keeps them, each with its hold. */
+function heldOnly(d: NodeDecision, holds: readonly Hold[], node: KubeObject) {
+  return Object.entries(keepHeld(d, scopes(holds), node).labels)
+    .filter(([key]) => !(key in d.labels))
+    .map(([key, value]) => ({ key, value, hold: holds.find((h) => inScope(h.scope, key))! }));
+}
+
 /**
  * Lines explaining a node's derived labels, annotations and taints. `holds` (holdsOf) keep the
  * labels no rule sets that the controller keeps (keepHeld), and each such label says why. `owned`
@@ -59,8 +68,7 @@ export function explainNodeLabels(
   const view = nodeView(node);
   const d = decide(view, rules);
   const state = nodeState(node, FIELD_MANAGER);
-  const scopes = holds.map((h) => h.scope);
-  const plan = planApply(state, keepHeld(d, scopes, node));
+  const plan = planApply(state, keepHeld(d, scopes(holds), node));
   const byName = new Map(all.map((r) => [r.name, r]));
   const out: string[] = [];
   const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
@@ -94,10 +102,9 @@ export function explainNodeLabels(
   }
   for (const [name, why] of refused)
     out.push(`  refused: ${name} (${sourceOf(byName.get(name)!)}) sets nothing: ${why.join('; ')}`);
-  for (const [k, v] of Object.entries(plan.labels)) {
-    const hold = k in d.labels ? undefined : holds.find((h) => inScope(h.scope, k));
-    if (hold) out.push(`  held: label ${k}=${v} stays though no rule sets it: ${describeHold(hold)}`);
-  }
+  for (const { key, value, hold } of heldOnly(d, holds, node))
+    if (key in plan.labels)
+      out.push(`  held: label ${key}=${value} stays though no rule sets it: ${describeHold(hold)}`);
   // Drift between what the rules say and what Berth owns on the node right now.
   const pending: string[] = [];
   const kinds: [OutputKind, Record<string, string>, Record<string, string>, string[]][] = [
@@ -173,21 +180,13 @@ export function previewRules(
     const index = (rules: Rule[], held: readonly Hold[]) => {
       const d = decide(view, rules);
       const outputs = new Map(d.outputs.map((o) => [`${o.kind}\u0000${o.key}`, o]));
-      const kept = keepHeld(
-        d,
-        held.map((h) => h.scope),
-        node,
-      ).labels;
-      for (const [key, value] of Object.entries(kept)) {
-        if (key in d.labels) continue;
-        const h = held.find((x) => inScope(x.scope, key))!;
+      for (const { key, value, hold } of heldOnly(d, held, node))
         outputs.set(`label\u0000${key}`, {
           kind: 'label',
           key,
           value,
-          rule: `held: ${escapeControl(h.file)} cannot be used`,
+          rule: `held: ${escapeControl(hold.file)} cannot be used`,
         });
-      }
       return outputs;
     };
     const before = index(current, holds.before);
