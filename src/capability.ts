@@ -182,6 +182,12 @@ export const dryRunControllersOption = (all: Capability[]): Option =>
 export const controllersOf = (all: Capability[], options: Record<string, unknown>): string[] =>
   (options['controllers'] as string[] | undefined) ?? clusterControllers(all);
 
+/** The capabilities of `--controllers` (controllersOf), in `all`'s order. */
+export const runningCapabilities = (all: Capability[], options: Record<string, unknown>): Capability[] => {
+  const names = controllersOf(all, options);
+  return all.filter((c) => names.includes(c.name));
+};
+
 /** Every capability's own `berth` subcommands, each given what it may ask of the others. */
 export function capabilityCommands(all: Capability[]): Command[] {
   const ctx: CommandContext = {

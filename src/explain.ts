@@ -1,7 +1,12 @@
 // What `berth explain` says of an object: the node and pod hooks of every capability, and the kinds a
 // capability explains itself (Capability.explainKinds). The command and the page both call this, so
 // the page shows exactly what the command prints.
-import { clusterKeyOwnership, controllersOf, type ExplainContext } from './capability.ts';
+import {
+  clusterKeyOwnership,
+  controllersOf,
+  runningCapabilities,
+  type ExplainContext,
+} from './capability.ts';
 import { capabilities } from './capabilities.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
@@ -23,10 +28,10 @@ export interface Explainer {
 const every =
   (hook: 'explainNode' | 'explainPod') =>
   async (ctx: ExplainContext): Promise<string[]> => {
-    const running = controllersOf(capabilities, ctx.options);
+    const running = runningCapabilities(capabilities, ctx.options);
     const lines: string[] = [];
-    for (const c of capabilities) if (running.includes(c.name)) lines.push(...((await c[hook]?.(ctx)) ?? []));
-    const off = capabilities.filter((c) => c[hook] && !running.includes(c.name)).map((c) => c.name);
+    for (const c of running) lines.push(...((await c[hook]?.(ctx)) ?? []));
+    const off = capabilities.filter((c) => c[hook] && !running.includes(c)).map((c) => c.name);
     if (off.length) lines.push(`Not run by this Berth (--controllers): ${off.join(', ')}`);
     return lines;
   };

@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import { atLeast, controllersOption, type Capability, type CapabilityContext } from '../capability.ts';
+import { atLeast, controllersOption, runningCapabilities, type CapabilityContext } from '../capability.ts';
 import {
   berthNamespace,
   LEADER_ELECTION_ID,
@@ -193,7 +193,7 @@ export function runCommand(): Command {
   return cmd.action(async (o) => {
     setLogLevel(o.logLevel);
     const client = KubeClient.fromFile(o.kubeconfig, { maxInFlight: o.maxInFlight, userAgent: 'berth' });
-    const enabled: Capability[] = capabilities.filter((c) => (o.controllers as string[]).includes(c.name));
+    const enabled = runningCapabilities(capabilities, o);
     if (o.installCrds) {
       // Without the CRDs, the capabilities that need them idle and say so; everything else still runs.
       await installCrds(client, (s) => rootLogger.info(s)).catch((e: unknown) =>

@@ -1,7 +1,7 @@
 // The page: `berth run --ui-bind-address` serves it beside the controllers; `berth ui` serves it
 // alone, with only the informers it reads (no controller, no lease, no write).
 import { Command, Option } from 'commander';
-import { commaList, controllersOption, type Capability } from '../capability.ts';
+import { commaList, controllersOption, runningCapabilities, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -53,7 +53,12 @@ export function uiCommand(): Command {
     .description("Serve Berth's read-only web page alone: informers and the page, no controller")
     .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
     .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)')
-    .addOption(controllersOption(capabilities, 'the controllers Berth runs with, for explain'));
+    .addOption(
+      controllersOption(
+        capabilities,
+        'the controllers Berth runs with: the page lists their policies, and explains with them',
+      ),
+    );
   for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);
   return cmd.action(async (o) => {
     const manager = new Manager({
@@ -61,7 +66,7 @@ export function uiCommand(): Command {
       metricsBindAddress: '0',
       healthBindAddress: '0',
     });
-    const ui = addUi(manager, o, capabilities);
+    const ui = addUi(manager, o, runningCapabilities(capabilities, o));
     if (!ui) throw new Error('--ui-bind-address 0: there is nothing to serve');
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Command } from 'commander';
 import { capabilities } from '../../src/capabilities.ts';
-import { clusterControllers, controllersOption } from '../../src/capability.ts';
+import { clusterControllers, controllersOption, runningCapabilities } from '../../src/capability.ts';
 import { explainerOf, explainObject } from '../../src/explain.ts';
 import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
 import type { ResourceRef } from '../../src/runtime/api/meta.ts';
@@ -91,4 +91,25 @@ test('--controllers: as berth run takes it, defaulting to the cluster controller
   assert.ok(!parse().includes('cells'), 'a management plane names its own');
   assert.deepEqual(parse('--controllers', ' labels, agents '), ['labels', 'agents']);
   assert.throws(() => parse('--controllers', 'labels,nope'), /unknown controllers: nope \(known: .*labels/);
+});
+
+test('--controllers narrows what explains: the capabilities not run are named, not explained', async () => {
+  const lines = await explainObject(
+    cluster(() => ({ items: [] }) as never),
+    explainerOf('node')!,
+    'n1',
+    undefined,
+    { controllers: ['labels', 'agents'] },
+    'berth-system',
+  );
+  assert.ok(lines.includes('Agent placement: no AgentPlacement'), lines.join('\n'));
+  assert.ok(!lines.some((l) => l.startsWith('Startup gates')), lines.join('\n'));
+  const off = lines.find((l) => l.startsWith('Not run by this Berth'));
+  assert.match(off ?? '', /\(--controllers\): .*gates/);
+  assert.doesNotMatch(off!, /labels|agents/);
+  assert.deepEqual(
+    runningCapabilities(capabilities, { controllers: ['agents', 'labels'] }).map((c) => c.name),
+    capabilities.filter((c) => ['labels', 'agents'].includes(c.name)).map((c) => c.name),
+    'in the order Berth runs them, not the flag',
+  );
 });
