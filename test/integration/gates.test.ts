@@ -6,7 +6,7 @@
 import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
+import { inspect, promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { GatesController } from '../../src/gates/controller.ts';
@@ -50,6 +50,13 @@ let controller: GatesController | undefined;
 let hooks: WebhookRunnable | undefined;
 const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
 
+/**
+ * The apiserver's wait for an answer here. Berth registers 2 s; a test machine running the whole
+ * suite can take longer to answer, and Ignore then admits the node untainted, which a test would
+ * read as Berth's defect.
+ */
+const TEST_TIMEOUT_SECONDS = 10;
+
 /** The gates webhook, narrowed to this file's nodes: other test files create nodes in the same sandbox. */
 function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
   const spec = controller!.webhook();
@@ -58,6 +65,7 @@ function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
     objectSelector: {
       matchExpressions: [...(spec.objectSelector?.matchExpressions ?? []), { key: POOL, operator: 'Exists' }],
     },
+    timeoutSeconds: TEST_TIMEOUT_SECONDS,
     ...overrides,
   };
 }
@@ -66,6 +74,7 @@ function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
 const ourPodWebhook = (): WebhookSpec => ({
   ...controller!.podWebhook(),
   namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
+  timeoutSeconds: TEST_TIMEOUT_SECONDS,
 });
 
 async function startWebhooks(): Promise<void> {
@@ -224,7 +233,10 @@ describe('startup gates', () => {
     });
     const admitted = await createNode('init');
     const node = admitted.metadata!.name!;
-    assert.ok(taintsOf(admitted).includes(taintKey(gate)), 'the taint is on the node from its creation');
+    assert.ok(
+      taintsOf(admitted).includes(taintKey(gate)),
+      `the taint is on the node from its creation; admitted with ${inspect(admitted['spec'])}, annotations ${inspect(admitted.metadata?.annotations)}`,
+    );
     assert.ok(annotation(admitted, gatedAt(gate)), 'gated-at stamped at admission');
     assert.equal(annotation(admitted, `${gate}.gates.berth.dev/taint`), `${taintKey(gate)}=wait:NoSchedule`);
     // Ready, and the node lifecycle controller's not-ready taint gone: the gate's is the only taint left.
