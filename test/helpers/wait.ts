@@ -57,3 +57,37 @@ export async function holdsFor(
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Waits until `read` answers the same (compared as JSON) for `quietMs`, and returns that answer: a
+ * state settled, whatever write was still landing when the wait began. One that never settles
+ * times out, as a loop rewriting an object would.
+ */
+export async function settles<T>(
+  what: string,
+  read: () => Promise<T>,
+  opts: WaitOptions & { quietMs?: number } = {},
+): Promise<T> {
+  const quietMs = opts.quietMs ?? 1000;
+  let last: { seen: string; since: number; value: T } | undefined;
+  const settled = await waitFor(
+    `${what} to settle (the same for ${quietMs} ms)`,
+    async () => {
+      const value = await read();
+      const seen = JSON.stringify(value);
+      if (seen !== last?.seen) last = { seen, since: Date.now(), value };
+      return Date.now() - last.since >= quietMs && { value: last.value };
+    },
+    { ...opts, observe: () => last?.value },
+  );
+  return settled.value;
+}
+
+/**
+ * Once `read` settles (settles), asserts it stays the same for `forMs`: nothing is rewritten while
+ * nothing changes, told apart from the last write of a change that has just happened.
+ */
+export async function unchangedFor<T>(what: string, read: () => Promise<T>, forMs: number): Promise<void> {
+  const settled = JSON.stringify(await settles(what, read));
+  await holdsFor(what, async () => JSON.stringify(await read()) === settled, forMs);
+}

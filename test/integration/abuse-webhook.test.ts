@@ -26,7 +26,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { berthKubeconfig, removeBerthIdentity } from '../helpers/berth.ts';
-import { sleep, waitFor } from '../helpers/wait.ts';
+import { settles, sleep, waitFor } from '../helpers/wait.ts';
 import { admissionReview } from '../helpers/admission.ts';
 
 const sandbox = testSandbox();
@@ -271,17 +271,10 @@ function closesAfter(socket: net.Socket): Promise<number> {
 }
 
 /** The server's open connections, once the closing ones are gone (the count holds for 300 ms). */
-async function settledConnections(): Promise<number> {
-  const open = () => server.metric('berth_http_connections{server="webhook"}');
-  let last = await open();
-  return waitFor('the open connections to settle', async () => {
-    await sleep(300);
-    const now = await open();
-    const settled = now === last;
-    last = now;
-    return settled ? now : undefined;
+const settledConnections = (): Promise<number> =>
+  settles('the open connections', () => server.metric('berth_http_connections{server="webhook"}'), {
+    quietMs: 300,
   });
-}
 
 /** A TLS connection to the webhook server, handshake done. */
 function connectTls(): Promise<tls.TLSSocket> {

@@ -27,7 +27,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
-import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
+import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -467,9 +467,7 @@ describe('agent placement', () => {
     // Settled: neither placement takes the other's entry off and puts its own back.
     const version = async () =>
       (await client.get(Resources.configMaps, 'pool-two', ns)).metadata?.resourceVersion;
-    const settled = await version();
-    await sleep(2000);
-    assert.equal(await version(), settled, 'the owner was written again with nothing to change');
+    await unchangedFor('the owner, not written again with nothing to change', version, 2000);
 
     await placement('a', `${D}/two-a2-claims`);
     await waitFor(

@@ -30,7 +30,7 @@ import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/quota.ts'
 import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { createNamespace, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
-import { holdsFor, waitFor } from '../helpers/wait.ts';
+import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';
 
 let fed: Federation;
 let client: KubeClient;
@@ -150,10 +150,9 @@ test("every cell instance of a Workload has one read-only mirror upstream: label
       .map((m) => m.metadata.resourceVersion)
       .sort()
       .join();
-  const settled = rvs(await mirrorsOf(ns, wl));
-  await holdsFor(
-    'no mirror rewritten while nothing changes',
-    async () => rvs(await mirrorsOf(ns, wl)) === settled,
+  await unchangedFor(
+    'the mirrors, not rewritten while nothing changes',
+    async () => rvs(await mirrorsOf(ns, wl)),
     3000,
   );
 

@@ -44,7 +44,7 @@ import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/worklo
 import type { DeploymentObject } from '../../src/federation/decide.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, createNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
-import { holdsFor, waitFor } from '../helpers/wait.ts';
+import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -216,15 +216,11 @@ test('a Workload placed in DFW and LHR: a WorkloadDeployment in exactly each cel
     async () => findCondition((await workload()).status?.conditions, 'Progressing')?.reason === 'RolledOut',
   );
   // Settled: the status is written only when it changes, and the cells' objects are not rewritten.
-  const [settled, dfwSettled] = await Promise.all([workload(), deploymentsIn('DFW')]);
-  await holdsFor(
-    'nothing rewritten while nothing changes',
+  await unchangedFor(
+    'the Workload and its copy in DFW, not rewritten while nothing changes',
     async () => {
-      const [now, dfwNow] = await Promise.all([workload(), deploymentsIn('DFW')]);
-      return (
-        now.metadata.resourceVersion === settled.metadata.resourceVersion &&
-        dfwNow[0]!.metadata.resourceVersion === dfwSettled[0]!.metadata.resourceVersion
-      );
+      const [w, dfw] = await Promise.all([workload(), deploymentsIn('DFW')]);
+      return [w.metadata.resourceVersion, dfw.map((d) => d.metadata.resourceVersion)];
     },
     3000,
   );
