@@ -23,6 +23,13 @@ export function admissionReview(request: Partial<AdmissionRequest> & { uid: stri
   });
 }
 
+/**
+ * The apiserver's wait for a test's webhook. Berth registers 2 s; a machine running the whole suite
+ * can take longer to answer, and failurePolicy Ignore then admits the object unchanged, which an
+ * assertion on the admitted object would read as Berth's defect.
+ */
+export const TEST_WEBHOOK_TIMEOUT_SECONDS = 10;
+
 /** A validating webhook of pod CREATEs that allows every pod: for tests of serving and registering. */
 export const allowPods: WebhookSpec = {
   name: 'pods.test.berth.dev',

@@ -28,6 +28,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
+import { TEST_WEBHOOK_TIMEOUT_SECONDS } from '../helpers/admission.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -50,13 +51,6 @@ let controller: GatesController | undefined;
 let hooks: WebhookRunnable | undefined;
 const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
 
-/**
- * The apiserver's wait for an answer here. Berth registers 2 s; a test machine running the whole
- * suite can take longer to answer, and Ignore then admits the node untainted, which a test would
- * read as Berth's defect.
- */
-const TEST_TIMEOUT_SECONDS = 10;
-
 /** The gates webhook, narrowed to this file's nodes: other test files create nodes in the same sandbox. */
 function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
   const spec = controller!.webhook();
@@ -65,7 +59,7 @@ function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
     objectSelector: {
       matchExpressions: [...(spec.objectSelector?.matchExpressions ?? []), { key: POOL, operator: 'Exists' }],
     },
-    timeoutSeconds: TEST_TIMEOUT_SECONDS,
+    timeoutSeconds: TEST_WEBHOOK_TIMEOUT_SECONDS,
     ...overrides,
   };
 }
@@ -74,7 +68,7 @@ function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
 const ourPodWebhook = (): WebhookSpec => ({
   ...controller!.podWebhook(),
   namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
-  timeoutSeconds: TEST_TIMEOUT_SECONDS,
+  timeoutSeconds: TEST_WEBHOOK_TIMEOUT_SECONDS,
 });
 
 async function startWebhooks(): Promise<void> {
