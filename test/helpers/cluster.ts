@@ -117,6 +117,34 @@ export function podManifest(p: PodInput): KubeObject {
 }
 
 /**
+ * Creates a pod through `create` until the apiserver admits it as `admitted` says (gated, say, by
+ * one of Berth's webhooks). Those fail open after 2 s: a pod admitted otherwise is deleted and
+ * created again under its name, so a machine too loaded to answer in time is not read as Berth not
+ * acting. One Berth never acts on still fails the wait.
+ */
+export function createAdmitted<T extends KubeObject>(
+  client: KubeClient,
+  pod: { namespace: string; name: string },
+  create: () => Promise<T>,
+  admitted: (p: T) => boolean,
+): Promise<T> {
+  const { namespace, name } = pod;
+  return waitFor(
+    `pod ${namespace}/${name} admitted as asked`,
+    async () => {
+      const p = await create();
+      if (admitted(p)) return p;
+      await client.delete(Resources.pods, name, namespace, { gracePeriodSeconds: 0 });
+      await waitFor(`pod ${namespace}/${name} gone`, () =>
+        client.get(Resources.pods, name, namespace).then(() => false, isNotFound),
+      );
+      return false;
+    },
+    { intervalMs: 500 },
+  );
+}
+
+/**
  * Deletes the named CRDs (their objects with them) and waits until they are gone. The apiserver's
  * CRD finalizer lists the objects before it deletes them; shortly after a CRD was installed or
  * changed, that list fails with "storage is (re)initializing" (InstanceDeletionFailed) until the

@@ -1,3 +1,5 @@
+// test-driver: alone — its own control plane and `berth run` beside another file's would starve
+// the 2 s health probe and the canaries' seconds on two cores.
 // Derived labels under hostile and careless input, against a running `berth run` (a child process,
 // so that a blocked event loop shows as a failed probe, not a hung test). It runs on a sandbox of
 // its own: its Berth must be the only labels controller writing its nodes. Every case ends with

@@ -34,6 +34,7 @@ import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import { berthKubeconfig, runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
+  createAdmitted,
   createNamespace,
   deleteNamespace,
   deleteNodes,
@@ -113,6 +114,10 @@ const createPod = async (...args: Parameters<typeof podObject>) =>
   (await client.create(Resources.pods, podObject(...args))) as ArchPod;
 const getPod = (ns: string, name: string) => client.get<ArchPod>(Resources.pods, name, ns);
 const hasGate = (p: ArchPod) => (p.spec.schedulingGates ?? []).some((g) => g.name === SCHEDULING_GATE);
+
+/** Creates the pod and returns it as admitted: gated (createAdmitted). */
+const createGated = (...args: Parameters<typeof podObject>) =>
+  createAdmitted(client, { namespace: args[0], name: args[1] }, () => createPod(...args), hasGate);
 
 /** Waits until Berth has taken its gate off the pod and labelled it `state`. */
 const podSettled = (ns: string, name: string, state: string, timeoutMs = 30_000) =>
@@ -298,8 +303,7 @@ after(async () => {
 describe('NodeAffinity mode', () => {
   test("the seed's example: amd64-only and amd64+arm+ppc64le images place the pod on amd64", async () => {
     const name = uniqueName('seed');
-    const created = await createPod(main, name, [{ image: image('amd') }, { image: image('multi') }]);
-    assert.ok(hasGate(created), 'the webhook gated the pod at admission');
+    const created = await createGated(main, name, [{ image: image('amd') }, { image: image('multi') }]);
     assert.equal(created.metadata?.labels?.[STATE_LABEL], 'Gated');
     assert.equal(created.metadata?.annotations?.[POLICY_ANNOTATION], `${id}-main`);
 
@@ -808,8 +812,8 @@ describe('no stranded pods', () => {
     await gatingIn(doomedNs);
     const held = ['a', 'b', 'c'];
     for (const n of held) {
-      assert.ok(hasGate(await createPod(resumeNs, n, [{ image: slow }])));
-      assert.ok(hasGate(await createPod(doomedNs, n, [{ image: slow }])));
+      await createGated(resumeNs, n, [{ image: slow }]);
+      await createGated(doomedNs, n, [{ image: slow }]);
     }
     await holdsFor(
       'the pods staying gated while the registry is slow',
@@ -878,7 +882,7 @@ describe('Taints mode (the seed) and berth arch clean', () => {
     await pusher.pushImage(repo, 'v1', platform('linux/amd64'));
     proxy.fail({ path: new RegExp(`/${repo}/`), delayMs: 60_000, times: Infinity });
     const stuck = 'stuck';
-    assert.ok(hasGate(await createPod(ns, stuck, [{ image: image('stuck', 'v1', proxy.host) }])));
+    await createGated(ns, stuck, [{ image: image('stuck', 'v1', proxy.host) }]);
 
     // Uninstall: Berth goes first; clean refuses while an ArchPlacement would taint again.
     await berth!.stop();

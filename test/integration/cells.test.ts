@@ -124,7 +124,8 @@ test('berth cells join: the cell is Reachable and Ready with its server version 
     r.stdout.trim(),
     `cell ${dfw} joined: Kubernetes ${version} at ${dfwSandbox.server}, serving DFW`,
   );
-  await waitFor('the DFW cell Ready', is(dfw, 'Ready', 'True', 'Ready'), { timeoutMs: 5000 });
+  // Bounded by the assertion of the join's time below, not here.
+  await waitFor('the DFW cell Ready', is(dfw, 'Ready', 'True', 'Ready'), { timeoutMs: 10_000 });
   const c = await cell(dfw);
   assert.equal(findCondition(c.status?.conditions, 'Reachable')?.status, 'True');
   assert.equal(c.status?.serverVersion, version);
@@ -142,7 +143,7 @@ test('berth cells join: the cell is Reachable and Ready with its server version 
   assert.equal(locations.filter((l) => l.spec.cityCode === 'DFW').length, 1, 'one Location for DFW');
 
   assert.equal((await join_(lhr, lhrSandbox.kubeconfigPath, 'LHR')).code, 0);
-  await waitFor('the LHR cell Ready', is(lhr, 'Ready', 'True'), { timeoutMs: 5000 });
+  await waitFor('the LHR cell Ready', is(lhr, 'Ready', 'True'));
   // Joined again: nothing new, the Location not duplicated.
   assert.equal((await join_(dfw, dfwSandbox.kubeconfigPath, 'DFW')).code, 0);
   assert.equal(
@@ -268,9 +269,7 @@ test("a cell's Secret spoiled: BadKubeconfig at once, then SecretMissing, and th
     /credential plugin/.test((await condition(dfw, 'Reachable'))?.message ?? ''),
   );
   await client.delete(Resources.secrets, secret, NAMESPACE);
-  await waitFor('the DFW cell SecretMissing', is(dfw, 'Reachable', 'False', 'SecretMissing'), {
-    timeoutMs: 5000,
-  });
+  await waitFor('the DFW cell SecretMissing', is(dfw, 'Reachable', 'False', 'SecretMissing'));
   await holdsFor('the LHR cell Ready meanwhile', is(lhr, 'Ready', 'True'), 2000);
   assert.ok(await is(lhr, 'Reachable', 'True')());
 
@@ -280,7 +279,7 @@ test("a cell's Secret spoiled: BadKubeconfig at once, then SecretMissing, and th
     metadata: { name: secret, namespace: NAMESPACE },
     data: original.data,
   });
-  await waitFor('the DFW cell Ready again', is(dfw, 'Ready', 'True', 'Ready'), { timeoutMs: 5000 });
+  await waitFor('the DFW cell Ready again', is(dfw, 'Ready', 'True', 'Ready'));
 });
 
 test('a cell deleted is disengaged', async () => {

@@ -41,7 +41,8 @@ class Replica {
     this.child = spawn(process.execPath, [fixture, sandbox.kubeconfigPath, ns, lease, identity, configMap], {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
-    this.exited = once(this.child, 'exit');
+    // 'close', not 'exit': its output read to the end, the last lines it printed included.
+    this.exited = once(this.child, 'close');
     for (const stream of [this.child.stdout!, this.child.stderr!]) {
       createInterface({ input: stream }).on('line', (line) => {
         this.output.push(line);

@@ -16,7 +16,7 @@ import {
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { testSandbox } from '../helpers/cluster.ts';
-import { sleep, waitFor } from '../helpers/wait.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -68,9 +68,12 @@ test('every capability, leader election and webhooks run with only the generated
   });
   assert.ok(configs.every((c) => ((c['webhooks'] as unknown[] | undefined) ?? []).length > 0));
   // Renewed since: Berth may update its Lease, not only create it.
-  await sleep(3000);
-  const renewed = await client.get(Resources.leases, LEADER_ELECTION_ID, NAMESPACE);
-  assert.notEqual(renewed.metadata?.resourceVersion, lease.metadata?.resourceVersion);
+  await waitFor(
+    'the Lease renewed',
+    async () =>
+      (await client.get(Resources.leases, LEADER_ELECTION_ID, NAMESPACE)).metadata?.resourceVersion !==
+      lease.metadata?.resourceVersion,
+  );
   assert.equal(await berth.metric('leader_election_master_status'), 1);
   // RBAC's refusal names the user; a 403 for another cause (a namespace another test is deleting,
   // whose leftovers this Berth sees too) is not one of the roles'.

@@ -51,6 +51,7 @@ import {
 } from '../helpers/berth.ts';
 import {
   addNodes,
+  createAdmitted,
   createNamespace,
   deleteNamespace,
   deleteNodes,
@@ -434,12 +435,14 @@ describe('the documented uninstall', () => {
     await waitFor('the leader Lease', () => exists(Resources.leases, LEADER_ELECTION_ID, ns.berth));
     // One more held gated by a registry that stalls, from now until its ArchPlacement is deleted.
     proxy.fail({ path: new RegExp(`/${id}/slow/`), delayMs: 30_000, times: Infinity });
-    const stalled = await archPod('stalled', `${proxy.host}/${id}/slow:v1`);
-    assert.ok(
-      (stalled['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates?.some(
-        (g) => g.name === SCHEDULING_GATE,
-      ),
-      'gated at admission',
+    await createAdmitted(
+      client,
+      { namespace: ns.arch, name: 'stalled' },
+      () => archPod('stalled', `${proxy.host}/${id}/slow:v1`),
+      (p) =>
+        (p['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates?.some(
+          (g) => g.name === SCHEDULING_GATE,
+        ) ?? false,
     );
     // What the search below finds while Berth is at work: it looks where Berth's things are.
     const before = await leftovers();

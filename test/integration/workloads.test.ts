@@ -36,7 +36,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
-import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
+import { holdsFor, settles, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -257,10 +257,13 @@ describe('workloads in a cell', () => {
     await watch.waitForSync();
     await applyWD('roll', { replicas: 3, template: template('registry.example/roll:2') });
     const snaps = await observe('roll', (s) => s.wd.status?.templateHash !== old && settled(3)(s));
-    watch.stop();
     const current = snaps.at(-1)!.wd.status!.templateHash!;
     assert.notEqual(current, old);
-    const order = created.filter((i) => i.spec.templateHash === current).map((i) => i.spec.ordinal);
+    const onCurrent = () => created.filter((i) => i.spec.templateHash === current);
+    // The watch may be a moment behind the polls that saw the rollout end.
+    await waitFor('the watch seeing the three replacements', () => onCurrent().length >= 3);
+    watch.stop();
+    const order = onCurrent().map((i) => i.spec.ordinal);
 
     let lastUpdated = -1;
     for (const s of snaps) {
@@ -344,7 +347,18 @@ describe('workloads in a cell', () => {
         ),
       ),
     );
-    await sleep(3000);
+    // Every status written: what the old Berth still had to write, the new one would.
+    const rvs = async () =>
+      (
+        await Promise.all(
+          [WorkloadDeployment.ref, Instance.ref].map(async (ref) =>
+            (await client.list(ref, { namespace: ns })).items.map(
+              (o) => `${ref.resource}/${o.metadata!.name}@${o.metadata!.resourceVersion}`,
+            ),
+          ),
+        )
+      ).flat();
+    await settles('the WorkloadDeployments and Instances', rvs, { quietMs: 2000 });
     await berth!.stop();
     berth = await startBerth(sandbox, ['--controllers=workloads'], { capture: true });
     await sleep(5000);
