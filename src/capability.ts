@@ -159,10 +159,14 @@ export const clusterControllers = (all: Capability[]): string[] =>
  * `--controllers`: the capabilities `berth run` runs. The dry runs (explain, rules test) take it
  * too, so that they count the key claims of exactly the capabilities that Berth runs.
  */
-export function controllersOption(all: Capability[], description: string): Option {
+export function controllersOption(
+  all: Capability[],
+  description: string,
+  defaults = clusterControllers(all),
+): Option {
   const names = all.map((c) => c.name);
   return new Option('--controllers <names>', `${description} (${names.join(', ')})`)
-    .default(clusterControllers(all), clusterControllers(all).join(','))
+    .default(defaults, defaults.join(','))
     .argParser((v) => {
       const named = commaList(v);
       const unknown = named.filter((n) => !names.includes(n));

@@ -54,9 +54,11 @@ export function uiCommand(): Command {
     .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
     .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)')
     .addOption(
+      // Every one by default: the page shows a management plane's kinds too, as it always has.
       controllersOption(
         capabilities,
-        'the controllers Berth runs with: the page lists their policies, and explains with them',
+        'the controllers of the Berth it shows: the page lists their policies, and explains with them',
+        capabilities.map((c) => c.name),
       ),
     );
   for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);

@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import { Command } from 'commander';
 import { capabilities } from '../../src/capabilities.ts';
 import { clusterControllers, controllersOption, runningCapabilities } from '../../src/capability.ts';
+import { uiCommand } from '../../src/cli/ui.ts';
 import { explainerOf, explainObject } from '../../src/explain.ts';
 import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
 import type { ResourceRef } from '../../src/runtime/api/meta.ts';
@@ -91,6 +92,19 @@ test('--controllers: as berth run takes it, defaulting to the cluster controller
   assert.ok(!parse().includes('cells'), 'a management plane names its own');
   assert.deepEqual(parse('--controllers', ' labels, agents '), ['labels', 'agents']);
   assert.throws(() => parse('--controllers', 'labels,nope'), /unknown controllers: nope \(known: .*labels/);
+});
+
+test('berth ui shows every capability unless --controllers names those of the Berth it shows', () => {
+  const option = uiCommand().options.find((o) => o.long === '--controllers')!;
+  assert.deepEqual(
+    option.defaultValue,
+    capabilities.map((c) => c.name),
+  );
+  assert.notDeepEqual(
+    option.defaultValue,
+    clusterControllers(capabilities),
+    'a management plane is shown too',
+  );
 });
 
 test('--controllers narrows what explains: the capabilities not run are named, not explained', async () => {
