@@ -98,13 +98,15 @@ interface PlacementStanding {
 }
 
 /** Whether a placement's owner kind (for its finalizer) can be used: served, and Berth may watch and patch it. */
-interface OwnerKind {
+export interface OwnerKind {
   /** "<apiVersion>/<kind>" as checked: a spec that names another kind is checked again. */
   id: string;
   ref?: ResourceRef;
   problem?: { reason: 'OwnerKindUnknown' | 'OwnerKindForbidden'; message: string };
   /** Checks failed in a row, for the backoff of the next one. */
   failures: number;
+  /** When a CRD of the kind last appeared or changed (watchCrds), while that is recent (catchingUp). */
+  crdSeenAt?: number;
 }
 
 // A busy node's claims wait at most this long after its last write, so that the changes of a burst
@@ -118,6 +120,16 @@ const ownerKindId = (p: ParsedPlacement): string => `${p.spec.owner.apiVersion}/
 // Between checks of an owner kind that cannot be used. CRD events check at once; this bound covers
 // kinds served by aggregated APIs, and RBAC changes, which send no event Berth watches.
 const ownerKindRetryMs = (failures: number) => Math.min(1000 * 2 ** failures, 60_000);
+// The apiserver serves a new CRD's kind a moment after the CRD's events (its discovery lags the
+// Established condition, by seconds on a loaded apiserver): within this window of one, a miss is
+// checked again every CRD_RECHECK_MS instead of on the backoff, so the kind is used once served.
+const CRD_SERVED_WITHIN_MS = 10_000;
+const CRD_RECHECK_MS = 250;
+const catchingUp = (k: OwnerKind | undefined, now = Date.now()): boolean =>
+  k?.crdSeenAt !== undefined && now - k.crdSeenAt < CRD_SERVED_WITHIN_MS;
+/** When an owner kind that cannot be used is checked again. */
+export const ownerKindRecheckMs = (k: OwnerKind, now = Date.now()): number =>
+  catchingUp(k, now) ? CRD_RECHECK_MS : ownerKindRetryMs(k.failures);
 
 export class AgentsController {
   readonly pods: Informer<SlimPod>;
@@ -470,7 +482,7 @@ export class AgentsController {
       await this.recordHold(obj, record);
     const hold = wantedHold(obj, placement?.spec);
     if (!hold || !kind || !placement) return;
-    if (!kind.ref) return { requeueAfterMs: ownerKindRetryMs(kind.failures) };
+    if (!kind.ref) return { requeueAfterMs: ownerKindRecheckMs(kind) };
     // Every owner it may have to act on: those claimed, and those carrying its finalizer.
     const owners = this.ownerInformer(kind.ref);
     await owners.waitForSync();
@@ -519,10 +531,13 @@ export class AgentsController {
     const id = ownerKindId(p);
     const old = this.ownerKinds.get(p.name);
     this.watchCrds();
+    const same = old?.id === id;
+    // Misses while discovery catches up with a CRD are not failures: the backoff starts after.
     const next = await this.lookupOwnerKind(
       holdOf(p.spec)!,
-      old?.id === id && old.problem ? old.failures + 1 : 0,
+      same && old.problem && !catchingUp(old) ? old.failures + 1 : 0,
     );
+    if (same && catchingUp(old) && next.problem) next.crdSeenAt = old.crdSeenAt;
     this.ownerKinds.set(p.name, next);
     if (old?.id !== next.id || old.problem?.message !== next.problem?.message)
       this.status.controller.queue.add(p.name);
@@ -564,7 +579,7 @@ export class AgentsController {
   private watchCrds(): void {
     if (this.crds) return;
     this.crds = this.manager.informer(Resources.crds, { transform: { name: 'slim-crd', fn: slimCrd } });
-    const changed = (crd: KubeObject) => {
+    const changed = (crd: KubeObject, gone = false) => {
       const spec = crd['spec'] as { group?: string; names?: { kind?: string } } | undefined;
       const group = spec?.group ?? '';
       const kind = spec?.names?.kind ?? '';
@@ -572,11 +587,17 @@ export class AgentsController {
       for (const [name, k] of this.ownerKinds) {
         if (k.id.endsWith(`/${kind}`) && k.id.startsWith(`${group}/`)) {
           k.failures = 0;
+          // A CRD that went is not coming: no quick checks for it.
+          k.crdSeenAt = gone ? undefined : Date.now();
           this.finalizerController.queue.add(name);
         }
       }
     };
-    this.crds.addEventHandler({ onAdd: changed, onUpdate: (_a, b) => changed(b), onDelete: changed });
+    this.crds.addEventHandler({
+      onAdd: (c) => changed(c),
+      onUpdate: (_a, b) => changed(b),
+      onDelete: (c) => changed(c, true),
+    });
   }
 
   /**

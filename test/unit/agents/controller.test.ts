@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { AgentsController, podChanged } from '../../../src/agents/controller.ts';
+import { AgentsController, ownerKindRecheckMs, podChanged } from '../../../src/agents/controller.ts';
 import {
   holdRecord,
   OWNER_HOLD_ANNOTATION,
@@ -332,4 +332,22 @@ test('two placements on one owner each hold their own entry; the shared manager 
       assert.deepEqual(writes[letGo]![1], []);
     },
   );
+});
+
+test('an owner kind not served yet is checked again soon while its CRD is new, then on the backoff', () => {
+  const now = 1_000_000;
+  const missing = {
+    id: 'example.com/v1/Ghost',
+    failures: 0,
+    problem: { reason: 'OwnerKindUnknown' as const, message: '' },
+  };
+  assert.equal(ownerKindRecheckMs({ ...missing, crdSeenAt: now - 1000 }, now), 250, 'discovery catching up');
+  assert.equal(
+    ownerKindRecheckMs({ ...missing, crdSeenAt: now - 11_000 }, now),
+    1000,
+    'a CRD that never served',
+  );
+  assert.equal(ownerKindRecheckMs(missing, now), 1000, 'no CRD seen: the backoff');
+  assert.equal(ownerKindRecheckMs({ ...missing, failures: 3 }, now), 8000);
+  assert.equal(ownerKindRecheckMs({ ...missing, failures: 20 }, now), 60_000, 'capped');
 });
