@@ -87,7 +87,10 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
       const { lines, ok } = auditCheck(sandbox.auditLogPath);
       process.stdout.write(`\n${lines.join('\n')}\n`);
       if (ok) totals.passed++;
-      else totals.failed++;
+      else {
+        totals.failed++;
+        failures.push(`✖ the RBAC audit\n${lines.join('\n')}`);
+      }
     }
   } finally {
     if (process.env['BERTH_TEST_KEEP'])

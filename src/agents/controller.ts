@@ -126,7 +126,9 @@ const ownerKindRetryMs = (failures: number) => Math.min(1000 * 2 ** failures, 60
 const CRD_SERVED_WITHIN_MS = 10_000;
 const CRD_RECHECK_MS = 250;
 const catchingUp = (k: OwnerKind | undefined, now = Date.now()): boolean =>
-  k?.crdSeenAt !== undefined && now - k.crdSeenAt < CRD_SERVED_WITHIN_MS;
+  k?.problem?.reason === 'OwnerKindUnknown' &&
+  k.crdSeenAt !== undefined &&
+  now - k.crdSeenAt < CRD_SERVED_WITHIN_MS;
 /** When an owner kind that cannot be used is checked again. */
 export const ownerKindRecheckMs = (k: OwnerKind, now = Date.now()): number =>
   catchingUp(k, now) ? CRD_RECHECK_MS : ownerKindRetryMs(k.failures);
@@ -579,7 +581,9 @@ export class AgentsController {
   private watchCrds(): void {
     if (this.crds) return;
     this.crds = this.manager.informer(Resources.crds, { transform: { name: 'slim-crd', fn: slimCrd } });
-    const changed = (crd: KubeObject, gone = false) => {
+    // `fresh`: a CRD that appeared or changed since Berth listed them, whose kind the apiserver may
+    // not serve yet; not one listed at start, a resync, or one that went.
+    const changed = (crd: KubeObject, fresh: boolean) => {
       const spec = crd['spec'] as { group?: string; names?: { kind?: string } } | undefined;
       const group = spec?.group ?? '';
       const kind = spec?.names?.kind ?? '';
@@ -587,16 +591,15 @@ export class AgentsController {
       for (const [name, k] of this.ownerKinds) {
         if (k.id.endsWith(`/${kind}`) && k.id.startsWith(`${group}/`)) {
           k.failures = 0;
-          // A CRD that went is not coming: no quick checks for it.
-          k.crdSeenAt = gone ? undefined : Date.now();
+          k.crdSeenAt = fresh ? Date.now() : undefined;
           this.finalizerController.queue.add(name);
         }
       }
     };
     this.crds.addEventHandler({
-      onAdd: (c) => changed(c),
-      onUpdate: (_a, b) => changed(b),
-      onDelete: (c) => changed(c, true),
+      onAdd: (c) => changed(c, this.crds!.hasSynced()),
+      onUpdate: (a, b) => changed(b, a !== b),
+      onDelete: (c) => changed(c, false),
     });
   }
 

@@ -61,7 +61,8 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /**
  * Waits until `read` answers the same (compared as JSON) for `quietMs`, and returns that answer: a
  * state settled, whatever write was still landing when the wait began. One that never settles
- * times out, as a loop rewriting an object would.
+ * times out, as a loop rewriting an object would. It absorbs any finite run of writes: where the
+ * awaited state alone determines the object, hold it right after the wait instead (holdsFor).
  */
 export async function settles<T>(
   what: string,
@@ -69,16 +70,21 @@ export async function settles<T>(
   opts: WaitOptions & { quietMs?: number } = {},
 ): Promise<T> {
   const quietMs = opts.quietMs ?? 1000;
-  let last: { seen: string; since: number; value: T } | undefined;
+  let last: { seen: string | undefined; since: number; value: T } | undefined;
+  let failed: unknown;
   const settled = await waitFor(
     `${what} to settle (the same for ${quietMs} ms)`,
     async () => {
-      const value = await read();
+      const value = await read().catch((e: unknown) => {
+        failed = e;
+        throw e;
+      });
+      failed = undefined;
       const seen = JSON.stringify(value);
-      if (seen !== last?.seen) last = { seen, since: Date.now(), value };
+      if (last === undefined || seen !== last.seen) last = { seen, since: Date.now(), value };
       return Date.now() - last.since >= quietMs && { value: last.value };
     },
-    { ...opts, observe: () => last?.value },
+    { ...opts, observe: () => failed ?? last?.value },
   );
   return settled.value;
 }

@@ -22,7 +22,6 @@ import type { Event } from '../../src/runtime/events/event.ts';
 import { ApiError } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { TEST_WEBHOOK_TIMEOUT_SECONDS } from '../helpers/admission.ts';
 import { generatedCertificates, WebhookRunnable } from '../../src/runtime/webhook/registration.ts';
 import {
   addNodes,
@@ -456,13 +455,8 @@ before(async () => {
     client: manager.client(),
     server: { port: 0, certificates: generatedCertificates(registration) },
     registration,
-    specs: [
-      {
-        ...controller.webhook(),
-        namespaceSelector: { matchLabels: { [WEBHOOK_NS]: 'yes' } },
-        timeoutSeconds: TEST_WEBHOOK_TIMEOUT_SECONDS,
-      },
-    ],
+    // Berth's own 2 s timeout: a generated placement that slows admission past it fails the pods below.
+    specs: [{ ...controller.webhook(), namespaceSelector: { matchLabels: { [WEBHOOK_NS]: 'yes' } } }],
     berthNamespace: BERTH,
     configName: identity.webhookConfiguration,
   });

@@ -27,7 +27,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
-import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
+import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -467,7 +467,13 @@ describe('agent placement', () => {
     // Settled: neither placement takes the other's entry off and puts its own back.
     const version = async () =>
       (await client.get(Resources.configMaps, 'pool-two', ns)).metadata?.resourceVersion;
-    await unchangedFor('the owner, not written again with nothing to change', version, 2000);
+    // Held from the moment both are on: any later write is one with nothing to change.
+    const settled = await version();
+    await holdsFor(
+      'the owner not written again with nothing to change',
+      async () => (await version()) === settled,
+      2000,
+    );
 
     await placement('a', `${D}/two-a2-claims`);
     await waitFor(

@@ -347,6 +347,12 @@ test('an owner kind not served yet is checked again soon while its CRD is new, t
     1000,
     'a CRD that never served',
   );
+  const forbidden = { ...missing, problem: { reason: 'OwnerKindForbidden' as const, message: '' } };
+  assert.equal(
+    ownerKindRecheckMs({ ...forbidden, crdSeenAt: now - 1000 }, now),
+    1000,
+    'served: RBAC, not discovery',
+  );
   assert.equal(ownerKindRecheckMs(missing, now), 1000, 'no CRD seen: the backoff');
   assert.equal(ownerKindRecheckMs({ ...missing, failures: 3 }, now), 8000);
   assert.equal(ownerKindRecheckMs({ ...missing, failures: 20 }, now), 60_000, 'capped');

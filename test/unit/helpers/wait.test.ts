@@ -13,6 +13,10 @@ test('settles returns the answer that stopped changing, not the first', async ()
   assert.equal(await settles('x', answers(1, 2, 3), { quietMs: 150, intervalMs: 10 }), 3);
 });
 
+test('settles takes an absent answer as an answer', async () => {
+  assert.equal(await settles('x', async () => undefined, { quietMs: 50, intervalMs: 10 }), undefined);
+});
+
 test('settles times out on an answer that keeps changing, saying what it saw last', async () => {
   let i = 0;
   await assert.rejects(
