@@ -56,6 +56,7 @@ const examples = join(root, 'examples');
 const NS = 'berth-demo';
 /** The kinds the example files hold. */
 const KINDS: ResourceRef[] = [
+  Resources.namespaces,
   Resources.daemonSets,
   Resources.deployments,
   NodeLabelRule.ref,
@@ -385,6 +386,7 @@ async function federation(): Promise<Summary> {
   const image = 'registry.example/web:2';
   const started = Date.now();
   await applyExample('federation/web.yaml', (o) => {
+    if (o.kind !== 'Workload') return;
     const containers = (o['spec'] as WorkloadObject['spec']).template.containers;
     containers[0]!.image = image;
   });
