@@ -7,7 +7,7 @@ import { Command } from 'commander';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
-import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { exists, isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { webhookConfigLabels } from '../runtime/webhook/registration.ts';
 
 export interface UninstallOptions {
@@ -67,15 +67,6 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
       if (await exists(client, Resources.crds, r.crd.metadata!.name!))
         await remove(Resources.crds, r.crd.metadata!.name!);
 }
-
-const exists = (client: KubeClient, ref: ResourceRef, name: string, namespace?: string) =>
-  client.get(ref, name, namespace).then(
-    () => true,
-    (e: unknown) => {
-      if (isNotFound(e)) return false;
-      throw e;
-    },
-  );
 
 export function uninstallCommand(): Command {
   return new Command('uninstall')

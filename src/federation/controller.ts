@@ -18,7 +18,7 @@ import {
 import { Resources } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict, isForbidden, isNotFound } from '../runtime/client/client.ts';
+import { exists, isConflict, isForbidden, isNotFound } from '../runtime/client/client.ts';
 import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
@@ -457,7 +457,9 @@ export class FederationController {
     // cell that does not answer.
     const now = leftovers.filter(({ cell }) => views.get(cell)!.reachable);
     if (now.length) {
-      if (await this.workloadExists(key)) return;
+      // Only the apiserver's 404 says the Workload is gone (any uid).
+      const [namespace, workload] = key.split('/') as [string, string];
+      if (await exists(this.manager.client(), Workload.ref, workload, namespace)) return;
       const failures: string[] = [];
       for (const { cell, name, cellObject, d } of now)
         await inCell(failures, cell, async () => {
@@ -470,18 +472,6 @@ export class FederationController {
       if (failures.length) throw new Error(failures.join('; '));
     }
     if (now.length < leftovers.length) return { requeueAfterMs: SWEEP_RETRY_MS };
-  }
-
-  /** Whether the apiserver still has the Workload (any uid): only its 404 says it is gone. */
-  private async workloadExists(key: string): Promise<boolean> {
-    const [namespace, name] = key.split('/') as [string, string];
-    try {
-      await this.manager.client().get(Workload.ref, name, namespace);
-      return true;
-    } catch (e) {
-      if (isNotFound(e)) return false;
-      throw e;
-    }
   }
 
   private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {

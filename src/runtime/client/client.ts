@@ -26,6 +26,21 @@ export const isForbidden = (e: unknown): boolean => e instanceof ApiError && e.s
 export const isConflict = (e: unknown): boolean => e instanceof ApiError && e.status === 409;
 export const isGone = (e: unknown): boolean => e instanceof ApiError && e.status === 410;
 
+/** Whether the apiserver has the object (any uid): only its 404 says it has not; other errors throw. */
+export const exists = (
+  client: KubeClient,
+  ref: ResourceRef,
+  name: string,
+  namespace?: string,
+): Promise<boolean> =>
+  client.get(ref, name, namespace).then(
+    () => true,
+    (e: unknown) => {
+      if (isNotFound(e)) return false;
+      throw e;
+    },
+  );
+
 export interface RequestOptions {
   query?: Record<string, string | number | boolean | undefined>;
   body?: unknown;
