@@ -43,11 +43,13 @@ function describeHold(h: Hold): string {
 
 const scopes = (holds: readonly Hold[]) => holds.map((h) => h.scope);
 
-/** The labels on `node` that only a hold keeps (keepHeld), as the controller keeps them, each with its hold. */
-function heldOnly(d: NodeDecision, holds: readonly Hold[], node: KubeObject) {
-  return Object.entries(keepHeld(d, scopes(holds), node).labels)
+/** `d` as the controller writes it on `node` (keepHeld), and the labels in it that only a hold keeps, each with its hold. */
+function withHeld(d: NodeDecision, holds: readonly Hold[], node: KubeObject) {
+  const kept = keepHeld(d, scopes(holds), node);
+  const held = Object.entries(kept.labels)
     .filter(([key]) => !(key in d.labels))
     .map(([key, value]) => ({ key, value, hold: holds.find((h) => inScope(h.scope, key))! }));
+  return { kept, held };
 }
 
 /**
@@ -68,7 +70,8 @@ export function explainNodeLabels(
   const view = nodeView(node);
   const d = decide(view, rules);
   const state = nodeState(node, FIELD_MANAGER);
-  const plan = planApply(state, keepHeld(d, scopes(holds), node));
+  const { kept, held } = withHeld(d, holds, node);
+  const plan = planApply(state, kept);
   const byName = new Map(all.map((r) => [r.name, r]));
   const out: string[] = [];
   const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
@@ -102,7 +105,7 @@ export function explainNodeLabels(
   }
   for (const [name, why] of refused)
     out.push(`  refused: ${name} (${sourceOf(byName.get(name)!)}) sets nothing: ${why.join('; ')}`);
-  for (const { key, value, hold } of heldOnly(d, holds, node))
+  for (const { key, value, hold } of held)
     if (key in plan.labels)
       out.push(`  held: label ${key}=${value} stays though no rule sets it: ${describeHold(hold)}`);
   // Drift between what the rules say and what Berth owns on the node right now.
@@ -180,7 +183,7 @@ export function previewRules(
     const index = (rules: Rule[], held: readonly Hold[]) => {
       const d = decide(view, rules);
       const outputs = new Map(d.outputs.map((o) => [`${o.kind}\u0000${o.key}`, o]));
-      for (const { key, value, hold } of heldOnly(d, held, node))
+      for (const { key, value, hold } of withHeld(d, held, node).held)
         outputs.set(`label\u0000${key}`, {
           kind: 'label',
           key,
