@@ -27,7 +27,7 @@ import {
   type ArchPlacementSpec,
   type PodState,
 } from './types.ts';
-import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
+import { daemonSetOwner, hasSchedulingGate, isMirrorPod } from '../policy/pods.ts';
 
 export interface NodeSelectorRequirement {
   key: string;
@@ -192,8 +192,7 @@ export function namespaceDecides(
   return false;
 }
 
-const hasGate = (pod: ArchPod) => pod.spec.schedulingGates?.some((g) => g.name === SCHEDULING_GATE) ?? false;
-export const gated = hasGate;
+export const gated = (pod: ArchPod): boolean => hasSchedulingGate(pod, SCHEDULING_GATE);
 
 /**
  * A copy of the pod to change, new down to what Berth's changes reach (its metadata and spec; the
@@ -227,7 +226,7 @@ export function gatePod(
   policy: Policy,
   known?: Inspection[],
 ): { patch: JsonPatchOp[]; placed?: string[] } {
-  if (hasGate(pod)) return { patch: [] };
+  if (gated(pod)) return { patch: [] };
   const held = withGate(pod, policy.name);
   const architectures = known && intersection(pod, known);
   if (!known || !architectures?.length) return { patch: mutate(pod, held) };
@@ -259,7 +258,7 @@ export function relabelPatch(pod: ArchPod): JsonPatchOp[] {
 
 /** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
 export function placedAtAdmission(pod: ArchPod): { architectures: string[] } | undefined {
-  if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || hasGate(pod)) return undefined;
+  if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || gated(pod)) return undefined;
   try {
     const r = JSON.parse(pod.metadata?.annotations?.[RESULT_ANNOTATION] ?? '{}') as {
       placedAt?: unknown;
@@ -589,7 +588,7 @@ export function standingOf(pod: ArchPod): { policy: string; standing: Standing }
   if (!policy || (state !== 'Gated' && state !== 'Placed' && state !== 'Failed' && state !== 'Released'))
     return undefined;
   // A gate that is still there wins over a label someone else set.
-  if (hasGate(pod)) return { policy, standing: { state: 'Gated' } };
+  if (gated(pod)) return { policy, standing: { state: 'Gated' } };
   if (state === 'Placed') {
     let architectures: string[] = [];
     try {

@@ -8,6 +8,12 @@ export const MIRROR_POD_ANNOTATION = 'kubernetes.io/config.mirror';
 export const isMirrorPod = (pod: KubeObject): boolean =>
   pod.metadata?.annotations?.[MIRROR_POD_ANNOTATION] !== undefined;
 
+/** The pod carries the scheduling gate `name` (of the gates a capability adds, each its own). */
+export const hasSchedulingGate = (pod: KubeObject, name: string): boolean =>
+  (pod['spec'] as { schedulingGates?: { name: string }[] } | undefined)?.schedulingGates?.some(
+    (g) => g.name === name,
+  ) ?? false;
+
 /** The DaemonSet that controls the pod, if one does. */
 export const daemonSetOwner = (pod: KubeObject) =>
   pod.metadata?.ownerReferences?.find((o) => o.controller && o.kind === 'DaemonSet');

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject, ObjectMeta, OwnerReference } from '../runtime/api/meta.ts';
+import { hasSchedulingGate } from '../policy/pods.ts';
 import type { InstanceTypeSize, Size } from './resources.ts';
 import {
   BLOCKING_REASONS,
@@ -563,8 +564,7 @@ export function instanceVerdict(o: InstanceObservation): InstanceVerdict {
 }
 
 /** The Pod carries Berth's quota gate. */
-export const gated = (pod: WorkloadPod): boolean =>
-  (pod.spec.schedulingGates ?? []).some((g) => g.name === QUOTA_GATE);
+export const gated = (pod: WorkloadPod): boolean => hasSchedulingGate(pod, QUOTA_GATE);
 
 /**
  * The JSON patch that removes exactly the quota gate: guarded by a test of its index's name, so a

@@ -21,11 +21,10 @@ import {
   FAILURE_ANNOTATION,
   POLICY_ANNOTATION,
   RESULT_ANNOTATION,
-  SCHEDULING_GATE,
   SKIP_ANNOTATION,
   STATE_LABEL,
 } from '../../src/arch/types.ts';
-import type { ArchPod } from '../../src/arch/decide.ts';
+import { gated as hasGate, type ArchPod } from '../../src/arch/decide.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
@@ -113,7 +112,6 @@ function podObject(
 const createPod = async (...args: Parameters<typeof podObject>) =>
   (await client.create(Resources.pods, podObject(...args))) as ArchPod;
 const getPod = (ns: string, name: string) => client.get<ArchPod>(Resources.pods, name, ns);
-const hasGate = (p: ArchPod) => (p.spec.schedulingGates ?? []).some((g) => g.name === SCHEDULING_GATE);
 
 /** Creates the pod and returns it as admitted: gated (createAdmitted). */
 const createGated = (...args: Parameters<typeof podObject>) =>

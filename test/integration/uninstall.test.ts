@@ -25,6 +25,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import { FIELD_MANAGER as GATES, gateAnnotations, NodeStartupGate } from '../../src/gates/types.ts';
 import { FIELD_MANAGER as LABELS, NodeLabelRule } from '../../src/labels/types.ts';
 import { POLICY_GROUP } from '../../src/policy/crd.ts';
+import { hasSchedulingGate } from '../../src/policy/pods.ts';
 import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { ownedKeys } from '../../src/runtime/client/apply.ts';
@@ -408,11 +409,7 @@ describe('the documented uninstall', () => {
 
     await waitFor('one instance running, the other behind the quota gate', async () => {
       const pods = (await client.list(Resources.pods, { namespace: ns.work })).items;
-      const gated = pods.filter((p) =>
-        (p['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates?.some(
-          (g) => g.name === QUOTA_GATE,
-        ),
-      );
+      const gated = pods.filter((p) => hasSchedulingGate(p, QUOTA_GATE));
       return pods.length === 2 && gated.length === 1;
     });
     assert.equal((await client.list(Instance.ref, { namespace: ns.work })).items.length, 2);
@@ -439,10 +436,7 @@ describe('the documented uninstall', () => {
       client,
       { namespace: ns.arch, name: 'stalled' },
       () => archPod('stalled', `${proxy.host}/${id}/slow:v1`),
-      (p) =>
-        (p['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates?.some(
-          (g) => g.name === SCHEDULING_GATE,
-        ) ?? false,
+      (p) => hasSchedulingGate(p, SCHEDULING_GATE),
     );
     // What the search below finds while Berth is at work: it looks where Berth's things are.
     const before = await leftovers();
