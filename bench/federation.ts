@@ -162,7 +162,7 @@ const floorWork = Array.from({ length: workloads }, (_, i) => {
       w,
       { placement: PLACEMENT, city, name: deploymentName(w.metadata.name!, PLACEMENT, city), replicas },
       { hash: templateHash(w.spec.template), template: w.spec.template },
-      undefined,
+      { plane: undefined, cellUid: undefined },
     );
     delete wd.metadata.labels;
     return { city, wd };

@@ -38,6 +38,8 @@ import {
   deletionHold,
   deploymentManifest,
   orphaned,
+  otherPlanes,
+  ownCopy,
   drains,
   placementCities,
   rollup,
@@ -51,10 +53,12 @@ import {
   type DeploymentObject,
   type LabelledLocation,
   type Placed,
+  type Writer,
 } from './decide.ts';
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
+  PLANE_LABEL,
   Workload,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
@@ -99,6 +103,8 @@ export class FederationController {
   private readonly log: Logger;
   /** By cluster name (`cell-<name>`), while engaged. */
   private readonly inCells = new Map<string, CellDeployments>();
+  /** This plane's identity (PLANE_LABEL), once read; undefined where it cannot be. */
+  private plane?: Promise<string | undefined>;
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -226,9 +232,41 @@ export class FederationController {
     if (k && !signal.aborted) this.controller.queue.add(k);
   }
 
+  /**
+   * This plane's identity: the uid of its kube-system Namespace, read once. Where RBAC or the
+   * cluster refuses it, copies are told apart by the Cell they were written through only, as
+   * before the label existed; another error is retried with the reconcile.
+   */
+  private planeId(): Promise<string | undefined> {
+    this.plane ??= this.manager
+      .client()
+      .get(Resources.namespaces, 'kube-system')
+      .then(
+        (ns) => ns.metadata?.uid,
+        (e: unknown) => {
+          if (!isForbidden(e) && !isNotFound(e)) {
+            this.plane = undefined;
+            throw e;
+          }
+          this.log.warn(
+            { err: errorText(e) },
+            `cannot read Namespace kube-system, this plane's identity: its copies in the cells are told apart by the Cell they were written through only (grant get on it, as berth manifests does)`,
+          );
+          return undefined;
+        },
+      );
+    return this.plane;
+  }
+
+  /** Who writes through `cell`: this plane, through the Cell's uid now. */
+  private writer(plane: string | undefined, cell: string): Writer {
+    return { plane, cellUid: this.cells.get(cell)?.metadata.uid };
+  }
+
   private async reconcile(key: string): Promise<Result | void> {
     const w = this.workloads.get(key);
-    if (!w) return this.sweep(key);
+    const plane = await this.planeId();
+    if (!w) return this.sweep(key, plane);
     return finalizer(
       {
         name: FEDERATION_FINALIZER,
@@ -237,7 +275,7 @@ export class FederationController {
         fieldManager: FEDERATION_MANAGER,
       },
       w,
-      { apply: () => this.apply(w), cleanup: () => this.cleanup(w) },
+      { apply: () => this.apply(w, plane), cleanup: () => this.cleanup(w, plane) },
     );
   }
 
@@ -259,23 +297,36 @@ export class FederationController {
     return { views, cluster };
   }
 
-  /** This workload's WorkloadDeployments in the engaged cells. */
-  private placed(key: string, cluster: ReadonlyMap<string, string>): Placed[] {
-    return [...cluster].flatMap(([cell, name]) =>
-      (this.inCells.get(name)?.informer.byIndex('workload', key) ?? []).map((object) => ({ cell, object })),
+  /** The WorkloadDeployments of `w`'s name in `cell` that are its own (ownCopy), not another plane's. */
+  private copies(
+    w: WorkloadObject,
+    plane: string | undefined,
+    cell: string,
+    cluster: string,
+  ): DeploymentObject[] {
+    const writer = this.writer(plane, cell);
+    return (this.inCells.get(cluster)?.informer.byIndex('workload', keyOf(w)) ?? []).filter((d) =>
+      ownCopy(d, w, writer),
     );
   }
 
-  private async apply(w: WorkloadObject): Promise<Result | void> {
+  private async apply(w: WorkloadObject, plane: string | undefined): Promise<Result | void> {
     const key = keyOf(w);
     const { views, cluster } = this.cellViews();
-    const placed = this.placed(key, cluster);
+    const placed: Placed[] = [...cluster].flatMap(([cell, name]) =>
+      this.copies(w, plane, cell, name).map((object) => ({ cell, object })),
+    );
     const locations = new Set(this.locations.list().map((l) => l.spec.cityCode));
     const now = Date.now();
     const wanted = targets(w, locations, [...views.values()], placed, this.labelled(), now);
     const hash = templateHash(w.spec.template);
-    const find = (cell: string, name: string) =>
+    const named = (cell: string, name: string) =>
       this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
+    // Only its own copy counts: another plane's of the same name is neither its status nor its to drain.
+    const find = (cell: string, name: string) => {
+      const d = named(cell, name);
+      return d && ownCopy(d, w, this.writer(plane, cell)) ? d : undefined;
+    };
     const plan = rolloutPlan({
       rollout: w.spec.rollout,
       template: w.spec.template,
@@ -298,7 +349,18 @@ export class FederationController {
         // An unreachable cell keeps what it has; it is written again once it answers.
         const applied = plan.applied.get(t.name);
         if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
-        const manifest = deploymentManifest(w, t, applied, this.cells.get(t.cell)?.metadata.uid);
+        const writer = this.writer(plane, t.cell);
+        const taken = named(t.cell, t.name);
+        const other = taken && otherPlanes(taken, writer);
+        if (other) {
+          // Not written over, and not retried: the copy's deletion brings the workload back.
+          refused.set(
+            t.name,
+            `its WorkloadDeployment ${w.metadata.namespace}/${t.name} there is another management plane's (${PLANE_LABEL}=${other}), which Berth leaves alone: rename the Workload or its placement, or delete that copy`,
+          );
+          return;
+        }
+        const manifest = deploymentManifest(w, t, applied, writer);
         const have = find(t.cell, t.name);
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
         const name = cluster.get(t.cell)!;
@@ -404,11 +466,9 @@ export class FederationController {
    * that may hold one it cannot delete now (unreachable, or not listed) holds the workload, and a
    * Released=False condition says so (deletionHold).
    */
-  private async cleanup(w: WorkloadObject): Promise<Result | 'released'> {
-    const key = keyOf(w);
+  private async cleanup(w: WorkloadObject, plane: string | undefined): Promise<Result | 'released'> {
     const { views, cluster } = this.cellViews();
-    const there = (cell: string) =>
-      this.inCells.get(cluster.get(cell) ?? '')?.informer.byIndex('workload', key) ?? [];
+    const there = (cell: string) => this.copies(w, plane, cell, cluster.get(cell) ?? '');
     const current = this.statusOf(w);
     const hold = deletionHold(w, current, [...views.values()], (c) => there(c).length, this.labelled());
     const failures: string[] = [];
@@ -444,14 +504,14 @@ export class FederationController {
    * the management plane's watch shows it the Workload. A cell listed but not reachable is
    * looked at again later, as its Cell's change brings only the workloads that exist.
    */
-  private async sweep(key: string): Promise<Result | void> {
+  private async sweep(key: string, plane: string | undefined): Promise<Result | void> {
     const { views, cluster } = this.cellViews();
     const leftovers = [...cluster]
       .filter(([cell]) => views.get(cell)!.listed)
       .flatMap(([cell, name]) => {
         const cellObject = this.cells.get(cell);
         const there = this.inCells.get(name)?.informer.byIndex('workload', key) ?? [];
-        return orphaned(there, cellObject?.metadata.uid).map((d) => ({ cell, name, cellObject, d }));
+        return orphaned(there, this.writer(plane, cell)).map((d) => ({ cell, name, cellObject, d }));
       });
     // The apiserver is asked only when there is something to delete now, not on every retry of a
     // cell that does not answer.

@@ -22,6 +22,7 @@ import {
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   CELL_UID_LABEL,
+  PLANE_LABEL,
   type CityStatus,
   type Placement,
   type PlacementStatus,
@@ -268,15 +269,44 @@ function newest(ds: readonly Placed[]): Placed | undefined {
   return best;
 }
 
+/** Who writes a cell's copies: this plane (PLANE_LABEL, when it could be read) through the Cell of `cellUid`. */
+export interface Writer {
+  plane: string | undefined;
+  cellUid: string | undefined;
+}
+
 /**
- * The WorkloadDeployment a target has in its cell, as server-side applied; `cellUid` is the uid
- * of the Cell it is written through (CELL_UID_LABEL).
+ * The copy was written by this plane: its PLANE_LABEL says so or, on a copy written before that
+ * label, its CELL_UID_LABEL names the Cell this plane writes through now.
  */
+export function writtenBy(d: DeploymentObject, writer: Writer): boolean {
+  const plane = d.metadata.labels?.[PLANE_LABEL];
+  if (plane !== undefined) return plane === writer.plane;
+  return writer.cellUid !== undefined && d.metadata.labels?.[CELL_UID_LABEL] === writer.cellUid;
+}
+
+/**
+ * A copy that is `w`'s own: of this very Workload (its uid), or of an earlier one of its name that
+ * this plane wrote. Another plane's Workload of the same name in a cell they share is not.
+ */
+export const ownCopy = (d: DeploymentObject, w: WorkloadObject, writer: Writer): boolean =>
+  d.metadata.labels?.[WORKLOAD_UID_LABEL] === w.metadata.uid || writtenBy(d, writer);
+
+/**
+ * Another plane's copy: its PLANE_LABEL names a plane other than this one. The name is taken in
+ * that cell: this plane does not write over it.
+ */
+export function otherPlanes(d: DeploymentObject, writer: Writer): string | undefined {
+  const plane = d.metadata.labels?.[PLANE_LABEL];
+  return plane !== undefined && writer.plane !== undefined && plane !== writer.plane ? plane : undefined;
+}
+
+/** The WorkloadDeployment a target has in its cell, as server-side applied by `writer`. */
 export function deploymentManifest(
   w: WorkloadObject,
   t: Target,
   applied: Applied,
-  cellUid: string | undefined,
+  writer: Writer,
 ): DeploymentObject {
   return {
     apiVersion: apiVersionOf(WorkloadDeployment.ref),
@@ -290,7 +320,8 @@ export function deploymentManifest(
         [WORKLOAD_UID_LABEL]: w.metadata.uid!,
         [PLACEMENT_LABEL]: t.placement,
         [CITY_LABEL]: t.city,
-        ...(cellUid ? { [CELL_UID_LABEL]: cellUid } : {}),
+        ...(writer.cellUid ? { [CELL_UID_LABEL]: writer.cellUid } : {}),
+        ...(writer.plane ? { [PLANE_LABEL]: writer.plane } : {}),
       },
     },
     spec: {
@@ -306,12 +337,11 @@ export function deploymentManifest(
 
 /**
  * Of a cell's WorkloadDeployments of a Workload that is gone from the management plane, those to
- * delete: the ones this plane wrote through that Cell (`cellUid`), not being deleted already. One
- * without the label (written before it existed) or with another Cell's uid is not known to be ours.
+ * delete: the ones this plane wrote (writtenBy), not being deleted already. One with neither label
+ * (written before they existed) is not known to be ours.
  */
-export function orphaned(ds: readonly DeploymentObject[], cellUid: string | undefined): DeploymentObject[] {
-  if (!cellUid) return [];
-  return ds.filter((d) => d.metadata.labels?.[CELL_UID_LABEL] === cellUid && !d.metadata.deletionTimestamp);
+export function orphaned(ds: readonly DeploymentObject[], writer: Writer): DeploymentObject[] {
+  return ds.filter((d) => writtenBy(d, writer) && !d.metadata.deletionTimestamp);
 }
 
 /** The WorkloadDeployments the federation made for this workload that no target wants (in listed cells only). */

@@ -30,6 +30,8 @@ export const federationCapability: Capability = {
       why: 'confirms a Workload is gone before its leftovers in a cell are deleted: only when a cell holds one',
     },
     { apiGroups: [POLICY_GROUP], resources: ['workloads/status'], verbs: ['patch'] },
+    // This plane's identity, written on its copies in the cells (PLANE_LABEL).
+    { apiGroups: [''], resources: ['namespaces'], resourceNames: ['kube-system'], verbs: ['get'] },
     { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['list', 'watch'] },
     // Mirrors of the cells' Instances: applied (the first apply of one is authorized as create too),
     // their status applied, deleted once their instance is gone.

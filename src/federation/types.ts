@@ -36,6 +36,12 @@ export const CITY_LABEL = 'federation.berth.dev/city';
  * own, never another plane's in a cell they share.
  */
 export const CELL_UID_LABEL = 'federation.berth.dev/cell-uid';
+/**
+ * The uid of the management plane's kube-system Namespace, the identity a cluster keeps for its
+ * life (as KEP-2149's cluster ID): which plane wrote it, whatever Cell it was written through, so
+ * that the copies a plane left through a Cell since deleted and joined again are still its own.
+ */
+export const PLANE_LABEL = 'federation.berth.dev/plane';
 
 const placement = k8s(
   z.object({

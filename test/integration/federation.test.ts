@@ -13,8 +13,9 @@
 // unreachable moves to another cell serving it; a placement moved from LHR to DFW removes exactly
 // that WorkloadDeployment; a city with no cell is NoMatchingLocation with a Warning; deleting the
 // Workload removes its WorkloadDeployments from every cell, an unreachable cell holding it until it
-// answers; a copy of a Workload gone from the management plane is deleted where this plane wrote it,
-// never where another plane did.
+// answers; a copy of a Workload gone from the management plane is deleted where this plane wrote it
+// (through whichever Cell), never where another plane did, nor written over where another plane's
+// copy holds the name.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { cellsCommand, secretName } from '../../src/cells/cli.ts';
@@ -24,6 +25,7 @@ import {
   CELL_UID_LABEL,
   CITY_LABEL,
   PLACEMENT_LABEL,
+  PLANE_LABEL,
   type Rollout,
   Workload,
   WORKLOAD_NAME_LABEL,
@@ -196,6 +198,7 @@ test('a Workload placed in DFW and LHR: a WorkloadDeployment in exactly each cel
   assert.equal(dfw!.metadata.labels?.[WORKLOAD_UID_LABEL], w.metadata.uid);
   assert.equal(dfw!.metadata.labels?.[WORKLOAD_NAME_LABEL], wl);
   assert.equal(dfw!.metadata.labels?.[CITY_LABEL], 'DFW');
+  assert.equal(dfw!.metadata.labels?.[PLANE_LABEL], await thisPlane(), "this plane's identity");
   assert.deepEqual(dfw!.spec.template, template);
   assert.equal(dfw!.spec.replicas, 2);
   assert.equal(w.status?.observedGeneration, w.metadata.generation);
@@ -714,41 +717,51 @@ test('deleting the Workload: its WorkloadDeployments go from every cell; an unre
   );
 });
 
-test('a copy of a Workload gone from the management plane is deleted where this plane wrote it, not where another did', async () => {
+/** A WorkloadDeployment in a cell as a plane would write it for Workload `workload` (of uid `uid`). */
+const copy = (
+  name: string,
+  o: { workload: string; uid: string; cellUid: string; plane: string },
+): DeploymentObject => ({
+  apiVersion: WorkloadDeployment.apiVersion,
+  kind: WorkloadDeployment.kind,
+  metadata: {
+    name,
+    namespace: ns,
+    labels: {
+      [WORKLOAD_NAMESPACE_LABEL]: ns,
+      [WORKLOAD_NAME_LABEL]: o.workload,
+      [WORKLOAD_UID_LABEL]: o.uid,
+      [PLACEMENT_LABEL]: 'us',
+      [CITY_LABEL]: 'DFW',
+      [CELL_UID_LABEL]: o.cellUid,
+      [PLANE_LABEL]: o.plane,
+    },
+  },
+  spec: { template, replicas: 0, instanceManagementPolicy: 'OrderedReady', progressDeadlineSeconds: 600 },
+});
+/** This management plane's identity, as Berth writes it on its copies. */
+const thisPlane = async () => (await client.get(Resources.namespaces, 'kube-system')).metadata!.uid!;
+
+test('a copy of a Workload gone from the management plane is deleted where this plane wrote it, through this Cell or an earlier one, not where another plane did', async () => {
   // As a cell not listed when the Workload's finalizer ran would keep it, or a finalizer taken off
   // by hand: a WorkloadDeployment whose Workload no longer exists upstream.
   const dfwUid = (await client.get<CellObject>(Cell.ref, cellName.DFW)).metadata!.uid!;
-  const copy = (name: string, cellUid: string): DeploymentObject => ({
-    apiVersion: WorkloadDeployment.apiVersion,
-    kind: WorkloadDeployment.kind,
-    metadata: {
-      name,
-      namespace: ns,
-      labels: {
-        [WORKLOAD_NAMESPACE_LABEL]: ns,
-        [WORKLOAD_NAME_LABEL]: `${wl}-gone`,
-        [WORKLOAD_UID_LABEL]: 'a-gone-uid',
-        [PLACEMENT_LABEL]: 'us',
-        [CITY_LABEL]: 'DFW',
-        [CELL_UID_LABEL]: cellUid,
-      },
-    },
-    spec: { template, replicas: 0, instanceManagementPolicy: 'OrderedReady', progressDeadlineSeconds: 600 },
-  });
-  for (const [name, uid] of [
-    [`${wl}-gone-ours`, dfwUid],
-    [`${wl}-gone-theirs`, 'another-planes-cell'],
+  const plane = await thisPlane();
+  const gone = { workload: `${wl}-gone`, uid: 'a-gone-uid' };
+  for (const [name, o] of [
+    [`${wl}-gone-ours`, { ...gone, cellUid: dfwUid, plane }],
+    // Written through a Cell of DFW since deleted and joined again: its uid is not the Cell's now.
+    [`${wl}-gone-earlier-cell`, { ...gone, cellUid: 'an-earlier-cell-uid', plane }],
+    [`${wl}-gone-theirs`, { ...gone, cellUid: dfwUid, plane: 'another-plane' }],
   ] as const)
-    await cellClients.DFW.apply(WorkloadDeployment.ref, copy(name, uid), {
-      fieldManager: 'berth-federation',
-    });
+    await cellClients.DFW.apply(WorkloadDeployment.ref, copy(name, o), { fieldManager: 'berth-federation' });
   await waitFor(
-    'the copy this plane wrote deleted',
-    async () => !(await names('DFW')).includes(`${wl}-gone-ours`),
-    {
-      timeoutMs: 30_000,
-      observe: () => names('DFW'),
+    'the copies this plane wrote deleted',
+    async () => {
+      const there = await names('DFW');
+      return !there.includes(`${wl}-gone-ours`) && !there.includes(`${wl}-gone-earlier-cell`);
     },
+    { timeoutMs: 30_000, observe: () => names('DFW') },
   );
   // The Workload is gone: the Cell says what was deleted there.
   await waitFor('a LeftoverDeleted event on the DFW Cell', async () =>
@@ -765,4 +778,70 @@ test('a copy of a Workload gone from the management plane is deleted where this 
     2000,
   );
   await cellClients.DFW.delete(WorkloadDeployment.ref, `${wl}-gone-theirs`, ns);
+});
+
+test("a name another plane's copy holds in a cell: CellRefused with a Warning, that copy left as it is, and written once it goes", async () => {
+  const name = `${wl}-taken`;
+  const deployment = `${name}-us-dfw`;
+  const theirs = copy(deployment, {
+    workload: name,
+    uid: 'their-workload-uid',
+    cellUid: 'their-cell-uid',
+    plane: 'another-plane',
+  });
+  await cellClients.DFW.apply(WorkloadDeployment.ref, theirs, { fieldManager: 'berth-federation' });
+  const taken = () => client.get<WorkloadObject>(Workload.ref, name, ns);
+  await client.apply(
+    Workload.ref,
+    {
+      apiVersion: Workload.apiVersion,
+      kind: Workload.kind,
+      metadata: { name, namespace: ns },
+      spec: { template, placements: [{ name: 'us', cityCodes: ['DFW'], scaleSettings: { minReplicas: 1 } }] },
+    },
+    { fieldManager: 'test', force: true },
+  );
+  try {
+    await waitFor('CellRefused upstream', async () => {
+      const a = findCondition((await taken()).status?.conditions, 'Available');
+      return a?.reason === 'CellRefused' && a.message.includes("another management plane's") && a;
+    });
+    await waitFor('a CellRefused Warning on the Workload', async () =>
+      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
+        (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === name,
+      ),
+    );
+    await unchangedFor(
+      "the other plane's copy, not written over",
+      async () => {
+        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns);
+        return [d.metadata.resourceVersion, d.metadata.labels?.[PLANE_LABEL], d.spec.replicas];
+      },
+      2000,
+    );
+    await cellClients.DFW.delete(WorkloadDeployment.ref, deployment, ns);
+    const plane = await thisPlane();
+    await waitFor(
+      "this plane's copy written in its place",
+      async () => {
+        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns).catch(
+          () => undefined,
+        );
+        return d?.metadata.labels?.[PLANE_LABEL] === plane && d.spec.replicas === 1;
+      },
+      { timeoutMs: 30_000 },
+    );
+  } finally {
+    await client.delete(Workload.ref, name, ns).catch(() => {});
+  }
+  await waitFor(
+    'the Workload gone, and its copy from DFW',
+    async () =>
+      !(await names('DFW')).includes(deployment) &&
+      (await taken().then(
+        () => false,
+        () => true,
+      )),
+    { timeoutMs: 30_000 },
+  );
 });

@@ -9,6 +9,8 @@ import {
   rollup,
   targets,
   orphaned,
+  otherPlanes,
+  ownCopy,
   unwanted,
   workloadKeyOf,
   type CellView,
@@ -24,12 +26,13 @@ import {
   WORKLOAD_UID_LABEL,
   type CityStatus,
   type WorkloadStatus,
+  PLANE_LABEL,
 } from '../../../src/federation/types.ts';
 import type { CellObject } from '../../../src/cells/types.ts';
 import { CORDONED } from '../../../src/cells/decide.ts';
 import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
-import { ALL, cell, cond, HASH, placed, serving, workload } from './fixtures.ts';
+import { ALL, cell, cond, HASH, NOBODY, placed, serving, workload } from './fixtures.ts';
 
 describe('targets', () => {
   test('one per placement × city, named <workload>-<placement>-<city>, in the first Ready schedulable cell by name', () => {
@@ -228,7 +231,12 @@ describe('targets', () => {
 test('the manifest: labels naming the upstream owner, the template, replicas, the workload namespace', () => {
   const w = workload([['us', ['DFW'], 2]]);
   const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
-  const m = deploymentManifest(w, t!, { hash: HASH, template: w.spec.template }, 'cell-a-uid');
+  const m = deploymentManifest(
+    w,
+    t!,
+    { hash: HASH, template: w.spec.template },
+    { plane: 'plane-1', cellUid: 'cell-a-uid' },
+  );
   assert.equal(m.metadata.name, 'web-us-dfw');
   assert.equal(m.metadata.namespace, 'shop');
   assert.deepEqual(m.metadata.labels, {
@@ -238,6 +246,7 @@ test('the manifest: labels naming the upstream owner, the template, replicas, th
     [PLACEMENT_LABEL]: 'us',
     [CITY_LABEL]: 'DFW',
     [CELL_UID_LABEL]: 'cell-a-uid',
+    [PLANE_LABEL]: 'plane-1',
   });
   assert.deepEqual(m.spec.template, w.spec.template);
   assert.equal(m.spec.replicas, 2);
@@ -246,16 +255,69 @@ test('the manifest: labels naming the upstream owner, the template, replicas, th
   assert.equal(workloadKeyOf({ metadata: { labels: {} } }), undefined);
 });
 
-test("orphaned: of a gone Workload's copies in a cell, only those written through this plane's Cell, not being deleted", () => {
+test("orphaned: of a gone Workload's copies in a cell, only those this plane wrote, through whichever Cell, not being deleted", () => {
   const w = workload([['us', ['DFW'], 1]]);
   const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
   const applied = { hash: HASH, template: w.spec.template };
-  const ours = deploymentManifest(w, t!, applied, 'cell-a-uid');
-  const another = deploymentManifest(w, t!, applied, 'other-plane-cell');
-  const older = deploymentManifest(w, t!, applied, undefined);
+  const me = { plane: 'plane-1', cellUid: 'cell-a-uid' };
+  const ours = deploymentManifest(w, t!, applied, me);
+  // Written through a Cell of the same name since deleted and joined again.
+  const earlierCell = deploymentManifest(w, t!, applied, { plane: 'plane-1', cellUid: 'cell-a-old-uid' });
+  const another = deploymentManifest(w, t!, applied, { plane: 'plane-2', cellUid: 'cell-a-uid' });
+  // Before the plane's label: told by the Cell's uid.
+  const labelledByCell = deploymentManifest(w, t!, applied, { plane: undefined, cellUid: 'cell-a-uid' });
+  const otherCell = deploymentManifest(w, t!, applied, { plane: undefined, cellUid: 'other-plane-cell' });
+  const older = deploymentManifest(w, t!, applied, NOBODY);
   const going = { ...ours, metadata: { ...ours.metadata, deletionTimestamp: '2026-11-26T00:00:00Z' } };
-  assert.deepEqual(orphaned([ours, another, older, going], 'cell-a-uid'), [ours]);
-  assert.deepEqual(orphaned([ours], undefined), [], 'no Cell: nothing is known to be ours');
+  assert.deepEqual(orphaned([ours, earlierCell, another, labelledByCell, otherCell, older, going], me), [
+    ours,
+    earlierCell,
+    labelledByCell,
+  ]);
+  assert.deepEqual(
+    orphaned([ours, another, labelledByCell], { plane: undefined, cellUid: 'cell-a-uid' }),
+    [labelledByCell],
+    'a plane that cannot read its identity: by the Cell only, and not over a plane label',
+  );
+  assert.deepEqual(
+    orphaned([ours, labelledByCell], NOBODY),
+    [],
+    'no Cell, no plane: nothing is known to be ours',
+  );
+});
+
+test("ownCopy and otherPlanes: a live Workload's copies are its uid's or this plane's; another plane's name is taken", () => {
+  const w = workload([['us', ['DFW'], 1]]);
+  const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
+  const applied = { hash: HASH, template: w.spec.template };
+  const me = { plane: 'plane-1', cellUid: 'cell-a-uid' };
+  const them = { plane: 'plane-2', cellUid: 'cell-x-uid' };
+  const earlier = { ...w, metadata: { ...w.metadata, uid: 'uid-0' } };
+  const theirs = deploymentManifest(earlier, t!, applied, them);
+  assert.equal(
+    ownCopy(deploymentManifest(w, t!, applied, them), w, me),
+    true,
+    'its own uid, whoever wrote it',
+  );
+  assert.equal(
+    ownCopy(deploymentManifest(earlier, t!, applied, me), w, me),
+    true,
+    'an earlier Workload of its name, ours',
+  );
+  assert.equal(
+    ownCopy(deploymentManifest(earlier, t!, applied, NOBODY), w, me),
+    false,
+    'unlabelled, another uid',
+  );
+  assert.equal(ownCopy(theirs, w, me), false);
+  assert.equal(otherPlanes(theirs, me), 'plane-2');
+  assert.equal(otherPlanes(deploymentManifest(earlier, t!, applied, me), me), undefined, 'its own plane');
+  assert.equal(
+    otherPlanes(theirs, { plane: undefined, cellUid: 'cell-a-uid' }),
+    undefined,
+    'not known: not refused',
+  );
+  assert.equal(otherPlanes(deploymentManifest(earlier, t!, applied, NOBODY), me), undefined);
 });
 
 test('unwanted: what no target wants, in listed cells only', () => {

@@ -11,6 +11,7 @@ import { deletionHold, targets, type CellView } from '../../../src/federation/de
 import {
   CELL_UID_LABEL,
   FEDERATION_FINALIZER,
+  PLANE_LABEL,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
@@ -354,8 +355,15 @@ describe('the controller', () => {
     }
   });
 
-  /** A cell's WorkloadDeployment of Workload shop/gone, written through the Cell of uid `cellUid`. */
-  const leftover = (name: string, cellUid?: string): KubeObject => ({
+  /** This plane's kube-system Namespace: its identity (PLANE_LABEL). */
+  const kubeSystem: KubeObject = {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: 'kube-system', uid: 'plane-1' },
+  };
+
+  /** A cell's WorkloadDeployment of Workload shop/gone, written by `plane` through the Cell of uid `cellUid`. */
+  const leftover = (name: string, cellUid?: string, plane?: string): KubeObject => ({
     apiVersion: 'berth.dev/v1alpha1',
     kind: 'WorkloadDeployment',
     metadata: {
@@ -368,6 +376,7 @@ describe('the controller', () => {
         [WORKLOAD_NAME_LABEL]: 'gone',
         [WORKLOAD_UID_LABEL]: 'uid-gone',
         ...(cellUid ? { [CELL_UID_LABEL]: cellUid } : {}),
+        ...(plane ? { [PLANE_LABEL]: plane } : {}),
       },
     },
     spec: {},
@@ -390,25 +399,39 @@ describe('the controller', () => {
     }
   }
 
-  test("a Workload gone upstream: once its cell lists, the copy this plane wrote goes; another plane's and an unlabelled one stay", async () => {
+  test("a Workload gone upstream: once its cell lists, the copies this plane wrote go, through this Cell or one before it; another plane's and an unlabelled one stay", async () => {
     const local = apiserver({
       workloads: [],
       cells: [cellObject('dfw-1', ['DFW'], reachable('True', 'Reachable', BEFORE))],
+      namespaces: [kubeSystem],
     });
     const cellServer = apiserver({
       workloaddeployments: [
-        leftover('gone-ours', 'uid-dfw-1'),
-        leftover('gone-theirs', 'uid-another-plane'),
+        leftover('gone-ours', 'uid-dfw-1', 'plane-1'),
+        // Written through a Cell dfw-1 since deleted and joined again.
+        leftover('gone-ours-earlier-cell', 'uid-dfw-0', 'plane-1'),
+        // Written before the plane's label: told by the Cell's.
+        leftover('gone-ours-by-cell', 'uid-dfw-1'),
+        leftover('gone-theirs', 'uid-dfw-1', 'plane-2'),
+        leftover('gone-theirs-by-cell', 'uid-another-plane'),
         leftover('gone-old'),
       ],
     });
     await withCell(local, cellServer, async () => {
-      await until('the leftover deleted', () => cellServer.deletes.length > 0);
+      await until('the leftovers deleted', () => new Set(cellServer.deletes).size >= 3);
       await sleep(200);
       // Each delete is of the cached object (its uid a precondition): a repeat before the watch
       // shows it gone is answered 404 and is harmless.
-      assert.deepEqual([...new Set(cellServer.deletes)], ['gone-ours']);
-      assert.deepEqual([...new Set(local.gets)], ['workloads/gone'], 'the apiserver asked first');
+      assert.deepEqual([...new Set(cellServer.deletes)].sort(), [
+        'gone-ours',
+        'gone-ours-by-cell',
+        'gone-ours-earlier-cell',
+      ]);
+      assert.deepEqual(
+        [...new Set(local.gets)],
+        ['namespaces/kube-system', 'workloads/gone'],
+        'the plane read once, the apiserver asked before a delete',
+      );
     });
   });
 
@@ -417,7 +440,7 @@ describe('the controller', () => {
     const local = apiserver(
       { workloads: [], cells: [cellObject('dfw-1', ['DFW'], reachable('True', 'Reachable', BEFORE))] },
       Promise.resolve(),
-      { workloads: [{ ...w, metadata: { ...w.metadata, name: 'gone' } }] },
+      { workloads: [{ ...w, metadata: { ...w.metadata, name: 'gone' } }], namespaces: [kubeSystem] },
     );
     const cellServer = apiserver({ workloaddeployments: [leftover('gone-ours', 'uid-dfw-1')] });
     await withCell(local, cellServer, async () => {

@@ -1,6 +1,6 @@
 // Workloads, cells and their WorkloadDeployments as the federation's decisions see them (shared by
 // the decide and rollout tests).
-import type { CellView, DeploymentObject, Placed, Target } from '../../../src/federation/decide.ts';
+import type { CellView, DeploymentObject, Placed, Target, Writer } from '../../../src/federation/decide.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
@@ -11,6 +11,9 @@ import {
 import type { Condition } from '../../../src/runtime/api/conditions.ts';
 
 export const HASH = 'abc123';
+
+/** A writer with neither label: as a copy written before them. */
+export const NOBODY: Writer = { plane: undefined, cellUid: undefined };
 
 export function workload(placements: [string, string[], number][], name = 'web'): WorkloadObject {
   return {

@@ -23,7 +23,7 @@ import {
 } from '../../../src/federation/types.ts';
 import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
 import { withSeed } from '../../helpers/prng.ts';
-import { ALL, cell, cond, HASH, placed, serving, workload } from './fixtures.ts';
+import { ALL, cell, cond, HASH, NOBODY, placed, serving, workload } from './fixtures.ts';
 
 const OLD = 'old111';
 const T0 = Date.parse('2026-11-23T05:00:00Z');
@@ -120,7 +120,7 @@ describe('rolloutPlan', () => {
       message: `0 of 3 cells updated to template ${HASH}, waiting for us/DFW to become Available; next: eu/LHR, ap/NRT`,
     });
     // A replica change reaches a cell not rolled yet at once, on its old template.
-    const m = deploymentManifest(w, ts[1]!, p.applied.get('web-eu-lhr')!, undefined);
+    const m = deploymentManifest(w, ts[1]!, p.applied.get('web-eu-lhr')!, NOBODY);
     assert.equal(m.spec.workloadRef?.templateHash, OLD);
     assert.equal(m.spec.template.containers[0]!.image, 'web:0');
     assert.equal(m.spec.replicas, 2);
