@@ -38,7 +38,7 @@ import {
   deletionHold,
   deploymentManifest,
   orphaned,
-  otherPlanes,
+  heldBy,
   ownCopy,
   drains,
   placementCities,
@@ -58,7 +58,6 @@ import {
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
-  PLANE_LABEL,
   Workload,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
@@ -88,6 +87,10 @@ interface CellDeployments {
 
 /** How soon a leftover in a cell listed but unreachable is looked at again. */
 const SWEEP_RETRY_MS = 10_000;
+/** How soon a name another's copy holds in a cell is looked at again. */
+const HELD_RETRY_MS = 30_000;
+/** How soon this plane's identity is read again after it could not be. */
+const PLANE_REREAD_MS = 60_000;
 
 export class FederationController {
   readonly controller: Controller;
@@ -103,8 +106,10 @@ export class FederationController {
   private readonly log: Logger;
   /** By cluster name (`cell-<name>`), while engaged. */
   private readonly inCells = new Map<string, CellDeployments>();
-  /** This plane's identity (PLANE_LABEL), once read; undefined where it cannot be. */
-  private plane?: Promise<string | undefined>;
+  /** This plane's identity (PLANE_LABEL) as last read: undefined where it could not be, and when. */
+  private plane?: { uid: string | undefined; at: number };
+  /** The read of it in flight, which every reconcile that needs it meanwhile waits for. */
+  private planeReading?: Promise<string | undefined>;
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -234,28 +239,33 @@ export class FederationController {
 
   /**
    * This plane's identity: the uid of its kube-system Namespace, read once. Where RBAC or the
-   * cluster refuses it, copies are told apart by the Cell they were written through only, as
-   * before the label existed; another error is retried with the reconcile.
+   * cluster refuses it, copies are told apart by the Cell they were written through (and a copy
+   * with a plane label not of this Workload is taken for another plane's) until a read a minute
+   * later succeeds; another error is retried with the reconcile.
    */
   private planeId(): Promise<string | undefined> {
-    this.plane ??= this.manager
+    const p = this.plane;
+    if (p && (p.uid !== undefined || Date.now() - p.at < PLANE_REREAD_MS)) return Promise.resolve(p.uid);
+    this.planeReading ??= this.manager
       .client()
       .get(Resources.namespaces, 'kube-system')
       .then(
         (ns) => ns.metadata?.uid,
         (e: unknown) => {
-          if (!isForbidden(e) && !isNotFound(e)) {
-            this.plane = undefined;
-            throw e;
-          }
+          if (!isForbidden(e) && !isNotFound(e)) throw e;
           this.log.warn(
             { err: errorText(e) },
-            `cannot read Namespace kube-system, this plane's identity: its copies in the cells are told apart by the Cell they were written through only (grant get on it, as berth manifests does)`,
+            `cannot read Namespace kube-system, this plane's identity (berth manifests grants get on it): its copies in the cells are told apart by the Cell they were written through, read again in ${PLANE_REREAD_MS / 1000} s`,
           );
           return undefined;
         },
-      );
-    return this.plane;
+      )
+      .then((uid) => {
+        this.plane = { uid, at: Date.now() };
+        return uid;
+      })
+      .finally(() => (this.planeReading = undefined));
+    return this.planeReading;
   }
 
   /** Who writes through `cell`: this plane, through the Cell's uid now. */
@@ -264,8 +274,8 @@ export class FederationController {
   }
 
   private async reconcile(key: string): Promise<Result | void> {
-    const w = this.workloads.get(key);
     const plane = await this.planeId();
+    const w = this.workloads.get(key);
     if (!w) return this.sweep(key, plane);
     return finalizer(
       {
@@ -297,16 +307,20 @@ export class FederationController {
     return { views, cluster };
   }
 
-  /** The WorkloadDeployments of `w`'s name in `cell` that are its own (ownCopy), not another plane's. */
+  /** The copy in `cell` is `w`'s own (ownCopy), not another plane's. */
+  private own(d: DeploymentObject, w: WorkloadObject, plane: string | undefined, cell: string): boolean {
+    return ownCopy(d, w, this.writer(plane, cell));
+  }
+
+  /** The WorkloadDeployments of `w`'s name in `cell` (of `cluster`) that are its own. */
   private copies(
     w: WorkloadObject,
     plane: string | undefined,
     cell: string,
     cluster: string,
   ): DeploymentObject[] {
-    const writer = this.writer(plane, cell);
     return (this.inCells.get(cluster)?.informer.byIndex('workload', keyOf(w)) ?? []).filter((d) =>
-      ownCopy(d, w, writer),
+      this.own(d, w, plane, cell),
     );
   }
 
@@ -322,10 +336,10 @@ export class FederationController {
     const hash = templateHash(w.spec.template);
     const named = (cell: string, name: string) =>
       this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
-    // Only its own copy counts: another plane's of the same name is neither its status nor its to drain.
+    // Only its own copy counts: another's of the same name is neither its status nor its to drain.
     const find = (cell: string, name: string) => {
       const d = named(cell, name);
-      return d && ownCopy(d, w, this.writer(plane, cell)) ? d : undefined;
+      return d && this.own(d, w, plane, cell) ? d : undefined;
     };
     const plan = rolloutPlan({
       rollout: w.spec.rollout,
@@ -343,6 +357,8 @@ export class FederationController {
     const failures: string[] = [];
     /** What a cell answered each WorkloadDeployment it refused, by name. */
     const refused = new Map<string, string>();
+    /** A name another's copy holds in a cell (heldBy). */
+    let held = false;
     // Each cell's WorkloadDeployment is written at once, not one cell after the other.
     await Promise.all(
       wanted.map(async (t) => {
@@ -351,13 +367,15 @@ export class FederationController {
         if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
         const writer = this.writer(plane, t.cell);
         const taken = named(t.cell, t.name);
-        const other = taken && otherPlanes(taken, writer);
-        if (other) {
-          // Not written over, and not retried: the copy's deletion brings the workload back.
+        const holder = taken && heldBy(taken, w, writer);
+        if (holder) {
+          // Not written over. Looked at again later too: the copy's deletion brings back the
+          // Workload its labels name, which may be another.
           refused.set(
             t.name,
-            `its WorkloadDeployment ${w.metadata.namespace}/${t.name} there is another management plane's (${PLANE_LABEL}=${other}), which Berth leaves alone: rename the Workload or its placement, or delete that copy`,
+            `the WorkloadDeployment ${w.metadata.namespace}/${t.name} there is ${holder}, which Berth leaves alone: rename the Workload or its placement, or delete that copy`,
           );
+          held = true;
           return;
         }
         const manifest = deploymentManifest(w, t, applied, writer);
@@ -457,6 +475,7 @@ export class FederationController {
       ...(plan.requeueAfterMs !== undefined ? [plan.requeueAfterMs] : []),
       ...(typeof written === 'number' ? [written] : []),
       ...wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - now] : [])),
+      ...(held ? [HELD_RETRY_MS] : []),
     ];
     if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
   }

@@ -286,19 +286,30 @@ export function writtenBy(d: DeploymentObject, writer: Writer): boolean {
 }
 
 /**
- * A copy that is `w`'s own: of this very Workload (its uid), or of an earlier one of its name that
- * this plane wrote. Another plane's Workload of the same name in a cell they share is not.
+ * A copy that is `w`'s own: of this Workload's name and of this very Workload (its uid), or of an
+ * earlier one of its name that this plane wrote. Another plane's Workload of the same name in a
+ * cell they share is not.
  */
 export const ownCopy = (d: DeploymentObject, w: WorkloadObject, writer: Writer): boolean =>
-  d.metadata.labels?.[WORKLOAD_UID_LABEL] === w.metadata.uid || writtenBy(d, writer);
+  workloadKeyOf(d) === `${w.metadata.namespace}/${w.metadata.name}` &&
+  (d.metadata.labels?.[WORKLOAD_UID_LABEL] === w.metadata.uid || writtenBy(d, writer));
 
 /**
- * Another plane's copy: its PLANE_LABEL names a plane other than this one. The name is taken in
- * that cell: this plane does not write over it.
+ * Whose the copy at a name `w` would write is, when it is not `w`'s to write over: another
+ * plane's, or another Workload's whose names make the same one (`web-us` placed `east` and `web`
+ * placed `us-east`). A plane that cannot read its own identity takes a copy with a plane label
+ * for another plane's unless it is of this very Workload.
  */
-export function otherPlanes(d: DeploymentObject, writer: Writer): string | undefined {
+export function heldBy(d: DeploymentObject, w: WorkloadObject, writer: Writer): string | undefined {
   const plane = d.metadata.labels?.[PLANE_LABEL];
-  return plane !== undefined && writer.plane !== undefined && plane !== writer.plane ? plane : undefined;
+  if (plane !== undefined && plane !== writer.plane) {
+    if (writer.plane !== undefined) return `another management plane's (${PLANE_LABEL}=${plane})`;
+    if (d.metadata.labels?.[WORKLOAD_UID_LABEL] !== w.metadata.uid)
+      return `perhaps another management plane's (${PLANE_LABEL}=${plane}; this plane cannot read its own identity)`;
+  }
+  const key = workloadKeyOf(d);
+  if (key !== `${w.metadata.namespace}/${w.metadata.name}`) return `Workload ${key ?? 'unknown'}'s`;
+  return undefined;
 }
 
 /** The WorkloadDeployment a target has in its cell, as server-side applied by `writer`. */

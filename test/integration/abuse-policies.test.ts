@@ -28,7 +28,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { nodeKeys, watchNodeKeys } from '../helpers/nodekeys.ts';
-import { sleep, waitFor } from '../helpers/wait.ts';
+import { settles, sleep, waitFor } from '../helpers/wait.ts';
 
 const SEEDS = [7, 18, 42, 99, 1234];
 const sandbox = testSandbox();
@@ -375,8 +375,8 @@ test(`generated gates, placements and rules colliding in ${SEEDS.length} seeded 
       const m = await nodeWriteMetrics.writes.get();
       return m.values.reduce((sum, v) => sum + v.value, 0);
     };
-    await sleep(4000);
-    const quietFrom = await snapshot();
+    // Settled first (no node write for 2 s: a fight never settles), however long catching up took here.
+    const quietFrom = await settles('Berth node writes', snapshot, { quietMs: 2000, timeoutMs: 30_000 });
     await sleep(4000);
     const quiet = (await snapshot()) - quietFrom;
     assert.ok(quiet <= 2, `${quiet} node writes in 4 s after settling`);

@@ -46,7 +46,7 @@ import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/worklo
 import type { DeploymentObject } from '../../src/federation/decide.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, createNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
-import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';
+import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -790,6 +790,9 @@ test("a name another plane's copy holds in a cell: CellRefused with a Warning, t
     plane: 'another-plane',
   });
   await cellClients.DFW.apply(WorkloadDeployment.ref, theirs, { fieldManager: 'berth-federation' });
+  // Seen by the management Berth's watch of the cell before the Workload exists: a copy made in the
+  // same instant as its first apply is not known to be there (decision 0018).
+  await sleep(1000);
   const taken = () => client.get<WorkloadObject>(Workload.ref, name, ns);
   await client.apply(
     Workload.ref,
@@ -811,11 +814,15 @@ test("a name another plane's copy holds in a cell: CellRefused with a Warning, t
         (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === name,
       ),
     );
-    await unchangedFor(
+    await holdsFor(
       "the other plane's copy, not written over",
       async () => {
         const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns);
-        return [d.metadata.resourceVersion, d.metadata.labels?.[PLANE_LABEL], d.spec.replicas];
+        return (
+          d.metadata.labels?.[PLANE_LABEL] === 'another-plane' &&
+          d.metadata.labels[WORKLOAD_UID_LABEL] === 'their-workload-uid' &&
+          d.spec.replicas === 0
+        );
       },
       2000,
     );

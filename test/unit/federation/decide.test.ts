@@ -9,7 +9,7 @@ import {
   rollup,
   targets,
   orphaned,
-  otherPlanes,
+  heldBy,
   ownCopy,
   unwanted,
   workloadKeyOf,
@@ -286,38 +286,51 @@ test("orphaned: of a gone Workload's copies in a cell, only those this plane wro
   );
 });
 
-test("ownCopy and otherPlanes: a live Workload's copies are its uid's or this plane's; another plane's name is taken", () => {
+test("ownCopy and heldBy: a live Workload's copies are its uid's or this plane's, of its name; another's name is not written over", () => {
   const w = workload([['us', ['DFW'], 1]]);
   const [t] = targets(w, ALL, [cell('a', ['DFW'])], []);
   const applied = { hash: HASH, template: w.spec.template };
   const me = { plane: 'plane-1', cellUid: 'cell-a-uid' };
   const them = { plane: 'plane-2', cellUid: 'cell-x-uid' };
+  const blind = { plane: undefined, cellUid: 'cell-a-uid' };
   const earlier = { ...w, metadata: { ...w.metadata, uid: 'uid-0' } };
   const theirs = deploymentManifest(earlier, t!, applied, them);
+  const mineEarlier = deploymentManifest(earlier, t!, applied, me);
+  // Workload `web-us` placed `east` and `web` placed `us-east`: one name, web-us-east-dfw.
+  const other = workload([['east', ['DFW'], 1]], 'web-us');
+  const [o] = targets(other, ALL, [cell('a', ['DFW'])], []);
+  const [u] = targets(workload([['us-east', ['DFW'], 1]]), ALL, [cell('a', ['DFW'])], []);
+  assert.equal(o!.name, u!.name);
+  const anotherWorkloads = deploymentManifest(other, o!, applied, me);
+
   assert.equal(
     ownCopy(deploymentManifest(w, t!, applied, them), w, me),
     true,
     'its own uid, whoever wrote it',
   );
-  assert.equal(
-    ownCopy(deploymentManifest(earlier, t!, applied, me), w, me),
-    true,
-    'an earlier Workload of its name, ours',
-  );
+  assert.equal(ownCopy(mineEarlier, w, me), true, 'an earlier Workload of its name, ours');
   assert.equal(
     ownCopy(deploymentManifest(earlier, t!, applied, NOBODY), w, me),
     false,
     'unlabelled, another uid',
   );
   assert.equal(ownCopy(theirs, w, me), false);
-  assert.equal(otherPlanes(theirs, me), 'plane-2');
-  assert.equal(otherPlanes(deploymentManifest(earlier, t!, applied, me), me), undefined, 'its own plane');
-  assert.equal(
-    otherPlanes(theirs, { plane: undefined, cellUid: 'cell-a-uid' }),
-    undefined,
-    'not known: not refused',
+  assert.equal(ownCopy(anotherWorkloads, w, me), false, "this plane's, of another Workload's name");
+
+  assert.match(
+    heldBy(theirs, w, me)!,
+    /^another management plane's \(federation.berth.dev\/plane=plane-2\)$/,
   );
-  assert.equal(otherPlanes(deploymentManifest(earlier, t!, applied, NOBODY), me), undefined);
+  assert.equal(heldBy(mineEarlier, w, me), undefined, 'its own plane');
+  assert.equal(
+    heldBy(deploymentManifest(earlier, t!, applied, NOBODY), w, me),
+    undefined,
+    'unlabelled: adopted',
+  );
+  assert.equal(heldBy(anotherWorkloads, w, me), `Workload shop/web-us's`);
+  // A plane that cannot read its identity: a plane label not on this very Workload's copy is another's.
+  assert.match(heldBy(theirs, w, blind)!, /^perhaps another management plane's/);
+  assert.equal(heldBy(deploymentManifest(w, t!, applied, them), w, blind), undefined);
 });
 
 test('unwanted: what no target wants, in listed cells only', () => {
