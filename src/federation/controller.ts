@@ -53,6 +53,7 @@ import {
   type DeploymentObject,
   type LabelledLocation,
   type Placed,
+  type Refusal,
   type Writer,
 } from './decide.ts';
 import {
@@ -355,8 +356,8 @@ export class FederationController {
     // other cells are written and the status too (saying what the cell answered), and the
     // reconcile is retried.
     const failures: string[] = [];
-    /** What a cell answered each WorkloadDeployment it refused, by name. */
-    const refused = new Map<string, string>();
+    /** Each WorkloadDeployment not written, by name, and why. */
+    const refused = new Map<string, Refusal>();
     /** A name another's copy holds in a cell (heldBy). */
     let held = false;
     // Each cell's WorkloadDeployment is written at once, not one cell after the other.
@@ -371,10 +372,10 @@ export class FederationController {
         if (holder) {
           // Not written over. Looked at again later too: the copy's deletion brings back the
           // Workload its labels name, which may be another.
-          refused.set(
-            t.name,
-            `the WorkloadDeployment ${w.metadata.namespace}/${t.name} there is ${holder}, which Berth leaves alone: rename the Workload or its placement, or delete that copy`,
-          );
+          refused.set(t.name, {
+            reason: 'NameTaken',
+            message: `the WorkloadDeployment ${w.metadata.namespace}/${t.name} there is ${holder}, which Berth leaves alone: rename the Workload or its placement, or delete that copy`,
+          });
           held = true;
           return;
         }
@@ -406,7 +407,7 @@ export class FederationController {
               : 'WorkloadDeployment applied',
           );
         });
-        if (failed) refused.set(t.name, failed);
+        if (failed) refused.set(t.name, { reason: 'CellRefused', message: failed });
       }),
     );
 

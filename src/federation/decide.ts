@@ -648,10 +648,20 @@ function judge(
 // ---------------------------------------------------------------------------------------------
 // Status rollup
 
+/**
+ * A WorkloadDeployment not written: the cell refused it (CellRefused, with what it answered), or
+ * its name there is another plane's or another Workload's copy (NameTaken, heldBy).
+ */
+export interface Refusal {
+  reason: 'CellRefused' | 'NameTaken';
+  message: string;
+}
+
 /** Reasons of federation itself, worst first; the cells' own reasons rank after them. */
 export const FEDERATION_REASONS = [
   'InvalidName',
   'NoMatchingLocation',
+  'NameTaken',
   'CellRefused',
   'CellUnreachable',
   'CellNotReady',
@@ -661,6 +671,7 @@ export const FEDERATION_REASONS = [
 export const WORKLOAD_FIXABLE: ReadonlySet<string> = new Set([
   'InvalidName',
   'NoMatchingLocation',
+  'NameTaken',
   'CellRefused',
 ]);
 
@@ -700,7 +711,7 @@ function cityRollup(
   applied: string,
   cells: ReadonlyMap<string, CellView>,
   deployment: (cell: string, name: string) => DeploymentObject | undefined,
-  refused?: string,
+  refused?: Refusal,
 ): CityRollup {
   const base: CityStatus = {
     city: t.city,
@@ -736,10 +747,15 @@ function cityRollup(
       'CellUnreachable',
       `cell ${cell.name} is unreachable since ${cell.unreachableSince ?? 'unknown'}; last known counts`,
     );
-  // The cell answered the write with a refusal (RBAC, an admission policy, a missing namespace):
-  // something to fix there, where a write not observed yet is only a wait.
+  // The cell answered the write with a refusal (RBAC, an admission policy, a missing namespace), or
+  // its name is another's there: something to fix, where a write not observed yet is only a wait.
   if ((!d || !fresh) && refused !== undefined)
-    return why('CellRefused', `cell ${cell.name} refused the WorkloadDeployment: ${refused}`);
+    return why(
+      refused.reason,
+      refused.reason === 'CellRefused'
+        ? `cell ${cell.name} refused the WorkloadDeployment: ${refused.message}`
+        : `cell ${cell.name}: ${refused.message}`,
+    );
   if (!d) return why('Provisioning', `not in cell ${cell.name} yet`);
   if (!fresh) return why('Provisioning', `cell ${cell.name} has not observed the applied spec yet`);
   const progressing = findCondition(d.status?.conditions, 'Progressing');
@@ -812,8 +828,8 @@ export function rollup(
     applied?: ReadonlyMap<string, Applied>;
     draining?: readonly Drain[];
     progressing?: Verdict;
-    /** What a cell answered each WorkloadDeployment it refused just now, by name. */
-    refused?: ReadonlyMap<string, string>;
+    /** Each WorkloadDeployment not written just now, by name, and why. */
+    refused?: ReadonlyMap<string, Refusal>;
   } = {},
 ): Rollup {
   const cities = targetsNow.map((t) => ({

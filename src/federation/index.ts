@@ -2,6 +2,7 @@ import { Option } from 'commander';
 import { atLeast, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { FederationController } from './controller.ts';
+import { explainWorkload } from './explain.ts';
 import { MirrorController } from './mirror.ts';
 import { Workload } from './types.ts';
 
@@ -47,4 +48,13 @@ export const federationCapability: Capability = {
     new MirrorController(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
     return {};
   },
+  explainKinds: [
+    {
+      name: 'workload',
+      aliases: ['wl'],
+      resource: Workload.ref,
+      description: 'Where each placement and city of a Workload runs, in which cell, and what it waits for',
+      lines: ({ client, object }) => explainWorkload(client, object),
+    },
+  ],
 };

@@ -6,7 +6,7 @@ import { nodeKey, type NodeKey } from '../policy/nodes/loopbreaker.ts';
 import { casPatch } from '../policy/nodes/cas.ts';
 import { taintId, type NodeTaint } from '../policy/nodes/plan.ts';
 import type { KeyClaim } from '../policy/nodes/ownership.ts';
-import { selectorMatches, selectorProblems, type LabelSelector } from '../policy/match/selector.ts';
+import { selectorMatches, selectorProblems, selectorText } from '../policy/match/selector.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { findCondition, hasCondition } from '../runtime/api/conditions.ts';
@@ -285,18 +285,9 @@ export function podDone(
 
 export const podReady = (p: SlimPod): boolean => hasCondition(p, 'Ready');
 
-function formatSelector(s: LabelSelector | undefined): string {
-  const parts = Object.entries(s?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
-  for (const e of s?.matchExpressions ?? []) {
-    const values = e.values?.length ? ` (${e.values.join(',')})` : '';
-    parts.push(`${e.key} ${e.operator}${values}`);
-  }
-  return parts.join(',') || 'everything';
-}
-
 export function describeRequirement(r: PodRequirement): string {
   if (r.daemonSet) return `pods of DaemonSet ${r.namespace}/${r.daemonSet}`;
-  return `pods ${formatSelector(r.selector)}${r.namespace ? ` in ${r.namespace}` : ''}`;
+  return `pods ${selectorText(r.selector)}${r.namespace ? ` in ${r.namespace}` : ''}`;
 }
 
 /** The node's pods a requirement waits for (pods being deleted do not count). */

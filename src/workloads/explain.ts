@@ -67,13 +67,13 @@ export function age(from: string | undefined, now: Date): string {
   return `${Math.floor(s / 86_400)}d`;
 }
 
-const since = (t: string | undefined, now: Date) =>
+export const since = (t: string | undefined, now: Date) =>
   t ? `since ${t} (${age(t, now)} ago)` : 'since (unknown)';
 
 const ordinalText = (n: number) =>
   `${n}${n % 100 >= 11 && n % 100 <= 13 ? 'th' : (['th', 'st', 'nd', 'rd'][n % 10] ?? 'th')}`;
 
-const conditionLine = (c: Condition, now: Date) =>
+export const conditionLine = (c: Condition, now: Date) =>
   `  ${c.type}: ${c.status} (${c.reason}) ${since(c.lastTransitionTime, now)}${c.message ? `: ${c.message}` : ''}`;
 
 /** The lines about one instance: its conditions, its quota, its Pod. */

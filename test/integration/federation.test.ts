@@ -44,7 +44,7 @@ import { templateHash } from '../../src/workloads/decide.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
 import type { DeploymentObject } from '../../src/federation/decide.ts';
-import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, createNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
 
@@ -214,6 +214,24 @@ test('a Workload placed in DFW and LHR: a WorkloadDeployment in exactly each cel
   assert.equal(cityStatus(w, 'us', 'DFW')?.cell, cellName.DFW);
   assert.equal(cityStatus(w, 'eu', 'LHR')?.cell, cellName.LHR);
   assert.equal(cityStatus(w, 'eu', 'LHR')?.readyReplicas, 2);
+  // Where it runs, as `berth explain workload` tells a user of the management plane.
+  const explained = runBerthCli([
+    'explain',
+    'workload',
+    `${ns}/${wl}`,
+    `--kubeconfig=${sandbox.kubeconfigPath}`,
+  ]);
+  assert.equal(explained.status, 0, explained.stderr);
+  for (const [city, placement] of [
+    ['DFW', 'us'],
+    ['LHR', 'eu'],
+  ] as const) {
+    assert.match(explained.stdout, new RegExp(`${city}: cell ${cellName[city]}, 2 of 2 Ready, 2 up to date`));
+    assert.match(
+      explained.stdout,
+      new RegExp(`berth explain wd ${ns}/${wl}-${placement}-${city.toLowerCase()} `),
+    );
+  }
   await waitFor(
     'Progressing RolledOut',
     async () => findCondition((await workload()).status?.conditions, 'Progressing')?.reason === 'RolledOut',
@@ -780,7 +798,7 @@ test('a copy of a Workload gone from the management plane is deleted where this 
   await cellClients.DFW.delete(WorkloadDeployment.ref, `${wl}-gone-theirs`, ns);
 });
 
-test("a name another plane's copy holds in a cell: CellRefused with a Warning, that copy left as it is, and written once it goes", async () => {
+test("a name another plane's copy holds in a cell: NameTaken with a Warning, that copy left as it is, and written once it goes", async () => {
   const name = `${wl}-taken`;
   const deployment = `${name}-us-dfw`;
   const theirs = copy(deployment, {
@@ -805,13 +823,13 @@ test("a name another plane's copy holds in a cell: CellRefused with a Warning, t
     { fieldManager: 'test', force: true },
   );
   try {
-    await waitFor('CellRefused upstream', async () => {
+    await waitFor('NameTaken upstream', async () => {
       const a = findCondition((await taken()).status?.conditions, 'Available');
-      return a?.reason === 'CellRefused' && a.message.includes("another management plane's") && a;
+      return a?.reason === 'NameTaken' && a.message.includes("another management plane's") && a;
     });
-    await waitFor('a CellRefused Warning on the Workload', async () =>
+    await waitFor('a NameTaken Warning on the Workload', async () =>
       (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-        (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === name,
+        (e) => e.type === 'Warning' && e.reason === 'NameTaken' && e.regarding?.name === name,
       ),
     );
     await holdsFor(

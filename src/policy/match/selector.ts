@@ -31,6 +31,16 @@ export const selectorRequirements = (selector: LabelSelector | undefined): Requi
   ...(selector?.matchExpressions ?? []),
 ];
 
+/** A selector as a person reads it: `app=web,tier In (a,b)`; an empty one selects everything. */
+export function selectorText(s: LabelSelector | undefined): string {
+  const parts = Object.entries(s?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
+  for (const e of s?.matchExpressions ?? []) {
+    const values = e.values?.length ? ` (${e.values.join(',')})` : '';
+    parts.push(`${e.key} ${e.operator}${values}`);
+  }
+  return parts.join(',') || 'everything';
+}
+
 export function selectorMatches(
   selector: LabelSelector | undefined,
   labels: Record<string, string> | undefined,

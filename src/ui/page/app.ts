@@ -236,7 +236,9 @@ async function loadWorkloads(): Promise<void> {
             el(
               'div',
               w.reason ? 'held' : 'note',
-              `Workload ${w.namespace}/${w.name} (${w.placement}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
+              'Workload ',
+              explainLink('workload', w.name, w.namespace),
+              ` (${w.placement}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
             ),
           ),
         ),

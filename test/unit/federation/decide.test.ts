@@ -453,7 +453,7 @@ describe('rollup', () => {
   });
 
   test('a cell that refused the write: CellRefused with what it answered, until it holds what was applied', () => {
-    const refusal = 'POST namespaces: 403 forbidden';
+    const refusal = { reason: 'CellRefused' as const, message: 'POST namespaces: 403 forbidden' };
     const views = new Map(cells.map((v) => [v.name, v]));
     const have = [placed('lhr', eu, serving(2))];
     const find = (c: string, n: string) =>
@@ -463,8 +463,20 @@ describe('rollup', () => {
     assert.deepEqual(r.available, {
       status: 'False',
       reason: 'CellRefused',
-      message: `DFW: cell dfw refused the WorkloadDeployment: ${refusal}`,
+      message: `DFW: cell dfw refused the WorkloadDeployment: ${refusal.message}`,
     });
+    const taken = {
+      reason: 'NameTaken' as const,
+      message: "the WorkloadDeployment shop/web-us-dfw there is Workload shop/web-us's",
+    };
+    assert.deepEqual(
+      rollup(w, ts, HASH, views, find, BLOCKING_REASONS, { refused: new Map([[us.name, taken]]) }).available,
+      {
+        status: 'False',
+        reason: 'NameTaken',
+        message: `DFW: cell dfw: ${taken.message}`,
+      },
+    );
     // Without a refusal, a WorkloadDeployment not there yet is a wait.
     assert.equal(rollup(w, ts, HASH, views, find, BLOCKING_REASONS).available.reason, 'Provisioning');
     // One the cell holds as applied counts, whatever an earlier write met.

@@ -5,7 +5,6 @@ import assert from 'node:assert/strict';
 import { EventEmitter, on } from 'node:events';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { CellObject } from '../../../src/cells/types.ts';
 import { FederationController } from '../../../src/federation/controller.ts';
 import { deletionHold, targets, type CellView } from '../../../src/federation/decide.ts';
 import {
@@ -23,7 +22,7 @@ import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 import { Cluster } from '../../../src/runtime/cluster/cluster.ts';
 import { Manager } from '../../../src/runtime/manager/manager.ts';
-import { ALL, cell, workload } from './fixtures.ts';
+import { ALL, cell, cellObject, reachable, workload } from './fixtures.ts';
 
 const CREATED = '2026-11-23T04:00:00Z';
 const BEFORE = '2026-11-23T03:00:00Z';
@@ -240,28 +239,6 @@ async function until(what: string, ok: () => boolean, ms = 3000): Promise<void> 
   for (const end = Date.now() + ms; !ok(); await sleep(10))
     if (Date.now() > end) assert.fail(`not within ${ms} ms: ${what}`);
 }
-
-const cellObject = (name: string, locations: string[], status: CellObject['status']): CellObject => ({
-  apiVersion: 'berth.dev/v1alpha1',
-  kind: 'Cell',
-  metadata: { name, uid: `uid-${name}`, resourceVersion: '1' },
-  spec: {
-    kubeconfigSecretRef: { namespace: 'berth', name: `cell-${name}-kubeconfig`, key: 'kubeconfig' },
-    locations,
-    unschedulable: false,
-  },
-  ...(status ? { status } : {}),
-});
-
-const reachable = (status: 'True' | 'False', reason: string, since: string): CellObject['status'] => ({
-  conditions: ['Reachable', 'Ready'].map((type) => ({
-    type,
-    status,
-    reason,
-    message: reason,
-    lastTransitionTime: since,
-  })),
-});
 
 /** The federation controller on a manager whose local apiserver is `local`, its workers running. */
 async function running(local: ReturnType<typeof apiserver>) {

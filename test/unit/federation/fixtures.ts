@@ -9,6 +9,7 @@ import {
   type WorkloadObject,
 } from '../../../src/federation/types.ts';
 import type { Condition } from '../../../src/runtime/api/conditions.ts';
+import type { CellObject } from '../../../src/cells/types.ts';
 
 export const HASH = 'abc123';
 
@@ -107,3 +108,27 @@ export const serving = (n: number, ready = n) => ({
 });
 
 export const ALL = new Set(['DFW', 'LHR', 'NRT', 'SIN']);
+
+/** A Cell as the management plane stores it, serving `locations`. */
+export const cellObject = (name: string, locations: string[], status: CellObject['status']): CellObject => ({
+  apiVersion: 'berth.dev/v1alpha1',
+  kind: 'Cell',
+  metadata: { name, uid: `uid-${name}`, resourceVersion: '1' },
+  spec: {
+    kubeconfigSecretRef: { namespace: 'berth', name: `cell-${name}-kubeconfig`, key: 'kubeconfig' },
+    locations,
+    unschedulable: false,
+  },
+  ...(status ? { status } : {}),
+});
+
+/** A Cell's status: Reachable and Ready both `status` for `reason`, since `since`. */
+export const reachable = (status: 'True' | 'False', reason: string, since: string): CellObject['status'] => ({
+  conditions: ['Reachable', 'Ready'].map((type) => ({
+    type,
+    status,
+    reason,
+    message: reason,
+    lastTransitionTime: since,
+  })),
+});
