@@ -124,15 +124,17 @@ function cityLines(
   const trouble = cell && cellTrouble(cell, now);
   if (trouble) out.push(`      ${trouble}`);
   if (!s?.cell) {
-    if (!located.has(city)) out.push(`      no Location has city code ${city}`);
+    // The status says it once it is written.
+    if (!s && !located.has(city)) out.push(`      no Location has city code ${city}`);
     out.push(
       serving.length
         ? `      cells serving ${city}: ${serving.map((c) => `${c.metadata.name} (${cellTrouble(c, now) ?? 'Reachable and Ready'})`).join('; ')}`
         : `      no Cell serves ${city}: berth cells join NAME --kubeconfig FILE --location ${city}`,
     );
   } else {
+    const secret = cell?.spec.kubeconfigSecretRef;
     out.push(
-      `      in the cell: berth explain wd ${ns}/${deploymentName(workload, placement, city)} --kubeconfig <cell ${s.cell}'s kubeconfig>`,
+      `      in the cell: berth explain wd ${ns}/${deploymentName(workload, placement, city)} --kubeconfig FILE${secret ? ` (FILE: key ${secret.key} of Secret ${secret.namespace}/${secret.name})` : ''}`,
     );
   }
   return out;

@@ -32,6 +32,7 @@ import {
 } from '../runtime/webhook/certificates.ts';
 import { ensureBinaries, ensureRegistry, type Binaries } from './build.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
+import { errorText } from '../runtime/observability/log.ts';
 import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
 import { sandboxDir, stateDir } from './paths.ts';
 import { stagesYaml } from './stages.ts';
@@ -221,6 +222,20 @@ export class Sandbox {
         await this.startRegistry(registry, log, deadline, signal);
       }
       if (opts.nodes?.length) await this.ensureNodes(opts.nodes, log, deadline, signal);
+      // The Berth this sandbox ran (a cell's) runs again, as it ran: `down` stopped it with the rest.
+      const berth = this.state?.berth;
+      if (berth && !this.status().find((p) => p.name === BERTH_PROCESS)?.running) {
+        const logFile = this.path('logs', 'berth.log');
+        this.startProcess(BERTH_PROCESS);
+        // The cluster is up whatever its Berth does: a Berth that does not start is said, not fatal.
+        await this.waitHealthy(BERTH_PROCESS, deadline, signal).then(
+          () => log(`berth is running again (${berth.args.join(' ')}), log ${logFile}`),
+          (e: unknown) => {
+            signal?.throwIfAborted();
+            log(`berth did not start again (${errorText(e)}): see ${logFile}`);
+          },
+        );
+      }
     } catch (e) {
       // A failed or interrupted start leaves nothing running; a sandbox that was already up stays up.
       if (started) {
@@ -250,7 +265,8 @@ export class Sandbox {
   ): Promise<void> {
     await this.stopRegistry();
     const st = this.requireState();
-    const [registry, token] = (await freePorts(2)) as [number, number];
+    const was = st.registry?.ports;
+    const [registry, token] = (await freePorts(2, was ? [was.registry, was.token] : [])) as [number, number];
     const ports = { registry, token };
     await writeRegistryFiles(this.path('registry'), this.path('pki'), () => this.ca(), ports, this.name);
     st.registry = { ports, binary, node: realpathSync(process.execPath) };
@@ -281,7 +297,11 @@ export class Sandbox {
       await this.stopProcess(BERTH_PROCESS);
       // A sandbox's Berth may run for weeks: its token must outlive a day.
       const kubeconfig = await this.mintServiceAccount(rbac, 90 * 24 * 3600);
-      const [metrics, health] = (await freePorts(2)) as [number, number];
+      const was = st.berth?.ports;
+      const [metrics, health] = (await freePorts(2, was ? [was.metrics, was.health] : [])) as [
+        number,
+        number,
+      ];
       st.berth = { node: realpathSync(process.execPath), kubeconfig, ports: { metrics, health }, args };
       this.saveState();
       this.startProcess(BERTH_PROCESS);
@@ -315,9 +335,17 @@ export class Sandbox {
   ): Promise<void> {
     mkdirSync(this.path('logs'), { recursive: true });
     const started = Date.now();
-    const [etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok] = await freePorts(6);
-    // A restarted management plane still knows its cells, so that `down` takes them along.
+    const was = this.state?.ports;
+    const [etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok] = await freePorts(
+      6,
+      was
+        ? [was.etcdClient, was.etcdPeer, was.apiserver, was.controllerManager, was.scheduler, was.kwok]
+        : [],
+    );
+    // A restarted management plane still knows its cells, so that `down` takes them along; a
+    // restarted cell, the Berth it ran (up starts it again).
     const cells = this.state?.cells;
+    const berth = this.state?.berth;
     this.state = {
       name: this.name,
       kubernetesVersion: binaries.kubernetesVersion,
@@ -327,6 +355,7 @@ export class Sandbox {
       startedAt: new Date().toISOString(),
       ...(audit ? { audit } : {}),
       ...(cells ? { cells } : {}),
+      ...(berth ? { berth } : {}),
     };
     await this.ensurePki();
     this.writeKubeconfigs();
@@ -1016,18 +1045,23 @@ function httpRequest(url: string, body?: unknown): Promise<string> {
   });
 }
 
-/** Asks the kernel for free loopback ports; all are held open together so none repeats. */
-export async function freePorts(n: number): Promise<number[]> {
+/**
+ * Free loopback ports, all held open together so none repeats: `prefer[i]` where it is free (a
+ * restarted sandbox keeps its addresses, so kubeconfigs held elsewhere stay good), else one the
+ * kernel picks.
+ */
+export async function freePorts(n: number, prefer: readonly number[] = []): Promise<number[]> {
+  const listen = (port: number) =>
+    new Promise<import('node:net').Server>((resolve, reject) => {
+      const s = createServer();
+      s.once('error', reject);
+      s.listen(port, '127.0.0.1', () => resolve(s));
+    });
   const servers = await Promise.all(
-    Array.from(
-      { length: n },
-      () =>
-        new Promise<import('node:net').Server>((resolve, reject) => {
-          const s = createServer();
-          s.once('error', reject);
-          s.listen(0, '127.0.0.1', () => resolve(s));
-        }),
-    ),
+    Array.from({ length: n }, async (_, i) => {
+      const p = prefer[i];
+      return p ? listen(p).catch(() => listen(0)) : listen(0);
+    }),
   );
   const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
   await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));

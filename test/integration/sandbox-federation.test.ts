@@ -1,7 +1,8 @@
 // `berth sandbox up --cells` as a user runs it: a management plane and a cell per city, each cell
 // with its nodes, Berth's CRDs and its own Berth (a process of the cell's sandbox), joined to the
 // management plane. Twice is the same federation (no second cell); once the management plane's
-// Berth runs, the cells are Ready upstream; `down --purge` leaves no process, port or file behind.
+// Berth runs, the cells are Ready upstream; a cell stopped and started on its own keeps its address
+// and its Berth; `down --purge` leaves no process, port or file behind.
 // The federation is private to this file (its management plane is not the run's sandbox).
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -84,7 +85,11 @@ test('sandbox up --cells starts a federation, twice is the same one, its cells a
     ]);
 
     // The management plane's Berth, as the command said to run it: both cells become Ready.
-    berth = await startBerth(mgmt, ['--controllers=cells,federation', '--cell-probe-period=1']);
+    berth = await startBerth(mgmt, [
+      '--controllers=cells,federation',
+      '--cell-probe-period=1',
+      '--cell-unreachable-after=3',
+    ]);
     await waitFor(
       'both cells Ready upstream',
       async () => {
@@ -94,6 +99,33 @@ test('sandbox up --cells starts a federation, twice is the same one, its cells a
           list.every((c) => findCondition(c.status?.conditions, 'Ready')?.status === 'True')
         );
       },
+      { timeoutMs: 60_000 },
+    );
+
+    // A cell stopped and started again on its own: its address stays (the kubeconfig its Cell
+    // holds stays good), its Berth runs again, and it is Ready upstream once more.
+    const dfw = cellSandboxes[0]!;
+    const address = new Sandbox(dfw).server;
+    const reachable = async () =>
+      findCondition((await cells()).find((x) => x.metadata.name === 'dfw')?.status?.conditions, 'Reachable')
+        ?.status;
+    const cli = (verb: string) => {
+      const r = runBerthCli(['sandbox', verb, '--name', dfw], {}, UP_TIMEOUT_MS);
+      assert.equal(r.status, 0, `sandbox ${verb} --name ${dfw}: ${r.stdout}${r.stderr}`);
+      return r.stderr;
+    };
+    cli('down');
+    await waitFor('dfw unreachable upstream', async () => (await reachable()) === 'False', {
+      timeoutMs: 30_000,
+    });
+    assert.match(cli('up'), /berth is running again \(--controllers=workloads\)/);
+    assert.equal(new Sandbox(dfw).server, address);
+    const restarted = status().cells!.find((c) => c.sandbox === dfw)!;
+    assert.equal(berthOf(restarted)?.running, true, `${dfw} runs its Berth again`);
+    assert.notEqual(berthOf(restarted)?.pid, berthOf(first.cells![0]!)?.pid);
+    await waitFor(
+      'dfw reachable upstream again, through the kubeconfig it had',
+      async () => (await reachable()) === 'True',
       { timeoutMs: 60_000 },
     );
   } finally {

@@ -89,7 +89,7 @@ test('each placement and city: its cell, counts and reason; the cell in trouble;
   assert.match(text, /placement us \(cities DFW\): 2 instance\(s\) in each of DFW; 2 of 2 Ready/);
   assert.match(
     text,
-    /DFW: cell dfw-1, 2 of 2 Ready, 2 up to date\n {6}in the cell: berth explain wd shop\/web-us-dfw/,
+    /DFW: cell dfw-1, 2 of 2 Ready, 2 up to date\n {6}in the cell: berth explain wd shop\/web-us-dfw --kubeconfig FILE \(FILE: key kubeconfig of Secret berth\/cell-dfw-1-kubeconfig\)/,
   );
   assert.match(text, /ORD \(no longer placed here: drained once the placement serves\): cell ord-1/);
   assert.match(text, /its Cell ord-1 is gone/);
@@ -100,7 +100,7 @@ test('each placement and city: its cell, counts and reason; the cell in trouble;
   );
   assert.match(text, /cell lhr-1: Reachable False \(Unreachable\) since 2026-11-26T09:59:00Z \(60s ago\)/);
   assert.match(text, /SIN: 0 of 1 Ready, 0 up to date; NoMatchingLocation/);
-  assert.match(text, /no Location has city code SIN/);
+  assert.doesNotMatch(text, / {6}no Location has city code SIN/, 'said by the status already');
   assert.match(text, /no Cell serves SIN: berth cells join NAME --kubeconfig FILE --location SIN/);
   assert.doesNotMatch(text, /not seen yet/);
 });
@@ -132,8 +132,8 @@ test('a spec Berth has not seen, a deletion held by the finalizer, a progressive
   assert.match(text, /soaking until 2026-11-26T10:00:20Z/);
 });
 
-test('a cordoned cell, a cell never probed, a city served but not placed yet', () => {
-  const w = workload([['us', ['DFW', 'ORD'], 1]]);
+test('a cordoned cell, a cell never probed, a city served but not placed yet, a city with no Location', () => {
+  const w = workload([['us', ['DFW', 'ORD', 'MEX'], 1]]);
   const cordoned = cellObject('dfw-1', ['DFW'], reachable('True', 'Reachable', '2026-11-26T09:00:00Z'));
   cordoned.spec.unschedulable = true;
   w.status = {
@@ -148,4 +148,5 @@ test('a cordoned cell, a cell never probed, a city served but not placed yet', (
     text,
     /ORD: not in the status yet\n {6}cells serving ORD: ord-1 \(cell ord-1 has not been probed yet/,
   );
+  assert.match(text, /MEX: not in the status yet\n {6}no Location has city code MEX\n {6}no Cell serves MEX/);
 });
