@@ -388,11 +388,22 @@ export class FederationController {
           try {
             await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
               fieldManager: FEDERATION_MANAGER,
-              force: true,
+              // Forced over its own copy only (an edit in the cell is taken back). Where its watch
+              // shows none, an object of that name made by hand (without the labels the watch
+              // selects) answers with a conflict instead of being written over.
+              force: have !== undefined,
             });
           } catch (e) {
             // The namespace went meanwhile: made again on the retry.
             if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
+            if (!have && isConflict(e)) {
+              refused.set(t.name, {
+                reason: 'NameTaken',
+                message: `the WorkloadDeployment ${w.metadata.namespace}/${t.name} there is not a Workload's copy (${errorText(e)}), and Berth leaves it alone: rename the Workload or its placement, or delete that object`,
+              });
+              held = true;
+              return;
+            }
             throw e;
           }
           this.log.info(

@@ -19,16 +19,22 @@ export async function explainWorkload(client: KubeClient, object: KubeObject): P
   return workloadLines(object as WorkloadObject, cells, locations, new Date());
 }
 
-/** What the cell serving a city says of itself, when it is not Reachable and Ready. */
+/** What the cell serving a city says of itself, when it is not Reachable and Ready: every trouble, not the first. */
 function cellTrouble(c: CellObject, now: Date): string | undefined {
-  if (c.spec.unschedulable) return `cell ${c.metadata.name} is cordoned (spec.unschedulable)`;
+  const name = c.metadata.name;
+  const troubles = c.spec.unschedulable ? [`cell ${name} is cordoned (spec.unschedulable)`] : [];
   for (const type of ['Reachable', 'Ready']) {
     const k = findCondition(c.status?.conditions, type);
-    if (!k) return `cell ${c.metadata.name} has not been probed yet (is the cells controller running?)`;
+    if (!k) {
+      troubles.push(`cell ${name} has not been probed yet (is the cells controller running?)`);
+      break;
+    }
     if (k.status !== 'True')
-      return `cell ${c.metadata.name}: ${type} ${k.status} (${k.reason}) ${since(k.lastTransitionTime, now)}${k.message ? `: ${k.message}` : ''}`;
+      troubles.push(
+        `cell ${name}: ${type} ${k.status} (${k.reason}) ${since(k.lastTransitionTime, now)}${k.message ? `: ${k.message}` : ''}`,
+      );
   }
-  return undefined;
+  return troubles.length ? troubles.join('; ') : undefined;
 }
 
 const counted = (s: { readyReplicas?: number; desiredReplicas?: number; updatedReplicas?: number }) =>
@@ -130,6 +136,11 @@ function cityLines(
       serving.length
         ? `      cells serving ${city}: ${serving.map((c) => `${c.metadata.name} (${cellTrouble(c, now) ?? 'Reachable and Ready'})`).join('; ')}`
         : `      no Cell serves ${city}: berth cells join NAME --kubeconfig FILE --location ${city}`,
+    );
+  } else if (s.reason === 'NameTaken') {
+    // The WorkloadDeployment of that name in the cell is another's: explaining it explains nothing of this one.
+    out.push(
+      `      nothing of this Workload to explain in cell ${s.cell}: the WorkloadDeployment ${deploymentName(workload, placement, city)} there is another's`,
     );
   } else {
     const secret = cell?.spec.kubeconfigSecretRef;

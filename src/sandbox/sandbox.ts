@@ -20,7 +20,7 @@ import https from 'node:https';
 import { http } from '../runtime/platform/http.ts';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { stringify as toYaml } from 'yaml';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { KubeClient, resourcePath, type ClientOptions } from '../runtime/client/client.ts';
 import { DNS1123_LABEL, Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { PolicyRule } from '../runtime/api/rbac.ts';
@@ -201,7 +201,11 @@ export class Sandbox {
     const { signal } = opts;
     if (opts.fresh) await this.destroy();
     const binaries = await (opts.build ?? ensureBinaries)(log, signal);
-    const registry = opts.registry ? await (opts.buildRegistry ?? ensureRegistry)(log, signal) : undefined;
+    // A registry this sandbox ran runs again after `down`, asked for or not, as its Berth does.
+    const registry =
+      opts.registry || this.state?.registry
+        ? await (opts.buildRegistry ?? ensureRegistry)(log, signal)
+        : undefined;
     signal?.throwIfAborted();
     // The start-up budget begins only now: a cold build, however long, never eats into it.
     const deadline = Date.now() + (opts.timeoutMs ?? 180_000);
@@ -224,18 +228,8 @@ export class Sandbox {
       if (opts.nodes?.length) await this.ensureNodes(opts.nodes, log, deadline, signal);
       // The Berth this sandbox ran (a cell's) runs again, as it ran: `down` stopped it with the rest.
       const berth = this.state?.berth;
-      if (berth && !this.status().find((p) => p.name === BERTH_PROCESS)?.running) {
-        const logFile = this.path('logs', 'berth.log');
-        this.startProcess(BERTH_PROCESS);
-        // The cluster is up whatever its Berth does: a Berth that does not start is said, not fatal.
-        await this.waitHealthy(BERTH_PROCESS, deadline, signal).then(
-          () => log(`berth is running again (${berth.args.join(' ')}), log ${logFile}`),
-          (e: unknown) => {
-            signal?.throwIfAborted();
-            log(`berth did not start again (${errorText(e)}): see ${logFile}`);
-          },
-        );
-      }
+      if (berth && !this.status().find((p) => p.name === BERTH_PROCESS)?.running)
+        await this.restartBerth(berth, log, deadline, signal);
     } catch (e) {
       // A failed or interrupted start leaves nothing running; a sandbox that was already up stays up.
       if (started) {
@@ -254,6 +248,40 @@ export class Sandbox {
   private async registryRunning(): Promise<boolean> {
     const procs = this.status().filter((p) => (REGISTRY_PROCESSES as readonly string[]).includes(p.name));
     return procs.length > 0 && procs.every((p) => p.running) && (await this.healthy('registry'));
+  }
+
+  /**
+   * Starts again the Berth this sandbox ran, with its flags: its kubeconfig names the apiserver's
+   * address now (it moves when its old port was taken), its ports are the ones it had where free.
+   * The cluster is up whatever its Berth does: one that does not start is said and stopped, not fatal.
+   */
+  private async restartBerth(
+    berth: NonNullable<State['berth']>,
+    log: (s: string) => void,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const logFile = this.path('logs', 'berth.log');
+    try {
+      const kubeconfig = parseYaml(readFileSync(berth.kubeconfig, 'utf8')) as {
+        clusters: { cluster: { server: string } }[];
+      };
+      for (const c of kubeconfig.clusters) c.cluster.server = this.server;
+      writeFileAtomic(berth.kubeconfig, toYaml(kubeconfig));
+      const [metrics, health] = (await freePorts(2, [berth.ports.metrics, berth.ports.health])) as [
+        number,
+        number,
+      ];
+      this.requireState().berth = { ...berth, ports: { metrics, health } };
+      this.saveState();
+      this.startProcess(BERTH_PROCESS);
+      await this.waitHealthy(BERTH_PROCESS, deadline, signal);
+      log(`berth is running again (${berth.args.join(' ')}), log ${logFile}`);
+    } catch (e) {
+      signal?.throwIfAborted();
+      await this.stopProcess(BERTH_PROCESS).catch(() => {});
+      log(`berth did not start again (${errorText(e)}): see ${logFile}`);
+    }
   }
 
   /** Starts the registry and its token service beside a running control plane (restarting a broken pair). */
@@ -343,9 +371,8 @@ export class Sandbox {
         : [],
     );
     // A restarted management plane still knows its cells, so that `down` takes them along; a
-    // restarted cell, the Berth it ran (up starts it again).
-    const cells = this.state?.cells;
-    const berth = this.state?.berth;
+    // restarted sandbox, the registry and the Berth it ran (up starts them again, on their ports).
+    const { cells, registry, berth } = this.state ?? {};
     this.state = {
       name: this.name,
       kubernetesVersion: binaries.kubernetesVersion,
@@ -355,6 +382,7 @@ export class Sandbox {
       startedAt: new Date().toISOString(),
       ...(audit ? { audit } : {}),
       ...(cells ? { cells } : {}),
+      ...(registry ? { registry } : {}),
       ...(berth ? { berth } : {}),
     };
     await this.ensurePki();
@@ -893,12 +921,7 @@ export class Sandbox {
       );
       mkdirSync(this.path('users'), { recursive: true });
       const file = this.path('users', `sa-${sa.namespace}-${sa.name}.kubeconfig`);
-      // Written aside and renamed: a process reading the file (another test) never sees half of it.
-      const tmp = `${file}.${process.pid}`;
-      writeFileSync(tmp, this.kubeconfig(`${sa.namespace}/${sa.name}`, { token: review.status.token }), {
-        mode: 0o600,
-      });
-      renameSync(tmp, file);
+      writeFileAtomic(file, this.kubeconfig(`${sa.namespace}/${sa.name}`, { token: review.status.token }));
       return file;
     } finally {
       client.close();
@@ -1048,7 +1071,7 @@ function httpRequest(url: string, body?: unknown): Promise<string> {
 /**
  * Free loopback ports, all held open together so none repeats: `prefer[i]` where it is free (a
  * restarted sandbox keeps its addresses, so kubeconfigs held elsewhere stay good), else one the
- * kernel picks.
+ * kernel picks, only once every preferred port is held (so no fallback takes another's old port).
  */
 export async function freePorts(n: number, prefer: readonly number[] = []): Promise<number[]> {
   const listen = (port: number) =>
@@ -1057,15 +1080,23 @@ export async function freePorts(n: number, prefer: readonly number[] = []): Prom
       s.once('error', reject);
       s.listen(port, '127.0.0.1', () => resolve(s));
     });
-  const servers = await Promise.all(
-    Array.from({ length: n }, async (_, i) => {
+  const preferred = await Promise.all(
+    Array.from({ length: n }, (_, i) => {
       const p = prefer[i];
-      return p ? listen(p).catch(() => listen(0)) : listen(0);
+      return p ? listen(p).catch(() => undefined) : undefined;
     }),
   );
+  const servers = await Promise.all(preferred.map((s) => s ?? listen(0)));
   const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
   await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
   return ports;
+}
+
+/** Writes a kubeconfig aside and renames it: a process reading the file (another test, a Berth) never sees half of it. */
+function writeFileAtomic(file: string, text: string): void {
+  const tmp = `${file}.${process.pid}`;
+  writeFileSync(tmp, text, { mode: 0o600 });
+  renameSync(tmp, file);
 }
 
 export function isListening(port: number): Promise<boolean> {

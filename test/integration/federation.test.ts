@@ -870,3 +870,66 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
     { timeoutMs: 30_000 },
   );
 });
+
+test('a WorkloadDeployment made by hand in a cell at the name a Workload targets: NameTaken, left as it is, written once it goes', async () => {
+  const name = `${wl}-hand`;
+  const deployment = `${name}-us-dfw`;
+  // Without federation's labels: a part-1 user's own, which the management Berth's watch does not select.
+  const mine = copy(deployment, { workload: name, uid: '', cellUid: '', plane: '' });
+  mine.metadata.labels = { team: 'cell-local' };
+  mine.spec.replicas = 2;
+  await cellClients.DFW.apply(WorkloadDeployment.ref, mine, { fieldManager: 'someone', force: true });
+  const taken = () => client.get<WorkloadObject>(Workload.ref, name, ns);
+  await client.apply(
+    Workload.ref,
+    {
+      apiVersion: Workload.apiVersion,
+      kind: Workload.kind,
+      metadata: { name, namespace: ns },
+      spec: { template, placements: [{ name: 'us', cityCodes: ['DFW'], scaleSettings: { minReplicas: 1 } }] },
+    },
+    { fieldManager: 'test', force: true },
+  );
+  try {
+    await waitFor('NameTaken upstream', async () => {
+      const a = findCondition((await taken()).status?.conditions, 'Available');
+      return a?.reason === 'NameTaken' && a.message.includes("not a Workload's copy") && a;
+    });
+    await holdsFor(
+      'the hand-made object, not written over',
+      async () => {
+        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns);
+        return (
+          d.metadata.labels?.['team'] === 'cell-local' &&
+          !d.metadata.labels[PLANE_LABEL] &&
+          d.spec.replicas === 2
+        );
+      },
+      2000,
+    );
+    await cellClients.DFW.delete(WorkloadDeployment.ref, deployment, ns);
+    const plane = await thisPlane();
+    // Its deletion is not in the watch (no labels it selects): the 30 s look again finds the name free.
+    await waitFor(
+      "this plane's copy written in its place",
+      async () => {
+        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns).catch(
+          () => undefined,
+        );
+        return d?.metadata.labels?.[PLANE_LABEL] === plane && d.spec.replicas === 1;
+      },
+      { timeoutMs: 45_000 },
+    );
+  } finally {
+    await client.delete(Workload.ref, name, ns).catch(() => {});
+  }
+  await waitFor(
+    'the Workload gone',
+    () =>
+      taken().then(
+        () => false,
+        () => true,
+      ),
+    { timeoutMs: 30_000 },
+  );
+});

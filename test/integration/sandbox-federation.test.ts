@@ -6,6 +6,7 @@
 // The federation is private to this file (its management plane is not the run's sandbox).
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { after, test } from 'node:test';
 import { Cell, Location, type CellObject } from '../../src/cells/types.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
@@ -128,6 +129,24 @@ test('sandbox up --cells starts a federation, twice is the same one, its cells a
       async () => (await reachable()) === 'True',
       { timeoutMs: 60_000 },
     );
+
+    // Started again where its old address is taken: the apiserver moves, and the cell's Berth,
+    // told the new address, runs again (it would not, looking for its apiserver at the old one).
+    const lhr = cellSandboxes[1]!;
+    const lhrCli = (verb: string) => runBerthCli(['sandbox', verb, '--name', lhr], {}, UP_TIMEOUT_MS);
+    const old = new Sandbox(lhr).server;
+    assert.equal(lhrCli('down').status, 0);
+    const holder = createServer();
+    await new Promise<void>((r) => holder.listen(Number(new URL(old).port), '127.0.0.1', r));
+    try {
+      const up = lhrCli('up');
+      assert.equal(up.status, 0, up.stderr);
+      assert.match(up.stderr, /berth is running again/);
+      assert.notEqual(new Sandbox(lhr).server, old);
+      assert.equal(berthOf(status().cells!.find((c) => c.sandbox === lhr)!)?.running, true);
+    } finally {
+      await new Promise((r) => holder.close(r));
+    }
   } finally {
     client.close();
   }

@@ -150,3 +150,36 @@ test('a cordoned cell, a cell never probed, a city served but not placed yet, a 
   );
   assert.match(text, /MEX: not in the status yet\n {6}no Location has city code MEX\n {6}no Cell serves MEX/);
 });
+
+test('a cordoned cell that is unreachable too says both; a name another holds points nowhere in the cell', () => {
+  const w = workload([['us', ['DFW'], 1]]);
+  const dfw = cellObject('dfw-1', ['DFW'], reachable('False', 'Unreachable', '2026-11-26T09:59:00Z'));
+  dfw.spec.unschedulable = true;
+  w.status = {
+    observedGeneration: 3,
+    placements: [
+      {
+        name: 'us',
+        cities: [
+          {
+            city: 'DFW',
+            cell: 'dfw-1',
+            desiredReplicas: 1,
+            reason: 'NameTaken',
+            message: "the WorkloadDeployment there is another management plane's",
+          },
+        ],
+      },
+    ],
+  };
+  const text = workloadLines(w, [dfw], locations, NOW).join('\n');
+  assert.match(
+    text,
+    /cell dfw-1 is cordoned \(spec.unschedulable\); cell dfw-1: Reachable False \(Unreachable\)/,
+  );
+  assert.match(
+    text,
+    /nothing of this Workload to explain in cell dfw-1: the WorkloadDeployment \S+-us-dfw there is another's/,
+  );
+  assert.doesNotMatch(text, /berth explain wd/);
+});
