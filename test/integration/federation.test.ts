@@ -798,16 +798,25 @@ test('a copy of a Workload gone from the management plane is deleted where this 
   await cellClients.DFW.delete(WorkloadDeployment.ref, `${wl}-gone-theirs`, ns);
 });
 
-test("a name another plane's copy holds in a cell: NameTaken with a Warning, that copy left as it is, and written once it goes", async () => {
-  const name = `${wl}-taken`;
-  const deployment = `${name}-us-dfw`;
-  const theirs = copy(deployment, {
-    workload: name,
-    uid: 'their-workload-uid',
-    cellUid: 'their-cell-uid',
-    plane: 'another-plane',
+/**
+ * A Workload targeting a name `holder` already holds in DFW: NameTaken upstream (its message
+ * naming whose: `whose`) with a Warning, the holder left as it is (`unchanged`), and this plane's
+ * copy written there once the holder is deleted (within `freedWithinMs`).
+ */
+async function nameTaken(o: {
+  name: string;
+  holder: DeploymentObject;
+  fieldManager: string;
+  whose: string;
+  unchanged: (d: DeploymentObject) => boolean;
+  freedWithinMs: number;
+}): Promise<void> {
+  const { name } = o;
+  const deployment = o.holder.metadata.name!;
+  await cellClients.DFW.apply(WorkloadDeployment.ref, o.holder, {
+    fieldManager: o.fieldManager,
+    force: true,
   });
-  await cellClients.DFW.apply(WorkloadDeployment.ref, theirs, { fieldManager: 'berth-federation' });
   // Seen by the management Berth's watch of the cell before the Workload exists: a copy made in the
   // same instant as its first apply is not known to be there (decision 0018).
   await sleep(1000);
@@ -825,7 +834,7 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
   try {
     await waitFor('NameTaken upstream', async () => {
       const a = findCondition((await taken()).status?.conditions, 'Available');
-      return a?.reason === 'NameTaken' && a.message.includes("another management plane's") && a;
+      return a?.reason === 'NameTaken' && a.message.includes(o.whose) && a;
     });
     await waitFor('a NameTaken Warning on the Workload', async () =>
       (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
@@ -833,15 +842,9 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
       ),
     );
     await holdsFor(
-      "the other plane's copy, not written over",
-      async () => {
-        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns);
-        return (
-          d.metadata.labels?.[PLANE_LABEL] === 'another-plane' &&
-          d.metadata.labels[WORKLOAD_UID_LABEL] === 'their-workload-uid' &&
-          d.spec.replicas === 0
-        );
-      },
+      'the holder, not written over',
+      async () =>
+        o.unchanged(await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns)),
       2000,
     );
     await cellClients.DFW.delete(WorkloadDeployment.ref, deployment, ns);
@@ -854,7 +857,7 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
         );
         return d?.metadata.labels?.[PLANE_LABEL] === plane && d.spec.replicas === 1;
       },
-      { timeoutMs: 30_000 },
+      { timeoutMs: o.freedWithinMs },
     );
   } finally {
     await client.delete(Workload.ref, name, ns).catch(() => {});
@@ -869,67 +872,45 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
       )),
     { timeoutMs: 30_000 },
   );
+}
+
+test("a name another plane's copy holds in a cell: NameTaken with a Warning, that copy left as it is, and written once it goes", async () => {
+  const name = `${wl}-taken`;
+  await nameTaken({
+    name,
+    holder: copy(`${name}-us-dfw`, {
+      workload: name,
+      uid: 'their-workload-uid',
+      cellUid: 'their-cell-uid',
+      plane: 'another-plane',
+    }),
+    fieldManager: 'berth-federation',
+    whose: "another management plane's",
+    unchanged: (d) =>
+      d.metadata.labels?.[PLANE_LABEL] === 'another-plane' &&
+      d.metadata.labels[WORKLOAD_UID_LABEL] === 'their-workload-uid' &&
+      d.spec.replicas === 0,
+    // Its deletion brings back the Workload its labels name.
+    freedWithinMs: 30_000,
+  });
 });
 
 test('a WorkloadDeployment made by hand in a cell at the name a Workload targets: NameTaken, left as it is, written once it goes', async () => {
   const name = `${wl}-hand`;
-  const deployment = `${name}-us-dfw`;
   // Without federation's labels: a part-1 user's own, which the management Berth's watch does not select.
-  const mine = copy(deployment, { workload: name, uid: '', cellUid: '', plane: '' });
+  const mine = copy(`${name}-us-dfw`, { workload: name, uid: '', cellUid: '', plane: '' });
   mine.metadata.labels = { team: 'cell-local' };
   mine.spec.replicas = 2;
-  await cellClients.DFW.apply(WorkloadDeployment.ref, mine, { fieldManager: 'someone', force: true });
-  const taken = () => client.get<WorkloadObject>(Workload.ref, name, ns);
-  await client.apply(
-    Workload.ref,
-    {
-      apiVersion: Workload.apiVersion,
-      kind: Workload.kind,
-      metadata: { name, namespace: ns },
-      spec: { template, placements: [{ name: 'us', cityCodes: ['DFW'], scaleSettings: { minReplicas: 1 } }] },
-    },
-    { fieldManager: 'test', force: true },
-  );
-  try {
-    await waitFor('NameTaken upstream', async () => {
-      const a = findCondition((await taken()).status?.conditions, 'Available');
-      return a?.reason === 'NameTaken' && a.message.includes("not a Workload's copy") && a;
-    });
-    await holdsFor(
-      'the hand-made object, not written over',
-      async () => {
-        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns);
-        return (
-          d.metadata.labels?.['team'] === 'cell-local' &&
-          !d.metadata.labels[PLANE_LABEL] &&
-          d.spec.replicas === 2
-        );
-      },
-      2000,
-    );
-    await cellClients.DFW.delete(WorkloadDeployment.ref, deployment, ns);
-    const plane = await thisPlane();
+  await nameTaken({
+    name,
+    holder: mine,
+    fieldManager: 'someone',
+    whose: "not a Workload's copy",
+    unchanged: (d) =>
+      d.metadata.labels?.['team'] === 'cell-local' &&
+      !d.metadata.labels[PLANE_LABEL] &&
+      d.spec.replicas === 2,
     // Its deletion is not in the watch (no labels it selects): the 30 s look again finds the name free.
-    await waitFor(
-      "this plane's copy written in its place",
-      async () => {
-        const d = await cellClients.DFW.get<DeploymentObject>(WorkloadDeployment.ref, deployment, ns).catch(
-          () => undefined,
-        );
-        return d?.metadata.labels?.[PLANE_LABEL] === plane && d.spec.replicas === 1;
-      },
-      { timeoutMs: 45_000 },
-    );
-  } finally {
-    await client.delete(Workload.ref, name, ns).catch(() => {});
-  }
-  await waitFor(
-    'the Workload gone',
-    () =>
-      taken().then(
-        () => false,
-        () => true,
-      ),
-    { timeoutMs: 30_000 },
-  );
+    freedWithinMs: 45_000,
+  });
 });
