@@ -374,6 +374,8 @@ try {
   const burstStaleness: Churn = { latencies: [], stalls: 0, changedNodes: firsts.size };
   const claimed: Promise<void>[] = [];
   const burstWritesBefore = await nodeWrites();
+  const burstWorkBefore = await controllerWork(berth, 'agents-node');
+  const burstCpuBefore = cpuSeconds(berth.pid);
   t0 = performance.now();
   await forEachLimit(burst, 64, async (p) => {
     await createPod(client, p);
@@ -397,6 +399,16 @@ try {
     `burst: ${podCount} pods on ${nodeCount} nodes created in ${createdSeconds.toFixed(2)} s, claims right in ${convergeSeconds.toFixed(2)} s, ${(await nodeWrites()) - burstWritesBefore} node patches by Berth`,
   );
   logChurn(`burst staleness (${firsts.size} new claims)`, burstStaleness);
+  // As for the churn: whether the staleness was Berth's queue, its writes' answers, or neither (the
+  // pods' events reaching it late on a loaded apiserver).
+  const burstCpuShare = round(
+    (cpuSeconds(berth.pid) - burstCpuBefore) / ((performance.now() - t0) / 1000),
+    2,
+  );
+  const burstWork = controllerMeans(await controllerWork(berth, 'agents-node'), burstWorkBefore);
+  console.log(
+    `  ${describeControllerMeans('agents-node in the burst', burstWork)}; Berth busy ${burstCpuShare} of a core`,
+  );
 
   // Phase 2: the same churn, with Berth.
   await sleep(2000);
@@ -431,6 +443,10 @@ try {
     ratio: round(convergeSeconds / floorSeconds, 2),
     ...churnFigures('burst', burstStaleness),
     burstStalled: burstStaleness.stalls,
+    burstQueueWaitMs: burstWork.queuedMs,
+    burstReconcileMs: burstWork.reconcileMs,
+    burstPatchMs: burstWork.patchMs,
+    burstCpuShare,
     // With a stall the p99 and maximum are not figures: the stalled operations are counted instead.
     ...churnFigures('churn', churned),
     churnStalled: churned.stalls,
