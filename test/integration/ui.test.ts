@@ -176,7 +176,9 @@ test('a value with markup renders as text, and nothing of it runs', async () => 
 });
 
 test('selecting a node shows what `berth explain node` prints', async () => {
-  await page.click(`${rowOf(nodes[0]!)} a.object`);
+  // Clicked in the page, in one step: a live update may re-render the row between a query and a
+  // click from outside (puppeteer's page.click), and the link it found would be detached.
+  await page.$eval(`${rowOf(nodes[0]!)} a.object`, (a) => (a as unknown as { click(): void }).click());
   await waitForText('#explain-text', `Node ${nodes[0]}`);
   const shown = await page.$eval('#explain-text', (e) => e.textContent ?? '');
   const { stdout } = await promisify(execFile)(process.execPath, [
