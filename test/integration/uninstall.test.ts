@@ -479,9 +479,16 @@ describe('the documented uninstall', () => {
     // The arch records came off in step 3: Berth leaves them when it releases a pod.
     assert.match(uninstalled.stdout, new RegExp(`pod ${ns.arch}/stalled: removed ${STATE_LABEL}`));
     assert.deepEqual(await webhooks(), []);
-    for (const c of capabilities)
-      for (const r of c.crds)
-        assert.equal(await exists(Resources.crds, r.crd.metadata!.name!), false, r.crd.metadata!.name!);
+    // A deleted CRD goes once the apiserver has finalized it (customresourcecleanup), a moment later.
+    await waitFor(
+      "Berth's CRDs gone",
+      async () => {
+        for (const c of capabilities)
+          for (const r of c.crds) if (await exists(Resources.crds, r.crd.metadata!.name!)) return false;
+        return true;
+      },
+      { timeoutMs: 30_000 },
+    );
     assert.equal(await exists(Resources.secrets, WEBHOOK_CERT_SECRET, ns.berth), false, 'the Secret');
     assert.equal(await exists(Resources.leases, LEADER_ELECTION_ID, ns.berth), false, 'the Lease');
   });
