@@ -358,8 +358,16 @@ export class FederationController {
     const failures: string[] = [];
     /** Each WorkloadDeployment not written, by name, and why. */
     const refused = new Map<string, Refusal>();
-    /** A name another's copy holds in a cell (heldBy). */
+    /** A name another's copy holds in a cell (heldBy), or an object made there by hand. */
     let held = false;
+    /** Not written over; looked at again later too (HELD_RETRY_MS). */
+    const nameTaken = (name: string, whose: string) => {
+      refused.set(name, {
+        reason: 'NameTaken',
+        message: `the WorkloadDeployment ${w.metadata.namespace}/${name} there is ${whose}, which Berth leaves alone: rename the Workload or its placement, or delete it`,
+      });
+      held = true;
+    };
     // Each cell's WorkloadDeployment is written at once, not one cell after the other.
     await Promise.all(
       wanted.map(async (t) => {
@@ -369,16 +377,8 @@ export class FederationController {
         const writer = this.writer(plane, t.cell);
         const taken = named(t.cell, t.name);
         const holder = taken && heldBy(taken, w, writer);
-        if (holder) {
-          // Not written over. Looked at again later too: the copy's deletion brings back the
-          // Workload its labels name, which may be another.
-          refused.set(t.name, {
-            reason: 'NameTaken',
-            message: `the WorkloadDeployment ${w.metadata.namespace}/${t.name} there is ${holder}, which Berth leaves alone: rename the Workload or its placement, or delete that copy`,
-          });
-          held = true;
-          return;
-        }
+        // The copy's deletion also brings back the Workload its labels name, which may be another.
+        if (holder) return nameTaken(t.name, holder);
         const manifest = deploymentManifest(w, t, applied, writer);
         const have = find(t.cell, t.name);
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
@@ -396,14 +396,7 @@ export class FederationController {
           } catch (e) {
             // The namespace went meanwhile: made again on the retry.
             if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
-            if (!have && isConflict(e)) {
-              refused.set(t.name, {
-                reason: 'NameTaken',
-                message: `the WorkloadDeployment ${w.metadata.namespace}/${t.name} there is not a Workload's copy (${errorText(e)}), and Berth leaves it alone: rename the Workload or its placement, or delete that object`,
-              });
-              held = true;
-              return;
-            }
+            if (!have && isConflict(e)) return nameTaken(t.name, `not a Workload's copy (${errorText(e)})`);
             throw e;
           }
           this.log.info(
