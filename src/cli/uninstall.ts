@@ -4,8 +4,10 @@
 // what each capability still has on nodes and pods, the webhook configurations it registered, the
 // Secret of its webhook certificate and its leader-election Lease; then the CRDs.
 import { Command } from 'commander';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
+import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
 import { exists, isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { webhookConfigLabels } from '../runtime/webhook/registration.ts';
@@ -16,6 +18,8 @@ export interface UninstallOptions {
   webhookCertSecret: string;
   leaderElectionId: string;
   dryRun: boolean;
+  /** How long to wait for the deleted CRDs to be gone (the apiserver first deletes their objects); 0: not at all. */
+  timeoutMs: number;
   say: (line: string) => void;
 }
 
@@ -62,10 +66,49 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
     [Resources.leases, o.leaderElectionId],
   ] as const)
     if (await exists(client, ref, name, o.namespace)) await remove(ref, name, o.namespace);
+  const crds: string[] = [];
   for (const c of capabilities)
     for (const r of c.crds)
-      if (await exists(client, Resources.crds, r.crd.metadata!.name!))
+      if (await exists(client, Resources.crds, r.crd.metadata!.name!)) {
         await remove(Resources.crds, r.crd.metadata!.name!);
+        crds.push(r.crd.metadata!.name!);
+      }
+  if (!o.dryRun && o.timeoutMs > 0) await crdsGone(client, crds, o);
+}
+
+/**
+ * Waits, as `kubectl delete` does, until the apiserver has finalized every deleted CRD (it deletes
+ * the CRD's objects first): a CRD held longer, by an object's finalizer or a failed deletion, is
+ * named with the apiserver's own reason rather than left for the user to find half-removed.
+ */
+export async function crdsGone(
+  client: KubeClient,
+  names: string[],
+  o: Pick<UninstallOptions, 'timeoutMs'>,
+): Promise<void> {
+  const deadline = Date.now() + o.timeoutMs;
+  let left = names;
+  for (;;) {
+    const still: string[] = [];
+    for (const name of left) if (await exists(client, Resources.crds, name)) still.push(name);
+    left = still;
+    if (!left.length) return;
+    if (Date.now() >= deadline) break;
+    await sleep(250);
+  }
+  const why = await Promise.all(
+    left.map(async (name) => {
+      const crd = await client.get(Resources.crds, name).catch(() => undefined);
+      const terminating = (crd?.status as { conditions?: Condition[] } | undefined)?.conditions?.find(
+        (c) => c.type === 'Terminating',
+      );
+      return `${name}${terminating?.message ? ` (${terminating.message})` : ''}`;
+    }),
+  );
+  throw new Error(
+    `deleted CRDs still present after ${o.timeoutMs / 1000} s: ${why.join('; ')}. ` +
+      'The apiserver removes a CRD once its objects are gone; an object held by a finalizer keeps it',
+  );
 }
 
 export function uninstallCommand(): Command {
@@ -79,7 +122,14 @@ export function uninstallCommand(): Command {
     .option('--webhook-cert-secret <name>', 'the Secret of the webhook certificate', WEBHOOK_CERT_SECRET)
     .option('--leader-election-id <name>', 'the leader-election Lease', LEADER_ELECTION_ID)
     .option('--dry-run', 'say what would change, change nothing', false)
+    .option(
+      '--timeout <seconds>',
+      'how long to wait for the deleted CRDs to be gone (0: do not wait)',
+      Number,
+      60,
+    )
     .action(async (o) => {
+      if (!(o.timeout >= 0)) throw new Error(`--timeout ${o.timeout}: give seconds, 0 or more`);
       const client = KubeClient.fromFile(o.kubeconfig);
       try {
         await uninstall(client, {
@@ -87,6 +137,7 @@ export function uninstallCommand(): Command {
           webhookCertSecret: o.webhookCertSecret,
           leaderElectionId: o.leaderElectionId,
           dryRun: o.dryRun,
+          timeoutMs: o.timeout * 1000,
           say: (s) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`),
         });
       } finally {

@@ -22,6 +22,7 @@ import { AgentPlacement, FIELD_MANAGER as AGENTS, FINALIZER_FIELD_MANAGER } from
 import { ArchPlacement, FIELD_MANAGER as ARCH, SCHEDULING_GATE, STATE_LABEL } from '../../src/arch/types.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { installCrds } from '../../src/cli/install.ts';
+import { crdsGone } from '../../src/cli/uninstall.ts';
 import { FIELD_MANAGER as GATES, gateAnnotations, NodeStartupGate } from '../../src/gates/types.ts';
 import { FIELD_MANAGER as LABELS, NodeLabelRule } from '../../src/labels/types.ts';
 import { POLICY_GROUP } from '../../src/policy/crd.ts';
@@ -479,17 +480,61 @@ describe('the documented uninstall', () => {
     // The arch records came off in step 3: Berth leaves them when it releases a pod.
     assert.match(uninstalled.stdout, new RegExp(`pod ${ns.arch}/stalled: removed ${STATE_LABEL}`));
     assert.deepEqual(await webhooks(), []);
-    // A deleted CRD goes once the apiserver has finalized it (customresourcecleanup), a moment later.
-    await waitFor(
-      "Berth's CRDs gone",
-      async () => {
-        for (const c of capabilities)
-          for (const r of c.crds) if (await exists(Resources.crds, r.crd.metadata!.name!)) return false;
-        return true;
-      },
-      { timeoutMs: 30_000 },
-    );
+    // berth uninstall returns once the apiserver has finalized the CRDs it deleted (a CI run found
+    // one still there a moment after a berth uninstall that did not wait).
+    for (const c of capabilities)
+      for (const r of c.crds)
+        assert.equal(await exists(Resources.crds, r.crd.metadata!.name!), false, r.crd.metadata!.name);
     assert.equal(await exists(Resources.secrets, WEBHOOK_CERT_SECRET, ns.berth), false, 'the Secret');
     assert.equal(await exists(Resources.leases, LEADER_ELECTION_ID, ns.berth), false, 'the Lease');
+  });
+
+  test("waits for a deleted CRD while an object holds it, and names the apiserver's reason", async () => {
+    const group = `${id}.example`;
+    const name = `holds.${group}`;
+    await client.create(Resources.crds, {
+      apiVersion: 'apiextensions.k8s.io/v1',
+      kind: 'CustomResourceDefinition',
+      metadata: { name },
+      spec: {
+        group,
+        scope: 'Cluster',
+        names: { plural: 'holds', singular: 'hold', kind: 'Hold', listKind: 'HoldList' },
+        versions: [
+          {
+            name: 'v1',
+            served: true,
+            storage: true,
+            schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+          },
+        ],
+      },
+    });
+    const holds: ResourceRef = { group, version: 'v1', resource: 'holds', kind: 'Hold', namespaced: false };
+    const finalizer = `${group}/hold`;
+    await waitFor('the Hold kind served', () =>
+      client
+        .create(holds, {
+          apiVersion: `${group}/v1`,
+          kind: 'Hold',
+          metadata: { name: 'one', finalizers: [finalizer] },
+        })
+        .then(
+          () => true,
+          () => false,
+        ),
+    );
+    await client.delete(Resources.crds, name);
+    await assert.rejects(crdsGone(client, [name], { timeoutMs: 2000 }), (err: Error) => {
+      assert.match(
+        err.message,
+        new RegExp(`deleted CRDs still present after 2 s: ${name.replaceAll('.', '\\.')} \\(.+\\)`),
+      );
+      return true;
+    });
+    // Released, the object goes, and with it the CRD: the wait returns.
+    await client.patch(holds, 'one', { metadata: { finalizers: null } });
+    await crdsGone(client, [name], { timeoutMs: 30_000 });
+    assert.equal(await exists(Resources.crds, name), false);
   });
 });
