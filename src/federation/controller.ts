@@ -384,6 +384,20 @@ export class FederationController {
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
         const name = cluster.get(t.cell)!;
         const failed = await inCell(failures, t.cell, async () => {
+          if (!taken) {
+            // The watch shows nothing here, but it may lag behind another plane's first write (under
+            // the same field manager, so an apply would take it over without a conflict), and it never
+            // shows an object made by hand, whose fields may all equal this apply's: look.
+            const there = await this.manager
+              .client(name)
+              .get<DeploymentObject>(WorkloadDeployment.ref, t.name, w.metadata.namespace)
+              .catch((e: unknown) => {
+                if (isNotFound(e)) return undefined;
+                throw e;
+              });
+            const whose = there && heldBy(there, w, writer);
+            if (whose) return nameTaken(t.name, whose);
+          }
           await this.ensureNamespace(name, w.metadata.namespace!);
           try {
             await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {

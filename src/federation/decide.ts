@@ -296,8 +296,8 @@ export const ownCopy = (d: DeploymentObject, w: WorkloadObject, writer: Writer):
 
 /**
  * Whose the copy at a name `w` would write is, when it is not `w`'s to write over: another
- * plane's, or another Workload's whose names make the same one (`web-us` placed `east` and `web`
- * placed `us-east`). A plane that cannot read its own identity takes a copy with a plane label
+ * plane's, another Workload's whose names make the same one (`web-us` placed `east` and `web`
+ * placed `us-east`), or no Workload's. A plane that cannot read its own identity takes a copy with a plane label
  * for another plane's unless it is of this very Workload.
  */
 export function heldBy(d: DeploymentObject, w: WorkloadObject, writer: Writer): string | undefined {
@@ -308,7 +308,9 @@ export function heldBy(d: DeploymentObject, w: WorkloadObject, writer: Writer): 
       return `perhaps another management plane's (${PLANE_LABEL}=${plane}; this plane cannot read its own identity)`;
   }
   const key = workloadKeyOf(d);
-  if (key !== `${w.metadata.namespace}/${w.metadata.name}`) return `Workload ${key ?? 'unknown'}'s`;
+  // Made in the cell by hand: the watch, which selects federation's labels, never shows one; a GET does.
+  if (key === undefined) return "not a Workload's copy (it has none of federation's labels)";
+  if (key !== `${w.metadata.namespace}/${w.metadata.name}`) return `Workload ${key}'s`;
   return undefined;
 }
 

@@ -895,21 +895,24 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
   });
 });
 
-test('a WorkloadDeployment made by hand in a cell at the name a Workload targets: NameTaken, left as it is, written once it goes', async () => {
+test('a WorkloadDeployment made by hand in a cell at the name a Workload targets, with the very fields Berth would apply: NameTaken, left as it is, written once it goes', async () => {
   const name = `${wl}-hand`;
-  // Without federation's labels: a part-1 user's own, which the management Berth's watch does not select.
+  // Without federation's labels: a part-1 user's own, which the management Berth's watch does not
+  // select. Its fields equal what Berth applies (no workloadRef, which needs the Workload's uid), so
+  // an apply would raise no conflict and take it over.
   const mine = copy(`${name}-us-dfw`, { workload: name, uid: '', cellUid: '', plane: '' });
   mine.metadata.labels = { team: 'cell-local' };
-  mine.spec.replicas = 2;
+  mine.spec.replicas = 1;
   await nameTaken({
     name,
     holder: mine,
     fieldManager: 'someone',
-    whose: "not a Workload's copy",
+    whose: "not a Workload's copy (it has none of federation's labels)",
     unchanged: (d) =>
       d.metadata.labels?.['team'] === 'cell-local' &&
       !d.metadata.labels[PLANE_LABEL] &&
-      d.spec.replicas === 2,
+      d.spec.workloadRef === undefined &&
+      !d.metadata.managedFields?.some((f) => (f as { manager?: string }).manager === 'berth-federation'),
     // Its deletion is not in the watch (no labels it selects): the 30 s look again finds the name free.
     freedWithinMs: 45_000,
   });

@@ -328,6 +328,10 @@ test("ownCopy and heldBy: a live Workload's copies are its uid's or this plane's
     'unlabelled: adopted',
   );
   assert.equal(heldBy(anotherWorkloads, w, me), `Workload shop/web-us's`);
+  // Made by hand in the cell with the very spec Berth applies, but none of federation's labels.
+  const byHand = deploymentManifest(w, t!, applied, me);
+  byHand.metadata.labels = { team: 'cell-local' };
+  assert.equal(heldBy(byHand, w, me), "not a Workload's copy (it has none of federation's labels)");
   // A plane that cannot read its identity: a plane label not on this very Workload's copy is another's.
   assert.match(heldBy(theirs, w, blind)!, /^perhaps another management plane's/);
   assert.equal(heldBy(deploymentManifest(w, t!, applied, them), w, blind), undefined);
