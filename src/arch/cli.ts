@@ -91,7 +91,16 @@ export interface CleanOptions extends ReleaseOptions {
  * and annotations from the pods too. Says which tolerations stay.
  */
 export async function cleanArch(client: KubeClient, o: CleanOptions): Promise<void> {
-  const { policies } = parsePolicies((await client.list(ArchPlacement.ref)).items);
+  // Not served: its CRD is gone already (a kustomize install's delete takes it before berth
+  // uninstall runs), and with it every policy.
+  const placements = await client.list(ArchPlacement.ref).then(
+    (l) => l.items,
+    (e: unknown) => {
+      if (isNotFound(e)) return [];
+      throw e;
+    },
+  );
+  const { policies } = parsePolicies(placements);
   const live = policies.filter((p) => !p.deleting);
   if (live.length && !o.force)
     throw new Error(

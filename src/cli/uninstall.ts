@@ -6,6 +6,7 @@
 import { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
+import { atLeast } from '../capability.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
@@ -125,11 +126,10 @@ export function uninstallCommand(): Command {
     .option(
       '--timeout <seconds>',
       'how long to wait for the deleted CRDs to be gone (0: do not wait)',
-      Number,
+      atLeast(0),
       60,
     )
     .action(async (o) => {
-      if (!(o.timeout >= 0)) throw new Error(`--timeout ${o.timeout}: give seconds, 0 or more`);
       const client = KubeClient.fromFile(o.kubeconfig);
       try {
         await uninstall(client, {
