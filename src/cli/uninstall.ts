@@ -127,7 +127,9 @@ export function uninstallCommand(): Command {
       '--timeout <seconds>',
       'how long to wait for the deleted CRDs to be gone (0: do not wait)',
       atLeast(0),
-      60,
+      // A CRD's deletion lists its objects through storage that may still be initializing, with a
+      // doubling backoff: on a loaded apiserver well over 30 s.
+      120,
     )
     .action(async (o) => {
       const client = KubeClient.fromFile(o.kubeconfig);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
-import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import { createNodes, nodeNames, type NodeGroupInput } from '../../src/sandbox/nodes.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
@@ -191,6 +191,37 @@ export async function deleteCrds(client: KubeClient, names: string[]): Promise<v
         ),
       })),
   });
+}
+
+/**
+ * A CRD of a test's own kind (served and stored as v1, any fields), and the ResourceRef to reach
+ * its objects: for what Berth must meet on kinds it does not define.
+ */
+export function schemalessCrd(o: { group: string; kind: string; plural: string; namespaced: boolean }): {
+  crd: KubeObject;
+  ref: ResourceRef;
+} {
+  return {
+    crd: {
+      apiVersion: 'apiextensions.k8s.io/v1',
+      kind: 'CustomResourceDefinition',
+      metadata: { name: `${o.plural}.${o.group}` },
+      spec: {
+        group: o.group,
+        scope: o.namespaced ? 'Namespaced' : 'Cluster',
+        names: { plural: o.plural, singular: o.kind.toLowerCase(), kind: o.kind, listKind: `${o.kind}List` },
+        versions: [
+          {
+            name: 'v1',
+            served: true,
+            storage: true,
+            schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+          },
+        ],
+      },
+    },
+    ref: { group: o.group, version: 'v1', resource: o.plural, kind: o.kind, namespaced: o.namespaced },
+  };
 }
 
 /** Applies an object of a Berth kind as a user would (field manager `test-author`), forcing. */

@@ -23,6 +23,7 @@ import {
   deleteNamespace,
   deleteNodes,
   podManifest,
+  schemalessCrd,
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
@@ -535,24 +536,10 @@ describe('agent placement', () => {
       // through its watch well before the next one.
       await sleep(Math.max(0, created + 7500 - Date.now()));
       const installed = Date.now();
-      await client.create(Resources.crds, {
-        apiVersion: 'apiextensions.k8s.io/v1',
-        kind: 'CustomResourceDefinition',
-        metadata: { name: GHOSTS },
-        spec: {
-          group: D,
-          scope: 'Namespaced',
-          names: { plural: 'ghosts', singular: 'ghost', kind: 'Ghost', listKind: 'GhostList' },
-          versions: [
-            {
-              name: 'v1',
-              served: true,
-              storage: true,
-              schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
-            },
-          ],
-        },
-      });
+      await client.create(
+        Resources.crds,
+        schemalessCrd({ group: D, kind: 'Ghost', plural: 'ghosts', namespaced: true }).crd,
+      );
       // Timed from when discovery serves the kind: before that Berth cannot use it, whatever it
       // does, and on a loaded machine the apiserver takes seconds to get there.
       await waitFor('discovery serving Ghost', async () =>

@@ -59,6 +59,7 @@ import {
   deleteNodes,
   kubectl as runKubectl,
   podManifest,
+  schemalessCrd,
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
@@ -495,25 +496,8 @@ describe('the documented uninstall', () => {
   test("waits for a deleted CRD while an object holds it, and names the apiserver's reason", async () => {
     const group = `${id}.example`;
     const name = `holds.${group}`;
-    await client.create(Resources.crds, {
-      apiVersion: 'apiextensions.k8s.io/v1',
-      kind: 'CustomResourceDefinition',
-      metadata: { name },
-      spec: {
-        group,
-        scope: 'Cluster',
-        names: { plural: 'holds', singular: 'hold', kind: 'Hold', listKind: 'HoldList' },
-        versions: [
-          {
-            name: 'v1',
-            served: true,
-            storage: true,
-            schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
-          },
-        ],
-      },
-    });
-    const holds: ResourceRef = { group, version: 'v1', resource: 'holds', kind: 'Hold', namespaced: false };
+    const { crd, ref: holds } = schemalessCrd({ group, kind: 'Hold', plural: 'holds', namespaced: false });
+    await client.create(Resources.crds, crd);
     const finalizer = `${group}/hold`;
     await waitFor('the Hold kind served', () =>
       client
