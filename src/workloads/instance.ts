@@ -14,7 +14,7 @@ import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
+import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
@@ -162,8 +162,10 @@ export class InstanceController {
     if (!quota && !cached && waitedMs < VERDICT_WAIT_MS)
       return { requeueAfterMs: VERDICT_WAIT_MS - waitedMs };
     // A Pod created and not cached yet: its add event brings this key back; creating it again would
-    // only conflict, and a status written now would say it does not exist.
-    if (!cached && this.podsSent.pendingKey(key)) return;
+    // only conflict, and a status written now would say it does not exist. The look again once the
+    // wait is over is for a Pod deleted before the cache saw it (a relist between the two): then no
+    // event comes at all, and the instance would wait on a Pod that is gone until the resync.
+    if (!cached && this.podsSent.pendingKey(key)) return { requeueAfterMs: maxWaitMs };
     const size = instanceSize(inst.spec.template, (name) => this.types.get(name)?.spec);
     let refused = this.rejected.get(key);
     if (refused && (refused.uid !== uid || Date.now() - refused.at >= REJECTED_RETRY_MS)) {
@@ -193,7 +195,16 @@ export class InstanceController {
             .client()
             .get(Resources.pods, inst.metadata.name!, inst.metadata.namespace)
             .catch(() => undefined);
-          if (!there || controlledBy(there, uid)) return;
+          // Gone again between the two (deleted by someone else): its events may have come and gone
+          // while this pass ran, so look again rather than wait for one.
+          if (!there) return { requeue: true };
+          if (controlledBy(there, uid)) return;
+          // An earlier instance's Pod that the cache does not show yet (a rollout's recreate under
+          // load): it goes as it would from the cache, not a ConfigurationError held for a minute.
+          if (instanceOwnerUid(there) && there.metadata?.labels?.[INSTANCE_LABEL]) {
+            await this.deleteFormerPod(workloadPod(there));
+            return { requeueAfterMs: maxWaitMs };
+          }
           configError = `a Pod named ${inst.metadata.name} exists that this instance does not own`;
           result = { requeueAfterMs: REJECTED_RETRY_MS };
         } else if (e instanceof ApiError && e.status === 422) {

@@ -487,6 +487,44 @@ describe('workloads in a cell', () => {
     assert.equal((quota['status'] as { used?: { instances: number } }).used?.instances, 4);
   });
 
+  test('a Pod deleted by someone else the moment it appears is made again within seconds, however fast the deletion', async () => {
+    // Each of the instance's Pods is deleted as soon as this watch sees it, three times. A deletion
+    // that reached Berth's cache before the create's answer reached Berth once left an instance
+    // waiting on a Pod that was gone until the resync (bench:federation: a rollout held 8 minutes).
+    const victims = new Set<string>();
+    const killer = new Informer<KubeObject>({
+      client,
+      ref: Resources.pods,
+      namespace: ns,
+      labelSelector: `${DEPLOYMENT_LABEL}=gone`,
+    });
+    killer.addEventHandler({
+      onAdd: (p) => {
+        const uid = p.metadata!.uid!;
+        if (victims.size >= 3 || victims.has(uid)) return;
+        victims.add(uid);
+        void client
+          .delete(Resources.pods, p.metadata!.name!, ns, {
+            apiVersion: 'v1',
+            kind: 'DeleteOptions',
+            gracePeriodSeconds: 0,
+            preconditions: { uid },
+          })
+          .catch(() => {});
+      },
+    });
+    killer.start();
+    await killer.waitForSync();
+    try {
+      await applyWD('gone', { replicas: 1, template: template('registry.example/gone:1') });
+      await waitFor('three Pods deleted', () => victims.size === 3, { timeoutMs: 30_000 });
+      // Well within Berth's resync (10 minutes): the fourth Pod, made at once or a few seconds on.
+      await observe('gone', settled(1), 20_000);
+    } finally {
+      await killer.stop();
+    }
+  });
+
   test("a Pod of the instance's name that is not its own: ConfigurationError, and healed once it is gone", async () => {
     await client.create(Resources.pods, {
       apiVersion: 'v1',

@@ -17,6 +17,13 @@ export class WriteExpectations<T = true> {
     { resourceVersion: string; at: number; seen: boolean; data: T }
   >();
   private readonly keyOf: (o: KubeObject) => string;
+  /**
+   * The last version each key's events brought in the past maxWaitMs, oldest first. A write's echo
+   * (and whatever came after it: a Pod deleted by someone else at once) can reach the informer
+   * before the write's answer reaches the writer; expected only then, it would wait for an event
+   * that has already come.
+   */
+  private readonly recent = new Map<string, { resourceVersion: string | undefined; at: number }>();
 
   /** Objects are told apart by `key`: their name by default; namespaced objects need their namespace too. */
   constructor(
@@ -25,12 +32,16 @@ export class WriteExpectations<T = true> {
   ) {
     this.keyOf = key;
     const observe = (o: KubeObject) => {
-      const e = this.expected.get(this.keyOf(o));
+      const name = this.keyOf(o);
+      this.remember(name, o.metadata?.resourceVersion);
+      const e = this.expected.get(name);
       if (e && newerOrSame(o.metadata?.resourceVersion, e.resourceVersion)) e.seen = true;
     };
     // A deletion settles whatever was expected of the object: there is nothing left to catch up on.
     const gone = (o: KubeObject) => {
-      const e = this.expected.get(this.keyOf(o));
+      const name = this.keyOf(o);
+      this.remember(name, o.metadata?.resourceVersion);
+      const e = this.expected.get(name);
       if (e) e.seen = true;
     };
     informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o), onDelete: gone });
@@ -38,7 +49,9 @@ export class WriteExpectations<T = true> {
 
   /** Records a write of the object of key `name` that the apiserver answered with `resourceVersion`, and what was written. */
   expect(name: string, resourceVersion: string | undefined, data: T): void {
-    if (resourceVersion) this.expected.set(name, { resourceVersion, at: Date.now(), seen: false, data });
+    if (!resourceVersion) return;
+    const seen = newerOrSame(this.recent.get(name)?.resourceVersion, resourceVersion);
+    this.expected.set(name, { resourceVersion, at: Date.now(), seen, data });
   }
 
   /** While `obj`, as cached, is older than the last write to it: what that write was. */
@@ -73,6 +86,16 @@ export class WriteExpectations<T = true> {
 
   forget(name: string): void {
     this.expected.delete(name);
+  }
+
+  private remember(name: string, resourceVersion: string | undefined): void {
+    const now = Date.now();
+    this.recent.delete(name);
+    this.recent.set(name, { resourceVersion, at: now });
+    for (const [key, r] of this.recent) {
+      if (now - r.at <= maxWaitMs) break;
+      this.recent.delete(key);
+    }
   }
 }
 

@@ -55,4 +55,18 @@ describe('WriteExpectations', () => {
     remove(node('12'));
     assert.equal(e.pendingKey('n1'), undefined, 'gone from the cache: nothing left to wait for');
   });
+
+  test('an echo that came before the write was answered counts: a create deleted at once waits for nothing', () => {
+    const { e, add, update, remove } = setup();
+    // The Pod made and deleted by someone else, both events in before the create's answer.
+    add(node('20'));
+    remove(node('21'));
+    e.expect('n1', '20', 'create');
+    assert.equal(e.pendingKey('n1'), undefined);
+    // An earlier object's events under the same key do not stand for a later write's echo.
+    e.expect('n1', '30', 'create again');
+    assert.equal(e.pendingKey('n1'), 'create again');
+    update(node('30'));
+    assert.equal(e.pendingKey('n1'), undefined);
+  });
 });
