@@ -15,7 +15,7 @@ import {
   setCondition,
   type Condition,
 } from '../runtime/api/conditions.ts';
-import { Resources } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
 import { exists, isConflict, isForbidden, isNotFound } from '../runtime/client/client.ts';
@@ -32,6 +32,7 @@ import { Cell, Location, type CellObject, type LocationObject } from '../cells/t
 import { templateHash } from '../workloads/decide.ts';
 import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
+import { slimMeta } from '../policy/slim.ts';
 import {
   cellView,
   countsOnly,
@@ -82,13 +83,22 @@ const DELETING = 'deleting';
 /** A cell's WorkloadDeployments that carry federation's labels. */
 interface CellDeployments {
   informer: Informer<DeploymentObject>;
+  /**
+   * Its WorkloadDeployments without them (made in the cell by hand or by a part-1 user), metadata
+   * only: a name one holds is never written over, though an apply of fields all equal to its own
+   * would raise no conflict.
+   */
+  others: Informer<KubeObject>;
   /** Namespaces known to exist in the cell (created or found). */
   namespaces: Set<string>;
 }
 
 /** How soon a leftover in a cell listed but unreachable is looked at again. */
 const SWEEP_RETRY_MS = 10_000;
-/** How soon a name another's copy holds in a cell is looked at again. */
+/**
+ * How soon a name another's copy holds in a cell is looked at again, should its deletion's event be
+ * missed (the cell's watches bring the Workloads it held back at once: heldNames).
+ */
 const HELD_RETRY_MS = 30_000;
 /** How soon this plane's identity is read again after it could not be. */
 const PLANE_REREAD_MS = 60_000;
@@ -107,6 +117,8 @@ export class FederationController {
   private readonly log: Logger;
   /** By cluster name (`cell-<name>`), while engaged. */
   private readonly inCells = new Map<string, CellDeployments>();
+  /** The Workloads a name in a cell (`cluster/namespace/name`) held back, to reconcile once it is gone. */
+  private readonly heldNames = new Map<string, Set<string>>();
   /** This plane's identity (PLANE_LABEL) as last read: undefined where it could not be, and when. */
   private plane?: { uid: string | undefined; at: number };
   /** The read of it in flight, which every reconcile that needs it meanwhile waits for. */
@@ -197,7 +209,19 @@ export class FederationController {
       const k = workloadKeyOf(d);
       return k ? [k] : [];
     });
-    this.inCells.set(cluster.name, { informer, namespaces: new Set() });
+    const others = cluster.informer<KubeObject>(WorkloadDeployment.ref, {
+      labelSelector: `!${WORKLOAD_UID_LABEL}`,
+      transform: slimMeta,
+    });
+    // One gone frees its name for the Workloads it held back (nameTaken).
+    const release = (d: KubeObject) => {
+      const at = `${cluster.name}/${keyOf(d)}`;
+      const held = this.heldNames.get(at);
+      this.heldNames.delete(at);
+      if (held && !signal.aborted) for (const k of held) this.controller.queue.add(k);
+    };
+    others.addEventHandler({ onDelete: release });
+    this.inCells.set(cluster.name, { informer, others, namespaces: new Set() });
     const cellsOfCluster = () =>
       this.cells.list().filter((c) => clusterNameOf(c.metadata.name!) === cluster.name);
     const affected = () => [
@@ -226,7 +250,10 @@ export class FederationController {
             this.enqueue(a, signal);
             this.enqueue(b, signal);
           },
-          onDelete: (d) => this.enqueue(d, signal),
+          onDelete: (d) => {
+            this.enqueue(d, signal);
+            release(d);
+          },
         });
       },
       () => {}, // disengaged before it listed
@@ -301,7 +328,8 @@ export class FederationController {
     const cluster = new Map<string, string>();
     for (const c of this.cells.list()) {
       const name = clusterNameOf(c.metadata.name!);
-      const listed = !!name && !!this.inCells.get(name)?.informer.hasSynced();
+      const there = name ? this.inCells.get(name) : undefined;
+      const listed = !!there && there.informer.hasSynced() && there.others.hasSynced();
       views.set(c.metadata.name!, cellView(c, listed));
       if (name) cluster.set(c.metadata.name!, name);
     }
@@ -361,7 +389,9 @@ export class FederationController {
     /** A name another's copy holds in a cell (heldBy), or an object made there by hand. */
     let held = false;
     /** Not written over; looked at again later too (HELD_RETRY_MS). */
-    const nameTaken = (name: string, whose: string) => {
+    const nameTaken = (cell: string, name: string, whose: string) => {
+      const at = `${cluster.get(cell)}/${w.metadata.namespace}/${name}`;
+      this.heldNames.set(at, new Set(this.heldNames.get(at)).add(key));
       refused.set(name, {
         reason: 'NameTaken',
         message: `the WorkloadDeployment ${w.metadata.namespace}/${name} there is ${whose}, which Berth leaves alone: rename the Workload or its placement, or delete it`,
@@ -375,42 +405,31 @@ export class FederationController {
         const applied = plan.applied.get(t.name);
         if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
         const writer = this.writer(plane, t.cell);
-        const taken = named(t.cell, t.name);
+        const taken =
+          named(t.cell, t.name) ??
+          this.inCells.get(cluster.get(t.cell) ?? '')?.others.get(`${w.metadata.namespace}/${t.name}`);
         const holder = taken && heldBy(taken, w, writer);
-        // The copy's deletion also brings back the Workload its labels name, which may be another.
-        if (holder) return nameTaken(t.name, holder);
+        // Its deletion brings this Workload back (heldNames), and any Workload its labels name.
+        if (holder) return nameTaken(t.cell, t.name, holder);
         const manifest = deploymentManifest(w, t, applied, writer);
         const have = find(t.cell, t.name);
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
         const name = cluster.get(t.cell)!;
         const failed = await inCell(failures, t.cell, async () => {
-          if (!taken) {
-            // The watch shows nothing here, but it may lag behind another plane's first write (under
-            // the same field manager, so an apply would take it over without a conflict), and it never
-            // shows an object made by hand, whose fields may all equal this apply's: look.
-            const there = await this.manager
-              .client(name)
-              .get<DeploymentObject>(WorkloadDeployment.ref, t.name, w.metadata.namespace)
-              .catch((e: unknown) => {
-                if (isNotFound(e)) return undefined;
-                throw e;
-              });
-            const whose = there && heldBy(there, w, writer);
-            if (whose) return nameTaken(t.name, whose);
-          }
           await this.ensureNamespace(name, w.metadata.namespace!);
           try {
             await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
               fieldManager: FEDERATION_MANAGER,
-              // Forced over its own copy only (an edit in the cell is taken back). Where its watch
-              // shows none, an object of that name made by hand (without the labels the watch
-              // selects) answers with a conflict instead of being written over.
+              // Forced over its own copy only (an edit in the cell is taken back). Where its watches
+              // show nothing, an object of that name made a moment ago by someone else answers with
+              // a conflict over fields that differ instead of being written over.
               force: have !== undefined,
             });
           } catch (e) {
             // The namespace went meanwhile: made again on the retry.
             if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
-            if (!have && isConflict(e)) return nameTaken(t.name, `not a Workload's copy (${errorText(e)})`);
+            if (!have && isConflict(e))
+              return nameTaken(t.cell!, t.name, `not a Workload's copy (${errorText(e)})`);
             throw e;
           }
           this.log.info(

@@ -300,15 +300,16 @@ export const ownCopy = (d: DeploymentObject, w: WorkloadObject, writer: Writer):
  * placed `us-east`), or no Workload's. A plane that cannot read its own identity takes a copy with a plane label
  * for another plane's unless it is of this very Workload.
  */
-export function heldBy(d: DeploymentObject, w: WorkloadObject, writer: Writer): string | undefined {
-  const plane = d.metadata.labels?.[PLANE_LABEL];
+export function heldBy(d: KubeObject, w: WorkloadObject, writer: Writer): string | undefined {
+  const labels = d.metadata?.labels;
+  const plane = labels?.[PLANE_LABEL];
   if (plane !== undefined && plane !== writer.plane) {
     if (writer.plane !== undefined) return `another management plane's (${PLANE_LABEL}=${plane})`;
-    if (d.metadata.labels?.[WORKLOAD_UID_LABEL] !== w.metadata.uid)
+    if (labels?.[WORKLOAD_UID_LABEL] !== w.metadata.uid)
       return `perhaps another management plane's (${PLANE_LABEL}=${plane}; this plane cannot read its own identity)`;
   }
   const key = workloadKeyOf(d);
-  // Made in the cell by hand: the watch, which selects federation's labels, never shows one; a GET does.
+  // Made in the cell by hand, or by a part-1 user: the cell's other WorkloadDeployments show it.
   if (key === undefined) return "not a Workload's copy (it has none of federation's labels)";
   if (key !== `${w.metadata.namespace}/${w.metadata.name}`) return `Workload ${key}'s`;
   return undefined;

@@ -890,8 +890,9 @@ test("a name another plane's copy holds in a cell: NameTaken with a Warning, tha
       d.metadata.labels?.[PLANE_LABEL] === 'another-plane' &&
       d.metadata.labels[WORKLOAD_UID_LABEL] === 'their-workload-uid' &&
       d.spec.replicas === 0,
-    // Its deletion brings back the Workload its labels name.
-    freedWithinMs: 30_000,
+    // Its deletion brings back the Workload it held back (and the one its labels name), well before
+    // the 30 s look again.
+    freedWithinMs: 10_000,
   });
 });
 
@@ -913,7 +914,7 @@ test('a WorkloadDeployment made by hand in a cell at the name a Workload targets
       !d.metadata.labels[PLANE_LABEL] &&
       d.spec.workloadRef === undefined &&
       !d.metadata.managedFields?.some((f) => (f as { manager?: string }).manager === 'berth-federation'),
-    // Its deletion is not in the watch (no labels it selects): the 30 s look again finds the name free.
-    freedWithinMs: 45_000,
+    // Its deletion is in the watch of the cell's other WorkloadDeployments: no 30 s look again needed.
+    freedWithinMs: 10_000,
   });
 });
