@@ -239,7 +239,9 @@ export class FederationController {
       },
       { once: true },
     );
-    informer.waitForSync(signal).then(
+    // Listed only once both have: a cell is not listed (cellViews) until then, and nothing else
+    // brings its workloads back if the second syncs after the first.
+    Promise.all([informer.waitForSync(signal), others.waitForSync(signal)]).then(
       () => {
         // Listed: its workloads may now place there (or learn what is there), even those with none yet,
         // and the workloads it held back from deletion may go.
