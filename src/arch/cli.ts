@@ -12,6 +12,7 @@ import {
 } from '../registry/index.ts';
 import { releaseNodes, type ReleaseOptions } from '../policy/nodes/release.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
+import { servedItems } from '../runtime/client/absent.ts';
 import { isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import {
@@ -93,14 +94,7 @@ export interface CleanOptions extends ReleaseOptions {
 export async function cleanArch(client: KubeClient, o: CleanOptions): Promise<void> {
   // Not served: its CRD is gone already (a kustomize install's delete takes it before berth
   // uninstall runs), and with it every policy.
-  const placements = await client.list(ArchPlacement.ref).then(
-    (l) => l.items,
-    (e: unknown) => {
-      if (isNotFound(e)) return [];
-      throw e;
-    },
-  );
-  const { policies } = parsePolicies(placements);
+  const { policies } = parsePolicies((await servedItems(client, ArchPlacement.ref)) ?? []);
   const live = policies.filter((p) => !p.deleting);
   if (live.length && !o.force)
     throw new Error(

@@ -10,6 +10,7 @@ import { atLeast } from '../capability.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
+import { servedItems } from '../runtime/client/absent.ts';
 import { exists, isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { webhookConfigLabels } from '../runtime/webhook/registration.ts';
 
@@ -28,14 +29,8 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
   const left: string[] = [];
   for (const c of capabilities)
     for (const r of c.crds) {
-      const n = await client.list(r.ref).then(
-        (l) => l.items.length,
-        (e: unknown) => {
-          // Not served (its CRD deleted already): none left.
-          if (isNotFound(e)) return 0;
-          throw e;
-        },
-      );
+      // Not served (its CRD deleted already): none left.
+      const n = (await servedItems(client, r.ref))?.length ?? 0;
       if (n) left.push(`${n} ${r.crd.spec.names.plural}`);
     }
   // Only a running Berth takes back what a policy holds (a gate's taints, an owner's finalizer).

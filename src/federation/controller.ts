@@ -365,8 +365,9 @@ export class FederationController {
     const now = Date.now();
     const wanted = targets(w, locations, [...views.values()], placed, this.labelled(), now);
     const hash = templateHash(w.spec.template);
+    const deploymentsIn = (cell: string) => this.inCells.get(cluster.get(cell) ?? '');
     const named = (cell: string, name: string) =>
-      this.inCells.get(cluster.get(cell) ?? '')?.informer.get(`${w.metadata.namespace}/${name}`);
+      deploymentsIn(cell)?.informer.get(`${w.metadata.namespace}/${name}`);
     // Only its own copy counts: another's of the same name is neither its status nor its to drain.
     const find = (cell: string, name: string) => {
       const d = named(cell, name);
@@ -408,8 +409,7 @@ export class FederationController {
         if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
         const writer = this.writer(plane, t.cell);
         const taken =
-          named(t.cell, t.name) ??
-          this.inCells.get(cluster.get(t.cell) ?? '')?.others.get(`${w.metadata.namespace}/${t.name}`);
+          named(t.cell, t.name) ?? deploymentsIn(t.cell)?.others.get(`${w.metadata.namespace}/${t.name}`);
         const holder = taken && heldBy(taken, w, writer);
         // Its deletion brings this Workload back (heldNames), and any Workload its labels name.
         if (holder) return nameTaken(t.cell, t.name, holder);

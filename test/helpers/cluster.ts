@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { crdsGone } from '../../src/cli/uninstall.ts';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
@@ -150,8 +151,8 @@ export function createAdmitted<T extends KubeObject>(
  * changed, that list fails with "storage is (re)initializing" (InstanceDeletionFailed) until the
  * watch cache is ready, and each failure is retried with a doubling backoff, so on a loaded
  * apiserver the deletion can take well over 30 s (operator-framework/operator-controller#1437 saw
- * minutes). The wait allows 90 s; on a timeout the CRDs left are shown with their finalizers and
- * Terminating condition.
+ * minutes). The wait (berth uninstall's) allows 90 s; on a timeout the CRDs left are named with the
+ * apiserver's Terminating message.
  */
 export async function deleteCrds(client: KubeClient, names: string[]): Promise<void> {
   // Each kind listed once, and until it answers, first: the storage the CRD finalizer lists through
@@ -177,20 +178,7 @@ export async function deleteCrds(client: KubeClient, names: string[]): Promise<v
     await client.delete(Resources.crds, name).catch((e: unknown) => {
       if (!isNotFound(e)) throw e;
     });
-  const left = async () =>
-    (await client.list(Resources.crds)).items.filter((c) => names.includes(c.metadata!.name!));
-  await waitFor('the CRDs gone', async () => (await left()).length === 0, {
-    timeoutMs: 90_000,
-    observe: async () =>
-      (await left()).map((c) => ({
-        name: c.metadata?.name,
-        deletionTimestamp: c.metadata?.deletionTimestamp,
-        finalizers: c.metadata?.finalizers,
-        terminating: (c.status as { conditions?: { type: string }[] } | undefined)?.conditions?.find(
-          (x) => x.type === 'Terminating',
-        ),
-      })),
-  });
+  await crdsGone(client, names, { timeoutMs: 90_000 });
 }
 
 /**

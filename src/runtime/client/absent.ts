@@ -1,8 +1,25 @@
-// Reading a cluster where some of Berth's CRDs are not installed, for the read-only commands.
+// Reading a cluster where some of Berth's CRDs are not installed (or deleted already).
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
 import { isNotFound, type KubeClient, type KubeList } from './client.ts';
 
 type ListOptions = Parameters<KubeClient['list']>[1];
+
+/**
+ * The objects of a kind, or undefined where the apiserver does not serve it (404: its CRD not
+ * installed, or deleted already).
+ */
+export async function servedItems(
+  client: KubeClient,
+  ref: ResourceRef,
+  opts?: ListOptions,
+): Promise<KubeObject[] | undefined> {
+  try {
+    return (await client.list(ref, opts)).items;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
 
 /**
  * A client for read-only commands (explain, dry runs): a list of a custom resource whose CRD is not installed
@@ -14,13 +31,11 @@ type ListOptions = Parameters<KubeClient['list']>[1];
 export function withoutMissingCrds(client: KubeClient, missing: Set<string>): KubeClient {
   const read = new Map<string, Promise<KubeList<KubeObject>>>();
   const listOrNone = async (ref: ResourceRef, opts: ListOptions): Promise<KubeList<KubeObject>> => {
-    try {
-      return await client.list(ref, opts);
-    } catch (err) {
-      if (!isNotFound(err) || !ref.group.includes('.')) throw err;
-      missing.add(`${ref.resource}.${ref.group}`);
-      return { apiVersion: 'v1', kind: 'List', metadata: {}, items: [] };
-    }
+    // A built-in kind not served is an error, not a missing CRD.
+    if (!ref.group.includes('.')) return client.list(ref, opts);
+    const items = await servedItems(client, ref, opts);
+    if (!items) missing.add(`${ref.resource}.${ref.group}`);
+    return { apiVersion: 'v1', kind: 'List', metadata: {}, items: items ?? [] };
   };
   const list = (ref: ResourceRef, opts: ListOptions = {}): Promise<KubeList<KubeObject>> => {
     const key = JSON.stringify([ref.group, ref.version, ref.resource, opts]);
