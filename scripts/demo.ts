@@ -306,7 +306,7 @@ async function archAware(): Promise<Summary> {
     berth: [
       gated
         ? `gated ${name} at admission (scheduling gate ${SCHEDULING_GATE}) while it read the image`
-        : `placed ${name} at admission (the image was known)`,
+        : `placed ${name} at admission (the image's platforms read by then)`,
       `read its platforms: ${read.images?.[0]?.platforms.join(', ') ?? '?'}`,
       `added node affinity ${affinity}`,
       `${name} ran on ${node} (arm64; the arm64 nodes are ${arm.join(', ')})`,

@@ -58,7 +58,7 @@ import {
   type Retries,
   type Standing,
 } from './decide.ts';
-import { archAdmission, type ArchAdmissionState } from './webhook.ts';
+import { archAdmission, type ArchAdmissionState, type InspectHint } from './webhook.ts';
 import {
   ARCH_FINALIZER,
   ARCH_KEYS,
@@ -75,6 +75,8 @@ type Count = 'gated' | 'placed' | 'failed';
 const SWEEP = 'sweep';
 /** How long a pull secret read is used without reading it again. */
 const PULL_SECRET_TTL_MS = 10_000;
+/** How long one pod's inspections may take, by default, before they count as a transient failure. */
+const INSPECT_TIMEOUT_MS = 30_000;
 /** How long the answer to whether Secrets may be read in a namespace is kept. */
 const SECRET_ACCESS_TTL_MS = 60_000;
 /** What reading a pod's images gave, and the pull secrets it names that could not be used. */
@@ -110,7 +112,7 @@ export interface ArchControllerOptions {
   workers?: number;
   /** `namespace/name` of a pull secret tried for every pod after its own. */
   pullSecret?: string;
-  /** How long one pod's inspections may take before they count as a transient failure. */
+  /** How long one pod's inspections may take before they count as a transient failure (INSPECT_TIMEOUT_MS). */
   inspectTimeoutMs?: number;
 }
 
@@ -329,6 +331,7 @@ export class ArchController {
           for (const configs of this.webhookConfigs) configs.addEventHandler(onChanges(services, changed));
           this.opts.inspector.onLearn(changed);
         },
+        (hint) => this.inspectForAdmission(hint),
       ),
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
       // Fail open: Berth down leaves pods ungated, never uncreated.
@@ -515,7 +518,7 @@ export class ArchController {
     const { secrets, missing } = await this.pullSecrets(pod);
     const entry: Parked = { images: wanted };
     this.parked.set(key, entry);
-    const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? 30_000);
+    const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? INSPECT_TIMEOUT_MS);
     void Promise.allSettled(
       images.map((i) =>
         this.opts.inspector.inspect(i.image, { pullSecrets: secrets, revalidate: i.revalidate, signal }),
@@ -526,6 +529,28 @@ export class ArchController {
       this.podController.queue.add(key);
     });
     return undefined;
+  }
+
+  /**
+   * Reads the images the webhook asks about (a pod at admission whose images are not known), so
+   * that their platforms reach its state while the review waits. What fails is reported by the
+   * controller, when it reconciles the pod the webhook gated meanwhile.
+   */
+  private inspectForAdmission(hint: InspectHint): void {
+    const pod: ArchPod = {
+      metadata: { namespace: hint.namespace },
+      spec: { containers: [], imagePullSecrets: hint.imagePullSecrets.map((name) => ({ name })) },
+    };
+    const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? INSPECT_TIMEOUT_MS);
+    void this.pullSecrets(pod, { warn: false })
+      .then(({ secrets }) =>
+        Promise.allSettled(
+          hint.images.map((image) => this.opts.inspector.inspect(image, { pullSecrets: secrets, signal })),
+        ),
+      )
+      .catch((err: unknown) =>
+        this.log.debug({ err, images: hint.images }, 'inspection for admission failed'),
+      );
   }
 
   /** Sends the pod's one patch; the event, log line and metrics follow a write that went through. */
@@ -566,7 +591,7 @@ export class ArchController {
     this.announced.add(key);
     const created = Date.parse(pod.metadata?.creationTimestamp ?? '');
     if (Number.isNaN(created) || Date.now() - created > 60_000) return;
-    const note = `placed on ${result.architectures.join(', ')} at admission (every image's platforms were known)`;
+    const note = `placed on ${result.architectures.join(', ')} at admission (every image's platforms known by then)`;
     this.events.event(pod, 'Normal', 'Placed', 'Place', note);
     this.log.info({ pod: key, reason: 'Placed' }, note);
     archMetrics.pods.inc({ outcome: 'placed' });
@@ -575,10 +600,14 @@ export class ArchController {
 
   /**
    * The pod's own pull secrets, then the cluster-wide one; a missing secret is skipped, as the
-   * kubelet does, and so is one Berth may not read, with a Warning naming the opt-in. `missing`
-   * names the pod's own that were skipped.
+   * kubelet does, and so is one Berth may not read, with a Warning naming the opt-in (unless `warn`
+   * is false: a pod at admission has no uid to carry it). `missing` names the pod's own that were
+   * skipped.
    */
-  private async pullSecrets(pod: ArchPod): Promise<{ secrets: PullSecret[]; missing: string[] }> {
+  private async pullSecrets(
+    pod: ArchPod,
+    { warn = true } = {},
+  ): Promise<{ secrets: PullSecret[]; missing: string[] }> {
     const out: PullSecret[] = [];
     const missing: string[] = [];
     const own = new Set(this.podPullSecretRefs(pod));
@@ -586,6 +615,7 @@ export class ArchController {
       const secret = await this.pullSecret(ref);
       if (!secret && own.has(ref)) missing.push(ref);
       if (secret === 'forbidden') {
+        if (!warn) continue;
         const ns = ref.slice(0, ref.indexOf('/'));
         const note =
           `Berth may not read the pull secret ${ref}, so this pod's images are read without it: ` +

@@ -1,7 +1,7 @@
 // The namespace Berth runs in. Policies leave it alone unless they name it, and the install puts
 // Berth's service account there. Which pods a policy selects depends on their namespace too.
-import { setTimeout as sleep } from 'node:timers/promises';
 import { selectorMatches, type LabelSelector } from './match/selector.ts';
+import { whenStateHolds } from '../runtime/webhook/threaded.ts';
 
 export const NAMESPACE = 'berth-system';
 /** The namespace Berth runs in: its pod's (POD_NAMESPACE, from the downward API), else the default. */
@@ -69,28 +69,20 @@ export const namespaceLabelsByName = (namespaces: {
  * gives Berth's pod webhooks, with room for the rest of the review.
  */
 export const NAMESPACE_WAIT_MS = 1000;
-const NAMESPACE_POLL_MS = 10;
 
 /**
  * A namespace's labels from a cache that may lag the apiserver (a webhook thread's state), waiting
  * up to `waitMs` for it to learn the namespace; undefined if it has not by then. At admission a
  * pod's namespace exists (the apiserver's NamespaceLifecycle plugin checks, with a read of its own
  * when its cache lacks it), so one missing here was created a moment ago and is on its way: waiting
- * for it answers truly, where treating it as unselected let its first pods through. Polled, as the
- * cache says nothing when it changes; the wait is rare (a namespace younger than the cache's lag).
+ * for it answers truly, where treating it as unselected let its first pods through. The wait is
+ * rare (a namespace younger than the cache's lag).
  */
-export async function namespaceLabelsWhenKnown(
+export const namespaceLabelsWhenKnown = (
   labelsOf: (namespace: string) => Record<string, string> | undefined,
   namespace: string,
   waitMs = NAMESPACE_WAIT_MS,
-): Promise<Record<string, string> | undefined> {
-  const deadline = performance.now() + waitMs;
-  for (;;) {
-    const labels = labelsOf(namespace);
-    if (labels || performance.now() >= deadline) return labels;
-    await sleep(NAMESPACE_POLL_MS);
-  }
-}
+): Promise<Record<string, string> | undefined> => whenStateHolds(() => labelsOf(namespace), waitMs);
 
 /**
  * A webhook's answer from the pod's namespace labels: at once when its cache knows the namespace,

@@ -300,15 +300,16 @@ after(async () => {
 
 describe('NodeAffinity mode', () => {
   test("the seed's example: amd64-only and amd64+arm+ppc64le images place the pod on amd64", async () => {
+    // Images Berth has not read: the webhook asks the controller to, and places the pod at
+    // admission once they are read (within INSPECT_WAIT_MS), never gated.
     const name = uniqueName('seed');
-    const created = await createGated(main, name, [{ image: image('amd') }, { image: image('multi') }]);
-    assert.equal(created.metadata?.labels?.[STATE_LABEL], 'Gated');
+    const created = await createPod(main, name, [{ image: image('amd') }, { image: image('multi') }]);
+    assert.equal(hasGate(created), false, 'placed at admission, not gated');
+    assert.equal(created.metadata?.labels?.[STATE_LABEL], 'Placed');
     assert.equal(created.metadata?.annotations?.[POLICY_ANNOTATION], `${id}-main`);
-
-    const placed = await podSettled(main, name, 'Placed');
-    const terms = requiredTerms(placed);
+    const terms = requiredTerms(created);
     assert.deepEqual(terms, [{ matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] }]);
-    const r = result(placed);
+    const r = result(created);
     assert.deepEqual(r.architectures, ['amd64']);
     assert.deepEqual(
       r.images.map((i) => [i.image, i.platforms]),
@@ -320,16 +321,32 @@ describe('NodeAffinity mode', () => {
     );
     for (const i of r.images) assert.match(i.digest, /^sha256:[0-9a-f]{64}$/);
     assert.equal(await scheduledOn(main, name), nodes.amd64);
-    const ev = await podEvent(main, name, 'Normal', 'Placed');
-    assert.match(ev.note, /amd64/);
+    assert.match((await podEvent(main, name, 'Normal', 'Placed')).note, /amd64 at admission/);
 
-    // Every image now known: the next such pod is placed at admission, never gated, and still gets its event.
+    // A registry slower than the webhook's wait: the pod is gated, and the controller places it
+    // once the read it asked for at admission is in.
+    const repos = ['amd', 'multi'].map((repo) => `${id}/${repo}`);
+    proxy.fail({ path: new RegExp(`/(${repos.join('|')})/`), delayMs: 1500, times: Infinity });
+    const slowImages = [
+      { image: image('amd', 'v1', proxy.host) },
+      { image: image('multi', 'v1', proxy.host) },
+    ];
+    const slow = uniqueName('seed');
+    const gated = await createGated(main, slow, slowImages);
+    assert.equal(gated.metadata?.labels?.[STATE_LABEL], 'Gated');
+    const placed = await podSettled(main, slow, 'Placed');
+    proxy.clear();
+    assert.deepEqual(requiredTerms(placed), terms);
+    assert.equal(await scheduledOn(main, slow), nodes.amd64);
+    const ev = await podEvent(main, slow, 'Normal', 'Placed');
+    assert.match(ev.note, /amd64/);
+    assert.doesNotMatch(ev.note, /at admission/);
+
+    // Every image now known: the next such pod is placed at admission at once.
     const again = uniqueName('seed');
-    const second = await createPod(main, again, [{ image: image('amd') }, { image: image('multi') }]);
+    const second = await createPod(main, again, slowImages);
     assert.equal(hasGate(second), false, 'placed at admission, not gated');
-    assert.equal(second.metadata?.labels?.[STATE_LABEL], 'Placed');
     assert.deepEqual(requiredTerms(second), terms);
-    assert.equal(await scheduledOn(main, again), nodes.amd64);
     assert.match((await podEvent(main, again, 'Normal', 'Placed')).note, /amd64 at admission/);
   });
 

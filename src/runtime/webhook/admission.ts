@@ -256,6 +256,7 @@ export class WebhookServer {
         listened = true;
         listening.resolve(m.port);
       } else if (m.type === 'admit') this.admit(m.id, m.path, m.request as AdmissionRequest);
+      else if (m.type === 'hint') this.hint(m.path, m.hint);
       else if (m.type === 'metrics') this.metricsAsked.get(m.id)?.(m.metrics);
     });
     thread.on('error', (err) => {
@@ -322,6 +323,12 @@ export class WebhookServer {
 
   private post(m: ToThread): void {
     this.thread?.postMessage(m);
+  }
+
+  /** A threaded route's hint, to the handler's onHint (a hint that fails is the handler's to log). */
+  private hint(path: string, hint: unknown): void {
+    const route = this.routes.get(path);
+    if (route && 'fed' in route) route.fed.onHint?.(hint);
   }
 
   /** Answers the thread's question for a route whose handler lives on this thread. */

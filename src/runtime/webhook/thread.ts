@@ -38,11 +38,15 @@ if (init.draining) serving.drain();
 for (const route of init.routes) {
   let handler: AdmissionHandler;
   if (route.threaded) {
-    const module = (await import(route.threaded.module)) as Record<string, ThreadHandler<unknown>>;
+    const module = (await import(route.threaded.module)) as Record<string, ThreadHandler<unknown, unknown>>;
     const threaded = module[route.threaded.name];
     if (!threaded) throw new Error(`${route.threaded.module} exports no ${route.threaded.name}`);
     states.set(route.path, route.threaded.state);
-    handler = threaded.handler(() => states.get(route.path));
+    const { path } = route;
+    handler = threaded.handler(
+      () => states.get(path),
+      (hint) => send({ type: 'hint', path, hint }),
+    );
   } else handler = askMain(route.path);
   serving.register(route.path, handler, route.name);
 }

@@ -1,6 +1,9 @@
 // Admission handlers that run in the webhook thread (thread.ts), where neither the informers' events
 // nor the main heap's garbage collection can hold an answer. Such a handler decides from a state the
 // main thread sends it whenever that state changes (say, the parsed policies), never from a cache.
+// It may hint the main thread at work that would change its state (say, an image to read), but
+// never waits on an answer: only on the state it is sent.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { AdmissionHandler } from './admission.ts';
 import type { ServingOptions } from './serving.ts';
 
@@ -8,13 +11,16 @@ import type { ServingOptions } from './serving.ts';
  * Declared at the top level of its module (`module` is that module's import.meta.url), so the
  * webhook thread imports the module and finds it by its export's `name`.
  */
-export interface ThreadHandler<S> {
+export interface ThreadHandler<S, H = never> {
   readonly module: string;
   readonly name: string;
-  /** The handler, given a reader of the latest state the thread was sent. */
-  readonly handler: (state: () => S) => AdmissionHandler;
-  /** Binds it to the main thread's state: `read` gives it, `onChange` calls back after it changed. */
-  fed(read: () => S, onChange: (changed: () => void) => void): FedHandler;
+  /** The handler, given a reader of the latest state the thread was sent and a way to hint the main thread. */
+  readonly handler: (state: () => S, hint?: (h: H) => void) => AdmissionHandler;
+  /**
+   * Binds it to the main thread's state: `read` gives it, `onChange` calls back after it changed;
+   * `onHint` takes the handler's hints there.
+   */
+  fed(read: () => S, onChange: (changed: () => void) => void, onHint?: (h: H) => void): FedHandler;
 }
 
 /** A ThreadHandler (by module and export) and where its state comes from: served off the main thread. */
@@ -23,20 +29,26 @@ export interface FedHandler {
   readonly name: string;
   read(): unknown;
   onChange(changed: () => void): void;
+  onHint?(hint: unknown): void;
 }
 
-export function threadHandler<S>(
+export function threadHandler<S, H = never>(
   module: string,
   name: string,
-  handler: (state: () => S) => AdmissionHandler,
-): ThreadHandler<S> {
-  const threaded: ThreadHandler<S> = {
+  handler: (state: () => S, hint?: (h: H) => void) => AdmissionHandler,
+): ThreadHandler<S, H> {
+  return {
     module,
     name,
     handler,
-    fed: (read, onChange) => ({ module, name, read, onChange }),
+    fed: (read, onChange, onHint) => ({
+      module,
+      name,
+      read,
+      onChange,
+      ...(onHint ? { onHint: (h: unknown) => onHint(h as H) } : {}),
+    }),
   };
-  return threaded;
 }
 
 /** What the thread is told of a route at start. */
@@ -60,6 +72,7 @@ export type ToThread =
 export type FromThread =
   | { type: 'listening'; port: number }
   | { type: 'admit'; id: number; path: string; request: unknown }
+  | { type: 'hint'; path: string; hint: unknown }
   | { type: 'metrics'; id: number; metrics: unknown }
   | { type: 'stopped' };
 
@@ -69,4 +82,30 @@ export interface ThreadInit extends Omit<ServingOptions, 'logger'> {
   routes: ThreadRoute[];
   /** The replica is leaving its Service already: a thread started again drains from the first answer. */
   draining: boolean;
+}
+
+const STATE_POLL_MS = 10;
+
+/**
+ * What `read` finds in a thread's state, waiting up to `waitMs` for the state to hold it; undefined
+ * if it does not by then. Polled, as a state is replaced whole when the main thread sends it and
+ * says nothing else: such waits are rare (something the main thread has just learnt or is learning).
+ * With `state`, `read` runs again only once that is a new object (a state sent since).
+ */
+export async function whenStateHolds<T>(
+  read: () => T | undefined,
+  waitMs: number,
+  state?: () => unknown,
+): Promise<T | undefined> {
+  const deadline = performance.now() + waitMs;
+  let seen = state?.();
+  let value = read();
+  while (value === undefined && performance.now() < deadline) {
+    await sleep(STATE_POLL_MS);
+    const now = state?.();
+    if (state && now === seen) continue;
+    seen = now;
+    value = read();
+  }
+  return value;
 }

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { parsePolicies, placePatch, placedAtAdmission, type ArchPod } from '../../../src/arch/decide.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
-import { podGateHandler } from '../../../src/arch/webhook.ts';
+import { INSPECT_MISS_MS, podGateHandler, type InspectHint } from '../../../src/arch/webhook.ts';
 import {
   ARCH_LABEL,
   OS_LABEL,
@@ -123,6 +123,79 @@ test('every image known without a request: the pod is placed at admission and ne
     assert.deepEqual(g.spec.schedulingGates, [{ name: SCHEDULING_GATE }], images.join(' + '));
     assert.equal(placedAtAdmission(g), undefined);
   }
+});
+
+test('an image not known yet: the webhook asks for it and places the pod if it is read within the wait', async () => {
+  const inspection = (image: string, architecture: string) => ({
+    image,
+    reference: `docker.io/library/${image}`,
+    digest: `sha256:${image}`,
+    platforms: [{ os: 'linux', architecture }],
+    registry: 'registry-1.docker.io',
+    cached: true,
+  });
+  const cache = new Map([['web:1', inspection('web:1', 'arm64')]]);
+  const hints: InspectHint[] = [];
+  let now = 1_000_000;
+  // A state replaced whole, as the webhook thread's is: the cache is read again only once it is new.
+  let state = {};
+  let reads = 0;
+  const handle = podGateHandler({
+    ...deps,
+    cached: (image) => (reads++, cache.get(image)),
+    state: () => state,
+    inspectWaitMs: 200,
+    now: () => now,
+    inspect: (hint) => {
+      hints.push(hint);
+      // The controller learns the image a moment later and sends a new state.
+      if (hint.images.includes('new:1'))
+        setTimeout(() => {
+          cache.set('new:1', inspection('new:1', 'arm64'));
+          state = {};
+        }, 50);
+    },
+  });
+  const pod = (image: string, spec: Record<string, unknown> = {}) =>
+    newPod(
+      { app: 'web' },
+      {
+        containers: [
+          { name: 'c', image: 'web:1' },
+          { name: 's', image },
+        ],
+        ...spec,
+      },
+    );
+  const admitted = async (p: ReturnType<typeof pod>) =>
+    applyJsonPatch(p, ((await handle(request(p))) as unknown as { patch: never }).patch) as ArchPod;
+
+  const placed = await admitted(pod('new:1', { imagePullSecrets: [{ name: 'pull' }] }));
+  assert.equal(placed.spec.schedulingGates, undefined, 'placed once read, not gated');
+  assert.deepEqual(placedAtAdmission(placed), { architectures: ['arm64'] });
+  assert.deepEqual(hints, [{ namespace: 'apps', images: ['new:1'], imagePullSecrets: ['pull'] }]);
+  assert.ok(reads <= 6, `the cache read again only for a new state (${reads} reads)`);
+
+  // Not read within the wait (a slow or broken registry): gated, and the next pod of that image
+  // within INSPECT_MISS_MS is gated at once, without asking or waiting.
+  const started = performance.now();
+  assert.deepEqual((await admitted(pod('slow:1'))).spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
+  assert.ok(performance.now() - started >= 190, 'waited');
+  hints.length = 0;
+  const again = performance.now();
+  assert.deepEqual((await admitted(pod('slow:1'))).spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
+  assert.ok(performance.now() - again < 50, 'did not wait again');
+  assert.deepEqual(hints, []);
+  now += INSPECT_MISS_MS + 1;
+  await admitted(pod('slow:1'));
+  assert.equal(hints.length, 1, 'asked again once the miss is old');
+
+  // Pulled Always: admission cannot know it was read again, so the pod is gated without a wait.
+  hints.length = 0;
+  const always = pod('other:1');
+  always.spec.containers[1] = { name: 's', image: 'other:1', imagePullPolicy: 'Always' } as never;
+  assert.deepEqual((await admitted(always)).spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
+  assert.deepEqual(hints, []);
 });
 
 test('a Windows pod that says so only by its nodeSelector is placed on its Windows images at admission', async () => {

@@ -244,6 +244,7 @@ describe('WebhookServer in its thread', () => {
   let ca = '';
   let state = 'one';
   let changed = () => {};
+  const hints: unknown[] = [];
   const warnings = async (agent?: https.Agent) =>
     responseOf(await call(server.port, ca, { path: '/threaded', body: admissionReview({ uid: 't' }), agent }))
       .warnings!;
@@ -254,6 +255,7 @@ describe('WebhookServer in its thread', () => {
       echoState.fed(
         () => state,
         (c) => (changed = c),
+        (uid) => hints.push(uid),
       ),
     );
     server.register(
@@ -271,6 +273,13 @@ describe('WebhookServer in its thread', () => {
 
   test('a threaded handler answers from the state last sent, and hears of a change', async () => {
     assert.equal((await warnings())[0], 'one');
+    // Its hint reaches the main thread's onHint.
+    const deadline0 = Date.now() + 2000;
+    while (hints.length === 0) {
+      assert.ok(Date.now() < deadline0, 'the hint never reached the main thread');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.deepEqual(hints, ['t']);
     state = 'two';
     changed();
     changed();
