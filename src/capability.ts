@@ -209,6 +209,14 @@ export const atLeast = (min: number) => (v: string) => {
   return n;
 };
 
+/** A number of seconds, fractions allowed, from `min` to `max`. */
+export const secondsWithin = (min: number, max: number) => (v: string) => {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < min || n > max)
+    throw new InvalidArgumentError(`not a number of seconds from ${min} to ${max}`);
+  return n;
+};
+
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
 export const workersOption = (flag: string, controller: string): Option =>
   new Option(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`)

@@ -58,7 +58,13 @@ import {
   type Retries,
   type Standing,
 } from './decide.ts';
-import { archAdmission, type ArchAdmissionState, type InspectHint } from './webhook.ts';
+import {
+  archAdmission,
+  INSPECT_MISS_MS,
+  INSPECT_WAIT_MS,
+  type ArchAdmissionState,
+  type InspectHint,
+} from './webhook.ts';
 import {
   ARCH_FINALIZER,
   ARCH_KEYS,
@@ -114,6 +120,8 @@ export interface ArchControllerOptions {
   pullSecret?: string;
   /** How long one pod's inspections may take before they count as a transient failure (INSPECT_TIMEOUT_MS). */
   inspectTimeoutMs?: number;
+  /** How long a new image's pods wait at admission for its read (INSPECT_WAIT_MS); 0 never. */
+  admissionWaitMs?: number;
 }
 
 /** What the controller keeps of a pod it gated: what it reads, and what its patch rewrites. */
@@ -171,6 +179,10 @@ export class ArchController {
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** Transient failures in a row, per pod, until it is placed or given up on. */
   private readonly retries = new Map<string, Retries>();
+  /** Images whose read for admission failed, until when the webhook is told so (failedForAdmission). */
+  private readonly admissionFailures = new Map<string, number>();
+  /** Sends the webhook its state again; set once the webhook is registered. */
+  private admissionChanged: () => void = () => {};
   /** Pull secrets read lately, by `namespace/name`. */
   private readonly secrets = new TtlCache<PullSecret>(1024);
   /** Whether Berth may read Secrets in a namespace, as the apiserver said lately, by namespace. */
@@ -312,6 +324,8 @@ export class ArchController {
       namespaceLabels: namespaceLabelsByName(this.namespaces),
       webhookNamespaces: new Set(this.webhookNamespaces.flatMap((namespaces) => [...namespaces()])),
       images: this.opts.inspector.known(),
+      failedImages: this.failedForAdmission(),
+      inspectWaitMs: this.opts.admissionWaitMs ?? INSPECT_WAIT_MS,
     };
   }
 
@@ -330,6 +344,7 @@ export class ArchController {
           const services = valueChanged((o: KubeObject) => String(o['namespaces']));
           for (const configs of this.webhookConfigs) configs.addEventHandler(onChanges(services, changed));
           this.opts.inspector.onLearn(changed);
+          this.admissionChanged = changed;
         },
         (hint) => this.inspectForAdmission(hint),
       ),
@@ -542,15 +557,31 @@ export class ArchController {
       spec: { containers: [], imagePullSecrets: hint.imagePullSecrets.map((name) => ({ name })) },
     };
     const signal = AbortSignal.timeout(this.opts.inspectTimeoutMs ?? INSPECT_TIMEOUT_MS);
-    void this.pullSecrets(pod, { warn: false })
-      .then(({ secrets }) =>
-        Promise.allSettled(
-          hint.images.map((image) => this.opts.inspector.inspect(image, { pullSecrets: secrets, signal })),
+    // Failed: in the state for INSPECT_MISS_MS, so that no review waits on it meanwhile.
+    const failed = (images: string[], err: unknown) => {
+      this.log.debug({ err, images }, 'inspection for admission failed');
+      for (const image of images) this.admissionFailures.set(image, Date.now() + INSPECT_MISS_MS);
+      this.admissionChanged();
+    };
+    void this.pullSecrets(pod, { warn: false }).then(
+      ({ secrets }) =>
+        Promise.all(
+          hint.images.map((image) =>
+            this.opts.inspector
+              .inspect(image, { pullSecrets: secrets, signal })
+              .catch((err: unknown) => failed([image], err)),
+          ),
         ),
-      )
-      .catch((err: unknown) =>
-        this.log.debug({ err, images: hint.images }, 'inspection for admission failed'),
-      );
+      (err: unknown) => failed(hint.images, err),
+    );
+  }
+
+  /** The images whose read for admission failed within INSPECT_MISS_MS; the older ones forgotten. */
+  private failedForAdmission(): Set<string> {
+    const now = Date.now();
+    for (const [image, until] of this.admissionFailures)
+      if (until <= now) this.admissionFailures.delete(image);
+    return new Set(this.admissionFailures.keys());
   }
 
   /** Sends the pod's one patch; the event, log line and metrics follow a write that went through. */

@@ -1,11 +1,12 @@
 import { Option } from 'commander';
-import { atLeast, type Capability } from '../capability.ts';
+import { atLeast, secondsWithin, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
 import { ArchController } from './controller.ts';
 import { explainPodArch } from './explain.ts';
 import { ARCH_KEYS, ArchPlacement, PULL_SECRET_RULE } from './types.ts';
+import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS } from './webhook.ts';
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -19,6 +20,12 @@ export const archCapability: Capability = {
     )
       .default(32)
       .argParser(atLeast(1)),
+    new Option(
+      '--arch-admission-wait <seconds>',
+      "how long a new image's first pods wait at admission for Berth to read it, to be placed there rather than gated (0: gate them at once)",
+    )
+      .default(INSPECT_WAIT_MS / 1000)
+      .argParser(secondsWithin(0, ADMISSION_BUDGET_MS / 1000)),
     new Option(
       '--arch-registries <file>',
       'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries by opt-in',
@@ -64,6 +71,7 @@ export const archCapability: Capability = {
       ),
       berthNamespace,
       workers: Number(options['archWorkers'] ?? 32),
+      admissionWaitMs: 1000 * Number(options['archAdmissionWait'] ?? INSPECT_WAIT_MS / 1000),
       ...(typeof options['archPullSecret'] === 'string' ? { pullSecret: options['archPullSecret'] } : {}),
     });
     return { webhooks: [controller.webhook()] };

@@ -1,5 +1,5 @@
 // The Pod CREATE webhook: places the pods an ArchPlacement selects when the controller knows their
-// images, and gates the others (the registry is the controller's business, never admission's). A
+// images, and gates the others (the registry is the controller's: admission sends it no request). A
 // pod with an image not known yet hints the controller to read it, and waits a moment
 // (INSPECT_WAIT_MS) for the answer to reach its state: the first pods of a new image are then placed
 // at admission too, where a gate would cost each of them a write and two watch deliveries. It
@@ -35,23 +35,31 @@ export const webhookDecisions = counter(
 
 export const inspectWaits = counter(
   'berth_arch_admission_inspect_waits_total',
-  'Pods the architecture webhook held for an image the controller was reading, by result (known, timeout)',
+  'Pods the architecture webhook held for an image the controller was reading, by result (known, failed, timeout)',
   ['result'],
 );
 
 /**
- * How long a review waits for the controller to read a pod's new images: an inspection takes tens
- * of milliseconds from a nearby registry, and this stays, with the wait for a new namespace
- * (NAMESPACE_WAIT_MS), well within the 2 s the apiserver gives the webhook.
+ * Of the 2 s the apiserver gives a Berth pod webhook, what a review may spend waiting, for a new
+ * namespace (NAMESPACE_WAIT_MS) and then for new images together: the rest is the round trip's.
+ */
+export const ADMISSION_BUDGET_MS = 1500;
+/**
+ * How long a new image's first pods wait for the controller to read it (`--arch-admission-wait`):
+ * a read takes tens of milliseconds from a nearby registry. The wait is the image's, from when it
+ * was first asked, not each pod's: the pods that come meanwhile wait for the same deadline.
  */
 export const INSPECT_WAIT_MS = 500;
 /**
- * An image the controller did not read within the wait is not waited for again for this long: a
- * registry that is slow or down costs the pods after it no wait (they are gated, as without one).
+ * An image the controller did not read by its deadline is not waited for again for this long: a
+ * registry that is slow costs the pods after it no wait (they are gated, as without one). One whose
+ * read failed is in the state (`failed`) for as long, and ends the waits for it at once.
  */
 export const INSPECT_MISS_MS = 30_000;
-// Images remembered as missed at most; past it the memory starts again.
-const MAX_MISSED = 10_000;
+/** Reviews held at once: past it a pod is gated without a wait, so waits never fill the server's limit. */
+export const MAX_WAITING = 100;
+// Images remembered as asked at most; past it the memory starts again.
+const MAX_ASKED = 10_000;
 
 /** What the webhook asks the controller to read: a pod's images, with the pull secrets it names. */
 export interface InspectHint {
@@ -71,7 +79,9 @@ export interface ArchWebhookDeps extends ExemptionContext {
   namespaceWaitMs?: number;
   /** Asks the controller to read images `cached` does not know; absent, the pod is gated at once. */
   inspect?: (hint: InspectHint) => void;
-  /** How long a review waits for `cached` to know them once asked (INSPECT_WAIT_MS). */
+  /** Whether the controller's read of an image for admission failed lately (INSPECT_MISS_MS). */
+  failed?: (image: string) => boolean;
+  /** How long a new image's pods wait for `cached` to know it once asked (INSPECT_WAIT_MS); 0 never. */
   inspectWaitMs?: number;
   /** The state `cached` reads, when it is one (the webhook thread's): read again only once it is new. */
   state?: () => unknown;
@@ -82,53 +92,74 @@ export interface ArchWebhookDeps extends ExemptionContext {
 export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   const log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
   const now = deps.now ?? Date.now;
-  const missed = new Map<string, number>();
+  // When each image not known was first asked of the controller: its deadline, then its miss.
+  const asked = new Map<string, number>();
+  let waiting = 0;
   const decide = (pod: ArchPod, policy: Policy, known: Inspection[] | undefined): AdmissionResult => {
     const { patch, placed } = gatePod(pod, policy, known);
     webhookDecisions.inc({ outcome: placed ? 'placed' : 'gated' });
     return { allowed: true, patch };
   };
   /**
-   * The pod's answer once the controller has read its new images, or gated after the wait. Not for
-   * an image pulled Always (admission cannot know it revalidated) or one that missed a wait lately.
+   * The pod's answer, once the controller has read its new images if it may wait for them: not a
+   * dry run (which must have no effect outside its answer), not an image pulled Always (admission
+   * cannot know it was revalidated), nor one whose read failed or missed its deadline lately.
    */
   const afterInspection = (
     pod: ArchPod,
     namespace: string,
     policy: Policy,
+    arrived: number,
+    dryRun: boolean,
   ): AdmissionResult | Promise<AdmissionResult> => {
     const images = podImages(pod);
-    const cached = images.map((i) => deps.cached(i.image, { revalidate: i.revalidate }));
-    const allOf = (known: (Inspection | undefined)[]) =>
+    const lookup = (counted: boolean) =>
+      images.map((i) => deps.cached(i.image, { revalidate: i.revalidate, counted }));
+    const all = (known: (Inspection | undefined)[]) =>
       known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
+    const cached = lookup(true);
     const unknown = images.filter((_, n) => !cached[n]);
+    if (unknown.length === 0) return decide(pod, policy, cached as Inspection[]);
     const t = now();
+    const waitMs = deps.inspectWaitMs ?? INSPECT_WAIT_MS;
+    const ask = unknown.filter((i) => t - (asked.get(i.image) ?? -Infinity) >= INSPECT_MISS_MS);
+    // The earliest deadline of the pod's images: the pod is placed only once all are known.
+    const deadline = Math.min(...unknown.map((i) => (ask.includes(i) ? t : asked.get(i.image)!) + waitMs));
+    const budget = arrived + ADMISSION_BUDGET_MS - t;
+    const failed = (i: { image: string }) => deps.failed?.(i.image) === true;
     if (
-      unknown.length === 0 ||
       !deps.inspect ||
-      unknown.some((i) => i.revalidate || (missed.get(i.image) ?? -Infinity) > t - INSPECT_MISS_MS)
+      dryRun ||
+      waiting >= MAX_WAITING ||
+      Math.min(deadline - t, budget) <= 0 ||
+      unknown.some((i) => i.revalidate || failed(i))
     )
-      return decide(pod, policy, allOf(cached));
-    deps.inspect({
-      namespace,
-      images: unknown.map((i) => i.image),
-      imagePullSecrets: (pod.spec.imagePullSecrets ?? []).map((s) => s.name),
-    });
-    const lookup = () => allOf(images.map((i) => deps.cached(i.image, { revalidate: i.revalidate })));
-    return whenStateHolds(lookup, deps.inspectWaitMs ?? INSPECT_WAIT_MS, deps.state).then((read) => {
-      inspectWaits.inc({ result: read ? 'known' : 'timeout' });
-      if (!read) {
-        if (missed.size >= MAX_MISSED) missed.clear();
-        for (const i of unknown) missed.set(i.image, now());
-      }
-      return decide(pod, policy, read);
-    });
+      return decide(pod, policy, undefined);
+    if (ask.length > 0) {
+      if (asked.size + ask.length > MAX_ASKED) asked.clear();
+      for (const i of ask) asked.set(i.image, t);
+      deps.inspect({
+        namespace,
+        images: ask.map((i) => i.image),
+        imagePullSecrets: (pod.spec.imagePullSecrets ?? []).map((s) => s.name),
+      });
+    }
+    waiting++;
+    const read = () => (unknown.some(failed) ? 'failed' : all(lookup(false)));
+    return whenStateHolds(read, Math.min(deadline - t, budget), deps.state)
+      .then((known) => {
+        inspectWaits.inc({ result: known === 'failed' ? 'failed' : known ? 'known' : 'timeout' });
+        if (known && known !== 'failed') for (const i of unknown) asked.delete(i.image);
+        return decide(pod, policy, known === 'failed' ? undefined : known);
+      })
+      .finally(() => waiting--);
   };
   return (req) => {
     const pod = req.object as ArchPod | undefined;
     if (req.operation !== 'CREATE' || req.kind.kind !== 'Pod' || req.subResource || !pod?.spec) {
       return { allowed: true };
     }
+    const arrived = (deps.now ?? Date.now)();
     // A pod made from a template has no namespace of its own at admission.
     const namespace = pod.metadata?.namespace || req.namespace || '';
     // A thrown error would be answered allowed=false; this webhook fails open instead.
@@ -148,7 +179,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
         webhookDecisions.inc({ outcome: 'unselected' });
         return { allowed: true };
       }
-      return afterInspection(pod, namespace, policy);
+      return afterInspection(pod, namespace, policy, arrived, req.dryRun === true);
     };
     try {
       const reason = exemption(pod, namespace, deps);
@@ -188,6 +219,10 @@ export interface ArchAdmissionState {
   webhookNamespaces: Set<string>;
   /** What the registry client knows without a request. */
   images: KnownImages;
+  /** Images whose read for admission failed lately (INSPECT_MISS_MS): no review waits for them. */
+  failedImages: Set<string>;
+  /** `--arch-admission-wait`: how long a new image's pods wait for its read (INSPECT_WAIT_MS). */
+  inspectWaitMs: number;
 }
 
 export const archAdmission = threadHandler(
@@ -197,6 +232,10 @@ export const archAdmission = threadHandler(
     podGateHandler({
       ...(inspect ? { inspect } : {}),
       state,
+      failed: (image) => state().failedImages.has(image),
+      get inspectWaitMs() {
+        return state().inspectWaitMs;
+      },
       policies: () => state().policies,
       namespaceLabels: (ns) => state().namespaceLabels.get(ns),
       cached: (image, options) => cachedFrom(state().images)(image, options),

@@ -48,6 +48,7 @@ import { isDigest, parseReference, type Reference } from './reference.ts';
 import {
   InspectionError,
   MAX_RETRY_AFTER_MS,
+  type CachedOptions,
   type FailureReason,
   type ImageInspector,
   type Inspection,
@@ -239,8 +240,8 @@ export class RegistryClient implements ImageInspector {
     }
   }
 
-  cached(image: string, options: Pick<InspectOptions, 'revalidate'> = {}): Inspection | undefined {
-    return cachedInspection(image, options.revalidate === true, this.#lookups);
+  cached(image: string, options: CachedOptions = {}): Inspection | undefined {
+    return cachedInspection(image, options.revalidate === true, this.#lookups, options.counted !== false);
   }
 
   known(): KnownImages {

@@ -36,17 +36,22 @@ export interface KnownLookups {
 }
 
 /** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
-export function fromKnown(ref: Reference, revalidate: boolean, lookups: KnownLookups): Resolved | undefined {
+export function fromKnown(
+  ref: Reference,
+  revalidate: boolean,
+  lookups: KnownLookups,
+  counted = true,
+): Resolved | undefined {
   let digest = ref.digest;
   if (!digest) {
     if (revalidate) return undefined;
     const known = lookups.tag(ref.canonical);
-    registryMetrics.cache.inc({ cache: 'tag', result: known ? 'hit' : 'miss' });
+    if (counted) registryMetrics.cache.inc({ cache: 'tag', result: known ? 'hit' : 'miss' });
     if (!known) return undefined;
     digest = known.digest;
   }
   const known = lookups.platforms(digest);
-  registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+  if (counted) registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
   return known && { reference: ref.canonical, digest, ...known };
 }
 
@@ -55,6 +60,7 @@ export function cachedInspection(
   image: string,
   revalidate: boolean,
   lookups: KnownLookups,
+  counted = true,
 ): Inspection | undefined {
   let ref: Reference;
   try {
@@ -62,7 +68,7 @@ export function cachedInspection(
   } catch {
     return undefined;
   }
-  const hit = fromKnown(ref, revalidate, lookups);
+  const hit = fromKnown(ref, revalidate, lookups, counted);
   return hit && { image, ...hit, cached: true };
 }
 
@@ -70,10 +76,15 @@ export function cachedInspection(
 export const cachedFrom =
   (known: KnownImages, now: () => number = Date.now): ImageInspector['cached'] =>
   (image, options = {}) =>
-    cachedInspection(image, options.revalidate === true, {
-      tag: (canonical) => {
-        const t = known.tags.get(canonical);
-        return t && t.expiresAt > now() ? t : undefined;
+    cachedInspection(
+      image,
+      options.revalidate === true,
+      {
+        tag: (canonical) => {
+          const t = known.tags.get(canonical);
+          return t && t.expiresAt > now() ? t : undefined;
+        },
+        platforms: (digest) => known.digests.get(digest),
       },
-      platforms: (digest) => known.digests.get(digest),
-    });
+      options.counted !== false,
+    );

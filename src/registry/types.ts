@@ -80,6 +80,9 @@ export interface InspectOptions {
   signal?: AbortSignal;
 }
 
+/** A lookup without a request: `counted` false leaves the cache metrics alone (a lookup repeated while waiting). */
+export type CachedOptions = Pick<InspectOptions, 'revalidate'> & { counted?: boolean };
+
 /** Reads an image's platforms from its registry without pulling it. */
 export interface ImageInspector {
   inspect(image: string, options?: InspectOptions): Promise<Inspection>;
@@ -87,7 +90,7 @@ export interface ImageInspector {
    * What inspect() would answer without sending a request (a digest known, or a tag fresh in the
    * cache), or undefined: for admission, which must never wait on a registry.
    */
-  cached(image: string, options?: Pick<InspectOptions, 'revalidate'>): Inspection | undefined;
+  cached(image: string, options?: CachedOptions): Inspection | undefined;
   /** What cached() answers from, as a value: for the webhook thread (registry/known.ts). */
   known(): KnownImages;
   /** Calls `listener` after each tag or digest the client learns. */

@@ -325,10 +325,15 @@ export class WebhookServer {
     this.thread?.postMessage(m);
   }
 
-  /** A threaded route's hint, to the handler's onHint (a hint that fails is the handler's to log). */
+  /** A threaded route's hint, to the handler's onHint; one that throws is logged, never the process's end. */
   private hint(path: string, hint: unknown): void {
     const route = this.routes.get(path);
-    if (route && 'fed' in route) route.fed.onHint?.(hint);
+    if (!route || !('fed' in route)) return;
+    try {
+      route.fed.onHint?.(hint);
+    } catch (err) {
+      this.log.error({ err, webhook: route.name }, 'webhook hint failed');
+    }
   }
 
   /** Answers the thread's question for a route whose handler lives on this thread. */

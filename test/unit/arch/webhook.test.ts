@@ -3,7 +3,13 @@ import { test } from 'node:test';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { parsePolicies, placePatch, placedAtAdmission, type ArchPod } from '../../../src/arch/decide.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
-import { INSPECT_MISS_MS, podGateHandler, type InspectHint } from '../../../src/arch/webhook.ts';
+import {
+  ADMISSION_BUDGET_MS,
+  INSPECT_MISS_MS,
+  MAX_WAITING,
+  podGateHandler,
+  type InspectHint,
+} from '../../../src/arch/webhook.ts';
 import {
   ARCH_LABEL,
   OS_LABEL,
@@ -135,23 +141,28 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
     cached: true,
   });
   const cache = new Map([['web:1', inspection('web:1', 'arm64')]]);
+  const failed = new Set<string>();
   const hints: InspectHint[] = [];
   let now = 1_000_000;
   // A state replaced whole, as the webhook thread's is: the cache is read again only once it is new.
   let state = {};
-  let reads = 0;
+  let counted = 0;
+  let uncounted = 0;
   const handle = podGateHandler({
     ...deps,
-    cached: (image) => (reads++, cache.get(image)),
+    cached: (image, o) => (o?.counted === false ? uncounted++ : counted++, cache.get(image)),
+    failed: (image) => failed.has(image),
     state: () => state,
     inspectWaitMs: 200,
     now: () => now,
     inspect: (hint) => {
       hints.push(hint);
-      // The controller learns the image a moment later and sends a new state.
-      if (hint.images.includes('new:1'))
+      // The controller reads the image a moment later, or fails to, and sends a new state.
+      const [image] = hint.images;
+      if (image === 'new:1' || image === 'broken:1')
         setTimeout(() => {
-          cache.set('new:1', inspection('new:1', 'arm64'));
+          if (image === 'new:1') cache.set(image, inspection(image, 'arm64'));
+          else failed.add(image);
           state = {};
         }, 50);
     },
@@ -167,35 +178,89 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
         ...spec,
       },
     );
-  const admitted = async (p: ReturnType<typeof pod>) =>
-    applyJsonPatch(p, ((await handle(request(p))) as unknown as { patch: never }).patch) as ArchPod;
+  const admitted = async (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) =>
+    applyJsonPatch(p, ((await handle(request(p, extra))) as unknown as { patch: never }).patch) as ArchPod;
+  const timed = async (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) => {
+    const started = performance.now();
+    const out = await admitted(p, extra);
+    return { gated: out.spec.schedulingGates !== undefined, ms: performance.now() - started, out };
+  };
 
-  const placed = await admitted(pod('new:1', { imagePullSecrets: [{ name: 'pull' }] }));
-  assert.equal(placed.spec.schedulingGates, undefined, 'placed once read, not gated');
-  assert.deepEqual(placedAtAdmission(placed), { architectures: ['arm64'] });
+  const placed = await timed(pod('new:1', { imagePullSecrets: [{ name: 'pull' }] }));
+  assert.equal(placed.gated, false, 'placed once read, not gated');
+  assert.deepEqual(placedAtAdmission(placed.out), { architectures: ['arm64'] });
   assert.deepEqual(hints, [{ namespace: 'apps', images: ['new:1'], imagePullSecrets: ['pull'] }]);
-  assert.ok(reads <= 6, `the cache read again only for a new state (${reads} reads)`);
+  // Each image looked up once for the metrics; while waiting, only when the state is new.
+  assert.equal(counted, 2);
+  assert.ok(uncounted <= 4, `the cache read again only for a new state (${uncounted} reads)`);
 
-  // Not read within the wait (a slow or broken registry): gated, and the next pod of that image
-  // within INSPECT_MISS_MS is gated at once, without asking or waiting.
-  const started = performance.now();
-  assert.deepEqual((await admitted(pod('slow:1'))).spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
-  assert.ok(performance.now() - started >= 190, 'waited');
+  // A read that fails ends the wait at once, and no pod waits for that image meanwhile.
+  const broken = await timed(pod('broken:1'));
+  assert.ok(broken.gated && broken.ms < 150, `gated when the read failed (${broken.ms} ms)`);
   hints.length = 0;
-  const again = performance.now();
-  assert.deepEqual((await admitted(pod('slow:1'))).spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
-  assert.ok(performance.now() - again < 50, 'did not wait again');
+  const afterFailure = await timed(pod('broken:1'));
+  assert.ok(afterFailure.gated && afterFailure.ms < 50);
   assert.deepEqual(hints, []);
-  now += INSPECT_MISS_MS + 1;
-  await admitted(pod('slow:1'));
-  assert.equal(hints.length, 1, 'asked again once the miss is old');
 
-  // Pulled Always: admission cannot know it was read again, so the pod is gated without a wait.
+  // Not read by its deadline (a slow registry): gated after the wait. The image's deadline is
+  // shared: a pod that comes in the middle waits only for the rest of it, and is not asked again.
+  const first = timed(pod('slow:1'));
+  await new Promise((r) => setTimeout(r, 100));
+  now += 100;
+  const second = await timed(pod('slow:1'));
+  const firstDone = await first;
+  assert.ok(firstDone.gated && firstDone.ms >= 190, `the first waited its 200 ms (${firstDone.ms})`);
+  assert.ok(second.gated && second.ms < 160, `the second waited the rest only (${second.ms})`);
+  assert.equal(hints.length, 1, 'asked once');
+  // Missed: the next pod within INSPECT_MISS_MS is gated at once; after it, asked again.
+  now += 200;
+  const missed = await timed(pod('slow:1'));
+  assert.ok(missed.gated && missed.ms < 50);
+  assert.equal(hints.length, 1);
+  now += INSPECT_MISS_MS;
+  await timed(pod('slow:1'));
+  assert.equal(hints.length, 2, 'asked again once the miss is old');
+
+  // Gated at once, never asked: an image pulled Always (admission cannot know it was read again),
+  // a dry run (it must have no effect outside its answer), a review whose budget the namespace wait
+  // spent.
   hints.length = 0;
   const always = pod('other:1');
   always.spec.containers[1] = { name: 's', image: 'other:1', imagePullPolicy: 'Always' } as never;
-  assert.deepEqual((await admitted(always)).spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
+  assert.equal((await timed(always)).gated, true);
+  assert.equal((await timed(pod('dry:1'), { dryRun: true })).gated, true);
   assert.deepEqual(hints, []);
+});
+
+test('a review spends no more than its budget waiting, and no more than MAX_WAITING are held', async () => {
+  let now = 0;
+  const hints: InspectHint[] = [];
+  const handle = podGateHandler({
+    ...deps,
+    // The namespace is learnt only after its wait, which the clock says took the budget's all but 50 ms.
+    namespaceLabels: () => {
+      now = ADMISSION_BUDGET_MS - 50;
+      return {};
+    },
+    inspect: (hint) => hints.push(hint),
+    inspectWaitMs: 1000,
+    now: () => now,
+  });
+  const started = performance.now();
+  await handle(request(newPod({ app: 'web' }, { containers: [{ name: 'c', image: 'late:1' }] })));
+  const ms = performance.now() - started;
+  assert.ok(ms >= 40 && ms < 200, `waited the 50 ms left of the budget, not the 1 s wait (${ms})`);
+
+  // Held reviews: at MAX_WAITING the next pod is gated without a wait.
+  now = 0;
+  const handle2 = podGateHandler({ ...deps, inspect: () => {}, inspectWaitMs: 300, now: () => now });
+  const held = Array.from({ length: MAX_WAITING }, (_, i) =>
+    handle2(request(newPod({ app: 'web' }, { containers: [{ name: 'c', image: `held:${i}` }] }))),
+  );
+  const t = performance.now();
+  await handle2(request(newPod({ app: 'web' }, { containers: [{ name: 'c', image: 'one-more:1' }] })));
+  assert.ok(performance.now() - t < 100, 'over MAX_WAITING: not held');
+  await Promise.all(held);
 });
 
 test('a Windows pod that says so only by its nodeSelector is placed on its Windows images at admission', async () => {
