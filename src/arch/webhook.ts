@@ -159,7 +159,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     if (req.operation !== 'CREATE' || req.kind.kind !== 'Pod' || req.subResource || !pod?.spec) {
       return { allowed: true };
     }
-    const arrived = (deps.now ?? Date.now)();
+    const arrived = now();
     // A pod made from a template has no namespace of its own at admission.
     const namespace = pod.metadata?.namespace || req.namespace || '';
     // A thrown error would be answered allowed=false; this webhook fails open instead.
@@ -201,6 +201,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
           ),
         deps.namespaceWaitMs,
       );
+      // The answer may be a promise of one (a namespace waited for, then images): one promise.
       return answer instanceof Promise ? answer.then((a) => a).catch(failOpen) : answer;
     } catch (err) {
       return failOpen(err);

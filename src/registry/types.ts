@@ -88,7 +88,7 @@ export interface ImageInspector {
   inspect(image: string, options?: InspectOptions): Promise<Inspection>;
   /**
    * What inspect() would answer without sending a request (a digest known, or a tag fresh in the
-   * cache), or undefined: for admission, which must never wait on a registry.
+   * cache), or undefined: for admission, which sends no request of its own.
    */
   cached(image: string, options?: CachedOptions): Inspection | undefined;
   /** What cached() answers from, as a value: for the webhook thread (registry/known.ts). */
