@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import { placedAtAdmission, type ArchPod } from '../../src/arch/decide.ts';
 import { STATE_LABEL } from '../../src/arch/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
@@ -118,7 +119,16 @@ describe('npm run demo --once', () => {
     const pod = /created pod (arm-only-\w+)/.exec(s)?.[1];
     assert.ok(pod, s);
     assert.match(s, /pushed 127\.0\.0\.1:\d+\/demo\/arm-only:v1 for linux\/arm64 only/);
-    assert.match(s, new RegExp(`gated ${pod} at admission \\(scheduling gate arch\\.berth\\.dev/inspect\\)`));
+    // Read while the review waited (placed at admission), or, past --arch-admission-wait, gated
+    // until the controller read it: the pod's result says which, and the summary must say the same.
+    const admitted = new RegExp(`placed ${pod} at admission \\(the image's platforms read by then\\)`).test(
+      s,
+    );
+    if (!admitted)
+      assert.match(
+        s,
+        new RegExp(`gated ${pod} at admission \\(scheduling gate arch\\.berth\\.dev/inspect\\)`),
+      );
     assert.match(s, /read its platforms: linux\/arm64\n/);
     assert.match(s, /added node affinity kubernetes\.io\/arch In \[arm64\]\n/);
     const ran = new RegExp(
@@ -130,6 +140,11 @@ describe('npm run demo --once', () => {
       const p = await client.get(Resources.pods, pod, 'berth-demo');
       assert.equal((p['spec'] as { nodeName?: string }).nodeName, ran);
       assert.equal(p.metadata?.labels?.[STATE_LABEL], 'Placed');
+      assert.equal(
+        placedAtAdmission(p as ArchPod) !== undefined,
+        admitted,
+        'the summary says how it was placed',
+      );
     } finally {
       client.close();
     }
