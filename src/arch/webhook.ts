@@ -125,13 +125,14 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     const ask = unknown.filter((i) => t - (asked.get(i.image) ?? -Infinity) >= INSPECT_MISS_MS);
     // The earliest deadline of the pod's images: the pod is placed only once all are known.
     const deadline = Math.min(...unknown.map((i) => (ask.includes(i) ? t : asked.get(i.image)!) + waitMs));
-    const budget = arrived + ADMISSION_BUDGET_MS - t;
+    // Within what is left of the review's budget too.
+    const waitFor = Math.min(deadline, arrived + ADMISSION_BUDGET_MS) - t;
     const failed = (i: { image: string }) => deps.failed?.(i.image) === true;
     if (
       !deps.inspect ||
       dryRun ||
       waiting >= MAX_WAITING ||
-      Math.min(deadline - t, budget) <= 0 ||
+      waitFor <= 0 ||
       unknown.some((i) => i.revalidate || failed(i))
     )
       return decide(pod, policy, undefined);
@@ -146,7 +147,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     }
     waiting++;
     const read = () => (unknown.some(failed) ? 'failed' : all(lookup(false)));
-    return whenStateHolds(read, Math.min(deadline - t, budget), deps.state)
+    return whenStateHolds(read, waitFor, deps.state)
       .then((known) => {
         inspectWaits.inc({ result: known === 'failed' ? 'failed' : known ? 'known' : 'timeout' });
         if (known && known !== 'failed') for (const i of unknown) asked.delete(i.image);
