@@ -105,7 +105,7 @@ say('== running berth with the example rule files (examples/labels/)');
 // As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints,
 // with default flags but for its addresses and the CA of the sandbox registry (which Berth reads
 // images from for architecture-aware placement).
-const [uiPort, mgmtUiPort] = await freePorts(2);
+const [uiPort] = await freePorts(1);
 const berth = await startBerth(sb, [
   `--label-dir=${join(examples, 'labels')}`,
   `--ui-bind-address=127.0.0.1:${uiPort}`,
@@ -363,6 +363,8 @@ async function federation(): Promise<Summary> {
     cellNodes: 2,
     log: (s) => say(`   ${s}`),
   });
+  // Picked now, not at the start: the cells' processes, started since, take free ports of their own.
+  const [mgmtUiPort] = await freePorts(1);
   moreBerths.push(
     await startBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`]),
   );
