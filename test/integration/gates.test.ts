@@ -83,14 +83,21 @@ async function startWebhooks(): Promise<void> {
   await hooks.start(new AbortController().signal);
   await hooks.ready();
   // The apiserver's webhook configuration cache lags the registration (and may still hold a
-  // stopped server's URL, which Ignore skips): a dry-run node of the probe gate's pool comes back
-  // tainted only once this server admits it.
-  await waitFor('the gates webhook admitting nodes', async () => {
-    const [manifest] = nodeManifests({ prefix: uniqueName('probe'), count: 1, labels: { [POOL]: 'probe' } });
-    const n = await client.create(Resources.nodes, manifest!, { dryRun: true });
-    return taintsOf(n).includes(taintKey(PROBE_GATE));
-  });
+  // stopped server's URL, which Ignore skips).
+  await webhookTaints('probe', PROBE_GATE);
 }
+
+/**
+ * Until a dry-run node of `pool` comes back with `gate`'s taint: this webhook admits such nodes, and
+ * its thread has been sent the gate (which follows the controller's cache, so a node created the
+ * moment the cache has a gate can still reach a thread that does not).
+ */
+const webhookTaints = (pool: string, gate: string) =>
+  waitFor(`the gates webhook tainting ${pool} nodes for ${gate}`, async () => {
+    const [manifest] = nodeManifests({ prefix: uniqueName(pool), count: 1, labels: { [POOL]: pool } });
+    const n = await client.create(Resources.nodes, manifest!, { dryRun: true });
+    return taintsOf(n).includes(taintKey(gate));
+  });
 
 before(async () => {
   await installCrds(client);
@@ -225,6 +232,7 @@ describe('startup gates', () => {
       nodeSelector: { matchLabels: { [POOL]: 'init' } },
       requirements: { pods: [{ namespace: ns, daemonSet: 'warmup' }] },
     });
+    await webhookTaints('init', gate);
     const admitted = await createNode('init');
     const node = admitted.metadata!.name!;
     assert.ok(
@@ -798,6 +806,8 @@ describe('startup gates: order, readiness, nodeName, early pods', () => {
       }),
     );
     await waitCondition(warm, 'AfterGatesFound', 'True');
+    await webhookTaints('order', net);
+    await webhookTaints('order', warm);
     const admitted = await createNode('order');
     const node = admitted.metadata!.name!;
     assert.ok(taintsOf(admitted).includes(taintKey(net)), 'the earlier taint at admission');
