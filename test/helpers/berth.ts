@@ -97,6 +97,8 @@ export interface StartOptions {
    * without a build first.
    */
   imageRuntime?: boolean;
+  /** Stop Berth and fail if it is not ready (or healthy, without waitReady) within this many ms. */
+  readyWithinMs?: number;
 }
 
 const dockerfile = () => readFileSync(`${packageRoot()}/Dockerfile`, 'utf8');
@@ -162,6 +164,7 @@ export async function startBerth(
     await exited;
   };
   const probe = opts.waitReady === false ? 'healthz' : 'readyz';
+  const deadline = performance.now() + (opts.readyWithinMs ?? Infinity);
   try {
     while (
       !(await fetch(`http://127.0.0.1:${healthPort}/${probe}`).then(
@@ -170,6 +173,8 @@ export async function startBerth(
       ))
     ) {
       if (child.exitCode !== null) throw new Error(`berth exited with ${child.exitCode}\n${out}`);
+      if (performance.now() > deadline)
+        throw new Error(`berth neither ${probe} nor exited within ${opts.readyWithinMs} ms\n${out}`);
       await new Promise((r) => setTimeout(r, 200));
     }
   } catch (e) {

@@ -10,6 +10,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
@@ -306,4 +307,26 @@ test('a screenshot of the page is kept as a test artefact', async () => {
   const png = await page.screenshot({ path: file, fullPage: true });
   assert.ok(png.length > 10_000, `screenshot of ${png.length} bytes`);
   process.stdout.write(`# screenshot of the page: ${file}\n`);
+});
+
+test('a page address already taken: berth run exits 1 with the error, not alive and unready for good', async () => {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+  const { port } = taken.address() as AddressInfo;
+  try {
+    // Its informers and servers start before the page does; they must not keep it alive.
+    await assert.rejects(
+      startBerth(sandbox, ['--controllers=labels', `--ui-bind-address=127.0.0.1:${port}`], {
+        capture: true,
+        readyWithinMs: 60_000,
+      }).then((b) => b.stop()),
+      (e: Error) => {
+        assert.match(e.message, /^berth exited with 1\n/);
+        assert.match(e.message, new RegExp(`EADDRINUSE.*127\\.0\\.0\\.1:${port}`));
+        return true;
+      },
+    );
+  } finally {
+    taken.close();
+  }
 });
