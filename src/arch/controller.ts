@@ -566,13 +566,17 @@ export class ArchController {
     void this.pullSecrets(pod, { warn: false }).then(
       ({ secrets }) =>
         Promise.all(
-          hint.images.map((image) =>
+          hint.images.map(({ image, revalidate }) =>
             this.opts.inspector
-              .inspect(image, { pullSecrets: secrets, signal })
+              .inspect(image, { pullSecrets: secrets, revalidate, signal })
               .catch((err: unknown) => failed([image], err)),
           ),
         ),
-      (err: unknown) => failed(hint.images, err),
+      (err: unknown) =>
+        failed(
+          hint.images.map((i) => i.image),
+          err,
+        ),
     );
   }
 

@@ -1,8 +1,9 @@
 // The Pod CREATE webhook: places the pods an ArchPlacement selects when the controller knows their
 // images, and gates the others (the registry is the controller's: admission sends it no request). A
-// pod with an image not known yet hints the controller to read it, and waits a moment
-// (INSPECT_WAIT_MS) for the answer to reach its state: the first pods of a new image are then placed
-// at admission too, where a gate would cost each of them a write and two watch deliveries. It
+// pod with an image not known yet (or pulled Always: its tag not revalidated since the pod came)
+// hints the controller to read it, and waits a moment (INSPECT_WAIT_MS) for the answer to reach its
+// state: the first pods of a new image are then placed at admission too, where a gate would cost
+// each of them a write and two watch deliveries. It
 // always allows, and is registered with failurePolicy Ignore and a short timeout: an unavailable
 // Berth never blocks a pod, it only leaves the pod unplaced. It is served from the webhook thread
 // (runtime/webhook/thread.ts), where the pods' informer cannot hold its answers; the controller
@@ -23,6 +24,7 @@ import {
   namespaceDecides,
   podImages,
   type ArchPod,
+  type PodImage,
   type ExemptionContext,
   type Policy,
 } from './decide.ts';
@@ -64,7 +66,8 @@ const MAX_ASKED = 10_000;
 /** What the webhook asks the controller to read: a pod's images, with the pull secrets it names. */
 export interface InspectHint {
   namespace: string;
-  images: string[];
+  /** Each with whether its tag is to be revalidated (imagePullPolicy Always). */
+  images: PodImage[];
   imagePullSecrets: string[];
 }
 
@@ -101,9 +104,10 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     return { allowed: true, patch };
   };
   /**
-   * The pod's answer, once the controller has read its new images if it may wait for them: not a
-   * dry run (which must have no effect outside its answer), not an image pulled Always (admission
-   * cannot know it was revalidated), nor one whose read failed or missed its deadline lately.
+   * The pod's answer, once the controller has read its new images if it may wait for them: not in a
+   * dry run (which must have no effect outside its answer), nor an image whose read failed or missed
+   * its deadline lately. An image pulled Always is known only from a read its registry answered
+   * after the pod came (the tag revalidated for this pod, as the controller would for a gated one).
    */
   const afterInspection = (
     pod: ArchPod,
@@ -114,7 +118,9 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   ): AdmissionResult | Promise<AdmissionResult> => {
     const images = podImages(pod);
     const lookup = (counted: boolean) =>
-      images.map((i) => deps.cached(i.image, { revalidate: i.revalidate, counted }));
+      images.map((i) =>
+        deps.cached(i.image, { revalidate: i.revalidate, revalidatedSince: arrived, counted }),
+      );
     const all = (known: (Inspection | undefined)[]) =>
       known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
     const cached = lookup(true);
@@ -128,23 +134,19 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     // Within what is left of the review's budget too.
     const waitFor = Math.min(deadline, arrived + ADMISSION_BUDGET_MS) - t;
     const failed = (i: { image: string }) => deps.failed?.(i.image) === true;
-    if (
-      !deps.inspect ||
-      dryRun ||
-      waiting >= MAX_WAITING ||
-      waitFor <= 0 ||
-      unknown.some((i) => i.revalidate || failed(i))
-    )
+    if (!deps.inspect || dryRun || waiting >= MAX_WAITING || waitFor <= 0 || unknown.some(failed))
       return decide(pod, policy, undefined);
-    if (ask.length > 0) {
-      if (asked.size + ask.length > MAX_ASKED) asked.clear();
-      for (const i of ask) asked.set(i.image, t);
+    if (asked.size + ask.length > MAX_ASKED) asked.clear();
+    for (const i of ask) asked.set(i.image, t);
+    // A tag pulled Always is asked for by every pod: each needs a read answered since it came. The
+    // controller's reads of one image share one request while it runs.
+    const hinted = unknown.filter((i) => i.revalidate || ask.includes(i));
+    if (hinted.length > 0)
       deps.inspect({
         namespace,
-        images: ask.map((i) => i.image),
+        images: hinted,
         imagePullSecrets: (pod.spec.imagePullSecrets ?? []).map((s) => s.name),
       });
-    }
     waiting++;
     const read = () => (unknown.some(failed) ? 'failed' : all(lookup(false)));
     return whenStateHolds(read, waitFor, deps.state)

@@ -208,7 +208,7 @@ export class RegistryClient implements ImageInspector {
       const ref = parseReference(image);
       const keyring = buildKeyring(options.pullSecrets ?? []);
       const creds = lookup(keyring, ref.domain, ref.path);
-      const hit = fromKnown(ref, options.revalidate === true, this.#lookups);
+      const hit = fromKnown(ref, this.#lookups, { revalidate: options.revalidate === true });
       if (hit) return { image, ...hit, cached: true };
       const key = `${ref.canonical}|${creds.map(credentialKey).join(',')}`;
       const negative = this.#negative.get(key);
@@ -241,7 +241,7 @@ export class RegistryClient implements ImageInspector {
   }
 
   cached(image: string, options: CachedOptions = {}): Inspection | undefined {
-    return cachedInspection(image, options.revalidate === true, this.#lookups, options.counted !== false);
+    return cachedInspection(image, this.#lookups, options);
   }
 
   known(): KnownImages {
@@ -406,8 +406,8 @@ export class RegistryClient implements ImageInspector {
     return found;
   }
 
-  #learnTag(canonical: string, tag: KnownTag): void {
-    this.#tags.set(canonical, tag, this.#o.tagTtlMs);
+  #learnTag(canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
+    this.#tags.set(canonical, { ...tag, readAt: Date.now() }, this.#o.tagTtlMs);
     this.#learned();
   }
 

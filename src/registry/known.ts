@@ -3,7 +3,7 @@
 // both use to answer from it.
 import { registryMetrics } from './metrics.ts';
 import { parseReference, type Reference } from './reference.ts';
-import type { ImageInspector, Inspection, Platform } from './types.ts';
+import type { CachedOptions, ImageInspector, Inspection, Platform } from './types.ts';
 
 /** A digest's platforms, and the registry host that answered for them. */
 export interface KnownDigest {
@@ -15,6 +15,8 @@ export interface KnownDigest {
 export interface KnownTag {
   digest: string;
   registry: string;
+  /** When its registry last answered for it (ms since the epoch): a revalidation since a pod came counts for it. */
+  readAt: number;
 }
 
 /** A snapshot of the client's caches: tags (with when each expires, ms) and digests. */
@@ -35,17 +37,21 @@ export interface KnownLookups {
   platforms(digest: string): KnownDigest | undefined;
 }
 
-/** A result with no request at all: a digest known, or a tag whose digest is fresh and known. */
+/**
+ * A result with no request at all: a digest known, or a tag whose digest is fresh and known. A tag
+ * to revalidate is known only if its registry answered for it since `revalidatedSince`.
+ */
 export function fromKnown(
   ref: Reference,
-  revalidate: boolean,
   lookups: KnownLookups,
-  counted = true,
+  options: CachedOptions = {},
 ): Resolved | undefined {
+  const { revalidate, revalidatedSince, counted = true } = options;
   let digest = ref.digest;
   if (!digest) {
-    if (revalidate) return undefined;
-    const known = lookups.tag(ref.canonical);
+    if (revalidate && revalidatedSince === undefined) return undefined;
+    const tag = lookups.tag(ref.canonical);
+    const known = revalidate ? tag && tag.readAt >= revalidatedSince! && tag : tag;
     if (counted) registryMetrics.cache.inc({ cache: 'tag', result: known ? 'hit' : 'miss' });
     if (!known) return undefined;
     digest = known.digest;
@@ -58,9 +64,8 @@ export function fromKnown(
 /** ImageInspector.cached over lookups: what inspect() would answer without a request. */
 export function cachedInspection(
   image: string,
-  revalidate: boolean,
   lookups: KnownLookups,
-  counted = true,
+  options: CachedOptions = {},
 ): Inspection | undefined {
   let ref: Reference;
   try {
@@ -68,17 +73,16 @@ export function cachedInspection(
   } catch {
     return undefined;
   }
-  const hit = fromKnown(ref, revalidate, lookups, counted);
+  const hit = fromKnown(ref, lookups, options);
   return hit && { image, ...hit, cached: true };
 }
 
 /** ImageInspector.cached over a snapshot, its tags fresh until they expire. */
 export const cachedFrom =
   (known: KnownImages, now: () => number = Date.now): ImageInspector['cached'] =>
-  (image, options = {}) =>
+  (image, options) =>
     cachedInspection(
       image,
-      options.revalidate === true,
       {
         tag: (canonical) => {
           const t = known.tags.get(canonical);
@@ -86,5 +90,5 @@ export const cachedFrom =
         },
         platforms: (digest) => known.digests.get(digest),
       },
-      options.counted !== false,
+      options,
     );

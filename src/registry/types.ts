@@ -81,7 +81,14 @@ export interface InspectOptions {
 }
 
 /** A lookup without a request: `counted` false leaves the cache metrics alone (a lookup repeated while waiting). */
-export type CachedOptions = Pick<InspectOptions, 'revalidate'> & { counted?: boolean };
+export type CachedOptions = Pick<InspectOptions, 'revalidate'> & {
+  /**
+   * With `revalidate`: a tag its registry answered for at or after this time (ms since the epoch)
+   * counts as revalidated (a pod's admission, waiting for the controller's HEAD); without, none does.
+   */
+  revalidatedSince?: number;
+  counted?: boolean;
+};
 
 /** Reads an image's platforms from its registry without pulling it. */
 export interface ImageInspector {

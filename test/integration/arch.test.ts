@@ -472,7 +472,7 @@ describe('NodeAffinity mode', () => {
         dockerConfigSecret(berthNs, CLUSTER_PULL_SECRET, `${reg.host}/private/${id}/global`, user, password),
       );
       const before = await secretGets();
-      // Always: every pod is gated and its tag read again, each with the secret.
+      // Always: every pod's tag is read again (while it waits at admission), each time with the secret.
       const names = Array.from({ length: 6 }, () => uniqueName('global'));
       for (const name of names)
         await createPod(main, name, [{ image: `${reg.host}/${repo}:v1`, imagePullPolicy: 'Always' }]);
@@ -547,12 +547,13 @@ describe('NodeAffinity mode', () => {
     await createPod(main, b, [{ image: image('moving'), imagePullPolicy: 'IfNotPresent' }]);
     const placedB = await podSettled(main, b, 'Placed');
     assert.equal(result(placedB).images[0]!.digest, first.digest);
-    // Always: the kubelet would pull the new digest, so Berth reads the tag again.
+    // Always: the kubelet would pull the new digest, so Berth reads the tag again, while the pod
+    // waits at admission: placed there on the new digest, never on the cached one, and not gated.
     const c = uniqueName('moving-c');
-    await createPod(main, c, [{ image: image('moving'), imagePullPolicy: 'Always' }]);
-    const placedC = await podSettled(main, c, 'Placed');
-    assert.equal(result(placedC).images[0]!.digest, second.digest);
-    assert.deepEqual(result(placedC).architectures, ['ppc64le']);
+    const createdC = await createPod(main, c, [{ image: image('moving'), imagePullPolicy: 'Always' }]);
+    assert.equal(hasGate(createdC), false, 'placed at admission, not gated');
+    assert.equal(result(createdC).images[0]!.digest, second.digest);
+    assert.deepEqual(result(createdC).architectures, ['ppc64le']);
     assert.equal(await scheduledOn(main, c), nodes.ppc64le);
   });
 

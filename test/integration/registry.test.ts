@@ -204,8 +204,13 @@ describe('caches, single-flight and revalidation', () => {
     const first = await c.inspect(image);
     const cached = await cost(c, () => c.inspect(image));
     assert.deepEqual([cached.value.cached, cached.registry], [true, 0]);
+    const before = Date.now();
+    assert.equal(c.cached(image, { revalidate: true, revalidatedSince: before }), undefined);
     const same = await cost(c, () => c.inspect(image, { revalidate: true }));
     assert.deepEqual([same.value.cached, same.value.digest, same.registry], [false, first.digest, 1]);
+    // Answered since `before` (a pod's admission waiting for it): revalidated for that pod, not for a later one.
+    assert.equal(c.cached(image, { revalidate: true, revalidatedSince: before })?.digest, first.digest);
+    assert.equal(c.cached(image, { revalidate: true, revalidatedSince: Date.now() + 1 }), undefined);
     const moved = await pusher.pushIndex(name, 'v1', plats('linux/arm64'));
     const stale = await c.inspect(image);
     assert.equal(stale.digest, first.digest, 'within the TTL the tag is trusted');

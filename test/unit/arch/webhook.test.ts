@@ -17,6 +17,7 @@ import {
   STATE_LABEL,
   archPlacementSpec,
 } from '../../../src/arch/types.ts';
+import { cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook/admission.ts';
 
@@ -158,7 +159,7 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
     inspect: (hint) => {
       hints.push(hint);
       // The controller reads the image a moment later, or fails to, and sends a new state.
-      const [image] = hint.images;
+      const image = hint.images[0]?.image;
       if (image === 'new:1' || image === 'broken:1')
         setTimeout(() => {
           if (image === 'new:1') cache.set(image, inspection(image, 'arm64'));
@@ -189,7 +190,9 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
   const placed = await timed(pod('new:1', { imagePullSecrets: [{ name: 'pull' }] }));
   assert.equal(placed.gated, false, 'placed once read, not gated');
   assert.deepEqual(placedAtAdmission(placed.out), { architectures: ['arm64'] });
-  assert.deepEqual(hints, [{ namespace: 'apps', images: ['new:1'], imagePullSecrets: ['pull'] }]);
+  assert.deepEqual(hints, [
+    { namespace: 'apps', images: [{ image: 'new:1', revalidate: false }], imagePullSecrets: ['pull'] },
+  ]);
   // Each image looked up once for the metrics; while waiting, only when the state is new.
   assert.equal(counted, 2);
   assert.ok(uncounted <= 4, `the cache read again only for a new state (${uncounted} reads)`);
@@ -221,15 +224,89 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
   await timed(pod('slow:1'));
   assert.equal(hints.length, 2, 'asked again once the miss is old');
 
-  // Gated at once, never asked: an image pulled Always (admission cannot know it was read again),
-  // a dry run (it must have no effect outside its answer), a review whose budget the namespace wait
-  // spent.
+  // Gated at once, never asked: a dry run (it must have no effect outside its answer).
   hints.length = 0;
-  const always = pod('other:1');
-  always.spec.containers[1] = { name: 's', image: 'other:1', imagePullPolicy: 'Always' } as never;
-  assert.equal((await timed(always)).gated, true);
   assert.equal((await timed(pod('dry:1'), { dryRun: true })).gated, true);
   assert.deepEqual(hints, []);
+});
+
+test('an image pulled Always: every pod asks for it, and is placed only on a read answered since it came', async () => {
+  let now = 5_000;
+  const canonical = 'docker.io/library/live:latest';
+  const digest = `sha256:${'c'.repeat(64)}`;
+  const registry = 'registry-1.docker.io';
+  // What the thread holds: the tag read long ago, still fresh for a pod that does not pull Always.
+  const images: KnownImages = {
+    tags: new Map([[canonical, { digest, registry, expiresAt: 1e12, readAt: 1_000 }]]),
+    digests: new Map([[digest, { platforms: [{ os: 'linux', architecture: 'arm64' }], registry }]]),
+  };
+  let state = {};
+  const hints: InspectHint[] = [];
+  // The controller's read, answered a moment later (its registry's answer is timed by the clock then).
+  const answer = () =>
+    setTimeout(() => {
+      images.tags.set(canonical, { digest, registry, expiresAt: 1e12, readAt: now });
+      state = {};
+    }, 30);
+  let answers = true;
+  const handle = podGateHandler({
+    ...deps,
+    cached: (image, o) => cachedFrom(images, () => now)(image, o),
+    state: () => state,
+    inspectWaitMs: 200,
+    now: () => now,
+    inspect: (hint) => {
+      hints.push(hint);
+      if (answers) answer();
+    },
+  });
+  const pod = (imagePullPolicy?: string) =>
+    newPod({ app: 'web' }, { containers: [{ name: 'c', image: 'live:latest', imagePullPolicy }] });
+  const admit = async (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) => {
+    const started = performance.now();
+    const out = applyJsonPatch(
+      p,
+      ((await handle(request(p, extra))) as unknown as { patch: never }).patch,
+    ) as ArchPod;
+    return { gated: out.spec.schedulingGates !== undefined, ms: performance.now() - started, out };
+  };
+
+  // Not Always: the fresh tag places it at once, with no question.
+  assert.equal((await admit(pod('IfNotPresent'))).gated, false);
+  assert.deepEqual(hints, []);
+  // Always: the tag read before the pod came does not count; a read since does.
+  const first = await admit(pod('Always'));
+  assert.equal(first.gated, false, 'placed once the tag was read again');
+  assert.ok(first.ms >= 25, `it waited for the read (${first.ms} ms)`);
+  assert.deepEqual(placedAtAdmission(first.out), { architectures: ['arm64'] });
+  assert.deepEqual(hints, [
+    { namespace: 'apps', images: [{ image: 'live:latest', revalidate: true }], imagePullSecrets: [] },
+  ]);
+  // The next pod, later: that read was before it came, so it asks and waits again.
+  now += 1_000;
+  const second = await admit(pod('Always'));
+  assert.equal(second.gated, false);
+  assert.ok(second.ms >= 25, `it waited for its own read (${second.ms} ms)`);
+  assert.equal(hints.length, 2);
+  // Two at once: both ask; the read answered after both came places both.
+  now += 1_000;
+  const [a, b] = await Promise.all([admit(pod('Always')), admit(pod('Always'))]);
+  assert.deepEqual([a.gated, b.gated], [false, false]);
+  assert.equal(hints.length, 4);
+  // No answer by the deadline: gated after the wait, then at once while the miss is recent.
+  answers = false;
+  now += 1_000;
+  const slow = await admit(pod('Always'));
+  assert.ok(slow.gated && slow.ms >= 190, `gated after its wait (${slow.ms} ms)`);
+  now += 300;
+  const after = await admit(pod('Always'));
+  assert.ok(after.gated && after.ms < 50, `gated at once after a miss (${after.ms} ms)`);
+  // A dry run neither asks nor waits.
+  answers = true;
+  now += INSPECT_MISS_MS;
+  const asked = hints.length;
+  assert.equal((await admit(pod('Always'), { dryRun: true })).gated, true);
+  assert.equal(hints.length, asked);
 });
 
 test('a review spends no more than its budget waiting, and no more than MAX_WAITING are held', async () => {

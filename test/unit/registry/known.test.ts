@@ -5,8 +5,8 @@ import { cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
 const digest = `sha256:${'a'.repeat(64)}`;
 const other = `sha256:${'b'.repeat(64)}`;
 const platforms = [{ os: 'linux', architecture: 'arm64' }];
-const known = (expiresAt: number): KnownImages => ({
-  tags: new Map([['registry.example/app:v1', { digest, registry: 'registry.example', expiresAt }]]),
+const known = (expiresAt: number, readAt = 500): KnownImages => ({
+  tags: new Map([['registry.example/app:v1', { digest, registry: 'registry.example', expiresAt, readAt }]]),
   digests: new Map([[digest, { platforms, registry: 'registry.example' }]]),
 });
 
@@ -21,8 +21,13 @@ test('a snapshot answers as the client would without a request', () => {
     registry: 'registry.example',
     cached: true,
   });
-  // imagePullPolicy: Always revalidates the tag: only a request can answer.
+  // imagePullPolicy: Always revalidates the tag: only a request can answer, one answered since the
+  // time given (a pod's admission) if one is.
   assert.equal(fresh('registry.example/app:v1', { revalidate: true }), undefined);
+  assert.equal(fresh('registry.example/app:v1', { revalidate: true, revalidatedSince: 501 }), undefined);
+  assert.equal(fresh('registry.example/app:v1', { revalidate: true, revalidatedSince: 500 })?.digest, digest);
+  // Not revalidating, the time given changes nothing.
+  assert.equal(fresh('registry.example/app:v1', { revalidatedSince: 900 })?.digest, digest);
   // A digest is known whatever its tag: revalidating changes nothing.
   assert.equal(fresh(`registry.example/app@${digest}`, { revalidate: true })?.digest, digest);
   assert.equal(fresh(`registry.example/app@${other}`), undefined);
