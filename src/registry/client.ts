@@ -749,8 +749,13 @@ export class RegistryClient implements ImageInspector {
         url = next;
         continue;
       }
-      const body = method === 'HEAD' ? Buffer.alloc(0) : await this.#read(res, url, canonical);
-      return { status, headers: res.headers, body };
+      if (method === 'HEAD') {
+        // No body, but read to its end all the same: until then the agent does not get the socket
+        // back, and a few HEADs held every socket of the registry until the timeout freed them.
+        res.resume();
+        return { status, headers: res.headers, body: Buffer.alloc(0) };
+      }
+      return { status, headers: res.headers, body: await this.#read(res, url, canonical) };
     }
   }
 

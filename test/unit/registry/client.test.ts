@@ -229,3 +229,24 @@ describe('a Retry-After longer than a request may wait', () => {
     });
   });
 });
+
+describe('revalidations', () => {
+  test('a HEAD gives its socket back: revalidations one after another never wait for the pool', async () => {
+    const index = indexOf(['linux/arm64']);
+    const reg = await serve((path) =>
+      path === '/v2/app/manifests/v1' ? manifest(index, MediaType.ociIndex) : notFound,
+    );
+    // One socket: a HEAD that kept it would hold the next request until the timeout.
+    const c = client({ [reg.host]: 'http' }, { concurrencyPerRegistry: 1, timeoutMs: 3000, retries: 0 });
+    await c.inspect(`${reg.host}/app:v1`);
+    const started = performance.now();
+    for (let i = 0; i < 5; i++) {
+      const again = await c.inspect(`${reg.host}/app:v1`, { revalidate: true });
+      assert.equal(again.cached, false);
+    }
+    const ms = performance.now() - started;
+    assert.ok(ms < 1000, `five revalidations took ${ms.toFixed(0)} ms`);
+    // The GET, then the five HEADs (the digest was known).
+    assert.equal(reg.asked.filter((p) => p === '/v2/app/manifests/v1').length, 6);
+  });
+});
