@@ -21,6 +21,9 @@
 //    to Berth's webhook and to a floor, bench/webhookfloor -webhook=arch (a minimal Go net/http TLS
 //    server answering the same patch from the images' platforms), the two taking turns of a
 //    second; p99 of each and their ratio.
+// `--always-every N`: every N-th pod's main container pulls Always (its tag revalidated for each
+// pod, at admission or once gated), in both runs: those pods' own figures, and Berth's HEADs per
+// such pod (`alwaysFromRequestP99ms`, `registryHeadsPerAlwaysPod`); the floor sends no HEAD.
 // Berth runs as its own process (`berth run --controllers arch`), as it would in a cluster, with the
 // image's Node flags and environment (its young generation's size shows in the webhook's tail).
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -53,19 +56,21 @@ import { admissionReview } from '../test/helpers/admission.ts';
  * Berth's requests as the registry logged them: every answer as "response completed" with its
  * duration, except a 401 challenge, which it logs as a warning only. Berth's client says `berth`.
  */
-function registryLog(path: string): { requests: number; durationsMs: number[] } {
+function registryLog(path: string): { requests: number; heads: number; durationsMs: number[] } {
   const unitMs: Record<string, number> = { ns: 1e-6, µs: 1e-3, us: 1e-3, ms: 1, s: 1000 };
   let requests = 0;
+  let heads = 0;
   const durationsMs: number[] = [];
   for (const line of readFileSync(path, 'utf8').split('\n')) {
     if (!/ http\.request\.useragent=berth /.test(line)) continue;
     if (line.includes('msg="error authorizing context')) requests++;
     if (!line.includes('msg="response completed"')) continue;
     requests++;
+    if (line.includes(' http.request.method=HEAD ')) heads++;
     const d = / http\.response\.duration=([\d.]+)(ns|µs|us|ms|s) /.exec(line);
     if (d) durationsMs.push(Number(d[1]) * unitMs[d[2]!]!);
   }
-  return { requests, durationsMs };
+  return { requests, heads, durationsMs };
 }
 
 const { values } = parseArgs({
@@ -76,6 +81,8 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '32' },
     'webhook-rate': { type: 'string', default: '200' },
     'webhook-seconds': { type: 'string', default: '10' },
+    // Every n-th pod's main container pulls Always (0: none), in both Berth's run and the floor's.
+    'always-every': { type: 'string', default: '0' },
   },
 });
 const podCount = Number(values.pods);
@@ -84,6 +91,8 @@ const nodeCount = Number(values.nodes);
 const concurrency = Number(values.concurrency);
 const rate = Number(values['webhook-rate']);
 const webhookSeconds = Number(values['webhook-seconds']);
+const alwaysEvery = Number(values['always-every']);
+const pullsAlways = (i: number) => alwaysEvery > 0 && i % alwaysEvery === 0;
 const NS = 'bench-arch';
 const FLOOR_NS = 'bench-arch-floor';
 const POLICY = 'bench';
@@ -152,7 +161,7 @@ const intersection = (refs: string[]): string[] => {
   const sets = refs.map((r) => archesOf.get(r)!);
   return sets[0]!.filter((a) => sets.every((s) => s.includes(a))).sort();
 };
-const podManifest = (ns: string, i: number, gated: boolean): KubeObject => {
+const podManifest = (ns: string, i: number, gated: boolean, always = false): KubeObject => {
   const [main, sidecar] = podImages(i);
   return {
     apiVersion: 'v1',
@@ -161,7 +170,7 @@ const podManifest = (ns: string, i: number, gated: boolean): KubeObject => {
     spec: {
       ...(gated ? { schedulingGates: [{ name: SCHEDULING_GATE }] } : {}),
       containers: [
-        { name: 'main', image: main },
+        { name: 'main', image: main, ...(always ? { imagePullPolicy: 'Always' } : {}) },
         { name: 'sidecar', image: sidecar },
       ],
     },
@@ -219,7 +228,10 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
     async (i) => {
       const key = `${ns}/p-${i}`;
       sentAt.set(key, performance.now());
-      const created = await client.create<KubeObject>(Resources.pods, podManifest(ns, i, gated));
+      const created = await client.create<KubeObject>(
+        Resources.pods,
+        podManifest(ns, i, gated, pullsAlways(i)),
+      );
       createdAt.set(key, performance.now());
       const gates = (created['spec'] as { schedulingGates?: { name: string }[] }).schedulingGates ?? [];
       if (gates.some((g) => g.name === SCHEDULING_GATE)) {
@@ -241,6 +253,7 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
   const latencies = mine.map(latency);
   const fromRequest = mine.map((k) => Math.max(ungatedAt.get(k)!, createdAt.get(k)!) - sentAt.get(k)!);
   const gatedMine = mine.filter((k) => gatedKeys.has(k));
+  const alwaysMine = mine.filter((k) => pullsAlways(Number(k.slice(k.lastIndexOf('-') + 1))));
   const gatedLatencies = gatedMine.map(latency);
   const seconds = (Math.max(...[...ungatedAt].filter(([k]) => done(k)).map(([, t]) => t)) - t0) / 1000;
   // When the pods gated at admission were created and ungated, from the first create: whether their
@@ -253,6 +266,11 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
     seconds,
     latencies,
     fromRequest,
+    always: {
+      pods: alwaysMine.length,
+      gatedAtAdmission: alwaysMine.filter((k) => gatedKeys.has(k)).length,
+      fromRequest: alwaysMine.map((k) => Math.max(ungatedAt.get(k)!, createdAt.get(k)!) - sentAt.get(k)!),
+    },
     gatedLatencies,
     gatedAtAdmission,
     wave,
@@ -377,6 +395,15 @@ console.log(
     `p99 ${percentile(floorRun.latencies, 99).toFixed(0)} ms; from the create's request p99 ` +
     `${percentile(floorRun.fromRequest, 99).toFixed(0)} ms`,
 );
+// The floor knows every image and sends no HEAD: against it, Berth's revalidations count in full.
+const always = berthRun.always;
+if (always.pods)
+  console.log(
+    `the ${always.pods} pods pulling Always: ${always.gatedAtAdmission} gated at admission; from the ` +
+      `create's request p99 ${percentile(always.fromRequest, 99).toFixed(0)} ms, the floor's ` +
+      `${percentile(floorRun.always.fromRequest, 99).toFixed(0)} ms; ${registryServed.heads} HEADs ` +
+      `(${(registryServed.heads / always.pods).toFixed(2)} per such pod)`,
+  );
 
 // 4. Webhook: Berth against the floor, with the bench's mix of reviews (every other one in the
 // policy's namespace). The first 2 × images pods name every image, without thousands of bodies to
@@ -446,6 +473,20 @@ const result = {
   tokenRequests,
   podsLeftGated: berthRun.left,
   podsMisplaced: wrong,
+  ...(always.pods
+    ? {
+        alwaysPods: always.pods,
+        alwaysGatedAtAdmission: always.gatedAtAdmission,
+        alwaysFromRequestP99ms: round(percentile(always.fromRequest, 99), 0),
+        floorAlwaysFromRequestP99ms: round(percentile(floorRun.always.fromRequest, 99), 0),
+        registryHeadsPerAlwaysPod: round(registryServed.heads / always.pods, 2),
+        // The ≤ 2 per image of the reads themselves, the revalidations apart.
+        registryRequestsPerImageWithoutHeads: round(
+          (registryRequests - registryServed.heads) / imageCount,
+          2,
+        ),
+      }
+    : {}),
   rssMB: berth.rssMB(),
 };
 await berth.stop();
