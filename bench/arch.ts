@@ -298,6 +298,17 @@ console.log(
         `the last created ${berthRun.wave.lastCreatedS.toFixed(2)} s and the last ungated ` +
         `${berthRun.wave.lastUngatedS.toFixed(2)} s after the first create`,
 );
+// How the reviews that waited for a read ended.
+const waits = async (result: string) =>
+  berth.metric('berth_arch_admission_inspect_waits_total', (l) => l.includes(`result="${result}"`));
+const admissionWaits = {
+  known: await waits('known'),
+  failed: await waits('failed'),
+  timeout: await waits('timeout'),
+};
+console.log(
+  `  reviews that waited for a read: ${admissionWaits.known} answered, ${admissionWaits.failed} failed, ${admissionWaits.timeout} past the deadline`,
+);
 // Where Berth's time went, per pod: waiting in its queue, reconciling, inspecting images.
 const inspectionMs =
   (1000 * (await berth.metric('berth_image_inspection_seconds_sum'))) /
@@ -458,6 +469,7 @@ const result = {
   nodes: nodeCount,
   ...webhook,
   gatedAtAdmission: berthRun.gatedAtAdmission,
+  admissionWaits,
   ungateP50ms: round(percentile(berthRun.latencies, 50), 0),
   ungateP99ms: round(percentile(berthRun.latencies, 99), 0),
   ungateFromRequestP99ms: round(percentile(berthRun.fromRequest, 99), 0),
