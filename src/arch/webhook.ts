@@ -92,6 +92,12 @@ export interface ArchWebhookDeps extends ExemptionContext {
   logger?: Logger;
 }
 
+/**
+ * A lookup of a tag pulled Always, answered at or after `since`; off the cache metrics, where it
+ * would count a miss by design for each such pod.
+ */
+const revalidatedSince = (since: number) => ({ revalidate: true, revalidatedSince: since, counted: false });
+
 export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   const log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
   const now = deps.now ?? Date.now;
@@ -118,9 +124,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   ): AdmissionResult | Promise<AdmissionResult> => {
     const images = podImages(pod);
     const lookup = (counted: boolean) =>
-      images.map((i) =>
-        deps.cached(i.image, { revalidate: i.revalidate, revalidatedSince: arrived, counted }),
-      );
+      images.map((i) => deps.cached(i.image, i.revalidate ? revalidatedSince(arrived) : { counted }));
     const all = (known: (Inspection | undefined)[]) =>
       known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
     const cached = lookup(true);
@@ -128,6 +132,13 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     if (unknown.length === 0) return decide(pod, policy, cached as Inspection[]);
     const t = now();
     const waitMs = deps.inspectWaitMs ?? INSPECT_WAIT_MS;
+    // A miss of an image pulled Always ends with the late read's answer: the registry was slow once,
+    // and that image, never known for long, would otherwise be gated without a wait for 30 s.
+    for (const i of unknown) {
+      const since = asked.get(i.image);
+      if (i.revalidate && since !== undefined && deps.cached(i.image, revalidatedSince(since)))
+        asked.delete(i.image);
+    }
     const ask = unknown.filter((i) => t - (asked.get(i.image) ?? -Infinity) >= INSPECT_MISS_MS);
     // The earliest deadline of the pod's images: the pod is placed only once all are known.
     const deadline = Math.min(...unknown.map((i) => (ask.includes(i) ? t : asked.get(i.image)!) + waitMs));

@@ -89,7 +89,7 @@ const STATE_POLL_MS = 10;
 /**
  * What `read` finds in a thread's state, waiting up to `waitMs` for the state to hold it; undefined
  * if it does not by then. Polled, as a state is replaced whole when the main thread sends it and
- * says nothing else: such waits are rare (something the main thread has just learnt or is learning).
+ * says nothing else: such waits are short (something the main thread has just learnt or is learning).
  * With `state`, `read` runs again only once that is a new object (a state sent since).
  */
 export async function whenStateHolds<T>(

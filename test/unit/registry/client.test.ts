@@ -17,6 +17,8 @@ interface Answer {
   status?: number;
   headers?: Record<string, string>;
   body?: Buffer;
+  /** Answered this much later (a slow registry). */
+  delayMs?: number;
 }
 type Route = (path: string, req: http.IncomingMessage) => Answer;
 
@@ -40,8 +42,12 @@ async function serve(route: Route, tls?: { cert: string; key: string }): Promise
   const handler: http.RequestListener = (req, res) => {
     asked.push(req.url!);
     const a = route(req.url!, req);
-    res.writeHead(a.status ?? 200, a.headers ?? {});
-    res.end(a.body);
+    const send = () => {
+      res.writeHead(a.status ?? 200, a.headers ?? {});
+      res.end(a.body);
+    };
+    if (a.delayMs) setTimeout(send, a.delayMs);
+    else send();
   };
   const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
   servers.push(server);
@@ -248,5 +254,34 @@ describe('revalidations', () => {
     assert.ok(ms < 1000, `five revalidations took ${ms.toFixed(0)} ms`);
     // The GET, then the five HEADs (the digest was known).
     assert.equal(reg.asked.filter((p) => p === '/v2/app/manifests/v1').length, 6);
+  });
+
+  test('a revalidation that joins a read whose tag was answered before it asked reads the tag again', async () => {
+    const first = indexOf(['linux/amd64']);
+    const second = indexOf(['linux/arm64']);
+    let tagged = first;
+    const reg = await serve((path) => {
+      if (path === '/v2/app/manifests/v1') return manifest(tagged, MediaType.ociIndex);
+      // The tag's new digest is slow to read: the first revalidation's read is still on it.
+      if (path === `/v2/app/manifests/${digestOf(second)}`)
+        return { ...manifest(second, MediaType.ociIndex), delayMs: 300 };
+      return notFound;
+    });
+    const c = client({ [reg.host]: 'http' });
+    const image = `${reg.host}/app:v1`;
+    await c.inspect(image);
+    tagged = second;
+    const a = c.inspect(image, { revalidate: true });
+    await new Promise((r) => setTimeout(r, 100));
+    const laterAsked = Date.now();
+    const b = await c.inspect(image, { revalidate: true });
+    assert.deepEqual([(await a).digest, b.digest], [digestOf(second), digestOf(second)]);
+    // The later caller's tag was answered after it asked, not only the first's.
+    assert.equal(
+      c.cached(image, { revalidate: true, revalidatedSince: laterAsked })?.digest,
+      digestOf(second),
+    );
+    // The first GET, then one HEAD for each revalidation.
+    assert.equal(reg.asked.filter((p) => p === '/v2/app/manifests/v1').length, 3);
   });
 });
