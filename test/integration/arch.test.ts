@@ -472,7 +472,7 @@ describe('NodeAffinity mode', () => {
         dockerConfigSecret(berthNs, CLUSTER_PULL_SECRET, `${reg.host}/private/${id}/global`, user, password),
       );
       const before = await secretGets();
-      // Always: every pod's tag is read again (while it waits at admission), each time with the secret.
+      // Always: every pod's tag is read again (at admission, or once gated), each time with the secret.
       const names = Array.from({ length: 6 }, () => uniqueName('global'));
       for (const name of names)
         await createPod(main, name, [{ image: `${reg.host}/${repo}:v1`, imagePullPolicy: 'Always' }]);
