@@ -217,9 +217,10 @@ function withGate(pod: ArchPod, policy: string): ArchPod {
 /**
  * The webhook's change to a new pod the policy selects: nothing when the pod carries the gate
  * already (a reinvocation). When every image's platforms are already known without a request
- * (`known`: cached digests, fresh tags, tags pulled `Always` read since the pod came) and they share an architecture, the pod is
- * placed at once and never gated: no second write, no wait for the controller. Otherwise the gate,
- * the state label and the policy's name, and the controller reads the images.
+ * (`known`: cached digests, fresh tags, tags pulled `Always` read since the pod came) and they
+ * share an architecture, the pod is placed at once and never gated: no second write, no wait for
+ * the controller. Otherwise the gate, the state label and the policy's name, and the controller
+ * reads the images.
  */
 export function gatePod(
   pod: ArchPod,

@@ -3,13 +3,13 @@
 // pod with an image not known yet (or pulled Always: its tag not revalidated since the pod came)
 // hints the controller to read it, and waits a moment (INSPECT_WAIT_MS) for the answer to reach its
 // state: the first pods of a new image are then placed at admission too, where a gate would cost
-// each of them a write and two watch deliveries. It
-// always allows, and is registered with failurePolicy Ignore and a short timeout: an unavailable
-// Berth never blocks a pod, it only leaves the pod unplaced. It is served from the webhook thread
-// (runtime/webhook/thread.ts), where the pods' informer cannot hold its answers; the controller
-// sends it an ArchAdmissionState whenever one of its parts changes. The thread has no API client,
-// so a pod's namespace that the state does not hold yet is waited for (briefly, in the state the
-// controller sends next), not read from the apiserver.
+// each of them a write and two watch deliveries. It always allows, and is registered with
+// failurePolicy Ignore and a short timeout: an unavailable Berth never blocks a pod, it only leaves
+// the pod unplaced. It is served from the webhook thread (runtime/webhook/thread.ts), where the
+// pods' informer cannot hold its answers; the controller sends it an ArchAdmissionState whenever
+// one of its parts changes. The thread has no API client, so a pod's namespace that the state does
+// not hold yet is waited for (briefly, in the state the controller sends next), not read from the
+// apiserver.
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import type { AdmissionHandler, AdmissionResult } from '../runtime/webhook/admission.ts';
 import { threadHandler, whenStateHolds } from '../runtime/webhook/threaded.ts';

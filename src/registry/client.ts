@@ -229,8 +229,8 @@ export class RegistryClient implements ImageInspector {
       // A revalidation that joined a read whose tag its registry had answered already (the read was
       // still fetching a new digest's manifests) did not revalidate: once more, in a read of its own
       // or one started since, which comes after it.
-      const answered = () => this.#tags.stale(ref.canonical)?.readAt ?? -Infinity;
-      if (options.revalidate && !ref.digest && answered() < asked)
+      const answered = this.#tags.stale(ref.canonical)?.readAt ?? -Infinity;
+      if (options.revalidate && !ref.digest && answered < asked)
         resolved = await this.#imageFlights.run(key, work, options.signal);
       return { image, ...resolved, cached: false };
     } catch (e) {
