@@ -251,7 +251,9 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
   const latency = (k: string) => Math.max(0, ungatedAt.get(k)! - createdAt.get(k)!);
   const mine = [...createdAt.keys()].filter((k) => done(k) && ungatedAt.has(k));
   const latencies = mine.map(latency);
-  const fromRequest = mine.map((k) => Math.max(ungatedAt.get(k)!, createdAt.get(k)!) - sentAt.get(k)!);
+  // From the create's request to the gate seen gone (or the create's answer, for a pod never gated).
+  const fromRequestOf = (k: string) => Math.max(ungatedAt.get(k)!, createdAt.get(k)!) - sentAt.get(k)!;
+  const fromRequest = mine.map(fromRequestOf);
   const gatedMine = mine.filter((k) => gatedKeys.has(k));
   const alwaysMine = mine.filter((k) => pullsAlways(Number(k.slice(k.lastIndexOf('-') + 1))));
   const gatedLatencies = gatedMine.map(latency);
@@ -269,7 +271,7 @@ async function run(ns: string, gated: boolean, onCreated?: (p: KubeObject) => vo
     always: {
       pods: alwaysMine.length,
       gatedAtAdmission: alwaysMine.filter((k) => gatedKeys.has(k)).length,
-      fromRequest: alwaysMine.map((k) => Math.max(ungatedAt.get(k)!, createdAt.get(k)!) - sentAt.get(k)!),
+      fromRequest: alwaysMine.map(fromRequestOf),
     },
     gatedLatencies,
     gatedAtAdmission,

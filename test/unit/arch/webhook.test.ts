@@ -19,7 +19,12 @@ import {
 } from '../../../src/arch/types.ts';
 import { cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
-import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook/admission.ts';
+import type { JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
+import type {
+  AdmissionHandler,
+  AdmissionRequest,
+  AdmissionResult,
+} from '../../../src/runtime/webhook/admission.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
 const policy = (name: string, spec: Record<string, unknown> = {}) => ({
@@ -52,6 +57,14 @@ const newPod = (labels: Record<string, string>, spec: Record<string, unknown> = 
   metadata: { generateName: 'web-', labels },
   spec: { containers: [{ name: 'c', image: 'web:1' }], ...spec },
 });
+
+/** The pod as `handle` admits it (its patch applied), whether it is gated, and how long the review took. */
+async function admitted(handle: AdmissionHandler, p: unknown, extra: Partial<AdmissionRequest> = {}) {
+  const started = performance.now();
+  const { patch } = (await handle(request(p, extra))) as AdmissionResult & { patch?: JsonPatchOp[] };
+  const out = applyJsonPatch(p, patch!) as ArchPod;
+  return { gated: out.spec.schedulingGates !== undefined, ms: performance.now() - started, out };
+}
 
 test('the webhook gates selected pods, leaves the others, and always allows', async () => {
   const handle = podGateHandler(deps);
@@ -126,7 +139,7 @@ test('every image known without a request: the pod is placed at admission and ne
     ['x86:1', 'side:1'],
   ]) {
     const p = newPod({ app: 'web' }, { containers: images.map((image, i) => ({ name: `c${i}`, image })) });
-    const g = applyJsonPatch(p, ((await handle(request(p))) as unknown as { patch: never }).patch) as ArchPod;
+    const g = (await admitted(handle, p)).out;
     assert.deepEqual(g.spec.schedulingGates, [{ name: SCHEDULING_GATE }], images.join(' + '));
     assert.equal(placedAtAdmission(g), undefined);
   }
@@ -179,13 +192,8 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
         ...spec,
       },
     );
-  const admitted = async (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) =>
-    applyJsonPatch(p, ((await handle(request(p, extra))) as unknown as { patch: never }).patch) as ArchPod;
-  const timed = async (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) => {
-    const started = performance.now();
-    const out = await admitted(p, extra);
-    return { gated: out.spec.schedulingGates !== undefined, ms: performance.now() - started, out };
-  };
+  const timed = (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) =>
+    admitted(handle, p, extra);
 
   const placed = await timed(pod('new:1', { imagePullSecrets: [{ name: 'pull' }] }));
   assert.equal(placed.gated, false, 'placed once read, not gated');
@@ -235,9 +243,10 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   const canonical = 'docker.io/library/live:latest';
   const digest = `sha256:${'c'.repeat(64)}`;
   const registry = 'registry-1.docker.io';
+  const tagRead = (readAt: number) => ({ digest, registry, expiresAt: 1e12, readAt });
   // What the thread holds: the tag read long ago, still fresh for a pod that does not pull Always.
   const images: KnownImages = {
-    tags: new Map([[canonical, { digest, registry, expiresAt: 1e12, readAt: 1_000 }]]),
+    tags: new Map([[canonical, tagRead(1_000)]]),
     digests: new Map([[digest, { platforms: [{ os: 'linux', architecture: 'arm64' }], registry }]]),
   };
   let state = {};
@@ -245,7 +254,7 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   // The controller's read, answered a moment later (its registry's answer is timed by the clock then).
   const answer = () =>
     setTimeout(() => {
-      images.tags.set(canonical, { digest, registry, expiresAt: 1e12, readAt: now });
+      images.tags.set(canonical, tagRead(now));
       state = {};
     }, 30);
   let answers = true;
@@ -262,14 +271,8 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   });
   const pod = (imagePullPolicy?: string) =>
     newPod({ app: 'web' }, { containers: [{ name: 'c', image: 'live:latest', imagePullPolicy }] });
-  const admit = async (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) => {
-    const started = performance.now();
-    const out = applyJsonPatch(
-      p,
-      ((await handle(request(p, extra))) as unknown as { patch: never }).patch,
-    ) as ArchPod;
-    return { gated: out.spec.schedulingGates !== undefined, ms: performance.now() - started, out };
-  };
+  const admit = (p: ReturnType<typeof pod>, extra: Partial<AdmissionRequest> = {}) =>
+    admitted(handle, p, extra);
 
   // Not Always: the fresh tag places it at once, with no question.
   assert.equal((await admit(pod('IfNotPresent'))).gated, false);
@@ -302,7 +305,7 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   const after = await admit(pod('Always'));
   assert.ok(after.gated && after.ms < 50, `gated at once after a miss (${after.ms} ms)`);
   // The late read comes in: the miss is over, and the next pod waits (and is placed) again.
-  images.tags.set(canonical, { digest, registry, expiresAt: 1e12, readAt: now });
+  images.tags.set(canonical, tagRead(now));
   state = {};
   answers = true;
   now += 100;
@@ -363,7 +366,7 @@ test('a Windows pod that says so only by its nodeSelector is placed on its Windo
     { app: 'web' },
     { containers: [{ name: 'c', image: 'win:1' }], nodeSelector: { [OS_LABEL]: 'windows' } },
   );
-  const out = applyJsonPatch(p, ((await handle(request(p))) as unknown as { patch: never }).patch) as ArchPod;
+  const { out } = await admitted(handle, p);
   assert.equal(out.spec.schedulingGates, undefined, 'not gated');
   assert.deepEqual(placedAtAdmission(out), { architectures: ['amd64'] });
 });
