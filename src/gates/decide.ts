@@ -378,10 +378,11 @@ export function decideGates(gates: Gate[], node: SlimNode, pods: SlimPod[], now:
   const ann = node.metadata?.annotations ?? {};
   const early = startedEarly(gates, pods);
   return gates.map((g) => {
+    const holder = gates.find(
+      (o) => o !== g && taintId(o.spec.taint) === taintId(g.spec.taint) && o.keys.gatedAt in ann,
+    );
     const d = decideGate(g, node, pods, now, {
-      heldByAnother: gates.some(
-        (o) => o !== g && taintId(o.spec.taint) === taintId(g.spec.taint) && o.keys.gatedAt in ann,
-      ),
+      heldByAnother: holder && { gate: holder.name, since: ann[holder.keys.gatedAt]! },
       // A predecessor has released the node once the node says so (its gated-at is gone), so the
       // phases come off one after the other even when their requirements hold at once.
       waitingFor: (g.spec.after ?? []).filter((n) =>
@@ -478,15 +479,21 @@ export function startedEarly(gates: Gate[], pods: SlimPod[]): string[] {
  * What one gate wants on one node now. Berth holds a node exactly while the gate's gated-at
  * annotation is on it: that is how it knows the taint is its own (put on by its webhook or its
  * controller) and since when, across restarts. `heldByAnother`: another gate with the same taint
- * holds the node (the loser of a conflict), so the taint is Berth's to hand over. `waitingFor`: the
+ * holds the node (the loser of a conflict) since its gated-at, so the taint is Berth's to hand over. `waitingFor`: the
  * gates of its `after` that still hold the node; until they let go they are all it waits for.
  */
+/** What the other gates on the node say to one gate's decision (decideGates). */
+interface Others {
+  heldByAnother?: { gate: string; since: string };
+  waitingFor?: string[];
+}
+
 export function decideGate(
   gate: Gate,
   node: SlimNode,
   pods: SlimPod[],
   now: number,
-  others: { heldByAnother?: boolean; waitingFor?: string[] } = {},
+  others: Others = {},
 ): GateDecision {
   return withTaintRecord(gate, node, gateState(gate, node, pods, now, others));
 }
@@ -496,7 +503,7 @@ function gateState(
   node: SlimNode,
   pods: SlimPod[],
   now: number,
-  { heldByAnother = false, waitingFor = [] }: { heldByAnother?: boolean; waitingFor?: string[] },
+  { heldByAnother, waitingFor = [] }: Others,
 ): GateDecision {
   const { keys, spec } = gate;
   const ann = node.metadata?.annotations ?? {};
@@ -699,6 +706,25 @@ function gateState(
     return open(`released at ${ann[keys.completedAt]} (bootstrap only: never gated again)`);
   if (timedOutBefore)
     return open('released by the timeout; gated again only after its requirements have held');
+  // The loser of a conflict holds the node: the winner takes it over as it is, from when it was
+  // gated (its minimum hold and timeout count from then), whatever mayGate would say of a new hold.
+  if (tainted && heldByAnother) {
+    const since = Date.parse(heldByAnother.since) || now;
+    return {
+      ...base,
+      state: 'Held',
+      taint: true,
+      annotations: { [keys.gatedAt]: iso(since) },
+      unmet,
+      why: 'waiting for its requirements',
+      event: {
+        type: 'Normal',
+        reason: 'Gated',
+        message: `gate ${gate.name}: took over the node from gate ${heldByAnother.gate}, which held it with the same taint; waiting for: ${unmet.join('; ')}`,
+      },
+      ...(spec.timeout ? { requeueAfterMs: Math.max(0, spec.timeout.seconds * 1000 - (now - since)) } : {}),
+    };
+  }
   if (foreignTaint)
     return open(
       `not gated: the node already carries the taint ${taintId(spec.taint)}, which Berth did not put on; it stays theirs`,

@@ -5,6 +5,7 @@ import {
   decideGates,
   decisionKeys,
   gateKeyClaims,
+  nodePatch,
   parseGates,
   type Gate,
   type GateDecision,
@@ -12,6 +13,7 @@ import {
 import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
 import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
 import {
+  applyPatch,
   cilium,
   gate,
   GATE_CREATED,
@@ -670,6 +672,26 @@ describe('decideGate: a taint Berth did not put on stays whoever put it on', () 
         ['b-cni', false],
       ],
     );
+  });
+
+  test('a winner newer than the node takes it over from the loser, held since the loser gated it', () => {
+    // Created a minute ago, after the node joined, with backfill off: mayGate would refuse a new
+    // hold, but the taint the loser holds is Berth's, and the node's requirements are not met yet.
+    const { gates } = parseGates([
+      gateObj('a-cni', { timeout: { seconds: 600, outcome: 'Release' } }, { creationTimestamp: minutesAgo(1) }),
+      gateObj('b-cni'),
+    ]);
+    const [winner, loser] = gates;
+    const n = node({ taints: [TAINT], annotations: { [loser!.keys.gatedAt]: minutesAgo(3) } });
+    const [a, b] = decideGates(gates, n, [cilium(false)], NOW);
+    assert.deepEqual(
+      [a!.state, a!.taint, a!.annotations[winner!.keys.gatedAt], a!.requeueAfterMs],
+      ['Held', true, minutesAgo(3), 7 * 60_000],
+    );
+    assert.match(a!.event!.message, /took over the node from gate b-cni/);
+    assert.deepEqual([b!.state, b!.taint], ['NotSelected', false]);
+    // The taint stays: the loser's release does not take off what the winner holds.
+    assert.deepEqual(applyPatch(n, nodePatch(n, gates, [a!, b!])).spec.taints, [TAINT]);
   });
 });
 

@@ -410,8 +410,9 @@ describe('nodePatch', () => {
         ],
       );
       assert.deepEqual(after.spec.taints, [TAINT]);
+      // Held since the loser gated it: its minimum hold and timeout count from then.
       assert.deepEqual(after.metadata!.annotations, {
-        'a-cni.gates.berth.dev/gated-at': STAMP,
+        'a-cni.gates.berth.dev/gated-at': minutesAgo(1),
         'a-cni.gates.berth.dev/taint': 'startup.berth.dev/cni:NoSchedule',
       });
     });
