@@ -1,11 +1,45 @@
 // `berth gates tolerate DAEMONSET`: makes a DaemonSet's pods tolerate the taints of the gates that
-// wait for them, so they start on gated nodes.
+// wait for them, so they start on gated nodes. And what `berth uninstall` takes back of the gates.
 import { Command } from 'commander';
-import { parseGates } from './decide.ts';
+import { decideGates, gatesNamedOn, nodePatch, parseGates, strayGate, unrecordedStray } from './decide.ts';
 import { gatesWaitingFor, missingTolerations, tolerationsPatch } from './tolerate.ts';
-import { NodeStartupGate } from './types.ts';
+import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
+import type { SlimNode } from '../policy/slim.ts';
+import { isObjectGone } from '../runtime/client/apply.ts';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
+
+/**
+ * What gates left on nodes once none exists (`berth uninstall`): each gate a node still names (Berth
+ * was gone when its gates were deleted, and their finalizers were removed by hand) is rebuilt from
+ * its taint record and let go as the controller lets go of a stray: its taint, its annotations,
+ * its completion stamp where Berth wrote it. A node held without a record is named: whose the
+ * taint is, nothing says.
+ */
+export async function releaseGates(
+  client: KubeClient,
+  o: { say: (line: string) => void; dryRun: boolean },
+): Promise<void> {
+  for (const node of (await client.list<SlimNode>(Resources.nodes)).items) {
+    const name = node.metadata!.name!;
+    const strays = gatesNamedOn(node).flatMap((gate) => {
+      const stray = strayGate(gate, node);
+      if (!stray) o.say(`node ${name}: ${unrecordedStray(gate)}`);
+      return stray ? [stray] : [];
+    });
+    // The patch tests what it changes against the node as listed: a node changed meanwhile fails it.
+    const patch = nodePatch(node, strays, decideGates(strays, node, [], Date.now()));
+    if (!patch.length) continue;
+    try {
+      if (!o.dryRun)
+        await client.patch(Resources.nodes, name, patch, { type: 'json', fieldManager: FIELD_MANAGER });
+      o.say(`node ${name}: released gates ${strays.map((g) => g.name).join(', ')} (taint and annotations)`);
+    } catch (e) {
+      // A node that left meanwhile carries nothing any more.
+      if (!isObjectGone(e)) throw e;
+    }
+  }
+}
 
 export function gatesCommand(): Command {
   const cmd = new Command('gates').description('Startup gates: helpers for NodeStartupGates');

@@ -178,16 +178,10 @@ export class GatesController {
     this.status.controller
       // A node giving back a deleted gate's taint may be the last thing its finalizer waits for.
       .watch(this.nodes, () => this.deletingGates(), { update: nodeChanged })
-      // A gate that comes, goes or changes is found or lost by the gates that wait for it.
-      .watch(this.gateObjects, () => this.waitingGates(), { update: gateChanged })
+      // A gate that comes, goes or changes is found or lost by the gates that wait for it, and
+      // starts or stops a conflict with the others of its taint (the winner says so too). Gates are few.
+      .watch(this.gateObjects, () => this.gateObjects.keys(), { update: gateChanged })
       .watch(this.daemonSets, () => this.gateObjects.keys());
-  }
-
-  /** The gates whose `after` names another gate: their AfterGatesFound follows the others. */
-  private waitingGates(): string[] {
-    return this.gates()
-      .gates.filter((g) => g.spec.after?.length)
-      .map((g) => g.name);
   }
 
   private deletingGates(): string[] {
@@ -389,8 +383,8 @@ export class GatesController {
         {
           type: 'RequiredPodsSchedulable',
           status: unschedulable.length === 0,
-          reason: unschedulable.length ? 'MissingToleration' : 'Schedulable',
-          message: unschedulable.join('; '),
+          reason: unschedulable[0]?.reason ?? 'Schedulable',
+          message: unschedulable.map((u) => u.message).join('; '),
         },
         {
           type: 'AfterGatesFound',
@@ -417,33 +411,37 @@ export class GatesController {
               ? 'Conflicting'
               : dryRun
                 ? 'DryRun'
-                : unschedulable.length
-                  ? 'MissingToleration'
-                  : 'Enforcing',
+                : (unschedulable[0]?.reason ?? 'Enforcing'),
           message:
             invalid ||
             (!enforced
               ? conflicting
               : dryRun
                 ? `dry run: would hold ${wouldGate} of ${nodes} nodes`
-                : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}${unschedulable.length ? `; ${unschedulable[0]}` : ''}`),
+                : `holding ${gated} of ${nodes} nodes${timedOut ? `, ${timedOut} timed out` : ''}${unschedulable.length ? `; ${unschedulable[0]!.message}` : ''}`),
         },
       ],
     };
   }
 
   /** The DaemonSets the gate waits for that are missing, or whose pods could never start on a gated node. */
-  private unschedulableRequirements(gate: Gate): string[] {
-    const out: string[] = [];
+  private unschedulableRequirements(gate: Gate): { reason: string; message: string }[] {
+    const out: { reason: string; message: string }[] = [];
     for (const r of gate.spec.requirements.pods ?? []) {
       if (!r.daemonSet) continue;
       const ds = this.daemonSets.get(`${r.namespace}/${r.daemonSet}`);
-      if (!ds) out.push(`DaemonSet ${r.namespace}/${r.daemonSet} does not exist`);
+      if (!ds)
+        out.push({
+          reason: 'DaemonSetNotFound',
+          message: `DaemonSet ${r.namespace}/${r.daemonSet} does not exist`,
+        });
       else if (missingTolerations(ds, [gate]).length)
-        out.push(
-          `DaemonSet ${r.namespace}/${r.daemonSet} does not tolerate the taint ${gate.spec.taint.key}, so it never runs on a gated node: ` +
+        out.push({
+          reason: 'MissingToleration',
+          message:
+            `DaemonSet ${r.namespace}/${r.daemonSet} does not tolerate the taint ${gate.spec.taint.key}, so it never runs on a gated node: ` +
             `berth gates tolerate ${r.daemonSet} -n ${r.namespace}`,
-        );
+        });
     }
     return out;
   }

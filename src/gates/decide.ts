@@ -15,6 +15,7 @@ import { z } from 'zod';
 import {
   EXEMPT_LABEL,
   FIELD_MANAGER,
+  bookkeepingKeys,
   gateAnnotations,
   gatePrefix,
   GATES_DOMAIN,
@@ -198,8 +199,7 @@ export function nodePhase(
 function completionProblem(name: string, key: string | undefined): string | undefined {
   if (key === undefined || !key.includes(`.${GATES_DOMAIN}/`)) return undefined;
   const own = gateAnnotations(name, {});
-  if (key.startsWith(gatePrefix(name)) && key !== own.gatedAt && key !== own.timedOutAt && key !== own.taint)
-    return undefined;
+  if (key.startsWith(gatePrefix(name)) && !bookkeepingKeys(own).includes(key)) return undefined;
   return `completionAnnotation "${key}" is a key of ${key.startsWith(gatePrefix(name)) ? 'this gate' : 'another gate'}: use one outside *.${GATES_DOMAIN}/ or under ${gatePrefix(name)}`;
 }
 
@@ -416,7 +416,7 @@ export function gatesNamedOn(node: SlimNode): string[] {
     if (slash < 0 || !domain.endsWith(`.${GATES_DOMAIN}`)) continue;
     const name = domain.slice(0, -GATES_DOMAIN.length - 1);
     const keys = gateAnnotations(name, {});
-    if ([keys.gatedAt, keys.timedOutAt, keys.completedAt, keys.taint].includes(key)) names.add(name);
+    if ([...bookkeepingKeys(keys), keys.completedAt].includes(key)) names.add(name);
   }
   return [...names];
 }
@@ -516,6 +516,7 @@ function gateState(
   const heldMs = Math.max(0, now - gatedAt);
   const completed = keys.completedAt in ann;
   const timedOutBefore = keys.timedOutAt in ann;
+  const releasedByHand = keys.releasedByHandAt in ann;
   const selected = !gate.deleting && selects(gate, node.metadata?.labels);
   const base = { gate: gate.name, unmet: [] as string[], timedOut: false };
 
@@ -524,6 +525,7 @@ function gateState(
     const annotations: Record<string, string | null> = {};
     if (held) annotations[keys.gatedAt] = null;
     if (timedOutBefore) annotations[keys.timedOutAt] = null;
+    if (releasedByHand) annotations[keys.releasedByHandAt] = null;
     // Uninstalling leaves nothing behind: a deleted gate also takes back the completion stamps it wrote.
     if (gate.deleting && completed && completionOwned(gate, node)) annotations[keys.completedAt] = null;
     const why = gate.gone
@@ -579,7 +581,8 @@ function gateState(
         }
       : undefined;
     if (!tainted) {
-      // Someone took the taint off by hand: that is a release, and the gate stops holding.
+      // Someone took the taint off by hand: that is a release, and the gate stops holding. While its
+      // requirements fail, it does not put the taint back (that would fight whoever took it off).
       return {
         ...base,
         state: 'Released',
@@ -588,6 +591,7 @@ function gateState(
           [keys.gatedAt]: null,
           ...(timedOutBefore ? { [keys.timedOutAt]: null } : {}),
           ...(completed ? {} : { [keys.completedAt]: iso(now) }),
+          ...(unmet.length ? { [keys.releasedByHandAt]: iso(now) } : {}),
         },
         why: 'the taint was removed by someone else',
         release: { outcome: 'Manual', heldSeconds: seconds(heldMs) },
@@ -701,11 +705,18 @@ function gateState(
     why,
   });
   if (unmet.length === 0)
-    return open('every requirement holds', timedOutBefore ? { [keys.timedOutAt]: null } : {});
+    return open('every requirement holds', {
+      ...(timedOutBefore ? { [keys.timedOutAt]: null } : {}),
+      ...(releasedByHand ? { [keys.releasedByHandAt]: null } : {}),
+    });
   if (completed && spec.mode === 'BootstrapOnly')
     return open(`released at ${ann[keys.completedAt]} (bootstrap only: never gated again)`);
   if (timedOutBefore)
     return open('released by the timeout; gated again only after its requirements have held');
+  if (releasedByHand)
+    return open(
+      `its taint was removed by someone else at ${ann[keys.releasedByHandAt]}; gated again only after its requirements have held`,
+    );
   // The loser of a conflict holds the node: the winner takes it over as it is, from when it was
   // gated (its minimum hold and timeout count from then), whatever mayGate would say of a new hold.
   if (tainted && heldByAnother) {
@@ -773,7 +784,7 @@ function mayGate(gate: Gate, node: SlimNode, pods: SlimPod[]): { ok: boolean; wh
 /** Whether anything of the gate is still on the node: its taint as Berth holds it, or its annotations. */
 export function leftOnNode(gate: Gate, node: SlimNode): boolean {
   const ann = node.metadata?.annotations ?? {};
-  if (gate.keys.gatedAt in ann || gate.keys.timedOutAt in ann || gate.keys.taint in ann) return true;
+  if (bookkeepingKeys(gate.keys).some((k) => k in ann)) return true;
   return gate.keys.completedAt in ann && completionOwned(gate, node);
 }
 

@@ -1,7 +1,7 @@
 import { Option } from 'commander';
 import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { gatesCommand } from './cli.ts';
+import { gatesCommand, releaseGates } from './cli.ts';
 import { GatesController } from './controller.ts';
 import { gateKeyClaims, parseGates } from './decide.ts';
 import { explainNodeGates } from './explain.ts';
@@ -43,6 +43,7 @@ export const gatesCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['patch'] },
   ],
   explainNode: ({ client, object }) => explainNodeGates(client, object),
+  uninstall: ({ client, say, dryRun }) => releaseGates(client, { say, dryRun }),
   setup({ kit, options }) {
     const controller = new GatesController(kit, {
       workers: Number(options['gateWorkers'] ?? 16),

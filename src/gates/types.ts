@@ -251,6 +251,11 @@ export interface GateAnnotations {
   gatedAt: string;
   /** When the timeout fired; until the node next releases normally. */
   timedOutAt: string;
+  /**
+   * When someone else took the taint off a held node while its requirements failed; until they hold.
+   * Continuous mode gates such a node again only after they have held, as after a timeout.
+   */
+  releasedByHandAt: string;
   completedAt: string;
   /**
    * The taint Berth holds the node with (key=value:Effect), beside gatedAt: what takes the taint back
@@ -262,11 +267,20 @@ export interface GateAnnotations {
 
 export const gatePrefix = (name: string): string => `${name}.${GATES_DOMAIN}/`;
 
+/** The keys a gate keeps for itself on a node, all under its prefix: never its completion annotation. */
+export const bookkeepingKeys = (keys: GateAnnotations): string[] => [
+  keys.gatedAt,
+  keys.timedOutAt,
+  keys.releasedByHandAt,
+  keys.taint,
+];
+
 export function gateAnnotations(name: string, spec: Pick<NodeStartupGateSpec, 'completionAnnotation'>) {
   const prefix = gatePrefix(name);
   return {
     gatedAt: `${prefix}gated-at`,
     timedOutAt: `${prefix}timed-out-at`,
+    releasedByHandAt: `${prefix}released-by-hand-at`,
     completedAt: spec.completionAnnotation ?? `${prefix}completed-at`,
     taint: `${prefix}taint`,
   } satisfies GateAnnotations;

@@ -287,20 +287,24 @@ describe('startup gates', () => {
 
     // The gate says the DaemonSet it waits for is missing; then that it lacks the toleration, which
     // `berth gates tolerate` adds.
-    const schedulable = (status: 'True' | 'False', text: string) =>
+    const schedulable = (status: 'True' | 'False', reason: string, text: string) =>
       waitFor(
-        `RequiredPodsSchedulable ${status} (${text})`,
+        `RequiredPodsSchedulable ${status} ${reason} (${text})`,
         async () =>
           (await gateStatus(gate))?.conditions?.find(
-            (c) => c.type === 'RequiredPodsSchedulable' && c.status === status && c.message.includes(text),
+            (c) =>
+              c.type === 'RequiredPodsSchedulable' &&
+              c.status === status &&
+              c.reason === reason &&
+              c.message.includes(text),
           ),
         { observe: () => gateStatus(gate) },
       );
-    await schedulable('False', 'does not exist');
+    await schedulable('False', 'DaemonSetNotFound', 'does not exist');
     const ds = daemonSet('warmup', 'init', gate);
     delete (ds['spec'] as { template: { spec: Record<string, unknown> } }).template.spec['tolerations'];
     await client.create(Resources.daemonSets, ds);
-    await schedulable('False', 'does not tolerate');
+    await schedulable('False', 'MissingToleration', 'does not tolerate');
     await holdsFor(
       'no init pod on the gated node without the toleration',
       async () => taintsOf(await getNode(node)).includes(taintKey(gate)),
@@ -317,7 +321,7 @@ describe('startup gates', () => {
       `--kubeconfig=${sandbox.kubeconfigPath}`,
     ]);
     assert.match(cli.stdout, new RegExp(`added toleration ${taintKey(gate)}=wait:NoSchedule`));
-    await schedulable('True', '');
+    await schedulable('True', 'Schedulable', '');
     const n = await released(node, gate);
     assert.ok(annotation(n, completedAt(gate)), 'completion annotation stamped');
     assert.ok(Date.parse(annotation(n, completedAt(gate))!) > 0, 'completion annotation is a timestamp');
@@ -784,6 +788,23 @@ const waitCondition = (gate: string, type: string, status: 'True' | 'False', tex
   );
 
 describe('startup gates: order, readiness, nodeName, early pods', () => {
+  test('a gate with the taint of another: both say Conflicting, the winner too, until the loser goes', async () => {
+    const spec = {
+      taint: { key: taintKey('conflict'), effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [POOL]: 'conflict' } },
+      requirements: { pods: [{ namespace: ns, daemonSet: 'x' }] },
+    };
+    // The first by name is enforced.
+    const [winner, loser] = [`${id}-conflict-a`, `${id}-conflict-b`];
+    await applyGate(winner, spec);
+    await waitCondition(winner, 'Conflicting', 'False');
+    await applyGate(loser, spec);
+    await waitCondition(loser, 'Conflicting', 'True', `${winner} (first by name) is enforced`);
+    await waitCondition(winner, 'Conflicting', 'True', `${winner} (first by name) is enforced`);
+    await client.delete(NodeStartupGate.ref, loser);
+    await waitCondition(winner, 'Conflicting', 'False');
+  });
+
   test('ordered gates: both taints at admission, and the later gate releases only after the earlier one', async () => {
     const net = `${id}-net`;
     const warm = `${id}-warm`;

@@ -493,6 +493,62 @@ describe('the documented uninstall', () => {
     assert.equal(await exists(Resources.leases, LEADER_ELECTION_ID, ns.berth), false, 'the Lease');
   });
 
+  test('Berth removed before its gates: their finalizers taken off by hand, berth uninstall takes back what they held', async () => {
+    await installCrds(client);
+    const gate = `${id}-orphan`;
+    const taint = `${D}/orphan`;
+    const keysOf = gateAnnotations(gate, {});
+    const kubeconfig = await berthKubeconfig(sandbox, identity);
+    berth = await startBerth(
+      sandbox,
+      ['--controllers=gates', `--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`, '--log-level=error'],
+      { capture: true, kubeconfig },
+    );
+    await apply(NodeStartupGate.ref, {
+      apiVersion: NodeStartupGate.apiVersion,
+      kind: NodeStartupGate.kind,
+      metadata: { name: gate },
+      spec: {
+        taint: { key: taint, value: 'wait', effect: 'NoSchedule' },
+        nodeSelector: { matchLabels: { [`${D}/gate`]: 'orphan' } },
+        requirements: { pods: [{ namespace: ns.work, selector: { matchLabels: { app: 'never' } } }] },
+        backfill: true,
+      },
+    });
+    const node = await firstNode({ prefix: gate, labels: { [`${D}/gate`]: 'orphan' } });
+    try {
+      const held = async () => nodeKeys(await client.get(Resources.nodes, node));
+      await waitFor('the node held', async () => {
+        const k = await held();
+        return k.has(`taint ${taint}:NoSchedule`) && k.has(`annotation ${keysOf.gatedAt}`);
+      });
+      // Berth goes first (the procedure's step 2 before its step 1); the gate then waits for a
+      // finalizer no one runs, which the user takes off by hand (deploy/README.md says how).
+      await berth.stop();
+      berth = undefined;
+      await removeBerthIdentity(client, identity);
+      kubectl('delete', 'nodestartupgate', gate, '--wait=false');
+      kubectl(
+        'patch',
+        'nodestartupgate',
+        gate,
+        '--type=json',
+        '-p',
+        '[{"op":"remove","path":"/metadata/finalizers"}]',
+      );
+      await waitFor('the gate gone', async () => !(await exists(NodeStartupGate.ref, gate)));
+      assert.ok((await held()).has(`taint ${taint}:NoSchedule`), 'the taint stranded until berth uninstall');
+
+      const uninstalled = berthCli('uninstall', `--namespace=${ns.berth}`);
+      assert.equal(uninstalled.status, 0, uninstalled.stderr);
+      assert.match(uninstalled.stdout, new RegExp(`node ${node}: released gates ${gate}`));
+      const left = [...(await held()).keys()].filter((k) => k.includes(taint) || k.includes(gate));
+      assert.deepEqual(left, []);
+    } finally {
+      await deleteNodes(client, [node]);
+    }
+  });
+
   test("waits for a deleted CRD while an object holds it, and names the apiserver's reason", async () => {
     const group = `${id}.example`;
     const name = `holds.${group}`;

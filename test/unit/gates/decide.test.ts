@@ -275,7 +275,13 @@ describe('decideGate: a held node', () => {
       gate: 'cni',
       state: 'Released',
       taint: undefined,
-      annotations: { [K.gatedAt]: null, [K.timedOutAt]: null, [K.completedAt]: iso(NOW) },
+      // Its requirements still fail: that it was released by hand is kept, until they hold.
+      annotations: {
+        [K.gatedAt]: null,
+        [K.timedOutAt]: null,
+        [K.completedAt]: iso(NOW),
+        [K.releasedByHandAt]: iso(NOW),
+      },
       unmet: [],
       timedOut: false,
       why: 'the taint was removed by someone else',
@@ -292,7 +298,26 @@ describe('decideGate: a held node', () => {
     const n = node({
       annotations: { [K.gatedAt]: minutesAgo(2), [K.completedAt]: '2026-11-01T00:00:00.000Z' },
     });
-    assert.deepEqual(decide(g, n).annotations, { [K.gatedAt]: null });
+    assert.deepEqual(decide(g, n).annotations, { [K.gatedAt]: null, [K.releasedByHandAt]: iso(NOW) });
+    // Once every requirement holds, nothing is kept of it.
+    assert.deepEqual(decide(g, n, [cilium(true)]).annotations, { [K.gatedAt]: null });
+  });
+
+  test('continuous mode does not put back a taint someone took off while requirements fail, only once they held and then fail', () => {
+    const continuous = gate('cni', { mode: 'Continuous' });
+    const byHand = decide(continuous, node({ annotations: { [K.gatedAt]: minutesAgo(2) } }), [cilium(false)]);
+    assert.equal(byHand.release?.outcome, 'Manual');
+    const after = node({ annotations: { [K.completedAt]: iso(NOW), [K.releasedByHandAt]: iso(NOW) } });
+    const still = decide(continuous, after, [cilium(false)]);
+    assert.deepEqual([still.state, still.taint], ['Released', undefined]);
+    assert.match(
+      still.why,
+      /removed by someone else at .*; gated again only after its requirements have held/,
+    );
+    // They hold: the mark goes; they fail after that: gated again.
+    assert.deepEqual(decide(continuous, after, [cilium(true)]).annotations, { [K.releasedByHandAt]: null });
+    const again = decide(continuous, node({ annotations: { [K.completedAt]: iso(NOW) } }), [cilium(false)]);
+    assert.deepEqual([again.state, again.taint], ['Held', true]);
   });
 
   test('a taint with the same key but another effect is not the gate’s taint', () => {
@@ -678,7 +703,11 @@ describe('decideGate: a taint Berth did not put on stays whoever put it on', () 
     // Created a minute ago, after the node joined, with backfill off: mayGate would refuse a new
     // hold, but the taint the loser holds is Berth's, and the node's requirements are not met yet.
     const { gates } = parseGates([
-      gateObj('a-cni', { timeout: { seconds: 600, outcome: 'Release' } }, { creationTimestamp: minutesAgo(1) }),
+      gateObj(
+        'a-cni',
+        { timeout: { seconds: 600, outcome: 'Release' } },
+        { creationTimestamp: minutesAgo(1) },
+      ),
       gateObj('b-cni'),
     ]);
     const [winner, loser] = gates;

@@ -36,6 +36,7 @@ describe('parseGates', () => {
         keys: {
           gatedAt: 'cni.gates.berth.dev/gated-at',
           timedOutAt: 'cni.gates.berth.dev/timed-out-at',
+          releasedByHandAt: 'cni.gates.berth.dev/released-by-hand-at',
           completedAt: 'cni.gates.berth.dev/completed-at',
           taint: 'cni.gates.berth.dev/taint',
         },
@@ -118,6 +119,7 @@ describe('parseGates', () => {
       keys: {
         gatedAt: 'cni.gates.berth.dev/gated-at',
         timedOutAt: 'cni.gates.berth.dev/timed-out-at',
+        releasedByHandAt: 'cni.gates.berth.dev/released-by-hand-at',
         completedAt: 'example.com/cni-ready',
         taint: 'cni.gates.berth.dev/taint',
       },
