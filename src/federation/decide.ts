@@ -532,6 +532,11 @@ export function rolloutPlan(p: {
     if (cell.state === 'Updating' && cfg.progressDeadline !== undefined)
       wakeups.push(Date.parse(cell.since) + cfg.progressDeadline * 1000);
   }
+  // A target whose cell is not known now (not listed yet after a restart or a new kubeconfig,
+  // unreachable) keeps what it last was: a failure must not lift, nor a running turn free its
+  // place, because the cell cannot say so for a moment.
+  const unknown = p.targets.filter((t) => !t.cell && before.has(rolloutName(t)));
+  for (const t of unknown) records.set(rolloutName(t), before.get(rolloutName(t))!);
   const all = [...records.values()];
   const failed = all.filter((c) => c.state === 'Failed');
   const stopped = failed.length > cfg.maxFailures;
@@ -549,7 +554,7 @@ export function rolloutPlan(p: {
     if (cfg.progressDeadline !== undefined) wakeups.push(Date.parse(since) + cfg.progressDeadline * 1000);
     active++;
   }
-  const cells = placeable.flatMap((t) => records.get(rolloutName(t)) ?? []);
+  const cells = p.targets.flatMap((t) => records.get(rolloutName(t)) ?? []);
   const updated = cells.filter((c) => c.state === 'Updated').length;
   const soaking = cells.filter((c) => c.state === 'Soaking');
   const soakingUntil = soaking.length
@@ -559,12 +564,12 @@ export function rolloutPlan(p: {
     templateHash: p.hash,
     cells,
     updatedCells: updated,
-    totalCells: placeable.length,
+    totalCells: placeable.length + unknown.length,
     ...(soakingUntil ? { soakingUntil } : {}),
   };
   const later = wakeups.filter((at) => at > p.now);
   const requeue = later.length ? { requeueAfterMs: Math.min(...later) - p.now } : {};
-  const head = `${updated} of ${placeable.length} cells updated to template ${p.hash}`;
+  const head = `${updated} of ${placeable.length + unknown.length} cells updated to template ${p.hash}`;
   if (stopped)
     return {
       applied,
@@ -621,6 +626,8 @@ function judge(
     d.spec.replicas === t.replicas &&
     d.status?.observedGeneration === d.metadata.generation;
   const progressing = fresh ? findCondition(d.status?.conditions, 'Progressing') : undefined;
+  // Failed stays failed until the cell has seen what it is now asked (a scale, say) and says otherwise.
+  if (!fresh && before?.state === 'Failed') return before;
   if (progressing?.status === 'False')
     return {
       name,

@@ -184,6 +184,23 @@ describe('rolloutPlan', () => {
     assert.equal(tolerated.progressing?.reason, 'RollingOut');
   });
 
+  test('a stopped rollout stays stopped while the failed cell cannot say so: not listed, or not yet seen the spec asked now', () => {
+    const { w, cells } = three(progressive());
+    const have = [placed('dfw', US, failing()), onOld('lhr', EU), onOld('nrt', AP)];
+    const stopped = plan(w, cells, have).p.status;
+    // A restart, or a new kubeconfig: dfw's WorkloadDeployments are not listed for a moment.
+    const blind = [cell('dfw', ['DFW'], { listed: false }), ...cells.slice(1)];
+    const meanwhile = plan(w, blind, have.slice(1), stopped).p;
+    assert.equal(meanwhile.progressing?.reason, 'RolloutStopped');
+    assert.equal(meanwhile.applied.get('web-eu-lhr')?.hash, OLD, 'the next cell does not start');
+    assert.deepEqual(meanwhile.status?.cells, stopped?.cells, 'the failure is kept in the status');
+    // The placement scaled while stopped: dfw has not observed its new replicas yet.
+    w.spec.placements[0]!.scaleSettings.minReplicas = 3;
+    const scaled = plan(w, cells, have, stopped).p;
+    assert.equal(scaled.progressing?.reason, 'RolloutStopped');
+    assert.equal(scaled.applied.get('web-eu-lhr')?.hash, OLD);
+  });
+
   test('progressDeadline: a cell not Available on the new template in time has failed', () => {
     const { w, cells } = three(progressive({ progressDeadline: 30 }));
     const first = plan(w, cells, [onOld('dfw', US), onOld('lhr', EU), onOld('nrt', AP)]).p;
