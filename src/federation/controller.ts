@@ -540,7 +540,20 @@ export class FederationController {
       for (const d of ds)
         if (!d.metadata.deletionTimestamp) await inCell(failures, cell, () => this.deleteDeployment(name, d));
     }
-    if (failures.length) throw new Error(failures.join('; '));
+    if (failures.length) {
+      // A cell that refuses the deletion (RBAC, an admission policy) holds the Workload: said where
+      // its owner looks, once per answer, and tried again with backoff.
+      const message = `its WorkloadDeployments could not all be deleted: ${failures.join('; ')}`;
+      const conditions = setCondition(current?.conditions ?? [], {
+        type: 'Released',
+        status: 'False',
+        reason: 'CellRefused',
+        message,
+      });
+      if ((await this.writeStatus(w, { ...current, conditions })) === true)
+        this.events.event(w, 'Warning', 'CellRefused', 'Delete', message);
+      throw new Error(failures.join('; '));
+    }
     if (!hold && !left) return 'released';
     if (hold) {
       const conditions = setCondition(current?.conditions ?? [], {
@@ -684,7 +697,10 @@ async function inCell(
   }
 }
 
-/** Whether the cell's WorkloadDeployment already says what federation would apply. */
+/**
+ * Whether the cell's WorkloadDeployment already says what federation would apply: every field it
+ * applies, the template whole (a hand edit in the cell is taken back, not counted as rolled out).
+ */
 function sameDeployment(have: DeploymentObject, want: DeploymentObject): boolean {
   const labels = want.metadata!.labels!;
   return (
@@ -692,6 +708,9 @@ function sameDeployment(have: DeploymentObject, want: DeploymentObject): boolean
     have.spec.workloadRef?.templateHash === want.spec.workloadRef?.templateHash &&
     have.spec.workloadRef?.uid === want.spec.workloadRef?.uid &&
     have.spec.replicas === want.spec.replicas &&
-    have.spec.placement === want.spec.placement
+    have.spec.placement === want.spec.placement &&
+    have.spec.instanceManagementPolicy === want.spec.instanceManagementPolicy &&
+    have.spec.progressDeadlineSeconds === want.spec.progressDeadlineSeconds &&
+    isDeepStrictEqual(have.spec.template, want.spec.template)
   );
 }

@@ -176,3 +176,48 @@ test('a namespace the cell lacks and may not create: the log, the Workload and a
     { timeoutMs: 60_000 },
   );
 });
+
+test('a cell that refuses to delete the copy holds the Workload: Released=False CellRefused and a Warning, until it may', async () => {
+  const verbs = async (change: (v: string[]) => string[]) => {
+    const role = await cellClient.get<KubeObject & { rules: { resources: string[]; verbs: string[] }[] }>(
+      Resources.clusterRoles,
+      user,
+    );
+    for (const r of role.rules) if (r.resources.includes('workloaddeployments')) r.verbs = change(r.verbs);
+    await cellClient.patch(
+      Resources.clusterRoles,
+      user,
+      [{ op: 'replace', path: '/rules', value: role.rules }],
+      {
+        type: 'json',
+      },
+    );
+  };
+  await verbs((v) => v.filter((x) => x !== 'delete'));
+  try {
+    await client.delete(Workload.ref, wl, ns);
+    await waitFor('Released=False CellRefused naming the refusal', async () => {
+      const w = await client.get<WorkloadObject>(Workload.ref, wl, ns);
+      const released = findCondition(w.status?.conditions, 'Released');
+      return (
+        released?.status === 'False' &&
+        released.reason === 'CellRefused' &&
+        /could not all be deleted: cell .*forbidden/.test(released.message)
+      );
+    });
+    await waitFor('a Warning event CellRefused on the Workload', async () =>
+      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
+        (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === wl,
+      ),
+    );
+    assert.equal((await cellClient.list(WorkloadDeployment.ref, { namespace: ns })).items.length, 1);
+  } finally {
+    await verbs((v) => [...v, 'delete']);
+  }
+  await waitFor(
+    'the Workload gone once the cell may delete its copy',
+    async () => (await client.list(Workload.ref, { namespace: ns })).items.length === 0,
+    { timeoutMs: 60_000 },
+  );
+  assert.equal((await cellClient.list(WorkloadDeployment.ref, { namespace: ns })).items.length, 0);
+});

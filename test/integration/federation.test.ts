@@ -483,6 +483,20 @@ test('a progressive rollout across three cells: one cell at a time, each after t
     ],
   );
   assert.equal(w.status?.updatedReplicas, 3);
+
+  // A hand edit of a copy's template in a cell (kubectl edit there) is taken back, not run as rolled out.
+  const dfw = `${wl}-${placementIn.DFW}-dfw`;
+  await cellClients.DFW.patch(
+    WorkloadDeployment.ref,
+    dfw,
+    [{ op: 'replace', path: '/spec/template/containers/0/image', value: 'registry.example/web:edited' }],
+    { namespace: ns, type: 'json', fieldManager: 'kubectl-edit' },
+  );
+  await waitFor(
+    "the cell's copy back on the Workload's template",
+    async () => (await wdIn('DFW', dfw))?.spec.template.containers[0]?.image === v2.containers[0]!.image,
+    { timeoutMs: 10_000 },
+  );
 });
 
 test('a template the cells cannot run stops the rollout after the first cell: the others keep theirs, RolloutStopped with a Warning', async () => {
