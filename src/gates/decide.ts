@@ -717,25 +717,28 @@ function gateState(
     return open(
       `its taint was removed by someone else at ${ann[keys.releasedByHandAt]}; gated again only after its requirements have held`,
     );
+  // A hold from `since` (its timeout counts from then), saying how it came.
+  const hold = (since: number, how: string): GateDecision => ({
+    ...base,
+    state: 'Held',
+    taint: true,
+    annotations: { [keys.gatedAt]: iso(since) },
+    unmet,
+    why: 'waiting for its requirements',
+    event: {
+      type: 'Normal',
+      reason: 'Gated',
+      message: `gate ${gate.name}: ${how}; waiting for: ${unmet.join('; ')}`,
+    },
+    ...(spec.timeout ? { requeueAfterMs: Math.max(0, spec.timeout.seconds * 1000 - (now - since)) } : {}),
+  });
   // The loser of a conflict holds the node: the winner takes it over as it is, from when it was
   // gated (its minimum hold and timeout count from then), whatever mayGate would say of a new hold.
-  if (tainted && heldByAnother) {
-    const since = Date.parse(heldByAnother.since) || now;
-    return {
-      ...base,
-      state: 'Held',
-      taint: true,
-      annotations: { [keys.gatedAt]: iso(since) },
-      unmet,
-      why: 'waiting for its requirements',
-      event: {
-        type: 'Normal',
-        reason: 'Gated',
-        message: `gate ${gate.name}: took over the node from gate ${heldByAnother.gate}, which held it with the same taint; waiting for: ${unmet.join('; ')}`,
-      },
-      ...(spec.timeout ? { requeueAfterMs: Math.max(0, spec.timeout.seconds * 1000 - (now - since)) } : {}),
-    };
-  }
+  if (tainted && heldByAnother)
+    return hold(
+      Date.parse(heldByAnother.since) || now,
+      `took over the node from gate ${heldByAnother.gate}, which held it with the same taint`,
+    );
   if (foreignTaint)
     return open(
       `not gated: the node already carries the taint ${taintId(spec.taint)}, which Berth did not put on; it stays theirs`,
@@ -744,20 +747,7 @@ function gateState(
     ? { ok: true, why: 'a requirement failed after release (continuous mode)' }
     : mayGate(gate, node, pods);
   if (!may.ok) return open(`not gated: ${may.why}`);
-  return {
-    ...base,
-    state: 'Held',
-    taint: true,
-    annotations: { [keys.gatedAt]: iso(now) },
-    unmet,
-    why: 'waiting for its requirements',
-    event: {
-      type: 'Normal',
-      reason: 'Gated',
-      message: `gate ${gate.name}: tainted, ${may.why}; waiting for: ${unmet.join('; ')}`,
-    },
-    ...(spec.timeout ? { requeueAfterMs: spec.timeout.seconds * 1000 } : {}),
-  };
+  return hold(now, `tainted, ${may.why}`);
 }
 
 /**
