@@ -475,19 +475,20 @@ export function startedEarly(gates: Gate[], pods: SlimPod[]): string[] {
     .map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`);
 }
 
-/**
- * What one gate wants on one node now. Berth holds a node exactly while the gate's gated-at
- * annotation is on it: that is how it knows the taint is its own (put on by its webhook or its
- * controller) and since when, across restarts. `heldByAnother`: another gate with the same taint
- * holds the node (the loser of a conflict) since its gated-at, so the taint is Berth's to hand over. `waitingFor`: the
- * gates of its `after` that still hold the node; until they let go they are all it waits for.
- */
 /** What the other gates on the node say to one gate's decision (decideGates). */
 interface Others {
   heldByAnother?: { gate: string; since: string };
   waitingFor?: string[];
 }
 
+/**
+ * What one gate wants on one node now. Berth holds a node exactly while the gate's gated-at
+ * annotation is on it: that is how it knows the taint is its own (put on by its webhook or its
+ * controller) and since when, across restarts. `heldByAnother`: another gate with the same taint
+ * holds the node (the loser of a conflict) since its gated-at, so the taint is Berth's to hand
+ * over. `waitingFor`: the gates of its `after` that still hold the node; until they let go they
+ * are all it waits for.
+ */
 export function decideGate(
   gate: Gate,
   node: SlimNode,
