@@ -41,6 +41,7 @@ import {
   orphaned,
   heldBy,
   ownCopy,
+  drainOf,
   drains,
   placementCities,
   rollup,
@@ -459,13 +460,15 @@ export class FederationController {
     );
     for (const d of remove) {
       if (d.object.metadata.deletionTimestamp) continue;
-      await inCell(failures, d.cell, async () => {
+      const failed = await inCell(failures, d.cell, async () => {
         await this.deleteDeployment(cluster.get(d.cell)!, d.object);
         this.log.info(
           { workload: key, cell: d.cell, deployment: d.object.metadata.name },
           'WorkloadDeployment no longer placed there: deleted',
         );
       });
+      // Still running there: the status says so, and why, until it goes.
+      if (failed) draining.push(drainOf(d, failed));
     }
 
     const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {

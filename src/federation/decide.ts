@@ -375,6 +375,8 @@ export interface Drain {
   city: string;
   /** The cities of its placement not Available yet. */
   waitingFor: string[];
+  /** Its deletion was due, and its cell refused it (RBAC, an admission policy): what it answered. */
+  refused?: string;
 }
 
 /**
@@ -390,16 +392,24 @@ export function drains(
   const remove: Placed[] = [];
   const draining: Drain[] = [];
   for (const d of gone) {
-    const placement = d.object.metadata.labels?.[PLACEMENT_LABEL] ?? '';
-    const waitingFor = targetsNow
-      .filter((t) => t.placement === placement && !available(t))
+    const drain = drainOf(d);
+    drain.waitingFor = targetsNow
+      .filter((t) => t.placement === drain.placement && !available(t))
       .map((t) => t.city);
-    if (waitingFor.length)
-      draining.push({ placed: d, placement, city: d.object.metadata.labels?.[CITY_LABEL] ?? '', waitingFor });
+    if (drain.waitingFor.length) draining.push(drain);
     else remove.push(d);
   }
   return { remove, draining };
 }
+
+/** A WorkloadDeployment no target wants, as the status lists it while it still runs. */
+export const drainOf = (d: Placed, refused?: string): Drain => ({
+  placed: d,
+  placement: d.object.metadata.labels?.[PLACEMENT_LABEL] ?? '',
+  city: d.object.metadata.labels?.[CITY_LABEL] ?? '',
+  waitingFor: [],
+  ...(refused !== undefined ? { refused } : {}),
+});
 
 /** Whether a cell's WorkloadDeployment serves: it observed its spec and says Available. */
 export function serves(d: DeploymentObject | undefined): boolean {
@@ -872,6 +882,13 @@ export function rollup(
       const cells = ds.map((d) => d.placed.cell).sort();
       // The same for every one of the placement.
       const { waitingFor } = ds[0]!;
+      // Still running where it should be gone: something to fix, not a wait.
+      const refusal = ds.find((d) => d.refused !== undefined);
+      const refused = refusal && {
+        reason: 'CellRefused',
+        message: `removed from the placement; cell ${refusal.placed.cell} refused its deletion: ${refusal.refused}`,
+      };
+      if (refused) problems.push({ where: city, ...refused });
       return {
         city,
         cell: cells[0]!,
@@ -879,10 +896,12 @@ export function rollup(
         readyReplicas: ds.reduce((n, d) => n + (d.placed.object.status?.readyReplicas ?? 0), 0),
         updatedReplicas: 0,
         desiredReplicas: 0,
-        reason: 'Draining',
-        message:
-          `removed from the placement${cells.length > 1 ? ` (in cells ${cells.join(', ')})` : ''}; ` +
-          `deleted once ${waitingFor.join(', ')} ${waitingFor.length > 1 ? 'are' : 'is'} Available`,
+        ...(refused ?? {
+          reason: 'Draining',
+          message:
+            `removed from the placement${cells.length > 1 ? ` (in cells ${cells.join(', ')})` : ''}; ` +
+            `deleted once ${waitingFor.join(', ')} ${waitingFor.length > 1 ? 'are' : 'is'} Available`,
+        }),
       };
     });
     const all = [...own, ...draining];

@@ -542,7 +542,63 @@ test('a template the cells cannot run stops the rollout after the first cell: th
   });
 });
 
-test('a city removed from a placement is drained only once the new city is Available, Draining meanwhile', async () => {
+/** An admission policy in a cell refusing every deletion of a WorkloadDeployment; removed by the function returned. */
+async function refuseDeletions(city: City, name: string): Promise<() => Promise<void>> {
+  const c = cellClients[city];
+  const policy = {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    resource: 'validatingadmissionpolicies',
+    kind: 'ValidatingAdmissionPolicy',
+    namespaced: false,
+  };
+  const binding = {
+    ...policy,
+    resource: 'validatingadmissionpolicybindings',
+    kind: 'ValidatingAdmissionPolicyBinding',
+  };
+  const apiVersion = 'admissionregistration.k8s.io/v1';
+  await c.create(policy, {
+    apiVersion,
+    kind: policy.kind,
+    metadata: { name },
+    spec: {
+      failurePolicy: 'Fail',
+      matchConstraints: {
+        resourceRules: [
+          {
+            apiGroups: ['berth.dev'],
+            apiVersions: ['*'],
+            operations: ['DELETE'],
+            resources: ['workloaddeployments'],
+          },
+        ],
+      },
+      validations: [{ expression: 'false', message: 'deletions kept back by the test' }],
+    },
+  });
+  await c.create(binding, {
+    apiVersion,
+    kind: binding.kind,
+    metadata: { name },
+    spec: { policyName: name, validationActions: ['Deny'] },
+  });
+  return async () => {
+    await c.delete(binding, name).catch(() => {});
+    await c.delete(policy, name).catch(() => {});
+  };
+}
+
+test('a city removed from a placement is drained only once the new city is Available, Draining meanwhile; a deletion the cell refuses is CellRefused until it goes', async () => {
+  // LHR refuses the deletion when its turn comes: an admission policy, in force before anything moves
+  // (a dry-run deletion of the copy there is refused).
+  const allow = await refuseDeletions('LHR', `${wl}-keep`);
+  await waitFor('the policy in force in LHR', () =>
+    cellClients.LHR.delete(WorkloadDeployment.ref, `${wl}-eu-lhr`, ns, { dryRun: ['All'] }).then(
+      () => false,
+      (e: unknown) => String(e).includes('deletions kept back by the test'),
+    ),
+  );
   // eu moves from LHR to NRT while NRT's nodes are cordoned: the new city cannot serve yet.
   const nrt = cellClients.NRT;
   const nodes = (await nrt.list(Resources.nodes)).items.map((n) => n.metadata!.name!);
@@ -574,6 +630,33 @@ test('a city removed from a placement is drained only once the new city is Avail
     await holdsFor('eu serving in LHR', async () => servesAll(await wdIn('LHR', `${wl}-eu-lhr`)), 2000, 200);
   } finally {
     await cordon(false);
+  }
+  try {
+    // NRT serves: LHR's turn to go, which its cell refuses. The Workload says so, and where.
+    await waitFor(
+      'eu in LHR CellRefused upstream, with a Warning',
+      async () => {
+        const w = await workload();
+        const available = findCondition(w.status?.conditions, 'Available');
+        return (
+          cityStatus(w, 'eu', 'LHR')?.reason === 'CellRefused' &&
+          available?.reason === 'CellRefused' &&
+          /^LHR: removed from the placement; cell .* refused its deletion: .*deletions kept back by the test/.test(
+            available.message,
+          ) &&
+          (await workloadEvents()).some(
+            (e) =>
+              e.type === 'Warning' &&
+              e.reason === 'CellRefused' &&
+              !!e.note?.includes('refused its deletion'),
+          )
+        );
+      },
+      { timeoutMs: 60_000, observe: federationState },
+    );
+    assert.notEqual(findCondition((await workload()).status?.conditions, 'Progressing')?.reason, 'RolledOut');
+  } finally {
+    await allow();
   }
   const violations: string[] = [];
   await waitFor(

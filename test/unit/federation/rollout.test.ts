@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
   deploymentManifest,
+  drainOf,
   drains,
   placementCities,
   rollup,
@@ -297,6 +298,31 @@ describe('rollup during a rollout', () => {
     });
     assert.equal(r.available.reason, 'Provisioning');
     assert.equal(r.status.readyReplicas, 3);
+    assert.equal(r.progressing.reason, 'Progressing');
+  });
+
+  test('a city whose deletion its cell refused: listed CellRefused with the answer, Available=False, never RolledOut', () => {
+    const w = workload([['eu', ['DFW'], 2]]);
+    const cells = [cell('dfw', ['DFW']), cell('lhr', ['LHR'])];
+    const have = [placed('dfw', t('eu', 'DFW'), serving(2)), placed('lhr', EU, serving(2))];
+    const ts = targets(w, ALL, cells, have);
+    const find = (c: string, n: string) =>
+      have.find((d) => d.cell === c && d.object.metadata.name === n)?.object;
+    const { remove } = drains(ts, unwanted(ts, have, new Set(['dfw', 'lhr'])), (x) =>
+      serves(find(x.cell!, x.name)),
+    );
+    assert.equal(remove.length, 1, 'DFW is Available: LHR is deleted');
+    const r = rollup(w, ts, HASH, new Map(cells.map((c) => [c.name, c])), find, BLOCKING_REASONS, {
+      draining: [drainOf(remove[0]!, 'forbidden')],
+    });
+    assert.deepEqual(
+      [r.status.placements![0]!.cities![1]!.reason, r.status.placements![0]!.cities![1]!.message],
+      ['CellRefused', 'removed from the placement; cell lhr refused its deletion: forbidden'],
+    );
+    assert.deepEqual(
+      [r.available.status, r.available.reason, r.available.message],
+      ['False', 'CellRefused', 'LHR: removed from the placement; cell lhr refused its deletion: forbidden'],
+    );
     assert.equal(r.progressing.reason, 'Progressing');
   });
 
