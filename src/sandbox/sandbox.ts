@@ -397,6 +397,9 @@ export class Sandbox {
       log(`${p} is up (${((Date.now() - started) / 1000).toFixed(1)} s)`);
     }
     await this.waitFor('the default service account', deadline, signal, async () => {
+      // A process that answered its health check and then exited (its port taken meanwhile, say)
+      // would leave this wait to time out: named at once instead, with the end of its log.
+      for (const p of PROCESSES) if (!this.running(p)) throw new Error(`${p} exited${this.lastLines(p)}`);
       try {
         await this.client().get(Resources.serviceAccounts, 'default', 'default');
         return true;
@@ -450,17 +453,25 @@ export class Sandbox {
   }
 
   async waitHealthy(p: ProcessName, deadline = Date.now() + 60_000, signal?: AbortSignal): Promise<void> {
-    const log = this.path('logs', `${p}.log`);
-    const last = () => `; the last lines of ${log}:\n${tail(log)}`;
     try {
       await this.waitFor(`${p} to be healthy`, deadline, signal, async () => {
-        if (!this.status().find((s) => s.name === p)?.running) throw new Error(`${p} exited${last()}`);
+        if (!this.running(p)) throw new Error(`${p} exited${this.lastLines(p)}`);
         return this.healthy(p);
       });
     } catch (e) {
-      if (e instanceof WaitTimeout) throw new Error(`${e.message}${last()}`, { cause: e });
+      if (e instanceof WaitTimeout) throw new Error(`${e.message}${this.lastLines(p)}`, { cause: e });
       throw e;
     }
+  }
+
+  private running(p: ProcessName): boolean {
+    return !!this.status().find((s) => s.name === p)?.running;
+  }
+
+  /** The end of a process's log, for a message saying it failed. */
+  private lastLines(p: ProcessName): string {
+    const log = this.path('logs', `${p}.log`);
+    return `; the last lines of ${log}:\n${tail(log)}`;
   }
 
   private requireState(): State {
@@ -1068,10 +1079,26 @@ function httpRequest(url: string, body?: unknown): Promise<string> {
   });
 }
 
+/** The first port the kernel gives outgoing connections (Linux's ip_local_port_range), or 32768. */
+function ephemeralFloor(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 0 ? low : 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+/** Where a port is picked when none is preferred: from 20000 up to the ephemeral range, if there is room. */
+const PICK_FROM = 20000;
+
 /**
  * Free loopback ports, all held open together so none repeats: `prefer[i]` where it is free (a
- * restarted sandbox keeps its addresses, so kubeconfigs held elsewhere stay good), else one the
- * kernel picks, only once every preferred port is held (so no fallback takes another's old port).
+ * restarted sandbox keeps its addresses, so kubeconfigs held elsewhere stay good), else a free one
+ * picked below the kernel's ephemeral range, only once every preferred port is held (so no
+ * fallback takes another's old port). Below that range because the port is closed again before
+ * its process binds it: meanwhile any outgoing connection on the machine may be given an
+ * ephemeral port as its own (CI once saw a sandbox's kube-controller-manager fail that way).
  */
 export async function freePorts(n: number, prefer: readonly number[] = []): Promise<number[]> {
   const listen = (port: number) =>
@@ -1080,13 +1107,22 @@ export async function freePorts(n: number, prefer: readonly number[] = []): Prom
       s.once('error', reject);
       s.listen(port, '127.0.0.1', () => resolve(s));
     });
+  const floor = ephemeralFloor();
+  const pick = async () => {
+    for (let i = 0; floor - PICK_FROM > 1000 && i < 50; i++) {
+      const port = PICK_FROM + Math.floor(Math.random() * (floor - PICK_FROM));
+      const s = await listen(port).catch(() => undefined);
+      if (s) return s;
+    }
+    return listen(0);
+  };
   const preferred = await Promise.all(
     Array.from({ length: n }, (_, i) => {
       const p = prefer[i];
       return p ? listen(p).catch(() => undefined) : undefined;
     }),
   );
-  const servers = await Promise.all(preferred.map((s) => s ?? listen(0)));
+  const servers = await Promise.all(preferred.map((s) => s ?? pick()));
   const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
   await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
   return ports;
