@@ -543,30 +543,26 @@ export class FederationController {
       for (const d of ds)
         if (!d.metadata.deletionTimestamp) await inCell(failures, cell, () => this.deleteDeployment(name, d));
     }
+    const notReleased = (reason: string, message: string) =>
+      this.writeStatus(w, {
+        ...current,
+        conditions: setCondition(current?.conditions ?? [], {
+          type: 'Released',
+          status: 'False',
+          reason,
+          message,
+        }),
+      });
     if (failures.length) {
       // A cell that refuses the deletion (RBAC, an admission policy) holds the Workload: said where
       // its owner looks, once per answer, and tried again with backoff.
       const message = `its WorkloadDeployments could not all be deleted: ${failures.join('; ')}`;
-      const conditions = setCondition(current?.conditions ?? [], {
-        type: 'Released',
-        status: 'False',
-        reason: 'CellRefused',
-        message,
-      });
-      if ((await this.writeStatus(w, { ...current, conditions })) === true)
+      if ((await notReleased('CellRefused', message)) === true)
         this.events.event(w, 'Warning', 'CellRefused', 'Delete', message);
       throw new Error(failures.join('; '));
     }
     if (!hold && !left) return 'released';
-    if (hold) {
-      const conditions = setCondition(current?.conditions ?? [], {
-        type: 'Released',
-        status: 'False',
-        reason: hold.reason,
-        message: hold.message,
-      });
-      await this.writeStatus(w, { ...current, conditions });
-    }
+    if (hold) await notReleased(hold.reason, hold.message);
     // A cell's deletions, its listing and its Cell's changes all bring this workload back.
     return {};
   }

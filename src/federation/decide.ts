@@ -547,6 +547,7 @@ export function rolloutPlan(p: {
   // place, because the cell cannot say so for a moment.
   const unknown = p.targets.filter((t) => !t.cell && before.has(rolloutName(t)));
   for (const t of unknown) records.set(rolloutName(t), before.get(rolloutName(t))!);
+  const total = placeable.length + unknown.length;
   const all = [...records.values()];
   const failed = all.filter((c) => c.state === 'Failed');
   const stopped = failed.length > cfg.maxFailures;
@@ -574,12 +575,12 @@ export function rolloutPlan(p: {
     templateHash: p.hash,
     cells,
     updatedCells: updated,
-    totalCells: placeable.length + unknown.length,
+    totalCells: total,
     ...(soakingUntil ? { soakingUntil } : {}),
   };
   const later = wakeups.filter((at) => at > p.now);
   const requeue = later.length ? { requeueAfterMs: Math.min(...later) - p.now } : {};
-  const head = `${updated} of ${placeable.length + unknown.length} cells updated to template ${p.hash}`;
+  const head = `${updated} of ${total} cells updated to template ${p.hash}`;
   if (stopped)
     return {
       applied,
