@@ -34,7 +34,8 @@ const joinProbeTimeoutMs = 5000;
 /** The Secret `berth cells join` keeps a cell's kubeconfig in. */
 export const secretName = (cell: string): string => `cell-${cell}-kubeconfig`;
 
-async function join(name: string, o: Record<string, unknown>): Promise<string> {
+/** `berth cells join`: what it prints once the cell has joined. */
+export async function joinCell(name: string, o: Record<string, unknown>): Promise<string> {
   if (!clusterNameOf(name)) throw new Error(`cell name "${name}" must be ${CELL_NAME_RULE}`);
   const locations = o['location'] as string[];
   for (const c of locations)
@@ -49,7 +50,7 @@ async function join(name: string, o: Record<string, unknown>): Promise<string> {
   } catch (e) {
     throw new Error(`cannot use ${file} for cell ${name}: ${errorText(e)}`, { cause: e });
   }
-  const probe = await probeCell(cell, joinProbeTimeoutMs).finally(() => cell.close());
+  const probe = await probeCell(cell, joinProbeTimeoutMs, true).finally(() => cell.close());
   if (!probe.ok) throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
 
   const mgmt = KubeClient.fromFile(o['managementKubeconfig'] as string | undefined, {
@@ -113,9 +114,11 @@ async function join(name: string, o: Record<string, unknown>): Promise<string> {
   }
   return (
     `cell ${name} joined: Kubernetes ${probe.version} at ${cell.server.origin}, serving ${locations.join(', ')}` +
-    (probe.crdsInstalled
-      ? ''
-      : "; Berth's cell CRDs are not installed there yet (berth install), so it is not Ready")
+    (!probe.crdsInstalled
+      ? "; Berth's cell CRDs are not installed there yet (berth install), so it is not Ready"
+      : probe.denied?.length
+        ? `; its credentials may not ${probe.denied.join(', ')} there (README, Cells), so it is not Ready`
+        : '')
   );
 }
 
@@ -163,7 +166,7 @@ export function cellsCommand(): Command {
     )
     .option('--berth-namespace <ns>', "Berth's namespace on the management plane", berthNamespace())
     .action(async (name: string, o: Record<string, unknown>) => {
-      process.stdout.write(`${await join(name, o)}\n`);
+      process.stdout.write(`${await joinCell(name, o)}\n`);
     });
   cmd
     .command('list')

@@ -1,17 +1,21 @@
-// The cell controller: probes each cell on a period (GET /version and Berth's discovery document,
-// within a bounded timeout) through the cluster the provider engaged it as, derives its Reachable
+// The cell controller: probes each cell on a period (GET /version, Berth's discovery document and,
+// now and then, what its credentials may do; within a bounded timeout) through the cluster the provider engaged it as, derives its Reachable
 // and Ready conditions from the history of probes (decide.ts), writes its status only when it
-// changes, and announces a lost cell (Warning) and a recovered one (Normal) with an event and a log line.
+// changes, and announces a lost cell or one that cannot take workloads (Warning) and a recovered one
+// (Normal) with an event and a log line.
 import { changed, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
-import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
+import { isForbidden, isNotFound, type KubeClient, type RequestOptions } from '../runtime/client/client.ts';
+import { deniedVerbs } from '../runtime/client/restmapper.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import {
+  accessDue,
+  CELL_ACCESS,
   cellEvents,
   cellStatus,
   crdsServed,
@@ -44,8 +48,11 @@ export const defaultTiming: CellTiming = {
   contactRefreshMs: 60_000,
 };
 
-/** One probe of a cell's apiserver: its version and whether it serves Berth's cell kinds. */
-export async function probeCell(client: KubeClient, timeoutMs: number): Promise<Probe> {
+/**
+ * One probe of a cell's apiserver: its version, whether it serves Berth's cell kinds and, with
+ * `checkAccess` where it does, what of CELL_ACCESS its credentials may not do (SelfSubjectAccessReviews).
+ */
+export async function probeCell(client: KubeClient, timeoutMs: number, checkAccess: boolean): Promise<Probe> {
   const signal = AbortSignal.timeout(timeoutMs);
   const opts = { signal, idleTimeoutMs: timeoutMs };
   try {
@@ -53,11 +60,14 @@ export async function probeCell(client: KubeClient, timeoutMs: number): Promise<
     const discovery = await client
       .request('GET', `/apis/${POLICY_GROUP}/v1alpha1`, opts)
       .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
+    const crdsInstalled = crdsServed(discovery);
+    const denied = checkAccess && crdsInstalled ? await deniedAccess(client, opts) : undefined;
     return {
       ok: true,
       at: Date.now(),
       version: version.gitVersion ?? 'unknown',
-      crdsInstalled: crdsServed(discovery),
+      crdsInstalled,
+      ...(denied ? { denied } : {}),
     };
   } catch (e) {
     return {
@@ -65,6 +75,26 @@ export async function probeCell(client: KubeClient, timeoutMs: number): Promise<
       at: Date.now(),
       ...probeFailure(signal.aborted ? new Error(`no answer within ${timeoutMs} ms`) : e),
     };
+  }
+}
+
+/**
+ * What of CELL_ACCESS the client's user may not do, as "verb resource"; undefined when the cell
+ * will not say (SelfSubjectAccessReviews refused): unknown is not denied.
+ */
+async function deniedAccess(client: KubeClient, opts: RequestOptions): Promise<string[] | undefined> {
+  try {
+    const denied = await Promise.all(
+      Object.entries(CELL_ACCESS).map(async ([resource, verbs]) =>
+        (await deniedVerbs(client, { group: POLICY_GROUP, resource }, verbs, undefined, opts)).map(
+          (verb) => `${verb} ${resource}`,
+        ),
+      ),
+    );
+    return denied.flat();
+  } catch (e) {
+    if (isForbidden(e)) return undefined;
+    throw e;
   }
 }
 
@@ -114,7 +144,9 @@ export class CellController {
     else {
       // Disengaged since access() answered: the provider asks for this cell again.
       if (!this.manager.clusterNames.includes(access.cluster)) return;
-      probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs);
+      const before = this.history.get(name);
+      const checkAccess = accessDue(before, Date.now(), this.timing);
+      probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs, checkAccess);
     }
     const history = observe(this.history.get(name) ?? historyOf(cell.status), probe);
     this.history.set(name, history);
@@ -130,7 +162,7 @@ export class CellController {
       for (const ev of cellEvents(cell.status?.conditions, next.conditions ?? [])) {
         this.events.event(cell, ev.type, ev.reason, 'Probe', ev.message);
         const line = { cell: name, reason: ev.reason, problem: ev.message };
-        if (ev.type === 'Warning') this.log.warn(line, 'cell not reachable');
+        if (ev.type === 'Warning') this.log.warn(line, 'cell cannot take workloads');
         else this.log.info(line, 'cell reachable again');
       }
     }

@@ -25,15 +25,22 @@ export interface Failure {
   message: string;
 }
 
-/** One probe of a cell: its apiserver's answer, or why there was none. */
+/**
+ * One probe of a cell: its apiserver's answer, or why there was none. `denied` lists what the
+ * cell's credentials may not do of CELL_ACCESS ("list instances"), when this probe asked.
+ */
 export type Probe =
-  { ok: true; at: number; version: string; crdsInstalled: boolean } | ({ ok: false; at: number } & Failure);
+  | { ok: true; at: number; version: string; crdsInstalled: boolean; denied?: string[] }
+  | ({ ok: false; at: number } & Failure);
 
 /** What the probes of a cell have shown: the last contact and, while they fail, since when and why. */
 export interface History {
   lastContact?: number;
   version?: string;
   crdsInstalled?: boolean;
+  /** What the credentials may not do, as last asked, and when that was. */
+  denied?: string[];
+  accessCheckedAt?: number;
   failingSince?: number;
   failure?: Failure;
 }
@@ -47,6 +54,28 @@ export interface Timing {
 
 /** The resources of Berth's cell kinds (part 1) that a cell must serve to take workloads. */
 export const CELL_RESOURCES = ['workloaddeployments', 'instances'];
+
+/**
+ * What the management plane does in every cell, by resource: watches WorkloadDeployments and
+ * Instances in all namespaces, applies (creates) and deletes WorkloadDeployments. A cell whose
+ * credentials may not is answering but cannot take workloads (creating namespaces is optional).
+ */
+export const CELL_ACCESS: Record<(typeof CELL_RESOURCES)[number], string[]> = {
+  workloaddeployments: ['list', 'watch', 'create', 'patch', 'delete'],
+  instances: ['list', 'watch'],
+};
+
+/**
+ * Whether this probe should ask what the credentials may do: at first, at every probe while they
+ * fall short (so a fix shows within a period), and otherwise once per refresh (a role revoked).
+ */
+export function accessDue(h: History | undefined, now: number, t: Pick<Timing, 'contactRefreshMs'>): boolean {
+  return (
+    h?.accessCheckedAt === undefined ||
+    (h.denied?.length ?? 0) > 0 ||
+    now - h.accessCheckedAt >= t.contactRefreshMs
+  );
+}
 
 /** What a cell's name must be, for the cluster it is engaged as (`cell-<name>`). */
 export const CELL_NAME_RULE = 'a DNS label of at most 58 characters';
@@ -125,7 +154,14 @@ export function historyOf(status: CellStatus | undefined): History {
 
 /** The history after one more probe: a success clears the failure, a failure keeps its start. */
 export function observe(h: History | undefined, p: Probe): History {
-  if (p.ok) return { lastContact: p.at, version: p.version, crdsInstalled: p.crdsInstalled };
+  if (p.ok) {
+    const access = p.denied
+      ? { denied: p.denied, accessCheckedAt: p.at }
+      : h?.accessCheckedAt !== undefined
+        ? { denied: h.denied, accessCheckedAt: h.accessCheckedAt }
+        : {};
+    return { lastContact: p.at, version: p.version, crdsInstalled: p.crdsInstalled, ...access };
+  }
   return {
     ...h,
     failingSince: h?.failure ? (h.failingSince ?? p.at) : p.at,
@@ -181,9 +217,15 @@ export function cellStatus(
             reason: 'CRDsMissing',
             message: "the cell does not serve WorkloadDeployments and Instances: install Berth's CRDs there",
           }
-        : cell.spec.unschedulable
-          ? { status: 'False', reason: CORDONED, message: 'the cell is cordoned (spec.unschedulable)' }
-          : { status: 'True', reason: 'Ready', message: "the cell answers and serves Berth's cell kinds" };
+        : h.denied?.length
+          ? {
+              status: 'False',
+              reason: 'AccessDenied',
+              message: `the cell's credentials may not ${h.denied.join(', ')}: grant them there (README, Cells)`,
+            }
+          : cell.spec.unschedulable
+            ? { status: 'False', reason: CORDONED, message: 'the cell is cordoned (spec.unschedulable)' }
+            : { status: 'True', reason: 'Ready', message: "the cell answers and serves Berth's cell kinds" };
   const g = cell.metadata.generation;
   const generation = g !== undefined ? { observedGeneration: g } : {};
   let conditions = setCondition(old.conditions, { type: 'Reachable', ...r, ...generation }, new Date(now));
@@ -221,18 +263,31 @@ export interface CellEvent {
   message: string;
 }
 
+/** Ready's reasons, with the cell answering, that its admin must fix (a cordon is chosen, not fixed). */
+const READY_PROBLEMS = ['CRDsMissing', 'AccessDenied'];
+
 /**
  * What a change of Reachable announces: a Warning when the cell is lost or the cause changes (not
  * when only the error's text does, which a cell that stays down varies), Normal when it is back.
+ * Likewise for a cell that answers but cannot take workloads (Ready's READY_PROBLEMS).
  */
 export function cellEvents(before: Condition[] | undefined, after: Condition[]): CellEvent[] {
+  const events: CellEvent[] = [];
   const was = findCondition(before, 'Reachable');
   const now = findCondition(after, 'Reachable');
   if (now?.status === 'False' && (was?.status !== 'False' || was.reason !== now.reason))
-    return [{ type: 'Warning', reason: now.reason, message: now.message }];
+    events.push({ type: 'Warning', reason: now.reason, message: now.message });
   if (was?.status === 'False' && now?.status === 'True')
-    return [{ type: 'Normal', reason: 'Reachable', message: `the cell answers again (was ${was.reason})` }];
-  return [];
+    events.push({
+      type: 'Normal',
+      reason: 'Reachable',
+      message: `the cell answers again (was ${was.reason})`,
+    });
+  const wasReady = findCondition(before, 'Ready');
+  const ready = findCondition(after, 'Ready');
+  if (ready && READY_PROBLEMS.includes(ready.reason) && wasReady?.reason !== ready.reason)
+    events.push({ type: 'Warning', reason: ready.reason, message: ready.message });
+  return events;
 }
 
 const oneLine = (s: string) => s.replace(/\s+/g, ' ').trim();

@@ -5,8 +5,8 @@
 // namespace exists in the cell, and says what to do when it does not, instead of a 403 for ever.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { cellsCommand, secretName } from '../../src/cells/cli.ts';
-import { Cell } from '../../src/cells/types.ts';
+import { joinCell, secretName } from '../../src/cells/cli.ts';
+import { Cell, type CellObject } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
@@ -29,6 +29,8 @@ const cell = uniqueName('sea');
 const user = uniqueName('scoped-cell');
 const wl = uniqueName('web');
 let berth: BerthProcess | undefined;
+/** What `berth cells join` printed. */
+let joined = '';
 /** In the cell too (created there by its admin). */
 let ns = '';
 /** Only on the management plane. */
@@ -57,8 +59,8 @@ before(async () => {
         resources: ['workloaddeployments'],
         verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
       },
-      { apiGroups: ['berth.dev'], resources: ['instances'], verbs: ['get', 'list', 'watch'] },
       { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
+      // Instances (get, list, watch) are granted by the first test, which sees the cell without them.
     ],
   };
   await cellClient.create(Resources.clusterRoles, role);
@@ -69,16 +71,12 @@ before(async () => {
     roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
     subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
   });
-  await cellsCommand().parseAsync(
-    [
-      'join',
-      cell,
-      `--kubeconfig=${await cellSandbox.mintUser(user)}`,
-      `--location=${CITY}`,
-      `--management-kubeconfig=${sandbox.kubeconfigPath}`,
-    ],
-    { from: 'user' },
-  );
+  joined = await joinCell(cell, {
+    kubeconfig: await cellSandbox.mintUser(user),
+    location: [CITY],
+    managementKubeconfig: sandbox.kubeconfigPath,
+    berthNamespace: NAMESPACE,
+  });
   berth = await startBerth(sandbox, ['--controllers=cells,federation', '--cell-probe-period=1'], {
     capture: true,
   });
@@ -114,6 +112,49 @@ const applyWorkload = (namespace: string) =>
     },
     { fieldManager: 'test', force: true },
   );
+
+test('a cell whose kubeconfig may not watch Instances: the join says so, the Cell is Ready=False AccessDenied with a Warning, and Ready once granted', async () => {
+  assert.match(
+    joined,
+    /its credentials may not list instances, watch instances there \(README, Cells\), so it is not Ready$/,
+  );
+  const ready = async () =>
+    findCondition((await client.get<CellObject>(Cell.ref, cell)).status?.conditions, 'Ready');
+  await waitFor(
+    'Ready=False AccessDenied naming what is missing',
+    async () => {
+      const r = await ready();
+      return (
+        r?.status === 'False' &&
+        r.reason === 'AccessDenied' &&
+        r.message.includes('may not list instances, watch instances:')
+      );
+    },
+    { observe: ready, timeoutMs: 30_000 },
+  );
+  await waitFor('a Warning event AccessDenied on the Cell', async () =>
+    (await client.list<Event>(Resources.events, { namespace: 'default' })).items.some(
+      (e) => e.type === 'Warning' && e.reason === 'AccessDenied' && e.regarding?.name === cell,
+    ),
+  );
+  await cellClient.patch(
+    Resources.clusterRoles,
+    user,
+    [
+      {
+        op: 'add',
+        path: '/rules/-',
+        value: { apiGroups: ['berth.dev'], resources: ['instances'], verbs: ['get', 'list', 'watch'] },
+      },
+    ],
+    { type: 'json' },
+  );
+  // Asked again at every probe (1 s) while denied.
+  await waitFor('Ready=True once the role grants it', async () => (await ready())?.status === 'True', {
+    observe: ready,
+    timeoutMs: 15_000,
+  });
+});
 
 test('a cell whose kubeconfig may not create namespaces: the Workload is placed in the namespace that exists there', async () => {
   await applyWorkload(ns);

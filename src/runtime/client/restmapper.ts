@@ -1,7 +1,7 @@
 // Maps a kind to its resource through API discovery, for controllers that act on objects of kinds
 // they learn at run time (the owners that agent placement puts finalizers on), and asks the
 // apiserver what this client may do with them.
-import { isNotFound, type KubeClient } from './client.ts';
+import { isNotFound, type KubeClient, type RequestOptions } from './client.ts';
 import type { ResourceRef } from '../api/meta.ts';
 
 interface APIResourceList {
@@ -60,9 +60,10 @@ export class RestMapper {
 /** The verbs on `ref` (in `namespace`, or in every one) that this client's user may not use (SelfSubjectAccessReview). */
 export async function deniedVerbs(
   client: KubeClient,
-  ref: ResourceRef,
+  ref: Pick<ResourceRef, 'group' | 'resource'>,
   verbs: string[],
   namespace?: string,
+  opts: RequestOptions = {},
 ): Promise<string[]> {
   const answers = await Promise.all(
     verbs.map((verb) =>
@@ -70,6 +71,7 @@ export async function deniedVerbs(
         'POST',
         '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
         {
+          ...opts,
           body: {
             apiVersion: 'authorization.k8s.io/v1',
             kind: 'SelfSubjectAccessReview',

@@ -4,6 +4,7 @@ import { findCondition, type Condition } from '../../../src/runtime/api/conditio
 import { ApiError } from '../../../src/runtime/client/client.ts';
 import { parseKubeconfig } from '../../../src/runtime/client/kubeconfig.ts';
 import {
+  accessDue,
   cellEvents,
   cellStatus,
   clusterNameOf,
@@ -282,6 +283,96 @@ describe('cellEvents', () => {
     assert.deepEqual(cellEvents(undefined, c('True', 'Reachable')), []);
     assert.deepEqual(cellEvents(c('Unknown', 'Probing'), c('True', 'Reachable')), []);
   });
+
+  test('a Warning when a cell that answers cannot take workloads (CRDs, access), once per cause; none for a cordon', () => {
+    const both = (
+      reachable: Condition['status'],
+      reachableReason: string,
+      ready: Condition['status'],
+      reason: string,
+    ) => [
+      ...c(reachable, reachableReason),
+      { type: 'Ready', status: ready, reason, message: `${reason}!`, lastTransitionTime: '' },
+    ];
+    assert.deepEqual(
+      cellEvents(
+        both('True', 'Reachable', 'True', 'Ready'),
+        both('True', 'Reachable', 'False', 'AccessDenied'),
+      ),
+      [{ type: 'Warning', reason: 'AccessDenied', message: 'AccessDenied!' }],
+    );
+    assert.deepEqual(
+      cellEvents(
+        both('True', 'Reachable', 'False', 'AccessDenied'),
+        both('True', 'Reachable', 'False', 'AccessDenied'),
+      ),
+      [],
+    );
+    assert.equal(
+      cellEvents(
+        both('True', 'Reachable', 'False', 'AccessDenied'),
+        both('True', 'Reachable', 'False', 'CRDsMissing'),
+      )[0]?.reason,
+      'CRDsMissing',
+    );
+    assert.deepEqual(
+      cellEvents(
+        both('True', 'Reachable', 'True', 'Ready'),
+        both('True', 'Reachable', 'False', 'Unschedulable'),
+      ),
+      [],
+    );
+    // Back, and at once found wanting: both said.
+    assert.deepEqual(
+      cellEvents(
+        both('False', 'Unreachable', 'False', 'Unreachable'),
+        both('True', 'Reachable', 'False', 'CRDsMissing'),
+      ).map((e) => e.reason),
+      ['Reachable', 'CRDsMissing'],
+    );
+  });
+});
+
+describe("access: what the cell's credentials may not do", () => {
+  const denied = (at: number, d: string[], crdsInstalled = true): Probe => ({
+    ok: true,
+    at,
+    version: 'v1.34.1',
+    crdsInstalled,
+    denied: d,
+  });
+  test('asked at first, at every probe while short, otherwise once per contactRefresh', () => {
+    assert.equal(accessDue(undefined, T0, t), true);
+    const allowed = history(denied(T0, []));
+    assert.equal(accessDue(allowed, T0 + 59_000, t), false);
+    assert.equal(accessDue(allowed, T0 + 60_000, t), true);
+    assert.equal(accessDue(history(denied(T0, ['list instances'])), T0 + 1000, t), true);
+  });
+  test('an answer is kept by probes that did not ask, and by failures', () => {
+    const h = history(denied(T0, ['watch instances']), ok(T0 + 2000), fail(T0 + 4000));
+    assert.deepEqual([h.denied, h.accessCheckedAt], [['watch instances'], T0]);
+    const fixed = observe(h, denied(T0 + 6000, []));
+    assert.deepEqual([fixed.denied, fixed.accessCheckedAt], [[], T0 + 6000]);
+  });
+  test('Ready=False AccessDenied names what is missing; a lost cell or missing CRDs say so first; a cordon comes after', () => {
+    const short = history(denied(T0, ['list instances', 'delete workloaddeployments']));
+    const ready = cond(cellStatus(cell(undefined, true), short, T0, t), 'Ready');
+    assert.deepEqual([ready.status, ready.reason], ['False', 'AccessDenied']);
+    assert.match(ready.message, /may not list instances, delete workloaddeployments: grant them/);
+    assert.equal(
+      cond(cellStatus(cell(), history(denied(T0, ['list instances'], false)), T0, t), 'Ready').reason,
+      'CRDsMissing',
+    );
+    assert.equal(
+      cond(cellStatus(cell(), observe(short, fail(T0 + 1000, 'Unauthorized')), T0 + 1000, t), 'Ready').reason,
+      'Unauthorized',
+    );
+    assert.equal(
+      cond(cellStatus(cell(undefined, true), history(denied(T0, [])), T0, t), 'Ready').reason,
+      'Unschedulable',
+    );
+    assert.equal(cond(cellStatus(cell(), history(denied(T0, [])), T0, t), 'Ready').status, 'True');
+  });
 });
 
 test('generated probe histories: Unreachable exactly when every probe for unreachableAfter failed, one Warning per loss or change of cause, writes only on change (500 cases)', async () => {
@@ -308,7 +399,10 @@ test('generated probe histories: Unreachable exactly when every probe for unreac
         // The same probe history at the same time changes nothing once written.
         assert.equal(statusChanged(next, cellStatus(cell(next), h, at, t)), false);
         if (!s || statusChanged(s, next)) s = next;
-        warnings += cellEvents(before, s.conditions!).filter((e) => e.type === 'Warning').length;
+        // Reachable's Warnings (a cell without CRDs has Ready's own, tested above).
+        warnings += cellEvents(before, s.conditions!).filter(
+          (e) => e.type === 'Warning' && e.reason !== 'CRDsMissing',
+        ).length;
         const rc = cond(s, 'Reachable');
         // The oracle: the failures since the last answer, and whether the last one is transient.
         const lastOk = probes.findLastIndex((q) => q.ok);
