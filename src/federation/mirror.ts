@@ -14,6 +14,7 @@ import type { Cluster } from '../runtime/cluster/cluster.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { WriteExpectations } from '../runtime/controller/expectations.ts';
 import { WriteSpacing } from '../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import { clusterNameOf } from '../cells/decide.ts';
@@ -75,6 +76,9 @@ export class MirrorController {
   private readonly sent: WriteExpectations<InstanceObject>;
   /** When each mirror was last written, for the write interval. */
   private readonly spacing = new WriteSpacing(MIRROR_WRITE_INTERVAL_MS);
+  /** By mirror (`<namespace>/<name>`): the key of a cell instance whose mirror name it holds. */
+  private readonly waiting = new Map<string, string>();
+  private readonly events: EventRecorder;
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
     this.manager = manager;
@@ -90,10 +94,17 @@ export class MirrorController {
       return ns && name ? [`${ns}/${name}`] : [];
     });
     this.sent = new WriteExpectations<InstanceObject>(this.mirrors, keyOf);
+    this.events = manager.recorder('federation-mirror');
     this.mirrors.addEventHandler({
       onDelete: (m) => {
         const key = sourceKeyOf(m);
         if (key) this.spacing.forget(key);
+        // The name is free: the instance that wanted it gets its mirror.
+        const next = this.waiting.get(keyOf(m));
+        if (next) {
+          this.waiting.delete(keyOf(m));
+          this.controller.queue.add(next);
+        }
       },
     });
     // The same informers as the federation controller's (same requests): one cache each.
@@ -199,6 +210,10 @@ export class MirrorController {
     const mname = mirrorName(cell, name);
     if (!mname) return;
     const cached = this.mirrors.get(`${namespace}/${mname}`);
+    // Two cells' instances can have one mirror name (cell `a`, instance `b-c`; cell `a-b`, instance
+    // `c`): the mirror is the first one's, never overwritten or pruned for the other, which waits.
+    const holder = cached && sourceKeyOf(cached);
+    if (cached && holder !== key) return this.nameTaken(cached, holder, key);
     const mirror = cached && (this.sent.pending(cached) ?? cached);
     // A new instance passes through several statuses within a second (quota granted, programmed,
     // Ready, Available): its mirror is written with spacing, so that a thousand new instances do not
@@ -218,10 +233,7 @@ export class MirrorController {
     const here = this.inCells.get(cell);
     // Never judged on a view not listed yet: the cell's sync brings every key of it back.
     if (!here?.instances.hasSynced() || !here.deployments.hasSynced()) return;
-    const instance = here.instances.get(`${namespace}/${name}`);
-    const deployment = instance && here.deployments.get(deploymentKeyOf(instance)[0] ?? '');
-    const wkey = deployment && workloadKeyOf(deployment);
-    const workload = wkey ? this.workloads.get(wkey) : undefined;
+    const { instance, deployment, workload } = this.sourceOf(here, namespace, name);
     if (
       !instance ||
       !deployment ||
@@ -246,6 +258,34 @@ export class MirrorController {
       if (!mirror) this.log.info({ mirror: keyOf(current), cell }, 'instance mirrored');
     }
     await this.writeStatus(current, want.status, key);
+  }
+
+  /** A cell's instance, its WorkloadDeployment there and that one's Workload here, as cached. */
+  private sourceOf(
+    here: InCell,
+    namespace: string,
+    name: string,
+  ): { instance?: InstanceObject; deployment?: DeploymentObject; workload?: WorkloadObject } {
+    const instance = here.instances.get(`${namespace}/${name}`);
+    const deployment = instance && here.deployments.get(deploymentKeyOf(instance)[0] ?? '');
+    const wkey = deployment && workloadKeyOf(deployment);
+    return { instance, deployment, workload: wkey ? this.workloads.get(wkey) : undefined };
+  }
+
+  /** A cell instance not mirrored because its mirror's name is another's: said on its Workload. */
+  private nameTaken(mirror: InstanceObject, holder: string | undefined, key: string): void {
+    this.waiting.set(keyOf(mirror), key);
+    const { cell, namespace, name } = splitMirrorKey(key);
+    const here = this.inCells.get(cell);
+    const { workload } = here ? this.sourceOf(here, namespace, name) : {};
+    const message =
+      `instance ${name} of cell ${cell} is not mirrored: its mirror's name ${mirror.metadata.name} is ` +
+      (holder
+        ? `that of instance ${splitMirrorKey(holder).name} of cell ${splitMirrorKey(holder).cell}`
+        : 'taken') +
+      ' (rename one of the cells)';
+    this.log.warn({ mirror: keyOf(mirror), instance: key }, message);
+    if (workload) this.events.event(workload, 'Warning', 'MirrorNameTaken', 'Mirror', message);
   }
 
   private async writeStatus(mirror: InstanceObject, status: InstanceStatus, key: string): Promise<void> {

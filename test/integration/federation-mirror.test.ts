@@ -10,11 +10,16 @@
 // when that Berth starts holds the other cell's grants only for a bounded grace.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { Cell } from '../../src/cells/types.ts';
 import {
   MIRROR_CELL_LABEL,
   MIRRORED_CONDITION,
+  SOURCE_ANNOTATION,
   SOURCE_UID_ANNOTATION,
 } from '../../src/federation/mirror-decide.ts';
+import { NAMESPACE } from '../../src/policy/namespace.ts';
+import { Resources } from '../../src/runtime/api/meta.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
@@ -241,6 +246,65 @@ test("every cell instance of a Workload has one read-only mirror upstream: label
     timeoutMs: 90_000,
     observe: () => mirrorsOf(ns, wl),
   });
+});
+
+test("a mirror's name held by another cell's instance (cell `a` + `b-c`, cell `a-b` + `c`) is neither overwritten nor pruned: the instance waits, with a Warning, until the name is free", async () => {
+  const ns = await createNamespace(client, 'mirror-taken');
+  namespaces.push(ns);
+  const wl = uniqueName('web');
+  const dfw = fed.cells.DFW;
+  // A cell `<dfw>-<wl>` whose instance `us-dfw-0` has the name the DFW instance `<wl>-us-dfw-0` will.
+  const other = `${dfw.name}-${wl}`;
+  const taken = `${other}-us-dfw-0`;
+  await client.create(Cell.ref, {
+    apiVersion: Cell.apiVersion,
+    kind: Cell.kind,
+    metadata: { name: other },
+    spec: { kubeconfigSecretRef: { namespace: NAMESPACE, name: `cell-${other}-kubeconfig` }, locations: [] },
+  });
+  try {
+    await client.create(Instance.ref, {
+      apiVersion: Instance.apiVersion,
+      kind: Instance.kind,
+      metadata: {
+        name: taken,
+        namespace: ns,
+        labels: { [MIRROR_LABEL]: 'true', [MIRROR_CELL_LABEL]: other },
+        annotations: { [SOURCE_ANNOTATION]: 'us-dfw-0' },
+      },
+      spec: { template, templateHash: 'other', ordinal: 0 },
+    });
+    await applyWorkload(ns, wl, [['us', 'DFW', 1]]);
+    await waitFor(
+      'a Warning MirrorNameTaken on the Workload',
+      async () =>
+        (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
+          (e) =>
+            e.type === 'Warning' &&
+            e.reason === 'MirrorNameTaken' &&
+            e.regarding?.name === wl &&
+            e.note?.includes(`its mirror's name ${taken} is that of instance us-dfw-0 of cell ${other}`),
+        ),
+      { timeoutMs: 120_000 },
+    );
+    const held = await client.get<InstanceObject>(Instance.ref, taken, ns);
+    assert.equal(held.metadata.labels?.[MIRROR_CELL_LABEL], other, 'not overwritten');
+    assert.equal(held.metadata.annotations?.[SOURCE_ANNOTATION], 'us-dfw-0');
+    assert.equal(held.spec.templateHash, 'other');
+  } finally {
+    // The other cell leaves: its mirror goes, and the name is the DFW instance's.
+    await client.delete(Cell.ref, other);
+  }
+  await waitFor(
+    "the DFW instance's mirror under the freed name",
+    async () => {
+      const m = await client.get<InstanceObject>(Instance.ref, taken, ns).catch(() => undefined);
+      return (
+        m?.metadata.labels?.[MIRROR_CELL_LABEL] === dfw.name && m.metadata.labels[WORKLOAD_NAME_LABEL] === wl
+      );
+    },
+    { timeoutMs: 30_000 },
+  );
 });
 
 test('a Quota of 3 upstream holds across both cells: 3 of 4 granted, the 4th QuotaExceeded, the Workload says so; mirrors are not counted', async () => {
