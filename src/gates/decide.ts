@@ -352,6 +352,11 @@ export interface GateDecision {
   state: GateState;
   /** true: the gate's taint must be on the node; false: Berth's taint must come off; undefined: leave it. */
   taint: boolean | undefined;
+  /**
+   * A taint a gate of this name put on before (its record says so) that is no longer the gate's: the
+   * gate was deleted and created again with another taint while Berth was away. It comes off.
+   */
+  formerTaint?: NodeStartupGateSpec['taint'];
   /** Annotations to set, or to remove (null). */
   annotations: Record<string, string | null>;
   /** What the node is still waiting for (empty when everything holds or the gate does not apply). */
@@ -404,7 +409,21 @@ function withTaintRecord(gate: Gate, node: SlimNode, d: GateDecision): GateDecis
   const heldAfter = gatedAt in d.annotations ? d.annotations[gatedAt] !== null : gatedAt in ann;
   const want = heldAfter ? formatTaint(gate.spec.taint) : undefined;
   if (want === ann[taint]) return d;
-  return { ...d, annotations: { ...d.annotations, [taint]: want ?? null } };
+  const former = formerTaintOf(gate, node);
+  return {
+    ...d,
+    ...(former ? { formerTaint: former } : {}),
+    annotations: { ...d.annotations, [taint]: want ?? null },
+  };
+}
+
+/** The taint on the node that the gate's record names, when that is not the gate's taint (GateDecision.formerTaint). */
+function formerTaintOf(gate: Gate, node: SlimNode): NodeStartupGateSpec['taint'] | undefined {
+  const record = node.metadata?.annotations?.[gate.keys.taint];
+  const recorded = record === undefined ? undefined : taintOfRecord(record);
+  return recorded && taintId(recorded) !== taintId(gate.spec.taint) && holds(node.spec.taints, recorded)
+    ? recorded
+    : undefined;
 }
 
 /** The names of the gates whose keys (`<gate>.gates.berth.dev/gated-at` and the like) are on the node. */
@@ -581,7 +600,8 @@ function gateState(
           why: `waiting for gate${waitingFor.length > 1 ? 's' : ''} ${waitingFor.join(', ')} to release the node first`,
         }
       : undefined;
-    if (!tainted) {
+    // Held with the taint of a former gate of this name (formerTaint): the taint changes, no one took it off.
+    if (!tainted && !formerTaintOf(gate, node)) {
       // Someone took the taint off by hand: that is a release, and the gate stops holding. While its
       // requirements fail, it does not put the taint back (that would fight whoever took it off).
       return {
@@ -792,6 +812,7 @@ export function decisionKeys(node: SlimNode, gate: Gate, d: GateDecision): NodeK
   const tainted = holds(node.spec.taints, gate.spec.taint);
   if ((d.taint === true && !tainted) || (d.taint === false && tainted))
     keys.push(nodeKey('taint', gate.spec.taint.key));
+  if (d.formerTaint) keys.push(nodeKey('taint', d.formerTaint.key));
   const have = node.metadata?.annotations ?? {};
   for (const [k, v] of Object.entries(d.annotations)) {
     if (v === null ? k in have : have[k] !== v) keys.push(nodeKey('annotation', k));
@@ -848,7 +869,11 @@ export function nodePatch(node: SlimNode, gates: Gate[], decisions: GateDecision
   let next = current;
   for (const t of wanted) if (!holds(next, t)) next = [...next, nodeTaint(t)];
   // A taint one gate wants is never taken off by another (a conflicting gate with the same taint).
-  for (const t of decisions.filter((d) => d.taint === false).map(taintOf)) {
+  const off = [
+    ...decisions.filter((d) => d.taint === false).map(taintOf),
+    ...decisions.flatMap((d) => d.formerTaint ?? []),
+  ];
+  for (const t of off) {
     if (holds(next, t) && !holds(wanted, t)) next = next.filter((x) => taintId(x) !== taintId(t));
   }
   return casPatch(

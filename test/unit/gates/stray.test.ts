@@ -135,4 +135,50 @@ describe('the taint record', () => {
     assert.equal(r!.state, 'Released');
     assert.equal(g.keys.taint in r!.annotations, false);
   });
+
+  test('a gate created again with another taint while Berth was away: the taint its record names comes off, the new one goes on', () => {
+    const FORMER = { key: 'startup.berth.dev/old', effect: 'NoExecute' };
+    const g = gate('cni');
+    const held = node({
+      taints: [OTHER, FORMER],
+      annotations: { [g.keys.gatedAt]: minutesAgo(1), [g.keys.taint]: 'startup.berth.dev/old:NoExecute' },
+    });
+    const [d] = decideGates([g], held, [cilium(false)], NOW);
+    assert.equal(d!.state, 'Held');
+    assert.deepEqual(d!.formerTaint, FORMER);
+    assert.deepEqual(d!.annotations, { [g.keys.taint]: `${TAINT_KEY}:NoSchedule` });
+    let after = applyPatch(held, nodePatch(held, [g], [d!]));
+    assert.deepEqual(after.spec.taints, [OTHER, TAINT]);
+    // Requirements met in the same pass: both taints off, and the record with them.
+    const [r] = decideGates([g], held, [cilium(true)], NOW);
+    assert.equal(r!.state, 'Released');
+    after = applyPatch(held, nodePatch(held, [g], [r!]));
+    assert.deepEqual(after.spec.taints, [OTHER]);
+    assert.equal(g.keys.taint in after.metadata!.annotations!, false);
+    // The former taint gone already (by hand): nothing to take.
+    const clean = node({ taints: [OTHER, TAINT], annotations: held.metadata!.annotations! });
+    assert.equal(decideGates([g], clean, [cilium(false)], NOW)[0]!.formerTaint, undefined);
+  });
+
+  test("a former taint another gate holds the node with is that gate's, and stays", () => {
+    const FORMER = { key: 'startup.berth.dev/old', effect: 'NoExecute' };
+    const g = gate('cni');
+    const owner = gate('old', { taint: FORMER });
+    const held = node({
+      taints: [FORMER],
+      annotations: {
+        [g.keys.gatedAt]: minutesAgo(1),
+        [g.keys.taint]: 'startup.berth.dev/old:NoExecute',
+        [owner.keys.gatedAt]: minutesAgo(1),
+        [owner.keys.taint]: 'startup.berth.dev/old:NoExecute',
+      },
+    });
+    const ds = decideGates([g, owner], held, [cilium(false)], NOW);
+    assert.deepEqual(
+      ds.map((d) => d.state),
+      ['Held', 'Held'],
+    );
+    const after = applyPatch(held, nodePatch(held, [g, owner], ds));
+    assert.deepEqual(after.spec.taints, [FORMER, TAINT]);
+  });
 });
