@@ -71,12 +71,6 @@ export const BUILTIN_OWNER_KINDS = [
 export const runtimeRules = (webhookConfiguration: string = WEBHOOK_CONFIGURATION): DeclaredRule[] => [
   // Reading them is for the page (`--ui-bind-address`), which lists the last hour's Warning events.
   { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'list', 'watch'] },
-  {
-    apiGroups: [''],
-    resources: ['nodes', 'pods', 'namespaces'],
-    verbs: ['get'],
-    why: "the page's explain (`--ui-bind-address`) reads the object it explains, as `berth explain` does; only when someone asks",
-  },
   // Informers of custom resources wait for a missing CRD to appear.
   { apiGroups: ['apiextensions.k8s.io'], resources: ['customresourcedefinitions'], verbs: ['list', 'watch'] },
   {
@@ -139,6 +133,22 @@ export function finalizerOwnerRule(kind: string): DeclaredRule {
   return { apiGroups: [group], resources: [resource], verbs: ['list', 'watch', 'patch'] };
 }
 
+const EXPLAIN_WHY =
+  "the page's explain (`--ui-bind-address`) reads the object it explains, as `berth explain` does; only when someone asks";
+
+/** What the page's explain reads: nodes, pods, their namespaces, and every kind a capability explains. */
+export const explainRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
+  { apiGroups: [''], resources: ['nodes', 'pods', 'namespaces'], verbs: ['get'], why: EXPLAIN_WHY },
+  ...caps.flatMap((c) =>
+    (c.explainKinds ?? []).map((k) => ({
+      apiGroups: [k.resource.group],
+      resources: [k.resource.resource],
+      verbs: ['get'],
+      why: EXPLAIN_WHY,
+    })),
+  ),
+];
+
 /** What `--install-crds` needs: applying the capabilities' CRDs, by name. */
 export const installCrdsRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
   {
@@ -159,6 +169,7 @@ export const installCrdsRules = (caps: Capability[] = capabilities): DeclaredRul
 export function clusterRules(caps: Capability[] = capabilities, opts: RbacOptions = {}): DeclaredRule[] {
   return [
     ...runtimeRules(opts.webhookConfiguration),
+    ...explainRules(caps),
     ...caps.flatMap((c) => c.rbac),
     ...(opts.finalizerOwners ?? []).map(finalizerOwnerRule),
     ...(opts.installCrds ? installCrdsRules(caps) : []),

@@ -5,6 +5,7 @@ import { describe, test } from 'node:test';
 import { generatedFiles } from '../../scripts/manifests.ts';
 import { grantedPairs, isBerth, pairOf, usage, verdict } from '../../scripts/rbac-audit.ts';
 import { capabilities } from '../../src/capabilities.ts';
+import { explainers } from '../../src/explain.ts';
 import {
   BUILTIN_OWNER_KINDS,
   clusterRules,
@@ -60,6 +61,10 @@ describe('the generated roles', () => {
     assert.ok(
       may(find({ webhookConfiguration: 'w' }, 'ClusterRole'), 'patch', 'mutatingwebhookconfigurations', 'w'),
     );
+  });
+
+  test("the page's explain may read every kind `berth explain` knows", () => {
+    for (const e of explainers) assert.ok(may(cluster, 'get', e.resource.resource), e.name);
   });
 
   test('no workload kind may be patched by default; each owner kind opted in adds exactly its own rule', () => {
