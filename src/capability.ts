@@ -63,6 +63,8 @@ export interface CommandContext {
 /** What `berth uninstall` gives a capability. */
 export interface UninstallContext {
   client: KubeClient;
+  /** Berth's namespace. */
+  namespace: string;
   /** Says what changed (or, in a dry run, would change), one line each. */
   say: (line: string) => void;
   dryRun: boolean;

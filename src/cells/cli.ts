@@ -2,6 +2,7 @@
 // kubeconfig checked against the cell first, then kept in a Secret in Berth's namespace, its
 // Locations created if missing) and list the cells with what their probes say.
 import { Command } from 'commander';
+import type { UninstallContext } from '../capability.ts';
 import { readFile } from 'node:fs/promises';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources } from '../runtime/api/meta.ts';
@@ -120,6 +121,24 @@ export async function joinCell(name: string, o: Record<string, unknown>): Promis
         ? `; its credentials may not ${probe.denied.join(', ')} there (README, Cells), so it is not Ready`
         : '')
   );
+}
+
+/** `berth uninstall`: the Secrets `berth cells join` kept the cells' kubeconfigs in (their credentials). */
+export async function forgetCells(client: KubeClient, o: UninstallContext): Promise<void> {
+  const secrets = await client.list(Resources.secrets, {
+    namespace: o.namespace,
+    query: { labelSelector: CELL_LABEL },
+  });
+  for (const s of secrets.items) {
+    const name = s.metadata!.name!;
+    if (!o.dryRun)
+      await client.delete(Resources.secrets, name, o.namespace).catch((e: unknown) => {
+        if (!isNotFound(e)) throw e;
+      });
+    o.say(
+      `Secret ${o.namespace}/${name}: deleted (the kubeconfig of cell ${s.metadata!.labels![CELL_LABEL]})`,
+    );
+  }
 }
 
 function table(cells: CellObject[]): string {

@@ -2,7 +2,7 @@ import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { cellsCommand } from './cli.ts';
+import { cellsCommand, forgetCells } from './cli.ts';
 import { CellController, defaultTiming } from './controller.ts';
 import { CellProvider } from './provider.ts';
 import { Cell, Location, type CellObject } from './types.ts';
@@ -31,6 +31,7 @@ export const cellsCapability: Capability = {
       .argParser(seconds),
   ],
   crds: [Location, Cell],
+  uninstall: (ctx) => forgetCells(ctx.client, ctx),
   // The probe controller watches cells and patches their status; the page's map of cells by city
   // watches Locations too. `berth cells join` writes Locations with its user's credentials.
   rbac: [

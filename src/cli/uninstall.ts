@@ -39,7 +39,7 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
       `objects of Berth's kinds still exist (${left.join(', ')}): delete them while Berth runs ` +
         '(deploy/README.md, "Uninstalling"), then run berth uninstall',
     );
-  const ctx = { client, say: o.say, dryRun: o.dryRun };
+  const ctx = { client, namespace: o.namespace, say: o.say, dryRun: o.dryRun };
   for (const c of capabilities) await c.uninstall?.(ctx);
   const remove = async (ref: ResourceRef, name: string, namespace?: string) => {
     const what = `${ref.kind} ${namespace ? `${namespace}/` : ''}${name}`;

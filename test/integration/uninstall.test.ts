@@ -27,6 +27,8 @@ import { FIELD_MANAGER as GATES, gateAnnotations, NodeStartupGate } from '../../
 import { FIELD_MANAGER as LABELS, NodeLabelRule } from '../../src/labels/types.ts';
 import { POLICY_GROUP } from '../../src/policy/crd.ts';
 import { hasSchedulingGate } from '../../src/policy/pods.ts';
+import { secretName } from '../../src/cells/cli.ts';
+import { CELL_LABEL } from '../../src/cells/types.ts';
 import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { ownedKeys } from '../../src/runtime/client/apply.ts';
@@ -472,10 +474,30 @@ describe('the documented uninstall', () => {
     await berth!.stop();
     await removeBerthIdentity(client, identity);
     berth = undefined;
+    // A cell's kubeconfig as `berth cells join` keeps it (its credentials), beside a Secret of the user's.
+    const secret = (name: string, labels: Record<string, string>) =>
+      client.create(Resources.secrets, {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, namespace: ns.berth, labels },
+        data: { kubeconfig: Buffer.from('x').toString('base64') },
+      });
+    await secret(secretName('dfw'), { [CELL_LABEL]: 'dfw' });
+    await secret('users-own', {});
     // Step 3: berth uninstall.
     const uninstalled = berthCli('uninstall', `--namespace=${ns.berth}`);
     assert.equal(uninstalled.status, 0, uninstalled.stderr);
     assert.match(uninstalled.stdout, /MutatingWebhookConfiguration berth: deleted/);
+    assert.match(
+      uninstalled.stdout,
+      /Secret .*\/cell-dfw-kubeconfig: deleted \(the kubeconfig of cell dfw\)/,
+    );
+    assert.equal(
+      await exists(Resources.secrets, secretName('dfw'), ns.berth),
+      false,
+      "the cell's kubeconfig",
+    );
+    assert.equal(await exists(Resources.secrets, 'users-own', ns.berth), true, "the user's Secret");
 
     assert.deepEqual(await leftovers(), []);
     // The arch records came off in step 3: Berth leaves them when it releases a pod.
