@@ -275,9 +275,15 @@ export class RegistryClient implements ImageInspector {
     throw new Error('unreachable: endpointsFor returns at least the registry itself');
   }
 
-  /** Each matching credential in turn (the kubelet's order), anonymous only when none matched. */
+  /**
+   * Each matching credential in turn (the kubelet's order), anonymous when none matched. An entry
+   * with no user and no password (a docker config.json whose logins are in a credential store) is
+   * an anonymous attempt in its place, as containerd makes of it: a token server may refuse `Basic :`.
+   */
   async #resolveAt(ep: Endpoint, ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
-    const attempts = creds.length ? creds : [undefined];
+    const attempts = creds.length
+      ? creds.map((c) => (c.username || c.password ? c : undefined))
+      : [undefined];
     let last: unknown;
     for (const cred of attempts) {
       try {

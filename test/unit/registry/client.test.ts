@@ -206,6 +206,39 @@ describe('the token realm', () => {
   });
 });
 
+describe('a pull secret entry with no user and no password', () => {
+  test('is read anonymously, as containerd does, not sent as Basic ":"', async () => {
+    const index = indexOf(['linux/arm64']);
+    let self = '';
+    const reg = await serve((path, req) => {
+      // Docker Hub's token server refuses an empty Basic credential.
+      if (path.startsWith('/token?'))
+        return req.headers.authorization ? { status: 401 } : { body: json({ token: 'anon' }) };
+      if (req.headers.authorization !== 'Bearer anon')
+        return {
+          status: 401,
+          headers: { 'www-authenticate': `Bearer realm="http://${self}/token",service="reg"` },
+        };
+      return path === '/v2/app/manifests/v1' ? manifest(index, MediaType.ociIndex) : notFound;
+    });
+    self = reg.host;
+    const c = client({ [reg.host]: 'http' });
+    // What `kubectl create secret generic --from-file=.dockerconfigjson=~/.docker/config.json` makes
+    // of a config whose logins are in a credential store.
+    const config = { auths: { [reg.host]: {} }, credsStore: 'desktop' };
+    const pullSecrets = [
+      {
+        name: 'apps/docker',
+        type: 'kubernetes.io/dockerconfigjson',
+        data: { '.dockerconfigjson': Buffer.from(JSON.stringify(config)).toString('base64') },
+      },
+    ];
+    assert.deepEqual((await c.inspect(`${reg.host}/app:v1`, { pullSecrets })).platforms, [
+      { os: 'linux', architecture: 'arm64' },
+    ]);
+  });
+});
+
 describe('a Retry-After longer than a request may wait', () => {
   test('fails at once, saying when the registry may be asked again, for every image of the host', async () => {
     const reg = await serve(() => ({ status: 429, headers: { 'retry-after': '30' } }));
