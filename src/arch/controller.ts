@@ -34,6 +34,7 @@ import { InspectionError, type ImageInspector, type Inspection, type PullSecret 
 import {
   gated,
   imagesText,
+  podOs,
   intersection,
   nextTry,
   nodeArchitectures,
@@ -351,6 +352,9 @@ export class ArchController {
       rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
       // Fail open: Berth down leaves pods ungated, never uncreated.
       failurePolicy: 'Ignore',
+      // Asked again after a later webhook changes the pod (a sidecar injected, an image rewritten):
+      // a pod placed at admission is placed on the images it is created with.
+      reinvocationPolicy: 'IfNeeded',
       // A pod with nodeName can carry no gate: the apiserver need not ask.
       matchConditions: [{ name: 'no-node-name', expression: '!has(object.spec.nodeName)' }],
       timeoutSeconds: 2,
@@ -371,8 +375,9 @@ export class ArchController {
     const name = pod.metadata!.annotations?.[POLICY_ANNOTATION];
     const policies = this.policies();
     const policy = policies.find((p) => p.name === name);
-    // Released unplaced, a pod tolerates the arch taint wherever nodes may carry it: its own
-    // policy's (the node controller takes that off meanwhile) or another live Taints policy's.
+    // Wherever nodes may carry the arch taint, a pod tolerates it: any value released unplaced (its own
+    // policy's taint, which the node controller takes off meanwhile, or another live Taints policy's),
+    // its architectures' placed.
     const archTainted = nodesTainted(policies);
     if (!policy || policy.deleting) {
       const why = unplacedRelease(name, policy);
@@ -425,7 +430,7 @@ export class ArchController {
     const inspections = results.map((r) => (r as PromiseFulfilledResult<Inspection>).value);
     const architectures = intersection(pod, inspections);
     const placement: Placement = { kind: 'Placed', architectures, inspections };
-    const patch = placePatch(pod, placement, policy.spec);
+    const patch = placePatch(pod, placement, { ...policy.spec, archTainted });
     if (architectures.length === 0)
       return this.write(
         pod,
@@ -433,7 +438,7 @@ export class ArchController {
         'placed',
         'Warning',
         'NoCommonArchitecture',
-        `no architecture is supported by every image: ${imagesText(inspections)}; the pod cannot be scheduled`,
+        `no architecture is supported by every image: ${imagesText(inspections, podOs(pod))}; the pod cannot be scheduled`,
       );
     return this.write(
       pod,
@@ -441,7 +446,7 @@ export class ArchController {
       'placed',
       'Normal',
       'Placed',
-      `${policy.spec.mode === 'Taints' ? 'tolerates' : 'placed on'} ${architectures.join(', ')}: ${imagesText(inspections)}`,
+      `${policy.spec.mode === 'Taints' ? 'tolerates' : 'placed on'} ${architectures.join(', ')}: ${imagesText(inspections, podOs(pod))}`,
     );
   }
 

@@ -2,6 +2,7 @@
 // places a pod, the architectures every image of a pod supports, and the one pod patch that places
 // it (affinity or tolerations, result, state) and takes its gate off. The webhook and the controller
 // feed these from their caches and the registry; nothing here does I/O.
+import { isDeepStrictEqual } from 'node:util';
 import {
   MAX_RETRY_AFTER_MS,
   type InspectionError,
@@ -97,7 +98,13 @@ export function constrainsArch(pod: ArchPod): boolean {
 }
 
 /** Why a pod is never gated, or undefined when a policy may gate it. */
-export function exemption(pod: ArchPod, namespace: string, ctx: ExemptionContext): string | undefined {
+export function exemption(
+  pod: ArchPod,
+  namespace: string,
+  ctx: ExemptionContext,
+  /** The pod's arch constraint is Berth's own (a reinvocation, toPlaceAgain): it does not exempt. */
+  ownArch = false,
+): string | undefined {
   // Cluster add-ons: gating them could hold up the whole cluster.
   if (namespace.startsWith('kube-')) return `namespace ${namespace} holds cluster add-ons`;
   // Berth's own pods: gated, they could never be released.
@@ -109,7 +116,7 @@ export function exemption(pod: ArchPod, namespace: string, ctx: ExemptionContext
   if (isMirrorPod(pod)) return 'mirror pod of a static pod';
   if (daemonSetOwner(pod)) return 'DaemonSet pods run on the node they are made for';
   if (annotations[SKIP_ANNOTATION] === 'true') return `annotation ${SKIP_ANNOTATION}=true`;
-  if (constrainsArch(pod)) return `the pod already constrains ${ARCH_LABEL}`;
+  if (!ownArch && constrainsArch(pod)) return `the pod already constrains ${ARCH_LABEL}`;
   return undefined;
 }
 
@@ -226,12 +233,23 @@ export function gatePod(
   pod: ArchPod,
   policy: Policy,
   known?: Inspection[],
+  opts: { archTainted?: boolean; from?: ArchPod } = {},
 ): { patch: JsonPatchOp[]; placed?: string[] } {
   if (gated(pod)) return { patch: [] };
-  const held = withGate(pod, policy.name);
-  const architectures = known && intersection(pod, known);
-  if (!known || !architectures?.length) return { patch: mutate(pod, held) };
-  const out = placed(held, { kind: 'Placed', architectures, inspections: known }, policy.spec);
+  // `from`: the pod to decide on (toPlaceAgain's), where the patch is still `pod`'s.
+  const base = opts.from ?? pod;
+  const held = withGate(base, policy.name);
+  const architectures = known && intersection(base, known);
+  if (!known || !architectures?.length) {
+    // Gated: no result of an earlier placement stands.
+    if (opts.from) delete held.metadata!.annotations![RESULT_ANNOTATION];
+    return { patch: mutate(pod, held) };
+  }
+  const out = placed(
+    held,
+    { kind: 'Placed', architectures, inspections: known },
+    { ...policy.spec, archTainted: opts.archTainted === true },
+  );
   out.metadata!.annotations![RESULT_ANNOTATION] = resultText(architectures, known, true);
   return { patch: mutate(pod, out), placed: architectures };
 }
@@ -258,18 +276,73 @@ export function relabelPatch(pod: ArchPod): JsonPatchOp[] {
 }
 
 /** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
-export function placedAtAdmission(pod: ArchPod): { architectures: string[] } | undefined {
+export function placedAtAdmission(pod: ArchPod): { architectures: string[]; images: string[] } | undefined {
   if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || gated(pod)) return undefined;
   try {
     const r = JSON.parse(pod.metadata?.annotations?.[RESULT_ANNOTATION] ?? '{}') as {
       placedAt?: unknown;
       architectures?: unknown;
+      images?: { image?: unknown }[];
     };
     if (r.placedAt !== 'admission' || !Array.isArray(r.architectures)) return undefined;
-    return { architectures: r.architectures.filter((a): a is string => typeof a === 'string') };
+    const strings = (xs: unknown[]) => xs.filter((x): x is string => typeof x === 'string');
+    return {
+      architectures: strings(r.architectures),
+      images: strings((Array.isArray(r.images) ? r.images : []).map((i) => i?.image)),
+    };
   } catch {
     return undefined;
   }
+}
+
+/**
+ * A pod placed at admission as Berth's webhook is asked again (reinvocationPolicy IfNeeded) after a
+ * later webhook changed it: a sidecar injected, an image rewritten to a mirror. Undefined when its
+ * images are the ones it was placed for (nothing to do); otherwise the pod without what the first
+ * placement added (exactly Berth's `In` requirement and preferred terms, its tolerations), to be
+ * decided anew on every image.
+ */
+export function toPlaceAgain(pod: ArchPod, policy: Policy): ArchPod | undefined {
+  const first = placedAtAdmission(pod);
+  if (!first || podImages(pod).every((i) => first.images.includes(i.image))) return undefined;
+  const values = first.architectures.length ? first.architectures : [NO_COMMON_ARCHITECTURE];
+  const ours = (e: { key: string; operator: string; values?: string[] }) =>
+    e.key === ARCH_LABEL && e.operator === 'In' && isDeepStrictEqual(e.values, values);
+  const out = editable(pod);
+  const terms = required(pod);
+  if (terms?.length) {
+    const left = terms
+      .filter(
+        (t) =>
+          !(
+            (t.matchExpressions ?? []).length === 1 &&
+            ours(t.matchExpressions![0]!) &&
+            !t.matchFields?.length
+          ),
+      )
+      .map((t) => ({ ...t, matchExpressions: (t.matchExpressions ?? []).filter((e) => !ours(e)) }));
+    const affinity = (out.spec.affinity = { ...out.spec.affinity });
+    const node = (affinity.nodeAffinity = { ...affinity.nodeAffinity });
+    if (left.length) node.requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms: left };
+    else delete node.requiredDuringSchedulingIgnoredDuringExecution;
+    const preferred = (node.preferredDuringSchedulingIgnoredDuringExecution ?? []).filter(
+      (t) =>
+        !(policy.spec.preferredArchitectures ?? []).some((p) =>
+          isDeepStrictEqual(t, {
+            weight: p.weight,
+            preference: { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: [p.architecture] }] },
+          }),
+        ),
+    );
+    if (preferred.length) node.preferredDuringSchedulingIgnoredDuringExecution = preferred;
+    else delete node.preferredDuringSchedulingIgnoredDuringExecution;
+  }
+  const tolerations = (pod.spec.tolerations ?? []).filter(
+    (t) => !first.architectures.some((a) => isDeepStrictEqual(t, archToleration(a))),
+  );
+  if (tolerations.length) out.spec.tolerations = tolerations;
+  else delete out.spec.tolerations;
+  return out;
 }
 
 /** One image of the pod, once however many containers name it. */
@@ -343,13 +416,13 @@ export function resultText(architectures: string[], inspections: Inspection[], a
   });
 }
 
-/** Each image's architectures, for messages: `a:1 (amd64), b:2 (arm64, ppc64le)`. */
-export const imagesText = (inspections: Inspection[]): string =>
+/** Each image's architectures for the pod's OS, for messages: `a:1 (amd64), b:2 (none for linux)`. */
+export const imagesText = (inspections: Inspection[], os: string): string =>
   inspections
-    .map(
-      (i) =>
-        `${i.image} (${[...new Set(i.platforms.map((p) => p.architecture))].sort().join(', ') || 'none'})`,
-    )
+    .map((i) => {
+      const archs = new Set(i.platforms.filter((p) => p.os === os).map((p) => p.architecture));
+      return `${i.image} (${[...archs].sort().join(', ') || `none for ${os}`})`;
+    })
     .join(', ');
 
 function withArchRequirement(terms: NodeSelectorTerm[] | undefined, values: string[]): NodeSelectorTerm[] {
@@ -453,7 +526,9 @@ function placed(pod: ArchPod, placement: Placement, spec: PlaceOptions): ArchPod
   if (architectures) {
     const s = out.spec;
     const values = architectures.length ? architectures : [NO_COMMON_ARCHITECTURE];
-    if (spec.mode === 'Taints' && architectures.length) {
+    // The taints' tolerations: in Taints mode instead of affinity, and beside it while another
+    // policy keeps every node tainted (placed where it may run, and let on).
+    if ((spec.mode === 'Taints' || spec.archTainted) && architectures.length) {
       const have = s.tolerations ?? [];
       const add = architectures
         .map(archToleration)
@@ -461,7 +536,9 @@ function placed(pod: ArchPod, placement: Placement, spec: PlaceOptions): ArchPod
           (t) => !have.some((h) => tolerates(h, { key: ARCH_TAINT, value: t.value, effect: 'NoSchedule' })),
         );
       if (add.length) s.tolerations = [...have, ...add];
-    } else {
+    }
+    // Affinity but in Taints mode, where none in common is the impossible value all the same.
+    if (spec.mode !== 'Taints' || !architectures.length) {
       const affinity = (s.affinity = { ...s.affinity });
       const node = (affinity.nodeAffinity = { ...affinity.nodeAffinity });
       node.requiredDuringSchedulingIgnoredDuringExecution = {

@@ -39,7 +39,8 @@ export function explainArch(
   const out = ['Architecture-aware placement:'];
   const state = pod.metadata?.labels?.[STATE_LABEL];
   const by = pod.metadata?.annotations?.[POLICY_ANNOTATION];
-  if (!state || !by) {
+  // A pod behind Berth's gate is gated whatever else it lost (its label, put back once Berth runs).
+  if ((!state || !by) && !gated(pod)) {
     // A bound pod's nodeName may be the scheduler's, not its author's: the other reasons are certain.
     const { nodeName, ...unbound } = pod.spec;
     const certain = exemption({ ...pod, spec: unbound }, ns, ctx);
@@ -60,7 +61,10 @@ export function explainArch(
     ];
   }
   const policy = policies.find((p) => p.name === by);
-  out.push(`  ArchPlacement ${by}${policy ? ` (mode ${policy.spec.mode})` : ' (gone)'}: ${state}`);
+  out.push(
+    `  ArchPlacement ${by ?? '(not named on the pod)'}${policy ? ` (mode ${policy.spec.mode})` : ' (gone)'}: ` +
+      (state ?? `Gated, its ${STATE_LABEL} label missing (Berth puts it back when it runs)`),
+  );
   if (gated(pod))
     out.push(
       '  gated: waiting for Berth to read its images (is Berth running? berth explain shows no progress while it is down)',

@@ -69,7 +69,7 @@ export const archPlacementSpec = k8s(
     namespaceSelector: labelSelectorSchema
       .optional()
       .describe(
-        "Namespaces whose pods it places; all when omitted (kube-* and Berth's own only when named here).",
+        "Namespaces whose pods it places; all when omitted. Never kube-* namespaces, Berth's own or namespaces that serve admission webhooks, even when selected.",
       ),
     podSelector: labelSelectorSchema.optional().describe('The pods it places; all when omitted.'),
     mode: z

@@ -22,6 +22,9 @@ import {
   exemption,
   gatePod,
   namespaceDecides,
+  nodesTainted,
+  placedAtAdmission,
+  toPlaceAgain,
   podImages,
   type ArchPod,
   type PodImage,
@@ -98,6 +101,12 @@ export interface ArchWebhookDeps extends ExemptionContext {
  */
 const revalidatedSince = (since: number) => ({ revalidate: true, revalidatedSince: since, counted: false });
 
+/** A pod Berth placed at admission, asked about again: what to decide on (toPlaceAgain), if anything. */
+const again = (pod: ArchPod, policy: Policy): { from?: ArchPod } => {
+  const from = toPlaceAgain(pod, policy);
+  return from ? { from } : {};
+};
+
 export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   const log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
   const now = deps.now ?? Date.now;
@@ -105,7 +114,10 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   const asked = new Map<string, number>();
   let waiting = 0;
   const decide = (pod: ArchPod, policy: Policy, known: Inspection[] | undefined): AdmissionResult => {
-    const { patch, placed } = gatePod(pod, policy, known);
+    const { patch, placed } = gatePod(pod, policy, known, {
+      archTainted: nodesTainted(deps.policies()),
+      ...again(pod, policy),
+    });
     webhookDecisions.inc({ outcome: placed ? 'placed' : 'gated' });
     return { allowed: true, patch };
   };
@@ -193,10 +205,15 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
         webhookDecisions.inc({ outcome: 'unselected' });
         return { allowed: true };
       }
+      // Placed at a first call, and its images the same at this one: it stays as placed.
+      if (placedBefore && !again(pod, policy).from) return { allowed: true };
       return afterInspection(pod, namespace, policy, arrived, req.dryRun === true);
     };
+    // Placed by Berth at a first call (the apiserver asks again after a later webhook changes the
+    // pod): its arch constraint is Berth's, which exempts nothing.
+    const placedBefore = placedAtAdmission(pod) !== undefined;
     try {
-      const reason = exemption(pod, namespace, deps);
+      const reason = exemption(pod, namespace, deps, placedBefore);
       if (reason) {
         webhookDecisions.inc({ outcome: 'exempt' });
         return { allowed: true };

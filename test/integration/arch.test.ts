@@ -26,6 +26,13 @@ import {
 } from '../../src/arch/types.ts';
 import { gated as hasGate, type ArchPod } from '../../src/arch/decide.ts';
 import { installCrds } from '../../src/cli/install.ts';
+import { mutate } from '../../src/runtime/api/jsonpatch.ts';
+import { rootLogger } from '../../src/runtime/observability/log.ts';
+import {
+  generatedCertificates,
+  WebhookRunnable,
+  type WebhookRegistration,
+} from '../../src/runtime/webhook/registration.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
@@ -92,6 +99,10 @@ interface ContainerInput {
   image: string;
   imagePullPolicy?: string;
 }
+/** A webhook of the test's own, reached by URL, and the label its pods carry. */
+const INJECTOR: WebhookRegistration = { mode: 'url', url: 'https://127.0.0.1:{port}' };
+const INJECT_LABEL = 'berth.test/inject';
+
 function podObject(
   namespace: string,
   name: string,
@@ -350,6 +361,68 @@ describe('NodeAffinity mode', () => {
     assert.equal(hasGate(second), false, 'placed at admission, not gated');
     assert.deepEqual(requiredTerms(second), terms);
     assert.match((await podEvent(main, again, 'Normal', 'Placed')).note, /amd64 at admission/);
+  });
+
+  test('a sidecar a later webhook injects counts: the apiserver asks Berth again, and the pod is placed on every image', async () => {
+    // An injector whose configuration sorts after Berth's (the apiserver calls them by name): it
+    // appends an amd64-only container to this test's pods.
+    const inject = uniqueName('zz-inject');
+    const runnable = new WebhookRunnable({
+      client,
+      server: { port: 0, certificates: generatedCertificates(INJECTOR) },
+      registration: INJECTOR,
+      specs: [
+        {
+          name: 'sidecar.test.berth.dev',
+          path: '/inject',
+          kind: 'mutating',
+          handler: (req) => {
+            const pod = req.object as ArchPod;
+            const copy = structuredClone(pod);
+            copy.spec.containers = [...copy.spec.containers, { name: 'proxy', image: image('amd') }];
+            return { allowed: true, patch: mutate(pod, copy) };
+          },
+          rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+          failurePolicy: 'Fail',
+          objectSelector: { matchLabels: { [INJECT_LABEL]: inject } },
+        },
+      ],
+      berthNamespace: berthNs,
+      configName: inject,
+      logger: rootLogger.child({}, { level: 'warn' }),
+    });
+    const stop = new AbortController();
+    await runnable.start(stop.signal);
+    await runnable.ready();
+    try {
+      const object = podObject(main, 'sidecar', [{ image: image('multi') }]);
+      object.metadata!.labels = { [INJECT_LABEL]: inject };
+      // The injector's registration reaches the apiserver's cache a moment later: until then pods pass it by.
+      const created = await waitFor(
+        'a pod the injector saw',
+        async () => {
+          const p = (await client.create(Resources.pods, {
+            ...object,
+            metadata: { ...object.metadata, name: uniqueName('sidecar') },
+          })) as ArchPod;
+          return p.spec.containers.length === 2 && p;
+        },
+        { timeoutMs: 30_000 },
+      );
+      assert.equal(hasGate(created), false, 'placed at admission');
+      // multi alone would be amd64, arm and ppc64le; with the injected amd64-only sidecar, amd64.
+      assert.deepEqual(requiredTerms(created), [
+        { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] },
+      ]);
+      assert.deepEqual(
+        result(created).images.map((i) => i.image),
+        [image('multi'), image('amd')],
+      );
+    } finally {
+      stop.abort();
+      await runnable.stop();
+      await client.delete(Resources.mutatingWebhookConfigurations, inject).catch(() => {});
+    }
   });
 
   test('berth explain pod says why the affinity is what it is; berth arch inspect lists the platforms', async () => {

@@ -10,6 +10,7 @@ import {
   constrainsArch,
   exemption,
   gatePod,
+  imagesText,
   intersection,
   namespaceDecides,
   nextTry,
@@ -505,7 +506,7 @@ describe('the placing patch', () => {
     assert.deepEqual(fallback.spec.tolerations, [equal, { ...equal, value: 'arm64' }]);
   });
 
-  test('NodeAffinity mode, released unplaced: the arch taint tolerated only while another policy keeps nodes tainted', () => {
+  test('NodeAffinity mode while another policy keeps nodes tainted: released unplaced, the taint tolerated whatever its value; placed, the values of its architectures', () => {
     const p = pod({ schedulingGates: [{ name: SCHEDULING_GATE }] });
     const failed: Placement = { kind: 'Failed', reason: 'Unreachable', message: 'down' };
     assert.equal(apply(p, placePatch(p, failed, spec())).spec.tolerations, undefined);
@@ -516,10 +517,18 @@ describe('the placing patch', () => {
       apply(p, releasePatch(p, 'gone', { mode: 'NodeAffinity', archTainted: true })).spec.tolerations,
       any,
     );
-    // Placed by affinity, a pod gains no toleration.
-    assert.equal(
-      apply(p, placePatch(p, placed(['amd64']), { ...spec(), archTainted: true })).spec.tolerations,
-      undefined,
+    // Placed by affinity, a pod gains the tolerations of its architectures only while nodes carry
+    // the taint (else a Taints policy elsewhere would leave it unschedulable); so does a fallback.
+    const tainted = apply(p, placePatch(p, placed(['amd64']), { ...spec(), archTainted: true }));
+    assert.deepEqual(tainted.spec.tolerations, [
+      { key: ARCH_TAINT, operator: 'Equal', value: 'amd64', effect: 'NoSchedule' },
+    ]);
+    assert.ok(tainted.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution);
+    assert.equal(apply(p, placePatch(p, placed(['amd64']), spec())).spec.tolerations, undefined);
+    assert.deepEqual(
+      apply(p, placePatch(p, { ...failed, fallback: 'arm64' }, { ...spec(), archTainted: true })).spec
+        .tolerations,
+      [{ key: ARCH_TAINT, operator: 'Equal', value: 'arm64', effect: 'NoSchedule' }],
     );
     const { policies } = parsePolicies([
       { metadata: { name: 'a', uid: 'a', generation: 1 }, spec: {} },
@@ -807,4 +816,18 @@ test('a pod released unplaced says why: its policy gone, going, or not named at 
     unplacedRelease(undefined, undefined),
     `no ${POLICY_ANNOTATION} annotation names its ArchPlacement: released unplaced`,
   );
+});
+
+test("messages name each image's architectures for the pod's OS, not another's", () => {
+  const image = (name: string, platforms: string[]): Inspection => ({
+    image: name,
+    reference: `r/${name}`,
+    digest: 'sha256:ab',
+    platforms: platforms.map((p) => ({ os: p.split('/')[0]!, architecture: p.split('/')[1]! })),
+    registry: 'r',
+    cached: true,
+  });
+  const images = [image('a', ['linux/amd64']), image('b', ['windows/amd64', 'linux/arm64', 'linux/amd64'])];
+  assert.equal(imagesText(images, 'linux'), 'a (amd64), b (amd64, arm64)');
+  assert.equal(imagesText(images, 'windows'), 'a (none for windows), b (amd64)');
 });

@@ -127,7 +127,7 @@ test('every image known without a request: the pod is placed at admission and ne
     out.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms,
     [{ matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: ['arm64'] }] }],
   );
-  assert.deepEqual(placedAtAdmission(out), { architectures: ['arm64'] });
+  assert.deepEqual(placedAtAdmission(out), { architectures: ['arm64'], images: ['web:1', 'side:1'] });
   // Always is passed on (the cache answers nothing for it), each image asked once.
   assert.deepEqual(asked, [
     { image: 'web:1', revalidate: false },
@@ -197,7 +197,7 @@ test('an image not known yet: the webhook asks for it and places the pod if it i
 
   const placed = await timed(pod('new:1', { imagePullSecrets: [{ name: 'pull' }] }));
   assert.equal(placed.gated, false, 'placed once read, not gated');
-  assert.deepEqual(placedAtAdmission(placed.out), { architectures: ['arm64'] });
+  assert.deepEqual(placedAtAdmission(placed.out)?.architectures, ['arm64']);
   assert.deepEqual(hints, [
     { namespace: 'apps', images: [{ image: 'new:1', revalidate: false }], imagePullSecrets: ['pull'] },
   ]);
@@ -281,7 +281,7 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   const first = await admit(pod('Always'));
   assert.equal(first.gated, false, 'placed once the tag was read again');
   assert.ok(first.ms >= 25, `it waited for the read (${first.ms} ms)`);
-  assert.deepEqual(placedAtAdmission(first.out), { architectures: ['arm64'] });
+  assert.deepEqual(placedAtAdmission(first.out)?.architectures, ['arm64']);
   assert.deepEqual(hints, [
     { namespace: 'apps', images: [{ image: 'live:latest', revalidate: true }], imagePullSecrets: [] },
   ]);
@@ -368,7 +368,74 @@ test('a Windows pod that says so only by its nodeSelector is placed on its Windo
   );
   const { out } = await admitted(handle, p);
   assert.equal(out.spec.schedulingGates, undefined, 'not gated');
-  assert.deepEqual(placedAtAdmission(out), { architectures: ['amd64'] });
+  assert.deepEqual(placedAtAdmission(out)?.architectures, ['amd64']);
+});
+
+test('asked again after a later webhook changed a pod it placed: placed anew on every image, or gated; unchanged, left as it is', async () => {
+  const known = (image: string, archs: string[]) => ({
+    image,
+    reference: `docker.io/library/${image}`,
+    digest: 'sha256:ab',
+    platforms: archs.map((architecture) => ({ os: 'linux', architecture })),
+    registry: 'registry-1.docker.io',
+    cached: true,
+  });
+  const cache = new Map([
+    ['web:1', known('web:1', ['amd64', 'arm64'])],
+    ['proxy:1', known('proxy:1', ['amd64'])],
+  ]);
+  const { policies: preferring } = parsePolicies([
+    policy('web', {
+      podSelector: { matchLabels: { app: 'web' } },
+      preferredArchitectures: [{ architecture: 'arm64', weight: 10 }],
+    }),
+  ]);
+  const handle = podGateHandler({ ...deps, policies: () => preferring, cached: (image) => cache.get(image) });
+  const zone = { key: 'topology.kubernetes.io/zone', operator: 'In', values: ['a'] };
+  const p = newPod(
+    { app: 'web' },
+    {
+      affinity: {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: {
+            nodeSelectorTerms: [{ matchExpressions: [zone] }],
+          },
+        },
+      },
+    },
+  );
+  const first = (await admitted(handle, p)).out;
+  assert.deepEqual(placedAtAdmission(first)?.architectures, ['amd64', 'arm64']);
+  // The apiserver asks again though nothing of Berth's concern changed (another webhook's label).
+  assert.deepEqual(await handle(request(first)), { allowed: true });
+  // A sidecar injector adds an amd64-only container: the pod is placed on both images.
+  const injected = {
+    ...first,
+    spec: { ...first.spec, containers: [...first.spec.containers, { name: 'proxy', image: 'proxy:1' }] },
+  };
+  const again = (await admitted(handle, injected)).out;
+  assert.equal(again.spec.schedulingGates, undefined, 'not gated');
+  assert.deepEqual(placedAtAdmission(again), { architectures: ['amd64'], images: ['web:1', 'proxy:1'] });
+  const affinity = again.spec.affinity?.nodeAffinity;
+  assert.deepEqual(affinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms, [
+    { matchExpressions: [zone, { key: ARCH_LABEL, operator: 'In', values: ['amd64'] }] },
+  ]);
+  // arm64 is preferred no more: no architecture in common with it.
+  assert.equal(affinity?.preferredDuringSchedulingIgnoredDuringExecution, undefined);
+  // An image rewritten to one Berth has not read: gated, the first placement taken off, for the
+  // controller to place on what it reads.
+  const rewritten = {
+    ...first,
+    spec: { ...first.spec, containers: [{ name: 'c', image: 'mirror.example/web:1' }] },
+  };
+  const gated = (await admitted(handle, rewritten)).out;
+  assert.deepEqual(gated.spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
+  assert.equal(gated.metadata?.labels?.[STATE_LABEL], 'Gated');
+  assert.equal(placedAtAdmission(gated), undefined);
+  assert.deepEqual(
+    gated.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms,
+    [{ matchExpressions: [zone] }],
+  );
 });
 
 test('a namespace created a moment before its pod: the webhook waits for the cache to learn it, not guess', async () => {
@@ -445,6 +512,19 @@ test('explain: exempt, not selected, gated, and placed pods say why', () => {
     explainArch(gated, policies, {}, ctx).join('\n'),
     /web \(mode NodeAffinity\): Gated[\s\S]*waiting for Berth/,
   );
+  // Its state label taken off (Berth puts it back when it runs): still gated, and said so.
+  const { [STATE_LABEL]: _label, ...labels } = gated.metadata!.labels!;
+  const unlabelled = explainArch(
+    { ...gated, metadata: { ...gated.metadata, labels } },
+    policies,
+    {},
+    ctx,
+  ).join('\n');
+  assert.match(
+    unlabelled,
+    /web \(mode NodeAffinity\): Gated, its arch\.berth\.dev\/state label missing[\s\S]*waiting for Berth/,
+  );
+  assert.doesNotMatch(unlabelled, /not gated/);
   const placed = applyJsonPatch(
     gated,
     placePatch(
