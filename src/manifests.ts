@@ -67,10 +67,16 @@ export const BUILTIN_OWNER_KINDS = [
   'statefulsets.apps',
 ];
 
+const EXPLAIN_WHY =
+  "the page's explain (`--ui-bind-address`) reads the object it explains, as `berth explain` does; only when someone asks";
+
 /** What the runtime needs cluster-wide whatever is enabled: events, registering webhooks. */
 export const runtimeRules = (webhookConfiguration: string = WEBHOOK_CONFIGURATION): DeclaredRule[] => [
   // Reading them is for the page (`--ui-bind-address`), which lists the last hour's Warning events.
   { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'list', 'watch'] },
+  { apiGroups: [''], resources: ['nodes', 'pods', 'namespaces'], verbs: ['get'], why: EXPLAIN_WHY },
+  // The page's rows are nodes and their pods, whatever capabilities run (a management plane's too).
+  { apiGroups: [''], resources: ['nodes', 'pods'], verbs: ['list', 'watch'] },
   // Informers of custom resources wait for a missing CRD to appear.
   { apiGroups: ['apiextensions.k8s.io'], resources: ['customresourcedefinitions'], verbs: ['list', 'watch'] },
   {
@@ -133,20 +139,18 @@ export function finalizerOwnerRule(kind: string): DeclaredRule {
   return { apiGroups: [group], resources: [resource], verbs: ['list', 'watch', 'patch'] };
 }
 
-const EXPLAIN_WHY =
-  "the page's explain (`--ui-bind-address`) reads the object it explains, as `berth explain` does; only when someone asks";
-
-/** What the page's explain reads: nodes, pods, their namespaces, and every kind a capability explains. */
-export const explainRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
-  { apiGroups: [''], resources: ['nodes', 'pods', 'namespaces'], verbs: ['get'], why: EXPLAIN_WHY },
-  ...caps.flatMap((c) =>
-    (c.explainKinds ?? []).map((k) => ({
-      apiGroups: [k.resource.group],
-      resources: [k.resource.resource],
-      verbs: ['get'],
-      why: EXPLAIN_WHY,
-    })),
-  ),
+/**
+ * What one capability needs cluster-wide: its declared rules, and reading the kinds it explains
+ * (the page's explain). The ClusterRole grants the capabilities an install runs (`--controllers`).
+ */
+export const capabilityRules = (c: Capability): DeclaredRule[] => [
+  ...(c.explainKinds ?? []).map((k) => ({
+    apiGroups: [k.resource.group],
+    resources: [k.resource.resource],
+    verbs: ['get'],
+    why: EXPLAIN_WHY,
+  })),
+  ...c.rbac,
 ];
 
 /** What `--install-crds` needs: applying the capabilities' CRDs, by name. */
@@ -169,8 +173,7 @@ export const installCrdsRules = (caps: Capability[] = capabilities): DeclaredRul
 export function clusterRules(caps: Capability[] = capabilities, opts: RbacOptions = {}): DeclaredRule[] {
   return [
     ...runtimeRules(opts.webhookConfiguration),
-    ...explainRules(caps),
-    ...caps.flatMap((c) => c.rbac),
+    ...caps.flatMap(capabilityRules),
     ...(opts.finalizerOwners ?? []).map(finalizerOwnerRule),
     ...(opts.installCrds ? installCrdsRules(caps) : []),
     ...((opts.pullSecretNamespaces ?? []).map(pullSecretNamespace).includes('*')

@@ -4,6 +4,7 @@ import { stringify } from 'yaml';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
+import { controllersOption, runningCapabilities } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { crdManifests, rbacManifests } from '../manifests.ts';
 
@@ -51,6 +52,13 @@ export function manifestsCommand(): Command {
         'the ClusterRole lets Berth watch and patch them (default: none)',
       [],
     )
+    .addOption(
+      controllersOption(
+        capabilities,
+        'the controllers the install runs (`berth run --controllers`): the ClusterRole grants only theirs',
+        capabilities.map((c) => c.name),
+      ),
+    )
     .option('--install-crds', 'let Berth write its own CRDs (`berth run --install-crds`)', false)
     .option(
       '--pull-secret-namespace <namespaces...>',
@@ -66,7 +74,7 @@ export function manifestsCommand(): Command {
       };
       const docs: KubeObject[] = [
         ...(o.kind !== 'rbac' ? crdManifests() : []),
-        ...(o.kind !== 'crds' ? rbacManifests(capabilities, rbac) : []),
+        ...(o.kind !== 'crds' ? rbacManifests(runningCapabilities(capabilities, o), rbac) : []),
       ];
       process.stdout.write(docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n'));
     });

@@ -9,6 +9,7 @@ import { GatesController } from '../../src/gates/controller.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { capabilities } from '../../src/capabilities.ts';
+import type { Capability } from '../../src/capability.ts';
 import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
@@ -40,14 +41,18 @@ const identities = new Map<string, Promise<string>>();
 
 /**
  * The kubeconfig of Berth's identity in the sandbox: the ServiceAccount of the roles that manifests.ts
- * generates with `opts`, bound exactly to them (a test that runs its own webhook configuration or
- * owner kinds names them in `opts`, with a `name` of its own).
+ * generates with `opts` for `caps`, bound exactly to them (a test that runs its own webhook
+ * configuration, owner kinds or capabilities names them in `opts`, with a `name` of its own).
  */
-export function berthKubeconfig(sb: Sandbox, opts: RbacOptions = {}): Promise<string> {
-  const key = JSON.stringify([sb.dir, opts]);
+export function berthKubeconfig(
+  sb: Sandbox,
+  opts: RbacOptions = {},
+  caps: Capability[] = capabilities,
+): Promise<string> {
+  const key = JSON.stringify([sb.dir, opts, caps.map((c) => c.name)]);
   let minted = identities.get(key);
   if (!minted) {
-    minted = sb.mintServiceAccount(rbacManifests(capabilities, opts));
+    minted = sb.mintServiceAccount(rbacManifests(caps, opts));
     // A failed mint is not kept: the next caller tries again.
     minted.catch(() => identities.delete(key));
     identities.set(key, minted);

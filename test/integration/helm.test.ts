@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
 import { capabilities } from '../../src/capabilities.ts';
+import { clusterControllers } from '../../src/capability.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { ensureBinaries, ensureHelm } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
@@ -187,13 +188,24 @@ describe('the Helm chart', () => {
     // Owner kinds opted in: the ClusterRole is the one generated with them, and only with them.
     const clusterRoleRules = (values: Record<string, string>) =>
       mergeRules(render(values).find((o) => o.kind === 'ClusterRole').rules);
-    const generated = (opts: RbacOptions) =>
-      (rbacManifests(capabilities, opts).find((o) => o.kind === 'ClusterRole') as Any).rules;
+    // The chart's default controllers are a cluster's capabilities.
+    const generated = (
+      opts: RbacOptions,
+      caps = capabilities.filter((c) => clusterControllers(capabilities).includes(c.name)),
+    ) => (rbacManifests(caps, opts).find((o) => o.kind === 'ClusterRole') as Any).rules;
     assert.deepEqual(
       clusterRoleRules(options['finalizer owners']!),
       generated({ finalizerOwners: ['deployments.apps', 'configmaps'] }),
     );
     assert.deepEqual(clusterRoleRules({}), generated({}));
+    // Only the controllers the release runs are granted: labels and arch may not create pods.
+    const some = capabilities.filter((c) => ['labels', 'arch'].includes(c.name));
+    assert.deepEqual(clusterRoleRules(options['some controllers']!), generated({}, some));
+    assert.ok(
+      !clusterRoleRules(options['some controllers']!).some(
+        (r: Any) => r.resources.includes('pods') && r.verbs.includes('create'),
+      ),
+    );
     // Pull secrets: read in Berth's namespace (arch's Role), in the namespaces named, or everywhere.
     assert.deepEqual(
       clusterRoleRules(options['pull secrets everywhere']!),

@@ -14,9 +14,11 @@ import {
   WEBHOOK_CONFIGURATION,
 } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { freePorts } from '../../src/sandbox/sandbox.ts';
+import { capabilities } from '../../src/capabilities.ts';
+import { berthKubeconfig, removeBerthIdentity, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { testSandbox } from '../helpers/cluster.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { holdsFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -78,4 +80,34 @@ test('every capability, leader election and webhooks run with only the generated
   // RBAC's refusal names the user; a 403 for another cause (a namespace another test is deleting,
   // whose leftovers this Berth sees too) is not one of the roles'.
   assert.doesNotMatch(berth.output(), /forbidden: User .* cannot /i);
+});
+
+test('a management plane under only the roles of its controllers (cells, federation, quota), its page included: nothing is refused', async () => {
+  const controllers = ['cells', 'federation', 'quota'];
+  const [ui] = await freePorts(1);
+  const mgmt = await startBerth(
+    sandbox,
+    [
+      `--controllers=${controllers.join(',')}`,
+      `--ui-bind-address=127.0.0.1:${ui}`,
+      '--webhook-bind-address=0',
+      '--log-level=info',
+    ],
+    {
+      capture: true,
+      kubeconfig: await berthKubeconfig(
+        sandbox,
+        { name: 'berth-management' },
+        capabilities.filter((c) => controllers.includes(c.name)),
+      ),
+    },
+  );
+  try {
+    // Ready: its caches (the page's nodes, pods and events with them) have listed; the page answers.
+    assert.equal((await fetch(`http://127.0.0.1:${ui}/`)).status, 200);
+    await holdsFor('no request refused', () => !/forbidden: User .* cannot /i.test(mgmt.output()), 3000);
+  } finally {
+    await mgmt.stop();
+    await removeBerthIdentity(client, { name: 'berth-management' });
+  }
 });

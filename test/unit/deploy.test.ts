@@ -12,6 +12,7 @@ import { parseRuleFile } from '../../src/labels/files.ts';
 import { finalizerOwnerRule, rbacManifests } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
+import { mergeRules } from '../../src/runtime/api/rbac.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { assertCaChain } from '../helpers/certmanager.ts';
 
@@ -99,14 +100,24 @@ describe('generated deploy files', () => {
   test('grant the ClusterRole exactly the rules of rbacManifests()', () => {
     assert.deepEqual(find(baseObjects(), 'ClusterRole', 'berth').rules, clusterRoleRules);
     const template = read(`${CHART}/templates/clusterrole.yaml`);
-    // The metadata is Go template; the rules section is plain YAML, then the opted-in owner kinds.
+    // The metadata is Go template; the rules section is plain YAML, each capability's within its
+    // condition (all of them: every capability among the controllers), then the opted-in owner kinds.
+    const section = template.slice(
+      template.indexOf('\nrules:'),
+      template.indexOf('\n{{- range .Values.agents.finalizerOwners }}'),
+    );
+    const guards = section.split('\n').filter((l) => l.startsWith('{{-'));
+    assert.deepEqual(
+      guards.filter((l) => l.startsWith('{{- if')),
+      capabilities.map((c) => `{{- if has "${c.name}" .Values.controllers }}`),
+    );
     const rules = parse(
-      template.slice(
-        template.indexOf('\nrules:'),
-        template.indexOf('\n{{- range .Values.agents.finalizerOwners }}'),
-      ),
+      section
+        .split('\n')
+        .filter((l) => !l.startsWith('{{-'))
+        .join('\n'),
     ) as Any;
-    assert.deepEqual(rules.rules, clusterRoleRules);
+    assert.deepEqual(mergeRules(rules.rules), clusterRoleRules);
     // Each opted-in owner kind gets finalizerOwnerRule's verbs, whatever the kind.
     const owners = template.slice(template.indexOf('{{- range .Values.agents.finalizerOwners }}'));
     const verbs = parse(
