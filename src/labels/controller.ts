@@ -21,7 +21,7 @@ import {
 } from '../policy/predicates.ts';
 import { nodeInformer, type SlimNode } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { compileRule, decide, refuseOwned, ruleNameOf, tracedOutputs } from './decide.ts';
+import { compileRule, decide, refuseOwned, ruleNameOf, tracedOutputs, type NodeDecision } from './decide.ts';
 import { formatFileError, keepHeld, RuleDirSource, type FileError } from './files.ts';
 import { nodeView } from './match.ts';
 import { FIELD_MANAGER, NodeLabelRule, type NodeLabelRuleStatus, type Rule } from './types.ts';
@@ -68,6 +68,11 @@ export class LabelsController {
   private fileErrors: FileError[] = [];
   private rulesVersion = 0;
   private rulesCache: { version: number; rules: Rule[] } | undefined;
+  /**
+   * By node: the rule that derived each label value there (`key\0value`), kept while the node
+   * carries it or a rule derives it, so that the evictor can tell whose a removed value was.
+   */
+  private readonly derived = new Map<string, Map<string, string>>();
 
   constructor(kit: PolicyKit, opts: LabelsOptions = {}) {
     const manager = kit.manager;
@@ -167,9 +172,11 @@ export class LabelsController {
     if (!node) {
       this.writer.forget(name);
       this.status.set(name, undefined);
+      this.derived.delete(name);
       return;
     }
     const decision = decide(nodeView(node), this.rules());
+    this.recordDerived(node, decision);
     const written = await this.writer.sync(node, keepHeld(decision, this.files?.holds() ?? [], node));
     const foreign = tracedOutputs(decision, written.foreign);
 
@@ -219,6 +226,29 @@ export class LabelsController {
     this.status.set(name, standings);
     // The loop breaker held keys back: write them once it lets go.
     if (written.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
+  }
+
+  /** The rule that derived `key=value` on the node, while it is there or derived (recordDerived). */
+  derivedBy(node: string, key: string, value: string): string | undefined {
+    return this.derived.get(node)?.get(`${key}\0${value}`);
+  }
+
+  /**
+   * Before a decision is written: its labels with their rules, and the values recorded before that
+   * neither the node carries nor a rule derives any more forgotten (a removal Berth writes is seen
+   * by the evictor, whose handler runs before this node's next pass).
+   */
+  private recordDerived(node: SlimNode, decision: NodeDecision): void {
+    const name = node.metadata!.name!;
+    const labels = node.metadata?.labels ?? {};
+    const mine = this.derived.get(name) ?? new Map<string, string>();
+    for (const id of mine.keys()) {
+      const [key = '', value] = id.split('\0');
+      if (labels[key] !== value && decision.labels[key] !== value) mine.delete(id);
+    }
+    for (const o of decision.outputs) if (o.kind === 'label') mine.set(`${o.key}\0${o.value}`, o.rule);
+    if (mine.size) this.derived.set(name, mine);
+    else this.derived.delete(name);
   }
 
   private report(obj: RuleObject, standings: RuleStanding[]): StatusReport<RuleCount> {

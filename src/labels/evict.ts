@@ -33,17 +33,31 @@ export interface KeyOwner {
 }
 
 /**
- * The label keys whose removal may evict, each with the rule that derives it. Rule files carry no
- * evictOnRemoval of their own: `files` (a flag of `berth run`) applies to all of them.
+ * The rules whose removals may evict, each with its policy. Rule files carry no evictOnRemoval of
+ * their own: `files` (a flag of `berth run`) applies to all of them.
+ */
+export function evictingRules(rules: Rule[], files?: EvictOnRemoval): Map<string, EvictPolicy> {
+  const out = new Map<string, EvictPolicy>();
+  for (const r of rules) {
+    const e = r.source.kind === 'File' ? files : r.evictOnRemoval;
+    if (e) out.set(r.name, evictPolicy(e));
+  }
+  return out;
+}
+
+/**
+ * The label keys an opted-in rule derives, each with the first such rule by name (as decide()
+ * resolves conflicts): what a pod may need, for explain. A removal evicts by the rule that derived
+ * the value that went (Removal.rule), not by the key.
  */
 export function evictingKeys(rules: Rule[], files?: EvictOnRemoval): Map<string, KeyOwner> {
   const out = new Map<string, KeyOwner>();
+  const policies = evictingRules(rules, files);
   const sorted = [...rules].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (const r of sorted) {
-    const e = r.source.kind === 'File' ? files : r.evictOnRemoval;
-    if (!e) continue;
-    for (const key of Object.keys(r.labels))
-      if (!out.has(key)) out.set(key, { rule: r.name, policy: evictPolicy(e) });
+    const policy = policies.get(r.name);
+    if (!policy) continue;
+    for (const key of Object.keys(r.labels)) if (!out.has(key)) out.set(key, { rule: r.name, policy });
   }
   return out;
 }
@@ -66,28 +80,32 @@ export function exemption(pod: SlimPod, berthNamespace: string): string | undefi
   return undefined;
 }
 
-/** A label that went away from a node (or changed its value): the value it had, and when. */
+/** A derived label that went away from a node (or changed its value): the value it had, the rule that derived it, and when. */
 export interface Removal {
   value: string;
+  rule: string;
   at: number;
 }
 
 /**
- * The removals a node update makes, from what `prev` held: a watched key whose value went away
- * (removed or changed) is noted once, with its old value and time; it is forgotten when that value
- * is back. Labels that appear are no removal.
+ * The removals a node update makes, from what `prev` held: a key whose value went away (removed or
+ * changed) and that a rule had derived there (`derivedBy`: an admin's own label, or one another rule
+ * never set on this node, is no removal of a rule's) is noted once, with its old value, its rule
+ * and the time; it is forgotten when that value is back. Labels that appear are no removal.
  */
 export function trackRemovals(
   prev: ReadonlyMap<string, Removal> | undefined,
   before: Readonly<Record<string, string>>,
   after: Readonly<Record<string, string>>,
-  watched: (key: string) => boolean,
+  derivedBy: (key: string, value: string) => string | undefined,
   now: number,
 ): Map<string, Removal> {
   const out = new Map(prev);
   for (const [key, r] of out) if (valueAt(after, key) === r.value) out.delete(key);
   for (const [key, value] of Object.entries(before)) {
-    if (!out.has(key) && valueAt(after, key) !== value && watched(key)) out.set(key, { value, at: now });
+    if (out.has(key) || valueAt(after, key) === value) continue;
+    const rule = derivedBy(key, value);
+    if (rule !== undefined) out.set(key, { value, rule, at: now });
   }
   return out;
 }
@@ -147,20 +165,23 @@ export interface Verdict extends KeyOwner {
 }
 
 /**
- * The verdict for one pod on its node, given the labels that went away from it: undefined when it
- * fits, is exempt, or misses a label no opted-in rule derives.
+ * The verdict for one pod on its node, given the derived labels that went away from it: undefined
+ * when it fits, is exempt, or misses only labels whose rules did not opt in (`policies`,
+ * evictingRules).
  */
 export function verdict(
   pod: SlimPod,
   node: SlimNode | undefined,
-  keys: ReadonlyMap<string, KeyOwner>,
+  policies: ReadonlyMap<string, EvictPolicy>,
   gone: ReadonlyMap<string, Removal> | undefined,
   berthNamespace: string,
 ): Verdict | undefined {
   if (!node || !gone?.size || exemption(pod, berthNamespace)) return undefined;
-  const derived = new Map([...gone].filter(([k]) => keys.has(k)));
-  const label = removedKeys(pod, node, derived)[0];
-  return label === undefined ? undefined : { label, since: derived.get(label)!.at, ...keys.get(label)! };
+  const opted = new Map([...gone].filter(([, r]) => policies.has(r.rule)));
+  const label = removedKeys(pod, node, opted)[0];
+  if (label === undefined) return undefined;
+  const r = opted.get(label)!;
+  return { label, since: r.at, rule: r.rule, policy: policies.get(r.rule)! };
 }
 
 /** An event Berth recorded about a pod's eviction, for explain. */
@@ -205,7 +226,7 @@ export function explainPodEviction(
     for (const k of needed) {
       const v = rules.find((r) => r.name === keys.get(k)!.rule)?.labels[k];
       if (v !== undefined && !isTemplate(v) && valueAt(node.metadata?.labels ?? {}, k) !== v)
-        gone.set(k, { value: v, at: 0 });
+        gone.set(k, { value: v, rule: keys.get(k)!.rule, at: 0 });
     }
     const removed = removedKeys(pod, node, gone);
     const nodeName = node.metadata!.name!;

@@ -24,7 +24,14 @@ import { counter } from '../runtime/observability/metrics.ts';
 import { BucketRateLimiter, ItemExponentialFailureRateLimiter } from '../runtime/workqueue/ratelimiter.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { LabelsController } from './controller.ts';
-import { evictingKeys, trackRemovals, verdict, type KeyOwner, type Removal, type Verdict } from './evict.ts';
+import {
+  evictingRules,
+  trackRemovals,
+  verdict,
+  type EvictPolicy,
+  type Removal,
+  type Verdict,
+} from './evict.ts';
 import { NodeLabelRule, type EvictOnRemoval, type Rule } from './types.ts';
 
 export const evictionMetrics = {
@@ -84,7 +91,7 @@ export class Evictor {
   private readonly reserved = new Map<string, number>();
   private readonly cluster: BucketRateLimiter<string>;
   private readonly perRule = new Map<string, { max: number; bucket: BucketRateLimiter<string> }>();
-  private keysMemo: { rules: Rule[]; keys: Map<string, KeyOwner>; derived: Set<string> } | undefined;
+  private policiesMemo: { rules: Rule[]; policies: Map<string, EvictPolicy> } | undefined;
   /** The derived labels that went away from each node since Berth started watching it. */
   private readonly removals = new Map<string, Map<string, Removal>>();
 
@@ -112,7 +119,7 @@ export class Evictor {
           this.removals.get(name),
           a.metadata?.labels ?? {},
           b.metadata?.labels ?? {},
-          (k) => this.memo().derived.has(k),
+          (k, v) => labels.derivedBy(name, k, v),
           Date.now(),
         );
         if (next.size) this.removals.set(name, next);
@@ -143,16 +150,12 @@ export class Evictor {
     manager.add(this.controller);
   }
 
-  /** The label keys whose removal evicts, and every derived label key, recomputed only when the rules changed. */
-  private memo(): { keys: Map<string, KeyOwner>; derived: Set<string> } {
+  /** The rules whose removals evict, with their policies, recomputed only when the rules changed. */
+  private policies(): Map<string, EvictPolicy> {
     const rules = this.labels.rules();
-    if (this.keysMemo?.rules !== rules)
-      this.keysMemo = {
-        rules,
-        keys: evictingKeys(rules, this.opts.files),
-        derived: new Set(rules.flatMap((r) => Object.keys(r.labels))),
-      };
-    return this.keysMemo;
+    if (this.policiesMemo?.rules !== rules)
+      this.policiesMemo = { rules, policies: evictingRules(rules, this.opts.files) };
+    return this.policiesMemo.policies;
   }
 
   private forget(key: string): void {
@@ -165,7 +168,7 @@ export class Evictor {
     if (!pod) return this.forget(key);
     const node = pod.spec.nodeName ? this.nodes.get(pod.spec.nodeName) : undefined;
     const gone = node && this.removals.get(node.metadata!.name!);
-    const v = verdict(pod, node, this.memo().keys, gone, this.opts.berthNamespace);
+    const v = verdict(pod, node, this.policies(), gone, this.opts.berthNamespace);
     let p = this.pending.get(key);
     if (!v) {
       if (p)

@@ -254,6 +254,32 @@ describe('eviction on removal of a derived label', () => {
     await evicted(s.rule);
   });
 
+  test("a value the rule never derived on the node evicts nothing: an admin's label of the rule's key, removed by hand", async () => {
+    const s = await setup(2, { afterSeconds: 2 });
+    const [derived, byHand] = s.names as [string, string];
+    // The rule stops matching the second node; an admin labels it by hand with the rule's key.
+    await s.setInput(byHand, false);
+    await waitFor("the rule's label gone from the second node", async () => !(await s.derivedOn(byHand)));
+    await client.patch(Resources.nodes, byHand, { metadata: { labels: { [s.label]: 'true' } } });
+    await client.create(
+      Resources.pods,
+      podManifest({ name: 'pinned', namespace: s.ns, nodeName: byHand, nodeSelector: { [s.label]: 'true' } }),
+    );
+    const uid = (await waitForRunning(s.ns, 'pinned')).metadata!.uid!;
+    // The admin takes it off again: the pod no longer fits, but no rule derived that label there.
+    await client.patch(Resources.nodes, byHand, { metadata: { labels: { [s.label]: null } } });
+    await holdsFor('the pod untouched', () => untouched(s.ns, 'pinned', uid), 5000);
+    assert.equal(await count(s.rule, 'evicted'), 0);
+    // The rule's own removal on the first node still evicts.
+    const pod = await createPod(s.ns, 'app', s.label);
+    assert.equal(pod.spec?.nodeName, derived);
+    await s.setInput(derived, false);
+    await waitFor('the pod evicted', async () => !(await untouched(s.ns, 'app', pod.metadata!.uid!)), {
+      timeoutMs: 15_000,
+    });
+    await evicted(s.rule);
+  });
+
   test('a PodDisruptionBudget that blocks is honoured: refused, retried, reported, and evicted once it allows', async () => {
     const s = await setup(1, { afterSeconds: 1 });
     await client.create(PDB, {

@@ -4,6 +4,7 @@ import { compileRule } from '../../../src/labels/decide.ts';
 import {
   explainPodEviction,
   evictingKeys,
+  evictingRules,
   exemption,
   removedKeys,
   trackRemovals,
@@ -46,9 +47,9 @@ const rule = (
   taints: [],
   ...(evictOnRemoval ? { evictOnRemoval } : {}),
 });
-/** Labels that went away, with the values they had. */
-const gone = (was: Record<string, string>) =>
-  new Map(Object.entries(was).map(([k, value]) => [k, { value, at: 1000 }]));
+/** Derived labels that went away, with the values they had (derived by `rule`). */
+const gone = (was: Record<string, string>, rule = 'nodelabelrule/tpu') =>
+  new Map(Object.entries(was).map(([k, value]) => [k, { value, rule, at: 1000 }]));
 
 describe('removedKeys', () => {
   const tpu = gone({ [TPU]: 'true' });
@@ -122,19 +123,27 @@ describe('removedKeys', () => {
 });
 
 describe('trackRemovals', () => {
-  const watched = (k: string) => k !== 'other';
-  test('a removal or change is noted once with its old value, and forgotten when the value is back', () => {
+  const watched = (k: string) => (k !== 'other' ? 'nodelabelrule/tpu' : undefined);
+  test('a removal or change of a derived value is noted once with its old value and rule, and forgotten when the value is back', () => {
+    const was = (value: string, at: number) => ({ value, rule: 'nodelabelrule/tpu', at });
     let r = trackRemovals(undefined, { [TPU]: 'true', other: 'x' }, { other: 'y' }, watched, 1);
-    assert.deepEqual([...r], [[TPU, { value: 'true', at: 1 }]]);
+    assert.deepEqual([...r], [[TPU, was('true', 1)]]);
     r = trackRemovals(r, {}, { [TPU]: 'false' }, watched, 2);
-    assert.deepEqual([...r], [[TPU, { value: 'true', at: 1 }]]);
+    assert.deepEqual([...r], [[TPU, was('true', 1)]]);
     // The old value is back; the one between went away in its turn.
     r = trackRemovals(r, { [TPU]: 'false' }, { [TPU]: 'true' }, watched, 3);
-    assert.deepEqual([...r], [[TPU, { value: 'false', at: 3 }]]);
+    assert.deepEqual([...r], [[TPU, was('false', 3)]]);
     r = trackRemovals(r, { [TPU]: 'true' }, { [TPU]: 'false' }, watched, 4);
-    assert.deepEqual([...r], [[TPU, { value: 'true', at: 4 }]]);
-    r = trackRemovals(r, { [TPU]: 'false' }, { [TPU]: 'true' }, (k) => k === 'none', 5);
+    assert.deepEqual([...r], [[TPU, was('true', 4)]]);
+    r = trackRemovals(r, { [TPU]: 'false' }, { [TPU]: 'true' }, () => undefined, 5);
     assert.deepEqual([...r], []);
+    // A value no rule derived here (an admin's own, another rule's elsewhere) is no removal of a rule's.
+    const byValue = (_k: string, v: string) => (v === 'a100' ? 'nodelabelrule/b-a100' : undefined);
+    assert.deepEqual([...trackRemovals(undefined, { gpu: 'tesla' }, {}, byValue, 6)], []);
+    assert.deepEqual(
+      [...trackRemovals(undefined, { gpu: 'a100' }, {}, byValue, 6)],
+      [['gpu', { value: 'a100', rule: 'nodelabelrule/b-a100', at: 6 }]],
+    );
     // A label that appears is no removal.
     assert.deepEqual([...trackRemovals(undefined, {}, { [TPU]: 'true' }, watched, 4)], []);
   });
@@ -205,7 +214,7 @@ describe('evictingKeys and verdict', () => {
   });
 
   test('verdict names the rule and label; none for exempt pods or without opted-in rules', () => {
-    const keys = evictingKeys([
+    const keys = evictingRules([
       rule('nodelabelrule/tpu', { [TPU]: 'true' }, { afterSeconds: 3, maxPerMinute: 2 }),
     ]);
     const p = pod({ nodeSelector: { [TPU]: 'true' } });
@@ -230,8 +239,25 @@ describe('evictingKeys and verdict', () => {
       undefined,
     );
     assert.equal(
-      verdict(p, node({}), evictingKeys([rule('nodelabelrule/tpu', { [TPU]: 'true' })]), was, 'x'),
+      verdict(p, node({}), evictingRules([rule('nodelabelrule/tpu', { [TPU]: 'true' })]), was, 'x'),
       undefined,
+    );
+  });
+
+  test('a value another rule derived, which did not opt in, evicts nothing, whoever else opted in on the key', () => {
+    const policies = evictingRules([
+      rule('nodelabelrule/a-tesla', { gpu: 'tesla' }),
+      rule('nodelabelrule/b-a100', { gpu: 'a100' }, {}),
+    ]);
+    const p = pod({ nodeSelector: { gpu: 'tesla' } });
+    assert.equal(
+      verdict(p, node({}), policies, gone({ gpu: 'tesla' }, 'nodelabelrule/a-tesla'), 'x'),
+      undefined,
+    );
+    const q = pod({ nodeSelector: { gpu: 'a100' } });
+    assert.equal(
+      verdict(q, node({}), policies, gone({ gpu: 'a100' }, 'nodelabelrule/b-a100'), 'x')?.rule,
+      'nodelabelrule/b-a100',
     );
   });
 
@@ -352,7 +378,7 @@ test('generated: a scheduled pod is found exactly when putting back the labels t
         if (r.chance(0.5)) delete after[k];
         else after[k] = r.pick(VALS);
       }
-      const removals = trackRemovals(undefined, labels, after, (k) => WATCHED.has(k), 7);
+      const removals = trackRemovals(undefined, labels, after, (k) => (WATCHED.has(k) ? 'r' : undefined), 7);
       const got = removedKeys(p, node(after), removals);
       const restored = { ...after };
       for (const [k, v] of removals) restored[k] = v.value;
