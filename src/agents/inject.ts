@@ -44,13 +44,20 @@ export interface Container {
     allowPrivilegeEscalation: boolean;
     readOnlyRootFilesystem: boolean;
     capabilities: { drop: string[] };
+    seccompProfile: { type: 'RuntimeDefault' };
   };
 }
 
 interface PodSpec {
   initContainers?: { name: string }[];
   containers?: { name: string }[];
+  os?: { name?: string };
+  nodeSelector?: Record<string, string>;
 }
+
+/** A Windows pod (by spec.os or its nodeSelector): the wait script is POSIX sh, and Linux security fields are refused there. */
+const isWindows = (spec: PodSpec): boolean =>
+  spec.os?.name === 'windows' || spec.nodeSelector?.['kubernetes.io/os'] === 'windows';
 
 const byName = (a: { name: string }, b: { name: string }): number => (a.name < b.name ? -1 : 1);
 
@@ -105,13 +112,15 @@ export function waitForAgentContainer(placementName: string, w: WaitForAgent): C
     command: ['sh', '-c', waitScript(w.port, w.timeoutSeconds)],
     env: [{ name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } }],
     resources: { requests: { cpu: '10m', memory: '8Mi' }, limits: { cpu: '50m', memory: '16Mi' } },
-    // An unprivileged TCP connect needs nothing, so the container gets nothing.
+    // An unprivileged TCP connect needs nothing, so the container gets nothing: Pod Security's
+    // `restricted` level as a container's own (the pod may set no seccomp profile of its own).
     securityContext: {
       runAsNonRoot: true,
       runAsUser: 65534,
       allowPrivilegeEscalation: false,
       readOnlyRootFilesystem: true,
       capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
     },
   };
 }
@@ -119,13 +128,13 @@ export function waitForAgentContainer(placementName: string, w: WaitForAgent): C
 /**
  * A copy of the pod with one init container per placement, in name order, before its own init
  * containers (the agent must be up before anything else runs). A container whose name the pod
- * already has is left as it is, so injecting twice equals injecting once.
+ * already has is left as it is, so injecting twice equals injecting once. A Windows pod gets none.
  */
 export function injectWaitForAgent(pod: KubeObject, placements: WaitingPlacement[]): KubeObject {
   const out = structuredClone(pod);
-  if (placements.length === 0) return out;
-  const sorted = [...placements].sort(byName);
   const spec = (out['spec'] ??= {}) as PodSpec;
+  if (placements.length === 0 || isWindows(spec)) return out;
+  const sorted = [...placements].sort(byName);
   const present = new Set([...(spec.initContainers ?? []), ...(spec.containers ?? [])].map((c) => c.name));
   const added = sorted
     .map((p) => waitForAgentContainer(p.name, p.waitForAgent))

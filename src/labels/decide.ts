@@ -30,7 +30,8 @@ import { controlCharacterError, outputValueError } from './values.ts';
 const RESERVED = /^([a-z0-9-]+\.)*(kubernetes\.io|k8s\.io)\//;
 const ALLOWED_RESERVED = /^(node-role\.kubernetes\.io|node-restriction\.kubernetes\.io)\//;
 
-function keyErrors(what: string, key: string): string[] {
+/** What is wrong with an output key: not a label key, or under a domain Kubernetes reserves. */
+export function keyErrors(what: string, key: string): string[] {
   const e = validateLabelKey(key);
   if (e) return [`${what} ${quote(key)}: ${e}`];
   if (RESERVED.test(key) && !ALLOWED_RESERVED.test(key)) {

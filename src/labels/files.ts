@@ -13,6 +13,7 @@ import { errorText } from '../runtime/observability/log.ts';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 import { escapeControl, quote } from '../policy/text.ts';
+import { keyErrors } from './decide.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
 /** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
@@ -44,12 +45,9 @@ export function parseRuleFile(
 ): { rule?: Rule; errors: FileError[] } {
   const errors: FileError[] = [];
   const output = `${namespace}/${label}`;
-  const outputProblem = validateLabelKey(output);
-  if (outputProblem)
-    errors.push({
-      file: path,
-      message: `${quote(output)} (from the path <namespace>/<label>) is not a valid label key: ${outputProblem}`,
-    });
+  // The same keys as a NodeLabelRule's outputs: none Kubernetes reserves (kubernetes.io, k8s.io).
+  for (const problem of keyErrors('the label', output))
+    errors.push({ file: path, message: `${problem} (from the path <namespace>/<label>)` });
 
   const nul = content.indexOf(0);
   if (nul >= 0) {

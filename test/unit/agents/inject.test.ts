@@ -93,6 +93,8 @@ describe('waitForAgentContainer', () => {
       allowPrivilegeEscalation: false,
       readOnlyRootFilesystem: true,
       capabilities: { drop: ['ALL'] },
+      // Pod Security `restricted` for a pod that sets no seccomp profile at its own level.
+      seccompProfile: { type: 'RuntimeDefault' },
     });
   });
 
@@ -121,6 +123,13 @@ describe('waitForAgentContainer', () => {
 describe('injectWaitForAgent', () => {
   const atelet: WaitingPlacement = { name: 'atelet', waitForAgent: wait };
   const logs: WaitingPlacement = { name: 'logs', waitForAgent: { ...wait, port: 9100 } };
+
+  test('a Windows pod gets no wait (POSIX sh, and Linux security fields it may not carry)', () => {
+    for (const spec of [{ os: { name: 'windows' } }, { nodeSelector: { 'kubernetes.io/os': 'windows' } }]) {
+      const before = { ...pod(), spec: { ...(pod()['spec'] as object), ...spec } };
+      assert.deepEqual(injectWaitForAgent(before, [atelet]), before);
+    }
+  });
 
   test('puts the container first, keeps the rest in order, and annotates the pod', () => {
     const before = pod();

@@ -155,8 +155,15 @@ describe('parseRuleFile', () => {
     assert.equal(errors[0]?.line, undefined);
     assert.match(
       errors[0]?.message ?? '',
-      /"Accelerators\/edgetpu" \(from the path .*\) is not a valid label key/,
+      /^the label "Accelerators\/edgetpu": .* \(from the path <namespace>\/<label>\)$/,
     );
+  });
+
+  test('the output key may not be one Kubernetes reserves, as for a NodeLabelRule', () => {
+    const { rule, errors } = parse('a', 'node.kubernetes.io', 'exclude-from-external-load-balancers');
+    assert.equal(rule, undefined);
+    assert.match(errors[0]?.message ?? '', /is in a namespace reserved for Kubernetes/);
+    assert.ok(parse('a', 'node-role.kubernetes.io', 'edge').rule, 'node-role.kubernetes.io is allowed');
   });
 
   test('an empty file declares nothing', () => {
