@@ -12,7 +12,7 @@ import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/clien
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
-import type { Logger } from '../runtime/observability/log.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { WriteSpacing } from '../runtime/controller/spacing.ts';
@@ -95,6 +95,8 @@ interface PlacementStanding {
   blocked: string | undefined;
   /** Owners that cannot have a claim (their UID makes no valid key), and why. */
   rejected: string[];
+  /** The node's write failed (an admission policy, a node too large): why, until one succeeds. */
+  failed: string | undefined;
 }
 
 /** Whether a placement's owner kind (for its finalizer) can be used: served, and Berth may watch and patch it. */
@@ -339,10 +341,17 @@ export class AgentsController {
     }
     const placements = this.placements();
     const decision = this.decide(name);
-    const plan = await this.writer.sync(node, decision.desired);
+    // A write that fails is still a standing (so status is written, and says so), then retried.
+    let failure: unknown;
+    const plan = await this.writer.sync(node, decision.desired).catch((e: unknown) => {
+      failure = e;
+      return undefined;
+    });
+    const failed =
+      failure === undefined ? undefined : `node ${name} could not be written: ${errorText(failure)}`;
     // Claims wait for the node's write spacing, or the loop breaker held keys back: sync again then.
-    const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
-    const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
+    const retry = plan?.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
+    const foreign = new Set((plan?.foreign ?? []).map((f) => `${f.kind}/${f.key}`));
     // The node as cached: a write just made comes back through the informer and is counted then.
     const labels = node.metadata?.labels ?? {};
     const annotations = node.metadata?.annotations ?? {};
@@ -355,6 +364,7 @@ export class AgentsController {
         pending: 0,
         blocked: undefined,
         rejected: r.rejected,
+        failed: r.claims.size > 0 ? failed : undefined,
       };
       for (const [uid, c] of r.claims) {
         const key = claimKey(spec, uid);
@@ -375,6 +385,10 @@ export class AgentsController {
       standings.set(placement, s);
     }
     this.status.set(name, standings);
+    if (failure !== undefined) {
+      this.events.event(node, 'Warning', 'WriteFailed', 'Place', failed!);
+      throw failure;
+    }
     return retry;
   }
 
@@ -401,12 +415,14 @@ export class AgentsController {
     const owners = new Set<string>();
     const blocked: string[] = [];
     const rejected: string[] = [];
+    const failed: string[] = [];
     for (const s of standings) {
       claims += s.claims.size;
       for (const uid of s.claims) owners.add(uid);
       if (s.labelled) labelledNodes++;
       pending += s.pending;
       if (s.blocked) blocked.push(s.blocked);
+      if (s.failed) failed.push(s.failed);
       rejected.push(...s.rejected);
     }
     const problem = ownerKind?.problem;
@@ -416,13 +432,15 @@ export class AgentsController {
       ? ['Invalid', invalid]
       : problem
         ? [problem.reason, `${problem.message}; ${placed}`]
-        : blocked.length
-          ? ['Conflicting', placed]
-          : rejected.length
-            ? ['ClaimsRejected', `${rejected[0]}${more(rejected)}`]
-            : pending
-              ? ['Progressing', `${placed}; ${pending} claims and labels not written yet`]
-              : ['Placed', placed];
+        : failed.length
+          ? ['WriteFailed', `${failed[0]}${more(failed)}; ${placed}`]
+          : blocked.length
+            ? ['Conflicting', placed]
+            : rejected.length
+              ? ['ClaimsRejected', `${rejected[0]}${more(rejected)}`]
+              : pending
+                ? ['Progressing', `${placed}; ${pending} claims and labels not written yet`]
+                : ['Placed', placed];
     return {
       counts: { labelledNodes, claims, owners: owners.size },
       conditions: [

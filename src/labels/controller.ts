@@ -7,7 +7,7 @@ import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
 import { Controller, type Result, type Source } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
-import type { Logger } from '../runtime/observability/log.ts';
+import { errorText, type Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import {
   annotationsChanged,
@@ -43,6 +43,8 @@ interface RuleStanding {
   invalid: string | undefined;
   /** An output is not set on this node because it reads an input the node lacks. */
   missing: boolean;
+  /** The node's write failed (an admission policy, annotations over the apiserver's limit): why. */
+  failed: string | undefined;
 }
 
 type RuleObject = KubeObject & { status?: NodeLabelRuleStatus };
@@ -177,8 +179,17 @@ export class LabelsController {
     }
     const decision = decide(nodeView(node), this.rules());
     this.recordDerived(node, decision);
-    const written = await this.writer.sync(node, keepHeld(decision, this.files?.holds() ?? [], node));
-    const foreign = tracedOutputs(decision, written.foreign);
+    // A write that fails is still a standing (so status is written, and says so), then retried.
+    let failure: unknown;
+    const written = await this.writer
+      .sync(node, keepHeld(decision, this.files?.holds() ?? [], node))
+      .catch((e: unknown) => {
+        failure = e;
+        return undefined;
+      });
+    const failed =
+      failure === undefined ? undefined : `node ${name} could not be written: ${errorText(failure)}`;
+    const foreign = tracedOutputs(decision, written?.foreign ?? []);
 
     // Each NodeLabelRule's standing on this node, for its status.
     const standings = new Map<string, RuleStanding>();
@@ -187,7 +198,14 @@ export class LabelsController {
       const cr = rule.slice(CR_RULE_PREFIX.length);
       let s = standings.get(cr);
       if (!s) {
-        s = { matched: false, applied: false, conflict: undefined, invalid: undefined, missing: false };
+        s = {
+          matched: false,
+          applied: false,
+          conflict: undefined,
+          invalid: undefined,
+          missing: false,
+          failed: undefined,
+        };
         standings.set(cr, s);
       }
       return s;
@@ -220,12 +238,17 @@ export class LabelsController {
       const s = standing(r);
       if (s) {
         s.matched = true;
-        s.applied = !blocked.has(r);
+        s.applied = !blocked.has(r) && !failed;
+        s.failed = failed;
       }
     }
     this.status.set(name, standings);
+    if (failure !== undefined) {
+      this.events.event(node, 'Warning', 'WriteFailed', 'Label', failed!);
+      throw failure;
+    }
     // The loop breaker held keys back: write them once it lets go.
-    if (written.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
+    if (written?.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
   }
 
   /** The rule that derived `key=value` on the node, while it is there or derived (recordDerived). */
@@ -261,25 +284,33 @@ export class LabelsController {
     let missingNodes = 0;
     const conflicts: string[] = [];
     const invalid: string[] = [];
+    const failed: string[] = [];
     for (const s of standings) {
       if (s.matched) matchedNodes++;
       if (s.applied) appliedNodes++;
       if (s.missing) missingNodes++;
       if (s.conflict && !conflicts.includes(s.conflict)) conflicts.push(s.conflict);
       if (s.invalid) invalid.push(s.invalid);
+      if (s.failed) failed.push(s.failed);
     }
     const errors = [...(compiled?.errors ?? []), ...(this.ownership.get(ruleName) ?? [])];
     const ready =
-      errors.length === 0 && conflicts.length === 0 && invalid.length === 0 && appliedNodes === matchedNodes;
+      errors.length === 0 &&
+      conflicts.length === 0 &&
+      invalid.length === 0 &&
+      failed.length === 0 &&
+      appliedNodes === matchedNodes;
     const reason = errors.length
       ? 'Invalid'
       : conflicts.length
         ? 'Conflicting'
         : invalid.length
           ? 'InvalidOutput'
-          : ready
-            ? 'Applied'
-            : 'Progressing';
+          : failed.length
+            ? 'WriteFailed'
+            : ready
+              ? 'Applied'
+              : 'Progressing';
     // A skipped output is part of the truth about the rule, Ready or not.
     const skipped = missingNodes
       ? `; on ${missingNodes} of them an output reads an input the node lacks and is not set (berth explain node NAME)`
@@ -288,7 +319,9 @@ export class LabelsController {
       ? `applied to ${appliedNodes} of ${matchedNodes} matching nodes${skipped}`
       : invalid.length
         ? `${invalid.length} of ${matchedNodes} matching nodes skip an output whose rendered value is invalid: ${invalid.slice(0, 3).join(' | ')}`
-        : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs${skipped}`;
+        : failed.length
+          ? `${failed.length} of ${matchedNodes} matching nodes could not be written (retried): ${failed.slice(0, 3).join(' | ')}`
+          : `${appliedNodes} of ${matchedNodes} matching nodes carry the rule's outputs${skipped}`;
     return {
       counts: {
         matchedNodes: errors.length ? 0 : matchedNodes,

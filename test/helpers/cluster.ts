@@ -225,3 +225,59 @@ export function applyAsAuthor(
     { fieldManager: 'test-author', force: true },
   );
 }
+
+/**
+ * A ValidatingAdmissionPolicy (and its binding) that refuses the requests `resourceRules` match
+ * whenever `expression` (CEL, over `object`, `oldObject`, `request`) is false; the function returned
+ * removes both. The apiserver enforces it a moment after it exists: with `probe` (a dry run it must
+ * refuse), this returns once it does.
+ */
+export async function refuseByPolicy(
+  client: KubeClient,
+  name: string,
+  resourceRules: { apiGroups: string[]; operations: string[]; resources: string[] }[],
+  expression: string,
+  message: string,
+  probe?: () => Promise<unknown>,
+): Promise<() => Promise<void>> {
+  const policy = {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    resource: 'validatingadmissionpolicies',
+    kind: 'ValidatingAdmissionPolicy',
+    namespaced: false,
+  };
+  const binding = {
+    ...policy,
+    resource: 'validatingadmissionpolicybindings',
+    kind: 'ValidatingAdmissionPolicyBinding',
+  };
+  const apiVersion = 'admissionregistration.k8s.io/v1';
+  await client.create(policy, {
+    apiVersion,
+    kind: policy.kind,
+    metadata: { name },
+    spec: {
+      failurePolicy: 'Fail',
+      matchConstraints: { resourceRules: resourceRules.map((r) => ({ apiVersions: ['*'], ...r })) },
+      validations: [{ expression, message }],
+    },
+  });
+  await client.create(binding, {
+    apiVersion,
+    kind: binding.kind,
+    metadata: { name },
+    spec: { policyName: name, validationActions: ['Deny'] },
+  });
+  if (probe)
+    await waitFor(`the admission policy ${name} in force`, () =>
+      probe().then(
+        () => false,
+        (e: unknown) => String(e).includes(message),
+      ),
+    );
+  return async () => {
+    await client.delete(binding, name).catch(() => {});
+    await client.delete(policy, name).catch(() => {});
+  };
+}

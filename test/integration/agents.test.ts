@@ -23,6 +23,7 @@ import {
   deleteNamespace,
   deleteNodes,
   podManifest,
+  refuseByPolicy,
   schemalessCrd,
   testSandbox,
   uniqueName,
@@ -638,6 +639,59 @@ describe('agent placement', () => {
       await deletePod('held-1');
       await deletePod('held-2');
     } finally {
+      await client.delete(AgentPlacement.ref, name).catch(() => {});
+    }
+  });
+
+  test('a node Berth may not write: Ready=False WriteFailed naming it, a Warning on the node; placed once allowed', async () => {
+    const name = `${id}-wf`;
+    const label = `${D}/wf-agent`;
+    const [node] = await addNodes(client, { prefix: `${id}-wf`, count: 1 });
+    nodes.push(node!);
+    const allow = await refuseByPolicy(
+      client,
+      name,
+      [{ apiGroups: [''], operations: ['UPDATE'], resources: ['nodes'] }],
+      `object.metadata.name != '${node}' || !has(object.metadata.labels) || !('${label}' in object.metadata.labels)`,
+      'refused by the test',
+      () =>
+        client.apply(
+          Resources.nodes,
+          { apiVersion: 'v1', kind: 'Node', metadata: { name: node!, labels: { [label]: 'x' } } },
+          { fieldManager: 'test-probe', dryRun: true },
+        ),
+    );
+    await applyPlacement(name, {
+      podSelector: { matchLabels: { app: `${id}-wf` } },
+      owner: { uidLabel: POOL },
+      nodeLabel: { key: label },
+      claimAnnotationPrefix: `${D}/wf.`,
+    });
+    try {
+      await client.create(
+        Resources.pods,
+        podManifest({
+          name: 'wf-1',
+          namespace: ns,
+          nodeName: node!,
+          labels: { app: `${id}-wf`, [POOL]: 'o1' },
+        }),
+      );
+      const st = await placementCondition(name, 'Ready', 'False', 'WriteFailed');
+      assert.match(
+        findCondition(st.conditions, 'Ready')!.message,
+        new RegExp(`node ${node} could not be written: .*refused by the test`),
+      );
+      await waitFor('a Warning WriteFailed on the node', async () =>
+        (await client.list<Event>(Resources.events, { namespace: 'default' })).items.some(
+          (e) => e.regarding?.name === node && e.type === 'Warning' && e.reason === 'WriteFailed',
+        ),
+      );
+      await allow();
+      await placementCondition(name, 'Ready', 'True', 'Placed', 60_000);
+      await deletePod('wf-1');
+    } finally {
+      await allow();
       await client.delete(AgentPlacement.ref, name).catch(() => {});
     }
   });

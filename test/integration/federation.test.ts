@@ -45,7 +45,7 @@ import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
 import type { DeploymentObject } from '../../src/federation/decide.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
-import { addNodes, createNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { addNodes, createNamespace, refuseByPolicy, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -543,61 +543,25 @@ test('a template the cells cannot run stops the rollout after the first cell: th
 });
 
 /** An admission policy in a cell refusing every deletion of a WorkloadDeployment; removed by the function returned. */
-async function refuseDeletions(city: City, name: string): Promise<() => Promise<void>> {
-  const c = cellClients[city];
-  const policy = {
-    group: 'admissionregistration.k8s.io',
-    version: 'v1',
-    resource: 'validatingadmissionpolicies',
-    kind: 'ValidatingAdmissionPolicy',
-    namespaced: false,
-  };
-  const binding = {
-    ...policy,
-    resource: 'validatingadmissionpolicybindings',
-    kind: 'ValidatingAdmissionPolicyBinding',
-  };
-  const apiVersion = 'admissionregistration.k8s.io/v1';
-  await c.create(policy, {
-    apiVersion,
-    kind: policy.kind,
-    metadata: { name },
-    spec: {
-      failurePolicy: 'Fail',
-      matchConstraints: {
-        resourceRules: [
-          {
-            apiGroups: ['berth.dev'],
-            apiVersions: ['*'],
-            operations: ['DELETE'],
-            resources: ['workloaddeployments'],
-          },
-        ],
-      },
-      validations: [{ expression: 'false', message: 'deletions kept back by the test' }],
-    },
-  });
-  await c.create(binding, {
-    apiVersion,
-    kind: binding.kind,
-    metadata: { name },
-    spec: { policyName: name, validationActions: ['Deny'] },
-  });
-  return async () => {
-    await c.delete(binding, name).catch(() => {});
-    await c.delete(policy, name).catch(() => {});
-  };
-}
+const refuseDeletions = (
+  city: City,
+  name: string,
+  probe: () => Promise<unknown>,
+): Promise<() => Promise<void>> =>
+  refuseByPolicy(
+    cellClients[city],
+    name,
+    [{ apiGroups: ['berth.dev'], operations: ['DELETE'], resources: ['workloaddeployments'] }],
+    'false',
+    'deletions kept back by the test',
+    probe,
+  );
 
 test('a city removed from a placement is drained only once the new city is Available, Draining meanwhile; a deletion the cell refuses is CellRefused until it goes', async () => {
   // LHR refuses the deletion when its turn comes: an admission policy, in force before anything moves
   // (a dry-run deletion of the copy there is refused).
-  const allow = await refuseDeletions('LHR', `${wl}-keep`);
-  await waitFor('the policy in force in LHR', () =>
-    cellClients.LHR.delete(WorkloadDeployment.ref, `${wl}-eu-lhr`, ns, { dryRun: ['All'] }).then(
-      () => false,
-      (e: unknown) => String(e).includes('deletions kept back by the test'),
-    ),
+  const allow = await refuseDeletions('LHR', `${wl}-keep`, () =>
+    cellClients.LHR.delete(WorkloadDeployment.ref, `${wl}-eu-lhr`, ns, { dryRun: ['All'] }),
   );
   // eu moves from LHR to NRT while NRT's nodes are cordoned: the new city cannot serve yet.
   const nrt = cellClients.NRT;

@@ -12,7 +12,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
-import { hasCondition } from '../../src/runtime/api/conditions.ts';
+import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
@@ -22,6 +22,7 @@ import {
   deleteNamespace,
   deleteNodes,
   podManifest,
+  refuseByPolicy,
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
@@ -97,6 +98,14 @@ async function rulesTest(name: string, spec: Record<string, unknown>, ...args: s
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+/** A dry run of labelling a node: what an admission policy on nodes refuses or lets through. */
+const labelNodeDryRun = (node: string, label: string) =>
+  client.apply(
+    Resources.nodes,
+    { apiVersion: 'v1', kind: 'Node', metadata: { name: node, labels: { [label]: 'x' } } },
+    { fieldManager: 'test-probe', dryRun: true },
+  );
 
 const labelsOf = async (name: string) => (await client.get(Resources.nodes, name)).metadata?.labels ?? {};
 
@@ -690,6 +699,63 @@ describe('derived node labels', () => {
     } finally {
       await client.delete(NodeStartupGate.ref, gate).catch(() => {});
     }
+  });
+
+  test('a node Berth may not write: the rule says WriteFailed and why, a Warning on the node, status written after a restart; applied once allowed', async () => {
+    const id = uniqueName('wf');
+    const input = `${id}.example.com/in`;
+    const out = `${id}.example.com/out`;
+    const [fine, refused] = (await nodes(id, 2, { [input]: 'true' })) as [string, string];
+    // An admission policy refusing the derived label on one node (as one refusing node writes would).
+    const allow = await refuseByPolicy(
+      client,
+      id,
+      [{ apiGroups: [''], operations: ['UPDATE'], resources: ['nodes'] }],
+      `object.metadata.name != '${refused}' || !has(object.metadata.labels) || !('${out}' in object.metadata.labels)`,
+      'refused by the test',
+      () => labelNodeDryRun(refused, out),
+    );
+    const ready = async () => findCondition((await ruleStatus(id))?.['conditions'] as Condition[], 'Ready');
+    const failed = (generation: number) => async () => {
+      const r = await ready();
+      return (
+        r?.status === 'False' &&
+        r.reason === 'WriteFailed' &&
+        r.observedGeneration === generation &&
+        r.message.includes(`node ${refused} could not be written`) &&
+        r.message.includes('refused by the test')
+      );
+    };
+    const spec = (extra: Record<string, unknown> = {}) => ({
+      match: { allOf: [{ label: input, operator: 'Exists' }] },
+      labels: { [out]: 'true' },
+      ...extra,
+    });
+    try {
+      await withController({}, async () => {
+        await applyRule(id, spec());
+        await waitFor('Ready=False WriteFailed, naming the node and the refusal', failed(1), {
+          observe: ready,
+        });
+        assert.equal((await labelsOf(fine))[out], 'true', 'the other node is labelled');
+        await waitFor('a Warning WriteFailed on the node', async () =>
+          (await eventsFor(refused)).some((e) => e.type === 'Warning' && e.reason === 'WriteFailed'),
+        );
+      });
+      // Restarted (a new leader): the node still refused, its standing counts, so status is written.
+      await withController({}, async () => {
+        await applyRule(id, spec({ annotations: { [`${id}.example.com/note`]: 'v2' } }));
+        await waitFor("the new generation's status, WriteFailed", failed(2), { observe: ready });
+      });
+    } finally {
+      await allow();
+    }
+    await withController({}, async () => {
+      await waitFor('applied once allowed', async () => (await labelsOf(refused))[out] === 'true', {
+        timeoutMs: 60_000,
+      });
+      await waitFor('Ready', async () => (await ready())?.status === 'True', { observe: ready });
+    });
   });
 
   test('a restart removes and re-adds nothing: zero node writes, counted through a watch', async () => {
