@@ -250,6 +250,34 @@ describe('what the agents claim on nodes', () => {
     assert.equal(parsed[2]!.problems.length, 0, 'the parsed placement is not changed');
   });
 
+  test('a claim prefix overlapping that of a placement first by name is a problem of the later one', () => {
+    const { parsed: two } = parsePlacements([
+      obj('b', { nodeLabel: { key: 'b.dev/agent', value: 'true' }, claimAnnotationPrefix: 'ate.dev/claim.' }),
+      obj('a', {}),
+      obj('c', {
+        nodeLabel: { key: 'c.dev/agent', value: 'true' },
+        claimAnnotationPrefix: 'ate.dev/claim.x',
+      }),
+      obj('d', { nodeLabel: { key: 'd.dev/agent', value: 'true' }, claimAnnotationPrefix: 'ate.dev/claim' }),
+      obj('e', {
+        nodeLabel: { key: 'e.dev/agent', value: 'true' },
+        claimAnnotationPrefix: 'other.dev/claim.',
+      }),
+    ]);
+    const problems = checkOwnership(two, () => []).map((p) => [p.name, p.problems.length]);
+    assert.deepEqual(problems, [
+      ['b', 1],
+      ['a', 0],
+      ['c', 1],
+      ['d', 1],
+      ['e', 0],
+    ]);
+    assert.match(
+      checkOwnership(two, () => [])[0]!.problems[0]!,
+      /^claimAnnotationPrefix "ate\.dev\/claim\." overlaps "ate\.dev\/claim\." of AgentPlacement a \(first by name\)/,
+    );
+  });
+
   test('only usable placements claim: an invalid or outranked one leaves its keys to others', () => {
     assert.deepEqual(
       usablePlacements(checked).map((p) => p.name),
