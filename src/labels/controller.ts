@@ -162,7 +162,7 @@ export class LabelsController {
     for (const r of compiled) {
       const why = refused.get(r.name);
       if (why && r.source.kind === 'File' && this.ownership.get(r.name)?.join() !== why.join())
-        this.log.error({ file: r.source.path }, `rule file rejected: ${why.join('; ')}`);
+        this.rejectFile({ file: r.source.path, message: why.join('; ') });
     }
     this.ownership = refused;
     this.rulesCache = { version, rules };
@@ -349,22 +349,22 @@ export class LabelsController {
 
   private onFileErrors(errors: FileError[]): void {
     this.fileErrors = errors;
-    for (const e of errors)
-      this.log.error({ file: e.file, line: e.line }, `rule file rejected: ${formatFileError(e)}`);
-    // Rule files belong to no API object: the event goes on Berth's own pod when it runs in one.
+    for (const e of errors) this.rejectFile(e);
+  }
+
+  /** A rule file Berth does not use: a log line and, rule files belonging to no API object, a Warning on Berth's own pod when it runs in one. */
+  private rejectFile(e: FileError): void {
+    this.log.error({ file: e.file, line: e.line }, `rule file rejected: ${formatFileError(e)}`);
     const pod = process.env['POD_NAME'];
     const ns = process.env['POD_NAMESPACE'];
-    if (pod && ns) {
-      for (const e of errors) {
-        this.events.event(
-          { apiVersion: 'v1', kind: 'Pod', name: pod, namespace: ns },
-          'Warning',
-          'InvalidRuleFile',
-          'Load',
-          formatFileError(e),
-        );
-      }
-    }
+    if (pod && ns)
+      this.events.event(
+        { apiVersion: 'v1', kind: 'Pod', name: pod, namespace: ns },
+        'Warning',
+        'InvalidRuleFile',
+        'Load',
+        formatFileError(e),
+      );
   }
 
   get ruleFileErrors(): FileError[] {
