@@ -3,7 +3,8 @@ import { Command, Option } from 'commander';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
-import { parsePlacements, type ParsedPlacement } from './decide.ts';
+import type { CommandContext } from '../capability.ts';
+import { checkOwnership, parsePlacements, type ParsedPlacement } from './decide.ts';
 import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from './explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -37,7 +38,7 @@ function describe(p: PlacementPreview): string[] {
   return out;
 }
 
-export function agentsCommand(): Command {
+export function agentsCommand(ctx: CommandContext): Command {
   const cmd = new Command('agents').description('Agent placement: helpers for AgentPlacements');
   cmd
     .command('test [fileOrPlacement...]')
@@ -53,6 +54,7 @@ export function agentsCommand(): Command {
       berthNamespace(),
     )
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
+    .addOption(ctx.controllersOption())
     .action(async (args: string[], o) => {
       const client = KubeClient.fromFile(o.kubeconfig);
       try {
@@ -77,7 +79,15 @@ export function agentsCommand(): Command {
           chosen.push(...current.parsed);
           errors.push(...current.errors.values());
         }
-        const previews = previewPlacements(await loadView(client), chosen, o.berthNamespace);
+        // Refused as the controller refuses them: a key a gate owns (for the Berth of --controllers),
+        // a claim prefix overlapping another placement's (the cluster's, or another given here).
+        const owners = await ctx.keys(client, o.controllers);
+        const names = new Set(chosen.map((p) => p.name));
+        const checked = checkOwnership(
+          [...current.parsed.filter((p) => !names.has(p.name)), ...chosen],
+          (keys) => owners.violations('agents', keys),
+        ).filter((p) => names.has(p.name));
+        const previews = previewPlacements(await loadView(client), checked, o.berthNamespace);
         if (errors.length || previews.some((p) => p.problems.length)) process.exitCode = 1;
         if (o.output === 'json') {
           process.stdout.write(JSON.stringify({ placements: previews, errors }, null, 2) + '\n');

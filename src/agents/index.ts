@@ -11,7 +11,7 @@ export const agentsCapability: Capability = {
   name: 'agents',
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
   roles: ['cluster'],
-  commands: () => [agentsCommand()],
+  commands: (ctx) => [agentsCommand(ctx)],
   options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,

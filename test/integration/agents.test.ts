@@ -2,6 +2,9 @@
 // following the label, pods moving, a node deleted, and a restart midway.
 import { PolicyKit } from '../../src/policy/kit.ts';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { AgentsController } from '../../src/agents/controller.ts';
 import { explainNodeAgents } from '../../src/agents/explain.ts';
@@ -28,7 +31,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
-import { berthClient, removeBerthIdentity } from '../helpers/berth.ts';
+import { berthClient, removeBerthIdentity, runBerthCli } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -693,6 +696,37 @@ describe('agent placement', () => {
     } finally {
       await allow();
       await client.delete(AgentPlacement.ref, name).catch(() => {});
+    }
+  });
+
+  test('berth agents test refuses what Berth would: a claim prefix overlapping a placement of the cluster, first by name', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'berth-agents-test-'));
+    const file = join(dir, 'overlap.yaml');
+    // `${id}-z…` sorts after the cluster's `${id}`, whose prefix `${CLAIM}` this one extends.
+    writeFileSync(
+      file,
+      JSON.stringify({
+        apiVersion: AgentPlacement.apiVersion,
+        kind: 'AgentPlacement',
+        metadata: { name: `${id}-zz` },
+        spec: {
+          podSelector: { matchLabels: { app: `${id}-zz` } },
+          owner: { uidLabel: POOL },
+          nodeLabel: { key: `${D}/zz-agent` },
+          claimAnnotationPrefix: `${CLAIM}zz.`,
+        },
+      }),
+    );
+    try {
+      const r = runBerthCli(['agents', 'test', file, `--kubeconfig=${sandbox.kubeconfigPath}`]);
+      assert.equal(r.status, 1, r.stderr);
+      assert.match(r.stdout, new RegExp(`${id}-zz: invalid, Berth applies nothing`));
+      assert.match(
+        r.stdout,
+        new RegExp(`overlaps "${CLAIM.replaceAll('.', '\\.')}" of AgentPlacement ${id} \\(first by name\\)`),
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
