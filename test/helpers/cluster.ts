@@ -281,3 +281,28 @@ export async function refuseByPolicy(
     await client.delete(policy, name).catch(() => {});
   };
 }
+
+/**
+ * An admission policy refusing any write that leaves `label` on `node` (as one refusing Berth's
+ * node writes would), in force when this returns; the function returned removes it.
+ */
+export const refuseNodeLabel = (
+  client: KubeClient,
+  name: string,
+  node: string,
+  label: string,
+  message: string,
+): Promise<() => Promise<void>> =>
+  refuseByPolicy(
+    client,
+    name,
+    [{ apiGroups: [''], operations: ['UPDATE'], resources: ['nodes'] }],
+    `object.metadata.name != '${node}' || !has(object.metadata.labels) || !('${label}' in object.metadata.labels)`,
+    message,
+    () =>
+      client.apply(
+        Resources.nodes,
+        { apiVersion: 'v1', kind: 'Node', metadata: { name: node, labels: { [label]: 'x' } } },
+        { fieldManager: 'test-probe', dryRun: true },
+      ),
+  );

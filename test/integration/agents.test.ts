@@ -26,7 +26,7 @@ import {
   deleteNamespace,
   deleteNodes,
   podManifest,
-  refuseByPolicy,
+  refuseNodeLabel,
   schemalessCrd,
   testSandbox,
   uniqueName,
@@ -651,19 +651,7 @@ describe('agent placement', () => {
     const label = `${D}/wf-agent`;
     const [node] = await addNodes(client, { prefix: `${id}-wf`, count: 1 });
     nodes.push(node!);
-    const allow = await refuseByPolicy(
-      client,
-      name,
-      [{ apiGroups: [''], operations: ['UPDATE'], resources: ['nodes'] }],
-      `object.metadata.name != '${node}' || !has(object.metadata.labels) || !('${label}' in object.metadata.labels)`,
-      'refused by the test',
-      () =>
-        client.apply(
-          Resources.nodes,
-          { apiVersion: 'v1', kind: 'Node', metadata: { name: node!, labels: { [label]: 'x' } } },
-          { fieldManager: 'test-probe', dryRun: true },
-        ),
-    );
+    const allow = await refuseNodeLabel(client, name, node!, label, 'refused by the test');
     await applyPlacement(name, {
       podSelector: { matchLabels: { app: `${id}-wf` } },
       owner: { uidLabel: POOL },

@@ -22,7 +22,7 @@ import {
   deleteNamespace,
   deleteNodes,
   podManifest,
-  refuseByPolicy,
+  refuseNodeLabel,
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
@@ -98,14 +98,6 @@ async function rulesTest(name: string, spec: Record<string, unknown>, ...args: s
     rmSync(dir, { recursive: true, force: true });
   }
 }
-
-/** A dry run of labelling a node: what an admission policy on nodes refuses or lets through. */
-const labelNodeDryRun = (node: string, label: string) =>
-  client.apply(
-    Resources.nodes,
-    { apiVersion: 'v1', kind: 'Node', metadata: { name: node, labels: { [label]: 'x' } } },
-    { fieldManager: 'test-probe', dryRun: true },
-  );
 
 const labelsOf = async (name: string) => (await client.get(Resources.nodes, name)).metadata?.labels ?? {};
 
@@ -707,14 +699,7 @@ describe('derived node labels', () => {
     const out = `${id}.example.com/out`;
     const [fine, refused] = (await nodes(id, 2, { [input]: 'true' })) as [string, string];
     // An admission policy refusing the derived label on one node (as one refusing node writes would).
-    const allow = await refuseByPolicy(
-      client,
-      id,
-      [{ apiGroups: [''], operations: ['UPDATE'], resources: ['nodes'] }],
-      `object.metadata.name != '${refused}' || !has(object.metadata.labels) || !('${out}' in object.metadata.labels)`,
-      'refused by the test',
-      () => labelNodeDryRun(refused, out),
-    );
+    const allow = await refuseNodeLabel(client, id, refused, out, 'refused by the test');
     const ready = async () => findCondition((await ruleStatus(id))?.['conditions'] as Condition[], 'Ready');
     const failed = (generation: number) => async () => {
       const r = await ready();

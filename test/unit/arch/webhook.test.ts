@@ -58,6 +58,16 @@ const newPod = (labels: Record<string, string>, spec: Record<string, unknown> = 
   spec: { containers: [{ name: 'c', image: 'web:1' }], ...spec },
 });
 
+/** An image's platforms as the registry client knows them without a request: linux, these architectures. */
+const known = (image: string, archs: string[]) => ({
+  image,
+  reference: `docker.io/library/${image}`,
+  digest: 'sha256:ab',
+  platforms: archs.map((architecture) => ({ os: 'linux', architecture })),
+  registry: 'registry-1.docker.io',
+  cached: true,
+});
+
 /** The pod as `handle` admits it (its patch applied), whether it is gated, and how long the review took. */
 async function admitted(handle: AdmissionHandler, p: unknown, extra: Partial<AdmissionRequest> = {}) {
   const started = performance.now();
@@ -92,14 +102,6 @@ test('the webhook gates selected pods, leaves the others, and always allows', as
 });
 
 test('every image known without a request: the pod is placed at admission and never gated', async () => {
-  const known = (image: string, archs: string[]) => ({
-    image,
-    reference: `docker.io/library/${image}`,
-    digest: 'sha256:ab',
-    platforms: archs.map((architecture) => ({ os: 'linux', architecture })),
-    registry: 'registry-1.docker.io',
-    cached: true,
-  });
   const cache = new Map([
     ['web:1', known('web:1', ['amd64', 'arm64'])],
     ['side:1', known('side:1', ['arm64'])],
@@ -372,14 +374,6 @@ test('a Windows pod that says so only by its nodeSelector is placed on its Windo
 });
 
 test('asked again after a later webhook changed a pod it placed: placed anew on every image, or gated; unchanged, left as it is', async () => {
-  const known = (image: string, archs: string[]) => ({
-    image,
-    reference: `docker.io/library/${image}`,
-    digest: 'sha256:ab',
-    platforms: archs.map((architecture) => ({ os: 'linux', architecture })),
-    registry: 'registry-1.docker.io',
-    cached: true,
-  });
   const cache = new Map([
     ['web:1', known('web:1', ['amd64', 'arm64'])],
     ['proxy:1', known('proxy:1', ['amd64'])],

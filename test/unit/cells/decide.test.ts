@@ -285,51 +285,34 @@ describe('cellEvents', () => {
   });
 
   test('a Warning when a cell that answers cannot take workloads (CRDs, access), once per cause; none for a cordon', () => {
-    const both = (
-      reachable: Condition['status'],
-      reachableReason: string,
-      ready: Condition['status'],
-      reason: string,
-    ) => [
-      ...c(reachable, reachableReason),
-      { type: 'Ready', status: ready, reason, message: `${reason}!`, lastTransitionTime: '' },
+    // Reachable's status and reason, then Ready's.
+    const at = (reachable: string, ready: string): Condition[] => {
+      const [rs, rr] = reachable.split(' ') as [Condition['status'], string];
+      const [s, reason] = ready.split(' ') as [Condition['status'], string];
+      return [
+        ...c(rs, rr),
+        { type: 'Ready', status: s, reason, message: `${reason}!`, lastTransitionTime: '' },
+      ];
+    };
+    const up = 'True Reachable';
+    const cases: [Condition[], Condition[], string[]][] = [
+      [at(up, 'True Ready'), at(up, 'False AccessDenied'), ['Warning AccessDenied']],
+      [at(up, 'False AccessDenied'), at(up, 'False AccessDenied'), []],
+      [at(up, 'False AccessDenied'), at(up, 'False CRDsMissing'), ['Warning CRDsMissing']],
+      [at(up, 'True Ready'), at(up, 'False Unschedulable'), []],
+      // Back, and at once found wanting: both said.
+      [
+        at('False Unreachable', 'False Unreachable'),
+        at(up, 'False CRDsMissing'),
+        ['Normal Reachable', 'Warning CRDsMissing'],
+      ],
     ];
-    assert.deepEqual(
-      cellEvents(
-        both('True', 'Reachable', 'True', 'Ready'),
-        both('True', 'Reachable', 'False', 'AccessDenied'),
-      ),
-      [{ type: 'Warning', reason: 'AccessDenied', message: 'AccessDenied!' }],
-    );
-    assert.deepEqual(
-      cellEvents(
-        both('True', 'Reachable', 'False', 'AccessDenied'),
-        both('True', 'Reachable', 'False', 'AccessDenied'),
-      ),
-      [],
-    );
-    assert.equal(
-      cellEvents(
-        both('True', 'Reachable', 'False', 'AccessDenied'),
-        both('True', 'Reachable', 'False', 'CRDsMissing'),
-      )[0]?.reason,
-      'CRDsMissing',
-    );
-    assert.deepEqual(
-      cellEvents(
-        both('True', 'Reachable', 'True', 'Ready'),
-        both('True', 'Reachable', 'False', 'Unschedulable'),
-      ),
-      [],
-    );
-    // Back, and at once found wanting: both said.
-    assert.deepEqual(
-      cellEvents(
-        both('False', 'Unreachable', 'False', 'Unreachable'),
-        both('True', 'Reachable', 'False', 'CRDsMissing'),
-      ).map((e) => e.reason),
-      ['Reachable', 'CRDsMissing'],
-    );
+    for (const [before, after, expected] of cases)
+      assert.deepEqual(
+        cellEvents(before, after).map((e) => `${e.type} ${e.reason}`),
+        expected,
+      );
+    assert.equal(cellEvents(at(up, 'True Ready'), at(up, 'False AccessDenied'))[0]?.message, 'AccessDenied!');
   });
 });
 
