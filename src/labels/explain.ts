@@ -168,8 +168,10 @@ export interface PreviewHolds {
 
 /**
  * What applying `next` instead of `current` would change on each node: gains, losses and new
- * values. A label a hold keeps (keepHeld) counts as set, by the unusable file, as the controller
- * keeps it: a candidate that fixes that file changes nothing on the nodes that already carry it.
+ * values, as the controller would write them. A label a hold keeps (keepHeld) counts as set, by
+ * the unusable file, as the controller keeps it: a candidate that fixes that file changes nothing
+ * on the nodes that already carry it. An output another field manager holds is not Berth's to set
+ * (planApply holds it back), and a key Berth does not own alone stays when Berth lets go of it.
  */
 export function previewRules(
   nodes: KubeObject[],
@@ -180,10 +182,15 @@ export function previewRules(
   const result: NodeChanges[] = [];
   for (const node of nodes) {
     const view = nodeView(node);
+    const state = nodeState(node, FIELD_MANAGER);
     const index = (rules: Rule[], held: readonly Hold[]) => {
       const d = decide(view, rules);
-      const outputs = new Map(d.outputs.map((o) => [`${o.kind}\u0000${o.key}`, o]));
-      for (const { key, value, hold } of withHeld(d, held, node).held)
+      const { kept, held: heldLabels } = withHeld(d, held, node);
+      const foreign = new Set(planApply(state, kept).foreign.map((f) => `${f.kind}\u0000${f.key}`));
+      const outputs = new Map(
+        d.outputs.map((o) => [`${o.kind}\u0000${o.key}`, o] as const).filter(([id]) => !foreign.has(id)),
+      );
+      for (const { key, value, hold } of heldLabels)
         outputs.set(`label\u0000${key}`, {
           kind: 'label',
           key,
@@ -192,6 +199,11 @@ export function previewRules(
         });
       return outputs;
     };
+    // What Berth's letting go leaves on the node: a label or annotation there that another manager set too.
+    const staysWithout = (o: Output) =>
+      o.kind !== 'taint' &&
+      o.key in state[`${o.kind}s`] &&
+      (state.shared[`${o.kind}s`].includes(o.key) || !state.owned[`${o.kind}s`].includes(o.key));
     const before = index(current, holds.before);
     const after = index(next, holds.after);
     const changes: Change[] = [];
@@ -202,7 +214,8 @@ export function previewRules(
         changes.push({ kind: o.kind, key: o.key, before: b.value, after: o.value, rule: o.rule });
     }
     for (const [id, b] of before)
-      if (!after.has(id)) changes.push({ kind: b.kind, key: b.key, before: b.value, rule: b.rule });
+      if (!after.has(id) && !staysWithout(b))
+        changes.push({ kind: b.kind, key: b.key, before: b.value, rule: b.rule });
     if (changes.length)
       result.push({ node: view.name, changes: changes.sort((a, b) => (a.key < b.key ? -1 : 1)) });
   }

@@ -48,6 +48,37 @@ async function ruleDir(t: TestContext, files: Record<string, string>): Promise<s
   return dir;
 }
 
+describe('berth rules test previews what Berth would write', () => {
+  const rule = (name: string, labels: Record<string, string>): Rule => ({
+    name,
+    source: { kind: 'NodeLabelRule', name },
+    allOf: [{ label: 'gpu', operator: 'Exists' }],
+    anyOf: [],
+    labels,
+    annotations: {},
+    taints: [],
+  });
+  test("a label another manager set to another value is not Berth's to change; one it owns too stays when Berth lets go", () => {
+    // tier=silver is kubectl's: a candidate setting gold is held back, as the controller would.
+    const theirs = node({}, { gpu: '1', tier: 'silver' });
+    assert.deepEqual(previewRules([theirs], [], [rule('nodelabelrule/gold', { tier: 'gold' })]), []);
+    // zone=a is Berth's and kubectl's: removing the rule leaves it on the node.
+    const shared = node({ zone: 'a' }, { gpu: '1' });
+    shared.metadata!.managedFields!.push({
+      manager: 'kubectl',
+      operation: 'Apply',
+      fieldsV1: { 'f:metadata': { 'f:labels': { 'f:zone': {} } } },
+    });
+    assert.deepEqual(previewRules([shared], [rule('nodelabelrule/zone', { zone: 'a' })], []), []);
+    // Berth's alone: a loss.
+    const mine = node({ zone: 'a' }, { gpu: '1' });
+    assert.deepEqual(
+      previewRules([mine], [rule('nodelabelrule/zone', { zone: 'a' })], []).map((n) => n.changes.length),
+      [1],
+    );
+  });
+});
+
 describe('explain node: labels held for a rule file Berth cannot use', () => {
   test('a label kept only by a rejected rule file is held, with the file and its error, not removed', async (t) => {
     const dir = await ruleDir(t, {
