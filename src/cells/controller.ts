@@ -22,6 +22,7 @@ import {
   historyOf,
   observe,
   probeFailure,
+  READY_PROBLEMS,
   statusChanged,
   type History,
   type Probe,
@@ -162,8 +163,12 @@ export class CellController {
       for (const ev of cellEvents(cell.status?.conditions, next.conditions ?? [])) {
         this.events.event(cell, ev.type, ev.reason, 'Probe', ev.message);
         const line = { cell: name, reason: ev.reason, problem: ev.message };
-        if (ev.type === 'Warning') this.log.warn(line, 'cell cannot take workloads');
-        else this.log.info(line, 'cell reachable again');
+        if (ev.type === 'Normal') this.log.info(line, 'cell reachable again');
+        else
+          this.log.warn(
+            line,
+            READY_PROBLEMS.includes(ev.reason) ? 'cell cannot take workloads' : 'cell not reachable',
+          );
       }
     }
     return { requeueAfterMs: this.timing.probePeriodMs };

@@ -264,7 +264,7 @@ export interface CellEvent {
 }
 
 /** Ready's reasons, with the cell answering, that its admin must fix (a cordon is chosen, not fixed). */
-const READY_PROBLEMS = ['CRDsMissing', 'AccessDenied'];
+export const READY_PROBLEMS = ['CRDsMissing', 'AccessDenied'];
 
 /**
  * What a change of Reachable announces: a Warning when the cell is lost or the cause changes (not
