@@ -12,6 +12,7 @@ import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/clien
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
+import { isConflict } from '../runtime/client/client.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
@@ -344,6 +345,8 @@ export class AgentsController {
     // A write that fails is still a standing (so status is written, and says so), then retried.
     let failure: unknown;
     const plan = await this.writer.sync(node, decision.desired).catch((e: unknown) => {
+      // Someone wrote the node after the cache saw it: retried at once, not a failure to report.
+      if (isConflict(e)) throw e;
       failure = e;
       return undefined;
     });
@@ -364,7 +367,13 @@ export class AgentsController {
         pending: 0,
         blocked: undefined,
         rejected: r.rejected,
-        failed: r.claims.size > 0 ? failed : undefined,
+        // Its failure if the write was for it: claims to put on, or its label or claims to take off.
+        failed:
+          r.claims.size > 0 ||
+          labels[spec.nodeLabel.key] !== undefined ||
+          Object.keys(annotations).some((k) => k.startsWith(spec.claimAnnotationPrefix))
+            ? failed
+            : undefined,
       };
       for (const [uid, c] of r.claims) {
         const key = claimKey(spec, uid);

@@ -239,22 +239,27 @@ export const placementKeys = (p: Placement): KeyClaim[] => {
  * The placements with, among their problems, the keys a capability that outranks them owns (a
  * startup gate's): `owned` is what KeyOwnership.violations says of the agents' keys; and a claim
  * prefix that overlaps one of a placement first by name (one starts with the other): their claims
- * could not be told apart on a node, and one's finalizer would follow the other's owners.
+ * could not be told apart on a node, and one's finalizer would follow the other's owners. Only a
+ * usable placement holds its prefix.
  */
 export function checkOwnership<O extends KubeObject>(
   parsed: ParsedPlacement<O>[],
   owned: (keys: KeyPattern[]) => string[],
 ): ParsedPlacement<O>[] {
-  const byName = [...parsed].sort((a, b) => (a.name < b.name ? -1 : 1));
-  return parsed.map((p) => {
+  const outranked = parsed.map((p) => owned(placementKeys(p).map((c) => c.pattern)));
+  // Only a placement that claims anything holds its prefix (an invalid one leaves its keys to others).
+  const holding = parsed
+    .filter((p, i) => p.problems.length === 0 && outranked[i]!.length === 0)
+    .sort((a, b) => (a.name < b.name ? -1 : 1));
+  return parsed.map((p, i) => {
     const prefix = p.spec.claimAnnotationPrefix;
-    const earlier = byName.find(
+    const earlier = holding.find(
       (o) =>
         o.name < p.name &&
         (o.spec.claimAnnotationPrefix.startsWith(prefix) || prefix.startsWith(o.spec.claimAnnotationPrefix)),
     );
     const why = [
-      ...owned(placementKeys(p).map((c) => c.pattern)),
+      ...outranked[i]!,
       ...(earlier
         ? [
             `claimAnnotationPrefix "${prefix}" overlaps "${earlier.spec.claimAnnotationPrefix}" of AgentPlacement ${earlier.name} (first by name): claims could not be told apart`,

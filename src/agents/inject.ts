@@ -14,6 +14,7 @@ import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { claimOf, podSelected, type OwnerLookup, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
 import { podSelection, withNamespaceLabels } from '../policy/namespace.ts';
+import { podOs, type PodOsSpec } from '../policy/pods.ts';
 
 /** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
 export const WAIT_FOR_AGENT_ANNOTATION = 'agents.berth.dev/wait-for-agent';
@@ -48,16 +49,10 @@ export interface Container {
   };
 }
 
-interface PodSpec {
+interface PodSpec extends NonNullable<PodOsSpec['spec']> {
   initContainers?: { name: string }[];
   containers?: { name: string }[];
-  os?: { name?: string };
-  nodeSelector?: Record<string, string>;
 }
-
-/** A Windows pod (by spec.os or its nodeSelector): the wait script is POSIX sh, and Linux security fields are refused there. */
-const isWindows = (spec: PodSpec): boolean =>
-  spec.os?.name === 'windows' || spec.nodeSelector?.['kubernetes.io/os'] === 'windows';
 
 const byName = (a: { name: string }, b: { name: string }): number => (a.name < b.name ? -1 : 1);
 
@@ -133,7 +128,8 @@ export function waitForAgentContainer(placementName: string, w: WaitForAgent): C
 export function injectWaitForAgent(pod: KubeObject, placements: WaitingPlacement[]): KubeObject {
   const out = structuredClone(pod);
   const spec = (out['spec'] ??= {}) as PodSpec;
-  if (placements.length === 0 || isWindows(spec)) return out;
+  // A Windows pod: the wait script is POSIX sh, and Linux security fields are refused there.
+  if (placements.length === 0 || podOs({ spec }) === 'windows') return out;
   const sorted = [...placements].sort(byName);
   const present = new Set([...(spec.initContainers ?? []), ...(spec.containers ?? [])].map((c) => c.name));
   const added = sorted

@@ -24,6 +24,7 @@ import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { ApiError, isForbidden, isNotFound } from '../runtime/client/client.ts';
 import { deniedVerbs } from '../runtime/client/restmapper.ts';
+import { podOs } from '../policy/pods.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
 import { counter, histogram } from '../runtime/observability/metrics.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
@@ -34,7 +35,6 @@ import { InspectionError, type ImageInspector, type Inspection, type PullSecret 
 import {
   gated,
   imagesText,
-  podOs,
   intersection,
   nextTry,
   nodeArchitectures,

@@ -19,7 +19,6 @@ import {
   ARCH_TAINT,
   ArchPlacement,
   FAILURE_ANNOTATION,
-  OS_LABEL,
   POLICY_ANNOTATION,
   RESULT_ANNOTATION,
   SCHEDULING_GATE,
@@ -28,7 +27,7 @@ import {
   type ArchPlacementSpec,
   type PodState,
 } from './types.ts';
-import { daemonSetOwner, hasSchedulingGate, isMirrorPod } from '../policy/pods.ts';
+import { daemonSetOwner, hasSchedulingGate, isMirrorPod, podOs } from '../policy/pods.ts';
 
 export interface NodeSelectorRequirement {
   key: string;
@@ -310,7 +309,8 @@ export function toPlaceAgain(pod: ArchPod, policy: Policy): ArchPod | undefined 
     e.key === ARCH_LABEL && e.operator === 'In' && isDeepStrictEqual(e.values, values);
   const out = editable(pod);
   const terms = required(pod);
-  if (terms?.length) {
+  // Taints mode placed by tolerations only: the affinity is all the pod's own.
+  if (terms?.length && policy.spec.mode !== 'Taints') {
     const left = terms
       .filter(
         (t) =>
@@ -364,24 +364,6 @@ export function podImages(pod: ArchPod): PodImage[] {
 }
 
 const platformText = (p: Platform) => `${p.os}/${p.architecture}${p.variant ? `/${p.variant}` : ''}`;
-
-/**
- * The OS the pod runs on: spec.os, else its nodeSelector's kubernetes.io/os, else a
- * `kubernetes.io/os In [one value]` every required term names, else linux. Windows pods mostly say
- * it only by selector (spec.os is recent and optional).
- */
-export function podOs(pod: ArchPod): string {
-  const named = pod.spec.os?.name ?? pod.spec.nodeSelector?.[OS_LABEL];
-  if (named) return named;
-  const each = (required(pod) ?? []).map(
-    (t) =>
-      (t.matchExpressions ?? []).find(
-        (e) => e.key === OS_LABEL && e.operator === 'In' && e.values?.length === 1,
-      )?.values?.[0],
-  );
-  const [first] = each;
-  return first !== undefined && each.every((os) => os === first) ? first : 'linux';
-}
 
 /**
  * The architectures every image supports for the pod's OS (podOs), sorted. The node label has no

@@ -30,7 +30,7 @@ export const SKIP_ANNOTATION = 'arch.berth.dev/skip';
 /** The node label the kubelet sets from its GOARCH; node affinity and the taint values use its values. */
 export const ARCH_LABEL = 'kubernetes.io/arch';
 /** The node label of the kubelet's GOOS, and the pods' way to ask for an OS (beside spec.os). */
-export const OS_LABEL = 'kubernetes.io/os';
+export { OS_LABEL } from '../policy/pods.ts';
 /** Taints mode: every node selected carries `arch.berth.dev/arch=<its architecture>:NoSchedule`. */
 export const ARCH_TAINT = 'arch.berth.dev/arch';
 /** Deleting an ArchPlacement first takes its gate off every pod it still holds. */

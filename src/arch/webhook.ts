@@ -20,6 +20,7 @@ import { withNamespaceLabels } from '../policy/namespace.ts';
 import {
   choosePolicy,
   exemption,
+  gated,
   gatePod,
   namespaceDecides,
   nodesTainted,
@@ -209,8 +210,10 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
       if (placedBefore && !again(pod, policy).from) return { allowed: true };
       return afterInspection(pod, namespace, policy, arrived, req.dryRun === true);
     };
-    // Placed by Berth at a first call (the apiserver asks again after a later webhook changes the
-    // pod): its arch constraint is Berth's, which exempts nothing.
+    // Gated at a first call (the apiserver asks again after a later webhook changes the pod): the
+    // controller reads the pod as stored, every image.
+    if (gated(pod)) return { allowed: true };
+    // Placed by Berth at a first call: its arch constraint is Berth's, which exempts nothing.
     const placedBefore = placedAtAdmission(pod) !== undefined;
     try {
       const reason = exemption(pod, namespace, deps, placedBefore);

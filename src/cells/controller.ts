@@ -6,7 +6,7 @@
 import { changed, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
-import { isForbidden, isNotFound, type KubeClient, type RequestOptions } from '../runtime/client/client.ts';
+import { isNotFound, type KubeClient, type RequestOptions } from '../runtime/client/client.ts';
 import { deniedVerbs } from '../runtime/client/restmapper.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
@@ -81,7 +81,8 @@ export async function probeCell(client: KubeClient, timeoutMs: number, checkAcce
 
 /**
  * What of CELL_ACCESS the client's user may not do, as "verb resource"; undefined when the cell
- * will not say (SelfSubjectAccessReviews refused): unknown is not denied.
+ * does not say (the reviews refused, failed or late): unknown is not denied, and a cell that has
+ * just answered the probe is no less reachable for it.
  */
 async function deniedAccess(client: KubeClient, opts: RequestOptions): Promise<string[] | undefined> {
   try {
@@ -93,9 +94,8 @@ async function deniedAccess(client: KubeClient, opts: RequestOptions): Promise<s
       ),
     );
     return denied.flat();
-  } catch (e) {
-    if (isForbidden(e)) return undefined;
-    throw e;
+  } catch {
+    return undefined;
   }
 }
 

@@ -76,8 +76,8 @@ export class MirrorController {
   private readonly sent: WriteExpectations<InstanceObject>;
   /** When each mirror was last written, for the write interval. */
   private readonly spacing = new WriteSpacing(MIRROR_WRITE_INTERVAL_MS);
-  /** By mirror (`<namespace>/<name>`): the key of a cell instance whose mirror name it holds. */
-  private readonly waiting = new Map<string, string>();
+  /** By mirror (`<namespace>/<name>`): the keys of the cell instances whose mirror name it holds. */
+  private readonly waiting = new Map<string, Set<string>>();
   private readonly events: EventRecorder;
 
   constructor(manager: Manager, opts: { workers?: number } = {}) {
@@ -99,12 +99,9 @@ export class MirrorController {
       onDelete: (m) => {
         const key = sourceKeyOf(m);
         if (key) this.spacing.forget(key);
-        // The name is free: the instance that wanted it gets its mirror.
-        const next = this.waiting.get(keyOf(m));
-        if (next) {
-          this.waiting.delete(keyOf(m));
-          this.controller.queue.add(next);
-        }
+        // The name is free: the instances that wanted it try again (the first to write it holds it).
+        for (const next of this.waiting.get(keyOf(m)) ?? []) this.controller.queue.add(next);
+        this.waiting.delete(keyOf(m));
       },
     });
     // The same informers as the federation controller's (same requests): one cache each.
@@ -213,7 +210,7 @@ export class MirrorController {
     // Two cells' instances can have one mirror name (cell `a`, instance `b-c`; cell `a-b`, instance
     // `c`): the mirror is the first one's, never overwritten or pruned for the other, which waits.
     const holder = cached && sourceKeyOf(cached);
-    if (cached && holder !== key) return this.nameTaken(cached, holder, key);
+    if (cached && holder !== key && this.holds(holder, mname)) return this.nameTaken(cached, holder!, key);
     const mirror = cached && (this.sent.pending(cached) ?? cached);
     // A new instance passes through several statuses within a second (quota granted, programmed,
     // Ready, Available): its mirror is written with spacing, so that a thousand new instances do not
@@ -272,18 +269,27 @@ export class MirrorController {
     return { instance, deployment, workload: wkey ? this.workloads.get(wkey) : undefined };
   }
 
+  /**
+   * Whether the instance a mirror names (`holder`, from its label and annotation) holds the mirror's
+   * name: it maps to that name, in a cell that exists. A mirror whose marks someone edited, or whose
+   * cell is gone, holds nothing: its rightful instance writes it back.
+   */
+  private holds(holder: string | undefined, name: string): boolean {
+    if (!holder) return false;
+    const { cell, name: instance } = splitMirrorKey(holder);
+    return mirrorName(cell, instance) === name && this.cells.get(cell) !== undefined;
+  }
+
   /** A cell instance not mirrored because its mirror's name is another's: said on its Workload. */
-  private nameTaken(mirror: InstanceObject, holder: string | undefined, key: string): void {
-    this.waiting.set(keyOf(mirror), key);
+  private nameTaken(mirror: InstanceObject, holder: string, key: string): void {
+    const waiting = this.waiting.get(keyOf(mirror)) ?? new Set<string>();
+    this.waiting.set(keyOf(mirror), waiting.add(key));
     const { cell, namespace, name } = splitMirrorKey(key);
     const here = this.inCells.get(cell);
     const { workload } = here ? this.sourceOf(here, namespace, name) : {};
     const message =
       `instance ${name} of cell ${cell} is not mirrored: its mirror's name ${mirror.metadata.name} is ` +
-      (holder
-        ? `that of instance ${splitMirrorKey(holder).name} of cell ${splitMirrorKey(holder).cell}`
-        : 'taken') +
-      ' (rename one of the cells)';
+      `that of instance ${splitMirrorKey(holder).name} of cell ${splitMirrorKey(holder).cell} (rename one of the cells)`;
     this.log.warn({ mirror: keyOf(mirror), instance: key }, message);
     if (workload) this.events.event(workload, 'Warning', 'MirrorNameTaken', 'Mirror', message);
   }

@@ -8,6 +8,7 @@ import { Controller, type Result, type Source } from '../runtime/controller/cont
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
+import { isConflict } from '../runtime/client/client.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import {
   annotationsChanged,
@@ -184,6 +185,8 @@ export class LabelsController {
     const written = await this.writer
       .sync(node, keepHeld(decision, this.files?.holds() ?? [], node))
       .catch((e: unknown) => {
+        // Someone wrote the node after the cache saw it: retried at once, not a failure to report.
+        if (isConflict(e)) throw e;
         failure = e;
         return undefined;
       });
@@ -239,9 +242,15 @@ export class LabelsController {
       if (s) {
         s.matched = true;
         s.applied = !blocked.has(r) && !failed;
-        s.failed = failed;
       }
     }
+    // A failed write is the failure of every rule it wrote for: those that match, and those whose
+    // values it was taking off (recordDerived keeps them while the node carries them).
+    if (failed)
+      for (const r of new Set([...matched, ...(this.derived.get(name)?.values() ?? [])])) {
+        const s = standing(r);
+        if (s) s.failed = failed;
+      }
     this.status.set(name, standings);
     if (failure !== undefined) {
       this.events.event(node, 'Warning', 'WriteFailed', 'Label', failed!);

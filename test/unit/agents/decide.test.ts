@@ -263,6 +263,9 @@ describe('what the agents claim on nodes', () => {
         nodeLabel: { key: 'e.dev/agent', value: 'true' },
         claimAnnotationPrefix: 'other.dev/claim.',
       }),
+      // Invalid (a bad label key): it holds no prefix, so f's is free.
+      obj('0', { nodeLabel: { key: 'a b', value: 'true' }, claimAnnotationPrefix: 'free.dev/' }),
+      obj('f', { nodeLabel: { key: 'f.dev/agent', value: 'true' }, claimAnnotationPrefix: 'free.dev/f.' }),
     ]);
     const problems = checkOwnership(two, () => []).map((p) => [p.name, p.problems.length]);
     assert.deepEqual(problems, [
@@ -271,6 +274,8 @@ describe('what the agents claim on nodes', () => {
       ['c', 1],
       ['d', 1],
       ['e', 0],
+      ['0', 1],
+      ['f', 0],
     ]);
     assert.match(
       checkOwnership(two, () => [])[0]!.problems[0]!,

@@ -125,7 +125,20 @@ describe('injectWaitForAgent', () => {
   const logs: WaitingPlacement = { name: 'logs', waitForAgent: { ...wait, port: 9100 } };
 
   test('a Windows pod gets no wait (POSIX sh, and Linux security fields it may not carry)', () => {
-    for (const spec of [{ os: { name: 'windows' } }, { nodeSelector: { 'kubernetes.io/os': 'windows' } }]) {
+    const windows = { key: 'kubernetes.io/os', operator: 'In', values: ['windows'] };
+    for (const spec of [
+      { os: { name: 'windows' } },
+      { nodeSelector: { 'kubernetes.io/os': 'windows' } },
+      {
+        affinity: {
+          nodeAffinity: {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [{ matchExpressions: [windows] }],
+            },
+          },
+        },
+      },
+    ]) {
       const before = { ...pod(), spec: { ...(pod()['spec'] as object), ...spec } };
       assert.deepEqual(injectWaitForAgent(before, [atelet]), before);
     }

@@ -19,7 +19,6 @@ import {
   parsePolicies,
   placePatch,
   podImages,
-  podOs,
   recordsPatch,
   releasePatch,
   report,
@@ -30,6 +29,7 @@ import {
   type NodeSelectorTerm,
   type Placement,
 } from '../../../src/arch/decide.ts';
+import { podOs } from '../../../src/policy/pods.ts';
 import {
   ARCH_LABEL,
   ARCH_TAINT,

@@ -254,11 +254,17 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   let state = {};
   const hints: InspectHint[] = [];
   // The controller's read, answered a moment later (its registry's answer is timed by the clock then).
+  const answering: Promise<void>[] = [];
   const answer = () =>
-    setTimeout(() => {
-      images.tags.set(canonical, tagRead(now));
-      state = {};
-    }, 30);
+    answering.push(
+      new Promise((resolve) =>
+        setTimeout(() => {
+          images.tags.set(canonical, tagRead(now));
+          state = {};
+          resolve();
+        }, 30),
+      ),
+    );
   let answers = true;
   const handle = podGateHandler({
     ...deps,
@@ -298,7 +304,9 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   const [a, b] = await Promise.all([admit(pod('Always')), admit(pod('Always'))]);
   assert.deepEqual([a.gated, b.gated], [false, false]);
   assert.equal(hints.length, 4);
-  // No answer by the deadline: gated after the wait, then at once while the miss is recent.
+  // No answer by the deadline: gated after the wait, then at once while the miss is recent. (Every
+  // answer asked for so far in first: a late one would answer the next pod.)
+  await Promise.all(answering);
   answers = false;
   now += 1_000;
   const slow = await admit(pod('Always'));
@@ -430,6 +438,52 @@ test('asked again after a later webhook changed a pod it placed: placed anew on 
     gated.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms,
     [{ matchExpressions: [zone] }],
   );
+});
+
+test("asked again in Taints mode: only Berth's tolerations change, the pod's own affinity stays; a gated pod is left to the controller", async () => {
+  const cache = new Map([
+    ['web:1', known('web:1', ['amd64', 'arm64'])],
+    ['proxy:1', known('proxy:1', ['amd64'])],
+  ]);
+  const { policies: taints } = parsePolicies([
+    policy('web', { podSelector: { matchLabels: { app: 'web' } }, mode: 'Taints' }),
+  ]);
+  const handle = podGateHandler({ ...deps, policies: () => taints, cached: (image) => cache.get(image) });
+  // Its own arch requirement in one term of two: not exempt, and not Berth's.
+  const own = { key: ARCH_LABEL, operator: 'In', values: ['amd64', 'arm64'] };
+  const zone = { key: 'topology.kubernetes.io/zone', operator: 'In', values: ['a'] };
+  const terms = [{ matchExpressions: [own] }, { matchExpressions: [zone] }];
+  const p = newPod(
+    { app: 'web' },
+    {
+      affinity: {
+        nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: terms } },
+      },
+    },
+  );
+  const first = (await admitted(handle, p)).out;
+  assert.deepEqual(placedAtAdmission(first)?.architectures, ['amd64', 'arm64']);
+  const injected = {
+    ...first,
+    spec: { ...first.spec, containers: [...first.spec.containers, { name: 'proxy', image: 'proxy:1' }] },
+  };
+  const again = (await admitted(handle, injected)).out;
+  assert.deepEqual(
+    again.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms,
+    terms,
+  );
+  assert.deepEqual(
+    again.spec.tolerations?.map((t) => t.value),
+    ['amd64'],
+  );
+  // Gated at the first call: nothing at the second, no read asked for.
+  const hints: InspectHint[] = [];
+  const asking = podGateHandler({ ...deps, inspect: (h) => hints.push(h), inspectWaitMs: 0 });
+  const g = (await admitted(asking, newPod({ app: 'web' }))).out;
+  assert.deepEqual(g.spec.schedulingGates, [{ name: SCHEDULING_GATE }]);
+  const asked = hints.length;
+  assert.deepEqual(await asking(request(g)), { allowed: true });
+  assert.equal(hints.length, asked);
 });
 
 test('a namespace created a moment before its pod: the webhook waits for the cache to learn it, not guess', async () => {
