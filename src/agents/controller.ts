@@ -12,8 +12,7 @@ import { deniedVerbs, UnknownKindError, type RestMapper } from '../runtime/clien
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict } from '../runtime/client/client.ts';
-import { errorText, type Logger } from '../runtime/observability/log.ts';
+import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { ApplyNodeWriter } from '../policy/nodes/apply.ts';
 import { WriteSpacing } from '../runtime/controller/spacing.ts';
@@ -342,19 +341,12 @@ export class AgentsController {
     }
     const placements = this.placements();
     const decision = this.decide(name);
-    // A write that fails is still a standing (so status is written, and says so), then retried.
-    let failure: unknown;
-    const plan = await this.writer.sync(node, decision.desired).catch((e: unknown) => {
-      // Someone wrote the node after the cache saw it: retried at once, not a failure to report.
-      if (isConflict(e)) throw e;
-      failure = e;
-      return undefined;
-    });
-    const failed =
-      failure === undefined ? undefined : `node ${name} could not be written: ${errorText(failure)}`;
+    // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
+    const plan = await this.writer.trySync(node, decision.desired);
+    const failed = plan.refused?.message;
     // Claims wait for the node's write spacing, or the loop breaker held keys back: sync again then.
-    const retry = plan?.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
-    const foreign = new Set((plan?.foreign ?? []).map((f) => `${f.kind}/${f.key}`));
+    const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
+    const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
     // The node as cached: a write just made comes back through the informer and is counted then.
     const labels = node.metadata?.labels ?? {};
     const annotations = node.metadata?.annotations ?? {};
@@ -369,9 +361,10 @@ export class AgentsController {
         rejected: r.rejected,
         // Its failure if the write was for it: claims to put on, or its label or claims to take off.
         failed:
-          r.claims.size > 0 ||
-          labels[spec.nodeLabel.key] !== undefined ||
-          Object.keys(annotations).some((k) => k.startsWith(spec.claimAnnotationPrefix))
+          failed &&
+          (r.claims.size > 0 ||
+            labels[spec.nodeLabel.key] !== undefined ||
+            Object.keys(annotations).some((k) => k.startsWith(spec.claimAnnotationPrefix)))
             ? failed
             : undefined,
       };
@@ -394,9 +387,9 @@ export class AgentsController {
       standings.set(placement, s);
     }
     this.status.set(name, standings);
-    if (failure !== undefined) {
-      this.events.event(node, 'Warning', 'WriteFailed', 'Place', failed!);
-      throw failure;
+    if (plan.refused) {
+      this.events.event(node, 'Warning', 'WriteFailed', 'Place', plan.refused.message);
+      throw plan.refused.error;
     }
     return retry;
   }

@@ -7,8 +7,7 @@ import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
 import { Controller, type Result, type Source } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
-import { errorText, type Logger } from '../runtime/observability/log.ts';
-import { isConflict } from '../runtime/client/client.ts';
+import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import {
   annotationsChanged,
@@ -180,19 +179,10 @@ export class LabelsController {
     }
     const decision = decide(nodeView(node), this.rules());
     this.recordDerived(node, decision);
-    // A write that fails is still a standing (so status is written, and says so), then retried.
-    let failure: unknown;
-    const written = await this.writer
-      .sync(node, keepHeld(decision, this.files?.holds() ?? [], node))
-      .catch((e: unknown) => {
-        // Someone wrote the node after the cache saw it: retried at once, not a failure to report.
-        if (isConflict(e)) throw e;
-        failure = e;
-        return undefined;
-      });
-    const failed =
-      failure === undefined ? undefined : `node ${name} could not be written: ${errorText(failure)}`;
-    const foreign = tracedOutputs(decision, written?.foreign ?? []);
+    // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
+    const written = await this.writer.trySync(node, keepHeld(decision, this.files?.holds() ?? [], node));
+    const failed = written.refused?.message;
+    const foreign = tracedOutputs(decision, written.foreign);
 
     // Each NodeLabelRule's standing on this node, for its status.
     const standings = new Map<string, RuleStanding>();
@@ -252,12 +242,12 @@ export class LabelsController {
         if (s) s.failed = failed;
       }
     this.status.set(name, standings);
-    if (failure !== undefined) {
-      this.events.event(node, 'Warning', 'WriteFailed', 'Label', failed!);
-      throw failure;
+    if (written.refused) {
+      this.events.event(node, 'Warning', 'WriteFailed', 'Label', written.refused.message);
+      throw written.refused.error;
     }
     // The loop breaker held keys back: write them once it lets go.
-    if (written?.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
+    if (written.retryAfterMs !== undefined) return { requeueAfterMs: written.retryAfterMs };
   }
 
   /** The rule that derived `key=value` on the node, while it is there or derived (recordDerived). */

@@ -5,11 +5,15 @@
 // only when its share differs, never touches keys another manager set to other values, and never
 // recreates a node.
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
-import type { KubeClient } from '../../runtime/client/client.ts';
+import { isConflict, type KubeClient } from '../../runtime/client/client.ts';
+import { errorText } from '../../runtime/observability/log.ts';
 import type { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import { CasNodeWriter, taintPatch, type NodeEvents, type NodeWriterOptions } from './cas.ts';
 import { changedKeys, leaveAsIs, nodeState, planNodeApply, type NodeOutputs, type NodePlan } from './plan.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
+
+/** What a sync did: the plan, whether it wrote, and whether to sync again (ApplyNodeWriter.sync). */
+export type SyncResult = NodePlan & { wrote: boolean; held?: boolean; retryAfterMs?: number };
 
 /** What identifies a plan for the write expectations, and its part that steers scheduling. */
 interface PlanKey {
@@ -49,10 +53,7 @@ export class ApplyNodeWriter {
    * `held`: the write waits for the node's write spacing.
    * `retryAfterMs`: sync again after that long (the write spacing, or the loop breaker held keys back).
    */
-  async sync(
-    node: KubeObject,
-    desired: NodeOutputs,
-  ): Promise<NodePlan & { wrote: boolean; held?: boolean; retryAfterMs?: number }> {
+  async sync(node: KubeObject, desired: NodeOutputs): Promise<SyncResult> {
     const name = node.metadata!.name!;
     const state = nodeState(node, this.fieldManager);
     let plan = planNodeApply(state, desired);
@@ -118,6 +119,26 @@ export class ApplyNodeWriter {
     this.#cas.expect(name, written, key);
     this.#spacing?.wrote(name);
     return { ...plan, wrote: true, ...loop };
+  }
+
+  /**
+   * sync, with a write the apiserver refuses (an admission policy, a node over its limits) as a
+   * result: `refused` says why, beside the plan (its foreign keys), for the caller's status before
+   * it throws `refused.error` to be retried. A conflict (another manager wrote the node after the
+   * cache saw it) still throws at once: the retry sees that write.
+   */
+  async trySync(
+    node: KubeObject,
+    desired: NodeOutputs,
+  ): Promise<SyncResult & { refused?: { error: unknown; message: string } }> {
+    try {
+      return await this.sync(node, desired);
+    } catch (error) {
+      if (isConflict(error)) throw error;
+      const plan = planNodeApply(nodeState(node, this.fieldManager), desired);
+      const message = `node ${node.metadata!.name!} could not be written: ${errorText(error)}`;
+      return { ...plan, wrote: false, refused: { error, message } };
+    }
   }
 
   /** The node is gone. */
