@@ -275,7 +275,13 @@ export function relabelPatch(pod: ArchPod): JsonPatchOp[] {
 }
 
 /** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
-export function placedAtAdmission(pod: ArchPod): { architectures: string[]; images: string[] } | undefined {
+/** What a placement at admission says of itself, in its result: the architectures and the images. */
+export interface AdmissionPlacement {
+  architectures: string[];
+  images: string[];
+}
+
+export function placedAtAdmission(pod: ArchPod): AdmissionPlacement | undefined {
   if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || gated(pod)) return undefined;
   try {
     const r = JSON.parse(pod.metadata?.annotations?.[RESULT_ANNOTATION] ?? '{}') as {
@@ -295,15 +301,14 @@ export function placedAtAdmission(pod: ArchPod): { architectures: string[]; imag
 }
 
 /**
- * A pod placed at admission as Berth's webhook is asked again (reinvocationPolicy IfNeeded) after a
- * later webhook changed it: a sidecar injected, an image rewritten to a mirror. Undefined when its
- * images are the ones it was placed for (nothing to do); otherwise the pod without what the first
- * placement added (exactly Berth's `In` requirement and preferred terms, its tolerations), to be
- * decided anew on every image.
+ * A pod placed at admission (`first`, placedAtAdmission) as Berth's webhook is asked again
+ * (reinvocationPolicy IfNeeded) after a later webhook changed it: a sidecar injected, an image
+ * rewritten to a mirror. Undefined when its images are the ones it was placed for (nothing to do);
+ * otherwise the pod without what the first placement added (exactly Berth's `In` requirement and
+ * preferred terms, its tolerations), to be decided anew on every image.
  */
-export function toPlaceAgain(pod: ArchPod, policy: Policy): ArchPod | undefined {
-  const first = placedAtAdmission(pod);
-  if (!first || podImages(pod).every((i) => first.images.includes(i.image))) return undefined;
+export function toPlaceAgain(pod: ArchPod, policy: Policy, first: AdmissionPlacement): ArchPod | undefined {
+  if (podImages(pod).every((i) => first.images.includes(i.image))) return undefined;
   const values = first.architectures.length ? first.architectures : [NO_COMMON_ARCHITECTURE];
   const ours = (e: { key: string; operator: string; values?: string[] }) =>
     e.key === ARCH_LABEL && e.operator === 'In' && isDeepStrictEqual(e.values, values);
@@ -326,13 +331,7 @@ export function toPlaceAgain(pod: ArchPod, policy: Policy): ArchPod | undefined 
     if (left.length) node.requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms: left };
     else delete node.requiredDuringSchedulingIgnoredDuringExecution;
     const preferred = (node.preferredDuringSchedulingIgnoredDuringExecution ?? []).filter(
-      (t) =>
-        !(policy.spec.preferredArchitectures ?? []).some((p) =>
-          isDeepStrictEqual(t, {
-            weight: p.weight,
-            preference: { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: [p.architecture] }] },
-          }),
-        ),
+      (t) => !(policy.spec.preferredArchitectures ?? []).some((p) => isDeepStrictEqual(t, preferredTerm(p))),
     );
     if (preferred.length) node.preferredDuringSchedulingIgnoredDuringExecution = preferred;
     else delete node.preferredDuringSchedulingIgnoredDuringExecution;
@@ -415,17 +414,18 @@ function withArchRequirement(terms: NodeSelectorTerm[] | undefined, values: stri
   return terms.map((t) => ({ ...t, matchExpressions: [...(t.matchExpressions ?? []), { ...requirement }] }));
 }
 
+/** The preferred term Berth adds for one of a policy's preferred architectures. */
+const preferredTerm = (p: { architecture: string; weight: number }): PreferredTerm => ({
+  weight: p.weight,
+  preference: { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: [p.architecture] }] },
+});
+
 function withPreferred(
   have: PreferredTerm[] | undefined,
   architectures: string[],
   preferred: ArchPlacementSpec['preferredArchitectures'],
 ): PreferredTerm[] | undefined {
-  const add = (preferred ?? [])
-    .filter((p) => architectures.includes(p.architecture))
-    .map((p) => ({
-      weight: p.weight,
-      preference: { matchExpressions: [{ key: ARCH_LABEL, operator: 'In', values: [p.architecture] }] },
-    }));
+  const add = (preferred ?? []).filter((p) => architectures.includes(p.architecture)).map(preferredTerm);
   return add.length ? [...(have ?? []), ...add] : have;
 }
 

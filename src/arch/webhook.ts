@@ -102,22 +102,22 @@ export interface ArchWebhookDeps extends ExemptionContext {
  */
 const revalidatedSince = (since: number) => ({ revalidate: true, revalidatedSince: since, counted: false });
 
-/** A pod Berth placed at admission, asked about again: what to decide on (toPlaceAgain), if anything. */
-const again = (pod: ArchPod, policy: Policy): { from?: ArchPod } => {
-  const from = toPlaceAgain(pod, policy);
-  return from ? { from } : {};
-};
-
 export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
   const log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
   const now = deps.now ?? Date.now;
   // When each image not known was first asked of the controller: its deadline, then its miss.
   const asked = new Map<string, number>();
   let waiting = 0;
-  const decide = (pod: ArchPod, policy: Policy, known: Inspection[] | undefined): AdmissionResult => {
+  /** `from`: a pod placed at a first call, as toPlaceAgain leaves it to be decided anew. */
+  const decide = (
+    pod: ArchPod,
+    policy: Policy,
+    known: Inspection[] | undefined,
+    from: ArchPod | undefined,
+  ): AdmissionResult => {
     const { patch, placed } = gatePod(pod, policy, known, {
       archTainted: nodesTainted(deps.policies()),
-      ...again(pod, policy),
+      ...(from ? { from } : {}),
     });
     webhookDecisions.inc({ outcome: placed ? 'placed' : 'gated' });
     return { allowed: true, patch };
@@ -134,6 +134,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     policy: Policy,
     arrived: number,
     dryRun: boolean,
+    from: ArchPod | undefined,
   ): AdmissionResult | Promise<AdmissionResult> => {
     const images = podImages(pod);
     const lookup = (counted: boolean) =>
@@ -142,7 +143,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
       known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
     const cached = lookup(true);
     const unknown = images.filter((_, n) => !cached[n]);
-    if (unknown.length === 0) return decide(pod, policy, cached as Inspection[]);
+    if (unknown.length === 0) return decide(pod, policy, cached as Inspection[], from);
     const t = now();
     const waitMs = deps.inspectWaitMs ?? INSPECT_WAIT_MS;
     // A miss of an image pulled Always ends with the late read's answer: the registry was slow once,
@@ -159,7 +160,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     const waitFor = Math.min(deadline, arrived + ADMISSION_BUDGET_MS) - t;
     const failed = (i: { image: string }) => deps.failed?.(i.image) === true;
     if (!deps.inspect || dryRun || waiting >= MAX_WAITING || waitFor <= 0 || unknown.some(failed))
-      return decide(pod, policy, undefined);
+      return decide(pod, policy, undefined, from);
     if (asked.size + ask.length > MAX_ASKED) asked.clear();
     for (const i of ask) asked.set(i.image, t);
     // A tag pulled Always is asked for by every pod: each needs a read answered since it came. The
@@ -177,7 +178,7 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
       .then((known) => {
         inspectWaits.inc({ result: known === 'failed' ? 'failed' : known ? 'known' : 'timeout' });
         if (known && known !== 'failed') for (const i of unknown) asked.delete(i.image);
-        return decide(pod, policy, known === 'failed' ? undefined : known);
+        return decide(pod, policy, known === 'failed' ? undefined : known, from);
       })
       .finally(() => waiting--);
   };
@@ -207,16 +208,17 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
         return { allowed: true };
       }
       // Placed at a first call, and its images the same at this one: it stays as placed.
-      if (placedBefore && !again(pod, policy).from) return { allowed: true };
-      return afterInspection(pod, namespace, policy, arrived, req.dryRun === true);
+      const from = first && toPlaceAgain(pod, policy, first);
+      if (first && !from) return { allowed: true };
+      return afterInspection(pod, namespace, policy, arrived, req.dryRun === true, from);
     };
     // Gated at a first call (the apiserver asks again after a later webhook changes the pod): the
     // controller reads the pod as stored, every image.
     if (gated(pod)) return { allowed: true };
     // Placed by Berth at a first call: its arch constraint is Berth's, which exempts nothing.
-    const placedBefore = placedAtAdmission(pod) !== undefined;
+    const first = placedAtAdmission(pod);
     try {
-      const reason = exemption(pod, namespace, deps, placedBefore);
+      const reason = exemption(pod, namespace, deps, first !== undefined);
       if (reason) {
         webhookDecisions.inc({ outcome: 'exempt' });
         return { allowed: true };
