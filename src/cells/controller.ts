@@ -140,16 +140,16 @@ export class CellController {
     const access = this.provider.access(name);
     // Not looked at yet: the provider asks for this cell once it has.
     if (!access) return;
+    const before = this.history.get(name) ?? historyOf(cell.status);
     let probe: Probe;
     if ('failure' in access) probe = { ok: false, at: Date.now(), ...access.failure };
     else {
       // Disengaged since access() answered: the provider asks for this cell again.
       if (!this.manager.clusterNames.includes(access.cluster)) return;
-      const before = this.history.get(name);
       const checkAccess = accessDue(before, Date.now(), this.timing);
       probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs, checkAccess);
     }
-    const history = observe(this.history.get(name) ?? historyOf(cell.status), probe);
+    const history = observe(before, probe);
     this.history.set(name, history);
     const now = Date.now();
     const next = cellStatus(cell, history, now, this.timing);

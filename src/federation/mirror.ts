@@ -287,9 +287,10 @@ export class MirrorController {
     const { cell, namespace, name } = splitMirrorKey(key);
     const here = this.inCells.get(cell);
     const { workload } = here ? this.sourceOf(here, namespace, name) : {};
+    const held = splitMirrorKey(holder);
     const message =
       `instance ${name} of cell ${cell} is not mirrored: its mirror's name ${mirror.metadata.name} is ` +
-      `that of instance ${splitMirrorKey(holder).name} of cell ${splitMirrorKey(holder).cell} (rename one of the cells)`;
+      `that of instance ${held.name} of cell ${held.cell} (rename one of the cells)`;
     this.log.warn({ mirror: keyOf(mirror), instance: key }, message);
     if (workload) this.events.event(workload, 'Warning', 'MirrorNameTaken', 'Mirror', message);
   }

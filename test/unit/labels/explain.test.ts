@@ -48,32 +48,35 @@ async function ruleDir(t: TestContext, files: Record<string, string>): Promise<s
   return dir;
 }
 
+/** A NodeLabelRule matching the nodes with a `pool` label, with these outputs. */
+const rule = (name: string, outputs: Partial<Rule>): Rule => ({
+  name: `nodelabelrule/${name}`,
+  source: { kind: 'NodeLabelRule', name },
+  allOf: [{ label: 'pool', operator: 'Exists' }],
+  anyOf: [],
+  labels: {},
+  annotations: {},
+  taints: [],
+  ...outputs,
+});
+
 describe('berth rules test previews what Berth would write', () => {
-  const rule = (name: string, labels: Record<string, string>): Rule => ({
-    name,
-    source: { kind: 'NodeLabelRule', name },
-    allOf: [{ label: 'gpu', operator: 'Exists' }],
-    anyOf: [],
-    labels,
-    annotations: {},
-    taints: [],
-  });
   test("a label another manager set to another value is not Berth's to change; one it owns too stays when Berth lets go", () => {
     // tier=silver is kubectl's: a candidate setting gold is held back, as the controller would.
-    const theirs = node({}, { gpu: '1', tier: 'silver' });
-    assert.deepEqual(previewRules([theirs], [], [rule('nodelabelrule/gold', { tier: 'gold' })]), []);
+    const theirs = node({}, { pool: 'a', tier: 'silver' });
+    assert.deepEqual(previewRules([theirs], [], [rule('gold', { labels: { tier: 'gold' } })]), []);
     // zone=a is Berth's and kubectl's: removing the rule leaves it on the node.
-    const shared = node({ zone: 'a' }, { gpu: '1' });
+    const shared = node({ zone: 'a' }, { pool: 'a' });
     shared.metadata!.managedFields!.push({
       manager: 'kubectl',
       operation: 'Apply',
       fieldsV1: { 'f:metadata': { 'f:labels': { 'f:zone': {} } } },
     });
-    assert.deepEqual(previewRules([shared], [rule('nodelabelrule/zone', { zone: 'a' })], []), []);
+    assert.deepEqual(previewRules([shared], [rule('zone', { labels: { zone: 'a' } })], []), []);
     // Berth's alone: a loss.
-    const mine = node({ zone: 'a' }, { gpu: '1' });
+    const mine = node({ zone: 'a' }, { pool: 'a' });
     assert.deepEqual(
-      previewRules([mine], [rule('nodelabelrule/zone', { zone: 'a' })], []).map((n) => n.changes.length),
+      previewRules([mine], [rule('zone', { labels: { zone: 'a' } })], []).map((n) => n.changes.length),
       [1],
     );
   });
@@ -245,16 +248,6 @@ describe('explain node: a rule that would write a key another capability owns', 
     },
   });
   const atelet = placementObj('atelet', 'ate.dev/atelet', 'ate.dev/claim.');
-  const rule = (name: string, outputs: Partial<Rule>): Rule => ({
-    name: `nodelabelrule/${name}`,
-    source: { kind: 'NodeLabelRule', name },
-    allOf: [{ label: 'pool', operator: 'Exists' }],
-    anyOf: [],
-    labels: {},
-    annotations: {},
-    taints: [],
-    ...outputs,
-  });
   const rules = [
     rule('gated', { annotations: { 'warmup.gates.berth.dev/gated-at': 'now' } }),
     rule('gpu', { labels: { 'example.com/gpu': 'true' } }),
