@@ -236,12 +236,7 @@ export function runCommand(): Command {
     const webhookClient = addWebhooks(manager, client, webhooks, o, ctx.berthNamespace);
     addUi(manager, o, enabled);
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
-    await manager.start().catch(async (e: unknown) => {
-      // What started before the failure (its servers, informers) would keep the process alive and
-      // unready for good: stop it, and exit with the error.
-      await manager.stop(1);
-      throw e;
-    });
+    await manager.start();
     rootLogger.info({ controllers: enabled.map((c) => c.name) }, 'berth is running');
     process.exitCode = await manager.done;
     webhookClient?.close();

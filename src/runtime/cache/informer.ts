@@ -92,7 +92,7 @@ export class Informer<T extends KubeObject = KubeObject> {
   /** Registers a handler; it is told about every object already cached, as adds. */
   addEventHandler(h: EventHandler<T>): void {
     this.handlers.push(h);
-    if (h.onAdd) for (const obj of this.store.values()) h.onAdd(obj);
+    if (h.onAdd) for (const [key, obj] of this.store) this.notify(key, () => h.onAdd!(obj));
   }
 
   get(key: string): T | undefined {
@@ -186,8 +186,13 @@ export class Informer<T extends KubeObject = KubeObject> {
           await this.relist(signal);
           delay = initialMs;
         }
-        await this.watch(signal);
+        const opened = performance.now();
+        const events = await this.watch(signal);
         // The server closed the watch (its timeout): resume from the last resourceVersion at once.
+        // One closed at once with nothing in it (a proxy answering an empty 200) is a failure, as
+        // client-go counts it, or the loop would open watches back to back.
+        if (events === 0 && performance.now() - opened < 1000 && !signal.aborted)
+          throw new Error('the watch closed at once with no event');
         delay = initialMs;
       } catch (e) {
         if (signal.aborted) break;
@@ -238,6 +243,7 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.resourceVersion = '';
     this.absent = true;
     informerMetrics.crdMissing.set(this.crdLabels, 1);
+    informerMetrics.objects.set(this.labels, 0);
     this.log.error(
       { crd: this.crdName },
       `the CRD ${this.crdName} is not installed: ${this.ref.kind} objects are ignored until it is ` +
@@ -331,7 +337,8 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.markSynced();
   }
 
-  private async watch(signal: AbortSignal): Promise<void> {
+  /** Watches from the last resourceVersion until the server closes the watch; the events it brought. */
+  private async watch(signal: AbortSignal): Promise<number> {
     const { client, ref, namespace } = this.opts;
     // Like client-go, a random server-side timeout spreads reconnects of many watches over time.
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
@@ -345,7 +352,9 @@ export class Informer<T extends KubeObject = KubeObject> {
       signal,
       idleTimeoutMs: this.opts.idleTimeoutMs ?? 120_000,
     });
+    let count = 0;
     for await (const ev of events) {
+      count++;
       switch (ev.type) {
         case 'ADDED':
         case 'MODIFIED': {
@@ -363,10 +372,10 @@ export class Informer<T extends KubeObject = KubeObject> {
           break;
         case 'ERROR': {
           const status = ev.object;
+          // The run loop counts the restart.
           if (status.code === 410) {
             this.resourceVersion = '';
-            informerMetrics.restarts.inc(this.labels);
-            return;
+            return count;
           }
           throw new Error(`watch error ${status.code}: ${status.message}`);
         }
@@ -375,6 +384,7 @@ export class Informer<T extends KubeObject = KubeObject> {
       if (rv) this.resourceVersion = rv;
       informerMetrics.objects.set(this.labels, this.store.size);
     }
+    return count;
   }
 
   private transform(obj: T): T {
@@ -387,26 +397,26 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.store.set(key, obj);
     this.changes++;
     this.reindex(key, old, obj);
-    for (const h of this.handlers) {
-      try {
-        if (old) h.onUpdate?.(old, obj);
-        else h.onAdd?.(obj);
-      } catch (e) {
-        this.log.error({ err: errorText(e), key }, 'event handler failed');
-      }
-    }
+    for (const h of this.handlers) this.notify(key, () => (old ? h.onUpdate?.(old, obj) : h.onAdd?.(obj)));
   }
 
   private remove(key: string, old: T | undefined): void {
     if (!this.store.delete(key)) return;
     this.changes++;
     this.reindex(key, old, undefined);
-    for (const h of this.handlers) {
-      try {
-        if (old) h.onDelete?.(old);
-      } catch (e) {
-        this.log.error({ err: errorText(e), key }, 'event handler failed');
-      }
+    if (old) for (const h of this.handlers) this.notify(key, () => h.onDelete?.(old));
+  }
+
+  /**
+   * Calls a handler for the object of `key`. One that throws (a map function's bug on one object)
+   * is logged, and the other handlers, the watch and the resync go on: from a resync or a
+   * replay it would otherwise be an unhandled rejection, which ends the process.
+   */
+  private notify(key: string, call: () => void): void {
+    try {
+      call();
+    } catch (e) {
+      this.log.error({ err: errorText(e), key }, 'event handler failed');
     }
   }
 
@@ -424,7 +434,8 @@ export class Informer<T extends KubeObject = KubeObject> {
     while (!signal.aborted) {
       await sleep(every, undefined, { signal, ref: false }).catch(() => {});
       if (signal.aborted || !this.synced) continue;
-      for (const obj of this.store.values()) for (const h of this.handlers) h.onUpdate?.(obj, obj);
+      for (const [key, obj] of this.store)
+        for (const h of this.handlers) this.notify(key, () => h.onUpdate?.(obj, obj));
     }
   }
 }

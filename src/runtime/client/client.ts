@@ -25,6 +25,12 @@ export const isNotFound = (e: unknown): boolean => e instanceof ApiError && e.st
 export const isForbidden = (e: unknown): boolean => e instanceof ApiError && e.status === 403;
 export const isConflict = (e: unknown): boolean => e instanceof ApiError && e.status === 409;
 export const isGone = (e: unknown): boolean => e instanceof ApiError && e.status === 410;
+/**
+ * A write the apiserver refused for its content or its writer (validation, an admission policy or
+ * webhook, RBAC, a ResourceQuota): no retry changes the answer until someone changes something.
+ */
+export const isRefused = (e: unknown): e is ApiError =>
+  e instanceof ApiError && (e.status === 400 || e.status === 403 || e.status === 422);
 
 /** Whether the apiserver has the object (any uid): only its 404 says it has not; other errors throw. */
 export const exists = (
@@ -163,10 +169,13 @@ export class KubeClient {
 
   private async open(method: string, path: string, opts: RequestOptions, watch: boolean) {
     const headers: Record<string, string> = { ...(await this.headers()), Accept: 'application/json' };
-    // Checked after the last await, right before the request leaves.
-    if (method !== 'GET' && this.writeGuard && !this.writeGuard()) {
-      throw new NotLeaderError(`refusing ${method} ${path}: this replica does not hold the leader lease`);
-    }
+    const guard = method === 'GET' ? undefined : this.writeGuard;
+    const refused = () =>
+      new NotLeaderError(`refusing ${method} ${path}: this replica does not hold the leader lease`);
+    // Checked after the last await, and again when the request gets its socket, right before it
+    // leaves: with every socket busy the agent holds a request in its queue for as long as they
+    // stay busy, and a lease can be lost meanwhile.
+    if (guard && !guard()) throw refused();
     headers['User-Agent'] = this.userAgent;
     let payload: Buffer | undefined;
     if (opts.body !== undefined) {
@@ -183,6 +192,7 @@ export class KubeClient {
         ...this.tls,
         signal: opts.signal,
       });
+      if (guard) req.once('socket', () => guard() || req.destroy(refused()));
       if (opts.idleTimeoutMs) {
         req.setTimeout(opts.idleTimeoutMs, () =>
           req.destroy(new Error(`no data for ${opts.idleTimeoutMs} ms`)),

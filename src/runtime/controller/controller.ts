@@ -53,6 +53,12 @@ interface ClusterWatch<T> {
   predicates: Predicates<T>;
 }
 
+interface Engaged {
+  cluster: Cluster;
+  signal: AbortSignal;
+  sources: Map<ClusterWatch<never>, Source<never>>;
+}
+
 export class Controller implements Aware {
   readonly name: string;
   readonly queue: WorkQueue<string>;
@@ -60,7 +66,8 @@ export class Controller implements Aware {
   private readonly sources: Source<never>[] = [];
   private readonly clusterWatches: ClusterWatch<never>[] = [];
   /** The clusters engaged with this controller, each with the signal that aborts when it leaves. */
-  private readonly clusters = new Map<string, { cluster: Cluster; signal: AbortSignal }>();
+  /** The engaged clusters, each with the source every cluster watch made for it (made once). */
+  private readonly clusters = new Map<string, Engaged>();
   private readonly log: Logger;
   private workers: Promise<void>[] = [];
   private stopping: AbortController | undefined;
@@ -92,9 +99,9 @@ export class Controller implements Aware {
   /**
    * Watches on every engaged cluster, the local one included: `source` makes the source of one
    * cluster (say, its informer of a resource), and the keys `map` derives carry that cluster
-   * (clusterKey). A cluster's events flow once its sources have synced (they replay what they hold
-   * as adds), so a reconcile never sees part of a cluster, and a cluster out of reach holds back
-   * only its own keys.
+   * (clusterKey). A cluster's events flow once every source this controller watches there has
+   * synced (they replay what they hold as adds), so a reconcile never sees part of a cluster (its
+   * instances listed, their types not yet), and a cluster out of reach holds back only its own keys.
    */
   watchClusters<T>(
     source: (cluster: Cluster) => Source<T>,
@@ -103,14 +110,15 @@ export class Controller implements Aware {
   ): this {
     const w: ClusterWatch<T> = { source, map, predicates };
     this.clusterWatches.push(w as ClusterWatch<never>);
-    for (const { cluster, signal } of this.clusters.values()) this.watchOn(cluster, signal, w);
+    for (const engaged of this.clusters.values()) this.watchOn(engaged, [w as ClusterWatch<never>]);
     return this;
   }
 
   /** Aware: the cluster's watches start; when it leaves they stop and its keys leave the queue. */
   engage(cluster: Cluster, signal: AbortSignal): void {
     const name = cluster.name;
-    this.clusters.set(name, { cluster, signal });
+    const engaged: Engaged = { cluster, signal, sources: new Map() };
+    this.clusters.set(name, engaged);
     signal.addEventListener(
       'abort',
       () => {
@@ -119,13 +127,18 @@ export class Controller implements Aware {
       },
       { once: true },
     );
-    for (const w of this.clusterWatches) this.watchOn(cluster, signal, w);
+    this.watchOn(engaged, this.clusterWatches);
   }
 
-  private watchOn<T>(cluster: Cluster, signal: AbortSignal, w: ClusterWatch<T>): void {
-    const source = w.source(cluster);
-    source.waitForSync(signal).then(
-      () => source.addEventHandler(this.handler(w.map, w.predicates, cluster.name, signal)),
+  /** Makes the sources of `watches` on a cluster, and adds their handlers once every source of that cluster has synced. */
+  private watchOn(engaged: Engaged, watches: ClusterWatch<never>[]): void {
+    const { cluster, signal, sources } = engaged;
+    for (const w of watches) sources.set(w, w.source(cluster));
+    Promise.all([...sources.values()].map((s) => s.waitForSync(signal))).then(
+      () => {
+        for (const w of watches)
+          sources.get(w)!.addEventHandler(this.handler(w.map, w.predicates, cluster.name, signal));
+      },
       () => {}, // disengaged before it synced
     );
   }

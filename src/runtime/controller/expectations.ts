@@ -12,10 +12,12 @@ import type { KubeObject } from '../api/meta.ts';
 export const maxWaitMs = 5000;
 
 export class WriteExpectations<T = true> {
-  private readonly expected = new Map<
-    string,
-    { resourceVersion: string; at: number; seen: boolean; data: T }
-  >();
+  /**
+   * The writes whose echo has not come, oldest first. An entry goes when its echo (or a deletion)
+   * comes, or past maxWaitMs, so the map holds only the last few seconds' writes however many
+   * objects come and go.
+   */
+  private readonly expected = new Map<string, { resourceVersion: string; at: number; data: T }>();
   private readonly keyOf: (o: KubeObject) => string;
   /**
    * The last version each key's events brought in the past maxWaitMs, oldest first. A write's echo
@@ -35,14 +37,13 @@ export class WriteExpectations<T = true> {
       const name = this.keyOf(o);
       this.remember(name, o.metadata?.resourceVersion);
       const e = this.expected.get(name);
-      if (e && newerOrSame(o.metadata?.resourceVersion, e.resourceVersion)) e.seen = true;
+      if (e && newerOrSame(o.metadata?.resourceVersion, e.resourceVersion)) this.expected.delete(name);
     };
     // A deletion settles whatever was expected of the object: there is nothing left to catch up on.
     const gone = (o: KubeObject) => {
       const name = this.keyOf(o);
       this.remember(name, o.metadata?.resourceVersion);
-      const e = this.expected.get(name);
-      if (e) e.seen = true;
+      this.expected.delete(name);
     };
     informer.addEventHandler({ onAdd: observe, onUpdate: (_old, o) => observe(o), onDelete: gone });
   }
@@ -50,8 +51,15 @@ export class WriteExpectations<T = true> {
   /** Records a write of the object of key `name` that the apiserver answered with `resourceVersion`, and what was written. */
   expect(name: string, resourceVersion: string | undefined, data: T): void {
     if (!resourceVersion) return;
-    const seen = newerOrSame(this.recent.get(name)?.resourceVersion, resourceVersion);
-    this.expected.set(name, { resourceVersion, at: Date.now(), seen, data });
+    const now = Date.now();
+    this.expected.delete(name);
+    for (const [key, e] of this.expected) {
+      if (now - e.at <= maxWaitMs) break;
+      this.expected.delete(key);
+    }
+    // Its echo already came: nothing to wait for.
+    if (newerOrSame(this.recent.get(name)?.resourceVersion, resourceVersion)) return;
+    this.expected.set(name, { resourceVersion, at: now, data });
   }
 
   /** While `obj`, as cached, is older than the last write to it: what that write was. */
@@ -59,11 +67,7 @@ export class WriteExpectations<T = true> {
     const name = this.keyOf(obj);
     const e = this.expected.get(name);
     if (!e) return undefined;
-    if (
-      e.seen ||
-      newerOrSame(obj.metadata?.resourceVersion, e.resourceVersion) ||
-      Date.now() - e.at > maxWaitMs
-    ) {
+    if (newerOrSame(obj.metadata?.resourceVersion, e.resourceVersion) || Date.now() - e.at > maxWaitMs) {
       this.expected.delete(name);
       return undefined;
     }
@@ -77,7 +81,7 @@ export class WriteExpectations<T = true> {
   pendingKey(name: string): T | undefined {
     const e = this.expected.get(name);
     if (!e) return undefined;
-    if (e.seen || Date.now() - e.at > maxWaitMs) {
+    if (Date.now() - e.at > maxWaitMs) {
       this.expected.delete(name);
       return undefined;
     }
@@ -86,6 +90,11 @@ export class WriteExpectations<T = true> {
 
   forget(name: string): void {
     this.expected.delete(name);
+  }
+
+  /** How many writes wait for their echo (for tests: it stays bounded). */
+  get size(): number {
+    return this.expected.size;
   }
 
   private remember(name: string, resourceVersion: string | undefined): void {

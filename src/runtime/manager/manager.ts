@@ -239,7 +239,21 @@ export class Manager implements ClusterSet {
     return this.elector ? this.elector.isLeader() : true;
   }
 
+  /**
+   * Starts the servers, clusters, runnables and providers, then campaigns or leads. A start that
+   * fails stops what it started before rethrowing: its servers and informers would otherwise keep
+   * the process alive and unready for good.
+   */
   async start(): Promise<void> {
+    try {
+      await this.startAll();
+    } catch (e) {
+      await this.stop(1);
+      throw e;
+    }
+  }
+
+  private async startAll(): Promise<void> {
     this.started = true;
     const metrics = await serve(this.opts.metricsBindAddress ?? '127.0.0.1:8080', 'metrics', {
       '/metrics': async () => ({

@@ -48,3 +48,48 @@ test('a credential refresh that fails once keeps the last good credentials and i
   assert.deepEqual(seen, ['Bearer t1', 'Bearer t1', 'Bearer t1', 'Bearer t3']);
   assert.equal(reads, 3);
 });
+
+test('a write the agent held while every socket was busy is refused when it gets one after the lease is lost', async (t) => {
+  const ca = await createCertificateAuthority('client-test');
+  const serving = await ca.issue({ commonName: '127.0.0.1', ipAddresses: ['127.0.0.1'], usage: 'server' });
+  const seen: string[] = [];
+  let release: () => void = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const server = createServer({ cert: serving.certPem, key: serving.keyPem }, (req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    const answer = () => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'default' } }));
+    };
+    // The first request holds the only socket until the test lets it go.
+    if (seen.length === 1) void held.then(answer);
+    else answer();
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  let leader = true;
+  const client = new KubeClient(
+    {
+      server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      resolve: () => Promise.resolve({ tls: { ca: Buffer.from(ca.certPem) }, headers: {} }),
+    },
+    { maxInFlight: 1, writeGuard: () => leader },
+  );
+  t.after(() => client.close());
+  const body = { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'default', labels: { a: 'b' } } };
+  const first = client.get(Resources.namespaces, 'default');
+  await waitUntil(() => seen.length === 1);
+  // Passes the guard now, then waits in the agent's queue for the busy socket.
+  const write = client.patch(Resources.namespaces, 'default', body, { type: 'merge' });
+  await new Promise((r) => setTimeout(r, 100));
+  leader = false;
+  release();
+  await first;
+  await assert.rejects(write, { name: 'NotLeaderError' });
+  assert.deepEqual(seen, ['GET /api/v1/namespaces/default'], 'the write never reached the server');
+});
+
+async function waitUntil(cond: () => boolean): Promise<void> {
+  while (!cond()) await new Promise((r) => setTimeout(r, 10));
+}

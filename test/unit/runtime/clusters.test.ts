@@ -109,6 +109,41 @@ test(
 );
 
 test(
+  "a cluster's keys flow only once every source the controller watches there has synced",
+  timeout,
+  async () => {
+    const manager = new Manager({ client: deadClient(), ...offline });
+    const reconciled: string[] = [];
+    const made = new Map<string, FakeSource[]>();
+    const source = (cluster: Cluster) => {
+      const s = new FakeSource();
+      made.set(cluster.name, [...(made.get(cluster.name) ?? []), s]);
+      return s;
+    };
+    manager.add(
+      new Controller({ name: 'two-sources', reconciler: { reconcile: async (k) => void reconciled.push(k) } })
+        .watchClusters(source, (o) => o)
+        .watchClusters(source, (o) => o),
+    );
+    const cell = new Cluster({ name: 'cell', client: deadClient() });
+    await manager.start();
+    try {
+      manager.engage(cell);
+      const [first, second] = made.get('cell')!;
+      assert.equal(made.get('cell')!.length, 2, 'each source made once per cluster');
+      first!.add('ns/a');
+      first!.sync();
+      await sleep(100);
+      assert.ok(!reconciled.some((k) => k.startsWith('cluster://cell/')), 'its second source has not synced');
+      second!.sync();
+      await waitUntil(() => reconciled.includes('cluster://cell/ns/a'));
+    } finally {
+      await manager.stop();
+    }
+  },
+);
+
+test(
   'a cluster joins once: duplicates, the local cluster leaving and joining a stopped manager are refused',
   timeout,
   async () => {

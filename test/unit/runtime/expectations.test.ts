@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { WriteExpectations } from '../../../src/runtime/controller/expectations.ts';
+import { maxWaitMs, WriteExpectations } from '../../../src/runtime/controller/expectations.ts';
 import type { EventHandler } from '../../../src/runtime/cache/informer.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
@@ -68,5 +68,25 @@ describe('WriteExpectations', () => {
     assert.equal(e.pendingKey('n1'), 'create again');
     update(node('30'));
     assert.equal(e.pendingKey('n1'), undefined);
+  });
+
+  test('what it holds stays bounded: echoes drop their writes, and writes whose echo never came go after maxWaitMs', (t) => {
+    t.mock.timers.enable({ apis: ['Date'], now: 0 });
+    const { e, add } = setup();
+    const obj = (name: string, resourceVersion: string): KubeObject => ({
+      metadata: { name, resourceVersion },
+    });
+    // A write per object ever made, each echoed: none is kept (before, one per key ever written).
+    for (let i = 0; i < 100; i++) {
+      e.expect(`n${i}`, String(100 + i), 'create');
+      add(obj(`n${i}`, String(100 + i)));
+    }
+    assert.equal(e.size, 0);
+    // Writes whose echo never comes and that are never asked about again (their objects gone).
+    for (let i = 0; i < 100; i++) e.expect(`lost${i}`, String(1000 + i), 'create');
+    assert.equal(e.size, 100);
+    t.mock.timers.tick(maxWaitMs + 1);
+    e.expect('next', '5000', 'create');
+    assert.equal(e.size, 1, 'only the new write');
   });
 });

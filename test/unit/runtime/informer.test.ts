@@ -36,3 +36,67 @@ test('watches that keep failing are retried with a growing backoff, not at the f
   // every watch would send one every 20 ms.
   assert.ok(watches >= 4 && watches <= 8, `${watches} watches in a second`);
 });
+
+test('a watch the server closes at once with no event is backed off as a failure, not reopened back to back', async () => {
+  let watches = 0;
+  const client = {
+    request: () =>
+      Promise.resolve({
+        apiVersion: 'v1',
+        kind: 'NamespaceList',
+        metadata: { resourceVersion: '1' },
+        items: [],
+      }),
+    // A proxy answering every watch with an empty 200.
+    stream: async function* () {
+      watches++;
+      yield* [];
+    },
+  } as unknown as KubeClient;
+  const informer = new Informer({
+    client,
+    ref: Resources.namespaces,
+    backoff: { initialMs: 20, maxMs: 10_000 },
+  });
+  informer.start();
+  await informer.waitForSync();
+  await sleep(1_000);
+  await informer.stop();
+  // Backed off as above: a handful, where reopening at once made thousands.
+  assert.ok(watches >= 4 && watches <= 8, `${watches} watches in a second`);
+});
+
+test('a handler that throws on a replay or a resync is logged; the informer and the other handlers go on', async () => {
+  const ns = (name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: '1' },
+  });
+  const client = {
+    request: () =>
+      Promise.resolve({
+        apiVersion: 'v1',
+        kind: 'NamespaceList',
+        metadata: { resourceVersion: '1' },
+        items: [ns('a'), ns('b')],
+      }),
+    stream: async function* (_path: string, opts: { signal: AbortSignal }) {
+      await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
+      yield* [];
+    },
+  } as unknown as KubeClient;
+  const informer = new Informer({ client, ref: Resources.namespaces, resyncMs: 50 });
+  informer.start();
+  await informer.waitForSync();
+  const thrower = () => {
+    throw new Error('a map function bug');
+  };
+  // Replayed as adds at once: it must not throw out of addEventHandler.
+  informer.addEventHandler({ onAdd: thrower, onUpdate: thrower });
+  const seen: string[] = [];
+  informer.addEventHandler({ onUpdate: (_a, b) => seen.push(b.metadata!.name!) });
+  // The resync runs on (an unhandled rejection here would end the test process).
+  await sleep(300);
+  await informer.stop();
+  assert.ok(seen.filter((n) => n === 'a').length >= 2, `resynced ${seen.join(',')}`);
+});

@@ -159,3 +159,21 @@ test('berth run waits 5 s by default only when the webhook server binds a non-lo
   assert.equal(shutdownDelayMs(parsed('--shutdown-delay=12')), 12_000);
   assert.throws(() => parsed('--shutdown-delay=-1'), /at least 0/);
 });
+
+test('a start that fails stops what it started: its servers close and the manager is done with 1', async () => {
+  const manager = new Manager({
+    client: deadClient(),
+    metricsBindAddress: '0',
+    healthBindAddress: '127.0.0.1:0',
+  });
+  const failing: Runnable = {
+    name: 'page',
+    needLeaderElection: false,
+    start: () => Promise.reject(new Error('listen EADDRINUSE 127.0.0.1:8088')),
+  };
+  manager.addRunnable(failing);
+  await assert.rejects(manager.start(), /EADDRINUSE/);
+  assert.equal(await manager.done, 1);
+  const health = manager.healthPort!;
+  await assert.rejects(fetch(`http://127.0.0.1:${health}/healthz`), 'the health server is closed');
+});
