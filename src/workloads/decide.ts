@@ -97,7 +97,10 @@ export interface InstanceState {
    * it holds the Pod's name, not the instance's, so its ordinal may be made again at once.
    */
   gone?: boolean;
-  /** While not Ready: since when (its Ready condition's last transition, else its creation), ms. */
+  /**
+   * While not Ready: since when (its Ready condition's last transition, else its creation), ms;
+   * while deleting, since its deletion began.
+   */
   notReadySince: number;
   /** The Ready condition's reason and message while not Ready. */
   reason?: string;
@@ -161,7 +164,9 @@ export function plan(p: PlanInput): Plan {
         first !== undefined &&
         deleting.every((i) => i.gone && i.ordinal === first) &&
         !staying.some((i) => i.ordinal < first && !i.ready);
-      return result(remake ? [{ type: 'create', ordinal: first }] : []);
+      // Else the step waits for the deletion: its deadline runs from when it began (a Pod stuck
+      // Terminating on a lost node, or held by someone's finalizer, stops the rollout in time).
+      return remake ? result([{ type: 'create', ordinal: first }]) : result([], deleting[0]);
     }
     if (excess.length) return result([del(excess[0]!, false)]);
     if (first !== undefined) {
@@ -179,7 +184,7 @@ export function plan(p: PlanInput): Plan {
       ...missing.filter((i) => !freed.has(i)).map((ordinal): Action => ({ type: 'create', ordinal })),
     ];
     if (actions.length) return result(actions);
-    if (deleting.length || missing.length) return result([]);
+    if (deleting.length || missing.length) return result([], deleting[0]);
   }
 
   // Every ordinal exists: roll, one instance at a time.
@@ -277,7 +282,8 @@ export function deploymentVerdict(
   const deadlineMs = p.progressDeadlineSeconds * 1000;
   let progressing: ConditionVerdict;
   let deadlineInMs: number | undefined;
-  if (w?.reason && USER_FIXABLE.has(w.reason))
+  // A broken instance being replaced still shows its cause: the step waits for its deletion, not on it.
+  if (w?.reason && !w.deleting && USER_FIXABLE.has(w.reason))
     progressing = {
       status: false,
       reason: w.reason,
@@ -287,7 +293,9 @@ export function deploymentVerdict(
     progressing = {
       status: false,
       reason: 'ProgressDeadlineExceeded',
-      message: `${w.name} not Ready after ${p.progressDeadlineSeconds}s: ${w.message ?? w.reason ?? 'not Ready'}`,
+      message: w.deleting
+        ? `${w.name} not gone after ${p.progressDeadlineSeconds}s: ${w.message ?? 'being deleted'}`
+        : `${w.name} not Ready after ${p.progressDeadlineSeconds}s: ${w.message ?? w.reason ?? 'not Ready'}`,
     };
   else {
     if (w) deadlineInMs = deadlineMs - elapsed;
@@ -421,7 +429,8 @@ export function formerInstanceState(pod: WorkloadPod, now: number): InstanceStat
     programmed: false,
     deleting: true,
     gone: true,
-    notReadySince: now,
+    notReadySince: Date.parse(pod.metadata.deletionTimestamp ?? '') || now,
+    message: `its Pod ${pod.metadata.name} is still going`,
   };
 }
 
@@ -438,17 +447,22 @@ export const CRASH_RESTARTS = 3;
  */
 export const CRASH_WINDOW_MS = 10 * 60_000;
 
-/** How long the container's last crash still counts (ms); 0 when it does not. No record of the last run counts. */
-function crashWindowLeft(c: ContainerStatus, now: number): number {
-  if ((c.restartCount ?? 0) < CRASH_RESTARTS) return 0;
+/**
+ * How long the container's last crash still counts (ms); 0 when it does not. No record of the last
+ * run counts. An instance already reported crashing stays so from its first restart on, so that
+ * the kubelet's first back-offs (a restart, running a moment, CrashLoopBackOff again) do not flip it
+ * between InstanceCrashing and Provisioning, a Warning and a status write each time.
+ */
+function crashWindowLeft(c: ContainerStatus, now: number, crashing: boolean): number {
+  if ((c.restartCount ?? 0) < (crashing ? 1 : CRASH_RESTARTS)) return 0;
   const ended = Date.parse(c.lastState?.terminated?.finishedAt ?? '');
   return Number.isNaN(ended) ? CRASH_WINDOW_MS : Math.max(0, CRASH_WINDOW_MS - (now - ended));
 }
 
 /** When a crash the Pod shows stops counting (ms from now): the instance is looked at again then. */
-export function crashWindowEndsIn(pod: WorkloadPod, now: number): number | undefined {
+export function crashWindowEndsIn(pod: WorkloadPod, now: number, crashing = false): number | undefined {
   const left = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])]
-    .map((c) => crashWindowLeft(c, now))
+    .map((c) => crashWindowLeft(c, now, crashing))
     .filter((ms) => ms > 0);
   return left.length ? Math.min(...left) : undefined;
 }
@@ -463,7 +477,7 @@ export interface Cause {
  * the same while the cause does (no restart count, no ErrImagePull/ImagePullBackOff flip-flop), so
  * a crash loop or a pull back-off is one status write and one event, not one per kubelet retry.
  */
-export function podCauses(pod: WorkloadPod, now = Date.now()): Cause[] {
+export function podCauses(pod: WorkloadPod, now = Date.now(), crashing = false): Cause[] {
   const causes: Cause[] = [];
   const containers = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
   for (const c of containers) {
@@ -479,7 +493,7 @@ export function podCauses(pod: WorkloadPod, now = Date.now()): Cause[] {
         reason: IMAGE_REASONS.has(why) ? 'ImageUnavailable' : 'ConfigurationError',
         message: `container ${c.name}: ${why}${waiting?.message ? `: ${waiting.message}` : ''}`,
       });
-    else if (why === 'CrashLoopBackOff' || crashWindowLeft(c, now) > 0)
+    else if (why === 'CrashLoopBackOff' || crashWindowLeft(c, now, crashing) > 0)
       causes.push({
         reason: 'InstanceCrashing',
         message: `container ${c.name} keeps crashing and restarting`,
@@ -490,6 +504,10 @@ export function podCauses(pod: WorkloadPod, now = Date.now()): Cause[] {
     causes.push({ reason: 'Unschedulable', message: scheduled.message ?? 'no node fits the pod' });
   return causes;
 }
+
+/** A Pod whose containers all ended for good (evicted, its node shut down): it never runs again. */
+export const podEnded = (pod: WorkloadPod): boolean =>
+  pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
 
 export const podReady = (pod: WorkloadPod | undefined): boolean =>
   !!pod &&
@@ -505,6 +523,8 @@ export interface InstanceObservation {
   quota?: QuotaView;
   /** Why no Pod can be made: a sizing error, or the apiserver's answer to the Pod. */
   configError?: string;
+  /** The instance is reported InstanceCrashing now (crashWindowLeft). */
+  crashing?: boolean;
 }
 
 export interface InstanceVerdict {
@@ -536,11 +556,13 @@ export function instanceVerdict(o: InstanceObservation): InstanceVerdict {
   const podCause: Cause | undefined = o.configError
     ? { reason: 'ConfigurationError', message: o.configError }
     : pod
-      ? (worst(podCauses(pod)) ?? {
-          reason: 'Provisioning',
-          // One message from creation to Ready (scheduling, then starting): one status write, not two.
-          message: gated(pod) ? 'the Pod waits for its quota gate' : 'the Pod is starting',
-        })
+      ? podEnded(pod)
+        ? { reason: 'Provisioning', message: `the Pod ended (${pod.status!.phase}); a new one follows` }
+        : (worst(podCauses(pod, Date.now(), o.crashing)) ?? {
+            reason: 'Provisioning',
+            // One message from creation to Ready (scheduling, then starting): one status write, not two.
+            message: gated(pod) ? 'the Pod waits for its quota gate' : 'the Pod is starting',
+          })
       : {
           reason: 'Provisioning',
           message: o.pod

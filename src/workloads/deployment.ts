@@ -15,7 +15,7 @@ import type { CustomObject } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict, isNotFound } from '../runtime/client/client.ts';
+import { ApiError, isConflict, isNotFound, isRefused } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
 import { WriteSpacing } from '../runtime/controller/spacing.ts';
@@ -71,6 +71,8 @@ const byDeployment = (o: KubeObject) => {
 
 /** Count-only status changes within this long of the last write are batched into one write. */
 const STATUS_BATCH_MS = 500;
+/** An Instance's create that failed for a cause the user fixes is tried again after this long. */
+const FAILED_CREATE_RETRY_MS = 30_000;
 
 export interface DeploymentControllerOptions {
   workers?: number;
@@ -92,6 +94,8 @@ export class DeploymentController {
   private readonly statusSent: WriteExpectations<WorkloadDeploymentStatus>;
   /** When each deployment's status was last written (forgotten with the deployment). */
   private readonly statusSpacing = new WriteSpacing(STATUS_BATCH_MS);
+  /** Why a deployment's last pass could not create an instance, shown in its status until one can. */
+  private readonly failedCreates = new Map<string, string>();
 
   constructor(manager: Manager, opts: DeploymentControllerOptions = {}) {
     this.manager = manager;
@@ -105,7 +109,12 @@ export class DeploymentController {
     this.pods.addIndexer('deployment', byDeployment);
     this.sent = new WriteExpectations(this.instances, keyOf);
     this.statusSent = new WriteExpectations(this.deployments, keyOf);
-    this.deployments.addEventHandler({ onDelete: (d) => this.statusSpacing.forget(keyOf(d)) });
+    this.deployments.addEventHandler({
+      onDelete: (d) => {
+        this.statusSpacing.forget(keyOf(d));
+        this.failedCreates.delete(keyOf(d));
+      },
+    });
     this.controller = new Controller({
       name: 'workloads-deployment',
       workers: opts.workers ?? 8,
@@ -137,11 +146,22 @@ export class DeploymentController {
       name,
       uid: wd.metadata.uid!,
     };
+    // Instances of this deployment's name that no controller owns (the deployment was deleted with
+    // --cascade=orphan and made again): adopted, as a ReplicaSet adopts its orphans, rather than
+    // left holding the names its creates need. Their update events bring this key back.
+    const orphans = this.instances
+      .byIndex('deployment', key)
+      .filter((i) => !i.metadata.ownerReferences?.some((o) => o.controller));
+    if (orphans.length) {
+      for (const i of orphans) await this.adopt(i, owner);
+      return;
+    }
     const { hash, owned, plan: p } = this.planFor(key, wd);
 
     // An action held back for a write the cache has not shown yet is looked at again when the hold
     // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
     let held = false;
+    let failure: string | undefined;
     for (const a of p.actions) {
       const target = `${ns}/${a.type === 'create' ? instanceName(name, a.ordinal) : a.name}`;
       if (this.sent.pendingKey(target)) {
@@ -177,12 +197,59 @@ export class DeploymentController {
         // A delete answered with a Status (the object went at once) leaves nothing to wait for.
         this.sent.expect(target, written?.metadata?.resourceVersion, a.type);
       } catch (e) {
+        const taken = isConflict(e) && a.type === 'create' ? this.instances.get(target) : undefined;
+        // An earlier deployment of this name's (deleted and made again at once) goes with the garbage
+        // collector, and its deletion brings this key back: only anyone else's is a failure.
+        const earlier = taken?.metadata.ownerReferences?.some(
+          (o) => o.controller && o.kind === WorkloadDeployment.kind && o.name === name,
+        );
+        if (taken && !controlledBy(taken, wd.metadata.uid) && !earlier)
+          failure = `an Instance named ${taken.metadata.name} exists that this deployment does not own`;
+        else if (a.type === 'create' && isRefused(e))
+          failure = `the apiserver refused the Instance ${target}: ${e.message}`;
         // Already there, or already gone: the cache catches up and brings this key back.
-        if (!isConflict(e) && !isNotFound(e)) throw e;
+        else if (!isConflict(e) && !isNotFound(e)) throw e;
       }
     }
 
+    // Shown in status (a ReplicaSet's ReplicaFailure) and as a Warning, and tried again later: the
+    // user's to fix (an admission policy, a quota on Instances, a name taken by hand).
+    const was = this.failedCreates.get(key);
+    if (failure !== was) {
+      if (failure) this.failedCreates.set(key, failure);
+      else this.failedCreates.delete(key);
+      this.statusController.queue.add(key);
+      if (failure) {
+        this.events.event(wd, 'Warning', 'FailedCreate', 'Create', failure);
+        this.log.warn({ deployment: key }, failure);
+      }
+    }
+    if (failure) return { requeueAfterMs: FAILED_CREATE_RETRY_MS };
     if (held) return { requeueAfterMs: maxWaitMs };
+  }
+
+  /** Makes this deployment an orphaned instance's controller (a uid and version test guards the patch). */
+  private async adopt(inst: InstanceObject, owner: OwnerReference): Promise<void> {
+    const refs = [
+      ...(inst.metadata.ownerReferences ?? []),
+      { ...owner, controller: true, blockOwnerDeletion: true },
+    ];
+    try {
+      await this.manager.client().patch(
+        Instance.ref,
+        inst.metadata.name!,
+        [
+          { op: 'test', path: '/metadata/uid', value: inst.metadata.uid },
+          { op: 'test', path: '/metadata/resourceVersion', value: inst.metadata.resourceVersion },
+          { op: 'add', path: '/metadata/ownerReferences', value: refs },
+        ],
+        { namespace: inst.metadata.namespace!, type: 'json', fieldManager: DEPLOYMENT_MANAGER },
+      );
+      this.log.info({ instance: keyOf(inst), deployment: owner.name }, 'orphaned instance adopted');
+    } catch (e) {
+      // Changed or gone since the cache saw it: its event brings the deployment back.
+      if (!(e instanceof ApiError && (e.status === 404 || e.status === 409 || e.status === 422))) throw e;
+    }
   }
 
   /** The deployment's counts and conditions, from the same caches and plan as the actions. */
@@ -199,7 +266,9 @@ export class DeploymentController {
     });
     // The status as last written: the cache may not show our own last write yet.
     const current = this.statusSent.pending(wd) ?? wd.status ?? {};
+    const failure = this.failedCreates.get(key);
     const setter = conditionSetter(current.conditions ?? [], wd.metadata.generation);
+    if (failure) setter.set('ReplicaFailure', true, 'FailedCreate', failure);
     setter.set('Available', verdict.available.status, verdict.available.reason, verdict.available.message);
     setter.set(
       'Progressing',
@@ -212,7 +281,11 @@ export class DeploymentController {
       ...verdict.counts,
       templateHash: hash,
       selector: deploymentSelector(name),
-      conditions: setter.conditions,
+      // Only this controller's conditions: another manager's stay its own (an apply of them would
+      // take them over), and a ReplicaFailure that no longer holds goes.
+      conditions: setter.conditions.filter(
+        (c) => c.type === 'Available' || c.type === 'Progressing' || (c.type === 'ReplicaFailure' && failure),
+      ),
     };
     const batched = await this.writeStatus(wd, current, status);
     const after = [
@@ -330,7 +403,10 @@ function instanceState(i: InstanceObject): InstanceState {
     // creation: an instance that served for a day and then crashed has not been waited on for a day.
     notReadySince:
       Date.parse(
-        (ready?.status !== 'True' && ready?.lastTransitionTime) || i.metadata.creationTimestamp || '',
+        i.metadata.deletionTimestamp ||
+          (ready?.status !== 'True' && ready?.lastTransitionTime) ||
+          i.metadata.creationTimestamp ||
+          '',
       ) || Date.now(),
     ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
   };

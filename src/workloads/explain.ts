@@ -20,6 +20,7 @@ import {
   DEPLOYMENT_LABEL,
   Instance,
   InstanceType,
+  OWN_INSTANCES,
   Quota,
   QUOTA_GATE,
   type WorkloadDeploymentSpec,
@@ -103,6 +104,14 @@ function quotaLines(v: InstanceView, now: Date): string[] {
   const cond = findCondition(inst.status?.conditions, QUOTA_CONDITION);
   if (cond?.status === 'True')
     return [`  quota: granted (${cond.reason}) ${since(cond.lastTransitionTime, now)}: ${cond.message}`];
+  // Refused with no Quota here to refuse it: a quota controller elsewhere decides (a cell run with
+  // --quota-source=management), and a decision made from this namespace alone would contradict it.
+  if (cond && !v.quotas.length)
+    return [
+      `  quota: not granted (${cond.reason}) ${since(cond.lastTransitionTime, now)}: ${cond.message}; ` +
+        `no Quota in namespace ${ns} here: the quota controller that wrote this decides ` +
+        "(the management plane's, when the cell runs with --quota-source=management)",
+    ];
   const [quota] = [...v.quotas].sort(oldestFirst);
   const types = new Map(v.instanceTypes.map((t) => [t.metadata?.name ?? '', t.spec]));
   // Listed a moment apart, the instance may be missing from the namespace's list: it counts all the same.
@@ -187,7 +196,8 @@ export async function explainInstance(client: KubeClient, object: KubeObject): P
   const [pod, quotas, instances, instanceTypes] = await Promise.all([
     client.get<PodView>(Resources.pods, inst.metadata?.name ?? '', ns).catch(() => undefined),
     client.list<QuotaObject>(Quota.ref, { namespace: ns }).then((l) => l.items),
-    client.list<InstanceObject>(Instance.ref, { namespace: ns }).then((l) => l.items),
+    // Mirrors of the cells' instances are not this cluster's to count (OWN_INSTANCES, as the quota controller).
+    client.list<InstanceObject>(Instance.ref, { namespace: ns, query: OWN_INSTANCES }).then((l) => l.items),
     client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
   ]);
   // A Pod of that name that the instance does not own is not its Pod.

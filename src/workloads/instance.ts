@@ -12,7 +12,7 @@ import { conditionSetter, findCondition, sameConditions, type Condition } from '
 import { Resources, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { ApiError, isConflict, isNotFound } from '../runtime/client/client.ts';
+import { ApiError, isConflict, isNotFound, isRefused } from '../runtime/client/client.ts';
 import { Controller, type Result } from '../runtime/controller/controller.ts';
 import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
@@ -26,6 +26,7 @@ import {
   INSTANCE_PODS,
   instanceOwnerUid,
   instanceVerdict,
+  podEnded,
   podManifest,
   ungatePatch,
   USER_FIXABLE,
@@ -53,6 +54,11 @@ const OWN = ['Ready', 'Available', 'Programmed'] as const;
 
 /** How long a new instance waits for the quota controller's verdict before it is reported as waiting. */
 const VERDICT_WAIT_MS = 5000;
+
+/** A Pod that ended is replaced once it is this old (ms since its creation). */
+const ENDED_REPLACE_MS = 10_000;
+
+const notOwned = (name: string) => `a Pod named ${name} exists that this instance does not own`;
 
 /** A Pod the apiserver refused is tried again after this long (the refusal stands meanwhile). */
 const REJECTED_RETRY_MS = 60_000;
@@ -144,6 +150,20 @@ export class InstanceController {
     // An earlier instance's Pod holds the name this one's needs: it goes now, and its deletion's
     // event brings this key back to make the new one.
     if (cached && !pod) await this.deleteFormerPod(cached);
+    // A Pod that ended (evicted, its node shut down) never runs again: it is made anew, as a
+    // StatefulSet's is. Its deletion's event brings this key back to make the new one.
+    // One that ends as soon as it is made (a kubelet refusing it: OutOfcpu) is replaced at most every
+    // ENDED_REPLACE_MS rather than in a tight loop, as the kubelet's own back-off would.
+    const endedAgo =
+      pod && podEnded(pod) ? Date.now() - (Date.parse(pod.metadata.creationTimestamp ?? '') || 0) : 0;
+    if (pod && podEnded(pod) && !pod.metadata.deletionTimestamp && endedAgo >= ENDED_REPLACE_MS) {
+      if (await deleteExact(this.manager.client(), Resources.pods, pod)) {
+        const why = `Pod ${pod.metadata.name} ${pod.status!.phase}: made anew`;
+        this.events.event(inst, 'Normal', 'PodReplaced', 'Delete', why);
+        this.log.info({ instance: key, phase: pod.status!.phase }, 'deleted an ended Pod to make it anew');
+      }
+      return;
+    }
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
@@ -172,10 +192,15 @@ export class InstanceController {
       this.rejected.delete(key);
       refused = undefined;
     }
-    let configError = 'error' in size ? size.error : refused?.message;
+    // A Pod of this name with the instance label that no instance owns (its Instance deleted with
+    // --cascade=orphan): not Berth's to delete, and never going by itself.
+    const orphan = cached && !pod && !instanceOwnerUid(cached) ? notOwned(inst.metadata.name!) : undefined;
+    let configError = 'error' in size ? size.error : (refused?.message ?? orphan);
     let result: Result | void = refused
       ? { requeueAfterMs: REJECTED_RETRY_MS - (Date.now() - refused.at) }
-      : undefined;
+      : orphan
+        ? { requeueAfterMs: REJECTED_RETRY_MS }
+        : undefined;
 
     if (!configError && !cached && !('error' in size)) {
       // No Pod (never made, or deleted by someone else): make it, gated unless already granted.
@@ -205,9 +230,11 @@ export class InstanceController {
             await this.deleteFormerPod(workloadPod(there));
             return { requeueAfterMs: maxWaitMs };
           }
-          configError = `a Pod named ${inst.metadata.name} exists that this instance does not own`;
+          configError = notOwned(inst.metadata.name!);
           result = { requeueAfterMs: REJECTED_RETRY_MS };
-        } else if (e instanceof ApiError && e.status === 422) {
+        } else if (isRefused(e)) {
+          // An admission policy (Pod Security, a webhook, a ResourceQuota's rules), the apiserver's
+          // validation or Berth's own RBAC: the user's to fix, so shown, not only retried in the log.
           configError = `the apiserver refused the Pod: ${e.message}`;
           this.rejected.set(key, { uid, message: configError, at: Date.now() });
           result = { requeueAfterMs: REJECTED_RETRY_MS };
@@ -231,16 +258,20 @@ export class InstanceController {
       }
     }
 
+    const crashing = findCondition(inst.status?.conditions, 'Ready')?.reason === 'InstanceCrashing';
     const verdict = instanceVerdict({
       ...(pod ? { pod } : {}),
+      crashing,
       foreignPod: !!cached && !pod,
       ...(quota ? { quota } : {}),
       ...(configError ? { configError } : {}),
     });
     await this.writeStatus(inst, pod, verdict, granted ? quota : undefined);
     // A crash stops counting when its window closes, with no event to say so: look again then.
-    const crashEnds = pod && crashWindowEndsIn(pod, Date.now());
+    const crashEnds = pod && crashWindowEndsIn(pod, Date.now(), verdict.ready.reason === 'InstanceCrashing');
     if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
+    // An ended Pod too young to replace yet: replaced once it is old enough.
+    if (pod && podEnded(pod)) return { requeueAfterMs: Math.max(100, ENDED_REPLACE_MS - endedAgo) };
     return result;
   }
 

@@ -319,7 +319,7 @@ export class QuotaController {
   /** Clusters whose instances can be read now: engaged, and listed once. */
   private readable(): ClusterState[] {
     const engaged = new Set(this.manager.clusterNames);
-    return [...this.clusters.values()].filter((s) => engaged.has(s.cluster.name) && s.instances.hasSynced());
+    return [...this.clusters.values()].filter((s) => engaged.has(s.cluster.name) && listed(s));
   }
 
   async reconcile(queueKey: string): Promise<Result | void> {
@@ -334,12 +334,10 @@ export class QuotaController {
     // keeps a claim it cannot check), so the budget holds; only its waiting instances wait on.
     const now = new Date();
     const engaged = new Set(this.manager.clusterNames);
-    const unread = [...this.clusters.values()].filter(
-      (s) => engaged.has(s.cluster.name) && !s.instances.hasSynced(),
-    );
+    const unread = [...this.clusters.values()].filter((s) => engaged.has(s.cluster.name) && !listed(s));
     const graceLeft = Math.max(0, ...unread.map((s) => s.since + UNREAD_GRACE_MS - now.getTime()));
     if (graceLeft > 0) return { requeueAfterMs: Math.min(1000, graceLeft) };
-    for (const s of this.clusters.values()) if (s.instances.hasSynced()) s.unreadLogged = false;
+    for (const s of this.clusters.values()) if (listed(s)) s.unreadLogged = false;
     for (const s of unread)
       if (!s.unreadLogged) {
         s.unreadLogged = true;
@@ -566,3 +564,9 @@ export class QuotaController {
 }
 
 export type { InstanceTypeObject } from './decide.ts';
+
+/**
+ * A cluster's instances and their types are both listed: with its types not yet, every typed
+ * instance there would be sized as naming a type that does not exist (ConfigurationError).
+ */
+const listed = (s: ClusterState): boolean => s.instances.hasSynced() && !!s.instanceTypes?.hasSynced();

@@ -16,7 +16,7 @@ import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { resourcePath } from '../../src/runtime/client/client.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import { controlledBy, type InstanceObject } from '../../src/workloads/decide.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
@@ -33,6 +33,7 @@ import {
   createNamespace,
   deleteNamespace,
   deleteNodes,
+  refuseByPolicy,
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
@@ -546,5 +547,123 @@ describe('workloads in a cell', () => {
       gracePeriodSeconds: 0,
     });
     await observe('foreign', settled(1), 120_000);
+  });
+
+  test('a deployment deleted with --cascade=orphan and made again adopts its instances: no Pod is made anew', async () => {
+    await applyWD('orphan', { replicas: 2, template: template('registry.example/orphan:1') });
+    const [up] = (await observe('orphan', settled(2))).slice(-1);
+    const podUids = up!.pods.map((p) => p.metadata!.uid).sort();
+    await client.delete(WorkloadDeployment.ref, 'orphan', ns, {
+      apiVersion: 'v1',
+      kind: 'DeleteOptions',
+      propagationPolicy: 'Orphan',
+    });
+    await waitFor('the instances orphaned', async () => {
+      const gone = await getWD('orphan').then(
+        () => false,
+        () => true,
+      );
+      const left = await instancesOf('orphan');
+      return gone && left.length === 2 && left.every((i) => !i.metadata.ownerReferences?.length);
+    });
+    await applyWD('orphan', { replicas: 2, template: template('registry.example/orphan:1') });
+    const wd = await getWD('orphan');
+    const [again] = (
+      await observe(
+        'orphan',
+        (s) => settled(2)(s) && s.instances.every((i) => controlledBy(i, wd.metadata!.uid)),
+      )
+    ).slice(-1);
+    assert.deepEqual(again!.pods.map((p) => p.metadata!.uid).sort(), podUids);
+  });
+
+  test('an Instance the apiserver refuses: ReplicaFailure FailedCreate with a Warning, gone once it is created', async () => {
+    const message = 'no refusedwd instances here';
+    const allow = await refuseByPolicy(
+      client,
+      `${id}-instances`,
+      [{ apiGroups: [Instance.ref.group], operations: ['CREATE'], resources: ['instances'] }],
+      `!object.metadata.name.startsWith('refusedwd-')`,
+      message,
+      () =>
+        client.create(
+          Instance.ref,
+          {
+            apiVersion: Instance.apiVersion,
+            kind: Instance.kind,
+            metadata: { name: 'refusedwd-probe', namespace: ns },
+            spec: { ordinal: 0, templateHash: 'probe', template: template('registry.example/probe:1') },
+          },
+          { dryRun: true },
+        ),
+    );
+    try {
+      await applyWD('refusedwd', { replicas: 1, template: template('registry.example/refusedwd:1') });
+      const [failed] = (
+        await observe('refusedwd', (s) => cond(s.wd, 'ReplicaFailure')?.reason === 'FailedCreate')
+      ).slice(-1);
+      assert.match(cond(failed!.wd, 'ReplicaFailure')!.message, new RegExp(message));
+      await waitFor('the Warning', async () =>
+        (await events('refusedwd', 'WorkloadDeployment')).some(
+          (e) => e.type === 'Warning' && e.reason === 'FailedCreate',
+        ),
+      );
+    } finally {
+      await allow();
+    }
+    // Tried again within 30 s; the condition goes with the failure.
+    const [healed] = (await observe('refusedwd', settled(1), 60_000)).slice(-1);
+    assert.equal(cond(healed!.wd, 'ReplicaFailure'), undefined);
+  });
+
+  test('a Pod that ended (evicted: phase Failed) is made anew, as a StatefulSet does', async () => {
+    await applyWD('evicted', { replicas: 1, template: template('registry.example/evicted:1') });
+    const [up] = (await observe('evicted', settled(1))).slice(-1);
+    const [old] = up!.pods;
+    await client.patch(
+      Resources.pods,
+      old!.metadata!.name!,
+      { status: { phase: 'Failed', reason: 'Evicted', message: 'The node was low on resource: memory.' } },
+      { namespace: ns, type: 'merge', subresource: 'status' },
+    );
+    const [again] = (
+      await observe('evicted', (s) => settled(1)(s) && s.pods[0]?.metadata?.uid !== old!.metadata!.uid)
+    ).slice(-1);
+    assert.equal(again!.pods.length, 1);
+    await waitFor('the PodReplaced event', async () =>
+      (await events(again!.instances[0]!.metadata.name!, 'Instance')).some(
+        (e) => e.reason === 'PodReplaced' && /Failed: made anew/.test(e.note),
+      ),
+    );
+  });
+
+  test('a Pod the apiserver forbids (Pod Security): ConfigurationError with its answer and a Warning', async () => {
+    const restrict = (level: string | null) =>
+      client.patch(
+        Resources.namespaces,
+        ns,
+        { metadata: { labels: { 'pod-security.kubernetes.io/enforce': level } } },
+        { type: 'merge' },
+      );
+    await restrict('restricted');
+    try {
+      await applyWD('forbidden', { replicas: 1, template: template('registry.example/forbidden:1') });
+      const [blocked] = (
+        await observe('forbidden', (s) => cond(s.instances[0], 'Ready')?.reason === 'ConfigurationError')
+      ).slice(-1);
+      const name = blocked!.instances[0]!.metadata.name!;
+      assert.match(
+        cond(blocked!.instances[0], 'Ready')!.message,
+        /the apiserver refused the Pod: .*PodSecurity/,
+      );
+      await waitFor('the Warning', async () =>
+        (await events(name, 'Instance')).some(
+          (e) => e.type === 'Warning' && e.reason === 'ConfigurationError',
+        ),
+      );
+    } finally {
+      await restrict(null);
+      await client.delete(WorkloadDeployment.ref, 'forbidden', ns).catch(() => {});
+    }
   });
 });

@@ -312,6 +312,55 @@ describe('deploymentVerdict', () => {
     );
   });
 
+  test('a deletion that lingers (a Pod stuck Terminating) stops the step at the deadline, counted from the deletion', () => {
+    const going = inst(2, 'old', {
+      deleting: true,
+      gone: true,
+      ready: false,
+      notReadySince: 10_000,
+      message: 'its Pod web-2 is still going',
+    });
+    const remade = [
+      inst(0, 'old'),
+      inst(1, 'old'),
+      going,
+      inst(2, 'new', { ready: false, notReadySince: 0 }),
+    ];
+    const before = verdict(3, remade, 609_000);
+    assert.equal(before.progressing.status, true);
+    assert.equal(before.deadlineInMs, 1000, 'looked at again when the deadline comes');
+    const v = verdict(3, remade, 610_000);
+    assert.deepEqual(
+      { status: v.progressing.status, reason: v.progressing.reason, message: v.progressing.message },
+      {
+        status: false,
+        reason: 'ProgressDeadlineExceeded',
+        message: 'web-2 not gone after 600s: its Pod web-2 is still going',
+      },
+    );
+    // Parallel waits the same way on an Instance still deleting (someone's finalizer holds its name).
+    const held = [inst(0), inst(1), { ...going, gone: false }];
+    const parallel = deploymentVerdict({
+      ...input(3, held, 'Parallel'),
+      plan: plan(input(3, held, 'Parallel')),
+      progressDeadlineSeconds: 600,
+      now: 610_000,
+    });
+    assert.equal(parallel.progressing.reason, 'ProgressDeadlineExceeded');
+  });
+
+  test('a broken instance being deleted to be replaced does not stop the rollout with its cause', () => {
+    const broken = inst(2, 'old', {
+      deleting: true,
+      ready: false,
+      reason: 'InstanceCrashing',
+      notReadySince: 0,
+    });
+    const v = verdict(3, [inst(0, 'old'), inst(1, 'old'), broken], 1000);
+    assert.equal(v.progressing.status, true);
+    assert.equal(v.progressing.reason, 'NewTemplateRolling');
+  });
+
   test('settled: Available with every instance, Progressing NewTemplateAvailable', () => {
     const v = verdict(2, [inst(0), inst(1)]);
     assert.equal(v.available.status, true);
@@ -372,6 +421,20 @@ describe('instance conditions from the Pod', () => {
     assert.equal(crashWindowEndsIn(ranUntil('2030-01-01T00:59:00Z'), now), 9 * 60_000);
     assert.deepEqual(podCauses(ranUntil('2030-01-01T00:49:00Z'), now), [], 'eleven minutes ago');
     assert.equal(crashWindowEndsIn(ranUntil('2030-01-01T00:49:00Z'), now), undefined);
+    // Once reported crashing, its first restarts keep it so (no flip to Provisioning between back-offs).
+    const once = pod({
+      containerStatuses: [
+        {
+          name: 'app',
+          restartCount: 1,
+          state: { running: {} },
+          lastState: { terminated: { finishedAt: '2030-01-01T00:59:00Z' } },
+        },
+      ],
+    });
+    assert.deepEqual(podCauses(once, now), []);
+    assert.deepEqual(podCauses(once, now, true), crash);
+    assert.equal(crashWindowEndsIn(once, now, true), 9 * 60_000);
     assert.equal(
       podCauses(
         pod({ containerStatuses: [waiting('CreateContainerConfigError', 0, 'secret "x" not found')] }),
