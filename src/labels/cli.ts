@@ -49,6 +49,9 @@ export function rulesCommand(ctx: CommandContext): Command {
             else removed.add(rule.name);
           }
         }
+        // Two different questions (what would these files change; what do these rules do now): one per run.
+        if (removed.size && (candidates.length || args.some((a) => existsSync(a))))
+          errors.push('give rule files to preview, or names of current rules to see what they do, not both');
         // One owner per key, as the controller applies it: a rule that would write a key a gate or
         // placement owns is Invalid and applies nothing. A candidate's is an error; a current one's
         // applies nothing before or after.

@@ -21,7 +21,13 @@ import { NodeStartupGate } from '../gates/types.ts';
 import { compileRule } from '../labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
-import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
+import {
+  DEPLOYMENT_LABEL,
+  Instance,
+  MIRROR_LABEL,
+  QUOTA_GATE,
+  WorkloadDeployment,
+} from '../workloads/types.ts';
 import { Cell, Location } from '../cells/types.ts';
 import { Workload } from '../federation/types.ts';
 import {
@@ -317,7 +323,8 @@ export class UiState {
     return {
       workloads,
       cities: cityRows(list(Cell), list(Location), list(Workload)),
-      localInstances: this.instances?.size ?? 0,
+      // Mirrors of the cells' instances (a management plane's) run in the cells, not here.
+      localInstances: this.instances?.list().filter((i) => !i.metadata?.labels?.[MIRROR_LABEL]).length ?? 0,
     };
   }
 }

@@ -603,6 +603,23 @@ describe('derived node labels', () => {
     }
   });
 
+  test('berth rules test refuses rule files and names of current rules together: they ask different questions', async () => {
+    const p = uniqueName('mixed');
+    const spec = {
+      match: { allOf: [{ label: `${p}.example.com/in`, operator: 'Exists' }] },
+      labels: { [`${p}.example.com/out`]: 'yes' },
+    };
+    await applyRule(p, spec);
+    await assert.rejects(rulesTest(`${p}-new`, spec, p), (e: Error & { code?: number; stderr?: string }) => {
+      assert.equal(e.code, 1);
+      assert.match(
+        e.stderr ?? '',
+        /error: give rule files to preview, or names of current rules to see what they do, not both/,
+      );
+      return true;
+    });
+  });
+
   test('berth rules test of a fix for a broken rule file: no change where Berth holds its label, a gain where it was never set', async () => {
     const p = uniqueName('heldfix');
     const ns = `${p}.example.com`;

@@ -36,7 +36,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
-import { waitFor } from '../helpers/wait.ts';
+import { sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -194,6 +194,28 @@ test('selecting a node shows what `berth explain node` prints', async () => {
   assert.equal(shown, stdout.trimEnd());
   assert.match(shown, /\nNot run by this Berth \(--controllers\): agents$/);
   assert.match(shown, /HELD since/);
+});
+
+test('an earlier explain answered after a later one does not replace it', async () => {
+  // The first node's answer is held back in the page's fetch until after the second's is shown.
+  await page.evaluate(`{
+    const fetch = window.fetch.bind(window);
+    window.fetch = (url, init) =>
+      String(url).includes(${JSON.stringify(`name=${nodes[0]}`)})
+        ? new Promise((resolve) => setTimeout(() => resolve(fetch(url, init)), 1500))
+        : fetch(url, init);
+  }`);
+  try {
+    for (const n of [nodes[0]!, nodes[1]!])
+      await page.$eval(`${rowOf(n)} a.object`, (a) => (a as unknown as { click(): void }).click());
+    await waitForText('#explain-text', `Node ${nodes[1]}`);
+    await sleep(2500);
+    const shown = await page.$eval('#explain-text', (e) => e.textContent ?? '');
+    assert.match(shown, new RegExp(`Node ${nodes[1]}`));
+    assert.doesNotMatch(shown, new RegExp(`Node ${nodes[0]}\\b`));
+  } finally {
+    await page.reload();
+  }
 });
 
 test('a pod a Berth scheduling gate holds is listed with the reason', async () => {

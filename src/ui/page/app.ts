@@ -44,16 +44,22 @@ function explainLink(kind: string, name: string, namespace?: string): HTMLElemen
   return a;
 }
 
+let explainAsked = 0;
+
 async function explain(kind: string, name: string, namespace?: string): Promise<void> {
   const q = new URLSearchParams({ kind, name, ...(namespace ? { namespace } : {}) });
+  // Only the last object asked about is shown: an earlier answer that comes later is dropped.
+  const asked = ++explainAsked;
   $('explain').hidden = false;
   $('explain-title').textContent = `berth explain ${kind} ${namespace ? `${namespace}/` : ''}${name}`;
   $('explain-text').textContent = 'asking...';
+  let text: string;
   try {
-    $('explain-text').textContent = (await get<{ lines: string[] }>(`/api/explain?${q}`)).lines.join('\n');
+    text = (await get<{ lines: string[] }>(`/api/explain?${q}`)).lines.join('\n');
   } catch (e) {
-    $('explain-text').textContent = `could not explain: ${(e as Error).message}`;
+    text = `could not explain: ${(e as Error).message}`;
   }
+  if (asked === explainAsked) $('explain-text').textContent = text;
 }
 
 const conditions = (cs: ConditionView[]) =>
@@ -257,9 +263,25 @@ const loaders: Record<string, () => Promise<void>> = {
   workloads: loadWorkloads,
 };
 
+/** The stream's state and the sections whose last load failed: the header says the worst. */
+let connected = false;
+const failing = new Map<string, string>();
+
+function showLive(): void {
+  const [failed] = failing;
+  $('live').textContent = !connected ? 'reconnecting' : failed ? `${failed[0]}: ${failed[1]}` : 'live';
+  $('live').className = connected && !failed ? '' : 'off';
+}
+
 function load(sections: string[]): void {
   for (const s of sections)
-    loaders[s]?.().catch((e: Error) => ($('live').textContent = `${s}: ${e.message}`));
+    loaders[s]?.().then(
+      () => failing.delete(s) && showLive(),
+      (e: Error) => {
+        failing.set(s, e.message);
+        showLive();
+      },
+    );
 }
 
 function start(): void {
@@ -297,14 +319,14 @@ function start(): void {
   const stream = new EventSource('/api/stream');
   // hello comes first on every (re)connection: whatever changed meanwhile is read again.
   stream.addEventListener('hello', () => {
-    $('live').textContent = 'live';
-    $('live').className = '';
+    connected = true;
+    showLive();
     load(Object.keys(loaders));
   });
   stream.addEventListener('change', (e) => load(JSON.parse((e as MessageEvent<string>).data) as string[]));
   stream.addEventListener('error', () => {
-    $('live').textContent = 'reconnecting';
-    $('live').className = 'off';
+    connected = false;
+    showLive();
   });
 }
 
