@@ -9,8 +9,9 @@ import {
   deletionChanged,
   generationChanged,
   labelsChanged,
+  ownersChanged,
 } from '../policy/predicates.ts';
-import { conditionSetter, findCondition, sameConditions } from '../runtime/api/conditions.ts';
+import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
@@ -71,6 +72,9 @@ const byDeployment = (o: KubeObject) => {
 
 /** Count-only status changes within this long of the last write are batched into one write. */
 const STATUS_BATCH_MS = 500;
+/** The conditions this controller owns on a WorkloadDeployment, and the one it sets only while a create fails. */
+const OWN = ['Available', 'Progressing'] as const;
+const FAILURE = 'ReplicaFailure';
 /** An Instance's create that failed for a cause the user fixes is tried again after this long. */
 const FAILED_CREATE_RETRY_MS = 30_000;
 
@@ -148,13 +152,14 @@ export class DeploymentController {
     };
     // Instances of this deployment's name that no controller owns (the deployment was deleted with
     // --cascade=orphan and made again): adopted, as a ReplicaSet adopts its orphans, rather than
-    // left holding the names its creates need. Their update events bring this key back.
+    // left holding the names its creates need. Their owners' change brings this key back.
     const orphans = this.instances
       .byIndex('deployment', key)
       .filter((i) => !i.metadata.ownerReferences?.some((o) => o.controller));
     if (orphans.length) {
-      for (const i of orphans) await this.adopt(i, owner);
-      return;
+      let refused: string | undefined;
+      for (const i of orphans) refused ??= await this.adopt(i, owner);
+      return this.reportFailure(wd, refused, true);
     }
     const { hash, owned, plan: p } = this.planFor(key, wd);
 
@@ -162,12 +167,14 @@ export class DeploymentController {
     // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
     let held = false;
     let failure: string | undefined;
+    let created = false;
     for (const a of p.actions) {
       const target = `${ns}/${a.type === 'create' ? instanceName(name, a.ordinal) : a.name}`;
       if (this.sent.pendingKey(target)) {
         held = true;
         continue;
       }
+      if (a.type === 'create') created = true;
       try {
         let written: KubeObject | undefined;
         if (a.type === 'create') {
@@ -212,10 +219,25 @@ export class DeploymentController {
       }
     }
 
-    // Shown in status (a ReplicaSet's ReplicaFailure) and as a Warning, and tried again later: the
-    // user's to fix (an admission policy, a quota on Instances, a name taken by hand).
-    const was = this.failedCreates.get(key);
-    if (failure !== was) {
+    // A pass that tried no create says nothing of the last failure (its plan waits on something
+    // else), unless every ordinal now exists.
+    const ordinals = new Set(
+      owned
+        .filter((i) => !i.metadata.deletionTimestamp && i.spec.ordinal < wd.spec.replicas)
+        .map((i) => i.spec.ordinal),
+    );
+    const result = this.reportFailure(wd, failure, created || ordinals.size === wd.spec.replicas);
+    return result ?? (held ? { requeueAfterMs: maxWaitMs } : undefined);
+  }
+
+  /**
+   * Why the deployment cannot make (or adopt) its instances, when `tried` says this pass knows:
+   * shown in status (a ReplicaSet's ReplicaFailure) and as a Warning when it starts, and tried
+   * again later. The user's to fix: an admission policy, a quota on Instances, a name taken by hand.
+   */
+  private reportFailure(wd: DeploymentObject, failure: string | undefined, tried: boolean): Result | void {
+    const key = keyOf(wd);
+    if (tried && failure !== this.failedCreates.get(key)) {
       if (failure) this.failedCreates.set(key, failure);
       else this.failedCreates.delete(key);
       this.statusController.queue.add(key);
@@ -225,11 +247,13 @@ export class DeploymentController {
       }
     }
     if (failure) return { requeueAfterMs: FAILED_CREATE_RETRY_MS };
-    if (held) return { requeueAfterMs: maxWaitMs };
   }
 
-  /** Makes this deployment an orphaned instance's controller (a uid and version test guards the patch). */
-  private async adopt(inst: InstanceObject, owner: OwnerReference): Promise<void> {
+  /**
+   * Makes this deployment an orphaned instance's controller (a uid and version test guards the
+   * patch); why not, when the apiserver refuses it.
+   */
+  private async adopt(inst: InstanceObject, owner: OwnerReference): Promise<string | undefined> {
     const refs = [
       ...(inst.metadata.ownerReferences ?? []),
       { ...owner, controller: true, blockOwnerDeletion: true },
@@ -247,9 +271,14 @@ export class DeploymentController {
       );
       this.log.info({ instance: keyOf(inst), deployment: owner.name }, 'orphaned instance adopted');
     } catch (e) {
-      // Changed or gone since the cache saw it: its event brings the deployment back.
-      if (!(e instanceof ApiError && (e.status === 404 || e.status === 409 || e.status === 422))) throw e;
+      // Changed or gone since the cache saw it (a failed test is a 422): its event brings the
+      // deployment back.
+      if (e instanceof ApiError && (e.status === 404 || e.status === 409 || e.status === 422))
+        return undefined;
+      if (isRefused(e)) return `the apiserver refused to adopt the Instance ${keyOf(inst)}: ${e.message}`;
+      throw e;
     }
+    return undefined;
   }
 
   /** The deployment's counts and conditions, from the same caches and plan as the actions. */
@@ -268,7 +297,7 @@ export class DeploymentController {
     const current = this.statusSent.pending(wd) ?? wd.status ?? {};
     const failure = this.failedCreates.get(key);
     const setter = conditionSetter(current.conditions ?? [], wd.metadata.generation);
-    if (failure) setter.set('ReplicaFailure', true, 'FailedCreate', failure);
+    if (failure) setter.set(FAILURE, true, 'FailedCreate', failure);
     setter.set('Available', verdict.available.status, verdict.available.reason, verdict.available.message);
     setter.set(
       'Progressing',
@@ -281,11 +310,8 @@ export class DeploymentController {
       ...verdict.counts,
       templateHash: hash,
       selector: deploymentSelector(name),
-      // Only this controller's conditions: another manager's stay its own (an apply of them would
-      // take them over), and a ReplicaFailure that no longer holds goes.
-      conditions: setter.conditions.filter(
-        (c) => c.type === 'Available' || c.type === 'Progressing' || (c.type === 'ReplicaFailure' && failure),
-      ),
+      // Only this controller's conditions, and a ReplicaFailure only while it holds.
+      conditions: conditionsOf(setter.conditions, failure ? [...OWN, FAILURE] : OWN),
     };
     const batched = await this.writeStatus(wd, current, status);
     const after = [
@@ -302,7 +328,7 @@ export class DeploymentController {
     const former = (p: WorkloadPod) => this.isFormer(p);
     c.watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
       .watch(this.instances, deploymentOf, {
-        update: changed(conditionsChanged, deletionChanged, labelsChanged),
+        update: changed(conditionsChanged, deletionChanged, labelsChanged, ownersChanged),
       })
       .watch(this.pods, deploymentOf, { add: former, update: () => false, delete: former });
   }
@@ -348,7 +374,7 @@ export class DeploymentController {
     const same =
       (Object.keys(status) as (keyof WorkloadDeploymentStatus)[]).every(
         (k) => k === 'conditions' || old[k] === status[k],
-      ) && sameConditions(last, status.conditions);
+      ) && sameConditions(conditionsOf(last, [...OWN, FAILURE]), status.conditions);
     if (same) return;
     const urgent =
       old.observedGeneration !== status.observedGeneration ||

@@ -109,8 +109,8 @@ function quotaLines(v: InstanceView, now: Date): string[] {
   if (cond && !v.quotas.length)
     return [
       `  quota: not granted (${cond.reason}) ${since(cond.lastTransitionTime, now)}: ${cond.message}; ` +
-        `no Quota in namespace ${ns} here: the quota controller that wrote this decides ` +
-        "(the management plane's, when the cell runs with --quota-source=management)",
+        `no Quota in namespace ${ns} here: in a cell run with --quota-source=management the ` +
+        "management plane's Quota decides; else Berth grants it on its next pass",
     ];
   const [quota] = [...v.quotas].sort(oldestFirst);
   const types = new Map(v.instanceTypes.map((t) => [t.metadata?.name ?? '', t.spec]));

@@ -33,14 +33,14 @@ export const workloadsCapability: Capability = {
   ],
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
   rbac: [
-    // Deployments create and delete their instances; statuses are applied (patch), a Quota's is
-    // written with its resourceVersion (update). An instance's Pod is created, ungated (patch) and
+    // Deployments create and delete their instances, and adopt orphaned ones (patch); statuses are
+    // applied (patch), a Quota's is written with its resourceVersion (update). An instance's Pod is created, ungated (patch) and
     // deleted with the instance, a hop before the garbage collector would.
     { apiGroups: [POLICY_GROUP], resources: ['workloaddeployments', 'quotas'], verbs: ['list', 'watch'] },
     {
       apiGroups: [POLICY_GROUP],
       resources: ['instances'],
-      verbs: ['get', 'list', 'watch', 'create', 'delete'],
+      verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'],
     },
     {
       apiGroups: [POLICY_GROUP],

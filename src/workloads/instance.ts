@@ -8,7 +8,7 @@
 // verdict stays the quota controller's entry, never touched here.
 import { isDeepStrictEqual } from 'node:util';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { conditionSetter, findCondition, sameConditions, type Condition } from '../runtime/api/conditions.ts';
+import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../runtime/api/conditions.ts';
 import { Resources, type OwnerReference } from '../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
@@ -270,8 +270,10 @@ export class InstanceController {
     // A crash stops counting when its window closes, with no event to say so: look again then.
     const crashEnds = pod && crashWindowEndsIn(pod, Date.now(), verdict.ready.reason === 'InstanceCrashing');
     if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
-    // An ended Pod too young to replace yet: replaced once it is old enough.
-    if (pod && podEnded(pod)) return { requeueAfterMs: Math.max(100, ENDED_REPLACE_MS - endedAgo) };
+    // An ended Pod too young to replace yet: replaced once it is old enough (one being deleted brings
+    // this key back with its deletion's event).
+    if (pod && podEnded(pod) && !pod.metadata.deletionTimestamp)
+      return { requeueAfterMs: Math.max(100, ENDED_REPLACE_MS - endedAgo) };
     return result;
   }
 
@@ -328,19 +330,18 @@ export class InstanceController {
     // apply without it would take it away); a waiting verdict is the quota controller's own.
     if (grant) setter.set('QuotaGranted', true, grant.reason, grant.message);
     const own: readonly string[] = grant ? [...OWN, 'QuotaGranted'] : OWN;
-    const mine = (cs: Condition[]) => cs.filter((c) => own.includes(c.type));
     const hash = pod?.metadata.labels?.[TEMPLATE_HASH_LABEL];
     const status: InstanceStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       ...(hash ? { observedTemplateHash: hash } : {}),
       ...(pod ? { podName: pod.metadata.name! } : {}),
-      conditions: mine(setter.conditions),
+      conditions: conditionsOf(setter.conditions, own),
     };
     if (
       old.observedGeneration === status.observedGeneration &&
       old.observedTemplateHash === status.observedTemplateHash &&
       old.podName === status.podName &&
-      sameConditions(mine(before), status.conditions)
+      sameConditions(conditionsOf(before, own), status.conditions)
     )
       return;
     try {

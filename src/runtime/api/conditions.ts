@@ -47,6 +47,13 @@ export function hasCondition(
   return conds?.some((c) => c.type === type && c.status === status) ?? false;
 }
 
+/**
+ * The conditions of `types`: what one controller applies under its field manager (applying another
+ * manager's would take them over) and compares with what it last wrote.
+ */
+export const conditionsOf = (cs: Condition[], types: readonly string[]): Condition[] =>
+  cs.filter((c) => types.includes(c.type));
+
 /** Equal ignoring lastTransitionTime and order, so a status write happens only when something changed. */
 export function sameConditions(a: Condition[] | undefined, b: Condition[] | undefined): boolean {
   const x = a ?? [];

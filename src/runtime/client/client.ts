@@ -30,7 +30,17 @@ export const isGone = (e: unknown): boolean => e instanceof ApiError && e.status
  * webhook, RBAC, a ResourceQuota): no retry changes the answer until someone changes something.
  */
 export const isRefused = (e: unknown): e is ApiError =>
-  e instanceof ApiError && (e.status === 400 || e.status === 403 || e.status === 422);
+  e instanceof ApiError &&
+  (e.status === 400 || e.status === 403 || e.status === 422) &&
+  !isNamespaceTerminating(e);
+
+/** A create in a namespace being deleted (403 NamespaceTerminating): the teardown's, not a refusal to show. */
+const isNamespaceTerminating = (e: unknown): boolean =>
+  e instanceof ApiError &&
+  e.status === 403 &&
+  ((e.body as { details?: { causes?: { reason?: string }[] } } | undefined)?.details?.causes ?? []).some(
+    (c) => c.reason === 'NamespaceTerminating',
+  );
 
 /** Whether the apiserver has the object (any uid): only its 404 says it has not; other errors throw. */
 export const exists = (

@@ -65,8 +65,7 @@ export class Controller implements Aware {
   private readonly opts: ControllerOptions;
   private readonly sources: Source<never>[] = [];
   private readonly clusterWatches: ClusterWatch<never>[] = [];
-  /** The clusters engaged with this controller, each with the signal that aborts when it leaves. */
-  /** The engaged clusters, each with the source every cluster watch made for it (made once). */
+  /** The engaged clusters, each with the signal that aborts when it leaves and the source every cluster watch made for it (made once). */
   private readonly clusters = new Map<string, Engaged>();
   private readonly log: Logger;
   private workers: Promise<void>[] = [];

@@ -5,7 +5,7 @@ import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { mock, test } from 'node:test';
 import { Resources } from '../../../src/runtime/api/meta.ts';
-import { KubeClient } from '../../../src/runtime/client/client.ts';
+import { ApiError, isRefused, KubeClient } from '../../../src/runtime/client/client.ts';
 import { createCertificateAuthority } from '../../../src/runtime/webhook/certificates.ts';
 
 test('a credential refresh that fails once keeps the last good credentials and is tried again', async (t) => {
@@ -93,3 +93,13 @@ test('a write the agent held while every socket was busy is refused when it gets
 async function waitUntil(cond: () => boolean): Promise<void> {
   while (!cond()) await new Promise((r) => setTimeout(r, 10));
 }
+
+test("a refusal is the apiserver's answer to the write's content or writer, not a namespace's teardown", () => {
+  const forbidden = (causes: { reason: string }[]) =>
+    new ApiError(403, 'Forbidden', 'forbidden', { details: { causes } });
+  assert.equal(isRefused(new ApiError(422, 'Invalid', 'invalid', {})), true);
+  assert.equal(isRefused(forbidden([])), true, 'Pod Security, RBAC, a webhook');
+  assert.equal(isRefused(forbidden([{ reason: 'NamespaceTerminating' }])), false);
+  assert.equal(isRefused(new ApiError(409, 'Conflict', 'conflict', {})), false);
+  assert.equal(isRefused(new Error('socket hang up')), false);
+});

@@ -106,6 +106,23 @@ test('an instance waiting for quota: its place in line, what is used, what it ne
     ).join('\n'),
     /quota: no Quota in namespace ns: Berth grants it at once \(not evaluated yet: is Berth running\?\)/,
   );
+  // Refused with no Quota here (a cell whose quota the management plane decides): its verdict, not a
+  // grant computed from this namespace alone.
+  assert.match(
+    instanceLines(
+      {
+        instance: inst('web-9', T0, [
+          cond('QuotaGranted', 'False', 'QuotaExceeded', '4 of 4 instances used'),
+        ]),
+        pod: undefined,
+        quotas: [],
+        instances: [],
+        instanceTypes: [],
+      },
+      NOW,
+    ).join('\n'),
+    /quota: not granted \(QuotaExceeded\) since .*: 4 of 4 instances used; no Quota in namespace ns here: in a cell run with --quota-source=management the management plane's Quota decides/,
+  );
 });
 
 test("an instance whose Pod cannot pull its image or keeps crashing: the containers' own words", () => {
