@@ -6,25 +6,23 @@ import { Resources } from '../../../src/runtime/api/meta.ts';
 import { Informer } from '../../../src/runtime/cache/informer.ts';
 import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 
-test('watches that keep failing are retried with a growing backoff, not at the first delay', async () => {
-  let watches = 0;
-  const client = {
+/** A client listing `items` (namespaces) and answering every watch with `watch`. */
+function fakeClient(watch: (opts: { signal: AbortSignal }) => AsyncGenerator<never>, items: unknown[] = []) {
+  return {
     request: () =>
-      Promise.resolve({
-        apiVersion: 'v1',
-        kind: 'NamespaceList',
-        metadata: { resourceVersion: '1' },
-        items: [],
-      }),
-    // An apiserver that lists but refuses every watch (throttled, restarting).
-    // eslint-disable-next-line require-yield
-    stream: async function* () {
-      watches++;
-      throw new ApiError(500, 'InternalError', 'watch refused', {});
-    },
+      Promise.resolve({ apiVersion: 'v1', kind: 'NamespaceList', metadata: { resourceVersion: '1' }, items }),
+    stream: (_path: string, opts: { signal: AbortSignal }) => watch(opts),
   } as unknown as KubeClient;
+}
+
+/** How many watches an informer opens in a second against `watch`, its backoff starting at 20 ms. */
+async function watchesInASecond(watch: () => AsyncGenerator<never>): Promise<number> {
+  let watches = 0;
   const informer = new Informer({
-    client,
+    client: fakeClient(() => {
+      watches++;
+      return watch();
+    }),
     ref: Resources.namespaces,
     backoff: { initialMs: 20, maxMs: 10_000 },
   });
@@ -32,37 +30,26 @@ test('watches that keep failing are retried with a growing backoff, not at the f
   await informer.waitForSync();
   await sleep(1_000);
   await informer.stop();
+  return watches;
+}
+
+test('watches that keep failing are retried with a growing backoff, not at the first delay', async () => {
+  // An apiserver that lists but refuses every watch (throttled, restarting).
+  // eslint-disable-next-line require-yield
+  const watches = await watchesInASecond(async function* () {
+    throw new ApiError(500, 'InternalError', 'watch refused', {});
+  });
   // 20, 40, 80, 160, 320 ms (±20%) fit in a second: five or six watches, where a backoff reset before
   // every watch would send one every 20 ms.
   assert.ok(watches >= 4 && watches <= 8, `${watches} watches in a second`);
 });
 
 test('a watch the server closes at once with no event is backed off as a failure, not reopened back to back', async () => {
-  let watches = 0;
-  const client = {
-    request: () =>
-      Promise.resolve({
-        apiVersion: 'v1',
-        kind: 'NamespaceList',
-        metadata: { resourceVersion: '1' },
-        items: [],
-      }),
-    // A proxy answering every watch with an empty 200.
-    stream: async function* () {
-      watches++;
-      yield* [];
-    },
-  } as unknown as KubeClient;
-  const informer = new Informer({
-    client,
-    ref: Resources.namespaces,
-    backoff: { initialMs: 20, maxMs: 10_000 },
+  // A proxy answering every watch with an empty 200: backed off as above, where reopening at once
+  // made thousands.
+  const watches = await watchesInASecond(async function* () {
+    yield* [];
   });
-  informer.start();
-  await informer.waitForSync();
-  await sleep(1_000);
-  await informer.stop();
-  // Backed off as above: a handful, where reopening at once made thousands.
   assert.ok(watches >= 4 && watches <= 8, `${watches} watches in a second`);
 });
 
@@ -72,19 +59,14 @@ test('a handler that throws on a replay or a resync is logged; the informer and 
     kind: 'Namespace',
     metadata: { name, resourceVersion: '1' },
   });
-  const client = {
-    request: () =>
-      Promise.resolve({
-        apiVersion: 'v1',
-        kind: 'NamespaceList',
-        metadata: { resourceVersion: '1' },
-        items: [ns('a'), ns('b')],
-      }),
-    stream: async function* (_path: string, opts: { signal: AbortSignal }) {
+  // A watch that stays open, quiet, until the informer stops.
+  const client = fakeClient(
+    async function* (opts) {
       await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
       yield* [];
     },
-  } as unknown as KubeClient;
+    [ns('a'), ns('b')],
+  );
   const informer = new Informer({ client, ref: Resources.namespaces, resyncMs: 50 });
   informer.start();
   await informer.waitForSync();
