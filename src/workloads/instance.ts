@@ -267,14 +267,18 @@ export class InstanceController {
       ...(configError ? { configError } : {}),
     });
     await this.writeStatus(inst, pod, verdict, granted ? quota : undefined);
-    // A crash stops counting when its window closes, with no event to say so: look again then.
+    // Looked at again, with no event to say so, when the soonest of these comes: a crash stops
+    // counting when its window closes; an ended Pod too young to replace is old enough (one being
+    // deleted brings this key back with its deletion's event).
     const crashEnds = pod && crashWindowEndsIn(pod, Date.now(), verdict.ready.reason === 'InstanceCrashing');
-    if (crashEnds) return { requeueAfterMs: Math.min(crashEnds + 100, result?.requeueAfterMs ?? Infinity) };
-    // An ended Pod too young to replace yet: replaced once it is old enough (one being deleted brings
-    // this key back with its deletion's event).
-    if (pod && podEnded(pod) && !pod.metadata.deletionTimestamp)
-      return { requeueAfterMs: Math.max(100, ENDED_REPLACE_MS - endedAgo) };
-    return result;
+    const later = [
+      result?.requeueAfterMs,
+      crashEnds ? crashEnds + 100 : undefined,
+      pod && podEnded(pod) && !pod.metadata.deletionTimestamp
+        ? Math.max(100, ENDED_REPLACE_MS - endedAgo)
+        : undefined,
+    ].filter((ms): ms is number => ms !== undefined);
+    return later.length ? { requeueAfterMs: Math.min(...later) } : result;
   }
 
   /**
