@@ -153,10 +153,13 @@ export class InstanceController {
     // A Pod that ended (evicted, its node shut down) never runs again: it is made anew, as a
     // StatefulSet's is. Its deletion's event brings this key back to make the new one.
     // One that ends as soon as it is made (a kubelet refusing it: OutOfcpu) is replaced at most every
-    // ENDED_REPLACE_MS rather than in a tight loop, as the kubelet's own back-off would.
-    const endedAgo =
-      pod && podEnded(pod) ? Date.now() - (Date.parse(pod.metadata.creationTimestamp ?? '') || 0) : 0;
-    if (pod && podEnded(pod) && !pod.metadata.deletionTimestamp && endedAgo >= ENDED_REPLACE_MS) {
+    // ENDED_REPLACE_MS rather than in a tight loop, as the kubelet's own back-off would: replaceIn
+    // is how long until it may be (ms), undefined for a Pod that has not ended or is being deleted.
+    const replaceIn =
+      pod && podEnded(pod) && !pod.metadata.deletionTimestamp
+        ? ENDED_REPLACE_MS - (Date.now() - (Date.parse(pod.metadata.creationTimestamp ?? '') || 0))
+        : undefined;
+    if (pod && replaceIn !== undefined && replaceIn <= 0) {
       if (await deleteExact(this.manager.client(), Resources.pods, pod)) {
         const why = `Pod ${pod.metadata.name} ${pod.status!.phase}: made anew`;
         this.events.event(inst, 'Normal', 'PodReplaced', 'Delete', why);
@@ -274,9 +277,7 @@ export class InstanceController {
     const later = [
       result?.requeueAfterMs,
       crashEnds ? crashEnds + 100 : undefined,
-      pod && podEnded(pod) && !pod.metadata.deletionTimestamp
-        ? Math.max(100, ENDED_REPLACE_MS - endedAgo)
-        : undefined,
+      replaceIn === undefined ? undefined : Math.max(100, replaceIn),
     ].filter((ms): ms is number => ms !== undefined);
     return later.length ? { requeueAfterMs: Math.min(...later) } : result;
   }
