@@ -1,9 +1,12 @@
 // The test driver behind `npm test`: unit tests, then one sandbox for the whole integration run.
 // Test files run in child processes (node:test); they find the sandbox through BERTH_TEST_SANDBOX.
 import { globSync, readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { run } from 'node:test';
 import { spec } from 'node:test/reporters';
 import { abortOnSignals, Sandbox } from '../src/sandbox/sandbox.ts';
+import { DEFAULT_ADDRESSES } from '../src/cli/addresses.ts';
+import { parseBindAddress } from '../src/runtime/server/http.ts';
 import { auditCheck } from './rbac-audit.ts';
 
 const args = new Set(process.argv.slice(2));
@@ -39,6 +42,24 @@ async function runFiles(files: string[], concurrency: number, env: NodeJS.Proces
   });
   stream.compose(spec).pipe(process.stdout);
   await new Promise((resolve) => stream.once('end', resolve));
+}
+
+/**
+ * Berth's default addresses, held while the integration files run: a test whose server takes one
+ * (a flag it forgot to give) fails here every time, not only on a machine where something else
+ * happens to listen there. An address another process holds already is as good as held.
+ */
+async function holdDefaultAddresses(): Promise<() => void> {
+  const hold = (address: string) =>
+    new Promise<Server | undefined>((resolve) => {
+      const { host, port } = parseBindAddress(address)!;
+      const server = createServer((socket) => socket.destroy());
+      server.once('error', () => resolve(undefined));
+      server.listen(port, host, () => resolve(server));
+    });
+  const held = await Promise.all(Object.values(DEFAULT_ADDRESSES).map(hold));
+  process.stdout.write(`holding Berth's default addresses ${Object.values(DEFAULT_ADDRESSES).join(', ')}\n`);
+  return () => held.forEach((s) => s?.close());
 }
 
 const unitFiles = only
@@ -77,12 +98,17 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
     // policies of files running beside them: they run afterwards, one at a time.
     const alone = integrationFiles.filter((f) => readFileSync(f, 'utf8').includes('test-driver: alone'));
     const env = { BERTH_TEST_SANDBOX: name };
-    await runFiles(
-      integrationFiles.filter((f) => !alone.includes(f)),
-      2,
-      env,
-    );
-    await runFiles(alone, 1, env);
+    const release = await holdDefaultAddresses();
+    try {
+      await runFiles(
+        integrationFiles.filter((f) => !alone.includes(f)),
+        2,
+        env,
+      );
+      await runFiles(alone, 1, env);
+    } finally {
+      release();
+    }
     if (audit) {
       const { lines, ok } = auditCheck(sandbox.auditLogPath);
       process.stdout.write(`\n${lines.join('\n')}\n`);

@@ -35,6 +35,7 @@ import {
 } from '../runtime/webhook/registration.ts';
 import { capabilities } from '../capabilities.ts';
 import { installCrds } from './install.ts';
+import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { addUi, uiOptions } from './ui.ts';
 
 const limits = webhookServerLimits;
@@ -56,11 +57,15 @@ export function runCommand(): Command {
         'controllers to enable, comma-separated; a management plane names its own (--controllers cells)',
       ),
     )
-    .option('--metrics-bind-address <addr>', 'address of /metrics ("0" turns it off)', '127.0.0.1:8080')
+    .option(
+      '--metrics-bind-address <addr>',
+      'address of /metrics ("0" turns it off)',
+      DEFAULT_ADDRESSES.metrics,
+    )
     .option(
       '--health-probe-bind-address <addr>',
       'address of /healthz and /readyz ("0" turns it off)',
-      '127.0.0.1:8081',
+      DEFAULT_ADDRESSES.health,
     )
     .option('--leader-elect', 'elect a leader on a Lease so that only one replica writes', false)
     .option('--leader-election-namespace <ns>', 'namespace of the Lease', berthNamespace())
@@ -78,7 +83,7 @@ export function runCommand(): Command {
     .option(
       '--webhook-bind-address <addr>',
       'address of the admission webhook server ("0" turns webhooks off)',
-      '127.0.0.1:9443',
+      DEFAULT_ADDRESSES.webhook,
     )
     .addOption(
       new Option(
@@ -188,7 +193,7 @@ export function runCommand(): Command {
         .choices(['debug', 'info', 'warn', 'error'])
         .default('info'),
     );
-  for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);
+  for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   for (const c of capabilities) for (const opt of c.options?.() ?? []) cmd.addOption(opt);
   return cmd.action(async (o) => {
     setLogLevel(o.logLevel);

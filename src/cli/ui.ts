@@ -8,6 +8,7 @@ import { KubeClient } from '../runtime/client/client.ts';
 import { Manager } from '../runtime/manager/manager.ts';
 import { rootLogger } from '../runtime/observability/log.ts';
 import { UiServer } from '../ui/server.ts';
+import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -61,7 +62,7 @@ export function uiCommand(): Command {
         capabilities.map((c) => c.name),
       ),
     );
-  for (const opt of uiOptions('127.0.0.1:8088')) cmd.addOption(opt);
+  for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   return cmd.action(async (o) => {
     const manager = new Manager({
       client: KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' }),

@@ -18,6 +18,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { berthRunArgs } from '../../src/sandbox/berth.ts';
 import { freePorts, Sandbox } from '../../src/sandbox/sandbox.ts';
 import { berthKubeconfig } from '../helpers/berth.ts';
 import { addNodes } from '../helpers/cluster.ts';
@@ -57,17 +58,14 @@ class Berth {
   async start(): Promise<void> {
     this.child = spawn(
       process.execPath,
-      [
-        'src/cli/main.ts',
-        'run',
-        `--kubeconfig=${await berthKubeconfig(sandbox)}`,
+      // The shared command line: every server on a free port or off (the page's default port was
+      // taken by another process on a CI machine once, and every case here failed).
+      berthRunArgs(await berthKubeconfig(sandbox), { metrics: 0, health: this.healthPort }, [
         '--controllers=labels',
         `--label-dir=${dir}`,
-        '--metrics-bind-address=0',
-        `--health-probe-bind-address=127.0.0.1:${this.healthPort}`,
         '--webhook-bind-address=0',
         '--log-level=warn',
-      ],
+      ]),
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     for (const stream of [this.child.stdout!, this.child.stderr!]) {

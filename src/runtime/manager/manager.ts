@@ -47,8 +47,8 @@ export interface ManagerOptions {
   client: KubeClient;
   /** Engage and disengage further clusters while the manager runs. */
   providers?: Provider[];
-  metricsBindAddress?: string;
-  healthBindAddress?: string;
+  metricsBindAddress: string;
+  healthBindAddress: string;
   leaderElection?: LeaderElectionOptions;
   /** Default safety-net resync period of the local cluster's informers. */
   resyncMs?: number;
@@ -255,14 +255,14 @@ export class Manager implements ClusterSet {
 
   private async startAll(): Promise<void> {
     this.started = true;
-    const metrics = await serve(this.opts.metricsBindAddress ?? '127.0.0.1:8080', 'metrics', {
+    const metrics = await serve(this.opts.metricsBindAddress, 'metrics', {
       '/metrics': async () => ({
         status: 200,
         body: await metricsText(),
         contentType: registry.contentType,
       }),
     });
-    const health = await serve(this.opts.healthBindAddress ?? '127.0.0.1:8081', 'health', {
+    const health = await serve(this.opts.healthBindAddress, 'health', {
       '/healthz': async () => ({ status: 200, body: 'ok\n' }),
       // A missing CRD idles only what reads it; what can work does, so readiness stays but says so.
       // So does a cluster a provider engaged whose caches have not synced (a cell that does not
