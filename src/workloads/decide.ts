@@ -509,9 +509,11 @@ export function podCauses(pod: WorkloadPod, now = Date.now(), crashing = false):
 export const podEnded = (pod: WorkloadPod): boolean =>
   pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
 
+/** Serving: an ended Pod never is, whatever Ready condition it was left with (a node shut down). */
 export const podReady = (pod: WorkloadPod | undefined): boolean =>
   !!pod &&
   !pod.metadata.deletionTimestamp &&
+  !podEnded(pod) &&
   findCondition(pod.status?.conditions, 'Ready')?.status === 'True';
 
 export interface InstanceObservation {

@@ -56,7 +56,7 @@ const OWN = ['Ready', 'Available', 'Programmed'] as const;
 const VERDICT_WAIT_MS = 5000;
 
 /** A Pod that ended is replaced once it is this old (ms since its creation). */
-const ENDED_REPLACE_MS = 10_000;
+export const ENDED_REPLACE_MS = 10_000;
 
 const notOwned = (name: string) => `a Pod named ${name} exists that this instance does not own`;
 
@@ -151,7 +151,7 @@ export class InstanceController {
     // event brings this key back to make the new one.
     if (cached && !pod) await this.deleteFormerPod(cached);
     // A Pod that ended (evicted, its node shut down) never runs again: it is made anew, as a
-    // StatefulSet's is. Its deletion's event brings this key back to make the new one.
+    // StatefulSet's is, once the status no longer says Ready (below).
     // One that ends as soon as it is made (a kubelet refusing it: OutOfcpu) is replaced at most every
     // ENDED_REPLACE_MS rather than in a tight loop, as the kubelet's own back-off would: replaceIn
     // is how long until it may be (ms), undefined for a Pod that has not ended or is being deleted.
@@ -159,14 +159,6 @@ export class InstanceController {
       pod && podEnded(pod) && !pod.metadata.deletionTimestamp
         ? ENDED_REPLACE_MS - (Date.now() - (Date.parse(pod.metadata.creationTimestamp ?? '') || 0))
         : undefined;
-    if (pod && replaceIn !== undefined && replaceIn <= 0) {
-      if (await deleteExact(this.manager.client(), Resources.pods, pod)) {
-        const why = `Pod ${pod.metadata.name} ${pod.status!.phase}: made anew`;
-        this.events.event(inst, 'Normal', 'PodReplaced', 'Delete', why);
-        this.log.info({ instance: key, phase: pod.status!.phase }, 'deleted an ended Pod to make it anew');
-      }
-      return;
-    }
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
@@ -270,6 +262,10 @@ export class InstanceController {
       ...(configError ? { configError } : {}),
     });
     await this.writeStatus(inst, pod, verdict, granted ? quota : undefined);
+    // The ended Pod goes only after the status says it ended: deleted first, the instance would read
+    // Ready with no Pod at all until the new one's events came back. Its deletion's event brings
+    // this key back to make the new one.
+    if (pod && replaceIn !== undefined && replaceIn <= 0) return this.replaceEnded(inst, pod);
     // Looked at again, with no event to say so, when the soonest of these comes: a crash stops
     // counting when its window closes; an ended Pod too young to replace is old enough (one being
     // deleted brings this key back with its deletion's event).
@@ -280,6 +276,16 @@ export class InstanceController {
       replaceIn === undefined ? undefined : Math.max(100, replaceIn),
     ].filter((ms): ms is number => ms !== undefined);
     return later.length ? { requeueAfterMs: Math.min(...later) } : result;
+  }
+
+  private async replaceEnded(inst: InstanceObject, pod: WorkloadPod): Promise<void> {
+    if (!(await deleteExact(this.manager.client(), Resources.pods, pod))) return;
+    const why = `Pod ${pod.metadata.name} ${pod.status!.phase}: made anew`;
+    this.events.event(inst, 'Normal', 'PodReplaced', 'Delete', why);
+    this.log.info(
+      { instance: keyOf(inst), phase: pod.status!.phase },
+      'deleted an ended Pod to make it anew',
+    );
   }
 
   /**

@@ -27,6 +27,7 @@ import {
   WorkloadDeployment,
   type WorkloadDeploymentStatus,
 } from '../../src/workloads/types.ts';
+import { ENDED_REPLACE_MS } from '../../src/workloads/instance.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
@@ -620,16 +621,96 @@ describe('workloads in a cell', () => {
     await applyWD('evicted', { replicas: 1, template: template('registry.example/evicted:1') });
     const [up] = (await observe('evicted', settled(1))).slice(-1);
     const [old] = up!.pods;
+    const podName = old!.metadata!.name!;
+    // Someone else's finalizer holds the Pod once Berth deletes it, so its deletion is an update
+    // with a resourceVersion of its own (a Failed Pod is otherwise deleted at once, unseen).
+    const HOLD = 'test.berth.dev/hold';
     await client.patch(
       Resources.pods,
-      old!.metadata!.name!,
-      { status: { phase: 'Failed', reason: 'Evicted', message: 'The node was low on resource: memory.' } },
-      { namespace: ns, type: 'merge', subresource: 'status' },
+      podName,
+      { metadata: { finalizers: [HOLD] } },
+      { namespace: ns, type: 'merge' },
     );
-    const [again] = (
-      await observe('evicted', (s) => settled(1)(s) && s.pods[0]?.metadata?.uid !== old!.metadata!.uid)
-    ).slice(-1);
-    assert.equal(again!.pods.length, 1);
+    // The order of the writes that matter: one etcd numbers every write in one sequence, so the
+    // resourceVersions of an Instance and a Pod compare (the API does not promise it; this sandbox's
+    // single etcd keeps it).
+    const rv = (o: KubeObject) => BigInt(o.metadata!.resourceVersion!);
+    let notReadyAt: bigint | undefined;
+    let deletedAt: bigint | undefined;
+    const watches = [
+      new Informer<InstanceObject>({
+        client,
+        ref: Instance.ref,
+        namespace: ns,
+        labelSelector: `${DEPLOYMENT_LABEL}=evicted`,
+      }),
+      new Informer<KubeObject>({
+        client,
+        ref: Resources.pods,
+        namespace: ns,
+        labelSelector: `${DEPLOYMENT_LABEL}=evicted`,
+      }),
+    ] as const;
+    watches[0].addEventHandler({
+      onUpdate: (_, i) => {
+        if (!isReady(i)) notReadyAt ??= rv(i);
+      },
+    });
+    watches[1].addEventHandler({
+      onUpdate: (_, p) => {
+        if (p.metadata!.uid === old!.metadata!.uid && p.metadata!.deletionTimestamp) deletedAt ??= rv(p);
+      },
+    });
+    for (const w of watches) w.start();
+    try {
+      await Promise.all(watches.map((w) => w.waitForSync()));
+      // Evicted once old enough to be replaced at once, as most evicted Pods are (a younger one is
+      // held back ENDED_REPLACE_MS, and its instance says so in the meantime).
+      const age = Date.now() - Date.parse(old!.metadata!.creationTimestamp!);
+      await sleep(Math.max(0, ENDED_REPLACE_MS - age + 500));
+      await client.patch(
+        Resources.pods,
+        podName,
+        { status: { phase: 'Failed', reason: 'Evicted', message: 'The node was low on resource: memory.' } },
+        { namespace: ns, type: 'merge', subresource: 'status' },
+      );
+      await waitFor('Berth to delete the ended Pod', () => deletedAt !== undefined);
+      assert.ok(
+        notReadyAt !== undefined && notReadyAt < deletedAt!,
+        `the instance said Ready until after its ended Pod was deleted (not Ready at ${notReadyAt}, deleted at ${deletedAt})`,
+      );
+    } finally {
+      await Promise.all(watches.map((w) => w.stop()));
+      await client.patch(
+        Resources.pods,
+        podName,
+        { metadata: { finalizers: null } },
+        { namespace: ns, type: 'merge' },
+      );
+    }
+    // Read as a user would, but Pods first: an instance (or the deployment) read after them that says
+    // Ready while no Pod exists is one Berth wrote so, not a snapshot caught between two reads.
+    const lies: unknown[] = [];
+    let again: Snapshot | undefined;
+    await waitFor(
+      'a new Pod, the instance Ready on it',
+      async () => {
+        const pods = await podsOf('evicted');
+        const s = { pods, instances: await instancesOf('evicted'), wd: await getWD('evicted') };
+        if (pods.length === 0 && (s.instances.some(isReady) || s.wd.status?.readyReplicas !== 0))
+          lies.push(summary(s));
+        again = s;
+        const [pod] = pods;
+        return (
+          settled(1)(s) &&
+          pods.length === 1 &&
+          pod!.metadata!.uid !== old!.metadata!.uid &&
+          s.instances[0]!.status?.podName === pod!.metadata!.name
+        );
+      },
+      { timeoutMs: 90_000, intervalMs: 20, observe: () => again && summary(again) },
+    );
+    assert.deepEqual(lies, [], 'Ready with no Pod');
     await waitFor('the PodReplaced event', async () =>
       (await events(again!.instances[0]!.metadata.name!, 'Instance')).some(
         (e) => e.reason === 'PodReplaced' && /Failed: made anew/.test(e.note),

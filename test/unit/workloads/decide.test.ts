@@ -483,6 +483,14 @@ describe('instance conditions from the Pod', () => {
       [config.ready.reason, config.programmed.reason],
       ['ConfigurationError', 'ConfigurationError'],
     );
+    // A Pod that ended keeps the Ready condition it had when its node went away: it serves no more.
+    for (const phase of ['Failed', 'Succeeded']) {
+      const ended = instanceVerdict({ pod: pod({ ...readyPod.status, phase }), quota: granted });
+      assert.deepEqual(
+        [ended.ready.status, ended.available.status, ended.ready.message],
+        [false, false, `the Pod ended (${phase}); a new one follows`],
+      );
+    }
     const foreign = instanceVerdict({ foreignPod: true, quota: granted });
     assert.deepEqual([foreign.programmed.status, foreign.ready.reason], [false, 'Provisioning']);
     assert.match(foreign.ready.message, /earlier instance/);
