@@ -81,6 +81,11 @@ interface State {
   berth?: { node: string; kubeconfig: string; ports: BerthPorts; args: string[] };
   /** The sandboxes this one is the management plane of, by city (a federation, federation.ts). */
   cells?: CellSandbox[];
+  /**
+   * The CA of the client certificate kube-apiserver presents to webhooks: set when it was started
+   * presenting one (a sandbox started before it did presents none until it starts again).
+   */
+  webhookClientCa?: string;
 }
 
 /** A cell of a federation: the city it serves and the sandbox that runs it. */
@@ -166,6 +171,22 @@ export class Sandbox {
 
   get exists(): boolean {
     return this.state !== undefined;
+  }
+
+  /**
+   * The CA file of the client certificate the apiserver presents to webhooks, for `berth run
+   * --webhook-client-ca`: its own CA, which signs nothing else (the sandbox CA signs every user's
+   * certificate, and a tenant's must not pass). Undefined while the apiserver presents none.
+   */
+  get webhookClientCa(): string | undefined {
+    return this.state?.webhookClientCa;
+  }
+
+  /** The apiserver's webhook client certificate, for a test that calls a webhook as the apiserver does. */
+  get webhookClientCertificate(): { cert: string; key: string } | undefined {
+    if (!this.state?.webhookClientCa) return undefined;
+    const read = (f: string) => readFileSync(this.path('pki', f), 'utf8');
+    return { cert: read('webhook-client.crt'), key: read('webhook-client.key') };
   }
 
   get ports(): Ports {
@@ -386,6 +407,7 @@ export class Sandbox {
       ...(berth ? { berth } : {}),
     };
     await this.ensurePki();
+    this.state.webhookClientCa = await this.ensureWebhookClientPki();
     this.writeKubeconfigs();
     this.writeSchedulerConfig();
     writeFileSync(this.path('kwok-stages.yaml'), stagesYaml());
@@ -494,7 +516,7 @@ export class Sandbox {
   }
 
   private argsOf(p: ProcessName): string[] {
-    const { ports, binaries, audit, berth } = this.requireState();
+    const { ports, binaries, audit, berth, webhookClientCa } = this.requireState();
     const pki = (f: string) => this.path('pki', f);
     const kubeconfig = this.path('kubeconfig');
     switch (p) {
@@ -529,6 +551,7 @@ export class Sandbox {
           `--service-account-signing-key-file=${pki('sa.key')}`,
           `--service-account-key-file=${pki('sa.pub')}`,
           '--allow-privileged=true',
+          ...(webhookClientCa ? [`--admission-control-config-file=${this.path('admission.yaml')}`] : []),
           // Room for benchmarks with thousands of nodes on one machine.
           '--max-requests-inflight=1600',
           '--max-mutating-requests-inflight=800',
@@ -589,7 +612,7 @@ export class Sandbox {
       case 'registry-token':
         return [TOKEN_SERVER, this.path('registry')];
       case 'berth':
-        return berthRunArgs(berth!.kubeconfig, berth!.ports, berth!.args);
+        return berthRunArgs(berth!.kubeconfig, berth!.ports, berth!.args, { webhookClientCa });
     }
   }
 
@@ -803,6 +826,59 @@ export class Sandbox {
       'sa.pub': sa.publicKeyPem,
     };
     for (const [f, pem] of Object.entries(files)) writeFileSync(join(dir, f), pem, { mode: 0o600 });
+  }
+
+  /**
+   * The client certificate kube-apiserver presents to every webhook (its AdmissionConfiguration's
+   * kubeconfig names it for `*`), from a CA of its own; a sandbox made before has these added.
+   * Returns the CA's path.
+   */
+  private async ensureWebhookClientPki(): Promise<string> {
+    const pki = (f: string) => this.path('pki', f);
+    if (!existsSync(pki('webhook-client.key'))) {
+      const ca = await createCertificateAuthority(`berth-sandbox-${this.name}-webhook-clients`);
+      const client = await ca.issue({ commonName: 'kube-apiserver', usage: 'client' });
+      const files: Record<string, string> = {
+        'webhook-client-ca.crt': ca.certPem,
+        'webhook-client.crt': client.certPem,
+        'webhook-client.key': client.keyPem,
+      };
+      for (const [f, pem] of Object.entries(files)) writeFileSync(pki(f), pem, { mode: 0o600 });
+    }
+    const webhookKubeconfig = this.path('webhook-client.kubeconfig');
+    writeFileSync(
+      webhookKubeconfig,
+      toYaml({
+        apiVersion: 'v1',
+        kind: 'Config',
+        users: [
+          {
+            name: '*',
+            user: {
+              'client-certificate': pki('webhook-client.crt'),
+              'client-key': pki('webhook-client.key'),
+            },
+          },
+        ],
+      }),
+    );
+    const plugin = (name: string) => ({
+      name,
+      configuration: {
+        apiVersion: 'apiserver.config.k8s.io/v1',
+        kind: 'WebhookAdmissionConfiguration',
+        kubeConfigFile: webhookKubeconfig,
+      },
+    });
+    writeFileSync(
+      this.path('admission.yaml'),
+      toYaml({
+        apiVersion: 'apiserver.config.k8s.io/v1',
+        kind: 'AdmissionConfiguration',
+        plugins: [plugin('ValidatingAdmissionWebhook'), plugin('MutatingAdmissionWebhook')],
+      }),
+    );
+    return pki('webhook-client-ca.crt');
   }
 
   private ca(): Promise<CertificateAuthority> {
