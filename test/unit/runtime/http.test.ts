@@ -201,14 +201,26 @@ describe('serve with limits', () => {
   });
 });
 
-test('a connection that never sends a byte is closed at the headers timeout unanswered and uncounted; one that served a request idles on', async () => {
-  const server = (await serve(
+/** A server of /healthz named `name` (its metrics' label), with `overrides` of the probe limits. */
+const healthz = async (name: string, overrides: Partial<ServerLimits>): Promise<RunningServer> =>
+  (await serve(
     '127.0.0.1:0',
-    'silent-test',
+    name,
     { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
-    limits({ headersTimeoutMs: 300, requestTimeoutMs: 300 }),
+    limits(overrides),
     quiet,
   ))!;
+
+/** Whether `socket` is closed within `ms` (by the server: the client never closes it). */
+const closedWithin = (socket: net.Socket, ms: number) =>
+  new Promise<boolean>((resolve) => {
+    socket.on('error', () => {});
+    socket.once('close', () => resolve(true));
+    setTimeout(() => resolve(false), ms);
+  });
+
+test('a connection that never sends a byte is closed at the headers timeout unanswered and uncounted; one that served a request idles on', async () => {
+  const server = await healthz('silent-test', { headersTimeoutMs: 300, requestTimeoutMs: 300 });
   try {
     const connect = () => {
       const socket = net.connect(server.port, '127.0.0.1');
@@ -237,25 +249,10 @@ test('a connection that never sends a byte is closed at the headers timeout unan
 });
 
 test('serve closes connections over maxConnections as they are accepted', async () => {
-  const server = (await serve(
-    '127.0.0.1:0',
-    'connections-test',
-    { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
-    limits({ maxConnections: 3, maxConnectionsPerAddress: 3 }),
-    quiet,
-  ))!;
+  const server = await healthz('connections-test', { maxConnections: 3, maxConnectionsPerAddress: 3 });
   try {
     const sockets = Array.from({ length: 5 }, () => net.connect(server.port, '127.0.0.1'));
-    const closed = await Promise.all(
-      sockets.map(
-        (s) =>
-          new Promise<boolean>((resolve) => {
-            s.on('error', () => {});
-            s.once('close', () => resolve(true));
-            setTimeout(() => resolve(false), 300);
-          }),
-      ),
-    );
+    const closed = await Promise.all(sockets.map((s) => closedWithin(s, 300)));
     assert.equal(closed.filter(Boolean).length, 2, 'two of five connections closed at once');
     assert.equal(await rejected('connections-test', 'connections'), 2);
     for (const s of sockets) s.destroy();
@@ -266,22 +263,8 @@ test('serve closes connections over maxConnections as they are accepted', async 
   }
 });
 
-/** Whether `socket` is closed within `ms` (by the server: the client never closes it). */
-const closedWithin = (socket: net.Socket, ms: number) =>
-  new Promise<boolean>((resolve) => {
-    socket.on('error', () => {});
-    socket.once('close', () => resolve(true));
-    setTimeout(() => resolve(false), ms);
-  });
-
 test('serve closes connections from one address over maxConnectionsPerAddress at once, and answers another address', async () => {
-  const server = (await serve(
-    '127.0.0.1:0',
-    'per-address-test',
-    { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
-    limits({ maxConnections: 8, maxConnectionsPerAddress: 3 }),
-    quiet,
-  ))!;
+  const server = await healthz('per-address-test', { maxConnections: 8, maxConnectionsPerAddress: 3 });
   try {
     // Linux routes all of 127/8 to the loopback interface: 127.0.0.2 is another client's address.
     const held = Array.from({ length: 5 }, () =>
