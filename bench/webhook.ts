@@ -21,6 +21,7 @@ import {
   buildGoProgram,
   nodeCreateReview,
   report,
+  webhookClientArgs,
   webhookLoad,
   type LoadSummary,
 } from './lib.ts';
@@ -96,7 +97,16 @@ try {
   writeFileSync(bodyFile, nodeCreateReview('bench', { [POOL]: 'gated' }));
 
   const load = (args: string[]) =>
-    webhookLoad<LoadResult>(generator, ['-url', hook!.url, '-ca', caFile, '-body', bodyFile, ...args]);
+    webhookLoad<LoadResult>(generator, [
+      '-url',
+      hook!.url,
+      '-ca',
+      caFile,
+      ...webhookClientArgs(sb, work).load,
+      '-body',
+      bodyFile,
+      ...args,
+    ]);
   const ms = (s: LoadSummary) => `p50 ${s.p50Ms} ms, p99 ${s.p99Ms} ms, max ${s.maxMs} ms`;
 
   const clients = Number(values.clients);
