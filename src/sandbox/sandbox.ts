@@ -407,7 +407,9 @@ export class Sandbox {
       ...(berth ? { berth } : {}),
     };
     await this.ensurePki();
-    this.state.webhookClientCa = await this.ensureWebhookClientPki();
+    await this.ensureWebhookClientPki();
+    this.writeAdmissionConfiguration();
+    this.state.webhookClientCa = this.path('pki', 'webhook-client-ca.crt');
     this.writeKubeconfigs();
     this.writeSchedulerConfig();
     writeFileSync(this.path('kwok-stages.yaml'), stagesYaml());
@@ -825,49 +827,35 @@ export class Sandbox {
       'sa.key': sa.privateKeyPem,
       'sa.pub': sa.publicKeyPem,
     };
-    for (const [f, pem] of Object.entries(files)) writeFileSync(join(dir, f), pem, { mode: 0o600 });
+    this.writePki(files);
   }
 
-  /**
-   * The client certificate kube-apiserver presents to every webhook (its AdmissionConfiguration's
-   * kubeconfig names it for `*`), from a CA of its own; a sandbox made before has these added.
-   * Returns the CA's path.
-   */
-  private async ensureWebhookClientPki(): Promise<string> {
-    const pki = (f: string) => this.path('pki', f);
-    if (!existsSync(pki('webhook-client.key'))) {
-      const ca = await createCertificateAuthority(`berth-sandbox-${this.name}-webhook-clients`);
-      const client = await ca.issue({ commonName: 'kube-apiserver', usage: 'client' });
-      const files: Record<string, string> = {
-        'webhook-client-ca.crt': ca.certPem,
-        'webhook-client.crt': client.certPem,
-        'webhook-client.key': client.keyPem,
-      };
-      for (const [f, pem] of Object.entries(files)) writeFileSync(pki(f), pem, { mode: 0o600 });
-    }
-    const webhookKubeconfig = this.path('webhook-client.kubeconfig');
-    writeFileSync(
-      webhookKubeconfig,
-      toYaml({
-        apiVersion: 'v1',
-        kind: 'Config',
-        users: [
-          {
-            name: '*',
-            user: {
-              'client-certificate': pki('webhook-client.crt'),
-              'client-key': pki('webhook-client.key'),
-            },
-          },
-        ],
-      }),
-    );
+  /** A certificate for kube-apiserver to present to webhooks, from a CA of its own (a sandbox made before has it added). */
+  private async ensureWebhookClientPki(): Promise<void> {
+    if (existsSync(this.path('pki', 'webhook-client.key'))) return;
+    const ca = await createCertificateAuthority(`berth-sandbox-${this.name}-webhook-clients`);
+    const client = await ca.issue({ commonName: 'kube-apiserver', usage: 'client' });
+    this.writePki({
+      'webhook-client-ca.crt': ca.certPem,
+      'webhook-client.crt': client.certPem,
+      'webhook-client.key': client.keyPem,
+    });
+  }
+
+  /** kube-apiserver's AdmissionConfiguration: its webhook client certificate for every webhook (`*`). */
+  private writeAdmissionConfiguration(): void {
+    const kubeConfigFile = this.path('webhook-client.kubeconfig');
+    const user = {
+      'client-certificate': this.path('pki', 'webhook-client.crt'),
+      'client-key': this.path('pki', 'webhook-client.key'),
+    };
+    writeFileSync(kubeConfigFile, toYaml({ apiVersion: 'v1', kind: 'Config', users: [{ name: '*', user }] }));
     const plugin = (name: string) => ({
       name,
       configuration: {
         apiVersion: 'apiserver.config.k8s.io/v1',
         kind: 'WebhookAdmissionConfiguration',
-        kubeConfigFile: webhookKubeconfig,
+        kubeConfigFile,
       },
     });
     writeFileSync(
@@ -878,7 +866,10 @@ export class Sandbox {
         plugins: [plugin('ValidatingAdmissionWebhook'), plugin('MutatingAdmissionWebhook')],
       }),
     );
-    return pki('webhook-client-ca.crt');
+  }
+
+  private writePki(files: Record<string, string>): void {
+    for (const [f, pem] of Object.entries(files)) writeFileSync(this.path('pki', f), pem, { mode: 0o600 });
   }
 
   private ca(): Promise<CertificateAuthority> {

@@ -42,8 +42,8 @@ export const webhookServerLimits: ServerLimits = {
   // TLS handshake each, the work of about four reviews.
   maxConnections: 600,
   // Half (`berth run`'s default whatever the connections): a client that holds many connections
-  // (a stranger's, or a noisy peer's) leaves the apiserver 300, more than it sends at once (its default --max-mutating-requests-inflight is
-  // 200) plus its idle ones.
+  // (a stranger's, or a noisy peer's) leaves the apiserver 300, more than it sends at once (its
+  // default --max-mutating-requests-inflight is 200) with its idle ones.
   maxConnectionsPerAddress: 300,
   maxInFlight: 500,
 };
