@@ -454,6 +454,7 @@ const webhook = await webhookAgainstFloor({
   floorArgs: ['-webhook=arch', `-namespace=${NS}`, `-policy=${POLICY}`, `-images=${imagesFile}`],
   dir: work,
   hook: hook.clientConfig,
+  sandbox: sb,
   bodies: Array.from({ length: Math.min(rate * webhookSeconds, 2 * imageCount) }, (_, i) => review(i)),
   rate,
   seconds: webhookSeconds,

@@ -197,6 +197,7 @@ const webhook = await webhookAgainstFloor({
   ],
   dir: work,
   hook: hook.clientConfig,
+  sandbox: sb,
   bodies: [
     nodeCreateReview('bench-other', { [POOL]: 'other' }),
     nodeCreateReview('bench-gated', { [POOL]: 'gated' }),

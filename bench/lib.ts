@@ -301,6 +301,21 @@ interface RateTarget {
 }
 
 /**
+ * The flags with which bench/webhookload presents the apiserver's webhook client certificate of
+ * `sb`, and bench/webhookfloor requires it, as Berth there does (--webhook-client-ca); none where the
+ * sandbox's apiserver presents none. The certificate is written into `dir`.
+ */
+export function webhookClientArgs(sb: Sandbox, dir: string): { load: string[]; floor: string[] } {
+  const pair = sb.webhookClientCertificate;
+  if (!pair || !sb.webhookClientCa) return { load: [], floor: [] };
+  const cert = path.join(dir, 'apiserver-webhook-client.crt');
+  const key = path.join(dir, 'apiserver-webhook-client.key');
+  writeFileSync(cert, pair.cert);
+  writeFileSync(key, pair.key, { mode: 0o600 });
+  return { load: [`-cert=${cert}`, `-key=${key}`], floor: [`-client-ca=${sb.webhookClientCa}`] };
+}
+
+/**
  * Berth's webhook (`hook`, as registered) against its floor: bench/webhookfloor (built, `floor`)
  * started with `floorArgs` and a serving certificate like Berth's (ECDSA P-256). bench/webhookload
  * (`generator`) sends `bodies` in turn to each at `rate` per second for `seconds`. Throws unless the
@@ -314,6 +329,8 @@ export async function webhookAgainstFloor(o: {
   floorArgs: string[];
   dir: string;
   hook: { url: string; caBundle: string };
+  /** The sandbox of Berth: both are called with its apiserver's webhook client certificate. */
+  sandbox: Sandbox;
   bodies: string[];
   rate: number;
   seconds: number;
@@ -336,11 +353,13 @@ export async function webhookAgainstFloor(o: {
     writeFileSync(path.join(o.dir, name), data);
     return path.join(o.dir, name);
   };
+  const apiserver = webhookClientArgs(o.sandbox, o.dir);
   const floor = spawn(
     o.floor,
     [
       `-cert=${file('floor.crt', serving.certPem)}`,
       `-key=${file('floor.key', serving.keyPem)}`,
+      ...apiserver.floor,
       ...o.floorArgs,
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
@@ -367,6 +386,7 @@ export async function webhookAgainstFloor(o: {
       `-url=${o.hook.url}`,
       `-url=${floorUrl}`,
       `-ca=${file('ca.pem', `${Buffer.from(o.hook.caBundle, 'base64').toString()}\n${ca.certPem}`)}`,
+      ...apiserver.load,
       ...o.bodies.map((body, i) => `-body=${file(`review-${i}.json`, body)}`),
       `-rate=${o.rate}`,
       `-duration=${o.seconds}s`,

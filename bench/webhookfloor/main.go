@@ -12,6 +12,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -104,6 +106,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "address to listen on")
 	cert := flag.String("cert", "", "serving certificate (PEM)")
 	key := flag.String("key", "", "its private key (PEM)")
+	clientCA := flag.String("client-ca", "", "CA (PEM) whose client certificates alone complete a handshake, as Berth's --webhook-client-ca")
 	webhook := flag.String("webhook", "gates", "the webhook it stands for: gates or arch")
 	selector := flag.String("select", "", "gates: the label key=value of the nodes the gate selects")
 	taintFlag := flag.String("taint", "", "gates: the gate's taint, key=value:Effect")
@@ -186,7 +189,19 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Printf("https://%s%s\n", listener.Addr(), path)
-	log.Fatal(http.ServeTLS(listener, nil, *cert, *key))
+	server := &http.Server{}
+	if *clientCA != "" {
+		pem, err := os.ReadFile(*clientCA)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			log.Fatalf("no certificate in %s", *clientCA)
+		}
+		server.TLSConfig = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	}
+	log.Fatal(server.ServeTLS(listener, *cert, *key))
 }
 
 // placePod is the arch webhook's patch for a pod whose images are all known and share a Linux

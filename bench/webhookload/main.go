@@ -122,6 +122,8 @@ func main() {
 	var targets, bodyFiles repeated
 	flag.Var(&targets, "url", "webhook URL; with -rate it may be given more than once")
 	caFile := flag.String("ca", "", "PEM file of the CAs that signed the serving certificates")
+	certFile := flag.String("cert", "", "client certificate (PEM) to present, as the apiserver presents its own to webhooks")
+	keyFile := flag.String("key", "", "its private key (PEM)")
 	flag.Var(&bodyFiles, "body", "file holding an AdmissionReview to send; with -rate, more than one are sent in turn")
 	clients := flag.Int("clients", 500, "concurrent callers")
 	rate := flag.Float64("rate", 0, "reviews per second to each URL, sent open-loop instead of by -clients callers")
@@ -154,6 +156,11 @@ func main() {
 		check(errors.New("no certificate in " + *caFile))
 	}
 	tlsConfig := &tls.Config{RootCAs: roots}
+	if *certFile != "" {
+		pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		check(err)
+		tlsConfig.Certificates = []tls.Certificate{pair}
+	}
 	client := &http.Client{
 		Timeout: *timeout,
 		Transport: &http.Transport{

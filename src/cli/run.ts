@@ -1,7 +1,7 @@
 // `berth run`: the controller manager.
 import { PolicyKit } from '../policy/kit.ts';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { atLeast, controllersOption, runningCapabilities, type CapabilityContext } from '../capability.ts';
@@ -92,6 +92,18 @@ export function runCommand(): Command {
       )
         .default(limits.maxConnections)
         .argParser(atLeast(1)),
+    )
+    .addOption(
+      new Option(
+        '--webhook-max-connections-per-address <n>',
+        'connections the webhook server keeps from one source address (at most --webhook-max-connections); ' +
+          'more are closed at once (default: half of --webhook-max-connections)',
+      ).argParser(atLeast(1)),
+    )
+    .option(
+      '--webhook-client-ca <file>',
+      "PEM of the CA that signs the apiserver's client certificate for webhooks (its AdmissionConfiguration): " +
+        'a client without a certificate it signs is refused in the TLS handshake (default: none asked for)',
     )
     .addOption(
       new Option(
@@ -258,13 +270,19 @@ export function shutdownDelayMs(o: Record<string, unknown>): number {
 /** The webhook server's limits, from `berth run`'s parsed --webhook-* flags. */
 export function webhookServerOptions(
   o: Record<string, unknown>,
-): Pick<WebhookServerOptions, 'maxRequestBytes' | 'maxInFlightBytes' | 'limits'> {
+): Pick<WebhookServerOptions, 'maxRequestBytes' | 'maxInFlightBytes' | 'limits' | 'clientCa'> {
   const seconds = (key: string) => (o[key] as number) * 1000;
+  const clientCa = o['webhookClientCa'] as string | undefined;
+  const maxConnections = o['webhookMaxConnections'] as number;
   return {
     maxRequestBytes: o['webhookMaxRequestBytes'] as number,
     maxInFlightBytes: o['webhookMaxInFlightBytes'] as number,
+    // Read at start: a new CA is served after a restart.
+    ...(clientCa ? { clientCa: readFileSync(clientCa, 'utf8') } : {}),
     limits: {
-      maxConnections: o['webhookMaxConnections'] as number,
+      maxConnections,
+      maxConnectionsPerAddress:
+        (o['webhookMaxConnectionsPerAddress'] as number | undefined) ?? Math.ceil(maxConnections / 2),
       maxInFlight: o['webhookMaxInFlight'] as number,
       headersTimeoutMs: seconds('webhookHeaderTimeout'),
       requestTimeoutMs: seconds('webhookRequestTimeout'),

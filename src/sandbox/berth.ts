@@ -13,25 +13,33 @@ export interface BerthPorts {
   health: number;
 }
 
+export interface BerthRunOptions {
+  /** The entry to run (default the sources' or the package's beside this file; the compiled one, as the image runs it). */
+  main?: string;
+  /** The CA of the apiserver's webhook client certificate (Sandbox.webhookClientCa), for --webhook-client-ca. */
+  webhookClientCa?: string | undefined;
+}
+
 /**
  * The arguments (after node's own) of `berth run` under `kubeconfig`, its metrics and probes on
- * `ports`, its webhook server on a free port (several Berths run side by side), the page off;
- * `args` come last, so they override these (a page of its own, say). `main` is the entry to run
- * (the compiled one, as the image runs it).
+ * `ports`, its webhook server on a free port (several Berths run side by side) taking only the
+ * apiserver's calls when the sandbox's apiserver presents a client certificate, the page off;
+ * `args` come last, so they override these (a page of its own, say).
  */
 export function berthRunArgs(
   kubeconfig: string,
   ports: BerthPorts,
   args: readonly string[],
-  main = BERTH_MAIN,
+  opts: BerthRunOptions = {},
 ): string[] {
   return [
-    main,
+    opts.main ?? BERTH_MAIN,
     'run',
     `--kubeconfig=${kubeconfig}`,
     `--metrics-bind-address=127.0.0.1:${ports.metrics}`,
     `--health-probe-bind-address=127.0.0.1:${ports.health}`,
     '--webhook-bind-address=127.0.0.1:0',
+    ...(opts.webhookClientCa ? [`--webhook-client-ca=${opts.webhookClientCa}`] : []),
     '--ui-bind-address=0',
     ...args,
   ];

@@ -81,6 +81,11 @@ interface State {
   berth?: { node: string; kubeconfig: string; ports: BerthPorts; args: string[] };
   /** The sandboxes this one is the management plane of, by city (a federation, federation.ts). */
   cells?: CellSandbox[];
+  /**
+   * The CA of the client certificate kube-apiserver presents to webhooks: set when it was started
+   * presenting one (a sandbox started before it did presents none until it starts again).
+   */
+  webhookClientCa?: string;
 }
 
 /** A cell of a federation: the city it serves and the sandbox that runs it. */
@@ -166,6 +171,22 @@ export class Sandbox {
 
   get exists(): boolean {
     return this.state !== undefined;
+  }
+
+  /**
+   * The CA file of the client certificate the apiserver presents to webhooks, for `berth run
+   * --webhook-client-ca`: its own CA, which signs nothing else (the sandbox CA signs every user's
+   * certificate, and a tenant's must not pass). Undefined while the apiserver presents none.
+   */
+  get webhookClientCa(): string | undefined {
+    return this.state?.webhookClientCa;
+  }
+
+  /** The apiserver's webhook client certificate, for a test that calls a webhook as the apiserver does. */
+  get webhookClientCertificate(): { cert: string; key: string } | undefined {
+    if (!this.state?.webhookClientCa) return undefined;
+    const read = (f: string) => readFileSync(this.path('pki', f), 'utf8');
+    return { cert: read('webhook-client.crt'), key: read('webhook-client.key') };
   }
 
   get ports(): Ports {
@@ -386,6 +407,9 @@ export class Sandbox {
       ...(berth ? { berth } : {}),
     };
     await this.ensurePki();
+    await this.ensureWebhookClientPki();
+    this.writeAdmissionConfiguration();
+    this.state.webhookClientCa = this.path('pki', 'webhook-client-ca.crt');
     this.writeKubeconfigs();
     this.writeSchedulerConfig();
     writeFileSync(this.path('kwok-stages.yaml'), stagesYaml());
@@ -494,7 +518,7 @@ export class Sandbox {
   }
 
   private argsOf(p: ProcessName): string[] {
-    const { ports, binaries, audit, berth } = this.requireState();
+    const { ports, binaries, audit, berth, webhookClientCa } = this.requireState();
     const pki = (f: string) => this.path('pki', f);
     const kubeconfig = this.path('kubeconfig');
     switch (p) {
@@ -529,6 +553,7 @@ export class Sandbox {
           `--service-account-signing-key-file=${pki('sa.key')}`,
           `--service-account-key-file=${pki('sa.pub')}`,
           '--allow-privileged=true',
+          ...(webhookClientCa ? [`--admission-control-config-file=${this.path('admission.yaml')}`] : []),
           // Room for benchmarks with thousands of nodes on one machine.
           '--max-requests-inflight=1600',
           '--max-mutating-requests-inflight=800',
@@ -589,7 +614,7 @@ export class Sandbox {
       case 'registry-token':
         return [TOKEN_SERVER, this.path('registry')];
       case 'berth':
-        return berthRunArgs(berth!.kubeconfig, berth!.ports, berth!.args);
+        return berthRunArgs(berth!.kubeconfig, berth!.ports, berth!.args, { webhookClientCa });
     }
   }
 
@@ -802,7 +827,49 @@ export class Sandbox {
       'sa.key': sa.privateKeyPem,
       'sa.pub': sa.publicKeyPem,
     };
-    for (const [f, pem] of Object.entries(files)) writeFileSync(join(dir, f), pem, { mode: 0o600 });
+    this.writePki(files);
+  }
+
+  /** A certificate for kube-apiserver to present to webhooks, from a CA of its own (a sandbox made before has it added). */
+  private async ensureWebhookClientPki(): Promise<void> {
+    if (existsSync(this.path('pki', 'webhook-client.key'))) return;
+    const ca = await createCertificateAuthority(`berth-sandbox-${this.name}-webhook-clients`);
+    const client = await ca.issue({ commonName: 'kube-apiserver', usage: 'client' });
+    this.writePki({
+      'webhook-client-ca.crt': ca.certPem,
+      'webhook-client.crt': client.certPem,
+      'webhook-client.key': client.keyPem,
+    });
+  }
+
+  /** kube-apiserver's AdmissionConfiguration: its webhook client certificate for every webhook (`*`). */
+  private writeAdmissionConfiguration(): void {
+    const kubeConfigFile = this.path('webhook-client.kubeconfig');
+    const user = {
+      'client-certificate': this.path('pki', 'webhook-client.crt'),
+      'client-key': this.path('pki', 'webhook-client.key'),
+    };
+    writeFileSync(kubeConfigFile, toYaml({ apiVersion: 'v1', kind: 'Config', users: [{ name: '*', user }] }));
+    const plugin = (name: string) => ({
+      name,
+      configuration: {
+        apiVersion: 'apiserver.config.k8s.io/v1',
+        kind: 'WebhookAdmissionConfiguration',
+        kubeConfigFile,
+      },
+    });
+    writeFileSync(
+      this.path('admission.yaml'),
+      toYaml({
+        apiVersion: 'apiserver.config.k8s.io/v1',
+        kind: 'AdmissionConfiguration',
+        plugins: [plugin('ValidatingAdmissionWebhook'), plugin('MutatingAdmissionWebhook')],
+      }),
+    );
+  }
+
+  private writePki(files: Record<string, string>): void {
+    for (const [f, pem] of Object.entries(files)) writeFileSync(this.path('pki', f), pem, { mode: 0o600 });
   }
 
   private ca(): Promise<CertificateAuthority> {

@@ -42,6 +42,8 @@ const limits: ServerLimits = {
   keepAliveTimeoutMs: 5_000,
   maxRequestsPerConnection: 0,
   maxConnections: 128,
+  // Loopback only, and a port-forward's connections all come from 127.0.0.1: no cap of its own.
+  maxConnectionsPerAddress: 128,
   maxInFlight: 64,
 };
 /** Open event streams at most: each holds a connection and an in-flight slot. */

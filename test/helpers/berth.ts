@@ -142,7 +142,10 @@ export async function startBerth(
         kubeconfig,
         { metrics: metricsPort, health: healthPort },
         ['--log-level=warn', ...args],
-        opts.compiled ? `${packageRoot()}/dist/cli/main.js` : undefined,
+        {
+          ...(opts.compiled ? { main: `${packageRoot()}/dist/cli/main.js` } : {}),
+          webhookClientCa: sb.webhookClientCa,
+        },
       ),
     ],
     {

@@ -4,17 +4,22 @@
 // Berth's webhook server under abuse, in a process of its own with `berth run`'s --webhook-* flags
 // (test/fixtures/webhook-server.ts) and registered with the sandbox's apiserver: oversize and
 // malformed bodies, slow headers and bodies, idle connections, many concurrent clients, a
-// connection flood and a client that never reads. After each case the server still answers
-// well-formed reviews within the registration's 2 s, the apiserver's reviews included, and its
-// process is healthy. Loopback only; every case is bounded by the server's short timeouts.
+// connection flood, a client that never reads, one address holding the connections, and a tenant
+// forging a review. After each case the server still answers well-formed reviews within the
+// registration's 2 s, the apiserver's reviews included, and its process is healthy. It takes only
+// clients with the apiserver's webhook client certificate (--webhook-client-ca), which this file
+// presents as the apiserver does. Loopback only (127/8: several client addresses); every case is
+// bounded by the server's short timeouts.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
 import { isNotFound } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { MutatingWebhook } from '../../src/runtime/webhook/configuration.ts';
@@ -41,6 +46,8 @@ const headerTimeoutMs = 2000;
 const requestTimeoutMs = 4000;
 const handlerTimeoutMs = 5000; // WebhookServer's default; not a flag
 const maxConnections = 600;
+// berth run's default: half of the connections.
+const maxConnectionsPerAddress = 300;
 const maxInFlight = 100;
 const maxRequestBytes = 256 * 1024;
 const maxRequestsPerConnection = 1000;
@@ -52,7 +59,11 @@ const flags = [
   `--webhook-max-request-bytes=${maxRequestBytes}`,
   `--webhook-max-in-flight-bytes=${4 * 1024 * 1024}`,
   `--webhook-max-requests-per-connection=${maxRequestsPerConnection}`,
+  `--webhook-client-ca=${sandbox.webhookClientCa}`,
 ];
+// The apiserver's webhook client certificate: what this file presents to call the webhook as it does.
+const apiserverCertificate = sandbox.webhookClientCertificate;
+assert.ok(apiserverCertificate, 'the sandbox presents no client certificate to webhooks: start it again');
 // Node checks its connections' timeouts every quarter of the headers timeout; the rest is this
 // busy two-core machine's scheduling.
 const slackMs = 1500;
@@ -114,6 +125,8 @@ const identity = () => ({ name: key, namespace: berthNs, webhookConfiguration: k
 let server: Server;
 let metricsPort: number;
 let url: URL;
+/** The CA of the webhook's serving certificate. */
+let caBundle: string;
 // One TLS context for every client: building one per connection would make this process, not the server, the bottleneck.
 let secureContext: tls.SecureContext;
 // An established keep-alive connection, as the apiserver holds them.
@@ -138,9 +151,8 @@ before(async () => {
     w.clientConfig.url?.endsWith('/mutate-ignore'),
   )!;
   url = new URL(hook.clientConfig.url!);
-  secureContext = tls.createSecureContext({
-    ca: Buffer.from(hook.clientConfig.caBundle!, 'base64').toString(),
-  });
+  caBundle = Buffer.from(hook.clientConfig.caBundle!, 'base64').toString();
+  secureContext = tls.createSecureContext({ ca: caBundle, ...apiserverCertificate });
   // The apiserver's webhook cache is eventually consistent: wait until its reviews arrive.
   await waitFor(
     'a pod mutated through the webhook',
@@ -173,17 +185,25 @@ interface Reply {
   headers: Record<string, string | string[] | undefined>;
 }
 
-/** POSTs `body` to the webhook; a fresh connection unless an agent is given. Rejects on a connection error. */
+/**
+ * POSTs `body` to the webhook as the apiserver (its client certificate) unless another TLS context is
+ * given; a fresh connection unless an agent is given. Rejects on a connection error.
+ */
 function post(
   body: string | Buffer,
-  opts: { agent?: https.Agent; headers?: Record<string, string | number>; chunked?: boolean } = {},
+  opts: {
+    agent?: https.Agent;
+    headers?: Record<string, string | number>;
+    chunked?: boolean;
+    as?: tls.SecureContext;
+  } = {},
 ): Promise<Reply> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
     // https passes secureContext on to tls.connect; its types do not say so.
     const options: https.RequestOptions & tls.ConnectionOptions = {
       method: 'POST',
-      secureContext,
+      secureContext: opts.as ?? secureContext,
       agent: opts.agent ?? false,
       headers: { 'content-type': 'application/json', ...opts.headers },
     };
@@ -297,6 +317,30 @@ function slowClients(n: number, head: string, piece: string, everyMs: number): P
       return dropped.finally(() => clearInterval(timer));
     }),
   );
+}
+
+/**
+ * Keeps `n` connections open from `address` that never start TLS, each dialled again a moment after
+ * the server closes it, as a client set on holding the server's connections does; until stopped.
+ */
+function holdConnections(address: string, n: number): { stop(): void } {
+  let stopped = false;
+  const sockets = new Set<net.Socket>();
+  const dial = () => {
+    if (stopped) return;
+    const socket = net.connect({ port: Number(url.port), host: url.hostname, localAddress: address });
+    sockets.add(socket);
+    socket.on('error', () => {});
+    // Not at once: a socket closed as accepted would otherwise make this a busy loop.
+    socket.once('close', () => (sockets.delete(socket), setTimeout(dial, 250)));
+  };
+  for (let i = 0; i < n; i++) dial();
+  return {
+    stop: () => {
+      stopped = true;
+      for (const socket of sockets) socket.destroy();
+    },
+  };
 }
 
 const requestHead = (extra = '') =>
@@ -491,7 +535,11 @@ describe('the webhook server under abuse', () => {
     };
     // Connected fifty at a time, as a pool grows: one process cannot do 500 TLS handshakes at once
     // within the handshake timeout (the benchmark, in Go, measures that storm).
-    const agents = Array.from({ length: clients }, () => new https.Agent({ keepAlive: true, maxSockets: 1 }));
+    // From four addresses, as many clients would come: one address may keep only half the connections.
+    const agents = Array.from(
+      { length: clients },
+      (_, c) => new https.Agent({ keepAlive: true, maxSockets: 1, localAddress: `127.0.0.${10 + (c % 4)}` }),
+    );
     try {
       for (let i = 0; i < clients; i += 50) {
         const batch = agents.slice(i, i + 50);
@@ -561,8 +609,13 @@ describe('the webhook server under abuse', () => {
       const refusedBefore = await server.rejected('connections');
       const flood = maxConnections + 300;
       const lifetimes: number[] = [];
-      const sockets = Array.from({ length: flood }, () => {
-        const socket = net.connect(Number(url.port), url.hostname);
+      // From three addresses, each within its own limit: what is refused here is over the server's.
+      const sockets = Array.from({ length: flood }, (_, i) => {
+        const socket = net.connect({
+          port: Number(url.port),
+          host: url.hostname,
+          localAddress: `127.0.0.${20 + (i % 3)}`,
+        });
         let connected = 0;
         socket.on('error', () => {});
         socket.once('connect', () => (connected = performance.now()));
@@ -591,6 +644,88 @@ describe('the webhook server under abuse', () => {
         `${refusedAtOnce} closed within 500 ms of connecting`,
       );
       await assertHealthy('after the connection flood');
+    },
+  );
+
+  test(
+    "one address holding the server's connections leaves the apiserver room: its reviews are answered",
+    bounded,
+    async (t) => {
+      const refusedBefore = await server.rejected('connections_per_address');
+      // More than the server keeps in all, from an address that is not the apiserver's.
+      const holder = holdConnections('127.0.0.2', maxConnections + 100);
+      try {
+        // Its connections are open within a moment (the connection flood's are).
+        await sleep(500);
+        // More pods at once than the apiserver keeps idle connections to the webhook: it dials anew.
+        const pods = await Promise.all(Array.from({ length: 20 }, () => createPod('fail')));
+        const failed = pods.filter((p) => !p.mutated);
+        t.diagnostic(
+          `${pods.length - failed.length} of ${pods.length} pods mutated in ${Math.max(...pods.map((p) => p.ms)).toFixed(0)} ms at most`,
+        );
+        assert.deepEqual(failed, []);
+        assert.ok((await server.rejected('connections_per_address')) > refusedBefore);
+        const open = await server.metric('berth_http_connections{server="webhook"}');
+        assert.ok(open <= maxConnectionsPerAddress + 50, `${open} connections open`);
+      } finally {
+        holder.stop();
+      }
+      await assertHealthy('after one address held the connections');
+    },
+  );
+
+  test(
+    "a tenant's forged review, without the apiserver's client certificate, is refused in the TLS handshake",
+    bounded,
+    async () => {
+      // A namespace user of the cluster, as `berth sandbox user` mints one: its certificate is signed
+      // by the cluster's CA, which is not the apiserver's webhook client CA.
+      const user = (
+        parseYaml(readFileSync(await sandbox.mintUser(uniqueName('tenant'), ['tenants']), 'utf8')) as {
+          users: { user: Record<string, string> }[];
+        }
+      ).users[0]!.user;
+      const asTenant = tls.createSecureContext({
+        ca: caBundle,
+        cert: Buffer.from(user['client-certificate-data']!, 'base64'),
+        key: Buffer.from(user['client-key-data']!, 'base64'),
+      });
+      const anonymous = tls.createSecureContext({ ca: caBundle });
+      // A review of a pod that was never created, naming another namespace's Secret.
+      const pod = podManifest({
+        name: 'forged',
+        namespace: 'kube-system',
+        labels: { [label]: `${key}-ignore` },
+      });
+      (pod['spec'] as Record<string, unknown>)['imagePullSecrets'] = [{ name: 'registry-login' }];
+      const forged = admissionReview({
+        uid: uniqueName('forged'),
+        userInfo: { username: 'tenant' },
+        namespace: 'kube-system',
+        object: pod,
+      });
+      const handled = () =>
+        server.metric('controller_runtime_webhook_requests_total{webhook="ignore.abuse.test.berth.dev",');
+      const [refusedBefore, handledBefore] = [await server.rejected('client_certificate'), await handled()];
+      for (const [who, as] of [
+        ['the tenant', asTenant],
+        ['a client without a certificate', anonymous],
+      ] as const) {
+        const reply = await post(forged, { as }).catch((e: NodeJS.ErrnoException) => e);
+        assert.ok(reply instanceof Error, `${who}'s review was answered: ${JSON.stringify(reply)}`);
+        assert.match(
+          reply.code ?? '',
+          /^(ECONNRESET|ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED)$/,
+          reply.message,
+        );
+      }
+      await waitFor(
+        'both refusals counted',
+        async () => (await server.rejected('client_certificate')) === refusedBefore + 2,
+        { timeoutMs: 2000 },
+      );
+      assert.equal(await handled(), handledBefore, 'the handler saw a forged review');
+      await assertHealthy("after a tenant's forged reviews");
     },
   );
 });

@@ -109,6 +109,7 @@ describe('deploy/kustomize', () => {
         'cert-manager: Component',
         'default: Kustomization',
         'finalizer-owners: Component',
+        'webhook-client-ca: Component',
       ],
     );
     for (const overlay of overlays) {
@@ -138,6 +139,17 @@ describe('deploy/kustomize', () => {
     const mounted = pod.volumes.find((v: Any) => v.name === mount.name).secret.secretName;
     assertCaChain(built, mounted);
     // That the apiserver takes the Deployment with the mount: the dry run of every kustomization above.
+  });
+
+  test("with the webhook-client-ca Component: the apiserver's client CA mounted from its ConfigMap for --webhook-client-ca", () => {
+    const pod = build({ name: 'webhook-client-ca', kind: 'Component' }).find((o) => o.kind === 'Deployment')
+      .spec.template.spec;
+    const mount = pod.containers[0].volumeMounts.find((m: Any) => m.name === 'webhook-client-ca');
+    assert.ok(pod.containers[0].args.includes(`--webhook-client-ca=${mount.mountPath}/ca.crt`));
+    assert.equal(
+      pod.volumes.find((v: Any) => v.name === mount.name).configMap.name,
+      'berth-webhook-client-ca',
+    );
   });
 
   test('with the finalizer-owners Component: the built-in workload kinds in the ClusterRole, nothing else changed', () => {

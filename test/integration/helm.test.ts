@@ -116,6 +116,13 @@ const options: Record<string, Record<string, string>> = {
   'finalizer owners': { 'agents.finalizerOwners': '{deployments.apps,configmaps}' },
   'pull secrets in a namespace': { 'arch.pullSecretNamespaces': `{${ns}}` },
   'pull secrets everywhere': { 'arch.pullSecretNamespaces': '{*}' },
+  "the apiserver's webhook client CA": { 'webhook.clientCA': 'PEM' },
+  'no network policy': { 'networkPolicy.enabled': 'false' },
+  'a network policy narrowed': {
+    'networkPolicy.webhookFrom[0]': '10.0.0.0/24',
+    'networkPolicy.metricsFrom.namespaceSelector.matchLabels.team': 'observability',
+  },
+  'metrics from no namespace': { 'networkPolicy.metricsFrom': 'null' },
 };
 
 before(async () => {
@@ -230,6 +237,50 @@ describe('the Helm chart', () => {
       ['--webhook-bind-address=0'],
     );
     assert.equal(certRole(off), undefined, 'no webhooks: no certificate Secret to keep');
+  });
+
+  test('a NetworkPolicy by default: the webhook port from anywhere, /metrics from the monitoring namespace, nothing else', () => {
+    const policy = (values: Record<string, string>) => render(values).find((o) => o.kind === 'NetworkPolicy');
+    const objects = render();
+    const pod = deployment(objects).spec.template;
+    const port = (name: string) =>
+      pod.spec.containers[0].ports.find((p: Any) => p.name === name).containerPort as number;
+    const p = policy({});
+    assert.deepEqual(p.spec.podSelector, deployment(objects).spec.selector);
+    assert.deepEqual(p.spec.policyTypes, ['Ingress']);
+    const metrics = {
+      ports: [{ port: port('metrics'), protocol: 'TCP' }],
+      from: [
+        {
+          namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+          podSelector: {},
+        },
+      ],
+    };
+    // No rule for the health port: the kubelet calls from the pod's node, which is always allowed.
+    assert.deepEqual(p.spec.ingress, [{ ports: [{ port: port('webhook'), protocol: 'TCP' }] }, metrics]);
+    const narrowed = policy(options['a network policy narrowed']!);
+    assert.deepEqual(narrowed.spec.ingress[0].from, [{ ipBlock: { cidr: '10.0.0.0/24' } }]);
+    assert.deepEqual(narrowed.spec.ingress[1].from[0].namespaceSelector.matchLabels, {
+      'kubernetes.io/metadata.name': 'monitoring',
+      team: 'observability',
+    });
+    assert.deepEqual(policy(options['metrics from no namespace']!).spec.ingress, [p.spec.ingress[0]]);
+    assert.deepEqual(policy(options['no webhooks']!).spec.ingress, [metrics]);
+    assert.equal(policy(options['no network policy']!), undefined);
+  });
+
+  test("the apiserver's webhook client CA, given, is mounted for --webhook-client-ca", () => {
+    const objects = render(options["the apiserver's webhook client CA"]);
+    const pod = deployment(objects).spec.template.spec;
+    const mount = pod.containers[0].volumeMounts.find((m: Any) => m.name === 'webhook-client-ca');
+    assert.ok(args(objects).includes(`--webhook-client-ca=${mount.mountPath}/ca.crt`));
+    const configMap = pod.volumes.find((v: Any) => v.name === mount.name).configMap.name;
+    assert.equal(
+      objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === configMap).data['ca.crt'],
+      'PEM',
+    );
+    assert.ok(!args(render()).some((a) => a.startsWith('--webhook-client-ca')), 'none asked for by default');
   });
 
   test('upgrades from the previous chart (34d69d1) as deploy/README says, keeping the CRDs and the policies', async () => {

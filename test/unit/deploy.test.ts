@@ -233,6 +233,26 @@ describe('kustomize base', () => {
     assert.deepEqual([k.resources, k.components], [['../base'], undefined]);
   });
 
+  test('a NetworkPolicy admits the webhook port from anywhere, /metrics from the monitoring namespace, nothing else', () => {
+    const policy = find(objects, 'NetworkPolicy', 'berth');
+    assert.ok(selects(policy.spec.podSelector.matchLabels));
+    assert.deepEqual(policy.spec.policyTypes, ['Ingress']);
+    const port = (name: string) => container.ports.find((p: Any) => p.name === name)?.containerPort;
+    // No rule for the health port: the kubelet calls from the pod's node, which is always allowed.
+    assert.deepEqual(policy.spec.ingress, [
+      { ports: [{ port: port('webhook'), protocol: 'TCP' }] },
+      {
+        ports: [{ port: port('metrics'), protocol: 'TCP' }],
+        from: [
+          {
+            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+            podSelector: {},
+          },
+        ],
+      },
+    ]);
+  });
+
   test('the cert-manager Component mounts its Certificate where --webhook-cert-dir says', () => {
     const component = parse(read('deploy/kustomize/cert-manager/kustomization.yaml')) as Any;
     const ops = component.patches.flatMap((p: Any) => parse(p.patch) as Any[]);

@@ -153,8 +153,10 @@ export const httpServerMetrics = {
   rejected: counter(
     'berth_http_rejected_total',
     'Connections and requests a Berth server refused, by server and reason: connections (over the ' +
-      'connection limit), in_flight (over the in-flight limit, answered 429), timeout (a slow TLS handshake, ' +
-      'request headers or body)',
+      'connection limit), connections_per_address (over the limit of one source address), ' +
+      'client_certificate (the webhook server: no client certificate its --webhook-client-ca trusts), ' +
+      'in_flight (over the in-flight limit, answered 429), in_flight_bytes, timeout (a slow TLS ' +
+      'handshake, request headers or body)',
     ['server', 'reason'],
   ),
   connections: gauge(

@@ -31,17 +31,26 @@ export interface ServerLimits {
   maxRequestsPerConnection: number;
   /** Connections beyond this are closed as they are accepted, before any TLS work. */
   maxConnections: number;
+  /**
+   * Connections from one source address beyond this are closed as they are accepted, before any
+   * TLS work: at most maxConnections, so that one client leaves room for the others.
+   */
+  maxConnectionsPerAddress: number;
   /** Requests beyond this many being served (from their headers to the end of the answer) are answered 429 at once. */
   maxInFlight: number;
 }
 
-/** The metrics and health servers': a scraper and the kubelet's probes need little. */
+/**
+ * The metrics and health servers': a scraper and the kubelet's probes need little. A scraper keeps
+ * one connection, the kubelet opens one per probe: eight addresses must join to fill either server.
+ */
 export const probeServerLimits: ServerLimits = {
   headersTimeoutMs: 5_000,
   requestTimeoutMs: 10_000,
   keepAliveTimeoutMs: 120_000,
   maxRequestsPerConnection: 0,
   maxConnections: 64,
+  maxConnectionsPerAddress: 8,
   maxInFlight: 16,
 };
 
@@ -54,6 +63,11 @@ function validateLimits(limits: ServerLimits): void {
         `${name} must be a${zeroAllowed ? ' non-negative' : ' positive'} integer, not ${value}`,
       );
     }
+  }
+  if (limits.maxConnectionsPerAddress > limits.maxConnections) {
+    throw new Error(
+      `the connections per address (${limits.maxConnectionsPerAddress}) must not exceed the connections (${limits.maxConnections})`,
+    );
   }
   if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
     throw new Error(
@@ -77,7 +91,51 @@ export function serverOptions(limits: ServerLimits): ServerOptions & { handshake
 }
 
 /** Why a server refused or dropped a client, as counted in berth_http_rejected_total. */
-export type Rejection = 'connections' | 'in_flight' | 'in_flight_bytes' | 'timeout';
+export type Rejection =
+  | 'connections'
+  | 'connections_per_address'
+  | 'client_certificate'
+  | 'in_flight'
+  | 'in_flight_bytes'
+  | 'timeout';
+
+const refusalText: Record<Rejection, string> = {
+  connections: 'over its connection limit',
+  connections_per_address: "over one address's connection limit",
+  client_certificate: 'no client certificate that --webhook-client-ca signs',
+  in_flight: 'over its limit of requests in flight',
+  in_flight_bytes: 'over its limit of request bytes in flight',
+  timeout: 'too slow',
+};
+
+/** The open connections of each source address, within a cap: what keeps one client from filling a server. */
+export class AddressConnections {
+  private readonly max: number;
+  private readonly open = new Map<string, number>();
+
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  /** Counts a connection from `address`, unless it already has `max` open. */
+  admit(address: string): boolean {
+    const n = this.open.get(address) ?? 0;
+    if (n >= this.max) return false;
+    this.open.set(address, n + 1);
+    return true;
+  }
+
+  release(address: string): void {
+    const n = this.open.get(address) ?? 0;
+    if (n <= 1) this.open.delete(address);
+    else this.open.set(address, n - 1);
+  }
+
+  /** Addresses with a connection open (the map holds no others). */
+  get addresses(): number {
+    return this.open.size;
+  }
+}
 
 /**
  * Applies the connection limits of `limits` to a server created with serverOptions(limits), and
@@ -98,9 +156,20 @@ export function limitServer(
   server.timeout = limits.requestTimeoutMs + handlerTimeoutMs;
   const guard = new ServerGuard(name, log, limits);
   server.on('drop', () => guard.count('connections'));
+  const byAddress = new AddressConnections(limits.maxConnectionsPerAddress);
   server.on('connection', (socket: Socket) => {
+    // A socket already closed by its peer may have no address left; such one is gone anyway.
+    const address = socket.remoteAddress ?? '';
+    if (!byAddress.admit(address)) {
+      guard.count('connections_per_address', { address });
+      socket.destroy();
+      return;
+    }
     httpServerMetrics.connections.inc({ server: name });
-    socket.once('close', () => httpServerMetrics.connections.dec({ server: name }));
+    socket.once('close', () => {
+      byAddress.release(address);
+      httpServerMetrics.connections.dec({ server: name });
+    });
   });
   // Replaces Node's default answer to a bad or late request, only to count the timeouts.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
@@ -157,19 +226,23 @@ export class ServerGuard {
     return true;
   }
 
-  count(reason: Rejection): void {
+  /** Counts a refusal; `fields` (the client's address, say) go into its log line, if one is due. */
+  count(reason: Rejection, fields: Record<string, unknown> = {}): void {
     httpServerMetrics.rejected.inc({ server: this.name, reason });
-    const { maxConnections, maxInFlight, headersTimeoutMs, requestTimeoutMs } = this.limits;
+    const { maxConnections, maxConnectionsPerAddress, maxInFlight, headersTimeoutMs, requestTimeoutMs } =
+      this.limits;
     this.log.warn(
       reason,
       {
         server: this.name,
         reason,
+        ...fields,
         ...(reason === 'connections' ? { maxConnections } : {}),
+        ...(reason === 'connections_per_address' ? { maxConnectionsPerAddress } : {}),
         ...(reason === 'in_flight' ? { maxInFlight } : {}),
         ...(reason === 'timeout' ? { headersTimeoutMs, requestTimeoutMs } : {}),
       },
-      `${this.name} server is refusing clients (${reason}); counted in berth_http_rejected_total`,
+      `${this.name} server is refusing clients (${reason}: ${refusalText[reason]}); counted in berth_http_rejected_total`,
     );
   }
 }

@@ -101,6 +101,11 @@ export interface WebhookServerOptions {
   maxInFlightBytes?: number;
   /** Default webhookServerLimits. */
   limits?: Partial<ServerLimits>;
+  /**
+   * PEM of the CA that signs the apiserver's client certificate for webhooks: given, a client that
+   * presents no certificate it signs is refused in the TLS handshake, before any request is read.
+   */
+  clientCa?: string;
   logger?: Logger;
 }
 
@@ -131,6 +136,7 @@ export class WebhookServer {
   private readonly maxRequestBytes: number;
   private readonly maxInFlightBytes: number;
   private readonly limits: ServerLimits;
+  private readonly clientCa: string | undefined;
   private readonly log: Logger;
   private readonly routes = new Map<string, Route>();
   private thread: Worker | undefined;
@@ -157,6 +163,7 @@ export class WebhookServer {
     this.maxRequestBytes = opts.maxRequestBytes ?? defaultMaxRequestBytes;
     this.maxInFlightBytes = opts.maxInFlightBytes ?? defaultMaxInFlightBytes;
     this.limits = { ...webhookServerLimits, ...opts.limits };
+    this.clientCa = opts.clientCa;
     this.log = opts.logger ?? rootLogger.child({ component: 'webhook' });
     // Bad limits fail here, before anything starts.
     serverOptions(this.limits);
@@ -225,6 +232,7 @@ export class WebhookServer {
         port: this.port,
         paths: [...this.routes.keys()],
         thread: [...this.routes].flatMap(([path, r]) => ('fed' in r ? [path] : [])),
+        clientCertificates: this.clientCa ? 'required' : 'not asked for',
       },
       'webhook server started',
     );
@@ -236,6 +244,7 @@ export class WebhookServer {
       host: this.host,
       port,
       certificate: this.serving!,
+      ...(this.clientCa ? { clientCa: this.clientCa } : {}),
       handlerTimeoutMs: this.handlerTimeoutMs,
       maxRequestBytes: this.maxRequestBytes,
       maxInFlightBytes: this.maxInFlightBytes,

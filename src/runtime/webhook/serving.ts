@@ -7,6 +7,7 @@ import { isRecord } from '../api/jsonpatch.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { SecureContextOptions, TLSSocket } from 'node:tls';
 import { limitServer, listen, serverOptions, type ServerGuard, type ServerLimits } from '../server/http.ts';
 import { ThrottledLog, type Logger } from '../observability/log.ts';
 import { webhookMetrics } from '../observability/metrics.ts';
@@ -40,6 +41,10 @@ export const webhookServerLimits: ServerLimits = {
   // many that it then drops: closed as they are accepted they cost nothing, accepted they cost a
   // TLS handshake each, the work of about four reviews.
   maxConnections: 600,
+  // Half (`berth run`'s default whatever the connections): a client that holds many connections
+  // (a stranger's, or a noisy peer's) leaves the apiserver 300, more than it sends at once (its
+  // default --max-mutating-requests-inflight is 200) with its idle ones.
+  maxConnectionsPerAddress: 300,
   maxInFlight: 500,
 };
 
@@ -77,6 +82,8 @@ export interface ServingOptions {
   host: string;
   port: number;
   certificate: { cert: string; key: string };
+  /** PEM of the CA that signs the apiserver's client certificate: without one it signs, no TLS handshake completes. */
+  clientCa?: string;
   handlerTimeoutMs: number;
   maxRequestBytes: number;
   maxInFlightBytes: number;
@@ -99,7 +106,11 @@ export class AdmissionServing {
     this.opts = opts;
     this.log = opts.logger;
     this.badRequests = new ThrottledLog(this.log);
-    this.server = https.createServer({ ...opts.certificate, ...serverOptions(opts.limits) });
+    this.server = https.createServer({
+      ...this.secureContextOf(opts.certificate),
+      ...(opts.clientCa ? { requestCert: true, rejectUnauthorized: true } : {}),
+      ...serverOptions(opts.limits),
+    });
     this.guard = limitServer(this.server, 'webhook', opts.limits, opts.handlerTimeoutMs, this.log);
     this.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
       this.serve(req, res).catch((err: unknown) => {
@@ -107,8 +118,23 @@ export class AdmissionServing {
         this.sendError(res, new HttpError(500, 'internal error'));
       });
     });
-    // Mostly clients that do not trust our CA, e.g. an apiserver with a stale caBundle.
-    this.server.on('tlsClientError', (err) => this.log.debug({ err }, 'TLS handshake failed'));
+    this.server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: TLSSocket) => {
+      // Node gives a certificate that does not verify only as the socket's authorizationError.
+      if (err.code === 'ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE' || socket.authorizationError) {
+        this.guard.count('client_certificate', {
+          address: socket.remoteAddress,
+          error: socket.authorizationError ?? err.code,
+        });
+        return;
+      }
+      // Mostly clients that do not trust our CA, e.g. an apiserver with a stale caBundle.
+      this.log.debug({ err }, 'TLS handshake failed');
+    });
+  }
+
+  /** The TLS context of a serving pair: with the client CA, when clients must present a certificate. */
+  private secureContextOf(pair: { cert: string; key: string }): SecureContextOptions {
+    return { ...pair, ...(this.opts.clientCa ? { ca: this.opts.clientCa } : {}) };
   }
 
   /** Serves `handler` at `path`; `name` labels its metrics and logs. */
@@ -133,7 +159,8 @@ export class AdmissionServing {
   }
 
   setCertificate(pair: { cert: string; key: string }): void {
-    this.server.setSecureContext(pair);
+    // A context replaces the whole of the old one: the client CA goes along.
+    this.server.setSecureContext(this.secureContextOf(pair));
   }
 
   /**

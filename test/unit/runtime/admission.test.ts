@@ -42,6 +42,8 @@ interface CallOptions {
   /** Sends the body in pieces without a content-length. */
   chunked?: boolean;
   agent?: https.Agent;
+  /** A client certificate to present. */
+  client?: KeyPairPem;
 }
 
 /** One HTTPS request trusting `ca`; a fresh connection unless an agent is given. */
@@ -54,6 +56,7 @@ function call(port: number, ca: string, opts: CallOptions): Promise<Reply> {
         path: opts.path ?? '/mutate',
         method: opts.method ?? 'POST',
         ca,
+        ...(opts.client ? { cert: opts.client.certPem, key: opts.client.keyPem } : {}),
         agent: opts.agent ?? false,
         headers: { 'content-type': opts.contentType ?? 'application/json' },
       },
@@ -573,8 +576,9 @@ describe('WebhookServer with certificate files', () => {
   const messages: string[] = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => messages.push(JSON.parse(line).msg) });
 
-  const startOn = async (at: string) => {
+  const startOn = async (at: string, clientCa?: string) => {
     const server = new WebhookServer({
+      ...(clientCa ? { clientCa } : {}),
       certificates: {
         kind: 'files',
         certFile: path.join(at, 'tls.crt'),
@@ -615,6 +619,38 @@ describe('WebhookServer with certificate files', () => {
       await writeFile(path.join(at, 'tls.crt'), 'not a certificate');
       await eventually(async () => messages.some((m) => m.includes('reload failed')), 'a failed reload');
       assert.equal(await servedName(server), 'second');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('with a client CA, refuses in the TLS handshake a client without a certificate it signs, also after a reload', async () => {
+    const at = path.join(dir, 'client-ca');
+    await mkdir(at);
+    await writePair(at, await ca.issue('first'));
+    const apiservers = await createCertificateAuthority('apiserver-clients');
+    const apiserver = await apiservers.issue({ commonName: 'kube-apiserver', usage: 'client' });
+    const tenant = await (
+      await createCertificateAuthority('cluster')
+    ).issue({ commonName: 'tenant', usage: 'client' });
+    const server = await startOn(at, apiservers.certPem);
+    const refused = async () =>
+      Number(
+        (await metricsText()).match(
+          /berth_http_rejected_total\{server="webhook",reason="client_certificate"\} (\d+)/,
+        )?.[1] ?? 0,
+      );
+    const healthz = (client?: KeyPairPem) =>
+      call(server.port, ca.certPem, { path: '/healthz', method: 'GET', ...(client ? { client } : {}) });
+    try {
+      const before = await refused();
+      await assert.rejects(healthz(), /certificate required|ECONNRESET|socket hang up/);
+      await assert.rejects(healthz(tenant), /ECONNRESET|socket hang up|unknown ca/);
+      assert.equal((await healthz(apiserver)).status, 200);
+      assert.equal(await refused(), before + 2);
+      await writePair(at, await ca.issue('second'));
+      await eventually(async () => (await healthz(apiserver)).commonName === 'second', 'serving CN=second');
+      await assert.rejects(healthz(tenant));
     } finally {
       await server.stop();
     }

@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, mock, test } from 'node:test';
 import { pino } from 'pino';
 import {
+  AddressConnections,
   ServerGuard,
   probeServerLimits,
   serve,
@@ -56,6 +57,11 @@ describe('serverOptions', () => {
     ['a negative timeout', { keepAliveTimeoutMs: -1 }, /keepAliveTimeoutMs/],
     ['NaN', { requestTimeoutMs: NaN }, /requestTimeoutMs/],
     ['a negative request count', { maxRequestsPerConnection: -1 }, /non-negative/],
+    [
+      'more connections per address than in all',
+      { maxConnections: 4, maxConnectionsPerAddress: 5 },
+      /connections per address \(5\) must not exceed the connections \(4\)/,
+    ],
   ];
   for (const [what, overrides, message] of bad) {
     test(`rejects ${what}`, () => assert.throws(() => serverOptions(limits(overrides)), message));
@@ -63,6 +69,29 @@ describe('serverOptions', () => {
 
   test('accepts no limit on requests per connection', () => {
     assert.doesNotThrow(() => serverOptions(limits({ maxRequestsPerConnection: 0 })));
+  });
+});
+
+describe('AddressConnections', () => {
+  test('admits up to its cap from each address, and again once one of them is released', () => {
+    const open = new AddressConnections(2);
+    assert.deepEqual(
+      ['10.0.0.1', '10.0.0.1', '10.0.0.1', '10.0.0.2'].map((a) => open.admit(a)),
+      [true, true, false, true],
+    );
+    open.release('10.0.0.1');
+    assert.equal(open.admit('10.0.0.1'), true);
+    assert.equal(open.admit('10.0.0.1'), false);
+  });
+
+  test('forgets an address once its last connection is released', () => {
+    const open = new AddressConnections(2);
+    open.admit('10.0.0.1');
+    open.admit('10.0.0.2');
+    open.release('10.0.0.1');
+    assert.equal(open.addresses, 1);
+    open.release('10.0.0.2');
+    assert.equal(open.addresses, 0);
   });
 });
 
@@ -122,6 +151,7 @@ describe('serve with limits', () => {
     headersTimeoutMs: 400,
     requestTimeoutMs: 400,
     maxConnections: 3,
+    maxConnectionsPerAddress: 3,
     maxInFlight: 1,
   });
 
@@ -171,14 +201,26 @@ describe('serve with limits', () => {
   });
 });
 
-test('a connection that never sends a byte is closed at the headers timeout unanswered and uncounted; one that served a request idles on', async () => {
-  const server = (await serve(
+/** A server of /healthz named `name` (its metrics' label), with `overrides` of the probe limits. */
+const healthz = async (name: string, overrides: Partial<ServerLimits>): Promise<RunningServer> =>
+  (await serve(
     '127.0.0.1:0',
-    'silent-test',
+    name,
     { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
-    limits({ headersTimeoutMs: 300, requestTimeoutMs: 300 }),
+    limits(overrides),
     quiet,
   ))!;
+
+/** Whether `socket` is closed within `ms` (by the server: the client never closes it). */
+const closedWithin = (socket: net.Socket, ms: number) =>
+  new Promise<boolean>((resolve) => {
+    socket.on('error', () => {});
+    socket.once('close', () => resolve(true));
+    setTimeout(() => resolve(false), ms);
+  });
+
+test('a connection that never sends a byte is closed at the headers timeout unanswered and uncounted; one that served a request idles on', async () => {
+  const server = await healthz('silent-test', { headersTimeoutMs: 300, requestTimeoutMs: 300 });
   try {
     const connect = () => {
       const socket = net.connect(server.port, '127.0.0.1');
@@ -207,30 +249,37 @@ test('a connection that never sends a byte is closed at the headers timeout unan
 });
 
 test('serve closes connections over maxConnections as they are accepted', async () => {
-  const server = (await serve(
-    '127.0.0.1:0',
-    'connections-test',
-    { '/healthz': async () => ({ status: 200, body: 'ok\n' }) },
-    limits({ maxConnections: 3 }),
-    quiet,
-  ))!;
+  const server = await healthz('connections-test', { maxConnections: 3, maxConnectionsPerAddress: 3 });
   try {
     const sockets = Array.from({ length: 5 }, () => net.connect(server.port, '127.0.0.1'));
-    const closed = await Promise.all(
-      sockets.map(
-        (s) =>
-          new Promise<boolean>((resolve) => {
-            s.on('error', () => {});
-            s.once('close', () => resolve(true));
-            setTimeout(() => resolve(false), 300);
-          }),
-      ),
-    );
+    const closed = await Promise.all(sockets.map((s) => closedWithin(s, 300)));
     assert.equal(closed.filter(Boolean).length, 2, 'two of five connections closed at once');
     assert.equal(await rejected('connections-test', 'connections'), 2);
     for (const s of sockets) s.destroy();
     await new Promise((r) => setTimeout(r, 50));
     assert.equal((await fetch(`http://127.0.0.1:${server.port}/healthz`)).status, 200);
+  } finally {
+    await server.close();
+  }
+});
+
+test('serve closes connections from one address over maxConnectionsPerAddress at once, and answers another address', async () => {
+  const server = await healthz('per-address-test', { maxConnections: 8, maxConnectionsPerAddress: 3 });
+  try {
+    // Linux routes all of 127/8 to the loopback interface: 127.0.0.2 is another client's address.
+    const held = Array.from({ length: 5 }, () =>
+      net.connect({ port: server.port, host: '127.0.0.1', localAddress: '127.0.0.2' }),
+    );
+    const closed = await Promise.all(held.map((s) => closedWithin(s, 300)));
+    assert.equal(closed.filter(Boolean).length, 2, 'two of five connections from one address closed at once');
+    assert.equal(await rejected('per-address-test', 'connections_per_address'), 2);
+    assert.equal((await fetch(`http://127.0.0.1:${server.port}/healthz`)).status, 200);
+    for (const s of held) s.destroy();
+    // Their places are free again once they closed.
+    await new Promise((r) => setTimeout(r, 50));
+    const again = net.connect({ port: server.port, host: '127.0.0.1', localAddress: '127.0.0.2' });
+    assert.equal(await closedWithin(again, 300), false);
+    again.destroy();
   } finally {
     await server.close();
   }
