@@ -309,7 +309,7 @@ before(async () => {
     sandbox,
     [
       `--label-dir=${labelDir}`,
-      `--arch-registry-ca=${reg.caPath}`,
+      `--arch-registries=${reg.registriesPath}`,
       `--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`,
       '--leader-elect',
       '--log-level=error',
