@@ -182,7 +182,13 @@ describe('what the client reads', () => {
       MediaType.ociManifest,
     );
     const c = client();
-    await failsWith(c.inspect(`${reg.host}/${name}:chart`), 'NotAnImage', false, /helm/);
+    // The config's media type is the registry's word: said as a kind, never quoted (decision 0025).
+    await failsWith(
+      c.inspect(`${reg.host}/${name}:chart`),
+      'NotAnImage',
+      false,
+      /an artifact, not an image: its config is not an image config$/,
+    );
   });
 });
 
