@@ -29,7 +29,7 @@ export const archCapability: Capability = {
       .argParser(secondsWithin(0, ADMISSION_BUDGET_MS / 1000)),
     new Option(
       '--arch-registries <file>',
-      'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries by opt-in',
+      'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries and registries on private addresses (allowPrivate) by opt-in',
     ),
     new Option(
       '--arch-registry-ca <file>',
