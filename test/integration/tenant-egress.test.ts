@@ -98,7 +98,11 @@ let scanned: Listener;
 let plainRealm: { registry: Listener; tokens: Listener };
 /** The tenant's registry whose realm is https on `localhost`, and that token server. */
 let loopbackRealm: { registry: Listener; tokens: Listener };
-const policy = `${id}-tenant`;
+/** A registry the admin allows, which an ArchPlacement's `registries` leaves out. */
+let unlisted: Listener;
+/** The tenant's namespace's policy, and one that lists registries for the pods labelled LISTED. */
+const policies = [`${id}-tenant`, `${id}-listed`];
+const LISTED = 'egress.berth.test/listed';
 
 before(async () => {
   await installCrds(admin);
@@ -137,7 +141,8 @@ before(async () => {
     registry: await serving(challenging(`https://localhost:${httpsTokens.port}/token`), tls),
     tokens: httpsTokens,
   };
-  listeners.push(scanned, plainTokens, httpsTokens, plainRealm.registry, loopbackRealm.registry);
+  unlisted = await serving((res) => res.writeHead(404).end(), tls);
+  listeners.push(scanned, plainTokens, httpsTokens, plainRealm.registry, loopbackRealm.registry, unlisted);
 
   // The admin allows the tenant's two registries as if they were public hosts (they are on
   // loopback here only because the test has no other address): what their answers name is
@@ -149,22 +154,26 @@ before(async () => {
       registries: {
         [plainRealm.registry.host]: { allowPrivate: true },
         [loopbackRealm.registry.host]: { allowPrivate: true },
+        [unlisted.host]: { allowPrivate: true },
       },
     }),
   );
-  await admin.apply(
-    ArchPlacement.ref,
+  const inNamespace = { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } } };
+  const specs = [
+    { ...inNamespace, onFailure: { action: 'Release', retries: 0 } },
     {
-      apiVersion: ArchPlacement.apiVersion,
-      kind: ArchPlacement.kind,
-      metadata: { name: policy },
-      spec: {
-        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
-        onFailure: { action: 'Release', retries: 0 },
-      },
+      ...inNamespace,
+      podSelector: { matchLabels: { [LISTED]: 'true' } },
+      registries: ['ghcr.io', '*.corp.example'],
+      priority: 10,
     },
-    { fieldManager: 'test-admin', force: true },
-  );
+  ];
+  for (const [i, name] of policies.entries())
+    await admin.apply(
+      ArchPlacement.ref,
+      { apiVersion: ArchPlacement.apiVersion, kind: ArchPlacement.kind, metadata: { name }, spec: specs[i] },
+      { fieldManager: 'test-admin', force: true },
+    );
   berth = await startBerth(
     sandbox,
     [
@@ -179,15 +188,23 @@ before(async () => {
 
 after(async () => {
   await berth?.stop();
-  await admin.delete(ArchPlacement.ref, policy).catch(() => {});
+  // Berth is gone: its finalizer off by hand (deploy/README's last resort), then the rest.
+  for (const name of policies) {
+    await admin
+      .patch(ArchPlacement.ref, name, { metadata: { finalizers: null } }, { type: 'merge' })
+      .catch(() => {});
+    await admin.delete(ArchPlacement.ref, name).catch(() => {});
+  }
+  await admin.delete(Resources.mutatingWebhookConfigurations, 'berth').catch(() => {});
   if (ns) await deleteNamespace(admin, ns);
   tenant?.close();
   for (const l of listeners) l.close();
   rmSync(work, { recursive: true, force: true });
+  admin.close();
 });
 
 /** The tenant creates a pod of `image`; it is gated at admission (created again until it is). */
-const tenantPod = (image: string) => {
+const tenantPod = (image: string, labels: Record<string, string> = {}) => {
   const name = uniqueName('pod');
   return createAdmitted(
     tenant,
@@ -196,7 +213,7 @@ const tenantPod = (image: string) => {
       (await tenant.create(Resources.pods, {
         apiVersion: 'v1',
         kind: 'Pod',
-        metadata: { name, namespace: ns },
+        metadata: { name, namespace: ns, labels },
         spec: { containers: [{ name: 'c', image }] },
       })) as ArchPod,
     gated,
@@ -269,4 +286,14 @@ test("the tenant's registry gets no token from a plain-http realm on loopback, n
     );
   }
   for (const { note } of [plain, named]) assert.ok(!note.includes(MARK), `no body is quoted: ${note}`);
+});
+
+test("a registry its ArchPlacement's registries leave out is never asked, though the admin allows it", async () => {
+  const { failure, note } = await released(await tenantPod(`${unlisted.host}/x:1`, { [LISTED]: 'true' }));
+  assert.match(failure, /^RegistryNotAllowed: /);
+  assert.match(
+    note,
+    new RegExp(`${unlisted.host} is not among the registries ArchPlacement ${policies[1]} lists`),
+  );
+  assert.equal(unlisted.connections, 0, 'no connection reached the unlisted registry');
 });
