@@ -177,9 +177,8 @@ const podManifest = (ns: string, i: number, gated: boolean, always = false): Kub
   };
 };
 
-// The registry's CA.
-const registriesFile = join(sb.dir, 'bench-arch-registries.yaml');
-writeFileSync(registriesFile, `registries:\n  "${registry.host}":\n    ca: ${registry.caPath}\n`);
+// The sandbox's registries configuration: the registry's CA, and the registry allowed on 127.0.0.1.
+const registriesFile = registry.registriesPath;
 await client.create(ArchPlacement.ref, {
   apiVersion: ArchPlacement.apiVersion,
   kind: ArchPlacement.kind,

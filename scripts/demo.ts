@@ -103,13 +103,14 @@ for (const f of readdirSync(join(examples, 'rules')).filter((f) => f.endsWith('.
 
 say('== running berth with the example rule files (examples/labels/)');
 // As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints,
-// with default flags but for its addresses and the CA of the sandbox registry (which Berth reads
-// images from for architecture-aware placement).
+// with default flags but for its addresses and the sandbox registry's configuration (which Berth
+// reads images from for architecture-aware placement): its CA, and `allowPrivate: true`, since
+// Berth reads no registry on a loopback or private address unless its admin allows that one.
 const [uiPort] = await freePorts(1);
 const berth = await startBerth(sb, [
   `--label-dir=${join(examples, 'labels')}`,
   `--ui-bind-address=127.0.0.1:${uiPort}`,
-  `--arch-registry-ca=${registry.caPath}`,
+  `--arch-registries=${registry.registriesPath}`,
 ]);
 say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
 /** The management plane's Berth, once step 6 starts it (the cells' Berths are their sandboxes' own). */

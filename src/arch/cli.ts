@@ -40,7 +40,10 @@ export function archCommand(): Command {
     .command('inspect <image>')
     .description('Print the platforms an image supports, read from its registry without pulling it')
     .option('--pull-secret <file...>', 'a pull Secret (YAML or JSON) or a docker config.json to log in with')
-    .option('--registries <file>', 'registries configuration: mirrors, CAs, insecure registries')
+    .option(
+      '--registries <file>',
+      'registries configuration: mirrors, CAs, insecure registries, registries on private addresses (allowPrivate)',
+    )
     .option('--registry-ca <file>', 'a PEM bundle trusted by every registry that names no CA of its own')
     .option('--always', 'revalidate the tag, as for imagePullPolicy: Always', false)
     .action(async (image: string, o) => {

@@ -47,6 +47,7 @@ import {
   relabelPatch,
   releasePatch,
   report,
+  unlistedRegistry,
   unplacedRelease,
   standingOf,
   UNLABELLED_UNBOUND,
@@ -384,16 +385,20 @@ export class ArchController {
       const patch = releasePatch(pod, why, { mode: policy?.spec.mode ?? 'NodeAffinity', archTainted });
       return this.write(pod, patch, 'released', 'Normal', 'Released', why);
     }
-    const read = await this.inspections(key, pod);
+    // An image of a registry the policy does not list is not read at all.
+    const unlisted = unlistedRegistry(pod, policy);
+    const read = unlisted ? { results: [], missing: [] } : await this.inspections(key, pod);
     // Parked: the inspections go on without a worker, and requeue the pod when they settle.
     if (!read) return;
     const { results, missing } = read;
-    const failure = results.find((r) => r.status === 'rejected');
-    if (failure) {
-      const err =
-        failure.reason instanceof InspectionError
-          ? failure.reason
-          : new InspectionError('Unreachable', '', errorText(failure.reason), true);
+    const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const err =
+      unlisted ??
+      (rejected &&
+        (rejected.reason instanceof InspectionError
+          ? rejected.reason
+          : new InspectionError('Unreachable', '', errorText(rejected.reason), true)));
+    if (err) {
       const refused = refusedByRegistry(err);
       // Refused, or hidden as not found (what some registries answer for a private repository):
       // the next try reads the pod's secrets again, in case they were rotated.

@@ -3,12 +3,8 @@
 // it (affinity or tolerations, result, state) and takes its gate off. The webhook and the controller
 // feed these from their caches and the registry; nothing here does I/O.
 import { isDeepStrictEqual } from 'node:util';
-import {
-  MAX_RETRY_AFTER_MS,
-  type InspectionError,
-  type Inspection,
-  type Platform,
-} from '../registry/types.ts';
+import { parseReference, registryListed } from '../registry/reference.ts';
+import { InspectionError, MAX_RETRY_AFTER_MS, type Inspection, type Platform } from '../registry/types.ts';
 import { podSelected, podSelection } from '../policy/namespace.ts';
 import type { NodeTaint } from '../policy/nodes/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
@@ -360,6 +356,31 @@ export function podImages(pod: ArchPod): PodImage[] {
     else out.set(c.image, { image: c.image, revalidate: always });
   }
   return [...out.values()];
+}
+
+/**
+ * The first of the pod's images whose registry its policy does not list, as the failure it is; none
+ * when the policy lists no registries. An image that is no reference is left to its inspection,
+ * which fails it without a request.
+ */
+export function unlistedRegistry(pod: ArchPod, policy: Policy): InspectionError | undefined {
+  const listed = policy.spec.registries;
+  if (!listed) return undefined;
+  for (const { image } of podImages(pod)) {
+    let domain: string;
+    try {
+      domain = parseReference(image).domain;
+    } catch {
+      continue;
+    }
+    if (!registryListed(listed, domain))
+      return new InspectionError(
+        'RegistryNotAllowed',
+        image,
+        `${domain} is not among the registries ArchPlacement ${policy.name} lists (spec.registries); no request was sent`,
+      );
+  }
+  return undefined;
 }
 
 const platformText = (p: Platform) => `${p.os}/${p.architecture}${p.variant ? `/${p.variant}` : ''}`;

@@ -3,6 +3,7 @@ import { atLeast, secondsWithin, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
+import { clusterCidrs, SERVICE_CIDRS } from './cluster-ranges.ts';
 import { ArchController } from './controller.ts';
 import { explainPodArch } from './explain.ts';
 import { ARCH_KEYS, ArchPlacement, PULL_SECRET_RULE } from './types.ts';
@@ -28,7 +29,7 @@ export const archCapability: Capability = {
       .argParser(secondsWithin(0, ADMISSION_BUDGET_MS / 1000)),
     new Option(
       '--arch-registries <file>',
-      'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries by opt-in',
+      'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries and registries on private addresses (allowPrivate) by opt-in',
     ),
     new Option(
       '--arch-registry-ca <file>',
@@ -54,6 +55,8 @@ export const archCapability: Capability = {
     { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews'], verbs: ['create'] },
     // Taints mode: the architecture taint.
     { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
+    // Registry egress: the service ranges, refused like private addresses (cluster-ranges.ts).
+    { apiGroups: [SERVICE_CIDRS.group], resources: [SERVICE_CIDRS.resource], verbs: ['list'] },
     // Pods in namespaces that serve admission webhooks are never gated (see docs/decisions/0012).
     {
       apiGroups: ['admissionregistration.k8s.io'],
@@ -64,11 +67,12 @@ export const archCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['patch'] },
   ],
   explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
-  setup({ kit, options, berthNamespace }) {
+  async setup({ kit, options, berthNamespace }) {
     const controller = new ArchController(kit, {
-      inspector: new RegistryClient(
-        registryOptions({ registries: options['archRegistries'], registryCa: options['archRegistryCa'] }),
-      ),
+      inspector: new RegistryClient({
+        ...registryOptions({ registries: options['archRegistries'], registryCa: options['archRegistryCa'] }),
+        clusterCidrs: await clusterCidrs(kit.manager.client(), kit.manager.log),
+      }),
       berthNamespace,
       workers: Number(options['archWorkers'] ?? 32),
       admissionWaitMs: 1000 * Number(options['archAdmissionWait'] ?? INSPECT_WAIT_MS / 1000),

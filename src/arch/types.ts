@@ -64,6 +64,16 @@ const architecture = z
   .max(32)
   .regex(/^[a-z0-9]+$/, 'an architecture as kubernetes.io/arch names it (amd64, arm64, ppc64le, ...)');
 
+/** A registry as images name it, or `*.` and a domain; a port when images name one. */
+const registryPattern = z
+  .string()
+  .min(1)
+  .max(255)
+  .regex(
+    /^(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$/,
+    'a registry as images name it (ghcr.io, registry.internal:5000, docker.io), or *.example.com',
+  );
+
 export const archPlacementSpec = k8s(
   z.object({
     namespaceSelector: labelSelectorSchema
@@ -108,6 +118,16 @@ export const archPlacementSpec = k8s(
       })
       .default({ action: 'Release', retries: 3 })
       .describe('When an image cannot be read: always a Warning event and the reason on the pod.'),
+    registries: z
+      .array(registryPattern)
+      .max(64)
+      .optional()
+      .describe(
+        'The registries its pods may name, as images name them (ghcr.io, registry.internal:5000, docker.io for ' +
+          'Docker Hub), or *.example.com for every host below example.com (the port as written). A pod naming ' +
+          'any other is released with the reason RegistryNotAllowed (or placed on the fallback), and Berth sends ' +
+          'that registry no request. All registries when omitted.',
+      ),
     priority: z
       .number()
       .int()

@@ -27,6 +27,7 @@ import {
   placedAtAdmission,
   toPlaceAgain,
   podImages,
+  unlistedRegistry,
   type ArchPod,
   type PodImage,
   type ExemptionContext,
@@ -136,6 +137,8 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     dryRun: boolean,
     from: ArchPod | undefined,
   ): AdmissionResult | Promise<AdmissionResult> => {
+    // A registry the policy does not list: gated, nothing read, for the controller to release.
+    if (unlistedRegistry(pod, policy)) return decide(pod, policy, undefined, from);
     const images = podImages(pod);
     const lookup = (counted: boolean) =>
       images.map((i) => deps.cached(i.image, i.revalidate ? revalidatedSince(arrived) : { counted }));

@@ -144,7 +144,11 @@ export function sandboxCommand(): Command {
       log(`sandbox ${sb.name} is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`);
       log(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodes`);
       const r = sb.registry;
-      if (r) log(`registry ${r.host} (CA ${r.caPath}; push as ${r.push.username}, see berth sandbox status)`);
+      if (r) {
+        log(`registry ${r.host} (CA ${r.caPath}; push as ${r.push.username}, see berth sandbox status)`);
+        // On 127.0.0.1, Berth reads it only where its configuration allows it (allowPrivate).
+        log(`  Berth reads it with --arch-registries=${r.registriesPath}`);
+      }
       if (federation) {
         log(`next, run the management plane's Berth:`);
         log(`  ${managementCommand(sb)}`);
@@ -217,6 +221,7 @@ export function sandboxCommand(): Command {
         const r = sb.registry;
         if (r) {
           process.stdout.write(`  registry: ${r.host} (token service ${r.realm}, CA ${r.caPath})\n`);
+          process.stdout.write(`  registry for Berth: --arch-registries=${r.registriesPath}\n`);
           process.stdout.write(`  registry push user: ${r.push.username} (password in -o json)\n`);
         }
         for (const c of cells) {

@@ -90,27 +90,33 @@ export const credentialKey = (c: Credential | undefined): string =>
     : 'anonymous';
 
 /**
- * The token request URL, or why none may be made: a realm must be http(s), and credentials of an
- * https registry never go to an http realm (they would cross the network in clear text).
+ * The token request URL, or why none may be made. A realm must be https: a registry's answer names
+ * it, and a plain-http realm would be a request Berth makes where its answer (the token it sends to
+ * the registry) can be read and forged on the way; only a registry the admin configured insecure
+ * may name one, and credentials of an https registry never go to it. Messages name no part of the
+ * realm but its origin: the header is the registry's to write.
  */
 export function tokenRequest(
   challenge: Challenge,
   scope: string,
-  registry: URL,
+  registry: { url: URL; insecure: boolean },
   credential: Credential | undefined,
 ): { url: URL; sendCredential: boolean } {
-  const realm = challenge.params['realm'];
   let url: URL;
   try {
-    url = new URL(realm ?? '');
+    url = new URL(challenge.params['realm'] ?? '');
   } catch {
-    throw new Error(`the registry's token realm "${realm}" is not a URL`);
+    throw new Error("the registry's token realm is not a URL");
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:')
-    throw new Error(`the token realm ${url.href} is not http(s)`);
+    throw new Error("the registry's token realm is not http(s)");
+  if (url.protocol === 'http:' && !registry.insecure)
+    throw new Error(
+      `the registry's token realm ${url.origin} is plain http, which Berth asks only for a registry configured insecure`,
+    );
   if (challenge.params['service']) url.searchParams.set('service', challenge.params['service']);
   url.searchParams.set('scope', scope);
-  const sendCredential = !!credential && !(url.protocol === 'http:' && registry.protocol === 'https:');
+  const sendCredential = !!credential && !(url.protocol === 'http:' && registry.url.protocol === 'https:');
   return { url, sendCredential };
 }
 

@@ -23,8 +23,10 @@ import {
   type Credential,
 } from './auth.ts';
 import { Flights, TtlCache } from './cache.ts';
+import { addressRefusal, allowsPrivate, literalAddress, parseCidrs, type ClusterRanges } from './egress.ts';
 import { endpointsFor, type Endpoint, type RegistriesConfig } from './hosts.ts';
 import { buildKeyring, lookup } from './keyring.ts';
+import { EgressRefused, egressLookup } from './lookup.ts';
 import {
   ManifestError,
   digestOf,
@@ -57,8 +59,13 @@ import {
 } from './types.ts';
 
 export interface RegistryClientOptions {
-  /** Mirrors, CAs and insecure registries (hosts.ts). */
+  /** Mirrors, CAs, insecure registries and those allowed on private addresses (hosts.ts). */
   hosts?: RegistriesConfig;
+  /**
+   * The cluster's own addresses and CIDRs (its apiserver's, its service and pod ranges): refused
+   * like private ones unless a registry is allowed them (egress.ts).
+   */
+  clusterCidrs?: string[];
   /** Requests in flight to one registry host at most. */
   concurrencyPerRegistry?: number;
   /** How long a tag's digest is trusted before a HEAD revalidates it. */
@@ -128,19 +135,6 @@ const fail = (
   retryAt?: number,
 ) => new InspectionError(reason, canonical, message, transient, retryAt);
 
-/** The registry's own words from an error body (`{errors: [{code, message}]}`), when it gave any. */
-function registrySays(body: Buffer): string {
-  try {
-    const errors = (
-      JSON.parse(body.toString('utf8')) as { errors?: Array<{ code?: string; message?: string }> }
-    ).errors;
-    const e = errors?.[0];
-    return e ? `: ${[e.code, e.message].filter(Boolean).join(' ')}` : '';
-  } catch {
-    return '';
-  }
-}
-
 const header = (h: IncomingHttpHeaders, name: string): string | undefined => {
   const v = h[name];
   return Array.isArray(v) ? v[0] : v;
@@ -148,6 +142,7 @@ const header = (h: IncomingHttpHeaders, name: string): string | undefined => {
 
 export class RegistryClient implements ImageInspector {
   readonly #hosts: RegistriesConfig | undefined;
+  readonly #cluster: ClusterRanges;
   readonly #o: typeof defaults;
   readonly #defaultCa: string | undefined;
   readonly #userAgent: string;
@@ -180,8 +175,9 @@ export class RegistryClient implements ImageInspector {
   readonly #counts: RequestCounts = { registry: 0, token: 0 };
 
   constructor(options: RegistryClientOptions = {}) {
-    const { hosts, defaultCa, userAgent, ...rest } = options;
+    const { hosts, clusterCidrs, defaultCa, userAgent, ...rest } = options;
     this.#hosts = hosts;
+    this.#cluster = { cidrs: parseCidrs(clusterCidrs ?? []) };
     this.#defaultCa = defaultCa;
     this.#userAgent = userAgent ?? 'berth';
     this.#o = { ...defaults };
@@ -447,7 +443,7 @@ export class RegistryClient implements ImageInspector {
         `${digest}: ${e.message}`,
       );
     }
-    return fail('Malformed', s.canonical, `${digest}: ${errorText(e)}`);
+    return fail('Malformed', s.canonical, `${digest}: unreadable`);
   }
 
   /** A registry request with auth: the remembered challenge answered up front, a 401 answered once. */
@@ -480,7 +476,6 @@ export class RegistryClient implements ImageInspector {
         }
       }
       if (got.status >= 200 && got.status < 300) return got;
-      const says = registrySays(got.body);
       if (got.status === 401) {
         const fresh = pickChallenge(parseChallenges(got.headers['www-authenticate']));
         if (fresh && !renewed) {
@@ -490,19 +485,19 @@ export class RegistryClient implements ImageInspector {
           if (fresh.scheme === 'bearer' || s.cred) continue;
         }
         const who = s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
-        throw fail('Unauthorized', s.canonical, `${s.ep.url.host} refused ${who} for ${s.repo}${says}`);
+        throw fail(
+          'Unauthorized',
+          s.canonical,
+          `${s.ep.url.host} answered 401: refused ${who} for ${s.repo}`,
+        );
       }
       if (got.status === 403) {
-        throw fail('Unauthorized', s.canonical, `${s.ep.url.host} denied ${s.repo}${says}`);
+        throw fail('Unauthorized', s.canonical, `${s.ep.url.host} answered 403: denied ${s.repo}`);
       }
       if (got.status === 404) {
-        throw fail('NotFound', s.canonical, `${s.ep.url.host} has no ${path}${says}`);
+        throw fail('NotFound', s.canonical, `${s.ep.url.host} answered 404 for ${path}`);
       }
-      throw fail(
-        'Malformed',
-        s.canonical,
-        `${s.ep.url.host} answered ${method} ${path} with ${got.status}${says}`,
-      );
+      throw fail('Malformed', s.canonical, `${s.ep.url.host} answered ${method} ${path} with ${got.status}`);
     }
   }
 
@@ -521,19 +516,21 @@ export class RegistryClient implements ImageInspector {
     const token = await this.#tokenFlights.run(key, async () => {
       let req;
       try {
-        req = tokenRequest(challenge, pullScope(s.repo), s.ep.url, s.cred);
+        req = tokenRequest(challenge, pullScope(s.repo), s.ep, s.cred);
       } catch (e) {
         throw fail('Unauthorized', s.canonical, `${s.ep.url.host}: ${errorText(e)}`);
       }
       const headers: Record<string, string> = { Accept: 'application/json' };
       if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
       // The realm is the registry's: trust what the registry's endpoint trusts. Verification is
-      // skipped only where the registry's own host serves the realm, as containerd does.
+      // skipped only where the registry's own host serves the realm, as containerd does; private
+      // addresses only on the host name of a registry allowed them.
       const realmEp: Endpoint = {
         url: new URL(req.url.origin),
         ...(s.ep.ca ? { ca: s.ep.ca } : {}),
         insecure: s.ep.insecure && req.url.host === s.ep.url.host,
         mirror: s.ep.mirror,
+        allowPrivate: allowsPrivate(s.ep, req.url),
       };
       const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical);
       const withheld =
@@ -559,8 +556,13 @@ export class RegistryClient implements ImageInspector {
       let parsed;
       try {
         parsed = parseTokenResponse(JSON.parse(got.body.toString('utf8')));
-      } catch (e) {
-        throw fail('Malformed', s.canonical, `the token server ${req.url.host}: ${errorText(e)}`);
+      } catch {
+        // Its words are not repeated: they are the answer's, and this message reaches the pod's events.
+        throw fail(
+          'Malformed',
+          s.canonical,
+          `the token server ${req.url.host} answered ${got.status} without a token`,
+        );
       }
       this.#tokens.set(key, parsed.token, parsed.ttlMs);
       return parsed.token;
@@ -600,6 +602,7 @@ export class RegistryClient implements ImageInspector {
         got = await this.#send(ep, kind, method, url, headers, canonical);
       } catch (e) {
         if (e instanceof InspectionError) throw e;
+        if (e instanceof EgressRefused) throw this.#egressFailure(canonical, e.message);
         const code = (e as { code?: string }).code ?? '';
         if (tlsCodes.test(code)) {
           throw fail(
@@ -641,7 +644,7 @@ export class RegistryClient implements ImageInspector {
         throw fail(
           'Unreachable',
           canonical,
-          `${host} answered ${got.status}${registrySays(got.body)} (${after})`,
+          `${host} answered ${got.status} (${after})`,
           true,
           this.#retryAt(host),
         );
@@ -684,11 +687,16 @@ export class RegistryClient implements ImageInspector {
    * would be parsed for every connection and concatenated into the agent's socket key on every
    * request and every socket freed, milliseconds of CPU each (bench:arch measured it).
    */
-  #agent(url: URL, ca: string | undefined, insecure: boolean): Agent {
-    const key = `${url.origin}|${insecure}|${ca ? createHash('sha256').update(ca).digest('hex') : ''}`;
+  #agent(url: URL, ca: string | undefined, insecure: boolean, allowPrivate: boolean): Agent {
+    const key = `${url.origin}|${insecure}|${allowPrivate}|${ca ? createHash('sha256').update(ca).digest('hex') : ''}`;
     let agent = this.#agents.get(key);
     if (!agent) {
-      const common = { keepAlive: true, maxSockets: this.#o.concurrencyPerRegistry };
+      const common = {
+        keepAlive: true,
+        maxSockets: this.#o.concurrencyPerRegistry,
+        // Every connection's address checked as it connects (lookup.ts).
+        ...(allowPrivate ? {} : { lookup: egressLookup(this.#cluster) }),
+      };
       agent =
         url.protocol === 'http:'
           ? new http.Agent(common)
@@ -720,7 +728,14 @@ export class RegistryClient implements ImageInspector {
     let headers: Record<string, string> = { ...firstHeaders, 'User-Agent': this.#userAgent };
     for (let hop = 0; ; hop++) {
       const same = url.host === ep.url.host && url.protocol === ep.url.protocol;
-      const agent = same ? this.#agent(url, ep.ca, ep.insecure) : this.#agent(url, this.#defaultCa, false);
+      const allowPrivate = allowsPrivate(ep, url);
+      // An address in the URL is connected to without a lookup: checked here, before any connection.
+      const literal = literalAddress(url.hostname);
+      const refused = !allowPrivate && literal !== undefined && addressRefusal(literal, this.#cluster);
+      if (refused) throw this.#egressFailure(canonical, `${url.host} is ${refused}`);
+      const agent = same
+        ? this.#agent(url, ep.ca, ep.insecure, allowPrivate)
+        : this.#agent(url, this.#defaultCa, false, allowPrivate);
       this.#counts[kind]++;
       let res: IncomingMessage;
       try {
@@ -790,6 +805,14 @@ export class RegistryClient implements ImageInspector {
       chunks.push(c as Buffer);
     }
     return Buffer.concat(chunks);
+  }
+
+  #egressFailure(canonical: string, why: string): InspectionError {
+    return fail(
+      'AddressNotAllowed',
+      canonical,
+      `${why}, which Berth does not connect to unless the registries configuration allows the registry (allowPrivate)`,
+    );
   }
 
   #count(kind: keyof RequestCounts, url: URL, method: string, code: string): void {

@@ -1,7 +1,8 @@
 // Registries configuration: per registry, mirrors tried in order before the registry itself (as
 // containerd's hosts.toml tries `host` entries before `server`), mirrors that serve digests only
 // (OpenShift's ImageDigestMirrorSet), a CA bundle per endpoint, and plain HTTP or unverified TLS
-// only where `insecure: true` says so.
+// only where `insecure: true` says so. Registries on loopback, private, link-local or the cluster's
+// own addresses are read only where `allowPrivate: true` says so (egress.ts, decision 0025).
 //
 //   registries:
 //     docker.io:
@@ -15,6 +16,7 @@
 //     lab.local:5000:
 //       server: http://lab.local:5000
 //       insecure: true
+//       allowPrivate: true
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
@@ -71,6 +73,11 @@ const registrySchema = z
     server: z.string().optional(),
     ...endpointFields,
     mirrors: z.array(mirrorSchema).default([]),
+    /**
+     * Its endpoints (server and mirrors) may be on loopback, private, link-local or the cluster's own
+     * addresses, and so may its token realm and redirects on their host names. Never implied.
+     */
+    allowPrivate: z.boolean().optional(),
   })
   .strict()
   .superRefine((v, ctx) => checkUrl({ url: v.server, insecure: v.insecure }, ctx));
@@ -88,6 +95,8 @@ export interface Endpoint {
   ca?: string;
   insecure: boolean;
   mirror: boolean;
+  /** The admin allowed its registry on addresses Berth otherwise does not reach (egress.ts). */
+  allowPrivate: boolean;
 }
 
 const isPem = (s: string) => s.includes('-----BEGIN');
@@ -154,6 +163,7 @@ export function endpointsFor(
       ...(chosen ? { ca: chosen } : {}),
       insecure: insecure === true,
       mirror,
+      allowPrivate: reg?.allowPrivate === true,
     };
   };
   const mirrors = (reg?.mirrors ?? [])

@@ -3,5 +3,5 @@ export * from './types.ts';
 export { RegistryClient, type RegistryClientOptions, type RequestCounts } from './client.ts';
 export { RegistriesConfig, loadRegistriesConfig, parseRegistriesConfig } from './hosts.ts';
 export { pullSecretFromFile, SecretType } from './keyring.ts';
-export { parseReference, type Reference } from './reference.ts';
+export { parseReference, registryListed, type Reference } from './reference.ts';
 export { MediaType } from './manifest.ts';

@@ -2,6 +2,7 @@
 // entries are attestations, which must be followed, how a config blob names its platform, and the
 // digest of a body. The client fetches; these decide.
 import { createHash } from 'node:crypto';
+import { isDigest } from './reference.ts';
 import type { Platform } from './types.ts';
 
 export const MediaType = {
@@ -62,8 +63,9 @@ function json(body: Buffer, what: string): Record<string, unknown> {
   let v: unknown;
   try {
     v = JSON.parse(body.toString('utf8'));
-  } catch (e) {
-    throw new ManifestError('malformed', `${what} is not JSON: ${(e as Error).message}`);
+  } catch {
+    // The parser's message quotes the body, which is the registry's to write: not repeated.
+    throw new ManifestError('malformed', `${what} is not JSON`);
   }
   if (!isObject(v)) throw new ManifestError('malformed', `${what} is not a JSON object`);
   return v;
@@ -73,6 +75,9 @@ function descriptor(v: unknown, what: string): Descriptor {
   if (!isObject(v) || typeof v['digest'] !== 'string' || typeof v['mediaType'] !== 'string') {
     throw new ManifestError('malformed', `${what} lacks a digest or a media type`);
   }
+  // A digest goes into request paths and messages: only one Berth can verify.
+  if (!isDigest(v['digest']))
+    throw new ManifestError('malformed', `${what} names no sha256 or sha512 digest`);
   return {
     mediaType: v['mediaType'],
     digest: v['digest'],
@@ -128,7 +133,7 @@ export function parseManifest(body: Buffer, contentType?: string): Parsed {
   if (manifestTypes.has(mediaType)) {
     const config = descriptor(doc['config'], 'the manifest config');
     if (!configTypes.has(config.mediaType)) {
-      throw new ManifestError('notAnImage', `an artifact, not an image: its config is ${config.mediaType}`);
+      throw new ManifestError('notAnImage', 'an artifact, not an image: its config is not an image config');
     }
     return { kind: 'manifest', config };
   }
@@ -138,13 +143,16 @@ export function parseManifest(body: Buffer, contentType?: string): Parsed {
       'a Docker schema 1 manifest, which Berth does not read (push it again)',
     );
   }
-  throw new ManifestError('notAnImage', `an unknown manifest type ${mediaType}`);
+  throw new ManifestError('notAnImage', 'not a manifest type Berth reads (an OCI or Docker image or index)');
 }
 
 /** The platform a config blob states (single-architecture images say it only there). */
 export function parseConfig(body: Buffer): Platform {
   return platformOf(json(body, 'the image config'), 'the image config');
 }
+
+/** GOOS, GOARCH and variant values: `linux`, `ppc64le`, `v7`. */
+const goName = /^[a-z0-9][a-z0-9._-]{0,31}$/;
 
 function platformOf(v: unknown, what: string): Platform {
   if (
@@ -156,7 +164,18 @@ function platformOf(v: unknown, what: string): Platform {
     throw new ManifestError('malformed', `${what} names no os and architecture`);
   }
   const variant = typeof v['variant'] === 'string' && v['variant'] ? v['variant'] : undefined;
-  return normalisePlatform({ os: v['os'], architecture: v['architecture'], ...(variant ? { variant } : {}) });
+  const p = normalisePlatform({
+    os: v['os'],
+    architecture: v['architecture'],
+    ...(variant ? { variant } : {}),
+  });
+  // Platforms reach messages, annotations and node affinities: Go's names only, never free text.
+  if (![p.os, p.architecture, p.variant ?? 'v'].every((n) => goName.test(n)))
+    throw new ManifestError(
+      'malformed',
+      `${what} names an os, architecture or variant that is not a Go name`,
+    );
+  return p;
 }
 
 /**

@@ -104,3 +104,24 @@ export const isDockerHub = (domain: string): boolean => domain === dockerHub;
 /** A registry domain as configuration and pull secrets may spell it, normalised like a reference's. */
 export const normaliseDomain = (domain: string): string =>
   domain === legacyDockerHub || domain === dockerHubApi ? dockerHub : domain;
+
+/** A domain's host and its `:port` (empty without one); an IPv6 host keeps its brackets. */
+const splitPort = (domain: string): [string, string] => {
+  const colon = domain.lastIndexOf(':');
+  return colon > domain.lastIndexOf(']') ? [domain.slice(0, colon), domain.slice(colon)] : [domain, ''];
+};
+
+/**
+ * Whether a registry domain is among `patterns`: a domain as images name it (`ghcr.io`,
+ * `registry.internal:5000`, `docker.io` for Docker Hub), or `*.` and a domain for every host below
+ * it at any depth, the port as written (none matches none). Compared, never compiled: linear in
+ * the patterns' length, whatever they hold.
+ */
+export function registryListed(patterns: readonly string[], domain: string): boolean {
+  const [host, port] = splitPort(normaliseDomain(domain.toLowerCase()));
+  return patterns.some((p) => {
+    const [want, wantPort] = splitPort(normaliseDomain(p.toLowerCase()));
+    if (wantPort !== port) return false;
+    return want.startsWith('*.') ? host.endsWith(want.slice(1)) : host === want;
+  });
+}

@@ -39,7 +39,11 @@ export type FailureReason =
   | 'Unreachable'
   | 'Malformed'
   | 'DigestMismatch'
-  | 'NotAnImage';
+  | 'NotAnImage'
+  /** Its registry's address is loopback, private, link-local or the cluster's own: no connection made. */
+  | 'AddressNotAllowed'
+  /** Its registry is not among those the caller lists (an ArchPlacement's `registries`): no request made. */
+  | 'RegistryNotAllowed';
 
 /** The longest Retry-After the client honours by default (a registry asking for more gets this). */
 export const MAX_RETRY_AFTER_MS = 5 * 60_000;

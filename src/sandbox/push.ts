@@ -172,7 +172,7 @@ export class ImagePusher {
     const { url } = tokenRequest(
       challenge,
       challenge.params['scope'] ?? '',
-      new URL(this.baseUrl),
+      { url: new URL(this.baseUrl), insecure: false },
       undefined,
     );
     this.tokenRequests++;

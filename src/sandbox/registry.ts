@@ -20,6 +20,11 @@ export interface SandboxRegistry {
   url: string;
   /** The sandbox CA, which signed the registry's and the token service's certificates. */
   caPath: string;
+  /**
+   * A registries configuration (`--arch-registries`) that trusts the CA and allows the registry on
+   * its loopback address, as an admin allows a registry on a private address (decision 0025).
+   */
+  registriesPath: string;
   /** The token service (the realm of the registry's Bearer challenge). */
   realm: string;
   service: string;
@@ -89,6 +94,14 @@ export async function writeRegistryFiles(
   };
   writeFileSync(join(dir, 'token.json'), JSON.stringify(token, null, 2));
   writeFileSync(
+    registriesFile(dir),
+    toYaml({
+      registries: {
+        [`127.0.0.1:${ports.registry}`]: { ca: join(pki, 'ca.crt'), allowPrivate: true },
+      },
+    }),
+  );
+  writeFileSync(
     join(dir, 'config.yml'),
     toYaml({
       version: 0.1,
@@ -119,6 +132,8 @@ export async function writeRegistryFiles(
   );
 }
 
+const registriesFile = (dir: string) => join(dir, 'registries.yaml');
+
 export function registryInfo(dir: string, pki: string, ports: RegistryPorts): SandboxRegistry {
   const base = JSON.parse(readFileSync(join(policyDir(dir), BASE_POLICY), 'utf8')) as TokenPolicy;
   const host = `127.0.0.1:${ports.registry}`;
@@ -126,6 +141,7 @@ export function registryInfo(dir: string, pki: string, ports: RegistryPorts): Sa
     host,
     url: `https://${host}`,
     caPath: join(pki, 'ca.crt'),
+    registriesPath: registriesFile(dir),
     realm: `https://127.0.0.1:${ports.token}/token`,
     service: REGISTRY_SERVICE,
     push: { username: PUSH_USER, password: base.users[PUSH_USER]!.password },

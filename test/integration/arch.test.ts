@@ -13,6 +13,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { stringify as toYaml } from 'yaml';
 import {
   ARCH_FINALIZER,
   ARCH_LABEL,
@@ -272,7 +273,18 @@ before(async () => {
     { attestations: true },
   );
 
-  writeFileSync(registriesFile, `registries:\n  ${MIRRORED}:\n    mirrors:\n      - url: ${reg.url}\n`);
+  // The sandbox registry and its fault proxy are on 127.0.0.1: allowed, as an admin allows a
+  // registry on a private address (decision 0025).
+  writeFileSync(
+    registriesFile,
+    toYaml({
+      registries: {
+        [MIRRORED]: { mirrors: [{ url: reg.url }], allowPrivate: true },
+        [reg.host]: { allowPrivate: true },
+        [proxy.host]: { allowPrivate: true },
+      },
+    }),
+  );
   main = await namespace('main');
   unopted = await namespace('unopted');
   await client.create(Resources.namespaces, {
@@ -447,7 +459,7 @@ describe('NodeAffinity mode', () => {
     assert.equal(skipped.status, 0, skipped.stderr);
     assert.match(skipped.stdout, new RegExp(`never gated: annotation ${SKIP_ANNOTATION}=true`));
 
-    const inspect = berthCli('arch', 'inspect', image('multi'), `--registry-ca=${reg.caPath}`);
+    const inspect = berthCli('arch', 'inspect', image('multi'), `--registries=${reg.registriesPath}`);
     assert.equal(inspect.status, 0, inspect.stderr);
     assert.deepEqual(
       inspect.stdout.split('\n').filter((l) => l.startsWith('  linux/') || l.includes('unknown')),
@@ -506,7 +518,7 @@ describe('NodeAffinity mode', () => {
       // `berth arch inspect --pull-secret`: refused without, read with the Secret's manifest or a
       // docker config.json (each form a user has at hand).
       const inspect = (...flags: string[]) =>
-        berthCli('arch', 'inspect', ref, `--registry-ca=${reg.caPath}`, ...flags);
+        berthCli('arch', 'inspect', ref, `--registries=${reg.registriesPath}`, ...flags);
       const anonymous = inspect();
       assert.notEqual(anonymous.status, 0, anonymous.stdout);
       assert.match(

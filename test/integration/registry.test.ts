@@ -37,9 +37,23 @@ after(() => {
   for (const c of clients) c.close();
 });
 
-/** A client trusting the sandbox CA; closed after the file. */
+/** The registries on 127.0.0.1 this file reads: allowed, as an admin allows a registry on a private address. */
+const allowedHosts = new Set<string>();
+
+/** A registries configuration of `entries`, every registry of allowedHosts (the sandbox's, the proxies') allowed. */
+const allowing = (entries: Record<string, object> = {}) =>
+  parseRegistriesConfig({
+    registries: Object.fromEntries(
+      [...new Set([reg.host, ...allowedHosts, ...Object.keys(entries)])].map((h) => [
+        h,
+        { ...entries[h], allowPrivate: true },
+      ]),
+    ),
+  });
+
+/** A client trusting the sandbox CA, allowed the registries of allowedHosts; closed after the file. */
 function client(opts: RegistryClientOptions = {}): RegistryClient {
-  const c = new RegistryClient({ defaultCa: ca, ...opts });
+  const c = new RegistryClient({ defaultCa: ca, hosts: allowing(), ...opts });
   clients.push(c);
   return c;
 }
@@ -168,7 +182,13 @@ describe('what the client reads', () => {
       MediaType.ociManifest,
     );
     const c = client();
-    await failsWith(c.inspect(`${reg.host}/${name}:chart`), 'NotAnImage', false, /helm/);
+    // The config's media type is the registry's word: said as a kind, never quoted (decision 0025).
+    await failsWith(
+      c.inspect(`${reg.host}/${name}:chart`),
+      'NotAnImage',
+      false,
+      /an artifact, not an image: its config is not an image config$/,
+    );
   });
 });
 
@@ -250,6 +270,7 @@ describe('caches, single-flight and revalidation', () => {
     const name = repo();
     await pusher.pushIndex(name, 'v1', plats('linux/amd64'));
     const proxy = await startFaultProxy(reg);
+    allowedHosts.add(proxy.host);
     try {
       const viaProxy = client({ tagTtlMs: 1 });
       const img = `${proxy.host}/${name}:v1`;
@@ -320,7 +341,7 @@ describe('pull secrets', () => {
 
 describe('registries configuration', () => {
   test('without the CA the registry is Unreachable, not transient, and the message says to name a CA', async () => {
-    const c = new RegistryClient();
+    const c = new RegistryClient({ hosts: allowing() });
     clients.push(c);
     await failsWith(c.inspect(`${reg.host}/${repo()}:v1`), 'Unreachable', false, /CA/);
   });
@@ -328,7 +349,7 @@ describe('registries configuration', () => {
   test("a CA named for the registry's host alone is enough", async () => {
     const name = repo();
     await pusher.pushIndex(name, 'v1', plats('linux/amd64'));
-    const hosts = parseRegistriesConfig({ registries: { [reg.host]: { ca } } });
+    const hosts = parseRegistriesConfig({ registries: { [reg.host]: { ca, allowPrivate: true } } });
     const c = new RegistryClient({ hosts });
     clients.push(c);
     assert.equal((await c.inspect(`${reg.host}/${name}:v1`)).registry, reg.host);
@@ -341,8 +362,8 @@ describe('registries configuration', () => {
     const mirror = await startFaultProxy(reg);
     await down.down();
     try {
-      const hosts = parseRegistriesConfig({
-        registries: { [reg.host]: { mirrors: [{ url: down.url }, { url: mirror.url }] } },
+      const hosts = allowing({
+        [reg.host]: { mirrors: [{ url: down.url }, { url: mirror.url }] },
       });
       const got = await client({ hosts, retries: 0 }).inspect(`${reg.host}/${name}:v1`);
       assert.equal(got.registry, mirror.host);
@@ -358,9 +379,7 @@ describe('registries configuration', () => {
     const { index } = await pusher.pushIndex(name, 'v1', plats('linux/amd64'));
     const mirror = await startFaultProxy(reg);
     try {
-      const hosts = parseRegistriesConfig({
-        registries: { [reg.host]: { mirrors: [{ url: mirror.url, digestsOnly: true }] } },
-      });
+      const hosts = allowing({ [reg.host]: { mirrors: [{ url: mirror.url, digestsOnly: true }] } });
       const c = client({ hosts });
       assert.equal((await c.inspect(`${reg.host}/${name}:v1`)).registry, reg.host);
       assert.equal(mirror.count(), 0);
@@ -376,6 +395,7 @@ describe('failures, through the fault proxy', () => {
   let proxy: FaultProxy;
   before(async () => {
     proxy = await startFaultProxy(reg);
+    allowedHosts.add(proxy.host);
   });
   after(() => proxy.close());
 

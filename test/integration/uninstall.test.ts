@@ -102,6 +102,7 @@ const berthManagers = [
   webhookFieldManager,
 ];
 const labelDir = mkdtempSync(join(tmpdir(), 'berth-uninstall-'));
+const registriesFile = join(sandbox.dir, `${id}-registries.yaml`);
 const ruleFile = join(labelDir, D, 'from-file');
 const nodes: Record<'labelled' | 'held' | 'released' | 'work', string> = {
   labelled: '',
@@ -205,6 +206,12 @@ before(async () => {
   assert.ok(r, 'the test sandbox runs a registry (this file says test-driver: registry)');
   reg = r;
   proxy = await startFaultProxy(reg);
+  // The sandbox registry and its fault proxy, on 127.0.0.1: allowed, as an admin allows a registry
+  // on a private address (decision 0025).
+  writeFileSync(
+    registriesFile,
+    `registries:\n  "${reg.host}": { allowPrivate: true }\n  "${proxy.host}": { allowPrivate: true }\n`,
+  );
   kubectlPath = (await ensureBinaries()).kubectl;
   await installCrds(client);
   const pusher = new RegistryPusher(reg);
@@ -310,6 +317,7 @@ before(async () => {
     [
       `--label-dir=${labelDir}`,
       `--arch-registry-ca=${reg.caPath}`,
+      `--arch-registries=${registriesFile}`,
       `--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`,
       '--leader-elect',
       '--log-level=error',

@@ -28,6 +28,7 @@ import {
   type ArchPod,
   type NodeSelectorTerm,
   type Placement,
+  unlistedRegistry,
 } from '../../../src/arch/decide.ts';
 import { podOs } from '../../../src/policy/pods.ts';
 import {
@@ -830,4 +831,42 @@ test("messages name each image's architectures for the pod's OS, not another's",
   const images = [image('a', ['linux/amd64']), image('b', ['windows/amd64', 'linux/arm64', 'linux/amd64'])];
   assert.equal(imagesText(images, 'linux'), 'a (amd64), b (amd64, arm64)');
   assert.equal(imagesText(images, 'windows'), 'a (none for windows), b (amd64)');
+});
+
+describe('unlistedRegistry', () => {
+  const listing = (registries?: string[]) => ({
+    name: 'only-ours',
+    spec: spec(registries ? { registries } : {}),
+    deleting: false,
+  });
+  const naming = (...images: string[]) =>
+    pod({ containers: images.map((image, i) => ({ name: `c${i}`, image })) });
+
+  test('no list: every registry; a list: the first image of another registry, as a refusal', () => {
+    assert.equal(unlistedRegistry(naming('127.0.0.1:5000/x:1'), listing()), undefined);
+    const listed = listing(['ghcr.io', '*.corp.example', 'docker.io']);
+    assert.equal(
+      unlistedRegistry(naming('nginx', 'ghcr.io/a/b:1', 'r.eu.corp.example/c:2'), listed),
+      undefined,
+    );
+    const err = unlistedRegistry(naming('ghcr.io/a/b:1', '127.0.0.1:5000/x:1', '10.0.0.1/y:1'), listed);
+    assert.ok(err instanceof InspectionError);
+    assert.equal(err.reason, 'RegistryNotAllowed');
+    assert.equal(err.transient, false);
+    assert.equal(err.image, '127.0.0.1:5000/x:1');
+    assert.match(err.message, /^127\.0\.0\.1:5000 is not among the registries ArchPlacement only-ours lists/);
+  });
+
+  test('an image that is no reference is left to its inspection', () => {
+    assert.equal(unlistedRegistry(naming('Not A Reference'), listing(['ghcr.io'])), undefined);
+  });
+
+  test('the list is validated as registries, never as patterns to compile', () => {
+    assert.throws(() => spec({ registries: ['(a+)+$'] }));
+    assert.throws(() => spec({ registries: ['*.*.example'] }));
+    assert.deepEqual(spec({ registries: ['[::1]:5000', 'reg.internal:5000'] }).registries, [
+      '[::1]:5000',
+      'reg.internal:5000',
+    ]);
+  });
 });

@@ -604,3 +604,26 @@ function podGateHandlerPatch(p: ArchPod) {
   const r = podGateHandler(deps)(request(p, { namespace: 'apps' })) as { patch?: never };
   return r.patch!;
 }
+
+test('a pod naming a registry its policy does not list is gated, and nothing is read for it', async () => {
+  const hints: InspectHint[] = [];
+  const listed = parsePolicies([policy('web', { registries: ['ghcr.io'] })]).policies;
+  const handle = podGateHandler({
+    ...deps,
+    policies: () => listed,
+    // Known already: still not placed at admission, since the policy does not list its registry.
+    cached: (image) => known(image, ['arm64']),
+    inspect: (hint) => hints.push(hint),
+  });
+  const internal = await admitted(
+    handle,
+    newPod({ app: 'web' }, { containers: [{ name: 'c', image: '10.0.0.5:5000/x:1' }] }),
+  );
+  assert.equal(internal.gated, true);
+  assert.deepEqual(hints, []);
+  const ours = await admitted(
+    handle,
+    newPod({ app: 'web' }, { containers: [{ name: 'c', image: 'ghcr.io/a:1' }] }),
+  );
+  assert.equal(ours.gated, false);
+});

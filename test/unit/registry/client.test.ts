@@ -27,6 +27,10 @@ interface Served {
   host: string;
   /** Every path asked, in order. */
   asked: string[];
+  /** The Authorization of each request, in order ('' when none). */
+  authorizations: string[];
+  /** Connections accepted. */
+  connections: number;
 }
 
 const servers: http.Server[] = [];
@@ -38,9 +42,10 @@ after(() => {
 
 /** A registry on 127.0.0.1: plain HTTP, or HTTPS with `tls`. */
 async function serve(route: Route, tls?: { cert: string; key: string }): Promise<Served> {
-  const asked: string[] = [];
+  const served: Served = { host: '', asked: [], authorizations: [], connections: 0 };
   const handler: http.RequestListener = (req, res) => {
-    asked.push(req.url!);
+    served.asked.push(req.url!);
+    served.authorizations.push(req.headers.authorization ?? '');
     const a = route(req.url!, req);
     const send = () => {
       res.writeHead(a.status ?? 200, a.headers ?? {});
@@ -51,16 +56,23 @@ async function serve(route: Route, tls?: { cert: string; key: string }): Promise
   };
   const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
   servers.push(server);
+  server.on('connection', () => served.connections++);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { host: `127.0.0.1:${(server.address() as AddressInfo).port}`, asked };
+  served.host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return served;
 }
 
-/** A client for the registries at `hosts`, each plain HTTP unless said `tls` (verification off). */
+/**
+ * A client for the registries at `hosts`, each plain HTTP unless said `tls` (verification off), and
+ * allowed on 127.0.0.1 as an admin allows a registry on a private address.
+ */
 function client(hosts: Record<string, 'http' | 'tls'>, opts: RegistryClientOptions = {}): RegistryClient {
   const registries = Object.fromEntries(
     Object.entries(hosts).map(([host, how]) => [
       host,
-      how === 'http' ? { server: `http://${host}`, insecure: true } : { insecure: true },
+      how === 'http'
+        ? { server: `http://${host}`, insecure: true, allowPrivate: true }
+        : { insecure: true, allowPrivate: true },
     ]),
   );
   const c = new RegistryClient({ hosts: parseRegistriesConfig({ registries }), ...opts });
@@ -316,5 +328,116 @@ describe('revalidations', () => {
     );
     // The first GET, then one HEAD for each revalidation.
     assert.equal(reg.asked.filter((p) => p === '/v2/app/manifests/v1').length, 3);
+  });
+});
+
+describe('registry egress', () => {
+  const index = indexOf(['linux/arm64']);
+  /** A body a registry wrote, which no message may repeat. */
+  const MARK = 'internal-secret-4711';
+  let tls: { cert: string; key: string; ca: string };
+  const certificates = async () => {
+    if (tls) return tls;
+    const ca = await createCertificateAuthority('tenant');
+    const pair = await ca.issue({
+      commonName: 'reg',
+      dnsNames: ['localhost'],
+      ipAddresses: ['127.0.0.1'],
+      usage: 'server',
+    });
+    return (tls = { cert: pair.certPem, key: pair.keyPem, ca: ca.certPem });
+  };
+  /** A client trusting the tenant CA (as a public certificate is trusted), allowing `allowed` only. */
+  const trusting = async (allowed: string[] = []) => {
+    const registries = Object.fromEntries(allowed.map((h) => [h, { allowPrivate: true }]));
+    const c = new RegistryClient({
+      hosts: parseRegistriesConfig({ registries }),
+      defaultCa: (await certificates()).ca,
+    });
+    clients.push(c);
+    return c;
+  };
+  /** An HTTPS registry that answers every request 401 with a Bearer realm. */
+  const challenging = async (realm: string) =>
+    serve(
+      () => ({
+        status: 401,
+        headers: { 'www-authenticate': `Bearer realm="${realm}",service="reg"` },
+        body: json({ errors: [{ code: 'UNAUTHORIZED', message: MARK }] }),
+      }),
+      await certificates(),
+    );
+
+  test('a registry on a loopback address, or on a name resolving to one, is refused without a connection', async () => {
+    const reg = await serve(() => manifest(index, MediaType.ociIndex), await certificates());
+    const c = await trusting();
+    const port = reg.host.split(':')[1]!;
+    for (const host of [reg.host, `localhost:${port}`, `[::1]:${port}`])
+      await rejectsWith(c.inspect(`${host}/app:v1`), (e) => {
+        assert.equal(e.reason, 'AddressNotAllowed', e.message);
+        assert.equal(e.transient, false);
+        assert.match(e.message, /loopback address, which Berth does not connect to unless .*allowPrivate/);
+      });
+    assert.equal(reg.connections, 0);
+    // The admin allows the registry: read as before.
+    const allowed = await trusting([reg.host]);
+    assert.deepEqual((await allowed.inspect(`${reg.host}/app:v1`)).platforms, [
+      { os: 'linux', architecture: 'arm64' },
+    ]);
+  });
+
+  test('a Bearer realm on plain http is never asked, and no token reaches the registry', async () => {
+    const tokens = await serve(() => ({ body: json({ token: 'internal' }) }));
+    const reg = await challenging(`http://${tokens.host}/token`);
+    // Allowed, as a public registry would be: only the realm's scheme refuses it.
+    const c = await trusting([reg.host]);
+    await rejectsWith(c.inspect(`${reg.host}/app:v1`), (e) => {
+      assert.equal(e.reason, 'Unauthorized');
+      assert.match(e.message, /token realm http:\/\/127\.0\.0\.1:\d+ is plain http/);
+      assert.ok(!e.message.includes(MARK), e.message);
+    });
+    assert.equal(tokens.connections, 0);
+    assert.deepEqual(new Set(reg.authorizations), new Set(['']));
+  });
+
+  test('a realm on another host name passes the address check on its own', async () => {
+    const tokens = await serve(() => ({ body: json({ token: 'internal' }) }), await certificates());
+    const reg = await challenging(`https://localhost:${tokens.host.split(':')[1]}/token`);
+    const c = await trusting([reg.host]);
+    await rejectsWith(c.inspect(`${reg.host}/app:v1`), (e) => {
+      assert.equal(e.reason, 'AddressNotAllowed');
+      assert.match(e.message, /^localhost resolves to a loopback address/);
+    });
+    assert.equal(tokens.connections, 0);
+    assert.deepEqual(new Set(reg.authorizations), new Set(['']));
+  });
+
+  test('a message names the registry and the status, never words of a body', async () => {
+    let self = '';
+    const reg = await serve(
+      (path) => {
+        if (path.startsWith('/token?')) return { body: Buffer.from(`<html>${MARK}</html>`) };
+        if (path === '/v2/bearer/manifests/v1')
+          return { status: 401, headers: { 'www-authenticate': `Bearer realm="https://${self}/token"` } };
+        if (path === '/v2/junk/manifests/v1') return { body: Buffer.from(MARK) };
+        return { status: 404, body: json({ errors: [{ code: 'MANIFEST_UNKNOWN', message: MARK }] }) };
+      },
+      await certificates(),
+    );
+    self = reg.host;
+    const c = await trusting([reg.host]);
+    const message = async (repo: string) => {
+      const e = await c.inspect(`${reg.host}/${repo}:v1`).catch((e: unknown) => e as InspectionError);
+      assert.ok(e instanceof InspectionError);
+      assert.ok(!e.message.includes(MARK), e.message);
+      return e.message;
+    };
+    assert.match(await message('gone'), new RegExp(`${reg.host} answered 404 for /v2/gone/manifests/v1`));
+    assert.match(await message('junk'), /the manifest is not JSON$/);
+    // Last: from its 401 on, the registry's challenge is answered up front.
+    assert.match(
+      await message('bearer'),
+      new RegExp(`the token server ${reg.host} answered 200 without a token`),
+    );
   });
 });

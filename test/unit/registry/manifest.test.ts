@@ -152,14 +152,45 @@ describe('parseManifest', () => {
         config: { mediaType: 'application/vnd.cncf.helm.config.v1+json', digest: dg(1) },
       }),
       'notAnImage',
-      /artifact.*helm/,
+      // The body's own words (its media type) are not repeated.
+      /^an artifact, not an image: its config is not an image config$/,
     ],
     ['schema 1', buf({ schemaVersion: 1, name: 'a', architecture: 'amd64' }), 'malformed', /schema 1/],
     [
       'an unknown type',
       buf({ mediaType: 'application/vnd.example+json' }),
       'notAnImage',
-      /unknown manifest type/,
+      /^not a manifest type Berth reads/,
+    ],
+    [
+      'an entry whose digest is a path',
+      buf({
+        mediaType: MediaType.ociIndex,
+        manifests: [{ mediaType: MediaType.ociManifest, digest: 'sha256:../../x' }],
+      }),
+      'malformed',
+      /names no sha256 or sha512 digest/,
+    ],
+    [
+      'a body that is not JSON',
+      Buffer.from('<html>secret</html>'),
+      'malformed',
+      /^the manifest is not JSON$/,
+    ],
+    [
+      'a platform that is free text',
+      buf({
+        mediaType: MediaType.ociIndex,
+        manifests: [
+          {
+            mediaType: MediaType.ociManifest,
+            digest: dg(1),
+            platform: { os: 'linux', architecture: 'visit evil.example' },
+          },
+        ],
+      }),
+      'malformed',
+      /not a Go name$/,
     ],
   ];
   for (const [what, body, kind, message] of failures) {

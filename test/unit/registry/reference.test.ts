@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { apiHost, normaliseDomain, parseReference } from '../../../src/registry/reference.ts';
+import { apiHost, normaliseDomain, parseReference, registryListed } from '../../../src/registry/reference.ts';
 import { InspectionError } from '../../../src/registry/types.ts';
 import { withSeed } from '../../helpers/prng.ts';
 
@@ -140,4 +140,33 @@ test('Docker Hub is served by registry-1.docker.io, other registries by their ow
   assert.equal(normaliseDomain('index.docker.io'), 'docker.io');
   assert.equal(normaliseDomain('registry-1.docker.io'), 'docker.io');
   assert.equal(normaliseDomain('ghcr.io'), 'ghcr.io');
+});
+
+describe('registryListed', () => {
+  test('a domain as images name it, Docker Hub by any of its names; ports as written', () => {
+    assert.equal(registryListed(['docker.io'], 'docker.io'), true);
+    assert.equal(registryListed(['index.docker.io'], 'docker.io'), true);
+    assert.equal(registryListed(['GHCR.io'], 'ghcr.io'), true);
+    assert.equal(registryListed(['reg.internal:5000'], 'reg.internal:5000'), true);
+    assert.equal(registryListed(['reg.internal:5000'], 'reg.internal'), false);
+    assert.equal(registryListed(['reg.internal'], 'reg.internal:5000'), false);
+    assert.equal(registryListed(['[::1]:5000'], '[::1]:5000'), true);
+    assert.equal(registryListed([], 'ghcr.io'), false);
+  });
+
+  test('*. lists every host below the domain, at any depth, and not the domain itself', () => {
+    assert.equal(registryListed(['*.corp.example'], 'r.corp.example'), true);
+    assert.equal(registryListed(['*.corp.example'], 'a.b.corp.example'), true);
+    assert.equal(registryListed(['*.corp.example'], 'corp.example'), false);
+    assert.equal(registryListed(['*.corp.example'], 'evilcorp.example'), false);
+    assert.equal(registryListed(['*.corp.example:5000'], 'r.corp.example:5000'), true);
+    assert.equal(registryListed(['*.corp.example:5000'], 'r.corp.example'), false);
+  });
+
+  test('linear in what it is given: a long hostile list and domain answer at once', () => {
+    const patterns = Array.from({ length: 64 }, (_, i) => `*.${'a.'.repeat(120)}x${i}`);
+    const started = performance.now();
+    for (let i = 0; i < 1000; i++) registryListed(patterns, `${'a.'.repeat(120)}y`);
+    assert.ok(performance.now() - started < 1000);
+  });
 });
