@@ -81,6 +81,8 @@ before(async () => {
         `--kubeconfig=${sb.kubeconfigPath}`,
         `--location=${city}`,
         `--management-kubeconfig=${sandbox.kubeconfigPath}`,
+        `--namespaces=${ns}`,
+        '--create-namespaces',
       ],
       { from: 'user' },
     );
