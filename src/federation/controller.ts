@@ -143,6 +143,7 @@ export class FederationController {
     this.workloads.addEventHandler({ onDelete: (w) => this.statusSpacing.forget(keyOf(w)) });
     this.cells = manager.informer<CellObject>(Cell.ref);
     this.locations = manager.informer<LocationObject>(Location.ref);
+    this.workloads.addIndexer('namespace', byNamespace);
     this.workloads.addIndexer('city', (w) => [
       ...new Set(w.spec.placements.flatMap((p) => p.cityCodes ?? [])),
     ]);
@@ -491,7 +492,7 @@ export class FederationController {
       // Still running there: the status says so, and why, until it goes.
       if (failed) draining.push(drainOf(d, failed));
     }
-    await this.pruneNamespaces(w.metadata.namespace!, plane, failures);
+    await this.pruneNamespaces(w.metadata.namespace!, plane, { views, cluster }, failures);
 
     const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {
       applied: plan.applied,
@@ -625,7 +626,7 @@ export class FederationController {
       if (failures.length) throw new Error(failures.join('; '));
     }
     const failures: string[] = [];
-    await this.pruneNamespaces(key.split('/')[0]!, plane, failures);
+    await this.pruneNamespaces(key.split('/')[0]!, plane, { views, cluster }, failures);
     if (failures.length) throw new Error(failures.join('; '));
     if (now.length < leftovers.length) return { requeueAfterMs: SWEEP_RETRY_MS };
   }
@@ -635,11 +636,14 @@ export class FederationController {
    * (namespaceToDelete), as the cache shows them: a WorkloadDeployment's deletion there brings its
    * Workload's key back, and with it this look.
    */
-  private async pruneNamespaces(namespace: string, plane: string | undefined, failures: string[]) {
-    const { views, cluster } = this.cellViews();
-    const workloads = this.workloads
-      .list()
-      .filter((w) => w.metadata.namespace === namespace && !w.metadata.deletionTimestamp).length;
+  private async pruneNamespaces(
+    namespace: string,
+    plane: string | undefined,
+    { views, cluster }: ReturnType<FederationController['cellViews']>,
+    failures: string[],
+  ): Promise<void> {
+    const workloads = () =>
+      this.workloads.byIndex('namespace', namespace).filter((w) => !w.metadata.deletionTimestamp).length;
     for (const [cell, name] of cluster) {
       const view = views.get(cell)!;
       const there = this.inCells.get(name);
@@ -649,7 +653,8 @@ export class FederationController {
         there!.informer.byIndex('namespace', namespace).length +
         there!.others.byIndex('namespace', namespace).length;
       const served = view.namespaces.includes(namespace);
-      if (!namespaceToDelete(ns, this.writer(plane, cell), { deployments, served, workloads })) continue;
+      const o = { deployments, served, workloads: served ? workloads() : 0 };
+      if (!namespaceToDelete(ns, this.writer(plane, cell), o)) continue;
       await inCell(failures, cell, async () => {
         await deleteExact(this.manager.client(name), Resources.namespaces, ns);
         there!.namespaces.delete(namespace);
