@@ -105,6 +105,7 @@ const started = performance.now();
 const cells = await federation.up(berthFederationHooks, {
   cities,
   cellNodes,
+  namespaces: [NS],
   timeoutMs: 900_000,
   log: (s) => console.log(`  ${s}`),
 });

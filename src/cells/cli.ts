@@ -23,6 +23,7 @@ import {
   type LocationObject,
 } from './types.ts';
 
+/** A comma-separated list: city codes, namespaces. */
 const codes = (v: string) =>
   v
     .split(',')
@@ -99,6 +100,9 @@ export async function joinCell(name: string, o: Record<string, unknown>): Promis
         spec: {
           kubeconfigSecretRef: { namespace: ns, name: secretName(name), key: KUBECONFIG_KEY },
           locations,
+          // Only when given: a join again leaves the namespaces an admin listed since.
+          ...(o['namespaces'] ? { namespaces: o['namespaces'] } : {}),
+          ...(o['createNamespaces'] ? { createNamespaces: true } : {}),
         },
       },
       apply,
@@ -183,6 +187,12 @@ export function cellsCommand(): Command {
       '--management-kubeconfig <file>',
       'kubeconfig of the management plane (default: $KUBECONFIG, ~/.kube/config)',
     )
+    .option(
+      '--namespaces <names>',
+      "the management plane's namespaces the cell serves, comma-separated (none: no Workload is placed there)",
+      codes,
+    )
+    .option('--create-namespaces', 'let Berth create a namespace it serves that the cell lacks')
     .option('--berth-namespace <ns>', "Berth's namespace on the management plane", berthNamespace())
     .action(async (name: string, o: Record<string, unknown>) => {
       process.stdout.write(`${await joinCell(name, o)}\n`);

@@ -12,6 +12,7 @@ import {
 } from '../runtime/api/crd.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
+import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
 /** The field manager of the cell controller's status writes and of `berth cells join`. */
 export const CELLS_MANAGER = 'berth-cells';
@@ -71,6 +72,19 @@ const cellSpec = z.object({
     .boolean()
     .default(false)
     .describe('Cordons the cell: it stays watched but is not Ready for new workloads.'),
+  namespaces: k8s(z.array(z.string().min(1).max(63).regex(DNS1123_LABEL, 'a namespace name')).max(256), {
+    'x-kubernetes-list-type': 'set',
+  })
+    .default([])
+    .describe(
+      "The management plane's namespaces this cell serves: a Workload of one is placed here, in the cell's namespace of that name. None listed: nothing is written into the cell.",
+    ),
+  createNamespaces: z
+    .boolean()
+    .default(false)
+    .describe(
+      'Berth may create a listed namespace the cell lacks; it marks the ones it creates and deletes them once they hold no WorkloadDeployment and no Workload maps there.',
+    ),
 });
 export type CellSpec = z.output<typeof cellSpec>;
 

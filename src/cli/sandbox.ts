@@ -4,7 +4,7 @@ import { capabilities } from '../capabilities.ts';
 import { capabilityCommands } from '../capability.ts';
 import { rbacManifests } from '../manifests.ts';
 import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
-import { Federation, type FederationHooks } from '../sandbox/federation.ts';
+import { Federation, SANDBOX_NAMESPACES, type FederationHooks } from '../sandbox/federation.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
 import { abortOnSignals, Sandbox } from '../sandbox/sandbox.ts';
 import { installCrds } from './install.ts';
@@ -30,6 +30,9 @@ export const berthFederationHooks: FederationHooks = {
         `--kubeconfig=${cell.kubeconfig}`,
         `--location=${cell.city}`,
         `--management-kubeconfig=${managementKubeconfig}`,
+        ...(cell.namespaces.length
+          ? [`--namespaces=${cell.namespaces.join(',')}`, '--create-namespaces']
+          : []),
       ],
       { from: 'user' },
     );
@@ -104,6 +107,11 @@ export function sandboxCommand(): Command {
         'Berth running the workloads controllers, joined to this sandbox as their management plane',
     )
     .option('--cell-nodes <n>', 'kwok nodes in each cell', (v) => Number.parseInt(v, 10), 2)
+    .option(
+      '--cell-namespaces <names>',
+      "the management plane's namespaces the cells serve (and may create), comma-separated",
+      SANDBOX_NAMESPACES.join(','),
+    )
     .action(async (o) => {
       const groups: NodeGroupInput[] = o.nodeFile ? readNodeFile(o.nodeFile) : [];
       if (o.nodes > 0) {
@@ -130,6 +138,10 @@ export function sandboxCommand(): Command {
           .up(berthFederationHooks, {
             cities: String(o.cells).split(','),
             cellNodes: o.cellNodes,
+            namespaces: String(o.cellNamespaces)
+              .split(',')
+              .map((n) => n.trim())
+              .filter(Boolean),
             management: { ...upOptions, fresh: false },
             log,
             timeoutMs,

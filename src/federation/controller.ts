@@ -2,9 +2,10 @@
 // Aware of every engaged cell and watches the cell's WorkloadDeployments that carry its upstream
 // labels (mapped back to their Workload), and Workloads, Cells and Locations here (by city code, so
 // a Cell or Location change re-evaluates exactly the workloads that name its cities). A reconcile
-// decides where each placement × city runs (decide.ts), creates the namespace in the cell, applies
-// each WorkloadDeployment, deletes those it made that are no longer wanted, and writes the Workload's
-// status when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
+// decides where each placement × city runs (decide.ts), creates the namespace in the cell where its
+// Cell allows it, applies each WorkloadDeployment, deletes those it made that are no longer wanted
+// (and a namespace it created, once empty and no longer mapped), and writes the Workload's status
+// when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
 import { finalizer } from '../policy/finalizer.ts';
 import { isDeepStrictEqual } from 'node:util';
@@ -43,6 +44,8 @@ import {
   ownCopy,
   drainOf,
   drains,
+  namespaceManifest,
+  namespaceToDelete,
   placementCities,
   rollup,
   rolloutPlan,
@@ -61,6 +64,7 @@ import {
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
+  NAMESPACE_CREATED_LABEL,
   Workload,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
@@ -92,7 +96,12 @@ interface CellDeployments {
   others: Informer<KubeObject>;
   /** Namespaces known to exist in the cell (created or found). */
   namespaces: Set<string>;
+  /** The namespaces Berth created there (NAMESPACE_CREATED_LABEL), metadata only. */
+  created: Informer<KubeObject>;
 }
+
+/** Index of a cell's WorkloadDeployments by namespace: a namespace Berth created goes once it has none. */
+const byNamespace = (d: KubeObject) => [d.metadata?.namespace ?? ''];
 
 /** How soon a leftover in a cell listed but unreachable is looked at again. */
 const SWEEP_RETRY_MS = 10_000;
@@ -134,6 +143,7 @@ export class FederationController {
     this.workloads.addEventHandler({ onDelete: (w) => this.statusSpacing.forget(keyOf(w)) });
     this.cells = manager.informer<CellObject>(Cell.ref);
     this.locations = manager.informer<LocationObject>(Location.ref);
+    this.workloads.addIndexer('namespace', byNamespace);
     this.workloads.addIndexer('city', (w) => [
       ...new Set(w.spec.placements.flatMap((p) => p.cityCodes ?? [])),
     ]);
@@ -222,7 +232,13 @@ export class FederationController {
       if (held && !signal.aborted) for (const k of held) this.controller.queue.add(k);
     };
     others.addEventHandler({ onDelete: release });
-    this.inCells.set(cluster.name, { informer, others, namespaces: new Set() });
+    informer.addIndexer('namespace', byNamespace);
+    others.addIndexer('namespace', byNamespace);
+    const created = cluster.informer<KubeObject>(Resources.namespaces, {
+      labelSelector: NAMESPACE_CREATED_LABEL,
+      transform: slimMeta,
+    });
+    this.inCells.set(cluster.name, { informer, others, namespaces: new Set(), created });
     const cellsOfCluster = () =>
       this.cells.list().filter((c) => clusterNameOf(c.metadata.name!) === cluster.name);
     const affected = () => [
@@ -418,8 +434,9 @@ export class FederationController {
         const have = find(t.cell, t.name);
         if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
         const name = cluster.get(t.cell)!;
+        const creates = views.get(t.cell)!.createNamespaces;
         const failed = await inCell(failures, t.cell, async () => {
-          await this.ensureNamespace(name, w.metadata.namespace!);
+          if (creates) await this.ensureNamespace(name, w.metadata.namespace!, writer);
           try {
             await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
               fieldManager: FEDERATION_MANAGER,
@@ -431,6 +448,11 @@ export class FederationController {
           } catch (e) {
             // The namespace went meanwhile: made again on the retry.
             if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
+            if (isNotFound(e) && !creates)
+              throw new Error(
+                `namespace ${w.metadata.namespace} does not exist in the cell, and its Cell does not let Berth create it (spec.createNamespaces): create it there`,
+                { cause: e },
+              );
             if (!have && isConflict(e))
               return nameTaken(t.cell!, t.name, `not a Workload's copy (${errorText(e)})`);
             throw e;
@@ -470,6 +492,7 @@ export class FederationController {
       // Still running there: the status says so, and why, until it goes.
       if (failed) draining.push(drainOf(d, failed));
     }
+    await this.pruneNamespaces(w.metadata.namespace!, plane, { views, cluster }, failures);
 
     const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {
       applied: plan.applied,
@@ -602,7 +625,45 @@ export class FederationController {
         });
       if (failures.length) throw new Error(failures.join('; '));
     }
+    const failures: string[] = [];
+    await this.pruneNamespaces(key.split('/')[0]!, plane, { views, cluster }, failures);
+    if (failures.length) throw new Error(failures.join('; '));
     if (now.length < leftovers.length) return { requeueAfterMs: SWEEP_RETRY_MS };
+  }
+
+  /**
+   * Deletes `namespace` from the cells where this plane created it and nothing maps there any more
+   * (namespaceToDelete), as the cache shows them: a WorkloadDeployment's deletion there brings its
+   * Workload's key back, and with it this look.
+   */
+  private async pruneNamespaces(
+    namespace: string,
+    plane: string | undefined,
+    { views, cluster }: ReturnType<FederationController['cellViews']>,
+    failures: string[],
+  ): Promise<void> {
+    const workloads = () =>
+      this.workloads.byIndex('namespace', namespace).filter((w) => !w.metadata.deletionTimestamp).length;
+    for (const [cell, name] of cluster) {
+      const view = views.get(cell)!;
+      const there = this.inCells.get(name);
+      const ns = there?.created.get(namespace);
+      if (!ns || !view.listed || !view.reachable) continue;
+      const deployments =
+        there!.informer.byIndex('namespace', namespace).length +
+        there!.others.byIndex('namespace', namespace).length;
+      const served = view.namespaces.includes(namespace);
+      const o = { deployments, served, workloads: served ? workloads() : 0 };
+      if (!namespaceToDelete(ns, this.writer(plane, cell), o)) continue;
+      await inCell(failures, cell, async () => {
+        await deleteExact(this.manager.client(name), Resources.namespaces, ns);
+        there!.namespaces.delete(namespace);
+        this.log.info(
+          { cluster: name, namespace },
+          'namespace Berth created in the cell deleted: nothing maps there any more',
+        );
+      });
+    }
   }
 
   private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {
@@ -610,16 +671,13 @@ export class FederationController {
     await deleteExact(this.manager.client(cluster), WorkloadDeployment.ref, d);
   }
 
-  private async ensureNamespace(cluster: string, namespace: string): Promise<void> {
+  /** Creates the namespace in the cell, marked as Berth's (its Cell allows it), unless it exists. */
+  private async ensureNamespace(cluster: string, namespace: string, writer: Writer): Promise<void> {
     const known = this.inCells.get(cluster)!.namespaces;
     if (known.has(namespace)) return;
     const client = this.manager.client(cluster);
     try {
-      await client.create(Resources.namespaces, {
-        apiVersion: 'v1',
-        kind: 'Namespace',
-        metadata: { name: namespace },
-      });
+      await client.create(Resources.namespaces, namespaceManifest(namespace, writer));
       this.log.info({ cluster, namespace }, 'namespace created in the cell');
     } catch (e) {
       if (isForbidden(e)) {

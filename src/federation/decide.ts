@@ -6,6 +6,7 @@ import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import { apiVersionOf, isDnsLabel, type KubeObject } from '../runtime/api/meta.ts';
 import { clusterNameOf, CORDONED } from '../cells/decide.ts';
+import { berthNamespace, NAMESPACE } from '../policy/namespace.ts';
 import type { CellObject } from '../cells/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
 import { deploymentNameProblem } from '../workloads/decide.ts';
@@ -22,6 +23,7 @@ import {
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   CELL_UID_LABEL,
+  NAMESPACE_CREATED_LABEL,
   PLANE_LABEL,
   type CityStatus,
   type Placement,
@@ -54,6 +56,10 @@ export interface CellView {
    * listed). One not listed shows none, whatever it holds.
    */
   listed: boolean;
+  /** The management plane's namespaces it serves (its Cell's spec.namespaces). */
+  namespaces: readonly string[];
+  /** Berth may create a namespace it serves and lacks. */
+  createNamespaces: boolean;
 }
 
 /** A Cell as federation sees it; `listed`: its cluster's WorkloadDeployments are in the cache. */
@@ -76,7 +82,20 @@ export function cellView(cell: CellObject, listed: boolean): CellView {
         : {}),
     // One whose name can make no cluster was never engaged: it holds nothing of ours.
     listed: listed || !clusterNameOf(cell.metadata.name!),
+    namespaces: cell.spec.namespaces,
+    createNamespaces: cell.spec.createNamespaces,
   };
+}
+
+/**
+ * Why no cell may take the Workloads of a namespace, whatever a Cell lists: the cluster's own
+ * (`kube-*`, a prefix Kubernetes reserves, and `default`, where every cluster keeps what all its
+ * users share) and Berth's, in the cell as here. Undefined when none.
+ */
+export function namespaceRefusal(namespace: string, own = berthNamespace()): string | undefined {
+  const system = namespace === 'default' || namespace.startsWith('kube-');
+  if (!system && namespace !== NAMESPACE && namespace !== own) return undefined;
+  return `namespace ${namespace} is ${system ? 'a system namespace' : "Berth's own"}: no cell takes its Workloads (move the Workload to a namespace of its own)`;
 }
 
 /** A WorkloadDeployment of the federation's in a cell. */
@@ -87,7 +106,13 @@ export interface Placed {
 
 /** Why a placement × city has no cell (or cannot have a WorkloadDeployment). */
 export interface Problem {
-  reason: 'InvalidName' | 'NoMatchingLocation' | 'CellUnreachable' | 'CellNotReady';
+  reason:
+    | 'InvalidName'
+    | 'NamespaceRefused'
+    | 'NoMatchingLocation'
+    | 'NamespaceNotServed'
+    | 'CellUnreachable'
+    | 'CellNotReady';
   message: string;
 }
 
@@ -114,12 +139,17 @@ export interface Target {
 export const deploymentName = (workload: string, placement: string, city: string): string =>
   `${workload}-${placement}-${city.toLowerCase()}`;
 
-/** The key of a Workload that a federation WorkloadDeployment names in its labels. */
+/**
+ * The key of a Workload that a federation WorkloadDeployment names in its labels. Federation writes
+ * a Workload's copies only into the cell namespace of its own name, so labels naming another
+ * namespace name no Workload: whoever may write a cell's namespace must not send its instances'
+ * mirrors (or deletions) to a management namespace of their choosing.
+ */
 export function workloadKeyOf(d: KubeObject): string | undefined {
   const l = d.metadata?.labels;
   const ns = l?.[WORKLOAD_NAMESPACE_LABEL];
   const name = l?.[WORKLOAD_NAME_LABEL];
-  return ns && name ? `${ns}/${name}` : undefined;
+  return ns && name && ns === d.metadata?.namespace ? `${ns}/${name}` : undefined;
 }
 
 /** A Location as a placement's selector sees it. */
@@ -162,12 +192,16 @@ export function targets(
   now = Date.now(),
 ): Target[] {
   const byName = [...cells].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const namespace = w.metadata.namespace!;
+  const refusal = namespaceRefusal(namespace);
   const out: Target[] = [];
   for (const p of w.spec.placements) {
     for (const city of placementCities(p, labelled)) {
       const name = deploymentName(w.metadata.name!, p.name, city);
       const t: Target = { placement: p.name, city, name, replicas: p.scaleSettings.minReplicas };
-      const serving = byName.filter((c) => c.cities.includes(city));
+      const ofCity = byName.filter((c) => c.cities.includes(city));
+      // A cell takes only the namespaces its Cell lists: none by default.
+      const serving = ofCity.filter((c) => c.namespaces.includes(namespace));
       // A label value, and with the ordinal the instances' label: a short enough DNS label.
       const tooLong = deploymentNameProblem(name);
       if (tooLong || !isDnsLabel(name)) {
@@ -175,6 +209,11 @@ export function targets(
           reason: 'InvalidName',
           message: `${tooLong ?? `the WorkloadDeployment name ${name} is not a DNS label`}: shorten the workload or placement name`,
         };
+        out.push(t);
+        continue;
+      }
+      if (refusal) {
+        t.problem = { reason: 'NamespaceRefused', message: refusal };
         out.push(t);
         continue;
       }
@@ -231,6 +270,11 @@ export function targets(
         };
       else if (!locations.has(city) && !sticky)
         t.problem = { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
+      else if (!serving.length && ofCity.length)
+        t.problem = {
+          reason: 'NamespaceNotServed',
+          message: `no cell of ${city} serves namespace ${namespace} (${ofCity.map((c) => c.name).join(', ')}): a Cell's spec.namespaces lists the namespaces it takes`,
+        };
       // A cell not probed to an answer yet (a cell just joined, Berth just started) may be Ready in a
       // moment: a wait, not something the user must fix.
       else if (!chosen && probing.length)
@@ -279,10 +323,43 @@ export interface Writer {
  * The copy was written by this plane: its PLANE_LABEL says so or, on a copy written before that
  * label, its CELL_UID_LABEL names the Cell this plane writes through now.
  */
-export function writtenBy(d: DeploymentObject, writer: Writer): boolean {
-  const plane = d.metadata.labels?.[PLANE_LABEL];
+export function writtenBy(d: KubeObject, writer: Writer): boolean {
+  const labels = d.metadata?.labels;
+  const plane = labels?.[PLANE_LABEL];
   if (plane !== undefined) return plane === writer.plane;
-  return writer.cellUid !== undefined && d.metadata.labels?.[CELL_UID_LABEL] === writer.cellUid;
+  return writer.cellUid !== undefined && labels?.[CELL_UID_LABEL] === writer.cellUid;
+}
+
+/** The labels that say which plane wrote an object into a cell, and through which Cell. */
+const writerLabels = (writer: Writer): Record<string, string> => ({
+  ...(writer.cellUid ? { [CELL_UID_LABEL]: writer.cellUid } : {}),
+  ...(writer.plane ? { [PLANE_LABEL]: writer.plane } : {}),
+});
+
+/** A namespace Berth creates in a cell: marked, so that only such a one is ever deleted (namespaceToDelete). */
+export const namespaceManifest = (name: string, writer: Writer): KubeObject => ({
+  apiVersion: 'v1',
+  kind: 'Namespace',
+  metadata: { name, labels: { [NAMESPACE_CREATED_LABEL]: 'true', ...writerLabels(writer) } },
+});
+
+/**
+ * Whether a namespace in a cell is to be deleted: this plane created it (marked, writtenBy), it
+ * holds no WorkloadDeployment (federation's or anyone's), and no Workload maps there any more (the
+ * Cell no longer lists it, or no Workload of the namespace is left that is not being deleted).
+ */
+export function namespaceToDelete(
+  ns: KubeObject,
+  writer: Writer,
+  o: { deployments: number; served: boolean; workloads: number },
+): boolean {
+  return (
+    ns.metadata?.labels?.[NAMESPACE_CREATED_LABEL] === 'true' &&
+    !ns.metadata.deletionTimestamp &&
+    writtenBy(ns, writer) &&
+    o.deployments === 0 &&
+    (!o.served || o.workloads === 0)
+  );
 }
 
 /**
@@ -334,8 +411,7 @@ export function deploymentManifest(
         [WORKLOAD_UID_LABEL]: w.metadata.uid!,
         [PLACEMENT_LABEL]: t.placement,
         [CITY_LABEL]: t.city,
-        ...(writer.cellUid ? { [CELL_UID_LABEL]: writer.cellUid } : {}),
-        ...(writer.plane ? { [PLANE_LABEL]: writer.plane } : {}),
+        ...writerLabels(writer),
       },
     },
     spec: {
@@ -681,7 +757,9 @@ export interface Refusal {
 /** Reasons of federation itself, worst first; the cells' own reasons rank after them. */
 export const FEDERATION_REASONS = [
   'InvalidName',
+  'NamespaceRefused',
   'NoMatchingLocation',
+  'NamespaceNotServed',
   'NameTaken',
   'CellRefused',
   'CellUnreachable',
@@ -691,7 +769,9 @@ export const FEDERATION_REASONS = [
 /** Reasons a user can fix upstream: a Warning event on the Workload. */
 export const WORKLOAD_FIXABLE: ReadonlySet<string> = new Set([
   'InvalidName',
+  'NamespaceRefused',
   'NoMatchingLocation',
+  'NamespaceNotServed',
   'NameTaken',
   'CellRefused',
 ]);

@@ -134,7 +134,7 @@ function cityLines(
     if (!s && !located.has(city)) out.push(`      no Location has city code ${city}`);
     out.push(
       serving.length
-        ? `      cells serving ${city}: ${serving.map((c) => `${c.metadata.name} (${cellTrouble(c, now) ?? 'Reachable and Ready'})`).join('; ')}`
+        ? `      cells serving ${city}: ${serving.map((c) => `${c.metadata.name} (${c.spec.namespaces.includes(ns) ? (cellTrouble(c, now) ?? 'Reachable and Ready') : `namespace ${ns} is not in its spec.namespaces`})`).join('; ')}`
         : `      no Cell serves ${city}: berth cells join NAME --kubeconfig FILE --location ${city}`,
     );
   } else if (s.reason === 'NameTaken') {

@@ -42,6 +42,12 @@ export const CELL_UID_LABEL = 'federation.berth.dev/cell-uid';
  * that the copies a plane left through a Cell since deleted and joined again are still its own.
  */
 export const PLANE_LABEL = 'federation.berth.dev/plane';
+/**
+ * On a namespace Berth created in a cell (the Cell allowing it): deleted by the plane that made it
+ * (its PLANE_LABEL and CELL_UID_LABEL say which) once nothing of Berth's is in it and no Workload
+ * maps there. A namespace without it is never deleted.
+ */
+export const NAMESPACE_CREATED_LABEL = 'federation.berth.dev/created-namespace';
 
 const placement = k8s(
   z.object({

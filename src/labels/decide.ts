@@ -24,6 +24,7 @@ import {
   type RuleMatch,
 } from './match.ts';
 import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
+import { nodeRestrictionErrors } from './restriction.ts';
 import { controlCharacterError, outputValueError } from './values.ts';
 
 // Keys under these domains belong to Kubernetes and its components; a rule must not forge them.
@@ -154,6 +155,13 @@ export function compileRule(obj: KubeObject): { rule?: Rule; errors: string[] } 
     errors.push(
       `the NoExecute taint ${noExecute.map((k) => quote(k)).join(', ')} evicts every pod that does not tolerate it from each matching node: set spec.acknowledgeNoExecute: true to mean it (berth rules test counts the pods)`,
     );
+  errors.push(
+    ...nodeRestrictionErrors(
+      rule,
+      spec.acknowledgeKubeletInputs === true,
+      'or set spec.acknowledgeKubeletInputs: true to mean it',
+    ),
+  );
   return errors.length ? { errors } : { rule, errors };
 }
 

@@ -14,6 +14,7 @@ import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 import { escapeControl, quote } from '../policy/text.ts';
 import { keyErrors } from './decide.ts';
+import { nodeRestrictionErrors } from './restriction.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
 /** A problem with one rule file (or the directory), for logs and events: `file:line: message`. */
@@ -102,21 +103,23 @@ export function parseRuleFile(
       file: path,
       message: `declares ${terms.size} dependent labels; a rule file declares at most ${MAX_DEPENDENT_LABELS}`,
     });
-  if (errors.length > 0) return { errors };
-
   // Fields in a fixed order: RuleDirSource compares rules by their JSON.
-  return {
-    rule: {
-      name: fileRuleName(output),
-      source: { kind: 'File', path },
-      allOf: [],
-      anyOf: [...terms.values()],
-      labels: { [output]: 'true' },
-      annotations: {},
-      taints: [],
-    },
-    errors,
+  const rule: Rule = {
+    name: fileRuleName(output),
+    source: { kind: 'File', path },
+    allOf: [],
+    anyOf: [...terms.values()],
+    labels: { [output]: 'true' },
+    annotations: {},
+    taints: [],
   };
+  for (const message of nodeRestrictionErrors(
+    rule,
+    false,
+    'or write it as a NodeLabelRule that acknowledges it',
+  ))
+    errors.push({ file: path, message });
+  return errors.length > 0 ? { errors } : { rule, errors };
 }
 
 const FILE_RULE = 'file:';

@@ -119,6 +119,12 @@ function parseTemplate(value: string): (string | Expression)[] {
   return parts;
 }
 
+/** The node inputs a value's template reads by name (`.match.*` reads a term's, already an input). */
+export const templateReads = (value: string): { kind: 'label' | 'annotation' | 'field'; key: string }[] =>
+  parseTemplate(value).flatMap((p) =>
+    typeof p !== 'string' && 'read' in p && 'key' in p ? [{ kind: p.read, key: p.key }] : [],
+  );
+
 /** The template errors of a value (unknown expressions, unknown fields), for rule validation. */
 export const templateErrors = (value: string): string[] =>
   parseTemplate(value).flatMap((p) => (typeof p !== 'string' && 'error' in p ? [p.error] : []));

@@ -130,6 +130,12 @@ export const nodeLabelRuleSpec = k8s(
         'Must be true for a rule with a NoExecute taint, which evicts every pod that does not tolerate it from each matching node (berth rules test counts them).',
       ),
     evictOnRemoval: evictOnRemoval.optional(),
+    acknowledgeKubeletInputs: z
+      .boolean()
+      .optional()
+      .describe(
+        'Must be true for a rule that sets a node-restriction.kubernetes.io/ label from an input a kubelet may set on its own Node (most labels, every annotation, status fields): the node could then give itself the label.',
+      ),
   }),
   {
     'x-kubernetes-validations': [

@@ -13,8 +13,14 @@ export interface FederationHooks {
   installCrds(client: KubeClient): Promise<void>;
   /** The roles a cell's Berth runs under, as `berth manifests` prints them. */
   rbac(): KubeObject[];
-  /** Joins a cell to the management plane, as `berth cells join` does; says what it did. */
-  join(cell: { name: string; kubeconfig: string; city: string }, managementKubeconfig: string): Promise<void>;
+  /**
+   * Joins a cell to the management plane, as `berth cells join` does, serving `namespaces` and
+   * creating them there as needed; says what it did.
+   */
+  join(
+    cell: { name: string; kubeconfig: string; city: string; namespaces: readonly string[] },
+    managementKubeconfig: string,
+  ): Promise<void>;
 }
 
 export interface FederationUpOptions extends Pick<UpOptions, 'log' | 'signal' | 'timeoutMs'> {
@@ -22,6 +28,8 @@ export interface FederationUpOptions extends Pick<UpOptions, 'log' | 'signal' | 
   cities: string[];
   /** kwok nodes in each cell. */
   cellNodes?: number;
+  /** The management plane's namespaces the cells serve (default SANDBOX_NAMESPACES). */
+  namespaces?: readonly string[];
   /** What the management plane's own `up` is given (its nodes, its registry). */
   management?: Pick<UpOptions, 'nodes' | 'registry' | 'fresh' | 'audit'>;
 }
@@ -52,6 +60,13 @@ export function federationCities(management: string, codes: readonly string[]): 
   }
   return cities;
 }
+
+/**
+ * The namespaces a sandbox's cells serve unless told otherwise: the README's examples' and the
+ * demo's. A cell serves no namespace it was not told to (decision 27), so a federation to try
+ * things on names these.
+ */
+export const SANDBOX_NAMESPACES = ['shop', 'berth-demo'] as const;
 
 /** The flags of a cell's Berth: it runs what the management plane sends it. */
 export const CELL_BERTH_ARGS = ['--controllers=workloads'];
@@ -114,7 +129,8 @@ export class Federation {
         }
         await sandbox.startBerth(hooks.rbac(), CELL_BERTH_ARGS, Date.now() + timeoutMs, opts.signal);
         say(`berth is running (${CELL_BERTH_ARGS.join(' ')}), log ${sandbox.dir}/logs/berth.log`);
-        await hooks.join({ name, kubeconfig: sandbox.kubeconfigPath, city }, mgmt.kubeconfigPath);
+        const namespaces = opts.namespaces ?? SANDBOX_NAMESPACES;
+        await hooks.join({ name, kubeconfig: sandbox.kubeconfigPath, city, namespaces }, mgmt.kubeconfigPath);
       }),
     );
     return cells;

@@ -650,6 +650,8 @@ export function podManifest(
       })),
       ...(size.pod ? { resources: { requests: size.pod, limits: size.pod } } : {}),
       ...(gate ? { schedulingGates: [{ name: QUOTA_GATE }] } : {}),
+      // The cell's namespace is not the Workload author's to hand credentials out of: only on request.
+      automountServiceAccountToken: t.automountServiceAccountToken === true,
     },
   };
 }

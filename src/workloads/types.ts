@@ -90,6 +90,12 @@ export const instanceTemplate = k8s(
       .optional()
       .describe('An InstanceType by name (d1-standard-2): sizes the instance for the Pod and for quota.'),
     containers: z.array(container).min(1).max(16),
+    automountServiceAccountToken: z
+      .boolean()
+      .optional()
+      .describe(
+        "Mounts the token of the namespace's default ServiceAccount into each instance's Pod. Absent or false: none is mounted, so an instance reaches the cell's API only if it asks.",
+      ),
   }),
   {
     'x-kubernetes-validations': [

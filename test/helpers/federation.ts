@@ -2,7 +2,7 @@
 // nodes) are cells in Dallas and London, joined with `berth cells join`, each with its own Berth
 // (`cellArgs`), and the management plane's Berth (`managementArgs`) can be stopped and started again.
 import { cellsCommand, secretName } from '../../src/cells/cli.ts';
-import { Cell } from '../../src/cells/types.ts';
+import { Cell, type CellObject } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
@@ -10,7 +10,7 @@ import { Resources } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { startBerth, type BerthProcess } from './berth.ts';
-import { addNodes, testSandbox, uniqueName } from './cluster.ts';
+import { addNodes, createNamespace, testSandbox, uniqueName } from './cluster.ts';
 
 export const CITIES = ['DFW', 'LHR'] as const;
 export type City = (typeof CITIES)[number];
@@ -29,6 +29,8 @@ export interface Federation {
   management(): BerthProcess | undefined;
   startManagement(): Promise<void>;
   stopManagement(): Promise<void>;
+  /** A new namespace of the management plane (`prefix`-...), which every cell serves. */
+  namespace(prefix: string): Promise<string>;
   /** Stops every Berth, removes the cells and workloads left in `namespaces`, and destroys the cells' sandboxes. */
   down(namespaces: string[]): Promise<void>;
 }
@@ -53,6 +55,11 @@ export async function startFederation(opts: {
     async stopManagement() {
       await management?.stop();
       management = undefined;
+    },
+    async namespace(prefix) {
+      const ns = await createNamespace(client, prefix);
+      for (const city of CITIES) await serveNamespace(client, cells[city].name, ns);
+      return ns;
     },
     async down(namespaces) {
       await management?.stop();
@@ -113,5 +120,14 @@ async function up(fed: Federation, cellArgs: string[]): Promise<void> {
       ],
       { from: 'user' },
     );
+    // The tests' namespaces are made on the management plane only: Berth makes them in the cells.
+    await fed.client.patch(Cell.ref, name, { spec: { createNamespaces: true } }, { fieldManager: 'test' });
   }
+}
+
+/** Adds `namespace` to the namespaces a Cell serves (as its admin would). */
+export async function serveNamespace(client: KubeClient, cell: string, namespace: string): Promise<void> {
+  const c = await client.get<CellObject>(Cell.ref, cell);
+  const namespaces = [...new Set([...(c.spec.namespaces ?? []), namespace])];
+  await client.patch(Cell.ref, cell, { spec: { namespaces } }, { fieldManager: 'test' });
 }

@@ -33,7 +33,7 @@ import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/quota.ts';
 import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
-import { createNamespace, uniqueName } from '../helpers/cluster.ts';
+import { uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';
 
@@ -95,7 +95,7 @@ const percentile = (xs: number[], p: number) =>
   [...xs].sort((a, b) => a - b)[Math.ceil((p / 100) * xs.length) - 1]!;
 
 test("every cell instance of a Workload has one read-only mirror upstream: labelled, owned by the Workload, the cell's status, within the bound", async () => {
-  const ns = await createNamespace(client, 'mirror');
+  const ns = await fed.namespace('mirror');
   namespaces.push(ns);
   const wl = uniqueName('web');
   await applyWorkload(ns, wl, [
@@ -249,7 +249,7 @@ test("every cell instance of a Workload has one read-only mirror upstream: label
 });
 
 test("a mirror's name held by another cell's instance (cell `a` + `b-c`, cell `a-b` + `c`) is neither overwritten nor pruned: the instance waits, with a Warning, until the name is free", async () => {
-  const ns = await createNamespace(client, 'mirror-taken');
+  const ns = await fed.namespace('mirror-taken');
   namespaces.push(ns);
   const wl = uniqueName('web');
   const dfw = fed.cells.DFW;
@@ -308,7 +308,7 @@ test("a mirror's name held by another cell's instance (cell `a` + `b-c`, cell `a
 });
 
 test('a Quota of 3 upstream holds across both cells: 3 of 4 granted, the 4th QuotaExceeded, the Workload says so; mirrors are not counted', async () => {
-  const ns = await createNamespace(client, 'quota');
+  const ns = await fed.namespace('quota');
   namespaces.push(ns);
   const quota = 'budget';
   await client.create(Quota.ref, {
@@ -397,7 +397,7 @@ test('a Quota of 3 upstream holds across both cells: 3 of 4 granted, the 4th Quo
 });
 
 test("a cell down when the management plane's Berth starts: grants in the other cell wait only the grace, the Quota names the cell not read; back, it is counted again", async () => {
-  const ns = await createNamespace(client, 'unread');
+  const ns = await fed.namespace('unread');
   namespaces.push(ns);
   await client.create(Quota.ref, {
     apiVersion: Quota.apiVersion,

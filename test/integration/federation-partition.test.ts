@@ -17,7 +17,7 @@ import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
-import { createNamespace, uniqueName } from '../helpers/cluster.ts';
+import { uniqueName } from '../helpers/cluster.ts';
 import { startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';
 
@@ -34,7 +34,7 @@ before(async () => {
     managementArgs: ['--controllers=cells,federation', '--cell-probe-period=1', '--cell-unreachable-after=3'],
   });
   client = fed.client;
-  ns = await createNamespace(client, 'part');
+  ns = await fed.namespace('part');
   await client.apply(
     Workload.ref,
     {

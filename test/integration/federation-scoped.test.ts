@@ -74,6 +74,8 @@ before(async () => {
   joined = await joinCell(cell, {
     kubeconfig: await cellSandbox.mintUser(user),
     location: [CITY],
+    namespaces: [ns, nsMissing],
+    createNamespaces: true,
     managementKubeconfig: sandbox.kubeconfigPath,
     berthNamespace: NAMESPACE,
   });

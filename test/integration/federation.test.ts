@@ -72,6 +72,9 @@ before(async () => {
     const c = sb.client();
     cellClients[city] = c;
     await installCrds(c);
+    // Made by the cell's admin, so that it outlives the file's Workloads (Berth deletes only a
+    // namespace it made, once nothing maps there): later tests write into it as another would.
+    await c.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
     await addNodes(c, { prefix: `${city.toLowerCase()}-node`, count: 2 });
     berths.push(await startBerth(sb, ['--controllers=workloads']));
     await cellsCommand().parseAsync(
@@ -81,6 +84,7 @@ before(async () => {
         `--kubeconfig=${sb.kubeconfigPath}`,
         `--location=${city}`,
         `--management-kubeconfig=${sandbox.kubeconfigPath}`,
+        `--namespaces=${ns}`,
       ],
       { from: 'user' },
     );

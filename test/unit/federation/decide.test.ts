@@ -10,6 +10,9 @@ import {
   targets,
   orphaned,
   heldBy,
+  namespaceManifest,
+  namespaceRefusal,
+  namespaceToDelete,
   ownCopy,
   unwanted,
   workloadKeyOf,
@@ -253,6 +256,9 @@ test('the manifest: labels naming the upstream owner, the template, replicas, th
   assert.deepEqual(m.spec.workloadRef, { name: 'web', uid: 'uid-1', templateHash: HASH });
   assert.equal(workloadKeyOf(m), 'shop/web');
   assert.equal(workloadKeyOf({ metadata: { labels: {} } }), undefined);
+  // Labels naming a management namespace other than the copy's own in the cell name no Workload.
+  const elsewhere = { ...m, metadata: { ...m.metadata, namespace: 'evil' } };
+  assert.equal(workloadKeyOf(elsewhere), undefined);
 });
 
 test("orphaned: of a gone Workload's copies in a cell, only those this plane wrote, through whichever Cell, not being deleted", () => {
@@ -358,6 +364,8 @@ test('cellView reads Reachable and Ready, with since when it is unreachable', ()
       kubeconfigSecretRef: { namespace: 'berth-system', name: 's', key: 'kubeconfig' },
       locations: ['DFW'],
       unschedulable: false,
+      namespaces: ['shop'],
+      createNamespaces: true,
     },
     status: {
       conditions: [cond('Reachable', 'False', 'Unreachable'), cond('Ready', 'False', 'Unreachable', 'gone')],
@@ -373,6 +381,8 @@ test('cellView reads Reachable and Ready, with since when it is unreachable', ()
     notReady: { reason: 'Unreachable', message: 'gone' },
     probing: false,
     listed: true,
+    namespaces: ['shop'],
+    createNamespaces: true,
   });
   const unprobed = cellView({ ...c, status: {} }, false);
   assert.equal(unprobed.notReady?.reason, 'NotProbed');
@@ -703,4 +713,79 @@ test('countsOnly: instances coming up change counts and messages only; a generat
   assert.ok(!countsOnly(undefined, base), 'a first status is written at once');
   assert.ok(!countsOnly(base, { ...base, readyReplicas: 4 }), 'every instance Ready at last');
   assert.ok(!countsOnly({ ...base, readyReplicas: 4 }, base), 'every instance Ready no longer');
+});
+
+describe('namespaces', () => {
+  test("refused whatever a Cell lists: kube-*, default, Berth's own (here and its usual name)", () => {
+    for (const ns of [
+      'kube-system',
+      'kube-public',
+      'kube-node-lease',
+      'kube-anything',
+      'default',
+      'berth-system',
+      'berth-x',
+    ])
+      assert.ok(namespaceRefusal(ns, 'berth-x'), ns);
+    for (const ns of ['shop', 'payments', 'kubex', 'defaults'])
+      assert.equal(namespaceRefusal(ns, 'berth-x'), undefined, ns);
+  });
+
+  test('a refused namespace is placed nowhere: NamespaceRefused for every city, whatever the cells list', () => {
+    const w = { ...workload([['us', ['DFW', 'LHR'], 1]]) };
+    w.metadata = { ...w.metadata, namespace: 'kube-system' };
+    const cells = [
+      cell('dfw', ['DFW'], { namespaces: ['kube-system'] }),
+      cell('lhr', ['LHR'], { namespaces: ['kube-system'] }),
+    ];
+    const ts = targets(w, ALL, cells, []);
+    assert.deepEqual(
+      ts.map((t) => [t.cell, t.problem?.reason]),
+      [
+        [undefined, 'NamespaceRefused'],
+        [undefined, 'NamespaceRefused'],
+      ],
+    );
+  });
+
+  test('only a cell whose Cell lists the namespace takes it; none: NamespaceNotServed, naming the cells of the city', () => {
+    const w = workload([['us', ['DFW'], 1]]);
+    assert.equal(
+      targets(w, ALL, [cell('a', ['DFW'], { namespaces: [] }), cell('b', ['DFW'])], [])[0]!.cell,
+      'b',
+    );
+    const [t] = targets(w, ALL, [cell('a', ['DFW'], { namespaces: ['other'] })], []);
+    assert.equal(t!.cell, undefined);
+    assert.equal(t!.problem?.reason, 'NamespaceNotServed');
+    assert.match(t!.problem!.message, /^no cell of DFW serves namespace shop \(a\)/);
+    // A copy in a cell that no longer lists the namespace is not kept there.
+    const kept = targets(
+      w,
+      ALL,
+      [cell('a', ['DFW'], { namespaces: [] }), cell('b', ['DFW'])],
+      [placed('a', t!)],
+    );
+    assert.equal(kept[0]!.cell, 'b');
+  });
+
+  test('a namespace is deleted only where this plane created it, it holds no WorkloadDeployment, and no Workload maps there', () => {
+    const me = { plane: 'plane-1', cellUid: 'cell-uid' };
+    const ns = namespaceManifest('shop', me);
+    const idle = { deployments: 0, served: true, workloads: 0 };
+    assert.ok(namespaceToDelete(ns, me, idle));
+    assert.ok(
+      namespaceToDelete(ns, me, { ...idle, served: false, workloads: 2 }),
+      'the Cell no longer lists it',
+    );
+    assert.ok(
+      !namespaceToDelete(ns, me, { ...idle, workloads: 1 }),
+      'a Workload of the namespace may place there',
+    );
+    assert.ok(!namespaceToDelete(ns, me, { ...idle, deployments: 1 }), 'something is still in it');
+    assert.ok(!namespaceToDelete(ns, { plane: 'plane-2', cellUid: 'cell-uid' }, idle), "another plane's");
+    assert.ok(!namespaceToDelete({ metadata: { name: 'shop' } }, me, idle), 'not created by Berth');
+    assert.ok(
+      !namespaceToDelete({ ...ns, metadata: { ...ns.metadata, deletionTimestamp: 'now' } }, me, idle),
+    );
+  });
 });

@@ -151,6 +151,14 @@ test('a cordoned cell, a cell never probed, a city served but not placed yet, a 
   assert.match(text, /MEX: not in the status yet\n {6}no Location has city code MEX\n {6}no Cell serves MEX/);
 });
 
+test("a city whose cells do not list the Workload's namespace says so", () => {
+  const w = workload([['us', ['ORD'], 1]]);
+  const ord = cellObject('ord-1', ['ORD'], reachable('True', 'Reachable', '2026-11-26T09:00:00Z'));
+  ord.spec.namespaces = ['other'];
+  const text = workloadLines(w, [ord], locations, NOW).join('\n');
+  assert.match(text, /cells serving ORD: ord-1 \(namespace shop is not in its spec.namespaces\)/);
+});
+
 test('a cordoned cell that is unreachable too says both; a name another holds points nowhere in the cell', () => {
   const w = workload([['us', ['DFW'], 1]]);
   const dfw = cellObject('dfw-1', ['DFW'], reachable('False', 'Unreachable', '2026-11-26T09:59:00Z'));

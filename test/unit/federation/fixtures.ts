@@ -40,6 +40,8 @@ export const cell = (name: string, cities: string[], o: Partial<CellView> = {}):
   ready: true,
   probing: false,
   listed: true,
+  namespaces: ['shop'],
+  createNamespaces: false,
   ...o,
 });
 
@@ -118,6 +120,8 @@ export const cellObject = (name: string, locations: string[], status: CellObject
     kubeconfigSecretRef: { namespace: 'berth', name: `cell-${name}-kubeconfig`, key: 'kubeconfig' },
     locations,
     unschedulable: false,
+    namespaces: ['shop'],
+    createNamespaces: false,
   },
   ...(status ? { status } : {}),
 });

@@ -546,6 +546,24 @@ describe('the Pod and its gate', () => {
     assert.equal(ungated.spec.resources, undefined);
   });
 
+  test('no ServiceAccount token is mounted unless the template asks for one', () => {
+    const size = { milliCPU: 0, memoryBytes: 0 };
+    const token = (t: Partial<typeof instance.spec.template>) =>
+      (
+        podManifest(
+          { ...instance, spec: { ...instance.spec, template: { ...instance.spec.template, ...t } } },
+          owner,
+          size,
+          false,
+        ) as WorkloadPod & {
+          spec: { automountServiceAccountToken?: boolean };
+        }
+      ).spec.automountServiceAccountToken;
+    assert.equal(token({}), false);
+    assert.equal(token({ automountServiceAccountToken: false }), false);
+    assert.equal(token({ automountServiceAccountToken: true }), true);
+  });
+
   test('the gate comes off by index, guarded by its name; other gates are never touched', () => {
     const p = pod({}, { schedulingGates: [{ name: 'other/gate' }, { name: QUOTA_GATE }] });
     assert.deepEqual(ungatePatch(p), [
