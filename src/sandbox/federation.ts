@@ -13,6 +13,8 @@ export interface FederationHooks {
   installCrds(client: KubeClient): Promise<void>;
   /** The roles a cell's Berth runs under, as `berth manifests` prints them. */
   rbac(): KubeObject[];
+  /** The role the management plane's kubeconfig is bound to in a cell, as `berth manifests --cell` prints it. */
+  cellRbac(): KubeObject[];
   /** Joins a cell to the management plane, as `berth cells join` does; says what it did. */
   join(cell: { name: string; kubeconfig: string; city: string }, managementKubeconfig: string): Promise<void>;
 }
@@ -52,6 +54,9 @@ export function federationCities(management: string, codes: readonly string[]): 
   }
   return cities;
 }
+
+/** How long the management plane's token for a cell lasts: a sandbox federation may run for weeks. */
+const CELL_TOKEN_SECONDS = 90 * 24 * 3600;
 
 /** The flags of a cell's Berth: it runs what the management plane sends it. */
 export const CELL_BERTH_ARGS = ['--controllers=workloads'];
@@ -114,7 +119,10 @@ export class Federation {
         }
         await sandbox.startBerth(hooks.rbac(), CELL_BERTH_ARGS, Date.now() + timeoutMs, opts.signal);
         say(`berth is running (${CELL_BERTH_ARGS.join(' ')}), log ${sandbox.dir}/logs/berth.log`);
-        await hooks.join({ name, kubeconfig: sandbox.kubeconfigPath, city }, mgmt.kubeconfigPath);
+        // Joined with an identity of the cell role only, never the cell's admin: the management
+        // plane's Berth holds it. It lives as long as the cell's own Berth's.
+        const kubeconfig = await sandbox.mintServiceAccount(hooks.cellRbac(), CELL_TOKEN_SECONDS);
+        await hooks.join({ name, kubeconfig, city }, mgmt.kubeconfigPath);
       }),
     );
     return cells;

@@ -116,6 +116,9 @@ const options: Record<string, Record<string, string>> = {
   'finalizer owners': { 'agents.finalizerOwners': '{deployments.apps,configmaps}' },
   'pull secrets in a namespace': { 'arch.pullSecretNamespaces': `{${ns}}` },
   'pull secrets everywhere': { 'arch.pullSecretNamespaces': '{*}' },
+  'a registry login': { 'arch.pullSecret': 'registry-login' },
+  'workloads in a namespace': { 'workloads.namespaces': `{${ns}}` },
+  'workloads everywhere': { 'workloads.namespaces': '{*}' },
 };
 
 before(async () => {
@@ -224,12 +227,43 @@ describe('the Helm chart', () => {
     );
     assert.deepEqual(pulls[0].rules, [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }]);
     assert.deepEqual(pulls[1].subjects, [{ kind: 'ServiceAccount', name: 'berth', namespace: ns }]);
+    // A registry login: read by its name only, and passed to Berth.
+    const login = render(options['a registry login']);
+    const loginRole = login.find((o) => o.metadata.name === 'berth-arch-pull-secret' && o.kind === 'Role');
+    assert.deepEqual(loginRole.rules, [
+      { apiGroups: [''], resources: ['secrets'], resourceNames: ['registry-login'], verbs: ['get'] },
+    ]);
+    assert.ok(args(login).includes(`--arch-pull-secret=${ns}/registry-login`));
+    assert.equal(
+      render({}).find((o) => o.metadata.name === 'berth-arch-pull-secret'),
+      undefined,
+      "no login: no Role reads a Secret of Berth's namespace but the certificate's",
+    );
+    // Pods written only where workloads run: bound in the namespaces named, or everywhere.
+    const podBindings = (values: Record<string, string>) =>
+      render(values)
+        .filter((o) => o.kind.endsWith('Binding') && o.metadata.name === 'berth-workload-pods')
+        .map((o) => [o.kind, o.metadata.namespace]);
+    assert.deepEqual(podBindings({}), []);
+    assert.deepEqual(podBindings(options['workloads in a namespace']!), [['RoleBinding', ns]]);
+    assert.deepEqual(podBindings(options['workloads everywhere']!), [['ClusterRoleBinding', undefined]]);
+    // The webhook configurations Berth registers into: the release's, created empty.
+    const configs = render({}).filter((o) => o.kind.endsWith('WebhookConfiguration'));
+    assert.deepEqual(
+      configs.map((o) => [o.kind, o.metadata.name, o.webhooks]),
+      [
+        ['MutatingWebhookConfiguration', 'berth', undefined],
+        ['ValidatingWebhookConfiguration', 'berth', undefined],
+      ],
+    );
+    assert.ok(args(render({})).includes('--webhook-configuration=berth'));
     const off = render(options['no webhooks']);
     assert.deepEqual(
       args(off).filter((a) => a.startsWith('--webhook-')),
       ['--webhook-bind-address=0'],
     );
     assert.equal(certRole(off), undefined, 'no webhooks: no certificate Secret to keep');
+    assert.ok(!off.some((o) => o.kind.endsWith('WebhookConfiguration')));
   });
 
   test('upgrades from the previous chart (34d69d1) as deploy/README says, keeping the CRDs and the policies', async () => {
