@@ -54,8 +54,8 @@ const helm = (args: string[]) => exec(helmPath, args);
 const sets = (values: Record<string, string>) =>
   Object.entries(values).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
 
-function render(values: Record<string, string> = {}): Any[] {
-  const out = helm(['template', 'berth', chart, '--namespace', ns, ...sets(values)]).stdout;
+function render(values: Record<string, string> = {}, release = 'berth'): Any[] {
+  const out = helm(['template', release, chart, '--namespace', ns, ...sets(values)]).stdout;
   return parseAllDocuments(out)
     .map((d) => d.toJS() as Any)
     .filter(Boolean);
@@ -318,8 +318,8 @@ describe('the Helm chart', () => {
           [2, 'deployed'],
         ],
       );
-      // What the release holds now is today's chart.
-      const rendered = render(values);
+      // What the release holds now is today's chart (its webhook configurations named after it).
+      const rendered = render(values, release);
       const role = await client.get(Resources.clusterRoles, `${release}-berth`);
       assert.deepEqual(role['rules'], rendered.find((o) => o.kind === 'ClusterRole').rules);
       assert.deepEqual(await uids(), before, 'the CRDs are the same objects');
