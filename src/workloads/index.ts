@@ -116,10 +116,17 @@ export const quotaCapability: Capability = {
     },
     { apiGroups: [POLICY_GROUP], resources: ['quotas/status'], verbs: ['update'] },
   ],
-  // In each cell: its Instances watched, and granted in their QuotaGranted condition (applied).
+  // In each cell: its Instances and InstanceTypes watched, instances granted in their QuotaGranted
+  // condition (applied), and a claim whose instance the cache lacks read before it is released.
   cellRbac: [
-    { apiGroups: [POLICY_GROUP], resources: ['instances'], verbs: ['list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['instances', 'instancetypes'], verbs: ['list', 'watch'] },
     { apiGroups: [POLICY_GROUP], resources: ['instances/status'], verbs: ['patch'] },
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['instances'],
+      verbs: ['get'],
+      why: "a claim on an instance the cell's cache does not show is confirmed gone before it is released",
+    },
   ],
   setup({ manager, options }) {
     // Two quota controllers keeping one namespace's ledger would each grant its own view of it.
