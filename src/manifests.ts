@@ -13,7 +13,14 @@ import {
   WEBHOOK_CONFIGURATION,
 } from './policy/namespace.ts';
 import { capabilities } from './capabilities.ts';
-import { clusterRole, clusterRoleBinding, role, roleBinding, type DeclaredRule } from './runtime/api/rbac.ts';
+import {
+  clusterRole,
+  clusterRoleBinding,
+  role,
+  roleBinding,
+  type DeclaredRule,
+  type ServiceAccountSubject,
+} from './runtime/api/rbac.ts';
 import { DNS1123_SUBDOMAIN, isDnsLabel, type KubeObject } from './runtime/api/meta.ts';
 
 /** What the names in Berth's roles are; the defaults are `berth run`'s and the kustomize base's. */
@@ -249,15 +256,7 @@ export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptio
         ];
       }),
     ...workloadPodsManifests(caps, opts, subject),
-    ...(opts.archPullSecret && userNamespaceRules(caps).length
-      ? [archPullSecretRef(opts.archPullSecret)].flatMap((secret) => {
-          const own = archPullSecretRoleName(name);
-          return [
-            role(own, secret.namespace, archPullSecretRules(secret.name, caps)),
-            roleBinding(own, secret.namespace, { kind: 'Role', name: own }, subject),
-          ];
-        })
-      : []),
+    ...archPullSecretManifests(caps, opts, subject),
     ...caps.flatMap((c) => {
       if (!c.namespaceRbac) return [];
       // A capability's own Role, apart from the webhook certificate's, which reads that one Secret only.
@@ -277,7 +276,7 @@ export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptio
 function workloadPodsManifests(
   caps: Capability[],
   opts: RbacOptions,
-  subject: { kind: 'ServiceAccount'; name: string; namespace: string },
+  subject: ServiceAccountSubject,
 ): KubeObject[] {
   const rules = workloadNamespaceRules(caps);
   if (!rules.length) return [];
@@ -307,4 +306,19 @@ export function cellRbacManifests(
   const name = opts.name ?? CELL_ROLE;
   const subject = { kind: 'ServiceAccount' as const, name, namespace: opts.namespace ?? NAMESPACE };
   return [clusterRole(name, cellRules(caps)), clusterRoleBinding(name, name, subject)];
+}
+
+/** The Role that reads `--arch-pull-secret` by its name, in its namespace, and its binding. */
+function archPullSecretManifests(
+  caps: Capability[],
+  opts: RbacOptions,
+  subject: ServiceAccountSubject,
+): KubeObject[] {
+  if (!opts.archPullSecret || !userNamespaceRules(caps).length) return [];
+  const secret = archPullSecretRef(opts.archPullSecret);
+  const own = archPullSecretRoleName(subject.name);
+  return [
+    role(own, secret.namespace, archPullSecretRules(secret.name, caps)),
+    roleBinding(own, secret.namespace, { kind: 'Role', name: own }, subject),
+  ];
 }
