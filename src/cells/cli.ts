@@ -1,6 +1,7 @@
 // `berth cells join` and `berth cells list`: join a cluster to the management plane as a cell (its
-// kubeconfig checked against the cell first, then kept in a Secret in Berth's namespace, its
-// Locations created if missing) and list the cells with what their probes say.
+// kubeconfig checked against the cell first, with a warning for each grant beyond what the
+// management plane needs there, then kept in a Secret in Berth's namespace, its Locations created
+// if missing) and list the cells with what their probes say.
 import { Command } from 'commander';
 import type { CommandContext, UninstallContext } from '../capability.ts';
 import { readFile } from 'node:fs/promises';
@@ -44,7 +45,7 @@ const REVIEWED_NAMESPACE = 'kube-system';
  * What the cell's kubeconfig may do there beyond `needed` (what a management plane does in a cell),
  * as lines to warn with; none when it may do no more. A grant is named once per resource.
  */
-export async function excessAccess(cell: KubeClient, name: string, needed: PolicyRule[]): Promise<string[]> {
+async function excessAccess(cell: KubeClient, name: string, needed: PolicyRule[]): Promise<string[]> {
   let review;
   try {
     review = await selfRules(cell, REVIEWED_NAMESPACE, { signal: AbortSignal.timeout(joinProbeTimeoutMs) });
