@@ -36,7 +36,7 @@ import {
   Quota,
   WorkloadDeployment,
 } from '../src/workloads/types.ts';
-import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
+import { berthKubeconfig, startBerth, type BerthProcess } from '../test/helpers/berth.ts';
 import { waitFor } from '../test/helpers/wait.ts';
 
 const { values } = parseArgs({
@@ -102,16 +102,22 @@ for (const f of readdirSync(join(examples, 'rules')).filter((f) => f.endsWith('.
   await applyExample(join('rules', f));
 
 say('== running berth with the example rule files (examples/labels/)');
-// As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints,
-// with default flags but for its addresses and the sandbox registry's configuration (which Berth
-// reads images from for architecture-aware placement): its CA, and `allowPrivate: true`, since
-// Berth reads no registry on a loopback or private address unless its admin allows that one.
+// As a user installs it: under its ServiceAccount, bound only to the roles `berth manifests` prints
+// (workloads' Pods in the demo's namespace only), with default flags but for its addresses and the
+// sandbox registry's configuration (which Berth reads images from for architecture-aware placement):
+// its CA, and `allowPrivate: true`, since Berth reads no registry on a loopback or private address
+// unless its admin allows that one.
 const [uiPort] = await freePorts(1);
-const berth = await startBerth(sb, [
-  `--label-dir=${join(examples, 'labels')}`,
-  `--ui-bind-address=127.0.0.1:${uiPort}`,
-  `--arch-registries=${registry.registriesPath}`,
-]);
+const identity = await berthKubeconfig(sb, { workloadNamespaces: [NS] });
+const berth = await startBerth(
+  sb,
+  [
+    `--label-dir=${join(examples, 'labels')}`,
+    `--ui-bind-address=127.0.0.1:${uiPort}`,
+    `--arch-registries=${registry.registriesPath}`,
+  ],
+  { kubeconfig: identity },
+);
 say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
 /** The management plane's Berth, once step 6 starts it (the cells' Berths are their sandboxes' own). */
 const moreBerths: BerthProcess[] = [];
@@ -367,7 +373,9 @@ async function federation(): Promise<Summary> {
   // Picked now, not at the start: the cells' processes, started since, take free ports of their own.
   const [mgmtUiPort] = await freePorts(1);
   moreBerths.push(
-    await startBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`]),
+    await startBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`], {
+      kubeconfig: identity,
+    }),
   );
   say(`   the management plane's page: http://127.0.0.1:${mgmtUiPort}/ (cells by city, workloads in them)`);
   // Applied again on a second run, the file takes the workload back to its first image: a rollout

@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { capabilities } from '../src/capabilities.ts';
-import { certSecretRules, clusterRules, leaseRules } from '../src/manifests.ts';
+import { certSecretRules, clusterRules, leaseRules, workloadNamespaceRules } from '../src/manifests.ts';
 import { NAMESPACE } from '../src/policy/namespace.ts';
 import type { DeclaredRule } from '../src/runtime/api/rbac.ts';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
@@ -110,11 +110,15 @@ export function verdict(granted: Map<string, string[]>, u: Usage): Verdict {
   };
 }
 
-/** The roles Berth is installed with by default, as declared: the ClusterRole and both Roles. */
+/**
+ * The roles Berth is installed with by default, as declared: the ClusterRole, both Roles, and the
+ * workloads' Pod writes (bound where the install runs workloads: the tests' Berth, everywhere).
+ */
 export const defaultRules = (): DeclaredRule[] => [
   ...clusterRules(capabilities),
   ...leaseRules(),
   ...certSecretRules(),
+  ...workloadNamespaceRules(capabilities),
 ];
 
 /** Berth's identities: every ServiceAccount in its namespace (the sandbox's controllers are not SAs). */

@@ -58,6 +58,8 @@ export interface CommandContext {
   keys(client: KubeClient, controllers: string[]): Promise<KeyOwnership>;
   /** `--controllers`, for a dry run to be given the capabilities Berth runs (controllersOption). */
   controllersOption(): Option;
+  /** What a management plane does in each cell: every capability's cellRbac (cellRules). */
+  cellRules(): DeclaredRule[];
 }
 
 /** What `berth uninstall` gives a capability. */
@@ -97,6 +99,18 @@ export interface Capability {
    * (RbacOptions.pullSecretNamespaces; `*` for all): reading the Secrets pods there name.
    */
   userNamespaceRbac?: DeclaredRule[];
+  /**
+   * Permissions it needs in the namespaces that run workloads, granted only in those the install
+   * names (RbacOptions.workloadNamespaces; `*` for all): writing Pods, which run as any
+   * ServiceAccount of their namespace.
+   */
+  workloadNamespaceRbac?: DeclaredRule[];
+  /**
+   * What a management plane running it does in each cell, with the cell's kubeconfig: the role
+   * that kubeconfig needs there (`berth manifests --cell`), and what `berth cells join` compares
+   * the kubeconfig's grants with.
+   */
+  cellRbac?: DeclaredRule[];
   /**
    * Node keys it owns (its rank among owners, its reserved domains); its controller claims the keys
    * of its live policies. Another capability's policy that would write them is Invalid. None: the
@@ -194,11 +208,15 @@ export const runningCapabilities = (all: Capability[], options: Record<string, u
   return all.filter((c) => names.includes(c.name));
 };
 
+/** What a management plane running `caps` does in each cell, with the cell's kubeconfig. */
+export const cellRules = (caps: Capability[]): DeclaredRule[] => caps.flatMap((c) => c.cellRbac ?? []);
+
 /** Every capability's own `berth` subcommands, each given what it may ask of the others. */
 export function capabilityCommands(all: Capability[]): Command[] {
   const ctx: CommandContext = {
     keys: (client, controllers) => clusterKeyOwnership(all, client, controllers),
     controllersOption: () => dryRunControllersOption(all),
+    cellRules: () => cellRules(all),
   };
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }

@@ -2,8 +2,9 @@
 // permission they declare and what the runtime itself needs cluster-wide (events, webhook
 // configurations), and Roles for what Berth needs only in its own namespace (the webhook
 // certificate's Secret; the Lease of leader election; each capability's own rules there, such as the
-// cells' kubeconfig Secrets).
-import type { Capability } from './capability.ts';
+// cells' kubeconfig Secrets); the pod writes of workloads only in the namespaces that run them; and
+// the role a management plane needs in a cell.
+import { cellRules, type Capability } from './capability.ts';
 import {
   LEADER_ELECTION_ID,
   NAMESPACE,
@@ -12,7 +13,14 @@ import {
   WEBHOOK_CONFIGURATION,
 } from './policy/namespace.ts';
 import { capabilities } from './capabilities.ts';
-import { clusterRole, clusterRoleBinding, role, roleBinding, type DeclaredRule } from './runtime/api/rbac.ts';
+import {
+  clusterRole,
+  clusterRoleBinding,
+  role,
+  roleBinding,
+  type DeclaredRule,
+  type ServiceAccountSubject,
+} from './runtime/api/rbac.ts';
 import { DNS1123_SUBDOMAIN, isDnsLabel, type KubeObject } from './runtime/api/meta.ts';
 
 /** What the names in Berth's roles are; the defaults are `berth run`'s and the kustomize base's. */
@@ -43,6 +51,17 @@ export interface RbacOptions {
    * naming the opt-in).
    */
   pullSecretNamespaces?: string[];
+  /**
+   * `--arch-pull-secret` as `namespace/name`: a Role in that namespace lets Berth get that Secret,
+   * by name. None by default: Berth reads no Secret in its own namespace but its certificate's.
+   */
+  archPullSecret?: string;
+  /**
+   * Namespaces where the workloads controllers may create, patch and delete Pods: a RoleBinding in
+   * each to the ClusterRole of those verbs (workloadPodsRoleName); `*` binds it cluster-wide. None by
+   * default: a Pod of any ServiceAccount in any namespace (kube-system's) is as good as cluster-admin.
+   */
+  workloadNamespaces?: string[];
 }
 
 /** What the capabilities need in the users' namespaces an install opts in. */
@@ -52,11 +71,37 @@ export const userNamespaceRules = (caps: Capability[] = capabilities): DeclaredR
 /** The Role each opted-in namespace gets for its pull secrets, beside the roles named `name`. */
 export const pullSecretRoleName = (name: string): string => `${name}-pull-secrets`;
 
+/** A namespace an install names for some grant (`what`): a DNS label, or `*` for every namespace. */
+const namedNamespace =
+  (what: string) =>
+  (ns: string): string => {
+    if (ns !== '*' && !isDnsLabel(ns))
+      throw new Error(`${what} namespace "${ns}" is not a namespace name (or * for every namespace)`);
+    return ns;
+  };
+
 /** A namespace named for pull secrets: a DNS label, or `*` for every namespace. */
-export function pullSecretNamespace(ns: string): string {
-  if (ns !== '*' && !isDnsLabel(ns))
-    throw new Error(`pull secret namespace "${ns}" is not a namespace name (or * for every namespace)`);
-  return ns;
+export const pullSecretNamespace = namedNamespace('pull secret');
+
+/** A namespace named for workloads' Pods: a DNS label, or `*` for every namespace. */
+export const workloadNamespace = namedNamespace('workload');
+
+/** What the capabilities need in the namespaces that run workloads (RbacOptions.workloadNamespaces). */
+export const workloadNamespaceRules = (caps: Capability[] = capabilities): DeclaredRule[] =>
+  caps.flatMap((c) => c.workloadNamespaceRbac ?? []);
+
+/** The ClusterRole of the workloads' Pod writes, bound in each namespace that runs workloads. */
+export const workloadPodsRoleName = (name: string): string => `${name}-workload-pods`;
+
+/** The Role that reads `--arch-pull-secret`, by name, in its namespace. */
+export const archPullSecretRoleName = (name: string): string => `${name}-arch-pull-secret`;
+
+/** `namespace/name` of `--arch-pull-secret`, checked. */
+export function archPullSecretRef(ref: string): { namespace: string; name: string } {
+  const [namespace = '', name = '', ...rest] = ref.split('/');
+  if (!isDnsLabel(namespace) || !DNS1123_SUBDOMAIN.test(name) || rest.length)
+    throw new Error(`arch pull secret "${ref}" is not NAMESPACE/NAME`);
+  return { namespace, name };
 }
 
 /** The built-in workload kinds a pod's controller chain ends at, for the kustomize component that opts them in. */
@@ -85,20 +130,14 @@ export const runtimeRules = (webhookConfiguration: string = WEBHOOK_CONFIGURATIO
     verbs: ['get'],
     why: "an informer whose list answers 404 reads its CRD to tell a missing CRD from a passing 404; with Berth's CRDs installed it never does",
   },
-  // Registration is a server-side apply (PATCH) of Berth's own configurations, by name.
+  // Registration, and every CA rotation after, is a server-side apply (PATCH) of Berth's own
+  // configurations, by name. The install creates them empty (emptyWebhookConfigurations), so
+  // Berth needs no create, which no name could limit.
   {
     apiGroups: ['admissionregistration.k8s.io'],
     resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
     resourceNames: [webhookConfiguration],
     verbs: ['patch'],
-  },
-  {
-    apiGroups: ['admissionregistration.k8s.io'],
-    resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
-    verbs: ['create'],
-    why:
-      'the first apply of a configuration that does not exist yet is authorized as create too; ' +
-      'resourceNames cannot limit a create (the object has no name to check until it exists)',
   },
 ];
 
@@ -182,6 +221,10 @@ export function clusterRules(caps: Capability[] = capabilities, opts: RbacOption
   ];
 }
 
+/** The rule that reads `--arch-pull-secret`, named `secret`: the capabilities' pull secret rule, by that name. */
+export const archPullSecretRules = (secret: string, caps: Capability[] = capabilities): DeclaredRule[] =>
+  userNamespaceRules(caps).map((r) => ({ ...r, resourceNames: [secret] }));
+
 export function crdManifests(caps: Capability[] = capabilities): KubeObject[] {
   return caps.flatMap((c) => c.crds.map((r) => r.crd));
 }
@@ -212,6 +255,8 @@ export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptio
           roleBinding(own, ns, { kind: 'Role', name: own }, subject),
         ];
       }),
+    ...workloadPodsManifests(caps, opts, subject),
+    ...archPullSecretManifests(caps, opts, subject),
     ...caps.flatMap((c) => {
       if (!c.namespaceRbac) return [];
       // A capability's own Role, apart from the webhook certificate's, which reads that one Secret only.
@@ -221,5 +266,59 @@ export function rbacManifests(caps: Capability[] = capabilities, opts: RbacOptio
         roleBinding(own, namespace, { kind: 'Role', name: own }, subject),
       ];
     }),
+  ];
+}
+
+/**
+ * The workloads' Pod writes: a ClusterRole of them, bound by a RoleBinding in each namespace the
+ * install names, or by a ClusterRoleBinding for `*`; nothing when no capability writes Pods.
+ */
+function workloadPodsManifests(
+  caps: Capability[],
+  opts: RbacOptions,
+  subject: ServiceAccountSubject,
+): KubeObject[] {
+  const rules = workloadNamespaceRules(caps);
+  if (!rules.length) return [];
+  const own = workloadPodsRoleName(subject.name);
+  const ref = { kind: 'ClusterRole' as const, name: own };
+  const namespaces = (opts.workloadNamespaces ?? []).map(workloadNamespace);
+  return [
+    clusterRole(own, rules),
+    ...(namespaces.includes('*')
+      ? [clusterRoleBinding(own, own, subject)]
+      : namespaces.map((ns) => roleBinding(own, ns, ref, subject))),
+  ];
+}
+
+/** The role (and ServiceAccount) in a cell whose kubeconfig a management plane is given. */
+export const CELL_ROLE = 'berth-management-plane';
+
+/**
+ * `berth manifests --cell`: for a cell, the ClusterRole of what the management plane does there and
+ * its binding to a ServiceAccount (in `namespace`), whose token makes the kubeconfig to join with.
+ * Cluster-wide: the management plane watches all namespaces of a cell.
+ */
+export function cellRbacManifests(
+  caps: Capability[] = capabilities,
+  opts: { name?: string; namespace?: string } = {},
+): KubeObject[] {
+  const name = opts.name ?? CELL_ROLE;
+  const subject = { kind: 'ServiceAccount' as const, name, namespace: opts.namespace ?? NAMESPACE };
+  return [clusterRole(name, cellRules(caps)), clusterRoleBinding(name, name, subject)];
+}
+
+/** The Role that reads `--arch-pull-secret` by its name, in its namespace, and its binding. */
+function archPullSecretManifests(
+  caps: Capability[],
+  opts: RbacOptions,
+  subject: ServiceAccountSubject,
+): KubeObject[] {
+  if (!opts.archPullSecret || !userNamespaceRules(caps).length) return [];
+  const secret = archPullSecretRef(opts.archPullSecret);
+  const own = archPullSecretRoleName(subject.name);
+  return [
+    role(own, secret.namespace, archPullSecretRules(secret.name, caps)),
+    roleBinding(own, secret.namespace, { kind: 'Role', name: own }, subject),
   ];
 }

@@ -697,7 +697,7 @@ export class ArchController {
     if (known) return Promise.resolve(known);
     return this.secretFlights.run(ref, async () => {
       const [namespace, name] = ref.split('/') as [string, string];
-      if (!(await this.maySecretsIn(namespace))) return 'forbidden';
+      if (!(await this.maySecret(namespace, name))) return 'forbidden';
       let s;
       try {
         s = await this.manager.client().get(Resources.secrets, name, namespace);
@@ -717,15 +717,16 @@ export class ArchController {
   }
 
   /**
-   * Whether the install lets Berth read Secrets in `namespace` (pull secrets are opted in per
-   * namespace): asked, not tried, so a namespace left out costs no denied request in the audit log,
-   * and kept a minute, so an opt-in is seen within one.
+   * Whether the install lets Berth read the Secret `namespace/name` (pull secrets are opted in per
+   * namespace, --arch-pull-secret by its name): asked, not tried, so a namespace left out costs no
+   * denied request in the audit log, and kept a minute, so an opt-in is seen within one.
    */
-  private async maySecretsIn(namespace: string): Promise<boolean> {
-    const known = this.secretAccess.get(namespace);
+  private async maySecret(namespace: string, name: string): Promise<boolean> {
+    const ref = `${namespace}/${name}`;
+    const known = this.secretAccess.get(ref);
     if (known) return known.allowed;
-    const denied = await deniedVerbs(this.manager.client(), Resources.secrets, ['get'], namespace);
-    this.secretAccess.set(namespace, { allowed: denied.length === 0 }, SECRET_ACCESS_TTL_MS);
+    const denied = await deniedVerbs(this.manager.client(), Resources.secrets, ['get'], namespace, {}, name);
+    this.secretAccess.set(ref, { allowed: denied.length === 0 }, SECRET_ACCESS_TTL_MS);
     return denied.length === 0;
   }
 

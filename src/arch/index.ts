@@ -42,9 +42,8 @@ export const archCapability: Capability = {
   ],
   crds: [ArchPlacement],
   keys: ARCH_KEYS,
-  // Pull secrets, read by name: --arch-pull-secret's in Berth's namespace, pods' own where the
-  // install opts their namespace in.
-  namespaceRbac: [PULL_SECRET_RULE],
+  // Pull secrets, read by name: pods' own where the install opts their namespace in, and
+  // --arch-pull-secret by its name where the install names it (RbacOptions.archPullSecret).
   userNamespaceRbac: [PULL_SECRET_RULE],
   rbac: [
     // Informers list and watch; pods are ungated by patch, the rest written by server-side apply.

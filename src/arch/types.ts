@@ -42,7 +42,7 @@ export const ARCH_FINALIZER = 'arch.berth.dev/release-pods';
  */
 /**
  * What reading pull secrets needs: get by name (never list: a pod names the ones it uses). Granted
- * in Berth's namespace (--arch-pull-secret) and in the namespaces an install opts in.
+ * in the namespaces an install opts in, and for --arch-pull-secret by its name alone.
  */
 export const PULL_SECRET_RULE: DeclaredRule = {
   apiGroups: [''],

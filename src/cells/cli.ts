@@ -1,12 +1,15 @@
 // `berth cells join` and `berth cells list`: join a cluster to the management plane as a cell (its
-// kubeconfig checked against the cell first, then kept in a Secret in Berth's namespace, its
-// Locations created if missing) and list the cells with what their probes say.
+// kubeconfig checked against the cell first, with a warning for each grant beyond what the
+// management plane needs there, then kept in a Secret in Berth's namespace, its Locations created
+// if missing) and list the cells with what their probes say.
 import { Command } from 'commander';
-import type { UninstallContext } from '../capability.ts';
+import type { CommandContext, UninstallContext } from '../capability.ts';
 import { readFile } from 'node:fs/promises';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources } from '../runtime/api/meta.ts';
+import { EVERYONE_RULES, excessGrants, type PolicyRule } from '../runtime/api/rbac.ts';
 import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { selfRules } from '../runtime/client/restmapper.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { probeCell } from './controller.ts';
@@ -36,8 +39,44 @@ const joinProbeTimeoutMs = 5000;
 /** The Secret `berth cells join` keeps a cell's kubeconfig in. */
 export const secretName = (cell: string): string => `cell-${cell}-kubeconfig`;
 
-/** `berth cells join`: what it prints once the cell has joined. */
-export async function joinCell(name: string, o: Record<string, unknown>): Promise<string> {
+/** Where `berth cells join` asks what a kubeconfig may do: its cluster-wide grants and kube-system's. */
+const REVIEWED_NAMESPACE = 'kube-system';
+
+/**
+ * What the cell's kubeconfig may do there beyond `needed` (what a management plane does in a cell),
+ * as lines to warn with; none when it may do no more. A grant is named once per resource.
+ */
+async function excessAccess(cell: KubeClient, name: string, needed: PolicyRule[]): Promise<string[]> {
+  let review;
+  try {
+    review = await selfRules(cell, REVIEWED_NAMESPACE, { signal: AbortSignal.timeout(joinProbeTimeoutMs) });
+  } catch (e) {
+    return [`warning: could not ask what the kubeconfig of cell ${name} may do there: ${errorText(e)}`];
+  }
+  const excess = excessGrants(review.rules, [...needed, ...EVERYONE_RULES]);
+  return [
+    ...(excess.length
+      ? [
+          `warning: the kubeconfig of cell ${name} may do more there than a management plane needs ` +
+            '(berth manifests --cell prints the role it needs); beyond it:',
+          ...excess.map((g) => `  ${g}`),
+        ]
+      : []),
+    ...(review.incomplete
+      ? [`warning: cell ${name} did not list every rule of its kubeconfig (an authorizer that cannot)`]
+      : []),
+  ];
+}
+
+/**
+ * `berth cells join`: what it prints once the cell has joined. With `check`, the kubeconfig's grants
+ * in the cell are compared with what a management plane needs there, and any beyond are warned of.
+ */
+export async function joinCell(
+  name: string,
+  o: Record<string, unknown>,
+  check?: { needed: PolicyRule[]; warn: (line: string) => void },
+): Promise<string> {
   if (!clusterNameOf(name)) throw new Error(`cell name "${name}" must be ${CELL_NAME_RULE}`);
   const locations = o['location'] as string[];
   for (const c of locations)
@@ -52,8 +91,15 @@ export async function joinCell(name: string, o: Record<string, unknown>): Promis
   } catch (e) {
     throw new Error(`cannot use ${file} for cell ${name}: ${errorText(e)}`, { cause: e });
   }
-  const probe = await probeCell(cell, joinProbeTimeoutMs, true).finally(() => cell.close());
-  if (!probe.ok) throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
+  let probe;
+  try {
+    probe = await probeCell(cell, joinProbeTimeoutMs, true);
+    if (!probe.ok)
+      throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
+    if (check) for (const line of await excessAccess(cell, name, check.needed)) check.warn(line);
+  } finally {
+    cell.close();
+  }
 
   const mgmt = KubeClient.fromFile(o['managementKubeconfig'] as string | undefined, {
     userAgent: 'berth-cells-join',
@@ -170,7 +216,7 @@ function table(cells: CellObject[]): string {
     .join('\n');
 }
 
-export function cellsCommand(): Command {
+export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
   const cmd = new Command('cells').description('Cells of a management plane: join them, list them');
   cmd
     .command('join <name>')
@@ -195,7 +241,8 @@ export function cellsCommand(): Command {
     .option('--create-namespaces', 'let Berth create a namespace it serves that the cell lacks')
     .option('--berth-namespace <ns>', "Berth's namespace on the management plane", berthNamespace())
     .action(async (name: string, o: Record<string, unknown>) => {
-      process.stdout.write(`${await joinCell(name, o)}\n`);
+      const warn = (line: string) => process.stderr.write(`${line}\n`);
+      process.stdout.write(`${await joinCell(name, o, { needed: ctx.cellRules(), warn })}\n`);
     });
   cmd
     .command('list')

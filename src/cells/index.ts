@@ -18,7 +18,7 @@ export const cellsCapability: Capability = {
   description:
     'Cells on a management plane: Locations by city code, Cells reached by a kubeconfig Secret, probed for Reachable and Ready',
   roles: ['management'],
-  commands: () => [cellsCommand()],
+  commands: (ctx) => [cellsCommand(ctx)],
   options: () => [
     new Option('--cell-probe-period <seconds>', 'how often each cell is probed')
       .default(defaultTiming.probePeriodMs / 1000)

@@ -1,12 +1,14 @@
-// `berth install` and `berth manifests`: the CRDs and RBAC generated from code.
+// `berth install` and `berth manifests`: the CRDs, RBAC and empty webhook configurations generated from code.
 import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
 import { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
+import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook/registration.ts';
+import { WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
 import { controllersOption, runningCapabilities } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { crdManifests, rbacManifests } from '../manifests.ts';
+import { cellRbacManifests, crdManifests, rbacManifests } from '../manifests.ts';
 
 const FIELD_MANAGER = 'berth-install';
 
@@ -28,14 +30,34 @@ export async function installCrds(client: KubeClient, log: (s: string) => void =
   }
 }
 
+/**
+ * Creates Berth's webhook configurations, empty, where missing (emptyWebhookConfigurations). Applied
+ * with no webhooks, so the ones Berth registered stay (their fields are another manager's).
+ */
+export async function installWebhookConfigurations(
+  client: KubeClient,
+  log: (s: string) => void = () => {},
+  name: string = WEBHOOK_CONFIGURATION,
+): Promise<void> {
+  for (const config of emptyWebhookConfigurations(name)) {
+    await client.apply(configurationRef(config), config, { fieldManager: FIELD_MANAGER, force: true });
+    log(`applied ${config.kind} ${config.metadata!.name}`);
+  }
+}
+
 export function installCommand(): Command {
   return new Command('install')
-    .description('Install (or upgrade) the CRDs with server-side apply, and wait until they are served')
+    .description(
+      'Install (or upgrade) the CRDs with server-side apply, and wait until they are served; create the ' +
+        'webhook configurations Berth registers into',
+    )
     .option('--kubeconfig <path>', 'kubeconfig to use')
     .action(async (o) => {
       const client = KubeClient.fromFile(o.kubeconfig);
       try {
-        await installCrds(client, (s) => process.stderr.write(`${s}\n`));
+        const log = (s: string) => process.stderr.write(`${s}\n`);
+        await installCrds(client, log);
+        await installWebhookConfigurations(client, log);
       } finally {
         client.close();
       }
@@ -45,7 +67,11 @@ export function installCommand(): Command {
 export function manifestsCommand(): Command {
   return new Command('manifests')
     .description('Print the generated manifests as YAML (CRDs and RBAC come from the same code that runs)')
-    .addOption(new Option('--kind <kind>', 'what to print').choices(['all', 'crds', 'rbac']).default('all'))
+    .addOption(
+      new Option('--kind <kind>', 'what to print')
+        .choices(['all', 'crds', 'rbac', 'webhooks'])
+        .default('all'),
+    )
     .option(
       '--finalizer-owner <kinds...>',
       "owner kinds an AgentPlacement's finalizer may be put on, as resource.group (deployments.apps); " +
@@ -63,19 +89,46 @@ export function manifestsCommand(): Command {
     .option(
       '--pull-secret-namespace <namespaces...>',
       "namespaces whose pods' imagePullSecrets Berth may read (architecture-aware placement), a Role " +
-        "in each; * for every namespace (default: none, only --arch-pull-secret's in Berth's namespace)",
+        'in each; * for every namespace (default: none)',
       [],
     )
+    .option(
+      '--arch-pull-secret <namespace/name>',
+      '`berth run --arch-pull-secret`: a Role in its namespace lets Berth read that Secret, by name',
+    )
+    .option(
+      '--workload-namespace <namespaces...>',
+      'namespaces where the workloads controllers create, patch and delete Pods, a RoleBinding in each; ' +
+        '* for every namespace (default: none)',
+      [],
+    )
+    .option(
+      '--cell',
+      "print instead the role a cell's kubeconfig needs: what a management plane running --controllers does there",
+      false,
+    )
     .action((o) => {
+      const running = runningCapabilities(capabilities, o);
+      if (o.cell) {
+        process.stdout.write(yamlDocuments(cellRbacManifests(running)));
+        return;
+      }
       const rbac = {
         finalizerOwners: o.finalizerOwner as string[],
         installCrds: o.installCrds as boolean,
         pullSecretNamespaces: o.pullSecretNamespace as string[],
+        workloadNamespaces: o.workloadNamespace as string[],
+        ...(o.archPullSecret ? { archPullSecret: o.archPullSecret as string } : {}),
       };
+      const kinds = o.kind === 'all' ? ['crds', 'rbac', 'webhooks'] : [o.kind as string];
       const docs: KubeObject[] = [
-        ...(o.kind !== 'rbac' ? crdManifests() : []),
-        ...(o.kind !== 'crds' ? rbacManifests(runningCapabilities(capabilities, o), rbac) : []),
+        ...(kinds.includes('crds') ? crdManifests() : []),
+        ...(kinds.includes('rbac') ? rbacManifests(running, rbac) : []),
+        ...(kinds.includes('webhooks') ? emptyWebhookConfigurations(WEBHOOK_CONFIGURATION) : []),
       ];
-      process.stdout.write(docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n'));
+      process.stdout.write(yamlDocuments(docs));
     });
 }
+
+const yamlDocuments = (docs: KubeObject[]): string =>
+  docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n');

@@ -166,6 +166,12 @@ export function runCommand(): Command {
         'they change (default: the shared Secret of --webhook-cert-secret)',
     )
     .option(
+      '--webhook-configuration <name>',
+      'the Mutating- and ValidatingWebhookConfiguration Berth registers into, which the install creates empty ' +
+        '(Berth may patch them by name, not create any)',
+      WEBHOOK_CONFIGURATION,
+    )
+    .option(
       '--webhook-cert-secret <name>',
       "a Secret in Berth's namespace where Berth keeps the webhook CA and serving certificate, shared by " +
         'every replica and renewed before they expire (default: berth-webhook-cert when registered by ' +
@@ -336,7 +342,7 @@ function addWebhooks(
       specs,
       berthNamespace,
       // The name Berth's generated role lets it patch (resourceNames).
-      configName: WEBHOOK_CONFIGURATION,
+      configName: String(o['webhookConfiguration'] ?? WEBHOOK_CONFIGURATION),
     }),
   );
   return webhookClient;

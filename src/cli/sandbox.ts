@@ -2,7 +2,7 @@
 import { Command, Option } from 'commander';
 import { capabilities } from '../capabilities.ts';
 import { capabilityCommands } from '../capability.ts';
-import { rbacManifests } from '../manifests.ts';
+import { cellRbacManifests, rbacManifests } from '../manifests.ts';
 import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
 import { Federation, SANDBOX_NAMESPACES, type FederationHooks } from '../sandbox/federation.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
@@ -14,12 +14,16 @@ const collect = (v: string, prev: string[]) => [...prev, v];
 const nameOption = () => new Option('--name <name>', 'sandbox name').default('default');
 
 /**
- * What a sandbox federation needs of Berth: its CRDs, the roles `berth manifests` prints, and
- * `berth cells join` itself (the cells capability's command, run as a user runs it).
+ * What a sandbox federation needs of Berth: its CRDs, the roles `berth manifests` prints (`--cell`
+ * for the cells' kubeconfigs), and `berth cells join` itself (the cells capability's command, run
+ * as a user runs it).
  */
 export const berthFederationHooks: FederationHooks = {
   installCrds: (client) => installCrds(client),
-  rbac: () => rbacManifests(),
+  // A cell runs workloads in the namespaces of the Workloads sent to it, which the management plane
+  // makes there on demand: in every namespace.
+  rbac: () => rbacManifests(capabilities, { workloadNamespaces: ['*'] }),
+  cellRbac: () => cellRbacManifests(),
   async join(cell, managementKubeconfig) {
     const cells = capabilityCommands(capabilities).find((c) => c.name() === 'cells');
     if (!cells) throw new Error('berth has no cells command to join a cell with');

@@ -43,6 +43,30 @@ export const federationCapability: Capability = {
     },
     { apiGroups: [POLICY_GROUP], resources: ['instances/status'], verbs: ['patch'] },
   ],
+  // In each cell: its copies of Workloads (WorkloadDeployments) applied and deleted, the cell's
+  // Instances watched for their mirrors, and the Workload's namespace made where the cell lacks it.
+  cellRbac: [
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['workloaddeployments'],
+      verbs: ['list', 'watch', 'create', 'patch', 'delete'],
+    },
+    { apiGroups: [POLICY_GROUP], resources: ['instances'], verbs: ['list', 'watch'] },
+    // The namespaces Berth made in the cell, watched to remove each once it is empty (decision 0027).
+    { apiGroups: [''], resources: ['namespaces'], verbs: ['list', 'watch'] },
+    {
+      apiGroups: [''],
+      resources: ['namespaces'],
+      verbs: ['create', 'delete'],
+      why: "a Workload's namespace is made in a cell whose Cell sets createNamespaces, and removed once empty; a cell whose namespaces its admin makes may leave it out",
+    },
+    {
+      apiGroups: [''],
+      resources: ['namespaces'],
+      verbs: ['get'],
+      why: 'a refused create of a namespace is followed by a read: the namespace may be there all the same',
+    },
+  ],
   setup({ manager, options }) {
     new FederationController(manager, { workers: Number(options['federationWorkers'] ?? 16) });
     new MirrorController(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });

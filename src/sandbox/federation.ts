@@ -13,6 +13,8 @@ export interface FederationHooks {
   installCrds(client: KubeClient): Promise<void>;
   /** The roles a cell's Berth runs under, as `berth manifests` prints them. */
   rbac(): KubeObject[];
+  /** The role the management plane's kubeconfig is bound to in a cell, as `berth manifests --cell` prints it. */
+  cellRbac(): KubeObject[];
   /**
    * Joins a cell to the management plane, as `berth cells join` does, serving `namespaces` and
    * creating them there as needed; says what it did.
@@ -67,6 +69,9 @@ export function federationCities(management: string, codes: readonly string[]): 
  * things on names these.
  */
 export const SANDBOX_NAMESPACES = ['shop', 'berth-demo'] as const;
+
+/** How long the management plane's token for a cell lasts: a sandbox federation may run for weeks. */
+const CELL_TOKEN_SECONDS = 90 * 24 * 3600;
 
 /** The flags of a cell's Berth: it runs what the management plane sends it. */
 export const CELL_BERTH_ARGS = ['--controllers=workloads'];
@@ -129,8 +134,11 @@ export class Federation {
         }
         await sandbox.startBerth(hooks.rbac(), CELL_BERTH_ARGS, Date.now() + timeoutMs, opts.signal);
         say(`berth is running (${CELL_BERTH_ARGS.join(' ')}), log ${sandbox.dir}/logs/berth.log`);
+        // Joined with an identity of the cell role only, never the cell's admin: the management
+        // plane's Berth holds it. It lives as long as the cell's own Berth's.
+        const kubeconfig = await sandbox.mintServiceAccount(hooks.cellRbac(), CELL_TOKEN_SECONDS);
         const namespaces = opts.namespaces ?? SANDBOX_NAMESPACES;
-        await hooks.join({ name, kubeconfig: sandbox.kubeconfigPath, city, namespaces }, mgmt.kubeconfigPath);
+        await hooks.join({ name, kubeconfig, city, namespaces }, mgmt.kubeconfigPath);
       }),
     );
     return cells;

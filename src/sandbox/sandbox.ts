@@ -1039,14 +1039,21 @@ async function rolesInEffect(
   rbac: KubeObject[],
   sa: { name: string; namespace: string },
 ): Promise<boolean> {
+  // A role takes effect where it is bound: a ClusterRole bound only by RoleBindings, in their namespace.
+  const binding = (role: KubeObject) =>
+    rbac.find((b) => {
+      const ref = b['roleRef'] as { kind?: string; name?: string } | undefined;
+      return ref?.kind === role.kind && ref?.name === role.metadata?.name;
+    });
   const reviews = rbac
     .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
     .flatMap((o) => {
       const rule = (o['rules'] as PolicyRule[] | undefined)?.find((r) => r.resources?.length);
-      if (!rule) return [];
+      const bound = binding(o);
+      if (!rule || !bound) return [];
       return [
         {
-          namespace: o.metadata?.namespace,
+          namespace: o.metadata?.namespace ?? bound.metadata?.namespace,
           verb: rule.verbs[0],
           group: rule.apiGroups?.[0],
           resource: rule.resources![0]!.split('/')[0],

@@ -57,8 +57,11 @@ export const workloadsCapability: Capability = {
         "the owner's finalizers where OwnerReferencesPermissionEnforcement is on: a check, never a request",
     },
     { apiGroups: [POLICY_GROUP], resources: ['instancetypes'], verbs: ['list', 'watch'] },
-    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'] },
+    { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
   ],
+  // Writing Pods only where the install runs workloads (a Pod may run as any ServiceAccount of its
+  // namespace: in kube-system, as good as cluster-admin).
+  workloadNamespaceRbac: [{ apiGroups: [''], resources: ['pods'], verbs: ['create', 'patch', 'delete'] }],
   setup({ manager, options }) {
     new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });
     // A cell of a management plane that grants (its `quota` capability) runs no quota controller.
@@ -112,6 +115,18 @@ export const quotaCapability: Capability = {
       verbs: ['list', 'watch'],
     },
     { apiGroups: [POLICY_GROUP], resources: ['quotas/status'], verbs: ['update'] },
+  ],
+  // In each cell: its Instances and InstanceTypes watched, instances granted in their QuotaGranted
+  // condition (applied), and a claim whose instance the cache lacks read before it is released.
+  cellRbac: [
+    { apiGroups: [POLICY_GROUP], resources: ['instances', 'instancetypes'], verbs: ['list', 'watch'] },
+    { apiGroups: [POLICY_GROUP], resources: ['instances/status'], verbs: ['patch'] },
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['instances'],
+      verbs: ['get'],
+      why: "a claim on an instance the cell's cache does not show is confirmed gone before it is released",
+    },
   ],
   setup({ manager, options }) {
     // Two quota controllers keeping one namespace's ledger would each grant its own view of it.

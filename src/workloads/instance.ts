@@ -230,7 +230,7 @@ export class InstanceController {
         } else if (isRefused(e)) {
           // An admission policy (Pod Security, a webhook, a ResourceQuota's rules), the apiserver's
           // validation or Berth's own RBAC: the user's to fix, so shown, not only retried in the log.
-          configError = `the apiserver refused the Pod: ${e.message}`;
+          configError = `the apiserver refused the Pod: ${e.message}${rbacHint(e)}`;
           this.rejected.set(key, { uid, message: configError, at: Date.now() });
           result = { requeueAfterMs: REJECTED_RETRY_MS };
         } else throw e;
@@ -373,3 +373,9 @@ export class InstanceController {
     }
   }
 }
+
+/** Berth's own RBAC refused a Pod: its namespace was not opted in for workloads. */
+const rbacHint = (e: ApiError): string =>
+  e.status === 403 && /cannot create resource "pods"/.test(e.message)
+    ? ' (let Berth run workloads in this namespace: berth manifests --workload-namespace, Helm workloads.namespaces)'
+    : '';

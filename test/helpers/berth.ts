@@ -10,6 +10,7 @@ import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
+import { installWebhookConfigurations } from '../../src/cli/install.ts';
 import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
@@ -40,11 +41,19 @@ export interface BerthProcess {
 const identities = new Map<string, Promise<string>>();
 
 /**
+ * The roles of a test's Berth: as `opts` say, with workloads in every namespace unless they say
+ * where (each test makes namespaces of its own, and a cell's come from its management plane).
+ */
+const testRbac = (opts: RbacOptions): RbacOptions => ({ workloadNamespaces: ['*'], ...opts });
+
+/**
  * The kubeconfig of Berth's identity in the sandbox: the ServiceAccount of the roles that manifests.ts
  * generates with `opts` for `caps`, bound exactly to them (a test that runs its own webhook
- * configuration, owner kinds or capabilities names them in `opts`, with a `name` of its own).
+ * configuration, owner kinds or capabilities names them in `opts`, with a `name` of its own). Its
+ * webhook configurations are created empty, as the install does, at every call: a test may have
+ * deleted them since.
  */
-export function berthKubeconfig(
+export async function berthKubeconfig(
   sb: Sandbox,
   opts: RbacOptions = {},
   caps: Capability[] = capabilities,
@@ -52,12 +61,23 @@ export function berthKubeconfig(
   const key = JSON.stringify([sb.dir, opts, caps.map((c) => c.name)]);
   let minted = identities.get(key);
   if (!minted) {
-    minted = sb.mintServiceAccount(rbacManifests(caps, opts));
+    minted = sb.mintServiceAccount(rbacManifests(caps, testRbac(opts)));
     // A failed mint is not kept: the next caller tries again.
     minted.catch(() => identities.delete(key));
     identities.set(key, minted);
   }
+  await createWebhookConfigurations(sb, opts.webhookConfiguration);
   return minted;
+}
+
+/** The empty webhook configurations Berth patches its webhooks into, as the install creates them. */
+async function createWebhookConfigurations(sb: Sandbox, name?: string): Promise<void> {
+  const admin = sb.client();
+  try {
+    await installWebhookConfigurations(admin, undefined, name);
+  } finally {
+    admin.close();
+  }
 }
 
 /** A client with Berth's identity: what Berth's controllers run with in a test of this process. */
@@ -71,7 +91,7 @@ export async function removeBerthIdentity(admin: KubeClient, opts: RbacOptions):
     if ((JSON.parse(key) as [string, RbacOptions])[1].name === opts.name) identities.delete(key);
   const name = opts.name ?? SERVICE_ACCOUNT;
   const namespace = opts.namespace ?? NAMESPACE;
-  for (const o of rbacManifests(capabilities, opts)) {
+  for (const o of rbacManifests(capabilities, testRbac(opts))) {
     const ref = {
       ClusterRole: Resources.clusterRoles,
       ClusterRoleBinding: Resources.clusterRoleBindings,

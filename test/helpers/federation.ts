@@ -1,9 +1,11 @@
 // A federation for tests: the run's sandbox is the management plane, two more sandboxes (with kwok
 // nodes) are cells in Dallas and London, joined with `berth cells join`, each with its own Berth
 // (`cellArgs`), and the management plane's Berth (`managementArgs`) can be stopped and started again.
-import { cellsCommand, secretName } from '../../src/cells/cli.ts';
+import { secretName } from '../../src/cells/cli.ts';
 import { Cell, type CellObject } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
+import { berthFederationHooks } from '../../src/cli/sandbox.ts';
+import { cellRbacManifests } from '../../src/manifests.ts';
 import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
@@ -110,16 +112,7 @@ async function up(fed: Federation, cellArgs: string[]): Promise<void> {
     await installCrds(c);
     await addNodes(c, { prefix: `${city.toLowerCase()}-node`, count: 2 });
     cell.berth = await startBerth(sb, cellArgs);
-    await cellsCommand().parseAsync(
-      [
-        'join',
-        name,
-        `--kubeconfig=${sb.kubeconfigPath}`,
-        `--location=${city}`,
-        `--management-kubeconfig=${fed.sandbox.kubeconfigPath}`,
-      ],
-      { from: 'user' },
-    );
+    await joinAsCell(sb, name, city, fed.sandbox);
     // The tests' namespaces are made on the management plane only: Berth makes them in the cells.
     await fed.client.patch(Cell.ref, name, { spec: { createNamespaces: true } }, { fieldManager: 'test' });
   }
@@ -130,4 +123,20 @@ export async function serveNamespace(client: KubeClient, cell: string, namespace
   const c = await client.get<CellObject>(Cell.ref, cell);
   const namespaces = [...new Set([...(c.spec.namespaces ?? []), namespace])];
   await client.patch(Cell.ref, cell, { spec: { namespaces } }, { fieldManager: 'test' });
+}
+
+/**
+ * `berth cells join` of a cell sandbox to `management`, as a user runs it, with the kubeconfig of a
+ * ServiceAccount bound to the cell role only (`berth manifests --cell`), never the cell's admin;
+ * serving `namespaces` (and making them there as needed).
+ */
+export async function joinAsCell(
+  cell: Sandbox,
+  name: string,
+  city: string,
+  management: Sandbox,
+  namespaces: readonly string[] = [],
+): Promise<void> {
+  const kubeconfig = await cell.mintServiceAccount(cellRbacManifests());
+  await berthFederationHooks.join({ name, kubeconfig, city, namespaces }, management.kubeconfigPath);
 }

@@ -18,7 +18,7 @@
 // copy holds the name.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { cellsCommand, secretName } from '../../src/cells/cli.ts';
+import { secretName } from '../../src/cells/cli.ts';
 import { Cell, type CellObject } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import {
@@ -46,6 +46,7 @@ import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/worklo
 import type { DeploymentObject } from '../../src/federation/decide.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, createNamespace, refuseByPolicy, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { joinAsCell } from '../helpers/federation.ts';
 import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -77,17 +78,7 @@ before(async () => {
     await c.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
     await addNodes(c, { prefix: `${city.toLowerCase()}-node`, count: 2 });
     berths.push(await startBerth(sb, ['--controllers=workloads']));
-    await cellsCommand().parseAsync(
-      [
-        'join',
-        cellName[city],
-        `--kubeconfig=${sb.kubeconfigPath}`,
-        `--location=${city}`,
-        `--management-kubeconfig=${sandbox.kubeconfigPath}`,
-        `--namespaces=${ns}`,
-      ],
-      { from: 'user' },
-    );
+    await joinAsCell(sb, cellName[city], city, sandbox, [ns]);
   }
   berths.push(
     await startBerth(

@@ -54,8 +54,8 @@ const helm = (args: string[]) => exec(helmPath, args);
 const sets = (values: Record<string, string>) =>
   Object.entries(values).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
 
-function render(values: Record<string, string> = {}): Any[] {
-  const out = helm(['template', 'berth', chart, '--namespace', ns, ...sets(values)]).stdout;
+function render(values: Record<string, string> = {}, release = 'berth'): Any[] {
+  const out = helm(['template', release, chart, '--namespace', ns, ...sets(values)]).stdout;
   return parseAllDocuments(out)
     .map((d) => d.toJS() as Any)
     .filter(Boolean);
@@ -123,6 +123,9 @@ const options: Record<string, Record<string, string>> = {
     'networkPolicy.metricsFrom.namespaceSelector.matchLabels.team': 'observability',
   },
   'metrics from no namespace': { 'networkPolicy.metricsFrom': 'null' },
+  'a registry login': { 'arch.pullSecret': 'registry-login' },
+  'workloads in a namespace': { 'workloads.namespaces': `{${ns}}` },
+  'workloads everywhere': { 'workloads.namespaces': '{*}' },
 };
 
 before(async () => {
@@ -231,12 +234,43 @@ describe('the Helm chart', () => {
     );
     assert.deepEqual(pulls[0].rules, [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'] }]);
     assert.deepEqual(pulls[1].subjects, [{ kind: 'ServiceAccount', name: 'berth', namespace: ns }]);
+    // A registry login: read by its name only, and passed to Berth.
+    const login = render(options['a registry login']);
+    const loginRole = login.find((o) => o.metadata.name === 'berth-arch-pull-secret' && o.kind === 'Role');
+    assert.deepEqual(loginRole.rules, [
+      { apiGroups: [''], resources: ['secrets'], resourceNames: ['registry-login'], verbs: ['get'] },
+    ]);
+    assert.ok(args(login).includes(`--arch-pull-secret=${ns}/registry-login`));
+    assert.equal(
+      render({}).find((o) => o.metadata.name === 'berth-arch-pull-secret'),
+      undefined,
+      "no login: no Role reads a Secret of Berth's namespace but the certificate's",
+    );
+    // Pods written only where workloads run: bound in the namespaces named, or everywhere.
+    const podBindings = (values: Record<string, string>) =>
+      render(values)
+        .filter((o) => o.kind.endsWith('Binding') && o.metadata.name === 'berth-workload-pods')
+        .map((o) => [o.kind, o.metadata.namespace]);
+    assert.deepEqual(podBindings({}), []);
+    assert.deepEqual(podBindings(options['workloads in a namespace']!), [['RoleBinding', ns]]);
+    assert.deepEqual(podBindings(options['workloads everywhere']!), [['ClusterRoleBinding', undefined]]);
+    // The webhook configurations Berth registers into: the release's, created empty.
+    const configs = render({}).filter((o) => o.kind.endsWith('WebhookConfiguration'));
+    assert.deepEqual(
+      configs.map((o) => [o.kind, o.metadata.name, o.webhooks]),
+      [
+        ['MutatingWebhookConfiguration', 'berth', undefined],
+        ['ValidatingWebhookConfiguration', 'berth', undefined],
+      ],
+    );
+    assert.ok(args(render({})).includes('--webhook-configuration=berth'));
     const off = render(options['no webhooks']);
     assert.deepEqual(
       args(off).filter((a) => a.startsWith('--webhook-')),
       ['--webhook-bind-address=0'],
     );
     assert.equal(certRole(off), undefined, 'no webhooks: no certificate Secret to keep');
+    assert.ok(!off.some((o) => o.kind.endsWith('WebhookConfiguration')));
   });
 
   test('a NetworkPolicy by default: the webhook port from anywhere, /metrics from the monitoring namespace, nothing else', () => {
@@ -335,8 +369,8 @@ describe('the Helm chart', () => {
           [2, 'deployed'],
         ],
       );
-      // What the release holds now is today's chart.
-      const rendered = render(values);
+      // What the release holds now is today's chart (its webhook configurations named after it).
+      const rendered = render(values, release);
       const role = await client.get(Resources.clusterRoles, `${release}-berth`);
       assert.deepEqual(role['rules'], rendered.find((o) => o.kind === 'ClusterRole').rules);
       assert.deepEqual(await uids(), before, 'the CRDs are the same objects');

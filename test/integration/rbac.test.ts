@@ -6,7 +6,14 @@
 // by name, in its namespace), keeps its webhook certificate in its Secret, registers its webhook
 // configurations, and no request of it is refused.
 import assert from 'node:assert/strict';
-import { after, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
+import { parseAllDocuments } from 'yaml';
+import { secretName } from '../../src/cells/cli.ts';
+import { Cell } from '../../src/cells/types.ts';
+import { installCrds } from '../../src/cli/install.ts';
+import type { RbacOptions } from '../../src/manifests.ts';
+import type { PolicyRule } from '../../src/runtime/api/rbac.ts';
+import { isForbidden, KubeClient } from '../../src/runtime/client/client.ts';
 import {
   LEADER_ELECTION_ID,
   NAMESPACE,
@@ -16,8 +23,15 @@ import {
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { freePorts } from '../../src/sandbox/sandbox.ts';
 import { capabilities } from '../../src/capabilities.ts';
-import { berthKubeconfig, removeBerthIdentity, startBerth, type BerthProcess } from '../helpers/berth.ts';
-import { testSandbox } from '../helpers/cluster.ts';
+import { clusterControllers } from '../../src/capability.ts';
+import {
+  berthKubeconfig,
+  removeBerthIdentity,
+  runBerthCli,
+  startBerth,
+  type BerthProcess,
+} from '../helpers/berth.ts';
+import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -110,4 +124,166 @@ test('a management plane under only the roles of its controllers (cells, federat
     await mgmt.stop();
     await removeBerthIdentity(client, { name: 'berth-management' });
   }
+});
+
+// A probe of the generated roles: a cluster's Berth's identity as `berth manifests` makes it, in a namespace of
+// its own (its refusals here are the test's asking, not Berth's: the audit counts Berth's namespace
+// only), with workloads in one namespace and a registry login named.
+describe("Berth's identity may only what its roles name", () => {
+  const home = uniqueName('berth-probe');
+  const login = 'registry-login';
+  let work = '';
+  let elsewhere = '';
+  let identity: RbacOptions;
+  let berthAs: KubeClient;
+
+  before(async () => {
+    work = await createNamespace(client, 'work');
+    elsewhere = await createNamespace(client, 'elsewhere');
+    identity = {
+      name: home,
+      namespace: home,
+      workloadNamespaces: [work],
+      archPullSecret: `${home}/${login}`,
+    };
+    // A cluster's Berth (a management plane's reads the cells' kubeconfigs, which no name limits).
+    const cluster = capabilities.filter((c) => clusterControllers(capabilities).includes(c.name));
+    berthAs = KubeClient.fromFile(await berthKubeconfig(sandbox, identity, cluster));
+    for (const name of [login, 'not-named', WEBHOOK_CERT_SECRET])
+      await client.create(Resources.secrets, {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, namespace: home },
+        stringData: { what: name },
+      });
+  });
+
+  after(async () => {
+    berthAs?.close();
+    await removeBerthIdentity(client, identity);
+    for (const ns of [home, work, elsewhere]) await deleteNamespace(client, ns);
+  });
+
+  const pod = (namespace: string): KubeObject => ({
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: 'probe', namespace },
+    spec: { containers: [{ name: 'c', image: 'registry.invalid/probe' }] },
+  });
+  const refused = (p: Promise<unknown>) => assert.rejects(p, (e) => isForbidden(e));
+
+  test('Pods are created only in the namespaces that run workloads: never in kube-system', async () => {
+    await refused(berthAs.create(Resources.pods, pod('kube-system'), { dryRun: true }));
+    await refused(berthAs.create(Resources.pods, pod(elsewhere), { dryRun: true }));
+    await berthAs.create(Resources.pods, pod(work), { dryRun: true });
+  });
+
+  test('no webhook configuration is created, nor one patched that is not its own', async () => {
+    const other = uniqueName('not-berths');
+    const config = (name: string): KubeObject => ({
+      apiVersion: 'admissionregistration.k8s.io/v1',
+      kind: 'ValidatingWebhookConfiguration',
+      metadata: { name },
+    });
+    await refused(berthAs.create(Resources.validatingWebhookConfigurations, config(other), { dryRun: true }));
+    await client.create(Resources.validatingWebhookConfigurations, config(other));
+    try {
+      await refused(
+        berthAs.apply(Resources.validatingWebhookConfigurations, config(other), {
+          fieldManager: 'probe',
+          dryRun: true,
+        }),
+      );
+      // Its own, created by the install, it may.
+      await berthAs.apply(Resources.validatingWebhookConfigurations, config(WEBHOOK_CONFIGURATION), {
+        fieldManager: 'probe',
+        dryRun: true,
+      });
+    } finally {
+      await client.delete(Resources.validatingWebhookConfigurations, other);
+    }
+  });
+
+  test('Secrets in its namespace are read only by the names it was given', async () => {
+    await refused(berthAs.get(Resources.secrets, 'not-named', home));
+    await refused(berthAs.list(Resources.secrets, { namespace: home }));
+    await berthAs.get(Resources.secrets, login, home);
+    await berthAs.get(Resources.secrets, WEBHOOK_CERT_SECRET, home);
+  });
+});
+
+describe('berth cells join: a kubeconfig that may do more in the cell than the management plane needs', () => {
+  // The sandbox joins itself: its management plane is the cell.
+  const joined: string[] = [];
+  const join = (kubeconfig: string) => {
+    const name = uniqueName('self');
+    joined.push(name);
+    return runBerthCli([
+      'cells',
+      'join',
+      name,
+      `--kubeconfig=${kubeconfig}`,
+      '--location=DFW',
+      `--management-kubeconfig=${sandbox.kubeconfigPath}`,
+    ]);
+  };
+  const bound = uniqueName('cell-user');
+  const cellRole = 'berth-management-plane';
+
+  before(() => installCrds(client));
+
+  after(async () => {
+    for (const name of joined) {
+      await client.delete(Cell.ref, name).catch(() => {});
+      await client.delete(Resources.secrets, secretName(name), NAMESPACE).catch(() => {});
+    }
+    // The user's role, and the cell role's (`berth manifests --cell`) with its ServiceAccount.
+    for (const name of [bound, cellRole]) {
+      await client.delete(Resources.clusterRoleBindings, name).catch(() => {});
+      await client.delete(Resources.clusterRoles, name).catch(() => {});
+    }
+    await client.delete(Resources.serviceAccounts, cellRole, NAMESPACE).catch(() => {});
+  });
+
+  test("an admin's: it joins, and says so, naming the grant", () => {
+    const r = join(sandbox.kubeconfigPath);
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /may do more there than a management plane needs \(berth manifests --cell/);
+    assert.match(r.stderr, /^ {2}\* \*\/\*$/m);
+  });
+
+  test('a user bound to the cell role and one grant more: that grant, and only it, is named', async () => {
+    const [cellRole] = parseAllDocuments(runBerthCli(['manifests', '--cell']).stdout).map(
+      (d) => d.toJS() as KubeObject & { rules: PolicyRule[] },
+    );
+    assert.ok(cellRole?.rules.length);
+    await client.create(Resources.clusterRoles, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: bound },
+      rules: [...cellRole.rules, { apiGroups: [''], resources: ['secrets'], verbs: ['get'] }],
+    });
+    await client.create(Resources.clusterRoleBindings, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: bound },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: bound },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: bound }],
+    });
+    const r = join(await sandbox.mintUser(bound));
+    assert.equal(r.status, 0, r.stderr);
+    const named = r.stderr.split('\n').filter((l) => l.startsWith('  '));
+    assert.deepEqual(named, ['  get core/secrets'], r.stderr);
+  });
+
+  test('a ServiceAccount bound to the cell role `berth manifests --cell` prints: it joins without a warning', async () => {
+    const printed = runBerthCli(['manifests', '--cell']);
+    assert.equal(printed.status, 0, printed.stderr);
+    const kubeconfig = await sandbox.mintServiceAccount(
+      parseAllDocuments(printed.stdout).map((d) => d.toJS() as KubeObject),
+    );
+    const r = join(kubeconfig);
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stderr, '');
+  });
 });

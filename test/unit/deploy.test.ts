@@ -111,11 +111,13 @@ describe('generated deploy files', () => {
       guards.filter((l) => l.startsWith('{{- if')),
       capabilities.map((c) => `{{- if has "${c.name}" .Values.controllers }}`),
     );
+    // Its webhook configurations are the release's (berth, for the release berth).
     const rules = parse(
       section
         .split('\n')
         .filter((l) => !l.startsWith('{{-'))
-        .join('\n'),
+        .join('\n')
+        .replaceAll('{{ include "berth.fullname" . }}', 'berth'),
     ) as Any;
     assert.deepEqual(mergeRules(rules.rules), clusterRoleRules);
     // Each opted-in owner kind gets finalizerOwnerRule's verbs, whatever the kind.
@@ -147,7 +149,14 @@ describe('kustomize base', () => {
 
   test('puts everything namespaced in berth-system, under the berth service account', () => {
     for (const o of objects) {
-      const clusterScoped = ['Namespace', 'CustomResourceDefinition', 'ClusterRole', 'ClusterRoleBinding'];
+      const clusterScoped = [
+        'Namespace',
+        'CustomResourceDefinition',
+        'ClusterRole',
+        'ClusterRoleBinding',
+        'MutatingWebhookConfiguration',
+        'ValidatingWebhookConfiguration',
+      ];
       if (!clusterScoped.includes(o.kind!))
         assert.equal(o.metadata?.namespace, NAMESPACE, `${o.kind} ${o.metadata?.name}`);
     }
@@ -329,13 +338,18 @@ describe('Helm chart', () => {
     assert.match(guard('pdb.yaml')!, /\.Values\.podDisruptionBudget\.enabled/);
     assert.match(guard('configmap.yaml')!, /\.Values\.labelRules/);
     // A capability's own Role only when the release runs it (the header comment is the first line).
-    const roles = read(`${CHART}/templates/capability-roles.yaml`);
-    assert.equal(roles.split('\n')[1], '{{- if has "arch" .Values.controllers }}');
-    assert.match(roles, /^\{\{- if has "cells" \.Values\.controllers \}\}$/m);
-    // Pull secrets only in the namespaces the values name.
+    const second = (file: string) => read(`${CHART}/templates/${file}`).split('\n')[1];
+    assert.equal(second('capability-roles.yaml'), '{{- if has "cells" .Values.controllers }}');
+    // Pull secrets only in the namespaces the values name, and the one login by its name.
+    assert.equal(second('pull-secret-roles.yaml'), '{{- range .Values.arch.pullSecretNamespaces }}');
     assert.equal(
-      read(`${CHART}/templates/pull-secret-roles.yaml`).split('\n')[1],
-      '{{- range .Values.arch.pullSecretNamespaces }}',
+      second('arch-pull-secret.yaml'),
+      '{{- if and (has "arch" .Values.controllers) .Values.arch.pullSecret }}',
     );
+    // Pods written only where workloads run, the ClusterRole of it only when they do.
+    const pods = read(`${CHART}/templates/workload-pods.yaml`);
+    assert.equal(pods.split('\n')[1], '{{- if has "workloads" .Values.controllers }}');
+    assert.match(pods, /^\{\{- range \.Values\.workloads\.namespaces \}\}$/m);
+    assert.equal(second('webhook-configurations.yaml'), '{{- if .Values.webhook.enabled }}');
   });
 });

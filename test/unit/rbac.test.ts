@@ -8,15 +8,23 @@ import { capabilities } from '../../src/capabilities.ts';
 import { explainers } from '../../src/explain.ts';
 import {
   BUILTIN_OWNER_KINDS,
-  clusterRules,
+  CELL_ROLE,
+  cellRbacManifests,
   finalizerOwnerRule,
   leaderElectionRoleName,
   rbacManifests,
+  workloadPodsRoleName,
   type RbacOptions,
 } from '../../src/manifests.ts';
+import { emptyWebhookConfigurations } from '../../src/runtime/webhook/registration.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
-import type { DeclaredRule, PolicyRule } from '../../src/runtime/api/rbac.ts';
+import {
+  EVERYONE_RULES,
+  excessGrants,
+  type DeclaredRule,
+  type PolicyRule,
+} from '../../src/runtime/api/rbac.ts';
 import { withSeed } from '../helpers/prng.ts';
 
 type Role = KubeObject & { rules: PolicyRule[] };
@@ -48,19 +56,70 @@ describe('the generated roles', () => {
     assert.ok(may(named, 'update', 'leases', 'mine') && !may(named, 'update', 'leases', 'berth'));
   });
 
-  test("webhook configurations: patched by Berth's name only; create explained, since a name cannot limit it", () => {
+  test("webhook configurations: patched by Berth's name only, never created (the install creates them empty)", () => {
     for (const r of ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations']) {
       assert.ok(may(cluster, 'patch', r, 'berth'));
       assert.ok(!may(cluster, 'patch', r, 'someone-elses'), r);
       assert.ok(!may(cluster, 'delete', r, 'someone-elses'), r);
+      assert.ok(!may(cluster, 'create', r), r);
     }
-    const create = clusterRules(capabilities).filter(
-      (r) => r.resources?.includes('mutatingwebhookconfigurations') && r.verbs.includes('create'),
-    );
-    assert.ok(create.length > 0 && create.every((r) => r.why?.includes('create')));
     assert.ok(
       may(find({ webhookConfiguration: 'w' }, 'ClusterRole'), 'patch', 'mutatingwebhookconfigurations', 'w'),
     );
+    assert.deepEqual(
+      emptyWebhookConfigurations('w').map((c) => [c.kind, c.metadata?.name, 'webhooks' in c]),
+      [
+        ['MutatingWebhookConfiguration', 'w', false],
+        ['ValidatingWebhookConfiguration', 'w', false],
+      ],
+    );
+  });
+
+  test('Pods are written only in the namespaces named for workloads: bound there, or everywhere for *', () => {
+    const pods = workloadPodsRoleName('berth');
+    for (const verb of ['create', 'delete']) assert.ok(!may(cluster, verb, 'pods'), verb);
+    assert.ok(may(cluster, 'list', 'pods') && may(cluster, 'get', 'pods'));
+    // Cluster-wide patch is architecture-aware placement's (ungating), not the workloads'.
+    const workloads = capabilities.filter((c) => c.name === 'workloads');
+    assert.ok(!may(rbacManifests(workloads)[0] as Role, 'patch', 'pods'));
+    assert.ok(may(find({}, 'ClusterRole', pods), 'create', 'pods'));
+    const bindings = (opts: RbacOptions) =>
+      rbacManifests(capabilities, opts)
+        .filter((o) => o.kind?.endsWith('Binding') && o.metadata?.name === pods)
+        .map((o) => [o.kind, o.metadata?.namespace, (o['roleRef'] as { name: string }).name]);
+    assert.deepEqual(bindings({}), []);
+    assert.deepEqual(bindings({ workloadNamespaces: ['team-a', 'team-b'] }), [
+      ['RoleBinding', 'team-a', pods],
+      ['RoleBinding', 'team-b', pods],
+    ]);
+    assert.deepEqual(bindings({ workloadNamespaces: ['*', 'team-a'] }), [
+      ['ClusterRoleBinding', undefined, pods],
+    ]);
+    // Capabilities that write no Pod get no such role.
+    const labels = capabilities.filter((c) => c.name === 'labels');
+    assert.ok(!rbacManifests(labels, { workloadNamespaces: ['*'] }).some((o) => o.metadata?.name === pods));
+    assert.throws(
+      () => rbacManifests(capabilities, { workloadNamespaces: ['Team_A'] }),
+      /workload namespace/,
+    );
+  });
+
+  test('a cell: the role of what the management plane does there, bound to a ServiceAccount of its own', () => {
+    const [role, binding] = cellRbacManifests() as [Role, KubeObject];
+    assert.equal(role.kind, 'ClusterRole');
+    assert.equal(role.metadata?.name, CELL_ROLE);
+    assert.deepEqual(binding['subjects'], [
+      { kind: 'ServiceAccount', name: CELL_ROLE, namespace: NAMESPACE },
+    ]);
+    for (const verb of ['list', 'watch', 'create', 'patch', 'delete'])
+      assert.ok(may(role, verb, 'workloaddeployments'), verb);
+    assert.ok(may(role, 'watch', 'instances') && may(role, 'patch', 'instances/status'));
+    assert.ok(may(role, 'create', 'namespaces'));
+    for (const r of ['pods', 'secrets', 'nodes'])
+      assert.ok(!role.rules.some((x) => x.resources?.includes(r)), r);
+    // Only what the capabilities that act in cells declare.
+    const federation = capabilities.filter((c) => c.name === 'federation');
+    assert.ok(!may(cellRbacManifests(federation)[0] as Role, 'patch', 'instances/status'));
   });
 
   test("the page's explain may read every kind `berth explain` knows", () => {
@@ -84,11 +143,18 @@ describe('the generated roles', () => {
       assert.throws(() => finalizerOwnerRule(bad), /resource\.group/, bad);
   });
 
-  test("Secrets: no cluster-wide read by default; pull secrets in Berth's namespace and the ones opted in", () => {
+  test('Secrets: none read by default but the certificate; --arch-pull-secret by its name, and the namespaces opted in', () => {
     assert.ok(!may(cluster, 'get', 'secrets') && !may(cluster, 'list', 'secrets'));
-    const arch = find({}, 'Role', 'berth-arch');
-    assert.equal(arch.metadata?.namespace, NAMESPACE);
-    assert.ok(may(arch, 'get', 'secrets', 'any-login') && !may(arch, 'list', 'secrets'));
+    const inBerths = rbacManifests(capabilities)
+      .filter((o) => o.kind === 'Role' && o.metadata?.namespace === NAMESPACE)
+      .filter((r) => (r as Role).rules.some((x) => x.resources?.includes('secrets')));
+    // The certificate's (by name, but its create), and the cells' kubeconfigs (a management plane's).
+    assert.deepEqual(inBerths.map((r) => r.metadata?.name).sort(), ['berth', 'berth-cells']);
+    assert.ok(!may(find({}, 'Role', 'berth'), 'get', 'secrets', 'any-login'));
+    const login = find({ archPullSecret: `${NAMESPACE}/login` }, 'Role', 'berth-arch-pull-secret');
+    assert.equal(login.metadata?.namespace, NAMESPACE);
+    assert.ok(may(login, 'get', 'secrets', 'login') && !may(login, 'get', 'secrets', 'another'));
+    assert.throws(() => rbacManifests(capabilities, { archPullSecret: 'login' }), /NAMESPACE\/NAME/);
     const opted = rbacManifests(capabilities, { pullSecretNamespaces: ['team-a', 'team-b'] }).filter(
       (o) => o.metadata?.name === 'berth-pull-secrets',
     );
@@ -123,6 +189,49 @@ describe('the generated roles', () => {
     for (const o of rbacManifests(capabilities, { finalizerOwners: ['deployments.apps'], installCrds: true }))
       for (const r of (o as Role).rules ?? []) assert.ok(!('why' in r), JSON.stringify(r));
     for (const [path, text] of generatedFiles()) assert.doesNotMatch(text, /^\s*why:/m, path);
+  });
+});
+
+describe('grants beyond a role (berth cells join)', () => {
+  const needed: PolicyRule[] = [
+    { apiGroups: ['berth.dev'], resources: ['workloaddeployments'], verbs: ['list', 'watch', 'create'] },
+    { apiGroups: [''], resources: ['secrets'], resourceNames: ['a'], verbs: ['get'] },
+    ...EVERYONE_RULES,
+  ];
+
+  test('an admin: every wildcard is named', () => {
+    const admin = [
+      { apiGroups: ['*'], resources: ['*'], verbs: ['*'] },
+      { nonResourceURLs: ['*'], verbs: ['*'] },
+    ];
+    assert.deepEqual(excessGrants(admin, needed), ['* */*', '* URL *']);
+  });
+
+  test('what the role needs, what everyone may, and names within the needed ones: nothing', () => {
+    const granted: PolicyRule[] = [
+      { apiGroups: ['berth.dev'], resources: ['workloaddeployments'], verbs: ['create', 'list'] },
+      { apiGroups: [''], resources: ['secrets'], resourceNames: ['a'], verbs: ['get'] },
+      { apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectrulesreviews'], verbs: ['create'] },
+      { nonResourceURLs: ['/api', '/apis/*', '/version'], verbs: ['get'] },
+    ];
+    assert.deepEqual(excessGrants(granted, needed), []);
+  });
+
+  test('each grant beyond, by resource with its verbs: a verb, a name, a resource, a URL', () => {
+    const granted: PolicyRule[] = [
+      { apiGroups: ['berth.dev'], resources: ['workloaddeployments'], verbs: ['create', 'delete', 'update'] },
+      { apiGroups: [''], resources: ['secrets'], resourceNames: ['a', 'b'], verbs: ['get'] },
+      { apiGroups: [''], resources: ['secrets'], verbs: ['get'] },
+      { apiGroups: [''], resources: ['pods'], verbs: ['create'] },
+      { nonResourceURLs: ['/metrics'], verbs: ['get'] },
+    ];
+    assert.deepEqual(excessGrants(granted, needed), [
+      'create core/pods',
+      'delete, update berth.dev/workloaddeployments',
+      'get URL /metrics',
+      'get core/secrets',
+      'get core/secrets named a, b',
+    ]);
   });
 });
 

@@ -180,3 +180,77 @@ export function roleBinding(
     subjects: [subject],
   };
 }
+
+/**
+ * What every authenticated user may do in a cluster with the default roles (system:basic-user,
+ * system:discovery, system:public-info-viewer): never more than a role needs.
+ */
+export const EVERYONE_RULES: PolicyRule[] = [
+  {
+    apiGroups: ['authorization.k8s.io'],
+    resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews'],
+    verbs: ['create'],
+  },
+  { apiGroups: ['authentication.k8s.io'], resources: ['selfsubjectreviews'], verbs: ['create'] },
+  {
+    nonResourceURLs: [
+      '/.well-known/openid-configuration',
+      '/.well-known/openid-configuration/',
+      '/api',
+      '/api/*',
+      '/apis',
+      '/apis/*',
+      '/healthz',
+      '/livez',
+      '/openapi',
+      '/openapi/*',
+      '/openid/v1/jwks',
+      '/openid/v1/jwks/',
+      '/readyz',
+      '/version',
+      '/version/',
+    ],
+    verbs: ['get'],
+  },
+];
+
+const covers = (have: string[] | undefined, want: string): boolean =>
+  (have ?? []).some((h) => h === '*' || h === want);
+
+// A URL rule ending in * covers the URLs it is a prefix of (RBAC's own matching).
+const coversUrl = (have: string[] | undefined, want: string): boolean =>
+  (have ?? []).some((h) => h === want || (h.endsWith('*') && want.startsWith(h.slice(0, -1))));
+
+/** Whether `rule` grants `verb` on group/resource for every name of `names` (none: every object). */
+function grants(rule: PolicyRule, group: string, resource: string, verb: string, names: string[]): boolean {
+  const limited = rule.resourceNames ?? [];
+  return (
+    covers(rule.apiGroups, group) &&
+    covers(rule.resources, resource) &&
+    covers(rule.verbs, verb) &&
+    (limited.length === 0 || (names.length > 0 && names.every((n) => limited.includes(n))))
+  );
+}
+
+/**
+ * What `granted` allows beyond `needed`, one line per resource or URL with its verbs
+ * (`create, delete core/pods`, `get core/secrets named a`, `get URL /metrics`; a wildcard stays a
+ * `*`); a `*` in a grant is beyond anything but a `*` needed.
+ */
+export function excessGrants(granted: PolicyRule[], needed: PolicyRule[]): string[] {
+  const out = new Map<string, Set<string>>();
+  const add = (what: string, verb: string) => out.set(what, (out.get(what) ?? new Set()).add(verb));
+  for (const r of granted) {
+    const names = r.resourceNames ?? [];
+    for (const group of r.apiGroups ?? [])
+      for (const resource of r.resources ?? [])
+        for (const verb of r.verbs)
+          if (!needed.some((n) => grants(n, group, resource, verb, names)))
+            add(`${group || 'core'}/${resource}${names.length ? ` named ${names.join(', ')}` : ''}`, verb);
+    for (const url of r.nonResourceURLs ?? [])
+      for (const verb of r.verbs)
+        if (!needed.some((n) => covers(n.verbs, verb) && coversUrl(n.nonResourceURLs, url)))
+          add(`URL ${url}`, verb);
+  }
+  return [...out].map(([what, verbs]) => `${sorted(verbs).join(', ')} ${what}`).sort();
+}

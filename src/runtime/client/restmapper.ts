@@ -3,6 +3,7 @@
 // apiserver what this client may do with them.
 import { isNotFound, type KubeClient, type RequestOptions } from './client.ts';
 import type { ResourceRef } from '../api/meta.ts';
+import type { PolicyRule } from '../api/rbac.ts';
 
 interface APIResourceList {
   resources: { name: string; kind: string; namespaced: boolean }[];
@@ -57,13 +58,17 @@ export class RestMapper {
   }
 }
 
-/** The verbs on `ref` (in `namespace`, or in every one) that this client's user may not use (SelfSubjectAccessReview). */
+/**
+ * The verbs on `ref` (in `namespace`, or in every one; on the object `name`, or on every one) that
+ * this client's user may not use (SelfSubjectAccessReview).
+ */
 export async function deniedVerbs(
   client: KubeClient,
   ref: Pick<ResourceRef, 'group' | 'resource'>,
   verbs: string[],
   namespace?: string,
   opts: RequestOptions = {},
+  name?: string,
 ): Promise<string[]> {
   const answers = await Promise.all(
     verbs.map((verb) =>
@@ -81,6 +86,7 @@ export async function deniedVerbs(
                 resource: ref.resource,
                 verb,
                 ...(namespace ? { namespace } : {}),
+                ...(name ? { name } : {}),
               },
             },
           },
@@ -89,4 +95,27 @@ export async function deniedVerbs(
     ),
   );
   return verbs.filter((_, i) => !answers[i]!.status?.allowed);
+}
+
+/**
+ * What this client's user may do in `namespace` (SelfSubjectRulesReview): the rules bound there and
+ * cluster-wide; `incomplete` when an authorizer could not list its rules (a webhook authorizer).
+ */
+export async function selfRules(
+  client: KubeClient,
+  namespace: string,
+  opts: RequestOptions = {},
+): Promise<{ rules: PolicyRule[]; incomplete: boolean }> {
+  const review = await client.request<{
+    status?: { resourceRules?: PolicyRule[]; nonResourceRules?: PolicyRule[]; incomplete?: boolean };
+  }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectrulesreviews', {
+    ...opts,
+    body: {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SelfSubjectRulesReview',
+      spec: { namespace },
+    },
+  });
+  const s = review.status ?? {};
+  return { rules: [...(s.resourceRules ?? []), ...(s.nonResourceRules ?? [])], incomplete: !!s.incomplete };
 }

@@ -7,7 +7,7 @@ import { errorText } from '../observability/log.ts';
 import type { KubeClient } from '../client/client.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import type { Runnable } from '../manager/manager.ts';
-import { Resources, type KubeObject } from '../api/meta.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
 import {
   WebhookServer,
   type AdmissionHandler,
@@ -120,6 +120,24 @@ export function webhookConfigurations(
     ...(validating.length ? [validatingWebhookConfiguration(spec(validating))] : []),
   ];
 }
+
+/**
+ * The configurations Berth registers into, empty: the install creates them (Helm, kustomize,
+ * `berth install`), and Berth fills in their webhooks and caBundle with patches by name, so its role
+ * needs no create (which no name could limit). No `webhooks` field: whoever applies these owns none.
+ */
+export const emptyWebhookConfigurations = (name: string): KubeObject[] =>
+  [Resources.mutatingWebhookConfigurations, Resources.validatingWebhookConfigurations].map((ref) => ({
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: ref.kind,
+    metadata: { name, labels: { ...webhookConfigLabels } },
+  }));
+
+/** Where a Mutating- or ValidatingWebhookConfiguration lives in the API. */
+export const configurationRef = (config: KubeObject): ResourceRef =>
+  config.kind === Resources.mutatingWebhookConfigurations.kind
+    ? Resources.mutatingWebhookConfigurations
+    : Resources.validatingWebhookConfigurations;
 
 /** A generated serving certificate valid on loopback and wherever the registration sends the apiserver. */
 export function generatedCertificates(
@@ -295,12 +313,11 @@ export class WebhookRunnable implements Runnable {
     const bound = withBoundPort(registration, this.server.port);
     const configs = webhookConfigurations(specs, bound, caBundle, berthNamespace, configName);
     for (const config of configs) {
-      const ref =
-        config.kind === Resources.mutatingWebhookConfigurations.kind
-          ? Resources.mutatingWebhookConfigurations
-          : Resources.validatingWebhookConfigurations;
       // Berth owns these objects: force takes back fields someone edited by hand.
-      await this.opts.client.apply(ref, config, { fieldManager: webhookFieldManager, force: true });
+      await this.opts.client.apply(configurationRef(config), config, {
+        fieldManager: webhookFieldManager,
+        force: true,
+      });
     }
     this.log.info(
       { configurations: configs.map((c) => `${c.kind}/${c.metadata?.name}`), registration: bound },
