@@ -44,6 +44,7 @@ import {
   parsePolicies,
   placePatch,
   podImages,
+  pullSecretRefs,
   relabelPatch,
   releasePatch,
   report,
@@ -325,6 +326,7 @@ export class ArchController {
       namespaceLabels: namespaceLabelsByName(this.namespaces),
       webhookNamespaces: new Set(this.webhookNamespaces.flatMap((namespaces) => [...namespaces()])),
       images: this.opts.inspector.known(),
+      ...(this.opts.pullSecret ? { pullSecret: this.opts.pullSecret } : {}),
       failedImages: this.failedForAdmission(),
       inspectWaitMs: this.opts.admissionWaitMs ?? INSPECT_WAIT_MS,
     };
@@ -523,7 +525,11 @@ export class ArchController {
    */
   private async inspections(key: string, pod: ArchPod): Promise<Read | undefined> {
     const images = podImages(pod);
-    const known = images.map((i) => this.opts.inspector.cached(i.image, { revalidate: i.revalidate }));
+    // Only what was read anonymously or with one of the pod's own secrets answers for it.
+    const readers = this.pullSecretRefs(pod);
+    const known = images.map((i) =>
+      this.opts.inspector.cached(i.image, { revalidate: i.revalidate, secrets: readers }),
+    );
     if (known.every((k) => k !== undefined)) {
       this.parked.delete(key);
       return { results: known.map((value) => ({ status: 'fulfilled' as const, value })), missing: [] };
@@ -670,15 +676,12 @@ export class ArchController {
 
   /** `namespace/name` of each secret the pod names. */
   private podPullSecretRefs(pod: ArchPod): string[] {
-    const ns = pod.metadata!.namespace!;
-    return (pod.spec.imagePullSecrets ?? []).map((s) => `${ns}/${s.name}`);
+    return pullSecretRefs(pod, pod.metadata!.namespace!);
   }
 
   /** `namespace/name` of each secret the pod's images may be read with: its own, then the cluster-wide one. */
   private pullSecretRefs(pod: ArchPod): string[] {
-    const refs = this.podPullSecretRefs(pod);
-    if (this.opts.pullSecret?.includes('/')) refs.push(this.opts.pullSecret);
-    return refs;
+    return pullSecretRefs(pod, pod.metadata!.namespace!, this.opts.pullSecret);
   }
 
   /**

@@ -351,6 +351,17 @@ export interface PodImage {
   revalidate: boolean;
 }
 
+/**
+ * `namespace/name` of each pull secret a pod's images may be read with: its own, then the
+ * cluster-wide one (`--arch-pull-secret`) when given. Also whose cached reads may answer for the
+ * pod (registry/known.ts). `namespace`: a pod made from a template has none of its own at admission.
+ */
+export function pullSecretRefs(pod: ArchPod, namespace: string, clusterWide?: string): string[] {
+  const refs = (pod.spec.imagePullSecrets ?? []).map((s) => `${namespace}/${s.name}`);
+  if (clusterWide?.includes('/')) refs.push(clusterWide);
+  return refs;
+}
+
 export function podImages(pod: ArchPod): PodImage[] {
   const out = new Map<string, PodImage>();
   for (const c of [...(pod.spec.initContainers ?? []), ...pod.spec.containers]) {

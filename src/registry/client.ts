@@ -24,7 +24,7 @@ import {
 } from './auth.ts';
 import { Flights, TtlCache } from './cache.ts';
 import { endpointsFor, type Endpoint, type RegistriesConfig } from './hosts.ts';
-import { buildKeyring, lookup } from './keyring.ts';
+import { buildKeyring, lookup, type SecretCredential } from './keyring.ts';
 import {
   ManifestError,
   digestOf,
@@ -34,12 +34,15 @@ import {
   parseManifest,
 } from './manifest.ts';
 import {
+  ANONYMOUS,
   cachedInspection,
   fromKnown,
+  withReader,
   type KnownDigest,
   type KnownImages,
   type KnownLookups,
   type KnownTag,
+  type Readers,
   type Resolved,
 } from './known.ts';
 import { registryMetrics } from './metrics.ts';
@@ -97,6 +100,8 @@ interface Session {
   ep: Endpoint;
   repo: string;
   cred: Credential | undefined;
+  /** Who what it reads may answer later: the credential's pull secret, or ANONYMOUS. */
+  reader: string;
   canonical: string;
 }
 
@@ -151,8 +156,8 @@ export class RegistryClient implements ImageInspector {
   readonly #o: typeof defaults;
   readonly #defaultCa: string | undefined;
   readonly #userAgent: string;
-  readonly #digests: Lru<KnownDigest>;
-  readonly #tags: TtlCache<KnownTag>;
+  readonly #digests: Lru<KnownDigest & Readers>;
+  readonly #tags: TtlCache<KnownTag & Readers>;
   readonly #learnListeners: (() => void)[] = [];
   readonly #lookups: KnownLookups = {
     tag: (canonical) => this.#tags.get(canonical),
@@ -208,7 +213,10 @@ export class RegistryClient implements ImageInspector {
       const ref = parseReference(image);
       const keyring = buildKeyring(options.pullSecrets ?? []);
       const creds = lookup(keyring, ref.domain, ref.path);
-      const hit = fromKnown(ref, this.#lookups, { revalidate: options.revalidate === true });
+      const hit = fromKnown(ref, this.#lookups, {
+        revalidate: options.revalidate === true,
+        secrets: creds.map((c) => c.secret),
+      });
       if (hit) return { image, ...hit, cached: true };
       const key = `${ref.canonical}|${creds.map(credentialKey).join(',')}`;
       const negative = this.#negative.get(key);
@@ -263,7 +271,7 @@ export class RegistryClient implements ImageInspector {
   }
 
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
-  async #resolve(ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
+  async #resolve(ref: Reference, creds: SecretCredential[], problems: string[]): Promise<Resolved> {
     const endpoints = endpointsFor(this.#hosts, ref, this.#defaultCa);
     for (const [i, ep] of endpoints.entries()) {
       try {
@@ -280,14 +288,20 @@ export class RegistryClient implements ImageInspector {
    * with no user and no password (a docker config.json whose logins are in a credential store) is
    * an anonymous attempt in its place, as containerd makes of it: a token server may refuse `Basic :`.
    */
-  async #resolveAt(ep: Endpoint, ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
+  async #resolveAt(
+    ep: Endpoint,
+    ref: Reference,
+    creds: SecretCredential[],
+    problems: string[],
+  ): Promise<Resolved> {
     const attempts = creds.length
       ? creds.map((c) => (c.username || c.password ? c : undefined))
       : [undefined];
     let last: unknown;
     for (const cred of attempts) {
+      const reader = cred?.secret ?? ANONYMOUS;
       try {
-        return await this.#resolveWith({ ep, repo: ref.path, cred, canonical: ref.canonical }, ref);
+        return await this.#resolveWith({ ep, repo: ref.path, cred, reader, canonical: ref.canonical }, ref);
       } catch (e) {
         last = e;
         if (!(e instanceof InspectionError) || (e.reason !== 'Unauthorized' && e.reason !== 'NotFound'))
@@ -306,10 +320,11 @@ export class RegistryClient implements ImageInspector {
 
   async #resolveWith(s: Session, ref: Reference): Promise<Resolved> {
     const registry = s.ep.url.host;
-    const done = (digest: string, found: { platforms: Platform[]; registry: string }): Resolved => ({
+    const done = (digest: string, found: KnownDigest): Resolved => ({
       reference: ref.canonical,
       digest,
-      ...found,
+      platforms: found.platforms,
+      registry: found.registry,
     });
     // The caches have just missed this digest (fromKnown).
     if (ref.digest) return done(ref.digest, await this.#fetchDigest(s, ref.digest, 0, { left: maxFollows }));
@@ -320,7 +335,7 @@ export class RegistryClient implements ImageInspector {
       const head = await this.#registryRequest(s, 'HEAD', tagPath, manifestAccept);
       const d = header(head.headers, 'docker-content-digest');
       if (d && isDigest(d)) {
-        this.#learnTag(ref.canonical, { digest: d, registry });
+        this.#learnTag(s, ref.canonical, { digest: d, registry });
         return done(d, await this.#byDigest(s, d, 0, { left: maxFollows }));
       }
     }
@@ -334,9 +349,8 @@ export class RegistryClient implements ImageInspector {
         `${registry} answered ${tagPath} with content of ${digest}, not the ${stated} it stated`,
       );
     }
-    this.#learnTag(ref.canonical, { digest, registry });
-    const known = this.#digests.get(digest);
-    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    this.#learnTag(s, ref.canonical, { digest, registry });
+    const known = this.#knownDigest(s, digest);
     if (known) return done(digest, known);
     return done(
       digest,
@@ -355,10 +369,20 @@ export class RegistryClient implements ImageInspector {
 
   /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
   #byDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    const known = this.#digests.get(digest);
-    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    const known = this.#knownDigest(s, digest);
     if (known) return Promise.resolve(known);
     return this.#fetchDigest(s, digest, depth, budget);
+  }
+
+  /**
+   * A digest's cached platforms for a session that has just been served a manifest naming it (a
+   * tag's, or an index's): the session's reader may be answered from it from now on.
+   */
+  #knownDigest(s: Session, digest: string): KnownDigest | undefined {
+    const known = this.#digests.get(digest);
+    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    if (known) this.#digests.set(digest, { ...known, readers: withReader(known.readers, s.reader) });
+    return known;
   }
 
   #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
@@ -414,13 +438,17 @@ export class RegistryClient implements ImageInspector {
       );
     }
     const found = { platforms, registry };
-    this.#digests.set(digest, found);
+    const readers = withReader(this.#digests.peek(digest)?.readers ?? [], s.reader);
+    this.#digests.set(digest, { ...found, readers });
     this.#learned();
     return found;
   }
 
-  #learnTag(canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
-    this.#tags.set(canonical, { ...tag, readAt: Date.now() }, this.#o.tagTtlMs);
+  /** A tag's digest as a session's registry answered it; the readers stay while the digest does. */
+  #learnTag(s: Session, canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
+    const before = this.#tags.stale(canonical);
+    const readers = withReader(before?.digest === tag.digest ? before.readers : [], s.reader);
+    this.#tags.set(canonical, { ...tag, readAt: Date.now(), readers }, this.#o.tagTtlMs);
     this.#learned();
   }
 

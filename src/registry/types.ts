@@ -88,6 +88,11 @@ export type CachedOptions = Pick<InspectOptions, 'revalidate'> & {
    */
   revalidatedSince?: number;
   counted?: boolean;
+  /**
+   * The pull secrets (`namespace/name`) the caller reads with: an entry read with credentials
+   * answers only a caller holding the secret that read it; one read anonymously answers any.
+   */
+  secrets?: readonly string[];
 };
 
 /** Reads an image's platforms from its registry without pulling it. */

@@ -239,6 +239,51 @@ describe('a pull secret entry with no user and no password', () => {
   });
 });
 
+describe('the caches answer by who read (issue 47)', () => {
+  test('a private image read with one pull secret answers neither an anonymous caller nor another secret', async () => {
+    const index = indexOf(['linux/arm64']);
+    const good = `Basic ${Buffer.from('u:p').toString('base64')}`;
+    const reg = await serve((path, req) => {
+      if (req.headers.authorization !== good)
+        return { status: 401, headers: { 'www-authenticate': 'Basic realm="private"' } };
+      return path === '/v2/app/manifests/v1' || path === `/v2/app/manifests/${digestOf(index)}`
+        ? manifest(index, MediaType.ociIndex)
+        : notFound;
+    });
+    const c = client({ [reg.host]: 'http' });
+    const secret = (name: string, password: string) => ({
+      name,
+      type: 'kubernetes.io/dockerconfigjson',
+      data: {
+        '.dockerconfigjson': Buffer.from(
+          JSON.stringify({ auths: { [reg.host]: { username: 'u', password } } }),
+        ).toString('base64'),
+      },
+    });
+    const image = `${reg.host}/app:v1`;
+    const byDigest = `${reg.host}/app@${digestOf(index)}`;
+    assert.equal((await c.inspect(image, { pullSecrets: [secret('a/pull', 'p')] })).cached, false);
+    for (const i of [image, byDigest]) {
+      assert.equal(c.cached(i), undefined, `${i}: anonymous`);
+      assert.equal(c.cached(i, { secrets: ['b/pull'] }), undefined, `${i}: another secret`);
+      assert.equal(c.cached(i, { secrets: ['a/pull'] })?.digest, digestOf(index), `${i}: its secret`);
+      assert.equal((await c.inspect(i, { pullSecrets: [secret('a/pull', 'p')] })).cached, true, i);
+      // Asked of the registry, which refuses them.
+      const asked = reg.asked.length;
+      await rejectsWith(c.inspect(i), (e) => assert.equal(e.reason, 'Unauthorized'));
+      await rejectsWith(c.inspect(i, { pullSecrets: [secret('b/pull', 'wrong')] }), (e) =>
+        assert.equal(e.reason, 'Unauthorized'),
+      );
+      assert.ok(reg.asked.length > asked, `${i}: the registry was asked`);
+    }
+    // Known snapshots (the webhook thread's) carry who read each entry.
+    assert.deepEqual(
+      [...c.known().digests.values()].map((d) => d.readers),
+      [['a/pull']],
+    );
+  });
+});
+
 describe('a Retry-After longer than a request may wait', () => {
   test('fails at once, saying when the registry may be asked again, for every image of the host', async () => {
     const reg = await serve(() => ({ status: 429, headers: { 'retry-after': '30' } }));
