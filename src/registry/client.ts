@@ -80,6 +80,10 @@ export interface RegistryClientOptions {
   maxRetryAfterMs?: number;
   /** The largest manifest or config blob read. */
   maxBodyBytes?: number;
+  /** Requests in flight across every registry host at most (the per-host cap is concurrencyPerRegistry). */
+  maxRequestsInFlight?: number;
+  /** Bytes of bodies being read across every registry host at most. */
+  maxBodyBytesInFlight?: number;
   userAgent?: string;
 }
 
@@ -103,6 +107,8 @@ interface Session {
   /** Who what it reads may answer later: the credential's pull secret, or ANONYMOUS. */
   reader: string;
   canonical: string;
+  /** Aborts once every inspection waiting on this read has given up (Flights). */
+  signal: AbortSignal;
 }
 
 const defaults = {
@@ -114,6 +120,8 @@ const defaults = {
   negativeTtlMs: 15_000,
   maxRetryAfterMs: MAX_RETRY_AFTER_MS,
   maxBodyBytes: 4 << 20,
+  maxRequestsInFlight: 64,
+  maxBodyBytesInFlight: 64 << 20,
 };
 /** An index inside an index inside the top one at most, and this many child fetches per image. */
 /** What an origin that served a request without asking for credentials is remembered by. */
@@ -176,6 +184,9 @@ export class RegistryClient implements ImageInspector {
   readonly #digestFlights = new Flights<KnownDigest>();
   readonly #tokenFlights = new Flights<string>();
   readonly #semaphores = new Map<string, Semaphore>();
+  /** Across every host: requests in flight, and bytes of bodies being read (issue 47). */
+  readonly #inFlight: Semaphore;
+  readonly #bytesInFlight: Semaphore;
   readonly #pauses = new HostPauses();
   readonly #agents = new Lru<Agent>(agentsKept, (a) => {
     a.destroy();
@@ -194,6 +205,8 @@ export class RegistryClient implements ImageInspector {
     this.#digests = new Lru(this.#o.digestCacheSize);
     this.#tags = new TtlCache(this.#o.digestCacheSize);
     this.#negative = new TtlCache(1024);
+    this.#inFlight = new Semaphore(this.#o.maxRequestsInFlight);
+    this.#bytesInFlight = new Semaphore(this.#o.maxBodyBytesInFlight);
   }
 
   /** Requests sent so far; a benchmark divides `registry` by the images it inspected. */
@@ -209,6 +222,11 @@ export class RegistryClient implements ImageInspector {
   async inspect(image: string, options: InspectOptions = {}): Promise<Inspection> {
     const started = performance.now();
     let result = 'ok';
+    // Whether reads waited for the limits across hosts when the caller gave up: told at that
+    // moment, since giving up frees the places this inspection's own reads waited for.
+    let bounded: InspectionError | undefined;
+    const onAbort = () => (bounded = this.#bounded(image));
+    options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const ref = parseReference(image);
       const keyring = buildKeyring(options.pullSecrets ?? []);
@@ -222,9 +240,9 @@ export class RegistryClient implements ImageInspector {
       const negative = this.#negative.get(key);
       registryMetrics.cache.inc({ cache: 'negative', result: negative ? 'hit' : 'miss' });
       if (negative) throw negative;
-      const work = async () => {
+      const work = async (signal: AbortSignal) => {
         try {
-          return await this.#resolve(ref, creds, keyring.problems);
+          return await this.#resolve(ref, creds, keyring.problems, signal);
         } catch (e) {
           if (e instanceof InspectionError && (e.reason === 'NotFound' || e.reason === 'Unauthorized')) {
             this.#negative.set(key, e, this.#o.negativeTtlMs);
@@ -246,13 +264,30 @@ export class RegistryClient implements ImageInspector {
         e instanceof InspectionError
           ? new InspectionError(e.reason, image, e.message, e.transient, e.retryAt)
           : options.signal?.aborted
-            ? e
+            ? (bounded ?? e)
             : new InspectionError('Unreachable', image, `inspecting ${image}: ${errorText(e)}`, true);
       result = err instanceof InspectionError ? err.reason : 'Aborted';
       throw err;
     } finally {
+      options.signal?.removeEventListener('abort', onAbort);
       registryMetrics.inspection.observe({ result }, (performance.now() - started) / 1000);
     }
+  }
+
+  /**
+   * An inspection given up while reads wait for the limits across hosts: the caller was held by
+   * Berth's own bound, not by the registry, and says so (a Warning on the pod).
+   */
+  #bounded(image: string): InspectionError | undefined {
+    if (this.#inFlight.waiting + this.#bytesInFlight.waiting === 0) return undefined;
+    const { maxRequestsInFlight: n, maxBodyBytesInFlight: bytes } = this.#o;
+    return fail(
+      'Bounded',
+      image,
+      `given up while registry reads waited for Berth's bound across all registries (${n} requests, ` +
+        `${Math.round(bytes / 2 ** 20)} MiB of bodies in flight; ${this.#inFlight.waiting + this.#bytesInFlight.waiting} waiting)`,
+      true,
+    );
   }
 
   cached(image: string, options: CachedOptions = {}): Inspection | undefined {
@@ -271,11 +306,16 @@ export class RegistryClient implements ImageInspector {
   }
 
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
-  async #resolve(ref: Reference, creds: SecretCredential[], problems: string[]): Promise<Resolved> {
+  async #resolve(
+    ref: Reference,
+    creds: SecretCredential[],
+    problems: string[],
+    signal: AbortSignal,
+  ): Promise<Resolved> {
     const endpoints = endpointsFor(this.#hosts, ref, this.#defaultCa);
     for (const [i, ep] of endpoints.entries()) {
       try {
-        return await this.#resolveAt(ep, ref, creds, problems);
+        return await this.#resolveAt(ep, ref, creds, problems, signal);
       } catch (e) {
         if (i === endpoints.length - 1 || !(e instanceof InspectionError)) throw e;
       }
@@ -293,6 +333,7 @@ export class RegistryClient implements ImageInspector {
     ref: Reference,
     creds: SecretCredential[],
     problems: string[],
+    signal: AbortSignal,
   ): Promise<Resolved> {
     const attempts = creds.length
       ? creds.map((c) => (c.username || c.password ? c : undefined))
@@ -301,7 +342,10 @@ export class RegistryClient implements ImageInspector {
     for (const cred of attempts) {
       const reader = cred?.secret ?? ANONYMOUS;
       try {
-        return await this.#resolveWith({ ep, repo: ref.path, cred, reader, canonical: ref.canonical }, ref);
+        return await this.#resolveWith(
+          { ep, repo: ref.path, cred, reader, canonical: ref.canonical, signal },
+          ref,
+        );
       } catch (e) {
         last = e;
         if (!(e instanceof InspectionError) || (e.reason !== 'Unauthorized' && e.reason !== 'NotFound'))
@@ -354,7 +398,7 @@ export class RegistryClient implements ImageInspector {
     if (known) return done(digest, known);
     return done(
       digest,
-      await this.#digestFlight(s, digest, () => this.#platforms(s, digest, got, 0, { left: maxFollows })),
+      await this.#digestFlight(s, digest, (fs) => this.#platforms(fs, digest, got, 0, { left: maxFollows })),
     );
   }
 
@@ -363,8 +407,13 @@ export class RegistryClient implements ImageInspector {
    * 404 holds for one repository only, and must not fail another's read of the same digest (a
    * success is shared anyway, through the digest cache).
    */
-  #digestFlight(s: Session, digest: string, work: () => Promise<KnownDigest>): Promise<KnownDigest> {
-    return this.#digestFlights.run(`${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`, work);
+  #digestFlight(
+    s: Session,
+    digest: string,
+    work: (s: Session) => Promise<KnownDigest>,
+  ): Promise<KnownDigest> {
+    const key = `${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`;
+    return this.#digestFlights.run(key, (signal) => work({ ...s, signal }), s.signal);
   }
 
   /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
@@ -386,10 +435,15 @@ export class RegistryClient implements ImageInspector {
   }
 
   #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    return this.#digestFlight(s, digest, async () => {
-      const got = await this.#registryRequest(s, 'GET', `/v2/${s.repo}/manifests/${digest}`, manifestAccept);
-      this.#verify(s, got.body, digest, 'manifest');
-      return this.#platforms(s, digest, got, depth, budget);
+    return this.#digestFlight(s, digest, async (fs) => {
+      const got = await this.#registryRequest(
+        fs,
+        'GET',
+        `/v2/${fs.repo}/manifests/${digest}`,
+        manifestAccept,
+      );
+      this.#verify(fs, got.body, digest, 'manifest');
+      return this.#platforms(fs, digest, got, depth, budget);
     });
   }
 
@@ -498,7 +552,7 @@ export class RegistryClient implements ImageInspector {
       if (authorization) headers['Authorization'] = authorization;
       let got: Answer;
       try {
-        got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical);
+        got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical, s.signal);
         // Served without a challenge: the origin needs none, and nobody waits for a 401 again.
         if (!challenge && got.status !== 401) this.#challenges.set(origin, NO_CHALLENGE);
       } finally {
@@ -546,60 +600,66 @@ export class RegistryClient implements ImageInspector {
     const cached = this.#tokens.get(key);
     registryMetrics.cache.inc({ cache: 'token', result: cached ? 'hit' : 'miss' });
     if (cached) return `Bearer ${cached}`;
-    const token = await this.#tokenFlights.run(key, async () => {
-      let req;
-      try {
-        req = tokenRequest(challenge, pullScope(s.repo), s.ep.url, s.cred);
-      } catch (e) {
-        throw fail('Unauthorized', s.canonical, `${s.ep.url.host}: ${errorText(e)}`);
-      }
-      const headers: Record<string, string> = { Accept: 'application/json' };
-      if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
-      // The realm is the registry's: trust what the registry's endpoint trusts. Verification is
-      // skipped only where the registry's own host serves the realm, as containerd does.
-      const realmEp: Endpoint = {
-        url: new URL(req.url.origin),
-        ...(s.ep.ca ? { ca: s.ep.ca } : {}),
-        insecure: s.ep.insecure && req.url.host === s.ep.url.host,
-        mirror: s.ep.mirror,
-      };
-      const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical);
-      const withheld =
-        s.cred && !req.sendCredential
-          ? ` (credentials withheld from the plain-http realm ${req.url.origin})`
-          : '';
-      if (got.status === 401 || got.status === 403) {
-        const who = req.sendCredential && s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
-        throw fail(
-          'Unauthorized',
-          s.canonical,
-          `the token server ${req.url.host} refused ${who} for ${s.repo}${withheld}`,
-        );
-      }
-      if (got.status < 200 || got.status >= 300) {
-        throw fail(
-          'Unreachable',
-          s.canonical,
-          `the token server ${req.url.host} answered ${got.status}`,
-          got.status >= 500,
-        );
-      }
-      let parsed;
-      try {
-        parsed = parseTokenResponse(JSON.parse(got.body.toString('utf8')));
-      } catch (e) {
-        throw fail('Malformed', s.canonical, `the token server ${req.url.host}: ${errorText(e)}`);
-      }
-      this.#tokens.set(key, parsed.token, parsed.ttlMs);
-      return parsed.token;
-    });
+    const token = await this.#tokenFlights.run(
+      key,
+      async (signal) => {
+        let req;
+        try {
+          req = tokenRequest(challenge, pullScope(s.repo), s.ep.url, s.cred);
+        } catch (e) {
+          throw fail('Unauthorized', s.canonical, `${s.ep.url.host}: ${errorText(e)}`);
+        }
+        const headers: Record<string, string> = { Accept: 'application/json' };
+        if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
+        // The realm is the registry's: trust what the registry's endpoint trusts. Verification is
+        // skipped only where the registry's own host serves the realm, as containerd does.
+        const realmEp: Endpoint = {
+          url: new URL(req.url.origin),
+          ...(s.ep.ca ? { ca: s.ep.ca } : {}),
+          insecure: s.ep.insecure && req.url.host === s.ep.url.host,
+          mirror: s.ep.mirror,
+        };
+        const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical, signal);
+        const withheld =
+          s.cred && !req.sendCredential
+            ? ` (credentials withheld from the plain-http realm ${req.url.origin})`
+            : '';
+        if (got.status === 401 || got.status === 403) {
+          const who =
+            req.sendCredential && s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
+          throw fail(
+            'Unauthorized',
+            s.canonical,
+            `the token server ${req.url.host} refused ${who} for ${s.repo}${withheld}`,
+          );
+        }
+        if (got.status < 200 || got.status >= 300) {
+          throw fail(
+            'Unreachable',
+            s.canonical,
+            `the token server ${req.url.host} answered ${got.status}`,
+            got.status >= 500,
+          );
+        }
+        let parsed;
+        try {
+          parsed = parseTokenResponse(JSON.parse(got.body.toString('utf8')));
+        } catch (e) {
+          throw fail('Malformed', s.canonical, `the token server ${req.url.host}: ${errorText(e)}`);
+        }
+        this.#tokens.set(key, parsed.token, parsed.ttlMs);
+        return parsed.token;
+      },
+      s.signal,
+    );
     return `Bearer ${token}`;
   }
 
   /**
-   * One request, politely: at most `concurrencyPerRegistry` in flight to a host, none while the
-   * host is paused by a Retry-After, and bounded retries with jitter for network errors, 5xx and
-   * 429/503. Any other answer is returned as it is.
+   * One request, politely: at most `concurrencyPerRegistry` in flight to a host and
+   * `maxRequestsInFlight` to all, none while the host is paused by a Retry-After, and bounded
+   * retries with jitter for network errors, 5xx and 429/503. Any other answer is returned as it is.
+   * The signal ends the waits and the request (the inspections that wanted it gave up).
    */
   async #polite(
     ep: Endpoint,
@@ -608,6 +668,7 @@ export class RegistryClient implements ImageInspector {
     url: URL,
     headers: Record<string, string>,
     canonical: string,
+    signal: AbortSignal,
   ): Promise<Answer> {
     const host = url.host;
     for (let attempt = 0; ; attempt++) {
@@ -621,13 +682,18 @@ export class RegistryClient implements ImageInspector {
           this.#retryAt(host),
         );
       }
-      await this.#pauses.wait(host);
-      const release = await this.#semaphore(host).acquire();
+      await this.#pauses.wait(host, signal);
+      const releaseHost = await this.#semaphore(host).acquire(signal);
       let got: Answer;
       try {
-        got = await this.#send(ep, kind, method, url, headers, canonical);
+        const release = await this.#inFlight.acquire(signal);
+        try {
+          got = await this.#send(ep, kind, method, url, headers, canonical, signal);
+        } finally {
+          release();
+        }
       } catch (e) {
-        if (e instanceof InspectionError) throw e;
+        if (e instanceof InspectionError || signal.aborted) throw e;
         const code = (e as { code?: string }).code ?? '';
         if (tlsCodes.test(code)) {
           throw fail(
@@ -644,10 +710,10 @@ export class RegistryClient implements ImageInspector {
             true,
           );
         }
-        await sleep(backoffMs(attempt, 200, 5000));
+        await sleep(backoffMs(attempt, 200, 5000), undefined, { signal });
         continue;
       } finally {
-        release();
+        releaseHost();
       }
       const limited = got.status === 429 || got.status === 503;
       if (!limited && got.status < 500) return got;
@@ -674,7 +740,7 @@ export class RegistryClient implements ImageInspector {
           this.#retryAt(host),
         );
       }
-      if (asked === undefined) await sleep(wait);
+      if (asked === undefined) await sleep(wait, undefined, { signal });
     }
   }
 
@@ -687,7 +753,7 @@ export class RegistryClient implements ImageInspector {
     return paused > this.#o.timeoutMs ? Date.now() + paused : undefined;
   }
 
-  #semaphore(host: string): { acquire: () => Promise<() => void> } {
+  #semaphore(host: string): { acquire: (signal: AbortSignal) => Promise<() => void> } {
     let sem = this.#semaphores.get(host);
     if (!sem) {
       sem = new Semaphore(this.#o.concurrencyPerRegistry);
@@ -695,8 +761,11 @@ export class RegistryClient implements ImageInspector {
     }
     const s = sem;
     return {
-      acquire: async () => {
-        const release = await s.acquire();
+      acquire: async (signal) => {
+        const release = await s.acquire(signal).catch((e: unknown) => {
+          if (s.held === 0 && s.waiting === 0) this.#semaphores.delete(host);
+          throw e;
+        });
         return () => {
           release();
           // Forget idle hosts: images name hosts at will, and a Map of every host ever seen would only grow.
@@ -742,8 +811,9 @@ export class RegistryClient implements ImageInspector {
     first: URL,
     firstHeaders: Record<string, string>,
     canonical: string,
+    abandoned: AbortSignal,
   ): Promise<Answer> {
-    const signal = AbortSignal.timeout(this.#o.timeoutMs);
+    const signal = AbortSignal.any([abandoned, AbortSignal.timeout(this.#o.timeoutMs)]);
     let url = first;
     let headers: Record<string, string> = { ...firstHeaders, 'User-Agent': this.#userAgent };
     for (let hop = 0; ; hop++) {
@@ -796,28 +866,45 @@ export class RegistryClient implements ImageInspector {
         res.resume();
         return { status, headers: res.headers, body: Buffer.alloc(0) };
       }
-      return { status, headers: res.headers, body: await this.#read(res, url, canonical) };
+      return { status, headers: res.headers, body: await this.#read(res, url, canonical, signal) };
     }
   }
 
-  async #read(res: IncomingMessage, url: URL, canonical: string): Promise<Buffer> {
+  /**
+   * A body, up to the cap, once the bytes it may take are free across every host: its stated
+   * length, or the cap when it states none (a body past its stated length is cut by the parser).
+   */
+  async #read(res: IncomingMessage, url: URL, canonical: string, signal: AbortSignal): Promise<Buffer> {
     const cap = this.#o.maxBodyBytes;
     const tooBig = () => fail('Malformed', canonical, `${url.host}${url.pathname}: a body over ${cap} bytes`);
-    if (Number(res.headers['content-length'] ?? 0) > cap) {
+    const length = res.headers['content-length'];
+    const stated = length === undefined ? cap : Number(length);
+    if (stated > cap) {
       res.destroy();
       throw tooBig();
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const c of res) {
-      size += (c as Buffer).length;
-      if (size > cap) {
-        res.destroy();
-        throw tooBig();
-      }
-      chunks.push(c as Buffer);
+    let release;
+    try {
+      release = await this.#bytesInFlight.acquire(signal, stated);
+    } catch (e) {
+      res.destroy();
+      throw e;
     }
-    return Buffer.concat(chunks);
+    try {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const c of res) {
+        size += (c as Buffer).length;
+        if (size > cap) {
+          res.destroy();
+          throw tooBig();
+        }
+        chunks.push(c as Buffer);
+      }
+      return Buffer.concat(chunks);
+    } finally {
+      release();
+    }
   }
 
   #count(kind: keyof RequestCounts, url: URL, method: string, code: string): void {

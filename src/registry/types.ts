@@ -39,7 +39,9 @@ export type FailureReason =
   | 'Unreachable'
   | 'Malformed'
   | 'DigestMismatch'
-  | 'NotAnImage';
+  | 'NotAnImage'
+  /** Berth's own bound on registry reads held it (too many images at once: fewer, or later). */
+  | 'Bounded';
 
 /** The longest Retry-After the client honours by default (a registry asking for more gets this). */
 export const MAX_RETRY_AFTER_MS = 5 * 60_000;
