@@ -46,6 +46,7 @@ import {
   podImages,
   pullSecretRefs,
   relabelPatch,
+  tooManyImages,
   releasePatch,
   report,
   unplacedRelease,
@@ -406,6 +407,9 @@ export class ArchController {
       });
       if (retry) {
         this.retries.set(key, retry.retries);
+        // Held by Berth's own bound on registry reads, not by the registry: the pod says so.
+        if (err.reason === 'Bounded')
+          this.events.event(pod, 'Warning', 'InspectionBounded', 'Inspect', `${err.message}; retrying`);
         this.log.info(
           { pod: key, reason: err.reason, attempt: retry.retries.attempts, err: err.message },
           `inspection failed; retrying in ${Math.ceil(retry.afterMs / 1000)} s`,
@@ -541,6 +545,8 @@ export class ArchController {
       if (parked.read) this.parked.delete(key);
       return parked.read;
     }
+    const bound = tooManyImages(images);
+    if (bound) return { results: [{ status: 'rejected', reason: bound }], missing: [] };
     const { secrets, missing } = await this.pullSecrets(pod);
     const entry: Parked = { images: wanted };
     this.parked.set(key, entry);
@@ -574,6 +580,12 @@ export class ArchController {
       for (const image of images) this.admissionFailures.set(image, Date.now() + INSPECT_MISS_MS);
       this.admissionChanged();
     };
+    const bound = tooManyImages(hint.images);
+    if (bound)
+      return failed(
+        hint.images.map((i) => i.image),
+        bound,
+      );
     void this.pullSecrets(pod, { warn: false }).then(
       ({ secrets }) =>
         Promise.all(

@@ -5,7 +5,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import {
   MAX_RETRY_AFTER_MS,
-  type InspectionError,
+  InspectionError,
   type Inspection,
   type Platform,
 } from '../registry/types.ts';
@@ -349,6 +349,23 @@ export interface PodImage {
   image: string;
   /** Some container pulls it with imagePullPolicy Always: the tag is revalidated. */
   revalidate: boolean;
+}
+
+/**
+ * Distinct images Berth reads for one pod at most: each costs up to 17 registry requests (an index
+ * and 16 children), and one pod of hundreds of images would hold every pod behind it (issue 47).
+ */
+export const MAX_POD_IMAGES = 32;
+
+/** Why a pod's images are not read at all (a permanent Bounded failure), or undefined. */
+export function tooManyImages(images: readonly PodImage[]): InspectionError | undefined {
+  const n = new Set(images.map((i) => i.image)).size;
+  if (n <= MAX_POD_IMAGES) return undefined;
+  return new InspectionError(
+    'Bounded',
+    '',
+    `the pod names ${n} images; Berth reads at most ${MAX_POD_IMAGES} for one pod`,
+  );
 }
 
 /**

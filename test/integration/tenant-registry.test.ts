@@ -8,12 +8,13 @@
 // read must not place another tenant's pod that has no such secret.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { gated as hasGate, type ArchPod } from '../../src/arch/decide.ts';
+import { gated as hasGate, MAX_POD_IMAGES, type ArchPod } from '../../src/arch/decide.ts';
 import { ArchPlacement, FAILURE_ANNOTATION, RESULT_ANNOTATION, STATE_LABEL } from '../../src/arch/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import { berthKubeconfig, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
@@ -251,4 +252,22 @@ test('attack 7a: a private image read with one tenant’s pull secret does not p
   } finally {
     removePolicy();
   }
+});
+
+test('a pod naming more images than Berth reads for one pod: a Warning, and released unplaced at once', async () => {
+  const alice = users.get('alice')!;
+  const name = uniqueName('many');
+  const images = Array.from({ length: MAX_POD_IMAGES + 1 }, (_, i) => `${reg.host}/${id}/many${i}:v1`);
+  await alice.client.create(Resources.pods, podObject(alice.ns, name, images));
+  const settled = await podSettled(alice.client, alice.ns, name);
+  assert.match(
+    settled.metadata?.annotations?.[FAILURE_ANNOTATION] ?? '',
+    /^Bounded: the pod names 33 images/,
+  );
+  const ev = await waitFor('a Warning on the pod', async () =>
+    (await client.list<Event>(Resources.events, { namespace: alice.ns })).items.find(
+      (e) => e.regarding?.name === name && e.type === 'Warning' && e.reason === 'InspectionFailed',
+    ),
+  );
+  assert.match(ev.note, new RegExp(`Berth reads at most ${MAX_POD_IMAGES} for one pod`));
 });
