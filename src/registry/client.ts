@@ -45,7 +45,7 @@ import {
   type Readers,
   type Resolved,
 } from './known.ts';
-import { registryMetrics } from './metrics.ts';
+import { configuredHosts, hostLabel, registryMetrics } from './metrics.ts';
 import { HostPauses, Semaphore, backoffMs, parseRetryAfter } from './politeness.ts';
 import { isDigest, parseReference, type Reference } from './reference.ts';
 import {
@@ -194,10 +194,13 @@ export class RegistryClient implements ImageInspector {
   });
   readonly #liveAgents = new Set<Agent>();
   readonly #counts: RequestCounts = { registry: 0, token: 0 };
+  /** Hosts named in metrics; the others are `other`. */
+  readonly #metricHosts: ReadonlySet<string>;
 
   constructor(options: RegistryClientOptions = {}) {
     const { hosts, defaultCa, userAgent, ...rest } = options;
     this.#hosts = hosts;
+    this.#metricHosts = configuredHosts(hosts);
     this.#defaultCa = defaultCa;
     this.#userAgent = userAgent ?? 'berth';
     this.#o = { ...defaults };
@@ -908,7 +911,8 @@ export class RegistryClient implements ImageInspector {
   }
 
   #count(kind: keyof RequestCounts, url: URL, method: string, code: string): void {
-    if (kind === 'token') registryMetrics.tokenRequests.inc({ realm: url.host, code });
-    else registryMetrics.requests.inc({ registry: url.host, method, code });
+    const host = hostLabel(url.host, this.#metricHosts);
+    if (kind === 'token') registryMetrics.tokenRequests.inc({ realm: host, code });
+    else registryMetrics.requests.inc({ registry: host, method, code });
   }
 }
