@@ -3,12 +3,7 @@
 // it (affinity or tolerations, result, state) and takes its gate off. The webhook and the controller
 // feed these from their caches and the registry; nothing here does I/O.
 import { isDeepStrictEqual } from 'node:util';
-import {
-  MAX_RETRY_AFTER_MS,
-  InspectionError,
-  type Inspection,
-  type Platform,
-} from '../registry/types.ts';
+import { MAX_RETRY_AFTER_MS, InspectionError, type Inspection, type Platform } from '../registry/types.ts';
 import { podSelected, podSelection } from '../policy/namespace.ts';
 import type { NodeTaint } from '../policy/nodes/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';

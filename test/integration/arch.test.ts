@@ -475,8 +475,8 @@ describe('NodeAffinity mode', () => {
           ),
         },
       });
-      // Anonymous first: a result read with credentials is cached by digest for every pod after
-      // (docs/decisions/0007: the kubelet shares pulled images the same way).
+      // Anonymous, then with the secret: a result read with credentials answers only pods naming
+      // that secret (decision 0024; tenant-registry.test.ts tries the other order, across tenants).
       const without = uniqueName('private-anon');
       await createPod(main, without, [{ image: ref }]);
       const failed = await podSettled(main, without, 'Failed');
