@@ -49,6 +49,7 @@ import {
 } from '../helpers/cluster.ts';
 import {
   addTokenPolicy,
+  dockerConfigSecret,
   platform,
   RegistryPusher,
   startFaultProxy,
@@ -161,24 +162,6 @@ const result = (p: ArchPod) =>
     images: { image: string; digest: string; platforms: string[] }[];
   };
 
-/** A kubernetes.io/dockerconfigjson Secret with one login for `key` (a host, or host and path). */
-const dockerConfigSecret = (
-  namespace: string,
-  name: string,
-  key: string,
-  user: string,
-  password: string,
-) => ({
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: { name, namespace },
-  type: 'kubernetes.io/dockerconfigjson',
-  data: {
-    '.dockerconfigjson': Buffer.from(
-      JSON.stringify({ auths: { [key]: { auth: Buffer.from(`${user}:${password}`).toString('base64') } } }),
-    ).toString('base64'),
-  },
-});
 /** GETs of Secrets the apiserver has served (its own metric: the only reader here is Berth). */
 const secretGets = async () =>
   (await client.request<string>('GET', '/metrics'))

@@ -25,7 +25,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
-import { addTokenPolicy, platform, RegistryPusher } from '../helpers/registry.ts';
+import { addTokenPolicy, dockerConfigSecret, platform, RegistryPusher } from '../helpers/registry.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -56,24 +56,6 @@ async function tenant(name: string): Promise<{ ns: string; client: KubeClient }>
   users.set(name, t);
   return t;
 }
-
-const dockerConfigSecret = (
-  namespace: string,
-  name: string,
-  key: string,
-  user: string,
-  password: string,
-) => ({
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: { name, namespace },
-  type: 'kubernetes.io/dockerconfigjson',
-  data: {
-    '.dockerconfigjson': Buffer.from(
-      JSON.stringify({ auths: { [key]: { auth: Buffer.from(`${user}:${password}`).toString('base64') } } }),
-    ).toString('base64'),
-  },
-});
 
 const podObject = (
   namespace: string,
