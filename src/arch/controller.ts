@@ -705,7 +705,7 @@ export class ArchController {
   private pullSecret(ref: string): Promise<PullSecret | 'forbidden' | undefined> {
     const known = this.secrets.get(ref);
     if (known) return Promise.resolve(known);
-    return this.secretFlights.run(ref, async () => {
+    return this.secretFlights.run(ref, undefined, async () => {
       const [namespace, name] = ref.split('/') as [string, string];
       if (!(await this.maySecretsIn(namespace))) return 'forbidden';
       let s;

@@ -56,7 +56,7 @@ export class Flights<T> {
     return this.#running.size;
   }
 
-  run(key: string, work: (signal: AbortSignal) => Promise<T>, signal?: AbortSignal): Promise<T> {
+  run(key: string, signal: AbortSignal | undefined, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
     let f = this.#running.get(key);
     if (!f) {
       const stop = new AbortController();

@@ -254,13 +254,13 @@ export class RegistryClient implements ImageInspector {
         }
       };
       const asked = Date.now();
-      let resolved = await this.#imageFlights.run(key, work, options.signal);
+      let resolved = await this.#imageFlights.run(key, options.signal, work);
       // A revalidation that joined a read whose tag its registry had answered already (the read was
       // still fetching a new digest's manifests) did not revalidate: once more, in a read of its own
       // or one started since, which comes after it.
       const answered = this.#tags.stale(ref.canonical)?.readAt ?? -Infinity;
       if (options.revalidate && !ref.digest && answered < asked)
-        resolved = await this.#imageFlights.run(key, work, options.signal);
+        resolved = await this.#imageFlights.run(key, options.signal, work);
       return { image, ...resolved, cached: false };
     } catch (e) {
       const err =
@@ -416,7 +416,7 @@ export class RegistryClient implements ImageInspector {
     work: (s: Session) => Promise<KnownDigest>,
   ): Promise<KnownDigest> {
     const key = `${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`;
-    return this.#digestFlights.run(key, (signal) => work({ ...s, signal }), s.signal);
+    return this.#digestFlights.run(key, s.signal, (signal) => work({ ...s, signal }));
   }
 
   /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
@@ -438,15 +438,11 @@ export class RegistryClient implements ImageInspector {
   }
 
   #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    return this.#digestFlight(s, digest, async (fs) => {
-      const got = await this.#registryRequest(
-        fs,
-        'GET',
-        `/v2/${fs.repo}/manifests/${digest}`,
-        manifestAccept,
-      );
-      this.#verify(fs, got.body, digest, 'manifest');
-      return this.#platforms(fs, digest, got, depth, budget);
+    // `s` inside: the read's own session, whose signal is the shared read's (Flights).
+    return this.#digestFlight(s, digest, async (s) => {
+      const got = await this.#registryRequest(s, 'GET', `/v2/${s.repo}/manifests/${digest}`, manifestAccept);
+      this.#verify(s, got.body, digest, 'manifest');
+      return this.#platforms(s, digest, got, depth, budget);
     });
   }
 
@@ -603,58 +599,53 @@ export class RegistryClient implements ImageInspector {
     const cached = this.#tokens.get(key);
     registryMetrics.cache.inc({ cache: 'token', result: cached ? 'hit' : 'miss' });
     if (cached) return `Bearer ${cached}`;
-    const token = await this.#tokenFlights.run(
-      key,
-      async (signal) => {
-        let req;
-        try {
-          req = tokenRequest(challenge, pullScope(s.repo), s.ep.url, s.cred);
-        } catch (e) {
-          throw fail('Unauthorized', s.canonical, `${s.ep.url.host}: ${errorText(e)}`);
-        }
-        const headers: Record<string, string> = { Accept: 'application/json' };
-        if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
-        // The realm is the registry's: trust what the registry's endpoint trusts. Verification is
-        // skipped only where the registry's own host serves the realm, as containerd does.
-        const realmEp: Endpoint = {
-          url: new URL(req.url.origin),
-          ...(s.ep.ca ? { ca: s.ep.ca } : {}),
-          insecure: s.ep.insecure && req.url.host === s.ep.url.host,
-          mirror: s.ep.mirror,
-        };
-        const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical, signal);
-        const withheld =
-          s.cred && !req.sendCredential
-            ? ` (credentials withheld from the plain-http realm ${req.url.origin})`
-            : '';
-        if (got.status === 401 || got.status === 403) {
-          const who =
-            req.sendCredential && s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
-          throw fail(
-            'Unauthorized',
-            s.canonical,
-            `the token server ${req.url.host} refused ${who} for ${s.repo}${withheld}`,
-          );
-        }
-        if (got.status < 200 || got.status >= 300) {
-          throw fail(
-            'Unreachable',
-            s.canonical,
-            `the token server ${req.url.host} answered ${got.status}`,
-            got.status >= 500,
-          );
-        }
-        let parsed;
-        try {
-          parsed = parseTokenResponse(JSON.parse(got.body.toString('utf8')));
-        } catch (e) {
-          throw fail('Malformed', s.canonical, `the token server ${req.url.host}: ${errorText(e)}`);
-        }
-        this.#tokens.set(key, parsed.token, parsed.ttlMs);
-        return parsed.token;
-      },
-      s.signal,
-    );
+    const token = await this.#tokenFlights.run(key, s.signal, async (signal) => {
+      let req;
+      try {
+        req = tokenRequest(challenge, pullScope(s.repo), s.ep.url, s.cred);
+      } catch (e) {
+        throw fail('Unauthorized', s.canonical, `${s.ep.url.host}: ${errorText(e)}`);
+      }
+      const headers: Record<string, string> = { Accept: 'application/json' };
+      if (req.sendCredential && s.cred) headers['Authorization'] = basicHeader(s.cred);
+      // The realm is the registry's: trust what the registry's endpoint trusts. Verification is
+      // skipped only where the registry's own host serves the realm, as containerd does.
+      const realmEp: Endpoint = {
+        url: new URL(req.url.origin),
+        ...(s.ep.ca ? { ca: s.ep.ca } : {}),
+        insecure: s.ep.insecure && req.url.host === s.ep.url.host,
+        mirror: s.ep.mirror,
+      };
+      const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical, signal);
+      const withheld =
+        s.cred && !req.sendCredential
+          ? ` (credentials withheld from the plain-http realm ${req.url.origin})`
+          : '';
+      if (got.status === 401 || got.status === 403) {
+        const who = req.sendCredential && s.cred ? `the credentials of ${s.cred.source}` : 'anonymous access';
+        throw fail(
+          'Unauthorized',
+          s.canonical,
+          `the token server ${req.url.host} refused ${who} for ${s.repo}${withheld}`,
+        );
+      }
+      if (got.status < 200 || got.status >= 300) {
+        throw fail(
+          'Unreachable',
+          s.canonical,
+          `the token server ${req.url.host} answered ${got.status}`,
+          got.status >= 500,
+        );
+      }
+      let parsed;
+      try {
+        parsed = parseTokenResponse(JSON.parse(got.body.toString('utf8')));
+      } catch (e) {
+        throw fail('Malformed', s.canonical, `the token server ${req.url.host}: ${errorText(e)}`);
+      }
+      this.#tokens.set(key, parsed.token, parsed.ttlMs);
+      return parsed.token;
+    });
     return `Bearer ${token}`;
   }
 

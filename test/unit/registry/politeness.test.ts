@@ -177,14 +177,14 @@ describe('Flights', () => {
     let runs = 0;
     let finish!: (n: number) => void;
     const work = () => (runs++, new Promise<number>((res) => (finish = res)));
-    const a = f.run('k', work);
-    const b = f.run('k', work);
-    const other = f.run('other', () => Promise.resolve(7));
+    const a = f.run('k', undefined, work);
+    const b = f.run('k', undefined, work);
+    const other = f.run('other', undefined, () => Promise.resolve(7));
     assert.equal(runs, 1);
     finish(42);
     assert.deepEqual(await Promise.all([a, b, other]), [42, 42, 7]);
     assert.equal(f.size, 0);
-    const c = f.run('k', work);
+    const c = f.run('k', undefined, work);
     assert.equal(runs, 2);
     finish(43);
     assert.equal(await c, 43);
@@ -194,14 +194,17 @@ describe('Flights', () => {
     const f = new Flights<number>();
     let finish!: (n: number) => void;
     const ac = new AbortController();
-    const quitter = f.run('k', () => new Promise<number>((res) => (finish = res)), ac.signal);
-    const stayer = f.run('k', () => Promise.resolve(0));
+    const quitter = f.run('k', ac.signal, () => new Promise<number>((res) => (finish = res)));
+    const stayer = f.run('k', undefined, () => Promise.resolve(0));
     ac.abort(new Error('quit'));
     await assert.rejects(quitter, /quit/);
     finish(5);
     assert.equal(await stayer, 5);
     const boom = () => Promise.reject(new Error('boom'));
-    await Promise.all([assert.rejects(f.run('x', boom), /boom/), assert.rejects(f.run('x', boom), /boom/)]);
+    await Promise.all([
+      assert.rejects(f.run('x', undefined, boom), /boom/),
+      assert.rejects(f.run('x', undefined, boom), /boom/),
+    ]);
   });
 
   test('once every caller has given up, the work is aborted and the next caller starts it anew', async () => {
@@ -215,8 +218,8 @@ describe('Flights', () => {
       });
     };
     const [a, b] = [new AbortController(), new AbortController()];
-    const first = f.run('k', work, a.signal);
-    const second = f.run('k', work, b.signal);
+    const first = f.run('k', a.signal, work);
+    const second = f.run('k', b.signal, work);
     a.abort(new Error('a quit'));
     await assert.rejects(first, /a quit/);
     await tick();
@@ -226,12 +229,12 @@ describe('Flights', () => {
     await tick();
     assert.equal(signals[0]!.aborted, true, 'nobody waits: its requests end');
     assert.equal(f.size, 0);
-    assert.equal(await f.run('k', work, new AbortController().signal), 1);
+    assert.equal(await f.run('k', new AbortController().signal, work), 1);
     assert.equal(signals.length, 2);
     // A caller without a signal never gives up: the work runs to its end.
     const c = new AbortController();
-    const kept = f.run('z', work);
-    void f.run('z', work, c.signal).catch(() => {});
+    const kept = f.run('z', undefined, work);
+    void f.run('z', c.signal, work).catch(() => {});
     c.abort();
     assert.equal(await kept, 1);
     assert.equal(signals[2]!.aborted, false);
