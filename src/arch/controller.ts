@@ -44,7 +44,9 @@ import {
   parsePolicies,
   placePatch,
   podImages,
+  pullSecretRefs,
   relabelPatch,
+  tooManyImages,
   releasePatch,
   report,
   unlistedRegistry,
@@ -326,6 +328,7 @@ export class ArchController {
       namespaceLabels: namespaceLabelsByName(this.namespaces),
       webhookNamespaces: new Set(this.webhookNamespaces.flatMap((namespaces) => [...namespaces()])),
       images: this.opts.inspector.known(),
+      ...(this.opts.pullSecret ? { pullSecret: this.opts.pullSecret } : {}),
       failedImages: this.failedForAdmission(),
       inspectWaitMs: this.opts.admissionWaitMs ?? INSPECT_WAIT_MS,
     };
@@ -409,6 +412,9 @@ export class ArchController {
       });
       if (retry) {
         this.retries.set(key, retry.retries);
+        // Held by Berth's own bound on registry reads, not by the registry: the pod says so.
+        if (err.reason === 'Bounded')
+          this.events.event(pod, 'Warning', 'InspectionBounded', 'Inspect', `${err.message}; retrying`);
         this.log.info(
           { pod: key, reason: err.reason, attempt: retry.retries.attempts, err: err.message },
           `inspection failed; retrying in ${Math.ceil(retry.afterMs / 1000)} s`,
@@ -528,7 +534,11 @@ export class ArchController {
    */
   private async inspections(key: string, pod: ArchPod): Promise<Read | undefined> {
     const images = podImages(pod);
-    const known = images.map((i) => this.opts.inspector.cached(i.image, { revalidate: i.revalidate }));
+    // Only what was read anonymously or with one of the pod's own secrets answers for it.
+    const readers = this.pullSecretRefs(pod);
+    const known = images.map((i) =>
+      this.opts.inspector.cached(i.image, { revalidate: i.revalidate, secrets: readers }),
+    );
     if (known.every((k) => k !== undefined)) {
       this.parked.delete(key);
       return { results: known.map((value) => ({ status: 'fulfilled' as const, value })), missing: [] };
@@ -540,6 +550,8 @@ export class ArchController {
       if (parked.read) this.parked.delete(key);
       return parked.read;
     }
+    const bound = tooManyImages(images);
+    if (bound) return { results: [{ status: 'rejected', reason: bound }], missing: [] };
     const { secrets, missing } = await this.pullSecrets(pod);
     const entry: Parked = { images: wanted };
     this.parked.set(key, entry);
@@ -573,6 +585,12 @@ export class ArchController {
       for (const image of images) this.admissionFailures.set(image, Date.now() + INSPECT_MISS_MS);
       this.admissionChanged();
     };
+    const bound = tooManyImages(hint.images);
+    if (bound)
+      return failed(
+        hint.images.map((i) => i.image),
+        bound,
+      );
     void this.pullSecrets(pod, { warn: false }).then(
       ({ secrets }) =>
         Promise.all(
@@ -675,15 +693,12 @@ export class ArchController {
 
   /** `namespace/name` of each secret the pod names. */
   private podPullSecretRefs(pod: ArchPod): string[] {
-    const ns = pod.metadata!.namespace!;
-    return (pod.spec.imagePullSecrets ?? []).map((s) => `${ns}/${s.name}`);
+    return pullSecretRefs(pod, pod.metadata!.namespace!);
   }
 
   /** `namespace/name` of each secret the pod's images may be read with: its own, then the cluster-wide one. */
   private pullSecretRefs(pod: ArchPod): string[] {
-    const refs = this.podPullSecretRefs(pod);
-    if (this.opts.pullSecret?.includes('/')) refs.push(this.opts.pullSecret);
-    return refs;
+    return pullSecretRefs(pod, pod.metadata!.namespace!, this.opts.pullSecret);
   }
 
   /**
@@ -695,7 +710,7 @@ export class ArchController {
   private pullSecret(ref: string): Promise<PullSecret | 'forbidden' | undefined> {
     const known = this.secrets.get(ref);
     if (known) return Promise.resolve(known);
-    return this.secretFlights.run(ref, async () => {
+    return this.secretFlights.run(ref, undefined, async () => {
       const [namespace, name] = ref.split('/') as [string, string];
       if (!(await this.maySecret(namespace, name))) return 'forbidden';
       let s;

@@ -347,6 +347,34 @@ export interface PodImage {
   revalidate: boolean;
 }
 
+/**
+ * Distinct images Berth reads for one pod at most: each costs up to 17 registry requests (an index
+ * and 16 children), and one pod of hundreds of images would hold every pod behind it (issue 47).
+ */
+export const MAX_POD_IMAGES = 32;
+
+/** Why a pod's images are not read at all (a permanent Bounded failure), or undefined. */
+export function tooManyImages(images: readonly PodImage[]): InspectionError | undefined {
+  const n = new Set(images.map((i) => i.image)).size;
+  if (n <= MAX_POD_IMAGES) return undefined;
+  return new InspectionError(
+    'Bounded',
+    '',
+    `the pod names ${n} images; Berth reads at most ${MAX_POD_IMAGES} for one pod`,
+  );
+}
+
+/**
+ * `namespace/name` of each pull secret a pod's images may be read with: its own, then the
+ * cluster-wide one (`--arch-pull-secret`) when given. Also whose cached reads may answer for the
+ * pod (registry/known.ts). `namespace`: a pod made from a template has none of its own at admission.
+ */
+export function pullSecretRefs(pod: ArchPod, namespace: string, clusterWide?: string): string[] {
+  const refs = (pod.spec.imagePullSecrets ?? []).map((s) => `${namespace}/${s.name}`);
+  if (clusterWide?.includes('/')) refs.push(clusterWide);
+  return refs;
+}
+
 export function podImages(pod: ArchPod): PodImage[] {
   const out = new Map<string, PodImage>();
   for (const c of [...(pod.spec.initContainers ?? []), ...pod.spec.containers]) {

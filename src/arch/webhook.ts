@@ -28,6 +28,7 @@ import {
   toPlaceAgain,
   podImages,
   unlistedRegistry,
+  pullSecretRefs,
   type ArchPod,
   type PodImage,
   type ExemptionContext,
@@ -83,6 +84,8 @@ export interface ArchWebhookDeps extends ExemptionContext {
   namespaceLabels(namespace: string): Record<string, string> | undefined;
   /** Platforms known without a request (admission sends none: it asks the controller, `inspect`). */
   cached: ImageInspector['cached'];
+  /** `--arch-pull-secret` (`namespace/name`): what it read answers every pod. */
+  pullSecret?: string;
   /** How long a review waits for the cache to learn a new namespace (NAMESPACE_WAIT_MS). */
   namespaceWaitMs?: number;
   /** Asks the controller to read images `cached` does not know; absent, the pod is gated at once. */
@@ -140,8 +143,12 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     // A registry the policy does not list: gated, nothing read, for the controller to release.
     if (unlistedRegistry(pod, policy)) return decide(pod, policy, undefined, from);
     const images = podImages(pod);
+    // Only what was read anonymously or with one of the pod's pull secrets answers for it.
+    const secrets = pullSecretRefs(pod, namespace, deps.pullSecret);
     const lookup = (counted: boolean) =>
-      images.map((i) => deps.cached(i.image, i.revalidate ? revalidatedSince(arrived) : { counted }));
+      images.map((i) =>
+        deps.cached(i.image, { ...(i.revalidate ? revalidatedSince(arrived) : { counted }), secrets }),
+      );
     const all = (known: (Inspection | undefined)[]) =>
       known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
     const cached = lookup(true);
@@ -153,7 +160,11 @@ export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
     // and that image, never known for long, would otherwise be gated without a wait for 30 s.
     for (const i of unknown) {
       const since = asked.get(i.image);
-      if (i.revalidate && since !== undefined && deps.cached(i.image, revalidatedSince(since)))
+      if (
+        i.revalidate &&
+        since !== undefined &&
+        deps.cached(i.image, { ...revalidatedSince(since), secrets })
+      )
         asked.delete(i.image);
     }
     const ask = unknown.filter((i) => t - (asked.get(i.image) ?? -Infinity) >= INSPECT_MISS_MS);
@@ -259,6 +270,8 @@ export interface ArchAdmissionState {
   webhookNamespaces: Set<string>;
   /** What the registry client knows without a request. */
   images: KnownImages;
+  /** `--arch-pull-secret`: whose reads answer every pod. */
+  pullSecret?: string;
   /** Images whose read for admission failed lately (INSPECT_MISS_MS): no review waits for them. */
   failedImages: Set<string>;
   /** `--arch-admission-wait`: how long a new image's pods wait for its read (INSPECT_WAIT_MS). */
@@ -279,6 +292,9 @@ export const archAdmission = threadHandler(
       policies: () => state().policies,
       namespaceLabels: (ns) => state().namespaceLabels.get(ns),
       cached: (image, options) => cachedFrom(state().images)(image, options),
+      get pullSecret() {
+        return state().pullSecret;
+      },
       get berthNamespace() {
         return state().berthNamespace;
       },

@@ -43,24 +43,45 @@ export class TtlCache<V> {
 
 /**
  * One promise per key while it runs: the callers of one image (or one digest, or one token) share
- * one request. The work is started without any caller's signal, so one caller giving up does not
- * fail the others; each caller waits under its own signal.
+ * one request. Each caller waits under its own signal, so one giving up does not fail the others;
+ * once every caller has given up, the work's own signal aborts it (its requests end, and free
+ * their places in the client's limits), and the next caller starts it anew. A caller without a
+ * signal never gives up.
  */
 export class Flights<T> {
-  readonly #running = new Map<string, Promise<T>>();
+  readonly #running = new Map<string, { promise: Promise<T>; stop: AbortController; callers: number }>();
 
   /** The number of keys in flight. */
   get size(): number {
     return this.#running.size;
   }
 
-  run(key: string, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    let p = this.#running.get(key);
-    if (!p) {
-      p = work().finally(() => this.#running.delete(key));
-      this.#running.set(key, p);
+  run(key: string, signal: AbortSignal | undefined, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    let f = this.#running.get(key);
+    if (!f) {
+      const stop = new AbortController();
+      const flight = { promise: work(stop.signal), stop, callers: 0 };
+      const done = () => {
+        if (this.#running.get(key) === flight) this.#running.delete(key);
+      };
+      flight.promise.then(done, done);
+      this.#running.set(key, flight);
+      f = flight;
     }
-    return signal ? abortable(p, signal) : p;
+    const flight = f;
+    if (!signal) {
+      flight.callers = Infinity;
+      return flight.promise;
+    }
+    flight.callers++;
+    const answer = abortable(flight.promise, signal);
+    const left = () => {
+      if (--flight.callers > 0 || !signal.aborted) return;
+      if (this.#running.get(key) === flight) this.#running.delete(key);
+      flight.stop.abort(signal.reason);
+    };
+    answer.then(left, left);
+    return answer;
   }
 }
 

@@ -25,7 +25,7 @@ import {
 import { Flights, TtlCache } from './cache.ts';
 import { addressRefusal, allowsPrivate, literalAddress, parseCidrs, type ClusterRanges } from './egress.ts';
 import { endpointsFor, type Endpoint, type RegistriesConfig } from './hosts.ts';
-import { buildKeyring, lookup } from './keyring.ts';
+import { buildKeyring, lookup, type SecretCredential } from './keyring.ts';
 import { EgressRefused, egressLookup } from './lookup.ts';
 import {
   ManifestError,
@@ -36,15 +36,18 @@ import {
   parseManifest,
 } from './manifest.ts';
 import {
+  ANONYMOUS,
   cachedInspection,
   fromKnown,
+  withReader,
   type KnownDigest,
   type KnownImages,
   type KnownLookups,
   type KnownTag,
+  type Readers,
   type Resolved,
 } from './known.ts';
-import { registryMetrics } from './metrics.ts';
+import { configuredHosts, hostLabel, registryMetrics } from './metrics.ts';
 import { HostPauses, Semaphore, backoffMs, parseRetryAfter } from './politeness.ts';
 import { isDigest, parseReference, type Reference } from './reference.ts';
 import {
@@ -84,6 +87,10 @@ export interface RegistryClientOptions {
   maxRetryAfterMs?: number;
   /** The largest manifest or config blob read. */
   maxBodyBytes?: number;
+  /** Requests in flight across every registry host at most (the per-host cap is concurrencyPerRegistry). */
+  maxRequestsInFlight?: number;
+  /** Bytes of bodies being read across every registry host at most. */
+  maxBodyBytesInFlight?: number;
   userAgent?: string;
 }
 
@@ -104,7 +111,11 @@ interface Session {
   ep: Endpoint;
   repo: string;
   cred: Credential | undefined;
+  /** Who what it reads may answer later: the credential's pull secret, or ANONYMOUS. */
+  reader: string;
   canonical: string;
+  /** Aborts once every inspection waiting on this read has given up (Flights). */
+  signal: AbortSignal;
 }
 
 const defaults = {
@@ -116,6 +127,8 @@ const defaults = {
   negativeTtlMs: 15_000,
   maxRetryAfterMs: MAX_RETRY_AFTER_MS,
   maxBodyBytes: 4 << 20,
+  maxRequestsInFlight: 64,
+  maxBodyBytesInFlight: 64 << 20,
 };
 /** An index inside an index inside the top one at most, and this many child fetches per image. */
 /** What an origin that served a request without asking for credentials is remembered by. */
@@ -146,8 +159,8 @@ export class RegistryClient implements ImageInspector {
   readonly #o: typeof defaults;
   readonly #defaultCa: string | undefined;
   readonly #userAgent: string;
-  readonly #digests: Lru<KnownDigest>;
-  readonly #tags: TtlCache<KnownTag>;
+  readonly #digests: Lru<KnownDigest & Readers>;
+  readonly #tags: TtlCache<KnownTag & Readers>;
   readonly #learnListeners: (() => void)[] = [];
   readonly #lookups: KnownLookups = {
     tag: (canonical) => this.#tags.get(canonical),
@@ -166,6 +179,9 @@ export class RegistryClient implements ImageInspector {
   readonly #digestFlights = new Flights<KnownDigest>();
   readonly #tokenFlights = new Flights<string>();
   readonly #semaphores = new Map<string, Semaphore>();
+  /** Across every host: requests in flight, and bytes of bodies being read (issue 47). */
+  readonly #inFlight: Semaphore;
+  readonly #bytesInFlight: Semaphore;
   readonly #pauses = new HostPauses();
   readonly #agents = new Lru<Agent>(agentsKept, (a) => {
     a.destroy();
@@ -173,11 +189,14 @@ export class RegistryClient implements ImageInspector {
   });
   readonly #liveAgents = new Set<Agent>();
   readonly #counts: RequestCounts = { registry: 0, token: 0 };
+  /** Hosts named in metrics; the others are `other`. */
+  readonly #metricHosts: ReadonlySet<string>;
 
   constructor(options: RegistryClientOptions = {}) {
     const { hosts, clusterCidrs, defaultCa, userAgent, ...rest } = options;
     this.#hosts = hosts;
     this.#cluster = { cidrs: parseCidrs(clusterCidrs ?? []) };
+    this.#metricHosts = configuredHosts(hosts);
     this.#defaultCa = defaultCa;
     this.#userAgent = userAgent ?? 'berth';
     this.#o = { ...defaults };
@@ -185,6 +204,8 @@ export class RegistryClient implements ImageInspector {
     this.#digests = new Lru(this.#o.digestCacheSize);
     this.#tags = new TtlCache(this.#o.digestCacheSize);
     this.#negative = new TtlCache(1024);
+    this.#inFlight = new Semaphore(this.#o.maxRequestsInFlight);
+    this.#bytesInFlight = new Semaphore(this.#o.maxBodyBytesInFlight);
   }
 
   /** Requests sent so far; a benchmark divides `registry` by the images it inspected. */
@@ -200,19 +221,27 @@ export class RegistryClient implements ImageInspector {
   async inspect(image: string, options: InspectOptions = {}): Promise<Inspection> {
     const started = performance.now();
     let result = 'ok';
+    // Whether reads waited for the limits across hosts when the caller gave up: told at that
+    // moment, since giving up frees the places this inspection's own reads waited for.
+    let bounded: InspectionError | undefined;
+    const onAbort = () => (bounded = this.#bounded(image));
+    options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const ref = parseReference(image);
       const keyring = buildKeyring(options.pullSecrets ?? []);
       const creds = lookup(keyring, ref.domain, ref.path);
-      const hit = fromKnown(ref, this.#lookups, { revalidate: options.revalidate === true });
+      const hit = fromKnown(ref, this.#lookups, {
+        revalidate: options.revalidate === true,
+        secrets: creds.map((c) => c.secret),
+      });
       if (hit) return { image, ...hit, cached: true };
       const key = `${ref.canonical}|${creds.map(credentialKey).join(',')}`;
       const negative = this.#negative.get(key);
       registryMetrics.cache.inc({ cache: 'negative', result: negative ? 'hit' : 'miss' });
       if (negative) throw negative;
-      const work = async () => {
+      const work = async (signal: AbortSignal) => {
         try {
-          return await this.#resolve(ref, creds, keyring.problems);
+          return await this.#resolve(ref, creds, keyring.problems, signal);
         } catch (e) {
           if (e instanceof InspectionError && (e.reason === 'NotFound' || e.reason === 'Unauthorized')) {
             this.#negative.set(key, e, this.#o.negativeTtlMs);
@@ -221,26 +250,43 @@ export class RegistryClient implements ImageInspector {
         }
       };
       const asked = Date.now();
-      let resolved = await this.#imageFlights.run(key, work, options.signal);
+      let resolved = await this.#imageFlights.run(key, options.signal, work);
       // A revalidation that joined a read whose tag its registry had answered already (the read was
       // still fetching a new digest's manifests) did not revalidate: once more, in a read of its own
       // or one started since, which comes after it.
       const answered = this.#tags.stale(ref.canonical)?.readAt ?? -Infinity;
       if (options.revalidate && !ref.digest && answered < asked)
-        resolved = await this.#imageFlights.run(key, work, options.signal);
+        resolved = await this.#imageFlights.run(key, options.signal, work);
       return { image, ...resolved, cached: false };
     } catch (e) {
       const err =
         e instanceof InspectionError
           ? new InspectionError(e.reason, image, e.message, e.transient, e.retryAt)
           : options.signal?.aborted
-            ? e
+            ? (bounded ?? e)
             : new InspectionError('Unreachable', image, `inspecting ${image}: ${errorText(e)}`, true);
       result = err instanceof InspectionError ? err.reason : 'Aborted';
       throw err;
     } finally {
+      options.signal?.removeEventListener('abort', onAbort);
       registryMetrics.inspection.observe({ result }, (performance.now() - started) / 1000);
     }
+  }
+
+  /**
+   * An inspection given up while reads wait for the limits across hosts: the caller was held by
+   * Berth's own bound, not by the registry, and says so (a Warning on the pod).
+   */
+  #bounded(image: string): InspectionError | undefined {
+    if (this.#inFlight.waiting + this.#bytesInFlight.waiting === 0) return undefined;
+    const { maxRequestsInFlight: n, maxBodyBytesInFlight: bytes } = this.#o;
+    return fail(
+      'Bounded',
+      image,
+      `given up while registry reads waited for Berth's bound across all registries (${n} requests, ` +
+        `${Math.round(bytes / 2 ** 20)} MiB of bodies in flight; ${this.#inFlight.waiting + this.#bytesInFlight.waiting} waiting)`,
+      true,
+    );
   }
 
   cached(image: string, options: CachedOptions = {}): Inspection | undefined {
@@ -259,11 +305,16 @@ export class RegistryClient implements ImageInspector {
   }
 
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
-  async #resolve(ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
+  async #resolve(
+    ref: Reference,
+    creds: SecretCredential[],
+    problems: string[],
+    signal: AbortSignal,
+  ): Promise<Resolved> {
     const endpoints = endpointsFor(this.#hosts, ref, this.#defaultCa);
     for (const [i, ep] of endpoints.entries()) {
       try {
-        return await this.#resolveAt(ep, ref, creds, problems);
+        return await this.#resolveAt(ep, ref, creds, problems, signal);
       } catch (e) {
         if (i === endpoints.length - 1 || !(e instanceof InspectionError)) throw e;
       }
@@ -276,14 +327,24 @@ export class RegistryClient implements ImageInspector {
    * with no user and no password (a docker config.json whose logins are in a credential store) is
    * an anonymous attempt in its place, as containerd makes of it: a token server may refuse `Basic :`.
    */
-  async #resolveAt(ep: Endpoint, ref: Reference, creds: Credential[], problems: string[]): Promise<Resolved> {
+  async #resolveAt(
+    ep: Endpoint,
+    ref: Reference,
+    creds: SecretCredential[],
+    problems: string[],
+    signal: AbortSignal,
+  ): Promise<Resolved> {
     const attempts = creds.length
       ? creds.map((c) => (c.username || c.password ? c : undefined))
       : [undefined];
     let last: unknown;
     for (const cred of attempts) {
+      const reader = cred?.secret ?? ANONYMOUS;
       try {
-        return await this.#resolveWith({ ep, repo: ref.path, cred, canonical: ref.canonical }, ref);
+        return await this.#resolveWith(
+          { ep, repo: ref.path, cred, reader, canonical: ref.canonical, signal },
+          ref,
+        );
       } catch (e) {
         last = e;
         if (!(e instanceof InspectionError) || (e.reason !== 'Unauthorized' && e.reason !== 'NotFound'))
@@ -302,10 +363,11 @@ export class RegistryClient implements ImageInspector {
 
   async #resolveWith(s: Session, ref: Reference): Promise<Resolved> {
     const registry = s.ep.url.host;
-    const done = (digest: string, found: { platforms: Platform[]; registry: string }): Resolved => ({
+    const done = (digest: string, found: KnownDigest): Resolved => ({
       reference: ref.canonical,
       digest,
-      ...found,
+      platforms: found.platforms,
+      registry: found.registry,
     });
     // The caches have just missed this digest (fromKnown).
     if (ref.digest) return done(ref.digest, await this.#fetchDigest(s, ref.digest, 0, { left: maxFollows }));
@@ -316,7 +378,7 @@ export class RegistryClient implements ImageInspector {
       const head = await this.#registryRequest(s, 'HEAD', tagPath, manifestAccept);
       const d = header(head.headers, 'docker-content-digest');
       if (d && isDigest(d)) {
-        this.#learnTag(ref.canonical, { digest: d, registry });
+        this.#learnTag(s, ref.canonical, { digest: d, registry });
         return done(d, await this.#byDigest(s, d, 0, { left: maxFollows }));
       }
     }
@@ -330,13 +392,12 @@ export class RegistryClient implements ImageInspector {
         `${registry} answered ${tagPath} with content of ${digest}, not the ${stated} it stated`,
       );
     }
-    this.#learnTag(ref.canonical, { digest, registry });
-    const known = this.#digests.get(digest);
-    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    this.#learnTag(s, ref.canonical, { digest, registry });
+    const known = this.#knownDigest(s, digest);
     if (known) return done(digest, known);
     return done(
       digest,
-      await this.#digestFlight(s, digest, () => this.#platforms(s, digest, got, 0, { left: maxFollows })),
+      await this.#digestFlight(s, digest, (fs) => this.#platforms(fs, digest, got, 0, { left: maxFollows })),
     );
   }
 
@@ -345,20 +406,36 @@ export class RegistryClient implements ImageInspector {
    * 404 holds for one repository only, and must not fail another's read of the same digest (a
    * success is shared anyway, through the digest cache).
    */
-  #digestFlight(s: Session, digest: string, work: () => Promise<KnownDigest>): Promise<KnownDigest> {
-    return this.#digestFlights.run(`${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`, work);
+  #digestFlight(
+    s: Session,
+    digest: string,
+    work: (s: Session) => Promise<KnownDigest>,
+  ): Promise<KnownDigest> {
+    const key = `${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`;
+    return this.#digestFlights.run(key, s.signal, (signal) => work({ ...s, signal }));
   }
 
   /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
   #byDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    const known = this.#digests.get(digest);
-    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    const known = this.#knownDigest(s, digest);
     if (known) return Promise.resolve(known);
     return this.#fetchDigest(s, digest, depth, budget);
   }
 
+  /**
+   * A digest's cached platforms for a session that has just been served a manifest naming it (a
+   * tag's, or an index's): the session's reader may be answered from it from now on.
+   */
+  #knownDigest(s: Session, digest: string): KnownDigest | undefined {
+    const known = this.#digests.get(digest);
+    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    if (known) this.#digests.set(digest, { ...known, readers: withReader(known.readers, s.reader) });
+    return known;
+  }
+
   #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    return this.#digestFlight(s, digest, async () => {
+    // `s` inside: the read's own session, whose signal is the shared read's (Flights).
+    return this.#digestFlight(s, digest, async (s) => {
       const got = await this.#registryRequest(s, 'GET', `/v2/${s.repo}/manifests/${digest}`, manifestAccept);
       this.#verify(s, got.body, digest, 'manifest');
       return this.#platforms(s, digest, got, depth, budget);
@@ -410,13 +487,17 @@ export class RegistryClient implements ImageInspector {
       );
     }
     const found = { platforms, registry };
-    this.#digests.set(digest, found);
+    const readers = withReader(this.#digests.peek(digest)?.readers ?? [], s.reader);
+    this.#digests.set(digest, { ...found, readers });
     this.#learned();
     return found;
   }
 
-  #learnTag(canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
-    this.#tags.set(canonical, { ...tag, readAt: Date.now() }, this.#o.tagTtlMs);
+  /** A tag's digest as a session's registry answered it; the readers stay while the digest does. */
+  #learnTag(s: Session, canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
+    const before = this.#tags.stale(canonical);
+    const readers = withReader(before?.digest === tag.digest ? before.readers : [], s.reader);
+    this.#tags.set(canonical, { ...tag, readAt: Date.now(), readers }, this.#o.tagTtlMs);
     this.#learned();
   }
 
@@ -466,7 +547,7 @@ export class RegistryClient implements ImageInspector {
       if (authorization) headers['Authorization'] = authorization;
       let got: Answer;
       try {
-        got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical);
+        got = await this.#polite(s.ep, 'registry', method, url, headers, s.canonical, s.signal);
         // Served without a challenge: the origin needs none, and nobody waits for a 401 again.
         if (!challenge && got.status !== 401) this.#challenges.set(origin, NO_CHALLENGE);
       } finally {
@@ -513,7 +594,7 @@ export class RegistryClient implements ImageInspector {
     const cached = this.#tokens.get(key);
     registryMetrics.cache.inc({ cache: 'token', result: cached ? 'hit' : 'miss' });
     if (cached) return `Bearer ${cached}`;
-    const token = await this.#tokenFlights.run(key, async () => {
+    const token = await this.#tokenFlights.run(key, s.signal, async (signal) => {
       let req;
       try {
         req = tokenRequest(challenge, pullScope(s.repo), s.ep, s.cred);
@@ -532,7 +613,7 @@ export class RegistryClient implements ImageInspector {
         mirror: s.ep.mirror,
         allowPrivate: allowsPrivate(s.ep, req.url),
       };
-      const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical);
+      const got = await this.#polite(realmEp, 'token', 'GET', req.url, headers, s.canonical, signal);
       const withheld =
         s.cred && !req.sendCredential
           ? ` (credentials withheld from the plain-http realm ${req.url.origin})`
@@ -571,9 +652,10 @@ export class RegistryClient implements ImageInspector {
   }
 
   /**
-   * One request, politely: at most `concurrencyPerRegistry` in flight to a host, none while the
-   * host is paused by a Retry-After, and bounded retries with jitter for network errors, 5xx and
-   * 429/503. Any other answer is returned as it is.
+   * One request, politely: at most `concurrencyPerRegistry` in flight to a host and
+   * `maxRequestsInFlight` to all, none while the host is paused by a Retry-After, and bounded
+   * retries with jitter for network errors, 5xx and 429/503. Any other answer is returned as it is.
+   * The signal ends the waits and the request (the inspections that wanted it gave up).
    */
   async #polite(
     ep: Endpoint,
@@ -582,6 +664,7 @@ export class RegistryClient implements ImageInspector {
     url: URL,
     headers: Record<string, string>,
     canonical: string,
+    signal: AbortSignal,
   ): Promise<Answer> {
     const host = url.host;
     for (let attempt = 0; ; attempt++) {
@@ -595,13 +678,18 @@ export class RegistryClient implements ImageInspector {
           this.#retryAt(host),
         );
       }
-      await this.#pauses.wait(host);
-      const release = await this.#semaphore(host).acquire();
+      await this.#pauses.wait(host, signal);
+      const releaseHost = await this.#semaphore(host).acquire(signal);
       let got: Answer;
       try {
-        got = await this.#send(ep, kind, method, url, headers, canonical);
+        const release = await this.#inFlight.acquire(signal);
+        try {
+          got = await this.#send(ep, kind, method, url, headers, canonical, signal);
+        } finally {
+          release();
+        }
       } catch (e) {
-        if (e instanceof InspectionError) throw e;
+        if (e instanceof InspectionError || signal.aborted) throw e;
         if (e instanceof EgressRefused) throw this.#egressFailure(canonical, e.message);
         const code = (e as { code?: string }).code ?? '';
         if (tlsCodes.test(code)) {
@@ -619,10 +707,10 @@ export class RegistryClient implements ImageInspector {
             true,
           );
         }
-        await sleep(backoffMs(attempt, 200, 5000));
+        await sleep(backoffMs(attempt, 200, 5000), undefined, { signal });
         continue;
       } finally {
-        release();
+        releaseHost();
       }
       const limited = got.status === 429 || got.status === 503;
       if (!limited && got.status < 500) return got;
@@ -649,7 +737,7 @@ export class RegistryClient implements ImageInspector {
           this.#retryAt(host),
         );
       }
-      if (asked === undefined) await sleep(wait);
+      if (asked === undefined) await sleep(wait, undefined, { signal });
     }
   }
 
@@ -662,7 +750,7 @@ export class RegistryClient implements ImageInspector {
     return paused > this.#o.timeoutMs ? Date.now() + paused : undefined;
   }
 
-  #semaphore(host: string): { acquire: () => Promise<() => void> } {
+  #semaphore(host: string): { acquire: (signal: AbortSignal) => Promise<() => void> } {
     let sem = this.#semaphores.get(host);
     if (!sem) {
       sem = new Semaphore(this.#o.concurrencyPerRegistry);
@@ -670,8 +758,11 @@ export class RegistryClient implements ImageInspector {
     }
     const s = sem;
     return {
-      acquire: async () => {
-        const release = await s.acquire();
+      acquire: async (signal) => {
+        const release = await s.acquire(signal).catch((e: unknown) => {
+          if (s.held === 0 && s.waiting === 0) this.#semaphores.delete(host);
+          throw e;
+        });
         return () => {
           release();
           // Forget idle hosts: images name hosts at will, and a Map of every host ever seen would only grow.
@@ -722,8 +813,9 @@ export class RegistryClient implements ImageInspector {
     first: URL,
     firstHeaders: Record<string, string>,
     canonical: string,
+    abandoned: AbortSignal,
   ): Promise<Answer> {
-    const signal = AbortSignal.timeout(this.#o.timeoutMs);
+    const signal = AbortSignal.any([abandoned, AbortSignal.timeout(this.#o.timeoutMs)]);
     let url = first;
     let headers: Record<string, string> = { ...firstHeaders, 'User-Agent': this.#userAgent };
     for (let hop = 0; ; hop++) {
@@ -783,28 +875,45 @@ export class RegistryClient implements ImageInspector {
         res.resume();
         return { status, headers: res.headers, body: Buffer.alloc(0) };
       }
-      return { status, headers: res.headers, body: await this.#read(res, url, canonical) };
+      return { status, headers: res.headers, body: await this.#read(res, url, canonical, signal) };
     }
   }
 
-  async #read(res: IncomingMessage, url: URL, canonical: string): Promise<Buffer> {
+  /**
+   * A body, up to the cap, once the bytes it may take are free across every host: its stated
+   * length, or the cap when it states none (a body past its stated length is cut by the parser).
+   */
+  async #read(res: IncomingMessage, url: URL, canonical: string, signal: AbortSignal): Promise<Buffer> {
     const cap = this.#o.maxBodyBytes;
     const tooBig = () => fail('Malformed', canonical, `${url.host}${url.pathname}: a body over ${cap} bytes`);
-    if (Number(res.headers['content-length'] ?? 0) > cap) {
+    const length = res.headers['content-length'];
+    const stated = length === undefined ? cap : Number(length);
+    if (stated > cap) {
       res.destroy();
       throw tooBig();
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const c of res) {
-      size += (c as Buffer).length;
-      if (size > cap) {
-        res.destroy();
-        throw tooBig();
-      }
-      chunks.push(c as Buffer);
+    let release;
+    try {
+      release = await this.#bytesInFlight.acquire(signal, stated);
+    } catch (e) {
+      res.destroy();
+      throw e;
     }
-    return Buffer.concat(chunks);
+    try {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const c of res) {
+        size += (c as Buffer).length;
+        if (size > cap) {
+          res.destroy();
+          throw tooBig();
+        }
+        chunks.push(c as Buffer);
+      }
+      return Buffer.concat(chunks);
+    } finally {
+      release();
+    }
   }
 
   #egressFailure(canonical: string, why: string): InspectionError {
@@ -816,7 +925,8 @@ export class RegistryClient implements ImageInspector {
   }
 
   #count(kind: keyof RequestCounts, url: URL, method: string, code: string): void {
-    if (kind === 'token') registryMetrics.tokenRequests.inc({ realm: url.host, code });
-    else registryMetrics.requests.inc({ registry: url.host, method, code });
+    const host = hostLabel(url.host, this.#metricHosts);
+    if (kind === 'token') registryMetrics.tokenRequests.inc({ realm: host, code });
+    else registryMetrics.requests.inc({ registry: host, method, code });
   }
 }

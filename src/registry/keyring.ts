@@ -5,6 +5,7 @@
 // `index.docker.io` key (the kubelet also gives it to `localhost/...`; Berth does not).
 import { parse as parseYaml } from 'yaml';
 import type { Credential } from './auth.ts';
+import { globMatch } from './glob.ts';
 import { isDockerHub } from './reference.ts';
 import type { PullSecret } from './types.ts';
 
@@ -13,12 +14,17 @@ export const SecretType = {
   dockercfg: 'kubernetes.io/dockercfg',
 } as const;
 
+/** A credential and the pull secret (`namespace/name`) it came from: the cache's reader (registry/known.ts). */
+export interface SecretCredential extends Credential {
+  secret: string;
+}
+
 interface Entry {
   key: string;
   labels: string[];
   port: string;
   path: string;
-  credentials: Credential[];
+  credentials: SecretCredential[];
 }
 
 export interface Keyring {
@@ -29,6 +35,16 @@ export interface Keyring {
 }
 
 const dockerHubKey = 'index.docker.io';
+/**
+ * Bounds on what a namespace user writes into a pull secret, so that matching a pod's images
+ * costs at most entries × key × image name steps (globMatch is pattern × name): no image name is
+ * longer than 255 characters, nor need a key be; a docker config rarely holds more than a few.
+ */
+export const MAX_KEY_LENGTH = 255;
+export const MAX_KEYRING_ENTRIES = 64;
+/** A key as messages quote it: a user's text, so never unbounded. */
+const quoted = (location: string) =>
+  JSON.stringify(location.length > 80 ? `${location.slice(0, 80)}…` : location);
 
 /** Go's net.SplitHostPort, falling back to the whole host and no port as the kubelet does on error. */
 function splitHostPort(hostport: string): { host: string; port: string } {
@@ -59,56 +75,11 @@ export function keyOf(location: string): string | undefined {
   return path && path !== '/' ? host + path : host;
 }
 
-/**
- * Go's filepath.Match as a RegExp (no `/` in a host label, so the separator never matters): `*`,
- * `?`, `[...]` with `^` negation and ranges, `\` escapes. Undefined for a bad pattern, which the
- * kubelet treats as no match.
- */
-export function globRegExp(pattern: string): RegExp | undefined {
-  let re = '';
-  let i = 0;
-  const esc = (c: string) => c.replace(/[\\^$.*+?()[\]{}|/-]/g, '\\$&');
-  while (i < pattern.length) {
-    const c = pattern[i++]!;
-    if (c === '*') re += '[^/]*';
-    else if (c === '?') re += '[^/]';
-    else if (c === '\\') {
-      if (i >= pattern.length) return undefined;
-      re += esc(pattern[i++]!);
-    } else if (c === '[') {
-      let cls = '';
-      if (pattern[i] === '^') {
-        cls += '^';
-        i++;
-      }
-      let ranges = 0;
-      while (true) {
-        if (i >= pattern.length) return undefined;
-        if (pattern[i] === ']' && ranges > 0) break;
-        const lo = pattern[i] === '\\' ? pattern[++i] : pattern[i];
-        if (lo === undefined || lo === ']' || lo === '-') return undefined;
-        i++;
-        cls += esc(lo);
-        if (pattern[i] === '-') {
-          const hi = pattern[i + 1] === '\\' ? pattern[i + 2] : pattern[i + 1];
-          if (hi === undefined || hi === ']' || hi === '-' || hi < lo) return undefined;
-          i += pattern[i + 1] === '\\' ? 3 : 2;
-          cls += '-' + esc(hi);
-        }
-        ranges++;
-      }
-      i++;
-      re += `[${cls}]`;
-    } else re += esc(c);
-  }
-  return new RegExp(`^${re}$`);
-}
-
 /** The kubelet's URLsMatch: same port, same number of host labels, each a glob match, path a string prefix. */
 function matches(entry: Entry, image: ReturnType<typeof splitUrl>): boolean {
   if (entry.port !== image.port || entry.labels.length !== image.labels.length) return false;
   for (const [i, glob] of entry.labels.entries()) {
-    if (!globRegExp(glob)?.test(image.labels[i]!)) return false;
+    if (!globMatch(glob, image.labels[i]!, { sep: '/' })) return false;
   }
   return image.path.startsWith(entry.path);
 }
@@ -140,7 +111,7 @@ function configOf(secret: PullSecret): Record<string, unknown> {
 
 /** The keyring of pull secrets in order (the pod's, then the cluster-wide one). */
 export function buildKeyring(secrets: PullSecret[]): Keyring {
-  const byKey = new Map<string, Credential[]>();
+  const byKey = new Map<string, SecretCredential[]>();
   const problems: string[] = [];
   for (const secret of secrets) {
     let config: Record<string, unknown>;
@@ -151,6 +122,12 @@ export function buildKeyring(secrets: PullSecret[]): Keyring {
       continue;
     }
     for (const [location, value] of Object.entries(config)) {
+      if (location.length > MAX_KEY_LENGTH) {
+        problems.push(
+          `pull secret ${secret.name}: entry ${quoted(location)} is longer than ${MAX_KEY_LENGTH} characters`,
+        );
+        continue;
+      }
       const key = keyOf(location);
       const v = (typeof value === 'object' && value !== null ? value : {}) as Record<string, unknown>;
       // As the kubelet's DockerConfigEntry: `auth` wins over username and password when present.
@@ -160,13 +137,19 @@ export function buildKeyring(secrets: PullSecret[]): Keyring {
           : { username: String(v['username'] ?? ''), password: String(v['password'] ?? '') };
       if (!key || !pair) {
         problems.push(
-          `pull secret ${secret.name}: entry "${location}" cannot be read (auth must be base64 of user:password)`,
+          `pull secret ${secret.name}: entry ${quoted(location)} cannot be read (auth must be base64 of user:password)`,
         );
         continue;
       }
-      const list = byKey.get(key) ?? [];
-      list.push({ ...pair, source: `${secret.name} (${location})` });
-      byKey.set(key, list);
+      const list = byKey.get(key);
+      if (!list && byKey.size >= MAX_KEYRING_ENTRIES) {
+        problems.push(
+          `pull secret ${secret.name}: entry ${quoted(location)} is past the ${MAX_KEYRING_ENTRIES} keys Berth reads`,
+        );
+        continue;
+      }
+      const credential = { ...pair, source: `${secret.name} (${location})`, secret: secret.name };
+      byKey.set(key, [...(list ?? []), credential]);
     }
   }
   const keys = [...byKey.keys()].sort().reverse();
@@ -177,7 +160,7 @@ export function buildKeyring(secrets: PullSecret[]): Keyring {
  * Every credential whose key matches the repository (`domain/path`), in the kubelet's order, each
  * user and password once. Empty: pull anonymously.
  */
-export function lookup(keyring: Keyring, domain: string, path: string): Credential[] {
+export function lookup(keyring: Keyring, domain: string, path: string): SecretCredential[] {
   const image = splitUrl(`${domain}/${path}`);
   let found = keyring.entries.filter((e) => matches(e, image)).flatMap((e) => e.credentials);
   if (found.length === 0 && isDockerHub(domain)) {

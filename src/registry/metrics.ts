@@ -1,17 +1,47 @@
-// The registry client's metrics. Labels name hosts, never repositories or images, so their number
-// stays bounded by the registries a cluster uses.
+// The registry client's metrics. Labels name hosts, never repositories or images, and only the hosts
+// of a fixed set: any namespace user names registries at will in a pod's images (issue 47).
 import { counter, histogram } from '../runtime/observability/metrics.ts';
+import type { RegistriesConfig } from './hosts.ts';
+import { apiHost, normaliseDomain } from './reference.ts';
+
+/** The public registries and token servers most images come from, named whatever the configuration. */
+const WELL_KNOWN = new Set([
+  'registry-1.docker.io',
+  'auth.docker.io',
+  'quay.io',
+  'ghcr.io',
+  'gcr.io',
+  'registry.k8s.io',
+  'mcr.microsoft.com',
+  'public.ecr.aws',
+  'nvcr.io',
+]);
+
+/** The hosts the registries configuration names (registries, their servers and mirrors): named in metrics too. */
+export function configuredHosts(hosts: RegistriesConfig | undefined): Set<string> {
+  const out = new Set<string>();
+  for (const [domain, reg] of Object.entries(hosts?.registries ?? {})) {
+    out.add(apiHost(normaliseDomain(domain)));
+    for (const url of [reg.server, ...reg.mirrors.map((m) => m.url)]) if (url) out.add(new URL(url).host);
+  }
+  return out;
+}
+
+/** A host as a metric's label: itself when well known or configured, `other` for any other. */
+export const hostLabel = (host: string, configured: ReadonlySet<string>): string =>
+  WELL_KNOWN.has(host) || configured.has(host) ? host : 'other';
 
 export const registryMetrics = {
   requests: counter(
     'berth_registry_requests_total',
-    'Requests to registries (manifests and blobs, token requests excluded), by registry host, method and ' +
-      'status code (`error` when no answer came)',
+    'Requests to registries (manifests and blobs, token requests excluded), by registry host (well-known ' +
+      'or configured ones; `other` for the rest), method and status code (`error` when no answer came)',
     ['registry', 'method', 'code'],
   ),
   tokenRequests: counter(
     'berth_registry_token_requests_total',
-    'Bearer token requests to token servers, by realm host and status code (`error` when no answer came)',
+    'Bearer token requests to token servers, by realm host (well-known or configured ones; `other` for the ' +
+      'rest) and status code (`error` when no answer came)',
     ['realm', 'code'],
   ),
   cache: counter(

@@ -1,12 +1,16 @@
-// How the client spares a registry: a concurrency cap per host, a pause of the whole host when it
-// says 429 or 503 with Retry-After, and bounded retries with jitter for what may pass.
+// How the client spares a registry, and Berth itself: a concurrency cap per host, caps on requests
+// and body bytes in flight across every host, a pause of the whole host when it says 429 or 503
+// with Retry-After, and bounded retries with jitter for what may pass.
 import { setTimeout as sleep } from 'node:timers/promises';
 
-/** A counting semaphore whose waiters queue in order; a waiter can give up through its signal. */
+/**
+ * A counting semaphore whose waiters queue in order; a waiter can give up through its signal. A
+ * weight takes that many units at once (bytes of a body); one above the limit waits for all of it.
+ */
 export class Semaphore {
   readonly #limit: number;
   #held = 0;
-  readonly #waiters: Array<() => void> = [];
+  readonly #waiters: Array<{ weight: number; grant: () => void }> = [];
 
   constructor(limit: number) {
     if (!(limit >= 1)) throw new Error(`a semaphore needs a limit of at least 1, not ${limit}`);
@@ -21,34 +25,47 @@ export class Semaphore {
     return this.#waiters.length;
   }
 
-  async acquire(signal?: AbortSignal): Promise<() => void> {
+  async acquire(signal?: AbortSignal, weight = 1): Promise<() => void> {
     signal?.throwIfAborted();
-    if (this.#held < this.#limit) {
-      this.#held++;
+    const w = Math.min(weight, this.#limit);
+    // A newcomer goes behind the queue, so that it cannot overtake a heavier waiter at its head.
+    if (this.#waiters.length === 0 && this.#held + w <= this.#limit) {
+      this.#held += w;
     } else {
       await new Promise<void>((resolve, reject) => {
-        const grant = () => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
+        const waiter = {
+          weight: w,
+          grant: () => {
+            signal?.removeEventListener('abort', onAbort);
+            resolve();
+          },
         };
         const onAbort = () => {
-          const i = this.#waiters.indexOf(grant);
+          const i = this.#waiters.indexOf(waiter);
           if (i >= 0) this.#waiters.splice(i, 1);
+          this.#grant();
           reject(signal!.reason);
         };
         signal?.addEventListener('abort', onAbort, { once: true });
-        this.#waiters.push(grant);
+        this.#waiters.push(waiter);
       });
     }
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      // The slot passes straight to the next waiter, so a newcomer cannot overtake the queue.
-      const next = this.#waiters.shift();
-      if (next) next();
-      else this.#held--;
+      this.#held -= w;
+      this.#grant();
     };
+  }
+
+  /** Grants the waiters at the head of the queue while they fit. */
+  #grant(): void {
+    while (this.#waiters.length > 0 && this.#held + this.#waiters[0]!.weight <= this.#limit) {
+      const next = this.#waiters.shift()!;
+      this.#held += next.weight;
+      next.grant();
+    }
   }
 }
 

@@ -43,7 +43,9 @@ export type FailureReason =
   /** Its registry's address is loopback, private, link-local or the cluster's own: no connection made. */
   | 'AddressNotAllowed'
   /** Its registry is not among those the caller lists (an ArchPlacement's `registries`): no request made. */
-  | 'RegistryNotAllowed';
+  | 'RegistryNotAllowed'
+  /** Berth's own bound on registry reads held it (too many images at once: fewer, or later). */
+  | 'Bounded';
 
 /** The longest Retry-After the client honours by default (a registry asking for more gets this). */
 export const MAX_RETRY_AFTER_MS = 5 * 60_000;
@@ -92,6 +94,11 @@ export type CachedOptions = Pick<InspectOptions, 'revalidate'> & {
    */
   revalidatedSince?: number;
   counted?: boolean;
+  /**
+   * The pull secrets (`namespace/name`) the caller reads with: an entry read with credentials
+   * answers only a caller holding the secret that read it; one read anonymously answers any.
+   */
+  secrets?: readonly string[];
 };
 
 /** Reads an image's platforms from its registry without pulling it. */

@@ -106,9 +106,14 @@ export class BuildError extends Error {
 
 function pinnedVersion(c: Component): string {
   const gomod = readFileSync(join(controlPlaneSourceDir(), c.module, 'go.mod'), 'utf8');
-  const m = gomod.match(new RegExp(`^\\s*(?:require\\s+)?${c.pin.replace(/\./g, '\\.')}\\s+(v\\S+)`, 'm'));
-  if (!m?.[1]) throw new BuildError(`controlplane/${c.module}/go.mod does not pin ${c.pin}`);
-  return m[1];
+  // A `require` line, or a line of a require block: `[require] <module> <version>`.
+  const version = gomod
+    .split('\n')
+    .map((line) => line.trim().split(/\s+/))
+    .map((words) => (words[0] === 'require' ? words.slice(1) : words))
+    .find((words) => words[0] === c.pin && words[1]?.startsWith('v'))?.[1];
+  if (!version) throw new BuildError(`controlplane/${c.module}/go.mod does not pin ${c.pin}`);
+  return version;
 }
 
 /** The cache folder of a component: its version plus a hash of everything that decides the build. */

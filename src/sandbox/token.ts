@@ -5,6 +5,7 @@
 // repositories, push for the users allowed to.
 import { createHash, randomBytes, sign, timingSafeEqual, type KeyObject } from 'node:crypto';
 import { join } from 'node:path';
+import { globMatch } from '../registry/glob.ts';
 
 /** What the sandbox writes to REGISTRY_DIR/token.json. */
 export interface TokenServerConfig {
@@ -63,11 +64,7 @@ export function parseScopes(params: string[]): Scope[] {
   return scopes;
 }
 
-export function globMatch(glob: string, name: string): boolean {
-  const re = glob.split('*').map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'));
-  return new RegExp(`^${re.join('.*')}$`).test(name);
-}
-
+// A `*` of the token policy's globs crosses `/` (`private/*` holds `private/a/b`).
 const matchesAny = (globs: string[] | undefined, name: string) =>
   (globs ?? []).some((g) => globMatch(g, name));
 

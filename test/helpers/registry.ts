@@ -139,6 +139,25 @@ export function addTokenPolicy(
   return () => rmSync(file, { force: true });
 }
 
+/** A kubernetes.io/dockerconfigjson Secret with one login for `key` (a host, or host and path, or a glob). */
+export const dockerConfigSecret = (
+  namespace: string,
+  name: string,
+  key: string,
+  user: string,
+  password: string,
+) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: { name, namespace },
+  type: 'kubernetes.io/dockerconfigjson',
+  data: {
+    '.dockerconfigjson': Buffer.from(
+      JSON.stringify({ auths: { [key]: { auth: Buffer.from(`${user}:${password}`).toString('base64') } } }),
+    ).toString('base64'),
+  },
+});
+
 /** What the fault proxy does to the next matching requests instead of (or on top of) forwarding. */
 export interface Fault {
   /** Only requests with this method (default: any). */

@@ -50,6 +50,7 @@ import {
 } from '../helpers/cluster.ts';
 import {
   addTokenPolicy,
+  dockerConfigSecret,
   platform,
   RegistryPusher,
   startFaultProxy,
@@ -162,24 +163,6 @@ const result = (p: ArchPod) =>
     images: { image: string; digest: string; platforms: string[] }[];
   };
 
-/** A kubernetes.io/dockerconfigjson Secret with one login for `key` (a host, or host and path). */
-const dockerConfigSecret = (
-  namespace: string,
-  name: string,
-  key: string,
-  user: string,
-  password: string,
-) => ({
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: { name, namespace },
-  type: 'kubernetes.io/dockerconfigjson',
-  data: {
-    '.dockerconfigjson': Buffer.from(
-      JSON.stringify({ auths: { [key]: { auth: Buffer.from(`${user}:${password}`).toString('base64') } } }),
-    ).toString('base64'),
-  },
-});
 /** GETs of Secrets the apiserver has served (its own metric: the only reader here is Berth). */
 const secretGets = async () =>
   (await client.request<string>('GET', '/metrics'))
@@ -487,8 +470,8 @@ describe('NodeAffinity mode', () => {
           ),
         },
       });
-      // Anonymous first: a result read with credentials is cached by digest for every pod after
-      // (docs/decisions/0007: the kubelet shares pulled images the same way).
+      // Anonymous, then with the secret: a result read with credentials answers only pods naming
+      // that secret (decision 0024; tenant-registry.test.ts tries the other order, across tenants).
       const without = uniqueName('private-anon');
       await createPod(main, without, [{ image: ref }]);
       const failed = await podSettled(main, without, 'Failed');

@@ -5,6 +5,9 @@ import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 import {
   MAX_PAUSED_MS,
+  MAX_POD_IMAGES,
+  pullSecretRefs,
+  tooManyImages,
   NO_COMMON_ARCHITECTURE,
   choosePolicy,
   constrainsArch,
@@ -255,6 +258,24 @@ describe('the webhook gate', () => {
 });
 
 describe('images and their architectures', () => {
+  test(`a pod of more than ${MAX_POD_IMAGES} distinct images is Bounded, for good; repeats count once`, () => {
+    const images = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ image: `img${i}:1`, revalidate: false }));
+    assert.equal(tooManyImages(images(MAX_POD_IMAGES)), undefined);
+    assert.equal(tooManyImages([...images(MAX_POD_IMAGES), ...images(MAX_POD_IMAGES)]), undefined);
+    const err = tooManyImages(images(MAX_POD_IMAGES + 1));
+    assert.equal(err?.reason, 'Bounded');
+    assert.equal(err?.transient, false);
+    assert.match(err!.message, /names 33 images; Berth reads at most 32 for one pod/);
+  });
+
+  test('pullSecretRefs: the pod’s own, in its namespace, then the cluster-wide one', () => {
+    const p = pod({ containers: [], imagePullSecrets: [{ name: 'a' }, { name: 'b' }] });
+    assert.deepEqual(pullSecretRefs(p, 'team'), ['team/a', 'team/b']);
+    assert.deepEqual(pullSecretRefs(p, 'team', 'berth/global'), ['team/a', 'team/b', 'berth/global']);
+    assert.deepEqual(pullSecretRefs(p, 'team', 'no-namespace'), ['team/a', 'team/b']);
+  });
+
   test('every image of containers and initContainers, once; Always on any container revalidates', () => {
     const p = pod({
       initContainers: [{ name: 'i', image: 'init:1', imagePullPolicy: 'IfNotPresent' }],

@@ -17,7 +17,7 @@ import {
   STATE_LABEL,
   archPlacementSpec,
 } from '../../../src/arch/types.ts';
-import { cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
+import { ANONYMOUS, cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
 import type {
@@ -245,11 +245,13 @@ test('an image pulled Always: every pod asks for it, and is placed only on a rea
   const canonical = 'docker.io/library/live:latest';
   const digest = `sha256:${'c'.repeat(64)}`;
   const registry = 'registry-1.docker.io';
-  const tagRead = (readAt: number) => ({ digest, registry, expiresAt: 1e12, readAt });
+  const tagRead = (readAt: number) => ({ digest, registry, expiresAt: 1e12, readAt, readers: [ANONYMOUS] });
   // What the thread holds: the tag read long ago, still fresh for a pod that does not pull Always.
   const images: KnownImages = {
     tags: new Map([[canonical, tagRead(1_000)]]),
-    digests: new Map([[digest, { platforms: [{ os: 'linux', architecture: 'arm64' }], registry }]]),
+    digests: new Map([
+      [digest, { platforms: [{ os: 'linux', architecture: 'arm64' }], registry, readers: [ANONYMOUS] }],
+    ]),
   };
   let state = {};
   const hints: InspectHint[] = [];

@@ -107,6 +107,16 @@ const indexOf = (platforms: string[], more: object[] = []) =>
     ],
   });
 
+const platformsOf = (_index: Buffer) => [{ os: 'linux', architecture: 'arm64' }];
+
+async function waitUntil(done: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const until = performance.now() + timeoutMs;
+  while (!done()) {
+    if (performance.now() > until) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 async function rejectsWith(p: Promise<unknown>, check: (e: InspectionError) => void): Promise<void> {
   await assert.rejects(p, (e: unknown) => {
     assert.ok(e instanceof InspectionError, `an InspectionError, not ${String(e)}`);
@@ -248,6 +258,115 @@ describe('a pull secret entry with no user and no password', () => {
     assert.deepEqual((await c.inspect(`${reg.host}/app:v1`, { pullSecrets })).platforms, [
       { os: 'linux', architecture: 'arm64' },
     ]);
+  });
+});
+
+describe('the caches answer by who read (issue 47)', () => {
+  test('a private image read with one pull secret answers neither an anonymous caller nor another secret', async () => {
+    const index = indexOf(['linux/arm64']);
+    const good = `Basic ${Buffer.from('u:p').toString('base64')}`;
+    const reg = await serve((path, req) => {
+      if (req.headers.authorization !== good)
+        return { status: 401, headers: { 'www-authenticate': 'Basic realm="private"' } };
+      return path === '/v2/app/manifests/v1' || path === `/v2/app/manifests/${digestOf(index)}`
+        ? manifest(index, MediaType.ociIndex)
+        : notFound;
+    });
+    const c = client({ [reg.host]: 'http' });
+    const secret = (name: string, password: string) => ({
+      name,
+      type: 'kubernetes.io/dockerconfigjson',
+      data: {
+        '.dockerconfigjson': Buffer.from(
+          JSON.stringify({ auths: { [reg.host]: { username: 'u', password } } }),
+        ).toString('base64'),
+      },
+    });
+    const image = `${reg.host}/app:v1`;
+    const byDigest = `${reg.host}/app@${digestOf(index)}`;
+    assert.equal((await c.inspect(image, { pullSecrets: [secret('a/pull', 'p')] })).cached, false);
+    for (const i of [image, byDigest]) {
+      assert.equal(c.cached(i), undefined, `${i}: anonymous`);
+      assert.equal(c.cached(i, { secrets: ['b/pull'] }), undefined, `${i}: another secret`);
+      assert.equal(c.cached(i, { secrets: ['a/pull'] })?.digest, digestOf(index), `${i}: its secret`);
+      assert.equal((await c.inspect(i, { pullSecrets: [secret('a/pull', 'p')] })).cached, true, i);
+      // Asked of the registry, which refuses them.
+      const asked = reg.asked.length;
+      await rejectsWith(c.inspect(i), (e) => assert.equal(e.reason, 'Unauthorized'));
+      await rejectsWith(c.inspect(i, { pullSecrets: [secret('b/pull', 'wrong')] }), (e) =>
+        assert.equal(e.reason, 'Unauthorized'),
+      );
+      assert.ok(reg.asked.length > asked, `${i}: the registry was asked`);
+    }
+    // Known snapshots (the webhook thread's) carry who read each entry.
+    assert.deepEqual(
+      [...c.known().digests.values()].map((d) => d.readers),
+      [['a/pull']],
+    );
+  });
+});
+
+describe('bounds across every registry (issue 47)', () => {
+  const slowRegistry = async (delayMs: number) => {
+    const index = indexOf(['linux/arm64']);
+    const arrivals: number[] = [];
+    const closed: number[] = [];
+    const reg = await serve((path, req) => {
+      arrivals.push(performance.now());
+      req.socket.once('close', () => closed.push(performance.now()));
+      return path.startsWith('/v2/app') ? { ...manifest(index, MediaType.ociIndex), delayMs } : notFound;
+    });
+    return { ...reg, arrivals, closed };
+  };
+
+  test('at most maxRequestsInFlight requests to all hosts at once, however many hosts', async () => {
+    const regs = await Promise.all([1, 2, 3].map(() => slowRegistry(150)));
+    const c = client(Object.fromEntries(regs.map((r) => [r.host, 'http' as const])), {
+      maxRequestsInFlight: 2,
+    });
+    await Promise.all(regs.flatMap((r) => [c.inspect(`${r.host}/app:v1`), c.inspect(`${r.host}/app:v2`)]));
+    const arrivals = regs.flatMap((r) => r.arrivals).sort((a, b) => a - b);
+    assert.equal(arrivals.length, 6);
+    for (const t of arrivals) {
+      const together = arrivals.filter((u) => u >= t && u < t + 100).length;
+      assert.ok(together <= 2, `${together} requests within 100 ms of each other`);
+    }
+  });
+
+  test('an inspection given up ends its requests; held by the bound, it says Bounded', async () => {
+    const slow = await slowRegistry(5_000);
+    const other = await slowRegistry(0);
+    const c = client({ [slow.host]: 'http', [other.host]: 'http' }, { maxRequestsInFlight: 1 });
+    const started = performance.now();
+    const given = c.inspect(`${slow.host}/app:v1`, { signal: AbortSignal.timeout(300) });
+    // Behind it, for the one place in flight: another registry's image, given up as well.
+    const held = c.inspect(`${other.host}/app:v1`, { signal: AbortSignal.timeout(100) });
+    await rejectsWith(held, (e) => {
+      assert.equal(e.reason, 'Bounded');
+      assert.equal(e.transient, true);
+      assert.match(e.message, /1 requests, 64 MiB/);
+    });
+    await assert.rejects(given);
+    assert.equal(other.arrivals.length, 0, 'the held read never went out');
+    // The abandoned request's connection is closed at once, not left for the registry's 5 s.
+    await waitUntil(() => slow.closed.length > 0);
+    assert.ok(slow.closed[0]! - started < 2_000, `closed after ${(slow.closed[0]! - started).toFixed(0)} ms`);
+    // And the place it held is free: the other registry answers now.
+    assert.equal((await c.inspect(`${other.host}/app:v1`)).platforms[0]!.architecture, 'arm64');
+  });
+
+  test('bodies being read take their stated bytes from one budget across hosts', async () => {
+    const regs = await Promise.all([1, 2].map(() => slowRegistry(100)));
+    const index = indexOf(['linux/arm64']);
+    const c = client(Object.fromEntries(regs.map((r) => [r.host, 'http' as const])), {
+      maxBodyBytesInFlight: index.length,
+    });
+    // Each body fills the budget: both are read, one after the other, and neither fails.
+    const got = await Promise.all(regs.map((r) => c.inspect(`${r.host}/app:v1`)));
+    assert.deepEqual(
+      got.map((g) => g.platforms),
+      [platformsOf(index), platformsOf(index)],
+    );
   });
 });
 

@@ -2,12 +2,14 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
   SecretType,
+  MAX_KEY_LENGTH,
+  MAX_KEYRING_ENTRIES,
   buildKeyring,
-  globRegExp,
   keyOf,
   lookup,
   pullSecretFromFile,
 } from '../../../src/registry/keyring.ts';
+import { globMatch } from '../../../src/registry/glob.ts';
 import { parseReference } from '../../../src/registry/reference.ts';
 import type { PullSecret } from '../../../src/registry/types.ts';
 import { withSeed } from '../../helpers/prng.ts';
@@ -111,8 +113,8 @@ describe('keyring matching (the kubelet semantics)', () => {
     const ring = buildKeyring([cfg, json]);
     assert.deepEqual(ring.problems, []);
     assert.deepEqual(lookup(ring, 'reg.io', 'a'), [
-      { username: 'plain', password: 'pw', source: 'ns/old (reg.io)' },
-      { username: 'fromauth', password: 'x:y', source: 'ns/new (reg.io)' },
+      { username: 'plain', password: 'pw', source: 'ns/old (reg.io)', secret: 'ns/old' },
+      { username: 'fromauth', password: 'x:y', source: 'ns/new (reg.io)', secret: 'ns/new' },
     ]);
   });
 
@@ -199,27 +201,77 @@ test('keyOf strips the scheme and /v1/ or /v2/', () => {
   assert.equal(keyOf('https://reg.io/a?x=1#f'), 'reg.io/a');
 });
 
-test('globRegExp follows filepath.Match', () => {
+test('globMatch follows filepath.Match', () => {
   const yes: Array<[string, string]> = [
     ['*', 'abc'],
     ['a*c', 'abbbc'],
+    ['a*b*c', 'abxbyc'],
+    ['*c', 'cc'],
     ['a?c', 'abc'],
     ['[abc]x', 'bx'],
     ['[a-c]x', 'cx'],
     ['[^a-c]x', 'dx'],
+    ['[\\]]', ']'],
+    ['[\\-]', '-'],
     ['\\*', '*'],
     ['a\\.b', 'a.b'],
+    ['ä?', 'äö'], // runes, not bytes
+    ['', ''],
   ];
   const no: Array<[string, string]> = [
     ['a?c', 'ac'],
     ['[a-c]x', 'dx'],
     ['\\*', 'a'],
     ['a.b', 'axb'],
+    ['a*', 'a/b'], // `*` never crosses the separator
+    ['a?b', 'a/b'],
+    ['*c', 'cd'],
+    ['[z-a]', 'm'], // a reversed range holds nothing (Go: no error)
+    ['', 'a'],
   ];
-  for (const [p, s] of yes) assert.ok(globRegExp(p)?.test(s), `${p} matches ${s}`);
-  for (const [p, s] of no) assert.ok(!globRegExp(p)?.test(s), `${p} does not match ${s}`);
-  for (const bad of ['[', '[]', '[-a]', '[a-]', '[z-a]', 'a\\'])
-    assert.equal(globRegExp(bad), undefined, bad);
+  for (const [p, s] of yes) assert.ok(globMatch(p, s, { sep: '/' }), `${p} matches ${s}`);
+  for (const [p, s] of no) assert.ok(!globMatch(p, s, { sep: '/' }), `${p} does not match ${s}`);
+  // A bad pattern matches nothing, even where its good part would.
+  for (const bad of ['[', '[]', '[-a]', '[a-]', 'a\\', 'x[', '*[a'])
+    assert.equal(globMatch(bad, bad.replace(/[[\]\\-]/g, '') || 'a', { sep: '/' }), false, bad);
+  assert.ok(globMatch('a*', 'a/b'), 'without a separator `*` matches `/`');
+});
+
+describe('what a namespace user writes in a pull secret is bounded (issue 47)', () => {
+  test('a key that made a RegExp backtrack for minutes is matched in linear time', () => {
+    const key = '*a*a*a*a*a*a*a*a*a*ab.x';
+    const secret = jsonSecret('tenant/evil', { [key]: auth('u') });
+    for (const n of [30, 120, 240]) {
+      const t0 = performance.now();
+      assert.deepEqual(users([secret], `${'a'.repeat(n)}.x/app`), []);
+      assert.deepEqual(users([secret], `${'a'.repeat(n)}b.x/app`), ['u']);
+      const ms = performance.now() - t0;
+      assert.ok(ms < 50, `${n} a's took ${ms.toFixed(1)} ms`);
+    }
+  });
+
+  test(`a key longer than ${MAX_KEY_LENGTH} characters, and keys past ${MAX_KEYRING_ENTRIES}, are problems, not matched`, () => {
+    const long = `${'x'.repeat(MAX_KEY_LENGTH)}.io`;
+    const many = Object.fromEntries(
+      Array.from({ length: MAX_KEYRING_ENTRIES + 5 }, (_, i) => [
+        `r${String(i).padStart(3, '0')}.io`,
+        auth(`u${i}`),
+      ]),
+    );
+    const ring = buildKeyring([
+      jsonSecret('tenant/long', { [long]: auth('long') }),
+      jsonSecret('tenant/many', many),
+    ]);
+    assert.equal(ring.entries.length, MAX_KEYRING_ENTRIES);
+    assert.equal(ring.problems.length, 6);
+    assert.ok(ring.problems[0]!.includes(`longer than ${MAX_KEY_LENGTH}`));
+    // Messages quote a user's key shortened.
+    for (const p of ring.problems) assert.ok(p.length < 200, p);
+    assert.deepEqual(
+      lookup(buildKeyring([jsonSecret('tenant/long', { [long]: auth('long') })]), long, 'a'),
+      [],
+    );
+  });
 });
 
 test('pullSecretFromFile reads a Secret, a docker config.json and a bare .dockercfg', () => {

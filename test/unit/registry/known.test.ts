@@ -1,13 +1,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
+import { ANONYMOUS, cachedFrom, withReader, type KnownImages } from '../../../src/registry/known.ts';
 
 const digest = `sha256:${'a'.repeat(64)}`;
 const other = `sha256:${'b'.repeat(64)}`;
 const platforms = [{ os: 'linux', architecture: 'arm64' }];
-const known = (expiresAt: number, readAt = 500): KnownImages => ({
-  tags: new Map([['registry.example/app:v1', { digest, registry: 'registry.example', expiresAt, readAt }]]),
-  digests: new Map([[digest, { platforms, registry: 'registry.example' }]]),
+const known = (expiresAt: number, readAt = 500, readers = [ANONYMOUS]): KnownImages => ({
+  tags: new Map([
+    ['registry.example/app:v1', { digest, registry: 'registry.example', expiresAt, readAt, readers }],
+  ]),
+  digests: new Map([[digest, { platforms, registry: 'registry.example', readers }]]),
 });
 
 test('a snapshot answers as the client would without a request', () => {
@@ -39,4 +41,30 @@ test('a tag past its expiry is not known, its digest still is', () => {
   const expired = cachedFrom(known(1000), () => 1000);
   assert.equal(expired('registry.example/app:v1'), undefined);
   assert.equal(expired(`registry.example/app:v1@${digest}`)?.digest, digest);
+});
+
+test('an entry read with a pull secret answers only callers holding that secret (issue 47)', () => {
+  const read = cachedFrom(known(2000, 500, ['team-a/pull']), () => 1000);
+  for (const image of ['registry.example/app:v1', `registry.example/app@${digest}`]) {
+    assert.equal(read(image), undefined, `${image}: anonymous`);
+    assert.equal(read(image, { secrets: ['team-b/pull'] }), undefined, `${image}: another secret`);
+    assert.equal(read(image, { secrets: ['team-b/pull', 'team-a/pull'] })?.digest, digest, image);
+  }
+  // Read anonymously: anyone.
+  assert.equal(
+    cachedFrom(known(2000), () => 1000)('registry.example/app:v1', { secrets: ['x/y'] })?.digest,
+    digest,
+  );
+});
+
+test('withReader: anonymous makes an entry public; at most eight secrets, the oldest dropped', () => {
+  assert.deepEqual(withReader(['a/s'], ANONYMOUS), [ANONYMOUS]);
+  assert.deepEqual(withReader([ANONYMOUS], 'a/s'), [ANONYMOUS]);
+  assert.deepEqual(withReader(['a/s', 'b/s'], 'a/s'), ['b/s', 'a/s']);
+  let readers: string[] = [];
+  for (let i = 0; i < 20; i++) readers = withReader(readers, `ns${i}/s`);
+  assert.deepEqual(
+    readers,
+    Array.from({ length: 8 }, (_, i) => `ns${12 + i}/s`),
+  );
 });

@@ -78,6 +78,45 @@ describe('Semaphore', () => {
     assert.equal(s.held, 0);
   });
 
+  test('weights: a waiter takes its weight at once, in order; one above the limit takes all of it', async () => {
+    const s = new Semaphore(10);
+    const order: string[] = [];
+    const six = await s.acquire(undefined, 6);
+    const heavy = s.acquire(undefined, 8).then((rel) => (order.push('heavy'), rel));
+    // It would fit beside the six, but the heavier waiter came first: it does not overtake.
+    const light = s.acquire(undefined, 2).then((rel) => (order.push('light'), rel));
+    await tick();
+    assert.deepEqual(order, []);
+    six();
+    await tick();
+    assert.deepEqual(order, ['heavy', 'light']);
+    assert.equal(s.held, 10);
+    (await heavy)();
+    (await light)();
+    const huge = await s.acquire(undefined, 1e9);
+    assert.equal(s.held, 10);
+    huge();
+    assert.equal(s.held, 0);
+  });
+
+  test('a heavy waiter that gives up lets the lighter ones behind it in', async () => {
+    const s = new Semaphore(10);
+    const hold = await s.acquire(undefined, 5);
+    const ac = new AbortController();
+    const heavy = s.acquire(ac.signal, 10);
+    let light = false;
+    const next = s.acquire(undefined, 5).then((rel) => ((light = true), rel));
+    await tick();
+    assert.equal(light, false);
+    ac.abort(new Error('gone'));
+    await assert.rejects(heavy, /gone/);
+    await tick();
+    assert.equal(light, true);
+    hold();
+    (await next)();
+    assert.equal(s.held, 0);
+  });
+
   test('a random schedule never exceeds the limit and never loses a slot', () =>
     withSeed('semaphore', async (r) => {
       const limit = 1 + r.int(4);
@@ -138,14 +177,14 @@ describe('Flights', () => {
     let runs = 0;
     let finish!: (n: number) => void;
     const work = () => (runs++, new Promise<number>((res) => (finish = res)));
-    const a = f.run('k', work);
-    const b = f.run('k', work);
-    const other = f.run('other', () => Promise.resolve(7));
+    const a = f.run('k', undefined, work);
+    const b = f.run('k', undefined, work);
+    const other = f.run('other', undefined, () => Promise.resolve(7));
     assert.equal(runs, 1);
     finish(42);
     assert.deepEqual(await Promise.all([a, b, other]), [42, 42, 7]);
     assert.equal(f.size, 0);
-    const c = f.run('k', work);
+    const c = f.run('k', undefined, work);
     assert.equal(runs, 2);
     finish(43);
     assert.equal(await c, 43);
@@ -155,13 +194,49 @@ describe('Flights', () => {
     const f = new Flights<number>();
     let finish!: (n: number) => void;
     const ac = new AbortController();
-    const quitter = f.run('k', () => new Promise<number>((res) => (finish = res)), ac.signal);
-    const stayer = f.run('k', () => Promise.resolve(0));
+    const quitter = f.run('k', ac.signal, () => new Promise<number>((res) => (finish = res)));
+    const stayer = f.run('k', undefined, () => Promise.resolve(0));
     ac.abort(new Error('quit'));
     await assert.rejects(quitter, /quit/);
     finish(5);
     assert.equal(await stayer, 5);
     const boom = () => Promise.reject(new Error('boom'));
-    await Promise.all([assert.rejects(f.run('x', boom), /boom/), assert.rejects(f.run('x', boom), /boom/)]);
+    await Promise.all([
+      assert.rejects(f.run('x', undefined, boom), /boom/),
+      assert.rejects(f.run('x', undefined, boom), /boom/),
+    ]);
+  });
+
+  test('once every caller has given up, the work is aborted and the next caller starts it anew', async () => {
+    const f = new Flights<number>();
+    const signals: AbortSignal[] = [];
+    const work = (signal: AbortSignal) => {
+      signals.push(signal);
+      return new Promise<number>((resolve, reject) => {
+        signal.addEventListener('abort', () => reject(signal.reason));
+        setTimeout(() => resolve(1), 50);
+      });
+    };
+    const [a, b] = [new AbortController(), new AbortController()];
+    const first = f.run('k', a.signal, work);
+    const second = f.run('k', b.signal, work);
+    a.abort(new Error('a quit'));
+    await assert.rejects(first, /a quit/);
+    await tick();
+    assert.equal(signals[0]!.aborted, false, 'one caller still waits');
+    b.abort(new Error('b quit'));
+    await assert.rejects(second, /b quit/);
+    await tick();
+    assert.equal(signals[0]!.aborted, true, 'nobody waits: its requests end');
+    assert.equal(f.size, 0);
+    assert.equal(await f.run('k', new AbortController().signal, work), 1);
+    assert.equal(signals.length, 2);
+    // A caller without a signal never gives up: the work runs to its end.
+    const c = new AbortController();
+    const kept = f.run('z', undefined, work);
+    void f.run('z', c.signal, work).catch(() => {});
+    c.abort();
+    assert.equal(await kept, 1);
+    assert.equal(signals[2]!.aborted, false);
   });
 });

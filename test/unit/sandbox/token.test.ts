@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { createPrivateKey, verify, X509Certificate } from 'node:crypto';
 import { test } from 'node:test';
+import { globMatch } from '../../../src/registry/glob.ts';
 import { createCertificateAuthority } from '../../../src/runtime/webhook/certificates.ts';
 import {
   authenticate,
-  globMatch,
   grant,
   mergePolicies,
   parseScopes,
@@ -41,7 +41,7 @@ test('scopes: type, name and actions, several per parameter, a class on the type
   assert.deepEqual(parseScopes(['repository:pull', ':a:pull', '', ' ']), []);
 });
 
-test('globs: * matches any run of characters, slashes included; the rest is literal', () => {
+test("globs: Go's path.Match, with * matching any run of characters, slashes included", () => {
   assert.equal(globMatch('private/*', 'private/a/b'), true);
   assert.equal(globMatch('private/*', 'privateer/a'), false);
   assert.equal(globMatch('private/*', 'x/private/a'), false);
