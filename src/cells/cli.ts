@@ -39,21 +39,33 @@ const joinProbeTimeoutMs = 5000;
 /** The Secret `berth cells join` keeps a cell's kubeconfig in. */
 export const secretName = (cell: string): string => `cell-${cell}-kubeconfig`;
 
-/** Where `berth cells join` asks what a kubeconfig may do: its cluster-wide grants and kube-system's. */
-const REVIEWED_NAMESPACE = 'kube-system';
-
 /**
  * What the cell's kubeconfig may do there beyond `needed` (what a management plane does in a cell),
- * as lines to warn with; none when it may do no more. A grant is named once per resource.
+ * as lines to warn with; none when it may do no more. A rules review answers for one namespace (and
+ * the cluster-wide grants), so each of `namespaces` is reviewed; a grant is named once per resource,
+ * with the namespaces it holds in unless it holds in all of them.
  */
-async function excessAccess(cell: KubeClient, name: string, needed: PolicyRule[]): Promise<string[]> {
-  let review;
+async function excessAccess(
+  cell: KubeClient,
+  name: string,
+  needed: PolicyRule[],
+  namespaces: string[],
+): Promise<string[]> {
+  let reviews;
   try {
-    review = await selfRules(cell, REVIEWED_NAMESPACE, { signal: AbortSignal.timeout(joinProbeTimeoutMs) });
+    const signal = AbortSignal.timeout(joinProbeTimeoutMs);
+    reviews = await Promise.all(namespaces.map((ns) => selfRules(cell, ns, { signal })));
   } catch (e) {
     return [`warning: could not ask what the kubeconfig of cell ${name} may do there: ${errorText(e)}`];
   }
-  const excess = excessGrants(review.rules, [...needed, ...EVERYONE_RULES]);
+  const where = new Map<string, string[]>();
+  reviews.forEach((review, i) => {
+    for (const grant of excessGrants(review.rules, [...needed, ...EVERYONE_RULES]))
+      where.set(grant, [...(where.get(grant) ?? []), namespaces[i]!]);
+  });
+  const excess = [...where].map(([grant, in_]) =>
+    in_.length === namespaces.length ? grant : `${grant} (in ${in_.join(', ')})`,
+  );
   return [
     ...(excess.length
       ? [
@@ -62,7 +74,7 @@ async function excessAccess(cell: KubeClient, name: string, needed: PolicyRule[]
           ...excess.map((g) => `  ${g}`),
         ]
       : []),
-    ...(review.incomplete
+    ...(reviews.some((r) => r.incomplete)
       ? [`warning: cell ${name} did not list every rule of its kubeconfig (an authorizer that cannot)`]
       : []),
   ];
@@ -96,7 +108,14 @@ export async function joinCell(
     probe = await probeCell(cell, joinProbeTimeoutMs, true);
     if (!probe.ok)
       throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
-    if (check) for (const line of await excessAccess(cell, name, check.needed)) check.warn(line);
+    // The namespaces the Cell serves, kube-system and Berth's: where a grant beyond the cell role matters.
+    const reviewed = new Set([
+      'kube-system',
+      String(o['berthNamespace']),
+      ...((o['namespaces'] as string[]) ?? []),
+    ]);
+    if (check)
+      for (const line of await excessAccess(cell, name, check.needed, [...reviewed])) check.warn(line);
   } finally {
     cell.close();
   }

@@ -215,7 +215,7 @@ describe("Berth's identity may only what its roles name", () => {
 describe('berth cells join: a kubeconfig that may do more in the cell than the management plane needs', () => {
   // The sandbox joins itself: its management plane is the cell.
   const joined: string[] = [];
-  const join = (kubeconfig: string) => {
+  const join = (kubeconfig: string, ...flags: string[]) => {
     const name = uniqueName('self');
     joined.push(name);
     return runBerthCli([
@@ -225,6 +225,7 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
       `--kubeconfig=${kubeconfig}`,
       '--location=DFW',
       `--management-kubeconfig=${sandbox.kubeconfigPath}`,
+      ...flags,
     ]);
   };
   const bound = uniqueName('cell-user');
@@ -274,6 +275,42 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
     assert.equal(r.status, 0, r.stderr);
     const named = r.stderr.split('\n').filter((l) => l.startsWith('  '));
     assert.deepEqual(named, ['  get core/secrets'], r.stderr);
+  });
+
+  test('a grant by a RoleBinding in a namespace the Cell serves is named, with its namespace', async () => {
+    const served = await createNamespace(client, 'served');
+    const user = uniqueName('cell-ns-user');
+    const [role] = parseAllDocuments(runBerthCli(['manifests', '--cell']).stdout).map(
+      (d) => d.toJS() as KubeObject & { rules: PolicyRule[] },
+    );
+    await client.create(Resources.clusterRoles, { ...role, metadata: { name: user } });
+    await client.create(Resources.clusterRoleBindings, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: user },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+    });
+    await client.create(Resources.roleBindings, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: user, namespace: served },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'view' },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+    });
+    try {
+      const r = join(await sandbox.mintUser(user), `--namespaces=${served}`);
+      assert.equal(r.status, 0, r.stderr);
+      assert.match(
+        r.stderr,
+        new RegExp(`^ {2}get, list, watch core/pods \\(in ${served}\\)$`, 'm'),
+        r.stderr,
+      );
+    } finally {
+      await client.delete(Resources.clusterRoleBindings, user).catch(() => {});
+      await client.delete(Resources.clusterRoles, user).catch(() => {});
+      await deleteNamespace(client, served);
+    }
   });
 
   test('a ServiceAccount bound to the cell role `berth manifests --cell` prints: it joins without a warning', async () => {
