@@ -14,6 +14,7 @@ import {
   finalizerOwnerRule,
   leaderElectionRoleName,
   leaseRules,
+  podPatchPolicyManifests,
   pullSecretRoleName,
   rbacManifests,
   runtimeRules,
@@ -246,6 +247,10 @@ const helmWebhookConfigurations = (): string =>
   emptyWebhookConfigurations(FULLNAME).map(yaml).join('---\n') +
   '{{- end }}\n';
 
+/** The policy that bounds the release's ServiceAccount's Pod patches, and its binding. */
+const helmPodPatchPolicy = (): string =>
+  documents(podPatchPolicyManifests({ name: FULLNAME, namespace: '{{ .Release.Namespace }}' }));
+
 /** The Role for the Lease in the release namespace, and its binding: only with leader election. */
 const helmLeaderElection = (): string =>
   HEADER +
@@ -287,6 +292,7 @@ export function generatedFiles(): Map<string, string> {
       'deploy/kustomize/base/webhook-configurations.yaml',
       documents(emptyWebhookConfigurations(WEBHOOK_CONFIGURATION)),
     ],
+    ['deploy/kustomize/base/pod-patch-policy.yaml', documents(podPatchPolicyManifests())],
     ['deploy/kustomize/finalizer-owners/rules.yaml', kustomizeFinalizerOwners()],
     ['deploy/helm/berth/templates/clusterrole.yaml', helmClusterRole()],
     ['deploy/helm/berth/templates/role.yaml', helmRole()],
@@ -296,6 +302,7 @@ export function generatedFiles(): Map<string, string> {
     ['deploy/helm/berth/templates/workload-pods.yaml', helmWorkloadPods()],
     ['deploy/helm/berth/templates/arch-pull-secret.yaml', helmArchPullSecret()],
     ['deploy/helm/berth/templates/webhook-configurations.yaml', helmWebhookConfigurations()],
+    ['deploy/helm/berth/templates/pod-patch-policy.yaml', helmPodPatchPolicy()],
   ]);
   for (const crd of crds) files.set(`${HELM_CRDS_DIR}/${crd.metadata!.name}.yaml`, documents([crd]));
   return files;

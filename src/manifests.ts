@@ -322,3 +322,69 @@ function archPullSecretManifests(
     roleBinding(own, secret.namespace, { kind: 'Role', name: own }, subject),
   ];
 }
+
+/** The ValidatingAdmissionPolicy (and its binding) that bounds Berth's writes to existing Pods. */
+export const podPatchPolicyName = (name: string): string => `${name}-pod-patches`;
+
+/** Label and annotation keys Berth writes on pods it did not create (arch's state, result, failure). */
+const OWN_POD_KEYS = 'arch.berth.dev/';
+
+/**
+ * Arch patches pods cluster-wide (it ungates them wherever its webhook gated them), and a pod patch
+ * may change a container's image: this policy refuses any update of a Pod by Berth's ServiceAccount
+ * that changes more than what Berth writes to pods (the removal of scheduling gates, node affinity,
+ * tolerations, its own `arch.berth.dev/` labels and annotations). The other spec fields are
+ * immutable already (the apiserver's pod update validation), but for the images, the
+ * activeDeadlineSeconds and the terminationGracePeriodSeconds, which the policy keeps as they were.
+ */
+export function podPatchPolicyManifests(opts: { name?: string; namespace?: string } = {}): KubeObject[] {
+  const name = podPatchPolicyName(opts.name ?? SERVICE_ACCOUNT);
+  const user = `system:serviceaccount:${opts.namespace ?? NAMESPACE}:${opts.name ?? SERVICE_ACCOUNT}`;
+  const same = (field: string) => ({
+    expression: `has(object.${field}) == has(oldObject.${field}) && (!has(object.${field}) || object.${field} == oldObject.${field})`,
+    message: `Berth may not change a Pod's ${field}`,
+  });
+  // Keys outside Berth's own keep their values: none added, changed or removed.
+  const othersKept = (map: string) => ({
+    expression:
+      `variables.new${map}.all(k, k.startsWith('${OWN_POD_KEYS}') || (k in variables.old${map} && variables.old${map}[k] == variables.new${map}[k])) && ` +
+      `variables.old${map}.all(k, k.startsWith('${OWN_POD_KEYS}') || k in variables.new${map})`,
+    message: `Berth may change only its own (${OWN_POD_KEYS}) ${map.toLowerCase()} of a Pod`,
+  });
+  const policy = {
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: 'ValidatingAdmissionPolicy',
+    metadata: { name },
+    spec: {
+      failurePolicy: 'Fail',
+      matchConstraints: {
+        // The Pod itself: not its subresources (evictions, status, bindings).
+        resourceRules: [
+          { apiGroups: [''], apiVersions: ['v1'], operations: ['UPDATE'], resources: ['pods'] },
+        ],
+      },
+      matchConditions: [{ name: 'berth', expression: `request.userInfo.username == '${user}'` }],
+      variables: ['Labels', 'Annotations'].flatMap((map) => [
+        { name: `new${map}`, expression: `object.metadata.?${map.toLowerCase()}.orValue({})` },
+        { name: `old${map}`, expression: `oldObject.metadata.?${map.toLowerCase()}.orValue({})` },
+      ]),
+      validations: [
+        same('spec.containers'),
+        same('spec.initContainers'),
+        same('spec.activeDeadlineSeconds'),
+        same('spec.terminationGracePeriodSeconds'),
+        same('metadata.ownerReferences'),
+        same('metadata.finalizers'),
+        othersKept('Labels'),
+        othersKept('Annotations'),
+      ],
+    },
+  };
+  const binding = {
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: 'ValidatingAdmissionPolicyBinding',
+    metadata: { name },
+    spec: { policyName: name, validationActions: ['Deny'] },
+  };
+  return [policy, binding];
+}

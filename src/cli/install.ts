@@ -8,7 +8,7 @@ import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook
 import { WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
 import { controllersOption, runningCapabilities } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { cellRbacManifests, crdManifests, rbacManifests } from '../manifests.ts';
+import { cellRbacManifests, crdManifests, podPatchPolicyManifests, rbacManifests } from '../manifests.ts';
 
 const FIELD_MANAGER = 'berth-install';
 
@@ -45,11 +45,30 @@ export async function installWebhookConfigurations(
   }
 }
 
+/**
+ * Applies the ValidatingAdmissionPolicy that bounds Berth's writes to existing Pods, and its binding
+ * (podPatchPolicyManifests), for Berth's ServiceAccount `opts.name` in `opts.namespace`.
+ */
+export async function installPodPatchPolicy(
+  client: KubeClient,
+  log: (s: string) => void = () => {},
+  opts: { name?: string; namespace?: string } = {},
+): Promise<void> {
+  for (const o of podPatchPolicyManifests(opts)) {
+    const ref =
+      o.kind === 'ValidatingAdmissionPolicy'
+        ? Resources.validatingAdmissionPolicies
+        : Resources.validatingAdmissionPolicyBindings;
+    await client.apply(ref, o, { fieldManager: FIELD_MANAGER, force: true });
+    log(`applied ${o.kind} ${o.metadata!.name}`);
+  }
+}
+
 export function installCommand(): Command {
   return new Command('install')
     .description(
       'Install (or upgrade) the CRDs with server-side apply, and wait until they are served; create the ' +
-        'webhook configurations Berth registers into',
+        "webhook configurations Berth registers into, and the admission policy that bounds Berth's Pod patches",
     )
     .option('--kubeconfig <path>', 'kubeconfig to use')
     .action(async (o) => {
@@ -58,6 +77,7 @@ export function installCommand(): Command {
         const log = (s: string) => process.stderr.write(`${s}\n`);
         await installCrds(client, log);
         await installWebhookConfigurations(client, log);
+        await installPodPatchPolicy(client, log);
       } finally {
         client.close();
       }
@@ -123,7 +143,7 @@ export function manifestsCommand(): Command {
       const kinds = o.kind === 'all' ? ['crds', 'rbac', 'webhooks'] : [o.kind as string];
       const docs: KubeObject[] = [
         ...(kinds.includes('crds') ? crdManifests() : []),
-        ...(kinds.includes('rbac') ? rbacManifests(running, rbac) : []),
+        ...(kinds.includes('rbac') ? [...rbacManifests(running, rbac), ...podPatchPolicyManifests()] : []),
         ...(kinds.includes('webhooks') ? emptyWebhookConfigurations(WEBHOOK_CONFIGURATION) : []),
       ];
       process.stdout.write(yamlDocuments(docs));

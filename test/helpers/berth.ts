@@ -10,8 +10,8 @@ import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
-import { installWebhookConfigurations } from '../../src/cli/install.ts';
-import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
+import { installPodPatchPolicy, installWebhookConfigurations } from '../../src/cli/install.ts';
+import { podPatchPolicyManifests, rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
@@ -50,8 +50,8 @@ const testRbac = (opts: RbacOptions): RbacOptions => ({ workloadNamespaces: ['*'
  * The kubeconfig of Berth's identity in the sandbox: the ServiceAccount of the roles that manifests.ts
  * generates with `opts` for `caps`, bound exactly to them (a test that runs its own webhook
  * configuration, owner kinds or capabilities names them in `opts`, with a `name` of its own). Its
- * webhook configurations are created empty, as the install does, at every call: a test may have
- * deleted them since.
+ * webhook configurations are created empty and its Pod patch policy applied, as the install does,
+ * at every call: a test may have deleted them since.
  */
 export async function berthKubeconfig(
   sb: Sandbox,
@@ -66,15 +66,19 @@ export async function berthKubeconfig(
     minted.catch(() => identities.delete(key));
     identities.set(key, minted);
   }
-  await createWebhookConfigurations(sb, opts.webhookConfiguration);
+  await installAsAdmin(sb, opts);
   return minted;
 }
 
-/** The empty webhook configurations Berth patches its webhooks into, as the install creates them. */
-async function createWebhookConfigurations(sb: Sandbox, name?: string): Promise<void> {
+/**
+ * What the install creates beside the roles: the empty webhook configurations Berth patches its
+ * webhooks into, and the policy that bounds its Pod patches.
+ */
+async function installAsAdmin(sb: Sandbox, opts: RbacOptions): Promise<void> {
   const admin = sb.client();
   try {
-    await installWebhookConfigurations(admin, undefined, name);
+    await installWebhookConfigurations(admin, undefined, opts.webhookConfiguration);
+    await installPodPatchPolicy(admin, undefined, opts);
   } finally {
     admin.close();
   }
@@ -85,18 +89,20 @@ export async function berthClient(sb: Sandbox, opts: RbacOptions = {}): Promise<
   return KubeClient.fromFile(await berthKubeconfig(sb, opts));
 }
 
-/** Removes an identity minted with a `name` of its own: its roles, their bindings and its ServiceAccount. */
+/** Removes an identity minted with a `name` of its own: its roles, their bindings, its Pod patch policy and its ServiceAccount. */
 export async function removeBerthIdentity(admin: KubeClient, opts: RbacOptions): Promise<void> {
   for (const key of identities.keys())
     if ((JSON.parse(key) as [string, RbacOptions])[1].name === opts.name) identities.delete(key);
   const name = opts.name ?? SERVICE_ACCOUNT;
   const namespace = opts.namespace ?? NAMESPACE;
-  for (const o of rbacManifests(capabilities, testRbac(opts))) {
+  for (const o of [...rbacManifests(capabilities, testRbac(opts)), ...podPatchPolicyManifests(opts)]) {
     const ref = {
       ClusterRole: Resources.clusterRoles,
       ClusterRoleBinding: Resources.clusterRoleBindings,
       Role: Resources.roles,
       RoleBinding: Resources.roleBindings,
+      ValidatingAdmissionPolicy: Resources.validatingAdmissionPolicies,
+      ValidatingAdmissionPolicyBinding: Resources.validatingAdmissionPolicyBindings,
     }[o.kind as 'Role'];
     await admin.delete(ref, o.metadata!.name!, o.metadata!.namespace).catch(() => {});
   }

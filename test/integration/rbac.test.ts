@@ -178,6 +178,40 @@ describe("Berth's identity may only what its roles name", () => {
     await berthAs.create(Resources.pods, pod(work), { dryRun: true });
   });
 
+  test("a kube-system Pod's image is never patched (the Pod patch policy); its own label is", async () => {
+    const target = {
+      ...pod('kube-system'),
+      metadata: { name: uniqueName('patched'), namespace: 'kube-system' },
+    };
+    await client.create(Resources.pods, target);
+    try {
+      const patch = (ops: unknown) =>
+        berthAs.patch(Resources.pods, target.metadata!.name!, ops, {
+          namespace: 'kube-system',
+          type: 'json',
+          fieldManager: 'probe',
+        });
+      // The policy takes effect once the apiserver has loaded it: refused by it, not by RBAC. Each
+      // try names another image, as a patch that changes nothing is allowed.
+      let tries = 0;
+      await waitFor('the image patch refused by the policy', () =>
+        patch([
+          { op: 'replace', path: '/spec/containers/0/image', value: `registry.invalid/${tries++}` },
+        ]).then(
+          () => false,
+          (e: unknown) => String(e).includes('ValidatingAdmissionPolicy'),
+        ),
+      );
+      await assert.rejects(
+        patch([{ op: 'add', path: '/metadata/labels', value: { app: 'other' } }]),
+        /may change only its own/,
+      );
+      await patch([{ op: 'add', path: '/metadata/labels', value: { 'arch.berth.dev/state': 'Released' } }]);
+    } finally {
+      await client.delete(Resources.pods, target.metadata!.name!, 'kube-system');
+    }
+  });
+
   test('no webhook configuration is created, nor one patched that is not its own', async () => {
     const other = uniqueName('not-berths');
     const config = (name: string): KubeObject => ({

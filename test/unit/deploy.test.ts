@@ -156,6 +156,8 @@ describe('kustomize base', () => {
         'ClusterRoleBinding',
         'MutatingWebhookConfiguration',
         'ValidatingWebhookConfiguration',
+        'ValidatingAdmissionPolicy',
+        'ValidatingAdmissionPolicyBinding',
       ];
       if (!clusterScoped.includes(o.kind!))
         assert.equal(o.metadata?.namespace, NAMESPACE, `${o.kind} ${o.metadata?.name}`);

@@ -111,6 +111,20 @@ export const Resources = {
     kind: 'ValidatingWebhookConfiguration',
     namespaced: false,
   },
+  validatingAdmissionPolicies: {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    resource: 'validatingadmissionpolicies',
+    kind: 'ValidatingAdmissionPolicy',
+    namespaced: false,
+  },
+  validatingAdmissionPolicyBindings: {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    resource: 'validatingadmissionpolicybindings',
+    kind: 'ValidatingAdmissionPolicyBinding',
+    namespaced: false,
+  },
   clusterRoles: {
     group: 'rbac.authorization.k8s.io',
     version: 'v1',
