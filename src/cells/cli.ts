@@ -13,7 +13,7 @@ import { selfRules } from '../runtime/client/restmapper.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { probeCell } from './controller.ts';
-import { CELL_NAME_RULE, clusterNameOf } from './decide.ts';
+import { cellAccess, CELL_NAME_RULE, clusterNameOf } from './decide.ts';
 import { kubeconfigClient } from './provider.ts';
 import {
   Cell,
@@ -105,7 +105,7 @@ export async function joinCell(
   }
   let probe;
   try {
-    probe = await probeCell(cell, joinProbeTimeoutMs, true);
+    probe = await probeCell(cell, joinProbeTimeoutMs, cellAccess(Boolean(o['createNamespaces'])));
     if (!probe.ok)
       throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
     // The namespaces the Cell serves, kube-system and Berth's: where a grant beyond the cell role matters.

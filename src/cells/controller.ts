@@ -15,7 +15,7 @@ import type { Logger } from '../runtime/observability/log.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import {
   accessDue,
-  CELL_ACCESS,
+  cellAccess,
   cellEvents,
   cellStatus,
   crdsServed,
@@ -24,6 +24,7 @@ import {
   probeFailure,
   READY_PROBLEMS,
   statusChanged,
+  type CellAccess,
   type History,
   type Probe,
   type Timing,
@@ -50,10 +51,14 @@ export const defaultTiming: CellTiming = {
 };
 
 /**
- * One probe of a cell's apiserver: its version, whether it serves Berth's cell kinds and, with
- * `checkAccess` where it does, what of CELL_ACCESS its credentials may not do (SelfSubjectAccessReviews).
+ * One probe of a cell's apiserver: its version, whether it serves Berth's cell kinds and, given
+ * `access` (cellAccess) where it does, what of it its credentials may not do (SelfSubjectAccessReviews).
  */
-export async function probeCell(client: KubeClient, timeoutMs: number, checkAccess: boolean): Promise<Probe> {
+export async function probeCell(
+  client: KubeClient,
+  timeoutMs: number,
+  access?: CellAccess[],
+): Promise<Probe> {
   const signal = AbortSignal.timeout(timeoutMs);
   const opts = { signal, idleTimeoutMs: timeoutMs };
   try {
@@ -62,7 +67,7 @@ export async function probeCell(client: KubeClient, timeoutMs: number, checkAcce
       .request('GET', `/apis/${POLICY_GROUP}/v1alpha1`, opts)
       .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
     const crdsInstalled = crdsServed(discovery);
-    const denied = checkAccess && crdsInstalled ? await deniedAccess(client, opts) : undefined;
+    const denied = access && crdsInstalled ? await deniedAccess(client, access, opts) : undefined;
     return {
       ok: true,
       at: Date.now(),
@@ -80,15 +85,19 @@ export async function probeCell(client: KubeClient, timeoutMs: number, checkAcce
 }
 
 /**
- * What of CELL_ACCESS the client's user may not do, as "verb resource"; undefined when the cell
+ * What of `access` the client's user may not do, as "verb resource"; undefined when the cell
  * does not say (the reviews refused, failed or late): unknown is not denied, and a cell that has
  * just answered the probe is no less reachable for it.
  */
-async function deniedAccess(client: KubeClient, opts: RequestOptions): Promise<string[] | undefined> {
+async function deniedAccess(
+  client: KubeClient,
+  access: CellAccess[],
+  opts: RequestOptions,
+): Promise<string[] | undefined> {
   try {
     const denied = await Promise.all(
-      Object.entries(CELL_ACCESS).map(async ([resource, verbs]) =>
-        (await deniedVerbs(client, { group: POLICY_GROUP, resource }, verbs, undefined, opts)).map(
+      access.map(async ({ group, resource, verbs }) =>
+        (await deniedVerbs(client, { group, resource }, verbs, undefined, opts)).map(
           (verb) => `${verb} ${resource}`,
         ),
       ),
@@ -146,8 +155,10 @@ export class CellController {
     else {
       // Disengaged since access() answered: the provider asks for this cell again.
       if (!this.manager.clusterNames.includes(access.cluster)) return;
-      const checkAccess = accessDue(before, Date.now(), this.timing);
-      probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs, checkAccess);
+      const needed = accessDue(before, Date.now(), this.timing)
+        ? cellAccess(cell.spec.createNamespaces)
+        : undefined;
+      probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs, needed);
     }
     const history = observe(before, probe);
     this.history.set(name, history);

@@ -8,6 +8,7 @@ import { ApiError } from '../runtime/client/client.ts';
 import { isDnsLabel } from '../runtime/api/meta.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import type { CellSpec, CellStatus } from './types.ts';
+import { POLICY_GROUP } from '../policy/crd.ts';
 
 /** Why a cell is not reachable. */
 const FAILURE_REASONS = [
@@ -27,7 +28,7 @@ export interface Failure {
 
 /**
  * One probe of a cell: its apiserver's answer, or why there was none. `denied` lists what the
- * cell's credentials may not do of CELL_ACCESS ("list instances"), when this probe asked.
+ * cell's credentials may not do of cellAccess ("list instances"), when this probe asked.
  */
 export type Probe =
   | { ok: true; at: number; version: string; crdsInstalled: boolean; denied?: string[] }
@@ -55,15 +56,32 @@ export interface Timing {
 /** The resources of Berth's cell kinds (part 1) that a cell must serve to take workloads. */
 export const CELL_RESOURCES = ['workloaddeployments', 'instances'];
 
+/** Verbs the management plane needs on a resource of a cell (`group` '' is the core group). */
+export interface CellAccess {
+  group: string;
+  resource: string;
+  verbs: string[];
+}
+
 /**
- * What the management plane does in every cell, by resource: watches WorkloadDeployments and
- * Instances in all namespaces, applies (creates) and deletes WorkloadDeployments. A cell whose
- * credentials may not is answering but cannot take workloads (creating namespaces is optional).
+ * What the management plane does in a cell: watches WorkloadDeployments and Instances in all
+ * namespaces, applies (creates) and deletes WorkloadDeployments, watches namespaces (to remove the
+ * ones it made once empty) and, where the Cell sets `createNamespaces`, reads, creates and deletes
+ * them. A cell whose credentials may not is answering but cannot take workloads.
  */
-export const CELL_ACCESS: Record<(typeof CELL_RESOURCES)[number], string[]> = {
-  workloaddeployments: ['list', 'watch', 'create', 'patch', 'delete'],
-  instances: ['list', 'watch'],
-};
+export const cellAccess = (createNamespaces: boolean): CellAccess[] => [
+  {
+    group: POLICY_GROUP,
+    resource: 'workloaddeployments',
+    verbs: ['list', 'watch', 'create', 'patch', 'delete'],
+  },
+  { group: POLICY_GROUP, resource: 'instances', verbs: ['list', 'watch'] },
+  {
+    group: '',
+    resource: 'namespaces',
+    verbs: ['list', 'watch', ...(createNamespaces ? ['get', 'create', 'delete'] : [])],
+  },
+];
 
 /**
  * Whether this probe should ask what the credentials may do: at first, at every probe while they

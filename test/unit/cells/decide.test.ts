@@ -3,8 +3,11 @@ import { describe, test } from 'node:test';
 import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
 import { ApiError } from '../../../src/runtime/client/client.ts';
 import { parseKubeconfig } from '../../../src/runtime/client/kubeconfig.ts';
+import { capabilities } from '../../../src/capabilities.ts';
+import { cellRules } from '../../../src/capability.ts';
 import {
   accessDue,
+  cellAccess,
   cellEvents,
   cellStatus,
   clusterNameOf,
@@ -403,5 +406,27 @@ test('generated probe histories: Unreachable exactly when every probe for unreac
       }
       assert.equal(warnings, expectedWarnings);
     }
+  });
+});
+
+describe('cellAccess: what a probe asks the cell', () => {
+  const verbsOf = (createNamespaces: boolean, resource: string) =>
+    cellAccess(createNamespaces).find((a) => a.resource === resource)?.verbs ?? [];
+
+  test('namespaces are listed and watched always, read, created and deleted only with createNamespaces', () => {
+    assert.deepEqual(verbsOf(false, 'namespaces').sort(), ['list', 'watch']);
+    assert.deepEqual(verbsOf(true, 'namespaces').sort(), ['create', 'delete', 'get', 'list', 'watch']);
+  });
+
+  test('every verb it asks for is granted by the cell role (berth manifests --cell)', () => {
+    const rules = cellRules(capabilities);
+    for (const { group, resource, verbs } of cellAccess(true))
+      for (const verb of verbs)
+        assert.ok(
+          rules.some(
+            (r) => r.apiGroups.includes(group) && r.resources.includes(resource) && r.verbs.includes(verb),
+          ),
+          `${verb} ${resource}`,
+        );
   });
 });
