@@ -424,7 +424,7 @@ describe('cellAccess: what a probe asks the cell', () => {
       for (const verb of verbs)
         assert.ok(
           rules.some(
-            (r) => r.apiGroups.includes(group) && r.resources.includes(resource) && r.verbs.includes(verb),
+            (r) => r.apiGroups?.includes(group) && r.resources?.includes(resource) && r.verbs.includes(verb),
           ),
           `${verb} ${resource}`,
         );
