@@ -262,8 +262,35 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
       ...flags,
     ]);
   };
-  const bound = uniqueName('cell-user');
   const cellRole = 'berth-management-plane';
+  const users: string[] = [];
+  /** The rules `berth manifests --cell` prints. */
+  const cellRules = (): PolicyRule[] => {
+    const [role] = parseAllDocuments(runBerthCli(['manifests', '--cell']).stdout).map(
+      (d) => d.toJS() as KubeObject & { rules: PolicyRule[] },
+    );
+    assert.ok(role?.rules.length);
+    return role.rules;
+  };
+  /** A user of its own bound cluster-wide to `rules` (removed after the tests), and its name. */
+  const userWith = async (rules: PolicyRule[]): Promise<string> => {
+    const name = uniqueName('cell-user');
+    users.push(name);
+    await client.create(Resources.clusterRoles, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name },
+      rules,
+    });
+    await client.create(Resources.clusterRoleBindings, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name }],
+    });
+    return name;
+  };
 
   before(() => installCrds(client));
 
@@ -272,8 +299,8 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
       await client.delete(Cell.ref, name).catch(() => {});
       await client.delete(Resources.secrets, secretName(name), NAMESPACE).catch(() => {});
     }
-    // The user's role, and the cell role's (`berth manifests --cell`) with its ServiceAccount.
-    for (const name of [bound, cellRole]) {
+    // The users' roles, and the cell role's (`berth manifests --cell`) with its ServiceAccount.
+    for (const name of [...users, cellRole]) {
       await client.delete(Resources.clusterRoleBindings, name).catch(() => {});
       await client.delete(Resources.clusterRoles, name).catch(() => {});
     }
@@ -288,24 +315,11 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
   });
 
   test('a user bound to the cell role and one grant more: that grant, and only it, is named', async () => {
-    const [cellRole] = parseAllDocuments(runBerthCli(['manifests', '--cell']).stdout).map(
-      (d) => d.toJS() as KubeObject & { rules: PolicyRule[] },
-    );
-    assert.ok(cellRole?.rules.length);
-    await client.create(Resources.clusterRoles, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: bound },
-      rules: [...cellRole.rules, { apiGroups: [''], resources: ['secrets'], verbs: ['get'] }],
-    });
-    await client.create(Resources.clusterRoleBindings, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRoleBinding',
-      metadata: { name: bound },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: bound },
-      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: bound }],
-    });
-    const r = join(await sandbox.mintUser(bound));
+    const user = await userWith([
+      ...cellRules(),
+      { apiGroups: [''], resources: ['secrets'], verbs: ['get'] },
+    ]);
+    const r = join(await sandbox.mintUser(user));
     assert.equal(r.status, 0, r.stderr);
     const named = r.stderr.split('\n').filter((l) => l.startsWith('  '));
     assert.deepEqual(named, ['  get core/secrets'], r.stderr);
@@ -313,18 +327,7 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
 
   test('a grant by a RoleBinding in a namespace the Cell serves is named, with its namespace', async () => {
     const served = await createNamespace(client, 'served');
-    const user = uniqueName('cell-ns-user');
-    const [role] = parseAllDocuments(runBerthCli(['manifests', '--cell']).stdout).map(
-      (d) => d.toJS() as KubeObject & { rules: PolicyRule[] },
-    );
-    await client.create(Resources.clusterRoles, { ...role, metadata: { name: user } });
-    await client.create(Resources.clusterRoleBindings, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRoleBinding',
-      metadata: { name: user },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
-      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
-    });
+    const user = await userWith(cellRules());
     await client.create(Resources.roleBindings, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'RoleBinding',
@@ -341,10 +344,16 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
         r.stderr,
       );
     } finally {
-      await client.delete(Resources.clusterRoleBindings, user).catch(() => {});
-      await client.delete(Resources.clusterRoles, user).catch(() => {});
       await deleteNamespace(client, served);
     }
+  });
+
+  test('a kubeconfig without the namespace verbs: the join says it may not, so the cell is not Ready', async () => {
+    const user = await userWith(cellRules().filter((r) => !r.resources?.includes('namespaces')));
+    const r = join(await sandbox.mintUser(user), '--create-namespaces');
+    assert.equal(r.status, 0, r.stderr);
+    for (const verb of ['list', 'watch', 'get', 'create', 'delete'])
+      assert.match(r.stdout, new RegExp(`may not .*\\b${verb} namespaces\\b.*so it is not Ready`), r.stdout);
   });
 
   test('a ServiceAccount bound to the cell role `berth manifests --cell` prints: it joins without a warning', async () => {
