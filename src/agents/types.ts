@@ -21,8 +21,6 @@ export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
 /** On AgentPlacements whose owners carry a finalizer: removes those finalizers before the placement goes. */
 export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';
 
-export type LabelSelector = z.infer<typeof labelSelectorSchema>;
-
 /** CEL: the selector at `s` requires some label to be present (matchLabels, or an In or Exists expression). */
 const celRequiresLabel = (s: string) =>
   `((has(${s}.matchLabels) && size(${s}.matchLabels) > 0) || ` +

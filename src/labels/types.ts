@@ -155,7 +155,6 @@ export const nodeLabelRuleSpec = k8s(
     ],
   },
 );
-export type NodeLabelRuleSpec = z.infer<typeof nodeLabelRuleSpec>;
 
 export const NodeLabelRule = definePolicy({
   kind: 'NodeLabelRule',

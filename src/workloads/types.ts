@@ -218,12 +218,11 @@ export const Instance = defineCustomResource({
   ],
 });
 
-/** Instance conditions. Ready: serving and nothing blocks it; its reason is the worst blocking one. */
-export type InstanceConditionType = 'Ready' | 'Available' | 'Programmed' | 'QuotaGranted';
-
 /**
- * Why an instance is not Ready, worst first: a cause the user can fix outranks a transient one. The
- * order is the rollup order (Instance → WorkloadDeployment).
+ * An Instance's conditions are Ready (serving and nothing blocks it), Available, Programmed and
+ * QuotaGranted. Why an instance is not Ready, worst first (Ready's reason is the worst that holds):
+ * a cause the user can fix outranks a transient one. The order is the rollup order (Instance →
+ * WorkloadDeployment).
  */
 export const BLOCKING_REASONS = [
   'ConfigurationError', // a missing InstanceType, a bad env reference, CreateContainerConfigError
