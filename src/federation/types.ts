@@ -3,17 +3,9 @@
 // as one WorkloadDeployment per placement and city, in one cell serving that city, and rolls the
 // cells' counts back up into the Workload's status.
 import { z } from 'zod';
-import {
-  AGE_COLUMN,
-  conditionColumn,
-  conditionsSchema,
-  defineCustomResource,
-  k8s,
-  type CustomObject,
-} from '../runtime/api/crd.ts';
-import type { Condition } from '../runtime/api/conditions.ts';
+import { AGE_COLUMN, conditionColumn, k8s, type CustomObject } from '../runtime/api/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { cityCode } from '../cells/types.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
 import { instanceTemplate, MAX_REPLICAS } from '../workloads/types.ts';
@@ -197,25 +189,19 @@ const rolloutStatus = z.object({
 });
 export type RolloutStatus = z.output<typeof rolloutStatus>;
 
-const workloadStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const workloadStatus = observedStatus({
   rollout: rolloutStatus.optional().describe('A progressive rollout: where it stands.'),
   ...counts,
   placements: k8s(z.array(placementStatus), {
     'x-kubernetes-list-type': 'map',
     'x-kubernetes-list-map-keys': ['name'],
   }).optional(),
-  conditions: conditionsSchema,
 });
-export type WorkloadStatus = z.output<typeof workloadStatus> & { conditions?: Condition[] };
+export type WorkloadStatus = ObservedStatus<typeof workloadStatus>;
 
-export const Workload = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Workload = defineBerthResource({
   kind: 'Workload',
-  plural: 'workloads',
   shortNames: ['wl'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: workloadSpec,
   status: workloadStatus,

@@ -3,15 +3,8 @@
 // and memory, and an InstanceType sizes an instance whose containers do not say their resources.
 // Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
 import { z } from 'zod';
-import {
-  AGE_COLUMN,
-  conditionColumn,
-  conditionsSchema,
-  defineCustomResource,
-  k8s,
-} from '../runtime/api/crd.ts';
-import type { Condition } from '../runtime/api/conditions.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { AGE_COLUMN, conditionColumn, k8s } from '../runtime/api/crd.ts';
+import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
 /** Field managers: one per controller, so no controller ever takes another's fields. */
@@ -139,8 +132,7 @@ const workloadDeploymentSpec = z.object({
 });
 export type WorkloadDeploymentSpec = z.infer<typeof workloadDeploymentSpec>;
 
-const workloadDeploymentStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const workloadDeploymentStatus = observedStatus({
   replicas: z.number().int().optional().describe('Instances that exist.'),
   currentReplicas: z.number().int().optional().describe('Instances whose Pod is programmed (created).'),
   readyReplicas: z.number().int().optional(),
@@ -153,19 +145,12 @@ const workloadDeploymentStatus = z.object({
   desiredReplicas: z.number().int().optional(),
   templateHash: z.string().optional().describe('The hash of the current template.'),
   selector: z.string().optional().describe('Label selector of its instances (for the scale subresource).'),
-  conditions: conditionsSchema,
 });
-export type WorkloadDeploymentStatus = z.infer<typeof workloadDeploymentStatus> & {
-  conditions?: Condition[];
-};
+export type WorkloadDeploymentStatus = ObservedStatus<typeof workloadDeploymentStatus>;
 
-export const WorkloadDeployment = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const WorkloadDeployment = defineBerthResource({
   kind: 'WorkloadDeployment',
-  plural: 'workloaddeployments',
   shortNames: ['wd'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: workloadDeploymentSpec,
   status: workloadDeploymentStatus,
@@ -191,21 +176,15 @@ const instanceSpec = z.object({
   ordinal: z.number().int().min(0),
 });
 
-const instanceStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const instanceStatus = observedStatus({
   observedTemplateHash: z.string().optional().describe('The template hash of the Pod that runs now.'),
   podName: z.string().optional(),
-  conditions: conditionsSchema,
 });
-export type InstanceStatus = z.infer<typeof instanceStatus> & { conditions?: Condition[] };
+export type InstanceStatus = ObservedStatus<typeof instanceStatus>;
 
-export const Instance = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Instance = defineBerthResource({
   kind: 'Instance',
-  plural: 'instances',
   shortNames: ['inst'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: instanceSpec,
   status: instanceStatus,
@@ -264,8 +243,7 @@ const claim = z.object({
 });
 export type QuotaClaim = z.infer<typeof claim>;
 
-const quotaStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const quotaStatus = observedStatus({
   used: z
     .object({ instances: z.number().int(), cpu: z.string(), memory: z.string() })
     .optional()
@@ -277,17 +255,12 @@ const quotaStatus = z.object({
   claims: k8s(z.array(claim).optional(), { 'x-kubernetes-list-type': 'atomic' }).describe(
     'The granted claims: the ledger, written with optimistic concurrency so nothing is granted twice.',
   ),
-  conditions: conditionsSchema,
 });
-export type QuotaStatus = z.infer<typeof quotaStatus> & { conditions?: Condition[] };
+export type QuotaStatus = ObservedStatus<typeof quotaStatus>;
 
-export const Quota = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Quota = defineBerthResource({
   kind: 'Quota',
-  plural: 'quotas',
   shortNames: ['bquota'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: quotaSpec,
   status: quotaStatus,
@@ -301,13 +274,9 @@ export const Quota = defineCustomResource({
   ],
 });
 
-export const InstanceType = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const InstanceType = defineBerthResource({
   kind: 'InstanceType',
-  plural: 'instancetypes',
   shortNames: ['itype'],
-  categories: ['berth'],
   scope: 'Cluster',
   spec: z.object({ cpu: quantity, memory: quantity }),
   printerColumns: [
