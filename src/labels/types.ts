@@ -158,7 +158,6 @@ export const nodeLabelRuleSpec = k8s(
 
 export const NodeLabelRule = definePolicy({
   kind: 'NodeLabelRule',
-  plural: 'nodelabelrules',
   shortNames: ['nlr'],
   spec: nodeLabelRuleSpec,
   counts: {

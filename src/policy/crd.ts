@@ -62,8 +62,11 @@ export interface PolicyOptions<Spec extends z.ZodType, Count extends string> {
   spec: Spec;
   /** The status counts, in the order they are listed, each with its description. */
   counts: Record<Count, string>;
-  /** The kind's own columns, shown before Ready, Reason and Age. */
-  printerColumns: PrinterColumn[];
+  /**
+   * The kind's own columns, shown before Ready, Reason and Age: a count by its name (the column is
+   * the name capitalised), or any column.
+   */
+  printerColumns: (NoInfer<Count> | PrinterColumn)[];
   /** Show Ready's reason in `kubectl get` by default, not only with `-o wide`. */
   showReason?: boolean;
 }
@@ -83,10 +86,23 @@ export function definePolicy<Spec extends z.ZodType, Count extends string>(
     spec: o.spec,
     status: observedStatus(Object.fromEntries(counts)) as unknown as z.ZodType<PolicyStatus<Count>>,
     printerColumns: [
-      ...o.printerColumns,
+      ...o.printerColumns.map((c) => (typeof c === 'string' ? countColumn(c) : c)),
       conditionColumn('Ready', 'Ready'),
       conditionColumn('Reason', 'Ready', 'reason', o.showReason ? undefined : 1),
       AGE_COLUMN,
     ],
   });
 }
+
+/** A string column of the spec, by its path under `.spec`. */
+export const specColumn = (name: string, path: string): PrinterColumn => ({
+  name,
+  type: 'string',
+  jsonPath: `.spec.${path}`,
+});
+
+const countColumn = (count: string): PrinterColumn => ({
+  name: count[0]!.toUpperCase() + count.slice(1),
+  type: 'integer',
+  jsonPath: `.status.${count}`,
+});
