@@ -3,12 +3,12 @@
 // as one WorkloadDeployment per placement and city, in one cell serving that city, and rolls the
 // cells' counts back up into the Workload's status.
 import { z } from 'zod';
-import { AGE_COLUMN, conditionColumn, k8s, type CustomObject } from '../runtime/api/crd.ts';
+import { k8s, type CustomObject } from '../runtime/api/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { cityCode } from '../cells/types.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
-import { instanceTemplate, MAX_REPLICAS } from '../workloads/types.ts';
+import { instanceTemplate, MAX_REPLICAS, replicaColumns } from '../workloads/types.ts';
 
 /** The field manager of everything the federation controller writes, upstream and in the cells. */
 export const FEDERATION_MANAGER = 'berth-federation';
@@ -205,15 +205,8 @@ export const Workload = defineBerthResource({
   scope: 'Namespaced',
   spec: workloadSpec,
   status: workloadStatus,
-  // As `kubectl get deployment`: ready, up to date, available, age (and desired beside ready).
-  printerColumns: [
-    { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-    { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
-    { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
-    conditionColumn('Available', 'Available'),
-    conditionColumn('Reason', 'Available', 'reason'),
-    AGE_COLUMN,
-  ],
+  // A Workload has no spec.replicas (its placements have): desired is their sum, in its status.
+  printerColumns: replicaColumns('.status.desiredReplicas'),
 });
 
 export type WorkloadObject = CustomObject<WorkloadSpec, WorkloadStatus>;

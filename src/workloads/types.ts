@@ -3,7 +3,7 @@
 // and memory, and an InstanceType sizes an instance whose containers do not say their resources.
 // Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
 import { z } from 'zod';
-import { AGE_COLUMN, conditionColumn, k8s } from '../runtime/api/crd.ts';
+import { AGE_COLUMN, conditionColumn, k8s, type PrinterColumn } from '../runtime/api/crd.ts';
 import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
@@ -148,6 +148,16 @@ const workloadDeploymentStatus = observedStatus({
 });
 export type WorkloadDeploymentStatus = ObservedStatus<typeof workloadDeploymentStatus>;
 
+/** As `kubectl get deployment`: ready, desired, up to date, available, age; `desired` is where it is read. */
+export const replicaColumns = (desired: string): PrinterColumn[] => [
+  { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+  { name: 'Desired', type: 'integer', jsonPath: desired },
+  { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
+  conditionColumn('Available', 'Available'),
+  conditionColumn('Reason', 'Available', 'reason'),
+  AGE_COLUMN,
+];
+
 export const WorkloadDeployment = defineBerthResource({
   kind: 'WorkloadDeployment',
   shortNames: ['wd'],
@@ -160,14 +170,7 @@ export const WorkloadDeployment = defineBerthResource({
     statusReplicasPath: '.status.replicas',
     labelSelectorPath: '.status.selector',
   },
-  printerColumns: [
-    { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-    { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
-    { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
-    conditionColumn('Available', 'Available'),
-    conditionColumn('Reason', 'Available', 'reason'),
-    AGE_COLUMN,
-  ],
+  printerColumns: replicaColumns('.spec.replicas'),
 });
 
 const instanceSpec = z.object({
