@@ -237,8 +237,10 @@ export const secondsWithin = (min: number, max: number) => (v: string) => {
   return n;
 };
 
+/** A `--<name>-workers <n>` option: how many objects a controller reconciles at once. */
+export const workers = (flags: string, description: string, dflt: number): Option =>
+  new Option(flags, description).default(dflt).argParser(atLeast(1));
+
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
 export const workersOption = (flag: string, controller: string): Option =>
-  new Option(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`)
-    .default(16)
-    .argParser(atLeast(1));
+  workers(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`, 16);

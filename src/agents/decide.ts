@@ -10,7 +10,7 @@ import { claimKeyProblem, validatePlacement } from './validate.ts';
 import { podSelected } from '../policy/namespace.ts';
 
 // Pod selection is the kit's, shared with architecture-aware placement.
-export { podSelected, protectedNamespace } from '../policy/namespace.ts';
+export { podSelected } from '../policy/namespace.ts';
 
 export interface Placement {
   name: string;

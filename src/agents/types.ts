@@ -2,7 +2,7 @@
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
 import { k8s } from '../runtime/api/crd.ts';
-import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
+import { definePolicy, specColumn, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
 
@@ -20,8 +20,6 @@ export const AGENT_KEYS: KeyDeclaration = { rank: 1, title: 'agent placement', d
 export const FINALIZER_FIELD_MANAGER = 'berth-agents-finalizer';
 /** On AgentPlacements whose owners carry a finalizer: removes those finalizers before the placement goes. */
 export const PLACEMENT_FINALIZER = 'agents.berth.dev/release-owner-finalizers';
-
-export type LabelSelector = z.infer<typeof labelSelectorSchema>;
 
 /** CEL: the selector at `s` requires some label to be present (matchLabels, or an In or Exists expression). */
 const celRequiresLabel = (s: string) =>
@@ -118,7 +116,6 @@ export type AgentPlacementSpec = z.infer<typeof agentPlacementSpec>;
 
 export const AgentPlacement = definePolicy({
   kind: 'AgentPlacement',
-  plural: 'agentplacements',
   shortNames: ['ap'],
   spec: agentPlacementSpec,
   // Placements have few columns of their own: why one is not Ready fits beside them.
@@ -129,9 +126,9 @@ export const AgentPlacement = definePolicy({
     owners: 'Distinct owners with pods on some node.',
   },
   printerColumns: [
-    { name: 'Label', type: 'string', jsonPath: '.spec.nodeLabel.key' },
+    specColumn('Label', 'nodeLabel.key'),
     { name: 'Nodes', type: 'integer', jsonPath: '.status.labelledNodes' },
-    { name: 'Claims', type: 'integer', jsonPath: '.status.claims' },
+    'claims',
   ],
 });
 export type AgentPlacementStatus = PolicyStatus<'labelledNodes' | 'claims' | 'owners'>;

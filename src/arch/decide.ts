@@ -270,13 +270,13 @@ export function relabelPatch(pod: ArchPod): JsonPatchOp[] {
   return [{ op: 'test', path: `/spec/schedulingGates/${at}`, value: gates[at] }, ...mutate(pod, out)];
 }
 
-/** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
 /** What a placement at admission says of itself, in its result: the architectures and the images. */
 export interface AdmissionPlacement {
   architectures: string[];
   images: string[];
 }
 
+/** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
 export function placedAtAdmission(pod: ArchPod): AdmissionPlacement | undefined {
   if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || gated(pod)) return undefined;
   try {

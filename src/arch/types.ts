@@ -3,7 +3,7 @@
 // and what happens when an image cannot be read.
 import { z } from 'zod';
 import { k8s } from '../runtime/api/crd.ts';
-import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
+import { definePolicy, specColumn, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
 import type { DeclaredRule } from '../runtime/api/rbac.ts';
@@ -149,7 +149,6 @@ export type ArchPlacementSpec = z.infer<typeof archPlacementSpec>;
 
 export const ArchPlacement = definePolicy({
   kind: 'ArchPlacement',
-  plural: 'archplacements',
   shortNames: ['archp'],
   spec: archPlacementSpec,
   counts: {
@@ -157,12 +156,7 @@ export const ArchPlacement = definePolicy({
     placed: 'Live pods it placed by their images’ architectures.',
     failed: 'Live pods released or placed on the fallback because an image could not be read.',
   },
-  printerColumns: [
-    { name: 'Mode', type: 'string', jsonPath: '.spec.mode' },
-    { name: 'Gated', type: 'integer', jsonPath: '.status.gated' },
-    { name: 'Placed', type: 'integer', jsonPath: '.status.placed' },
-    { name: 'Failed', type: 'integer', jsonPath: '.status.failed' },
-  ],
+  printerColumns: [specColumn('Mode', 'mode'), 'gated', 'placed', 'failed'],
   showReason: true,
 });
 export type ArchPlacementStatus = PolicyStatus<'gated' | 'placed' | 'failed'>;

@@ -2,16 +2,8 @@
 // city a cell serves, a Cell is a cluster Berth reaches with the kubeconfig kept in a Secret. The
 // management plane probes each cell and says whether it answers and can take workloads.
 import { z } from 'zod';
-import {
-  AGE_COLUMN,
-  conditionColumn,
-  conditionsSchema,
-  defineCustomResource,
-  k8s,
-  type CustomObject,
-} from '../runtime/api/crd.ts';
-import type { Condition } from '../runtime/api/conditions.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { AGE_COLUMN, conditionColumn, k8s, type CustomObject } from '../runtime/api/crd.ts';
+import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
 /** The field manager of the cell controller's status writes and of `berth cells join`. */
@@ -39,13 +31,9 @@ const locationSpec = z.object({
 });
 export type LocationSpec = z.output<typeof locationSpec>;
 
-export const Location = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Location = defineBerthResource({
   kind: 'Location',
-  plural: 'locations',
   shortNames: ['loc'],
-  categories: ['berth'],
   scope: 'Cluster',
   spec: locationSpec,
   printerColumns: [
@@ -88,8 +76,7 @@ const cellSpec = z.object({
 });
 export type CellSpec = z.output<typeof cellSpec>;
 
-const cellStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const cellStatus = observedStatus({
   lastContactTime: z
     .string()
     .optional()
@@ -99,16 +86,11 @@ const cellStatus = z.object({
     .boolean()
     .optional()
     .describe("Whether the cell serves Berth's WorkloadDeployment and Instance kinds."),
-  conditions: conditionsSchema,
 });
-export type CellStatus = z.output<typeof cellStatus> & { conditions?: Condition[] };
+export type CellStatus = ObservedStatus<typeof cellStatus>;
 
-export const Cell = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Cell = defineBerthResource({
   kind: 'Cell',
-  plural: 'cells',
-  categories: ['berth'],
   scope: 'Cluster',
   spec: cellSpec,
   status: cellStatus,

@@ -1,5 +1,4 @@
-import { Option } from 'commander';
-import { atLeast, type Capability } from '../capability.ts';
+import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { FederationController } from './controller.ts';
 import { explainWorkload } from './explain.ts';
@@ -12,12 +11,8 @@ export const federationCapability: Capability = {
     'Workloads on a management plane: one WorkloadDeployment per placement and city, in one cell serving the city, their status rolled up, and read-only mirrors of their Instances',
   roles: ['management'],
   options: () => [
-    new Option('--federation-workers <n>', 'Workloads the federation controller reconciles at once')
-      .default(16)
-      .argParser(atLeast(1)),
-    new Option('--mirror-workers <n>', 'Instance mirrors the mirror controller writes at once')
-      .default(16)
-      .argParser(atLeast(1)),
+    workers('--federation-workers <n>', 'Workloads the federation controller reconciles at once', 16),
+    workers('--mirror-workers <n>', 'Instance mirrors the mirror controller writes at once', 16),
   ],
   crds: [Workload],
   // Workloads are read from the cache; their finalizer is a server-side apply (patch), their status too.

@@ -3,20 +3,12 @@
 // as one WorkloadDeployment per placement and city, in one cell serving that city, and rolls the
 // cells' counts back up into the Workload's status.
 import { z } from 'zod';
-import {
-  AGE_COLUMN,
-  conditionColumn,
-  conditionsSchema,
-  defineCustomResource,
-  k8s,
-  type CustomObject,
-} from '../runtime/api/crd.ts';
-import type { Condition } from '../runtime/api/conditions.ts';
+import { k8s, type CustomObject } from '../runtime/api/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { cityCode } from '../cells/types.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
-import { instanceTemplate, MAX_REPLICAS } from '../workloads/types.ts';
+import { instanceTemplate, MAX_REPLICAS, replicaColumns } from '../workloads/types.ts';
 
 /** The field manager of everything the federation controller writes, upstream and in the cells. */
 export const FEDERATION_MANAGER = 'berth-federation';
@@ -197,37 +189,24 @@ const rolloutStatus = z.object({
 });
 export type RolloutStatus = z.output<typeof rolloutStatus>;
 
-const workloadStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const workloadStatus = observedStatus({
   rollout: rolloutStatus.optional().describe('A progressive rollout: where it stands.'),
   ...counts,
   placements: k8s(z.array(placementStatus), {
     'x-kubernetes-list-type': 'map',
     'x-kubernetes-list-map-keys': ['name'],
   }).optional(),
-  conditions: conditionsSchema,
 });
-export type WorkloadStatus = z.output<typeof workloadStatus> & { conditions?: Condition[] };
+export type WorkloadStatus = ObservedStatus<typeof workloadStatus>;
 
-export const Workload = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Workload = defineBerthResource({
   kind: 'Workload',
-  plural: 'workloads',
   shortNames: ['wl'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: workloadSpec,
   status: workloadStatus,
-  // As `kubectl get deployment`: ready, up to date, available, age (and desired beside ready).
-  printerColumns: [
-    { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-    { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
-    { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
-    conditionColumn('Available', 'Available'),
-    conditionColumn('Reason', 'Available', 'reason'),
-    AGE_COLUMN,
-  ],
+  // A Workload has no spec.replicas (its placements have): desired is their sum, in its status.
+  printerColumns: replicaColumns('.status.desiredReplicas'),
 });
 
 export type WorkloadObject = CustomObject<WorkloadSpec, WorkloadStatus>;

@@ -2,7 +2,7 @@
 // releases each once its initialisation pods are Ready and its node conditions hold.
 import { z } from 'zod';
 import { k8s } from '../runtime/api/crd.ts';
-import { definePolicy, type PolicyStatus } from '../policy/crd.ts';
+import { definePolicy, specColumn, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema, validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 
@@ -220,7 +220,6 @@ export type NodeStartupGateSpec = z.infer<typeof nodeStartupGateSpec>;
 
 export const NodeStartupGate = definePolicy({
   kind: 'NodeStartupGate',
-  plural: 'nodestartupgates',
   shortNames: ['nsg'],
   spec: nodeStartupGateSpec,
   counts: {
@@ -233,12 +232,12 @@ export const NodeStartupGate = definePolicy({
       'Pods no gate requires that run on nodes this gate holds (started before the node was released).',
   },
   printerColumns: [
-    { name: 'Taint', type: 'string', jsonPath: '.spec.taint.key' },
-    { name: 'Mode', type: 'string', jsonPath: '.spec.mode' },
-    { name: 'Nodes', type: 'integer', jsonPath: '.status.nodes' },
-    { name: 'Gated', type: 'integer', jsonPath: '.status.gated' },
-    { name: 'Released', type: 'integer', jsonPath: '.status.released' },
-    { name: 'TimedOut', type: 'integer', jsonPath: '.status.timedOut' },
+    specColumn('Taint', 'taint.key'),
+    specColumn('Mode', 'mode'),
+    'nodes',
+    'gated',
+    'released',
+    'timedOut',
   ],
 });
 export type NodeStartupGateStatus = PolicyStatus<

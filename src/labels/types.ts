@@ -155,11 +155,9 @@ export const nodeLabelRuleSpec = k8s(
     ],
   },
 );
-export type NodeLabelRuleSpec = z.infer<typeof nodeLabelRuleSpec>;
 
 export const NodeLabelRule = definePolicy({
   kind: 'NodeLabelRule',
-  plural: 'nodelabelrules',
   shortNames: ['nlr'],
   spec: nodeLabelRuleSpec,
   counts: {

@@ -1,7 +1,8 @@
-// A placement policy's custom resource. Every policy kind lives in one group and version, is
-// cluster scoped, belongs to the `berth` category, and reports the same status (observedGeneration,
-// conditions, and counts over the nodes it acts on) with the same Ready, Reason and Age columns: a
-// capability states only its kind, its spec, its counts and its own columns.
+// Berth's custom resources. Every Berth kind lives in one group and version and belongs to the
+// `berth` category. A placement policy is one of them that is also cluster scoped and reports the
+// same status (observedGeneration, conditions, and counts over the nodes it acts on) with the same
+// Ready, Reason and Age columns: a capability states only its kind, its spec, its counts and its
+// own columns.
 import { z } from 'zod';
 import type { Condition } from '../runtime/api/conditions.ts';
 import {
@@ -10,11 +11,40 @@ import {
   conditionsSchema,
   defineCustomResource,
   type CustomResource,
+  type CustomResourceOptions,
   type PrinterColumn,
 } from '../runtime/api/crd.ts';
 
-/** The API group of every Berth policy kind. */
+/** The API group of every Berth kind. */
 export const POLICY_GROUP = 'berth.dev';
+
+export type BerthResourceOptions<Spec extends z.ZodType, Status extends z.ZodType | undefined> = Omit<
+  CustomResourceOptions<Spec, Status>,
+  'group' | 'version' | 'categories' | 'plural'
+> & {
+  /** Defaults to the kind in lower case with an s. */
+  plural?: string;
+};
+
+/** A Berth kind: group berth.dev, version v1alpha1, category `berth`. */
+export function defineBerthResource<Spec extends z.ZodType, Status extends z.ZodType | undefined = undefined>(
+  o: BerthResourceOptions<Spec, Status>,
+) {
+  return defineCustomResource<Spec, Status>({
+    ...o,
+    group: POLICY_GROUP,
+    version: 'v1alpha1',
+    plural: o.plural ?? `${o.kind.toLowerCase()}s`,
+    categories: ['berth'],
+  });
+}
+
+/** A Berth kind's status: observedGeneration first, the kind's own fields, conditions last. */
+export const observedStatus = <Shape extends z.ZodRawShape>(fields: Shape) =>
+  z.object({ observedGeneration: z.number().int().optional(), ...fields, conditions: conditionsSchema });
+
+/** The type of an observedStatus schema, its conditions typed as metav1.Condition. */
+export type ObservedStatus<S extends z.ZodType> = z.output<S> & { conditions?: Condition[] };
 
 /** A policy's status: what it last saw (observedGeneration), its conditions, and its counts. */
 export type PolicyStatus<Count extends string = string> = {
@@ -26,13 +56,17 @@ export type Policy<Spec, Count extends string> = CustomResource<Spec, PolicyStat
 
 export interface PolicyOptions<Spec extends z.ZodType, Count extends string> {
   kind: string;
-  plural: string;
+  /** Defaults to the kind in lower case with an s. */
+  plural?: string;
   shortNames: string[];
   spec: Spec;
   /** The status counts, in the order they are listed, each with its description. */
   counts: Record<Count, string>;
-  /** The kind's own columns, shown before Ready, Reason and Age. */
-  printerColumns: PrinterColumn[];
+  /**
+   * The kind's own columns, shown before Ready, Reason and Age: a count by its name (the column is
+   * the name capitalised), or any column.
+   */
+  printerColumns: (NoInfer<Count> | PrinterColumn)[];
   /** Show Ready's reason in `kubectl get` by default, not only with `-o wide`. */
   showReason?: boolean;
 }
@@ -40,31 +74,35 @@ export interface PolicyOptions<Spec extends z.ZodType, Count extends string> {
 export function definePolicy<Spec extends z.ZodType, Count extends string>(
   o: PolicyOptions<Spec, Count>,
 ): Policy<z.output<Spec>, Count> {
-  const status = z.object({
-    observedGeneration: z.number().int().optional(),
-    ...Object.fromEntries(
-      Object.entries<string>(o.counts).map(([count, description]) => [
-        count,
-        z.number().int().optional().describe(description),
-      ]),
-    ),
-    conditions: conditionsSchema,
-  });
-  return defineCustomResource({
-    group: POLICY_GROUP,
-    version: 'v1alpha1',
+  const counts = Object.entries<string>(o.counts).map(([count, description]) => [
+    count,
+    z.number().int().optional().describe(description),
+  ]);
+  return defineBerthResource({
     kind: o.kind,
     plural: o.plural,
     shortNames: o.shortNames,
-    categories: ['berth'],
     scope: 'Cluster',
     spec: o.spec,
-    status: status as unknown as z.ZodType<PolicyStatus<Count>>,
+    status: observedStatus(Object.fromEntries(counts)) as unknown as z.ZodType<PolicyStatus<Count>>,
     printerColumns: [
-      ...o.printerColumns,
+      ...o.printerColumns.map((c) => (typeof c === 'string' ? countColumn(c) : c)),
       conditionColumn('Ready', 'Ready'),
       conditionColumn('Reason', 'Ready', 'reason', o.showReason ? undefined : 1),
       AGE_COLUMN,
     ],
   });
 }
+
+/** A string column of the spec, by its path under `.spec`. */
+export const specColumn = (name: string, path: string): PrinterColumn => ({
+  name,
+  type: 'string',
+  jsonPath: `.spec.${path}`,
+});
+
+const countColumn = (count: string): PrinterColumn => ({
+  name: count[0]!.toUpperCase() + count.slice(1),
+  type: 'integer',
+  jsonPath: `.status.${count}`,
+});

@@ -535,10 +535,10 @@ export interface InstanceVerdict {
   programmed: ConditionVerdict;
 }
 
-/** The quota controller's verdict as a blocking cause (undefined when granted). */
 /** What a quota verdict says, as a condition or as the quota controller hands it over. */
 export type QuotaView = Pick<Condition, 'status' | 'reason' | 'message'>;
 
+/** The quota controller's verdict as a blocking cause (undefined when granted). */
 export function quotaCause(quota: QuotaView | undefined): Cause | undefined {
   if (quota?.status === 'True') return undefined;
   const reason = quota && rank(quota.reason) < BLOCKING_REASONS.length ? quota.reason : 'PendingEvaluation';

@@ -1,5 +1,5 @@
 import { Option } from 'commander';
-import { atLeast, type Capability } from '../capability.ts';
+import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { DeploymentController } from './deployment.ts';
 import { explainInstance, explainWorkloadDeployment } from './explain.ts';
@@ -13,15 +13,9 @@ export const workloadsCapability: Capability = {
     'Workloads in a cell: a WorkloadDeployment runs as Instances by ordinal, each one Pod, gated by quota',
   roles: ['cluster', 'cell'],
   options: () => [
-    new Option('--workload-workers <n>', 'WorkloadDeployments the workloads controller reconciles at once')
-      .default(8)
-      .argParser(atLeast(1)),
-    new Option('--instance-workers <n>', 'Instances the instance controller reconciles at once')
-      .default(16)
-      .argParser(atLeast(1)),
-    new Option('--quota-workers <n>', 'namespaces the quota controller decides at once')
-      .default(4)
-      .argParser(atLeast(1)),
+    workers('--workload-workers <n>', 'WorkloadDeployments the workloads controller reconciles at once', 8),
+    workers('--instance-workers <n>', 'Instances the instance controller reconciles at once', 16),
+    workers('--quota-workers <n>', 'namespaces the quota controller decides at once', 4),
     new Option(
       '--quota-source <where>',
       'who grants quota to the instances here: this Berth, from the Quotas of this cluster (local), or the ' +

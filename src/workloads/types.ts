@@ -3,15 +3,8 @@
 // and memory, and an InstanceType sizes an instance whose containers do not say their resources.
 // Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
 import { z } from 'zod';
-import {
-  AGE_COLUMN,
-  conditionColumn,
-  conditionsSchema,
-  defineCustomResource,
-  k8s,
-} from '../runtime/api/crd.ts';
-import type { Condition } from '../runtime/api/conditions.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { AGE_COLUMN, conditionColumn, k8s, type PrinterColumn } from '../runtime/api/crd.ts';
+import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
 /** Field managers: one per controller, so no controller ever takes another's fields. */
@@ -139,8 +132,7 @@ const workloadDeploymentSpec = z.object({
 });
 export type WorkloadDeploymentSpec = z.infer<typeof workloadDeploymentSpec>;
 
-const workloadDeploymentStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const workloadDeploymentStatus = observedStatus({
   replicas: z.number().int().optional().describe('Instances that exist.'),
   currentReplicas: z.number().int().optional().describe('Instances whose Pod is programmed (created).'),
   readyReplicas: z.number().int().optional(),
@@ -153,19 +145,22 @@ const workloadDeploymentStatus = z.object({
   desiredReplicas: z.number().int().optional(),
   templateHash: z.string().optional().describe('The hash of the current template.'),
   selector: z.string().optional().describe('Label selector of its instances (for the scale subresource).'),
-  conditions: conditionsSchema,
 });
-export type WorkloadDeploymentStatus = z.infer<typeof workloadDeploymentStatus> & {
-  conditions?: Condition[];
-};
+export type WorkloadDeploymentStatus = ObservedStatus<typeof workloadDeploymentStatus>;
 
-export const WorkloadDeployment = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+/** As `kubectl get deployment`: ready, desired, up to date, available, age; `desired` is where it is read. */
+export const replicaColumns = (desired: string): PrinterColumn[] => [
+  { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+  { name: 'Desired', type: 'integer', jsonPath: desired },
+  { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
+  conditionColumn('Available', 'Available'),
+  conditionColumn('Reason', 'Available', 'reason'),
+  AGE_COLUMN,
+];
+
+export const WorkloadDeployment = defineBerthResource({
   kind: 'WorkloadDeployment',
-  plural: 'workloaddeployments',
   shortNames: ['wd'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: workloadDeploymentSpec,
   status: workloadDeploymentStatus,
@@ -175,14 +170,7 @@ export const WorkloadDeployment = defineCustomResource({
     statusReplicasPath: '.status.replicas',
     labelSelectorPath: '.status.selector',
   },
-  printerColumns: [
-    { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-    { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
-    { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
-    conditionColumn('Available', 'Available'),
-    conditionColumn('Reason', 'Available', 'reason'),
-    AGE_COLUMN,
-  ],
+  printerColumns: replicaColumns('.spec.replicas'),
 });
 
 const instanceSpec = z.object({
@@ -191,21 +179,15 @@ const instanceSpec = z.object({
   ordinal: z.number().int().min(0),
 });
 
-const instanceStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const instanceStatus = observedStatus({
   observedTemplateHash: z.string().optional().describe('The template hash of the Pod that runs now.'),
   podName: z.string().optional(),
-  conditions: conditionsSchema,
 });
-export type InstanceStatus = z.infer<typeof instanceStatus> & { conditions?: Condition[] };
+export type InstanceStatus = ObservedStatus<typeof instanceStatus>;
 
-export const Instance = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Instance = defineBerthResource({
   kind: 'Instance',
-  plural: 'instances',
   shortNames: ['inst'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: instanceSpec,
   status: instanceStatus,
@@ -218,12 +200,11 @@ export const Instance = defineCustomResource({
   ],
 });
 
-/** Instance conditions. Ready: serving and nothing blocks it; its reason is the worst blocking one. */
-export type InstanceConditionType = 'Ready' | 'Available' | 'Programmed' | 'QuotaGranted';
-
 /**
- * Why an instance is not Ready, worst first: a cause the user can fix outranks a transient one. The
- * order is the rollup order (Instance → WorkloadDeployment).
+ * An Instance's conditions are Ready (serving and nothing blocks it), Available, Programmed and
+ * QuotaGranted. Why an instance is not Ready, worst first (Ready's reason is the worst that holds):
+ * a cause the user can fix outranks a transient one. The order is the rollup order (Instance →
+ * WorkloadDeployment).
  */
 export const BLOCKING_REASONS = [
   'ConfigurationError', // a missing InstanceType, a bad env reference, CreateContainerConfigError
@@ -265,8 +246,7 @@ const claim = z.object({
 });
 export type QuotaClaim = z.infer<typeof claim>;
 
-const quotaStatus = z.object({
-  observedGeneration: z.number().int().optional(),
+const quotaStatus = observedStatus({
   used: z
     .object({ instances: z.number().int(), cpu: z.string(), memory: z.string() })
     .optional()
@@ -278,17 +258,12 @@ const quotaStatus = z.object({
   claims: k8s(z.array(claim).optional(), { 'x-kubernetes-list-type': 'atomic' }).describe(
     'The granted claims: the ledger, written with optimistic concurrency so nothing is granted twice.',
   ),
-  conditions: conditionsSchema,
 });
-export type QuotaStatus = z.infer<typeof quotaStatus> & { conditions?: Condition[] };
+export type QuotaStatus = ObservedStatus<typeof quotaStatus>;
 
-export const Quota = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const Quota = defineBerthResource({
   kind: 'Quota',
-  plural: 'quotas',
   shortNames: ['bquota'],
-  categories: ['berth'],
   scope: 'Namespaced',
   spec: quotaSpec,
   status: quotaStatus,
@@ -302,13 +277,9 @@ export const Quota = defineCustomResource({
   ],
 });
 
-export const InstanceType = defineCustomResource({
-  group: POLICY_GROUP,
-  version: 'v1alpha1',
+export const InstanceType = defineBerthResource({
   kind: 'InstanceType',
-  plural: 'instancetypes',
   shortNames: ['itype'],
-  categories: ['berth'],
   scope: 'Cluster',
   spec: z.object({ cpu: quantity, memory: quantity }),
   printerColumns: [

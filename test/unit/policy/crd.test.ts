@@ -2,7 +2,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { z } from 'zod';
 import { capabilities } from '../../../src/capabilities.ts';
-import { definePolicy, POLICY_GROUP } from '../../../src/policy/crd.ts';
+import {
+  defineBerthResource,
+  definePolicy,
+  observedStatus,
+  POLICY_GROUP,
+  specColumn,
+} from '../../../src/policy/crd.ts';
 import { conditionsSchema, toStructuralSchema } from '../../../src/runtime/api/crd.ts';
 
 const Trial = definePolicy({
@@ -11,7 +17,7 @@ const Trial = definePolicy({
   shortNames: ['tp'],
   spec: z.object({ size: z.number().int() }),
   counts: { seen: 'Nodes seen.', held: 'Nodes held.' },
-  printerColumns: [{ name: 'Seen', type: 'integer', jsonPath: '.status.seen' }],
+  printerColumns: [specColumn('Size', 'size'), 'seen'],
 });
 
 test('a policy kind: Berth group and version, cluster scope, the berth category', () => {
@@ -68,12 +74,27 @@ test('its columns: its own first, then Ready, Reason (wide) and Age', () => {
   assert.deepEqual(
     columns.map((c) => `${c.name} ${c.type} ${c.jsonPath} ${c.priority ?? 0}`),
     [
+      'Size string .spec.size 0',
       'Seen integer .status.seen 0',
       "Ready string .status.conditions[?(@.type=='Ready')].status 0",
       "Reason string .status.conditions[?(@.type=='Ready')].reason 1",
       'Age date .metadata.creationTimestamp 0',
     ],
   );
+});
+
+test('a Berth kind: its group, version and category given, its plural from its kind unless named', () => {
+  const Gadget = defineBerthResource({
+    kind: 'Gadget',
+    scope: 'Namespaced',
+    spec: z.object({ size: z.number().int() }),
+    status: observedStatus({ seen: z.number().int().optional() }),
+  });
+  assert.equal(Gadget.apiVersion, 'berth.dev/v1alpha1');
+  assert.equal(Gadget.crd.metadata.name, 'gadgets.berth.dev');
+  assert.deepEqual(Gadget.crd.spec.names.categories, ['berth']);
+  const status = Gadget.crd.spec.versions[0]!.schema.openAPIV3Schema.properties!['status']!;
+  assert.deepEqual(Object.keys(status.properties!), ['observedGeneration', 'seen', 'conditions']);
 });
 
 test("every capability's policy kind is a policy: its group, and the standard columns last", () => {
