@@ -1,6 +1,6 @@
 // The client's memory: bounded caches with an expiry, and single-flight. Bounded because their keys
 // come from pods (images, pull secrets), which any user can create.
-import { Lru } from '../runtime/events/correlator.ts';
+import { Lru } from '../runtime/lru.ts';
 
 /** An LRU whose entries expire: `get` answers fresh entries only, `stale` any entry still held. */
 export class TtlCache<V> {

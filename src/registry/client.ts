@@ -9,7 +9,7 @@ import { http } from '../runtime/platform/http.ts';
 import https from 'node:https';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Lru } from '../runtime/events/correlator.ts';
+import { Lru } from '../runtime/lru.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import {
   basicHeader,
