@@ -5,11 +5,10 @@
 // transport (transport.ts: politeness per host and across hosts, one HTTP exchange with redirects,
 // body cap, timeout, TLS and the egress lookup). It needs no Kubernetes: `berth arch inspect` uses
 // it as it is.
-import { Lru } from '../runtime/lru.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { credentialKey } from './auth.ts';
 import { Authorizer, type Session } from './authorizer.ts';
-import { Flights, TtlCache } from './cache.ts';
+import { Flights, ImageMemory, TtlCache } from './cache.ts';
 import { parseCidrs } from './egress.ts';
 import { endpointsFor, type Endpoint, type RegistriesConfig } from './hosts.ts';
 import { buildKeyring, lookup, type SecretCredential } from './keyring.ts';
@@ -25,12 +24,8 @@ import {
   ANONYMOUS,
   cachedInspection,
   fromKnown,
-  withReader,
   type KnownDigest,
   type KnownImages,
-  type KnownLookups,
-  type KnownTag,
-  type Readers,
   type Resolved,
 } from './known.ts';
 import { configuredHosts, registryMetrics } from './metrics.ts';
@@ -101,13 +96,7 @@ export class RegistryClient implements ImageInspector {
   readonly #defaultCa: string | undefined;
   readonly #transport: Transport;
   readonly #auth: Authorizer;
-  readonly #digests: Lru<KnownDigest & Readers>;
-  readonly #tags: TtlCache<KnownTag & Readers>;
-  readonly #learnListeners: (() => void)[] = [];
-  readonly #lookups: KnownLookups = {
-    tag: (canonical) => this.#tags.get(canonical),
-    platforms: (digest) => this.#digests.get(digest),
-  };
+  readonly #memory: ImageMemory;
   readonly #negative: TtlCache<InspectionError>;
   readonly #imageFlights = new Flights<Resolved>();
   readonly #digestFlights = new Flights<KnownDigest>();
@@ -126,8 +115,7 @@ export class RegistryClient implements ImageInspector {
       userAgent ?? 'berth',
     );
     this.#auth = new Authorizer(this.#transport);
-    this.#digests = new Lru(this.#o.digestCacheSize);
-    this.#tags = new TtlCache(this.#o.digestCacheSize);
+    this.#memory = new ImageMemory(this.#o.digestCacheSize, this.#o.tagTtlMs);
     this.#negative = new TtlCache(1024);
   }
 
@@ -153,7 +141,7 @@ export class RegistryClient implements ImageInspector {
       const ref = parseReference(image);
       const keyring = buildKeyring(options.pullSecrets ?? []);
       const creds = lookup(keyring, ref.domain, ref.path);
-      const hit = fromKnown(ref, this.#lookups, {
+      const hit = fromKnown(ref, this.#memory.lookups, {
         revalidate: options.revalidate === true,
         secrets: creds.map((c) => c.secret),
       });
@@ -177,7 +165,7 @@ export class RegistryClient implements ImageInspector {
       // A revalidation that joined a read whose tag its registry had answered already (the read was
       // still fetching a new digest's manifests) did not revalidate: once more, in a read of its own
       // or one started since, which comes after it.
-      const answered = this.#tags.stale(ref.canonical)?.readAt ?? -Infinity;
+      const answered = this.#memory.staleTag(ref.canonical)?.readAt ?? -Infinity;
       if (options.revalidate && !ref.digest && answered < asked)
         resolved = await this.#imageFlights.run(key, options.signal, work);
       return { image, ...resolved, cached: false };
@@ -197,18 +185,15 @@ export class RegistryClient implements ImageInspector {
   }
 
   cached(image: string, options: CachedOptions = {}): Inspection | undefined {
-    return cachedInspection(image, this.#lookups, options);
+    return cachedInspection(image, this.#memory.lookups, options);
   }
 
   known(): KnownImages {
-    const tags = [...this.#tags.fresh()].map(
-      ([canonical, tag, expiresAt]) => [canonical, { ...tag, expiresAt }] as const,
-    );
-    return { tags: new Map(tags), digests: new Map(this.#digests.entries()) };
+    return this.#memory.known();
   }
 
   onLearn(listener: () => void): void {
-    this.#learnListeners.push(listener);
+    this.#memory.onLearn(listener);
   }
 
   /** Each endpoint in order (mirrors first); the last one's failure is the answer. */
@@ -281,11 +266,11 @@ export class RegistryClient implements ImageInspector {
     const tagPath = `/v2/${s.repo}/manifests/${ref.tag}`;
     // A tag seen before (expired, or revalidated for imagePullPolicy: Always): one HEAD says whether
     // it still names the same digest, and HEAD does not count as a pull on Docker Hub.
-    if (this.#tags.stale(ref.canonical)) {
+    if (this.#memory.staleTag(ref.canonical)) {
       const head = await this.#auth.request(s, 'HEAD', tagPath, manifestAccept);
       const d = header(head.headers, 'docker-content-digest');
       if (d && isDigest(d)) {
-        this.#learnTag(s, ref.canonical, { digest: d, registry });
+        this.#memory.learnTag(s.reader, ref.canonical, { digest: d, registry });
         return done(d, await this.#byDigest(s, d, 0, { left: maxFollows }));
       }
     }
@@ -299,8 +284,8 @@ export class RegistryClient implements ImageInspector {
         `${registry} answered ${tagPath} with content of ${digest}, not the ${stated} it stated`,
       );
     }
-    this.#learnTag(s, ref.canonical, { digest, registry });
-    const known = this.#knownDigest(s, digest);
+    this.#memory.learnTag(s.reader, ref.canonical, { digest, registry });
+    const known = this.#memory.digest(s.reader, digest);
     if (known) return done(digest, known);
     return done(
       digest,
@@ -324,20 +309,9 @@ export class RegistryClient implements ImageInspector {
 
   /** The platforms of a manifest or index by digest: cached, or fetched once however many ask. */
   #byDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
-    const known = this.#knownDigest(s, digest);
+    const known = this.#memory.digest(s.reader, digest);
     if (known) return Promise.resolve(known);
     return this.#fetchDigest(s, digest, depth, budget);
-  }
-
-  /**
-   * A digest's cached platforms for a session that has just been served a manifest naming it (a
-   * tag's, or an index's): the session's reader may be answered from it from now on.
-   */
-  #knownDigest(s: Session, digest: string): KnownDigest | undefined {
-    const known = this.#digests.get(digest);
-    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
-    if (known) this.#digests.set(digest, { ...known, readers: withReader(known.readers, s.reader) });
-    return known;
   }
 
   #fetchDigest(s: Session, digest: string, depth: number, budget: { left: number }) {
@@ -394,22 +368,8 @@ export class RegistryClient implements ImageInspector {
       );
     }
     const found = { platforms, registry };
-    const readers = withReader(this.#digests.peek(digest)?.readers ?? [], s.reader);
-    this.#digests.set(digest, { ...found, readers });
-    this.#learned();
+    this.#memory.learnDigest(s.reader, digest, found);
     return found;
-  }
-
-  /** A tag's digest as a session's registry answered it; the readers stay while the digest does. */
-  #learnTag(s: Session, canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
-    const before = this.#tags.stale(canonical);
-    const readers = withReader(before?.digest === tag.digest ? before.readers : [], s.reader);
-    this.#tags.set(canonical, { ...tag, readAt: Date.now(), readers }, this.#o.tagTtlMs);
-    this.#learned();
-  }
-
-  #learned(): void {
-    for (const listener of this.#learnListeners) listener();
   }
 
   #verify(s: Session, body: Buffer, digest: string, what: string): void {
