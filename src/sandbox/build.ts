@@ -311,12 +311,12 @@ export async function ensureBinaries(
   };
 }
 
-/** Builds the registry if missing (only a sandbox that runs one asks) and returns its binary. */
 /** The helm binary, built on first use (a few minutes cold) and cached like the control plane. */
 export async function ensureHelm(log: (s: string) => void = () => {}, signal?: AbortSignal): Promise<string> {
   return join(await buildComponent('helm', log, signal), 'helm');
 }
 
+/** Builds the registry if missing (only a sandbox that runs one asks) and returns its binary. */
 export async function ensureRegistry(
   log: (s: string) => void = () => {},
   signal?: AbortSignal,
