@@ -68,6 +68,14 @@ interface Process {
 }
 
 const pki = (dir: string, f: string) => join(dir, 'pki', f);
+/** The controller-manager and the scheduler ask the apiserver who calls them, as the admin. */
+const delegatedAuth = (dir: string) => [
+  `--authentication-kubeconfig=${join(dir, 'kubeconfig')}`,
+  `--authorization-kubeconfig=${join(dir, 'kubeconfig')}`,
+];
+/** The controller-manager's and the scheduler's health, on their self-signed secure ports. */
+const secureHealthz = async (port: number, dir: string) =>
+  (await httpsGet(`https://127.0.0.1:${port}/healthz`, join(dir, 'pki'))) === 'ok';
 const registryOf = (st: State, dir: string) =>
   registryInfo(join(dir, 'registry'), join(dir, 'pki'), st.registry!.ports);
 
@@ -132,8 +140,7 @@ export const PROCESS: Record<ProcessName, Process> = {
     binary: (st) => st.binaries.kubeControllerManager,
     args: ({ ports }, dir) => [
       `--kubeconfig=${join(dir, 'kubeconfig')}`,
-      `--authentication-kubeconfig=${join(dir, 'kubeconfig')}`,
-      `--authorization-kubeconfig=${join(dir, 'kubeconfig')}`,
+      ...delegatedAuth(dir),
       `--root-ca-file=${pki(dir, 'ca.crt')}`,
       `--service-account-private-key-file=${pki(dir, 'sa.key')}`,
       '--leader-elect=false',
@@ -148,22 +155,19 @@ export const PROCESS: Record<ProcessName, Process> = {
       '--v=1',
     ],
     port: (st) => st.ports.controllerManager,
-    healthy: async ({ ports }, dir) =>
-      (await httpsGet(`https://127.0.0.1:${ports.controllerManager}/healthz`, join(dir, 'pki'))) === 'ok',
+    healthy: ({ ports }, dir) => secureHealthz(ports.controllerManager, dir),
   },
   'kube-scheduler': {
     binary: (st) => st.binaries.kubeScheduler,
     args: ({ ports }, dir) => [
       `--config=${join(dir, 'scheduler.yaml')}`,
-      `--authentication-kubeconfig=${join(dir, 'kubeconfig')}`,
-      `--authorization-kubeconfig=${join(dir, 'kubeconfig')}`,
+      ...delegatedAuth(dir),
       '--bind-address=127.0.0.1',
       `--secure-port=${ports.scheduler}`,
       '--v=1',
     ],
     port: (st) => st.ports.scheduler,
-    healthy: async ({ ports }, dir) =>
-      (await httpsGet(`https://127.0.0.1:${ports.scheduler}/healthz`, join(dir, 'pki'))) === 'ok',
+    healthy: ({ ports }, dir) => secureHealthz(ports.scheduler, dir),
   },
   kwok: {
     binary: (st) => st.binaries.kwok,
