@@ -18,7 +18,7 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { createNodes } from '../src/sandbox/nodes.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
-import { freePorts } from '../src/sandbox/sandbox.ts';
+import { freePorts } from '../src/sandbox/net.ts';
 import { launchBrowser } from '../test/helpers/browser.ts';
 import { benchSandbox, percentile, report, round, waitForValue } from './lib.ts';
 

@@ -28,7 +28,9 @@ import { readNodeFile, nodeManifests } from '../src/sandbox/nodes.ts';
 import { Federation } from '../src/sandbox/federation.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { ImagePusher, platform } from '../src/sandbox/push.ts';
-import { abortOnSignals, freePorts, Sandbox } from '../src/sandbox/sandbox.ts';
+import { freePorts } from '../src/sandbox/net.ts';
+import { Sandbox } from '../src/sandbox/sandbox.ts';
+import { abortOnSignals } from '../src/sandbox/wait.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

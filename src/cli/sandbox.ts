@@ -6,7 +6,8 @@ import { cellRbacManifests, rbacManifests } from '../manifests.ts';
 import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
 import { Federation, SANDBOX_NAMESPACES, type FederationHooks } from '../sandbox/federation.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
-import { abortOnSignals, Sandbox } from '../sandbox/sandbox.ts';
+import { Sandbox } from '../sandbox/sandbox.ts';
+import { abortOnSignals } from '../sandbox/wait.ts';
 import { installCrds } from './install.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);

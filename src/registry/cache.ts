@@ -1,6 +1,15 @@
-// The client's memory: bounded caches with an expiry, and single-flight. Bounded because their keys
-// come from pods (images, pull secrets), which any user can create.
-import { Lru } from '../runtime/events/correlator.ts';
+// The client's memory: bounded caches with an expiry, what it learned of images, and single-flight.
+// Bounded because their keys come from pods (images, pull secrets), which any user can create.
+import { Lru } from '../runtime/lru.ts';
+import {
+  withReader,
+  type KnownDigest,
+  type KnownImages,
+  type KnownLookups,
+  type KnownTag,
+  type Readers,
+} from './known.ts';
+import { registryMetrics } from './metrics.ts';
 
 /** An LRU whose entries expire: `get` answers fresh entries only, `stale` any entry still held. */
 export class TtlCache<V> {
@@ -38,6 +47,74 @@ export class TtlCache<V> {
 
   delete(key: string): void {
     this.#lru.delete(key);
+  }
+}
+
+/**
+ * What the client has learned of images: each tag's digest (trusted for `tagTtlMs`, then
+ * revalidated) and each digest's platforms, with the readers each may answer (known.ts); whoever
+ * listens is told of every lesson.
+ */
+export class ImageMemory {
+  readonly #digests: Lru<KnownDigest & Readers>;
+  readonly #tags: TtlCache<KnownTag & Readers>;
+  readonly #tagTtlMs: number;
+  readonly #listeners: (() => void)[] = [];
+  readonly lookups: KnownLookups = {
+    tag: (canonical) => this.#tags.get(canonical),
+    platforms: (digest) => this.#digests.get(digest),
+  };
+
+  constructor(size: number, tagTtlMs: number) {
+    this.#digests = new Lru(size);
+    this.#tags = new TtlCache(size);
+    this.#tagTtlMs = tagTtlMs;
+  }
+
+  onLearn(listener: () => void): void {
+    this.#listeners.push(listener);
+  }
+
+  /** A tag's last answer, expired or not: its old digest, to revalidate against. */
+  staleTag(canonical: string): (KnownTag & Readers) | undefined {
+    return this.#tags.stale(canonical);
+  }
+
+  /** A tag's digest as `reader`'s registry answered it; the readers stay while the digest does. */
+  learnTag(reader: string, canonical: string, tag: Omit<KnownTag, 'readAt'>): void {
+    const before = this.#tags.stale(canonical);
+    const readers = withReader(before?.digest === tag.digest ? before.readers : [], reader);
+    this.#tags.set(canonical, { ...tag, readAt: Date.now(), readers }, this.#tagTtlMs);
+    this.#learned();
+  }
+
+  /**
+   * A digest's cached platforms for a reader that has just been served a manifest naming it (a
+   * tag's, or an index's): the reader may be answered from it from now on.
+   */
+  digest(reader: string, digest: string): KnownDigest | undefined {
+    const known = this.#digests.get(digest);
+    registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
+    if (known) this.#digests.set(digest, { ...known, readers: withReader(known.readers, reader) });
+    return known;
+  }
+
+  /** A digest's platforms as `reader` read them. */
+  learnDigest(reader: string, digest: string, found: KnownDigest): void {
+    const readers = withReader(this.#digests.peek(digest)?.readers ?? [], reader);
+    this.#digests.set(digest, { ...found, readers });
+    this.#learned();
+  }
+
+  known(): KnownImages {
+    const tags = [...this.#tags.fresh()].map(
+      ([canonical, tag, expiresAt]) => [canonical, { ...tag, expiresAt }] as const,
+    );
+    return { tags: new Map(tags), digests: new Map(this.#digests.entries()) };
+  }
+
+  #learned(): void {
+    for (const listener of this.#listeners) listener();
   }
 }
 

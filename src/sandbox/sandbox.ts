@@ -1,6 +1,8 @@
 // The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok,
 // as plain processes bound to 127.0.0.1 on free ports, one state folder per named sandbox; on
-// request also an OCI registry and its token service.
+// request also an OCI registry and its token service. This class is the façade: what each process
+// runs and how its health is checked is in processes.ts, the PKI and kubeconfigs in pki.ts, users
+// in users.ts, the state it records in state.ts, ports and requests in net.ts.
 import { spawn } from 'node:child_process';
 import {
   closeSync,
@@ -11,88 +13,47 @@ import {
   readFileSync,
   readlinkSync,
   realpathSync,
-  renameSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer, connect } from 'node:net';
-import https from 'node:https';
-import { http } from '../runtime/platform/http.ts';
-import { extname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
-import { KubeClient, resourcePath, type ClientOptions } from '../runtime/client/client.ts';
-import { DNS1123_LABEL, Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
-import type { PolicyRule } from '../runtime/api/rbac.ts';
-import {
-  createCertificateAuthority,
-  createSigningKeyPair,
-  loadCertificateAuthority,
-  type CertificateAuthority,
-} from '../runtime/webhook/certificates.ts';
+import { KubeClient, type ClientOptions } from '../runtime/client/client.ts';
+import { DNS1123_LABEL, Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { ensureBinaries, ensureRegistry, type Binaries } from './build.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { errorText } from '../runtime/observability/log.ts';
-import { createNodes, KWOK_ANNOTATION, nodeNames, type NodeGroupInput } from './nodes.ts';
+import { createNodes, nodeNames, type NodeGroupInput } from './nodes.ts';
 import { sandboxDir, stateDir } from './paths.ts';
-import { stagesYaml } from './stages.ts';
-import { registryInfo, writeRegistryFiles, type RegistryPorts, type SandboxRegistry } from './registry.ts';
-import { berthRunArgs, type BerthPorts } from './berth.ts';
-
-export const PROCESSES = [
-  'etcd',
-  'kube-apiserver',
-  'kube-controller-manager',
-  'kube-scheduler',
-  'kwok',
-] as const;
-/** The registry's processes, started only when asked for (`up({ registry: true })`), token service first. */
-export const REGISTRY_PROCESSES = ['registry-token', 'registry'] as const;
-/** Berth itself, started only when asked for (`startBerth`, a federation's cells); stopped first. */
-export const BERTH_PROCESS = 'berth' as const;
-export type ProcessName =
-  (typeof PROCESSES)[number] | (typeof REGISTRY_PROCESSES)[number] | typeof BERTH_PROCESS;
-
-/** The token service runs on the Node running the sandbox, from the file beside this one (.ts or .js). */
-const TOKEN_SERVER = fileURLToPath(
-  new URL(`./token-server${extname(fileURLToPath(import.meta.url))}`, import.meta.url),
-);
-
-interface Ports {
-  etcdClient: number;
-  etcdPeer: number;
-  apiserver: number;
-  controllerManager: number;
-  scheduler: number;
-  kwok: number;
-}
-
-interface State {
-  name: string;
-  kubernetesVersion: string;
-  ports: Ports;
-  pids: Partial<Record<ProcessName, number>>;
-  binaries: Binaries;
-  startedAt: string;
-  registry?: { ports: RegistryPorts; binary: string; node: string };
-  /** kube-apiserver writes an audit log (`up({ audit: true })`). */
-  audit?: boolean;
-  /** The Berth this sandbox runs (`startBerth`): node, its identity's kubeconfig, ports, its own flags. */
-  berth?: { node: string; kubeconfig: string; ports: BerthPorts; args: string[] };
-  /** The sandboxes this one is the management plane of, by city (a federation, federation.ts). */
-  cells?: CellSandbox[];
-  /**
-   * The CA of the client certificate kube-apiserver presents to webhooks: set when it was started
-   * presenting one (a sandbox started before it did presents none until it starts again).
-   */
-  webhookClientCa?: string;
-}
-
-/** A cell of a federation: the city it serves and the sandbox that runs it. */
-export interface CellSandbox {
-  city: string;
-  sandbox: string;
-}
+import { registryInfo, writeRegistryFiles, type SandboxRegistry } from './registry.ts';
+import { isZombie, tail, writeFileAtomic } from './files.ts';
+import { freePorts, httpRequest, isListening } from './net.ts';
+import {
+  ensurePki,
+  ensureWebhookClientPki,
+  loadCa,
+  writeAdminKubeconfig,
+  writeAdmissionConfiguration,
+} from './pki.ts';
+import {
+  apiserverReady,
+  auditLogPath,
+  healthy,
+  PROCESS,
+  serverOf,
+  writeProcessConfigs,
+} from './processes.ts';
+import {
+  BERTH_PROCESS,
+  PROCESSES,
+  REGISTRY_PROCESSES,
+  type CellSandbox,
+  type Ports,
+  type ProcessName,
+  type State,
+} from './state.ts';
+import { mintServiceAccount, mintUser } from './users.ts';
+import { sleep, waitFor, WaitTimeout } from './wait.ts';
 
 export interface ProcessStatus {
   name: ProcessName;
@@ -122,25 +83,6 @@ export interface UpOptions {
   audit?: boolean;
 }
 
-/** The audit policy of `up({ audit: true })`: service accounts' requests at Metadata level, nothing else. */
-const AUDIT_POLICY = {
-  apiVersion: 'audit.k8s.io/v1',
-  kind: 'Policy',
-  omitStages: ['RequestReceived'],
-  rules: [{ level: 'Metadata', userGroups: ['system:serviceaccounts'] }, { level: 'None' }],
-};
-
-/** Where each RBAC kind lives, for mintServiceAccount. */
-const RBAC_REFS: Record<string, ResourceRef> = {
-  ClusterRole: Resources.clusterRoles,
-  ClusterRoleBinding: Resources.clusterRoleBindings,
-  Role: Resources.roles,
-  RoleBinding: Resources.roleBindings,
-};
-
-const SERVICE_CIDR = '10.96.0.0/16';
-const SERVICE_IP = '10.96.0.1';
-
 export class Sandbox {
   readonly name: string;
   readonly dir: string;
@@ -166,7 +108,7 @@ export class Sandbox {
 
   /** The audit log kube-apiserver writes when the sandbox was started with `audit`. */
   get auditLogPath(): string {
-    return join(this.dir, 'logs', 'audit.log');
+    return auditLogPath(this.dir);
   }
 
   get exists(): boolean {
@@ -195,7 +137,7 @@ export class Sandbox {
   }
 
   get server(): string {
-    return `https://127.0.0.1:${this.ports.apiserver}`;
+    return serverOf(this.ports);
   }
 
   /** The registry's address, CA and push credentials; undefined when this sandbox runs no registry. */
@@ -317,7 +259,13 @@ export class Sandbox {
     const was = st.registry?.ports;
     const [registry, token] = (await freePorts(2, was ? [was.registry, was.token] : [])) as [number, number];
     const ports = { registry, token };
-    await writeRegistryFiles(this.path('registry'), this.path('pki'), () => this.ca(), ports, this.name);
+    await writeRegistryFiles(
+      this.path('registry'),
+      this.path('pki'),
+      () => loadCa(this.dir),
+      ports,
+      this.name,
+    );
     st.registry = { ports, binary, node: realpathSync(process.execPath) };
     this.saveState();
     const started = Date.now();
@@ -406,14 +354,12 @@ export class Sandbox {
       ...(registry ? { registry } : {}),
       ...(berth ? { berth } : {}),
     };
-    await this.ensurePki();
-    await this.ensureWebhookClientPki();
-    this.writeAdmissionConfiguration();
+    await ensurePki(this.dir, this.name);
+    await ensureWebhookClientPki(this.dir, this.name);
+    writeAdmissionConfiguration(this.dir);
     this.state.webhookClientCa = this.path('pki', 'webhook-client-ca.crt');
-    this.writeKubeconfigs();
-    this.writeSchedulerConfig();
-    writeFileSync(this.path('kwok-stages.yaml'), stagesYaml());
-    if (audit) writeFileSync(this.path('audit-policy.yaml'), toYaml(AUDIT_POLICY));
+    writeAdminKubeconfig(this);
+    writeProcessConfigs(this.dir, audit);
     this.saveState();
     for (const p of PROCESSES) {
       this.startProcess(p);
@@ -437,7 +383,7 @@ export class Sandbox {
   startProcess(p: ProcessName): void {
     const st = this.requireState();
     const out = openSync(this.path('logs', `${p}.log`), 'a');
-    const child = spawn(this.binaryOf(p), this.argsOf(p), {
+    const child = spawn(PROCESS[p].binary(st), PROCESS[p].args(st, this.dir), {
       detached: true,
       stdio: ['ignore', out, out],
       // The registry reads every REGISTRY_* variable as a configuration key, and without
@@ -503,148 +449,8 @@ export class Sandbox {
     return this.state;
   }
 
-  private binaryOf(p: ProcessName): string {
-    const { binaries: b, registry, berth } = this.requireState();
-    return {
-      etcd: b.etcd,
-      'kube-apiserver': b.kubeApiserver,
-      'kube-controller-manager': b.kubeControllerManager,
-      'kube-scheduler': b.kubeScheduler,
-      kwok: b.kwok,
-      registry: registry?.binary ?? '',
-      'registry-token': registry?.node ?? '',
-      berth: berth?.node ?? '',
-    }[p];
-  }
-
-  private argsOf(p: ProcessName): string[] {
-    const { ports, binaries, audit, berth, webhookClientCa } = this.requireState();
-    const pki = (f: string) => this.path('pki', f);
-    const kubeconfig = this.path('kubeconfig');
-    switch (p) {
-      case 'etcd':
-        return [
-          '--name=berth',
-          `--data-dir=${this.path('etcd')}`,
-          `--listen-client-urls=http://127.0.0.1:${ports.etcdClient}`,
-          `--advertise-client-urls=http://127.0.0.1:${ports.etcdClient}`,
-          `--listen-peer-urls=http://127.0.0.1:${ports.etcdPeer}`,
-          `--initial-advertise-peer-urls=http://127.0.0.1:${ports.etcdPeer}`,
-          `--initial-cluster=berth=http://127.0.0.1:${ports.etcdPeer}`,
-          // A sandbox trades durability across power loss for speed; its data is disposable.
-          '--unsafe-no-fsync=true',
-          '--quota-backend-bytes=8589934592',
-          '--log-level=warn',
-        ];
-      case 'kube-apiserver':
-        return [
-          `--etcd-servers=http://127.0.0.1:${ports.etcdClient}`,
-          '--bind-address=127.0.0.1',
-          '--advertise-address=127.0.0.1',
-          // Endpoints may not be loopback addresses: nothing in the sandbox uses the kubernetes Service.
-          '--endpoint-reconciler-type=none',
-          `--secure-port=${ports.apiserver}`,
-          `--tls-cert-file=${pki('apiserver.crt')}`,
-          `--tls-private-key-file=${pki('apiserver.key')}`,
-          `--client-ca-file=${pki('ca.crt')}`,
-          '--authorization-mode=Node,RBAC',
-          `--service-cluster-ip-range=${SERVICE_CIDR}`,
-          '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
-          `--service-account-signing-key-file=${pki('sa.key')}`,
-          `--service-account-key-file=${pki('sa.pub')}`,
-          '--allow-privileged=true',
-          ...(webhookClientCa ? [`--admission-control-config-file=${this.path('admission.yaml')}`] : []),
-          // Room for benchmarks with thousands of nodes on one machine.
-          '--max-requests-inflight=1600',
-          '--max-mutating-requests-inflight=800',
-          '--profiling=false',
-          '--v=1',
-          ...(audit
-            ? [
-                `--audit-policy-file=${this.path('audit-policy.yaml')}`,
-                `--audit-log-path=${this.auditLogPath}`,
-                // Whole lines in one file: a reader never sees half an event or a rotated file.
-                '--audit-log-mode=blocking',
-                '--audit-log-maxsize=0',
-              ]
-            : []),
-        ];
-      case 'kube-controller-manager':
-        return [
-          `--kubeconfig=${kubeconfig}`,
-          `--authentication-kubeconfig=${kubeconfig}`,
-          `--authorization-kubeconfig=${kubeconfig}`,
-          `--root-ca-file=${pki('ca.crt')}`,
-          `--service-account-private-key-file=${pki('sa.key')}`,
-          '--leader-elect=false',
-          '--bind-address=127.0.0.1',
-          `--secure-port=${ports.controllerManager}`,
-          '--kube-api-qps=500',
-          '--kube-api-burst=1000',
-          // kwok renews node leases every 30 s (lease duration 120 s); allow for a loaded machine.
-          '--node-monitor-grace-period=180s',
-          '--concurrent-daemonset-syncs=5',
-          '--profiling=false',
-          '--v=1',
-        ];
-      case 'kube-scheduler':
-        return [
-          `--config=${this.path('scheduler.yaml')}`,
-          `--authentication-kubeconfig=${kubeconfig}`,
-          `--authorization-kubeconfig=${kubeconfig}`,
-          '--bind-address=127.0.0.1',
-          `--secure-port=${ports.scheduler}`,
-          '--v=1',
-        ];
-      case 'kwok':
-        return [
-          `--kubeconfig=${kubeconfig}`,
-          ...binaries.kwokStages.map((s) => `--config=${s}`),
-          // Berth's own stages (stages.ts): failed pulls and crashing containers, by image host.
-          `--config=${this.path('kwok-stages.yaml')}`,
-          `--manage-nodes-with-annotation-selector=${KWOK_ANNOTATION}=fake`,
-          `--server-address=127.0.0.1:${ports.kwok}`,
-          '--node-ip=127.0.0.1',
-          '--cidr=10.0.0.1/8',
-          '--node-lease-duration-seconds=120',
-          '--v=WARN',
-        ];
-      case 'registry':
-        return ['serve', this.path('registry', 'config.yml')];
-      case 'registry-token':
-        return [TOKEN_SERVER, this.path('registry')];
-      case 'berth':
-        return berthRunArgs(berth!.kubeconfig, berth!.ports, berth!.args, { webhookClientCa });
-    }
-  }
-
-  private async healthy(p: ProcessName): Promise<boolean> {
-    const { ports, berth } = this.requireState();
-    try {
-      switch (p) {
-        case 'etcd':
-          return (await httpRequest(`http://127.0.0.1:${ports.etcdClient}/health`)).includes('"true"');
-        case 'kube-apiserver':
-          return await this.apiserverReady();
-        case 'kube-controller-manager':
-          return (await this.httpsGet(`https://127.0.0.1:${ports.controllerManager}/healthz`)) === 'ok';
-        case 'kube-scheduler':
-          return (await this.httpsGet(`https://127.0.0.1:${ports.scheduler}/healthz`)) === 'ok';
-        case 'kwok':
-          return (await httpRequest(`http://127.0.0.1:${ports.kwok}/healthz`)).trim() === 'ok';
-        case 'registry':
-          // Token auth guards even the base endpoint: its Bearer challenge is the registry's answer.
-          return (await this.httpsStatus(`${this.registry!.url}/v2/`)) === 401;
-        case 'registry-token':
-          return (await this.httpsStatus(`${this.registry!.realm.replace(/\/token$/, '/healthz')}`)) === 200;
-        case 'berth':
-          // Ready when /readyz answers 200 (any other answer rejects).
-          await httpRequest(`http://127.0.0.1:${berth!.ports.health}/readyz`);
-          return true;
-      }
-    } catch {
-      return false;
-    }
+  private healthy(p: ProcessName): Promise<boolean> {
+    return healthy(p, this.requireState(), this.dir);
   }
 
   /** Compacts etcd's history up to its current revision, so watches from older resourceVersions get 410 Gone. */
@@ -659,81 +465,22 @@ export class Sandbox {
     return Number(range.header.revision);
   }
 
-  async apiserverReady(): Promise<boolean> {
-    try {
-      return (await this.httpsGet(`${this.server}/readyz`, true)) === 'ok';
-    } catch {
-      return false;
-    }
+  apiserverReady(): Promise<boolean> {
+    return apiserverReady(this.server, this.dir);
   }
 
-  /** The status code of a GET to a server with a certificate from the sandbox CA. */
-  private httpsStatus(url: string): Promise<number | undefined> {
-    return new Promise((resolve, reject) => {
-      const req = https.get(url, { ca: readFileSync(this.path('pki', 'ca.crt')), timeout: 2000 }, (res) => {
-        res.resume();
-        resolve(res.statusCode);
-      });
-      req.on('timeout', () => req.destroy(new Error('timeout')));
-      req.on('error', reject);
-    });
-  }
-
-  private httpsGet(url: string, withClientCert = false): Promise<string> {
-    const auth = withClientCert
-      ? {
-          cert: readFileSync(this.path('pki', 'admin.crt')),
-          key: readFileSync(this.path('pki', 'admin.key')),
-        }
-      : {};
-    return new Promise((resolve, reject) => {
-      // The controller-manager and scheduler serve self-signed certificates: their health is all we read.
-      const req = https.get(
-        url,
-        {
-          ca: readFileSync(this.path('pki', 'ca.crt')),
-          rejectUnauthorized: withClientCert,
-          ...auth,
-          timeout: 2000,
-        },
-        (res) => {
-          let body = '';
-          res.on('data', (d: Buffer) => (body += d));
-          res.on('end', () => resolve(body));
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error('timeout')));
-      req.on('error', reject);
-    });
-  }
-
-  private async waitFor(
+  private waitFor(
     what: string,
     deadline: number,
     signal: AbortSignal | undefined,
     check: () => Promise<boolean>,
   ): Promise<void> {
-    while (!(await check())) {
-      signal?.throwIfAborted();
-      if (Date.now() > deadline)
-        throw new WaitTimeout(`timed out waiting for ${what} in sandbox ${this.name}`);
-      await sleep(100);
-    }
+    return waitFor(`${what} in sandbox ${this.name}`, deadline, signal, check);
   }
 
   status(): ProcessStatus[] {
     if (!this.state) return [];
     const st = this.state;
-    const portOf: Record<ProcessName, number> = {
-      etcd: st.ports.etcdClient,
-      'kube-apiserver': st.ports.apiserver,
-      'kube-controller-manager': st.ports.controllerManager,
-      'kube-scheduler': st.ports.scheduler,
-      kwok: st.ports.kwok,
-      registry: st.registry?.ports.registry ?? 0,
-      'registry-token': st.registry?.ports.token ?? 0,
-      berth: st.berth?.ports.health ?? 0,
-    };
     const names: ProcessName[] = [
       ...PROCESSES,
       ...(st.registry ? REGISTRY_PROCESSES : []),
@@ -745,7 +492,7 @@ export class Sandbox {
         name,
         ...(pid === undefined ? {} : { pid }),
         running: pid !== undefined && this.isOurs(name, pid),
-        port: portOf[name],
+        port: PROCESS[name].port(st),
       };
     });
   }
@@ -754,7 +501,8 @@ export class Sandbox {
   private isOurs(p: ProcessName, pid: number): boolean {
     try {
       return (
-        readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '') === this.binaryOf(p) &&
+        readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '') ===
+          PROCESS[p].binary(this.requireState()) &&
         // Many processes run Node: the token service is ours only when it serves this sandbox.
         (p !== 'registry-token' ||
           readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(this.path('registry'))) &&
@@ -794,156 +542,13 @@ export class Sandbox {
     this.state = undefined;
   }
 
-  private async ensurePki(): Promise<void> {
-    const dir = this.path('pki');
-    if (existsSync(join(dir, 'sa.pub'))) return;
-    mkdirSync(dir, { recursive: true });
-    const ca = await createCertificateAuthority(`berth-sandbox-${this.name}`);
-    const server = await ca.issue({
-      commonName: 'kube-apiserver',
-      dnsNames: [
-        'localhost',
-        'kubernetes',
-        'kubernetes.default',
-        'kubernetes.default.svc',
-        'kubernetes.default.svc.cluster.local',
-      ],
-      ipAddresses: ['127.0.0.1', SERVICE_IP],
-      usage: 'server',
-    });
-    const admin = await ca.issue({
-      commonName: 'berth-admin',
-      organizations: ['system:masters'],
-      usage: 'client',
-    });
-    const sa = await createSigningKeyPair();
-    const files: Record<string, string> = {
-      'ca.crt': ca.certPem,
-      'ca.key': ca.keyPem,
-      'apiserver.crt': server.certPem,
-      'apiserver.key': server.keyPem,
-      'admin.crt': admin.certPem,
-      'admin.key': admin.keyPem,
-      'sa.key': sa.privateKeyPem,
-      'sa.pub': sa.publicKeyPem,
-    };
-    this.writePki(files);
-  }
-
-  /** A certificate for kube-apiserver to present to webhooks, from a CA of its own (a sandbox made before has it added). */
-  private async ensureWebhookClientPki(): Promise<void> {
-    if (existsSync(this.path('pki', 'webhook-client.key'))) return;
-    const ca = await createCertificateAuthority(`berth-sandbox-${this.name}-webhook-clients`);
-    const client = await ca.issue({ commonName: 'kube-apiserver', usage: 'client' });
-    this.writePki({
-      'webhook-client-ca.crt': ca.certPem,
-      'webhook-client.crt': client.certPem,
-      'webhook-client.key': client.keyPem,
-    });
-  }
-
-  /** kube-apiserver's AdmissionConfiguration: its webhook client certificate for every webhook (`*`). */
-  private writeAdmissionConfiguration(): void {
-    const kubeConfigFile = this.path('webhook-client.kubeconfig');
-    const user = {
-      'client-certificate': this.path('pki', 'webhook-client.crt'),
-      'client-key': this.path('pki', 'webhook-client.key'),
-    };
-    writeFileSync(kubeConfigFile, toYaml({ apiVersion: 'v1', kind: 'Config', users: [{ name: '*', user }] }));
-    const plugin = (name: string) => ({
-      name,
-      configuration: {
-        apiVersion: 'apiserver.config.k8s.io/v1',
-        kind: 'WebhookAdmissionConfiguration',
-        kubeConfigFile,
-      },
-    });
-    writeFileSync(
-      this.path('admission.yaml'),
-      toYaml({
-        apiVersion: 'apiserver.config.k8s.io/v1',
-        kind: 'AdmissionConfiguration',
-        plugins: [plugin('ValidatingAdmissionWebhook'), plugin('MutatingAdmissionWebhook')],
-      }),
-    );
-  }
-
-  private writePki(files: Record<string, string>): void {
-    for (const [f, pem] of Object.entries(files)) writeFileSync(this.path('pki', f), pem, { mode: 0o600 });
-  }
-
-  private ca(): Promise<CertificateAuthority> {
-    return loadCertificateAuthority({
-      certPem: readFileSync(this.path('pki', 'ca.crt'), 'utf8'),
-      keyPem: readFileSync(this.path('pki', 'ca.key'), 'utf8'),
-    });
-  }
-
-  private kubeconfig(
-    user: string,
-    credentials: { certPem: string; keyPem: string } | { token: string },
-  ): string {
-    const b64 = (s: string) => Buffer.from(s).toString('base64');
-    const cluster = `berth-${this.name}`;
-    return toYaml({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [
-        {
-          name: cluster,
-          cluster: {
-            server: this.server,
-            'certificate-authority-data': b64(readFileSync(this.path('pki', 'ca.crt'), 'utf8')),
-          },
-        },
-      ],
-      users: [
-        {
-          name: user,
-          user:
-            'token' in credentials
-              ? { token: credentials.token }
-              : {
-                  'client-certificate-data': b64(credentials.certPem),
-                  'client-key-data': b64(credentials.keyPem),
-                },
-        },
-      ],
-      contexts: [{ name: cluster, context: { cluster, user } }],
-      'current-context': cluster,
-    });
-  }
-
-  private writeKubeconfigs(): void {
-    const certPem = readFileSync(this.path('pki', 'admin.crt'), 'utf8');
-    const keyPem = readFileSync(this.path('pki', 'admin.key'), 'utf8');
-    writeFileSync(this.kubeconfigPath, this.kubeconfig('berth-admin', { certPem, keyPem }), { mode: 0o600 });
-  }
-
-  private writeSchedulerConfig(): void {
-    writeFileSync(
-      this.path('scheduler.yaml'),
-      toYaml({
-        apiVersion: 'kubescheduler.config.k8s.io/v1',
-        kind: 'KubeSchedulerConfiguration',
-        clientConnection: { kubeconfig: this.kubeconfigPath, qps: 500, burst: 1000 },
-        leaderElection: { leaderElect: false },
-      }),
-    );
-  }
-
   /**
    * Mints a user with a client certificate signed by the sandbox CA (no RBAC is granted) and
    * returns the path of its kubeconfig. For RBAC tests.
    */
   async mintUser(user: string, groups: string[] = []): Promise<string> {
     this.requireState();
-    const ca = await this.ca();
-    const pair = await ca.issue({ commonName: user, organizations: groups, usage: 'client' });
-    mkdirSync(this.path('users'), { recursive: true });
-    const file = this.path('users', `${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`);
-    writeFileSync(file, this.kubeconfig(user, pair), { mode: 0o600 });
-    return file;
+    return mintUser(this, user, groups);
   }
 
   /**
@@ -954,56 +559,7 @@ export class Sandbox {
    */
   async mintServiceAccount(rbac: KubeObject[], expirationSeconds = 24 * 3600): Promise<string> {
     this.requireState();
-    const subjects = new Map(
-      rbac.flatMap((o) =>
-        ((o['subjects'] as { kind: string; name: string; namespace: string }[] | undefined) ?? [])
-          .filter((s) => s.kind === 'ServiceAccount')
-          .map((s) => [`${s.namespace}/${s.name}`, s] as const),
-      ),
-    );
-    if (subjects.size !== 1)
-      throw new Error(`the bindings name ${subjects.size} service accounts, not exactly one`);
-    const sa = [...subjects.values()][0]!;
-    const client = this.client();
-    const fieldManager = 'berth-sandbox';
-    try {
-      await client.apply(
-        Resources.namespaces,
-        { apiVersion: 'v1', kind: 'Namespace', metadata: { name: sa.namespace } },
-        { fieldManager },
-      );
-      await client.apply(
-        Resources.serviceAccounts,
-        { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: sa.name, namespace: sa.namespace } },
-        { fieldManager },
-      );
-      for (const o of rbac) {
-        const ref = RBAC_REFS[o.kind ?? ''];
-        if (!ref) throw new Error(`mintServiceAccount applies RBAC objects only, not a ${o.kind}`);
-        // force: the roles are exactly what was given, whoever applied them before.
-        await client.apply(ref, o, { fieldManager, force: true });
-      }
-      await this.waitFor('the roles in effect', Date.now() + 30_000, undefined, () =>
-        rolesInEffect(client, rbac, sa),
-      );
-      const review = await client.request<{ status: { token: string } }>(
-        'POST',
-        resourcePath(Resources.serviceAccounts, sa.namespace, sa.name, 'token'),
-        {
-          body: {
-            apiVersion: 'authentication.k8s.io/v1',
-            kind: 'TokenRequest',
-            spec: { expirationSeconds },
-          },
-        },
-      );
-      mkdirSync(this.path('users'), { recursive: true });
-      const file = this.path('users', `sa-${sa.namespace}-${sa.name}.kubeconfig`);
-      writeFileAtomic(file, this.kubeconfig(`${sa.namespace}/${sa.name}`, { token: review.status.token }));
-      return file;
-    } finally {
-      client.close();
-    }
+    return mintServiceAccount(this, rbac, expirationSeconds);
   }
 
   /** Creates the nodes that are missing and waits until every one of them is Ready. */
@@ -1028,194 +584,4 @@ export class Sandbox {
       client.close();
     }
   }
-}
-
-/**
- * Whether the authorizer grants the ServiceAccount the first rule of every role in `rbac` yet: RBAC
- * objects reach it through a watch, a moment after they are written.
- */
-async function rolesInEffect(
-  admin: KubeClient,
-  rbac: KubeObject[],
-  sa: { name: string; namespace: string },
-): Promise<boolean> {
-  // A role takes effect where it is bound: a ClusterRole bound only by RoleBindings, in their namespace.
-  const binding = (role: KubeObject) =>
-    rbac.find((b) => {
-      const ref = b['roleRef'] as { kind?: string; name?: string } | undefined;
-      return ref?.kind === role.kind && ref?.name === role.metadata?.name;
-    });
-  const reviews = rbac
-    .filter((o) => o.kind === 'ClusterRole' || o.kind === 'Role')
-    .flatMap((o) => {
-      const rule = (o['rules'] as PolicyRule[] | undefined)?.find((r) => r.resources?.length);
-      const bound = binding(o);
-      if (!rule || !bound) return [];
-      return [
-        {
-          namespace: o.metadata?.namespace ?? bound.metadata?.namespace,
-          verb: rule.verbs[0],
-          group: rule.apiGroups?.[0],
-          resource: rule.resources![0]!.split('/')[0],
-          subresource: rule.resources![0]!.split('/')[1],
-          name: rule.resourceNames?.[0],
-        },
-      ];
-    });
-  for (const resourceAttributes of reviews) {
-    const review = await admin.request<{ status?: { allowed?: boolean } }>(
-      'POST',
-      '/apis/authorization.k8s.io/v1/subjectaccessreviews',
-      {
-        body: {
-          apiVersion: 'authorization.k8s.io/v1',
-          kind: 'SubjectAccessReview',
-          spec: {
-            user: `system:serviceaccount:${sa.namespace}:${sa.name}`,
-            groups: [
-              'system:serviceaccounts',
-              `system:serviceaccounts:${sa.namespace}`,
-              'system:authenticated',
-            ],
-            resourceAttributes,
-          },
-        },
-      },
-    );
-    if (!review.status?.allowed) return false;
-  }
-  return true;
-}
-
-/**
- * An AbortSignal that SIGINT or SIGTERM aborts while a long step runs (a build, a start-up), so
- * that Ctrl-C stops what the step launched instead of leaving it running; `release` restores the
- * default handling.
- */
-export function abortOnSignals(): { signal: AbortSignal; release(): void } {
-  const ac = new AbortController();
-  const signals = ['SIGINT', 'SIGTERM'] as const;
-  // A second Ctrl-C while the first one's clean-up runs must not cut that clean-up short.
-  const onSignal = (sig: NodeJS.Signals) => ac.abort(new Error(`interrupted by ${sig}`));
-  for (const s of signals) process.on(s, onSignal);
-  return { signal: ac.signal, release: () => signals.forEach((s) => process.off(s, onSignal)) };
-}
-
-class WaitTimeout extends Error {
-  override name = 'WaitTimeout';
-}
-
-function isZombie(pid: number): boolean {
-  try {
-    return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\)/, ''));
-  } catch {
-    return true;
-  }
-}
-
-/** The last lines of a component's log, without the flag dump that Kubernetes components start with. */
-function tail(file: string, lines = 20): string {
-  try {
-    return readFileSync(file, 'utf8')
-      .trimEnd()
-      .split('\n')
-      .filter((l) => !l.includes('] FLAG: --'))
-      .slice(-lines)
-      .join('\n');
-  } catch {
-    return '';
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** A plain-HTTP request to a local component (etcd, kwok); rejects on a status other than 200. */
-function httpRequest(url: string, body?: unknown): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      url,
-      {
-        method: body === undefined ? 'GET' : 'POST',
-        timeout: 5000,
-        headers: { 'Content-Type': 'application/json' },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (d: Buffer) => (text += d));
-        res.on('end', () =>
-          res.statusCode === 200 ? resolve(text) : reject(new Error(`${url}: ${res.statusCode} ${text}`)),
-        );
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
-
-/** The first port the kernel gives outgoing connections (Linux's ip_local_port_range), or 32768. */
-function ephemeralFloor(): number {
-  try {
-    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
-    return Number.isInteger(low) && low > 0 ? low : 32768;
-  } catch {
-    return 32768;
-  }
-}
-
-/** Where a port is picked when none is preferred: from 20000 up to the ephemeral range, if there is room. */
-const PICK_FROM = 20000;
-
-/**
- * Free loopback ports, all held open together so none repeats: `prefer[i]` where it is free (a
- * restarted sandbox keeps its addresses, so kubeconfigs held elsewhere stay good), else a free one
- * picked below the kernel's ephemeral range, only once every preferred port is held (so no
- * fallback takes another's old port). Below that range because the port is closed again before
- * its process binds it: meanwhile any outgoing connection on the machine may be given an
- * ephemeral port as its own (CI once saw a sandbox's kube-controller-manager fail that way).
- */
-export async function freePorts(n: number, prefer: readonly number[] = []): Promise<number[]> {
-  const listen = (port: number) =>
-    new Promise<import('node:net').Server>((resolve, reject) => {
-      const s = createServer();
-      s.once('error', reject);
-      s.listen(port, '127.0.0.1', () => resolve(s));
-    });
-  const floor = ephemeralFloor();
-  const pick = async () => {
-    for (let i = 0; floor - PICK_FROM > 1000 && i < 50; i++) {
-      const port = PICK_FROM + Math.floor(Math.random() * (floor - PICK_FROM));
-      const s = await listen(port).catch(() => undefined);
-      if (s) return s;
-    }
-    return listen(0);
-  };
-  const preferred = await Promise.all(
-    Array.from({ length: n }, (_, i) => {
-      const p = prefer[i];
-      return p ? listen(p).catch(() => undefined) : undefined;
-    }),
-  );
-  const servers = await Promise.all(preferred.map((s) => s ?? pick()));
-  const ports = servers.map((s) => (s.address() as import('node:net').AddressInfo).port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
-}
-
-/** Writes a kubeconfig aside and renames it: a process reading the file (another test, a Berth) never sees half of it. */
-function writeFileAtomic(file: string, text: string): void {
-  const tmp = `${file}.${process.pid}`;
-  writeFileSync(tmp, text, { mode: 0o600 });
-  renameSync(tmp, file);
-}
-
-export function isListening(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = connect({ host: '127.0.0.1', port });
-    s.once('connect', () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once('error', () => resolve(false));
-  });
 }

@@ -18,7 +18,8 @@ import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { berthRunArgs, BERTH_MAIN } from '../../src/sandbox/berth.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
+import { freePorts } from '../../src/sandbox/net.ts';
+import type { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { deleteNodes } from './cluster.ts';
 import { waitFor } from './wait.ts';
 

@@ -21,7 +21,7 @@ import {
   WEBHOOK_CONFIGURATION,
 } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { freePorts } from '../../src/sandbox/sandbox.ts';
+import { freePorts } from '../../src/sandbox/net.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { clusterControllers } from '../../src/capability.ts';
 import {

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import { parseChallenges } from '../../src/registry/auth.ts';
-import { isListening, Sandbox } from '../../src/sandbox/sandbox.ts';
+import { isListening } from '../../src/sandbox/net.ts';
+import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { testSandbox, uniqueName } from '../helpers/cluster.ts';
 import {
   ACCEPT_ALL,

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { ensureBinaries, type Binaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import { isListening, Sandbox, type ProcessStatus } from '../../src/sandbox/sandbox.ts';
+import { isListening } from '../../src/sandbox/net.ts';
+import { Sandbox, type ProcessStatus } from '../../src/sandbox/sandbox.ts';
 import { uniqueName } from '../helpers/cluster.ts';
 import { sleep } from '../helpers/wait.ts';
 

@@ -22,7 +22,7 @@ import { NodeLabelRule } from '../../src/labels/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { packageRoot, stateDir } from '../../src/sandbox/paths.ts';
-import { freePorts } from '../../src/sandbox/sandbox.ts';
+import { freePorts } from '../../src/sandbox/net.ts';
 import { QUOTA_GATE, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { launchBrowser } from '../helpers/browser.ts';

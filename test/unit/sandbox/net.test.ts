@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { test } from 'node:test';
-import { freePorts } from '../../../src/sandbox/sandbox.ts';
+import { freePorts } from '../../../src/sandbox/net.ts';
 
 test('a preferred port where it is free, another where it is taken, none twice', async () => {
   const [a, b] = (await freePorts(2)) as [number, number];
