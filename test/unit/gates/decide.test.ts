@@ -1,15 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import {
-  decideGate,
-  decideGates,
-  decisionKeys,
-  gateKeyClaims,
-  nodePatch,
-  parseGates,
-  type Gate,
-  type GateDecision,
-} from '../../../src/gates/decide.ts';
+import { type Gate, gateKeyClaims, parseGates } from '../../../src/gates/decide/parse.ts';
+import { decisionKeys, nodePatch } from '../../../src/gates/decide/patch.ts';
+import { decideGate, decideGates, type GateDecision } from '../../../src/gates/decide/state.ts';
 import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
 import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
 import {

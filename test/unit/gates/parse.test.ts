@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { parseGates } from '../../../src/gates/decide/parse.ts';
 import {
   describeRequirement,
-  leftOnNode,
-  parseGates,
   podDone,
   requiredPods,
   selects,
   unmetRequirements,
   workloadPods,
-} from '../../../src/gates/decide.ts';
+} from '../../../src/gates/decide/requirements.ts';
+import { leftOnNode } from '../../../src/gates/decide/state.ts';
 import { EXEMPT_LABEL, gateAnnotations } from '../../../src/gates/types.ts';
 import { cilium, gate, GATE_CREATED, gateObj, node, ownedBy, pod, TAINT_KEY, workload } from './fixtures.ts';
 
