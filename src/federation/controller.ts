@@ -35,32 +35,31 @@ import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
 import { slimMeta } from '../policy/slim.ts';
 import {
-  cellView,
-  countsOnly,
-  deletionHold,
   deploymentManifest,
-  orphaned,
-  heldBy,
-  ownCopy,
   drainOf,
   drains,
+  heldBy,
   namespaceManifest,
   namespaceToDelete,
-  placementCities,
-  rollup,
-  rolloutPlan,
+  orphaned,
+  ownCopy,
   serves,
-  targets,
   unwanted,
-  workloadKeyOf,
-  WORKLOAD_FIXABLE,
+  type Writer,
+} from './decide/copies.ts';
+import { deletionHold } from './decide/deletion.ts';
+import {
+  cellView,
   type CellView,
   type DeploymentObject,
   type LabelledLocation,
   type Placed,
-  type Refusal,
-  type Writer,
-} from './decide.ts';
+  placementCities,
+  targets,
+  workloadKeyOf,
+} from './decide/placement.ts';
+import { rolloutPlan } from './decide/rollout.ts';
+import { countsOnly, type Refusal, rollup, WORKLOAD_FIXABLE } from './decide/rollup.ts';
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,

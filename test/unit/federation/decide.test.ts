@@ -1,24 +1,24 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  cellView,
-  countsOnly,
   deploymentManifest,
-  deploymentName,
-  FEDERATION_REASONS,
-  rollup,
-  targets,
-  orphaned,
   heldBy,
   namespaceManifest,
-  namespaceRefusal,
   namespaceToDelete,
+  orphaned,
   ownCopy,
   unwanted,
-  workloadKeyOf,
+} from '../../../src/federation/decide/copies.ts';
+import {
+  cellView,
   type CellView,
+  deploymentName,
+  namespaceRefusal,
   type Placed,
-} from '../../../src/federation/decide.ts';
+  targets,
+  workloadKeyOf,
+} from '../../../src/federation/decide/placement.ts';
+import { countsOnly, FEDERATION_REASONS, rollup } from '../../../src/federation/decide/rollup.ts';
 import type { Condition } from '../../../src/runtime/api/conditions.ts';
 import {
   CELL_UID_LABEL,

@@ -4,18 +4,20 @@ import {
   deploymentManifest,
   drainOf,
   drains,
-  placementCities,
-  rollup,
-  rolloutPlan,
   serves,
-  targets,
   unwanted,
+} from '../../../src/federation/decide/copies.ts';
+import {
   type CellView,
   type DeploymentObject,
   type LabelledLocation,
   type Placed,
+  placementCities,
   type Target,
-} from '../../../src/federation/decide.ts';
+  targets,
+} from '../../../src/federation/decide/placement.ts';
+import { rolloutPlan } from '../../../src/federation/decide/rollout.ts';
+import { rollup } from '../../../src/federation/decide/rollup.ts';
 import {
   CITY_LABEL,
   type Rollout,
