@@ -181,103 +181,127 @@ export function targets(
     for (const city of placementCities(p, labelled)) {
       const name = deploymentName(w.metadata.name!, p.name, city);
       const t: Target = { placement: p.name, city, name, replicas: p.scaleSettings.minReplicas };
-      const ofCity = byName.filter((c) => c.cities.includes(city));
-      // A cell takes only the namespaces its Cell lists: none by default.
-      const serving = ofCity.filter((c) => c.namespaces.includes(namespace));
       // A label value, and with the ordinal the instances' label: a short enough DNS label.
       const tooLong = deploymentNameProblem(name);
-      if (tooLong || !isDnsLabel(name)) {
+      if (tooLong || !isDnsLabel(name))
         t.problem = {
           reason: 'InvalidName',
           message: `${tooLong ?? `the WorkloadDeployment name ${name} is not a DNS label`}: shorten the workload or placement name`,
         };
-        out.push(t);
-        continue;
-      }
-      if (refusal) {
-        t.problem = { reason: 'NamespaceRefused', message: refusal };
-        out.push(t);
-        continue;
-      }
-      const sticky = newest(
-        placed.filter(
-          (d) =>
-            d.object.metadata.name === name &&
-            d.object.metadata.labels?.[CITY_LABEL] === city &&
-            serving.some((c) => c.name === d.cell),
-        ),
-      );
-      const kept = sticky && serving.find((c) => c.name === sticky.cell);
-      // Where a copy is known to run (a cell not listed shows none).
-      const known = kept?.listed ? kept : undefined;
-      let chosen = kept ?? serving.find((c) => c.ready && !c.unschedulable);
-      const failsOverAt = (c: CellView) =>
-        p.failover && !c.reachable && c.unreachableSince
-          ? Date.parse(c.unreachableSince) + p.failover.afterSeconds * 1000
-          : undefined;
-      const due = kept ? failsOverAt(kept) : undefined;
-      let from: string | undefined;
-      if (kept && due !== undefined) {
-        const other = serving.find((c) => c !== kept && c.ready && c.reachable && !c.unschedulable);
-        if (due > now) t.failoverAt = due;
-        else if (other) {
-          from = kept.name;
-          chosen = other;
-        }
-      }
-      // A cell not listed (Berth just started, its kubeconfig changed, it does not answer) may hold
-      // this city: placing it anew elsewhere would run it twice, then drain the one that serves. One
-      // unreachable past its failover time does not hold it back: a failover would leave it anyway.
-      const unseen = serving.filter(
-        (c) => !c.listed && !(chosen?.listed && (failsOverAt(c) ?? Infinity) <= now),
-      );
-      if (unseen.length && (!known || chosen !== known)) {
-        const later = unseen.flatMap((c) => failsOverAt(c) ?? []).filter((at) => at > now);
-        if (later.length) t.failoverAt = Math.min(t.failoverAt ?? Infinity, ...later);
-        chosen = known;
-      } else if (from) t.failedOverFrom = from;
-      const probing = serving.filter((c) => c.probing && !c.unschedulable);
-      if (!chosen && unseen.length)
-        t.problem = {
-          reason: unseen.some((c) => !c.reachable) ? 'CellUnreachable' : 'CellNotReady',
-          message:
-            `the WorkloadDeployments of ${unseen
-              .map((c) =>
-                c.reachable
-                  ? `cell ${c.name}`
-                  : `cell ${c.name} (unreachable since ${c.unreachableSince ?? 'unknown'})`,
-              )
-              .join(', ')} are not listed yet: ${city} may run there, ` +
-            `so it is placed nowhere else until they are`,
-        };
-      else if (!locations.has(city) && !sticky)
-        t.problem = { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
-      else if (!serving.length && ofCity.length)
-        t.problem = {
-          reason: 'NamespaceNotServed',
-          message: `no cell of ${city} serves namespace ${namespace} (${ofCity.map((c) => c.name).join(', ')}): a Cell's spec.namespaces lists the namespaces it takes`,
-        };
-      // A cell not probed to an answer yet (a cell just joined, Berth just started) may be Ready in a
-      // moment: a wait, not something the user must fix.
-      else if (!chosen && probing.length)
-        t.problem = {
-          reason: 'CellNotReady',
-          message: `waiting for the first probe of ${probing.map((c) => `cell ${c.name}`).join(', ')}, which serves ${city}`,
-        };
-      else if (!chosen)
-        t.problem = {
-          reason: 'NoMatchingLocation',
-          message:
-            `no Ready, schedulable cell serves ${city}` +
-            (serving.length
-              ? ` (${serving.map((c) => `${c.name}: ${c.unschedulable ? 'cordoned' : (c.notReady?.reason ?? 'Ready')}`).join(', ')})`
-              : ''),
-        };
-      else t.cell = chosen.name;
+      else if (refusal) t.problem = { reason: 'NamespaceRefused', message: refusal };
+      else place(t, p, { cells: byName, namespace, locations, placed, now });
       out.push(t);
     }
   }
   return out;
+}
+
+/** What every target of a Workload is placed among. */
+interface Ground {
+  /** By name. */
+  cells: readonly CellView[];
+  namespace: string;
+  locations: ReadonlySet<string>;
+  placed: readonly Placed[];
+  now: number;
+}
+
+/** Gives one target its cell (targets), or the problem that leaves it none, and when it fails over. */
+function place(t: Target, p: Placement, { cells, namespace, locations, placed, now }: Ground): void {
+  const { city, name } = t;
+  const ofCity = cells.filter((c) => c.cities.includes(city));
+  // A cell takes only the namespaces its Cell lists: none by default.
+  const serving = ofCity.filter((c) => c.namespaces.includes(namespace));
+  const sticky = newest(
+    placed.filter(
+      (d) =>
+        d.object.metadata.name === name &&
+        d.object.metadata.labels?.[CITY_LABEL] === city &&
+        serving.some((c) => c.name === d.cell),
+    ),
+  );
+  const kept = sticky && serving.find((c) => c.name === sticky.cell);
+  // Where a copy is known to run (a cell not listed shows none).
+  const known = kept?.listed ? kept : undefined;
+  let chosen = kept ?? serving.find((c) => c.ready && !c.unschedulable);
+  const failsOverAt = (c: CellView) =>
+    p.failover && !c.reachable && c.unreachableSince
+      ? Date.parse(c.unreachableSince) + p.failover.afterSeconds * 1000
+      : undefined;
+  const due = kept ? failsOverAt(kept) : undefined;
+  let from: string | undefined;
+  if (kept && due !== undefined) {
+    const other = serving.find((c) => c !== kept && c.ready && c.reachable && !c.unschedulable);
+    if (due > now) t.failoverAt = due;
+    else if (other) {
+      from = kept.name;
+      chosen = other;
+    }
+  }
+  // A cell not listed (Berth just started, its kubeconfig changed, it does not answer) may hold
+  // this city: placing it anew elsewhere would run it twice, then drain the one that serves. One
+  // unreachable past its failover time does not hold it back: a failover would leave it anyway.
+  const unseen = serving.filter((c) => !c.listed && !(chosen?.listed && (failsOverAt(c) ?? Infinity) <= now));
+  if (unseen.length && (!known || chosen !== known)) {
+    const later = unseen.flatMap((c) => failsOverAt(c) ?? []).filter((at) => at > now);
+    if (later.length) t.failoverAt = Math.min(t.failoverAt ?? Infinity, ...later);
+    chosen = known;
+  } else if (from) t.failedOverFrom = from;
+  const problem = unplaced({ city, namespace, locations, sticky, chosen, ofCity, serving, unseen });
+  if (problem) t.problem = problem;
+  else if (chosen) t.cell = chosen.name;
+}
+
+/** Why a city has no cell, first reason first; undefined when `chosen` runs it. */
+function unplaced(c: {
+  city: string;
+  namespace: string;
+  locations: ReadonlySet<string>;
+  sticky: Placed | undefined;
+  chosen: CellView | undefined;
+  ofCity: readonly CellView[];
+  serving: readonly CellView[];
+  unseen: readonly CellView[];
+}): Problem | undefined {
+  const { city, namespace, chosen, serving, unseen } = c;
+  const probing = serving.filter((s) => s.probing && !s.unschedulable);
+  if (!chosen && unseen.length)
+    return {
+      reason: unseen.some((s) => !s.reachable) ? 'CellUnreachable' : 'CellNotReady',
+      message:
+        `the WorkloadDeployments of ${unseen
+          .map((s) =>
+            s.reachable
+              ? `cell ${s.name}`
+              : `cell ${s.name} (unreachable since ${s.unreachableSince ?? 'unknown'})`,
+          )
+          .join(', ')} are not listed yet: ${city} may run there, ` +
+        `so it is placed nowhere else until they are`,
+    };
+  if (!c.locations.has(city) && !c.sticky)
+    return { reason: 'NoMatchingLocation', message: `no Location has city code ${city}` };
+  if (!serving.length && c.ofCity.length)
+    return {
+      reason: 'NamespaceNotServed',
+      message: `no cell of ${city} serves namespace ${namespace} (${c.ofCity.map((s) => s.name).join(', ')}): a Cell's spec.namespaces lists the namespaces it takes`,
+    };
+  // A cell not probed to an answer yet (a cell just joined, Berth just started) may be Ready in a
+  // moment: a wait, not something the user must fix.
+  if (!chosen && probing.length)
+    return {
+      reason: 'CellNotReady',
+      message: `waiting for the first probe of ${probing.map((s) => `cell ${s.name}`).join(', ')}, which serves ${city}`,
+    };
+  if (!chosen)
+    return {
+      reason: 'NoMatchingLocation',
+      message:
+        `no Ready, schedulable cell serves ${city}` +
+        (serving.length
+          ? ` (${serving.map((s) => `${s.name}: ${s.unschedulable ? 'cordoned' : (s.notReady?.reason ?? 'Ready')}`).join(', ')})`
+          : ''),
+    };
+  return undefined;
 }
 
 /** The one created last (by creationTimestamp; the first of equals). */

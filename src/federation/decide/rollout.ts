@@ -34,7 +34,14 @@ export interface RolloutPlan {
  * cells' WorkloadDeployments (their applied hash and conditions); what they cannot say (when a cell
  * started, when it became Available) comes from the previous status of the same template.
  */
-export function rolloutPlan(p: {
+export function rolloutPlan(p: RolloutInput): RolloutPlan {
+  const current: Applied = { hash: p.hash, template: p.template };
+  const placeable = p.targets.filter((t) => t.cell);
+  if (p.rollout?.type !== 'Progressive') return { applied: new Map(placeable.map((t) => [t.name, current])) };
+  return rolloutOutcome(p, p.rollout, takeTurns(p, p.rollout, placeable, current));
+}
+
+interface RolloutInput {
   rollout: Rollout | undefined;
   template: InstanceTemplate;
   hash: string;
@@ -42,15 +49,22 @@ export function rolloutPlan(p: {
   deployment: (t: Target) => DeploymentObject | undefined;
   previous: RolloutStatus | undefined;
   now: number;
-}): RolloutPlan {
-  const current: Applied = { hash: p.hash, template: p.template };
-  const placeable = p.targets.filter((t) => t.cell);
+}
+
+/** Where each target of a progressive rollout stands (rolloutPlan), and who waits for a turn. */
+interface Turns {
+  applied: Map<string, Applied>;
+  records: Map<string, RolloutCell>;
+  failed: RolloutCell[];
+  stopped: boolean;
+  waiting: Target[];
+  wakeups: number[];
+  total: number;
+}
+
+/** Each target's turn: judged when started, started while turns are free, else waiting. */
+function takeTurns(p: RolloutInput, cfg: Rollout, placeable: readonly Target[], current: Applied): Turns {
   const applied = new Map<string, Applied>();
-  if (p.rollout?.type !== 'Progressive') {
-    for (const t of placeable) applied.set(t.name, current);
-    return { applied };
-  }
-  const cfg = p.rollout;
   const nowIso = new Date(p.now).toISOString();
   const before = new Map(
     p.previous?.templateHash === p.hash ? (p.previous.cells ?? []).map((c) => [c.name, c]) : [],
@@ -78,7 +92,6 @@ export function rolloutPlan(p: {
   // place, because the cell cannot say so for a moment.
   const unknown = p.targets.filter((t) => !t.cell && before.has(rolloutName(t)));
   for (const t of unknown) records.set(rolloutName(t), before.get(rolloutName(t))!);
-  const total = placeable.length + unknown.length;
   const all = [...records.values()];
   const failed = all.filter((c) => c.state === 'Failed');
   const stopped = failed.length > cfg.maxFailures;
@@ -96,6 +109,12 @@ export function rolloutPlan(p: {
     if (cfg.progressDeadline !== undefined) wakeups.push(Date.parse(since) + cfg.progressDeadline * 1000);
     active++;
   }
+  return { applied, records, failed, stopped, waiting, wakeups, total: placeable.length + unknown.length };
+}
+
+/** The rollout's status, when to look again, and its Progressing verdict while it runs or stopped. */
+function rolloutOutcome(p: RolloutInput, cfg: Rollout, turns: Turns): RolloutPlan {
+  const { applied, records, failed, stopped, waiting, wakeups, total } = turns;
   const cells = p.targets.flatMap((t) => records.get(rolloutName(t)) ?? []);
   const updated = cells.filter((c) => c.state === 'Updated').length;
   const soaking = cells.filter((c) => c.state === 'Soaking');
