@@ -3,7 +3,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { findCondition } from '../../runtime/api/conditions.ts';
 import { CORDONED } from '../../cells/decide.ts';
-import type { CityStatus, PlacementStatus, WorkloadObject, WorkloadStatus } from '../types.ts';
+import type { CityStatus, Placement, PlacementStatus, WorkloadObject, WorkloadStatus } from '../types.ts';
 import type { DeploymentObject, CellView, Target } from './placement.ts';
 import type { Drain } from './copies.ts';
 import type { Applied } from './rollout.ts';
@@ -69,6 +69,13 @@ function observed(d: DeploymentObject, t: Target, hash: string): boolean {
   );
 }
 
+/** A cell's counts of its WorkloadDeployment; its updated ones only when they are of the current template. */
+const counts = (d: DeploymentObject, current: boolean) => ({
+  replicas: d.status?.replicas ?? 0,
+  readyReplicas: d.status?.readyReplicas ?? 0,
+  updatedReplicas: current ? (d.status?.updatedReplicas ?? 0) : 0,
+});
+
 function cityRollup(
   t: Target,
   hash: string,
@@ -94,14 +101,7 @@ function cityRollup(
   // A cell's counts count when it has observed what was applied; an unreachable cell's last known
   // counts are kept, marked with since when it is unreachable.
   const counted: CityStatus =
-    d && (fresh || !cell.reachable)
-      ? {
-          ...base,
-          replicas: d.status?.replicas ?? 0,
-          readyReplicas: d.status?.readyReplicas ?? 0,
-          updatedReplicas: fresh && current ? (d.status?.updatedReplicas ?? 0) : 0,
-        }
-      : base;
+    d && (fresh || !cell.reachable) ? { ...base, ...counts(d, fresh && current) } : base;
   const why = (reason: string, message: string): CityRollup => ({
     status: { ...counted, reason, message },
     settled: false,
@@ -201,58 +201,21 @@ export function rollup(
     r: cityRollup(t, hash, o.applied?.get(t.name)?.hash ?? hash, cells, deployment, o.refused?.get(t.name)),
   }));
   // Problems named by where they are: a city, or a placement with none.
-  const problems: { where: string; reason: string; message: string }[] = cities.flatMap(({ r }) =>
+  const problems: Located[] = cities.flatMap(({ r }) =>
     r.status.reason
       ? [{ where: r.status.city, reason: r.status.reason, message: r.status.message ?? '' }]
       : [],
   );
-  const placements: PlacementStatus[] = w.spec.placements.map((p) => {
-    const own = cities.filter((c) => c.t.placement === p.name).map((c) => c.r.status);
-    // Only a selector can leave a placement with no city (cityCodes has at least one).
-    const none = !own.length &&
-      p.locationSelector && {
-        reason: 'NoMatchingLocation',
-        message: 'its locationSelector matches no Location',
-      };
-    if (none) problems.push({ where: `placement ${p.name}`, ...none });
-    // Still serving until the cities of its placement are Available (one in a city that is also
-    // wanted, in another cell, is not listed twice: the city is the list's key; nor are two cells
-    // draining one city, after a failover).
-    const byCity = new Map<string, Drain[]>();
-    for (const d of o.draining ?? [])
-      if (d.placement === p.name && !own.some((c) => c.city === d.city))
-        byCity.set(d.city, [...(byCity.get(d.city) ?? []), d]);
-    const draining: CityStatus[] = [...byCity].map(([city, ds]) => {
-      const cells = ds.map((d) => d.placed.cell).sort();
-      // The same for every one of the placement.
-      const { waitingFor } = ds[0]!;
-      // Still running where it should be gone: something to fix, not a wait.
-      const refusal = ds.find((d) => d.refused !== undefined);
-      const refused = refusal && {
-        reason: 'CellRefused',
-        message: `removed from the placement; cell ${refusal.placed.cell} refused its deletion: ${refusal.refused}`,
-      };
-      if (refused) problems.push({ where: city, ...refused });
-      return {
-        city,
-        cell: cells[0]!,
-        replicas: ds.reduce((n, d) => n + (d.placed.object.status?.replicas ?? 0), 0),
-        readyReplicas: ds.reduce((n, d) => n + (d.placed.object.status?.readyReplicas ?? 0), 0),
-        updatedReplicas: 0,
-        desiredReplicas: 0,
-        ...(refused ?? {
-          reason: 'Draining',
-          message:
-            `removed from the placement${cells.length > 1 ? ` (in cells ${cells.join(', ')})` : ''}; ` +
-            `deleted once ${waitingFor.join(', ')} ${waitingFor.length > 1 ? 'are' : 'is'} Available`,
-        }),
-      };
-    });
-    const all = [...own, ...draining];
-    return { name: p.name, ...(none || {}), cities: all, ...sum(all) };
-  });
+  const placements = w.spec.placements.map((p) =>
+    placementRollup(
+      p,
+      cities.filter((c) => c.t.placement === p.name).map((c) => c.r.status),
+      o.draining ?? [],
+      problems,
+    ),
+  );
   const total = sum(placements);
-  let worst: (typeof problems)[number] | undefined;
+  let worst: Located | undefined;
   for (const q of problems)
     if (!worst || rank(q.reason, cellReasons) < rank(worst.reason, cellReasons)) worst = q;
   const available: Verdict = worst
@@ -283,6 +246,67 @@ export function rollup(
             message: `${total.updatedReplicas} of ${total.desiredReplicas} instances on the current template`,
           });
   return { status: { ...total, placements }, available, progressing };
+}
+
+/** A problem, named by where it is: a city, or a placement with none. */
+interface Located {
+  where: string;
+  reason: string;
+  message: string;
+}
+
+/** One placement's status: its cities (`own`) and those it still drains; adds its problems to `problems`. */
+function placementRollup(
+  p: Placement,
+  own: CityStatus[],
+  drains: readonly Drain[],
+  problems: Located[],
+): PlacementStatus {
+  // Only a selector can leave a placement with no city (cityCodes has at least one).
+  const none = !own.length &&
+    p.locationSelector && {
+      reason: 'NoMatchingLocation',
+      message: 'its locationSelector matches no Location',
+    };
+  if (none) problems.push({ where: `placement ${p.name}`, ...none });
+  // Still serving until the cities of its placement are Available (one in a city that is also
+  // wanted, in another cell, is not listed twice: the city is the list's key; nor are two cells
+  // draining one city, after a failover).
+  const byCity = new Map<string, Drain[]>();
+  for (const d of drains)
+    if (d.placement === p.name && !own.some((c) => c.city === d.city))
+      byCity.set(d.city, [...(byCity.get(d.city) ?? []), d]);
+  const draining = [...byCity].map(([city, ds]) => drainingCity(city, ds, problems));
+  const all = [...own, ...draining];
+  return { name: p.name, ...(none || {}), cities: all, ...sum(all) };
+}
+
+/** A city its placement no longer has, as the status lists it while its cells drain it. */
+function drainingCity(city: string, ds: readonly Drain[], problems: Located[]): CityStatus {
+  const cells = ds.map((d) => d.placed.cell).sort();
+  // The same for every one of the placement.
+  const { waitingFor } = ds[0]!;
+  // Still running where it should be gone: something to fix, not a wait.
+  const refusal = ds.find((d) => d.refused !== undefined);
+  const refused = refusal && {
+    reason: 'CellRefused',
+    message: `removed from the placement; cell ${refusal.placed.cell} refused its deletion: ${refusal.refused}`,
+  };
+  if (refused) problems.push({ where: city, ...refused });
+  return {
+    city,
+    cell: cells[0]!,
+    replicas: ds.reduce((n, d) => n + (d.placed.object.status?.replicas ?? 0), 0),
+    readyReplicas: ds.reduce((n, d) => n + (d.placed.object.status?.readyReplicas ?? 0), 0),
+    updatedReplicas: 0,
+    desiredReplicas: 0,
+    ...(refused ?? {
+      reason: 'Draining',
+      message:
+        `removed from the placement${cells.length > 1 ? ` (in cells ${cells.join(', ')})` : ''}; ` +
+        `deleted once ${waitingFor.join(', ')} ${waitingFor.length > 1 ? 'are' : 'is'} Available`,
+    }),
+  };
 }
 
 /**
