@@ -6,7 +6,7 @@ import {
   drains,
   serves,
   unwanted,
-} from '../../../src/federation/decide/copies.ts';
+} from '../../../../src/federation/decide/copies.ts';
 import {
   type CellView,
   type DeploymentObject,
@@ -15,18 +15,18 @@ import {
   placementCities,
   type Target,
   targets,
-} from '../../../src/federation/decide/placement.ts';
-import { rolloutPlan } from '../../../src/federation/decide/rollout.ts';
-import { rollup } from '../../../src/federation/decide/rollup.ts';
+} from '../../../../src/federation/decide/placement.ts';
+import { rolloutPlan } from '../../../../src/federation/decide/rollout.ts';
+import { rollup } from '../../../../src/federation/decide/rollup.ts';
 import {
   CITY_LABEL,
   type Rollout,
   type RolloutStatus,
   type WorkloadObject,
-} from '../../../src/federation/types.ts';
-import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
-import { withSeed } from '../../helpers/prng.ts';
-import { ALL, cell, cond, HASH, NOBODY, placed, serving, workload } from './fixtures.ts';
+} from '../../../../src/federation/types.ts';
+import { BLOCKING_REASONS } from '../../../../src/workloads/types.ts';
+import { withSeed } from '../../../helpers/prng.ts';
+import { ALL, cell, cond, HASH, NOBODY, placed, serving, workload } from '../fixtures.ts';
 
 const OLD = 'old111';
 const T0 = Date.parse('2026-11-23T05:00:00Z');
