@@ -2,7 +2,7 @@
 // Aware of every engaged cell and watches the cell's WorkloadDeployments that carry its upstream
 // labels (mapped back to their Workload), and Workloads, Cells and Locations here (by city code, so
 // a Cell or Location change re-evaluates exactly the workloads that name its cities). A reconcile
-// decides where each placement × city runs (decide.ts), creates the namespace in the cell where its
+// decides where each placement × city runs (decide/placement.ts), creates the namespace in the cell where its
 // Cell allows it, applies each WorkloadDeployment, deletes those it made that are no longer wanted
 // (and a namespace it created, once empty and no longer mapped), and writes the Workload's status
 // when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
@@ -340,7 +340,7 @@ export class FederationController {
     return this.locations.list().map((l) => ({ city: l.spec.cityCode, labels: l.metadata.labels ?? {} }));
   }
 
-  /** The cells as decide.ts sees them, each with its cluster's WorkloadDeployments while engaged. */
+  /** The cells as the decisions see them (CellView), each with its cluster's WorkloadDeployments while engaged. */
   private cellViews(): { views: Map<string, CellView>; cluster: Map<string, string> } {
     const views = new Map<string, CellView>();
     const cluster = new Map<string, string>();
