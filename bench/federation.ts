@@ -23,7 +23,9 @@
 import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';
-import { deploymentManifest, deploymentName, rolledOut } from '../src/federation/decide.ts';
+import { deploymentManifest } from '../src/federation/decide/copies.ts';
+import { deploymentName } from '../src/federation/decide/placement.ts';
+import { rolledOut } from '../src/federation/decide/rollup.ts';
 import { mirrorName } from '../src/federation/mirror-decide.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
 import { Cell, type CellObject } from '../src/cells/types.ts';

@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { podReady } from '../src/gates/decide.ts';
+import { podReady } from '../src/gates/decide/requirements.ts';
 import { gateAnnotations, NodeStartupGate } from '../src/gates/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';

@@ -16,7 +16,7 @@ import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '
 import { installCrds } from '../src/cli/install.ts';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
-import { rolledOut } from '../src/federation/decide.ts';
+import { rolledOut } from '../src/federation/decide/rollup.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';

@@ -2,7 +2,7 @@
 // Aware of every engaged cell and watches the cell's WorkloadDeployments that carry its upstream
 // labels (mapped back to their Workload), and Workloads, Cells and Locations here (by city code, so
 // a Cell or Location change re-evaluates exactly the workloads that name its cities). A reconcile
-// decides where each placement × city runs (decide.ts), creates the namespace in the cell where its
+// decides where each placement × city runs (decide/placement.ts), creates the namespace in the cell where its
 // Cell allows it, applies each WorkloadDeployment, deletes those it made that are no longer wanted
 // (and a namespace it created, once empty and no longer mapped), and writes the Workload's status
 // when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
@@ -35,32 +35,31 @@ import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
 import { selectorMatches } from '../policy/match/selector.ts';
 import { slimMeta } from '../policy/slim.ts';
 import {
-  cellView,
-  countsOnly,
-  deletionHold,
   deploymentManifest,
-  orphaned,
-  heldBy,
-  ownCopy,
   drainOf,
   drains,
+  heldBy,
   namespaceManifest,
   namespaceToDelete,
-  placementCities,
-  rollup,
-  rolloutPlan,
+  orphaned,
+  ownCopy,
   serves,
-  targets,
   unwanted,
-  workloadKeyOf,
-  WORKLOAD_FIXABLE,
+  type Writer,
+} from './decide/copies.ts';
+import { deletionHold } from './decide/deletion.ts';
+import {
+  cellView,
   type CellView,
   type DeploymentObject,
   type LabelledLocation,
   type Placed,
-  type Refusal,
-  type Writer,
-} from './decide.ts';
+  placementCities,
+  targets,
+  workloadKeyOf,
+} from './decide/placement.ts';
+import { rolloutPlan } from './decide/rollout.ts';
+import { countsOnly, type Refusal, rollup, WORKLOAD_FIXABLE } from './decide/rollup.ts';
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
@@ -341,7 +340,7 @@ export class FederationController {
     return this.locations.list().map((l) => ({ city: l.spec.cityCode, labels: l.metadata.labels ?? {} }));
   }
 
-  /** The cells as decide.ts sees them, each with its cluster's WorkloadDeployments while engaged. */
+  /** The cells as the decisions see them (CellView), each with its cluster's WorkloadDeployments while engaged. */
   private cellViews(): { views: Map<string, CellView>; cluster: Map<string, string> } {
     const views = new Map<string, CellView>();
     const cluster = new Map<string, string>();

@@ -8,7 +8,7 @@ import type { KubeObject } from '../runtime/api/meta.ts';
 import { selectorText } from '../policy/match/selector.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
 import { conditionLine, since } from '../workloads/explain.ts';
-import { deploymentName, placementCities, type LabelledLocation } from './decide.ts';
+import { deploymentName, type LabelledLocation, placementCities } from './decide/placement.ts';
 import { FEDERATION_FINALIZER, type CityStatus, type WorkloadObject } from './types.ts';
 
 export async function explainWorkload(client: KubeClient, object: KubeObject): Promise<string[]> {

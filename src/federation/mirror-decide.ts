@@ -6,7 +6,7 @@ import { findCondition, sameConditions, setCondition, type Condition } from '../
 import { apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
 import type { InstanceObject } from '../workloads/decide.ts';
 import { Instance, MIRROR_LABEL, type InstanceStatus } from '../workloads/types.ts';
-import type { DeploymentObject } from './decide.ts';
+import type { DeploymentObject } from './decide/placement.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,

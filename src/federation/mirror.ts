@@ -28,7 +28,7 @@ import {
   WorkloadDeployment,
   type InstanceStatus,
 } from '../workloads/types.ts';
-import { workloadKeyOf, type DeploymentObject } from './decide.ts';
+import { type DeploymentObject, workloadKeyOf } from './decide/placement.ts';
 import {
   MIRROR_CELL_LABEL,
   MIRROR_MANAGER,

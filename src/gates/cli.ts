@@ -1,7 +1,10 @@
 // `berth gates tolerate DAEMONSET`: makes a DaemonSet's pods tolerate the taints of the gates that
 // wait for them, so they start on gated nodes. And what `berth uninstall` takes back of the gates.
 import { Command } from 'commander';
-import { decideGates, gatesNamedOn, nodePatch, parseGates, strayGate, unrecordedStray } from './decide.ts';
+import { parseGates } from './decide/parse.ts';
+import { nodePatch } from './decide/patch.ts';
+import { decideGates } from './decide/state.ts';
+import { gatesNamedOn, strayGate, unrecordedStray } from './decide/stray.ts';
 import { gatesWaitingFor, missingTolerations, tolerationsPatch } from './tolerate.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 import type { SlimNode } from '../policy/slim.ts';

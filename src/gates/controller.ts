@@ -42,22 +42,12 @@ import { isNotFound } from '../runtime/client/client.ts';
 import { type AdmissionHandler } from '../runtime/webhook/admission.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { nodeAdmission } from './webhook.ts';
-import {
-  decideGates,
-  decisionKeys,
-  gateKeyClaims,
-  gatesNamedOn,
-  leftOnNode,
-  nodePatch,
-  parseGates,
-  podReady,
-  strayGate,
-  unknownAfter,
-  unrecordedStray,
-  type Gate,
-  type GateDecision,
-  type GateProblem,
-} from './decide.ts';
+import { unknownAfter } from './decide/order.ts';
+import { type Gate, gateKeyClaims, type GateProblem, parseGates } from './decide/parse.ts';
+import { decisionKeys, nodePatch } from './decide/patch.ts';
+import { podReady } from './decide/requirements.ts';
+import { decideGates, type GateDecision, leftOnNode } from './decide/state.ts';
+import { gatesNamedOn, strayGate, unrecordedStray } from './decide/stray.ts';
 import {
   EXEMPT_LABEL,
   FIELD_MANAGER,

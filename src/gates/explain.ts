@@ -3,16 +3,12 @@
 import type { KubeClient } from '../runtime/client/client.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import {
-  decideGates,
-  formatTaint,
-  gatesNamedOn,
-  nodePatch,
-  nodePhase,
-  parseGates,
-  strayGate,
-  unrecordedStray,
-} from './decide.ts';
+import { nodePhase } from './decide/order.ts';
+import { parseGates } from './decide/parse.ts';
+import { nodePatch } from './decide/patch.ts';
+import { decideGates } from './decide/state.ts';
+import { gatesNamedOn, strayGate, unrecordedStray } from './decide/stray.ts';
+import { formatTaint } from './decide/taints.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 
 export async function explainNodeGates(

@@ -3,7 +3,7 @@ import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { gatesCommand, releaseGates } from './cli.ts';
 import { GatesController } from './controller.ts';
-import { gateKeyClaims, parseGates } from './decide.ts';
+import { gateKeyClaims, parseGates } from './decide/parse.ts';
 import { explainNodeGates } from './explain.ts';
 import { GATE_KEYS, NodeStartupGate } from './types.ts';
 

@@ -4,7 +4,9 @@
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import { taintId } from '../policy/nodes/plan.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
-import { formatTaint, requiredPods, type Gate } from './decide.ts';
+import { type Gate } from './decide/parse.ts';
+import { requiredPods } from './decide/requirements.ts';
+import { formatTaint } from './decide/taints.ts';
 import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
 
 export interface PodAdmissionInput {

@@ -5,7 +5,7 @@ import { selectorMatches } from '../policy/match/selector.ts';
 import { tolerates, tolerationFor, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
-import type { Gate } from './decide.ts';
+import type { Gate } from './decide/parse.ts';
 
 interface PodTemplateOwner extends KubeObject {
   spec?: {

@@ -5,7 +5,8 @@ import { mutate } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { AdmissionHandler } from '../runtime/webhook/admission.ts';
 import { threadHandler } from '../runtime/webhook/threaded.ts';
-import { admitNode, type Gate } from './decide.ts';
+import { type Gate } from './decide/parse.ts';
+import { admitNode } from './decide/patch.ts';
 
 /** Taints and annotates a new node for every enforced gate that selects it. */
 export const nodeAdmission = threadHandler(

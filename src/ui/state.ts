@@ -16,7 +16,7 @@ import {
   type SlimNode,
   type SlimPod,
 } from '../policy/slim.ts';
-import { parseGates } from '../gates/decide.ts';
+import { parseGates } from '../gates/decide/parse.ts';
 import { NodeStartupGate } from '../gates/types.ts';
 import { compileRule } from '../labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';

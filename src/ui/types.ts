@@ -14,7 +14,7 @@ export interface Derived {
 
 export interface GateRow {
   gate: string;
-  /** Held, HeldTimedOut, Released or WouldGate (gates/decide.ts GateState). */
+  /** Held, HeldTimedOut, Released or WouldGate (gates/decide/state.ts GateState). */
   state: string;
   /** Held: since when (the gate's gated-at annotation). */
   since?: string;

@@ -2,7 +2,8 @@
 // and from which rule, the startup gates' state, architecture, pool), the policies with their counts
 // and conditions, the pods Berth holds and why, the workloads and their instances. No I/O here: the
 // state (state.ts) feeds these from the informer caches and the tests feed them objects.
-import { decideGates, type Gate } from '../gates/decide.ts';
+import { type Gate } from '../gates/decide/parse.ts';
+import { decideGates } from '../gates/decide/state.ts';
 import { decide, type Output } from '../labels/decide.ts';
 import { nodeView } from '../labels/match.ts';
 import type { Rule } from '../labels/types.ts';

@@ -230,6 +230,31 @@ function naming(instances: readonly InstanceState[]): string {
   return `${named.join('; ')}${more > 0 ? ` (and ${more} more)` : ''}`;
 }
 
+/** Available: enough instances serve, or the worst blocking reason of the first ones that do not. */
+function availability(
+  live: readonly InstanceState[],
+  availableReplicas: number,
+  replicas: number,
+): ConditionVerdict {
+  if (availableReplicas >= replicas)
+    return {
+      status: true,
+      reason: 'MinimumReplicasAvailable',
+      message: `${availableReplicas} of ${replicas} instances available`,
+    };
+  const blocked = live
+    .filter((i) => !i.available && i.ordinal < replicas)
+    .sort((a, b) => a.ordinal - b.ordinal);
+  const w = worst(blocked.filter((i) => i.reason).map((i) => ({ ...i, reason: i.reason! })));
+  const same = w ? blocked.filter((i) => i.reason === w.reason) : [];
+  return {
+    status: false,
+    reason: w?.reason ?? 'Provisioning',
+    message:
+      `${availableReplicas} of ${replicas} instances available` + (w ? `; ${w.reason}: ${naming(same)}` : ''),
+  };
+}
+
 /**
  * Counts and the Available and Progressing conditions. Available is False with the worst blocking
  * reason of the instances that do not serve (a cause the user can fix outranks a transient one).
@@ -255,27 +280,7 @@ export function deploymentVerdict(
     return { counts, available: stopped, progressing: stopped };
   }
 
-  let available: ConditionVerdict;
-  if (counts.availableReplicas >= p.replicas)
-    available = {
-      status: true,
-      reason: 'MinimumReplicasAvailable',
-      message: `${counts.availableReplicas} of ${p.replicas} instances available`,
-    };
-  else {
-    const blocked = live
-      .filter((i) => !i.available && i.ordinal < p.replicas)
-      .sort((a, b) => a.ordinal - b.ordinal);
-    const w = worst(blocked.filter((i) => i.reason).map((i) => ({ ...i, reason: i.reason! })));
-    const same = w ? blocked.filter((i) => i.reason === w.reason) : [];
-    available = {
-      status: false,
-      reason: w?.reason ?? 'Provisioning',
-      message:
-        `${counts.availableReplicas} of ${p.replicas} instances available` +
-        (w ? `; ${w.reason}: ${naming(same)}` : ''),
-    };
-  }
+  const available = availability(live, counts.availableReplicas, p.replicas);
 
   const w = p.plan.waitingFor;
   const elapsed = w ? p.now - w.notReadySince : 0;

@@ -43,7 +43,7 @@ import { MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
 import { templateHash } from '../../src/workloads/decide.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
-import type { DeploymentObject } from '../../src/federation/decide.ts';
+import type { DeploymentObject } from '../../src/federation/decide/placement.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, createNamespace, refuseByPolicy, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { joinAsCell } from '../helpers/federation.ts';

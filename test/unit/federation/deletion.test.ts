@@ -6,7 +6,8 @@ import { EventEmitter, on } from 'node:events';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FederationController } from '../../../src/federation/controller.ts';
-import { deletionHold, targets, type CellView } from '../../../src/federation/decide.ts';
+import { deletionHold } from '../../../src/federation/decide/deletion.ts';
+import { type CellView, targets } from '../../../src/federation/decide/placement.ts';
 import {
   CELL_UID_LABEL,
   FEDERATION_FINALIZER,

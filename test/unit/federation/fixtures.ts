@@ -1,6 +1,7 @@
 // Workloads, cells and their WorkloadDeployments as the federation's decisions see them (shared by
 // the decide and rollout tests).
-import type { CellView, DeploymentObject, Placed, Target, Writer } from '../../../src/federation/decide.ts';
+import type { Writer } from '../../../src/federation/decide/copies.ts';
+import type { CellView, DeploymentObject, Placed, Target } from '../../../src/federation/decide/placement.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,

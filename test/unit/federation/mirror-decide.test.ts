@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { DeploymentObject } from '../../../src/federation/decide.ts';
+import type { DeploymentObject } from '../../../src/federation/decide/placement.ts';
 import {
   MIRROR_CELL_LABEL,
   MIRRORED_CONDITION,

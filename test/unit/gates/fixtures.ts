@@ -3,7 +3,7 @@
 // RFC 6902 applier to check that the patches nodePatch/tolerationsPatch produce do what they say.
 import assert from 'node:assert/strict';
 import { isDeepStrictEqual } from 'node:util';
-import { parseGates, type Gate } from '../../../src/gates/decide.ts';
+import { type Gate, parseGates } from '../../../src/gates/decide/parse.ts';
 import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../../../src/runtime/api/meta.ts';
 import type { JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';

@@ -2,7 +2,9 @@
 // readiness modes of a requirement, and the pods that started on a node before its release.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { decideGates, parseGates, podDone, startedEarly, type Gate } from '../../../src/gates/decide.ts';
+import { type Gate, parseGates } from '../../../src/gates/decide/parse.ts';
+import { podDone, startedEarly } from '../../../src/gates/decide/requirements.ts';
+import { decideGates } from '../../../src/gates/decide/state.ts';
 import { admitPod, holdingGates, type PodAdmissionInput } from '../../../src/gates/pods.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';

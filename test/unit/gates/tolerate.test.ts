@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parseGates } from '../../../src/gates/decide.ts';
+import { parseGates } from '../../../src/gates/decide/parse.ts';
 import { gatesWaitingFor, missingTolerations, tolerationsPatch } from '../../../src/gates/tolerate.ts';
 import { tolerates, tolerationFor, type Toleration } from '../../../src/policy/nodes/taints.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';

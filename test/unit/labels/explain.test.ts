@@ -6,7 +6,7 @@ import { describe, test, type TestContext } from 'node:test';
 import { checkOwnership, parsePlacements, placementClaims } from '../../../src/agents/decide.ts';
 import { AGENT_KEYS } from '../../../src/agents/types.ts';
 import { explainerOf, explainObject } from '../../../src/explain.ts';
-import { gateKeyClaims, parseGates } from '../../../src/gates/decide.ts';
+import { gateKeyClaims, parseGates } from '../../../src/gates/decide/parse.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
 import { explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
 import { holdsBeside, holdsOf } from '../../../src/labels/files.ts';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { placementKeys } from '../../../src/agents/decide.ts';
 import { AGENT_KEYS, agentPlacementSpec } from '../../../src/agents/types.ts';
-import { gateKeyClaims, parseGates } from '../../../src/gates/decide.ts';
+import { gateKeyClaims, parseGates } from '../../../src/gates/decide/parse.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
 import { outputKeys } from '../../../src/labels/decide.ts';
 import type { Rule } from '../../../src/labels/types.ts';

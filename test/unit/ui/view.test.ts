@@ -3,7 +3,7 @@
 // the host check against DNS rebinding.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseGates } from '../../../src/gates/decide.ts';
+import { parseGates } from '../../../src/gates/decide/parse.ts';
 import { NodeStartupGate } from '../../../src/gates/types.ts';
 import { compileRule } from '../../../src/labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../../../src/labels/types.ts';

@@ -2,20 +2,13 @@
 // a node held by every gate of a generated DAG, phase after phase, through the real patches.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import {
-  admitNode,
-  afterCycles,
-  decideGates,
-  gatePhases,
-  nodePatch,
-  nodePhase,
-  parseGates,
-  unknownAfter,
-  type Gate,
-} from '../../../src/gates/decide.ts';
-import type { SlimNode } from '../../../src/policy/slim.ts';
-import { withSeed, type Prng } from '../../helpers/prng.ts';
-import { applyPatch, gateObj, node, NOW, type NodeOptions } from './fixtures.ts';
+import { afterCycles, gatePhases, nodePhase, unknownAfter } from '../../../../src/gates/decide/order.ts';
+import { type Gate, parseGates } from '../../../../src/gates/decide/parse.ts';
+import { admitNode, nodePatch } from '../../../../src/gates/decide/patch.ts';
+import { decideGates } from '../../../../src/gates/decide/state.ts';
+import type { SlimNode } from '../../../../src/policy/slim.ts';
+import { withSeed, type Prng } from '../../../helpers/prng.ts';
+import { applyPatch, gateObj, node, NOW, type NodeOptions } from '../fixtures.ts';
 
 /** A gate whose own requirement (the node Ready) holds on `readyNode`, waiting for `after`. */
 const ordered = (name: string, after?: string[]) =>

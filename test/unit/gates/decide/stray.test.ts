@@ -3,8 +3,10 @@
 // Berth rebuilds what the gate left from its taint record and takes it back.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { decideGates, gatesNamedOn, nodePatch, strayGate } from '../../../src/gates/decide.ts';
-import { applyPatch, cilium, gate, minutesAgo, node, NOW, TAINT_KEY } from './fixtures.ts';
+import { nodePatch } from '../../../../src/gates/decide/patch.ts';
+import { decideGates } from '../../../../src/gates/decide/state.ts';
+import { gatesNamedOn, strayGate } from '../../../../src/gates/decide/stray.ts';
+import { applyPatch, cilium, gate, minutesAgo, node, NOW, TAINT_KEY } from '../fixtures.ts';
 
 const OLD = 'old.gates.berth.dev';
 const TAINT = { key: TAINT_KEY, effect: 'NoSchedule' };

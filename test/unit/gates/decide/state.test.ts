@@ -1,17 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { type Gate, gateKeyClaims, parseGates } from '../../../../src/gates/decide/parse.ts';
+import { decisionKeys, nodePatch } from '../../../../src/gates/decide/patch.ts';
 import {
   decideGate,
   decideGates,
-  decisionKeys,
-  gateKeyClaims,
-  nodePatch,
-  parseGates,
-  type Gate,
+  leftOnNode,
   type GateDecision,
-} from '../../../src/gates/decide.ts';
-import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
-import type { SlimNode, SlimPod } from '../../../src/policy/slim.ts';
+} from '../../../../src/gates/decide/state.ts';
+import { EXEMPT_LABEL } from '../../../../src/gates/types.ts';
+import type { SlimNode, SlimPod } from '../../../../src/policy/slim.ts';
 import {
   applyPatch,
   cilium,
@@ -28,8 +26,8 @@ import {
   TAINT_KEY,
   workload,
   type NodeOptions,
-} from './fixtures.ts';
-import { deepFreeze } from '../../helpers/freeze.ts';
+} from '../fixtures.ts';
+import { deepFreeze } from '../../../helpers/freeze.ts';
 
 /** decideGate at NOW, on frozen inputs: it must not change what the caches hold. */
 const decide = (g: Gate, n: SlimNode, pods: SlimPod[] = []): GateDecision =>
@@ -749,5 +747,31 @@ describe('decisionKeys and gateKeyClaims', () => {
       { pattern: { kind: 'taint', key: TAINT_KEY }, owner: 'NodeStartupGate warmup' },
       { pattern: { kind: 'annotation', key: 'startup.k8s.io/completedAt' }, owner: 'NodeStartupGate warmup' },
     ]);
+  });
+});
+
+describe('leftOnNode', () => {
+  const g = gate();
+  test('gated-at or timed-out-at left', () => {
+    assert.equal(leftOnNode(g, node()), false);
+    assert.equal(leftOnNode(g, node({ annotations: undefined })), false);
+    assert.equal(leftOnNode(g, node({ annotations: { [g.keys.gatedAt]: 'x' } })), true);
+    assert.equal(leftOnNode(g, node({ annotations: { [g.keys.timedOutAt]: 'x' } })), true);
+  });
+  test('the completion annotation counts only when berth-gates wrote it (Update)', () => {
+    const annotations = { [g.keys.completedAt]: '2026-11-21T09:00:00.000Z' };
+    assert.equal(leftOnNode(g, node({ annotations })), false);
+    assert.equal(leftOnNode(g, node({ annotations, managedFields: [ownedBy([g.keys.completedAt])] })), true);
+    assert.equal(
+      leftOnNode(
+        g,
+        node({ annotations, managedFields: [ownedBy([g.keys.completedAt], 'berth-gates', 'Apply')] }),
+      ),
+      false,
+    );
+    assert.equal(
+      leftOnNode(g, node({ annotations, managedFields: [ownedBy([g.keys.completedAt], 'kubelet')] })),
+      false,
+    );
   });
 });

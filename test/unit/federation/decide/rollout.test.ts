@@ -4,27 +4,29 @@ import {
   deploymentManifest,
   drainOf,
   drains,
-  placementCities,
-  rollup,
-  rolloutPlan,
   serves,
-  targets,
   unwanted,
+} from '../../../../src/federation/decide/copies.ts';
+import {
   type CellView,
   type DeploymentObject,
   type LabelledLocation,
   type Placed,
+  placementCities,
   type Target,
-} from '../../../src/federation/decide.ts';
+  targets,
+} from '../../../../src/federation/decide/placement.ts';
+import { rolloutPlan } from '../../../../src/federation/decide/rollout.ts';
+import { rollup } from '../../../../src/federation/decide/rollup.ts';
 import {
   CITY_LABEL,
   type Rollout,
   type RolloutStatus,
   type WorkloadObject,
-} from '../../../src/federation/types.ts';
-import { BLOCKING_REASONS } from '../../../src/workloads/types.ts';
-import { withSeed } from '../../helpers/prng.ts';
-import { ALL, cell, cond, HASH, NOBODY, placed, serving, workload } from './fixtures.ts';
+} from '../../../../src/federation/types.ts';
+import { BLOCKING_REASONS } from '../../../../src/workloads/types.ts';
+import { withSeed } from '../../../helpers/prng.ts';
+import { ALL, cell, cond, HASH, NOBODY, placed, serving, workload } from '../fixtures.ts';
 
 const OLD = 'old111';
 const T0 = Date.parse('2026-11-23T05:00:00Z');

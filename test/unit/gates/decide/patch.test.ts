@@ -1,17 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import {
-  admitNode,
-  decideGate,
-  decideGates,
-  nodePatch,
-  parseGates,
-  type Gate,
-  type GateDecision,
-} from '../../../src/gates/decide.ts';
-import { EXEMPT_LABEL } from '../../../src/gates/types.ts';
-import type { SlimNode } from '../../../src/policy/slim.ts';
-import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import { type Gate, parseGates } from '../../../../src/gates/decide/parse.ts';
+import { admitNode, nodePatch } from '../../../../src/gates/decide/patch.ts';
+import { decideGate, decideGates, type GateDecision } from '../../../../src/gates/decide/state.ts';
+import { EXEMPT_LABEL } from '../../../../src/gates/types.ts';
+import type { SlimNode } from '../../../../src/policy/slim.ts';
+import type { KubeObject } from '../../../../src/runtime/api/meta.ts';
 import {
   applyPatch,
   cilium,
@@ -23,7 +17,7 @@ import {
   NOW,
   TAINT_KEY,
   workload,
-} from './fixtures.ts';
+} from '../fixtures.ts';
 
 const STAMP = iso(NOW);
 
