@@ -1,9 +1,9 @@
 import { Option } from 'commander';
 import { atLeast, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { FederationController } from './controller.ts';
+import { FederationController } from './controllers/federation.ts';
 import { explainWorkload } from './explain.ts';
-import { MirrorController } from './mirror.ts';
+import { MirrorController } from './controllers/mirror.ts';
 import { Workload } from './types.ts';
 
 export const federationCapability: Capability = {

@@ -1,10 +1,10 @@
 import { Option } from 'commander';
 import { atLeast, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { DeploymentController } from './deployment.ts';
+import { DeploymentController } from './controllers/deployment.ts';
 import { explainInstance, explainWorkloadDeployment } from './explain.ts';
-import { InstanceController } from './instance.ts';
-import { QuotaController } from './quota.ts';
+import { InstanceController } from './controllers/instance.ts';
+import { QuotaController } from './controllers/quota.ts';
 import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
 
 export const workloadsCapability: Capability = {

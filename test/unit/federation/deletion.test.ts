@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { EventEmitter, on } from 'node:events';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { FederationController } from '../../../src/federation/controller.ts';
+import { FederationController } from '../../../src/federation/controllers/federation.ts';
 import { deletionHold, targets, type CellView } from '../../../src/federation/decide.ts';
 import {
   CELL_UID_LABEL,

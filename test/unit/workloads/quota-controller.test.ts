@@ -6,7 +6,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 import { Manager } from '../../../src/runtime/manager/manager.ts';
-import { QuotaController } from '../../../src/workloads/quota.ts';
+import { QuotaController } from '../../../src/workloads/controllers/quota.ts';
 import type { QuotaClaim, QuotaStatus } from '../../../src/workloads/types.ts';
 
 const T0 = '2030-01-01T00:00:00Z';

@@ -10,17 +10,17 @@
 // Events first (Instance created or deleted, Quota changed); while an instance waits, a requeue
 // backing off with its age heals a missed one.
 import { isDeepStrictEqual } from 'node:util';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict, isNotFound, resourcePath } from '../runtime/client/client.ts';
-import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { clusterKey, localCluster, splitClusterKey } from '../runtime/cluster/key.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { defaultControllerRateLimiter } from '../runtime/workqueue/ratelimiter.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import { errorText, type Logger } from '../runtime/observability/log.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
+import { isConflict, isNotFound, resourcePath } from '../../runtime/client/client.ts';
+import type { Cluster } from '../../runtime/cluster/cluster.ts';
+import { clusterKey, localCluster, splitClusterKey } from '../../runtime/cluster/key.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { defaultControllerRateLimiter } from '../../runtime/workqueue/ratelimiter.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../../runtime/observability/log.ts';
 import {
   findCondition,
   newlyHolds,
@@ -28,9 +28,9 @@ import {
   setCondition,
   type Condition,
   type ConditionStatus,
-} from '../runtime/api/conditions.ts';
-import type { KubeObject } from '../runtime/api/meta.ts';
-import { changed, deletionChanged, generationChanged, valueChanged } from '../policy/predicates.ts';
+} from '../../runtime/api/conditions.ts';
+import type { KubeObject } from '../../runtime/api/meta.ts';
+import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
 import {
   budgetOf,
   decideGrants,
@@ -39,8 +39,8 @@ import {
   usageText,
   type Candidate,
   type Decision,
-} from './grant.ts';
-import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from './resources.ts';
+} from '../grant.ts';
+import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from '../resources.ts';
 import {
   Instance,
   OWN_INSTANCES,
@@ -51,8 +51,8 @@ import {
   type InstanceTemplate,
   type QuotaReason,
   type QuotaStatus,
-} from './types.ts';
-import { byInstanceType, type InstanceTypeObject } from './decide.ts';
+} from '../types.ts';
+import { byInstanceType, type InstanceTypeObject } from '../decide.ts';
 
 export type InstanceObject = KubeObject & {
   spec?: { template?: InstanceTemplate; templateHash?: string; ordinal?: number };
@@ -563,7 +563,7 @@ export class QuotaController {
   }
 }
 
-export type { InstanceTypeObject } from './decide.ts';
+export type { InstanceTypeObject } from '../decide.ts';
 
 /**
  * A cluster's instances and their types are both listed: with its types not yet, every typed

@@ -7,17 +7,17 @@
 // controller in this process is acted on and written here, with the rest of the status; a waiting
 // verdict stays the quota controller's entry, never touched here.
 import { isDeepStrictEqual } from 'node:util';
-import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../runtime/api/conditions.ts';
-import { Resources, type OwnerReference } from '../runtime/api/meta.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { ApiError, isConflict, isNotFound, isRefused } from '../runtime/client/client.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
+import { changed, conditionsChanged, deletionChanged, generationChanged } from '../../policy/predicates.ts';
+import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../../runtime/api/conditions.ts';
+import { Resources, type OwnerReference } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import { ApiError, isConflict, isNotFound, isRefused } from '../../runtime/client/client.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { maxWaitMs, WriteExpectations } from '../../runtime/controller/expectations.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
 import {
   byInstanceType,
   controlledBy,
@@ -36,9 +36,9 @@ import {
   type InstanceTypeObject,
   type QuotaView,
   type WorkloadPod,
-} from './decide.ts';
+} from '../decide.ts';
 import type { QuotaController } from './quota.ts';
-import { instanceSize } from './resources.ts';
+import { instanceSize } from '../resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
@@ -47,7 +47,7 @@ import {
   InstanceType,
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
-} from './types.ts';
+} from '../types.ts';
 
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;

@@ -6,8 +6,8 @@
 // Cell allows it, applies each WorkloadDeployment, deletes those it made that are no longer wanted
 // (and a namespace it created, once empty and no longer mapped), and writes the Workload's status
 // when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
-import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { finalizer } from '../policy/finalizer.ts';
+import { changed, conditionsChanged, deletionChanged, generationChanged } from '../../policy/predicates.ts';
+import { finalizer } from '../../policy/finalizer.ts';
 import { isDeepStrictEqual } from 'node:util';
 import {
   findCondition,
@@ -15,25 +15,25 @@ import {
   sameConditions,
   setCondition,
   type Condition,
-} from '../runtime/api/conditions.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { exists, isConflict, isForbidden, isNotFound } from '../runtime/client/client.ts';
-import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { localCluster } from '../runtime/cluster/key.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { WriteSpacing } from '../runtime/controller/spacing.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import { errorText, type Logger } from '../runtime/observability/log.ts';
-import { clusterNameOf } from '../cells/decide.ts';
-import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
-import { templateHash } from '../workloads/decide.ts';
-import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
-import { selectorMatches } from '../policy/match/selector.ts';
-import { slimMeta } from '../policy/slim.ts';
+} from '../../runtime/api/conditions.ts';
+import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import { exists, isConflict, isForbidden, isNotFound } from '../../runtime/client/client.ts';
+import type { Cluster } from '../../runtime/cluster/cluster.ts';
+import { localCluster } from '../../runtime/cluster/key.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../../runtime/observability/log.ts';
+import { clusterNameOf } from '../../cells/decide.ts';
+import { Cell, Location, type CellObject, type LocationObject } from '../../cells/types.ts';
+import { templateHash } from '../../workloads/decide.ts';
+import { BLOCKING_REASONS, WorkloadDeployment } from '../../workloads/types.ts';
+import { selectorMatches } from '../../policy/match/selector.ts';
+import { slimMeta } from '../../policy/slim.ts';
 import {
   cellView,
   countsOnly,
@@ -60,7 +60,7 @@ import {
   type Placed,
   type Refusal,
   type Writer,
-} from './decide.ts';
+} from '../decide.ts';
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
@@ -69,7 +69,7 @@ import {
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
   type WorkloadStatus,
-} from './types.ts';
+} from '../types.ts';
 
 /** The shortest time between two writes of a Workload's status that change only its counts. */
 export const STATUS_WRITE_INTERVAL_MS = 250;

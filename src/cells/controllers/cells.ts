@@ -3,16 +3,16 @@
 // and Ready conditions from the history of probes (decide.ts), writes its status only when it
 // changes, and announces a lost cell or one that cannot take workloads (Warning) and a recovered one
 // (Normal) with an event and a log line.
-import { changed, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
-import { isNotFound, type KubeClient, type RequestOptions } from '../runtime/client/client.ts';
-import { deniedVerbs } from '../runtime/client/restmapper.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { changed, deletionChanged, generationChanged } from '../../policy/predicates.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../../runtime/client/apply.ts';
+import { isNotFound, type KubeClient, type RequestOptions } from '../../runtime/client/client.ts';
+import { deniedVerbs } from '../../runtime/client/restmapper.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
+import { POLICY_GROUP } from '../../policy/crd.ts';
 import {
   accessDue,
   CELL_ACCESS,
@@ -27,9 +27,9 @@ import {
   type History,
   type Probe,
   type Timing,
-} from './decide.ts';
-import type { CellProvider } from './provider.ts';
-import { Cell, CELLS_MANAGER, type CellObject } from './types.ts';
+} from '../decide.ts';
+import type { CellProvider } from '../provider.ts';
+import { Cell, CELLS_MANAGER, type CellObject } from '../types.ts';
 
 export interface CellTiming extends Timing {
   /** How often each cell is probed. */

@@ -6,20 +6,20 @@
 // Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
 // deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
 // not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
-import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../policy/predicates.ts';
-import { findCondition } from '../runtime/api/conditions.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { WriteSpacing } from '../runtime/controller/spacing.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
-import { clusterNameOf } from '../cells/decide.ts';
-import { Cell, type CellObject } from '../cells/types.ts';
-import type { InstanceObject } from '../workloads/decide.ts';
+import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../../policy/predicates.ts';
+import { findCondition } from '../../runtime/api/conditions.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import type { Cluster } from '../../runtime/cluster/cluster.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
+import { clusterNameOf } from '../../cells/decide.ts';
+import { Cell, type CellObject } from '../../cells/types.ts';
+import type { InstanceObject } from '../../workloads/decide.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
@@ -27,8 +27,8 @@ import {
   OWN_INSTANCES,
   WorkloadDeployment,
   type InstanceStatus,
-} from '../workloads/types.ts';
-import { workloadKeyOf, type DeploymentObject } from './decide.ts';
+} from '../../workloads/types.ts';
+import { workloadKeyOf, type DeploymentObject } from '../decide.ts';
 import {
   MIRROR_CELL_LABEL,
   MIRROR_MANAGER,
@@ -40,14 +40,14 @@ import {
   sourceKeyOf,
   splitMirrorKey,
   staleStatus,
-} from './mirror-decide.ts';
+} from '../mirror-decide.ts';
 import {
   Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
-} from './types.ts';
+} from '../types.ts';
 
 /** A cell's Instances and federation's WorkloadDeployments there, while it is engaged. */
 interface InCell {

@@ -10,19 +10,19 @@ import {
   generationChanged,
   labelsChanged,
   ownersChanged,
-} from '../policy/predicates.ts';
-import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../runtime/api/conditions.ts';
-import type { CustomObject } from '../runtime/api/crd.ts';
-import { Resources, type KubeObject, type OwnerReference } from '../runtime/api/meta.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { ApiError, isConflict, isNotFound, isRefused } from '../runtime/client/client.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
-import { WriteSpacing } from '../runtime/controller/spacing.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
+} from '../../policy/predicates.ts';
+import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../../runtime/api/conditions.ts';
+import type { CustomObject } from '../../runtime/api/crd.ts';
+import { Resources, type KubeObject, type OwnerReference } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import { ApiError, isConflict, isNotFound, isRefused } from '../../runtime/client/client.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { maxWaitMs, WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
 import {
   controlledBy,
   deploymentSelector,
@@ -39,7 +39,7 @@ import {
   type InstanceObject,
   type InstanceState,
   type WorkloadPod,
-} from './decide.ts';
+} from '../decide.ts';
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
@@ -48,7 +48,7 @@ import {
   WorkloadDeployment,
   type WorkloadDeploymentSpec,
   type WorkloadDeploymentStatus,
-} from './types.ts';
+} from '../types.ts';
 
 type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
 
