@@ -56,9 +56,12 @@ import {
   WORKLOAD_FIXABLE,
   type CellView,
   type DeploymentObject,
+  type Drain,
   type LabelledLocation,
   type Placed,
   type Refusal,
+  type RolloutPlan,
+  type Target,
   type Writer,
 } from '../decide.ts';
 import {
@@ -98,6 +101,36 @@ interface CellDeployments {
   namespaces: Set<string>;
   /** The namespaces Berth created there (NAMESPACE_CREATED_LABEL), metadata only. */
   created: Informer<KubeObject>;
+}
+
+/** One apply of a Workload: what the caches show of it, where it is wanted, and what went wrong. */
+interface Pass {
+  w: WorkloadObject;
+  key: string;
+  plane: string | undefined;
+  views: Map<string, CellView>;
+  /** Each Cell's cluster name. */
+  cluster: Map<string, string>;
+  /** Its own copies in the cells. */
+  placed: Placed[];
+  wanted: Target[];
+  hash: string;
+  plan: RolloutPlan;
+  now: number;
+  /** Its own copy of that name in the cell: another's of the same name is neither its status nor its to drain. */
+  find: (cell: string, name: string) => DeploymentObject | undefined;
+  /** Whatever holds that name in the cell: a copy (its own or another's), or one made by hand. */
+  taken: (cell: string, name: string) => KubeObject | undefined;
+  /**
+   * A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
+   * other cells are written and the status too (saying what the cell answered), and the reconcile
+   * is retried.
+   */
+  failures: string[];
+  /** Each WorkloadDeployment not written, by name, and why. */
+  refused: Map<string, Refusal>;
+  /** A name is taken in a cell (nameTaken). */
+  held: boolean;
 }
 
 /** Index of a cell's WorkloadDeployments by namespace: a namespace Berth created goes once it has none. */
@@ -372,8 +405,30 @@ export class FederationController {
     );
   }
 
+  /**
+   * Places the workload: each wanted WorkloadDeployment applied in its cell, those no longer wanted
+   * drained, namespaces Berth made and nothing maps to any more pruned, and the status rolled up.
+   */
   private async apply(w: WorkloadObject, plane: string | undefined): Promise<Result | void> {
-    const key = keyOf(w);
+    const pass = this.passOf(w, plane);
+    await this.writeDeployments(pass);
+    const draining = await this.drainUnwanted(pass);
+    await this.pruneNamespaces(w.metadata.namespace!, plane, pass, pass.failures);
+    const written = await this.writeRollup(pass, draining);
+    if (pass.failures.length) throw new Error(pass.failures.join('; '));
+    // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
+    // wake up for it.
+    const wakeups = [
+      ...(pass.plan.requeueAfterMs !== undefined ? [pass.plan.requeueAfterMs] : []),
+      ...(typeof written === 'number' ? [written] : []),
+      ...pass.wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - pass.now] : [])),
+      ...(pass.held ? [HELD_RETRY_MS] : []),
+    ];
+    if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
+  }
+
+  /** What the caches show of the workload in the cells, where it is wanted, and its rollout's plan. */
+  private passOf(w: WorkloadObject, plane: string | undefined): Pass {
     const { views, cluster } = this.cellViews();
     const placed: Placed[] = [...cluster].flatMap(([cell, name]) =>
       this.copies(w, plane, cell, name).map((object) => ({ cell, object })),
@@ -399,105 +454,157 @@ export class FederationController {
       previous: this.statusOf(w)?.rollout,
       now,
     });
-
-    // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
-    // other cells are written and the status too (saying what the cell answered), and the
-    // reconcile is retried.
-    const failures: string[] = [];
-    /** Each WorkloadDeployment not written, by name, and why. */
-    const refused = new Map<string, Refusal>();
-    /** A name another's copy holds in a cell (heldBy), or an object made there by hand. */
-    let held = false;
-    /** Not written over; looked at again later too (HELD_RETRY_MS). */
-    const nameTaken = (cell: string, name: string, whose: string) => {
-      const at = `${cluster.get(cell)}/${w.metadata.namespace}/${name}`;
-      this.heldNames.set(at, new Set(this.heldNames.get(at)).add(key));
-      refused.set(name, {
-        reason: 'NameTaken',
-        message: `the WorkloadDeployment ${w.metadata.namespace}/${name} there is ${whose}, which Berth leaves alone: rename the Workload or its placement, or delete it`,
-      });
-      held = true;
+    const taken = (cell: string, name: string) =>
+      named(cell, name) ?? deploymentsIn(cell)?.others.get(`${w.metadata.namespace}/${name}`);
+    const key = keyOf(w);
+    return {
+      w,
+      key,
+      plane,
+      views,
+      cluster,
+      placed,
+      wanted,
+      hash,
+      plan,
+      now,
+      find,
+      taken,
+      failures: [],
+      refused: new Map(),
+      held: false,
     };
-    // Each cell's WorkloadDeployment is written at once, not one cell after the other.
-    await Promise.all(
-      wanted.map(async (t) => {
-        // An unreachable cell keeps what it has; it is written again once it answers.
-        const applied = plan.applied.get(t.name);
-        if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
-        const writer = this.writer(plane, t.cell);
-        const taken =
-          named(t.cell, t.name) ?? deploymentsIn(t.cell)?.others.get(`${w.metadata.namespace}/${t.name}`);
-        const holder = taken && heldBy(taken, w, writer);
-        // Its deletion brings this Workload back (heldNames), and any Workload its labels name.
-        if (holder) return nameTaken(t.cell, t.name, holder);
-        const manifest = deploymentManifest(w, t, applied, writer);
-        const have = find(t.cell, t.name);
-        if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
-        const name = cluster.get(t.cell)!;
-        const creates = views.get(t.cell)!.createNamespaces;
-        const failed = await inCell(failures, t.cell, async () => {
-          if (creates) await this.ensureNamespace(name, w.metadata.namespace!, writer);
-          try {
-            await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
-              fieldManager: FEDERATION_MANAGER,
-              // Forced over its own copy only (an edit in the cell is taken back). Where its watches
-              // show nothing, an object of that name made a moment ago by someone else answers with
-              // a conflict over fields that differ instead of being written over.
-              force: have !== undefined,
-            });
-          } catch (e) {
-            // The namespace went meanwhile: made again on the retry.
-            if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
-            if (isNotFound(e) && !creates)
-              throw new Error(
-                `namespace ${w.metadata.namespace} does not exist in the cell, and its Cell does not let Berth create it (spec.createNamespaces): create it there`,
-                { cause: e },
-              );
-            if (!have && isConflict(e))
-              return nameTaken(t.cell!, t.name, `not a Workload's copy (${errorText(e)})`);
-            throw e;
-          }
-          this.log.info(
-            {
-              workload: key,
-              cell: t.cell,
-              deployment: t.name,
-              ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
-            },
-            t.failedOverFrom
-              ? 'WorkloadDeployment applied: failed over from an unreachable cell'
-              : 'WorkloadDeployment applied',
-          );
-        });
-        if (failed) refused.set(t.name, { reason: 'CellRefused', message: failed });
-      }),
-    );
+  }
 
+  /** Each cell's WorkloadDeployment written at once, not one cell after the other. */
+  private async writeDeployments(pass: Pass): Promise<void> {
+    await Promise.all(pass.wanted.map((t) => this.writeDeployment(pass, t)));
+  }
+
+  /** Applies the WorkloadDeployment of `t` in its cell, unless it says so already or the name is taken. */
+  private async writeDeployment(pass: Pass, t: Target): Promise<void> {
+    const { w, views, cluster } = pass;
+    // An unreachable cell keeps what it has; it is written again once it answers.
+    const applied = pass.plan.applied.get(t.name);
+    if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
+    const writer = this.writer(pass.plane, t.cell);
+    const taken = pass.taken(t.cell, t.name);
+    const holder = taken && heldBy(taken, w, writer);
+    // Its deletion brings this Workload back (heldNames), and any Workload its labels name.
+    if (holder) return this.nameTaken(pass, t.cell, t.name, holder);
+    const manifest = deploymentManifest(w, t, applied, writer);
+    const have = pass.find(t.cell, t.name);
+    if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
+    const name = cluster.get(t.cell)!;
+    const creates = views.get(t.cell)!.createNamespaces;
+    const failed = await inCell(pass.failures, t.cell, async () => {
+      if (creates) await this.ensureNamespace(name, w.metadata.namespace!, writer);
+      if (!(await this.applyDeployment(pass, t, name, manifest, { have, creates }))) return;
+      this.log.info(
+        {
+          workload: pass.key,
+          cell: t.cell,
+          deployment: t.name,
+          ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
+        },
+        t.failedOverFrom
+          ? 'WorkloadDeployment applied: failed over from an unreachable cell'
+          : 'WorkloadDeployment applied',
+      );
+    });
+    if (failed) pass.refused.set(t.name, { reason: 'CellRefused', message: failed });
+  }
+
+  /**
+   * Applies `manifest` in `cluster`, the cell of `t`; false where a name taken meanwhile refused it
+   * (nameTaken). A missing namespace or another refusal is thrown for the cell's failures.
+   */
+  private async applyDeployment(
+    pass: Pass,
+    t: Target,
+    cluster: string,
+    manifest: DeploymentObject,
+    { have, creates }: { have: DeploymentObject | undefined; creates: boolean },
+  ): Promise<boolean> {
+    const namespace = pass.w.metadata.namespace!;
+    try {
+      await this.manager.client(cluster).apply(WorkloadDeployment.ref, manifest, {
+        fieldManager: FEDERATION_MANAGER,
+        // Forced over its own copy only (an edit in the cell is taken back). Where its watches
+        // show nothing, an object of that name made a moment ago by someone else answers with
+        // a conflict over fields that differ instead of being written over.
+        force: have !== undefined,
+      });
+      return true;
+    } catch (e) {
+      // The namespace went meanwhile: made again on the retry.
+      if (isNotFound(e)) this.inCells.get(cluster)?.namespaces.delete(namespace);
+      if (isNotFound(e) && !creates)
+        throw new Error(
+          `namespace ${namespace} does not exist in the cell, and its Cell does not let Berth create it (spec.createNamespaces): create it there`,
+          { cause: e },
+        );
+      if (!have && isConflict(e)) {
+        this.nameTaken(pass, t.cell!, t.name, `not a Workload's copy (${errorText(e)})`);
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * A name another's copy holds in a cell (heldBy), or an object made there by hand: not written
+   * over, and looked at again once it goes (heldNames) or later (HELD_RETRY_MS).
+   */
+  private nameTaken(pass: Pass, cell: string, name: string, whose: string): void {
+    const { w } = pass;
+    const at = `${pass.cluster.get(cell)}/${w.metadata.namespace}/${name}`;
+    this.heldNames.set(at, new Set(this.heldNames.get(at)).add(pass.key));
+    pass.refused.set(name, {
+      reason: 'NameTaken',
+      message: `the WorkloadDeployment ${w.metadata.namespace}/${name} there is ${whose}, which Berth leaves alone: rename the Workload or its placement, or delete it`,
+    });
+    pass.held = true;
+  }
+
+  /**
+   * Deletes the copies no longer wanted, each once the targets that replace it serve (drain after
+   * ready: a city removed from a placement serves until the placement's cities do); those still
+   * running, and why.
+   */
+  private async drainUnwanted(pass: Pass): Promise<Drain[]> {
+    const { wanted, views, cluster } = pass;
     const reachableListed = new Set(
       [...views.values()].filter((v) => v.listed && v.reachable).map((v) => v.name),
     );
-    // Drain after ready: a city removed from a placement serves until the placement's cities do.
-    const { remove, draining } = drains(wanted, unwanted(wanted, placed, reachableListed), (t) =>
-      serves(t.cell ? find(t.cell, t.name) : undefined),
+    const { remove, draining } = drains(wanted, unwanted(wanted, pass.placed, reachableListed), (t) =>
+      serves(t.cell ? pass.find(t.cell, t.name) : undefined),
     );
     for (const d of remove) {
       if (d.object.metadata.deletionTimestamp) continue;
-      const failed = await inCell(failures, d.cell, async () => {
+      const failed = await inCell(pass.failures, d.cell, async () => {
         await this.deleteDeployment(cluster.get(d.cell)!, d.object);
         this.log.info(
-          { workload: key, cell: d.cell, deployment: d.object.metadata.name },
+          { workload: pass.key, cell: d.cell, deployment: d.object.metadata.name },
           'WorkloadDeployment no longer placed there: deleted',
         );
       });
       // Still running there: the status says so, and why, until it goes.
       if (failed) draining.push(drainOf(d, failed));
     }
-    await this.pruneNamespaces(w.metadata.namespace!, plane, { views, cluster }, failures);
+    return draining;
+  }
 
-    const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {
+  /**
+   * The workload's status rolled up from its copies, written when it changed (writeStatus), with a
+   * Warning event for a condition newly fixable by its owner.
+   */
+  private async writeRollup(pass: Pass, draining: Drain[]): Promise<boolean | number> {
+    const { w, key, plan } = pass;
+    const r = rollup(w, pass.wanted, pass.hash, pass.views, pass.find, BLOCKING_REASONS, {
       applied: plan.applied,
       draining,
-      refused,
+      refused: pass.refused,
       ...(plan.progressing ? { progressing: plan.progressing } : {}),
     });
     const was = this.statusOf(w)?.conditions;
@@ -521,29 +628,19 @@ export class FederationController {
       conditions,
     };
     const written = await this.writeStatus(w, status);
-    if (written === true) {
-      const fixable = newlyHolds(was, conditions, 'Available', 'False');
-      if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
-        this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
-        this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
-      }
-      // Once per stop: its message changes as the cells' do.
-      const stopped = newlyHolds(was, conditions, 'Progressing', 'False', 'RolloutStopped');
-      if (stopped && findCondition(was, 'Progressing')?.reason !== 'RolloutStopped') {
-        this.events.event(w, 'Warning', stopped.reason, 'Rollout', stopped.message);
-        this.log.warn({ workload: key, reason: stopped.reason }, stopped.message);
-      }
+    if (written !== true) return written;
+    const fixable = newlyHolds(was, conditions, 'Available', 'False');
+    if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
+      this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
+      this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
     }
-    if (failures.length) throw new Error(failures.join('; '));
-    // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
-    // wake up for it.
-    const wakeups = [
-      ...(plan.requeueAfterMs !== undefined ? [plan.requeueAfterMs] : []),
-      ...(typeof written === 'number' ? [written] : []),
-      ...wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - now] : [])),
-      ...(held ? [HELD_RETRY_MS] : []),
-    ];
-    if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
+    // Once per stop: its message changes as the cells' do.
+    const stopped = newlyHolds(was, conditions, 'Progressing', 'False', 'RolloutStopped');
+    if (stopped && findCondition(was, 'Progressing')?.reason !== 'RolloutStopped') {
+      this.events.event(w, 'Warning', stopped.reason, 'Rollout', stopped.message);
+      this.log.warn({ workload: key, reason: stopped.reason }, stopped.message);
+    }
+    return written;
   }
 
   /**
@@ -737,9 +834,8 @@ export class FederationController {
 
 /**
  * Runs a write in one cell; a failure (a cell not yet found unreachable) is collected, so that the
- * other cells are still written, and the reconcile, retried, names it.
+ * other cells are still written, and the reconcile, retried, names it. The failure is returned too.
  */
-/** Runs a cell's write; its failure is noted, and returned. */
 async function inCell(
   failures: string[],
   cell: string,
