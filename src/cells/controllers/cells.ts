@@ -99,8 +99,25 @@ async function deniedAccess(client: KubeClient, opts: RequestOptions): Promise<s
   }
 }
 
+/** The cells controller: builds the reconciler, watches the Cells, and runs it on the manager. */
+export function setupCells(
+  manager: Manager,
+  o: { cells: Informer<CellObject>; provider: CellProvider; timing: CellTiming; log: Logger },
+): CellController {
+  const reconciler = new CellController(manager, o);
+  reconciler.controller = new Controller({
+    name: 'cells',
+    workers: 4,
+    logger: o.log,
+    reconciler,
+  }).watch(o.cells, keyOf, { update: changed(generationChanged, deletionChanged) });
+  manager.add(reconciler.controller);
+  return reconciler;
+}
+
 export class CellController {
-  readonly controller: Controller;
+  /** Set by setupCells. */
+  controller!: Controller;
   private readonly manager: Manager;
   private readonly cells: Informer<CellObject>;
   private readonly provider: CellProvider;
@@ -120,13 +137,6 @@ export class CellController {
     this.log = o.log;
     this.events = manager.recorder('cells');
     this.cells.addEventHandler({ onDelete: (c) => this.history.delete(c.metadata.name!) });
-    this.controller = new Controller({
-      name: 'cells',
-      workers: 4,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    }).watch(this.cells, keyOf, { update: changed(generationChanged, deletionChanged) });
-    manager.add(this.controller);
   }
 
   /** The provider engaged, re-engaged or gave up on a cell: probe it now. */
@@ -134,7 +144,7 @@ export class CellController {
     this.controller.queue.add(cell);
   }
 
-  private async reconcile(name: string): Promise<Result | void> {
+  async reconcile(name: string): Promise<Result | void> {
     const cell = this.cells.get(name);
     if (!cell || cell.metadata.deletionTimestamp) return;
     const access = this.provider.access(name);
