@@ -1,9 +1,9 @@
 import { Option } from 'commander';
 import { atLeast, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { FederationController } from './controllers/federation.ts';
+import { setupFederation } from './controllers/federation.ts';
 import { explainWorkload } from './explain.ts';
-import { MirrorController } from './controllers/mirror.ts';
+import { setupMirror } from './controllers/mirror.ts';
 import { Workload } from './types.ts';
 
 export const federationCapability: Capability = {
@@ -68,8 +68,8 @@ export const federationCapability: Capability = {
     },
   ],
   setup({ manager, options }) {
-    new FederationController(manager, { workers: Number(options['federationWorkers'] ?? 16) });
-    new MirrorController(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
+    setupFederation(manager, { workers: Number(options['federationWorkers'] ?? 16) });
+    setupMirror(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
     return {};
   },
   explainKinds: [

@@ -11,7 +11,12 @@ import type { Event } from '../../src/runtime/events/event.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
-import { setupQuota, type QuotaController, type InstanceObject, type QuotaObject } from '../../src/workloads/controllers/quota.ts';
+import {
+  setupQuota,
+  type QuotaController,
+  type InstanceObject,
+  type QuotaObject,
+} from '../../src/workloads/controllers/quota.ts';
 import { Instance, InstanceType, OWN_INSTANCES, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { berthClient } from '../helpers/berth.ts';

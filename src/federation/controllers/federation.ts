@@ -146,18 +146,49 @@ const HELD_RETRY_MS = 30_000;
 /** How soon this plane's identity is read again after it could not be. */
 const PLANE_REREAD_MS = 60_000;
 
+/**
+ * The federation controller: Workloads, the Cells and Locations that say where their cities run, and,
+ * in each engaged cell, the WorkloadDeployments federation wrote there (engage).
+ */
+export function setupFederation(manager: Manager, opts: { workers?: number } = {}): FederationController {
+  const r = new FederationController(manager);
+  r.controller = new Controller({
+    name: 'federation',
+    workers: opts.workers ?? 16,
+    logger: r.log,
+    reconciler: r,
+  })
+    .watch(r.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
+    // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
+    .watch(r.cells, (c) => [...r.byCities(c.spec.locations), ...r.deleting()], {
+      update: changed<CellObject>(generationChanged, conditionsChanged),
+    })
+    // A Location's old and new objects both map: a selector that matched its labels before or matches them now.
+    .watch(r.locations, (l) => r.byLocation(l));
+  manager.add(r.controller);
+  // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
+  manager.addRunnable({
+    name: 'federation-cells',
+    needLeaderElection: false,
+    start: () => Promise.resolve(),
+    engage: (cluster, signal) => r.engage(cluster, signal),
+  });
+  return r;
+}
+
 export class FederationController {
-  readonly controller: Controller;
+  /** Set by setupFederation. */
+  controller!: Controller;
+  readonly log: Logger;
+  readonly workloads: Informer<WorkloadObject>;
+  readonly cells: Informer<CellObject>;
+  readonly locations: Informer<LocationObject>;
   private readonly manager: Manager;
-  private readonly workloads: Informer<WorkloadObject>;
   /** Status writes not yet seen in the Workload cache. */
   private readonly statusSent: WriteExpectations<WorkloadStatus>;
   /** When each Workload's status was last written: counts that move within the interval wait for it. */
   private readonly statusSpacing = new WriteSpacing(STATUS_WRITE_INTERVAL_MS);
-  private readonly cells: Informer<CellObject>;
-  private readonly locations: Informer<LocationObject>;
   private readonly events: EventRecorder;
-  private readonly log: Logger;
   /** By cluster name (`cell-<name>`), while engaged. */
   private readonly inCells = new Map<string, CellDeployments>();
   /** The Workloads a name in a cell (`cluster/namespace/name`) held back, to reconcile once it is gone. */
@@ -167,7 +198,7 @@ export class FederationController {
   /** The read of it in flight, which every reconcile that needs it meanwhile waits for. */
   private planeReading?: Promise<string | undefined>;
 
-  constructor(manager: Manager, opts: { workers?: number } = {}) {
+  constructor(manager: Manager) {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'federation' });
     this.events = manager.recorder('federation');
@@ -184,30 +215,39 @@ export class FederationController {
     this.workloads.addIndexer('selector', (w) =>
       w.spec.placements.some((p) => p.locationSelector) ? [SELECTS] : [],
     );
-    const selecting = () => this.workloads.byIndex('selector', SELECTS);
     // Workloads held by their finalizer: a cell that lists, goes or changes may release them, whatever
     // cities they name now (their status may name another cell or city).
     this.workloads.addIndexer('deleting', (w) => (w.metadata.deletionTimestamp ? [DELETING] : []));
-    const deleting = () => this.workloads.byIndex('deleting', DELETING).map(keyOf);
-    // The workloads that run (or may run) in these cities: by cityCodes, or by a selector today.
-    const byCities = (cities: readonly string[]) => {
-      const labelled = this.labelled();
-      return [
-        ...new Set([
-          ...cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf)),
-          ...selecting()
-            .filter((w) =>
-              w.spec.placements.some((p) => placementCities(p, labelled).some((c) => cities.includes(c))),
-            )
-            .map(keyOf),
-        ]),
-      ];
-    };
-    // A Location's old and new objects both map: a selector that matched its labels before or matches them now.
-    const byLocation = (l: LocationObject) => [
+  }
+
+  /** The keys of the Workloads being deleted. */
+  deleting(): string[] {
+    return this.workloads.byIndex('deleting', DELETING).map(keyOf);
+  }
+
+  /** The keys of the workloads that run (or may run) in these cities: by cityCodes, or by a selector today. */
+  byCities(cities: readonly string[]): string[] {
+    const labelled = this.labelled();
+    return [
       ...new Set([
-        ...byCities([l.spec.cityCode]),
-        ...selecting()
+        ...cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf)),
+        ...this.workloads
+          .byIndex('selector', SELECTS)
+          .filter((w) =>
+            w.spec.placements.some((p) => placementCities(p, labelled).some((c) => cities.includes(c))),
+          )
+          .map(keyOf),
+      ]),
+    ];
+  }
+
+  /** The keys of the workloads a Location's city or labels place: a selector that matches its labels. */
+  byLocation(l: LocationObject): string[] {
+    return [
+      ...new Set([
+        ...this.byCities([l.spec.cityCode]),
+        ...this.workloads
+          .byIndex('selector', SELECTS)
           .filter((w) =>
             w.spec.placements.some(
               (p) => p.locationSelector && selectorMatches(p.locationSelector, l.metadata.labels),
@@ -216,35 +256,10 @@ export class FederationController {
           .map(keyOf),
       ]),
     ];
-    this.controller = new Controller({
-      name: 'federation',
-      workers: opts.workers ?? 16,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      .watch(this.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
-      // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
-      .watch(this.cells, (c) => [...byCities(c.spec.locations), ...deleting()], {
-        update: changed<CellObject>(generationChanged, conditionsChanged),
-      })
-      .watch(this.locations, byLocation);
-    manager.add(this.controller);
-    // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
-    manager.addRunnable({
-      name: 'federation-cells',
-      needLeaderElection: false,
-      start: () => Promise.resolve(),
-      engage: (cluster, signal) => this.engage(cluster, signal, byCities, deleting),
-    });
   }
 
   /** Aware: a cell's WorkloadDeployments of federation's, each mapped back to its Workload. */
-  private engage(
-    cluster: Cluster,
-    signal: AbortSignal,
-    byCities: (cities: string[]) => string[],
-    deleting: () => string[],
-  ): void {
+  engage(cluster: Cluster, signal: AbortSignal): void {
     if (cluster.name === localCluster) return;
     const informer = cluster.informer<DeploymentObject>(WorkloadDeployment.ref, {
       labelSelector: WORKLOAD_UID_LABEL,
@@ -277,7 +292,7 @@ export class FederationController {
     const affected = () => [
       ...new Set([
         ...informer.list().flatMap((d) => workloadKeyOf(d) ?? []),
-        ...byCities(cellsOfCluster().flatMap((c) => c.spec.locations)),
+        ...this.byCities(cellsOfCluster().flatMap((c) => c.spec.locations)),
       ]),
     ];
     signal.addEventListener(
@@ -295,7 +310,7 @@ export class FederationController {
       () => {
         // Listed: its workloads may now place there (or learn what is there), even those with none yet,
         // and the workloads it held back from deletion may go.
-        for (const k of [...affected(), ...deleting()]) this.controller.queue.add(k);
+        for (const k of [...affected(), ...this.deleting()]) this.controller.queue.add(k);
         informer.addEventHandler({
           onAdd: (d) => this.enqueue(d, signal),
           onUpdate: (a, b) => {
@@ -353,7 +368,7 @@ export class FederationController {
     return { plane, cellUid: this.cells.get(cell)?.metadata.uid };
   }
 
-  private async reconcile(key: string): Promise<Result | void> {
+  async reconcile(key: string): Promise<Result | void> {
     const plane = await this.planeId();
     const w = this.workloads.get(key);
     if (!w) return this.sweep(key, plane);
