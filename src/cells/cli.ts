@@ -12,7 +12,7 @@ import { isNotFound, KubeClient } from '../runtime/client/client.ts';
 import { selfRules } from '../runtime/client/restmapper.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';
-import { probeCell } from './controller.ts';
+import { probeCell } from './controllers/cells.ts';
 import { cellAccess, CELL_NAME_RULE, clusterNameOf } from './decide.ts';
 import { kubeconfigClient } from './provider.ts';
 import {

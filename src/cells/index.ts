@@ -3,7 +3,7 @@ import type { Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { cellsCommand, forgetCells } from './cli.ts';
-import { CellController, defaultTiming } from './controller.ts';
+import { defaultTiming, setupCells } from './controllers/cells.ts';
 import { CellProvider } from './provider.ts';
 import { Cell, Location, type CellObject } from './types.ts';
 
@@ -54,7 +54,7 @@ export const cellsCapability: Capability = {
       onChange: (cell) => controller.changed(cell),
       log,
     });
-    const controller = new CellController(manager, {
+    const controller = setupCells(manager, {
       cells,
       provider,
       timing: {

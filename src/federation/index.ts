@@ -1,8 +1,8 @@
 import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { FederationController } from './controller.ts';
+import { setupFederation } from './controllers/federation.ts';
 import { explainWorkload } from './explain.ts';
-import { MirrorController } from './mirror.ts';
+import { setupMirror } from './controllers/mirror.ts';
 import { Workload } from './types.ts';
 
 export const federationCapability: Capability = {
@@ -63,8 +63,8 @@ export const federationCapability: Capability = {
     },
   ],
   setup({ manager, options }) {
-    new FederationController(manager, { workers: Number(options['federationWorkers'] ?? 16) });
-    new MirrorController(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
+    setupFederation(manager, { workers: Number(options['federationWorkers'] ?? 16) });
+    setupMirror(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
     return {};
   },
   explainKinds: [

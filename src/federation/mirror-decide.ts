@@ -1,6 +1,6 @@
 // The pure decisions of mirrored Instances: what the management plane's read-only copy of a cell's
 // Instance says (name, labels, owner, status), and what it says while its cell does not answer. The
-// controller (mirror.ts) reads the caches and writes.
+// controller (controllers/mirror.ts) reads the caches and writes.
 import { isDeepStrictEqual } from 'node:util';
 import { findCondition, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
 import { apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';

@@ -1,7 +1,7 @@
 // Workloads in a cell: the pure decisions. The template hash that names a revision; the plan that
 // scales and rolls a WorkloadDeployment's instances by ordinal; its status and the rollup of its
 // instances' blocking reasons; an instance's conditions read from its Pod's real state; the Pod it
-// runs as, and the patch that takes the quota gate off. No I/O: deployment.ts and instance.ts act.
+// runs as, and the patch that takes the quota gate off. No I/O: controllers/deployment.ts and controllers/instance.ts act.
 import { createHash } from 'node:crypto';
 import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';

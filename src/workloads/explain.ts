@@ -15,7 +15,7 @@ import {
   type InstanceObject,
   type InstanceTypeObject,
   type QuotaObject,
-} from './quota.ts';
+} from './controllers/quota.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

@@ -1,5 +1,5 @@
 // Who is granted quota, decided from a namespace's budget, its ledger (the granted claims) and its
-// instances: pure, so that the quota controller (quota.ts) and `berth explain` (explain.ts) give the
+// instances: pure, so that the quota controller (controllers/quota.ts) and `berth explain` (explain.ts) give the
 // same answer, and so that the rules below are tested on generated cases.
 //  - A claim stays until its instance is gone; nothing granted is ever revoked.
 //  - An instance whose QuotaGranted is True but that the ledger does not hold (granted with no Quota,

@@ -1,10 +1,11 @@
 import { Option } from 'commander';
 import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { DeploymentController } from './deployment.ts';
+import { DeploymentState, setupDeployment } from './controllers/deployment.ts';
+import { setupDeploymentStatus } from './controllers/deployment-status.ts';
 import { explainInstance, explainWorkloadDeployment } from './explain.ts';
-import { InstanceController } from './instance.ts';
-import { QuotaController } from './quota.ts';
+import { setupInstance } from './controllers/instance.ts';
+import { setupQuota } from './controllers/quota.ts';
 import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
 
 export const workloadsCapability: Capability = {
@@ -57,13 +58,19 @@ export const workloadsCapability: Capability = {
   // namespace: in kube-system, as good as cluster-admin).
   workloadNamespaceRbac: [{ apiGroups: [''], resources: ['pods'], verbs: ['create', 'patch', 'delete'] }],
   setup({ manager, options }) {
-    new DeploymentController(manager, { workers: Number(options['workloadWorkers'] ?? 8) });
+    // The deployment controller and its status controller read the same caches and plan.
+    const deployments = new DeploymentState(manager);
+    setupDeployment(manager, deployments, {
+      workers: Number(options['workloadWorkers'] ?? 8),
+      failureChanged: (key) => status.controller.queue.add(key),
+    });
+    const status = setupDeploymentStatus(manager, deployments);
     // A cell of a management plane that grants (its `quota` capability) runs no quota controller.
     const quota =
       options['quotaSource'] === 'management'
         ? undefined
-        : new QuotaController(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
-    new InstanceController(manager, {
+        : setupQuota(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
+    setupInstance(manager, {
       workers: Number(options['instanceWorkers'] ?? 16),
       ...(quota ? { quota } : {}),
     });
@@ -132,7 +139,7 @@ export const quotaCapability: Capability = {
         'controllers quota and workloads both grant quota here: run the cells with --quota-source=management, ' +
           "or leave out quota (the workloads controller grants from this cluster's Quotas)",
       );
-    new QuotaController(manager, {
+    setupQuota(manager, {
       workers: Number(options['quotaWorkers'] ?? 4),
       // A deleted Cell's cluster never answers again: its claims are released rather than kept.
       clusterExists: (cluster) => manager.clusterKnown(cluster),

@@ -31,7 +31,7 @@ import { findCondition, type Condition } from '../../src/runtime/api/conditions.
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
-import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/quota.ts';
+import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/controllers/quota.ts';
 import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';

@@ -11,7 +11,12 @@ import type { Event } from '../../src/runtime/events/event.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
-import { QuotaController, type InstanceObject, type QuotaObject } from '../../src/workloads/quota.ts';
+import {
+  setupQuota,
+  type QuotaController,
+  type InstanceObject,
+  type QuotaObject,
+} from '../../src/workloads/controllers/quota.ts';
 import { Instance, InstanceType, OWN_INSTANCES, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { berthClient } from '../helpers/berth.ts';
@@ -45,7 +50,7 @@ async function startQuota(): Promise<{ controller: QuotaController; stop: () => 
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = new QuotaController(manager, { workers: 2 });
+  const controller = setupQuota(manager, { workers: 2 });
   await manager.start();
   await manager.waitForCacheSync();
   return { controller, stop: () => manager.stop() };
@@ -259,7 +264,7 @@ async function frozenQuota() {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = new QuotaController(manager, { workers: 1 });
+  const controller = setupQuota(manager, { workers: 1 });
   const local = manager.cluster();
   // The quota controller's own informer (same request), whose stop freezes what it sees.
   const instances = local.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);

@@ -27,7 +27,7 @@ import {
   WorkloadDeployment,
   type WorkloadDeploymentStatus,
 } from '../../src/workloads/types.ts';
-import { ENDED_REPLACE_MS } from '../../src/workloads/instance.ts';
+import { ENDED_REPLACE_MS } from '../../src/workloads/controllers/instance.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,

@@ -6,7 +6,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 import { Manager } from '../../../src/runtime/manager/manager.ts';
-import { QuotaController } from '../../../src/workloads/quota.ts';
+import { setupQuota, type QuotaControllerOptions } from '../../../src/workloads/controllers/quota.ts';
 import type { QuotaClaim, QuotaStatus } from '../../../src/workloads/types.ts';
 
 const T0 = '2030-01-01T00:00:00Z';
@@ -59,11 +59,11 @@ function apiserver(objects: Record<string, KubeObject[]>, apply: () => Promise<K
 
 async function running(
   server: ReturnType<typeof apiserver>,
-  opts: ConstructorParameters<typeof QuotaController>[1] = {},
+  opts: QuotaControllerOptions = {},
   workers = false,
 ) {
   const manager = new Manager({ client: server.client, metricsBindAddress: '0', healthBindAddress: '0' });
-  const quota = new QuotaController(manager, opts);
+  const quota = setupQuota(manager, opts);
   manager.cluster().start();
   await manager.cluster().waitForCacheSync();
   const stop = new AbortController();

@@ -10,7 +10,7 @@ import {
   verdictCondition,
   type InstanceObject,
   type QuotaObject,
-} from '../../../src/workloads/quota.ts';
+} from '../../../src/workloads/controllers/quota.ts';
 
 const T0 = '2030-01-01T00:00:00Z';
 const instance = (name: string, template: Record<string, unknown>, more: Record<string, unknown> = {}) =>

@@ -6,8 +6,8 @@
 // Cell allows it, applies each WorkloadDeployment, deletes those it made that are no longer wanted
 // (and a namespace it created, once empty and no longer mapped), and writes the Workload's status
 // when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
-import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { finalizer } from '../policy/finalizer.ts';
+import { changed, conditionsChanged, deletionChanged, generationChanged } from '../../policy/predicates.ts';
+import { finalizer } from '../../policy/finalizer.ts';
 import { isDeepStrictEqual } from 'node:util';
 import {
   findCondition,
@@ -15,25 +15,25 @@ import {
   sameConditions,
   setCondition,
   type Condition,
-} from '../runtime/api/conditions.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { exists, isConflict, isForbidden, isNotFound } from '../runtime/client/client.ts';
-import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { localCluster } from '../runtime/cluster/key.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { WriteSpacing } from '../runtime/controller/spacing.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import { errorText, type Logger } from '../runtime/observability/log.ts';
-import { clusterNameOf } from '../cells/decide.ts';
-import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
-import { templateHash } from '../workloads/decide.ts';
-import { BLOCKING_REASONS, WorkloadDeployment } from '../workloads/types.ts';
-import { selectorMatches } from '../policy/match/selector.ts';
-import { slimMeta } from '../policy/slim.ts';
+} from '../../runtime/api/conditions.ts';
+import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import { exists, isConflict, isForbidden, isNotFound } from '../../runtime/client/client.ts';
+import type { Cluster } from '../../runtime/cluster/cluster.ts';
+import { localCluster } from '../../runtime/cluster/key.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../../runtime/observability/log.ts';
+import { clusterNameOf } from '../../cells/decide.ts';
+import { Cell, Location, type CellObject, type LocationObject } from '../../cells/types.ts';
+import { templateHash } from '../../workloads/decide.ts';
+import { BLOCKING_REASONS, WorkloadDeployment } from '../../workloads/types.ts';
+import { selectorMatches } from '../../policy/match/selector.ts';
+import { slimMeta } from '../../policy/slim.ts';
 import {
   deploymentManifest,
   drainOf,
@@ -44,10 +44,11 @@ import {
   orphaned,
   ownCopy,
   serves,
+  type Drain,
   unwanted,
   type Writer,
-} from './decide/copies.ts';
-import { deletionHold } from './decide/deletion.ts';
+} from '../decide/copies.ts';
+import { deletionHold } from '../decide/deletion.ts';
 import {
   cellView,
   type CellView,
@@ -55,11 +56,12 @@ import {
   type LabelledLocation,
   type Placed,
   placementCities,
+  type Target,
   targets,
   workloadKeyOf,
-} from './decide/placement.ts';
-import { rolloutPlan } from './decide/rollout.ts';
-import { countsOnly, type Refusal, rollup, WORKLOAD_FIXABLE } from './decide/rollup.ts';
+} from '../decide/placement.ts';
+import { type RolloutPlan, rolloutPlan } from '../decide/rollout.ts';
+import { countsOnly, type Refusal, rollup, WORKLOAD_FIXABLE } from '../decide/rollup.ts';
 import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
@@ -68,7 +70,7 @@ import {
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
   type WorkloadStatus,
-} from './types.ts';
+} from '../types.ts';
 
 /** The shortest time between two writes of a Workload's status that change only its counts. */
 export const STATUS_WRITE_INTERVAL_MS = 250;
@@ -99,6 +101,36 @@ interface CellDeployments {
   created: Informer<KubeObject>;
 }
 
+/** One apply of a Workload: what the caches show of it, where it is wanted, and what went wrong. */
+interface Pass {
+  w: WorkloadObject;
+  key: string;
+  plane: string | undefined;
+  views: Map<string, CellView>;
+  /** Each Cell's cluster name. */
+  cluster: Map<string, string>;
+  /** Its own copies in the cells. */
+  placed: Placed[];
+  wanted: Target[];
+  hash: string;
+  plan: RolloutPlan;
+  now: number;
+  /** Its own copy of that name in the cell: another's of the same name is neither its status nor its to drain. */
+  find: (cell: string, name: string) => DeploymentObject | undefined;
+  /** Whatever holds that name in the cell: a copy (its own or another's), or one made by hand. */
+  taken: (cell: string, name: string) => KubeObject | undefined;
+  /**
+   * A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
+   * other cells are written and the status too (saying what the cell answered), and the reconcile
+   * is retried.
+   */
+  failures: string[];
+  /** Each WorkloadDeployment not written, by name, and why. */
+  refused: Map<string, Refusal>;
+  /** A name is taken in a cell (nameTaken). */
+  held: boolean;
+}
+
 /** Index of a cell's WorkloadDeployments by namespace: a namespace Berth created goes once it has none. */
 const byNamespace = (d: KubeObject) => [d.metadata?.namespace ?? ''];
 
@@ -112,18 +144,49 @@ const HELD_RETRY_MS = 30_000;
 /** How soon this plane's identity is read again after it could not be. */
 const PLANE_REREAD_MS = 60_000;
 
+/**
+ * The federation controller: Workloads, the Cells and Locations that say where their cities run, and,
+ * in each engaged cell, the WorkloadDeployments federation wrote there (engage).
+ */
+export function setupFederation(manager: Manager, opts: { workers?: number } = {}): FederationController {
+  const r = new FederationController(manager);
+  r.controller = new Controller({
+    name: 'federation',
+    workers: opts.workers ?? 16,
+    logger: r.log,
+    reconciler: r,
+  })
+    .watch(r.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
+    // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
+    .watch(r.cells, (c) => [...r.byCities(c.spec.locations), ...r.deleting()], {
+      update: changed<CellObject>(generationChanged, conditionsChanged),
+    })
+    // A Location's old and new objects both map: a selector that matched its labels before or matches them now.
+    .watch(r.locations, (l) => r.byLocation(l));
+  manager.add(r.controller);
+  // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
+  manager.addRunnable({
+    name: 'federation-cells',
+    needLeaderElection: false,
+    start: () => Promise.resolve(),
+    engage: (cluster, signal) => r.engage(cluster, signal),
+  });
+  return r;
+}
+
 export class FederationController {
-  readonly controller: Controller;
+  /** Set by setupFederation. */
+  controller!: Controller;
+  readonly log: Logger;
+  readonly workloads: Informer<WorkloadObject>;
+  readonly cells: Informer<CellObject>;
+  readonly locations: Informer<LocationObject>;
   private readonly manager: Manager;
-  private readonly workloads: Informer<WorkloadObject>;
   /** Status writes not yet seen in the Workload cache. */
   private readonly statusSent: WriteExpectations<WorkloadStatus>;
   /** When each Workload's status was last written: counts that move within the interval wait for it. */
   private readonly statusSpacing = new WriteSpacing(STATUS_WRITE_INTERVAL_MS);
-  private readonly cells: Informer<CellObject>;
-  private readonly locations: Informer<LocationObject>;
   private readonly events: EventRecorder;
-  private readonly log: Logger;
   /** By cluster name (`cell-<name>`), while engaged. */
   private readonly inCells = new Map<string, CellDeployments>();
   /** The Workloads a name in a cell (`cluster/namespace/name`) held back, to reconcile once it is gone. */
@@ -133,7 +196,7 @@ export class FederationController {
   /** The read of it in flight, which every reconcile that needs it meanwhile waits for. */
   private planeReading?: Promise<string | undefined>;
 
-  constructor(manager: Manager, opts: { workers?: number } = {}) {
+  constructor(manager: Manager) {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'federation' });
     this.events = manager.recorder('federation');
@@ -150,30 +213,39 @@ export class FederationController {
     this.workloads.addIndexer('selector', (w) =>
       w.spec.placements.some((p) => p.locationSelector) ? [SELECTS] : [],
     );
-    const selecting = () => this.workloads.byIndex('selector', SELECTS);
     // Workloads held by their finalizer: a cell that lists, goes or changes may release them, whatever
     // cities they name now (their status may name another cell or city).
     this.workloads.addIndexer('deleting', (w) => (w.metadata.deletionTimestamp ? [DELETING] : []));
-    const deleting = () => this.workloads.byIndex('deleting', DELETING).map(keyOf);
-    // The workloads that run (or may run) in these cities: by cityCodes, or by a selector today.
-    const byCities = (cities: readonly string[]) => {
-      const labelled = this.labelled();
-      return [
-        ...new Set([
-          ...cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf)),
-          ...selecting()
-            .filter((w) =>
-              w.spec.placements.some((p) => placementCities(p, labelled).some((c) => cities.includes(c))),
-            )
-            .map(keyOf),
-        ]),
-      ];
-    };
-    // A Location's old and new objects both map: a selector that matched its labels before or matches them now.
-    const byLocation = (l: LocationObject) => [
+  }
+
+  /** The keys of the Workloads being deleted. */
+  deleting(): string[] {
+    return this.workloads.byIndex('deleting', DELETING).map(keyOf);
+  }
+
+  /** The keys of the workloads that run (or may run) in these cities: by cityCodes, or by a selector today. */
+  byCities(cities: readonly string[]): string[] {
+    const labelled = this.labelled();
+    return [
       ...new Set([
-        ...byCities([l.spec.cityCode]),
-        ...selecting()
+        ...cities.flatMap((c) => this.workloads.byIndex('city', c).map(keyOf)),
+        ...this.workloads
+          .byIndex('selector', SELECTS)
+          .filter((w) =>
+            w.spec.placements.some((p) => placementCities(p, labelled).some((c) => cities.includes(c))),
+          )
+          .map(keyOf),
+      ]),
+    ];
+  }
+
+  /** The keys of the workloads a Location's city or labels place: a selector that matches its labels. */
+  byLocation(l: LocationObject): string[] {
+    return [
+      ...new Set([
+        ...this.byCities([l.spec.cityCode]),
+        ...this.workloads
+          .byIndex('selector', SELECTS)
           .filter((w) =>
             w.spec.placements.some(
               (p) => p.locationSelector && selectorMatches(p.locationSelector, l.metadata.labels),
@@ -182,35 +254,10 @@ export class FederationController {
           .map(keyOf),
       ]),
     ];
-    this.controller = new Controller({
-      name: 'federation',
-      workers: opts.workers ?? 16,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      .watch(this.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
-      // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
-      .watch(this.cells, (c) => [...byCities(c.spec.locations), ...deleting()], {
-        update: changed<CellObject>(generationChanged, conditionsChanged),
-      })
-      .watch(this.locations, byLocation);
-    manager.add(this.controller);
-    // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
-    manager.addRunnable({
-      name: 'federation-cells',
-      needLeaderElection: false,
-      start: () => Promise.resolve(),
-      engage: (cluster, signal) => this.engage(cluster, signal, byCities, deleting),
-    });
   }
 
   /** Aware: a cell's WorkloadDeployments of federation's, each mapped back to its Workload. */
-  private engage(
-    cluster: Cluster,
-    signal: AbortSignal,
-    byCities: (cities: string[]) => string[],
-    deleting: () => string[],
-  ): void {
+  engage(cluster: Cluster, signal: AbortSignal): void {
     if (cluster.name === localCluster) return;
     const informer = cluster.informer<DeploymentObject>(WorkloadDeployment.ref, {
       labelSelector: WORKLOAD_UID_LABEL,
@@ -243,7 +290,7 @@ export class FederationController {
     const affected = () => [
       ...new Set([
         ...informer.list().flatMap((d) => workloadKeyOf(d) ?? []),
-        ...byCities(cellsOfCluster().flatMap((c) => c.spec.locations)),
+        ...this.byCities(cellsOfCluster().flatMap((c) => c.spec.locations)),
       ]),
     ];
     signal.addEventListener(
@@ -261,7 +308,7 @@ export class FederationController {
       () => {
         // Listed: its workloads may now place there (or learn what is there), even those with none yet,
         // and the workloads it held back from deletion may go.
-        for (const k of [...affected(), ...deleting()]) this.controller.queue.add(k);
+        for (const k of [...affected(), ...this.deleting()]) this.controller.queue.add(k);
         informer.addEventHandler({
           onAdd: (d) => this.enqueue(d, signal),
           onUpdate: (a, b) => {
@@ -319,7 +366,7 @@ export class FederationController {
     return { plane, cellUid: this.cells.get(cell)?.metadata.uid };
   }
 
-  private async reconcile(key: string): Promise<Result | void> {
+  async reconcile(key: string): Promise<Result | void> {
     const plane = await this.planeId();
     const w = this.workloads.get(key);
     if (!w) return this.sweep(key, plane);
@@ -371,8 +418,30 @@ export class FederationController {
     );
   }
 
+  /**
+   * Places the workload: each wanted WorkloadDeployment applied in its cell, those no longer wanted
+   * drained, namespaces Berth made and nothing maps to any more pruned, and the status rolled up.
+   */
   private async apply(w: WorkloadObject, plane: string | undefined): Promise<Result | void> {
-    const key = keyOf(w);
+    const pass = this.passOf(w, plane);
+    await this.writeDeployments(pass);
+    const draining = await this.drainUnwanted(pass);
+    await this.pruneNamespaces(w.metadata.namespace!, plane, pass, pass.failures);
+    const written = await this.writeRollup(pass, draining);
+    if (pass.failures.length) throw new Error(pass.failures.join('; '));
+    // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
+    // wake up for it.
+    const wakeups = [
+      ...(pass.plan.requeueAfterMs !== undefined ? [pass.plan.requeueAfterMs] : []),
+      ...(typeof written === 'number' ? [written] : []),
+      ...pass.wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - pass.now] : [])),
+      ...(pass.held ? [HELD_RETRY_MS] : []),
+    ];
+    if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
+  }
+
+  /** What the caches show of the workload in the cells, where it is wanted, and its rollout's plan. */
+  private passOf(w: WorkloadObject, plane: string | undefined): Pass {
     const { views, cluster } = this.cellViews();
     const placed: Placed[] = [...cluster].flatMap(([cell, name]) =>
       this.copies(w, plane, cell, name).map((object) => ({ cell, object })),
@@ -398,105 +467,157 @@ export class FederationController {
       previous: this.statusOf(w)?.rollout,
       now,
     });
-
-    // A cell whose writes fail (it has not been found unreachable yet) holds back only itself: the
-    // other cells are written and the status too (saying what the cell answered), and the
-    // reconcile is retried.
-    const failures: string[] = [];
-    /** Each WorkloadDeployment not written, by name, and why. */
-    const refused = new Map<string, Refusal>();
-    /** A name another's copy holds in a cell (heldBy), or an object made there by hand. */
-    let held = false;
-    /** Not written over; looked at again later too (HELD_RETRY_MS). */
-    const nameTaken = (cell: string, name: string, whose: string) => {
-      const at = `${cluster.get(cell)}/${w.metadata.namespace}/${name}`;
-      this.heldNames.set(at, new Set(this.heldNames.get(at)).add(key));
-      refused.set(name, {
-        reason: 'NameTaken',
-        message: `the WorkloadDeployment ${w.metadata.namespace}/${name} there is ${whose}, which Berth leaves alone: rename the Workload or its placement, or delete it`,
-      });
-      held = true;
+    const taken = (cell: string, name: string) =>
+      named(cell, name) ?? deploymentsIn(cell)?.others.get(`${w.metadata.namespace}/${name}`);
+    const key = keyOf(w);
+    return {
+      w,
+      key,
+      plane,
+      views,
+      cluster,
+      placed,
+      wanted,
+      hash,
+      plan,
+      now,
+      find,
+      taken,
+      failures: [],
+      refused: new Map(),
+      held: false,
     };
-    // Each cell's WorkloadDeployment is written at once, not one cell after the other.
-    await Promise.all(
-      wanted.map(async (t) => {
-        // An unreachable cell keeps what it has; it is written again once it answers.
-        const applied = plan.applied.get(t.name);
-        if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
-        const writer = this.writer(plane, t.cell);
-        const taken =
-          named(t.cell, t.name) ?? deploymentsIn(t.cell)?.others.get(`${w.metadata.namespace}/${t.name}`);
-        const holder = taken && heldBy(taken, w, writer);
-        // Its deletion brings this Workload back (heldNames), and any Workload its labels name.
-        if (holder) return nameTaken(t.cell, t.name, holder);
-        const manifest = deploymentManifest(w, t, applied, writer);
-        const have = find(t.cell, t.name);
-        if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
-        const name = cluster.get(t.cell)!;
-        const creates = views.get(t.cell)!.createNamespaces;
-        const failed = await inCell(failures, t.cell, async () => {
-          if (creates) await this.ensureNamespace(name, w.metadata.namespace!, writer);
-          try {
-            await this.manager.client(name).apply(WorkloadDeployment.ref, manifest, {
-              fieldManager: FEDERATION_MANAGER,
-              // Forced over its own copy only (an edit in the cell is taken back). Where its watches
-              // show nothing, an object of that name made a moment ago by someone else answers with
-              // a conflict over fields that differ instead of being written over.
-              force: have !== undefined,
-            });
-          } catch (e) {
-            // The namespace went meanwhile: made again on the retry.
-            if (isNotFound(e)) this.inCells.get(name)?.namespaces.delete(w.metadata.namespace!);
-            if (isNotFound(e) && !creates)
-              throw new Error(
-                `namespace ${w.metadata.namespace} does not exist in the cell, and its Cell does not let Berth create it (spec.createNamespaces): create it there`,
-                { cause: e },
-              );
-            if (!have && isConflict(e))
-              return nameTaken(t.cell!, t.name, `not a Workload's copy (${errorText(e)})`);
-            throw e;
-          }
-          this.log.info(
-            {
-              workload: key,
-              cell: t.cell,
-              deployment: t.name,
-              ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
-            },
-            t.failedOverFrom
-              ? 'WorkloadDeployment applied: failed over from an unreachable cell'
-              : 'WorkloadDeployment applied',
-          );
-        });
-        if (failed) refused.set(t.name, { reason: 'CellRefused', message: failed });
-      }),
-    );
+  }
 
+  /** Each cell's WorkloadDeployment written at once, not one cell after the other. */
+  private async writeDeployments(pass: Pass): Promise<void> {
+    await Promise.all(pass.wanted.map((t) => this.writeDeployment(pass, t)));
+  }
+
+  /** Applies the WorkloadDeployment of `t` in its cell, unless it says so already or the name is taken. */
+  private async writeDeployment(pass: Pass, t: Target): Promise<void> {
+    const { w, views, cluster } = pass;
+    // An unreachable cell keeps what it has; it is written again once it answers.
+    const applied = pass.plan.applied.get(t.name);
+    if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
+    const writer = this.writer(pass.plane, t.cell);
+    const taken = pass.taken(t.cell, t.name);
+    const holder = taken && heldBy(taken, w, writer);
+    // Its deletion brings this Workload back (heldNames), and any Workload its labels name.
+    if (holder) return this.nameTaken(pass, t.cell, t.name, holder);
+    const manifest = deploymentManifest(w, t, applied, writer);
+    const have = pass.find(t.cell, t.name);
+    if (have && !have.metadata.deletionTimestamp && sameDeployment(have, manifest)) return;
+    const name = cluster.get(t.cell)!;
+    const creates = views.get(t.cell)!.createNamespaces;
+    const failed = await inCell(pass.failures, t.cell, async () => {
+      if (creates) await this.ensureNamespace(name, w.metadata.namespace!, writer);
+      if (!(await this.applyDeployment(pass, t, name, manifest, { have, creates }))) return;
+      this.log.info(
+        {
+          workload: pass.key,
+          cell: t.cell,
+          deployment: t.name,
+          ...(t.failedOverFrom ? { from: t.failedOverFrom } : {}),
+        },
+        t.failedOverFrom
+          ? 'WorkloadDeployment applied: failed over from an unreachable cell'
+          : 'WorkloadDeployment applied',
+      );
+    });
+    if (failed) pass.refused.set(t.name, { reason: 'CellRefused', message: failed });
+  }
+
+  /**
+   * Applies `manifest` in `cluster`, the cell of `t`; false where a name taken meanwhile refused it
+   * (nameTaken). A missing namespace or another refusal is thrown for the cell's failures.
+   */
+  private async applyDeployment(
+    pass: Pass,
+    t: Target,
+    cluster: string,
+    manifest: DeploymentObject,
+    { have, creates }: { have: DeploymentObject | undefined; creates: boolean },
+  ): Promise<boolean> {
+    const namespace = pass.w.metadata.namespace!;
+    try {
+      await this.manager.client(cluster).apply(WorkloadDeployment.ref, manifest, {
+        fieldManager: FEDERATION_MANAGER,
+        // Forced over its own copy only (an edit in the cell is taken back). Where its watches
+        // show nothing, an object of that name made a moment ago by someone else answers with
+        // a conflict over fields that differ instead of being written over.
+        force: have !== undefined,
+      });
+      return true;
+    } catch (e) {
+      // The namespace went meanwhile: made again on the retry.
+      if (isNotFound(e)) this.inCells.get(cluster)?.namespaces.delete(namespace);
+      if (isNotFound(e) && !creates)
+        throw new Error(
+          `namespace ${namespace} does not exist in the cell, and its Cell does not let Berth create it (spec.createNamespaces): create it there`,
+          { cause: e },
+        );
+      if (!have && isConflict(e)) {
+        this.nameTaken(pass, t.cell!, t.name, `not a Workload's copy (${errorText(e)})`);
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * A name another's copy holds in a cell (heldBy), or an object made there by hand: not written
+   * over, and looked at again once it goes (heldNames) or later (HELD_RETRY_MS).
+   */
+  private nameTaken(pass: Pass, cell: string, name: string, whose: string): void {
+    const { w } = pass;
+    const at = `${pass.cluster.get(cell)}/${w.metadata.namespace}/${name}`;
+    this.heldNames.set(at, new Set(this.heldNames.get(at)).add(pass.key));
+    pass.refused.set(name, {
+      reason: 'NameTaken',
+      message: `the WorkloadDeployment ${w.metadata.namespace}/${name} there is ${whose}, which Berth leaves alone: rename the Workload or its placement, or delete it`,
+    });
+    pass.held = true;
+  }
+
+  /**
+   * Deletes the copies no longer wanted, each once the targets that replace it serve (drain after
+   * ready: a city removed from a placement serves until the placement's cities do); those still
+   * running, and why.
+   */
+  private async drainUnwanted(pass: Pass): Promise<Drain[]> {
+    const { wanted, views, cluster } = pass;
     const reachableListed = new Set(
       [...views.values()].filter((v) => v.listed && v.reachable).map((v) => v.name),
     );
-    // Drain after ready: a city removed from a placement serves until the placement's cities do.
-    const { remove, draining } = drains(wanted, unwanted(wanted, placed, reachableListed), (t) =>
-      serves(t.cell ? find(t.cell, t.name) : undefined),
+    const { remove, draining } = drains(wanted, unwanted(wanted, pass.placed, reachableListed), (t) =>
+      serves(t.cell ? pass.find(t.cell, t.name) : undefined),
     );
     for (const d of remove) {
       if (d.object.metadata.deletionTimestamp) continue;
-      const failed = await inCell(failures, d.cell, async () => {
+      const failed = await inCell(pass.failures, d.cell, async () => {
         await this.deleteDeployment(cluster.get(d.cell)!, d.object);
         this.log.info(
-          { workload: key, cell: d.cell, deployment: d.object.metadata.name },
+          { workload: pass.key, cell: d.cell, deployment: d.object.metadata.name },
           'WorkloadDeployment no longer placed there: deleted',
         );
       });
       // Still running there: the status says so, and why, until it goes.
       if (failed) draining.push(drainOf(d, failed));
     }
-    await this.pruneNamespaces(w.metadata.namespace!, plane, { views, cluster }, failures);
+    return draining;
+  }
 
-    const r = rollup(w, wanted, hash, views, find, BLOCKING_REASONS, {
+  /**
+   * The workload's status rolled up from its copies, written when it changed (writeStatus), with a
+   * Warning event for a condition newly fixable by its owner.
+   */
+  private async writeRollup(pass: Pass, draining: Drain[]): Promise<boolean | number> {
+    const { w, key, plan } = pass;
+    const r = rollup(w, pass.wanted, pass.hash, pass.views, pass.find, BLOCKING_REASONS, {
       applied: plan.applied,
       draining,
-      refused,
+      refused: pass.refused,
       ...(plan.progressing ? { progressing: plan.progressing } : {}),
     });
     const was = this.statusOf(w)?.conditions;
@@ -520,29 +641,19 @@ export class FederationController {
       conditions,
     };
     const written = await this.writeStatus(w, status);
-    if (written === true) {
-      const fixable = newlyHolds(was, conditions, 'Available', 'False');
-      if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
-        this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
-        this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
-      }
-      // Once per stop: its message changes as the cells' do.
-      const stopped = newlyHolds(was, conditions, 'Progressing', 'False', 'RolloutStopped');
-      if (stopped && findCondition(was, 'Progressing')?.reason !== 'RolloutStopped') {
-        this.events.event(w, 'Warning', stopped.reason, 'Rollout', stopped.message);
-        this.log.warn({ workload: key, reason: stopped.reason }, stopped.message);
-      }
+    if (written !== true) return written;
+    const fixable = newlyHolds(was, conditions, 'Available', 'False');
+    if (fixable && WORKLOAD_FIXABLE.has(fixable.reason)) {
+      this.events.event(w, 'Warning', fixable.reason, 'Place', fixable.message);
+      this.log.warn({ workload: key, reason: fixable.reason }, fixable.message);
     }
-    if (failures.length) throw new Error(failures.join('; '));
-    // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
-    // wake up for it.
-    const wakeups = [
-      ...(plan.requeueAfterMs !== undefined ? [plan.requeueAfterMs] : []),
-      ...(typeof written === 'number' ? [written] : []),
-      ...wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - now] : [])),
-      ...(held ? [HELD_RETRY_MS] : []),
-    ];
-    if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
+    // Once per stop: its message changes as the cells' do.
+    const stopped = newlyHolds(was, conditions, 'Progressing', 'False', 'RolloutStopped');
+    if (stopped && findCondition(was, 'Progressing')?.reason !== 'RolloutStopped') {
+      this.events.event(w, 'Warning', stopped.reason, 'Rollout', stopped.message);
+      this.log.warn({ workload: key, reason: stopped.reason }, stopped.message);
+    }
+    return written;
   }
 
   /**
@@ -736,9 +847,8 @@ export class FederationController {
 
 /**
  * Runs a write in one cell; a failure (a cell not yet found unreachable) is collected, so that the
- * other cells are still written, and the reconcile, retried, names it.
+ * other cells are still written, and the reconcile, retried, names it. The failure is returned too.
  */
-/** Runs a cell's write; its failure is noted, and returned. */
 async function inCell(
   failures: string[],
   cell: string,

@@ -6,20 +6,20 @@
 // Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
 // deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
 // not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
-import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../policy/predicates.ts';
-import { findCondition } from '../runtime/api/conditions.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { WriteSpacing } from '../runtime/controller/spacing.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
-import { clusterNameOf } from '../cells/decide.ts';
-import { Cell, type CellObject } from '../cells/types.ts';
-import type { InstanceObject } from '../workloads/decide.ts';
+import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../../policy/predicates.ts';
+import { findCondition } from '../../runtime/api/conditions.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import type { Cluster } from '../../runtime/cluster/cluster.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { WriteSpacing } from '../../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
+import { clusterNameOf } from '../../cells/decide.ts';
+import { Cell, type CellObject } from '../../cells/types.ts';
+import type { InstanceObject } from '../../workloads/decide.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
@@ -27,8 +27,8 @@ import {
   OWN_INSTANCES,
   WorkloadDeployment,
   type InstanceStatus,
-} from '../workloads/types.ts';
-import { type DeploymentObject, workloadKeyOf } from './decide/placement.ts';
+} from '../../workloads/types.ts';
+import { type DeploymentObject, workloadKeyOf } from '../decide/placement.ts';
 import {
   MIRROR_CELL_LABEL,
   MIRROR_MANAGER,
@@ -40,14 +40,14 @@ import {
   sourceKeyOf,
   splitMirrorKey,
   staleStatus,
-} from './mirror-decide.ts';
+} from '../mirror-decide.ts';
 import {
   Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
-} from './types.ts';
+} from '../types.ts';
 
 /** A cell's Instances and federation's WorkloadDeployments there, while it is engaged. */
 interface InCell {
@@ -63,13 +63,43 @@ const deploymentKeyOf = (i: InstanceObject): string[] => {
   return d ? [`${i.metadata.namespace}/${d}`] : [];
 };
 
+/** The mirror controller: its watches here, and each engaged cell's Instances and WorkloadDeployments. */
+export function setupMirror(manager: Manager, opts: { workers?: number } = {}): MirrorController {
+  const r = new MirrorController(manager);
+  r.controller = new Controller({
+    name: 'federation-mirror',
+    workers: opts.workers ?? 16,
+    logger: r.log,
+    reconciler: r,
+  })
+    // A mirror changed or deleted by someone else is put back; one with no instance is pruned.
+    .watch(r.mirrors, (m) => sourceKeyOf(m))
+    // A cell that stops (or starts again) answering marks its mirrors stale (or current); a Cell
+    // deleted takes its mirrors with it.
+    .watch(r.cells, (c) => r.keysOfCell(c.metadata.name!), { update: changed(conditionsChanged) })
+    // A Workload that appears, is recreated or is being deleted: its instances' mirrors follow.
+    .watch(r.workloads, (w) => r.keysOfWorkload(keyOf(w)), {
+      update: changed<WorkloadObject>(deletionChanged, (a, b) => a.metadata.uid !== b.metadata.uid),
+    });
+  manager.add(r.controller);
+  // Each cell's caches are made while it is engaged, on every replica (warm failover).
+  manager.addRunnable({
+    name: 'federation-mirror-cells',
+    needLeaderElection: false,
+    start: () => Promise.resolve(),
+    engage: (cluster, signal) => r.engage(cluster, signal),
+  });
+  return r;
+}
+
 export class MirrorController {
-  readonly controller: Controller;
+  /** Set by setupMirror. */
+  controller!: Controller;
+  readonly mirrors: Informer<InstanceObject>;
+  readonly workloads: Informer<WorkloadObject>;
+  readonly cells: Informer<CellObject>;
+  readonly log: Logger;
   private readonly manager: Manager;
-  private readonly mirrors: Informer<InstanceObject>;
-  private readonly workloads: Informer<WorkloadObject>;
-  private readonly cells: Informer<CellObject>;
-  private readonly log: Logger;
   /** By cell name, while engaged. */
   private readonly inCells = new Map<string, InCell>();
   /** The mirror last written, until the mirror cache shows it (a second pass must not send it again). */
@@ -80,7 +110,7 @@ export class MirrorController {
   private readonly waiting = new Map<string, Set<string>>();
   private readonly events: EventRecorder;
 
-  constructor(manager: Manager, opts: { workers?: number } = {}) {
+  constructor(manager: Manager) {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'federation', controller: 'mirror' });
     this.mirrors = manager.informer<InstanceObject>(Instance.ref, { labelSelector: MIRROR_LABEL });
@@ -107,33 +137,10 @@ export class MirrorController {
     // The same informers as the federation controller's (same requests): one cache each.
     this.workloads = manager.informer<WorkloadObject>(Workload.ref);
     this.cells = manager.informer<CellObject>(Cell.ref);
-    this.controller = new Controller({
-      name: 'federation-mirror',
-      workers: opts.workers ?? 16,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      // A mirror changed or deleted by someone else is put back; one with no instance is pruned.
-      .watch(this.mirrors, (m) => sourceKeyOf(m))
-      // A cell that stops (or starts again) answering marks its mirrors stale (or current); a Cell
-      // deleted takes its mirrors with it.
-      .watch(this.cells, (c) => this.keysOfCell(c.metadata.name!), { update: changed(conditionsChanged) })
-      // A Workload that appears, is recreated or is being deleted: its instances' mirrors follow.
-      .watch(this.workloads, (w) => this.keysOfWorkload(keyOf(w)), {
-        update: changed<WorkloadObject>(deletionChanged, (a, b) => a.metadata.uid !== b.metadata.uid),
-      });
-    manager.add(this.controller);
-    // Each cell's caches are made while it is engaged, on every replica (warm failover).
-    manager.addRunnable({
-      name: 'federation-mirror-cells',
-      needLeaderElection: false,
-      start: () => Promise.resolve(),
-      engage: (cluster, signal) => this.engage(cluster, signal),
-    });
   }
 
   /** The keys of a cell's mirrors and of its instances. */
-  private keysOfCell(cell: string): string[] {
+  keysOfCell(cell: string): string[] {
     const instances = this.inCells.get(cell)?.instances.list() ?? [];
     return [
       ...new Set([
@@ -144,7 +151,7 @@ export class MirrorController {
   }
 
   /** The keys of a workload's mirrors and of its instances in every engaged cell. */
-  private keysOfWorkload(workload: string): string[] {
+  keysOfWorkload(workload: string): string[] {
     const keys = new Set(this.mirrors.byIndex('workload', workload).flatMap((m) => sourceKeyOf(m) ?? []));
     for (const [cell, c] of this.inCells)
       for (const d of c.deployments.byIndex('workload', workload))
@@ -153,7 +160,7 @@ export class MirrorController {
     return [...keys];
   }
 
-  private engage(cluster: Cluster, signal: AbortSignal): void {
+  engage(cluster: Cluster, signal: AbortSignal): void {
     const cell = cluster.name.replace(/^cell-/, '');
     if (clusterNameOf(cell) !== cluster.name) return; // the local cluster, or a cluster of no Cell
     const instances = cluster.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
@@ -202,7 +209,7 @@ export class MirrorController {
     );
   }
 
-  private async reconcile(key: string): Promise<Result | void> {
+  async reconcile(key: string): Promise<Result | void> {
     const { cell, namespace, name } = splitMirrorKey(key);
     const mname = mirrorName(cell, name);
     if (!mname) return;

@@ -10,17 +10,17 @@
 // Events first (Instance created or deleted, Quota changed); while an instance waits, a requeue
 // backing off with its age heals a missed one.
 import { isDeepStrictEqual } from 'node:util';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
-import { isConflict, isNotFound, resourcePath } from '../runtime/client/client.ts';
-import type { Cluster } from '../runtime/cluster/cluster.ts';
-import { clusterKey, localCluster, splitClusterKey } from '../runtime/cluster/key.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { WriteExpectations } from '../runtime/controller/expectations.ts';
-import { defaultControllerRateLimiter } from '../runtime/workqueue/ratelimiter.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import { errorText, type Logger } from '../runtime/observability/log.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
+import { isConflict, isNotFound, resourcePath } from '../../runtime/client/client.ts';
+import type { Cluster } from '../../runtime/cluster/cluster.ts';
+import { clusterKey, localCluster, splitClusterKey } from '../../runtime/cluster/key.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { WriteExpectations } from '../../runtime/controller/expectations.ts';
+import { defaultControllerRateLimiter } from '../../runtime/workqueue/ratelimiter.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import { errorText, type Logger } from '../../runtime/observability/log.ts';
 import {
   findCondition,
   newlyHolds,
@@ -28,9 +28,9 @@ import {
   setCondition,
   type Condition,
   type ConditionStatus,
-} from '../runtime/api/conditions.ts';
-import type { KubeObject } from '../runtime/api/meta.ts';
-import { changed, deletionChanged, generationChanged, valueChanged } from '../policy/predicates.ts';
+} from '../../runtime/api/conditions.ts';
+import type { KubeObject } from '../../runtime/api/meta.ts';
+import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
 import {
   budgetOf,
   decideGrants,
@@ -39,8 +39,8 @@ import {
   usageText,
   type Candidate,
   type Decision,
-} from './grant.ts';
-import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from './resources.ts';
+} from '../grant.ts';
+import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from '../resources.ts';
 import {
   Instance,
   OWN_INSTANCES,
@@ -51,8 +51,8 @@ import {
   type InstanceTemplate,
   type QuotaReason,
   type QuotaStatus,
-} from './types.ts';
-import { byInstanceType, type InstanceTypeObject } from './decide.ts';
+} from '../types.ts';
+import { byInstanceType, type InstanceTypeObject } from '../decide.ts';
 
 export type InstanceObject = KubeObject & {
   spec?: { template?: InstanceTemplate; templateHash?: string; ordinal?: number };
@@ -210,13 +210,57 @@ export interface QuotaControllerOptions {
   clusterExists?: (cluster: string) => boolean | undefined;
 }
 
+/**
+ * The quota controller: a namespace's instances, in every engaged cluster, granted against its Quota
+ * (in the quota cluster) oldest first, the Quota's ledger written before its grants.
+ */
+export function setupQuota(manager: Manager, opts: QuotaControllerOptions = {}): QuotaController {
+  const r = new QuotaController(manager, opts);
+  const quotaGranted = (o: InstanceObject) => {
+    const c = findCondition(o.status?.conditions, QUOTA_CONDITION);
+    return c ? `${c.status}/${c.reason}/${c.message}` : '';
+  };
+  r.controller = new Controller({
+    name: 'workloads-quota',
+    workers: opts.workers ?? 4,
+    logger: r.log,
+    reconciler: r,
+  })
+    .watch(r.quotas, (q) => q.metadata?.namespace, { update: changed(generationChanged) })
+    .watchClusters(
+      (cluster) => r.state(cluster).instances,
+      (i) => i.metadata?.namespace,
+      { update: changed(generationChanged, deletionChanged, valueChanged(quotaGranted)) },
+    )
+    .watchClusters(
+      (cluster) => {
+        const s = r.state(cluster);
+        s.instanceTypes = cluster.informer<InstanceTypeObject>(InstanceType.ref);
+        return s.instanceTypes;
+      },
+      // A type that appears, changes or goes resizes the instances that name it, wherever they are.
+      (t) => [
+        ...new Set(
+          [...r.clusters.values()].flatMap((s) =>
+            s.instances.byIndex('instanceType', t.metadata?.name ?? '').flatMap(byNamespace),
+          ),
+        ),
+      ],
+      { update: changed(generationChanged) },
+    );
+  manager.add(r.controller);
+  return r;
+}
+
 export class QuotaController {
-  readonly controller: Controller;
+  /** Set by setupQuota. */
+  controller!: Controller;
+  readonly log: Logger;
   readonly quotas: Informer<QuotaObject>;
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
-  private readonly clusters = new Map<string, ClusterState>();
+  readonly clusters = new Map<string, ClusterState>();
   /**
    * The backoff of each grant that could not be written, by instance (clusterKey): the namespace's
    * own is the pass's, forgotten by every pass that succeeds, and a grant is sent after its pass.
@@ -225,7 +269,6 @@ export class QuotaController {
   /** The ledger last written to a Quota, until the Quota informer has it. */
   private readonly ledgers: WriteExpectations<QuotaObject>;
   private readonly events: EventRecorder;
-  private readonly log: Logger;
 
   private readonly grantListeners: ((cluster: string, key: string) => void)[] = [];
 
@@ -256,43 +299,10 @@ export class QuotaController {
     this.quotas = this.quotaCluster.informer<QuotaObject>(Quota.ref);
     this.quotas.addIndexer('namespace', byNamespace);
     this.ledgers = new WriteExpectations<QuotaObject>(this.quotas, keyOf);
-    const quotaGranted = (o: InstanceObject) => {
-      const c = findCondition(o.status?.conditions, QUOTA_CONDITION);
-      return c ? `${c.status}/${c.reason}/${c.message}` : '';
-    };
-    this.controller = new Controller({
-      name: 'workloads-quota',
-      workers: opts.workers ?? 4,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      .watch(this.quotas, (q) => q.metadata?.namespace, { update: changed(generationChanged) })
-      .watchClusters(
-        (cluster) => this.state(cluster).instances,
-        (i) => i.metadata?.namespace,
-        { update: changed(generationChanged, deletionChanged, valueChanged(quotaGranted)) },
-      )
-      .watchClusters(
-        (cluster) => {
-          const s = this.state(cluster);
-          s.instanceTypes = cluster.informer<InstanceTypeObject>(InstanceType.ref);
-          return s.instanceTypes;
-        },
-        // A type that appears, changes or goes resizes the instances that name it, wherever they are.
-        (t) => [
-          ...new Set(
-            [...this.clusters.values()].flatMap((s) =>
-              s.instances.byIndex('instanceType', t.metadata?.name ?? '').flatMap(byNamespace),
-            ),
-          ),
-        ],
-        { update: changed(generationChanged) },
-      );
-    manager.add(this.controller);
   }
 
   /** The instances of an engaged cluster, made on its first watch (and again if it is engaged anew). */
-  private state(cluster: Cluster): ClusterState {
+  state(cluster: Cluster): ClusterState {
     const known = this.clusters.get(cluster.name);
     if (known?.cluster === cluster) return known;
     const instances = cluster.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
@@ -563,7 +573,7 @@ export class QuotaController {
   }
 }
 
-export type { InstanceTypeObject } from './decide.ts';
+export type { InstanceTypeObject } from '../decide.ts';
 
 /**
  * A cluster's instances and their types are both listed: with its types not yet, every typed

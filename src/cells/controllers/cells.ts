@@ -3,16 +3,16 @@
 // and Ready conditions from the history of probes (decide.ts), writes its status only when it
 // changes, and announces a lost cell or one that cannot take workloads (Warning) and a recovered one
 // (Normal) with an event and a log line.
-import { changed, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, isObjectGone } from '../runtime/client/apply.ts';
-import { isNotFound, type KubeClient, type RequestOptions } from '../runtime/client/client.ts';
-import { deniedVerbs } from '../runtime/client/restmapper.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { changed, deletionChanged, generationChanged } from '../../policy/predicates.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, isObjectGone } from '../../runtime/client/apply.ts';
+import { isNotFound, type KubeClient, type RequestOptions } from '../../runtime/client/client.ts';
+import { deniedVerbs } from '../../runtime/client/restmapper.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
+import { POLICY_GROUP } from '../../policy/crd.ts';
 import {
   accessDue,
   cellAccess,
@@ -28,9 +28,9 @@ import {
   type History,
   type Probe,
   type Timing,
-} from './decide.ts';
-import type { CellProvider } from './provider.ts';
-import { Cell, CELLS_MANAGER, type CellObject } from './types.ts';
+} from '../decide.ts';
+import type { CellProvider } from '../provider.ts';
+import { Cell, CELLS_MANAGER, type CellObject } from '../types.ts';
 
 export interface CellTiming extends Timing {
   /** How often each cell is probed. */
@@ -108,8 +108,25 @@ async function deniedAccess(
   }
 }
 
+/** The cells controller: builds the reconciler, watches the Cells, and runs it on the manager. */
+export function setupCells(
+  manager: Manager,
+  o: { cells: Informer<CellObject>; provider: CellProvider; timing: CellTiming; log: Logger },
+): CellController {
+  const reconciler = new CellController(manager, o);
+  reconciler.controller = new Controller({
+    name: 'cells',
+    workers: 4,
+    logger: o.log,
+    reconciler,
+  }).watch(o.cells, keyOf, { update: changed(generationChanged, deletionChanged) });
+  manager.add(reconciler.controller);
+  return reconciler;
+}
+
 export class CellController {
-  readonly controller: Controller;
+  /** Set by setupCells. */
+  controller!: Controller;
   private readonly manager: Manager;
   private readonly cells: Informer<CellObject>;
   private readonly provider: CellProvider;
@@ -129,13 +146,6 @@ export class CellController {
     this.log = o.log;
     this.events = manager.recorder('cells');
     this.cells.addEventHandler({ onDelete: (c) => this.history.delete(c.metadata.name!) });
-    this.controller = new Controller({
-      name: 'cells',
-      workers: 4,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    }).watch(this.cells, keyOf, { update: changed(generationChanged, deletionChanged) });
-    manager.add(this.controller);
   }
 
   /** The provider engaged, re-engaged or gave up on a cell: probe it now. */
@@ -143,7 +153,7 @@ export class CellController {
     this.controller.queue.add(cell);
   }
 
-  private async reconcile(name: string): Promise<Result | void> {
+  async reconcile(name: string): Promise<Result | void> {
     const cell = this.cells.get(name);
     if (!cell || cell.metadata.deletionTimestamp) return;
     const access = this.provider.access(name);

@@ -7,17 +7,22 @@
 // controller in this process is acted on and written here, with the rest of the status; a waiting
 // verdict stays the quota controller's entry, never touched here.
 import { isDeepStrictEqual } from 'node:util';
-import { changed, conditionsChanged, deletionChanged, generationChanged } from '../policy/predicates.ts';
-import { conditionSetter, conditionsOf, findCondition, sameConditions } from '../runtime/api/conditions.ts';
-import { Resources, type OwnerReference } from '../runtime/api/meta.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { applyStatus, deleteExact, isObjectGone } from '../runtime/client/apply.ts';
-import { ApiError, isConflict, isNotFound, isRefused } from '../runtime/client/client.ts';
-import { Controller, type Result } from '../runtime/controller/controller.ts';
-import { maxWaitMs, WriteExpectations } from '../runtime/controller/expectations.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
+import { changed, conditionsChanged, deletionChanged, generationChanged } from '../../policy/predicates.ts';
+import {
+  conditionSetter,
+  conditionsOf,
+  findCondition,
+  sameConditions,
+} from '../../runtime/api/conditions.ts';
+import { Resources, type OwnerReference } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import { ApiError, isConflict, isNotFound, isRefused } from '../../runtime/client/client.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { maxWaitMs, WriteExpectations } from '../../runtime/controller/expectations.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
 import {
   byInstanceType,
   controlledBy,
@@ -36,9 +41,9 @@ import {
   type InstanceTypeObject,
   type QuotaView,
   type WorkloadPod,
-} from './decide.ts';
+} from '../decide.ts';
 import type { QuotaController } from './quota.ts';
-import { instanceSize } from './resources.ts';
+import { instanceSize } from '../resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
@@ -47,7 +52,7 @@ import {
   InstanceType,
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
-} from './types.ts';
+} from '../types.ts';
 
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;
@@ -69,19 +74,63 @@ export interface InstanceControllerOptions {
   quota?: Pick<QuotaController, 'grantOf' | 'onGrant'>;
 }
 
+/**
+ * The instance controller: an instance's Pod follows its Instance and its QuotaGranted condition (or
+ * the grant of this process's quota controller, acted on before its condition comes back).
+ */
+export function setupInstance(manager: Manager, opts: InstanceControllerOptions = {}): InstanceController {
+  const r = new InstanceController(manager, opts);
+  r.controller = new Controller({
+    name: 'workloads-instance',
+    workers: opts.workers ?? 16,
+    logger: r.log,
+    reconciler: r,
+  })
+    // QuotaGranted arriving (or changing) is a condition change.
+    .watch(r.instances, keyOf, {
+      update: changed(conditionsChanged, deletionChanged, generationChanged),
+    })
+    .watch(
+      r.pods,
+      (p) => {
+        const owner = p.metadata.labels?.[INSTANCE_LABEL];
+        return owner ? `${p.metadata.namespace}/${owner}` : undefined;
+      },
+      {
+        update: changed<WorkloadPod>(
+          (a, b) =>
+            !isDeepStrictEqual(
+              [a.spec, a.status, a.metadata.deletionTimestamp, a.metadata.ownerReferences],
+              [b.spec, b.status, b.metadata.deletionTimestamp, b.metadata.ownerReferences],
+            ),
+        ),
+      },
+    )
+    // An InstanceType created, changed or deleted resizes the instances that name it.
+    .watch(r.types, (t) => r.instances.byIndex('instanceType', t.metadata!.name!).map(keyOf), {
+      update: changed(generationChanged),
+    });
+  manager.add(r.controller);
+  opts.quota?.onGrant((cluster, key) => {
+    if (cluster === r.cluster) r.controller.queue.add(key);
+  });
+  return r;
+}
+
 export class InstanceController {
   readonly instances: Informer<InstanceObject>;
   readonly pods: Informer<WorkloadPod>;
   readonly types: Informer<InstanceTypeObject>;
-  readonly controller: Controller;
+  /** Set by setupInstance. */
+  controller!: Controller;
+  readonly log: Logger;
   private readonly manager: Manager;
   private readonly events: EventRecorder;
-  private readonly log: Logger;
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
   private readonly quota: InstanceControllerOptions['quota'];
   /** The cluster its instances live in (the manager's own), as the quota controller names it. */
-  private readonly cluster: string;
+  readonly cluster: string;
   /** Pods created and not yet in the cache, by instance key. */
   private readonly podsSent: WriteExpectations;
   /** The status last written to an instance, until the instance cache shows it. */
@@ -98,45 +147,11 @@ export class InstanceController {
     this.podsSent = new WriteExpectations(this.pods, keyOf);
     this.statusSent = new WriteExpectations(this.instances, keyOf);
     this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
-    this.controller = new Controller({
-      name: 'workloads-instance',
-      workers: opts.workers ?? 16,
-      logger: this.log,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      // QuotaGranted arriving (or changing) is a condition change.
-      .watch(this.instances, keyOf, {
-        update: changed(conditionsChanged, deletionChanged, generationChanged),
-      })
-      .watch(
-        this.pods,
-        (p) => {
-          const owner = p.metadata.labels?.[INSTANCE_LABEL];
-          return owner ? `${p.metadata.namespace}/${owner}` : undefined;
-        },
-        {
-          update: changed<WorkloadPod>(
-            (a, b) =>
-              !isDeepStrictEqual(
-                [a.spec, a.status, a.metadata.deletionTimestamp, a.metadata.ownerReferences],
-                [b.spec, b.status, b.metadata.deletionTimestamp, b.metadata.ownerReferences],
-              ),
-          ),
-        },
-      )
-      // An InstanceType created, changed or deleted resizes the instances that name it.
-      .watch(this.types, (t) => this.instances.byIndex('instanceType', t.metadata!.name!).map(keyOf), {
-        update: changed(generationChanged),
-      });
-    manager.add(this.controller);
     this.quota = opts.quota;
     this.cluster = manager.cluster().name;
-    opts.quota?.onGrant((cluster, key) => {
-      if (cluster === this.cluster) this.controller.queue.add(key);
-    });
   }
 
-  private async reconcile(key: string): Promise<Result | void> {
+  async reconcile(key: string): Promise<Result | void> {
     const inst = this.instances.get(key);
     const cached = this.pods.get(key);
     if (!inst || inst.metadata.deletionTimestamp) {

@@ -1,0 +1,334 @@
+// The WorkloadDeployment controller: runs a deployment's template as Instances named by ordinal,
+// scales them (OrderedReady or Parallel), rolls a new template one instance at a time by recreating
+// (highest ordinal first, the next once the replacement is Ready) and adopts orphaned instances. Its
+// status controller (deployment-status.ts) writes what it sees, from the same caches and plan
+// (DeploymentState). The plan and the verdicts are pure (decide.ts); this file reads the caches and writes.
+import {
+  changed,
+  conditionsChanged,
+  deletionChanged,
+  generationChanged,
+  labelsChanged,
+  ownersChanged,
+} from '../../policy/predicates.ts';
+import { findCondition } from '../../runtime/api/conditions.ts';
+import type { CustomObject } from '../../runtime/api/crd.ts';
+import { Resources, type KubeObject, type OwnerReference } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { deleteExact } from '../../runtime/client/apply.ts';
+import { ApiError, isConflict, isNotFound, isRefused } from '../../runtime/client/client.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { maxWaitMs, WriteExpectations } from '../../runtime/controller/expectations.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
+import {
+  controlledBy,
+  formerInstanceState,
+  INSTANCE_PODS,
+  instanceManifest,
+  instanceName,
+  isFormerPod,
+  plan,
+  templateHash,
+  type Action,
+  type InstanceObject,
+  type InstanceState,
+  type WorkloadPod,
+} from '../decide.ts';
+import {
+  DEPLOYMENT_LABEL,
+  DEPLOYMENT_MANAGER,
+  Instance,
+  OWN_INSTANCES,
+  WorkloadDeployment,
+  type WorkloadDeploymentSpec,
+  type WorkloadDeploymentStatus,
+} from '../types.ts';
+
+export type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
+
+/** The deployment an instance or its Pod belongs to, by its label. */
+const deploymentOf = (o: KubeObject): string | undefined => {
+  const d = o.metadata?.labels?.[DEPLOYMENT_LABEL];
+  return d ? `${o.metadata!.namespace}/${d}` : undefined;
+};
+const byDeployment = (o: KubeObject) => {
+  const d = deploymentOf(o);
+  return d ? [d] : [];
+};
+
+/** An Instance's create that failed for a cause the user fixes is tried again after this long. */
+const FAILED_CREATE_RETRY_MS = 30_000;
+
+/**
+ * What the deployment controller and its status controller share: the caches both read (an
+ * instance's Pods are the instance controller's cache), the plan both compute, why the last pass
+ * could not create an instance, and the logger and event recorder both write with.
+ */
+export class DeploymentState {
+  readonly deployments: Informer<DeploymentObject>;
+  readonly instances: Informer<InstanceObject>;
+  /** Instances' Pods (the instance controller's cache): one whose Instance is gone is a deletion in flight. */
+  readonly pods: Informer<WorkloadPod>;
+  /** Why a deployment's last pass could not create an instance, shown in its status until one can. */
+  readonly failedCreates = new Map<string, string>();
+  readonly events: EventRecorder;
+  readonly log: Logger;
+
+  constructor(manager: Manager) {
+    this.log = manager.log.child({ capability: 'workloads', controller: 'deployment' });
+    this.events = manager.recorder('workloads');
+    this.deployments = manager.informer<DeploymentObject>(WorkloadDeployment.ref);
+    // The same informer as the instance controller's (same resource, same selector): one cache.
+    this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+    this.instances.addIndexer('deployment', byDeployment);
+    this.pods = manager.informer<WorkloadPod>(Resources.pods, INSTANCE_PODS);
+    this.pods.addIndexer('deployment', byDeployment);
+    this.deployments.addEventHandler({ onDelete: (d) => this.failedCreates.delete(keyOf(d)) });
+  }
+
+  /** What both controllers act on: a deployment's spec (replicas by the scale subresource too) or
+   * deletion, its own status writes passing by, its instances' conditions, deletion and labels, and
+   * the Pods of gone instances coming and going. */
+  watch(c: Controller): Controller {
+    const former = (p: WorkloadPod) => this.isFormer(p);
+    return c
+      .watch(this.deployments, keyOf, { update: changed(generationChanged, deletionChanged) })
+      .watch(this.instances, deploymentOf, {
+        update: changed(conditionsChanged, deletionChanged, labelsChanged, ownersChanged),
+      })
+      .watch(this.pods, deploymentOf, { add: former, update: () => false, delete: former });
+  }
+
+  /** A Pod made for an Instance that is no longer the one of its name in the cache. */
+  isFormer(pod: WorkloadPod): boolean {
+    return isFormerPod(pod, (name) => this.instances.get(`${pod.metadata.namespace}/${name}`)?.metadata.uid);
+  }
+
+  /** The deployment's instances as the plan sees them, and the plan. */
+  planFor(key: string, wd: DeploymentObject) {
+    const hash = templateHash(wd.spec.template);
+    const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
+    const now = Date.now();
+    const former = this.pods
+      .byIndex('deployment', key)
+      .filter((p) => this.isFormer(p))
+      .flatMap((p) => formerInstanceState(p, now) ?? []);
+    const input = {
+      name: wd.metadata.name!,
+      replicas: wd.spec.replicas,
+      policy: wd.spec.instanceManagementPolicy,
+      hash,
+      instances: [...owned.map(instanceState), ...former],
+    };
+    return { hash, owned, input, plan: plan(input) };
+  }
+}
+
+export interface DeploymentControllerOptions {
+  workers?: number;
+  /** A deployment's create failure changed: its status is written again (its status controller). */
+  failureChanged: (key: string) => void;
+}
+
+/** The deployment controller: a deployment's instances created, adopted and deleted as its plan says. */
+export function setupDeployment(
+  manager: Manager,
+  state: DeploymentState,
+  opts: DeploymentControllerOptions,
+): DeploymentController {
+  const r = new DeploymentController(manager, state, opts.failureChanged);
+  manager.add(
+    state.watch(
+      new Controller({
+        name: 'workloads-deployment',
+        workers: opts.workers ?? 8,
+        logger: state.log,
+        reconciler: r,
+      }),
+    ),
+  );
+  return r;
+}
+
+export class DeploymentController {
+  private readonly manager: Manager;
+  private readonly state: DeploymentState;
+  private readonly failureChanged: (key: string) => void;
+  /** Creates and deletes sent but not yet in the cache, by instance key: a second reconcile must not repeat them. */
+  private readonly sent: WriteExpectations<Action['type']>;
+
+  constructor(manager: Manager, state: DeploymentState, failureChanged: (key: string) => void) {
+    this.manager = manager;
+    this.state = state;
+    this.failureChanged = failureChanged;
+    this.sent = new WriteExpectations(state.instances, keyOf);
+  }
+
+  async reconcile(key: string): Promise<Result | void> {
+    const wd = this.state.deployments.get(key);
+    if (!wd || wd.metadata.deletionTimestamp) return;
+    const ns = wd.metadata.namespace!;
+    const name = wd.metadata.name!;
+    const owner: OwnerReference = {
+      apiVersion: WorkloadDeployment.apiVersion,
+      kind: WorkloadDeployment.kind,
+      name,
+      uid: wd.metadata.uid!,
+    };
+    // Instances of this deployment's name that no controller owns (the deployment was deleted with
+    // --cascade=orphan and made again): adopted, as a ReplicaSet adopts its orphans, rather than
+    // left holding the names its creates need. Their owners' change brings this key back.
+    const orphans = this.state.instances
+      .byIndex('deployment', key)
+      .filter((i) => !i.metadata.ownerReferences?.some((o) => o.controller));
+    if (orphans.length) {
+      let refused: string | undefined;
+      for (const i of orphans) refused ??= await this.adopt(i, owner);
+      return this.reportFailure(wd, refused, true);
+    }
+    const { hash, owned, plan: p } = this.state.planFor(key, wd);
+
+    // An action held back for a write the cache has not shown yet is looked at again when the hold
+    // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
+    let held = false;
+    let failure: string | undefined;
+    let created = false;
+    for (const a of p.actions) {
+      const target = `${ns}/${a.type === 'create' ? instanceName(name, a.ordinal) : a.name}`;
+      if (this.sent.pendingKey(target)) {
+        held = true;
+        continue;
+      }
+      if (a.type === 'create') created = true;
+      try {
+        let written: KubeObject | undefined;
+        if (a.type === 'create') {
+          written = await this.manager
+            .client()
+            .create(Instance.ref, instanceManifest(wd, owner, wd.spec.template, hash, a.ordinal), {
+              fieldManager: DEPLOYMENT_MANAGER,
+            });
+          this.state.log.info({ deployment: key, instance: target, hash }, 'instance created');
+        } else {
+          const inst = owned.find((i) => i.metadata.name === a.name)!;
+          // In the background: the Instance goes at once and the instance controller deletes its Pod
+          // (the garbage collector would too); the plan counts the deletion in flight until the Pod
+          // is gone. Foreground deletion would wait on the garbage collector, which for up to 30 s
+          // after the CRD's install does not watch Instances yet (decision 0013). No finalizer of
+          // Berth's: an Instance deleted while Berth is down or removed never waits.
+          written = await deleteExact(this.manager.client(), Instance.ref, inst, {
+            propagationPolicy: 'Background',
+          });
+          // Already gone, or replaced: the cache catches up and brings this key back.
+          if (!written) continue;
+          this.state.log.info(
+            { deployment: key, instance: target, reason: a.rollout ? 'rollout' : 'scale down' },
+            'instance deleted',
+          );
+        }
+        // A delete answered with a Status (the object went at once) leaves nothing to wait for.
+        this.sent.expect(target, written?.metadata?.resourceVersion, a.type);
+      } catch (e) {
+        const taken = isConflict(e) && a.type === 'create' ? this.state.instances.get(target) : undefined;
+        // An earlier deployment of this name's (deleted and made again at once) goes with the garbage
+        // collector, and its deletion brings this key back: only anyone else's is a failure.
+        const earlier = taken?.metadata.ownerReferences?.some(
+          (o) => o.controller && o.kind === WorkloadDeployment.kind && o.name === name,
+        );
+        if (taken && !controlledBy(taken, wd.metadata.uid) && !earlier)
+          failure = `an Instance named ${taken.metadata.name} exists that this deployment does not own`;
+        else if (a.type === 'create' && isRefused(e))
+          failure = `the apiserver refused the Instance ${target}: ${e.message}`;
+        // Already there, or already gone: the cache catches up and brings this key back.
+        else if (!isConflict(e) && !isNotFound(e)) throw e;
+      }
+    }
+
+    // A pass that tried no create says nothing of the last failure (its plan waits on something
+    // else), unless every ordinal now exists.
+    const ordinals = new Set(
+      owned
+        .filter((i) => !i.metadata.deletionTimestamp && i.spec.ordinal < wd.spec.replicas)
+        .map((i) => i.spec.ordinal),
+    );
+    const result = this.reportFailure(wd, failure, created || ordinals.size === wd.spec.replicas);
+    return result ?? (held ? { requeueAfterMs: maxWaitMs } : undefined);
+  }
+
+  /**
+   * Why the deployment cannot make (or adopt) its instances, when `tried` says this pass knows:
+   * shown in status (a ReplicaSet's ReplicaFailure) and as a Warning when it starts, and tried
+   * again later. The user's to fix: an admission policy, a quota on Instances, a name taken by hand.
+   */
+  private reportFailure(wd: DeploymentObject, failure: string | undefined, tried: boolean): Result | void {
+    const key = keyOf(wd);
+    if (tried && failure !== this.state.failedCreates.get(key)) {
+      if (failure) this.state.failedCreates.set(key, failure);
+      else this.state.failedCreates.delete(key);
+      this.failureChanged(key);
+      if (failure) {
+        this.state.events.event(wd, 'Warning', 'FailedCreate', 'Create', failure);
+        this.state.log.warn({ deployment: key }, failure);
+      }
+    }
+    if (failure) return { requeueAfterMs: FAILED_CREATE_RETRY_MS };
+  }
+
+  /**
+   * Makes this deployment an orphaned instance's controller (a uid and version test guards the
+   * patch); why not, when the apiserver refuses it.
+   */
+  private async adopt(inst: InstanceObject, owner: OwnerReference): Promise<string | undefined> {
+    const refs = [
+      ...(inst.metadata.ownerReferences ?? []),
+      { ...owner, controller: true, blockOwnerDeletion: true },
+    ];
+    try {
+      await this.manager.client().patch(
+        Instance.ref,
+        inst.metadata.name!,
+        [
+          { op: 'test', path: '/metadata/uid', value: inst.metadata.uid },
+          { op: 'test', path: '/metadata/resourceVersion', value: inst.metadata.resourceVersion },
+          { op: 'add', path: '/metadata/ownerReferences', value: refs },
+        ],
+        { namespace: inst.metadata.namespace!, type: 'json', fieldManager: DEPLOYMENT_MANAGER },
+      );
+      this.state.log.info({ instance: keyOf(inst), deployment: owner.name }, 'orphaned instance adopted');
+    } catch (e) {
+      // Changed or gone since the cache saw it (a failed test is a 422): its event brings the
+      // deployment back.
+      if (e instanceof ApiError && (e.status === 404 || e.status === 409 || e.status === 422))
+        return undefined;
+      if (isRefused(e)) return `the apiserver refused to adopt the Instance ${keyOf(inst)}: ${e.message}`;
+      throw e;
+    }
+    return undefined;
+  }
+}
+
+function instanceState(i: InstanceObject): InstanceState {
+  const ready = findCondition(i.status?.conditions, 'Ready');
+  const is = (type: string) => findCondition(i.status?.conditions, type)?.status === 'True';
+  return {
+    name: i.metadata.name!,
+    ordinal: i.spec.ordinal,
+    hash: i.spec.templateHash,
+    ready: ready?.status === 'True',
+    available: is('Available'),
+    programmed: is('Programmed'),
+    deleting: !!i.metadata.deletionTimestamp,
+    // The progress deadline runs from when the awaited instance stopped being Ready, not from its
+    // creation: an instance that served for a day and then crashed has not been waited on for a day.
+    notReadySince:
+      Date.parse(
+        i.metadata.deletionTimestamp ||
+          (ready?.status !== 'True' && ready?.lastTransitionTime) ||
+          i.metadata.creationTimestamp ||
+          '',
+      ) || Date.now(),
+    ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
+  };
+}
