@@ -26,7 +26,7 @@ import { ApiError, isForbidden, isNotFound } from '../runtime/client/client.ts';
 import { deniedVerbs } from '../runtime/client/restmapper.ts';
 import { podOs } from '../policy/pods.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
-import { counter, histogram } from '../runtime/observability/metrics.ts';
+import { archMetrics } from './metrics.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
@@ -100,20 +100,6 @@ interface Parked {
   images: string;
   read?: Read;
 }
-
-export const archMetrics = {
-  pods: counter(
-    'berth_arch_pods_total',
-    'Gated pods the controller decided, by outcome (placed, failed, released)',
-    ['outcome'],
-  ),
-  ungate: histogram(
-    'berth_arch_ungate_seconds',
-    'Time from a gated pod’s creation to Berth taking its gate off',
-    ['outcome'],
-    [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300],
-  ),
-};
 
 export interface ArchControllerOptions {
   inspector: ImageInspector;

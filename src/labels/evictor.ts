@@ -20,10 +20,10 @@ import type { ObjectReference } from '../runtime/events/event.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import { errorText } from '../runtime/observability/log.ts';
-import { counter } from '../runtime/observability/metrics.ts';
 import { BucketRateLimiter, ItemExponentialFailureRateLimiter } from '../runtime/workqueue/ratelimiter.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { LabelsController } from './controller.ts';
+import { evictionMetrics } from './metrics.ts';
 import {
   evictingRules,
   trackRemovals,
@@ -33,14 +33,6 @@ import {
   type Verdict,
 } from './evict.ts';
 import { NodeLabelRule, type EvictOnRemoval, type Rule } from './types.ts';
-
-export const evictionMetrics = {
-  total: counter(
-    'berth_evictions_total',
-    'Evictions on removal of a derived label, by rule and result (evicted, blocked by a PodDisruptionBudget, dryrun, failed).',
-    ['rule', 'result'],
-  ),
-};
 
 export interface EvictorOptions {
   /** Pods in this namespace are never evicted. */
