@@ -4,7 +4,6 @@
 // counts per ArchPlacement from what the pods carry, and its finalizer releases a deleted policy's
 // pods. In Taints mode a node controller keeps each node tainted with its architecture.
 import type { PolicyKit } from '../policy/kit.ts';
-import { finalizer } from '../policy/finalizer.ts';
 import { namespaceLabelsByName } from '../policy/namespace.ts';
 import { PolicyStatusWriter, type StatusReport } from '../policy/status.ts';
 import {
@@ -283,17 +282,7 @@ export class ArchController {
           { type: 'ArchitecturesSchedulable', status: 'False' },
           { type: 'InspectionsFailing', status: 'True' },
         ],
-        reconcile: (obj, writeStatus) =>
-          finalizer(
-            {
-              name: ARCH_FINALIZER,
-              client: manager.client(),
-              ref: ArchPlacement.ref,
-              fieldManager: FIELD_MANAGER,
-            },
-            obj,
-            { apply: writeStatus, cleanup: () => this.released(obj.metadata!.name!) },
-          ),
+        finalizer: { name: ARCH_FINALIZER, cleanup: (obj) => this.released(obj.metadata!.name!) },
       },
     );
     // Nodes coming and going change which placed pods have a node of their architectures.

@@ -5,7 +5,7 @@ import { PolicyKit } from '../../src/policy/kit.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { AgentsController } from '../../src/agents/controller.ts';
-import { GatesController } from '../../src/gates/controller.ts';
+import { setupGates } from '../../src/gates/index.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { LabelsController } from '../../src/labels/controller.ts';
 import { capabilities } from '../../src/capabilities.ts';
@@ -260,7 +260,7 @@ export async function everyCapability(client: KubeClient): Promise<PolicyKit> {
   });
   const kit = new PolicyKit(manager);
   new LabelsController(kit, { workers: 4 });
-  new GatesController(kit, { workers: 4 });
+  setupGates(kit, { workers: 4 });
   new AgentsController(kit, { workers: 4, berthNamespace: NAMESPACE });
   await manager.start();
   await manager.waitForCacheSync();
