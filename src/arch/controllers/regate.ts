@@ -1,5 +1,5 @@
 // arch-regate: finds the gated pods that lost their state label, and labels them again.
-// A gated pod whose state label someone takes off leaves the informer above, which selects the
+// A gated pod whose state label someone takes off leaves the gated pods' informer, which selects the
 // label: nothing would take its gate off. Watching every pod instead would cache the whole
 // cluster's, and the apiserver selects on no scheduling gate; so Berth looks only where such a
 // pod can be. Each gated pod the informer loses is read again (the watch says DELETED for a
