@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { AgentsController } from '../../src/agents/controller.ts';
 import { setupGates } from '../../src/gates/index.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
-import { LabelsController } from '../../src/labels/controller.ts';
+import { setupLabels } from '../../src/labels/index.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
 import { installWebhookConfigurations } from '../../src/cli/install.ts';
@@ -259,7 +259,7 @@ export async function everyCapability(client: KubeClient): Promise<PolicyKit> {
     healthBindAddress: '0',
   });
   const kit = new PolicyKit(manager);
-  new LabelsController(kit, { workers: 4 });
+  setupLabels(kit, { workers: 4 });
   setupGates(kit, { workers: 4 });
   new AgentsController(kit, { workers: 4, berthNamespace: NAMESPACE });
   await manager.start();
