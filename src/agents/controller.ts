@@ -65,7 +65,7 @@ import {
   type FinalizerApply,
   type OwnerHold,
 } from './finalizers.ts';
-import { agentAdmission, type AgentAdmissionState } from './inject.ts';
+import { agentAdmission, type AgentAdmissionState } from './webhook.ts';
 import { ownerKindProblems } from './validate.ts';
 import {
   AGENT_KEYS,

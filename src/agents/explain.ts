@@ -15,7 +15,7 @@ import {
   type ParsedPlacement,
   usablePlacements,
 } from './decide.ts';
-import { exempt, placementsForPod } from './inject.ts';
+import { exempt, placementsForPod } from './webhook.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { needsAcknowledgement } from './validate.ts';
 

@@ -4,10 +4,38 @@ import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
 import { clusterCidrs, SERVICE_CIDRS } from './cluster-ranges.ts';
-import { ArchController } from './controller.ts';
+import type { PolicyKit } from '../policy/kit.ts';
+import { nodeInformer, slimMeta, slimMetadata, type SlimNode } from '../policy/slim.ts';
+import type { ImageInspector } from '../registry/types.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import type { Informer } from '../runtime/cache/informer.ts';
+import type { Controller } from '../runtime/controller/controller.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import { NodeReconciler, setupNodeController } from './controllers/node.ts';
+import { PodReconciler, setupPodController } from './controllers/pod.ts';
+import { setupRegateController } from './controllers/regate.ts';
+import { setupStatusController, type ArchStatus } from './controllers/status.ts';
+import {
+  parsePolicies,
+  webhookServiceNamespaces,
+  type ArchPod,
+  type ParseCache,
+  type Policy,
+} from './decide.ts';
 import { explainPodArch } from './explain.ts';
-import { ARCH_KEYS, ArchPlacement, PULL_SECRET_RULE } from './types.ts';
-import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS } from './webhook.ts';
+import {
+  ARCH_KEYS,
+  ArchPlacement,
+  FIELD_MANAGER,
+  POLICY_ANNOTATION,
+  PULL_SECRET_RULE,
+  STATE_LABEL,
+  type ArchPlacementStatus,
+} from './types.ts';
+import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, podWebhook } from './webhook.ts';
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -67,7 +95,7 @@ export const archCapability: Capability = {
   ],
   explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
   async setup({ kit, options, berthNamespace }) {
-    const controller = new ArchController(kit, {
+    const arch = setupArch(kit, {
       inspector: new RegistryClient({
         ...registryOptions({ registries: options['archRegistries'], registryCa: options['archRegistryCa'] }),
         clusterCidrs: await clusterCidrs(kit.manager.client(), kit.manager.log),
@@ -77,8 +105,146 @@ export const archCapability: Capability = {
       admissionWaitMs: 1000 * Number(options['archAdmissionWait'] ?? INSPECT_WAIT_MS / 1000),
       ...(typeof options['archPullSecret'] === 'string' ? { pullSecret: options['archPullSecret'] } : {}),
     });
-    return { webhooks: [controller.webhook()] };
+    return { webhooks: [arch.webhook] };
   },
   // Deleting the ArchPlacements released their pods; what stays on them is Berth's record of it.
   uninstall: ({ client, say, dryRun }) => cleanArch(client, { say, dryRun, records: true }),
 };
+
+export type PolicyObject = KubeObject & { spec?: unknown; status?: ArchPlacementStatus };
+
+export interface ArchOptions {
+  inspector: ImageInspector;
+  berthNamespace: string;
+  /** Pods reconciled at once: each waits on its patch (not on registries: see PodReconciler's inspections()). */
+  workers?: number;
+  /** `namespace/name` of a pull secret tried for every pod after its own. */
+  pullSecret?: string;
+  /** How long one pod's inspections may take before they count as a transient failure (INSPECT_TIMEOUT_MS). */
+  inspectTimeoutMs?: number;
+  /** How long a new image's pods wait at admission for its read (INSPECT_WAIT_MS); 0 never. */
+  admissionWaitMs?: number;
+}
+
+/** What the arch controllers and webhook share: built once, in setupArch. */
+export interface Arch {
+  readonly manager: Manager;
+  readonly opts: ArchOptions;
+  /** Only the pods Berth gated: the webhook labels them, so this cache never holds the others. */
+  readonly pods: Informer<ArchPod>;
+  readonly nodes: Informer<SlimNode>;
+  readonly namespaces: Informer<KubeObject>;
+  readonly webhookConfigs: Informer<KubeObject>[];
+  readonly webhookNamespaces: (() => Set<string>)[];
+  readonly policyObjects: Informer<PolicyObject>;
+  readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
+  /** The live policies, highest priority first. */
+  policies(): Policy[];
+  readonly events: EventRecorder;
+  readonly log: Logger;
+}
+
+/** The arch controllers (arch-pod, arch-regate, arch-node, arch-status) on the kit's manager, and the webhook to serve. */
+export function setupArch(
+  kit: PolicyKit,
+  opts: ArchOptions,
+): Arch & {
+  podController: Controller;
+  regateController: Controller;
+  nodeController: Controller;
+  status: ArchStatus;
+  webhook: WebhookSpec;
+} {
+  const manager = kit.manager;
+  const pods = manager.informer<ArchPod>(Resources.pods, {
+    labelSelector: STATE_LABEL,
+    transform: { name: 'arch-pod', fn: archPod },
+  });
+  pods.addIndexer('policy', (p) => {
+    const name = p.metadata?.annotations?.[POLICY_ANNOTATION];
+    return name ? [name] : [];
+  });
+  const nodes = nodeInformer(manager);
+  const namespaces = manager.informer(Resources.namespaces, { transform: slimMeta });
+  const services = { name: 'webhook-services', fn: webhookServices };
+  const webhookConfigs = [
+    manager.informer(Resources.mutatingWebhookConfigurations, { transform: services }),
+    manager.informer(Resources.validatingWebhookConfigurations, { transform: services }),
+  ];
+  const policyObjects = manager.informer<PolicyObject>(ArchPlacement.ref);
+  const cache: ParseCache = new Map();
+  const parsed = policyObjects.derive((objs) => parsePolicies(objs, cache));
+  const a: Arch = {
+    manager,
+    opts,
+    pods,
+    nodes,
+    namespaces,
+    webhookConfigs,
+    webhookNamespaces: webhookConfigs.map((i) =>
+      i.derive((objs) => new Set(objs.flatMap((o) => (o['namespaces'] as string[]) ?? []))),
+    ),
+    policyObjects,
+    parsed,
+    policies: () => parsed().policies,
+    events: manager.recorder('arch'),
+    log: manager.log.child({ capability: 'arch' }),
+  };
+  kit.keys.declare('arch', ARCH_KEYS, (signal) => policyObjects.waitForSync(signal));
+  const writer = kit.applyWriter(FIELD_MANAGER, nodes);
+
+  // arch-pod records each pod's standing in the status writer, which needs arch-pod to know its
+  // first pass is done: the reconciler is called only once the manager runs.
+  const podController = setupPodController(
+    a,
+    { reconcile: (key) => podReconciler.reconcile(key) },
+    opts.workers ?? 32,
+  );
+  const regateController = setupRegateController(a);
+  const status = setupStatusController(a, podController);
+  const podReconciler = new PodReconciler(a, status, podController.queue);
+  const nodeController = setupNodeController(a, new NodeReconciler(a, writer, status));
+  return {
+    ...a,
+    podController,
+    regateController,
+    nodeController,
+    status,
+    webhook: podWebhook(a, podReconciler),
+  };
+}
+
+/** What the controller keeps of a pod it gated: what it reads, and what its patch rewrites. */
+function archPod(obj: KubeObject): ArchPod {
+  const spec = (obj['spec'] ?? {}) as ArchPod['spec'];
+  const container = (c: ArchPod['spec']['containers'][number]) => ({
+    name: c.name,
+    image: c.image,
+    ...(c.imagePullPolicy ? { imagePullPolicy: c.imagePullPolicy } : {}),
+  });
+  const kept: ArchPod['spec'] = { containers: (spec.containers ?? []).map(container) };
+  if (spec.initContainers?.length) kept.initContainers = spec.initContainers.map(container);
+  for (const k of [
+    'nodeName',
+    'nodeSelector',
+    'affinity',
+    'tolerations',
+    'schedulingGates',
+    'imagePullSecrets',
+    'os',
+  ] as const)
+    if (spec[k] !== undefined) (kept as Record<string, unknown>)[k] = spec[k];
+  const metadata = slimMetadata(obj.metadata);
+  if (obj.metadata?.creationTimestamp) metadata.creationTimestamp = obj.metadata.creationTimestamp;
+  return { apiVersion: 'v1', kind: 'Pod', metadata, spec: kept };
+}
+
+/** Namespaces whose Services an admission webhook calls. */
+function webhookServices(obj: KubeObject): KubeObject {
+  return {
+    apiVersion: obj.apiVersion,
+    kind: obj.kind,
+    metadata: slimMetadata(obj.metadata),
+    namespaces: webhookServiceNamespaces(obj),
+  };
+}

@@ -15,7 +15,7 @@ export const SCHEDULING_GATE = 'arch.berth.dev/inspect';
  * Set by the webhook beside the gate, and kept up to date by the controller: `Gated`, `Placed`,
  * `Failed` (an image could not be read), `Released` (its policy went away first). A label, so that
  * the controller's pod informer watches only the pods Berth gated; a gated pod it is taken off is
- * found and labelled again (ArchController's regate controller).
+ * found and labelled again (arch-regate, controllers/regate.ts).
  */
 export const STATE_LABEL = 'arch.berth.dev/state';
 export type PodState = 'Gated' | 'Placed' | 'Failed' | 'Released';

@@ -16,7 +16,19 @@ import { threadHandler, whenStateHolds } from '../runtime/webhook/threaded.ts';
 import { counter } from '../runtime/observability/metrics.ts';
 import { cachedFrom, type KnownImages } from '../registry/known.ts';
 import type { Inspection, ImageInspector } from '../registry/types.ts';
-import { withNamespaceLabels } from '../policy/namespace.ts';
+import { namespaceLabelsByName, withNamespaceLabels } from '../policy/namespace.ts';
+import {
+  deletionChanged,
+  generationChanged,
+  labelsChanged,
+  onChanges,
+  or,
+  valueChanged,
+} from '../policy/predicates.ts';
+import type { KubeObject } from '../runtime/api/meta.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import type { Arch } from './index.ts';
+import type { PodReconciler } from './controllers/pod.ts';
 import {
   choosePolicy,
   exemption,
@@ -301,3 +313,48 @@ export const archAdmission = threadHandler(
       servesWebhook: (ns) => state().webhookNamespaces.has(ns),
     }),
 );
+
+/** The Pod CREATE webhook's state: the policies and caches it reads, and the images arch-pod failed to read for it. */
+function admissionState(a: Arch, pods: PodReconciler): ArchAdmissionState {
+  return {
+    policies: a.policies(),
+    berthNamespace: a.opts.berthNamespace,
+    namespaceLabels: namespaceLabelsByName(a.namespaces),
+    webhookNamespaces: new Set(a.webhookNamespaces.flatMap((namespaces) => [...namespaces()])),
+    images: a.opts.inspector.known(),
+    ...(a.opts.pullSecret ? { pullSecret: a.opts.pullSecret } : {}),
+    failedImages: pods.failedForAdmission(),
+    inspectWaitMs: a.opts.admissionWaitMs ?? INSPECT_WAIT_MS,
+  };
+}
+
+export function podWebhook(a: Arch, pods: PodReconciler): WebhookSpec {
+  return {
+    name: 'pods.arch.berth.dev',
+    path: '/arch/mutate-pod',
+    kind: 'mutating',
+    // In the webhook thread, from what the controllers know, sent again whenever it changes.
+    handler: archAdmission.fed(
+      () => admissionState(a, pods),
+      // Only what admission reads: a policy's status changes with every pod it places.
+      (changed) => {
+        a.policyObjects.addEventHandler(onChanges(or(generationChanged, deletionChanged), changed));
+        a.namespaces.addEventHandler(onChanges(labelsChanged, changed));
+        const services = valueChanged((o: KubeObject) => String(o['namespaces']));
+        for (const configs of a.webhookConfigs) configs.addEventHandler(onChanges(services, changed));
+        a.opts.inspector.onLearn(changed);
+        pods.admissionChanged = changed;
+      },
+      (hint) => pods.inspectForAdmission(hint),
+    ),
+    rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+    // Fail open: Berth down leaves pods ungated, never uncreated.
+    failurePolicy: 'Ignore',
+    // Asked again after a later webhook changes the pod (a sidecar injected, an image rewritten):
+    // a pod placed at admission is placed on the images it is created with.
+    reinvocationPolicy: 'IfNeeded',
+    // A pod with nodeName can carry no gate: the apiserver need not ask.
+    matchConditions: [{ name: 'no-node-name', expression: '!has(object.spec.nodeName)' }],
+    timeoutSeconds: 2,
+  };
+}

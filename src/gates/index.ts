@@ -1,11 +1,21 @@
 import { Option } from 'commander';
 import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
+import type { PolicyKit } from '../policy/kit.ts';
+import { nodeInformer, podInformer, slimMetadata, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import type { Informer } from '../runtime/cache/informer.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { gatesCommand, releaseGates } from './cli.ts';
-import { GatesController } from './controller.ts';
-import { gateKeyClaims, parseGates } from './decide/parse.ts';
+import { NodeReconciler, setupNodeController } from './controllers/node.ts';
+import { setupStatusController } from './controllers/status.ts';
+import { gateKeyClaims, parseGates, type Gate, type GateProblem } from './decide/parse.ts';
 import { explainNodeGates } from './explain.ts';
-import { GATE_KEYS, NodeStartupGate } from './types.ts';
+import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
+import { nodeWebhook, podWebhook } from './webhook.ts';
 
 export const gatesCapability: Capability = {
   name: 'gates',
@@ -45,10 +55,95 @@ export const gatesCapability: Capability = {
   explainNode: ({ client, object }) => explainNodeGates(client, object),
   uninstall: ({ client, say, dryRun }) => releaseGates(client, { say, dryRun }),
   setup({ kit, options }) {
-    const controller = new GatesController(kit, {
+    const gates = setupGates(kit, {
       workers: Number(options['gateWorkers'] ?? 16),
       failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
     });
-    return { webhooks: [controller.webhook(), controller.podWebhook()] };
+    return { webhooks: [gates.nodeWebhook, gates.podWebhook] };
   },
 };
+
+export type GateObject = KubeObject & { spec?: unknown; status?: NodeStartupGateStatus };
+
+/** What the gates' controllers and webhooks share: built once, in setupGates. */
+export interface Gates {
+  readonly manager: Manager;
+  readonly pods: Informer<SlimPod>;
+  readonly nodes: Informer<SlimNode>;
+  readonly gateObjects: Informer<GateObject>;
+  /** Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes. */
+  readonly daemonSets: Informer<KubeObject>;
+  /** The gates from the cache, parsed once per change of any of them. */
+  readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
+  readonly events: EventRecorder;
+  readonly log: Logger;
+  readonly clock: () => number;
+}
+
+export interface GatesOptions {
+  workers?: number;
+  failurePolicy?: 'Fail' | 'Ignore';
+  clock?: () => number;
+}
+
+/** The gates' controllers (gates-node, gates-status) on the kit's manager, and their webhooks to serve. */
+export function setupGates(
+  kit: PolicyKit,
+  opts: GatesOptions = {},
+): Gates & { nodeWebhook: WebhookSpec; podWebhook: WebhookSpec } {
+  const manager = kit.manager;
+  const pods = podInformer(manager);
+  const nodes = nodeInformer(manager);
+  const writer = kit.casWriter(FIELD_MANAGER, nodes);
+  const gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
+  const g: Gates = {
+    manager,
+    pods,
+    nodes,
+    gateObjects,
+    daemonSets: manager.informer(Resources.daemonSets, {
+      transform: { name: 'gates-daemonset', fn: slimDaemonSet },
+    }),
+    gates: gateObjects.derive(parseGates),
+    events: manager.recorder('gates'),
+    log: manager.log.child({ capability: 'gates' }),
+    clock: opts.clock ?? Date.now,
+  };
+  // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
+  // that would write those keys are Invalid.
+  kit.keys.declare('gates', GATE_KEYS, (signal) => gateObjects.waitForSync(signal));
+  const claim = () => kit.keys.claim('gates', gateKeyClaims(g.gates().gates));
+  gateObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
+
+  // The node controller records each node's standings in the status writer, which needs the node
+  // controller to know its first pass is done: the reconciler is called only once the manager runs.
+  const nodeController = setupNodeController(
+    g,
+    { reconcile: (key) => reconciler.reconcile(key) },
+    opts.workers ?? 16,
+  );
+  const status = setupStatusController(g, nodeController);
+  const reconciler = new NodeReconciler(g, writer, status);
+  const failurePolicy = opts.failurePolicy ?? 'Ignore';
+  return { ...g, nodeWebhook: nodeWebhook(g, failurePolicy), podWebhook: podWebhook(g, failurePolicy) };
+}
+
+/** What the gates read of a DaemonSet: its identity and its pod template's labels and tolerations. */
+function slimDaemonSet(obj: KubeObject): KubeObject {
+  const template = (
+    obj['spec'] as
+      | { template?: { metadata?: { labels?: Record<string, string> }; spec?: { tolerations?: unknown[] } } }
+      | undefined
+  )?.template;
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: slimMetadata(obj.metadata),
+    spec: {
+      template: {
+        metadata: { labels: template?.metadata?.labels },
+        spec: { tolerations: template?.spec?.tolerations },
+      },
+    },
+  };
+}

@@ -1,5 +1,5 @@
 // Pure decisions of eviction on removal: which pods on a node no longer fit it only because a label
-// that an opted-in rule derives went away, and what to do about them. The evictor (evictor.ts) keeps
+// that an opted-in rule derives went away, and what to do about them. The evictor (controllers/evict.ts) keeps
 // the clock and calls the Eviction API; nothing here reads a cluster.
 import { requirementHolds, valueAt, type Requirement } from '../policy/match/requirement.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';

@@ -4,6 +4,7 @@
 // standings into counts and conditions, announces a condition turning bad (a Warning event and a
 // log line, once per change), and writes the status only when something changed, and never before
 // the node controller's first full pass: counts over part of the nodes would flap on every restart.
+// A policy that holds things on nodes keeps its finalizer through the same controller (`finalizer`).
 import { isDeepStrictEqual } from 'node:util';
 import type { PolicyStatus } from './crd.ts';
 import { applyStatus } from '../runtime/client/apply.ts';
@@ -21,6 +22,7 @@ import {
   type Source,
 } from '../runtime/controller/controller.ts';
 import { changed, generationChanged } from './predicates.ts';
+import { finalizer } from './finalizer.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
@@ -68,8 +70,11 @@ export interface PolicyStatusOptions<O extends PolicyObject<Count>, S, Count ext
   objectChanged?: Predicates<O>['update'];
   /** The events' action; default Reconcile. */
   eventAction?: string;
-  /** What a reconcile of a cached policy object does; default: write its status. A finalizer flow wraps the write here. */
-  reconcile?(obj: O, writeStatus: () => Promise<Result | void>): Promise<Result | void>;
+  /**
+   * The policy's finalizer, written under fieldManager: while a policy lives its status is written;
+   * once it is being deleted, `cleanup` releases what it holds on nodes before the finalizer comes off.
+   */
+  finalizer?: { name: string; cleanup(obj: O): Promise<Result | 'released'> };
 }
 
 export type PolicyObject<Count extends string = string> = KubeObject & { status?: PolicyStatus<Count> };
@@ -123,8 +128,15 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
   private async reconcile(name: string): Promise<Result | void> {
     const obj = this.objects.get(name);
     if (!obj) return;
-    const write = () => this.write(obj);
-    return this.opts.reconcile ? this.opts.reconcile(obj, write) : write();
+    const f = this.opts.finalizer;
+    if (!f) return this.write(obj);
+    const ref = {
+      name: f.name,
+      client: this.loop.manager.client(),
+      ref: this.objects.ref,
+      fieldManager: this.opts.fieldManager,
+    };
+    return finalizer(ref, obj, { apply: () => this.write(obj), cleanup: () => f.cleanup(obj) });
   }
 
   private async write(obj: O): Promise<Result | void> {

@@ -5,9 +5,9 @@ import { PolicyKit } from '../../src/policy/kit.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { AgentsController } from '../../src/agents/controller.ts';
-import { GatesController } from '../../src/gates/controller.ts';
+import { setupGates } from '../../src/gates/index.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
-import { LabelsController } from '../../src/labels/controller.ts';
+import { setupLabels } from '../../src/labels/index.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
 import { installPodPatchPolicy, installWebhookConfigurations } from '../../src/cli/install.ts';
@@ -266,8 +266,8 @@ export async function everyCapability(client: KubeClient): Promise<PolicyKit> {
     healthBindAddress: '0',
   });
   const kit = new PolicyKit(manager);
-  new LabelsController(kit, { workers: 4 });
-  new GatesController(kit, { workers: 4 });
+  setupLabels(kit, { workers: 4 });
+  setupGates(kit, { workers: 4 });
   new AgentsController(kit, { workers: 4, berthNamespace: NAMESPACE });
   await manager.start();
   await manager.waitForCacheSync();

@@ -5,8 +5,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
-import { LabelsController } from '../../src/labels/controller.ts';
-import { Evictor, evictionMetrics } from '../../src/labels/evictor.ts';
+import { setupLabels } from '../../src/labels/index.ts';
+import { Evictor } from '../../src/labels/controllers/evict.ts';
+import { evictionMetrics } from '../../src/labels/metrics.ts';
 import { labelsCapability } from '../../src/labels/index.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { PolicyKit } from '../../src/policy/kit.ts';
@@ -55,7 +56,7 @@ before(async () => {
     healthBindAddress: '0',
   });
   const kit = new PolicyKit(manager);
-  const labels = new LabelsController(kit, { workers: 4 });
+  const labels = setupLabels(kit, { workers: 4 });
   new Evictor(kit, labels, {
     berthNamespace: 'berth-system',
     maxPerMinute: 600,

@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { inspect, promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
-import { GatesController } from '../../src/gates/controller.ts';
+import { setupGates } from '../../src/gates/index.ts';
 import { explainNodeGates } from '../../src/gates/explain.ts';
 import { GATE_FINALIZER, NodeStartupGate, type NodeStartupGateStatus } from '../../src/gates/types.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
@@ -47,13 +47,13 @@ const PROBE_GATE = `${id}-probe`;
 const identity = { name: id, webhookConfiguration: id };
 const strictIdentity = { name: `${id}-strict`, webhookConfiguration: `${id}-strict` };
 let manager: Manager | undefined;
-let controller: GatesController | undefined;
+let controller: ReturnType<typeof setupGates> | undefined;
 let hooks: WebhookRunnable | undefined;
 const registration = { mode: 'url' as const, url: 'https://127.0.0.1:{port}' };
 
 /** The gates webhook, narrowed to this file's nodes: other test files create nodes in the same sandbox. */
 function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
-  const spec = controller!.webhook();
+  const spec = controller!.nodeWebhook;
   return {
     ...spec,
     objectSelector: {
@@ -66,7 +66,7 @@ function ourWebhook(overrides: Partial<WebhookSpec> = {}): WebhookSpec {
 
 /** The gates' Pod webhook, narrowed to this file's namespace. */
 const ourPodWebhook = (): WebhookSpec => ({
-  ...controller!.podWebhook(),
+  ...controller!.podWebhook,
   namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
   timeoutSeconds: TEST_WEBHOOK_TIMEOUT_SECONDS,
 });
@@ -107,7 +107,7 @@ before(async () => {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  controller = new GatesController(new PolicyKit(manager), { workers: 4 });
+  controller = setupGates(new PolicyKit(manager), { workers: 4 });
   await manager.start();
   await manager.waitForCacheSync();
   await applyGate(PROBE_GATE, {

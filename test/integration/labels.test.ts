@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
-import { LabelsController } from '../../src/labels/controller.ts';
+import { setupLabels } from '../../src/labels/index.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
@@ -47,14 +47,14 @@ after(async () => {
 /** Runs a labels controller for the duration of fn, in a manager of its own. */
 async function withController<T>(
   opts: { labelDir?: string; client?: KubeClient },
-  fn: (c: LabelsController) => Promise<T>,
+  fn: (c: ReturnType<typeof setupLabels>) => Promise<T>,
 ): Promise<T> {
   const manager = new Manager({
     client: opts.client ?? (await berthClient(sandbox)),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = new LabelsController(new PolicyKit(manager), {
+  const controller = setupLabels(new PolicyKit(manager), {
     ...(opts.labelDir ? { labelDir: opts.labelDir } : {}),
     workers: 8,
   });

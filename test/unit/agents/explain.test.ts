@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parsePlacements } from '../../../src/agents/decide.ts';
 import { previewPlacements, type ClusterView } from '../../../src/agents/explain.ts';
-import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/inject.ts';
+import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/webhook.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 
 const BERTH = 'berth-system';

@@ -3,7 +3,7 @@
 // stand-in apiserver: the informers' lists and watches, and the events Berth posts.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ArchController } from '../../../src/arch/controller.ts';
+import { setupArch } from '../../../src/arch/index.ts';
 import type { ArchPod } from '../../../src/arch/decide.ts';
 import { ArchPlacement, POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
 import { PolicyKit } from '../../../src/policy/kit.ts';
@@ -78,7 +78,7 @@ test("an inspection given up at Berth's bound across registries puts a Warning I
     healthBindAddress: '0',
     logger: rootLogger.child({}, { level: 'silent' }),
   });
-  const arch = new ArchController(new PolicyKit(manager), { inspector, berthNamespace: 'berth-system' });
+  const arch = setupArch(new PolicyKit(manager), { inspector, berthNamespace: 'berth-system' });
   manager.cluster().start();
   const stop = new AbortController();
   try {

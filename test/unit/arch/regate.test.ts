@@ -3,7 +3,7 @@
 // stand-in apiserver: the informer's list and watch, GET, paged lists and JSON patches of pods.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ArchController } from '../../../src/arch/controller.ts';
+import { setupArch } from '../../../src/arch/index.ts';
 import { relabelPatch, UNLABELLED_UNBOUND, type ArchPod } from '../../../src/arch/decide.ts';
 import { POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
 import { PolicyKit } from '../../../src/policy/kit.ts';
@@ -156,7 +156,7 @@ async function regating(server: ReturnType<typeof apiserver>, run: () => Promise
     healthBindAddress: '0',
     logger,
   });
-  const arch = new ArchController(new PolicyKit(manager), { inspector, berthNamespace: 'berth-system' });
+  const arch = setupArch(new PolicyKit(manager), { inspector, berthNamespace: 'berth-system' });
   manager.cluster().start();
   await manager.cluster().waitForCacheSync();
   const stop = new AbortController();

@@ -2,7 +2,7 @@
 // goes away from a node, the pods that needed it (evict.ts decides which) are evicted once the label
 // has stayed gone for the rule's delay: through the Eviction API, so PodDisruptionBudgets hold, and
 // within a per-rule and a per-cluster cap. A refused eviction is retried with backoff, never forced.
-import type { PolicyKit } from '../policy/kit.ts';
+import type { PolicyKit } from '../../policy/kit.ts';
 import {
   annotationsChanged,
   changed,
@@ -10,20 +10,20 @@ import {
   generationChanged,
   labelsChanged,
   valueChanged,
-} from '../policy/predicates.ts';
-import { podInformer, podsOn, type SlimNode, type SlimPod } from '../policy/slim.ts';
-import { Resources } from '../runtime/api/meta.ts';
-import { keyOf, type Informer } from '../runtime/cache/informer.ts';
-import { ApiError, isConflict, isNotFound, resourcePath } from '../runtime/client/client.ts';
-import { Controller, type Result, type Source } from '../runtime/controller/controller.ts';
-import type { ObjectReference } from '../runtime/events/event.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Logger } from '../runtime/observability/log.ts';
-import { errorText } from '../runtime/observability/log.ts';
-import { counter } from '../runtime/observability/metrics.ts';
-import { BucketRateLimiter, ItemExponentialFailureRateLimiter } from '../runtime/workqueue/ratelimiter.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { LabelsController } from './controller.ts';
+} from '../../policy/predicates.ts';
+import { podInformer, podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
+import { Resources } from '../../runtime/api/meta.ts';
+import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import { ApiError, isConflict, isNotFound, resourcePath } from '../../runtime/client/client.ts';
+import { Controller, type Result, type Source } from '../../runtime/controller/controller.ts';
+import type { ObjectReference } from '../../runtime/events/event.ts';
+import type { EventRecorder } from '../../runtime/events/recorder.ts';
+import type { Logger } from '../../runtime/observability/log.ts';
+import { errorText } from '../../runtime/observability/log.ts';
+import { BucketRateLimiter, ItemExponentialFailureRateLimiter } from '../../runtime/workqueue/ratelimiter.ts';
+import type { Manager } from '../../runtime/manager/manager.ts';
+import type { Labels } from '../index.ts';
+import { evictionMetrics } from '../metrics.ts';
 import {
   evictingRules,
   trackRemovals,
@@ -31,16 +31,8 @@ import {
   type EvictPolicy,
   type Removal,
   type Verdict,
-} from './evict.ts';
-import { NodeLabelRule, type EvictOnRemoval, type Rule } from './types.ts';
-
-export const evictionMetrics = {
-  total: counter(
-    'berth_evictions_total',
-    'Evictions on removal of a derived label, by rule and result (evicted, blocked by a PodDisruptionBudget, dryrun, failed).',
-    ['rule', 'result'],
-  ),
-};
+} from '../evict.ts';
+import { NodeLabelRule, type EvictOnRemoval, type Rule } from '../types.ts';
 
 export interface EvictorOptions {
   /** Pods in this namespace are never evicted. */
@@ -81,7 +73,7 @@ export class Evictor {
   readonly controller: Controller;
   readonly pods: Informer<SlimPod>;
   private readonly nodes: Informer<SlimNode>;
-  private readonly labels: LabelsController;
+  private readonly labels: Labels;
   private readonly manager: Manager;
   private readonly opts: EvictorOptions;
   private readonly events: EventRecorder;
@@ -95,7 +87,7 @@ export class Evictor {
   /** The derived labels that went away from each node since Berth started watching it. */
   private readonly removals = new Map<string, Map<string, Removal>>();
 
-  constructor(kit: PolicyKit, labels: LabelsController, opts: EvictorOptions) {
+  constructor(kit: PolicyKit, labels: Labels, opts: EvictorOptions) {
     const manager = kit.manager;
     this.manager = manager;
     this.labels = labels;

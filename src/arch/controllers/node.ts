@@ -1,0 +1,46 @@
+// arch-node, in Taints mode: each node carries its architecture's taint while a Taints policy lives.
+import type { ApplyNodeWriter } from '../../policy/nodes/apply.ts';
+import { annotationsChanged, changed, labelsChanged } from '../../policy/predicates.ts';
+import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import { nodeArchTaint, nodesTainted } from '../decide.ts';
+import type { Arch } from '../index.ts';
+import { policyChanged, type ArchStatus } from './status.ts';
+
+export class NodeReconciler implements Reconciler {
+  private readonly a: Arch;
+  private readonly writer: ApplyNodeWriter;
+  private readonly status: ArchStatus;
+
+  constructor(a: Arch, writer: ApplyNodeWriter, status: ArchStatus) {
+    this.a = a;
+    this.writer = writer;
+    this.status = status;
+  }
+
+  /** Taints mode: the node's architecture taint while some Taints policy lives, once every gated pod was seen. */
+  async reconcile(name: string): Promise<Result | void> {
+    const node = this.a.nodes.get(name);
+    if (!node) {
+      this.writer.forget(name);
+      return;
+    }
+    const taints = nodesTainted(this.a.policies());
+    // Tolerations before taints: until every gated pod has been through once, a taint could strand one.
+    if (taints && !this.status.firstPassDone()) return { requeueAfterMs: 250 };
+    const r = await this.writer.sync(node, {
+      labels: {},
+      annotations: {},
+      taints: taints ? nodeArchTaint(node) : [],
+    });
+    if (r.retryAfterMs !== undefined) return { requeueAfterMs: r.retryAfterMs };
+  }
+}
+
+/** The arch-node controller: a node's labels and annotations, and any policy's change, bring it back. */
+export function setupNodeController(a: Arch, reconciler: NodeReconciler): Controller {
+  const controller = new Controller({ name: 'arch-node', workers: 4, logger: a.log, reconciler })
+    .watch(a.nodes, (n) => n.metadata!.name!, { update: changed(labelsChanged, annotationsChanged) })
+    .watch(a.policyObjects, () => a.nodes.keys(), { update: policyChanged });
+  a.manager.add(controller);
+  return controller;
+}
