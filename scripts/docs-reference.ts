@@ -1,10 +1,12 @@
 // `npm run docs:reference`: writes docs/reference/cli.md from the commander commands' help and
-// docs/reference/api.md from the CRDs' schemas (src/manifests.ts), so the reference is the code's.
+// docs/reference/api.md from the CRDs' schemas (src/manifests.ts) and docs/reference/metrics.md from the
+// metrics registry, so the reference is the code's.
 // test/unit/docs.test.ts fails when the files differ from what this writes.
 import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { berthProgram } from '../src/cli/program.ts';
 import { crdManifests } from '../src/manifests.ts';
+import { registry } from '../src/runtime/observability/metrics.ts';
 
 // A fixed width and no colours, so the text does not depend on the terminal that runs this.
 const HELP_WIDTH = 100;
@@ -120,9 +122,36 @@ export function apiReference(): string {
   return `${HEADER}# API reference\n\nThe fields of Berth's custom resources, from the CRDs' OpenAPI schemas.\n\n${index}\n\n${sections.join('\n')}`;
 }
 
+// Node's and the process's own metrics (prom-client's defaults) are left out: they differ by platform.
+const DEFAULT_METRIC = /^(process|nodejs)_/;
+
+export async function metricsReference(): Promise<string> {
+  // Every metric is declared when its module loads: the whole program, and what `berth run` starts.
+  await berthProgram();
+  await import('../src/capabilities.ts');
+  await import('../src/cli/run.ts');
+  const metrics = registry
+    .getMetricsAsArray()
+    .map((m) => m as unknown as { name: string; type: string; help: string; labelNames?: string[] })
+    .filter((m) => !DEFAULT_METRIC.test(m.name))
+    .toSorted((a, b) => a.name.localeCompare(b.name));
+  const table = metrics
+    .map(
+      (m) =>
+        `| \`${m.name}\` | ${m.type} | ${(m.labelNames ?? []).map((l) => `\`${l}\``).join(', ')} | ${cell(m.help)} |`,
+    )
+    .join('\n');
+  return (
+    `${HEADER}# Metrics reference\n\nWhat \`berth run\` serves on \`--metrics-bind-address\` (\`/metrics\`), besides Node's ` +
+    `and the process's own (\`process_*\`, \`nodejs_*\`). The webhook thread's metrics are summed into it.\n\n` +
+    `| metric | type | labels | help |\n| --- | --- | --- | --- |\n${table}\n`
+  );
+}
+
 export const REFERENCE_FILES = {
   'docs/reference/cli.md': cliReference,
   'docs/reference/api.md': async () => apiReference(),
+  'docs/reference/metrics.md': metricsReference,
 };
 
 if (import.meta.main) {
