@@ -90,7 +90,8 @@ async function parses(args: string[]): Promise<void> {
   try {
     await (await parsingProgram()).parseAsync(args, { from: 'user' });
   } catch (e) {
-    if (e instanceof CommanderError && ['commander.helpDisplayed', 'commander.version'].includes(e.code)) return;
+    if (e instanceof CommanderError && ['commander.helpDisplayed', 'commander.version'].includes(e.code))
+      return;
     throw e;
   }
 }
@@ -119,7 +120,7 @@ describe('docs', () => {
     const md = [
       'Prose: `npx berth nothing`.',
       '```sh',
-      "npx berth sandbox up --nodes 4 \\",
+      'npx berth sandbox up --nodes 4 \\',
       "  --node-labels 'pool=edge' # a comment",
       'kubectl get nodes',
       '```',
