@@ -23,7 +23,7 @@ function pathOf(command: Command): string {
   return names.join(' ');
 }
 
-export async function cliReference(): Promise<string> {
+async function cliReference(): Promise<string> {
   const program = await berthProgram();
   const sections = commandsOf(program).map((command) => {
     command.configureOutput({ getOutHelpWidth: () => HELP_WIDTH, getOutHasColors: () => false });
@@ -95,7 +95,7 @@ interface Crd {
   };
 }
 
-export function apiReference(): string {
+function apiReference(): string {
   const crds = (crdManifests() as unknown as Crd[]).toSorted((a, b) =>
     a.spec.names.kind.localeCompare(b.spec.names.kind),
   );
@@ -125,7 +125,7 @@ export function apiReference(): string {
 // Node's and the process's own metrics (prom-client's defaults) are left out: they differ by platform.
 const DEFAULT_METRIC = /^(process|nodejs)_/;
 
-export async function metricsReference(): Promise<string> {
+async function metricsReference(): Promise<string> {
   // Every metric is declared when its module loads: the whole program, and what `berth run` starts.
   await berthProgram();
   await import('../src/capabilities.ts');

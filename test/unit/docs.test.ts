@@ -22,7 +22,7 @@ const DOCS = ['README.md', 'CHANGELOG.md', ...markdownFiles('docs')];
 const read = (file: string): string => readFileSync(join(root, file), 'utf8');
 
 /** The code blocks of a Markdown file, but `text` ones (help output, logs): their lines, continuations joined. */
-export function codeBlockLines(markdown: string): string[] {
+function codeBlockLines(markdown: string): string[] {
   const lines: string[] = [];
   let fence: string | undefined;
   for (const line of markdown.split('\n')) {
@@ -44,7 +44,7 @@ export function codeBlockLines(markdown: string): string[] {
 }
 
 /** A command line's words, as a POSIX shell splits them (quotes, escapes), up to an unquoted `#`. */
-export function shellWords(line: string): string[] {
+function shellWords(line: string): string[] {
   const words: string[] = [];
   let word: string | undefined;
   for (let i = 0; i < line.length; i++) {
@@ -66,7 +66,7 @@ export function shellWords(line: string): string[] {
 }
 
 /** Each `npx berth …` or `berth …` command in a file's code blocks: the arguments after `berth`. */
-export function berthCommands(markdown: string): string[][] {
+function berthCommands(markdown: string): string[][] {
   return codeBlockLines(markdown)
     .map(shellWords)
     .map((words) => (words[0] === 'npx' ? words.slice(1) : words))
