@@ -1,37 +1,6 @@
-import { Command } from 'commander';
-import { version } from './version.ts';
+import { berthProgram } from './program.ts';
 
-// Each command's module is loaded only when it runs (all of them for help): `berth run` lives for
-// weeks, and the sandbox's, explain's and uninstall's code would stay resident all that time.
-const builtin: Record<string, () => Promise<Command[]>> = {
-  run: async () => [(await import('./run.ts')).runCommand()],
-  install: async () => [(await import('./install.ts')).installCommand()],
-  manifests: async () => [(await import('./install.ts')).manifestsCommand()],
-  uninstall: async () => [(await import('./uninstall.ts')).uninstallCommand()],
-  explain: async () => [(await import('./explain.ts')).explainCommand()],
-  ui: async () => [(await import('./ui.ts')).uiCommand()],
-};
-const capabilityCommands = async () =>
-  (await import('../capability.ts')).capabilityCommands((await import('../capabilities.ts')).capabilities);
-const sandbox = async () => [(await import('./sandbox.ts')).sandboxCommand()];
-
-const program = new Command()
-  .name('berth')
-  .description('A placement control plane for Kubernetes.')
-  .version(version())
-  .showHelpAfterError();
-
-const name = process.argv[2];
-const only = name !== undefined ? builtin[name] : undefined;
-const commands = only
-  ? await only()
-  : [
-      ...(await Promise.all(Object.values(builtin).map((load) => load()))).flat(),
-      ...(await capabilityCommands()),
-      ...(await sandbox()),
-    ];
-for (const command of commands) program.addCommand(command);
-
+const program = await berthProgram(process.argv[2]);
 try {
   await program.parseAsync(process.argv);
 } catch (e) {
