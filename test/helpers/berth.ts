@@ -12,10 +12,11 @@ import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
 import { installWebhookConfigurations } from '../../src/cli/install.ts';
 import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
-import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
+import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CONFIGURATION } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
+import { configurationRef, emptyWebhookConfigurations } from '../../src/runtime/webhook/registration.ts';
 import { berthRunArgs, BERTH_MAIN } from '../../src/sandbox/berth.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts, type Sandbox } from '../../src/sandbox/sandbox.ts';
@@ -71,10 +72,20 @@ export async function berthKubeconfig(
 }
 
 /** The empty webhook configurations Berth patches its webhooks into, as the install creates them. */
-async function createWebhookConfigurations(sb: Sandbox, name?: string): Promise<void> {
+async function createWebhookConfigurations(sb: Sandbox, name = WEBHOOK_CONFIGURATION): Promise<void> {
   const admin = sb.client();
   try {
-    await installWebhookConfigurations(admin, undefined, name);
+    // Read first, written only when missing: this process's writes count in the tests that assert a
+    // restarted controller writes nothing.
+    const present = await Promise.all(
+      emptyWebhookConfigurations(name).map((c) =>
+        admin.get(configurationRef(c), c.metadata!.name!).then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
+    if (!present.every(Boolean)) await installWebhookConfigurations(admin, undefined, name);
   } finally {
     admin.close();
   }
@@ -209,12 +220,21 @@ export async function startBerth(
     await stop();
     throw e;
   }
+  // One scrape at a time, each begun after its reading asked (so never stale), on one connection as
+  // Prometheus scrapes: a benchmark's burst of readings at once would open more connections than
+  // Berth allows one address.
+  let last: Promise<unknown> = Promise.resolve();
+  const scrape = () => {
+    const text = last.then(() => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text()));
+    last = text.catch(() => undefined);
+    return text;
+  };
   return {
     pid: child.pid!,
     healthPort,
     metricsPort,
     async metric(name, filter = () => true) {
-      const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      const text = await scrape();
       return text
         .split('\n')
         .filter((l) => l.startsWith(`${name}{`) && filter(l))
