@@ -12,10 +12,11 @@ import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
 import { installPodPatchPolicy, installWebhookConfigurations } from '../../src/cli/install.ts';
 import { podPatchPolicyManifests, rbacManifests, type RbacOptions } from '../../src/manifests.ts';
-import { NAMESPACE, SERVICE_ACCOUNT } from '../../src/policy/namespace.ts';
+import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CONFIGURATION } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
-import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
+import { configurationRef, emptyWebhookConfigurations } from '../../src/runtime/webhook/registration.ts';
 import { berthRunArgs, BERTH_MAIN } from '../../src/sandbox/berth.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts } from '../../src/sandbox/net.ts';
@@ -71,13 +72,34 @@ export async function berthKubeconfig(
   return minted;
 }
 
+/** Where the objects the install creates beside the roles live in the API. */
+const refOf = (o: KubeObject): ResourceRef =>
+  ({
+    ValidatingAdmissionPolicy: Resources.validatingAdmissionPolicies,
+    ValidatingAdmissionPolicyBinding: Resources.validatingAdmissionPolicyBindings,
+  })[o.kind!] ?? configurationRef(o);
+
 /**
  * What the install creates beside the roles: the empty webhook configurations Berth patches its
- * webhooks into, and the policy that bounds its Pod patches.
+ * webhooks into, and the policy that bounds its Pod patches. Read first, written only when one is
+ * missing: this process's writes count in the tests that assert a restarted controller writes nothing.
  */
 async function installAsAdmin(sb: Sandbox, opts: RbacOptions): Promise<void> {
   const admin = sb.client();
   try {
+    const objects = [
+      ...emptyWebhookConfigurations(opts.webhookConfiguration ?? WEBHOOK_CONFIGURATION),
+      ...podPatchPolicyManifests(opts),
+    ];
+    const present = await Promise.all(
+      objects.map((o) =>
+        admin.get(refOf(o), o.metadata!.name!).then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
+    if (present.every(Boolean)) return;
     await installWebhookConfigurations(admin, undefined, opts.webhookConfiguration);
     await installPodPatchPolicy(admin, undefined, opts);
   } finally {
@@ -216,12 +238,21 @@ export async function startBerth(
     await stop();
     throw e;
   }
+  // One scrape at a time, each begun after its reading asked (so never stale), on one connection as
+  // Prometheus scrapes: a benchmark's burst of readings at once would open more connections than
+  // Berth allows one address.
+  let last: Promise<unknown> = Promise.resolve();
+  const scrape = () => {
+    const text = last.then(() => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text()));
+    last = text.catch(() => undefined);
+    return text;
+  };
   return {
     pid: child.pid!,
     healthPort,
     metricsPort,
     async metric(name, filter = () => true) {
-      const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      const text = await scrape();
       return text
         .split('\n')
         .filter((l) => l.startsWith(`${name}{`) && filter(l))

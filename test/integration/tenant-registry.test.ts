@@ -119,7 +119,8 @@ before(async () => {
   process.env['POD_NAMESPACE'] = berthNs;
   berth = await startBerth(
     sandbox,
-    ['--controllers=arch,labels', `--arch-registry-ca=${reg.caPath}`, '--arch-admission-wait=1.5'],
+    // The sandbox registry is on a loopback address: read only where its admin allows it, as here.
+    ['--controllers=arch,labels', `--arch-registries=${reg.registriesPath}`, '--arch-admission-wait=1.5'],
     {
       capture: true,
       kubeconfig: await berthKubeconfig(sandbox, { pullSecretNamespaces: [alice.ns, bob.ns] }),
