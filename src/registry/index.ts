@@ -3,4 +3,3 @@ export * from './types.ts';
 export { RegistryClient, type RegistryClientOptions } from './client.ts';
 export { loadRegistriesConfig } from './hosts.ts';
 export { pullSecretFromFile } from './keyring.ts';
-export type { RequestCounts } from './transport.ts';
