@@ -12,7 +12,7 @@ import { Option } from 'commander';
 import { atLeast, workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { rulesCommand } from './cli.ts';
-import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, Evictor } from './controllers/evict.ts';
+import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
 import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels } from './explain.ts';
 import { clusterRules } from './load.ts';
@@ -103,7 +103,7 @@ export const labelsCapability: Capability = {
       workers: Number(options['labelWorkers'] ?? 16),
     });
     const files = evictOnRemovalFiles(options);
-    new Evictor(kit, labels, {
+    setupEvictController(labels, {
       berthNamespace,
       ...(files ? { files } : {}),
       maxPerMinute: Number(options['maxEvictionsPerMinute'] ?? CLUSTER_MAX_PER_MINUTE),

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { setupLabels } from '../../src/labels/index.ts';
-import { Evictor } from '../../src/labels/controllers/evict.ts';
+import { setupEvictController } from '../../src/labels/controllers/evict.ts';
 import { evictionMetrics } from '../../src/labels/metrics.ts';
 import { labelsCapability } from '../../src/labels/index.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
@@ -57,7 +57,7 @@ before(async () => {
   });
   const kit = new PolicyKit(manager);
   const labels = setupLabels(kit, { workers: 4 });
-  new Evictor(kit, labels, {
+  setupEvictController(labels, {
     berthNamespace: 'berth-system',
     maxPerMinute: 600,
     workers: 4,

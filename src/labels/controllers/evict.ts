@@ -2,7 +2,6 @@
 // goes away from a node, the pods that needed it (evict.ts decides which) are evicted once the label
 // has stayed gone for the rule's delay: through the Eviction API, so PodDisruptionBudgets hold, and
 // within a per-rule and a per-cluster cap. A refused eviction is retried with backoff, never forced.
-import type { PolicyKit } from '../../policy/kit.ts';
 import {
   annotationsChanged,
   changed,
@@ -69,8 +68,8 @@ export const EVICTION_REASONS = {
 
 const perMinute = (n: number) => new BucketRateLimiter<string>(n / 60, n);
 
+/** A pod's eviction once a label it needs has stayed gone for its rule's delay, within the caps. */
 export class Evictor {
-  readonly controller: Controller;
   readonly pods: Informer<SlimPod>;
   private readonly nodes: Informer<SlimNode>;
   private readonly labels: Labels;
@@ -87,15 +86,15 @@ export class Evictor {
   /** The derived labels that went away from each node since Berth started watching it. */
   private readonly removals = new Map<string, Map<string, Removal>>();
 
-  constructor(kit: PolicyKit, labels: Labels, opts: EvictorOptions) {
-    const manager = kit.manager;
+  constructor(labels: Labels, opts: EvictorOptions) {
+    const manager = labels.manager;
     this.manager = manager;
     this.labels = labels;
     this.opts = opts;
     this.nodes = labels.nodes;
-    const log = manager.log.child({ capability: 'labels' });
-    // The controller adds its name to the logger it is given; the evictor's own lines carry it too.
-    this.log = log.child({ controller: 'labels-evict' });
+    // The controller adds its name to the logger it is given (setupEvictController); the evictor's
+    // own lines carry it too.
+    this.log = manager.log.child({ capability: 'labels' }).child({ controller: 'labels-evict' });
     this.events = manager.recorder('labels');
     this.cluster = perMinute(opts.maxPerMinute ?? CLUSTER_MAX_PER_MINUTE);
     this.pods = podInformer(manager);
@@ -119,27 +118,6 @@ export class Evictor {
       },
       onDelete: (n) => this.removals.delete(n.metadata!.name!),
     });
-    const podsOf = (n: SlimNode) => podsOn(this.pods, n.metadata!.name!).map(keyOf);
-    const allPods = () => this.pods.keys();
-    this.controller = new Controller({
-      name: 'labels-evict',
-      workers: opts.workers ?? EVICT_WORKERS,
-      logger: log,
-      rateLimiter: new ItemExponentialFailureRateLimiter<string>(opts.retryBaseMs ?? 1000, 300_000),
-      reconciler: { reconcile: (key) => this.reconcile(key) },
-    })
-      .watch(this.pods, keyOf, {
-        update: changed<SlimPod>(
-          deletionChanged,
-          annotationsChanged,
-          valueChanged((p) => p.spec.nodeName),
-          valueChanged((p) => p.status.phase),
-        ),
-      })
-      .watch(this.nodes, podsOf, { update: changed(labelsChanged) })
-      .watch(labels.ruleObjects, allPods, { update: changed(generationChanged) });
-    if (labels.files) this.controller.watch(labels.files as Source<Rule>, allPods);
-    manager.add(this.controller);
   }
 
   /** The rules whose removals evict, with their policies, recomputed only when the rules changed. */
@@ -155,7 +133,7 @@ export class Evictor {
     this.reserved.delete(key);
   }
 
-  private async reconcile(key: string): Promise<Result | void> {
+  async reconcile(key: string): Promise<Result | void> {
     const pod = this.pods.get(key);
     if (!pod) return this.forget(key);
     const node = pod.spec.nodeName ? this.nodes.get(pod.spec.nodeName) : undefined;
@@ -309,4 +287,34 @@ export class Evictor {
         : undefined;
     if (regarding) this.events.event(regarding, 'Warning', reason, 'Evict', note);
   }
+}
+
+/**
+ * The labels-evict controller, keyed by pod: a pod's own changes bring it back, a node's label change
+ * its pods, a rule's change every pod.
+ */
+export function setupEvictController(labels: Labels, opts: EvictorOptions): Controller {
+  const evictor = new Evictor(labels, opts);
+  const podsOf = (n: SlimNode) => podsOn(evictor.pods, n.metadata!.name!).map(keyOf);
+  const allPods = () => evictor.pods.keys();
+  const controller = new Controller({
+    name: 'labels-evict',
+    workers: opts.workers ?? EVICT_WORKERS,
+    logger: labels.manager.log.child({ capability: 'labels' }),
+    rateLimiter: new ItemExponentialFailureRateLimiter<string>(opts.retryBaseMs ?? 1000, 300_000),
+    reconciler: evictor,
+  })
+    .watch(evictor.pods, keyOf, {
+      update: changed<SlimPod>(
+        deletionChanged,
+        annotationsChanged,
+        valueChanged((p) => p.spec.nodeName),
+        valueChanged((p) => p.status.phase),
+      ),
+    })
+    .watch(labels.nodes, podsOf, { update: changed(labelsChanged) })
+    .watch(labels.ruleObjects, allPods, { update: changed(generationChanged) });
+  if (labels.files) controller.watch(labels.files as Source<Rule>, allPods);
+  labels.manager.add(controller);
+  return controller;
 }
