@@ -1,11 +1,38 @@
 import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { agentsCommand } from './cli.ts';
-import { AgentsController } from './controller.ts';
-import { checkOwnership, placementClaims } from './decide.ts';
-import { clusterPlacements, explainNodeAgents } from './explain.ts';
-import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER } from './types.ts';
+import type { PolicyKit } from '../policy/kit.ts';
 import { releaseNodes } from '../policy/nodes/release.ts';
+import { nodeInformer, podInformer, slimMeta, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import type { Informer } from '../runtime/cache/informer.ts';
+import type { Controller } from '../runtime/controller/controller.ts';
+import { WriteSpacing } from '../runtime/controller/spacing.ts';
+import type { EventRecorder } from '../runtime/events/recorder.ts';
+import type { Manager } from '../runtime/manager/manager.ts';
+import type { Logger } from '../runtime/observability/log.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import { agentsCommand } from './cli.ts';
+import {
+  CLAIM_WRITE_BURST,
+  CLAIM_WRITE_INTERVAL_MS,
+  NodeReconciler,
+  outranked,
+  setupNodeController,
+} from './controllers/node.ts';
+import { setupOwnerFinalizerController, type OwnerKind } from './controllers/owner-finalizer.ts';
+import { setupStatusController, type AgentStatus } from './controllers/status.ts';
+import {
+  checkOwnership,
+  claimedOwners,
+  parsePlacements,
+  placementClaims,
+  usablePlacements,
+  type ParseCache,
+  type ParsedPlacement,
+} from './decide.ts';
+import { clusterPlacements, explainNodeAgents } from './explain.ts';
+import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
+import { podWebhook } from './webhook.ts';
 
 export const agentsCapability: Capability = {
   name: 'agents',
@@ -54,12 +81,155 @@ export const agentsCapability: Capability = {
     );
   },
   setup({ kit, options, berthNamespace }) {
-    const controller = new AgentsController(kit, {
-      workers: Number(options['agentWorkers'] ?? 16),
-      berthNamespace,
-    });
-    return { webhooks: [controller.webhook()] };
+    const agents = setupAgents(kit, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace });
+    return { webhooks: [agents.webhook] };
   },
   // Claims and labels of a placement deleted moments before Berth stopped.
   uninstall: ({ client, say, dryRun }) => releaseNodes(client, FIELD_MANAGER, { say, dryRun }),
 };
+
+export type PlacementObject = KubeObject & { spec?: unknown; status?: AgentPlacementStatus };
+
+/** What the agents' controllers and webhook share: built once, in setupAgents. */
+export interface Agents {
+  readonly manager: Manager;
+  /** Who owns which node keys: a key a gate takes makes a placement Invalid. */
+  readonly keys: PolicyKit['keys'];
+  readonly berthNamespace: string;
+  /** Indexed by the UIDs of their controllers ("controllerUid"): an adoption finds its pods. */
+  readonly pods: Informer<SlimPod>;
+  readonly nodes: Informer<SlimNode>;
+  readonly placementObjects: Informer<PlacementObject>;
+  readonly namespaces: Informer<KubeObject>;
+  readonly replicaSets: Informer<KubeObject>;
+  readonly jobs: Informer<KubeObject>;
+  /** The placements from the cache, parsed once per change of any of them. */
+  readonly parsedPlacements: () => ReturnType<typeof parsePlacements<PlacementObject>>;
+  /**
+   * Every placement that parses, usable or not: an invalid one still lets go of what it held. Its
+   * problems include keys that a higher-ranked capability (a startup gate) owns.
+   */
+  parsed(): ParsedPlacement<PlacementObject>[];
+  /** The usable placements, from the cache: they parse, and validatePlacement finds no problem. */
+  placements(): ParsedPlacement<PlacementObject>[];
+  /** Every node that carries a claim of this owner under this placement's prefix, as Berth wrote it, from the node cache. */
+  nodesClaiming(prefix: string, uid: string): string[];
+  /** Placement → its owner kind as agents-finalizer last checked it, for placements with a finalizer; agents-status reads it. */
+  readonly ownerKinds: Map<string, OwnerKind>;
+  readonly events: EventRecorder;
+  readonly log: Logger;
+}
+
+export interface AgentsOptions {
+  workers?: number;
+  berthNamespace: string;
+}
+
+/**
+ * The agents' controllers (agents-node, agents-status, agents-finalizer) on the kit's manager, and
+ * the Pod CREATE webhook to serve.
+ */
+export function setupAgents(
+  kit: PolicyKit,
+  opts: AgentsOptions,
+): Agents & {
+  nodeController: Controller;
+  status: AgentStatus;
+  finalizerController: Controller;
+  webhook: WebhookSpec;
+} {
+  const manager = kit.manager;
+  const pods = podInformer(manager);
+  pods.addIndexer(
+    'controllerUid',
+    (p) => p.metadata?.ownerReferences?.filter((o) => o.controller).map((o) => o.uid) ?? [],
+  );
+  const nodes = nodeInformer(manager);
+  const writer = kit.applyWriter(FIELD_MANAGER, nodes, {
+    spacing: new WriteSpacing(CLAIM_WRITE_INTERVAL_MS, CLAIM_WRITE_BURST),
+    // Claims follow pods, never the node: only a claim someone else undid can be a fight.
+    decidesFromNode: false,
+  });
+  const placementObjects = manager.informer<PlacementObject>(AgentPlacement.ref);
+  const parseCache: ParseCache = new Map();
+  const parsedPlacements = placementObjects.derive((objs) => parsePlacements(objs, parseCache));
+  const parsed = ownedPlacements(kit, placementObjects, parsedPlacements);
+  const a: Agents = {
+    manager,
+    keys: kit.keys,
+    berthNamespace: opts.berthNamespace,
+    pods,
+    nodes,
+    placementObjects,
+    namespaces: manager.informer(Resources.namespaces, { transform: slimMeta }),
+    replicaSets: manager.informer(Resources.replicaSets, { transform: slimMeta }),
+    jobs: manager.informer(
+      { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true },
+      { transform: slimMeta },
+    ),
+    parsedPlacements,
+    parsed,
+    placements: () => usablePlacements(parsed()),
+    nodesClaiming: (prefix, uid) =>
+      nodes
+        .list()
+        .filter((n) => claimedOwners(n, prefix, FIELD_MANAGER).includes(uid))
+        .map((n) => n.metadata!.name!),
+    ownerKinds: new Map(),
+    events: manager.recorder('agents'),
+    log: manager.log.child({ capability: 'agents' }),
+  };
+  // The node controller records each node's standings in the status writer, which needs the node
+  // controller to know its first pass is done: the reconciler is called only once the manager runs.
+  const nodeController = setupNodeController(
+    a,
+    { reconcile: (key) => reconciler.reconcile(key) },
+    opts.workers ?? 16,
+  );
+  const status = setupStatusController(a, nodeController);
+  const reconciler = new NodeReconciler(a, writer, status);
+  const finalizerController = setupOwnerFinalizerController(a, status);
+  return { ...a, nodeController, status, finalizerController, webhook: podWebhook(a) };
+}
+
+/**
+ * Every placement that parses, checked against the keys higher-ranked capabilities own (once per
+ * change of either); and this capability's key claims, kept current as placements and ownership change.
+ */
+function ownedPlacements(
+  kit: PolicyKit,
+  placementObjects: Informer<PlacementObject>,
+  parsedPlacements: Agents['parsedPlacements'],
+): () => ParsedPlacement<PlacementObject>[] {
+  /** Bumped when what higher-ranked capabilities own changes: placements are checked again. */
+  let ownershipVersion = 0;
+  let checked:
+    | {
+        from: ParsedPlacement<PlacementObject>[];
+        version: number;
+        parsed: ParsedPlacement<PlacementObject>[];
+      }
+    | undefined;
+  const parsed = () => {
+    const from = parsedPlacements().parsed;
+    if (checked?.from !== from || checked.version !== ownershipVersion) {
+      const parsed = checkOwnership(from, (keys) => kit.keys.violations('agents', keys));
+      checked = { from, version: ownershipVersion, parsed };
+    }
+    return checked.parsed;
+  };
+
+  // One owner per key: a placement whose label or claims are a gate's keys is Invalid; the keys of
+  // the others are this capability's, which derived-label rules may not write.
+  kit.keys.declare('agents', AGENT_KEYS, (signal) => placementObjects.waitForSync(signal));
+  const claim = () => kit.keys.claim('agents', placementClaims(parsed()));
+  placementObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
+  kit.keys.addEventHandler({
+    onUpdate: (c) => {
+      if (!outranked(c)) return;
+      ownershipVersion++;
+      claim();
+    },
+  });
+  return parsed;
+}

@@ -13,7 +13,10 @@ import { mutate } from '../runtime/api/jsonpatch.ts';
 import { threadHandler } from '../runtime/webhook/threaded.ts';
 import { claimOf, podSelected, type OwnerLookup, type Placement } from './decide.ts';
 import type { AgentPlacementSpec } from './types.ts';
-import { podSelection, withNamespaceLabels } from '../policy/namespace.ts';
+import { namespaceLabelsByName, podSelection, withNamespaceLabels } from '../policy/namespace.ts';
+import { deletionChanged, generationChanged, labelsChanged, onChanges, or } from '../policy/predicates.ts';
+import type { WebhookSpec } from '../runtime/webhook/registration.ts';
+import type { Agents } from './index.ts';
 import { podOs, type PodOsSpec } from '../policy/pods.ts';
 
 /** Lists the placements whose init containers a pod carries, for `kubectl describe` and `berth explain`. */
@@ -298,3 +301,37 @@ export const agentAdmission = threadHandler(
       },
     }),
 );
+
+/**
+ * The Pod CREATE webhook that adds the wait-for-agent init container. failurePolicy Ignore: an
+ * unavailable Berth must never block pod creation; such a pod just starts without waiting.
+ */
+export function podWebhook(a: Agents): WebhookSpec {
+  return {
+    name: 'pods.agents.berth.dev',
+    path: '/agents/mutate-pod',
+    kind: 'mutating',
+    // In the webhook thread, from the placements as the controllers parse them.
+    handler: agentAdmission.fed(
+      () => ({
+        placements: a
+          .placements()
+          .flatMap((p) =>
+            p.spec.waitForAgent && !p.obj.metadata?.deletionTimestamp ? [{ name: p.name, spec: p.spec }] : [],
+          ),
+        berthNamespace: a.berthNamespace,
+        namespaceLabels: namespaceLabelsByName(a.namespaces),
+      }),
+      // Only what admission reads: a placement's status changes with every node it claims.
+      (changed) => {
+        a.placementObjects.addEventHandler(onChanges(or(generationChanged, deletionChanged), changed));
+        // A key a gate takes makes a placement Invalid, so unusable.
+        a.keys.addEventHandler({ onUpdate: changed });
+        a.namespaces.addEventHandler(onChanges(labelsChanged, changed));
+      },
+    ),
+    rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+    failurePolicy: 'Ignore',
+    timeoutSeconds: 2,
+  };
+}

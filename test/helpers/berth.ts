@@ -4,7 +4,7 @@
 import { PolicyKit } from '../../src/policy/kit.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { AgentsController } from '../../src/agents/controller.ts';
+import { setupAgents } from '../../src/agents/index.ts';
 import { setupGates } from '../../src/gates/index.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { setupLabels } from '../../src/labels/index.ts';
@@ -299,7 +299,7 @@ export async function everyCapability(client: KubeClient): Promise<PolicyKit> {
   const kit = new PolicyKit(manager);
   setupLabels(kit, { workers: 4 });
   setupGates(kit, { workers: 4 });
-  new AgentsController(kit, { workers: 4, berthNamespace: NAMESPACE });
+  setupAgents(kit, { workers: 4, berthNamespace: NAMESPACE });
   await manager.start();
   await manager.waitForCacheSync();
   return kit;

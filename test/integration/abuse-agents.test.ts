@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { prng } from '../helpers/prng.ts';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
-import { AgentsController } from '../../src/agents/controller.ts';
+import { setupAgents } from '../../src/agents/index.ts';
 import { WAIT_FOR_AGENT_ANNOTATION, SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../src/agents/webhook.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
@@ -443,7 +443,7 @@ before(async () => {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = new AgentsController(new PolicyKit(manager), { workers: 4, berthNamespace: BERTH });
+  const agents = setupAgents(new PolicyKit(manager), { workers: 4, berthNamespace: BERTH });
   await manager.start();
   await manager.waitForCacheSync();
   readinessProbe = setInterval(() => {
@@ -456,7 +456,7 @@ before(async () => {
     server: { port: 0, certificates: generatedCertificates(registration) },
     registration,
     // Berth's own 2 s timeout: a generated placement that slows admission past it fails the pods below.
-    specs: [{ ...controller.webhook(), namespaceSelector: { matchLabels: { [WEBHOOK_NS]: 'yes' } } }],
+    specs: [{ ...agents.webhook, namespaceSelector: { matchLabels: { [WEBHOOK_NS]: 'yes' } } }],
     berthNamespace: BERTH,
     configName: identity.webhookConfiguration,
   });

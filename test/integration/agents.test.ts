@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { AgentsController } from '../../src/agents/controller.ts';
+import { setupAgents } from '../../src/agents/index.ts';
 import { explainNodeAgents } from '../../src/agents/explain.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
@@ -55,14 +55,14 @@ const identity = {
   finalizerOwners: ['configmaps', GHOSTS],
 };
 let manager: Manager | undefined;
-let controller: AgentsController | undefined;
-async function startController(): Promise<AgentsController> {
+let controller: ReturnType<typeof setupAgents> | undefined;
+async function startController(): Promise<ReturnType<typeof setupAgents>> {
   manager = new Manager({
     client: await berthClient(sandbox, identity),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const c = new AgentsController(new PolicyKit(manager), { workers: 4, berthNamespace: BERTH });
+  const c = setupAgents(new PolicyKit(manager), { workers: 4, berthNamespace: BERTH });
   controller = c;
   await manager.start();
   await manager.waitForCacheSync();
@@ -198,7 +198,7 @@ describe('agent placement', () => {
       client: manager!.client(),
       server: { port: 0, certificates: generatedCertificates(registration) },
       registration,
-      specs: [controller!.webhook()],
+      specs: [controller!.webhook],
       berthNamespace: BERTH,
       configName: identity.webhookConfiguration,
     });

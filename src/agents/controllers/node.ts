@@ -1,0 +1,175 @@
+// agents-node: keeps, on each node, one claim annotation per owner of the workload pods it hosts and
+// the agent label while any claim exists; what the node carries is each AgentPlacement's standing on
+// it, for agents-status (controllers/status.ts).
+import type { ApplyNodeWriter } from '../../policy/nodes/apply.ts';
+import {
+  annotationsChanged,
+  changed,
+  generationChanged,
+  labelsChanged,
+  managedFieldsChanged,
+  ownersChanged,
+  valueChanged,
+} from '../../policy/predicates.ts';
+import { podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
+import type { KubeObject } from '../../runtime/api/meta.ts';
+import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import { claimKey, decideNode, podFinished } from '../decide.ts';
+import type { Agents } from '../index.ts';
+import { AGENT_KEYS } from '../types.ts';
+import type { AgentStatus, PlacementStanding } from './status.ts';
+
+// A busy node's claims wait at most this long after its last write, so that the changes of a burst
+// go out together: every claim is on its node within this bound plus one write (decision 0005).
+export const CLAIM_WRITE_INTERVAL_MS = 500;
+// After a quiet spell two claim writes go at once: a pod replaced on a node (one goes, one comes) is
+// two changes in quick succession, and the second need not wait out the interval (decision 0005).
+export const CLAIM_WRITE_BURST = 2;
+
+/** A change of key ownership by a higher-ranked capability (a startup gate): placements are checked again. */
+export const outranked = (c: { rank: number }): boolean => c.rank < AGENT_KEYS.rank;
+
+export class NodeReconciler implements Reconciler {
+  private readonly a: Agents;
+  private readonly writer: ApplyNodeWriter;
+  private readonly status: AgentStatus;
+
+  constructor(a: Agents, writer: ApplyNodeWriter, status: AgentStatus) {
+    this.a = a;
+    this.writer = writer;
+    this.status = status;
+  }
+
+  private lookup = (
+    apiVersion: string,
+    kind: string,
+    namespace: string,
+    name: string,
+  ): KubeObject | undefined => {
+    if (apiVersion === 'apps/v1' && kind === 'ReplicaSet')
+      return this.a.replicaSets.get(`${namespace}/${name}`);
+    if (apiVersion === 'batch/v1' && kind === 'Job') return this.a.jobs.get(`${namespace}/${name}`);
+    return undefined;
+  };
+
+  private namespaceLabels = (ns: string) => this.a.namespaces.get(ns)?.metadata?.labels;
+
+  /** The claims a node should carry; a placement being deleted claims nothing any more. */
+  decide(nodeName: string) {
+    return decideNode(
+      podsOn(this.a.pods, nodeName),
+      this.a.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
+      this.namespaceLabels,
+      this.lookup,
+      this.a.berthNamespace,
+    );
+  }
+
+  async reconcile(name: string): Promise<Result | void> {
+    const node = this.a.nodes.get(name);
+    if (!node) {
+      this.writer.forget(name);
+      this.status.set(name, undefined);
+      return;
+    }
+    const placements = this.a.placements();
+    const decision = this.decide(name);
+    // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
+    const plan = await this.writer.trySync(node, decision.desired);
+    const failed = plan.refused?.message;
+    // Claims wait for the node's write spacing, or the loop breaker held keys back: sync again then.
+    const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
+    const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
+    // The node as cached: a write just made comes back through the informer and is counted then.
+    const labels = node.metadata?.labels ?? {};
+    const annotations = node.metadata?.annotations ?? {};
+    const standings = new Map<string, PlacementStanding>();
+    for (const [placement, r] of decision.placements) {
+      const spec = placements.find((p) => p.name === placement)!.spec;
+      const s: PlacementStanding = {
+        claims: new Set(),
+        labelled: false,
+        pending: 0,
+        blocked: undefined,
+        rejected: r.rejected,
+        // Its failure if the write was for it: claims to put on, or its label or claims to take off.
+        failed:
+          failed &&
+          (r.claims.size > 0 ||
+            labels[spec.nodeLabel.key] !== undefined ||
+            Object.keys(annotations).some((k) => k.startsWith(spec.claimAnnotationPrefix)))
+            ? failed
+            : undefined,
+      };
+      for (const [uid, c] of r.claims) {
+        const key = claimKey(spec, uid);
+        if (annotations[key] === c.owner.description) s.claims.add(uid);
+        else if (foreign.has(`annotation/${key}`))
+          s.blocked = `annotation ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`;
+        else s.pending++;
+      }
+      if (r.claims.size > 0) {
+        const { key, value } = spec.nodeLabel;
+        if (!r.labelled)
+          s.blocked = `label ${key} on node ${name} is set to another value by another AgentPlacement`;
+        else if (foreign.has(`label/${key}`))
+          s.blocked = `label ${key} on node ${name} is set to another value by another field manager; Berth leaves it alone`;
+        else if (labels[key] === value) s.labelled = true;
+        else s.pending++;
+      }
+      standings.set(placement, s);
+    }
+    this.status.set(name, standings);
+    if (plan.refused) {
+      this.a.events.event(node, 'Warning', 'WriteFailed', 'Place', plan.refused.message);
+      throw plan.refused.error;
+    }
+    return retry;
+  }
+}
+
+/**
+ * The agents-node controller: a node's own changes, and those of the pods on it, bring it back; so do
+ * what names a pod's owner (its namespace's labels, an adoption), a placement's change, and a key a
+ * gate takes (every node).
+ */
+export function setupNodeController(a: Agents, reconciler: Reconciler, workers: number): Controller {
+  const nodesOfPods = (pods: SlimPod[]) => [
+    ...new Set(pods.flatMap((p) => (p.spec.nodeName ? [p.spec.nodeName] : []))),
+  ];
+  const allNodes = () => a.nodes.keys();
+  const ownerChanged = changed(ownersChanged);
+  const controller = new Controller({ name: 'agents-node', workers, logger: a.log, reconciler })
+    .watch(a.pods, (p) => p.spec.nodeName, { update: podChanged })
+    .watch(a.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
+    .watch(a.placementObjects, allNodes, { update: changed(generationChanged) })
+    .watch(a.keys, (c) => (outranked(c) ? allNodes() : []))
+    .watch(
+      a.namespaces,
+      (ns) => nodesOfPods(a.pods.list().filter((p) => p.metadata?.namespace === ns.metadata?.name)),
+      { update: changed(labelsChanged) },
+    )
+    // An adoption changes who owns the pods of a ReplicaSet or Job.
+    .watch(a.replicaSets, (rs) => nodesOfPods(a.pods.byIndex('controllerUid', rs.metadata!.uid!)), {
+      update: ownerChanged,
+    })
+    .watch(a.jobs, (j) => nodesOfPods(a.pods.byIndex('controllerUid', j.metadata!.uid!)), {
+      update: ownerChanged,
+    });
+  a.manager.add(controller);
+  return controller;
+}
+
+/**
+ * Pod changes that can change a node's claims: not the status updates of a pod starting, which
+ * are most of a pod's events.
+ */
+export const podChanged = changed<SlimPod>(
+  valueChanged((p) => p.spec.nodeName),
+  valueChanged(podFinished),
+  labelsChanged,
+  ownersChanged,
+);
+
+/** Node changes that matter: its labels and annotations (claims), and what Berth owns. */
+export const nodeChanged = changed<SlimNode>(labelsChanged, annotationsChanged, managedFieldsChanged);
