@@ -283,9 +283,13 @@ export const secondsWithin = (min: number, max: number) => (v: string) => {
   return n;
 };
 
+/** An option taking a whole number of at least `min` (1 unless said), `dflt` when not given. */
+export const wholeNumber = (flags: string, description: string, dflt: number, min = 1): Option =>
+  new Option(flags, description).default(dflt).argParser(atLeast(min));
+
 /** A `--<name>-workers <n>` option: how many objects a controller reconciles at once. */
 export const workers = (flags: string, description: string, dflt: number): Option =>
-  new Option(flags, description).default(dflt).argParser(atLeast(1));
+  wholeNumber(flags, description, dflt);
 
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
 export const workersOption = (flag: string, controller: string): Option =>

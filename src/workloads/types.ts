@@ -151,7 +151,7 @@ export type WorkloadDeploymentStatus = ObservedStatus<typeof workloadDeploymentS
 /** As `kubectl get deployment`: ready, desired, up to date, available, age; `desired` is where it is read. */
 export const replicaColumns = (desired: string): PrinterColumn[] => [
   column('Ready', '.status.readyReplicas', 'integer'),
-  { name: 'Desired', type: 'integer', jsonPath: desired },
+  column('Desired', desired, 'integer'),
   column('Up-to-date', '.status.updatedReplicas', 'integer'),
   conditionColumn('Available', 'Available'),
   conditionColumn('Reason', 'Available', 'reason'),
