@@ -3,12 +3,13 @@
 // builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { existsSync } from 'node:fs';
 import type { PolicyKit } from './policy/kit.ts';
 import { KeyOwnership, type KeyClaim, type KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
 import type { KubeObject, ResourceRef } from './runtime/api/meta.ts';
 import type { DeclaredRule } from './runtime/api/rbac.ts';
-import type { KubeClient } from './runtime/client/client.ts';
+import { KubeClient } from './runtime/client/client.ts';
 import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
 
@@ -221,6 +222,51 @@ export function capabilityCommands(all: Capability[]): Command[] {
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }
 
+/** Runs a command against the cluster of `kubeconfig` (the default one without it), then closes the client. */
+export async function withCluster<T>(
+  kubeconfig: string | undefined,
+  run: (client: KubeClient) => Promise<T>,
+) {
+  const client = KubeClient.fromFile(kubeconfig);
+  try {
+    return await run(client);
+  } finally {
+    client.close();
+  }
+}
+
+/** Says a command's step on stdout, marked when the command changes nothing. */
+export const sayStep =
+  (dryRun: boolean) =>
+  (s: string): void => {
+    process.stdout.write(`${dryRun ? '(dry run) ' : ''}${s}\n`);
+  };
+
+/** What one argument of a preview read: objects, or errors. */
+interface Read<T> {
+  items?: T[];
+  errors?: string[];
+}
+
+/**
+ * A preview's arguments, read in their order: a path that exists is a file, anything else the
+ * name of an object in the cluster.
+ */
+export async function filesOrNames<T>(
+  args: string[],
+  file: (path: string) => Promise<Read<T>>,
+  name: (name: string) => Read<T>,
+): Promise<{ items: T[]; errors: string[] }> {
+  const items: T[] = [];
+  const errors: string[] = [];
+  for (const a of args) {
+    const read = existsSync(a) ? await file(a) : name(a);
+    items.push(...(read.items ?? []));
+    errors.push(...(read.errors ?? []));
+  }
+  return { items, errors };
+}
+
 /** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */
 export const atLeast = (min: number) => (v: string) => {
   const n = Number(v);
@@ -237,9 +283,13 @@ export const secondsWithin = (min: number, max: number) => (v: string) => {
   return n;
 };
 
+/** An option taking a whole number of at least `min` (1 unless said), `dflt` when not given. */
+export const wholeNumber = (flags: string, description: string, dflt: number, min = 1): Option =>
+  new Option(flags, description).default(dflt).argParser(atLeast(min));
+
 /** A `--<name>-workers <n>` option: how many objects a controller reconciles at once. */
 export const workers = (flags: string, description: string, dflt: number): Option =>
-  new Option(flags, description).default(dflt).argParser(atLeast(1));
+  wholeNumber(flags, description, dflt);
 
 /** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
 export const workersOption = (flag: string, controller: string): Option =>

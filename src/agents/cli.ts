@@ -1,9 +1,8 @@
 // `berth agents test`: a dry run of AgentPlacements against the cluster's pods. Writes nothing.
 import { Command, Option } from 'commander';
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
-import type { CommandContext } from '../capability.ts';
+import { filesOrNames, type CommandContext } from '../capability.ts';
 import { checkOwnership, parsePlacements, type ParsedPlacement } from './decide.ts';
 import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from './explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
@@ -59,22 +58,16 @@ export function agentsCommand(ctx: CommandContext): Command {
       const client = KubeClient.fromFile(o.kubeconfig);
       try {
         const current = await clusterPlacements(client);
-        const chosen: ParsedPlacement[] = [];
-        const errors: string[] = [];
-        for (const a of args) {
-          if (existsSync(a)) {
-            const loaded = await filePlacements(a);
-            chosen.push(...loaded.parsed);
-            errors.push(...loaded.errors);
-          } else {
-            const p = current.parsed.find((x) => x.name === a);
-            if (p) chosen.push(p);
-            else
-              errors.push(
-                `${a}: ${current.errors.get(a) ?? 'no such file, and no AgentPlacement of that name'}`,
-              );
-          }
-        }
+        const { items: chosen, errors } = await filesOrNames<ParsedPlacement>(
+          args,
+          (file) => filePlacements(file).then((loaded) => ({ items: loaded.parsed, errors: loaded.errors })),
+          (name) => {
+            const p = current.parsed.find((x) => x.name === name);
+            if (p) return { items: [p] };
+            const why = current.errors.get(name) ?? 'no such file, and no AgentPlacement of that name';
+            return { errors: [`${name}: ${why}`] };
+          },
+        );
         if (args.length === 0) {
           chosen.push(...current.parsed);
           errors.push(...current.errors.values());

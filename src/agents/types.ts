@@ -1,7 +1,7 @@
 // The API of agent placement: AgentPlacement says which pods count, how their owner (pool) is
 // identified, and which node label and claim annotations follow them.
 import { z } from 'zod';
-import { k8s } from '../runtime/api/crd.ts';
+import { column, k8s } from '../runtime/api/crd.ts';
 import { definePolicy, specColumn, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import { labelSelectorSchema } from '../policy/match/selector.ts';
@@ -127,7 +127,7 @@ export const AgentPlacement = definePolicy({
   },
   printerColumns: [
     specColumn('Label', 'nodeLabel.key'),
-    { name: 'Nodes', type: 'integer', jsonPath: '.status.labelledNodes' },
+    column('Nodes', '.status.labelledNodes', 'integer'),
     'claims',
   ],
 });

@@ -13,8 +13,9 @@ import {
 import { releaseNodes, type ReleaseOptions } from '../policy/nodes/release.ts';
 import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import { servedItems } from '../runtime/client/absent.ts';
-import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
+import { sayStep, withCluster } from '../capability.ts';
 import {
   gated,
   parsePolicies,
@@ -68,18 +69,11 @@ export function archCommand(): Command {
     )
     .option('--dry-run', 'say what would change, change nothing', false)
     .option('--kubeconfig <path>', 'kubeconfig to use')
-    .action(async (o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
-      try {
-        await cleanArch(client, {
-          force: o.force,
-          dryRun: o.dryRun,
-          say: (s) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`),
-        });
-      } finally {
-        client.close();
-      }
-    });
+    .action((o) =>
+      withCluster(o.kubeconfig, (client) =>
+        cleanArch(client, { force: o.force, dryRun: o.dryRun, say: sayStep(o.dryRun) }),
+      ),
+    );
   return cmd;
 }
 

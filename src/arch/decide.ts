@@ -276,6 +276,14 @@ export interface AdmissionPlacement {
   images: string[];
 }
 
+/** What Berth recorded on a pod: its state, the policy that gated it, its images' result, why it failed. */
+export const podRecords = (pod: ArchPod) => ({
+  state: pod.metadata?.labels?.[STATE_LABEL],
+  policy: pod.metadata?.annotations?.[POLICY_ANNOTATION],
+  result: pod.metadata?.annotations?.[RESULT_ANNOTATION],
+  failure: pod.metadata?.annotations?.[FAILURE_ANNOTATION],
+});
+
 /** A pod the webhook placed at admission: its result, for the event the pod could not get then. */
 export function placedAtAdmission(pod: ArchPod): AdmissionPlacement | undefined {
   if (pod.metadata?.labels?.[STATE_LABEL] !== 'Placed' || gated(pod)) return undefined;

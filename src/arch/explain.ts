@@ -7,21 +7,14 @@ import {
   exemption,
   gated,
   parsePolicies,
+  podRecords,
   webhookServiceNamespaces,
   type ArchPod,
   type ExemptionContext,
   type NodeSelectorTerm,
   type Policy,
 } from './decide.ts';
-import {
-  ARCH_LABEL,
-  ARCH_TAINT,
-  ArchPlacement,
-  FAILURE_ANNOTATION,
-  POLICY_ANNOTATION,
-  RESULT_ANNOTATION,
-  STATE_LABEL,
-} from './types.ts';
+import { ARCH_LABEL, ARCH_TAINT, ArchPlacement, STATE_LABEL } from './types.ts';
 
 const termText = (t: NodeSelectorTerm) =>
   [...(t.matchExpressions ?? []), ...(t.matchFields ?? []).map((f) => ({ ...f, key: `field ${f.key}` }))]
@@ -37,8 +30,7 @@ export function explainArch(
 ): string[] {
   const ns = pod.metadata?.namespace ?? '';
   const out = ['Architecture-aware placement:'];
-  const state = pod.metadata?.labels?.[STATE_LABEL];
-  const by = pod.metadata?.annotations?.[POLICY_ANNOTATION];
+  const { state, policy: by, result, failure } = podRecords(pod);
   // A pod behind Berth's gate is gated whatever else it lost (its label, put back once Berth runs).
   if ((!state || !by) && !gated(pod)) {
     // A bound pod's nodeName may be the scheduler's, not its author's: the other reasons are certain.
@@ -69,7 +61,6 @@ export function explainArch(
     out.push(
       '  gated: waiting for Berth to read its images (is Berth running? berth explain shows no progress while it is down)',
     );
-  const result = pod.metadata?.annotations?.[RESULT_ANNOTATION];
   if (result) {
     try {
       const r = JSON.parse(result) as {
@@ -86,7 +77,6 @@ export function explainArch(
       out.push(`  result: ${result}`);
     }
   }
-  const failure = pod.metadata?.annotations?.[FAILURE_ANNOTATION];
   if (failure) out.push(`  ${state === 'Released' ? 'released' : 'inspection failed'}: ${failure}`);
   const terms =
     pod.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms ?? [];

@@ -2,7 +2,7 @@
 // city a cell serves, a Cell is a cluster Berth reaches with the kubeconfig kept in a Secret. The
 // management plane probes each cell and says whether it answers and can take workloads.
 import { z } from 'zod';
-import { AGE_COLUMN, conditionColumn, k8s, type CustomObject } from '../runtime/api/crd.ts';
+import { AGE_COLUMN, column, conditionColumn, type CustomObject, k8s } from '../runtime/api/crd.ts';
 import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
@@ -37,10 +37,10 @@ export const Location = defineBerthResource({
   scope: 'Cluster',
   spec: locationSpec,
   printerColumns: [
-    { name: 'City', type: 'string', jsonPath: '.spec.cityCode' },
-    { name: 'Region', type: 'string', jsonPath: '.spec.topology.region' },
-    { name: 'Zone', type: 'string', jsonPath: '.spec.topology.zone' },
-    { name: 'Class', type: 'string', jsonPath: '.spec.class' },
+    column('City', '.spec.cityCode'),
+    column('Region', '.spec.topology.region'),
+    column('Zone', '.spec.topology.zone'),
+    column('Class', '.spec.class'),
     AGE_COLUMN,
   ],
 });
@@ -95,10 +95,10 @@ export const Cell = defineBerthResource({
   spec: cellSpec,
   status: cellStatus,
   printerColumns: [
-    { name: 'Locations', type: 'string', jsonPath: '.spec.locations' },
+    column('Locations', '.spec.locations'),
     conditionColumn('Reachable', 'Reachable'),
     conditionColumn('Ready', 'Ready'),
-    { name: 'Version', type: 'string', jsonPath: '.status.serverVersion' },
+    column('Version', '.status.serverVersion'),
     conditionColumn('Reason', 'Ready', 'reason', 1),
     AGE_COLUMN,
   ],

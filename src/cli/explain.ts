@@ -3,11 +3,10 @@
 // capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
 // which the page (src/ui) calls too.
 import { Command } from 'commander';
-import { dryRunControllersOption } from '../capability.ts';
+import { dryRunControllersOption, withCluster } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { explainers, explainObject, type Explainer } from '../explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
-import { KubeClient } from '../runtime/client/client.ts';
 
 /** The flags a kind's explanation reads, besides --kubeconfig and --namespace. */
 function ruleFlags(cmd: Command, e: Explainer): Command {
@@ -34,13 +33,10 @@ export function explainCommand(): Command {
     sub.option('--kubeconfig <path>', 'kubeconfig to use');
     ruleFlags(sub, e).action(async (arg: string, o) => {
       const [namespace, name] = e.resource.namespaced ? namespaced(arg, o.namespace) : [undefined, arg];
-      const client = KubeClient.fromFile(o.kubeconfig);
-      try {
-        const lines = await explainObject(client, e, name, namespace, o, berthNamespace());
-        process.stdout.write(lines.join('\n') + '\n');
-      } finally {
-        client.close();
-      }
+      const lines = await withCluster(o.kubeconfig, (client) =>
+        explainObject(client, e, name, namespace, o, berthNamespace()),
+      );
+      process.stdout.write(lines.join('\n') + '\n');
     });
   }
   return cmd;

@@ -1,12 +1,12 @@
 // `berth install` and `berth manifests`: the CRDs, RBAC and empty webhook configurations generated from code.
 import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
-import { KubeClient } from '../runtime/client/client.ts';
+import type { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook/registration.ts';
 import { WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
-import { controllersOption, runningCapabilities } from '../capability.ts';
+import { controllersOption, runningCapabilities, withCluster } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { cellRbacManifests, crdManifests, podPatchPolicyManifests, rbacManifests } from '../manifests.ts';
 
@@ -71,17 +71,14 @@ export function installCommand(): Command {
         "webhook configurations Berth registers into, and the admission policy that bounds Berth's Pod patches",
     )
     .option('--kubeconfig <path>', 'kubeconfig to use')
-    .action(async (o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
-      try {
+    .action((o) =>
+      withCluster(o.kubeconfig, async (client) => {
         const log = (s: string) => process.stderr.write(`${s}\n`);
         await installCrds(client, log);
         await installWebhookConfigurations(client, log);
         await installPodPatchPolicy(client, log);
-      } finally {
-        client.close();
-      }
-    });
+      }),
+    );
 }
 
 export function manifestsCommand(): Command {

@@ -4,7 +4,13 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import { atLeast, controllersOption, runningCapabilities, type CapabilityContext } from '../capability.ts';
+import {
+  atLeast,
+  controllersOption,
+  runningCapabilities,
+  wholeNumber,
+  type CapabilityContext,
+} from '../capability.ts';
 import {
   berthNamespace,
   LEADER_ELECTION_ID,
@@ -86,12 +92,11 @@ export function runCommand(): Command {
       DEFAULT_ADDRESSES.webhook,
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-max-connections <n>',
         'connections the webhook server keeps; more are closed at once',
-      )
-        .default(limits.maxConnections)
-        .argParser(atLeast(1)),
+        limits.maxConnections,
+      ),
     )
     .addOption(
       new Option(
@@ -106,59 +111,56 @@ export function runCommand(): Command {
         'a client without a certificate it signs is refused in the TLS handshake (default: none asked for)',
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-max-in-flight <n>',
         'admission requests served at once; more are answered 429 at once, so the apiserver applies ' +
           "the webhook's failurePolicy without waiting for its timeout",
-      )
-        .default(limits.maxInFlight)
-        .argParser(atLeast(1)),
+        limits.maxInFlight,
+      ),
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-max-in-flight-bytes <n>',
         'bytes of admission request bodies held at once (received, not yet answered); a request ' +
           'that would hold more is answered 429 at once',
-      )
-        .default(defaultMaxInFlightBytes)
-        .argParser(atLeast(1)),
+        defaultMaxInFlightBytes,
+      ),
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-header-timeout <seconds>',
         "a client's TLS handshake and request headers must arrive within this, or it is dropped",
-      )
-        .default(limits.headersTimeoutMs / 1000)
-        .argParser(atLeast(1)),
+        limits.headersTimeoutMs / 1000,
+      ),
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-request-timeout <seconds>',
         'a whole request, body included, must arrive within this, or the client is dropped',
-      )
-        .default(limits.requestTimeoutMs / 1000)
-        .argParser(atLeast(1)),
+        limits.requestTimeoutMs / 1000,
+      ),
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-keep-alive-timeout <seconds>',
         'idle connections are closed after this (keep it above the 90 s after which the apiserver closes them)',
-      )
-        .default(limits.keepAliveTimeoutMs / 1000)
-        .argParser(atLeast(1)),
+        limits.keepAliveTimeoutMs / 1000,
+      ),
     )
     .addOption(
-      new Option(
+      wholeNumber(
         '--webhook-max-requests-per-connection <n>',
         'a connection is closed after this many requests, spreading the apiserver over replicas (0: never)',
-      )
-        .default(limits.maxRequestsPerConnection)
-        .argParser(atLeast(0)),
+        limits.maxRequestsPerConnection,
+        0,
+      ),
     )
     .addOption(
-      new Option('--webhook-max-request-bytes <n>', 'larger admission requests are answered 413')
-        .default(defaultMaxRequestBytes)
-        .argParser(atLeast(1)),
+      wholeNumber(
+        '--webhook-max-request-bytes <n>',
+        'larger admission requests are answered 413',
+        defaultMaxRequestBytes,
+      ),
     )
     .option(
       '--webhook-cert-dir <dir>',

@@ -6,12 +6,12 @@
 import { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
-import { atLeast } from '../capability.ts';
+import { atLeast, sayStep, withCluster } from '../capability.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
 import { servedItems } from '../runtime/client/absent.ts';
-import { exists, isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { exists, isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { webhookConfigLabels } from '../runtime/webhook/registration.ts';
 
 export interface UninstallOptions {
@@ -126,19 +126,16 @@ export function uninstallCommand(): Command {
       // doubling backoff: on a loaded apiserver well over 30 s.
       120,
     )
-    .action(async (o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
-      try {
-        await uninstall(client, {
+    .action((o) =>
+      withCluster(o.kubeconfig, (client) =>
+        uninstall(client, {
           namespace: o.namespace,
           webhookCertSecret: o.webhookCertSecret,
           leaderElectionId: o.leaderElectionId,
           dryRun: o.dryRun,
           timeoutMs: o.timeout * 1000,
-          say: (s) => process.stdout.write(`${o.dryRun ? '(dry run) ' : ''}${s}\n`),
-        });
-      } finally {
-        client.close();
-      }
-    });
+          say: sayStep(o.dryRun),
+        }),
+      ),
+    );
 }

@@ -5,7 +5,7 @@ import { evictions, previewRules, type Eviction, type NodeChanges } from './expl
 import { holdsBeside } from './files.ts';
 import { clusterRules, localRules } from './load.ts';
 import { refuseOwned, ruleNameOf } from './decide.ts';
-import type { CommandContext } from '../capability.ts';
+import { filesOrNames, type CommandContext } from '../capability.ts';
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import type { Rule } from './types.ts';
 import { KubeClient } from '../runtime/client/client.ts';
@@ -34,21 +34,18 @@ export function rulesCommand(ctx: CommandContext): Command {
       const client = withoutMissingCrds(kube, missing);
       try {
         const current = await clusterRules(client, o.labelDir);
-        const candidates: Rule[] = [];
-        const errors: string[] = [];
         const removed = new Set<string>();
-        for (const a of args) {
-          if (existsSync(a)) {
-            const loaded = await localRules(a);
-            candidates.push(...loaded.rules);
-            errors.push(...loaded.errors);
-          } else {
+        const { items: candidates, errors } = await filesOrNames<Rule>(
+          args,
+          (file) => localRules(file).then((loaded) => ({ items: loaded.rules, errors: loaded.errors })),
+          (name) => {
             // An existing NodeLabelRule: what it does now, compared with the cluster without it.
-            const rule = current.rules.find((r) => r.name === ruleNameOf(a));
-            if (!rule) errors.push(`${a}: no such file, and no valid NodeLabelRule of that name`);
-            else removed.add(rule.name);
-          }
-        }
+            const rule = current.rules.find((r) => r.name === ruleNameOf(name));
+            if (!rule) return { errors: [`${name}: no such file, and no valid NodeLabelRule of that name`] };
+            removed.add(rule.name);
+            return {};
+          },
+        );
         // Two different questions (what would these files change; what do these rules do now): one per run.
         if (removed.size && (candidates.length || args.some((a) => existsSync(a))))
           errors.push('give rule files to preview, or names of current rules to see what they do, not both');

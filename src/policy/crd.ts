@@ -7,6 +7,7 @@ import { z } from 'zod';
 import type { Condition } from '../runtime/api/conditions.ts';
 import {
   AGE_COLUMN,
+  column,
   conditionColumn,
   conditionsSchema,
   defineCustomResource,
@@ -95,14 +96,7 @@ export function definePolicy<Spec extends z.ZodType, Count extends string>(
 }
 
 /** A string column of the spec, by its path under `.spec`. */
-export const specColumn = (name: string, path: string): PrinterColumn => ({
-  name,
-  type: 'string',
-  jsonPath: `.spec.${path}`,
-});
+export const specColumn = (name: string, path: string): PrinterColumn => column(name, `.spec.${path}`);
 
-const countColumn = (count: string): PrinterColumn => ({
-  name: count[0]!.toUpperCase() + count.slice(1),
-  type: 'integer',
-  jsonPath: `.status.${count}`,
-});
+const countColumn = (count: string): PrinterColumn =>
+  column(count[0]!.toUpperCase() + count.slice(1), `.status.${count}`, 'integer');

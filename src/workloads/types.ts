@@ -3,7 +3,7 @@
 // and memory, and an InstanceType sizes an instance whose containers do not say their resources.
 // Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
 import { z } from 'zod';
-import { AGE_COLUMN, conditionColumn, k8s, type PrinterColumn } from '../runtime/api/crd.ts';
+import { AGE_COLUMN, column, conditionColumn, k8s, type PrinterColumn } from '../runtime/api/crd.ts';
 import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 
@@ -150,9 +150,9 @@ export type WorkloadDeploymentStatus = ObservedStatus<typeof workloadDeploymentS
 
 /** As `kubectl get deployment`: ready, desired, up to date, available, age; `desired` is where it is read. */
 export const replicaColumns = (desired: string): PrinterColumn[] => [
-  { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-  { name: 'Desired', type: 'integer', jsonPath: desired },
-  { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
+  column('Ready', '.status.readyReplicas', 'integer'),
+  column('Desired', desired, 'integer'),
+  column('Up-to-date', '.status.updatedReplicas', 'integer'),
   conditionColumn('Available', 'Available'),
   conditionColumn('Reason', 'Available', 'reason'),
   AGE_COLUMN,
@@ -268,11 +268,11 @@ export const Quota = defineBerthResource({
   spec: quotaSpec,
   status: quotaStatus,
   printerColumns: [
-    { name: 'Instances', type: 'integer', jsonPath: '.status.used.instances' },
-    { name: 'Budget', type: 'integer', jsonPath: '.spec.instances' },
-    { name: 'CPU', type: 'string', jsonPath: '.status.used.cpu' },
-    { name: 'Memory', type: 'string', jsonPath: '.status.used.memory' },
-    { name: 'Waiting', type: 'integer', jsonPath: '.status.waiting' },
+    column('Instances', '.status.used.instances', 'integer'),
+    column('Budget', '.spec.instances', 'integer'),
+    column('CPU', '.status.used.cpu'),
+    column('Memory', '.status.used.memory'),
+    column('Waiting', '.status.waiting', 'integer'),
     AGE_COLUMN,
   ],
 });
@@ -282,9 +282,5 @@ export const InstanceType = defineBerthResource({
   shortNames: ['itype'],
   scope: 'Cluster',
   spec: z.object({ cpu: quantity, memory: quantity }),
-  printerColumns: [
-    { name: 'CPU', type: 'string', jsonPath: '.spec.cpu' },
-    { name: 'Memory', type: 'string', jsonPath: '.spec.memory' },
-    AGE_COLUMN,
-  ],
+  printerColumns: [column('CPU', '.spec.cpu'), column('Memory', '.spec.memory'), AGE_COLUMN],
 });

@@ -165,12 +165,7 @@ export function setupFederation(manager: Manager, opts: { workers?: number } = {
     .watch(r.locations, (l) => r.byLocation(l));
   manager.add(r.controller);
   // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
-  manager.addRunnable({
-    name: 'federation-cells',
-    needLeaderElection: false,
-    start: () => Promise.resolve(),
-    engage: (cluster, signal) => r.engage(cluster, signal),
-  });
+  manager.addEngager('federation-cells', r);
   return r;
 }
 

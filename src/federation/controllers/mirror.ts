@@ -83,12 +83,7 @@ export function setupMirror(manager: Manager, opts: { workers?: number } = {}): 
     });
   manager.add(r.controller);
   // Each cell's caches are made while it is engaged, on every replica (warm failover).
-  manager.addRunnable({
-    name: 'federation-mirror-cells',
-    needLeaderElection: false,
-    start: () => Promise.resolve(),
-    engage: (cluster, signal) => r.engage(cluster, signal),
-  });
+  manager.addEngager('federation-mirror-cells', r);
   return r;
 }
 

@@ -17,27 +17,19 @@ export interface Refusal {
   message: string;
 }
 
-/** Reasons of federation itself, worst first; the cells' own reasons rank after them. */
-export const FEDERATION_REASONS = [
+/** Reasons a user can fix upstream, worst first: a Warning event on the Workload. */
+const FIXABLE_REASONS = [
   'InvalidName',
   'NamespaceRefused',
   'NoMatchingLocation',
   'NamespaceNotServed',
   'NameTaken',
   'CellRefused',
-  'CellUnreachable',
-  'CellNotReady',
 ];
+export const WORKLOAD_FIXABLE: ReadonlySet<string> = new Set(FIXABLE_REASONS);
 
-/** Reasons a user can fix upstream: a Warning event on the Workload. */
-export const WORKLOAD_FIXABLE: ReadonlySet<string> = new Set([
-  'InvalidName',
-  'NamespaceRefused',
-  'NoMatchingLocation',
-  'NamespaceNotServed',
-  'NameTaken',
-  'CellRefused',
-]);
+/** Reasons of federation itself, worst first; the cells' own reasons rank after them. */
+export const FEDERATION_REASONS = [...FIXABLE_REASONS, 'CellUnreachable', 'CellNotReady'];
 
 export interface Verdict {
   status: 'True' | 'False' | 'Unknown';

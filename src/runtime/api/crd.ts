@@ -455,6 +455,17 @@ export interface PrinterColumn {
   format?: string;
 }
 
+/** A column of `kubectl get` by its JSONPath: a string unless said. */
+export const column = (
+  name: string,
+  jsonPath: string,
+  type: PrinterColumn['type'] = 'string',
+): PrinterColumn => ({
+  name,
+  type,
+  jsonPath,
+});
+
 /** The column of a condition's status (or reason) by its type, as `kubectl get` shows it. */
 export const conditionColumn = (
   name: string,

@@ -164,6 +164,16 @@ export class Manager implements ClusterSet {
     if (r.engage) this.addAware(r as Aware);
   }
 
+  /** A runnable whose only work is done as each cluster is engaged: on every replica (warm failover). */
+  addEngager(name: string, a: Aware): void {
+    this.addRunnable({
+      name,
+      needLeaderElection: false,
+      start: () => Promise.resolve(),
+      engage: (cluster, signal) => a.engage(cluster, signal),
+    });
+  }
+
   private addAware(a: Aware): void {
     this.aware.push(a);
     for (const { cluster, engagement } of this.clusters.values()) a.engage(cluster, engagement.signal);
