@@ -105,7 +105,7 @@ export async function joinCell(
   }
   let probe;
   try {
-    probe = await probeCell(cell, joinProbeTimeoutMs, cellAccess(Boolean(o['createNamespaces'])));
+    probe = await probeCell(cell, joinProbeTimeoutMs, cellAccess);
     if (!probe.ok)
       throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
     // The namespaces the Cell serves, kube-system and Berth's: where a grant beyond the cell role matters.

@@ -69,18 +69,16 @@ export interface CellAccess {
  * ones it made once empty) and, where the Cell sets `createNamespaces`, reads, creates and deletes
  * them. A cell whose credentials may not is answering but cannot take workloads.
  */
-export const cellAccess = (createNamespaces: boolean): CellAccess[] => [
+export const cellAccess: readonly CellAccess[] = [
   {
     group: POLICY_GROUP,
     resource: 'workloaddeployments',
     verbs: ['list', 'watch', 'create', 'patch', 'delete'],
   },
   { group: POLICY_GROUP, resource: 'instances', verbs: ['list', 'watch'] },
-  {
-    group: '',
-    resource: 'namespaces',
-    verbs: ['list', 'watch', ...(createNamespaces ? ['get', 'create', 'delete'] : [])],
-  },
+  // Watched for the namespaces Berth made there. Making them (createNamespaces) is not asked: a
+  // refused create is the Workload's to report, and the cell keeps serving the namespaces it has.
+  { group: '', resource: 'namespaces', verbs: ['list', 'watch'] },
 ];
 
 /**

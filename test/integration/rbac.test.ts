@@ -348,11 +348,11 @@ describe('berth cells join: a kubeconfig that may do more in the cell than the m
     }
   });
 
-  test('a kubeconfig without the namespace verbs: the join says it may not, so the cell is not Ready', async () => {
+  test('a kubeconfig that may not watch namespaces: the join says so, so the cell is not Ready', async () => {
     const user = await userWith(cellRules().filter((r) => !r.resources?.includes('namespaces')));
     const r = join(await sandbox.mintUser(user), '--create-namespaces');
     assert.equal(r.status, 0, r.stderr);
-    for (const verb of ['list', 'watch', 'get', 'create', 'delete'])
+    for (const verb of ['list', 'watch'])
       assert.match(r.stdout, new RegExp(`may not .*\\b${verb} namespaces\\b.*so it is not Ready`), r.stdout);
   });
 

@@ -57,7 +57,7 @@ export const defaultTiming: CellTiming = {
 export async function probeCell(
   client: KubeClient,
   timeoutMs: number,
-  access?: CellAccess[],
+  access?: readonly CellAccess[],
 ): Promise<Probe> {
   const signal = AbortSignal.timeout(timeoutMs);
   const opts = { signal, idleTimeoutMs: timeoutMs };
@@ -91,7 +91,7 @@ export async function probeCell(
  */
 async function deniedAccess(
   client: KubeClient,
-  access: CellAccess[],
+  access: readonly CellAccess[],
   opts: RequestOptions,
 ): Promise<string[] | undefined> {
   try {
@@ -165,9 +165,7 @@ export class CellController {
     else {
       // Disengaged since access() answered: the provider asks for this cell again.
       if (!this.manager.clusterNames.includes(access.cluster)) return;
-      const needed = accessDue(before, Date.now(), this.timing)
-        ? cellAccess(cell.spec.createNamespaces)
-        : undefined;
+      const needed = accessDue(before, Date.now(), this.timing) ? cellAccess : undefined;
       probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs, needed);
     }
     const history = observe(before, probe);

@@ -410,17 +410,14 @@ test('generated probe histories: Unreachable exactly when every probe for unreac
 });
 
 describe('cellAccess: what a probe asks the cell', () => {
-  const verbsOf = (createNamespaces: boolean, resource: string) =>
-    cellAccess(createNamespaces).find((a) => a.resource === resource)?.verbs ?? [];
-
-  test('namespaces are listed and watched always, read, created and deleted only with createNamespaces', () => {
-    assert.deepEqual(verbsOf(false, 'namespaces').sort(), ['list', 'watch']);
-    assert.deepEqual(verbsOf(true, 'namespaces').sort(), ['create', 'delete', 'get', 'list', 'watch']);
+  test("namespaces are listed and watched; making them is not asked (a refusal is the Workload's)", () => {
+    const verbs = cellAccess.find((a) => a.resource === 'namespaces')?.verbs ?? [];
+    assert.deepEqual([...verbs].sort(), ['list', 'watch']);
   });
 
   test('every verb it asks for is granted by the cell role (berth manifests --cell)', () => {
     const rules = cellRules(capabilities);
-    for (const { group, resource, verbs } of cellAccess(true))
+    for (const { group, resource, verbs } of cellAccess)
       for (const verb of verbs)
         assert.ok(
           rules.some(
