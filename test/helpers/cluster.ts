@@ -306,3 +306,31 @@ export const refuseNodeLabel = (
         { fieldManager: 'test-probe', dryRun: true },
       ),
   );
+
+/**
+ * Waits until `as` may `verb` `resource` in `namespace`, asked as that user: RBAC reaches the
+ * authorizer through a watch, a moment after a binding is written, and a tenant's first request
+ * could be refused (a 403 failed one CI run).
+ */
+export async function untilAllowed(
+  as: KubeClient,
+  namespace: string,
+  verb: string,
+  resource: string,
+  group = '',
+): Promise<void> {
+  await waitFor(`${verb} ${resource} allowed in ${namespace}`, async () => {
+    const review = await as.request<{ status?: { allowed?: boolean } }>(
+      'POST',
+      '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
+      {
+        body: {
+          apiVersion: 'authorization.k8s.io/v1',
+          kind: 'SelfSubjectAccessReview',
+          spec: { resourceAttributes: { namespace, verb, group, resource } },
+        },
+      },
+    );
+    return review.status?.allowed === true;
+  });
+}

@@ -22,7 +22,7 @@ import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, MIRROR_LABEL, WorkloadDeployment } from '../../src/workloads/types.ts';
-import { createNamespace, uniqueName } from '../helpers/cluster.ts';
+import { createNamespace, uniqueName, untilAllowed } from '../helpers/cluster.ts';
 import { serveNamespace, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -76,6 +76,8 @@ async function tenantNamespace(prefix: string, served: boolean): Promise<string>
       roleRef: { apiGroup: rbac, kind, name },
       subjects: [{ apiGroup: rbac, kind: 'User', name: user }],
     });
+  await untilAllowed(tenant, ns, 'patch', 'workloads', 'berth.dev');
+  await untilAllowed(tenant, ns, 'patch', 'pods');
   return ns;
 }
 

@@ -28,6 +28,7 @@ import {
   deleteNamespace,
   testSandbox,
   uniqueName,
+  untilAllowed,
 } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -117,6 +118,7 @@ before(async () => {
     roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'edit' },
     subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
   });
+  await untilAllowed(tenant, ns, 'create', 'pods');
 
   // The tenant's certificate, trusted by Berth as a public one would be.
   const ca = await createCertificateAuthority(`${id}-ca`);

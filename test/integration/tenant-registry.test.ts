@@ -24,6 +24,7 @@ import {
   deleteNodes,
   testSandbox,
   uniqueName,
+  untilAllowed,
 } from '../helpers/cluster.ts';
 import { addTokenPolicy, dockerConfigSecret, platform, RegistryPusher } from '../helpers/registry.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -53,6 +54,7 @@ async function tenant(name: string): Promise<{ ns: string; client: KubeClient }>
     subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
   });
   const t = { ns, client: KubeClient.fromFile(await sandbox.mintUser(user)) };
+  await untilAllowed(t.client, ns, 'create', 'pods');
   users.set(name, t);
   return t;
 }
