@@ -47,6 +47,7 @@ import {
   report,
   waitForValue,
   webhookAgainstFloor,
+  registeredWebhook,
 } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 import { platform, platformString, RegistryPusher, type PlatformSpec } from '../test/helpers/registry.ts';
@@ -190,12 +191,7 @@ const berth = await startBerth(
   ['--controllers=arch', `--arch-registries=${registriesFile}`, `--arch-workers=${concurrency}`],
   { imageRuntime: true },
 );
-const config = await waitForValue('the webhook registered', async () =>
-  client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined),
-);
-const hook = (config['webhooks'] as { name: string; clientConfig: { url: string; caBundle: string } }[]).find(
-  (w) => w.name.includes('arch'),
-)!;
+const hook = await registeredWebhook(client, (n) => n.includes('arch'));
 // The apiserver's webhook cache is eventually consistent: give it a moment before pods come.
 await new Promise((r) => setTimeout(r, 2000));
 
@@ -452,7 +448,7 @@ const webhook = await webhookAgainstFloor({
   floor: floorBin,
   floorArgs: ['-webhook=arch', `-namespace=${NS}`, `-policy=${POLICY}`, `-images=${imagesFile}`],
   dir: work,
-  hook: hook.clientConfig,
+  hook,
   sandbox: sb,
   bodies: Array.from({ length: Math.min(rate * webhookSeconds, 2 * imageCount) }, (_, i) => review(i)),
   rate,

@@ -33,6 +33,7 @@ import {
   report,
   waitForValue,
   webhookAgainstFloor,
+  registeredWebhook,
 } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
@@ -89,12 +90,7 @@ await client.create(NodeStartupGate.ref, {
 });
 
 const berth = await startBerth(sb, ['--controllers=gates'], { imageRuntime: true });
-const config = await waitForValue('the webhook registered', async () =>
-  client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined),
-);
-const hook = (config['webhooks'] as { name: string; clientConfig: { url: string; caBundle: string } }[]).find(
-  (w) => w.name === 'nodes.gates.berth.dev',
-)!;
+const hook = await registeredWebhook(client, (n) => n === 'nodes.gates.berth.dev');
 // The apiserver's webhook cache is eventually consistent: give it a moment before nodes join.
 await new Promise((r) => setTimeout(r, 2000));
 
@@ -196,7 +192,7 @@ const webhook = await webhookAgainstFloor({
     `-record=${gateAnnotations('warmup', {}).taint}`,
   ],
   dir: work,
-  hook: hook.clientConfig,
+  hook,
   sandbox: sb,
   bodies: [
     nodeCreateReview('bench-other', { [POOL]: 'other' }),

@@ -216,6 +216,23 @@ export async function waitForValue<T>(
   }
 }
 
+/** Where the apiserver calls a webhook of Berth's: its client config, once Berth has registered it. */
+export interface WebhookClientConfig {
+  url: string;
+  caBundle: string;
+}
+
+/**
+ * The client config of the webhook of `berth`'s mutating configuration whose name passes `match`,
+ * once Berth has registered it (the install creates the configuration empty, so it exists before).
+ */
+export const registeredWebhook = (client: KubeClient, match: (name: string) => boolean) =>
+  waitForValue('the webhook registered', async () => {
+    const config = await client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined);
+    const hooks = config?.['webhooks'] as { name: string; clientConfig: WebhookClientConfig }[] | undefined;
+    return hooks?.find((w) => match(w.name))?.clientConfig;
+  });
+
 /**
  * Creates pods `p-<from>` to `p-<to - 1>` in `namespace`, each bound to the node `nodeOf(i)` and,
  * given a `label`, needing it there (true): the workload of the derived-label benchmarks.

@@ -17,7 +17,6 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
-import { Resources } from '../src/runtime/api/meta.ts';
 import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
 import {
   benchSandbox,
@@ -27,6 +26,7 @@ import {
   webhookClientArgs,
   webhookLoad,
   type LoadSummary,
+  registeredWebhook,
 } from './lib.ts';
 
 const { values } = parseArgs({
@@ -81,19 +81,7 @@ try {
     },
   });
   berth = await startBerth(sb, ['--webhook-max-connections-per-address=600', ...values['berth-flag']]);
-  interface ClientConfig {
-    url: string;
-    caBundle: string;
-  }
-  let hook: ClientConfig | undefined;
-  for (let tries = 0; !hook; tries++) {
-    const config = await client.get(Resources.mutatingWebhookConfigurations, 'berth').catch(() => undefined);
-    hook = (config?.['webhooks'] as { name: string; clientConfig: ClientConfig }[] | undefined)?.find(
-      (w) => w.name === 'nodes.gates.berth.dev',
-    )?.clientConfig;
-    if (tries > 300) throw new Error('the gates webhook was not registered within a minute');
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  const hook = await registeredWebhook(client, (n) => n === 'nodes.gates.berth.dev');
   const caFile = path.join(work, 'ca.pem');
   writeFileSync(caFile, Buffer.from(hook.caBundle, 'base64'));
   const bodyFile = path.join(work, 'review.json');
@@ -102,7 +90,7 @@ try {
   const load = (args: string[]) =>
     webhookLoad<LoadResult>(generator, [
       '-url',
-      hook!.url,
+      hook.url,
       '-ca',
       caFile,
       ...webhookClientArgs(sb, work).load,
