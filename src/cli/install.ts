@@ -2,7 +2,7 @@
 import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
 import type { KubeClient } from '../runtime/client/client.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { resourceOfKind, Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook/registration.ts';
 import { WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
@@ -55,11 +55,7 @@ export async function installPodPatchPolicy(
   opts: { name?: string; namespace?: string } = {},
 ): Promise<void> {
   for (const o of podPatchPolicyManifests(opts)) {
-    const ref =
-      o.kind === 'ValidatingAdmissionPolicy'
-        ? Resources.validatingAdmissionPolicies
-        : Resources.validatingAdmissionPolicyBindings;
-    await client.apply(ref, o, { fieldManager: FIELD_MANAGER, force: true });
+    await client.apply(resourceOfKind(o.kind!), o, { fieldManager: FIELD_MANAGER, force: true });
     log(`applied ${o.kind} ${o.metadata!.name}`);
   }
 }

@@ -14,9 +14,9 @@ import { installPodPatchPolicy, installWebhookConfigurations } from '../../src/c
 import { podPatchPolicyManifests, rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CONFIGURATION } from '../../src/policy/namespace.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
+import { resourceOfKind, Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
-import { configurationRef, emptyWebhookConfigurations } from '../../src/runtime/webhook/registration.ts';
+import { emptyWebhookConfigurations } from '../../src/runtime/webhook/registration.ts';
 import { berthRunArgs, BERTH_MAIN } from '../../src/sandbox/berth.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { freePorts } from '../../src/sandbox/net.ts';
@@ -72,13 +72,6 @@ export async function berthKubeconfig(
   return minted;
 }
 
-/** Where the objects the install creates beside the roles live in the API. */
-const refOf = (o: KubeObject): ResourceRef =>
-  ({
-    ValidatingAdmissionPolicy: Resources.validatingAdmissionPolicies,
-    ValidatingAdmissionPolicyBinding: Resources.validatingAdmissionPolicyBindings,
-  })[o.kind!] ?? configurationRef(o);
-
 /**
  * What the install creates beside the roles: the empty webhook configurations Berth patches its
  * webhooks into, and the policy that bounds its Pod patches. Read first, written only when one is
@@ -93,7 +86,7 @@ async function installAsAdmin(sb: Sandbox, opts: RbacOptions): Promise<void> {
     ];
     const present = await Promise.all(
       objects.map((o) =>
-        admin.get(refOf(o), o.metadata!.name!).then(
+        admin.get(resourceOfKind(o.kind!), o.metadata!.name!).then(
           () => true,
           () => false,
         ),
@@ -119,15 +112,7 @@ export async function removeBerthIdentity(admin: KubeClient, opts: RbacOptions):
   const name = opts.name ?? SERVICE_ACCOUNT;
   const namespace = opts.namespace ?? NAMESPACE;
   for (const o of [...rbacManifests(capabilities, testRbac(opts)), ...podPatchPolicyManifests(opts)]) {
-    const ref = {
-      ClusterRole: Resources.clusterRoles,
-      ClusterRoleBinding: Resources.clusterRoleBindings,
-      Role: Resources.roles,
-      RoleBinding: Resources.roleBindings,
-      ValidatingAdmissionPolicy: Resources.validatingAdmissionPolicies,
-      ValidatingAdmissionPolicyBinding: Resources.validatingAdmissionPolicyBindings,
-    }[o.kind as 'Role'];
-    await admin.delete(ref, o.metadata!.name!, o.metadata!.namespace).catch(() => {});
+    await admin.delete(resourceOfKind(o.kind!), o.metadata!.name!, o.metadata!.namespace).catch(() => {});
   }
   await admin.delete(Resources.serviceAccounts, name, namespace).catch(() => {});
 }

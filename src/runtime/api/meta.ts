@@ -155,5 +155,12 @@ export const Resources = {
   },
 } satisfies Record<string, ResourceRef>;
 
+/** The well-known resource of `kind` (the objects Berth generates are all of well-known kinds). */
+export function resourceOfKind(kind: string): ResourceRef {
+  const ref: ResourceRef | undefined = Object.values(Resources).find((r) => r.kind === kind);
+  if (!ref) throw new Error(`no well-known resource of kind ${kind}`);
+  return ref;
+}
+
 /** A Kubernetes MicroTime: RFC 3339 in UTC with exactly six fractional digits. */
 export const microTime = (ms: number): string => new Date(ms).toISOString().replace(/Z$/, '000Z');
