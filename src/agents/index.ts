@@ -1,15 +1,13 @@
 import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
+import type { PolicyContext } from '../policy/reconciler.ts';
 import { releaseNodes } from '../policy/nodes/release.ts';
-import { nodeInformer, podInformer, slimMeta, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import { nodeInformer, podInformer, slimMeta, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Controller } from '../runtime/controller/controller.ts';
 import { WriteSpacing } from '../runtime/controller/spacing.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { agentsCommand } from './cli.ts';
 import {
@@ -91,14 +89,12 @@ export const agentsCapability: Capability = {
 export type PlacementObject = KubeObject & { spec?: unknown; status?: AgentPlacementStatus };
 
 /** What the agents' controllers and webhook share: built once, in setupAgents. */
-export interface Agents {
-  readonly manager: Manager;
+export interface Agents extends PolicyContext {
   /** Who owns which node keys: a key a gate takes makes a placement Invalid. */
   readonly keys: PolicyKit['keys'];
   readonly berthNamespace: string;
   /** Indexed by the UIDs of their controllers ("controllerUid"): an adoption finds its pods. */
   readonly pods: Informer<SlimPod>;
-  readonly nodes: Informer<SlimNode>;
   readonly placementObjects: Informer<PlacementObject>;
   readonly namespaces: Informer<KubeObject>;
   readonly replicaSets: Informer<KubeObject>;
@@ -116,8 +112,6 @@ export interface Agents {
   nodesClaiming(prefix: string, uid: string): string[];
   /** Placement → its owner kind as agents-finalizer last checked it, for placements with a finalizer; agents-status reads it. */
   readonly ownerKinds: Map<string, OwnerKind>;
-  readonly events: EventRecorder;
-  readonly log: Logger;
 }
 
 export interface AgentsOptions {

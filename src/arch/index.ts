@@ -5,14 +5,12 @@ import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
 import { clusterCidrs, SERVICE_CIDRS } from './cluster-ranges.ts';
 import type { PolicyKit } from '../policy/kit.ts';
-import { nodeInformer, slimMeta, slimMetadata, type SlimNode } from '../policy/slim.ts';
+import type { PolicyContext } from '../policy/reconciler.ts';
+import { nodeInformer, slimMeta, slimMetadata } from '../policy/slim.ts';
 import type { ImageInspector } from '../registry/types.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Controller } from '../runtime/controller/controller.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { NodeReconciler, setupNodeController } from './controllers/node.ts';
 import { PodReconciler, setupPodController } from './controllers/pod.ts';
@@ -127,12 +125,10 @@ export interface ArchOptions {
 }
 
 /** What the arch controllers and webhook share: built once, in setupArch. */
-export interface Arch {
-  readonly manager: Manager;
+export interface Arch extends PolicyContext {
   readonly opts: ArchOptions;
   /** Only the pods Berth gated: the webhook labels them, so this cache never holds the others. */
   readonly pods: Informer<ArchPod>;
-  readonly nodes: Informer<SlimNode>;
   readonly namespaces: Informer<KubeObject>;
   readonly webhookConfigs: Informer<KubeObject>[];
   readonly webhookNamespaces: (() => Set<string>)[];
@@ -140,8 +136,6 @@ export interface Arch {
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** The live policies, highest priority first. */
   policies(): Policy[];
-  readonly events: EventRecorder;
-  readonly log: Logger;
 }
 
 /** The arch controllers (arch-pod, arch-regate, arch-node, arch-status) on the kit's manager, and the webhook to serve. */

@@ -2,12 +2,10 @@ import { Option } from 'commander';
 import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
-import { nodeInformer, podInformer, slimMetadata, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import type { PolicyContext } from '../policy/reconciler.ts';
+import { nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { gatesCommand, releaseGates } from './cli.ts';
 import { NodeReconciler, setupNodeController } from './controllers/node.ts';
@@ -66,17 +64,13 @@ export const gatesCapability: Capability = {
 export type GateObject = KubeObject & { spec?: unknown; status?: NodeStartupGateStatus };
 
 /** What the gates' controllers and webhooks share: built once, in setupGates. */
-export interface Gates {
-  readonly manager: Manager;
+export interface Gates extends PolicyContext {
   readonly pods: Informer<SlimPod>;
-  readonly nodes: Informer<SlimNode>;
   readonly gateObjects: Informer<GateObject>;
   /** Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes. */
   readonly daemonSets: Informer<KubeObject>;
   /** The gates from the cache, parsed once per change of any of them. */
   readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
-  readonly events: EventRecorder;
-  readonly log: Logger;
   readonly clock: () => number;
 }
 

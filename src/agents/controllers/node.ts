@@ -13,6 +13,7 @@ import {
 } from '../../policy/predicates.ts';
 import { podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
+import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
 import { claimKey, decideNode, podFinished } from '../decide.ts';
 import type { Agents } from '../index.ts';
@@ -29,17 +30,7 @@ export const CLAIM_WRITE_BURST = 2;
 /** A change of key ownership by a higher-ranked capability (a startup gate): placements are checked again. */
 export const outranked = (c: { rank: number }): boolean => c.rank < AGENT_KEYS.rank;
 
-export class NodeReconciler implements Reconciler {
-  private readonly a: Agents;
-  private readonly writer: ApplyNodeWriter;
-  private readonly status: AgentStatus;
-
-  constructor(a: Agents, writer: ApplyNodeWriter, status: AgentStatus) {
-    this.a = a;
-    this.writer = writer;
-    this.status = status;
-  }
-
+export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter, AgentStatus> {
   private lookup = (
     apiVersion: string,
     kind: string,
@@ -47,32 +38,26 @@ export class NodeReconciler implements Reconciler {
     name: string,
   ): KubeObject | undefined => {
     if (apiVersion === 'apps/v1' && kind === 'ReplicaSet')
-      return this.a.replicaSets.get(`${namespace}/${name}`);
-    if (apiVersion === 'batch/v1' && kind === 'Job') return this.a.jobs.get(`${namespace}/${name}`);
+      return this.ctx.replicaSets.get(`${namespace}/${name}`);
+    if (apiVersion === 'batch/v1' && kind === 'Job') return this.ctx.jobs.get(`${namespace}/${name}`);
     return undefined;
   };
 
-  private namespaceLabels = (ns: string) => this.a.namespaces.get(ns)?.metadata?.labels;
+  private namespaceLabels = (ns: string) => this.ctx.namespaces.get(ns)?.metadata?.labels;
 
   /** The claims a node should carry; a placement being deleted claims nothing any more. */
   decide(nodeName: string) {
     return decideNode(
-      podsOn(this.a.pods, nodeName),
-      this.a.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
+      podsOn(this.ctx.pods, nodeName),
+      this.ctx.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
       this.namespaceLabels,
       this.lookup,
-      this.a.berthNamespace,
+      this.ctx.berthNamespace,
     );
   }
 
-  async reconcile(name: string): Promise<Result | void> {
-    const node = this.a.nodes.get(name);
-    if (!node) {
-      this.writer.forget(name);
-      this.status.set(name, undefined);
-      return;
-    }
-    const placements = this.a.placements();
+  protected async reconcileNode(node: SlimNode, name: string): Promise<Result | void> {
+    const placements = this.ctx.placements();
     const decision = this.decide(name);
     // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
     const plan = await this.writer.trySync(node, decision.desired);
@@ -121,7 +106,7 @@ export class NodeReconciler implements Reconciler {
     }
     this.status.set(name, standings);
     if (plan.refused) {
-      this.a.events.event(node, 'Warning', 'WriteFailed', 'Place', plan.refused.message);
+      this.ctx.events.event(node, 'Warning', 'WriteFailed', 'Place', plan.refused.message);
       throw plan.refused.error;
     }
     return retry;

@@ -1,30 +1,20 @@
 // arch-node, in Taints mode: each node carries its architecture's taint while a Taints policy lives.
 import type { ApplyNodeWriter } from '../../policy/nodes/apply.ts';
 import { annotationsChanged, changed, labelsChanged } from '../../policy/predicates.ts';
-import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
+import type { SlimNode } from '../../policy/slim.ts';
+import { Controller, type Result } from '../../runtime/controller/controller.ts';
 import { nodeArchTaint, nodesTainted } from '../decide.ts';
 import type { Arch } from '../index.ts';
 import { policyChanged, type ArchStatus } from './status.ts';
 
-export class NodeReconciler implements Reconciler {
-  private readonly a: Arch;
-  private readonly writer: ApplyNodeWriter;
-  private readonly status: ArchStatus;
-
-  constructor(a: Arch, writer: ApplyNodeWriter, status: ArchStatus) {
-    this.a = a;
-    this.writer = writer;
-    this.status = status;
-  }
+export class NodeReconciler extends PolicyNodeReconciler<Arch, ApplyNodeWriter, ArchStatus> {
+  /** Arch's standings are its pods', not its nodes'. */
+  protected override forget(): void {}
 
   /** Taints mode: the node's architecture taint while some Taints policy lives, once every gated pod was seen. */
-  async reconcile(name: string): Promise<Result | void> {
-    const node = this.a.nodes.get(name);
-    if (!node) {
-      this.writer.forget(name);
-      return;
-    }
-    const taints = nodesTainted(this.a.policies());
+  protected async reconcileNode(node: SlimNode): Promise<Result | void> {
+    const taints = nodesTainted(this.ctx.policies());
     // Tolerations before taints: until every gated pod has been through once, a taint could strand one.
     if (taints && !this.status.firstPassDone()) return { requeueAfterMs: 250 };
     const r = await this.writer.sync(node, {

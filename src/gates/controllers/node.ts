@@ -14,6 +14,7 @@ import {
 } from '../../policy/predicates.ts';
 import { podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
 import { isNotFound } from '../../runtime/client/client.ts';
+import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
 import { type Gate } from '../decide/parse.ts';
 import { decisionKeys, nodePatch } from '../decide/patch.ts';
@@ -25,10 +26,7 @@ import { gateMetrics } from '../metrics.ts';
 import { gateAnnotations, NodeStartupGate } from '../types.ts';
 import type { GateStatus, NodeGateResult } from './status.ts';
 
-export class NodeReconciler implements Reconciler {
-  private readonly g: Gates;
-  private readonly writer: CasNodeWriter;
-  private readonly status: GateStatus;
+export class NodeReconciler extends PolicyNodeReconciler<Gates, CasNodeWriter, GateStatus> {
   /**
    * Gates a read of the API found gone while nodes still carried their keys: name → when. A node
    * gated before that read was gated for the gate that is gone; one gated since, maybe for a new
@@ -37,9 +35,7 @@ export class NodeReconciler implements Reconciler {
   private readonly gone = new Map<string, number>();
 
   constructor(g: Gates, writer: CasNodeWriter, status: GateStatus) {
-    this.g = g;
-    this.writer = writer;
-    this.status = status;
+    super(g, writer, status);
     g.gateObjects.addEventHandler({ onAdd: (o) => this.gone.delete(o.metadata!.name!) });
   }
 
@@ -53,19 +49,19 @@ export class NodeReconciler implements Reconciler {
     const strays: Gate[] = [];
     let retryAfterMs: number | undefined;
     for (const name of gatesNamedOn(node)) {
-      if (this.g.gateObjects.get(name)) continue;
+      if (this.ctx.gateObjects.get(name)) continue;
       const keys = gateAnnotations(name, {});
       const gatedAt = Date.parse(node.metadata?.annotations?.[keys.gatedAt] ?? '') || 0;
       const readAt = this.gone.get(name);
       // The webhook stamps gated-at with its replica's clock: a second's slack for skew.
       if (readAt === undefined || gatedAt > readAt - 1000) {
-        const at = this.g.clock();
+        const at = this.ctx.clock();
         try {
-          await this.g.manager.client().get(NodeStartupGate.ref, name);
+          await this.ctx.manager.client().get(NodeStartupGate.ref, name);
           continue;
         } catch (err) {
           if (!isNotFound(err)) {
-            this.g.log.warn(
+            this.ctx.log.warn(
               { gate: name, node: node.metadata!.name, err },
               'cannot read a gate the node names',
             );
@@ -77,25 +73,19 @@ export class NodeReconciler implements Reconciler {
       }
       const stray = strayGate(name, node);
       if (stray) strays.push(stray);
-      else this.g.events.event(node, 'Warning', 'UnknownTaint', 'Gate', unrecordedStray(name));
+      else this.ctx.events.event(node, 'Warning', 'UnknownTaint', 'Gate', unrecordedStray(name));
     }
     return { strays, ...(retryAfterMs !== undefined ? { retryAfterMs } : {}) };
   }
 
-  async reconcile(name: string): Promise<Result | void> {
-    const node = this.g.nodes.get(name);
-    if (!node) {
-      this.writer.forget(name);
-      this.status.set(name, undefined);
-      return;
-    }
+  protected async reconcileNode(node: SlimNode, name: string): Promise<Result | void> {
     // Our last write has not come back through the watch yet: its event will bring us here again.
     if (this.writer.pending(node)) return;
     const { strays, retryAfterMs: strayRetryMs } = await this.strayGates(node);
-    const gates = [...this.g.gates().gates, ...strays];
+    const gates = [...this.ctx.gates().gates, ...strays];
     // A gate's decision is one change (taint, gated-at, completion): written whole, or, when the
     // loop breaker holds any of its keys back, not at all until it lets go.
-    const wanted = decideGates(gates, node, podsOn(this.g.pods, name), this.g.clock());
+    const wanted = decideGates(gates, node, podsOn(this.ctx.pods, name), this.ctx.clock());
     const keys = wanted.map((d) =>
       decisionKeys(
         node,
@@ -120,15 +110,15 @@ export class NodeReconciler implements Reconciler {
       if (written.status === 'gone') return;
       // A test operation failed: the node changed since the cache saw it. Its event is on the way.
       if (written.status === 'conflict') {
-        this.g.log.debug({ node: name, err: written.message }, 'node changed meanwhile; retrying');
+        this.ctx.log.debug({ node: name, err: written.message }, 'node changed meanwhile; retrying');
         return { requeue: true };
       }
       for (const d of decisions) {
-        if (d.event) this.g.events.event(node, d.event.type, d.event.reason, 'Gate', d.event.message);
+        if (d.event) this.ctx.events.event(node, d.event.type, d.event.reason, 'Gate', d.event.message);
         if (d.release && !strays.some((g) => g.name === d.gate))
           gateMetrics.duration.observe({ gate: d.gate, outcome: d.release.outcome }, d.release.heldSeconds);
         if (d.event || d.release)
-          this.g.log.info(
+          this.ctx.log.info(
             { node: name, gate: d.gate, state: d.state, why: d.why },
             d.event?.message ?? d.why,
           );
@@ -165,7 +155,7 @@ export class NodeReconciler implements Reconciler {
     if (!this.status.firstPassDone()) return;
     for (const d of decisions) {
       if (d.state !== 'Held' || d.event || before?.has(d.gate)) continue;
-      this.g.events.event(
+      this.ctx.events.event(
         node,
         'Normal',
         'Gated',

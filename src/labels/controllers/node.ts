@@ -12,6 +12,7 @@ import {
   nodeInfoChanged,
   taintsChanged,
 } from '../../policy/predicates.ts';
+import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import type { SlimNode } from '../../policy/slim.ts';
 import {
   Controller,
@@ -29,29 +30,17 @@ import type { LabelStatus, RuleStanding } from './status.ts';
 /** Rules from NodeLabelRules are named after them; the others (rule files) have no status. */
 const CR_RULE_PREFIX = ruleNameOf('');
 
-export class NodeReconciler implements Reconciler {
-  private readonly l: Labels;
-  private readonly writer: ApplyNodeWriter;
-  private readonly status: LabelStatus;
-
-  constructor(l: Labels, writer: ApplyNodeWriter, status: LabelStatus) {
-    this.l = l;
-    this.writer = writer;
-    this.status = status;
+export class NodeReconciler extends PolicyNodeReconciler<Labels, ApplyNodeWriter, LabelStatus> {
+  protected override forget(name: string): void {
+    super.forget(name);
+    this.ctx.derived.delete(name);
   }
 
-  async reconcile(name: string): Promise<Result | void> {
-    const node = this.l.nodes.get(name);
-    if (!node) {
-      this.writer.forget(name);
-      this.status.set(name, undefined);
-      this.l.derived.delete(name);
-      return;
-    }
-    const decision = decide(nodeView(node), this.l.rules());
-    this.l.recordDerived(node, decision);
+  protected async reconcileNode(node: SlimNode, name: string): Promise<Result | void> {
+    const decision = decide(nodeView(node), this.ctx.rules());
+    this.ctx.recordDerived(node, decision);
     // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
-    const written = await this.writer.trySync(node, keepHeld(decision, this.l.files?.holds() ?? [], node));
+    const written = await this.writer.trySync(node, keepHeld(decision, this.ctx.files?.holds() ?? [], node));
     const failed = written.refused?.message;
     const foreign = tracedOutputs(decision, written.foreign);
 
@@ -108,13 +97,13 @@ export class NodeReconciler implements Reconciler {
     // A failed write is the failure of every rule it wrote for: those that match, and those whose
     // values it was taking off (recordDerived keeps them while the node carries them).
     if (failed)
-      for (const r of new Set([...matched, ...(this.l.derived.get(name)?.values() ?? [])])) {
+      for (const r of new Set([...matched, ...(this.ctx.derived.get(name)?.values() ?? [])])) {
         const s = standing(r);
         if (s) s.failed = failed;
       }
     this.status.set(name, standings);
     if (written.refused) {
-      this.l.events.event(node, 'Warning', 'WriteFailed', 'Label', written.refused.message);
+      this.ctx.events.event(node, 'Warning', 'WriteFailed', 'Label', written.refused.message);
       throw written.refused.error;
     }
     // The loop breaker held keys back: write them once it lets go.
