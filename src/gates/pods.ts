@@ -2,11 +2,10 @@
 // the scheduler, so a NoSchedule gate taint does not stop it: admission closes that door while a
 // gate holds the node, for pods that neither tolerate the gate's taint nor are its required pods.
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
-import { taintId } from '../policy/nodes/plan.ts';
+import { formatTaint, taintId } from '../policy/nodes/plan.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import { type Gate } from './decide/parse.ts';
 import { requiredPods } from './decide/requirements.ts';
-import { formatTaint } from './decide/taints.ts';
 import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
 
 export interface PodAdmissionInput {

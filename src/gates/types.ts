@@ -284,3 +284,11 @@ export function gateAnnotations(name: string, spec: Pick<NodeStartupGateSpec, 'c
     taint: `${prefix}taint`,
   } satisfies GateAnnotations;
 }
+
+/** The taint a record holds (key=value:Effect, as formatTaint writes it), if it is one. */
+export function taintOfRecord(record: string): NodeStartupGateSpec['taint'] | undefined {
+  const colon = record.lastIndexOf(':');
+  const [key, value] = record.slice(0, colon).split(/=(.*)/s);
+  const parsed = taintSchema.safeParse({ key, ...(value ? { value } : {}), effect: record.slice(colon + 1) });
+  return colon > 0 && parsed.success ? parsed.data : undefined;
+}

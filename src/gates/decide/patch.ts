@@ -2,14 +2,14 @@
 // compare-and-swap patch, and the keys a decision changes (for the loop breaker).
 import { nodeKey, type NodeKey } from '../../policy/nodes/loopbreaker.ts';
 import { casPatch } from '../../policy/nodes/cas.ts';
-import { taintId, type NodeTaint } from '../../policy/nodes/plan.ts';
+import { formatTaint, holds, nodeTaint, taintId, type NodeTaint } from '../../policy/nodes/plan.ts';
+import type { TaintLike } from '../../policy/nodes/taints.ts';
 import type { SlimNode } from '../../policy/slim.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 import type { JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 import type { Gate } from './parse.ts';
 import { selects } from './requirements.ts';
 import { iso, type GateDecision } from './state.ts';
-import { formatTaint, holds, nodeTaint, type TaintLike } from './taints.ts';
 
 /**
  * The keys of the node a decision changes, for the loop breaker: the gate's taint (by key) when it

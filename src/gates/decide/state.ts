@@ -1,12 +1,11 @@
 // What each gate wants on a node now: hold it with the gate's taint, release it, or leave it, with
 // the reason, the event and the annotations that record it across restarts.
 import { ownedKeys } from '../../runtime/client/apply.ts';
-import { taintId } from '../../policy/nodes/plan.ts';
+import { formatTaint, holds, taintId } from '../../policy/nodes/plan.ts';
 import type { SlimNode, SlimPod } from '../../policy/slim.ts';
-import { FIELD_MANAGER, bookkeepingKeys, type NodeStartupGateSpec } from '../types.ts';
+import { FIELD_MANAGER, bookkeepingKeys, taintOfRecord, type NodeStartupGateSpec } from '../types.ts';
 import type { Gate } from './parse.ts';
 import { selects, startedEarly, unmetRequirements, workloadPods } from './requirements.ts';
-import { formatTaint, holds, taintOfRecord } from './taints.ts';
 
 export type GateState =
   /** The gate does not apply: not selected, being deleted, or (for writes) in dry run. */

@@ -1,10 +1,12 @@
 // Planning a controller's share of a Node — labels, annotations, taints — for both node writers:
 // which of the node's keys a field manager owns (labels and annotations from managedFields, taints
 // from the record it keeps on the node), what it should write so the node carries its share, and
-// which keys that write changes (for the loop breaker). Pure: no I/O.
+// which keys that write changes (for the loop breaker); a taint's identity, its form on a node and
+// as kubectl writes it. Pure: no I/O.
 import { othersKeys, ownedKeys } from '../../runtime/client/apply.ts';
 import { nodeKey, type NodeKey } from './loopbreaker.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
+import type { TaintLike } from './taints.ts';
 
 export interface NodeTaint {
   key: string;
@@ -34,6 +36,20 @@ export interface NodeState extends NodeOutputs {
 export type NodeOutputKind = 'label' | 'annotation' | 'taint';
 
 export const taintId = (t: { key: string; effect: string }): string => `${t.key}:${t.effect}`;
+
+/** Whether `taints` hold `t` (a taint's identity is its key and effect). */
+export const holds = (taints: TaintLike[] | undefined, t: TaintLike) =>
+  (taints ?? []).some((x) => taintId(x) === taintId(t));
+
+/** A taint as kubectl writes it: key=value:Effect. */
+export const formatTaint = (t: TaintLike): string => `${t.key}${t.value ? `=${t.value}` : ''}:${t.effect}`;
+
+/** A taint as written to a node (no value field when it has none). */
+export const nodeTaint = (t: TaintLike): NodeTaint => ({
+  key: t.key,
+  ...(t.value !== undefined ? { value: t.value } : {}),
+  effect: t.effect,
+});
 
 /** Where Berth's node writers keep their own bookkeeping: `<field manager>.nodes.berth.dev/`. */
 export const NODE_WRITERS_DOMAIN = 'nodes.berth.dev';
