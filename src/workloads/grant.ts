@@ -204,7 +204,27 @@ export function decideGrants(
       verdicts.set(c.uid, { granted: true, claim, adopted: false });
     } else waitingInLine.push(c);
   }
-  // Messages from the final totals, so that they change only when the totals do.
+  refuse(verdicts, waitingInLine, neverFits, used, budget);
+  return {
+    claims,
+    verdicts,
+    used,
+    waiting: [...verdicts.values()].filter((v) => !v.granted).length,
+    over: exceeds(used, budget),
+  };
+}
+
+/**
+ * The verdicts of the instances left waiting: their place in line, or that they never fit. Written
+ * from the final totals, so that the messages change only when the totals do.
+ */
+function refuse(
+  verdicts: Map<string, Verdict>,
+  waitingInLine: readonly Candidate[],
+  neverFits: readonly [Candidate, (keyof Amount)[]][],
+  used: Amount,
+  budget: Budget,
+): void {
   const usage = usageText(used, budget);
   waitingInLine.forEach((c, i) => {
     const size = c.size as { milliCPU: number; memoryBytes: number };
@@ -224,13 +244,6 @@ export function decideGrants(
       message: `needs ${sizeText(size)}, more than the whole budget (${limitText(budget, dims)})`,
     });
   }
-  return {
-    claims,
-    verdicts,
-    used,
-    waiting: [...verdicts.values()].filter((v) => !v.granted).length,
-    over: exceeds(used, budget),
-  };
 }
 
 /**
