@@ -48,19 +48,7 @@ export class StatusReconciler {
     const { gates, problems } = this.g.gates();
     const gate = gates.find((g) => g.name === name);
     const problem = problems.get(name);
-    let nodes = 0;
-    let gated = 0;
-    let timedOut = 0;
-    let wouldGate = 0;
-    const early: string[] = [];
-    for (const s of standings) {
-      if (s.state === 'NotSelected') continue;
-      nodes++;
-      early.push(...s.startedEarly);
-      if (s.state === 'Held' || s.state === 'HeldTimedOut') gated++;
-      if (s.state === 'WouldGate') wouldGate++;
-      if (s.timedOut) timedOut++;
-    }
+    const { nodes, gated, timedOut, wouldGate, early } = tally(standings);
     const released = nodes - gated;
     gateMetrics.nodes.set({ gate: name, state: 'gated' }, gated);
     gateMetrics.nodes.set({ gate: name, state: 'released' }, released);
@@ -192,3 +180,17 @@ export function setupStatusController(g: Gates, nodeController: Controller): Gat
 }
 
 const deletingGates = (gates: Gate[]): string[] => gates.filter((g) => g.deleting).map((g) => g.name);
+
+/** The gate's nodes by standing, over the nodes it selects, and the pods that started early on them. */
+function tally(standings: NodeGateResult[]) {
+  const t = { nodes: 0, gated: 0, timedOut: 0, wouldGate: 0, early: [] as string[] };
+  for (const s of standings) {
+    if (s.state === 'NotSelected') continue;
+    t.nodes++;
+    t.early.push(...s.startedEarly);
+    if (s.state === 'Held' || s.state === 'HeldTimedOut') t.gated++;
+    if (s.state === 'WouldGate') t.wouldGate++;
+    if (s.timedOut) t.timedOut++;
+  }
+  return t;
+}
