@@ -50,17 +50,9 @@ export function parseRuleFile(
   for (const problem of keyErrors('the label', output))
     errors.push({ file: path, message: `${problem} (from the path <namespace>/<label>)` });
 
-  const nul = content.indexOf(0);
-  if (nul >= 0) {
-    const line = content.subarray(0, nul).toString('latin1').split('\n').length;
-    errors.push({ file: path, line, message: 'contains a NUL byte: not a text file' });
-    return { errors };
-  }
-  let text: string;
-  try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(content);
-  } catch {
-    errors.push({ file: path, message: 'is not valid UTF-8 text' });
+  const text = textOf(path, content);
+  if (typeof text !== 'string') {
+    errors.push(text);
     return { errors };
   }
 
@@ -120,6 +112,20 @@ export function parseRuleFile(
   ))
     errors.push({ file: path, message });
   return errors.length > 0 ? { errors } : { rule, errors };
+}
+
+/** The file's text, or why it is none. */
+function textOf(path: string, content: Buffer): string | FileError {
+  const nul = content.indexOf(0);
+  if (nul >= 0) {
+    const line = content.subarray(0, nul).toString('latin1').split('\n').length;
+    return { file: path, line, message: 'contains a NUL byte: not a text file' };
+  }
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(content);
+  } catch {
+    return { file: path, message: 'is not valid UTF-8 text' };
+  }
 }
 
 const FILE_RULE = 'file:';

@@ -19,6 +19,7 @@ export const RULE_REGEXP_PROGRAM_MAX = 1000;
  * in the program, which counted repetition can make ~150 times the pattern's length: seconds for
  * the JavaScript RE2). Every character counts once; a group counts its branches; a repetition
  * counts its operand once per allowed copy. Over-counting only moves a pattern towards the limit.
+ * One scan (long: every syntax case moves the same cursor and group stack, so they stay in one loop).
  */
 export function programSizeBound(pattern: string): number {
   interface Level {
