@@ -41,7 +41,11 @@ export function electedLeader(manager: Manager): Leader {
       const l = manager.leadership();
       return Promise.resolve(
         l
-          ? { holder: l.holder, self: l.holder !== '' && l.holder === l.identity, note: 'from its elector' }
+          ? {
+              holder: l.holder,
+              self: l.holder !== '' && l.holder === l.identity,
+              note: l.holder ? 'from its elector' : 'its elector has seen no holder of the Lease yet',
+            }
           : {
               holder: '',
               self: true,

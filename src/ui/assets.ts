@@ -114,7 +114,7 @@ th { background: #f1f1f1; } td { max-width: 40em; overflow-wrap: anywhere; }
 .tag { display: inline-block; background: #eef; border-radius: 3px; padding: 0 4px; margin: 1px; font: 12px monospace; }
 .tag.berth { background: #def7e3; } .note, .good { color: #666; }
 .bad, .held { color: #b00020; } .unknown { color: #b36b00; }
-a.object { cursor: pointer; color: #1d3557; text-decoration: underline; } tr.on { background: #fff8d6; }
+a.object { cursor: pointer; color: #1d3557; text-decoration: underline; }
 #explain { position: fixed; right: 1em; top: 5em; bottom: 1em; width: min(60em, 60vw); background: #fff; border: 1px solid #999; padding: 1em; overflow: auto; box-shadow: 0 2px 12px #0004; }
 #explain pre { white-space: pre-wrap; font-size: 12px; }
 form { margin: .5em 0; display: flex; gap: .5em; } #f-text, #p-name, #e-name { flex: 1; }

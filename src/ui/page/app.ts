@@ -53,8 +53,8 @@ function route(): { tab: string; q: URLSearchParams } {
 }
 
 /** The address of the current state with `changes` (an empty value drops its key). */
-function hrefWith(changes: Record<string, string>, tab = route().tab): string {
-  const q = route().q;
+function hrefWith(changes: Record<string, string>): string {
+  const { tab, q } = route();
   for (const [k, v] of Object.entries(changes))
     if (v) q.set(k, v);
     else q.delete(k);
@@ -71,8 +71,8 @@ function change(changes: Record<string, string>, replace = false): void {
 }
 
 /** A link to the current state with `changes`: followed in place, or opened elsewhere as an address. */
-function link(text: string, changes: Record<string, string>, cls = 'object'): HTMLElement {
-  const a = Object.assign(el('a', cls, text), { href: hrefWith(changes) });
+function link(text: string, changes: Record<string, string>): HTMLElement {
+  const a = Object.assign(el('a', 'object', text), { href: hrefWith(changes) });
   a.addEventListener('click', (e) => {
     e.preventDefault();
     change(changes);
@@ -122,7 +122,7 @@ const conditions = (cs: ConditionView[]) =>
     ),
   );
 
-/** Fills a select with '' (its first option) and `values`, the selected one kept even when absent. */
+/** Fills a select with its fixed options (data-fixed) and `values`, the selected one kept even when absent. */
 function options(id: string, values: string[], selected: string, label = (v: string) => v): void {
   const select = $<HTMLSelectElement>(id);
   const fixed = [...select.options].filter((o) => o.dataset['fixed'] !== undefined);
@@ -161,7 +161,7 @@ function nodeRow(r: NodeRow): HTMLElement {
   const labels = Object.entries(r.labels).map(([k, v]) => tag(`${k}=${v}`));
   const row = el(
     'tr',
-    route().q.get('explain') === `node/${r.name}` ? 'on' : undefined,
+    undefined,
     cell(explainLink('node', r.name), r.ready ? '' : ' (not ready)', r.unschedulable ? ' (cordoned)' : ''),
     cell(r.pool),
     cell(r.arch),
