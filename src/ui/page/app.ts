@@ -513,7 +513,8 @@ function apply(): void {
     if (document.activeElement !== input) input.value = q.get(key) ?? '';
   }
   $<HTMLInputElement>('f-held').checked = q.get('held') === '1';
-  if (tab === 'nodes' && nodeParams(q) !== nodesQuery) load(['nodes']);
+  // Before the stream's hello, which loads every section, one request would only race another.
+  if (connected && tab === 'nodes' && nodeParams(q) !== nodesQuery) load(['nodes']);
   showPolicies();
   showEvents();
   showCells();
