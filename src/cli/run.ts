@@ -42,7 +42,7 @@ import {
 import { capabilities } from '../capabilities.ts';
 import { installCrds } from './install.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
-import { addUi, uiOptions } from './ui.ts';
+import { addUi, electedLeader, uiOptions } from './ui.ts';
 
 const limits = webhookServerLimits;
 
@@ -259,7 +259,7 @@ export function runCommand(): Command {
     const webhooks: WebhookSpec[] = [];
     for (const c of enabled) webhooks.push(...((await c.setup(ctx)).webhooks ?? []));
     const webhookClient = addWebhooks(manager, client, webhooks, o, ctx.berthNamespace);
-    addUi(manager, o, enabled);
+    addUi(manager, o, enabled, electedLeader(manager));
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();
     rootLogger.info({ controllers: enabled.map((c) => c.name) }, 'berth is running');

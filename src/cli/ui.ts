@@ -3,11 +3,14 @@
 import { Command, Option } from 'commander';
 import { commaList, controllersOption, runningCapabilities, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { berthNamespace } from '../policy/namespace.ts';
-import { KubeClient } from '../runtime/client/client.ts';
+import { berthNamespace, LEADER_ELECTION_ID } from '../policy/namespace.ts';
+import { Resources } from '../runtime/api/meta.ts';
+import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import type { Lease } from '../runtime/leaderelection/elector.ts';
 import { Manager } from '../runtime/manager/manager.ts';
 import { rootLogger } from '../runtime/observability/log.ts';
-import { UiServer } from '../ui/server.ts';
+import { UiServer, type About } from '../ui/server.ts';
+import { version } from './version.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
@@ -29,11 +32,62 @@ export function uiOptions(defaultBind: string): Option[] {
   ];
 }
 
+type Leader = Pick<About, 'leader' | 'onLeaderChange'>;
+
+/** berth run's leader: as its own elector sees the Lease, told at once of a new holder; without election it acts alone. */
+export function electedLeader(manager: Manager): Leader {
+  return {
+    leader: () => {
+      const l = manager.leadership();
+      return Promise.resolve(
+        l
+          ? {
+              holder: l.holder,
+              self: l.holder !== '' && l.holder === l.identity,
+              note: l.holder ? 'from its elector' : 'its elector has seen no holder of the Lease yet',
+            }
+          : {
+              holder: '',
+              self: true,
+              note: 'no leader election (--leader-elect off): this Berth acts alone',
+            },
+      );
+    },
+    onLeaderChange: (fn) => manager.onNewLeader(fn),
+  };
+}
+
+/** berth ui's leader: it campaigns for nothing, so it reads the Lease when the page asks. */
+function leaseLeader(client: KubeClient): Leader {
+  return {
+    leader: async () => {
+      const lease = await client
+        .get<Lease>(Resources.leases, LEADER_ELECTION_ID, berthNamespace())
+        .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
+      const spec = lease?.spec;
+      if (!spec?.holderIdentity)
+        return {
+          holder: '',
+          self: false,
+          note: `no holder of Lease ${berthNamespace()}/${LEADER_ELECTION_ID}`,
+        };
+      const renewed = spec.renewTime ? Date.parse(spec.renewTime) : NaN;
+      const stale = renewed + (spec.leaseDurationSeconds ?? 0) * 1000 < Date.now();
+      return {
+        holder: spec.holderIdentity,
+        self: false,
+        note: `Lease ${berthNamespace()}/${LEADER_ELECTION_ID}${stale ? `, expired (renewed ${spec.renewTime ?? 'never'})` : ''}`,
+      };
+    },
+  };
+}
+
 /** Adds the page to the manager, showing the policies of `enabled`; undefined when it is off. */
 export function addUi(
   manager: Manager,
   o: Record<string, unknown>,
   enabled: Capability[],
+  leader: Leader,
 ): UiServer | undefined {
   if (o['uiBindAddress'] === '0') return undefined;
   const ui = new UiServer(manager, {
@@ -43,6 +97,7 @@ export function addUi(
     allowedHosts: (o['uiAllowedHosts'] as string[]).map((h) => h.toLowerCase()),
     options: o,
     berthNamespace: berthNamespace(),
+    about: { version: version(), controllers: enabled.map((c) => c.name), ...leader },
     log: rootLogger.child({ component: 'ui' }),
   });
   manager.addRunnable(ui);
@@ -64,12 +119,9 @@ export function uiCommand(): Command {
     );
   for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   return cmd.action(async (o) => {
-    const manager = new Manager({
-      client: KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' }),
-      metricsBindAddress: '0',
-      healthBindAddress: '0',
-    });
-    const ui = addUi(manager, o, runningCapabilities(capabilities, o));
+    const client = KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' });
+    const manager = new Manager({ client, metricsBindAddress: '0', healthBindAddress: '0' });
+    const ui = addUi(manager, o, runningCapabilities(capabilities, o), leaseLeader(client));
     if (!ui) throw new Error('--ui-bind-address 0: there is nothing to serve');
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();

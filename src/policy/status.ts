@@ -34,6 +34,26 @@ export interface StatusReport<Count extends string> {
   conditions: { type: string; status: boolean; reason: string; message: string }[];
 }
 
+/**
+ * The condition types whose `True` is bad news ("abnormal-true" in Kubernetes' API conventions):
+ * the one table of polarity, read by the page. Every other type (Ready, Available, Reachable, ...)
+ * is good when `True`. Degraded and Stalled are kstatus's, kept for kinds that report them.
+ */
+const ABNORMAL_TRUE: readonly string[] = [
+  'Invalid',
+  'Conflicting',
+  'InspectionsFailing',
+  'StartedEarly',
+  'Degraded',
+  'Stalled',
+];
+
+/** What a condition's status means for its type: good, bad, or not known (Unknown, or no status). */
+export function conditionTone(type: string, status: string): 'good' | 'bad' | 'unknown' {
+  if (status !== 'True' && status !== 'False') return 'unknown';
+  return (status === 'True') === ABNORMAL_TRUE.includes(type) ? 'bad' : 'good';
+}
+
 /** A condition a user can act on: announced when it comes to hold, or says something new while it holds. */
 export interface Warning {
   type: string;

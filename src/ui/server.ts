@@ -6,7 +6,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../runtime/platform/http.ts';
 import { readFileSync } from 'node:fs';
 import { isIP, type AddressInfo } from 'node:net';
-import { explainerOf, explainObject } from '../explain.ts';
+import { explainerOf, explainers, explainObject } from '../explain.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { ApiError } from '../runtime/client/client.ts';
 import type { Manager, Runnable } from '../runtime/manager/manager.ts';
@@ -21,6 +21,16 @@ import {
 } from '../runtime/server/http.ts';
 import { pageCss, pageHtml } from './assets.ts';
 import { UiState, type Section } from './state.ts';
+import type { AboutSnapshot, LeaderView } from './types.ts';
+
+/** What the header says of the Berth the page shows, besides what the caches give. */
+export interface About {
+  version: string;
+  controllers: string[];
+  leader(): Promise<LeaderView>;
+  /** Subscribes to changes of the leader, where they are heard of (berth run's elector). */
+  onLeaderChange?(fn: () => void): void;
+}
 
 export interface UiOptions {
   /** "host:port"; "0" turns the page off. */
@@ -32,6 +42,7 @@ export interface UiOptions {
   /** The flags Berth runs with, for explain (--label-dir). */
   options: Record<string, unknown>;
   berthNamespace: string;
+  about: About;
   log: Logger;
   coalesceMs?: number;
 }
@@ -119,6 +130,7 @@ export class UiServer implements Runnable {
       ...(this.opts.coalesceMs !== undefined ? { coalesceMs: this.opts.coalesceMs } : {}),
     });
     this.state.subscribe((sections) => this.broadcast(sections));
+    this.opts.about.onLeaderChange?.(() => this.broadcast(['about']));
     const server = http.createServer(serverOptions(limits));
     this.guard = limitServer(server, 'ui', limits, explainTimeoutMs, this.opts.log);
     server.on('request', (req: IncomingMessage, res: ServerResponse) => this.serve(req, res));
@@ -148,7 +160,7 @@ export class UiServer implements Runnable {
     });
   }
 
-  private broadcast(sections: Section[]): void {
+  private broadcast(sections: (Section | 'about')[]): void {
     const msg = `event: change\ndata: ${JSON.stringify(sections)}\n\n`;
     for (const s of this.streams) s.write(msg);
   }
@@ -205,6 +217,8 @@ export class UiServer implements Runnable {
         return json(res, 200, state.heldPods());
       case '/api/workloads':
         return json(res, 200, state.workloads());
+      case '/api/about':
+        return void this.about(res);
       case '/api/explain':
         return void this.explain(q, res);
       case '/api/stream':
@@ -212,6 +226,15 @@ export class UiServer implements Runnable {
       default:
         res.writeHead(404).end('not found\n');
     }
+  }
+
+  private async about(res: ServerResponse): Promise<void> {
+    const { version, controllers } = this.opts.about;
+    const leader = await this.opts.about
+      .leader()
+      .catch((e: unknown): LeaderView => ({ holder: '', self: false, note: `not known: ${errorText(e)}` }));
+    const explainable = Object.fromEntries(explainers.map((e) => [e.resource.kind, e.name]));
+    json(res, 200, { version, controllers, leader, explainable } satisfies AboutSnapshot);
   }
 
   /** `berth explain` of one object: the same code as the command (src/explain.ts), read from the API on request. */

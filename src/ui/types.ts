@@ -57,11 +57,15 @@ export interface NodePage {
   archs: string[];
 }
 
+/** What a condition's status means for its type (src/policy/status.ts conditionTone). */
+export type Tone = 'good' | 'bad' | 'unknown';
+
 export interface ConditionView {
   type: string;
   status: string;
   reason: string;
   message: string;
+  tone: Tone;
 }
 
 export interface PolicyRow {
@@ -75,6 +79,8 @@ export interface PolicyRow {
 
 export interface EventRow {
   time: string;
+  /** The regarding object's kind, and the object as "Kind namespace/name". */
+  kind: string;
   regarding: string;
   reason: string;
   note: string;
@@ -95,6 +101,7 @@ export interface InstanceRow {
   name: string;
   ordinal: number;
   ready: string;
+  tone: Tone;
   reason: string;
   message: string;
   quota: string;
@@ -161,4 +168,21 @@ export interface WorkloadsSnapshot {
   cities: CityRow[];
   /** Instances in this cluster (the cell the page runs in). */
   localInstances: number;
+}
+
+/** Who leads: the Lease's holder, whether it is the Berth serving the page, and a word on how it is known. */
+export interface LeaderView {
+  holder: string;
+  self: boolean;
+  note: string;
+}
+
+/** What the header says besides the counts (which come from the other snapshots). */
+export interface AboutSnapshot {
+  version: string;
+  /** The controllers of the Berth the page shows (berth run's, or berth ui's --controllers). */
+  controllers: string[];
+  leader: LeaderView;
+  /** The kinds `berth explain` knows (Kind → its name there): the page offers explain for these. */
+  explainable: Record<string, string>;
 }

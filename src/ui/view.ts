@@ -8,6 +8,7 @@ import { decide, type Output } from '../labels/decide.ts';
 import { nodeView } from '../labels/match.ts';
 import type { Rule } from '../labels/types.ts';
 import { nodeState, taintId } from '../policy/nodes/plan.ts';
+import { conditionTone } from '../policy/status.ts';
 import { isBerthManager, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type {
@@ -152,6 +153,7 @@ const conditionsOf = (o: WithStatus): ConditionView[] =>
     status: c.status,
     reason: c.reason ?? '',
     message: c.message ?? '',
+    tone: conditionTone(c.type, c.status),
   }));
 
 /** A policy object as a row: its numbers from its status (counts) and its conditions. */
@@ -194,6 +196,7 @@ export function warningEvents(events: EventLike[], now: number, withinMs: number
     .filter((e) => e.type === 'Warning' && now - Date.parse(eventTime(e)) <= withinMs)
     .map((e) => ({
       time: eventTime(e),
+      kind: e.regarding?.kind ?? '',
       regarding: [e.regarding?.kind, [e.regarding?.namespace, e.regarding?.name].filter(Boolean).join('/')]
         .filter(Boolean)
         .join(' '),
@@ -244,6 +247,7 @@ export function instanceRow(obj: KubeObject): InstanceRow {
     name: o.metadata?.name ?? '',
     ordinal: o.spec?.ordinal ?? 0,
     ...readyOf(o),
+    tone: conditionOf(o, 'Ready')?.tone ?? 'unknown',
     quota: conditionOf(o, 'QuotaGranted')?.reason ?? '',
   };
 }

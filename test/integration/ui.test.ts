@@ -6,7 +6,10 @@
 // shows what a node held by a startup gate waits for, renders a value with markup as text, shows
 // what `berth explain` prints, lists a pod a Berth scheduling gate holds and a Warning event, maps
 // a Cell under its city with the reason its probe gave, and a WorkloadDeployment's instances and
-// rollout; a screenshot is kept.
+// rollout; its header says the version, the leader, the controllers and counts that link to their
+// lists; conditions are coloured by meaning; the state is in the address (reload, back, forward).
+// Screenshots (header, a bad policy beside a healthy one, the cells, the page) go to
+// $XDG_STATE_HOME/berth/artifacts/ui-<id>/, each named in the test's log.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -22,6 +25,7 @@ import { NodeLabelRule } from '../../src/labels/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { packageRoot, stateDir } from '../../src/sandbox/paths.ts';
+import { version } from '../../src/cli/version.ts';
 import { freePorts } from '../../src/sandbox/net.ts';
 import { QUOTA_GATE, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
@@ -63,6 +67,31 @@ const waitForText = (selector: string, text: string, timeout = 15_000) =>
 /** The controllers this file's Berth runs; `berth explain` is given them too. */
 const CONTROLLERS = '--controllers=labels,gates,cells,workloads';
 const rowOf = (node: string) => `tr[data-node="${node}"]`;
+/** Clicks in the page, in one step (a live update may replace the element between a query and a click from outside). */
+const click = (selector: string) => page.$eval(selector, (a) => (a as unknown as { click(): void }).click());
+const hashIs = (hash: string) =>
+  page.waitForFunction(`location.hash === ${JSON.stringify(hash)}`, { timeout: 5000, polling: 50 });
+/** Where this run's screenshots go, each named in the log. */
+const shots = path.join(stateDir(), 'artifacts', `ui-${id}`);
+async function screenshot(name: string, what: string, selector?: string): Promise<void> {
+  mkdirSync(shots, { recursive: true });
+  const file = path.join(shots, `${name}.png`);
+  const png = selector
+    ? await (await page.$(selector))!.screenshot({ path: file })
+    : await page.screenshot({ path: file, fullPage: true });
+  assert.ok(png.length > 2_000, `screenshot of ${png.length} bytes`);
+  process.stdout.write(`# screenshot of ${what}: ${file}\n`);
+}
+/** The colour and weight a condition of a policy's row is shown in. */
+const conditionStyle = (policy: string, condition: string) =>
+  page.evaluate(`(() => {
+    const row = [...document.querySelectorAll('#policy-rows tr')].find((r) => r.cells[1]?.textContent.startsWith(${JSON.stringify(policy)} + ' ') || r.cells[1]?.textContent === ${JSON.stringify(policy)});
+    const div = [...(row?.cells[3]?.querySelectorAll('div div') ?? [])].find((d) => d.textContent.startsWith(${JSON.stringify(condition)}));
+    if (!div) return undefined;
+    const s = getComputedStyle(div);
+    return { cls: div.className, color: s.color, weight: s.fontWeight };
+  })()`) as Promise<{ cls: string; color: string; weight: string } | undefined>;
+const RED = 'rgb(176, 0, 32)';
 
 /** The text of the page's row of a node ('' while it has none). */
 const rowText = (node: string) => page.$eval(rowOf(node), (e) => e.textContent ?? '').catch(() => '');
@@ -100,7 +129,8 @@ before(async () => {
     },
   );
   const [port] = (await freePorts(1)) as [number];
-  berth = await startBerth(sandbox, [CONTROLLERS, `--ui-bind-address=127.0.0.1:${port}`]);
+  // With leader election, so that the header names the holder of the Lease.
+  berth = await startBerth(sandbox, [CONTROLLERS, '--leader-elect', `--ui-bind-address=127.0.0.1:${port}`]);
   url = `http://127.0.0.1:${port}/`;
   page = await browser.newPage();
   page.on('dialog', (d) => {
@@ -125,6 +155,7 @@ after(async () => {
   ).catch(() => {});
   await berth?.stop();
   await client.delete(NodeLabelRule.ref, id).catch(() => {});
+  await client.delete(NodeLabelRule.ref, `${id}-invalid`).catch(() => {});
   await client.delete(Cell.ref, id).catch(() => {});
   await client.delete(Location.ref, id).catch(() => {});
   await deleteNodes(client, nodes);
@@ -232,7 +263,7 @@ test('a pod a Berth scheduling gate holds is listed with the reason', async () =
   assert.match(text, new RegExp(`${ns}/${pod}${QUOTA_GATE}quota: waiting for the quota controller`));
 });
 
-test('a Warning event shows among the policies, its note as text', async () => {
+test('a Warning event shows among the events, its note as text', async () => {
   const note = `a warning for ${id} <img src=x onerror=alert(2)>`;
   await client.create(Resources.events, {
     apiVersion: 'events.k8s.io/v1',
@@ -252,10 +283,100 @@ test('a Warning event shows among the policies, its note as text', async () => {
   await waitForText('#event-rows', note, 5000);
   assert.match(
     await page.$eval('#event-rows', (e) => e.textContent ?? ''),
-    new RegExp(`Pod ${ns}/${id}-podUiTest`),
+    new RegExp(`Pod ${ns}/${id}-pod( explain)?UiTest`),
   );
   assert.equal(await page.$$eval('#event-rows img', (i) => i.length), 0, 'the note is text, not markup');
   assert.deepEqual(dialogs, [], 'no dialog fired');
+});
+
+test('the header says the version, that this Berth leads, its controllers, and counts that link to their lists', async () => {
+  await waitForText('#version', `v${version()}`);
+  // The Lease may still be held by an earlier Berth of the sandbox until it expires.
+  await waitForText('#leader', 'leader: this Berth', 60_000);
+  assert.equal(
+    await page.$eval('#controllers', (e) => e.textContent),
+    'controllers: labels, gates, workloads, cells',
+  );
+  await waitForText('#c-missing', '0 missing CRDs');
+  await waitFor('the header counts the held node', async () =>
+    /^[1-9]\d* held nodes?$/.test(await page.$eval('#c-held', (e) => e.textContent ?? '')),
+  );
+  assert.equal(await page.$eval('#c-held', (e) => e.className), 'bad');
+  await screenshot('header', 'the header', 'header');
+  await click('#c-held');
+  await hashIs('#nodes?held=1');
+  await waitForText(rowOf(nodes[0]!), nodes[0]!);
+  assert.equal(await page.$(rowOf(nodes[1]!)), null, 'a node no gate holds is not listed');
+  assert.equal(await page.$eval('#f-held', (e) => (e as unknown as { checked: boolean }).checked), true);
+});
+
+test('conditions by meaning: Invalid=True red, a healthy policy’s Invalid=False and Conflicting=False not', async () => {
+  // RE2 has no backreference: the rule is Invalid.
+  await applyAsAuthor(
+    client,
+    NodeLabelRule,
+    { name: `${id}-invalid` },
+    {
+      match: { anyOf: [{ label: `${D}/probe`, operator: 'InRegexp', values: ['(a)\\1'] }] },
+      labels: { [`${D}/never`]: 'true' },
+    },
+  );
+  await waitFor('the header counts the invalid rule', async () =>
+    /^[1-9]\d* invalid polic(y|ies)$/.test(await page.$eval('#c-invalid', (e) => e.textContent ?? '')),
+  );
+  await click('#c-invalid');
+  await hashIs('#policies?cond=Invalid');
+  await waitForText('#policy-rows', `${id}-invalid`);
+  const listed = await page.$$eval('#policy-rows tr', (rows) => rows.map((r) => r.children[1]?.textContent));
+  assert.ok(
+    !listed.some((n) => n?.startsWith(`${id} `) || n === id),
+    `the valid rule is not listed: ${listed}`,
+  );
+  // Both of this file's rules, by a link anyone can open.
+  await page.goto(`${url}#policies?kind=NodeLabelRule&name=${id}`);
+  await waitForText('#policy-rows', `${id}-invalid`);
+  await waitForText('#policy-rows', 'Ready=True');
+  const invalid = await conditionStyle(`${id}-invalid`, 'Invalid=True');
+  assert.deepEqual(invalid && [invalid.cls, invalid.color], ['bad', RED]);
+  for (const c of ['Invalid=False', 'Conflicting=False', 'Ready=True']) {
+    const healthy = await conditionStyle(id, c);
+    assert.equal(healthy?.cls, 'good', `${c} of a healthy rule`);
+    assert.notEqual(healthy.color, RED, `${c} is not red`);
+    assert.equal(healthy.weight, '400', `${c} is not bold`);
+  }
+  assert.equal(invalid?.weight, '400', 'not bold either');
+  await screenshot('policies', 'a policy with a bad condition beside a healthy one', '#policies table');
+});
+
+test('the address keeps the state: a link opens a filtered list and an explanation, back and forward walk', async () => {
+  const events = `${url}#events?reason=UiTest`;
+  await page.goto(events);
+  await waitForText('#event-rows', 'UiTest');
+  assert.equal(await page.$eval('#events', (e) => e.hidden), false);
+  assert.equal(await page.$eval('#e-reason', (e) => (e as unknown as { value: string }).value), 'UiTest');
+  const reasons = await page.$$eval('#event-rows tr', (rows) => rows.map((r) => r.children[2]?.textContent));
+  assert.deepEqual([...new Set(reasons)], ['UiTest']);
+  // A node and its explanation, opened from the address alone (a reload is a new page).
+  await page.goto(`${url}#nodes?text=${id}&explain=node%2F${nodes[1]}`);
+  await page.reload();
+  await waitForText('#explain-text', `Node ${nodes[1]}`);
+  assert.equal(await page.$eval('#f-text', (e) => (e as unknown as { value: string }).value), id);
+  await waitForText('#node-count', '2 of ');
+  // A tab, then back to the node and forward again.
+  await click('#tabs a[href="#pods"]');
+  await hashIs('#pods');
+  assert.equal(await page.$eval('#nodes', (e) => e.hidden), true);
+  await page.goBack();
+  await hashIs(`#nodes?text=${id}&explain=node%2F${nodes[1]}`);
+  assert.equal(await page.$eval('#nodes', (e) => e.hidden), false);
+  assert.equal(await page.$eval('#explain', (e) => e.hidden), false);
+  await page.goBack();
+  await hashIs('#events?reason=UiTest');
+  assert.equal(await page.$eval('#explain', (e) => e.hidden), true, 'the explanation closes');
+  await page.goForward();
+  await page.goForward();
+  await hashIs('#pods');
+  assert.equal(await page.$eval('#pods', (e) => e.hidden), false);
 });
 
 test('the cells map shows a city with its Location and its cell, with what the probe found', async () => {
@@ -274,18 +395,34 @@ test('the cells map shows a city with its Location and its cell, with what the p
     { name: id },
     { locations: [city], kubeconfigSecretRef: { namespace: NAMESPACE, name: `${id}-none` } },
   );
-  await waitForText('#cells', 'SecretMissing', 10_000).catch(async (e: unknown) => {
+  await waitForText('#cities', 'SecretMissing', 10_000).catch(async (e: unknown) => {
     const c = await client.get(Cell.ref, id);
-    const shown = await page.$eval('#cells', (e) => e.textContent ?? '');
+    const shown = await page.$eval('#cities', (e) => e.textContent ?? '');
     throw new Error(`${String(e)}; the page shows: ${shown}; the Cell's status: ${JSON.stringify(c.status)}`);
   });
-  const item = await page.$$eval('#cells > li', (lis) => lis.map((l) => l.textContent ?? ''));
-  const uix = item.find((t) => t.startsWith(city));
-  assert.ok(uix, `no ${city} among the cities: ${item.join(' | ')}`);
-  assert.match(
-    uix,
-    new RegExp(`^${city} \\(${id} \\(ui-region, edge\\)\\)${id} unreachable, not Ready: SecretMissing`),
+  const tile = await page.$eval(`[data-city="${city}"]`, (e) => e.textContent ?? '');
+  assert.match(tile, new RegExp(`^${city}${id} \\(ui-region, edge\\)${id} 0/0 instances Ready`));
+  const box = await page.$eval(`[data-cell="${id}"]`, (e) => ({
+    cls: e.className,
+    text: e.textContent ?? '',
+  }));
+  assert.equal(box.cls, 'cell bad', 'an unreachable cell is red');
+  assert.match(box.text, /unreachable, last contact never/);
+  assert.match(box.text, /not Ready: SecretMissing/);
+  // The header counts it; its link shows the unreachable cells only.
+  await waitFor('the header counts the unreachable cell', async () =>
+    /^[1-9]\d* unreachable cells?$/.test(await page.$eval('#c-unreachable', (e) => e.textContent ?? '')),
   );
+  await click('#c-unreachable');
+  await hashIs('#cells?unreachable=1');
+  assert.ok(await page.$(`[data-cell="${id}"]`), 'the unreachable cell is listed');
+  assert.equal(await page.$eval('#cells', (e) => e.hidden), false, 'the cells tab is shown');
+  await screenshot('cells', 'the cells by city', '#cells');
+  // Explained: by Berth when it explains cells, else from what the cell's status says.
+  await click(`[data-cell="${id}"] a.object`);
+  await waitForText('#explain-text', `Cell ${id}`);
+  assert.match(String(await page.evaluate('location.hash')), new RegExp(`&explain=cell%2F${id}$`));
+  await click('#explain-close');
 });
 
 test('a WorkloadDeployment shows its instances Ready and its rollout up to date', async () => {
@@ -321,14 +458,9 @@ test('a WorkloadDeployment shows its instances Ready and its rollout up to date'
 });
 
 test('a screenshot of the page is kept as a test artefact', async () => {
-  const dir = path.join(stateDir(), 'artifacts');
-  mkdirSync(dir, { recursive: true });
-  const file = path.join(dir, `ui-${id}.png`);
-  // The explanation opened above would cover the page.
-  if (await page.$eval('#explain', (e) => !e.hasAttribute('hidden'))) await page.click('#explain-close');
-  const png = await page.screenshot({ path: file, fullPage: true });
-  assert.ok(png.length > 10_000, `screenshot of ${png.length} bytes`);
-  process.stdout.write(`# screenshot of the page: ${file}\n`);
+  await page.goto(`${url}#workloads`);
+  await waitForText('#workload-rows', `${id}-web`);
+  await screenshot('page', 'the page');
 });
 
 test('a page address already taken: berth run exits 1 with the error, not alive and unready for good', async () => {

@@ -110,6 +110,11 @@ export class LeaderElector {
     );
   }
 
+  /** Who holds the Lease as this replica last saw it ('' before the first read), and who this replica is. */
+  leadership(): { holder: string; identity: string } {
+    return { holder: this.#holder(), identity: this.#identity };
+  }
+
   /** Campaigns, leads and campaigns again after losing the Lease, until `signal` aborts. */
   async run(signal: AbortSignal): Promise<void> {
     leaderMetrics.status.set({ name: this.#name }, 0);

@@ -92,6 +92,7 @@ export class Manager implements ClusterSet {
   private fence: (() => boolean) | undefined;
   private leaderWork: AbortController | undefined;
   private elector: LeaderElector | undefined;
+  private readonly leaderListeners: (() => void)[] = [];
   private electorLoop: Promise<void> | undefined;
   private exit!: (code: number) => void;
   /** Resolves with the process exit code once the manager has stopped. */
@@ -249,6 +250,16 @@ export class Manager implements ClusterSet {
     return this.elector ? this.elector.isLeader() : true;
   }
 
+  /** Who holds the Lease as this replica's elector last saw it; undefined without leader election. */
+  leadership(): { holder: string; identity: string } | undefined {
+    return this.elector?.leadership();
+  }
+
+  /** Calls `fn` each time the elector sees a new holder of the Lease (never without leader election). */
+  onNewLeader(fn: () => void): void {
+    this.leaderListeners.push(fn);
+  }
+
   /**
    * Starts the servers, clusters, runnables and providers, then campaigns or leads. A start that
    * fails stops what it started before rethrowing: its servers and informers would otherwise keep
@@ -333,6 +344,7 @@ export class Manager implements ClusterSet {
       ...(le.retryPeriodMs ? { retryPeriodMs: le.retryPeriodMs } : {}),
       logger: this.log,
       onStartedLeading: () => this.startLeaderWork(),
+      onNewLeader: () => this.leaderListeners.forEach((fn) => fn()),
       onStoppedLeading: () => {
         if (this.closing.signal.aborted) return;
         // Like controller-runtime, a replica that lost the lease exits; its pod restarts and campaigns again.

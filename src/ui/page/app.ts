@@ -1,12 +1,17 @@
 // The page: fetches the server's JSON snapshots, and again for the sections an event of /api/stream
 // names. Every value from the cluster goes into the DOM as text (textContent, text nodes), never
-// as markup; the server's Content-Security-Policy forbids inline script besides.
+// as markup; the server's Content-Security-Policy forbids inline script besides. What is shown
+// (the tab, the filters, the object explained) lives in the address's hash, `#tab?key=value`, so
+// every view can be linked to and back and forward walk through them.
 import type {
+  AboutSnapshot,
+  CellRow,
   ConditionView,
   NodePage,
   NodeRow,
   PoliciesSnapshot,
   PodsSnapshot,
+  PolicyRow,
   WorkloadsSnapshot,
 } from '../types.ts';
 
@@ -37,28 +42,74 @@ async function get<T>(path: string): Promise<T> {
   return body;
 }
 
-/** A link that shows what `berth explain` says of the object. */
-function explainLink(kind: string, name: string, namespace?: string): HTMLElement {
-  const a = el('a', 'object', namespace ? `${namespace}/${name}` : name);
-  a.addEventListener('click', () => void explain(kind, name, namespace));
+// The state in the address: the tab, then its filters and `explain=kind/[namespace/]name`.
+const TABS = ['nodes', 'policies', 'events', 'pods', 'workloads', 'cells'];
+
+function route(): { tab: string; q: URLSearchParams } {
+  const h = location.hash.slice(1);
+  const i = h.indexOf('?');
+  const tab = i < 0 ? h : h.slice(0, i);
+  return { tab: TABS.includes(tab) ? tab : 'nodes', q: new URLSearchParams(i < 0 ? '' : h.slice(i + 1)) };
+}
+
+/** The address of the current state with `changes` (an empty value drops its key). */
+function hrefWith(changes: Record<string, string>): string {
+  const { tab, q } = route();
+  for (const [k, v] of Object.entries(changes))
+    if (v) q.set(k, v);
+    else q.delete(k);
+  const s = q.toString();
+  return `#${tab}${s ? `?${s}` : ''}`;
+}
+
+/** Goes to the state with `changes`: a new history entry, or the same one while typing. */
+function change(changes: Record<string, string>, replace = false): void {
+  const h = hrefWith(changes);
+  if (h === location.hash) return;
+  history[replace ? 'replaceState' : 'pushState'](null, '', h);
+  apply();
+}
+
+/** A link to the current state with `changes`: followed in place, or opened elsewhere as an address. */
+function link(text: string, changes: Record<string, string>): HTMLElement {
+  const a = Object.assign(el('a', 'object', text), { href: hrefWith(changes) });
+  a.addEventListener('click', (e) => {
+    e.preventDefault();
+    change(changes);
+  });
   return a;
 }
 
-let explainAsked = 0;
+/** The kinds the server can explain (Kind → explain's name): the explain panel's hook. */
+let explainable: Record<string, string> = {};
 
-async function explain(kind: string, name: string, namespace?: string): Promise<void> {
-  const q = new URLSearchParams({ kind, name, ...(namespace ? { namespace } : {}) });
+/** A link that shows what `berth explain` says of the object. */
+const explainLink = (kind: string, name: string, namespace?: string): HTMLElement =>
+  link(namespace ? `${namespace}/${name}` : name, {
+    explain: [kind, namespace, name].filter(Boolean).join('/'),
+  });
+
+let explainAsked = 0;
+/** The explain= value shown in the panel. */
+let explained = '';
+
+async function explain(target: string): Promise<void> {
+  const [kind = '', ...rest] = target.split('/');
+  const [namespace, name = ''] = rest.length > 1 ? rest : [undefined, rest[0]];
   // Only the last object asked about is shown: an earlier answer that comes later is dropped.
   const asked = ++explainAsked;
   $('explain').hidden = false;
   $('explain-title').textContent = `berth explain ${kind} ${namespace ? `${namespace}/` : ''}${name}`;
   $('explain-text').textContent = 'asking...';
   let text: string;
-  try {
-    text = (await get<{ lines: string[] }>(`/api/explain?${q}`)).lines.join('\n');
-  } catch (e) {
-    text = `could not explain: ${(e as Error).message}`;
-  }
+  if (kind === 'cell' && !Object.values(explainable).includes('cell')) text = cellStatusText(name);
+  else
+    try {
+      const q = new URLSearchParams({ kind, name, ...(namespace ? { namespace } : {}) });
+      text = (await get<{ lines: string[] }>(`/api/explain?${q}`)).lines.join('\n');
+    } catch (e) {
+      text = `could not explain: ${(e as Error).message}`;
+    }
   if (asked === explainAsked) $('explain-text').textContent = text;
 }
 
@@ -67,19 +118,28 @@ const conditions = (cs: ConditionView[]) =>
     'div',
     undefined,
     ...cs.map((c) =>
-      el(
-        'div',
-        c.status === 'True' ? undefined : 'held',
-        `${c.type}=${c.status} ${c.reason}${c.message ? `: ${c.message}` : ''}`,
-      ),
+      el('div', c.tone, `${c.type}=${c.status} ${c.reason}${c.message ? `: ${c.message}` : ''}`),
     ),
   );
 
+/** Fills a select with its fixed options (data-fixed) and `values`, the selected one kept even when absent. */
+function options(id: string, values: string[], selected: string, label = (v: string) => v): void {
+  const select = $<HTMLSelectElement>(id);
+  const fixed = [...select.options].filter((o) => o.dataset['fixed'] !== undefined);
+  const all = [...new Set([...values, selected])].filter((v) => v && !fixed.some((o) => o.value === v));
+  select.replaceChildren(
+    ...fixed,
+    ...all.map((v) => Object.assign(el('option', undefined, label(v)), { value: v })),
+  );
+  select.value = selected;
+}
+
 // Nodes: the server filters and pages, so 5,000 nodes cost the page one page of rows.
 const PAGE = 100;
-const filter = { text: '', pool: '', arch: '', held: false, offset: 0 };
 /** The latest nodes request: an answer to an older one (another filter) is dropped. */
 let nodesAsked = 0;
+/** The node filter last asked for: a change of anything else does not ask again. */
+let nodesQuery = '';
 
 function nodeRow(r: NodeRow): HTMLElement {
   const gates = r.gates.map((g) =>
@@ -113,95 +173,142 @@ function nodeRow(r: NodeRow): HTMLElement {
   return row;
 }
 
-function options(id: string, values: string[], selected: string): void {
-  const select = $<HTMLSelectElement>(id);
-  const first = select.options[0]!;
-  select.replaceChildren(
-    first,
-    ...values.map((v) => Object.assign(el('option', undefined, v), { value: v })),
-  );
-  select.value = selected;
+function nodeParams(q: URLSearchParams): string {
+  return new URLSearchParams({
+    text: q.get('text') ?? '',
+    pool: q.get('pool') ?? '',
+    arch: q.get('arch') ?? '',
+    held: String(q.get('held') === '1'),
+    offset: q.get('offset') ?? '0',
+    limit: String(PAGE),
+  }).toString();
 }
 
 async function loadNodes(): Promise<void> {
-  const q = new URLSearchParams({
-    text: filter.text,
-    pool: filter.pool,
-    arch: filter.arch,
-    held: String(filter.held),
-    offset: String(filter.offset),
-    limit: String(PAGE),
-  });
+  const q = route().q;
+  nodesQuery = nodeParams(q);
   const asked = ++nodesAsked;
-  const p = await get<NodePage & { synced: boolean }>(`/api/nodes?${q}`);
+  const p = await get<NodePage & { synced: boolean }>(`/api/nodes?${nodesQuery}`);
   if (asked !== nodesAsked) return;
-  filter.offset = p.offset;
   fill('node-rows', p.rows.map(nodeRow), p.synced ? 'no node matches' : 'reading the nodes...', 6);
   $('node-count').textContent = `${p.matched} of ${p.total}`;
   $('page').textContent = p.matched ? `${p.offset + 1}-${p.offset + p.rows.length} of ${p.matched}` : '';
   $<HTMLButtonElement>('prev').disabled = p.offset === 0;
   $<HTMLButtonElement>('next').disabled = p.offset + p.rows.length >= p.matched;
-  options('f-pool', p.pools, filter.pool);
-  options('f-arch', p.archs, filter.arch);
+  $('prev').dataset['offset'] = String(Math.max(0, p.offset - PAGE));
+  $('next').dataset['offset'] = String(p.offset + PAGE);
+  options('f-pool', p.pools, q.get('pool') ?? '');
+  options('f-arch', p.archs, q.get('arch') ?? '');
 }
 
-async function loadPolicies(): Promise<void> {
-  const p = await get<PoliciesSnapshot>('/api/policies');
-  $('missing').textContent = p.missing.length ? `Not installed (berth install): ${p.missing.join(', ')}` : '';
+// The snapshots last read: filters and the header apply to them without asking again.
+let policies: PoliciesSnapshot | undefined;
+let pods: PodsSnapshot | undefined;
+let workloads: WorkloadsSnapshot | undefined;
+
+const fullName = (r: { namespace?: string; name: string }) =>
+  r.namespace ? `${r.namespace}/${r.name}` : r.name;
+const has = (text: string, part: string | null) => !part || text.toLowerCase().includes(part.toLowerCase());
+
+/** True when the policy has a bad condition, of type `cond` unless it is 'bad' (any). */
+const bad = (r: PolicyRow, cond: string) =>
+  r.conditions.some((c) => c.tone === 'bad' && (cond === 'bad' || c.type === cond));
+
+function showPolicies(): void {
+  if (!policies) return;
+  const q = route().q;
+  const [kind, name, cond] = [q.get('kind') ?? '', q.get('name'), q.get('cond') ?? ''];
+  $('missing').textContent = policies.missing.length
+    ? `Not installed (berth install): ${policies.missing.join(', ')}`
+    : '';
+  const rows = policies.policies.filter(
+    (r) => (!kind || r.kind === kind) && has(fullName(r), name) && (!cond || bad(r, cond)),
+  );
+  $('policy-count').textContent = `${rows.length} of ${policies.policies.length}`;
+  options('p-kind', [...new Set(policies.policies.map((r) => r.kind))].sort(), kind);
+  const types = policies.policies.flatMap((r) => r.conditions.map((c) => c.type));
+  options('p-cond', [...new Set(types)].sort(), cond, (t) => `${t} is bad`);
   fill(
     'policy-rows',
-    p.policies.map((r) =>
-      el(
+    rows.map((r) => {
+      const explainer = explainable[r.kind];
+      return el(
         'tr',
         undefined,
         cell(r.kind),
-        cell(r.namespace ? `${r.namespace}/${r.name}` : r.name),
+        cell(
+          link(fullName(r), { kind: r.kind, name: fullName(r), cond: '' }),
+          explainer ? ' ' : undefined,
+          explainer
+            ? link('explain', { explain: [explainer, r.namespace, r.name].filter(Boolean).join('/') })
+            : undefined,
+        ),
         cell(...Object.entries(r.counts).map(([k, v]) => tag(`${k} ${v}`))),
         cell(conditions(r.conditions)),
-      ),
-    ),
-    'no policy',
+      );
+    }),
+    policies.policies.length ? 'no policy matches' : 'no policy',
     4,
   );
+}
+
+function showEvents(): void {
+  if (!policies) return;
+  const q = route().q;
+  const [kind, name, reason] = [q.get('kind') ?? '', q.get('name'), q.get('reason') ?? ''];
+  const all = policies.events;
+  const rows = all.filter(
+    (e) => (!kind || e.kind === kind) && has(e.regarding, name) && (!reason || e.reason === reason),
+  );
+  $('event-count').textContent = `${rows.length} of ${all.length}`;
+  options('e-kind', [...new Set(all.map((e) => e.kind))].sort(), kind);
+  options('e-reason', [...new Set(all.map((e) => e.reason))].sort(), reason);
   fill(
     'event-rows',
-    p.events.map((e) =>
-      el(
+    rows.map((e) => {
+      const object = e.kind ? e.regarding.slice(e.kind.length + 1) : e.regarding;
+      const explainer = explainable[e.kind];
+      return el(
         'tr',
         undefined,
         cell(e.time),
-        cell(e.regarding),
-        cell(e.reason),
+        cell(
+          `${e.kind} `,
+          link(object, { kind: e.kind, name: object }),
+          explainer ? ' ' : undefined,
+          explainer ? link('explain', { explain: `${explainer}/${object}` }) : undefined,
+        ),
+        cell(link(e.reason, { reason: e.reason })),
         cell(e.note),
         cell(String(e.count)),
-      ),
-    ),
-    'no Warning event in the last hour',
+      );
+    }),
+    all.length ? 'no event matches' : 'no Warning event in the last hour',
     5,
   );
 }
 
-async function loadPods(): Promise<void> {
-  const p = await get<PodsSnapshot>('/api/pods');
+function showPods(): void {
+  if (!pods) return;
   fill(
     'pod-rows',
-    p.pods.map((h) =>
+    pods.pods.map((h) =>
       el('tr', undefined, cell(explainLink('pod', h.name, h.namespace)), cell(h.gate), cell(h.reason)),
     ),
     'Berth holds no pod',
     3,
   );
-  const held = p.heldNodes.map((n) =>
+  const held = pods.heldNodes.map((n) =>
     el('li', undefined, explainLink('node', n.name), `: ${n.waiting.join('; ')}`),
   );
   $('held-nodes').replaceChildren(...(held.length ? held : [el('li', 'note', 'none')]));
 }
 
-async function loadWorkloads(): Promise<void> {
-  const w = await get<WorkloadsSnapshot>('/api/workloads');
+function showWorkloads(): void {
+  if (!workloads) return;
   fill(
     'workload-rows',
-    w.workloads.map((d) =>
+    workloads.workloads.map((d) =>
       el(
         'tr',
         undefined,
@@ -214,7 +321,7 @@ async function loadWorkloads(): Promise<void> {
           ...d.instances.map((i) =>
             el(
               'div',
-              i.ready === 'True' ? undefined : 'held',
+              i.tone,
               explainLink('instance', i.name, i.namespace),
               ` ${i.ready} ${i.reason}${i.quota ? ` (quota ${i.quota})` : ''}`,
             ),
@@ -225,42 +332,150 @@ async function loadWorkloads(): Promise<void> {
     'no WorkloadDeployment',
     5,
   );
-  $('local-cell').textContent = `This cluster runs ${w.localInstances} instances.`;
-  const cities = w.cities.map((c) =>
+}
+
+/** A cell's health: unreachable or not Ready is bad, not probed yet unknown. */
+const health = (x: CellRow) =>
+  x.reachable === 'False' || x.ready === 'False'
+    ? 'bad'
+    : x.reachable === 'True' && x.ready === 'True'
+      ? 'good'
+      : 'unknown';
+
+const reach = (x: CellRow) => ({ True: 'reachable', False: 'unreachable' })[x.reachable] ?? 'not probed yet';
+
+/** The lines about a cell its status gives: the explain panel's answer until Berth explains cells. */
+function cellStatusText(name: string): string {
+  const x = workloads?.cities.flatMap((c) => c.cells).find((c) => c.name === name);
+  if (!x) return workloads ? `no Cell ${name}` : 'reading the cells...';
+  return [
+    `Cell ${name}, as its status says (berth explain cell ${name} asks the API):`,
+    `  ${reach(x)}, last contact ${x.lastContactTime || 'never'}`,
+    `  ${x.ready === 'True' ? 'Ready' : `not Ready: ${x.reason}${x.message ? `: ${x.message}` : ''}`}`,
+    ...(x.cordoned ? ['  cordoned (spec.unschedulable)'] : []),
+    ...(x.serverVersion ? [`  Kubernetes ${x.serverVersion}`] : []),
+    ...x.workloads.map(
+      (w) =>
+        `  Workload ${w.namespace}/${w.name} (${w.placement}, ${w.city}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
+    ),
+  ].join('\n');
+}
+
+function cellBox(x: CellRow): HTMLElement {
+  const [ready, desired] = x.workloads.reduce(([r, d], w) => [r + w.ready, d + w.desired], [0, 0]);
+  const box = el(
+    'div',
+    `cell ${health(x)}`,
+    explainLink('cell', x.name),
+    el('span', 'count', ` ${ready}/${desired}`),
+    ' instances Ready',
+    el('div', undefined, `${reach(x)}, last contact ${x.lastContactTime || 'never'}`),
     el(
-      'li',
+      'div',
       undefined,
-      el('strong', undefined, c.city || 'no city'),
-      c.locations.length ? ` (${c.locations.join('; ')})` : '',
-      ...c.cells.map((x) =>
-        el(
-          'div',
-          x.ready === 'True' ? undefined : 'held',
-          el('span', 'object', x.name),
-          ` ${{ True: 'reachable', False: 'unreachable' }[x.reachable] ?? 'not probed yet'}, ${x.ready === 'True' ? 'Ready' : `not Ready: ${x.reason}${x.message ? ` (${x.message})` : ''}`}${x.cordoned ? ', cordoned' : ''}${x.serverVersion ? `, ${x.serverVersion}` : ''}`,
-          ...x.workloads.map((w) =>
-            el(
-              'div',
-              w.reason ? 'held' : 'note',
-              'Workload ',
-              explainLink('workload', w.name, w.namespace),
-              ` (${w.placement}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
-            ),
-          ),
-        ),
+      `${x.ready === 'True' ? 'Ready' : `not Ready: ${x.reason}${x.message ? ` (${x.message})` : ''}`}${x.cordoned ? ', cordoned' : ''}${x.serverVersion ? `, ${x.serverVersion}` : ''}`,
+    ),
+    ...x.workloads.map((w) =>
+      el(
+        'div',
+        w.reason ? 'bad' : 'note',
+        'Workload ',
+        explainLink('workload', w.name, w.namespace),
+        ` (${w.placement}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
       ),
     ),
   );
-  $('cells').replaceChildren(
-    ...(cities.length ? cities : [el('li', 'note', 'no Cell joined (berth cells join adds one)')]),
+  box.dataset['cell'] = x.name;
+  return box;
+}
+
+function showCells(): void {
+  if (!workloads) return;
+  const only = route().q.get('unreachable') === '1';
+  $('local-cell').textContent = `This cluster runs ${workloads.localInstances} instances.`;
+  const cities = workloads.cities.flatMap((c) => {
+    const cells = c.cells.filter((x) => !only || x.reachable === 'False');
+    if (only && !cells.length) return [];
+    const city = el(
+      'div',
+      'city',
+      el('h3', undefined, c.city || 'no city'),
+      c.locations.length ? el('div', 'note', c.locations.join('; ')) : undefined,
+      ...cells.map(cellBox),
+    );
+    city.dataset['city'] = c.city;
+    return [city];
+  });
+  $('cities').replaceChildren(
+    ...(cities.length
+      ? cities
+      : [el('p', 'note', only ? 'no cell is unreachable' : 'no Cell joined (berth cells join adds one)')]),
   );
 }
 
+/** A count of the header: its number in words, red when there is any. */
+function count(id: string, n: number | undefined, one: string, many: string): void {
+  $(id).textContent = n === undefined ? '' : `${n} ${n === 1 ? one : many}`;
+  $(id).className = n ? 'bad' : '';
+}
+
+function showCounts(): void {
+  const cells = new Map(workloads?.cities.flatMap((c) => c.cells.map((x) => [x.name, x])));
+  count(
+    'c-invalid',
+    policies && policies.policies.filter((r) => bad(r, 'Invalid')).length,
+    'invalid policy',
+    'invalid policies',
+  );
+  count('c-held', pods?.heldNodes.length, 'held node', 'held nodes');
+  count('c-gated', pods?.pods.length, 'gated pod', 'gated pods');
+  count(
+    'c-unreachable',
+    workloads && [...cells.values()].filter((x) => x.reachable === 'False').length,
+    'unreachable cell',
+    'unreachable cells',
+  );
+  count('c-missing', policies?.missing.length, 'missing CRD', 'missing CRDs');
+}
+
+async function loadAbout(): Promise<void> {
+  const a = await get<AboutSnapshot>('/api/about');
+  explainable = a.explainable;
+  $('version').textContent = `v${a.version}`;
+  const l = a.leader;
+  $('leader').textContent =
+    `leader: ${l.self ? 'this Berth' : l.holder || 'none'}${l.holder && l.self ? ` (${l.holder})` : ''}`;
+  $('leader').title = l.note;
+  $('controllers').textContent = `controllers: ${a.controllers.join(', ') || 'none'}`;
+}
+
 const loaders: Record<string, () => Promise<void>> = {
+  about: async () => {
+    await loadAbout();
+    showPolicies();
+    showEvents();
+    // A cell explained from its status before the server said whether it explains cells.
+    if (explained.startsWith('cell/')) void explain(explained);
+  },
   nodes: loadNodes,
-  policies: loadPolicies,
-  pods: loadPods,
-  workloads: loadWorkloads,
+  policies: async () => {
+    policies = await get<PoliciesSnapshot>('/api/policies');
+    showPolicies();
+    showEvents();
+    showCounts();
+  },
+  pods: async () => {
+    pods = await get<PodsSnapshot>('/api/pods');
+    showPods();
+    showCounts();
+  },
+  workloads: async () => {
+    workloads = await get<WorkloadsSnapshot>('/api/workloads');
+    showWorkloads();
+    showCells();
+    showCounts();
+    if (explained.startsWith('cell/')) void explain(explained);
+  },
 };
 
 /** The stream's state and the sections whose last load failed: the header says the worst. */
@@ -284,37 +499,65 @@ function load(sections: string[]): void {
     );
 }
 
+/** Shows the state the address holds: the tab, the filters in their fields, the object explained. */
+function apply(): void {
+  const { tab, q } = route();
+  for (const t of TABS) $(t).hidden = t !== tab;
+  for (const a of $('tabs').querySelectorAll('a')) a.classList.toggle('on', a.hash === `#${tab}`);
+  for (const [id, key] of [
+    ['f-text', 'text'],
+    ['p-name', 'name'],
+    ['e-name', 'name'],
+  ] as const) {
+    const input = $<HTMLInputElement>(id);
+    if (document.activeElement !== input) input.value = q.get(key) ?? '';
+  }
+  $<HTMLInputElement>('f-held').checked = q.get('held') === '1';
+  // Before the stream's hello, which loads every section, one request would only race another.
+  if (connected && tab === 'nodes' && nodeParams(q) !== nodesQuery) load(['nodes']);
+  showPolicies();
+  showEvents();
+  showCells();
+  const target = q.get('explain') ?? '';
+  if (target !== explained) {
+    explained = target;
+    if (target) void explain(target);
+    else $('explain').hidden = true;
+  }
+}
+
 function start(): void {
   let typing: number | undefined;
-  $('f-text').addEventListener('input', (e) => {
-    clearTimeout(typing);
-    typing = window.setTimeout(() => {
-      filter.text = (e.target as HTMLInputElement).value;
-      filter.offset = 0;
-      load(['nodes']);
-    }, 150);
-  });
+  for (const [id, key] of [
+    ['f-text', 'text'],
+    ['p-name', 'name'],
+    ['e-name', 'name'],
+  ] as const)
+    $(id).addEventListener('input', (e) => {
+      clearTimeout(typing);
+      const value = (e.target as HTMLInputElement).value;
+      typing = window.setTimeout(() => change({ [key]: value, offset: '' }, true), 150);
+    });
   for (const [id, key] of [
     ['f-pool', 'pool'],
     ['f-arch', 'arch'],
+    ['p-kind', 'kind'],
+    ['p-cond', 'cond'],
+    ['e-kind', 'kind'],
+    ['e-reason', 'reason'],
   ] as const)
-    $(id).addEventListener('change', (e) => {
-      filter[key] = (e.target as HTMLSelectElement).value;
-      filter.offset = 0;
-      load(['nodes']);
-    });
-  $('f-held').addEventListener('change', (e) => {
-    filter.held = (e.target as HTMLInputElement).checked;
-    filter.offset = 0;
-    load(['nodes']);
-  });
-  $('node-filter').addEventListener('submit', (e) => e.preventDefault());
-  $('prev').addEventListener(
-    'click',
-    () => ((filter.offset = Math.max(0, filter.offset - PAGE)), load(['nodes'])),
+    $(id).addEventListener('change', (e) =>
+      change({ [key]: (e.target as HTMLSelectElement).value, offset: '' }),
+    );
+  $('f-held').addEventListener('change', (e) =>
+    change({ held: (e.target as HTMLInputElement).checked ? '1' : '', offset: '' }),
   );
-  $('next').addEventListener('click', () => ((filter.offset += PAGE), load(['nodes'])));
-  $('explain-close').addEventListener('click', () => ($('explain').hidden = true));
+  for (const f of document.querySelectorAll('form')) f.addEventListener('submit', (e) => e.preventDefault());
+  for (const id of ['prev', 'next'])
+    $(id).addEventListener('click', () => change({ offset: $(id).dataset['offset'] ?? '' }));
+  $('explain-close').addEventListener('click', () => change({ explain: '' }));
+  // Links and back/forward change the hash; the page follows.
+  window.addEventListener('hashchange', apply);
 
   const stream = new EventSource('/api/stream');
   // hello comes first on every (re)connection: whatever changed meanwhile is read again.
@@ -328,6 +571,7 @@ function start(): void {
     connected = false;
     showLive();
   });
+  apply();
 }
 
 start();

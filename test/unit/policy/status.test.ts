@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import { z } from 'zod';
 import { definePolicy } from '../../../src/policy/crd.ts';
 import {
+  conditionTone,
   PolicyStatusWriter,
   type NodeLoop,
   type PolicyObject,
@@ -377,4 +378,19 @@ test('generated: set() queues exactly the changed policies', async () => {
     changes += expected.length;
   }
   assert.ok(changes > 100, 'the generated steps change standings often');
+});
+
+test('conditionTone: a condition whose True is bad is bad only when True; a positive one when False', () => {
+  for (const type of ['Invalid', 'Conflicting', 'InspectionsFailing', 'StartedEarly'])
+    assert.deepEqual(
+      ['True', 'False', 'Unknown'].map((s) => conditionTone(type, s)),
+      ['bad', 'good', 'unknown'],
+      type,
+    );
+  for (const type of ['Ready', 'Available', 'Reachable', 'RequiredPodsSchedulable', 'QuotaGranted'])
+    assert.deepEqual(
+      ['True', 'False', 'Unknown', ''].map((s) => conditionTone(type, s)),
+      ['good', 'bad', 'unknown', 'unknown'],
+      type,
+    );
 });

@@ -17,6 +17,7 @@ import {
   derivedOf,
   heldPods,
   nodeRow,
+  policyRow,
   queryNodes,
   warningEvents,
   type EventLike,
@@ -281,13 +282,41 @@ test('warningEvents: Warning events of the last hour, newest first, bounded', ()
   ];
   const rows = warningEvents(events, now, 3_600_000, 10);
   assert.deepEqual(
-    rows.map((r) => [r.note, r.time, r.count, r.regarding]),
+    rows.map((r) => [r.note, r.time, r.count, r.kind, r.regarding]),
     [
-      ['note b', '2026-01-01T11:50:00Z', 4, 'NodeLabelRule gpu'],
-      ['note a', '2026-01-01T11:10:00Z', 1, 'NodeLabelRule gpu'],
+      ['note b', '2026-01-01T11:50:00Z', 4, 'NodeLabelRule', 'NodeLabelRule gpu'],
+      ['note a', '2026-01-01T11:10:00Z', 1, 'NodeLabelRule', 'NodeLabelRule gpu'],
     ],
   );
   assert.equal(warningEvents(events, now, 3_600_000, 1).length, 1);
+});
+
+test('policyRow: each condition with its tone, Invalid=False and Conflicting=False good, Ready=False bad', () => {
+  const row = policyRow('NodeStartupGate', {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'NodeStartupGate',
+    metadata: { name: 'warmup' },
+    status: {
+      observedGeneration: 1,
+      held: 2,
+      conditions: [
+        { type: 'Invalid', status: 'False', reason: 'Valid' },
+        { type: 'Conflicting', status: 'True', reason: 'TaintTaken', message: 'm' },
+        { type: 'Ready', status: 'False', reason: 'Conflicting' },
+        { type: 'RequiredPodsSchedulable', status: 'Unknown', reason: 'NotRead' },
+      ],
+    },
+  });
+  assert.deepEqual(row.counts, { held: 2 });
+  assert.deepEqual(
+    row.conditions.map((c) => `${c.type}=${c.status} ${c.tone}`),
+    [
+      'Invalid=False good',
+      'Conflicting=True bad',
+      'Ready=False bad',
+      'RequiredPodsSchedulable=Unknown unknown',
+    ],
+  );
 });
 
 test('heldPods: pods a Berth scheduling gate holds, each with its reason', () => {
