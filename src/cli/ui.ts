@@ -9,6 +9,7 @@ import { Manager } from '../runtime/manager/manager.ts';
 import { rootLogger } from '../runtime/observability/log.ts';
 import { UiServer } from '../ui/server.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
+import { logOptions, useLogOptions } from './log.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -62,8 +63,9 @@ export function uiCommand(): Command {
         capabilities.map((c) => c.name),
       ),
     );
-  for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
+  for (const opt of [...uiOptions(DEFAULT_ADDRESSES.ui), ...logOptions()]) cmd.addOption(opt);
   return cmd.action(async (o) => {
+    useLogOptions(o);
     const manager = new Manager({
       client: KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' }),
       metricsBindAddress: '0',
