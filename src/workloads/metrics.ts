@@ -5,6 +5,14 @@ import { counter, gauge } from '../runtime/observability/metrics.ts';
 import type { InstanceObject } from './decide.ts';
 
 let instances: Pick<Informer<InstanceObject>, 'list'> | undefined;
+// Reasons are Berth's own words, but an instance's status is an object a cluster may let others
+// write: the first few seen are named, any later one is `other`, so the series stay few.
+const MAX_REASONS = 32;
+const reasons = new Set<string>();
+const reasonLabel = (r: string): string => {
+  if (!reasons.has(r) && reasons.size < MAX_REASONS) reasons.add(r);
+  return reasons.has(r) ? r : 'other';
+};
 
 export const workloadMetrics = {
   instances: gauge(
@@ -16,7 +24,7 @@ export const workloadMetrics = {
       g.reset();
       for (const i of instances?.list() ?? []) {
         const ready = findCondition(i.status?.conditions, 'Ready');
-        g.inc({ ready: ready?.status ?? 'Unknown', reason: ready?.reason ?? 'Pending' });
+        g.inc({ ready: ready?.status ?? 'Unknown', reason: reasonLabel(ready?.reason ?? 'Pending') });
       }
     },
   ),
