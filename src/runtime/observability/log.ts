@@ -16,7 +16,7 @@ const text = (): ((line: string) => void) => {
   const pretty = prettyFactory({
     colorize: false,
     singleLine: true,
-    translateTime: 'SYS:HH:MM:ss.l',
+    translateTime: 'SYS:standard',
     ignore: 'app',
   });
   return (line) => toStdout(pretty(line));
