@@ -1,9 +1,9 @@
 // `npm run manifests`: writes the deploy files generated from code (CRDs and RBAC) into deploy/, so
 // kustomize and Helm install exactly what `berth install` and `berth manifests` produce.
 // test/unit/deploy.test.ts fails when the committed files differ from what this generates.
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import {
   archPullSecretRoleName,
   archPullSecretRules,
@@ -282,6 +282,38 @@ function helmCapabilityRoles(): string {
   return HEADER + docs.join('---\n');
 }
 
+/** A file of the chart's files/: the alerting rules and the dashboard, which both installs carry. */
+const chartFile = (name: string): string =>
+  readFileSync(join(packageRoot(), 'deploy/helm/berth/files', name), 'utf8');
+
+const MONITORING_METADATA = { namespace: 'berth-system', labels: { 'app.kubernetes.io/name': 'berth' } };
+
+/** The kustomize Component's PrometheusRule: the chart's rule file's groups. */
+const kustomizePrometheusRule = (): string =>
+  documents([
+    {
+      apiVersion: 'monitoring.coreos.com/v1',
+      kind: 'PrometheusRule',
+      metadata: { name: 'berth', ...MONITORING_METADATA },
+      spec: { groups: (parse(chartFile('prometheus-rules.yaml')) as { groups: unknown }).groups },
+    } as KubeObject,
+  ]);
+
+/** The kustomize Component's dashboard ConfigMap, labelled for Grafana's dashboard sidecar. */
+const kustomizeDashboard = (): string =>
+  documents([
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: {
+        name: 'berth-grafana-dashboard',
+        namespace: MONITORING_METADATA.namespace,
+        labels: { ...MONITORING_METADATA.labels, grafana_dashboard: '1' },
+      },
+      data: { 'berth.json': chartFile('grafana-dashboard.json') },
+    } as KubeObject,
+  ]);
+
 /** Every generated file, by path relative to the repository root. */
 export function generatedFiles(): Map<string, string> {
   const crds = crdManifests();
@@ -294,6 +326,8 @@ export function generatedFiles(): Map<string, string> {
     ],
     ['deploy/kustomize/base/pod-patch-policy.yaml', documents(podPatchPolicyManifests())],
     ['deploy/kustomize/finalizer-owners/rules.yaml', kustomizeFinalizerOwners()],
+    ['deploy/kustomize/monitoring/prometheusrule.yaml', kustomizePrometheusRule()],
+    ['deploy/kustomize/monitoring/grafana-dashboard.yaml', kustomizeDashboard()],
     ['deploy/helm/berth/templates/clusterrole.yaml', helmClusterRole()],
     ['deploy/helm/berth/templates/role.yaml', helmRole()],
     ['deploy/helm/berth/templates/leader-election.yaml', helmLeaderElection()],

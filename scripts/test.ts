@@ -5,6 +5,7 @@ import { createServer, type Server } from 'node:net';
 import { run } from 'node:test';
 import { spec } from 'node:test/reporters';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
+import { ensurePrometheus } from '../src/sandbox/build.ts';
 import { abortOnSignals } from '../src/sandbox/wait.ts';
 import { DEFAULT_ADDRESSES } from '../src/cli/addresses.ts';
 import { parseBindAddress } from '../src/runtime/server/http.ts';
@@ -83,15 +84,16 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
   // (scripts/rbac-audit.ts) checks Berth's roles against what the files made Berth do.
   const audit = Boolean(process.env['BERTH_TEST_AUDIT']);
   const interrupt = abortOnSignals();
-  await sandbox
-    .up({
-      fresh: true,
-      registry,
-      audit,
-      log: (s) => process.stdout.write(`  ${s}\n`),
-      signal: interrupt.signal,
-    })
-    .finally(interrupt.release);
+  // Prometheus (and its build, some ten minutes cold, before any file's timeout runs) only when a
+  // file says `test-driver: prometheus`.
+  const prometheus = integrationFiles.some((f) =>
+    readFileSync(f, 'utf8').includes('test-driver: prometheus'),
+  );
+  const log = (s: string) => process.stdout.write(`  ${s}\n`);
+  await (async () => {
+    if (prometheus) await ensurePrometheus(log, interrupt.signal);
+    await sandbox.up({ fresh: true, registry, audit, log, signal: interrupt.signal });
+  })().finally(interrupt.release);
   process.stdout.write(`sandbox ${name} up in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   try {
     // Integration files share the cluster: each keeps to its own namespaces and node names. Files

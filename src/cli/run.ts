@@ -21,7 +21,7 @@ import {
 import { parseBindAddress } from '../runtime/server/http.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { KubeClient } from '../runtime/client/client.ts';
-import { rootLogger, setLogLevel } from '../runtime/observability/log.ts';
+import { rootLogger } from '../runtime/observability/log.ts';
 import { Manager } from '../runtime/manager/manager.ts';
 import {
   defaultMaxInFlightBytes,
@@ -43,6 +43,9 @@ import { capabilities } from '../capabilities.ts';
 import { installCrds } from './install.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { addUi, electedLeader, uiOptions } from './ui.ts';
+import { logOptions, useLogOptions } from './log.ts';
+import { version } from './version.ts';
+import { buildInfo } from '../runtime/observability/metrics.ts';
 
 const limits = webhookServerLimits;
 
@@ -207,16 +210,16 @@ export function runCommand(): Command {
       "install or upgrade Berth's CRDs before starting (needs permission to write CRDs, which the " +
         'generated role grants only with `berth manifests --install-crds`)',
       false,
-    )
-    .addOption(
-      new Option('--log-level <level>', 'log level')
-        .choices(['debug', 'info', 'warn', 'error'])
-        .default('info'),
     );
+  for (const opt of logOptions()) cmd.addOption(opt);
   for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   for (const c of capabilities) for (const opt of c.options?.() ?? []) cmd.addOption(opt);
   return cmd.action(async (o) => {
-    setLogLevel(o.logLevel);
+    useLogOptions(o);
+    buildInfo.set(
+      { version: version(), node_version: process.version, commit: process.env['BERTH_COMMIT'] || 'unknown' },
+      1,
+    );
     const client = KubeClient.fromFile(o.kubeconfig, { maxInFlight: o.maxInFlight, userAgent: 'berth' });
     const enabled = runningCapabilities(capabilities, o);
     if (o.installCrds) {

@@ -12,6 +12,7 @@ import { rootLogger } from '../runtime/observability/log.ts';
 import { UiServer, type About } from '../ui/server.ts';
 import { version } from './version.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
+import { logOptions, useLogOptions } from './log.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -117,8 +118,9 @@ export function uiCommand(): Command {
         capabilities.map((c) => c.name),
       ),
     );
-  for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
+  for (const opt of [...uiOptions(DEFAULT_ADDRESSES.ui), ...logOptions()]) cmd.addOption(opt);
   return cmd.action(async (o) => {
+    useLogOptions(o);
     const client = KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' });
     const manager = new Manager({ client, metricsBindAddress: '0', healthBindAddress: '0' });
     const ui = addUi(manager, o, runningCapabilities(capabilities, o), leaseLeader(client));

@@ -23,6 +23,7 @@ import {
 } from '../runtime/controller/controller.ts';
 import { changed, generationChanged } from './predicates.ts';
 import { finalizer } from './finalizer.ts';
+import { recordConditions } from './metrics.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
@@ -147,7 +148,7 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
 
   private async reconcile(name: string): Promise<Result | void> {
     const obj = this.objects.get(name);
-    if (!obj) return;
+    if (!obj) return recordConditions(this.objects.ref.kind, name, undefined);
     const f = this.opts.finalizer;
     if (!f) return this.write(obj);
     const ref = {
@@ -173,6 +174,7 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
     const generation = obj.metadata?.generation;
     const conds = conditionSetter(obj.status?.conditions, generation);
     for (const c of report.conditions) conds.set(c.type, c.status, c.reason, c.message);
+    recordConditions(this.objects.ref.kind, name, conds.conditions);
     const old = obj.status;
     const counts = Object.entries<number | undefined>(report.counts);
     if (

@@ -27,6 +27,8 @@ export interface Component {
   ldflags?: (version: string) => string;
   /** Binaries to rename after the build: go names a module-root main package after its last path element. */
   rename?: Record<string, string>;
+  /** Build tags besides selinux,notest. */
+  tags?: string[];
 }
 
 const kubeVersionFlags = (v: string): string => {
@@ -85,6 +87,16 @@ export const components = {
     packages: ['helm.sh/helm/v3/cmd/helm'],
     ldflags: (v) => `-X helm.sh/helm/v3/internal/version.version=${v}`,
   },
+  // Prometheus and promtool, to check Berth's alerting rules and to scrape Berth in a test with them
+  // loaded. Built only when a test asks; remove_all_sd leaves out every service discovery but file
+  // and http (static targets are all a test needs), most of Prometheus's dependencies.
+  prometheus: {
+    module: 'prometheus',
+    pin: 'github.com/prometheus/prometheus',
+    packages: ['cmd/prometheus', 'cmd/promtool'].map((c) => `github.com/prometheus/prometheus/${c}`),
+    ldflags: (v) => `-X github.com/prometheus/common/version.Version=${v}`,
+    tags: ['remove_all_sd'],
+  },
 } satisfies Record<string, Component>;
 
 export type ComponentName = keyof typeof components;
@@ -126,7 +138,7 @@ export function componentDir(name: ComponentName): string {
     .filter((f) => f.endsWith('.go'))
     .sort();
   for (const f of ['go.mod', 'go.sum', ...goFiles]) h.update(readFileSync(join(src, f)));
-  h.update(JSON.stringify(c.packages) + (c.ldflags?.('') ?? ''));
+  h.update(JSON.stringify(c.packages) + (c.ldflags?.('') ?? '') + (c.tags ? JSON.stringify(c.tags) : ''));
   return join(cacheDir(), 'bin', `${name}-${pinnedVersion(c)}-${h.digest('hex').slice(0, 12)}`);
 }
 
@@ -259,7 +271,7 @@ async function buildComponent(
         '2',
         '-trimpath',
         '-tags',
-        'selinux,notest',
+        ['selinux', 'notest', ...(c.tags ?? [])].join(','),
         '-ldflags',
         ldflags,
         '-o',
@@ -322,4 +334,13 @@ export async function ensureRegistry(
   signal?: AbortSignal,
 ): Promise<string> {
   return join(await buildComponent('registry', log, signal), 'registry');
+}
+
+/** Prometheus's folder (`prometheus`, `promtool`), built on first use and cached like the control plane. */
+export async function ensurePrometheus(
+  log: (s: string) => void = () => {},
+  signal?: AbortSignal,
+): Promise<{ prometheus: string; promtool: string }> {
+  const dir = await buildComponent('prometheus', log, signal);
+  return { prometheus: join(dir, 'prometheus'), promtool: join(dir, 'promtool') };
 }

@@ -224,6 +224,9 @@ test("a cell's apiserver stopped: Reachable=False Unreachable within the bound, 
       (await events(dfw)).some((e) => e.type === 'Warning' && e.reason === 'Unreachable'),
     );
     assert.match(berth!.output(), new RegExp(`"cell":"${dfw}".*"reason":"Unreachable".*cell not reachable`));
+    // The gauge the BerthCellUnreachable alert reads says so too, and the other cell's stays 1.
+    const reachable = (c: string) => berth!.metric('berth_cell_reachable', (l) => l.includes(`cell="${c}"`));
+    assert.deepEqual([await reachable(dfw), await reachable(lhr)], [0, 1]);
     assert.equal(await condition(lhr, 'Ready').then((c) => c?.status), 'True', 'the LHR cell stays Ready');
   } finally {
     dfwSandbox.startProcess('kube-apiserver');

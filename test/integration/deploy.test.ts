@@ -3,8 +3,9 @@
 // server-side dry run, which validates every object (the Deployment's pod template included) and
 // warns when the pod breaks the namespace's restricted Pod Security profile. The builds are moved to
 // a namespace of their own: only the Namespace is created for real, since dry-run objects cannot land
-// in a namespace that does not exist. Kinds of cert-manager's, which a plain cluster does not serve,
-// are checked by what they say, not dry-run.
+// in a namespace that does not exist. Kinds of cert-manager's and the Prometheus Operator's, which a
+// plain cluster does not serve, are checked by what they say, not dry-run (the monitoring Component's
+// rules by promtool: monitoring.test.ts).
 import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -80,6 +81,7 @@ function build(overlay: { name: string; kind: string }): Any[] {
 }
 
 const certManager = (o: KubeObject) => o.apiVersion?.startsWith('cert-manager.io/');
+const operator = (o: KubeObject) => o.apiVersion?.startsWith('monitoring.coreos.com/');
 let objects: KubeObject[];
 
 before(async () => {
@@ -109,6 +111,7 @@ describe('deploy/kustomize', () => {
         'cert-manager: Component',
         'default: Kustomization',
         'finalizer-owners: Component',
+        'monitoring: Component',
         'webhook-client-ca: Component',
       ],
     );
@@ -123,7 +126,15 @@ describe('deploy/kustomize', () => {
         overlay.name === 'cert-manager' ? ['Certificate', 'Certificate', 'Issuer', 'Issuer'] : [],
         overlay.name,
       );
-      const rest = built.filter((o) => o.kind !== 'Namespace' && !certManager(o));
+      assert.deepEqual(
+        built
+          .filter(operator)
+          .map((o) => o.kind)
+          .sort(),
+        overlay.name === 'monitoring' ? ['PrometheusRule', 'ServiceMonitor'] : [],
+        overlay.name,
+      );
+      const rest = built.filter((o) => o.kind !== 'Namespace' && !certManager(o) && !operator(o));
       const { stdout, stderr } = dryRun(rest);
       const applied = stdout.split('\n').filter((l) => l.includes('serverside-applied (server dry run)'));
       assert.equal(applied.length, rest.length, `${overlay.name}: ${stdout}`);

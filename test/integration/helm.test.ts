@@ -112,6 +112,11 @@ const options: Record<string, Record<string, string>> = {
     'webhook.requestTimeoutSeconds': '8',
   },
   'service monitor': { 'metrics.serviceMonitor.enabled': 'true' },
+  'alerts, dashboard and text logs': {
+    'prometheusRule.enabled': 'true',
+    'grafanaDashboard.enabled': 'true',
+    logFormat: 'text',
+  },
   'extra args': { 'extraArgs[0]': '--label-workers=32' },
   'finalizer owners': { 'agents.finalizerOwners': '{deployments.apps,configmaps}' },
   'pull secrets in a namespace': { 'arch.pullSecretNamespaces': `{${ns}}` },

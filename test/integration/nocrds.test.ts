@@ -86,7 +86,7 @@ describe('berth run on a cluster without its CRDs', () => {
     const errorLines = berth
       .output()
       .split('\n')
-      .filter((l) => l.includes('"level":50') && l.includes('is not installed'));
+      .filter((l) => l.includes('"level":"error"') && l.includes('is not installed'));
     assert.ok(
       errorLines.some((l) => l.includes('nodelabelrules.berth.dev') && l.includes('berth install')),
       `no error-level log line names the missing CRD and berth install:\n${berth.output().slice(-3000)}`,

@@ -17,6 +17,7 @@ import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
 import { claimKey, decideNode, podFinished } from '../decide.ts';
 import type { Agents } from '../index.ts';
+import { countClaimWrites } from '../metrics.ts';
 import { AGENT_KEYS } from '../types.ts';
 import type { AgentStatus, PlacementStanding } from './status.ts';
 
@@ -61,6 +62,11 @@ export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter
     const decision = this.decide(name);
     // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
     const plan = await this.writer.trySync(node, decision.desired);
+    if (plan.wrote) {
+      const prefixes = placements.map((p) => p.spec.claimAnnotationPrefix);
+      const isClaim = (k: string) => prefixes.some((p) => k.startsWith(p));
+      countClaimWrites(node.metadata?.annotations ?? {}, plan.annotations, isClaim);
+    }
     const failed = plan.refused?.message;
     // Claims wait for the node's write spacing, or the loop breaker held keys back: sync again then.
     const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };

@@ -30,6 +30,7 @@ import {
   type Timing,
 } from '../decide.ts';
 import type { CellProvider } from '../provider.ts';
+import { cellMetrics, forgetCell } from '../metrics.ts';
 import { Cell, CELLS_MANAGER, type CellObject } from '../types.ts';
 
 export interface CellTiming extends Timing {
@@ -145,7 +146,12 @@ export class CellController {
     this.timing = o.timing;
     this.log = o.log;
     this.events = manager.recorder('cells');
-    this.cells.addEventHandler({ onDelete: (c) => this.history.delete(c.metadata.name!) });
+    this.cells.addEventHandler({
+      onDelete: (c) => {
+        this.history.delete(c.metadata.name!);
+        forgetCell(c.metadata.name!);
+      },
+    });
   }
 
   /** The provider engaged, re-engaged or gave up on a cell: probe it now. */
@@ -166,12 +172,16 @@ export class CellController {
       // Disengaged since access() answered: the provider asks for this cell again.
       if (!this.manager.clusterNames.includes(access.cluster)) return;
       const needed = accessDue(before, Date.now(), this.timing) ? cellAccess : undefined;
+      const took = cellMetrics.probe.startTimer({ cell: name });
       probe = await probeCell(this.manager.client(access.cluster), this.timing.probeTimeoutMs, needed);
+      took();
     }
     const history = observe(before, probe);
     this.history.set(name, history);
     const now = Date.now();
     const next = cellStatus(cell, history, now, this.timing);
+    const reachable = next.conditions?.find((c) => c.type === 'Reachable')?.status === 'True';
+    cellMetrics.reachable.set({ cell: name }, reachable ? 1 : 0);
     if (statusChanged(cell.status, next)) {
       try {
         await applyStatus(this.manager.client(), Cell.ref, cell, next, CELLS_MANAGER);

@@ -6,6 +6,7 @@
 // Cell allows it, applies each WorkloadDeployment, deletes those it made that are no longer wanted
 // (and a namespace it created, once empty and no longer mapped), and writes the Workload's status
 // when it changed. Its finalizer deletes the WorkloadDeployments from every cell first.
+import { federationMetrics } from '../metrics.ts';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../../policy/predicates.ts';
 import { finalizer } from '../../policy/finalizer.ts';
 import { isDeepStrictEqual } from 'node:util';
@@ -543,6 +544,7 @@ export class FederationController {
         // a conflict over fields that differ instead of being written over.
         force: have !== undefined,
       });
+      federationMetrics.deploymentWrites.inc({ cluster, write: 'apply' });
       return true;
     } catch (e) {
       // The namespace went meanwhile: made again on the retry.
@@ -773,7 +775,8 @@ export class FederationController {
 
   private async deleteDeployment(cluster: string, d: DeploymentObject): Promise<void> {
     // Only the object the cache showed: one recreated meanwhile is not ours to judge yet.
-    await deleteExact(this.manager.client(cluster), WorkloadDeployment.ref, d);
+    if (await deleteExact(this.manager.client(cluster), WorkloadDeployment.ref, d))
+      federationMetrics.deploymentWrites.inc({ cluster, write: 'delete' });
   }
 
   /** Creates the namespace in the cell, marked as Berth's (its Cell allows it), unless it exists. */

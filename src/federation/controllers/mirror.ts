@@ -6,6 +6,7 @@
 // Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
 // deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
 // not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
+import { federationMetrics } from '../metrics.ts';
 import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../../policy/predicates.ts';
 import { findCondition } from '../../runtime/api/conditions.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
@@ -252,6 +253,7 @@ export class MirrorController {
         fieldManager: MIRROR_MANAGER,
         force: true,
       });
+      federationMetrics.mirrorWrites.inc({ write: 'apply' });
       this.sent.expect(keyOf(current), current.metadata.resourceVersion, current);
       this.spacing.wrote(key);
       if (!mirror) this.log.info({ mirror: keyOf(current), cell }, 'instance mirrored');
@@ -308,6 +310,7 @@ export class MirrorController {
         status,
         MIRROR_MANAGER,
       );
+      federationMetrics.mirrorWrites.inc({ write: 'status' });
       this.sent.expect(keyOf(written), written.metadata.resourceVersion, written);
     } catch (e) {
       if (!isObjectGone(e)) throw e;
@@ -316,7 +319,9 @@ export class MirrorController {
 
   private async remove(mirror: InstanceObject | undefined, why: string): Promise<void> {
     if (!mirror || mirror.metadata.deletionTimestamp) return;
-    if (await deleteExact(this.manager.client(), Instance.ref, mirror))
+    if (await deleteExact(this.manager.client(), Instance.ref, mirror)) {
+      federationMetrics.mirrorWrites.inc({ write: 'delete' });
       this.log.info({ mirror: keyOf(mirror) }, `mirror deleted: ${why}`);
+    }
   }
 }

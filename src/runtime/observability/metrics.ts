@@ -27,8 +27,26 @@ export async function metricsText(): Promise<string> {
 // Every metric is on the one registry; these say so once.
 export const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
   new Counter<L>({ name, help, labelNames, registers: [registry] });
-export const gauge = <L extends string>(name: string, help: string, labelNames: L[]) =>
-  new Gauge<L>({ name, help, labelNames, registers: [registry] });
+/** A gauge; with `collect`, one whose values are read when /metrics is (from a cache, say). */
+export const gauge = <L extends string>(
+  name: string,
+  help: string,
+  labelNames: L[],
+  collect?: (g: Gauge<L>) => void,
+) =>
+  new Gauge<L>({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    ...(collect
+      ? {
+          collect: function (this: Gauge<L>) {
+            collect(this);
+          },
+        }
+      : {}),
+  });
 export const histogram = <L extends string>(name: string, help: string, labelNames: L[], buckets: number[]) =>
   new Histogram<L>({ name, help, labelNames, buckets, registers: [registry] });
 
@@ -99,6 +117,13 @@ export const reconcileMetrics = {
   ),
 };
 
+// What runs: the value is 1, the labels say (as every Prometheus exporter's *_build_info does).
+export const buildInfo = gauge(
+  'berth_build_info',
+  'Berth’s version, the Node.js version it runs on and its commit (BERTH_COMMIT; unknown if not set); the value is 1',
+  ['version', 'node_version', 'commit'],
+);
+
 // Informers: client-go has no standard names here, so these are Berth's own.
 export const informerMetrics = {
   restarts: counter(
@@ -158,6 +183,11 @@ export const httpServerMetrics = {
       'in_flight (over the in-flight limit, answered 429), in_flight_bytes, timeout (a slow TLS ' +
       'handshake, request headers or body)',
     ['server', 'reason'],
+  ),
+  certificateExpiry: gauge(
+    'berth_certificate_expiration_timestamp_seconds',
+    'When the certificate a Berth TLS server serves expires (seconds since the epoch), by server (webhook)',
+    ['server'],
   ),
   connections: gauge(
     'berth_http_connections',

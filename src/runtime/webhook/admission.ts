@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { serverOptions, type ServerLimits } from '../server/http.ts';
-import { errorText, rootLogger, type Logger } from '../observability/log.ts';
+import { errorText, logFormat, rootLogger, type Logger } from '../observability/log.ts';
 import { addMetricsSource } from '../observability/metrics.ts';
 import { createCertificateAuthority } from './certificates.ts';
 import { defaultMaxInFlightBytes, defaultMaxRequestBytes, webhookServerLimits } from './serving.ts';
@@ -250,6 +250,7 @@ export class WebhookServer {
       maxInFlightBytes: this.maxInFlightBytes,
       limits: this.limits,
       logLevel: this.log.level,
+      logFormat: logFormat(),
       draining: this.draining,
       routes: [...this.routes].map(([path, r]) => ({
         path,

@@ -5,12 +5,13 @@
 // thread asks and waits for within the handler timeout.
 import { isRecord } from '../api/jsonpatch.ts';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { X509Certificate } from 'node:crypto';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions, TLSSocket } from 'node:tls';
 import { limitServer, listen, serverOptions, type ServerGuard, type ServerLimits } from '../server/http.ts';
 import { ThrottledLog, type Logger } from '../observability/log.ts';
-import { webhookMetrics } from '../observability/metrics.ts';
+import { httpServerMetrics, webhookMetrics } from '../observability/metrics.ts';
 import type { AdmissionHandler, AdmissionRequest, AdmissionResult, AdmissionStatus } from './admission.ts';
 
 /** 7 MiB, controller-runtime's: an UPDATE carries two objects of up to 3 MiB each. */
@@ -112,6 +113,7 @@ export class AdmissionServing {
       ...serverOptions(opts.limits),
     });
     this.guard = limitServer(this.server, 'webhook', opts.limits, opts.handlerTimeoutMs, this.log);
+    recordExpiry(opts.certificate.cert);
     this.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
       this.serve(req, res).catch((err: unknown) => {
         this.log.error({ err }, 'webhook request failed');
@@ -161,6 +163,7 @@ export class AdmissionServing {
   setCertificate(pair: { cert: string; key: string }): void {
     // A context replaces the whole of the old one: the client CA goes along.
     this.server.setSecureContext(this.secureContextOf(pair));
+    recordExpiry(pair.cert);
   }
 
   /**
@@ -336,6 +339,12 @@ export class AdmissionServing {
 }
 
 /** Reads the body while `accept(size so far, chunk size)` returns no error; after one, discards the rest. */
+/** The serving certificate's end, for the alert that it is near (a renewal that keeps failing). */
+function recordExpiry(certPem: string): void {
+  const notAfter = new X509Certificate(certPem).validToDate.getTime();
+  httpServerMetrics.certificateExpiry.set({ server: 'webhook' }, notAfter / 1000);
+}
+
 function readBody(
   req: IncomingMessage,
   accept: (size: number, chunk: number) => Error | undefined,

@@ -2,7 +2,7 @@
 // thread. Its heap holds only what serving needs, so the main thread's informers and garbage
 // collection do not hold its answers. It talks to the main thread by the messages in threaded.ts.
 import { parentPort, workerData } from 'node:worker_threads';
-import { rootLogger, setLogLevel } from '../observability/log.ts';
+import { rootLogger, setLogFormat, setLogLevel } from '../observability/log.ts';
 import { registry } from '../observability/metrics.ts';
 import type { AdmissionHandler, AdmissionResult } from './admission.ts';
 import { AdmissionServing } from './serving.ts';
@@ -12,6 +12,7 @@ const init = workerData as ThreadInit;
 const port = parentPort!;
 const send = (m: FromThread) => port.postMessage(m);
 setLogLevel(init.logLevel);
+setLogFormat(init.logFormat);
 const log = rootLogger.child({ component: 'webhook', thread: 'webhook' });
 
 const states = new Map<string, unknown>();

@@ -6,6 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AdmissionHandler } from './admission.ts';
 import type { ServingOptions } from './serving.ts';
+import type { LogFormat } from '../observability/log.ts';
 
 /**
  * Declared at the top level of its module (`module` is that module's import.meta.url), so the
@@ -79,6 +80,7 @@ export type FromThread =
 /** What the thread starts from (its workerData). */
 export interface ThreadInit extends Omit<ServingOptions, 'logger'> {
   logLevel: string;
+  logFormat: LogFormat;
   routes: ThreadRoute[];
   /** The replica is leaving its Service already: a thread started again drains from the first answer. */
   draining: boolean;

@@ -6,6 +6,7 @@
 // under its own manager (the conditions are a list-map keyed by type). A grant of the quota
 // controller in this process is acted on and written here, with the rest of the status; a waiting
 // verdict stays the quota controller's entry, never touched here.
+import { countInstances } from '../metrics.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { changed, conditionsChanged, deletionChanged, generationChanged } from '../../policy/predicates.ts';
 import {
@@ -142,6 +143,7 @@ export class InstanceController {
     this.events = manager.recorder('instances');
     this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
     this.instances.addIndexer('instanceType', byInstanceType);
+    countInstances(this.instances);
     // Only instances' Pods: the label selector keeps every other pod out of this cache.
     this.pods = manager.informer<WorkloadPod>(Resources.pods, INSTANCE_PODS);
     this.podsSent = new WriteExpectations(this.pods, keyOf);

@@ -9,6 +9,7 @@
 // the rest of the instance's status (grantOf, onGrant).
 // Events first (Instance created or deleted, Quota changed); while an instance waits, a requeue
 // backing off with its age heals a missed one.
+import { workloadMetrics } from '../metrics.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
@@ -408,6 +409,7 @@ export class QuotaController {
         const uid = inst.metadata!.uid!;
         const known = s.granted.get(uid);
         if (!known || !sameVerdict(known, v)) {
+          workloadMetrics.verdicts.inc({ result: 'granted' });
           s.granted.set(uid, v);
           for (const listener of this.grantListeners) listener(s.cluster.name, keyOf(inst));
         }
@@ -549,6 +551,7 @@ export class QuotaController {
   private async writeVerdict(s: ClusterState, inst: InstanceObject, v: QuotaVerdict): Promise<boolean> {
     const current = s.written.pending(inst) ?? findCondition(inst.status?.conditions, QUOTA_CONDITION);
     if (current && sameVerdict(current, v)) return true;
+    if (v.status !== 'True') workloadMetrics.verdicts.inc({ result: 'denied' });
     const old = findCondition(inst.status?.conditions, QUOTA_CONDITION);
     const [condition] = setCondition(old ? [old] : [], {
       type: QUOTA_CONDITION,
