@@ -13,6 +13,7 @@ import { KubeClient } from './runtime/client/client.ts';
 import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
 import type { Focus, Said } from './policy/explain.ts';
+import type { PlanContext, PlanPart } from './policy/plan.ts';
 
 /**
  * Where a capability runs: in the one cluster whose nodes it places on (`cluster`), in the management
@@ -139,6 +140,8 @@ export interface Capability {
   explainPod?(ctx: ExplainContext): Promise<string[]>;
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
   explainNode?(ctx: ExplainContext): Promise<string[]>;
+  /** `berth plan` of its kinds, by kind name: what applying (or deleting) these objects would do. */
+  plan?: Record<string, (ctx: PlanContext) => Promise<PlanPart>>;
   /** Its own kinds `berth explain` explains. */
   explainKinds?: ExplainKind[];
   /**

@@ -122,6 +122,7 @@ export function explanationText(x: Explanation, now = new Date()): string[] {
   const out = [`${x.kind} ${x.namespace ? `${x.namespace}/` : ''}${x.name}`];
   if (x.missingCrds) out.push(missingCrdsLine(new Set(x.missingCrds)));
   for (const c of x.conditions ?? []) out.push(conditionLine(c, now));
+  if (x.conditions?.length === 0) out.push('  no status yet (Berth not running, or not caught up)');
   const counts = Object.entries(x.counts ?? {});
   if (counts.length) out.push(`  counts: ${counts.map(([k, v]) => `${k} ${v}`).join(', ')}`);
   for (const side of [true, false]) {

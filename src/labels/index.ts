@@ -16,6 +16,7 @@ import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from '
 import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels, explainRule } from './explain.ts';
 import { clusterRules } from './load.ts';
+import { planRules } from './plan.ts';
 import {
   FIELD_MANAGER,
   NodeLabelRule,
@@ -74,6 +75,9 @@ export const labelsCapability: Capability = {
       ...explainNodeLabels(node, rules, holds, owned),
       ...errors.map((e) => `  skipped invalid rule: ${e}`),
     ];
+  },
+  plan: {
+    NodeLabelRule: (ctx) => planRules(ctx, labelDirOf(ctx.options), evictOnRemovalFiles(ctx.options)),
   },
   explainKinds: [
     {

@@ -4,7 +4,7 @@
 // (grant.ts) over the same objects. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
-import { findCondition, type Condition } from '../runtime/api/conditions.ts';
+import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { isFormerPod } from './decide.ts';
 import { conditionLine, since, type Said, type Subject } from '../policy/explain.ts';
