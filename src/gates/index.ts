@@ -14,6 +14,7 @@ import { NodeReconciler, setupNodeController } from './controllers/node.ts';
 import { setupStatusController } from './controllers/status.ts';
 import { gateKeyClaims, parseGates, type Gate, type GateProblem } from './decide/parse.ts';
 import { explainGate, explainNodeGates } from './explain.ts';
+import { planGateObjects } from './plan.ts';
 import { nodesOf, podsByNode } from '../policy/explain.ts';
 import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
 import { nodeWebhook, podWebhook } from './webhook.ts';
@@ -54,6 +55,7 @@ export const gatesCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['patch'] },
   ],
   explainNode: ({ client, object }) => explainNodeGates(client, object),
+  plan: { NodeStartupGate: planGateObjects },
   explainKinds: [
     {
       name: 'nodestartupgate',
