@@ -140,7 +140,8 @@ test('a rule and a gate: the plan says exactly what the controllers then do, and
     planned(undo.plan.effects),
     Object.fromEntries(Object.entries(gained).map(([n, ops]) => [n, ops.map((o) => `- ${o}`)])),
   );
-  kubectl(sandbox, kubectlPath, ['delete', '-f', path]);
+  // Not waiting for the gate's finalizer here: the controllers that release it run in this process.
+  kubectl(sandbox, kubectlPath, ['delete', '--wait=false', '-f', path]);
   await waitFor('the nodes carry nothing of the file', async () => {
     const now = await carried();
     return Object.values(now).every((v) => v.length === 0) ? now : undefined;

@@ -3,12 +3,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { planGates } from '../../../src/gates/plan.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { gateObj, node, NODE_NEW, NODE_OLD, NOW, pod, TAINT_KEY } from './fixtures.ts';
 
-const pending = { ...pod('web', { namespace: 'shop', phase: 'Pending' }), spec: { containers: [] } };
+const pending = { ...pod('web', { namespace: 'shop', phase: 'Pending' }), spec: {} };
 
 test('a new gate holds only nodes that join after it; with backfill, every selected node', () => {
-  const fresh = { ...gateObj('cni'), metadata: { name: 'cni' } };
+  const fresh = { ...gateObj('cni'), metadata: { name: 'cni' } } as KubeObject & { spec: object };
   const nodes = [
     node({ name: 'old', created: NODE_OLD }),
     node({ name: 'new', created: new Date(NOW + 1000).toISOString() }),
@@ -22,7 +23,7 @@ test('a new gate holds only nodes that join after it; with backfill, every selec
 
   const backfill = planGates(
     [],
-    [{ ...fresh, spec: { ...(fresh.spec as object), backfill: true } }],
+    [{ ...fresh, spec: { ...fresh.spec, backfill: true } }],
     false,
     nodes,
     [pending],
