@@ -9,7 +9,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
+import type { Explanation } from '../../src/explain.ts';
 import type { PolicyKit } from '../../src/policy/kit.ts';
 import type { Effect } from '../../src/policy/plan.ts';
 import type { Plan } from '../../src/plan.ts';
@@ -133,6 +134,23 @@ test('a rule and a gate: the plan says exactly what the controllers then do, and
     return JSON.stringify(now) === JSON.stringify(gained) ? now : undefined;
   });
   assert.equal(plan('-f', path).status, 0, 'applied: nothing more would change');
+
+  // explain says the same of each policy: the rule's node, and the nodes the gate holds.
+  const explain = (...args: string[]) => {
+    const r = runBerthCli(['explain', ...args, '--kubeconfig', sandbox.kubeconfigPath]);
+    assert.equal(r.status, 0, r.stderr);
+    return parse(r.stdout) as Explanation;
+  };
+  const ruleSaid = explain('nodelabelrule', id, '--node', gpu0, '-o', 'json');
+  assert.deepEqual(
+    ruleSaid.subjects?.map((s) => `${s.name} ${s.in} ${s.why.at(-2)}`),
+    [`${gpu0} true sets label ${D}/derived=true`],
+  );
+  const gateSaid = explain('nodestartupgate', id, '-o', 'yaml');
+  assert.deepEqual(
+    gateSaid.subjects?.filter((s) => s.in).map((s) => s.name),
+    [cpu],
+  );
 
   const undo = plan('-f', path, '--delete');
   assert.equal(undo.status, 2);
