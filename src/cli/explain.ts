@@ -48,6 +48,16 @@ export function explainCommand(): Command {
       printResult(o.output, x, explanationText);
     });
   }
+  // `berth explain nodelabelrule/gpu --node n1`, as kubectl names objects: the subcommand, then the name.
+  cmd
+    .argument('[kind/name]')
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action(async (arg: string | undefined, _o, c: Command) => {
+      const slash = arg?.indexOf('/') ?? -1;
+      if (!arg || slash < 0) return cmd.help({ error: true });
+      await cmd.parseAsync([arg.slice(0, slash), arg.slice(slash + 1), ...c.args.slice(1)], { from: 'user' });
+    });
   return cmd;
 }
 
