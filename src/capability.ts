@@ -12,6 +12,8 @@ import type { DeclaredRule } from './runtime/api/rbac.ts';
 import { KubeClient } from './runtime/client/client.ts';
 import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
+import type { Focus, Said } from './policy/explain.ts';
+import type { PlanContext, PlanPart } from './policy/plan.ts';
 
 /**
  * Where a capability runs: in the one cluster whose nodes it places on (`cluster`), in the management
@@ -48,6 +50,8 @@ export interface ExplainContext {
    * owns is refused by its controller, so explain must say so too.
    */
   keys?: () => Promise<KeyOwnership>;
+  /** The one node or pod asked about (`--node`, `--pod`), for a policy kind. */
+  focus?: Focus;
 }
 
 /** What a capability's commands may ask of the others. */
@@ -80,7 +84,11 @@ export interface ExplainKind {
   aliases?: string[];
   resource: ResourceRef;
   description: string;
-  lines(ctx: ExplainContext): Promise<string[]>;
+  /** What it acts on: `--node` or `--pod` asks about one of them. */
+  subjects?: keyof Focus;
+  /** Show its status conditions (with since-when) and counts as they are. */
+  status?: true;
+  explain(ctx: ExplainContext): Promise<Said>;
 }
 
 export interface Capability {
@@ -132,7 +140,9 @@ export interface Capability {
   explainPod?(ctx: ExplainContext): Promise<string[]>;
   /** Lines for `berth explain node`: what this capability does to the node, and why. */
   explainNode?(ctx: ExplainContext): Promise<string[]>;
-  /** Its own kinds `berth explain` explains (namespaced ones). */
+  /** `berth plan` of its kinds, by kind name: what applying (or deleting) these objects would do. */
+  plan?: Record<string, (ctx: PlanContext) => Promise<PlanPart>>;
+  /** Its own kinds `berth explain` explains. */
   explainKinds?: ExplainKind[];
   /**
    * `berth uninstall`, run once Berth is gone and no object of Berth's kinds is left: takes off what the

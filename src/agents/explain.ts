@@ -18,6 +18,7 @@ import {
 import { exempt, placementsForPod } from './webhook.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { needsAcknowledgement } from './validate.ts';
+import type { Said, Subject } from '../policy/explain.ts';
 
 const jobs: ResourceRef = { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true };
 
@@ -191,4 +192,56 @@ export function previewPlacements(
     if (p.spec.waitForAgent) preview.wouldMutate = mutated;
     return preview;
   });
+}
+
+/**
+ * `berth explain agentplacement NAME`: the nodes that host its counted pods (the claims and label
+ * it gives each, or the other placement that holds the label) and those that do not, decided as
+ * the controller does over every usable placement. The view's pods are those of `nodes`.
+ */
+export function explainPlacement(
+  name: string,
+  parsed: ParsedPlacement[],
+  view: ClusterView,
+  nodes: string[],
+  berthNamespace: string,
+): Said {
+  const p = parsed.find((x) => x.name === name);
+  if (!p) return { lines: ['  invalid, applies nothing'] };
+  if (p.problems.length) return { lines: [`  invalid, applies nothing: ${p.problems.join('; ')}`] };
+  const usable = usablePlacements(parsed);
+  const subjects: Subject[] = nodes.map((node) => {
+    const pods = view.pods.filter((x) => x.spec.nodeName === node);
+    const d = decideNode(pods, usable, (ns) => view.namespaces.get(ns), lookupIn(view), berthNamespace);
+    const r = d.placements.get(name)!;
+    const { key, value } = p.spec.nodeLabel;
+    const rejected = r.rejected.map((why) => `no claim for ${why}`);
+    if (r.claims.size === 0)
+      return { kind: 'Node', name: node, in: false, why: ['no counted pod here', ...rejected] };
+    return {
+      kind: 'Node',
+      name: node,
+      in: true,
+      why: [
+        r.labelled
+          ? `label ${key}=${value}`
+          : `no label ${key}: another AgentPlacement holds it with another value`,
+        ...[...r.claims].map(
+          ([uid, c]) =>
+            `claim ${p.spec.claimAnnotationPrefix}${uid} (${c.owner.description}): ${c.pods.join(', ')}`,
+        ),
+        ...rejected,
+      ],
+    };
+  });
+  const [preview] = previewPlacements(view, [p], berthNamespace);
+  const lines = [
+    `  selects ${preview!.selectedPods} pod(s); ${preview!.claimedPods} counted, of ${preview!.owners} owner(s)`,
+    ...(preview!.wouldMutate !== undefined
+      ? [
+          `  waitForAgent: ${preview!.wouldMutate} of its pods would wait for the agent, were they created now`,
+        ]
+      : []),
+  ];
+  return { subjects, lines };
 }

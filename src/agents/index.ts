@@ -28,7 +28,8 @@ import {
   type ParseCache,
   type ParsedPlacement,
 } from './decide.ts';
-import { clusterPlacements, explainNodeAgents } from './explain.ts';
+import { clusterPlacements, explainNodeAgents, explainPlacement, loadView } from './explain.ts';
+import { nodesOf } from '../policy/explain.ts';
 import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
 import { podWebhook } from './webhook.ts';
 
@@ -78,6 +79,34 @@ export const agentsCapability: Capability = {
       owners && ((k) => owners.violations('agents', k)),
     );
   },
+  explainKinds: [
+    {
+      name: 'agentplacement',
+      aliases: ['ap'],
+      resource: AgentPlacement.ref,
+      subjects: 'node',
+      status: true,
+      description: 'Which nodes an AgentPlacement labels and claims, for which owners (--node: one node)',
+      async explain({ client, object, berthNamespace, keys, focus }) {
+        const owners = await keys?.();
+        const listed = await clusterPlacements(client);
+        const parsed = owners
+          ? checkOwnership(listed.parsed, (k) => owners.violations('agents', k))
+          : listed.parsed;
+        const [view, nodes] = await Promise.all([loadView(client, focus?.node), nodesOf(client, focus)]);
+        const name = object.metadata!.name!;
+        const said = explainPlacement(
+          name,
+          parsed,
+          view,
+          nodes.map((n) => n.metadata!.name!),
+          berthNamespace,
+        );
+        const error = listed.errors.get(name);
+        return error ? { ...said, lines: [`  invalid, applies nothing: ${error}`] } : said;
+      },
+    },
+  ],
   setup({ kit, options, berthNamespace }) {
     const agents = setupAgents(kit, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace });
     return { webhooks: [agents.webhook] };

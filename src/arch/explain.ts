@@ -6,14 +6,19 @@ import {
   choosePolicy,
   exemption,
   gated,
+  nodeArchitectures,
   parsePolicies,
   podRecords,
+  report,
+  standingOf,
   webhookServiceNamespaces,
   type ArchPod,
   type ExemptionContext,
   type NodeSelectorTerm,
   type Policy,
+  type Standing,
 } from './decide.ts';
+import type { Said, Subject } from '../policy/explain.ts';
 import { ARCH_LABEL, ARCH_TAINT, ArchPlacement, STATE_LABEL } from './types.ts';
 
 const termText = (t: NodeSelectorTerm) =>
@@ -109,4 +114,52 @@ export async function explainPodArch(
     berthNamespace,
     servesWebhook: (n) => webhookNamespaces.has(n),
   });
+}
+
+/**
+ * `berth explain archplacement NAME`: the pods it stands for (gated, placed on which
+ * architectures, failed), as Berth recorded on them, and the pods it selects now but never gated;
+ * then the placed pods no node can take (the controller's report).
+ */
+export function explainArchPlacement(
+  name: string,
+  policies: Policy[],
+  pods: ArchPod[],
+  namespaces: Map<string, Record<string, string>>,
+  nodes: KubeObject[],
+  berthNamespace: string,
+): Said {
+  const subjects: Subject[] = [];
+  const standings: Standing[] = [];
+  for (const pod of pods) {
+    const ns = pod.metadata?.namespace ?? '';
+    const id = `${ns}/${pod.metadata?.name}`;
+    const s = standingOf(pod);
+    if (s?.policy === name) {
+      standings.push(s.standing);
+      const what =
+        s.standing.state === 'Placed'
+          ? `Placed on ${s.standing.architectures?.join(', ') || 'no architecture (none in common)'}`
+          : s.standing.state === 'Failed'
+            ? `Failed (${s.standing.reason})`
+            : s.standing.state;
+      subjects.push({ kind: 'Pod', name: id, in: true, why: [what] });
+    } else if (!s && choosePolicy(policies, pod, ns, namespaces.get(ns), berthNamespace)?.name === name)
+      subjects.push({
+        kind: 'Pod',
+        name: id,
+        in: false,
+        why: ["selected, never gated: created before the policy, or while Berth's webhook was unavailable"],
+      });
+  }
+  const r = report(standings, nodeArchitectures(nodes));
+  return {
+    subjects,
+    lines: [
+      ...[...r.unschedulable].map(
+        ([archs, n]) => `  ${n} placed pod(s) on ${archs}: no node has that architecture`,
+      ),
+      ...[...r.failures].map(([reason, n]) => `  ${n} pod(s) failed: ${reason}`),
+    ],
+  };
 }

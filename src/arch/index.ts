@@ -23,7 +23,7 @@ import {
   type ParseCache,
   type Policy,
 } from './decide.ts';
-import { explainPodArch } from './explain.ts';
+import { explainArchPlacement, explainPodArch } from './explain.ts';
 import {
   ARCH_KEYS,
   ArchPlacement,
@@ -92,6 +92,39 @@ export const archCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['patch'] },
   ],
   explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
+  explainKinds: [
+    {
+      name: 'archplacement',
+      aliases: ['archp'],
+      resource: ArchPlacement.ref,
+      subjects: 'pod',
+      status: true,
+      description: 'Which pods an ArchPlacement gated and placed on which architectures (--pod: one pod)',
+      async explain({ client, object, berthNamespace, focus }) {
+        const [objects, namespaces, nodes] = await Promise.all([
+          client.list(ArchPlacement.ref).then((l) => l.items),
+          client.list(Resources.namespaces).then((l) => l.items),
+          client.list(Resources.nodes).then((l) => l.items),
+        ]);
+        const [ns, pod] = focus?.pod ? focus.pod.split('/') : [];
+        const pods = pod
+          ? [await client.get(Resources.pods, pod, ns)]
+          : (await client.list(Resources.pods)).items;
+        const { policies, errors } = parsePolicies(objects);
+        const name = object.metadata!.name!;
+        const said = explainArchPlacement(
+          name,
+          policies,
+          pods as ArchPod[],
+          new Map(namespaces.map((n) => [n.metadata!.name!, n.metadata?.labels ?? {}])),
+          nodes,
+          berthNamespace,
+        );
+        const error = errors.get(name);
+        return error ? { lines: [`  invalid, applies nothing: ${error}`] } : said;
+      },
+    },
+  ],
   async setup({ kit, options, berthNamespace }) {
     const arch = setupArch(kit, {
       inspector: new RegistryClient({

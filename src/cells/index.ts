@@ -5,6 +5,7 @@ import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { cellsCommand, forgetCells } from './cli.ts';
 import { defaultTiming, setupCells } from './controllers/cells.ts';
 import { CellProvider } from './provider.ts';
+import { explainCellObject, explainLocationObject } from './explain.ts';
 import { Cell, Location, type CellObject } from './types.ts';
 
 const seconds = (v: string) => {
@@ -32,6 +33,23 @@ export const cellsCapability: Capability = {
   ],
   crds: [Location, Cell],
   uninstall: (ctx) => forgetCells(ctx.client, ctx),
+  explainKinds: [
+    {
+      name: 'cell',
+      aliases: [],
+      resource: Cell.ref,
+      status: true,
+      description: 'Whether a Cell answers (Reachable, Ready, since when, last contact) and what it serves',
+      explain: ({ client, object }) => explainCellObject(client, object),
+    },
+    {
+      name: 'location',
+      aliases: ['loc'],
+      resource: Location.ref,
+      description: "Which Cells serve a Location's city, and how each answers",
+      explain: ({ client, object }) => explainLocationObject(client, object),
+    },
+  ],
   // The probe controller watches cells and patches their status; the page's map of cells by city
   // watches Locations too. `berth cells join` writes Locations with its user's credentials.
   rbac: [

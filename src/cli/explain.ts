@@ -5,12 +5,13 @@
 import { Command } from 'commander';
 import { dryRunControllersOption, withCluster } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { explainers, explainObject, type Explainer } from '../explain.ts';
+import { explainers, explanationOf, explanationText, type Explainer } from '../explain.ts';
+import { outputOption, printResult } from './output.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 
 /** The flags a kind's explanation reads, besides --kubeconfig and --namespace. */
 function ruleFlags(cmd: Command, e: Explainer): Command {
-  if (e.name !== 'node' && e.name !== 'pod') return cmd;
+  if (e.name !== 'node' && e.name !== 'pod' && !e.subjects) return cmd;
   cmd
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
     .addOption(dryRunControllersOption(capabilities));
@@ -30,15 +31,33 @@ export function explainCommand(): Command {
       .description(e.resource.namespaced ? `${e.description} (NAME or NAMESPACE/NAME)` : e.description);
     if (e.resource.namespaced)
       sub.option('-n, --namespace <ns>', `the ${e.resource.kind.toLowerCase()}'s namespace`, 'default');
-    sub.option('--kubeconfig <path>', 'kubeconfig to use');
+    sub.option('--kubeconfig <path>', 'kubeconfig to use').addOption(outputOption());
+    if (e.subjects === 'node') sub.option('--node <name>', 'explain why this node is in or out');
+    if (e.subjects === 'pod')
+      sub.option('--pod <name>', 'explain why this pod (NAMESPACE/NAME) is in or out');
     ruleFlags(sub, e).action(async (arg: string, o) => {
       const [namespace, name] = e.resource.namespaced ? namespaced(arg, o.namespace) : [undefined, arg];
-      const lines = await withCluster(o.kubeconfig, (client) =>
-        explainObject(client, e, name, namespace, o, berthNamespace()),
+      const focus = o.node
+        ? { node: o.node as string }
+        : o.pod
+          ? { pod: namespaced(o.pod, 'default').join('/') }
+          : undefined;
+      const x = await withCluster(o.kubeconfig, (client) =>
+        explanationOf(client, e, name, namespace, o, berthNamespace(), focus),
       );
-      process.stdout.write(lines.join('\n') + '\n');
+      printResult(o.output, x, explanationText);
     });
   }
+  // `berth explain nodelabelrule/gpu --node n1`, as kubectl names objects: the subcommand, then the name.
+  cmd
+    .argument('[kind/name]')
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action(async (arg: string | undefined, _o, c: Command) => {
+      const slash = arg?.indexOf('/') ?? -1;
+      if (!arg || slash < 0) return cmd.help({ error: true });
+      await cmd.parseAsync([arg.slice(0, slash), arg.slice(slash + 1), ...c.args.slice(1)], { from: 'user' });
+    });
   return cmd;
 }
 

@@ -9,6 +9,7 @@ const builtin: Record<string, () => Promise<Command[]>> = {
   manifests: async () => [(await import('./install.ts')).manifestsCommand()],
   uninstall: async () => [(await import('./uninstall.ts')).uninstallCommand()],
   explain: async () => [(await import('./explain.ts')).explainCommand()],
+  plan: async () => [(await import('./plan.ts')).planCommand()],
   ui: async () => [(await import('./ui.ts')).uiCommand()],
 };
 const capabilityCommands = async () =>

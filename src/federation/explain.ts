@@ -7,7 +7,7 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { selectorText } from '../policy/match/selector.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
-import { conditionLine, since } from '../workloads/explain.ts';
+import { conditionLine, since } from '../policy/explain.ts';
 import { deploymentName, type LabelledLocation, placementCities } from './decide/placement.ts';
 import { FEDERATION_FINALIZER, type CityStatus, type WorkloadObject } from './types.ts';
 

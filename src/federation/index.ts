@@ -73,7 +73,7 @@ export const federationCapability: Capability = {
       aliases: ['wl'],
       resource: Workload.ref,
       description: 'Where each placement and city of a Workload runs, in which cell, and what it waits for',
-      lines: ({ client, object }) => explainWorkload(client, object),
+      explain: async ({ client, object }) => ({ lines: await explainWorkload(client, object) }),
     },
   ],
 };

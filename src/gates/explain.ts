@@ -1,7 +1,8 @@
 // `berth explain node` for startup gates: which gates hold the node, since when, in which phase,
 // what each is still waiting for and which pods started early; or why a gate does not hold it.
 import type { KubeClient } from '../runtime/client/client.ts';
-import { slimNode, slimPod } from '../policy/slim.ts';
+import { slimNode, slimPod, type SlimPod } from '../policy/slim.ts';
+import type { Said, Subject } from '../policy/explain.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { nodePhase } from './decide/order.ts';
 import { parseGates } from './decide/parse.ts';
@@ -69,4 +70,48 @@ export async function explainNodeGates(
       '  not yet applied (Berth not running, or catching up): the decisions above differ from the node',
     );
   return out;
+}
+
+/**
+ * `berth explain nodestartupgate NAME`: the nodes the gate holds (since when, what each still waits
+ * for) and the ones it does not (why), from the same decision as the controller over every gate.
+ * `pods` are the pods bound to each node, by node name.
+ */
+export function explainGate(
+  name: string,
+  objects: KubeObject[],
+  nodes: KubeObject[],
+  pods: Map<string, SlimPod[]>,
+  now: number,
+): Said {
+  const { gates, problems } = parseGates(objects);
+  const problem = problems.get(name);
+  const lines = problem ? [`  ${problem.reason}: ${problem.message}`] : [];
+  const i = gates.findIndex((g) => g.name === name);
+  if (i < 0) return { lines: [...lines, '  holds no node'] };
+  const gate = gates[i]!;
+  const subjects: Subject[] = nodes.map((full) => {
+    const node = slimNode(full);
+    const nodeName = node.metadata!.name!;
+    const d = decideGates(gates, node, pods.get(nodeName) ?? [], now)[i]!;
+    const since = node.metadata?.annotations?.[gate.keys.gatedAt];
+    const held = d.state === 'Held' || d.state === 'HeldTimedOut' || d.state === 'WouldGate';
+    return {
+      kind: 'Node',
+      name: nodeName,
+      in: held,
+      why: [
+        `${d.state}${since ? ` since ${since}` : ''}: ${d.why}`,
+        ...d.unmet.map((u) => `waiting for ${u}`),
+        ...(d.waitingFor ?? []).map((g) => `after gate ${g}, which still holds the node`),
+      ],
+    };
+  });
+  return {
+    subjects,
+    lines: [
+      ...lines,
+      `  taint ${formatTaint(gate.spec.taint)}, ${gate.spec.mode}${gate.spec.after?.length ? `, after ${gate.spec.after.join(', ')}` : ''}${gate.spec.dryRun ? ', dry run: holds nothing, says what it would' : ''}`,
+    ],
+  };
 }

@@ -11,7 +11,9 @@ import { gatesCommand, releaseGates } from './cli.ts';
 import { NodeReconciler, setupNodeController } from './controllers/node.ts';
 import { setupStatusController } from './controllers/status.ts';
 import { gateKeyClaims, parseGates, type Gate, type GateProblem } from './decide/parse.ts';
-import { explainNodeGates } from './explain.ts';
+import { explainGate, explainNodeGates } from './explain.ts';
+import { planGateObjects } from './plan.ts';
+import { nodesOf, podsByNode } from '../policy/explain.ts';
 import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
 import { nodeWebhook, podWebhook } from './webhook.ts';
 
@@ -51,6 +53,26 @@ export const gatesCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['patch'] },
   ],
   explainNode: ({ client, object }) => explainNodeGates(client, object),
+  plan: { NodeStartupGate: planGateObjects },
+  explainKinds: [
+    {
+      name: 'nodestartupgate',
+      aliases: ['nsg'],
+      resource: NodeStartupGate.ref,
+      subjects: 'node',
+      status: true,
+      description:
+        'Which nodes a NodeStartupGate holds, since when and what each waits for (--node: one node)',
+      async explain({ client, object, focus }) {
+        const [objects, nodes, pods] = await Promise.all([
+          client.list(NodeStartupGate.ref).then((l) => l.items),
+          nodesOf(client, focus),
+          podsByNode(client, focus),
+        ]);
+        return explainGate(object.metadata!.name!, objects, nodes, pods, Date.now());
+      },
+    },
+  ],
   uninstall: ({ client, say, dryRun }) => releaseGates(client, { say, dryRun }),
   setup({ kit, options }) {
     const gates = setupGates(kit, {

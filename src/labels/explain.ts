@@ -4,11 +4,20 @@ import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { nodeState, taintId } from '../policy/nodes/plan.ts';
-import { decide, planApply, refuseOwned, type NodeDecision, type Output, type OutputKind } from './decide.ts';
+import {
+  decide,
+  planApply,
+  refuseOwned,
+  ruleNameOf,
+  type NodeDecision,
+  type Output,
+  type OutputKind,
+} from './decide.ts';
+import type { Said, Subject } from '../policy/explain.ts';
 import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
 import { escapeControl, quote } from '../policy/text.ts';
 import { inScope, keepHeld, type Hold } from './files.ts';
-import { nodeView, subjectOf, termValue, type NodeView } from './match.ts';
+import { nodeView, subjectOf, termValue, type NodeView, type RuleMatch } from './match.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
 function describeTerm(view: NodeView, t: MatchTerm): string {
@@ -52,6 +61,65 @@ function withHeld(d: NodeDecision, holds: readonly Hold[], node: KubeObject) {
   return { kept, held };
 }
 
+/** Why a rule does not match a node: its first allOf term that fails, or every anyOf term. */
+function whyNot(view: NodeView, m: RuleMatch): string {
+  const failed = m.terms.filter((t) => (t.group === 'allOf' ? !t.held : false));
+  const anyHeld = m.terms.some((t) => t.group === 'anyOf' && t.held);
+  if (failed.length) return `allOf ${describeTerm(view, failed[0]!.term)} does not hold`;
+  if (!anyHeld)
+    return `no anyOf term holds (${m.terms
+      .filter((t) => t.group === 'anyOf')
+      .map((t) => describeTerm(view, t.term))
+      .join('; ')})`;
+  return 'no terms';
+}
+
+const show = (o: Output) =>
+  o.kind === 'taint'
+    ? `taint ${o.key}${o.value ? ` (value ${o.value})` : ''}`
+    : `${o.kind} ${o.key}=${o.value}`;
+
+/**
+ * `berth explain nodelabelrule NAME`: each node the rule matches (the terms that hold, what it
+ * sets there, where another rule wins a key) or does not (the term that fails), from the same
+ * decision as the controller over every rule Berth runs (`all`, with its holds and refusals).
+ */
+export function explainRule(
+  name: string,
+  nodes: KubeObject[],
+  all: Rule[],
+  owned?: (keys: KeyPattern[]) => string[],
+): Said {
+  const ruleName = ruleNameOf(name);
+  const { rules, refused } = owned
+    ? refuseOwned(all, owned)
+    : { rules: all, refused: new Map<string, string[]>() };
+  const why = refused.get(ruleName);
+  if (why) return { lines: [`  refused: sets nothing on any node: ${why.join('; ')}`] };
+  if (!rules.some((r) => r.name === ruleName)) return { lines: ['  invalid: applies nothing'] };
+  const subjects: Subject[] = nodes.map((node) => {
+    const view = nodeView(node);
+    const d = decide(view, rules);
+    const m = d.matches.get(ruleName)!;
+    if (!m.matched) return { kind: 'Node', name: view.name, in: false, why: [whyNot(view, m)] };
+    return {
+      kind: 'Node',
+      name: view.name,
+      in: true,
+      why: [
+        ...m.terms.filter((t) => t.held).map((t) => `matched: ${t.group} ${describeTerm(view, t.term)}`),
+        ...d.outputs.filter((o) => o.rule === ruleName).map((o) => `sets ${show(o)}`),
+        ...d.conflicts
+          .filter((c) => c.losers.some((l) => l.rule === ruleName))
+          .map((c) => `loses ${c.kind} ${c.key} to ${c.winner.rule} (rules apply in name order)`),
+        ...d.missingInputs.filter((e) => e.rule === ruleName).map((e) => e.message),
+        ...d.renderErrors.filter((e) => e.rule === ruleName).map((e) => `held back: ${e.message}`),
+      ],
+    };
+  });
+  return { subjects, lines: [] };
+}
+
 /**
  * Lines explaining a node's derived labels, annotations and taints. `holds` (holdsOf) keep the
  * labels no rule sets that the controller keeps (keepHeld), and each such label says why. `owned`
@@ -75,10 +143,6 @@ export function explainNodeLabels(
   const byName = new Map(all.map((r) => [r.name, r]));
   const out: string[] = [];
   const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
-  const show = (o: Output) =>
-    o.kind === 'taint'
-      ? `taint ${o.key}${o.value ? ` (value ${o.value})` : ''}`
-      : `${o.kind} ${o.key}=${o.value}`;
 
   const matched = [...d.matches].filter(([, m]) => m.matched);
   out.push(
@@ -130,19 +194,7 @@ export function explainNodeLabels(
 
   const unmatched = [...d.matches].filter(([, m]) => !m.matched);
   if (unmatched.length) out.push('  rules that do not match:');
-  for (const [name, m] of unmatched) {
-    const failed = m.terms.filter((t) => (t.group === 'allOf' ? !t.held : false));
-    const anyHeld = m.terms.some((t) => t.group === 'anyOf' && t.held);
-    const why = failed.length
-      ? `allOf ${describeTerm(view, failed[0]!.term)} does not hold`
-      : !anyHeld
-        ? `no anyOf term holds (${m.terms
-            .filter((t) => t.group === 'anyOf')
-            .map((t) => describeTerm(view, t.term))
-            .join('; ')})`
-        : 'no terms';
-    out.push(`    ${name}: ${why}`);
-  }
+  for (const [name, m] of unmatched) out.push(`    ${name}: ${whyNot(view, m)}`);
   return out;
 }
 

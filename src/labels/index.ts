@@ -14,8 +14,9 @@ import { POLICY_GROUP } from '../policy/crd.ts';
 import { rulesCommand } from './cli.ts';
 import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
 import { explainPodEviction } from './evict.ts';
-import { explainNodeLabels } from './explain.ts';
+import { explainNodeLabels, explainRule } from './explain.ts';
 import { clusterRules } from './load.ts';
+import { planRules } from './plan.ts';
 import {
   FIELD_MANAGER,
   NodeLabelRule,
@@ -25,6 +26,7 @@ import {
 } from './types.ts';
 import type { KeyOwnership, KeyPattern } from '../policy/nodes/ownership.ts';
 import { releaseNodes } from '../policy/nodes/release.ts';
+import { nodesOf } from '../policy/explain.ts';
 import { nodeInformer, slimNode, slimPod, type SlimNode } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 
@@ -66,8 +68,7 @@ export const labelsCapability: Capability = {
     { apiGroups: [''], resources: ['pods/eviction'], verbs: ['create'] },
   ],
   async explainNode({ client, object: node, options, keys }) {
-    const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
-    const { rules, errors, holds } = await clusterRules(client, labelDir);
+    const { rules, errors, holds } = await clusterRules(client, labelDirOf(options));
     const owners = await keys?.();
     const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
     return [
@@ -75,9 +76,30 @@ export const labelsCapability: Capability = {
       ...errors.map((e) => `  skipped invalid rule: ${e}`),
     ];
   },
+  plan: {
+    NodeLabelRule: (ctx) => planRules(ctx, labelDirOf(ctx.options), evictOnRemovalFiles(ctx.options)),
+  },
+  explainKinds: [
+    {
+      name: 'nodelabelrule',
+      aliases: ['nlr'],
+      resource: NodeLabelRule.ref,
+      subjects: 'node',
+      status: true,
+      description: 'Which nodes a NodeLabelRule matches, why, and what it sets on each (--node: one node)',
+      async explain({ client, object, options, keys, focus }) {
+        const name = object.metadata!.name!;
+        const { rules, errors } = await clusterRules(client, labelDirOf(options));
+        const owners = await keys?.();
+        const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
+        const said = explainRule(name, await nodesOf(client, focus), rules, owned);
+        const own = errors.filter((e) => e.startsWith(`NodeLabelRule ${name}: `));
+        return { ...said, lines: [...own.map((e) => `  ${e}`), ...said.lines] };
+      },
+    },
+  ],
   async explainPod({ client, object: pod, options, berthNamespace }) {
-    const labelDir = typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
-    const { rules } = await clusterRules(client, labelDir);
+    const { rules } = await clusterRules(client, labelDirOf(options));
     const slim = slimPod(pod);
     const node = slim.spec.nodeName
       ? await client.get(Resources.nodes, slim.spec.nodeName).then(slimNode, () => undefined)
@@ -113,6 +135,10 @@ export const labelsCapability: Capability = {
   // Labels of a rule file removed moments before Berth stopped (a ConfigMap takes up to a minute to reach it).
   uninstall: ({ client, say, dryRun }) => releaseNodes(client, FIELD_MANAGER, { say, dryRun }),
 };
+
+/** --label-dir of the read-only commands: the rule directory Berth runs with. */
+const labelDirOf = (options: Record<string, unknown>): string | undefined =>
+  typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
 
 /** The evictOnRemoval of rule files, from the flags of `berth run` (and `berth explain pod`). */
 function evictOnRemovalFiles(options: Record<string, unknown>): EvictOnRemoval | undefined {

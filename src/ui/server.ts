@@ -6,7 +6,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../runtime/platform/http.ts';
 import { readFileSync } from 'node:fs';
 import { isIP, type AddressInfo } from 'node:net';
-import { explainerOf, explainers, explainObject } from '../explain.ts';
+import { explainerOf, explainers, explanationOf, explanationText } from '../explain.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { ApiError } from '../runtime/client/client.ts';
 import type { Manager, Runnable } from '../runtime/manager/manager.ts';
@@ -244,7 +244,7 @@ export class UiServer implements Runnable {
     if (!e || !name)
       return json(res, 400, { error: 'kind (node, pod, instance, ...) and name are required' });
     try {
-      const lines = await explainObject(
+      const explanation = await explanationOf(
         this.manager.client(),
         e,
         name,
@@ -252,7 +252,8 @@ export class UiServer implements Runnable {
         this.opts.options,
         this.opts.berthNamespace,
       );
-      json(res, 200, { lines });
+      // The lines the command prints, and the result they are printed from, for the page to render.
+      json(res, 200, { lines: explanationText(explanation), explanation });
     } catch (err) {
       json(res, err instanceof ApiError && err.status === 404 ? 404 : 500, { error: errorText(err) });
     }

@@ -4,9 +4,10 @@
 // (grant.ts) over the same objects. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
-import { findCondition, type Condition } from '../runtime/api/conditions.ts';
+import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { isFormerPod } from './decide.ts';
+import { conditionLine, since, type Said, type Subject } from '../policy/explain.ts';
 import { budgetOf, decideGrants, sizeText, usageText } from './grant.ts';
 import {
   candidateOf,
@@ -58,24 +59,8 @@ export type PodView = KubeObject & {
   };
 };
 
-/** "3m" */
-export function age(from: string | undefined, now: Date): string {
-  const s = Math.max(0, Math.floor((now.getTime() - Date.parse(from ?? '')) / 1000));
-  if (!Number.isFinite(s)) return '?';
-  if (s < 120) return `${s}s`;
-  if (s < 7200) return `${Math.floor(s / 60)}m`;
-  if (s < 172_800) return `${Math.floor(s / 3600)}h`;
-  return `${Math.floor(s / 86_400)}d`;
-}
-
-export const since = (t: string | undefined, now: Date) =>
-  t ? `since ${t} (${age(t, now)} ago)` : 'since (unknown)';
-
 const ordinalText = (n: number) =>
   `${n}${n % 100 >= 11 && n % 100 <= 13 ? 'th' : (['th', 'st', 'nd', 'rd'][n % 10] ?? 'th')}`;
-
-export const conditionLine = (c: Condition, now: Date) =>
-  `  ${c.type}: ${c.status} (${c.reason}) ${since(c.lastTransitionTime, now)}${c.message ? `: ${c.message}` : ''}`;
 
 /** The lines about one instance: its conditions, its quota, its Pod. */
 export function instanceLines(v: InstanceView, now = new Date()): string[] {
@@ -98,6 +83,58 @@ export function instanceLines(v: InstanceView, now = new Date()): string[] {
   return out;
 }
 
+/**
+ * The quota controller's decision over a namespace as listed: the Quota that decides it (the
+ * oldest), its budget, and each instance's verdict.
+ */
+function namespaceGrants(v: Pick<InstanceView, 'quotas' | 'instances' | 'instanceTypes'>, now: Date) {
+  const [quota] = [...v.quotas].sort(oldestFirst);
+  const types = new Map(v.instanceTypes.map((t) => [t.metadata?.name ?? '', t.spec]));
+  const listed = new Set(v.instances.map((i) => i.metadata?.uid));
+  const budget = quota ? budgetOf(quota.spec ?? {}) : {};
+  const decision = decideGrants(
+    budget,
+    quota?.status?.claims ?? [],
+    v.instances.map((i) => candidateOf(localCluster, i, (n) => types.get(n))),
+    // Instances of other clusters are out of sight here: their claims count.
+    { gone: (c) => c.cluster === localCluster && !listed.has(c.uid), now: now.toISOString() },
+  );
+  return { quota, budget, decision, types };
+}
+
+/**
+ * `berth explain quota NAMESPACE/NAME`: the instances of its namespace it grants and those that
+ * wait (their place in line, what they need), from the quota controller's own decision.
+ */
+export function explainQuota(
+  name: string,
+  v: Pick<InstanceView, 'quotas' | 'instances' | 'instanceTypes'>,
+  now = new Date(),
+): Said {
+  const { quota, budget, decision } = namespaceGrants(v, now);
+  if (quota?.metadata?.name !== name)
+    return { lines: [`  decides nothing: the older Quota ${quota?.metadata?.name} decides this namespace`] };
+  const subjects: Subject[] = v.instances.map((i) => {
+    const verdict = decision.verdicts.get(i.metadata?.uid ?? '');
+    const id = `${i.metadata?.namespace}/${i.metadata?.name}`;
+    if (!verdict) return { kind: 'Instance', name: id, in: false, why: ['being deleted, holds no claim'] };
+    if (verdict.granted)
+      return {
+        kind: 'Instance',
+        name: id,
+        in: true,
+        why: [`granted${verdict.adopted ? ' (adopted)' : ''}: ${sizeText(verdict.claim)}`],
+      };
+    return {
+      kind: 'Instance',
+      name: id,
+      in: false,
+      why: [`${verdict.place ? `${ordinalText(verdict.place)} in line: ` : ''}${verdict.message}`],
+    };
+  });
+  return { subjects, lines: [`  ${usageText(decision.used, budget)} used, ${decision.waiting} waiting`] };
+}
+
 function quotaLines(v: InstanceView, now: Date): string[] {
   const inst = v.instance;
   const ns = inst.metadata?.namespace ?? '';
@@ -112,21 +149,11 @@ function quotaLines(v: InstanceView, now: Date): string[] {
         `no Quota in namespace ${ns} here: in a cell run with --quota-source=management the ` +
         "management plane's Quota decides; else Berth grants it on its next pass",
     ];
-  const [quota] = [...v.quotas].sort(oldestFirst);
-  const types = new Map(v.instanceTypes.map((t) => [t.metadata?.name ?? '', t.spec]));
   // Listed a moment apart, the instance may be missing from the namespace's list: it counts all the same.
   const all = v.instances.some((i) => i.metadata?.uid === inst.metadata?.uid)
     ? v.instances
     : [...v.instances, inst];
-  const listed = new Set(all.map((i) => i.metadata?.uid));
-  const budget = quota ? budgetOf(quota.spec ?? {}) : {};
-  const decision = decideGrants(
-    budget,
-    quota?.status?.claims ?? [],
-    all.map((i) => candidateOf(localCluster, i, (n) => types.get(n))),
-    // Instances of other clusters are out of sight here: their claims count.
-    { gone: (c) => c.cluster === localCluster && !listed.has(c.uid), now: now.toISOString() },
-  );
+  const { quota, budget, decision, types } = namespaceGrants({ ...v, instances: all }, now);
   const verdict = decision.verdicts.get(inst.metadata?.uid ?? '');
   const told = cond
     ? ` (${cond.reason} ${since(cond.lastTransitionTime, now)})`
@@ -278,4 +305,15 @@ export async function explainWorkloadDeployment(client: KubeClient, object: Kube
   const uidOf = new Map(labelled.map((i) => [i.metadata?.name, i.metadata?.uid]));
   const former = pods.filter((p) => isFormerPod(p, (name) => uidOf.get(name)));
   return deploymentLines(wd, instances, new Date(), former);
+}
+
+/** Reads what explaining a Quota needs (its namespace's Quotas and instances, the InstanceTypes), and explains it. */
+export async function explainQuotaObject(client: KubeClient, object: KubeObject): Promise<Said> {
+  const namespace = object.metadata?.namespace ?? '';
+  const [quotas, instances, instanceTypes] = await Promise.all([
+    client.list<QuotaObject>(Quota.ref, { namespace }).then((l) => l.items),
+    client.list<InstanceObject>(Instance.ref, { namespace, query: OWN_INSTANCES }).then((l) => l.items),
+    client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
+  ]);
+  return explainQuota(object.metadata?.name ?? '', { quotas, instances, instanceTypes });
 }

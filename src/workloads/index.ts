@@ -3,7 +3,7 @@ import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { DeploymentState, setupDeployment } from './controllers/deployment.ts';
 import { setupDeploymentStatus } from './controllers/deployment-status.ts';
-import { explainInstance, explainWorkloadDeployment } from './explain.ts';
+import { explainInstance, explainQuotaObject, explainWorkloadDeployment } from './explain.ts';
 import { setupInstance } from './controllers/instance.ts';
 import { setupQuota } from './controllers/quota.ts';
 import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
@@ -82,14 +82,22 @@ export const workloadsCapability: Capability = {
       aliases: ['inst'],
       resource: Instance.ref,
       description: 'What an Instance waits for (quota, image, scheduling) and since when',
-      lines: ({ client, object }) => explainInstance(client, object),
+      explain: async ({ client, object }) => ({ lines: await explainInstance(client, object) }),
     },
     {
       name: 'workloaddeployment',
       aliases: ['wd'],
       resource: WorkloadDeployment.ref,
       description: 'What a WorkloadDeployment waits for (instances, rollout) and since when',
-      lines: ({ client, object }) => explainWorkloadDeployment(client, object),
+      explain: async ({ client, object }) => ({ lines: await explainWorkloadDeployment(client, object) }),
+    },
+    {
+      name: 'quota',
+      aliases: ['bquota'],
+      resource: Quota.ref,
+      status: true,
+      description: 'Which instances of its namespace a Quota grants, and which wait, in which order',
+      explain: ({ client, object }) => explainQuotaObject(client, object),
     },
   ],
 };

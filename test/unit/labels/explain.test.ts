@@ -8,7 +8,7 @@ import { AGENT_KEYS } from '../../../src/agents/types.ts';
 import { explainerOf, explainObject } from '../../../src/explain.ts';
 import { gateKeyClaims, parseGates } from '../../../src/gates/decide/parse.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
-import { explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
+import { explainNodeLabels, explainRule, previewRules } from '../../../src/labels/explain.ts';
 import { holdsBeside, holdsOf } from '../../../src/labels/files.ts';
 import { scanRuleDir } from '../../../src/labels/files.ts';
 import { FIELD_MANAGER, type Rule } from '../../../src/labels/types.ts';
@@ -356,5 +356,36 @@ describe('explain node: a rule that would write a key another capability owns', 
     assert.equal(withoutGates.at(-1), 'Not run by this Berth (--controllers): gates');
     assert.ok(lines.some((l) => l.startsWith('  warmup (taint')));
     assert.ok(!withoutGates.some((l) => l.startsWith('  warmup (taint')));
+  });
+});
+
+describe('explain nodelabelrule', () => {
+  test('each node in (the term that holds, what it sets, a key lost to another rule) or out (the term that fails)', () => {
+    const nodes = [node({}, { pool: 'a' }, 'n1'), node({}, {}, 'n2')];
+    const rules = [
+      rule('a-first', { labels: { tier: 'one' } }),
+      rule('b-mine', { labels: { tier: 'two', mine: 'yes' } }),
+    ];
+    const said = explainRule('b-mine', nodes, rules);
+    assert.deepEqual(said.subjects, [
+      {
+        kind: 'Node',
+        name: 'n1',
+        in: true,
+        why: [
+          'matched: allOf label pool Exists (node: "a")',
+          'sets label mine=yes',
+          'loses label tier to nodelabelrule/a-first (rules apply in name order)',
+        ],
+      },
+      { kind: 'Node', name: 'n2', in: false, why: ['allOf label pool Exists (node: absent) does not hold'] },
+    ]);
+  });
+
+  test('a rule refused for a key another capability owns acts on no node', () => {
+    const said = explainRule('r', [node({})], [rule('r', { labels: { k: 'v' } })], () => [
+      'k is owned by gates',
+    ]);
+    assert.deepEqual(said, { lines: ['  refused: sets nothing on any node: k is owned by gates'] });
   });
 });

@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Condition, ConditionStatus } from '../../../src/runtime/api/conditions.ts';
-import { age, deploymentLines, instanceLines, type PodView } from '../../../src/workloads/explain.ts';
+import { deploymentLines, instanceLines, type PodView } from '../../../src/workloads/explain.ts';
+import { age } from '../../../src/policy/explain.ts';
 import type { InstanceObject, QuotaObject } from '../../../src/workloads/controllers/quota.ts';
 import { isFormerPod } from '../../../src/workloads/decide.ts';
 import { Instance, INSTANCE_LABEL } from '../../../src/workloads/types.ts';

@@ -1,0 +1,168 @@
+// What `berth plan` says a change would do: the objects of a file (or directory, or stdin) given to
+// each capability that plans their kind (Capability.plan), against the cluster as it is now, from
+// the decisions its controllers make. The command and the page both call this.
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capability.ts';
+import { capabilities } from './capabilities.ts';
+import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
+import type { Effect, PlanPart } from './policy/plan.ts';
+import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
+import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
+import type { KubeClient } from './runtime/client/client.ts';
+
+export interface Plan extends PlanPart {
+  /** Whether anything would change (the command exits 2 then, as `kubectl diff`). */
+  changes: boolean;
+  /** Pods evicted, per namespace and per PodDisruptionBudget covering them (NAMESPACE/NAME). */
+  evictions?: { namespaces: Record<string, number>; budgets: Record<string, number> };
+}
+
+/** Most documents a change may hold: every one is planned against the whole cluster. */
+const MAX_OBJECTS = 256;
+/** Most bytes of YAML read, all files together. */
+const MAX_BYTES = 4 << 20;
+
+const pdbs: ResourceRef = {
+  group: 'policy',
+  version: 'v1',
+  resource: 'poddisruptionbudgets',
+  kind: 'PodDisruptionBudget',
+  namespaced: true,
+};
+
+/** The objects of YAML text: every document, lists unwrapped; what cannot be read, with why. */
+export function parseManifests(text: string, source: string): { objects: KubeObject[]; errors: string[] } {
+  const objects: KubeObject[] = [];
+  const errors: string[] = [];
+  for (const doc of parseAllDocuments(text)) {
+    if (doc.errors.length) {
+      errors.push(`${source}: ${doc.errors.map((e) => e.message).join('; ')}`);
+      continue;
+    }
+    const obj = doc.toJS() as (KubeObject & { items?: KubeObject[] }) | null;
+    if (!obj) continue;
+    if (obj.kind?.endsWith('List') && Array.isArray(obj.items)) objects.push(...obj.items);
+    else if (typeof obj.kind !== 'string' || !obj.metadata?.name)
+      errors.push(`${source}: a document without kind or metadata.name`);
+    else objects.push(obj);
+  }
+  return { objects, errors };
+}
+
+/** Reads `-f` paths: files, directories (their .yaml, .yml and .json files), or `-` for stdin. */
+export async function readManifests(
+  paths: string[],
+  stdin: () => Promise<string>,
+): Promise<{ objects: KubeObject[]; errors: string[] }> {
+  const texts: [string, string][] = [];
+  for (const p of paths) {
+    if (p === '-') texts.push([await stdin(), 'stdin']);
+    else if ((await stat(p)).isDirectory()) {
+      for (const f of (await readdir(p)).filter((f) => /\.(ya?ml|json)$/.test(f)).sort())
+        texts.push([await readFile(join(p, f), 'utf8'), join(p, f)]);
+    } else texts.push([await readFile(p, 'utf8'), p]);
+  }
+  if (texts.reduce((n, [t]) => n + t.length, 0) > MAX_BYTES)
+    return { objects: [], errors: [`more than ${MAX_BYTES} bytes of manifests`] };
+  const read = texts.map(([t, source]) => parseManifests(t, source));
+  const objects = read.flatMap((r) => r.objects);
+  const errors = read.flatMap((r) => r.errors);
+  if (objects.length > MAX_OBJECTS)
+    errors.push(`${objects.length} objects: plan takes at most ${MAX_OBJECTS}`);
+  return { objects, errors };
+}
+
+/**
+ * What applying `objects` (or deleting them) would do now: each capability that runs (--controllers)
+ * plans the objects of its kinds; a kind none plans is said to be unknown, never ignored quietly.
+ */
+export async function planChange(
+  client: KubeClient,
+  objects: KubeObject[],
+  opts: { deleting: boolean; options: Record<string, unknown>; berthNamespace: string },
+): Promise<Plan> {
+  const missing = new Set<string>();
+  const reader = withoutMissingCrds(client, missing);
+  let owners: ReturnType<typeof clusterKeyOwnership> | undefined;
+  const keys = () =>
+    (owners ??= clusterKeyOwnership(capabilities, reader, controllersOf(capabilities, opts.options)));
+  const running = runningCapabilities(capabilities, opts.options);
+  const plan: Plan = { changes: false, effects: [], warnings: [], unknown: [], errors: [] };
+  const kinds = [...new Set(objects.map((o) => o.kind!))];
+  for (const kind of kinds) {
+    const of = objects.filter((o) => o.kind === kind);
+    const names = of.map((o) => o.metadata!.name!).join(', ');
+    const c = capabilities.find((x) => x.plan?.[kind]);
+    if (!c) {
+      plan.unknown.push(`${kind} ${names}: berth plan does not plan this kind`);
+      continue;
+    }
+    if (!running.includes(c))
+      plan.warnings.push(
+        `${c.name} is not among --controllers: that Berth would not act on ${kind} ${names}`,
+      );
+    const part = await c.plan![kind]!({ client: reader, objects: of, keys, ...opts });
+    plan.effects.push(...part.effects);
+    plan.warnings.push(...part.warnings);
+    plan.unknown.push(...part.unknown);
+    plan.errors.push(...part.errors);
+  }
+  if (missing.size) plan.unknown.push(missingCrdsLine(missing));
+  const evicted = plan.effects.filter(
+    (e) => e.kind === 'Pod' && e.op === '!' && e.what.startsWith('evicted'),
+  );
+  if (evicted.length) plan.evictions = await evictionCounts(reader, evicted);
+  plan.changes = plan.effects.length > 0;
+  return plan;
+}
+
+/** Evicted pods counted per namespace and per PodDisruptionBudget that covers them. */
+async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Plan['evictions']> {
+  const budgets = (await client.list<KubeObject & { spec?: { selector?: LabelSelector } }>(pdbs)).items;
+  const pods = new Map(
+    (await client.list(Resources.pods)).items.map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p]),
+  );
+  const out = { namespaces: {} as Record<string, number>, budgets: {} as Record<string, number> };
+  for (const name of new Set(evicted.map((e) => e.name))) {
+    const ns = name.slice(0, name.indexOf('/'));
+    out.namespaces[ns] = (out.namespaces[ns] ?? 0) + 1;
+    const pod = pods.get(name);
+    for (const b of budgets)
+      if (
+        b.metadata?.namespace === ns &&
+        b.spec?.selector &&
+        selectorMatches(b.spec.selector, pod?.metadata?.labels)
+      ) {
+        const id = `${ns}/${b.metadata.name}`;
+        out.budgets[id] = (out.budgets[id] ?? 0) + 1;
+      }
+  }
+  return out;
+}
+
+/** The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns. */
+export function planText(p: Plan): string[] {
+  const out: string[] = [];
+  const byObject = new Map<string, Effect[]>();
+  for (const e of p.effects) {
+    const id = `${e.kind} ${e.name}`;
+    byObject.set(id, [...(byObject.get(id) ?? []), e]);
+  }
+  out.push(p.changes ? `${byObject.size} object(s) would change (nothing was written)` : 'no change');
+  for (const [id, effects] of byObject) {
+    out.push(id);
+    for (const e of effects) out.push(`  ${e.op} ${e.what}  (${e.by})`);
+  }
+  if (p.evictions) {
+    const ns = Object.entries(p.evictions.namespaces).map(([n, c]) => `${n} ${c}`);
+    out.push(`evictions by namespace: ${ns.join(', ')}`);
+    const b = Object.entries(p.evictions.budgets).map(([n, c]) => `${n} ${c}`);
+    if (b.length) out.push(`evictions by PodDisruptionBudget: ${b.join(', ')}`);
+  }
+  out.push(...p.warnings.map((w) => `warning: ${w}`));
+  out.push(...p.unknown.map((u) => `unknown: ${u}`));
+  out.push(...p.errors.map((e) => `error: ${e}`));
+  return out;
+}
