@@ -63,9 +63,12 @@ const VERDICT_WAIT_MS = 5000;
 /**
  * An instance's first status waits this long after its Pod was made while nothing but the Pod's
  * start holds it: a Pod Ready by then makes the first status the Ready one, one write instead of two
- * (bench:instances). One still starting then is written as it is (Ready=False, Provisioning).
+ * (bench:instances: at 1 s, half the instances of a loaded run still took two). One still starting
+ * then is written as it is (Ready=False, Provisioning); a Pod that cannot start (unschedulable, its
+ * image unavailable, crashing) has a cause of its own, written at once. As long as the wait for the
+ * quota controller's verdict (VERDICT_WAIT_MS): an instance says nothing for at most that long.
  */
-export const FIRST_STATUS_WAIT_MS = 1000;
+const FIRST_STATUS_WAIT_MS = 5000;
 
 /** A Pod that ended is replaced once it is this old (ms since its creation). */
 export const ENDED_REPLACE_MS = 10_000;
