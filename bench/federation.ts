@@ -6,7 +6,7 @@
 //    needs done, as plain writes. Each Workload applied upstream, then its WorkloadDeployments
 //    (Berth's own manifest) applied straight to their cells; each cell instance's mirror upstream
 //    (Berth's own mirrorOf) applied when the instance is seen, and its status applied once, when
-//    the instance is seen Ready; each Workload's status upstream (counts and Available) applied when
+//    the instance is seen Ready, `--concurrency` mirror writes at a time (Berth's mirror workers); each Workload's status upstream (counts and Available) applied when
 //    its WorkloadDeployments' ready counts move, at most once a second (the status bound) but at
 //    once when every one is Available. Seconds from the first apply until every Workload's last
 //    status is answered (`floorSeconds`, what `ratio` is against). The old bare floor, the
@@ -288,7 +288,20 @@ async function floor(ns: string, fair: boolean) {
       );
   };
   const watches = deploymentWatches(ns, done, onDeployment);
-  // Fair: each cell instance's mirror upstream, made when it is seen, its status once it is Ready.
+  // Fair: each cell instance's mirror upstream, made when it is seen, its status once it is Ready;
+  // `concurrency` mirror writes at a time, as Berth's mirror workers.
+  let mirrorsWriting = 0;
+  const mirrorTurns: (() => void)[] = [];
+  const mirrorWrite = async <T>(write: () => Promise<T>): Promise<T> => {
+    while (mirrorsWriting >= concurrency) await new Promise<void>((r) => mirrorTurns.push(r));
+    mirrorsWriting++;
+    try {
+      return await write();
+    } finally {
+      mirrorsWriting--;
+      mirrorTurns.shift()?.();
+    }
+  };
   const mirrored = new Map<string, { made: Promise<InstanceObject | undefined>; ready?: boolean }>();
   const mirrorSource = (city: string, i: InstanceObject) => {
     const d = workloadOfDeployment.get(i.metadata!.labels?.[DEPLOYMENT_LABEL] ?? '');
@@ -313,15 +326,15 @@ async function floor(ns: string, fair: boolean) {
           if (!m) {
             const want = mirrorOf(src, undefined)!;
             m = {
-              made: mgmt
-                .apply<InstanceObject>(Instance.ref, want.object, { fieldManager: 'bench', force: true })
-                .then(
-                  (o) => {
-                    writes.mirror++;
-                    return o;
-                  },
-                  (e: unknown) => void fail(e),
-                ),
+              made: mirrorWrite(() =>
+                mgmt.apply<InstanceObject>(Instance.ref, want.object, { fieldManager: 'bench', force: true }),
+              ).then(
+                (o) => {
+                  writes.mirror++;
+                  return o;
+                },
+                (e: unknown) => void fail(e),
+              ),
             };
             mirrored.set(key, m);
           }
@@ -330,7 +343,7 @@ async function floor(ns: string, fair: boolean) {
           void m.made
             .then(async (o) => {
               if (!o) return;
-              await applyStatus(mgmt, Instance.ref, o, mirrorOf(src, o)!.status, 'bench');
+              await mirrorWrite(() => applyStatus(mgmt, Instance.ref, o, mirrorOf(src, o)!.status, 'bench'));
               writes.mirror++;
             })
             .catch(fail);
