@@ -12,7 +12,10 @@
 //    status is answered (`floorSeconds`, what `ratio` is against). The old bare floor, the
 //    WorkloadDeployments alone, is the time until every one is Available in its cell
 //    (`bareFloorSeconds`, measured in the same run). Its writes per object are counted as it makes
-//    them (`floorWritesPerMirror`, `floorWritesPerWorkload`).
+//    them (`floorWritesPerMirror`, `floorStatusWritesPerWorkload`, once its last mirror is written).
+//    Its writes upstream go with the management Berth's identity (its ServiceAccount), under the
+//    same API Priority and Fairness level; the Workloads' applies, as in Berth's phase, and the
+//    WorkloadDeployments' with the admin's.
 // 2. Berth: the management plane's Berth (cells, federation) as its own process; the Workloads
 //    created at the same concurrency; seconds from the first create until every Workload is
 //    Available upstream with every instance Ready, for its generation (convergeSeconds); and for each
@@ -54,7 +57,7 @@ import {
   WorkloadDeployment,
   type InstanceTemplate,
 } from '../src/workloads/types.ts';
-import { startBerth } from '../test/helpers/berth.ts';
+import { berthClient, startBerth } from '../test/helpers/berth.ts';
 import {
   apiserverWork,
   berthWrites,
@@ -218,6 +221,9 @@ const dropNamespace = async (name: string) => {
  */
 async function floor(ns: string, fair: boolean) {
   for (const c of [mgmt, ...cellClients.values()]) await c.create(Resources.namespaces, namespace(ns));
+  // Its writes upstream go as the management Berth's do: with its identity (a ServiceAccount), under
+  // the same API Priority and Fairness level, not the admin's (exempt from it).
+  const asBerth = await berthClient(federation.management);
   // Fair: each Workload's status upstream, written as the header says.
   const upstreamWorkloads = new Map<string, WorkloadObject>();
   const statusOf = new Map<
@@ -262,7 +268,7 @@ async function floor(ns: string, fair: boolean) {
       ],
     };
     st.writing = st.writing
-      .then(() => applyStatus(mgmt, Workload.ref, w, status, 'bench'))
+      .then(() => applyStatus(asBerth, Workload.ref, w, status, 'bench'))
       .then(() => {
         writes.status++;
         if (final) finalAt.set(wlName(i), performance.now());
@@ -291,6 +297,7 @@ async function floor(ns: string, fair: boolean) {
   // Fair: each cell instance's mirror upstream, made when it is seen, its status once it is Ready;
   // `concurrency` mirror writes at a time, as Berth's mirror workers.
   let mirrorsWriting = 0;
+  let mirrorsWritten = 0;
   const mirrorTurns: (() => void)[] = [];
   const mirrorWrite = async <T>(write: () => Promise<T>): Promise<T> => {
     while (mirrorsWriting >= concurrency) await new Promise<void>((r) => mirrorTurns.push(r));
@@ -327,7 +334,10 @@ async function floor(ns: string, fair: boolean) {
             const want = mirrorOf(src, undefined)!;
             m = {
               made: mirrorWrite(() =>
-                mgmt.apply<InstanceObject>(Instance.ref, want.object, { fieldManager: 'bench', force: true }),
+                asBerth.apply<InstanceObject>(Instance.ref, want.object, {
+                  fieldManager: 'bench',
+                  force: true,
+                }),
               ).then(
                 (o) => {
                   writes.mirror++;
@@ -343,8 +353,11 @@ async function floor(ns: string, fair: boolean) {
           void m.made
             .then(async (o) => {
               if (!o) return;
-              await mirrorWrite(() => applyStatus(mgmt, Instance.ref, o, mirrorOf(src, o)!.status, 'bench'));
+              await mirrorWrite(() =>
+                applyStatus(asBerth, Instance.ref, o, mirrorOf(src, o)!.status, 'bench'),
+              );
               writes.mirror++;
+              mirrorsWritten++;
             })
             .catch(fail);
         };
@@ -404,6 +417,16 @@ async function floor(ns: string, fair: boolean) {
   );
   const seconds = (Math.max(...(fair ? finalAt : done).values()) - started) / 1000;
   const byProcess = cellsByProcess();
+  // Its mirrors may trail its Workloads: counted once every one is written.
+  if (fair)
+    await waitForValue(
+      "every fair floor mirror's status written",
+      () => {
+        if (failure) throw failure;
+        return mirrorsWritten >= instances ? true : undefined;
+      },
+      300_000,
+    );
   const result = {
     seconds,
     cellsCpuSeconds: cpuBetween(cellsByProcessBefore, byProcess),
@@ -422,6 +445,7 @@ async function floor(ns: string, fair: boolean) {
   );
   for (const i of [...watches, ...instanceWatches]) i.stop();
   for (const st of statusOf.values()) clearTimeout(st.timer);
+  asBerth.close();
   // The floor's instances go before the next starts: each runs on cells as empty as the first did.
   await dropNamespace(ns);
   return result;

@@ -12,6 +12,8 @@
 //      once claimed, its Pod created ungated; once the Pod is seen Ready, the Instance's status
 //      (Ready, Available, Programmed, QuotaGranted, its Pod) applied once; the next ordinal once
 //      that is answered. No WorkloadDeployment and no status of one: writes per object say those.
+//      Its writes go with Berth's identity (its ServiceAccount), under the same API Priority and
+//      Fairness level as Berth's; the bare floor's with the admin's, exempt from it.
 // 2. Berth: `--deployments` WorkloadDeployments of `--replicas` (OrderedReady) in a namespace whose
 //    Quota has room, created at `--concurrency`, Berth's workers at the same number. Seconds from the
 //    first create to every Instance Ready; quota grant latency per instance (first seen → seen with
@@ -63,7 +65,7 @@ import {
   waitForValue,
   workDelta,
 } from './lib.ts';
-import { startBerth } from '../test/helpers/berth.ts';
+import { berthClient, startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
   options: {
@@ -281,6 +283,9 @@ const quotaOf = (namespace: string): KubeObject => ({
   spec: { instances: 2 * (instances + rolloutReplicas) },
 });
 let ledger = await client.create<KubeObject & { status?: QuotaStatus }>(Quota.ref, quotaOf(FAIR_NS));
+// Its writes go as Berth's do: with Berth's identity (a ServiceAccount), under the same API Priority
+// and Fairness level, not the admin's (exempt from it).
+const fair = await berthClient(sb);
 /** Claims waiting for the next ledger write, with what to call once it is answered. */
 const claimsWaiting: { claim: QuotaClaim; done: () => void }[] = [];
 let ledgerWriting = false;
@@ -290,7 +295,7 @@ const flushLedger = async (): Promise<void> => {
   ledgerWriting = true;
   const batch = claimsWaiting.splice(0);
   const claims = [...(ledger.status?.claims ?? []), ...batch.map((b) => b.claim)];
-  ledger = await client.request('PUT', resourcePath(Quota.ref, FAIR_NS, 'room', 'status'), {
+  ledger = await fair.request('PUT', resourcePath(Quota.ref, FAIR_NS, 'room', 'status'), {
     body: {
       ...ledger,
       status: {
@@ -343,7 +348,7 @@ const fairSeconds = await new Promise<number>((resolve, reject) => {
       ordinal,
     );
     delete manifest.metadata!.ownerReferences;
-    const inst = await client.create<InstanceObject>(Instance.ref, manifest);
+    const inst = await fair.create<InstanceObject>(Instance.ref, manifest);
     await claim(inst);
     const owner = {
       apiVersion: Instance.apiVersion,
@@ -352,7 +357,7 @@ const fairSeconds = await new Promise<number>((resolve, reject) => {
       uid: inst.metadata.uid!,
     };
     fairMade.set(inst.metadata.name!, inst);
-    await client.create(Resources.pods, podManifest(inst, owner, size, false));
+    await fair.create(Resources.pods, podManifest(inst, owner, size, false));
   };
   const pump = () => {
     while (inFlight < concurrency && queue.length) {
@@ -390,7 +395,7 @@ const fairSeconds = await new Promise<number>((resolve, reject) => {
     const inst = fairMade.get(name);
     if (!inst) return;
     fairMade.delete(name);
-    applyStatus(client, Instance.ref, inst, readyStatus(inst), 'bench').then(() => {
+    applyStatus(fair, Instance.ref, inst, readyStatus(inst), 'bench').then(() => {
       const [, d, ordinal] = /^wd-(\d+)-(\d+)$/.exec(name)!.map(Number) as [number, number, number];
       if (ordinal + 1 < replicas) queue.push([d, ordinal + 1]);
       if (++done === instances) resolve((performance.now() - fairStarted) / 1000);
@@ -409,6 +414,7 @@ console.log(
 console.log(`  CPU seconds: ${describeCpu(fairCpuBefore, processCpu(sb))}`);
 console.log(`  the apiserver served: ${fairWork.join(', ')}`);
 fairWatch.informer.stop();
+fair.close();
 await client.request('DELETE', resourcePath(Instance.ref, FAIR_NS), {
   body: { apiVersion: 'v1', kind: 'DeleteOptions', propagationPolicy: 'Background' },
 });
