@@ -2,15 +2,28 @@
 // A federation as `berth sandbox up --cells` starts it (a management plane, a cell per city, each
 // cell's own Berth running the workloads controllers); every workload has one placement in two of
 // the cities, `--replicas` instances in each (100 workloads × 2 cities × 5 = 1,000 instances).
-// 1. The floor: the same WorkloadDeployments the federation would write (Berth's own manifest),
-//    applied straight to the cells at `--concurrency`, in a namespace of their own; seconds from the
-//    first apply until every one is Available in its cell (status observed for its generation).
+// 1. The floor, in a namespace of its own, at `--concurrency` workloads at a time: what federation
+//    needs done, as plain writes. Each Workload applied upstream, then its WorkloadDeployments
+//    (Berth's own manifest) applied straight to their cells; each cell instance's mirror upstream
+//    (Berth's own mirrorOf) applied when the instance is seen, and its status applied once, when
+//    the instance is seen Ready, `--concurrency` mirror writes at a time (Berth's mirror workers); each Workload's status upstream (counts and Available) applied when
+//    its WorkloadDeployments' ready counts move, at most once a second (the status bound) but at
+//    once when every one is Available. Seconds from the first apply until every Workload's last
+//    status is answered (`floorSeconds`, what `ratio` is against). The old bare floor, the
+//    WorkloadDeployments alone, is the time until every one is Available in its cell
+//    (`bareFloorSeconds`, measured in the same run). Its writes per object are counted as it makes
+//    them (`floorWritesPerMirror`, `floorStatusWritesPerWorkload`, once its last mirror is written).
+//    Its writes upstream go with the management Berth's identity (its ServiceAccount), under the
+//    same API Priority and Fairness level; the Workloads' applies, as in Berth's phase, and the
+//    WorkloadDeployments' with the admin's.
 // 2. Berth: the management plane's Berth (cells, federation) as its own process; the Workloads
 //    created at the same concurrency; seconds from the first create until every Workload is
 //    Available upstream with every instance Ready, for its generation (convergeSeconds); and for each
 //    Workload, from its WorkloadDeployments Available in both cells to it Available upstream (the
 //    management plane's own hop). Then the mirrors: how many showed their instance Ready upstream by
-//    then, and when the last one did.
+//    then, and when the last one did. The management Berth's writes by resource from its own
+//    berth_api_writes_total: per mirror (its create and status), per Workload (its status and
+//    finalizer upstream, its WorkloadDeployments in the cells), in all per instance.
 // 3. Status: `--samples` times, one instance's pod deleted in a cell; from the instance seen not
 //    Ready in the cell to its Workload's ready count seen lower upstream (both by this process's
 //    watches); each sample waits for the workload to recover first. A workload that is not back to
@@ -26,7 +39,9 @@ import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { deploymentManifest } from '../src/federation/decide/copies.ts';
 import { deploymentName } from '../src/federation/decide/placement.ts';
 import { rolledOut } from '../src/federation/decide/rollup.ts';
-import { mirrorName } from '../src/federation/mirror-decide.ts';
+import { mirrorName, mirrorOf } from '../src/federation/mirror-decide.ts';
+import type { DeploymentObject } from '../src/federation/decide/placement.ts';
+import { applyStatus } from '../src/runtime/client/apply.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
 import { Cell, type CellObject } from '../src/cells/types.ts';
 import { findCondition, hasCondition } from '../src/runtime/api/conditions.ts';
@@ -35,10 +50,19 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import { isNotFound, type KubeClient } from '../src/runtime/client/client.ts';
 import { cellName, Federation } from '../src/sandbox/federation.ts';
 import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
-import { Instance, MIRROR_LABEL, WorkloadDeployment, type InstanceTemplate } from '../src/workloads/types.ts';
-import { startBerth } from '../test/helpers/berth.ts';
+import {
+  DEPLOYMENT_LABEL,
+  Instance,
+  MIRROR_LABEL,
+  WorkloadDeployment,
+  type InstanceTemplate,
+} from '../src/workloads/types.ts';
+import { berthClient, startBerth } from '../test/helpers/berth.ts';
 import {
   apiserverWork,
+  berthWrites,
+  sumWrites,
+  writesPer,
   controllerMeans,
   controllerWork,
   cpuSeconds,
@@ -84,6 +108,7 @@ const perCell = 2 * Math.ceil((2 * workloads) / cellCount) * replicas + replicas
 const cellNodes = Math.ceil(perCell / 100) + 1;
 const NS = 'bench-federation';
 const FLOOR_NS = 'bench-federation-floor';
+const FAIR_NS = 'bench-federation-fair';
 const PLACEMENT = 'p';
 
 const template = (image: string): InstanceTemplate => ({
@@ -120,12 +145,11 @@ const cellClients = new Map<string, KubeClient>(
 );
 const namespace = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
 await mgmt.create(Resources.namespaces, namespace(NS));
-for (const c of cellClients.values()) await c.create(Resources.namespaces, namespace(FLOOR_NS));
 
 const available = (o: { status?: { conditions?: { type: string; status: string }[] } }) =>
   findCondition(o.status?.conditions, 'Available')?.status === 'True';
 
-// 1. The floor.
+// 1. The floors.
 type WD = KubeObject & {
   spec: { replicas: number };
   status?: {
@@ -134,8 +158,15 @@ type WD = KubeObject & {
     conditions?: { type: string; status: string }[];
   };
 };
-/** Watches every cell's WorkloadDeployments of a namespace; `done` gets when each (`city/name`) was first Available. */
-const deploymentWatches = (namespace: string, done: Map<string, number>) =>
+/**
+ * Watches every cell's WorkloadDeployments of a namespace; `done` gets when each (`city/name`) was
+ * first Available; `changed` hears of every one seen.
+ */
+const deploymentWatches = (
+  namespace: string,
+  done: Map<string, number>,
+  changed: (city: string, d: WD) => void = () => {},
+) =>
   [...cellClients].map(([city, client]) => {
     const inf = new Informer<WD>({ client, ref: WorkloadDeployment.ref, namespace });
     const seen = (d: WD) => {
@@ -147,30 +178,12 @@ const deploymentWatches = (namespace: string, done: Map<string, number>) =>
         available(d)
       )
         done.set(key, performance.now());
+      changed(city, d);
     };
     inf.addEventHandler({ onAdd: seen, onUpdate: (_a, b) => seen(b) });
     inf.start();
     return inf;
   });
-const floorDone = new Map<string, number>();
-const floorWatches = deploymentWatches(FLOOR_NS, floorDone);
-await Promise.all(floorWatches.map((i) => i.waitForSync()));
-// The WorkloadDeployments of the federation's fan-out, from Berth's own manifest, less the labels
-// that name an owner upstream: none exists, and the management Berth must not take them for its own.
-const floorWork = Array.from({ length: workloads }, (_, i) => {
-  const w = workload(wlName(i), citiesOf(i));
-  w.metadata = { ...w.metadata, namespace: FLOOR_NS, uid: `floor-${i}` };
-  return citiesOf(i).map((city) => {
-    const wd = deploymentManifest(
-      w,
-      { placement: PLACEMENT, city, name: deploymentName(w.metadata.name!, PLACEMENT, city), replicas },
-      { hash: templateHash(w.spec.template), template: w.spec.template },
-      { plane: undefined, cellUid: undefined },
-    );
-    delete wd.metadata.labels;
-    return { city, wd };
-  });
-}).flat();
 const cellSandboxes = federation.cells.map((c) => c.sandbox);
 /** Maps of counts added up key by key: one reading of every cell as one. */
 const summed = (maps: Map<string, number>[]) => {
@@ -181,46 +194,269 @@ const summed = (maps: Map<string, number>[]) => {
 // The cells' processes by name (etcd, kube-apiserver, ..., berth), and what their apiservers served.
 const cellsByProcess = () => summed(cellSandboxes.map(processCpu));
 const cellsWork = async () => summed(await Promise.all([...cellClients.values()].map(apiserverWork)));
-const floorCellsByProcessBefore = cellsByProcess();
-const floorCellsWorkBefore = await cellsWork();
-const floorManagementCpuBefore = sandboxCpuSeconds(federation.management);
-const floorStarted = performance.now();
-await forEachLimit(floorWork, concurrency, async ({ city, wd }) => {
-  await cellClients.get(city)!.apply(WorkloadDeployment.ref, wd, { fieldManager: 'bench', force: true });
-});
-await waitForValue(
-  'every floor WorkloadDeployment Available',
-  () => (floorDone.size >= floorWork.length ? true : undefined),
-  900_000,
-  () => `${floorDone.size}/${floorWork.length} floor WorkloadDeployments Available`,
-);
-const floorSeconds = (Math.max(...floorDone.values()) - floorStarted) / 1000;
-const floorCellsByProcess = cellsByProcess();
-const floorCellsCpuSeconds = cpuBetween(floorCellsByProcessBefore, floorCellsByProcess);
-const floorCellsSpent = describeCpu(floorCellsByProcessBefore, floorCellsByProcess);
-const floorCellsWork = workDelta(floorCellsWorkBefore, await cellsWork());
-const floorManagementCpuSeconds = sandboxCpuSeconds(federation.management) - floorManagementCpuBefore;
-console.log(
-  `floor: ${floorWork.length} WorkloadDeployments (${instances} instances) Available in ${floorSeconds.toFixed(2)} s`,
-);
-for (const i of floorWatches) i.stop();
-// The floor's instances go before Berth starts: the federation's run on cells as empty as the floor's did.
-await Promise.all([...cellClients.values()].map((c) => c.delete(Resources.namespaces, FLOOR_NS)));
-await waitForValue(
-  "the floor's namespace gone from every cell",
-  async () => {
-    const left = await Promise.all(
-      [...cellClients.values()].map((c) =>
-        c.get(Resources.namespaces, FLOOR_NS).then(
-          () => 1,
-          (e: unknown) => (isNotFound(e) ? 0 : 1),
+/** Deletes a namespace from every cell (and upstream) and waits until it is gone. */
+const dropNamespace = async (name: string) => {
+  const clients = [mgmt, ...cellClients.values()];
+  await Promise.all(clients.map((c) => c.delete(Resources.namespaces, name).catch(() => undefined)));
+  await waitForValue(
+    `namespace ${name} gone from every cluster`,
+    async () => {
+      const left = await Promise.all(
+        clients.map((c) =>
+          c.get(Resources.namespaces, name).then(
+            () => 1,
+            (e: unknown) => (isNotFound(e) ? 0 : 1),
+          ),
         ),
-      ),
+      );
+      return left.every((n) => n === 0) ? true : undefined;
+    },
+    600_000,
+  );
+};
+
+/**
+ * One floor in its own namespace: the WorkloadDeployments alone (bare) or with the Workloads, their
+ * status and the mirrors upstream (fair), as the header says. What it took, and cost.
+ */
+async function floor(ns: string, fair: boolean) {
+  for (const c of [mgmt, ...cellClients.values()]) await c.create(Resources.namespaces, namespace(ns));
+  // Its writes upstream go as the management Berth's do: with its identity (a ServiceAccount), under
+  // the same API Priority and Fairness level, not the admin's (exempt from it).
+  const asBerth = await berthClient(federation.management);
+  // Fair: each Workload's status upstream, written as the header says.
+  const upstreamWorkloads = new Map<string, WorkloadObject>();
+  const statusOf = new Map<
+    string,
+    {
+      ready: Map<string, number>;
+      at: number;
+      written?: number;
+      timer?: NodeJS.Timeout;
+      final?: boolean;
+      writing: Promise<unknown>;
+    }
+  >();
+  const finalAt = new Map<string, number>();
+  const writes = { mirror: 0, status: 0, workload: 0, deployment: 0 };
+  let failure: unknown;
+  const fail = (e: unknown) => void (failure ??= e);
+  const workloadOfDeployment = new Map<string, number>();
+  const sendStatus = (i: number, final: boolean) => {
+    const w = upstreamWorkloads.get(wlName(i));
+    const st = statusOf.get(wlName(i));
+    if (!w || !st || st.final) return;
+    const ready = [...st.ready.values()].reduce((a, n) => a + n, 0);
+    if (!final && ready === st.written) return;
+    st.final = final;
+    st.written = ready;
+    st.at = performance.now();
+    const desired = 2 * replicas;
+    const status = {
+      observedGeneration: w.metadata.generation,
+      replicas: desired,
+      readyReplicas: ready,
+      desiredReplicas: desired,
+      conditions: [
+        {
+          type: 'Available',
+          status: final ? 'True' : 'False',
+          reason: final ? 'Available' : 'Provisioning',
+          message: `${ready} of ${desired} instances ready`,
+          lastTransitionTime: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+        },
+      ],
+    };
+    st.writing = st.writing
+      .then(() => applyStatus(asBerth, Workload.ref, w, status, 'bench'))
+      .then(() => {
+        writes.status++;
+        if (final) finalAt.set(wlName(i), performance.now());
+      }, fail);
+  };
+  const done = new Map<string, number>();
+  const onDeployment = (city: string, d: WD) => {
+    const i = workloadOfDeployment.get(d.metadata!.name!);
+    const st = i === undefined ? undefined : statusOf.get(wlName(i));
+    if (!fair || i === undefined || !st) return;
+    st.ready.set(city, d.status?.readyReplicas ?? 0);
+    const all = citiesOf(i).every((c) => done.has(`${c}/${deploymentName(wlName(i), PLACEMENT, c)}`));
+    if (all) {
+      clearTimeout(st.timer);
+      sendStatus(i, true);
+    } else if (!st.timer)
+      st.timer = setTimeout(
+        () => {
+          st.timer = undefined;
+          sendStatus(i, false);
+        },
+        Math.max(0, st.at + 1000 - performance.now()),
+      );
+  };
+  const watches = deploymentWatches(ns, done, onDeployment);
+  // Fair: each cell instance's mirror upstream, made when it is seen, its status once it is Ready;
+  // `concurrency` mirror writes at a time, as Berth's mirror workers.
+  let mirrorsWriting = 0;
+  let mirrorsWritten = 0;
+  const mirrorTurns: (() => void)[] = [];
+  const mirrorWrite = async <T>(write: () => Promise<T>): Promise<T> => {
+    while (mirrorsWriting >= concurrency) await new Promise<void>((r) => mirrorTurns.push(r));
+    mirrorsWriting++;
+    try {
+      return await write();
+    } finally {
+      mirrorsWriting--;
+      mirrorTurns.shift()?.();
+    }
+  };
+  const mirrored = new Map<string, { made: Promise<InstanceObject | undefined>; ready?: boolean }>();
+  const mirrorSource = (city: string, i: InstanceObject) => {
+    const d = workloadOfDeployment.get(i.metadata!.labels?.[DEPLOYMENT_LABEL] ?? '');
+    const w = d === undefined ? undefined : upstreamWorkloads.get(wlName(d));
+    return (
+      w && {
+        cell: cellName(city),
+        instance: i,
+        deployment: { metadata: {} } as DeploymentObject,
+        workload: w,
+      }
     );
-    return left.every((n) => n === 0) ? true : undefined;
-  },
-  600_000,
-);
+  };
+  const instanceWatches = fair
+    ? [...cellClients].map(([city, client]) => {
+        const inf = new Informer<InstanceObject>({ client, ref: Instance.ref, namespace: ns });
+        const seen = (i: InstanceObject) => {
+          const src = mirrorSource(city, i);
+          if (!src) return;
+          const key = `${city}/${i.metadata!.name}`;
+          let m = mirrored.get(key);
+          if (!m) {
+            const want = mirrorOf(src, undefined)!;
+            m = {
+              made: mirrorWrite(() =>
+                asBerth.apply<InstanceObject>(Instance.ref, want.object, {
+                  fieldManager: 'bench',
+                  force: true,
+                }),
+              ).then(
+                (o) => {
+                  writes.mirror++;
+                  return o;
+                },
+                (e: unknown) => void fail(e),
+              ),
+            };
+            mirrored.set(key, m);
+          }
+          if (m.ready || !hasCondition(i, 'Ready')) return;
+          m.ready = true;
+          void m.made
+            .then(async (o) => {
+              if (!o) return;
+              await mirrorWrite(() =>
+                applyStatus(asBerth, Instance.ref, o, mirrorOf(src, o)!.status, 'bench'),
+              );
+              writes.mirror++;
+              mirrorsWritten++;
+            })
+            .catch(fail);
+        };
+        inf.addEventHandler({ onAdd: seen, onUpdate: (_a, b) => seen(b) });
+        inf.start();
+        return inf;
+      })
+    : [];
+  await Promise.all([...watches, ...instanceWatches].map((i) => i.waitForSync()));
+  const cellsByProcessBefore = cellsByProcess();
+  const cellsWorkBefore = await cellsWork();
+  const managementCpuBefore = sandboxCpuSeconds(federation.management);
+  const started = performance.now();
+  await forEachLimit(
+    Array.from({ length: workloads }, (_, i) => i),
+    concurrency,
+    async (i) => {
+      const w = workload(wlName(i), citiesOf(i));
+      w.metadata = { ...w.metadata, namespace: ns };
+      if (fair) {
+        upstreamWorkloads.set(
+          wlName(i),
+          await mgmt.apply<WorkloadObject>(Workload.ref, w, { fieldManager: 'bench', force: true }),
+        );
+        statusOf.set(wlName(i), { ready: new Map(), at: 0, writing: Promise.resolve() });
+        writes.workload++;
+      } else w.metadata.uid = `floor-${i}`;
+      // The WorkloadDeployments of the federation's fan-out, from Berth's own manifest, less the labels
+      // that name an owner upstream: the management Berth must not take them for its own.
+      for (const city of citiesOf(i)) {
+        const name = deploymentName(w.metadata.name!, PLACEMENT, city);
+        workloadOfDeployment.set(name, i);
+        const wd = deploymentManifest(
+          w,
+          { placement: PLACEMENT, city, name, replicas },
+          { hash: templateHash(w.spec.template), template: w.spec.template },
+          { plane: undefined, cellUid: undefined },
+        );
+        delete wd.metadata.labels;
+        await cellClients
+          .get(city)!
+          .apply(WorkloadDeployment.ref, wd, { fieldManager: 'bench', force: true });
+        writes.deployment++;
+      }
+    },
+  );
+  const deployments = 2 * workloads;
+  await waitForValue(
+    `every ${fair ? 'fair' : 'bare'} floor Workload done`,
+    () => {
+      if (failure) throw failure;
+      return (fair ? finalAt.size >= workloads : done.size >= deployments) ? true : undefined;
+    },
+    900_000,
+    () =>
+      `${done.size}/${deployments} floor WorkloadDeployments Available, ${finalAt.size}/${workloads} Workloads' last status`,
+  );
+  const seconds = (Math.max(...(fair ? finalAt : done).values()) - started) / 1000;
+  const byProcess = cellsByProcess();
+  // Its mirrors may trail its Workloads: counted once every one is written.
+  if (fair)
+    await waitForValue(
+      "every fair floor mirror's status written",
+      () => {
+        if (failure) throw failure;
+        return mirrorsWritten >= instances ? true : undefined;
+      },
+      300_000,
+    );
+  const result = {
+    seconds,
+    cellsCpuSeconds: cpuBetween(cellsByProcessBefore, byProcess),
+    cellsSpent: describeCpu(cellsByProcessBefore, byProcess),
+    cellsWork: workDelta(cellsWorkBefore, await cellsWork()),
+    managementCpuSeconds: sandboxCpuSeconds(federation.management) - managementCpuBefore,
+    writesPerMirror: round(writes.mirror / Math.max(1, mirrored.size), 2),
+    writesPerWorkload: round((writes.status + writes.workload + writes.deployment) / workloads, 2),
+    statusWritesPerWorkload: round(writes.status / workloads, 2),
+  };
+  console.log(
+    fair
+      ? `fair floor: ${workloads} Workloads (${instances} instances) with their status and mirrors upstream in ${seconds.toFixed(2)} s; ` +
+          `${result.writesPerMirror} writes per mirror, ${result.statusWritesPerWorkload} status writes per Workload`
+      : `bare floor: ${deployments} WorkloadDeployments (${instances} instances) Available in ${seconds.toFixed(2)} s`,
+  );
+  for (const i of [...watches, ...instanceWatches]) i.stop();
+  for (const st of statusOf.values()) clearTimeout(st.timer);
+  asBerth.close();
+  // The floor's instances go before the next starts: each runs on cells as empty as the first did.
+  await dropNamespace(ns);
+  return result;
+}
+const bare = await floor(FLOOR_NS, false);
+const fairFloor = await floor(FAIR_NS, true);
+const floorSeconds = fairFloor.seconds;
+const floorCellsCpuSeconds = fairFloor.cellsCpuSeconds;
+const floorCellsSpent = fairFloor.cellsSpent;
+const floorCellsWork = fairFloor.cellsWork;
+const floorManagementCpuSeconds = fairFloor.managementCpuSeconds;
 
 // 2. Berth.
 const berth = await startBerth(federation.management, ['--controllers=cells,federation']);
@@ -286,16 +522,14 @@ const cellWatches = deploymentWatches(NS, cellDone);
 await Promise.all([upstream, mirrors, ...instanceWatches, ...cellWatches].map((i) => i.waitForSync()));
 const apply = (w: WorkloadObject) => mgmt.apply(Workload.ref, w, { fieldManager: 'bench', force: true });
 // What converging costs the management Berth: its CPU time and its API writes (to every cluster).
-const berthWrites = (also: (labels: string) => boolean = () => true) =>
-  berth.metric('rest_client_requests_total', (l) => !l.includes('method="GET"') && also(l));
-const toManagement = (l: string) => l.includes(`host="${mgmt.server.host}"`);
+const managementWrites = () => berthWrites(berth.metricsPort, mgmt.server.host);
 const cpuBefore = cpuSeconds(berth.pid);
 const managementByProcessBefore = processCpu(federation.management);
 const managementWorkBefore = await apiserverWork(mgmt);
 const cellsByProcessBefore = cellsByProcess();
 const cellsWorkBefore = await cellsWork();
-const writesBefore = await berthWrites();
-const managementWritesBefore = await berthWrites(toManagement);
+const writesBefore = await berthWrites(berth.metricsPort);
+const managementWritesBefore = await managementWrites();
 const convergeStarted = performance.now();
 await forEachLimit(
   Array.from({ length: workloads }, (_, i) => i),
@@ -318,11 +552,13 @@ const cellsByProcessAfter = cellsByProcess();
 const cellsCpuSeconds = cpuBetween(cellsByProcessBefore, cellsByProcessAfter);
 const cellsSpent = describeCpu(cellsByProcessBefore, cellsByProcessAfter);
 const managementSpent = describeCpu(managementByProcessBefore, managementByProcessAfter);
-const writesPerInstance = ((await berthWrites()) - writesBefore) / instances;
-const managementWritesPerInstance = ((await berthWrites(toManagement)) - managementWritesBefore) / instances;
+const writesPerInstance = sumWrites(writesPer(writesBefore, await berthWrites(berth.metricsPort), instances));
+const managementWritesPerInstance = sumWrites(
+  writesPer(managementWritesBefore, await managementWrites(), instances),
+);
 console.log(
   `berth: ${workloads} Workloads (${instances} instances in ${cellCount} cells) Available upstream in ` +
-    `${convergeSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); the management Berth used ` +
+    `${convergeSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s, bare floor ${bare.seconds.toFixed(2)} s); the management Berth used ` +
     `${convergeCpuSeconds.toFixed(1)} s of CPU and wrote ${writesPerInstance.toFixed(2)} times per instance ` +
     `(${managementWritesPerInstance.toFixed(2)} to the management plane)`,
 );
@@ -361,6 +597,21 @@ await waitForValue(
   () => `${mirrorReadyAt.size}/${instances} mirrors Ready upstream`,
 );
 const mirrorsSeconds = (Math.max(...mirrorReadyAt.values()) - convergeStarted) / 1000;
+// Writes per object once every mirror is Ready (a mirror is an Instance upstream: one per cell instance).
+const managementPerWorkload = writesPer(managementWritesBefore, await managementWrites(), workloads);
+const writesPerMirror = round(
+  (sumWrites(managementPerWorkload, (r) => r.startsWith('instances')) * workloads) / instances,
+  2,
+);
+const statusWritesPerWorkload = sumWrites(managementPerWorkload, (r) => r === 'workloads/status');
+const cellsPerWorkload = writesPer(writesBefore, await berthWrites(berth.metricsPort), workloads);
+console.log(
+  `writes: ${writesPerMirror} per mirror (the fair floor ${fairFloor.writesPerMirror}), ${statusWritesPerWorkload} ` +
+    `status writes per Workload (the fair floor ${fairFloor.statusWritesPerWorkload}); per Workload, by method and ` +
+    `resource, to every cluster: ${Object.entries(cellsPerWorkload)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+);
 // A mirror's lag is its queue's wait plus its pass (two writes to the management plane for a new one).
 const mirrorWork = controllerMeans(await controllerWork(berth, 'federation-mirror'));
 mirrors.stop();
@@ -465,6 +716,8 @@ const result = {
   convergeSeconds: round(convergeSeconds, 2),
   floorSeconds: round(floorSeconds, 2),
   ratio: round(convergeSeconds / floorSeconds, 2),
+  bareFloorSeconds: round(bare.seconds, 2),
+  bareRatio: round(convergeSeconds / bare.seconds, 2),
   convergeCpuSeconds: round(convergeCpuSeconds, 1),
   managementCpuSeconds: round(managementCpuSeconds, 1),
   cellsCpuSeconds: round(cellsCpuSeconds, 1),
@@ -472,8 +725,13 @@ const result = {
   floorManagementCpuSeconds: round(floorManagementCpuSeconds, 1),
   upstreamHopP50ms: round(percentile(hops, 50), 0),
   upstreamHopP99ms: round(percentile(hops, 99), 0),
-  writesPerInstance: round(writesPerInstance, 2),
-  managementWritesPerInstance: round(managementWritesPerInstance, 2),
+  writesPerInstance,
+  managementWritesPerInstance,
+  writesPerMirror,
+  statusWritesPerWorkload,
+  writesByResourcePerWorkload: cellsPerWorkload,
+  floorWritesPerMirror: fairFloor.writesPerMirror,
+  floorStatusWritesPerWorkload: fairFloor.statusWritesPerWorkload,
   mirrorsReadyAtConverge,
   mirrorsSeconds: round(mirrorsSeconds, 2),
   mirrorLagP50ms: round(percentile(mirrorLags, 50), 0),

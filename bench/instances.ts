@@ -1,14 +1,27 @@
 // Workloads in a cell at scale: `npm run bench:instances -- --deployments 200 --replicas 5`.
-// 1. The floor: the Pods Berth's instances would run (same names, labels, resources, no gate),
-//    created directly by a minimal client at `--concurrency` in the order OrderedReady makes them:
-//    ordinal 0 of every deployment first, each next ordinal once the one before is Ready. Seconds
-//    from the first create to every pod Ready. Then one rollout step done by hand, several times: a
-//    pod deleted, seen gone, created again under its name, seen Ready (the recreate a rollout must do).
+// 1. The floors, each by a minimal client at `--concurrency` in the order OrderedReady makes them:
+//    ordinal 0 of every deployment first, each next ordinal once the one before is Ready.
+//    - The bare floor (`bareFloorSeconds`): the Pods Berth's instances would run (same names,
+//      labels, resources, no gate), created directly. Seconds from the first create to every pod
+//      Ready. Then one rollout step done by hand, several times: a pod deleted, seen gone, created
+//      again under its name, seen Ready (the recreate a rollout must do).
+//    - The fair floor (`floorSeconds`, what `ratio` is against): the work an instance needs, in
+//      Berth's order, as plain writes: the Instance created (Berth's manifest); its claim in the
+//      namespace Quota's ledger (a PUT of the ledger with the resourceVersion read, one at a time,
+//      each carrying every claim that came meanwhile: quota never over-grants under concurrency);
+//      once claimed, its Pod created ungated; once the Pod is seen Ready, the Instance's status
+//      (Ready, Available, Programmed, QuotaGranted, its Pod) applied once; the next ordinal once
+//      that is answered. No WorkloadDeployment and no status of one: writes per object say those.
+//      Its writes go with Berth's identity (its ServiceAccount), under the same API Priority and
+//      Fairness level as Berth's; the bare floor's with the admin's, exempt from it.
 // 2. Berth: `--deployments` WorkloadDeployments of `--replicas` (OrderedReady) in a namespace whose
 //    Quota has room, created at `--concurrency`, Berth's workers at the same number. Seconds from the
 //    first create to every Instance Ready; quota grant latency per instance (first seen → seen with
-//    QuotaGranted=True, by one watcher); Berth's API writes per instance (its own client's requests
-//    other than GET: watches are GETs too). And where an instance's time goes, step by step (each
+//    QuotaGranted=True, by one watcher; and first seen → its claim seen in the Quota's ledger, where
+//    the grant is decided); Berth's API writes by resource, counted by its own
+//    berth_api_writes_total: per instance (its create, status, Pod, and the ledger's writes shared
+//    out), per WorkloadDeployment (its status), and all of them per instance; the fair floor's the
+//    same way. And where an instance's time goes, step by step (each
 //    seen by this process's watches): claimed in the Quota's ledger, its Pod created, bound, Ready,
 //    the instance Ready, the next ordinal created; the floor's pods by the same steps.
 // 3. Rollout: one deployment of `--rollout-replicas`, its template changed once; seconds until every
@@ -17,7 +30,8 @@
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
-import { isNotFound } from '../src/runtime/client/client.ts';
+import { isNotFound, resourcePath } from '../src/runtime/client/client.ts';
+import { applyStatus } from '../src/runtime/client/apply.ts';
 import { findCondition } from '../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { slimPod, type SlimPod } from '../src/policy/slim.ts';
@@ -28,12 +42,16 @@ import {
   WorkloadDeployment,
   Instance,
   type InstanceTemplate,
+  type QuotaClaim,
   type QuotaStatus,
   type WorkloadDeploymentStatus,
 } from '../src/workloads/types.ts';
 import {
   apiserverWork,
   benchSandbox,
+  berthWrites,
+  sumWrites,
+  writesPer,
   controllerMeans,
   controllerWork,
   cpuSeconds,
@@ -47,7 +65,7 @@ import {
   waitForValue,
   workDelta,
 } from './lib.ts';
-import { startBerth } from '../test/helpers/berth.ts';
+import { berthClient, startBerth } from '../test/helpers/berth.ts';
 
 const { values } = parseArgs({
   options: {
@@ -67,6 +85,7 @@ const instances = deployments * replicas;
 const nodeCount = Number(values.nodes ?? Math.ceil((instances + rolloutReplicas) / 100) + 1);
 const NS = 'bench-instances';
 const FLOOR_NS = 'bench-instances-floor';
+const FAIR_NS = 'bench-instances-fair';
 /** Rollout steps the floor times by hand (the median counts). */
 const FLOOR_STEPS = 5;
 
@@ -85,7 +104,7 @@ const wdName = (d: number) => `wd-${d}`;
 const sb = await benchSandbox('bench-instances', [{ prefix: 'cell', count: nodeCount }]);
 const client = sb.client({ maxInFlight: 64 });
 await installCrds(client);
-for (const name of [NS, FLOOR_NS])
+for (const name of [NS, FLOOR_NS, FAIR_NS])
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
 
 const ready = (o: { status?: { conditions?: { type: string; status: string }[] } }) =>
@@ -256,13 +275,161 @@ await waitForValue('the floor pods gone', async () =>
     : undefined,
 );
 
-// 2. Berth.
-await client.create(Quota.ref, {
+// 1b. The fair floor: what an instance needs, as plain writes (the header says which).
+const quotaOf = (namespace: string): KubeObject => ({
   apiVersion: Quota.apiVersion,
   kind: Quota.kind,
-  metadata: { name: 'room', namespace: NS },
+  metadata: { name: 'room', namespace },
   spec: { instances: 2 * (instances + rolloutReplicas) },
 });
+let ledger = await client.create<KubeObject & { status?: QuotaStatus }>(Quota.ref, quotaOf(FAIR_NS));
+// Its writes go as Berth's do: with Berth's identity (a ServiceAccount), under the same API Priority
+// and Fairness level, not the admin's (exempt from it).
+const fair = await berthClient(sb);
+/** Claims waiting for the next ledger write, with what to call once it is answered. */
+const claimsWaiting: { claim: QuotaClaim; done: () => void }[] = [];
+let ledgerWriting = false;
+let ledgerWrites = 0;
+const flushLedger = async (): Promise<void> => {
+  if (ledgerWriting || !claimsWaiting.length) return;
+  ledgerWriting = true;
+  const batch = claimsWaiting.splice(0);
+  const claims = [...(ledger.status?.claims ?? []), ...batch.map((b) => b.claim)];
+  ledger = await fair.request('PUT', resourcePath(Quota.ref, FAIR_NS, 'room', 'status'), {
+    body: {
+      ...ledger,
+      status: {
+        used: {
+          instances: claims.length,
+          cpu: `${claims.length * 100}m`,
+          memory: `${claims.length * 128}Mi`,
+        },
+        claims,
+      },
+    },
+    query: { fieldManager: 'bench' },
+  });
+  ledgerWriting = false;
+  ledgerWrites++;
+  for (const b of batch) b.done();
+  void flushLedger();
+};
+const claim = (inst: KubeObject) =>
+  new Promise<void>((done) => {
+    claimsWaiting.push({
+      claim: {
+        cluster: 'local',
+        name: inst.metadata!.name!,
+        uid: inst.metadata!.uid!,
+        milliCPU: 100,
+        memoryBytes: 128 * 2 ** 20,
+        grantedAt: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      },
+      done,
+    });
+    void flushLedger();
+  });
+const fairWatch = new PodWatch(FAIR_NS);
+await fairWatch.start();
+const fairMade = new Map<string, InstanceObject>();
+const fairWorkBefore = await apiserverWork(client);
+const fairCpuBefore = processCpu(sb);
+const fairStarted = performance.now();
+const fairSeconds = await new Promise<number>((resolve, reject) => {
+  const queue: [number, number][] = Array.from({ length: deployments }, (_, d) => [d, 0]);
+  let inFlight = 0;
+  let done = 0;
+  const make = async (d: number, ordinal: number) => {
+    const manifest = instanceManifest(
+      { metadata: { name: wdName(d), namespace: FAIR_NS } },
+      { apiVersion: WorkloadDeployment.apiVersion, kind: WorkloadDeployment.kind, name: wdName(d), uid: '' },
+      template,
+      hash,
+      ordinal,
+    );
+    delete manifest.metadata!.ownerReferences;
+    const inst = await fair.create<InstanceObject>(Instance.ref, manifest);
+    await claim(inst);
+    const owner = {
+      apiVersion: Instance.apiVersion,
+      kind: Instance.kind,
+      name: inst.metadata.name!,
+      uid: inst.metadata.uid!,
+    };
+    fairMade.set(inst.metadata.name!, inst);
+    await fair.create(Resources.pods, podManifest(inst, owner, size, false));
+  };
+  const pump = () => {
+    while (inFlight < concurrency && queue.length) {
+      const [d, ordinal] = queue.shift()!;
+      inFlight++;
+      make(d, ordinal).then(() => {
+        inFlight--;
+        pump();
+      }, reject);
+    }
+  };
+  const readyStatus = (inst: InstanceObject) => {
+    const at = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const condition = (type: string, reason: string, message: string) => ({
+      type,
+      status: 'True',
+      reason,
+      message,
+      lastTransitionTime: at,
+      observedGeneration: inst.metadata.generation,
+    });
+    return {
+      observedGeneration: inst.metadata.generation,
+      observedTemplateHash: hash,
+      podName: inst.metadata.name,
+      conditions: [
+        condition('Ready', 'Ready', 'serving'),
+        condition('Available', 'PodReady', `Pod ${inst.metadata.name} is Ready`),
+        condition('Programmed', 'PodCreated', `Pod ${inst.metadata.name}`),
+        condition('QuotaGranted', 'Granted', 'granted'),
+      ],
+    };
+  };
+  fairWatch.readyHandler = (name) => {
+    const inst = fairMade.get(name);
+    if (!inst) return;
+    fairMade.delete(name);
+    applyStatus(fair, Instance.ref, inst, readyStatus(inst), 'bench').then(() => {
+      const [, d, ordinal] = /^wd-(\d+)-(\d+)$/.exec(name)!.map(Number) as [number, number, number];
+      if (ordinal + 1 < replicas) queue.push([d, ordinal + 1]);
+      if (++done === instances) resolve((performance.now() - fairStarted) / 1000);
+      pump();
+    }, reject);
+  };
+  pump();
+});
+fairWatch.readyHandler = () => {};
+const fairWork = workDelta(fairWorkBefore, await apiserverWork(client));
+// Its writes: each instance's create, Pod and status, and the ledger's writes shared out.
+const fairWritesPerInstance = round(3 + ledgerWrites / instances, 2);
+console.log(
+  `fair floor: ${instances} instances Ready in ${fairSeconds.toFixed(2)} s; ${fairWritesPerInstance} writes per instance`,
+);
+console.log(`  CPU seconds: ${describeCpu(fairCpuBefore, processCpu(sb))}`);
+console.log(`  the apiserver served: ${fairWork.join(', ')}`);
+fairWatch.informer.stop();
+fair.close();
+await client.request('DELETE', resourcePath(Instance.ref, FAIR_NS), {
+  body: { apiVersion: 'v1', kind: 'DeleteOptions', propagationPolicy: 'Background' },
+});
+await client.request('DELETE', `/api/v1/namespaces/${FAIR_NS}/pods`, {
+  body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0 },
+});
+await waitForValue('the fair floor gone', async () =>
+  (await client.list(Resources.pods, { namespace: FAIR_NS, query: { limit: 1 } })).items.length === 0 &&
+  (await client.list(Instance.ref, { namespace: FAIR_NS, query: { limit: 1 } })).items.length === 0
+    ? true
+    : undefined,
+);
+
+// 2. Berth.
+await client.create(Quota.ref, quotaOf(NS));
 const berth = await startBerth(sb, [
   '--controllers=workloads',
   `--workload-workers=${concurrency}`,
@@ -284,16 +451,20 @@ insts.addEventHandler({ onAdd: onInstance, onUpdate: (_a, b) => onInstance(b) })
 // The steps between (issue 13: where an instance's time goes): its claim in the Quota's ledger (the
 // grant decided), its Pod created, the Pod Ready.
 const claimedAt = new Map<string, number>();
-const ledger = new Informer<KubeObject & { status?: QuotaStatus }>({ client, ref: Quota.ref, namespace: NS });
+const ledgerWatch = new Informer<KubeObject & { status?: QuotaStatus }>({
+  client,
+  ref: Quota.ref,
+  namespace: NS,
+});
 const onLedger = (q: KubeObject & { status?: QuotaStatus }) => {
   const now = performance.now();
   for (const c of q.status?.claims ?? []) if (!claimedAt.has(c.name)) claimedAt.set(c.name, now);
 };
-ledger.addEventHandler({ onAdd: onLedger, onUpdate: (_a, b) => onLedger(b) });
+ledgerWatch.addEventHandler({ onAdd: onLedger, onUpdate: (_a, b) => onLedger(b) });
 const pods = new PodWatch(NS);
 insts.start();
-ledger.start();
-await Promise.all([insts.waitForSync(), ledger.waitForSync(), pods.start()]);
+ledgerWatch.start();
+await Promise.all([insts.waitForSync(), ledgerWatch.waitForSync(), pods.start()]);
 
 const wd = (name: string, n: number): KubeObject => ({
   apiVersion: WorkloadDeployment.apiVersion,
@@ -301,18 +472,7 @@ const wd = (name: string, n: number): KubeObject => ({
   metadata: { name, namespace: NS },
   spec: { template, replicas: n, instanceManagementPolicy: 'OrderedReady' },
 });
-const WRITES = ['POST', 'PUT', 'PATCH', 'DELETE'] as const;
-/** Berth's own requests by method (watches are GETs, so every other method is a write). */
-const berthWrites = async () =>
-  Object.fromEntries(
-    await Promise.all(
-      WRITES.map(
-        async (m) =>
-          [m, await berth.metric('rest_client_requests_total', (l) => l.includes(`method="${m}"`))] as const,
-      ),
-    ),
-  ) as Record<(typeof WRITES)[number], number>;
-const writesBefore = await berthWrites();
+const writesBefore = await berthWrites(berth.metricsPort);
 /** The sandbox's processes' CPU seconds and Berth's (its own process, not the sandbox's). */
 const cpuWithBerth = () => processCpu(sb).set('berth', cpuSeconds(berth.pid));
 const berthCpuBefore = cpuWithBerth();
@@ -331,14 +491,25 @@ await waitForValue(
   () => `${readyOf()}/${instances} instances Ready, ${grantedAt.size} granted, ${firstSeen.size} exist`,
 );
 const berthSeconds = (Math.max(...readyAt.values()) - started) / 1000;
-const writesAfter = await berthWrites();
-const writesBy = WRITES.map((m) => `${m} ${((writesAfter[m] - writesBefore[m]) / instances).toFixed(1)}`);
-const writesPerInstance = WRITES.reduce((a, m) => a + writesAfter[m] - writesBefore[m], 0) / instances;
+const writesAfter = await berthWrites(berth.metricsPort);
+/** Every write of Berth's per instance, by method and resource. */
+const writesBy = writesPer(writesBefore, writesAfter, instances);
+const OF_DEPLOYMENT = (r: string) => r.startsWith('workloaddeployments');
+// An instance's own: its create and status, its Pod, and its share of the ledger's writes.
+const writesPerInstance = sumWrites(writesBy, (r) => /^(instances|pods|quotas)/.test(r));
+const writesPerDeployment = round((sumWrites(writesBy, OF_DEPLOYMENT) * instances) / deployments, 2);
+const allWritesPerInstance = sumWrites(writesBy);
 const grants = [...grantedAt].map(([n, t]) => t - firstSeen.get(n)!);
+const claims = [...claimedAt].flatMap(([n, t]) => (firstSeen.has(n) ? [t - firstSeen.get(n)!] : []));
 console.log(
-  `berth: ${instances} instances Ready in ${berthSeconds.toFixed(2)} s (floor ${floorSeconds.toFixed(2)} s); ` +
-    `quota grant p50 ${percentile(grants, 50).toFixed(0)} ms, p99 ${percentile(grants, 99).toFixed(0)} ms; ` +
-    `${writesPerInstance.toFixed(1)} API writes per instance (${writesBy.join(', ')})`,
+  `berth: ${instances} instances Ready in ${berthSeconds.toFixed(2)} s (floor ${fairSeconds.toFixed(2)} s, ` +
+    `bare floor ${floorSeconds.toFixed(2)} s); quota grant (QuotaGranted seen) p50 ` +
+    `${percentile(grants, 50).toFixed(0)} ms, p99 ${percentile(grants, 99).toFixed(0)} ms; claimed in the ledger ` +
+    `p50 ${percentile(claims, 50).toFixed(0)} ms, p99 ${percentile(claims, 99).toFixed(0)} ms; API writes: ` +
+    `${writesPerInstance} per instance, ${writesPerDeployment} per WorkloadDeployment, ${allWritesPerInstance} ` +
+    `in all per instance (${Object.entries(writesBy)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}); the fair floor's ${fairWritesPerInstance} per instance`,
 );
 const firstOrdinals = new Map([...firstSeen].filter(([n]) => !n.endsWith('-0')));
 console.log(
@@ -404,17 +575,24 @@ const result = {
   replicas,
   instances,
   seconds: round(berthSeconds, 2),
-  floorSeconds: round(floorSeconds, 2),
-  ratio: round(berthSeconds / floorSeconds, 2),
+  floorSeconds: round(fairSeconds, 2),
+  ratio: round(berthSeconds / fairSeconds, 2),
+  bareFloorSeconds: round(floorSeconds, 2),
+  bareRatio: round(berthSeconds / floorSeconds, 2),
   quotaGrantP99ms: round(percentile(grants, 99), 0),
+  ledgerClaimP99ms: round(percentile(claims, 99), 0),
   rolloutReplicas,
   rolloutSeconds: round(rolloutSeconds, 2),
   rolloutFloorSeconds: round(rolloutFloorSeconds, 2),
-  writesPerInstance: round(writesPerInstance, 1),
+  writesPerInstance,
+  writesPerDeployment,
+  allWritesPerInstance,
+  writesByResourcePerInstance: writesBy,
+  floorWritesPerInstance: fairWritesPerInstance,
   rssMB: rss,
 };
 insts.stop();
-ledger.stop();
+ledgerWatch.stop();
 pods.informer.stop();
 await berth.stop();
 client.close();

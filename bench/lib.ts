@@ -187,6 +187,43 @@ export function workDelta(before: Map<string, number>, after: Map<string, number
 }
 
 /**
+ * Berth's API writes so far by resource (`instances`, `instances/status`, `pods`, ...), from its own
+ * berth_api_writes_total; only those to `host` when given.
+ */
+export async function berthWrites(metricsPort: number, host?: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const writes = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const m = /^berth_api_writes_total\{([^}]*)\} (\S+)$/.exec(line);
+    if (!m) continue;
+    const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
+    if (host !== undefined && labels['host'] !== host) continue;
+    const what = `${labels['method']} ${labels['resource']}`;
+    writes.set(what, (writes.get(what) ?? 0) + Number(m[2]));
+  }
+  return writes;
+}
+
+/** Two berthWrites readings apart, per object (`n` of them), by `method resource`, largest first. */
+export function writesPer(before: Map<string, number>, after: Map<string, number>, n: number) {
+  return Object.fromEntries(
+    [...after]
+      .map(([k, v]) => [k, round((v - (before.get(k) ?? 0)) / n, 2)] as const)
+      .filter(([, v]) => v > 0)
+      .sort((a, b) => b[1] - a[1]),
+  );
+}
+
+/** The sum of a writesPer's entries whose resource passes `f`. */
+export const sumWrites = (per: Record<string, number>, f: (resource: string) => boolean = () => true) =>
+  round(
+    Object.entries(per)
+      .filter(([k]) => f(k.split(' ')[1]!))
+      .reduce((a, [, v]) => a + v, 0),
+    2,
+  );
+
+/**
  * Prints a benchmark's result as one JSON object: call it after the cleanup, so that the object is
  * the last line printed whatever the cleanup logs (the README promises it to scripts that read it).
  */

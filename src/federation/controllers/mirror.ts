@@ -258,6 +258,9 @@ export class MirrorController {
       this.spacing.wrote(key);
       if (!mirror) this.log.info({ mirror: keyOf(current), cell }, 'instance mirrored');
     }
+    // An instance with no status yet (its first comes with its Pod Ready, mostly): its new mirror
+    // waits for it too, so that a mirror is two writes, its create and the status it then copies.
+    if (!instance.status?.conditions?.length && !current.status?.conditions?.length) return;
     await this.writeStatus(current, want.status, key);
   }
 

@@ -226,6 +226,8 @@ export class KubeClient {
       if (text && (res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(text);
       const status = res.statusCode ?? 0;
       restMetrics.requests.inc({ code: String(status), method, host: this.server.host });
+      if (method !== 'GET')
+        restMetrics.writes.inc({ method, resource: resourceOfPath(path), host: this.server.host });
       restMetrics.latency.observe(
         { verb: method, host: this.server.host },
         (performance.now() - sent) / 1000,
@@ -369,6 +371,19 @@ export function resourcePath(
   if (name) p += `/${encodeURIComponent(name)}`;
   if (subresource) p += `/${subresource}`;
   return p;
+}
+
+/**
+ * The resource a request's path names, with its subresource (`pods`, `instances/status`; `other`
+ * for a path that names none): the reverse of resourcePath, for the write metric's label.
+ */
+export function resourceOfPath(path: string): string {
+  const parts = path.split('?')[0]!.split('/').filter(Boolean);
+  let rest = parts[0] === 'api' ? parts.slice(2) : parts[0] === 'apis' ? parts.slice(3) : [];
+  // A namespace's own objects (a namespace itself is `namespaces` with at most a name).
+  if (rest[0] === 'namespaces' && rest.length >= 3) rest = rest.slice(2);
+  if (!rest[0]) return 'other';
+  return rest[2] ? `${rest[0]}/${rest[2]}` : rest[0];
 }
 
 function toApiError(status: number, body: unknown, what: string): ApiError {

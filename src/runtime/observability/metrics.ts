@@ -213,6 +213,12 @@ export const restMetrics = {
     'Number of HTTP requests, partitioned by status code, method, and host',
     ['code', 'method', 'host'],
   ),
+  // Berth's own: its writes by resource, so that a benchmark counts writes per object of each kind.
+  writes: counter(
+    'berth_api_writes_total',
+    'API writes (every method but GET) answered, by method, resource (with its subresource) and host',
+    ['method', 'resource', 'host'],
+  ),
   // From the request sent to its answer read whole: what a controller's pass waits on a write.
   latency: histogram(
     'rest_client_request_duration_seconds',

@@ -29,6 +29,12 @@ const STATUS_WORKERS = 4;
 
 /** Count-only status changes within this long of the last write are batched into one write. */
 const STATUS_BATCH_MS = 500;
+/**
+ * The same while its instances come up (the status last written has fewer Ready than desired): an
+ * OrderedReady ramp changes the counts twice per instance (created, Ready), and nobody needs each
+ * step; one second is the staleness any status here is held to (bench:instances).
+ */
+const RAMP_BATCH_MS = 1000;
 /** The conditions this controller owns on a WorkloadDeployment, and the one it sets only while a create fails. */
 const OWN = ['Available', 'Progressing'] as const;
 const FAILURE = 'ReplicaFailure';
@@ -129,7 +135,8 @@ export class DeploymentStatusController {
         const was = findCondition(last, c.type);
         return was?.status !== c.status || was.reason !== c.reason;
       });
-    const wait = this.statusSpacing.wait(key);
+    const ramping = (old.readyReplicas ?? 0) < (old.desiredReplicas ?? 0);
+    const wait = this.statusSpacing.wait(key, Date.now(), ramping ? RAMP_BATCH_MS : STATUS_BATCH_MS);
     if (!urgent && wait > 0) return wait;
     try {
       const written = await applyStatus(

@@ -5,7 +5,13 @@ import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { mock, test } from 'node:test';
 import { Resources } from '../../../src/runtime/api/meta.ts';
-import { ApiError, isRefused, KubeClient } from '../../../src/runtime/client/client.ts';
+import {
+  ApiError,
+  isRefused,
+  KubeClient,
+  resourceOfPath,
+  resourcePath,
+} from '../../../src/runtime/client/client.ts';
 import { createCertificateAuthority } from '../../../src/runtime/webhook/certificates.ts';
 
 test('a credential refresh that fails once keeps the last good credentials and is tried again', async (t) => {
@@ -102,4 +108,17 @@ test("a refusal is the apiserver's answer to the write's content or writer, not 
   assert.equal(isRefused(forbidden([{ reason: 'NamespaceTerminating' }])), false);
   assert.equal(isRefused(new ApiError(409, 'Conflict', 'conflict', {})), false);
   assert.equal(isRefused(new Error('socket hang up')), false);
+});
+
+test('a write is counted by the resource its path names, with its subresource', () => {
+  const pods = Resources.pods;
+  assert.equal(resourceOfPath(resourcePath(pods, 'ns', 'p')), 'pods');
+  assert.equal(resourceOfPath(`${resourcePath(pods, 'ns')}?fieldManager=x`), 'pods');
+  assert.equal(
+    resourceOfPath('/apis/berth.dev/v1alpha1/namespaces/ns/instances/i/status'),
+    'instances/status',
+  );
+  assert.equal(resourceOfPath('/api/v1/namespaces/ns'), 'namespaces');
+  assert.equal(resourceOfPath('/api/v1/nodes/n/status'), 'nodes/status');
+  assert.equal(resourceOfPath('/metrics'), 'other');
 });
