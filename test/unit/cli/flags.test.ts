@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Command } from 'commander';
+import { asList, formatted, outputOption, parseDuration } from '../../../src/cli/flags.ts';
+
+test('parseDuration reads Go durations and bare seconds', () => {
+  assert.equal(parseDuration('30s'), 30);
+  assert.equal(parseDuration('2m'), 120);
+  assert.equal(parseDuration('1h30m'), 5400);
+  assert.equal(parseDuration('1.5s'), 1.5);
+  assert.equal(parseDuration('500ms'), 0.5);
+  assert.equal(parseDuration('1m0.5s'), 60.5);
+  assert.equal(parseDuration('15'), 15);
+  assert.equal(parseDuration('0'), 0);
+});
+
+test('parseDuration refuses what Go refuses', () => {
+  for (const bad of ['', 's', '1d', '1.2.3s', '-1s', '1 h', 'h1', '.s', '1hh', '10x'])
+    assert.throws(() => parseDuration(bad), /is not a duration/, bad);
+});
+
+test('-o prints json, yaml or text', () => {
+  const value = asList([{ kind: 'Cell', metadata: { name: 'a' } }]);
+  assert.deepEqual(JSON.parse(formatted('json', value, () => '')), value);
+  assert.match(
+    formatted('yaml', value, () => ''),
+    /^apiVersion: v1\nkind: List\nitems:\n {2}- kind: Cell/,
+  );
+  assert.equal(
+    formatted('text', value, () => 'NAME'),
+    'NAME\n',
+  );
+  const cmd = new Command().exitOverride().addOption(outputOption());
+  assert.throws(() => cmd.parse(['-o', 'wide'], { from: 'user' }), /Allowed choices are text, json, yaml/);
+});
