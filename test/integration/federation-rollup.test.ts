@@ -108,7 +108,12 @@ test('right after a template change, before the cell has observed it: readyRepli
       return true;
     };
     assert.ok(applied);
-    await holdsFor('the cell's counts and Available upstream while it has not observed the change', check, 3000, 200);
+    await holdsFor(
+      "the cell's counts and Available upstream while it has not observed the change",
+      check,
+      3000,
+      200,
+    );
   } finally {
     dfw.berth = await startBerth(dfw.sandbox, CELL_ARGS);
   }
