@@ -3,10 +3,11 @@
 // capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
 // which the page (src/ui) calls too.
 import { Command } from 'commander';
-import { dryRunControllersOption, withCluster } from '../capability.ts';
+import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { explainers, explainObject, type Explainer } from '../explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
+import { clusterFlags, durationOption, namespaceFlags, namespaceOf, withClient } from './flags.ts';
 
 /** The flags a kind's explanation reads, besides --kubeconfig and --namespace. */
 function ruleFlags(cmd: Command, e: Explainer): Command {
@@ -17,7 +18,9 @@ function ruleFlags(cmd: Command, e: Explainer): Command {
   if (e.name === 'pod')
     cmd
       .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
-      .option('--label-dir-evict-after <seconds>', 'the delay Berth runs rule files with', '60');
+      .addOption(
+        durationOption('--label-dir-evict-after <duration>', 'the delay Berth runs rule files with', 60),
+      );
   return cmd;
 }
 
@@ -28,14 +31,15 @@ export function explainCommand(): Command {
       .command(`${e.name} <name>`)
       .aliases(e.aliases)
       .description(e.resource.namespaced ? `${e.description} (NAME or NAMESPACE/NAME)` : e.description);
-    if (e.resource.namespaced)
-      sub.option('-n, --namespace <ns>', `the ${e.resource.kind.toLowerCase()}'s namespace`, 'default');
-    sub.option('--kubeconfig <path>', 'kubeconfig to use');
+    if (e.resource.namespaced) namespaceFlags(sub, `the ${e.resource.kind.toLowerCase()}'s namespace`);
+    clusterFlags(sub);
     ruleFlags(sub, e).action(async (arg: string, o) => {
-      const [namespace, name] = e.resource.namespaced ? namespaced(arg, o.namespace) : [undefined, arg];
-      const lines = await withCluster(o.kubeconfig, (client) =>
-        explainObject(client, e, name, namespace, o, berthNamespace()),
-      );
+      const lines = await withClient(o, (client) => {
+        const [namespace, name] = e.resource.namespaced
+          ? namespaced(arg, namespaceOf(o, client))
+          : [undefined, arg];
+        return explainObject(client, e, name, namespace, o, berthNamespace());
+      });
       process.stdout.write(lines.join('\n') + '\n');
     });
   }

@@ -1,38 +1,38 @@
 // The flags every command shares, shaped like kubectl's: --kubeconfig and --context on each command
 // that talks to a cluster, -n defaulting to the context's namespace, -A where listing, -o json|yaml
 // where an object is printed, and Go durations. Capabilities' commands use them too (a room of its
-// own in docs/architecture.md, so that they may).
+// own in docs/architecture.md, so that they may). The client and the YAML printer are imported when
+// used: `berth --help` and `berth version` load this file and must answer at once.
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { stringify } from 'yaml';
-import { KubeClient } from '../runtime/client/client.ts';
+import type { KubeClient } from '../runtime/client/client.ts';
 
 export interface ClusterFlags {
   kubeconfig?: string;
   context?: string;
 }
 
+export const kubeconfigOption = (
+  description = 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config)',
+): Option => new Option('--kubeconfig <path>', description);
+export const contextOption = (): Option =>
+  new Option('--context <name>', 'the kubeconfig context to use (default: its current context)');
+
 /** --kubeconfig and --context, added to `cmd`. */
-export function clusterFlags(
-  cmd: Command,
-  kubeconfig = 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config)',
-): Command {
-  return cmd
-    .addOption(new Option('--kubeconfig <path>', kubeconfig))
-    .addOption(
-      new Option('--context <name>', 'the kubeconfig context to use (default: its current context)'),
-    );
-}
+export const clusterFlags = (cmd: Command, kubeconfig?: string): Command =>
+  cmd.addOption(kubeconfigOption(kubeconfig)).addOption(contextOption());
 
 /** A client of the cluster the flags name (close it when done). */
-export const clientOf = (o: ClusterFlags, userAgent = 'berth-cli'): KubeClient =>
-  KubeClient.fromFile(o.kubeconfig, {
+export async function clientOf(o: ClusterFlags, userAgent = 'berth-cli'): Promise<KubeClient> {
+  const { KubeClient } = await import('../runtime/client/client.ts');
+  return KubeClient.fromFile(o.kubeconfig, {
     userAgent,
     ...(o.context !== undefined ? { context: o.context } : {}),
   });
+}
 
 /** Runs `run` against the cluster the flags name, then closes the client. */
 export async function withClient<T>(o: ClusterFlags, run: (client: KubeClient) => Promise<T>): Promise<T> {
-  const client = clientOf(o);
+  const client = await clientOf(o);
   try {
     return await run(client);
   } finally {
@@ -66,17 +66,17 @@ export const asList = (items: unknown[]): Record<string, unknown> => ({
 });
 
 /** `value` as `format` says, ending in a newline; `text` for the text form. */
-export function formatted(format: Format, value: unknown, text: () => string): string {
+export async function formatted(format: Format, value: unknown, text: () => string): Promise<string> {
   if (format === 'json') return `${JSON.stringify(value, null, 2)}\n`;
-  if (format === 'yaml') return stringify(value, { lineWidth: 0 });
+  if (format === 'yaml') return (await import('yaml')).stringify(value, { lineWidth: 0 });
   const t = text();
   return t.endsWith('\n') ? t : `${t}\n`;
 }
 
 /** Writes `value` to stdout in `format` (formatted). */
-export const print = (format: Format, value: unknown, text: () => string): void => {
-  process.stdout.write(formatted(format, value, text));
-};
+export async function print(format: Format, value: unknown, text: () => string): Promise<void> {
+  process.stdout.write(await formatted(format, value, text));
+}
 
 const UNITS: Record<string, number> = {
   ns: 1e-9,

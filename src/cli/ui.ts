@@ -4,11 +4,11 @@ import { Command, Option } from 'commander';
 import { commaList, controllersOption, runningCapabilities, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace } from '../policy/namespace.ts';
-import { KubeClient } from '../runtime/client/client.ts';
 import { Manager } from '../runtime/manager/manager.ts';
 import { rootLogger } from '../runtime/observability/log.ts';
 import { UiServer } from '../ui/server.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
+import { clientOf, clusterFlags } from './flags.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -52,20 +52,19 @@ export function addUi(
 export function uiCommand(): Command {
   const cmd = new Command('ui')
     .description("Serve Berth's read-only web page alone: informers and the page, no controller")
-    .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
     .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)')
     .addOption(
-      // Every one by default: the page shows a management plane's kinds too, as it always has.
+      // The default of every command (berth run's): a management plane's page names its own.
       controllersOption(
         capabilities,
         'the controllers of the Berth it shows: the page lists their policies, and explains with them',
-        capabilities.map((c) => c.name),
       ),
     );
+  clusterFlags(cmd, 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)');
   for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   return cmd.action(async (o) => {
     const manager = new Manager({
-      client: KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' }),
+      client: await clientOf(o, 'berth-ui'),
       metricsBindAddress: '0',
       healthBindAddress: '0',
     });

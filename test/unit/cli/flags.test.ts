@@ -19,17 +19,14 @@ test('parseDuration refuses what Go refuses', () => {
     assert.throws(() => parseDuration(bad), /is not a duration/, bad);
 });
 
-test('-o prints json, yaml or text', () => {
+test('-o prints json, yaml or text', async () => {
   const value = asList([{ kind: 'Cell', metadata: { name: 'a' } }]);
-  assert.deepEqual(JSON.parse(formatted('json', value, () => '')), value);
+  assert.deepEqual(JSON.parse(await formatted('json', value, () => '')), value);
   assert.match(
-    formatted('yaml', value, () => ''),
+    await formatted('yaml', value, () => ''),
     /^apiVersion: v1\nkind: List\nitems:\n {2}- kind: Cell/,
   );
-  assert.equal(
-    formatted('text', value, () => 'NAME'),
-    'NAME\n',
-  );
+  assert.equal(await formatted('text', value, () => 'NAME'), 'NAME\n');
   const cmd = new Command().exitOverride().addOption(outputOption());
   assert.throws(() => cmd.parse(['-o', 'wide'], { from: 'user' }), /Allowed choices are text, json, yaml/);
 });
