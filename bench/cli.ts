@@ -23,7 +23,7 @@ function timed(args: string[]): number {
 }
 
 const median = (xs: number[]) => round(percentile(xs, 50));
-const rounds = [];
+const rounds: Record<string, number>[] = [];
 for (let n = 1; n <= ROUNDS; n++) {
   const runs = { help: [], version: [], sourceHelp: [], sourceVersion: [], floor: [] } as Record<
     string,
