@@ -2,6 +2,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Command } from 'commander';
 import { asList, formatted, outputOption, parseDuration } from '../../../src/cli/flags.ts';
+import {
+  kubeconfigAccess,
+  kubeconfigFileAccess,
+  parseKubeconfig,
+} from '../../../src/runtime/client/kubeconfig.ts';
 
 test('parseDuration reads Go durations and bare seconds', () => {
   assert.equal(parseDuration('30s'), 30);
@@ -29,4 +34,26 @@ test('-o prints json, yaml or text', async () => {
   assert.equal(await formatted('text', value, () => 'NAME'), 'NAME\n');
   const cmd = new Command().exitOverride().addOption(outputOption());
   assert.throws(() => cmd.parse(['-o', 'wide'], { from: 'user' }), /Allowed choices are text, json, yaml/);
+});
+
+test('--context picks a context of the kubeconfig, and -n defaults to its namespace', () => {
+  const text = JSON.stringify({
+    'current-context': 'a',
+    clusters: [{ name: 'c', cluster: { server: 'https://127.0.0.1:6443' } }],
+    users: [{ name: 'u', user: { token: 't' } }],
+    contexts: [
+      { name: 'a', context: { cluster: 'c', user: 'u' } },
+      { name: 'b', context: { cluster: 'c', user: 'u', namespace: 'shop' } },
+    ],
+  });
+  assert.equal(kubeconfigAccess(parseKubeconfig(text)).namespace, undefined);
+  assert.equal(kubeconfigAccess(parseKubeconfig(text, undefined, 'b')).namespace, 'shop');
+  assert.throws(
+    () => parseKubeconfig(text, undefined, 'nope'),
+    /context "nope" is not in the kubeconfig \(it has: a, b\)/,
+  );
+  assert.throws(() => kubeconfigFileAccess('/nonexistent/kubeconfig'), {
+    name: 'KubeconfigError',
+    message: 'cannot read the kubeconfig /nonexistent/kubeconfig: no such file',
+  });
 });
