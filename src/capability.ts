@@ -9,7 +9,7 @@ import { KeyOwnership, type KeyClaim, type KeyDeclaration } from './policy/nodes
 import type { CustomResource } from './runtime/api/crd.ts';
 import type { KubeObject, ResourceRef } from './runtime/api/meta.ts';
 import type { DeclaredRule } from './runtime/api/rbac.ts';
-import { KubeClient } from './runtime/client/client.ts';
+import type { KubeClient } from './runtime/client/client.ts';
 import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
 import type { Focus, Said } from './policy/explain.ts';
@@ -232,19 +232,6 @@ export function capabilityCommands(all: Capability[]): Command[] {
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }
 
-/** Runs a command against the cluster of `kubeconfig` (the default one without it), then closes the client. */
-export async function withCluster<T>(
-  kubeconfig: string | undefined,
-  run: (client: KubeClient) => Promise<T>,
-) {
-  const client = KubeClient.fromFile(kubeconfig);
-  try {
-    return await run(client);
-  } finally {
-    client.close();
-  }
-}
-
 /** Says a command's step on stdout, marked when the command changes nothing. */
 export const sayStep =
   (dryRun: boolean) =>
@@ -282,14 +269,6 @@ export const atLeast = (min: number) => (v: string) => {
   const n = Number(v);
   if (!Number.isInteger(n) || n < min)
     throw new InvalidArgumentError(`not a whole number of at least ${min}`);
-  return n;
-};
-
-/** A number of seconds, fractions allowed, from `min` to `max`. */
-export const secondsWithin = (min: number, max: number) => (v: string) => {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n) || n < min || n > max)
-    throw new InvalidArgumentError(`not a number of seconds from ${min} to ${max}`);
   return n;
 };
 

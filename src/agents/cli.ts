@@ -1,12 +1,12 @@
 // `berth agents test`: a dry run of AgentPlacements against the cluster's pods. Writes nothing.
-import { Command, Option } from 'commander';
+import { Command } from 'commander';
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { filesOrNames, type CommandContext } from '../capability.ts';
+import { clientOf, contextOption, kubeconfigOption, outputOption, print } from '../cli/flags.ts';
 import { checkOwnership, parsePlacements, type ParsedPlacement } from './decide.ts';
 import { clusterPlacements, loadView, previewPlacements, type PlacementPreview } from './explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
-import { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 
 /** The AgentPlacements of a YAML file, parsed and validated; documents of other kinds are skipped. */
@@ -46,16 +46,17 @@ export function agentsCommand(ctx: CommandContext): Command {
         'pods would get the init container (YAML files of AgentPlacements, or names of existing ones; all existing ' +
         'ones when none is given). Writes nothing.',
     )
-    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .addOption(kubeconfigOption())
+    .addOption(contextOption())
     .option(
       '--berth-namespace <ns>',
       "Berth's namespace, left alone unless a placement names it",
       berthNamespace(),
     )
-    .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
+    .addOption(outputOption())
     .addOption(ctx.controllersOption())
     .action(async (args: string[], o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
+      const client = await clientOf(o);
       try {
         const current = await clusterPlacements(client);
         const { items: chosen, errors } = await filesOrNames<ParsedPlacement>(
@@ -82,13 +83,14 @@ export function agentsCommand(ctx: CommandContext): Command {
         ).filter((p) => names.has(p.name));
         const previews = previewPlacements(await loadView(client), checked, o.berthNamespace);
         if (errors.length || previews.some((p) => p.problems.length)) process.exitCode = 1;
-        if (o.output === 'json') {
-          process.stdout.write(JSON.stringify({ placements: previews, errors }, null, 2) + '\n');
-          return;
-        }
-        process.stdout.write(`${previews.length} AgentPlacements (dry run: nothing was written)\n`);
-        for (const p of previews) process.stdout.write(describe(p).join('\n') + '\n');
-        if (errors.length) process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+        await print(o.output, { placements: previews, errors }, () =>
+          [
+            `${previews.length} AgentPlacements (dry run: nothing was written)`,
+            ...previews.flatMap(describe),
+          ].join('\n'),
+        );
+        if (o.output === 'text' && errors.length)
+          process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
       } finally {
         client.close();
       }

@@ -15,7 +15,8 @@ import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import { servedItems } from '../runtime/client/absent.ts';
 import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
-import { sayStep, withCluster } from '../capability.ts';
+import { sayStep } from '../capability.ts';
+import { contextOption, kubeconfigOption, withClient } from '../cli/flags.ts';
 import {
   gated,
   parsePolicies,
@@ -68,9 +69,10 @@ export function archCommand(): Command {
       false,
     )
     .option('--dry-run', 'say what would change, change nothing', false)
-    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .addOption(kubeconfigOption())
+    .addOption(contextOption())
     .action((o) =>
-      withCluster(o.kubeconfig, (client) =>
+      withClient(o, (client) =>
         cleanArch(client, { force: o.force, dryRun: o.dryRun, say: sayStep(o.dryRun) }),
       ),
     );

@@ -1,5 +1,6 @@
 import { Option } from 'commander';
-import { atLeast, secondsWithin, type Capability } from '../capability.ts';
+import { atLeast, type Capability } from '../capability.ts';
+import { durationOption } from '../cli/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
@@ -47,12 +48,13 @@ export const archCapability: Capability = {
     )
       .default(32)
       .argParser(atLeast(1)),
-    new Option(
-      '--arch-admission-wait <seconds>',
+    durationOption(
+      '--arch-admission-wait <duration>',
       "how long a new image's first pods wait at admission for Berth to read it, to be placed there rather than gated (0: gate them at once)",
-    )
-      .default(INSPECT_WAIT_MS / 1000)
-      .argParser(secondsWithin(0, ADMISSION_BUDGET_MS / 1000)),
+      INSPECT_WAIT_MS / 1000,
+      0,
+      ADMISSION_BUDGET_MS / 1000,
+    ),
     new Option(
       '--arch-registries <file>',
       'registries configuration (YAML): mirrors tried in order, a CA bundle per registry, insecure registries and registries on private addresses (allowPrivate) by opt-in',

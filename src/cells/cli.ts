@@ -8,7 +8,17 @@ import { readFile } from 'node:fs/promises';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { EVERYONE_RULES, excessGrants, type PolicyRule } from '../runtime/api/rbac.ts';
-import { isNotFound, KubeClient } from '../runtime/client/client.ts';
+import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
+import {
+  asList,
+  clientOf,
+  clusterFlags,
+  outputOption,
+  print,
+  withClient,
+  type ClusterFlags,
+  type Format,
+} from '../cli/flags.ts';
 import { selfRules } from '../runtime/client/restmapper.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';
@@ -120,9 +130,13 @@ export async function joinCell(
     cell.close();
   }
 
-  const mgmt = KubeClient.fromFile(o['managementKubeconfig'] as string | undefined, {
-    userAgent: 'berth-cells-join',
-  });
+  const mgmt = await clientOf(
+    {
+      ...(o['managementKubeconfig'] ? { kubeconfig: o['managementKubeconfig'] as string } : {}),
+      ...(o['managementContext'] ? { context: o['managementContext'] as string } : {}),
+    },
+    'berth-cells-join',
+  );
   const ns = String(o['berthNamespace']);
   try {
     const apply = { fieldManager: CELLS_MANAGER, force: true };
@@ -253,6 +267,10 @@ export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
       'kubeconfig of the management plane (default: $KUBECONFIG, ~/.kube/config)',
     )
     .option(
+      '--management-context <name>',
+      "the management plane's kubeconfig context (default: its current one)",
+    )
+    .option(
       '--namespaces <names>',
       "the management plane's namespaces the cell serves, comma-separated (none: no Workload is placed there)",
       codes,
@@ -263,18 +281,14 @@ export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
       const warn = (line: string) => process.stderr.write(`${line}\n`);
       process.stdout.write(`${await joinCell(name, o, { needed: ctx.cellRules(), warn })}\n`);
     });
-  cmd
+  const list = cmd
     .command('list')
-    .description('List the cells with their locations, whether they answer and are Ready, and their version')
-    .option('--kubeconfig <file>', 'kubeconfig of the management plane')
-    .action(async (o: { kubeconfig?: string }) => {
-      const mgmt = KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-cells' });
-      try {
-        const cells = (await mgmt.list<CellObject>(Cell.ref)).items;
-        process.stdout.write(cells.length ? `${table(cells)}\n` : 'no cells\n');
-      } finally {
-        mgmt.close();
-      }
+    .description('List the cells with their locations, whether they answer and are Ready, and their version');
+  clusterFlags(list, 'kubeconfig of the management plane (default: $KUBECONFIG, ~/.kube/config)')
+    .addOption(outputOption())
+    .action(async (o: ClusterFlags & { output: Format }) => {
+      const cells = await withClient(o, async (mgmt) => (await mgmt.list<CellObject>(Cell.ref)).items);
+      await print(o.output, asList(cells), () => (cells.length ? table(cells) : 'no cells'));
     });
   return cmd;
 }

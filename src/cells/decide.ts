@@ -37,11 +37,14 @@ export type Probe =
 /** What the probes of a cell have shown: the last contact and, while they fail, since when and why. */
 export interface History {
   lastContact?: number;
+  /** lastContact was read from the status at a restart (written at most once per contactRefresh). */
+  contactRestored?: boolean;
   version?: string;
   crdsInstalled?: boolean;
   /** What the credentials may not do, as last asked, and when that was. */
   denied?: string[];
   accessCheckedAt?: number;
+  /** Since when the cell has not answered: its last answer this process saw, else the first failure. */
   failingSince?: number;
   failure?: Failure;
 }
@@ -165,10 +168,18 @@ export function historyOf(status: CellStatus | undefined): History {
       return { failingSince: since, failure: { reason: r.reason, message: r.message } };
   }
   const contact = status?.lastContactTime ? Date.parse(status.lastContactTime) : NaN;
-  return r?.status === 'True' && !Number.isNaN(contact) ? { lastContact: contact } : {};
+  return r?.status === 'True' && !Number.isNaN(contact)
+    ? { lastContact: contact, contactRestored: true }
+    : {};
 }
 
-/** The history after one more probe: a success clears the failure, a failure keeps its start. */
+/**
+ * The history after one more probe: a success clears the failure, a failure keeps its start. A cell
+ * is silent since its last answer, not since the first probe that went unanswered (which ends a
+ * probe timeout later): the bound on noticing it, and "unreachable since", count from the last
+ * contact. A contact restored from the status may be a minute old (contactRefresh): the first
+ * failure after a restart starts the count instead.
+ */
 export function observe(h: History | undefined, p: Probe): History {
   if (p.ok) {
     const access = p.denied
@@ -180,7 +191,11 @@ export function observe(h: History | undefined, p: Probe): History {
   }
   return {
     ...h,
-    failingSince: h?.failure ? (h.failingSince ?? p.at) : p.at,
+    failingSince: h?.failure
+      ? (h.failingSince ?? p.at)
+      : h?.lastContact !== undefined && !h.contactRestored
+        ? h.lastContact
+        : p.at,
     failure: { reason: p.reason, message: p.message },
   };
 }
@@ -244,8 +259,10 @@ export function cellStatus(
             : { status: 'True', reason: 'Ready', message: "the cell answers and serves Berth's cell kinds" };
   const g = cell.metadata.generation;
   const generation = g !== undefined ? { observedGeneration: g } : {};
-  let conditions = setCondition(old.conditions, { type: 'Reachable', ...r, ...generation }, new Date(now));
-  conditions = setCondition(conditions, { type: 'Ready', ...ready, ...generation }, new Date(now));
+  // A lost cell is unreachable since its last contact, not since Berth noticed.
+  const at = new Date(r.reason === 'Unreachable' ? (h.failingSince ?? now) : now);
+  let conditions = setCondition(old.conditions, { type: 'Reachable', ...r, ...generation }, at);
+  conditions = setCondition(conditions, { type: 'Ready', ...ready, ...generation }, at);
   const previous = old.lastContactTime ? Date.parse(old.lastContactTime) : undefined;
   const lastContactTime =
     h.lastContact === undefined

@@ -1,5 +1,5 @@
-import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
+import { durationOption } from '../cli/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { cellsCommand, forgetCells } from './cli.ts';
@@ -8,12 +8,6 @@ import { CellProvider } from './provider.ts';
 import { explainCellObject, explainLocationObject } from './explain.ts';
 import { Cell, Location, type CellObject } from './types.ts';
 
-const seconds = (v: string) => {
-  const n = Number(v);
-  if (!(n > 0)) throw new Error(`not a positive number of seconds: ${v}`);
-  return n;
-};
-
 export const cellsCapability: Capability = {
   name: 'cells',
   description:
@@ -21,15 +15,18 @@ export const cellsCapability: Capability = {
   roles: ['management'],
   commands: (ctx) => [cellsCommand(ctx)],
   options: () => [
-    new Option('--cell-probe-period <seconds>', 'how often each cell is probed')
-      .default(defaultTiming.probePeriodMs / 1000)
-      .argParser(seconds),
-    new Option(
-      '--cell-unreachable-after <seconds>',
+    durationOption(
+      '--cell-probe-period <duration>',
+      'how often each cell is probed',
+      defaultTiming.probePeriodMs / 1000,
+      0.001,
+    ),
+    durationOption(
+      '--cell-unreachable-after <duration>',
       'how long a cell may go without answering before it is Reachable=False (Unreachable)',
-    )
-      .default(defaultTiming.unreachableAfterMs / 1000)
-      .argParser(seconds),
+      defaultTiming.unreachableAfterMs / 1000,
+      0.001,
+    ),
   ],
   crds: [Location, Cell],
   uninstall: (ctx) => forgetCells(ctx.client, ctx),

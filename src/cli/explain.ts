@@ -3,11 +3,19 @@
 // capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
 // which the page (src/ui) calls too.
 import { Command } from 'commander';
-import { dryRunControllersOption, withCluster } from '../capability.ts';
+import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { explainers, explanationOf, explanationText, type Explainer } from '../explain.ts';
-import { outputOption, printResult } from './output.ts';
 import { berthNamespace } from '../policy/namespace.ts';
+import {
+  clusterFlags,
+  durationOption,
+  namespaceFlags,
+  namespaceOf,
+  outputOption,
+  print,
+  withClient,
+} from './flags.ts';
 
 /** The flags a kind's explanation reads, besides --kubeconfig and --namespace. */
 function ruleFlags(cmd: Command, e: Explainer): Command {
@@ -18,7 +26,9 @@ function ruleFlags(cmd: Command, e: Explainer): Command {
   if (e.name === 'pod')
     cmd
       .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
-      .option('--label-dir-evict-after <seconds>', 'the delay Berth runs rule files with', '60');
+      .addOption(
+        durationOption('--label-dir-evict-after <duration>', 'the delay Berth runs rule files with', 60),
+      );
   return cmd;
 }
 
@@ -29,23 +39,23 @@ export function explainCommand(): Command {
       .command(`${e.name} <name>`)
       .aliases(e.aliases)
       .description(e.resource.namespaced ? `${e.description} (NAME or NAMESPACE/NAME)` : e.description);
-    if (e.resource.namespaced)
-      sub.option('-n, --namespace <ns>', `the ${e.resource.kind.toLowerCase()}'s namespace`, 'default');
-    sub.option('--kubeconfig <path>', 'kubeconfig to use').addOption(outputOption());
+    if (e.resource.namespaced) namespaceFlags(sub, `the ${e.resource.kind.toLowerCase()}'s namespace`);
+    clusterFlags(sub).addOption(outputOption());
     if (e.subjects === 'node') sub.option('--node <name>', 'explain why this node is in or out');
     if (e.subjects === 'pod')
       sub.option('--pod <name>', 'explain why this pod (NAMESPACE/NAME) is in or out');
     ruleFlags(sub, e).action(async (arg: string, o) => {
-      const [namespace, name] = e.resource.namespaced ? namespaced(arg, o.namespace) : [undefined, arg];
-      const focus = o.node
-        ? { node: o.node as string }
-        : o.pod
-          ? { pod: namespaced(o.pod, 'default').join('/') }
-          : undefined;
-      const x = await withCluster(o.kubeconfig, (client) =>
-        explanationOf(client, e, name, namespace, o, berthNamespace(), focus),
-      );
-      printResult(o.output, x, explanationText);
+      const x = await withClient(o, (client) => {
+        const ns = namespaceOf(o, client);
+        const [namespace, name] = e.resource.namespaced ? namespaced(arg, ns) : [undefined, arg];
+        const focus = o.node
+          ? { node: o.node as string }
+          : o.pod
+            ? { pod: namespaced(o.pod, ns).join('/') }
+            : undefined;
+        return explanationOf(client, e, name, namespace, o, berthNamespace(), focus);
+      });
+      await print(o.output, x, () => explanationText(x).join('\n'));
     });
   }
   // `berth explain nodelabelrule/gpu --node n1`, as kubectl names objects: the subcommand, then the name.

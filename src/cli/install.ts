@@ -6,7 +6,8 @@ import { resourceOfKind, Resources, type KubeObject } from '../runtime/api/meta.
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook/registration.ts';
 import { WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
-import { controllersOption, runningCapabilities, withCluster } from '../capability.ts';
+import { controllersOption, runningCapabilities } from '../capability.ts';
+import { clusterFlags, withClient } from './flags.ts';
 import { capabilities } from '../capabilities.ts';
 import { cellRbacManifests, crdManifests, podPatchPolicyManifests, rbacManifests } from '../manifests.ts';
 
@@ -61,20 +62,20 @@ export async function installPodPatchPolicy(
 }
 
 export function installCommand(): Command {
-  return new Command('install')
+  const cmd = new Command('install')
     .description(
       'Install (or upgrade) the CRDs with server-side apply, and wait until they are served; create the ' +
         "webhook configurations Berth registers into, and the admission policy that bounds Berth's Pod patches",
     )
-    .option('--kubeconfig <path>', 'kubeconfig to use')
     .action((o) =>
-      withCluster(o.kubeconfig, async (client) => {
+      withClient(o, async (client) => {
         const log = (s: string) => process.stderr.write(`${s}\n`);
         await installCrds(client, log);
         await installWebhookConfigurations(client, log);
         await installPodPatchPolicy(client, log);
       }),
     );
+  return clusterFlags(cmd);
 }
 
 export function manifestsCommand(): Command {
@@ -94,8 +95,8 @@ export function manifestsCommand(): Command {
     .addOption(
       controllersOption(
         capabilities,
-        'the controllers the install runs (`berth run --controllers`): the ClusterRole grants only theirs',
-        capabilities.map((c) => c.name),
+        'the controllers the install runs (`berth run --controllers`): the ClusterRole grants only theirs; ' +
+          'with --cell, those that act in cells by default',
       ),
     )
     .option('--install-crds', 'let Berth write its own CRDs (`berth run --install-crds`)', false)
@@ -120,10 +121,12 @@ export function manifestsCommand(): Command {
       "print instead the role a cell's kubeconfig needs: what a management plane running --controllers does there",
       false,
     )
-    .action((o) => {
+    .action((o, cmd: Command) => {
       const running = runningCapabilities(capabilities, o);
       if (o.cell) {
-        process.stdout.write(yamlDocuments(cellRbacManifests(running)));
+        // What a management plane does in a cell is its management capabilities' (cellRbac).
+        const given = cmd.getOptionValueSource('controllers') !== 'default';
+        process.stdout.write(yamlDocuments(cellRbacManifests(given ? running : capabilities)));
         return;
       }
       const rbac = {

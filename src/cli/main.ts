@@ -1,9 +1,27 @@
+import { basename } from 'node:path';
+import { CommanderError, type Command } from 'commander';
 import { berthProgram } from './program.ts';
+import { describeError, EXIT } from './errors.ts';
 
-const program = await berthProgram(process.argv[2]);
+// The command about to run (`berth help X` runs X's help): only its module is loaded.
+const [first, second] = process.argv.slice(2);
+const program = await berthProgram((first === 'help' ? second : first) ?? null);
+// Run by kubectl as a plugin (kubectl-berth on PATH): it is `kubectl berth` to the user.
+if (basename(process.argv[1] ?? '').startsWith('kubectl-')) program.name('kubectl berth');
+const override = (c: Command): void => {
+  c.exitOverride();
+  c.commands.forEach(override);
+};
+override(program);
 try {
   await program.parseAsync(process.argv);
 } catch (e) {
-  process.stderr.write(`berth: ${e instanceof Error ? e.message : String(e)}\n`);
-  process.exitCode = 1;
+  if (e instanceof CommanderError)
+    // Help and version asked for exit 0; a usage error (commander said what) exits 2.
+    process.exitCode = e.exitCode === 0 ? EXIT.ok : EXIT.usage;
+  else {
+    const { message, exitCode } = describeError(e);
+    process.stderr.write(`berth: ${message}\n`);
+    process.exitCode = exitCode;
+  }
 }

@@ -46,6 +46,7 @@ import { addUi, electedLeader, uiOptions } from './ui.ts';
 import { logOptions, useLogOptions } from './log.ts';
 import { version } from './version.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
+import { contextOption, durationOption, kubeconfigOption } from './flags.ts';
 
 const limits = webhookServerLimits;
 
@@ -58,7 +59,8 @@ const defaultShutdownDelayMs = 5000;
 export function runCommand(): Command {
   const cmd = new Command('run')
     .description('Run the Berth controller manager')
-    .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
+    .addOption(kubeconfigOption('kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)'))
+    .addOption(contextOption())
     .addOption(
       // A management plane's capabilities (cells) run only when named: a cluster runs what it always ran.
       controllersOption(
@@ -79,15 +81,18 @@ export function runCommand(): Command {
     .option('--leader-elect', 'elect a leader on a Lease so that only one replica writes', false)
     .option('--leader-election-namespace <ns>', 'namespace of the Lease', berthNamespace())
     .option('--leader-election-id <name>', 'name of the Lease', LEADER_ELECTION_ID)
-    .option('--lease-duration <seconds>', 'leader lease duration', Number, 15)
-    .option(
-      '--renew-deadline <seconds>',
-      'how long the leader retries renewing before it gives up',
-      Number,
-      10,
+    .addOption(durationOption('--lease-duration <duration>', 'leader lease duration', 15))
+    .addOption(
+      durationOption(
+        '--renew-deadline <duration>',
+        'how long the leader retries renewing before it gives up',
+        10,
+      ),
     )
-    .option('--retry-period <seconds>', 'how often candidates and the leader act on the Lease', Number, 2)
-    .option('--resync-period <seconds>', 'safety-net resync of every informer', Number, 600)
+    .addOption(
+      durationOption('--retry-period <duration>', 'how often candidates and the leader act on the Lease', 2),
+    )
+    .addOption(durationOption('--resync-period <duration>', 'safety-net resync of every informer', 600))
     .option('--max-in-flight <n>', 'most API requests in flight at once (watches excepted)', Number, 64)
     .option(
       '--webhook-bind-address <addr>',
@@ -130,24 +135,27 @@ export function runCommand(): Command {
       ),
     )
     .addOption(
-      wholeNumber(
-        '--webhook-header-timeout <seconds>',
+      durationOption(
+        '--webhook-header-timeout <duration>',
         "a client's TLS handshake and request headers must arrive within this, or it is dropped",
         limits.headersTimeoutMs / 1000,
+        1,
       ),
     )
     .addOption(
-      wholeNumber(
-        '--webhook-request-timeout <seconds>',
+      durationOption(
+        '--webhook-request-timeout <duration>',
         'a whole request, body included, must arrive within this, or the client is dropped',
         limits.requestTimeoutMs / 1000,
+        1,
       ),
     )
     .addOption(
-      wholeNumber(
-        '--webhook-keep-alive-timeout <seconds>',
+      durationOption(
+        '--webhook-keep-alive-timeout <duration>',
         'idle connections are closed after this (keep it above the 90 s after which the apiserver closes them)',
         limits.keepAliveTimeoutMs / 1000,
+        1,
       ),
     )
     .addOption(
@@ -198,12 +206,13 @@ export function runCommand(): Command {
       }),
     )
     .addOption(
-      new Option(
-        '--shutdown-delay <seconds>',
+      durationOption(
+        '--shutdown-delay <duration>',
         'on SIGTERM, /readyz fails and the webhooks are served this long before the server closes, so ' +
           'that the pod leaves its Service first (0: close at once) (default: ' +
-          `${defaultShutdownDelayMs / 1000} when the webhook server binds a non-loopback address, else 0)`,
-      ).argParser(atLeast(0)),
+          `${defaultShutdownDelayMs / 1000}s when the webhook server binds a non-loopback address, else 0)`,
+        undefined,
+      ),
     )
     .option(
       '--install-crds',
@@ -220,7 +229,11 @@ export function runCommand(): Command {
       { version: version(), node_version: process.version, commit: process.env['BERTH_COMMIT'] || 'unknown' },
       1,
     );
-    const client = KubeClient.fromFile(o.kubeconfig, { maxInFlight: o.maxInFlight, userAgent: 'berth' });
+    const client = KubeClient.fromFile(o.kubeconfig, {
+      maxInFlight: o.maxInFlight,
+      userAgent: 'berth',
+      ...(o.context !== undefined ? { context: o.context } : {}),
+    });
     const enabled = runningCapabilities(capabilities, o);
     if (o.installCrds) {
       // Without the CRDs, the capabilities that need them idle and say so; everything else still runs.

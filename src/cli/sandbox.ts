@@ -9,6 +9,7 @@ import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../s
 import { Sandbox } from '../sandbox/sandbox.ts';
 import { abortOnSignals } from '../sandbox/wait.ts';
 import { installCrds } from './install.ts';
+import { durationOption } from './flags.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 const collect = (v: string, prev: string[]) => [...prev, v];
@@ -44,9 +45,9 @@ export const berthFederationHooks: FederationHooks = {
   },
 };
 
-/** What the user runs next on a federation's management plane. */
-export const managementCommand = (sb: Sandbox): string =>
-  `npx berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation`;
+/** What the user runs next on a federation's management plane (with its quota controller when it grants). */
+export const managementCommand = (sb: Sandbox, quotaSource = 'local'): string =>
+  `npx berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
 
 export function sandboxCommand(): Command {
   const cmd = new Command('sandbox').description(
@@ -100,11 +101,13 @@ export function sandboxCommand(): Command {
         'npm run rbac:audit reads it)',
       false,
     )
-    .option(
-      '--timeout <seconds>',
-      'how long the control plane and nodes may take to start (a build does not count)',
-      (v) => Number.parseInt(v, 10),
-      300,
+    .addOption(
+      durationOption(
+        '--timeout <duration>',
+        'how long the control plane and nodes may take to start (a build does not count)',
+        300,
+        1,
+      ),
     )
     .option(
       '--cells <codes>',
@@ -112,6 +115,16 @@ export function sandboxCommand(): Command {
         'Berth running the workloads controllers, joined to this sandbox as their management plane',
     )
     .option('--cell-nodes <n>', 'kwok nodes in each cell', (v) => Number.parseInt(v, 10), 2)
+    .addOption(
+      new Option(
+        '--quota-source <where>',
+        "who grants the cells' instances quota: each cell from its own Quotas (local), or the management " +
+          "plane's quota controller from its Quotas, across the cells (management: the cells' Berths run " +
+          'with --quota-source=management, restarted if they ran otherwise)',
+      )
+        .choices(['local', 'management'])
+        .default('local'),
+    )
     .option(
       '--cell-namespaces <names>',
       "the management plane's namespaces the cells serve (and may create), comma-separated",
@@ -148,6 +161,7 @@ export function sandboxCommand(): Command {
               .map((n) => n.trim())
               .filter(Boolean),
             management: { ...upOptions, fresh: false },
+            quotaSource: o.quotaSource,
             log,
             timeoutMs,
             signal: interrupt.signal,
@@ -168,7 +182,7 @@ export function sandboxCommand(): Command {
       }
       if (federation) {
         log(`next, run the management plane's Berth:`);
-        log(`  ${managementCommand(sb)}`);
+        log(`  ${managementCommand(sb, o.quotaSource)}`);
         log(`  kubectl --kubeconfig ${sb.kubeconfigPath} get cells,workloads -A`);
       }
     });

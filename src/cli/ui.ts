@@ -13,6 +13,7 @@ import { UiServer, type About } from '../ui/server.ts';
 import { version } from './version.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { logOptions, useLogOptions } from './log.ts';
+import { clientOf, clusterFlags } from './flags.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -108,20 +109,19 @@ export function addUi(
 export function uiCommand(): Command {
   const cmd = new Command('ui')
     .description("Serve Berth's read-only web page alone: informers and the page, no controller")
-    .option('--kubeconfig <path>', 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
     .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)')
     .addOption(
-      // Every one by default: the page shows a management plane's kinds too, as it always has.
+      // The default of every command (berth run's): a management plane's page names its own.
       controllersOption(
         capabilities,
         'the controllers of the Berth it shows: the page lists their policies, and explains with them',
-        capabilities.map((c) => c.name),
       ),
     );
+  clusterFlags(cmd, 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)');
   for (const opt of [...uiOptions(DEFAULT_ADDRESSES.ui), ...logOptions()]) cmd.addOption(opt);
   return cmd.action(async (o) => {
     useLogOptions(o);
-    const client = KubeClient.fromFile(o.kubeconfig, { userAgent: 'berth-ui' });
+    const client = await clientOf(o, 'berth-ui');
     const manager = new Manager({ client, metricsBindAddress: '0', healthBindAddress: '0' });
     const ui = addUi(manager, o, runningCapabilities(capabilities, o), leaseLeader(client));
     if (!ui) throw new Error('--ui-bind-address 0: there is nothing to serve');

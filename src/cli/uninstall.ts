@@ -6,7 +6,8 @@
 import { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
-import { atLeast, sayStep, withCluster } from '../capability.ts';
+import { sayStep } from '../capability.ts';
+import { clusterFlags, durationOption, withClient } from './flags.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
@@ -108,26 +109,26 @@ export async function crdsGone(
 }
 
 export function uninstallCommand(): Command {
-  return new Command('uninstall')
+  const cmd = new Command('uninstall')
     .description(
       "The last step of uninstalling, once Berth's objects are deleted and Berth is removed: takes off what " +
         'Berth still has on nodes and pods, deletes its webhook configurations, certificate Secret, Lease and CRDs',
     )
-    .option('--kubeconfig <path>', 'kubeconfig to use')
     .option('--namespace <ns>', "Berth's namespace (its Secret and Lease)", berthNamespace())
     .option('--webhook-cert-secret <name>', 'the Secret of the webhook certificate', WEBHOOK_CERT_SECRET)
     .option('--leader-election-id <name>', 'the leader-election Lease', LEADER_ELECTION_ID)
     .option('--dry-run', 'say what would change, change nothing', false)
-    .option(
-      '--timeout <seconds>',
-      'how long to wait for the deleted CRDs to be gone (0: do not wait)',
-      atLeast(0),
+    .addOption(
       // A CRD's deletion lists its objects through storage that may still be initializing, with a
       // doubling backoff: on a loaded apiserver well over 30 s.
-      120,
+      durationOption(
+        '--timeout <duration>',
+        'how long to wait for the deleted CRDs to be gone (0: do not wait)',
+        120,
+      ),
     )
     .action((o) =>
-      withCluster(o.kubeconfig, (client) =>
+      withClient(o, (client) =>
         uninstall(client, {
           namespace: o.namespace,
           webhookCertSecret: o.webhookCertSecret,
@@ -138,4 +139,5 @@ export function uninstallCommand(): Command {
         }),
       ),
     );
+  return clusterFlags(cmd);
 }

@@ -10,6 +10,7 @@ import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 import type { SlimNode } from '../policy/slim.ts';
 import { isObjectGone } from '../runtime/client/apply.ts';
 import { KubeClient } from '../runtime/client/client.ts';
+import { clientOf, clusterFlags, namespaceFlags, namespaceOf } from '../cli/flags.ts';
 import { Resources } from '../runtime/api/meta.ts';
 
 /**
@@ -46,19 +47,18 @@ export async function releaseGates(
 
 export function gatesCommand(): Command {
   const cmd = new Command('gates').description('Startup gates: helpers for NodeStartupGates');
-  cmd
+  const tolerate = cmd
     .command('tolerate <daemonset>')
     .description(
       "Add the tolerations for the taints of the gates that wait for this DaemonSet's pods (or of --gate) to its pod template",
-    )
-    .option('-n, --namespace <ns>', 'namespace of the DaemonSet', 'default')
+    );
+  namespaceFlags(clusterFlags(tolerate), 'namespace of the DaemonSet')
     .option('--gate <name...>', 'tolerate these gates, whether or not they wait for the DaemonSet')
     .option('--dry-run', 'print the patch, change nothing', false)
-    .option('--kubeconfig <path>', 'kubeconfig to use')
     .action(async (name: string, o) => {
-      const client = KubeClient.fromFile(o.kubeconfig);
+      const client = await clientOf(o);
       try {
-        const ds = await client.get(Resources.daemonSets, name, o.namespace);
+        const ds = await client.get(Resources.daemonSets, name, namespaceOf(o, client));
         const { gates, problems } = parseGates((await client.list(NodeStartupGate.ref)).items);
         const wanted: string[] | undefined = o.gate;
         for (const g of wanted ?? []) {

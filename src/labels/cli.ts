@@ -1,14 +1,14 @@
 // `berth rules test`: a dry run of derived-label rules against the cluster's nodes. Writes nothing.
-import { Command, Option } from 'commander';
+import { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { evictions, previewRules, type Eviction, type NodeChanges } from './explain.ts';
 import { holdsBeside } from './files.ts';
 import { clusterRules, localRules } from './load.ts';
 import { refuseOwned, ruleNameOf } from './decide.ts';
 import { filesOrNames, type CommandContext } from '../capability.ts';
+import { clientOf, contextOption, kubeconfigOption, outputOption, print } from '../cli/flags.ts';
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import type { Rule } from './types.ts';
-import { KubeClient } from '../runtime/client/client.ts';
 import { missingCrdsLine, withoutMissingCrds } from '../runtime/client/absent.ts';
 import { Resources } from '../runtime/api/meta.ts';
 
@@ -20,15 +20,16 @@ export function rulesCommand(ctx: CommandContext): Command {
       'Show which nodes would gain and which would lose which labels, annotations and taints if these rules were applied ' +
         '(YAML files of NodeLabelRules, k8s-auto-labeller rule files or directories, or the name of an existing NodeLabelRule). Writes nothing.',
     )
-    .option('--kubeconfig <path>', 'kubeconfig to use')
+    .addOption(kubeconfigOption())
+    .addOption(contextOption())
     .option(
       '--label-dir <dir>',
       'the rule directory Berth runs with, part of the current rules; labels of its files Berth cannot use stay, as Berth holds them',
     )
     .addOption(ctx.controllersOption())
-    .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
+    .addOption(outputOption())
     .action(async (args: string[], o) => {
-      const kube = KubeClient.fromFile(o.kubeconfig);
+      const kube = await clientOf(o);
       // A cluster without some of Berth's CRDs (rule files only) has none of their objects.
       const missing = new Set<string>();
       const client = withoutMissingCrds(kube, missing);
@@ -86,13 +87,8 @@ export function rulesCommand(ctx: CommandContext): Command {
             ).items
           : [];
         const evicted = evictions(changes, pods);
-        if (o.output === 'json') {
-          process.stdout.write(
-            JSON.stringify({ nodes: nodes.length, changes, evictions: evicted }, null, 2) + '\n',
-          );
-        } else {
-          printPreview(nodes.length, changes, gainsNoExecute ? evicted : undefined);
-        }
+        if (o.output === 'text') printPreview(nodes.length, changes, gainsNoExecute ? evicted : undefined);
+        else await print(o.output, { nodes: nodes.length, changes, evictions: evicted }, () => '');
         // After the preview, on stderr in either format (the JSON on stdout stays whole).
         const skipped = [
           ...current.errors,

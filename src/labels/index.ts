@@ -10,6 +10,7 @@ import { compileRule, refuseOwned, type NodeDecision } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { Option } from 'commander';
 import { atLeast, workersOption, type Capability } from '../capability.ts';
+import { durationOption } from '../cli/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { rulesCommand } from './cli.ts';
 import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
@@ -45,12 +46,11 @@ export const labelsCapability: Capability = {
       '--label-dir-evict-on-removal <mode>',
       'evictOnRemoval for every rule file: evict pods that needed a label a file derived once it goes away (DryRun only reports)',
     ).choices(['Evict', 'DryRun']),
-    new Option(
-      '--label-dir-evict-after <seconds>',
+    durationOption(
+      '--label-dir-evict-after <duration>',
       "how long a rule file's label must stay gone before its pods are evicted",
-    )
-      .default(60)
-      .argParser(atLeast(0)),
+      60,
+    ),
     new Option(
       '--max-evictions-per-minute <n>',
       'evictions on removal per minute in the whole cluster, all rules together',

@@ -34,6 +34,12 @@ export interface FederationUpOptions extends Pick<UpOptions, 'log' | 'signal' | 
   namespaces?: readonly string[];
   /** What the management plane's own `up` is given (its nodes, its registry). */
   management?: Pick<UpOptions, 'nodes' | 'registry' | 'fresh' | 'audit'>;
+  /**
+   * Who grants the cells' instances quota (their Berths' --quota-source): each cell from its own
+   * Quotas (local, the default), or the management plane's quota controller from its Quotas,
+   * counted across the cells (management).
+   */
+  quotaSource?: 'local' | 'management';
 }
 
 /** A cell as `up` left it: the city, the name it is joined as, and its sandbox. */
@@ -73,8 +79,11 @@ export const SANDBOX_NAMESPACES = ['shop', 'berth-demo'] as const;
 /** How long the management plane's token for a cell lasts: a sandbox federation may run for weeks. */
 const CELL_TOKEN_SECONDS = 90 * 24 * 3600;
 
-/** The flags of a cell's Berth: it runs what the management plane sends it. */
-export const CELL_BERTH_ARGS = ['--controllers=workloads'];
+/** The flags of a cell's Berth: it runs what the management plane sends it, granted quota as told. */
+export const cellBerthArgs = (quotaSource: 'local' | 'management' = 'local'): string[] => [
+  '--controllers=workloads',
+  `--quota-source=${quotaSource}`,
+];
 
 export class Federation {
   readonly management: Sandbox;
@@ -132,8 +141,9 @@ export class Federation {
         } finally {
           c.close();
         }
-        await sandbox.startBerth(hooks.rbac(), CELL_BERTH_ARGS, Date.now() + timeoutMs, opts.signal);
-        say(`berth is running (${CELL_BERTH_ARGS.join(' ')}), log ${sandbox.dir}/logs/berth.log`);
+        const args = cellBerthArgs(opts.quotaSource);
+        await sandbox.startBerth(hooks.rbac(), args, Date.now() + timeoutMs, opts.signal);
+        say(`berth is running (${args.join(' ')}), log ${sandbox.dir}/logs/berth.log`);
         // Joined with an identity of the cell role only, never the cell's admin: the management
         // plane's Berth holds it. It lives as long as the cell's own Berth's.
         const kubeconfig = await sandbox.mintServiceAccount(hooks.cellRbac(), CELL_TOKEN_SECONDS);

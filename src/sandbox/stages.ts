@@ -122,7 +122,8 @@ const M = MISSING_IMAGE_HOST;
 const C = CRASH_IMAGE_HOST;
 
 export const berthStages = [
-  // The pull fails at once; the kubelet then backs off, reporting ImagePullBackOff.
+  // The pull fails at once; the kubelet then backs off, reporting ImagePullBackOff with the last
+  // pull's error (kubelet 1.35's message).
   stage(
     'berth-image-pull-error',
     [
@@ -149,7 +150,7 @@ export const berthStages = [
         nextStatus(
           M,
           'waiting',
-          `set $s "state" ( dict "waiting" ( dict "reason" "ImagePullBackOff" "message" ( printf "Back-off pulling image %q" .image ) ) )`,
+          `set $s "state" ( dict "waiting" ( dict "reason" "ImagePullBackOff" "message" ( printf "Back-off pulling image %q: ErrImagePull: failed to pull and unpack image %q: %s: not found" .image .image .image ) ) )`,
         ),
       ),
       { event: { type: 'Normal', reason: 'BackOff', message: 'Back-off pulling image' } },

@@ -61,7 +61,23 @@ export function deploymentNameProblem(name: string): string | undefined {
 /** The label selector of a deployment's instances (status.selector, for the scale subresource). */
 export const deploymentSelector = (deployment: string): string => `${DEPLOYMENT_LABEL}=${deployment}`;
 
-/** Reasons a user must act on: they stop a rollout and warrant a Warning event. */
+/**
+ * Reasons worth a Warning event on the instance when they start to hold: every blocking reason but
+ * the waits that pass by themselves (the seed's instances warn QuotaNoBudget, ImageUnavailable,
+ * InstanceCrashing, ConfigurationError, …).
+ */
+export const WARNED: ReadonlySet<string> = new Set<BlockingReason>(
+  BLOCKING_REASONS.filter((r) => r !== 'Provisioning' && r !== 'PendingEvaluation'),
+);
+
+/** Whether Ready's verdict starts a cause worth a Warning (WARNED): not one Ready already showed. */
+export const warns = (
+  was: Pick<Condition, 'status' | 'reason'> | undefined,
+  ready: ConditionVerdict,
+): boolean =>
+  !ready.status && WARNED.has(ready.reason) && !(was?.status === 'False' && was.reason === ready.reason);
+
+/** Reasons a user must act on: they stop a rollout. */
 export const USER_FIXABLE: ReadonlySet<string> = new Set<BlockingReason>([
   'ConfigurationError',
   'ImageUnavailable',
@@ -441,6 +457,29 @@ export function formerInstanceState(pod: WorkloadPod, now: number): InstanceStat
 
 /** The kubelet alternates these while it retries a pull. */
 const PULL_RETRIES = new Set(['ErrImagePull', 'ImagePullBackOff']);
+const BACK_OFF = 'Back-off pulling image "';
+/** The errors a kubelet names a failed pull by (images.ErrImagePull and its kin). */
+const PULL_ERRORS = ['ErrImagePull', 'RegistryUnavailable', 'SignatureValidationFailed', 'ErrImageInspect'];
+/** A pull error in an instance's message is cut here: the kubelet's text carries the registry's answer. */
+export const MAX_PULL_ERROR = 512;
+
+/**
+ * The pull error itself (`: <error>`), the same through ErrImagePull and ImagePullBackOff: the
+ * kubelet's back-off message is `Back-off pulling image "<image>": <ErrName>: <error of the last
+ * pull>` (kubelet 1.35, images/image_manager.go), the error alone; '' when it names none.
+ */
+function pullError(message: string | undefined): string {
+  let m = message ?? '';
+  if (m.startsWith(BACK_OFF)) {
+    const end = m.indexOf('": ', BACK_OFF.length);
+    m = end < 0 ? '' : m.slice(end + 3);
+  }
+  const named = PULL_ERRORS.find((e) => m.startsWith(`${e}: `));
+  if (named) m = m.slice(named.length + 2);
+  m = m.replace(/\s+/g, ' ').trim();
+  if (m.length > MAX_PULL_ERROR) m = `${m.slice(0, MAX_PULL_ERROR)}…`;
+  return m ? `: ${m}` : '';
+}
 const IMAGE_REASONS = new Set(['InvalidImageName', 'ErrImageNeverPull']);
 const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
 /** Restarts from which an instance counts as crashing even between back-offs... */
@@ -491,7 +530,7 @@ export function podCauses(pod: WorkloadPod, now = Date.now(), crashing = false):
     if (PULL_RETRIES.has(why))
       causes.push({
         reason: 'ImageUnavailable',
-        message: `container ${c.name}: its image cannot be pulled (see the Pod's events)`,
+        message: `container ${c.name}: its image cannot be pulled${pullError(waiting?.message)}`,
       });
     else if (IMAGE_REASONS.has(why) || CONFIG_REASONS.has(why))
       causes.push({

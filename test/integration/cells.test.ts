@@ -210,8 +210,9 @@ test("a cell's apiserver stopped: Reachable=False Unreachable within the bound, 
       intervalMs: 50,
     });
     const lostAfter = Date.now() - stopped;
+    // Counted from the last answer, which came up to a probe period before the kill.
     assert.ok(
-      lostAfter >= unreachableAfterS * 1000,
+      lostAfter >= (unreachableAfterS - 1) * 1000,
       `Unreachable after ${lostAfter} ms: not a partition yet`,
     );
     assert.ok(lostAfter <= lostBoundMs + 1000, `Unreachable after ${lostAfter} ms, bound ${lostBoundMs} ms`);
@@ -237,6 +238,35 @@ test("a cell's apiserver stopped: Reachable=False Unreachable within the bound, 
     (await events(dfw)).some((e) => e.type === 'Normal' && e.reason === 'Reachable'),
   );
   assert.equal((await events(dfw)).filter((e) => e.type === 'Warning').length, 1, 'one Warning for one loss');
+});
+
+test('a cell gone silent (its apiserver frozen, probes time out): Unreachable within the bound, since its last contact', async () => {
+  await waitFor('the DFW cell Ready', is(dfw, 'Ready', 'True', 'Ready'), { timeoutMs: 30_000 });
+  const pid = dfwSandbox.status().find((p) => p.name === 'kube-apiserver')?.pid;
+  assert.ok(pid, 'the DFW cell runs its apiserver');
+  // Frozen, as a partition that drops packets: connections open and nothing answers.
+  const silent = Date.now();
+  process.kill(pid, 'SIGSTOP');
+  try {
+    await waitFor('the DFW cell Unreachable', is(dfw, 'Reachable', 'False', 'Unreachable'), {
+      timeoutMs: lostBoundMs + 5000,
+      intervalMs: 50,
+    });
+    const lostAfter = Date.now() - silent;
+    assert.ok(lostAfter <= lostBoundMs + 1000, `Unreachable after ${lostAfter} ms, bound ${lostBoundMs} ms`);
+    // Since its last answer (a probe period at most before it froze, in whole seconds), not since Berth noticed.
+    const since = Date.parse(
+      findCondition((await cell(dfw)).status?.conditions, 'Reachable')!.lastTransitionTime,
+    );
+    assert.ok(since <= silent, `unreachable since ${new Date(since).toISOString()}, after the cell froze`);
+    assert.ok(
+      since >= silent - 3000,
+      `unreachable since ${new Date(since).toISOString()}, long before it froze`,
+    );
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  await waitFor('the DFW cell Reachable again', is(dfw, 'Ready', 'True', 'Ready'), { timeoutMs: 15_000 });
 });
 
 test("a cell's Secret spoiled: BadKubeconfig at once, then SecretMissing, and the other cell stays Ready; restored: Ready", async () => {

@@ -302,6 +302,11 @@ describe('workloads in a cell', () => {
       assert.ok(isReady(i0!) && isReady(i1!), 'the old instances serve');
       assert.notEqual(i2!.spec.templateHash, old);
       assert.equal(cond(i2, 'Ready')?.reason, 'ImageUnavailable');
+      // The pull error itself, as the kubelet reports it through ErrImagePull and ImagePullBackOff.
+      assert.equal(
+        cond(i2, 'Ready')?.message,
+        `container app: its image cannot be pulled: failed to pull and unpack image "${MISSING_IMAGE_HOST}/pull:2": ${MISSING_IMAGE_HOST}/pull:2: not found`,
+      );
       return true;
     };
     await check();
@@ -317,7 +322,12 @@ describe('workloads in a cell', () => {
       const onDeployment = (await events('pull', 'WorkloadDeployment')).filter(
         (e) => e.reason === 'ImageUnavailable',
       );
-      return onInstance.length === 1 && onInstance[0]!.type === 'Warning' && onDeployment.length >= 1;
+      return (
+        onInstance.length === 1 &&
+        onInstance[0]!.type === 'Warning' &&
+        /not found/.test(onInstance[0]!.note ?? '') &&
+        onDeployment.length >= 1
+      );
     });
   });
 
@@ -450,6 +460,15 @@ describe('workloads in a cell', () => {
     ).slice(-1);
     for (const i of last!.instances.filter((x) => waiting(last!).includes(x.metadata.name)))
       assert.equal(cond(i, 'Ready')?.reason, 'QuotaExceeded');
+    // Each waiting instance says so with a Warning, as the seed's QuotaNoBudget does.
+    await waitFor('a QuotaExceeded Warning on each waiting instance', async () => {
+      for (const name of waiting(last!))
+        if (
+          !(await events(name!, 'Instance')).some((e) => e.type === 'Warning' && e.reason === 'QuotaExceeded')
+        )
+          return false;
+      return true;
+    });
     assert.equal(cond(last!.wd, 'Available')?.reason, 'QuotaExceeded');
     // The waiting instances' Pods exist and carry the quota gate: nothing schedules them.
     const gated = (await podsOf('quota')).filter((p) =>

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { Command } from 'commander';
 import { capabilities } from '../../src/capabilities.ts';
 import { clusterControllers, controllersOption, runningCapabilities } from '../../src/capability.ts';
-import { uiCommand } from '../../src/cli/ui.ts';
+import { berthProgram } from '../../src/cli/program.ts';
 import { explainerOf, explainObject } from '../../src/explain.ts';
 import { ApiError, type KubeClient } from '../../src/runtime/client/client.ts';
 import type { ResourceRef } from '../../src/runtime/api/meta.ts';
@@ -94,17 +94,14 @@ test('--controllers: as berth run takes it, defaulting to the cluster controller
   assert.throws(() => parse('--controllers', 'labels,nope'), /unknown controllers: nope \(known: .*labels/);
 });
 
-test('berth ui shows every capability unless --controllers names those of the Berth it shows', () => {
-  const option = uiCommand().options.find((o) => o.long === '--controllers')!;
-  assert.deepEqual(
-    option.defaultValue,
-    capabilities.map((c) => c.name),
-  );
-  assert.notDeepEqual(
-    option.defaultValue,
-    clusterControllers(capabilities),
-    'a management plane is shown too',
-  );
+test('berth ui, run, explain and manifests share one --controllers default: the cluster controllers', async () => {
+  const program = await berthProgram();
+  const defaults = ['run', 'ui', 'manifests', 'explain node', 'explain pod'].map((path) => {
+    let c = program;
+    for (const name of path.split(' ')) c = c.commands.find((x) => x.name() === name)!;
+    return c.options.find((o) => o.long === '--controllers')!.defaultValue as string[];
+  });
+  for (const d of defaults) assert.deepEqual(d, clusterControllers(capabilities));
 });
 
 test('--controllers narrows what explains: the capabilities not run are named, not explained', async () => {

@@ -42,7 +42,8 @@ export interface CellTiming extends Timing {
 
 /**
  * The defaults: a probe every 2 s that may take 3 s, and Unreachable after 6 s without an answer,
- * so a cell that stops answering is Reachable=False within unreachableAfter + period + timeout = 11 s.
+ * so a cell that stops answering is Reachable=False within unreachableAfter + period + timeout = 11 s
+ * (counted from its last answer, the time it is unreachable since).
  */
 export const defaultTiming: CellTiming = {
   probePeriodMs: 2000,

@@ -90,10 +90,10 @@ function cityRollup(
   const fresh = d !== undefined && observed(d, t, applied);
   // Not its turn in a rollout yet: it runs the old template, counted, none of it updated.
   const current = applied === hash;
-  // A cell's counts count when it has observed what was applied; an unreachable cell's last known
-  // counts are kept, marked with since when it is unreachable.
-  const counted: CityStatus =
-    d && (fresh || !cell.reachable) ? { ...base, ...counts(d, fresh && current) } : base;
+  // A cell's counts are what it reports, never less: right after a template change it has not
+  // observed the new spec yet while its instances still serve (updated ones count only once it has);
+  // an unreachable cell's last known counts are kept, marked with since when it is unreachable.
+  const counted: CityStatus = d ? { ...base, ...counts(d, fresh && current) } : base;
   const why = (reason: string, message: string): CityRollup => ({
     status: { ...counted, reason, message },
     settled: false,
@@ -113,8 +113,11 @@ function cityRollup(
         : `cell ${cell.name}: ${refused.message}`,
     );
   if (!d) return why('Provisioning', `not in cell ${cell.name} yet`);
-  if (!fresh) return why('Provisioning', `cell ${cell.name} has not observed the applied spec yet`);
-  const progressing = findCondition(d.status?.conditions, 'Progressing');
+  const available = findCondition(d.status?.conditions, 'Available');
+  // Not observed yet, but Available as the cell last said: it serves, and only the rollout waits.
+  if (!fresh && available?.status !== 'True')
+    return why('Provisioning', `cell ${cell.name} has not observed the applied spec yet`);
+  const progressing = fresh ? findCondition(d.status?.conditions, 'Progressing') : undefined;
   const stuck =
     progressing?.status === 'False'
       ? { reason: progressing.reason, message: progressing.message }
@@ -124,7 +127,6 @@ function cityRollup(
     d.status?.updatedReplicas === t.replicas &&
     d.status.replicas === t.replicas &&
     progressing?.status === 'True';
-  const available = findCondition(d.status?.conditions, 'Available');
   if (available?.status !== 'True')
     return {
       ...why(

@@ -126,9 +126,16 @@ export class KubeClient {
     this.watchAgent = new https.Agent({ keepAlive: true });
   }
 
-  /** A client of the kubeconfig file at `path`, or of what kubectl would use when none is given. */
-  static fromFile(path?: string, opts?: ClientOptions): KubeClient {
-    return new KubeClient(path ? kubeconfigFileAccess(path) : defaultAccess(), opts);
+  /**
+   * A client of the kubeconfig file at `path`, or of what kubectl would use when none is given; of
+   * its current context, or of `opts.context` (kubectl's --context).
+   */
+  static fromFile(path?: string, opts?: ClientOptions & { context?: string }): KubeClient {
+    const context = opts?.context;
+    return new KubeClient(
+      path ? kubeconfigFileAccess(path, context) : defaultAccess(process.env, context),
+      opts,
+    );
   }
 
   private async refreshAuth(): Promise<void> {

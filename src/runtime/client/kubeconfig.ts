@@ -21,6 +21,8 @@ export interface TlsMaterial {
 /** A cluster a client reaches: its server, and its TLS material and credentials as of now. */
 export interface ClusterAccess {
   readonly server: string;
+  /** The namespace a command acts in when told none: the context's, or the pod's (kubectl's rule). */
+  readonly namespace?: string;
   /** Read again on every call: files and plugins rotate credentials. */
   resolve(): Promise<{ tls: TlsMaterial; headers: Record<string, string> }>;
 }
@@ -46,11 +48,17 @@ export interface KubeconfigUser {
   'auth-provider'?: unknown;
 }
 
+export interface KubeconfigContext {
+  cluster?: string;
+  user?: string;
+  namespace?: string;
+}
+
 /** A kubeconfig's current context, resolved to its cluster and user (paths made absolute). */
 export interface Kubeconfig {
   currentContext?: string;
   /** The current context exists. */
-  context?: { cluster?: string; user?: string };
+  context?: KubeconfigContext;
   cluster?: KubeconfigCluster;
   user?: KubeconfigUser;
   /** Where it was read from, for client-node when a plugin must run; undefined for text. */
@@ -63,8 +71,9 @@ const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
  * Parses a kubeconfig (YAML or JSON) and resolves its current context. Relative file names are
  * taken from `dir` (the kubeconfig's folder), as kubectl does. Throws when the text is not a
  * kubeconfig at all; a kubeconfig that lacks a context, cluster or user parses, with those absent.
+ * `contextName` (kubectl's --context) replaces the current context, and must exist.
  */
-export function parseKubeconfig(text: string, dir?: string): Kubeconfig {
+export function parseKubeconfig(text: string, dir?: string, contextName?: string): Kubeconfig {
   const doc: unknown = parse(text);
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new Error('not a YAML or JSON mapping');
   const d = doc as Record<string, unknown>;
@@ -82,8 +91,13 @@ export function parseKubeconfig(text: string, dir?: string): Kubeconfig {
   };
   const clusters = entries<KubeconfigCluster>('clusters', 'cluster');
   const users = entries<KubeconfigUser>('users', 'user');
-  const contexts = entries<{ cluster?: string; user?: string }>('contexts', 'context');
-  const current = typeof d['current-context'] === 'string' ? d['current-context'] : undefined;
+  const contexts = entries<KubeconfigContext>('contexts', 'context');
+  if (contextName !== undefined && !contexts.has(contextName))
+    throw new Error(
+      `context "${contextName}" is not in the kubeconfig (it has: ${[...contexts.keys()].join(', ') || 'none'})`,
+    );
+  const current =
+    contextName ?? (typeof d['current-context'] === 'string' ? d['current-context'] : undefined);
   const context = current ? contexts.get(current) : undefined;
   const abs = (p: string | undefined) => (p && dir && !isAbsolute(p) ? join(dir, p) : p);
   const cluster = context?.cluster ? clusters.get(context.cluster) : undefined;
@@ -126,6 +140,7 @@ export function kubeconfigAccess(kc: Kubeconfig): ClusterAccess {
     data ? Buffer.from(data, 'base64') : file ? readFile(file) : undefined;
   return {
     server,
+    ...(kc.context.namespace ? { namespace: kc.context.namespace } : {}),
     async resolve() {
       const [ca, cert, key] = await Promise.all([
         material(cluster['certificate-authority-data'], cluster['certificate-authority']),
@@ -153,11 +168,31 @@ export function kubeconfigAccess(kc: Kubeconfig): ClusterAccess {
   };
 }
 
-/** A kubeconfig file's access. */
-export function kubeconfigFileAccess(path: string): ClusterAccess {
-  const kc = parseKubeconfig(readFileSync(path, 'utf8'), dirname(path));
+/** A kubeconfig file's access, of its current context or of `context`. */
+export function kubeconfigFileAccess(path: string, context?: string): ClusterAccess {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new KubeconfigError(
+      `cannot read the kubeconfig ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : errorCode(e)}`,
+    );
+  }
+  let kc: Kubeconfig;
+  try {
+    kc = parseKubeconfig(text, dirname(path), context);
+  } catch (e) {
+    throw new KubeconfigError(`the kubeconfig ${path} cannot be used: ${(e as Error).message}`);
+  }
   return kubeconfigAccess({ ...kc, source: { path } });
 }
+
+/** A kubeconfig that is missing, unreadable or unusable: the command never reached a cluster. */
+export class KubeconfigError extends Error {
+  override name = 'KubeconfigError';
+}
+
+const errorCode = (e: unknown): string => (e as NodeJS.ErrnoException).code ?? (e as Error).message;
 
 /** A kubeconfig text's access (a cell's, from a Secret). */
 export function kubeconfigTextAccess(text: string): ClusterAccess {
@@ -172,8 +207,11 @@ export function inClusterAccess(dir = SA_DIR, env = process.env): ClusterAccess 
   const host = env['KUBERNETES_SERVICE_HOST'];
   const port = env['KUBERNETES_SERVICE_PORT'];
   if (!host || !port) throw new Error('not in a cluster: KUBERNETES_SERVICE_HOST or _PORT is not set');
+  const namespace = existsSync(join(dir, 'namespace'))
+    ? readFileSync(join(dir, 'namespace'), 'utf8').trim()
+    : undefined;
   return kubeconfigAccess({
-    context: {},
+    context: namespace ? { namespace } : {},
     cluster: {
       server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`,
       'certificate-authority': join(dir, 'ca.crt'),
@@ -184,11 +222,11 @@ export function inClusterAccess(dir = SA_DIR, env = process.env): ClusterAccess 
 
 /**
  * What kubectl would use: the files of $KUBECONFIG (merged, the first of a name winning), else
- * ~/.kube/config, else the pod's service account.
+ * ~/.kube/config, else the pod's service account; `context` instead of the current context.
  */
-export function defaultAccess(env = process.env): ClusterAccess {
+export function defaultAccess(env = process.env, context?: string): ClusterAccess {
   const files = (env['KUBECONFIG'] ?? '').split(delimiter).filter(Boolean);
-  if (files.length === 1) return kubeconfigFileAccess(files[0]!);
+  if (files.length === 1) return kubeconfigFileAccess(files[0]!, context);
   if (files.length > 1) {
     const texts = files
       .filter(existsSync)
@@ -199,11 +237,16 @@ export function defaultAccess(env = process.env): ClusterAccess {
     for (const key of ['clusters', 'users', 'contexts'])
       merged[key] = texts.flatMap((t) => (Array.isArray(t?.[key]) ? (t[key] as unknown[]) : []));
     const text = JSON.stringify(merged);
-    return kubeconfigAccess({ ...parseKubeconfig(text), source: {} });
+    return kubeconfigAccess({ ...parseKubeconfig(text, undefined, context), source: {} });
   }
   const home = join(homedir(), '.kube', 'config');
-  if (existsSync(home)) return kubeconfigFileAccess(home);
-  return inClusterAccess();
+  if (existsSync(home)) return kubeconfigFileAccess(home, context);
+  if (context === undefined && env['KUBERNETES_SERVICE_HOST']) return inClusterAccess(SA_DIR, env);
+  throw new KubeconfigError(
+    context !== undefined
+      ? `no kubeconfig to find context "${context}" in: give --kubeconfig, or set KUBECONFIG`
+      : 'no kubeconfig: give --kubeconfig, set KUBECONFIG, or create ~/.kube/config (not in a cluster either)',
+  );
 }
 
 /** A kubeconfig whose user runs a credential plugin: client-node runs it (imported only now). */

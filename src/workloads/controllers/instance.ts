@@ -35,7 +35,7 @@ import {
   podEnded,
   podManifest,
   ungatePatch,
-  USER_FIXABLE,
+  warns,
   workloadPod,
   type ConditionVerdict,
   type InstanceObject,
@@ -369,7 +369,7 @@ export class InstanceController {
       );
   }
 
-  /** Writes the instance's own status fields when they changed; a Warning when a user-fixable cause starts to hold. */
+  /** Writes the instance's own status fields when they changed; a Warning when a blocking cause starts to hold (warns). */
   private async writeStatus(
     inst: InstanceObject,
     pod: WorkloadPod | undefined,
@@ -409,12 +409,7 @@ export class InstanceController {
       if (isObjectGone(e)) return;
       throw e;
     }
-    const was = findCondition(before, 'Ready');
-    if (
-      !v.ready.status &&
-      USER_FIXABLE.has(v.ready.reason) &&
-      !(was?.status === 'False' && was.reason === v.ready.reason)
-    ) {
+    if (warns(findCondition(before, 'Ready'), v.ready)) {
       this.events.event(inst, 'Warning', v.ready.reason, 'Run', v.ready.message);
       this.log.warn({ instance: keyOf(inst), reason: v.ready.reason }, v.ready.message);
     }

@@ -136,10 +136,12 @@ describe('kubeconfigProblem', () => {
 
 describe('reachable', () => {
   test('a cell that stops answering stays Reachable until unreachableAfter has passed, then is Unreachable', () => {
+    // Counted from the last answer (T0), not from the first probe that went unanswered.
     const h = history(ok(T0), fail(T0 + 1000), fail(T0 + 3000), fail(T0 + 5000));
+    assert.equal(h.failingSince, T0);
     assert.equal(reachable(h, T0 + 5000, t).status, 'True');
-    assert.equal(reachable(h, T0 + 1000 + 5999, t).status, 'True');
-    assert.deepEqual(reachable(h, T0 + 7000, t), {
+    assert.equal(reachable(h, T0 + 5999, t).status, 'True');
+    assert.deepEqual(reachable(h, T0 + 6000, t), {
       status: 'False',
       reason: 'Unreachable',
       message: `Unreachable at ${T0 + 5000}`,
@@ -160,8 +162,9 @@ describe('reachable', () => {
   });
   test('the failing period starts again after an answer', () => {
     const h = history(fail(T0), fail(T0 + 5000), ok(T0 + 5500), fail(T0 + 6000));
-    assert.equal(h.failingSince, T0 + 6000);
-    assert.equal(reachable(h, T0 + 11_000, t).status, 'True');
+    assert.equal(h.failingSince, T0 + 5500);
+    assert.equal(reachable(h, T0 + 11_499, t).status, 'True');
+    assert.equal(reachable(h, T0 + 11_500, t).status, 'False');
   });
 });
 
@@ -188,7 +191,9 @@ describe('cellStatus', () => {
     const h2 = observe(observe(h1, fail(T0 + 2000)), fail(T0 + 9000));
     const s2 = cellStatus(cell(s1), h2, T0 + 9000, t);
     assert.equal(cond(s2, 'Reachable').reason, 'Unreachable');
-    assert.equal(cond(s2, 'Reachable').lastTransitionTime, '2026-11-22T10:00:09Z');
+    // Unreachable since the last contact, not since Berth noticed (T0 + 9 s).
+    assert.equal(cond(s2, 'Reachable').lastTransitionTime, '2026-11-22T10:00:00Z');
+    assert.equal(cond(s2, 'Ready').lastTransitionTime, '2026-11-22T10:00:00Z');
     assert.equal(s2.lastContactTime, s1.lastContactTime);
     assert.equal(s2.serverVersion, 'v1.34.1');
     assert.equal(s2.crdsInstalled, true);
@@ -361,7 +366,7 @@ describe("access: what the cell's credentials may not do", () => {
   });
 });
 
-test('generated probe histories: Unreachable exactly when every probe for unreachableAfter failed, one Warning per loss or change of cause, writes only on change (500 cases)', async () => {
+test('generated probe histories: Unreachable exactly when no answer came for unreachableAfter, one Warning per loss or change of cause, writes only on change (500 cases)', async () => {
   await withSeed('cells fuzz', (r) => {
     for (let n = 0; n < 500; n++) {
       let h: History | undefined;
@@ -390,13 +395,14 @@ test('generated probe histories: Unreachable exactly when every probe for unreac
           (e) => e.type === 'Warning' && e.reason !== 'CRDsMissing',
         ).length;
         const rc = cond(s, 'Reachable');
-        // The oracle: the failures since the last answer, and whether the last one is transient.
+        // The oracle: the failures since the last answer (silent since that answer, else since the
+        // first failure), and whether the last one is transient.
         const lastOk = probes.findLastIndex((q) => q.ok);
         const failing = probes.slice(lastOk + 1) as (Probe & { ok: false })[];
         const last = failing.at(-1);
+        const silentSince = lastOk >= 0 ? probes[lastOk]!.at : failing[0]?.at;
         const expectFalse =
-          last !== undefined &&
-          (last.reason !== 'Unreachable' || at - failing[0]!.at >= t.unreachableAfterMs);
+          last !== undefined && (last.reason !== 'Unreachable' || at - silentSince! >= t.unreachableAfterMs);
         assert.equal(rc.status, expectFalse ? 'False' : lastOk >= 0 ? 'True' : 'Unknown', `probe ${i}`);
         if (expectFalse) {
           assert.equal(rc.reason, last.reason);

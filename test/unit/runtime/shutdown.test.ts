@@ -156,8 +156,9 @@ test('berth run waits 5 s by default only when the webhook server binds a non-lo
   assert.equal(shutdownDelayMs(parsed()), 0, 'the default 127.0.0.1:9443');
   assert.equal(shutdownDelayMs(parsed('--webhook-bind-address=0')), 0, 'webhooks off');
   assert.equal(shutdownDelayMs(parsed('--webhook-bind-address=0.0.0.0:9443', '--shutdown-delay=0')), 0);
-  assert.equal(shutdownDelayMs(parsed('--shutdown-delay=12')), 12_000);
-  assert.throws(() => parsed('--shutdown-delay=-1'), /at least 0/);
+  assert.equal(shutdownDelayMs(parsed('--shutdown-delay=12')), 12_000, 'bare seconds, as configs pass them');
+  assert.equal(shutdownDelayMs(parsed('--shutdown-delay=1m30s')), 90_000, 'a Go duration');
+  assert.throws(() => parsed('--shutdown-delay=-1'), /is not a duration/);
 });
 
 test('a start that fails stops what it started: its servers close and the manager is done with 1', async () => {

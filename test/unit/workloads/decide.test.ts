@@ -18,6 +18,8 @@ import {
   type InstanceState,
   type PlanInput,
   type WorkloadPod,
+  MAX_PULL_ERROR,
+  warns,
 } from '../../../src/workloads/decide.ts';
 import {
   BLOCKING_REASONS,
@@ -391,10 +393,29 @@ const granted: Condition = {
 
 describe('instance conditions from the Pod', () => {
   test('the kubelet reasons map to blocking reasons, with messages that do not flip with retries', () => {
-    const pull = podCauses(pod({ containerStatuses: [waiting('ErrImagePull', 0, 'not found')] }));
-    const backoff = podCauses(pod({ containerStatuses: [waiting('ImagePullBackOff', 0, 'Back-off')] }));
-    assert.equal(pull[0]!.reason, 'ImageUnavailable');
+    // The pull error itself, the same through the kubelet's ErrImagePull and ImagePullBackOff (1.35's texts).
+    const error = 'failed to pull and unpack image "r.example/app:1": r.example/app:1: not found';
+    const pull = podCauses(pod({ containerStatuses: [waiting('ErrImagePull', 0, error)] }));
+    const backoff = podCauses(
+      pod({
+        containerStatuses: [
+          waiting('ImagePullBackOff', 0, `Back-off pulling image "r.example/app:1": ErrImagePull: ${error}`),
+        ],
+      }),
+    );
+    assert.deepEqual(pull, [
+      { reason: 'ImageUnavailable', message: `container app: its image cannot be pulled: ${error}` },
+    ]);
     assert.deepEqual(pull, backoff);
+    // An older kubelet's back-off names no error; a registry's long answer is cut.
+    assert.equal(
+      podCauses(
+        pod({ containerStatuses: [waiting('ImagePullBackOff', 0, 'Back-off pulling image "x"')] }),
+      )[0]!.message,
+      'container app: its image cannot be pulled',
+    );
+    const long = podCauses(pod({ containerStatuses: [waiting('ErrImagePull', 0, 'x'.repeat(5000))] }))[0]!;
+    assert.ok(long.message.length < MAX_PULL_ERROR + 60);
     assert.equal(
       podCauses(pod({ containerStatuses: [waiting('InvalidImageName')] }))[0]!.reason,
       'ImageUnavailable',
@@ -591,4 +612,22 @@ describe('the Pod and its gate', () => {
     assert.deepEqual(i['spec'], { template: instance.spec.template, templateHash: 'h2', ordinal: 4 });
     assert.equal(i.metadata!.ownerReferences![0]!.controller, true);
   });
+});
+
+test('a Warning when a blocking cause starts to hold, quota included; none for a wait or a cause already shown', () => {
+  const no = (reason: string) => ({ status: false, reason, message: '' });
+  for (const reason of [
+    'QuotaExceeded',
+    'ImageUnavailable',
+    'InstanceCrashing',
+    'ConfigurationError',
+    'Unschedulable',
+  ])
+    assert.ok(warns({ status: 'True', reason: 'Ready' }, no(reason)), reason);
+  assert.ok(warns(undefined, no('QuotaBackendUnavailable')));
+  assert.ok(warns({ status: 'False', reason: 'QuotaExceeded' }, no('ImageUnavailable')));
+  assert.ok(!warns({ status: 'False', reason: 'QuotaExceeded' }, no('QuotaExceeded')));
+  assert.ok(!warns(undefined, no('Provisioning')));
+  assert.ok(!warns(undefined, no('PendingEvaluation')));
+  assert.ok(!warns(undefined, { status: true, reason: 'Ready', message: 'serving' }));
 });

@@ -270,8 +270,11 @@ describe('rollup during a rollout', () => {
     );
     assert.equal(r.available.status, 'True');
     assert.equal(r.progressing.reason, 'RollingOut');
-    // Without the plan's hashes, the old cells would not count at all: the plan is what was applied.
-    assert.equal(rollup(w, ts, HASH, views, find, BLOCKING_REASONS).status.readyReplicas, 2);
+    // Without the plan's hashes the old cells have not observed what would be applied: their
+    // instances still count as the cells report them (never fewer), none of them updated.
+    const unplanned = rollup(w, ts, HASH, views, find, BLOCKING_REASONS);
+    assert.deepEqual([unplanned.status.readyReplicas, unplanned.status.updatedReplicas], [6, 2]);
+    assert.equal(unplanned.available.status, 'True');
   });
 
   test('a draining city is listed with its counts, Draining, and does not make the workload unavailable', () => {

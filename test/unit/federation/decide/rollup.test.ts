@@ -43,14 +43,20 @@ describe('rollup', () => {
     });
   });
 
-  test("a cell's counts count only when it observed what was applied", () => {
+  test('a cell that has not observed what was applied: its counts and Available as it reports them, none updated', () => {
+    // Right after a template change every instance still serves: never fewer ready than the cells say.
     for (const stale of [{ hash: 'old' }, { generation: 2 }]) {
       const d = placed('dfw', us, serving(2), stale);
       if (stale.generation) d.object.status!.observedGeneration = 1;
       const r = run(cells, [d, placed('lhr', eu, serving(2))]);
-      assert.equal(r.status.readyReplicas, 2, JSON.stringify(stale));
-      assert.equal(r.available.reason, 'Provisioning');
-      assert.equal(r.progressing.reason, 'Progressing');
+      const s = JSON.stringify(stale);
+      assert.deepEqual([r.status.readyReplicas, r.status.updatedReplicas], [4, 2], s);
+      assert.equal(r.available.status, 'True', s);
+      assert.equal(r.progressing.reason, 'Progressing', s);
+      // Not Available there as it last said: Provisioning until it has observed the spec.
+      const down = placed('dfw', us, serving(2, 0), stale);
+      if (stale.generation) down.object.status!.observedGeneration = 1;
+      assert.equal(run(cells, [down, placed('lhr', eu, serving(2))]).available.reason, 'Provisioning', s);
     }
   });
 
