@@ -46,6 +46,8 @@ const { values } = parseArgs({
     pools: { type: 'string', default: '200' },
     workers: { type: 'string', default: String(AGENT_WORKERS) },
     'churn-seconds': { type: 'string', default: '30' },
+    // Another name lets two runs (two scales) share a machine.
+    sandbox: { type: 'string', default: 'bench-agents' },
   },
 });
 const nodeCount = Number(values.nodes);
@@ -59,7 +61,7 @@ const FLOOR = 'bench.berth.dev/floor.';
 const BARE = 'bench.berth.dev/bare.';
 const LABEL = 'bench.berth.dev/agent';
 
-const sb = await benchSandbox('bench-agents', [{ prefix: 'n', count: nodeCount }]);
+const sb = await benchSandbox(values.sandbox, [{ prefix: 'n', count: nodeCount }]);
 const client = sb.client({ maxInFlight: 64 });
 await installCrds(client);
 const nsOf = (i: number) => `bench-${i % 4}`;
