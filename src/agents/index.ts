@@ -7,12 +7,13 @@ import { nodeInformer, podInformer, slimMeta, type SlimPod } from '../policy/sli
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Controller } from '../runtime/controller/controller.ts';
-import { WriteSpacing } from '../runtime/controller/spacing.ts';
+import { WriteWindow } from '../runtime/controller/spacing.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { agentsCommand } from './cli.ts';
 import {
-  CLAIM_WRITE_BURST,
-  CLAIM_WRITE_INTERVAL_MS,
+  AGENT_WORKERS,
+  CLAIM_QUIET_MS,
+  CLAIM_WRITE_WINDOW_MS,
   NodeReconciler,
   outranked,
   setupNodeController,
@@ -108,7 +109,10 @@ export const agentsCapability: Capability = {
     },
   ],
   setup({ kit, options, berthNamespace }) {
-    const agents = setupAgents(kit, { workers: Number(options['agentWorkers'] ?? 16), berthNamespace });
+    const agents = setupAgents(kit, {
+      workers: Number(options['agentWorkers'] ?? AGENT_WORKERS),
+      berthNamespace,
+    });
     return { webhooks: [agents.webhook] };
   },
   // Claims and labels of a placement deleted moments before Berth stopped.
@@ -169,7 +173,7 @@ export function setupAgents(
   );
   const nodes = nodeInformer(manager);
   const writer = kit.applyWriter(FIELD_MANAGER, nodes, {
-    spacing: new WriteSpacing(CLAIM_WRITE_INTERVAL_MS, CLAIM_WRITE_BURST),
+    spacing: new WriteWindow(CLAIM_WRITE_WINDOW_MS, CLAIM_QUIET_MS),
     // Claims follow pods, never the node: only a claim someone else undid can be a fight.
     decidesFromNode: false,
   });
@@ -207,7 +211,7 @@ export function setupAgents(
   const nodeController = setupNodeController(
     a,
     { reconcile: (key) => reconciler.reconcile(key) },
-    opts.workers ?? 16,
+    opts.workers ?? AGENT_WORKERS,
   );
   const status = setupStatusController(a, nodeController);
   const reconciler = new NodeReconciler(a, writer, status);

@@ -3,7 +3,7 @@
 // policies; this is where they meet it.
 import type { Manager } from '../runtime/manager/manager.ts';
 import { ApplyNodeWriter } from './nodes/apply.ts';
-import type { WriteSpacing } from '../runtime/controller/spacing.ts';
+import type { Spacing } from '../runtime/controller/spacing.ts';
 import { CasNodeWriter, type NodeEvents } from './nodes/cas.ts';
 import { WriteLoopBreaker } from './nodes/loopbreaker.ts';
 import { KeyOwnership } from './nodes/ownership.ts';
@@ -34,7 +34,7 @@ export class PolicyKit {
   applyWriter(
     fieldManager: string,
     nodes: NodeEvents,
-    opts: { spacing?: WriteSpacing; decidesFromNode?: boolean } = {},
+    opts: { spacing?: Spacing; decidesFromNode?: boolean } = {},
   ): ApplyNodeWriter {
     return new ApplyNodeWriter(() => this.manager.client(), fieldManager, nodes, {
       ...opts,

@@ -21,12 +21,19 @@ import { countClaimWrites } from '../metrics.ts';
 import { AGENT_KEYS } from '../types.ts';
 import type { AgentStatus, PlacementStanding } from './status.ts';
 
-// A busy node's claims wait at most this long after its last write, so that the changes of a burst
-// go out together: every claim is on its node within this bound plus one write (decision 0005).
-export const CLAIM_WRITE_INTERVAL_MS = 500;
-// After a quiet spell two claim writes go at once: a pod replaced on a node (one goes, one comes) is
-// two changes in quick succession, and the second need not wait out the interval (decision 0005).
-export const CLAIM_WRITE_BURST = 2;
+// A claim change on a node written less than CLAIM_QUIET_MS ago waits until it is this old, so that
+// the changes of a burst go out together; a quiet node is written at once. Every claim is on its
+// node within this window plus one write and its watch event, which the 1 s bound leaves room for
+// (decision 0005).
+export const CLAIM_WRITE_WINDOW_MS = 400;
+// How long a node stays busy after a write: in a churn most changes come to a node written longer
+// ago than this and go at once, while the claims of a burst (one every second or so per node)
+// coalesce (decision 0005).
+export const CLAIM_QUIET_MS = 1000;
+// Node reconciles at once: a pass is mostly a write's round trip, so the workers bound how many
+// writes are on their way, not how many go (the window does); with 16, claims of a burst waited
+// a second for a worker (decision 0005).
+export const AGENT_WORKERS = 64;
 
 /** A change of key ownership by a higher-ranked capability (a startup gate): placements are checked again. */
 export const outranked = (c: { rank: number }): boolean => c.rank < AGENT_KEYS.rank;

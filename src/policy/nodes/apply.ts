@@ -7,7 +7,7 @@
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
 import { isConflict, type KubeClient } from '../../runtime/client/client.ts';
 import { errorText } from '../../runtime/observability/log.ts';
-import type { WriteSpacing } from '../../runtime/controller/spacing.ts';
+import type { Spacing } from '../../runtime/controller/spacing.ts';
 import { CasNodeWriter, taintPatch, type NodeEvents, type NodeWriterOptions } from './cas.ts';
 import { changedKeys, leaveAsIs, nodeState, planNodeApply, type NodeOutputs, type NodePlan } from './plan.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
@@ -25,8 +25,8 @@ interface PlanKey {
  * Applies one field manager's share of nodes. After each write it expects to see that write come
  * back through the node informer: until it has, a reconcile (on a cache older than the write) that
  * arrives at the same plan sends nothing, while a different plan is written at once. With a
- * WriteSpacing, a write that changes only annotations waits until the node's last write is that old:
- * the changes of a busy node go out together, each at most one interval late. Every write goes
+ * spacing (WriteSpacing, WriteWindow), a write that changes only annotations waits as it says: the
+ * changes of a busy node go out together, each at most one interval late. Every write goes
  * through the manager's WriteLoopBreaker, which may hold keys back.
  */
 export class ApplyNodeWriter {
@@ -34,13 +34,13 @@ export class ApplyNodeWriter {
   readonly #client: () => KubeClient;
   /** Sends the writes (the taint patch its own), through the loop breaker, and keeps the expectations. */
   readonly #cas: CasNodeWriter<PlanKey>;
-  readonly #spacing: WriteSpacing | undefined;
+  readonly #spacing: Spacing | undefined;
 
   constructor(
     client: () => KubeClient,
     fieldManager: string,
     nodes: NodeEvents,
-    opts: NodeWriterOptions & { spacing?: WriteSpacing },
+    opts: NodeWriterOptions & { spacing?: Spacing },
   ) {
     this.#client = client;
     this.fieldManager = fieldManager;
@@ -59,6 +59,7 @@ export class ApplyNodeWriter {
     let plan = planNodeApply(state, desired);
     if (plan.inSync) {
       this.#cas.forget(name);
+      this.#spacing?.settled?.(name);
       return { ...plan, wrote: false };
     }
     const pending = this.#cas.pending(node);

@@ -40,3 +40,54 @@ export class WriteSpacing {
     return intervalMs > 0 ? Math.min(this.burst, last.tokens + (now - last.at) / intervalMs) : this.burst;
   }
 }
+
+/** What a writer asks of its spacing: how long a key's write waits, and what it did. */
+export interface Spacing {
+  wait(key: string, now?: number): number;
+  wrote(key: string, now?: number): void;
+  /** The key needs no write any more (its change was undone before it went out). */
+  settled?(key: string): void;
+  forget(key: string): void;
+}
+
+// Trailing coalescing, for writes whose changes come in runs (a node's claims as a workload's pods
+// land): a key not written for `quietMs` is written at once; a change to a key written more recently
+// waits until it is `windowMs` old, and the write then carries every change of the meantime. So no
+// change waits longer than the window, and a run of changes costs one write per window, where a
+// token bucket writes at the interval's start and again at its end.
+export class WriteWindow implements Spacing {
+  /** Per key: when it was last written. */
+  private readonly last = new Map<string, number>();
+  /** Per key: when its first change not yet written was seen. */
+  private readonly since = new Map<string, number>();
+  readonly windowMs: number;
+  readonly quietMs: number;
+
+  constructor(windowMs: number, quietMs: number) {
+    this.windowMs = windowMs;
+    this.quietMs = quietMs;
+  }
+
+  wait(key: string, now = Date.now()): number {
+    const since = this.since.get(key);
+    if (since !== undefined) return Math.max(0, since + this.windowMs - now);
+    const last = this.last.get(key);
+    if (last === undefined || now - last >= this.quietMs) return 0;
+    this.since.set(key, now);
+    return this.windowMs;
+  }
+
+  wrote(key: string, now = Date.now()): void {
+    this.last.set(key, now);
+    this.since.delete(key);
+  }
+
+  settled(key: string): void {
+    this.since.delete(key);
+  }
+
+  forget(key: string): void {
+    this.last.delete(key);
+    this.since.delete(key);
+  }
+}
