@@ -31,7 +31,8 @@ export const cellsCapability: Capability = {
       .argParser(seconds),
   ],
   crds: [Location, Cell],
-  uninstall: (ctx) => forgetCells(ctx.client, ctx),
+  // Kept Cells keep the kubeconfig Secrets they name.
+  uninstall: (ctx) => (ctx.keepCrds ? Promise.resolve() : forgetCells(ctx.client, ctx)),
   // The probe controller watches cells and patches their status; the page's map of cells by city
   // watches Locations too. `berth cells join` writes Locations with its user's credentials.
   rbac: [

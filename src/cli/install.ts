@@ -67,10 +67,16 @@ export function installCommand(): Command {
         "webhook configurations Berth registers into, and the admission policy that bounds Berth's Pod patches",
     )
     .option('--kubeconfig <path>', 'kubeconfig to use')
+    .option(
+      '--crds-only',
+      "only the CRDs (the Helm chart's pre-install and pre-upgrade hook: the chart makes the rest, named after its release)",
+      false,
+    )
     .action((o) =>
       withCluster(o.kubeconfig, async (client) => {
         const log = (s: string) => process.stderr.write(`${s}\n`);
         await installCrds(client, log);
+        if (o.crdsOnly) return;
         await installWebhookConfigurations(client, log);
         await installPodPatchPolicy(client, log);
       }),
