@@ -420,7 +420,12 @@ export const crdsHookRules = (caps: Capability[] = capabilities): DeclaredRule[]
 export const uninstallHookRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
   ...kindsByGroup(caps).map((g) => ({ ...g, verbs: ['list'] })),
   { apiGroups: [''], resources: ['nodes', 'pods'], verbs: ['list', 'patch'] },
-  { apiGroups: [''], resources: ['pods'], verbs: ['get'], why: 'arch clean reads a pod back after patching it' },
+  {
+    apiGroups: [''],
+    resources: ['pods'],
+    verbs: ['get'],
+    why: 'arch clean reads a pod back after patching it',
+  },
   {
     apiGroups: ['admissionregistration.k8s.io'],
     resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],

@@ -324,7 +324,10 @@ export async function ensureHelm(log: (s: string) => void = () => {}, signal?: A
 }
 
 /** The crane binary (go-containerregistry), built on first use and cached like the control plane. */
-export async function ensureCrane(log: (s: string) => void = () => {}, signal?: AbortSignal): Promise<string> {
+export async function ensureCrane(
+  log: (s: string) => void = () => {},
+  signal?: AbortSignal,
+): Promise<string> {
   return join(await buildComponent('crane', log, signal), 'crane');
 }
 

@@ -91,7 +91,7 @@ before(async () => {
   nodes = await addNodes(client, {
     prefix: uniqueName('helmup-node'),
     count: 1,
-    labels: { [`${ns}.test/berth`]: 'true' },
+    labels: { [`${ns}.test/berth`]: 'berth' },
   });
 });
 
@@ -104,7 +104,7 @@ after(async () => {
 describe('the chart from one version to the next, by Helm alone', () => {
   test('upgrades from the previous chart (5d574d0) by its hook, keeping everything, and uninstalls by its hook, keeping the CRDs', async () => {
     // Berth's pods and the hooks' on this file's node, where kwok runs them.
-    const values = { [`nodeSelector.${ns.replaceAll('.', '\\.')}\\.test/berth`]: 'true' };
+    const values = { [`nodeSelector.${ns.replaceAll('.', '\\.')}\\.test/berth`]: 'berth' };
     const previous = mkdtempSync(join(tmpdir(), 'berth-chart-'));
     cpSync(previousChart, previous, { recursive: true });
     cpSync(join(chart, 'crds'), join(previous, 'crds'), { recursive: true });

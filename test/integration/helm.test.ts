@@ -128,7 +128,7 @@ before(async () => {
   nodes = await addNodes(client, {
     prefix: uniqueName('helm-node'),
     count: 1,
-    labels: { [nodeLabel]: 'true' },
+    labels: { [nodeLabel]: 'berth' },
   });
 });
 
@@ -193,7 +193,7 @@ describe('the Helm chart', () => {
     assert.ok(args(render(options['a Secret of the user'])).includes('--webhook-cert-dir=/certs'));
     // Owner kinds opted in: the ClusterRole is the one generated with them, and only with them.
     const clusterRoleRules = (values: Record<string, string>) =>
-      mergeRules(render(values).find((o) => o.kind === 'ClusterRole').rules);
+      mergeRules(render(values).find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'berth').rules);
     // The chart's default controllers are a cluster's capabilities.
     const generated = (
       opts: RbacOptions,
@@ -314,17 +314,14 @@ describe('the Helm chart', () => {
     const sa = objects.find((o) => o.kind === 'ServiceAccount' && o.metadata.name === 'berth-hooks');
     assert.equal(hook(sa), 'pre-install,pre-upgrade,post-delete');
     const roles = objects.filter((o) => hook(o) && o.kind.includes('Role'));
-    assert.deepEqual(
-      roles.map((o) => [o.kind, o.metadata.name, hook(o)]),
-      [
-        ['ClusterRole', 'berth-crds', 'pre-install,pre-upgrade'],
-        ['ClusterRoleBinding', 'berth-crds', 'pre-install,pre-upgrade'],
-        ['ClusterRole', 'berth-uninstall', 'post-delete'],
-        ['ClusterRoleBinding', 'berth-uninstall', 'post-delete'],
-        ['Role', 'berth-uninstall', 'post-delete'],
-        ['RoleBinding', 'berth-uninstall', 'post-delete'],
-      ],
-    );
+    assert.deepEqual(roles.map((o) => [o.kind, o.metadata.name, hook(o)]).sort(), [
+      ['ClusterRole', 'berth-crds', 'pre-install,pre-upgrade'],
+      ['ClusterRole', 'berth-uninstall', 'post-delete'],
+      ['ClusterRoleBinding', 'berth-crds', 'pre-install,pre-upgrade'],
+      ['ClusterRoleBinding', 'berth-uninstall', 'post-delete'],
+      ['Role', 'berth-uninstall', 'post-delete'],
+      ['RoleBinding', 'berth-uninstall', 'post-delete'],
+    ]);
     for (const o of roles) assert.ok(weight(sa) < weight(o) && weight(o) < weight(jobs[0]));
     // The CRDs the hook may write: Berth's, by name.
     const crds = roles.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'berth-crds');
@@ -335,7 +332,7 @@ describe('the Helm chart', () => {
         .sort(),
     );
     const deleting = render(options['CRDs deleted on uninstall']).find(
-      (o) => o.metadata.name === 'berth-uninstall',
+      (o) => o.kind === 'Job' && o.metadata.name === 'berth-uninstall',
     );
     assert.ok(!deleting.spec.template.spec.containers[0].args.includes('--keep-crds'));
     assert.ok(!render(options['no hooks']).some((o) => hook(o)), 'no hooks: no hook objects');
@@ -447,7 +444,7 @@ describe('the Helm chart', () => {
     const release = uniqueName('b');
     // Berth's pods and the hooks' on this file's node, where kwok runs them (and completes the
     // hooks' Jobs: Helm waits for them; what the hooks' commands do is helm-upgrade.test.ts's).
-    const onNode = sets({ [`nodeSelector.${nodeLabel.replaceAll('.', '\\.')}`]: 'true' });
+    const onNode = sets({ [`nodeSelector.${nodeLabel.replaceAll('.', '\\.')}`]: 'berth' });
     helm(['install', release, chart, '--namespace', ns, '--wait=false', ...onNode]);
     const name = `${release}-berth`;
     const d = await waitFor('the Deployment to be created', () =>
