@@ -3,8 +3,11 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { Resources } from '../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
+import { addNodes, deleteNamespace, deleteNodes, uniqueName } from './cluster.ts';
 
 // Rendered objects, read field by field: a missing field fails an assertion, not the compiler.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -45,4 +48,34 @@ export function render(
   return parseAllDocuments(out)
     .map((d) => d.toJS() as Any)
     .filter(Boolean);
+}
+
+/**
+ * A namespace under restricted Pod Security for a release, and a kwok node of its own for the
+ * release's pods and its hooks' (kwok runs them, and completes the Jobs Helm waits for): the values
+ * that put them there, and the removal of both.
+ */
+export async function releasePlace(
+  client: KubeClient,
+  ns: string,
+): Promise<{ onNode: Record<string, string>; node: string; remove: () => Promise<void> }> {
+  await client.create(Resources.namespaces, {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name: ns, labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } },
+  });
+  const label = `${ns}.test/berth`;
+  const nodes = await addNodes(client, {
+    prefix: uniqueName(`${ns}-node`),
+    count: 1,
+    labels: { [label]: 'berth' },
+  });
+  return {
+    onNode: { [`nodeSelector.${label.replaceAll('.', '\\.')}`]: 'berth' },
+    node: nodes[0]!,
+    remove: async () => {
+      await deleteNodes(client, nodes);
+      await deleteNamespace(client, ns);
+    },
+  };
 }

@@ -24,8 +24,8 @@ import { LEADER_ELECTION_ID } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { ensureHelm } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import { addNodes, deleteNamespace, deleteNodes, testSandbox, uniqueName } from '../helpers/cluster.ts';
-import { chart, exec, render, sets, type Any } from '../helpers/helm.ts';
+import { testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { chart, exec, releasePlace, render, sets, type Any } from '../helpers/helm.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -35,7 +35,7 @@ const ns = uniqueName('helmup');
 const release = uniqueName('up');
 const fullname = `${release}-berth`;
 let helmPath: string;
-let nodes: string[] = [];
+let place: Awaited<ReturnType<typeof releasePlace>> | undefined;
 const helm = (args: string[]) => exec(sandbox, helmPath, args);
 
 /** The hook Job `name` as rendered, and the RBAC objects its ServiceAccount is bound with. */
@@ -83,28 +83,18 @@ const refOf = (kind: string) =>
 
 before(async () => {
   helmPath = await ensureHelm();
-  await client.create(Resources.namespaces, {
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name: ns, labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } },
-  });
-  nodes = await addNodes(client, {
-    prefix: uniqueName('helmup-node'),
-    count: 1,
-    labels: { [`${ns}.test/berth`]: 'berth' },
-  });
+  place = await releasePlace(client, ns);
 });
 
 after(async () => {
-  await deleteNodes(client, nodes);
-  await deleteNamespace(client, ns);
+  await place?.remove();
   client.close();
 });
 
 describe('the chart from one version to the next, by Helm alone', () => {
   test('upgrades from the previous chart (5d574d0) by its hook, keeping everything, and uninstalls by its hook, keeping the CRDs', async () => {
     // Berth's pods and the hooks' on this file's node, where kwok runs them.
-    const values = { [`nodeSelector.${ns.replaceAll('.', '\\.')}\\.test/berth`]: 'berth' };
+    const values = place!.onNode;
     const previous = mkdtempSync(join(tmpdir(), 'berth-chart-'));
     cpSync(previousChart, previous, { recursive: true });
     cpSync(join(chart, 'crds'), join(previous, 'crds'), { recursive: true });
@@ -184,6 +174,7 @@ describe('the chart from one version to the next, by Helm alone', () => {
 
       // What Berth writes at run time: its certificate Secret, its Lease, a derived label on a node.
       const label = `${rule}.example/derived`;
+      const node = place!.node;
       await client.create(Resources.secrets, {
         apiVersion: 'v1',
         kind: 'Secret',
@@ -196,7 +187,7 @@ describe('the chart from one version to the next, by Helm alone', () => {
       });
       await client.apply(
         Resources.nodes,
-        { apiVersion: 'v1', kind: 'Node', metadata: { name: nodes[0]!, labels: { [label]: 'true' } } },
+        { apiVersion: 'v1', kind: 'Node', metadata: { name: node, labels: { [label]: 'true' } } },
         { fieldManager: LABELS_MANAGER },
       );
 
@@ -218,8 +209,8 @@ describe('the chart from one version to the next, by Helm alone', () => {
         [Resources.leases, LEADER_ELECTION_ID],
       ] as const)
         await assert.rejects(client.get(ref, name, ns), `${ref.kind} ${name} deleted by the hook`);
-      const node = await client.get(Resources.nodes, nodes[0]!);
-      assert.equal(node.metadata?.labels?.[label], undefined, "Berth's label taken back");
+      const labelled = await client.get(Resources.nodes, node);
+      assert.equal(labelled.metadata?.labels?.[label], undefined, "Berth's label taken back");
       assert.deepEqual(await uids(), before, 'crds.keep: the CRDs stay');
       assert.equal((await client.get(NodeLabelRule.ref, rule)).metadata?.uid, policy.metadata?.uid);
     } finally {

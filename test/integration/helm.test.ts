@@ -15,18 +15,24 @@ import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namesp
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { mergeRules } from '../../src/runtime/api/rbac.ts';
 import { crdManifests, rbacManifests, type RbacOptions } from '../../src/manifests.ts';
-import { addNodes, deleteNamespace, deleteNodes, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { assertCaChain } from '../helpers/certmanager.ts';
-import { chart, exec as execIn, render as renderWith, sets, type Any } from '../helpers/helm.ts';
+import {
+  chart,
+  exec as execIn,
+  releasePlace,
+  render as renderWith,
+  sets,
+  type Any,
+} from '../helpers/helm.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
 const ns = uniqueName('helm');
 let helmPath: string;
 let kubectlPath: string;
-const nodeLabel = `${ns}.test/berth`;
-let nodes: string[] = [];
+let place: Awaited<ReturnType<typeof releasePlace>> | undefined;
 
 const exec = (bin: string, args: string[], input?: string) => execIn(sandbox, bin, args, input);
 const helm = (args: string[]) => exec(helmPath, args);
@@ -120,21 +126,11 @@ const options: Record<string, Record<string, string>> = {
 
 before(async () => {
   [helmPath, { kubectl: kubectlPath }] = await Promise.all([ensureHelm(), ensureBinaries()]);
-  await client.create(Resources.namespaces, {
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name: ns, labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } },
-  });
-  nodes = await addNodes(client, {
-    prefix: uniqueName('helm-node'),
-    count: 1,
-    labels: { [nodeLabel]: 'berth' },
-  });
+  place = await releasePlace(client, ns);
 });
 
 after(async () => {
-  await deleteNodes(client, nodes);
-  await deleteNamespace(client, ns);
+  await place?.remove();
   client.close();
 });
 
@@ -444,7 +440,7 @@ describe('the Helm chart', () => {
     const release = uniqueName('b');
     // Berth's pods and the hooks' on this file's node, where kwok runs them (and completes the
     // hooks' Jobs: Helm waits for them; what the hooks' commands do is helm-upgrade.test.ts's).
-    const onNode = sets({ [`nodeSelector.${nodeLabel.replaceAll('.', '\\.')}`]: 'berth' });
+    const onNode = sets(place!.onNode);
     helm(['install', release, chart, '--namespace', ns, '--wait=false', ...onNode]);
     const name = `${release}-berth`;
     const d = await waitFor('the Deployment to be created', () =>
