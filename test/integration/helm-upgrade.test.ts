@@ -222,7 +222,7 @@ describe('the chart from one version to the next, by Helm alone', () => {
     }
   });
 
-  test('with crds.keep=false the uninstall hook deletes the CRDs, and refuses while objects of Berth’s kinds exist', () => {
+  test('with crds.keep=false the uninstall hook runs berth uninstall without --keep-crds (which deletes the CRDs)', () => {
     const { args } = renderedHook({ 'crds.keep': 'false' }, 'uninstall');
     assert.ok(!args.includes('--keep-crds'));
     assert.ok(args.includes(`--namespace=${ns}`));
