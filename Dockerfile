@@ -1,6 +1,8 @@
-# Berth's image, ghcr.io/berth-dev/berth:<package.json version> (deploy/ refers to that name).
-# Not built in CI (CI has no Docker): build and push it by hand from a clean checkout,
+# Berth's image, ghcr.io/berth-dev/berth:<package.json version> (deploy/ refers to that name), for
+# users with a container engine:
 #   docker build -t ghcr.io/berth-dev/berth:$(npm pkg get version | tr -d '"') .
+# Without one, `npm run image -- --tag REF` assembles the same runtime for linux/amd64 and linux/arm64
+# from Debian packages and the npm node binary with crane (decision 0035; image.test.ts boots it).
 # It runs `node dist/cli/main.js run` as the non-root user 65532 on a read-only root filesystem.
 
 FROM node:24-slim AS build

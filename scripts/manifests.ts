@@ -6,11 +6,13 @@ import { dirname, join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import {
   archPullSecretRoleName,
+  aggregatedRules,
   archPullSecretRules,
   BUILTIN_OWNER_KINDS,
   capabilityRules,
   certSecretRules,
   crdManifests,
+  crdsHookRules,
   finalizerOwnerRule,
   leaderElectionRoleName,
   leaseRules,
@@ -18,6 +20,8 @@ import {
   pullSecretRoleName,
   rbacManifests,
   runtimeRules,
+  uninstallHookNamespaceRules,
+  uninstallHookRules,
   userNamespaceRules,
   workloadNamespaceRules,
   workloadPodsRoleName,
@@ -314,6 +318,92 @@ const kustomizeDashboard = (): string =>
     } as KubeObject,
   ]);
 
+/** Annotations of a hook's own objects: made before its Job (weight), deleted once it succeeded. */
+const hookAnnotations = (hooks: string, weight: number): string[] => [
+  '  annotations:',
+  `    helm.sh/hook: ${hooks}`,
+  `    helm.sh/hook-weight: "${weight}"`,
+  '    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded',
+];
+
+/**
+ * A hook Job's role and binding to the hooks' ServiceAccount (hooks.yaml), made for the hook phases
+ * `hooks` only: a Role in the release namespace, or a ClusterRole.
+ */
+function helmHookRole(kind: 'Role' | 'ClusterRole', name: string, hooks: string, rules: unknown): string {
+  const metadata = [
+    'metadata:',
+    `  name: ${name}`,
+    ...(kind === 'Role' ? ['  namespace: {{ .Release.Namespace }}'] : []),
+    '  labels:',
+    '    {{- include "berth.labels" . | nindent 4 }}',
+    ...hookAnnotations(hooks, -5),
+  ];
+  return (
+    ['apiVersion: rbac.authorization.k8s.io/v1', `kind: ${kind}`, ...metadata].join('\n') +
+    '\n' +
+    yaml({ rules }) +
+    [
+      '---',
+      'apiVersion: rbac.authorization.k8s.io/v1',
+      `kind: ${kind}Binding`,
+      ...metadata,
+      'roleRef:',
+      '  apiGroup: rbac.authorization.k8s.io',
+      `  kind: ${kind}`,
+      `  name: ${name}`,
+      'subjects:',
+      '  - kind: ServiceAccount',
+      '    name: {{ include "berth.fullname" . }}-hooks',
+      '    namespace: {{ .Release.Namespace }}',
+    ].join('\n') +
+    '\n'
+  );
+}
+
+/** The hook Jobs' grants (hooks.yaml runs them): the CRDs' install and upgrade, and the uninstall. */
+const helmHookRoles = (): string =>
+  HEADER +
+  '{{- if .Values.hooks.enabled }}\n' +
+  [
+    helmHookRole('ClusterRole', `${FULLNAME}-crds`, 'pre-install,pre-upgrade', mergeRules(crdsHookRules())),
+    helmHookRole('ClusterRole', `${FULLNAME}-uninstall`, 'post-delete', mergeRules(uninstallHookRules())),
+    helmHookRole('Role', `${FULLNAME}-uninstall`, 'post-delete', mergeRules(uninstallHookNamespaceRules())),
+  ].join('---\n') +
+  '{{- end }}\n';
+
+/** ClusterRoles Kubernetes aggregates into `view`, and into `edit` and `admin`, for Berth's kinds. */
+function aggregatedRoles(): KubeObject[] {
+  const aggregated = (access: 'view' | 'edit', into: string[]): KubeObject => ({
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRole',
+    metadata: {
+      name: `berth-${access}`,
+      labels: Object.fromEntries(into.map((r) => [`rbac.authorization.k8s.io/aggregate-to-${r}`, 'true'])),
+    },
+    rules: mergeRules(aggregatedRules(access)),
+  });
+  return [aggregated('view', ['view', 'edit', 'admin']), aggregated('edit', ['edit', 'admin'])];
+}
+
+/** aggregatedRoles as a Helm template: named after the release, with its labels. */
+const helmAggregatedRoles = (): string =>
+  HEADER +
+  aggregatedRoles()
+    .map((r) =>
+      [
+        'apiVersion: rbac.authorization.k8s.io/v1',
+        'kind: ClusterRole',
+        'metadata:',
+        `  name: ${r.metadata!.name!.replace('berth', FULLNAME)}`,
+        '  labels:',
+        '    {{- include "berth.labels" . | nindent 4 }}',
+        ...Object.keys(r.metadata!.labels!).map((l) => `    ${l}: 'true'`),
+        yaml({ rules: (r as KubeObject & { rules: unknown }).rules }),
+      ].join('\n'),
+    )
+    .join('---\n');
+
 /** Every generated file, by path relative to the repository root. */
 export function generatedFiles(): Map<string, string> {
   const crds = crdManifests();
@@ -325,6 +415,7 @@ export function generatedFiles(): Map<string, string> {
       documents(emptyWebhookConfigurations(WEBHOOK_CONFIGURATION)),
     ],
     ['deploy/kustomize/base/pod-patch-policy.yaml', documents(podPatchPolicyManifests())],
+    ['deploy/kustomize/base/aggregated-roles.yaml', documents(aggregatedRoles())],
     ['deploy/kustomize/finalizer-owners/rules.yaml', kustomizeFinalizerOwners()],
     ['deploy/kustomize/monitoring/prometheusrule.yaml', kustomizePrometheusRule()],
     ['deploy/kustomize/monitoring/grafana-dashboard.yaml', kustomizeDashboard()],
@@ -337,6 +428,8 @@ export function generatedFiles(): Map<string, string> {
     ['deploy/helm/berth/templates/arch-pull-secret.yaml', helmArchPullSecret()],
     ['deploy/helm/berth/templates/webhook-configurations.yaml', helmWebhookConfigurations()],
     ['deploy/helm/berth/templates/pod-patch-policy.yaml', helmPodPatchPolicy()],
+    ['deploy/helm/berth/templates/hook-roles.yaml', helmHookRoles()],
+    ['deploy/helm/berth/templates/aggregated-roles.yaml', helmAggregatedRoles()],
   ]);
   for (const crd of crds) files.set(`${HELM_CRDS_DIR}/${crd.metadata!.name}.yaml`, documents([crd]));
   return files;

@@ -75,6 +75,8 @@ export interface UninstallContext {
   /** Says what changed (or, in a dry run, would change), one line each. */
   say: (line: string) => void;
   dryRun: boolean;
+  /** The CRDs and Berth's objects stay for a later install (`--keep-crds`): what they refer to stays too. */
+  keepCrds: boolean;
 }
 
 /** A kind of the capability's own that `berth explain <name> NAMESPACE/NAME` explains. */

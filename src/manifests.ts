@@ -388,3 +388,72 @@ export function podPatchPolicyManifests(opts: { name?: string; namespace?: strin
   };
   return [policy, binding];
 }
+
+const crdNames = (caps: Capability[]): string[] => crdManifests(caps).map((c) => c.metadata!.name!);
+
+/** Every custom resource of the capabilities, by API group (aggregated roles, the uninstall's reads). */
+function kindsByGroup(caps: Capability[]): { apiGroups: string[]; resources: string[] }[] {
+  const groups = new Map<string, string[]>();
+  for (const c of caps)
+    for (const r of c.crds)
+      groups.set(r.crd.spec.group, [...(groups.get(r.crd.spec.group) ?? []), r.crd.spec.names.plural]);
+  return [...groups].map(([group, resources]) => ({ apiGroups: [group], resources: resources.sort() }));
+}
+
+/** The Helm chart's pre-install and pre-upgrade hook, `berth install --crds-only`: apply and read back the CRDs. */
+export const crdsHookRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
+  ...installCrdsRules(caps),
+  {
+    apiGroups: ['apiextensions.k8s.io'],
+    resources: ['customresourcedefinitions'],
+    resourceNames: crdNames(caps),
+    verbs: ['get'],
+  },
+];
+
+/**
+ * The Helm chart's post-delete hook, `berth uninstall` (cluster-wide): count the objects of Berth's
+ * kinds, take back what each capability left on nodes and pods, delete the webhook configurations
+ * Berth registered and its CRDs (by name). Not bound by the Pod patch policy, which names Berth's
+ * own ServiceAccount: this one runs only once Berth is gone.
+ */
+export const uninstallHookRules = (caps: Capability[] = capabilities): DeclaredRule[] => [
+  ...kindsByGroup(caps).map((g) => ({ ...g, verbs: ['list'] })),
+  { apiGroups: [''], resources: ['nodes', 'pods'], verbs: ['list', 'patch'] },
+  {
+    apiGroups: [''],
+    resources: ['pods'],
+    verbs: ['get'],
+    why: 'arch clean reads a pod back after patching it',
+  },
+  {
+    apiGroups: ['admissionregistration.k8s.io'],
+    resources: ['mutatingwebhookconfigurations', 'validatingwebhookconfigurations'],
+    verbs: ['list', 'delete'],
+  },
+  {
+    apiGroups: ['apiextensions.k8s.io'],
+    resources: ['customresourcedefinitions'],
+    resourceNames: crdNames(caps),
+    verbs: ['get', 'delete'],
+  },
+];
+
+/** The post-delete hook in Berth's namespace: the cells' kubeconfig Secrets, the certificate's Secret, the Lease. */
+export const uninstallHookNamespaceRules = (): DeclaredRule[] => [
+  { apiGroups: [''], resources: ['secrets'], verbs: ['get', 'list', 'delete'] },
+  { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'delete'] },
+];
+
+/**
+ * Rules for the ClusterRoles Kubernetes aggregates into its `view` and `edit` roles: reading
+ * Berth's kinds, and writing them (status stays Berth's).
+ */
+export const aggregatedRules = (access: 'view' | 'edit', caps: Capability[] = capabilities): DeclaredRule[] =>
+  kindsByGroup(caps).map((g) => ({
+    ...g,
+    verbs:
+      access === 'view'
+        ? ['get', 'list', 'watch']
+        : ['create', 'delete', 'deletecollection', 'patch', 'update'],
+  }));

@@ -29,7 +29,8 @@ export const cellsCapability: Capability = {
     ),
   ],
   crds: [Location, Cell],
-  uninstall: (ctx) => forgetCells(ctx.client, ctx),
+  // Kept Cells keep the kubeconfig Secrets they name.
+  uninstall: (ctx) => (ctx.keepCrds ? Promise.resolve() : forgetCells(ctx.client, ctx)),
   explainKinds: [
     {
       name: 'cell',

@@ -67,10 +67,16 @@ export function installCommand(): Command {
       'Install (or upgrade) the CRDs with server-side apply, and wait until they are served; create the ' +
         "webhook configurations Berth registers into, and the admission policy that bounds Berth's Pod patches",
     )
+    .option(
+      '--crds-only',
+      "only the CRDs (the Helm chart's pre-install and pre-upgrade hook: the chart makes the rest, named after its release)",
+      false,
+    )
     .action((o) =>
       withClient(o, async (client) => {
         const log = (s: string) => process.stderr.write(`${s}\n`);
         await installCrds(client, log);
+        if (o.crdsOnly) return;
         await installWebhookConfigurations(client, log);
         await installPodPatchPolicy(client, log);
       }),

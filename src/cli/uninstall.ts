@@ -21,6 +21,12 @@ export interface UninstallOptions {
   webhookCertSecret: string;
   leaderElectionId: string;
   dryRun: boolean;
+  /**
+   * Leave the CRDs, and so the objects of Berth's kinds, for a later install (the Helm chart's
+   * `crds.keep`): what Berth made at run time is taken back all the same, and what a kept object
+   * holds (an owner's finalizer) waits for a Berth running again.
+   */
+  keepCrds?: boolean;
   /** How long to wait for the deleted CRDs to be gone (the apiserver first deletes their objects); 0: not at all. */
   timeoutMs: number;
   say: (line: string) => void;
@@ -35,12 +41,14 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
       if (n) left.push(`${n} ${r.crd.spec.names.plural}`);
     }
   // Only a running Berth takes back what a policy holds (a gate's taints, an owner's finalizer).
-  if (left.length)
+  if (left.length && o.keepCrds)
+    o.say(`kept with the CRDs: ${left.join(', ')} (what they hold waits for Berth to run again)`);
+  else if (left.length)
     throw new Error(
       `objects of Berth's kinds still exist (${left.join(', ')}): delete them while Berth runs ` +
         '(deploy/README.md, "Uninstalling"), then run berth uninstall',
     );
-  const ctx = { client, namespace: o.namespace, say: o.say, dryRun: o.dryRun };
+  const ctx = { client, namespace: o.namespace, say: o.say, dryRun: o.dryRun, keepCrds: !!o.keepCrds };
   for (const c of capabilities) await c.uninstall?.(ctx);
   const remove = async (ref: ResourceRef, name: string, namespace?: string) => {
     const what = `${ref.kind} ${namespace ? `${namespace}/` : ''}${name}`;
@@ -63,6 +71,7 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
     [Resources.leases, o.leaderElectionId],
   ] as const)
     if (await exists(client, ref, name, o.namespace)) await remove(ref, name, o.namespace);
+  if (o.keepCrds) return;
   const crds: string[] = [];
   for (const c of capabilities)
     for (const r of c.crds)
@@ -118,6 +127,11 @@ export function uninstallCommand(): Command {
     .option('--webhook-cert-secret <name>', 'the Secret of the webhook certificate', WEBHOOK_CERT_SECRET)
     .option('--leader-election-id <name>', 'the leader-election Lease', LEADER_ELECTION_ID)
     .option('--dry-run', 'say what would change, change nothing', false)
+    .option(
+      '--keep-crds',
+      "keep the CRDs and the objects of Berth's kinds (the Helm chart's crds.keep); take back the rest",
+      false,
+    )
     .addOption(
       // A CRD's deletion lists its objects through storage that may still be initializing, with a
       // doubling backoff: on a loaded apiserver well over 30 s.
@@ -134,6 +148,7 @@ export function uninstallCommand(): Command {
           webhookCertSecret: o.webhookCertSecret,
           leaderElectionId: o.leaderElectionId,
           dryRun: o.dryRun,
+          keepCrds: o.keepCrds,
           timeoutMs: o.timeout * 1000,
           say: sayStep(o.dryRun),
         }),

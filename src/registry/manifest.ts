@@ -117,8 +117,9 @@ export function parseManifest(body: Buffer, contentType?: string): Parsed {
       const d = descriptor(entry, `entry ${i} of the index`);
       const e = entry as Record<string, unknown>;
       // An OCI 1.1 artifact (a signature, an SBOM) says so by its artifactType, in an image
-      // manifest's media type: never an image, whatever platform it names.
-      if (typeof e['artifactType'] === 'string') continue;
+      // manifest's media type: never an image, whatever platform it names. go-containerregistry
+      // (crane, ko) names an image's own config type there: that entry is an image.
+      if (typeof e['artifactType'] === 'string' && !configTypes.has(e['artifactType'])) continue;
       const p =
         e['platform'] === undefined ? undefined : platformOf(e['platform'], `entry ${i} of the index`);
       if (isAttestation(e, p)) continue;

@@ -97,6 +97,13 @@ export const components = {
     ldflags: (v) => `-X github.com/prometheus/common/version.Version=${v}`,
     tags: ['remove_all_sd'],
   },
+  // go-containerregistry's crane, with which `npm run image` assembles Berth's image from files and
+  // pushes it (no container engine). Built only when asked for.
+  crane: {
+    module: 'crane',
+    pin: 'github.com/google/go-containerregistry',
+    packages: ['github.com/google/go-containerregistry/cmd/crane'],
+  },
 } satisfies Record<string, Component>;
 
 export type ComponentName = keyof typeof components;
@@ -326,6 +333,14 @@ export async function ensureBinaries(
 /** The helm binary, built on first use (a few minutes cold) and cached like the control plane. */
 export async function ensureHelm(log: (s: string) => void = () => {}, signal?: AbortSignal): Promise<string> {
   return join(await buildComponent('helm', log, signal), 'helm');
+}
+
+/** The crane binary (go-containerregistry), built on first use and cached like the control plane. */
+export async function ensureCrane(
+  log: (s: string) => void = () => {},
+  signal?: AbortSignal,
+): Promise<string> {
+  return join(await buildComponent('crane', log, signal), 'crane');
 }
 
 /** Builds the registry if missing (only a sandbox that runs one asks) and returns its binary. */

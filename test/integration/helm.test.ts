@@ -1,65 +1,43 @@
 // The Helm chart as its users meet it, with Helm itself (built from its pinned Go module): it lints
 // and renders with the default values and with every documented option, the apiserver accepts what
 // it renders (server-side dry run, in a namespace under restricted Pod Security), and a default
-// install, upgrade and uninstall work on a plain cluster: no cert-manager, no Secret made by hand; and
-// an upgrade from the previous chart (test/fixtures/upgrade) as deploy/README says keeps the CRDs and
-// the policies.
+// install, upgrade and uninstall work on a plain cluster: no cert-manager, no Secret made by hand.
+// values.schema.json refuses what values.yaml does not name. The upgrade from the previous chart and
+// the hooks' commands: helm-upgrade.test.ts.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { parseAllDocuments, stringify } from 'yaml';
+import { stringify } from 'yaml';
 import { capabilities } from '../../src/capabilities.ts';
 import { clusterControllers } from '../../src/capability.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
 import { ensureBinaries, ensureHelm } from '../../src/sandbox/build.ts';
-import { packageRoot } from '../../src/sandbox/paths.ts';
 import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { mergeRules } from '../../src/runtime/api/rbac.ts';
-import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
-import { deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { crdManifests, rbacManifests, type RbacOptions } from '../../src/manifests.ts';
+import { testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { assertCaChain } from '../helpers/certmanager.ts';
-
-// Rendered objects, read field by field: a missing field fails an assertion, not the compiler.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Any = any;
+import {
+  chart,
+  exec as execIn,
+  releasePlace,
+  render as renderWith,
+  sets,
+  type Any,
+} from '../helpers/helm.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
-const chart = join(packageRoot(), 'deploy/helm/berth');
-/** The chart as it was before today's (test/fixtures/upgrade/README.md). */
-const previousChart = join(packageRoot(), 'test/fixtures/upgrade/helm-34d69d1');
 const ns = uniqueName('helm');
 let helmPath: string;
 let kubectlPath: string;
+let place: Awaited<ReturnType<typeof releasePlace>> | undefined;
 
-function exec(bin: string, args: string[], input?: string): { stdout: string; stderr: string } {
-  const r = spawnSync(bin, args, {
-    input,
-    encoding: 'utf8',
-    timeout: 120_000,
-    env: { ...process.env, KUBECONFIG: sandbox.kubeconfigPath, HELM_CACHE_HOME: join(sandbox.dir, 'helm') },
-  });
-  assert.equal(r.status, 0, `${bin} ${args.join(' ')} failed:\n${r.stderr}${r.error ?? ''}`);
-  return { stdout: r.stdout, stderr: r.stderr };
-}
-
+const exec = (bin: string, args: string[], input?: string) => execIn(sandbox, bin, args, input);
 const helm = (args: string[]) => exec(helmPath, args);
-
-/** `--set` arguments for one option set. */
-const sets = (values: Record<string, string>) =>
-  Object.entries(values).flatMap(([k, v]) => ['--set', `${k}=${v}`]);
-
-function render(values: Record<string, string> = {}, release = 'berth'): Any[] {
-  const out = helm(['template', release, chart, '--namespace', ns, ...sets(values)]).stdout;
-  return parseAllDocuments(out)
-    .map((d) => d.toJS() as Any)
-    .filter(Boolean);
-}
+const render = (values: Record<string, string> = {}, release = 'berth'): Any[] =>
+  renderWith(helm, ns, values, release);
 
 // Kinds of other projects' CRDs that a plain cluster does not serve: rendered, not dry-run.
 const foreignGroups = ['cert-manager.io/', 'monitoring.coreos.com/'];
@@ -131,19 +109,33 @@ const options: Record<string, Record<string, string>> = {
   'a registry login': { 'arch.pullSecret': 'registry-login' },
   'workloads in a namespace': { 'workloads.namespaces': `{${ns}}` },
   'workloads everywhere': { 'workloads.namespaces': '{*}' },
+  'an image by digest': { 'image.digest': `sha256:${'a'.repeat(64)}` },
+  'pod labels, env and volumes': {
+    'podLabels.team': 'platform',
+    'extraEnv[0].name': 'HTTPS_PROXY',
+    'extraEnv[0].value': 'http://proxy.example:3128',
+    'extraVolumes[0].name': 'extra-ca',
+    'extraVolumes[0].configMap.name': 'extra-ca',
+    'extraVolumeMounts[0].name': 'extra-ca',
+    'extraVolumeMounts[0].mountPath': '/etc/extra-ca',
+  },
+  'spread across zones': {
+    'topologySpreadConstraints[0].maxSkew': '1',
+    'topologySpreadConstraints[0].topologyKey': 'topology.kubernetes.io/zone',
+    'topologySpreadConstraints[0].whenUnsatisfiable': 'DoNotSchedule',
+  },
+  'no topology spread': { topologySpreadConstraints: 'null' },
+  'CRDs deleted on uninstall': { 'crds.keep': 'false' },
+  'no hooks': { 'hooks.enabled': 'false' },
 };
 
 before(async () => {
   [helmPath, { kubectl: kubectlPath }] = await Promise.all([ensureHelm(), ensureBinaries()]);
-  await client.create(Resources.namespaces, {
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name: ns, labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } },
-  });
+  place = await releasePlace(client, ns);
 });
 
 after(async () => {
-  await deleteNamespace(client, ns);
+  await place?.remove();
   client.close();
 });
 
@@ -202,7 +194,7 @@ describe('the Helm chart', () => {
     assert.ok(args(render(options['a Secret of the user'])).includes('--webhook-cert-dir=/certs'));
     // Owner kinds opted in: the ClusterRole is the one generated with them, and only with them.
     const clusterRoleRules = (values: Record<string, string>) =>
-      mergeRules(render(values).find((o) => o.kind === 'ClusterRole').rules);
+      mergeRules(render(values).find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'berth').rules);
     // The chart's default controllers are a cluster's capabilities.
     const generated = (
       opts: RbacOptions,
@@ -278,6 +270,133 @@ describe('the Helm chart', () => {
     assert.ok(!off.some((o) => o.kind.endsWith('WebhookConfiguration')));
   });
 
+  test('refuses values that values.yaml does not name, or of the wrong form (values.schema.json)', () => {
+    const wrongs: Record<string, string>[] = [
+      { 'imag.tag': 'x' },
+      { 'image.digest': 'latest' },
+      { replicas: 'two' },
+      { 'crds.kep': 'true' },
+    ];
+    for (const wrong of wrongs) {
+      const r = spawnSync(helmPath, ['lint', chart, '--strict', ...sets(wrong)], { encoding: 'utf8' });
+      assert.notEqual(r.status, 0, `${JSON.stringify(wrong)} was accepted:\n${r.stdout}`);
+      assert.match(r.stdout + r.stderr, /schema/, JSON.stringify(wrong));
+    }
+  });
+
+  test('installs and upgrades the CRDs by a hook, and takes back what Berth wrote by another on uninstall', () => {
+    const objects = render();
+    const hook = (o: Any) => o.metadata.annotations?.['helm.sh/hook'];
+    const jobs = objects.filter((o) => o.kind === 'Job');
+    assert.deepEqual(
+      jobs.map((j) => [j.metadata.name, hook(j), j.spec.template.spec.containers[0].args]),
+      [
+        ['berth-crds', 'pre-install,pre-upgrade', ['install', '--crds-only']],
+        [
+          'berth-uninstall',
+          'post-delete',
+          ['uninstall', `--namespace=${ns}`, `--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`, '--keep-crds'],
+        ],
+      ],
+    );
+    for (const j of jobs) {
+      assert.equal(j.spec.template.spec.serviceAccountName, 'berth-hooks');
+      assert.equal(
+        j.spec.template.spec.containers[0].image,
+        deployment(objects).spec.template.spec.containers[0].image,
+      );
+      assert.equal(
+        j.metadata.annotations['helm.sh/hook-delete-policy'],
+        'before-hook-creation,hook-succeeded',
+      );
+    }
+    // The ServiceAccount and each hook's roles exist for its hooks only, before its Job.
+    const weight = (o: Any) => Number(o.metadata.annotations['helm.sh/hook-weight']);
+    const sa = objects.find((o) => o.kind === 'ServiceAccount' && o.metadata.name === 'berth-hooks');
+    assert.equal(hook(sa), 'pre-install,pre-upgrade,post-delete');
+    const roles = objects.filter((o) => hook(o) && o.kind.includes('Role'));
+    assert.deepEqual(roles.map((o) => [o.kind, o.metadata.name, hook(o)]).sort(), [
+      ['ClusterRole', 'berth-crds', 'pre-install,pre-upgrade'],
+      ['ClusterRole', 'berth-uninstall', 'post-delete'],
+      ['ClusterRoleBinding', 'berth-crds', 'pre-install,pre-upgrade'],
+      ['ClusterRoleBinding', 'berth-uninstall', 'post-delete'],
+      ['Role', 'berth-uninstall', 'post-delete'],
+      ['RoleBinding', 'berth-uninstall', 'post-delete'],
+    ]);
+    for (const o of roles) assert.ok(weight(sa) < weight(o) && weight(o) < weight(jobs[0]));
+    // The CRDs the hook may write: Berth's, by name.
+    const crds = roles.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'berth-crds');
+    assert.deepEqual(
+      crds.rules.find((r: Any) => r.verbs.includes('patch')).resourceNames,
+      crdManifests()
+        .map((c) => c.metadata!.name)
+        .sort(),
+    );
+    const deleting = render(options['CRDs deleted on uninstall']).find(
+      (o) => o.kind === 'Job' && o.metadata.name === 'berth-uninstall',
+    );
+    assert.ok(!deleting.spec.template.spec.containers[0].args.includes('--keep-crds'));
+    assert.ok(!render(options['no hooks']).some((o) => hook(o)), 'no hooks: no hook objects');
+  });
+
+  test("aggregates viewing and editing Berth's kinds into Kubernetes' view, edit and admin roles", () => {
+    const aggregated = render().filter(
+      (o) => o.kind === 'ClusterRole' && /-(view|edit)$/.test(o.metadata.name),
+    );
+    const into = (o: Any) =>
+      Object.keys(o.metadata.labels)
+        .filter((l) => l.startsWith('rbac.authorization.k8s.io/aggregate-to-'))
+        .map((l) => l.split('-').pop());
+    assert.deepEqual(
+      aggregated.map((o) => [o.metadata.name, into(o)]),
+      [
+        ['berth-view', ['view', 'edit', 'admin']],
+        ['berth-edit', ['edit', 'admin']],
+      ],
+    );
+    const plurals = crdManifests()
+      .map((c) => (c['spec'] as Any).names.plural)
+      .sort();
+    for (const o of aggregated) assert.deepEqual(o.rules.flatMap((r: Any) => r.resources).sort(), plurals);
+    assert.deepEqual(aggregated[0].rules[0].verbs, ['get', 'list', 'watch']);
+  });
+
+  test('takes the image by digest, pod labels, env, volumes and topology spread from the values', () => {
+    const pod = (values: Record<string, string>) => deployment(render(values)).spec.template;
+    assert.equal(
+      pod(options['an image by digest']!).spec.containers[0].image,
+      `ghcr.io/berth-dev/berth@sha256:${'a'.repeat(64)}`,
+    );
+    const extra = pod(options['pod labels, env and volumes']!);
+    assert.equal(extra.metadata.labels.team, 'platform');
+    assert.deepEqual(extra.spec.containers[0].env.at(-1), {
+      name: 'HTTPS_PROXY',
+      value: 'http://proxy.example:3128',
+    });
+    assert.deepEqual(extra.spec.volumes, [{ name: 'extra-ca', configMap: { name: 'extra-ca' } }]);
+    assert.deepEqual(extra.spec.containers[0].volumeMounts, [
+      { name: 'extra-ca', mountPath: '/etc/extra-ca' },
+    ]);
+    const selector = deployment(render()).spec.selector;
+    assert.deepEqual(pod({}).spec.topologySpreadConstraints, [
+      {
+        maxSkew: 1,
+        topologyKey: 'kubernetes.io/hostname',
+        whenUnsatisfiable: 'ScheduleAnyway',
+        labelSelector: selector,
+      },
+    ]);
+    assert.deepEqual(pod(options['spread across zones']!).spec.topologySpreadConstraints, [
+      {
+        maxSkew: 1,
+        topologyKey: 'topology.kubernetes.io/zone',
+        whenUnsatisfiable: 'DoNotSchedule',
+        labelSelector: selector,
+      },
+    ]);
+    assert.equal(pod(options['no topology spread']!).spec.topologySpreadConstraints, undefined);
+  });
+
   test('a NetworkPolicy by default: the webhook port from anywhere, /metrics from the monitoring namespace, nothing else', () => {
     const policy = (values: Record<string, string>) => render(values).find((o) => o.kind === 'NetworkPolicy');
     const objects = render();
@@ -322,91 +441,28 @@ describe('the Helm chart', () => {
     assert.ok(!args(render()).some((a) => a.startsWith('--webhook-client-ca')), 'none asked for by default');
   });
 
-  test('upgrades from the previous chart (34d69d1) as deploy/README says, keeping the CRDs and the policies', async () => {
-    const release = uniqueName('prev');
-    // A user of that chart without cert-manager gave it a Secret of theirs; the same values go on.
-    const values = { 'webhook.certManager.enabled': 'false', 'webhook.secretName': 'my-tls' };
-    // Its crds/, left out of the fixture, were today's byte for byte.
-    const previous = mkdtempSync(join(tmpdir(), 'berth-chart-'));
-    cpSync(previousChart, previous, { recursive: true });
-    cpSync(join(chart, 'crds'), join(previous, 'crds'), { recursive: true });
-    helm(['install', release, previous, '--namespace', ns, '--wait=false', ...sets(values)]);
-    const rule = uniqueName('kept');
-    const policy = await client.apply(
-      NodeLabelRule.ref,
-      {
-        apiVersion: NodeLabelRule.apiVersion,
-        kind: NodeLabelRule.kind,
-        metadata: { name: rule },
-        spec: {
-          match: { anyOf: [{ label: `${rule}.example/a`, operator: 'Exists' }] },
-          labels: { [`${rule}.example/b`]: 'true' },
-        },
-      },
-      { fieldManager: 'test-author' },
-    );
-    try {
-      const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd.metadata!.name!));
-      const uids = async () =>
-        Promise.all(crds.map(async (n) => (await client.get(Resources.crds, n)).metadata!.uid));
-      const before = await uids();
-      // deploy/README.md, "Upgrading": the CRDs first, then the release.
-      exec(kubectlPath, [
-        '--kubeconfig',
-        sandbox.kubeconfigPath,
-        'apply',
-        '--server-side',
-        '--force-conflicts',
-        '-f',
-        join(chart, 'crds'),
-      ]);
-      helm(['upgrade', release, chart, '--namespace', ns, '--wait=false', ...sets(values)]);
-      const history = JSON.parse(
-        helm(['history', release, '--namespace', ns, '--output', 'json']).stdout,
-      ) as {
-        revision: number;
-        status: string;
-      }[];
-      assert.deepEqual(
-        history.map((h) => [h.revision, h.status]),
-        [
-          [1, 'superseded'],
-          [2, 'deployed'],
-        ],
-      );
-      // What the release holds now is today's chart (its webhook configurations named after it).
-      const rendered = render(values, release);
-      const role = await client.get(Resources.clusterRoles, `${release}-berth`);
-      assert.deepEqual(role['rules'], rendered.find((o) => o.kind === 'ClusterRole').rules);
-      assert.deepEqual(await uids(), before, 'the CRDs are the same objects');
-      const kept = await client.get(NodeLabelRule.ref, rule);
-      assert.equal(kept.metadata?.uid, policy.metadata?.uid);
-      assert.deepEqual(kept['spec'], policy['spec']);
-    } finally {
-      helm(['uninstall', release, '--namespace', ns, '--wait']);
-      await client.delete(NodeLabelRule.ref, rule).catch(() => {});
-      rmSync(previous, { recursive: true, force: true });
-    }
-  });
-
   test('installs, upgrades and uninstalls on a plain cluster', async () => {
     const release = uniqueName('b');
-    helm(['install', release, chart, '--namespace', ns, '--wait=false']);
+    // Berth's pods and the hooks' on this file's node, where kwok runs them (and completes the
+    // hooks' Jobs: Helm waits for them; what the hooks' commands do is helm-upgrade.test.ts's).
+    const onNode = sets(place!.onNode);
+    helm(['install', release, chart, '--namespace', ns, '--wait=false', ...onNode]);
     const name = `${release}-berth`;
     const d = await waitFor('the Deployment to be created', () =>
       client.get(Resources.deployments, name, ns).catch(() => undefined),
     );
     assert.ok(d);
-    helm(['upgrade', release, chart, '--namespace', ns, '--set', 'replicas=1', '--wait=false']);
+    helm(['upgrade', release, chart, '--namespace', ns, '--set', 'replicas=1', '--wait=false', ...onNode]);
     await waitFor('the upgrade to reach the Deployment', async () => {
       const now = (await client.get(Resources.deployments, name, ns)) as KubeObject & {
         spec: { replicas: number };
       };
       return now.spec.replicas === 1;
     });
-    // The CRDs stay through upgrades: Helm installs crds/ once and never touches them again.
+    // The CRDs stay through upgrades and the uninstall (crds.keep).
     await client.get(Resources.crds, 'nodelabelrules.berth.dev');
     helm(['uninstall', release, '--namespace', ns, '--wait']);
+    await client.get(Resources.crds, 'nodelabelrules.berth.dev');
     const left = helm(['list', '--namespace', ns, '--all', '--short']).stdout.trim();
     assert.equal(left, '');
     await waitFor('the release objects to be gone', () =>

@@ -307,9 +307,10 @@ describe('Helm chart', () => {
   const values = parse(read(`${CHART}/values.yaml`)) as Any;
   const deployment = read(`${CHART}/templates/deployment.yaml`);
 
-  test('is versioned with the package', () => {
-    assert.equal(chart.version, packageVersion, `${CHART}/Chart.yaml version`);
+  test('runs the package version, and names every capability', () => {
     assert.equal(chart.appVersion, packageVersion, `${CHART}/Chart.yaml appVersion`);
+    for (const what of ['node labels', 'startup gates', 'agent placement', 'architecture-aware', 'federated'])
+      assert.ok(chart.description.includes(what), `${CHART}/Chart.yaml description names ${what}`);
   });
 
   test('defaults to leader election, every controller of a cluster (what berth run runs) and a hardened pod', () => {

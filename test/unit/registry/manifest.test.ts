@@ -100,8 +100,17 @@ describe('parseManifest', () => {
       artifact(2),
       artifact(3, { os: 'linux', architecture: 's390x' }),
       artifact(4, { os: '' }),
+      // go-containerregistry's index entries name the image config type: images.
+      { ...entry(5, { os: 'linux', architecture: 'amd64' }), artifactType: MediaType.ociConfig },
     ]);
-    assert.deepEqual(p, { kind: 'index', platforms: [{ os: 'linux', architecture: 'arm64' }], follow: [] });
+    assert.deepEqual(p, {
+      kind: 'index',
+      platforms: [
+        { os: 'linux', architecture: 'amd64' },
+        { os: 'linux', architecture: 'arm64' },
+      ],
+      follow: [],
+    });
   });
 
   test('single manifests (OCI and Docker) need their config blob', () => {

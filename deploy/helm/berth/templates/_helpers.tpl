@@ -44,3 +44,12 @@ app.kubernetes.io/part-of: berth
 {{- define "berth.webhookCertSecret" -}}
 {{- include "berth.fullname" . }}-webhook-cert
 {{- end }}
+
+{{/* The image: by digest when image.digest is set (what runs is then exactly what was pushed), else by tag. */}}
+{{- define "berth.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest | quote }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) | quote }}
+{{- end }}
+{{- end }}
