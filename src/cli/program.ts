@@ -43,7 +43,7 @@ const COMMANDS: Record<string, Entry> = {
     load: async () => [(await import('./uninstall.ts')).uninstallCommand()],
   },
   explain: {
-    term: 'explain',
+    term: 'explain [kind/name]',
     description: 'Explain what Berth does to an object, and why',
     load: async () => [(await import('./explain.ts')).explainCommand()],
   },
