@@ -1,15 +1,19 @@
 // How fast `berth --help` and `berth version` answer (target ≤ 300 ms each): they load no command's
-// module. Three rounds of ten runs each as the published package runs them (dist/, compiled by the
+// module. Three rounds of ten runs each (--rounds, --runs) as the published package runs them (dist/, compiled by the
 // prebench build), and as a checkout does (bin/berth.js on the sources, through type stripping),
 // beside the floor of Node starting with nothing to do.
 // Last output line: {"helpMedianMs": n, "versionMedianMs": n, "sourceHelpMedianMs": n, ...}.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { percentile, report, round } from './lib.ts';
 
-const ROUNDS = 3;
-const RUNS = 10;
+const { values } = parseArgs({
+  options: { rounds: { type: 'string', default: '3' }, runs: { type: 'string', default: '10' } },
+});
+const ROUNDS = Number(values.rounds);
+const RUNS = Number(values.runs);
 const dist = join(packageRoot(), 'dist', 'cli', 'main.js');
 const source = join(packageRoot(), 'bin', 'berth.js');
 

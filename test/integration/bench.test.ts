@@ -46,6 +46,8 @@ const tiny: Record<string, string[]> = {
   'bench:ui': ['--nodes', '20'],
   'bench:memory': ['--points', '5:0,5:10'],
   'bench:federation': ['--cells', '2', '--workloads', '2', '--replicas', '1', '--samples', '2'],
+  'bench:writes': ['--writes', '32', '--lanes', '4'],
+  'bench:cli': ['--rounds', '1', '--runs', '2'],
 };
 
 describe('benchmarks end with one JSON object', () => {

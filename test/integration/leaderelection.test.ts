@@ -35,12 +35,16 @@ class Replica {
   readonly output: string[] = [];
   readonly exited: Promise<unknown[]>;
 
-  constructor(identity: string, lease: string, configMap: string) {
+  constructor(identity: string, lease: string, configMap: string, namespace = ns) {
     this.identity = identity;
     // process.execPath is the Node 24 this test runs on (npx node / npm scripts).
-    this.child = spawn(process.execPath, [fixture, sandbox.kubeconfigPath, ns, lease, identity, configMap], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    this.child = spawn(
+      process.execPath,
+      [fixture, sandbox.kubeconfigPath, namespace, lease, identity, configMap],
+      {
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
     // 'close', not 'exit': its output read to the end, the last lines it printed included.
     this.exited = once(this.child, 'close');
     for (const stream of [this.child.stdout!, this.child.stderr!]) {
@@ -243,5 +247,30 @@ describe('leader election on a Lease', () => {
     const took = await waitFor('the follower leading', () => follower.last('leading'), { timeoutMs: 10_000 });
     t.diagnostic(`takeover ${took.at - stoppedAt} ms after SIGTERM`);
     assert.ok(took.at - stoppedAt < 2000, `takeover after ${took.at - stoppedAt} ms`);
+  });
+
+  test('a Lease namespace that does not exist is said as a warning, and the replica leads once it exists', async () => {
+    const missing = uniqueName('le-missing');
+    const lease = uniqueName('lease');
+    const replica = new Replica(`${lease}-solo`, lease, uniqueName('beats'), missing);
+    replicas.push(replica);
+    try {
+      const warned = await waitFor(
+        'the warning that no replica can lead',
+        () => replica.output.find((line) => line.includes('cannot create the leader lease')),
+        { timeoutMs: 20_000, observe: () => replica.output.slice(-10) },
+      );
+      assert.match(warned, /"level":"warn"/);
+      assert.ok(!replica.last('leading'));
+      await client.create(Resources.namespaces, {
+        apiVersion: 'v1',
+        kind: 'Namespace',
+        metadata: { name: missing },
+      });
+      await waitFor('the replica leading', () => replica.last('leading'), { timeoutMs: 20_000 });
+    } finally {
+      await replica.kill();
+      await deleteNamespace(client, missing);
+    }
   });
 });

@@ -120,7 +120,7 @@ test('sandbox up --cells starts a federation, twice is the same one, its cells a
     await waitFor('dfw unreachable upstream', async () => (await reachable()) === 'False', {
       timeoutMs: 30_000,
     });
-    assert.match(cli('up'), /berth is running again \(--controllers=workloads\)/);
+    assert.match(cli('up'), /berth is running again \(--controllers=workloads --quota-source=local\)/);
     assert.equal(new Sandbox(dfw).server, address);
     const restarted = status().cells!.find((c) => c.sandbox === dfw)!;
     assert.equal(berthOf(restarted)?.running, true, `${dfw} runs its Berth again`);

@@ -4,7 +4,7 @@
 // resourceVersion, so of two candidates racing for it the apiserver lets exactly one win.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isConflict, isNotFound, resourcePath, type KubeClient } from '../client/client.ts';
-import { rootLogger, type Logger } from '../observability/log.ts';
+import { rootLogger, ThrottledLog, type Logger } from '../observability/log.ts';
 import { leaderMetrics } from '../observability/metrics.ts';
 import { microTime, Resources, type KubeObject } from '../api/meta.ts';
 
@@ -60,6 +60,7 @@ export class LeaderElector {
   readonly #releaseOnCancel: boolean;
   readonly #clock: () => number;
   readonly #log: Logger;
+  readonly #refusals: ThrottledLog;
   readonly #callbacks: Pick<LeaderElectorOptions, 'onStartedLeading' | 'onStoppedLeading' | 'onNewLeader'>;
 
   /** The Lease as last read or written, with the resourceVersion the next PUT must match. */
@@ -87,6 +88,7 @@ export class LeaderElector {
       lease: `${opts.namespace}/${opts.name}`,
       identity: opts.identity,
     });
+    this.#refusals = new ThrottledLog(this.#log);
     // The same constraints client-go enforces: without them two replicas could lead at once.
     if (!opts.identity) throw new Error('leader election needs an identity');
     if (this.#leaseDurationMs <= this.#renewDeadlineMs)
@@ -235,7 +237,15 @@ export class LeaderElector {
         );
         return true;
       } catch (createErr) {
-        this.#log.debug({ err: createErr }, 'cannot create leader lease');
+        // Another candidate's create won the race: nothing to tell. Anything else (the namespace
+        // missing, a refusal) keeps every replica from leading, so it is said, once a minute.
+        if (isConflict(createErr)) this.#log.debug({ err: createErr }, 'cannot create leader lease');
+        else
+          this.#refusals.warn(
+            'create',
+            { err: createErr, namespace: this.#namespace },
+            'cannot create the leader lease; no replica leads until it can',
+          );
         return false;
       }
     }

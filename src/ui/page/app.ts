@@ -208,6 +208,11 @@ let workloads: WorkloadsSnapshot | undefined;
 
 const fullName = (r: { namespace?: string; name: string }) =>
   r.namespace ? `${r.namespace}/${r.name}` : r.name;
+/** " explain" after an object of a kind the server explains (by its kind name); nothing after any other. */
+const explainBeside = (kind: string, object: string): Child[] => {
+  const explainer = explainable[kind];
+  return explainer ? [' ', link('explain', { explain: `${explainer}/${object}` })] : [];
+};
 const has = (text: string, part: string | null) => !part || text.toLowerCase().includes(part.toLowerCase());
 
 /** True when the policy has a bad condition, of type `cond` unless it is 'bad' (any). */
@@ -230,23 +235,19 @@ function showPolicies(): void {
   options('p-cond', [...new Set(types)].sort(), cond, (t) => `${t} is bad`);
   fill(
     'policy-rows',
-    rows.map((r) => {
-      const explainer = explainable[r.kind];
-      return el(
+    rows.map((r) =>
+      el(
         'tr',
         undefined,
         cell(r.kind),
         cell(
           link(fullName(r), { kind: r.kind, name: fullName(r), cond: '' }),
-          explainer ? ' ' : undefined,
-          explainer
-            ? link('explain', { explain: [explainer, r.namespace, r.name].filter(Boolean).join('/') })
-            : undefined,
+          ...explainBeside(r.kind, fullName(r)),
         ),
         cell(...Object.entries(r.counts).map(([k, v]) => tag(`${k} ${v}`))),
         cell(conditions(r.conditions)),
-      );
-    }),
+      ),
+    ),
     policies.policies.length ? 'no policy matches' : 'no policy',
     4,
   );
@@ -267,17 +268,11 @@ function showEvents(): void {
     'event-rows',
     rows.map((e) => {
       const object = e.kind ? e.regarding.slice(e.kind.length + 1) : e.regarding;
-      const explainer = explainable[e.kind];
       return el(
         'tr',
         undefined,
         cell(e.time),
-        cell(
-          `${e.kind} `,
-          link(object, { kind: e.kind, name: object }),
-          explainer ? ' ' : undefined,
-          explainer ? link('explain', { explain: `${explainer}/${object}` }) : undefined,
-        ),
+        cell(`${e.kind} `, link(object, { kind: e.kind, name: object }), ...explainBeside(e.kind, object)),
         cell(link(e.reason, { reason: e.reason })),
         cell(e.note),
         cell(String(e.count)),
