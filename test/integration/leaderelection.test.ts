@@ -43,6 +43,9 @@ class Replica {
       [fixture, sandbox.kubeconfigPath, namespace, lease, identity, configMap],
       {
         stdio: ['pipe', 'pipe', 'pipe'],
+        // The elector's own lines (warnings, the release) are what some tests read; the test
+        // driver's default level (error) would hide them, and those checks could never fail.
+        env: { ...process.env, BERTH_LOG_LEVEL: 'info' },
       },
     );
     // 'close', not 'exit': its output read to the end, the last lines it printed included.
