@@ -1,4 +1,5 @@
 // `berth agents test`: a dry run of AgentPlacements against the cluster's pods. Writes nothing.
+import { SUMMARIES } from '../cli/summaries.ts';
 import { Command } from 'commander';
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
@@ -38,7 +39,7 @@ function describe(p: PlacementPreview): string[] {
 }
 
 export function agentsCommand(ctx: CommandContext): Command {
-  const cmd = new Command('agents').description('Agent placement: helpers for AgentPlacements');
+  const cmd = new Command('agents').description(SUMMARIES.agents.description);
   cmd
     .command('test [fileOrPlacement...]')
     .description(

@@ -2,6 +2,7 @@
 // them. `berth arch clean`: takes off every taint Berth's Taints mode put on nodes and every gate it left
 // on pods, and says which tolerations stay (a running pod's tolerations cannot be removed); `berth
 // uninstall` runs the same clean and takes Berth's records off the pods too.
+import { SUMMARIES } from '../cli/summaries.ts';
 import { Command } from 'commander';
 import { readFileSync } from 'node:fs';
 import {
@@ -37,7 +38,7 @@ export function registryOptions(o: { registries?: unknown; registryCa?: unknown 
 }
 
 export function archCommand(): Command {
-  const cmd = new Command('arch').description('Architecture-aware placement: helpers for ArchPlacements');
+  const cmd = new Command('arch').description(SUMMARIES.arch.description);
   cmd
     .command('inspect <image>')
     .description('Print the platforms an image supports, read from its registry without pulling it')

@@ -2,6 +2,7 @@
 // kubeconfig checked against the cell first, with a warning for each grant beyond what the
 // management plane needs there, then kept in a Secret in Berth's namespace, its Locations created
 // if missing) and list the cells with what their probes say.
+import { SUMMARIES } from '../cli/summaries.ts';
 import { Command } from 'commander';
 import type { CommandContext, UninstallContext } from '../capability.ts';
 import { readFile } from 'node:fs/promises';
@@ -250,7 +251,7 @@ function table(cells: CellObject[]): string {
 }
 
 export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
-  const cmd = new Command('cells').description('Cells of a management plane: join them, list them');
+  const cmd = new Command('cells').description(SUMMARIES.cells.description);
   cmd
     .command('join <name>')
     .description(

@@ -1,6 +1,7 @@
 // `berth completion bash|zsh`: a completion script written from the program itself (its commands
 // and options), so it never lags behind them. zsh runs the bash script through bashcompinit, as
 // many CLIs' zsh completion does.
+import { SUMMARIES } from './summaries.ts';
 import { Argument, Command } from 'commander';
 
 /** Every command path (`berth sandbox up`) with the words that may follow it: subcommands and options. */
@@ -41,7 +42,7 @@ complete -F _berth ${commands.join(' ')}
 
 export function completionCommand(whole: () => Promise<Command>): Command {
   return new Command('completion')
-    .description('Print a shell completion script (bash or zsh): source <(berth completion bash)')
+    .description(SUMMARIES.completion.description)
     .addArgument(new Argument('<shell>').choices(['bash', 'zsh']))
     .action(async (shell: 'bash' | 'zsh') => {
       // For berth and for kubectl's plugin entry (kubectl-berth, run as `kubectl berth`).

@@ -2,6 +2,7 @@
 // explain pod NAME`: what Berth does to a pod; `berth explain <kind> NAME` for the kinds a
 // capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
 // which the page (src/ui) calls too.
+import { SUMMARIES } from './summaries.ts';
 import { Command } from 'commander';
 import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
@@ -33,7 +34,7 @@ function ruleFlags(cmd: Command, e: Explainer): Command {
 }
 
 export function explainCommand(): Command {
-  const cmd = new Command('explain').description('Explain what Berth does to an object, and why');
+  const cmd = new Command('explain').description(SUMMARIES.explain.description);
   for (const e of explainers) {
     const sub = cmd
       .command(`${e.name} <name>`)

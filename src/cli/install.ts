@@ -1,4 +1,5 @@
 // `berth install` and `berth manifests`: the CRDs, RBAC and empty webhook configurations generated from code.
+import { SUMMARIES } from './summaries.ts';
 import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
 import type { KubeClient } from '../runtime/client/client.ts';
@@ -63,10 +64,7 @@ export async function installPodPatchPolicy(
 
 export function installCommand(): Command {
   const cmd = new Command('install')
-    .description(
-      'Install (or upgrade) the CRDs with server-side apply, and wait until they are served; create the ' +
-        "webhook configurations Berth registers into, and the admission policy that bounds Berth's Pod patches",
-    )
+    .description(SUMMARIES.install.description)
     .option(
       '--crds-only',
       "only the CRDs (the Helm chart's pre-install and pre-upgrade hook: the chart makes the rest, named after its release)",
@@ -86,7 +84,7 @@ export function installCommand(): Command {
 
 export function manifestsCommand(): Command {
   return new Command('manifests')
-    .description('Print the generated manifests as YAML (CRDs and RBAC come from the same code that runs)')
+    .description(SUMMARIES.manifests.description)
     .addOption(
       new Option('--kind <kind>', 'what to print')
         .choices(['all', 'crds', 'rbac', 'webhooks'])

@@ -1,6 +1,7 @@
 // `berth plan -f FILE|DIR|-`: what applying (or, with --delete, deleting) Berth's objects would do
 // to the cluster as it is now, from src/plan.ts, which the page calls too. Writes nothing. Exits 0
 // when nothing would change, 2 when something would (as `kubectl diff`), 1 on error.
+import { SUMMARIES } from './summaries.ts';
 import { Command } from 'commander';
 import { text } from 'node:stream/consumers';
 import { dryRunControllersOption } from '../capability.ts';
@@ -11,10 +12,7 @@ import { clusterFlags, durationOption, outputOption, print, withClient } from '.
 
 export function planCommand(): Command {
   const cmd = new Command('plan')
-    .description(
-      "Show what applying Berth's objects would do now (nodes labelled, tainted, held; pods evicted, gated; instances granted), " +
-        'or with --delete what deleting them would undo. Writes nothing. Exit code 0: no change, 2: changes, 1: error.',
-    )
+    .description(SUMMARIES.plan.description)
     .requiredOption('-f, --filename <path...>', 'YAML files, directories of them, or - for stdin')
     .option('--delete', 'plan deleting these objects instead of applying them')
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')

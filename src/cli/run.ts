@@ -1,4 +1,5 @@
 // `berth run`: the controller manager.
+import { SUMMARIES } from './summaries.ts';
 import { PolicyKit } from '../policy/kit.ts';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync, readFileSync } from 'node:fs';
@@ -58,7 +59,7 @@ const defaultShutdownDelayMs = 5000;
 
 export function runCommand(): Command {
   const cmd = new Command('run')
-    .description('Run the Berth controller manager')
+    .description(SUMMARIES.run.description)
     .addOption(kubeconfigOption('kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)'))
     .addOption(contextOption())
     .addOption(

@@ -1,4 +1,5 @@
 // `berth sandbox`: the local control plane, by hand; with `--cells`, a federation.
+import { SUMMARIES } from './summaries.ts';
 import { Command, Option } from 'commander';
 import { capabilities } from '../capabilities.ts';
 import { capabilityCommands } from '../capability.ts';
@@ -50,9 +51,7 @@ export const managementCommand = (sb: Sandbox, quotaSource = 'local'): string =>
   `npx berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
 
 export function sandboxCommand(): Command {
-  const cmd = new Command('sandbox').description(
-    'A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with kwok nodes, built from Go modules.',
-  );
+  const cmd = new Command('sandbox').description(SUMMARIES.sandbox.description);
 
   cmd
     .command('build')

@@ -1,5 +1,6 @@
 // The page: `berth run --ui-bind-address` serves it beside the controllers; `berth ui` serves it
 // alone, with only the informers it reads (no controller, no lease, no write).
+import { SUMMARIES } from './summaries.ts';
 import { Command, Option } from 'commander';
 import { commaList, controllersOption, runningCapabilities, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
@@ -108,7 +109,7 @@ export function addUi(
 
 export function uiCommand(): Command {
   const cmd = new Command('ui')
-    .description("Serve Berth's read-only web page alone: informers and the page, no controller")
+    .description(SUMMARIES.ui.description)
     .option('--label-dir <dir>', 'the rule directory Berth runs with, for explain (k8s-auto-labeller files)')
     .addOption(
       // The default of every command (berth run's): a management plane's page names its own.

@@ -3,6 +3,7 @@
 // itself is removed. Takes back what Berth made at run time, which no manifest of its install names:
 // what each capability still has on nodes and pods, the webhook configurations it registered, the
 // Secret of its webhook certificate and its leader-election Lease; then the CRDs.
+import { SUMMARIES } from './summaries.ts';
 import { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
@@ -119,10 +120,7 @@ export async function crdsGone(
 
 export function uninstallCommand(): Command {
   const cmd = new Command('uninstall')
-    .description(
-      "The last step of uninstalling, once Berth's objects are deleted and Berth is removed: takes off what " +
-        'Berth still has on nodes and pods, deletes its webhook configurations, certificate Secret, Lease and CRDs',
-    )
+    .description(SUMMARIES.uninstall.description)
     .option('--namespace <ns>', "Berth's namespace (its Secret and Lease)", berthNamespace())
     .option('--webhook-cert-secret <name>', 'the Secret of the webhook certificate', WEBHOOK_CERT_SECRET)
     .option('--leader-election-id <name>', 'the leader-election Lease', LEADER_ELECTION_ID)

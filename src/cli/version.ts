@@ -1,3 +1,4 @@
+import { SUMMARIES } from './summaries.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -10,7 +11,7 @@ export const version = (): string =>
 /** `berth version`: Berth's version and the Node.js it runs on (kubectl version's shape, client side). */
 export const versionCommand = (): Command =>
   new Command('version')
-    .description("Print Berth's version")
+    .description(SUMMARIES.version.description)
     .addOption(outputOption())
     .action(async (o: { output: 'text' | 'json' | 'yaml' }) => {
       const v = { berthVersion: version(), nodeVersion: process.version };

@@ -1,5 +1,6 @@
 // `berth gates tolerate DAEMONSET`: makes a DaemonSet's pods tolerate the taints of the gates that
 // wait for them, so they start on gated nodes. And what `berth uninstall` takes back of the gates.
+import { SUMMARIES } from '../cli/summaries.ts';
 import { Command } from 'commander';
 import { parseGates } from './decide/parse.ts';
 import { nodePatch } from './decide/patch.ts';
@@ -46,7 +47,7 @@ export async function releaseGates(
 }
 
 export function gatesCommand(): Command {
-  const cmd = new Command('gates').description('Startup gates: helpers for NodeStartupGates');
+  const cmd = new Command('gates').description(SUMMARIES.gates.description);
   const tolerate = cmd
     .command('tolerate <daemonset>')
     .description(

@@ -1,4 +1,5 @@
 // `berth rules test`: a dry run of derived-label rules against the cluster's nodes. Writes nothing.
+import { SUMMARIES } from '../cli/summaries.ts';
 import { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { evictions, previewRules, type Eviction, type NodeChanges } from './explain.ts';
@@ -13,7 +14,7 @@ import { missingCrdsLine, withoutMissingCrds } from '../runtime/client/absent.ts
 import { Resources } from '../runtime/api/meta.ts';
 
 export function rulesCommand(ctx: CommandContext): Command {
-  const cmd = new Command('rules').description('Derived node label rules');
+  const cmd = new Command('rules').description(SUMMARIES.rules.description);
   cmd
     .command('test <fileOrRule...>')
     .description(
