@@ -28,7 +28,6 @@ import { readNodeFile, nodeManifests } from '../src/sandbox/nodes.ts';
 import { Federation } from '../src/sandbox/federation.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { ImagePusher, platform } from '../src/sandbox/push.ts';
-import { freePorts } from '../src/sandbox/net.ts';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
 import { abortOnSignals } from '../src/sandbox/wait.ts';
 import {
@@ -109,18 +108,13 @@ say('== running berth with the example rule files (examples/labels/)');
 // sandbox registry's configuration (which Berth reads images from for architecture-aware placement):
 // its CA, and `allowPrivate: true`, since Berth reads no registry on a loopback or private address
 // unless its admin allows that one.
-const [uiPort] = await freePorts(1);
 const identity = await berthKubeconfig(sb, { workloadNamespaces: [NS] });
 const berth = await startBerth(
   sb,
-  [
-    `--label-dir=${join(examples, 'labels')}`,
-    `--ui-bind-address=127.0.0.1:${uiPort}`,
-    `--arch-registries=${registry.registriesPath}`,
-  ],
-  { kubeconfig: identity },
+  [`--label-dir=${join(examples, 'labels')}`, `--arch-registries=${registry.registriesPath}`],
+  { kubeconfig: identity, page: true },
 );
-say(`   the page: http://127.0.0.1:${uiPort}/ (nodes, policies, held pods, workloads; live)`);
+say(`   the page: http://127.0.0.1:${berth.uiPort}/ (nodes, policies, held pods, workloads; live)`);
 /** The management plane's Berth, once step 6 starts it (the cells' Berths are their sandboxes' own). */
 const moreBerths: BerthProcess[] = [];
 /** Step 6's federation: this sandbox and its cells. */
@@ -372,14 +366,9 @@ async function federation(): Promise<Summary> {
     cellNodes: 2,
     log: (s) => say(`   ${s}`),
   });
-  // Picked now, not at the start: the cells' processes, started since, take free ports of their own.
-  const [mgmtUiPort] = await freePorts(1);
-  moreBerths.push(
-    await startBerth(sb, ['--controllers=cells,federation', `--ui-bind-address=127.0.0.1:${mgmtUiPort}`], {
-      kubeconfig: identity,
-    }),
-  );
-  say(`   the management plane's page: http://127.0.0.1:${mgmtUiPort}/ (cells by city, workloads in them)`);
+  const mgmt = await startBerth(sb, ['--controllers=cells,federation'], { kubeconfig: identity, page: true });
+  moreBerths.push(mgmt);
+  say(`   the management plane's page: http://127.0.0.1:${mgmt.uiPort}/ (cells by city, workloads in them)`);
   // Applied again on a second run, the file takes the workload back to its first image: a rollout
   // of its own, which the wait below sees through.
   await applyExample('federation/web.yaml');

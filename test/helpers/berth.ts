@@ -28,9 +28,11 @@ export interface BerthProcess {
   pid: number;
   healthPort: number;
   metricsPort: number;
+  /** The page's port, with `page`. */
+  uiPort?: number;
   /** The sum of a metric's samples whose label text passes `filter`. */
   metric(name: string, filter?: (labels: string) => boolean): Promise<number>;
-  /** What Berth printed so far (only with `capture`). */
+  /** What Berth printed so far. */
   output(): string;
   rssMB(): number;
   /** Settles with the exit code once the process has exited, however it ended. */
@@ -138,6 +140,41 @@ export interface StartOptions {
   imageRuntime?: boolean;
   /** Stop Berth and fail if it is not ready (or healthy, without waitReady) within this many ms. */
   readyWithinMs?: number;
+  /** Serve the page, on a free port of its own (BerthProcess.uiPort). */
+  page?: boolean;
+}
+
+interface Ports {
+  metrics: number;
+  health: number;
+  ui?: number;
+}
+
+/** Whether Berth failed to bind one of the ports picked for it (not one a caller named). */
+const portTaken = (e: unknown, p: Ports) =>
+  e instanceof Error &&
+  [p.metrics, p.health, p.ui].some(
+    (n) => n && new RegExp(`EADDRINUSE.*127\\.0\\.0\\.1:${n}\\b`).test(e.message),
+  );
+
+/**
+ * Berth on ports picked free: started again on others (up to three times) when one was taken
+ * between the pick and Berth's bind, a race every process on the machine can win.
+ */
+export async function startBerth(
+  sb: Sandbox,
+  args: string[],
+  opts: StartOptions = {},
+): Promise<BerthProcess> {
+  for (let attempt = 1; ; attempt++) {
+    const [metrics, health, ui] = (await freePorts(opts.page ? 3 : 2)) as [number, number, number?];
+    const ports: Ports = { metrics, health, ...(ui ? { ui } : {}) };
+    try {
+      return await startOn(ports, sb, args, opts);
+    } catch (e) {
+      if (attempt >= 3 || !portTaken(e, ports)) throw e;
+    }
+  }
 }
 
 const dockerfile = () => readFileSync(`${packageRoot()}/Dockerfile`, 'utf8');
@@ -155,14 +192,11 @@ export function imageEnv(): Record<string, string> {
   return Object.fromEntries([...dockerfile().matchAll(/^ENV (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
 }
 
-export async function startBerth(
-  sb: Sandbox,
-  args: string[],
-  opts: StartOptions = {},
-): Promise<BerthProcess> {
+async function startOn(ports: Ports, sb: Sandbox, args: string[], opts: StartOptions): Promise<BerthProcess> {
   const kubeconfig = opts.kubeconfig ?? (await berthKubeconfig(sb));
   const image = opts.compiled || opts.imageRuntime;
-  const [metricsPort, healthPort] = (await freePorts(2)) as [number, number];
+  const { metrics: metricsPort, health: healthPort, ui: uiPort } = ports;
+  const page = uiPort ? [`--ui-bind-address=127.0.0.1:${uiPort}`] : [];
   const child = spawn(
     process.execPath,
     [
@@ -175,7 +209,7 @@ export async function startBerth(
       ...berthRunArgs(
         kubeconfig,
         { metrics: metricsPort, health: healthPort },
-        ['--log-level=warn', ...args],
+        ['--log-level=warn', ...page, ...args],
         {
           ...(opts.compiled ? { main: `${packageRoot()}/dist/cli/main.js` } : {}),
           webhookClientCa: sb.webhookClientCa,
@@ -183,7 +217,8 @@ export async function startBerth(
       ),
     ],
     {
-      stdio: ['ignore', opts.capture ? 'pipe' : 'inherit', opts.capture ? 'pipe' : 'inherit'],
+      // Read always (a bind that failed is told by its output), passed through unless captured.
+      stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, ...(image ? imageEnv() : {}) },
     },
   );
@@ -198,8 +233,12 @@ export async function startBerth(
     }),
   );
   let out = '';
-  child.stdout?.on('data', (d: Buffer) => (out += d));
-  child.stderr?.on('data', (d: Buffer) => (out += d));
+  const keep = (to: NodeJS.WriteStream) => (d: Buffer) => {
+    out += d;
+    if (!opts.capture) to.write(d);
+  };
+  child.stdout.on('data', keep(process.stdout));
+  child.stderr.on('data', keep(process.stderr));
   const stop = async () => {
     if (child.exitCode !== null) return;
     child.kill('SIGTERM');
@@ -236,6 +275,7 @@ export async function startBerth(
     pid: child.pid!,
     healthPort,
     metricsPort,
+    ...(uiPort ? { uiPort } : {}),
     async metric(name, filter = () => true) {
       const text = await scrape();
       return text

@@ -21,7 +21,6 @@ import {
   WEBHOOK_CONFIGURATION,
 } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { freePorts } from '../../src/sandbox/net.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { clusterControllers } from '../../src/capability.ts';
 import {
@@ -98,17 +97,12 @@ test('every capability, leader election and webhooks run with only the generated
 
 test('a management plane under only the roles of its controllers (cells, federation, quota), its page included: nothing is refused', async () => {
   const controllers = ['cells', 'federation', 'quota'];
-  const [ui] = await freePorts(1);
   const mgmt = await startBerth(
     sandbox,
-    [
-      `--controllers=${controllers.join(',')}`,
-      `--ui-bind-address=127.0.0.1:${ui}`,
-      '--webhook-bind-address=0',
-      '--log-level=info',
-    ],
+    [`--controllers=${controllers.join(',')}`, '--webhook-bind-address=0', '--log-level=info'],
     {
       capture: true,
+      page: true,
       kubeconfig: await berthKubeconfig(
         sandbox,
         { name: 'berth-management' },
@@ -118,7 +112,7 @@ test('a management plane under only the roles of its controllers (cells, federat
   );
   try {
     // Ready: its caches (the page's nodes, pods and events with them) have listed; the page answers.
-    assert.equal((await fetch(`http://127.0.0.1:${ui}/`)).status, 200);
+    assert.equal((await fetch(`http://127.0.0.1:${mgmt.uiPort}/`)).status, 200);
     await holdsFor('no request refused', () => !/forbidden: User .* cannot /i.test(mgmt.output()), 3000);
   } finally {
     await mgmt.stop();

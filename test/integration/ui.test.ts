@@ -26,7 +26,6 @@ import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { packageRoot, stateDir } from '../../src/sandbox/paths.ts';
 import { version } from '../../src/cli/version.ts';
-import { freePorts } from '../../src/sandbox/net.ts';
 import { QUOTA_GATE, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { launchBrowser } from '../helpers/browser.ts';
@@ -128,10 +127,9 @@ before(async () => {
       annotations: { [`${D}/note`]: XSS },
     },
   );
-  const [port] = (await freePorts(1)) as [number];
   // With leader election, so that the header names the holder of the Lease.
-  berth = await startBerth(sandbox, [CONTROLLERS, '--leader-elect', `--ui-bind-address=127.0.0.1:${port}`]);
-  url = `http://127.0.0.1:${port}/`;
+  berth = await startBerth(sandbox, [CONTROLLERS, '--leader-elect'], { page: true });
+  url = `http://127.0.0.1:${berth.uiPort}/`;
   page = await browser.newPage();
   page.on('dialog', (d) => {
     dialogs.push(d.message());
