@@ -52,7 +52,7 @@ export async function loadView(client: KubeClient, nodeName?: string): Promise<C
   return { pods, namespaces, owners };
 }
 
-const lookupIn =
+export const lookupIn =
   (view: ClusterView): OwnerLookup =>
   (_v, kind, ns, n) =>
     view.owners.get(`${kind}/${ns}/${n}`);

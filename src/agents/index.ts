@@ -33,6 +33,7 @@ import { clusterPlacements, explainNodeAgents, explainPlacement, loadView } from
 import { nodesOf } from '../policy/explain.ts';
 import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
 import { podWebhook } from './webhook.ts';
+import { planAgentPlacements } from './plan.ts';
 
 export const agentsCapability: Capability = {
   name: 'agents',
@@ -108,6 +109,7 @@ export const agentsCapability: Capability = {
       },
     },
   ],
+  plan: { AgentPlacement: planAgentPlacements },
   setup({ kit, options, berthNamespace }) {
     const agents = setupAgents(kit, {
       workers: Number(options['agentWorkers'] ?? AGENT_WORKERS),
