@@ -142,15 +142,36 @@ async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Pl
   return out;
 }
 
-/** The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns. */
-export function planText(p: Plan): string[] {
+const opposite = { '+': '-', '-': '+', '~': '~', '!': '!' } as const;
+
+/**
+ * A plan of deleting objects, the other way round: what they do now (a label they take back is one
+ * they set). Only its effects turn: a change `a -> b` is said `b -> a`.
+ */
+export function reversed(p: Plan): Plan {
+  const effects = p.effects.map((e) => ({
+    ...e,
+    op: opposite[e.op],
+    what: e.op === '~' ? e.what.replace(/^(.*): (.*) -> (.*)$/, '$1: $3 -> $2') : e.what,
+  }));
+  return { ...p, effects };
+}
+
+/**
+ * The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns;
+ * `now`: a reversed plan, what the objects do now.
+ */
+export function planText(p: Plan, now = false): string[] {
   const out: string[] = [];
   const byObject = new Map<string, Effect[]>();
   for (const e of p.effects) {
     const id = `${e.kind} ${e.name}`;
     byObject.set(id, [...(byObject.get(id) ?? []), e]);
   }
-  out.push(p.changes ? `${byObject.size} object(s) would change (nothing was written)` : 'no change');
+  const head = now
+    ? `${byObject.size} object(s) carry what these do now`
+    : `${byObject.size} object(s) would change`;
+  out.push(p.changes ? `${head} (nothing was written)` : now ? 'they do nothing now' : 'no change');
   for (const [id, effects] of byObject) {
     out.push(id);
     for (const e of effects) out.push(`  ${e.op} ${e.what}  (${e.by})`);

@@ -9,7 +9,6 @@ import type { Informer } from '../runtime/cache/informer.ts';
 import type { Controller } from '../runtime/controller/controller.ts';
 import { WriteWindow } from '../runtime/controller/spacing.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
-import { agentsCommand } from './cli.ts';
 import {
   AGENT_WORKERS,
   CLAIM_QUIET_MS,
@@ -39,7 +38,6 @@ export const agentsCapability: Capability = {
   name: 'agents',
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
   roles: ['cluster'],
-  commands: (ctx) => [agentsCommand(ctx)],
   options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,

@@ -2,12 +2,23 @@
 // to the cluster as it is now, from src/plan.ts, which the page calls too. Writes nothing. Exits 0
 // when nothing would change, 2 when something would (as `kubectl diff`), 1 on error.
 import { Command } from 'commander';
+import { existsSync } from 'node:fs';
 import { text } from 'node:stream/consumers';
 import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { planChange, planText, readManifests } from '../plan.ts';
+import { planChange, planText, readManifests, reversed } from '../plan.ts';
 import { berthNamespace } from '../policy/namespace.ts';
-import { clusterFlags, durationOption, outputOption, print, withClient } from './flags.ts';
+import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
+import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
+import {
+  clusterFlags,
+  durationOption,
+  outputOption,
+  print,
+  withClient,
+  type ClusterFlags,
+  type Format,
+} from './flags.ts';
 
 export function planCommand(): Command {
   const cmd = new Command('plan')
@@ -37,4 +48,87 @@ export function planCommand(): Command {
     await print(o.output, plan, () => planText(plan).join('\n'));
     process.exitCode = plan.errors.length ? 1 : plan.changes ? 2 : 0;
   });
+}
+
+/**
+ * `berth agents test`, kept for the scripts that run it: `berth plan` of the AgentPlacements of its
+ * files; for names of existing ones (all of them when none is given), what they do now, which is the
+ * plan of deleting them the other way round. Says on stderr that it is deprecated, and exits as it
+ * did: 1 on a refused or unreadable placement, else 0 (not 2 on changes).
+ */
+export function agentsTestCommand(): Command {
+  const cmd = new Command('agents').description('Agent placement: helpers for AgentPlacements');
+  const test = cmd
+    .command('test [fileOrPlacement...]')
+    .description(
+      'Deprecated: use berth plan -f FILE. What applying the AgentPlacements of YAML files would do, or what existing ' +
+        'ones do now (names; all of them when none is given), as berth plan says it. Writes nothing.',
+    )
+    .option(
+      '--berth-namespace <ns>',
+      "Berth's namespace, left alone unless a placement names it",
+      berthNamespace(),
+    )
+    .addOption(dryRunControllersOption(capabilities))
+    .addOption(outputOption());
+  clusterFlags(test).action((args: string[], o) => legacyTest(args, o, refOf('AgentPlacement')));
+  return cmd;
+}
+
+/** The resource of one of Berth's kinds. */
+const refOf = (kind: string): ResourceRef =>
+  capabilities.flatMap((c) => c.crds ?? []).find((c) => c.kind === kind)!.ref;
+
+/** A deprecated `test` command: files planned as applied, or existing objects by name as what they do now. */
+async function legacyTest(
+  args: string[],
+  o: ClusterFlags & Record<string, unknown> & { output: Format; berthNamespace?: string },
+  ref: ResourceRef,
+): Promise<void> {
+  const files = args.filter((a) => existsSync(a));
+  const names = args.filter((a) => !existsSync(a));
+  const kind = ref.kind.toLowerCase();
+  process.stderr.write(
+    files.length
+      ? `deprecated: use berth plan -f ${files.join(' -f ')}\n`
+      : `deprecated: use berth plan --delete -f FILE of the objects, and read it the other way round (kubectl get ${kind} NAME -o yaml | berth plan --delete -f -)\n`,
+  );
+  const read = await readManifests(files, () => Promise.resolve(''));
+  const errors = read.errors;
+  if (files.length && names.length) errors.push('give files to plan, or names of existing objects, not both');
+  const plan = await withClient(o, async (client) => {
+    const existing = files.length ? [] : await namedObjects(client, ref, names, errors);
+    if (errors.length) return undefined;
+    const opts = { options: o, berthNamespace: o.berthNamespace ?? berthNamespace() };
+    if (!files.length) return reversed(await planChange(client, existing, { ...opts, deleting: true }));
+    const objects = read.objects.filter((x) => x.kind === ref.kind);
+    return planChange(client, objects, { ...opts, deleting: false });
+  });
+  if (!plan) {
+    process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+    process.exitCode = 1;
+    return;
+  }
+  await print(o.output, plan, () => planText(plan, !files.length).join('\n'));
+  process.exitCode = plan.errors.length ? 1 : 0;
+}
+
+/** The objects of these names, or every one when none is named; a name not found is an error. */
+async function namedObjects(
+  client: KubeClient,
+  ref: ResourceRef,
+  names: string[],
+  errors: string[],
+): Promise<KubeObject[]> {
+  if (!names.length) return (await client.list(ref)).items;
+  const out: KubeObject[] = [];
+  for (const name of names)
+    await client.get(ref, name).then(
+      (x) => out.push(x),
+      (e: unknown) => {
+        if (!isNotFound(e)) throw e;
+        errors.push(`${name}: no such file, and no ${ref.kind} of that name`);
+      },
+    );
+  return out;
 }

@@ -68,7 +68,7 @@ const COMMANDS: Record<string, Entry> = {
   agents: {
     term: 'agents',
     description: 'Agent placement: helpers for AgentPlacements',
-    load: capability('agents'),
+    load: async () => [(await import('./plan.ts')).agentsTestCommand()],
   },
   arch: {
     term: 'arch',

@@ -88,7 +88,9 @@ test('a new label value is a change of the label, the claims stay', () => {
 
 test('refused as the controller refuses: a gate-owned key and an overlapping claim prefix are errors', () => {
   const owned = (keys: KeyPattern[]) =>
-    keys.some((k) => k.kind === 'label' && k.key === 'x/gated') ? ['label x/gated is NodeStartupGate g'] : [];
+    keys.some((k) => k.kind === 'label' && 'key' in k && k.key === 'x/gated')
+      ? ['label x/gated is NodeStartupGate g']
+      : [];
   const p = planPlacements(
     change({
       current: [placement('a')],
