@@ -90,7 +90,12 @@ export async function planChange(
     (owners ??= clusterKeyOwnership(capabilities, reader, controllersOf(capabilities, opts.options)));
   const running = runningCapabilities(capabilities, opts.options);
   const plan: Plan = { changes: false, effects: [], warnings: [], unknown: [], errors: [] };
-  const kinds = [...new Set(objects.map((o) => o.kind!))];
+  const kinds = [
+    ...new Set([
+      ...objects.map((o) => o.kind!),
+      ...capabilities.flatMap((c) => c.planFromFlags?.(opts.options) ?? []),
+    ]),
+  ];
   for (const kind of kinds) {
     const of = objects.filter((o) => o.kind === kind);
     const names = of.map((o) => o.metadata!.name!).join(', ');

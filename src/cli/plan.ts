@@ -2,7 +2,7 @@
 // to the cluster as it is now, from src/plan.ts, which the page calls too. Writes nothing. Exits 0
 // when nothing would change, 2 when something would (as `kubectl diff`), 1 on error.
 import { Command } from 'commander';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { text } from 'node:stream/consumers';
 import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
@@ -26,9 +26,13 @@ export function planCommand(): Command {
       "Show what applying Berth's objects would do now (nodes labelled, tainted, held; pods evicted, gated; instances granted), " +
         'or with --delete what deleting them would undo. Writes nothing. Exit code 0: no change, 2: changes, 1: error.',
     )
-    .requiredOption('-f, --filename <path...>', 'YAML files, directories of them, or - for stdin')
+    .option('-f, --filename <path...>', 'YAML files, directories of them, or - for stdin', [])
     .option('--delete', 'plan deleting these objects instead of applying them')
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
+    .option(
+      '--rule-file <path...>',
+      'k8s-auto-labeller rule files or directories to plan as applied, each in place of the --label-dir file of its name',
+    )
     .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
     .addOption(
       durationOption('--label-dir-evict-after <duration>', 'the delay Berth runs rule files with', 60),
@@ -37,6 +41,8 @@ export function planCommand(): Command {
     .addOption(outputOption());
   return clusterFlags(cmd).action(async (o) => {
     const { objects, errors } = await readManifests(o.filename, () => text(process.stdin));
+    if (!o.filename.length && !o.ruleFile?.length) errors.push('give the objects to plan: -f FILE|DIR|-');
+    if (o.delete && o.ruleFile?.length) errors.push('--delete plans deleting objects, not rule files');
     if (errors.length) {
       process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
       process.exitCode = 1;
@@ -51,11 +57,28 @@ export function planCommand(): Command {
 }
 
 /**
- * `berth agents test`, kept for the scripts that run it: `berth plan` of the AgentPlacements of its
- * files; for names of existing ones (all of them when none is given), what they do now, which is the
- * plan of deleting them the other way round. Says on stderr that it is deprecated, and exits as it
- * did: 1 on a refused or unreadable placement, else 0 (not 2 on changes).
+ * `berth rules test` and `berth agents test`, kept for the scripts that run them: `berth plan` of
+ * the files given (for rules, k8s-auto-labeller rule files and directories as `--rule-file`); for
+ * names of existing objects, what they do now, which is the plan of deleting them the other way
+ * round. They say on stderr that they are deprecated, and exit as they did: 1 on a refused or
+ * unreadable object, else 0 (not 2 on changes).
  */
+export function rulesTestCommand(): Command {
+  const cmd = new Command('rules').description('Derived node label rules');
+  const test = cmd
+    .command('test <fileOrRule...>')
+    .description(
+      'Deprecated: use berth plan -f FILE (rule files: --rule-file PATH). What applying these rules would do (YAML files of ' +
+        'NodeLabelRules, k8s-auto-labeller rule files or directories), or what existing NodeLabelRules do now (names), ' +
+        'as berth plan says it. Writes nothing.',
+    )
+    .option('--label-dir <dir>', 'the rule directory Berth runs with, part of the current rules')
+    .addOption(dryRunControllersOption(capabilities))
+    .addOption(outputOption());
+  clusterFlags(test).action((args: string[], o) => legacyTest(args, o, 'NodeLabelRule'));
+  return cmd;
+}
+
 export function agentsTestCommand(): Command {
   const cmd = new Command('agents').description('Agent placement: helpers for AgentPlacements');
   const test = cmd
@@ -71,7 +94,7 @@ export function agentsTestCommand(): Command {
     )
     .addOption(dryRunControllersOption(capabilities))
     .addOption(outputOption());
-  clusterFlags(test).action((args: string[], o) => legacyTest(args, o, refOf('AgentPlacement')));
+  clusterFlags(test).action((args: string[], o) => legacyTest(args, o, 'AgentPlacement'));
   return cmd;
 }
 
@@ -79,40 +102,44 @@ export function agentsTestCommand(): Command {
 const refOf = (kind: string): ResourceRef =>
   capabilities.flatMap((c) => c.crds ?? []).find((c) => c.kind === kind)!.ref;
 
+/** A rule file or directory of k8s-auto-labeller's, not YAML: `berth plan --rule-file`. */
+const ruleFile = (path: string) => statSync(path).isDirectory() || !/\.ya?ml$/.test(path);
+
 /** A deprecated `test` command: files planned as applied, or existing objects by name as what they do now. */
 async function legacyTest(
   args: string[],
   o: ClusterFlags & Record<string, unknown> & { output: Format; berthNamespace?: string },
-  ref: ResourceRef,
+  kind: string,
 ): Promise<void> {
-  const files = args.filter((a) => existsSync(a));
+  const paths = args.filter((a) => existsSync(a));
   const names = args.filter((a) => !existsSync(a));
-  const kind = ref.kind.toLowerCase();
+  const rules = kind === 'NodeLabelRule' ? paths.filter(ruleFile) : [];
+  const files = paths.filter((p) => !rules.includes(p));
+  const plan = [...files.map((f) => `-f ${f}`), ...rules.map((r) => `--rule-file ${r}`)].join(' ');
   process.stderr.write(
-    files.length
-      ? `deprecated: use berth plan -f ${files.join(' -f ')}\n`
-      : `deprecated: use berth plan --delete -f FILE of the objects, and read it the other way round (kubectl get ${kind} NAME -o yaml | berth plan --delete -f -)\n`,
+    paths.length
+      ? `deprecated: use berth plan ${plan}\n`
+      : `deprecated: use berth plan --delete -f FILE of the objects, read the other way round (kubectl get ${kind.toLowerCase()} NAME -o yaml | berth plan --delete -f -)\n`,
   );
   const read = await readManifests(files, () => Promise.resolve(''));
   const errors = read.errors;
-  if (files.length && names.length) errors.push('give files to plan, or names of existing objects, not both');
-  const plan = await withClient(o, async (client) => {
-    const existing = files.length ? [] : await namedObjects(client, ref, names, errors);
+  if (paths.length && names.length) errors.push('give files to plan, or names of existing objects, not both');
+  const result = await withClient(o, async (client) => {
+    const existing = paths.length ? [] : await namedObjects(client, refOf(kind), names, errors);
     if (errors.length) return undefined;
-    const opts = { options: o, berthNamespace: o.berthNamespace ?? berthNamespace() };
-    if (!files.length) return reversed(await planChange(client, existing, { ...opts, deleting: true }));
-    const objects = read.objects.filter((x) => x.kind === ref.kind);
+    const opts = { options: { ...o, ruleFile: rules }, berthNamespace: o.berthNamespace ?? berthNamespace() };
+    if (!paths.length) return reversed(await planChange(client, existing, { ...opts, deleting: true }));
+    const objects = read.objects.filter((x) => x.kind === kind);
     return planChange(client, objects, { ...opts, deleting: false });
   });
-  if (!plan) {
+  if (!result) {
     process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
     process.exitCode = 1;
     return;
   }
-  await print(o.output, plan, () => planText(plan, !files.length).join('\n'));
-  process.exitCode = plan.errors.length ? 1 : 0;
+  await print(o.output, result, () => planText(result, !paths.length).join('\n'));
+  process.exitCode = result.errors.length ? 1 : 0;
 }
-
 /** The objects of these names, or every one when none is named; a name not found is an error. */
 async function namedObjects(
   client: KubeClient,

@@ -59,7 +59,11 @@ const COMMANDS: Record<string, Entry> = {
     description: "Serve Berth's read-only web page alone: informers and the page, no controller",
     load: async () => [(await import('./ui.ts')).uiCommand()],
   },
-  rules: { term: 'rules', description: 'Derived node label rules', load: capability('rules') },
+  rules: {
+    term: 'rules',
+    description: 'Derived node label rules',
+    load: async () => [(await import('./plan.ts')).rulesTestCommand()],
+  },
   gates: {
     term: 'gates',
     description: 'Startup gates: helpers for NodeStartupGates',
