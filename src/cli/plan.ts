@@ -63,38 +63,44 @@ export function planCommand(): Command {
  * round. They say on stderr that they are deprecated, and exit as they did: 1 on a refused or
  * unreadable object, else 0 (not 2 on changes).
  */
-export function rulesTestCommand(): Command {
-  const cmd = new Command('rules').description('Derived node label rules');
-  const test = cmd
-    .command('test <fileOrRule...>')
-    .description(
+export const rulesTestCommand = (): Command =>
+  legacyCommand('rules', 'Derived node label rules', 'NodeLabelRule', {
+    args: '<fileOrRule...>',
+    description:
       'Deprecated: use berth plan -f FILE (rule files: --rule-file PATH). What applying these rules would do (YAML files of ' +
-        'NodeLabelRules, k8s-auto-labeller rule files or directories), or what existing NodeLabelRules do now (names), ' +
-        'as berth plan says it. Writes nothing.',
-    )
-    .option('--label-dir <dir>', 'the rule directory Berth runs with, part of the current rules')
-    .addOption(dryRunControllersOption(capabilities))
-    .addOption(outputOption());
-  clusterFlags(test).action((args: string[], o) => legacyTest(args, o, 'NodeLabelRule'));
-  return cmd;
-}
+      'NodeLabelRules, k8s-auto-labeller rule files or directories), or what existing NodeLabelRules do now (names), ' +
+      'as berth plan says it. Writes nothing.',
+    option: ['--label-dir <dir>', 'the rule directory Berth runs with, part of the current rules'],
+  });
 
-export function agentsTestCommand(): Command {
-  const cmd = new Command('agents').description('Agent placement: helpers for AgentPlacements');
-  const test = cmd
-    .command('test [fileOrPlacement...]')
-    .description(
+export const agentsTestCommand = (): Command =>
+  legacyCommand('agents', 'Agent placement: helpers for AgentPlacements', 'AgentPlacement', {
+    args: '[fileOrPlacement...]',
+    description:
       'Deprecated: use berth plan -f FILE. What applying the AgentPlacements of YAML files would do, or what existing ' +
-        'ones do now (names; all of them when none is given), as berth plan says it. Writes nothing.',
-    )
-    .option(
+      'ones do now (names; all of them when none is given), as berth plan says it. Writes nothing.',
+    option: [
       '--berth-namespace <ns>',
       "Berth's namespace, left alone unless a placement names it",
       berthNamespace(),
-    )
+    ],
+  });
+
+/** `berth PARENT test ARGS`, of one kind, with its one option of its own. */
+function legacyCommand(
+  parent: string,
+  about: string,
+  kind: string,
+  test: { args: string; description: string; option: [string, string, string?] },
+): Command {
+  const cmd = new Command(parent).description(about);
+  const sub = cmd
+    .command(`test ${test.args}`)
+    .description(test.description)
+    .option(...test.option)
     .addOption(dryRunControllersOption(capabilities))
     .addOption(outputOption());
-  clusterFlags(test).action((args: string[], o) => legacyTest(args, o, 'AgentPlacement'));
+  clusterFlags(sub).action((args: string[], o) => legacyTest(args, o, kind));
   return cmd;
 }
 

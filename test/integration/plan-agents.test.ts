@@ -18,7 +18,7 @@ import type { Effect } from '../../src/policy/plan.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
-import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
+import { berthClient, berthPlan, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -92,11 +92,7 @@ const placement = {
   },
 };
 
-function plan(...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli(['plan', '--kubeconfig', sandbox.kubeconfigPath, '-o', 'json', ...args]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
-}
+const plan = (...args: string[]) => berthPlan(sandbox, ...args);
 
 /** The plan's effects on this file's nodes: `op label|annotation KEY=VALUE` per node, sorted. */
 const planned = (effects: Effect[]) =>
