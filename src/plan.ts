@@ -7,7 +7,7 @@ import { parseAllDocuments } from 'yaml';
 import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capability.ts';
 import { capabilities } from './capabilities.ts';
 import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
-import type { Effect, PlanPart } from './policy/plan.ts';
+import { EVICTS, type Effect, type PlanPart } from './policy/plan.ts';
 import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
 import type { KubeClient } from './runtime/client/client.ts';
@@ -151,15 +151,29 @@ const opposite = { '+': '-', '-': '+', '~': '~', '!': '!' } as const;
 
 /**
  * A plan of deleting objects, the other way round: what they do now (a label they take back is one
- * they set). Only its effects turn: a change `a -> b` is said `b -> a`.
+ * they set; a change `a -> b` is said `b -> a`). Pods deleting them would evict are no part of what
+ * they do now: counted on an `unknown:` line instead.
  */
 export function reversed(p: Plan): Plan {
-  const effects = p.effects.map((e) => ({
-    ...e,
-    op: opposite[e.op],
-    what: e.op === '~' ? e.what.replace(/^(.*): (.*) -> (.*)$/, '$1: $3 -> $2') : e.what,
-  }));
-  return { ...p, effects };
+  const evicted = p.effects.filter((e) => e.op === '!').length;
+  const effects = p.effects
+    .filter((e) => e.op !== '!')
+    .map((e) => ({
+      ...e,
+      op: opposite[e.op],
+      what: e.op === '~' ? e.what.replace(/^(.*): (.*) -> (.*)$/, '$1: $3 -> $2') : e.what,
+    }));
+  const { evictions: _, ...rest } = p;
+  return {
+    ...rest,
+    changes: effects.length > 0,
+    effects,
+    warnings: p.warnings.filter((w) => !w.includes(EVICTS)),
+    unknown: [
+      ...p.unknown,
+      ...(evicted ? [`deleting them would evict ${evicted} pod(s): berth plan --delete says which`] : []),
+    ],
+  };
 }
 
 /**
@@ -174,7 +188,7 @@ export function planText(p: Plan, now = false): string[] {
     byObject.set(id, [...(byObject.get(id) ?? []), e]);
   }
   const head = now
-    ? `${byObject.size} object(s) carry what these do now`
+    ? `what these do now, to ${byObject.size} object(s)`
     : `${byObject.size} object(s) would change`;
   out.push(p.changes ? `${head} (nothing was written)` : now ? 'they do nothing now' : 'no change');
   for (const [id, effects] of byObject) {
