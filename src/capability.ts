@@ -182,7 +182,7 @@ export const clusterControllers = (all: Capability[]): string[] =>
   all.filter((c) => c.roles.includes('cluster')).map((c) => c.name);
 
 /**
- * `--controllers`: the capabilities `berth run` runs. The dry runs (explain, rules test) take it
+ * `--controllers`: the capabilities `berth run` runs. The dry runs (explain, plan) take it
  * too, so that they count the key claims of exactly the capabilities that Berth runs.
  */
 export function controllersOption(

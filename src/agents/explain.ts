@@ -1,4 +1,4 @@
-// `berth explain node` and `berth agents test` for agent placement: what placements claim, label
+// `berth explain` and `berth plan` for agent placement: what placements claim, label
 // and change, read from the cluster and decided by the same functions the controller and the
 // webhook use. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
