@@ -3,7 +3,6 @@
 // builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { existsSync } from 'node:fs';
 import type { PolicyKit } from './policy/kit.ts';
 import { KeyOwnership, type KeyClaim, type KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
@@ -56,13 +55,6 @@ export interface ExplainContext {
 
 /** What a capability's commands may ask of the others. */
 export interface CommandContext {
-  /**
-   * Who owns which node keys, read from the API (clusterKeyOwnership) as a Berth running
-   * `controllers` claims them: a dry run refuses what that Berth would.
-   */
-  keys(client: KubeClient, controllers: string[]): Promise<KeyOwnership>;
-  /** `--controllers`, for a dry run to be given the capabilities Berth runs (controllersOption). */
-  controllersOption(): Option;
   /** What a management plane does in each cell: every capability's cellRbac (cellRules). */
   cellRules(): DeclaredRule[];
 }
@@ -144,6 +136,11 @@ export interface Capability {
   explainNode?(ctx: ExplainContext): Promise<string[]>;
   /** `berth plan` of its kinds, by kind name: what applying (or deleting) these objects would do. */
   plan?: Record<string, (ctx: PlanContext) => Promise<PlanPart>>;
+  /**
+   * Kinds of its `plan` planned even when the change holds no object of them, because a flag of
+   * `berth plan` names local files of them (labels: k8s-auto-labeller rule files, `--rule-file`).
+   */
+  planFromFlags?(options: Record<string, unknown>): string[];
   /** Its own kinds `berth explain` explains. */
   explainKinds?: ExplainKind[];
   /**
@@ -185,7 +182,7 @@ export const clusterControllers = (all: Capability[]): string[] =>
   all.filter((c) => c.roles.includes('cluster')).map((c) => c.name);
 
 /**
- * `--controllers`: the capabilities `berth run` runs. The dry runs (explain, rules test) take it
+ * `--controllers`: the capabilities `berth run` runs. The dry runs (explain, plan) take it
  * too, so that they count the key claims of exactly the capabilities that Berth runs.
  */
 export function controllersOption(
@@ -227,8 +224,6 @@ export const cellRules = (caps: Capability[]): DeclaredRule[] => caps.flatMap((c
 /** Every capability's own `berth` subcommands, each given what it may ask of the others. */
 export function capabilityCommands(all: Capability[]): Command[] {
   const ctx: CommandContext = {
-    keys: (client, controllers) => clusterKeyOwnership(all, client, controllers),
-    controllersOption: () => dryRunControllersOption(all),
     cellRules: () => cellRules(all),
   };
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
@@ -240,31 +235,6 @@ export const sayStep =
   (s: string): void => {
     process.stdout.write(`${dryRun ? '(dry run) ' : ''}${s}\n`);
   };
-
-/** What one argument of a preview read: objects, or errors. */
-interface Read<T> {
-  items?: T[];
-  errors?: string[];
-}
-
-/**
- * A preview's arguments, read in their order: a path that exists is a file, anything else the
- * name of an object in the cluster.
- */
-export async function filesOrNames<T>(
-  args: string[],
-  file: (path: string) => Promise<Read<T>>,
-  name: (name: string) => Read<T>,
-): Promise<{ items: T[]; errors: string[] }> {
-  const items: T[] = [];
-  const errors: string[] = [];
-  for (const a of args) {
-    const read = existsSync(a) ? await file(a) : name(a);
-    items.push(...(read.items ?? []));
-    errors.push(...(read.errors ?? []));
-  }
-  return { items, errors };
-}
 
 /** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */
 export const atLeast = (min: number) => (v: string) => {

@@ -7,7 +7,7 @@ import { parseAllDocuments } from 'yaml';
 import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capability.ts';
 import { capabilities } from './capabilities.ts';
 import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
-import type { Effect, PlanPart } from './policy/plan.ts';
+import { EVICTS, type Effect, type PlanPart } from './policy/plan.ts';
 import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
 import type { KubeClient } from './runtime/client/client.ts';
@@ -90,7 +90,12 @@ export async function planChange(
     (owners ??= clusterKeyOwnership(capabilities, reader, controllersOf(capabilities, opts.options)));
   const running = runningCapabilities(capabilities, opts.options);
   const plan: Plan = { changes: false, effects: [], warnings: [], unknown: [], errors: [] };
-  const kinds = [...new Set(objects.map((o) => o.kind!))];
+  const kinds = [
+    ...new Set([
+      ...objects.map((o) => o.kind!),
+      ...capabilities.flatMap((c) => c.planFromFlags?.(opts.options) ?? []),
+    ]),
+  ];
   for (const kind of kinds) {
     const of = objects.filter((o) => o.kind === kind);
     const names = of.map((o) => o.metadata!.name!).join(', ');
@@ -142,15 +147,50 @@ async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Pl
   return out;
 }
 
-/** The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns. */
-export function planText(p: Plan): string[] {
+const opposite = { '+': '-', '-': '+', '~': '~', '!': '!' } as const;
+
+/**
+ * A plan of deleting objects, the other way round: what they do now (a label they take back is one
+ * they set; a change `a -> b` is said `b -> a`). Pods deleting them would evict are no part of what
+ * they do now: counted on an `unknown:` line instead.
+ */
+export function reversed(p: Plan): Plan {
+  const evicted = p.effects.filter((e) => e.op === '!').length;
+  const effects = p.effects
+    .filter((e) => e.op !== '!')
+    .map((e) => ({
+      ...e,
+      op: opposite[e.op],
+      what: e.op === '~' ? e.what.replace(/^(.*): (.*) -> (.*)$/, '$1: $3 -> $2') : e.what,
+    }));
+  const { evictions: _, ...rest } = p;
+  return {
+    ...rest,
+    changes: effects.length > 0,
+    effects,
+    warnings: p.warnings.filter((w) => !w.includes(EVICTS)),
+    unknown: [
+      ...p.unknown,
+      ...(evicted ? [`deleting them would evict ${evicted} pod(s): berth plan --delete says which`] : []),
+    ],
+  };
+}
+
+/**
+ * The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns;
+ * `now`: a reversed plan, what the objects do now.
+ */
+export function planText(p: Plan, now = false): string[] {
   const out: string[] = [];
   const byObject = new Map<string, Effect[]>();
   for (const e of p.effects) {
     const id = `${e.kind} ${e.name}`;
     byObject.set(id, [...(byObject.get(id) ?? []), e]);
   }
-  out.push(p.changes ? `${byObject.size} object(s) would change (nothing was written)` : 'no change');
+  const head = now
+    ? `what these do now, to ${byObject.size} object(s)`
+    : `${byObject.size} object(s) would change`;
+  out.push(p.changes ? `${head} (nothing was written)` : now ? 'they do nothing now' : 'no change');
   for (const [id, effects] of byObject) {
     out.push(id);
     for (const e of effects) out.push(`  ${e.op} ${e.what}  (${e.by})`);

@@ -275,6 +275,14 @@ export const usablePlacements = <O extends KubeObject>(parsed: ParsedPlacement<O
   parsed.filter((p) => p.problems.length === 0);
 
 /**
+ * The placements that claim now: the usable ones not being deleted (a deleted placement's claims
+ * go before it does). The node controller and `berth plan` decide by these.
+ */
+export const claimingPlacements = <O extends KubeObject>(
+  parsed: ParsedPlacement<O>[],
+): ParsedPlacement<O>[] => usablePlacements(parsed).filter((p) => !p.obj.metadata?.deletionTimestamp);
+
+/**
  * What the agents claim on nodes: the keys of every usable placement. An invalid or outranked one
  * claims nothing, so a derived-label rule may still write what it names.
  */

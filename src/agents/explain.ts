@@ -1,4 +1,4 @@
-// `berth explain node` and `berth agents test` for agent placement: what placements claim, label
+// `berth explain` and `berth plan` for agent placement: what placements claim, label
 // and change, read from the cluster and decided by the same functions the controller and the
 // webhook use. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
@@ -52,7 +52,7 @@ export async function loadView(client: KubeClient, nodeName?: string): Promise<C
   return { pods, namespaces, owners };
 }
 
-const lookupIn =
+export const lookupIn =
   (view: ClusterView): OwnerLookup =>
   (_v, kind, ns, n) =>
     view.owners.get(`${kind}/${ns}/${n}`);

@@ -9,7 +9,6 @@ import type { Informer } from '../runtime/cache/informer.ts';
 import type { Controller } from '../runtime/controller/controller.ts';
 import { WriteWindow } from '../runtime/controller/spacing.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
-import { agentsCommand } from './cli.ts';
 import {
   AGENT_WORKERS,
   CLAIM_QUIET_MS,
@@ -33,12 +32,12 @@ import { clusterPlacements, explainNodeAgents, explainPlacement, loadView } from
 import { nodesOf } from '../policy/explain.ts';
 import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
 import { podWebhook } from './webhook.ts';
+import { planAgentPlacements } from './plan.ts';
 
 export const agentsCapability: Capability = {
   name: 'agents',
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
   roles: ['cluster'],
-  commands: (ctx) => [agentsCommand(ctx)],
   options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
@@ -108,6 +107,7 @@ export const agentsCapability: Capability = {
       },
     },
   ],
+  plan: { AgentPlacement: planAgentPlacements },
   setup({ kit, options, berthNamespace }) {
     const agents = setupAgents(kit, {
       workers: Number(options['agentWorkers'] ?? AGENT_WORKERS),

@@ -12,12 +12,11 @@ import { Option } from 'commander';
 import { atLeast, workersOption, type Capability } from '../capability.ts';
 import { durationOption } from '../cli/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { rulesCommand } from './cli.ts';
 import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
 import { explainPodEviction } from './evict.ts';
 import { explainNodeLabels, explainRule } from './explain.ts';
 import { clusterRules } from './load.ts';
-import { planRules } from './plan.ts';
+import { planRules, ruleFilesOf } from './plan.ts';
 import {
   FIELD_MANAGER,
   NodeLabelRule,
@@ -35,7 +34,6 @@ export const labelsCapability: Capability = {
   name: 'labels',
   description: 'Derived node labels from NodeLabelRules and k8s-auto-labeller rule files',
   roles: ['cluster'],
-  commands: (ctx) => [rulesCommand(ctx)],
   options: () => [
     new Option(
       '--label-dir <dir>',
@@ -79,6 +77,7 @@ export const labelsCapability: Capability = {
   plan: {
     NodeLabelRule: (ctx) => planRules(ctx, labelDirOf(ctx.options), evictOnRemovalFiles(ctx.options)),
   },
+  planFromFlags: (options) => (ruleFilesOf(options).length ? ['NodeLabelRule'] : []),
   explainKinds: [
     {
       name: 'nodelabelrule',

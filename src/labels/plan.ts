@@ -9,8 +9,12 @@ import { compileRule, refuseOwned } from './decide.ts';
 import { evictingRules, verdict, type Removal } from './evict.ts';
 import { evictions, previewRules, type NodeChanges } from './explain.ts';
 import { holdsBeside } from './files.ts';
-import { clusterRules } from './load.ts';
+import { clusterRules, localRules } from './load.ts';
 import type { EvictOnRemoval, Rule } from './types.ts';
+
+/** `berth plan --rule-file`: k8s-auto-labeller rule files or directories to plan as applied. */
+export const ruleFilesOf = (options: Record<string, unknown>): string[] =>
+  Array.isArray(options['ruleFile']) ? (options['ruleFile'] as string[]) : [];
 
 const byOf = (rule: string) => rule.replace(/^nodelabelrule\//, 'NodeLabelRule ');
 
@@ -27,12 +31,25 @@ export async function planRules(
     if (c.rule) candidates.push(c.rule);
     else part.errors.push(`NodeLabelRule ${o.metadata?.name}: ${c.errors.join('; ')}`);
   }
+  // k8s-auto-labeller rule files (--rule-file), each standing in for the --label-dir file of its name.
+  for (const path of ruleFilesOf(ctx.options)) {
+    const loaded = await localRules(path);
+    candidates.push(...loaded.rules);
+    part.errors.push(...loaded.errors);
+  }
   const owners = await ctx.keys();
   const owned = (keys: KeyPattern[]) => owners.violations('labels', keys);
   for (const [name, why] of refuseOwned(candidates, owned).refused)
     part.errors.push(`${byOf(name)} would be Invalid and apply nothing: ${why.join('; ')}`);
   const current = await clusterRules(client, labelDir);
-  const usable = refuseOwned(current.rules, owned).rules;
+  const { rules: usable, refused } = refuseOwned(current.rules, owned);
+  // Current rules Berth applies nothing of, before or after: said, as the plan leaves them out.
+  part.warnings.push(
+    ...current.errors.map((e) => `current rule skipped: ${e}`),
+    ...[...refused].map(
+      ([name, why]) => `current rule skipped: ${byOf(name)}: Invalid, applies nothing: ${why.join('; ')}`,
+    ),
+  );
   const named = new Set(candidates.map((r) => r.name));
   const kept = usable.filter((r) => !named.has(r.name));
   const after = ctx.deleting ? kept : [...kept, ...refuseOwned(candidates, owned).rules];

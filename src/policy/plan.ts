@@ -47,6 +47,9 @@ export interface PlanContext {
 /** A part with nothing in it yet. */
 export const emptyPart = (): PlanPart => ({ effects: [], warnings: [], unknown: [], errors: [] });
 
+/** What every eviction warning says (a reversed plan leaves them out). */
+export const EVICTS = ' would evict ';
+
 /** Pods evicted, as a warning: how many, in how many namespaces, the biggest first. */
 export function evictionWarning(pods: string[], cause: string): string | undefined {
   if (!pods.length) return undefined;
@@ -56,5 +59,5 @@ export function evictionWarning(pods: string[], cause: string): string | undefin
     byNs.set(ns, (byNs.get(ns) ?? 0) + 1);
   }
   const counts = [...byNs].sort((a, b) => b[1] - a[1]).map(([ns, n]) => `${ns} ${n}`);
-  return `${cause} would evict ${pods.length} pod(s): ${counts.join(', ')}`;
+  return `${cause}${EVICTS}${pods.length} pod(s): ${counts.join(', ')}`;
 }

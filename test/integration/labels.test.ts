@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
+import type { Plan } from '../../src/plan.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { setupLabels } from '../../src/labels/index.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
@@ -586,16 +587,24 @@ describe('derived node labels', () => {
         ...args,
       );
     try {
-      const json = JSON.parse((await run('-o', 'json')).stdout) as { evictions: unknown };
-      assert.deepEqual(json.evictions, [
-        { node: n, taint: `${p}.example.com/drain:NoExecute`, pods: [`${ns}/plain`] },
-      ]);
-      assert.match(
-        (await run()).stdout,
-        new RegExp(
-          `1 pods on 1 nodes would be evicted .*\\n  ${n} \\(${p}.example.com/drain:NoExecute\\): ${ns}/plain\\n`,
-        ),
+      // A deprecated alias of berth plan: the plan, and a line on stderr that says so.
+      const json = JSON.parse((await run('-o', 'json')).stdout) as Plan;
+      assert.deepEqual(
+        json.effects.filter((e) => e.kind === 'Pod'),
+        [
+          {
+            kind: 'Pod',
+            name: `${ns}/plain`,
+            op: '!',
+            what: `evicted by taint ${p}.example.com/drain:NoExecute`,
+            by: `node ${n}`,
+          },
+        ],
       );
+      assert.deepEqual(json.evictions, { namespaces: { [ns]: 1 }, budgets: {} });
+      const { stdout, stderr } = await run();
+      assert.match(stdout, new RegExp(`warning: this change would evict 1 pod\\(s\\): ${ns} 1\\n`));
+      assert.match(stderr, /^deprecated: use berth plan -f /);
       const taints = ((await client.get(Resources.nodes, n!))['spec'] as { taints?: unknown[] }).taints ?? [];
       assert.deepEqual(taints, [], 'a dry run writes nothing');
     } finally {
@@ -612,10 +621,7 @@ describe('derived node labels', () => {
     await applyRule(p, spec);
     await assert.rejects(rulesTest(`${p}-new`, spec, p), (e: Error & { code?: number; stderr?: string }) => {
       assert.equal(e.code, 1);
-      assert.match(
-        e.stderr ?? '',
-        /error: give rule files to preview, or names of current rules to see what they do, not both/,
-      );
+      assert.match(e.stderr ?? '', /error: give files to plan, or names of existing objects, not both/);
       return true;
     });
   });
@@ -648,26 +654,27 @@ describe('derived node labels', () => {
       // The fix, also reading a second source label.
       writeFileSync(join(fixes, ns, 'out'), `${ns}/src\n${ns}/other\n`);
       const { stdout, stderr } = await rulesTestCli(join(fixes, ns, 'out'), '--label-dir', dir, '-o', 'json');
-      const { changes } = JSON.parse(stdout) as { changes: { node: string; changes: unknown[] }[] };
-      const ours = changes.filter((c) => c.node.startsWith(p));
-      assert.deepEqual(ours, [
-        {
-          node: joined,
-          changes: [{ kind: 'label', key: `${ns}/out`, after: 'true', rule: `file:${ns}/out` }],
-        },
-      ]);
-      assert.match(stderr, /warning: current rule skipped: .*\/out:2: "Not A Key!" is not a valid label key/);
+      const fixed = JSON.parse(stdout) as Plan;
+      assert.deepEqual(
+        fixed.effects.filter((e) => e.name.startsWith(p)),
+        [{ kind: 'Node', name: joined, op: '+', what: `label ${ns}/out=true`, by: `file:${ns}/out` }],
+      );
+      assert.match(stderr, /^deprecated: use berth plan --rule-file /);
+      assert.match(
+        fixed.warnings.join('\n'),
+        /current rule skipped: .*\/out:2: "Not A Key!" is not a valid label key/,
+      );
       // Without the fix, the held label stays: testing another file changes nothing on the held node.
       writeFileSync(join(fixes, ns, 'more'), `${ns}/src\n`);
       const other = JSON.parse(
         (await rulesTestCli(join(fixes, ns, 'more'), '--label-dir', dir, '-o', 'json')).stdout,
-      ) as { changes: { node: string; changes: { key: string }[] }[] };
+      ) as Plan;
       assert.deepEqual(
-        other.changes
-          .filter((c) => c.node.startsWith(p))
-          .flatMap((c) => c.changes.map((x) => `${c.node} ${x.key}`))
+        other.effects
+          .filter((e) => e.name.startsWith(p))
+          .map((e) => `${e.name} ${e.op} ${e.what}`)
           .sort(),
-        [`${labelled} ${ns}/more`, `${joined} ${ns}/more`].sort(),
+        [`${labelled} + label ${ns}/more=true`, `${joined} + label ${ns}/more=true`].sort(),
       );
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -697,12 +704,12 @@ describe('derived node labels', () => {
       await assert.rejects(run, (e: { code?: number; stderr?: string; stdout?: string }) => {
         assert.equal(e.code, 1);
         assert.match(
-          e.stderr ?? '',
+          e.stdout ?? '',
           new RegExp(
-            `error: nodelabelrule/${p} would be Invalid and apply nothing: taint ${p}.example.com/warming is owned by NodeStartupGate ${gate}`,
+            `error: NodeLabelRule ${p} would be Invalid and apply nothing: taint ${p}.example.com/warming is owned by NodeStartupGate ${gate}`,
           ),
         );
-        assert.equal(e.stdout, '', 'no preview of a rule Berth would refuse');
+        assert.match(e.stdout ?? '', /^no change\n/, 'a rule Berth would refuse changes nothing');
         return true;
       });
     } finally {

@@ -1,7 +1,7 @@
 // berth plan's reading of manifests and its text: every document, lists unwrapped, bad ones named.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseManifests, planText } from '../../src/plan.ts';
+import { parseManifests, planText, reversed } from '../../src/plan.ts';
 
 test('documents are read, lists unwrapped, and one without a name is an error', () => {
   const { objects, errors } = parseManifests(
@@ -37,4 +37,28 @@ test('the text groups effects by object and prints warnings and unknowns', () =>
     'warning: every node (1) would be tainted t:NoSchedule',
     'unknown: Workload w: berth plan does not plan this kind',
   ]);
+});
+
+test('a plan of deleting, reversed, says what the objects do now; the pods deleting them evicts are only counted', () => {
+  const now = reversed({
+    changes: true,
+    effects: [
+      { kind: 'Node', name: 'n1', op: '-', what: 'label a=b', by: 'NodeLabelRule r' },
+      { kind: 'Node', name: 'n1', op: '~', what: 'label c: x -> y', by: 'NodeLabelRule r' },
+      { kind: 'Pod', name: 'ns/p', op: '!', what: 'evicted 60 s after label a goes', by: 'NodeLabelRule r' },
+    ],
+    evictions: { namespaces: { ns: 1 }, budgets: {} },
+    warnings: ['this change would evict 1 pod(s): ns 1', 'current rule skipped: x'],
+    unknown: [],
+    errors: [],
+  });
+  assert.deepEqual(
+    now.effects.map((e) => `${e.op} ${e.what}`),
+    ['+ label a=b', '~ label c: y -> x'],
+  );
+  assert.equal(now.evictions, undefined);
+  assert.deepEqual(now.warnings, ['current rule skipped: x']);
+  assert.deepEqual(now.unknown, ['deleting them would evict 1 pod(s): berth plan --delete says which']);
+  assert.equal(planText(now, true)[0], 'what these do now, to 1 object(s) (nothing was written)');
+  assert.equal(planText(reversed({ ...now, effects: [], changes: false }), true)[0], 'they do nothing now');
 });

@@ -15,7 +15,7 @@ import { podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
-import { claimKey, decideNode, podFinished } from '../decide.ts';
+import { claimingPlacements, claimKey, decideNode, podFinished } from '../decide.ts';
 import type { Agents } from '../index.ts';
 import { countClaimWrites } from '../metrics.ts';
 import { AGENT_KEYS } from '../types.ts';
@@ -57,7 +57,7 @@ export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter
   decide(nodeName: string) {
     return decideNode(
       podsOn(this.ctx.pods, nodeName),
-      this.ctx.placements().filter((p) => !p.obj.metadata?.deletionTimestamp),
+      claimingPlacements(this.ctx.parsed()),
       this.namespaceLabels,
       this.lookup,
       this.ctx.berthNamespace,
