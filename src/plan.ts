@@ -8,7 +8,7 @@ import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capab
 import { capabilities } from './capabilities.ts';
 import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
 import type { Effect, PlanPart } from './policy/plan.ts';
-import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
+import { Resources, type KubeObject } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 
@@ -23,14 +23,6 @@ export interface Plan extends PlanPart {
 const MAX_OBJECTS = 256;
 /** Most bytes of YAML read, all files together. */
 const MAX_BYTES = 4 << 20;
-
-const pdbs: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
 
 /** The objects of YAML text: every document, lists unwrapped; what cannot be read, with why. */
 export function parseManifests(text: string, source: string): { objects: KubeObject[]; errors: string[] } {
@@ -134,7 +126,7 @@ async function evictionCounts(
   const budgets = (
     await client.list<
       KubeObject & { spec?: { selector?: LabelSelector }; status?: { disruptionsAllowed?: number } }
-    >(pdbs)
+    >(Resources.podDisruptionBudgets)
   ).items;
   const pods = new Map(
     (await client.list(Resources.pods)).items.map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p]),

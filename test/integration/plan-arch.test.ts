@@ -25,7 +25,7 @@ import { ensureBinaries } from '../../src/sandbox/build.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { isNotFound } from '../../src/runtime/client/client.ts';
-import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -36,6 +36,7 @@ import {
   uniqueName,
 } from '../helpers/cluster.ts';
 import { platform, RegistryPusher } from '../helpers/registry.ts';
+import { runPlan } from '../helpers/plan.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -107,20 +108,8 @@ after(async () => {
   client.close();
 });
 
-function plan(...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli([
-    'plan',
-    '--kubeconfig',
-    sandbox.kubeconfigPath,
-    '--controllers=arch',
-    `--arch-registries=${reg.registriesPath}`,
-    '-o',
-    'json',
-    ...args,
-  ]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
-}
+const plan = (...args: string[]) =>
+  runPlan(sandbox, ['--controllers=arch', `--arch-registries=${reg.registriesPath}`, ...args]);
 
 /** The plan's word on each Deployment of the namespace: its op and architectures, or nothing. */
 function planned(p: Plan): Record<string, string> {
@@ -149,6 +138,19 @@ async function got(name: string): Promise<string | undefined> {
   if (state === undefined && !archs.length) return 'untouched';
   return state === 'Placed' ? archs.join(', ') : `${state}: ${archs.join(', ')}`;
 }
+
+/** Each Deployment's new pod as Berth leaves it (got), once every one has one. */
+const newPods = () =>
+  waitFor(
+    "every Deployment's new pod as Berth leaves it",
+    async () => {
+      const now = Object.fromEntries(
+        await Promise.all(Object.keys(workloads).map(async (n) => [n, await got(n)])),
+      );
+      return Object.values(now).every((v) => v !== undefined) ? now : undefined;
+    },
+    { timeoutMs: 90_000 },
+  );
 
 const scale = (replicas: number) =>
   Promise.all(
@@ -198,16 +200,7 @@ test('an ArchPlacement: the new pods of each workload get the architectures the 
     timeoutMs: 60_000,
   });
   await scale(1);
-  const actual = await waitFor(
-    "every Deployment's new pod as Berth leaves it",
-    async () => {
-      const now = Object.fromEntries(
-        await Promise.all(Object.keys(workloads).map(async (n) => [n, await got(n)])),
-      );
-      return Object.values(now).every((v) => v !== undefined) ? now : undefined;
-    },
-    { timeoutMs: 90_000 },
-  );
+  const actual = await newPods();
   assert.deepEqual(actual, want, 'the plan predicted each workload exactly');
   assert.equal(plan('-f', path).status, 0, 'applied: nothing more would change');
 
@@ -238,16 +231,7 @@ test('an ArchPlacement: the new pods of each workload get the architectures the 
     { timeoutMs: 90_000 },
   );
   await scale(1);
-  const after = await waitFor(
-    "every Deployment's new pod after the delete",
-    async () => {
-      const now = Object.fromEntries(
-        await Promise.all(Object.keys(workloads).map(async (n) => [n, await got(n)])),
-      );
-      return Object.values(now).every((v) => v !== undefined) ? now : undefined;
-    },
-    { timeoutMs: 90_000 },
-  );
+  const after = await newPods();
   assert.deepEqual(
     after,
     Object.fromEntries(Object.keys(workloads).map((n) => [n, 'untouched'])),

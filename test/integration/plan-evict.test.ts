@@ -12,17 +12,11 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { stringify } from 'yaml';
 import { installCrds } from '../../src/cli/install.ts';
-import { setupEvictController } from '../../src/labels/controllers/evict.ts';
-import { setupLabels } from '../../src/labels/index.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
-import type { Plan } from '../../src/plan.ts';
-import { PolicyKit } from '../../src/policy/kit.ts';
 import { selectorMatches } from '../../src/policy/match/selector.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
-import { isNotFound } from '../../src/runtime/client/client.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
-import { berthClient, runBerthCli } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -33,6 +27,8 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { startEvictor, untouched as untouchedPod } from '../helpers/evict.ts';
+import { runPlan } from '../helpers/plan.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -45,32 +41,13 @@ const namespaces: string[] = [];
 let manager: Manager | undefined;
 let kubectlPath: string;
 
-const PDB: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
+const PDB = Resources.podDisruptionBudgets;
 type Pod = KubeObject & { spec: { nodeName?: string }; status?: { phase?: string } };
 
 before(async () => {
   await installCrds(client);
   kubectlPath = (await ensureBinaries()).kubectl;
-  manager = new Manager({
-    client: await berthClient(sandbox),
-    metricsBindAddress: '0',
-    healthBindAddress: '0',
-  });
-  const labels = setupLabels(new PolicyKit(manager), { workers: 4 });
-  setupEvictController(labels, {
-    berthNamespace: 'berth-system',
-    maxPerMinute: 600,
-    workers: 4,
-    retryBaseMs: 500,
-  });
-  await manager.start();
-  await manager.waitForCacheSync();
+  manager = await startEvictor(sandbox);
 });
 
 after(async () => {
@@ -104,19 +81,7 @@ const file = (name: string, obj: object) => {
   return path;
 };
 
-function plan(...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli([
-    'plan',
-    '--kubeconfig',
-    sandbox.kubeconfigPath,
-    '--controllers=labels',
-    '-o',
-    'json',
-    ...args,
-  ]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
-}
+const plan = (...args: string[]) => runPlan(sandbox, ['--controllers=labels', ...args]);
 
 async function runningPod(ns: string, name: string, node: string, app: string, needs: boolean): Promise<Pod> {
   const p = podManifest({
@@ -133,16 +98,8 @@ async function runningPod(ns: string, name: string, node: string, app: string, n
   });
 }
 
-/** Whether the pod (by uid) is still there and not terminating. */
-async function untouched(p: Pod): Promise<boolean> {
-  try {
-    const now = await client.get(Resources.pods, p.metadata!.name!, p.metadata!.namespace);
-    return now.metadata?.uid === p.metadata!.uid && !now.metadata?.deletionTimestamp;
-  } catch (e) {
-    if (isNotFound(e)) return false;
-    throw e;
-  }
-}
+const untouched = (p: Pod) =>
+  untouchedPod(client, p.metadata!.namespace!, p.metadata!.name!, p.metadata!.uid!);
 
 test('a rule narrowed off a node: the plan names the pods evicted, per namespace and budget, and exactly those go', async () => {
   const [kept] = await addNodes(client, {

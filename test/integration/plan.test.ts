@@ -13,7 +13,6 @@ import { parse, stringify } from 'yaml';
 import type { Explanation } from '../../src/explain.ts';
 import type { PolicyKit } from '../../src/policy/kit.ts';
 import type { Effect } from '../../src/policy/plan.ts';
-import type { Plan } from '../../src/plan.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
@@ -21,6 +20,7 @@ import { NodeLabelRule } from '../../src/labels/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
 import { addNodes, kubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { runPlan } from '../helpers/plan.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -56,11 +56,7 @@ const file = (name: string, objects: unknown[]) => {
   return path;
 };
 
-function plan(...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli(['plan', '--kubeconfig', sandbox.kubeconfigPath, '-o', 'json', ...args]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
-}
+const plan = (...args: string[]) => runPlan(sandbox, args);
 
 /** The plan's effects on this file's nodes, as `op kind key=value` per node, sorted. */
 const planned = (effects: Effect[]) =>
