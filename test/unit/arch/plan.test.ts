@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
+  planArchObjects,
   outcome,
   planArch,
   recordedImages,
@@ -18,8 +19,9 @@ import {
   STATE_LABEL,
   POLICY_ANNOTATION,
 } from '../../../src/arch/types.ts';
-import { InspectionError, type Inspection } from '../../../src/registry/types.ts';
-import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import { InspectionError, type ImageInspector, type Inspection } from '../../../src/registry/types.ts';
+import type { KubeObject, ResourceRef } from '../../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../../src/runtime/client/client.ts';
 
 const policy = (name: string, spec: Record<string, unknown> = {}): KubeObject => ({
   apiVersion: 'berth.dev/v1alpha1',
@@ -246,5 +248,68 @@ test('records answer only for their own namespace; an invalid policy is an error
   assert.deepEqual(
     listed.map((w) => w.id),
     ['Job shop/run'],
+  );
+});
+
+test("the images read: Berth's records of the workload's own namespace first, the registry only for the rest of the workloads the change touches", async () => {
+  const record = (ns: string): ArchPod => ({
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      namespace: ns,
+      name: 'placed',
+      labels: { [STATE_LABEL]: 'Placed' },
+      annotations: {
+        [RESULT_ANNOTATION]: JSON.stringify({
+          architectures: ['arm64'],
+          images: [{ image: 'r.io/web:1', digest: 'sha256:1', platforms: ['linux/arm64'] }],
+        }),
+      },
+    },
+    spec: { containers: [] },
+  });
+  const listed: Record<string, KubeObject[]> = {
+    Deployment: [
+      deployment('shop', 'web', ['r.io/web:1']),
+      deployment('lab', 'web', ['r.io/web:1']),
+      deployment('other', 'untouched', ['r.io/other:1']),
+    ],
+    Pod: [record('shop')],
+    Node: [node('a', 'amd64'), node('b', 'arm64')],
+    Namespace: ['shop', 'lab', 'other'].map((name) => ({
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name },
+    })),
+  };
+  const client = {
+    list: async (ref: ResourceRef) => ({ items: listed[ref.kind] ?? [] }),
+  } as unknown as KubeClient;
+  const asked: string[] = [];
+  const inspector = {
+    inspect: async (image: string) => {
+      asked.push(image);
+      return inspection(image, 'amd64', 'arm64');
+    },
+  } as unknown as ImageInspector;
+  const part = await planArchObjects(
+    {
+      client,
+      objects: [policy('p', { podSelector: { matchLabels: { app: 'web' } } })],
+      deleting: false,
+      options: {},
+      berthNamespace: 'berth-system',
+      keys: () => Promise.reject(new Error('not asked')),
+    },
+    inspector,
+  );
+  // shop's record answers shop's workload; lab's is read (a record answers only its own namespace).
+  assert.deepEqual(asked, ['r.io/web:1']);
+  assert.deepEqual(
+    part.effects.map((e) => `${e.name}: ${e.what}`),
+    [
+      'shop/web: new pods: placed on arm64 (node affinity)',
+      'lab/web: new pods: placed on amd64, arm64 (node affinity)',
+    ],
   );
 });
