@@ -7,6 +7,6 @@ import { runBerthCli } from './berth.ts';
 
 export function runPlan(sandbox: Sandbox, args: string[]): { status: number | null; plan: Plan } {
   const r = runBerthCli(['plan', '--kubeconfig', sandbox.kubeconfigPath, '-o', 'json', ...args]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
+  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}${r.stdout}`);
   return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
 }

@@ -52,7 +52,7 @@ before(async () => {
 
 after(async () => {
   await manager?.stop();
-  await client.delete(NodeLabelRule.ref, id).catch(() => {});
+  for (const name of [id, `${id}-drain`]) await client.delete(NodeLabelRule.ref, name).catch(() => {});
   for (const ns of namespaces) await deleteNamespace(client, ns);
   await deleteNodes(client, nodes);
   client.close();
@@ -83,13 +83,21 @@ const file = (name: string, obj: object) => {
 
 const plan = (...args: string[]) => runPlan(sandbox, ['--controllers=labels', ...args]);
 
-async function runningPod(ns: string, name: string, node: string, app: string, needs: boolean): Promise<Pod> {
+async function runningPod(
+  ns: string,
+  name: string,
+  node: string,
+  app: string,
+  needs: boolean,
+  tolerations?: unknown[],
+): Promise<Pod> {
   const p = podManifest({
     name,
     namespace: ns,
     nodeName: node,
     labels: { app },
     ...(needs ? { nodeSelector: { [`${D}/derived`]: 'true' } } : {}),
+    ...(tolerations ? { tolerations } : {}),
   });
   await client.create(Resources.pods, p);
   return waitFor(`pod ${ns}/${name} running`, async () => {
@@ -197,4 +205,49 @@ test('a rule narrowed off a node: the plan names the pods evicted, per namespace
     },
   };
   assert.deepEqual(actual, p.evictions);
+});
+
+test("a rule's NoExecute taint: the plan names the pods that do not tolerate it, and the taint manager evicts exactly those", async () => {
+  const [node] = await addNodes(client, { prefix: `${id}-drain`, labels: { [`${D}/drain-me`]: 'true' } });
+  nodes.push(node!);
+  const ns = await createNamespace(client, 'drain');
+  namespaces.push(ns);
+  const taint = { key: `${D}/drain`, value: 'now', effect: 'NoExecute' };
+  const pods = await Promise.all([
+    runningPod(ns, 'plain', node!, 'a', false),
+    runningPod(ns, 'tolerant', node!, 'a', false, [
+      { key: taint.key, operator: 'Exists', effect: 'NoExecute' },
+    ]),
+  ]);
+  const drain = file('drain.yaml', {
+    apiVersion: NodeLabelRule.apiVersion,
+    kind: 'NodeLabelRule',
+    metadata: { name: `${id}-drain` },
+    spec: {
+      match: { allOf: [{ label: `${D}/drain-me`, operator: 'Exists' }] },
+      taints: [taint],
+      acknowledgeNoExecute: true,
+    },
+  });
+  const { status, plan: p } = plan('-f', drain);
+  assert.equal(status, 2);
+  assert.deepEqual(
+    p.effects.filter((e) => e.kind === 'Pod').map((e) => `${e.name}: ${e.what}`),
+    [`${ns}/plain: evicted by taint ${taint.key}:NoExecute`],
+  );
+  assert.deepEqual(p.evictions, { namespaces: { [ns]: 1 }, budgets: {} });
+  assert.ok(
+    p.warnings.some((w) => w.startsWith('this change would evict 1 pod(s)')),
+    p.warnings.join('\n'),
+  );
+
+  kubectl(sandbox, kubectlPath, ['apply', '-f', drain]);
+  await waitFor(
+    'the pod that does not tolerate the taint evicted',
+    async () => !(await untouched(pods[0]!)),
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  await holdsFor('the tolerating pod untouched', () => untouched(pods[1]!), 5000);
 });
