@@ -8,7 +8,7 @@ import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capab
 import { capabilities } from './capabilities.ts';
 import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
 import { EVICTS, type Effect, type PlanPart } from './policy/plan.ts';
-import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
+import { Resources, type KubeObject } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
 import type { KubeClient } from './runtime/client/client.ts';
 
@@ -23,14 +23,6 @@ export interface Plan extends PlanPart {
 const MAX_OBJECTS = 256;
 /** Most bytes of YAML read, all files together. */
 const MAX_BYTES = 4 << 20;
-
-const pdbs: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
 
 /** The objects of YAML text: every document, lists unwrapped; what cannot be read, with why. */
 export function parseManifests(text: string, source: string): { objects: KubeObject[]; errors: string[] } {
@@ -118,21 +110,37 @@ export async function planChange(
   const evicted = plan.effects.filter(
     (e) => e.kind === 'Pod' && e.op === '!' && e.what.startsWith('evicted'),
   );
-  if (evicted.length) plan.evictions = await evictionCounts(reader, evicted);
+  if (evicted.length) {
+    const { counts, short } = await evictionCounts(reader, evicted);
+    plan.evictions = counts;
+    plan.warnings.push(...short);
+  }
   plan.changes = plan.effects.length > 0;
   return plan;
 }
 
-/** Evicted pods counted per namespace and per PodDisruptionBudget that covers them. */
-async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Plan['evictions']> {
-  const budgets = (await client.list<KubeObject & { spec?: { selector?: LabelSelector } }>(pdbs)).items;
+/**
+ * Evicted pods counted per namespace and per PodDisruptionBudget that covers them, and a warning
+ * for each budget that allows fewer disruptions now than the pods it would lose: the Eviction API
+ * refuses the rest (429) until it allows more, and Berth retries them.
+ */
+async function evictionCounts(
+  client: KubeClient,
+  evicted: Effect[],
+): Promise<{ counts: NonNullable<Plan['evictions']>; short: string[] }> {
+  const budgets = (
+    await client.list<
+      KubeObject & { spec?: { selector?: LabelSelector }; status?: { disruptionsAllowed?: number } }
+    >(Resources.podDisruptionBudgets)
+  ).items;
   const pods = new Map(
     (await client.list(Resources.pods)).items.map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p]),
   );
-  const out = { namespaces: {} as Record<string, number>, budgets: {} as Record<string, number> };
+  const counts = { namespaces: {} as Record<string, number>, budgets: {} as Record<string, number> };
+  const allowed = new Map<string, number>();
   for (const name of new Set(evicted.map((e) => e.name))) {
     const ns = name.slice(0, name.indexOf('/'));
-    out.namespaces[ns] = (out.namespaces[ns] ?? 0) + 1;
+    counts.namespaces[ns] = (counts.namespaces[ns] ?? 0) + 1;
     const pod = pods.get(name);
     for (const b of budgets)
       if (
@@ -141,10 +149,17 @@ async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Pl
         selectorMatches(b.spec.selector, pod?.metadata?.labels)
       ) {
         const id = `${ns}/${b.metadata.name}`;
-        out.budgets[id] = (out.budgets[id] ?? 0) + 1;
+        counts.budgets[id] = (counts.budgets[id] ?? 0) + 1;
+        allowed.set(id, b.status?.disruptionsAllowed ?? 0);
       }
   }
-  return out;
+  const short = Object.entries(counts.budgets)
+    .filter(([id, n]) => allowed.get(id)! < n)
+    .map(
+      ([id, n]) =>
+        `PodDisruptionBudget ${id} allows ${allowed.get(id)} disruption(s) now, ${n} of its pods would be evicted: the Eviction API refuses the rest until it allows more`,
+    );
+  return { counts, short };
 }
 
 const opposite = { '+': '-', '-': '+', '~': '~', '!': '!' } as const;

@@ -25,6 +25,7 @@ import {
   type Policy,
 } from './decide.ts';
 import { explainArchPlacement, explainPodArch } from './explain.ts';
+import { planArchObjects } from './plan.ts';
 import {
   ARCH_KEYS,
   ArchPlacement,
@@ -94,6 +95,7 @@ export const archCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['archplacements/status'], verbs: ['patch'] },
   ],
   explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
+  plan: { ArchPlacement: (ctx) => planArchObjects(ctx) },
   explainKinds: [
     {
       name: 'archplacement',

@@ -35,6 +35,15 @@ export function planCommand(): Command {
     .addOption(
       durationOption('--label-dir-evict-after <duration>', 'the delay Berth runs rule files with', 60),
     )
+    .option(
+      '--arch-registries <file>',
+      'the registries configuration Berth runs with, to read images Berth has no record of',
+    )
+    .option('--arch-registry-ca <file>', 'the CA bundle Berth runs with for registries')
+    .option(
+      '--arch-cache-only',
+      "read images' platforms only from Berth's records on pods, never from a registry",
+    )
     .addOption(dryRunControllersOption(capabilities))
     .addOption(outputOption());
   return clusterFlags(cmd).action(async (o) => {

@@ -2,8 +2,6 @@
 // and benchmarks that drive Berth the way a user does. Berth runs with its own identity, a
 // ServiceAccount bound only to the roles `berth manifests` generates, never with the admin's.
 import { PolicyKit } from '../../src/policy/kit.ts';
-import assert from 'node:assert/strict';
-import type { Plan } from '../../src/plan.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { setupAgents } from '../../src/agents/index.ts';
@@ -310,13 +308,6 @@ export function runBerthCli(
     env: { ...process.env, ...env },
   });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-/** `berth plan ARGS -o json` against the sandbox, as a user runs it: its exit code (0 or 2) and the plan. */
-export function berthPlan(sb: Sandbox, ...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli(['plan', '--kubeconfig', sb.kubeconfigPath, '-o', 'json', ...args]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
 }
 
 /**

@@ -5,14 +5,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
-import { setupLabels } from '../../src/labels/index.ts';
-import { setupEvictController } from '../../src/labels/controllers/evict.ts';
 import { evictionMetrics } from '../../src/labels/metrics.ts';
 import { labelsCapability } from '../../src/labels/index.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
-import { PolicyKit } from '../../src/policy/kit.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
-import { isNotFound } from '../../src/runtime/client/client.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import {
   addNodes,
@@ -23,7 +19,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
-import { berthClient } from '../helpers/berth.ts';
+import { startEvictor, untouched as untouchedPod } from '../helpers/evict.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -34,13 +30,7 @@ const namespaces: string[] = [];
 const systemPods: string[] = [];
 let manager: Manager;
 
-const PDB: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
+const PDB = Resources.podDisruptionBudgets;
 
 type Pod = KubeObject & {
   spec: { nodeName?: string };
@@ -50,21 +40,7 @@ type Event = KubeObject & { reason: string; note: string; type: string; regardin
 
 before(async () => {
   await installCrds(client);
-  manager = new Manager({
-    client: await berthClient(sandbox),
-    metricsBindAddress: '0',
-    healthBindAddress: '0',
-  });
-  const kit = new PolicyKit(manager);
-  const labels = setupLabels(kit, { workers: 4 });
-  setupEvictController(labels, {
-    berthNamespace: 'berth-system',
-    maxPerMinute: 600,
-    workers: 4,
-    retryBaseMs: 500,
-  });
-  await manager.start();
-  await manager.waitForCacheSync();
+  manager = await startEvictor(sandbox);
 });
 
 after(async () => {
@@ -133,16 +109,7 @@ const waitForRunning = (ns: string, name: string) =>
     return p.status?.phase === 'Running' && p;
   });
 
-/** Whether the pod (by uid) is still there and not terminating. */
-async function untouched(ns: string, name: string, uid: string): Promise<boolean> {
-  try {
-    const p = await client.get(Resources.pods, name, ns);
-    return p.metadata?.uid === uid && !p.metadata?.deletionTimestamp;
-  } catch (e) {
-    if (isNotFound(e)) return false;
-    throw e;
-  }
-}
+const untouched = (ns: string, name: string, uid: string) => untouchedPod(client, ns, name, uid);
 
 async function deploy(ns: string, app: string, label: string) {
   await client.create(Resources.deployments, {

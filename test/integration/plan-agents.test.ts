@@ -18,7 +18,8 @@ import type { Effect } from '../../src/policy/plan.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
-import { berthClient, berthPlan, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
+import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
+import { runPlan } from '../helpers/plan.ts';
 import {
   addNodes,
   createNamespace,
@@ -92,7 +93,7 @@ const placement = {
   },
 };
 
-const plan = (...args: string[]) => berthPlan(sandbox, ...args);
+const plan = (...args: string[]) => runPlan(sandbox, args);
 
 /** The plan's effects on this file's nodes: `op label|annotation KEY=VALUE` per node, sorted. */
 const planned = (effects: Effect[]) =>

@@ -18,8 +18,9 @@ import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import { berthClient, berthPlan, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
+import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
 import { addNodes, kubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { runPlan } from '../helpers/plan.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -55,7 +56,7 @@ const file = (name: string, objects: unknown[]) => {
   return path;
 };
 
-const plan = (...args: string[]) => berthPlan(sandbox, ...args);
+const plan = (...args: string[]) => runPlan(sandbox, args);
 
 /** The plan's effects on this file's nodes, as `op kind key=value` per node, sorted. */
 const planned = (effects: Effect[]) =>

@@ -75,6 +75,13 @@ export const Resources = {
     kind: 'Deployment',
     namespaced: true,
   },
+  podDisruptionBudgets: {
+    group: 'policy',
+    version: 'v1',
+    resource: 'poddisruptionbudgets',
+    kind: 'PodDisruptionBudget',
+    namespaced: true,
+  },
   replicaSets: {
     group: 'apps',
     version: 'v1',

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parsePlacements } from '../../../src/agents/decide.ts';
-import { previewPlacements, type ClusterView } from '../../../src/agents/explain.ts';
+import { explainPlacement, previewPlacements, type ClusterView } from '../../../src/agents/explain.ts';
 import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/webhook.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 
@@ -81,4 +81,46 @@ test('a dry run counts selected, claimed and mutated pods as the controller and 
 
   // Named explicitly: claimed, but the webhook never changes pods in kube-system.
   assert.deepEqual([system!.selectedPods, system!.claims, system!.wouldMutate], [1, 1, 0]);
+});
+
+test('berth explain agentplacement: the nodes it labels and the claims on each, the nodes it leaves alone, its counts; invalid', () => {
+  const { parsed } = parsePlacements([
+    placement('workers', {}),
+    placement('bad', { nodeLabel: { key: 'bad key' } }),
+  ]);
+  const small: ClusterView = {
+    ...view,
+    pods: [
+      pod('w1', 'ate', 'n1', { app: 'w', pool: 'A' }),
+      pod('w2', 'ate', 'n1', { app: 'w', pool: 'B' }),
+      pod('w3', 'ate', 'n2', { app: 'w', pool: 'A' }),
+      pod('web', 'web', 'n3', { app: 'web', pool: 'W' }),
+      // Selected, but no owner label: selected, not counted.
+      pod('loose', 'ate', 'n3', { app: 'w' }),
+    ],
+  };
+  const said = explainPlacement('workers', parsed, small, ['n1', 'n2', 'n3'], BERTH);
+  assert.deepEqual(said.subjects, [
+    {
+      kind: 'Node',
+      name: 'n1',
+      in: true,
+      why: ['label x/workers=true', 'claim x/workers.A (ate): ate/w1', 'claim x/workers.B (ate): ate/w2'],
+    },
+    { kind: 'Node', name: 'n2', in: true, why: ['label x/workers=true', 'claim x/workers.A (ate): ate/w3'] },
+    { kind: 'Node', name: 'n3', in: false, why: ['no counted pod here'] },
+  ]);
+  assert.deepEqual(said.lines, ['  selects 4 pod(s); 3 counted, of 2 owner(s)']);
+  // --node: the one node asked about.
+  assert.deepEqual(
+    explainPlacement('workers', parsed, small, ['n2'], BERTH).subjects!.map((s) => s.name),
+    ['n2'],
+  );
+  assert.match(
+    explainPlacement('bad', parsed, small, ['n1'], BERTH).lines[0]!,
+    /^ {2}invalid, applies nothing: nodeLabel\.key "bad key": /,
+  );
+  assert.deepEqual(explainPlacement('gone', parsed, small, ['n1'], BERTH), {
+    lines: ['  invalid, applies nothing'],
+  });
 });

@@ -2,7 +2,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Condition, ConditionStatus } from '../../../src/runtime/api/conditions.ts';
-import { deploymentLines, instanceLines, type PodView } from '../../../src/workloads/explain.ts';
+import {
+  deploymentLines,
+  explainQuota,
+  instanceLines,
+  type PodView,
+} from '../../../src/workloads/explain.ts';
 import { age } from '../../../src/policy/explain.ts';
 import type { InstanceObject, QuotaObject } from '../../../src/workloads/controllers/quota.ts';
 import { isFormerPod } from '../../../src/workloads/decide.ts';
@@ -222,4 +227,26 @@ test('a deployment: the Pod of a deleted instance, while it goes, and never a Po
     '  instance web-0: Ready since 2030-01-01T00:57:00Z (3m ago)',
     '  pod web-1 of a deleted instance: terminating since 2030-01-01T00:57:00Z (3m ago); the next step waits for it to go',
   ]);
+});
+
+test('berth explain quota: the instances it grants, those that wait in line and why, its usage; a younger Quota decides nothing', () => {
+  const instances = ['web-0', 'web-1', 'web-2', 'web-3'].map((n, i) => inst(n, `2030-01-01T00:5${i}:00Z`));
+  const said = explainQuota('budget', { quotas: [quota], instances, instanceTypes: [] }, NOW);
+  assert.deepEqual(
+    said.subjects!.map((s) => `${s.in ? 'in' : 'out'} ${s.name}: ${s.why.join('; ')}`),
+    [
+      'in ns/web-0: granted: 1 instance (1 vCPU, 2Gi)',
+      'in ns/web-1: granted: 1 instance (1 vCPU, 2Gi)',
+      'out ns/web-2: 1st in line: needs 1 instance (1 vCPU, 2Gi); 2 of 2 instances used',
+      'out ns/web-3: 2nd in line: needs 1 instance (1 vCPU, 2Gi); 2 of 2 instances used',
+    ],
+  );
+  assert.deepEqual(said.lines, ['  2 of 2 instances used, 2 waiting']);
+  const younger = {
+    ...quota,
+    metadata: { ...quota.metadata, name: 'later', creationTimestamp: '2030-01-01T00:58:00Z' },
+  };
+  assert.deepEqual(explainQuota('later', { quotas: [quota, younger], instances, instanceTypes: [] }, NOW), {
+    lines: ['  decides nothing: the older Quota budget decides this namespace'],
+  });
 });
