@@ -1,0 +1,544 @@
+// `berth plan` of Workloads, Cells and Locations on a management plane: where each placement × city
+// would run (targets, as the federation controller decides), and in each cell the instances its
+// WorkloadDeployment would create, delete or roll (the deployment controller's plan, stepped until
+// it stops), granted or left waiting by the Quota of their namespace (decideGrants, as the quota
+// controller here decides across cells). No cell is contacted: what runs in a cell is read from the
+// mirrors of its Instances here and from each Workload's status (the cell of each city); each
+// running federation controller is taken to have listed every cell. A new instance granted is
+// taken to become Ready: whether a cell's nodes run it is the cell's to say.
+import { findCondition } from '../runtime/api/conditions.ts';
+import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
+import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
+import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
+import type { Candidate } from '../workloads/grant.ts';
+import type { QuotaObject } from '../workloads/controllers/quota.ts';
+import {
+  instanceName,
+  instanceState,
+  plan,
+  templateHash,
+  type InstanceObject,
+  type InstanceState,
+  type InstanceTypeObject,
+} from '../workloads/decide.ts';
+import { counted, decideUnder, inForce } from '../workloads/plan.ts';
+import type { InstanceTypeSize } from '../workloads/resources.ts';
+import {
+  DEPLOYMENT_LABEL,
+  Instance,
+  InstanceType,
+  MIRROR_CELL_LABEL,
+  MIRROR_LABEL,
+  Quota,
+  SOURCE_ANNOTATION,
+} from '../workloads/types.ts';
+import {
+  cellView,
+  deploymentName,
+  targets,
+  type DeploymentObject,
+  type Placed,
+  type Target,
+} from './decide/placement.ts';
+import {
+  CITY_LABEL,
+  Workload,
+  WORKLOAD_NAME_LABEL,
+  WORKLOAD_NAMESPACE_LABEL,
+  type WorkloadObject,
+} from './types.ts';
+
+/** What federation decides from: the management plane's Workloads, Cells and Locations. */
+export interface Ground {
+  workloads: WorkloadObject[];
+  cells: CellObject[];
+  locations: LocationObject[];
+}
+
+export interface Facts {
+  before: Ground;
+  after: Ground;
+  /** The mirrors of the cells' Instances here. */
+  mirrors: InstanceObject[];
+  /** The Quotas here, when this plane grants across cells (its `quota` capability); else each cell grants. */
+  quotas?: QuotaObject[];
+  instanceType: (name: string) => InstanceTypeSize | undefined;
+  now: number;
+}
+
+/** A Workload's WorkloadDeployment in one cell, as it is and as it would be, stepped to its end. */
+interface Copy {
+  workload: string;
+  namespace: string;
+  cell: string;
+  city: string;
+  name: string;
+  /** Replicas and template now (undefined: no copy yet) and after the change (0: drained). */
+  was?: { replicas: number; hash: string };
+  replicas: number;
+  hash: string;
+  states: InstanceState[];
+  /** Name to uid: the cell's instances (from their mirrors) and those the plan makes. */
+  uids: Map<string, string>;
+  start: Map<string, string>;
+  rolled: Set<string>;
+  made: Set<string>;
+  /** The step it stops at: the instance it waits for. */
+  waitingFor?: InstanceState;
+}
+
+const keyOf = (w: { metadata: { namespace?: string; name?: string } }) =>
+  `${w.metadata.namespace}/${w.metadata.name}`;
+const quotaKey = (q: QuotaObject) => `${q.metadata?.namespace}/${q.metadata?.name}`;
+const nowText = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+/** More than any deployment's steps: each instance is made, and rolled, once. */
+const MAX_ROUNDS = 4 * 1000 + 8;
+
+/** Where `w` runs in `g`: targets, its status saying which cell holds each city now. */
+function targetsIn(w: WorkloadObject | undefined, g: Ground, now: number): Target[] {
+  if (!w || w.metadata.deletionTimestamp) return [];
+  const placed: Placed[] = (w.status?.placements ?? []).flatMap((p) =>
+    (p.cities ?? []).flatMap((c) =>
+      c.cell
+        ? [
+            {
+              cell: c.cell,
+              object: {
+                metadata: {
+                  name: deploymentName(w.metadata.name!, p.name, c.city),
+                  labels: { [CITY_LABEL]: c.city },
+                },
+              } as unknown as DeploymentObject,
+            },
+          ]
+        : [],
+    ),
+  );
+  return targets(
+    w,
+    new Set(g.locations.map((l) => l.spec.cityCode)),
+    g.cells.map((c) => cellView(c, true)),
+    placed,
+    g.locations.map((l) => ({ city: l.spec.cityCode, labels: l.metadata.labels ?? {} })),
+    now,
+  );
+}
+
+/** The mirrors of a workload's instances, by `cell/deployment`. */
+function mirrorsOf(key: string, mirrors: readonly InstanceObject[]): Map<string, InstanceObject[]> {
+  const out = new Map<string, InstanceObject[]>();
+  for (const m of mirrors) {
+    const l = m.metadata.labels ?? {};
+    if (`${l[WORKLOAD_NAMESPACE_LABEL]}/${l[WORKLOAD_NAME_LABEL]}` !== key) continue;
+    const at = `${l[MIRROR_CELL_LABEL]}/${l[DEPLOYMENT_LABEL]}`;
+    out.set(at, [...(out.get(at) ?? []), m]);
+  }
+  return out;
+}
+
+/** A workload's copies: those it has (its status and mirrors) and those `after` places, in cells that stay. */
+function copiesOf(key: string, f: Facts, by: Map<string, CopyKey>): Copy[] {
+  const [namespace, workload] = key.split('/') as [string, string];
+  const before = f.before.workloads.find((w) => keyOf(w) === key);
+  const after = f.after.workloads.find((w) => keyOf(w) === key);
+  const staying = new Set(f.after.cells.map((c) => c.metadata.name));
+  const mirrored = mirrorsOf(key, f.mirrors);
+  const copies = new Map<string, Copy>();
+  const copy = (cell: string, city: string, name: string): Copy => {
+    const at = `${cell}/${name}`;
+    let c = copies.get(at);
+    if (!c) {
+      const states = (mirrored.get(at) ?? []).map((m) =>
+        instanceState({ ...m, metadata: { ...m.metadata, name: sourceName(m) } }),
+      );
+      const uids = new Map(
+        (mirrored.get(at) ?? []).map((m) => [sourceName(m), counted(m, f.instanceType).candidate.uid]),
+      );
+      c = {
+        workload,
+        namespace,
+        cell,
+        city,
+        name,
+        replicas: 0,
+        hash: '',
+        states,
+        uids,
+        start: new Map(states.map((s) => [s.name, s.hash])),
+        rolled: new Set(),
+        made: new Set(),
+      };
+      copies.set(at, c);
+    }
+    return c;
+  };
+  const beforeHash = before ? templateHash(before.spec.template) : '';
+  for (const t of targetsIn(before, f.before, f.now))
+    if (t.cell) copy(t.cell, t.city, t.name).was = { replicas: t.replicas, hash: beforeHash };
+  for (const [at] of mirrored) {
+    const [cell, name] = at.split('/') as [string, string];
+    const city = mirrored.get(at)![0]!.metadata.labels?.[CITY_LABEL] ?? '';
+    const c = copy(cell, city, name);
+    c.was ??= { replicas: c.states.length, hash: c.states[0]?.hash ?? '' };
+  }
+  const hash = after ? templateHash(after.spec.template) : '';
+  for (const t of targetsIn(after, f.after, f.now)) {
+    if (!t.cell) {
+      by.set(`${key} ${t.placement}/${t.city}`, { target: t });
+      continue;
+    }
+    const c = copy(t.cell, t.city, t.name);
+    c.replicas = t.replicas;
+    c.hash = hash;
+  }
+  // A cell no longer here is no longer reached: what runs there is left as it is.
+  return [...copies.values()].filter((c) => staying.has(c.cell));
+}
+
+interface CopyKey {
+  target: Target;
+}
+
+const sourceName = (m: InstanceObject) => m.metadata.annotations?.[SOURCE_ANNOTATION] ?? m.metadata.name!;
+
+/**
+ * The effects of a change on the Workloads `keys` (NAMESPACE/NAME), credited to `by`: their
+ * WorkloadDeployments and instances per cell and city, the quota each new instance is granted or
+ * waits for, and the warnings of a change that removes every instance or leaves instances waiting.
+ */
+export function planFederation(f: Facts, keys: readonly string[], by: string): PlanPart {
+  const part = emptyPart();
+  const unplaced = new Map<string, CopyKey>();
+  const copies = keys.flatMap((k) => copiesOf(k, f, unplaced));
+  for (const [k, { target: t }] of unplaced) {
+    const line = `Workload ${k.split(' ')[0]} placement ${t.placement} city ${t.city}: ${t.problem?.reason}: ${t.problem?.message}`;
+    if (t.problem?.reason === 'CellNotReady' || t.problem?.reason === 'CellUnreachable')
+      part.unknown.push(line);
+    else part.warnings.push(`would run nowhere: ${line}`);
+  }
+  const verdicts = step(copies, f, part);
+  for (const c of copies) effectsOf(c, verdicts, by, part);
+  for (const k of keys) {
+    const of = copies.filter((c) => `${c.namespace}/${c.workload}` === k);
+    const had = of.reduce((n, c) => n + c.start.size, 0);
+    if (had && of.every((c) => c.states.length === 0))
+      part.warnings.push(
+        `Workload ${k} would lose every instance (${had}, in cell(s) ${[...new Set(of.map((c) => c.cell))].join(', ')})`,
+      );
+  }
+  const stale = f.mirrors.filter((m) => findCondition(m.status?.conditions, 'Mirrored')?.status === 'False');
+  for (const cell of new Set(stale.map((m) => m.metadata.labels?.[MIRROR_CELL_LABEL])))
+    if (copies.some((c) => c.cell === cell))
+      part.unknown.push(
+        `cell ${cell} does not answer: its instances are planned from their last mirrored state`,
+      );
+  return part;
+}
+
+/** What the quota controller said of a new instance: granted, or why it waits. */
+type Said = Map<string, { granted: boolean; message?: string; quota: string }>;
+
+/**
+ * Steps every copy's deployment plan, round after round, each round's new instances decided by the
+ * quota of their namespace (all cells together, oldest first), until no copy moves.
+ */
+function step(copies: Copy[], f: Facts, part: PlanPart): Said {
+  const said: Said = new Map();
+  const namespaces = [...new Set(copies.map((c) => c.namespace))];
+  // Each namespace's instances as the quota controller counts them, and its ledger.
+  const pool = new Map<string, Map<string, Candidate>>();
+  const ledgers = new Map<string, NonNullable<QuotaObject['status']>['claims']>();
+  for (const ns of namespaces) {
+    pool.set(
+      ns,
+      new Map(
+        f.mirrors
+          .filter((m) => m.metadata.namespace === ns)
+          .map((m) => counted(m, f.instanceType).candidate)
+          .map((c) => [c.uid, c]),
+      ),
+    );
+    ledgers.set(ns, f.quotas ? inForce(f.quotas, ns)?.status?.claims : []);
+  }
+  const gone = new Set<string>();
+  const template = new Map(f.after.workloads.map((w) => [keyOf(w), w.spec.template]));
+  let racing = false;
+  for (let round = 1; round <= MAX_ROUNDS; round++) {
+    const made: Copy[] = [];
+    let moved = false;
+    for (const c of copies) {
+      const p = plan({
+        name: c.name,
+        replicas: c.replicas,
+        policy: 'OrderedReady',
+        hash: c.hash,
+        instances: c.states,
+      });
+      c.waitingFor = p.waitingFor;
+      moved ||= p.actions.length > 0;
+      for (const a of p.actions) {
+        if (a.type === 'delete') {
+          c.states = c.states.filter((s) => s.name !== a.name);
+          if (a.rollout) c.rolled.add(a.name);
+          gone.add(c.uids.get(a.name) ?? '');
+          pool.get(c.namespace)!.delete(c.uids.get(a.name) ?? '');
+          continue;
+        }
+        const name = instanceName(c.name, a.ordinal);
+        const uid = `planned:${c.cell}/${c.namespace}/${name}/${round}`;
+        c.uids.set(name, uid);
+        c.made.add(name);
+        c.states.push({
+          name,
+          ordinal: a.ordinal,
+          hash: c.hash,
+          ready: !f.quotas,
+          available: !f.quotas,
+          programmed: true,
+          deleting: false,
+          notReadySince: f.now,
+        });
+        const inst = {
+          metadata: { name, uid, namespace: c.namespace, creationTimestamp: nowText(f.now + round * 1000) },
+          spec: { template: template.get(`${c.namespace}/${c.workload}`) },
+        } as unknown as InstanceObject;
+        pool.get(c.namespace)!.set(uid, { ...counted(inst, f.instanceType).candidate, cluster: c.cell });
+        made.push(c);
+      }
+    }
+    if (!moved) break;
+    if (!f.quotas || !made.length) continue;
+    for (const ns of namespaces) {
+      const quota = inForce(f.quotas, ns);
+      const d = decideUnder(quota, ledgers.get(ns), [...pool.get(ns)!.values()], gone, nowText(f.now));
+      ledgers.set(ns, d.claims);
+      const of = made.filter((c) => c.namespace === ns);
+      const cellsOf = (granted: boolean) =>
+        new Set(
+          of
+            .filter((c) =>
+              c.states.some(
+                (s) =>
+                  c.made.has(s.name) && !s.ready && d.verdicts.get(c.uids.get(s.name)!)?.granted === granted,
+              ),
+            )
+            .map((c) => c.cell),
+        );
+      // New instances of one round in several cells, some granted and some not: which cell creates
+      // its instance first decides.
+      if (
+        !racing &&
+        cellsOf(true).size &&
+        cellsOf(false).size &&
+        new Set([...cellsOf(true), ...cellsOf(false)]).size > 1
+      ) {
+        racing = true;
+        part.unknown.push(
+          `the last of Quota ${quota ? quotaKey(quota) : ns} goes to whichever cell creates its instance first: which instance waits is a race`,
+        );
+      }
+      for (const c of copies.filter((x) => x.namespace === ns))
+        for (const s of c.states) {
+          const v = d.verdicts.get(c.uids.get(s.name) ?? '');
+          if (!v || s.ready) continue;
+          if (v.granted) Object.assign(s, { ready: true, available: true });
+          if (c.made.has(s.name))
+            said.set(c.uids.get(s.name)!, {
+              granted: v.granted,
+              ...(v.granted ? {} : { message: v.message }),
+              quota: quota ? `Quota ${quotaKey(quota)}` : `no Quota in ${ns}`,
+            });
+        }
+    }
+  }
+  return said;
+}
+
+/** A copy's effects: its WorkloadDeployment, then each instance made, rolled or deleted. */
+function effectsOf(c: Copy, said: Said, by: string, part: PlanPart): void {
+  const where = `in cell ${c.cell} (city ${c.city})`;
+  const wd = `${c.namespace}/${c.name}`;
+  if (!c.was && c.replicas)
+    part.effects.push({
+      kind: 'WorkloadDeployment',
+      name: wd,
+      op: '+',
+      what: `${where}: ${c.replicas} instance(s)`,
+      by,
+    });
+  else if (c.was && !c.replicas && c.hash === '')
+    part.effects.push({ kind: 'WorkloadDeployment', name: wd, op: '-', what: `deleted ${where}`, by });
+  else if (c.was && (c.was.replicas !== c.replicas || c.was.hash !== c.hash))
+    part.effects.push({
+      kind: 'WorkloadDeployment',
+      name: wd,
+      op: '~',
+      what: `${where}: ${[...(c.was.replicas !== c.replicas ? [`replicas ${c.was.replicas} -> ${c.replicas}`] : []), ...(c.was.hash !== c.hash ? [`template -> ${c.hash}`] : [])].join(', ')}`,
+      by,
+    });
+  const now = new Map([...c.states].sort((a, b) => a.ordinal - b.ordinal).map((s) => [s.name, s]));
+  const quota = (name: string) => {
+    const s = said.get(c.uids.get(name) ?? '');
+    if (!s) return '';
+    return s.granted ? `; quota granted (${s.quota})` : `; waits for quota: ${s.message} (${s.quota})`;
+  };
+  for (const [name, s] of now) {
+    if (!c.start.has(name))
+      part.effects.push({
+        kind: 'Instance',
+        name: `${c.namespace}/${name}`,
+        op: '+',
+        what: `${where}${quota(name)}`,
+        by,
+      });
+    else if (c.rolled.has(name))
+      part.effects.push({
+        kind: 'Instance',
+        name: `${c.namespace}/${name}`,
+        op: '~',
+        what: `${where}: rolled to template ${s.hash}${quota(name)}`,
+        by,
+      });
+  }
+  for (const name of c.start.keys())
+    if (!now.has(name))
+      part.effects.push({
+        kind: 'Instance',
+        name: `${c.namespace}/${name}`,
+        op: '-',
+        what: `deleted ${where}`,
+        by,
+      });
+  const waiting = [...now.values()].filter(
+    (s) => c.made.has(s.name) && said.get(c.uids.get(s.name)!)?.granted === false,
+  );
+  if (waiting.length) {
+    const behind = c.replicas - now.size;
+    part.warnings.push(
+      `Workload ${c.namespace}/${c.workload} would exceed its quota ${where}: ${waiting.map((s) => s.name).join(', ')} wait${behind > 0 ? `, and ${behind} more instance(s) are not created until it is granted (OrderedReady)` : ''}`,
+    );
+  } else if (c.waitingFor && !c.made.has(c.waitingFor.name))
+    part.unknown.push(
+      `WorkloadDeployment ${wd} ${where} waits for instance ${c.waitingFor.name} (${c.waitingFor.reason ?? 'not Ready'}): what follows it depends on the cell`,
+    );
+}
+
+/** The management plane as it is, and as the change would leave it. */
+async function factsOf(ctx: PlanContext, change: (g: Ground) => Ground): Promise<Facts> {
+  const list = <T extends KubeObject>(ref: ResourceRef, query?: Record<string, string>) =>
+    ctx.client.list<T>(ref, query ? { query } : {}).then((l) => l.items);
+  const grants = ((ctx.options['controllers'] as string[] | undefined) ?? []).includes('quota');
+  const [workloads, cells, locations, mirrors, quotas, types] = await Promise.all([
+    list<WorkloadObject>(Workload.ref),
+    list<CellObject>(Cell.ref),
+    list<LocationObject>(Location.ref),
+    list<InstanceObject>(Instance.ref, { labelSelector: `${MIRROR_LABEL}=true` }),
+    grants ? list<QuotaObject>(Quota.ref) : Promise.resolve(undefined),
+    list<InstanceTypeObject>(InstanceType.ref),
+  ]);
+  const before = { workloads, cells, locations };
+  const sizes = new Map(types.map((t) => [t.metadata!.name!, t.spec!]));
+  return {
+    before,
+    after: change(before),
+    mirrors,
+    ...(quotas ? { quotas } : {}),
+    instanceType: (n) => sizes.get(n),
+    now: Date.now(),
+  };
+}
+
+/** The objects of the change as federation reads them: those it refuses, as errors. */
+function parsed<T>(
+  ctx: PlanContext,
+  kind: { parse(o: unknown): { success: true; data: T } | { success: false; error: string } },
+  part: PlanPart,
+): T[] {
+  return ctx.objects.flatMap((o) => {
+    const r = kind.parse({
+      ...o,
+      metadata: {
+        ...o.metadata,
+        ...(kind === Workload ? { namespace: o.metadata?.namespace ?? 'default' } : {}),
+      },
+    });
+    if (r.success) return [r.data];
+    part.errors.push(r.error);
+    return [];
+  });
+}
+
+/** `objects` in place of those of their name in `list` (keeping the status these have), or without them. */
+function replaced<T extends { metadata: { namespace?: string; name?: string }; status?: unknown }>(
+  list: T[],
+  objects: T[],
+  deleting: boolean,
+): T[] {
+  const named = new Set(objects.map(keyOf));
+  const kept = list.filter((o) => !named.has(keyOf(o)));
+  if (deleting) return kept;
+  return [
+    ...kept,
+    ...objects.map((o) => ({ ...o, status: list.find((x) => keyOf(x) === keyOf(o))?.status })),
+  ];
+}
+
+export async function planWorkloads(ctx: PlanContext): Promise<PlanPart> {
+  const head = emptyPart();
+  const ws = parsed(ctx, Workload, head);
+  const f = await factsOf(ctx, (g) => ({ ...g, workloads: replaced(g.workloads, ws, ctx.deleting) }));
+  return merge(head, ...ws.map((w) => planFederation(f, [keyOf(w)], `Workload ${keyOf(w)}`)));
+}
+
+export async function planCells(ctx: PlanContext): Promise<PlanPart> {
+  const head = emptyPart();
+  const cs = parsed(ctx, Cell, head);
+  const f = await factsOf(ctx, (g) => ({ ...g, cells: replaced(g.cells, cs, ctx.deleting) }));
+  const keys = moved(f);
+  for (const c of cs) {
+    const was = f.before.cells.find((x) => x.metadata.name === c.metadata.name);
+    const running = f.mirrors.filter((m) => m.metadata.labels?.[MIRROR_CELL_LABEL] === c.metadata.name);
+    if (ctx.deleting && was && running.length)
+      head.warnings.push(
+        `Cell ${c.metadata.name} would be removed with ${running.length} running instance(s): Berth no longer reaches it, so its WorkloadDeployments and instances are left running there, unmanaged, and their mirrors here are deleted`,
+      );
+    if (ctx.deleting)
+      for (const m of running)
+        head.effects.push({
+          kind: 'Instance',
+          name: keyOf(m),
+          op: '-',
+          what: `mirror of ${sourceName(m)} in cell ${c.metadata.name}`,
+          by: `Cell ${c.metadata.name}`,
+        });
+  }
+  return merge(head, ...cs.map((c) => planFederation(f, keys, `Cell ${c.metadata.name}`)));
+}
+
+export async function planLocations(ctx: PlanContext): Promise<PlanPart> {
+  const head = emptyPart();
+  const ls = parsed(ctx, Location, head);
+  const f = await factsOf(ctx, (g) => ({ ...g, locations: replaced(g.locations, ls, ctx.deleting) }));
+  return merge(head, planFederation(f, moved(f), `Location ${ls.map((l) => l.metadata.name).join(', ')}`));
+}
+
+/** The Workloads whose placement × cities would move to other cells (or none), or change in number. */
+function moved(f: Facts): string[] {
+  const where = (w: WorkloadObject, g: Ground) =>
+    targetsIn(w, g, f.now)
+      .map((t) => `${t.name}@${t.cell ?? t.problem?.reason}`)
+      .sort()
+      .join(' ');
+  return f.before.workloads.filter((w) => where(w, f.before) !== where(w, f.after)).map(keyOf);
+}
+
+function merge(...parts: PlanPart[]): PlanPart {
+  const out = emptyPart();
+  for (const p of parts) {
+    out.effects.push(...p.effects);
+    out.warnings.push(...p.warnings);
+    out.unknown.push(...new Set(p.unknown.filter((u) => !out.unknown.includes(u))));
+    out.errors.push(...p.errors);
+  }
+  return out;
+}

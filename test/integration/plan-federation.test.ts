@@ -1,0 +1,185 @@
+// test-driver: alone — the cells' Berths and the management plane's act on every Workload, Cell,
+// Quota and Instance they see, so no other file's objects may be beside them.
+//
+// `berth plan -f FILE` on a management plane with two cells, then `kubectl apply -f` of the same
+// file with Berth running: the instances made in each cell, and which of them the Quota across cells
+// grants or leaves waiting, are what the plan said, exactly; a Quota raised grants what the plan said;
+// `plan --delete` of the Workload says every instance goes, and they do.
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { stringify } from 'yaml';
+import type { Plan } from '../../src/plan.ts';
+import { ensureBinaries } from '../../src/sandbox/build.ts';
+import { findCondition } from '../../src/runtime/api/conditions.ts';
+import type { InstanceObject } from '../../src/workloads/decide.ts';
+import { Instance, Quota } from '../../src/workloads/types.ts';
+import { Workload } from '../../src/federation/types.ts';
+import { runBerthCli } from '../helpers/berth.ts';
+import { kubectl, uniqueName } from '../helpers/cluster.ts';
+import { CITIES, startFederation, type Federation } from '../helpers/federation.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const CONTROLLERS = '--controllers=cells,federation,quota';
+let fed: Federation;
+let ns = '';
+let kubectlPath: string;
+const dir = mkdtempSync(join(tmpdir(), 'berth-plan-fed-'));
+
+before(async () => {
+  kubectlPath = (await ensureBinaries()).kubectl;
+  fed = await startFederation({
+    cellArgs: ['--controllers=workloads', '--quota-source=management'],
+    managementArgs: [CONTROLLERS, '--cell-probe-period=1', '--cell-unreachable-after=3'],
+  });
+  ns = await fed.namespace('planfed');
+});
+
+after(async () => {
+  await fed?.down(ns ? [ns] : []);
+});
+
+const file = (name: string, objects: unknown[]) => {
+  const path = join(dir, name);
+  writeFileSync(path, objects.map((o) => stringify(o)).join('---\n'));
+  return path;
+};
+
+function plan(...args: string[]): { status: number | null; plan: Plan } {
+  const r = runBerthCli([
+    'plan',
+    '--kubeconfig',
+    fed.sandbox.kubeconfigPath,
+    CONTROLLERS,
+    '-o',
+    'json',
+    ...args,
+  ]);
+  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
+  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
+}
+
+/** The plan's instances, as `NAME cell=C quota=granted|waits`, sorted; those it deletes as `- NAME`. */
+function planned(p: Plan, cellOf: (what: string) => string): string[] {
+  return p.effects
+    .filter((e) => e.kind === 'Instance')
+    .map((e) =>
+      e.op === '-'
+        ? `- ${e.name.split('/')[1]}`
+        : `${e.name.split('/')[1]} cell=${cellOf(e.what)} quota=${/quota granted/.test(e.what) ? 'granted' : /waits for quota/.test(e.what) ? 'waits' : '?'}`,
+    )
+    .sort();
+}
+
+const cellIn = (what: string) => /in cell (\S+)/.exec(what)?.[1] ?? '?';
+
+/** What the cells run: each instance with its cell and its QuotaGranted verdict, sorted. */
+async function running(): Promise<string[]> {
+  const out: string[] = [];
+  for (const city of CITIES) {
+    const cell = fed.cells[city];
+    const list = await cell.client.list<InstanceObject>(Instance.ref, { namespace: ns });
+    for (const i of list.items) {
+      const q = findCondition(i.status?.conditions, 'QuotaGranted');
+      const verdict = q?.status === 'True' ? 'granted' : q?.reason === 'QuotaExceeded' ? 'waits' : '?';
+      out.push(`${i.metadata.name} cell=${cell.name} quota=${verdict}`);
+    }
+  }
+  return out.sort();
+}
+
+test('a Workload under a Quota across cells: the instances per cell and what the Quota grants or blocks are what the plan said; a Quota raised, and the Workload deleted, likewise', async () => {
+  const wl = uniqueName('web');
+  const quota = {
+    apiVersion: Quota.apiVersion,
+    kind: Quota.kind,
+    metadata: { name: 'budget', namespace: ns },
+    spec: { instances: 3 },
+  };
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', file('quota.yaml', [quota])]);
+  const workload = {
+    apiVersion: Workload.apiVersion,
+    kind: Workload.kind,
+    metadata: { name: wl, namespace: ns },
+    spec: {
+      template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
+      placements: [
+        { name: 'us', cityCodes: ['DFW'], scaleSettings: { minReplicas: 3 } },
+        { name: 'eu', cityCodes: ['LHR'], scaleSettings: { minReplicas: 1 } },
+      ],
+    },
+  };
+  const path = file('workload.yaml', [workload]);
+  const first = plan('-f', path);
+  assert.equal(first.status, 2, 'changes: exit code 2');
+  const dfw = fed.cells.DFW.name;
+  const lhr = fed.cells.LHR.name;
+  const want = planned(first.plan, cellIn);
+  // Oldest first, three fit: the third in Dallas waits (and the plan knows which: one cell makes it).
+  assert.deepEqual(want, [
+    `${wl}-eu-lhr-0 cell=${lhr} quota=granted`,
+    `${wl}-us-dfw-0 cell=${dfw} quota=granted`,
+    `${wl}-us-dfw-1 cell=${dfw} quota=granted`,
+    `${wl}-us-dfw-2 cell=${dfw} quota=waits`,
+  ]);
+  assert.deepEqual(
+    first.plan.effects
+      .filter((e) => e.kind === 'WorkloadDeployment')
+      .map((e) => `${e.op} ${e.name} ${cellIn(e.what)}`)
+      .sort(),
+    [`+ ${ns}/${wl}-eu-lhr ${lhr}`, `+ ${ns}/${wl}-us-dfw ${dfw}`],
+  );
+  assert.ok(
+    first.plan.warnings.some(
+      (w) => w.includes(`Workload ${ns}/${wl} would exceed its quota`) && w.includes(`${wl}-us-dfw-2`),
+    ),
+    first.plan.warnings.join('\n'),
+  );
+
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', path]);
+  await waitFor(
+    'the cells run what the plan said, granted and waiting as it said',
+    async () => JSON.stringify(await running()) === JSON.stringify(want),
+    { timeoutMs: 180_000, observe: running },
+  );
+
+  // The Quota raised: the waiting instance is granted, as planned.
+  const raised = file('raised.yaml', [{ ...quota, spec: { instances: 4 } }]);
+  const more = plan('-f', raised);
+  assert.equal(more.status, 2);
+  assert.deepEqual(
+    more.plan.effects.filter((e) => e.kind === 'Instance').map((e) => `${e.op} ${e.name} ${e.what}`),
+    [`+ ${ns}/${wl}-us-dfw-2 quota granted (cell ${dfw})`],
+  );
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', raised]);
+  const granted = want.map((l) => l.replace('quota=waits', 'quota=granted'));
+  await waitFor(
+    'every instance granted',
+    async () => JSON.stringify(await running()) === JSON.stringify(granted),
+    { timeoutMs: 120_000, observe: running },
+  );
+  await waitFor(
+    'applied and mirrored: planning the same Workload again changes nothing (exit code 0)',
+    async () => plan('-f', path).status === 0,
+    { timeoutMs: 60_000, observe: async () => plan('-f', path).plan },
+  );
+
+  // Deleting the Workload: every instance goes, with a warning, and they do.
+  const undo = plan('-f', path, '--delete');
+  assert.equal(undo.status, 2);
+  assert.deepEqual(
+    planned(undo.plan, cellIn),
+    granted.map((l) => `- ${l.split(' ')[0]}`),
+  );
+  assert.ok(
+    undo.plan.warnings.some((w) => w.startsWith(`Workload ${ns}/${wl} would lose every instance (4`)),
+    undo.plan.warnings.join('\n'),
+  );
+  kubectl(fed.sandbox, kubectlPath, ['delete', '--wait=false', '-f', path]);
+  await waitFor('no instance left in the cells', async () => (await running()).length === 0, {
+    timeoutMs: 120_000,
+    observe: running,
+  });
+});
