@@ -10,7 +10,7 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
 import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
-import type { Candidate } from '../workloads/grant.ts';
+import { decideUnder, type Candidate } from '../workloads/grant.ts';
 import type { QuotaObject } from '../workloads/controllers/quota.ts';
 import {
   instanceName,
@@ -21,7 +21,7 @@ import {
   type InstanceState,
   type InstanceTypeObject,
 } from '../workloads/decide.ts';
-import { counted, decideUnder, inForce } from '../workloads/plan.ts';
+import { counted, inForce } from '../workloads/plan.ts';
 import type { InstanceTypeSize } from '../workloads/resources.ts';
 import {
   DEPLOYMENT_LABEL,

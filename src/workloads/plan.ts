@@ -7,7 +7,7 @@ import { localCluster } from '../runtime/cluster/key.ts';
 import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
 import type { InstanceObject, InstanceTypeObject } from './decide.ts';
-import { budgetOf, decideGrants, usageText, usedBy, type Candidate, type Decision } from './grant.ts';
+import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './grant.ts';
 import type { InstanceTypeSize } from './resources.ts';
 import {
   Instance,
@@ -22,20 +22,6 @@ import {
 /** The Quota in force in a namespace: its oldest (any other is Superseded). */
 export const inForce = (quotas: readonly QuotaObject[], namespace: string): QuotaObject | undefined =>
   quotas.filter((q) => q.metadata?.namespace === namespace).sort(oldestFirst)[0];
-
-/** A namespace's grants under `quota` (none: every instance is granted), as the quota controller decides. */
-export function decideUnder(
-  quota: QuotaObject | undefined,
-  ledger: NonNullable<QuotaObject['status']>['claims'],
-  candidates: readonly Candidate[],
-  gone: ReadonlySet<string>,
-  now: string,
-): Decision {
-  return decideGrants(quota ? budgetOf(quota.spec ?? {}) : {}, ledger ?? [], candidates, {
-    gone: (c) => gone.has(c.uid),
-    now,
-  });
-}
 
 /**
  * An instance as the quota controller counts it: a cluster's own, or a cell's through its mirror

@@ -4,7 +4,8 @@
 // `berth plan -f FILE` on a management plane with two cells, then `kubectl apply -f` of the same
 // file with Berth running: the instances made in each cell, and which of them the Quota across cells
 // grants or leaves waiting, are what the plan said, exactly; a Quota raised grants what the plan said;
-// `plan --delete` of the Workload says every instance goes, and they do.
+// `plan --delete` of the Workload says every instance goes, and they do. A Location relabelled out of
+// a selector drains that city; a Cell deleted leaves what runs in it and takes its mirrors here.
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,7 @@ import { findCondition } from '../../src/runtime/api/conditions.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, Quota } from '../../src/workloads/types.ts';
 import { Workload } from '../../src/federation/types.ts';
+import { Cell, Location, type CellObject, type LocationObject } from '../../src/cells/types.ts';
 import { runBerthCli } from '../helpers/berth.ts';
 import { kubectl, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type Federation } from '../helpers/federation.ts';
@@ -182,4 +184,121 @@ test('a Workload under a Quota across cells: the instances per cell and what the
     timeoutMs: 120_000,
     observe: running,
   });
+});
+
+test("a Location relabelled out of a Workload's selector, then a Cell deleted: the plan says what goes, and what is left in the cell", async () => {
+  const tier = `${uniqueName('t')}.example.com/tier`;
+  const lhr = fed.cells.LHR;
+  const found = (await fed.client.list<LocationObject>(Location.ref)).items.find(
+    (l) => l.spec.cityCode === 'LHR',
+  )!;
+  const location = (value: string) => ({
+    apiVersion: Location.apiVersion,
+    kind: Location.kind,
+    metadata: { name: found.metadata.name, labels: { ...found.metadata.labels, [tier]: value } },
+    spec: found.spec,
+  });
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', file('gold.yaml', [location('gold')])]);
+  const selected = uniqueName('sel');
+  const pinned = uniqueName('pin');
+  const workloads = file('workloads.yaml', [
+    {
+      apiVersion: Workload.apiVersion,
+      kind: Workload.kind,
+      metadata: { name: selected, namespace: ns },
+      spec: {
+        template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
+        placements: [
+          {
+            name: 'gold',
+            locationSelector: { matchLabels: { [tier]: 'gold' } },
+            scaleSettings: { minReplicas: 1 },
+          },
+        ],
+      },
+    },
+    {
+      apiVersion: Workload.apiVersion,
+      kind: Workload.kind,
+      metadata: { name: pinned, namespace: ns },
+      spec: {
+        template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
+        placements: [{ name: 'eu', cityCodes: ['LHR'], scaleSettings: { minReplicas: 1 } }],
+      },
+    },
+  ]);
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', workloads]);
+  const both = [
+    `${pinned}-eu-lhr-0 cell=${lhr.name} quota=granted`,
+    `${selected}-gold-lhr-0 cell=${lhr.name} quota=granted`,
+  ].sort();
+  await waitFor(
+    'both workloads run in London',
+    async () => JSON.stringify(await running()) === JSON.stringify(both),
+    {
+      timeoutMs: 120_000,
+      observe: running,
+    },
+  );
+  const mirrors = async () =>
+    (await fed.client.list<InstanceObject>(Instance.ref, { namespace: ns })).items
+      .map((m) => `${ns}/${m.metadata.name}`)
+      .sort();
+  await waitFor('both mirrored upstream', async () => (await mirrors()).length === 2, { observe: mirrors });
+
+  const silver = file('silver.yaml', [location('silver')]);
+  const relabel = plan('-f', silver);
+  assert.equal(relabel.status, 2);
+  assert.deepEqual(
+    relabel.plan.effects.map((e) => `${e.op} ${e.kind} ${e.name}`),
+    [`- WorkloadDeployment ${ns}/${selected}-gold-lhr`, `- Instance ${ns}/${selected}-gold-lhr-0`],
+  );
+  assert.ok(
+    relabel.plan.warnings.some((w) =>
+      w.startsWith(`Workload ${ns}/${selected} would lose every instance (1`),
+    ),
+    relabel.plan.warnings.join('\n'),
+  );
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', silver]);
+  const left = [`${pinned}-eu-lhr-0 cell=${lhr.name} quota=granted`];
+  await waitFor(
+    'only the pinned workload runs',
+    async () => JSON.stringify(await running()) === JSON.stringify(left),
+    {
+      timeoutMs: 120_000,
+      observe: running,
+    },
+  );
+  await waitFor('one mirror left upstream', async () => (await mirrors()).length === 1, { observe: mirrors });
+
+  // The Cell deleted: Berth no longer reaches it, so what runs there stays; its mirrors here go.
+  const cell = await fed.client.get<CellObject>(Cell.ref, lhr.name);
+  const cellFile = file('cell.yaml', [
+    { apiVersion: Cell.apiVersion, kind: Cell.kind, metadata: { name: lhr.name }, spec: cell.spec },
+  ]);
+  const undo = plan('-f', cellFile, '--delete');
+  assert.equal(undo.status, 2);
+  const mirrored = await mirrors();
+  assert.deepEqual(
+    undo.plan.effects.map((e) => `${e.op} ${e.kind} ${e.name}`),
+    mirrored.map((m) => `- Instance ${m}`),
+  );
+  assert.ok(
+    undo.plan.warnings.some((w) =>
+      w.startsWith(`Cell ${lhr.name} would be removed with 1 running instance(s)`),
+    ),
+    undo.plan.warnings.join('\n'),
+  );
+  assert.ok(
+    undo.plan.warnings.some((w) =>
+      w.startsWith(`would run nowhere: Workload ${ns}/${pinned} placement eu city LHR: NoMatchingLocation`),
+    ),
+    undo.plan.warnings.join('\n'),
+  );
+  kubectl(fed.sandbox, kubectlPath, ['delete', '-f', cellFile]);
+  await waitFor('its mirrors gone upstream', async () => (await mirrors()).length === 0, {
+    timeoutMs: 60_000,
+    observe: mirrors,
+  });
+  assert.deepEqual(await running(), left, 'what ran in the cell is left there');
 });
