@@ -75,6 +75,14 @@ function planned(p: Plan, cellOf: (what: string) => string): string[] {
     .sort();
 }
 
+/** A Workload of `placements`, as a user writes it. */
+const workloadDoc = (name: string, placements: unknown[]) => ({
+  apiVersion: Workload.apiVersion,
+  kind: Workload.kind,
+  metadata: { name, namespace: ns },
+  spec: { template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] }, placements },
+});
+
 const cellIn = (what: string) => /in cell (\S+)/.exec(what)?.[1] ?? '?';
 
 /** What the cells run: each instance with its cell and its QuotaGranted verdict, sorted. */
@@ -101,18 +109,10 @@ test('a Workload under a Quota across cells: the instances per cell and what the
     spec: { instances: 3 },
   };
   kubectl(fed.sandbox, kubectlPath, ['apply', '-f', file('quota.yaml', [quota])]);
-  const workload = {
-    apiVersion: Workload.apiVersion,
-    kind: Workload.kind,
-    metadata: { name: wl, namespace: ns },
-    spec: {
-      template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
-      placements: [
-        { name: 'us', cityCodes: ['DFW'], scaleSettings: { minReplicas: 3 } },
-        { name: 'eu', cityCodes: ['LHR'], scaleSettings: { minReplicas: 1 } },
-      ],
-    },
-  };
+  const workload = workloadDoc(wl, [
+    { name: 'us', cityCodes: ['DFW'], scaleSettings: { minReplicas: 3 } },
+    { name: 'eu', cityCodes: ['LHR'], scaleSettings: { minReplicas: 1 } },
+  ]);
   const path = file('workload.yaml', [workload]);
   const first = plan('-f', path);
   assert.equal(first.status, 2, 'changes: exit code 2');
@@ -202,30 +202,14 @@ test("a Location relabelled out of a Workload's selector, then a Cell deleted: t
   const selected = uniqueName('sel');
   const pinned = uniqueName('pin');
   const workloads = file('workloads.yaml', [
-    {
-      apiVersion: Workload.apiVersion,
-      kind: Workload.kind,
-      metadata: { name: selected, namespace: ns },
-      spec: {
-        template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
-        placements: [
-          {
-            name: 'gold',
-            locationSelector: { matchLabels: { [tier]: 'gold' } },
-            scaleSettings: { minReplicas: 1 },
-          },
-        ],
+    workloadDoc(selected, [
+      {
+        name: 'gold',
+        locationSelector: { matchLabels: { [tier]: 'gold' } },
+        scaleSettings: { minReplicas: 1 },
       },
-    },
-    {
-      apiVersion: Workload.apiVersion,
-      kind: Workload.kind,
-      metadata: { name: pinned, namespace: ns },
-      spec: {
-        template: { containers: [{ name: 'app', image: 'registry.example/web:1' }] },
-        placements: [{ name: 'eu', cityCodes: ['LHR'], scaleSettings: { minReplicas: 1 } }],
-      },
-    },
+    ]),
+    workloadDoc(pinned, [{ name: 'eu', cityCodes: ['LHR'], scaleSettings: { minReplicas: 1 } }]),
   ]);
   kubectl(fed.sandbox, kubectlPath, ['apply', '-f', workloads]);
   const both = [
