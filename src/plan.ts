@@ -104,7 +104,7 @@ export async function planChange(
       plan.warnings.push(
         `${c.name} is not among --controllers: that Berth would not act on ${kind} ${names}`,
       );
-    const part = await c.plan![kind]!({ client: reader, objects: of, keys, ...opts });
+    const part = await c.plan![kind]!({ client: reader, objects: of, all: objects, keys, ...opts });
     plan.effects.push(...part.effects);
     plan.warnings.push(...part.warnings);
     plan.unknown.push(...part.unknown);

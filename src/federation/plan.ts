@@ -423,8 +423,11 @@ function effectsOf(c: Copy, said: Said, by: string, part: PlanPart): void {
     );
 }
 
-/** The management plane as it is, and as the change would leave it. */
-async function factsOf(ctx: PlanContext, change: (g: Ground) => Ground): Promise<Facts> {
+/**
+ * The management plane as it is, and as the whole change would leave it (its Workloads, Cells,
+ * Locations and Quotas, whatever kind is being planned: a Workload hangs on the Locations beside it).
+ */
+async function factsOf(ctx: PlanContext): Promise<Facts> {
   const list = <T extends KubeObject>(ref: ResourceRef, query?: Record<string, string>) =>
     ctx.client.list<T>(ref, query ? { query } : {}).then((l) => l.items);
   const grants = ((ctx.options['controllers'] as string[] | undefined) ?? []).includes('quota');
@@ -436,65 +439,97 @@ async function factsOf(ctx: PlanContext, change: (g: Ground) => Ground): Promise
     grants ? list<QuotaObject>(Quota.ref) : Promise.resolve(undefined),
     list<InstanceTypeObject>(InstanceType.ref),
   ]);
-  const before = { workloads, cells, locations };
+  const now = Date.now();
+  const all = { ...ctx, objects: ctx.all };
+  const swap = <T extends Named>(current: T[], changed: T[]) => replaced(current, changed, ctx.deleting, now);
   const sizes = new Map(types.map((t) => [t.metadata!.name!, t.spec!]));
   return {
-    before,
-    after: change(before),
+    before: { workloads, cells, locations },
+    after: {
+      workloads: swap(workloads, parsed(all, Workload)),
+      cells: swap(cells, parsed(all, Cell)),
+      locations: swap(locations, parsed(all, Location)),
+    },
     mirrors,
-    ...(quotas ? { quotas } : {}),
+    ...(quotas
+      ? {
+          quotas: swap(
+            quotas as (QuotaObject & Named)[],
+            inNamespace(all, 'Quota') as (QuotaObject & Named)[],
+          ),
+        }
+      : {}),
     instanceType: (n) => sizes.get(n),
-    now: Date.now(),
+    now,
   };
 }
 
-/** The objects of the change as federation reads them: those it refuses, as errors. */
+type Named = {
+  metadata: { namespace?: string; name?: string; creationTimestamp?: string };
+  status?: unknown;
+};
+
+/** The objects of a kind in the change, namespaced objects in `default` when they name none (as kubectl). */
+const inNamespace = (ctx: Pick<PlanContext, 'objects'>, kind: string) =>
+  ctx.objects
+    .filter((o) => o.kind === kind)
+    .map((o) =>
+      kind === 'Workload' || kind === 'Quota'
+        ? { ...o, metadata: { ...o.metadata, namespace: o.metadata?.namespace ?? 'default' } }
+        : o,
+    );
+
+/** The objects of a kind in the change as federation reads them; those it refuses, as errors in `part`. */
 function parsed<T>(
-  ctx: PlanContext,
-  kind: { parse(o: unknown): { success: true; data: T } | { success: false; error: string } },
-  part: PlanPart,
+  ctx: Pick<PlanContext, 'objects'>,
+  kind: { kind: string; parse(o: unknown): { success: true; data: T } | { success: false; error: string } },
+  part?: PlanPart,
 ): T[] {
-  return ctx.objects.flatMap((o) => {
-    const r = kind.parse({
-      ...o,
-      metadata: {
-        ...o.metadata,
-        ...(kind === Workload ? { namespace: o.metadata?.namespace ?? 'default' } : {}),
-      },
-    });
+  return inNamespace(ctx, kind.kind).flatMap((o) => {
+    const r = kind.parse(o);
     if (r.success) return [r.data];
-    part.errors.push(r.error);
+    part?.errors.push(r.error);
     return [];
   });
 }
 
-/** `objects` in place of those of their name in `list` (keeping the status these have), or without them. */
-function replaced<T extends { metadata: { namespace?: string; name?: string }; status?: unknown }>(
-  list: T[],
-  objects: T[],
-  deleting: boolean,
-): T[] {
+/**
+ * `objects` in place of those of their name in `list`, or without them. One there keeps its status
+ * and age; a new one is created now, as the API would stamp it.
+ */
+function replaced<T extends Named>(list: T[], objects: T[], deleting: boolean, now: number): T[] {
   const named = new Set(objects.map(keyOf));
   const kept = list.filter((o) => !named.has(keyOf(o)));
   if (deleting) return kept;
   return [
     ...kept,
-    ...objects.map((o) => ({ ...o, status: list.find((x) => keyOf(x) === keyOf(o))?.status })),
+    ...objects.map((o) => {
+      const was = list.find((x) => keyOf(x) === keyOf(o));
+      const creationTimestamp = was?.metadata.creationTimestamp ?? nowText(now);
+      return { ...o, metadata: { ...o.metadata, creationTimestamp }, status: was?.status };
+    }),
   ];
 }
 
 export async function planWorkloads(ctx: PlanContext): Promise<PlanPart> {
   const head = emptyPart();
   const ws = parsed(ctx, Workload, head);
-  const f = await factsOf(ctx, (g) => ({ ...g, workloads: replaced(g.workloads, ws, ctx.deleting) }));
+  const f = await factsOf(ctx);
   return merge(head, ...ws.map((w) => planFederation(f, [keyOf(w)], `Workload ${keyOf(w)}`)));
+}
+
+/** The Workloads a Cell or Location change moves, but those of the change itself (planned as Workloads). */
+function movedBesides(ctx: PlanContext, f: Facts): string[] {
+  const own = new Set(
+    inNamespace({ objects: ctx.all }, 'Workload').map((o) => `${o.metadata?.namespace}/${o.metadata?.name}`),
+  );
+  return moved(f).filter((k) => !own.has(k));
 }
 
 export async function planCells(ctx: PlanContext): Promise<PlanPart> {
   const head = emptyPart();
   const cs = parsed(ctx, Cell, head);
-  const f = await factsOf(ctx, (g) => ({ ...g, cells: replaced(g.cells, cs, ctx.deleting) }));
-  const keys = moved(f);
+  const f = await factsOf(ctx);
   for (const c of cs) {
     const was = f.before.cells.find((x) => x.metadata.name === c.metadata.name);
     const running = f.mirrors.filter((m) => m.metadata.labels?.[MIRROR_CELL_LABEL] === c.metadata.name);
@@ -512,14 +547,24 @@ export async function planCells(ctx: PlanContext): Promise<PlanPart> {
           by: `Cell ${c.metadata.name}`,
         });
   }
-  return merge(head, ...cs.map((c) => planFederation(f, keys, `Cell ${c.metadata.name}`)));
+  // The Locations beside them move the same Workloads: credited to both, planned once, here.
+  const by = [
+    ...cs.map((c) => `Cell ${c.metadata.name}`),
+    ...parsed({ objects: ctx.all }, Location).map((l) => `Location ${l.metadata.name}`),
+  ];
+  return merge(head, planFederation(f, movedBesides(ctx, f), by.join(', ')));
 }
 
 export async function planLocations(ctx: PlanContext): Promise<PlanPart> {
   const head = emptyPart();
   const ls = parsed(ctx, Location, head);
-  const f = await factsOf(ctx, (g) => ({ ...g, locations: replaced(g.locations, ls, ctx.deleting) }));
-  return merge(head, planFederation(f, moved(f), `Location ${ls.map((l) => l.metadata.name).join(', ')}`));
+  // Cells in the same change plan what both move (planCells).
+  if (ctx.all.some((o) => o.kind === 'Cell')) return head;
+  const f = await factsOf(ctx);
+  return merge(
+    head,
+    planFederation(f, movedBesides(ctx, f), ls.map((l) => `Location ${l.metadata.name}`).join(', ')),
+  );
 }
 
 /** The Workloads whose placement × cities would move to other cells (or none), or change in number. */
