@@ -10,18 +10,17 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
 import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
-import { decideUnder, type Candidate } from '../workloads/grant.ts';
 import type { QuotaObject } from '../workloads/controllers/quota.ts';
+import { templateHash, type InstanceObject, type InstanceTypeObject } from '../workloads/decide.ts';
 import {
-  instanceName,
-  instanceState,
-  plan,
-  templateHash,
-  type InstanceObject,
-  type InstanceState,
-  type InstanceTypeObject,
-} from '../workloads/decide.ts';
-import { counted, inForce } from '../workloads/plan.ts';
+  counted,
+  instanceEffects,
+  nowText,
+  stepDeployments,
+  stepped,
+  type Said,
+  type Stepped,
+} from '../workloads/plan.ts';
 import type { InstanceTypeSize } from '../workloads/resources.ts';
 import {
   DEPLOYMENT_LABEL,
@@ -67,32 +66,16 @@ export interface Facts {
 }
 
 /** A Workload's WorkloadDeployment in one cell, as it is and as it would be, stepped to its end. */
-interface Copy {
+interface Copy extends Stepped {
   workload: string;
-  namespace: string;
   cell: string;
   city: string;
-  name: string;
-  /** Replicas and template now (undefined: no copy yet) and after the change (0: drained). */
+  /** Replicas and template now (undefined: no copy yet); after the change, Stepped's (0: drained). */
   was?: { replicas: number; hash: string };
-  replicas: number;
-  hash: string;
-  states: InstanceState[];
-  /** Name to uid: the cell's instances (from their mirrors) and those the plan makes. */
-  uids: Map<string, string>;
-  start: Map<string, string>;
-  rolled: Set<string>;
-  made: Set<string>;
-  /** The step it stops at: the instance it waits for. */
-  waitingFor?: InstanceState;
 }
 
 const keyOf = (w: { metadata: { namespace?: string; name?: string } }) =>
   `${w.metadata.namespace}/${w.metadata.name}`;
-const quotaKey = (q: QuotaObject) => `${q.metadata?.namespace}/${q.metadata?.name}`;
-const nowText = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
-/** More than any deployment's steps: each instance is made, and rolled, once. */
-const MAX_ROUNDS = 4 * 1000 + 8;
 
 /** Where `w` runs in `g`: targets, its status saying which cell holds each city now. */
 function targetsIn(w: WorkloadObject | undefined, g: Ground, now: number): Target[] {
@@ -148,26 +131,11 @@ function copiesOf(key: string, f: Facts, by: Map<string, CopyKey>): Copy[] {
     const at = `${cell}/${name}`;
     let c = copies.get(at);
     if (!c) {
-      const states = (mirrored.get(at) ?? []).map((m) =>
-        instanceState({ ...m, metadata: { ...m.metadata, name: sourceName(m) } }),
-      );
-      const uids = new Map(
-        (mirrored.get(at) ?? []).map((m) => [sourceName(m), counted(m, f.instanceType).candidate.uid]),
-      );
-      c = {
-        workload,
-        namespace,
-        cell,
-        city,
-        name,
-        replicas: 0,
-        hash: '',
-        states,
-        uids,
-        start: new Map(states.map((s) => [s.name, s.hash])),
-        rolled: new Set(),
-        made: new Set(),
-      };
+      const instances = (mirrored.get(at) ?? []).map((m) => ({
+        ...m,
+        metadata: { ...m.metadata, name: sourceName(m), uid: counted(m, f.instanceType).candidate.uid },
+      }));
+      c = { ...stepped(namespace, name, cell, instances), workload, cell, city };
       copies.set(at, c);
     }
     return c;
@@ -190,6 +158,7 @@ function copiesOf(key: string, f: Facts, by: Map<string, CopyKey>): Copy[] {
     const c = copy(t.cell, t.city, t.name);
     c.replicas = t.replicas;
     c.hash = hash;
+    c.template = after!.spec.template;
   }
   // A cell no longer here is no longer reached: what runs there is left as it is.
   return [...copies.values()].filter((c) => staying.has(c.cell));
@@ -216,7 +185,7 @@ export function planFederation(f: Facts, keys: readonly string[], by: string): P
       part.unknown.push(line);
     else part.warnings.push(`would run nowhere: ${line}`);
   }
-  const verdicts = step(copies, f, part);
+  const verdicts = stepDeployments(copies, { ...f, counted: f.mirrors }, part);
   for (const c of copies) effectsOf(c, verdicts, by, part);
   for (const k of keys) {
     const of = copies.filter((c) => `${c.namespace}/${c.workload}` === k);
@@ -233,125 +202,6 @@ export function planFederation(f: Facts, keys: readonly string[], by: string): P
         `cell ${cell} does not answer: its instances are planned from their last mirrored state`,
       );
   return part;
-}
-
-/** What the quota controller said of a new instance: granted, or why it waits. */
-type Said = Map<string, { granted: boolean; message?: string; quota: string }>;
-
-/**
- * Steps every copy's deployment plan, round after round, each round's new instances decided by the
- * quota of their namespace (all cells together, oldest first), until no copy moves.
- */
-function step(copies: Copy[], f: Facts, part: PlanPart): Said {
-  const said: Said = new Map();
-  const namespaces = [...new Set(copies.map((c) => c.namespace))];
-  // Each namespace's instances as the quota controller counts them, and its ledger.
-  const pool = new Map<string, Map<string, Candidate>>();
-  const ledgers = new Map<string, NonNullable<QuotaObject['status']>['claims']>();
-  for (const ns of namespaces) {
-    pool.set(
-      ns,
-      new Map(
-        f.mirrors
-          .filter((m) => m.metadata.namespace === ns)
-          .map((m) => counted(m, f.instanceType).candidate)
-          .map((c) => [c.uid, c]),
-      ),
-    );
-    ledgers.set(ns, f.quotas ? inForce(f.quotas, ns)?.status?.claims : []);
-  }
-  const gone = new Set<string>();
-  const template = new Map(f.after.workloads.map((w) => [keyOf(w), w.spec.template]));
-  let racing = false;
-  for (let round = 1; round <= MAX_ROUNDS; round++) {
-    const made: Copy[] = [];
-    let moved = false;
-    for (const c of copies) {
-      const p = plan({
-        name: c.name,
-        replicas: c.replicas,
-        policy: 'OrderedReady',
-        hash: c.hash,
-        instances: c.states,
-      });
-      c.waitingFor = p.waitingFor;
-      moved ||= p.actions.length > 0;
-      for (const a of p.actions) {
-        if (a.type === 'delete') {
-          c.states = c.states.filter((s) => s.name !== a.name);
-          if (a.rollout) c.rolled.add(a.name);
-          gone.add(c.uids.get(a.name) ?? '');
-          pool.get(c.namespace)!.delete(c.uids.get(a.name) ?? '');
-          continue;
-        }
-        const name = instanceName(c.name, a.ordinal);
-        const uid = `planned:${c.cell}/${c.namespace}/${name}/${round}`;
-        c.uids.set(name, uid);
-        c.made.add(name);
-        c.states.push({
-          name,
-          ordinal: a.ordinal,
-          hash: c.hash,
-          ready: !f.quotas,
-          available: !f.quotas,
-          programmed: true,
-          deleting: false,
-          notReadySince: f.now,
-        });
-        const inst = {
-          metadata: { name, uid, namespace: c.namespace, creationTimestamp: nowText(f.now + round * 1000) },
-          spec: { template: template.get(`${c.namespace}/${c.workload}`) },
-        } as unknown as InstanceObject;
-        pool.get(c.namespace)!.set(uid, { ...counted(inst, f.instanceType).candidate, cluster: c.cell });
-        made.push(c);
-      }
-    }
-    if (!moved) break;
-    if (!f.quotas || !made.length) continue;
-    for (const ns of namespaces) {
-      const quota = inForce(f.quotas, ns);
-      const d = decideUnder(quota, ledgers.get(ns), [...pool.get(ns)!.values()], gone, nowText(f.now));
-      ledgers.set(ns, d.claims);
-      const of = made.filter((c) => c.namespace === ns);
-      const cellsOf = (granted: boolean) =>
-        new Set(
-          of
-            .filter((c) =>
-              c.states.some(
-                (s) =>
-                  c.made.has(s.name) && !s.ready && d.verdicts.get(c.uids.get(s.name)!)?.granted === granted,
-              ),
-            )
-            .map((c) => c.cell),
-        );
-      // New instances of one round in several cells, some granted and some not: which cell creates
-      // its instance first decides.
-      if (
-        !racing &&
-        cellsOf(true).size &&
-        cellsOf(false).size &&
-        new Set([...cellsOf(true), ...cellsOf(false)]).size > 1
-      ) {
-        racing = true;
-        part.unknown.push(
-          `the last of Quota ${quota ? quotaKey(quota) : ns} goes to whichever cell creates its instance first: which instance waits is a race`,
-        );
-      }
-      for (const c of copies.filter((x) => x.namespace === ns))
-        for (const s of c.states) {
-          const v = d.verdicts.get(c.uids.get(s.name) ?? '');
-          if (!v || s.ready) continue;
-          if (v.granted) Object.assign(s, { ready: true, available: true });
-          if (c.made.has(s.name))
-            said.set(c.uids.get(s.name)!, {
-              granted: v.granted,
-              ...(v.granted ? {} : { message: v.message }),
-              quota: quota ? `Quota ${quotaKey(quota)}` : `no Quota in ${ns}`,
-            });
-        }
-    }
-  }
-  return said;
 }
 
 /** A copy's effects: its WorkloadDeployment, then each instance made, rolled or deleted. */
@@ -376,51 +226,7 @@ function effectsOf(c: Copy, said: Said, by: string, part: PlanPart): void {
       what: `${where}: ${[...(c.was.replicas !== c.replicas ? [`replicas ${c.was.replicas} -> ${c.replicas}`] : []), ...(c.was.hash !== c.hash ? [`template -> ${c.hash}`] : [])].join(', ')}`,
       by,
     });
-  const now = new Map([...c.states].sort((a, b) => a.ordinal - b.ordinal).map((s) => [s.name, s]));
-  const quota = (name: string) => {
-    const s = said.get(c.uids.get(name) ?? '');
-    if (!s) return '';
-    return s.granted ? `; quota granted (${s.quota})` : `; waits for quota: ${s.message} (${s.quota})`;
-  };
-  for (const [name, s] of now) {
-    if (!c.start.has(name))
-      part.effects.push({
-        kind: 'Instance',
-        name: `${c.namespace}/${name}`,
-        op: '+',
-        what: `${where}${quota(name)}`,
-        by,
-      });
-    else if (c.rolled.has(name))
-      part.effects.push({
-        kind: 'Instance',
-        name: `${c.namespace}/${name}`,
-        op: '~',
-        what: `${where}: rolled to template ${s.hash}${quota(name)}`,
-        by,
-      });
-  }
-  for (const name of c.start.keys())
-    if (!now.has(name))
-      part.effects.push({
-        kind: 'Instance',
-        name: `${c.namespace}/${name}`,
-        op: '-',
-        what: `deleted ${where}`,
-        by,
-      });
-  const waiting = [...now.values()].filter(
-    (s) => c.made.has(s.name) && said.get(c.uids.get(s.name)!)?.granted === false,
-  );
-  if (waiting.length) {
-    const behind = c.replicas - now.size;
-    part.warnings.push(
-      `Workload ${c.namespace}/${c.workload} would exceed its quota ${where}: ${waiting.map((s) => s.name).join(', ')} wait${behind > 0 ? `, and ${behind} more instance(s) are not created until it is granted (OrderedReady)` : ''}`,
-    );
-  } else if (c.waitingFor && !c.made.has(c.waitingFor.name))
-    part.unknown.push(
-      `WorkloadDeployment ${wd} ${where} waits for instance ${c.waitingFor.name} (${c.waitingFor.reason ?? 'not Ready'}): what follows it depends on the cell`,
-    );
+  instanceEffects(c, said, { where, by, owner: `Workload ${c.namespace}/${c.workload}` }, part);
 }
 
 /**

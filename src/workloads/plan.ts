@@ -6,12 +6,22 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
-import type { InstanceObject, InstanceTypeObject } from './decide.ts';
+import {
+  instanceName,
+  instanceState,
+  plan,
+  type InstanceObject,
+  type InstanceState,
+  type InstanceTypeObject,
+} from './decide.ts';
 import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './grant.ts';
 import type { InstanceTypeSize } from './resources.ts';
 import {
   Instance,
   InstanceType,
+  MAX_REPLICAS,
+  type InstanceTemplate,
+  type QuotaClaim,
   MIRROR_CELL_LABEL,
   MIRROR_LABEL,
   Quota,
@@ -44,7 +54,7 @@ export function counted(
   return { candidate: candidateOf(cell, source, instanceType), cell };
 }
 
-const nowText = (now: number) => new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
+export const nowText = (now: number) => new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
 
 /**
  * What a change of Quotas would grant or block: per namespace it touches, the instances whose
@@ -165,4 +175,218 @@ export async function planQuotaObjects(ctx: PlanContext, source: 'local' | 'mana
       "instances sized by an InstanceType are sized here with this cluster's InstanceTypes: the quota controller reads each cell's",
     );
   return part;
+}
+
+/** A WorkloadDeployment as `berth plan` steps it: its instances now, and what it would want. */
+export interface Stepped {
+  namespace: string;
+  name: string;
+  /** The cluster it runs in (on a management plane, its cell): the quota line's tie-break. */
+  cluster: string;
+  replicas: number;
+  policy: 'OrderedReady' | 'Parallel';
+  hash: string;
+  template: InstanceTemplate | undefined;
+  states: InstanceState[];
+  /** Name to uid: its instances now, and those the plan makes. */
+  uids: Map<string, string>;
+  /** Its instances now: name to template hash. */
+  start: Map<string, string>;
+  rolled: Set<string>;
+  made: Set<string>;
+  /** The step it stops at: the instance it waits for. */
+  waitingFor?: InstanceState;
+}
+
+/** A deployment with `instances` (named and identified as in its cluster), wanting nothing yet. */
+export function stepped(
+  namespace: string,
+  name: string,
+  cluster: string,
+  instances: InstanceObject[],
+): Stepped {
+  const states = instances.map(instanceState);
+  return {
+    namespace,
+    name,
+    cluster,
+    replicas: 0,
+    policy: 'OrderedReady',
+    hash: '',
+    template: undefined,
+    states,
+    uids: new Map(instances.map((i) => [i.metadata.name!, i.metadata.uid ?? ''])),
+    start: new Map(states.map((s) => [s.name, s.hash])),
+    rolled: new Set(),
+    made: new Set(),
+  };
+}
+
+/** What the quota controller would say of each new instance (by uid): granted, or why it waits. */
+export type Said = Map<string, { granted: boolean; message?: string; quota: string }>;
+
+/** More than any deployment's steps: each instance is made, and rolled, once. */
+const MAX_ROUNDS = 4 * MAX_REPLICAS + 8;
+const quotaKey = (q: QuotaObject) => `${q.metadata?.namespace}/${q.metadata?.name}`;
+
+/**
+ * Steps every deployment's plan (the deployment controller's), round after round, as its events
+ * would, each round's new instances decided by the Quota of their namespace over `counted` (every
+ * instance the quota controller counts, all clusters together, oldest first; `quotas` undefined: no
+ * quota is decided here, every instance is taken as granted), a granted one taken to become Ready,
+ * until none moves.
+ */
+export function stepDeployments(
+  ds: Stepped[],
+  f: {
+    counted: readonly InstanceObject[];
+    quotas?: QuotaObject[];
+    instanceType: (name: string) => InstanceTypeSize | undefined;
+    now: number;
+  },
+  part: PlanPart,
+): Said {
+  const said: Said = new Map();
+  const namespaces = [...new Set(ds.map((c) => c.namespace))];
+  const pool = new Map<string, Map<string, Candidate>>();
+  const ledgers = new Map<string, QuotaClaim[] | undefined>();
+  for (const ns of namespaces) {
+    const of = f.counted
+      .filter((m) => m.metadata.namespace === ns)
+      .map((m) => counted(m, f.instanceType).candidate);
+    pool.set(ns, new Map(of.map((c) => [c.uid, c])));
+    ledgers.set(ns, f.quotas ? inForce(f.quotas, ns)?.status?.claims : []);
+  }
+  const gone = new Set<string>();
+  let racing = false;
+  for (let round = 1; round <= MAX_ROUNDS; round++) {
+    const made: Stepped[] = [];
+    let moved = false;
+    for (const c of ds) {
+      const p = plan({
+        name: c.name,
+        replicas: c.replicas,
+        policy: c.policy,
+        hash: c.hash,
+        instances: c.states,
+      });
+      c.waitingFor = p.waitingFor;
+      moved ||= p.actions.length > 0;
+      for (const a of p.actions) {
+        if (a.type === 'delete') {
+          c.states = c.states.filter((s) => s.name !== a.name);
+          if (a.rollout) c.rolled.add(a.name);
+          gone.add(c.uids.get(a.name) ?? '');
+          pool.get(c.namespace)!.delete(c.uids.get(a.name) ?? '');
+          continue;
+        }
+        const name = instanceName(c.name, a.ordinal);
+        const uid = `planned:${c.cluster}/${c.namespace}/${name}/${round}`;
+        c.uids.set(name, uid);
+        c.made.add(name);
+        const granted = !f.quotas;
+        c.states.push({
+          name,
+          ordinal: a.ordinal,
+          hash: c.hash,
+          ready: granted,
+          available: granted,
+          programmed: true,
+          deleting: false,
+          notReadySince: f.now,
+        });
+        const inst = {
+          metadata: { name, uid, namespace: c.namespace, creationTimestamp: nowText(f.now + round * 1000) },
+          spec: { template: c.template },
+        } as unknown as InstanceObject;
+        pool.get(c.namespace)!.set(uid, { ...candidateOf(c.cluster, inst, f.instanceType) });
+        made.push(c);
+      }
+    }
+    if (!moved) break;
+    if (!f.quotas || !made.length) continue;
+    for (const ns of namespaces) {
+      const quota = inForce(f.quotas, ns);
+      const d = decideUnder(quota, ledgers.get(ns), [...pool.get(ns)!.values()], gone, nowText(f.now));
+      ledgers.set(ns, d.claims);
+      const clustersOf = (granted: boolean) =>
+        new Set(
+          made
+            .filter(
+              (c) =>
+                c.namespace === ns &&
+                c.states.some(
+                  (s) =>
+                    c.made.has(s.name) &&
+                    !s.ready &&
+                    d.verdicts.get(c.uids.get(s.name)!)?.granted === granted,
+                ),
+            )
+            .map((c) => c.cluster),
+        );
+      // New instances of one round in several clusters, some granted and some not: which cluster
+      // creates its instance first decides.
+      const [yes, no] = [clustersOf(true), clustersOf(false)];
+      if (!racing && yes.size && no.size && new Set([...yes, ...no]).size > 1) {
+        racing = true;
+        part.unknown.push(
+          `the last of Quota ${quota ? quotaKey(quota) : ns} goes to whichever cell creates its instance first: which instance waits is a race`,
+        );
+      }
+      for (const c of ds.filter((x) => x.namespace === ns))
+        for (const s of c.states) {
+          const v = d.verdicts.get(c.uids.get(s.name) ?? '');
+          if (!v || s.ready) continue;
+          if (v.granted) Object.assign(s, { ready: true, available: true });
+          if (c.made.has(s.name))
+            said.set(c.uids.get(s.name)!, {
+              granted: v.granted,
+              ...(v.granted ? {} : { message: v.message }),
+              quota: quota ? `Quota ${quotaKey(quota)}` : `no Quota in ${ns}`,
+            });
+        }
+    }
+  }
+  return said;
+}
+
+/**
+ * A stepped deployment's instances made, rolled or deleted, each with what quota said; a warning
+ * when new ones wait for quota, and what the plan cannot know when it stops behind an instance of
+ * its own that is not Ready.
+ */
+export function instanceEffects(
+  c: Stepped,
+  said: Said,
+  o: { where: string; by: string; owner: string },
+  part: PlanPart,
+): void {
+  const { where, by } = o;
+  const at = where ? ` ${where}` : '';
+  const now = new Map([...c.states].sort((a, b) => a.ordinal - b.ordinal).map((s) => [s.name, s]));
+  const quota = (name: string) => {
+    const s = said.get(c.uids.get(name) ?? '');
+    if (!s) return '';
+    return s.granted ? `; quota granted (${s.quota})` : `; waits for quota: ${s.message} (${s.quota})`;
+  };
+  const effect = (op: '+' | '-' | '~', name: string, what: string) =>
+    part.effects.push({ kind: 'Instance', name: `${c.namespace}/${name}`, op, what, by });
+  for (const [name, s] of now) {
+    if (!c.start.has(name)) effect('+', name, `${where || 'created'}${quota(name)}`);
+    else if (c.rolled.has(name))
+      effect('~', name, `${where ? `${where}: ` : ''}rolled to template ${s.hash}${quota(name)}`);
+  }
+  for (const name of c.start.keys()) if (!now.has(name)) effect('-', name, `deleted${at}`);
+  const waiting = [...now.values()].filter(
+    (s) => c.made.has(s.name) && said.get(c.uids.get(s.name)!)?.granted === false,
+  );
+  if (waiting.length) {
+    const behind = c.replicas - now.size;
+    part.warnings.push(
+      `${o.owner} would exceed its quota${at}: ${waiting.map((s) => s.name).join(', ')} wait${behind > 0 ? `, and ${behind} more instance(s) are not created until it is granted (OrderedReady)` : ''}`,
+    );
+  } else if (c.waitingFor && !c.made.has(c.waitingFor.name))
+    part.unknown.push(
+      `WorkloadDeployment ${c.namespace}/${c.name}${at} waits for instance ${c.waitingFor.name} (${c.waitingFor.reason ?? 'not Ready'}): what follows it depends on the cluster`,
+    );
 }
