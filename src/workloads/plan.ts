@@ -6,10 +6,13 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
+import type { DeploymentObject } from './controllers/deployment.ts';
 import {
+  controlledBy,
   instanceName,
   instanceState,
   plan,
+  templateHash,
   type InstanceObject,
   type InstanceState,
   type InstanceTypeObject,
@@ -17,9 +20,12 @@ import {
 import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './grant.ts';
 import type { InstanceTypeSize } from './resources.ts';
 import {
+  DEPLOYMENT_LABEL,
   Instance,
   InstanceType,
   MAX_REPLICAS,
+  OWN_INSTANCES,
+  WorkloadDeployment,
   type InstanceTemplate,
   type QuotaClaim,
   MIRROR_CELL_LABEL,
@@ -389,4 +395,89 @@ export function instanceEffects(
     part.unknown.push(
       `WorkloadDeployment ${c.namespace}/${c.name}${at} waits for instance ${c.waitingFor.name} (${c.waitingFor.reason ?? 'not Ready'}): what follows it depends on the cluster`,
     );
+}
+
+/**
+ * What applying (or deleting) WorkloadDeployments would do in this cluster: each one's instances
+ * made, rolled or deleted (its plan stepped to its end), granted or left waiting by the Quota of
+ * their namespace here.
+ */
+export async function planDeploymentObjects(ctx: PlanContext): Promise<PlanPart> {
+  const part = emptyPart();
+  const [current, instances, quotas, types] = await Promise.all([
+    ctx.client.list<DeploymentObject>(WorkloadDeployment.ref).then((l) => l.items),
+    ctx.client.list<InstanceObject>(Instance.ref, { query: OWN_INSTANCES }).then((l) => l.items),
+    ctx.client.list<QuotaObject>(Quota.ref).then((l) => l.items),
+    ctx.client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
+  ]);
+  const sizes = new Map(types.map((t) => [t.metadata!.name!, t.spec!]));
+  const ds: [Stepped, string][] = [];
+  for (const o of ctx.objects) {
+    const r = WorkloadDeployment.parse({
+      ...o,
+      metadata: { ...o.metadata, namespace: o.metadata?.namespace ?? 'default' },
+    });
+    if (!r.success) {
+      part.errors.push(r.error);
+      continue;
+    }
+    const { metadata, spec } = r.data;
+    const [ns, name] = [metadata.namespace!, metadata.name!];
+    const was = current.find((d) => d.metadata.namespace === ns && d.metadata.name === name);
+    const own = instances.filter(
+      (i) =>
+        i.metadata.namespace === ns &&
+        (was ? controlledBy(i, was.metadata.uid) : i.metadata.labels?.[DEPLOYMENT_LABEL] === name),
+    );
+    const d = stepped(ns, name, localCluster, own);
+    const by = `WorkloadDeployment ${ns}/${name}`;
+    if (!ctx.deleting)
+      Object.assign(d, {
+        replicas: spec.replicas,
+        policy: spec.instanceManagementPolicy,
+        hash: templateHash(spec.template),
+        template: spec.template,
+      });
+    const changed = was && [
+      ...(was.spec.replicas !== d.replicas ? [`replicas ${was.spec.replicas} -> ${d.replicas}`] : []),
+      ...(templateHash(was.spec.template) !== d.hash ? [`template -> ${d.hash}`] : []),
+    ];
+    if (ctx.deleting) {
+      if (was)
+        part.effects.push({
+          kind: 'WorkloadDeployment',
+          name: `${ns}/${name}`,
+          op: '-',
+          what: 'deleted',
+          by,
+        });
+    } else if (!was)
+      part.effects.push({
+        kind: 'WorkloadDeployment',
+        name: `${ns}/${name}`,
+        op: '+',
+        what: `${d.replicas} instance(s)`,
+        by,
+      });
+    else if (changed?.length)
+      part.effects.push({
+        kind: 'WorkloadDeployment',
+        name: `${ns}/${name}`,
+        op: '~',
+        what: changed.join(', '),
+        by,
+      });
+    ds.push([d, by]);
+  }
+  const said = stepDeployments(
+    ds.map(([d]) => d),
+    { counted: instances, quotas, instanceType: (n) => sizes.get(n), now: Date.now() },
+    part,
+  );
+  for (const [d, by] of ds) {
+    instanceEffects(d, said, { where: '', by, owner: by }, part);
+    if (d.start.size && !d.states.length)
+      part.warnings.push(`${by} would lose every instance (${d.start.size})`);
+  }
+  return part;
 }

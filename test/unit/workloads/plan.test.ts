@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
 import type { InstanceObject } from '../../../src/workloads/decide.ts';
-import { planQuotas } from '../../../src/workloads/plan.ts';
+import { emptyPart } from '../../../src/policy/plan.ts';
+import { instanceEffects, planQuotas, stepDeployments, stepped } from '../../../src/workloads/plan.ts';
 
 const NOW = Date.parse('2026-11-27T12:00:00Z');
 
@@ -95,4 +96,35 @@ test('a Quota deleted: what it stopped limiting, every waiting instance granted'
     '+ Instance shop/d: quota granted (no Quota in shop)',
     '- Quota shop/budget: no longer limits shop (2 of 2 instances used): every instance is granted (Quota shop/budget)',
   ]);
+});
+
+test('a Parallel deployment stepped: every instance made in one round, the Quota granting the first by name', () => {
+  const d = stepped('shop', 'web', 'local', []);
+  Object.assign(d, {
+    replicas: 3,
+    policy: 'Parallel',
+    hash: 'h1',
+    template: { containers: [{ name: 'app', image: 'web:1' }] },
+  });
+  const part = emptyPart();
+  const said = stepDeployments(
+    [d],
+    { counted: [], quotas: [budget(1)], instanceType: () => undefined, now: NOW },
+    part,
+  );
+  instanceEffects(
+    d,
+    said,
+    { where: '', by: 'WorkloadDeployment shop/web', owner: 'WorkloadDeployment shop/web' },
+    part,
+  );
+  assert.deepEqual(
+    part.effects.map((e) => `${e.op} ${e.name}: ${e.what}`),
+    [
+      '+ shop/web-0: created; quota granted (Quota shop/budget)',
+      '+ shop/web-1: created; waits for quota: needs 1 instance; 1 of 1 instances used (Quota shop/budget)',
+      '+ shop/web-2: created; waits for quota: needs 1 instance; 1 of 1 instances used (Quota shop/budget)',
+    ],
+  );
+  assert.deepEqual(part.warnings, ['WorkloadDeployment shop/web would exceed its quota: web-1, web-2 wait']);
 });
