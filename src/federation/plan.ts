@@ -119,8 +119,11 @@ function mirrorsOf(key: string, mirrors: readonly InstanceObject[]): Map<string,
   return out;
 }
 
-/** A workload's copies: those it has (its status and mirrors) and those `after` places, in cells that stay. */
-function copiesOf(key: string, f: Facts, by: Map<string, CopyKey>): Copy[] {
+/**
+ * A workload's copies: those it has (its status and mirrors) and those `after` places, in cells that
+ * stay; the targets placed nowhere go to `unplaced`, with the workload's key.
+ */
+function copiesOf(key: string, f: Facts, unplaced: [string, Target][]): Copy[] {
   const [namespace, workload] = key.split('/') as [string, string];
   const before = f.before.workloads.find((w) => keyOf(w) === key);
   const after = f.after.workloads.find((w) => keyOf(w) === key);
@@ -152,7 +155,7 @@ function copiesOf(key: string, f: Facts, by: Map<string, CopyKey>): Copy[] {
   const hash = after ? templateHash(after.spec.template) : '';
   for (const t of targetsIn(after, f.after, f.now)) {
     if (!t.cell) {
-      by.set(`${key} ${t.placement}/${t.city}`, { target: t });
+      unplaced.push([key, t]);
       continue;
     }
     const c = copy(t.cell, t.city, t.name);
@@ -164,10 +167,6 @@ function copiesOf(key: string, f: Facts, by: Map<string, CopyKey>): Copy[] {
   return [...copies.values()].filter((c) => staying.has(c.cell));
 }
 
-interface CopyKey {
-  target: Target;
-}
-
 const sourceName = (m: InstanceObject) => m.metadata.annotations?.[SOURCE_ANNOTATION] ?? m.metadata.name!;
 
 /**
@@ -177,10 +176,10 @@ const sourceName = (m: InstanceObject) => m.metadata.annotations?.[SOURCE_ANNOTA
  */
 export function planFederation(f: Facts, keys: readonly string[], by: string): PlanPart {
   const part = emptyPart();
-  const unplaced = new Map<string, CopyKey>();
+  const unplaced: [string, Target][] = [];
   const copies = keys.flatMap((k) => copiesOf(k, f, unplaced));
-  for (const [k, { target: t }] of unplaced) {
-    const line = `Workload ${k.split(' ')[0]} placement ${t.placement} city ${t.city}: ${t.problem?.reason}: ${t.problem?.message}`;
+  for (const [k, t] of unplaced) {
+    const line = `Workload ${k} placement ${t.placement} city ${t.city}: ${t.problem?.reason}: ${t.problem?.message}`;
     if (t.problem?.reason === 'CellNotReady' || t.problem?.reason === 'CellUnreachable')
       part.unknown.push(line);
     else part.warnings.push(`would run nowhere: ${line}`);

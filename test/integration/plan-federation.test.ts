@@ -7,11 +7,7 @@
 // `plan --delete` of the Workload says every instance goes, and they do. A Location relabelled out of
 // a selector drains that city; a Cell deleted leaves what runs in it and takes its mirrors here.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { stringify } from 'yaml';
 import type { Plan } from '../../src/plan.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
@@ -19,16 +15,16 @@ import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, Quota } from '../../src/workloads/types.ts';
 import { Workload } from '../../src/federation/types.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../../src/cells/types.ts';
-import { runBerthCli } from '../helpers/berth.ts';
 import { kubectl, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type Federation } from '../helpers/federation.ts';
+import { manifests, runPlan } from '../helpers/plan.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const CONTROLLERS = '--controllers=cells,federation,quota';
 let fed: Federation;
 let ns = '';
 let kubectlPath: string;
-const dir = mkdtempSync(join(tmpdir(), 'berth-plan-fed-'));
+const file = manifests('berth-plan-fed-');
 
 before(async () => {
   kubectlPath = (await ensureBinaries()).kubectl;
@@ -43,25 +39,7 @@ after(async () => {
   await fed?.down(ns ? [ns] : []);
 });
 
-const file = (name: string, objects: unknown[]) => {
-  const path = join(dir, name);
-  writeFileSync(path, objects.map((o) => stringify(o)).join('---\n'));
-  return path;
-};
-
-function plan(...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli([
-    'plan',
-    '--kubeconfig',
-    fed.sandbox.kubeconfigPath,
-    CONTROLLERS,
-    '-o',
-    'json',
-    ...args,
-  ]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
-}
+const plan = (...args: string[]) => runPlan(fed.sandbox.kubeconfigPath, CONTROLLERS, ...args);
 
 /** The plan's instances, as `NAME cell=C quota=granted|waits`, sorted; those it deletes as `- NAME`. */
 function planned(p: Plan, cellOf: (what: string) => string): string[] {

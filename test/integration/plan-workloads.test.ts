@@ -6,18 +6,14 @@
 // and which of them the Quota grants or leaves waiting are what the plan said, exactly; a scale down
 // deletes what it said; `--delete` says every instance goes, and they do.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { stringify } from 'yaml';
 import { installCrds } from '../../src/cli/install.ts';
 import type { Plan } from '../../src/plan.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
-import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
+import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
   createNamespace,
@@ -27,6 +23,7 @@ import {
   testSandbox,
   uniqueName,
 } from '../helpers/cluster.ts';
+import { manifests, runPlan } from '../helpers/plan.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -36,7 +33,7 @@ let ns = '';
 let nodes: string[] = [];
 let berth: BerthProcess | undefined;
 let kubectlPath: string;
-const dir = mkdtempSync(join(tmpdir(), 'berth-plan-wd-'));
+const file = manifests('berth-plan-wd-');
 
 before(async () => {
   await installCrds(client);
@@ -53,17 +50,7 @@ after(async () => {
   client.close();
 });
 
-const file = (name: string, objects: unknown[]) => {
-  const path = join(dir, name);
-  writeFileSync(path, objects.map((o) => stringify(o)).join('---\n'));
-  return path;
-};
-
-function plan(...args: string[]): { status: number | null; plan: Plan } {
-  const r = runBerthCli(['plan', '--kubeconfig', sandbox.kubeconfigPath, '-o', 'json', ...args]);
-  assert.ok(r.status === 0 || r.status === 2, `berth plan exited ${r.status}: ${r.stderr}`);
-  return { status: r.status, plan: JSON.parse(r.stdout) as Plan };
-}
+const plan = (...args: string[]) => runPlan(sandbox.kubeconfigPath, ...args);
 
 /** The plan's instances as `NAME quota=granted|waits`, and those it deletes as `- NAME`, sorted. */
 const planned = (p: Plan) =>
