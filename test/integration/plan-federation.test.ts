@@ -78,7 +78,7 @@ async function running(): Promise<string[]> {
   return out.sort();
 }
 
-test('a Workload under a Quota across cells: the instances per cell and what the Quota grants or blocks are what the plan said; a Quota raised, and the Workload deleted, likewise', async () => {
+test('a Workload under a Quota across cells: the instances per cell and what the Quota grants or blocks are what the plan said; a Quota raised, a new template rolled, and the Workload deleted, likewise', async () => {
   const wl = uniqueName('web');
   const quota = {
     apiVersion: Quota.apiVersion,
@@ -146,8 +146,51 @@ test('a Workload under a Quota across cells: the instances per cell and what the
     { timeoutMs: 60_000, observe: async () => plan('-f', path).plan },
   );
 
+  // A new template: every instance rolled, in each cell, one at a time, each granted again.
+  const v2 = file('v2.yaml', [
+    {
+      ...workload,
+      spec: {
+        ...workload.spec,
+        template: { containers: [{ name: 'app', image: 'registry.example/web:2' }] },
+      },
+    },
+  ]);
+  const roll = plan('-f', v2);
+  assert.equal(roll.status, 2);
+  const hash = /rolled to template (\S+?);/.exec(
+    roll.plan.effects.find((e) => e.op === '~' && e.kind === 'Instance')?.what ?? '',
+  )?.[1];
+  assert.deepEqual(
+    roll.plan.effects
+      .filter((e) => e.kind === 'Instance')
+      .map((e) => `${e.op} ${e.name.split('/')[1]} ${cellIn(e.what)} ${/quota granted/.test(e.what)}`)
+      .sort(),
+    granted.map((l) => `~ ${l.split(' ')[0]} ${l.split(' ')[1]!.slice('cell='.length)} true`),
+  );
+  kubectl(fed.sandbox, kubectlPath, ['apply', '-f', v2]);
+  const onTemplate = async () => {
+    const out: string[] = [];
+    for (const city of CITIES) {
+      const list = await fed.cells[city].client.list<InstanceObject>(Instance.ref, { namespace: ns });
+      for (const i of list.items)
+        if (
+          i.spec.templateHash === hash &&
+          findCondition(i.status?.conditions, 'QuotaGranted')?.status === 'True'
+        )
+          out.push(i.metadata.name!);
+    }
+    return out.sort();
+  };
+  await waitFor(
+    'every instance rolled to the planned template and granted',
+    async () =>
+      JSON.stringify(await onTemplate()) === JSON.stringify(granted.map((l) => l.split(' ')[0]).sort()),
+    { timeoutMs: 180_000, observe: onTemplate },
+  );
+
   // Deleting the Workload: every instance goes, with a warning, and they do.
-  const undo = plan('-f', path, '--delete');
+  const undo = plan('-f', v2, '--delete');
   assert.equal(undo.status, 2);
   assert.deepEqual(
     planned(undo.plan, cellIn),
@@ -157,7 +200,7 @@ test('a Workload under a Quota across cells: the instances per cell and what the
     undo.plan.warnings.some((w) => w.startsWith(`Workload ${ns}/${wl} would lose every instance (4`)),
     undo.plan.warnings.join('\n'),
   );
-  kubectl(fed.sandbox, kubectlPath, ['delete', '--wait=false', '-f', path]);
+  kubectl(fed.sandbox, kubectlPath, ['delete', '--wait=false', '-f', v2]);
   await waitFor('no instance left in the cells', async () => (await running()).length === 0, {
     timeoutMs: 120_000,
     observe: running,
