@@ -184,6 +184,21 @@ export function planFederation(f: Facts, keys: readonly string[], by: string): P
       part.unknown.push(line);
     else part.warnings.push(`would run nowhere: ${line}`);
   }
+  for (const k of keys) {
+    const w = f.after.workloads.find((x) => keyOf(x) === k);
+    const rolled = copies.some(
+      (c) => `${c.namespace}/${c.workload}` === k && c.was && c.replicas && c.was.hash !== c.hash,
+    );
+    if (w?.spec.rollout?.type === 'Progressive' && rolled)
+      part.unknown.push(
+        `Workload ${k} rolls out Progressive: its cells take turns, each once the ones before are Available (what the cells report); the plan gives where it ends`,
+      );
+    for (const t of targetsIn(w, f.after, f.now))
+      if (t.failoverAt !== undefined)
+        part.unknown.push(
+          `Workload ${k} ${t.placement}/${t.city}: its cell does not answer; it fails over at ${new Date(t.failoverAt).toISOString()} unless the cell answers first`,
+        );
+  }
   const verdicts = stepDeployments(copies, { ...f, counted: f.mirrors }, part);
   for (const c of copies) effectsOf(c, verdicts, by, part);
   for (const k of keys) {

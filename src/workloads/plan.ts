@@ -176,6 +176,10 @@ export async function planQuotaObjects(ctx: PlanContext, source: 'local' | 'mana
     (n) => sizes.get(n),
     Date.now(),
   );
+  if (ctx.all.some((o) => o.kind === 'Workload' || o.kind === 'WorkloadDeployment'))
+    part.unknown.push(
+      "a Quota's counts here are of the instances that run now: those of the change's Workloads and WorkloadDeployments, and what the Quota grants them, are in their own lines",
+    );
   if (source === 'management' && instances.some((i) => i.spec?.template?.instanceType))
     part.unknown.push(
       "instances sized by an InstanceType are sized here with this cluster's InstanceTypes: the quota controller reads each cell's",

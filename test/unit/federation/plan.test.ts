@@ -234,3 +234,27 @@ test('a second cell of a city removed from the first: the city moves, its instan
     '+ Instance shop/web-us-dfw-0: in cell dfw2 (city DFW)',
   ]);
 });
+
+test('a Progressive rollout: the end planned, the turns said to be unknown', () => {
+  const w = workload([['us', ['DFW'], 1]]);
+  const mirrors = [mirror('dfw1', 'web-us-dfw', 0, w, 'DFW')];
+  const placed = {
+    ...w,
+    status: { placements: [{ name: 'us', cities: [{ city: 'DFW', cell: 'dfw1' }] }] },
+  } as WorkloadObject;
+  const v2 = {
+    ...placed,
+    spec: {
+      ...w.spec,
+      template: { containers: [{ name: 'app', image: 'web:2' }] },
+      rollout: { type: 'Progressive' as const, maxConcurrency: 1, minSuccessTime: 60, maxFailures: 0 },
+    },
+  };
+  const p = planFederation(
+    facts(ground([placed]), ground([v2]), { mirrors }),
+    ['shop/web'],
+    'Workload shop/web',
+  );
+  assert.equal(p.effects.filter((e) => e.op === '~' && e.kind === 'Instance').length, 1);
+  assert.match(p.unknown.join('\n'), /rolls out Progressive: its cells take turns/);
+});
