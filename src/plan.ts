@@ -91,7 +91,8 @@ export async function planChange(
   for (const kind of kinds) {
     const of = objects.filter((o) => o.kind === kind);
     const names = of.map((o) => o.metadata!.name!).join(', ');
-    const c = capabilities.find((x) => x.plan?.[kind]);
+    // Of the capabilities that plan a kind, one that runs here (a Quota: a cluster's, or a management plane's).
+    const c = running.find((x) => x.plan?.[kind]) ?? capabilities.find((x) => x.plan?.[kind]);
     if (!c) {
       plan.unknown.push(`${kind} ${names}: berth plan does not plan this kind`);
       continue;
@@ -100,7 +101,7 @@ export async function planChange(
       plan.warnings.push(
         `${c.name} is not among --controllers: that Berth would not act on ${kind} ${names}`,
       );
-    const part = await c.plan![kind]!({ client: reader, objects: of, keys, ...opts });
+    const part = await c.plan![kind]!({ client: reader, objects: of, all: objects, keys, ...opts });
     plan.effects.push(...part.effects);
     plan.warnings.push(...part.warnings);
     plan.unknown.push(...part.unknown);

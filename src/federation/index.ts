@@ -3,6 +3,7 @@ import { POLICY_GROUP } from '../policy/crd.ts';
 import { setupFederation } from './controllers/federation.ts';
 import { explainWorkload } from './explain.ts';
 import { setupMirror } from './controllers/mirror.ts';
+import { planCells, planLocations, planWorkloads } from './plan.ts';
 import { Workload } from './types.ts';
 
 export const federationCapability: Capability = {
@@ -67,6 +68,9 @@ export const federationCapability: Capability = {
     setupMirror(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
     return {};
   },
+  // Cells and Locations are the cells capability's kinds, but what changing them does is where
+  // federation runs the Workloads: planned here, from the same decision.
+  plan: { Workload: planWorkloads, Cell: planCells, Location: planLocations },
   explainKinds: [
     {
       name: 'workload',

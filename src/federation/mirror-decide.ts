@@ -5,7 +5,14 @@ import { isDeepStrictEqual } from 'node:util';
 import { findCondition, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
 import { apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
 import type { InstanceObject } from '../workloads/decide.ts';
-import { Instance, MIRROR_LABEL, type InstanceStatus } from '../workloads/types.ts';
+import {
+  Instance,
+  type InstanceStatus,
+  MIRROR_CELL_LABEL,
+  MIRROR_LABEL,
+  SOURCE_ANNOTATION,
+  SOURCE_UID_ANNOTATION,
+} from '../workloads/types.ts';
 import type { DeploymentObject } from './decide/placement.ts';
 import {
   CITY_LABEL,
@@ -19,12 +26,6 @@ import {
 
 /** The field manager of the mirrors (their metadata, spec and status). */
 export const MIRROR_MANAGER = 'berth-federation-mirror';
-/** On a mirror: the cell its Instance runs in. */
-export const MIRROR_CELL_LABEL = 'federation.berth.dev/cell';
-/** On a mirror: the name of its Instance in the cell (a name may be longer than a label value). */
-export const SOURCE_ANNOTATION = 'federation.berth.dev/instance';
-/** On a mirror: the uid of its Instance in the cell. */
-export const SOURCE_UID_ANNOTATION = 'federation.berth.dev/instance-uid';
 /** The mirror's own condition: True while it shows its cell's current status, False (stale) while the cell does not answer. */
 export const MIRRORED_CONDITION = 'Mirrored';
 

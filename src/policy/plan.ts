@@ -35,6 +35,8 @@ export interface PlanContext {
   client: KubeClient;
   /** The objects of the capability's kinds in the change, as they would be applied. */
   objects: KubeObject[];
+  /** Every object of the change, whatever its kind: one kind's effects may hang on another's (a Workload on the Locations beside it). */
+  all: KubeObject[];
   /** The change deletes them instead of applying them. */
   deleting: boolean;
   /** The flags Berth runs with (--label-dir, --controllers). */

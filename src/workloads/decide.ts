@@ -123,6 +123,31 @@ export interface InstanceState {
   message?: string;
 }
 
+/** An Instance as the deployment plan sees it (the controller, and `berth plan` from its mirrors). */
+export function instanceState(i: InstanceObject): InstanceState {
+  const ready = findCondition(i.status?.conditions, 'Ready');
+  const is = (type: string) => findCondition(i.status?.conditions, type)?.status === 'True';
+  return {
+    name: i.metadata.name!,
+    ordinal: i.spec.ordinal,
+    hash: i.spec.templateHash,
+    ready: ready?.status === 'True',
+    available: is('Available'),
+    programmed: is('Programmed'),
+    deleting: !!i.metadata.deletionTimestamp,
+    // The progress deadline runs from when the awaited instance stopped being Ready, not from its
+    // creation: an instance that served for a day and then crashed has not been waited on for a day.
+    notReadySince:
+      Date.parse(
+        i.metadata.deletionTimestamp ||
+          (ready?.status !== 'True' && ready?.lastTransitionTime) ||
+          i.metadata.creationTimestamp ||
+          '',
+      ) || Date.now(),
+    ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
+  };
+}
+
 export type Action = { type: 'create'; ordinal: number } | { type: 'delete'; name: string; rollout: boolean };
 
 export interface PlanInput {

@@ -215,6 +215,23 @@ export function decideGrants(
 }
 
 /**
+ * A namespace's grants under its Quota in force (none: every instance is granted), the ledger's
+ * claims whose instances are `gone` released: the quota controller's pass and `berth plan` both.
+ */
+export function decideUnder(
+  quota: { spec?: { instances?: number; cpu?: string; memory?: string } } | undefined,
+  ledger: readonly QuotaClaim[] | undefined,
+  candidates: readonly Candidate[],
+  gone: ReadonlySet<string>,
+  now: string,
+): Decision {
+  return decideGrants(quota ? budgetOf(quota.spec ?? {}) : {}, ledger ?? [], candidates, {
+    gone: (c) => gone.has(c.uid),
+    now,
+  });
+}
+
+/**
  * The verdicts of the instances left waiting: their place in line, or that they never fit. Written
  * from the final totals, so that the messages change only when the totals do.
  */

@@ -6,6 +6,7 @@ import { setupDeploymentStatus } from './controllers/deployment-status.ts';
 import { explainInstance, explainQuotaObject, explainWorkloadDeployment } from './explain.ts';
 import { setupInstance } from './controllers/instance.ts';
 import { setupQuota } from './controllers/quota.ts';
+import { planDeploymentObjects, planQuotaObjects } from './plan.ts';
 import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
 
 export const workloadsCapability: Capability = {
@@ -76,6 +77,7 @@ export const workloadsCapability: Capability = {
     });
     return {};
   },
+  plan: { Quota: (ctx) => planQuotaObjects(ctx, 'local'), WorkloadDeployment: planDeploymentObjects },
   explainKinds: [
     {
       name: 'instance',
@@ -137,6 +139,8 @@ export const quotaCapability: Capability = {
       why: "a claim on an instance the cell's cache does not show is confirmed gone before it is released",
     },
   ],
+  // A management plane's Quotas grant the cells' instances, as their mirrors here show them.
+  plan: { Quota: (ctx) => planQuotaObjects(ctx, 'management') },
   setup({ manager, options }) {
     // Two quota controllers keeping one namespace's ledger would each grant its own view of it.
     if (

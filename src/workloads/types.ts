@@ -28,6 +28,12 @@ export const INSTANCE_LABEL = 'workloads.berth.dev/instance';
  * never run, rolled out or counted against a Quota, even with them in the same cluster.
  */
 export const MIRROR_LABEL = 'workloads.berth.dev/mirror';
+/** On a mirror (written by federation's mirror controller): the cell its Instance runs in. */
+export const MIRROR_CELL_LABEL = 'federation.berth.dev/cell';
+/** On a mirror: the name of its Instance in the cell (a name may be longer than a label value). */
+export const SOURCE_ANNOTATION = 'federation.berth.dev/instance';
+/** On a mirror: the uid of its Instance in the cell. */
+export const SOURCE_UID_ANNOTATION = 'federation.berth.dev/instance-uid';
 /** The Instances this part's controllers act on and count: all but mirrors. One informer, shared. */
 export const OWN_INSTANCES = { labelSelector: `!${MIRROR_LABEL}` };
 

@@ -11,12 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Cell } from '../../src/cells/types.ts';
-import {
-  MIRROR_CELL_LABEL,
-  MIRRORED_CONDITION,
-  SOURCE_ANNOTATION,
-  SOURCE_UID_ANNOTATION,
-} from '../../src/federation/mirror-decide.ts';
+import { MIRRORED_CONDITION } from '../../src/federation/mirror-decide.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
@@ -32,7 +27,15 @@ import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/controllers/quota.ts';
-import { Instance, MIRROR_LABEL, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
+import {
+  Instance,
+  MIRROR_CELL_LABEL,
+  MIRROR_LABEL,
+  Quota,
+  SOURCE_ANNOTATION,
+  SOURCE_UID_ANNOTATION,
+  WorkloadDeployment,
+} from '../../src/workloads/types.ts';
 import { uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';

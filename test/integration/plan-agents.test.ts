@@ -93,7 +93,7 @@ const placement = {
   },
 };
 
-const plan = (...args: string[]) => runPlan(sandbox, args);
+const plan = (...args: string[]) => runPlan(sandbox.kubeconfigPath, ...args);
 
 /** The plan's effects on this file's nodes: `op label|annotation KEY=VALUE` per node, sorted. */
 const planned = (effects: Effect[]) =>

@@ -109,7 +109,7 @@ after(async () => {
 });
 
 const plan = (...args: string[]) =>
-  runPlan(sandbox, ['--controllers=arch', `--arch-registries=${reg.registriesPath}`, ...args]);
+  runPlan(sandbox.kubeconfigPath, '--controllers=arch', `--arch-registries=${reg.registriesPath}`, ...args);
 
 /** The plan's word on each Deployment of the namespace: its op and architectures, or nothing. */
 function planned(p: Plan): Record<string, string> {

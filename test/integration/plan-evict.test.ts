@@ -81,7 +81,7 @@ const file = (name: string, obj: object) => {
   return path;
 };
 
-const plan = (...args: string[]) => runPlan(sandbox, ['--controllers=labels', ...args]);
+const plan = (...args: string[]) => runPlan(sandbox.kubeconfigPath, '--controllers=labels', ...args);
 
 async function runningPod(
   ns: string,

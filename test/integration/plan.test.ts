@@ -56,7 +56,7 @@ const file = (name: string, objects: unknown[]) => {
   return path;
 };
 
-const plan = (...args: string[]) => runPlan(sandbox, args);
+const plan = (...args: string[]) => runPlan(sandbox.kubeconfigPath, ...args);
 
 /** The plan's effects on this file's nodes, as `op kind key=value` per node, sorted. */
 const planned = (effects: Effect[]) =>

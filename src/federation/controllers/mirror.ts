@@ -24,14 +24,14 @@ import type { InstanceObject } from '../../workloads/decide.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
+  type InstanceStatus,
+  MIRROR_CELL_LABEL,
   MIRROR_LABEL,
   OWN_INSTANCES,
   WorkloadDeployment,
-  type InstanceStatus,
 } from '../../workloads/types.ts';
 import { type DeploymentObject, workloadKeyOf } from '../decide/placement.ts';
 import {
-  MIRROR_CELL_LABEL,
   MIRROR_MANAGER,
   mirrorKey,
   mirrorName,

@@ -11,7 +11,6 @@ import {
   labelsChanged,
   ownersChanged,
 } from '../../policy/predicates.ts';
-import { findCondition } from '../../runtime/api/conditions.ts';
 import type { CustomObject } from '../../runtime/api/crd.ts';
 import { Resources, type KubeObject, type OwnerReference } from '../../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
@@ -28,12 +27,12 @@ import {
   INSTANCE_PODS,
   instanceManifest,
   instanceName,
+  instanceState,
   isFormerPod,
   plan,
   templateHash,
   type Action,
   type InstanceObject,
-  type InstanceState,
   type WorkloadPod,
 } from '../decide.ts';
 import {
@@ -307,28 +306,4 @@ export class DeploymentController {
     }
     return undefined;
   }
-}
-
-function instanceState(i: InstanceObject): InstanceState {
-  const ready = findCondition(i.status?.conditions, 'Ready');
-  const is = (type: string) => findCondition(i.status?.conditions, type)?.status === 'True';
-  return {
-    name: i.metadata.name!,
-    ordinal: i.spec.ordinal,
-    hash: i.spec.templateHash,
-    ready: ready?.status === 'True',
-    available: is('Available'),
-    programmed: is('Programmed'),
-    deleting: !!i.metadata.deletionTimestamp,
-    // The progress deadline runs from when the awaited instance stopped being Ready, not from its
-    // creation: an instance that served for a day and then crashed has not been waited on for a day.
-    notReadySince:
-      Date.parse(
-        i.metadata.deletionTimestamp ||
-          (ready?.status !== 'True' && ready?.lastTransitionTime) ||
-          i.metadata.creationTimestamp ||
-          '',
-      ) || Date.now(),
-    ...(ready && ready.status !== 'True' ? { reason: ready.reason, message: ready.message } : {}),
-  };
 }

@@ -34,7 +34,7 @@ import type { KubeObject } from '../../runtime/api/meta.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
 import {
   budgetOf,
-  decideGrants,
+  decideUnder,
   dimensionNames,
   requeueAfterMs,
   usageText,
@@ -372,10 +372,13 @@ export class QuotaController {
     );
     const ledger = quota?.status?.claims ?? [];
     const gone = await this.goneClaims(namespace, ledger);
-    const decision = decideGrants(quota ? budgetOf(quota.spec ?? {}) : {}, ledger, candidates, {
-      gone: (c) => gone.has(c.uid),
-      now: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    });
+    const decision = decideUnder(
+      quota,
+      ledger,
+      candidates,
+      gone,
+      now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    );
 
     if (quota) {
       const status = quotaStatus(

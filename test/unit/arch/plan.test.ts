@@ -296,6 +296,7 @@ test("the images read: Berth's records of the workload's own namespace first, th
     {
       client,
       objects: [policy('p', { podSelector: { matchLabels: { app: 'web' } } })],
+      all: [],
       deleting: false,
       options: {},
       berthNamespace: 'berth-system',

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { DeploymentObject } from '../../../src/federation/decide/placement.ts';
 import {
-  MIRROR_CELL_LABEL,
   MIRRORED_CONDITION,
   isStale,
   mirrorKey,
@@ -13,7 +12,6 @@ import {
   sourceKeyOf,
   splitMirrorKey,
   staleStatus,
-  SOURCE_ANNOTATION,
 } from '../../../src/federation/mirror-decide.ts';
 import {
   CITY_LABEL,
@@ -25,7 +23,12 @@ import {
 } from '../../../src/federation/types.ts';
 import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
 import type { InstanceObject } from '../../../src/workloads/decide.ts';
-import { DEPLOYMENT_LABEL, MIRROR_LABEL } from '../../../src/workloads/types.ts';
+import {
+  DEPLOYMENT_LABEL,
+  MIRROR_CELL_LABEL,
+  MIRROR_LABEL,
+  SOURCE_ANNOTATION,
+} from '../../../src/workloads/types.ts';
 import { withSeed } from '../../helpers/prng.ts';
 
 const T0 = '2026-01-01T00:00:00Z';

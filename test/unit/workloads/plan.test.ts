@@ -1,0 +1,130 @@
+// berth plan of Quotas: what the Quota in force would grant or leave waiting, as decideGrants decides.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
+import type { InstanceObject } from '../../../src/workloads/decide.ts';
+import { emptyPart } from '../../../src/policy/plan.ts';
+import { instanceEffects, planQuotas, stepDeployments, stepped } from '../../../src/workloads/plan.ts';
+
+const NOW = Date.parse('2026-11-27T12:00:00Z');
+
+function instance(name: string, minute: number, granted: 'True' | 'False'): InstanceObject {
+  return {
+    metadata: {
+      name,
+      namespace: 'shop',
+      uid: `uid-${name}`,
+      creationTimestamp: `2026-11-27T11:0${minute}:00Z`,
+    },
+    spec: { ordinal: 0, templateHash: 'h', template: { containers: [{ name: 'app', image: 'web:1' }] } },
+    status: {
+      conditions: [
+        {
+          type: 'QuotaGranted',
+          status: granted,
+          reason: granted === 'True' ? 'QuotaAvailable' : 'QuotaExceeded',
+          message: '',
+          lastTransitionTime: '2026-11-27T11:00:00Z',
+        },
+      ],
+    },
+  } as unknown as InstanceObject;
+}
+
+const claim = (name: string) => ({
+  cluster: 'local',
+  name,
+  uid: `uid-${name}`,
+  milliCPU: 0,
+  memoryBytes: 0,
+  grantedAt: '2026-11-27T11:00:00Z',
+});
+const budget = (instances: number, claims: string[] = []): QuotaObject => ({
+  metadata: { name: 'budget', namespace: 'shop', creationTimestamp: '2026-11-27T10:00:00Z' },
+  spec: { instances },
+  status: { claims: claims.map(claim) },
+});
+const running = [
+  instance('a', 1, 'True'),
+  instance('b', 2, 'True'),
+  instance('c', 3, 'False'),
+  instance('d', 4, 'False'),
+];
+const lines = (p: ReturnType<typeof planQuotas>) =>
+  p.effects.map((e) => `${e.op} ${e.kind} ${e.name}: ${e.what} (${e.by})`);
+
+test('a Quota raised grants the waiting instances oldest first, and says which still wait', () => {
+  const p = planQuotas(
+    [budget(2, ['a', 'b'])],
+    [{ ...budget(3), status: undefined }],
+    false,
+    running,
+    () => undefined,
+    NOW,
+  );
+  assert.deepEqual(lines(p), [
+    '+ Instance shop/c: quota granted (Quota shop/budget)',
+    '~ Quota shop/budget: WithinBudget: 3 of 3 instances used, 1 waiting (Quota shop/budget)',
+  ]);
+  assert.deepEqual(p.warnings, [
+    'Quota shop/budget would leave 1 instance(s) waiting: d: needs 1 instance; 3 of 3 instances used',
+  ]);
+});
+
+test('a new Quota below what runs: nothing revoked, over budget, a warning that it blocks the running work', () => {
+  const p = planQuotas(
+    [],
+    [{ metadata: { name: 'budget', namespace: 'shop' }, spec: { instances: 1 } }],
+    false,
+    running.slice(0, 2),
+    () => undefined,
+    NOW,
+  );
+  assert.deepEqual(lines(p), [
+    '+ Quota shop/budget: OverBudget: 2 of 1 instances used, 0 waiting (Quota shop/budget)',
+  ]);
+  assert.match(
+    p.warnings.join('\n'),
+    /over its budget: the running instances are kept \(nothing is revoked\), but none is granted/,
+  );
+});
+
+test('a Quota deleted: what it stopped limiting, every waiting instance granted', () => {
+  const p = planQuotas([budget(2, ['a', 'b'])], [budget(2)], true, running, () => undefined, NOW);
+  assert.deepEqual(lines(p), [
+    '+ Instance shop/c: quota granted (no Quota in shop)',
+    '+ Instance shop/d: quota granted (no Quota in shop)',
+    '- Quota shop/budget: no longer limits shop (2 of 2 instances used): every instance is granted (Quota shop/budget)',
+  ]);
+});
+
+test('a Parallel deployment stepped: every instance made in one round, the Quota granting the first by name', () => {
+  const d = stepped('shop', 'web', 'local', []);
+  Object.assign(d, {
+    replicas: 3,
+    policy: 'Parallel',
+    hash: 'h1',
+    template: { containers: [{ name: 'app', image: 'web:1' }] },
+  });
+  const part = emptyPart();
+  const said = stepDeployments(
+    [d],
+    { counted: [], quotas: [budget(1)], instanceType: () => undefined, now: NOW },
+    part,
+  );
+  instanceEffects(
+    d,
+    said,
+    { where: '', by: 'WorkloadDeployment shop/web', owner: 'WorkloadDeployment shop/web' },
+    part,
+  );
+  assert.deepEqual(
+    part.effects.map((e) => `${e.op} ${e.name}: ${e.what}`),
+    [
+      '+ shop/web-0: created; quota granted (Quota shop/budget)',
+      '+ shop/web-1: created; waits for quota: needs 1 instance; 1 of 1 instances used (Quota shop/budget)',
+      '+ shop/web-2: created; waits for quota: needs 1 instance; 1 of 1 instances used (Quota shop/budget)',
+    ],
+  );
+  assert.deepEqual(part.warnings, ['WorkloadDeployment shop/web would exceed its quota: web-1, web-2 wait']);
+});
