@@ -21,8 +21,8 @@ export interface Plan extends PlanPart {
 
 /** Most documents a change may hold: every one is planned against the whole cluster. */
 const MAX_OBJECTS = 256;
-/** Most bytes of YAML read, all files together. */
-const MAX_BYTES = 4 << 20;
+/** Most bytes of YAML read, all files together (the page's /api/plan takes as much). */
+export const MAX_BYTES = 4 << 20;
 
 const pdbs: ResourceRef = {
   group: 'policy',
@@ -64,6 +64,14 @@ export async function readManifests(
         texts.push([await readFile(join(p, f), 'utf8'), join(p, f)]);
     } else texts.push([await readFile(p, 'utf8'), p]);
   }
+  return manifestsOf(texts);
+}
+
+/** The objects of YAML texts (each with where it came from) read together, within the limits. */
+export function manifestsOf(texts: [text: string, source: string][]): {
+  objects: KubeObject[];
+  errors: string[];
+} {
   if (texts.reduce((n, [t]) => n + t.length, 0) > MAX_BYTES)
     return { objects: [], errors: [`more than ${MAX_BYTES} bytes of manifests`] };
   const read = texts.map(([t, source]) => parseManifests(t, source));
@@ -142,14 +150,23 @@ async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Pl
   return out;
 }
 
-/** The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns. */
-export function planText(p: Plan): string[] {
-  const out: string[] = [];
+/** What `berth plan` exits with, as `kubectl diff`: 1 on errors, 2 when something would change, else 0. */
+export const planExitCode = (p: Plan): 0 | 1 | 2 => (p.errors.length ? 1 : p.changes ? 2 : 0);
+
+/** Effects grouped by the object they act on (`Kind NAME`), in the order first met. */
+export function effectsByObject(effects: Effect[]): Map<string, Effect[]> {
   const byObject = new Map<string, Effect[]>();
-  for (const e of p.effects) {
+  for (const e of effects) {
     const id = `${e.kind} ${e.name}`;
     byObject.set(id, [...(byObject.get(id) ?? []), e]);
   }
+  return byObject;
+}
+
+/** The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns. */
+export function planText(p: Plan): string[] {
+  const out: string[] = [];
+  const byObject = effectsByObject(p.effects);
   out.push(p.changes ? `${byObject.size} object(s) would change (nothing was written)` : 'no change');
   for (const [id, effects] of byObject) {
     out.push(id);

@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { text } from 'node:stream/consumers';
 import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { planChange, planText, readManifests } from '../plan.ts';
+import { planChange, planExitCode, planText, readManifests } from '../plan.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { clusterFlags, durationOption, outputOption, print, withClient } from './flags.ts';
 
@@ -35,6 +35,6 @@ export function planCommand(): Command {
       planChange(client, objects, { deleting: !!o.delete, options: o, berthNamespace: berthNamespace() }),
     );
     await print(o.output, plan, () => planText(plan).join('\n'));
-    process.exitCode = plan.errors.length ? 1 : plan.changes ? 2 : 0;
+    process.exitCode = planExitCode(plan);
   });
 }
