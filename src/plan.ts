@@ -10,7 +10,7 @@ import { selectorMatches, type LabelSelector } from './policy/match/selector.ts'
 import type { Effect, PlanPart } from './policy/plan.ts';
 import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
-import type { KubeClient } from './runtime/client/client.ts';
+import { isForbidden, type KubeClient } from './runtime/client/client.ts';
 
 export interface Plan extends PlanPart {
   /** Whether anything would change (the command exits 2 then, as `kubectl diff`). */
@@ -121,14 +121,28 @@ export async function planChange(
   const evicted = plan.effects.filter(
     (e) => e.kind === 'Pod' && e.op === '!' && e.what.startsWith('evicted'),
   );
-  if (evicted.length) plan.evictions = await evictionCounts(reader, evicted);
+  if (evicted.length) plan.evictions = await evictionCounts(reader, evicted, plan.unknown);
   plan.changes = plan.effects.length > 0;
   return plan;
 }
 
-/** Evicted pods counted per namespace and per PodDisruptionBudget that covers them. */
-async function evictionCounts(client: KubeClient, evicted: Effect[]): Promise<Plan['evictions']> {
-  const budgets = (await client.list<KubeObject & { spec?: { selector?: LabelSelector } }>(pdbs)).items;
+/**
+ * Evicted pods counted per namespace and per PodDisruptionBudget that covers them. Berth's own role
+ * may not list budgets (the page plans as Berth): then the budgets are said to be unknown.
+ */
+async function evictionCounts(
+  client: KubeClient,
+  evicted: Effect[],
+  unknown: string[],
+): Promise<Plan['evictions']> {
+  const budgets = await client.list<KubeObject & { spec?: { selector?: LabelSelector } }>(pdbs).then(
+    (l) => l.items,
+    (e: unknown) => {
+      if (!isForbidden(e)) throw e;
+      unknown.push('PodDisruptionBudgets: not allowed to list them, so evictions per budget are not counted');
+      return [];
+    },
+  );
   const pods = new Map(
     (await client.list(Resources.pods)).items.map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p]),
   );

@@ -5,7 +5,8 @@
 // puppeteer-core) against the sandbox: a NodeLabelRule pasted into the plan view shows the nodes
 // that would gain its label, with the rule responsible and the exit code `berth plan` would give,
 // and writes nothing; --delete (a checkbox) shows what deleting a live rule would undo; a file that
-// does not parse is answered clearly; a post from another site is refused. The explain panel of a
+// does not parse is answered clearly; a NoExecute rule shows the pods it would evict per namespace
+// with a warning; a post from another site is refused. The explain panel of a
 // NodeLabelRule and of a Cell shows what `berth explain -o json` says: conditions with since-when,
 // counts, the nodes it acts on and leaves alone.
 import assert from 'node:assert/strict';
@@ -21,11 +22,20 @@ import type { Explanation } from '../../src/explain.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import type { Plan } from '../../src/plan.ts';
-import { Resources } from '../../src/runtime/api/meta.ts';
+import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { freePorts } from '../../src/sandbox/net.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { launchBrowser } from '../helpers/browser.ts';
-import { addNodes, applyAsAuthor, deleteNodes, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import {
+  addNodes,
+  applyAsAuthor,
+  createNamespace,
+  deleteNamespace,
+  deleteNodes,
+  podManifest,
+  testSandbox,
+  uniqueName,
+} from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -35,6 +45,14 @@ const D = `${id}.example.com`;
 const CONTROLLERS = '--controllers=labels,cells';
 const dir = mkdtempSync(path.join(tmpdir(), 'berth-ui-plan-'));
 let nodes: string[] = [];
+const namespaces: string[] = [];
+const pdbs: ResourceRef = {
+  group: 'policy',
+  version: 'v1',
+  resource: 'poddisruptionbudgets',
+  kind: 'PodDisruptionBudget',
+  namespaced: true,
+};
 let berth: BerthProcess | undefined;
 let browser: Browser | undefined;
 let page: Page;
@@ -120,6 +138,7 @@ after(async () => {
   await client.delete(NodeLabelRule.ref, id).catch(() => {});
   await client.delete(Cell.ref, id).catch(() => {});
   await berth?.stop();
+  for (const ns of namespaces) await deleteNamespace(client, ns);
   await deleteNodes(client, nodes);
   client.close();
   rmSync(dir, { recursive: true, force: true });
@@ -167,6 +186,42 @@ test('--delete of a live rule: the plan view shows the label its node would lose
   // Applying it as it is changes nothing: exit code 0.
   await planInPage(stringify(rule(id, 'live', ['cpu'])));
   await waitForText('#plan-result', 'exit code 0: no change');
+});
+
+test('a NoExecute rule: the plan view shows the pods it would evict per namespace, and warns', async () => {
+  const ns = await createNamespace(client, 'uiplan');
+  namespaces.push(ns);
+  await client.create(
+    Resources.pods,
+    podManifest({ name: 'web-0', namespace: ns, nodeName: nodes[0]!, labels: { app: 'web' } }),
+  );
+  await client.create(pdbs, {
+    apiVersion: 'policy/v1',
+    kind: 'PodDisruptionBudget',
+    metadata: { name: 'web', namespace: ns },
+    spec: { minAvailable: 1, selector: { matchLabels: { app: 'web' } } },
+  });
+  const drain = rule(`${id}-drain`, 'drain', ['gpu']);
+  const yaml = stringify({
+    ...drain,
+    spec: { ...drain.spec, taints: [{ key: `${D}/drain`, effect: 'NoExecute' }], acknowledgeNoExecute: true },
+  });
+  await planInPage(yaml);
+  await waitForText('#plan-result', `Pod ${ns}/web-0`);
+  const pod = (await planShown()).find((o) => o.object === `Pod ${ns}/web-0`)!;
+  assert.match(pod.effects.join('\n'), /^!evicted by taint /);
+  assert.match(await textOf('#plan-result'), new RegExp(`Evictions by namespace: ${ns} 1`));
+  const warnings = await page.$$eval('#plan-result .warning', (w) => w.map((d) => d.textContent ?? ''));
+  assert.ok(
+    warnings.some((w) => w.startsWith('warning: this change would evict') && w.includes(`${ns} 1`)),
+    warnings.join('\n'),
+  );
+  // The page plans as Berth, whose role may not list PodDisruptionBudgets: it says so, or counts them.
+  const budgets = await textOf('#plan-result');
+  assert.ok(
+    budgets.includes(`${ns}/web 1`) || budgets.includes('unknown: PodDisruptionBudgets: not allowed'),
+    budgets,
+  );
 });
 
 test('a file that does not parse, or is too large, is answered clearly; another site may not plan', async () => {
