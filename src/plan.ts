@@ -8,7 +8,7 @@ import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capab
 import { capabilities } from './capabilities.ts';
 import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
 import type { Effect, PlanPart } from './policy/plan.ts';
-import { Resources, type KubeObject, type ResourceRef } from './runtime/api/meta.ts';
+import { Resources, type KubeObject } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
 import { isForbidden, type KubeClient } from './runtime/client/client.ts';
 
@@ -23,14 +23,6 @@ export interface Plan extends PlanPart {
 const MAX_OBJECTS = 256;
 /** Most bytes of YAML read, all files together (the page's /api/plan takes as much). */
 export const MAX_BYTES = 4 << 20;
-
-const pdbs: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
 
 /** The objects of YAML text: every document, lists unwrapped; what cannot be read, with why. */
 export function parseManifests(text: string, source: string): { objects: KubeObject[]; errors: string[] } {
@@ -135,14 +127,18 @@ async function evictionCounts(
   evicted: Effect[],
   unknown: string[],
 ): Promise<Plan['evictions']> {
-  const budgets = await client.list<KubeObject & { spec?: { selector?: LabelSelector } }>(pdbs).then(
-    (l) => l.items,
-    (e: unknown) => {
-      if (!isForbidden(e)) throw e;
-      unknown.push('PodDisruptionBudgets: not allowed to list them, so evictions per budget are not counted');
-      return [];
-    },
-  );
+  const budgets = await client
+    .list<KubeObject & { spec?: { selector?: LabelSelector } }>(Resources.podDisruptionBudgets)
+    .then(
+      (l) => l.items,
+      (e: unknown) => {
+        if (!isForbidden(e)) throw e;
+        unknown.push(
+          'PodDisruptionBudgets: not allowed to list them, so evictions per budget are not counted',
+        );
+        return [];
+      },
+    );
   const pods = new Map(
     (await client.list(Resources.pods)).items.map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p]),
   );

@@ -137,6 +137,7 @@ a.object { cursor: pointer; color: #1d3557; text-decoration: underline; }
 #explain { position: fixed; right: 1em; top: 5em; bottom: 1em; width: min(60em, 60vw); background: #fff; border: 1px solid #999; padding: 1em; overflow: auto; box-shadow: 0 2px 12px #0004; }
 #explain pre { white-space: pre-wrap; font-size: 12px; }
 #explain h3 { font-size: 1em; margin: .8em 0 .2em; } #explain li div { color: #555; }
+#explain .conditions td:not(:last-child) { white-space: nowrap; overflow-wrap: normal; }
 #plan-form { flex-direction: column; } #plan-yaml { width: 100%; font: 12px monospace; }
 #plan-form .row { display: flex; gap: 1em; align-items: center; }
 .op { font: bold 13px monospace; padding-right: .5em; } .op-plus { color: #2a7d2e; } .op-minus, .op-bang { color: #b00020; } .op-tilde { color: #b36b00; }

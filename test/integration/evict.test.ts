@@ -11,7 +11,7 @@ import { evictionMetrics } from '../../src/labels/metrics.ts';
 import { labelsCapability } from '../../src/labels/index.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { PolicyKit } from '../../src/policy/kit.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
+import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { isNotFound } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import {
@@ -34,13 +34,7 @@ const namespaces: string[] = [];
 const systemPods: string[] = [];
 let manager: Manager;
 
-const PDB: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
+const PDB = Resources.podDisruptionBudgets;
 
 type Pod = KubeObject & {
   spec: { nodeName?: string };

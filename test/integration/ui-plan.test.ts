@@ -10,7 +10,7 @@
 // NodeLabelRule and of a Cell shows what `berth explain -o json` says: conditions with since-when,
 // counts, the nodes it acts on and leaves alone.
 import assert from 'node:assert/strict';
-import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -22,8 +22,9 @@ import type { Explanation } from '../../src/explain.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import type { Plan } from '../../src/plan.ts';
-import { Resources, type ResourceRef } from '../../src/runtime/api/meta.ts';
+import { Resources } from '../../src/runtime/api/meta.ts';
 import { freePorts } from '../../src/sandbox/net.ts';
+import { stateDir } from '../../src/sandbox/paths.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { launchBrowser } from '../helpers/browser.ts';
 import {
@@ -46,13 +47,6 @@ const CONTROLLERS = '--controllers=labels,cells';
 const dir = mkdtempSync(path.join(tmpdir(), 'berth-ui-plan-'));
 let nodes: string[] = [];
 const namespaces: string[] = [];
-const pdbs: ResourceRef = {
-  group: 'policy',
-  version: 'v1',
-  resource: 'poddisruptionbudgets',
-  kind: 'PodDisruptionBudget',
-  namespaced: true,
-};
 let berth: BerthProcess | undefined;
 let browser: Browser | undefined;
 let page: Page;
@@ -74,6 +68,14 @@ const waitForText = (selector: string, text: string, timeout = 20_000) =>
     `document.querySelector(${JSON.stringify(selector)})?.textContent?.includes(${JSON.stringify(text)}) ?? false`,
     { timeout, polling: 50 },
   );
+/** Where this run's screenshots go, each named in the log. */
+const shots = path.join(stateDir(), 'artifacts', `ui-plan-${id}`);
+async function screenshot(name: string, what: string): Promise<void> {
+  mkdirSync(shots, { recursive: true });
+  const file = path.join(shots, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  process.stdout.write(`# screenshot of ${what}: ${file}\n`);
+}
 const textOf = (selector: string) => page.$eval(selector, (e) => e.textContent ?? '');
 const click = (selector: string) => page.$eval(selector, (a) => (a as unknown as { click(): void }).click());
 
@@ -195,7 +197,7 @@ test('a NoExecute rule: the plan view shows the pods it would evict per namespac
     Resources.pods,
     podManifest({ name: 'web-0', namespace: ns, nodeName: nodes[0]!, labels: { app: 'web' } }),
   );
-  await client.create(pdbs, {
+  await client.create(Resources.podDisruptionBudgets, {
     apiVersion: 'policy/v1',
     kind: 'PodDisruptionBudget',
     metadata: { name: 'web', namespace: ns },
@@ -216,6 +218,7 @@ test('a NoExecute rule: the plan view shows the pods it would evict per namespac
     warnings.some((w) => w.startsWith('warning: this change would evict') && w.includes(`${ns} 1`)),
     warnings.join('\n'),
   );
+  await screenshot('plan', 'the plan view of a NoExecute rule');
   // The page plans as Berth, whose role may not list PodDisruptionBudgets: it says so, or counts them.
   const budgets = await textOf('#plan-result');
   assert.ok(
@@ -300,7 +303,10 @@ test('the explain panel of a Cell shows what berth explain cell -o json says: un
   assert.equal(reachable.cells[1], 'False');
   assert.equal(reachable.cls, 'bad', 'unreachable is shown as bad');
   assert.match(reachable.cells[3]!, /^since \d{4}-/);
-  // Its lines (last contact, cities served) are those the command prints.
-  const lines = await textOf('#explain-lines');
-  for (const l of out.lines) assert.ok(lines.includes(l), `the panel says ${l}`);
+  await screenshot('explain-cell', 'the explain panel of a Cell');
+  // Its lines (last contact, cities served) are those the command prints, but for how long ago,
+  // which each says as of when it asked.
+  const ago = (t: string) => t.replace(/\(\d+[smhd] ago\)/g, '(ago)');
+  const lines = ago(await textOf('#explain-lines'));
+  for (const l of out.lines) assert.ok(lines.includes(ago(l)), `the panel says ${l}`);
 });

@@ -90,6 +90,13 @@ export const Resources = {
     namespaced: true,
   },
   events: { group: 'events.k8s.io', version: 'v1', resource: 'events', kind: 'Event', namespaced: true },
+  podDisruptionBudgets: {
+    group: 'policy',
+    version: 'v1',
+    resource: 'poddisruptionbudgets',
+    kind: 'PodDisruptionBudget',
+    namespaced: true,
+  },
   crds: {
     group: 'apiextensions.k8s.io',
     version: 'v1',
