@@ -66,6 +66,8 @@ const MAX_STREAMS = 32;
 const HEARTBEAT_MS = 15_000;
 /** Explain and plan answer within this, or say they took too long. */
 const explainTimeoutMs = 20_000;
+/** Plans at once: each lists every node and pod from the API, not from the caches. */
+const MAX_PLANS = 2;
 /** The type /api/plan takes: not one a cross-site form can send, nor a fetch without a preflight. */
 const PLAN_TYPE = 'application/yaml';
 
@@ -141,6 +143,7 @@ export class UiServer implements Runnable {
   private server: Server | undefined;
   private guard: ServerGuard | undefined;
   private readonly streams = new Set<ServerResponse>();
+  private plans = 0;
   private script: string | undefined;
   /** The bound port once started. */
   port: number | undefined;
@@ -309,23 +312,29 @@ export class UiServer implements Runnable {
     const refused = crossSite(req.headers);
     if (refused) return json(res, 403, { error: refused });
     const tooLarge = new Error(`more than ${MAX_BYTES} bytes of manifests`);
+    if (this.plans >= MAX_PLANS)
+      return json(res, 429, { error: `${MAX_PLANS} plans are running: try again` });
     if (Number(req.headers['content-length'] ?? 0) > MAX_BYTES)
       return json(res, 413, { error: tooLarge.message });
+    // Counted until the plan ends, which may be after its answer said it took too long.
+    this.plans++;
+    let running: Promise<unknown> = Promise.resolve();
     try {
       const body = await readBody(req, (size) => (size > MAX_BYTES ? tooLarge : undefined));
       const { objects, errors } = manifestsOf([[body.toString('utf8'), 'the pasted file']]);
       if (errors.length) return json(res, 400, { error: errors.join('\n') });
-      const plan = await withinDeadline(
-        planChange(this.manager.client(), objects, {
-          deleting: q.get('delete') === 'true',
-          options: this.opts.options,
-          berthNamespace: this.opts.berthNamespace,
-        }),
-        explainTimeoutMs,
-      );
+      const work = planChange(this.manager.client(), objects, {
+        deleting: q.get('delete') === 'true',
+        options: this.opts.options,
+        berthNamespace: this.opts.berthNamespace,
+      });
+      running = work;
+      const plan = await withinDeadline(work, explainTimeoutMs);
       json(res, 200, planView(plan));
     } catch (err) {
       json(res, err === tooLarge ? 413 : 500, { error: errorText(err) });
+    } finally {
+      void running.catch(() => {}).finally(() => this.plans--);
     }
   }
 

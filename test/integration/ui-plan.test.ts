@@ -2,7 +2,7 @@
 // NodeLabelRules and Cells of other files.
 //
 // The page's plan view and explain panel in a real browser (Debian's Chromium, through
-// puppeteer-core) against the sandbox: a NodeLabelRule pasted into the plan view shows the nodes
+// puppeteer-core) against the sandbox: a NodeLabelRule uploaded to the plan view shows the nodes
 // that would gain its label, with the rule responsible and the exit code `berth plan` would give,
 // and writes nothing; --delete (a checkbox) shows what deleting a live rule would undo; a file that
 // does not parse is answered clearly; a NoExecute rule shows the pods it would evict per namespace
@@ -89,10 +89,14 @@ function cli<T>(args: string[]): { status: number | null; out: T } {
   return { status: r.status, out: JSON.parse(r.stdout) as T };
 }
 
-/** Pastes `yaml` into the plan view, sets --delete, plans, and waits for the answer. */
-async function planInPage(yaml: string, deleting = false): Promise<void> {
+/** Pastes `yaml` into the plan view (or uploads it from `file`), sets --delete, plans, and waits for the answer. */
+async function planInPage(yaml: string, deleting = false, file?: string): Promise<void> {
   await page.goto(`${url}#plan`);
-  await page.$eval('#plan-yaml', (e, v) => ((e as unknown as { value: string }).value = v), yaml);
+  const pasted = () => page.$eval('#plan-yaml', (e) => (e as unknown as { value: string }).value);
+  if (file) {
+    await (await page.$('#plan-file'))!.uploadFile(file);
+    await waitFor('the uploaded file in the text box', async () => (await pasted()) === yaml);
+  } else await page.$eval('#plan-yaml', (e, v) => ((e as unknown as { value: string }).value = v), yaml);
   if ((await page.$eval('#plan-delete', (e) => (e as unknown as { checked: boolean }).checked)) !== deleting)
     await page.click('#plan-delete');
   await page.click('#plan-run');
@@ -146,10 +150,12 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-test('a pasted NodeLabelRule: the plan view shows the nodes that would gain its label, as berth plan says, and writes nothing', async () => {
+test('an uploaded NodeLabelRule: the plan view shows the nodes that would gain its label, as berth plan says, and writes nothing', async () => {
   const name = `${id}-gpu`;
   const yaml = stringify(rule(name, 'gpu', ['gpu']));
-  await planInPage(yaml);
+  const file = path.join(dir, 'gpu.yaml');
+  writeFileSync(file, yaml);
+  await planInPage(yaml, false, file);
   await waitForText('#plan-result', 'exit code 2: 2 object(s) would change (nothing was written)');
   const shown = await planShown();
   const label = `${D}/gpu=true`;
@@ -161,8 +167,6 @@ test('a pasted NodeLabelRule: the plan view shows the nodes that would gain its 
     })),
   );
   // The same as the command, given the same file and the flags the page's Berth runs with.
-  const file = path.join(dir, 'gpu.yaml');
-  writeFileSync(file, yaml);
   const { status, out } = cli<Plan>(['plan', '-f', file, CONTROLLERS]);
   assert.equal(status, 2);
   assert.deepEqual(
@@ -275,6 +279,7 @@ test('the explain panel of a NodeLabelRule shows what berth explain -o json says
     view.acts,
     (out.subjects ?? []).filter((s) => s.in).map((s) => s.name),
   );
+  await screenshot('explain-rule', 'the explain panel of a NodeLabelRule');
   assert.ok(view.acts.includes(nodes[2]!), 'it acts on the cpu node');
 });
 
