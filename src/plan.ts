@@ -10,7 +10,7 @@ import { selectorMatches, type LabelSelector } from './policy/match/selector.ts'
 import { EVICTS, type Effect, type PlanPart } from './policy/plan.ts';
 import { Resources, type KubeObject } from './runtime/api/meta.ts';
 import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts';
-import type { KubeClient } from './runtime/client/client.ts';
+import { isForbidden, type KubeClient } from './runtime/client/client.ts';
 
 export interface Plan extends PlanPart {
   /** Whether anything would change (the command exits 2 then, as `kubectl diff`). */
@@ -21,8 +21,8 @@ export interface Plan extends PlanPart {
 
 /** Most documents a change may hold: every one is planned against the whole cluster. */
 const MAX_OBJECTS = 256;
-/** Most bytes of YAML read, all files together. */
-const MAX_BYTES = 4 << 20;
+/** Most bytes of YAML read, all files together (the page's /api/plan takes as much). */
+export const MAX_BYTES = 4 << 20;
 
 /** The objects of YAML text: every document, lists unwrapped; what cannot be read, with why. */
 export function parseManifests(text: string, source: string): { objects: KubeObject[]; errors: string[] } {
@@ -56,6 +56,14 @@ export async function readManifests(
         texts.push([await readFile(join(p, f), 'utf8'), join(p, f)]);
     } else texts.push([await readFile(p, 'utf8'), p]);
   }
+  return manifestsOf(texts);
+}
+
+/** The objects of YAML texts (each with where it came from) read together, within the limits. */
+export function manifestsOf(texts: [text: string, source: string][]): {
+  objects: KubeObject[];
+  errors: string[];
+} {
   if (texts.reduce((n, [t]) => n + t.length, 0) > MAX_BYTES)
     return { objects: [], errors: [`more than ${MAX_BYTES} bytes of manifests`] };
   const read = texts.map(([t, source]) => parseManifests(t, source));
@@ -112,7 +120,7 @@ export async function planChange(
     (e) => e.kind === 'Pod' && e.op === '!' && e.what.startsWith('evicted'),
   );
   if (evicted.length) {
-    const { counts, short } = await evictionCounts(reader, evicted);
+    const { counts, short } = await evictionCounts(reader, evicted, plan.unknown);
     plan.evictions = counts;
     plan.warnings.push(...short);
   }
@@ -123,17 +131,28 @@ export async function planChange(
 /**
  * Evicted pods counted per namespace and per PodDisruptionBudget that covers them, and a warning
  * for each budget that allows fewer disruptions now than the pods it would lose: the Eviction API
- * refuses the rest (429) until it allows more, and Berth retries them.
+ * refuses the rest (429) until it allows more, and Berth retries them. Berth's own role may not
+ * list budgets (the page plans as Berth): then the budgets are said to be unknown.
  */
 async function evictionCounts(
   client: KubeClient,
   evicted: Effect[],
+  unknown: string[],
 ): Promise<{ counts: NonNullable<Plan['evictions']>; short: string[] }> {
-  const budgets = (
-    await client.list<
-      KubeObject & { spec?: { selector?: LabelSelector }; status?: { disruptionsAllowed?: number } }
-    >(Resources.podDisruptionBudgets)
-  ).items;
+  const budgets = await client
+    .list<KubeObject & { spec?: { selector?: LabelSelector }; status?: { disruptionsAllowed?: number } }>(
+      Resources.podDisruptionBudgets,
+    )
+    .then(
+      (l) => l.items,
+      (e: unknown) => {
+        if (!isForbidden(e)) throw e;
+        unknown.push(
+          'PodDisruptionBudgets: not allowed to list them, so evictions per budget are not counted',
+        );
+        return [];
+      },
+    );
   const pods = new Map(
     (await client.list(Resources.pods)).items.map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p]),
   );
@@ -192,17 +211,26 @@ export function reversed(p: Plan): Plan {
   };
 }
 
+/** What `berth plan` exits with, as `kubectl diff`: 1 on errors, 2 when something would change, else 0. */
+export const planExitCode = (p: Plan): 0 | 1 | 2 => (p.errors.length ? 1 : p.changes ? 2 : 0);
+
+/** Effects grouped by the object they act on (`Kind NAME`), in the order first met. */
+export function effectsByObject(effects: Effect[]): Map<string, Effect[]> {
+  const byObject = new Map<string, Effect[]>();
+  for (const e of effects) {
+    const id = `${e.kind} ${e.name}`;
+    byObject.set(id, [...(byObject.get(id) ?? []), e]);
+  }
+  return byObject;
+}
+
 /**
  * The plan as `berth plan` prints it: effects by object, then evictions, warnings and unknowns;
  * `now`: a reversed plan, what the objects do now.
  */
 export function planText(p: Plan, now = false): string[] {
   const out: string[] = [];
-  const byObject = new Map<string, Effect[]>();
-  for (const e of p.effects) {
-    const id = `${e.kind} ${e.name}`;
-    byObject.set(id, [...(byObject.get(id) ?? []), e]);
-  }
+  const byObject = effectsByObject(p.effects);
   const head = now
     ? `what these do now, to ${byObject.size} object(s)`
     : `${byObject.size} object(s) would change`;

@@ -7,7 +7,7 @@ import { existsSync, statSync } from 'node:fs';
 import { text } from 'node:stream/consumers';
 import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
-import { planChange, planText, readManifests, reversed } from '../plan.ts';
+import { planChange, planExitCode, planText, readManifests, reversed } from '../plan.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
@@ -59,7 +59,7 @@ export function planCommand(): Command {
       planChange(client, objects, { deleting: !!o.delete, options: o, berthNamespace: berthNamespace() }),
     );
     await print(o.output, plan, () => planText(plan).join('\n'));
-    process.exitCode = plan.errors.length ? 1 : plan.changes ? 2 : 0;
+    process.exitCode = planExitCode(plan);
   });
 }
 

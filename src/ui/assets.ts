@@ -16,6 +16,7 @@ export const pageHtml = `<!doctype html>
     <nav id="tabs">
       <a href="#nodes">Nodes</a> <a href="#policies">Policies</a> <a href="#events">Events</a>
       <a href="#pods">Pods</a> <a href="#workloads">Workloads</a> <a href="#cells">Cells</a>
+      <a href="#plan">Plan</a>
     </nav>
     <span id="live" class="off">connecting</span>
   </div>
@@ -89,10 +90,28 @@ export const pageHtml = `<!doctype html>
     <p class="note" id="local-cell"></p>
     <div id="cities"></div>
   </section>
+  <section id="plan">
+    <h2>Plan a change</h2>
+    <p class="note">What applying (or deleting) Berth's objects would do to the cluster as it is now:
+    <code>berth plan -f</code>, run by this page with the flags its Berth runs with. Nothing is
+    written: the page reads the cluster and shows the plan; apply the file yourself.</p>
+    <form id="plan-form">
+      <textarea id="plan-yaml" rows="12" placeholder="paste YAML: NodeLabelRule, NodeStartupGate, AgentPlacement, ArchPlacement, Workload, Quota..." spellcheck="false"></textarea>
+      <div class="row">
+        <input id="plan-file" type="file" accept=".yaml,.yml,.json">
+        <label><input id="plan-delete" type="checkbox"> plan deleting these objects (--delete)</label>
+        <button id="plan-run" type="submit">plan</button>
+      </div>
+    </form>
+    <p id="plan-status"></p>
+    <div id="plan-result"></div>
+  </section>
   <aside id="explain" hidden>
     <h2 id="explain-title"></h2>
     <button id="explain-close">close</button>
-    <pre id="explain-text"></pre>
+    <div id="explain-view"></div>
+    <pre id="explain-lines"></pre>
+    <details><summary>as <code>berth explain</code> prints it</summary><pre id="explain-text"></pre></details>
   </aside>
 </main>
 </body>
@@ -117,6 +136,13 @@ th { background: #f1f1f1; } td { max-width: 40em; overflow-wrap: anywhere; }
 a.object { cursor: pointer; color: #1d3557; text-decoration: underline; }
 #explain { position: fixed; right: 1em; top: 5em; bottom: 1em; width: min(60em, 60vw); background: #fff; border: 1px solid #999; padding: 1em; overflow: auto; box-shadow: 0 2px 12px #0004; }
 #explain pre { white-space: pre-wrap; font-size: 12px; }
+#explain h3 { font-size: 1em; margin: .8em 0 .2em; } #explain li div { color: #555; }
+#explain .conditions td:not(:last-child) { white-space: nowrap; overflow-wrap: normal; }
+#plan-form { flex-direction: column; } #plan-yaml { width: 100%; font: 12px monospace; }
+#plan-form .row { display: flex; gap: 1em; align-items: center; }
+.op { font: bold 13px monospace; padding-right: .5em; } .op-plus { color: #2a7d2e; } .op-minus, .op-bang { color: #b00020; } .op-tilde { color: #b36b00; }
+.warning { background: #fff3cd; border-left: 4px solid #e9a23b; padding: .2em .5em; margin: .2em 0; }
+.error { background: #fde2e4; border-left: 4px solid #b00020; padding: .2em .5em; margin: .2em 0; }
 form { margin: .5em 0; display: flex; gap: .5em; } #f-text, #p-name, #e-name { flex: 1; }
 #cities { display: grid; grid-template-columns: repeat(auto-fill, minmax(16em, 1fr)); gap: .8em; }
 .city { border: 1px solid #ccc; border-radius: 6px; padding: .5em; } .city h3 { margin: 0; font-size: 1.3em; }

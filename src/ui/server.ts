@@ -1,12 +1,14 @@
 // The page's HTTP server (node:http, loopback by default): the static page, JSON snapshots of the
-// informer caches, one Server-Sent-Events stream that says which sections changed, and `berth
-// explain` for one object. Only GET; nothing here writes to the cluster. It runs on every replica
-// (it needs no lease) as one of the manager's runnables.
+// informer caches, one Server-Sent-Events stream that says which sections changed, `berth explain`
+// for one object, and `berth plan` of a posted file (the one POST: it reads the cluster and writes
+// nothing). Nothing here writes to the cluster. It runs on every replica (it needs no lease) as one
+// of the manager's runnables.
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../runtime/platform/http.ts';
 import { readFileSync } from 'node:fs';
 import { isIP, type AddressInfo } from 'node:net';
 import { explainerOf, explainers, explanationOf, explanationText } from '../explain.ts';
+import { manifestsOf, MAX_BYTES, planChange } from '../plan.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { ApiError } from '../runtime/client/client.ts';
 import type { Manager, Runnable } from '../runtime/manager/manager.ts';
@@ -15,13 +17,15 @@ import {
   limitServer,
   listen,
   parseBindAddress,
+  readBody,
   serverOptions,
   type ServerGuard,
   type ServerLimits,
 } from '../runtime/server/http.ts';
+import { explainView, planView } from './answers.ts';
 import { pageCss, pageHtml } from './assets.ts';
 import { UiState, type Section } from './state.ts';
-import type { AboutSnapshot, LeaderView } from './types.ts';
+import type { AboutSnapshot, ExplainAnswer, LeaderView } from './types.ts';
 
 /** What the header says of the Berth the page shows, besides what the caches give. */
 export interface About {
@@ -60,7 +64,12 @@ const limits: ServerLimits = {
 /** Open event streams at most: each holds a connection and an in-flight slot. */
 const MAX_STREAMS = 32;
 const HEARTBEAT_MS = 15_000;
+/** Explain and plan answer within this, or say they took too long. */
 const explainTimeoutMs = 20_000;
+/** Plans at once: each lists every node and pod from the API, not from the caches. */
+const MAX_PLANS = 2;
+/** The type /api/plan takes: not one a cross-site form can send, nor a fetch without a preflight. */
+const PLAN_TYPE = 'application/yaml';
 
 const securityHeaders = {
   // No inline script, nothing from elsewhere: cluster data that slipped into markup could not run.
@@ -95,6 +104,31 @@ function json(res: ServerResponse, status: number, body: unknown): void {
     .end(JSON.stringify(body));
 }
 
+/** `work`, or a rejection once `ms` pass first: explain and plan read the API on request. */
+function withinDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Why a POST may not come from the page itself, or undefined: a page of another site can make the
+ * browser post to this one (a form, or a fetch in no-cors mode) but not with another content type
+ * or without the browser naming its origin.
+ */
+export function crossSite(headers: IncomingMessage['headers']): string | undefined {
+  const type = (headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== PLAN_TYPE) return `content type ${type || '(none)'}: the plan takes ${PLAN_TYPE}`;
+  const site = headers['sec-fetch-site'];
+  if (site !== undefined && site !== 'same-origin') return `a request from ${site}: only the page may plan`;
+  const origin = headers.origin;
+  if (origin !== undefined && origin !== `http://${headers.host}`)
+    return `a request from ${origin}: only the page may plan`;
+  return undefined;
+}
+
 const intParam = (v: string | null): number | undefined => {
   const n = Number(v);
   return v !== null && Number.isInteger(n) && n >= 0 ? n : undefined;
@@ -109,6 +143,7 @@ export class UiServer implements Runnable {
   private server: Server | undefined;
   private guard: ServerGuard | undefined;
   private readonly streams = new Set<ServerResponse>();
+  private plans = 0;
   private script: string | undefined;
   /** The bound port once started. */
   port: number | undefined;
@@ -166,8 +201,9 @@ export class UiServer implements Runnable {
   }
 
   private serve(req: IncomingMessage, res: ServerResponse): void {
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { Allow: 'GET, HEAD' }).end('only GET\n');
+    const post = req.url?.split('?')[0] === '/api/plan';
+    if (post ? req.method !== 'POST' : req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { Allow: post ? 'POST' : 'GET, HEAD' }).end(post ? 'only POST\n' : 'only GET\n');
       return;
     }
     if (!hostAllowed(req.headers.host, this.opts.allowedHosts)) {
@@ -221,6 +257,8 @@ export class UiServer implements Runnable {
         return void this.about(res);
       case '/api/explain':
         return void this.explain(q, res);
+      case '/api/plan':
+        return void this.plan(req, q, res);
       case '/api/stream':
         return this.stream(req, res);
       default:
@@ -244,18 +282,59 @@ export class UiServer implements Runnable {
     if (!e || !name)
       return json(res, 400, { error: 'kind (node, pod, instance, ...) and name are required' });
     try {
-      const explanation = await explanationOf(
-        this.manager.client(),
-        e,
-        name,
-        q.get('namespace') ?? undefined,
-        this.opts.options,
-        this.opts.berthNamespace,
+      const explanation = await withinDeadline(
+        explanationOf(
+          this.manager.client(),
+          e,
+          name,
+          q.get('namespace') ?? undefined,
+          this.opts.options,
+          this.opts.berthNamespace,
+        ),
+        explainTimeoutMs,
       );
-      // The lines the command prints, and the result they are printed from, for the page to render.
-      json(res, 200, { lines: explanationText(explanation), explanation });
+      // The lines the command prints, and the same result in parts for the page to render.
+      const now = new Date();
+      json(res, 200, {
+        lines: explanationText(explanation, now),
+        view: explainView(explanation, now),
+      } satisfies ExplainAnswer);
     } catch (err) {
       json(res, err instanceof ApiError && err.status === 404 ? 404 : 500, { error: errorText(err) });
+    }
+  }
+
+  /**
+   * `berth plan -f -` of the posted YAML (`?delete=true`: `--delete`): src/plan.ts, as the command
+   * runs it, with the flags this Berth runs with. It reads the cluster and writes nothing.
+   */
+  private async plan(req: IncomingMessage, q: URLSearchParams, res: ServerResponse): Promise<void> {
+    const refused = crossSite(req.headers);
+    if (refused) return json(res, 403, { error: refused });
+    const tooLarge = new Error(`more than ${MAX_BYTES} bytes of manifests`);
+    if (this.plans >= MAX_PLANS)
+      return json(res, 429, { error: `${MAX_PLANS} plans are running: try again` });
+    if (Number(req.headers['content-length'] ?? 0) > MAX_BYTES)
+      return json(res, 413, { error: tooLarge.message });
+    // Counted until the plan ends, which may be after its answer said it took too long.
+    this.plans++;
+    let running: Promise<unknown> = Promise.resolve();
+    try {
+      const body = await readBody(req, (size) => (size > MAX_BYTES ? tooLarge : undefined));
+      const { objects, errors } = manifestsOf([[body.toString('utf8'), 'the pasted file']]);
+      if (errors.length) return json(res, 400, { error: errors.join('\n') });
+      const work = planChange(this.manager.client(), objects, {
+        deleting: q.get('delete') === 'true',
+        options: this.opts.options,
+        berthNamespace: this.opts.berthNamespace,
+      });
+      running = work;
+      const plan = await withinDeadline(work, explainTimeoutMs);
+      json(res, 200, planView(plan));
+    } catch (err) {
+      json(res, err === tooLarge ? 413 : 500, { error: errorText(err) });
+    } finally {
+      void running.catch(() => {}).finally(() => this.plans--);
     }
   }
 

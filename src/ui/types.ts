@@ -157,8 +157,8 @@ export interface CellWorkload {
 export interface CityRow {
   /** The IATA-style code; '' for cells that name no city. */
   city: string;
-  /** The Locations in the city (region/zone, class). */
-  locations: string[];
+  /** The Locations in the city, each with where it is (region, zone, class). */
+  locations: { name: string; where: string }[];
   cells: CellRow[];
 }
 
@@ -185,4 +185,60 @@ export interface AboutSnapshot {
   leader: LeaderView;
   /** The kinds `berth explain` knows (Kind → its name there): the page offers explain for these. */
   explainable: Record<string, string>;
+}
+
+/** A condition in the explain panel: since when it holds. */
+export interface ExplainCondition extends ConditionView {
+  /** "since 2026-11-27T15:00:00Z (3m ago)", as `berth explain` prints it. */
+  since: string;
+}
+
+/** An object a policy acts on or leaves alone (src/policy/explain.ts Subject). */
+export interface SubjectView {
+  kind: string;
+  name: string;
+  in: boolean;
+  why: string[];
+}
+
+/** What `berth explain` says of one object, for the panel: its parts, the long lists cut. */
+export interface ExplainView {
+  /** "NodeLabelRule gpu", "Quota shop/default". */
+  title: string;
+  missingCrds: string[];
+  /** Undefined for kinds without status conditions (node, pod); empty when there is none yet. */
+  conditions?: ExplainCondition[];
+  counts: Record<string, number>;
+  /** The first subjects of each side, and how many there are in all. */
+  acts: { shown: SubjectView[]; total: number };
+  leaves: { shown: SubjectView[]; total: number };
+  /** The rest, as the command prints it. */
+  lines: string[];
+}
+
+/** /api/explain's answer: the lines the command prints, and the view of the same result. */
+export interface ExplainAnswer {
+  lines: string[];
+  view: ExplainView;
+}
+
+/** One effect of a plan (src/policy/plan.ts Effect). */
+export interface EffectView {
+  op: '+' | '-' | '~' | '!';
+  what: string;
+  by: string;
+}
+
+/** /api/plan's answer: `berth plan -o json`'s result grouped for the page, and its text. */
+export interface PlanView {
+  changes: boolean;
+  /** What `berth plan` would exit with: 0 no change, 2 changes, 1 errors. */
+  exitCode: 0 | 1 | 2;
+  /** The effects by object ("Node n1"), in the order the plan gives them. */
+  objects: { object: string; effects: EffectView[] }[];
+  evictions?: { namespaces: Record<string, number>; budgets: Record<string, number> };
+  warnings: string[];
+  unknown: string[];
+  errors: string[];
+  lines: string[];
 }

@@ -343,7 +343,7 @@ export function cityRows(
     const where = [l.spec?.topology?.region, l.spec?.topology?.zone, l.spec?.class]
       .filter(Boolean)
       .join(', ');
-    city(code).locations.push(`${l.metadata?.name ?? ''}${where ? ` (${where})` : ''}`);
+    city(code).locations.push({ name: l.metadata?.name ?? '', where });
   }
   for (const c of cells as CellLike[]) {
     const codes = c.spec?.locations?.length ? c.spec.locations : [''];
@@ -353,7 +353,7 @@ export function cityRows(
   }
   const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : 1);
   for (const c of cities.values()) {
-    c.locations.sort();
+    c.locations.sort((a, b) => (a.name < b.name ? -1 : 1));
     c.cells.sort(byName);
   }
   return [...cities.values()].sort((a, b) =>

@@ -416,7 +416,7 @@ test('the cells map shows a city with its Location and its cell, with what the p
   assert.ok(await page.$(`[data-cell="${id}"]`), 'the unreachable cell is listed');
   assert.equal(await page.$eval('#cells', (e) => e.hidden), false, 'the cells tab is shown');
   await screenshot('cells', 'the cells by city', '#cells');
-  // Explained: by Berth when it explains cells, else from what the cell's status says.
+  // Explained by `berth explain cell`, as every object the page lists.
   await click(`[data-cell="${id}"] a.object`);
   await waitForText('#explain-text', `Cell ${id}`);
   assert.match(String(await page.evaluate('location.hash')), new RegExp(`&explain=cell%2F${id}$`));

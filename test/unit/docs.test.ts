@@ -2,77 +2,20 @@
 // (its commands and flags exist), the generated reference is current, and every relative link
 // leads to a file. The demo's commands are run by CI itself (the README's first commands).
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { describe, test } from 'node:test';
 import { type Command, CommanderError } from 'commander';
 import { REFERENCE_FILES } from '../../scripts/docs-reference.ts';
 import { berthProgram } from '../../src/cli/program.ts';
+import { explainerOf } from '../../src/explain.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 
+import { berthCommands, docsExplainCommands, DOCS, explainFixtures, read } from '../helpers/docs.ts';
+
 const root = packageRoot();
-
-function markdownFiles(dir: string): string[] {
-  return readdirSync(join(root, dir), { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? markdownFiles(join(dir, e.name)) : e.name.endsWith('.md') ? [join(dir, e.name)] : [],
-  );
-}
-
-const DOCS = ['README.md', 'CHANGELOG.md', ...markdownFiles('docs')];
-const read = (file: string): string => readFileSync(join(root, file), 'utf8');
-
-/** The code blocks of a Markdown file, but `text` ones (help output, logs): their lines, continuations joined. */
-function codeBlockLines(markdown: string): string[] {
-  const lines: string[] = [];
-  let fence: string | undefined;
-  for (const line of markdown.split('\n')) {
-    const open = /^\s*(```+)\s*(\S*)/.exec(line);
-    if (fence === undefined) {
-      if (open) fence = open[2] === 'text' ? 'skip' : open[1];
-      continue;
-    }
-    if (open && line.trim() === (fence === 'skip' ? line.trim().replace(/[^`]/g, '') : fence)) {
-      fence = undefined;
-      continue;
-    }
-    if (fence === 'skip') continue;
-    const last = lines.at(-1);
-    if (last?.endsWith('\\')) lines[lines.length - 1] = `${last.slice(0, -1)} ${line.trim()}`;
-    else lines.push(line.trim());
-  }
-  return lines;
-}
-
-/** A command line's words, as a POSIX shell splits them (quotes, escapes), up to an unquoted `#`. */
-function shellWords(line: string): string[] {
-  const words: string[] = [];
-  let word: string | undefined;
-  for (let i = 0; i < line.length; i++) {
-    const c = line[i]!;
-    if (c === "'" || c === '"') {
-      const end = line.indexOf(c, i + 1);
-      assert.ok(end > i, `unbalanced quote in ${line}`);
-      word = (word ?? '') + line.slice(i + 1, end);
-      i = end;
-    } else if (c === '\\' && i + 1 < line.length) word = (word ?? '') + line[++i];
-    else if (/\s/.test(c)) {
-      if (word !== undefined) words.push(word);
-      word = undefined;
-    } else if (c === '#' && word === undefined) break;
-    else word = (word ?? '') + c;
-  }
-  if (word !== undefined) words.push(word);
-  return words;
-}
-
-/** Each `npx berth …` or `berth …` command in a file's code blocks: the arguments after `berth`. */
-function berthCommands(markdown: string): string[][] {
-  return codeBlockLines(markdown)
-    .map(shellWords)
-    .map((words) => (words[0] === 'npx' ? words.slice(1) : words))
-    .filter((words) => words[0] === 'berth')
-    .map((words) => words.slice(1));
-}
+/** The kinds `berth explain` had before issue 51: their docs commands name the demo's objects. */
+const EXPLAINED_BEFORE = ['node', 'pod', 'instance', 'workloaddeployment', 'workload'];
 
 /** The program with every leaf command's action a no-op and every exit thrown, its output swallowed. */
 async function parsingProgram(): Promise<Command> {
@@ -107,6 +50,16 @@ describe('docs', () => {
       );
     }
     assert.deepEqual(failures, []);
+  });
+
+  test('every berth explain of a policy kind, Cell or Location in the docs is run by docs-explain.test.ts', () => {
+    const shown = docsExplainCommands();
+    assert.ok(shown.length >= 7, `only ${shown.length} explain commands found`);
+    const unrun = shown
+      .map(({ file, args }) => ({ file, args, kind: explainerOf(args[1] ?? '')?.name }))
+      .filter(({ kind }) => !kind || !(EXPLAINED_BEFORE.includes(kind) || kind in explainFixtures))
+      .map(({ file, args }) => `${file}: berth ${args.join(' ')}`);
+    assert.deepEqual(unrun, [], 'add a fixture of the kind to test/helpers/docs.ts explainFixtures');
   });
 
   test('the parse check refuses an unknown command, flag or option value', async () => {

@@ -302,3 +302,27 @@ export async function serve(
       }),
   };
 }
+
+/** Reads the body while `accept(size so far, chunk size)` returns no error; after one, discards the rest. */
+export function readBody(
+  req: IncomingMessage,
+  accept: (size: number, chunk: number) => Error | undefined,
+): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    req.on('data', (chunk: Buffer) => {
+      if (failed) return;
+      size += chunk.length;
+      const err = accept(size, chunk.length);
+      if (err) {
+        failed = true;
+        chunks.length = 0;
+        reject(err);
+      } else chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}

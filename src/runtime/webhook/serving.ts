@@ -9,7 +9,14 @@ import { X509Certificate } from 'node:crypto';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions, TLSSocket } from 'node:tls';
-import { limitServer, listen, serverOptions, type ServerGuard, type ServerLimits } from '../server/http.ts';
+import {
+  limitServer,
+  listen,
+  readBody,
+  serverOptions,
+  type ServerGuard,
+  type ServerLimits,
+} from '../server/http.ts';
 import { ThrottledLog, type Logger } from '../observability/log.ts';
 import { httpServerMetrics, webhookMetrics } from '../observability/metrics.ts';
 import type { AdmissionHandler, AdmissionRequest, AdmissionResult, AdmissionStatus } from './admission.ts';
@@ -338,34 +345,10 @@ export class AdmissionServing {
   }
 }
 
-/** Reads the body while `accept(size so far, chunk size)` returns no error; after one, discards the rest. */
 /** The serving certificate's end, for the alert that it is near (a renewal that keeps failing). */
 function recordExpiry(certPem: string): void {
   const notAfter = new X509Certificate(certPem).validToDate.getTime();
   httpServerMetrics.certificateExpiry.set({ server: 'webhook' }, notAfter / 1000);
-}
-
-function readBody(
-  req: IncomingMessage,
-  accept: (size: number, chunk: number) => Error | undefined,
-): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    req.on('data', (chunk: Buffer) => {
-      if (failed) return;
-      size += chunk.length;
-      const err = accept(size, chunk.length);
-      if (err) {
-        failed = true;
-        chunks.length = 0;
-        reject(err);
-      } else chunks.push(chunk);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
 }
 
 // The apiserver decodes nothing nested deeper than 10,000 levels (Go's encoding/json limit); the

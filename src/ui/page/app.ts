@@ -7,11 +7,15 @@ import type {
   AboutSnapshot,
   CellRow,
   ConditionView,
+  ExplainAnswer,
+  ExplainView,
   NodePage,
   NodeRow,
   PoliciesSnapshot,
   PodsSnapshot,
+  PlanView,
   PolicyRow,
+  SubjectView,
   WorkloadsSnapshot,
 } from '../types.ts';
 
@@ -35,15 +39,15 @@ const fill = (id: string, rows: Node[], empty: string, cols: number) => {
   );
 };
 
-async function get<T>(path: string): Promise<T> {
-  const res = await fetch(path);
+async function get<T>(path: string, init?: RequestInit): Promise<T> {
+  const res = await fetch(path, init);
   const body = (await res.json()) as T & { error?: string };
   if (!res.ok) throw new Error(body.error ?? `${res.status}`);
   return body;
 }
 
 // The state in the address: the tab, then its filters and `explain=kind/[namespace/]name`.
-const TABS = ['nodes', 'policies', 'events', 'pods', 'workloads', 'cells'];
+const TABS = ['nodes', 'policies', 'events', 'pods', 'workloads', 'cells', 'plan'];
 
 function route(): { tab: string; q: URLSearchParams } {
   const h = location.hash.slice(1);
@@ -93,6 +97,57 @@ let explainAsked = 0;
 /** The explain= value shown in the panel. */
 let explained = '';
 
+/** An object named "Kind NAME" or "Kind NAMESPACE/NAME": a link to explain it when the server can. */
+function objectLink(kind: string, name: string): Child[] {
+  const explainer = explainable[kind];
+  return explainer ? [link(name, { explain: `${explainer}/${name}` })] : [name];
+}
+
+function subjectList(title: string, side: { shown: SubjectView[]; total: number }): Child[] {
+  if (!side.total) return [];
+  const more = side.total - side.shown.length;
+  return [
+    el('h3', undefined, `${title} ${side.total} ${side.shown[0]!.kind.toLowerCase()}(s)`),
+    el(
+      'ul',
+      side.shown[0]!.in ? 'acts' : 'leaves',
+      ...side.shown.map((s) =>
+        el(
+          'li',
+          undefined,
+          `${s.kind} `,
+          ...objectLink(s.kind, s.name),
+          ...s.why.map((w) => el('div', undefined, w)),
+        ),
+      ),
+      more > 0 ? el('li', 'note', `+${more} more: berth explain -o json lists them all`) : undefined,
+    ),
+  ];
+}
+
+/** The explanation in parts: what is missing, conditions with since-when, counts, subjects. */
+function explainParts(v: ExplainView): Child[] {
+  return [
+    v.missingCrds.length ? el('p', 'unknown', `CRDs not installed: ${v.missingCrds.join(', ')}`) : undefined,
+    v.conditions
+      ? v.conditions.length
+        ? el(
+            'table',
+            'conditions',
+            ...v.conditions.map((c) =>
+              el('tr', c.tone, cell(c.type), cell(c.status), cell(c.reason), cell(c.since), cell(c.message)),
+            ),
+          )
+        : el('p', 'note', 'no status yet (Berth not running, or not caught up)')
+      : undefined,
+    Object.keys(v.counts).length
+      ? el('p', 'counts', ...Object.entries(v.counts).map(([k, n]) => tag(`${k} ${n}`)))
+      : undefined,
+    ...subjectList('Acts on', v.acts),
+    ...subjectList('Leaves alone', v.leaves),
+  ];
+}
+
 async function explain(target: string): Promise<void> {
   const [kind = '', ...rest] = target.split('/');
   const [namespace, name = ''] = rest.length > 1 ? rest : [undefined, rest[0]];
@@ -100,17 +155,94 @@ async function explain(target: string): Promise<void> {
   const asked = ++explainAsked;
   $('explain').hidden = false;
   $('explain-title').textContent = `berth explain ${kind} ${namespace ? `${namespace}/` : ''}${name}`;
-  $('explain-text').textContent = 'asking...';
-  let text: string;
-  if (kind === 'cell' && !Object.values(explainable).includes('cell')) text = cellStatusText(name);
-  else
-    try {
-      const q = new URLSearchParams({ kind, name, ...(namespace ? { namespace } : {}) });
-      text = (await get<{ lines: string[] }>(`/api/explain?${q}`)).lines.join('\n');
-    } catch (e) {
-      text = `could not explain: ${(e as Error).message}`;
-    }
-  if (asked === explainAsked) $('explain-text').textContent = text;
+  $('explain-view').replaceChildren('asking...');
+  let parts: Child[], lines: string[], text: string;
+  try {
+    const q = new URLSearchParams({ kind, name, ...(namespace ? { namespace } : {}) });
+    const a = await get<ExplainAnswer>(`/api/explain?${q}`);
+    [parts, lines, text] = [
+      [el('h3', undefined, a.view.title), ...explainParts(a.view)],
+      a.view.lines,
+      a.lines.join('\n'),
+    ];
+  } catch (e) {
+    text = `could not explain: ${(e as Error).message}`;
+    [parts, lines] = [[el('p', 'bad', text)], []];
+  }
+  if (asked !== explainAsked) return;
+  $('explain-view').replaceChildren(el('div', undefined, ...parts));
+  $('explain-lines').textContent = lines.join('\n');
+  $('explain-text').textContent = text;
+}
+
+const OP_CLASS = { '+': 'op-plus', '-': 'op-minus', '~': 'op-tilde', '!': 'op-bang' };
+
+const notes = (cls: string, prefix: string, list: string[]) =>
+  list.map((t) => el('div', cls, `${prefix}${t}`));
+
+/** A plan as the view shows it: the exit code, errors and warnings first, then effects by object. */
+function planParts(p: PlanView): Child[] {
+  const counts = (title: string, by: Record<string, number>) =>
+    Object.keys(by).length
+      ? el('p', undefined, `${title}: `, ...Object.entries(by).map(([k, n]) => tag(`${k} ${n}`)))
+      : undefined;
+  return [
+    el(
+      'p',
+      p.changes ? 'changes' : 'note',
+      `exit code ${p.exitCode}: ${p.changes ? `${p.objects.length} object(s) would change` : 'no change'} (nothing was written)`,
+    ),
+    ...notes('error', 'error: ', p.errors),
+    ...notes('warning', 'warning: ', p.warnings),
+    p.evictions ? counts('Evictions by namespace', p.evictions.namespaces) : undefined,
+    p.evictions ? counts('Evictions by PodDisruptionBudget', p.evictions.budgets) : undefined,
+    ...p.objects.map(({ object, effects }) => {
+      const [kind = '', name = ''] = object.split(' ');
+      const box = el(
+        'div',
+        'planned',
+        el('h3', undefined, `${kind} `, ...objectLink(kind, name)),
+        el(
+          'ul',
+          undefined,
+          ...effects.map((e) =>
+            el(
+              'li',
+              undefined,
+              el('span', `op ${OP_CLASS[e.op]}`, e.op),
+              e.what,
+              el('span', 'note', ` (${e.by})`),
+            ),
+          ),
+        ),
+      );
+      box.dataset['object'] = object;
+      return box;
+    }),
+    ...notes('unknown', 'unknown: ', p.unknown),
+  ];
+}
+
+/** Plans the pasted file: the server runs `berth plan`; an older answer that comes later is dropped. */
+let planAsked = 0;
+async function plan(): Promise<void> {
+  const asked = ++planAsked;
+  const deleting = $<HTMLInputElement>('plan-delete').checked;
+  $('plan-status').textContent = 'planning...';
+  let parts: Child[];
+  try {
+    const p = await get<PlanView>(`/api/plan?delete=${deleting}`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/yaml' },
+      body: $<HTMLTextAreaElement>('plan-yaml').value,
+    });
+    parts = planParts(p);
+  } catch (e) {
+    parts = [el('div', 'error', `could not plan: ${(e as Error).message}`)];
+  }
+  if (asked !== planAsked) return;
+  $('plan-status').textContent = deleting ? 'planned deleting them' : 'planned applying them';
+  $('plan-result').replaceChildren(el('div', undefined, ...parts));
 }
 
 const conditions = (cs: ConditionView[]) =>
@@ -339,23 +471,6 @@ const health = (x: CellRow) =>
 
 const reach = (x: CellRow) => ({ True: 'reachable', False: 'unreachable' })[x.reachable] ?? 'not probed yet';
 
-/** The lines about a cell its status gives: the explain panel's answer until Berth explains cells. */
-function cellStatusText(name: string): string {
-  const x = workloads?.cities.flatMap((c) => c.cells).find((c) => c.name === name);
-  if (!x) return workloads ? `no Cell ${name}` : 'reading the cells...';
-  return [
-    `Cell ${name}, as its status says (berth explain cell ${name} asks the API):`,
-    `  ${reach(x)}, last contact ${x.lastContactTime || 'never'}`,
-    `  ${x.ready === 'True' ? 'Ready' : `not Ready: ${x.reason}${x.message ? `: ${x.message}` : ''}`}`,
-    ...(x.cordoned ? ['  cordoned (spec.unschedulable)'] : []),
-    ...(x.serverVersion ? [`  Kubernetes ${x.serverVersion}`] : []),
-    ...x.workloads.map(
-      (w) =>
-        `  Workload ${w.namespace}/${w.name} (${w.placement}, ${w.city}): ${w.ready} / ${w.desired} Ready${w.reason ? `, ${w.reason}` : ''}`,
-    ),
-  ].join('\n');
-}
-
 function cellBox(x: CellRow): HTMLElement {
   const [ready, desired] = x.workloads.reduce(([r, d], w) => [r + w.ready, d + w.desired], [0, 0]);
   const box = el(
@@ -395,7 +510,9 @@ function showCells(): void {
       'div',
       'city',
       el('h3', undefined, c.city || 'no city'),
-      c.locations.length ? el('div', 'note', c.locations.join('; ')) : undefined,
+      ...c.locations.map((l) =>
+        el('div', 'note', explainLink('location', l.name), l.where ? ` (${l.where})` : ''),
+      ),
       ...cells.map(cellBox),
     );
     city.dataset['city'] = c.city;
@@ -449,8 +566,6 @@ const loaders: Record<string, () => Promise<void>> = {
     await loadAbout();
     showPolicies();
     showEvents();
-    // A cell explained from its status before the server said whether it explains cells.
-    if (explained.startsWith('cell/')) void explain(explained);
   },
   nodes: loadNodes,
   policies: async () => {
@@ -469,7 +584,6 @@ const loaders: Record<string, () => Promise<void>> = {
     showWorkloads();
     showCells();
     showCounts();
-    if (explained.startsWith('cell/')) void explain(explained);
   },
 };
 
@@ -551,6 +665,11 @@ function start(): void {
   for (const id of ['prev', 'next'])
     $(id).addEventListener('click', () => change({ offset: $(id).dataset['offset'] ?? '' }));
   $('explain-close').addEventListener('click', () => change({ explain: '' }));
+  $('plan-form').addEventListener('submit', () => void plan());
+  $('plan-file').addEventListener('change', (e) => {
+    const file = (e.target as HTMLInputElement).files?.[0];
+    void file?.text().then((t) => ($<HTMLTextAreaElement>('plan-yaml').value = t));
+  });
   // Links and back/forward change the hash; the page follows.
   window.addEventListener('hashchange', apply);
 

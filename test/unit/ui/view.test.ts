@@ -379,7 +379,7 @@ test('cityRows: cells by city with their Locations, a cell of two cities under b
   assert.deepEqual(
     rows.map((r) => [
       r.city,
-      r.locations,
+      r.locations.map((l) => `${l.name}${l.where ? ` (${l.where})` : ''}`),
       r.cells.map((c) => `${c.name} ${c.reachable}/${c.ready} ${c.reason}`),
     ]),
     [
