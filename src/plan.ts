@@ -13,7 +13,7 @@ import { missingCrdsLine, withoutMissingCrds } from './runtime/client/absent.ts'
 import { isForbidden, type KubeClient } from './runtime/client/client.ts';
 
 export interface Plan extends PlanPart {
-  /** Whether anything would change (the command exits 2 then, as `kubectl diff`). */
+  /** Whether anything would change (the command exits 2 then, as `terraform plan -detailed-exitcode`). */
   changes: boolean;
   /** Pods evicted, per namespace and per PodDisruptionBudget covering them (NAMESPACE/NAME). */
   evictions?: { namespaces: Record<string, number>; budgets: Record<string, number> };
@@ -28,7 +28,9 @@ export const MAX_BYTES = 4 << 20;
 export function parseManifests(text: string, source: string): { objects: KubeObject[]; errors: string[] } {
   const objects: KubeObject[] = [];
   const errors: string[] = [];
-  for (const doc of parseAllDocuments(text)) {
+  // YAML 1.1, as kubectl reads it (sigs.k8s.io/yaml): `yes` and `on` are booleans there, and the
+  // apiserver refuses a label value `yes` that YAML 1.2 would read as the string the plan would predict.
+  for (const doc of parseAllDocuments(text, { version: '1.1' })) {
     if (doc.errors.length) {
       errors.push(`${source}: ${doc.errors.map((e) => e.message).join('; ')}`);
       continue;
@@ -211,7 +213,7 @@ export function reversed(p: Plan): Plan {
   };
 }
 
-/** What `berth plan` exits with, as `kubectl diff`: 1 on errors, 2 when something would change, else 0. */
+/** What `berth plan` exits with, as `terraform plan -detailed-exitcode`: 1 on errors, 2 when something would change, else 0. */
 export const planExitCode = (p: Plan): 0 | 1 | 2 => (p.errors.length ? 1 : p.changes ? 2 : 0);
 
 /** Effects grouped by the object they act on (`Kind NAME`), in the order first met. */

@@ -1,6 +1,6 @@
 // `berth plan -f FILE|DIR|-`: what applying (or, with --delete, deleting) Berth's objects would do
 // to the cluster as it is now, from src/plan.ts, which the page calls too. Writes nothing. Exits 0
-// when nothing would change, 2 when something would (as `kubectl diff`), 1 on error.
+// when nothing would change, 2 when something would (as `terraform plan -detailed-exitcode`), 1 on error.
 import { SUMMARIES } from './summaries.ts';
 import { Command } from 'commander';
 import { existsSync, statSync } from 'node:fs';

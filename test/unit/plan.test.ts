@@ -15,6 +15,14 @@ test('documents are read, lists unwrapped, and one without a name is an error', 
   assert.deepEqual(errors, ['f.yaml: a document without kind or metadata.name']);
 });
 
+test('documents are read as kubectl reads them (YAML 1.1): yes is a boolean, not a string', () => {
+  const { objects } = parseManifests(
+    'kind: NodeLabelRule\nmetadata: {name: a}\nspec: {labels: {a: yes, b: "yes"}}\n',
+    'f',
+  );
+  assert.deepEqual((objects[0] as { spec?: unknown }).spec, { labels: { a: true, b: 'yes' } });
+});
+
 test('the text groups effects by object and prints warnings and unknowns', () => {
   const lines = planText({
     changes: true,
