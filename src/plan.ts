@@ -92,6 +92,8 @@ export async function planChange(
     (owners ??= clusterKeyOwnership(capabilities, reader, controllersOf(capabilities, opts.options)));
   const running = runningCapabilities(capabilities, opts.options);
   const plan: Plan = { changes: false, effects: [], warnings: [], unknown: [], errors: [] };
+  const berthKinds = new Set(capabilities.flatMap((c) => c.crds ?? []).map((c) => c.kind));
+  const foreign: string[] = [];
   const kinds = [
     ...new Set([
       ...objects.map((o) => o.kind!),
@@ -104,7 +106,8 @@ export async function planChange(
     // Of the capabilities that plan a kind, one that runs here (a Quota: a cluster's, or a management plane's).
     const c = running.find((x) => x.plan?.[kind]) ?? capabilities.find((x) => x.plan?.[kind]);
     if (!c) {
-      plan.unknown.push(`${kind} ${names}: berth plan does not plan this kind`);
+      if (berthKinds.has(kind)) plan.unknown.push(`${kind} ${names}: berth plan does not plan this kind`);
+      else foreign.push(...of.map((o) => `${kind} ${o.metadata!.name!}`));
       continue;
     }
     if (!running.includes(c))
@@ -117,6 +120,10 @@ export async function planChange(
     plan.unknown.push(...part.unknown);
     plan.errors.push(...part.errors);
   }
+  if (foreign.length)
+    plan.unknown.push(
+      `${foreign.join(', ')}: not Berth's kinds (kubectl diff -f shows what applying them changes)`,
+    );
   if (missing.size) plan.unknown.push(missingCrdsLine(missing));
   const evicted = plan.effects.filter(
     (e) => e.kind === 'Pod' && e.op === '!' && e.what.startsWith('evicted'),

@@ -9,13 +9,13 @@
 import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
-import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
+import { ofKind, emptyPart, replaced, type Named, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import type { QuotaObject } from '../workloads/controllers/quota.ts';
 import { templateHash, type InstanceObject, type InstanceTypeObject } from '../workloads/decide.ts';
 import {
   counted,
   instanceEffects,
-  nowText,
+  sizesAfter,
   stepDeployments,
   stepped,
   type Said,
@@ -260,22 +260,21 @@ async function factsOf(ctx: PlanContext): Promise<Facts> {
     list<InstanceTypeObject>(InstanceType.ref),
   ]);
   const now = Date.now();
-  const all = { ...ctx, objects: ctx.all };
   const swap = <T extends Named>(current: T[], changed: T[]) => replaced(current, changed, ctx.deleting, now);
-  const sizes = new Map(types.map((t) => [t.metadata!.name!, t.spec!]));
+  const sizes = sizesAfter(ctx, types);
   return {
     before: { workloads, cells, locations },
     after: {
-      workloads: swap(workloads, parsed(all, Workload)),
-      cells: swap(cells, parsed(all, Cell)),
-      locations: swap(locations, parsed(all, Location)),
+      workloads: swap(workloads, parsed(ctx.all, Workload)),
+      cells: swap(cells, parsed(ctx.all, Cell)),
+      locations: swap(locations, parsed(ctx.all, Location)),
     },
     mirrors,
     ...(quotas
       ? {
           quotas: swap(
             quotas as (QuotaObject & Named)[],
-            inNamespace(all, 'Quota') as (QuotaObject & Named)[],
+            ofKind(ctx.all, 'Quota', true) as (QuotaObject & Named)[],
           ),
         }
       : {}),
@@ -284,28 +283,13 @@ async function factsOf(ctx: PlanContext): Promise<Facts> {
   };
 }
 
-type Named = {
-  metadata: { namespace?: string; name?: string; creationTimestamp?: string };
-  status?: unknown;
-};
-
-/** The objects of a kind in the change, namespaced objects in `default` when they name none (as kubectl). */
-const inNamespace = (ctx: Pick<PlanContext, 'objects'>, kind: string) =>
-  ctx.objects
-    .filter((o) => o.kind === kind)
-    .map((o) =>
-      kind === 'Workload' || kind === 'Quota'
-        ? { ...o, metadata: { ...o.metadata, namespace: o.metadata?.namespace ?? 'default' } }
-        : o,
-    );
-
 /** The objects of a kind in the change as federation reads them; those it refuses, as errors in `part`. */
 function parsed<T>(
-  ctx: Pick<PlanContext, 'objects'>,
+  objects: KubeObject[],
   kind: { kind: string; parse(o: unknown): { success: true; data: T } | { success: false; error: string } },
   part?: PlanPart,
 ): T[] {
-  return inNamespace(ctx, kind.kind).flatMap((o) => {
+  return ofKind(objects, kind.kind, true).flatMap((o) => {
     const r = kind.parse(o);
     if (r.success) return [r.data];
     part?.errors.push(r.error);
@@ -313,27 +297,9 @@ function parsed<T>(
   });
 }
 
-/**
- * `objects` in place of those of their name in `list`, or without them. One there keeps its status
- * and age; a new one is created now, as the API would stamp it.
- */
-function replaced<T extends Named>(list: T[], objects: T[], deleting: boolean, now: number): T[] {
-  const named = new Set(objects.map(keyOf));
-  const kept = list.filter((o) => !named.has(keyOf(o)));
-  if (deleting) return kept;
-  return [
-    ...kept,
-    ...objects.map((o) => {
-      const was = list.find((x) => keyOf(x) === keyOf(o));
-      const creationTimestamp = was?.metadata.creationTimestamp ?? nowText(now);
-      return { ...o, metadata: { ...o.metadata, creationTimestamp }, status: was?.status };
-    }),
-  ];
-}
-
 export async function planWorkloads(ctx: PlanContext): Promise<PlanPart> {
   const head = emptyPart();
-  const ws = parsed(ctx, Workload, head);
+  const ws = parsed(ctx.objects, Workload, head);
   const f = await factsOf(ctx);
   return merge(head, ...ws.map((w) => planFederation(f, [keyOf(w)], `Workload ${keyOf(w)}`)));
 }
@@ -341,14 +307,14 @@ export async function planWorkloads(ctx: PlanContext): Promise<PlanPart> {
 /** The Workloads a Cell or Location change moves, but those of the change itself (planned as Workloads). */
 function movedBesides(ctx: PlanContext, f: Facts): string[] {
   const own = new Set(
-    inNamespace({ objects: ctx.all }, 'Workload').map((o) => `${o.metadata?.namespace}/${o.metadata?.name}`),
+    ofKind(ctx.all, 'Workload', true).map((o) => `${o.metadata?.namespace}/${o.metadata?.name}`),
   );
   return moved(f).filter((k) => !own.has(k));
 }
 
 export async function planCells(ctx: PlanContext): Promise<PlanPart> {
   const head = emptyPart();
-  const cs = parsed(ctx, Cell, head);
+  const cs = parsed(ctx.objects, Cell, head);
   const f = await factsOf(ctx);
   for (const c of cs) {
     const was = f.before.cells.find((x) => x.metadata.name === c.metadata.name);
@@ -370,14 +336,14 @@ export async function planCells(ctx: PlanContext): Promise<PlanPart> {
   // The Locations beside them move the same Workloads: credited to both, planned once, here.
   const by = [
     ...cs.map((c) => `Cell ${c.metadata.name}`),
-    ...parsed({ objects: ctx.all }, Location).map((l) => `Location ${l.metadata.name}`),
+    ...parsed(ctx.all, Location).map((l) => `Location ${l.metadata.name}`),
   ];
   return merge(head, planFederation(f, movedBesides(ctx, f), by.join(', ')));
 }
 
 export async function planLocations(ctx: PlanContext): Promise<PlanPart> {
   const head = emptyPart();
-  const ls = parsed(ctx, Location, head);
+  const ls = parsed(ctx.objects, Location, head);
   // Cells in the same change plan what both move (planCells).
   if (ctx.all.some((o) => o.kind === 'Cell')) return head;
   const f = await factsOf(ctx);

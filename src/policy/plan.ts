@@ -46,6 +46,44 @@ export interface PlanContext {
   keys(): Promise<KeyOwnership>;
 }
 
+/** An object named by namespace (if any) and name, with its age and status kept across a change. */
+export type Named = {
+  metadata?: { namespace?: string; name?: string; creationTimestamp?: string };
+  status?: unknown;
+};
+
+const nameOf = (o: Named) => `${o.metadata?.namespace ?? ''}/${o.metadata?.name}`;
+
+/** A time as the API writes it (RFC 3339, seconds). */
+export const nowText = (now: number) => new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+/** The objects of a kind among `objects`, a namespaced one in `default` when it names none (as kubectl). */
+export const ofKind = (objects: KubeObject[], kind: string, namespaced: boolean): KubeObject[] =>
+  objects
+    .filter((o) => o.kind === kind)
+    .map((o) =>
+      namespaced ? { ...o, metadata: { ...o.metadata, namespace: o.metadata?.namespace ?? 'default' } } : o,
+    );
+
+/**
+ * `objects` in place of those of their name in `list`, or without them (`deleting`): the cluster as
+ * the change would leave it. One there keeps its status and age; a new one is created now, as the
+ * API would stamp it.
+ */
+export function replaced<T extends Named>(list: T[], objects: T[], deleting: boolean, now: number): T[] {
+  const named = new Set(objects.map(nameOf));
+  const kept = list.filter((o) => !named.has(nameOf(o)));
+  if (deleting) return kept;
+  return [
+    ...kept,
+    ...objects.map((o) => {
+      const was = list.find((x) => nameOf(x) === nameOf(o));
+      const creationTimestamp = was?.metadata?.creationTimestamp ?? nowText(now);
+      return { ...o, metadata: { ...o.metadata, creationTimestamp }, status: was?.status } as T;
+    }),
+  ];
+}
+
 /** A part with nothing in it yet. */
 export const emptyPart = (): PlanPart => ({ effects: [], warnings: [], unknown: [], errors: [] });
 

@@ -6,7 +6,7 @@ import { setupDeploymentStatus } from './controllers/deployment-status.ts';
 import { explainInstance, explainQuotaObject, explainWorkloadDeployment } from './explain.ts';
 import { setupInstance } from './controllers/instance.ts';
 import { setupQuota } from './controllers/quota.ts';
-import { planDeploymentObjects, planQuotaObjects } from './plan.ts';
+import { planDeploymentObjects, planInstanceTypes, planQuotaObjects } from './plan.ts';
 import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
 
 export const workloadsCapability: Capability = {
@@ -77,7 +77,11 @@ export const workloadsCapability: Capability = {
     });
     return {};
   },
-  plan: { Quota: (ctx) => planQuotaObjects(ctx, 'local'), WorkloadDeployment: planDeploymentObjects },
+  plan: {
+    Quota: (ctx) => planQuotaObjects(ctx, 'local'),
+    WorkloadDeployment: planDeploymentObjects,
+    InstanceType: planInstanceTypes,
+  },
   explainKinds: [
     {
       name: 'instance',

@@ -4,10 +4,11 @@
 // capability) they are the cells' instances as their mirrors here show them.
 import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
-import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
+import { emptyPart, ofKind, nowText, replaced, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
 import {
+  byInstanceType,
   controlledBy,
   instanceName,
   instanceState,
@@ -60,8 +61,6 @@ export function counted(
   return { candidate: candidateOf(cell, source, instanceType), cell };
 }
 
-export const nowText = (now: number) => new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
-
 /**
  * What a change of Quotas would grant or block: per namespace it touches, the instances whose
  * verdict changes (waiting ones granted; nothing granted is ever revoked), the Quota's own Ready,
@@ -76,20 +75,14 @@ export function planQuotas(
   now: number,
 ): PlanPart {
   const part = emptyPart();
-  const named = new Set(change.map((q) => `${q.metadata?.namespace ?? 'default'}/${q.metadata?.name}`));
   const keyOf = (q: QuotaObject) => `${q.metadata?.namespace}/${q.metadata?.name}`;
-  const kept = current.filter((q) => !named.has(keyOf(q)));
-  const changed = change.map((q) => {
-    const was = current.find((c) => keyOf(c) === `${q.metadata?.namespace ?? 'default'}/${q.metadata?.name}`);
-    // A new Quota is created now, as the API would stamp it; one there keeps its age and ledger.
-    const metadata = {
-      ...q.metadata,
-      namespace: q.metadata?.namespace ?? 'default',
-      creationTimestamp: was?.metadata?.creationTimestamp ?? nowText(now),
-    };
-    return { ...q, metadata, ...(was?.status ? { status: was.status } : {}) };
-  });
-  const after = deleting ? kept : [...kept, ...changed];
+  const named = new Set(change.map((q) => `${q.metadata?.namespace ?? 'default'}/${q.metadata?.name}`));
+  const changed = change.map((q) => ({
+    ...q,
+    metadata: { ...q.metadata, namespace: q.metadata?.namespace ?? 'default' },
+  }));
+  // A new Quota is created now, as the API would stamp it; one there keeps its age and ledger.
+  const after = replaced([...current], changed, deleting, now);
   for (const ns of [...new Set(changed.map((q) => q.metadata.namespace))].sort()) {
     const before = inForce(current, ns);
     const quota = inForce(after, ns);
@@ -156,6 +149,17 @@ export function planQuotas(
   return part;
 }
 
+/** The sizes of InstanceTypes as the change would leave them: its own in place of the cluster's. */
+export const sizesAfter = (ctx: PlanContext, types: InstanceTypeObject[]): Map<string, InstanceTypeSize> =>
+  new Map(
+    replaced(
+      types,
+      ofKind(ctx.all, 'InstanceType', false) as InstanceTypeObject[],
+      ctx.deleting,
+      Date.now(),
+    ).map((t) => [t.metadata!.name!, t.spec!]),
+  );
+
 /** The instances the quota controller counts here: a cluster's own (`local`), or the mirrors of the cells' (`management`). */
 export async function planQuotaObjects(ctx: PlanContext, source: 'local' | 'management'): Promise<PlanPart> {
   const [quotas, instances, types] = await Promise.all([
@@ -167,7 +171,7 @@ export async function planQuotaObjects(ctx: PlanContext, source: 'local' | 'mana
       .then((l) => l.items),
     ctx.client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
   ]);
-  const sizes = new Map(types.map((t) => [t.metadata!.name!, t.spec!]));
+  const sizes = sizesAfter(ctx, types);
   const part = planQuotas(
     quotas,
     ctx.objects as QuotaObject[],
@@ -408,13 +412,20 @@ export function instanceEffects(
  */
 export async function planDeploymentObjects(ctx: PlanContext): Promise<PlanPart> {
   const part = emptyPart();
-  const [current, instances, quotas, types] = await Promise.all([
+  const [current, instances, quotasNow, types] = await Promise.all([
     ctx.client.list<DeploymentObject>(WorkloadDeployment.ref).then((l) => l.items),
     ctx.client.list<InstanceObject>(Instance.ref, { query: OWN_INSTANCES }).then((l) => l.items),
     ctx.client.list<QuotaObject>(Quota.ref).then((l) => l.items),
     ctx.client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
   ]);
-  const sizes = new Map(types.map((t) => [t.metadata!.name!, t.spec!]));
+  const sizes = sizesAfter(ctx, types);
+  // The change's Quotas are in force as it would leave them (a WorkloadDeployment beside its Quota).
+  const quotas = replaced(
+    quotasNow,
+    ofKind(ctx.all, 'Quota', true) as QuotaObject[],
+    ctx.deleting,
+    Date.now(),
+  );
   const ds: [Stepped, string][] = [];
   for (const o of ctx.objects) {
     const r = WorkloadDeployment.parse({
@@ -482,6 +493,30 @@ export async function planDeploymentObjects(ctx: PlanContext): Promise<PlanPart>
     instanceEffects(d, said, { where: '', by, owner: by }, part);
     if (d.start.size && !d.states.length)
       part.warnings.push(`${by} would lose every instance (${d.start.size})`);
+  }
+  return part;
+}
+
+/**
+ * InstanceTypes: they size the change's own instances (sizesAfter). Instances that name one now keep
+ * the Pods they were made with; new Pods and the quota's count take its new size, and one deleted
+ * leaves them without a size (ConfigurationError): said, not stepped.
+ */
+export async function planInstanceTypes(ctx: PlanContext): Promise<PlanPart> {
+  const part = emptyPart();
+  const instances = (await ctx.client.list<InstanceObject>(Instance.ref)).items;
+  for (const t of ctx.objects) {
+    const name = t.metadata!.name!;
+    const naming = instances.filter((i) => byInstanceType(i).includes(name)).length;
+    if (!naming) continue;
+    if (ctx.deleting)
+      part.warnings.push(
+        `InstanceType ${name} deleted: ${naming} instance(s) name it and would have no size (ConfigurationError): their running Pods stay, no new one is made and quota grants them nothing`,
+      );
+    else
+      part.unknown.push(
+        `InstanceType ${name}: ${naming} instance(s) name it now: their running Pods keep the resources they were made with; new Pods and the quota's count take its size (berth plan does not step this)`,
+      );
   }
   return part;
 }

@@ -4,7 +4,15 @@ import { test } from 'node:test';
 import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
 import type { InstanceObject } from '../../../src/workloads/decide.ts';
 import { emptyPart } from '../../../src/policy/plan.ts';
-import { instanceEffects, planQuotas, stepDeployments, stepped } from '../../../src/workloads/plan.ts';
+import {
+  instanceEffects,
+  planDeploymentObjects,
+  planQuotas,
+  stepDeployments,
+  stepped,
+} from '../../../src/workloads/plan.ts';
+import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import type { KubeClient } from '../../../src/runtime/client/client.ts';
 
 const NOW = Date.parse('2026-11-27T12:00:00Z');
 
@@ -127,4 +135,51 @@ test('a Parallel deployment stepped: every instance made in one round, the Quota
     ],
   );
   assert.deepEqual(part.warnings, ['WorkloadDeployment shop/web would exceed its quota: web-1, web-2 wait']);
+});
+
+test('a WorkloadDeployment beside its Quota and InstanceType in one change: sized and granted by them, not the cluster’s', async () => {
+  const client = { list: async () => ({ items: [] }) } as unknown as KubeClient;
+  const all: KubeObject[] = [
+    {
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'InstanceType',
+      metadata: { name: 'small' },
+      spec: { cpu: '500m', memory: '512Mi' },
+    },
+    {
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'Quota',
+      metadata: { name: 'budget', namespace: 'shop' },
+      spec: { instances: 4, cpu: '1' },
+    },
+    {
+      apiVersion: 'berth.dev/v1alpha1',
+      kind: 'WorkloadDeployment',
+      metadata: { name: 'hello', namespace: 'shop' },
+      spec: {
+        replicas: 3,
+        instanceManagementPolicy: 'Parallel',
+        template: { instanceType: 'small', containers: [{ name: 'app', image: 'web:1' }] },
+      },
+    },
+  ];
+  const part = await planDeploymentObjects({
+    client,
+    objects: all.filter((o) => o.kind === 'WorkloadDeployment'),
+    all,
+    deleting: false,
+    options: {},
+    berthNamespace: 'berth-system',
+    keys: () => Promise.reject(new Error('not asked')),
+  });
+  const instances = part.effects.filter((e) => e.kind === 'Instance').map((e) => `${e.name}: ${e.what}`);
+  // 1 vCPU holds two instances of 500m: the third waits, for the Quota's cpu, not for a missing size.
+  assert.equal(instances.length, 3, instances.join('\n'));
+  assert.equal(
+    instances.filter((l) => /granted/.test(l) && !/waits/.test(l)).length,
+    2,
+    instances.join('\n'),
+  );
+  assert.match(instances.find((l) => /waits/.test(l)) ?? '', /vCPU/);
+  assert.ok(!instances.some((l) => /does not exist/.test(l)), instances.join('\n'));
 });
