@@ -286,10 +286,14 @@ async function factsOf(ctx: PlanContext): Promise<Facts> {
 /** The objects of a kind in the change as federation reads them; those it refuses, as errors in `part`. */
 function parsed<T>(
   objects: KubeObject[],
-  kind: { kind: string; parse(o: unknown): { success: true; data: T } | { success: false; error: string } },
+  kind: {
+    kind: string;
+    ref: ResourceRef;
+    parse(o: unknown): { success: true; data: T } | { success: false; error: string };
+  },
   part?: PlanPart,
 ): T[] {
-  return ofKind(objects, kind.kind, true).flatMap((o) => {
+  return ofKind(objects, kind.kind, kind.ref.namespaced).flatMap((o) => {
     const r = kind.parse(o);
     if (r.success) return [r.data];
     part?.errors.push(r.error);
