@@ -5,22 +5,24 @@
 // Berth's controllers running: what the controllers did to this file's nodes is what the plan said,
 // exactly (labels, taints, held nodes), and deleting it undoes what `plan --delete` said.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { parse, stringify } from 'yaml';
+import { parse } from 'yaml';
 import type { Explanation } from '../../src/explain.ts';
 import type { PolicyKit } from '../../src/policy/kit.ts';
 import type { Effect } from '../../src/policy/plan.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
+import { packageRoot } from '../../src/sandbox/paths.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
 import { addNodes, kubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';
-import { runPlan } from '../helpers/plan.ts';
+import { manifests, runPlan } from '../helpers/plan.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -30,7 +32,6 @@ const D = `${id}.example.com`;
 let kit: PolicyKit | undefined;
 let kubectlPath: string;
 const nodes: string[] = [];
-const dir = mkdtempSync(join(tmpdir(), 'berth-plan-'));
 
 before(async () => {
   await installCrds(client);
@@ -50,11 +51,7 @@ after(async () => {
   client.close();
 });
 
-const file = (name: string, objects: unknown[]) => {
-  const path = join(dir, name);
-  writeFileSync(path, objects.map((o) => stringify(o)).join('---\n'));
-  return path;
-};
+const file = manifests('berth-plan-');
 
 const plan = (...args: string[]) => runPlan(sandbox.kubeconfigPath, ...args);
 
@@ -160,4 +157,21 @@ test('a rule and a gate: the plan says exactly what the controllers then do, and
     const now = await carried();
     return Object.values(now).every((v) => v.length === 0) ? now : undefined;
   });
+});
+
+test('kubectl berth plan: the plugin kubectl finds on PATH says what berth plan says, with its exit code', () => {
+  // As `npm install -g` puts it on PATH: kubectl-berth, run by the node on PATH (Node 24 here).
+  const bin = mkdtempSync(join(tmpdir(), 'berth-plugin-'));
+  symlinkSync(join(packageRoot(), 'bin', 'berth.js'), join(bin, 'kubectl-berth'));
+  const path = file('plugin.yaml', [rule]);
+  const r = spawnSync(
+    kubectlPath,
+    ['berth', 'plan', '-f', path, '--kubeconfig', sandbox.kubeconfigPath, '-o', 'json'],
+    {
+      encoding: 'utf8',
+      env: { ...process.env, PATH: [bin, dirname(process.execPath), process.env['PATH']].join(':') },
+    },
+  );
+  assert.equal(r.status, 2, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), plan('-f', path).plan);
 });
