@@ -421,6 +421,9 @@ await client.request('DELETE', resourcePath(Instance.ref, FAIR_NS), {
 await client.request('DELETE', `/api/v1/namespaces/${FAIR_NS}/pods`, {
   body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0 },
 });
+// Its Quota too: a ledger of 500 claims whose instances are gone would have Berth's quota controller
+// ask the apiserver for each of them (goneClaims) while Berth's own run is measured.
+await client.delete(Quota.ref, 'room', FAIR_NS);
 await waitForValue('the fair floor gone', async () =>
   (await client.list(Resources.pods, { namespace: FAIR_NS, query: { limit: 1 } })).items.length === 0 &&
   (await client.list(Instance.ref, { namespace: FAIR_NS, query: { limit: 1 } })).items.length === 0
