@@ -5,7 +5,7 @@ import type { Kubeconfig } from '../runtime/client/kubeconfig.ts';
 import { sameConditions, setCondition, findCondition } from '../runtime/api/conditions.ts';
 import type { Condition, ConditionStatus } from '../runtime/api/conditions.ts';
 import { ApiError } from '../runtime/client/client.ts';
-import { isDnsLabel } from '../runtime/api/meta.ts';
+import { apiTime, isDnsLabel } from '../runtime/api/meta.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import type { CellSpec, CellStatus } from './types.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
@@ -220,8 +220,6 @@ export function reachable(h: History, now: number, t: Timing): Verdict {
   return { status: 'Unknown', reason: 'Probing', message: 'the cell has not answered yet' };
 }
 
-const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
-
 /** Ready's reason for a cell that is Ready in every other way but cordoned (spec.unschedulable). */
 export const CORDONED = 'Unschedulable';
 
@@ -269,7 +267,7 @@ export function cellStatus(
       ? old.lastContactTime
       : previous !== undefined && h.lastContact - previous < t.contactRefreshMs && h.lastContact >= previous
         ? old.lastContactTime
-        : iso(h.lastContact);
+        : apiTime(h.lastContact);
   return {
     ...generation,
     ...(lastContactTime ? { lastContactTime } : {}),

@@ -3,7 +3,7 @@
 // controller (controllers/mirror.ts) reads the caches and writes.
 import { isDeepStrictEqual } from 'node:util';
 import { findCondition, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
-import { apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
+import { apiTime, apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
 import type { InstanceObject } from '../workloads/decide.ts';
 import {
   Instance,
@@ -142,7 +142,7 @@ export function staleStatus(mirror: InstanceObject, cell: string, since: string 
         type: MIRRORED_CONDITION,
         status: 'False',
         reason: 'CellUnreachable',
-        message: `cell ${cell} has not answered since ${when.toISOString().replace(/\.\d{3}Z$/, 'Z')}: the last status it gave is kept`,
+        message: `cell ${cell} has not answered since ${apiTime(when.getTime())}: the last status it gave is kept`,
       },
       when,
     ),

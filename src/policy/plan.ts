@@ -1,7 +1,7 @@
 // What `berth plan` says a change would do, as data: each effect on an object with the policy
 // responsible, the dangerous ones as warnings, and what it could not know. Each capability plans
 // its own kinds from the decisions its controllers make; `src/plan.ts` puts them together.
-import type { KubeObject } from '../runtime/api/meta.ts';
+import { apiTime, type KubeObject } from '../runtime/api/meta.ts';
 import type { KubeClient } from '../runtime/client/client.ts';
 import type { KeyOwnership } from './nodes/ownership.ts';
 
@@ -54,9 +54,6 @@ export type Named = {
 
 const nameOf = (o: Named) => `${o.metadata?.namespace ?? ''}/${o.metadata?.name}`;
 
-/** A time as the API writes it (RFC 3339, seconds). */
-export const nowText = (now: number) => new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
-
 /** The objects of a kind among `objects`, a namespaced one in `default` when it names none (as kubectl). */
 export const ofKind = (objects: KubeObject[], kind: string, namespaced: boolean): KubeObject[] =>
   objects
@@ -78,7 +75,7 @@ export function replaced<T extends Named>(list: T[], objects: T[], deleting: boo
     ...kept,
     ...objects.map((o) => {
       const was = list.find((x) => nameOf(x) === nameOf(o));
-      const creationTimestamp = was?.metadata?.creationTimestamp ?? nowText(now);
+      const creationTimestamp = was?.metadata?.creationTimestamp ?? apiTime(now);
       return { ...o, metadata: { ...o.metadata, creationTimestamp }, status: was?.status } as T;
     }),
   ];

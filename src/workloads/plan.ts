@@ -4,7 +4,8 @@
 // capability) they are the cells' instances as their mirrors here show them.
 import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
-import { emptyPart, ofKind, nowText, replaced, type PlanContext, type PlanPart } from '../policy/plan.ts';
+import { emptyPart, ofKind, replaced, type PlanContext, type PlanPart } from '../policy/plan.ts';
+import { apiTime } from '../runtime/api/meta.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
 import {
@@ -94,7 +95,7 @@ export function planQuotas(
       quota && before && keyOf(quota) === keyOf(before) ? before.status?.claims : [],
       pool.map((p) => p.candidate),
       new Set(),
-      nowText(now),
+      apiTime(now),
     );
     const by = quota ? `Quota ${keyOf(quota)}` : `no Quota in ${ns}`;
     const waiting: string[] = [];
@@ -310,7 +311,7 @@ export function stepDeployments(
           notReadySince: f.now,
         });
         const inst = {
-          metadata: { name, uid, namespace: c.namespace, creationTimestamp: nowText(f.now + round * 1000) },
+          metadata: { name, uid, namespace: c.namespace, creationTimestamp: apiTime(f.now + round * 1000) },
           spec: { template: c.template },
         } as unknown as InstanceObject;
         pool.get(c.namespace)!.set(uid, { ...candidateOf(c.cluster, inst, f.instanceType) });
@@ -321,7 +322,7 @@ export function stepDeployments(
     if (!f.quotas || !made.length) continue;
     for (const ns of namespaces) {
       const quota = inForce(f.quotas, ns);
-      const d = decideUnder(quota, ledgers.get(ns), [...pool.get(ns)!.values()], gone, nowText(f.now));
+      const d = decideUnder(quota, ledgers.get(ns), [...pool.get(ns)!.values()], gone, apiTime(f.now));
       ledgers.set(ns, d.claims);
       const clustersOf = (granted: boolean) =>
         new Set(

@@ -1,5 +1,5 @@
 // metav1.Condition semantics: lastTransitionTime moves only when the status changes.
-import type { KubeObject } from './meta.ts';
+import { apiTime, type KubeObject } from './meta.ts';
 
 export type ConditionStatus = 'True' | 'False' | 'Unknown';
 
@@ -22,8 +22,7 @@ export function setCondition(
 ): Condition[] {
   const list = conditions ?? [];
   const old = findCondition(list, c.type);
-  const lastTransitionTime =
-    old && old.status === c.status ? old.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const lastTransitionTime = old && old.status === c.status ? old.lastTransitionTime : apiTime(now.getTime());
   const next: Condition = { ...c, lastTransitionTime };
   return old ? list.map((x) => (x === old ? next : x)) : [...list, next];
 }

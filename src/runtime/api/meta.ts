@@ -169,5 +169,8 @@ export function resourceOfKind(kind: string): ResourceRef {
   return ref;
 }
 
+/** A Kubernetes Time, as the API writes it: RFC 3339 in UTC, to the second. */
+export const apiTime = (ms: number): string => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
 /** A Kubernetes MicroTime: RFC 3339 in UTC with exactly six fractional digits. */
 export const microTime = (ms: number): string => new Date(ms).toISOString().replace(/Z$/, '000Z');

@@ -30,7 +30,7 @@ import {
   type Condition,
   type ConditionStatus,
 } from '../../runtime/api/conditions.ts';
-import type { KubeObject } from '../../runtime/api/meta.ts';
+import { apiTime, type KubeObject } from '../../runtime/api/meta.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
 import {
   budgetOf,
@@ -372,13 +372,7 @@ export class QuotaController {
     );
     const ledger = quota?.status?.claims ?? [];
     const gone = await this.goneClaims(namespace, ledger);
-    const decision = decideUnder(
-      quota,
-      ledger,
-      candidates,
-      gone,
-      now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    );
+    const decision = decideUnder(quota, ledger, candidates, gone, apiTime(now.getTime()));
 
     if (quota) {
       const status = quotaStatus(
