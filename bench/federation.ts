@@ -87,6 +87,7 @@ const { values } = parseArgs({
     replicas: { type: 'string', default: '5' },
     concurrency: { type: 'string', default: '16' },
     samples: { type: 'string', default: '50' },
+    sandbox: { type: 'string', default: 'bench-federation' },
   },
 });
 const CITIES = ['DFW', 'LHR', 'NRT', 'FRA', 'SYD', 'GRU', 'SIN', 'JNB'];
@@ -125,7 +126,7 @@ const workload = (name: string, codes: string[], image = 'registry.example/app:1
 });
 const wlName = (i: number) => `w-${i}`;
 
-const federation = new Federation('bench-federation');
+const federation = new Federation(values.sandbox);
 await federation.down(true);
 destroyOnCrash(() => federation.down(true));
 const started = performance.now();

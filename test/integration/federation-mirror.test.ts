@@ -251,6 +251,36 @@ test("every cell instance of a Workload has one read-only mirror upstream: label
   });
 });
 
+test('a mirror is two writes while its instances come up: its create and one status (berth_api_writes_total)', async () => {
+  const ns = await fed.namespace('mirror-writes');
+  namespaces.push(ns);
+  const wl = uniqueName('web');
+  const management = fed.management()!;
+  const host = fed.sandbox.client().server.host;
+  const writes = (resource: string) =>
+    management.metric(
+      'berth_api_writes_total',
+      (l) => l.includes(`resource="${resource}"`) && l.includes(`host="${host}"`),
+    );
+  const [applies, statuses] = [await writes('instances'), await writes('instances/status')];
+  // Eight new instances at once: each one's statuses come while its mirror's create is on its way,
+  // and a pass before the create's echo must not create it again.
+  await applyWorkload(ns, wl, [
+    ['us', 'DFW', 4],
+    ['eu', 'LHR', 4],
+  ]);
+  await waitFor(
+    'eight Ready mirrors upstream',
+    async () => {
+      const ms = await mirrorsOf(ns, wl);
+      return ms.length === 8 && ms.every(ready);
+    },
+    { timeoutMs: 120_000, observe: () => mirrorsOf(ns, wl) },
+  );
+  assert.equal((await writes('instances')) - applies, 8, 'one apply (its create) per mirror');
+  assert.ok((await writes('instances/status')) - statuses <= 8, 'one status write per mirror');
+});
+
 test("a mirror's name held by another cell's instance (cell `a` + `b-c`, cell `a-b` + `c`) is neither overwritten nor pruned: the instance waits, with a Warning, until the name is free", async () => {
   const ns = await fed.namespace('mirror-taken');
   namespaces.push(ns);

@@ -210,11 +210,15 @@ export class MirrorController {
     const mname = mirrorName(cell, name);
     if (!mname) return;
     const cached = this.mirrors.get(`${namespace}/${mname}`);
+    // The mirror as last written: a create the cache has not shown yet counts too, or the instance's
+    // next change, come before the echo, would create it again (bench:federation: 5 in 100).
+    const mirror = cached
+      ? (this.sent.pending(cached) ?? cached)
+      : this.sent.pendingKey(`${namespace}/${mname}`);
     // Two cells' instances can have one mirror name (cell `a`, instance `b-c`; cell `a-b`, instance
     // `c`): the mirror is the first one's, never overwritten or pruned for the other, which waits.
-    const holder = cached && sourceKeyOf(cached);
-    if (cached && holder !== key && this.holds(holder, mname)) return this.nameTaken(cached, holder!, key);
-    const mirror = cached && (this.sent.pending(cached) ?? cached);
+    const holder = mirror && sourceKeyOf(mirror);
+    if (mirror && holder !== key && this.holds(holder, mname)) return this.nameTaken(mirror, holder!, key);
     // A new instance passes through several statuses within a second (quota granted, programmed,
     // Ready, Available): its mirror is written with spacing, so that a thousand new instances do not
     // send the management plane four thousand writes.
