@@ -251,7 +251,7 @@ test("every cell instance of a Workload has one read-only mirror upstream: label
   });
 });
 
-test('a mirror is two writes while its instances come up: its create and one status (berth_api_writes_total)', async () => {
+test('a mirror is one create while its instances come up, and its status is not written per status of its instance (berth_api_writes_total)', async () => {
   const ns = await fed.namespace('mirror-writes');
   namespaces.push(ns);
   const wl = uniqueName('web');
@@ -278,7 +278,9 @@ test('a mirror is two writes while its instances come up: its create and one sta
     { timeoutMs: 120_000, observe: () => mirrorsOf(ns, wl) },
   );
   assert.equal((await writes('instances')) - applies, 8, 'one apply (its create) per mirror');
-  assert.ok((await writes('instances/status')) - statuses <= 8, 'one status write per mirror');
+  // Its status waits for its instance's first (decision 0032): one write, or two where a Pod took
+  // longer than the instance's verdict wait to be Ready (a slow machine), never one per status.
+  assert.ok((await writes('instances/status')) - statuses <= 16, 'at most two status writes per mirror');
 });
 
 test("a mirror's name held by another cell's instance (cell `a` + `b-c`, cell `a-b` + `c`) is neither overwritten nor pruned: the instance waits, with a Warning, until the name is free", async () => {
