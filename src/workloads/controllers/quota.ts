@@ -466,19 +466,23 @@ export class QuotaController {
     const readable = new Map(this.readable().map((s) => [s.cluster.name, s]));
     const engaged = new Set(this.manager.clusterNames);
     const gone = new Set<string>();
+    // Only the claims the caches cannot vouch for are asked about (every pass reads the whole ledger).
+    const ask: { c: (typeof claims)[number]; s: ClusterState }[] = [];
+    for (const c of claims) {
+      // The local cluster is always engaged.
+      if (!engaged.has(c.cluster) && this.clusterExists?.(c.cluster) === false) {
+        this.log.info(
+          { cluster: c.cluster, instance: `${namespace}/${c.name}` },
+          'claim released: its cluster no longer exists',
+        );
+        gone.add(c.uid);
+        continue;
+      }
+      const s = readable.get(c.cluster);
+      if (s && s.instances.get(`${namespace}/${c.name}`)?.metadata?.uid !== c.uid) ask.push({ c, s });
+    }
     await Promise.all(
-      claims.map(async (c) => {
-        // The local cluster is always engaged.
-        if (!engaged.has(c.cluster) && this.clusterExists?.(c.cluster) === false) {
-          this.log.info(
-            { cluster: c.cluster, instance: `${namespace}/${c.name}` },
-            'claim released: its cluster no longer exists',
-          );
-          gone.add(c.uid);
-          return;
-        }
-        const s = readable.get(c.cluster);
-        if (!s || s.instances.get(`${namespace}/${c.name}`)?.metadata?.uid === c.uid) return;
+      ask.map(async ({ c, s }) => {
         try {
           const live = await s.cluster.client.get(Instance.ref, c.name, namespace);
           if (live.metadata?.uid !== c.uid) gone.add(c.uid);
