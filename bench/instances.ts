@@ -12,8 +12,15 @@
 //      once claimed, its Pod created ungated; once the Pod is seen Ready, the Instance's status
 //      (Ready, Available, Programmed, QuotaGranted, its Pod) applied once; the next ordinal once
 //      that is answered. No WorkloadDeployment and no status of one: writes per object say those.
-//      Its writes go with Berth's identity (its ServiceAccount), under the same API Priority and
-//      Fairness level as Berth's; the bare floor's with the admin's, exempt from it.
+//    - The status floor (`statusFloorSeconds`, `statusRatio`): the fair floor's work plus what a
+//      WorkloadDeployment needs, which a user reads READY and AVAILABLE on: the deployments created
+//      by the benchmark's user as for Berth (at `--concurrency`), each one's first ordinal once it
+//      exists, and its status (counts, Available, Progressing) applied when they change: at once on
+//      a condition change (created, every instance Ready), else RAMP_BATCH_MS after its last write,
+//      Berth's status controller's spacing (the one-second bound); one write at a time per deployment.
+//    The two fair floors' writes go with Berth's identity (its ServiceAccount), under the same API
+//    Priority and Fairness level as Berth's (the user's deployment creates with the admin's, as in
+//    Berth's run); the bare floor's with the admin's, exempt from it.
 // 2. Berth: `--deployments` WorkloadDeployments of `--replicas` (OrderedReady) in a namespace whose
 //    Quota has room, created at `--concurrency`, Berth's workers at the same number. Seconds from the
 //    first create to every Instance Ready; quota grant latency per instance (first seen → seen with
@@ -21,8 +28,8 @@
 //    the grant is decided); Berth's API writes by resource, counted by its own
 //    berth_api_writes_total: per instance (its create, status, Pod, and the ledger's writes shared
 //    out), per WorkloadDeployment (its status), and all of them per instance; the fair floor's the
-//    same way. And where an instance's time goes, step by step (each
-//    seen by this process's watches): claimed in the Quota's ledger, its Pod created, bound, Ready,
+//    same way; the apiserver's CPU seconds in each run. And where an instance's time goes, step by
+//    step (each seen by this process's watches): claimed in the Quota's ledger, its Pod created, bound, Ready,
 //    the instance Ready, the next ordinal created; the floor's pods by the same steps.
 // 3. Rollout: one deployment of `--rollout-replicas`, its template changed once; seconds until every
 //    instance runs the new template and is Ready, against the floor's step times the replicas.
@@ -33,11 +40,19 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import { isNotFound, resourcePath } from '../src/runtime/client/client.ts';
 import { applyStatus } from '../src/runtime/client/apply.ts';
 import { findCondition } from '../src/runtime/api/conditions.ts';
-import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
+import { apiTime, Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { slimPod, type SlimPod } from '../src/policy/slim.ts';
-import { instanceManifest, podManifest, templateHash, type InstanceObject } from '../src/workloads/decide.ts';
+import {
+  deploymentSelector,
+  instanceManifest,
+  podManifest,
+  templateHash,
+  type InstanceObject,
+} from '../src/workloads/decide.ts';
+import { RAMP_BATCH_MS, STATUS_WORKERS } from '../src/workloads/controllers/deployment-status.ts';
 import { instanceSize } from '../src/workloads/resources.ts';
 import {
+  DEPLOYMENT_MANAGER,
   Quota,
   WorkloadDeployment,
   Instance,
@@ -74,6 +89,7 @@ const { values } = parseArgs({
     'rollout-replicas': { type: 'string', default: '20' },
     concurrency: { type: 'string', default: '16' },
     nodes: { type: 'string' },
+    sandbox: { type: 'string', default: 'bench-instances' },
   },
 });
 const deployments = Number(values.deployments);
@@ -86,6 +102,7 @@ const nodeCount = Number(values.nodes ?? Math.ceil((instances + rolloutReplicas)
 const NS = 'bench-instances';
 const FLOOR_NS = 'bench-instances-floor';
 const FAIR_NS = 'bench-instances-fair';
+const STATUS_NS = 'bench-instances-status';
 /** Rollout steps the floor times by hand (the median counts). */
 const FLOOR_STEPS = 5;
 
@@ -101,10 +118,10 @@ const template: InstanceTemplate = {
 };
 const wdName = (d: number) => `wd-${d}`;
 
-const sb = await benchSandbox('bench-instances', [{ prefix: 'cell', count: nodeCount }]);
+const sb = await benchSandbox(values.sandbox, [{ prefix: 'cell', count: nodeCount }]);
 const client = sb.client({ maxInFlight: 64 });
 await installCrds(client);
-for (const name of [NS, FLOOR_NS, FAIR_NS])
+for (const name of [NS, FLOOR_NS, FAIR_NS, STATUS_NS])
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
 
 const ready = (o: { status?: { conditions?: { type: string; status: string }[] } }) =>
@@ -171,8 +188,9 @@ const previous = (n: string) => n.replace(/-(\d+)$/, (_, k: string) => `-${Numbe
 // Built by Berth's own functions, so the floor's pods are the ones Berth would create, less the
 // owner reference (nothing owns them here: the garbage collector would take them) and the gate.
 const hash = templateHash(template);
-const size = instanceSize(template, () => undefined);
-if ('error' in size) throw new Error(size.error);
+const sized = instanceSize(template, () => undefined);
+if ('error' in sized) throw new Error(sized.error);
+const size = sized;
 const floorPod = (d: number, ordinal: number): KubeObject => {
   const owner = {
     apiVersion: WorkloadDeployment.apiVersion,
@@ -275,161 +293,337 @@ await waitForValue('the floor pods gone', async () =>
     : undefined,
 );
 
-// 1b. The fair floor: what an instance needs, as plain writes (the header says which).
+// 1b. The fair floors: what an instance needs, as plain writes (the header says which); the status
+// floor adds what a WorkloadDeployment needs.
 const quotaOf = (namespace: string): KubeObject => ({
   apiVersion: Quota.apiVersion,
   kind: Quota.kind,
   metadata: { name: 'room', namespace },
   spec: { instances: 2 * (instances + rolloutReplicas) },
 });
-let ledger = await client.create<KubeObject & { status?: QuotaStatus }>(Quota.ref, quotaOf(FAIR_NS));
-// Its writes go as Berth's do: with Berth's identity (a ServiceAccount), under the same API Priority
-// and Fairness level, not the admin's (exempt from it).
-const fair = await berthClient(sb);
-/** Claims waiting for the next ledger write, with what to call once it is answered. */
-const claimsWaiting: { claim: QuotaClaim; done: () => void }[] = [];
-let ledgerWriting = false;
-let ledgerWrites = 0;
-const flushLedger = async (): Promise<void> => {
-  if (ledgerWriting || !claimsWaiting.length) return;
-  ledgerWriting = true;
-  const batch = claimsWaiting.splice(0);
-  const claims = [...(ledger.status?.claims ?? []), ...batch.map((b) => b.claim)];
-  ledger = await fair.request('PUT', resourcePath(Quota.ref, FAIR_NS, 'room', 'status'), {
-    body: {
-      ...ledger,
-      status: {
-        used: {
-          instances: claims.length,
-          cpu: `${claims.length * 100}m`,
-          memory: `${claims.length * 128}Mi`,
+const wd = (name: string, n: number, namespace = NS): KubeObject => ({
+  apiVersion: WorkloadDeployment.apiVersion,
+  kind: WorkloadDeployment.kind,
+  metadata: { name, namespace },
+  spec: { template, replicas: n, instanceManagementPolicy: 'OrderedReady' },
+});
+/** The apiserver's CPU seconds between two processCpu readings. */
+const apiserverCpu = (before: Map<string, number>, after: Map<string, number>) =>
+  round((after.get('kube-apiserver') ?? 0) - (before.get('kube-apiserver') ?? 0), 1);
+
+/** A deployment of the status floor: its object, its instances made and Ready, its status writes. */
+interface FloorDeployment {
+  wd: KubeObject;
+  made: number;
+  ready: number;
+  /** When its status was last written (performance.now()), and what. */
+  lastAt: number;
+  written?: string;
+  /** The write of the counts after the spacing, when one is due. */
+  timer?: ReturnType<typeof setTimeout>;
+  /** Waiting for a writer; being written (one write at a time per deployment, as per key in a workqueue). */
+  queued?: boolean;
+  writing?: Promise<void>;
+}
+
+/**
+ * The fair floor in `namespace`; with `deploymentStatus`, the status floor: the WorkloadDeployments
+ * created as the benchmark's user creates them for Berth, each instance's first ordinal once its
+ * deployment exists, and each deployment's status (counts, Available, Progressing) applied with
+ * Berth's identity when it changes: at once when a condition changes (created, every instance
+ * Ready), else RAMP_BATCH_MS after its last write, as Berth's status controller spaces them.
+ */
+async function fairFloor(namespace: string, deploymentStatus: boolean) {
+  let ledger = await client.create<KubeObject & { status?: QuotaStatus }>(Quota.ref, quotaOf(namespace));
+  // Its writes go as Berth's do: with Berth's identity (a ServiceAccount), under the same API Priority
+  // and Fairness level, not the admin's (exempt from it).
+  const fair = await berthClient(sb);
+  /** Claims waiting for the next ledger write, with what to call once it is answered. */
+  const claimsWaiting: { claim: QuotaClaim; done: () => void }[] = [];
+  let ledgerWriting = false;
+  let ledgerWrites = 0;
+  let statusWrites = 0;
+  const flushLedger = async (): Promise<void> => {
+    if (ledgerWriting || !claimsWaiting.length) return;
+    ledgerWriting = true;
+    const batch = claimsWaiting.splice(0);
+    const claims = [...(ledger.status?.claims ?? []), ...batch.map((b) => b.claim)];
+    ledger = await fair.request('PUT', resourcePath(Quota.ref, namespace, 'room', 'status'), {
+      body: {
+        ...ledger,
+        status: {
+          used: {
+            instances: claims.length,
+            cpu: `${claims.length * 100}m`,
+            memory: `${claims.length * 128}Mi`,
+          },
+          claims,
         },
-        claims,
       },
-    },
-    query: { fieldManager: 'bench' },
-  });
-  ledgerWriting = false;
-  ledgerWrites++;
-  for (const b of batch) b.done();
-  void flushLedger();
-};
-const claim = (inst: KubeObject) =>
-  new Promise<void>((done) => {
-    claimsWaiting.push({
-      claim: {
-        cluster: 'local',
-        name: inst.metadata!.name!,
-        uid: inst.metadata!.uid!,
-        milliCPU: 100,
-        memoryBytes: 128 * 2 ** 20,
-        grantedAt: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
-      },
-      done,
+      query: { fieldManager: 'bench' },
     });
+    ledgerWriting = false;
+    ledgerWrites++;
+    for (const b of batch) b.done();
     void flushLedger();
-  });
-const fairWatch = new PodWatch(FAIR_NS);
-await fairWatch.start();
-const fairMade = new Map<string, InstanceObject>();
-const fairWorkBefore = await apiserverWork(client);
-const fairCpuBefore = processCpu(sb);
-const fairStarted = performance.now();
-const fairSeconds = await new Promise<number>((resolve, reject) => {
-  const queue: [number, number][] = Array.from({ length: deployments }, (_, d) => [d, 0]);
-  let inFlight = 0;
-  let done = 0;
-  const make = async (d: number, ordinal: number) => {
-    const manifest = instanceManifest(
-      { metadata: { name: wdName(d), namespace: FAIR_NS } },
-      { apiVersion: WorkloadDeployment.apiVersion, kind: WorkloadDeployment.kind, name: wdName(d), uid: '' },
-      template,
-      hash,
-      ordinal,
-    );
-    delete manifest.metadata!.ownerReferences;
-    const inst = await fair.create<InstanceObject>(Instance.ref, manifest);
-    await claim(inst);
-    const owner = {
-      apiVersion: Instance.apiVersion,
-      kind: Instance.kind,
-      name: inst.metadata.name!,
-      uid: inst.metadata.uid!,
-    };
-    fairMade.set(inst.metadata.name!, inst);
-    await fair.create(Resources.pods, podManifest(inst, owner, size, false));
   };
-  const pump = () => {
-    while (inFlight < concurrency && queue.length) {
-      const [d, ordinal] = queue.shift()!;
-      inFlight++;
-      make(d, ordinal).then(() => {
-        inFlight--;
-        pump();
-      }, reject);
-    }
-  };
-  const readyStatus = (inst: InstanceObject) => {
-    const at = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
-    const condition = (type: string, reason: string, message: string) => ({
-      type,
-      status: 'True',
-      reason,
-      message,
-      lastTransitionTime: at,
-      observedGeneration: inst.metadata.generation,
+  const claim = (inst: KubeObject) =>
+    new Promise<void>((done) => {
+      claimsWaiting.push({
+        claim: {
+          cluster: 'local',
+          name: inst.metadata!.name!,
+          uid: inst.metadata!.uid!,
+          milliCPU: 100,
+          memoryBytes: 128 * 2 ** 20,
+          grantedAt: apiTime(Date.now()),
+        },
+        done,
+      });
+      void flushLedger();
     });
+
+  const floorDeployments = new Map<number, FloorDeployment>();
+  const deploymentCondition = (type: string, status: boolean, reason: string, message: string) => ({
+    type,
+    status: status ? ('True' as const) : ('False' as const),
+    reason,
+    message,
+    lastTransitionTime: apiTime(Date.now()),
+    observedGeneration: 1,
+  });
+  const statusOf = (f: FloorDeployment): WorkloadDeploymentStatus => {
+    const done = f.ready === replicas;
     return {
-      observedGeneration: inst.metadata.generation,
-      observedTemplateHash: hash,
-      podName: inst.metadata.name,
+      observedGeneration: 1,
+      replicas: f.made,
+      currentReplicas: f.made,
+      readyReplicas: f.ready,
+      availableReplicas: f.ready,
+      updatedReplicas: f.made,
+      desiredReplicas: replicas,
+      templateHash: hash,
+      selector: deploymentSelector(f.wd.metadata!.name!),
       conditions: [
-        condition('Ready', 'Ready', 'serving'),
-        condition('Available', 'PodReady', `Pod ${inst.metadata.name} is Ready`),
-        condition('Programmed', 'PodCreated', `Pod ${inst.metadata.name}`),
-        condition('QuotaGranted', 'Granted', 'granted'),
+        deploymentCondition(
+          'Available',
+          done,
+          done ? 'MinimumReplicasAvailable' : 'Provisioning',
+          `${f.ready} of ${replicas} instances available`,
+        ),
+        deploymentCondition(
+          'Progressing',
+          true,
+          done ? 'NewTemplateAvailable' : 'ScalingReplicas',
+          done ? `template ${hash} is rolled out` : `${f.made} instances, ${replicas} desired`,
+        ),
       ],
     };
   };
-  fairWatch.readyHandler = (name) => {
-    const inst = fairMade.get(name);
-    if (!inst) return;
-    fairMade.delete(name);
-    applyStatus(fair, Instance.ref, inst, readyStatus(inst), 'bench').then(() => {
-      const [, d, ordinal] = /^wd-(\d+)-(\d+)$/.exec(name)!.map(Number) as [number, number, number];
-      if (ordinal + 1 < replicas) queue.push([d, ordinal + 1]);
-      if (++done === instances) resolve((performance.now() - fairStarted) / 1000);
-      pump();
-    }, reject);
+  /** Deployments whose status is due, written by STATUS_WORKERS writers with their counts then. */
+  const due: FloorDeployment[] = [];
+  let writers = 0;
+  const writeDue = () => {
+    for (let i = 0; writers < STATUS_WORKERS && i < due.length;) {
+      const f = due[i]!;
+      if (f.writing) {
+        i++;
+        continue;
+      }
+      due.splice(i, 1);
+      f.queued = false;
+      const status = statusOf(f);
+      const text = JSON.stringify({ ...status, conditions: undefined });
+      if (text === f.written) continue;
+      f.written = text;
+      f.lastAt = performance.now();
+      writers++;
+      f.writing = applyStatus(fair, WorkloadDeployment.ref, f.wd, status, DEPLOYMENT_MANAGER).then(() => {
+        statusWrites++;
+        writers--;
+        f.writing = undefined;
+        writeDue();
+      });
+    }
   };
-  pump();
-});
-fairWatch.readyHandler = () => {};
-const fairWork = workDelta(fairWorkBefore, await apiserverWork(client));
-// Its writes: each instance's create, Pod and status, and the ledger's writes shared out.
-const fairWritesPerInstance = round(3 + ledgerWrites / instances, 2);
-console.log(
-  `fair floor: ${instances} instances Ready in ${fairSeconds.toFixed(2)} s; ${fairWritesPerInstance} writes per instance`,
-);
-console.log(`  CPU seconds: ${describeCpu(fairCpuBefore, processCpu(sb))}`);
-console.log(`  the apiserver served: ${fairWork.join(', ')}`);
-fairWatch.informer.stop();
-fair.close();
-await client.request('DELETE', resourcePath(Instance.ref, FAIR_NS), {
-  body: { apiVersion: 'v1', kind: 'DeleteOptions', propagationPolicy: 'Background' },
-});
-await client.request('DELETE', `/api/v1/namespaces/${FAIR_NS}/pods`, {
-  body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0 },
-});
-// Its Quota too: a ledger of 500 claims whose instances are gone would have Berth's quota controller
-// ask the apiserver for each of them (goneClaims) while Berth's own run is measured.
-await client.delete(Quota.ref, 'room', FAIR_NS);
-await waitForValue('the fair floor gone', async () =>
-  (await client.list(Resources.pods, { namespace: FAIR_NS, query: { limit: 1 } })).items.length === 0 &&
-  (await client.list(Instance.ref, { namespace: FAIR_NS, query: { limit: 1 } })).items.length === 0
-    ? true
-    : undefined,
-);
+  const writeDeployment = (f: FloorDeployment) => {
+    if (!f.queued) due.push(f);
+    f.queued = true;
+    writeDue();
+  };
+  /** Its counts changed: written at once when its conditions change, else spaced. */
+  const countsChanged = (f: FloorDeployment) => {
+    clearTimeout(f.timer);
+    f.timer = undefined;
+    const wait = f.lastAt + RAMP_BATCH_MS - performance.now();
+    if (f.ready === replicas || wait <= 0) writeDeployment(f);
+    else f.timer = setTimeout(() => writeDeployment(f), wait);
+  };
+
+  const fairWatch = new PodWatch(namespace);
+  await fairWatch.start();
+  const fairMade = new Map<string, InstanceObject>();
+  const workBefore = await apiserverWork(client);
+  const cpuBefore = processCpu(sb);
+  const started = performance.now();
+  const seconds = await new Promise<number>((resolve, reject) => {
+    const queue: [number, number][] = deploymentStatus
+      ? []
+      : Array.from({ length: deployments }, (_, d) => [d, 0]);
+    let inFlight = 0;
+    let done = 0;
+    const make = async (d: number, ordinal: number) => {
+      const f = floorDeployments.get(d);
+      const owner = {
+        apiVersion: WorkloadDeployment.apiVersion,
+        kind: WorkloadDeployment.kind,
+        name: wdName(d),
+        uid: f?.wd.metadata!.uid ?? '',
+      };
+      const manifest = instanceManifest(
+        { metadata: { name: wdName(d), namespace } },
+        owner,
+        template,
+        hash,
+        ordinal,
+      );
+      // The fair floor's instances have no deployment to own them.
+      if (!f) delete manifest.metadata!.ownerReferences;
+      const inst = await fair.create<InstanceObject>(Instance.ref, manifest);
+      if (f) {
+        f.made++;
+        countsChanged(f);
+      }
+      await claim(inst);
+      const instOwner = {
+        apiVersion: Instance.apiVersion,
+        kind: Instance.kind,
+        name: inst.metadata.name!,
+        uid: inst.metadata.uid!,
+      };
+      fairMade.set(inst.metadata.name!, inst);
+      await fair.create(Resources.pods, podManifest(inst, instOwner, size, false));
+    };
+    const pump = () => {
+      while (inFlight < concurrency && queue.length) {
+        const [d, ordinal] = queue.shift()!;
+        inFlight++;
+        make(d, ordinal).then(() => {
+          inFlight--;
+          pump();
+        }, reject);
+      }
+    };
+    const readyStatus = (inst: InstanceObject) => {
+      const at = apiTime(Date.now());
+      const condition = (type: string, reason: string, message: string) => ({
+        type,
+        status: 'True',
+        reason,
+        message,
+        lastTransitionTime: at,
+        observedGeneration: inst.metadata.generation,
+      });
+      return {
+        observedGeneration: inst.metadata.generation,
+        observedTemplateHash: hash,
+        podName: inst.metadata.name,
+        conditions: [
+          condition('Ready', 'Ready', 'serving'),
+          condition('Available', 'PodReady', `Pod ${inst.metadata.name} is Ready`),
+          condition('Programmed', 'PodCreated', `Pod ${inst.metadata.name}`),
+          condition('QuotaGranted', 'Granted', 'granted'),
+        ],
+      };
+    };
+    fairWatch.readyHandler = (name) => {
+      const inst = fairMade.get(name);
+      if (!inst) return;
+      fairMade.delete(name);
+      applyStatus(fair, Instance.ref, inst, readyStatus(inst), 'bench').then(() => {
+        const [, d, ordinal] = /^wd-(\d+)-(\d+)$/.exec(name)!.map(Number) as [number, number, number];
+        const f = floorDeployments.get(d);
+        if (f) {
+          f.ready++;
+          countsChanged(f);
+        }
+        if (ordinal + 1 < replicas) queue.push([d, ordinal + 1]);
+        if (++done === instances) resolve((performance.now() - started) / 1000);
+        pump();
+      }, reject);
+    };
+    // The status floor's deployments, created by the user as for Berth; each one's first ordinal
+    // and first status once it exists.
+    if (deploymentStatus)
+      forEachLimit(
+        Array.from({ length: deployments }, (_, d) => d),
+        concurrency,
+        async (d) => {
+          const made = await client.create(WorkloadDeployment.ref, wd(wdName(d), replicas, namespace));
+          const f: FloorDeployment = { wd: made, made: 0, ready: 0, lastAt: 0 };
+          floorDeployments.set(d, f);
+          writeDeployment(f);
+          queue.push([d, 0]);
+          pump();
+        },
+      ).catch(reject);
+    pump();
+  });
+  fairWatch.readyHandler = () => {};
+  const work = workDelta(workBefore, await apiserverWork(client));
+  const cpuAfter = processCpu(sb);
+  // Its writes: each instance's create, Pod and status, and the ledger's writes shared out; the
+  // deployments' status writes apart.
+  const writesPerInstance = round(3 + ledgerWrites / instances, 2);
+  // The last status writes (every instance Ready) may still be on their way: counted once answered.
+  await waitForValue('the last status writes of the status floor', () =>
+    due.length || writers ? undefined : true,
+  );
+  const writesPerDeployment = round(statusWrites / deployments, 2);
+  const allWritesPerInstance = round(3 + (ledgerWrites + statusWrites) / instances, 2);
+  console.log(
+    `${deploymentStatus ? 'status' : 'fair'} floor: ${instances} instances Ready in ${seconds.toFixed(2)} s; ` +
+      `${writesPerInstance} writes per instance` +
+      (deploymentStatus
+        ? `, ${writesPerDeployment} per WorkloadDeployment, ${allWritesPerInstance} in all per instance`
+        : ''),
+  );
+  console.log(`  CPU seconds: ${describeCpu(cpuBefore, cpuAfter)}`);
+  console.log(`  the apiserver served: ${work.join(', ')}`);
+  fairWatch.informer.stop();
+  fair.close();
+  // Berth starts on a cluster as bare as the floor's was: its deployments, instances, Pods gone.
+  await client.request('DELETE', resourcePath(WorkloadDeployment.ref, namespace), {
+    body: { apiVersion: 'v1', kind: 'DeleteOptions', propagationPolicy: 'Background' },
+  });
+  await client.request('DELETE', resourcePath(Instance.ref, namespace), {
+    body: { apiVersion: 'v1', kind: 'DeleteOptions', propagationPolicy: 'Background' },
+  });
+  await client.request('DELETE', `/api/v1/namespaces/${namespace}/pods`, {
+    body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0 },
+  });
+  // Its Quota too: a ledger of 500 claims whose instances are gone would have Berth's quota controller
+  // ask the apiserver for each of them (goneClaims) while Berth's own run is measured.
+  await client.delete(Quota.ref, 'room', namespace);
+  const none = async (ref: Parameters<typeof client.list>[0]) =>
+    (await client.list(ref, { namespace, query: { limit: 1 } })).items.length === 0;
+  await waitForValue('the fair floor gone', async () =>
+    (await none(Resources.pods)) && (await none(Instance.ref)) && (await none(WorkloadDeployment.ref))
+      ? true
+      : undefined,
+  );
+  return {
+    seconds,
+    writesPerInstance,
+    writesPerDeployment,
+    allWritesPerInstance,
+    apiserverCpuSeconds: apiserverCpu(cpuBefore, cpuAfter),
+  };
+}
+const fairFloorRun = await fairFloor(FAIR_NS, false);
+const fairSeconds = fairFloorRun.seconds;
+const fairWritesPerInstance = fairFloorRun.writesPerInstance;
+const statusFloorRun = await fairFloor(STATUS_NS, true);
 
 // 2. Berth.
 await client.create(Quota.ref, quotaOf(NS));
@@ -469,12 +663,6 @@ insts.start();
 ledgerWatch.start();
 await Promise.all([insts.waitForSync(), ledgerWatch.waitForSync(), pods.start()]);
 
-const wd = (name: string, n: number): KubeObject => ({
-  apiVersion: WorkloadDeployment.apiVersion,
-  kind: WorkloadDeployment.kind,
-  metadata: { name, namespace: NS },
-  spec: { template, replicas: n, instanceManagementPolicy: 'OrderedReady' },
-});
 const writesBefore = await berthWrites(berth.metricsPort);
 /** The sandbox's processes' CPU seconds and Berth's (its own process, not the sandbox's). */
 const cpuWithBerth = () => processCpu(sb).set('berth', cpuSeconds(berth.pid));
@@ -522,7 +710,8 @@ console.log(
     `${hop(pods.boundAt, pods.readyAt)}; Pod Ready → instance Ready ${hop(pods.readyAt, readyAt)}; instance ` +
     `Ready → the next ordinal seen ${hop(readyAt, firstOrdinals, previous)}`,
 );
-console.log(`  CPU seconds: ${describeCpu(berthCpuBefore, cpuWithBerth())}`);
+const berthCpuAfter = cpuWithBerth();
+console.log(`  CPU seconds: ${describeCpu(berthCpuBefore, berthCpuAfter)}`);
 console.log(`  the apiserver served: ${workDelta(berthWorkBefore, await apiserverWork(client)).join(', ')}`);
 const rss = berth.rssMB();
 // Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.
@@ -580,6 +769,8 @@ const result = {
   seconds: round(berthSeconds, 2),
   floorSeconds: round(fairSeconds, 2),
   ratio: round(berthSeconds / fairSeconds, 2),
+  statusFloorSeconds: round(statusFloorRun.seconds, 2),
+  statusRatio: round(berthSeconds / statusFloorRun.seconds, 2),
   bareFloorSeconds: round(floorSeconds, 2),
   bareRatio: round(berthSeconds / floorSeconds, 2),
   quotaGrantP99ms: round(percentile(grants, 99), 0),
@@ -592,6 +783,11 @@ const result = {
   allWritesPerInstance,
   writesByResourcePerInstance: writesBy,
   floorWritesPerInstance: fairWritesPerInstance,
+  statusFloorWritesPerDeployment: statusFloorRun.writesPerDeployment,
+  statusFloorAllWritesPerInstance: statusFloorRun.allWritesPerInstance,
+  apiserverCpuSeconds: apiserverCpu(berthCpuBefore, berthCpuAfter),
+  floorApiserverCpuSeconds: fairFloorRun.apiserverCpuSeconds,
+  statusFloorApiserverCpuSeconds: statusFloorRun.apiserverCpuSeconds,
   rssMB: rss,
 };
 insts.stop();

@@ -25,7 +25,7 @@ import type { DeploymentObject, DeploymentState } from './deployment.ts';
  * times per instance with the status up to ~2 s behind at the peak; 16 kept it within ~0.1 s but
  * wrote 7.1 times and slowed the start by a quarter.
  */
-const STATUS_WORKERS = 4;
+export const STATUS_WORKERS = 4;
 
 /** Count-only status changes within this long of the last write are batched into one write. */
 const STATUS_BATCH_MS = 500;
@@ -34,7 +34,7 @@ const STATUS_BATCH_MS = 500;
  * OrderedReady ramp changes the counts twice per instance (created, Ready), and nobody needs each
  * step; one second is the staleness any status here is held to (bench:instances).
  */
-const RAMP_BATCH_MS = 1000;
+export const RAMP_BATCH_MS = 1000;
 /** The conditions this controller owns on a WorkloadDeployment, and the one it sets only while a create fails. */
 const OWN = ['Available', 'Progressing'] as const;
 const FAILURE = 'ReplicaFailure';

@@ -105,9 +105,19 @@ export class DeploymentState {
     return isFormerPod(pod, (name) => this.instances.get(`${pod.metadata.namespace}/${name}`)?.metadata.uid);
   }
 
-  /** The deployment's instances as the plan sees them, and the plan. */
+  /**
+   * Each deployment's template hash, by its template object in the cache: informer objects are
+   * replaced on update, never changed in place, so a pass hashes only a template that changed.
+   */
+  private readonly hashes = new WeakMap<DeploymentObject['spec']['template'], string>();
+
+  /** The deployment's instances as the plan sees them, and the plan (`wd` as its informer holds it). */
   planFor(key: string, wd: DeploymentObject) {
-    const hash = templateHash(wd.spec.template);
+    let hash = this.hashes.get(wd.spec.template);
+    if (hash === undefined) {
+      hash = templateHash(wd.spec.template);
+      this.hashes.set(wd.spec.template, hash);
+    }
     const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
     const now = Date.now();
     const former = this.pods

@@ -84,20 +84,44 @@ export const oldestFirst = (a: KubeObject, b: KubeObject) =>
   (a.metadata?.creationTimestamp ?? '').localeCompare(b.metadata?.creationTimestamp ?? '') ||
   (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? '');
 
+/**
+ * The size of each template last sized, with the InstanceType it was sized with. A pass sizes every
+ * instance of its namespace; informer objects are replaced on update, never changed in place, so an
+ * unchanged template object with the same InstanceType object has the same size.
+ */
+const sized = new WeakMap<
+  InstanceTemplate,
+  { type: InstanceTypeSize | undefined; size: Candidate['size'] }
+>();
+
+/** An instance's size (instanceSize), or why it has none: from `sized` while its template and type stand. */
+function sizeOf(
+  template: InstanceTemplate | undefined,
+  instanceType: (name: string) => InstanceTypeSize | undefined,
+): Candidate['size'] {
+  if (!template?.containers) return { error: 'it has no template' };
+  const type = template.instanceType ? instanceType(template.instanceType) : undefined;
+  const known = sized.get(template);
+  if (known && known.type === type) return known.size;
+  const s = instanceSize(template, () => type);
+  const size = 'error' in s ? s : { milliCPU: s.milliCPU, memoryBytes: s.memoryBytes };
+  sized.set(template, { type, size });
+  return size;
+}
+
 /** An instance as the grant decision sees it, sized with its own cluster's InstanceTypes. */
 export function candidateOf(
   cluster: string,
   inst: InstanceObject,
   instanceType: (name: string) => InstanceTypeSize | undefined,
 ): Candidate {
-  const template = inst.spec?.template;
-  const size = template?.containers ? instanceSize(template, instanceType) : { error: 'it has no template' };
+  const size = sizeOf(inst.spec?.template, instanceType);
   return {
     cluster,
     name: inst.metadata?.name ?? '',
     uid: inst.metadata?.uid ?? '',
     creationTimestamp: inst.metadata?.creationTimestamp ?? '',
-    size: 'error' in size ? size : { milliCPU: size.milliCPU, memoryBytes: size.memoryBytes },
+    size,
     granted: findCondition(inst.status?.conditions, QUOTA_CONDITION)?.status === 'True',
     deleting: !!inst.metadata?.deletionTimestamp,
   };
@@ -442,19 +466,23 @@ export class QuotaController {
     const readable = new Map(this.readable().map((s) => [s.cluster.name, s]));
     const engaged = new Set(this.manager.clusterNames);
     const gone = new Set<string>();
+    // Only the claims the caches cannot vouch for are asked about (every pass reads the whole ledger).
+    const ask: { c: (typeof claims)[number]; s: ClusterState }[] = [];
+    for (const c of claims) {
+      // The local cluster is always engaged.
+      if (!engaged.has(c.cluster) && this.clusterExists?.(c.cluster) === false) {
+        this.log.info(
+          { cluster: c.cluster, instance: `${namespace}/${c.name}` },
+          'claim released: its cluster no longer exists',
+        );
+        gone.add(c.uid);
+        continue;
+      }
+      const s = readable.get(c.cluster);
+      if (s && s.instances.get(`${namespace}/${c.name}`)?.metadata?.uid !== c.uid) ask.push({ c, s });
+    }
     await Promise.all(
-      claims.map(async (c) => {
-        // The local cluster is always engaged.
-        if (!engaged.has(c.cluster) && this.clusterExists?.(c.cluster) === false) {
-          this.log.info(
-            { cluster: c.cluster, instance: `${namespace}/${c.name}` },
-            'claim released: its cluster no longer exists',
-          );
-          gone.add(c.uid);
-          return;
-        }
-        const s = readable.get(c.cluster);
-        if (!s || s.instances.get(`${namespace}/${c.name}`)?.metadata?.uid === c.uid) return;
+      ask.map(async ({ c, s }) => {
         try {
           const live = await s.cluster.client.get(Instance.ref, c.name, namespace);
           if (live.metadata?.uid !== c.uid) gone.add(c.uid);

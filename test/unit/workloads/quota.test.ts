@@ -38,6 +38,18 @@ test("an instance counts with its own cluster's InstanceTypes; without a size it
   assert.equal(gone.deleting, true);
 });
 
+test('an instance is sized again when its InstanceType object is replaced (as an informer replaces it)', () => {
+  const typed = instance('a', { instanceType: 't', containers: [{ name: 'm', image: 'x' }] });
+  let type = { cpu: '1', memory: '1Gi' };
+  const sizeNow = () => candidateOf('local', typed, () => type).size;
+  assert.deepEqual(sizeNow(), { milliCPU: 1000, memoryBytes: 2 ** 30 });
+  type = { cpu: '2', memory: '1Gi' };
+  assert.deepEqual(sizeNow(), { milliCPU: 2000, memoryBytes: 2 ** 30 });
+  assert.deepEqual(candidateOf('local', typed, () => undefined).size, {
+    error: 'InstanceType t does not exist',
+  });
+});
+
 test('verdicts as QuotaGranted conditions: QuotaAvailable, NoQuota, QuotaExceeded', () => {
   const cs = ['a', 'b'].map((n) =>
     candidateOf('local', instance(n, { containers: [{ name: 'm', image: 'x' }] }), () => undefined),
