@@ -707,17 +707,25 @@ describe('workloads in a cell', () => {
         { namespace: ns, type: 'merge' },
       );
     }
-    // Read as a user would, but Pods first: an instance (or the deployment) read after them that says
-    // Ready while no Pod exists is one Berth wrote so, not a snapshot caught between two reads.
+    // Read as a user would, but Pods first: an instance (or the deployment) that says Ready, written
+    // before the list that found no Pod (the list's resourceVersion, one etcd's sequence as above), is
+    // one Berth wrote so. One written after it may be on a new Pod made meanwhile: not a lie.
     const lies: unknown[] = [];
     let again: Snapshot | undefined;
     await waitFor(
       'a new Pod, the instance Ready on it',
       async () => {
-        const pods = await podsOf('evicted');
+        const listed = await client.list(Resources.pods, {
+          namespace: ns,
+          query: { labelSelector: `${DEPLOYMENT_LABEL}=evicted` },
+        });
+        const pods = listed.items;
         const s = { pods, instances: await instancesOf('evicted'), wd: await getWD('evicted') };
-        if (pods.length === 0 && (s.instances.some(isReady) || s.wd.status?.readyReplicas !== 0))
-          lies.push(summary(s));
+        const before = (o: KubeObject) => rv(o) <= BigInt(listed.metadata.resourceVersion!);
+        const readyBefore =
+          s.instances.some((i) => isReady(i) && before(i)) ||
+          (s.wd.status?.readyReplicas !== 0 && before(s.wd));
+        if (pods.length === 0 && readyBefore) lies.push(summary(s));
         again = s;
         const [pod] = pods;
         return (
