@@ -1,6 +1,8 @@
 // A loopback load generator for admission webhook servers, built and run by bench/webhook.ts,
-// bench/gates.ts and bench/arch.ts. It calls a server the way the apiserver does: Go's HTTP/1.1 client over TLS with
-// client-go's transport settings (25 idle connections per host, a 10 s handshake timeout). Two
+// bench/gates.ts and bench/arch.ts. It calls a server the way the apiserver calls Berth's: Go's HTTP/1.1 client over TLS with
+// client-go's transport settings (25 idle connections per host, a 10 s handshake timeout). The
+// apiserver's client also offers h2 by ALPN, which `node:https` does not accept (Go's net/http
+// does): -h2 offers it too, for bench/webhookprotocols.ts (decision 0023). Two
 // modes: one goroutine per concurrent caller sending reviews back to back (-clients), or reviews at
 // a constant rate (-rate), open-loop, to one or more servers taking turns. Slow clients (slow
 // request headers, slow bodies) can run beside the callers; for each it measures when the server
@@ -138,6 +140,7 @@ func main() {
 	slowEvery := flag.Duration("slow-every", time.Second, "")
 	slowMax := flag.Duration("slow-max", 30*time.Second, "a slow connection still open after this counts as not dropped")
 	progress := flag.Bool("progress", false, "print each second's answers on stderr")
+	h2 := flag.Bool("h2", false, "offer HTTP/2 by ALPN, as the apiserver's webhook client does (client-go's transport): a server that accepts it is called over one multiplexed connection")
 	flag.Parse()
 
 	ca, err := os.ReadFile(*caFile)
@@ -168,6 +171,7 @@ func main() {
 			TLSHandshakeTimeout: 10 * time.Second,
 			MaxIdleConnsPerHost: *idle,
 			IdleConnTimeout:     90 * time.Second,
+			ForceAttemptHTTP2:   *h2,
 		},
 	}
 	if *rate > 0 {
