@@ -5,8 +5,9 @@
 // The smallest servers answering the gates' Node CREATE review with bench/webhookfloor's patch, each
 // in a process of its own and in turn: bench/webhookfloor called over HTTP/1.1 and over h2, then
 // `node:https`, `node:http2` (allowHTTP1) through its request/response API and through its stream
-// API, all called by bench/webhookload -h2 (as the apiserver calls them). For each, after an untimed
-// warm-up run: the whole process's time on a core per review (/proc/PID/task/*/schedstat), p50, p99.
+// API, these three called by bench/webhookload -h2 (as the apiserver calls them). For each, after an
+// untimed warm-up run: the protocol spoken, the whole process's time on a core per review
+// (/proc/PID/task/*/schedstat), p50, p99.
 // The machine is shared by whatever else runs: compare servers within a round.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -19,6 +20,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import { parseArgs } from 'node:util';
+import { escapeKey } from '../src/runtime/api/jsonpatch.ts';
 import { createCertificateAuthority } from '../src/runtime/webhook/certificates.ts';
 import {
   buildGoProgram,
@@ -50,10 +52,9 @@ function answer(body: string): string {
   const review = JSON.parse(body) as { request: { uid: string } };
   const [keyValue, effect] = GATE.taint.split(':') as [string, string];
   const [key, value] = keyValue.split('=');
-  const escape = (k: string) => k.replaceAll('~', '~0').replaceAll('/', '~1');
   const patch = [
-    { op: 'add', path: `/metadata/annotations/${escape(ANNOTATION)}`, value: new Date().toISOString() },
-    { op: 'add', path: `/metadata/annotations/${escape(RECORD)}`, value: GATE.taint },
+    { op: 'add', path: `/metadata/annotations/${escapeKey(ANNOTATION)}`, value: new Date().toISOString() },
+    { op: 'add', path: `/metadata/annotations/${escapeKey(RECORD)}`, value: GATE.taint },
     { op: 'add', path: '/spec/taints/-', value: { key, value, effect } },
   ];
   const response = {
@@ -105,7 +106,7 @@ function serve([mode, certFile, keyFile]: string[]): void {
 }
 
 interface RateResult {
-  targets: [{ answered: LoadSummary; refused: LoadSummary; timeouts: number }];
+  targets: [{ answered: LoadSummary; refused: LoadSummary; timeouts: number; protocol: string }];
 }
 
 async function measure(dir: string): Promise<object> {
@@ -177,6 +178,7 @@ async function measure(dir: string): Promise<object> {
         const run = {
           round: r,
           server: s.name,
+          protocol: t.protocol,
           cpuPerReviewMs: round(cpuMs / (t.answered.count + 1), 3),
           p50Ms: t.answered.p50Ms,
           p99Ms: t.answered.p99Ms,

@@ -220,7 +220,7 @@ func main() {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				start := time.Now()
-				_, code, err := call(client, target, body)
+				_, code, _, err := call(client, target, body)
 				calls.record(start, code, err)
 			}
 		}()
@@ -252,11 +252,13 @@ func main() {
 // Every target gets `warmup` untimed calls first: its connections and code paths are warm.
 func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64, each, slice time.Duration, warmup int, deadline time.Duration) {
 	answers := make([][]string, len(targets))
+	protocols := make([]string, len(targets))
 	for t, target := range targets {
 		answers[t] = make([]string, len(bodies))
 		for i := range max(warmup, len(bodies)) {
-			answer, code, err := call(client, target, bodies[i%len(bodies)])
+			answer, code, protocol, err := call(client, target, bodies[i%len(bodies)])
 			check(err)
+			protocols[t] = protocol
 			if code != http.StatusOK {
 				check(fmt.Errorf("%s answered %d: %s", target, code, answer))
 			}
@@ -284,7 +286,7 @@ func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64
 				go func() {
 					defer wg.Done()
 					start := time.Now()
-					_, code, err := call(client, target, bodies[i%len(bodies)])
+					_, code, _, err := call(client, target, bodies[i%len(bodies)])
 					tallies[t].record(start, code, err)
 				}()
 			}
@@ -298,6 +300,7 @@ func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64
 		results[t] = tallies[t].figures(sending/float64(len(targets)), deadline)
 		results[t]["url"] = target
 		results[t]["answers"] = answers[t]
+		results[t]["protocol"] = protocols[t]
 	}
 	out, err := json.Marshal(map[string]any{
 		"rate":          rate,
@@ -308,15 +311,15 @@ func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64
 	fmt.Println(string(out))
 }
 
-// call posts one review; the answer's body and status.
-func call(client *http.Client, target string, body []byte) ([]byte, int, error) {
+// call posts one review; the answer's body, status and protocol (HTTP/1.1 or HTTP/2.0).
+func call(client *http.Client, target string, body []byte) ([]byte, int, string, error) {
 	resp, err := client.Post(target, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
-	return answer, resp.StatusCode, err
+	return answer, resp.StatusCode, resp.Proto, err
 }
 
 // slowClient opens one TLS connection and sends a request slowly, one line of headers or one byte
