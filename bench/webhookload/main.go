@@ -1,6 +1,8 @@
 // A loopback load generator for admission webhook servers, built and run by bench/webhook.ts,
-// bench/gates.ts and bench/arch.ts. It calls a server the way the apiserver does: Go's HTTP/1.1 client over TLS with
-// client-go's transport settings (25 idle connections per host, a 10 s handshake timeout). Two
+// bench/gates.ts and bench/arch.ts. It calls a server the way the apiserver calls Berth's: Go's HTTP/1.1 client over TLS with
+// client-go's transport settings (25 idle connections per host, a 10 s handshake timeout). The
+// apiserver's client also offers h2 by ALPN, which `node:https` does not accept (Go's net/http
+// does): -h2 offers it too, for bench/webhookprotocols.ts (decision 0023). Two
 // modes: one goroutine per concurrent caller sending reviews back to back (-clients), or reviews at
 // a constant rate (-rate), open-loop, to one or more servers taking turns. Slow clients (slow
 // request headers, slow bodies) can run beside the callers; for each it measures when the server
@@ -138,6 +140,7 @@ func main() {
 	slowEvery := flag.Duration("slow-every", time.Second, "")
 	slowMax := flag.Duration("slow-max", 30*time.Second, "a slow connection still open after this counts as not dropped")
 	progress := flag.Bool("progress", false, "print each second's answers on stderr")
+	h2 := flag.Bool("h2", false, "offer HTTP/2 by ALPN, as the apiserver's webhook client does (client-go's transport): a server that accepts it is called over one multiplexed connection")
 	flag.Parse()
 
 	ca, err := os.ReadFile(*caFile)
@@ -168,6 +171,7 @@ func main() {
 			TLSHandshakeTimeout: 10 * time.Second,
 			MaxIdleConnsPerHost: *idle,
 			IdleConnTimeout:     90 * time.Second,
+			ForceAttemptHTTP2:   *h2,
 		},
 	}
 	if *rate > 0 {
@@ -216,7 +220,7 @@ func main() {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				start := time.Now()
-				_, code, err := call(client, target, body)
+				_, code, _, err := call(client, target, body)
 				calls.record(start, code, err)
 			}
 		}()
@@ -248,11 +252,13 @@ func main() {
 // Every target gets `warmup` untimed calls first: its connections and code paths are warm.
 func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64, each, slice time.Duration, warmup int, deadline time.Duration) {
 	answers := make([][]string, len(targets))
+	protocols := make([]string, len(targets))
 	for t, target := range targets {
 		answers[t] = make([]string, len(bodies))
 		for i := range max(warmup, len(bodies)) {
-			answer, code, err := call(client, target, bodies[i%len(bodies)])
+			answer, code, protocol, err := call(client, target, bodies[i%len(bodies)])
 			check(err)
+			protocols[t] = protocol
 			if code != http.StatusOK {
 				check(fmt.Errorf("%s answered %d: %s", target, code, answer))
 			}
@@ -280,7 +286,7 @@ func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64
 				go func() {
 					defer wg.Done()
 					start := time.Now()
-					_, code, err := call(client, target, bodies[i%len(bodies)])
+					_, code, _, err := call(client, target, bodies[i%len(bodies)])
 					tallies[t].record(start, code, err)
 				}()
 			}
@@ -294,6 +300,7 @@ func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64
 		results[t] = tallies[t].figures(sending/float64(len(targets)), deadline)
 		results[t]["url"] = target
 		results[t]["answers"] = answers[t]
+		results[t]["protocol"] = protocols[t]
 	}
 	out, err := json.Marshal(map[string]any{
 		"rate":          rate,
@@ -304,15 +311,15 @@ func atRate(client *http.Client, targets []string, bodies [][]byte, rate float64
 	fmt.Println(string(out))
 }
 
-// call posts one review; the answer's body and status.
-func call(client *http.Client, target string, body []byte) ([]byte, int, error) {
+// call posts one review; the answer's body, status and protocol (HTTP/1.1 or HTTP/2.0).
+func call(client *http.Client, target string, body []byte) ([]byte, int, string, error) {
 	resp, err := client.Post(target, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
-	return answer, resp.StatusCode, err
+	return answer, resp.StatusCode, resp.Proto, err
 }
 
 // slowClient opens one TLS connection and sends a request slowly, one line of headers or one byte
