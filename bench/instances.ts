@@ -22,6 +22,8 @@
 //    Priority and Fairness level as Berth's (the user's deployment creates with the admin's, as in
 //    Berth's run); the bare floor's with the admin's, exempt from it. This process watches the two
 //    fair floors' Pods, Instances and Quota as it watches Berth's, so the measuring costs alike.
+//    All three start once the kube-controller-manager's garbage collector watches the Berth kinds
+//    (it takes up new CRDs at its 30 s discovery resync), so its watch events land in every run alike.
 // 2. Berth: `--deployments` WorkloadDeployments of `--replicas` (OrderedReady) in a namespace whose
 //    Quota has room, created at `--concurrency`, Berth's workers at the same number. Seconds from the
 //    first create to every Instance Ready; quota grant latency per instance (first seen → seen with
@@ -78,6 +80,7 @@ import {
   processCpu,
   round,
   report,
+  waitForCollectorWatches,
   waitForValue,
   workDelta,
 } from './lib.ts';
@@ -122,6 +125,7 @@ const wdName = (d: number) => `wd-${d}`;
 const sb = await benchSandbox(values.sandbox, [{ prefix: 'cell', count: nodeCount }]);
 const client = sb.client({ maxInFlight: 64 });
 await installCrds(client);
+await waitForCollectorWatches(client, 'berth.dev', ['instances', 'workloaddeployments', 'quotas']);
 for (const name of [NS, FLOOR_NS, FAIR_NS, STATUS_NS])
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
 

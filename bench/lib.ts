@@ -168,6 +168,28 @@ export async function apiserverWork(client: KubeClient): Promise<Map<string, num
 }
 
 /**
+ * Waits until the apiserver has a watch open on each of `resources` (of `group`) that this process
+ * did not open: the kube-controller-manager's garbage collector, which takes up new CRDs only at its
+ * discovery resync (every 30 s). A benchmark that measures floors and Berth one after another waits
+ * for it before the first, or the collector's watch events and its graph of owners join whichever
+ * run it starts in.
+ */
+export async function waitForCollectorWatches(client: KubeClient, group: string, resources: string[]) {
+  const watched = async () => {
+    const text = await client.request<string>('GET', '/metrics');
+    const open = new Set(
+      [...text.matchAll(/^apiserver_longrunning_requests\{([^}]*)\} (\S+)$/gm)]
+        .filter(
+          (m) => Number(m[2]) > 0 && m[1]!.includes(`group="${group}"`) && m[1]!.includes('verb="WATCH"'),
+        )
+        .map((m) => /resource="([^"]*)"/.exec(m[1]!)?.[1]),
+    );
+    return resources.every((r) => open.has(r)) ? true : undefined;
+  };
+  await waitForValue(`the garbage collector's watches on ${resources.join(', ')}`, watched, 120_000);
+}
+
+/**
  * The `top` largest growths between two apiserverWork readings, largest first: "verb resource n",
  * with the mean time to answer them but for watches (which last as long as they are open).
  */
