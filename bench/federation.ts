@@ -76,6 +76,7 @@ import {
   processCpu,
   report,
   round,
+  waitForCollectorWatches,
   waitForValue,
   workDelta,
 } from './lib.ts';
@@ -146,6 +147,13 @@ const cellClients = new Map<string, KubeClient>(
 );
 const namespace = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
 await mgmt.create(Resources.namespaces, namespace(NS));
+// Every run alike: the garbage collectors take up the Berth kinds at their 30 s discovery resync.
+await Promise.all([
+  waitForCollectorWatches(mgmt, 'berth.dev', ['workloads', 'instances']),
+  ...[...cellClients.values()].map((c) =>
+    waitForCollectorWatches(c, 'berth.dev', ['workloaddeployments', 'instances']),
+  ),
+]);
 
 const available = (o: { status?: { conditions?: { type: string; status: string }[] } }) =>
   findCondition(o.status?.conditions, 'Available')?.status === 'True';
