@@ -33,6 +33,7 @@ const tiny: Record<string, string[]> = {
     '1',
   ],
   'bench:webhook': ['--clients', '20', '--seconds', '2', '--slow-headers', '5', '--slow-bodies', '5'],
+  'bench:webhook-protocols': ['--rounds', '1', '--rate', '20', '--seconds', '1'],
   'bench:instances': [
     '--deployments',
     '3',
