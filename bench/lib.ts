@@ -149,22 +149,25 @@ export async function apiserverWork(client: KubeClient): Promise<Map<string, num
   const text = await client.request<string>('GET', '/metrics');
   const work = new Map<string, number>();
   const add = (key: string, n: number) => work.set(key, (work.get(key) ?? 0) + n);
-  for (const line of text.split('\n')) {
-    const m =
-      /^(apiserver_request_total|apiserver_request_duration_seconds_sum|apiserver_watch_events_total)\{([^}]*)\} (\S+)$/.exec(
-        line,
-      );
-    if (!m) continue;
-    const labels = Object.fromEntries([...m[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
-    if (m[1] === 'apiserver_watch_events_total')
-      add(`watch event ${labels['kind'] ?? labels['resource']}`, Number(m[3]));
-    else {
+  for (const { labels, value } of samples(text, 'apiserver_watch_events_total'))
+    add(`watch event ${labels['kind'] ?? labels['resource']}`, value);
+  for (const [name, prefix] of [
+    ['apiserver_request_total', ''],
+    ['apiserver_request_duration_seconds_sum', SECONDS],
+  ] as const)
+    for (const { labels, value } of samples(text, name)) {
       const what = [labels['resource'], labels['subresource']].filter(Boolean).join('/') || 'other';
-      const key = `${labels['verb']} ${what}`;
-      add(m[1] === 'apiserver_request_total' ? key : SECONDS + key, Number(m[3]));
+      add(`${prefix}${labels['verb']} ${what}`, value);
     }
-  }
   return work;
+}
+
+/** The samples of metric `name` in a Prometheus text exposition, each with its labels. */
+function samples(text: string, name: string): { labels: Record<string, string>; value: number }[] {
+  return [...text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, 'gm'))].map((m) => ({
+    labels: Object.fromEntries([...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1]!, l[2]!])),
+    value: Number(m[2]),
+  }));
 }
 
 /**
@@ -178,11 +181,9 @@ export async function waitForCollectorWatches(client: KubeClient, group: string,
   const watched = async () => {
     const text = await client.request<string>('GET', '/metrics');
     const open = new Set(
-      [...text.matchAll(/^apiserver_longrunning_requests\{([^}]*)\} (\S+)$/gm)]
-        .filter(
-          (m) => Number(m[2]) > 0 && m[1]!.includes(`group="${group}"`) && m[1]!.includes('verb="WATCH"'),
-        )
-        .map((m) => /resource="([^"]*)"/.exec(m[1]!)?.[1]),
+      samples(text, 'apiserver_longrunning_requests')
+        .filter(({ labels, value }) => value > 0 && labels['group'] === group && labels['verb'] === 'WATCH')
+        .map(({ labels }) => labels['resource']),
     );
     return resources.every((r) => open.has(r)) ? true : undefined;
   };
@@ -215,13 +216,10 @@ export function workDelta(before: Map<string, number>, after: Map<string, number
 export async function berthWrites(metricsPort: number, host?: string): Promise<Map<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
   const writes = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    const m = /^berth_api_writes_total\{([^}]*)\} (\S+)$/.exec(line);
-    if (!m) continue;
-    const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
+  for (const { labels, value } of samples(text, 'berth_api_writes_total')) {
     if (host !== undefined && labels['host'] !== host) continue;
     const what = `${labels['method']} ${labels['resource']}`;
-    writes.set(what, (writes.get(what) ?? 0) + Number(m[2]));
+    writes.set(what, (writes.get(what) ?? 0) + value);
   }
   return writes;
 }
