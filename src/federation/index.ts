@@ -37,6 +37,12 @@ export const federationCapability: Capability = {
       resources: ['instances'],
       verbs: ['list', 'watch', 'create', 'patch', 'delete'],
     },
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['instances'],
+      verbs: ['get'],
+      why: "reads an Instance that holds a new mirror's name (its apply was refused) to say whose it is: only then",
+    },
     { apiGroups: [POLICY_GROUP], resources: ['instances/status'], verbs: ['patch'] },
   ],
   // In each cell: its copies of Workloads (WorkloadDeployments) applied and deleted, the cell's

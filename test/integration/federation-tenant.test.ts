@@ -22,6 +22,7 @@ import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, MIRROR_LABEL, WorkloadDeployment } from '../../src/workloads/types.ts';
+import { MIRROR_MANAGER } from '../../src/federation/mirror-decide.ts';
 import { createNamespace, uniqueName, untilAllowed } from '../helpers/cluster.ts';
 import { serveNamespace, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -203,6 +204,56 @@ test("an instance's Pod mounts no ServiceAccount token unless its template asks"
     (pod.spec.volumes ?? []).filter((v) => v.name.startsWith('kube-api-access')),
     [],
     'no token volume',
+  );
+  await deleteWorkload(tenant, ns);
+});
+
+test("a tenant's own Instance under the name a mirror would take is not taken over: the instance is not mirrored, with a Warning, until the name is free", async () => {
+  const ns = await tenantNamespace('held', true);
+  const name = `${fed.cells.DFW.name}-${wl}-p-dfw-0`;
+  const spec = {
+    template: { containers: [{ name: 'app', image: 'registry.example/own:1' }] },
+    templateHash: 'own',
+    ordinal: 0,
+  };
+  const own = await tenant.create<InstanceObject>(Instance.ref, {
+    apiVersion: Instance.apiVersion,
+    kind: Instance.kind,
+    metadata: { name, namespace: ns },
+    spec,
+  });
+  await applyWorkload(tenant, ns, ['DFW']);
+  await waitFor(
+    'a Warning MirrorNameTaken on the Workload',
+    async () =>
+      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
+        (e) =>
+          e.type === 'Warning' &&
+          e.reason === 'MirrorNameTaken' &&
+          e.regarding?.name === wl &&
+          e.note?.includes(`an Instance named ${name} that is not a mirror holds its name`),
+      ),
+    { timeoutMs: 60_000 },
+  );
+  const held = await client.get<InstanceObject>(Instance.ref, name, ns);
+  assert.equal(held.metadata.uid, own.metadata.uid, 'the same object');
+  assert.equal(held.metadata.labels?.[MIRROR_LABEL], undefined, 'not made a mirror');
+  assert.deepEqual(held.spec, spec, 'its spec as the tenant wrote it');
+  assert.ok(
+    !held.metadata.managedFields?.some((f) => (f as { manager?: string }).manager === MIRROR_MANAGER),
+    "no field of it is Berth's",
+  );
+  // The name freed: the instance is mirrored under it (a retry, as no watch of Berth's saw it go).
+  await tenant.delete(Instance.ref, name, ns);
+  await waitFor(
+    'the mirror under the freed name',
+    async () => {
+      const m = await client.get<InstanceObject>(Instance.ref, name, ns).catch(() => undefined);
+      return (
+        m?.metadata.labels?.[MIRROR_LABEL] !== undefined && m.metadata.labels[WORKLOAD_NAME_LABEL] === wl
+      );
+    },
+    { timeoutMs: 60_000 },
   );
   await deleteWorkload(tenant, ns);
 });

@@ -11,6 +11,7 @@ import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../.
 import { findCondition } from '../../runtime/api/conditions.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
+import { isConflict, isNotFound } from '../../runtime/client/client.ts';
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
@@ -55,6 +56,9 @@ interface InCell {
   instances: Informer<InstanceObject>;
   deployments: Informer<DeploymentObject>;
 }
+
+/** How often an instance whose mirror's name an Instance that is not a mirror holds tries again. */
+export const NAME_HELD_RETRY_MS = 10_000;
 
 /** The shortest time between two writes of one mirror, after the first of a burst. */
 export const MIRROR_WRITE_INTERVAL_MS = 250;
@@ -253,10 +257,9 @@ export class MirrorController {
     if (!want) return;
     let current = mirror;
     if (!current || !sameMirror(current, want.object)) {
-      current = await this.manager.client().apply<InstanceObject>(Instance.ref, want.object, {
-        fieldManager: MIRROR_MANAGER,
-        force: true,
-      });
+      const written = await this.applyMirror(want.object, mirror !== undefined);
+      if (!written) return this.nameHeld(namespace, mname, key);
+      current = written;
       federationMetrics.mirrorWrites.inc({ write: 'apply' });
       this.sent.expect(keyOf(current), current.metadata.resourceVersion, current);
       this.spacing.wrote(key);
@@ -266,6 +269,46 @@ export class MirrorController {
     // waits for it too, so that a mirror is two writes, its create and the status it then copies.
     if (!instance.status?.conditions?.length && !current.status?.conditions?.length) return;
     await this.writeStatus(current, want.status, key);
+  }
+
+  /**
+   * A mirror this process has seen is forced back to what it should be (someone edited it). One it
+   * has not is applied without force: an Instance of that name not cached yet (another cell's mirror,
+   * a tenant's own) answers Conflict (undefined here) instead of being taken over.
+   */
+  private async applyMirror(object: InstanceObject, seen: boolean): Promise<InstanceObject | undefined> {
+    try {
+      return await this.manager.client().apply<InstanceObject>(Instance.ref, object, {
+        fieldManager: MIRROR_MANAGER,
+        force: seen,
+      });
+    } catch (e) {
+      if (isConflict(e)) return undefined;
+      throw e;
+    }
+  }
+
+  /** Someone else's Instance holds the name of a mirror not cached yet: judged on it as it is now. */
+  private async nameHeld(namespace: string, name: string, key: string): Promise<Result | void> {
+    const held = await this.manager
+      .client()
+      .get<InstanceObject>(Instance.ref, name, namespace)
+      .catch((e: unknown) => {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      });
+    if (!held) return { requeue: true }; // gone meanwhile: the name is free
+    const holder = sourceKeyOf(held);
+    if (held.metadata.labels?.[MIRROR_LABEL] !== undefined) {
+      if (holder !== key && this.holds(holder, name)) return this.nameTaken(held, holder!, key);
+      return { requeue: true }; // this instance's own, edited: forced back once the cache shows it
+    }
+    // Not a mirror, so no watch of Berth's sees it go: looked at again now and then.
+    this.warnUnmirrored(
+      key,
+      `an Instance named ${name} that is not a mirror holds its name (rename or delete it)`,
+    );
+    return { requeueAfterMs: NAME_HELD_RETRY_MS };
   }
 
   /** A cell's instance, its WorkloadDeployment there and that one's Workload here, as cached. */
@@ -295,14 +338,21 @@ export class MirrorController {
   private nameTaken(mirror: InstanceObject, holder: string, key: string): void {
     const waiting = this.waiting.get(keyOf(mirror)) ?? new Set<string>();
     this.waiting.set(keyOf(mirror), waiting.add(key));
+    const held = splitMirrorKey(holder);
+    this.warnUnmirrored(
+      key,
+      `its mirror's name ${mirror.metadata.name} is that of instance ${held.name} of cell ${held.cell} ` +
+        '(rename one of the cells)',
+    );
+  }
+
+  /** Why a cell's instance is not mirrored: a log line, and a Warning on its Workload. */
+  private warnUnmirrored(key: string, why: string): void {
     const { cell, namespace, name } = splitMirrorKey(key);
     const here = this.inCells.get(cell);
     const { workload } = here ? this.sourceOf(here, namespace, name) : {};
-    const held = splitMirrorKey(holder);
-    const message =
-      `instance ${name} of cell ${cell} is not mirrored: its mirror's name ${mirror.metadata.name} is ` +
-      `that of instance ${held.name} of cell ${held.cell} (rename one of the cells)`;
-    this.log.warn({ mirror: keyOf(mirror), instance: key }, message);
+    const message = `instance ${name} of cell ${cell} is not mirrored: ${why}`;
+    this.log.warn({ instance: key }, message);
     if (workload) this.events.event(workload, 'Warning', 'MirrorNameTaken', 'Mirror', message);
   }
 
