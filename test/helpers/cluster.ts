@@ -6,6 +6,7 @@ import { crdsGone } from '../../src/cli/uninstall.ts';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
+import type { Event } from '../../src/runtime/events/event.ts';
 import { createNodes, nodeNames, type NodeGroupInput } from '../../src/sandbox/nodes.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { waitFor } from './wait.ts';
@@ -333,4 +334,25 @@ export async function untilAllowed(
     );
     return review.status?.allowed === true;
   });
+}
+
+/** Waits for a Warning event of `reason` about `regarding` in a namespace, its note holding `note`. */
+export async function untilWarning(
+  client: KubeClient,
+  namespace: string,
+  w: { reason: string; regarding: string; note?: string },
+  timeoutMs?: number,
+): Promise<void> {
+  await waitFor(
+    `a Warning ${w.reason} on ${w.regarding}`,
+    async () =>
+      (await client.list<Event>(Resources.events, { namespace })).items.some(
+        (e) =>
+          e.type === 'Warning' &&
+          e.reason === w.reason &&
+          e.regarding?.name === w.regarding &&
+          (e.note ?? '').includes(w.note ?? ''),
+      ),
+    { timeoutMs },
+  );
 }

@@ -13,8 +13,6 @@ import { after, before, test } from 'node:test';
 import { Cell } from '../../src/cells/types.ts';
 import { MIRRORED_CONDITION } from '../../src/federation/mirror-decide.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
-import { Resources } from '../../src/runtime/api/meta.ts';
-import type { Event } from '../../src/runtime/events/event.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
@@ -36,7 +34,7 @@ import {
   SOURCE_UID_ANNOTATION,
   WorkloadDeployment,
 } from '../../src/workloads/types.ts';
-import { uniqueName } from '../helpers/cluster.ts';
+import { untilWarning, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';
 
@@ -310,17 +308,15 @@ test("a mirror's name held by another cell's instance (cell `a` + `b-c`, cell `a
       spec: { template, templateHash: 'other', ordinal: 0 },
     });
     await applyWorkload(ns, wl, [['us', 'DFW', 1]]);
-    await waitFor(
-      'a Warning MirrorNameTaken on the Workload',
-      async () =>
-        (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-          (e) =>
-            e.type === 'Warning' &&
-            e.reason === 'MirrorNameTaken' &&
-            e.regarding?.name === wl &&
-            e.note?.includes(`its mirror's name ${taken} is that of instance us-dfw-0 of cell ${other}`),
-        ),
-      { timeoutMs: 120_000 },
+    await untilWarning(
+      client,
+      ns,
+      {
+        reason: 'MirrorNameTaken',
+        regarding: wl,
+        note: `its mirror's name ${taken} is that of instance us-dfw-0 of cell ${other}`,
+      },
+      120_000,
     );
     const held = await client.get<InstanceObject>(Instance.ref, taken, ns);
     assert.equal(held.metadata.labels?.[MIRROR_CELL_LABEL], other, 'not overwritten');

@@ -19,11 +19,10 @@ import {
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
-import type { Event } from '../../src/runtime/events/event.ts';
 import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { Instance, MIRROR_LABEL, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { MIRROR_MANAGER } from '../../src/federation/mirror-decide.ts';
-import { createNamespace, uniqueName, untilAllowed } from '../helpers/cluster.ts';
+import { createNamespace, untilWarning, uniqueName, untilAllowed } from '../helpers/cluster.ts';
 import { serveNamespace, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -109,11 +108,7 @@ async function availableFalse(ns: string, reason: string, message?: RegExp): Pro
     },
     { observe: () => available(ns), timeoutMs: 60_000 },
   );
-  await waitFor(`a Warning event ${reason} on the Workload`, async () =>
-    (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-      (e) => e.type === 'Warning' && e.reason === reason && e.regarding?.name === wl,
-    ),
-  );
+  await untilWarning(client, ns, { reason, regarding: wl });
 }
 
 const namespaceIn = (city: City, ns: string) =>
@@ -223,17 +218,15 @@ test("a tenant's own Instance under the name a mirror would take is not taken ov
     spec,
   });
   await applyWorkload(tenant, ns, ['DFW']);
-  await waitFor(
-    'a Warning MirrorNameTaken on the Workload',
-    async () =>
-      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-        (e) =>
-          e.type === 'Warning' &&
-          e.reason === 'MirrorNameTaken' &&
-          e.regarding?.name === wl &&
-          e.note?.includes(`an Instance named ${name} that is not a mirror holds its name`),
-      ),
-    { timeoutMs: 60_000 },
+  await untilWarning(
+    client,
+    ns,
+    {
+      reason: 'MirrorNameTaken',
+      regarding: wl,
+      note: `an Instance named ${name} that is not a mirror holds its name`,
+    },
+    60_000,
   );
   const held = await client.get<InstanceObject>(Instance.ref, name, ns);
   assert.equal(held.metadata.uid, own.metadata.uid, 'the same object');
