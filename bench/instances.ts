@@ -37,6 +37,8 @@
 // 3. Rollout: one deployment of `--rollout-replicas`, its template changed once; seconds until every
 //    instance runs the new template and is Ready, against the floor's step times the replicas.
 // Berth runs as its own process (`berth run --controllers workloads`), as it would in a cluster.
+// `--profile-apiserver DIR`: the sandbox's kube-apiserver serves /debug/pprof, and each phase's CPU
+// profile (fair floor, status floor, Berth) is saved in DIR as 2 s pieces (profileApiserver).
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
@@ -67,17 +69,20 @@ import {
 import {
   apiserverWork,
   benchSandbox,
+  berthCounts,
   berthWrites,
   sumWrites,
   writesPer,
   controllerMeans,
   controllerWork,
+  cpuBetween,
   cpuSeconds,
   describeControllerMeans,
   describeCpu,
   forEachLimit,
   percentile,
   processCpu,
+  profileApiserver,
   round,
   report,
   waitForCollectorWatches,
@@ -94,6 +99,7 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '16' },
     nodes: { type: 'string' },
     sandbox: { type: 'string', default: 'bench-instances' },
+    'profile-apiserver': { type: 'string' },
   },
 });
 const deployments = Number(values.deployments);
@@ -122,7 +128,9 @@ const template: InstanceTemplate = {
 };
 const wdName = (d: number) => `wd-${d}`;
 
-const sb = await benchSandbox(values.sandbox, [{ prefix: 'cell', count: nodeCount }]);
+const sb = await benchSandbox(values.sandbox, [{ prefix: 'cell', count: nodeCount }], {
+  profiling: values['profile-apiserver'] !== undefined,
+});
 const client = sb.client({ maxInFlight: 64 });
 await installCrds(client);
 await waitForCollectorWatches(client, 'berth.dev', ['instances', 'workloaddeployments', 'quotas']);
@@ -214,11 +222,19 @@ const floorPod = (d: number, ordinal: number): KubeObject => {
   delete pod.metadata!.ownerReferences;
   return pod;
 };
+/**
+ * The sandbox's processes' CPU seconds and this process's (`bench`): it makes the floors' writes and
+ * keeps the watches every run has, so what each run gives the machine is all of them.
+ */
+const machineCpu = () => {
+  const { user, system } = process.cpuUsage();
+  return processCpu(sb).set('bench', (user + system) / 1e6);
+};
 const floorWatch = new PodWatch(FLOOR_NS);
 await floorWatch.start();
 // What the control plane does for the floor's pods, and below for Berth's instances: CPU seconds
 // by process and what the apiserver served (the machine's two cores are shared by all of them).
-const floorCpuBefore = processCpu(sb);
+const floorCpuBefore = machineCpu();
 const floorWorkBefore = await apiserverWork(client);
 const floorStarted = performance.now();
 const floorSeconds = await new Promise<number>((resolve, reject) => {
@@ -248,7 +264,7 @@ const floorSeconds = await new Promise<number>((resolve, reject) => {
 });
 floorWatch.readyHandler = () => {};
 console.log(`floor: ${instances} pods Ready in ${floorSeconds.toFixed(2)} s`);
-console.log(`  CPU seconds: ${describeCpu(floorCpuBefore, processCpu(sb))}`);
+console.log(`  CPU seconds: ${describeCpu(floorCpuBefore, machineCpu())}`);
 console.log(`  the apiserver served: ${workDelta(floorWorkBefore, await apiserverWork(client)).join(', ')}`);
 console.log(
   `  a pod's steps: seen → bound ${hop(floorWatch.seenAt, floorWatch.boundAt)}; bound → Ready ` +
@@ -475,7 +491,8 @@ async function fairFloor(namespace: string, deploymentStatus: boolean) {
   await Promise.all([fairWatch.start(), ...measuring.map((m) => m.waitForSync())]);
   const fairMade = new Map<string, InstanceObject>();
   const workBefore = await apiserverWork(client);
-  const cpuBefore = processCpu(sb);
+  const cpuBefore = machineCpu();
+  const profile = profileApiserver(client, values['profile-apiserver'], deploymentStatus ? 'status' : 'fair');
   const started = performance.now();
   const seconds = await new Promise<number>((resolve, reject) => {
     const queue: [number, number][] = deploymentStatus
@@ -582,7 +599,8 @@ async function fairFloor(namespace: string, deploymentStatus: boolean) {
   });
   fairWatch.readyHandler = () => {};
   const work = workDelta(workBefore, await apiserverWork(client));
-  const cpuAfter = processCpu(sb);
+  const cpuAfter = machineCpu();
+  await profile.stop();
   // Its writes: each instance's create, Pod and status, and the ledger's writes shared out; the
   // deployments' status writes apart.
   const writesPerInstance = round(3 + ledgerWrites / instances, 2);
@@ -630,6 +648,7 @@ async function fairFloor(namespace: string, deploymentStatus: boolean) {
     writesPerDeployment,
     allWritesPerInstance,
     apiserverCpuSeconds: apiserverCpu(cpuBefore, cpuAfter),
+    machineCpuSeconds: round(cpuBetween(cpuBefore, cpuAfter), 1),
   };
 }
 const fairFloorRun = await fairFloor(FAIR_NS, false);
@@ -676,10 +695,14 @@ ledgerWatch.start();
 await Promise.all([insts.waitForSync(), ledgerWatch.waitForSync(), pods.start()]);
 
 const writesBefore = await berthWrites(berth.metricsPort);
-/** The sandbox's processes' CPU seconds and Berth's (its own process, not the sandbox's). */
-const cpuWithBerth = () => processCpu(sb).set('berth', cpuSeconds(berth.pid));
+/** Berth's requests by method and answer's code (GETs, and conflicts of the ledger's PUTs). */
+const berthRequests = () => berthCounts(berth.metricsPort, 'rest_client_requests_total', ['method', 'code']);
+const requestsBefore = await berthRequests();
+/** The machine's CPU seconds (machineCpu) and Berth's (its own process, not the sandbox's). */
+const cpuWithBerth = () => machineCpu().set('berth', cpuSeconds(berth.pid));
 const berthCpuBefore = cpuWithBerth();
 const berthWorkBefore = await apiserverWork(client);
+const berthProfile = profileApiserver(client, values['profile-apiserver'], 'berth');
 const started = performance.now();
 await forEachLimit(
   Array.from({ length: deployments }, (_, d) => d),
@@ -695,6 +718,7 @@ await waitForValue(
 );
 const berthSeconds = (Math.max(...readyAt.values()) - started) / 1000;
 const writesAfter = await berthWrites(berth.metricsPort);
+const requestsAfter = await berthRequests();
 /** Every write of Berth's per instance, by method and resource. */
 const writesBy = writesPer(writesBefore, writesAfter, instances);
 const OF_DEPLOYMENT = (r: string) => r.startsWith('workloaddeployments');
@@ -723,7 +747,9 @@ console.log(
     `Ready → the next ordinal seen ${hop(readyAt, firstOrdinals, previous)}`,
 );
 const berthCpuAfter = cpuWithBerth();
+await berthProfile.stop();
 console.log(`  CPU seconds: ${describeCpu(berthCpuBefore, berthCpuAfter)}`);
+console.log(`  Berth's requests by method and code: ${workDelta(requestsBefore, requestsAfter).join(', ')}`);
 console.log(`  the apiserver served: ${workDelta(berthWorkBefore, await apiserverWork(client)).join(', ')}`);
 const rss = berth.rssMB();
 // Where Berth's time went: passes per controller, their mean, and the mean wait in its queue.
@@ -800,6 +826,9 @@ const result = {
   apiserverCpuSeconds: apiserverCpu(berthCpuBefore, berthCpuAfter),
   floorApiserverCpuSeconds: fairFloorRun.apiserverCpuSeconds,
   statusFloorApiserverCpuSeconds: statusFloorRun.apiserverCpuSeconds,
+  machineCpuSeconds: round(cpuBetween(berthCpuBefore, berthCpuAfter), 1),
+  floorMachineCpuSeconds: fairFloorRun.machineCpuSeconds,
+  statusFloorMachineCpuSeconds: statusFloorRun.machineCpuSeconds,
   rssMB: rss,
 };
 insts.stop();

@@ -2,7 +2,9 @@
 // Berth runs as its own process through test/helpers/berth.ts, which the tests share.
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import type { IncomingMessage } from 'node:http';
+import https from 'node:https';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { isDeepStrictEqual } from 'node:util';
@@ -20,7 +22,7 @@ import { admissionReview } from '../test/helpers/admission.ts';
 export async function benchSandbox(
   name: string,
   nodes: NodeGroupInput[] = [],
-  extra: Pick<UpOptions, 'registry'> = {},
+  extra: Pick<UpOptions, 'registry' | 'profiling'> = {},
 ): Promise<Sandbox> {
   const sb = new Sandbox(name);
   const started = performance.now();
@@ -213,15 +215,27 @@ export function workDelta(before: Map<string, number>, after: Map<string, number
  * Berth's API writes so far by resource (`instances`, `instances/status`, `pods`, ...), from its own
  * berth_api_writes_total; only those to `host` when given.
  */
-export async function berthWrites(metricsPort: number, host?: string): Promise<Map<string, number>> {
+export const berthWrites = (metricsPort: number, host?: string): Promise<Map<string, number>> =>
+  berthCounts(metricsPort, 'berth_api_writes_total', ['method', 'resource'], host);
+
+/**
+ * A counter of Berth's own /metrics summed by `by` (their values joined by spaces, in that order):
+ * only the series of `host` when given.
+ */
+export async function berthCounts(
+  metricsPort: number,
+  metric: string,
+  by: string[],
+  host?: string,
+): Promise<Map<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-  const writes = new Map<string, number>();
-  for (const { labels, value } of samples(text, 'berth_api_writes_total')) {
+  const counts = new Map<string, number>();
+  for (const { labels, value } of samples(text, metric)) {
     if (host !== undefined && labels['host'] !== host) continue;
-    const what = `${labels['method']} ${labels['resource']}`;
-    writes.set(what, (writes.get(what) ?? 0) + value);
+    const what = by.map((l) => labels[l]).join(' ');
+    counts.set(what, (counts.get(what) ?? 0) + value);
   }
-  return writes;
+  return counts;
 }
 
 /** Two berthWrites readings apart, per object (`n` of them), by `method resource`, largest first. */
@@ -597,3 +611,37 @@ export function controllerMeans(now: ControllerWork, before?: ControllerWork) {
 
 export const describeControllerMeans = (name: string, m: ReturnType<typeof controllerMeans>) =>
   `${name}: ${m.passes} passes, mean ${m.reconcileMs} ms, mean queue wait ${m.queuedMs} ms, ${m.retries} delayed re-adds (requeues and backoff); the process's ${m.patches} PATCHes answered in ${m.patchMs} ms on average`;
+
+/**
+ * CPU profiles of the apiserver (its /debug/pprof, on by default) while a phase runs: back-to-back
+ * profiles of PROFILE_SECONDS each (Go's profile handler takes its length up front), saved as
+ * `DIR/<phase>-<n>.pb.gz`; `go tool pprof -top DIR/<phase>-*.pb.gz` reads them as one. `stop()`
+ * waits for the one in flight, so a phase's profile runs at most PROFILE_SECONDS past its end.
+ */
+export function profileApiserver(client: KubeClient, dir: string | undefined, phase: string) {
+  if (!dir) return { stop: async () => {} };
+  mkdirSync(dir, { recursive: true });
+  let running = true;
+  const one = async (n: number) => {
+    const { tls, headers } = await client.access.resolve();
+    const url = new URL(`/debug/pprof/profile?seconds=${PROFILE_SECONDS}`, client.server);
+    const res = await new Promise<IncomingMessage>((resolve, reject) =>
+      https.get(url, { ...tls, headers }, resolve).on('error', reject),
+    );
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    if (res.statusCode !== 200)
+      throw new Error(`apiserver profile: ${res.statusCode} ${Buffer.concat(chunks)}`);
+    writeFileSync(path.join(dir, `${phase}-${n}.pb.gz`), Buffer.concat(chunks));
+  };
+  const loop = (async () => {
+    for (let n = 0; running; n++) await one(n);
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+    },
+  };
+}
+const PROFILE_SECONDS = 2;

@@ -101,7 +101,7 @@ export const PROCESS: Record<ProcessName, Process> = {
   },
   'kube-apiserver': {
     binary: (st) => st.binaries.kubeApiserver,
-    args: ({ ports, audit, webhookClientCa }, dir) => [
+    args: ({ ports, audit, profiling, webhookClientCa }, dir) => [
       `--etcd-servers=http://127.0.0.1:${ports.etcdClient}`,
       '--bind-address=127.0.0.1',
       '--advertise-address=127.0.0.1',
@@ -121,7 +121,7 @@ export const PROCESS: Record<ProcessName, Process> = {
       // Room for benchmarks with thousands of nodes on one machine.
       '--max-requests-inflight=1600',
       '--max-mutating-requests-inflight=800',
-      '--profiling=false',
+      `--profiling=${profiling ?? false}`,
       '--v=1',
       ...(audit
         ? [

@@ -81,6 +81,11 @@ export interface UpOptions {
    * verb, resource, response code) to `auditLogPath`. Taken into account when the control plane starts.
    */
   audit?: boolean;
+  /**
+   * kube-apiserver serves /debug/pprof (for `bench:instances --profile-apiserver`); off otherwise.
+   * Taken into account when the control plane starts.
+   */
+  profiling?: boolean;
 }
 
 export class Sandbox {
@@ -182,7 +187,7 @@ export class Sandbox {
       } else {
         if (status.some((p) => p.running)) await this.down();
         started = true;
-        await this.start(binaries, log, deadline, signal, opts.audit ?? false);
+        await this.start(binaries, log, deadline, signal, opts);
       }
       if (registry !== undefined && !(await this.registryRunning())) {
         startedRegistry = true;
@@ -328,7 +333,7 @@ export class Sandbox {
     log: (s: string) => void,
     deadline: number,
     signal: AbortSignal | undefined,
-    audit: boolean,
+    { audit = false, profiling = false }: Pick<UpOptions, 'audit' | 'profiling'>,
   ): Promise<void> {
     mkdirSync(this.path('logs'), { recursive: true });
     const started = Date.now();
@@ -350,6 +355,7 @@ export class Sandbox {
       binaries,
       startedAt: new Date().toISOString(),
       ...(audit ? { audit } : {}),
+      ...(profiling ? { profiling } : {}),
       ...(cells ? { cells } : {}),
       ...(registry ? { registry } : {}),
       ...(berth ? { berth } : {}),

@@ -37,6 +37,8 @@ export interface State {
   registry?: { ports: RegistryPorts; binary: string; node: string };
   /** kube-apiserver writes an audit log (`up({ audit: true })`). */
   audit?: boolean;
+  /** kube-apiserver serves /debug/pprof (`up({ profiling: true })`). */
+  profiling?: boolean;
   /** The Berth this sandbox runs (`startBerth`): node, its identity's kubeconfig, ports, its own flags. */
   berth?: { node: string; kubeconfig: string; ports: BerthPorts; args: string[] };
   /** The sandboxes this one is the management plane of, by city (a federation, federation.ts). */

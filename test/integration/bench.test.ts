@@ -5,7 +5,9 @@
 // here at a tiny size, the way a user runs it (`npm run bench:NAME -- ...`), on its private sandbox.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 
@@ -43,6 +45,9 @@ const tiny: Record<string, string[]> = {
     '2',
     '--concurrency',
     '4',
+    // The apiserver's CPU profiles of each phase, as `go tool pprof` reads them.
+    '--profile-apiserver',
+    join(mkdtempSync(join(tmpdir(), 'berth-bench-')), 'profiles'),
   ],
   'bench:ui': ['--nodes', '20'],
   'bench:memory': ['--points', '5:0,5:10'],
