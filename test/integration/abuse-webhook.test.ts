@@ -312,6 +312,8 @@ function slowClients(n: number, head: string, piece: string, everyMs: number): P
     Array.from({ length: n }, async () => {
       const socket = await connectTls();
       const dropped = closesAfter(socket);
+      // Answered (refused over a limit) rather than dropped: let go.
+      socket.once('data', () => socket.destroy());
       socket.write(head);
       const timer = setInterval(() => socket.writable && socket.write(piece), everyMs);
       return dropped.finally(() => clearInterval(timer));
@@ -488,8 +490,16 @@ describe('the webhook server under abuse', () => {
     'beyond the in-flight limit reviews are refused at once, and the apiserver applies failurePolicy without waiting',
     bounded,
     async (t) => {
-      // Slow bodies are requests in flight until the request timeout drops them.
-      const drops = slowClients(maxInFlight, requestHead('Content-Length: 10000\r\n\r\n'), ' ', 200);
+      // Slow bodies are requests in flight until the request timeout drops them, each that long after
+      // its head: more of them than the limit, so that it is reached even when their connections come
+      // seconds apart on a loaded machine (those over it are refused, and let go at their answer).
+      const drops = slowClients(maxInFlight + 20, requestHead('Content-Length: 10000\r\n\r\n'), ' ', 200);
+      const inFlight = () => server.metric('controller_runtime_webhook_requests_in_flight{');
+      await waitFor('the limit reached', async () => (await inFlight()) >= maxInFlight, {
+        timeoutMs: requestTimeoutMs,
+        intervalMs: 20,
+        observe: inFlight,
+      });
       const refused = await waitFor(
         'a review refused for load',
         async () => {
