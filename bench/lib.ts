@@ -613,9 +613,9 @@ export const describeControllerMeans = (name: string, m: ReturnType<typeof contr
   `${name}: ${m.passes} passes, mean ${m.reconcileMs} ms, mean queue wait ${m.queuedMs} ms, ${m.retries} delayed re-adds (requeues and backoff); the process's ${m.patches} PATCHes answered in ${m.patchMs} ms on average`;
 
 /**
- * CPU profiles of the apiserver (its /debug/pprof, on by default) while a phase runs: back-to-back
- * profiles of PROFILE_SECONDS each (Go's profile handler takes its length up front), saved as
- * `DIR/<phase>-<n>.pb.gz`; `go tool pprof -top DIR/<phase>-*.pb.gz` reads them as one. `stop()`
+ * CPU profiles of the apiserver (its /debug/pprof, served by a sandbox up with `profiling`) while a
+ * phase runs: back-to-back profiles of PROFILE_SECONDS each (Go's profile handler takes its length
+ * up front), saved as `DIR/<phase>-<n>.pb.gz`; `go tool pprof -top DIR/<phase>-*.pb.gz` reads them as one. `stop()`
  * waits for the one in flight, so a phase's profile runs at most PROFILE_SECONDS past its end.
  */
 export function profileApiserver(client: KubeClient, dir: string | undefined, phase: string) {
