@@ -12,12 +12,11 @@ import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import type { Event } from '../../src/runtime/events/event.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { WorkloadDeployment } from '../../src/workloads/types.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
-import { createNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { createNamespace, testSandbox, uniqueName, untilWarning } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -134,11 +133,7 @@ test('a cell whose kubeconfig may not watch Instances: the join says so, the Cel
     },
     { observe: ready, timeoutMs: 30_000 },
   );
-  await waitFor('a Warning event AccessDenied on the Cell', async () =>
-    (await client.list<Event>(Resources.events, { namespace: 'default' })).items.some(
-      (e) => e.type === 'Warning' && e.reason === 'AccessDenied' && e.regarding?.name === cell,
-    ),
-  );
+  await untilWarning(client, 'default', { reason: 'AccessDenied', regarding: cell });
   await cellClient.patch(
     Resources.clusterRoles,
     user,
@@ -203,11 +198,7 @@ test('a namespace the cell lacks and may not create: the log, the Workload and a
       available?.status === 'False' && available.reason === 'CellRefused' && refusal.test(available.message)
     );
   });
-  await waitFor('a Warning event CellRefused on the Workload', async () =>
-    (await client.list<Event>(Resources.events, { namespace: nsMissing })).items.some(
-      (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === wl,
-    ),
-  );
+  await untilWarning(client, nsMissing, { reason: 'CellRefused', regarding: wl });
   await cellClient.create(Resources.namespaces, {
     apiVersion: 'v1',
     kind: 'Namespace',
@@ -248,11 +239,7 @@ test('a cell that refuses to delete the copy holds the Workload: Released=False 
         /could not all be deleted: cell .*forbidden/.test(released.message)
       );
     });
-    await waitFor('a Warning event CellRefused on the Workload', async () =>
-      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-        (e) => e.type === 'Warning' && e.reason === 'CellRefused' && e.regarding?.name === wl,
-      ),
-    );
+    await untilWarning(client, ns, { reason: 'CellRefused', regarding: wl });
     assert.equal((await cellClient.list(WorkloadDeployment.ref, { namespace: ns })).items.length, 1);
   } finally {
     await verbs((v) => [...v, 'delete']);

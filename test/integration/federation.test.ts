@@ -45,7 +45,14 @@ import type { InstanceObject } from '../../src/workloads/decide.ts';
 import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
 import type { DeploymentObject } from '../../src/federation/decide/placement.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
-import { addNodes, createNamespace, refuseByPolicy, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import {
+  addNodes,
+  createNamespace,
+  refuseByPolicy,
+  testSandbox,
+  uniqueName,
+  untilWarning,
+} from '../helpers/cluster.ts';
 import { joinAsCell } from '../helpers/federation.ts';
 import { holdsFor, sleep, unchangedFor, waitFor } from '../helpers/wait.ts';
 
@@ -892,11 +899,7 @@ async function nameTaken(o: {
       const a = findCondition((await taken()).status?.conditions, 'Available');
       return a?.reason === 'NameTaken' && a.message.includes(o.whose) && a;
     });
-    await waitFor('a NameTaken Warning on the Workload', async () =>
-      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-        (e) => e.type === 'Warning' && e.reason === 'NameTaken' && e.regarding?.name === name,
-      ),
-    );
+    await untilWarning(client, ns, { reason: 'NameTaken', regarding: name });
     await holdsFor(
       'the holder, not written over',
       async () =>

@@ -7,7 +7,6 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
-import type { Event } from '../../src/runtime/events/event.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
@@ -18,7 +17,13 @@ import {
   type QuotaObject,
 } from '../../src/workloads/controllers/quota.ts';
 import { Instance, InstanceType, OWN_INSTANCES, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
-import { createNamespace, deleteNamespace, testSandbox, uniqueName } from '../helpers/cluster.ts';
+import {
+  createNamespace,
+  deleteNamespace,
+  testSandbox,
+  uniqueName,
+  untilWarning,
+} from '../helpers/cluster.ts';
 import { berthClient } from '../helpers/berth.ts';
 import { holdsFor, sleep, waitFor } from '../helpers/wait.ts';
 
@@ -440,11 +445,7 @@ test('no Quota: granted at once (NoQuota); a Quota created later adopts them, Ov
     assert.equal(ready.status, 'False');
     assert.match(ready.message, /^2 of 1 instances used, over the budget in instances/);
     assert.deepEqual(await ledgerNames(ns), ['a', 'b']);
-    await waitFor('a Warning OverBudget event on the Quota', async () =>
-      (await client.list<Event>(Resources.events, { namespace: ns })).items.some(
-        (e) => e.type === 'Warning' && e.reason === 'OverBudget' && e.regarding?.name === 'budget',
-      ),
-    );
+    await untilWarning(client, ns, { reason: 'OverBudget', regarding: 'budget' });
     await createInstance(ns, 'c');
     await waitVerdicts(ns, { c: 'False/QuotaExceeded' });
 
