@@ -145,7 +145,7 @@ export class RegistryClient implements ImageInspector {
     // Whether reads waited for the limits across hosts when the caller gave up: told at that
     // moment, since giving up frees the places this inspection's own reads waited for.
     let bounded: InspectionError | undefined;
-    const onAbort = () => (bounded = this.#transport.bounded(image));
+    const onAbort = () => (bounded = this.#transport.bounded(image, options.namespace ?? ''));
     options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const ref = parseReference(image);

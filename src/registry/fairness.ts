@@ -53,6 +53,11 @@ export class FairSemaphore {
     return this.#waiting;
   }
 
+  /** Requests of `flow` waiting now. */
+  waitingIn(flow: string): number {
+    return this.#flows.get(flow)?.queue.length ?? 0;
+  }
+
   /** Units `flow` holds now. */
   heldBy(flow: string): number {
     return this.#flows.get(flow)?.held ?? 0;

@@ -134,11 +134,12 @@ export class Transport {
   }
 
   /**
-   * An inspection given up while reads wait for the limits across hosts: the caller was held by
-   * Berth's own bound, not by the registry, and says so (a Warning on the pod).
+   * An inspection given up while its namespace's reads wait for the limits across hosts: the caller
+   * was held by Berth's own bound, not by the registry, and says so (a Warning on the pod).
    */
-  bounded(image: string): InspectionError | undefined {
-    if (this.#inFlight.waiting + this.#bytesInFlight.waiting === 0) return undefined;
+  bounded(image: string, namespace: string): InspectionError | undefined {
+    const waiting = this.#inFlight.waitingIn(namespace) + this.#bytesInFlight.waitingIn(namespace);
+    if (waiting === 0) return undefined;
     const o = this.#o;
     const mib = (bytes: number) => Math.round(bytes / 2 ** 20);
     return fail(
@@ -147,7 +148,7 @@ export class Transport {
       `given up while registry reads waited for Berth's bound across all registries (${o.maxRequestsInFlight} requests, ` +
         `${mib(o.maxBodyBytesInFlight)} MiB of bodies in flight, ${o.maxRequestsInFlightPerNamespace} and ` +
         `${mib(o.maxBodyBytesInFlightPerNamespace)} MiB of them for one namespace; ` +
-        `${this.#inFlight.waiting + this.#bytesInFlight.waiting} waiting)`,
+        `${waiting} of its namespace's waiting)`,
       true,
     );
   }
