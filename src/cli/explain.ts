@@ -65,12 +65,20 @@ export function explainCommand(): Command {
     .allowUnknownOption()
     .allowExcessArguments()
     .action(async (arg: string | undefined, _o, c: Command) => {
-      const slash = arg?.indexOf('/') ?? -1;
-      if (!arg || slash < 0) return cmd.help({ error: true });
-      await cmd.parseAsync([arg.slice(0, slash), arg.slice(slash + 1), ...c.args.slice(1)], { from: 'user' });
+      if (!arg) return cmd.help({ error: true });
+      // A kind the subcommands do not know, with or without a name: say so rather than print the help.
+      const [kind = '', ...name] = arg.split('/');
+      if (!explainers.some((e) => e.name === kind || e.aliases.includes(kind))) throw unknownKind(kind);
+      await cmd.parseAsync([kind, name.join('/'), ...c.args.slice(1)], { from: 'user' });
     });
   return cmd;
 }
+
+/** What `berth explain` says of a kind it does not explain: which it does. */
+export const unknownKind = (kind: string): Error =>
+  new Error(
+    `unknown kind "${kind}": berth explain knows ${explainers.map((e) => e.name).join(', ')}`,
+  );
 
 const namespaced = (arg: string, namespace: string): [string, string] => {
   const slash = arg.indexOf('/');

@@ -14,6 +14,7 @@ import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import {
   clusterFlags,
   durationOption,
+  listOption,
   outputOption,
   print,
   withClient,
@@ -24,12 +25,14 @@ import {
 export function planCommand(): Command {
   const cmd = new Command('plan')
     .description(SUMMARIES.plan.description)
-    .option('-f, --filename <path...>', 'YAML files, directories of them, or - for stdin', [])
+    .addOption(listOption('-f, --filename <paths>', 'YAML files, directories of them, or - for stdin'))
     .option('--delete', 'plan deleting these objects instead of applying them')
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
-    .option(
-      '--rule-file <path...>',
-      'k8s-auto-labeller rule files or directories to plan as applied, each in place of the --label-dir file of its name',
+    .addOption(
+      listOption(
+        '--rule-file <paths>',
+        'k8s-auto-labeller rule files or directories to plan as applied, each in place of the --label-dir file of its name',
+      ),
     )
     .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
     .addOption(
@@ -47,11 +50,11 @@ export function planCommand(): Command {
     .addOption(dryRunControllersOption(capabilities))
     .addOption(outputOption());
   return clusterFlags(cmd).action(async (o) => {
-    const { objects, errors } = await readManifests(o.filename, () => text(process.stdin));
-    if (!o.filename.length && !o.ruleFile?.length) errors.push('give the objects to plan: -f FILE|DIR|-');
+    const { objects, errors } = await readManifests(o.filename ?? [], () => text(process.stdin));
+    if (!o.filename?.length && !o.ruleFile?.length) errors.push('give the objects to plan: -f FILE|DIR|-');
     if (o.delete && o.ruleFile?.length) errors.push('--delete plans deleting objects, not rule files');
     if (errors.length) {
-      process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+      process.stderr.write(errors.map((e) => `berth: ${e}\n`).join(''));
       process.exitCode = 1;
       return;
     }
@@ -131,8 +134,8 @@ async function legacyTest(
   const plan = [...files.map((f) => `-f ${f}`), ...rules.map((r) => `--rule-file ${r}`)].join(' ');
   process.stderr.write(
     paths.length
-      ? `deprecated: use berth plan ${plan}\n`
-      : `deprecated: use berth plan --delete -f FILE of the objects, read the other way round (kubectl get ${kind.toLowerCase()} NAME -o yaml | berth plan --delete -f -)\n`,
+      ? `berth: deprecated: use berth plan ${plan}\n`
+      : `berth: deprecated: use berth plan --delete -f FILE of the objects, read the other way round (kubectl get ${kind.toLowerCase()} NAME -o yaml | berth plan --delete -f -)\n`,
   );
   const read = await readManifests(files, () => Promise.resolve(''));
   const errors = read.errors;
@@ -146,7 +149,7 @@ async function legacyTest(
     return planChange(client, objects, { ...opts, deleting: false });
   });
   if (!result) {
-    process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+    process.stderr.write(errors.map((e) => `berth: ${e}\n`).join(''));
     process.exitCode = 1;
     return;
   }
