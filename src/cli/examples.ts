@@ -3,19 +3,23 @@
 // every command has one.
 
 export const EXAMPLES: Record<string, string[]> = {
-  '': ['berth explain node node-1', 'berth plan -f policy.yaml', 'berth help plan'],
+  '': ['berth explain node node-1', 'berth plan -f policy.yaml', 'berth plan --help'],
   run: [
     'berth run --kubeconfig ~/.kube/config',
     'berth run --leader-elect --controllers labels,gates --berth-namespace berth-system',
   ],
   install: ['berth install', 'berth install --crds-only --context staging'],
   manifests: [
-    'berth manifests --workload-namespace shop,payments > berth.yaml',
+    'berth manifests --workload-namespace shop,payments',
     'berth manifests --kind crds',
     'berth manifests --cell --controllers cells,federation',
   ],
   uninstall: ['berth uninstall --dry-run', 'berth uninstall --berth-namespace berth-system --keep-crds'],
-  explain: ['berth explain node node-1', 'berth explain pod shop/web-0', 'berth explain nodelabelrule/gpu --node node-1'],
+  explain: [
+    'berth explain node node-1',
+    'berth explain pod shop/web-0',
+    'berth explain nodelabelrule/gpu --node node-1',
+  ],
   plan: [
     'berth plan -f policy.yaml',
     'berth plan -f policies/ -o json',
@@ -25,11 +29,17 @@ export const EXAMPLES: Record<string, string[]> = {
   rules: ['berth rules test rules.yaml'],
   'rules test': ['berth rules test rules.yaml', 'berth rules test gpu'],
   gates: ['berth gates tolerate warmup -n kube-system'],
-  'gates tolerate': ['berth gates tolerate warmup -n kube-system --dry-run=server', 'berth gates tolerate warmup --gate warmup,drivers'],
+  'gates tolerate': [
+    'berth gates tolerate warmup -n kube-system --dry-run=server',
+    'berth gates tolerate warmup --gate warmup,drivers',
+  ],
   agents: ['berth agents test placement.yaml'],
   'agents test': ['berth agents test placement.yaml', 'berth agents test'],
   arch: ['berth arch inspect registry.example/web:1'],
-  'arch inspect': ['berth arch inspect registry.example/web:1', 'berth arch inspect registry.example/web:1 --pull-secret secret.yaml'],
+  'arch inspect': [
+    'berth arch inspect registry.example/web:1',
+    'berth arch inspect registry.example/web:1 --pull-secret secret.yaml',
+  ],
   'arch clean': ['berth arch clean --dry-run', 'berth arch clean --force'],
   cells: ['berth cells list'],
   'cells join': [

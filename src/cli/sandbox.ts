@@ -47,7 +47,7 @@ export const berthFederationHooks: FederationHooks = {
 
 /** What the user runs next on a federation's management plane (with its quota controller when it grants). */
 export const managementCommand = (sb: Sandbox, quotaSource = 'local'): string =>
-  `npx berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
+  `berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
 
 export function sandboxCommand(): Command {
   const cmd = new Command('sandbox').description(SUMMARIES.sandbox.description);
