@@ -186,7 +186,10 @@ export function controllersOption(
 ): Option {
   const names = all.map((c) => c.name);
   // A list flag as every list flag (listOption): repeatable, comma-separated.
-  return new Option('--controllers <names>', `${description} (${names.join(', ')}; repeat the flag, or separate with commas)`)
+  return new Option(
+    '--controllers <names>',
+    `${description} (${names.join(', ')}; repeat the flag, or separate with commas)`,
+  )
     .default(defaults, defaults.join(','))
     .argParser((v, previous: string[]) => {
       const named = (previous === defaults ? [] : previous).concat(commaList(v));

@@ -42,7 +42,12 @@ export function archCommand(): Command {
   cmd
     .command('inspect <image>')
     .description('Print the platforms an image supports, read from its registry without pulling it')
-    .addOption(listOption('--pull-secret <files>', 'pull Secrets (YAML or JSON) or docker config.json files to log in with'))
+    .addOption(
+      listOption(
+        '--pull-secret <files>',
+        'pull Secrets (YAML or JSON) or docker config.json files to log in with',
+      ),
+    )
     .option(
       '--registries <file>',
       'registries configuration: mirrors, CAs, insecure registries, registries on private addresses (allowPrivate)',

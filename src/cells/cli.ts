@@ -38,7 +38,6 @@ import {
   type LocationObject,
 } from './types.ts';
 
-
 /** How long `berth cells join` waits for the cell to answer. */
 const joinProbeTimeoutMs = 5000;
 

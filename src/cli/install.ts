@@ -151,7 +151,9 @@ export function manifestsCommand(): Command {
       const kinds = o.kind === 'all' ? ['crds', 'rbac', 'webhooks'] : [o.kind as string];
       const docs: KubeObject[] = [
         ...(kinds.includes('crds') ? crdManifests() : []),
-        ...(kinds.includes('rbac') ? [...rbacManifests(running, rbac), ...podPatchPolicyManifests({ namespace })] : []),
+        ...(kinds.includes('rbac')
+          ? [...rbacManifests(running, rbac), ...podPatchPolicyManifests({ namespace })]
+          : []),
         ...(kinds.includes('webhooks') ? emptyWebhookConfigurations(WEBHOOK_CONFIGURATION) : []),
       ];
       process.stdout.write(yamlDocuments(docs));

@@ -23,7 +23,11 @@ export function uiOptions(defaultBind: string): Option[] {
     new Option('--ui-bind-address <addr>', 'address of the read-only web page ("0" turns it off)').default(
       defaultBind,
     ),
-    listOption('--ui-pool-labels <keys>', "node labels that name a node's pool, the first present wins", defaultPoolLabels),
+    listOption(
+      '--ui-pool-labels <keys>',
+      "node labels that name a node's pool, the first present wins",
+      defaultPoolLabels,
+    ),
     listOption(
       '--ui-allowed-hosts <names>',
       'host names the page answers to besides localhost and IP addresses (a guard against DNS rebinding; default: none)',

@@ -151,5 +151,7 @@ export function uninstallCommand(): Command {
         }),
       ),
     );
-  return clusterFlags(berthNamespaceFlag(cmd, "Berth's namespace (its Secret and Lease)", berthNamespace(), ['--namespace']));
+  return clusterFlags(
+    berthNamespaceFlag(cmd, "Berth's namespace (its Secret and Lease)", berthNamespace(), ['--namespace']),
+  );
 }

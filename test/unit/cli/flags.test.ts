@@ -68,7 +68,11 @@ test('--context picks a context of the kubeconfig, and -n defaults to its namesp
 
 /** `cmd`'s options after parsing `args` (no action runs). */
 const parsed = (cmd: Command, args: string[]): Record<string, unknown> =>
-  cmd.exitOverride().configureOutput({ writeErr: () => {} }).parse(args, { from: 'user' }).opts();
+  cmd
+    .exitOverride()
+    .configureOutput({ writeErr: () => {} })
+    .parse(args, { from: 'user' })
+    .opts();
 
 test('a list flag is repeatable and comma-separated alike, and replaces its default when given', () => {
   const cmd = () => new Command().addOption(listOption('--ns <names>', 'namespaces', ['a']));

@@ -101,7 +101,10 @@ test('every error line starts berth:, a usage error exits 2, but 1 for plan whos
 });
 
 test('explain of a kind it does not know says so and which it knows, exit 1, without the help', () => {
-  for (const args of [['explain', 'deployment', 'web'], ['explain', 'deployment/web']]) {
+  for (const args of [
+    ['explain', 'deployment', 'web'],
+    ['explain', 'deployment/web'],
+  ]) {
     const r = berth(...args);
     assert.equal(r.status, EXIT.failed, args.join(' '));
     assert.equal(
