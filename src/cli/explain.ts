@@ -75,7 +75,7 @@ export function explainCommand(): Command {
 }
 
 /** What `berth explain` says of a kind it does not explain: which it does. */
-export const unknownKind = (kind: string): Error =>
+const unknownKind = (kind: string): Error =>
   new Error(`unknown kind "${kind}": berth explain knows ${explainers.map((e) => e.name).join(', ')}`);
 
 const namespaced = (arg: string, namespace: string): [string, string] => {

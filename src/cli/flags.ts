@@ -181,7 +181,7 @@ export function berthNamespaceFlag(
 }
 
 /** How a dry run is asked for: `--dry-run`, or as kubectl users type it, `--dry-run=server|client`. */
-export const DRY_RUN_MODES = ['server', 'client'] as const;
+const DRY_RUN_MODES = ['server', 'client'] as const;
 
 /**
  * `--dry-run[=server|client]`: say what would change, change nothing. Berth's dry runs read the
