@@ -124,3 +124,19 @@ test('each command’s help ends with its Examples, under the name the program r
   plugin.name('kubectl berth');
   assert.match(plugin.commands[0]!.helpInformation(), /\n {2}kubectl berth plan -f policy\.yaml\n/);
 });
+
+test('manifests puts Berth in --berth-namespace, and a list flag takes commas', () => {
+  const r = berth(
+    'manifests',
+    '--kind',
+    'rbac',
+    '--berth-namespace',
+    'ops',
+    '--workload-namespace',
+    'shop,web',
+  );
+  assert.equal(r.status, EXIT.ok, r.stderr);
+  assert.match(r.stdout, /system:serviceaccount:ops:berth/);
+  for (const ns of ['shop', 'web']) assert.match(r.stdout, new RegExp(`namespace: ${ns}\\n`));
+  assert.doesNotMatch(r.stdout, /berth-system/);
+});
