@@ -6,7 +6,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { isMap, isScalar, parseDocument, type YAMLMap } from 'yaml';
 import type { Command } from 'commander';
-import { berthProgram } from '../src/cli/program.ts';
+import { berthProgram, pathOf } from '../src/cli/program.ts';
 import { crdManifests } from '../src/manifests.ts';
 import { registry } from '../src/runtime/observability/metrics.ts';
 
@@ -19,17 +19,11 @@ function commandsOf(command: Command): Command[] {
   return [command, ...command.commands.filter((c) => c.name() !== 'help').flatMap(commandsOf)];
 }
 
-function pathOf(command: Command): string {
-  const names: string[] = [];
-  for (let c: Command | null = command; c; c = c.parent) names.unshift(c.name());
-  return names.join(' ');
-}
-
 async function cliReference(): Promise<string> {
   const program = await berthProgram();
   const sections = commandsOf(program).map((command) => {
     command.configureOutput({ getOutHelpWidth: () => HELP_WIDTH, getOutHasColors: () => false });
-    return `## ${pathOf(command)}\n\n\`\`\`text\n${command.helpInformation().trimEnd()}\n\`\`\`\n`;
+    return `## ${`berth ${pathOf(command)}`.trimEnd()}\n\n\`\`\`text\n${command.helpInformation().trimEnd()}\n\`\`\`\n`;
   });
   return `${HEADER}# CLI reference\n\nEvery \`berth\` command, as \`berth <command> --help\` prints it.\n\n${sections.join('\n')}`;
 }

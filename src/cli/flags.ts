@@ -193,7 +193,7 @@ export const dryRunOption = (description = 'say what would change, change nothin
     .argParser((v: string) => {
       if (!(DRY_RUN_MODES as readonly string[]).includes(v))
         throw new InvalidArgumentError(
-          `"${v}" is not a dry-run mode (server or client; give an argument before --dry-run)`,
+          `"${v}" is not a dry-run mode (server or client; put a name before --dry-run)`,
         );
       return v;
     });
