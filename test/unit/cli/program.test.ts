@@ -34,6 +34,9 @@ test('completion offers the subcommands and flags of the path typed so far', asy
   assert.ok(words.get('berth sandbox up')!.includes('--quota-source'));
   assert.ok(words.get('berth explain node')!.includes('--context'));
   assert.ok(words.get('berth cells list')!.includes('-o'));
+  // A deprecated spelling still works but is not offered.
+  assert.ok(words.get('berth uninstall')!.includes('--berth-namespace'));
+  assert.ok(!words.get('berth uninstall')!.includes('--namespace'));
   const script = bashCompletion(await berthProgram(), ['berth', 'kubectl-berth']);
   assert.match(script, /complete -F _berth berth kubectl-berth\n$/);
 });
