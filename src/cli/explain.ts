@@ -9,6 +9,8 @@ import { capabilities } from '../capabilities.ts';
 import { explainers, explanationOf, explanationText, type Explainer } from '../explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import {
+  BERTH_NAMESPACE,
+  berthNamespaceFlag,
   clusterFlags,
   durationOption,
   namespaceFlags,
@@ -41,7 +43,7 @@ export function explainCommand(): Command {
       .aliases(e.aliases)
       .description(e.resource.namespaced ? `${e.description} (NAME or NAMESPACE/NAME)` : e.description);
     if (e.resource.namespaced) namespaceFlags(sub, `the ${e.resource.kind.toLowerCase()}'s namespace`);
-    clusterFlags(sub).addOption(outputOption());
+    clusterFlags(berthNamespaceFlag(sub, BERTH_NAMESPACE, berthNamespace())).addOption(outputOption());
     if (e.subjects === 'node') sub.option('--node <name>', 'explain why this node is in or out');
     if (e.subjects === 'pod')
       sub.option('--pod <name>', 'explain why this pod (NAMESPACE/NAME) is in or out');
@@ -54,7 +56,7 @@ export function explainCommand(): Command {
           : o.pod
             ? { pod: namespaced(o.pod, ns).join('/') }
             : undefined;
-        return explanationOf(client, e, name, namespace, o, berthNamespace(), focus);
+        return explanationOf(client, e, name, namespace, o, o.berthNamespace, focus);
       });
       await print(o.output, x, () => explanationText(x).join('\n'));
     });

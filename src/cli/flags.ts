@@ -158,6 +158,9 @@ export const listOption = (flags: string, description: string, dflt?: readonly s
   return dflt === undefined ? o : o.default(dflt, dflt.join(','));
 };
 
+/** What --berth-namespace says on the commands that decide as Berth does (plan, explain). */
+export const BERTH_NAMESPACE = "Berth's namespace, whose pods policies leave alone unless they name it";
+
 /**
  * `--berth-namespace`: Berth's own namespace (its Lease, its webhook certificate's Secret), one name
  * on every command. `deprecated` are the names a command gave it before, still taken so that no

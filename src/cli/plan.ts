@@ -13,6 +13,8 @@ import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import {
   clusterFlags,
+  BERTH_NAMESPACE,
+  berthNamespaceFlag,
   durationOption,
   listOption,
   outputOption,
@@ -49,6 +51,7 @@ export function planCommand(): Command {
     )
     .addOption(dryRunControllersOption(capabilities))
     .addOption(outputOption());
+  berthNamespaceFlag(cmd, BERTH_NAMESPACE, berthNamespace());
   return clusterFlags(cmd).action(async (o) => {
     const { objects, errors } = await readManifests(o.filename ?? [], () => text(process.stdin));
     if (!o.filename?.length && !o.ruleFile?.length) errors.push('give the objects to plan: -f FILE|DIR|-');
@@ -59,7 +62,7 @@ export function planCommand(): Command {
       return;
     }
     const plan = await withClient(o, (client) =>
-      planChange(client, objects, { deleting: !!o.delete, options: o, berthNamespace: berthNamespace() }),
+      planChange(client, objects, { deleting: !!o.delete, options: o, berthNamespace: o.berthNamespace }),
     );
     await print(o.output, plan, () => planText(plan).join('\n'));
     process.exitCode = planExitCode(plan);
@@ -89,11 +92,7 @@ export const agentsTestCommand = (): Command =>
     description:
       'Deprecated: use berth plan -f FILE. What applying the AgentPlacements of YAML files would do, or what existing ' +
       'ones do now (names; all of them when none is given), as berth plan says it. Writes nothing.',
-    option: [
-      '--berth-namespace <ns>',
-      "Berth's namespace, left alone unless a placement names it",
-      berthNamespace(),
-    ],
+    option: ['--berth-namespace <ns>', BERTH_NAMESPACE, berthNamespace()],
   });
 
 /** `berth PARENT test ARGS`, of one kind, with its one option of its own. */
