@@ -86,7 +86,7 @@ const internLifecycle: CacheLifecycle<KubeObject> = {
 export function interning<T extends KubeObject>(
   name: string,
   fn: (obj: KubeObject) => T,
-): { name: string; fn: (obj: T) => T; lifecycle: CacheLifecycle<T> } {
+): { name: string; fn: (obj: KubeObject) => T; lifecycle: CacheLifecycle<T> } {
   return {
     name,
     fn: (obj) => {
@@ -152,7 +152,10 @@ const DROPPED_ANNOTATIONS = ['kubectl.kubernetes.io/last-applied-configuration']
  * (`all`: every one but kubectl's last applied configuration, for nodes, which Berth writes by
  * JSON patch and tenants do not).
  */
-export function slimMetadata(m: ObjectMeta | undefined, annotations: 'declared' | 'all' = 'declared'): ObjectMeta {
+export function slimMetadata(
+  m: ObjectMeta | undefined,
+  annotations: 'declared' | 'all' = 'declared',
+): ObjectMeta {
   const out: ObjectMeta = { name: m?.name, uid: m?.uid, resourceVersion: m?.resourceVersion };
   if (m?.namespace) out.namespace = intern(m.namespace);
   if (m?.generation !== undefined) out.generation = m.generation;
@@ -182,14 +185,11 @@ export function slimMetadata(m: ObjectMeta | undefined, annotations: 'declared' 
 }
 
 /** Identity, labels, annotations and owners only (namespaces, owners): one informer per kind serves every capability. */
-export const slimMeta = interning(
-  'slim-meta',
-  (o: KubeObject): KubeObject => ({
-    apiVersion: o.apiVersion,
-    kind: o.kind,
-    metadata: slimMetadata(o.metadata),
-  }),
-);
+export const slimMeta = interning('slim-meta', (o: KubeObject): KubeObject => ({
+  apiVersion: o.apiVersion,
+  kind: o.kind,
+  metadata: slimMetadata(o.metadata),
+}));
 
 /** A node selector requirement of a pod's required node affinity (v1.NodeSelectorRequirement). */
 export interface NodeSelectorRequirement {

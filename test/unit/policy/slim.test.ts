@@ -8,7 +8,10 @@ import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
 declaringAnnotations([archCapability, gatesCapability]);
 
-const pod = (annotations: Record<string, string> | undefined, labels?: Record<string, string>): KubeObject => ({
+const pod = (
+  annotations: Record<string, string> | undefined,
+  labels?: Record<string, string>,
+): KubeObject => ({
   apiVersion: 'v1',
   kind: 'Pod',
   metadata: { name: 'p', namespace: 'ns', uid: 'u', annotations, labels },
