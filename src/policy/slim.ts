@@ -12,7 +12,8 @@ import { MIRROR_POD_ANNOTATION } from './pods.ts';
 // values it interned in each object it makes (interning), the informer says when that object enters
 // and leaves its cache (lifecycle), and each value counts the cached objects holding it; the last
 // one gone takes it out. Objects made outside an informer (webhooks, explain) only read the table.
-// A value over MAX_INTERNED characters is never interned: it cannot be a repeat worth keeping once.
+// A value over MAX_INTERNED characters is never interned: long values are seldom shared, and a
+// tenant's large ones stay their own object's.
 const MAX_INTERNED = 512;
 const INTERN_BUDGET = 8 * 1024 * 1024;
 const interned = new Map<string, { value: string; refs: number }>();
@@ -112,13 +113,13 @@ const internRecord = (r: Record<string, string> | undefined) => {
 
 /**
  * An annotation a capability reads from its caches of pods and of other objects tenants write
- * (Capability.annotations): by key, by prefix, or any key whose value is exactly `value` (a flag
- * whose key a policy names). `max`: the longest value kept (DEFAULT_MAX_ANNOTATION unless given).
+ * (Capability.annotations): by key, or any key whose value is exactly `value` (a flag whose key a
+ * policy names). `max`: the longest value kept (DEFAULT_MAX_ANNOTATION unless given).
  */
-export type CachedAnnotation = ({ key: string } | { prefix: string } | { value: string }) & { max?: number };
+export type CachedAnnotation = ({ key: string } | { value: string }) & { max?: number };
 
 /** The longest annotation value a slim object keeps unless its declaration says more: flags and names. */
-export const DEFAULT_MAX_ANNOTATION = 1024;
+const DEFAULT_MAX_ANNOTATION = 1024;
 
 /** The kit's own: a mirror pod (every capability leaves static pods alone). */
 const KIT_ANNOTATIONS: CachedAnnotation[] = [{ key: MIRROR_POD_ANNOTATION }];
@@ -131,9 +132,7 @@ export function keepAnnotations(declared: CachedAnnotation[]): void {
 
 /** The declaration that keeps annotation `k` with value `v`, if any. */
 const declaration = (k: string, v: string): CachedAnnotation | undefined =>
-  declaredAnnotations.find((d) =>
-    'key' in d ? d.key === k : 'prefix' in d ? k.startsWith(d.prefix) : d.value === v,
-  );
+  declaredAnnotations.find((d) => ('key' in d ? d.key === k : d.value === v));
 
 /** Only the declared annotations, each within its length: what a tenant writes beyond them is not cached. */
 function declaredOnly(annotations: Record<string, string>): Record<string, string> {
@@ -162,12 +161,12 @@ export function slimMetadata(
   if (m?.deletionTimestamp) out.deletionTimestamp = m.deletionTimestamp;
   // Label values are at most 63 characters (the apiserver's validation): every label is kept.
   if (m?.labels) out.labels = internRecord(m.labels);
+  // Kept even when empty: a JSON patch must know whether the object has an annotations map at all.
   if (m?.annotations) {
     if (annotations === 'declared') out.annotations = declaredOnly(m.annotations);
     else {
       const a = { ...m.annotations };
       for (const k of DROPPED_ANNOTATIONS) delete a[k];
-      // Kept even when empty: a JSON patch must know whether the object has an annotations map at all.
       out.annotations = internRecord(a);
     }
   }
