@@ -19,18 +19,15 @@ import { Flights, TtlCache } from './cache.ts';
 import { allowsPrivate } from './egress.ts';
 import type { Endpoint } from './hosts.ts';
 import { registryMetrics } from './metrics.ts';
-import { fail, type Answer, type Transport } from './transport.ts';
+import { fail, type Answer, type ReadFor, type Transport } from './transport.ts';
 
-/** One image at one endpoint with one credential. */
-export interface Session {
+/** One image at one endpoint with one credential, for one namespace's pods. */
+export interface Session extends ReadFor {
   ep: Endpoint;
   repo: string;
   cred: Credential | undefined;
   /** Who what it reads may answer later: the credential's pull secret, or ANONYMOUS. */
   reader: string;
-  canonical: string;
-  /** Aborts once every inspection waiting on this read has given up (Flights). */
-  signal: AbortSignal;
 }
 
 /** What an origin that served a request without asking for credentials is remembered by. */
@@ -43,7 +40,8 @@ export class Authorizer {
   readonly #challenges = new Lru<Challenge>(1024);
   /**
    * An origin's first request, while its challenge is unknown: the others wait for it rather than
-   * each take their own 401 (a burst of pods naming new repositories of one registry).
+   * each take their own 401 (a burst of pods naming new repositories of one registry). One per
+   * namespace: another namespace's first request waits in that namespace's share of the seats.
    */
   readonly #discovering = new Map<string, Promise<void>>();
   readonly #tokenFlights = new Flights<string>();
@@ -55,29 +53,30 @@ export class Authorizer {
   /** A registry request with auth: the remembered challenge answered up front, a 401 answered once. */
   async request(s: Session, method: 'GET' | 'HEAD', path: string, accept?: string): Promise<Answer> {
     const origin = s.ep.url.origin;
+    const discovery = `${origin}|${s.namespace}`;
     const url = new URL(path, s.ep.url);
     let renewed = false;
     while (true) {
       let challenge = this.#challenges.peek(origin);
-      const pending = challenge ? undefined : this.#discovering.get(origin);
+      const pending = challenge ? undefined : this.#discovering.get(discovery);
       if (pending) {
         await pending;
         challenge = this.#challenges.peek(origin);
       }
       let discovered: (() => void) | undefined;
-      if (!challenge && !this.#discovering.has(origin))
-        this.#discovering.set(origin, new Promise<void>((resolve) => (discovered = resolve)));
+      if (!challenge && !this.#discovering.has(discovery))
+        this.#discovering.set(discovery, new Promise<void>((resolve) => (discovered = resolve)));
       const headers: Record<string, string> = accept ? { Accept: accept } : {};
       const authorization = challenge && (await this.#authorization(s, challenge));
       if (authorization) headers['Authorization'] = authorization;
       let got: Answer;
       try {
-        got = await this.#transport.polite(s.ep, 'registry', method, url, headers, s.canonical, s.signal);
+        got = await this.#transport.polite(s.ep, 'registry', method, url, headers, s);
         // Served without a challenge: the origin needs none, and nobody waits for a 401 again.
         if (!challenge && got.status !== 401) this.#challenges.set(origin, NO_CHALLENGE);
       } finally {
         if (discovered) {
-          this.#discovering.delete(origin);
+          this.#discovering.delete(discovery);
           discovered();
         }
       }
@@ -119,7 +118,8 @@ export class Authorizer {
     const cached = this.#tokens.get(key);
     registryMetrics.cache.inc({ cache: 'token', result: cached ? 'hit' : 'miss' });
     if (cached) return `Bearer ${cached}`;
-    const token = await this.#tokenFlights.run(key, s.signal, async (signal) => {
+    // Fetched once per namespace: a token another namespace's read fetches waits in its share.
+    const token = await this.#tokenFlights.run(`${key}|${s.namespace}`, s.signal, async (signal) => {
       let req;
       try {
         req = tokenRequest(challenge, pullScope(s.repo), s.ep, s.cred);
@@ -138,15 +138,7 @@ export class Authorizer {
         mirror: s.ep.mirror,
         allowPrivate: allowsPrivate(s.ep, req.url),
       };
-      const got = await this.#transport.polite(
-        realmEp,
-        'token',
-        'GET',
-        req.url,
-        headers,
-        s.canonical,
-        signal,
-      );
+      const got = await this.#transport.polite(realmEp, 'token', 'GET', req.url, headers, { ...s, signal });
       const withheld =
         s.cred && !req.sendCredential
           ? ` (credentials withheld from the plain-http realm ${req.url.origin})`

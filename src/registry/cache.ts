@@ -2,6 +2,7 @@
 // Bounded because their keys come from pods (images, pull secrets), which any user can create.
 import { Lru } from '../runtime/lru.ts';
 import {
+  mayRead,
   withReader,
   type KnownDigest,
   type KnownImages,
@@ -89,13 +90,15 @@ export class ImageMemory {
   }
 
   /**
-   * A digest's cached platforms for a reader that has just been served a manifest naming it (a
-   * tag's, or an index's): the reader may be answered from it from now on.
+   * A digest's cached platforms, only if `reader` may read them (it read them itself, or someone
+   * read them anonymously). A manifest naming a digest (a tag's answer, an index's entry, a HEAD's
+   * Docker-Content-Digest) proves nothing: any registry may name another tenant's private digest
+   * (issue 59); a reader the entry does not answer reads the digest from its own registry.
    */
   digest(reader: string, digest: string): KnownDigest | undefined {
-    const known = this.#digests.get(digest);
+    const seen = this.#digests.get(digest);
+    const known = seen && mayRead(seen, [reader]) ? seen : undefined;
     registryMetrics.cache.inc({ cache: 'digest', result: known ? 'hit' : 'miss' });
-    if (known) this.#digests.set(digest, { ...known, readers: withReader(known.readers, reader) });
     return known;
   }
 

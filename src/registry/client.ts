@@ -71,6 +71,13 @@ export interface RegistryClientOptions {
   maxRequestsInFlight?: number;
   /** Bytes of bodies being read across every registry host at most. */
   maxBodyBytesInFlight?: number;
+  /**
+   * Of maxRequestsInFlight, what the reads for one namespace's pods may hold at once: the rest stay
+   * for the other namespaces however slow the registries that namespace names (fairness.ts).
+   */
+  maxRequestsInFlightPerNamespace?: number;
+  /** Of maxBodyBytesInFlight, what one namespace's reads may hold at once. */
+  maxBodyBytesInFlightPerNamespace?: number;
   userAgent?: string;
 }
 
@@ -85,6 +92,9 @@ const defaults = {
   maxBodyBytes: 4 << 20,
   maxRequestsInFlight: 64,
   maxBodyBytesInFlight: 64 << 20,
+  // A quarter each: three namespaces at their share leave a quarter of the seats to every other.
+  maxRequestsInFlightPerNamespace: 16,
+  maxBodyBytesInFlightPerNamespace: 16 << 20,
 };
 /** An index inside an index inside the top one at most, and this many child fetches per image. */
 const maxDepth = 2;
@@ -135,7 +145,7 @@ export class RegistryClient implements ImageInspector {
     // Whether reads waited for the limits across hosts when the caller gave up: told at that
     // moment, since giving up frees the places this inspection's own reads waited for.
     let bounded: InspectionError | undefined;
-    const onAbort = () => (bounded = this.#transport.bounded(image));
+    const onAbort = () => (bounded = this.#transport.bounded(image, options.namespace ?? ''));
     options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const ref = parseReference(image);
@@ -146,13 +156,14 @@ export class RegistryClient implements ImageInspector {
         secrets: creds.map((c) => c.secret),
       });
       if (hit) return { image, ...hit, cached: true };
+      const namespace = options.namespace ?? '';
       const key = `${ref.canonical}|${creds.map(credentialKey).join(',')}`;
       const negative = this.#negative.get(key);
       registryMetrics.cache.inc({ cache: 'negative', result: negative ? 'hit' : 'miss' });
       if (negative) throw negative;
       const work = async (signal: AbortSignal) => {
         try {
-          return await this.#resolve(ref, creds, keyring.problems, signal);
+          return await this.#resolve(ref, creds, keyring.problems, { namespace, signal });
         } catch (e) {
           if (e instanceof InspectionError && (e.reason === 'NotFound' || e.reason === 'Unauthorized')) {
             this.#negative.set(key, e, this.#o.negativeTtlMs);
@@ -161,13 +172,15 @@ export class RegistryClient implements ImageInspector {
         }
       };
       const asked = Date.now();
-      let resolved = await this.#imageFlights.run(key, options.signal, work);
+      // A read shared only within a namespace: joining another's would wait in that one's share.
+      const flight = `${key}|${namespace}`;
+      let resolved = await this.#imageFlights.run(flight, options.signal, work);
       // A revalidation that joined a read whose tag its registry had answered already (the read was
       // still fetching a new digest's manifests) did not revalidate: once more, in a read of its own
       // or one started since, which comes after it.
       const answered = this.#memory.staleTag(ref.canonical)?.readAt ?? -Infinity;
       if (options.revalidate && !ref.digest && answered < asked)
-        resolved = await this.#imageFlights.run(key, options.signal, work);
+        resolved = await this.#imageFlights.run(flight, options.signal, work);
       return { image, ...resolved, cached: false };
     } catch (e) {
       const err =
@@ -201,12 +214,12 @@ export class RegistryClient implements ImageInspector {
     ref: Reference,
     creds: SecretCredential[],
     problems: string[],
-    signal: AbortSignal,
+    read: { namespace: string; signal: AbortSignal },
   ): Promise<Resolved> {
     const endpoints = endpointsFor(this.#hosts, ref, this.#defaultCa);
     for (const [i, ep] of endpoints.entries()) {
       try {
-        return await this.#resolveAt(ep, ref, creds, problems, signal);
+        return await this.#resolveAt(ep, ref, creds, problems, read);
       } catch (e) {
         if (i === endpoints.length - 1 || !(e instanceof InspectionError)) throw e;
       }
@@ -224,7 +237,7 @@ export class RegistryClient implements ImageInspector {
     ref: Reference,
     creds: SecretCredential[],
     problems: string[],
-    signal: AbortSignal,
+    read: { namespace: string; signal: AbortSignal },
   ): Promise<Resolved> {
     const attempts = creds.length
       ? creds.map((c) => (c.username || c.password ? c : undefined))
@@ -234,7 +247,7 @@ export class RegistryClient implements ImageInspector {
       const reader = cred?.secret ?? ANONYMOUS;
       try {
         return await this.#resolveWith(
-          { ep, repo: ref.path, cred, reader, canonical: ref.canonical, signal },
+          { ep, repo: ref.path, cred, reader, canonical: ref.canonical, ...read },
           ref,
         );
       } catch (e) {
@@ -303,7 +316,7 @@ export class RegistryClient implements ImageInspector {
     digest: string,
     work: (s: Session) => Promise<KnownDigest>,
   ): Promise<KnownDigest> {
-    const key = `${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}`;
+    const key = `${s.ep.url.origin}|${s.repo}|${digest}|${credentialKey(s.cred)}|${s.namespace}`;
     return this.#digestFlights.run(key, s.signal, (signal) => work({ ...s, signal }));
   }
 

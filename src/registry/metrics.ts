@@ -44,6 +44,13 @@ export const registryMetrics = {
       'rest) and status code (`error` when no answer came)',
     ['realm', 'code'],
   ),
+  waits: counter(
+    'berth_registry_waits_total',
+    "Registry requests (budget requests) and bodies (budget bytes) that waited for Berth's bounds across " +
+      "all registries, by what held them: their namespace's share (namespace) or every seat (all). " +
+      'No label names the namespace: namespaces are as many as the cluster makes',
+    ['budget', 'bound'],
+  ),
   cache: counter(
     'berth_registry_cache_total',
     'Registry client cache lookups by cache (digest, tag, negative, token) and result (hit, miss)',

@@ -14,6 +14,7 @@ import { addressRefusal, allowsPrivate, literalAddress, type ClusterRanges } fro
 import type { Endpoint } from './hosts.ts';
 import { EgressRefused, egressLookup } from './lookup.ts';
 import { hostLabel, registryMetrics } from './metrics.ts';
+import { FairSemaphore, type WaitCause } from './fairness.ts';
 import { HostPauses, Semaphore, backoffMs, parseRetryAfter } from './politeness.ts';
 import { InspectionError, type FailureReason } from './types.ts';
 
@@ -38,6 +39,18 @@ export interface TransportOptions {
   maxBodyBytes: number;
   maxRequestsInFlight: number;
   maxBodyBytesInFlight: number;
+  /** Of those, what one namespace's reads may hold at once (fairness.ts). */
+  maxRequestsInFlightPerNamespace: number;
+  maxBodyBytesInFlightPerNamespace: number;
+}
+
+/** Whom a request is for: its image (for messages), the namespace whose seats it takes, and its signal. */
+export interface ReadFor {
+  canonical: string;
+  /** The namespace of the pod the read is for ('' for none: the CLI, a plan). */
+  namespace: string;
+  /** Aborts once every inspection waiting on this read has given up (Flights). */
+  signal: AbortSignal;
 }
 
 const maxRedirects = 5;
@@ -58,6 +71,23 @@ export const header = (h: IncomingHttpHeaders, name: string): string | undefined
   return Array.isArray(v) ? v[0] : v;
 };
 
+/**
+ * A keep-alive agent for registry requests. Never through a proxy: `proxyEnv` is an environment
+ * without proxy variables, so a Node that reads HTTP_PROXY (NODE_USE_ENV_PROXY, Node 24) or a later
+ * one that does so by default cannot send a request where the egress lookup does not check the
+ * address connected to. Empty rather than null, which a default written `??` would replace.
+ */
+export function registryAgent(
+  protocol: string,
+  o: Pick<https.AgentOptions, 'maxSockets' | 'lookup' | 'secureContext' | 'rejectUnauthorized'>,
+): Agent {
+  const { secureContext, rejectUnauthorized, ...common } = o;
+  const options = { ...common, keepAlive: true, proxyEnv: {} };
+  return protocol === 'http:'
+    ? new http.Agent(options)
+    : new https.Agent({ ...options, ...(secureContext ? { secureContext } : {}), rejectUnauthorized });
+}
+
 export class Transport {
   readonly #o: TransportOptions;
   readonly #cluster: ClusterRanges;
@@ -66,9 +96,9 @@ export class Transport {
   /** Hosts named in metrics; the others are `other`. */
   readonly #metricHosts: ReadonlySet<string>;
   readonly #semaphores = new Map<string, Semaphore>();
-  /** Across every host: requests in flight, and bytes of bodies being read (issue 47). */
-  readonly #inFlight: Semaphore;
-  readonly #bytesInFlight: Semaphore;
+  /** Across every host: requests in flight, and bytes of bodies being read (issue 47), shared fairly between namespaces (issue 59). */
+  readonly #inFlight: FairSemaphore;
+  readonly #bytesInFlight: FairSemaphore;
   readonly #pauses = new HostPauses();
   readonly #agents = new Lru<Agent>(agentsKept, (a) => {
     a.destroy();
@@ -89,8 +119,8 @@ export class Transport {
     this.#metricHosts = metricHosts;
     this.#defaultCa = defaultCa;
     this.#userAgent = userAgent;
-    this.#inFlight = new Semaphore(o.maxRequestsInFlight);
-    this.#bytesInFlight = new Semaphore(o.maxBodyBytesInFlight);
+    this.#inFlight = new FairSemaphore(o.maxRequestsInFlight, o.maxRequestsInFlightPerNamespace);
+    this.#bytesInFlight = new FairSemaphore(o.maxBodyBytesInFlight, o.maxBodyBytesInFlightPerNamespace);
   }
 
   /** Requests sent so far. */
@@ -104,26 +134,31 @@ export class Transport {
   }
 
   /**
-   * An inspection given up while reads wait for the limits across hosts: the caller was held by
-   * Berth's own bound, not by the registry, and says so (a Warning on the pod).
+   * An inspection given up while its namespace's reads wait for the limits across hosts: the caller
+   * was held by Berth's own bound, not by the registry, and says so (a Warning on the pod).
    */
-  bounded(image: string): InspectionError | undefined {
-    if (this.#inFlight.waiting + this.#bytesInFlight.waiting === 0) return undefined;
-    const { maxRequestsInFlight: n, maxBodyBytesInFlight: bytes } = this.#o;
+  bounded(image: string, namespace: string): InspectionError | undefined {
+    const waiting = this.#inFlight.waitingIn(namespace) + this.#bytesInFlight.waitingIn(namespace);
+    if (waiting === 0) return undefined;
+    const o = this.#o;
+    const mib = (bytes: number) => Math.round(bytes / 2 ** 20);
     return fail(
       'Bounded',
       image,
-      `given up while registry reads waited for Berth's bound across all registries (${n} requests, ` +
-        `${Math.round(bytes / 2 ** 20)} MiB of bodies in flight; ${this.#inFlight.waiting + this.#bytesInFlight.waiting} waiting)`,
+      `given up while registry reads waited for Berth's bound across all registries (${o.maxRequestsInFlight} requests, ` +
+        `${mib(o.maxBodyBytesInFlight)} MiB of bodies in flight, ${o.maxRequestsInFlightPerNamespace} and ` +
+        `${mib(o.maxBodyBytesInFlightPerNamespace)} MiB of them for one namespace; ` +
+        `${waiting} of its namespace's waiting)`,
       true,
     );
   }
 
   /**
    * One request, politely: at most `concurrencyPerRegistry` in flight to a host and
-   * `maxRequestsInFlight` to all, none while the host is paused by a Retry-After, and bounded
-   * retries with jitter for network errors, 5xx and 429/503. Any other answer is returned as it is.
-   * The signal ends the waits and the request (the inspections that wanted it gave up).
+   * `maxRequestsInFlight` to all (of which the namespace's share), none while the host is paused by
+   * a Retry-After, and bounded retries with jitter for network errors, 5xx and 429/503. Any other
+   * answer is returned as it is. The signal ends the waits and the request (the inspections that
+   * wanted it gave up).
    */
   async polite(
     ep: Endpoint,
@@ -131,9 +166,9 @@ export class Transport {
     method: string,
     url: URL,
     headers: Record<string, string>,
-    canonical: string,
-    signal: AbortSignal,
+    read: ReadFor,
   ): Promise<Answer> {
+    const { canonical, signal } = read;
     const host = url.host;
     for (let attempt = 0; ; attempt++) {
       const paused = this.#pauses.remaining(host);
@@ -150,9 +185,9 @@ export class Transport {
       const releaseHost = await this.#semaphore(host).acquire(signal);
       let got: Answer;
       try {
-        const release = await this.#inFlight.acquire(signal);
+        const release = await this.#seat(this.#inFlight, 'requests', read);
         try {
-          got = await this.#send(ep, kind, method, url, headers, canonical, signal);
+          got = await this.#send(ep, kind, method, url, headers, read);
         } finally {
           release();
         }
@@ -209,6 +244,13 @@ export class Transport {
     }
   }
 
+  /** A seat of `sem` for the read's namespace; a wait is counted by what held it. */
+  #seat(sem: FairSemaphore, budget: 'requests' | 'bytes', read: ReadFor, weight = 1): Promise<() => void> {
+    const cause: WaitCause | undefined = sem.wouldWait(read.namespace, weight);
+    if (cause) registryMetrics.waits.inc({ budget, bound: cause === 'share' ? 'namespace' : 'all' });
+    return sem.acquire(read.namespace, read.signal, weight);
+  }
+
   /**
    * When a host paused for longer than a request may wait can be asked again: the caller comes back
    * then rather than spend its retries on failures that come at once meanwhile.
@@ -250,20 +292,13 @@ export class Transport {
     const key = `${url.origin}|${insecure}|${allowPrivate}|${ca ? createHash('sha256').update(ca).digest('hex') : ''}`;
     let agent = this.#agents.get(key);
     if (!agent) {
-      const common = {
-        keepAlive: true,
+      agent = registryAgent(url.protocol, {
         maxSockets: this.#o.concurrencyPerRegistry,
         // Every connection's address checked as it connects (lookup.ts).
         ...(allowPrivate ? {} : { lookup: egressLookup(this.#cluster) }),
-      };
-      agent =
-        url.protocol === 'http:'
-          ? new http.Agent(common)
-          : new https.Agent({
-              ...common,
-              ...(ca ? { secureContext: createSecureContext({ ca: [...rootCertificates, ca] }) } : {}),
-              rejectUnauthorized: !insecure,
-            });
+        ...(ca ? { secureContext: createSecureContext({ ca: [...rootCertificates, ca] }) } : {}),
+        rejectUnauthorized: !insecure,
+      });
       this.#agents.set(key, agent);
       this.#liveAgents.add(agent);
     }
@@ -280,10 +315,10 @@ export class Transport {
     method: string,
     first: URL,
     firstHeaders: Record<string, string>,
-    canonical: string,
-    abandoned: AbortSignal,
+    read: ReadFor,
   ): Promise<Answer> {
-    const signal = AbortSignal.any([abandoned, AbortSignal.timeout(this.#o.timeoutMs)]);
+    const { canonical } = read;
+    const signal = AbortSignal.any([read.signal, AbortSignal.timeout(this.#o.timeoutMs)]);
     let url = first;
     let headers: Record<string, string> = { ...firstHeaders, 'User-Agent': this.#userAgent };
     for (let hop = 0; ; hop++) {
@@ -343,7 +378,7 @@ export class Transport {
         res.resume();
         return { status, headers: res.headers, body: Buffer.alloc(0) };
       }
-      return { status, headers: res.headers, body: await this.#read(res, url, canonical, signal) };
+      return { status, headers: res.headers, body: await this.#read(res, url, { ...read, signal }) };
     }
   }
 
@@ -351,9 +386,10 @@ export class Transport {
    * A body, up to the cap, once the bytes it may take are free across every host: its stated
    * length, or the cap when it states none (a body past its stated length is cut by the parser).
    */
-  async #read(res: IncomingMessage, url: URL, canonical: string, signal: AbortSignal): Promise<Buffer> {
+  async #read(res: IncomingMessage, url: URL, read: ReadFor): Promise<Buffer> {
     const cap = this.#o.maxBodyBytes;
-    const tooBig = () => fail('Malformed', canonical, `${url.host}${url.pathname}: a body over ${cap} bytes`);
+    const tooBig = () =>
+      fail('Malformed', read.canonical, `${url.host}${url.pathname}: a body over ${cap} bytes`);
     const length = res.headers['content-length'];
     const stated = length === undefined ? cap : Number(length);
     if (stated > cap) {
@@ -362,7 +398,7 @@ export class Transport {
     }
     let release;
     try {
-      release = await this.#bytesInFlight.acquire(signal, stated);
+      release = await this.#seat(this.#bytesInFlight, 'bytes', read, stated);
     } catch (e) {
       res.destroy();
       throw e;

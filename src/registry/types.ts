@@ -83,6 +83,11 @@ export interface InspectOptions {
   pullSecrets?: PullSecret[];
   /** `imagePullPolicy: Always`: revalidate the tag (one HEAD) instead of trusting the tag cache. */
   revalidate?: boolean;
+  /**
+   * The namespace of the pod the read is for: registry requests in flight are shared fairly
+   * between namespaces (RegistryClientOptions' per-namespace bounds). None is one flow of its own.
+   */
+  namespace?: string;
   signal?: AbortSignal;
 }
 

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import {
   ImagePusher,
@@ -331,5 +331,39 @@ export async function startFaultProxy(
     down: stop,
     up: () => listen(port),
     close: stop,
+  };
+}
+
+/** Registries that accept connections and never answer: each on a port of its own, so each a host of its own. */
+export interface SilentRegistries {
+  /** `127.0.0.1:PORT` of each. */
+  hosts: string[];
+  /** Connections accepted so far, across all of them. */
+  connections(): number;
+  close(): Promise<void>;
+}
+
+export async function startSilentRegistries(count: number): Promise<SilentRegistries> {
+  let accepted = 0;
+  const sockets = new Set<net.Socket>();
+  const servers = await Promise.all(
+    Array.from({ length: count }, async () => {
+      const server = net.createServer((socket) => {
+        accepted++;
+        sockets.add(socket);
+        socket.on('error', () => {});
+        socket.once('close', () => sockets.delete(socket));
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return server;
+    }),
+  );
+  return {
+    hosts: servers.map((s) => `127.0.0.1:${(s.address() as AddressInfo).port}`),
+    connections: () => accepted,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+    },
   };
 }

@@ -5,9 +5,15 @@
 // ClusterRole in a namespace of their own, write the pull secrets and pods that Berth reads with
 // cluster-wide rights, against the real control plane and the sandbox registry. A pull-secret key
 // must not stop Berth (its probes, its other capabilities), and a private image one tenant's secret
-// read must not place another tenant's pod that has no such secret.
+// read must not place another tenant's pod that has no such secret. Issue 59: a tenant's pods naming
+// many registries that never answer must not hold every registry read Berth makes, and an image
+// index (or the digest itself) must not tell a tenant what another tenant's secret read.
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { gated as hasGate, MAX_POD_IMAGES, type ArchPod } from '../../src/arch/decide.ts';
 import { ArchPlacement, FAILURE_ANNOTATION, RESULT_ANNOTATION, STATE_LABEL } from '../../src/arch/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
@@ -26,7 +32,15 @@ import {
   uniqueName,
   untilAllowed,
 } from '../helpers/cluster.ts';
-import { addTokenPolicy, dockerConfigSecret, platform, RegistryPusher } from '../helpers/registry.ts';
+import {
+  addTokenPolicy,
+  dockerConfigSecret,
+  MediaType,
+  platform,
+  RegistryPusher,
+  startSilentRegistries,
+  type SilentRegistries,
+} from '../helpers/registry.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const sandbox = testSandbox();
@@ -40,6 +54,10 @@ let berth: BerthProcess | undefined;
 const nodes: string[] = [];
 const namespaces: string[] = [];
 const users = new Map<string, { ns: string; client: KubeClient }>();
+const work = mkdtempSync(join(tmpdir(), 'berth-tenant-registry-'));
+/** Three pods' worth of registries that never answer: more than all of Berth's registry requests in flight. */
+const SILENT = 3 * MAX_POD_IMAGES;
+let silent: SilentRegistries;
 
 /** A namespace user: a client certificate of the sandbox CA, bound to `edit` in a namespace of its own. */
 async function tenant(name: string): Promise<{ ns: string; client: KubeClient }> {
@@ -95,6 +113,7 @@ before(async () => {
   await pusher.pushImage(`${id}/amd`, 'v1', platform('linux/amd64'));
   const alice = await tenant('alice');
   const bob = await tenant('bob');
+  const mallory = await tenant('mallory');
   await client.create(Resources.namespaces, {
     apiVersion: 'v1',
     kind: 'Namespace',
@@ -110,7 +129,11 @@ before(async () => {
       spec: {
         namespaceSelector: {
           matchExpressions: [
-            { key: 'kubernetes.io/metadata.name', operator: 'In', values: [alice.ns, bob.ns] },
+            {
+              key: 'kubernetes.io/metadata.name',
+              operator: 'In',
+              values: [alice.ns, bob.ns, mallory.ns],
+            },
           ],
         },
         onFailure: { action: 'Release', retries: 0 },
@@ -119,10 +142,19 @@ before(async () => {
     { fieldManager: 'test-author', force: true },
   );
   process.env['POD_NAMESPACE'] = berthNs;
+  // The sandbox registry and the silent ones are on a loopback address: read only where its admin
+  // allows it, as here.
+  silent = await startSilentRegistries(SILENT);
+  const registries = parseYaml(readFileSync(reg.registriesPath, 'utf8')) as {
+    registries: Record<string, unknown>;
+  };
+  for (const host of silent.hosts)
+    registries.registries[host] = { server: `http://${host}`, insecure: true, allowPrivate: true };
+  const registriesPath = join(work, 'registries.yaml');
+  writeFileSync(registriesPath, toYaml(registries));
   berth = await startBerth(
     sandbox,
-    // The sandbox registry is on a loopback address: read only where its admin allows it, as here.
-    ['--controllers=arch,labels', `--arch-registries=${reg.registriesPath}`, '--arch-admission-wait=1.5'],
+    ['--controllers=arch,labels', `--arch-registries=${registriesPath}`, '--arch-admission-wait=1.5'],
     {
       capture: true,
       kubeconfig: await berthKubeconfig(sandbox, { pullSecretNamespaces: [alice.ns, bob.ns] }),
@@ -146,6 +178,8 @@ before(async () => {
 
 after(async () => {
   await berth?.stop();
+  await silent?.close();
+  rmSync(work, { recursive: true, force: true });
   await client
     .patch(ArchPlacement.ref, id, { metadata: { finalizers: null } }, { type: 'merge' })
     .catch(() => {});
@@ -255,4 +289,99 @@ test('a pod naming more images than Berth reads for one pod: a Warning, and rele
     ),
   );
   assert.match(ev.note, new RegExp(`Berth reads at most ${MAX_POD_IMAGES} for one pod`));
+});
+
+test('issue 59: an index of a registry a tenant controls, or the digest alone, does not tell it what another tenant’s secret read', async () => {
+  const alice = users.get('alice')!;
+  const bob = users.get('bob')!;
+  const user = `${id}-reader`;
+  const password = uniqueName('pw');
+  const removePolicy = addTokenPolicy(reg, { users: { [user]: { password, pull: [`private/${id}/*`] } } });
+  try {
+    const repo = `private/${id}/secret`;
+    const { index } = await pusher.pushIndex(repo, 'v1', ['linux/arm64'].map(platform));
+    // Bob's pod reads it with Bob's secret: placed on arm64, and its platforms cached.
+    await bob.client.create(
+      Resources.secrets,
+      dockerConfigSecret(bob.ns, 'reader', reg.host, user, password),
+    );
+    const bobs = uniqueName('bob');
+    await bob.client.create(Resources.pods, podObject(bob.ns, bobs, [`${reg.host}/${repo}:v1`], ['reader']));
+    assert.equal((await podSettled(bob.client, bob.ns, bobs)).metadata?.labels?.[STATE_LABEL], 'Placed');
+
+    // Alice's index, in a repository anyone reads, names Bob's digest without its platform: Berth
+    // follows it in Alice's repository, which does not hold it.
+    const mine = `${id}/alice-index`;
+    await pusher.pushManifest(
+      mine,
+      'v1',
+      {
+        schemaVersion: 2,
+        mediaType: MediaType.ociIndex,
+        manifests: [{ mediaType: MediaType.ociIndex, digest: index.digest, size: index.size }],
+      },
+      MediaType.ociIndex,
+    );
+    const viaIndex = uniqueName('alice-index');
+    await alice.client.create(Resources.pods, podObject(alice.ns, viaIndex, [`${reg.host}/${mine}:v1`]));
+    const hers = await podSettled(alice.client, alice.ns, viaIndex);
+    assert.notEqual(hers.metadata?.labels?.[STATE_LABEL], 'Placed', JSON.stringify(hers.metadata));
+    assert.match(hers.metadata?.annotations?.[FAILURE_ANNOTATION] ?? '', /^NotFound: /);
+    assert.equal(hers.metadata?.annotations?.[RESULT_ANNOTATION], undefined);
+
+    // Nor did that make the digest anyone's: by digest, without a secret, it is asked of the registry.
+    const byDigest = uniqueName('alice-digest');
+    await alice.client.create(
+      Resources.pods,
+      podObject(alice.ns, byDigest, [`${reg.host}/${repo}@${index.digest}`]),
+    );
+    const direct = await podSettled(alice.client, alice.ns, byDigest);
+    assert.notEqual(direct.metadata?.labels?.[STATE_LABEL], 'Placed', JSON.stringify(direct.metadata));
+    assert.match(direct.metadata?.annotations?.[FAILURE_ANNOTATION] ?? '', /^Unauthorized: /);
+    assert.equal(direct.metadata?.annotations?.[RESULT_ANNOTATION], undefined);
+  } finally {
+    removePolicy();
+  }
+});
+
+// Last: Mallory's reads go on until each pod's reads give up (30 s).
+test('issue 59: a tenant’s pods naming many registries that never answer do not hold another namespace’s pod', async (t) => {
+  const mallory = users.get('mallory')!;
+  const bob = users.get('bob')!;
+  await pusher.pushImage(`${id}/fair`, 'v1', platform('linux/arm64'));
+  for (let p = 0; p * MAX_POD_IMAGES < SILENT; p++) {
+    const hosts = silent.hosts.slice(p * MAX_POD_IMAGES, (p + 1) * MAX_POD_IMAGES);
+    await mallory.client.create(
+      Resources.pods,
+      podObject(
+        mallory.ns,
+        uniqueName('silent'),
+        hosts.map((h) => `${h}/app:v1`),
+      ),
+    );
+  }
+  // Mallory's reads hold what Berth lets them: all of its registry requests in flight before.
+  await waitFor('Mallory’s reads to wait on the silent registries', () => silent.connections() >= 16, {
+    timeoutMs: 20_000,
+  });
+  await new Promise((r) => setTimeout(r, 1000));
+  const started = Date.now();
+  const name = uniqueName('bob-fair');
+  await bob.client.create(Resources.pods, podObject(bob.ns, name, [`${reg.host}/${id}/fair:v1`]));
+  // A silent registry's request holds its place for the request timeout (10 s): Bob's pod is
+  // decided well before any of Mallory's gives one back.
+  const decided = await waitFor(
+    `pod ${bob.ns}/${name} decided while Mallory's reads wait`,
+    async () => {
+      const p = await bob.client.get<ArchPod>(Resources.pods, name, bob.ns);
+      return p.metadata?.labels?.[STATE_LABEL] !== undefined && !hasGate(p) && p;
+    },
+    { timeoutMs: 8_000, observe: () => bob.client.get(Resources.pods, name, bob.ns) },
+  );
+  assert.equal(decided.metadata?.labels?.[STATE_LABEL], 'Placed', JSON.stringify(decided.metadata));
+  const took = Date.now() - started;
+  assert.ok(took < 8_000);
+  t.diagnostic(
+    `Bob's pod decided ${took} ms after it was created; ${silent.connections()} connections to the silent registries`,
+  );
 });

@@ -211,7 +211,13 @@ export class PodReconciler implements Reconciler {
     const signal = AbortSignal.timeout(this.a.opts.inspectTimeoutMs ?? INSPECT_TIMEOUT_MS);
     void Promise.allSettled(
       images.map((i) =>
-        this.a.opts.inspector.inspect(i.image, { pullSecrets: secrets, revalidate: i.revalidate, signal }),
+        this.a.opts.inspector.inspect(i.image, {
+          pullSecrets: secrets,
+          revalidate: i.revalidate,
+          // Registry requests in flight are shared fairly between namespaces (registry/fairness.ts).
+          namespace: pod.metadata?.namespace ?? '',
+          signal,
+        }),
       ),
     ).then((results) => {
       if (this.parked.get(key) !== entry) return;
@@ -249,7 +255,7 @@ export class PodReconciler implements Reconciler {
         Promise.all(
           hint.images.map(({ image, revalidate }) =>
             this.a.opts.inspector
-              .inspect(image, { pullSecrets: secrets, revalidate, signal })
+              .inspect(image, { pullSecrets: secrets, revalidate, namespace: hint.namespace, signal })
               .catch((err: unknown) => failed([image], err)),
           ),
         ),

@@ -10,6 +10,7 @@ import { after, describe, test } from 'node:test';
 import { RegistryClient, type RegistryClientOptions } from '../../../src/registry/client.ts';
 import { parseRegistriesConfig } from '../../../src/registry/hosts.ts';
 import { MediaType } from '../../../src/registry/manifest.ts';
+import { registryAgent } from '../../../src/registry/transport.ts';
 import { InspectionError } from '../../../src/registry/types.ts';
 import { createCertificateAuthority } from '../../../src/runtime/webhook/certificates.ts';
 
@@ -306,6 +307,105 @@ describe('the caches answer by who read (issue 47)', () => {
   });
 });
 
+describe('a manifest naming another reader’s digest (issue 59)', () => {
+  /** A private registry (Basic u:p) whose `app:v1` is an index of riscv64 only, and a client that read it with `b/pull`. */
+  async function readPrivately() {
+    const secretIndex = indexOf(['linux/riscv64']);
+    const secret = digestOf(secretIndex);
+    const good = `Basic ${Buffer.from('u:p').toString('base64')}`;
+    const priv = await serve((path, req) => {
+      if (req.headers.authorization !== good)
+        return { status: 401, headers: { 'www-authenticate': 'Basic realm="private"' } };
+      return path === '/v2/app/manifests/v1' || path === `/v2/app/manifests/${secret}`
+        ? manifest(secretIndex, MediaType.ociIndex)
+        : notFound;
+    });
+    const pullSecrets = [
+      {
+        name: 'b/pull',
+        type: 'kubernetes.io/dockerconfigjson',
+        data: {
+          '.dockerconfigjson': Buffer.from(
+            JSON.stringify({ auths: { [priv.host]: { username: 'u', password: 'p' } } }),
+          ).toString('base64'),
+        },
+      },
+    ];
+    return { priv, secret, pullSecrets };
+  }
+
+  test('an index of a registry the tenant runs, naming it without a platform: read there, not from the cache', async () => {
+    const { priv, secret, pullSecrets } = await readPrivately();
+    const evilIndex = json({
+      schemaVersion: 2,
+      mediaType: MediaType.ociIndex,
+      manifests: [{ mediaType: MediaType.ociIndex, digest: secret, size: 1 }],
+    });
+    const evil = await serve((path) =>
+      path === '/v2/evil/manifests/v1' ? manifest(evilIndex, MediaType.ociIndex) : notFound,
+    );
+    const c = client({ [priv.host]: 'http', [evil.host]: 'http' });
+    await c.inspect(`${priv.host}/app:v1`, { pullSecrets, namespace: 'b' });
+    // The tenant's registry has no such manifest: the index's child is not found, whatever the cache holds.
+    await rejectsWith(c.inspect(`${evil.host}/evil:v1`, { namespace: 'a' }), (e) =>
+      assert.equal(e.reason, 'NotFound'),
+    );
+    assert.ok(evil.asked.includes(`/v2/evil/manifests/${secret}`), 'asked of the tenant’s registry');
+    // Nor did the attempt make the entry anyone's: by digest, without the secret, it is read afresh.
+    assert.equal(c.cached(`${priv.host}/app@${secret}`), undefined);
+    assert.deepEqual(c.known().digests.get(secret)?.readers, ['b/pull']);
+    await rejectsWith(c.inspect(`${priv.host}/app@${secret}`, { namespace: 'a' }), (e) =>
+      assert.equal(e.reason, 'Unauthorized'),
+    );
+  });
+
+  test('a tag re-checked with a HEAD whose Docker-Content-Digest names it: read there, not from the cache', async () => {
+    const { priv, secret, pullSecrets } = await readPrivately();
+    const own = indexOf(['linux/s390x']);
+    let moved = false;
+    const evil = await serve((path, req) => {
+      if (path === '/v2/evil/manifests/v1' && req.method === 'HEAD' && moved)
+        return { headers: { 'content-type': MediaType.ociIndex, 'docker-content-digest': secret } };
+      return path === '/v2/evil/manifests/v1' ? manifest(own, MediaType.ociIndex) : notFound;
+    });
+    const c = client({ [priv.host]: 'http', [evil.host]: 'http' });
+    await c.inspect(`${priv.host}/app:v1`, { pullSecrets, namespace: 'b' });
+    assert.deepEqual((await c.inspect(`${evil.host}/evil:v1`)).platforms, [
+      { os: 'linux', architecture: 's390x' },
+    ]);
+    moved = true;
+    await rejectsWith(c.inspect(`${evil.host}/evil:v1`, { revalidate: true }), (e) =>
+      assert.equal(e.reason, 'NotFound'),
+    );
+    assert.ok(evil.asked.includes(`/v2/evil/manifests/${secret}`), 'asked of the tenant’s registry');
+    assert.deepEqual(c.known().digests.get(secret)?.readers, ['b/pull']);
+  });
+
+  test('a digest read anonymously answers every reader from the cache, as before', async () => {
+    const index = indexOf(['linux/arm64']);
+    const digest = digestOf(index);
+    const reg = await serve((path) =>
+      path === '/v2/app/manifests/v1' || path === `/v2/app/manifests/${digest}`
+        ? manifest(index, MediaType.ociIndex)
+        : notFound,
+    );
+    const wrapper = json({
+      schemaVersion: 2,
+      mediaType: MediaType.ociIndex,
+      manifests: [{ mediaType: MediaType.ociIndex, digest, size: 1 }],
+    });
+    const other = await serve((path) =>
+      path === '/v2/w/manifests/v1' ? manifest(wrapper, MediaType.ociIndex) : notFound,
+    );
+    const c = client({ [reg.host]: 'http', [other.host]: 'http' });
+    await c.inspect(`${reg.host}/app:v1`);
+    assert.deepEqual((await c.inspect(`${other.host}/w:v1`)).platforms, [
+      { os: 'linux', architecture: 'arm64' },
+    ]);
+    assert.ok(!other.asked.includes(`/v2/w/manifests/${digest}`), 'the public child came from the cache');
+  });
+});
+
 describe('bounds across every registry (issue 47)', () => {
   const slowRegistry = async (delayMs: number) => {
     const index = indexOf(['linux/arm64']);
@@ -367,6 +467,38 @@ describe('bounds across every registry (issue 47)', () => {
       got.map((g) => g.platforms),
       [platformsOf(index), platformsOf(index)],
     );
+  });
+
+  test('one namespace holds at most its share: another namespace’s read goes out while it waits (issue 59)', async () => {
+    const slow = await slowRegistry(2_000);
+    const fast = await slowRegistry(0);
+    const c = client(
+      { [slow.host]: 'http', [fast.host]: 'http' },
+      { maxRequestsInFlight: 4, maxRequestsInFlightPerNamespace: 2 },
+    );
+    // Its challenge known first (none: a 404 at once), so that the reads do not wait for one discovery.
+    await assert.rejects(c.inspect(`${slow.host}/known:v1`, { namespace: 'a' }));
+    const tenant = [1, 2, 3, 4].map((n) => c.inspect(`${slow.host}/app:v${n}`, { namespace: 'a' }));
+    await waitUntil(() => slow.arrivals.length === 3);
+    const started = performance.now();
+    const other = await c.inspect(`${fast.host}/app:v1`, { namespace: 'b' });
+    const took = performance.now() - started;
+    assert.deepEqual(other.platforms, [{ os: 'linux', architecture: 'arm64' }]);
+    assert.ok(took < 1_000, `answered after ${took.toFixed(0)} ms, behind the other namespace's reads`);
+    assert.equal(slow.arrivals.length, 3, 'the first namespace still holds only its share');
+    await Promise.all(tenant);
+    // Without a namespace (the CLI, a plan): one flow of its own, bounded the same.
+    assert.equal((await c.inspect(`${fast.host}/app:v2`)).cached, false);
+  });
+
+  test('the registry agents are built never to use a proxy, whatever the environment says', () => {
+    for (const protocol of ['http:', 'https:']) {
+      const agent = registryAgent(protocol, { maxSockets: 1, rejectUnauthorized: true });
+      const options = (agent as unknown as { options: { proxyEnv?: unknown; keepAlive?: boolean } }).options;
+      assert.deepEqual(options.proxyEnv, {}, protocol);
+      assert.equal(options.keepAlive, true);
+      agent.destroy();
+    }
   });
 });
 
