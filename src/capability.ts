@@ -13,6 +13,7 @@ import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
 import type { Focus, Said } from './policy/explain.ts';
 import type { PlanContext, PlanPart } from './policy/plan.ts';
+import { keepAnnotations, type CachedAnnotation } from './policy/slim.ts';
 
 /**
  * Where a capability runs: in the one cluster whose nodes it places on (`cluster`), in the management
@@ -121,6 +122,12 @@ export interface Capability {
    */
   keys?: KeyDeclaration;
   /**
+   * The annotations its controllers read from cached pods and the other objects tenants write
+   * (owners, namespaces, events): the slim caches keep only those every capability declares
+   * (policy/slim.ts; nodes keep all theirs).
+   */
+  annotations?: CachedAnnotation[];
+  /**
    * The live claims of its policies as listed from the API, the same its controller keeps on
    * `kit.keys`, for `berth explain` (which has no controller). `keys` already holds the claims of
    * the capabilities that outrank it: a policy whose keys they own claims nothing.
@@ -168,6 +175,12 @@ export async function clusterKeyOwnership(
     .sort((a, b) => a.keys!.rank - b.keys!.rank);
   for (const c of claiming) keys.claim(c.name, await c.keyClaims!(client, keys));
   return keys;
+}
+
+/** The capabilities, once the slim caches keep the annotations they declare (Capability.annotations). */
+export function declaringAnnotations(all: Capability[]): Capability[] {
+  keepAnnotations(all.flatMap((c) => c.annotations ?? []));
+  return all;
 }
 
 /** A comma-separated flag's values. */

@@ -1,4 +1,5 @@
 import { workersOption, type Capability } from '../capability.ts';
+import { OWNER_HOLD_ANNOTATION } from './finalizers.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
@@ -41,6 +42,7 @@ export const agentsCapability: Capability = {
   options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
+  annotations: [{ key: OWNER_HOLD_ANNOTATION }],
   // As the controller claims: the keys of the usable placements, a gate's keys outranking theirs.
   keyClaims: async (client, keys) =>
     placementClaims(

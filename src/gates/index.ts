@@ -3,7 +3,7 @@ import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
-import { nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
+import { interning, nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
@@ -37,6 +37,8 @@ export const gatesCapability: Capability = {
   ],
   crds: [NodeStartupGate],
   keys: GATE_KEYS,
+  // A gate's readyAnnotation may name any key; a pod says it is done with `true`.
+  annotations: [{ value: 'true' }],
   // As the controller claims: every gate's prefix, taint and completion annotation.
   keyClaims: async (client) =>
     gateKeyClaims(parseGates((await client.list(NodeStartupGate.ref)).items).gates),
@@ -118,7 +120,7 @@ export function setupGates(
     nodes,
     gateObjects,
     daemonSets: manager.informer(Resources.daemonSets, {
-      transform: { name: 'gates-daemonset', fn: slimDaemonSet },
+      transform: interning('gates-daemonset', slimDaemonSet),
     }),
     gates: gateObjects.derive(parseGates),
     events: manager.recorder('gates'),

@@ -9,6 +9,7 @@ import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import {
+  interning,
   nodeInformer,
   podInformer,
   podsOn,
@@ -122,7 +123,7 @@ export class UiState {
     this.pods = podInformer(manager);
     this.events = manager.informer(Resources.events, {
       fieldSelector: 'type=Warning',
-      transform: { name: 'ui-event', fn: slimEvent },
+      transform: interning('ui-event', slimEvent),
     });
     this.kinds = opts.kinds.map((cr) => ({ cr, informer: manager.informer(cr.ref) }));
     this.gates = this.informerOf(NodeStartupGate)?.derive(parseGates);

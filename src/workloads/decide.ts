@@ -7,6 +7,7 @@ import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject, ObjectMeta, OwnerReference } from '../runtime/api/meta.ts';
 import { hasSchedulingGate } from '../policy/pods.ts';
+import { interning, slimMetadata } from '../policy/slim.ts';
 import type { InstanceTypeSize, Size } from './resources.ts';
 import {
   BLOCKING_REASONS,
@@ -416,7 +417,8 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
       ? { lastState: { terminated: { finishedAt: c.lastState.terminated.finishedAt } } }
       : {}),
   });
-  const { managedFields: _, ...metadata } = obj.metadata ?? {};
+  const metadata = slimMetadata(obj.metadata);
+  if (obj.metadata?.creationTimestamp) metadata.creationTimestamp = obj.metadata.creationTimestamp;
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -439,7 +441,7 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
 /** The informer request for instances' Pods, one cache for both controllers. */
 export const INSTANCE_PODS = {
   labelSelector: INSTANCE_LABEL,
-  transform: { name: 'workload-pod', fn: workloadPod },
+  transform: interning('workload-pod', workloadPod),
 };
 
 /** The uid of the Instance a Pod was made for (its controller owner), if it was made for one. */

@@ -16,6 +16,12 @@ export interface EventHandler<T> {
   onDelete?(obj: T): void;
 }
 
+/** What a transform keeps for the objects it made while they are cached (see InformerOptions.lifecycle). */
+export interface CacheLifecycle<T> {
+  cached(obj: T): void;
+  dropped(obj: T): void;
+}
+
 export type IndexFunc<T> = (obj: T) => string[];
 
 export interface InformerOptions<T extends KubeObject> {
@@ -26,6 +32,12 @@ export interface InformerOptions<T extends KubeObject> {
   fieldSelector?: string;
   /** Shrinks each object before it is cached; by default managedFields are dropped. */
   transform?: (obj: T) => T;
+  /**
+   * Told when a transformed object enters the cache and when it leaves it (replaced, deleted, the
+   * informer stopped): what the transform keeps for cached objects only (interned strings) lives as
+   * long as they do.
+   */
+  lifecycle?: CacheLifecycle<T>;
   /** Period of the safety-net resync (onUpdate(obj, obj) for every object); 0 turns it off. */
   resyncMs?: number;
   /** A watch that delivers nothing (not even a bookmark) for this long is abandoned and reopened. */
@@ -172,6 +184,9 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.running?.abort();
     await this.loop;
     this.running = undefined;
+    // The objects stay readable, but what their transform kept for them goes: a stopped informer
+    // (a cell disengaged) may never be listed again. A restart's relist caches fresh objects.
+    for (const obj of this.store.values()) this.opts.lifecycle?.dropped(obj);
   }
 
   private async run(signal: AbortSignal): Promise<void> {
@@ -395,6 +410,8 @@ export class Informer<T extends KubeObject = KubeObject> {
     const old = this.store.get(key);
     if (old && old.metadata?.resourceVersion === obj.metadata?.resourceVersion) return;
     this.store.set(key, obj);
+    this.opts.lifecycle?.cached(obj);
+    if (old) this.opts.lifecycle?.dropped(old);
     this.changes++;
     this.reindex(key, old, obj);
     for (const h of this.handlers) this.notify(key, () => (old ? h.onUpdate?.(old, obj) : h.onAdd?.(obj)));
@@ -402,6 +419,7 @@ export class Informer<T extends KubeObject = KubeObject> {
 
   private remove(key: string, old: T | undefined): void {
     if (!this.store.delete(key)) return;
+    if (old) this.opts.lifecycle?.dropped(old);
     this.changes++;
     this.reindex(key, old, undefined);
     if (old) for (const h of this.handlers) this.notify(key, () => h.onDelete?.(old));
