@@ -93,6 +93,11 @@ export interface Capability {
   /** Flags of `berth run` that configure this capability. */
   options?: () => Option[];
   crds: CustomResource[];
+  /**
+   * Of its CRDs, those only a namespace's `admin` writes (a budget, as Kubernetes' ResourceQuota is
+   * not the `edit` role's to change): the aggregated `edit` role reads them, `admin` writes them.
+   */
+  adminCrds?: CustomResource[];
   /** The rules its controllers need (`why` on a grant a run may not exercise: see DeclaredRule). */
   rbac: DeclaredRule[];
   /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */
