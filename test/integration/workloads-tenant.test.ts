@@ -178,13 +178,17 @@ describe('the bounds of one WorkloadDeployment', () => {
       { name: 'B', value: 'x'.repeat(30_000) },
     ];
     await assert.rejects(
-      applyWD(served, 'big', { replicas: 1, template: app({ env: big, args: ['y'.repeat(8000)] }) }),
+      applyWD(served, 'big', {
+        replicas: 1,
+        template: app({ env: big, args: ['y'.repeat(4000), 'y'.repeat(4000)] }),
+      }),
       (e) => isInvalid(e) && /commands, args and env values/.test(String(e)),
     );
-    // The scale subresource is bounded alike.
+    // The scale subresource is bounded alike (as the admin: the aggregated edit role has no
+    // workloaddeployments/scale).
     await applyWD(served, 'scaled', { replicas: 0, template: app() });
     await assert.rejects(
-      tenant.patch(
+      client.patch(
         WorkloadDeployment.ref,
         'scaled',
         { spec: { replicas: MAX_REPLICAS + 1 } },
