@@ -36,7 +36,6 @@ import {
   workloadNamespaceHint,
   type Action,
   type CachedInstance,
-  type InstanceObject,
   type WorkloadPod,
 } from '../decide.ts';
 import {
