@@ -110,7 +110,7 @@ export interface Capability {
   /**
    * Permissions it needs in the namespaces that run workloads, granted only in those the install
    * names (RbacOptions.workloadNamespaces; `*` for all): writing Pods, which run as any
-   * ServiceAccount of their namespace.
+   * ServiceAccount of their namespace, and creating the Instances that make them.
    */
   workloadNamespaceRbac?: DeclaredRule[];
   /**

@@ -57,9 +57,10 @@ export interface RbacOptions {
    */
   archPullSecret?: string;
   /**
-   * Namespaces where the workloads controllers may create, patch and delete Pods: a RoleBinding in
-   * each to the ClusterRole of those verbs (workloadPodsRoleName); `*` binds it cluster-wide. None by
-   * default: a Pod of any ServiceAccount in any namespace (kube-system's) is as good as cluster-admin.
+   * Namespaces where the workloads controllers may create Instances and create, patch and delete
+   * Pods: a RoleBinding in each to the ClusterRole of those verbs (workloadPodsRoleName); `*` binds
+   * it cluster-wide. None by default: a Pod of any ServiceAccount in any namespace (kube-system's)
+   * is as good as cluster-admin, and a WorkloadDeployment elsewhere would multiply its template there.
    */
   workloadNamespaces?: string[];
 }
