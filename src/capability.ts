@@ -94,6 +94,11 @@ export interface Capability {
   /** Flags of `berth run` that configure this capability. */
   options?: () => Option[];
   crds: CustomResource[];
+  /**
+   * Of its CRDs, those only a namespace's `admin` writes (a budget, as Kubernetes' ResourceQuota is
+   * not the `edit` role's to change): the aggregated `edit` role reads them, `admin` writes them.
+   */
+  adminCrds?: CustomResource[];
   /** The rules its controllers need (`why` on a grant a run may not exercise: see DeclaredRule). */
   rbac: DeclaredRule[];
   /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */
@@ -106,7 +111,7 @@ export interface Capability {
   /**
    * Permissions it needs in the namespaces that run workloads, granted only in those the install
    * names (RbacOptions.workloadNamespaces; `*` for all): writing Pods, which run as any
-   * ServiceAccount of their namespace.
+   * ServiceAccount of their namespace, and creating the Instances that make them.
    */
   workloadNamespaceRbac?: DeclaredRule[];
   /**

@@ -22,13 +22,8 @@ import { NodeStartupGate } from '../gates/types.ts';
 import { compileRule } from '../labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
-import {
-  DEPLOYMENT_LABEL,
-  Instance,
-  MIRROR_LABEL,
-  QUOTA_GATE,
-  WorkloadDeployment,
-} from '../workloads/types.ts';
+import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
+import { INSTANCE_CACHE } from '../workloads/decide.ts';
 import { Cell, Location } from '../cells/types.ts';
 import { Workload } from '../federation/types.ts';
 import {
@@ -125,7 +120,11 @@ export class UiState {
       fieldSelector: 'type=Warning',
       transform: interning('ui-event', slimEvent),
     });
-    this.kinds = opts.kinds.map((cr) => ({ cr, informer: manager.informer(cr.ref) }));
+    // Instances as the workloads controllers cache them (slim, mirrors left out): one cache for both.
+    this.kinds = opts.kinds.map((cr) => ({
+      cr,
+      informer: manager.informer<KubeObject>(cr.ref, cr === Instance ? INSTANCE_CACHE : {}),
+    }));
     this.gates = this.informerOf(NodeStartupGate)?.derive(parseGates);
     this.rules = this.informerOf(NodeLabelRule)?.derive((objs) =>
       objs.flatMap(
@@ -324,8 +323,8 @@ export class UiState {
     return {
       workloads,
       cities: cityRows(list(Cell), list(Location), list(Workload)),
-      // Mirrors of the cells' instances (a management plane's) run in the cells, not here.
-      localInstances: this.instances?.list().filter((i) => !i.metadata?.labels?.[MIRROR_LABEL]).length ?? 0,
+      // Mirrors of the cells' instances (a management plane's), which run in the cells, are not cached.
+      localInstances: this.instances?.list().length ?? 0,
     };
   }
 }

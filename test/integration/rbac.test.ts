@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { secretName } from '../../src/cells/cli.ts';
 import { Cell } from '../../src/cells/types.ts';
+import { Instance } from '../../src/workloads/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import type { RbacOptions } from '../../src/manifests.ts';
 import type { PolicyRule } from '../../src/runtime/api/rbac.ts';
@@ -132,6 +133,7 @@ describe("Berth's identity may only what its roles name", () => {
   let berthAs: KubeClient;
 
   before(async () => {
+    await installCrds(client);
     work = await createNamespace(client, 'work');
     elsewhere = await createNamespace(client, 'elsewhere');
     identity = {
@@ -166,10 +168,23 @@ describe("Berth's identity may only what its roles name", () => {
   });
   const refused = (p: Promise<unknown>) => assert.rejects(p, (e) => isForbidden(e));
 
-  test('Pods are created only in the namespaces that run workloads: never in kube-system', async () => {
+  test('Pods and Instances are created only in the namespaces that run workloads: never in kube-system', async () => {
     await refused(berthAs.create(Resources.pods, pod('kube-system'), { dryRun: true }));
     await refused(berthAs.create(Resources.pods, pod(elsewhere), { dryRun: true }));
     await berthAs.create(Resources.pods, pod(work), { dryRun: true });
+    const instance = (namespace: string): KubeObject => ({
+      apiVersion: Instance.apiVersion,
+      kind: Instance.kind,
+      metadata: { name: 'probe-0', namespace },
+      spec: {
+        ordinal: 0,
+        templateHash: 'h',
+        template: { containers: [{ name: 'c', image: 'registry.invalid/probe' }] },
+      },
+    });
+    await refused(berthAs.create(Instance.ref, instance('kube-system'), { dryRun: true }));
+    await refused(berthAs.create(Instance.ref, instance(elsewhere), { dryRun: true }));
+    await berthAs.create(Instance.ref, instance(work), { dryRun: true });
   });
 
   test("a kube-system Pod's image is never patched (the Pod patch policy); its own label is", async () => {

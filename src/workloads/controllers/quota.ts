@@ -12,6 +12,7 @@
 import { workloadMetrics } from '../metrics.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import type { InformerRequest } from '../../runtime/cluster/cluster.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
 import { isConflict, isNotFound, resourcePath } from '../../runtime/client/client.ts';
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
@@ -41,22 +42,26 @@ import {
   type Candidate,
   type Decision,
 } from '../grant.ts';
-import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from '../resources.ts';
+import {
+  formatBytes,
+  formatCPU,
+  instanceSize,
+  type InstanceTypeSize,
+  type SizedTemplate,
+} from '../resources.ts';
 import {
   Instance,
-  OWN_INSTANCES,
   InstanceType,
   Quota,
   QUOTA_MANAGER,
   type InstanceStatus,
-  type InstanceTemplate,
   type QuotaReason,
   type QuotaStatus,
 } from '../types.ts';
-import { byInstanceType, type InstanceTypeObject } from '../decide.ts';
+import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide.ts';
 
 export type InstanceObject = KubeObject & {
-  spec?: { template?: InstanceTemplate; templateHash?: string; ordinal?: number };
+  spec?: { template?: SizedTemplate; templateHash?: string; ordinal?: number };
   status?: InstanceStatus;
 };
 export type QuotaObject = KubeObject & {
@@ -89,14 +94,11 @@ export const oldestFirst = (a: KubeObject, b: KubeObject) =>
  * instance of its namespace; informer objects are replaced on update, never changed in place, so an
  * unchanged template object with the same InstanceType object has the same size.
  */
-const sized = new WeakMap<
-  InstanceTemplate,
-  { type: InstanceTypeSize | undefined; size: Candidate['size'] }
->();
+const sized = new WeakMap<SizedTemplate, { type: InstanceTypeSize | undefined; size: Candidate['size'] }>();
 
 /** An instance's size (instanceSize), or why it has none: from `sized` while its template and type stand. */
 function sizeOf(
-  template: InstanceTemplate | undefined,
+  template: SizedTemplate | undefined,
   instanceType: (name: string) => InstanceTypeSize | undefined,
 ): Candidate['size'] {
   if (!template?.containers) return { error: 'it has no template' };
@@ -233,6 +235,12 @@ export interface QuotaControllerOptions {
    * waits for its own cluster to answer, which a deleted Cell's never does.
    */
   clusterExists?: (cluster: string) => boolean | undefined;
+  /**
+   * The informer request for each cluster's instances: the slim cache the workloads controllers
+   * share (INSTANCE_CACHE) by default; a management plane's is the one its federation mirrors
+   * share (OWN_INSTANCES, whole: a mirror copies the instance's spec), one cache per cell.
+   */
+  instances?: InformerRequest<InstanceObject>;
 }
 
 /**
@@ -285,6 +293,7 @@ export class QuotaController {
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
+  private readonly instanceCache: InformerRequest<InstanceObject>;
   readonly clusters = new Map<string, ClusterState>();
   /**
    * The backoff of each grant that could not be written, by instance (clusterKey): the namespace's
@@ -319,6 +328,7 @@ export class QuotaController {
     this.manager = manager;
     this.quotaCluster = opts.quotaCluster ?? manager.cluster();
     this.clusterExists = opts.clusterExists;
+    this.instanceCache = opts.instances ?? INSTANCE_CACHE;
     this.log = manager.log.child({ capability: 'workloads', controller: 'quota' });
     this.events = this.quotaCluster.recorder('quota');
     this.quotas = this.quotaCluster.informer<QuotaObject>(Quota.ref);
@@ -330,7 +340,7 @@ export class QuotaController {
   state(cluster: Cluster): ClusterState {
     const known = this.clusters.get(cluster.name);
     if (known?.cluster === cluster) return known;
-    const instances = cluster.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+    const instances = cluster.informer<InstanceObject>(Instance.ref, this.instanceCache);
     instances.addIndexer('namespace', byNamespace);
     instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = {
