@@ -81,6 +81,7 @@ export const workloadsCapability: Capability = {
         : setupQuota(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
     setupInstance(manager, {
       workers: Number(options['instanceWorkers'] ?? 16),
+      templateOf: (inst) => deployments.templateOf(inst),
       ...(quota ? { quota } : {}),
     });
     return {};

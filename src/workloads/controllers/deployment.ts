@@ -116,16 +116,35 @@ export class DeploymentState {
     ReturnType<typeof templateRevision>
   >();
 
-  /**
-   * The deployment's instances as the plan sees them, the plan (`wd` as its informer holds it), and
-   * why it runs fewer replicas than it asks for, when it does (boundedReplicas).
-   */
-  planFor(key: string, wd: DeploymentObject) {
+  private revision(wd: DeploymentObject): ReturnType<typeof templateRevision> {
     let revision = this.revisions.get(wd.spec.template);
     if (revision === undefined) {
       revision = templateRevision(wd.spec.template);
       this.revisions.set(wd.spec.template, revision);
     }
+    return revision;
+  }
+
+  /**
+   * The whole template of a cached (slim) instance, from its deployment's cache when that holds
+   * the instance's revision: the instance controller then makes its Pod without reading the
+   * Instance back (the common case: instances are made from the deployment's template).
+   */
+  templateOf(inst: CachedInstance): DeploymentObject['spec']['template'] | undefined {
+    const ref = inst.metadata.ownerReferences?.find(
+      (o) => o.controller && o.kind === WorkloadDeployment.kind,
+    );
+    const wd = ref && this.deployments.get(`${inst.metadata.namespace}/${ref.name}`);
+    if (!wd || wd.metadata.uid !== ref.uid) return undefined;
+    return this.revision(wd).hash === inst.spec.templateHash ? wd.spec.template : undefined;
+  }
+
+  /**
+   * The deployment's instances as the plan sees them, the plan (`wd` as its informer holds it), and
+   * why it runs fewer replicas than it asks for, when it does (boundedReplicas).
+   */
+  planFor(key: string, wd: DeploymentObject) {
+    const revision = this.revision(wd);
     const { hash } = revision;
     const { replicas, bounded } = boundedReplicas(wd.spec.replicas, revision.bytes);
     const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));

@@ -55,6 +55,7 @@ import {
   InstanceType,
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
+  type InstanceTemplate,
 } from '../types.ts';
 
 /** The conditions this controller owns on an Instance. */
@@ -85,6 +86,8 @@ export interface InstanceControllerOptions {
   workers?: number;
   /** The quota controller of this process: its grants are acted on before their condition comes back. */
   quota?: Pick<QuotaController, 'grantOf' | 'onGrant'>;
+  /** An instance's whole template from its deployment's cache, when it holds that revision (DeploymentState.templateOf). */
+  templateOf?: (inst: CachedInstance) => InstanceTemplate | undefined;
 }
 
 /**
@@ -142,6 +145,7 @@ export class InstanceController {
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
   private readonly quota: InstanceControllerOptions['quota'];
+  private readonly templateOf: InstanceControllerOptions['templateOf'];
   /** The cluster its instances live in (the manager's own), as the quota controller names it. */
   readonly cluster: string;
   /** Pods created and not yet in the cache, by instance key. */
@@ -164,6 +168,7 @@ export class InstanceController {
     this.statusSent = new WriteExpectations(this.instances, keyOf);
     this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
     this.quota = opts.quota;
+    this.templateOf = opts.templateOf;
     this.cluster = manager.cluster().name;
   }
 
@@ -230,17 +235,10 @@ export class InstanceController {
         : undefined;
 
     if (!configError && !cached && !('error' in size)) {
-      // No Pod (never made, or deleted by someone else): make it, gated unless already granted, from
-      // the Instance as stored (its cache keeps of the template only what sizes it). Gone or made
-      // anew since the cache saw it: its own event brings this key back.
-      const whole = await this.manager
-        .client()
-        .get<InstanceObject>(Instance.ref, inst.metadata.name!, inst.metadata.namespace)
-        .catch((e: unknown) => {
-          if (isNotFound(e)) return undefined;
-          throw e;
-        });
-      if (whole?.metadata.uid !== uid) return;
+      // No Pod (never made, or deleted by someone else): make it, gated unless already granted.
+      // Gone or made anew since the cache saw it: its own event brings this key back.
+      const whole = await this.whole(inst);
+      if (!whole) return;
       try {
         const made = await this.manager
           .client()
@@ -335,6 +333,23 @@ export class InstanceController {
       replaceIn === undefined ? undefined : Math.max(100, replaceIn),
     ].filter((ms): ms is number => ms !== undefined);
     return later.length ? { requeueAfterMs: Math.min(...later) } : result;
+  }
+
+  /**
+   * The instance with its whole template (its cache keeps only what sizes it): its deployment's,
+   * when that cache holds the instance's revision, else the Instance as stored.
+   */
+  private async whole(inst: CachedInstance): Promise<InstanceObject | undefined> {
+    const template = this.templateOf?.(inst);
+    if (template) return { ...inst, spec: { ...inst.spec, template } };
+    const stored = await this.manager
+      .client()
+      .get<InstanceObject>(Instance.ref, inst.metadata.name!, inst.metadata.namespace)
+      .catch((e: unknown) => {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      });
+    return stored?.metadata.uid === inst.metadata.uid ? stored : undefined;
   }
 
   private async replaceEnded(inst: CachedInstance, pod: WorkloadPod): Promise<void> {
