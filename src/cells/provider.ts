@@ -81,6 +81,18 @@ export class CellProvider implements Provider {
       .some((c) => !c.metadata.deletionTimestamp && clusterNameOf(c.metadata.name!) === cluster);
   }
 
+  /** A cell serves the namespaces its Cell lists (spec.namespaces); none while its Cell is being deleted. */
+  serves(cluster: string, namespace: string): boolean {
+    return this.cells
+      .list()
+      .some(
+        (c) =>
+          !c.metadata.deletionTimestamp &&
+          clusterNameOf(c.metadata.name!) === cluster &&
+          c.spec.namespaces.includes(namespace),
+      );
+  }
+
   async run(clusters: ClusterSet, signal: AbortSignal): Promise<void> {
     await Promise.all([this.cells.waitForSync(signal), this.secrets.waitForSync(signal)]);
     const sync = (cell: string) => {

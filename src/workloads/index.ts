@@ -159,6 +159,8 @@ export const quotaCapability: Capability = {
       workers: Number(options['quotaWorkers'] ?? 4),
       // A deleted Cell's cluster never answers again: its claims are released rather than kept.
       clusterExists: (cluster) => manager.clusterKnown(cluster),
+      // A cell's instances count only in the namespaces its Cell serves.
+      serves: (cluster, namespace) => manager.clusterServes(cluster, namespace),
     });
     return {};
   },
