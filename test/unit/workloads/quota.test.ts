@@ -97,7 +97,7 @@ test("a management plane's grants are marked as its own; no other grant passes f
 
 test('on a management plane, only the instances of cells serving the namespace and not granted by others count', () => {
   const t = { containers: [{ name: 'm', image: 'x' }] };
-  const cond = (message: string, status = 'True', reason = 'NoQuota') => ({
+  const cond = (message: string, status: 'True' | 'False' = 'True', reason = 'NoQuota') => ({
     status: { conditions: [{ type: 'QuotaGranted', status, reason, message, lastTransitionTime: T0 }] },
   });
   const waiting = instance('waiting', t);
