@@ -35,6 +35,7 @@ test('`berth cells list` escapes the version a Cell holds (one written before th
   const table = cellsTable([cell]);
   assert.equal(table.split('\n').length, 2, table);
   // Its two lines aside, no control character.
+  // eslint-disable-next-line no-control-regex -- finding control characters is the point
   assert.doesNotMatch(table, /[\u0000-\u0009\u000b-\u001f\u202e]/u);
   assert.match(table, /v1\.35\.0\\u001b\[2J/);
 });
