@@ -89,12 +89,13 @@ export interface AnswerBounds {
 }
 
 /**
- * One bound for every apiserver Berth reads, its own and each cell's: no object the apiserver
- * stores comes near 16 MiB (it takes requests of 3 MiB at most, etcd 1.5 MiB by default), and a
- * page past 64 MiB would not fit in Berth's memory limit (512 MiB) once decoded anyway. What a
- * hostile cell sends beyond them is refused, not buffered: the list or watch fails and starts again.
+ * One bound for every apiserver Berth reads, its own and each cell's: no object an apiserver
+ * stores comes near 16 MiB (it takes requests of 3 MiB at most, etcd 1.5 MiB by default), so a
+ * watch line (one object) never does, nor a list page of one object; an informer whose page is
+ * larger asks for fewer objects a page. What a hostile apiserver sends beyond them is refused, not
+ * buffered: the list or watch fails, is logged, and starts again.
  */
-export const ANSWER_BOUNDS: AnswerBounds = { lineBytes: 16 * 2 ** 20, answerBytes: 64 * 2 ** 20 };
+export const ANSWER_BOUNDS: AnswerBounds = { lineBytes: 16 * 2 ** 20, answerBytes: 32 * 2 ** 20 };
 
 /** An answer, or a line of a watch, larger than the client's bound: refused unread. */
 export class ResponseTooLarge extends Error {

@@ -84,3 +84,39 @@ test('an informer whose watch brings a line past the bound logs it, watches agai
     logged.join(''),
   );
 });
+
+test('a list page past the bound is asked again with fewer objects a page, and the informer syncs every object', async (t) => {
+  const limits: string[] = [];
+  const names = ['a', 'b', 'c'];
+  const client = await localApiserver(t, { bounds }, (req, res) => {
+    res.setHeader('content-type', 'application/json');
+    const q = new URL(req.url!, 'https://x').searchParams;
+    if (q.get('watch')) return; // held open, silent
+    const limit = Number(q.get('limit'));
+    limits.push(`${limit}@${q.get('continue') ?? ''}`);
+    // Each object is 6,000 bytes: three (or more) to a page exceed the answer bound of 16,384.
+    const from = Number(q.get('continue') ?? 0);
+    const items = names.slice(from, from + limit).map((n) => ns(n, 'x'.repeat(6000)));
+    const next = from + limit < names.length ? String(from + limit) : undefined;
+    res.end(
+      JSON.stringify({
+        kind: 'NamespaceList',
+        apiVersion: 'v1',
+        metadata: { resourceVersion: '1', ...(next ? { continue: next } : {}) },
+        items,
+      }),
+    );
+  });
+  const informer = new Informer({ client, ref: Resources.namespaces, pageSize: 500 });
+  informer.start();
+  t.after(() => informer.stop());
+  await informer.waitForSync();
+  assert.deepEqual(
+    informer
+      .list()
+      .map((n) => n.metadata?.name)
+      .sort(),
+    names,
+  );
+  assert.deepEqual(limits, ['500@', '50@', '5@', '1@', '1@1', '1@2']);
+});
