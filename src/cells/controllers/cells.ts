@@ -183,7 +183,8 @@ export class CellController {
     const history = observe(before, probe);
     this.history.set(name, history);
     const now = Date.now();
-    const next = cellStatus(cell, history, now, this.timing);
+    const refused = this.provider.refused(name);
+    const next = cellStatus(cell, refused ? { ...history, refused } : history, now, this.timing);
     const reachable = next.conditions?.find((c) => c.type === 'Reachable')?.status === 'True';
     cellMetrics.reachable.set({ cell: name }, reachable ? 1 : 0);
     if (statusChanged(cell.status, next)) {

@@ -78,6 +78,8 @@ export interface ClientOptions {
   writeGuard?: () => boolean;
   /** Bounds on what the server sends (ANSWER_BOUNDS by default). */
   bounds?: AnswerBounds;
+  /** Told of each answer refused for its size, before the request fails with it. */
+  onRefused?: (e: ResponseTooLarge) => void;
 }
 
 /** The most an apiserver's answer may hold before it is refused (ResponseTooLarge), in bytes. */
@@ -135,6 +137,7 @@ export class KubeClient {
   private readonly watchAgent: https.Agent;
   private readonly userAgent: string;
   private readonly bounds: AnswerBounds;
+  private readonly onRefused: ClientOptions['onRefused'];
   writeGuard: (() => boolean) | undefined;
   private auth: { headers: Record<string, string>; at: number } | undefined;
   private tls: TlsMaterial & Pick<https.AgentOptions, 'secureContext'> = {};
@@ -146,6 +149,7 @@ export class KubeClient {
     this.userAgent = opts.userAgent ?? 'berth';
     this.writeGuard = opts.writeGuard;
     this.bounds = opts.bounds ?? ANSWER_BOUNDS;
+    this.onRefused = opts.onRefused;
     this.ready = this.refresh();
     // Agents are created lazily from the TLS material that refreshAuth collects.
     this.agent = new https.Agent({ keepAlive: true, maxSockets: opts.maxInFlight ?? 64 });
@@ -300,7 +304,7 @@ export class KubeClient {
     const max = this.bounds.lineBytes;
     const tooLong = () => {
       res.destroy();
-      return new ResponseTooLarge(
+      return this.refused(
         `watch ${path} from ${this.server.host}: a line of more than ${max} bytes, refused (Berth's bound on one event)`,
       );
     };
@@ -329,6 +333,13 @@ export class KubeClient {
     }
   }
 
+  /** The error of an answer refused for its size, once whoever listens (onRefused) is told. */
+  private refused(message: string): ResponseTooLarge {
+    const e = new ResponseTooLarge(message);
+    this.onRefused?.(e);
+    return e;
+  }
+
   /** The whole answer as text, refused past the answer bound without reading on. */
   private async readAll(res: import('node:http').IncomingMessage, what: string): Promise<string> {
     const chunks: Buffer[] = [];
@@ -337,7 +348,7 @@ export class KubeClient {
       size += c.length;
       if (size > this.bounds.answerBytes) {
         res.destroy();
-        throw new ResponseTooLarge(
+        throw this.refused(
           `${what} from ${this.server.host}: an answer of more than ${this.bounds.answerBytes} bytes, refused (Berth's bound)`,
         );
       }

@@ -40,17 +40,25 @@ test('a watch line past the bound is refused, split over reads or not; the lines
   assert.deepEqual(seen, ['a']);
 });
 
-test('an answer past the bound is refused, and the client answers the next request', async (t) => {
+test('an answer past the bound is refused, its listener told, and the client answers the next request', async (t) => {
   let big = true;
-  const client = await localApiserver(t, { bounds }, (_req, res) => {
+  const told: string[] = [];
+  const onRefused = (e: ResponseTooLarge) => void told.push(e.message);
+  const client = await localApiserver(t, { bounds, onRefused }, (_req, res) => {
     res.setHeader('content-type', 'application/json');
     res.end(JSON.stringify(ns('a', big ? 'x'.repeat(20_000) : '')));
   });
   await assert.rejects(client.get(Resources.namespaces, 'a'), (e: unknown) => {
     return e instanceof ResponseTooLarge && /an answer of more than 16384 bytes, refused/.test(e.message);
   });
+  assert.equal(told.length, 1);
+  assert.match(
+    told[0]!,
+    /^GET \/api\/v1\/namespaces\/a from 127\.0\.0\.1:\d+: an answer of more than 16384 bytes/,
+  );
   big = false;
   assert.equal((await client.get(Resources.namespaces, 'a')).metadata?.name, 'a');
+  assert.equal(told.length, 1);
 });
 
 test('an informer whose watch brings a line past the bound logs it, watches again, and keeps its cache current', async (t) => {
