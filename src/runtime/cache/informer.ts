@@ -336,7 +336,7 @@ export class Informer<T extends KubeObject = KubeObject> {
     const path = resourcePath(ref, namespace);
     const fresh = new Map<string, T>();
     let cont: string | undefined;
-    let rv = '';
+    let rv: string;
     for (let limit = this.opts.pageSize ?? 500; ;) {
       let page: KubeList<T>;
       try {
