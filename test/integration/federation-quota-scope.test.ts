@@ -5,10 +5,19 @@
 // counts only the instances of the cells that serve that namespace (their Cell lists it), and only
 // the grants the management plane wrote itself. A user of a cell's namespace of the same name that
 // the Cell does not serve, or an instance marked granted by someone else (a cell granting by
-// itself), spends none of the budget: the management plane's own instance is granted.
+// itself), spends none of the budget: the management plane's own instance is granted. A cell whose
+// apiserver (a local server standing in for a hostile one) sends a watch line past Berth's bound is
+// refused, its Cell says so, and the other cells' quota keeps working.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { once } from 'node:events';
+import { createServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { secretName } from '../../src/cells/cli.ts';
+import { Cell, CELL_LABEL, KUBECONFIG_KEY, type CellObject } from '../../src/cells/types.ts';
+import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
+import { createCertificateAuthority } from '../../src/runtime/webhook/certificates.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import type { QuotaObject } from '../../src/workloads/controllers/quota.ts';
@@ -166,4 +175,94 @@ test('an instance marked granted by someone other than the management plane is n
   await untilWarning(client, ns, { reason: 'GrantedElsewhere', regarding: 'budget' });
   const left = await verdictOf('DFW', ns, 'elsewhere');
   assert.equal(left?.message, `no Quota in namespace ${ns}`, 'the grant written elsewhere is left as it is');
+});
+
+test("a cell whose apiserver sends a watch line past Berth's bound: refused, the Cell Ready=False AnswerTooLarge with a Warning, the other cells' quota working", async (t) => {
+  // A stand-in for a hostile cell's apiserver: it answers the probe and every list sanely, and each
+  // watch with one line of 17 MiB, past the bound of 16 MiB.
+  const ca = await createCertificateAuthority('hostile-cell');
+  const serving = await ca.issue({ commonName: '127.0.0.1', ipAddresses: ['127.0.0.1'], usage: 'server' });
+  let watches = 0;
+  const server = createServer({ cert: serving.certPem, key: serving.keyPem }, (req, res) => {
+    res.setHeader('content-type', 'application/json');
+    const url = new URL(req.url!, 'https://x');
+    if (url.pathname === '/version') return res.end(JSON.stringify({ gitVersion: 'v1.35.0' }));
+    if (url.pathname === '/apis/berth.dev/v1alpha1')
+      return res.end(
+        JSON.stringify({
+          kind: 'APIResourceList',
+          resources: ['workloaddeployments', 'instances', 'instancetypes'].map((name) => ({ name })),
+        }),
+      );
+    if (req.method === 'POST') return res.end(JSON.stringify({ status: { allowed: true } }));
+    if (!url.searchParams.get('watch'))
+      return res.end(
+        JSON.stringify({ kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: '1' }, items: [] }),
+      );
+    watches++;
+    res.write(`{"type":"ADDED","object":{"pad":"${'x'.repeat(17 * 2 ** 20)}"}}\n`);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const name = uniqueName('hostile');
+  t.after(async () => {
+    await client.delete(Cell.ref, name).catch(() => {});
+    await client.delete(Resources.secrets, secretName(name), NAMESPACE).catch(() => {});
+    server.closeAllConnections();
+    server.close();
+  });
+  const kubeconfig = {
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [
+      {
+        name: 'c',
+        cluster: {
+          server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+          'certificate-authority-data': Buffer.from(ca.certPem).toString('base64'),
+        },
+      },
+    ],
+    users: [{ name: 'u', user: { token: 'hostile' } }],
+    contexts: [{ name: 'c', context: { cluster: 'c', user: 'u' } }],
+    'current-context': 'c',
+  };
+  await client.create(Resources.secrets, {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: secretName(name), namespace: NAMESPACE, labels: { [CELL_LABEL]: name } },
+    data: { [KUBECONFIG_KEY]: Buffer.from(JSON.stringify(kubeconfig)).toString('base64') },
+  });
+  await client.create(Cell.ref, {
+    apiVersion: Cell.apiVersion,
+    kind: Cell.kind,
+    metadata: { name },
+    spec: {
+      kubeconfigSecretRef: { namespace: NAMESPACE, name: secretName(name), key: KUBECONFIG_KEY },
+      locations: ['DFW'],
+    },
+  });
+  const ready = async () =>
+    findCondition((await client.get<CellObject>(Cell.ref, name)).status?.conditions, 'Ready');
+  await waitFor(
+    'the hostile Cell Ready=False AnswerTooLarge',
+    async () => {
+      const r = await ready();
+      return r?.reason === 'AnswerTooLarge' && r;
+    },
+    { observe: async () => ({ ready: await ready(), watches }), timeoutMs: 60_000 },
+  );
+  assert.match((await ready())!.message, /a line of more than 16777216 bytes, refused/);
+  // A cluster-scoped object's events are in `default`.
+  await untilWarning(client, 'default', { reason: 'AnswerTooLarge', regarding: name });
+  // Berth keeps working: the real cells are Ready, and a grant in one of them is made.
+  for (const city of ['DFW', 'LHR'] as const)
+    assert.equal(
+      findCondition(
+        (await client.get<CellObject>(Cell.ref, fed.cells[city].name)).status?.conditions,
+        'Ready',
+      )?.status,
+      'True',
+    );
+  await grantedAlone(await budgetOfOne('qhostile'));
 });
