@@ -170,6 +170,8 @@ export const quotaCapability: Capability = {
       clusterExists: (cluster) => manager.clusterKnown(cluster),
       // The cells' instances as federation's mirrors cache them (whole: a mirror copies the spec).
       instances: OWN_INSTANCES,
+      // A cell's instances count only in the namespaces its Cell serves.
+      serves: (cluster, namespace) => manager.clusterServes(cluster, namespace),
     });
     return {};
   },

@@ -4,7 +4,14 @@
 // been silent too long (half-open connections); resync as a safety net; indexes; a transform hook.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { hasCondition } from '../api/conditions.ts';
-import { isGone, isNotFound, resourcePath, type KubeClient, type KubeList } from '../client/client.ts';
+import {
+  isGone,
+  isNotFound,
+  resourcePath,
+  ResponseTooLarge,
+  type KubeClient,
+  type KubeList,
+} from '../client/client.ts';
 import { informerMetrics } from '../observability/metrics.ts';
 import { errorText, rootLogger, type Logger } from '../observability/log.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
@@ -330,11 +337,24 @@ export class Informer<T extends KubeObject = KubeObject> {
     const fresh = new Map<string, T>();
     let cont: string | undefined;
     let rv: string;
-    do {
-      const page = await client.request<KubeList<T>>('GET', path, {
-        query: this.query({ limit: this.opts.pageSize ?? 500, continue: cont }),
-        signal,
-      });
+    for (let limit = this.opts.pageSize ?? 500; ;) {
+      let page: KubeList<T>;
+      try {
+        page = await client.request<KubeList<T>>('GET', path, {
+          query: this.query({ limit, continue: cont }),
+          signal,
+        });
+      } catch (e) {
+        // A page past the client's bound (large objects, or a hostile apiserver): fewer objects a
+        // page, down to one, which the bound always admits unless the apiserver is hostile.
+        if (!(e instanceof ResponseTooLarge) || limit === 1) throw e;
+        limit = Math.max(1, Math.floor(limit / 10));
+        this.log.info(
+          { limit, err: errorText(e) },
+          'a list page past the bound; asking for fewer objects a page',
+        );
+        continue;
+      }
       for (const item of page.items) {
         // List items carry no apiVersion/kind; watch events do. Keep them uniform.
         item.apiVersion ??= page.apiVersion;
@@ -344,7 +364,8 @@ export class Informer<T extends KubeObject = KubeObject> {
       }
       cont = page.metadata.continue || undefined;
       rv = page.metadata.resourceVersion ?? '';
-    } while (cont);
+      if (!cont) break;
+    }
     for (const [key, old] of this.store) if (!fresh.has(key)) this.remove(key, old);
     for (const [key, obj] of fresh) this.upsert(key, obj);
     this.resourceVersion = rv;

@@ -55,6 +55,7 @@ import {
   Quota,
   QUOTA_MANAGER,
   type InstanceStatus,
+  type QuotaClaim,
   type QuotaReason,
   type QuotaStatus,
 } from '../types.ts';
@@ -129,20 +130,68 @@ export function candidateOf(
   };
 }
 
-/** The QuotaGranted condition an instance's verdict gives; undefined for an instance being deleted without a claim. */
+/**
+ * The instances of a namespace a quota controller counts, per cluster as given. On a management
+ * plane (`serves`), only those of the cells that serve it, and not those granted by anyone else
+ * (`foreign`: granted, neither in the ledger nor a management plane's grant), which are left as they
+ * are; `unserved` says whether any were passed over for a cell that does not serve the namespace.
+ */
+export function countedInstances(
+  namespace: string,
+  ledger: readonly QuotaClaim[],
+  clusters: readonly { cluster: string; instances: readonly InstanceObject[] }[],
+  serves?: (cluster: string, namespace: string) => boolean,
+): { counted: InstanceObject[][]; unserved: boolean; foreign: string[] } {
+  if (!serves) return { counted: clusters.map((c) => [...c.instances]), unserved: false, foreign: [] };
+  const held = new Set(ledger.map((c) => c.uid));
+  const foreign: string[] = [];
+  let unserved = false;
+  const counted = clusters.map(({ cluster, instances }) => {
+    if (instances.length && !serves(cluster, namespace)) {
+      unserved = true;
+      return [];
+    }
+    return instances.filter((inst) => {
+      const c = findCondition(inst.status?.conditions, QUOTA_CONDITION);
+      const ours = c?.status !== 'True' || held.has(inst.metadata?.uid ?? '') || managementGrant(c);
+      if (!ours) foreign.push(`${cluster}/${inst.metadata?.name}`);
+      return ours;
+    });
+  });
+  return { counted, unserved, foreign: foreign.sort() };
+}
+
+/**
+ * What ends the grants of a management plane's quota controller: by it, that controller tells its own
+ * grants from those of anyone else who may write an instance's status in a cell (the cell's own
+ * Berth granting locally, its admin), which it neither adopts nor counts.
+ */
+export const MANAGEMENT_GRANT = ' of the management plane';
+
+/**
+ * The QuotaGranted condition an instance's verdict gives; undefined for an instance being deleted
+ * without a claim. A grant's message ends with `mark` (a management plane's MANAGEMENT_GRANT).
+ */
 export function verdictCondition(
   decision: Decision,
   uid: string,
   quota: string | undefined,
   namespace: string,
+  mark = '',
 ): QuotaVerdict | undefined {
   const v = decision.verdicts.get(uid);
   if (!v) return undefined;
   if (!v.granted) return { status: 'False', reason: v.reason, message: v.message };
   return quota
-    ? { status: 'True', reason: 'QuotaAvailable', message: `counted by Quota ${quota}` }
-    : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}` };
+    ? { status: 'True', reason: 'QuotaAvailable', message: `counted by Quota ${quota}${mark}` }
+    : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}${mark}` };
 }
+
+/** A grant a management plane's quota controller wrote (its message ends with MANAGEMENT_GRANT). */
+export const managementGrant = (c: Pick<Condition, 'status' | 'reason' | 'message'> | undefined): boolean =>
+  c?.status === 'True' &&
+  (c.reason === 'QuotaAvailable' || c.reason === 'NoQuota') &&
+  c.message.endsWith(MANAGEMENT_GRANT);
 
 /**
  * The status a Quota in force gets from a decision; conditions keep their transition times. `unread`
@@ -207,6 +256,8 @@ export function sameQuotaStatus(a: QuotaStatus | undefined, b: QuotaStatus): boo
 export const UNREAD_GRACE_MS = 10_000;
 /** How often a namespace decided without a cluster is decided again, to take it in once it answers. */
 const UNREAD_REQUEUE_MS = 5_000;
+/** How often a namespace with instances in a cell that does not serve it is looked at again. */
+const UNSERVED_REQUEUE_MS = 30_000;
 
 interface ClusterState {
   cluster: Cluster;
@@ -241,6 +292,14 @@ export interface QuotaControllerOptions {
    * share (OWN_INSTANCES, whole: a mirror copies the instance's spec), one cache per cell.
    */
   instances?: InformerRequest<InstanceObject>;
+  /**
+   * On a management plane: whether a cell serves a namespace (its Cell lists it). Only the instances
+   * of a namespace in the cells that serve it are counted against its Quota, and only the grants
+   * this controller wrote (MANAGEMENT_GRANT) are adopted: a namespace of the same name in a cell
+   * is its users', who may not spend the budget of the management plane's namespace, nor may a cell
+   * that grants by itself.
+   */
+  serves?: (cluster: string, namespace: string) => boolean;
 }
 
 /**
@@ -294,6 +353,9 @@ export class QuotaController {
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
   private readonly instanceCache: InformerRequest<InstanceObject>;
+  private readonly serves: QuotaControllerOptions['serves'];
+  /** The instances granted by others last reported, by namespace: said again only when it changes. */
+  private readonly foreignSaid = new Map<string, string>();
   readonly clusters = new Map<string, ClusterState>();
   /**
    * The backoff of each grant that could not be written, by instance (clusterKey): the namespace's
@@ -329,6 +391,7 @@ export class QuotaController {
     this.quotaCluster = opts.quotaCluster ?? manager.cluster();
     this.clusterExists = opts.clusterExists;
     this.instanceCache = opts.instances ?? INSTANCE_CACHE;
+    this.serves = opts.serves;
     this.log = manager.log.child({ capability: 'workloads', controller: 'quota' });
     this.events = this.quotaCluster.recorder('quota');
     this.quotas = this.quotaCluster.informer<QuotaObject>(Quota.ref);
@@ -398,13 +461,23 @@ export class QuotaController {
     const quota = quotas[0];
     for (const superseded of quotas.slice(1)) await this.supersede(superseded, quota!, now);
 
-    const instances = this.readable().flatMap((s) =>
-      s.instances.byIndex('namespace', namespace).map((inst) => ({ s, inst })),
+    const ledger = quota?.status?.claims ?? [];
+    const readable = this.readable();
+    const scope = countedInstances(
+      namespace,
+      ledger,
+      readable.map((s) => ({
+        cluster: s.cluster.name,
+        instances: s.instances.byIndex('namespace', namespace),
+      })),
+      this.serves,
     );
+    const { unserved, foreign } = scope;
+    const instances = readable.flatMap((s, i) => scope.counted[i]!.map((inst) => ({ s, inst })));
+    this.sayForeign(namespace, quota, foreign);
     const candidates = instances.map(({ s, inst }) =>
       candidateOf(s.cluster.name, inst, (name) => s.instanceTypes?.get(name)?.spec),
     );
-    const ledger = quota?.status?.claims ?? [];
     const gone = await this.goneClaims(namespace, ledger);
     const decision = decideUnder(quota, ledger, candidates, gone, apiTime(now.getTime()));
 
@@ -434,7 +507,13 @@ export class QuotaController {
     const denials: Promise<void>[] = [];
     for (const { s, inst } of instances) {
       if (inst.metadata?.deletionTimestamp) continue;
-      const v = verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace);
+      const v = verdictCondition(
+        decision,
+        inst.metadata!.uid!,
+        quota?.metadata?.name,
+        namespace,
+        this.serves ? MANAGEMENT_GRANT : '',
+      );
       if (!v) continue;
       if (v.status === 'True') {
         const uid = inst.metadata!.uid!;
@@ -459,8 +538,29 @@ export class QuotaController {
     const after = [
       ...waiting.map((c) => requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime())),
       ...(unread.length ? [UNREAD_REQUEUE_MS] : []),
+      // No watch here sees a Cell begin to serve the namespace: look again now and then.
+      ...(unserved ? [UNSERVED_REQUEUE_MS] : []),
     ];
     return after.length ? { requeueAfterMs: Math.min(...after) } : undefined;
+  }
+
+  /** Instances granted by someone else: a Warning on the Quota and a log line, when they change. */
+  private sayForeign(namespace: string, quota: QuotaObject | undefined, foreign: readonly string[]): void {
+    const said = foreign.join(',');
+    if ((this.foreignSaid.get(namespace) ?? '') === said) return;
+    if (said) this.foreignSaid.set(namespace, said);
+    else this.foreignSaid.delete(namespace);
+    if (!foreign.length) return;
+    const shown =
+      foreign.slice(0, 5).join(', ') + (foreign.length > 5 ? ` and ${foreign.length - 5} more` : '');
+    const message =
+      `${foreign.length} instance(s) granted by someone other than the management plane (${shown}): ` +
+      'not counted against this Quota and left as they are (a cell granting by itself runs with --quota-source=local)';
+    this.log.warn(
+      { namespace, instances: foreign.length, shown },
+      'instances granted elsewhere: not counted',
+    );
+    if (quota) this.events.event(quota, 'Warning', 'GrantedElsewhere', 'Reconcile', message);
   }
 
   /**
