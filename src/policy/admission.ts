@@ -138,7 +138,8 @@ export interface AdmissionScopeOptions<O extends KubeObject> {
 /** A webhook's scope from a kind of policy, and what its configuration covers of them. */
 export class AdmissionScope<O extends KubeObject> implements WebhookScope, AdmissionCoverage {
   private readonly opts: AdmissionScopeOptions<O>;
-  private engaged = false;
+  /** Registrars applying this scope now. */
+  private engaged = 0;
   /** uid → the generation in effect at admission, and the policy's name. */
   private readonly inEffect = new Map<string, { name: string; generation: number }>();
   private readonly listeners: ((names: string[]) => void)[] = [];
@@ -189,12 +190,17 @@ export class AdmissionScope<O extends KubeObject> implements WebhookScope, Admis
     if (names.length) for (const fn of this.listeners) fn(names);
   }
 
-  engage(): void {
-    this.engaged = true;
+  engage(): () => void {
+    this.engaged++;
+    let released = false;
+    return () => {
+      if (!released) this.engaged--;
+      released = true;
+    };
   }
 
   covers(obj: KubeObject): boolean {
-    if (!this.engaged) return true;
+    if (this.engaged === 0) return true;
     const p = this.inEffect.get(obj.metadata?.uid ?? obj.metadata!.name!);
     return p !== undefined && p.generation >= (obj.metadata?.generation ?? 0);
   }

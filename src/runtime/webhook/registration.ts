@@ -72,8 +72,11 @@ export interface WebhookScope {
   watch(changed: () => void): void;
   /** The selection of `token` is in effect at admission. */
   applied(token: unknown): void;
-  /** A registrar applies the selections; without one (registered by the install, or off) everything is sent. */
-  engage(): void;
+  /**
+   * A registrar applies the selections from now until it calls what this returns (it stopped);
+   * without one (registered by the install, or webhooks off) what is registered is not Berth's to narrow.
+   */
+  engage(): () => void;
 }
 
 export type WebhookRegistration =
@@ -295,6 +298,7 @@ export class WebhookRunnable implements Runnable {
   private readonly log: Logger;
   private readonly server: WebhookServer;
   private readonly settleMs: number;
+  private disengage: (() => void)[] = [];
   private readonly stopping = new AbortController();
   private readonly registered = Promise.withResolvers<void>();
   private registering: Promise<void> | undefined;
@@ -305,7 +309,9 @@ export class WebhookRunnable implements Runnable {
     this.server = new WebhookServer({ logger: this.log, ...opts.server });
     this.settleMs = opts.settleMs ?? WEBHOOK_SETTLE_MS;
     // Something else registers in mode none: what it registers is not Berth's to narrow.
-    if (opts.registration.mode !== 'none') for (const s of opts.specs) s.scope?.engage();
+    if (opts.registration.mode !== 'none') {
+      this.disengage = opts.specs.flatMap((s) => (s.scope ? [s.scope.engage()] : []));
+    }
     // Stopping before registering rejects ready(); nobody has to be waiting for it.
     this.registered.promise.catch(() => {});
   }
@@ -348,6 +354,7 @@ export class WebhookRunnable implements Runnable {
     this.stopping.abort();
     this.registered.reject(new Error('webhooks stopped before they were registered'));
     await this.registering;
+    for (const release of this.disengage) release();
     await this.server.stop();
   }
 

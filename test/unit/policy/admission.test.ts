@@ -177,11 +177,14 @@ describe('AdmissionScope', () => {
     return { scope, handlers };
   };
 
-  test('covers everything until a registrar engages it (registered by the install, or webhooks off)', () => {
+  test('covers everything while no registrar engages it (registered by the install, webhooks off, stopped)', () => {
     const { scope } = scopeOf([policy('p', 1)]);
     assert.equal(scope.covers(policy('p', 1)), true);
-    scope.engage();
+    const release = scope.engage();
     assert.equal(scope.covers(policy('p', 1)), false);
+    release();
+    release();
+    assert.equal(scope.covers(policy('p', 1)), true);
   });
 
   test('covers a generation once a selection computed from it is applied, and says so once', () => {
