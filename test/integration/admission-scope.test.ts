@@ -20,6 +20,7 @@ import {
 } from '../helpers/cluster.ts';
 import { berthKubeconfig, removeBerthIdentity, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { webhookFieldManager } from '../../src/runtime/webhook/registration.ts';
 
 const sandbox = testSandbox();
 const client = sandbox.client();
@@ -121,18 +122,20 @@ async function waited(app: string): Promise<boolean> {
 }
 
 describe('webhook scope', () => {
-  test('no policy: no pod webhook entry, and pods reach no webhook of Berth', async () => {
-    const mine = (await client.list(AgentPlacement.ref)).items.filter(
+  test('no policy: pods reach no webhook of Berth, which has no pod webhook entry', async () => {
+    const waiting = (await client.list(AgentPlacement.ref)).items.filter(
       (p) => (p['spec'] as { waitForAgent?: unknown }).waitForAgent,
     );
     assert.deepEqual(
-      mine.map((p) => p.metadata!.name),
+      waiting.map((p) => p.metadata!.name),
       [],
       'no placement with waitForAgent in the sandbox',
     );
-    await waitFor('the configurations applied', async () => {
-      const e = await entries().catch(() => undefined);
-      return e !== undefined && !e.includes(AGENTS) && !e.includes(ARCH);
+    await waitFor('the configurations applied by Berth', async () => {
+      const c = await client.get(Resources.mutatingWebhookConfigurations, identity.webhookConfiguration);
+      return (c.metadata?.managedFields as { manager?: string }[] | undefined)?.some(
+        (f) => f.manager === webhookFieldManager,
+      );
     });
     const before = (await reviews(AGENTS)) + (await reviews(ARCH));
     for (let i = 0; i < 5; i++) assert.equal(await waited('nobody'), false);
@@ -141,6 +144,8 @@ describe('webhook scope', () => {
       before,
       'pods sent to a webhook with no policy',
     );
+    const e = await entries();
+    assert.ok(!e.includes(AGENTS) && !e.includes(ARCH), e.join(','));
   });
 
   test('a new placement: its pods are sent before it says Ready, others never; a second one joins by CEL', async () => {
@@ -149,11 +154,10 @@ describe('webhook scope', () => {
     // The first pod after Ready is changed: no retry, no gap.
     await waitFor('the placement Ready', () => ready(a), { intervalMs: 20 });
     assert.equal(await waited(`${id}-a`), true, 'the first pod after Ready went without the webhook');
-    assert.deepEqual((await mutatingEntry(AGENTS))?.objectSelector, { matchLabels: { app: `${id}-a` } });
-
     const sent = await reviews(AGENTS);
     for (let i = 0; i < 5; i++) assert.equal(await waited('nobody'), false);
     assert.equal(await reviews(AGENTS), sent, 'pods no placement selects were sent');
+    assert.deepEqual((await mutatingEntry(AGENTS))?.objectSelector, { matchLabels: { app: `${id}-a` } });
 
     const b = `${id}-b`;
     await applyPlacement(b, `${id}-b`);
