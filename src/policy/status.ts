@@ -128,7 +128,8 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
       update: opts.objectChanged ?? changed(generationChanged),
     });
     loop.manager.add(this.controller);
-    for (const a of opts.admission ?? []) a.onCovered((names) => names.forEach((n) => this.controller.queue.add(n)));
+    for (const a of opts.admission ?? [])
+      a.onCovered((names) => names.forEach((n) => this.controller.queue.add(n)));
   }
 
   /** Records a node's standing per policy (none: the node is gone), and queues the policies it changed for. */
