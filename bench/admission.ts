@@ -251,7 +251,9 @@ function sameOutcome(outcomes: Map<Webhooks, KubeObject>): void {
   const floorPod = outcomes.get('floor');
   if (!berthPod || !floorPod) return;
   const what = (p: KubeObject) => {
-    const spec = p['spec'] as { initContainers?: unknown; affinity?: unknown };
+    const spec = p['spec'] as { initContainers?: { volumeMounts?: unknown }[]; affinity?: unknown };
+    // The service account token's volume is named anew for each pod.
+    const init = spec.initContainers?.map(({ volumeMounts: _, ...c }) => c);
     const { [POOL]: _, ...labels } = p.metadata?.labels ?? {};
     return {
       labels,
