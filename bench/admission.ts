@@ -258,7 +258,7 @@ function sameOutcome(outcomes: Map<Webhooks, KubeObject>): void {
     return {
       labels,
       annotations: p.metadata?.annotations,
-      init: spec.initContainers,
+      init,
       affinity: spec.affinity,
     };
   };
