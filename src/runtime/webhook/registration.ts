@@ -398,7 +398,11 @@ export class WebhookRunnable implements Runnable {
           continue;
         }
       }
-      await Promise.race([changed.promise, sleep(caCheckMs, undefined, { signal })]).catch(() => {});
+      // The CA check's timer goes with the wait, so that many changes leave no timers behind.
+      const woken = new AbortController();
+      const timer = sleep(caCheckMs, undefined, { signal: AbortSignal.any([signal, woken.signal]) });
+      await Promise.race([changed.promise, timer]).catch(() => {});
+      woken.abort();
     }
   }
 
