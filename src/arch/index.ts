@@ -38,7 +38,8 @@ import {
   STATE_LABEL,
   type ArchPlacementStatus,
 } from './types.ts';
-import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, podWebhook } from './webhook.ts';
+import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { AdmissionScope } from '../policy/admission.ts';
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -184,6 +185,8 @@ export interface Arch extends PolicyContext {
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** The live policies, highest priority first. */
   policies(): Policy[];
+  /** The pods the webhook is sent: those a live policy selects. */
+  readonly admission: AdmissionScope<PolicyObject>;
 }
 
 /** The arch controllers (arch-pod, arch-regate, arch-node, arch-status) on the kit's manager, and the webhook to serve. */
@@ -216,6 +219,7 @@ export function setupArch(
   const policyObjects = manager.informer<PolicyObject>(ArchPlacement.ref);
   const cache: ParseCache = new Map();
   const parsed = policyObjects.derive((objs) => parsePolicies(objs, cache));
+  const log = manager.log.child({ capability: 'arch' });
   const a: Arch = {
     manager,
     opts,
@@ -229,8 +233,14 @@ export function setupArch(
     policyObjects,
     parsed,
     policies: () => parsed().policies,
+    admission: new AdmissionScope({
+      webhook: POD_WEBHOOK,
+      objects: policyObjects,
+      terms: () => podTerms(parsed().policies),
+      log,
+    }),
     events: manager.recorder('arch'),
-    log: manager.log.child({ capability: 'arch' }),
+    log,
   };
   kit.keys.declare('arch', ARCH_KEYS, (signal) => policyObjects.waitForSync(signal));
   const writer = kit.applyWriter(FIELD_MANAGER, nodes);

@@ -15,7 +15,8 @@ import { explainGate, explainNodeGates } from './explain.ts';
 import { planGateObjects } from './plan.ts';
 import { nodesOf, podsByNode } from '../policy/explain.ts';
 import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
-import { nodeWebhook, podWebhook } from './webhook.ts';
+import { NODE_WEBHOOK, nodeTerms, nodeWebhook, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { AdmissionScope, type ScopeTerm } from '../policy/admission.ts';
 
 export const gatesCapability: Capability = {
   name: 'gates',
@@ -96,6 +97,8 @@ export interface Gates extends PolicyContext {
   /** The gates from the cache, parsed once per change of any of them. */
   readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
   readonly clock: () => number;
+  /** What each webhook is sent: the nodes an enforced gate selects; pods only while a gate can hold a node. */
+  readonly admission: { nodes: AdmissionScope<GateObject>; pods: AdmissionScope<GateObject> };
 }
 
 export interface GatesOptions {
@@ -114,6 +117,10 @@ export function setupGates(
   const nodes = nodeInformer(manager);
   const writer = kit.casWriter(FIELD_MANAGER, nodes);
   const gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
+  const gates = gateObjects.derive(parseGates);
+  const log = manager.log.child({ capability: 'gates' });
+  const scope = (webhook: string, terms: (gates: Gate[]) => ScopeTerm[]) =>
+    new AdmissionScope({ webhook, objects: gateObjects, terms: () => terms(gates().gates), log });
   const g: Gates = {
     manager,
     pods,
@@ -122,10 +129,11 @@ export function setupGates(
     daemonSets: manager.informer(Resources.daemonSets, {
       transform: interning('gates-daemonset', slimDaemonSet),
     }),
-    gates: gateObjects.derive(parseGates),
+    gates,
     events: manager.recorder('gates'),
-    log: manager.log.child({ capability: 'gates' }),
+    log,
     clock: opts.clock ?? Date.now,
+    admission: { nodes: scope(NODE_WEBHOOK, nodeTerms), pods: scope(POD_WEBHOOK, podTerms) },
   };
   // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
   // that would write those keys are Invalid.
