@@ -1,4 +1,4 @@
-// What a capability's webhook is sent, from its live policies (decision 0041a): each policy that
+// What a capability's webhook is sent, from its live policies (decision 0043): each policy that
 // needs the webhook is a term (the namespaces and objects it selects), and the terms become the
 // webhook's selectors where one selector says them all, else one CEL matchCondition over the
 // object's labels and the request's namespace. The configuration only narrows: the handler still

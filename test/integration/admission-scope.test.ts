@@ -1,7 +1,7 @@
 // test-driver: alone — its Berth runs the agents, gates and arch controllers, whose webhooks would
 // be sent the pods of the files beside it (and count their reviews) if they ran at once.
 //
-// What reaches Berth's webhooks, against the real apiserver (decision 0041a): a webhook entry
+// What reaches Berth's webhooks, against the real apiserver (decision 0043): a webhook entry
 // carries what its live policies select, so a pod no policy selects is never sent; a new policy's
 // pods are sent before it says Ready; the last policy gone takes the entry with it.
 import assert from 'node:assert/strict';

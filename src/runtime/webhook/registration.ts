@@ -2,7 +2,7 @@
 // registered with the apiserver as one MutatingWebhookConfiguration and one
 // ValidatingWebhookConfiguration, server-side applied by every replica (the content is the same).
 // A webhook with a scope is sent only what its live policies may act on: its entry is applied
-// again whenever the scope changes, and left out while no policy needs it (decision 0041a).
+// again whenever the scope changes, and left out while no policy needs it (decision 0043).
 import { isIP } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { errorText } from '../observability/log.ts';
