@@ -361,7 +361,7 @@ export interface LoadSummary {
 }
 
 /** The name Berth's webhook thread carries (runtime/webhook/admission.ts), as /proc shows it. */
-const WEBHOOK_THREAD = 'berth-webhook';
+export const WEBHOOK_THREAD = 'berth-webhook';
 const since = (a: Schedstat, b: Schedstat): Schedstat => ({
   runMs: b.runMs - a.runMs,
   waitMs: b.waitMs - a.waitMs,

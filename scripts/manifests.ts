@@ -372,9 +372,12 @@ const helmHookRoles = (): string =>
   ].join('---\n') +
   '{{- end }}\n';
 
-/** ClusterRoles Kubernetes aggregates into `view`, and into `edit` and `admin`, for Berth's kinds. */
+/**
+ * ClusterRoles Kubernetes aggregates into `view`, and into `edit` and `admin`, for Berth's kinds;
+ * into `admin` only, the writes of the kinds `edit` only reads (a namespace's Quota).
+ */
 function aggregatedRoles(): KubeObject[] {
-  const aggregated = (access: 'view' | 'edit', into: string[]): KubeObject => ({
+  const aggregated = (access: 'view' | 'edit' | 'admin', into: string[]): KubeObject => ({
     apiVersion: 'rbac.authorization.k8s.io/v1',
     kind: 'ClusterRole',
     metadata: {
@@ -383,7 +386,11 @@ function aggregatedRoles(): KubeObject[] {
     },
     rules: mergeRules(aggregatedRules(access)),
   });
-  return [aggregated('view', ['view', 'edit', 'admin']), aggregated('edit', ['edit', 'admin'])];
+  return [
+    aggregated('view', ['view', 'edit', 'admin']),
+    aggregated('edit', ['edit', 'admin']),
+    aggregated('admin', ['admin']),
+  ];
 }
 
 /** aggregatedRoles as a Helm template: named after the release, with its labels. */

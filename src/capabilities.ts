@@ -1,4 +1,4 @@
-import type { Capability } from './capability.ts';
+import { declaringAnnotations, type Capability } from './capability.ts';
 import { agentsCapability } from './agents/index.ts';
 import { archCapability } from './arch/index.ts';
 import { cellsCapability } from './cells/index.ts';
@@ -7,8 +7,8 @@ import { gatesCapability } from './gates/index.ts';
 import { labelsCapability } from './labels/index.ts';
 import { quotaCapability, workloadsCapability } from './workloads/index.ts';
 
-/** Every capability `berth run` knows, in the order they start. */
-export const capabilities: Capability[] = [
+/** Every capability `berth run` knows, in the order they start; the caches keep what they all read. */
+export const capabilities: Capability[] = declaringAnnotations([
   labelsCapability,
   gatesCapability,
   agentsCapability,
@@ -17,4 +17,4 @@ export const capabilities: Capability[] = [
   cellsCapability,
   federationCapability,
   quotaCapability,
-];
+]);

@@ -14,6 +14,7 @@ import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
 import type { Focus, Said } from './policy/explain.ts';
 import type { PlanContext, PlanPart } from './policy/plan.ts';
+import { keepAnnotations, type CachedAnnotation } from './policy/slim.ts';
 
 /**
  * Where a capability runs: in the one cluster whose nodes it places on (`cluster`), in the management
@@ -94,6 +95,11 @@ export interface Capability {
   /** Flags of `berth run` that configure this capability. */
   options?: () => Option[];
   crds: CustomResource[];
+  /**
+   * Of its CRDs, those only a namespace's `admin` writes (a budget, as Kubernetes' ResourceQuota is
+   * not the `edit` role's to change): the aggregated `edit` role reads them, `admin` writes them.
+   */
+  adminCrds?: CustomResource[];
   /** The rules its controllers need (`why` on a grant a run may not exercise: see DeclaredRule). */
   rbac: DeclaredRule[];
   /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */
@@ -106,7 +112,7 @@ export interface Capability {
   /**
    * Permissions it needs in the namespaces that run workloads, granted only in those the install
    * names (RbacOptions.workloadNamespaces; `*` for all): writing Pods, which run as any
-   * ServiceAccount of their namespace.
+   * ServiceAccount of their namespace, and creating the Instances that make them.
    */
   workloadNamespaceRbac?: DeclaredRule[];
   /**
@@ -121,6 +127,12 @@ export interface Capability {
    * capability owns no key exclusively (derived labels) and yields to every owner.
    */
   keys?: KeyDeclaration;
+  /**
+   * The annotations its controllers read from cached pods and the other objects tenants write
+   * (owners, namespaces, events): the slim caches keep only those every capability declares
+   * (policy/slim.ts; nodes keep all theirs).
+   */
+  annotations?: CachedAnnotation[];
   /**
    * The live claims of its policies as listed from the API, the same its controller keeps on
    * `kit.keys`, for `berth explain` (which has no controller). `keys` already holds the claims of
@@ -169,6 +181,12 @@ export async function clusterKeyOwnership(
     .sort((a, b) => a.keys!.rank - b.keys!.rank);
   for (const c of claiming) keys.claim(c.name, await c.keyClaims!(client, keys));
   return keys;
+}
+
+/** The capabilities, once the slim caches keep the annotations they declare (Capability.annotations). */
+export function declaringAnnotations(all: Capability[]): Capability[] {
+  keepAnnotations(all.flatMap((c) => c.annotations ?? []));
+  return all;
 }
 
 /** The capabilities a cluster runs when `--controllers` is not given; a management plane names its own. */

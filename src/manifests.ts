@@ -57,9 +57,10 @@ export interface RbacOptions {
    */
   archPullSecret?: string;
   /**
-   * Namespaces where the workloads controllers may create, patch and delete Pods: a RoleBinding in
-   * each to the ClusterRole of those verbs (workloadPodsRoleName); `*` binds it cluster-wide. None by
-   * default: a Pod of any ServiceAccount in any namespace (kube-system's) is as good as cluster-admin.
+   * Namespaces where the workloads controllers may create Instances and create, patch and delete
+   * Pods: a RoleBinding in each to the ClusterRole of those verbs (workloadPodsRoleName); `*` binds
+   * it cluster-wide. None by default: a Pod of any ServiceAccount in any namespace (kube-system's)
+   * is as good as cluster-admin, and a WorkloadDeployment elsewhere would multiply its template there.
    */
   workloadNamespaces?: string[];
 }
@@ -391,12 +392,20 @@ export function podPatchPolicyManifests(opts: { name?: string; namespace?: strin
 
 const crdNames = (caps: Capability[]): string[] => crdManifests(caps).map((c) => c.metadata!.name!);
 
-/** Every custom resource of the capabilities, by API group (aggregated roles, the uninstall's reads). */
-function kindsByGroup(caps: Capability[]): { apiGroups: string[]; resources: string[] }[] {
+/**
+ * Every custom resource of the capabilities, by API group (aggregated roles, the uninstall's reads);
+ * `admin`: only those only a namespace's admin writes (adminCrds), `edit`: all others.
+ */
+function kindsByGroup(
+  caps: Capability[],
+  only?: 'admin' | 'edit',
+): { apiGroups: string[]; resources: string[] }[] {
   const groups = new Map<string, string[]>();
   for (const c of caps)
-    for (const r of c.crds)
+    for (const r of c.crds) {
+      if (only && (only === 'admin') !== (c.adminCrds ?? []).includes(r)) continue;
       groups.set(r.crd.spec.group, [...(groups.get(r.crd.spec.group) ?? []), r.crd.spec.names.plural]);
+    }
   return [...groups].map(([group, resources]) => ({ apiGroups: [group], resources: resources.sort() }));
 }
 
@@ -446,11 +455,15 @@ export const uninstallHookNamespaceRules = (): DeclaredRule[] => [
 ];
 
 /**
- * Rules for the ClusterRoles Kubernetes aggregates into its `view` and `edit` roles: reading
- * Berth's kinds, and writing them (status stays Berth's).
+ * Rules for the ClusterRoles Kubernetes aggregates into its `view`, `edit` and `admin` roles:
+ * reading Berth's kinds, writing them (status stays Berth's), and writing the budgets `edit` only
+ * reads (adminCrds: a tenant with `edit` cannot lift its own Quota).
  */
-export const aggregatedRules = (access: 'view' | 'edit', caps: Capability[] = capabilities): DeclaredRule[] =>
-  kindsByGroup(caps).map((g) => ({
+export const aggregatedRules = (
+  access: 'view' | 'edit' | 'admin',
+  caps: Capability[] = capabilities,
+): DeclaredRule[] =>
+  kindsByGroup(caps, access === 'view' ? undefined : access).map((g) => ({
     ...g,
     verbs:
       access === 'view'

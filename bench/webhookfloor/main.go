@@ -6,7 +6,10 @@
 //   - arch: Pod CREATE. A pod of the -namespace the ArchPlacement selects is placed at admission:
 //     kubernetes.io/arch In the architectures its images share (from -images, what Berth has
 //     cached), the state label and the policy and result annotations; any other is allowed as it
-//     is. The bench's pods carry labels, and no annotations, affinity or gates.
+//     is. The bench's pods carry labels, and no affinity or gates.
+//   - agents: Pod CREATE. A pod of the -namespace with the -select label gets the AgentPlacement
+//     -policy's wait-for-agent init container (-container, the JSON Berth builds for it) first among
+//     its init containers, and the annotation naming the placement.
 //
 // It prints its URL, then serves until killed.
 package main
@@ -36,8 +39,9 @@ type review struct {
 		Namespace string `json:"namespace"`
 		Object    struct {
 			Metadata struct {
-				Namespace string            `json:"namespace"`
-				Labels    map[string]string `json:"labels"`
+				Namespace   string            `json:"namespace"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
 			} `json:"metadata"`
 			Spec struct {
 				InitContainers []container `json:"initContainers"`
@@ -115,6 +119,7 @@ func main() {
 	namespace := flag.String("namespace", "", "arch: the namespace whose pods the ArchPlacement places")
 	policy := flag.String("policy", "", "arch: the ArchPlacement's name")
 	imagesFile := flag.String("images", "", "arch: JSON file, image reference → {digest, platforms}")
+	containerFile := flag.String("container", "", "agents: JSON file, the init container Berth injects")
 	flag.Parse()
 
 	var path string
@@ -153,8 +158,27 @@ func main() {
 		patch = func(in *review) ([]patchOp, error) {
 			return placePod(in, *namespace, *policy, images)
 		}
+	case "agents":
+		path = "/agents/mutate-pod"
+		data, err := os.ReadFile(*containerFile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var container json.RawMessage = data
+		labelKey, labelValue, _ := strings.Cut(*selector, "=")
+		patch = func(in *review) ([]patchOp, error) {
+			pod := &in.Request.Object
+			if podNamespace(in) != *namespace || pod.Metadata.Labels[labelKey] != labelValue {
+				return nil, nil
+			}
+			ops := annotate(pod.Metadata.Annotations, map[string]string{"agents.berth.dev/wait-for-agent": *policy})
+			if len(pod.Spec.InitContainers) == 0 {
+				return append(ops, patchOp{Op: "add", Path: "/spec/initContainers", Value: []json.RawMessage{container}}), nil
+			}
+			return append(ops, patchOp{Op: "add", Path: "/spec/initContainers/0", Value: container}), nil
+		}
 	default:
-		log.Fatalf("-webhook %q: gates or arch", *webhook)
+		log.Fatalf("-webhook %q: gates, arch or agents", *webhook)
 	}
 
 	http.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
@@ -209,11 +233,7 @@ func main() {
 // stand for the gate Berth would answer.
 func placePod(in *review, namespace, policy string, images map[string]image) ([]patchOp, error) {
 	pod := &in.Request.Object
-	ns := pod.Metadata.Namespace
-	if ns == "" {
-		ns = in.Request.Namespace
-	}
-	if ns != namespace {
+	if podNamespace(in) != namespace {
 		return nil, nil
 	}
 	var known []image
@@ -252,12 +272,35 @@ func placePod(in *review, namespace, policy string, images map[string]image) ([]
 	place.NodeAffinity.Required.NodeSelectorTerms = []term{
 		{MatchExpressions: []requirement{{Key: "kubernetes.io/arch", Operator: "In", Values: common}}},
 	}
-	return []patchOp{
-		{Op: "add", Path: "/metadata/labels/" + escape("arch.berth.dev/state"), Value: "Placed"},
-		{Op: "add", Path: "/metadata/annotations", Value: map[string]string{
-			"arch.berth.dev/policy": policy,
-			"arch.berth.dev/result": string(text),
-		}},
-		{Op: "add", Path: "/spec/affinity", Value: place},
-	}, nil
+	ops := []patchOp{{Op: "add", Path: "/metadata/labels/" + escape("arch.berth.dev/state"), Value: "Placed"}}
+	ops = append(ops, annotate(pod.Metadata.Annotations, map[string]string{
+		"arch.berth.dev/policy": policy,
+		"arch.berth.dev/result": string(text),
+	})...)
+	return append(ops, patchOp{Op: "add", Path: "/spec/affinity", Value: place}), nil
+}
+
+// podNamespace is the pod's namespace: a pod made from a template carries none of its own at admission.
+func podNamespace(in *review) string {
+	if ns := in.Request.Object.Metadata.Namespace; ns != "" {
+		return ns
+	}
+	return in.Request.Namespace
+}
+
+// annotate adds annotations: the whole map on a pod with none, else each key (keeping the others).
+func annotate(existing map[string]string, add map[string]string) []patchOp {
+	if len(existing) == 0 {
+		return []patchOp{{Op: "add", Path: "/metadata/annotations", Value: add}}
+	}
+	keys := make([]string, 0, len(add))
+	for k := range add {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	ops := make([]patchOp, 0, len(keys))
+	for _, k := range keys {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escape(k), Value: add[k]})
+	}
+	return ops
 }

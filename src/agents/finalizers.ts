@@ -11,7 +11,7 @@
 // back.
 import { createHash } from 'node:crypto';
 import { hasFinalizer } from '../policy/finalizer.ts';
-import { slimMetadata } from '../policy/slim.ts';
+import { interning, slimMetadata } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER, type AgentPlacementSpec } from './types.ts';
 
@@ -48,19 +48,16 @@ const finalizerEntries = (obj: KubeObject): FieldsEntry[] =>
   );
 
 /** An owner as the owner informers keep it: identity, labels, annotations and finalizers, and who applied which finalizer. */
-export const slimOwner = {
-  name: 'agents-owner',
-  fn: (o: KubeObject): KubeObject => {
-    const metadata = slimMetadata(o.metadata);
-    const entries = finalizerEntries(o).map((e) => ({
-      manager: e.manager,
-      operation: e.operation,
-      fieldsV1: { 'f:metadata': { 'f:finalizers': e.fieldsV1?.['f:metadata']?.['f:finalizers'] ?? {} } },
-    }));
-    if (entries.length) metadata.managedFields = entries;
-    return { apiVersion: o.apiVersion, kind: o.kind, metadata };
-  },
-};
+export const slimOwner = interning('agents-owner', (o: KubeObject): KubeObject => {
+  const metadata = slimMetadata(o.metadata);
+  const entries = finalizerEntries(o).map((e) => ({
+    manager: e.manager,
+    operation: e.operation,
+    fieldsV1: { 'f:metadata': { 'f:finalizers': e.fieldsV1?.['f:metadata']?.['f:finalizers'] ?? {} } },
+  }));
+  if (entries.length) metadata.managedFields = entries;
+  return { apiVersion: o.apiVersion, kind: o.kind, metadata };
+});
 
 /** The finalizers each of agent placement's field managers holds on an object by apply, from managedFields. */
 export function ownerFinalizerHolders(obj: KubeObject): Map<string, string[]> {

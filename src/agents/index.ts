@@ -1,4 +1,5 @@
 import { workersOption, type Capability } from '../capability.ts';
+import { OWNER_HOLD_ANNOTATION } from './finalizers.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
@@ -31,7 +32,8 @@ import {
 import { clusterPlacements, explainNodeAgents, explainPlacement, loadView } from './explain.ts';
 import { nodesOf } from '../policy/explain.ts';
 import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
-import { podWebhook } from './webhook.ts';
+import { POD_WEBHOOK, podWebhook, waitsForAgent } from './webhook.ts';
+import { AdmissionScope } from '../policy/admission.ts';
 import { planAgentPlacements } from './plan.ts';
 
 export const agentsCapability: Capability = {
@@ -41,6 +43,7 @@ export const agentsCapability: Capability = {
   options: () => [workersOption('agent-workers', 'agents')],
   crds: [AgentPlacement],
   keys: AGENT_KEYS,
+  annotations: [{ key: OWNER_HOLD_ANNOTATION }],
   // As the controller claims: the keys of the usable placements, a gate's keys outranking theirs.
   keyClaims: async (client, keys) =>
     placementClaims(
@@ -145,6 +148,8 @@ export interface Agents extends PolicyContext {
   nodesClaiming(prefix: string, uid: string): string[];
   /** Placement → its owner kind as agents-finalizer last checked it, for placements with a finalizer; agents-status reads it. */
   readonly ownerKinds: Map<string, OwnerKind>;
+  /** The pods the webhook is sent: those of the usable placements with waitForAgent. */
+  readonly admission: AdmissionScope<PlacementObject>;
 }
 
 export interface AgentsOptions {
@@ -181,6 +186,8 @@ export function setupAgents(
   const parseCache: ParseCache = new Map();
   const parsedPlacements = placementObjects.derive((objs) => parsePlacements(objs, parseCache));
   const parsed = ownedPlacements(kit, placementObjects, parsedPlacements);
+  const log = manager.log.child({ capability: 'agents' });
+  const placements = () => usablePlacements(parsed());
   const a: Agents = {
     manager,
     keys: kit.keys,
@@ -196,15 +203,28 @@ export function setupAgents(
     ),
     parsedPlacements,
     parsed,
-    placements: () => usablePlacements(parsed()),
+    placements,
     nodesClaiming: (prefix, uid) =>
       nodes
         .list()
         .filter((n) => claimedOwners(n, prefix, FIELD_MANAGER).includes(uid))
         .map((n) => n.metadata!.name!),
     ownerKinds: new Map(),
+    admission: new AdmissionScope({
+      webhook: POD_WEBHOOK,
+      objects: placementObjects,
+      terms: () =>
+        placements().flatMap((p) =>
+          waitsForAgent(p)
+            ? [{ namespaceSelector: p.spec.namespaceSelector, objectSelector: p.spec.podSelector }]
+            : [],
+        ),
+      // A key a gate takes makes a placement unusable.
+      watch: (changed) => kit.keys.addEventHandler({ onUpdate: changed }),
+      log,
+    }),
     events: manager.recorder('agents'),
-    log: manager.log.child({ capability: 'agents' }),
+    log,
   };
   // The node controller records each node's standings in the status writer, which needs the node
   // controller to know its first pass is done: the reconciler is called only once the manager runs.

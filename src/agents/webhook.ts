@@ -302,23 +302,26 @@ export const agentAdmission = threadHandler(
     }),
 );
 
+export const POD_WEBHOOK = 'pods.agents.berth.dev';
+
+/** A usable placement the webhook acts for: it sets waitForAgent and is not being deleted. */
+export const waitsForAgent = (p: { spec: AgentPlacementSpec; obj: KubeObject }): boolean =>
+  p.spec.waitForAgent !== undefined && !p.obj.metadata?.deletionTimestamp;
+
 /**
  * The Pod CREATE webhook that adds the wait-for-agent init container. failurePolicy Ignore: an
- * unavailable Berth must never block pod creation; such a pod just starts without waiting.
+ * unavailable Berth must never block pod creation; such a pod just starts without waiting. Sent
+ * only the pods a placement with waitForAgent selects (its scope); none without such a placement.
  */
 export function podWebhook(a: Agents): WebhookSpec {
   return {
-    name: 'pods.agents.berth.dev',
+    name: POD_WEBHOOK,
     path: '/agents/mutate-pod',
     kind: 'mutating',
     // In the webhook thread, from the placements as the controllers parse them.
     handler: agentAdmission.fed(
       () => ({
-        placements: a
-          .placements()
-          .flatMap((p) =>
-            p.spec.waitForAgent && !p.obj.metadata?.deletionTimestamp ? [{ name: p.name, spec: p.spec }] : [],
-          ),
+        placements: a.placements().flatMap((p) => (waitsForAgent(p) ? [{ name: p.name, spec: p.spec }] : [])),
         berthNamespace: a.berthNamespace,
         namespaceLabels: namespaceLabelsByName(a.namespaces),
       }),
@@ -333,5 +336,6 @@ export function podWebhook(a: Agents): WebhookSpec {
     rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
     failurePolicy: 'Ignore',
     timeoutSeconds: 2,
+    scope: a.admission,
   };
 }

@@ -7,7 +7,7 @@ import { archCommand, cleanArch, registryOptions } from './cli.ts';
 import { clusterCidrs, SERVICE_CIDRS } from './cluster-ranges.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
-import { nodeInformer, slimMeta, slimMetadata } from '../policy/slim.ts';
+import { interning, nodeInformer, slimMeta, slimMetadata } from '../policy/slim.ts';
 import type { ImageInspector } from '../registry/types.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
@@ -29,13 +29,17 @@ import { planArchObjects } from './plan.ts';
 import {
   ARCH_KEYS,
   ArchPlacement,
+  FAILURE_ANNOTATION,
   FIELD_MANAGER,
   POLICY_ANNOTATION,
   PULL_SECRET_RULE,
+  RESULT_ANNOTATION,
+  SKIP_ANNOTATION,
   STATE_LABEL,
   type ArchPlacementStatus,
 } from './types.ts';
-import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, podWebhook } from './webhook.ts';
+import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { AdmissionScope } from '../policy/admission.ts';
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -71,6 +75,14 @@ export const archCapability: Capability = {
   ],
   crds: [ArchPlacement],
   keys: ARCH_KEYS,
+  // Its records on the pods it gated, and the skip flag. A record names at most MAX_POD_IMAGES
+  // images of at most 520 characters each, with their platforms: within 64 KiB.
+  annotations: [
+    { key: POLICY_ANNOTATION },
+    { key: RESULT_ANNOTATION, max: 64 * 1024 },
+    { key: FAILURE_ANNOTATION, max: 64 * 1024 },
+    { key: SKIP_ANNOTATION },
+  ],
   // Pull secrets, read by name: pods' own where the install opts their namespace in, and
   // --arch-pull-secret by its name where the install names it (RbacOptions.archPullSecret).
   userNamespaceRbac: [PULL_SECRET_RULE],
@@ -173,6 +185,8 @@ export interface Arch extends PolicyContext {
   readonly parsed: () => { policies: Policy[]; errors: Map<string, string> };
   /** The live policies, highest priority first. */
   policies(): Policy[];
+  /** The pods the webhook is sent: those a live policy selects. */
+  readonly admission: AdmissionScope<PolicyObject>;
 }
 
 /** The arch controllers (arch-pod, arch-regate, arch-node, arch-status) on the kit's manager, and the webhook to serve. */
@@ -189,7 +203,7 @@ export function setupArch(
   const manager = kit.manager;
   const pods = manager.informer<ArchPod>(Resources.pods, {
     labelSelector: STATE_LABEL,
-    transform: { name: 'arch-pod', fn: archPod },
+    transform: interning('arch-pod', archPod),
   });
   pods.addIndexer('policy', (p) => {
     const name = p.metadata?.annotations?.[POLICY_ANNOTATION];
@@ -197,7 +211,7 @@ export function setupArch(
   });
   const nodes = nodeInformer(manager);
   const namespaces = manager.informer(Resources.namespaces, { transform: slimMeta });
-  const services = { name: 'webhook-services', fn: webhookServices };
+  const services = interning('webhook-services', webhookServices);
   const webhookConfigs = [
     manager.informer(Resources.mutatingWebhookConfigurations, { transform: services }),
     manager.informer(Resources.validatingWebhookConfigurations, { transform: services }),
@@ -205,6 +219,7 @@ export function setupArch(
   const policyObjects = manager.informer<PolicyObject>(ArchPlacement.ref);
   const cache: ParseCache = new Map();
   const parsed = policyObjects.derive((objs) => parsePolicies(objs, cache));
+  const log = manager.log.child({ capability: 'arch' });
   const a: Arch = {
     manager,
     opts,
@@ -218,8 +233,14 @@ export function setupArch(
     policyObjects,
     parsed,
     policies: () => parsed().policies,
+    admission: new AdmissionScope({
+      webhook: POD_WEBHOOK,
+      objects: policyObjects,
+      terms: () => podTerms(parsed().policies),
+      log,
+    }),
     events: manager.recorder('arch'),
-    log: manager.log.child({ capability: 'arch' }),
+    log,
   };
   kit.keys.declare('arch', ARCH_KEYS, (signal) => policyObjects.waitForSync(signal));
   const writer = kit.applyWriter(FIELD_MANAGER, nodes);

@@ -28,6 +28,7 @@ import {
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import type { Arch } from './index.ts';
+import type { ScopeTerm } from '../policy/admission.ts';
 import type { PodReconciler } from './controllers/pod.ts';
 import {
   choosePolicy,
@@ -328,9 +329,17 @@ function admissionState(a: Arch, pods: PodReconciler): ArchAdmissionState {
   };
 }
 
+export const POD_WEBHOOK = 'pods.arch.berth.dev';
+
+/** The pods the webhook is sent: those a live policy selects (choosePolicy picks among them). */
+export const podTerms = (policies: Policy[]): ScopeTerm[] =>
+  policies
+    .filter((p) => !p.deleting)
+    .map((p) => ({ namespaceSelector: p.spec.namespaceSelector, objectSelector: p.spec.podSelector }));
+
 export function podWebhook(a: Arch, pods: PodReconciler): WebhookSpec {
   return {
-    name: 'pods.arch.berth.dev',
+    name: POD_WEBHOOK,
     path: '/arch/mutate-pod',
     kind: 'mutating',
     // In the webhook thread, from what the controllers know, sent again whenever it changes.
@@ -356,5 +365,6 @@ export function podWebhook(a: Arch, pods: PodReconciler): WebhookSpec {
     // A pod with nodeName can carry no gate: the apiserver need not ask.
     matchConditions: [{ name: 'no-node-name', expression: '!has(object.spec.nodeName)' }],
     timeoutSeconds: 2,
+    scope: a.admission,
   };
 }

@@ -24,6 +24,7 @@ import {
 import { selfRules } from '../runtime/client/restmapper.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';
+import { escapeControl, QUOTE_MAX } from '../policy/text.ts';
 import { probeCell } from './controllers/cells.ts';
 import { cellAccess, CELL_NAME_RULE, clusterNameOf } from './decide.ts';
 import { kubeconfigClient } from './provider.ts';
@@ -61,7 +62,9 @@ async function excessAccess(
     const signal = AbortSignal.timeout(joinProbeTimeoutMs);
     reviews = await Promise.all(namespaces.map((ns) => selfRules(cell, ns, { signal })));
   } catch (e) {
-    return [`warning: could not ask what the kubeconfig of cell ${name} may do there: ${errorText(e)}`];
+    return [
+      `warning: could not ask what the kubeconfig of cell ${name} may do there: ${escapeControl(errorText(e))}`,
+    ];
   }
   const where = new Map<string, string[]>();
   reviews.forEach((review, i) => {
@@ -76,7 +79,8 @@ async function excessAccess(
       ? [
           `warning: the kubeconfig of cell ${name} may do more there than a management plane needs ` +
             '(berth manifests --cell prints the role it needs); beyond it:',
-          ...excess.map((g) => `  ${g}`),
+          // Resource names and URLs as the cell's rules review says them.
+          ...excess.map((g) => `  ${escapeControl(g)}`),
         ]
       : []),
     ...(reviews.some((r) => r.incomplete)
@@ -112,7 +116,9 @@ export async function joinCell(
   try {
     probe = await probeCell(cell, joinProbeTimeoutMs, cellAccess);
     if (!probe.ok)
-      throw new Error(`cell ${name} at ${cell.server.origin}: ${probe.reason}: ${probe.message}`);
+      throw new Error(
+        `cell ${name} at ${cell.server.origin}: ${probe.reason}: ${escapeControl(probe.message)}`,
+      );
     // The namespaces the Cell serves, kube-system and Berth's: where a grant beyond the cell role matters.
     const reviewed = new Set([
       'kube-system',
@@ -219,7 +225,8 @@ export async function forgetCells(client: KubeClient, o: UninstallContext): Prom
   }
 }
 
-function table(cells: CellObject[]): string {
+/** `berth cells list` as a table. */
+export function cellsTable(cells: CellObject[]): string {
   const rows = [['NAME', 'LOCATIONS', 'REACHABLE', 'READY', 'VERSION', 'REASON']];
   for (const c of cells) {
     const conds = c.status?.conditions;
@@ -229,7 +236,8 @@ function table(cells: CellObject[]): string {
       c.spec.locations.join(',') || '<none>',
       findCondition(conds, 'Reachable')?.status ?? 'Unknown',
       ready?.status ?? 'Unknown',
-      c.status?.serverVersion ?? '<unknown>',
+      // As a cell said it (a Cell written before its probe escaped it, too).
+      escapeControl(c.status?.serverVersion ?? '<unknown>', QUOTE_MAX),
       ready?.reason ?? '',
     ]);
   }
@@ -284,7 +292,7 @@ export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
     .addOption(outputOption())
     .action(async (o: ClusterFlags & { output: Format }) => {
       const cells = await withClient(o, async (mgmt) => (await mgmt.list<CellObject>(Cell.ref)).items);
-      await print(o.output, asList(cells), () => (cells.length ? table(cells) : 'no cells'));
+      await print(o.output, asList(cells), () => (cells.length ? cellsTable(cells) : 'no cells'));
     });
   return cmd;
 }

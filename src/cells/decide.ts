@@ -47,7 +47,18 @@ export interface History {
   /** Since when the cell has not answered: its last answer this process saw, else the first failure. */
   failingSince?: number;
   failure?: Failure;
+  /** The last answer of the cell's refused for its size (the cells provider's), and when. */
+  refused?: Refusal;
 }
+
+/** An answer of a cell's apiserver refused for its size (ResponseTooLarge), and when. */
+export interface Refusal {
+  at: number;
+  message: string;
+}
+
+/** How long after its last refused answer a cell stays not Ready (AnswerTooLarge). */
+export const REFUSED_HOLD_MS = 10 * 60_000;
 
 export interface Timing {
   /** How long a cell must fail to answer before it is Reachable=False (Unreachable). */
@@ -240,21 +251,32 @@ export function cellStatus(
   const ready: Verdict =
     r.status !== 'True'
       ? { status: r.status, reason: r.reason, message: r.message }
-      : !crdsInstalled
+      : h.refused && now - h.refused.at < REFUSED_HOLD_MS
         ? {
             status: 'False',
-            reason: 'CRDsMissing',
-            message: "the cell does not serve WorkloadDeployments and Instances: install Berth's CRDs there",
+            reason: 'AnswerTooLarge',
+            message: `the cell's apiserver sent more than Berth reads, so its caches of the cell cannot follow it: ${h.refused.message}`,
           }
-        : h.denied?.length
+        : !crdsInstalled
           ? {
               status: 'False',
-              reason: 'AccessDenied',
-              message: `the cell's credentials may not ${h.denied.join(', ')}: grant them there (README, Cells)`,
+              reason: 'CRDsMissing',
+              message:
+                "the cell does not serve WorkloadDeployments and Instances: install Berth's CRDs there",
             }
-          : cell.spec.unschedulable
-            ? { status: 'False', reason: CORDONED, message: 'the cell is cordoned (spec.unschedulable)' }
-            : { status: 'True', reason: 'Ready', message: "the cell answers and serves Berth's cell kinds" };
+          : h.denied?.length
+            ? {
+                status: 'False',
+                reason: 'AccessDenied',
+                message: `the cell's credentials may not ${h.denied.join(', ')}: grant them there (README, Cells)`,
+              }
+            : cell.spec.unschedulable
+              ? { status: 'False', reason: CORDONED, message: 'the cell is cordoned (spec.unschedulable)' }
+              : {
+                  status: 'True',
+                  reason: 'Ready',
+                  message: "the cell answers and serves Berth's cell kinds",
+                };
   const g = cell.metadata.generation;
   const generation = g !== undefined ? { observedGeneration: g } : {};
   // A lost cell is unreachable since its last contact, not since Berth noticed.
@@ -295,7 +317,7 @@ export interface CellEvent {
 }
 
 /** Ready's reasons, with the cell answering, that its admin must fix (a cordon is chosen, not fixed). */
-export const READY_PROBLEMS = ['CRDsMissing', 'AccessDenied'];
+export const READY_PROBLEMS = ['CRDsMissing', 'AccessDenied', 'AnswerTooLarge'];
 
 /**
  * What a change of Reachable announces: a Warning when the cell is lost or the cause changes (not

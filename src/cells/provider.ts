@@ -5,12 +5,12 @@
 import { createHash } from 'node:crypto';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
-import { KubeClient } from '../runtime/client/client.ts';
+import { KubeClient, type ClientOptions } from '../runtime/client/client.ts';
 import { kubeconfigAccess, parseKubeconfig, type Kubeconfig } from '../runtime/client/kubeconfig.ts';
 import { Cluster } from '../runtime/cluster/cluster.ts';
 import type { ClusterSet, Provider } from '../runtime/cluster/provider.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
-import { CELL_NAME_RULE, clusterNameOf, kubeconfigProblem, type Failure } from './decide.ts';
+import { CELL_NAME_RULE, clusterNameOf, kubeconfigProblem, type Failure, type Refusal } from './decide.ts';
 import type { CellObject } from './types.ts';
 
 type Secret = KubeObject & { data?: Record<string, string> };
@@ -19,7 +19,11 @@ type Secret = KubeObject & { data?: Record<string, string> };
 export type CellAccess = { cluster: string } | { failure: Failure };
 
 /** A client of the cluster a kubeconfig's current context names; throws, saying why, when Berth cannot use it. */
-export function kubeconfigClient(text: string, userAgent = 'berth-cells'): KubeClient {
+export function kubeconfigClient(
+  text: string,
+  userAgent = 'berth-cells',
+  onRefused?: ClientOptions['onRefused'],
+): KubeClient {
   let kc: Kubeconfig;
   try {
     kc = parseKubeconfig(text);
@@ -30,7 +34,11 @@ export function kubeconfigClient(text: string, userAgent = 'berth-cells'): KubeC
   if (problem) throw new Error(problem);
   // Requests at once into one cell: as many as the federation controller has workers, each writing
   // one WorkloadDeployment into each of its cells at a time.
-  return new KubeClient(kubeconfigAccess(kc), { userAgent, maxInFlight: 16 });
+  return new KubeClient(kubeconfigAccess(kc), {
+    userAgent,
+    maxInFlight: 16,
+    ...(onRefused ? { onRefused } : {}),
+  });
 }
 
 export class CellProvider implements Provider {
@@ -43,6 +51,8 @@ export class CellProvider implements Provider {
   /** Engaged cells: their cluster and the hash of the kubeconfig it was made from. */
   private readonly engaged = new Map<string, { cluster: string; hash: string }>();
   private readonly failures = new Map<string, Failure>();
+  /** The last answer of each cell refused for its size, and when: the cell controller reports it. */
+  private readonly refusals = new Map<string, Refusal>();
   /** Engagements change one at a time, in the order their causes arrived. */
   private chain: Promise<void> = Promise.resolve();
 
@@ -73,12 +83,29 @@ export class CellProvider implements Provider {
     return f ? { failure: f } : undefined;
   }
 
+  /** The last answer of the cell refused for its size (ResponseTooLarge), if any since it was engaged. */
+  refused(cell: string): Refusal | undefined {
+    return this.refusals.get(cell);
+  }
+
   /** A cluster is a cell's while a Cell of that cluster name exists and is not being deleted. */
   knows(cluster: string): boolean | undefined {
     if (!this.cells.hasSynced()) return undefined;
     return this.cells
       .list()
       .some((c) => !c.metadata.deletionTimestamp && clusterNameOf(c.metadata.name!) === cluster);
+  }
+
+  /** A cell serves the namespaces its Cell lists (spec.namespaces); none while its Cell is being deleted. */
+  serves(cluster: string, namespace: string): boolean {
+    return this.cells
+      .list()
+      .some(
+        (c) =>
+          !c.metadata.deletionTimestamp &&
+          clusterNameOf(c.metadata.name!) === cluster &&
+          c.spec.namespaces.includes(namespace),
+      );
   }
 
   async run(clusters: ClusterSet, signal: AbortSignal): Promise<void> {
@@ -112,11 +139,16 @@ export class CellProvider implements Provider {
           this.log.error({ cell: name, err: errorText(e) }, 'could not disengage the cell'),
         );
     }
-    if (!wanted) this.failures.delete(name);
-    else if ('failure' in wanted) this.fail(name, wanted.failure);
+    if (!wanted) {
+      this.failures.delete(name);
+      this.refusals.delete(name);
+    } else if ('failure' in wanted) this.fail(name, wanted.failure);
     else if (this.engaged.get(name)?.hash !== wanted.hash) {
       try {
-        const client = kubeconfigClient(wanted.text);
+        const client = kubeconfigClient(wanted.text, undefined, (e) => {
+          this.refusals.set(name, { at: Date.now(), message: e.message });
+          this.onChange(name);
+        });
         clusters.engage(new Cluster({ name: wanted.cluster, client, logger: this.log }));
         this.engaged.set(name, { cluster: wanted.cluster, hash: wanted.hash });
         this.failures.delete(name);

@@ -122,7 +122,7 @@ export function manifestsCommand(): Command {
     .addOption(
       listOption(
         '--workload-namespace <namespaces>',
-        'namespaces where the workloads controllers create, patch and delete Pods, a RoleBinding in each; ' +
+        'namespaces where the workloads controllers create Instances and create, patch and delete Pods, a RoleBinding in each; ' +
           '* for every namespace (default: none)',
       ),
     )

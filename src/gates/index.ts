@@ -3,7 +3,7 @@ import { workersOption, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
-import { nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
+import { interning, nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
@@ -15,7 +15,8 @@ import { explainGate, explainNodeGates } from './explain.ts';
 import { planGateObjects } from './plan.ts';
 import { nodesOf, podsByNode } from '../policy/explain.ts';
 import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
-import { nodeWebhook, podWebhook } from './webhook.ts';
+import { NODE_WEBHOOK, nodeTerms, nodeWebhook, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { AdmissionScope, type ScopeTerm } from '../policy/admission.ts';
 
 export const gatesCapability: Capability = {
   name: 'gates',
@@ -37,6 +38,8 @@ export const gatesCapability: Capability = {
   ],
   crds: [NodeStartupGate],
   keys: GATE_KEYS,
+  // A gate's readyAnnotation may name any key; a pod says it is done with `true`.
+  annotations: [{ value: 'true' }],
   // As the controller claims: every gate's prefix, taint and completion annotation.
   keyClaims: async (client) =>
     gateKeyClaims(parseGates((await client.list(NodeStartupGate.ref)).items).gates),
@@ -94,6 +97,8 @@ export interface Gates extends PolicyContext {
   /** The gates from the cache, parsed once per change of any of them. */
   readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
   readonly clock: () => number;
+  /** What each webhook is sent: the nodes an enforced gate selects; pods only while a gate can hold a node. */
+  readonly admission: { nodes: AdmissionScope<GateObject>; pods: AdmissionScope<GateObject> };
 }
 
 export interface GatesOptions {
@@ -112,18 +117,23 @@ export function setupGates(
   const nodes = nodeInformer(manager);
   const writer = kit.casWriter(FIELD_MANAGER, nodes);
   const gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
+  const gates = gateObjects.derive(parseGates);
+  const log = manager.log.child({ capability: 'gates' });
+  const scope = (webhook: string, terms: (gates: Gate[]) => ScopeTerm[]) =>
+    new AdmissionScope({ webhook, objects: gateObjects, terms: () => terms(gates().gates), log });
   const g: Gates = {
     manager,
     pods,
     nodes,
     gateObjects,
     daemonSets: manager.informer(Resources.daemonSets, {
-      transform: { name: 'gates-daemonset', fn: slimDaemonSet },
+      transform: interning('gates-daemonset', slimDaemonSet),
     }),
-    gates: gateObjects.derive(parseGates),
+    gates,
     events: manager.recorder('gates'),
-    log: manager.log.child({ capability: 'gates' }),
+    log,
     clock: opts.clock ?? Date.now,
+    admission: { nodes: scope(NODE_WEBHOOK, nodeTerms), pods: scope(POD_WEBHOOK, podTerms) },
   };
   // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
   // that would write those keys are Invalid.

@@ -15,6 +15,7 @@ import { slimPod, type SlimPod } from '../policy/slim.ts';
 import { type Gate } from './decide/parse.ts';
 import { admitNode } from './decide/patch.ts';
 import type { Gates } from './index.ts';
+import type { ScopeTerm } from '../policy/admission.ts';
 import { EXEMPT_LABEL } from './types.ts';
 import { admitPod } from './pods.ts';
 
@@ -38,15 +39,36 @@ export const nodeAdmission = threadHandler(
     },
 );
 
+export const NODE_WEBHOOK = 'nodes.gates.berth.dev';
+export const POD_WEBHOOK = 'pods.gates.berth.dev';
+
+/**
+ * The nodes the Node webhook is sent: those an enforced gate's nodeSelector selects (its
+ * excludeNodeSelectors left to the handler: leaving them out only sends more).
+ */
+export const nodeTerms = (gates: Gate[]): ScopeTerm[] =>
+  gates
+    .filter((g) => g.enforced && !g.deleting && !g.spec.dryRun)
+    .map((g) => ({ objectSelector: g.spec.nodeSelector }));
+
+/**
+ * The Pod webhook is sent every pod with spec.nodeName while a gate could hold a node (enforced,
+ * a taint the scheduler heeds; its nodeNamePods Reject or Warn both need the review), and none
+ * otherwise. Not narrowed to the nodes held now: a node is held from its admission, before any
+ * configuration naming it could be in effect, and the pod naming it may come at once.
+ */
+export const podTerms = (gates: Gate[]): ScopeTerm[] =>
+  gates.some((g) => g.enforced && !g.deleting && g.spec.taint.effect !== 'PreferNoSchedule') ? [{}] : [];
+
 /**
  * The Node CREATE webhook. failurePolicy Ignore (the default) keeps nodes joining while Berth is
  * down, and the controller's fallback taints such a node afterwards if it is still idle; Fail is
  * strict (no node joins ungated) and needs the nodes Berth itself runs on labelled exempt, which
- * the objectSelector keeps away from the webhook altogether.
+ * the objectSelector keeps away from the webhook altogether. Sent only the nodes a gate selects.
  */
 export function nodeWebhook(g: Gates, failurePolicy: 'Fail' | 'Ignore'): WebhookSpec {
   return {
-    name: 'nodes.gates.berth.dev',
+    name: NODE_WEBHOOK,
     path: '/gates/mutate-node',
     kind: 'mutating',
     // In the webhook thread, from the gates as the controllers parse them.
@@ -59,6 +81,7 @@ export function nodeWebhook(g: Gates, failurePolicy: 'Fail' | 'Ignore'): Webhook
     failurePolicy,
     objectSelector: { matchExpressions: [{ key: EXEMPT_LABEL, operator: 'NotIn', values: ['true'] }] },
     timeoutSeconds: 2,
+    scope: g.admission.nodes,
   };
 }
 
@@ -104,7 +127,7 @@ export function podAdmission(g: Gates): AdmissionHandler {
  */
 export function podWebhook(g: Gates, failurePolicy: 'Fail' | 'Ignore'): WebhookSpec {
   return {
-    name: 'pods.gates.berth.dev',
+    name: POD_WEBHOOK,
     path: '/gates/validate-pod',
     kind: 'validating',
     handler: podAdmission(g),
@@ -114,5 +137,6 @@ export function podWebhook(g: Gates, failurePolicy: 'Fail' | 'Ignore'): WebhookS
       { name: 'node-name-set', expression: "has(object.spec.nodeName) && object.spec.nodeName != ''" },
     ],
     timeoutSeconds: 2,
+    scope: g.admission.pods,
   };
 }

@@ -9,6 +9,8 @@ import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
 
 /** A pod annotation that opts the pod out: `berth.dev/evict-on-removal: "false"`. */
 export const OPT_OUT_ANNOTATION = 'berth.dev/evict-on-removal';
+/** Where the kubelet got a pod from: anything but `api` is a static pod. */
+export const CONFIG_SOURCE_ANNOTATION = 'kubernetes.io/config.source';
 
 /** Defaults of an evictOnRemoval block: long enough that a flapping input does not kill pods. */
 export const EVICT_DEFAULTS = { mode: 'Evict', afterSeconds: 60, maxPerMinute: 10 } as const;
@@ -73,7 +75,7 @@ export function exemption(pod: SlimPod, berthNamespace: string): string | undefi
   if (m.namespace === berthNamespace) return "in Berth's namespace";
   // The kubelet owns mirror (static) pods; the DaemonSet controller places its pods by node itself.
   if (isMirrorPod(pod)) return 'a mirror pod';
-  if (a['kubernetes.io/config.source'] !== undefined && a['kubernetes.io/config.source'] !== 'api')
+  if (a[CONFIG_SOURCE_ANNOTATION] !== undefined && a[CONFIG_SOURCE_ANNOTATION] !== 'api')
     return 'a static pod';
   if (daemonSetOwner(pod)) return 'a DaemonSet pod';
   if (a[OPT_OUT_ANNOTATION] === 'false') return `opted out (${OPT_OUT_ANNOTATION}: "false")`;

@@ -13,7 +13,7 @@ import { atLeast, workersOption, type Capability } from '../capability.ts';
 import { durationOption } from '../cli/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
-import { explainPodEviction } from './evict.ts';
+import { CONFIG_SOURCE_ANNOTATION, explainPodEviction, OPT_OUT_ANNOTATION } from './evict.ts';
 import { explainNodeLabels, explainRule } from './explain.ts';
 import { clusterRules } from './load.ts';
 import { planRules, ruleFilesOf } from './plan.ts';
@@ -34,6 +34,8 @@ export const labelsCapability: Capability = {
   name: 'labels',
   description: 'Derived node labels from NodeLabelRules and k8s-auto-labeller rule files',
   roles: ['cluster'],
+  // Eviction on removal leaves static pods and pods that opt out alone.
+  annotations: [{ key: CONFIG_SOURCE_ANNOTATION }, { key: OPT_OUT_ANNOTATION }],
   options: () => [
     new Option(
       '--label-dir <dir>',

@@ -1,20 +1,107 @@
 // Informer transforms that keep only what Berth's controllers read, so caches of tens of thousands
 // of pods stay small. Controllers that share a transform share one informer (see Manager.informer).
 import { Resources, type KubeObject, type ObjectMeta } from '../runtime/api/meta.ts';
-import type { Informer } from '../runtime/cache/informer.ts';
+import type { CacheLifecycle, Informer } from '../runtime/cache/informer.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
+import { gauge } from '../runtime/observability/metrics.ts';
+import { MIRROR_POD_ANNOTATION } from './pods.ts';
 
-// Values that repeat across objects (namespaces, node names, images, label values) are kept once.
-const interned = new Map<string, string>();
-const INTERN_LIMIT = 200_000;
+// Interning: values that repeat across cached objects (namespaces, node names, images, label
+// values) are kept once. Tenants write most of them, so the table holds a value only while a cached
+// object holds it, and never more than INTERN_BUDGET characters: a slim transform records the
+// values it interned in each object it makes (interning), the informer says when that object enters
+// and leaves its cache (lifecycle), and each value counts the cached objects holding it; the last
+// one gone takes it out. Objects made outside an informer (webhooks, explain) only read the table.
+// A value over MAX_INTERNED characters is never interned: long values are seldom shared, and a
+// tenant's large ones stay their own object's.
+const MAX_INTERNED = 512;
+const INTERN_BUDGET = 8 * 1024 * 1024;
+const interned = new Map<string, { value: string; refs: number }>();
+let internedChars = 0;
+/** The values interned into each object a transform made, until its informer caches it. */
+const made = new WeakMap<object, string[]>();
+/** The values each cached object counts in the table. */
+const held = new WeakMap<object, string[]>();
+/** The values the transform running now interned (transforms are synchronous). */
+let recording: string[] | undefined;
+
 export function intern(s: string): string;
 export function intern(s: string | undefined): string | undefined;
 export function intern(s: string | undefined): string | undefined {
-  if (s === undefined) return s;
-  const hit = interned.get(s);
-  if (hit !== undefined) return hit;
-  if (interned.size < INTERN_LIMIT) interned.set(s, s);
-  return s;
+  if (s === undefined || s.length > MAX_INTERNED) return s;
+  const value = interned.get(s)?.value ?? s;
+  recording?.push(value);
+  return value;
+}
+
+/** What the table holds now. */
+export const internedSize = (): { strings: number; chars: number } => ({
+  strings: interned.size,
+  chars: internedChars,
+});
+gauge('berth_interned_strings', 'Strings the slim caches share, each held by a cached object', [], (g) =>
+  g.set(interned.size),
+);
+gauge(
+  'berth_interned_characters',
+  `Characters of the strings the slim caches share (at most ${INTERN_BUDGET})`,
+  [],
+  (g) => g.set(internedChars),
+);
+
+const internLifecycle: CacheLifecycle<KubeObject> = {
+  cached(obj) {
+    const values = made.get(obj);
+    if (!values) return;
+    made.delete(obj);
+    held.set(obj, values);
+    for (const v of values) {
+      const e = interned.get(v);
+      if (e) e.refs++;
+      else if (internedChars + v.length <= INTERN_BUDGET) {
+        interned.set(v, { value: v, refs: 1 });
+        internedChars += v.length;
+      }
+    }
+  },
+  // A value the budget kept out when this object was cached but let in for a later one is counted
+  // one short: it leaves the table early (only its sharing is lost), never late.
+  dropped(obj) {
+    const values = held.get(obj);
+    if (!values) return;
+    held.delete(obj);
+    for (const v of values) {
+      const e = interned.get(v);
+      if (e && --e.refs <= 0) {
+        interned.delete(v);
+        internedChars -= v.length;
+      }
+    }
+  },
+};
+
+/**
+ * An informer transform that interns: what it makes records the values it interned, and its
+ * informer counts them in the table while the object is cached. Every slim informer is made with it.
+ */
+export function interning<T extends KubeObject>(
+  name: string,
+  fn: (obj: KubeObject) => T,
+): { name: string; fn: (obj: KubeObject) => T; lifecycle: CacheLifecycle<T> } {
+  return {
+    name,
+    fn: (obj) => {
+      recording = [];
+      try {
+        const out = fn(obj);
+        made.set(out, recording);
+        return out;
+      } finally {
+        recording = undefined;
+      }
+    },
+    lifecycle: internLifecycle,
+  };
 }
 
 const internRecord = (r: Record<string, string> | undefined) => {
@@ -24,20 +111,64 @@ const internRecord = (r: Record<string, string> | undefined) => {
   return out;
 };
 
+/**
+ * An annotation a capability reads from its caches of pods and of other objects tenants write
+ * (Capability.annotations): by key, or any key whose value is exactly `value` (a flag whose key a
+ * policy names). `max`: the longest value kept (DEFAULT_MAX_ANNOTATION unless given).
+ */
+export type CachedAnnotation = ({ key: string } | { value: string }) & { max?: number };
+
+/** The longest annotation value a slim object keeps unless its declaration says more: flags and names. */
+const DEFAULT_MAX_ANNOTATION = 1024;
+
+/** The kit's own: a mirror pod (every capability leaves static pods alone). */
+const KIT_ANNOTATIONS: CachedAnnotation[] = [{ key: MIRROR_POD_ANNOTATION }];
+let declaredAnnotations: CachedAnnotation[] = KIT_ANNOTATIONS;
+
+/** The annotations every capability declared: the only ones slim objects of tenants' kinds keep. */
+export function keepAnnotations(declared: CachedAnnotation[]): void {
+  declaredAnnotations = [...KIT_ANNOTATIONS, ...declared];
+}
+
+/** The declaration that keeps annotation `k` with value `v`, if any. */
+const declaration = (k: string, v: string): CachedAnnotation | undefined =>
+  declaredAnnotations.find((d) => ('key' in d ? d.key === k : d.value === v));
+
+/** Only the declared annotations, each within its length: what a tenant writes beyond them is not cached. */
+function declaredOnly(annotations: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(annotations)) {
+    const d = declaration(k, v);
+    if (d && v.length <= (d.max ?? DEFAULT_MAX_ANNOTATION)) out[k] = intern(v);
+  }
+  return out;
+}
+
 const DROPPED_ANNOTATIONS = ['kubectl.kubernetes.io/last-applied-configuration'];
 
-/** Metadata without managedFields and bulky annotations. */
-export function slimMetadata(m: ObjectMeta | undefined): ObjectMeta {
+/**
+ * Metadata without managedFields, keeping of annotations only those a capability declared
+ * (`all`: every one but kubectl's last applied configuration, for nodes, which Berth writes by
+ * JSON patch and tenants do not).
+ */
+export function slimMetadata(
+  m: ObjectMeta | undefined,
+  annotations: 'declared' | 'all' = 'declared',
+): ObjectMeta {
   const out: ObjectMeta = { name: m?.name, uid: m?.uid, resourceVersion: m?.resourceVersion };
   if (m?.namespace) out.namespace = intern(m.namespace);
   if (m?.generation !== undefined) out.generation = m.generation;
   if (m?.deletionTimestamp) out.deletionTimestamp = m.deletionTimestamp;
+  // Label values are at most 63 characters (the apiserver's validation): every label is kept.
   if (m?.labels) out.labels = internRecord(m.labels);
+  // Kept even when empty: a JSON patch must know whether the object has an annotations map at all.
   if (m?.annotations) {
-    const a = { ...m.annotations };
-    for (const k of DROPPED_ANNOTATIONS) delete a[k];
-    // Kept even when empty: a JSON patch must know whether the object has an annotations map at all.
-    out.annotations = internRecord(a);
+    if (annotations === 'declared') out.annotations = declaredOnly(m.annotations);
+    else {
+      const a = { ...m.annotations };
+      for (const k of DROPPED_ANNOTATIONS) delete a[k];
+      out.annotations = internRecord(a);
+    }
   }
   if (m?.ownerReferences?.length) {
     out.ownerReferences = m.ownerReferences.map((o) => ({
@@ -53,14 +184,11 @@ export function slimMetadata(m: ObjectMeta | undefined): ObjectMeta {
 }
 
 /** Identity, labels, annotations and owners only (namespaces, owners): one informer per kind serves every capability. */
-export const slimMeta = {
-  name: 'slim-meta',
-  fn: (o: KubeObject): KubeObject => ({
-    apiVersion: o.apiVersion,
-    kind: o.kind,
-    metadata: slimMetadata(o.metadata),
-  }),
-};
+export const slimMeta = interning('slim-meta', (o: KubeObject): KubeObject => ({
+  apiVersion: o.apiVersion,
+  kind: o.kind,
+  metadata: slimMetadata(o.metadata),
+}));
 
 /** A node selector requirement of a pod's required node affinity (v1.NodeSelectorRequirement). */
 export interface NodeSelectorRequirement {
@@ -194,7 +322,7 @@ function othersShare(berth: FieldsEntry[], others: FieldsEntry[]): FieldsEntry |
  */
 export function slimNode(obj: KubeObject): SlimNode {
   const node = obj as FullNode;
-  const metadata = slimMetadata(node.metadata);
+  const metadata = slimMetadata(node.metadata, 'all');
   if (node.metadata?.creationTimestamp) metadata.creationTimestamp = node.metadata.creationTimestamp;
   const all = (node.metadata?.managedFields ?? []) as FieldsEntry[];
   const mf = all.filter((e) => e.manager !== undefined && isBerthManager(e.manager));
@@ -225,13 +353,13 @@ export function slimNode(obj: KubeObject): SlimNode {
 
 /** The informer of slim nodes, one for every capability and the page (Manager.informer shares it by its transform). */
 export const nodeInformer = (manager: Manager): Informer<SlimNode> =>
-  manager.informer<SlimNode>(Resources.nodes, { transform: { name: 'slim-node', fn: slimNode } });
+  manager.informer<SlimNode>(Resources.nodes, { transform: interning('slim-node', slimNode) });
 
 const POD_NODE_INDEX = 'nodeName';
 
 /** The informer of slim pods, shared like nodeInformer's, indexed by the node each pod runs on (podsOn). */
 export function podInformer(manager: Manager): Informer<SlimPod> {
-  const pods = manager.informer<SlimPod>(Resources.pods, { transform: { name: 'slim-pod', fn: slimPod } });
+  const pods = manager.informer<SlimPod>(Resources.pods, { transform: interning('slim-pod', slimPod) });
   pods.addIndexer(POD_NODE_INDEX, (p) => (p.spec.nodeName ? [p.spec.nodeName] : []));
   return pods;
 }

@@ -5,6 +5,8 @@
 // log line, once per change), and writes the status only when something changed, and never before
 // the node controller's first full pass: counts over part of the nodes would flap on every restart.
 // A policy that holds things on nodes keeps its finalizer through the same controller (`finalizer`).
+// A policy a webhook acts on gets no status until the webhook's configuration covers its generation
+// (`admission`, policy/admission.ts): Ready then means in effect at admission too.
 import { isDeepStrictEqual } from 'node:util';
 import type { PolicyStatus } from './crd.ts';
 import { applyStatus } from '../runtime/client/apply.ts';
@@ -24,6 +26,7 @@ import {
 import { changed, generationChanged } from './predicates.ts';
 import { finalizer } from './finalizer.ts';
 import { recordConditions } from './metrics.ts';
+import type { AdmissionCoverage } from './admission.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Logger } from '../runtime/observability/log.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
@@ -96,6 +99,8 @@ export interface PolicyStatusOptions<O extends PolicyObject<Count>, S, Count ext
    * once it is being deleted, `cleanup` releases what it holds on nodes before the finalizer comes off.
    */
   finalizer?: { name: string; cleanup(obj: O): Promise<Result | 'released'> };
+  /** The scopes of the webhooks that act on these policies: each must cover a policy before its status is written. */
+  admission?: AdmissionCoverage[];
 }
 
 export type PolicyObject<Count extends string = string> = KubeObject & { status?: PolicyStatus<Count> };
@@ -123,6 +128,8 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
       update: opts.objectChanged ?? changed(generationChanged),
     });
     loop.manager.add(this.controller);
+    for (const a of opts.admission ?? [])
+      a.onCovered((names) => names.forEach((n) => this.controller.queue.add(n)));
   }
 
   /** Records a node's standing per policy (none: the node is gone), and queues the policies it changed for. */
@@ -162,6 +169,8 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
 
   private async write(obj: O): Promise<Result | void> {
     if (!this.firstPassDone()) return { requeueAfterMs: 250 };
+    // Written once covered: onCovered queues it again.
+    if (this.opts.admission?.some((a) => !a.covers(obj))) return;
     const name = obj.metadata!.name!;
     const standings: S[] = [];
     for (const s of this.standings.values()) {

@@ -16,5 +16,9 @@ export function quote(s: string, max = QUOTE_MAX): string {
   return JSON.stringify(cut).replace(UNSAFE, hex);
 }
 
-/** `s` with control characters escaped but no quotes added: for paths and names in messages. */
-export const escapeControl = (s: string): string => s.replace(UNSAFE, hex);
+/**
+ * `s` with control characters escaped but no quotes added, cut to `max` characters: for paths and
+ * names in messages, and what another cluster says (a cell's version) where a terminal shows it.
+ */
+export const escapeControl = (s: string, max = Infinity): string =>
+  (s.length > max ? `${s.slice(0, max)}…` : s).replace(UNSAFE, hex);

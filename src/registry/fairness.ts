@@ -6,7 +6,7 @@
 // tenant decides how long its reads hold theirs (a registry that never answers holds one for the
 // whole request timeout, and again for each retry), so seats lent to an idle cluster's one busy
 // namespace would come back too late for another namespace's pod. A fixed share keeps the rest of
-// the seats for the others at all times (decision 0040r).
+// the seats for the others at all times (decision 0040).
 
 interface Waiter {
   weight: number;

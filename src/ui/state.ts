@@ -9,6 +9,7 @@ import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import {
+  interning,
   nodeInformer,
   podInformer,
   podsOn,
@@ -21,13 +22,8 @@ import { NodeStartupGate } from '../gates/types.ts';
 import { compileRule } from '../labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
-import {
-  DEPLOYMENT_LABEL,
-  Instance,
-  MIRROR_LABEL,
-  QUOTA_GATE,
-  WorkloadDeployment,
-} from '../workloads/types.ts';
+import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
+import { INSTANCE_CACHE } from '../workloads/decide.ts';
 import { Cell, Location } from '../cells/types.ts';
 import { Workload } from '../federation/types.ts';
 import {
@@ -122,9 +118,13 @@ export class UiState {
     this.pods = podInformer(manager);
     this.events = manager.informer(Resources.events, {
       fieldSelector: 'type=Warning',
-      transform: { name: 'ui-event', fn: slimEvent },
+      transform: interning('ui-event', slimEvent),
     });
-    this.kinds = opts.kinds.map((cr) => ({ cr, informer: manager.informer(cr.ref) }));
+    // Instances as the workloads controllers cache them (slim, mirrors left out): one cache for both.
+    this.kinds = opts.kinds.map((cr) => ({
+      cr,
+      informer: manager.informer<KubeObject>(cr.ref, cr === Instance ? INSTANCE_CACHE : {}),
+    }));
     this.gates = this.informerOf(NodeStartupGate)?.derive(parseGates);
     this.rules = this.informerOf(NodeLabelRule)?.derive((objs) =>
       objs.flatMap(
@@ -323,8 +323,8 @@ export class UiState {
     return {
       workloads,
       cities: cityRows(list(Cell), list(Location), list(Workload)),
-      // Mirrors of the cells' instances (a management plane's) run in the cells, not here.
-      localInstances: this.instances?.list().filter((i) => !i.metadata?.labels?.[MIRROR_LABEL]).length ?? 0,
+      // Mirrors of the cells' instances (a management plane's), which run in the cells, are not cached.
+      localInstances: this.instances?.list().length ?? 0,
     };
   }
 }

@@ -7,14 +7,15 @@ import { findCondition, type Condition } from '../runtime/api/conditions.ts';
 import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import type { KubeObject, ObjectMeta, OwnerReference } from '../runtime/api/meta.ts';
 import { hasSchedulingGate } from '../policy/pods.ts';
-import type { InstanceTypeSize, Size } from './resources.ts';
+import { interning, slimMetadata } from '../policy/slim.ts';
+import type { InstanceTypeSize, Size, SizedTemplate } from './resources.ts';
 import {
   BLOCKING_REASONS,
   DEPLOYMENT_LABEL,
   INSTANCE_LABEL,
   Instance,
-  MAX_REPLICAS,
   ORDINAL_LABEL,
+  OWN_INSTANCES,
   QUOTA_GATE,
   TEMPLATE_HASH_LABEL,
   type BlockingReason,
@@ -37,17 +38,60 @@ function canonical(v: unknown): string {
   return JSON.stringify(v);
 }
 
-/** The revision of a template: a short stable hash (a label value), as a ReplicaSet's pod-template-hash. */
-export const templateHash = (template: InstanceTemplate): string =>
-  createHash('sha256').update(canonical(template)).digest('hex').slice(0, 10);
+/**
+ * The revision of a template: a short stable hash (a label value), as a ReplicaSet's
+ * pod-template-hash, and its size in bytes (each instance carries a copy: ReplicasBounded).
+ */
+export function templateRevision(template: InstanceTemplate): { hash: string; bytes: number } {
+  const c = canonical(template);
+  return { hash: createHash('sha256').update(c).digest('hex').slice(0, 10), bytes: Buffer.byteLength(c) };
+}
+
+/** The revision's hash alone (templateRevision). */
+export const templateHash = (template: InstanceTemplate): string => templateRevision(template).hash;
+
+/**
+ * The most bytes of templates a WorkloadDeployment's instances carry in all (replicas × its
+ * template's size): 1,000 instances of a 16 KiB template. Each Instance holds a full copy of the
+ * template, so one deployment would otherwise multiply its template into etcd and every cache of
+ * Instances (issue 59); the CRD bounds replicas (MAX_REPLICAS) and the template's strings
+ * (MAX_TEMPLATE_STRINGS), not their product.
+ */
+export const MAX_DEPLOYMENT_BYTES = 16 * 1024 * 1024;
+
+/**
+ * The replicas a deployment runs: as many as it asks, within MAX_DEPLOYMENT_BYTES of templates; and
+ * why fewer, when fewer (its ReplicaFailure condition, reason ReplicasBounded).
+ */
+export function boundedReplicas(
+  replicas: number,
+  templateBytes: number,
+): { replicas: number; bounded?: string } {
+  const most = Math.floor(MAX_DEPLOYMENT_BYTES / Math.max(templateBytes, 1));
+  if (replicas <= most) return { replicas };
+  return {
+    replicas: most,
+    bounded:
+      `${replicas} replicas of a ${templateBytes}-byte template exceed the ${MAX_DEPLOYMENT_BYTES} bytes ` +
+      `of templates a deployment's instances may carry: ${most} run (a smaller template runs more)`,
+  };
+}
+
+/** Berth's own RBAC refused a Pod or an Instance: its namespace was not opted in for workloads. */
+export const workloadNamespaceHint = (e: { status: number; message: string }): string =>
+  e.status === 403 && /cannot create resource "(pods|instances)"/.test(e.message)
+    ? ' (let Berth run workloads in this namespace: berth manifests --workload-namespace, Helm workloads.namespaces)'
+    : '';
 
 export const instanceName = (deployment: string, ordinal: number): string => `${deployment}-${ordinal}`;
 
 /**
- * The longest WorkloadDeployment name: an instance's name, `<name>-<ordinal>` (up to -9999), is the
- * value of its Pod's instance label, and a label value has at most 63 characters.
+ * The longest WorkloadDeployment name: an instance's name, `<name>-<ordinal>`, is the value of its
+ * Pod's instance label, and a label value has at most 63 characters. Room is left for four-digit
+ * ordinals, as before replicas were bounded to MAX_REPLICAS (999 at most): the documented bound,
+ * which federation's names are made within, stays.
  */
-export const MAX_DEPLOYMENT_NAME = 63 - instanceName('', MAX_REPLICAS - 1).length;
+export const MAX_DEPLOYMENT_NAME = 63 - instanceName('', 9999).length;
 
 /** Why a WorkloadDeployment of this name can have no instances, if it cannot: its name is too long. */
 export function deploymentNameProblem(name: string): string | undefined {
@@ -124,7 +168,7 @@ export interface InstanceState {
 }
 
 /** An Instance as the deployment plan sees it (the controller, and `berth plan` from its mirrors). */
-export function instanceState(i: InstanceObject): InstanceState {
+export function instanceState(i: CachedInstance): InstanceState {
   const ready = findCondition(i.status?.conditions, 'Ready');
   const is = (type: string) => findCondition(i.status?.conditions, type)?.status === 'True';
   return {
@@ -416,7 +460,8 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
       ? { lastState: { terminated: { finishedAt: c.lastState.terminated.finishedAt } } }
       : {}),
   });
-  const { managedFields: _, ...metadata } = obj.metadata ?? {};
+  const metadata = slimMetadata(obj.metadata);
+  if (obj.metadata?.creationTimestamp) metadata.creationTimestamp = obj.metadata.creationTimestamp;
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -439,7 +484,7 @@ export function workloadPod(obj: KubeObject): WorkloadPod {
 /** The informer request for instances' Pods, one cache for both controllers. */
 export const INSTANCE_PODS = {
   labelSelector: INSTANCE_LABEL,
-  transform: { name: 'workload-pod', fn: workloadPod },
+  transform: interning('workload-pod', workloadPod),
 };
 
 /** The uid of the Instance a Pod was made for (its controller owner), if it was made for one. */
@@ -675,12 +720,62 @@ export type InstanceTypeObject = KubeObject & { spec?: InstanceTypeSize };
 export const byInstanceType = (i: { spec?: { template?: { instanceType?: string } } }): string[] =>
   i.spec?.template?.instanceType ? [i.spec.template.instanceType] : [];
 
-/** An Instance as the controllers read it. */
-export interface InstanceObject extends KubeObject {
+/** An Instance as the controllers read it: from the apiserver, or (CachedInstance) from their cache. */
+export interface InstanceObject<T extends SizedTemplate = InstanceTemplate> extends KubeObject {
   metadata: ObjectMeta;
-  spec: { template: InstanceTemplate; templateHash: string; ordinal: number };
+  spec: { template: T; templateHash: string; ordinal: number };
   status?: InstanceStatus;
 }
+
+/** An Instance as its cache keeps it (slimInstance): its template only as far as it sizes it. */
+export type CachedInstance = InstanceObject<SizedTemplate>;
+
+/**
+ * What the controllers, the metrics and the page read of an Instance: its identity, labels, owners
+ * and deletion, its ordinal and template hash, what sizes it, and its status. The rest of the
+ * template (images, commands, env: up to the apiserver's object size) and managedFields are not
+ * kept, so a cache of many instances costs what they are, not what their templates hold; the
+ * instance controller reads the whole Instance when it makes its Pod.
+ */
+export function slimInstance(o: KubeObject): CachedInstance {
+  const i = o as InstanceObject;
+  const m = i.metadata;
+  const t = i.spec?.template;
+  const meta: ObjectMeta = {
+    name: m.name,
+    namespace: m.namespace,
+    uid: m.uid,
+    resourceVersion: m.resourceVersion,
+  };
+  for (const k of [
+    'generation',
+    'creationTimestamp',
+    'deletionTimestamp',
+    'labels',
+    'ownerReferences',
+  ] as const)
+    if (m[k] !== undefined) Object.assign(meta, { [k]: m[k] });
+  return {
+    apiVersion: i.apiVersion,
+    kind: i.kind,
+    metadata: meta,
+    spec: {
+      ordinal: i.spec?.ordinal,
+      templateHash: i.spec?.templateHash,
+      template: {
+        ...(t?.instanceType ? { instanceType: t.instanceType } : {}),
+        containers: (t?.containers ?? []).map((c) => ({
+          name: c.name,
+          ...(c.resources ? { resources: c.resources } : {}),
+        })),
+      },
+    },
+    ...(i.status ? { status: i.status } : {}),
+  };
+}
+
+/** The informer request for the instances this part acts on (OWN_INSTANCES), slim: one cache for its controllers and the page. */
+export const INSTANCE_CACHE = { ...OWN_INSTANCES, transform: { name: 'slim-instance', fn: slimInstance } };
 
 /** The Pod an instance runs as: its template, sized, labelled, owned, gated until quota is granted. */
 export function podManifest(

@@ -7,7 +7,7 @@ import { explainInstance, explainQuotaObject, explainWorkloadDeployment } from '
 import { setupInstance } from './controllers/instance.ts';
 import { setupQuota } from './controllers/quota.ts';
 import { planDeploymentObjects, planInstanceTypes, planQuotaObjects } from './plan.ts';
-import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
+import { Instance, InstanceType, OWN_INSTANCES, Quota, WorkloadDeployment } from './types.ts';
 
 export const workloadsCapability: Capability = {
   name: 'workloads',
@@ -28,15 +28,17 @@ export const workloadsCapability: Capability = {
       .default('local'),
   ],
   crds: [WorkloadDeployment, Instance, Quota, InstanceType],
+  // A namespace's budget: its users read it, its admin sets it (issue 59).
+  adminCrds: [Quota],
   rbac: [
-    // Deployments create and delete their instances, and adopt orphaned ones (patch); statuses are
-    // applied (patch), a Quota's is written with its resourceVersion (update). An instance's Pod is created, ungated (patch) and
-    // deleted with the instance, a hop before the garbage collector would.
+    // Deployments delete their instances and adopt orphaned ones (patch; they create them only where
+    // workloads run, below); statuses are applied (patch), a Quota's is written with its
+    // resourceVersion (update).
     { apiGroups: [POLICY_GROUP], resources: ['workloaddeployments', 'quotas'], verbs: ['list', 'watch'] },
     {
       apiGroups: [POLICY_GROUP],
       resources: ['instances'],
-      verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'],
+      verbs: ['get', 'list', 'watch', 'patch', 'delete'],
     },
     {
       apiGroups: [POLICY_GROUP],
@@ -56,8 +58,14 @@ export const workloadsCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
   ],
   // Writing Pods only where the install runs workloads (a Pod may run as any ServiceAccount of its
-  // namespace: in kube-system, as good as cluster-admin).
-  workloadNamespaceRbac: [{ apiGroups: [''], resources: ['pods'], verbs: ['create', 'patch', 'delete'] }],
+  // namespace: in kube-system, as good as cluster-admin): an instance's Pod is created, ungated
+  // (patch) and deleted with the instance, a hop before the garbage collector would. Creating
+  // Instances there only too: a WorkloadDeployment elsewhere makes none (issue 59), so its replicas
+  // never multiply into another namespace's objects.
+  workloadNamespaceRbac: [
+    { apiGroups: [''], resources: ['pods'], verbs: ['create', 'patch', 'delete'] },
+    { apiGroups: [POLICY_GROUP], resources: ['instances'], verbs: ['create'] },
+  ],
   setup({ manager, options }) {
     // The deployment controller and its status controller read the same caches and plan.
     const deployments = new DeploymentState(manager);
@@ -73,6 +81,7 @@ export const workloadsCapability: Capability = {
         : setupQuota(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
     setupInstance(manager, {
       workers: Number(options['instanceWorkers'] ?? 16),
+      templateOf: (inst) => deployments.templateOf(inst),
       ...(quota ? { quota } : {}),
     });
     return {};
@@ -159,6 +168,10 @@ export const quotaCapability: Capability = {
       workers: Number(options['quotaWorkers'] ?? 4),
       // A deleted Cell's cluster never answers again: its claims are released rather than kept.
       clusterExists: (cluster) => manager.clusterKnown(cluster),
+      // The cells' instances as federation's mirrors cache them (whole: a mirror copies the spec).
+      instances: OWN_INSTANCES,
+      // A cell's instances count only in the namespaces its Cell serves.
+      serves: (cluster, namespace) => manager.clusterServes(cluster, namespace),
     });
     return {};
   },

@@ -2,9 +2,9 @@
 import type { Informer } from '../runtime/cache/informer.ts';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { counter, gauge } from '../runtime/observability/metrics.ts';
-import type { InstanceObject } from './decide.ts';
+import type { CachedInstance } from './decide.ts';
 
-let instances: Pick<Informer<InstanceObject>, 'list'> | undefined;
+let instances: Pick<Informer<CachedInstance>, 'list'> | undefined;
 // Reasons are Berth's own words, but an instance's status is an object a cluster may let others
 // write: the first few seen are named, any later one is `other`, so the series stay few.
 const MAX_REASONS = 32;
@@ -36,6 +36,6 @@ export const workloadMetrics = {
 };
 
 /** The informer the instance gauge counts (the instance controller's). */
-export function countInstances(informer: Pick<Informer<InstanceObject>, 'list'>): void {
+export function countInstances(informer: Pick<Informer<CachedInstance>, 'list'>): void {
   instances = informer;
 }

@@ -9,12 +9,14 @@ import { apiTime } from '../runtime/api/meta.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
 import {
+  boundedReplicas,
   byInstanceType,
   controlledBy,
   instanceName,
   instanceState,
   plan,
   templateHash,
+  templateRevision,
   type InstanceObject,
   type InstanceState,
   type InstanceTypeObject,
@@ -447,15 +449,14 @@ export async function planDeploymentObjects(ctx: PlanContext): Promise<PlanPart>
     );
     const d = stepped(ns, name, localCluster, own);
     const by = `WorkloadDeployment ${ns}/${name}`;
-    if (!ctx.deleting)
-      Object.assign(d, {
-        replicas: spec.replicas,
-        policy: spec.instanceManagementPolicy,
-        hash: templateHash(spec.template),
-        template: spec.template,
-      });
+    if (!ctx.deleting) {
+      const { hash, bytes } = templateRevision(spec.template);
+      const { replicas, bounded } = boundedReplicas(spec.replicas, bytes);
+      if (bounded) part.warnings.push(`${by}: ${bounded} (ReplicasBounded)`);
+      Object.assign(d, { replicas, policy: spec.instanceManagementPolicy, hash, template: spec.template });
+    }
     const changed = was && [
-      ...(was.spec.replicas !== d.replicas ? [`replicas ${was.spec.replicas} -> ${d.replicas}`] : []),
+      ...(was.spec.replicas !== spec.replicas ? [`replicas ${was.spec.replicas} -> ${spec.replicas}`] : []),
       ...(templateHash(was.spec.template) !== d.hash ? [`template -> ${d.hash}`] : []),
     ];
     if (ctx.deleting) {

@@ -62,12 +62,17 @@ export function formatBytes(b: number): string {
   return `${b}`;
 }
 
+/** What sizes an instance: its InstanceType and its containers' resources (all an Instance's cache keeps of its template). */
+export type SizedTemplate = Pick<InstanceTemplate, 'instanceType'> & {
+  containers: Pick<InstanceTemplate['containers'][number], 'name' | 'resources'>[];
+};
+
 /**
  * The instance's size, or why it has none (a ConfigurationError): an instance type that does not
  * exist or says something that is not a quantity. A container's requests count, else its limits.
  */
 export function instanceSize(
-  template: InstanceTemplate,
+  template: SizedTemplate,
   instanceType: (name: string) => InstanceTypeSize | undefined,
 ): Size | { error: string } {
   const explicit = (dim: 'cpu' | 'memory') =>

@@ -37,8 +37,15 @@ export const SOURCE_UID_ANNOTATION = 'federation.berth.dev/instance-uid';
 /** The Instances this part's controllers act on and count: all but mirrors. One informer, shared. */
 export const OWN_INSTANCES = { labelSelector: `!${MIRROR_LABEL}` };
 
-/** The most replicas a WorkloadDeployment has: its ordinals have at most four digits. */
-export const MAX_REPLICAS = 10000;
+/**
+ * The most replicas a WorkloadDeployment has (its ordinals have at most three digits): each is an
+ * Instance, a full copy of the template, so replicas multiply what one object writes (issue 59).
+ */
+export const MAX_REPLICAS = 1000;
+
+/** The most characters of commands, args and env values a template's containers have in all. */
+export const MAX_TEMPLATE_STRINGS = 64 * 1024;
+const strings = (list: string, of: string) => `(has(c.${list}) ? c.${list}.map(x, size(${of})).sum() : 0)`;
 
 // Kubernetes quantities as users write them ("500m", "2", "2Gi"); parsed by decide.ts.
 const quantity = z
@@ -101,6 +108,12 @@ export const instanceTemplate = k8s(
       {
         rule: 'self.containers.all(c, self.containers.exists_one(d, d.name == c.name))',
         message: 'container names must be unique',
+      },
+      {
+        rule:
+          `self.containers.map(c, ${strings('command', 'x')} + ${strings('args', 'x')} + ` +
+          `${strings('env', "has(x.value) ? x.value : ''")}).sum() <= ${MAX_TEMPLATE_STRINGS}`,
+        message: `the containers' commands, args and env values have more than ${MAX_TEMPLATE_STRINGS} characters in all`,
       },
     ],
   },

@@ -280,7 +280,7 @@ async function startOn(ports: Ports, sb: Sandbox, args: string[], opts: StartOpt
       const text = await scrape();
       return text
         .split('\n')
-        .filter((l) => l.startsWith(`${name}{`) && filter(l))
+        .filter((l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) && filter(l))
         .reduce((a, l) => a + Number(l.split(' ').pop()), 0);
     },
     output: () => out,

@@ -36,6 +36,7 @@ const tiny: Record<string, string[]> = {
   ],
   'bench:webhook': ['--clients', '20', '--seconds', '2', '--slow-headers', '5', '--slow-bodies', '5'],
   'bench:webhook-protocols': ['--rounds', '1', '--rate', '20', '--seconds', '1'],
+  'bench:admission': ['--nodes', '3', '--pods', '10', '--clients', '4', '--runs', '1'],
   'bench:instances': [
     '--deployments',
     '3',

@@ -344,9 +344,9 @@ describe('the Helm chart', () => {
     assert.ok(!render(options['no hooks']).some((o) => hook(o)), 'no hooks: no hook objects');
   });
 
-  test("aggregates viewing and editing Berth's kinds into Kubernetes' view, edit and admin roles", () => {
+  test("aggregates viewing and editing Berth's kinds into Kubernetes' view, edit and admin roles; Quotas are admin's to write", () => {
     const aggregated = render().filter(
-      (o) => o.kind === 'ClusterRole' && /-(view|edit)$/.test(o.metadata.name),
+      (o) => o.kind === 'ClusterRole' && /-(view|edit|admin)$/.test(o.metadata.name),
     );
     const into = (o: Any) =>
       Object.keys(o.metadata.labels)
@@ -357,12 +357,19 @@ describe('the Helm chart', () => {
       [
         ['berth-view', ['view', 'edit', 'admin']],
         ['berth-edit', ['edit', 'admin']],
+        ['berth-admin', ['admin']],
       ],
     );
     const plurals = crdManifests()
       .map((c) => (c['spec'] as Any).names.plural)
       .sort();
-    for (const o of aggregated) assert.deepEqual(o.rules.flatMap((r: Any) => r.resources).sort(), plurals);
+    const [view, edit, admin] = aggregated.map((o) => o.rules.flatMap((r: Any) => r.resources).sort());
+    assert.deepEqual(view, plurals);
+    assert.deepEqual(
+      edit,
+      plurals.filter((p: string) => p !== 'quotas'),
+    );
+    assert.deepEqual(admin, ['quotas']);
     assert.deepEqual(aggregated[0].rules[0].verbs, ['get', 'list', 'watch']);
   });
 

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { secretName } from '../../src/cells/cli.ts';
 import { Cell } from '../../src/cells/types.ts';
+import { Instance } from '../../src/workloads/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import type { RbacOptions } from '../../src/manifests.ts';
 import type { PolicyRule } from '../../src/runtime/api/rbac.ts';
@@ -22,6 +23,7 @@ import {
 } from '../../src/policy/namespace.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { capabilities } from '../../src/capabilities.ts';
+import { webhookFieldManager } from '../../src/runtime/webhook/registration.ts';
 import { clusterControllers } from '../../src/capability.ts';
 import {
   berthKubeconfig,
@@ -81,7 +83,14 @@ test('every capability, leader election and webhooks run with only the generated
     );
     return got.every(Boolean) && (got as KubeObject[]);
   });
-  assert.ok(configs.every((c) => ((c['webhooks'] as unknown[] | undefined) ?? []).length > 0));
+  // Applied by Berth: its webhook entries are as many as its live policies need (none without one).
+  assert.ok(
+    configs.every((c) =>
+      (c.metadata?.managedFields as { manager?: string }[] | undefined)?.some(
+        (f) => f.manager === webhookFieldManager,
+      ),
+    ),
+  );
   // Renewed since: Berth may update its Lease, not only create it.
   await waitFor(
     'the Lease renewed',
@@ -132,6 +141,7 @@ describe("Berth's identity may only what its roles name", () => {
   let berthAs: KubeClient;
 
   before(async () => {
+    await installCrds(client);
     work = await createNamespace(client, 'work');
     elsewhere = await createNamespace(client, 'elsewhere');
     identity = {
@@ -166,10 +176,23 @@ describe("Berth's identity may only what its roles name", () => {
   });
   const refused = (p: Promise<unknown>) => assert.rejects(p, (e) => isForbidden(e));
 
-  test('Pods are created only in the namespaces that run workloads: never in kube-system', async () => {
+  test('Pods and Instances are created only in the namespaces that run workloads: never in kube-system', async () => {
     await refused(berthAs.create(Resources.pods, pod('kube-system'), { dryRun: true }));
     await refused(berthAs.create(Resources.pods, pod(elsewhere), { dryRun: true }));
     await berthAs.create(Resources.pods, pod(work), { dryRun: true });
+    const instance = (namespace: string): KubeObject => ({
+      apiVersion: Instance.apiVersion,
+      kind: Instance.kind,
+      metadata: { name: 'probe-0', namespace },
+      spec: {
+        ordinal: 0,
+        templateHash: 'h',
+        template: { containers: [{ name: 'c', image: 'registry.invalid/probe' }] },
+      },
+    });
+    await refused(berthAs.create(Instance.ref, instance('kube-system'), { dryRun: true }));
+    await refused(berthAs.create(Instance.ref, instance(elsewhere), { dryRun: true }));
+    await berthAs.create(Instance.ref, instance(work), { dryRun: true });
   });
 
   test("a kube-system Pod's image is never patched (the Pod patch policy); its own label is", async () => {

@@ -16,7 +16,8 @@ import {
   type InstanceObject,
   type QuotaObject,
 } from '../../src/workloads/controllers/quota.ts';
-import { Instance, InstanceType, OWN_INSTANCES, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
+import { INSTANCE_CACHE } from '../../src/workloads/decide.ts';
+import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import {
   createNamespace,
   deleteNamespace,
@@ -272,7 +273,7 @@ async function frozenQuota() {
   const controller = setupQuota(manager, { workers: 1 });
   const local = manager.cluster();
   // The quota controller's own informer (same request), whose stop freezes what it sees.
-  const instances = local.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+  const instances = local.informer<InstanceObject>(Instance.ref, INSTANCE_CACHE);
   local.start();
   await local.waitForCacheSync();
   return { controller, instances, stop: () => local.stop() };

@@ -3,7 +3,7 @@
 // records on the placement what it holds, and puts the finalizer on owners and takes it off.
 import { hasFinalizer } from '../../policy/finalizer.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
-import { slimMetadata } from '../../policy/slim.ts';
+import { interning, slimMetadata } from '../../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
@@ -205,7 +205,7 @@ export class OwnerFinalizerReconciler implements Reconciler {
   /** Watches CRDs (their group and kind only): a placement whose owner kind appears or goes is checked at once. */
   private watchCrds(): void {
     if (this.crds) return;
-    this.crds = this.a.manager.informer(Resources.crds, { transform: { name: 'slim-crd', fn: slimCrd } });
+    this.crds = this.a.manager.informer(Resources.crds, { transform: interning('slim-crd', slimCrd) });
     // `fresh`: a CRD that appeared or changed since Berth listed them, whose kind the apiserver may
     // not serve yet; not one listed at start, a resync, or one that went.
     const changed = (crd: KubeObject, fresh: boolean) => {

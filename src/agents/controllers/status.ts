@@ -122,6 +122,7 @@ export function setupStatusController(a: Agents, nodeController: Controller): Ag
     fieldManager: FIELD_MANAGER,
     report: (obj, standings) => r.report(obj, standings),
     warnings: WARNINGS,
+    admission: [a.admission],
   });
   status.controller.watch(a.keys, (c) => (outranked(c) ? a.placementObjects.keys() : []));
   return status;

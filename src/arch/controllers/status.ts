@@ -91,6 +91,7 @@ export function setupStatusController(a: Arch, podController: Controller): ArchS
         { type: 'InspectionsFailing', status: 'True' },
       ],
       finalizer: { name: ARCH_FINALIZER, cleanup: (obj) => r.released(obj.metadata!.name!) },
+      admission: [a.admission],
     },
   );
   // Nodes coming and going change which placed pods have a node of their architectures.

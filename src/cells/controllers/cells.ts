@@ -3,6 +3,7 @@
 // and Ready conditions from the history of probes (decide.ts), writes its status only when it
 // changes, and announces a lost cell or one that cannot take workloads (Warning) and a recovered one
 // (Normal) with an event and a log line.
+import { escapeControl, QUOTE_MAX } from '../../policy/text.ts';
 import { changed, deletionChanged, generationChanged } from '../../policy/predicates.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../../runtime/client/apply.ts';
@@ -73,7 +74,9 @@ export async function probeCell(
     return {
       ok: true,
       at: Date.now(),
-      version: version.gitVersion ?? 'unknown',
+      // The cell's own words, kept in the Cell's status and printed by `berth cells`: bounded, escaped.
+      version:
+        typeof version.gitVersion === 'string' ? escapeControl(version.gitVersion, QUOTE_MAX) : 'unknown',
       crdsInstalled,
       ...(denied ? { denied } : {}),
     };
@@ -180,7 +183,8 @@ export class CellController {
     const history = observe(before, probe);
     this.history.set(name, history);
     const now = Date.now();
-    const next = cellStatus(cell, history, now, this.timing);
+    const refused = this.provider.refused(name);
+    const next = cellStatus(cell, refused ? { ...history, refused } : history, now, this.timing);
     const reachable = next.conditions?.find((c) => c.type === 'Reachable')?.status === 'True';
     cellMetrics.reachable.set({ cell: name }, reachable ? 1 : 0);
     if (statusChanged(cell.status, next)) {

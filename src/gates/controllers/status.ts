@@ -167,6 +167,7 @@ export function setupStatusController(g: Gates, nodeController: Controller): Gat
       ],
       // The gate's finalizer: deleting a gate takes its taint and annotations off every node first.
       finalizer: { name: GATE_FINALIZER, cleanup: (obj) => r.released(obj.metadata!.name!) },
+      admission: [g.admission.nodes, g.admission.pods],
     },
   );
   r.writer.controller

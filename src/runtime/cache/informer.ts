@@ -4,7 +4,14 @@
 // been silent too long (half-open connections); resync as a safety net; indexes; a transform hook.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { hasCondition } from '../api/conditions.ts';
-import { isGone, isNotFound, resourcePath, type KubeClient, type KubeList } from '../client/client.ts';
+import {
+  isGone,
+  isNotFound,
+  resourcePath,
+  ResponseTooLarge,
+  type KubeClient,
+  type KubeList,
+} from '../client/client.ts';
 import { informerMetrics } from '../observability/metrics.ts';
 import { errorText, rootLogger, type Logger } from '../observability/log.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
@@ -14,6 +21,12 @@ export interface EventHandler<T> {
   /** Also called with old === new on resync. */
   onUpdate?(oldObj: T, newObj: T): void;
   onDelete?(obj: T): void;
+}
+
+/** What a transform keeps for the objects it made while they are cached (see InformerOptions.lifecycle). */
+export interface CacheLifecycle<T> {
+  cached(obj: T): void;
+  dropped(obj: T): void;
 }
 
 export type IndexFunc<T> = (obj: T) => string[];
@@ -26,6 +39,12 @@ export interface InformerOptions<T extends KubeObject> {
   fieldSelector?: string;
   /** Shrinks each object before it is cached; by default managedFields are dropped. */
   transform?: (obj: T) => T;
+  /**
+   * Told when a transformed object enters the cache and when it leaves it (replaced, deleted, the
+   * informer stopped): what the transform keeps for cached objects only (interned strings) lives as
+   * long as they do.
+   */
+  lifecycle?: CacheLifecycle<T>;
   /** Period of the safety-net resync (onUpdate(obj, obj) for every object); 0 turns it off. */
   resyncMs?: number;
   /** A watch that delivers nothing (not even a bookmark) for this long is abandoned and reopened. */
@@ -172,6 +191,9 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.running?.abort();
     await this.loop;
     this.running = undefined;
+    // The objects stay readable, but what their transform kept for them goes: a stopped informer
+    // (a cell disengaged) may never be listed again. A restart's relist caches fresh objects.
+    for (const obj of this.store.values()) this.opts.lifecycle?.dropped(obj);
   }
 
   private async run(signal: AbortSignal): Promise<void> {
@@ -315,11 +337,24 @@ export class Informer<T extends KubeObject = KubeObject> {
     const fresh = new Map<string, T>();
     let cont: string | undefined;
     let rv: string;
-    do {
-      const page = await client.request<KubeList<T>>('GET', path, {
-        query: this.query({ limit: this.opts.pageSize ?? 500, continue: cont }),
-        signal,
-      });
+    for (let limit = this.opts.pageSize ?? 500; ;) {
+      let page: KubeList<T>;
+      try {
+        page = await client.request<KubeList<T>>('GET', path, {
+          query: this.query({ limit, continue: cont }),
+          signal,
+        });
+      } catch (e) {
+        // A page past the client's bound (large objects, or a hostile apiserver): fewer objects a
+        // page, down to one, which the bound always admits unless the apiserver is hostile.
+        if (!(e instanceof ResponseTooLarge) || limit === 1) throw e;
+        limit = Math.max(1, Math.floor(limit / 10));
+        this.log.info(
+          { limit, err: errorText(e) },
+          'a list page past the bound; asking for fewer objects a page',
+        );
+        continue;
+      }
       for (const item of page.items) {
         // List items carry no apiVersion/kind; watch events do. Keep them uniform.
         item.apiVersion ??= page.apiVersion;
@@ -329,7 +364,8 @@ export class Informer<T extends KubeObject = KubeObject> {
       }
       cont = page.metadata.continue || undefined;
       rv = page.metadata.resourceVersion ?? '';
-    } while (cont);
+      if (!cont) break;
+    }
     for (const [key, old] of this.store) if (!fresh.has(key)) this.remove(key, old);
     for (const [key, obj] of fresh) this.upsert(key, obj);
     this.resourceVersion = rv;
@@ -395,6 +431,8 @@ export class Informer<T extends KubeObject = KubeObject> {
     const old = this.store.get(key);
     if (old && old.metadata?.resourceVersion === obj.metadata?.resourceVersion) return;
     this.store.set(key, obj);
+    this.opts.lifecycle?.cached(obj);
+    if (old) this.opts.lifecycle?.dropped(old);
     this.changes++;
     this.reindex(key, old, obj);
     for (const h of this.handlers) this.notify(key, () => (old ? h.onUpdate?.(old, obj) : h.onAdd?.(obj)));
@@ -402,6 +440,7 @@ export class Informer<T extends KubeObject = KubeObject> {
 
   private remove(key: string, old: T | undefined): void {
     if (!this.store.delete(key)) return;
+    if (old) this.opts.lifecycle?.dropped(old);
     this.changes++;
     this.reindex(key, old, undefined);
     if (old) for (const h of this.handlers) this.notify(key, () => h.onDelete?.(old));

@@ -76,6 +76,32 @@ export interface ClientOptions {
    * stops writing at once.
    */
   writeGuard?: () => boolean;
+  /** Bounds on what the server sends (ANSWER_BOUNDS by default). */
+  bounds?: AnswerBounds;
+  /** Told of each answer refused for its size, before the request fails with it. */
+  onRefused?: (e: ResponseTooLarge) => void;
+}
+
+/** The most an apiserver's answer may hold before it is refused (ResponseTooLarge), in bytes. */
+export interface AnswerBounds {
+  /** One line of a watch: one event, one object. */
+  lineBytes: number;
+  /** An answer read whole: an object, or a list page (informers ask for 500 objects a page). */
+  answerBytes: number;
+}
+
+/**
+ * One bound for every apiserver Berth reads, its own and each cell's: no object an apiserver
+ * stores comes near 16 MiB (it takes requests of 3 MiB at most, etcd 1.5 MiB by default), so a
+ * watch line (one object) never does, nor a list page of one object; an informer whose page is
+ * larger asks for fewer objects a page. What a hostile apiserver sends beyond them is refused, not
+ * buffered: the list or watch fails, is logged, and starts again.
+ */
+export const ANSWER_BOUNDS: AnswerBounds = { lineBytes: 16 * 2 ** 20, answerBytes: 32 * 2 ** 20 };
+
+/** An answer, or a line of a watch, larger than the client's bound: refused unread. */
+export class ResponseTooLarge extends Error {
+  override name = 'ResponseTooLarge';
 }
 
 export class NotLeaderError extends Error {
@@ -110,6 +136,8 @@ export class KubeClient {
   private readonly agent: https.Agent;
   private readonly watchAgent: https.Agent;
   private readonly userAgent: string;
+  private readonly bounds: AnswerBounds;
+  private readonly onRefused: ClientOptions['onRefused'];
   writeGuard: (() => boolean) | undefined;
   private auth: { headers: Record<string, string>; at: number } | undefined;
   private tls: TlsMaterial & Pick<https.AgentOptions, 'secureContext'> = {};
@@ -120,6 +148,8 @@ export class KubeClient {
     this.server = new URL(access.server);
     this.userAgent = opts.userAgent ?? 'berth';
     this.writeGuard = opts.writeGuard;
+    this.bounds = opts.bounds ?? ANSWER_BOUNDS;
+    this.onRefused = opts.onRefused;
     this.ready = this.refresh();
     // Agents are created lazily from the TLS material that refreshAuth collects.
     this.agent = new https.Agent({ keepAlive: true, maxSockets: opts.maxInFlight ?? 64 });
@@ -226,9 +256,7 @@ export class KubeClient {
     for (let attempt = 1; ; attempt++) {
       const sent = performance.now();
       const res = await this.open(method, path, { idleTimeoutMs: 60_000, ...opts }, false);
-      const chunks: Buffer[] = [];
-      for await (const c of res) chunks.push(c as Buffer);
-      const text = Buffer.concat(chunks).toString('utf8');
+      const text = await this.readAll(res, `${method} ${path}`);
       let body: unknown = text;
       if (text && (res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(text);
       const status = res.statusCode ?? 0;
@@ -261,9 +289,7 @@ export class KubeClient {
     const res = await this.open('GET', path, opts, true);
     const status = res.statusCode ?? 0;
     if (status < 200 || status >= 300) {
-      const chunks: Buffer[] = [];
-      for await (const c of res) chunks.push(c as Buffer);
-      const text = Buffer.concat(chunks).toString('utf8');
+      const text = await this.readAll(res, `watch ${path}`);
       let body: unknown = text;
       try {
         body = JSON.parse(text);
@@ -272,15 +298,26 @@ export class KubeClient {
       }
       throw toApiError(status, body, `watch ${path}`);
     }
-    let buf = '';
-    res.setEncoding('utf8');
+    // The part of a line read so far, in chunks, and its length: a line is decoded only once whole.
+    let parts: Buffer[] = [];
+    let held = 0;
+    const max = this.bounds.lineBytes;
+    const tooLong = () => {
+      res.destroy();
+      return this.refused(
+        `watch ${path} from ${this.server.host}: a line of more than ${max} bytes, refused (Berth's bound on one event)`,
+      );
+    };
     let turnStarted = performance.now();
-    for await (const chunk of res) {
-      buf += chunk as string;
+    for await (const chunk of res as AsyncIterable<Buffer>) {
+      let from = 0;
       let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
+      while ((nl = chunk.indexOf(0x0a, from)) >= 0) {
+        if (held + nl - from > max) throw tooLong();
+        const line = Buffer.concat([...parts, chunk.subarray(from, nl)]).toString('utf8');
+        parts = [];
+        held = 0;
+        from = nl + 1;
         if (line.trim()) yield JSON.parse(line) as T;
         // One socket read can bring dozens of events, each parsed and handled (by the consumer,
         // while this generator waits) before anything else runs. Past a slice, the rest waits a
@@ -290,7 +327,34 @@ export class KubeClient {
           turnStarted = performance.now();
         }
       }
+      held += chunk.length - from;
+      if (held > max) throw tooLong();
+      if (from < chunk.length) parts.push(chunk.subarray(from));
     }
+  }
+
+  /** The error of an answer refused for its size, once whoever listens (onRefused) is told. */
+  private refused(message: string): ResponseTooLarge {
+    const e = new ResponseTooLarge(message);
+    this.onRefused?.(e);
+    return e;
+  }
+
+  /** The whole answer as text, refused past the answer bound without reading on. */
+  private async readAll(res: import('node:http').IncomingMessage, what: string): Promise<string> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of res as AsyncIterable<Buffer>) {
+      size += c.length;
+      if (size > this.bounds.answerBytes) {
+        res.destroy();
+        throw this.refused(
+          `${what} from ${this.server.host}: an answer of more than ${this.bounds.answerBytes} bytes, refused (Berth's bound)`,
+        );
+      }
+      chunks.push(c);
+    }
+    return Buffer.concat(chunks).toString('utf8');
   }
 
   // Typed conveniences over request().

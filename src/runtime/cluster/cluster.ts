@@ -2,7 +2,7 @@
 // its event recorders and its REST mapper. The manager engages clusters and disengages them while
 // it runs; stopping a cluster stops everything in it that reads from or writes to the apiserver.
 import { hostname } from 'node:os';
-import { Informer, type InformerOptions } from '../cache/informer.ts';
+import { Informer, type CacheLifecycle, type InformerOptions } from '../cache/informer.ts';
 import type { KubeClient } from '../client/client.ts';
 import { RestMapper } from '../client/restmapper.ts';
 import { EventRecorder } from '../events/recorder.ts';
@@ -25,7 +25,7 @@ export interface InformerRequest<T extends KubeObject> {
   labelSelector?: string;
   fieldSelector?: string;
   /** Controllers that need the same shrunken objects share one informer by naming the transform. */
-  transform?: { name: string; fn: (obj: T) => T };
+  transform?: { name: string; fn: (obj: T) => T; lifecycle?: CacheLifecycle<T> };
   idleTimeoutMs?: number;
 }
 
@@ -80,6 +80,7 @@ export class Cluster {
         ...(req.labelSelector ? { labelSelector: req.labelSelector } : {}),
         ...(req.fieldSelector ? { fieldSelector: req.fieldSelector } : {}),
         ...(req.transform ? { transform: req.transform.fn } : {}),
+        ...(req.transform?.lifecycle ? { lifecycle: req.transform.lifecycle } : {}),
         ...(req.idleTimeoutMs ? { idleTimeoutMs: req.idleTimeoutMs } : {}),
       };
       inf = new Informer<T>(o);

@@ -21,6 +21,11 @@ export interface Provider {
    * undefined while it cannot tell.
    */
   knows?(cluster: string): boolean | undefined;
+  /**
+   * Whether one of this provider's clusters serves a namespace (a cell: its Cell lists it). What a
+   * cluster's objects in a namespace it does not serve say is not counted for that namespace.
+   */
+  serves?(cluster: string, namespace: string): boolean;
 }
 
 /** A component that works on every engaged cluster (a controller's watches). */

@@ -136,6 +136,14 @@ export class Manager implements ClusterSet {
     return answers.length > 0 && answers.every((a) => a === false) ? false : undefined;
   }
 
+  /**
+   * Whether a cluster serves a namespace: the local one serves every namespace; another only when
+   * a provider says so (none answering: not served, so that nothing is counted by default).
+   */
+  clusterServes(name: string, namespace: string): boolean {
+    return name === localCluster || this.providers.some((p) => p.serves?.(name, namespace) === true);
+  }
+
   client(cluster: string = localCluster): KubeClient {
     return this.cluster(cluster).client;
   }

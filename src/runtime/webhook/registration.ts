@@ -1,6 +1,8 @@
 // The admission webhooks capabilities declare: served by every replica on one WebhookServer, and
 // registered with the apiserver as one MutatingWebhookConfiguration and one
 // ValidatingWebhookConfiguration, server-side applied by every replica (the content is the same).
+// A webhook with a scope is sent only what its live policies may act on: its entry is applied
+// again whenever the scope changes, and left out while no policy needs it (decision 0043).
 import { isIP } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { errorText } from '../observability/log.ts';
@@ -42,6 +44,39 @@ export interface WebhookSpec {
   timeoutSeconds?: number;
   /** Mutating webhooks only. */
   reinvocationPolicy?: MutatingWebhook['reinvocationPolicy'];
+  /** What the live policies need sent here; without one, everything the rules match, always. */
+  scope?: WebhookScope;
+}
+
+type MatchCondition = NonNullable<ValidatingWebhook['matchConditions']>[number];
+
+/**
+ * What a webhook is sent: nothing (no entry at all), everything its rules match, or only what
+ * these select too (on top of the spec's own selectors and conditions).
+ */
+export type WebhookSelection =
+  | { send: 'none' }
+  | { send: 'all' }
+  | {
+      send: 'some';
+      namespaceSelector?: LabelSelector;
+      objectSelector?: LabelSelector;
+      matchConditions?: MatchCondition[];
+    };
+
+/** Where a webhook's selection comes from (policy/admission.ts), and who learns it is in effect. */
+export interface WebhookScope {
+  /** The selection now, and a token of what it was computed from, for applied(). */
+  selection(): { selection: WebhookSelection; token: unknown };
+  /** Calls `changed` whenever selection() may give another answer. */
+  watch(changed: () => void): void;
+  /** The selection of `token` is in effect at admission. */
+  applied(token: unknown): void;
+  /**
+   * A registrar applies the selections from now until it calls what this returns (it stopped);
+   * without one (registered by the install, or webhooks off) what is registered is not Berth's to narrow.
+   */
+  engage(): () => void;
 }
 
 export type WebhookRegistration =
@@ -59,6 +94,12 @@ const registerInitialMs = 1000;
 const registerMaxMs = 30_000;
 // How often a replica checks whether its CA (--webhook-cert-dir's ca.crt) rotated and needs re-registering.
 const caCheckMs = 10_000;
+/**
+ * How long after a changed configuration is applied it is taken to be in effect: each apiserver
+ * reads webhook configurations from its own informer, which learns of the change a watch event
+ * later (milliseconds on a healthy control plane), so a policy's Ready waits this long.
+ */
+export const WEBHOOK_SETTLE_MS = 1000;
 
 const boundUrl = (url: string, port: number): string => url.replaceAll('{port}', String(port));
 
@@ -67,10 +108,29 @@ export function withBoundPort(registration: WebhookRegistration, port: number): 
   return registration.mode === 'url' ? { mode: 'url', url: boundUrl(registration.url, port) } : registration;
 }
 
+/** What both selectors select (undefined when neither is given); b's labels as In, so none overrides a's. */
+function bothSelect(a: LabelSelector | undefined, b: LabelSelector | undefined): LabelSelector | undefined {
+  if (!a || !b) return a ?? b;
+  return {
+    ...(a.matchLabels ? { matchLabels: a.matchLabels } : {}),
+    matchExpressions: [
+      ...(a.matchExpressions ?? []),
+      ...Object.entries(b.matchLabels ?? {}).map(([key, v]) => ({
+        key,
+        operator: 'In' as const,
+        values: [v],
+      })),
+      ...(b.matchExpressions ?? []),
+    ],
+  };
+}
+
 /**
  * The configurations that point the apiserver at `registration`: at most one mutating and one
  * validating, named `configName`, none when something else registers. Every webhook skips
- * kube-system and `berthNamespace`, so Berth can never block the system or its own pods.
+ * kube-system and `berthNamespace`, so Berth can never block the system or its own pods. A
+ * webhook `selected` says sends nothing has no entry; its configuration is still applied (with
+ * fewer webhooks, or none), so that the entry it had is taken out.
  */
 export function webhookConfigurations(
   specs: WebhookSpec[],
@@ -78,6 +138,7 @@ export function webhookConfigurations(
   caBundle: string | undefined,
   berthNamespace: string,
   configName = 'berth',
+  selected: (s: WebhookSpec) => WebhookSelection = () => ({ send: 'all' }),
 ): KubeObject[] {
   if (registration.mode === 'none') return [];
   const target =
@@ -91,33 +152,41 @@ export function webhookConfigurations(
           },
         };
   const excluded = [...new Set(['kube-system', berthNamespace])];
-  const webhook = (s: WebhookSpec): ValidatingWebhook => ({
-    name: s.name,
-    clientConfig: webhookClientConfig(target, s.path, caBundle),
-    rules: s.rules,
-    failurePolicy: s.failurePolicy,
-    namespaceSelector: {
-      ...s.namespaceSelector,
-      matchExpressions: [
-        ...(s.namespaceSelector?.matchExpressions ?? []),
-        { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: excluded },
-      ],
-    },
-    ...(s.objectSelector ? { objectSelector: s.objectSelector } : {}),
-    ...(s.matchConditions ? { matchConditions: s.matchConditions } : {}),
-    ...(s.timeoutSeconds !== undefined ? { timeoutSeconds: s.timeoutSeconds } : {}),
-  });
+  const excludedNamespaces: LabelSelector = {
+    matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: excluded }],
+  };
+  const webhook = (s: WebhookSpec): ValidatingWebhook => {
+    const sel = selected(s);
+    const some: Partial<Extract<WebhookSelection, { send: 'some' }>> = sel.send === 'some' ? sel : {};
+    const objectSelector = bothSelect(s.objectSelector, some.objectSelector);
+    const matchConditions = [...(s.matchConditions ?? []), ...(some.matchConditions ?? [])];
+    return {
+      name: s.name,
+      clientConfig: webhookClientConfig(target, s.path, caBundle),
+      rules: s.rules,
+      failurePolicy: s.failurePolicy,
+      namespaceSelector: bothSelect(
+        bothSelect(s.namespaceSelector, some.namespaceSelector),
+        excludedNamespaces,
+      )!,
+      ...(objectSelector ? { objectSelector } : {}),
+      ...(matchConditions.length ? { matchConditions } : {}),
+      ...(s.timeoutSeconds !== undefined ? { timeoutSeconds: s.timeoutSeconds } : {}),
+    };
+  };
+  const sent = (s: WebhookSpec) => selected(s).send !== 'none';
+  const kinds = new Set(specs.map((s) => s.kind));
   const mutating: MutatingWebhook[] = specs
-    .filter((s) => s.kind === 'mutating')
+    .filter((s) => s.kind === 'mutating' && sent(s))
     .map((s) => ({
       ...webhook(s),
       ...(s.reinvocationPolicy ? { reinvocationPolicy: s.reinvocationPolicy } : {}),
     }));
-  const validating = specs.filter((s) => s.kind === 'validating').map(webhook);
+  const validating = specs.filter((s) => s.kind === 'validating' && sent(s)).map(webhook);
   const spec = <W>(webhooks: W[]) => ({ name: configName, labels: webhookConfigLabels, webhooks });
   return [
-    ...(mutating.length ? [mutatingWebhookConfiguration(spec(mutating))] : []),
-    ...(validating.length ? [validatingWebhookConfiguration(spec(validating))] : []),
+    ...(kinds.has('mutating') ? [mutatingWebhookConfiguration(spec(mutating))] : []),
+    ...(kinds.has('validating') ? [validatingWebhookConfiguration(spec(validating))] : []),
   ];
 }
 
@@ -200,6 +269,8 @@ export interface WebhookRunnableOptions {
   berthNamespace: string;
   /** Name of the configurations; default 'berth'. */
   configName?: string;
+  /** WEBHOOK_SETTLE_MS unless given. */
+  settleMs?: number;
   logger?: Logger;
 }
 
@@ -226,6 +297,8 @@ export class WebhookRunnable implements Runnable {
   private readonly opts: WebhookRunnableOptions;
   private readonly log: Logger;
   private readonly server: WebhookServer;
+  private readonly settleMs: number;
+  private disengage: (() => void)[] = [];
   private readonly stopping = new AbortController();
   private readonly registered = Promise.withResolvers<void>();
   private registering: Promise<void> | undefined;
@@ -234,6 +307,11 @@ export class WebhookRunnable implements Runnable {
     this.opts = opts;
     this.log = opts.logger ?? rootLogger.child({ component: 'webhooks' });
     this.server = new WebhookServer({ logger: this.log, ...opts.server });
+    this.settleMs = opts.settleMs ?? WEBHOOK_SETTLE_MS;
+    // Something else registers in mode none: what it registers is not Berth's to narrow.
+    if (opts.registration.mode !== 'none') {
+      this.disengage = opts.specs.flatMap((s) => (s.scope ? [s.scope.engage()] : []));
+    }
     // Stopping before registering rejects ready(); nobody has to be waiting for it.
     this.registered.promise.catch(() => {});
   }
@@ -276,26 +354,42 @@ export class WebhookRunnable implements Runnable {
     this.stopping.abort();
     this.registered.reject(new Error('webhooks stopped before they were registered'));
     await this.registering;
+    for (const release of this.disengage) release();
     await this.server.stop();
   }
 
   /**
-   * Applies until it succeeds, then again whenever the CA changes (a rotated ca.crt); nothing while
-   * a replica behind a Service is on a certificate of its own (see the class comment).
+   * Applies until it succeeds, then again whenever the CA changes (a rotated ca.crt) or a scope
+   * does; nothing while a replica behind a Service is on a certificate of its own (see the class
+   * comment). A scope learns its selection is in effect once the apiserver had WEBHOOK_SETTLE_MS to
+   * see it (or at once when the configurations did not change).
    */
   private async register(signal: AbortSignal): Promise<void> {
-    let applied: { caBundle: string | undefined } | undefined;
+    const scoped = this.opts.specs.filter((s) => s.scope);
+    let changed = Promise.withResolvers<void>();
+    for (const s of scoped) s.scope!.watch(() => changed.resolve());
+    let applied: string | undefined;
     let delay = registerInitialMs;
     while (!signal.aborted) {
-      const caBundle = this.server.caBundle;
-      if (!this.sharedFallback() && (!applied || applied.caBundle !== caBundle)) {
+      if (!this.sharedFallback()) {
+        changed = Promise.withResolvers<void>();
+        const selections = new Map(scoped.map((s) => [s, s.scope!.selection()]));
+        const configs = this.configurations(
+          (s) => selections.get(s)?.selection ?? { send: 'all' },
+          this.server.caBundle,
+        );
+        const content = JSON.stringify(configs);
         try {
-          await this.apply(caBundle);
-          applied = { caBundle };
+          if (content !== applied) {
+            await this.apply(configs);
+            if (scoped.length) await sleep(this.settleMs, undefined, { signal });
+            applied = content;
+          }
+          for (const [s, { token }] of selections) s.scope!.applied(token);
           delay = registerInitialMs;
           this.registered.resolve();
           // Mounted files and the shared Secret rotate; a generated CA lives as long as the process.
-          if (this.opts.server.certificates.kind === 'generated') return;
+          if (this.opts.server.certificates.kind === 'generated' && !scoped.length) return;
         } catch (e) {
           if (signal.aborted) return;
           this.log.error({ err: errorText(e), retryInMs: delay }, 'registering webhooks failed; retrying');
@@ -304,14 +398,21 @@ export class WebhookRunnable implements Runnable {
           continue;
         }
       }
-      await sleep(caCheckMs, undefined, { signal }).catch(() => {});
+      // The CA check's timer goes with the wait, so that many changes leave no timers behind.
+      const woken = new AbortController();
+      const timer = sleep(caCheckMs, undefined, { signal: AbortSignal.any([signal, woken.signal]) });
+      await Promise.race([changed.promise, timer]).catch(() => {});
+      woken.abort();
     }
   }
 
-  private async apply(caBundle: string | undefined): Promise<void> {
+  private configurations(selected: (s: WebhookSpec) => WebhookSelection, caBundle: string | undefined) {
     const { specs, registration, berthNamespace, configName } = this.opts;
     const bound = withBoundPort(registration, this.server.port);
-    const configs = webhookConfigurations(specs, bound, caBundle, berthNamespace, configName);
+    return webhookConfigurations(specs, bound, caBundle, berthNamespace, configName, selected);
+  }
+
+  private async apply(configs: KubeObject[]): Promise<void> {
     for (const config of configs) {
       // Berth owns these objects: force takes back fields someone edited by hand.
       await this.opts.client.apply(configurationRef(config), config, {
@@ -320,7 +421,11 @@ export class WebhookRunnable implements Runnable {
       });
     }
     this.log.info(
-      { configurations: configs.map((c) => `${c.kind}/${c.metadata?.name}`), registration: bound },
+      {
+        configurations: configs.map((c) => `${c.kind}/${c.metadata?.name}`),
+        webhooks: configs.flatMap((c) => (c['webhooks'] as { name: string }[]).map((w) => w.name)),
+        registration: withBoundPort(this.opts.registration, this.server.port),
+      },
       'webhooks registered',
     );
   }

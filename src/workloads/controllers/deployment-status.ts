@@ -38,6 +38,8 @@ export const RAMP_BATCH_MS = 1000;
 /** The conditions this controller owns on a WorkloadDeployment, and the one it sets only while a create fails. */
 const OWN = ['Available', 'Progressing'] as const;
 const FAILURE = 'ReplicaFailure';
+/** ReplicaFailure's reason while the deployment runs fewer replicas than it asks for (boundedReplicas). */
+const BOUNDED = 'ReplicasBounded';
 /** The status controller of WorkloadDeployments. */
 export function setupDeploymentStatus(manager: Manager, state: DeploymentState): DeploymentStatusController {
   const r = new DeploymentStatusController(manager, state);
@@ -74,7 +76,7 @@ export class DeploymentStatusController {
   async reconcile(key: string): Promise<Result | void> {
     const wd = this.state.deployments.get(key);
     if (!wd || wd.metadata.deletionTimestamp) return;
-    const { hash, input, plan: p } = this.state.planFor(key, wd);
+    const { hash, input, plan: p, bounded } = this.state.planFor(key, wd);
     const name = wd.metadata.name!;
     const verdict = deploymentVerdict({
       ...input,
@@ -84,9 +86,13 @@ export class DeploymentStatusController {
     });
     // The status as last written: the cache may not show our own last write yet.
     const current = this.statusSent.pending(wd) ?? wd.status ?? {};
-    const failure = this.state.failedCreates.get(key);
+    const created = this.state.failedCreates.get(key);
+    // A create refused outranks the bound: it is why fewer instances exist than even the bound allows.
+    const failure = created
+      ? { reason: 'FailedCreate', message: created }
+      : bounded && { reason: BOUNDED, message: bounded };
     const setter = conditionSetter(current.conditions ?? [], wd.metadata.generation);
-    if (failure) setter.set(FAILURE, true, 'FailedCreate', failure);
+    if (failure) setter.set(FAILURE, true, failure.reason, failure.message);
     setter.set('Available', verdict.available.status, verdict.available.reason, verdict.available.message);
     setter.set(
       'Progressing',
@@ -151,6 +157,11 @@ export class DeploymentStatusController {
     } catch (e) {
       if (isObjectGone(e)) return;
       throw e;
+    }
+    const bound = findCondition(status.conditions, FAILURE);
+    if (bound?.reason === BOUNDED && findCondition(last, FAILURE)?.reason !== BOUNDED) {
+      this.state.events.event(wd, 'Warning', BOUNDED, 'Scale', bound.message);
+      this.state.log.warn({ deployment: key, reason: BOUNDED }, bound.message);
     }
     for (const type of ['Available', 'Progressing']) {
       const now = findCondition(status.conditions, type)!;

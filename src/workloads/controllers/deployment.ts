@@ -22,24 +22,26 @@ import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
 import {
+  boundedReplicas,
   controlledBy,
   formerInstanceState,
+  INSTANCE_CACHE,
   INSTANCE_PODS,
   instanceManifest,
   instanceName,
   instanceState,
   isFormerPod,
   plan,
-  templateHash,
+  templateRevision,
+  workloadNamespaceHint,
   type Action,
-  type InstanceObject,
+  type CachedInstance,
   type WorkloadPod,
 } from '../decide.ts';
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
   Instance,
-  OWN_INSTANCES,
   WorkloadDeployment,
   type WorkloadDeploymentSpec,
   type WorkloadDeploymentStatus,
@@ -67,7 +69,7 @@ const FAILED_CREATE_RETRY_MS = 30_000;
  */
 export class DeploymentState {
   readonly deployments: Informer<DeploymentObject>;
-  readonly instances: Informer<InstanceObject>;
+  readonly instances: Informer<CachedInstance>;
   /** Instances' Pods (the instance controller's cache): one whose Instance is gone is a deletion in flight. */
   readonly pods: Informer<WorkloadPod>;
   /** Why a deployment's last pass could not create an instance, shown in its status until one can. */
@@ -80,7 +82,7 @@ export class DeploymentState {
     this.events = manager.recorder('workloads');
     this.deployments = manager.informer<DeploymentObject>(WorkloadDeployment.ref);
     // The same informer as the instance controller's (same resource, same selector): one cache.
-    this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+    this.instances = manager.informer<CachedInstance>(Instance.ref, INSTANCE_CACHE);
     this.instances.addIndexer('deployment', byDeployment);
     this.pods = manager.informer<WorkloadPod>(Resources.pods, INSTANCE_PODS);
     this.pods.addIndexer('deployment', byDeployment);
@@ -106,18 +108,45 @@ export class DeploymentState {
   }
 
   /**
-   * Each deployment's template hash, by its template object in the cache: informer objects are
+   * Each deployment's template revision, by its template object in the cache: informer objects are
    * replaced on update, never changed in place, so a pass hashes only a template that changed.
    */
-  private readonly hashes = new WeakMap<DeploymentObject['spec']['template'], string>();
+  private readonly revisions = new WeakMap<
+    DeploymentObject['spec']['template'],
+    ReturnType<typeof templateRevision>
+  >();
 
-  /** The deployment's instances as the plan sees them, and the plan (`wd` as its informer holds it). */
-  planFor(key: string, wd: DeploymentObject) {
-    let hash = this.hashes.get(wd.spec.template);
-    if (hash === undefined) {
-      hash = templateHash(wd.spec.template);
-      this.hashes.set(wd.spec.template, hash);
+  private revision(wd: DeploymentObject): ReturnType<typeof templateRevision> {
+    let revision = this.revisions.get(wd.spec.template);
+    if (revision === undefined) {
+      revision = templateRevision(wd.spec.template);
+      this.revisions.set(wd.spec.template, revision);
     }
+    return revision;
+  }
+
+  /**
+   * The whole template of a cached (slim) instance, from its deployment's cache when that holds
+   * the instance's revision: the instance controller then makes its Pod without reading the
+   * Instance back (the common case: instances are made from the deployment's template).
+   */
+  templateOf(inst: CachedInstance): DeploymentObject['spec']['template'] | undefined {
+    const ref = inst.metadata.ownerReferences?.find(
+      (o) => o.controller && o.kind === WorkloadDeployment.kind,
+    );
+    const wd = ref && this.deployments.get(`${inst.metadata.namespace}/${ref.name}`);
+    if (!wd || wd.metadata.uid !== ref.uid) return undefined;
+    return this.revision(wd).hash === inst.spec.templateHash ? wd.spec.template : undefined;
+  }
+
+  /**
+   * The deployment's instances as the plan sees them, the plan (`wd` as its informer holds it), and
+   * why it runs fewer replicas than it asks for, when it does (boundedReplicas).
+   */
+  planFor(key: string, wd: DeploymentObject) {
+    const revision = this.revision(wd);
+    const { hash } = revision;
+    const { replicas, bounded } = boundedReplicas(wd.spec.replicas, revision.bytes);
     const owned = this.instances.byIndex('deployment', key).filter((i) => controlledBy(i, wd.metadata.uid));
     const now = Date.now();
     const former = this.pods
@@ -126,12 +155,12 @@ export class DeploymentState {
       .flatMap((p) => formerInstanceState(p, now) ?? []);
     const input = {
       name: wd.metadata.name!,
-      replicas: wd.spec.replicas,
+      replicas,
       policy: wd.spec.instanceManagementPolicy,
       hash,
       instances: [...owned.map(instanceState), ...former],
     };
-    return { hash, owned, input, plan: plan(input) };
+    return { hash, owned, input, plan: plan(input), ...(bounded ? { bounded } : {}) };
   }
 }
 
@@ -197,7 +226,7 @@ export class DeploymentController {
       for (const i of orphans) refused ??= await this.adopt(i, owner);
       return this.reportFailure(wd, refused, true);
     }
-    const { hash, owned, plan: p } = this.state.planFor(key, wd);
+    const { hash, owned, input, plan: p } = this.state.planFor(key, wd);
 
     // An action held back for a write the cache has not shown yet is looked at again when the hold
     // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
@@ -248,8 +277,11 @@ export class DeploymentController {
         );
         if (taken && !controlledBy(taken, wd.metadata.uid) && !earlier)
           failure = `an Instance named ${taken.metadata.name} exists that this deployment does not own`;
-        else if (a.type === 'create' && isRefused(e))
-          failure = `the apiserver refused the Instance ${target}: ${e.message}`;
+        else if (a.type === 'create' && isRefused(e)) {
+          failure = `the apiserver refused the Instance ${target}: ${e.message}${workloadNamespaceHint(e)}`;
+          // The next creates would be refused alike (Berth's RBAC, an admission policy): tried again later.
+          break;
+        }
         // Already there, or already gone: the cache catches up and brings this key back.
         else if (!isConflict(e) && !isNotFound(e)) throw e;
       }
@@ -259,10 +291,10 @@ export class DeploymentController {
     // else), unless every ordinal now exists.
     const ordinals = new Set(
       owned
-        .filter((i) => !i.metadata.deletionTimestamp && i.spec.ordinal < wd.spec.replicas)
+        .filter((i) => !i.metadata.deletionTimestamp && i.spec.ordinal < input.replicas)
         .map((i) => i.spec.ordinal),
     );
-    const result = this.reportFailure(wd, failure, created || ordinals.size === wd.spec.replicas);
+    const result = this.reportFailure(wd, failure, created || ordinals.size === input.replicas);
     return result ?? (held ? { requeueAfterMs: maxWaitMs } : undefined);
   }
 
@@ -289,7 +321,7 @@ export class DeploymentController {
    * Makes this deployment an orphaned instance's controller (a uid and version test guards the
    * patch); why not, when the apiserver refuses it.
    */
-  private async adopt(inst: InstanceObject, owner: OwnerReference): Promise<string | undefined> {
+  private async adopt(inst: CachedInstance, owner: OwnerReference): Promise<string | undefined> {
     const refs = [
       ...(inst.metadata.ownerReferences ?? []),
       { ...owner, controller: true, blockOwnerDeletion: true },

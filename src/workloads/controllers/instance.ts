@@ -29,6 +29,7 @@ import {
   controlledBy,
   crashWindowEndsIn,
   gated,
+  INSTANCE_CACHE,
   INSTANCE_PODS,
   instanceOwnerUid,
   instanceVerdict,
@@ -36,8 +37,10 @@ import {
   podManifest,
   ungatePatch,
   warns,
+  workloadNamespaceHint,
   workloadPod,
   type ConditionVerdict,
+  type CachedInstance,
   type InstanceObject,
   type InstanceTypeObject,
   type QuotaView,
@@ -49,10 +52,10 @@ import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
   Instance,
-  OWN_INSTANCES,
   InstanceType,
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
+  type InstanceTemplate,
 } from '../types.ts';
 
 /** The conditions this controller owns on an Instance. */
@@ -83,6 +86,8 @@ export interface InstanceControllerOptions {
   workers?: number;
   /** The quota controller of this process: its grants are acted on before their condition comes back. */
   quota?: Pick<QuotaController, 'grantOf' | 'onGrant'>;
+  /** An instance's whole template from its deployment's cache, when it holds that revision (DeploymentState.templateOf). */
+  templateOf?: (inst: CachedInstance) => InstanceTemplate | undefined;
 }
 
 /**
@@ -129,7 +134,7 @@ export function setupInstance(manager: Manager, opts: InstanceControllerOptions 
 }
 
 export class InstanceController {
-  readonly instances: Informer<InstanceObject>;
+  readonly instances: Informer<CachedInstance>;
   readonly pods: Informer<WorkloadPod>;
   readonly types: Informer<InstanceTypeObject>;
   /** Set by setupInstance. */
@@ -140,6 +145,7 @@ export class InstanceController {
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
   private readonly quota: InstanceControllerOptions['quota'];
+  private readonly templateOf: InstanceControllerOptions['templateOf'];
   /** The cluster its instances live in (the manager's own), as the quota controller names it. */
   readonly cluster: string;
   /** Pods created and not yet in the cache, by instance key. */
@@ -153,7 +159,7 @@ export class InstanceController {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'workloads', controller: 'instance' });
     this.events = manager.recorder('instances');
-    this.instances = manager.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+    this.instances = manager.informer<CachedInstance>(Instance.ref, INSTANCE_CACHE);
     this.instances.addIndexer('instanceType', byInstanceType);
     countInstances(this.instances);
     // Only instances' Pods: the label selector keeps every other pod out of this cache.
@@ -162,6 +168,7 @@ export class InstanceController {
     this.statusSent = new WriteExpectations(this.instances, keyOf);
     this.types = manager.informer<InstanceTypeObject>(InstanceType.ref);
     this.quota = opts.quota;
+    this.templateOf = opts.templateOf;
     this.cluster = manager.cluster().name;
   }
 
@@ -229,10 +236,13 @@ export class InstanceController {
 
     if (!configError && !cached && !('error' in size)) {
       // No Pod (never made, or deleted by someone else): make it, gated unless already granted.
+      // Gone or made anew since the cache saw it: its own event brings this key back.
+      const whole = await this.whole(inst);
+      if (!whole) return;
       try {
         const made = await this.manager
           .client()
-          .create(Resources.pods, podManifest(inst, owner, size, !granted), {
+          .create(Resources.pods, podManifest(whole, owner, size, !granted), {
             fieldManager: INSTANCE_MANAGER,
           });
         this.podsSent.expect(key, made.metadata?.resourceVersion, true);
@@ -261,7 +271,7 @@ export class InstanceController {
         } else if (isRefused(e)) {
           // An admission policy (Pod Security, a webhook, a ResourceQuota's rules), the apiserver's
           // validation or Berth's own RBAC: the user's to fix, so shown, not only retried in the log.
-          configError = `the apiserver refused the Pod: ${e.message}${rbacHint(e)}`;
+          configError = `the apiserver refused the Pod: ${e.message}${workloadNamespaceHint(e)}`;
           this.rejected.set(key, { uid, message: configError, at: Date.now() });
           result = { requeueAfterMs: REJECTED_RETRY_MS };
         } else throw e;
@@ -325,7 +335,24 @@ export class InstanceController {
     return later.length ? { requeueAfterMs: Math.min(...later) } : result;
   }
 
-  private async replaceEnded(inst: InstanceObject, pod: WorkloadPod): Promise<void> {
+  /**
+   * The instance with its whole template (its cache keeps only what sizes it): its deployment's,
+   * when that cache holds the instance's revision, else the Instance as stored.
+   */
+  private async whole(inst: CachedInstance): Promise<InstanceObject | undefined> {
+    const template = this.templateOf?.(inst);
+    if (template) return { ...inst, spec: { ...inst.spec, template } };
+    const stored = await this.manager
+      .client()
+      .get<InstanceObject>(Instance.ref, inst.metadata.name!, inst.metadata.namespace)
+      .catch((e: unknown) => {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      });
+    return stored?.metadata.uid === inst.metadata.uid ? stored : undefined;
+  }
+
+  private async replaceEnded(inst: CachedInstance, pod: WorkloadPod): Promise<void> {
     if (!(await deleteExact(this.manager.client(), Resources.pods, pod))) return;
     const why = `Pod ${pod.metadata.name} ${pod.status!.phase}: made anew`;
     this.events.event(inst, 'Normal', 'PodReplaced', 'Delete', why);
@@ -339,7 +366,7 @@ export class InstanceController {
    * An instance being deleted (someone's foreground deletion, or a finalizer of theirs): its Pod
    * goes now. The garbage collector would take it too, but a hop later.
    */
-  private async deletePod(inst: InstanceObject, pod: WorkloadPod | undefined): Promise<void> {
+  private async deletePod(inst: CachedInstance, pod: WorkloadPod | undefined): Promise<void> {
     if (!pod || pod.metadata.deletionTimestamp || !controlledBy(pod, inst.metadata.uid)) return;
     await deleteExact(this.manager.client(), Resources.pods, pod);
   }
@@ -371,7 +398,7 @@ export class InstanceController {
 
   /** Writes the instance's own status fields when they changed; a Warning when a blocking cause starts to hold (warns). */
   private async writeStatus(
-    inst: InstanceObject,
+    inst: CachedInstance,
     pod: WorkloadPod | undefined,
     v: { ready: ConditionVerdict; available: ConditionVerdict; programmed: ConditionVerdict },
     grant: QuotaView | undefined,
@@ -415,9 +442,3 @@ export class InstanceController {
     }
   }
 }
-
-/** Berth's own RBAC refused a Pod: its namespace was not opted in for workloads. */
-const rbacHint = (e: ApiError): string =>
-  e.status === 403 && /cannot create resource "pods"/.test(e.message)
-    ? ' (let Berth run workloads in this namespace: berth manifests --workload-namespace, Helm workloads.namespaces)'
-    : '';

@@ -12,6 +12,7 @@
 import { workloadMetrics } from '../metrics.ts';
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
+import type { InformerRequest } from '../../runtime/cluster/cluster.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
 import { isConflict, isNotFound, resourcePath } from '../../runtime/client/client.ts';
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
@@ -41,22 +42,27 @@ import {
   type Candidate,
   type Decision,
 } from '../grant.ts';
-import { formatBytes, formatCPU, instanceSize, type InstanceTypeSize } from '../resources.ts';
+import {
+  formatBytes,
+  formatCPU,
+  instanceSize,
+  type InstanceTypeSize,
+  type SizedTemplate,
+} from '../resources.ts';
 import {
   Instance,
-  OWN_INSTANCES,
   InstanceType,
   Quota,
   QUOTA_MANAGER,
   type InstanceStatus,
-  type InstanceTemplate,
+  type QuotaClaim,
   type QuotaReason,
   type QuotaStatus,
 } from '../types.ts';
-import { byInstanceType, type InstanceTypeObject } from '../decide.ts';
+import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide.ts';
 
 export type InstanceObject = KubeObject & {
-  spec?: { template?: InstanceTemplate; templateHash?: string; ordinal?: number };
+  spec?: { template?: SizedTemplate; templateHash?: string; ordinal?: number };
   status?: InstanceStatus;
 };
 export type QuotaObject = KubeObject & {
@@ -89,14 +95,11 @@ export const oldestFirst = (a: KubeObject, b: KubeObject) =>
  * instance of its namespace; informer objects are replaced on update, never changed in place, so an
  * unchanged template object with the same InstanceType object has the same size.
  */
-const sized = new WeakMap<
-  InstanceTemplate,
-  { type: InstanceTypeSize | undefined; size: Candidate['size'] }
->();
+const sized = new WeakMap<SizedTemplate, { type: InstanceTypeSize | undefined; size: Candidate['size'] }>();
 
 /** An instance's size (instanceSize), or why it has none: from `sized` while its template and type stand. */
 function sizeOf(
-  template: InstanceTemplate | undefined,
+  template: SizedTemplate | undefined,
   instanceType: (name: string) => InstanceTypeSize | undefined,
 ): Candidate['size'] {
   if (!template?.containers) return { error: 'it has no template' };
@@ -127,20 +130,68 @@ export function candidateOf(
   };
 }
 
-/** The QuotaGranted condition an instance's verdict gives; undefined for an instance being deleted without a claim. */
+/**
+ * The instances of a namespace a quota controller counts, per cluster as given. On a management
+ * plane (`serves`), only those of the cells that serve it, and not those granted by anyone else
+ * (`foreign`: granted, neither in the ledger nor a management plane's grant), which are left as they
+ * are; `unserved` says whether any were passed over for a cell that does not serve the namespace.
+ */
+export function countedInstances(
+  namespace: string,
+  ledger: readonly QuotaClaim[],
+  clusters: readonly { cluster: string; instances: readonly InstanceObject[] }[],
+  serves?: (cluster: string, namespace: string) => boolean,
+): { counted: InstanceObject[][]; unserved: boolean; foreign: string[] } {
+  if (!serves) return { counted: clusters.map((c) => [...c.instances]), unserved: false, foreign: [] };
+  const held = new Set(ledger.map((c) => c.uid));
+  const foreign: string[] = [];
+  let unserved = false;
+  const counted = clusters.map(({ cluster, instances }) => {
+    if (instances.length && !serves(cluster, namespace)) {
+      unserved = true;
+      return [];
+    }
+    return instances.filter((inst) => {
+      const c = findCondition(inst.status?.conditions, QUOTA_CONDITION);
+      const ours = c?.status !== 'True' || held.has(inst.metadata?.uid ?? '') || managementGrant(c);
+      if (!ours) foreign.push(`${cluster}/${inst.metadata?.name}`);
+      return ours;
+    });
+  });
+  return { counted, unserved, foreign: foreign.sort() };
+}
+
+/**
+ * What ends the grants of a management plane's quota controller: by it, that controller tells its own
+ * grants from those of anyone else who may write an instance's status in a cell (the cell's own
+ * Berth granting locally, its admin), which it neither adopts nor counts.
+ */
+export const MANAGEMENT_GRANT = ' of the management plane';
+
+/**
+ * The QuotaGranted condition an instance's verdict gives; undefined for an instance being deleted
+ * without a claim. A grant's message ends with `mark` (a management plane's MANAGEMENT_GRANT).
+ */
 export function verdictCondition(
   decision: Decision,
   uid: string,
   quota: string | undefined,
   namespace: string,
+  mark = '',
 ): QuotaVerdict | undefined {
   const v = decision.verdicts.get(uid);
   if (!v) return undefined;
   if (!v.granted) return { status: 'False', reason: v.reason, message: v.message };
   return quota
-    ? { status: 'True', reason: 'QuotaAvailable', message: `counted by Quota ${quota}` }
-    : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}` };
+    ? { status: 'True', reason: 'QuotaAvailable', message: `counted by Quota ${quota}${mark}` }
+    : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}${mark}` };
 }
+
+/** A grant a management plane's quota controller wrote (its message ends with MANAGEMENT_GRANT). */
+export const managementGrant = (c: Pick<Condition, 'status' | 'reason' | 'message'> | undefined): boolean =>
+  c?.status === 'True' &&
+  (c.reason === 'QuotaAvailable' || c.reason === 'NoQuota') &&
+  c.message.endsWith(MANAGEMENT_GRANT);
 
 /**
  * The status a Quota in force gets from a decision; conditions keep their transition times. `unread`
@@ -205,6 +256,8 @@ export function sameQuotaStatus(a: QuotaStatus | undefined, b: QuotaStatus): boo
 export const UNREAD_GRACE_MS = 10_000;
 /** How often a namespace decided without a cluster is decided again, to take it in once it answers. */
 const UNREAD_REQUEUE_MS = 5_000;
+/** How often a namespace with instances in a cell that does not serve it is looked at again. */
+const UNSERVED_REQUEUE_MS = 30_000;
 
 interface ClusterState {
   cluster: Cluster;
@@ -233,6 +286,20 @@ export interface QuotaControllerOptions {
    * waits for its own cluster to answer, which a deleted Cell's never does.
    */
   clusterExists?: (cluster: string) => boolean | undefined;
+  /**
+   * The informer request for each cluster's instances: the slim cache the workloads controllers
+   * share (INSTANCE_CACHE) by default; a management plane's is the one its federation mirrors
+   * share (OWN_INSTANCES, whole: a mirror copies the instance's spec), one cache per cell.
+   */
+  instances?: InformerRequest<InstanceObject>;
+  /**
+   * On a management plane: whether a cell serves a namespace (its Cell lists it). Only the instances
+   * of a namespace in the cells that serve it are counted against its Quota, and only the grants
+   * this controller wrote (MANAGEMENT_GRANT) are adopted: a namespace of the same name in a cell
+   * is its users', who may not spend the budget of the management plane's namespace, nor may a cell
+   * that grants by itself.
+   */
+  serves?: (cluster: string, namespace: string) => boolean;
 }
 
 /**
@@ -285,6 +352,10 @@ export class QuotaController {
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
+  private readonly instanceCache: InformerRequest<InstanceObject>;
+  private readonly serves: QuotaControllerOptions['serves'];
+  /** The instances granted by others last reported, by namespace: said again only when it changes. */
+  private readonly foreignSaid = new Map<string, string>();
   readonly clusters = new Map<string, ClusterState>();
   /**
    * The backoff of each grant that could not be written, by instance (clusterKey): the namespace's
@@ -319,6 +390,8 @@ export class QuotaController {
     this.manager = manager;
     this.quotaCluster = opts.quotaCluster ?? manager.cluster();
     this.clusterExists = opts.clusterExists;
+    this.instanceCache = opts.instances ?? INSTANCE_CACHE;
+    this.serves = opts.serves;
     this.log = manager.log.child({ capability: 'workloads', controller: 'quota' });
     this.events = this.quotaCluster.recorder('quota');
     this.quotas = this.quotaCluster.informer<QuotaObject>(Quota.ref);
@@ -330,7 +403,7 @@ export class QuotaController {
   state(cluster: Cluster): ClusterState {
     const known = this.clusters.get(cluster.name);
     if (known?.cluster === cluster) return known;
-    const instances = cluster.informer<InstanceObject>(Instance.ref, OWN_INSTANCES);
+    const instances = cluster.informer<InstanceObject>(Instance.ref, this.instanceCache);
     instances.addIndexer('namespace', byNamespace);
     instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = {
@@ -388,13 +461,23 @@ export class QuotaController {
     const quota = quotas[0];
     for (const superseded of quotas.slice(1)) await this.supersede(superseded, quota!, now);
 
-    const instances = this.readable().flatMap((s) =>
-      s.instances.byIndex('namespace', namespace).map((inst) => ({ s, inst })),
+    const ledger = quota?.status?.claims ?? [];
+    const readable = this.readable();
+    const scope = countedInstances(
+      namespace,
+      ledger,
+      readable.map((s) => ({
+        cluster: s.cluster.name,
+        instances: s.instances.byIndex('namespace', namespace),
+      })),
+      this.serves,
     );
+    const { unserved, foreign } = scope;
+    const instances = readable.flatMap((s, i) => scope.counted[i]!.map((inst) => ({ s, inst })));
+    this.sayForeign(namespace, quota, foreign);
     const candidates = instances.map(({ s, inst }) =>
       candidateOf(s.cluster.name, inst, (name) => s.instanceTypes?.get(name)?.spec),
     );
-    const ledger = quota?.status?.claims ?? [];
     const gone = await this.goneClaims(namespace, ledger);
     const decision = decideUnder(quota, ledger, candidates, gone, apiTime(now.getTime()));
 
@@ -424,7 +507,13 @@ export class QuotaController {
     const denials: Promise<void>[] = [];
     for (const { s, inst } of instances) {
       if (inst.metadata?.deletionTimestamp) continue;
-      const v = verdictCondition(decision, inst.metadata!.uid!, quota?.metadata?.name, namespace);
+      const v = verdictCondition(
+        decision,
+        inst.metadata!.uid!,
+        quota?.metadata?.name,
+        namespace,
+        this.serves ? MANAGEMENT_GRANT : '',
+      );
       if (!v) continue;
       if (v.status === 'True') {
         const uid = inst.metadata!.uid!;
@@ -449,8 +538,29 @@ export class QuotaController {
     const after = [
       ...waiting.map((c) => requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime())),
       ...(unread.length ? [UNREAD_REQUEUE_MS] : []),
+      // No watch here sees a Cell begin to serve the namespace: look again now and then.
+      ...(unserved ? [UNSERVED_REQUEUE_MS] : []),
     ];
     return after.length ? { requeueAfterMs: Math.min(...after) } : undefined;
+  }
+
+  /** Instances granted by someone else: a Warning on the Quota and a log line, when they change. */
+  private sayForeign(namespace: string, quota: QuotaObject | undefined, foreign: readonly string[]): void {
+    const said = foreign.join(',');
+    if ((this.foreignSaid.get(namespace) ?? '') === said) return;
+    if (said) this.foreignSaid.set(namespace, said);
+    else this.foreignSaid.delete(namespace);
+    if (!foreign.length) return;
+    const shown =
+      foreign.slice(0, 5).join(', ') + (foreign.length > 5 ? ` and ${foreign.length - 5} more` : '');
+    const message =
+      `${foreign.length} instance(s) granted by someone other than the management plane (${shown}): ` +
+      'not counted against this Quota and left as they are (a cell granting by itself runs with --quota-source=local)';
+    this.log.warn(
+      { namespace, instances: foreign.length, shown },
+      'instances granted elsewhere: not counted',
+    );
+    if (quota) this.events.event(quota, 'Warning', 'GrantedElsewhere', 'Reconcile', message);
   }
 
   /**

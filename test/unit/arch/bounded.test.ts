@@ -3,9 +3,10 @@
 // stand-in apiserver: the informers' lists and watches, and the events Berth posts.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { setupArch } from '../../../src/arch/index.ts';
+import { archCapability, setupArch } from '../../../src/arch/index.ts';
 import type { ArchPod } from '../../../src/arch/decide.ts';
 import { ArchPlacement, POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
+import { declaringAnnotations } from '../../../src/capability.ts';
 import { PolicyKit } from '../../../src/policy/kit.ts';
 import { InspectionError, type ImageInspector } from '../../../src/registry/types.ts';
 import { resourcePath, type KubeClient } from '../../../src/runtime/client/client.ts';
@@ -13,6 +14,9 @@ import { Resources } from '../../../src/runtime/api/meta.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import { Manager } from '../../../src/runtime/manager/manager.ts';
 import { waitFor } from '../../helpers/wait.ts';
+
+// The pods' annotations arch reads (its policy's name among them), as `berth run` keeps them.
+declaringAnnotations([archCapability]);
 
 const pod: ArchPod = {
   apiVersion: 'v1',

@@ -17,6 +17,7 @@ import {
   observe,
   probeFailure,
   reachable,
+  REFUSED_HOLD_MS,
   statusChanged,
   type FailureReason,
   type History,
@@ -363,6 +364,26 @@ describe("access: what the cell's credentials may not do", () => {
       'Unschedulable',
     );
     assert.equal(cond(cellStatus(cell(), history(denied(T0, [])), T0, t), 'Ready').status, 'True');
+  });
+  test('Ready=False AnswerTooLarge, with a Warning, for REFUSED_HOLD_MS after an answer refused for its size; a lost cell says so first', () => {
+    const refused = { at: T0, message: 'watch /apis/x from h: a line of more than 16 bytes, refused' };
+    const h = { ...history(ok(T0)), refused };
+    const s = cellStatus(cell(), h, T0 + 1000, t);
+    const ready = cond(s, 'Ready');
+    assert.deepEqual(
+      [cond(s, 'Reachable').status, ready.status, ready.reason],
+      ['True', 'False', 'AnswerTooLarge'],
+    );
+    assert.match(ready.message, /sent more than Berth reads.*a line of more than 16 bytes/);
+    assert.deepEqual(
+      cellEvents(cellStatus(cell(), history(ok(T0)), T0, t).conditions, s.conditions!).map(
+        (e) => `${e.type} ${e.reason}`,
+      ),
+      ['Warning AnswerTooLarge'],
+    );
+    assert.equal(cond(cellStatus(cell(), h, T0 + REFUSED_HOLD_MS, t), 'Ready').status, 'True');
+    const lost = { ...observe(history(ok(T0)), fail(T0 + 1000, 'Unauthorized')), refused };
+    assert.equal(cond(cellStatus(cell(), lost, T0 + 1000, t), 'Ready').reason, 'Unauthorized');
   });
 });
 

@@ -12,8 +12,13 @@ import {
   EVICT_DEFAULTS,
 } from '../../../src/labels/evict.ts';
 import type { Rule } from '../../../src/labels/types.ts';
+import { labelsCapability } from '../../../src/labels/index.ts';
+import { declaringAnnotations } from '../../../src/capability.ts';
 import { slimNode, slimPod, type NodeSelectorRequirement, type SlimPod } from '../../../src/policy/slim.ts';
 import { withSeed } from '../../helpers/prng.ts';
+
+// The pods' annotations eviction reads, as `berth run` keeps them.
+declaringAnnotations([labelsCapability]);
 
 const TPU = 'accelerators/edgetpu';
 const node = (labels: Record<string, string>, name = 'n1') =>

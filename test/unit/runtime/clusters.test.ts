@@ -351,3 +351,21 @@ test('a cluster is known while engaged or a provider has it, unknown while one c
   manager.addProvider(provider('other'));
   assert.equal(manager.clusterKnown('cell-gone'), undefined);
 });
+
+test('the local cluster serves every namespace; another only one a provider says it serves', () => {
+  const bare = new Manager({ client: deadClient(), ...offline });
+  assert.equal(bare.clusterServes(localCluster, 'shop'), true);
+  // No provider to ask: nothing is served, so nothing of another cluster counts.
+  assert.equal(bare.clusterServes('cell-a', 'shop'), false);
+  const manager = new Manager({
+    client: deadClient(),
+    ...offline,
+    providers: [
+      { name: 'silent', run: () => Promise.resolve() },
+      { name: 'cells', run: () => Promise.resolve(), serves: (c, ns) => c === 'cell-a' && ns === 'shop' },
+    ],
+  });
+  assert.equal(manager.clusterServes('cell-a', 'shop'), true);
+  assert.equal(manager.clusterServes('cell-a', 'payments'), false);
+  assert.equal(manager.clusterServes('cell-b', 'shop'), false);
+});

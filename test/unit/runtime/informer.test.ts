@@ -82,3 +82,37 @@ test('a handler that throws on a replay or a resync is logged; the informer and 
   await informer.stop();
   assert.ok(seen.filter((n) => n === 'a').length >= 2, `resynced ${seen.join(',')}`);
 });
+
+test('the lifecycle hears each object enter and leave the cache: replaced, deleted, the informer stopped', async () => {
+  const ns = (name: string, rv: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: rv },
+  });
+  const client = fakeClient(
+    async function* (opts) {
+      yield* [
+        { type: 'MODIFIED', object: ns('a', '2') },
+        { type: 'MODIFIED', object: ns('a', '2') },
+        { type: 'DELETED', object: ns('b', '3') },
+        { type: 'ADDED', object: ns('c', '4') },
+      ] as never[];
+      await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
+    },
+    [ns('a', '1'), ns('b', '1')],
+  );
+  const heard: string[] = [];
+  const at = (o: { metadata?: { name?: string; resourceVersion?: string } }) =>
+    `${o.metadata!.name}@${o.metadata!.resourceVersion}`;
+  const informer = new Informer({
+    client,
+    ref: Resources.namespaces,
+    lifecycle: { cached: (o) => heard.push(`+${at(o)}`), dropped: (o) => heard.push(`-${at(o)}`) },
+  });
+  informer.start();
+  await informer.waitForSync();
+  while (!informer.get('c')) await sleep(5);
+  await informer.stop();
+  // A version the cache holds already (a@2 twice) is not cached again.
+  assert.deepEqual(heard, ['+a@1', '+b@1', '+a@2', '-a@1', '-b@1', '+c@4', '-a@2', '-c@4']);
+});

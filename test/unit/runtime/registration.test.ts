@@ -71,6 +71,55 @@ describe('webhookConfigurations', () => {
     assert.deepEqual(webhookConfigurations([], url, ca, 'b'), []);
   });
 
+  test('a webhook its scope sends nothing has no entry, and its configuration is still applied, to take it out', () => {
+    const specs = [
+      spec({ name: 'a.berth.dev', kind: 'mutating' }),
+      spec({ name: 'b.berth.dev', kind: 'mutating' }),
+      spec({ name: 'c.berth.dev', kind: 'validating' }),
+    ];
+    const configs = webhookConfigurations(specs, url, ca, 'b', 'berth', (s) =>
+      s.name === 'b.berth.dev' ? { send: 'all' } : { send: 'none' },
+    );
+    assert.deepEqual(
+      configs.map((c) => [c.kind, webhooksOf(c).map((w) => w.name)]),
+      [
+        ['MutatingWebhookConfiguration', ['b.berth.dev']],
+        ['ValidatingWebhookConfiguration', []],
+      ],
+    );
+  });
+
+  test("a scope's selectors are required besides the spec's own, and its conditions come after the spec's", () => {
+    const own = spec({
+      name: 'a.berth.dev',
+      kind: 'mutating',
+      objectSelector: { matchLabels: { app: 'web' } },
+      matchConditions: [{ name: 'mine', expression: 'true' }],
+    });
+    const [config] = webhookConfigurations([own], url, ca, 'b', 'berth', () => ({
+      send: 'some',
+      namespaceSelector: { matchLabels: { team: 'a' } },
+      objectSelector: { matchLabels: { app: 'db' } },
+      matchConditions: [{ name: 'berth-policies-select', expression: 'false' }],
+    }));
+    const [w] = webhooksOf(config);
+    // app=web and app=db both required: a scope never widens what the spec sends.
+    assert.deepEqual(w?.objectSelector, {
+      matchLabels: { app: 'web' },
+      matchExpressions: [{ key: 'app', operator: 'In', values: ['db'] }],
+    });
+    assert.deepEqual(w?.namespaceSelector, {
+      matchLabels: { team: 'a' },
+      matchExpressions: [
+        { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['kube-system', 'b'] },
+      ],
+    });
+    assert.deepEqual(
+      w?.matchConditions?.map((c) => c.name),
+      ['mine', 'berth-policies-select'],
+    );
+  });
+
   test('kube-system and the Berth namespace are excluded, merged with the spec selector', () => {
     const own = { key: 'team', operator: 'In' as const, values: ['a'] };
     const [config] = webhookConfigurations(

@@ -183,3 +183,43 @@ test('a WorkloadDeployment beside its Quota and InstanceType in one change: size
   assert.match(instances.find((l) => /waits/.test(l)) ?? '', /vCPU/);
   assert.ok(!instances.some((l) => /does not exist/.test(l)), instances.join('\n'));
 });
+
+test('a WorkloadDeployment past the bytes budget: the plan makes as many instances as fit, and warns ReplicasBounded', async () => {
+  const client = { list: async () => ({ items: [] }) } as unknown as KubeClient;
+  const wd: KubeObject = {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'WorkloadDeployment',
+    metadata: { name: 'wide', namespace: 'shop' },
+    spec: {
+      replicas: 300,
+      instanceManagementPolicy: 'Parallel',
+      template: {
+        containers: [
+          {
+            name: 'app',
+            image: 'web:1',
+            env: [
+              { name: 'A', value: 'x'.repeat(30_000) },
+              { name: 'B', value: 'y'.repeat(30_000) },
+            ],
+          },
+        ],
+      },
+    },
+  };
+  const part = await planDeploymentObjects({
+    client,
+    objects: [wd],
+    all: [wd],
+    deleting: false,
+    options: {},
+    berthNamespace: 'berth-system',
+    keys: () => Promise.reject(new Error('not asked')),
+  });
+  assert.deepEqual(part.errors, []);
+  assert.equal(part.effects.filter((e) => e.kind === 'Instance').length, 279);
+  assert.match(
+    part.warnings.join('\n'),
+    /WorkloadDeployment shop\/wide: 300 replicas of a 60\d{3}-byte template .*: 279 run .*\(ReplicasBounded\)/,
+  );
+});

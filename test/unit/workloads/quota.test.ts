@@ -5,6 +5,9 @@ import { test } from 'node:test';
 import { decideGrants } from '../../../src/workloads/grant.ts';
 import {
   candidateOf,
+  countedInstances,
+  managementGrant,
+  MANAGEMENT_GRANT,
   quotaStatus,
   sameQuotaStatus,
   verdictCondition,
@@ -71,6 +74,60 @@ test('verdicts as QuotaGranted conditions: QuotaAvailable, NoQuota, QuotaExceede
     message: 'needs 1 instance; 1 of 1 instances used',
   });
   assert.equal(verdictCondition(d, 'uid-none', 'budget', 'ns'), undefined);
+});
+
+test("a management plane's grants are marked as its own; no other grant passes for one", () => {
+  const cs = ['a', 'b'].map((n) =>
+    candidateOf('cell-a', instance(n, { containers: [{ name: 'm', image: 'x' }] }), () => undefined),
+  );
+  const d = decideGrants({ instances: 1 }, [], cs, { gone: () => false, now: T0 });
+  const own = verdictCondition(d, 'uid-a', 'budget', 'ns', MANAGEMENT_GRANT)!;
+  assert.equal(own.message, 'counted by Quota budget of the management plane');
+  assert.equal(managementGrant(own), true);
+  assert.equal(managementGrant(verdictCondition(d, 'uid-a', undefined, 'ns', MANAGEMENT_GRANT)), true);
+  // A cell granting by itself, a refusal that happens to end so, or nothing at all: not its own.
+  assert.equal(managementGrant(verdictCondition(d, 'uid-a', 'budget', 'ns')), false);
+  assert.equal(
+    managementGrant({ status: 'False', reason: 'QuotaExceeded', message: `x${MANAGEMENT_GRANT}` }),
+    false,
+  );
+  assert.equal(managementGrant({ status: 'True', reason: 'Other', message: `x${MANAGEMENT_GRANT}` }), false);
+  assert.equal(managementGrant(undefined), false);
+});
+
+test('on a management plane, only the instances of cells serving the namespace and not granted by others count', () => {
+  const t = { containers: [{ name: 'm', image: 'x' }] };
+  const cond = (message: string, status: 'True' | 'False' = 'True', reason = 'NoQuota') => ({
+    status: { conditions: [{ type: 'QuotaGranted', status, reason, message, lastTransitionTime: T0 }] },
+  });
+  const waiting = instance('waiting', t);
+  const ours = { ...instance('ours', t), ...cond(`no Quota in namespace ns${MANAGEMENT_GRANT}`) };
+  const ledgered = { ...instance('ledgered', t), ...cond('counted by Quota old') };
+  const elsewhere = { ...instance('elsewhere', t), ...cond('no Quota in namespace ns') };
+  const denied = { ...instance('denied', t), ...cond('needs 1 instance', 'False', 'QuotaExceeded') };
+  const cells = [
+    { cluster: 'cell-a', instances: [waiting, ours, ledgered, elsewhere, denied] },
+    { cluster: 'cell-b', instances: [instance('unserved', t)] },
+    { cluster: 'cell-c', instances: [] },
+  ];
+  const ledger = [
+    { cluster: 'cell-a', name: 'ledgered', uid: 'uid-ledgered', milliCPU: 0, memoryBytes: 0, grantedAt: T0 },
+  ];
+  const serves = (cluster: string, ns: string) => cluster === 'cell-a' && ns === 'ns';
+  const scope = countedInstances('ns', ledger, cells, serves);
+  assert.deepEqual(
+    scope.counted.map((is) => is.map((i) => i.metadata?.name)),
+    [['waiting', 'ours', 'ledgered', 'denied'], [], []],
+  );
+  assert.deepEqual(scope.foreign, ['cell-a/elsewhere']);
+  assert.equal(scope.unserved, true);
+  // A cluster with no instance there is not "unserved" (no look again for nothing).
+  assert.equal(countedInstances('ns', [], [cells[2]!], serves).unserved, false);
+  // In one cluster (no `serves`), every instance counts, whoever granted it.
+  assert.deepEqual(
+    countedInstances('ns', [], cells, undefined).counted.map((is) => is.length),
+    [5, 1, 0],
+  );
 });
 
 test('the Quota status: used, waiting, the ledger, Ready or OverBudget; equal statuses need no write', () => {
