@@ -491,7 +491,7 @@ async function stop(code: number): Promise<void> {
   const cells = federated.cells.map((c) => c.sandbox.name);
   say(
     `\nberth stopped; the sandbox keeps running${cells.length ? `, and its cells ${cells.join(', ')} with their Berths` : ''}: ` +
-      `npx berth sandbox down --name ${values.sandbox}`,
+      `berth sandbox down --name ${values.sandbox}`,
   );
   process.exit(code);
 }

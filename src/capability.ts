@@ -3,6 +3,7 @@
 // builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { commaList } from './cli/flags.ts';
 import type { PolicyKit } from './policy/kit.ts';
 import { KeyOwnership, type KeyClaim, type KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
@@ -188,13 +189,6 @@ export function declaringAnnotations(all: Capability[]): Capability[] {
   return all;
 }
 
-/** A comma-separated flag's values. */
-export const commaList = (v: string): string[] =>
-  v
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
-
 /** The capabilities a cluster runs when `--controllers` is not given; a management plane names its own. */
 export const clusterControllers = (all: Capability[]): string[] =>
   all.filter((c) => c.roles.includes('cluster')).map((c) => c.name);
@@ -209,10 +203,14 @@ export function controllersOption(
   defaults = clusterControllers(all),
 ): Option {
   const names = all.map((c) => c.name);
-  return new Option('--controllers <names>', `${description} (${names.join(', ')})`)
+  // A list flag as every list flag (listOption): repeatable, comma-separated.
+  return new Option(
+    '--controllers <names>',
+    `${description} (${names.join(', ')}; repeat the flag, or separate with commas)`,
+  )
     .default(defaults, defaults.join(','))
-    .argParser((v) => {
-      const named = commaList(v);
+    .argParser((v, previous: string[]) => {
+      const named = (previous === defaults ? [] : previous).concat(commaList(v));
       const unknown = named.filter((n) => !names.includes(n));
       if (unknown.length)
         throw new InvalidArgumentError(

@@ -38,7 +38,7 @@ export const agentPlacementSpec = k8s(
           .string()
           .min(1)
           .optional()
-          .describe('A pod label that holds the owner (pool) UID, as ate.dev/workerpool-uid.'),
+          .describe('A pod label that holds the owner (pool) UID, as example.com/pool-uid.'),
         controllerRef: z
           .boolean()
           .optional()

@@ -17,7 +17,7 @@ import { servedItems } from '../runtime/client/absent.ts';
 import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { sayStep } from '../capability.ts';
-import { contextOption, kubeconfigOption, withClient } from '../cli/flags.ts';
+import { contextOption, dryRunOption, kubeconfigOption, listOption, withClient } from '../cli/flags.ts';
 import {
   gated,
   parsePolicies,
@@ -42,7 +42,12 @@ export function archCommand(): Command {
   cmd
     .command('inspect <image>')
     .description('Print the platforms an image supports, read from its registry without pulling it')
-    .option('--pull-secret <file...>', 'a pull Secret (YAML or JSON) or a docker config.json to log in with')
+    .addOption(
+      listOption(
+        '--pull-secret <files>',
+        'pull Secrets (YAML or JSON) or docker config.json files to log in with',
+      ),
+    )
     .option(
       '--registries <file>',
       'registries configuration: mirrors, CAs, insecure registries, registries on private addresses (allowPrivate)',
@@ -69,12 +74,12 @@ export function archCommand(): Command {
       'clean even while an ArchPlacement in Taints mode exists (Berth would taint again)',
       false,
     )
-    .option('--dry-run', 'say what would change, change nothing', false)
+    .addOption(dryRunOption())
     .addOption(kubeconfigOption())
     .addOption(contextOption())
     .action((o) =>
       withClient(o, (client) =>
-        cleanArch(client, { force: o.force, dryRun: o.dryRun, say: sayStep(o.dryRun) }),
+        cleanArch(client, { force: o.force, dryRun: !!o.dryRun, say: sayStep(!!o.dryRun) }),
       ),
     );
   return cmd;

@@ -88,7 +88,7 @@ export const archPlacementSpec = k8s(
       .describe(
         'NodeAffinity: add kubernetes.io/arch In <the architectures every image supports> to every required ' +
           'node-selector term. Taints: taint nodes with arch.berth.dev/arch=<architecture>:NoSchedule and ' +
-          'give pods the tolerations of those architectures (the seed, archaware-controller).',
+          'give pods the tolerations of those architectures (as archaware-controller does).',
       ),
     preferredArchitectures: z
       .array(z.object({ architecture, weight: z.number().int().min(1).max(100) }))

@@ -14,6 +14,7 @@ import {
   asList,
   clientOf,
   clusterFlags,
+  listOption,
   outputOption,
   print,
   withClient,
@@ -37,13 +38,6 @@ import {
   type CellObject,
   type LocationObject,
 } from './types.ts';
-
-/** A comma-separated list: city codes, namespaces. */
-const codes = (v: string) =>
-  v
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
 
 /** How long `berth cells join` waits for the cell to answer. */
 const joinProbeTimeoutMs = 5000;
@@ -270,7 +264,7 @@ export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
       '--kubeconfig <file>',
       "the cell's kubeconfig (its current context; credentials embedded)",
     )
-    .requiredOption('--location <codes>', 'the city codes the cell serves, comma-separated (DFW)', codes)
+    .addOption(listOption('--location <codes>', 'the city codes the cell serves (DFW)').makeOptionMandatory())
     .option(
       '--management-kubeconfig <file>',
       'kubeconfig of the management plane (default: $KUBECONFIG, ~/.kube/config)',
@@ -279,10 +273,11 @@ export function cellsCommand(ctx: Pick<CommandContext, 'cellRules'>): Command {
       '--management-context <name>',
       "the management plane's kubeconfig context (default: its current one)",
     )
-    .option(
-      '--namespaces <names>',
-      "the management plane's namespaces the cell serves, comma-separated (none: no Workload is placed there)",
-      codes,
+    .addOption(
+      listOption(
+        '--namespaces <names>',
+        "the management plane's namespaces the cell serves (none: no Workload is placed there)",
+      ),
     )
     .option('--create-namespaces', 'let Berth create a namespace it serves that the cell lacks')
     .option('--berth-namespace <ns>', "Berth's namespace on the management plane", berthNamespace())

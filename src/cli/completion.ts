@@ -9,7 +9,9 @@ export function completionWords(program: Command): Map<string, string[]> {
   const words = new Map<string, string[]>();
   const walk = (c: Command, path: string) => {
     const subs = c.commands.filter((s) => s.name() !== 'help');
-    const flags = c.options.flatMap((o) => [o.short, o.long].filter((f): f is string => !!f));
+    const flags = c.options
+      .filter((o) => !o.hidden)
+      .flatMap((o) => [o.short, o.long].filter((f): f is string => !!f));
     words.set(path, [...subs.flatMap((s) => [s.name(), ...s.aliases()]), ...flags, '--help']);
     for (const s of subs) for (const n of [s.name(), ...s.aliases()]) walk(s, `${path} ${n}`);
   };

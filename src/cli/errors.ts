@@ -70,3 +70,10 @@ export function describeError(e: unknown): { message: string; exitCode: number }
     return { message: `cannot reach the cluster: ${(e as Error).message}`, exitCode: EXIT.noCluster };
   return { message: e instanceof Error ? e.message : String(e), exitCode: EXIT.failed };
 }
+
+/** A usage error's exit code: 2, but 1 for `plan`, whose 2 says only that something would change. */
+export const usageExitCode = (command: string | undefined): number =>
+  command === 'plan' ? EXIT.failed : EXIT.usage;
+
+/** commander's error line (`error: unknown option '--x'`) as Berth starts every error line: `berth: `. */
+export const berthErrorLine = (line: string): string => `berth: ${line.replace(/^error: /, '')}`;

@@ -9,6 +9,8 @@ import { capabilities } from '../capabilities.ts';
 import { explainers, explanationOf, explanationText, type Explainer } from '../explain.ts';
 import { berthNamespace } from '../policy/namespace.ts';
 import {
+  BERTH_NAMESPACE,
+  berthNamespaceFlag,
   clusterFlags,
   durationOption,
   namespaceFlags,
@@ -41,7 +43,7 @@ export function explainCommand(): Command {
       .aliases(e.aliases)
       .description(e.resource.namespaced ? `${e.description} (NAME or NAMESPACE/NAME)` : e.description);
     if (e.resource.namespaced) namespaceFlags(sub, `the ${e.resource.kind.toLowerCase()}'s namespace`);
-    clusterFlags(sub).addOption(outputOption());
+    clusterFlags(berthNamespaceFlag(sub, BERTH_NAMESPACE, berthNamespace())).addOption(outputOption());
     if (e.subjects === 'node') sub.option('--node <name>', 'explain why this node is in or out');
     if (e.subjects === 'pod')
       sub.option('--pod <name>', 'explain why this pod (NAMESPACE/NAME) is in or out');
@@ -54,7 +56,7 @@ export function explainCommand(): Command {
           : o.pod
             ? { pod: namespaced(o.pod, ns).join('/') }
             : undefined;
-        return explanationOf(client, e, name, namespace, o, berthNamespace(), focus);
+        return explanationOf(client, e, name, namespace, o, o.berthNamespace, focus);
       });
       await print(o.output, x, () => explanationText(x).join('\n'));
     });
@@ -65,12 +67,18 @@ export function explainCommand(): Command {
     .allowUnknownOption()
     .allowExcessArguments()
     .action(async (arg: string | undefined, _o, c: Command) => {
-      const slash = arg?.indexOf('/') ?? -1;
-      if (!arg || slash < 0) return cmd.help({ error: true });
-      await cmd.parseAsync([arg.slice(0, slash), arg.slice(slash + 1), ...c.args.slice(1)], { from: 'user' });
+      if (!arg) return cmd.help({ error: true });
+      // A kind the subcommands do not know, with or without a name: say so rather than print the help.
+      const [kind = '', ...name] = arg.split('/');
+      if (!explainers.some((e) => e.name === kind || e.aliases.includes(kind))) throw unknownKind(kind);
+      await cmd.parseAsync([kind, name.join('/'), ...c.args.slice(1)], { from: 'user' });
     });
   return cmd;
 }
+
+/** What `berth explain` says of a kind it does not explain: which it does. */
+const unknownKind = (kind: string): Error =>
+  new Error(`unknown kind "${kind}": berth explain knows ${explainers.map((e) => e.name).join(', ')}`);
 
 const namespaced = (arg: string, namespace: string): [string, string] => {
   const slash = arg.indexOf('/');

@@ -138,3 +138,65 @@ export const durationOption = (
   );
   return dflt === undefined ? o : o.default(dflt, `${dflt}s`);
 };
+
+/** A comma-separated flag's values. */
+export const commaList = (v: string): string[] =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+/**
+ * A list flag, as kubectl takes one: repeatable, and each value comma-separated
+ * (`--workload-namespace shop --workload-namespace payments`, or `--workload-namespace shop,payments`).
+ * Given, it replaces the default rather than adding to it; without a default it is undefined unless given.
+ */
+export const listOption = (flags: string, description: string, dflt?: readonly string[]): Option => {
+  const parse = (v: string, previous: readonly string[] | undefined): string[] =>
+    (previous === dflt ? [] : [...(previous ?? [])]).concat(commaList(v));
+  const o = new Option(flags, `${description} (repeat the flag, or separate with commas)`).argParser(parse);
+  return dflt === undefined ? o : o.default(dflt, dflt.join(','));
+};
+
+/** What --berth-namespace says on the commands that decide as Berth does (plan, explain). */
+export const BERTH_NAMESPACE = "Berth's namespace, whose pods policies leave alone unless they name it";
+
+/**
+ * `--berth-namespace`: Berth's own namespace (its Lease, its webhook certificate's Secret), one name
+ * on every command. `deprecated` are the names a command gave it before, still taken so that no
+ * script breaks, hidden from the help and warned about on stderr.
+ */
+export function berthNamespaceFlag(
+  cmd: Command,
+  description: string,
+  dflt: string,
+  deprecated: string[] = [],
+): Command {
+  cmd.addOption(new Option('--berth-namespace <ns>', description).default(dflt));
+  for (const old of deprecated) {
+    cmd.addOption(new Option(`${old} <ns>`).hideHelp());
+    cmd.on(`option:${old.replace(/^--/, '')}`, (v: string) => {
+      process.stderr.write(`berth: warning: ${old} is deprecated, use --berth-namespace\n`);
+      cmd.setOptionValueWithSource('berthNamespace', v, 'cli');
+    });
+  }
+  return cmd;
+}
+
+/** How a dry run is asked for: `--dry-run`, or as kubectl users type it, `--dry-run=server|client`. */
+const DRY_RUN_MODES = ['server', 'client'] as const;
+
+/**
+ * `--dry-run[=server|client]`: say what would change, change nothing. Berth's dry runs read the
+ * cluster and send no write, so both modes do the same; kubectl's spelling is taken as it is typed.
+ */
+export const dryRunOption = (description = 'say what would change, change nothing'): Option =>
+  new Option('--dry-run [mode]', `${description} (server and client alike: nothing is sent)`)
+    .preset('client')
+    .argParser((v: string) => {
+      if (!(DRY_RUN_MODES as readonly string[]).includes(v))
+        throw new InvalidArgumentError(
+          `"${v}" is not a dry-run mode (server or client; put a name before --dry-run)`,
+        );
+      return v;
+    });

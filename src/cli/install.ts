@@ -6,9 +6,9 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { resourceOfKind, Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook/registration.ts';
-import { WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
+import { berthNamespace, WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
 import { controllersOption, runningCapabilities } from '../capability.ts';
-import { clusterFlags, withClient } from './flags.ts';
+import { berthNamespaceFlag, clusterFlags, listOption, withClient } from './flags.ts';
 import { capabilities } from '../capabilities.ts';
 import { cellRbacManifests, crdManifests, podPatchPolicyManifests, rbacManifests } from '../manifests.ts';
 
@@ -76,25 +76,29 @@ export function installCommand(): Command {
         await installCrds(client, log);
         if (o.crdsOnly) return;
         await installWebhookConfigurations(client, log);
-        await installPodPatchPolicy(client, log);
+        await installPodPatchPolicy(client, log, { namespace: o.berthNamespace });
       }),
     );
-  return clusterFlags(cmd);
+  return clusterFlags(berthNamespaceFlag(cmd, BERTH_NAMESPACE, berthNamespace()));
 }
 
+/** What --berth-namespace says on install and manifests. */
+const BERTH_NAMESPACE = "Berth's namespace: where its ServiceAccount, Lease and webhook certificate are";
+
 export function manifestsCommand(): Command {
-  return new Command('manifests')
+  const cmd = new Command('manifests')
     .description(SUMMARIES.manifests.description)
     .addOption(
       new Option('--kind <kind>', 'what to print')
         .choices(['all', 'crds', 'rbac', 'webhooks'])
         .default('all'),
     )
-    .option(
-      '--finalizer-owner <kinds...>',
-      "owner kinds an AgentPlacement's finalizer may be put on, as resource.group (deployments.apps); " +
-        'the ClusterRole lets Berth watch and patch them (default: none)',
-      [],
+    .addOption(
+      listOption(
+        '--finalizer-owner <kinds>',
+        "owner kinds an AgentPlacement's finalizer may be put on, as resource.group (deployments.apps); " +
+          'the ClusterRole lets Berth watch and patch them (default: none)',
+      ),
     )
     .addOption(
       controllersOption(
@@ -104,21 +108,23 @@ export function manifestsCommand(): Command {
       ),
     )
     .option('--install-crds', 'let Berth write its own CRDs (`berth run --install-crds`)', false)
-    .option(
-      '--pull-secret-namespace <namespaces...>',
-      "namespaces whose pods' imagePullSecrets Berth may read (architecture-aware placement), a Role " +
-        'in each; * for every namespace (default: none)',
-      [],
+    .addOption(
+      listOption(
+        '--pull-secret-namespace <namespaces>',
+        "namespaces whose pods' imagePullSecrets Berth may read (architecture-aware placement), a Role " +
+          'in each; * for every namespace (default: none)',
+      ),
     )
     .option(
       '--arch-pull-secret <namespace/name>',
       '`berth run --arch-pull-secret`: a Role in its namespace lets Berth read that Secret, by name',
     )
-    .option(
-      '--workload-namespace <namespaces...>',
-      'namespaces where the workloads controllers create Instances and create, patch and delete Pods, a RoleBinding in each; ' +
-        '* for every namespace (default: none)',
-      [],
+    .addOption(
+      listOption(
+        '--workload-namespace <namespaces>',
+        'namespaces where the workloads controllers create Instances and create, patch and delete Pods, a RoleBinding in each; ' +
+          '* for every namespace (default: none)',
+      ),
     )
     .option(
       '--cell',
@@ -133,21 +139,26 @@ export function manifestsCommand(): Command {
         process.stdout.write(yamlDocuments(cellRbacManifests(given ? running : capabilities)));
         return;
       }
+      const namespace = o.berthNamespace as string;
       const rbac = {
-        finalizerOwners: o.finalizerOwner as string[],
+        namespace,
+        finalizerOwners: (o.finalizerOwner as string[] | undefined) ?? [],
         installCrds: o.installCrds as boolean,
-        pullSecretNamespaces: o.pullSecretNamespace as string[],
-        workloadNamespaces: o.workloadNamespace as string[],
+        pullSecretNamespaces: (o.pullSecretNamespace as string[] | undefined) ?? [],
+        workloadNamespaces: (o.workloadNamespace as string[] | undefined) ?? [],
         ...(o.archPullSecret ? { archPullSecret: o.archPullSecret as string } : {}),
       };
       const kinds = o.kind === 'all' ? ['crds', 'rbac', 'webhooks'] : [o.kind as string];
       const docs: KubeObject[] = [
         ...(kinds.includes('crds') ? crdManifests() : []),
-        ...(kinds.includes('rbac') ? [...rbacManifests(running, rbac), ...podPatchPolicyManifests()] : []),
+        ...(kinds.includes('rbac')
+          ? [...rbacManifests(running, rbac), ...podPatchPolicyManifests({ namespace })]
+          : []),
         ...(kinds.includes('webhooks') ? emptyWebhookConfigurations(WEBHOOK_CONFIGURATION) : []),
       ];
       process.stdout.write(yamlDocuments(docs));
     });
+  return berthNamespaceFlag(cmd, BERTH_NAMESPACE, berthNamespace());
 }
 
 const yamlDocuments = (docs: KubeObject[]): string =>

@@ -1,7 +1,7 @@
 import { basename } from 'node:path';
 import { CommanderError, type Command } from 'commander';
 import { berthProgram } from './program.ts';
-import { describeError, EXIT } from './errors.ts';
+import { describeError, EXIT, usageExitCode } from './errors.ts';
 
 // The command about to run (`berth help X` runs X's help): only its module is loaded.
 const [first, second] = process.argv.slice(2);
@@ -17,8 +17,8 @@ try {
   await program.parseAsync(process.argv);
 } catch (e) {
   if (e instanceof CommanderError)
-    // Help and version asked for exit 0; a usage error (commander said what) exits 2.
-    process.exitCode = e.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    // Help and version asked for exit 0; a usage error (commander said what) exits 2, or 1 for plan.
+    process.exitCode = e.exitCode === 0 ? EXIT.ok : usageExitCode(first);
   else {
     const { message, exitCode } = describeError(e);
     process.stderr.write(`berth: ${message}\n`);

@@ -13,7 +13,10 @@ import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import {
   clusterFlags,
+  BERTH_NAMESPACE,
+  berthNamespaceFlag,
   durationOption,
+  listOption,
   outputOption,
   print,
   withClient,
@@ -24,12 +27,14 @@ import {
 export function planCommand(): Command {
   const cmd = new Command('plan')
     .description(SUMMARIES.plan.description)
-    .option('-f, --filename <path...>', 'YAML files, directories of them, or - for stdin', [])
+    .addOption(listOption('-f, --filename <paths>', 'YAML files, directories of them, or - for stdin'))
     .option('--delete', 'plan deleting these objects instead of applying them')
     .option('--label-dir <dir>', 'the rule directory Berth runs with (k8s-auto-labeller files)')
-    .option(
-      '--rule-file <path...>',
-      'k8s-auto-labeller rule files or directories to plan as applied, each in place of the --label-dir file of its name',
+    .addOption(
+      listOption(
+        '--rule-file <paths>',
+        'k8s-auto-labeller rule files or directories to plan as applied, each in place of the --label-dir file of its name',
+      ),
     )
     .option('--label-dir-evict-on-removal <mode>', 'the evictOnRemoval mode Berth runs rule files with')
     .addOption(
@@ -46,17 +51,18 @@ export function planCommand(): Command {
     )
     .addOption(dryRunControllersOption(capabilities))
     .addOption(outputOption());
+  berthNamespaceFlag(cmd, BERTH_NAMESPACE, berthNamespace());
   return clusterFlags(cmd).action(async (o) => {
-    const { objects, errors } = await readManifests(o.filename, () => text(process.stdin));
-    if (!o.filename.length && !o.ruleFile?.length) errors.push('give the objects to plan: -f FILE|DIR|-');
+    const { objects, errors } = await readManifests(o.filename ?? [], () => text(process.stdin));
+    if (!o.filename?.length && !o.ruleFile?.length) errors.push('give the objects to plan: -f FILE|DIR|-');
     if (o.delete && o.ruleFile?.length) errors.push('--delete plans deleting objects, not rule files');
     if (errors.length) {
-      process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+      process.stderr.write(errors.map((e) => `berth: ${e}\n`).join(''));
       process.exitCode = 1;
       return;
     }
     const plan = await withClient(o, (client) =>
-      planChange(client, objects, { deleting: !!o.delete, options: o, berthNamespace: berthNamespace() }),
+      planChange(client, objects, { deleting: !!o.delete, options: o, berthNamespace: o.berthNamespace }),
     );
     await print(o.output, plan, () => planText(plan).join('\n'));
     process.exitCode = planExitCode(plan);
@@ -86,11 +92,7 @@ export const agentsTestCommand = (): Command =>
     description:
       'Deprecated: use berth plan -f FILE. What applying the AgentPlacements of YAML files would do, or what existing ' +
       'ones do now (names; all of them when none is given), as berth plan says it. Writes nothing.',
-    option: [
-      '--berth-namespace <ns>',
-      "Berth's namespace, left alone unless a placement names it",
-      berthNamespace(),
-    ],
+    option: ['--berth-namespace <ns>', BERTH_NAMESPACE, berthNamespace()],
   });
 
 /** `berth PARENT test ARGS`, of one kind, with its one option of its own. */
@@ -131,8 +133,8 @@ async function legacyTest(
   const plan = [...files.map((f) => `-f ${f}`), ...rules.map((r) => `--rule-file ${r}`)].join(' ');
   process.stderr.write(
     paths.length
-      ? `deprecated: use berth plan ${plan}\n`
-      : `deprecated: use berth plan --delete -f FILE of the objects, read the other way round (kubectl get ${kind.toLowerCase()} NAME -o yaml | berth plan --delete -f -)\n`,
+      ? `berth: deprecated: use berth plan ${plan}\n`
+      : `berth: deprecated: use berth plan --delete -f FILE of the objects, read the other way round (kubectl get ${kind.toLowerCase()} NAME -o yaml | berth plan --delete -f -)\n`,
   );
   const read = await readManifests(files, () => Promise.resolve(''));
   const errors = read.errors;
@@ -146,7 +148,7 @@ async function legacyTest(
     return planChange(client, objects, { ...opts, deleting: false });
   });
   if (!result) {
-    process.stderr.write(errors.map((e) => `error: ${e}\n`).join(''));
+    process.stderr.write(errors.map((e) => `berth: ${e}\n`).join(''));
     process.exitCode = 1;
     return;
   }

@@ -1,4 +1,6 @@
 import { Command, Help } from 'commander';
+import { berthErrorLine } from './errors.ts';
+import { examplesOf } from './examples.ts';
 import { SUMMARIES } from './summaries.ts';
 import { version } from './version.ts';
 
@@ -53,5 +55,35 @@ export async function berthProgram(only?: string | null): Promise<Command> {
     const term = (name: string) => (SUMMARIES as Record<string, { term: string }>)[name]?.term;
     program.configureHelp({ subcommandTerm: (c) => term(c.name()) ?? help.subcommandTerm(c) });
   }
+  finish(program);
   return program;
+}
+
+/** The words after the program's name that run `command` (`sandbox up`). */
+export function pathOf(command: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = command; c?.parent; c = c.parent) names.unshift(c.name());
+  return names.join(' ');
+}
+
+/**
+ * What every command shares, given once the commands are loaded (commander copies no setting to a
+ * command added whole): error lines that start `berth:`, and an Examples section after the help,
+ * under the name the program runs as (`kubectl berth` as a plugin).
+ */
+function finish(command: Command): void {
+  const formatHelp = (cmd: Command, helper: Help): string => {
+    let root = cmd;
+    while (root.parent) root = root.parent;
+    const examples = examplesOf(
+      pathOf(cmd),
+      cmd.options.some((o) => o.short === '-n'),
+    ).map((e) => `  ${e.replace(/^berth /, `${root.name()} `)}`);
+    const help = Help.prototype.formatHelp.call(helper, cmd, helper);
+    return examples.length ? `${help}\nExamples:\n${examples.join('\n')}\n` : help;
+  };
+  command
+    .configureHelp({ ...command.configureHelp(), formatHelp })
+    .configureOutput({ outputError: (line, write) => write(berthErrorLine(line)) });
+  command.commands.forEach(finish);
 }

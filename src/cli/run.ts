@@ -47,7 +47,7 @@ import { addUi, electedLeader, uiOptions } from './ui.ts';
 import { logOptions, useLogOptions } from './log.ts';
 import { version } from './version.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
-import { contextOption, durationOption, kubeconfigOption } from './flags.ts';
+import { berthNamespaceFlag, contextOption, durationOption, kubeconfigOption } from './flags.ts';
 
 const limits = webhookServerLimits;
 
@@ -66,7 +66,7 @@ export function runCommand(): Command {
       // A management plane's capabilities (cells) run only when named: a cluster runs what it always ran.
       controllersOption(
         capabilities,
-        'controllers to enable, comma-separated; a management plane names its own (--controllers cells)',
+        'controllers to enable; a management plane names its own (--controllers cells)',
       ),
     )
     .option(
@@ -80,7 +80,6 @@ export function runCommand(): Command {
       DEFAULT_ADDRESSES.health,
     )
     .option('--leader-elect', 'elect a leader on a Lease so that only one replica writes', false)
-    .option('--leader-election-namespace <ns>', 'namespace of the Lease', berthNamespace())
     .option('--leader-election-id <name>', 'name of the Lease', LEADER_ELECTION_ID)
     .addOption(durationOption('--lease-duration <duration>', 'leader lease duration', 15))
     .addOption(
@@ -224,6 +223,12 @@ export function runCommand(): Command {
   for (const opt of logOptions()) cmd.addOption(opt);
   for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   for (const c of capabilities) for (const opt of c.options?.() ?? []) cmd.addOption(opt);
+  berthNamespaceFlag(
+    cmd,
+    "Berth's namespace: its Lease and its webhook certificate's Secret, and a namespace policies leave alone unless they name it",
+    berthNamespace(),
+    ['--leader-election-namespace'],
+  );
   return cmd.action(async (o) => {
     useLogOptions(o);
     buildInfo.set(
@@ -254,7 +259,7 @@ export function runCommand(): Command {
       ...(o.leaderElect
         ? {
             leaderElection: {
-              namespace: o.leaderElectionNamespace,
+              namespace: o.berthNamespace,
               name: o.leaderElectionId,
               identity: `${process.env['POD_NAME'] ?? hostname()}_${process.pid}`,
               leaseDurationMs: o.leaseDuration * 1000,
@@ -269,7 +274,7 @@ export function runCommand(): Command {
       manager,
       kit,
       options: o,
-      berthNamespace: berthNamespace(),
+      berthNamespace: o.berthNamespace,
     };
     // Every capability's reserved keys, enabled or not: a gate enabled tomorrow must not find them taken.
     for (const c of capabilities) if (c.keys) kit.keys.declare(c.name, c.keys);

@@ -10,10 +10,9 @@ import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../s
 import { Sandbox } from '../sandbox/sandbox.ts';
 import { abortOnSignals } from '../sandbox/wait.ts';
 import { installCrds } from './install.ts';
-import { durationOption } from './flags.ts';
+import { durationOption, listOption } from './flags.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
-const collect = (v: string, prev: string[]) => [...prev, v];
 const nameOption = () => new Option('--name <name>', 'sandbox name').default('default');
 
 /**
@@ -48,7 +47,7 @@ export const berthFederationHooks: FederationHooks = {
 
 /** What the user runs next on a federation's management plane (with its quota controller when it grants). */
 export const managementCommand = (sb: Sandbox, quotaSource = 'local'): string =>
-  `npx berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
+  `berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
 
 export function sandboxCommand(): Command {
   const cmd = new Command('sandbox').description(SUMMARIES.sandbox.description);
@@ -83,7 +82,7 @@ export function sandboxCommand(): Command {
       'amd64',
     )
     .option('--node-labels <k=v,...>', 'labels of the --nodes nodes', '')
-    .option('--node-taint <key[=value]:Effect>', 'taint of the --nodes nodes (repeatable)', collect, [])
+    .addOption(listOption('--node-taint <key[=value]:Effect>', 'taints of the --nodes nodes', []))
     .option(
       '--node-file <file>',
       'YAML file of node groups: nodes: [{prefix, count, arch, labels, annotations, taints}]',
@@ -108,10 +107,12 @@ export function sandboxCommand(): Command {
         1,
       ),
     )
-    .option(
-      '--cells <codes>',
-      'also start a cell per city code (DFW,LHR,NRT): sandboxes NAME-dfw, ... with kwok nodes, the CRDs and a ' +
-        'Berth running the workloads controllers, joined to this sandbox as their management plane',
+    .addOption(
+      listOption(
+        '--cells <codes>',
+        'also start a cell per city code (DFW,LHR,NRT): sandboxes NAME-dfw, ... with kwok nodes, the CRDs and a ' +
+          'Berth running the workloads controllers, joined to this sandbox as their management plane',
+      ),
     )
     .option('--cell-nodes <n>', 'kwok nodes in each cell', (v) => Number.parseInt(v, 10), 2)
     .addOption(
@@ -124,10 +125,12 @@ export function sandboxCommand(): Command {
         .choices(['local', 'management'])
         .default('local'),
     )
-    .option(
-      '--cell-namespaces <names>',
-      "the management plane's namespaces the cells serve (and may create), comma-separated",
-      SANDBOX_NAMESPACES.join(','),
+    .addOption(
+      listOption(
+        '--cell-namespaces <names>',
+        "the management plane's namespaces the cells serve (and may create)",
+        SANDBOX_NAMESPACES,
+      ),
     )
     .action(async (o) => {
       const groups: NodeGroupInput[] = o.nodeFile ? readNodeFile(o.nodeFile) : [];
@@ -153,12 +156,9 @@ export function sandboxCommand(): Command {
         if (o.fresh) await federation.down(true);
         const cells = await federation
           .up(berthFederationHooks, {
-            cities: String(o.cells).split(','),
+            cities: o.cells as string[],
             cellNodes: o.cellNodes,
-            namespaces: String(o.cellNamespaces)
-              .split(',')
-              .map((n) => n.trim())
-              .filter(Boolean),
+            namespaces: o.cellNamespaces as string[],
             management: { ...upOptions, fresh: false },
             quotaSource: o.quotaSource,
             log,
@@ -279,7 +279,7 @@ export function sandboxCommand(): Command {
     .command('user <username>')
     .description('Mint a user (client certificate, no RBAC granted) and print the path of its kubeconfig')
     .addOption(nameOption())
-    .option('--group <group>', 'group of the user (repeatable)', collect, [])
+    .addOption(listOption('--group <groups>', 'groups of the user', []))
     .action(async (username: string, o) => {
       const sb = new Sandbox(o.name);
       if (!sb.exists) throw new Error(`sandbox ${sb.name} does not exist: run berth sandbox up`);

@@ -2,7 +2,7 @@
 // alone, with only the informers it reads (no controller, no lease, no write).
 import { SUMMARIES } from './summaries.ts';
 import { Command, Option } from 'commander';
-import { commaList, controllersOption, runningCapabilities, type Capability } from '../capability.ts';
+import { controllersOption, runningCapabilities, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
 import { berthNamespace, LEADER_ELECTION_ID } from '../policy/namespace.ts';
 import { Resources } from '../runtime/api/meta.ts';
@@ -14,7 +14,7 @@ import { UiServer, type About } from '../ui/server.ts';
 import { version } from './version.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { logOptions, useLogOptions } from './log.ts';
-import { clientOf, clusterFlags } from './flags.ts';
+import { clientOf, clusterFlags, listOption } from './flags.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -23,15 +23,15 @@ export function uiOptions(defaultBind: string): Option[] {
     new Option('--ui-bind-address <addr>', 'address of the read-only web page ("0" turns it off)').default(
       defaultBind,
     ),
-    new Option('--ui-pool-labels <keys>', "node labels that name a node's pool, the first present wins")
-      .default(defaultPoolLabels, defaultPoolLabels.join(','))
-      .argParser(commaList),
-    new Option(
+    listOption(
+      '--ui-pool-labels <keys>',
+      "node labels that name a node's pool, the first present wins",
+      defaultPoolLabels,
+    ),
+    listOption(
       '--ui-allowed-hosts <names>',
-      'host names the page answers to besides localhost and IP addresses (a guard against DNS rebinding)',
-    )
-      .default([], 'none')
-      .argParser(commaList),
+      'host names the page answers to besides localhost and IP addresses (a guard against DNS rebinding; default: none)',
+    ),
   ];
 }
 
@@ -97,7 +97,7 @@ export function addUi(
     bindAddress: String(o['uiBindAddress']),
     kinds: enabled.flatMap((c) => c.crds),
     poolLabels: o['uiPoolLabels'] as string[],
-    allowedHosts: (o['uiAllowedHosts'] as string[]).map((h) => h.toLowerCase()),
+    allowedHosts: ((o['uiAllowedHosts'] as string[] | undefined) ?? []).map((h) => h.toLowerCase()),
     options: o,
     berthNamespace: berthNamespace(),
     about: { version: version(), controllers: enabled.map((c) => c.name), ...leader },

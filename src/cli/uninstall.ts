@@ -8,7 +8,7 @@ import { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
 import { sayStep } from '../capability.ts';
-import { clusterFlags, durationOption, withClient } from './flags.ts';
+import { berthNamespaceFlag, clusterFlags, dryRunOption, durationOption, withClient } from './flags.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
@@ -121,10 +121,9 @@ export async function crdsGone(
 export function uninstallCommand(): Command {
   const cmd = new Command('uninstall')
     .description(SUMMARIES.uninstall.description)
-    .option('--namespace <ns>', "Berth's namespace (its Secret and Lease)", berthNamespace())
     .option('--webhook-cert-secret <name>', 'the Secret of the webhook certificate', WEBHOOK_CERT_SECRET)
     .option('--leader-election-id <name>', 'the leader-election Lease', LEADER_ELECTION_ID)
-    .option('--dry-run', 'say what would change, change nothing', false)
+    .addOption(dryRunOption())
     .option(
       '--keep-crds',
       "keep the CRDs and the objects of Berth's kinds (the Helm chart's crds.keep); take back the rest",
@@ -142,15 +141,17 @@ export function uninstallCommand(): Command {
     .action((o) =>
       withClient(o, (client) =>
         uninstall(client, {
-          namespace: o.namespace,
+          namespace: o.berthNamespace,
           webhookCertSecret: o.webhookCertSecret,
           leaderElectionId: o.leaderElectionId,
-          dryRun: o.dryRun,
+          dryRun: !!o.dryRun,
           keepCrds: o.keepCrds,
           timeoutMs: o.timeout * 1000,
-          say: sayStep(o.dryRun),
+          say: sayStep(!!o.dryRun),
         }),
       ),
     );
-  return clusterFlags(cmd);
+  return clusterFlags(
+    berthNamespaceFlag(cmd, "Berth's namespace (its Secret and Lease)", berthNamespace(), ['--namespace']),
+  );
 }

@@ -11,7 +11,14 @@ import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 import type { SlimNode } from '../policy/slim.ts';
 import { isObjectGone } from '../runtime/client/apply.ts';
 import { KubeClient } from '../runtime/client/client.ts';
-import { clientOf, clusterFlags, namespaceFlags, namespaceOf } from '../cli/flags.ts';
+import {
+  clientOf,
+  clusterFlags,
+  dryRunOption,
+  listOption,
+  namespaceFlags,
+  namespaceOf,
+} from '../cli/flags.ts';
 import { Resources } from '../runtime/api/meta.ts';
 
 /**
@@ -54,8 +61,10 @@ export function gatesCommand(): Command {
       "Add the tolerations for the taints of the gates that wait for this DaemonSet's pods (or of --gate) to its pod template",
     );
   namespaceFlags(clusterFlags(tolerate), 'namespace of the DaemonSet')
-    .option('--gate <name...>', 'tolerate these gates, whether or not they wait for the DaemonSet')
-    .option('--dry-run', 'print the patch, change nothing', false)
+    .addOption(
+      listOption('--gate <names>', 'tolerate these gates, whether or not they wait for the DaemonSet'),
+    )
+    .addOption(dryRunOption('print the patch, change nothing'))
     .action(async (name: string, o) => {
       const client = await clientOf(o);
       try {

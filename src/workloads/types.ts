@@ -138,8 +138,8 @@ const workloadDeploymentSpec = z.object({
     .enum(['OrderedReady', 'Parallel'])
     .default('OrderedReady')
     .describe(
-      'OrderedReady: scale one instance at a time by ordinal, each after the one before is Ready (the ' +
-        'seed). Parallel: create and delete all at once. Rollouts are one at a time either way.',
+      'OrderedReady: scale one instance at a time by ordinal, each after the one before is Ready (as a ' +
+        "StatefulSet's OrderedReady). Parallel: create and delete all at once. Rollouts are one at a time either way.",
     ),
   progressDeadlineSeconds: z
     .number()

@@ -61,11 +61,10 @@ export function shellWords(line: string): string[] {
   return words;
 }
 
-/** Each `npx berth …` or `berth …` command in a file's code blocks: the arguments after `berth`. */
+/** Each `berth …` command in a file's code blocks: the arguments after `berth`. */
 export function berthCommands(markdown: string): string[][] {
   return codeBlockLines(markdown)
     .map(shellWords)
-    .map((words) => (words[0] === 'npx' ? words.slice(1) : words))
     .filter((words) => words[0] === 'berth')
     .map((words) => words.slice(1));
 }

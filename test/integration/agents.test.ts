@@ -709,7 +709,7 @@ describe('agent placement', () => {
       const r = runBerthCli(['agents', 'test', file, `--kubeconfig=${sandbox.kubeconfigPath}`]);
       assert.equal(r.status, 1, r.stderr);
       // A deprecated alias of berth plan: it says so, and plans as berth plan does.
-      assert.match(r.stderr, /^deprecated: use berth plan -f /);
+      assert.match(r.stderr, /^berth: deprecated: use berth plan -f /);
       assert.match(
         r.stdout,
         new RegExp(

@@ -225,6 +225,6 @@ describe('the chart from one version to the next, by Helm alone', () => {
   test('with crds.keep=false the uninstall hook runs berth uninstall without --keep-crds (which deletes the CRDs)', () => {
     const { args } = renderedHook({ 'crds.keep': 'false' }, 'uninstall');
     assert.ok(!args.includes('--keep-crds'));
-    assert.ok(args.includes(`--namespace=${ns}`));
+    assert.ok(args.includes(`--berth-namespace=${ns}`));
   });
 });

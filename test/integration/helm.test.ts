@@ -295,7 +295,12 @@ describe('the Helm chart', () => {
         [
           'berth-uninstall',
           'post-delete',
-          ['uninstall', `--namespace=${ns}`, `--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`, '--keep-crds'],
+          [
+            'uninstall',
+            `--berth-namespace=${ns}`,
+            `--webhook-cert-secret=${WEBHOOK_CERT_SECRET}`,
+            '--keep-crds',
+          ],
         ],
       ],
     );

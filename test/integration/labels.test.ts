@@ -604,7 +604,7 @@ describe('derived node labels', () => {
       assert.deepEqual(json.evictions, { namespaces: { [ns]: 1 }, budgets: {} });
       const { stdout, stderr } = await run();
       assert.match(stdout, new RegExp(`warning: this change would evict 1 pod\\(s\\): ${ns} 1\\n`));
-      assert.match(stderr, /^deprecated: use berth plan -f /);
+      assert.match(stderr, /^berth: deprecated: use berth plan -f /);
       const taints = ((await client.get(Resources.nodes, n!))['spec'] as { taints?: unknown[] }).taints ?? [];
       assert.deepEqual(taints, [], 'a dry run writes nothing');
     } finally {
@@ -621,7 +621,7 @@ describe('derived node labels', () => {
     await applyRule(p, spec);
     await assert.rejects(rulesTest(`${p}-new`, spec, p), (e: Error & { code?: number; stderr?: string }) => {
       assert.equal(e.code, 1);
-      assert.match(e.stderr ?? '', /error: give files to plan, or names of existing objects, not both/);
+      assert.match(e.stderr ?? '', /berth: give files to plan, or names of existing objects, not both/);
       return true;
     });
   });
@@ -659,7 +659,7 @@ describe('derived node labels', () => {
         fixed.effects.filter((e) => e.name.startsWith(p)),
         [{ kind: 'Node', name: joined, op: '+', what: `label ${ns}/out=true`, by: `file:${ns}/out` }],
       );
-      assert.match(stderr, /^deprecated: use berth plan --rule-file /);
+      assert.match(stderr, /^berth: deprecated: use berth plan --rule-file /);
       assert.match(
         fixed.warnings.join('\n'),
         /current rule skipped: .*\/out:2: "Not A Key!" is not a valid label key/,

@@ -178,7 +178,7 @@ test('an AgentPlacement: the plan says exactly which label and claims the nodes 
   // the other way round; it exits 0 as it always did.
   const legacy = runBerthCli(['agents', 'test', id, '--kubeconfig', sandbox.kubeconfigPath, '-o', 'json']);
   assert.equal(legacy.status, 0, legacy.stderr);
-  assert.match(legacy.stderr, /^deprecated: use berth plan --delete -f /);
+  assert.match(legacy.stderr, /^berth: deprecated: use berth plan --delete -f /);
   assert.deepEqual(planned((JSON.parse(legacy.stdout) as Plan).effects), want);
 
   const undo = plan('-f', path, '--delete');

@@ -52,7 +52,7 @@ test('sandbox up --cells starts a federation, twice is the same one, its cells a
   const said = up();
   const mgmt = new Sandbox(name);
   assert.ok(
-    said.includes(`npx berth run --kubeconfig ${mgmt.kubeconfigPath} --controllers=cells,federation`),
+    said.includes(`berth run --kubeconfig ${mgmt.kubeconfigPath} --controllers=cells,federation`),
     `it says what to run next:\n${said}`,
   );
   const first = status();

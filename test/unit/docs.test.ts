@@ -7,11 +7,19 @@ import { dirname, join, relative } from 'node:path';
 import { describe, test } from 'node:test';
 import { type Command, CommanderError } from 'commander';
 import { REFERENCE_FILES } from '../../scripts/docs-reference.ts';
+import { EXIT } from '../../src/cli/errors.ts';
 import { berthProgram } from '../../src/cli/program.ts';
 import { explainerOf } from '../../src/explain.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 
-import { berthCommands, docsExplainCommands, DOCS, explainFixtures, read } from '../helpers/docs.ts';
+import {
+  berthCommands,
+  codeBlockLines,
+  docsExplainCommands,
+  DOCS,
+  explainFixtures,
+  read,
+} from '../helpers/docs.ts';
 
 const root = packageRoot();
 /** The kinds `berth explain` had before issue 51: their docs commands name the demo's objects. */
@@ -62,6 +70,41 @@ describe('docs', () => {
     assert.deepEqual(unrun, [], 'add a fixture of the kind to test/helpers/docs.ts explainFixtures');
   });
 
+  test("every berth example in the commands' help parses against the program", async () => {
+    const all = (c: Command): Command[] => [c, ...c.commands.filter((s) => s.name() !== 'help').flatMap(all)];
+    const examples = all(await berthProgram()).flatMap((c) =>
+      berthCommands(`\`\`\`sh\n${c.helpInformation().split('\nExamples:\n')[1] ?? ''}\`\`\`\n`),
+    );
+    assert.ok(examples.length > 40, `only ${examples.length} examples found`);
+    const failures: string[] = [];
+    for (const args of examples)
+      await parses(args).catch((e: unknown) =>
+        failures.push(`berth ${args.join(' ')}: ${e instanceof Error ? e.message : String(e)}`),
+      );
+    assert.deepEqual(failures, []);
+  });
+
+  test('no doc tells anyone to run npx berth, which outside a checkout runs a package not ours', () => {
+    // Prose may warn against it (`npx berth` alone); decisions are records of their time.
+    const told = [
+      ...DOCS.filter((f) => !f.startsWith('docs/decisions/')),
+      'DEVELOPERS.md',
+      'deploy/README.md',
+    ].filter(
+      (file) =>
+        codeBlockLines(read(file)).some((l) => /\bnpx berth\b/.test(l)) ||
+        /`npx berth [^`]+`/.test(read(file)),
+    );
+    assert.deepEqual(told, []);
+  });
+
+  test('the exit codes page lists every code berth exits with, and no other', () => {
+    const listed = [...read('docs/reference/exit-codes.md').matchAll(/^\| (\d+) +\|/gm)].map((m) =>
+      Number(m[1]),
+    );
+    assert.deepEqual(listed, [...new Set(Object.values(EXIT))].sort());
+  });
+
   test('the parse check refuses an unknown command, flag or option value', async () => {
     await assert.rejects(parses(['sandbox', 'upp']));
     await assert.rejects(parses(['run', '--no-such-flag']));
@@ -71,9 +114,9 @@ describe('docs', () => {
 
   test('commands are found in code blocks only, continuations joined and comments dropped', () => {
     const md = [
-      'Prose: `npx berth nothing`.',
+      'Prose: `berth nothing`.',
       '```sh',
-      'npx berth sandbox up --nodes 4 \\',
+      'berth sandbox up --nodes 4 \\',
       "  --node-labels 'pool=edge' # a comment",
       'kubectl get nodes',
       '```',

@@ -54,4 +54,4 @@ export function withoutMissingCrds(client: KubeClient, missing: Set<string>): Ku
 
 /** The line a read-only command prints for the CRDs `withoutMissingCrds` found missing. */
 export const missingCrdsLine = (missing: ReadonlySet<string>): string =>
-  `Not installed here: ${[...missing].sort().join(', ')} (read as no objects; install Berth's CRDs with npx berth install, or the Helm chart)`;
+  `Not installed here: ${[...missing].sort().join(', ')} (read as no objects; install Berth's CRDs with berth install, or the Helm chart)`;

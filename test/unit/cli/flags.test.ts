@@ -1,7 +1,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Command } from 'commander';
-import { asList, formatted, outputOption, parseDuration } from '../../../src/cli/flags.ts';
+import {
+  asList,
+  berthNamespaceFlag,
+  dryRunOption,
+  formatted,
+  listOption,
+  outputOption,
+  parseDuration,
+} from '../../../src/cli/flags.ts';
 import {
   kubeconfigAccess,
   kubeconfigFileAccess,
@@ -56,4 +64,43 @@ test('--context picks a context of the kubeconfig, and -n defaults to its namesp
     name: 'KubeconfigError',
     message: 'cannot read the kubeconfig /nonexistent/kubeconfig: no such file',
   });
+});
+
+/** `cmd`'s options after parsing `args` (no action runs). */
+const parsed = (cmd: Command, args: string[]): Record<string, unknown> =>
+  cmd
+    .exitOverride()
+    .configureOutput({ writeErr: () => {} })
+    .parse(args, { from: 'user' })
+    .opts();
+
+test('a list flag is repeatable and comma-separated alike, and replaces its default when given', () => {
+  const cmd = () => new Command().addOption(listOption('--ns <names>', 'namespaces', ['a']));
+  assert.deepEqual(parsed(cmd(), []).ns, ['a']);
+  assert.deepEqual(parsed(cmd(), ['--ns', 'shop,payments']).ns, ['shop', 'payments']);
+  assert.deepEqual(parsed(cmd(), ['--ns', 'shop', '--ns=payments,web']).ns, ['shop', 'payments', 'web']);
+  const noDefault = new Command().addOption(listOption('--ns <names>', 'namespaces'));
+  assert.equal(parsed(noDefault, []).ns, undefined);
+});
+
+test('--berth-namespace is one name; the old spellings still work, hidden and warned about', (t) => {
+  const said: string[] = [];
+  t.mock.method(process.stderr, 'write', (s: string) => said.push(s));
+  const cmd = () => berthNamespaceFlag(new Command(), "Berth's namespace", 'berth-system', ['--namespace']);
+  assert.equal(parsed(cmd(), []).berthNamespace, 'berth-system');
+  assert.equal(parsed(cmd(), ['--berth-namespace', 'ops']).berthNamespace, 'ops');
+  assert.deepEqual(said, []);
+  assert.equal(parsed(cmd(), ['--namespace=ops']).berthNamespace, 'ops');
+  assert.deepEqual(said, ['berth: warning: --namespace is deprecated, use --berth-namespace\n']);
+  assert.doesNotMatch(cmd().helpInformation(), /--namespace/);
+});
+
+test('--dry-run takes kubectl spellings: bare, =server, =client; nothing else', () => {
+  const cmd = () => new Command().argument('[name]').addOption(dryRunOption());
+  assert.equal(parsed(cmd(), []).dryRun, undefined);
+  assert.equal(parsed(cmd(), ['--dry-run']).dryRun, 'client');
+  assert.equal(parsed(cmd(), ['--dry-run=server']).dryRun, 'server');
+  assert.equal(parsed(cmd(), ['--dry-run=client']).dryRun, 'client');
+  assert.equal(parsed(cmd(), ['x', '--dry-run']).dryRun, 'client');
+  assert.throws(() => parsed(cmd(), ['--dry-run=all']), /not a dry-run mode/);
 });

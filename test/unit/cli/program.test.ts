@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { berthProgram } from '../../../src/cli/program.ts';
+import type { Command } from 'commander';
+import { berthProgram, pathOf } from '../../../src/cli/program.ts';
 import { bashCompletion, completionWords } from '../../../src/cli/completion.ts';
-import { describeError, EXIT } from '../../../src/cli/errors.ts';
+import { berthErrorLine, describeError, EXIT, usageExitCode } from '../../../src/cli/errors.ts';
+import { explainers } from '../../../src/explain.ts';
 import { ApiError } from '../../../src/runtime/client/client.ts';
 import { KubeconfigError } from '../../../src/runtime/client/kubeconfig.ts';
 
@@ -31,6 +34,9 @@ test('completion offers the subcommands and flags of the path typed so far', asy
   assert.ok(words.get('berth sandbox up')!.includes('--quota-source'));
   assert.ok(words.get('berth explain node')!.includes('--context'));
   assert.ok(words.get('berth cells list')!.includes('-o'));
+  // A deprecated spelling still works but is not offered.
+  assert.ok(words.get('berth uninstall')!.includes('--berth-namespace'));
+  assert.ok(!words.get('berth uninstall')!.includes('--namespace'));
   const script = bashCompletion(await berthProgram(), ['berth', 'kubectl-berth']);
   assert.match(script, /complete -F _berth berth kubectl-berth\n$/);
 });
@@ -75,4 +81,65 @@ test('errors say what failed in a user’s words, with their exit code', () => {
     message: 'cannot reach the cluster: connect ECONNREFUSED 127.0.0.1:6443',
     exitCode: EXIT.noCluster,
   });
+});
+
+/** `berth ARGS` as its own process, with no cluster to reach. */
+const berth = (...args: string[]) =>
+  spawnSync(process.execPath, ['src/cli/main.ts', ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, KUBECONFIG: '/nonexistent' },
+  });
+
+test('every error line starts berth:, a usage error exits 2, but 1 for plan whose 2 says changes', () => {
+  assert.equal(berthErrorLine("error: unknown option '--x'\n"), "berth: unknown option '--x'\n");
+  assert.equal(usageExitCode('plan'), EXIT.failed);
+  assert.equal(usageExitCode('run'), EXIT.usage);
+  const plan = berth('plan', '--no-such-flag');
+  assert.equal(plan.status, EXIT.failed);
+  assert.match(plan.stderr, /^berth: unknown option '--no-such-flag'\n/);
+  assert.equal(plan.stdout, '');
+  const run = berth('run', '--lease-duration=1d');
+  assert.equal(run.status, EXIT.usage);
+  assert.match(run.stderr, /^berth: option '--lease-duration <duration>' argument '1d' is invalid/);
+});
+
+test('explain of a kind it does not know says so and which it knows, exit 1, without the help', () => {
+  for (const args of [
+    ['explain', 'deployment', 'web'],
+    ['explain', 'deployment/web'],
+  ]) {
+    const r = berth(...args);
+    assert.equal(r.status, EXIT.failed, args.join(' '));
+    assert.equal(
+      r.stderr,
+      `berth: unknown kind "deployment": berth explain knows ${explainers.map((e) => e.name).join(', ')}\n`,
+    );
+  }
+});
+
+test('each command’s help ends with its Examples, under the name the program runs as', async () => {
+  const all = (c: Command): Command[] => [c, ...c.commands.filter((s) => s.name() !== 'help').flatMap(all)];
+  const missing = all(await berthProgram())
+    .filter((c) => !/\nExamples:\n {2}\S/.test(c.helpInformation()))
+    .map((c) => pathOf(c) || 'berth');
+  assert.deepEqual(missing, []);
+  const plugin = await berthProgram('plan');
+  plugin.name('kubectl berth');
+  assert.match(plugin.commands[0]!.helpInformation(), /\n {2}kubectl berth plan -f policy\.yaml\n/);
+});
+
+test('manifests puts Berth in --berth-namespace, and a list flag takes commas', () => {
+  const r = berth(
+    'manifests',
+    '--kind',
+    'rbac',
+    '--berth-namespace',
+    'ops',
+    '--workload-namespace',
+    'shop,web',
+  );
+  assert.equal(r.status, EXIT.ok, r.stderr);
+  assert.match(r.stdout, /system:serviceaccount:ops:berth/);
+  for (const ns of ['shop', 'web']) assert.match(r.stdout, new RegExp(`namespace: ${ns}\\n`));
+  assert.doesNotMatch(r.stdout, /berth-system/);
 });
