@@ -52,6 +52,7 @@ const tiny: Record<string, string[]> = {
   ],
   'bench:ui': ['--nodes', '20'],
   'bench:memory': ['--points', '5:0,5:10'],
+  'bench:memory-churn': ['--rewrites', '5', '--kb', '10', '--settle', '1'],
   'bench:federation': ['--cells', '2', '--workloads', '2', '--replicas', '1', '--samples', '2'],
   'bench:writes': ['--writes', '32', '--lanes', '4'],
   'bench:cli': ['--rounds', '1', '--runs', '2'],
