@@ -1,9 +1,10 @@
 // A policy's status, from what a node-keyed controller found on each node. That controller records
 // each node's standing per policy; the policies whose standing changed are queued (after a short
 // delay, so that a change across many nodes makes one write). Their status controller turns the
-// standings into counts and conditions (the capability's `report`), announces a condition turning bad (a Warning event and a
-// log line, once per change), and writes the status only when something changed, and never before
-// the node controller's first full pass: counts over part of the nodes would flap on every restart.
+// standings into counts and conditions (the capability's `report`), announces a condition turning
+// bad (a Warning event and a log line, once per change), and writes the status only when something
+// changed, and never before the node controller's first full pass: counts over part of the nodes
+// would flap on every restart.
 // A policy that holds things on nodes keeps its finalizer through the same controller (`finalizer`,
 // released by the capability's `cleanup`).
 // A policy a webhook acts on gets no status until the webhook's configuration covers its generation
@@ -70,8 +71,8 @@ export interface Warning {
 }
 
 /**
- * What the writer writes with, and the nodes of the capability's node loop: the controller that
- * records standings, given the writer's `firstPass` (ControllerOptions.firstPass).
+ * What the writer writes with, and the nodes whose first pass it waits for: the node controller
+ * that records the standings is given the writer's `firstPass` (ControllerOptions.firstPass).
  */
 export interface NodeLoop {
   readonly manager: Pick<Manager, 'add' | 'client'>;
@@ -107,7 +108,10 @@ export interface PolicyStatusOptions<O extends PolicyObject<Count>, Count extend
 
 export type PolicyObject<Count extends string = string> = KubeObject & { status?: PolicyStatus<Count> };
 
-/** A capability's status writer: it says what a policy's standings come to (`report`) and, with a finalizer, releases a deleted one (`cleanup`). */
+/**
+ * A capability's status writer is a subclass: it says what a policy's standings come to (`report`)
+ * and, with a finalizer, releases a deleted policy (`cleanup`).
+ */
 export abstract class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends string> {
   /** Keyed by policy name; more sources may be watched. */
   readonly controller: Controller;

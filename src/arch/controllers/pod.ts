@@ -70,8 +70,8 @@ export class PodReconciler implements Reconciler {
   private readonly retries = new Map<string, Retries>();
   /** Images whose read for admission failed, until when the webhook is told so (failedForAdmission). */
   private readonly admissionFailures = new Map<string, number>();
-  /** Sends the webhook its state again; set once the webhook is registered. */
-  admissionChanged: () => void = () => {};
+  /** Those that send the webhook its state again (onAdmissionChange). */
+  private readonly admissionListeners: (() => void)[] = [];
   /** Pull secrets read lately, by `namespace/name`. */
   private readonly secrets = new TtlCache<PullSecret>(1024);
   /** Whether Berth may read Secrets in a namespace, as the apiserver said lately, by namespace. */
@@ -233,6 +233,11 @@ export class PodReconciler implements Reconciler {
     return undefined;
   }
 
+  /** Calls `listener` whenever what the webhook reads of this reconciler changes (an image failed for admission). */
+  onAdmissionChange(listener: () => void): void {
+    this.admissionListeners.push(listener);
+  }
+
   /**
    * Reads the images the webhook asks about (a pod at admission whose images are not known), so
    * that their platforms reach its state while the review waits. What fails is reported by the
@@ -248,7 +253,7 @@ export class PodReconciler implements Reconciler {
     const failed = (images: string[], err: unknown) => {
       this.a.log.debug({ err, images }, 'inspection for admission failed');
       for (const image of images) this.admissionFailures.set(image, Date.now() + INSPECT_MISS_MS);
-      this.admissionChanged();
+      for (const listener of this.admissionListeners) listener();
     };
     const bound = tooManyImages(hint.images);
     if (bound)
