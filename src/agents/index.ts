@@ -16,10 +16,10 @@ import {
   CLAIM_WRITE_WINDOW_MS,
   NodeReconciler,
   outranked,
-  setupNodeController,
+  setupNodeReconciler,
 } from './controllers/node.ts';
-import { setupOwnerFinalizerController, type OwnerKind } from './controllers/owner-finalizer.ts';
-import { setupStatusController, type AgentStatus } from './controllers/status.ts';
+import { setupOwnerFinalizerReconciler, type OwnerKind } from './controllers/owner-finalizer.ts';
+import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
 import {
   checkOwnership,
   claimedOwners,
@@ -166,7 +166,7 @@ export function setupAgents(
   opts: AgentsOptions,
 ): Agents & {
   nodeController: Controller;
-  status: AgentStatus;
+  status: StatusWriter;
   finalizerController: Controller;
   webhook: WebhookSpec;
 } {
@@ -226,16 +226,13 @@ export function setupAgents(
     events: manager.recorder('agents'),
     log,
   };
-  // The node controller records each node's standings in the status writer, which needs the node
-  // controller to know its first pass is done: the reconciler is called only once the manager runs.
-  const nodeController = setupNodeController(
-    a,
-    { reconcile: (key) => reconciler.reconcile(key) },
-    opts.workers ?? AGENT_WORKERS,
-  );
-  const status = setupStatusController(a, nodeController);
-  const reconciler = new NodeReconciler(a, writer, status);
-  const finalizerController = setupOwnerFinalizerController(a, status);
+  // agents-node records each node's standings in the status writer, which waits for its first pass.
+  const status = setupStatusWriter(a);
+  const nodeController = setupNodeReconciler(a, new NodeReconciler(a, writer, status), {
+    workers: opts.workers ?? AGENT_WORKERS,
+    firstPass: status.firstPass,
+  });
+  const finalizerController = setupOwnerFinalizerReconciler(a, status);
   return { ...a, nodeController, status, finalizerController, webhook: podWebhook(a) };
 }
 

@@ -12,11 +12,12 @@ import type { ImageInspector } from '../registry/types.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Controller } from '../runtime/controller/controller.ts';
+import { Trigger } from '../runtime/controller/trigger.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
-import { NodeReconciler, setupNodeController } from './controllers/node.ts';
-import { PodReconciler, setupPodController } from './controllers/pod.ts';
-import { setupRegateController } from './controllers/regate.ts';
-import { setupStatusController, type ArchStatus } from './controllers/status.ts';
+import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
+import { PodReconciler, setupPodReconciler } from './controllers/pod.ts';
+import { setupRegateReconciler } from './controllers/regate.ts';
+import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
 import {
   parsePolicies,
   webhookServiceNamespaces,
@@ -197,7 +198,7 @@ export function setupArch(
   podController: Controller;
   regateController: Controller;
   nodeController: Controller;
-  status: ArchStatus;
+  status: StatusWriter;
   webhook: WebhookSpec;
 } {
   const manager = kit.manager;
@@ -245,17 +246,18 @@ export function setupArch(
   kit.keys.declare('arch', ARCH_KEYS, (signal) => policyObjects.waitForSync(signal));
   const writer = kit.applyWriter(FIELD_MANAGER, nodes);
 
-  // arch-pod records each pod's standing in the status writer, which needs arch-pod to know its
-  // first pass is done: the reconciler is called only once the manager runs.
-  const podController = setupPodController(
-    a,
-    { reconcile: (key) => podReconciler.reconcile(key) },
-    opts.workers ?? 32,
-  );
-  const regateController = setupRegateController(a);
-  const status = setupStatusController(a, podController);
-  const podReconciler = new PodReconciler(a, status, podController.queue);
-  const nodeController = setupNodeController(a, new NodeReconciler(a, writer, status));
+  // arch-pod records each pod's standing in the status writer, which waits for its first pass; its
+  // trigger brings back a pod whose images were read, or whose deleted policy waits for it.
+  const podTrigger = new Trigger();
+  const status = setupStatusWriter(a, podTrigger);
+  const podReconciler = new PodReconciler(a, status, podTrigger);
+  const podController = setupPodReconciler(a, podReconciler, {
+    workers: opts.workers ?? 32,
+    firstPass: status.firstPass,
+    trigger: podTrigger,
+  });
+  const regateController = setupRegateReconciler(a);
+  const nodeController = setupNodeReconciler(a, new NodeReconciler(a, writer, status));
   return {
     ...a,
     podController,

@@ -352,7 +352,7 @@ export function podWebhook(a: Arch, pods: PodReconciler): WebhookSpec {
         const services = valueChanged((o: KubeObject) => String(o['namespaces']));
         for (const configs of a.webhookConfigs) configs.addEventHandler(onChanges(services, changed));
         a.opts.inspector.onLearn(changed);
-        pods.admissionChanged = changed;
+        pods.onAdmissionChange(changed);
       },
       (hint) => pods.inspectForAdmission(hint),
     ),

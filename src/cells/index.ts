@@ -3,7 +3,8 @@ import { durationOption } from '../cli/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { cellsCommand, forgetCells } from './cli.ts';
-import { defaultTiming, setupCells } from './controllers/cells.ts';
+import { Trigger } from '../runtime/controller/trigger.ts';
+import { defaultTiming, setupCellReconciler } from './controllers/cells.ts';
 import { CellProvider } from './provider.ts';
 import { explainCellObject, explainLocationObject } from './explain.ts';
 import { Cell, Location, type CellObject } from './types.ts';
@@ -62,15 +63,16 @@ export const cellsCapability: Capability = {
     const secrets = manager.informer<KubeObject & { data?: Record<string, string> }>(Resources.secrets, {
       namespace: berthNamespace,
     });
+    // A cell the provider engaged, engaged again or gave up on is probed now.
+    const probes = new Trigger();
     const provider = new CellProvider({
       cells,
       secrets,
       berthNamespace,
-      // The controller exists before the provider runs (at the manager's start).
-      onChange: (cell) => controller.changed(cell),
+      onChange: (cell) => probes.send(cell),
       log,
     });
-    const controller = setupCells(manager, {
+    setupCellReconciler(manager, {
       cells,
       provider,
       timing: {
@@ -80,6 +82,7 @@ export const cellsCapability: Capability = {
           Number(options['cellUnreachableAfter'] ?? defaultTiming.unreachableAfterMs / 1000) * 1000,
       },
       log,
+      probes,
     });
     manager.addProvider(provider);
     return {};

@@ -1,8 +1,8 @@
 import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { setupFederation } from './controllers/federation.ts';
+import { setupFederationReconciler } from './controllers/federation.ts';
 import { explainWorkload } from './explain.ts';
-import { setupMirror } from './controllers/mirror.ts';
+import { setupMirrorReconciler } from './controllers/mirror.ts';
 import { planCells, planLocations, planWorkloads } from './plan.ts';
 import { Workload } from './types.ts';
 
@@ -70,8 +70,8 @@ export const federationCapability: Capability = {
     },
   ],
   setup({ manager, options }) {
-    setupFederation(manager, { workers: Number(options['federationWorkers'] ?? 16) });
-    setupMirror(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
+    setupFederationReconciler(manager, { workers: Number(options['federationWorkers'] ?? 16) });
+    setupMirrorReconciler(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
     return {};
   },
   // Cells and Locations are the cells capability's kinds, but what changing them does is where

@@ -8,8 +8,8 @@ import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { gatesCommand, releaseGates } from './cli.ts';
-import { NodeReconciler, setupNodeController } from './controllers/node.ts';
-import { setupStatusController } from './controllers/status.ts';
+import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
+import { setupStatusWriter } from './controllers/status.ts';
 import { gateKeyClaims, parseGates, type Gate, type GateProblem } from './decide/parse.ts';
 import { explainGate, explainNodeGates } from './explain.ts';
 import { planGateObjects } from './plan.ts';
@@ -141,15 +141,12 @@ export function setupGates(
   const claim = () => kit.keys.claim('gates', gateKeyClaims(g.gates().gates));
   gateObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
 
-  // The node controller records each node's standings in the status writer, which needs the node
-  // controller to know its first pass is done: the reconciler is called only once the manager runs.
-  const nodeController = setupNodeController(
-    g,
-    { reconcile: (key) => reconciler.reconcile(key) },
-    opts.workers ?? 16,
-  );
-  const status = setupStatusController(g, nodeController);
-  const reconciler = new NodeReconciler(g, writer, status);
+  // gates-node records each node's standings in the status writer, which waits for its first pass.
+  const status = setupStatusWriter(g);
+  setupNodeReconciler(g, new NodeReconciler(g, writer, status), {
+    workers: opts.workers ?? 16,
+    firstPass: status.firstPass,
+  });
   const failurePolicy = opts.failurePolicy ?? 'Ignore';
   return { ...g, nodeWebhook: nodeWebhook(g, failurePolicy), podWebhook: podWebhook(g, failurePolicy) };
 }

@@ -4,8 +4,8 @@ import type { Controller } from '../runtime/controller/controller.ts';
 import type { EventRecorder } from '../runtime/events/recorder.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import type { Logger } from '../runtime/observability/log.ts';
-import { NodeReconciler, setupNodeController } from './controllers/node.ts';
-import { setupStatusController, type LabelStatus } from './controllers/status.ts';
+import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
+import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
 import { compileRule, refuseOwned, type NodeDecision } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { Option } from 'commander';
@@ -294,18 +294,15 @@ export class Labels {
 export function setupLabels(
   kit: PolicyKit,
   opts: LabelsOptions = {},
-): Labels & { nodeController: Controller; status: LabelStatus } {
+): Labels & { nodeController: Controller; status: StatusWriter } {
   const l = new Labels(kit, opts);
   const writer = kit.applyWriter(FIELD_MANAGER, l.nodes);
-  // labels-node records each node's standings in the status writer, which needs labels-node to know
-  // its first pass is done: the reconciler is called only once the manager runs.
-  const nodeController = setupNodeController(
-    l,
-    { reconcile: (key) => reconciler.reconcile(key) },
-    opts.workers ?? 16,
-  );
-  const status = setupStatusController(l, nodeController);
-  const reconciler = new NodeReconciler(l, writer, status);
+  // labels-node records each node's standings in the status writer, which waits for its first pass.
+  const status = setupStatusWriter(l);
+  const nodeController = setupNodeReconciler(l, new NodeReconciler(l, writer, status), {
+    workers: opts.workers ?? 16,
+    firstPass: status.firstPass,
+  });
   if (l.files) {
     const files = l.files;
     kit.manager.addRunnable({

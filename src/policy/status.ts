@@ -1,10 +1,12 @@
 // A policy's status, from what a node-keyed controller found on each node. That controller records
 // each node's standing per policy; the policies whose standing changed are queued (after a short
 // delay, so that a change across many nodes makes one write). Their status controller turns the
-// standings into counts and conditions, announces a condition turning bad (a Warning event and a
-// log line, once per change), and writes the status only when something changed, and never before
-// the node controller's first full pass: counts over part of the nodes would flap on every restart.
-// A policy that holds things on nodes keeps its finalizer through the same controller (`finalizer`).
+// standings into counts and conditions (the capability's `report`), announces a condition turning
+// bad (a Warning event and a log line, once per change), and writes the status only when something
+// changed, and never before the node controller's first full pass: counts over part of the nodes
+// would flap on every restart.
+// A policy that holds things on nodes keeps its finalizer through the same controller (`finalizer`,
+// released by the capability's `cleanup`).
 // A policy a webhook acts on gets no status until the webhook's configuration covers its generation
 // (`admission`, policy/admission.ts): Ready then means in effect at admission too.
 import { isDeepStrictEqual } from 'node:util';
@@ -68,10 +70,12 @@ export interface Warning {
   event?: string;
 }
 
-/** A capability's node loop: the controller that records standings, and what the writer writes with. */
+/**
+ * What the writer writes with, and the nodes whose first pass it waits for: the node controller
+ * that records the standings is given the writer's `firstPass` (ControllerOptions.firstPass).
+ */
 export interface NodeLoop {
   readonly manager: Pick<Manager, 'add' | 'client'>;
-  readonly nodeController: Controller;
   /** The nodes it must have seen once before a status is written. */
   readonly nodes: { keys(): string[]; hasSynced(): boolean };
   readonly events: Pick<EventRecorder, 'event'>;
@@ -81,44 +85,49 @@ export interface NodeLoop {
 /** The policy objects, from their informer. */
 export type PolicyObjects<O> = Source<O> & { readonly ref: ResourceRef; get(name: string): O | undefined };
 
-export interface PolicyStatusOptions<O extends PolicyObject<Count>, S, Count extends string> {
+export interface PolicyStatusOptions<O extends PolicyObject<Count>, Count extends string> {
   /** The status controller's name. */
   name: string;
   fieldManager: string;
   /** How long a changed standing waits before its policy's status is looked at; default 500 ms. */
   delayMs?: number;
   warnings: Warning[];
-  /** The policy's counts and conditions from its standing on every node that has one; a Result to look again later. */
-  report(obj: O, standings: S[]): StatusReport<Count> | Result;
   /** Which object updates reach the status controller; default: a new generation. */
   objectChanged?: Predicates<O>['update'];
   /** The events' action; default Reconcile. */
   eventAction?: string;
   /**
    * The policy's finalizer, written under fieldManager: while a policy lives its status is written;
-   * once it is being deleted, `cleanup` releases what it holds on nodes before the finalizer comes off.
+   * once it is being deleted, the writer's `cleanup` releases what it holds on nodes before the
+   * finalizer comes off.
    */
-  finalizer?: { name: string; cleanup(obj: O): Promise<Result | 'released'> };
+  finalizer?: string;
   /** The scopes of the webhooks that act on these policies: each must cover a policy before its status is written. */
   admission?: AdmissionCoverage[];
 }
 
 export type PolicyObject<Count extends string = string> = KubeObject & { status?: PolicyStatus<Count> };
 
-export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends string> {
+/**
+ * A capability's status writer is a subclass: it says what a policy's standings come to (`report`)
+ * and, with a finalizer, releases a deleted policy (`cleanup`).
+ */
+export abstract class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends string> {
   /** Keyed by policy name; more sources may be watched. */
   readonly controller: Controller;
+  /** The node loop's first pass, which its controller is given: no status is written before it. */
+  readonly firstPass: FirstPass;
   private readonly loop: NodeLoop;
   private readonly objects: PolicyObjects<O>;
-  private readonly opts: PolicyStatusOptions<O, S, Count>;
+  private readonly opts: PolicyStatusOptions<O, Count>;
   /** Node → policy → its standing there. */
   private readonly standings = new Map<string, Map<string, S>>();
-  private readonly firstPass = new FirstPass();
 
-  constructor(loop: NodeLoop, objects: PolicyObjects<O>, opts: PolicyStatusOptions<O, S, Count>) {
+  constructor(loop: NodeLoop, objects: PolicyObjects<O>, opts: PolicyStatusOptions<O, Count>) {
     this.loop = loop;
     this.objects = objects;
     this.opts = opts;
+    this.firstPass = new FirstPass(this.standings, loop.nodes);
     this.controller = new Controller({
       name: opts.name,
       workers: 2,
@@ -131,6 +140,12 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
     for (const a of opts.admission ?? [])
       a.onCovered((names) => names.forEach((n) => this.controller.queue.add(n)));
   }
+
+  /** The policy's counts and conditions from its standing on every node that has one; a Result to look again later. */
+  protected abstract report(obj: O, standings: S[]): StatusReport<Count> | Result;
+
+  /** A deleted policy's release (with `finalizer`): 'released' once nothing of it is left on a node. */
+  protected cleanup?(obj: O): Promise<Result | 'released'>;
 
   /** Records a node's standing per policy (none: the node is gone), and queues the policies it changed for. */
   set(node: string, standings: Map<string, S> | undefined): void {
@@ -150,21 +165,22 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
 
   /** Whether the node controller has been through every node once. */
   firstPassDone(): boolean {
-    return this.firstPass.complete(this.loop.nodeController, this.standings, this.loop.nodes);
+    return this.firstPass.complete();
   }
 
   private async reconcile(name: string): Promise<Result | void> {
     const obj = this.objects.get(name);
     if (!obj) return recordConditions(this.objects.ref.kind, name, undefined);
-    const f = this.opts.finalizer;
-    if (!f) return this.write(obj);
+    const finalizerName = this.opts.finalizer;
+    const cleanup = this.cleanup?.bind(this);
+    if (!finalizerName || !cleanup) return this.write(obj);
     const ref = {
-      name: f.name,
+      name: finalizerName,
       client: this.loop.manager.client(),
       ref: this.objects.ref,
       fieldManager: this.opts.fieldManager,
     };
-    return finalizer(ref, obj, { apply: () => this.write(obj), cleanup: () => f.cleanup(obj) });
+    return finalizer(ref, obj, { apply: () => this.write(obj), cleanup: () => cleanup(obj) });
   }
 
   private async write(obj: O): Promise<Result | void> {
@@ -177,7 +193,7 @@ export class PolicyStatusWriter<O extends PolicyObject<Count>, S, Count extends 
       const mine = s.get(name);
       if (mine !== undefined) standings.push(mine);
     }
-    const report = this.opts.report(obj, standings);
+    const report = this.report(obj, standings);
     if (!('counts' in report)) return report;
 
     const generation = obj.metadata?.generation;

@@ -1,11 +1,12 @@
 import { Option } from 'commander';
 import { workers, type Capability } from '../capability.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { DeploymentState, setupDeployment } from './controllers/deployment.ts';
-import { setupDeploymentStatus } from './controllers/deployment-status.ts';
+import { Trigger } from '../runtime/controller/trigger.ts';
+import { DeploymentState, setupDeploymentReconciler } from './controllers/deployment.ts';
+import { setupDeploymentStatusReconciler } from './controllers/deployment-status.ts';
 import { explainInstance, explainQuotaObject, explainWorkloadDeployment } from './explain.ts';
-import { setupInstance } from './controllers/instance.ts';
-import { setupQuota } from './controllers/quota.ts';
+import { setupInstanceReconciler } from './controllers/instance.ts';
+import { QuotaReconciler, setupQuotaReconciler } from './controllers/quota.ts';
 import { planDeploymentObjects, planInstanceTypes, planQuotaObjects } from './plan.ts';
 import { Instance, InstanceType, OWN_INSTANCES, Quota, WorkloadDeployment } from './types.ts';
 
@@ -67,19 +68,19 @@ export const workloadsCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['instances'], verbs: ['create'] },
   ],
   setup({ manager, options }) {
-    // The deployment controller and its status controller read the same caches and plan.
+    // The deployment controller and its status controller read the same caches and plan; a create
+    // that fails, or succeeds again, is sent on the status controller's trigger.
     const deployments = new DeploymentState(manager);
-    setupDeployment(manager, deployments, {
+    const status = new Trigger();
+    setupDeploymentReconciler(manager, deployments, {
       workers: Number(options['workloadWorkers'] ?? 8),
-      failureChanged: (key) => status.controller.queue.add(key),
+      status,
     });
-    const status = setupDeploymentStatus(manager, deployments);
+    setupDeploymentStatusReconciler(manager, deployments, status);
     // A cell of a management plane that grants (its `quota` capability) runs no quota controller.
-    const quota =
-      options['quotaSource'] === 'management'
-        ? undefined
-        : setupQuota(manager, { workers: Number(options['quotaWorkers'] ?? 4) });
-    setupInstance(manager, {
+    const quota = options['quotaSource'] === 'management' ? undefined : new QuotaReconciler(manager);
+    if (quota) setupQuotaReconciler(manager, quota, { workers: Number(options['quotaWorkers'] ?? 4) });
+    setupInstanceReconciler(manager, {
       workers: Number(options['instanceWorkers'] ?? 16),
       templateOf: (inst) => deployments.templateOf(inst),
       ...(quota ? { quota } : {}),
@@ -164,8 +165,7 @@ export const quotaCapability: Capability = {
         'controllers quota and workloads both grant quota here: run the cells with --quota-source=management, ' +
           "or leave out quota (the workloads controller grants from this cluster's Quotas)",
       );
-    setupQuota(manager, {
-      workers: Number(options['quotaWorkers'] ?? 4),
+    const quota = new QuotaReconciler(manager, {
       // A deleted Cell's cluster never answers again: its claims are released rather than kept.
       clusterExists: (cluster) => manager.clusterKnown(cluster),
       // The cells' instances as federation's mirrors cache them (whole: a mirror copies the spec).
@@ -173,6 +173,7 @@ export const quotaCapability: Capability = {
       // A cell's instances count only in the namespaces its Cell serves.
       serves: (cluster, namespace) => manager.clusterServes(cluster, namespace),
     });
+    setupQuotaReconciler(manager, quota, { workers: Number(options['quotaWorkers'] ?? 4) });
     return {};
   },
 };

@@ -11,8 +11,8 @@ import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
 import {
-  setupQuota,
-  type QuotaController,
+  QuotaReconciler,
+  setupQuotaReconciler,
   type InstanceObject,
   type QuotaObject,
 } from '../../src/workloads/controllers/quota.ts';
@@ -50,13 +50,14 @@ after(async () => {
 });
 
 /** A manager of this process running only the quota controller, started and synced. */
-async function startQuota(): Promise<{ controller: QuotaController; stop: () => Promise<void> }> {
+async function startQuota(): Promise<{ controller: QuotaReconciler; stop: () => Promise<void> }> {
   const manager = new Manager({
     client: await berthClient(sandbox),
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = setupQuota(manager, { workers: 2 });
+  const controller = new QuotaReconciler(manager);
+  setupQuotaReconciler(manager, controller, { workers: 2 });
   await manager.start();
   await manager.waitForCacheSync();
   return { controller, stop: () => manager.stop() };
@@ -270,7 +271,8 @@ async function frozenQuota() {
     metricsBindAddress: '0',
     healthBindAddress: '0',
   });
-  const controller = setupQuota(manager, { workers: 1 });
+  const controller = new QuotaReconciler(manager);
+  setupQuotaReconciler(manager, controller, { workers: 1 });
   const local = manager.cluster();
   // The quota controller's own informer (same request), whose stop freezes what it sees.
   const instances = local.informer<InstanceObject>(Instance.ref, INSTANCE_CACHE);

@@ -14,12 +14,12 @@ import {
 import { podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
-import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import { Controller, type FirstPass, type Result } from '../../runtime/controller/controller.ts';
 import { claimingPlacements, claimKey, decideNode, podFinished } from '../decide.ts';
 import type { Agents } from '../index.ts';
 import { countClaimWrites } from '../metrics.ts';
 import { AGENT_KEYS } from '../types.ts';
-import type { AgentStatus, PlacementStanding } from './status.ts';
+import type { PlacementStanding, StatusWriter } from './status.ts';
 
 // A claim change on a node written less than CLAIM_QUIET_MS ago waits until it is this old, so that
 // the changes of a burst go out together; a quiet node is written at once. Every claim is on its
@@ -38,7 +38,7 @@ export const AGENT_WORKERS = 64;
 /** A change of key ownership by a higher-ranked capability (a startup gate): placements are checked again. */
 export const outranked = (c: { rank: number }): boolean => c.rank < AGENT_KEYS.rank;
 
-export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter, AgentStatus> {
+export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter, StatusWriter> {
   private lookup = (
     apiVersion: string,
     kind: string,
@@ -129,15 +129,19 @@ export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter
 /**
  * The agents-node controller: a node's own changes, and those of the pods on it, bring it back; so do
  * what names a pod's owner (its namespace's labels, an adoption), a placement's change, and a key a
- * gate takes (every node).
+ * gate takes (every node). Its first pass is the one its status writer waits for.
  */
-export function setupNodeController(a: Agents, reconciler: Reconciler, workers: number): Controller {
+export function setupNodeReconciler(
+  a: Agents,
+  reconciler: NodeReconciler,
+  opts: { workers: number; firstPass: FirstPass },
+): Controller {
   const nodesOfPods = (pods: SlimPod[]) => [
     ...new Set(pods.flatMap((p) => (p.spec.nodeName ? [p.spec.nodeName] : []))),
   ];
   const allNodes = () => a.nodes.keys();
   const ownerChanged = changed(ownersChanged);
-  const controller = new Controller({ name: 'agents-node', workers, logger: a.log, reconciler })
+  const controller = new Controller({ name: 'agents-node', logger: a.log, reconciler, ...opts })
     .watch(a.pods, (p) => p.spec.nodeName, { update: podChanged })
     .watch(a.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
     .watch(a.placementObjects, allNodes, { update: changed(generationChanged) })

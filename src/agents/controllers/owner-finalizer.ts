@@ -9,6 +9,7 @@ import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
 import { deniedVerbs, UnknownKindError, type RestMapper } from '../../runtime/client/restmapper.ts';
 import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import { Trigger } from '../../runtime/controller/trigger.ts';
 import { claimedOwners, type ParsedPlacement } from '../decide.ts';
 import {
   holdOf,
@@ -28,7 +29,7 @@ import type { Agents, PlacementObject } from '../index.ts';
 import { AgentPlacement, FIELD_MANAGER, FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER } from '../types.ts';
 import { ownerKindProblems } from '../validate.ts';
 import { nodeChanged } from './node.ts';
-import type { AgentStatus } from './status.ts';
+import type { StatusWriter } from './status.ts';
 
 /** Whether a placement's owner kind (for its finalizer) can be used: served, and Berth may watch and patch it. */
 export interface OwnerKind {
@@ -61,19 +62,19 @@ export const ownerKindRecheckMs = (k: OwnerKind, now = Date.now()): number =>
 
 export class OwnerFinalizerReconciler implements Reconciler {
   private readonly a: Agents;
-  private readonly status: AgentStatus;
-  /** agents-finalizer's own queue: a placement's key queues its owners' keys. */
-  private readonly queue: Controller['queue'];
+  private readonly status: StatusWriter;
+  /** agents-finalizer's own keys: a placement's key queues its owners' keys. */
+  private readonly trigger: Trigger;
   private readonly mapper: RestMapper;
   /** Owner kinds watched for the finalizer, by "apiVersion/kind". */
   private readonly ownerInformers = new Map<string, Informer<KubeObject>>();
   /** CRDs, watched once a placement has a finalizer: an owner kind that appears or goes is checked again. */
   private crds: Informer<KubeObject> | undefined;
 
-  constructor(a: Agents, status: AgentStatus, queue: Controller['queue']) {
+  constructor(a: Agents, status: StatusWriter, trigger: Trigger) {
     this.a = a;
     this.status = status;
-    this.queue = queue;
+    this.trigger = trigger;
     this.mapper = a.manager.cluster().mapper;
   }
 
@@ -118,7 +119,7 @@ export class OwnerFinalizerReconciler implements Reconciler {
       ...this.a.nodes.list().flatMap((n) => claimedOwners(n, prefix, FIELD_MANAGER)),
       ...owners.list().flatMap((o) => (hasFinalizer(o, hold.finalizer) ? [o.metadata!.uid!] : [])),
     ]);
-    for (const uid of uids) this.queue.add(`${name}/${uid}`);
+    this.trigger.send([...uids].map((uid) => `${name}/${uid}`));
   }
 
   /**
@@ -217,7 +218,7 @@ export class OwnerFinalizerReconciler implements Reconciler {
         if (k.id.endsWith(`/${kind}`) && k.id.startsWith(`${group}/`)) {
           k.failures = 0;
           k.crdSeenAt = fresh ? Date.now() : undefined;
-          this.queue.add(name);
+          this.trigger.send(name);
         }
       }
     };
@@ -298,7 +299,7 @@ export class OwnerFinalizerReconciler implements Reconciler {
           const finalizer = p.spec.finalizer?.name;
           if (!uid || !finalizer || p.spec.owner.kind !== ref.kind) continue;
           if (hasFinalizer(o, finalizer) || this.a.nodesClaiming(p.spec.claimAnnotationPrefix, uid).length)
-            this.queue.add(`${p.name}/${uid}`);
+            this.trigger.send(`${p.name}/${uid}`);
         }
       };
       inf.addEventHandler({ onAdd: enqueue, onUpdate: (_a, b) => enqueue(b) });
@@ -312,13 +313,15 @@ export class OwnerFinalizerReconciler implements Reconciler {
  * The agents-finalizer controller: a placement's spec, deletion and record, its owners' events
  * (ownerInformer) and the claims on nodes bring back its keys.
  */
-export function setupOwnerFinalizerController(a: Agents, status: AgentStatus): Controller {
-  const controller: Controller = new Controller({
+export function setupOwnerFinalizerReconciler(a: Agents, status: StatusWriter): Controller {
+  const trigger = new Trigger();
+  const controller = new Controller({
     name: 'agents-finalizer',
     workers: 4,
     logger: a.log,
-    reconciler: { reconcile: (key) => r.reconcile(key) },
+    reconciler: new OwnerFinalizerReconciler(a, status, trigger),
   })
+    .reconcileOn(trigger)
     // Its spec, its deletion, and its record coming back (its owners act on it only then).
     .watch(a.placementObjects, (p) => p.metadata!.name!, {
       update: changed(
@@ -342,7 +345,6 @@ export function setupOwnerFinalizerController(a: Agents, status: AgentStatus): C
         update: nodeChanged,
       },
     );
-  const r = new OwnerFinalizerReconciler(a, status, controller.queue);
   a.manager.add(controller);
   return controller;
 }

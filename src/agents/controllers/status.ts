@@ -1,7 +1,7 @@
 // agents-status: counts per AgentPlacement what the nodes carry (controllers/node.ts), and says why
 // a placement is not Ready.
 import { PolicyStatusWriter, type StatusReport, type Warning } from '../../policy/status.ts';
-import type { Controller, Result } from '../../runtime/controller/controller.ts';
+import type { Result } from '../../runtime/controller/controller.ts';
 import type { Agents, PlacementObject } from '../index.ts';
 import { FIELD_MANAGER } from '../types.ts';
 import { outranked } from './node.ts';
@@ -28,8 +28,6 @@ export interface PlacementStanding {
   failed: string | undefined;
 }
 
-export type AgentStatus = PolicyStatusWriter<PlacementObject, PlacementStanding, PlacementCount>;
-
 /** Things a user can fix: a placement that is unusable, conflicts, or rejects claims. */
 const WARNINGS: Warning[] = [
   { type: 'Invalid', status: 'True' },
@@ -39,14 +37,23 @@ const WARNINGS: Warning[] = [
 ];
 
 /** A placement's status from its standings and its owner kind as agents-finalizer last checked it. */
-export class StatusReconciler {
+export class StatusWriter extends PolicyStatusWriter<PlacementObject, PlacementStanding, PlacementCount> {
   private readonly a: Agents;
 
   constructor(a: Agents) {
+    super(a, a.placementObjects, {
+      name: 'agents-status',
+      fieldManager: FIELD_MANAGER,
+      warnings: WARNINGS,
+      admission: [a.admission],
+    });
     this.a = a;
   }
 
-  report(obj: PlacementObject, standings: PlacementStanding[]): StatusReport<PlacementCount> | Result {
+  protected report(
+    obj: PlacementObject,
+    standings: PlacementStanding[],
+  ): StatusReport<PlacementCount> | Result {
     const name = obj.metadata!.name!;
     const placement = this.a.parsed().find((p) => p.name === name);
     const invalid = (
@@ -115,15 +122,8 @@ export class StatusReconciler {
 }
 
 /** The agents-status controller: its status writer, and a key a gate takes (every placement). */
-export function setupStatusController(a: Agents, nodeController: Controller): AgentStatus {
-  const r = new StatusReconciler(a);
-  const status: AgentStatus = new PolicyStatusWriter({ ...a, nodeController }, a.placementObjects, {
-    name: 'agents-status',
-    fieldManager: FIELD_MANAGER,
-    report: (obj, standings) => r.report(obj, standings),
-    warnings: WARNINGS,
-    admission: [a.admission],
-  });
+export function setupStatusWriter(a: Agents): StatusWriter {
+  const status = new StatusWriter(a);
   status.controller.watch(a.keys, (c) => (outranked(c) ? a.placementObjects.keys() : []));
   return status;
 }

@@ -6,9 +6,9 @@ import type { SlimNode } from '../../policy/slim.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
 import { nodeArchTaint, nodesTainted } from '../decide.ts';
 import type { Arch } from '../index.ts';
-import { policyChanged, type ArchStatus } from './status.ts';
+import { policyChanged, type StatusWriter } from './status.ts';
 
-export class NodeReconciler extends PolicyNodeReconciler<Arch, ApplyNodeWriter, ArchStatus> {
+export class NodeReconciler extends PolicyNodeReconciler<Arch, ApplyNodeWriter, StatusWriter> {
   /** Arch's standings are its pods', not its nodes'. */
   protected override forget(): void {}
 
@@ -27,7 +27,7 @@ export class NodeReconciler extends PolicyNodeReconciler<Arch, ApplyNodeWriter, 
 }
 
 /** The arch-node controller: a node's labels and annotations, and any policy's change, bring it back. */
-export function setupNodeController(a: Arch, reconciler: NodeReconciler): Controller {
+export function setupNodeReconciler(a: Arch, reconciler: NodeReconciler): Controller {
   const controller = new Controller({ name: 'arch-node', workers: 4, logger: a.log, reconciler })
     .watch(a.nodes, (n) => n.metadata!.name!, { update: changed(labelsChanged, annotationsChanged) })
     .watch(a.policyObjects, () => a.nodes.keys(), { update: policyChanged });

@@ -9,7 +9,13 @@ import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
 import { keyOf } from '../../runtime/cache/informer.ts';
 import { ApiError, isForbidden, isNotFound } from '../../runtime/client/client.ts';
 import { deniedVerbs } from '../../runtime/client/restmapper.ts';
-import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import {
+  Controller,
+  type FirstPass,
+  type Reconciler,
+  type Result,
+} from '../../runtime/controller/controller.ts';
+import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { errorText } from '../../runtime/observability/log.ts';
 import {
   gated,
@@ -35,7 +41,7 @@ import type { Arch } from '../index.ts';
 import { archMetrics } from '../metrics.ts';
 import { FIELD_MANAGER, POLICY_ANNOTATION } from '../types.ts';
 import { INSPECT_MISS_MS, type InspectHint } from '../webhook.ts';
-import { policyChanged, type ArchStatus } from './status.ts';
+import { policyChanged, type StatusWriter } from './status.ts';
 
 /** How long a pull secret read is used without reading it again. */
 const PULL_SECRET_TTL_MS = 10_000;
@@ -57,15 +63,15 @@ interface Parked {
 
 export class PodReconciler implements Reconciler {
   private readonly a: Arch;
-  private readonly status: ArchStatus;
-  /** arch-pod's queue: a pod whose inspections settle comes back through it. */
-  private readonly queue: Controller['queue'];
+  private readonly status: StatusWriter;
+  /** arch-pod's own trigger: a pod whose inspections settle comes back through it. */
+  private readonly trigger: Trigger;
   /** Transient failures in a row, per pod, until it is placed or given up on. */
   private readonly retries = new Map<string, Retries>();
   /** Images whose read for admission failed, until when the webhook is told so (failedForAdmission). */
   private readonly admissionFailures = new Map<string, number>();
-  /** Sends the webhook its state again; set once the webhook is registered. */
-  admissionChanged: () => void = () => {};
+  /** Those that send the webhook its state again (onAdmissionChange). */
+  private readonly admissionListeners: (() => void)[] = [];
   /** Pull secrets read lately, by `namespace/name`. */
   private readonly secrets = new TtlCache<PullSecret>(1024);
   /** Whether Berth may read Secrets in a namespace, as the apiserver said lately, by namespace. */
@@ -76,10 +82,10 @@ export class PodReconciler implements Reconciler {
   /** Pods placed at admission whose event this process wrote (they had no uid to name then). */
   private readonly announced = new Set<string>();
 
-  constructor(a: Arch, status: ArchStatus, queue: Controller['queue']) {
+  constructor(a: Arch, status: StatusWriter, trigger: Trigger) {
     this.a = a;
     this.status = status;
-    this.queue = queue;
+    this.trigger = trigger;
   }
 
   async reconcile(key: string): Promise<Result | void> {
@@ -222,9 +228,14 @@ export class PodReconciler implements Reconciler {
     ).then((results) => {
       if (this.parked.get(key) !== entry) return;
       entry.read = { results, missing };
-      this.queue.add(key);
+      this.trigger.send(key);
     });
     return undefined;
+  }
+
+  /** Calls `listener` whenever what the webhook reads of this reconciler changes (an image failed for admission). */
+  onAdmissionChange(listener: () => void): void {
+    this.admissionListeners.push(listener);
   }
 
   /**
@@ -242,7 +253,7 @@ export class PodReconciler implements Reconciler {
     const failed = (images: string[], err: unknown) => {
       this.a.log.debug({ err, images }, 'inspection for admission failed');
       for (const image of images) this.admissionFailures.set(image, Date.now() + INSPECT_MISS_MS);
-      this.admissionChanged();
+      for (const listener of this.admissionListeners) listener();
     };
     const bound = tooManyImages(hint.images);
     if (bound)
@@ -413,8 +424,14 @@ export class PodReconciler implements Reconciler {
 }
 
 /** The arch-pod controller: a gated pod's changes, and its policy's, bring it back. */
-export function setupPodController(a: Arch, reconciler: Reconciler, workers: number): Controller {
-  const controller = new Controller({ name: 'arch-pod', workers, logger: a.log, reconciler })
+export function setupPodReconciler(
+  a: Arch,
+  reconciler: PodReconciler,
+  opts: { workers: number; firstPass: FirstPass; trigger: Trigger },
+): Controller {
+  const { trigger, ...options } = opts;
+  const controller = new Controller({ name: 'arch-pod', logger: a.log, reconciler, ...options })
+    .reconcileOn(trigger)
     .watch(a.pods, keyOf, {
       update: changed(
         labelsChanged,

@@ -88,7 +88,7 @@ export class RegateReconciler {
 }
 
 /** The arch-regate controller: the leader's lost gated pods, and one sweep per leadership. */
-export function setupRegateController(a: Arch): Controller {
+export function setupRegateReconciler(a: Arch): Controller {
   const reconciler = new RegateReconciler(a);
   const controller = new Controller({
     name: 'arch-regate',

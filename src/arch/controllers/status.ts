@@ -3,39 +3,56 @@
 import { changed, deletionChanged, generationChanged, labelsChanged } from '../../policy/predicates.ts';
 import { PolicyStatusWriter, type StatusReport } from '../../policy/status.ts';
 import { keyOf } from '../../runtime/cache/informer.ts';
-import type { Controller, Result } from '../../runtime/controller/controller.ts';
+import type { Result } from '../../runtime/controller/controller.ts';
+import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { gated, nodeArchitectures, report, type Standing } from '../decide.ts';
 import type { Arch, PolicyObject } from '../index.ts';
 import { ARCH_FINALIZER, FIELD_MANAGER } from '../types.ts';
 
 type Count = 'gated' | 'placed' | 'failed';
-export type ArchStatus = PolicyStatusWriter<PolicyObject, Standing, Count>;
 
 /** A policy's changes that matter: its spec (a new generation) and its deletion. */
 export const policyChanged = changed<PolicyObject>(generationChanged, deletionChanged);
 
-export class StatusReconciler {
+/**
+ * A policy's status from its pods' standings, recorded by arch-pod: so arch-pod stands for the node
+ * loop whose first pass a status waits for, and the gated pods for its nodes.
+ */
+export class StatusWriter extends PolicyStatusWriter<PolicyObject, Standing, Count> {
   private readonly a: Arch;
-  /** arch-pod's queue: a deleted policy's gated pods go through it to be released. */
-  private readonly queue: Controller['queue'];
+  /** arch-pod's trigger: a deleted policy's gated pods go through it to be released. */
+  private readonly pods: Trigger;
 
-  constructor(a: Arch, queue: Controller['queue']) {
+  constructor(a: Arch, pods: Trigger) {
+    super({ manager: a.manager, nodes: a.pods, events: a.events, log: a.log }, a.policyObjects, {
+      name: 'arch-status',
+      fieldManager: FIELD_MANAGER,
+      objectChanged: policyChanged,
+      warnings: [
+        { type: 'Invalid', status: 'True' },
+        { type: 'ArchitecturesSchedulable', status: 'False' },
+        { type: 'InspectionsFailing', status: 'True' },
+      ],
+      finalizer: ARCH_FINALIZER,
+      admission: [a.admission],
+    });
     this.a = a;
-    this.queue = queue;
+    this.pods = pods;
   }
 
   /** A deleted policy is released once no pod it gated still carries the gate. */
-  async released(name: string): Promise<Result | 'released'> {
+  protected override async cleanup(obj: PolicyObject): Promise<Result | 'released'> {
+    const name = obj.metadata!.name!;
     const held = this.a.pods.byIndex('policy', name).filter(gated);
     if (held.length) {
-      for (const p of held) this.queue.add(keyOf(p));
+      this.pods.send(held.map(keyOf));
       return { requeueAfterMs: 500 };
     }
     this.a.log.info({ policy: name }, 'ArchPlacement deleted: none of its pods is gated');
     return 'released';
   }
 
-  report(obj: PolicyObject, standings: Standing[]): StatusReport<Count> {
+  protected report(obj: PolicyObject, standings: Standing[]): StatusReport<Count> {
     const name = obj.metadata!.name!;
     const error = this.a.parsed().errors.get(name);
     const r = report(standings, nodeArchitectures(this.a.nodes.list()));
@@ -71,29 +88,9 @@ export class StatusReconciler {
   }
 }
 
-/**
- * The arch-status controller. Its standings are per pod, recorded by arch-pod: so arch-pod stands
- * for the node loop whose first pass a status waits for, and the gated pods for its nodes.
- */
-export function setupStatusController(a: Arch, podController: Controller): ArchStatus {
-  const r = new StatusReconciler(a, podController.queue);
-  const status: ArchStatus = new PolicyStatusWriter(
-    { manager: a.manager, nodeController: podController, nodes: a.pods, events: a.events, log: a.log },
-    a.policyObjects,
-    {
-      name: 'arch-status',
-      fieldManager: FIELD_MANAGER,
-      objectChanged: policyChanged,
-      report: (obj, standings) => r.report(obj, standings),
-      warnings: [
-        { type: 'Invalid', status: 'True' },
-        { type: 'ArchitecturesSchedulable', status: 'False' },
-        { type: 'InspectionsFailing', status: 'True' },
-      ],
-      finalizer: { name: ARCH_FINALIZER, cleanup: (obj) => r.released(obj.metadata!.name!) },
-      admission: [a.admission],
-    },
-  );
+/** The arch-status controller: its status writer, and the nodes whose architectures a policy's pods need. */
+export function setupStatusWriter(a: Arch, pods: Trigger): StatusWriter {
+  const status = new StatusWriter(a, pods);
   // Nodes coming and going change which placed pods have a node of their architectures.
   status.controller.watch(a.nodes, () => a.policyObjects.keys(), { update: changed(labelsChanged) });
   return status;

@@ -10,6 +10,7 @@ import { applyStatus, isObjectGone } from '../../runtime/client/apply.ts';
 import { isNotFound, type KubeClient, type RequestOptions } from '../../runtime/client/client.ts';
 import { deniedVerbs } from '../../runtime/client/restmapper.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import type { Trigger } from '../../runtime/controller/trigger.ts';
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
@@ -113,25 +114,33 @@ async function deniedAccess(
   }
 }
 
-/** The cells controller: builds the reconciler, watches the Cells, and runs it on the manager. */
-export function setupCells(
+/**
+ * The cells controller: builds the reconciler, watches the Cells and `probes` (the cells the
+ * provider engaged, engaged again or gave up on: probed now), and runs it on the manager.
+ */
+export function setupCellReconciler(
   manager: Manager,
-  o: { cells: Informer<CellObject>; provider: CellProvider; timing: CellTiming; log: Logger },
-): CellController {
-  const reconciler = new CellController(manager, o);
-  reconciler.controller = new Controller({
+  o: {
+    cells: Informer<CellObject>;
+    provider: CellProvider;
+    timing: CellTiming;
+    log: Logger;
+    probes: Trigger;
+  },
+): Controller {
+  const controller = new Controller({
     name: 'cells',
     workers: 4,
     logger: o.log,
-    reconciler,
-  }).watch(o.cells, keyOf, { update: changed(generationChanged, deletionChanged) });
-  manager.add(reconciler.controller);
-  return reconciler;
+    reconciler: new CellReconciler(manager, o),
+  })
+    .watch(o.cells, keyOf, { update: changed(generationChanged, deletionChanged) })
+    .reconcileOn(o.probes);
+  manager.add(controller);
+  return controller;
 }
 
-export class CellController {
-  /** Set by setupCells. */
-  controller!: Controller;
+export class CellReconciler {
   private readonly manager: Manager;
   private readonly cells: Informer<CellObject>;
   private readonly provider: CellProvider;
@@ -156,11 +165,6 @@ export class CellController {
         forgetCell(c.metadata.name!);
       },
     });
-  }
-
-  /** The provider engaged, re-engaged or gave up on a cell: probe it now. */
-  changed(cell: string): void {
-    this.controller.queue.add(cell);
   }
 
   async reconcile(name: string): Promise<Result | void> {

@@ -24,6 +24,7 @@ import { exists, isConflict, isForbidden, isNotFound } from '../../runtime/clien
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
 import { localCluster } from '../../runtime/cluster/key.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { Trigger } from '../../runtime/controller/trigger.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
@@ -149,14 +150,15 @@ const PLANE_REREAD_MS = 60_000;
  * The federation controller: Workloads, the Cells and Locations that say where their cities run, and,
  * in each engaged cell, the WorkloadDeployments federation wrote there (engage).
  */
-export function setupFederation(manager: Manager, opts: { workers?: number } = {}): FederationController {
-  const r = new FederationController(manager);
-  r.controller = new Controller({
+export function setupFederationReconciler(manager: Manager, opts: { workers?: number } = {}): Controller {
+  const r = new FederationReconciler(manager);
+  const controller = new Controller({
     name: 'federation',
     workers: opts.workers ?? 16,
     logger: r.log,
     reconciler: r,
   })
+    .reconcileOn(r.trigger)
     .watch(r.workloads, keyOf, { update: changed(generationChanged, deletionChanged) })
     // Old and new objects both map: a cell that stops serving a city re-evaluates its workloads too.
     .watch(r.cells, (c) => [...r.byCities(c.spec.locations), ...r.deleting()], {
@@ -164,15 +166,15 @@ export function setupFederation(manager: Manager, opts: { workers?: number } = {
     })
     // A Location's old and new objects both map: a selector that matched its labels before or matches them now.
     .watch(r.locations, (l) => r.byLocation(l));
-  manager.add(r.controller);
+  manager.add(controller);
   // Its work is in engage: each cell's WorkloadDeployments are watched while the cell is engaged.
   manager.addEngager('federation-cells', r);
-  return r;
+  return controller;
 }
 
-export class FederationController {
-  /** Set by setupFederation. */
-  controller!: Controller;
+export class FederationReconciler {
+  /** Its own keys: the Workloads a cell's events, or a name freed there, bring back. */
+  readonly trigger = new Trigger();
   readonly log: Logger;
   readonly workloads: Informer<WorkloadObject>;
   readonly cells: Informer<CellObject>;
@@ -271,7 +273,7 @@ export class FederationController {
       const at = `${cluster.name}/${keyOf(d)}`;
       const held = this.heldNames.get(at);
       this.heldNames.delete(at);
-      if (held && !signal.aborted) for (const k of held) this.controller.queue.add(k);
+      if (held && !signal.aborted) this.trigger.send(held);
     };
     others.addEventHandler({ onDelete: release });
     informer.addIndexer('namespace', byNamespace);
@@ -294,7 +296,7 @@ export class FederationController {
       () => {
         const keys = affected();
         this.inCells.delete(cluster.name);
-        for (const k of keys) this.controller.queue.add(k);
+        this.trigger.send(keys);
       },
       { once: true },
     );
@@ -304,7 +306,7 @@ export class FederationController {
       () => {
         // Listed: its workloads may now place there (or learn what is there), even those with none yet,
         // and the workloads it held back from deletion may go.
-        for (const k of [...affected(), ...this.deleting()]) this.controller.queue.add(k);
+        this.trigger.send([...affected(), ...this.deleting()]);
         informer.addEventHandler({
           onAdd: (d) => this.enqueue(d, signal),
           onUpdate: (a, b) => {
@@ -323,7 +325,7 @@ export class FederationController {
 
   private enqueue(d: DeploymentObject, signal: AbortSignal): void {
     const k = workloadKeyOf(d);
-    if (k && !signal.aborted) this.controller.queue.add(k);
+    if (k && !signal.aborted) this.trigger.send(k);
   }
 
   /**
@@ -746,7 +748,7 @@ export class FederationController {
   private async pruneNamespaces(
     namespace: string,
     plane: string | undefined,
-    { views, cluster }: ReturnType<FederationController['cellViews']>,
+    { views, cluster }: ReturnType<FederationReconciler['cellViews']>,
     failures: string[],
   ): Promise<void> {
     const workloads = () =>

@@ -14,6 +14,7 @@ import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/app
 import { isConflict, isNotFound } from '../../runtime/client/client.ts';
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { Trigger } from '../../runtime/controller/trigger.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
@@ -69,14 +70,15 @@ const deploymentKeyOf = (i: InstanceObject): string[] => {
 };
 
 /** The mirror controller: its watches here, and each engaged cell's Instances and WorkloadDeployments. */
-export function setupMirror(manager: Manager, opts: { workers?: number } = {}): MirrorController {
-  const r = new MirrorController(manager);
-  r.controller = new Controller({
+export function setupMirrorReconciler(manager: Manager, opts: { workers?: number } = {}): Controller {
+  const r = new MirrorReconciler(manager);
+  const controller = new Controller({
     name: 'federation-mirror',
     workers: opts.workers ?? 16,
     logger: r.log,
     reconciler: r,
   })
+    .reconcileOn(r.trigger)
     // A mirror changed or deleted by someone else is put back; one with no instance is pruned.
     .watch(r.mirrors, (m) => sourceKeyOf(m))
     // A cell that stops (or starts again) answering marks its mirrors stale (or current); a Cell
@@ -86,15 +88,15 @@ export function setupMirror(manager: Manager, opts: { workers?: number } = {}): 
     .watch(r.workloads, (w) => r.keysOfWorkload(keyOf(w)), {
       update: changed<WorkloadObject>(deletionChanged, (a, b) => a.metadata.uid !== b.metadata.uid),
     });
-  manager.add(r.controller);
+  manager.add(controller);
   // Each cell's caches are made while it is engaged, on every replica (warm failover).
   manager.addEngager('federation-mirror-cells', r);
-  return r;
+  return controller;
 }
 
-export class MirrorController {
-  /** Set by setupMirror. */
-  controller!: Controller;
+export class MirrorReconciler {
+  /** Its own keys: the cell instances a cell's events, or a mirror name freed here, bring back. */
+  readonly trigger = new Trigger();
   readonly mirrors: Informer<InstanceObject>;
   readonly workloads: Informer<WorkloadObject>;
   readonly cells: Informer<CellObject>;
@@ -130,7 +132,7 @@ export class MirrorController {
         const key = sourceKeyOf(m);
         if (key) this.spacing.forget(key);
         // The name is free: the instances that wanted it try again (the first to write it holds it).
-        for (const next of this.waiting.get(keyOf(m)) ?? []) this.controller.queue.add(next);
+        for (const next of this.waiting.get(keyOf(m)) ?? []) this.trigger.send(next);
         this.waiting.delete(keyOf(m));
       },
     });
@@ -175,7 +177,7 @@ export class MirrorController {
     const here: InCell = { instances, deployments };
     this.inCells.set(cell, here);
     const add = (keys: string[]) => {
-      if (!signal.aborted) for (const k of keys) this.controller.queue.add(k);
+      if (!signal.aborted) this.trigger.send(keys);
     };
     const ofInstance = (i: InstanceObject) => [mirrorKey(cell, i.metadata.namespace!, i.metadata.name!)];
     const ofDeployment = (d: DeploymentObject) =>

@@ -15,7 +15,7 @@ import {
 import { podsOn, type SlimNode, type SlimPod } from '../../policy/slim.ts';
 import { isNotFound } from '../../runtime/client/client.ts';
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
-import { Controller, type Reconciler, type Result } from '../../runtime/controller/controller.ts';
+import { Controller, type FirstPass, type Result } from '../../runtime/controller/controller.ts';
 import { type Gate } from '../decide/parse.ts';
 import { decisionKeys, nodePatch } from '../decide/patch.ts';
 import { podReady } from '../decide/requirements.ts';
@@ -24,9 +24,9 @@ import { gatesNamedOn, strayGate, unrecordedStray } from '../decide/stray.ts';
 import type { Gates } from '../index.ts';
 import { gateMetrics } from '../metrics.ts';
 import { gateAnnotations, NodeStartupGate } from '../types.ts';
-import type { GateStatus, NodeGateResult } from './status.ts';
+import type { NodeGateResult, StatusWriter } from './status.ts';
 
-export class NodeReconciler extends PolicyNodeReconciler<Gates, CasNodeWriter, GateStatus> {
+export class NodeReconciler extends PolicyNodeReconciler<Gates, CasNodeWriter, StatusWriter> {
   /**
    * Gates a read of the API found gone while nodes still carried their keys: name → when. A node
    * gated before that read was gated for the gate that is gone; one gated since, maybe for a new
@@ -34,7 +34,7 @@ export class NodeReconciler extends PolicyNodeReconciler<Gates, CasNodeWriter, G
    */
   private readonly gone = new Map<string, number>();
 
-  constructor(g: Gates, writer: CasNodeWriter, status: GateStatus) {
+  constructor(g: Gates, writer: CasNodeWriter, status: StatusWriter) {
     super(g, writer, status);
     g.gateObjects.addEventHandler({ onAdd: (o) => this.gone.delete(o.metadata!.name!) });
   }
@@ -166,9 +166,16 @@ export class NodeReconciler extends PolicyNodeReconciler<Gates, CasNodeWriter, G
   }
 }
 
-/** The gates-node controller: a node's own changes, and those of the pods on it, bring it back; a gate's change brings every node. */
-export function setupNodeController(g: Gates, reconciler: Reconciler, workers: number): Controller {
-  const controller = new Controller({ name: 'gates-node', workers, logger: g.log, reconciler })
+/**
+ * The gates-node controller: a node's own changes, and those of the pods on it, bring it back; a
+ * gate's change brings every node. Its first pass is the one its status writer waits for.
+ */
+export function setupNodeReconciler(
+  g: Gates,
+  reconciler: NodeReconciler,
+  opts: { workers: number; firstPass: FirstPass },
+): Controller {
+  const controller = new Controller({ name: 'gates-node', logger: g.log, reconciler, ...opts })
     .watch(g.pods, (p) => p.spec.nodeName, { update: podChanged })
     .watch(g.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
     .watch(g.gateObjects, () => g.nodes.keys(), { update: gateChanged });

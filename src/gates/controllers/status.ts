@@ -1,7 +1,7 @@
 // gates-status: counts per gate from the nodes' standings (controllers/node.ts), its conditions,
 // and the gate's finalizer, kept until no node carries anything of the gate.
 import { PolicyStatusWriter, type StatusReport } from '../../policy/status.ts';
-import type { Controller, Result } from '../../runtime/controller/controller.ts';
+import type { Result } from '../../runtime/controller/controller.ts';
 import { unknownAfter } from '../decide/order.ts';
 import { type Gate } from '../decide/parse.ts';
 import { type GateDecision, leftOnNode } from '../decide/state.ts';
@@ -21,21 +21,36 @@ export interface NodeGateResult {
   startedEarly: string[];
 }
 
-export type GateStatus = PolicyStatusWriter<GateObject, NodeGateResult, GateCount>;
-
 /** A gate's status from its standings, and its release once deleted. */
-export class StatusReconciler {
+export class StatusWriter extends PolicyStatusWriter<GateObject, NodeGateResult, GateCount> {
   private readonly g: Gates;
-  /** Set by setupStatusController, which builds the writer around this reconciler. */
-  writer!: GateStatus;
 
   constructor(g: Gates) {
+    super(g, g.gateObjects, {
+      name: 'gates-status',
+      fieldManager: FIELD_MANAGER,
+      delayMs: 200,
+      objectChanged: gateChanged,
+      // Things a user can fix, found when the gate is validated: an invalid or conflicting gate, or
+      // required pods that could never run on a gated node.
+      eventAction: 'Validate',
+      warnings: [
+        { type: 'Invalid', status: 'True' },
+        { type: 'Conflicting', status: 'True' },
+        { type: 'RequiredPodsSchedulable', status: 'False' },
+        { type: 'AfterGatesFound', status: 'False' },
+      ],
+      // The gate's finalizer: deleting a gate takes its taint and annotations off every node first.
+      finalizer: GATE_FINALIZER,
+      admission: [g.admission.nodes, g.admission.pods],
+    });
     this.g = g;
   }
 
   /** A deleted gate is released once the cache shows no node with anything of it left on it. */
-  async released(name: string): Promise<Result | 'released'> {
-    if (!this.writer.firstPassDone()) return { requeueAfterMs: 250 };
+  protected override async cleanup(obj: GateObject): Promise<Result | 'released'> {
+    if (!this.firstPassDone()) return { requeueAfterMs: 250 };
+    const name = obj.metadata!.name!;
     const gate = this.g.gates().gates.find((g) => g.name === name);
     if (gate && this.g.nodes.list().some((n) => leftOnNode(gate, n))) return { requeueAfterMs: 500 };
     this.g.log.info({ gate: name }, 'gate deleted: its taints and annotations are off every node');
@@ -43,7 +58,7 @@ export class StatusReconciler {
     return 'released';
   }
 
-  report(obj: GateObject, standings: NodeGateResult[]): StatusReport<GateCount> {
+  protected report(obj: GateObject, standings: NodeGateResult[]): StatusReport<GateCount> {
     const name = obj.metadata!.name!;
     const { gates, problems } = this.g.gates();
     const gate = gates.find((g) => g.name === name);
@@ -145,39 +160,16 @@ export class StatusReconciler {
 }
 
 /** The gates-status controller: its status writer, the gates' finalizer, and what else a status reads. */
-export function setupStatusController(g: Gates, nodeController: Controller): GateStatus {
-  const r = new StatusReconciler(g);
-  r.writer = new PolicyStatusWriter(
-    { manager: g.manager, nodeController, nodes: g.nodes, events: g.events, log: g.log },
-    g.gateObjects,
-    {
-      name: 'gates-status',
-      fieldManager: FIELD_MANAGER,
-      delayMs: 200,
-      objectChanged: gateChanged,
-      report: (obj, standings) => r.report(obj, standings),
-      // Things a user can fix, found when the gate is validated: an invalid or conflicting gate, or
-      // required pods that could never run on a gated node.
-      eventAction: 'Validate',
-      warnings: [
-        { type: 'Invalid', status: 'True' },
-        { type: 'Conflicting', status: 'True' },
-        { type: 'RequiredPodsSchedulable', status: 'False' },
-        { type: 'AfterGatesFound', status: 'False' },
-      ],
-      // The gate's finalizer: deleting a gate takes its taint and annotations off every node first.
-      finalizer: { name: GATE_FINALIZER, cleanup: (obj) => r.released(obj.metadata!.name!) },
-      admission: [g.admission.nodes, g.admission.pods],
-    },
-  );
-  r.writer.controller
+export function setupStatusWriter(g: Gates): StatusWriter {
+  const status = new StatusWriter(g);
+  status.controller
     // A node giving back a deleted gate's taint may be the last thing its finalizer waits for.
     .watch(g.nodes, () => deletingGates(g.gates().gates), { update: nodeChanged })
     // A gate that comes, goes or changes is found or lost by the gates that wait for it, and
     // starts or stops a conflict with the others of its taint (the winner says so too). Gates are few.
     .watch(g.gateObjects, () => g.gateObjects.keys(), { update: gateChanged })
     .watch(g.daemonSets, () => g.gateObjects.keys());
-  return r.writer;
+  return status;
 }
 
 const deletingGates = (gates: Gate[]): string[] => gates.filter((g) => g.deleting).map((g) => g.name);

@@ -14,23 +14,18 @@ import {
 } from '../../policy/predicates.ts';
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import type { SlimNode } from '../../policy/slim.ts';
-import {
-  Controller,
-  type Reconciler,
-  type Result,
-  type Source,
-} from '../../runtime/controller/controller.ts';
+import { Controller, type FirstPass, type Result, type Source } from '../../runtime/controller/controller.ts';
 import { decide, ruleNameOf, tracedOutputs } from '../decide.ts';
 import { keepHeld } from '../files.ts';
 import type { Labels } from '../index.ts';
 import { nodeView } from '../match.ts';
 import type { Rule } from '../types.ts';
-import type { LabelStatus, RuleStanding } from './status.ts';
+import type { RuleStanding, StatusWriter } from './status.ts';
 
 /** Rules from NodeLabelRules are named after them; the others (rule files) have no status. */
 const CR_RULE_PREFIX = ruleNameOf('');
 
-export class NodeReconciler extends PolicyNodeReconciler<Labels, ApplyNodeWriter, LabelStatus> {
+export class NodeReconciler extends PolicyNodeReconciler<Labels, ApplyNodeWriter, StatusWriter> {
   protected override forget(name: string): void {
     super.forget(name);
     this.ctx.derived.delete(name);
@@ -111,10 +106,17 @@ export class NodeReconciler extends PolicyNodeReconciler<Labels, ApplyNodeWriter
   }
 }
 
-/** The labels-node controller: a node's changes bring it back; a rule's, or a change of who owns which key, every node. */
-export function setupNodeController(l: Labels, reconciler: Reconciler, workers: number): Controller {
+/**
+ * The labels-node controller: a node's changes bring it back; a rule's, or a change of who owns
+ * which key, every node. Its first pass is the one its status writer waits for.
+ */
+export function setupNodeReconciler(
+  l: Labels,
+  reconciler: NodeReconciler,
+  opts: { workers: number; firstPass: FirstPass },
+): Controller {
   const allNodes = () => l.nodes.keys();
-  const controller = new Controller({ name: 'labels-node', workers, logger: l.log, reconciler })
+  const controller = new Controller({ name: 'labels-node', logger: l.log, reconciler, ...opts })
     .watch(l.nodes, (n) => n.metadata!.name!, { update: nodeChanged })
     .watch(l.ruleObjects, allNodes, { update: changed(generationChanged) })
     .watch(l.keys, allNodes);

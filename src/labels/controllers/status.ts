@@ -1,6 +1,5 @@
 // labels-rule-status: counts and conditions per NodeLabelRule, from its standings on the nodes.
 import { PolicyStatusWriter, type StatusReport } from '../../policy/status.ts';
-import type { Controller } from '../../runtime/controller/controller.ts';
 import { ruleNameOf } from '../decide.ts';
 import type { Labels, RuleObject } from '../index.ts';
 import { FIELD_MANAGER } from '../types.ts';
@@ -21,16 +20,26 @@ export interface RuleStanding {
 }
 
 type RuleCount = 'matchedNodes' | 'appliedNodes';
-export type LabelStatus = PolicyStatusWriter<RuleObject, RuleStanding, RuleCount>;
 
-export class StatusReconciler {
+/** A NodeLabelRule's status from its standings. */
+export class StatusWriter extends PolicyStatusWriter<RuleObject, RuleStanding, RuleCount> {
   private readonly l: Labels;
 
   constructor(l: Labels) {
+    super(l, l.ruleObjects, {
+      name: 'labels-rule-status',
+      fieldManager: FIELD_MANAGER,
+      // Things a user can fix: a rule that is invalid, conflicts, or renders invalid values.
+      warnings: [
+        { type: 'Invalid', status: 'True', event: 'InvalidRule' },
+        { type: 'Conflicting', status: 'True', event: 'Conflict' },
+        { type: 'Ready', status: 'False', reason: 'InvalidOutput' },
+      ],
+    });
     this.l = l;
   }
 
-  report(obj: RuleObject, standings: RuleStanding[]): StatusReport<RuleCount> {
+  protected report(obj: RuleObject, standings: RuleStanding[]): StatusReport<RuleCount> {
     const crName = obj.metadata!.name!;
     const ruleName = ruleNameOf(crName);
     let matchedNodes = 0;
@@ -103,23 +112,8 @@ export class StatusReconciler {
 }
 
 /** The labels-rule-status controller: its status writer, and the key ownership a rule may break. */
-export function setupStatusController(l: Labels, nodeController: Controller): LabelStatus {
-  const r = new StatusReconciler(l);
-  const status: LabelStatus = new PolicyStatusWriter(
-    { manager: l.manager, nodeController, nodes: l.nodes, events: l.events, log: l.log },
-    l.ruleObjects,
-    {
-      name: 'labels-rule-status',
-      fieldManager: FIELD_MANAGER,
-      report: (obj, standings) => r.report(obj, standings),
-      // Things a user can fix: a rule that is invalid, conflicts, or renders invalid values.
-      warnings: [
-        { type: 'Invalid', status: 'True', event: 'InvalidRule' },
-        { type: 'Conflicting', status: 'True', event: 'Conflict' },
-        { type: 'Ready', status: 'False', reason: 'InvalidOutput' },
-      ],
-    },
-  );
+export function setupStatusWriter(l: Labels): StatusWriter {
+  const status = new StatusWriter(l);
   status.controller.watch(l.keys, () => l.ruleObjects.keys());
   return status;
 }

@@ -11,6 +11,7 @@ import { rootLogger, type Logger } from '../observability/log.ts';
 import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
 import { WorkQueue } from '../workqueue/queue.ts';
+import type { Trigger } from './trigger.ts';
 
 export interface Result {
   /** Reconcile this key again after the given delay (its backoff is forgotten). */
@@ -45,6 +46,8 @@ export interface ControllerOptions {
   workers?: number;
   rateLimiter?: RateLimiter<string>;
   logger?: Logger;
+  /** The latch of this controller's first pass over a cache, for those that wait for it. */
+  firstPass?: FirstPass;
 }
 
 interface ClusterWatch<T> {
@@ -86,12 +89,19 @@ export class Controller implements Aware {
       controller: opts.name,
       rateLimiter: opts.rateLimiter ?? defaultControllerRateLimiter(),
     });
+    opts.firstPass?.follow(this.queue);
   }
 
   /** Enqueues the keys that `map` derives from every add, update and delete that passes the predicates. */
   watch<T>(source: Source<T>, map: MapFunc<T>, predicates: Predicates<T> = {}): this {
     this.sources.push(source as Source<never>);
     source.addEventHandler(this.handler(map, predicates));
+    return this;
+  }
+
+  /** Enqueues every key sent on the trigger (kube-rs's reconcile_on, controller-runtime's source.Channel). */
+  reconcileOn(trigger: Trigger): this {
+    trigger.connect(this.queue);
     return this;
   }
 
@@ -248,27 +258,40 @@ export class Controller implements Aware {
 }
 
 /**
- * Whether a node-keyed controller has reconciled every node once since it started. Until then,
- * counts over nodes are partial: a status written from them would flap on every restart.
+ * Whether a controller has reconciled every key of a cache once since it started (a node-keyed
+ * controller: every node). Until then, counts over its results are partial: a status written from
+ * them would flap on every restart. Made with the results it looks at, before the controller whose
+ * pass it is, which is given it (ControllerOptions.firstPass) and lends it its queue.
  */
 export class FirstPass {
   private done = false;
+  private queue: { len(): number } | undefined;
+  private readonly results: ReadonlyMap<string, unknown>;
+  private readonly cache: { keys(): string[]; hasSynced(): boolean };
+
+  constructor(results: ReadonlyMap<string, unknown>, cache: { keys(): string[]; hasSynced(): boolean }) {
+    this.results = results;
+    this.cache = cache;
+  }
+
+  /** The controller's side: the queue of the controller whose pass this is. */
+  follow(queue: { len(): number }): void {
+    if (this.queue) throw new Error('a first pass is the pass of one controller');
+    this.queue = queue;
+  }
 
   /**
-   * Done once the node cache has listed, the queue is empty and every node now cached has a result:
-   * by name, not by count, so that results of nodes deleted meanwhile cannot stand in for nodes not
+   * Done once the cache has listed, the queue is empty and every key now cached has a result: by
+   * name, not by count, so that results of keys deleted meanwhile cannot stand in for keys not
    * reconciled yet, and not before the list, when an empty cache would make it done at once.
    */
-  complete(
-    controller: Controller,
-    results: ReadonlyMap<string, unknown>,
-    nodes: { keys(): string[]; hasSynced(): boolean },
-  ): boolean {
+  complete(): boolean {
     if (
       !this.done &&
-      nodes.hasSynced() &&
-      controller.queue.len() === 0 &&
-      nodes.keys().every((k) => results.has(k))
+      this.queue !== undefined &&
+      this.cache.hasSynced() &&
+      this.queue.len() === 0 &&
+      this.cache.keys().every((k) => this.results.has(k))
     )
       this.done = true;
     return this.done;

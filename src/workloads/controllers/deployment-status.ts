@@ -12,6 +12,7 @@ import {
 import { keyOf } from '../../runtime/cache/informer.ts';
 import { applyStatus, isObjectGone } from '../../runtime/client/apply.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
@@ -40,24 +41,30 @@ const OWN = ['Available', 'Progressing'] as const;
 const FAILURE = 'ReplicaFailure';
 /** ReplicaFailure's reason while the deployment runs fewer replicas than it asks for (boundedReplicas). */
 const BOUNDED = 'ReplicasBounded';
-/** The status controller of WorkloadDeployments. */
-export function setupDeploymentStatus(manager: Manager, state: DeploymentState): DeploymentStatusController {
-  const r = new DeploymentStatusController(manager, state);
-  r.controller = state.watch(
-    new Controller({
-      name: 'workloads-deployment-status',
-      workers: STATUS_WORKERS,
-      logger: state.log,
-      reconciler: r,
-    }),
-  );
-  manager.add(r.controller);
-  return r;
+/**
+ * The status controller of WorkloadDeployments: what the deployment controller watches, and `trigger`,
+ * on which the deployment controller sends a deployment whose create failure changed.
+ */
+export function setupDeploymentStatusReconciler(
+  manager: Manager,
+  state: DeploymentState,
+  trigger: Trigger,
+): Controller {
+  const controller = state
+    .watch(
+      new Controller({
+        name: 'workloads-deployment-status',
+        workers: STATUS_WORKERS,
+        logger: state.log,
+        reconciler: new DeploymentStatusReconciler(manager, state),
+      }),
+    )
+    .reconcileOn(trigger);
+  manager.add(controller);
+  return controller;
 }
 
-export class DeploymentStatusController {
-  /** Set by setupDeploymentStatus. */
-  controller!: Controller;
+export class DeploymentStatusReconciler {
   private readonly manager: Manager;
   private readonly state: DeploymentState;
   /** The status last written, until the deployment cache shows it. */

@@ -17,6 +17,7 @@ import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { deleteExact } from '../../runtime/client/apply.ts';
 import { ApiError, isConflict, isNotFound, isRefused } from '../../runtime/client/client.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { maxWaitMs, WriteExpectations } from '../../runtime/controller/expectations.ts';
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
@@ -164,43 +165,42 @@ export class DeploymentState {
   }
 }
 
-export interface DeploymentControllerOptions {
+export interface DeploymentReconcilerOptions {
   workers?: number;
-  /** A deployment's create failure changed: its status is written again (its status controller). */
-  failureChanged: (key: string) => void;
+  /** The status controller's trigger: a deployment whose create failure changed has its status written again. */
+  status: Trigger;
 }
 
 /** The deployment controller: a deployment's instances created, adopted and deleted as its plan says. */
-export function setupDeployment(
+export function setupDeploymentReconciler(
   manager: Manager,
   state: DeploymentState,
-  opts: DeploymentControllerOptions,
-): DeploymentController {
-  const r = new DeploymentController(manager, state, opts.failureChanged);
-  manager.add(
-    state.watch(
-      new Controller({
-        name: 'workloads-deployment',
-        workers: opts.workers ?? 8,
-        logger: state.log,
-        reconciler: r,
-      }),
-    ),
+  opts: DeploymentReconcilerOptions,
+): Controller {
+  const controller = state.watch(
+    new Controller({
+      name: 'workloads-deployment',
+      workers: opts.workers ?? 8,
+      logger: state.log,
+      reconciler: new DeploymentReconciler(manager, state, opts.status),
+    }),
   );
-  return r;
+  manager.add(controller);
+  return controller;
 }
 
-export class DeploymentController {
+export class DeploymentReconciler {
   private readonly manager: Manager;
   private readonly state: DeploymentState;
-  private readonly failureChanged: (key: string) => void;
+  /** The status controller's trigger. */
+  private readonly status: Trigger;
   /** Creates and deletes sent but not yet in the cache, by instance key: a second reconcile must not repeat them. */
   private readonly sent: WriteExpectations<Action['type']>;
 
-  constructor(manager: Manager, state: DeploymentState, failureChanged: (key: string) => void) {
+  constructor(manager: Manager, state: DeploymentState, status: Trigger) {
     this.manager = manager;
     this.state = state;
-    this.failureChanged = failureChanged;
+    this.status = status;
     this.sent = new WriteExpectations(state.instances, keyOf);
   }
 
@@ -308,7 +308,7 @@ export class DeploymentController {
     if (tried && failure !== this.state.failedCreates.get(key)) {
       if (failure) this.state.failedCreates.set(key, failure);
       else this.state.failedCreates.delete(key);
-      this.failureChanged(key);
+      this.status.send(key);
       if (failure) {
         this.state.events.event(wd, 'Warning', 'FailedCreate', 'Create', failure);
         this.state.log.warn({ deployment: key }, failure);

@@ -46,7 +46,7 @@ import {
   type QuotaView,
   type WorkloadPod,
 } from '../decide.ts';
-import type { QuotaController } from './quota.ts';
+import type { QuotaReconciler } from './quota.ts';
 import { instanceSize } from '../resources.ts';
 import {
   INSTANCE_LABEL,
@@ -82,10 +82,10 @@ const notOwned = (name: string) => `a Pod named ${name} exists that this instanc
 /** A Pod the apiserver refused is tried again after this long (the refusal stands meanwhile). */
 const REJECTED_RETRY_MS = 60_000;
 
-export interface InstanceControllerOptions {
+export interface InstanceReconcilerOptions {
   workers?: number;
   /** The quota controller of this process: its grants are acted on before their condition comes back. */
-  quota?: Pick<QuotaController, 'grantOf' | 'onGrant'>;
+  quota?: Pick<QuotaReconciler, 'grantOf' | 'onGrant'>;
   /** An instance's whole template from its deployment's cache, when it holds that revision (DeploymentState.templateOf). */
   templateOf?: (inst: CachedInstance) => InstanceTemplate | undefined;
 }
@@ -94,9 +94,9 @@ export interface InstanceControllerOptions {
  * The instance controller: an instance's Pod follows its Instance and its QuotaGranted condition (or
  * the grant of this process's quota controller, acted on before its condition comes back).
  */
-export function setupInstance(manager: Manager, opts: InstanceControllerOptions = {}): InstanceController {
-  const r = new InstanceController(manager, opts);
-  r.controller = new Controller({
+export function setupInstanceReconciler(manager: Manager, opts: InstanceReconcilerOptions = {}): Controller {
+  const r = new InstanceReconciler(manager, opts);
+  const controller = new Controller({
     name: 'workloads-instance',
     workers: opts.workers ?? 16,
     logger: r.log,
@@ -126,26 +126,24 @@ export function setupInstance(manager: Manager, opts: InstanceControllerOptions 
     .watch(r.types, (t) => r.instances.byIndex('instanceType', t.metadata!.name!).map(keyOf), {
       update: changed(generationChanged),
     });
-  manager.add(r.controller);
+  manager.add(controller);
   opts.quota?.onGrant((cluster, key) => {
-    if (cluster === r.cluster) r.controller.queue.add(key);
+    if (cluster === r.cluster) controller.queue.add(key);
   });
-  return r;
+  return controller;
 }
 
-export class InstanceController {
+export class InstanceReconciler {
   readonly instances: Informer<CachedInstance>;
   readonly pods: Informer<WorkloadPod>;
   readonly types: Informer<InstanceTypeObject>;
-  /** Set by setupInstance. */
-  controller!: Controller;
   readonly log: Logger;
   private readonly manager: Manager;
   private readonly events: EventRecorder;
   /** Pods the apiserver refused (422), by instance key: a ConfigurationError until retried. */
   private readonly rejected = new Map<string, { uid: string; message: string; at: number }>();
-  private readonly quota: InstanceControllerOptions['quota'];
-  private readonly templateOf: InstanceControllerOptions['templateOf'];
+  private readonly quota: InstanceReconcilerOptions['quota'];
+  private readonly templateOf: InstanceReconcilerOptions['templateOf'];
   /** The cluster its instances live in (the manager's own), as the quota controller names it. */
   readonly cluster: string;
   /** Pods created and not yet in the cache, by instance key. */
@@ -155,7 +153,7 @@ export class InstanceController {
   /** When this process made the Pod of an instance that has no status yet, by instance key. */
   private readonly podMadeAt = new Map<string, number>();
 
-  constructor(manager: Manager, opts: InstanceControllerOptions = {}) {
+  constructor(manager: Manager, opts: InstanceReconcilerOptions = {}) {
     this.manager = manager;
     this.log = manager.log.child({ capability: 'workloads', controller: 'instance' });
     this.events = manager.recorder('instances');

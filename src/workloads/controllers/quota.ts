@@ -18,6 +18,7 @@ import { isConflict, isNotFound, resourcePath } from '../../runtime/client/clien
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
 import { clusterKey, localCluster, splitClusterKey } from '../../runtime/cluster/key.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
+import { Trigger } from '../../runtime/controller/trigger.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import { defaultControllerRateLimiter } from '../../runtime/workqueue/ratelimiter.ts';
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
@@ -275,7 +276,7 @@ interface ClusterState {
   unreadLogged?: boolean;
 }
 
-export interface QuotaControllerOptions {
+export interface QuotaReconcilerOptions {
   /** The cluster that holds the Quotas and their ledgers; the manager's local cluster by default. */
   quotaCluster?: Cluster;
   workers?: number;
@@ -306,18 +307,22 @@ export interface QuotaControllerOptions {
  * The quota controller: a namespace's instances, in every engaged cluster, granted against its Quota
  * (in the quota cluster) oldest first, the Quota's ledger written before its grants.
  */
-export function setupQuota(manager: Manager, opts: QuotaControllerOptions = {}): QuotaController {
-  const r = new QuotaController(manager, opts);
+export function setupQuotaReconciler(
+  manager: Manager,
+  r: QuotaReconciler,
+  opts: Pick<QuotaReconcilerOptions, 'workers'> = {},
+): Controller {
   const quotaGranted = (o: InstanceObject) => {
     const c = findCondition(o.status?.conditions, QUOTA_CONDITION);
     return c ? `${c.status}/${c.reason}/${c.message}` : '';
   };
-  r.controller = new Controller({
+  const controller = new Controller({
     name: 'workloads-quota',
     workers: opts.workers ?? 4,
     logger: r.log,
     reconciler: r,
   })
+    .reconcileOn(r.trigger)
     .watch(r.quotas, (q) => q.metadata?.namespace, { update: changed(generationChanged) })
     .watchClusters(
       (cluster) => r.state(cluster).instances,
@@ -340,20 +345,20 @@ export function setupQuota(manager: Manager, opts: QuotaControllerOptions = {}):
       ],
       { update: changed(generationChanged) },
     );
-  manager.add(r.controller);
-  return r;
+  manager.add(controller);
+  return controller;
 }
 
-export class QuotaController {
-  /** Set by setupQuota. */
-  controller!: Controller;
+export class QuotaReconciler {
+  /** Its own keys: a cluster's namespace key brought to the local one, a namespace whose grant failed, again. */
+  readonly trigger = new Trigger();
   readonly log: Logger;
   readonly quotas: Informer<QuotaObject>;
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
   private readonly instanceCache: InformerRequest<InstanceObject>;
-  private readonly serves: QuotaControllerOptions['serves'];
+  private readonly serves: QuotaReconcilerOptions['serves'];
   /** The instances granted by others last reported, by namespace: said again only when it changes. */
   private readonly foreignSaid = new Map<string, string>();
   readonly clusters = new Map<string, ClusterState>();
@@ -386,7 +391,7 @@ export class QuotaController {
     this.grantListeners.push(listener);
   }
 
-  constructor(manager: Manager, opts: QuotaControllerOptions = {}) {
+  constructor(manager: Manager, opts: QuotaReconcilerOptions = {}) {
     this.manager = manager;
     this.quotaCluster = opts.quotaCluster ?? manager.cluster();
     this.clusterExists = opts.clusterExists;
@@ -434,7 +439,7 @@ export class QuotaController {
     const { cluster, key: namespace } = splitClusterKey(queueKey);
     // One key per namespace, whichever cluster's instance moved, so that its passes never overlap.
     if (cluster !== localCluster) {
-      this.controller.queue.add(namespace);
+      this.trigger.send(namespace);
       return;
     }
     // A cluster that has not listed its instances yet would make the line partial: wait for it, for
@@ -670,7 +675,7 @@ export class QuotaController {
             { instance: key, cluster: s.cluster.name, err: errorText(e), retryInMs: afterMs },
             'quota grant not written; deciding again',
           );
-          this.controller.queue.addAfter(namespace, afterMs);
+          this.trigger.sendAfter(namespace, afterMs);
         },
       )
       .finally(() => {

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { EventEmitter, on } from 'node:events';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { setupFederation } from '../../../src/federation/controllers/federation.ts';
+import { setupFederationReconciler } from '../../../src/federation/controllers/federation.ts';
 import { deletionHold } from '../../../src/federation/decide/deletion.ts';
 import { type CellView, targets } from '../../../src/federation/decide/placement.ts';
 import {
@@ -244,10 +244,10 @@ async function until(what: string, ok: () => boolean, ms = 3000): Promise<void> 
 /** The federation controller on a manager whose local apiserver is `local`, its workers running. */
 async function running(local: ReturnType<typeof apiserver>) {
   const manager = new Manager({ client: local.client, metricsBindAddress: '0', healthBindAddress: '0' });
-  const federation = setupFederation(manager, { workers: 1 });
+  const federation = setupFederationReconciler(manager, { workers: 1 });
   manager.cluster().start();
   await manager.cluster().waitForCacheSync();
-  await federation.controller.start();
+  await federation.start();
   const released = () => local.applies.some((b) => b.metadata?.finalizers?.length === 0);
   const releasedCondition = () =>
     findCondition(
@@ -260,7 +260,7 @@ async function running(local: ReturnType<typeof apiserver>) {
     released,
     releasedCondition,
     async stop() {
-      await federation.controller.stop();
+      await federation.stop();
       for (const name of manager.clusterNames)
         if (name !== manager.cluster().name) await manager.disengage(name);
       await manager.cluster().stop();

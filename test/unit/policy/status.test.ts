@@ -83,13 +83,8 @@ function harness(o: {
       return Promise.resolve(body);
     },
   } as unknown as KubeClient;
-  const nodeController = new Controller({
-    name: `trial-node-${n}`,
-    reconciler: { reconcile: async () => {} },
-  });
   const loop: NodeLoop = {
     manager: { add: () => {}, client: () => client },
-    nodeController,
     nodes: {
       hasSynced: () => true,
       keys: () => {
@@ -109,17 +104,25 @@ function harness(o: {
     waitForSync: async () => {},
     get: (name: string) => objects.get(name),
   };
-  const writer = new PolicyStatusWriter<Obj, Standing, Count>(loop, source, {
-    name: `trial-status-${n}`,
-    fieldManager: 'berth-trial',
-    delayMs: 0,
-    report: (obj, standings) => {
+  class TrialStatusWriter extends PolicyStatusWriter<Obj, Standing, Count> {
+    protected report(obj: Obj, standings: Standing[]) {
       const r = (o.report ?? trialReport)(obj, standings);
       reports.splice(0).forEach((f) => f(obj.metadata!.name!));
       return r;
-    },
+    }
+  }
+  const writer = new TrialStatusWriter(loop, source, {
+    name: `trial-status-${n}`,
+    fieldManager: 'berth-trial',
+    delayMs: 0,
     warnings: o.warnings ?? [{ type: 'Invalid', status: 'True' }],
     ...(o.eventAction ? { eventAction: o.eventAction } : {}),
+  });
+  // The node loop whose first pass the writer waits for.
+  new Controller({
+    name: `trial-node-${n}`,
+    reconciler: { reconcile: async () => {} },
+    firstPass: writer.firstPass,
   });
   return {
     writer,

@@ -6,7 +6,11 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 import { Manager } from '../../../src/runtime/manager/manager.ts';
-import { setupQuota, type QuotaControllerOptions } from '../../../src/workloads/controllers/quota.ts';
+import {
+  QuotaReconciler,
+  setupQuotaReconciler,
+  type QuotaReconcilerOptions,
+} from '../../../src/workloads/controllers/quota.ts';
 import type { QuotaClaim, QuotaStatus } from '../../../src/workloads/types.ts';
 
 const T0 = '2030-01-01T00:00:00Z';
@@ -59,20 +63,21 @@ function apiserver(objects: Record<string, KubeObject[]>, apply: () => Promise<K
 
 async function running(
   server: ReturnType<typeof apiserver>,
-  opts: QuotaControllerOptions = {},
+  opts: QuotaReconcilerOptions = {},
   workers = false,
 ) {
   const manager = new Manager({ client: server.client, metricsBindAddress: '0', healthBindAddress: '0' });
-  const quota = setupQuota(manager, opts);
+  const quota = new QuotaReconciler(manager, opts);
+  const controller = setupQuotaReconciler(manager, quota, opts);
   manager.cluster().start();
   await manager.cluster().waitForCacheSync();
   const stop = new AbortController();
-  if (workers) await quota.controller.start(stop.signal);
+  if (workers) await controller.start(stop.signal);
   return {
     quota,
     async stop() {
       stop.abort();
-      if (workers) await quota.controller.stop();
+      if (workers) await controller.stop();
       await manager.cluster().stop();
     },
   };
