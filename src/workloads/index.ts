@@ -1,5 +1,6 @@
 import { Option } from 'commander';
-import { workers, type Capability } from '../capability.ts';
+import type { Capability } from '../capability.ts';
+import { workers } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { DeploymentState, setupDeployment } from './controllers/deployment.ts';
 import { setupDeploymentStatus } from './controllers/deployment-status.ts';
@@ -8,6 +9,7 @@ import { setupInstance } from './controllers/instance.ts';
 import { setupQuota } from './controllers/quota.ts';
 import { planDeploymentObjects, planInstanceTypes, planQuotaObjects } from './plan.ts';
 import { Instance, InstanceType, OWN_INSTANCES, Quota, WorkloadDeployment } from './types.ts';
+import { workloadsPage } from './view.ts';
 
 export const workloadsCapability: Capability = {
   name: 'workloads',
@@ -91,6 +93,7 @@ export const workloadsCapability: Capability = {
     WorkloadDeployment: planDeploymentObjects,
     InstanceType: planInstanceTypes,
   },
+  page: workloadsPage,
   explainKinds: [
     {
       name: 'instance',
