@@ -15,7 +15,7 @@ interface LocationLike extends KubeObject {
   spec?: { cityCode?: string; topology?: { region?: string; zone?: string }; class?: string };
 }
 
-export function cellRow(obj: KubeObject, workloads: CellWorkload[] = []): CellRow {
+function cellRow(obj: KubeObject, workloads: CellWorkload[] = []): CellRow {
   const o = obj as CellLike;
   return {
     name: o.metadata?.name ?? '',

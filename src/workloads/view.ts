@@ -13,7 +13,7 @@ interface InstanceLike extends WithStatus {
   spec?: { ordinal?: number };
 }
 
-export function instanceRow(obj: KubeObject): InstanceRow {
+function instanceRow(obj: KubeObject): InstanceRow {
   const o = obj as InstanceLike;
   return {
     namespace: o.metadata?.namespace ?? '',
