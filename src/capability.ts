@@ -3,7 +3,7 @@
 // builds its controllers and returns what they serve. Manifests (CRDs, RBAC) are generated from the
 // same declarations that run. The list of capabilities is beside this file (capabilities.ts).
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { commaList } from './cli/flags.ts';
+import { commaList } from './command/flags.ts';
 import type { PolicyKit } from './policy/kit.ts';
 import { KeyOwnership, type KeyClaim, type KeyDeclaration } from './policy/nodes/ownership.ts';
 import type { CustomResource } from './runtime/api/crd.ts';
@@ -14,7 +14,10 @@ import type { Manager } from './runtime/manager/manager.ts';
 import type { WebhookSpec } from './runtime/webhook/registration.ts';
 import type { Focus, Said } from './policy/explain.ts';
 import type { PlanContext, PlanPart } from './policy/plan.ts';
-import { keepAnnotations, type CachedAnnotation } from './policy/slim.ts';
+import { keepAnnotations, type CachedAnnotation, type SlimNode, type SlimPod } from './policy/slim.ts';
+import type { Informer } from './runtime/cache/informer.ts';
+import type { InformerRequest } from './runtime/cluster/cluster.ts';
+import type { CellWorkload, CityRow, Derived, GateRow, WorkloadRow } from './ui/types.ts';
 
 /**
  * Where a capability runs: in the one cluster whose nodes it places on (`cluster`), in the management
@@ -87,6 +90,57 @@ export interface ExplainKind {
   explain(ctx: ExplainContext): Promise<Said>;
 }
 
+/** A section of the page, which a change of cached objects may alter. */
+export type PageSection = 'nodes' | 'policies' | 'pods' | 'workloads';
+
+/** How the page caches one of a capability's kinds (PageHooks.kinds). */
+export interface PageKind {
+  /** The informer's request when a controller caches the kind otherwise: one cache serves both. */
+  cache?: InformerRequest<KubeObject>;
+  /** The sections a change of its objects may alter; a policy's by default: policies, nodes and pods. */
+  sections?: PageSection[];
+  /** Not a row of the policies list (Instances: each under its WorkloadDeployment). */
+  unlisted?: true;
+}
+
+/** What the page gives a capability's view: its caches, made by the page on the manager. */
+export interface PageContext {
+  /** The page's informer of one of the capability's kinds. */
+  informer(cr: CustomResource): Informer<KubeObject>;
+  /** The pods on a node, from the pod informer every capability shares. */
+  podsOn(node: string): SlimPod[];
+}
+
+/** What a capability shows on the page, read from its caches when the page asks (PageHooks.view). */
+export interface PageView {
+  /** Its gates that select the node, with their standing and what the node waits for. */
+  nodeGates?(node: SlimNode, now: number): GateRow[];
+  /** Whether a pod's change may alter a node's row now (a gate's requirements read pods). */
+  readsPods?(): boolean;
+  /** Where the keys its field manager owns on a node come from: a rule's name, asked key by key. */
+  keySource?: {
+    fieldManager: string;
+    of(node: SlimNode): (kind: Derived['kind'], key: string) => string | undefined;
+  };
+  /** What it says of a pod its scheduling gate holds, by gate name. */
+  heldPods?: Record<string, (pod: SlimPod) => string>;
+  /** Its rows of the workloads section. */
+  workloads?(): WorkloadRow[];
+  /** Its objects that run in this cluster, counted in the workloads section. */
+  localInstances?(): number;
+  /** Its objects' shares per cell (cell name → shares), shown under each cell of the map. */
+  cellShares?(): Map<string, CellWorkload[]>;
+  /** The map of cells by city, each cell with the shares the views gave (cellShares). */
+  cities?(shares: Map<string, CellWorkload[]>): CityRow[];
+}
+
+/** What the page (`berth ui`, `berth run --ui-bind-address`) reads of a capability. */
+export interface PageHooks {
+  /** Its kinds the page caches otherwise than as a policy, by kind name. */
+  kinds?: Record<string, PageKind>;
+  view(ctx: PageContext): PageView;
+}
+
 export interface Capability {
   name: string;
   description: string;
@@ -156,6 +210,8 @@ export interface Capability {
   planFromFlags?(options: Record<string, unknown>): string[];
   /** Its own kinds `berth explain` explains. */
   explainKinds?: ExplainKind[];
+  /** What the page shows of it besides its policies' rows (counts, conditions), which every kind gets. */
+  page?: PageHooks;
   /**
    * `berth uninstall`, run once Berth is gone and no object of Berth's kinds is left: takes off what the
    * capability still has on other objects (keys its controllers had not pruned yet when Berth stopped,
@@ -244,30 +300,3 @@ export function capabilityCommands(all: Capability[]): Command[] {
   };
   return all.flatMap((c) => c.commands?.(ctx) ?? []);
 }
-
-/** Says a command's step on stdout, marked when the command changes nothing. */
-export const sayStep =
-  (dryRun: boolean) =>
-  (s: string): void => {
-    process.stdout.write(`${dryRun ? '(dry run) ' : ''}${s}\n`);
-  };
-
-/** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */
-export const atLeast = (min: number) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min)
-    throw new InvalidArgumentError(`not a whole number of at least ${min}`);
-  return n;
-};
-
-/** An option taking a whole number of at least `min` (1 unless said), `dflt` when not given. */
-export const wholeNumber = (flags: string, description: string, dflt: number, min = 1): Option =>
-  new Option(flags, description).default(dflt).argParser(atLeast(min));
-
-/** A `--<name>-workers <n>` option: how many objects a controller reconciles at once. */
-export const workers = (flags: string, description: string, dflt: number): Option =>
-  wholeNumber(flags, description, dflt);
-
-/** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
-export const workersOption = (flag: string, controller: string): Option =>
-  workers(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`, 16);

@@ -1,4 +1,5 @@
-import { workersOption, type Capability } from '../capability.ts';
+import type { Capability } from '../capability.ts';
+import { workersOption } from '../command/flags.ts';
 import { OWNER_HOLD_ANNOTATION } from './finalizers.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';

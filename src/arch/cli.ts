@@ -2,7 +2,7 @@
 // them. `berth arch clean`: takes off every taint Berth's Taints mode put on nodes and every gate it left
 // on pods, and says which tolerations stay (a running pod's tolerations cannot be removed); `berth
 // uninstall` runs the same clean and takes Berth's records off the pods too.
-import { SUMMARIES } from '../cli/summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command } from 'commander';
 import { readFileSync } from 'node:fs';
 import {
@@ -16,8 +16,15 @@ import type { JsonPatchOp } from '../runtime/api/jsonpatch.ts';
 import { servedItems } from '../runtime/client/absent.ts';
 import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
-import { sayStep } from '../capability.ts';
-import { contextOption, dryRunOption, kubeconfigOption, listOption, withClient } from '../cli/flags.ts';
+
+import {
+  contextOption,
+  dryRunOption,
+  kubeconfigOption,
+  listOption,
+  withClient,
+  sayStep,
+} from '../command/flags.ts';
 import {
   gated,
   parsePolicies,

@@ -1,6 +1,6 @@
 import { Option } from 'commander';
-import { atLeast, type Capability } from '../capability.ts';
-import { durationOption } from '../cli/flags.ts';
+import type { Capability } from '../capability.ts';
+import { durationOption, atLeast } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { archCommand, cleanArch, registryOptions } from './cli.ts';
@@ -41,6 +41,7 @@ import {
 } from './types.ts';
 import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
 import { AdmissionScope } from '../policy/admission.ts';
+import { archPage } from './view.ts';
 
 export const archCapability: Capability = {
   name: 'arch',
@@ -109,6 +110,7 @@ export const archCapability: Capability = {
   ],
   explainPod: ({ client, object, berthNamespace }) => explainPodArch(client, object, berthNamespace),
   plan: { ArchPlacement: (ctx) => planArchObjects(ctx) },
+  page: archPage,
   explainKinds: [
     {
       name: 'archplacement',

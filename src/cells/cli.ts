@@ -2,7 +2,7 @@
 // kubeconfig checked against the cell first, with a warning for each grant beyond what the
 // management plane needs there, then kept in a Secret in Berth's namespace, its Locations created
 // if missing) and list the cells with what their probes say.
-import { SUMMARIES } from '../cli/summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command } from 'commander';
 import type { CommandContext, UninstallContext } from '../capability.ts';
 import { readFile } from 'node:fs/promises';
@@ -20,7 +20,7 @@ import {
   withClient,
   type ClusterFlags,
   type Format,
-} from '../cli/flags.ts';
+} from '../command/flags.ts';
 import { selfRules } from '../runtime/client/restmapper.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { berthNamespace } from '../policy/namespace.ts';

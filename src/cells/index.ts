@@ -1,5 +1,5 @@
 import type { Capability } from '../capability.ts';
-import { durationOption } from '../cli/flags.ts';
+import { durationOption } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { cellsCommand, forgetCells } from './cli.ts';
@@ -8,6 +8,7 @@ import { defaultTiming, setupCellReconciler } from './controllers/cells.ts';
 import { CellProvider } from './provider.ts';
 import { explainCellObject, explainLocationObject } from './explain.ts';
 import { Cell, Location, type CellObject } from './types.ts';
+import { cellsPage } from './view.ts';
 
 export const cellsCapability: Capability = {
   name: 'cells',
@@ -32,6 +33,7 @@ export const cellsCapability: Capability = {
   crds: [Location, Cell],
   // Kept Cells keep the kubeconfig Secrets they name.
   uninstall: (ctx) => (ctx.keepCrds ? Promise.resolve() : forgetCells(ctx.client, ctx)),
+  page: cellsPage,
   explainKinds: [
     {
       name: 'cell',

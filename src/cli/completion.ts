@@ -1,7 +1,7 @@
 // `berth completion bash|zsh`: a completion script written from the program itself (its commands
 // and options), so it never lags behind them. zsh runs the bash script through bashcompinit, as
 // many CLIs' zsh completion does.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Argument, Command } from 'commander';
 
 /** Every command path (`berth sandbox up`) with the words that may follow it: subcommands and options. */

@@ -2,7 +2,7 @@
 // explain pod NAME`: what Berth does to a pod; `berth explain <kind> NAME` for the kinds a
 // capability explains itself (Capability.explainKinds). What is said comes from src/explain.ts,
 // which the page (src/ui) calls too.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command } from 'commander';
 import { dryRunControllersOption } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
@@ -18,7 +18,7 @@ import {
   outputOption,
   print,
   withClient,
-} from './flags.ts';
+} from '../command/flags.ts';
 
 /** The flags a kind's explanation reads, besides --kubeconfig and --namespace. */
 function ruleFlags(cmd: Command, e: Explainer): Command {

@@ -1,5 +1,5 @@
 // `berth install` and `berth manifests`: the CRDs, RBAC and empty webhook configurations generated from code.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
 import type { KubeClient } from '../runtime/client/client.ts';
@@ -8,7 +8,7 @@ import { hasCondition } from '../runtime/api/conditions.ts';
 import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook/registration.ts';
 import { berthNamespace, WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
 import { controllersOption, runningCapabilities } from '../capability.ts';
-import { berthNamespaceFlag, clusterFlags, listOption, withClient } from './flags.ts';
+import { berthNamespaceFlag, clusterFlags, listOption, withClient } from '../command/flags.ts';
 import { capabilities } from '../capabilities.ts';
 import { cellRbacManifests, crdManifests, podPatchPolicyManifests, rbacManifests } from '../manifests.ts';
 

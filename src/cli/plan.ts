@@ -1,7 +1,7 @@
 // `berth plan -f FILE|DIR|-`: what applying (or, with --delete, deleting) Berth's objects would do
 // to the cluster as it is now, from src/plan.ts, which the page calls too. Writes nothing. Exits 0
 // when nothing would change, 2 when something would (as `terraform plan -detailed-exitcode`), 1 on error.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command } from 'commander';
 import { existsSync, statSync } from 'node:fs';
 import { text } from 'node:stream/consumers';
@@ -22,7 +22,7 @@ import {
   withClient,
   type ClusterFlags,
   type Format,
-} from './flags.ts';
+} from '../command/flags.ts';
 
 export function planCommand(): Command {
   const cmd = new Command('plan')

@@ -1,7 +1,7 @@
 import { Command, Help } from 'commander';
 import { berthErrorLine } from './errors.ts';
 import { examplesOf } from './examples.ts';
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { version } from './version.ts';
 
 /** Each top-level command's module, loaded only when the command runs. */

@@ -1,17 +1,11 @@
 // `berth run`: the controller manager.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { PolicyKit } from '../policy/kit.ts';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import {
-  atLeast,
-  controllersOption,
-  runningCapabilities,
-  wholeNumber,
-  type CapabilityContext,
-} from '../capability.ts';
+import { controllersOption, runningCapabilities, type CapabilityContext } from '../capability.ts';
 import {
   berthNamespace,
   LEADER_ELECTION_ID,
@@ -47,7 +41,14 @@ import { addUi, electedLeader, uiOptions } from './ui.ts';
 import { logOptions, useLogOptions } from './log.ts';
 import { version } from './version.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
-import { berthNamespaceFlag, contextOption, durationOption, kubeconfigOption } from './flags.ts';
+import {
+  berthNamespaceFlag,
+  contextOption,
+  durationOption,
+  kubeconfigOption,
+  atLeast,
+  wholeNumber,
+} from '../command/flags.ts';
 
 const limits = webhookServerLimits;
 

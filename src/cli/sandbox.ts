@@ -1,5 +1,5 @@
 // `berth sandbox`: the local control plane, by hand; with `--cells`, a federation.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command, Option } from 'commander';
 import { capabilities } from '../capabilities.ts';
 import { capabilityCommands } from '../capability.ts';
@@ -10,7 +10,7 @@ import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../s
 import { Sandbox } from '../sandbox/sandbox.ts';
 import { abortOnSignals } from '../sandbox/wait.ts';
 import { installCrds } from './install.ts';
-import { durationOption, listOption } from './flags.ts';
+import { durationOption, listOption } from '../command/flags.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 const nameOption = () => new Option('--name <name>', 'sandbox name').default('default');

@@ -1,6 +1,6 @@
 // The page: `berth run --ui-bind-address` serves it beside the controllers; `berth ui` serves it
 // alone, with only the informers it reads (no controller, no lease, no write).
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command, Option } from 'commander';
 import { controllersOption, runningCapabilities, type Capability } from '../capability.ts';
 import { capabilities } from '../capabilities.ts';
@@ -14,7 +14,7 @@ import { UiServer, type About } from '../ui/server.ts';
 import { version } from './version.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { logOptions, useLogOptions } from './log.ts';
-import { clientOf, clusterFlags, listOption } from './flags.ts';
+import { clientOf, clusterFlags, listOption } from '../command/flags.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -95,7 +95,7 @@ export function addUi(
   if (o['uiBindAddress'] === '0') return undefined;
   const ui = new UiServer(manager, {
     bindAddress: String(o['uiBindAddress']),
-    kinds: enabled.flatMap((c) => c.crds),
+    capabilities: enabled,
     poolLabels: o['uiPoolLabels'] as string[],
     allowedHosts: ((o['uiAllowedHosts'] as string[] | undefined) ?? []).map((h) => h.toLowerCase()),
     options: o,

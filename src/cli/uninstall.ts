@@ -3,12 +3,19 @@
 // itself is removed. Takes back what Berth made at run time, which no manifest of its install names:
 // what each capability still has on nodes and pods, the webhook configurations it registered, the
 // Secret of its webhook certificate and its leader-election Lease; then the CRDs.
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { capabilities } from '../capabilities.ts';
-import { sayStep } from '../capability.ts';
-import { berthNamespaceFlag, clusterFlags, dryRunOption, durationOption, withClient } from './flags.ts';
+
+import {
+  berthNamespaceFlag,
+  clusterFlags,
+  dryRunOption,
+  durationOption,
+  withClient,
+  sayStep,
+} from '../command/flags.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import { Resources, type ResourceRef } from '../runtime/api/meta.ts';

@@ -1,9 +1,9 @@
-import { SUMMARIES } from './summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { packageRoot } from '../sandbox/paths.ts';
-import { outputOption, print } from './flags.ts';
+import { outputOption, print } from '../command/flags.ts';
 
 export const version = (): string =>
   (JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as { version: string }).version;

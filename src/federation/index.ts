@@ -1,10 +1,12 @@
-import { workers, type Capability } from '../capability.ts';
+import type { Capability } from '../capability.ts';
+import { workers } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { setupFederationReconciler } from './controllers/federation.ts';
 import { explainWorkload } from './explain.ts';
 import { setupMirrorReconciler } from './controllers/mirror.ts';
 import { planCells, planLocations, planWorkloads } from './plan.ts';
 import { Workload } from './types.ts';
+import { federationPage } from './view.ts';
 
 export const federationCapability: Capability = {
   name: 'federation',
@@ -77,6 +79,7 @@ export const federationCapability: Capability = {
   // Cells and Locations are the cells capability's kinds, but what changing them does is where
   // federation runs the Workloads: planned here, from the same decision.
   plan: { Workload: planWorkloads, Cell: planCells, Location: planLocations },
+  page: federationPage,
   explainKinds: [
     {
       name: 'workload',

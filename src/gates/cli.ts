@@ -1,6 +1,6 @@
 // `berth gates tolerate DAEMONSET`: makes a DaemonSet's pods tolerate the taints of the gates that
 // wait for them, so they start on gated nodes. And what `berth uninstall` takes back of the gates.
-import { SUMMARIES } from '../cli/summaries.ts';
+import { SUMMARIES } from '../command/summaries.ts';
 import { Command } from 'commander';
 import { parseGates } from './decide/parse.ts';
 import { nodePatch } from './decide/patch.ts';
@@ -18,7 +18,7 @@ import {
   listOption,
   namespaceFlags,
   namespaceOf,
-} from '../cli/flags.ts';
+} from '../command/flags.ts';
 import { Resources } from '../runtime/api/meta.ts';
 
 /**

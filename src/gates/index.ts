@@ -1,5 +1,6 @@
 import { Option } from 'commander';
-import { workersOption, type Capability } from '../capability.ts';
+import type { Capability } from '../capability.ts';
+import { workersOption } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
@@ -17,6 +18,7 @@ import { nodesOf, podsByNode } from '../policy/explain.ts';
 import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
 import { NODE_WEBHOOK, nodeTerms, nodeWebhook, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
 import { AdmissionScope, type ScopeTerm } from '../policy/admission.ts';
+import { gatesPage } from './view.ts';
 
 export const gatesCapability: Capability = {
   name: 'gates',
@@ -57,6 +59,7 @@ export const gatesCapability: Capability = {
   ],
   explainNode: ({ client, object }) => explainNodeGates(client, object),
   plan: { NodeStartupGate: planGateObjects },
+  page: gatesPage,
   explainKinds: [
     {
       name: 'nodestartupgate',

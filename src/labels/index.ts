@@ -9,8 +9,8 @@ import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
 import { compileRule, refuseOwned, type NodeDecision } from './decide.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { Option } from 'commander';
-import { atLeast, workersOption, type Capability } from '../capability.ts';
-import { durationOption } from '../cli/flags.ts';
+import type { Capability } from '../capability.ts';
+import { durationOption, atLeast, workersOption } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
 import { CONFIG_SOURCE_ANNOTATION, explainPodEviction, OPT_OUT_ANNOTATION } from './evict.ts';
@@ -29,6 +29,7 @@ import { releaseNodes } from '../policy/nodes/release.ts';
 import { nodesOf } from '../policy/explain.ts';
 import { nodeInformer, slimNode, slimPod, type SlimNode } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { labelsPage } from './view.ts';
 
 export const labelsCapability: Capability = {
   name: 'labels',
@@ -80,6 +81,7 @@ export const labelsCapability: Capability = {
     NodeLabelRule: (ctx) => planRules(ctx, labelDirOf(ctx.options), evictOnRemovalFiles(ctx.options)),
   },
   planFromFlags: (options) => (ruleFilesOf(options).length ? ['NodeLabelRule'] : []),
+  page: labelsPage,
   explainKinds: [
     {
       name: 'nodelabelrule',

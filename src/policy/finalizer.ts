@@ -1,9 +1,29 @@
-// One finalizer flow, in kube-rs's `finalizer()` shape. While an object lives, its finalizer goes on
-// first, then `apply` runs; once it is being deleted, `cleanup` runs, and the finalizer comes off
-// only when cleanup has released everything it guards. A finalizer is never added to an object being
-// deleted (the apiserver refuses that, and nothing would take it off again), and one that is on is
-// always taken off by the cleanup that follows: none is stranded, not even one Berth did not apply
-// (a manifest or a restore that carried it).
+// One finalizer flow, in kube-rs's `finalizer()` shape (kube-runtime's finalizer.rs). What it
+// guarantees, and what it asks of its caller:
+//
+// - Added before the first apply. A living object without the finalizer gets it first; `apply` runs
+//   only on an object that carries it, so nothing `apply` does can outlive the object unreleased.
+//   It is never added to an object being deleted (the apiserver refuses that, and nothing would take
+//   it off again).
+// - Removed after cleanup succeeds. Once the object is being deleted, `cleanup` runs, and the
+//   finalizer comes off only when cleanup answers 'released'; any other answer (or a throw) keeps it
+//   on, and the object, for the next reconcile. One that is on always comes off after a release,
+//   even one Berth did not apply (a manifest or a restore carried it): no finalizer is stranded.
+// - Cleanup is idempotent. It runs again on every reconcile until the finalizer is off, and again
+//   after a release whose removal failed (an error, the object changed meanwhile): releasing what is
+//   already released must answer 'released' again.
+// - Cleanup tolerates `apply` never having run. The finalizer may be on an object `apply` never saw
+//   through: added, then `apply` failed or the object was deleted first, or the finalizer came with
+//   the object. Cleanup reads what is held from the cluster, not from what `apply` did.
+// - One finalizer name per owner. The add is a server-side apply of `finalizers: [name]` alone
+//   under the owner's field manager, so that manager owns exactly this entry and touches no other
+//   finalizer; a second name (or any other field) applied by the same manager to the same object
+//   would be taken off by the next apply. Each kind Berth finalizes has one name and one manager.
+// - Conflicts. The writes carry the object's uid: an object deleted, or deleted and recreated
+//   under its name, ends the flow quietly (nothing left to hold or release). Removing an entry
+//   another manager also holds takes a JSON patch that tests the list first; when it changed
+//   meanwhile (another finalizer came off) the reconcile is requeued, not failed. Any other error is
+//   the caller's, and the controller retries it with backoff.
 import { ApiError, type KubeClient } from '../runtime/client/client.ts';
 import { applyTarget, isObjectGone } from '../runtime/client/apply.ts';
 import { removeItem, type JsonPatchOp } from '../runtime/api/jsonpatch.ts';

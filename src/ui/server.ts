@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { isIP, type AddressInfo } from 'node:net';
 import { explainerOf, explainers, explanationOf, explanationText } from '../explain.ts';
 import { manifestsOf, MAX_BYTES, planChange } from '../plan.ts';
-import type { CustomResource } from '../runtime/api/crd.ts';
+import type { Capability } from '../capability.ts';
 import { ApiError } from '../runtime/client/client.ts';
 import type { Manager, Runnable } from '../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
@@ -39,7 +39,8 @@ export interface About {
 export interface UiOptions {
   /** "host:port"; "0" turns the page off. */
   bindAddress: string;
-  kinds: CustomResource[];
+  /** The capabilities it shows (the enabled ones): their policies, and what their views say. */
+  capabilities: Capability[];
   poolLabels: string[];
   /** Host names (besides localhost and IP addresses) the page answers to: a guard against DNS rebinding. */
   allowedHosts: string[];
@@ -160,7 +161,7 @@ export class UiServer implements Runnable {
     if (!this.script) this.opts.log.error('the page script is not built (npm run build): the page says so');
     // Made once the manager runs, its informers start at once and do not hold back /readyz.
     this.state = new UiState(this.manager, {
-      kinds: this.opts.kinds,
+      capabilities: this.opts.capabilities,
       poolLabels: this.opts.poolLabels,
       ...(this.opts.coalesceMs !== undefined ? { coalesceMs: this.opts.coalesceMs } : {}),
     });

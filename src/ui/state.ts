@@ -4,6 +4,7 @@
 // when the last announcement is `coalesceMs` old, else when it will be (so a burst is announced at
 // most every `coalesceMs`, and a lone change without waiting), and only of the sections whose
 // snapshot really changed (a node's heartbeat changes nothing the page shows).
+import type { Capability, PageKind, PageSection, PageView } from '../capability.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
@@ -17,26 +18,10 @@ import {
   type SlimNode,
   type SlimPod,
 } from '../policy/slim.ts';
-import { parseGates } from '../gates/decide/parse.ts';
-import { NodeStartupGate } from '../gates/types.ts';
-import { compileRule } from '../labels/decide.ts';
-import { NodeLabelRule, type Rule } from '../labels/types.ts';
-import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
-import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
-import { INSTANCE_CACHE } from '../workloads/decide.ts';
-import { Cell, Location } from '../cells/types.ts';
-import { Workload } from '../federation/types.ts';
-import {
-  cityRows,
-  heldPods,
-  nodeRow,
-  policyRow,
-  queryNodes,
-  warningEvents,
-  workloadRow,
-  type EventLike,
-} from './view.ts';
+import { policyRow } from '../policy/view.ts';
+import { heldPods, nodeRow, queryNodes, warningEvents, type EventLike } from './view.ts';
 import type {
+  CellWorkload,
   NodePage,
   NodeQuery,
   NodeRow,
@@ -46,11 +31,11 @@ import type {
   WorkloadsSnapshot,
 } from './types.ts';
 
-export type Section = 'nodes' | 'policies' | 'pods' | 'workloads';
+export type Section = PageSection;
 
 export interface UiStateOptions {
-  /** The policy kinds to show (the enabled capabilities' CRDs). */
-  kinds: CustomResource[];
+  /** The capabilities whose policies and views the page shows (the enabled ones). */
+  capabilities: Capability[];
   poolLabels: string[];
   /** How long changes gather before listeners hear of them. */
   coalesceMs?: number;
@@ -85,10 +70,9 @@ export class UiState {
   private readonly nodes: Informer<SlimNode>;
   private readonly pods: Informer<SlimPod>;
   private readonly events: Informer<KubeObject>;
-  private readonly kinds: { cr: CustomResource; informer: Informer<KubeObject> }[];
-  private readonly gates: (() => ReturnType<typeof parseGates>) | undefined;
-  private readonly rules: (() => Rule[]) | undefined;
-  private readonly instances: Informer<KubeObject> | undefined;
+  private readonly kinds: { cr: CustomResource; page: PageKind; informer: Informer<KubeObject> }[];
+  /** The capabilities' views, in the capabilities' order. */
+  private readonly views: PageView[];
   private readonly poolLabels: string[];
   private readonly coalesceMs: number;
   private readonly listeners = new Set<(sections: Section[]) => void>();
@@ -120,23 +104,19 @@ export class UiState {
       fieldSelector: 'type=Warning',
       transform: interning('ui-event', slimEvent),
     });
-    // Instances as the workloads controllers cache them (slim, mirrors left out): one cache for both.
-    this.kinds = opts.kinds.map((cr) => ({
-      cr,
-      informer: manager.informer<KubeObject>(cr.ref, cr === Instance ? INSTANCE_CACHE : {}),
-    }));
-    this.gates = this.informerOf(NodeStartupGate)?.derive(parseGates);
-    this.rules = this.informerOf(NodeLabelRule)?.derive((objs) =>
-      objs.flatMap(
-        (o) =>
-          compileRule({ ...o, apiVersion: NodeLabelRule.apiVersion, kind: NodeLabelRule.kind }).rule ?? [],
-      ),
+    // A kind is cached as its capability says (Instances as the workloads controllers cache them:
+    // one cache for both), else as the API gives it.
+    this.kinds = opts.capabilities.flatMap((c) =>
+      c.crds.map((cr) => {
+        const page = c.page?.kinds?.[cr.kind] ?? {};
+        return { cr, page, informer: manager.informer<KubeObject>(cr.ref, page.cache ?? {}) };
+      }),
     );
-    this.instances = this.informerOf(Instance);
-    this.instances?.addIndexer('ui-deployment', (i) => {
-      const d = i.metadata?.labels?.[DEPLOYMENT_LABEL];
-      return d ? [`${i.metadata?.namespace}/${d}`] : [];
-    });
+    const informerOf = (cr: CustomResource) => this.kinds.find((k) => k.cr === cr)!.informer;
+    const pods = this.pods;
+    this.views = opts.capabilities.flatMap(
+      (c) => c.page?.view({ informer: informerOf, podsOn: (node) => podsOn(pods, node) }) ?? [],
+    );
     const on = (inf: Informer<KubeObject>, sections: () => Section[], everyRow = () => false) => {
       const mark = () => {
         if (everyRow()) this.epoch++;
@@ -147,31 +127,22 @@ export class UiState {
     on(this.nodes as unknown as Informer<KubeObject>, () => ['nodes', 'pods']);
     // A node's row reads its pods only for the startup gates' requirements: without a gate, a pod's
     // change (the most frequent kind) leaves every row as it is.
-    const gated = () => (this.gates?.().gates.length ?? 0) > 0;
+    const gated = () => this.views.some((v) => v.readsPods?.());
     on(
       this.pods as unknown as Informer<KubeObject>,
       () => (gated() ? ['pods', 'workloads', 'nodes'] : ['pods', 'workloads']),
       gated,
     );
     on(this.events, () => ['policies']);
-    for (const { cr, informer } of this.kinds) {
-      const sections: Section[] =
-        cr === WorkloadDeployment || cr === Instance
-          ? ['workloads', 'policies', 'pods']
-          : cr === Cell || cr === Location || cr === Workload
-            ? ['workloads', 'policies']
-            : ['policies', 'nodes', 'pods'];
+    for (const { page, informer } of this.kinds) {
+      // A policy acts on nodes and pods: its change may alter every row.
+      const sections = page.sections ?? ['policies', 'nodes', 'pods'];
       on(
         informer,
         () => sections,
         () => sections.includes('nodes'),
       );
     }
-  }
-
-  /** The informer of a policy kind the page shows; undefined when its capability is off. */
-  private informerOf(cr: CustomResource): Informer<KubeObject> | undefined {
-    return this.kinds.find((k) => k.cr.kind === cr.kind)?.informer;
   }
 
   /** Every informer the page reads has listed once. */
@@ -234,14 +205,7 @@ export class UiState {
   /** Every node's row, sorted by name; a row is computed again only when its node or the epoch changed. */
   nodeRows(): NodeRow[] {
     if (this.rows) return this.rows;
-    const gates = this.gates?.().gates.filter((g) => g.enforced || g.spec.dryRun) ?? [];
-    const inputs = {
-      gates,
-      rules: this.rules?.() ?? [],
-      poolLabels: this.poolLabels,
-      podsOn: (name: string) => podsOn(this.pods, name),
-      now: Date.now(),
-    };
+    const inputs = { views: this.views, poolLabels: this.poolLabels, now: Date.now() };
     const nodes = this.nodes.list();
     const rows = nodes.map((n) => {
       const cached = this.rowOf.get(n);
@@ -269,9 +233,9 @@ export class UiState {
   policies(): PoliciesSnapshot {
     const policies: PolicyRow[] = [];
     const missing: string[] = [];
-    for (const { cr, informer } of this.kinds) {
+    for (const { cr, page, informer } of this.kinds) {
       if (informer.crdMissing) missing.push(cr.kind);
-      if (cr === Instance) continue; // shown under their WorkloadDeployment
+      if (page.unlisted) continue; // shown elsewhere on the page
       for (const o of informer.list()) policies.push(policyRow(cr.kind, o));
     }
     return {
@@ -282,21 +246,13 @@ export class UiState {
   }
 
   heldPods(): PodsSnapshot {
-    const instance = (p: SlimPod) =>
-      this.instances?.get(`${p.metadata?.namespace}/${p.metadata?.name}`) as
-        { status?: { conditions?: { type: string; reason?: string; message?: string }[] } } | undefined;
+    const reasons = Object.assign({}, ...this.views.map((v) => v.heldPods ?? {})) as Record<
+      string,
+      (p: SlimPod) => string
+    >;
     const pods = heldPods(
       this.pods.list().filter((p) => p.spec.schedulingGates?.length),
-      {
-        [SCHEDULING_GATE]: (p) => {
-          const failure = p.metadata?.annotations?.[FAILURE_ANNOTATION];
-          return `architecture-aware placement: reading its images' platforms (${p.metadata?.labels?.[STATE_LABEL] ?? 'Gated'})${failure ? `; ${failure}` : ''}`;
-        },
-        [QUOTA_GATE]: (p) => {
-          const q = instance(p)?.status?.conditions?.find((c) => c.type === 'QuotaGranted');
-          return `quota: ${q ? `${q.reason ?? ''}${q.message ? `: ${q.message}` : ''}` : 'waiting for the quota controller'}`;
-        },
-      },
+      reasons,
     );
     const heldNodes = this.nodeRows()
       .filter((r) => r.held)
@@ -312,19 +268,13 @@ export class UiState {
   }
 
   workloads(): WorkloadsSnapshot {
-    const wd = this.informerOf(WorkloadDeployment);
-    const workloads = (wd?.list() ?? []).map((d) =>
-      workloadRow(
-        d,
-        this.instances?.byIndex('ui-deployment', `${d.metadata?.namespace}/${d.metadata?.name}`) ?? [],
-      ),
-    );
-    const list = (cr: CustomResource) => this.informerOf(cr)?.list() ?? [];
+    const shares = new Map<string, CellWorkload[]>();
+    for (const v of this.views)
+      for (const [cell, s] of v.cellShares?.() ?? []) shares.set(cell, [...(shares.get(cell) ?? []), ...s]);
     return {
-      workloads,
-      cities: cityRows(list(Cell), list(Location), list(Workload)),
-      // Mirrors of the cells' instances (a management plane's), which run in the cells, are not cached.
-      localInstances: this.instances?.list().length ?? 0,
+      workloads: this.views.flatMap((v) => v.workloads?.() ?? []),
+      cities: this.views.flatMap((v) => v.cities?.(shares) ?? []),
+      localInstances: this.views.reduce((n, v) => n + (v.localInstances?.() ?? 0), 0),
     };
   }
 }

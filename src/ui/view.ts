@@ -1,40 +1,19 @@
-// What the page shows, as pure functions of cached objects: one row per node (what Berth derived
-// and from which rule, the startup gates' state, architecture, pool), the policies with their counts
-// and conditions, the pods Berth holds and why, the workloads and their instances. No I/O here: the
-// state (state.ts) feeds these from the informer caches and the tests feed them objects.
-import { type Gate } from '../gates/decide/parse.ts';
-import { decideGates } from '../gates/decide/state.ts';
-import { decide, type Output } from '../labels/decide.ts';
-import { nodeView } from '../labels/match.ts';
-import type { Rule } from '../labels/types.ts';
-import { nodeState, taintId } from '../policy/nodes/plan.ts';
-import { conditionTone } from '../policy/status.ts';
-import { isBerthManager, type SlimNode, type SlimPod } from '../policy/slim.ts';
+// What the page shows, as pure functions of cached objects: one row per node (what Berth's field
+// managers own on it and, where a capability says, from which rule; the gates that select it;
+// architecture, pool), Warning events, the pods Berth holds and why. What is a capability's own
+// comes through its view (Capability.page); the policies' rows are the kit's (policy/view.ts). No
+// I/O here: the state (state.ts) feeds these from the informer caches and the tests feed them objects.
+import type { PageView } from '../capability.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import type {
-  CellRow,
-  CellWorkload,
-  CityRow,
-  ConditionView,
-  Derived,
-  EventRow,
-  GateRow,
-  HeldPod,
-  InstanceRow,
-  NodePage,
-  NodeQuery,
-  NodeRow,
-  PolicyRow,
-  WorkloadRow,
-} from './types.ts';
+import { nodeState, taintId } from '../policy/nodes/plan.ts';
+import { isBerthManager, type SlimNode, type SlimPod } from '../policy/slim.ts';
+import type { Derived, EventRow, GateRow, HeldPod, NodePage, NodeQuery, NodeRow } from './types.ts';
 
 export interface NodeInputs {
-  gates: Gate[];
-  /** The NodeLabelRules (rule files are not cached: their labels show without a rule name). */
-  rules: Rule[];
+  /** The capabilities' views: their gates and the sources of the keys they own. */
+  views: PageView[];
   /** Labels that name a node's pool, first present wins. */
   poolLabels: string[];
-  podsOn(node: string): SlimPod[];
   now: number;
 }
 
@@ -47,27 +26,22 @@ export const defaultPoolLabels = [
   'node.kubernetes.io/pool',
 ];
 
-const ruleText = (r: Rule): string =>
-  r.source.kind === 'File' ? `file ${r.source.path}` : `NodeLabelRule ${r.source.name}`;
-
-/** Every key Berth's field managers own on the node, with its value and, for derived labels, its rule. */
-export function derivedOf(node: SlimNode, rules: Rule[]): Derived[] {
+/**
+ * Every key Berth's field managers own on the node, with its value and where it comes from when the
+ * manager's capability says (labels: the rule).
+ */
+export function derivedOf(node: SlimNode, views: PageView[]): Derived[] {
   const managers = [
     ...new Set((node.metadata?.managedFields ?? []).map((e) => (e as { manager?: string }).manager ?? '')),
   ].filter(isBerthManager);
   const out: Derived[] = [];
-  let outputs: Map<string, Output> | undefined;
-  const ruleOf = (kind: Derived['kind'], key: string): string | undefined => {
-    // Only a labels' key needs the rules evaluated, and only then are they.
-    outputs ??= new Map(decide(nodeView(node), rules).outputs.map((o) => [`${o.kind} ${o.key}`, o]));
-    const o = outputs.get(`${kind} ${key}`);
-    const r = o && rules.find((x) => x.name === o.rule);
-    return r ? ruleText(r) : undefined;
-  };
   for (const by of managers.sort()) {
     const s = nodeState(node, by);
+    const source = views.find((v) => v.keySource?.fieldManager === by)?.keySource;
+    // Only a key of a manager with a source needs it asked, and only then is it (labels: the rules evaluated).
+    let sourceOf: ((kind: Derived['kind'], key: string) => string | undefined) | undefined;
     const add = (kind: Derived['kind'], key: string, value: string) => {
-      const rule = by === 'berth-labels' ? ruleOf(kind, key) : undefined;
+      const rule = source && (sourceOf ??= source.of(node))(kind, key);
       out.push({ kind, key, value, by, ...(rule ? { rule } : {}) });
     };
     for (const k of s.owned.labels) if (k in s.labels) add('label', k, s.labels[k]!);
@@ -81,27 +55,17 @@ export function derivedOf(node: SlimNode, rules: Rule[]): Derived[] {
 }
 
 export function nodeRow(node: SlimNode, inputs: NodeInputs): NodeRow {
-  const name = node.metadata?.name ?? '';
   const labels = node.metadata?.labels ?? {};
-  const ann = node.metadata?.annotations ?? {};
   const pool = inputs.poolLabels.map((k) => labels[k]).find((v) => v !== undefined) ?? '';
-  const gates: GateRow[] = [];
-  if (inputs.gates.length) {
-    const decisions = decideGates(inputs.gates, node, inputs.podsOn(name), inputs.now);
-    for (const [i, d] of decisions.entries()) {
-      if (d.state === 'NotSelected') continue;
-      const since = ann[inputs.gates[i]!.keys.gatedAt];
-      gates.push({ gate: d.gate, state: d.state, waiting: d.unmet, why: d.why, ...(since ? { since } : {}) });
-    }
-  }
+  const gates: GateRow[] = inputs.views.flatMap((v) => v.nodeGates?.(node, inputs.now) ?? []);
   return {
-    name,
+    name: node.metadata?.name ?? '',
     pool,
     arch: node.status?.nodeInfo?.['architecture'] ?? labels['kubernetes.io/arch'] ?? '',
     ready: (node.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
     unschedulable: node.spec?.unschedulable === true,
     labels,
-    derived: derivedOf(node, inputs.rules),
+    derived: derivedOf(node, inputs.views),
     gates,
     held: gates.some((g) => g.state === 'Held' || g.state === 'HeldTimedOut'),
   };
@@ -140,34 +104,6 @@ export function queryNodes(rows: NodeRow[], q: NodeQuery): NodePage {
     rows: matched.slice(offset, offset + limit),
     pools: values((r) => r.pool),
     archs: values((r) => r.arch),
-  };
-}
-
-interface WithStatus extends KubeObject {
-  status?: Record<string, unknown> & { conditions?: ConditionView[] };
-}
-
-const conditionsOf = (o: WithStatus): ConditionView[] =>
-  (o.status?.conditions ?? []).map((c) => ({
-    type: c.type,
-    status: c.status,
-    reason: c.reason ?? '',
-    message: c.message ?? '',
-    tone: conditionTone(c.type, c.status),
-  }));
-
-/** A policy object as a row: its numbers from its status (counts) and its conditions. */
-export function policyRow(kind: string, obj: KubeObject): PolicyRow {
-  const o = obj as WithStatus;
-  const counts: Record<string, number> = {};
-  for (const [k, v] of Object.entries(o.status ?? {}))
-    if (typeof v === 'number' && k !== 'observedGeneration') counts[k] = v;
-  return {
-    kind,
-    ...(o.metadata?.namespace ? { namespace: o.metadata.namespace } : {}),
-    name: o.metadata?.name ?? '',
-    counts,
-    conditions: conditionsOf(o),
   };
 }
 
@@ -226,137 +162,4 @@ export function heldPods(pods: SlimPod[], reasons: Record<string, (p: SlimPod) =
       });
     }
   return out.sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
-}
-
-interface InstanceLike extends WithStatus {
-  spec?: { ordinal?: number };
-}
-
-const conditionOf = (o: WithStatus, type: string) => conditionsOf(o).find((c) => c.type === type);
-
-/** The Ready condition as a row shows it: its status, and the reason and message why. */
-function readyOf(o: WithStatus): { ready: string; reason: string; message: string } {
-  const r = conditionOf(o, 'Ready');
-  return { ready: r?.status ?? 'Unknown', reason: r?.reason ?? '', message: r?.message ?? '' };
-}
-
-export function instanceRow(obj: KubeObject): InstanceRow {
-  const o = obj as InstanceLike;
-  return {
-    namespace: o.metadata?.namespace ?? '',
-    name: o.metadata?.name ?? '',
-    ordinal: o.spec?.ordinal ?? 0,
-    ...readyOf(o),
-    tone: conditionOf(o, 'Ready')?.tone ?? 'unknown',
-    quota: conditionOf(o, 'QuotaGranted')?.reason ?? '',
-  };
-}
-
-/** A WorkloadDeployment with its instances (by ordinal) and rollout numbers. */
-export function workloadRow(obj: KubeObject, instances: KubeObject[]): WorkloadRow {
-  return {
-    ...policyRow('WorkloadDeployment', obj),
-    desired: Number((obj as { spec?: { replicas?: number } }).spec?.replicas ?? 0),
-    instances: instances.map(instanceRow).sort((a, b) => a.ordinal - b.ordinal),
-  };
-}
-
-interface CellLike extends WithStatus {
-  spec?: { locations?: string[]; unschedulable?: boolean };
-  status?: WithStatus['status'] & { serverVersion?: string; lastContactTime?: string };
-}
-
-interface LocationLike extends KubeObject {
-  spec?: { cityCode?: string; topology?: { region?: string; zone?: string }; class?: string };
-}
-
-interface WorkloadLike extends KubeObject {
-  status?: {
-    placements?: {
-      name: string;
-      cities?: {
-        city: string;
-        cell?: string;
-        readyReplicas?: number;
-        desiredReplicas?: number;
-        reason?: string;
-      }[];
-    }[];
-  };
-}
-
-/** Each federated Workload's share per cell, from the Workloads' status: cell name → shares. */
-export function workloadsByCell(workloads: KubeObject[]): Map<string, CellWorkload[]> {
-  const out = new Map<string, CellWorkload[]>();
-  for (const w of workloads as WorkloadLike[])
-    for (const p of w.status?.placements ?? [])
-      for (const c of p.cities ?? []) {
-        if (!c.cell) continue;
-        const shares = out.get(c.cell) ?? [];
-        shares.push({
-          namespace: w.metadata?.namespace ?? '',
-          name: w.metadata?.name ?? '',
-          placement: p.name,
-          city: c.city,
-          ready: c.readyReplicas ?? 0,
-          desired: c.desiredReplicas ?? 0,
-          reason: c.reason ?? '',
-        });
-        out.set(c.cell, shares);
-      }
-  return out;
-}
-
-export function cellRow(obj: KubeObject, workloads: CellWorkload[] = []): CellRow {
-  const o = obj as CellLike;
-  return {
-    name: o.metadata?.name ?? '',
-    reachable: conditionOf(o, 'Reachable')?.status ?? 'Unknown',
-    ...readyOf(o),
-    cordoned: o.spec?.unschedulable === true,
-    serverVersion: o.status?.serverVersion ?? '',
-    lastContactTime: o.status?.lastContactTime ?? '',
-    workloads,
-  };
-}
-
-/**
- * The map of cells by city: every city a Cell or a Location names, sorted by code, with its
- * Locations and the cells serving it, each with the Workloads it runs for that city; cells that
- * name no city last, under ''.
- */
-export function cityRows(
-  cells: KubeObject[],
-  locations: KubeObject[],
-  workloads: KubeObject[] = [],
-): CityRow[] {
-  const shares = workloadsByCell(workloads);
-  const cities = new Map<string, CityRow>();
-  const city = (code: string) => {
-    let c = cities.get(code);
-    if (!c) cities.set(code, (c = { city: code, locations: [], cells: [] }));
-    return c;
-  };
-  for (const l of locations as LocationLike[]) {
-    const code = l.spec?.cityCode;
-    if (!code) continue;
-    const where = [l.spec?.topology?.region, l.spec?.topology?.zone, l.spec?.class]
-      .filter(Boolean)
-      .join(', ');
-    city(code).locations.push({ name: l.metadata?.name ?? '', where });
-  }
-  for (const c of cells as CellLike[]) {
-    const codes = c.spec?.locations?.length ? c.spec.locations : [''];
-    const mine = shares.get(c.metadata?.name ?? '') ?? [];
-    for (const code of codes)
-      city(code).cells.push(cellRow(c, code ? mine.filter((w) => w.city === code) : mine));
-  }
-  const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : 1);
-  for (const c of cities.values()) {
-    c.locations.sort((a, b) => (a.name < b.name ? -1 : 1));
-    c.cells.sort(byName);
-  }
-  return [...cities.values()].sort((a, b) =>
-    a.city === b.city ? 0 : a.city === '' ? 1 : b.city === '' ? -1 : a.city < b.city ? -1 : 1,
-  );
 }

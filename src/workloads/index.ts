@@ -1,5 +1,6 @@
 import { Option } from 'commander';
-import { workers, type Capability } from '../capability.ts';
+import type { Capability } from '../capability.ts';
+import { workers } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
 import { Trigger } from '../runtime/controller/trigger.ts';
 import { DeploymentState, setupDeploymentReconciler } from './controllers/deployment.ts';
@@ -9,6 +10,7 @@ import { setupInstanceReconciler } from './controllers/instance.ts';
 import { QuotaReconciler, setupQuotaReconciler } from './controllers/quota.ts';
 import { planDeploymentObjects, planInstanceTypes, planQuotaObjects } from './plan.ts';
 import { Instance, InstanceType, OWN_INSTANCES, Quota, WorkloadDeployment } from './types.ts';
+import { workloadsPage } from './view.ts';
 
 export const workloadsCapability: Capability = {
   name: 'workloads',
@@ -92,6 +94,7 @@ export const workloadsCapability: Capability = {
     WorkloadDeployment: planDeploymentObjects,
     InstanceType: planInstanceTypes,
   },
+  page: workloadsPage,
   explainKinds: [
     {
       name: 'instance',

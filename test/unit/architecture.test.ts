@@ -82,3 +82,52 @@ test('the check catches an import its room may not make', () => {
   assert.equal(allows(runtime, labels), false, 'the runtime may not import a capability');
   assert.equal(allows(labels, runtime), true);
 });
+
+/** The capabilities' rooms: those src/capabilities.ts lists them from (the contract aside). */
+function capabilityRooms(all: Room[]): Room[] {
+  const list = path.join(src, 'capabilities.ts');
+  const names = [...readFileSync(list, 'utf8').matchAll(/from\s*'(\.\/[^']+)'/g)].map((m) =>
+    roomOf(path.resolve(src, m[1]!), all),
+  );
+  return all.filter((r) => names.includes(r) && r.name !== 'capability.ts');
+}
+
+/** The rooms `room`'s files import, read from the files themselves (not from the table). */
+function importedRooms(room: Room, all: Room[]): Map<Room, string> {
+  const out = new Map<Room, string>();
+  for (const file of sources(src).filter((f) => roomOf(f, all) === room))
+    for (const m of readFileSync(file, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'(\.{1,2}\/[^']+)'/g)) {
+      const target = roomOf(path.resolve(path.dirname(file), m[1]!), all);
+      if (target && target !== room) out.set(target, `${path.relative(root, file)} imports ${m[1]}`);
+    }
+  return out;
+}
+
+test('the page reads the capabilities only through their contract (Capability.page), never their internals', () => {
+  const all = rooms();
+  const ui = all.find((r) => r.name === 'ui')!;
+  const caps = capabilityRooms(all);
+  assert.ok(caps.length >= 7, `only ${caps.length} capability rooms found`);
+  assert.deepEqual(
+    caps.filter((c) => allows(ui, c)).map((c) => c.name),
+    [],
+    'the table lets the page import a capability',
+  );
+  const reached = importedRooms(ui, all);
+  assert.deepEqual(
+    caps.filter((c) => reached.has(c)).map((c) => reached.get(c)),
+    [],
+    'the page imports a capability',
+  );
+});
+
+test('the `berth` command is the top room: no other room imports it', () => {
+  const all = rooms();
+  const cli = all.filter((r) => r.name === 'cli' || r.name.startsWith('cli/'));
+  const problems: string[] = [];
+  for (const room of all.filter((r) => !cli.includes(r))) {
+    for (const c of cli) if (allows(room, c)) problems.push(`the table lets ${room.name} import ${c.name}`);
+    for (const [target, where] of importedRooms(room, all)) if (cli.includes(target)) problems.push(where);
+  }
+  assert.deepEqual(problems, []);
+});

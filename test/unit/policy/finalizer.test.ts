@@ -206,3 +206,87 @@ test('generated: never added to an object being deleted, never removed before cl
       }
   assert.equal(cases, 12);
 });
+
+test('cleanup runs again after a release whose removal failed: it must be idempotent', async () => {
+  // The removal fails once (the apiserver is briefly away), then goes through.
+  let failures = 1;
+  const { f, writes } = client();
+  const apply = f.client.apply.bind(f.client);
+  f.client.apply = ((...args: Parameters<KubeClient['apply']>) =>
+    failures-- > 0
+      ? Promise.reject(new ApiError(500, 'InternalError', 'etcd away', {}))
+      : apply(...args)) as never;
+  const deleting = obj([NAME], true);
+  let cleanups = 0;
+  const on = {
+    cleanup: async (): Promise<'released'> => {
+      cleanups++;
+      return 'released';
+    },
+  };
+  await assert.rejects(
+    finalizer(f, deleting, on),
+    /etcd away/,
+    'the failed removal is the caller’s to retry',
+  );
+  assert.equal(cleanups, 1);
+  assert.equal(await finalizer(f, deleting, on), undefined);
+  assert.equal(cleanups, 2, 'nothing remembers the earlier release: cleanup runs again');
+  assert.deepEqual(writes, [{ finalizers: [], fieldManager: 'berth-test', uid: 'u1' }]);
+});
+
+test('cleanup runs on an object whose apply never went through (added, then apply failed, then deleted)', async () => {
+  const { f, writes } = client();
+  const calls: string[] = [];
+  const on = {
+    apply: async () => {
+      calls.push('apply');
+      throw new Error('apply failed');
+    },
+    cleanup: async (): Promise<'released'> => {
+      calls.push('cleanup');
+      return 'released';
+    },
+  };
+  await assert.rejects(finalizer(f, obj([], false), on), /apply failed/);
+  assert.deepEqual(
+    writes.map((w) => w.finalizers),
+    [[NAME]],
+    'the finalizer went on before apply',
+  );
+  // The object is deleted before any apply succeeded: its finalizer is on, and cleanup runs.
+  await finalizer(f, obj([NAME], true), on);
+  assert.deepEqual(calls, ['apply', 'cleanup']);
+  assert.deepEqual(
+    writes.map((w) => w.finalizers),
+    [[NAME], []],
+  );
+});
+
+test('a conflict that is not the object gone (another manager’s field) is the caller’s, the finalizer left as it was', async () => {
+  const conflict = client(
+    () => new ApiError(409, 'Conflict', 'Apply failed with 1 conflict: conflict with "kubectl"', {}),
+  );
+  let applied = false;
+  await assert.rejects(
+    finalizer(conflict.f, obj([], false), {
+      apply: async () => {
+        applied = true;
+      },
+      cleanup: async () => 'released',
+    }),
+    /conflict with/,
+  );
+  assert.equal(applied, false, 'apply waits until the finalizer is on');
+  let cleaned = 0;
+  await assert.rejects(
+    finalizer(conflict.f, obj([NAME], true), {
+      cleanup: async () => {
+        cleaned++;
+        return 'released';
+      },
+    }),
+    /conflict with/,
+  );
+  assert.equal(cleaned, 1, 'released, but the finalizer stays until its removal goes through');
+});

@@ -3,21 +3,22 @@
 // the host check against DNS rebinding.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { PageView } from '../../../src/capability.ts';
 import { parseGates } from '../../../src/gates/decide/parse.ts';
 import { NodeStartupGate } from '../../../src/gates/types.ts';
+import { gateRows } from '../../../src/gates/view.ts';
 import { compileRule } from '../../../src/labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../../../src/labels/types.ts';
+import { ruleSource } from '../../../src/labels/view.ts';
 import { taintRecordKey } from '../../../src/policy/nodes/plan.ts';
 import { slimNode, slimPod, type SlimNode } from '../../../src/policy/slim.ts';
 import { hostAllowed } from '../../../src/ui/server.ts';
 import type { NodeRow } from '../../../src/ui/types.ts';
 import {
-  cityRows,
   defaultPoolLabels,
   derivedOf,
   heldPods,
   nodeRow,
-  policyRow,
   queryNodes,
   warningEvents,
   type EventLike,
@@ -72,6 +73,11 @@ const node = (
     status: { nodeInfo: { architecture: 'amd64' }, conditions: [{ type: 'Ready', status: 'True' }] },
   });
 
+/** The labels' view over fixed rules (labels/view.ts, as the page builds it from the cached NodeLabelRules). */
+const labelsView = (rules: Rule[]): PageView => ({
+  keySource: { fieldManager: 'berth-labels', of: (n) => ruleSource(n, rules) },
+});
+
 test('derivedOf names what each of Berth’s field managers set, and the rule behind a derived label', () => {
   const gpu = rule('gpu', {
     match: { anyOf: [{ label: 'nvidia.com/gpu.present', operator: 'Exists' }] },
@@ -95,7 +101,7 @@ test('derivedOf names what each of Berth’s field managers set, and the rule be
       labelsOwned('kubectl', ['nvidia.com/gpu.present']),
     ],
   });
-  assert.deepEqual(derivedOf(n, [gpu]), [
+  assert.deepEqual(derivedOf(n, [labelsView([gpu])]), [
     { kind: 'label', key: 'agents.example/claim', value: 'a', by: 'berth-agents' },
     { kind: 'taint', key: 'gate/x:NoSchedule', value: '', by: 'berth-gates' },
     { kind: 'label', key: 'accelerators/gpu', value: 'true', by: 'berth-labels', rule: 'NodeLabelRule gpu' },
@@ -109,7 +115,7 @@ test('derivedOf names what each of Berth’s field managers set, and the rule be
   ]);
   // A label berth-labels owns that no cached rule backs (a rule file, or a rule just deleted): no rule named.
   assert.deepEqual(
-    derivedOf(n, []).find((d) => d.key === 'accelerators/gpu'),
+    derivedOf(n, [labelsView([])]).find((d) => d.key === 'accelerators/gpu'),
     {
       kind: 'label',
       key: 'accelerators/gpu',
@@ -117,7 +123,16 @@ test('derivedOf names what each of Berth’s field managers set, and the rule be
       by: 'berth-labels',
     },
   );
-  assert.deepEqual(derivedOf(node('plain'), [gpu]), [], 'nothing of Berth on a node is nothing');
+  assert.deepEqual(
+    derivedOf(node('plain'), [labelsView([gpu])]),
+    [],
+    'nothing of Berth on a node is nothing',
+  );
+  // Without the labels' view (labels off), its keys still show, with no rule.
+  assert.deepEqual(
+    derivedOf(n, []).find((d) => d.key === 'accelerators/gpu'),
+    { kind: 'label', key: 'accelerators/gpu', value: 'true', by: 'berth-labels' },
+  );
 });
 
 const gate = (name: string, pool: string) =>
@@ -143,11 +158,13 @@ test('nodeRow: pool, architecture, and a held node with what it waits for', () =
     annotations: { [gates[0]!.keys.gatedAt]: since },
     taints: [{ key: 'net.example/startup', effect: 'NoSchedule' }],
   });
+  // The gates' view (gates/view.ts) over fixed gates and the pods `on` gives for a node.
+  const gatesView = (on: (n: string) => ReturnType<typeof slimPod>[]): PageView => ({
+    nodeGates: (n, now) => gateRows(gates, n, on(n.metadata?.name ?? ''), now),
+  });
   const inputs = {
-    gates,
-    rules: [],
+    views: [gatesView(() => [])],
     poolLabels: defaultPoolLabels,
-    podsOn: () => [],
     now: Date.parse(since) + 5000,
   };
   const row = nodeRow(held, inputs);
@@ -168,7 +185,7 @@ test('nodeRow: pool, architecture, and a held node with what it waits for', () =
     spec: { nodeName: 'h', containers: [{ name: 'c', image: 'i' }] },
     status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] },
   });
-  const met = nodeRow(held, { ...inputs, podsOn: (n) => (n === 'h' ? [cni] : []) });
+  const met = nodeRow(held, { ...inputs, views: [gatesView((n) => (n === 'h' ? [cni] : []))] });
   assert.deepEqual(met.gates[0]!.waiting, []);
 
   const other = nodeRow(node('o', { labels: { pool: 'core' } }), inputs);
@@ -291,34 +308,6 @@ test('warningEvents: Warning events of the last hour, newest first, bounded', ()
   assert.equal(warningEvents(events, now, 3_600_000, 1).length, 1);
 });
 
-test('policyRow: each condition with its tone, Invalid=False and Conflicting=False good, Ready=False bad', () => {
-  const row = policyRow('NodeStartupGate', {
-    apiVersion: 'berth.dev/v1alpha1',
-    kind: 'NodeStartupGate',
-    metadata: { name: 'warmup' },
-    status: {
-      observedGeneration: 1,
-      held: 2,
-      conditions: [
-        { type: 'Invalid', status: 'False', reason: 'Valid' },
-        { type: 'Conflicting', status: 'True', reason: 'TaintTaken', message: 'm' },
-        { type: 'Ready', status: 'False', reason: 'Conflicting' },
-        { type: 'RequiredPodsSchedulable', status: 'Unknown', reason: 'NotRead' },
-      ],
-    },
-  });
-  assert.deepEqual(row.counts, { held: 2 });
-  assert.deepEqual(
-    row.conditions.map((c) => `${c.type}=${c.status} ${c.tone}`),
-    [
-      'Invalid=False good',
-      'Conflicting=True bad',
-      'Ready=False bad',
-      'RequiredPodsSchedulable=Unknown unknown',
-    ],
-  );
-});
-
 test('heldPods: pods a Berth scheduling gate holds, each with its reason', () => {
   const pod = (name: string, gates: string[]) =>
     slimPod({
@@ -339,97 +328,6 @@ test('heldPods: pods a Berth scheduling gate holds, each with its reason', () =>
     { namespace: 'ns', name: 'a', gate: 'x.berth.dev/new', reason: 'held by a Berth scheduling gate' },
     { namespace: 'ns', name: 'b', gate: 'arch.berth.dev/inspect', reason: 'reading images of b' },
   ]);
-});
-
-test('cityRows: cells by city with their Locations, a cell of two cities under both, cells of none last', () => {
-  const cond = (type: string, status: string, reason = '', message = '') => ({
-    type,
-    status,
-    reason,
-    message,
-  });
-  const cellObj = (name: string, locations: string[], conditions: object[], extra: object = {}) => ({
-    apiVersion: 'berth.dev/v1alpha1',
-    kind: 'Cell',
-    metadata: { name },
-    spec: { locations, ...extra },
-    status: { conditions, serverVersion: 'v1.35.4' },
-  });
-  const loc = (name: string, cityCode: string, topology?: object, cls?: string) => ({
-    apiVersion: 'berth.dev/v1alpha1',
-    kind: 'Location',
-    metadata: { name },
-    spec: { cityCode, ...(topology ? { topology } : {}), ...(cls ? { class: cls } : {}) },
-  });
-  const rows = cityRows(
-    [
-      cellObj(
-        'dfw-b',
-        ['DFW'],
-        [
-          cond('Reachable', 'False', 'Unreachable'),
-          cond('Ready', 'False', 'Unreachable', 'dial tcp: refused'),
-        ],
-      ),
-      cellObj('dfw-a', ['DFW', 'LHR'], [cond('Reachable', 'True'), cond('Ready', 'True', 'Ready')]),
-      cellObj('lab', [], [], { unschedulable: true }),
-    ],
-    [loc('dfw-1', 'DFW', { region: 'us-central', zone: 'z1' }, 'edge'), loc('ams-1', 'AMS')],
-  );
-  assert.deepEqual(
-    rows.map((r) => [
-      r.city,
-      r.locations.map((l) => `${l.name}${l.where ? ` (${l.where})` : ''}`),
-      r.cells.map((c) => `${c.name} ${c.reachable}/${c.ready} ${c.reason}`),
-    ]),
-    [
-      ['AMS', ['ams-1'], []],
-      ['DFW', ['dfw-1 (us-central, z1, edge)'], ['dfw-a True/True Ready', 'dfw-b False/False Unreachable']],
-      ['LHR', [], ['dfw-a True/True Ready']],
-      ['', [], ['lab Unknown/Unknown ']],
-    ],
-  );
-  const dfwB = rows[1]!.cells[1]!;
-  assert.equal(dfwB.message, 'dial tcp: refused');
-  assert.equal(dfwB.serverVersion, 'v1.35.4');
-  assert.equal(rows[3]!.cells[0]!.cordoned, true);
-  assert.deepEqual(cityRows([], []), []);
-
-  // A federated Workload's share in each cell, per city: a cell of two cities shows each city's own.
-  const workload = {
-    apiVersion: 'berth.dev/v1alpha1',
-    kind: 'Workload',
-    metadata: { name: 'web', namespace: 'shop' },
-    status: {
-      placements: [
-        {
-          name: 'us',
-          cities: [
-            { city: 'DFW', cell: 'dfw-a', readyReplicas: 2, desiredReplicas: 3, reason: 'Provisioning' },
-            { city: 'LHR', cell: 'dfw-a', readyReplicas: 1, desiredReplicas: 1 },
-            { city: 'NRT', reason: 'NoMatchingLocation' },
-          ],
-        },
-      ],
-    },
-  };
-  const placed = cityRows(
-    [cellObj('dfw-a', ['DFW', 'LHR'], [cond('Ready', 'True', 'Ready')])],
-    [],
-    [workload],
-  );
-  assert.deepEqual(
-    placed.map((c) => [
-      c.city,
-      c.cells.map((x) =>
-        x.workloads.map((w) => `${w.namespace}/${w.name} ${w.placement} ${w.ready}/${w.desired} ${w.reason}`),
-      ),
-    ]),
-    [
-      ['DFW', [['shop/web us 2/3 Provisioning']]],
-      ['LHR', [['shop/web us 1/1 ']]],
-    ],
-  );
 });
 
 test('hostAllowed: localhost and IP addresses, and the names allowed; others are refused (DNS rebinding)', () => {

@@ -1,8 +1,9 @@
 // The flags every command shares, shaped like kubectl's: --kubeconfig and --context on each command
 // that talks to a cluster, -n defaulting to the context's namespace, -A where listing, -o json|yaml
-// where an object is printed, and Go durations. Capabilities' commands use them too (a room of its
-// own in docs/architecture.md, so that they may). The client and the YAML printer are imported when
-// used: `berth --help` and `berth version` load this file and must answer at once.
+// where an object is printed, Go durations, list flags, whole numbers and workers; and how a command
+// says its steps. The capabilities' flags and commands use them as the `berth` command does (the
+// command kit, a room below both in docs/architecture.md). The client and the YAML printer are
+// imported when used: `berth --help` and `berth version` load this file and must answer at once.
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { KubeClient } from '../runtime/client/client.ts';
 
@@ -200,3 +201,30 @@ export const dryRunOption = (description = 'say what would change, change nothin
         );
       return v;
     });
+
+/** Says a command's step on stdout, marked when the command changes nothing. */
+export const sayStep =
+  (dryRun: boolean) =>
+  (s: string): void => {
+    process.stdout.write(`${dryRun ? '(dry run) ' : ''}${s}\n`);
+  };
+
+/** A flag's parser for a whole number of at least `min`: `berth run` refuses anything else at once. */
+export const atLeast = (min: number) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min)
+    throw new InvalidArgumentError(`not a whole number of at least ${min}`);
+  return n;
+};
+
+/** An option taking a whole number of at least `min` (1 unless said), `dflt` when not given. */
+export const wholeNumber = (flags: string, description: string, dflt: number, min = 1): Option =>
+  new Option(flags, description).default(dflt).argParser(atLeast(min));
+
+/** A `--<name>-workers <n>` option: how many objects a controller reconciles at once. */
+export const workers = (flags: string, description: string, dflt: number): Option =>
+  wholeNumber(flags, description, dflt);
+
+/** The `--<flag> <n>` option every node controller has: how many nodes it reconciles at once. */
+export const workersOption = (flag: string, controller: string): Option =>
+  workers(`--${flag} <n>`, `concurrent node reconciles of the ${controller} controller`, 16);

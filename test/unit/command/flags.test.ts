@@ -9,7 +9,7 @@ import {
   listOption,
   outputOption,
   parseDuration,
-} from '../../../src/cli/flags.ts';
+} from '../../../src/command/flags.ts';
 import {
   kubeconfigAccess,
   kubeconfigFileAccess,
