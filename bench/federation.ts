@@ -49,7 +49,8 @@ import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { isNotFound, type KubeClient } from '../src/runtime/client/client.ts';
 import { cellName, Federation } from '../src/sandbox/federation.ts';
-import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
+import { templateHash } from '../src/workloads/decide/revisions.ts';
+import { type InstanceObject } from '../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

@@ -4,7 +4,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import { findCondition, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
 import { apiTime, apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
-import type { InstanceObject } from '../workloads/decide.ts';
+import type { InstanceObject } from '../workloads/decide/instances.ts';
 import {
   Instance,
   type InstanceStatus,

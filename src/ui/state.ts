@@ -23,7 +23,7 @@ import { compileRule } from '../labels/decide.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
 import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';
-import { INSTANCE_CACHE } from '../workloads/decide.ts';
+import { INSTANCE_CACHE } from '../workloads/decide/instances.ts';
 import { Cell, Location } from '../cells/types.ts';
 import { Workload } from '../federation/types.ts';
 import {

@@ -6,7 +6,7 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { isFormerPod } from './decide.ts';
+import { isFormerPod } from './decide/pods.ts';
 import { conditionLine, since, type Said, type Subject } from '../policy/explain.ts';
 import { budgetOf, decideGrants, sizeText, usageText } from './grant.ts';
 import {

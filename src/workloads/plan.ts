@@ -8,19 +8,14 @@ import { emptyPart, ofKind, replaced, type PlanContext, type PlanPart } from '..
 import { apiTime } from '../runtime/api/meta.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
+import { boundedReplicas, instanceName, templateHash, templateRevision } from './decide/revisions.ts';
 import {
-  boundedReplicas,
   byInstanceType,
   controlledBy,
-  instanceName,
-  instanceState,
-  plan,
-  templateHash,
-  templateRevision,
   type InstanceObject,
-  type InstanceState,
   type InstanceTypeObject,
-} from './decide.ts';
+} from './decide/instances.ts';
+import { instanceState, nextStep, type InstanceState } from './decide/step.ts';
 import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './grant.ts';
 import type { InstanceTypeSize } from './resources.ts';
 import {
@@ -280,7 +275,7 @@ export function stepDeployments(
     const made: Stepped[] = [];
     let moved = false;
     for (const c of ds) {
-      const p = plan({
+      const p = nextStep({
         name: c.name,
         replicas: c.replicas,
         policy: c.policy,

@@ -23,7 +23,7 @@ import {
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/controllers/quota.ts';
 import {
   Instance,

@@ -15,7 +15,7 @@ import { Workload, WORKLOAD_NAME_LABEL, type WorkloadObject } from '../../src/fe
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { uniqueName } from '../helpers/cluster.ts';
 import { startFederation, type City, type Federation } from '../helpers/federation.ts';

@@ -21,7 +21,7 @@ import { createCertificateAuthority } from '../../src/runtime/webhook/certificat
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import type { QuotaObject } from '../../src/workloads/controllers/quota.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import { createNamespace, uniqueName, untilAllowed, untilWarning } from '../helpers/cluster.ts';
 import { serveNamespace, startFederation, type City, type Federation } from '../helpers/federation.ts';

@@ -19,7 +19,7 @@ import {
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, MIRROR_LABEL, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { MIRROR_MANAGER } from '../../src/federation/mirror-decide.ts';
 import { createNamespace, untilWarning, uniqueName, untilAllowed } from '../helpers/cluster.ts';

@@ -16,7 +16,7 @@ import {
   type InstanceObject,
   type QuotaObject,
 } from '../../src/workloads/controllers/quota.ts';
-import { INSTANCE_CACHE } from '../../src/workloads/decide.ts';
+import { INSTANCE_CACHE } from '../../src/workloads/decide/instances.ts';
 import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import {
   createNamespace,

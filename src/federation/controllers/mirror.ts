@@ -21,7 +21,7 @@ import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
 import { clusterNameOf } from '../../cells/decide.ts';
 import { Cell, type CellObject } from '../../cells/types.ts';
-import type { InstanceObject } from '../../workloads/decide.ts';
+import type { InstanceObject } from '../../workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

@@ -27,25 +27,26 @@ import type { Logger } from '../../runtime/observability/log.ts';
 import {
   byInstanceType,
   controlledBy,
+  INSTANCE_CACHE,
+  podManifest,
+  type CachedInstance,
+  type InstanceObject,
+  type InstanceTypeObject,
+} from '../decide/instances.ts';
+import {
   crashWindowEndsIn,
   gated,
-  INSTANCE_CACHE,
   INSTANCE_PODS,
   instanceOwnerUid,
   instanceVerdict,
   podEnded,
-  podManifest,
   ungatePatch,
-  warns,
-  workloadNamespaceHint,
   workloadPod,
-  type ConditionVerdict,
-  type CachedInstance,
-  type InstanceObject,
-  type InstanceTypeObject,
   type QuotaView,
   type WorkloadPod,
-} from '../decide.ts';
+} from '../decide/pods.ts';
+import { warns, type ConditionVerdict } from '../decide/status.ts';
+import { workloadNamespaceHint } from '../decide/revisions.ts';
 import type { QuotaController } from './quota.ts';
 import { instanceSize } from '../resources.ts';
 import {

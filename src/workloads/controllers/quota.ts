@@ -59,7 +59,7 @@ import {
   type QuotaReason,
   type QuotaStatus,
 } from '../types.ts';
-import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide.ts';
+import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide/instances.ts';
 
 export type InstanceObject = KubeObject & {
   spec?: { template?: SizedTemplate; templateHash?: string; ordinal?: number };
@@ -711,7 +711,7 @@ export class QuotaController {
   }
 }
 
-export type { InstanceTypeObject } from '../decide.ts';
+export type { InstanceTypeObject } from '../decide/instances.ts';
 
 /**
  * A cluster's instances and their types are both listed: with its types not yet, every typed

@@ -22,7 +22,7 @@ import {
   type WorkloadObject,
 } from '../../../src/federation/types.ts';
 import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
-import type { InstanceObject } from '../../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   MIRROR_CELL_LABEL,

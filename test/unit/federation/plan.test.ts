@@ -11,7 +11,8 @@ import {
   type WorkloadObject,
 } from '../../../src/federation/types.ts';
 import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
-import { templateHash, type InstanceObject } from '../../../src/workloads/decide.ts';
+import { templateHash } from '../../../src/workloads/decide/revisions.ts';
+import { type InstanceObject } from '../../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   MIRROR_CELL_LABEL,

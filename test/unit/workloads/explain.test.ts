@@ -10,7 +10,7 @@ import {
 } from '../../../src/workloads/explain.ts';
 import { age } from '../../../src/policy/explain.ts';
 import type { InstanceObject, QuotaObject } from '../../../src/workloads/controllers/quota.ts';
-import { isFormerPod } from '../../../src/workloads/decide.ts';
+import { isFormerPod } from '../../../src/workloads/decide/pods.ts';
 import { Instance, INSTANCE_LABEL } from '../../../src/workloads/types.ts';
 
 const NOW = new Date('2030-01-01T01:00:00Z');

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
-import type { InstanceObject } from '../../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../../src/workloads/decide/instances.ts';
 import { emptyPart } from '../../../src/policy/plan.ts';
 import {
   instanceEffects,
