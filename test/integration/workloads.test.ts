@@ -27,7 +27,7 @@ import {
   WorkloadDeployment,
   type WorkloadDeploymentStatus,
 } from '../../src/workloads/types.ts';
-import { ENDED_REPLACE_MS } from '../../src/workloads/controllers/instance.ts';
+import { ENDED_REPLACE_MS } from '../../src/workloads/decide/instance-actions.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,
