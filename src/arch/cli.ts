@@ -18,14 +18,10 @@ import { isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { Resources } from '../runtime/api/meta.ts';
 import { sayStep } from '../capability.ts';
 import { contextOption, dryRunOption, kubeconfigOption, listOption, withClient } from '../cli/flags.ts';
-import {
-  gated,
-  parsePolicies,
-  recordsPatch,
-  releasePatch,
-  UNLABELLED_UNBOUND,
-  type ArchPod,
-} from './decide.ts';
+import { gated, releasePatch, UNLABELLED_UNBOUND } from './decide/patches.ts';
+import { parsePolicies } from './decide/policies.ts';
+import { recordsPatch } from './decide/status.ts';
+import { type ArchPod } from './decide/pods.ts';
 import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
 
 /** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */

@@ -2,22 +2,16 @@
 // and why its affinity (or its tolerations) is what it is.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
 import {
-  choosePolicy,
   exemption,
-  gated,
-  nodeArchitectures,
-  parsePolicies,
-  podRecords,
-  report,
-  standingOf,
   webhookServiceNamespaces,
   type ArchPod,
   type ExemptionContext,
   type NodeSelectorTerm,
-  type Policy,
-  type Standing,
-} from './decide.ts';
+} from './decide/pods.ts';
+import { gated, podRecords } from './decide/patches.ts';
+import { nodeArchitectures, report, standingOf, type Standing } from './decide/status.ts';
 import type { Said, Subject } from '../policy/explain.ts';
 import { ARCH_LABEL, ARCH_TAINT, ArchPlacement, STATE_LABEL } from './types.ts';
 

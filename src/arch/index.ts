@@ -17,13 +17,8 @@ import { NodeReconciler, setupNodeController } from './controllers/node.ts';
 import { PodReconciler, setupPodController } from './controllers/pod.ts';
 import { setupRegateController } from './controllers/regate.ts';
 import { setupStatusController, type ArchStatus } from './controllers/status.ts';
-import {
-  parsePolicies,
-  webhookServiceNamespaces,
-  type ArchPod,
-  type ParseCache,
-  type Policy,
-} from './decide.ts';
+import { parsePolicies, type ParseCache, type Policy } from './decide/policies.ts';
+import { webhookServiceNamespaces, type ArchPod } from './decide/pods.ts';
 import { explainArchPlacement, explainPodArch } from './explain.ts';
 import { planArchObjects } from './plan.ts';
 import {

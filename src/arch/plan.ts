@@ -14,25 +14,12 @@ import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/met
 import { rootLogger } from '../runtime/observability/log.ts';
 import { registryOptions } from './cli.ts';
 import { clusterCidrs } from './cluster-ranges.ts';
-import {
-  choosePolicy,
-  exemption,
-  gated,
-  intersection,
-  nodeArchitectures,
-  nodeArchTaint,
-  nodesTainted,
-  parsePolicies,
-  podImages,
-  podRecords,
-  refusedByRegistry,
-  tooManyImages,
-  unlistedRegistry,
-  webhookServiceNamespaces,
-  type ArchPod,
-  type ExemptionContext,
-  type Policy,
-} from './decide.ts';
+import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
+import { exemption, webhookServiceNamespaces, type ArchPod, type ExemptionContext } from './decide/pods.ts';
+import { gated, nodeArchTaint, nodesTainted, podRecords } from './decide/patches.ts';
+import { intersection, podImages, tooManyImages, unlistedRegistry } from './decide/images.ts';
+import { nodeArchitectures } from './decide/status.ts';
+import { refusedByRegistry } from './decide/retries.ts';
 import { ArchPlacement } from './types.ts';
 
 const apps = (resource: string, kind: string): ResourceRef => ({

@@ -30,23 +30,10 @@ import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import type { Arch } from './index.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
 import type { PodReconciler } from './controllers/pod.ts';
-import {
-  choosePolicy,
-  exemption,
-  gated,
-  gatePod,
-  namespaceDecides,
-  nodesTainted,
-  placedAtAdmission,
-  toPlaceAgain,
-  podImages,
-  unlistedRegistry,
-  pullSecretRefs,
-  type ArchPod,
-  type PodImage,
-  type ExemptionContext,
-  type Policy,
-} from './decide.ts';
+import { choosePolicy, namespaceDecides, type Policy } from './decide/policies.ts';
+import { exemption, type ArchPod, type ExemptionContext } from './decide/pods.ts';
+import { gated, gatePod, nodesTainted, placedAtAdmission, toPlaceAgain } from './decide/patches.ts';
+import { podImages, unlistedRegistry, pullSecretRefs, type PodImage } from './decide/images.ts';
 
 export const webhookDecisions = counter(
   'berth_arch_admissions_total',

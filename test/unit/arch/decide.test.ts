@@ -3,36 +3,34 @@ import { describe, test } from 'node:test';
 import { deepFreeze } from '../../helpers/freeze.ts';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
+import { MAX_PAUSED_MS, nextTry } from '../../../src/arch/decide/retries.ts';
 import {
-  MAX_PAUSED_MS,
   MAX_POD_IMAGES,
   pullSecretRefs,
   tooManyImages,
-  NO_COMMON_ARCHITECTURE,
-  choosePolicy,
-  constrainsArch,
-  exemption,
-  gatePod,
   imagesText,
   intersection,
-  namespaceDecides,
-  nextTry,
-  nodeArchitectures,
-  nodesTainted,
-  parsePolicies,
-  placePatch,
   podImages,
-  recordsPatch,
-  releasePatch,
-  report,
-  standingOf,
-  unplacedRelease,
+  type Placement,
+  unlistedRegistry,
+} from '../../../src/arch/decide/images.ts';
+import {
+  NO_COMMON_ARCHITECTURE,
+  constrainsArch,
+  exemption,
   webhookServiceNamespaces,
   type ArchPod,
   type NodeSelectorTerm,
-  type Placement,
-  unlistedRegistry,
-} from '../../../src/arch/decide.ts';
+} from '../../../src/arch/decide/pods.ts';
+import { choosePolicy, namespaceDecides, parsePolicies } from '../../../src/arch/decide/policies.ts';
+import {
+  gatePod,
+  nodesTainted,
+  placePatch,
+  releasePatch,
+  unplacedRelease,
+} from '../../../src/arch/decide/patches.ts';
+import { nodeArchitectures, recordsPatch, report, standingOf } from '../../../src/arch/decide/status.ts';
 import { podOs } from '../../../src/policy/pods.ts';
 import {
   ARCH_LABEL,

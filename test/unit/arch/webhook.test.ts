@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
-import { parsePolicies, placePatch, placedAtAdmission, type ArchPod } from '../../../src/arch/decide.ts';
+import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { placePatch, placedAtAdmission } from '../../../src/arch/decide/patches.ts';
+import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
 import {
   ADMISSION_BUDGET_MS,

@@ -19,12 +19,9 @@ const iso = (ms: number) => new Date(ms).toISOString();
 const GRANTED: QuotaView = { status: 'True', reason: 'Granted', message: 'granted' };
 const WAITING: QuotaView = { status: 'False', reason: 'QuotaNoBudget', message: 'no budget' };
 
-const instance = (conditions: { type: string; status: string; reason: string }[] = []): CachedInstance => ({
+const instance = (): CachedInstance => ({
   metadata: { name: 'web-0', namespace: 'ns', uid: 'u1', creationTimestamp: iso(T0) },
   spec: { template: { containers: [{ name: 'app' }] }, templateHash: 'h1', ordinal: 0 },
-  ...(conditions.length
-    ? { status: { conditions: conditions.map((c) => ({ ...c, message: '', lastTransitionTime: iso(T0) })) } }
-    : {}),
 });
 
 const pod = (
