@@ -33,7 +33,8 @@ import {
   STATE_LABEL,
   type ArchPlacementStatus,
 } from './types.ts';
-import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { ADMISSION_BUDGET_MS } from './decide/admission.ts';
+import { INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
 import { AdmissionScope } from '../policy/admission.ts';
 
 export const archCapability: Capability = {

@@ -34,7 +34,8 @@ import { type ArchPod } from '../decide/pods.ts';
 import type { Arch } from '../index.ts';
 import { archMetrics } from '../metrics.ts';
 import { FIELD_MANAGER, POLICY_ANNOTATION } from '../types.ts';
-import { INSPECT_MISS_MS, type InspectHint } from '../webhook.ts';
+import { INSPECT_MISS_MS } from '../decide/admission.ts';
+import type { InspectHint } from '../webhook.ts';
 import { policyChanged, type ArchStatus } from './status.ts';
 
 /** How long a pull secret read is used without reading it again. */
