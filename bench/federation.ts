@@ -39,7 +39,7 @@ import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { deploymentManifest } from '../src/federation/decide/copies.ts';
 import { deploymentName } from '../src/federation/decide/placement.ts';
 import { rolledOut } from '../src/federation/decide/rollup.ts';
-import { mirrorName, mirrorOf } from '../src/federation/mirror-decide.ts';
+import { mirrorName, mirrorOf } from '../src/federation/decide/mirror.ts';
 import type { DeploymentObject } from '../src/federation/decide/placement.ts';
 import { applyStatus } from '../src/runtime/client/apply.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';

@@ -13,7 +13,7 @@ import { errorText } from '../runtime/observability/log.ts';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 import { escapeControl, quote } from '../policy/text.ts';
-import { keyErrors } from './decide.ts';
+import { keyErrors } from './decide/nodes.ts';
 import { nodeRestrictionErrors } from './restriction.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 

@@ -19,7 +19,7 @@ import {
 } from '../policy/slim.ts';
 import { parseGates } from '../gates/decide/parse.ts';
 import { NodeStartupGate } from '../gates/types.ts';
-import { compileRule } from '../labels/decide.ts';
+import { compileRule } from '../labels/decide/nodes.ts';
 import { NodeLabelRule, type Rule } from '../labels/types.ts';
 import { FAILURE_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../arch/types.ts';
 import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from '../workloads/types.ts';

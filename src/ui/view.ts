@@ -4,7 +4,7 @@
 // state (state.ts) feeds these from the informer caches and the tests feed them objects.
 import { type Gate } from '../gates/decide/parse.ts';
 import { decideGates } from '../gates/decide/state.ts';
-import { decide, type Output } from '../labels/decide.ts';
+import { decide, type Output } from '../labels/decide/nodes.ts';
 import { nodeView } from '../labels/match.ts';
 import type { Rule } from '../labels/types.ts';
 import { nodeState, taintId } from '../policy/nodes/plan.ts';

@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Cell } from '../../src/cells/types.ts';
-import { MIRRORED_CONDITION } from '../../src/federation/mirror-decide.ts';
+import { MIRRORED_CONDITION } from '../../src/federation/decide/mirror.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import {
   CITY_LABEL,

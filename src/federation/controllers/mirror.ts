@@ -42,7 +42,7 @@ import {
   sourceKeyOf,
   splitMirrorKey,
   staleStatus,
-} from '../mirror-decide.ts';
+} from '../decide/mirror.ts';
 import {
   Workload,
   WORKLOAD_NAME_LABEL,

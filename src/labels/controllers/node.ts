@@ -20,7 +20,7 @@ import {
   type Result,
   type Source,
 } from '../../runtime/controller/controller.ts';
-import { decide, ruleNameOf, tracedOutputs } from '../decide.ts';
+import { decide, ruleNameOf, tracedOutputs } from '../decide/nodes.ts';
 import { keepHeld } from '../files.ts';
 import type { Labels } from '../index.ts';
 import { nodeView } from '../match.ts';

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseGates } from '../../../src/gates/decide/parse.ts';
 import { NodeStartupGate } from '../../../src/gates/types.ts';
-import { compileRule } from '../../../src/labels/decide.ts';
+import { compileRule } from '../../../src/labels/decide/nodes.ts';
 import { NodeLabelRule, type Rule } from '../../../src/labels/types.ts';
 import { taintRecordKey } from '../../../src/policy/nodes/plan.ts';
 import { slimNode, slimPod, type SlimNode } from '../../../src/policy/slim.ts';

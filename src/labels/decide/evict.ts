@@ -1,11 +1,11 @@
 // Pure decisions of eviction on removal: which pods on a node no longer fit it only because a label
 // that an opted-in rule derives went away, and what to do about them. The evictor (controllers/evict.ts) keeps
 // the clock and calls the Eviction API; nothing here reads a cluster.
-import { requirementHolds, valueAt, type Requirement } from '../policy/match/requirement.ts';
-import type { SlimNode, SlimPod } from '../policy/slim.ts';
-import { isTemplate } from './match.ts';
-import type { EvictOnRemoval, Rule } from './types.ts';
-import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
+import { requirementHolds, valueAt, type Requirement } from '../../policy/match/requirement.ts';
+import type { SlimNode, SlimPod } from '../../policy/slim.ts';
+import { isTemplate } from '../match.ts';
+import type { EvictOnRemoval, Rule } from '../types.ts';
+import { daemonSetOwner, isMirrorPod } from '../../policy/pods.ts';
 
 /** A pod annotation that opts the pod out: `berth.dev/evict-on-removal: "false"`. */
 export const OPT_OUT_ANNOTATION = 'berth.dev/evict-on-removal';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compileRule } from '../../../src/labels/decide.ts';
+import { compileRule } from '../../../../src/labels/decide/nodes.ts';
 import {
   explainPodEviction,
   evictingKeys,
@@ -10,12 +10,17 @@ import {
   trackRemovals,
   verdict,
   EVICT_DEFAULTS,
-} from '../../../src/labels/evict.ts';
-import type { Rule } from '../../../src/labels/types.ts';
-import { labelsCapability } from '../../../src/labels/index.ts';
-import { declaringAnnotations } from '../../../src/capability.ts';
-import { slimNode, slimPod, type NodeSelectorRequirement, type SlimPod } from '../../../src/policy/slim.ts';
-import { withSeed } from '../../helpers/prng.ts';
+} from '../../../../src/labels/decide/evict.ts';
+import type { Rule } from '../../../../src/labels/types.ts';
+import { labelsCapability } from '../../../../src/labels/index.ts';
+import { declaringAnnotations } from '../../../../src/capability.ts';
+import {
+  slimNode,
+  slimPod,
+  type NodeSelectorRequirement,
+  type SlimPod,
+} from '../../../../src/policy/slim.ts';
+import { withSeed } from '../../../helpers/prng.ts';
 
 // The pods' annotations eviction reads, as `berth run` keeps them.
 declaringAnnotations([labelsCapability]);
