@@ -8,15 +8,15 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { isFormerPod } from './decide/pods.ts';
 import { conditionLine, since, type Said, type Subject } from '../policy/explain.ts';
-import { budgetOf, decideGrants, sizeText, usageText } from './grant.ts';
+import { budgetOf, decideGrants, sizeText, usageText } from './decide/grant.ts';
+import { type InstanceTypeObject } from './controllers/quota.ts';
 import {
   candidateOf,
   oldestFirst,
   QUOTA_CONDITION,
   type InstanceObject,
-  type InstanceTypeObject,
   type QuotaObject,
-} from './controllers/quota.ts';
+} from './decide/quota.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

@@ -6,7 +6,7 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { emptyPart, ofKind, replaced, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { apiTime } from '../runtime/api/meta.ts';
-import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
+import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './decide/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
 import { boundedReplicas, instanceName, templateHash, templateRevision } from './decide/revisions.ts';
 import {
@@ -16,7 +16,7 @@ import {
   type InstanceTypeObject,
 } from './decide/instances.ts';
 import { instanceState, nextStep, type InstanceState } from './decide/step.ts';
-import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './grant.ts';
+import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './decide/grant.ts';
 import type { InstanceTypeSize } from './resources.ts';
 import {
   DEPLOYMENT_LABEL,

@@ -24,7 +24,8 @@ import { findCondition, type Condition } from '../../src/runtime/api/conditions.
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
-import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/controllers/quota.ts';
+import { UNREAD_GRACE_MS } from '../../src/workloads/controllers/quota.ts';
+import { type QuotaObject } from '../../src/workloads/decide/quota.ts';
 import {
   Instance,
   MIRROR_CELL_LABEL,

@@ -20,7 +20,7 @@ import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { createCertificateAuthority } from '../../src/runtime/webhook/certificates.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
-import type { QuotaObject } from '../../src/workloads/controllers/quota.ts';
+import type { QuotaObject } from '../../src/workloads/decide/quota.ts';
 import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import { createNamespace, uniqueName, untilAllowed, untilWarning } from '../helpers/cluster.ts';

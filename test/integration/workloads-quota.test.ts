@@ -10,12 +10,8 @@ import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
-import {
-  setupQuota,
-  type QuotaController,
-  type InstanceObject,
-  type QuotaObject,
-} from '../../src/workloads/controllers/quota.ts';
+import { setupQuota, type QuotaController } from '../../src/workloads/controllers/quota.ts';
+import { type InstanceObject, type QuotaObject } from '../../src/workloads/decide/quota.ts';
 import { INSTANCE_CACHE } from '../../src/workloads/decide/instances.ts';
 import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import {

@@ -9,7 +9,7 @@ import {
   type PodView,
 } from '../../../src/workloads/explain.ts';
 import { age } from '../../../src/policy/explain.ts';
-import type { InstanceObject, QuotaObject } from '../../../src/workloads/controllers/quota.ts';
+import type { InstanceObject, QuotaObject } from '../../../src/workloads/decide/quota.ts';
 import { isFormerPod } from '../../../src/workloads/decide/pods.ts';
 import { Instance, INSTANCE_LABEL } from '../../../src/workloads/types.ts';
 

@@ -1,7 +1,7 @@
 // berth plan of Quotas: what the Quota in force would grant or leave waiting, as decideGrants decides.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
+import type { QuotaObject } from '../../../src/workloads/decide/quota.ts';
 import type { InstanceObject } from '../../../src/workloads/decide/instances.ts';
 import { emptyPart } from '../../../src/policy/plan.ts';
 import {

@@ -2,7 +2,7 @@
 // the Quota status it writes (only when it changes).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { decideGrants } from '../../../src/workloads/grant.ts';
+import { decideGrants } from '../../../../src/workloads/decide/grant.ts';
 import {
   candidateOf,
   countedInstances,
@@ -13,7 +13,7 @@ import {
   verdictCondition,
   type InstanceObject,
   type QuotaObject,
-} from '../../../src/workloads/controllers/quota.ts';
+} from '../../../../src/workloads/decide/quota.ts';
 
 const T0 = '2030-01-01T00:00:00Z';
 const instance = (name: string, template: Record<string, unknown>, more: Record<string, unknown> = {}) =>
