@@ -29,7 +29,6 @@ import { decideUnder, requeueAfterMs } from '../decide/grant.ts';
 import { Instance, InstanceType, Quota, QUOTA_MANAGER, type QuotaStatus } from '../types.ts';
 import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide/instances.ts';
 import {
-  type InstanceObject,
   type QuotaObject,
   QUOTA_CONDITION,
   type QuotaVerdict,
@@ -41,6 +40,7 @@ import {
   quotaStatus,
   sameQuotaStatus,
 } from '../decide/quota.ts';
+import type { CachedInstance } from '../decide/instances.ts';
 
 type VerdictText = Pick<Condition, 'status' | 'reason' | 'message'>;
 const sameVerdict = (a: VerdictText, b: VerdictText) =>
@@ -58,7 +58,7 @@ interface ClusterState {
   cluster: Cluster;
   /** When this controller first watched it (its engagement): the grace for its first list runs from here. */
   since: number;
-  instances: Informer<InstanceObject>;
+  instances: Informer<CachedInstance>;
   instanceTypes?: Informer<InstanceTypeObject>;
   /** The QuotaGranted condition last written to an instance, until its informer has it. */
   written: WriteExpectations<QuotaVerdict>;
@@ -86,7 +86,7 @@ export interface QuotaControllerOptions {
    * share (INSTANCE_CACHE) by default; a management plane's is the one its federation mirrors
    * share (OWN_INSTANCES, whole: a mirror copies the instance's spec), one cache per cell.
    */
-  instances?: InformerRequest<InstanceObject>;
+  instances?: InformerRequest<CachedInstance>;
   /**
    * On a management plane: whether a cell serves a namespace (its Cell lists it). Only the instances
    * of a namespace in the cells that serve it are counted against its Quota, and only the grants
@@ -103,7 +103,7 @@ export interface QuotaControllerOptions {
  */
 export function setupQuota(manager: Manager, opts: QuotaControllerOptions = {}): QuotaController {
   const r = new QuotaController(manager, opts);
-  const quotaGranted = (o: InstanceObject) => {
+  const quotaGranted = (o: CachedInstance) => {
     const c = findCondition(o.status?.conditions, QUOTA_CONDITION);
     return c ? `${c.status}/${c.reason}/${c.message}` : '';
   };
@@ -147,7 +147,7 @@ export class QuotaController {
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
-  private readonly instanceCache: InformerRequest<InstanceObject>;
+  private readonly instanceCache: InformerRequest<CachedInstance>;
   private readonly serves: QuotaControllerOptions['serves'];
   /** The instances granted by others last reported, by namespace: said again only when it changes. */
   private readonly foreignSaid = new Map<string, string>();
@@ -198,7 +198,7 @@ export class QuotaController {
   state(cluster: Cluster): ClusterState {
     const known = this.clusters.get(cluster.name);
     if (known?.cluster === cluster) return known;
-    const instances = cluster.informer<InstanceObject>(Instance.ref, this.instanceCache);
+    const instances = cluster.informer<CachedInstance>(Instance.ref, this.instanceCache);
     instances.addIndexer('namespace', byNamespace);
     instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = {
@@ -450,7 +450,7 @@ export class QuotaController {
    * Applies a grant in the background, once at a time per instance; a failure decides the namespace
    * again after the grant's backoff (a cell that refuses or does not answer is no tight loop).
    */
-  private sendGrant(s: ClusterState, inst: InstanceObject, v: QuotaVerdict, namespace: string): void {
+  private sendGrant(s: ClusterState, inst: CachedInstance, v: QuotaVerdict, namespace: string): void {
     const key = keyOf(inst);
     const sending = s.sending.get(key);
     if (sending && sameVerdict(sending, v)) return;
@@ -478,7 +478,7 @@ export class QuotaController {
    * the ledger and always true; anything else is applied only to the instance as read, so that a
    * stale view never overwrites a grant another writer made (false on that conflict).
    */
-  private async writeVerdict(s: ClusterState, inst: InstanceObject, v: QuotaVerdict): Promise<boolean> {
+  private async writeVerdict(s: ClusterState, inst: CachedInstance, v: QuotaVerdict): Promise<boolean> {
     const current = s.written.pending(inst) ?? findCondition(inst.status?.conditions, QUOTA_CONDITION);
     if (current && sameVerdict(current, v)) return true;
     if (v.status !== 'True') workloadMetrics.verdicts.inc({ result: 'denied' });

@@ -1,3 +1,4 @@
+import type { CachedInstance } from './instances.ts';
 // Workloads' pure decisions of quota: the Quota in force, an instance as the grant decision sees it
 // (sized), which instances a quota controller counts, the QuotaGranted condition of a verdict and the
 // Quota's status. No I/O: controllers/quota.ts gathers and writes (the grant itself is grant.ts).
@@ -18,12 +19,8 @@ import {
   type InstanceTypeSize,
   type SizedTemplate,
 } from '../resources.ts';
-import { type InstanceStatus, type QuotaClaim, type QuotaReason, type QuotaStatus } from '../types.ts';
+import { type QuotaClaim, type QuotaReason, type QuotaStatus } from '../types.ts';
 
-export type InstanceObject = KubeObject & {
-  spec?: { template?: SizedTemplate; templateHash?: string; ordinal?: number };
-  status?: InstanceStatus;
-};
 export type QuotaObject = KubeObject & {
   spec?: { instances?: number; cpu?: string; memory?: string };
   status?: QuotaStatus;
@@ -68,7 +65,7 @@ function sizeOf(
 /** An instance as the grant decision sees it, sized with its own cluster's InstanceTypes. */
 export function candidateOf(
   cluster: string,
-  inst: InstanceObject,
+  inst: CachedInstance,
   instanceType: (name: string) => InstanceTypeSize | undefined,
 ): Candidate {
   const size = sizeOf(inst.spec?.template, instanceType);
@@ -92,9 +89,9 @@ export function candidateOf(
 export function countedInstances(
   namespace: string,
   ledger: readonly QuotaClaim[],
-  clusters: readonly { cluster: string; instances: readonly InstanceObject[] }[],
+  clusters: readonly { cluster: string; instances: readonly CachedInstance[] }[],
   serves?: (cluster: string, namespace: string) => boolean,
-): { counted: InstanceObject[][]; unserved: boolean; foreign: string[] } {
+): { counted: CachedInstance[][]; unserved: boolean; foreign: string[] } {
   if (!serves) return { counted: clusters.map((c) => [...c.instances]), unserved: false, foreign: [] };
   const held = new Set(ledger.map((c) => c.uid));
   const foreign: string[] = [];

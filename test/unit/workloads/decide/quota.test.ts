@@ -11,16 +11,16 @@ import {
   quotaStatus,
   sameQuotaStatus,
   verdictCondition,
-  type InstanceObject,
   type QuotaObject,
 } from '../../../../src/workloads/decide/quota.ts';
+import type { CachedInstance } from '../../../../src/workloads/decide/instances.ts';
 
 const T0 = '2030-01-01T00:00:00Z';
 const instance = (name: string, template: Record<string, unknown>, more: Record<string, unknown> = {}) =>
   ({
     metadata: { name, namespace: 'ns', uid: `uid-${name}`, creationTimestamp: T0, ...more },
     spec: { template, templateHash: 'h', ordinal: 0 },
-  }) as InstanceObject;
+  }) as CachedInstance;
 
 test("an instance counts with its own cluster's InstanceTypes; without a size it says why", () => {
   const typed = instance('a', { instanceType: 'd1-standard-2', containers: [{ name: 'm', image: 'x' }] });
