@@ -1,4 +1,4 @@
-// Lists the longest functions in src (lines from the function's first line to its last).
+// Lists the longest functions of a folder: `node scripts/longest-functions.ts [src] [10]` (issue 63: ~80 lines at most, or a one-line reason).
 import ts from 'typescript';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -25,7 +25,11 @@ for (const f of files) {
       if (!name && ts.isPropertyAssignment(node.parent)) name = node.parent.name.getText(sf);
       if (!name) name = '<anonymous>';
       const cls = ts.findAncestor(node.parent, ts.isClassDeclaration)?.name?.getText(sf);
-      rows.push({ lines: end - start + 1, where: `${relative('.', f)}:${start}`, name: cls ? `${cls}.${name}` : name });
+      rows.push({
+        lines: end - start + 1,
+        where: `${relative('.', f)}:${start}`,
+        name: cls ? `${cls}.${name}` : name,
+      });
     }
     ts.forEachChild(node, visit);
   };

@@ -4,7 +4,7 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
 import {
-  exemption,
+  gateExemption,
   webhookServiceNamespaces,
   type ArchPod,
   type ExemptionContext,
@@ -34,14 +34,14 @@ export function explainArch(
   if ((!state || !by) && !gated(pod)) {
     // A bound pod's nodeName may be the scheduler's, not its author's: the other reasons are certain.
     const { nodeName, ...unbound } = pod.spec;
-    const certain = exemption({ ...pod, spec: unbound }, ns, ctx);
+    const certain = gateExemption({ ...pod, spec: unbound }, ns, ctx);
     if (certain) return [...out, `  never gated: ${certain}`];
     const p = choosePolicy(policies, pod, ns, namespaceLabels, ctx.berthNamespace);
     const late = "created before the policy, or while Berth's webhook was unavailable";
     if (nodeName)
       return [
         ...out,
-        `  never gated: ${exemption(pod, ns, ctx)}` +
+        `  never gated: ${gateExemption(pod, ns, ctx)}` +
           (p ? `; or bound ungated though ArchPlacement ${p.name} selects it (${late})` : ''),
       ];
     return [

@@ -15,7 +15,12 @@ import { rootLogger } from '../runtime/observability/log.ts';
 import { registryOptions } from './cli.ts';
 import { clusterCidrs } from './cluster-ranges.ts';
 import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
-import { exemption, webhookServiceNamespaces, type ArchPod, type ExemptionContext } from './decide/pods.ts';
+import {
+  gateExemption,
+  webhookServiceNamespaces,
+  type ArchPod,
+  type ExemptionContext,
+} from './decide/pods.ts';
 import { gated, nodeArchTaint, nodesTainted, podRecords } from './decide/patches.ts';
 import { intersection, podImages, tooManyImages, unlistedRegistry } from './decide/images.ts';
 import { nodeArchitectures } from './decide/status.ts';
@@ -182,7 +187,7 @@ export function planArch(w: ArchWorld, change: KubeObject[], deleting: boolean, 
   let selected = 0;
   for (const { id, pod } of w.workloads) {
     const ns = pod.metadata!.namespace!;
-    if (exemption(pod, ns, w.exempt)) continue;
+    if (gateExemption(pod, ns, w.exempt)) continue;
     selectable++;
     const was = choosePolicy(before, pod, ns, w.namespaces.get(ns), w.exempt.berthNamespace);
     const will = choosePolicy(after.policies, pod, ns, w.namespaces.get(ns), w.exempt.berthNamespace);

@@ -31,7 +31,7 @@ import type { Arch } from './index.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
 import type { PodReconciler } from './controllers/pod.ts';
 import { choosePolicy, namespaceDecides, type Policy } from './decide/policies.ts';
-import { exemption, type ArchPod, type ExemptionContext } from './decide/pods.ts';
+import { gateExemption, type ArchPod, type ExemptionContext } from './decide/pods.ts';
 import {
   gated,
   gatePod,
@@ -144,7 +144,7 @@ class PodGateWebhook {
       first: placedAtAdmission(pod),
     };
     try {
-      if (exemption(pod, r.namespace, this.deps, r.first !== undefined)) {
+      if (gateExemption(pod, r.namespace, this.deps, r.first !== undefined)) {
         webhookDecisions.inc({ outcome: 'exempt' });
         return { allowed: true };
       }

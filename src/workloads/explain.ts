@@ -1,7 +1,7 @@
 // `berth explain instance` and `berth explain workloaddeployment`: what an instance or a deployment
 // waits for (quota, image, scheduling, the rollout) and since when, read from the cluster as it is.
 // The quota answer (granted, or the place in line) comes from the quota controller's own decision
-// (grant.ts) over the same objects. Writes nothing.
+// (decide/grant.ts) over the same objects. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { findCondition } from '../runtime/api/conditions.ts';

@@ -73,7 +73,7 @@ export function constrainsArch(pod: ArchPod): boolean {
 }
 
 /** Why a pod is never gated, or undefined when a policy may gate it. */
-export function exemption(
+export function gateExemption(
   pod: ArchPod,
   namespace: string,
   ctx: ExemptionContext,

@@ -17,7 +17,7 @@ import {
 import {
   NO_COMMON_ARCHITECTURE,
   constrainsArch,
-  exemption,
+  gateExemption,
   webhookServiceNamespaces,
   type ArchPod,
   type NodeSelectorTerm,
@@ -78,7 +78,7 @@ const apply = (p: ArchPod, ops: ReturnType<typeof placePatch>) => applyJsonPatch
 const terms = (p: ArchPod) =>
   p.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
 
-describe('exemption', () => {
+describe('gateExemption', () => {
   const cases: [string, ArchPod, string, RegExp][] = [
     ['kube-system', pod(), 'kube-system', /cluster add-ons/],
     ['any kube-* namespace', pod(), 'kube-public', /cluster add-ons/],
@@ -125,10 +125,10 @@ describe('exemption', () => {
     ],
   ];
   for (const [what, p, ns, reason] of cases)
-    test(`never gates: ${what}`, () => assert.match(exemption(p, ns, ctx) ?? '', reason));
+    test(`never gates: ${what}`, () => assert.match(gateExemption(p, ns, ctx) ?? '', reason));
 
   test('gates the rest: a plain pod, an owner that is not a DaemonSet, skip=false, arch in only some terms', () => {
-    assert.equal(exemption(pod(), 'apps', ctx), undefined);
+    assert.equal(gateExemption(pod(), 'apps', ctx), undefined);
     const rs = pod(
       {},
       {
@@ -137,8 +137,11 @@ describe('exemption', () => {
         ],
       },
     );
-    assert.equal(exemption(rs, 'apps', ctx), undefined);
-    assert.equal(exemption(pod({}, { annotations: { [SKIP_ANNOTATION]: 'false' } }), 'apps', ctx), undefined);
+    assert.equal(gateExemption(rs, 'apps', ctx), undefined);
+    assert.equal(
+      gateExemption(pod({}, { annotations: { [SKIP_ANNOTATION]: 'false' } }), 'apps', ctx),
+      undefined,
+    );
     const some = pod({
       affinity: {
         nodeAffinity: {
@@ -152,7 +155,7 @@ describe('exemption', () => {
       },
     });
     assert.equal(constrainsArch(some), false);
-    assert.equal(exemption(some, 'apps', ctx), undefined);
+    assert.equal(gateExemption(some, 'apps', ctx), undefined);
     assert.equal(
       constrainsArch(
         pod({

@@ -5,7 +5,7 @@ import {
   explainPodEviction,
   evictingKeys,
   evictingRules,
-  exemption,
+  evictionExemption,
   removedKeys,
   trackRemovals,
   verdict,
@@ -159,7 +159,7 @@ describe('trackRemovals', () => {
   });
 });
 
-describe('exemption', () => {
+describe('evictionExemption', () => {
   const sel = { nodeSelector: { [TPU]: 'true' } };
   test('DaemonSet, mirror and static pods, kube-system, Berth, opted out, terminating, finished', () => {
     const cases: [SlimPod, string][] = [
@@ -182,9 +182,9 @@ describe('exemption', () => {
       [pod(sel, { deletionTimestamp: '2026-01-01T00:00:00Z' }), 'terminating'],
       [pod({ ...sel, nodeName: undefined }), 'not scheduled'],
     ];
-    for (const [p, why] of cases) assert.equal(exemption(p, 'berth-system'), why);
+    for (const [p, why] of cases) assert.equal(evictionExemption(p, 'berth-system'), why);
     assert.equal(
-      exemption(
+      evictionExemption(
         pod(sel, {
           ownerReferences: [
             { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'r', uid: 'r', controller: true },
@@ -195,7 +195,7 @@ describe('exemption', () => {
       undefined,
     );
     assert.equal(
-      exemption(pod(sel, { annotations: { 'kubernetes.io/config.source': 'api' } }), 'berth-system'),
+      evictionExemption(pod(sel, { annotations: { 'kubernetes.io/config.source': 'api' } }), 'berth-system'),
       undefined,
     );
   });
