@@ -39,7 +39,7 @@ import { berthFederationHooks } from '../src/cli/sandbox.ts';
 import { deploymentManifest } from '../src/federation/decide/copies.ts';
 import { deploymentName } from '../src/federation/decide/placement.ts';
 import { rolledOut } from '../src/federation/decide/rollup.ts';
-import { mirrorName, mirrorOf } from '../src/federation/mirror-decide.ts';
+import { mirrorName, mirrorOf } from '../src/federation/decide/mirror.ts';
 import type { DeploymentObject } from '../src/federation/decide/placement.ts';
 import { applyStatus } from '../src/runtime/client/apply.ts';
 import { Workload, type WorkloadObject } from '../src/federation/types.ts';
@@ -49,7 +49,8 @@ import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { isNotFound, type KubeClient } from '../src/runtime/client/client.ts';
 import { cellName, Federation } from '../src/sandbox/federation.ts';
-import { templateHash, type InstanceObject } from '../src/workloads/decide.ts';
+import { templateHash } from '../src/workloads/decide/revisions.ts';
+import { type InstanceObject } from '../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

@@ -47,13 +47,8 @@ import { applyStatus } from '../src/runtime/client/apply.ts';
 import { findCondition } from '../src/runtime/api/conditions.ts';
 import { apiTime, Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { slimPod, type SlimPod } from '../src/policy/slim.ts';
-import {
-  deploymentSelector,
-  instanceManifest,
-  podManifest,
-  templateHash,
-  type InstanceObject,
-} from '../src/workloads/decide.ts';
+import { deploymentSelector, templateHash } from '../src/workloads/decide/revisions.ts';
+import { instanceManifest, podManifest, type InstanceObject } from '../src/workloads/decide/instances.ts';
 import { RAMP_BATCH_MS, STATUS_WORKERS } from '../src/workloads/controllers/deployment-status.ts';
 import { instanceSize } from '../src/workloads/resources.ts';
 import {

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { AgentPlacement } from '../src/agents/types.ts';
-import type { ArchPod } from '../src/arch/decide.ts';
+import type { ArchPod } from '../src/arch/decide/pods.ts';
 import { ArchPlacement, RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../src/arch/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';

@@ -15,7 +15,7 @@ import {
   type ParsedPlacement,
   usablePlacements,
 } from './decide.ts';
-import { exempt, placementsForPod } from './webhook.ts';
+import { waitExemption, placementsForPod } from './webhook.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { needsAcknowledgement } from './validate.ts';
 import type { Said, Subject } from '../policy/explain.ts';
@@ -184,7 +184,7 @@ export function previewPlacements(
       if (!podSelected(ns, pod.metadata?.labels, nsLabels(ns), p.spec, berthNamespace)) continue;
       preview.selectedPods++;
       if (
-        !exempt(pod, ns, berthNamespace) &&
+        !waitExemption(pod, ns, berthNamespace) &&
         placementsForPod(pod, ns, nsLabels(ns), [p], berthNamespace).length
       )
         mutated++;

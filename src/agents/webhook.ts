@@ -178,7 +178,7 @@ export function placementsForPod(
  * Why the pod is never changed, or undefined when it may be. `namespace` defaults to the pod's own,
  * which a pod created from a template does not carry at admission time.
  */
-export function exempt(
+export function waitExemption(
   pod: KubeObject,
   namespace = pod.metadata?.namespace,
   berthNamespace?: string,
@@ -240,7 +240,7 @@ export function podMutatingHandler(deps: PodMutatingDeps): AdmissionHandler {
     };
     // A thrown error would be answered allowed=false; this webhook must fail open instead.
     try {
-      const reason = exempt(pod, namespace, deps.berthNamespace);
+      const reason = waitExemption(pod, namespace, deps.berthNamespace);
       if (reason) {
         log.debug({ ...key, reason }, 'pod exempt from wait-for-agent');
         return { allowed: true };

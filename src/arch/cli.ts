@@ -25,14 +25,10 @@ import {
   withClient,
   sayStep,
 } from '../command/flags.ts';
-import {
-  gated,
-  parsePolicies,
-  recordsPatch,
-  releasePatch,
-  UNLABELLED_UNBOUND,
-  type ArchPod,
-} from './decide.ts';
+import { gated, releasePatch, UNLABELLED_UNBOUND } from './decide/patches.ts';
+import { parsePolicies } from './decide/policies.ts';
+import { recordsPatch } from './decide/status.ts';
+import { type ArchPod } from './decide/pods.ts';
 import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
 
 /** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */

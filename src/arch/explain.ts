@@ -2,22 +2,16 @@
 // and why its affinity (or its tolerations) is what it is.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
 import {
-  choosePolicy,
-  exemption,
-  gated,
-  nodeArchitectures,
-  parsePolicies,
-  podRecords,
-  report,
-  standingOf,
+  gateExemption,
   webhookServiceNamespaces,
   type ArchPod,
   type ExemptionContext,
   type NodeSelectorTerm,
-  type Policy,
-  type Standing,
-} from './decide.ts';
+} from './decide/pods.ts';
+import { gated, podRecords } from './decide/patches.ts';
+import { nodeArchitectures, report, standingOf, type Standing } from './decide/status.ts';
 import type { Said, Subject } from '../policy/explain.ts';
 import { ARCH_LABEL, ARCH_TAINT, ArchPlacement, STATE_LABEL } from './types.ts';
 
@@ -40,14 +34,14 @@ export function explainArch(
   if ((!state || !by) && !gated(pod)) {
     // A bound pod's nodeName may be the scheduler's, not its author's: the other reasons are certain.
     const { nodeName, ...unbound } = pod.spec;
-    const certain = exemption({ ...pod, spec: unbound }, ns, ctx);
+    const certain = gateExemption({ ...pod, spec: unbound }, ns, ctx);
     if (certain) return [...out, `  never gated: ${certain}`];
     const p = choosePolicy(policies, pod, ns, namespaceLabels, ctx.berthNamespace);
     const late = "created before the policy, or while Berth's webhook was unavailable";
     if (nodeName)
       return [
         ...out,
-        `  never gated: ${exemption(pod, ns, ctx)}` +
+        `  never gated: ${gateExemption(pod, ns, ctx)}` +
           (p ? `; or bound ungated though ArchPlacement ${p.name} selects it (${late})` : ''),
       ];
     return [

@@ -18,13 +18,8 @@ import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
 import { PodReconciler, setupPodReconciler } from './controllers/pod.ts';
 import { setupRegateReconciler } from './controllers/regate.ts';
 import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
-import {
-  parsePolicies,
-  webhookServiceNamespaces,
-  type ArchPod,
-  type ParseCache,
-  type Policy,
-} from './decide.ts';
+import { parsePolicies, type ParseCache, type Policy } from './decide/policies.ts';
+import { webhookServiceNamespaces, type ArchPod } from './decide/pods.ts';
 import { explainArchPlacement, explainPodArch } from './explain.ts';
 import { planArchObjects } from './plan.ts';
 import {
@@ -39,7 +34,8 @@ import {
   STATE_LABEL,
   type ArchPlacementStatus,
 } from './types.ts';
-import { ADMISSION_BUDGET_MS, INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { ADMISSION_BUDGET_MS } from './decide/admission.ts';
+import { INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
 import { AdmissionScope } from '../policy/admission.ts';
 import { archPage } from './view.ts';
 

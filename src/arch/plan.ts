@@ -14,25 +14,17 @@ import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/met
 import { rootLogger } from '../runtime/observability/log.ts';
 import { registryOptions } from './cli.ts';
 import { clusterCidrs } from './cluster-ranges.ts';
+import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
 import {
-  choosePolicy,
-  exemption,
-  gated,
-  intersection,
-  nodeArchitectures,
-  nodeArchTaint,
-  nodesTainted,
-  parsePolicies,
-  podImages,
-  podRecords,
-  refusedByRegistry,
-  tooManyImages,
-  unlistedRegistry,
+  gateExemption,
   webhookServiceNamespaces,
   type ArchPod,
   type ExemptionContext,
-  type Policy,
-} from './decide.ts';
+} from './decide/pods.ts';
+import { gated, nodeArchTaint, nodesTainted, podRecords } from './decide/patches.ts';
+import { intersection, podImages, tooManyImages, unlistedRegistry } from './decide/images.ts';
+import { nodeArchitectures } from './decide/status.ts';
+import { refusedByRegistry } from './decide/retries.ts';
 import { ArchPlacement } from './types.ts';
 
 const apps = (resource: string, kind: string): ResourceRef => ({
@@ -195,7 +187,7 @@ export function planArch(w: ArchWorld, change: KubeObject[], deleting: boolean, 
   let selected = 0;
   for (const { id, pod } of w.workloads) {
     const ns = pod.metadata!.namespace!;
-    if (exemption(pod, ns, w.exempt)) continue;
+    if (gateExemption(pod, ns, w.exempt)) continue;
     selectable++;
     const was = choosePolicy(before, pod, ns, w.namespaces.get(ns), w.exempt.berthNamespace);
     const will = choosePolicy(after.policies, pod, ns, w.namespaces.get(ns), w.exempt.berthNamespace);

@@ -11,7 +11,7 @@
 // not hold yet is waited for (briefly, in the state the controller sends next), not read from the
 // apiserver.
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
-import type { AdmissionHandler, AdmissionResult } from '../runtime/webhook/admission.ts';
+import type { AdmissionHandler, AdmissionRequest, AdmissionResult } from '../runtime/webhook/admission.ts';
 import { threadHandler, whenStateHolds } from '../runtime/webhook/threaded.ts';
 import { counter } from '../runtime/observability/metrics.ts';
 import { cachedFrom, type KnownImages } from '../registry/known.ts';
@@ -30,23 +30,18 @@ import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import type { Arch } from './index.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
 import type { PodReconciler } from './controllers/pod.ts';
+import { choosePolicy, namespaceDecides, type Policy } from './decide/policies.ts';
+import { gateExemption, type ArchPod, type ExemptionContext } from './decide/pods.ts';
 import {
-  choosePolicy,
-  exemption,
   gated,
   gatePod,
-  namespaceDecides,
   nodesTainted,
   placedAtAdmission,
   toPlaceAgain,
-  podImages,
-  unlistedRegistry,
-  pullSecretRefs,
-  type ArchPod,
-  type PodImage,
-  type ExemptionContext,
-  type Policy,
-} from './decide.ts';
+  type AdmissionPlacement,
+} from './decide/patches.ts';
+import { podImages, unlistedRegistry, pullSecretRefs, type PodImage } from './decide/images.ts';
+import { imageWait, type ImageWait } from './decide/admission.ts';
 
 export const webhookDecisions = counter(
   'berth_arch_admissions_total',
@@ -61,22 +56,11 @@ export const inspectWaits = counter(
 );
 
 /**
- * Of the 2 s the apiserver gives a Berth pod webhook, what a review may spend waiting, for a new
- * namespace (NAMESPACE_WAIT_MS) and then for new images together: the rest is the round trip's.
- */
-export const ADMISSION_BUDGET_MS = 1500;
-/**
  * How long a new image's first pods wait for the controller to read it (`--arch-admission-wait`):
  * a read takes tens of milliseconds from a nearby registry. The wait is the image's, from when it
  * was first asked, not each pod's: the pods that come meanwhile wait for the same deadline.
  */
 export const INSPECT_WAIT_MS = 500;
-/**
- * An image the controller did not read by its deadline is not waited for again for this long: a
- * registry that is slow costs the pods after it no wait (they are gated, as without one). One whose
- * read failed is in the state (`failed`) for as long, and ends the waits for it at once.
- */
-export const INSPECT_MISS_MS = 30_000;
 /** Reviews held at once: past it a pod is gated without a wait, so waits never fill the server's limit. */
 export const MAX_WAITING = 100;
 // Images remembered as asked at most; past it the memory starts again.
@@ -120,157 +104,210 @@ export interface ArchWebhookDeps extends ExemptionContext {
 const revalidatedSince = (since: number) => ({ revalidate: true, revalidatedSince: since, counted: false });
 
 export function podGateHandler(deps: ArchWebhookDeps): AdmissionHandler {
-  const log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
-  const now = deps.now ?? Date.now;
-  // When each image not known was first asked of the controller: its deadline, then its miss.
-  const asked = new Map<string, number>();
-  let waiting = 0;
-  /** `from`: a pod placed at a first call, as toPlaceAgain leaves it to be decided anew. */
-  const decide = (
-    pod: ArchPod,
-    policy: Policy,
-    known: Inspection[] | undefined,
-    from: ArchPod | undefined,
-  ): AdmissionResult => {
-    const { patch, placed } = gatePod(pod, policy, known, {
-      archTainted: nodesTainted(deps.policies()),
-      ...(from ? { from } : {}),
-    });
-    webhookDecisions.inc({ outcome: placed ? 'placed' : 'gated' });
-    return { allowed: true, patch };
-  };
-  /**
-   * The pod's answer, once the controller has read its new images if it may wait for them: not in a
-   * dry run (which must have no effect outside its answer), nor an image whose read failed or missed
-   * its deadline lately. An image pulled Always is known only from a read its registry answered
-   * after the pod came (the tag revalidated for this pod, as the controller would for a gated one).
-   */
-  const afterInspection = (
-    pod: ArchPod,
-    namespace: string,
-    policy: Policy,
-    arrived: number,
-    dryRun: boolean,
-    from: ArchPod | undefined,
-  ): AdmissionResult | Promise<AdmissionResult> => {
-    // A registry the policy does not list: gated, nothing read, for the controller to release.
-    if (unlistedRegistry(pod, policy)) return decide(pod, policy, undefined, from);
-    const images = podImages(pod);
-    // Only what was read anonymously or with one of the pod's pull secrets answers for it.
-    const secrets = pullSecretRefs(pod, namespace, deps.pullSecret);
-    const lookup = (counted: boolean) =>
-      images.map((i) =>
-        deps.cached(i.image, { ...(i.revalidate ? revalidatedSince(arrived) : { counted }), secrets }),
-      );
-    const all = (known: (Inspection | undefined)[]) =>
-      known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
-    const cached = lookup(true);
-    const unknown = images.filter((_, n) => !cached[n]);
-    if (unknown.length === 0) return decide(pod, policy, cached as Inspection[], from);
-    const t = now();
-    const waitMs = deps.inspectWaitMs ?? INSPECT_WAIT_MS;
-    // A miss of an image pulled Always ends with the late read's answer: the registry was slow once,
-    // and that image, never known for long, would otherwise be gated without a wait for 30 s.
-    for (const i of unknown) {
-      const since = asked.get(i.image);
-      if (
-        i.revalidate &&
-        since !== undefined &&
-        deps.cached(i.image, { ...revalidatedSince(since), secrets })
-      )
-        asked.delete(i.image);
-    }
-    const ask = unknown.filter((i) => t - (asked.get(i.image) ?? -Infinity) >= INSPECT_MISS_MS);
-    // The earliest deadline of the pod's images: the pod is placed only once all are known.
-    const deadline = Math.min(...unknown.map((i) => (ask.includes(i) ? t : asked.get(i.image)!) + waitMs));
-    // Within what is left of the review's budget too.
-    const waitFor = Math.min(deadline, arrived + ADMISSION_BUDGET_MS) - t;
-    const failed = (i: { image: string }) => deps.failed?.(i.image) === true;
-    if (!deps.inspect || dryRun || waiting >= MAX_WAITING || waitFor <= 0 || unknown.some(failed))
-      return decide(pod, policy, undefined, from);
-    if (asked.size + ask.length > MAX_ASKED) asked.clear();
-    for (const i of ask) asked.set(i.image, t);
-    // A tag pulled Always is asked for by every pod: each needs a read answered since it came. The
-    // controller's reads of one image share one request while it runs.
-    const hinted = unknown.filter((i) => i.revalidate || ask.includes(i));
-    if (hinted.length > 0)
-      deps.inspect({
-        namespace,
-        images: hinted,
-        imagePullSecrets: (pod.spec.imagePullSecrets ?? []).map((s) => s.name),
-      });
-    waiting++;
-    const read = () => (unknown.some(failed) ? 'failed' : all(lookup(false)));
-    return whenStateHolds(read, waitFor, deps.state)
-      .then((known) => {
-        inspectWaits.inc({ result: known === 'failed' ? 'failed' : known ? 'known' : 'timeout' });
-        if (known && known !== 'failed') for (const i of unknown) asked.delete(i.image);
-        return decide(pod, policy, known === 'failed' ? undefined : known, from);
-      })
-      .finally(() => waiting--);
-  };
-  return (req) => {
+  const webhook = new PodGateWebhook(deps);
+  return (req) => webhook.review(req);
+}
+
+/**
+ * The webhook's reviews, over its own state: when each image not known was first asked of the
+ * controller, and how many reviews wait for one.
+ */
+class PodGateWebhook {
+  private readonly deps: ArchWebhookDeps;
+  private readonly log: Logger;
+  private readonly now: () => number;
+  /** When each image not known was first asked of the controller: its deadline, then its miss. */
+  private readonly asked = new Map<string, number>();
+  private waiting = 0;
+
+  constructor(deps: ArchWebhookDeps) {
+    this.deps = deps;
+    this.log = (deps.logger ?? rootLogger).child({ webhook: 'arch' });
+    this.now = deps.now ?? Date.now;
+  }
+
+  review(req: AdmissionRequest): AdmissionResult | Promise<AdmissionResult> {
     const pod = req.object as ArchPod | undefined;
     if (req.operation !== 'CREATE' || req.kind.kind !== 'Pod' || req.subResource || !pod?.spec) {
       return { allowed: true };
     }
-    const arrived = now();
-    // A pod made from a template has no namespace of its own at admission.
-    const namespace = pod.metadata?.namespace || req.namespace || '';
-    // A thrown error would be answered allowed=false; this webhook fails open instead.
-    const failOpen = (err: unknown): AdmissionResult => {
-      webhookDecisions.inc({ outcome: 'error' });
-      log.error(
-        { namespace, name: pod.metadata?.name || pod.metadata?.generateName, err },
-        'pod admitted ungated',
-      );
-      return { allowed: true };
-    };
-    const admit = (
-      namespaceLabels: Record<string, string> | undefined,
-    ): AdmissionResult | Promise<AdmissionResult> => {
-      const policy = choosePolicy(deps.policies(), pod, namespace, namespaceLabels, deps.berthNamespace);
-      if (!policy) {
-        webhookDecisions.inc({ outcome: 'unselected' });
-        return { allowed: true };
-      }
-      // Placed at a first call, and its images the same at this one: it stays as placed.
-      const from = first && toPlaceAgain(pod, policy, first);
-      if (first && !from) return { allowed: true };
-      return afterInspection(pod, namespace, policy, arrived, req.dryRun === true, from);
-    };
     // Gated at a first call (the apiserver asks again after a later webhook changes the pod): the
     // controller reads the pod as stored, every image.
     if (gated(pod)) return { allowed: true };
-    // Placed by Berth at a first call: its arch constraint is Berth's, which exempts nothing.
-    const first = placedAtAdmission(pod);
+    const r: Review = {
+      pod,
+      // A pod made from a template has no namespace of its own at admission.
+      namespace: pod.metadata?.namespace || req.namespace || '',
+      arrived: this.now(),
+      dryRun: req.dryRun === true,
+      // Placed by Berth at a first call: its arch constraint is Berth's, which exempts nothing.
+      first: placedAtAdmission(pod),
+    };
     try {
-      const reason = exemption(pod, namespace, deps, first !== undefined);
-      if (reason) {
+      if (gateExemption(pod, r.namespace, this.deps, r.first !== undefined)) {
         webhookDecisions.inc({ outcome: 'exempt' });
         return { allowed: true };
       }
       // A namespace created a moment before its pod: its labels are on their way to the cache, and
       // deciding without them would let the pod through ungated.
       const answer = withNamespaceLabels(
-        deps.namespaceLabels,
-        namespace,
-        () => namespaceDecides(deps.policies(), pod, namespace, deps.berthNamespace),
-        admit,
+        this.deps.namespaceLabels,
+        r.namespace,
+        () => namespaceDecides(this.deps.policies(), pod, r.namespace, this.deps.berthNamespace),
+        (labels) => this.admit(r, labels),
         (waitedMs) =>
-          log.warn(
-            { namespace, waitedMs },
+          this.log.warn(
+            { namespace: r.namespace, waitedMs },
             "namespace not in Berth's cache: policies with a namespaceSelector pass the pod by (fail open)",
           ),
-        deps.namespaceWaitMs,
+        this.deps.namespaceWaitMs,
       );
       // The answer may be a promise of one (a namespace waited for, then images): one promise.
-      return answer instanceof Promise ? answer.then((a) => a).catch(failOpen) : answer;
+      return answer instanceof Promise ? answer.then((a) => a).catch((err) => this.failOpen(r, err)) : answer;
     } catch (err) {
-      return failOpen(err);
+      return this.failOpen(r, err);
     }
-  };
+  }
+
+  /** A thrown error would be answered allowed=false; this webhook fails open instead. */
+  private failOpen(r: Review, err: unknown): AdmissionResult {
+    webhookDecisions.inc({ outcome: 'error' });
+    this.log.error(
+      { namespace: r.namespace, name: r.pod.metadata?.name || r.pod.metadata?.generateName, err },
+      'pod admitted ungated',
+    );
+    return { allowed: true };
+  }
+
+  private admit(
+    r: Review,
+    namespaceLabels: Record<string, string> | undefined,
+  ): AdmissionResult | Promise<AdmissionResult> {
+    const policy = choosePolicy(
+      this.deps.policies(),
+      r.pod,
+      r.namespace,
+      namespaceLabels,
+      this.deps.berthNamespace,
+    );
+    if (!policy) {
+      webhookDecisions.inc({ outcome: 'unselected' });
+      return { allowed: true };
+    }
+    // Placed at a first call, and its images the same at this one: it stays as placed.
+    const from = r.first && toPlaceAgain(r.pod, policy, r.first);
+    if (r.first && !from) return { allowed: true };
+    return this.afterInspection(r, policy, from);
+  }
+
+  /** `from`: a pod placed at a first call, as toPlaceAgain leaves it to be decided anew. */
+  private decide(
+    pod: ArchPod,
+    policy: Policy,
+    known: Inspection[] | undefined,
+    from: ArchPod | undefined,
+  ): AdmissionResult {
+    const { patch, placed } = gatePod(pod, policy, known, {
+      archTainted: nodesTainted(this.deps.policies()),
+      ...(from ? { from } : {}),
+    });
+    webhookDecisions.inc({ outcome: placed ? 'placed' : 'gated' });
+    return { allowed: true, patch };
+  }
+
+  /**
+   * The pod's answer, once the controller has read its new images if it may wait for them: not in a
+   * dry run (which must have no effect outside its answer), nor an image whose read failed or missed
+   * its deadline lately. An image pulled Always is known only from a read its registry answered
+   * after the pod came (the tag revalidated for this pod, as the controller would for a gated one).
+   */
+  private afterInspection(
+    r: Review,
+    policy: Policy,
+    from: ArchPod | undefined,
+  ): AdmissionResult | Promise<AdmissionResult> {
+    const { pod, namespace, arrived } = r;
+    // A registry the policy does not list: gated, nothing read, for the controller to release.
+    if (unlistedRegistry(pod, policy)) return this.decide(pod, policy, undefined, from);
+    const images = podImages(pod);
+    // Only what was read anonymously or with one of the pod's pull secrets answers for it.
+    const secrets = pullSecretRefs(pod, namespace, this.deps.pullSecret);
+    const lookup = (counted: boolean) =>
+      images.map((i) =>
+        this.deps.cached(i.image, { ...(i.revalidate ? revalidatedSince(arrived) : { counted }), secrets }),
+      );
+    const cached = lookup(true);
+    const unknown = images.filter((_, n) => !cached[n]);
+    if (unknown.length === 0) return this.decide(pod, policy, cached as Inspection[], from);
+    this.forgetRevalidated(unknown, secrets);
+    const failed = (i: { image: string }) => this.deps.failed?.(i.image) === true;
+    const w = imageWait({
+      unknown,
+      asked: this.asked,
+      now: this.now(),
+      arrived,
+      waitMs: this.deps.inspectWaitMs ?? INSPECT_WAIT_MS,
+    });
+    if (
+      !this.deps.inspect ||
+      r.dryRun ||
+      this.waiting >= MAX_WAITING ||
+      w.waitFor <= 0 ||
+      unknown.some(failed)
+    )
+      return this.decide(pod, policy, undefined, from);
+    this.ask(w, pod, namespace);
+    this.waiting++;
+    const read = () => (unknown.some(failed) ? 'failed' : allKnown(lookup(false)));
+    return whenStateHolds(read, w.waitFor, this.deps.state)
+      .then((known) => {
+        inspectWaits.inc({ result: known === 'failed' ? 'failed' : known ? 'known' : 'timeout' });
+        if (known && known !== 'failed') for (const i of unknown) this.asked.delete(i.image);
+        return this.decide(pod, policy, known === 'failed' ? undefined : known, from);
+      })
+      .finally(() => this.waiting--);
+  }
+
+  /**
+   * A miss of an image pulled Always ends with the late read's answer: the registry was slow once,
+   * and that image, never known for long, would otherwise be gated without a wait for 30 s.
+   */
+  private forgetRevalidated(unknown: PodImage[], secrets: string[]): void {
+    for (const i of unknown) {
+      const since = this.asked.get(i.image);
+      if (
+        i.revalidate &&
+        since !== undefined &&
+        this.deps.cached(i.image, { ...revalidatedSince(since), secrets })
+      )
+        this.asked.delete(i.image);
+    }
+  }
+
+  /** Notes the images asked now, and hints the controller to read them. */
+  private ask(w: ImageWait, pod: ArchPod, namespace: string): void {
+    if (this.asked.size + w.ask.length > MAX_ASKED) this.asked.clear();
+    for (const i of w.ask) this.asked.set(i.image, w.at);
+    if (w.hinted.length > 0)
+      this.deps.inspect!({
+        namespace,
+        images: w.hinted,
+        imagePullSecrets: (pod.spec.imagePullSecrets ?? []).map((s) => s.name),
+      });
+  }
 }
+
+/** One review, as the webhook reads it once. */
+interface Review {
+  pod: ArchPod;
+  namespace: string;
+  arrived: number;
+  dryRun: boolean;
+  first: AdmissionPlacement | undefined;
+}
+
+const allKnown = (known: (Inspection | undefined)[]): Inspection[] | undefined =>
+  known.every((k) => k !== undefined) ? (known as Inspection[]) : undefined;
 
 /** What the webhook decides from, as a value the webhook thread holds. */
 export interface ArchAdmissionState {

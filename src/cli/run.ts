@@ -58,6 +58,7 @@ const limits = webhookServerLimits;
  */
 const defaultShutdownDelayMs = 5000;
 
+// Over 80 lines: one declaration of run's options, read as the table `berth run --help` prints.
 export function runCommand(): Command {
   const cmd = new Command('run')
     .description(SUMMARIES.run.description)

@@ -49,6 +49,7 @@ export const berthFederationHooks: FederationHooks = {
 export const managementCommand = (sb: Sandbox, quotaSource = 'local'): string =>
   `berth run --kubeconfig ${sb.kubeconfigPath} --controllers=cells,federation${quotaSource === 'management' ? ',quota' : ''}`;
 
+// Over 80 lines: the sandbox's subcommands declared in one place, each a flat chain of options and a short action.
 export function sandboxCommand(): Command {
   const cmd = new Command('sandbox').description(SUMMARIES.sandbox.description);
 

@@ -10,8 +10,9 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
 import { ofKind, emptyPart, replaced, type Named, type PlanContext, type PlanPart } from '../policy/plan.ts';
-import type { QuotaObject } from '../workloads/controllers/quota.ts';
-import { templateHash, type InstanceObject, type InstanceTypeObject } from '../workloads/decide.ts';
+import type { QuotaObject } from '../workloads/decide/quota.ts';
+import { templateHash } from '../workloads/decide/revisions.ts';
+import { type InstanceObject, type InstanceTypeObject } from '../workloads/decide/instances.ts';
 import {
   counted,
   instanceEffects,

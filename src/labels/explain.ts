@@ -12,7 +12,7 @@ import {
   type NodeDecision,
   type Output,
   type OutputKind,
-} from './decide.ts';
+} from './decide/nodes.ts';
 import type { Said, Subject } from '../policy/explain.ts';
 import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
 import { escapeControl, quote } from '../policy/text.ts';

@@ -13,7 +13,7 @@ import { errorText } from '../runtime/observability/log.ts';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
 import { escapeControl, quote } from '../policy/text.ts';
-import { keyErrors } from './decide.ts';
+import { keyErrors } from './decide/nodes.ts';
 import { nodeRestrictionErrors } from './restriction.ts';
 import { FIELD_MANAGER, type MatchTerm, type Rule } from './types.ts';
 
@@ -259,12 +259,9 @@ const dirId = (st: { dev: number; ino: number }): string => `${st.dev}:${st.ino}
  * layout does): one that leads out is an error naming the link, and nothing of its target is read.
  */
 export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
-  const rules: Rule[] = [];
-  const errors: FileError[] = [];
-  const dirs: ScannedDir[] = [];
-  const unsettled: Unsettled[] = [];
   let root: string;
   let namespaces: string[];
+  const dirs: ScannedDir[] = [];
   try {
     root = await realpath(dir);
     dirs.push({ path: root, id: dirId(await stat(root)) });
@@ -273,47 +270,107 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
     const reason = fsReason(e);
     const vanished = (e as NodeJS.ErrnoException).code === 'ENOENT';
     const hint = vanished ? '; its rules apply once it is created' : '';
-    unsettled.push({ scope: {}, file: dir, vanished });
-    return { rules, errors: [{ file: dir, message: `rule directory ${reason}${hint}` }], dirs, unsettled };
+    return {
+      rules: [],
+      errors: [{ file: dir, message: `rule directory ${reason}${hint}` }],
+      dirs,
+      unsettled: [{ scope: {}, file: dir, vanished }],
+    };
   }
-  const layout = `rule files go in ${join(dir, '<namespace>', '<label>')}, e.g. ${join(dir, 'accelerators', 'edgetpu')}`;
+  const scan = new RuleDirScan(dir, root, dirs);
+  await Promise.all(namespaces.filter((n) => !ignored(n)).map((n) => scan.readNamespace(n)));
+  return scan.result();
+}
+
+/** One scan of a rule directory whose root was read: what it found so far. */
+class RuleDirScan {
+  private readonly rules: Rule[] = [];
+  private readonly errors: FileError[] = [];
+  private readonly unsettled: Unsettled[] = [];
+  private readonly dir: string;
+  /** The directory's real path: links are followed only within it. */
+  private readonly root: string;
+  private readonly dirs: ScannedDir[];
+  private readonly layout: string;
+
+  constructor(dir: string, root: string, dirs: ScannedDir[]) {
+    this.dir = dir;
+    this.root = root;
+    this.dirs = dirs;
+    this.layout = `rule files go in ${join(dir, '<namespace>', '<label>')}, e.g. ${join(dir, 'accelerators', 'edgetpu')}`;
+  }
+
+  /** Sorted: rules by name, errors and unsettled entries by file. */
+  result(): ScannedRuleDir {
+    this.rules.sort(byName);
+    this.errors.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : (a.line ?? 0) - (b.line ?? 0)));
+    this.unsettled.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0));
+    return { rules: this.rules, errors: this.errors, dirs: this.dirs, unsettled: this.unsettled };
+  }
 
   /** Where `path` really is, if that is inside the directory; otherwise an error on `path`. */
-  const inside = async (path: string, reading: Reading): Promise<string | undefined> => {
+  private async inside(path: string, reading: Reading): Promise<string | undefined> {
     const real = await attempt(realpath(path), path, 'cannot read', reading);
     if (real === undefined) return undefined;
-    if (real === root || real.startsWith(root + sep)) return real;
+    if (real === this.root || real.startsWith(this.root + sep)) return real;
     reading.errors.push({
       file: path,
       message: 'is a symbolic link that leads out of the rule directory: only links within it are followed',
     });
     return undefined;
-  };
+  }
 
-  // An entry that is there but cannot be used, or that vanished, is unsettled (settleScan keeps its
-  // last good rules or holds its keys, and the error says why): a typo, a scan that caught a file
-  // half written, an unreadable directory or a swap in progress must not take a label off every node.
-  const settle = (scope: RuleScope, file: string, reading: Reading): void => {
-    errors.push(...reading.errors);
+  /**
+   * An entry that is there but cannot be used, or that vanished, is unsettled (settleScan keeps its
+   * last good rules or holds its keys, and the error says why): a typo, a scan that caught a file
+   * half written, an unreadable directory or a swap in progress must not take a label off every node.
+   */
+  private settle(scope: RuleScope, file: string, reading: Reading): void {
+    this.errors.push(...reading.errors);
     if (reading.errors.length > 0 || reading.vanished)
-      unsettled.push({ scope, file, vanished: reading.errors.length === 0 });
-  };
+      this.unsettled.push({ scope, file, vanished: reading.errors.length === 0 });
+  }
 
-  const readRule = async (namespace: string, label: string): Promise<void> => {
-    const file = join(dir, namespace, label);
+  async readNamespace(namespace: string): Promise<void> {
+    const path = join(this.dir, namespace);
     const reading: Reading = { errors: [], vanished: false };
-    const rule = await readRuleFile(file, namespace, label, reading);
-    if (rule) rules.push(rule);
-    settle({ namespace, label }, file, reading);
-  };
-  const readRuleFile = async (
+    const labels = await this.listNamespace(path, reading);
+    this.settle({ namespace }, path, reading);
+    await Promise.all(
+      (labels ?? []).filter((n) => !ignored(n)).map((label) => this.readRule(namespace, label)),
+    );
+  }
+
+  private async listNamespace(path: string, reading: Reading): Promise<string[] | undefined> {
+    const real = await this.inside(path, reading);
+    if (real === undefined) return;
+    const st = await attempt(stat(real), path, 'cannot read', reading);
+    if (!st) return;
+    if (!st.isDirectory()) {
+      // Not unsettled: no rule file can be in it.
+      this.errors.push({ file: path, message: `is not in a namespace directory: ${this.layout}` });
+      return;
+    }
+    this.dirs.push({ path: real, id: dirId(st) });
+    return attempt(readdir(real), path, 'cannot read directory', reading);
+  }
+
+  private async readRule(namespace: string, label: string): Promise<void> {
+    const file = join(this.dir, namespace, label);
+    const reading: Reading = { errors: [], vanished: false };
+    const rule = await this.readRuleFile(file, namespace, label, reading);
+    if (rule) this.rules.push(rule);
+    this.settle({ namespace, label }, file, reading);
+  }
+
+  private async readRuleFile(
     file: string,
     namespace: string,
     label: string,
     reading: Reading,
-  ): Promise<Rule | undefined> => {
+  ): Promise<Rule | undefined> {
     const errors = reading.errors;
-    const real = await inside(file, reading);
+    const real = await this.inside(file, reading);
     if (real === undefined) return;
     // The resolved path, opened without following a link put there since: what was checked is what is read.
     const handle = await attempt(
@@ -326,7 +383,7 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
     try {
       const st = await handle.stat();
       const problem = st.isDirectory()
-        ? `is a directory: ${layout}`
+        ? `is a directory: ${this.layout}`
         : !st.isFile()
           ? 'is not a regular file'
           : st.size > MAX_FILE_BYTES
@@ -353,34 +410,7 @@ export async function scanRuleDir(dir: string): Promise<ScannedRuleDir> {
     } finally {
       await handle.close();
     }
-  };
-
-  const readNamespace = async (namespace: string): Promise<void> => {
-    const path = join(dir, namespace);
-    const reading: Reading = { errors: [], vanished: false };
-    const labels = await listNamespace(path, reading);
-    settle({ namespace }, path, reading);
-    await Promise.all((labels ?? []).filter((n) => !ignored(n)).map((label) => readRule(namespace, label)));
-  };
-  const listNamespace = async (path: string, reading: Reading): Promise<string[] | undefined> => {
-    const real = await inside(path, reading);
-    if (real === undefined) return;
-    const st = await attempt(stat(real), path, 'cannot read', reading);
-    if (!st) return;
-    if (!st.isDirectory()) {
-      // Not unsettled: no rule file can be in it.
-      errors.push({ file: path, message: `is not in a namespace directory: ${layout}` });
-      return;
-    }
-    dirs.push({ path: real, id: dirId(st) });
-    return attempt(readdir(real), path, 'cannot read directory', reading);
-  };
-
-  await Promise.all(namespaces.filter((n) => !ignored(n)).map(readNamespace));
-  rules.sort(byName);
-  errors.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : (a.line ?? 0) - (b.line ?? 0)));
-  unsettled.sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : 0));
-  return { rules, errors, dirs, unsettled };
+  }
 }
 
 const byName = (a: { name: string }, b: { name: string }): number =>

@@ -5,7 +5,7 @@ import { basename, dirname } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import type { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { compileRule } from './decide.ts';
+import { compileRule } from './decide/nodes.ts';
 import { formatFileError, holdsOf, parseRuleFile, scanRuleDir, type Hold } from './files.ts';
 import { NodeLabelRule, type Rule } from './types.ts';
 

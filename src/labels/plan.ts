@@ -5,8 +5,8 @@ import { emptyPart, evictionWarning, type PlanContext, type PlanPart } from '../
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources } from '../runtime/api/meta.ts';
-import { compileRule, refuseOwned } from './decide.ts';
-import { evictingRules, verdict, type Removal } from './evict.ts';
+import { compileRule, refuseOwned } from './decide/nodes.ts';
+import { evictingRules, verdict, type Removal } from './decide/evict.ts';
 import { evictions, previewRules, type NodeChanges } from './explain.ts';
 import { holdsBeside } from './files.ts';
 import { clusterRules, localRules } from './load.ts';

@@ -2,7 +2,7 @@
 // read from the cached NodeLabelRules (rule files are not cached: their keys show without a rule).
 import type { PageHooks } from '../capability.ts';
 import type { SlimNode } from '../policy/slim.ts';
-import { compileRule, decide, type Output } from './decide.ts';
+import { compileRule, decide, type Output } from './decide/nodes.ts';
 import { nodeView } from './match.ts';
 import { FIELD_MANAGER, NodeLabelRule, type Rule } from './types.ts';
 

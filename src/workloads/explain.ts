@@ -1,22 +1,17 @@
 // `berth explain instance` and `berth explain workloaddeployment`: what an instance or a deployment
 // waits for (quota, image, scheduling, the rollout) and since when, read from the cluster as it is.
 // The quota answer (granted, or the place in line) comes from the quota controller's own decision
-// (grant.ts) over the same objects. Writes nothing.
+// (decide/grant.ts) over the same objects. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { isFormerPod } from './decide.ts';
+import { isFormerPod } from './decide/pods.ts';
 import { conditionLine, since, type Said, type Subject } from '../policy/explain.ts';
-import { budgetOf, decideGrants, sizeText, usageText } from './grant.ts';
-import {
-  candidateOf,
-  oldestFirst,
-  QUOTA_CONDITION,
-  type InstanceObject,
-  type InstanceTypeObject,
-  type QuotaObject,
-} from './controllers/quota.ts';
+import { budgetOf, decideGrants, sizeText, usageText } from './decide/grant.ts';
+import { type InstanceTypeObject } from './controllers/quota.ts';
+import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './decide/quota.ts';
+import type { CachedInstance } from './decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
@@ -29,11 +24,11 @@ import {
 } from './types.ts';
 
 export interface InstanceView {
-  instance: InstanceObject;
+  instance: CachedInstance;
   pod: PodView | undefined;
   /** The namespace's Quotas, instances and the cluster's InstanceTypes: what the quota decision reads. */
   quotas: QuotaObject[];
-  instances: InstanceObject[];
+  instances: CachedInstance[];
   instanceTypes: InstanceTypeObject[];
 }
 
@@ -218,13 +213,13 @@ function podLines(pod: PodView | undefined, now: Date): string[] {
 
 /** Reads what explaining an instance needs, and explains it. */
 export async function explainInstance(client: KubeClient, object: KubeObject): Promise<string[]> {
-  const inst = object as InstanceObject;
+  const inst = object as CachedInstance;
   const ns = inst.metadata?.namespace ?? '';
   const [pod, quotas, instances, instanceTypes] = await Promise.all([
     client.get<PodView>(Resources.pods, inst.metadata?.name ?? '', ns).catch(() => undefined),
     client.list<QuotaObject>(Quota.ref, { namespace: ns }).then((l) => l.items),
     // Mirrors of the cells' instances are not this cluster's to count (OWN_INSTANCES, as the quota controller).
-    client.list<InstanceObject>(Instance.ref, { namespace: ns, query: OWN_INSTANCES }).then((l) => l.items),
+    client.list<CachedInstance>(Instance.ref, { namespace: ns, query: OWN_INSTANCES }).then((l) => l.items),
     client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
   ]);
   // A Pod of that name that the instance does not own is not its Pod.
@@ -244,7 +239,7 @@ export type WorkloadDeploymentObject = KubeObject & {
  */
 export function deploymentLines(
   wd: WorkloadDeploymentObject,
-  instances: InstanceObject[],
+  instances: CachedInstance[],
   now = new Date(),
   formerPods: KubeObject[] = [],
 ): string[] {
@@ -296,7 +291,7 @@ export async function explainWorkloadDeployment(client: KubeClient, object: Kube
     query: { labelSelector: `${DEPLOYMENT_LABEL}=${wd.metadata?.name}` },
   };
   const [labelled, pods] = await Promise.all([
-    client.list<InstanceObject>(Instance.ref, query).then((l) => l.items),
+    client.list<CachedInstance>(Instance.ref, query).then((l) => l.items),
     client.list(Resources.pods, query).then((l) => l.items),
   ]);
   const instances = labelled.filter((i) =>
@@ -312,7 +307,7 @@ export async function explainQuotaObject(client: KubeClient, object: KubeObject)
   const namespace = object.metadata?.namespace ?? '';
   const [quotas, instances, instanceTypes] = await Promise.all([
     client.list<QuotaObject>(Quota.ref, { namespace }).then((l) => l.items),
-    client.list<InstanceObject>(Instance.ref, { namespace, query: OWN_INSTANCES }).then((l) => l.items),
+    client.list<CachedInstance>(Instance.ref, { namespace, query: OWN_INSTANCES }).then((l) => l.items),
     client.list<InstanceTypeObject>(InstanceType.ref).then((l) => l.items),
   ]);
   return explainQuota(object.metadata?.name ?? '', { quotas, instances, instanceTypes });

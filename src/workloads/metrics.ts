@@ -2,7 +2,7 @@
 import type { Informer } from '../runtime/cache/informer.ts';
 import { findCondition } from '../runtime/api/conditions.ts';
 import { counter, gauge } from '../runtime/observability/metrics.ts';
-import type { CachedInstance } from './decide.ts';
+import type { CachedInstance } from './decide/instances.ts';
 
 let instances: Pick<Informer<CachedInstance>, 'list'> | undefined;
 // Reasons are Berth's own words, but an instance's status is an object a cluster may let others

@@ -6,22 +6,17 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { emptyPart, ofKind, replaced, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { apiTime } from '../runtime/api/meta.ts';
-import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './controllers/quota.ts';
+import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './decide/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
+import { boundedReplicas, instanceName, templateHash, templateRevision } from './decide/revisions.ts';
 import {
-  boundedReplicas,
   byInstanceType,
   controlledBy,
-  instanceName,
-  instanceState,
-  plan,
-  templateHash,
-  templateRevision,
   type InstanceObject,
-  type InstanceState,
   type InstanceTypeObject,
-} from './decide.ts';
-import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './grant.ts';
+} from './decide/instances.ts';
+import { instanceState, nextStep, type InstanceState } from './decide/step.ts';
+import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './decide/grant.ts';
 import type { InstanceTypeSize } from './resources.ts';
 import {
   DEPLOYMENT_LABEL,
@@ -253,118 +248,150 @@ const quotaKey = (q: QuotaObject) => `${q.metadata?.namespace}/${q.metadata?.nam
  * quota is decided here, every instance is taken as granted), a granted one taken to become Ready,
  * until none moves.
  */
-export function stepDeployments(
-  ds: Stepped[],
-  f: {
-    counted: readonly InstanceObject[];
-    quotas?: QuotaObject[];
-    instanceType: (name: string) => InstanceTypeSize | undefined;
-    now: number;
-  },
-  part: PlanPart,
-): Said {
-  const said: Said = new Map();
-  const namespaces = [...new Set(ds.map((c) => c.namespace))];
-  const pool = new Map<string, Map<string, Candidate>>();
-  const ledgers = new Map<string, QuotaClaim[] | undefined>();
-  for (const ns of namespaces) {
+export function stepDeployments(ds: Stepped[], f: StepFacts, part: PlanPart): Said {
+  const s = startPools(ds, f);
+  for (let round = 1; round <= MAX_ROUNDS; round++) {
+    const made = ds.flatMap((c) => stepOnce(c, s, f, round));
+    if (!s.moved) break;
+    s.moved = false;
+    if (!f.quotas || !made.length) continue;
+    for (const ns of s.pool.keys()) grantRound(ds, made, ns, s, f.quotas, f.now, part);
+  }
+  return s.said;
+}
+
+interface StepFacts {
+  counted: readonly InstanceObject[];
+  quotas?: QuotaObject[];
+  instanceType: (name: string) => InstanceTypeSize | undefined;
+  now: number;
+}
+
+/** What the rounds carry: each namespace's candidates and quota ledger, the instances gone, what quota said. */
+interface Pools {
+  said: Said;
+  /** By namespace: the quota controller's candidates, by uid. */
+  pool: Map<string, Map<string, Candidate>>;
+  ledgers: Map<string, QuotaClaim[] | undefined>;
+  gone: Set<string>;
+  /** Some deployment acted this round. */
+  moved: boolean;
+  /** The race of cells for a quota's last room is said once. */
+  racing: boolean;
+}
+
+function startPools(ds: Stepped[], f: StepFacts): Pools {
+  const s: Pools = {
+    said: new Map(),
+    pool: new Map(),
+    ledgers: new Map(),
+    gone: new Set(),
+    moved: false,
+    racing: false,
+  };
+  for (const ns of new Set(ds.map((c) => c.namespace))) {
     const of = f.counted
       .filter((m) => m.metadata.namespace === ns)
       .map((m) => counted(m, f.instanceType).candidate);
-    pool.set(ns, new Map(of.map((c) => [c.uid, c])));
-    ledgers.set(ns, f.quotas ? inForce(f.quotas, ns)?.status?.claims : []);
+    s.pool.set(ns, new Map(of.map((c) => [c.uid, c])));
+    s.ledgers.set(ns, f.quotas ? inForce(f.quotas, ns)?.status?.claims : []);
   }
-  const gone = new Set<string>();
-  let racing = false;
-  for (let round = 1; round <= MAX_ROUNDS; round++) {
-    const made: Stepped[] = [];
-    let moved = false;
-    for (const c of ds) {
-      const p = plan({
-        name: c.name,
-        replicas: c.replicas,
-        policy: c.policy,
-        hash: c.hash,
-        instances: c.states,
-      });
-      c.waitingFor = p.waitingFor;
-      moved ||= p.actions.length > 0;
-      for (const a of p.actions) {
-        if (a.type === 'delete') {
-          c.states = c.states.filter((s) => s.name !== a.name);
-          if (a.rollout) c.rolled.add(a.name);
-          gone.add(c.uids.get(a.name) ?? '');
-          pool.get(c.namespace)!.delete(c.uids.get(a.name) ?? '');
-          continue;
-        }
-        const name = instanceName(c.name, a.ordinal);
-        const uid = `planned:${c.cluster}/${c.namespace}/${name}/${round}`;
-        c.uids.set(name, uid);
-        c.made.add(name);
-        const granted = !f.quotas;
-        c.states.push({
-          name,
-          ordinal: a.ordinal,
-          hash: c.hash,
-          ready: granted,
-          available: granted,
-          programmed: true,
-          deleting: false,
-          notReadySince: f.now,
+  return s;
+}
+
+/** One deployment's next step, applied to its states and its namespace's pool: itself once per instance it made. */
+function stepOnce(c: Stepped, s: Pools, f: StepFacts, round: number): Stepped[] {
+  const step = nextStep({
+    name: c.name,
+    replicas: c.replicas,
+    policy: c.policy,
+    hash: c.hash,
+    instances: c.states,
+  });
+  c.waitingFor = step.waitingFor;
+  s.moved ||= step.actions.length > 0;
+  const pool = s.pool.get(c.namespace)!;
+  const made: Stepped[] = [];
+  for (const a of step.actions) {
+    if (a.type === 'delete') {
+      c.states = c.states.filter((st) => st.name !== a.name);
+      if (a.rollout) c.rolled.add(a.name);
+      s.gone.add(c.uids.get(a.name) ?? '');
+      pool.delete(c.uids.get(a.name) ?? '');
+      continue;
+    }
+    const name = instanceName(c.name, a.ordinal);
+    const uid = `planned:${c.cluster}/${c.namespace}/${name}/${round}`;
+    c.uids.set(name, uid);
+    c.made.add(name);
+    const granted = !f.quotas;
+    c.states.push({
+      name,
+      ordinal: a.ordinal,
+      hash: c.hash,
+      ready: granted,
+      available: granted,
+      programmed: true,
+      deleting: false,
+      notReadySince: f.now,
+    });
+    const inst = {
+      metadata: { name, uid, namespace: c.namespace, creationTimestamp: apiTime(f.now + round * 1000) },
+      spec: { template: c.template },
+    } as unknown as InstanceObject;
+    pool.set(uid, { ...candidateOf(c.cluster, inst, f.instanceType) });
+    made.push(c);
+  }
+  return made;
+}
+
+/** A round's new instances of one namespace decided by its Quota, as the quota controller would. */
+function grantRound(
+  ds: Stepped[],
+  made: Stepped[],
+  ns: string,
+  s: Pools,
+  quotas: QuotaObject[],
+  now: number,
+  part: PlanPart,
+): void {
+  const quota = inForce(quotas, ns);
+  const d = decideUnder(quota, s.ledgers.get(ns), [...s.pool.get(ns)!.values()], s.gone, apiTime(now));
+  s.ledgers.set(ns, d.claims);
+  const clustersOf = (granted: boolean) =>
+    new Set(
+      made
+        .filter(
+          (c) =>
+            c.namespace === ns &&
+            c.states.some(
+              (st) =>
+                c.made.has(st.name) && !st.ready && d.verdicts.get(c.uids.get(st.name)!)?.granted === granted,
+            ),
+        )
+        .map((c) => c.cluster),
+    );
+  // New instances of one round in several clusters, some granted and some not: which cluster
+  // creates its instance first decides.
+  const [yes, no] = [clustersOf(true), clustersOf(false)];
+  if (!s.racing && yes.size && no.size && new Set([...yes, ...no]).size > 1) {
+    s.racing = true;
+    part.unknown.push(
+      `the last of Quota ${quota ? quotaKey(quota) : ns} goes to whichever cell creates its instance first: which instance waits is a race`,
+    );
+  }
+  for (const c of ds.filter((x) => x.namespace === ns))
+    for (const st of c.states) {
+      const v = d.verdicts.get(c.uids.get(st.name) ?? '');
+      if (!v || st.ready) continue;
+      if (v.granted) Object.assign(st, { ready: true, available: true });
+      if (c.made.has(st.name))
+        s.said.set(c.uids.get(st.name)!, {
+          granted: v.granted,
+          ...(v.granted ? {} : { message: v.message }),
+          quota: quota ? `Quota ${quotaKey(quota)}` : `no Quota in ${ns}`,
         });
-        const inst = {
-          metadata: { name, uid, namespace: c.namespace, creationTimestamp: apiTime(f.now + round * 1000) },
-          spec: { template: c.template },
-        } as unknown as InstanceObject;
-        pool.get(c.namespace)!.set(uid, { ...candidateOf(c.cluster, inst, f.instanceType) });
-        made.push(c);
-      }
     }
-    if (!moved) break;
-    if (!f.quotas || !made.length) continue;
-    for (const ns of namespaces) {
-      const quota = inForce(f.quotas, ns);
-      const d = decideUnder(quota, ledgers.get(ns), [...pool.get(ns)!.values()], gone, apiTime(f.now));
-      ledgers.set(ns, d.claims);
-      const clustersOf = (granted: boolean) =>
-        new Set(
-          made
-            .filter(
-              (c) =>
-                c.namespace === ns &&
-                c.states.some(
-                  (s) =>
-                    c.made.has(s.name) &&
-                    !s.ready &&
-                    d.verdicts.get(c.uids.get(s.name)!)?.granted === granted,
-                ),
-            )
-            .map((c) => c.cluster),
-        );
-      // New instances of one round in several clusters, some granted and some not: which cluster
-      // creates its instance first decides.
-      const [yes, no] = [clustersOf(true), clustersOf(false)];
-      if (!racing && yes.size && no.size && new Set([...yes, ...no]).size > 1) {
-        racing = true;
-        part.unknown.push(
-          `the last of Quota ${quota ? quotaKey(quota) : ns} goes to whichever cell creates its instance first: which instance waits is a race`,
-        );
-      }
-      for (const c of ds.filter((x) => x.namespace === ns))
-        for (const s of c.states) {
-          const v = d.verdicts.get(c.uids.get(s.name) ?? '');
-          if (!v || s.ready) continue;
-          if (v.granted) Object.assign(s, { ready: true, available: true });
-          if (c.made.has(s.name))
-            said.set(c.uids.get(s.name)!, {
-              granted: v.granted,
-              ...(v.granted ? {} : { message: v.message }),
-              quota: quota ? `Quota ${quotaKey(quota)}` : `no Quota in ${ns}`,
-            });
-        }
-    }
-  }
-  return said;
 }
 
 /**

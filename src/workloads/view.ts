@@ -6,7 +6,7 @@ import { conditionOf, policyRow, readyOf, type WithStatus } from '../policy/view
 import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { InstanceRow, WorkloadRow } from '../ui/types.ts';
-import { INSTANCE_CACHE } from './decide.ts';
+import { INSTANCE_CACHE } from './decide/instances.ts';
 import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from './types.ts';
 
 interface InstanceLike extends WithStatus {

@@ -25,7 +25,8 @@ import {
   SKIP_ANNOTATION,
   STATE_LABEL,
 } from '../../src/arch/types.ts';
-import { gated as hasGate, type ArchPod } from '../../src/arch/decide.ts';
+import { gated as hasGate } from '../../src/arch/decide/patches.ts';
+import { type ArchPod } from '../../src/arch/decide/pods.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { mutate } from '../../src/runtime/api/jsonpatch.ts';
 import { rootLogger } from '../../src/runtime/observability/log.ts';

@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Cell } from '../../src/cells/types.ts';
-import { MIRRORED_CONDITION } from '../../src/federation/mirror-decide.ts';
+import { MIRRORED_CONDITION } from '../../src/federation/decide/mirror.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import {
   CITY_LABEL,
@@ -23,8 +23,9 @@ import {
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
-import { UNREAD_GRACE_MS, type QuotaObject } from '../../src/workloads/controllers/quota.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
+import { UNREAD_GRACE_MS } from '../../src/workloads/controllers/quota.ts';
+import { type QuotaObject } from '../../src/workloads/decide/quota.ts';
 import {
   Instance,
   MIRROR_CELL_LABEL,

@@ -10,12 +10,12 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Cell, type CellObject } from '../../src/cells/types.ts';
-import { MIRRORED_CONDITION } from '../../src/federation/mirror-decide.ts';
+import { MIRRORED_CONDITION } from '../../src/federation/decide/mirror.ts';
 import { Workload, WORKLOAD_NAME_LABEL, type WorkloadObject } from '../../src/federation/types.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { uniqueName } from '../helpers/cluster.ts';
 import { startFederation, type City, type Federation } from '../helpers/federation.ts';

@@ -19,9 +19,9 @@ import {
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, MIRROR_LABEL, WorkloadDeployment } from '../../src/workloads/types.ts';
-import { MIRROR_MANAGER } from '../../src/federation/mirror-decide.ts';
+import { MIRROR_MANAGER } from '../../src/federation/decide/mirror.ts';
 import { createNamespace, untilWarning, uniqueName, untilAllowed } from '../helpers/cluster.ts';
 import { serveNamespace, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { waitFor } from '../helpers/wait.ts';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { stringify } from 'yaml';
-import type { ArchPod } from '../../src/arch/decide.ts';
+import type { ArchPod } from '../../src/arch/decide/pods.ts';
 import {
   ARCH_LABEL,
   ArchPlacement,

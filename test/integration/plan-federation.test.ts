@@ -11,7 +11,7 @@ import { after, before, test } from 'node:test';
 import type { Plan } from '../../src/plan.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, Quota } from '../../src/workloads/types.ts';
 import { Workload } from '../../src/federation/types.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../../src/cells/types.ts';

@@ -11,7 +11,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import type { Plan } from '../../src/plan.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
-import type { InstanceObject } from '../../src/workloads/decide.ts';
+import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {

@@ -10,13 +10,9 @@ import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { restMetrics } from '../../src/runtime/observability/metrics.ts';
 import { explainInstance } from '../../src/workloads/explain.ts';
-import {
-  QuotaReconciler,
-  setupQuotaReconciler,
-  type InstanceObject,
-  type QuotaObject,
-} from '../../src/workloads/controllers/quota.ts';
-import { INSTANCE_CACHE } from '../../src/workloads/decide.ts';
+import { QuotaReconciler, setupQuotaReconciler } from '../../src/workloads/controllers/quota.ts';
+import { type QuotaObject } from '../../src/workloads/decide/quota.ts';
+import { INSTANCE_CACHE, type CachedInstance } from '../../src/workloads/decide/instances.ts';
 import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
 import {
   createNamespace,
@@ -72,7 +68,7 @@ async function namespace(): Promise<string> {
 const SIZED = { requests: { cpu: '1', memory: '2Gi' } };
 
 function createInstance(ns: string, name: string, template: Record<string, unknown> = {}) {
-  return client.create<InstanceObject>(Instance.ref, {
+  return client.create<CachedInstance>(Instance.ref, {
     apiVersion: Instance.apiVersion,
     kind: 'Instance',
     metadata: { name, namespace: ns },
@@ -99,9 +95,9 @@ function createQuota(ns: string, spec: Record<string, unknown>, name = 'budget')
 }
 
 const instances = async (ns: string) =>
-  (await client.list<InstanceObject>(Instance.ref, { namespace: ns })).items;
+  (await client.list<CachedInstance>(Instance.ref, { namespace: ns })).items;
 const quotaOf = (ns: string, name = 'budget') => client.get<QuotaObject>(Quota.ref, name, ns);
-const granted = (i: InstanceObject) => findCondition(i.status?.conditions, 'QuotaGranted');
+const granted = (i: CachedInstance) => findCondition(i.status?.conditions, 'QuotaGranted');
 /** name → "Status/Reason" of QuotaGranted ("-" when it has none). */
 async function verdicts(ns: string): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
@@ -275,7 +271,7 @@ async function frozenQuota() {
   setupQuotaReconciler(manager, controller, { workers: 1 });
   const local = manager.cluster();
   // The quota controller's own informer (same request), whose stop freezes what it sees.
-  const instances = local.informer<InstanceObject>(Instance.ref, INSTANCE_CACHE);
+  const instances = local.informer<CachedInstance>(Instance.ref, INSTANCE_CACHE);
   local.start();
   await local.waitForCacheSync();
   return { controller, instances, stop: () => local.stop() };

@@ -16,7 +16,8 @@ import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { ApiError, isForbidden, KubeClient } from '../../src/runtime/client/client.ts';
 import { workloadsCapability } from '../../src/workloads/index.ts';
-import { MAX_DEPLOYMENT_BYTES, type InstanceObject } from '../../src/workloads/decide.ts';
+import { MAX_DEPLOYMENT_BYTES } from '../../src/workloads/decide/revisions.ts';
+import { type InstanceObject } from '../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,

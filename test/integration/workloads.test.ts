@@ -16,7 +16,7 @@ import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { resourcePath } from '../../src/runtime/client/client.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { Event } from '../../src/runtime/events/event.ts';
-import { controlledBy, type InstanceObject } from '../../src/workloads/decide.ts';
+import { controlledBy, type InstanceObject } from '../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
@@ -27,7 +27,7 @@ import {
   WorkloadDeployment,
   type WorkloadDeploymentStatus,
 } from '../../src/workloads/types.ts';
-import { ENDED_REPLACE_MS } from '../../src/workloads/controllers/instance.ts';
+import { ENDED_REPLACE_MS } from '../../src/workloads/decide/instance-actions.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,

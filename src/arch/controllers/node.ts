@@ -4,7 +4,7 @@ import { annotationsChanged, changed, labelsChanged } from '../../policy/predica
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import type { SlimNode } from '../../policy/slim.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
-import { nodeArchTaint, nodesTainted } from '../decide.ts';
+import { nodeArchTaint, nodesTainted } from '../decide/patches.ts';
 import type { Arch } from '../index.ts';
 import { policyChanged, type StatusWriter } from './status.ts';
 

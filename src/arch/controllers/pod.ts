@@ -19,28 +19,29 @@ import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { errorText } from '../../runtime/observability/log.ts';
 import {
   gated,
-  imagesText,
-  intersection,
-  nextTry,
   nodesTainted,
   placedAtAdmission,
   placePatch,
+  releasePatch,
+  unplacedRelease,
+} from '../decide/patches.ts';
+import {
+  imagesText,
+  intersection,
   podImages,
   pullSecretRefs,
-  refusedByRegistry,
-  releasePatch,
-  standingOf,
   tooManyImages,
   unlistedRegistry,
-  unplacedRelease,
-  type ArchPod,
   type Placement,
-  type Retries,
-} from '../decide.ts';
+} from '../decide/images.ts';
+import { nextTry, refusedByRegistry, type Retries } from '../decide/retries.ts';
+import { standingOf } from '../decide/status.ts';
+import { type ArchPod } from '../decide/pods.ts';
 import type { Arch } from '../index.ts';
 import { archMetrics } from '../metrics.ts';
 import { FIELD_MANAGER, POLICY_ANNOTATION } from '../types.ts';
-import { INSPECT_MISS_MS, type InspectHint } from '../webhook.ts';
+import { INSPECT_MISS_MS } from '../decide/admission.ts';
+import type { InspectHint } from '../webhook.ts';
 import { policyChanged, type StatusWriter } from './status.ts';
 
 /** How long a pull secret read is used without reading it again. */

@@ -8,7 +8,8 @@
 // without the label, for the labels taken off while no Berth watched (no event tells of
 // those). A pod that still carries the gate gets its label back, and the pod controller, seeing
 // it again, places or releases it.
-import { relabelPatch, gated, UNLABELLED_UNBOUND, type ArchPod } from '../decide.ts';
+import { relabelPatch, gated, UNLABELLED_UNBOUND } from '../decide/patches.ts';
+import { type ArchPod } from '../decide/pods.ts';
 import { Resources } from '../../runtime/api/meta.ts';
 import { keyOf } from '../../runtime/cache/informer.ts';
 import { ApiError, isNotFound } from '../../runtime/client/client.ts';

@@ -5,7 +5,8 @@ import { PolicyStatusWriter, type StatusReport } from '../../policy/status.ts';
 import { keyOf } from '../../runtime/cache/informer.ts';
 import type { Result } from '../../runtime/controller/controller.ts';
 import type { Trigger } from '../../runtime/controller/trigger.ts';
-import { gated, nodeArchitectures, report, type Standing } from '../decide.ts';
+import { gated } from '../decide/patches.ts';
+import { nodeArchitectures, report, type Standing } from '../decide/status.ts';
 import type { Arch, PolicyObject } from '../index.ts';
 import { ARCH_FINALIZER, FIELD_MANAGER } from '../types.ts';
 

@@ -32,7 +32,7 @@ import type { Manager } from '../../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../../runtime/observability/log.ts';
 import { clusterNameOf } from '../../cells/decide.ts';
 import { Cell, Location, type CellObject, type LocationObject } from '../../cells/types.ts';
-import { templateHash } from '../../workloads/decide.ts';
+import { templateHash } from '../../workloads/decide/revisions.ts';
 import { BLOCKING_REASONS, WorkloadDeployment } from '../../workloads/types.ts';
 import { selectorMatches } from '../../policy/match/selector.ts';
 import { slimMeta } from '../../policy/slim.ts';

@@ -2,7 +2,7 @@
 // every engaged cell it watches the Instances there and the WorkloadDeployments of federation's (an
 // Instance names its WorkloadDeployment by label, which names its Workload), and keeps one read-only
 // copy of each such Instance here, in the Workload's namespace, named `<cell>-<instance>` and owned
-// by the Workload: one hop, watch-driven, written only when something changed (mirror-decide.ts).
+// by the Workload: one hop, watch-driven, written only when something changed (decide/mirror.ts).
 // Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
 // deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
 // not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
@@ -22,7 +22,7 @@ import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
 import { clusterNameOf } from '../../cells/decide.ts';
 import { Cell, type CellObject } from '../../cells/types.ts';
-import type { InstanceObject } from '../../workloads/decide.ts';
+import type { InstanceObject } from '../../workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   Instance,
@@ -43,7 +43,7 @@ import {
   sourceKeyOf,
   splitMirrorKey,
   staleStatus,
-} from '../mirror-decide.ts';
+} from '../decide/mirror.ts';
 import {
   Workload,
   WORKLOAD_NAME_LABEL,

@@ -7,7 +7,7 @@ import { clusterNameOf } from '../../cells/decide.ts';
 import { berthNamespace, NAMESPACE } from '../../policy/namespace.ts';
 import type { CellObject } from '../../cells/types.ts';
 import { selectorMatches } from '../../policy/match/selector.ts';
-import { deploymentNameProblem } from '../../workloads/decide.ts';
+import { deploymentNameProblem } from '../../workloads/decide/revisions.ts';
 import type { WorkloadDeploymentSpec, WorkloadDeploymentStatus } from '../../workloads/types.ts';
 import {
   CITY_LABEL,

@@ -30,7 +30,7 @@ import {
   type EvictPolicy,
   type Removal,
   type Verdict,
-} from '../evict.ts';
+} from '../decide/evict.ts';
 import { NodeLabelRule, type EvictOnRemoval, type Rule } from '../types.ts';
 
 export interface EvictorOptions {

@@ -15,7 +15,7 @@ import {
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import type { SlimNode } from '../../policy/slim.ts';
 import { Controller, type FirstPass, type Result, type Source } from '../../runtime/controller/controller.ts';
-import { decide, ruleNameOf, tracedOutputs } from '../decide.ts';
+import { decide, ruleNameOf, tracedOutputs } from '../decide/nodes.ts';
 import { keepHeld } from '../files.ts';
 import type { Labels } from '../index.ts';
 import { nodeView } from '../match.ts';

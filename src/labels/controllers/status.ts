@@ -1,6 +1,6 @@
 // labels-rule-status: counts and conditions per NodeLabelRule, from its standings on the nodes.
 import { PolicyStatusWriter, type StatusReport } from '../../policy/status.ts';
-import { ruleNameOf } from '../decide.ts';
+import { ruleNameOf } from '../decide/nodes.ts';
 import type { Labels, RuleObject } from '../index.ts';
 import { FIELD_MANAGER } from '../types.ts';
 

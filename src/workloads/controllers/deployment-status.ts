@@ -1,7 +1,7 @@
 // The WorkloadDeployment status controller: writes a deployment's counts and its Available and
 // Progressing conditions (and ReplicaFailure while a create fails) when they change. A controller of
 // its own, so that a slow status write never holds a worker that the next create waits for (as the
-// policy kit's PolicyStatusWriter does); it reads the same caches and plan as the deployment
+// policy kit's PolicyStatusWriter does); it reads the same caches and step as the deployment
 // controller (DeploymentState, deployment.ts).
 import {
   conditionSetter,
@@ -16,7 +16,8 @@ import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
-import { deploymentSelector, deploymentVerdict, USER_FIXABLE } from '../decide.ts';
+import { deploymentSelector } from '../decide/revisions.ts';
+import { deploymentVerdict, USER_FIXABLE } from '../decide/status.ts';
 import { DEPLOYMENT_MANAGER, WorkloadDeployment, type WorkloadDeploymentStatus } from '../types.ts';
 import type { DeploymentObject, DeploymentState } from './deployment.ts';
 
@@ -79,15 +80,15 @@ export class DeploymentStatusReconciler {
     state.deployments.addEventHandler({ onDelete: (d) => this.statusSpacing.forget(keyOf(d)) });
   }
 
-  /** The deployment's counts and conditions, from the same caches and plan as the actions. */
+  /** The deployment's counts and conditions, from the same caches and step as the actions. */
   async reconcile(key: string): Promise<Result | void> {
     const wd = this.state.deployments.get(key);
     if (!wd || wd.metadata.deletionTimestamp) return;
-    const { hash, input, plan: p, bounded } = this.state.planFor(key, wd);
+    const { hash, input, step: p, bounded } = this.state.stepFor(key, wd);
     const name = wd.metadata.name!;
     const verdict = deploymentVerdict({
       ...input,
-      plan: p,
+      step: p,
       progressDeadlineSeconds: wd.spec.progressDeadlineSeconds,
       now: Date.now(),
     });

@@ -1,8 +1,8 @@
 // The WorkloadDeployment controller: runs a deployment's template as Instances named by ordinal,
 // scales them (OrderedReady or Parallel), rolls a new template one instance at a time by recreating
 // (highest ordinal first, the next once the replacement is Ready) and adopts orphaned instances. Its
-// status controller (deployment-status.ts) writes what it sees, from the same caches and plan
-// (DeploymentState). The plan and the verdicts are pure (decide.ts); this file reads the caches and writes.
+// status controller (deployment-status.ts) writes what it sees, from the same caches and step
+// (DeploymentState). The step and the verdicts are pure (decide/); this file reads the caches and writes.
 import {
   changed,
   conditionsChanged,
@@ -24,21 +24,13 @@ import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
 import {
   boundedReplicas,
-  controlledBy,
-  formerInstanceState,
-  INSTANCE_CACHE,
-  INSTANCE_PODS,
-  instanceManifest,
   instanceName,
-  instanceState,
-  isFormerPod,
-  plan,
   templateRevision,
   workloadNamespaceHint,
-  type Action,
-  type CachedInstance,
-  type WorkloadPod,
-} from '../decide.ts';
+} from '../decide/revisions.ts';
+import { controlledBy, INSTANCE_CACHE, instanceManifest, type CachedInstance } from '../decide/instances.ts';
+import { formerInstanceState, INSTANCE_PODS, isFormerPod, type WorkloadPod } from '../decide/pods.ts';
+import { instanceState, nextStep, type Action } from '../decide/step.ts';
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
@@ -65,7 +57,7 @@ const FAILED_CREATE_RETRY_MS = 30_000;
 
 /**
  * What the deployment controller and its status controller share: the caches both read (an
- * instance's Pods are the instance controller's cache), the plan both compute, why the last pass
+ * instance's Pods are the instance controller's cache), the step both compute, why the last pass
  * could not create an instance, and the logger and event recorder both write with.
  */
 export class DeploymentState {
@@ -141,10 +133,10 @@ export class DeploymentState {
   }
 
   /**
-   * The deployment's instances as the plan sees them, the plan (`wd` as its informer holds it), and
+   * The deployment's instances as the step sees them, the step (`wd` as its informer holds it), and
    * why it runs fewer replicas than it asks for, when it does (boundedReplicas).
    */
-  planFor(key: string, wd: DeploymentObject) {
+  stepFor(key: string, wd: DeploymentObject) {
     const revision = this.revision(wd);
     const { hash } = revision;
     const { replicas, bounded } = boundedReplicas(wd.spec.replicas, revision.bytes);
@@ -161,7 +153,7 @@ export class DeploymentState {
       hash,
       instances: [...owned.map(instanceState), ...former],
     };
-    return { hash, owned, input, plan: plan(input), ...(bounded ? { bounded } : {}) };
+    return { hash, owned, input, step: nextStep(input), ...(bounded ? { bounded } : {}) };
   }
 }
 
@@ -171,7 +163,7 @@ export interface DeploymentReconcilerOptions {
   status: Trigger;
 }
 
-/** The deployment controller: a deployment's instances created, adopted and deleted as its plan says. */
+/** The deployment controller: a deployment's instances created, adopted and deleted as its step says. */
 export function setupDeploymentReconciler(
   manager: Manager,
   state: DeploymentState,
@@ -226,7 +218,7 @@ export class DeploymentReconciler {
       for (const i of orphans) refused ??= await this.adopt(i, owner);
       return this.reportFailure(wd, refused, true);
     }
-    const { hash, owned, input, plan: p } = this.state.planFor(key, wd);
+    const { hash, owned, input, step: p } = this.state.stepFor(key, wd);
 
     // An action held back for a write the cache has not shown yet is looked at again when the hold
     // ends: the write's own event may never come (an instance deleted by someone else meanwhile).
@@ -252,7 +244,7 @@ export class DeploymentReconciler {
         } else {
           const inst = owned.find((i) => i.metadata.name === a.name)!;
           // In the background: the Instance goes at once and the instance controller deletes its Pod
-          // (the garbage collector would too); the plan counts the deletion in flight until the Pod
+          // (the garbage collector would too); the step counts the deletion in flight until the Pod
           // is gone. Foreground deletion would wait on the garbage collector, which for up to 30 s
           // after the CRD's install does not watch Instances yet (decision 0013). No finalizer of
           // Berth's: an Instance deleted while Berth is down or removed never waits.
@@ -287,7 +279,7 @@ export class DeploymentReconciler {
       }
     }
 
-    // A pass that tried no create says nothing of the last failure (its plan waits on something
+    // A pass that tried no create says nothing of the last failure (its step waits on something
     // else), unless every ordinal now exists.
     const ordinals = new Set(
       owned

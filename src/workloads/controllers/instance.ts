@@ -27,27 +27,32 @@ import type { Logger } from '../../runtime/observability/log.ts';
 import {
   byInstanceType,
   controlledBy,
-  crashWindowEndsIn,
-  gated,
   INSTANCE_CACHE,
-  INSTANCE_PODS,
-  instanceOwnerUid,
-  instanceVerdict,
-  podEnded,
   podManifest,
-  ungatePatch,
-  warns,
-  workloadNamespaceHint,
-  workloadPod,
-  type ConditionVerdict,
   type CachedInstance,
   type InstanceObject,
   type InstanceTypeObject,
+} from '../decide/instances.ts';
+import {
+  INSTANCE_PODS,
+  instanceOwnerUid,
+  ungatePatch,
+  workloadPod,
   type QuotaView,
   type WorkloadPod,
-} from '../decide.ts';
+} from '../decide/pods.ts';
+import { warns, type ConditionVerdict } from '../decide/status.ts';
+import { workloadNamespaceHint } from '../decide/revisions.ts';
 import type { QuotaReconciler } from './quota.ts';
-import { instanceSize } from '../resources.ts';
+import {
+  conflictingPod,
+  notOwned,
+  podActions,
+  REJECTED_RETRY_MS,
+  statusActions,
+  type PodOutcome,
+} from '../decide/instance-actions.ts';
+import { instanceSize, type Size } from '../resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
@@ -60,27 +65,6 @@ import {
 
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;
-
-/** How long a new instance waits for the quota controller's verdict before it is reported as waiting. */
-const VERDICT_WAIT_MS = 5000;
-
-/**
- * An instance's first status waits this long after its Pod was made while nothing but the Pod's
- * start holds it: a Pod Ready by then makes the first status the Ready one, one write instead of two
- * (bench:instances: at 1 s, half the instances of a loaded run still took two). One still starting
- * then is written as it is (Ready=False, Provisioning); a Pod that cannot start (unschedulable, its
- * image unavailable, crashing) has a cause of its own, written at once. As long as the wait for the
- * quota controller's verdict (VERDICT_WAIT_MS): an instance says nothing for at most that long.
- */
-const FIRST_STATUS_WAIT_MS = 5000;
-
-/** A Pod that ended is replaced once it is this old (ms since its creation). */
-export const ENDED_REPLACE_MS = 10_000;
-
-const notOwned = (name: string) => `a Pod named ${name} exists that this instance does not own`;
-
-/** A Pod the apiserver refused is tried again after this long (the refusal stands meanwhile). */
-const REJECTED_RETRY_MS = 60_000;
 
 export interface InstanceReconcilerOptions {
   workers?: number;
@@ -170,6 +154,7 @@ export class InstanceReconciler {
     this.cluster = manager.cluster().name;
   }
 
+  /** Gathers what the cache and the quota controller say, decides (decide/instance-actions.ts), acts. */
   async reconcile(key: string): Promise<Result | void> {
     const inst = this.instances.get(key);
     const cached = this.pods.get(key);
@@ -180,157 +165,136 @@ export class InstanceReconciler {
       if (cached) await this.deleteFormerPod(cached);
       return;
     }
-    const uid = inst.metadata.uid!;
-    let pod = cached && controlledBy(cached, uid) ? cached : undefined;
+    // The in-process quota controller's grant, which this controller writes; else whatever verdict
+    // the instance carries (a waiting one, or a grant written by a quota controller elsewhere).
+    const quota =
+      this.quota?.grantOf(this.cluster, inst.metadata.uid!) ??
+      findCondition(inst.status?.conditions, 'QuotaGranted');
+    const size = instanceSize(inst.spec.template, (name) => this.types.get(name)?.spec);
+    const a = podActions({
+      now: Date.now(),
+      inst,
+      cached,
+      quota,
+      sizeError: 'error' in size ? size.error : undefined,
+      refused: this.rejected.get(key),
+      podSent: !cached && !!this.podsSent.pendingKey(key),
+    });
+    if (a.wait === 'verdict') return { requeueAfterMs: a.ms };
+    // Its add event brings this key back; the look again once the wait is over is for a Pod deleted
+    // before the cache saw it (a relist between the two), of which no event comes at all.
+    if (a.wait === 'pod') return { requeueAfterMs: maxWaitMs };
     // An earlier instance's Pod holds the name this one's needs: it goes now, and its deletion's
     // event brings this key back to make the new one.
-    if (cached && !pod) await this.deleteFormerPod(cached);
-    // A Pod that ended (evicted, its node shut down) never runs again: it is made anew, as a
-    // StatefulSet's is, once the status no longer says Ready (below).
-    // One that ends as soon as it is made (a kubelet refusing it: OutOfcpu) is replaced at most every
-    // ENDED_REPLACE_MS rather than in a tight loop, as the kubelet's own back-off would: replaceIn
-    // is how long until it may be (ms), undefined for a Pod that has not ended or is being deleted.
-    const replaceIn =
-      pod && podEnded(pod) && !pod.metadata.deletionTimestamp
-        ? ENDED_REPLACE_MS - (Date.now() - (Date.parse(pod.metadata.creationTimestamp ?? '') || 0))
-        : undefined;
+    if (a.foreign) await this.deleteFormerPod(cached!);
+    if (a.forgetRefusal) this.rejected.delete(key);
+    const outcome =
+      a.write === 'create' && !('error' in size)
+        ? await this.createPod(key, inst, size, a)
+        : a.write === 'ungate'
+          ? await this.ungate(a)
+          : a;
+    if ('stop' in outcome) return outcome.stop;
+    const s = statusActions(inst, {
+      ...outcome,
+      foreign: a.foreign,
+      quota,
+      madeAt: this.podMadeAt.get(key),
+      now: Date.now(),
+    });
+    if (s.write) {
+      this.podMadeAt.delete(key);
+      await this.writeStatus(inst, outcome.pod, s.verdict, a.granted ? quota : undefined);
+    }
+    if (s.replace) return this.replaceEnded(inst, outcome.pod!);
+    return s.requeueAfterMs === undefined ? undefined : { requeueAfterMs: s.requeueAfterMs };
+  }
+
+  /**
+   * No Pod (never made, or deleted by someone else): made, gated unless already granted. A pass
+   * that ends here (`stop`) waits for an event or looks again; else what the status step reads.
+   */
+  private async createPod(
+    key: string,
+    inst: CachedInstance,
+    size: Size,
+    a: { granted: boolean; replaceIn?: number },
+  ): Promise<{ stop: Result | void } | Omit<PodOutcome, 'foreign'>> {
+    // Gone or made anew since the cache saw it: its own event brings this key back.
+    const whole = await this.whole(inst);
+    if (!whole) return { stop: undefined };
+    const uid = inst.metadata.uid!;
     const owner: OwnerReference = {
       apiVersion: Instance.apiVersion,
       kind: Instance.kind,
       name: inst.metadata.name!,
       uid,
     };
-    // The in-process quota controller's grant, which this controller writes; else whatever verdict
-    // the instance carries (a waiting one, or a grant written by a quota controller elsewhere).
-    const grant = this.quota?.grantOf(this.cluster, uid);
-    const quota: QuotaView | undefined = grant ?? findCondition(inst.status?.conditions, 'QuotaGranted');
-    const granted = quota?.status === 'True';
-    // A Pod made before the quota controller's first verdict would be gated, then ungated a moment
-    // later (two more writes, two more hops): wait for the verdict, whose own event brings this key
-    // back. One that does not come soon is reported (PendingEvaluation) and the Pod made gated.
-    const waitedMs = Date.now() - (Date.parse(inst.metadata.creationTimestamp ?? '') || 0);
-    if (!quota && !cached && waitedMs < VERDICT_WAIT_MS)
-      return { requeueAfterMs: VERDICT_WAIT_MS - waitedMs };
-    // A Pod created and not cached yet: its add event brings this key back; creating it again would
-    // only conflict, and a status written now would say it does not exist. The look again once the
-    // wait is over is for a Pod deleted before the cache saw it (a relist between the two): then no
-    // event comes at all, and the instance would wait on a Pod that is gone until the resync.
-    if (!cached && this.podsSent.pendingKey(key)) return { requeueAfterMs: maxWaitMs };
-    const size = instanceSize(inst.spec.template, (name) => this.types.get(name)?.spec);
-    let refused = this.rejected.get(key);
-    if (refused && (refused.uid !== uid || Date.now() - refused.at >= REJECTED_RETRY_MS)) {
-      this.rejected.delete(key);
-      refused = undefined;
-    }
-    // A Pod of this name with the instance label that no instance owns (its Instance deleted with
-    // --cascade=orphan): not Berth's to delete, and never going by itself.
-    const orphan = cached && !pod && !instanceOwnerUid(cached) ? notOwned(inst.metadata.name!) : undefined;
-    let configError = 'error' in size ? size.error : (refused?.message ?? orphan);
-    let result: Result | void = refused
-      ? { requeueAfterMs: REJECTED_RETRY_MS - (Date.now() - refused.at) }
-      : orphan
-        ? { requeueAfterMs: REJECTED_RETRY_MS }
-        : undefined;
-
-    if (!configError && !cached && !('error' in size)) {
-      // No Pod (never made, or deleted by someone else): make it, gated unless already granted.
-      // Gone or made anew since the cache saw it: its own event brings this key back.
-      const whole = await this.whole(inst);
-      if (!whole) return;
-      try {
-        const made = await this.manager
+    try {
+      const made = await this.manager
+        .client()
+        .create(Resources.pods, podManifest(whole, owner, size, !a.granted), {
+          fieldManager: INSTANCE_MANAGER,
+        });
+      this.podsSent.expect(key, made.metadata?.resourceVersion, true);
+      if (!inst.status?.conditions?.length) this.podMadeAt.set(key, Date.now());
+      return { pod: workloadPod(made) };
+    } catch (e) {
+      if (isConflict(e)) {
+        // Ours, not cached yet: its add event brings this key back. Anyone else's (a Pod of this
+        // name without the instance label, which the cache never sees): say so, look again later.
+        const there = await this.manager
           .client()
-          .create(Resources.pods, podManifest(whole, owner, size, !granted), {
-            fieldManager: INSTANCE_MANAGER,
-          });
-        this.podsSent.expect(key, made.metadata?.resourceVersion, true);
-        if (!inst.status?.conditions?.length) this.podMadeAt.set(key, Date.now());
-        pod = workloadPod(made);
-      } catch (e) {
-        if (isConflict(e)) {
-          // Ours, not cached yet: its add event brings this key back. Anyone else's (a Pod of this
-          // name without the instance label, which the cache never sees): say so, look again later.
-          const there = await this.manager
-            .client()
-            .get(Resources.pods, inst.metadata.name!, inst.metadata.namespace)
-            .catch(() => undefined);
+          .get(Resources.pods, inst.metadata.name!, inst.metadata.namespace)
+          .catch(() => undefined);
+        switch (conflictingPod(there && workloadPod(there), uid)) {
           // Gone again between the two (deleted by someone else): its events may have come and gone
           // while this pass ran, so look again rather than wait for one.
-          if (!there) return { requeue: true };
-          if (controlledBy(there, uid)) return;
-          // An earlier instance's Pod that the cache does not show yet (a rollout's recreate under
-          // load): it goes as it would from the cache, not a ConfigurationError held for a minute.
-          if (instanceOwnerUid(there) && there.metadata?.labels?.[INSTANCE_LABEL]) {
-            await this.deleteFormerPod(workloadPod(there));
-            return { requeueAfterMs: maxWaitMs };
-          }
-          configError = notOwned(inst.metadata.name!);
-          result = { requeueAfterMs: REJECTED_RETRY_MS };
-        } else if (isRefused(e)) {
-          // An admission policy (Pod Security, a webhook, a ResourceQuota's rules), the apiserver's
-          // validation or Berth's own RBAC: the user's to fix, so shown, not only retried in the log.
-          configError = `the apiserver refused the Pod: ${e.message}${workloadNamespaceHint(e)}`;
-          this.rejected.set(key, { uid, message: configError, at: Date.now() });
-          result = { requeueAfterMs: REJECTED_RETRY_MS };
-        } else throw e;
+          case undefined:
+            return { stop: { requeue: true } };
+          case 'own':
+            return { stop: undefined };
+          // It goes as it would from the cache, not a ConfigurationError held for a minute.
+          case 'former':
+            await this.deleteFormerPod(workloadPod(there!));
+            return { stop: { requeueAfterMs: maxWaitMs } };
+          case 'foreign':
+            return {
+              pod: undefined,
+              configError: notOwned(inst.metadata.name!),
+              retryAfterMs: REJECTED_RETRY_MS,
+            };
+        }
       }
-    } else if (pod && granted && gated(pod) && !pod.metadata.deletionTimestamp) {
-      try {
-        const patched = await this.manager
-          .client()
-          .patch(Resources.pods, pod.metadata.name!, ungatePatch(pod), {
-            namespace: pod.metadata.namespace!,
-            type: 'json',
-            fieldManager: INSTANCE_MANAGER,
-          });
-        pod = workloadPod(patched);
-      } catch (e) {
-        if (isNotFound(e)) return;
-        // The test failed: the gates changed since the cache saw them; the next event brings it back.
-        if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { requeue: true };
-        throw e;
-      }
+      if (!isRefused(e)) throw e;
+      // An admission policy (Pod Security, a webhook, a ResourceQuota's rules), the apiserver's
+      // validation or Berth's own RBAC: the user's to fix, so shown, not only retried in the log.
+      const configError = `the apiserver refused the Pod: ${e.message}${workloadNamespaceHint(e)}`;
+      this.rejected.set(key, { uid, message: configError, at: Date.now() });
+      return { pod: undefined, configError, retryAfterMs: REJECTED_RETRY_MS };
     }
+  }
 
-    const crashing = findCondition(inst.status?.conditions, 'Ready')?.reason === 'InstanceCrashing';
-    const verdict = instanceVerdict({
-      ...(pod ? { pod } : {}),
-      crashing,
-      foreignPod: !!cached && !pod,
-      ...(quota ? { quota } : {}),
-      ...(configError ? { configError } : {}),
-    });
-    // A first status that would only say the Pod is starting waits for it to be Ready (its events
-    // bring this key back), for FIRST_STATUS_WAIT_MS at most: until then the instance has no status,
-    // which claims nothing.
-    const madeAt = this.podMadeAt.get(key);
-    const settleIn =
-      madeAt !== undefined &&
-      pod &&
-      !podEnded(pod) &&
-      !verdict.ready.status &&
-      verdict.ready.reason === 'Provisioning'
-        ? FIRST_STATUS_WAIT_MS - (Date.now() - madeAt)
-        : 0;
-    if (settleIn <= 0) {
-      this.podMadeAt.delete(key);
-      await this.writeStatus(inst, pod, verdict, granted ? quota : undefined);
+  /** Takes the quota gate off the instance's granted Pod. */
+  private async ungate(
+    a: Omit<PodOutcome, 'foreign'> & { pod?: WorkloadPod },
+  ): Promise<{ stop: Result | void } | Omit<PodOutcome, 'foreign'>> {
+    const pod = a.pod!;
+    try {
+      const patched = await this.manager
+        .client()
+        .patch(Resources.pods, pod.metadata.name!, ungatePatch(pod), {
+          namespace: pod.metadata.namespace!,
+          type: 'json',
+          fieldManager: INSTANCE_MANAGER,
+        });
+      return { ...a, pod: workloadPod(patched) };
+    } catch (e) {
+      if (isNotFound(e)) return { stop: undefined };
+      // The test failed: the gates changed since the cache saw them; the next event brings it back.
+      if (e instanceof ApiError && (e.status === 409 || e.status === 422)) return { stop: { requeue: true } };
+      throw e;
     }
-    // The ended Pod goes only after the status says it ended: deleted first, the instance would read
-    // Ready with no Pod at all until the new one's events came back. Its deletion's event brings
-    // this key back to make the new one.
-    if (pod && replaceIn !== undefined && replaceIn <= 0) return this.replaceEnded(inst, pod);
-    // Looked at again, with no event to say so, when the soonest of these comes: a crash stops
-    // counting when its window closes; an ended Pod too young to replace is old enough (one being
-    // deleted brings this key back with its deletion's event).
-    const crashEnds = pod && crashWindowEndsIn(pod, Date.now(), verdict.ready.reason === 'InstanceCrashing');
-    const later = [
-      result?.requeueAfterMs,
-      settleIn > 0 ? settleIn : undefined,
-      crashEnds ? crashEnds + 100 : undefined,
-      replaceIn === undefined ? undefined : Math.max(100, replaceIn),
-    ].filter((ms): ms is number => ms !== undefined);
-    return later.length ? { requeueAfterMs: Math.min(...later) } : result;
   }
 
   /**

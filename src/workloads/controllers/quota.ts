@@ -10,7 +10,6 @@
 // Events first (Instance created or deleted, Quota changed); while an instance waits, a requeue
 // backing off with its age heals a missed one.
 import { workloadMetrics } from '../metrics.ts';
-import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import type { InformerRequest } from '../../runtime/cluster/cluster.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
@@ -24,61 +23,25 @@ import { defaultControllerRateLimiter } from '../../runtime/workqueue/ratelimite
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../../runtime/observability/log.ts';
-import {
-  findCondition,
-  newlyHolds,
-  sameConditions,
-  setCondition,
-  type Condition,
-  type ConditionStatus,
-} from '../../runtime/api/conditions.ts';
+import { findCondition, newlyHolds, setCondition, type Condition } from '../../runtime/api/conditions.ts';
 import { apiTime, type KubeObject } from '../../runtime/api/meta.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
+import { decideUnder, requeueAfterMs } from '../decide/grant.ts';
+import { Instance, InstanceType, Quota, QUOTA_MANAGER, type QuotaStatus } from '../types.ts';
+import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide/instances.ts';
 import {
-  budgetOf,
-  decideUnder,
-  dimensionNames,
-  requeueAfterMs,
-  usageText,
-  type Candidate,
-  type Decision,
-} from '../grant.ts';
-import {
-  formatBytes,
-  formatCPU,
-  instanceSize,
-  type InstanceTypeSize,
-  type SizedTemplate,
-} from '../resources.ts';
-import {
-  Instance,
-  InstanceType,
-  Quota,
-  QUOTA_MANAGER,
-  type InstanceStatus,
-  type QuotaClaim,
-  type QuotaReason,
-  type QuotaStatus,
-} from '../types.ts';
-import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide.ts';
-
-export type InstanceObject = KubeObject & {
-  spec?: { template?: SizedTemplate; templateHash?: string; ordinal?: number };
-  status?: InstanceStatus;
-};
-export type QuotaObject = KubeObject & {
-  spec?: { instances?: number; cpu?: string; memory?: string };
-  status?: QuotaStatus;
-};
-
-export const QUOTA_CONDITION = 'QuotaGranted';
-
-/** What a QuotaGranted condition says, as the quota controller writes it. */
-export interface QuotaVerdict {
-  status: ConditionStatus;
-  reason: QuotaReason;
-  message: string;
-}
+  type QuotaObject,
+  QUOTA_CONDITION,
+  type QuotaVerdict,
+  oldestFirst,
+  candidateOf,
+  countedInstances,
+  MANAGEMENT_GRANT,
+  verdictCondition,
+  quotaStatus,
+  sameQuotaStatus,
+} from '../decide/quota.ts';
+import type { CachedInstance } from '../decide/instances.ts';
 
 type VerdictText = Pick<Condition, 'status' | 'reason' | 'message'>;
 const sameVerdict = (a: VerdictText, b: VerdictText) =>
@@ -86,174 +49,6 @@ const sameVerdict = (a: VerdictText, b: VerdictText) =>
 
 const byNamespace = (o: KubeObject) => (o.metadata?.namespace ? [o.metadata.namespace] : []);
 
-/** Oldest first: the Quota in force in a namespace is its oldest; any other is Superseded. */
-export const oldestFirst = (a: KubeObject, b: KubeObject) =>
-  (a.metadata?.creationTimestamp ?? '').localeCompare(b.metadata?.creationTimestamp ?? '') ||
-  (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? '');
-
-/**
- * The size of each template last sized, with the InstanceType it was sized with. A pass sizes every
- * instance of its namespace; informer objects are replaced on update, never changed in place, so an
- * unchanged template object with the same InstanceType object has the same size.
- */
-const sized = new WeakMap<SizedTemplate, { type: InstanceTypeSize | undefined; size: Candidate['size'] }>();
-
-/** An instance's size (instanceSize), or why it has none: from `sized` while its template and type stand. */
-function sizeOf(
-  template: SizedTemplate | undefined,
-  instanceType: (name: string) => InstanceTypeSize | undefined,
-): Candidate['size'] {
-  if (!template?.containers) return { error: 'it has no template' };
-  const type = template.instanceType ? instanceType(template.instanceType) : undefined;
-  const known = sized.get(template);
-  if (known && known.type === type) return known.size;
-  const s = instanceSize(template, () => type);
-  const size = 'error' in s ? s : { milliCPU: s.milliCPU, memoryBytes: s.memoryBytes };
-  sized.set(template, { type, size });
-  return size;
-}
-
-/** An instance as the grant decision sees it, sized with its own cluster's InstanceTypes. */
-export function candidateOf(
-  cluster: string,
-  inst: InstanceObject,
-  instanceType: (name: string) => InstanceTypeSize | undefined,
-): Candidate {
-  const size = sizeOf(inst.spec?.template, instanceType);
-  return {
-    cluster,
-    name: inst.metadata?.name ?? '',
-    uid: inst.metadata?.uid ?? '',
-    creationTimestamp: inst.metadata?.creationTimestamp ?? '',
-    size,
-    granted: findCondition(inst.status?.conditions, QUOTA_CONDITION)?.status === 'True',
-    deleting: !!inst.metadata?.deletionTimestamp,
-  };
-}
-
-/**
- * The instances of a namespace a quota controller counts, per cluster as given. On a management
- * plane (`serves`), only those of the cells that serve it, and not those granted by anyone else
- * (`foreign`: granted, neither in the ledger nor a management plane's grant), which are left as they
- * are; `unserved` says whether any were passed over for a cell that does not serve the namespace.
- */
-export function countedInstances(
-  namespace: string,
-  ledger: readonly QuotaClaim[],
-  clusters: readonly { cluster: string; instances: readonly InstanceObject[] }[],
-  serves?: (cluster: string, namespace: string) => boolean,
-): { counted: InstanceObject[][]; unserved: boolean; foreign: string[] } {
-  if (!serves) return { counted: clusters.map((c) => [...c.instances]), unserved: false, foreign: [] };
-  const held = new Set(ledger.map((c) => c.uid));
-  const foreign: string[] = [];
-  let unserved = false;
-  const counted = clusters.map(({ cluster, instances }) => {
-    if (instances.length && !serves(cluster, namespace)) {
-      unserved = true;
-      return [];
-    }
-    return instances.filter((inst) => {
-      const c = findCondition(inst.status?.conditions, QUOTA_CONDITION);
-      const ours = c?.status !== 'True' || held.has(inst.metadata?.uid ?? '') || managementGrant(c);
-      if (!ours) foreign.push(`${cluster}/${inst.metadata?.name}`);
-      return ours;
-    });
-  });
-  return { counted, unserved, foreign: foreign.sort() };
-}
-
-/**
- * What ends the grants of a management plane's quota controller: by it, that controller tells its own
- * grants from those of anyone else who may write an instance's status in a cell (the cell's own
- * Berth granting locally, its admin), which it neither adopts nor counts.
- */
-export const MANAGEMENT_GRANT = ' of the management plane';
-
-/**
- * The QuotaGranted condition an instance's verdict gives; undefined for an instance being deleted
- * without a claim. A grant's message ends with `mark` (a management plane's MANAGEMENT_GRANT).
- */
-export function verdictCondition(
-  decision: Decision,
-  uid: string,
-  quota: string | undefined,
-  namespace: string,
-  mark = '',
-): QuotaVerdict | undefined {
-  const v = decision.verdicts.get(uid);
-  if (!v) return undefined;
-  if (!v.granted) return { status: 'False', reason: v.reason, message: v.message };
-  return quota
-    ? { status: 'True', reason: 'QuotaAvailable', message: `counted by Quota ${quota}${mark}` }
-    : { status: 'True', reason: 'NoQuota', message: `no Quota in namespace ${namespace}${mark}` };
-}
-
-/** A grant a management plane's quota controller wrote (its message ends with MANAGEMENT_GRANT). */
-export const managementGrant = (c: Pick<Condition, 'status' | 'reason' | 'message'> | undefined): boolean =>
-  c?.status === 'True' &&
-  (c.reason === 'QuotaAvailable' || c.reason === 'NoQuota') &&
-  c.message.endsWith(MANAGEMENT_GRANT);
-
-/**
- * The status a Quota in force gets from a decision; conditions keep their transition times. `unread`
- * names the engaged clusters decided without (they have not listed their instances in time).
- */
-export function quotaStatus(
-  quota: QuotaObject,
-  decision: Decision,
-  now: Date,
-  unread: readonly string[] = [],
-): QuotaStatus & { conditions: Condition[] } {
-  const budget = budgetOf(quota.spec ?? {});
-  const usage = usageText(decision.used, budget);
-  const [one, its, it] =
-    unread.length === 1 ? ['cluster', 'its', 'it answers'] : ['clusters', 'their', 'they answer'];
-  const note = unread.length
-    ? `; ${one} ${unread.join(', ')} not read: ${its} claims stay counted, ${its} waiting instances are decided once ${it}`
-    : '';
-  const ready = decision.over.length
-    ? {
-        status: 'False' as const,
-        reason: 'OverBudget',
-        message:
-          `${usage} used, over the budget in ${decision.over.map((d) => dimensionNames[d]).join(', ')}: instances granted before this ` +
-          `Quota counted them are kept (nothing is revoked); new ones wait until use is back within it${note}`,
-      }
-    : { status: 'True' as const, reason: 'WithinBudget', message: `${usage} used${note}` };
-  return {
-    ...(quota.metadata?.generation !== undefined ? { observedGeneration: quota.metadata.generation } : {}),
-    used: {
-      instances: decision.used.instances,
-      cpu: formatCPU(decision.used.milliCPU),
-      memory: formatBytes(decision.used.memoryBytes),
-    },
-    waiting: decision.waiting,
-    claims: decision.claims,
-    conditions: setCondition(
-      quota.status?.conditions,
-      {
-        type: 'Ready',
-        ...ready,
-        ...(quota.metadata?.generation !== undefined
-          ? { observedGeneration: quota.metadata.generation }
-          : {}),
-      },
-      now,
-    ),
-  };
-}
-
-/** Equal but for the conditions' transition times: a status that needs no write. */
-export function sameQuotaStatus(a: QuotaStatus | undefined, b: QuotaStatus): boolean {
-  const { conditions: ca, ...ra } = a ?? {};
-  const { conditions: cb, ...rb } = b;
-  return isDeepStrictEqual(ra, rb) && sameConditions(ca, cb);
-}
-
-/**
- * How long a pass waits for an engaged cluster's first list before it decides without that cluster:
- * a cell that is down when Berth starts must not hold every namespace's grants in the other cells.
- */
 export const UNREAD_GRACE_MS = 10_000;
 /** How often a namespace decided without a cluster is decided again, to take it in once it answers. */
 const UNREAD_REQUEUE_MS = 5_000;
@@ -264,7 +59,7 @@ interface ClusterState {
   cluster: Cluster;
   /** When this controller first watched it (its engagement): the grace for its first list runs from here. */
   since: number;
-  instances: Informer<InstanceObject>;
+  instances: Informer<CachedInstance>;
   instanceTypes?: Informer<InstanceTypeObject>;
   /** The QuotaGranted condition last written to an instance, until its informer has it. */
   written: WriteExpectations<QuotaVerdict>;
@@ -292,7 +87,7 @@ export interface QuotaReconcilerOptions {
    * share (INSTANCE_CACHE) by default; a management plane's is the one its federation mirrors
    * share (OWN_INSTANCES, whole: a mirror copies the instance's spec), one cache per cell.
    */
-  instances?: InformerRequest<InstanceObject>;
+  instances?: InformerRequest<CachedInstance>;
   /**
    * On a management plane: whether a cell serves a namespace (its Cell lists it). Only the instances
    * of a namespace in the cells that serve it are counted against its Quota, and only the grants
@@ -312,7 +107,7 @@ export function setupQuotaReconciler(
   r: QuotaReconciler,
   opts: Pick<QuotaReconcilerOptions, 'workers'> = {},
 ): Controller {
-  const quotaGranted = (o: InstanceObject) => {
+  const quotaGranted = (o: CachedInstance) => {
     const c = findCondition(o.status?.conditions, QUOTA_CONDITION);
     return c ? `${c.status}/${c.reason}/${c.message}` : '';
   };
@@ -357,7 +152,7 @@ export class QuotaReconciler {
   readonly quotaCluster: Cluster;
   private readonly manager: Manager;
   private readonly clusterExists: ((cluster: string) => boolean | undefined) | undefined;
-  private readonly instanceCache: InformerRequest<InstanceObject>;
+  private readonly instanceCache: InformerRequest<CachedInstance>;
   private readonly serves: QuotaReconcilerOptions['serves'];
   /** The instances granted by others last reported, by namespace: said again only when it changes. */
   private readonly foreignSaid = new Map<string, string>();
@@ -408,7 +203,7 @@ export class QuotaReconciler {
   state(cluster: Cluster): ClusterState {
     const known = this.clusters.get(cluster.name);
     if (known?.cluster === cluster) return known;
-    const instances = cluster.informer<InstanceObject>(Instance.ref, this.instanceCache);
+    const instances = cluster.informer<CachedInstance>(Instance.ref, this.instanceCache);
     instances.addIndexer('namespace', byNamespace);
     instances.addIndexer('instanceType', byInstanceType);
     const s: ClusterState = {
@@ -660,7 +455,7 @@ export class QuotaReconciler {
    * Applies a grant in the background, once at a time per instance; a failure decides the namespace
    * again after the grant's backoff (a cell that refuses or does not answer is no tight loop).
    */
-  private sendGrant(s: ClusterState, inst: InstanceObject, v: QuotaVerdict, namespace: string): void {
+  private sendGrant(s: ClusterState, inst: CachedInstance, v: QuotaVerdict, namespace: string): void {
     const key = keyOf(inst);
     const sending = s.sending.get(key);
     if (sending && sameVerdict(sending, v)) return;
@@ -688,7 +483,7 @@ export class QuotaReconciler {
    * the ledger and always true; anything else is applied only to the instance as read, so that a
    * stale view never overwrites a grant another writer made (false on that conflict).
    */
-  private async writeVerdict(s: ClusterState, inst: InstanceObject, v: QuotaVerdict): Promise<boolean> {
+  private async writeVerdict(s: ClusterState, inst: CachedInstance, v: QuotaVerdict): Promise<boolean> {
     const current = s.written.pending(inst) ?? findCondition(inst.status?.conditions, QUOTA_CONDITION);
     if (current && sameVerdict(current, v)) return true;
     if (v.status !== 'True') workloadMetrics.verdicts.inc({ result: 'denied' });
@@ -716,7 +511,7 @@ export class QuotaReconciler {
   }
 }
 
-export type { InstanceTypeObject } from '../decide.ts';
+export type { InstanceTypeObject } from '../decide/instances.ts';
 
 /**
  * A cluster's instances and their types are both listed: with its types not yet, every typed

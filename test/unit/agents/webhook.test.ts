@@ -9,7 +9,7 @@ import {
   SKIP_WAIT_FOR_AGENT_ANNOTATION,
   WAIT_FOR_AGENT_ANNOTATION,
   agentAdmission,
-  exempt,
+  waitExemption,
   injectWaitForAgent,
   placementsForPod,
   podMutatingHandler,
@@ -281,19 +281,22 @@ describe('only pods a claim will follow', () => {
 
 describe('exempt', () => {
   test('kube-system, the skip annotation and mirror pods', () => {
-    assert.equal(exempt(pod()), undefined);
-    assert.match(exempt(pod({}, { metadata: { namespace: 'kube-system' } }))!, /kube-system/);
-    assert.match(exempt(pod({}, { metadata: {} }), 'kube-system')!, /kube-system/);
+    assert.equal(waitExemption(pod()), undefined);
+    assert.match(waitExemption(pod({}, { metadata: { namespace: 'kube-system' } }))!, /kube-system/);
+    assert.match(waitExemption(pod({}, { metadata: {} }), 'kube-system')!, /kube-system/);
     const annotated = (annotations: Record<string, string>) =>
       pod({}, { metadata: { namespace: 'ate', annotations } });
-    assert.match(exempt(annotated({ [SKIP_WAIT_FOR_AGENT_ANNOTATION]: 'true' }))!, /skip-wait-for-agent/);
-    assert.equal(exempt(annotated({ [SKIP_WAIT_FOR_AGENT_ANNOTATION]: 'false' })), undefined);
-    assert.match(exempt(annotated({ 'kubernetes.io/config.mirror': 'abc' }))!, /mirror/);
+    assert.match(
+      waitExemption(annotated({ [SKIP_WAIT_FOR_AGENT_ANNOTATION]: 'true' }))!,
+      /skip-wait-for-agent/,
+    );
+    assert.equal(waitExemption(annotated({ [SKIP_WAIT_FOR_AGENT_ANNOTATION]: 'false' })), undefined);
+    assert.match(waitExemption(annotated({ 'kubernetes.io/config.mirror': 'abc' }))!, /mirror/);
   });
 
   test('host network pods still get the container', () => {
     const hostNetwork = pod({}, { spec: { hostNetwork: true, containers: [] } });
-    assert.equal(exempt(hostNetwork), undefined);
+    assert.equal(waitExemption(hostNetwork), undefined);
   });
 });
 

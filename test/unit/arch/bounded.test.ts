@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { archCapability, setupArch } from '../../../src/arch/index.ts';
-import type { ArchPod } from '../../../src/arch/decide.ts';
+import type { ArchPod } from '../../../src/arch/decide/pods.ts';
 import { ArchPlacement, POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
 import { declaringAnnotations } from '../../../src/capability.ts';
 import { PolicyKit } from '../../../src/policy/kit.ts';

@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { cleanArch } from '../../../src/arch/cli.ts';
-import { UNLABELLED_UNBOUND, type ArchPod } from '../../../src/arch/decide.ts';
+import { UNLABELLED_UNBOUND } from '../../../src/arch/decide/patches.ts';
+import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
 import type { JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
 import type { ResourceRef } from '../../../src/runtime/api/meta.ts';

@@ -3,36 +3,34 @@ import { describe, test } from 'node:test';
 import { deepFreeze } from '../../helpers/freeze.ts';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
+import { MAX_PAUSED_MS, nextTry } from '../../../src/arch/decide/retries.ts';
 import {
-  MAX_PAUSED_MS,
   MAX_POD_IMAGES,
   pullSecretRefs,
   tooManyImages,
-  NO_COMMON_ARCHITECTURE,
-  choosePolicy,
-  constrainsArch,
-  exemption,
-  gatePod,
   imagesText,
   intersection,
-  namespaceDecides,
-  nextTry,
-  nodeArchitectures,
-  nodesTainted,
-  parsePolicies,
-  placePatch,
   podImages,
-  recordsPatch,
-  releasePatch,
-  report,
-  standingOf,
-  unplacedRelease,
+  type Placement,
+  unlistedRegistry,
+} from '../../../src/arch/decide/images.ts';
+import {
+  NO_COMMON_ARCHITECTURE,
+  constrainsArch,
+  gateExemption,
   webhookServiceNamespaces,
   type ArchPod,
   type NodeSelectorTerm,
-  type Placement,
-  unlistedRegistry,
-} from '../../../src/arch/decide.ts';
+} from '../../../src/arch/decide/pods.ts';
+import { choosePolicy, namespaceDecides, parsePolicies } from '../../../src/arch/decide/policies.ts';
+import {
+  gatePod,
+  nodesTainted,
+  placePatch,
+  releasePatch,
+  unplacedRelease,
+} from '../../../src/arch/decide/patches.ts';
+import { nodeArchitectures, recordsPatch, report, standingOf } from '../../../src/arch/decide/status.ts';
 import { podOs } from '../../../src/policy/pods.ts';
 import {
   ARCH_LABEL,
@@ -80,7 +78,7 @@ const apply = (p: ArchPod, ops: ReturnType<typeof placePatch>) => applyJsonPatch
 const terms = (p: ArchPod) =>
   p.spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
 
-describe('exemption', () => {
+describe('gateExemption', () => {
   const cases: [string, ArchPod, string, RegExp][] = [
     ['kube-system', pod(), 'kube-system', /cluster add-ons/],
     ['any kube-* namespace', pod(), 'kube-public', /cluster add-ons/],
@@ -127,10 +125,10 @@ describe('exemption', () => {
     ],
   ];
   for (const [what, p, ns, reason] of cases)
-    test(`never gates: ${what}`, () => assert.match(exemption(p, ns, ctx) ?? '', reason));
+    test(`never gates: ${what}`, () => assert.match(gateExemption(p, ns, ctx) ?? '', reason));
 
   test('gates the rest: a plain pod, an owner that is not a DaemonSet, skip=false, arch in only some terms', () => {
-    assert.equal(exemption(pod(), 'apps', ctx), undefined);
+    assert.equal(gateExemption(pod(), 'apps', ctx), undefined);
     const rs = pod(
       {},
       {
@@ -139,8 +137,11 @@ describe('exemption', () => {
         ],
       },
     );
-    assert.equal(exemption(rs, 'apps', ctx), undefined);
-    assert.equal(exemption(pod({}, { annotations: { [SKIP_ANNOTATION]: 'false' } }), 'apps', ctx), undefined);
+    assert.equal(gateExemption(rs, 'apps', ctx), undefined);
+    assert.equal(
+      gateExemption(pod({}, { annotations: { [SKIP_ANNOTATION]: 'false' } }), 'apps', ctx),
+      undefined,
+    );
     const some = pod({
       affinity: {
         nodeAffinity: {
@@ -154,7 +155,7 @@ describe('exemption', () => {
       },
     });
     assert.equal(constrainsArch(some), false);
-    assert.equal(exemption(some, 'apps', ctx), undefined);
+    assert.equal(gateExemption(some, 'apps', ctx), undefined);
     assert.equal(
       constrainsArch(
         pod({

@@ -4,7 +4,8 @@
 // them, `--pod` narrowing to one pod, and an invalid policy.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parsePolicies, type ArchPod } from '../../../src/arch/decide.ts';
+import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { explainArchPlacement } from '../../../src/arch/explain.ts';
 import {
   FAILURE_ANNOTATION,

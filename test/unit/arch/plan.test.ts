@@ -12,7 +12,8 @@ import {
   type ArchWorld,
   type Read,
 } from '../../../src/arch/plan.ts';
-import { parsePolicies, type ArchPod } from '../../../src/arch/decide.ts';
+import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import {
   RESULT_ANNOTATION,
   SCHEDULING_GATE,

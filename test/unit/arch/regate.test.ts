@@ -4,7 +4,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setupArch } from '../../../src/arch/index.ts';
-import { relabelPatch, UNLABELLED_UNBOUND, type ArchPod } from '../../../src/arch/decide.ts';
+import { relabelPatch, UNLABELLED_UNBOUND } from '../../../src/arch/decide/patches.ts';
+import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
 import { PolicyKit } from '../../../src/policy/kit.ts';
 import type { ImageInspector } from '../../../src/registry/types.ts';

@@ -1,15 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
-import { parsePolicies, placePatch, placedAtAdmission, type ArchPod } from '../../../src/arch/decide.ts';
+import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { placePatch, placedAtAdmission } from '../../../src/arch/decide/patches.ts';
+import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
-import {
-  ADMISSION_BUDGET_MS,
-  INSPECT_MISS_MS,
-  MAX_WAITING,
-  podGateHandler,
-  type InspectHint,
-} from '../../../src/arch/webhook.ts';
+import { ADMISSION_BUDGET_MS, INSPECT_MISS_MS } from '../../../src/arch/decide/admission.ts';
+import { MAX_WAITING, podGateHandler, type InspectHint } from '../../../src/arch/webhook.ts';
 import {
   ARCH_LABEL,
   OS_LABEL,

@@ -10,8 +10,9 @@ import {
   WORKLOAD_NAMESPACE_LABEL,
   type WorkloadObject,
 } from '../../../src/federation/types.ts';
-import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
-import { templateHash, type InstanceObject } from '../../../src/workloads/decide.ts';
+import type { QuotaObject } from '../../../src/workloads/decide/quota.ts';
+import { templateHash } from '../../../src/workloads/decide/revisions.ts';
+import { type InstanceObject } from '../../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   MIRROR_CELL_LABEL,

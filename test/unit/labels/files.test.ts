@@ -5,7 +5,7 @@ import { chmod, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
-import { decide } from '../../../src/labels/decide.ts';
+import { decide } from '../../../src/labels/decide/nodes.ts';
 import {
   formatFileError,
   keepHeld,

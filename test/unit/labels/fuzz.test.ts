@@ -4,7 +4,7 @@
 // nothing, and no message carries a raw control character or an unbounded quote.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { compileRule, decide, type OutputKind } from '../../../src/labels/decide.ts';
+import { compileRule, decide, type OutputKind } from '../../../src/labels/decide/nodes.ts';
 import { explainNodeLabels } from '../../../src/labels/explain.ts';
 import { nodeView } from '../../../src/labels/match.ts';
 import type { Rule } from '../../../src/labels/types.ts';

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { RE2JS } from 're2js';
-import { compileRule } from '../../../src/labels/decide.ts';
+import { compileRule } from '../../../src/labels/decide/nodes.ts';
 import { evalTerm, renderTemplate, templateErrors, type NodeView } from '../../../src/labels/match.ts';
 import { MATCH_INPUT_MAX } from '../../../src/policy/match/requirement.ts';
 import {

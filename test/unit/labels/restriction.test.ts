@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compileRule } from '../../../src/labels/decide.ts';
+import { compileRule } from '../../../src/labels/decide/nodes.ts';
 import { parseRuleFile } from '../../../src/labels/files.ts';
 import { kubeletMaySet } from '../../../src/labels/restriction.ts';
 

@@ -4,7 +4,7 @@ import { placementKeys } from '../../../src/agents/decide.ts';
 import { AGENT_KEYS, agentPlacementSpec } from '../../../src/agents/types.ts';
 import { gateKeyClaims, parseGates } from '../../../src/gates/decide/parse.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
-import { outputKeys } from '../../../src/labels/decide.ts';
+import { outputKeys } from '../../../src/labels/decide/nodes.ts';
 import type { Rule } from '../../../src/labels/types.ts';
 import {
   KeyOwnership,

@@ -7,7 +7,7 @@ import type { PageView } from '../../../src/capability.ts';
 import { parseGates } from '../../../src/gates/decide/parse.ts';
 import { NodeStartupGate } from '../../../src/gates/types.ts';
 import { gateRows } from '../../../src/gates/view.ts';
-import { compileRule } from '../../../src/labels/decide.ts';
+import { compileRule } from '../../../src/labels/decide/nodes.ts';
 import { NodeLabelRule, type Rule } from '../../../src/labels/types.ts';
 import { ruleSource } from '../../../src/labels/view.ts';
 import { taintRecordKey } from '../../../src/policy/nodes/plan.ts';

@@ -5,27 +5,27 @@ import {
   boundedReplicas,
   deploymentNameProblem,
   MAX_DEPLOYMENT_BYTES,
-  slimInstance,
   templateRevision,
   workloadNamespaceHint,
-  deploymentVerdict,
+  templateHash,
+} from '../../../src/workloads/decide/revisions.ts';
+import {
+  slimInstance,
   instanceManifest,
+  podManifest,
+  type InstanceObject,
+} from '../../../src/workloads/decide/instances.ts';
+import { deploymentVerdict, worst, warns } from '../../../src/workloads/decide/status.ts';
+import {
   instanceVerdict,
   isFormerPod,
-  plan,
   podCauses,
   crashWindowEndsIn,
-  podManifest,
-  templateHash,
   ungatePatch,
-  worst,
-  type InstanceObject,
-  type InstanceState,
-  type PlanInput,
   type WorkloadPod,
   MAX_PULL_ERROR,
-  warns,
-} from '../../../src/workloads/decide.ts';
+} from '../../../src/workloads/decide/pods.ts';
+import { nextStep, type InstanceState, type StepInput } from '../../../src/workloads/decide/step.ts';
 import {
   BLOCKING_REASONS,
   DEPLOYMENT_LABEL,
@@ -49,7 +49,7 @@ const inst = (ordinal: number, hash = 'new', more: Partial<InstanceState> = {}):
 const input = (
   replicas: number,
   instances: InstanceState[],
-  policy: PlanInput['policy'] = 'OrderedReady',
+  policy: StepInput['policy'] = 'OrderedReady',
 ) => ({
   replicas,
   policy,
@@ -201,79 +201,85 @@ test('a former Pod: made for an Instance that no longer stands under its name', 
 
 describe('plan', () => {
   test('OrderedReady scales up one ordinal at a time, each after the ones below are Ready', () => {
-    assert.deepEqual(plan(input(3, [])).actions, [{ type: 'create', ordinal: 0 }]);
-    assert.deepEqual(plan(input(3, [inst(0)])).actions, [{ type: 'create', ordinal: 1 }]);
-    const waiting = plan(input(3, [inst(0), inst(1, 'new', { ready: false })]));
+    assert.deepEqual(nextStep(input(3, [])).actions, [{ type: 'create', ordinal: 0 }]);
+    assert.deepEqual(nextStep(input(3, [inst(0)])).actions, [{ type: 'create', ordinal: 1 }]);
+    const waiting = nextStep(input(3, [inst(0), inst(1, 'new', { ready: false })]));
     assert.deepEqual(waiting.actions, []);
     assert.equal(waiting.waitingFor?.name, 'web-1');
     // A gap is refilled first.
-    assert.deepEqual(plan(input(3, [inst(0), inst(2)])).actions, [{ type: 'create', ordinal: 1 }]);
+    assert.deepEqual(nextStep(input(3, [inst(0), inst(2)])).actions, [{ type: 'create', ordinal: 1 }]);
   });
 
   test('OrderedReady scales down highest first, the next only once it is gone', () => {
     const all = [inst(0), inst(1), inst(2), inst(3)];
-    assert.deepEqual(plan(input(2, all)).actions, [{ type: 'delete', name: 'web-3', rollout: false }]);
+    assert.deepEqual(nextStep(input(2, all)).actions, [{ type: 'delete', name: 'web-3', rollout: false }]);
     const deleting = [inst(0), inst(1), inst(2), inst(3, 'new', { deleting: true })];
-    assert.deepEqual(plan(input(2, deleting)).actions, []);
+    assert.deepEqual(nextStep(input(2, deleting)).actions, []);
     // Gone, its Pod still going: still in flight.
     const going = [inst(0), inst(1), inst(2), inst(3, 'new', { deleting: true, gone: true })];
-    assert.deepEqual(plan(input(2, going)).actions, []);
+    assert.deepEqual(nextStep(input(2, going)).actions, []);
   });
 
   test('Parallel creates and deletes all at once, but never into a slot still being deleted', () => {
-    assert.deepEqual(plan(input(3, [], 'Parallel')).actions, [
+    assert.deepEqual(nextStep(input(3, [], 'Parallel')).actions, [
       { type: 'create', ordinal: 0 },
       { type: 'create', ordinal: 1 },
       { type: 'create', ordinal: 2 },
     ]);
-    assert.deepEqual(plan(input(1, [inst(0), inst(1), inst(2)], 'Parallel')).actions, [
+    assert.deepEqual(nextStep(input(1, [inst(0), inst(1), inst(2)], 'Parallel')).actions, [
       { type: 'delete', name: 'web-2', rollout: false },
       { type: 'delete', name: 'web-1', rollout: false },
     ]);
-    assert.deepEqual(plan(input(2, [inst(1, 'new', { deleting: true })], 'Parallel')).actions, [
+    assert.deepEqual(nextStep(input(2, [inst(1, 'new', { deleting: true })], 'Parallel')).actions, [
       { type: 'create', ordinal: 0 },
     ]);
     // An Instance already gone holds only its Pod's name: its slot is made again at once.
-    assert.deepEqual(plan(input(2, [inst(1, 'new', { deleting: true, gone: true })], 'Parallel')).actions, [
-      { type: 'create', ordinal: 0 },
-      { type: 'create', ordinal: 1 },
-    ]);
+    assert.deepEqual(
+      nextStep(input(2, [inst(1, 'new', { deleting: true, gone: true })], 'Parallel')).actions,
+      [
+        { type: 'create', ordinal: 0 },
+        { type: 'create', ordinal: 1 },
+      ],
+    );
   });
 
   test('a rollout deletes the highest Ready drifted instance, one at a time, after the replacement is Ready', () => {
     const old = [inst(0, 'old'), inst(1, 'old'), inst(2, 'old')];
-    const p = plan(input(3, old));
+    const p = nextStep(input(3, old));
     assert.deepEqual(p.actions, [{ type: 'delete', name: 'web-2', rollout: true }]);
     assert.equal(p.drifted, 3);
     // The replacement is not Ready yet: wait for it.
-    const replacing = plan(input(3, [inst(0, 'old'), inst(1, 'old'), inst(2, 'new', { ready: false })]));
+    const replacing = nextStep(input(3, [inst(0, 'old'), inst(1, 'old'), inst(2, 'new', { ready: false })]));
     assert.deepEqual(replacing.actions, []);
     assert.equal(replacing.waitingFor?.name, 'web-2');
-    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old'), inst(2)])).actions, [
+    assert.deepEqual(nextStep(input(3, [inst(0, 'old'), inst(1, 'old'), inst(2)])).actions, [
       { type: 'delete', name: 'web-1', rollout: true },
     ]);
-    assert.deepEqual(plan(input(3, [inst(0), inst(1), inst(2)])).actions, []);
+    assert.deepEqual(nextStep(input(3, [inst(0), inst(1), inst(2)])).actions, []);
   });
 
   test('OrderedReady remakes a rolled ordinal while its old Pod is still going, and nothing else', () => {
     const going = inst(2, 'old', { deleting: true, gone: true, ready: false });
-    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old'), going])).actions, [
+    assert.deepEqual(nextStep(input(3, [inst(0, 'old'), inst(1, 'old'), going])).actions, [
       { type: 'create', ordinal: 2 },
     ]);
     // Remade: the old Pod still going holds the next step.
     const remade = [inst(0, 'old'), inst(1, 'old'), going, inst(2, 'new', { ready: false })];
-    assert.deepEqual(plan(input(3, remade)).actions, []);
+    assert.deepEqual(nextStep(input(3, remade)).actions, []);
     // A predecessor not Ready, or an Instance still deleting (a finalizer of someone's), holds it too.
-    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old', { ready: false }), going])).actions, []);
+    assert.deepEqual(
+      nextStep(input(3, [inst(0, 'old'), inst(1, 'old', { ready: false }), going])).actions,
+      [],
+    );
     const held = { ...going, gone: false };
-    assert.deepEqual(plan(input(3, [inst(0, 'old'), inst(1, 'old'), held])).actions, []);
+    assert.deepEqual(nextStep(input(3, [inst(0, 'old'), inst(1, 'old'), held])).actions, []);
   });
 
   test('a drifted instance that is not Ready is replaced at once, even while another step waits', () => {
     const broken = [inst(0, 'old', { ready: false }), inst(1, 'old'), inst(2, 'new', { ready: false })];
-    assert.deepEqual(plan(input(3, broken)).actions, [{ type: 'delete', name: 'web-0', rollout: true }]);
+    assert.deepEqual(nextStep(input(3, broken)).actions, [{ type: 'delete', name: 'web-0', rollout: true }]);
     // OrderedReady scale-up blocked by a broken drifted predecessor: it is replaced.
-    assert.deepEqual(plan(input(3, [inst(0, 'old', { ready: false })])).actions, [
+    assert.deepEqual(nextStep(input(3, [inst(0, 'old', { ready: false })])).actions, [
       { type: 'delete', name: 'web-0', rollout: true },
     ]);
   });
@@ -290,7 +296,7 @@ describe('plan', () => {
         const replicas = r.int(6);
         const rolling = start > 0 && replicas >= start && policy === 'OrderedReady';
         for (let step = 0; step < 500; step++) {
-          const p = plan({ replicas, policy, hash: 'new', instances: world });
+          const p = nextStep({ replicas, policy, hash: 'new', instances: world });
           const deleting = world.filter((i) => i.deleting).length;
           if (policy === 'OrderedReady') assert.ok(deleting <= 1, `run ${run}: two deleting`);
           if (rolling) {
@@ -343,11 +349,11 @@ test('a name whose instances cannot label their Pods (<name>-9999 over 63) plans
     `the WorkloadDeployment name ${long} is longer than 58 characters: its instances (${long}-0 and on) ` +
       `label their Pods ${INSTANCE_LABEL}=<instance>, a value of at most 63`,
   );
-  assert.deepEqual(plan({ ...input(3, []), name: ok }).actions, [{ type: 'create', ordinal: 0 }]);
+  assert.deepEqual(nextStep({ ...input(3, []), name: ok }).actions, [{ type: 'create', ordinal: 0 }]);
   // No instance is made, so none claims quota for a Pod the apiserver would refuse.
-  const p = plan({ ...input(3, []), name: long });
+  const p = nextStep({ ...input(3, []), name: long });
   assert.deepEqual(p.actions, []);
-  const v = deploymentVerdict({ ...input(3, []), name: long, plan: p, progressDeadlineSeconds: 600, now: 0 });
+  const v = deploymentVerdict({ ...input(3, []), name: long, step: p, progressDeadlineSeconds: 600, now: 0 });
   const stopped = { status: false, reason: 'ConfigurationError', message: deploymentNameProblem(long) };
   assert.deepEqual([v.available, v.progressing], [stopped, stopped]);
   assert.equal(v.counts.desiredReplicas, 3);
@@ -357,7 +363,7 @@ describe('deploymentVerdict', () => {
   const verdict = (replicas: number, instances: InstanceState[], now = 1000, deadline = 600) =>
     deploymentVerdict({
       ...input(replicas, instances),
-      plan: plan(input(replicas, instances)),
+      step: nextStep(input(replicas, instances)),
       progressDeadlineSeconds: deadline,
       now,
     });
@@ -452,7 +458,7 @@ describe('deploymentVerdict', () => {
     const held = [inst(0), inst(1), { ...going, gone: false }];
     const parallel = deploymentVerdict({
       ...input(3, held, 'Parallel'),
-      plan: plan(input(3, held, 'Parallel')),
+      step: nextStep(input(3, held, 'Parallel')),
       progressDeadlineSeconds: 600,
       now: 610_000,
     });

@@ -9,8 +9,9 @@ import {
   type PodView,
 } from '../../../src/workloads/explain.ts';
 import { age } from '../../../src/policy/explain.ts';
-import type { InstanceObject, QuotaObject } from '../../../src/workloads/controllers/quota.ts';
-import { isFormerPod } from '../../../src/workloads/decide.ts';
+import type { QuotaObject } from '../../../src/workloads/decide/quota.ts';
+import type { CachedInstance } from '../../../src/workloads/decide/instances.ts';
+import { isFormerPod } from '../../../src/workloads/decide/pods.ts';
 import { Instance, INSTANCE_LABEL } from '../../../src/workloads/types.ts';
 
 const NOW = new Date('2030-01-01T01:00:00Z');
@@ -20,7 +21,7 @@ const inst = (
   name: string,
   created: string,
   conditions: unknown[] = [],
-  more: Partial<InstanceObject> = {},
+  more: Partial<CachedInstance> = {},
 ) =>
   ({
     metadata: {
@@ -39,7 +40,7 @@ const inst = (
     },
     status: { conditions },
     ...more,
-  }) as InstanceObject;
+  }) as CachedInstance;
 const cond = (type: string, status: ConditionStatus, reason: string, message = '', at = T0): Condition => ({
   type,
   status,
@@ -192,8 +193,10 @@ test('a deployment: counts, conditions since when, the instances on an older tem
   };
   const instances = [
     inst('web-2', T0, [cond('Ready', 'False', 'ImageUnavailable', 'ErrImagePull')]),
-    inst('web-0', T0, [cond('Ready', 'True', 'Ready')], { spec: { templateHash: 'h1', ordinal: 0 } }),
-    inst('web-1', T0, [], { spec: { templateHash: 'h1', ordinal: 1 } }),
+    inst('web-0', T0, [cond('Ready', 'True', 'Ready')], {
+      spec: { template: { containers: [] }, templateHash: 'h1', ordinal: 0 },
+    }),
+    inst('web-1', T0, [], { spec: { template: { containers: [] }, templateHash: 'h1', ordinal: 1 } }),
   ];
   assert.deepEqual(deploymentLines(wd, instances, NOW), [
     '  3 desired, 3 exist, 2 ready, 2 available, 1 on template h2; OrderedReady',

@@ -1,8 +1,8 @@
 // berth plan of Quotas: what the Quota in force would grant or leave waiting, as decideGrants decides.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { QuotaObject } from '../../../src/workloads/controllers/quota.ts';
-import type { InstanceObject } from '../../../src/workloads/decide.ts';
+import type { QuotaObject } from '../../../src/workloads/decide/quota.ts';
+import type { InstanceObject } from '../../../src/workloads/decide/instances.ts';
 import { emptyPart } from '../../../src/policy/plan.ts';
 import {
   instanceEffects,
@@ -222,4 +222,37 @@ test('a WorkloadDeployment past the bytes budget: the plan makes as many instanc
     part.warnings.join('\n'),
     /WorkloadDeployment shop\/wide: 300 replicas of a 60\d{3}-byte template .*: 279 run .*\(ReplicasBounded\)/,
   );
+});
+
+test('OrderedReady stepped round by round: each granted instance Ready before the next; two cells racing for the last of a Quota is said once', () => {
+  const web = (cluster: string, policy: 'OrderedReady' | 'Parallel', replicas: number) =>
+    Object.assign(stepped('shop', 'web', cluster, []), {
+      replicas,
+      policy,
+      hash: 'h1',
+      template: { containers: [{ name: 'app', image: 'web:1' }] },
+    });
+  const ordered = web('local', 'OrderedReady', 3);
+  const part = emptyPart();
+  const said = stepDeployments(
+    [ordered],
+    { counted: [], quotas: [budget(2)], instanceType: () => undefined, now: NOW },
+    part,
+  );
+  // Ordinals 0 and 1 granted (each made once the one before is Ready), 2 made and left waiting.
+  assert.deepEqual(
+    [...said.values()].map((v) => v.granted),
+    [true, true, false],
+  );
+  assert.equal(ordered.waitingFor?.name, 'web-2');
+  assert.deepEqual(part.unknown, []);
+  // One instance of room, one new instance in each of two cells in the same round.
+  const raced = emptyPart();
+  stepDeployments(
+    [web('paris', 'Parallel', 1), web('tokyo', 'Parallel', 1)],
+    { counted: [], quotas: [budget(1)], instanceType: () => undefined, now: NOW },
+    raced,
+  );
+  assert.equal(raced.unknown.length, 1);
+  assert.match(raced.unknown[0]!, /whichever cell creates its instance first/);
 });

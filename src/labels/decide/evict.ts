@@ -1,11 +1,11 @@
 // Pure decisions of eviction on removal: which pods on a node no longer fit it only because a label
 // that an opted-in rule derives went away, and what to do about them. The evictor (controllers/evict.ts) keeps
 // the clock and calls the Eviction API; nothing here reads a cluster.
-import { requirementHolds, valueAt, type Requirement } from '../policy/match/requirement.ts';
-import type { SlimNode, SlimPod } from '../policy/slim.ts';
-import { isTemplate } from './match.ts';
-import type { EvictOnRemoval, Rule } from './types.ts';
-import { daemonSetOwner, isMirrorPod } from '../policy/pods.ts';
+import { requirementHolds, valueAt, type Requirement } from '../../policy/match/requirement.ts';
+import type { SlimNode, SlimPod } from '../../policy/slim.ts';
+import { isTemplate } from '../match.ts';
+import type { EvictOnRemoval, Rule } from '../types.ts';
+import { daemonSetOwner, isMirrorPod } from '../../policy/pods.ts';
 
 /** A pod annotation that opts the pod out: `berth.dev/evict-on-removal: "false"`. */
 export const OPT_OUT_ANNOTATION = 'berth.dev/evict-on-removal';
@@ -65,7 +65,7 @@ export function evictingKeys(rules: Rule[], files?: EvictOnRemoval): Map<string,
 }
 
 /** Why the pod is never evicted, whatever its node: undefined when it may be. */
-export function exemption(pod: SlimPod, berthNamespace: string): string | undefined {
+export function evictionExemption(pod: SlimPod, berthNamespace: string): string | undefined {
   const m = pod.metadata ?? {};
   const a = m.annotations ?? {};
   if (!pod.spec.nodeName) return 'not scheduled';
@@ -178,7 +178,7 @@ export function verdict(
   gone: ReadonlyMap<string, Removal> | undefined,
   berthNamespace: string,
 ): Verdict | undefined {
-  if (!node || !gone?.size || exemption(pod, berthNamespace)) return undefined;
+  if (!node || !gone?.size || evictionExemption(pod, berthNamespace)) return undefined;
   const opted = new Map([...gone].filter(([, r]) => policies.has(r.rule)));
   const label = removedKeys(pod, node, opted)[0];
   if (label === undefined) return undefined;
@@ -208,7 +208,7 @@ export function explainPodEviction(
   events: EvictionEvent[],
 ): string[] {
   const out = ['Eviction on removal of derived labels:'];
-  const why = exemption(pod, berthNamespace);
+  const why = evictionExemption(pod, berthNamespace);
   const keys = evictingKeys(rules, files);
   const { selector, terms } = constraints(pod);
   const needed = [

@@ -2,7 +2,7 @@
 // the Quota status it writes (only when it changes).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { decideGrants } from '../../../src/workloads/grant.ts';
+import { decideGrants } from '../../../../src/workloads/decide/grant.ts';
 import {
   candidateOf,
   countedInstances,
@@ -11,16 +11,16 @@ import {
   quotaStatus,
   sameQuotaStatus,
   verdictCondition,
-  type InstanceObject,
   type QuotaObject,
-} from '../../../src/workloads/controllers/quota.ts';
+} from '../../../../src/workloads/decide/quota.ts';
+import type { CachedInstance } from '../../../../src/workloads/decide/instances.ts';
 
 const T0 = '2030-01-01T00:00:00Z';
 const instance = (name: string, template: Record<string, unknown>, more: Record<string, unknown> = {}) =>
   ({
     metadata: { name, namespace: 'ns', uid: `uid-${name}`, creationTimestamp: T0, ...more },
     spec: { template, templateHash: 'h', ordinal: 0 },
-  }) as InstanceObject;
+  }) as CachedInstance;
 
 test("an instance counts with its own cluster's InstanceTypes; without a size it says why", () => {
   const typed = instance('a', { instanceType: 'd1-standard-2', containers: [{ name: 'm', image: 'x' }] });

@@ -1,21 +1,26 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compileRule } from '../../../src/labels/decide.ts';
+import { compileRule } from '../../../../src/labels/decide/nodes.ts';
 import {
   explainPodEviction,
   evictingKeys,
   evictingRules,
-  exemption,
+  evictionExemption,
   removedKeys,
   trackRemovals,
   verdict,
   EVICT_DEFAULTS,
-} from '../../../src/labels/evict.ts';
-import type { Rule } from '../../../src/labels/types.ts';
-import { labelsCapability } from '../../../src/labels/index.ts';
-import { declaringAnnotations } from '../../../src/capability.ts';
-import { slimNode, slimPod, type NodeSelectorRequirement, type SlimPod } from '../../../src/policy/slim.ts';
-import { withSeed } from '../../helpers/prng.ts';
+} from '../../../../src/labels/decide/evict.ts';
+import type { Rule } from '../../../../src/labels/types.ts';
+import { labelsCapability } from '../../../../src/labels/index.ts';
+import { declaringAnnotations } from '../../../../src/capability.ts';
+import {
+  slimNode,
+  slimPod,
+  type NodeSelectorRequirement,
+  type SlimPod,
+} from '../../../../src/policy/slim.ts';
+import { withSeed } from '../../../helpers/prng.ts';
 
 // The pods' annotations eviction reads, as `berth run` keeps them.
 declaringAnnotations([labelsCapability]);
@@ -154,7 +159,7 @@ describe('trackRemovals', () => {
   });
 });
 
-describe('exemption', () => {
+describe('evictionExemption', () => {
   const sel = { nodeSelector: { [TPU]: 'true' } };
   test('DaemonSet, mirror and static pods, kube-system, Berth, opted out, terminating, finished', () => {
     const cases: [SlimPod, string][] = [
@@ -177,9 +182,9 @@ describe('exemption', () => {
       [pod(sel, { deletionTimestamp: '2026-01-01T00:00:00Z' }), 'terminating'],
       [pod({ ...sel, nodeName: undefined }), 'not scheduled'],
     ];
-    for (const [p, why] of cases) assert.equal(exemption(p, 'berth-system'), why);
+    for (const [p, why] of cases) assert.equal(evictionExemption(p, 'berth-system'), why);
     assert.equal(
-      exemption(
+      evictionExemption(
         pod(sel, {
           ownerReferences: [
             { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'r', uid: 'r', controller: true },
@@ -190,7 +195,7 @@ describe('exemption', () => {
       undefined,
     );
     assert.equal(
-      exemption(pod(sel, { annotations: { 'kubernetes.io/config.source': 'api' } }), 'berth-system'),
+      evictionExemption(pod(sel, { annotations: { 'kubernetes.io/config.source': 'api' } }), 'berth-system'),
       undefined,
     );
   });

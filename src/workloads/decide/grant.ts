@@ -9,8 +9,8 @@
 //    instance never overtakes an older one that does not fit (else small instances would starve a
 //    big one forever); only an instance larger than the whole budget, which never fits, or one
 //    without a size (ConfigurationError) steps out of the line.
-import { bytes, formatBytes, formatCPU, milliCPU } from './resources.ts';
-import type { QuotaClaim } from './types.ts';
+import { bytes, formatBytes, formatCPU, milliCPU } from '../resources.ts';
+import type { QuotaClaim } from '../types.ts';
 
 export interface Amount {
   instances: number;

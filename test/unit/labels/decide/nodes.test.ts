@@ -1,13 +1,25 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compileRule, decide, planApply, refuseOwned, ruleErrors } from '../../../src/labels/decide.ts';
-import { nodeState as ownedState, taintRecordKey } from '../../../src/policy/nodes/plan.ts';
-import { evictions, explainNodeLabels, previewRules } from '../../../src/labels/explain.ts';
-import { evalTerm, matchRule, nodeView, renderTemplate, type NodeView } from '../../../src/labels/match.ts';
-import { parseRuleFile } from '../../../src/labels/files.ts';
-import { FIELD_MANAGER, type MatchTerm, type Rule } from '../../../src/labels/types.ts';
-import type { Toleration } from '../../../src/policy/nodes/taints.ts';
-import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import {
+  compileRule,
+  decide,
+  planApply,
+  refuseOwned,
+  ruleErrors,
+} from '../../../../src/labels/decide/nodes.ts';
+import { nodeState as ownedState, taintRecordKey } from '../../../../src/policy/nodes/plan.ts';
+import { evictions, explainNodeLabels, previewRules } from '../../../../src/labels/explain.ts';
+import {
+  evalTerm,
+  matchRule,
+  nodeView,
+  renderTemplate,
+  type NodeView,
+} from '../../../../src/labels/match.ts';
+import { parseRuleFile } from '../../../../src/labels/files.ts';
+import { FIELD_MANAGER, type MatchTerm, type Rule } from '../../../../src/labels/types.ts';
+import type { Toleration } from '../../../../src/policy/nodes/taints.ts';
+import type { KubeObject } from '../../../../src/runtime/api/meta.ts';
 
 const view = (
   labels: Record<string, string>,

@@ -7,13 +7,13 @@ import {
   type NodeOutputKind,
   type NodePlan,
   type NodeState,
-} from '../policy/nodes/plan.ts';
-import type { KeyPattern } from '../policy/nodes/ownership.ts';
-import type { KubeObject } from '../runtime/api/meta.ts';
-import { expressionProblems } from '../policy/match/requirement.ts';
-import { regexpErrors } from '../policy/match/regexp.ts';
-import { validateLabelKey } from '../policy/match/selector.ts';
-import { quote } from '../policy/text.ts';
+} from '../../policy/nodes/plan.ts';
+import type { KeyPattern } from '../../policy/nodes/ownership.ts';
+import type { KubeObject } from '../../runtime/api/meta.ts';
+import { expressionProblems } from '../../policy/match/requirement.ts';
+import { regexpErrors } from '../../policy/match/regexp.ts';
+import { validateLabelKey } from '../../policy/match/selector.ts';
+import { quote } from '../../policy/text.ts';
 import {
   isTemplate,
   literalText,
@@ -22,10 +22,10 @@ import {
   templateErrors,
   type NodeView,
   type RuleMatch,
-} from './match.ts';
-import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from './types.ts';
-import { nodeRestrictionErrors } from './restriction.ts';
-import { controlCharacterError, outputValueError } from './values.ts';
+} from '../match.ts';
+import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from '../types.ts';
+import { nodeRestrictionErrors } from '../restriction.ts';
+import { controlCharacterError, outputValueError } from '../values.ts';
 
 // Keys under these domains belong to Kubernetes and its components; a rule must not forge them.
 const RESERVED = /^([a-z0-9-]+\.)*(kubernetes\.io|k8s\.io)\//;

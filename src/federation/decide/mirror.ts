@@ -2,9 +2,9 @@
 // Instance says (name, labels, owner, status), and what it says while its cell does not answer. The
 // controller (controllers/mirror.ts) reads the caches and writes.
 import { isDeepStrictEqual } from 'node:util';
-import { findCondition, sameConditions, setCondition, type Condition } from '../runtime/api/conditions.ts';
-import { apiTime, apiVersionOf, DNS1123_SUBDOMAIN } from '../runtime/api/meta.ts';
-import type { InstanceObject } from '../workloads/decide.ts';
+import { findCondition, sameConditions, setCondition, type Condition } from '../../runtime/api/conditions.ts';
+import { apiTime, apiVersionOf, DNS1123_SUBDOMAIN } from '../../runtime/api/meta.ts';
+import type { InstanceObject } from '../../workloads/decide/instances.ts';
 import {
   Instance,
   type InstanceStatus,
@@ -12,8 +12,8 @@ import {
   MIRROR_LABEL,
   SOURCE_ANNOTATION,
   SOURCE_UID_ANNOTATION,
-} from '../workloads/types.ts';
-import type { DeploymentObject } from './decide/placement.ts';
+} from '../../workloads/types.ts';
+import type { DeploymentObject } from './placement.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
@@ -22,7 +22,7 @@ import {
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
-} from './types.ts';
+} from '../types.ts';
 
 /** The field manager of the mirrors (their metadata, spec and status). */
 export const MIRROR_MANAGER = 'berth-federation-mirror';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { DeploymentObject } from '../../../src/federation/decide/placement.ts';
+import type { DeploymentObject } from '../../../../src/federation/decide/placement.ts';
 import {
   MIRRORED_CONDITION,
   isStale,
@@ -12,7 +12,7 @@ import {
   sourceKeyOf,
   splitMirrorKey,
   staleStatus,
-} from '../../../src/federation/mirror-decide.ts';
+} from '../../../../src/federation/decide/mirror.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
@@ -20,16 +20,16 @@ import {
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
-} from '../../../src/federation/types.ts';
-import { findCondition, type Condition } from '../../../src/runtime/api/conditions.ts';
-import type { InstanceObject } from '../../../src/workloads/decide.ts';
+} from '../../../../src/federation/types.ts';
+import { findCondition, type Condition } from '../../../../src/runtime/api/conditions.ts';
+import type { InstanceObject } from '../../../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
   MIRROR_CELL_LABEL,
   MIRROR_LABEL,
   SOURCE_ANNOTATION,
-} from '../../../src/workloads/types.ts';
-import { withSeed } from '../../helpers/prng.ts';
+} from '../../../../src/workloads/types.ts';
+import { withSeed } from '../../../helpers/prng.ts';
 
 const T0 = '2026-01-01T00:00:00Z';
 const cond = (type: string, status: Condition['status'], reason = 'R', message = 'm'): Condition => ({

@@ -15,9 +15,9 @@ import {
   type Budget,
   type Candidate,
   type Decision,
-} from '../../../src/workloads/grant.ts';
-import type { QuotaClaim } from '../../../src/workloads/types.ts';
-import { withSeed, type Prng } from '../../helpers/prng.ts';
+} from '../../../../src/workloads/decide/grant.ts';
+import type { QuotaClaim } from '../../../../src/workloads/types.ts';
+import { withSeed, type Prng } from '../../../helpers/prng.ts';
 
 const GiB = 2 ** 30;
 const NOW = '2030-01-01T00:00:00Z';
