@@ -10,11 +10,11 @@
 //   - the npm package's tarball, an SPDX SBOM of it and of the image, cosign.pub, release.json, and
 //     SHA256SUMS of every file.
 // With --sandbox NAME, the sandbox's registry (its login and CA; REGISTRY defaults to its host).
-import { spawnSync, type SpawnSyncOptions } from 'node:child_process';
+import { execFile, spawnSync, type SpawnSyncOptions } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { cpSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import { parse as parseYaml, parseDocument } from 'yaml';
 import { ensureCosign, ensureHelm } from '../src/sandbox/build.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
@@ -32,6 +32,16 @@ function run(cmd: string, args: string[], opts: SpawnSyncOptions = {}): string {
       `${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}):\n${r.stderr}${r.error ?? ''}`,
     );
   return String(r.stdout).trim();
+}
+
+/** A tool that talks to the registry, without blocking the loop (the sandbox proxy runs in this process). */
+async function registryTool(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+  const r = await promisify(execFile)(cmd, args, { env, cwd: root, maxBuffer: 16 << 20 }).catch(
+    (e: { stderr?: string }) => {
+      throw new Error(`${basename(cmd)} ${args.join(' ')} failed:\n${e.stderr ?? String(e)}`);
+    },
+  );
+  return `${r.stdout}${r.stderr}`;
 }
 
 /** What decides whether a release may be made. */
@@ -204,16 +214,10 @@ export async function release(o: ReleaseOptions): Promise<Record<string, string>
     const insecure = proxy ? ['--allow-http-registry', '--allow-insecure-registry'] : [];
     const chartFile = packageChart(helm, o.out, `${o.registry}/berth`, digest, work);
     o.log(`helm push ${basename(chartFile)} oci://${o.registry}/charts`);
-    const push = spawnSync(
-      helm,
-      ['push', chartFile, `oci://${via}/charts`, ...(proxy ? ['--plain-http'] : [])],
-      {
-        env,
-        encoding: 'utf8',
-      },
-    );
-    const chartDigest = /Digest: (sha256:[0-9a-f]{64})/.exec(`${push.stdout}${push.stderr}`)?.[1];
-    if (push.status !== 0 || !chartDigest) throw new Error(`helm push failed:\n${push.stderr}`);
+    const pushArgs = ['push', chartFile, `oci://${via}/charts`, ...(proxy ? ['--plain-http'] : [])];
+    const pushed = await registryTool(helm, pushArgs, env);
+    const chartDigest = /Digest: (sha256:[0-9a-f]{64})/.exec(pushed)?.[1];
+    if (!chartDigest) throw new Error(`helm push said no digest:\n${pushed}`);
     const refs = {
       image: `${o.registry}/berth@${digest}`,
       chart: `${o.registry}/charts/berth@${chartDigest}`,
@@ -223,7 +227,7 @@ export async function release(o: ReleaseOptions): Promise<Record<string, string>
       // The identity signed is the registry's own name, also when reached through the proxy.
       const identity = ['--sign-container-identity', ref.slice(0, ref.indexOf('@'))];
       const args = ['sign', '--yes', '--key', o.key, '--tlog-upload=false', ...insecure, ...identity];
-      run(cosign, [...args, proxy ? ref.replace(o.registry, via) : ref], { env });
+      await registryTool(cosign, [...args, proxy ? ref.replace(o.registry, via) : ref], env);
     }
     run(cosign, ['public-key', '--key', o.key, '--outfile', join(o.out, 'cosign.pub')], { env });
     await files(o, image.debs);
