@@ -10,10 +10,10 @@
 //   npm run cli-binary -- [--out DIR] [--platform linux/amd64]   (writes DIR/berth-linux-<arch>)
 import { spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
+import { inject } from 'postject';
 import { cacheDir, packageRoot } from '../src/sandbox/paths.ts';
 import { PAGE_ASSET } from '../src/ui/server.ts';
 import { debianBase, IMAGE_PLATFORMS, nodeBinary, PLATFORMS, type ImagePlatform } from './image.ts';
@@ -23,8 +23,6 @@ const root = packageRoot();
 /** The fuse Node.js looks for to know it carries a blob (Node's docs, "Single executable applications"). */
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 
-type Inject = (file: string, name: string, data: Buffer, o: { sentinelFuse: string }) => Promise<void>;
-const { inject } = createRequire(import.meta.url)('postject') as { inject: Inject };
 
 /** What `berth version` says of a build: the package's version, and the checkout's commit. */
 export function buildInfo(): { version: string; commit: string } {
