@@ -83,31 +83,35 @@ function makeRelease(version: string, key: string): void {
   made[version] = { ...(JSON.parse(stdout) as { image: string; chart: string; commit: string }), out };
 }
 
-before(async () => {
-  const registry = sandbox.registry;
-  assert.ok(registry, 'the test sandbox runs a registry (this file says test-driver: registry)');
-  const [helm, cosign] = [await ensureHelm(), await ensureCosign()];
-  cosignPath = cosign;
-  const keys = join(work, 'keys');
-  mkdirSync(keys);
-  sh(cosign, ['generate-key-pair'], { cwd: keys, env: { ...process.env, COSIGN_PASSWORD: PASSWORD } });
-  for (const v of [PREVIOUS, CURRENT]) makeRelease(v, join(keys, 'cosign.key'));
-  // The user's machine: the released files, and on PATH only the CLI, helm and cosign.
-  const bin = join(work, 'user', 'bin');
-  mkdirSync(bin, { recursive: true });
-  copyFileSync(join(made[CURRENT]!.out, 'berth-linux-amd64'), join(bin, 'berth'));
-  sh('chmod', ['+x', join(bin, 'berth')]);
-  symlinkSync('berth', join(bin, 'kubectl-berth'));
-  for (const b of [helm, cosign]) symlinkSync(b, join(bin, b.slice(dirname(b).length + 1)));
-  userEnv = {
-    PATH: `${bin}:/usr/bin:/bin`,
-    HOME: join(work, 'user'),
-    KUBECONFIG: sandbox.kubeconfigPath,
-    // The sandbox registry's CA, as a user trusts a private registry's.
-    SSL_CERT_FILE: registry.caPath,
-  };
-  place = await releasePlace(client, ns);
-});
+before(
+  async () => {
+    const registry = sandbox.registry;
+    assert.ok(registry, 'the test sandbox runs a registry (this file says test-driver: registry)');
+    const [helm, cosign] = [await ensureHelm(), await ensureCosign()];
+    cosignPath = cosign;
+    const keys = join(work, 'keys');
+    mkdirSync(keys);
+    sh(cosign, ['generate-key-pair'], { cwd: keys, env: { ...process.env, COSIGN_PASSWORD: PASSWORD } });
+    for (const v of [PREVIOUS, CURRENT]) makeRelease(v, join(keys, 'cosign.key'));
+    // The user's machine: the released files, and on PATH only the CLI, helm and cosign.
+    const bin = join(work, 'user', 'bin');
+    mkdirSync(bin, { recursive: true });
+    copyFileSync(join(made[CURRENT]!.out, 'berth-linux-amd64'), join(bin, 'berth'));
+    sh('chmod', ['+x', join(bin, 'berth')]);
+    symlinkSync('berth', join(bin, 'kubectl-berth'));
+    for (const b of [helm, cosign]) symlinkSync(b, join(bin, b.slice(dirname(b).length + 1)));
+    userEnv = {
+      PATH: `${bin}:/usr/bin:/bin`,
+      HOME: join(work, 'user'),
+      KUBECONFIG: sandbox.kubeconfigPath,
+      // The sandbox registry's CA, as a user trusts a private registry's.
+      SSL_CERT_FILE: registry.caPath,
+    };
+    place = await releasePlace(client, ns);
+    // Two releases: some three minutes each on a quiet machine, several times that on a busy one.
+  },
+  { timeout: 40 * 60_000 },
+);
 
 after(async () => {
   await place?.remove();
