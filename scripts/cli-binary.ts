@@ -23,7 +23,6 @@ const root = packageRoot();
 /** The fuse Node.js looks for to know it carries a blob (Node's docs, "Single executable applications"). */
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 
-
 /** What `berth version` says of a build: the package's version, and the checkout's commit. */
 export function buildInfo(): { version: string; commit: string } {
   const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };

@@ -231,10 +231,7 @@ export function runCommand(): Command {
   );
   return cmd.action(async (o) => {
     useLogOptions(o);
-    buildInfo.set(
-      { version: version(), node_version: process.version, commit: commit() },
-      1,
-    );
+    buildInfo.set({ version: version(), node_version: process.version, commit: commit() }, 1);
     const client = KubeClient.fromFile(o.kubeconfig, {
       maxInFlight: o.maxInFlight,
       userAgent: 'berth',
