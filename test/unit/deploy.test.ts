@@ -307,8 +307,10 @@ describe('Helm chart', () => {
   const values = parse(read(`${CHART}/values.yaml`)) as Any;
   const deployment = read(`${CHART}/templates/deployment.yaml`);
 
-  test('runs the package version, and names every capability', () => {
+  test('runs the package version, is versioned with it, and names every capability', () => {
     assert.equal(chart.appVersion, packageVersion, `${CHART}/Chart.yaml appVersion`);
+    // A release moves the chart, the image and the CLI together (npm run release refuses otherwise).
+    assert.equal(String(chart.version), packageVersion, `${CHART}/Chart.yaml version`);
     for (const what of ['node labels', 'startup gates', 'agent placement', 'architecture-aware', 'federated'])
       assert.ok(chart.description.includes(what), `${CHART}/Chart.yaml description names ${what}`);
   });

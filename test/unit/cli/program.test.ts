@@ -37,6 +37,9 @@ test('completion offers the subcommands and flags of the path typed so far', asy
   // A deprecated spelling still works but is not offered.
   assert.ok(words.get('berth uninstall')!.includes('--berth-namespace'));
   assert.ok(!words.get('berth uninstall')!.includes('--namespace'));
+  // Every command that reads Berth's namespace takes the one flag, the page's too.
+  for (const c of ['berth ui', 'berth plan', 'berth run'])
+    assert.ok(words.get(c)!.includes('--berth-namespace'), c);
   const script = bashCompletion(await berthProgram(), ['berth', 'kubectl-berth']);
   assert.match(script, /complete -F _berth berth kubectl-berth\n$/);
 });
