@@ -26,7 +26,9 @@ import { ArchPlacement } from '../src/arch/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
-import { slimNode, type SlimNode } from '../src/policy/slim.ts';
+import { podReady } from '../src/gates/decide/requirements.ts';
+import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
+import { nodeManifests } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
@@ -39,7 +41,9 @@ import {
   percentile,
   report,
   round,
+  sumWrites,
   waitForValue,
+  writesPer,
 } from './lib.ts';
 
 const { values } = parseArgs({
@@ -59,6 +63,8 @@ const idleSeconds = Number(values['idle-seconds']);
 const INPUT = 'bench.berth.dev/usb-edgetpu';
 const DERIVED = 'bench.berth.dev/edgetpu';
 const POOL = 'bench.berth.dev/pool-uid';
+const GATED = 'bench.berth.dev/pool';
+const TAINT = 'bench.berth.dev/warming';
 const CLAIM = 'bench.berth.dev/claim.';
 const NS = 'bench-scale';
 const load = () => loadavg().map((l) => round(l, 2));
@@ -139,6 +145,23 @@ report(result);
 
 async function createPolicies(): Promise<void> {
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
+  // The gate's warm pod: one on every gated node, tolerating the gate's taint.
+  await client.create(Resources.daemonSets, {
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: { name: 'warmup', namespace: NS },
+    spec: {
+      selector: { matchLabels: { app: 'warmup' } },
+      template: {
+        metadata: { labels: { app: 'warmup' } },
+        spec: {
+          nodeSelector: { [GATED]: 'gated' },
+          tolerations: [{ key: TAINT, operator: 'Exists', effect: 'NoSchedule' }],
+          containers: [{ name: 'warm', image: 'registry.example/warmup:1' }],
+        },
+      },
+    },
+  });
   const make = (ref: typeof NodeLabelRule.ref, kind: string, apiVersion: string, spec: object) =>
     client.create(ref, { apiVersion, kind, metadata: { name: 'bench' }, spec });
   await make(NodeLabelRule.ref, 'NodeLabelRule', NodeLabelRule.apiVersion, {
@@ -146,8 +169,8 @@ async function createPolicies(): Promise<void> {
     labels: { [DERIVED]: 'true' },
   });
   await make(NodeStartupGate.ref, NodeStartupGate.kind, NodeStartupGate.apiVersion, {
-    taint: { key: 'bench.berth.dev/warming', value: 'warmup', effect: 'NoSchedule' },
-    nodeSelector: { matchLabels: { 'bench.berth.dev/pool': 'gated' } },
+    taint: { key: TAINT, value: 'warmup', effect: 'NoSchedule' },
+    nodeSelector: { matchLabels: { [GATED]: 'gated' } },
     requirements: { pods: [{ namespace: NS, daemonSet: 'warmup' }] },
   });
   await make(AgentPlacement.ref, AgentPlacement.kind, AgentPlacement.apiVersion, {
@@ -202,20 +225,13 @@ async function startReplica() {
 /** The leader's API writes while nothing changes, after 10 s for the standby's start to settle. */
 async function writesWhileIdle(leader: BerthProcess): Promise<number> {
   await new Promise((r) => setTimeout(r, 10_000));
-  const total = async () => [...(await berthWrites(leader.metricsPort)).values()].reduce((a, b) => a + b, 0);
-  const before = await total();
+  const before = await berthWrites(leader.metricsPort);
   await new Promise((r) => setTimeout(r, idleSeconds * 1000));
-  const n = (await total()) - before;
-  console.log(`idle: ${n} writes in ${idleSeconds} s`);
+  const by = writesPer(before, await berthWrites(leader.metricsPort), 1);
+  const n = sumWrites(by);
+  console.log(`idle: ${n} writes in ${idleSeconds} s ${JSON.stringify(by)}`);
   return n;
 }
-
-const summary = (ms: number[]) => ({
-  n: ms.length,
-  p50Ms: Math.round(percentile(ms, 50)),
-  p99Ms: Math.round(percentile(ms, 99)),
-  maxMs: Math.round(Math.max(...ms)),
-});
 
 /** One change at a time on the quiet cluster, each timed from its answer to Berth's write seen. */
 async function probeLatencies() {
@@ -272,4 +288,13 @@ async function handOver() {
     `hand-over: leader stopped ${r.leaderStoppedSeconds} s, first action ${r.firstActionSeconds} s, all ${r.convergedSeconds} s`,
   );
   return r;
+}
+
+function summary(ms: number[]) {
+  return {
+    n: ms.length,
+    p50Ms: Math.round(percentile(ms, 50)),
+    p99Ms: Math.round(percentile(ms, 99)),
+    maxMs: Math.round(Math.max(...ms)),
+  };
 }
