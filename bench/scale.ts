@@ -257,11 +257,53 @@ async function probeLatencies() {
     const t = performance.now();
     claim.push((await until(() => nodes.get(node)?.metadata?.annotations?.[CLAIM + pool] !== undefined)) - t);
   }
-  const r = { nodeLabel: summary(label), agentClaim: summary(claim) };
-  console.log(
-    `latency: node label ${JSON.stringify(r.nodeLabel)}, agent claim ${JSON.stringify(r.agentClaim)}`,
-  );
+  const r = {
+    nodeLabel: summary(label),
+    agentClaim: summary(claim),
+    gateRelease: summary(await gateReleases()),
+  };
+  console.log(`latency: ${JSON.stringify(r)}`);
   return r;
+}
+
+/**
+ * New gated nodes, one at a time: each tainted at admission, its warm pod made Ready (the
+ * DaemonSet, kwok), then the taint released by Berth: from the pod seen Ready to the taint seen gone.
+ */
+async function gateReleases(): Promise<number[]> {
+  const warm = new Informer<SlimPod>({
+    client,
+    ref: Resources.pods,
+    namespace: NS,
+    labelSelector: 'app=warmup',
+    transform: slimPod,
+  });
+  const readyAt = new Map<string, number>();
+  const onPod = (p: SlimPod) => {
+    const node = p.spec.nodeName;
+    if (node && podReady(p) && !readyAt.has(node)) readyAt.set(node, performance.now());
+  };
+  warm.addEventHandler({ onAdd: onPod, onUpdate: (_a, b) => onPod(b) });
+  warm.start();
+  await warm.waitForSync();
+  const release: number[] = [];
+  try {
+    for (const m of nodeManifests({ prefix: 'gated', count: probes, labels: { [GATED]: 'gated' } })) {
+      const name = m.metadata!.name!;
+      const created = await client.create<SlimNode>(Resources.nodes, m);
+      if (!created.spec?.taints?.some((t) => t.key === TAINT)) throw new Error(`${name} joined untainted`);
+      const released = await until(() => {
+        const n = nodes.get(name);
+        return n !== undefined && !n.spec.taints?.some((t) => t.key === TAINT);
+      });
+      // The two watches may deliver out of order: the pod's Ready may arrive after the release.
+      const ready = await waitForValue(`${name}'s warm pod seen Ready`, () => readyAt.get(name));
+      release.push(released - ready);
+    }
+  } finally {
+    await warm.stop();
+  }
+  return release;
 }
 
 /**
