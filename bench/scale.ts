@@ -261,7 +261,7 @@ async function probeLatencies() {
   const r = {
     nodeLabel: summary(label),
     agentClaim: summary(claim),
-    gateRelease: summary(await gateReleases()),
+    gateRelease: await gateReleases(),
   };
   console.log(`latency: ${JSON.stringify(r)}`);
   return r;
@@ -271,7 +271,7 @@ async function probeLatencies() {
  * New gated nodes, one at a time: each tainted at admission, its warm pod made Ready (the
  * DaemonSet, kwok), then the taint released by Berth: from the pod seen Ready to the taint seen gone.
  */
-async function gateReleases(): Promise<number[]> {
+async function gateReleases() {
   const warm = new Informer<SlimPod>({
     client,
     ref: Resources.pods,
@@ -288,23 +288,33 @@ async function gateReleases(): Promise<number[]> {
   warm.start();
   await warm.waitForSync();
   const release: number[] = [];
+  let stalls = 0;
   try {
     for (const m of nodeManifests({ prefix: 'gated', count: probes, labels: { [GATED]: 'gated' } })) {
       const name = m.metadata!.name!;
       const created = await client.create<SlimNode>(Resources.nodes, m);
       if (!created.spec?.taints?.some((t) => t.key === TAINT)) throw new Error(`${name} joined untainted`);
-      const released = await until(() => {
-        const n = nodes.get(name);
-        return n !== undefined && !n.spec.taints?.some((t) => t.key === TAINT);
-      });
+      // Bounded, as the issue's probes were: a node not released within 30 s is a stall.
+      const released = await Promise.race([
+        until(() => {
+          const n = nodes.get(name);
+          return n !== undefined && !n.spec.taints?.some((t) => t.key === TAINT);
+        }),
+        new Promise<undefined>((r) => setTimeout(r, 30_000)),
+      ]);
+      const ready = readyAt.get(name);
+      if (released === undefined) {
+        console.log(`  ${name}: not released within 30 s (its warm pod ${ready ? 'Ready' : 'not Ready'})`);
+        stalls++;
+        continue;
+      }
       // The two watches may deliver out of order: the pod's Ready may arrive after the release.
-      const ready = await waitForValue(`${name}'s warm pod seen Ready`, () => readyAt.get(name));
-      release.push(released - ready);
+      release.push(released - (await waitForValue(`${name}'s warm pod seen Ready`, () => readyAt.get(name))));
     }
   } finally {
     await warm.stop();
   }
-  return release;
+  return { ...summary(release), stalls };
 }
 
 /**
