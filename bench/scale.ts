@@ -300,7 +300,7 @@ async function gateReleases() {
           const n = nodes.get(name);
           return n !== undefined && !n.spec.taints?.some((t) => t.key === TAINT);
         }),
-        new Promise<undefined>((r) => setTimeout(r, 30_000)),
+        new Promise<undefined>((r) => setTimeout(() => r(undefined), 30_000)),
       ]);
       const ready = readyAt.get(name);
       if (released === undefined) {
