@@ -306,11 +306,19 @@ export const registeredWebhook = (client: KubeClient, match: (name: string) => b
 
 /**
  * Creates pods `p-<from>` to `p-<to - 1>` in `namespace`, each bound to the node `nodeOf(i)` and,
- * given a `label`, needing it there (true): the workload of the derived-label benchmarks.
+ * given a `label`, needing it there (true): the workload of the derived-label benchmarks. `labelsOf`
+ * labels some (say, as an AgentPlacement's workload).
  */
 export async function createBoundPods(
   client: KubeClient,
-  o: { namespace: string; from: number; to: number; nodeOf: (i: number) => string; label?: string },
+  o: {
+    namespace: string;
+    from: number;
+    to: number;
+    nodeOf: (i: number) => string;
+    label?: string;
+    labelsOf?: (i: number) => Record<string, string> | undefined;
+  },
 ): Promise<void> {
   await forEachLimit(
     Array.from({ length: o.to - o.from }, (_, i) => o.from + i),
@@ -319,7 +327,7 @@ export async function createBoundPods(
       await client.create(Resources.pods, {
         apiVersion: 'v1',
         kind: 'Pod',
-        metadata: { name: `p-${i}`, namespace: o.namespace },
+        metadata: { name: `p-${i}`, namespace: o.namespace, labels: o.labelsOf?.(i) },
         spec: {
           nodeName: o.nodeOf(i),
           ...(o.label ? { nodeSelector: { [o.label]: 'true' } } : {}),

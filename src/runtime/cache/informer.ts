@@ -1,10 +1,12 @@
-// An informer in the manner of client-go's reflector + indexer + shared informer: list, then watch
-// with bookmarks from the last resourceVersion; relist on 410 Gone and deliver the deletes that
-// happened while disconnected; reconnect with backoff after any error; abandon a watch that has
+// An informer in the manner of client-go's reflector + indexer + shared informer: the initial state
+// streamed by a watch (WatchList, `sendInitialEvents`) where the apiserver serves it, else listed in
+// pages; then watch with bookmarks from the last resourceVersion; relist on 410 Gone and deliver
+// the deletes that happened while disconnected; reconnect with backoff after any error; abandon a watch that has
 // been silent too long (half-open connections); resync as a safety net; indexes; a transform hook.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { hasCondition } from '../api/conditions.ts';
 import {
+  ApiError,
   isGone,
   isNotFound,
   resourcePath,
@@ -51,6 +53,11 @@ export interface InformerOptions<T extends KubeObject> {
   idleTimeoutMs?: number;
   /** Items per page when listing. */
   pageSize?: number;
+  /**
+   * Whether to ask for the initial state as a watch's events (WatchList) before listing in pages;
+   * default true. An apiserver that refuses it is listed in pages from then on.
+   */
+  watchList?: boolean;
   /** The cluster's name, for metrics and logs. */
   cluster?: string;
   logger?: Logger;
@@ -83,6 +90,8 @@ export class Informer<T extends KubeObject = KubeObject> {
   private readonly log: Logger;
   private readonly labels: { cluster: string; resource: string };
   private resourceVersion = '';
+  /** Whether the next initial state is asked of a watch (WatchList) rather than of paged lists. */
+  private streams: boolean;
   private synced = false;
   private absent = false;
   private syncWaiters: (() => void)[] = [];
@@ -92,6 +101,7 @@ export class Informer<T extends KubeObject = KubeObject> {
   constructor(opts: InformerOptions<T>) {
     this.opts = opts;
     this.ref = opts.ref;
+    this.streams = opts.watchList ?? true;
     this.labels = { cluster: opts.cluster ?? 'local', resource: opts.ref.resource };
     this.log = (opts.logger ?? rootLogger).child({
       informer: opts.ref.resource,
@@ -204,12 +214,14 @@ export class Informer<T extends KubeObject = KubeObject> {
     while (!signal.aborted) {
       const began = performance.now();
       try {
-        if (!this.resourceVersion) {
+        const initial = !this.resourceVersion;
+        if (initial) informerMetrics.relists.inc(this.labels);
+        if (initial && !this.streams) {
           await this.relist(signal);
           delay = initialMs;
         }
         const opened = performance.now();
-        const events = await this.watch(signal);
+        const events = await this.watch(signal, initial && this.streams);
         // The server closed the watch (its timeout): resume from the last resourceVersion at once.
         // One closed at once with nothing in it (a proxy answering an empty 200) is a failure, as
         // client-go counts it, or the loop would open watches back to back.
@@ -329,12 +341,14 @@ export class Informer<T extends KubeObject = KubeObject> {
     return { labelSelector: this.opts.labelSelector, fieldSelector: this.opts.fieldSelector, ...extra };
   }
 
-  /** Lists everything (paginated) and replaces the cache, emitting adds, updates and deletes for the difference. */
+  /**
+   * Lists everything in pages, each cached as it arrives (so that the cache fills at the apiserver's
+   * pace), then drops what no page held: adds, updates and deletes for the difference.
+   */
   private async relist(signal: AbortSignal): Promise<void> {
-    informerMetrics.relists.inc(this.labels);
     const { client, ref, namespace } = this.opts;
     const path = resourcePath(ref, namespace);
-    const fresh = new Map<string, T>();
+    const seen = new Set<string>();
     let cont: string | undefined;
     let rv: string;
     for (let limit = this.opts.pageSize ?? 500; ;) {
@@ -355,26 +369,42 @@ export class Informer<T extends KubeObject = KubeObject> {
         );
         continue;
       }
+      const kind = page.kind.replace(/List$/, '');
       for (const item of page.items) {
         // List items carry no apiVersion/kind; watch events do. Keep them uniform.
         item.apiVersion ??= page.apiVersion;
-        item.kind ??= page.kind.replace(/List$/, '');
-        const obj = this.transform(item);
-        fresh.set(keyOf(obj), obj);
+        item.kind ??= kind;
+        this.cacheInitial(item, seen);
       }
       cont = page.metadata.continue || undefined;
       rv = page.metadata.resourceVersion ?? '';
       if (!cont) break;
     }
-    for (const [key, old] of this.store) if (!fresh.has(key)) this.remove(key, old);
-    for (const [key, obj] of fresh) this.upsert(key, obj);
+    this.initialDone(seen, rv);
+  }
+
+  /** An object of the initial state, listed or streamed: cached at once, and remembered as seen. */
+  private cacheInitial(item: T, seen: Set<string>): void {
+    const obj = this.transform(item);
+    const key = keyOf(obj);
+    seen.add(key);
+    this.upsert(key, obj);
+  }
+
+  /** The initial state is in: what it did not hold is deleted, and the cache is synced at `rv`. */
+  private initialDone(seen: Set<string>, rv: string): void {
+    for (const [key, old] of this.store) if (!seen.has(key)) this.remove(key, old);
     this.resourceVersion = rv;
     informerMetrics.objects.set(this.labels, this.store.size);
     this.markSynced();
   }
 
-  /** Watches from the last resourceVersion until the server closes the watch; the events it brought. */
-  private async watch(signal: AbortSignal): Promise<number> {
+  /**
+   * Watches from the last resourceVersion until the server closes the watch; the events it brought.
+   * With `initial`, the watch first streams the current state (WatchList: every object as an ADDED
+   * event, then a bookmark marking their end), which replaces the cache as a relist does.
+   */
+  private async watch(signal: AbortSignal, initial: boolean): Promise<number> {
     const { client, ref, namespace } = this.opts;
     // Like client-go, a random server-side timeout spreads reconnects of many watches over time.
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
@@ -382,45 +412,73 @@ export class Informer<T extends KubeObject = KubeObject> {
       query: this.query({
         watch: 1,
         allowWatchBookmarks: true,
-        resourceVersion: this.resourceVersion,
         timeoutSeconds,
+        ...(initial
+          ? { sendInitialEvents: true, resourceVersionMatch: 'NotOlderThan' }
+          : { resourceVersion: this.resourceVersion }),
       }),
       signal,
       idleTimeoutMs: this.opts.idleTimeoutMs ?? 120_000,
     });
+    // The keys of the initial state so far, until its end's bookmark.
+    let seen = initial ? new Set<string>() : undefined;
     let count = 0;
-    for await (const ev of events) {
-      count++;
-      switch (ev.type) {
-        case 'ADDED':
-        case 'MODIFIED': {
-          const obj = this.transform(ev.object);
-          this.upsert(keyOf(obj), obj);
-          break;
+    try {
+      for await (const ev of events) {
+        count++;
+        if (seen) {
+          if (ev.type === 'ADDED') this.cacheInitial(ev.object, seen);
+          else if (ev.type === 'BOOKMARK' && isInitialEnd(ev.object)) {
+            this.initialDone(seen, ev.object.metadata?.resourceVersion ?? '');
+            seen = undefined;
+          } else if (ev.type === 'ERROR' && this.watchError(ev.object)) return count;
+          // Before the bookmark, the objects' versions are no point to resume from.
+          continue;
         }
-        case 'DELETED': {
-          const key = keyOf(ev.object);
-          const old = this.store.get(key);
-          this.remove(key, old ?? this.transform(ev.object));
-          break;
-        }
-        case 'BOOKMARK':
-          break;
-        case 'ERROR': {
-          const status = ev.object;
+        if (ev.type === 'ERROR') {
           // The run loop counts the restart.
-          if (status.code === 410) {
-            this.resourceVersion = '';
-            return count;
-          }
-          throw new Error(`watch error ${status.code}: ${status.message}`);
+          if (this.watchError(ev.object)) return count;
+          continue;
         }
+        this.apply(ev);
+        const rv = ev.object.metadata?.resourceVersion;
+        if (rv) this.resourceVersion = rv;
+        informerMetrics.objects.set(this.labels, this.store.size);
       }
-      const rv = ev.object.metadata?.resourceVersion;
-      if (rv) this.resourceVersion = rv;
-      informerMetrics.objects.set(this.labels, this.store.size);
+    } catch (e) {
+      // An apiserver without WatchList refuses the parameter before any event: paged lists from now on.
+      if (!initial || count > 0 || !refusesWatchList(e)) throw e;
+      this.streams = false;
+      this.log.info({ err: errorText(e) }, 'the apiserver streams no initial state; listing in pages');
+      await this.relist(signal);
+      return this.watch(signal, false);
     }
     return count;
+  }
+
+  private apply(ev: WatchEvent<T>): void {
+    if (ev.type === 'ADDED' || ev.type === 'MODIFIED') {
+      const obj = this.transform(ev.object);
+      this.upsert(keyOf(obj), obj);
+    } else if (ev.type === 'DELETED') {
+      const key = keyOf(ev.object);
+      const old = this.store.get(key);
+      this.remove(key, old ?? this.transform(ev.object));
+    }
+  }
+
+  /** A watch's ERROR event: true for 410 Gone (relist), else thrown. */
+  private watchError(status: { code?: number; message?: string }): true {
+    if (status.code === 410) {
+      this.resourceVersion = '';
+      return true;
+    }
+    throw new ApiError(
+      status.code ?? 500,
+      'WatchError',
+      `watch error ${status.code}: ${status.message}`,
+      status,
+    );
   }
 
   private transform(obj: T): T {
@@ -478,6 +536,14 @@ export class Informer<T extends KubeObject = KubeObject> {
     }
   }
 }
+
+/** The bookmark that ends a WatchList's initial events. */
+const isInitialEnd = (obj: KubeObject): boolean =>
+  obj.metadata?.annotations?.['k8s.io/initial-events-end'] === 'true';
+
+/** The answer of an apiserver that does not serve WatchList (its feature gate off, or older). */
+const refusesWatchList = (e: unknown): boolean =>
+  e instanceof ApiError && (e.status === 400 || e.status === 422 || e.status === 501);
 
 function addTo(index: Map<string, Set<string>>, value: string, key: string): void {
   let set = index.get(value);

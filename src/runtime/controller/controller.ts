@@ -2,6 +2,7 @@
 // workers hand each key to a Reconciler, and the result decides forget / requeue / back off. It is
 // Aware of clusters (multicluster-runtime's controller): a watch made with watchClusters runs on
 // every engaged cluster, its keys carry their cluster, and it ends when its cluster is disengaged.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { type EventHandler } from '../cache/informer.ts';
 import { errorText } from '../observability/log.ts';
 import type { Cluster } from '../cluster/cluster.ts';
@@ -12,6 +13,9 @@ import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
 import { WorkQueue } from '../workqueue/queue.ts';
 import type { Trigger } from './trigger.ts';
+
+/** How long a worker runs reconciles back to back before it lets the event loop take a turn. */
+const WORKER_SLICE_MS = 10;
 
 export interface Result {
   /** Reconcile this key again after the given delay (its backoff is forgotten). */
@@ -198,7 +202,15 @@ export class Controller implements Aware {
   }
 
   private async worker(signal: AbortSignal): Promise<void> {
+    let turnStarted = performance.now();
     for (;;) {
+      // A backlog of reconciles that read only caches runs as one chain of microtasks: past a
+      // slice, a turn of the event loop lets timers (the Lease's renewal) and sockets (watch
+      // events, answers) in, or a new leader's first pass starves them for its whole length.
+      if (performance.now() - turnStarted > WORKER_SLICE_MS) {
+        await nextTurn();
+        turnStarted = performance.now();
+      }
       const item = await this.queue.get();
       if (item.shutdown) return;
       // Stopping: the backlog is left (a replica that leads next lists everything anew); only the

@@ -351,7 +351,8 @@ export class Manager implements ClusterSet {
       ...(le.renewDeadlineMs ? { renewDeadlineMs: le.renewDeadlineMs } : {}),
       ...(le.retryPeriodMs ? { retryPeriodMs: le.retryPeriodMs } : {}),
       logger: this.log,
-      onStartedLeading: () => this.startLeaderWork(),
+      // A replica stopping (its lease lost, or SIGTERM) holds the Lease again only to release it.
+      onStartedLeading: () => (this.closing.signal.aborted ? undefined : this.startLeaderWork()),
       onNewLeader: () => this.leaderListeners.forEach((fn) => fn()),
       onStoppedLeading: () => {
         if (this.closing.signal.aborted) return;

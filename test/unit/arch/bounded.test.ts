@@ -1,6 +1,7 @@
 // A gated pod whose image read is given up at Berth's own bound across registries (the registry
 // client's Bounded) is retried, and the pod gets a Warning InspectionBounded saying so. Against a
 // stand-in apiserver: the informers' lists and watches, and the events Berth posts.
+import { ApiError } from '../../../src/runtime/client/client.ts';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { archCapability, setupArch } from '../../../src/arch/index.ts';
@@ -60,7 +61,9 @@ test("an inspection given up at Berth's bound across registries puts a Warning I
       return Promise.resolve(method === 'GET' ? list(lists.get(path) ?? []) : (opts.body ?? {}));
     },
     // Watches that send nothing until they are stopped.
-    async *stream(_path: string, opts: { signal?: AbortSignal }) {
+    async *stream(_path: string, opts: { signal?: AbortSignal; query?: Record<string, unknown> }) {
+      // An apiserver without WatchList: the informers list.
+      if (opts.query?.['sendInitialEvents']) throw new ApiError(422, 'Invalid', 'no WatchList', {});
       await new Promise<void>((r) => opts.signal?.addEventListener('abort', () => r(), { once: true }));
       yield* [];
     },

@@ -60,7 +60,9 @@ function apiserver(pods: ArchPod[], listDelayMs = 0) {
       const items = [...stored.values()].filter((p) => p.metadata?.labels?.[STATE_LABEL] !== undefined);
       return Promise.resolve({ ...empty, items: structuredClone(items) });
     },
-    async *stream(path: string, opts: { signal?: AbortSignal }) {
+    async *stream(path: string, opts: { signal?: AbortSignal; query?: Record<string, unknown> }) {
+      // An apiserver without WatchList: the informers list.
+      if (opts.query?.['sendInitialEvents']) throw new ApiError(422, 'Invalid', 'no WatchList', {});
       const aborted = new Promise<void>((r) =>
         opts.signal?.addEventListener('abort', () => r(), { once: true }),
       );

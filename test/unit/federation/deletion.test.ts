@@ -190,7 +190,9 @@ function apiserver(
         items: structuredClone(objects[resourceOf(path)] ?? []),
       };
     },
-    async *stream(path: string, opts: { signal?: AbortSignal }) {
+    async *stream(path: string, opts: { signal?: AbortSignal; query?: Record<string, unknown> }) {
+      // An apiserver without WatchList: the informers list (and wait for `listed`).
+      if (opts.query?.['sendInitialEvents']) throw new ApiError(422, 'Invalid', 'no WatchList', {});
       const resource = resourceOf(path);
       const events = on(feed, resource, opts.signal ? { signal: opts.signal } : {});
       watching.add(resource);

@@ -77,6 +77,8 @@ test('an informer whose watch brings a line past the bound logs it, watches agai
   const informer = new Informer({
     client,
     ref: Resources.namespaces,
+    // This apiserver lists, as one without WatchList.
+    watchList: false,
     backoff: { initialMs: 20, maxMs: 100 },
     logger: pino({ level: 'info' }, { write: (s: string) => void logged.push(s) }),
   });
@@ -115,7 +117,7 @@ test('a list page past the bound is asked again with fewer objects a page, and t
       }),
     );
   });
-  const informer = new Informer({ client, ref: Resources.namespaces, pageSize: 500 });
+  const informer = new Informer({ client, ref: Resources.namespaces, pageSize: 500, watchList: false });
   informer.start();
   t.after(() => informer.stop());
   await informer.waitForSync();

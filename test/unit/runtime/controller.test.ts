@@ -30,3 +30,22 @@ test('a controller without a worker is refused when it is made', () => {
       /workers must be a whole number of at least 1/,
     );
 });
+
+test('a backlog of reconciles that read only caches lets timers in while it runs, not only after', async () => {
+  const keys = 20_000;
+  let reconciled = 0;
+  const controller = new Controller({
+    name: 'backlog-test',
+    workers: 4,
+    // A reconcile that finds nothing to write: no I/O, it resolves at once.
+    reconciler: { reconcile: () => (reconciled++, Promise.resolve()) },
+  });
+  for (let i = 0; i < keys; i++) controller.queue.add(`k${i}`);
+  // A timer due at once (the Lease's renewal, say) must fire while the backlog still runs.
+  const atTimer = new Promise<number>((resolve) => setTimeout(() => resolve(reconciled), 0));
+  await controller.start();
+  const seen = await atTimer;
+  while (reconciled < keys) await sleep(5);
+  await controller.stop();
+  assert.ok(seen < keys, `the timer fired only after all ${keys} reconciles`);
+});

@@ -6,13 +6,29 @@ import { Resources } from '../../../src/runtime/api/meta.ts';
 import { Informer } from '../../../src/runtime/cache/informer.ts';
 import { ApiError, type KubeClient } from '../../../src/runtime/client/client.ts';
 
-/** A client listing `items` (namespaces) and answering every watch with `watch`. */
-function fakeClient(watch: (opts: { signal: AbortSignal }) => AsyncGenerator<never>, items: unknown[] = []) {
+type StreamOptions = { signal: AbortSignal; query: Record<string, unknown> };
+
+/**
+ * A client listing `items` (namespaces) and answering every watch with `watch`; a watch asking for
+ * the initial state (WatchList) is refused as by an apiserver without it.
+ */
+function fakeClient(watch: (opts: StreamOptions) => AsyncGenerator<never>, items: unknown[] = []) {
   return {
     request: () =>
       Promise.resolve({ apiVersion: 'v1', kind: 'NamespaceList', metadata: { resourceVersion: '1' }, items }),
-    stream: (_path: string, opts: { signal: AbortSignal }) => watch(opts),
+    stream: (_path: string, opts: StreamOptions) =>
+      opts.query['sendInitialEvents'] ? refuseWatchList() : watch(opts),
   } as unknown as KubeClient;
+}
+
+// eslint-disable-next-line require-yield
+async function* refuseWatchList(): AsyncGenerator<never> {
+  throw new ApiError(
+    422,
+    'Invalid',
+    'sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled',
+    {},
+  );
 }
 
 /** How many watches an informer opens in a second against `watch`, its backoff starting at 20 ms. */
@@ -115,4 +131,63 @@ test('the lifecycle hears each object enter and leave the cache: replaced, delet
   await informer.stop();
   // A version the cache holds already (a@2 twice) is not cached again.
   assert.deepEqual(heard, ['+a@1', '+b@1', '+a@2', '-a@1', '-b@1', '+c@4', '-a@2', '-c@4']);
+});
+
+test('the initial state streamed (WatchList) fills the cache as it comes, syncs at its bookmark, and a second one deletes what it no longer holds', async () => {
+  const ns = (name: string, rv: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: rv },
+  });
+  const end = (rv: string) => ({
+    type: 'BOOKMARK',
+    object: {
+      kind: 'Namespace',
+      metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } },
+    },
+  });
+  const queries: Record<string, unknown>[] = [];
+  const gate = Promise.withResolvers<void>();
+  const streams = [
+    // The first: a and b, then (once the test has looked) the bookmark, then 410 Gone.
+    async function* () {
+      yield* [
+        { type: 'ADDED', object: ns('a', '7') },
+        { type: 'ADDED', object: ns('b', '5') },
+      ];
+      await gate.promise;
+      yield* [end('9'), { type: 'ERROR', object: { code: 410, message: 'too old' } }];
+    },
+    // The second, after 410: only b is left.
+    async function* (opts: StreamOptions) {
+      yield* [{ type: 'ADDED', object: ns('b', '5') }, end('12')];
+      await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
+    },
+  ];
+  const client = {
+    request: () => assert.fail('a list was sent where the watch streams the state'),
+    stream: (_path: string, opts: StreamOptions) => {
+      queries.push(opts.query);
+      return streams[queries.length - 1]!(opts);
+    },
+  } as unknown as KubeClient;
+  const deleted: string[] = [];
+  const informer = new Informer({ client, ref: Resources.namespaces });
+  informer.addEventHandler({ onDelete: (o) => deleted.push(o.metadata!.name!) });
+  informer.start();
+  while (informer.size < 2) await sleep(5);
+  // Cached as they came, yet not synced before the bookmark, nor resumable from an object's version.
+  assert.equal(informer.hasSynced(), false);
+  assert.equal(informer.lastSyncResourceVersion, '');
+  gate.resolve();
+  await informer.waitForSync();
+  while (queries.length < 2 || informer.get('a')) await sleep(5);
+  await informer.stop();
+  assert.deepEqual(deleted, ['a']);
+  assert.equal(informer.lastSyncResourceVersion, '12');
+  for (const q of queries) {
+    assert.equal(q['sendInitialEvents'], true);
+    assert.equal(q['resourceVersionMatch'], 'NotOlderThan');
+    assert.equal(q['resourceVersion'], undefined);
+  }
 });

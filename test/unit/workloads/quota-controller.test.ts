@@ -46,7 +46,9 @@ function apiserver(objects: Record<string, KubeObject[]>, apply: () => Promise<K
       });
     },
     // A watch that stays open and silent until it is stopped.
-    async *stream(_path: string, opts: { signal?: AbortSignal }) {
+    async *stream(_path: string, opts: { signal?: AbortSignal; query?: Record<string, unknown> }) {
+      // An apiserver without WatchList: the informers list.
+      if (opts.query?.['sendInitialEvents']) throw new ApiError(422, 'Invalid', 'no WatchList', {});
       await new Promise((resolve) => opts.signal?.addEventListener('abort', resolve, { once: true }));
       yield* [];
     },

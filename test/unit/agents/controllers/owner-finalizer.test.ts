@@ -1,3 +1,4 @@
+import { ApiError } from '../../../../src/runtime/client/client.ts';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -51,7 +52,9 @@ function apiserver(objects: Record<string, KubeObject[]>) {
       return Promise.resolve({ apiVersion: 'v1', kind: 'List', metadata: { resourceVersion: '1' }, items });
     },
     // A watch that stays open and silent until it is stopped.
-    async *stream(_path: string, opts: { signal?: AbortSignal }) {
+    async *stream(_path: string, opts: { signal?: AbortSignal; query?: Record<string, unknown> }) {
+      // An apiserver without WatchList: the informers list.
+      if (opts.query?.['sendInitialEvents']) throw new ApiError(422, 'Invalid', 'no WatchList', {});
       await new Promise((resolve) => opts.signal?.addEventListener('abort', resolve, { once: true }));
       yield* [];
     },
