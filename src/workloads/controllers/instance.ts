@@ -47,7 +47,7 @@ import {
   type WorkloadPod,
 } from '../decide.ts';
 import type { QuotaController } from './quota.ts';
-import { instanceSize } from '../resources.ts';
+import { droppedPodResources, instanceSize } from '../resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
@@ -246,8 +246,17 @@ export class InstanceController {
             fieldManager: INSTANCE_MANAGER,
           });
         this.podsSent.expect(key, made.metadata?.resourceVersion, true);
-        if (!inst.status?.conditions?.length) this.podMadeAt.set(key, Date.now());
-        pod = workloadPod(made);
+        const dropped = droppedPodResources(size, made as { spec?: { resources?: unknown } });
+        if (dropped) {
+          // Unsized, the Pod would run outside what quota counted: it goes, and the instance says why.
+          await deleteExact(this.manager.client(), Resources.pods, made);
+          configError = dropped;
+          this.rejected.set(key, { uid, message: dropped, at: Date.now() });
+          result = { requeueAfterMs: REJECTED_RETRY_MS };
+        } else {
+          if (!inst.status?.conditions?.length) this.podMadeAt.set(key, Date.now());
+          pod = workloadPod(made);
+        }
       } catch (e) {
         if (isConflict(e)) {
           // Ours, not cached yet: its add event brings this key back. Anyone else's (a Pod of this
