@@ -5,7 +5,7 @@ import { createServer, type Server } from 'node:net';
 import { run } from 'node:test';
 import { spec } from 'node:test/reporters';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
-import { ensurePrometheus } from '../src/sandbox/build.ts';
+import { defaultKubernetesMinor, ensurePrometheus } from '../src/sandbox/build.ts';
 import { abortOnSignals } from '../src/sandbox/wait.ts';
 import { DEFAULT_ADDRESSES } from '../src/cli/addresses.ts';
 import { parseBindAddress } from '../src/runtime/server/http.ts';
@@ -77,7 +77,9 @@ if (!args.has('--unit-only') && integrationFiles.length > 0) {
   const name = process.env['BERTH_TEST_SANDBOX'] ?? 'test';
   const sandbox = new Sandbox(name);
   const started = Date.now();
-  process.stdout.write(`starting sandbox ${name} (builds the control plane the first time)\n`);
+  process.stdout.write(
+    `starting sandbox ${name} on Kubernetes ${defaultKubernetesMinor()} (builds the control plane the first time)\n`,
+  );
   // The registry (and its build, the first time) only when a file says `test-driver: registry`.
   const registry = integrationFiles.some((f) => readFileSync(f, 'utf8').includes('test-driver: registry'));
   // BERTH_TEST_AUDIT=1: the apiserver logs every service account's requests, and the RBAC audit

@@ -13,6 +13,7 @@ export const EXIT = {
   noCluster: 4,
   refused: 5,
   crdsMissing: 6,
+  unsupportedKubernetes: 7,
 } as const;
 
 const NETWORK = new Set([
@@ -44,6 +45,8 @@ const namesObject = (body: unknown): boolean =>
 export function describeError(e: unknown): { message: string; exitCode: number } {
   const name = (e as Error | undefined)?.name;
   if (name === 'KubeconfigError') return { message: (e as Error).message, exitCode: EXIT.noCluster };
+  if (name === 'UnsupportedKubernetesError')
+    return { message: (e as Error).message, exitCode: EXIT.unsupportedKubernetes };
   if (name === 'ApiError' && e instanceof Error) {
     const api = e as ApiError;
     const resource = berthResource(api.message);

@@ -9,6 +9,7 @@ import { configurationRef, emptyWebhookConfigurations } from '../runtime/webhook
 import { berthNamespace, WEBHOOK_CONFIGURATION } from '../policy/namespace.ts';
 import { controllersOption, runningCapabilities } from '../capability.ts';
 import { berthNamespaceFlag, clusterFlags, listOption, withClient } from '../command/flags.ts';
+import { allowUnsupportedOption, checkKubernetesVersion } from './kubernetes-version.ts';
 import { capabilities } from '../capabilities.ts';
 import { cellRbacManifests, crdManifests, podPatchPolicyManifests, rbacManifests } from '../manifests.ts';
 
@@ -70,9 +71,11 @@ export function installCommand(): Command {
       "only the CRDs (the Helm chart's pre-install and pre-upgrade hook: the chart makes the rest, named after its release)",
       false,
     )
+    .addOption(allowUnsupportedOption())
     .action((o) =>
       withClient(o, async (client) => {
         const log = (s: string) => process.stderr.write(`${s}\n`);
+        await checkKubernetesVersion(client, o.allowUnsupportedKubernetes, (s) => log(`warning: ${s}`));
         await installCrds(client, log);
         if (o.crdsOnly) return;
         await installWebhookConfigurations(client, log);

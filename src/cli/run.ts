@@ -40,6 +40,8 @@ import { DEFAULT_ADDRESSES } from './addresses.ts';
 import { addUi, electedLeader, uiOptions } from './ui.ts';
 import { logOptions, useLogOptions } from './log.ts';
 import { commit, version } from './version.ts';
+import { allowUnsupportedOption, checkKubernetesVersion } from './kubernetes-version.ts';
+import { UnsupportedKubernetesError } from '../runtime/api/version.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
 import {
   berthNamespaceFlag,
@@ -221,7 +223,8 @@ export function runCommand(): Command {
       "install or upgrade Berth's CRDs before starting (needs permission to write CRDs, which the " +
         'generated role grants only with `berth manifests --install-crds`)',
       false,
-    );
+    )
+    .addOption(allowUnsupportedOption());
   for (const opt of logOptions()) cmd.addOption(opt);
   for (const opt of uiOptions(DEFAULT_ADDRESSES.ui)) cmd.addOption(opt);
   for (const c of capabilities) for (const opt of c.options?.() ?? []) cmd.addOption(opt);
@@ -239,6 +242,7 @@ export function runCommand(): Command {
       userAgent: 'berth',
       ...(o.context !== undefined ? { context: o.context } : {}),
     });
+    await checkRunVersion(client, o.allowUnsupportedKubernetes);
     const enabled = runningCapabilities(capabilities, o);
     if (o.installCrds) {
       // Without the CRDs, the capabilities that need them idle and say so; everything else still runs.
@@ -287,6 +291,20 @@ export function runCommand(): Command {
     process.exitCode = await manager.done;
     webhookClient?.close();
   });
+}
+
+/**
+ * The apiserver's version, read once before anything starts: outside the supported range Berth
+ * refuses to start. An apiserver that does not answer yet is no verdict: the manager waits for it.
+ */
+async function checkRunVersion(client: KubeClient, allow: boolean): Promise<void> {
+  try {
+    const v = await checkKubernetesVersion(client, allow, (s) => rootLogger.warn(s));
+    rootLogger.info({ kubernetes: v.gitVersion }, 'apiserver version');
+  } catch (e) {
+    if (e instanceof UnsupportedKubernetesError) throw e;
+    rootLogger.warn({ err: errorText(e) }, "could not read the apiserver's version; not checked");
+  }
 }
 
 /** --shutdown-delay in ms: by default none on loopback, where no Service sends the apiserver here. */

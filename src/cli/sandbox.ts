@@ -1,10 +1,17 @@
 // `berth sandbox`: the local control plane, by hand; with `--cells`, a federation.
 import { SUMMARIES } from '../command/summaries.ts';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { capabilities } from '../capabilities.ts';
 import { capabilityCommands } from '../capability.ts';
 import { cellRbacManifests, rbacManifests } from '../manifests.ts';
-import { ensureBinaries, ensureRegistry } from '../sandbox/build.ts';
+import {
+  DEFAULT_KUBERNETES_MINOR,
+  ensureBinaries,
+  ensureRegistry,
+  KUBERNETES_MINORS,
+  kubernetesMinorOf,
+  supportedKubernetes,
+} from '../sandbox/build.ts';
 import { Federation, SANDBOX_NAMESPACES, type FederationHooks } from '../sandbox/federation.ts';
 import { readNodeFile, parseLabels, parseTaint, type NodeGroupInput } from '../sandbox/nodes.ts';
 import { Sandbox } from '../sandbox/sandbox.ts';
@@ -14,6 +21,18 @@ import { durationOption, listOption } from '../command/flags.ts';
 
 const log = (s: string) => process.stderr.write(`${s}\n`);
 const nameOption = () => new Option('--name <name>', 'sandbox name').default('default');
+/** --kubernetes-version: a minor the sandbox builds (`1.36`, `v1.36`, or its pinned patch). */
+const kubernetesVersionOption = (what: string) =>
+  new Option(
+    '--kubernetes-version <minor>',
+    `Kubernetes minor ${what}: ${Object.keys(KUBERNETES_MINORS).join(', ')}`,
+  )
+    .env('BERTH_KUBERNETES_VERSION')
+    .argParser((v) => {
+      const minor = kubernetesMinorOf(v);
+      if (!minor) throw new InvalidArgumentError(`"${v}": ${supportedKubernetes()}`);
+      return minor;
+    });
 
 /**
  * What a sandbox federation needs of Berth: its CRDs, the roles `berth manifests` prints (`--cell`
@@ -57,11 +76,16 @@ export function sandboxCommand(): Command {
     .command('build')
     .description('Build the control plane binaries from the pinned Go modules (cached; a no-op when built)')
     .option('--registry', 'also build the OCI registry', false)
+    .addOption(kubernetesVersionOption(`to build (default: ${DEFAULT_KUBERNETES_MINOR})`))
     .action(async (o) => {
       const started = Date.now();
       const interrupt = abortOnSignals();
       try {
-        const b = await ensureBinaries(log, interrupt.signal);
+        const b = await ensureBinaries(
+          log,
+          interrupt.signal,
+          o.kubernetesVersion ?? DEFAULT_KUBERNETES_MINOR,
+        );
         if (o.registry) await ensureRegistry(log, interrupt.signal);
         log(`control plane ${b.kubernetesVersion} ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
       } finally {
@@ -89,6 +113,11 @@ export function sandboxCommand(): Command {
       'YAML file of node groups: nodes: [{prefix, count, arch, labels, annotations, taints}]',
     )
     .option('--fresh', 'delete the existing sandbox of this name and start clean', false)
+    .addOption(
+      kubernetesVersionOption(
+        `to run (default: the one the sandbox runs, else ${DEFAULT_KUBERNETES_MINOR}; another needs --fresh)`,
+      ),
+    )
     .option(
       '--registry',
       'also run an OCI registry with token auth on 127.0.0.1 (building it the first time)',
@@ -144,7 +173,13 @@ export function sandboxCommand(): Command {
           taints: (o.nodeTaint as string[]).map(parseTaint),
         });
       }
-      const upOptions = { nodes: groups, fresh: o.fresh, registry: o.registry, audit: o.audit };
+      const upOptions = {
+        nodes: groups,
+        fresh: o.fresh,
+        registry: o.registry,
+        audit: o.audit,
+        ...(o.kubernetesVersion ? { kubernetesVersion: o.kubernetesVersion as string } : {}),
+      };
       const federation = o.cells === undefined ? undefined : new Federation(o.name);
       const sb = federation?.management ?? new Sandbox(o.name);
       const started = Date.now();
@@ -172,7 +207,9 @@ export function sandboxCommand(): Command {
             `cell ${c.name} (${c.city}): sandbox ${c.sandbox.name} at ${c.sandbox.server}, its Berth running`,
           );
       }
-      log(`sandbox ${sb.name} is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`);
+      log(
+        `sandbox ${sb.name} (Kubernetes ${sb.kubernetesVersion}) is up in ${((Date.now() - started) / 1000).toFixed(1)} s: ${sb.server}`,
+      );
       log(`kubectl --kubeconfig ${sb.kubeconfigPath} get nodes`);
       const r = sb.registry;
       if (r) {
@@ -234,6 +271,7 @@ export function sandboxCommand(): Command {
             exists: true,
             name: sb.name,
             server: sb.server,
+            kubernetesVersion: sb.kubernetesVersion,
             ready,
             kubeconfig: sb.kubeconfigPath,
             processes: procs,
@@ -242,7 +280,9 @@ export function sandboxCommand(): Command {
           }) + '\n',
         );
       } else {
-        process.stdout.write(`sandbox ${sb.name}: ${ready ? 'ready' : 'not ready'} at ${sb.server}\n`);
+        process.stdout.write(
+          `sandbox ${sb.name}: ${ready ? 'ready' : 'not ready'} at ${sb.server} (Kubernetes ${sb.kubernetesVersion})\n`,
+        );
         for (const p of procs) {
           process.stdout.write(
             `  ${p.name.padEnd(24)} ${p.running ? `running pid ${p.pid}` : 'stopped'}  port ${p.port}\n`,

@@ -43,9 +43,68 @@ const kubeVersionFlags = (v: string): string => {
     .join(' ');
 };
 
+/**
+ * The Kubernetes minors the sandbox builds, newest first (the first is the default): each its
+ * wrapper module under controlplane/ and the etcd wrapper of the etcd minor that upstream release
+ * pins (build/dependencies.yaml), at its newest patch; minors that pin the same etcd share its build.
+ * kwok, a client of the apiserver, is one build for all.
+ */
+export const KUBERNETES_MINORS = {
+  '1.37': { kubernetes: 'kubernetes-1.37', etcd: 'etcd-3.7' },
+  '1.36': { kubernetes: 'kubernetes-1.36', etcd: 'etcd-3.6' },
+  '1.35': { kubernetes: 'kubernetes-1.35', etcd: 'etcd-3.6' },
+} as const;
+
+export type KubernetesMinor = keyof typeof KUBERNETES_MINORS;
+
+export const DEFAULT_KUBERNETES_MINOR: KubernetesMinor = '1.37';
+
+/**
+ * The minor a version names: `1.36`, `v1.36` or the pinned patch `1.36.3`; undefined for a version
+ * the sandbox does not build.
+ */
+export function kubernetesMinorOf(version: string): KubernetesMinor | undefined {
+  const m = /^v?(1\.\d+)(\.\d+)?$/.exec(version.trim());
+  if (!m || !Object.hasOwn(KUBERNETES_MINORS, m[1]!)) return undefined;
+  const minor = m[1] as KubernetesMinor;
+  return !m[2] || `v${version.trim().replace(/^v/, '')}` === kubernetesVersion(minor) ? minor : undefined;
+}
+
+/**
+ * The minor a sandbox is made with when none is asked for: `BERTH_KUBERNETES_VERSION` (the test
+ * driver's and the matrix's), else the newest.
+ */
+export function defaultKubernetesMinor(env: NodeJS.ProcessEnv = process.env): KubernetesMinor {
+  const asked = env['BERTH_KUBERNETES_VERSION'];
+  if (!asked) return DEFAULT_KUBERNETES_MINOR;
+  const minor = kubernetesMinorOf(asked);
+  if (!minor) throw new BuildError(`BERTH_KUBERNETES_VERSION=${asked}: ${supportedKubernetes()}`);
+  return minor;
+}
+
+/** What the sandbox builds, for an error about a version it does not. */
+export const supportedKubernetes = (): string =>
+  `the sandbox builds Kubernetes ${Object.keys(KUBERNETES_MINORS)
+    .map((m) => `${m} (${kubernetesVersion(m as KubernetesMinor)})`)
+    .join(', ')}`;
+
+/** The Kubernetes and etcd components of a minor: the shared definitions on that minor's wrappers. */
+function controlPlaneOf(minor: KubernetesMinor): { kubernetes: Component; etcd: Component } {
+  const modules = KUBERNETES_MINORS[minor];
+  return {
+    kubernetes: { ...components.kubernetes, module: modules.kubernetes },
+    etcd: { ...components.etcd, module: modules.etcd },
+  };
+}
+
+/** The patch release a minor's wrapper pins (`v1.37.2`). */
+export const kubernetesVersion = (minor: KubernetesMinor): string =>
+  pinnedVersion(controlPlaneOf(minor).kubernetes);
+
 export const components = {
+  // The module folders of these two are each minor's (KUBERNETES_MINORS); these are the default's.
   kubernetes: {
-    module: 'kubernetes',
+    module: KUBERNETES_MINORS[DEFAULT_KUBERNETES_MINOR].kubernetes,
     pin: 'k8s.io/kubernetes',
     packages: ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubectl'].map(
       (c) => `k8s.io/kubernetes/cmd/${c}`,
@@ -53,7 +112,7 @@ export const components = {
     ldflags: kubeVersionFlags,
   },
   etcd: {
-    module: 'etcd',
+    module: KUBERNETES_MINORS[DEFAULT_KUBERNETES_MINOR].etcd,
     pin: 'go.etcd.io/etcd/server/v3',
     packages: ['go.etcd.io/etcd/server/v3'],
     rename: { server: 'etcd' },
@@ -144,8 +203,7 @@ function pinnedVersion(c: Component): string {
 }
 
 /** The cache folder of a component: its version plus a hash of everything that decides the build. */
-export function componentDir(name: ComponentName): string {
-  const c: Component = components[name];
+export function componentDir(name: ComponentName, c: Component = components[name]): string {
   const src = join(controlPlaneSourceDir(), c.module);
   const h = createHash('sha256');
   // A wrapper's own Go files (the registry's main package) decide the build as much as its pins.
@@ -250,9 +308,9 @@ async function buildComponent(
   name: ComponentName,
   log: (s: string) => void,
   signal?: AbortSignal,
+  c: Component = components[name],
 ): Promise<string> {
-  const dir = componentDir(name);
-  const c: Component = components[name];
+  const dir = componentDir(name, c);
   const version = pinnedVersion(c);
   for (
     let pid = otherBuilder(dir);
@@ -318,13 +376,18 @@ async function buildComponent(
   return dir;
 }
 
-/** Builds what is missing (in sequence: two cores are better spent on one link at a time) and returns the paths. */
+/**
+ * Builds what `minor`'s control plane misses (in sequence: two cores are better spent on one link
+ * at a time) and returns the paths.
+ */
 export async function ensureBinaries(
   log: (s: string) => void = () => {},
   signal?: AbortSignal,
+  minor: KubernetesMinor = defaultKubernetesMinor(),
 ): Promise<Binaries> {
-  const k8s = await buildComponent('kubernetes', log, signal);
-  const etcd = await buildComponent('etcd', log, signal);
+  const cp = controlPlaneOf(minor);
+  const k8s = await buildComponent('kubernetes', log, signal, cp.kubernetes);
+  const etcd = await buildComponent('etcd', log, signal, cp.etcd);
   const kwok = await buildComponent('kwok', log, signal);
   return {
     etcd: join(etcd, 'etcd'),
@@ -334,7 +397,7 @@ export async function ensureBinaries(
     kubectl: join(k8s, 'kubectl'),
     kwok: join(kwok, 'kwok'),
     kwokStages: (components.kwok.files ?? []).map((f) => join(kwok, f.split('/').pop()!)),
-    kubernetesVersion: pinnedVersion(components.kubernetes),
+    kubernetesVersion: pinnedVersion(cp.kubernetes),
   };
 }
 

@@ -33,7 +33,7 @@ export interface FederationUpOptions extends Pick<UpOptions, 'log' | 'signal' | 
   /** The management plane's namespaces the cells serve (default SANDBOX_NAMESPACES). */
   namespaces?: readonly string[];
   /** What the management plane's own `up` is given (its nodes, its registry). */
-  management?: Pick<UpOptions, 'nodes' | 'registry' | 'fresh' | 'audit'>;
+  management?: Pick<UpOptions, 'nodes' | 'registry' | 'fresh' | 'audit' | 'kubernetesVersion'>;
   /**
    * Who grants the cells' instances quota (their Berths' --quota-source): each cell from its own
    * Quotas (local, the default), or the management plane's quota controller from its Quotas,
@@ -131,6 +131,8 @@ export class Federation {
         const say = (s: string) => log(`${sandbox.name}: ${s}`);
         await sandbox.up({
           nodes: [{ prefix: `${name}-node`, count: opts.cellNodes ?? 2 }],
+          // The cells run the management plane's Kubernetes.
+          ...(mgmt.kubernetesVersion ? { kubernetesVersion: mgmt.kubernetesVersion } : {}),
           log: say,
           timeoutMs,
           ...(opts.signal ? { signal: opts.signal } : {}),

@@ -20,7 +20,16 @@ import { join } from 'node:path';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { KubeClient, type ClientOptions } from '../runtime/client/client.ts';
 import { DNS1123_LABEL, Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { ensureBinaries, ensureRegistry, type Binaries } from './build.ts';
+import {
+  defaultKubernetesMinor,
+  ensureBinaries,
+  ensureRegistry,
+  kubernetesMinorOf,
+  kubernetesVersion,
+  supportedKubernetes,
+  type Binaries,
+  type KubernetesMinor,
+} from './build.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { createNodes, nodeNames, type NodeGroupInput } from './nodes.ts';
@@ -70,8 +79,14 @@ export interface UpOptions {
   timeoutMs?: number;
   /** Stops the build or the start-up; whatever this `up` started is stopped again. */
   signal?: AbortSignal;
+  /**
+   * The Kubernetes minor (`1.35`, `v1.36`, the pinned `1.37.2`): a new sandbox's, or the one an
+   * existing sandbox runs (another needs `fresh`). Default: the one it runs, else
+   * defaultKubernetesMinor().
+   */
+  kubernetesVersion?: string;
   /** Provides the binaries (default: build what is missing); tests inject a slow or broken one. */
-  build?: (log: (s: string) => void, signal?: AbortSignal) => Promise<Binaries>;
+  build?: (log: (s: string) => void, signal?: AbortSignal, minor?: KubernetesMinor) => Promise<Binaries>;
   /** Also run the OCI registry and its token service (building the registry the first time). */
   registry?: boolean;
   /** Provides the registry binary (default: build it if missing). */
@@ -114,6 +129,11 @@ export class Sandbox {
   /** The audit log kube-apiserver writes when the sandbox was started with `audit`. */
   get auditLogPath(): string {
     return auditLogPath(this.dir);
+  }
+
+  /** The Kubernetes release it runs (`v1.37.2`); undefined before its first start. */
+  get kubernetesVersion(): string | undefined {
+    return this.state?.kubernetesVersion;
   }
 
   get exists(): boolean {
@@ -168,7 +188,7 @@ export class Sandbox {
     const log = opts.log ?? (() => {});
     const { signal } = opts;
     if (opts.fresh) await this.destroy();
-    const binaries = await (opts.build ?? ensureBinaries)(log, signal);
+    const binaries = await (opts.build ?? ensureBinaries)(log, signal, this.minorFor(opts.kubernetesVersion));
     // A registry this sandbox ran runs again after `down`, asked for or not, as its Berth does.
     const registry =
       opts.registry || this.state?.registry
@@ -211,6 +231,24 @@ export class Sandbox {
       }
       throw e;
     }
+  }
+
+  /** The minor `up` runs: the one asked for, which must be the one an existing sandbox runs. */
+  private minorFor(asked: string | undefined): KubernetesMinor {
+    const minor = asked === undefined ? undefined : kubernetesMinorOf(asked);
+    if (asked !== undefined && !minor) throw new Error(`Kubernetes ${asked}: ${supportedKubernetes()}`);
+    const runs = this.state && kubernetesMinorOf(this.state.kubernetesVersion);
+    if (this.state && !runs)
+      throw new Error(
+        `sandbox ${this.name} runs Kubernetes ${this.state.kubernetesVersion}, which this Berth no longer ` +
+          `builds (${supportedKubernetes()}): start it again with --fresh (its data goes)`,
+      );
+    if (minor && runs && minor !== runs)
+      throw new Error(
+        `sandbox ${this.name} runs Kubernetes ${this.state!.kubernetesVersion}; to run ${kubernetesVersion(minor)} ` +
+          `instead, start it again with --fresh (its data goes), or give it another --name`,
+      );
+    return minor ?? runs ?? defaultKubernetesMinor();
   }
 
   private async registryRunning(): Promise<boolean> {

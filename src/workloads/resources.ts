@@ -102,3 +102,20 @@ export function instanceSize(
   if (pod.cpu !== undefined || pod.memory !== undefined) size.pod = pod;
   return size;
 }
+
+/**
+ * Why the Pod the apiserver made is not the one sent: it dropped the pod-level resources the
+ * instance type sizes, as an apiserver does with a field of a feature turned off (PodLevelResources,
+ * on by default since Kubernetes 1.34). Undefined when it kept them, or none were sent.
+ */
+export function droppedPodResources(
+  sent: Size,
+  made: { spec?: { resources?: unknown } },
+): string | undefined {
+  if (!sent.pod || made.spec?.resources) return undefined;
+  return (
+    "the apiserver dropped the Pod's pod-level resources (spec.resources), which the instance type " +
+    "sizes: the cluster's PodLevelResources feature is off. Turn it on, or give the template's " +
+    'containers their own cpu and memory'
+  );
+}

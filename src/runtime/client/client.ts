@@ -5,6 +5,7 @@ import https from 'node:https';
 import { createSecureContext } from 'node:tls';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { restMetrics } from '../observability/metrics.ts';
+import { apiWarnings } from './warnings.ts';
 import { defaultAccess, kubeconfigFileAccess, type ClusterAccess, type TlsMaterial } from './kubeconfig.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
 
@@ -245,7 +246,11 @@ export class KubeClient {
           req.destroy(new Error(`no data for ${opts.idleTimeoutMs} ms`)),
         );
       }
-      req.on('response', resolve);
+      req.on('response', (res) => {
+        const warnings = res.headersDistinct['warning'];
+        if (warnings) apiWarnings.note(this.server.host, warnings);
+        resolve(res);
+      });
       req.on('error', reject);
       req.end(payload);
     });

@@ -219,6 +219,13 @@ export const restMetrics = {
     'API writes (every method but GET) answered, by method, resource (with its subresource) and host',
     ['method', 'resource', 'host'],
   ),
+  // The apiserver's Warning headers (deprecated APIs, fields it dropped or did not know): the first
+  // of each text is logged, every one counted, so an upgrade's new deprecations show on a dashboard.
+  warnings: counter(
+    'berth_api_warnings_total',
+    'Warnings the apiserver returned in Warning response headers (each text logged once), by host',
+    ['host'],
+  ),
   // From the request sent to its answer read whole: what a controller's pass waits on a write.
   latency: histogram(
     'rest_client_request_duration_seconds',

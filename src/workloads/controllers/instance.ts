@@ -52,7 +52,7 @@ import {
   statusActions,
   type PodOutcome,
 } from '../decide/instance-actions.ts';
-import { instanceSize, type Size } from '../resources.ts';
+import { droppedPodResources, instanceSize, type Size } from '../resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
@@ -237,6 +237,13 @@ export class InstanceReconciler {
           fieldManager: INSTANCE_MANAGER,
         });
       this.podsSent.expect(key, made.metadata?.resourceVersion, true);
+      const dropped = droppedPodResources(size, made as { spec?: { resources?: unknown } });
+      if (dropped) {
+        // Unsized, the Pod would run outside what quota counted: it goes, and the instance says why.
+        await deleteExact(this.manager.client(), Resources.pods, made);
+        this.rejected.set(key, { uid, message: dropped, at: Date.now() });
+        return { pod: undefined, configError: dropped, retryAfterMs: REJECTED_RETRY_MS };
+      }
       if (!inst.status?.conditions?.length) this.podMadeAt.set(key, Date.now());
       return { pod: workloadPod(made) };
     } catch (e) {

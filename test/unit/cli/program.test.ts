@@ -8,6 +8,7 @@ import { berthErrorLine, describeError, EXIT, usageExitCode } from '../../../src
 import { explainers } from '../../../src/explain.ts';
 import { ApiError } from '../../../src/runtime/client/client.ts';
 import { KubeconfigError } from '../../../src/runtime/client/kubeconfig.ts';
+import { UnsupportedKubernetesError } from '../../../src/runtime/api/version.ts';
 
 const help = async (only?: string | null) => {
   const p = await berthProgram(only);
@@ -77,6 +78,10 @@ test('errors say what failed in a user’s words, with their exit code', () => {
     { message: `forbidden: ${refused} (GET /apis/berth.dev/v1alpha1/cells)`, exitCode: EXIT.refused },
   );
   assert.equal(describeError(new KubeconfigError('no kubeconfig')).exitCode, EXIT.noCluster);
+  assert.deepEqual(describeError(new UnsupportedKubernetesError('the apiserver runs Kubernetes v1.34.4')), {
+    message: 'the apiserver runs Kubernetes v1.34.4',
+    exitCode: EXIT.unsupportedKubernetes,
+  });
   const refusedConnection = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), {
     code: 'ECONNREFUSED',
   });
