@@ -1,5 +1,5 @@
 // `npm run cli-binary`: the `berth` command as one file per platform, needing neither Node.js nor
-// the sources (decision 0045h). esbuild bundles src/cli/main.ts and its dependencies into one
+// the sources (decision 0045). esbuild bundles src/cli/main.ts and its dependencies into one
 // CommonJS script, with the version and commit baked in; Node's single executable applications turn
 // it into a blob (`node --experimental-sea-config`, on the locked Node.js, which the binaries are
 // too), and postject injects that blob into a copy of each platform's `node` from its npm package

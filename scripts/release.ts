@@ -1,6 +1,6 @@
 // `npm run release -- --version X.Y.Z --registry REGISTRY --key cosign.key`: a release of Berth from
 // the commit tagged vX.Y.Z, on a clean tree whose package.json and Chart.yaml (version and
-// appVersion) say X.Y.Z (decision 0045h). Into --out (default dist/release/X.Y.Z):
+// appVersion) say X.Y.Z (decision 0045). Into --out (default dist/release/X.Y.Z):
 //   - the image, REGISTRY/berth:X.Y.Z (linux/amd64 and linux/arm64, scripts/image.ts), pushed;
 //   - the chart, its values naming that image by digest, packaged and pushed with `helm push` to
 //     oci://REGISTRY/charts (so `helm install berth oci://REGISTRY/charts/berth --version X.Y.Z`);
