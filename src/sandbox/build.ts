@@ -31,6 +31,21 @@ export interface Component {
   tags?: string[];
 }
 
+/**
+ * The Kubernetes version `helm template` and `helm lint` assume without a cluster, set as Helm's
+ * Makefile sets it (from the client-go it builds with): left out, Helm assumes 1.20, below the
+ * chart's kubeVersion.
+ */
+function helmKubeVersionFlags(): string {
+  const minor = pinnedVersion({ module: 'helm', pin: 'k8s.io/client-go' }).split('.')[1];
+  return ['pkg/chartutil', 'pkg/lint/rules']
+    .flatMap((p) => [
+      `-X helm.sh/helm/v3/${p}.k8sVersionMajor=1`,
+      `-X helm.sh/helm/v3/${p}.k8sVersionMinor=${minor}`,
+    ])
+    .join(' ');
+}
+
 const kubeVersionFlags = (v: string): string => {
   const [major, minor] = v.replace(/^v/, '').split('.');
   return ['k8s.io/component-base/version', 'k8s.io/client-go/pkg/version']
@@ -144,7 +159,7 @@ export const components = {
     module: 'helm',
     pin: 'helm.sh/helm/v3',
     packages: ['helm.sh/helm/v3/cmd/helm'],
-    ldflags: (v) => `-X helm.sh/helm/v3/internal/version.version=${v}`,
+    ldflags: (v) => `-X helm.sh/helm/v3/internal/version.version=${v} ${helmKubeVersionFlags()}`,
   },
   // Prometheus and promtool, to check Berth's alerting rules and to scrape Berth in a test with them
   // loaded. Built only when a test asks; remove_all_sd leaves out every service discovery but file
@@ -190,7 +205,7 @@ export class BuildError extends Error {
   override name = 'BuildError';
 }
 
-function pinnedVersion(c: Component): string {
+function pinnedVersion(c: Pick<Component, 'module' | 'pin'>): string {
   const gomod = readFileSync(join(controlPlaneSourceDir(), c.module, 'go.mod'), 'utf8');
   // A `require` line, or a line of a require block: `[require] <module> <version>`.
   const version = gomod

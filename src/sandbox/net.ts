@@ -92,6 +92,19 @@ const PICK_FROM = 20000;
  * ephemeral port as its own (CI once saw a sandbox's kube-controller-manager fail that way).
  */
 export async function freePorts(n: number, prefer: readonly number[] = []): Promise<number[]> {
+  const ports = await holdFreePorts(n, prefer);
+  for (const p of ports) handedOut.add(p);
+  return ports;
+}
+
+/**
+ * Ports this process has handed out: a picked port is closed until its process binds it, and a
+ * sandbox starting beside it in the same process (`sandbox up --cells` starts its cells at once)
+ * must not pick it meanwhile (CI once saw a cell's Berth fail on a port its sibling had taken).
+ */
+const handedOut = new Set<number>();
+
+async function holdFreePorts(n: number, prefer: readonly number[]): Promise<number[]> {
   const listen = (port: number) =>
     new Promise<Server>((resolve, reject) => {
       const s = createServer();
@@ -102,6 +115,7 @@ export async function freePorts(n: number, prefer: readonly number[] = []): Prom
   const pick = async () => {
     for (let i = 0; floor - PICK_FROM > 1000 && i < 50; i++) {
       const port = PICK_FROM + Math.floor(Math.random() * (floor - PICK_FROM));
+      if (handedOut.has(port)) continue;
       const s = await listen(port).catch(() => undefined);
       if (s) return s;
     }
