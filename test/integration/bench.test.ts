@@ -56,6 +56,7 @@ const tiny: Record<string, string[]> = {
   'bench:federation': ['--cells', '2', '--workloads', '2', '--replicas', '1', '--samples', '2'],
   'bench:writes': ['--writes', '32', '--lanes', '4'],
   'bench:cli': ['--rounds', '1', '--runs', '2'],
+  'bench:scale': ['--nodes', '6', '--pods', '40', '--probes', '2', '--changes', '2', '--idle-seconds', '2'],
 };
 
 describe('benchmarks end with one JSON object', () => {
