@@ -1,6 +1,5 @@
-// test-driver: registry
-// test-driver: alone — Helm's hooks and `berth uninstall` take back what Berth's field managers own
-// on every node and delete Berth's CRDs, which would pull them from under the files beside it.
+// test-driver: alone — two releases (image builds, Go and Node bundling) load both cores, which would
+// slow the timed files beside it.
 //
 // A release, installed the way docs/getting-started/install.md says, with nothing from the checkout.
 // Two releases are made into the sandbox's registry by `npm run release` (scripts/release.ts), each
@@ -29,11 +28,15 @@ import { NodeLabelRule } from '../../src/labels/types.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { ensureCosign, ensureHelm } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import { testSandbox, uniqueName } from '../helpers/cluster.ts';
+import { Sandbox } from '../../src/sandbox/sandbox.ts';
+import type { KubeClient } from '../../src/runtime/client/client.ts';
+import { uniqueName } from '../helpers/cluster.ts';
 import { releasePlace } from '../helpers/helm.ts';
 
-const sandbox = testSandbox();
-const client = sandbox.client();
+// A sandbox of its own: what other files leave cluster-wide (a ClusterRole named berth) would stop a
+// release named berth from installing, and a user installs into a cluster without them.
+const sandbox = new Sandbox(uniqueName('release'));
+let client: KubeClient;
 const root = packageRoot();
 const PREVIOUS = '0.0.1';
 const CURRENT = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }).version;
@@ -85,8 +88,10 @@ function makeRelease(version: string, key: string): void {
 
 before(
   async () => {
+    await sandbox.up({ fresh: true, registry: true });
+    client = sandbox.client();
     const registry = sandbox.registry;
-    assert.ok(registry, 'the test sandbox runs a registry (this file says test-driver: registry)');
+    assert.ok(registry, 'the sandbox runs a registry');
     const [helm, cosign] = [await ensureHelm(), await ensureCosign()];
     cosignPath = cosign;
     const keys = join(work, 'keys');
@@ -115,7 +120,8 @@ before(
 
 after(async () => {
   await place?.remove();
-  client.close();
+  client?.close();
+  await sandbox.destroy();
   rmSync(work, { recursive: true, force: true });
 });
 

@@ -183,9 +183,12 @@ export function roleBinding(
 
 /**
  * What every authenticated user may do in a cluster with the default roles (system:basic-user,
- * system:discovery, system:public-info-viewer): never more than a role needs.
+ * system:discovery, system:public-info-viewer), and every ServiceAccount where the ClusterTrustBundle
+ * feature is on (system:cluster-trust-bundle-discovery; the feature is GA and on since Kubernetes 1.37): never
+ * more than a role needs.
  */
 export const EVERYONE_RULES: PolicyRule[] = [
+  { apiGroups: ['certificates.k8s.io'], resources: ['clustertrustbundles'], verbs: ['get', 'list', 'watch'] },
   {
     apiGroups: ['authorization.k8s.io'],
     resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews'],
