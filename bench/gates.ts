@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { podReady } from '../src/gates/decide/requirements.ts';
-import { gateAnnotations, NodeStartupGate } from '../src/gates/types.ts';
+import { gateAnnotations } from '../src/gates/types.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
@@ -26,6 +26,7 @@ import {
   benchSandbox,
   buildGoProgram,
   createBoundPods,
+  createWarmupGate,
   forEachLimit,
   nodeCreateReview,
   percentile,
@@ -62,32 +63,7 @@ const sb = await benchSandbox('bench-gates');
 const client = sb.client({ maxInFlight: 64 });
 await installCrds(client);
 await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-await client.create(Resources.daemonSets, {
-  apiVersion: 'apps/v1',
-  kind: 'DaemonSet',
-  metadata: { name: 'warmup', namespace: NS },
-  spec: {
-    selector: { matchLabels: { app: 'warmup' } },
-    template: {
-      metadata: { labels: { app: 'warmup' } },
-      spec: {
-        nodeSelector: { [POOL]: 'gated' },
-        tolerations: [{ key: TAINT, operator: 'Exists', effect: 'NoSchedule' }],
-        containers: [{ name: 'warm', image: 'registry.example/warmup:1' }],
-      },
-    },
-  },
-});
-await client.create(NodeStartupGate.ref, {
-  apiVersion: NodeStartupGate.apiVersion,
-  kind: NodeStartupGate.kind,
-  metadata: { name: 'warmup' },
-  spec: {
-    taint: { key: TAINT, value: 'warmup', effect: 'NoSchedule' },
-    nodeSelector: { matchLabels: { [POOL]: 'gated' } },
-    requirements: { pods: [{ namespace: NS, daemonSet: 'warmup' }] },
-  },
-});
+await createWarmupGate(client, { name: 'warmup', namespace: NS, nodeLabel: POOL, taint: TAINT });
 
 const berth = await startBerth(sb, ['--controllers=gates'], { imageRuntime: true });
 const hook = await registeredWebhook(client, (n) => n === 'nodes.gates.berth.dev');

@@ -8,6 +8,7 @@ import https from 'node:https';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { isDeepStrictEqual } from 'node:util';
+import { NodeStartupGate } from '../src/gates/types.ts';
 import { checkGo } from '../src/sandbox/build.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { Sandbox, type UpOptions } from '../src/sandbox/sandbox.ts';
@@ -653,3 +654,40 @@ export function profileApiserver(client: KubeClient, dir: string | undefined, ph
   };
 }
 const PROFILE_SECONDS = 2;
+
+/**
+ * A NodeStartupGate on the nodes labelled `nodeLabel: gated`, released once the warm-up
+ * DaemonSet's pod (in `namespace`, tolerating the gate's taint) is Ready on the node: the gate
+ * benchmarks' workload.
+ */
+export async function createWarmupGate(
+  client: KubeClient,
+  o: { name: string; namespace: string; nodeLabel: string; taint: string },
+): Promise<void> {
+  await client.create(Resources.daemonSets, {
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: { name: 'warmup', namespace: o.namespace },
+    spec: {
+      selector: { matchLabels: { app: 'warmup' } },
+      template: {
+        metadata: { labels: { app: 'warmup' } },
+        spec: {
+          nodeSelector: { [o.nodeLabel]: 'gated' },
+          tolerations: [{ key: o.taint, operator: 'Exists', effect: 'NoSchedule' }],
+          containers: [{ name: 'warm', image: 'registry.example/warmup:1' }],
+        },
+      },
+    },
+  });
+  await client.create(NodeStartupGate.ref, {
+    apiVersion: NodeStartupGate.apiVersion,
+    kind: NodeStartupGate.kind,
+    metadata: { name: o.name },
+    spec: {
+      taint: { key: o.taint, value: 'warmup', effect: 'NoSchedule' },
+      nodeSelector: { matchLabels: { [o.nodeLabel]: 'gated' } },
+      requirements: { pods: [{ namespace: o.namespace, daemonSet: 'warmup' }] },
+    },
+  });
+}

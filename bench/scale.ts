@@ -24,7 +24,6 @@ import { parseArgs } from 'node:util';
 import { AgentPlacement } from '../src/agents/types.ts';
 import { ArchPlacement } from '../src/arch/types.ts';
 import { installCrds } from '../src/cli/install.ts';
-import { NodeStartupGate } from '../src/gates/types.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
 import { podReady } from '../src/gates/decide/requirements.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
@@ -37,6 +36,7 @@ import {
   berthWrites,
   buildGoProgram,
   createBoundPods,
+  createWarmupGate,
   goClientArgs,
   percentile,
   report,
@@ -145,33 +145,12 @@ report(result);
 
 async function createPolicies(): Promise<void> {
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-  // The gate's warm pod: one on every gated node, tolerating the gate's taint.
-  await client.create(Resources.daemonSets, {
-    apiVersion: 'apps/v1',
-    kind: 'DaemonSet',
-    metadata: { name: 'warmup', namespace: NS },
-    spec: {
-      selector: { matchLabels: { app: 'warmup' } },
-      template: {
-        metadata: { labels: { app: 'warmup' } },
-        spec: {
-          nodeSelector: { [GATED]: 'gated' },
-          tolerations: [{ key: TAINT, operator: 'Exists', effect: 'NoSchedule' }],
-          containers: [{ name: 'warm', image: 'registry.example/warmup:1' }],
-        },
-      },
-    },
-  });
+  await createWarmupGate(client, { name: 'bench', namespace: NS, nodeLabel: GATED, taint: TAINT });
   const make = (ref: typeof NodeLabelRule.ref, kind: string, apiVersion: string, spec: object) =>
     client.create(ref, { apiVersion, kind, metadata: { name: 'bench' }, spec });
   await make(NodeLabelRule.ref, 'NodeLabelRule', NodeLabelRule.apiVersion, {
     match: { allOf: [{ label: INPUT, operator: 'Exists' }] },
     labels: { [DERIVED]: 'true' },
-  });
-  await make(NodeStartupGate.ref, NodeStartupGate.kind, NodeStartupGate.apiVersion, {
-    taint: { key: TAINT, value: 'warmup', effect: 'NoSchedule' },
-    nodeSelector: { matchLabels: { [GATED]: 'gated' } },
-    requirements: { pods: [{ namespace: NS, daemonSet: 'warmup' }] },
   });
   await make(AgentPlacement.ref, AgentPlacement.kind, AgentPlacement.apiVersion, {
     podSelector: { matchLabels: { app: 'bench-worker' } },
