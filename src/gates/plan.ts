@@ -7,7 +7,7 @@ import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { parseGates } from './decide/parse.ts';
 import { decideGates } from './decide/state.ts';
-import { formatTaint, holds } from '../policy/nodes/plan.ts';
+import { formatTaint, holds } from '../policy/nodes/write.ts';
 import { NodeStartupGate } from './types.ts';
 
 type PodWithTolerations = KubeObject & {
