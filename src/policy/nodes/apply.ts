@@ -9,7 +9,14 @@ import { isConflict, type KubeClient } from '../../runtime/client/client.ts';
 import { errorText } from '../../runtime/observability/log.ts';
 import type { Spacing } from '../../runtime/controller/spacing.ts';
 import { CasNodeWriter, taintPatch, type NodeEvents, type NodeWriterOptions } from './cas.ts';
-import { changedKeys, leaveAsIs, nodeState, nodeWriteFor, type NodeOutputs, type NodeWrite } from './write.ts';
+import {
+  changedKeys,
+  leaveAsIs,
+  nodeState,
+  nodeWriteFor,
+  type NodeOutputs,
+  type NodeWrite,
+} from './write.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
 
 /** What a sync did: the write, whether it wrote, and whether to sync again (ApplyNodeWriter.sync). */
@@ -68,7 +75,8 @@ export class ApplyNodeWriter {
     const loop = retryAfterMs === undefined ? {} : { retryAfterMs };
     if (held.length) {
       write = nodeWriteFor(state, leaveAsIs(state, desired, held));
-      if (write.inSync || pending?.write === writeKey(write).write) return { ...write, wrote: false, ...loop };
+      if (write.inSync || pending?.write === writeKey(write).write)
+        return { ...write, wrote: false, ...loop };
     }
     const key = writeKey(write);
     // Only annotations change (judged against a write still on its way, if any): this may wait.
