@@ -1,6 +1,6 @@
 // Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
 // node should carry. The controller feeds these from its caches and applies the result.
-import type { NodeOutputs } from '../policy/nodes/plan.ts';
+import type { NodeOutputs } from '../policy/nodes/write.ts';
 import type { KeyClaim, KeyPattern } from '../policy/nodes/ownership.ts';
 import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';

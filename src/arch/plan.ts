@@ -7,7 +7,7 @@
 // never from a registry the policy does not list. An image read neither way is unknown, with why.
 import { isDeepStrictEqual } from 'node:util';
 import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
-import { formatTaint } from '../policy/nodes/plan.ts';
+import { formatTaint } from '../policy/nodes/write.ts';
 import { RegistryClient } from '../registry/index.ts';
 import { InspectionError, type ImageInspector, type Inspection, type Platform } from '../registry/types.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';

@@ -106,6 +106,26 @@ export async function joinCell(
   const text = await readFile(file, 'utf8').catch((e: unknown) => {
     throw new Error(`cannot read ${file}: ${errorText(e)}`);
   });
+  const { probe, origin } = await probeJoining(name, file, text, o, check);
+  await registerCell(name, text, locations, o);
+  return (
+    `cell ${name} joined: Kubernetes ${probe.version} at ${origin}, serving ${locations.join(', ')}` +
+    (!probe.crdsInstalled
+      ? "; Berth's cell CRDs are not installed there yet (berth install), so it is not Ready"
+      : probe.denied?.length
+        ? `; its credentials may not ${probe.denied.join(', ')} there (README, Cells), so it is not Ready`
+        : '')
+  );
+}
+
+/** The cell as its kubeconfig reaches it: refused unless it answers as a cell can; grants beyond `check` warned of. */
+async function probeJoining(
+  name: string,
+  file: string,
+  text: string,
+  o: Record<string, unknown>,
+  check?: { needed: PolicyRule[]; warn: (line: string) => void },
+) {
   let cell: KubeClient;
   try {
     cell = kubeconfigClient(text, 'berth-cells-join');
@@ -130,7 +150,16 @@ export async function joinCell(
   } finally {
     cell.close();
   }
+  return { probe, origin: cell.server.origin };
+}
 
+/** On the management plane: the cell's kubeconfig Secret, its Locations if new, and the Cell. */
+async function registerCell(
+  name: string,
+  text: string,
+  locations: string[],
+  o: Record<string, unknown>,
+): Promise<void> {
   const mgmt = await clientOf(
     {
       ...(o['managementKubeconfig'] ? { kubeconfig: o['managementKubeconfig'] as string } : {}),
@@ -197,14 +226,6 @@ export async function joinCell(
   } finally {
     mgmt.close();
   }
-  return (
-    `cell ${name} joined: Kubernetes ${probe.version} at ${cell.server.origin}, serving ${locations.join(', ')}` +
-    (!probe.crdsInstalled
-      ? "; Berth's cell CRDs are not installed there yet (berth install), so it is not Ready"
-      : probe.denied?.length
-        ? `; its credentials may not ${probe.denied.join(', ')} there (README, Cells), so it is not Ready`
-        : '')
-  );
 }
 
 /** `berth uninstall`: the Secrets `berth cells join` kept the cells' kubeconfigs in (their credentials). */

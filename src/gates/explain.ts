@@ -9,7 +9,7 @@ import { parseGates } from './decide/parse.ts';
 import { nodePatch } from './decide/patch.ts';
 import { decideGates } from './decide/state.ts';
 import { gatesNamedOn, strayGate, unrecordedStray } from './decide/stray.ts';
-import { formatTaint } from '../policy/nodes/plan.ts';
+import { formatTaint } from '../policy/nodes/write.ts';
 import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
 
 export async function explainNodeGates(

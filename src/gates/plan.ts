@@ -5,9 +5,9 @@ import { emptyPart, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import { slimNode, slimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { parseGates } from './decide/parse.ts';
+import { parseGates, type Gate } from './decide/parse.ts';
 import { decideGates } from './decide/state.ts';
-import { formatTaint, holds } from '../policy/nodes/plan.ts';
+import { formatTaint, holds } from '../policy/nodes/write.ts';
 import { NodeStartupGate } from './types.ts';
 
 type PodWithTolerations = KubeObject & {
@@ -84,11 +84,29 @@ export function planGates(
             by: `NodeStartupGate ${g.name}`,
           });
   }
-  for (const g of gates.filter((x) => named.has(x.name))) {
+  waitingPods(
+    part,
+    gates.filter((x) => named.has(x.name)),
+    heldBy,
+    nodes.length,
+    unbound,
+  );
+  return part;
+}
+
+/** The pending pods that would wait on the changed gates, by how many nodes each gate would hold. */
+function waitingPods(
+  part: PlanPart,
+  changed: Gate[],
+  heldBy: Map<string, number>,
+  nodeCount: number,
+  unbound: PodWithTolerations[],
+): void {
+  for (const g of changed) {
     const n = heldBy.get(g.name) ?? 0;
     const taint = { ...g.spec.taint, value: g.spec.taint.value ?? '' };
     const waiting = unbound.filter((p) => !(p.spec?.tolerations ?? []).some((t) => tolerates(t, taint)));
-    if (n && n === nodes.length) {
+    if (n && n === nodeCount) {
       part.warnings.push(
         `NodeStartupGate ${g.name} would hold every node (${n}): no pod that does not tolerate it schedules`,
       );
@@ -105,7 +123,6 @@ export function planGates(
         `NodeStartupGate ${g.name}: ${waiting.length} pending pod(s) do not tolerate it; whether they wait depends on where the scheduler puts them`,
       );
   }
-  return part;
 }
 
 export async function planGateObjects(ctx: PlanContext): Promise<PlanPart> {

@@ -2,7 +2,7 @@
 // the scheduler, so a NoSchedule gate taint does not stop it: admission closes that door while a
 // gate holds the node, for pods that neither tolerate the gate's taint nor are its required pods.
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
-import { formatTaint, taintId } from '../policy/nodes/plan.ts';
+import { formatTaint, taintId } from '../policy/nodes/write.ts';
 import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import { type Gate } from './decide/parse.ts';
 import { requiredPods } from './decide/requirements.ts';

@@ -3,10 +3,10 @@
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { nodeState, taintId } from '../policy/nodes/plan.ts';
+import { nodeState, taintId } from '../policy/nodes/write.ts';
 import {
   decide,
-  planApply,
+  tracedNodeWrite,
   refuseOwned,
   ruleNameOf,
   type NodeDecision,
@@ -139,7 +139,7 @@ export function explainNodeLabels(
   const d = decide(view, rules);
   const state = nodeState(node, FIELD_MANAGER);
   const { kept, held } = withHeld(d, holds, node);
-  const plan = planApply(state, kept);
+  const write = tracedNodeWrite(state, kept);
   const byName = new Map(all.map((r) => [r.name, r]));
   const out: string[] = [];
   const outputsOf = (rule: string) => d.outputs.filter((o) => o.rule === rule);
@@ -162,7 +162,7 @@ export function explainNodeLabels(
     );
   }
   for (const e of d.renderErrors) out.push(`  held back: ${e.rule}: ${e.message}`);
-  for (const f of plan.foreignOutputs) {
+  for (const f of write.foreignOutputs) {
     out.push(
       `  held back: ${show(f)} from ${f.rule}: another field manager holds ${f.kind} ${f.key}; Berth leaves it alone`,
     );
@@ -170,13 +170,13 @@ export function explainNodeLabels(
   for (const [name, why] of refused)
     out.push(`  refused: ${name} (${sourceOf(byName.get(name)!)}) sets nothing: ${why.join('; ')}`);
   for (const { key, value, hold } of held)
-    if (key in plan.labels)
+    if (key in write.labels)
       out.push(`  held: label ${key}=${value} stays though no rule sets it: ${describeHold(hold)}`);
   // Drift between what the rules say and what Berth owns on the node right now.
   const pending: string[] = [];
   const kinds: [OutputKind, Record<string, string>, Record<string, string>, string[]][] = [
-    ['label', plan.labels, state.labels, state.owned.labels],
-    ['annotation', plan.annotations, state.annotations, state.owned.annotations],
+    ['label', write.labels, state.labels, state.owned.labels],
+    ['annotation', write.annotations, state.annotations, state.owned.annotations],
   ];
   for (const [kind, want, have, owned] of kinds) {
     for (const [k, v] of Object.entries(want))
@@ -184,8 +184,8 @@ export function explainNodeLabels(
     for (const k of owned)
       if (!(k in want)) pending.push(`will remove ${kind} ${k} (no rule backs it any more)`);
   }
-  const wantTaints = new Set(plan.taints.map(taintId));
-  for (const t of plan.taints)
+  const wantTaints = new Set(write.taints.map(taintId));
+  for (const t of write.taints)
     if (!state.owned.taints.includes(taintId(t))) pending.push(`will set taint ${taintId(t)}`);
   for (const id of state.owned.taints)
     if (!wantTaints.has(id)) pending.push(`will remove taint ${id} (no rule backs it any more)`);
@@ -223,7 +223,7 @@ export interface PreviewHolds {
  * values, as the controller would write them. A label a hold keeps (keepHeld) counts as set, by
  * the unusable file, as the controller keeps it: a candidate that fixes that file changes nothing
  * on the nodes that already carry it. An output another field manager holds is not Berth's to set
- * (planApply holds it back), and a key Berth does not own alone stays when Berth lets go of it.
+ * (tracedNodeWrite holds it back), and a key Berth does not own alone stays when Berth lets go of it.
  */
 export function previewRules(
   nodes: KubeObject[],
@@ -238,7 +238,7 @@ export function previewRules(
     const index = (rules: Rule[], held: readonly Hold[]) => {
       const d = decide(view, rules);
       const { kept, held: heldLabels } = withHeld(d, held, node);
-      const foreign = new Set(planApply(state, kept).foreign.map((f) => `${f.kind}\u0000${f.key}`));
+      const foreign = new Set(tracedNodeWrite(state, kept).foreign.map((f) => `${f.kind}\u0000${f.key}`));
       const outputs = new Map(
         d.outputs.map((o) => [`${o.kind}\u0000${o.key}`, o] as const).filter(([id]) => !foreign.has(id)),
       );

@@ -59,26 +59,7 @@ export async function planRules(
     before: held,
     after: ctx.deleting ? held : holdsBeside(held, candidates),
   });
-  for (const n of changes)
-    for (const c of n.changes)
-      part.effects.push({
-        kind: 'Node',
-        name: n.node,
-        op: c.before === undefined ? '+' : c.after === undefined ? '-' : '~',
-        what:
-          c.before !== undefined && c.after !== undefined
-            ? `${c.kind} ${c.key}: ${c.before} -> ${c.after}`
-            : `${c.kind} ${c.key}=${c.after ?? c.before}`,
-        by: byOf(c.rule),
-      });
-  const tainted = new Map<string, Set<string>>();
-  for (const n of changes)
-    for (const c of n.changes)
-      if (c.kind === 'taint' && c.after !== undefined)
-        tainted.set(c.key, (tainted.get(c.key) ?? new Set()).add(n.node));
-  for (const [taint, on] of tainted)
-    if (nodes.length > 1 && on.size === nodes.length)
-      part.warnings.push(`every node (${nodes.length}) would be tainted ${taint}`);
+  nodeEffects(part, changes, nodes.length);
   if (!changes.length) return part;
   const pods = (
     await client.list(Resources.pods, {
@@ -102,6 +83,30 @@ export async function planRules(
   );
   if (warning) part.warnings.push(warning);
   return part;
+}
+
+/** The changes to nodes as effects, and a warning for a taint every node (of several) would get. */
+function nodeEffects(part: PlanPart, changes: NodeChanges[], nodeCount: number): void {
+  for (const n of changes)
+    for (const c of n.changes)
+      part.effects.push({
+        kind: 'Node',
+        name: n.node,
+        op: c.before === undefined ? '+' : c.after === undefined ? '-' : '~',
+        what:
+          c.before !== undefined && c.after !== undefined
+            ? `${c.kind} ${c.key}: ${c.before} -> ${c.after}`
+            : `${c.kind} ${c.key}=${c.after ?? c.before}`,
+        by: byOf(c.rule),
+      });
+  const tainted = new Map<string, Set<string>>();
+  for (const n of changes)
+    for (const c of n.changes)
+      if (c.kind === 'taint' && c.after !== undefined)
+        tainted.set(c.key, (tainted.get(c.key) ?? new Set()).add(n.node));
+  for (const [taint, on] of tainted)
+    if (nodeCount > 1 && on.size === nodeCount)
+      part.warnings.push(`every node (${nodeCount}) would be tainted ${taint}`);
 }
 
 /** The pods the evictor would evict once the labels lost in `changes` are gone from their nodes. */

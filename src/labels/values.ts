@@ -1,6 +1,6 @@
 // Text that derived labels write. Output values, literal or rendered, pass one validator per output
 // kind: what Kubernetes accepts, minus control characters everywhere.
-import type { NodeOutputKind } from '../policy/nodes/plan.ts';
+import type { NodeOutputKind } from '../policy/nodes/write.ts';
 import { validateLabelValue } from '../policy/match/selector.ts';
 import { quote } from '../policy/text.ts';
 

@@ -222,26 +222,30 @@ export class Transport {
         : undefined;
       const wait = asked ?? backoffMs(attempt, 200, 5000);
       if (asked !== undefined) this.#pauses.pause(host, asked);
-      if (attempt >= this.#o.retries || wait > this.#o.timeoutMs) {
-        const after = `after ${attempt + 1} attempts${asked === undefined ? '' : `, asked to wait ${Math.ceil(asked / 1000)} s`}`;
-        if (got.status === 429)
-          throw fail(
-            'RateLimited',
-            canonical,
-            `${host} answered 429 Too Many Requests (${after})`,
-            true,
-            this.#retryAt(host),
-          );
-        throw fail(
-          'Unreachable',
-          canonical,
-          `${host} answered ${got.status} (${after})`,
-          true,
-          this.#retryAt(host),
-        );
-      }
+      if (attempt >= this.#o.retries || wait > this.#o.timeoutMs)
+        throw this.#gaveUp(canonical, host, got.status, attempt, asked);
       if (asked === undefined) await sleep(wait, undefined, { signal });
     }
+  }
+
+  /** The failure of a request still answered 429 or 5xx after its last attempt. */
+  #gaveUp(
+    canonical: string,
+    host: string,
+    status: number,
+    attempt: number,
+    asked: number | undefined,
+  ): Error {
+    const after = `after ${attempt + 1} attempts${asked === undefined ? '' : `, asked to wait ${Math.ceil(asked / 1000)} s`}`;
+    if (status === 429)
+      return fail(
+        'RateLimited',
+        canonical,
+        `${host} answered 429 Too Many Requests (${after})`,
+        true,
+        this.#retryAt(host),
+      );
+    return fail('Unreachable', canonical, `${host} answered ${status} (${after})`, true, this.#retryAt(host));
   }
 
   /** A seat of `sem` for the read's namespace; a wait is counted by what held it. */

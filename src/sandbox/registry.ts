@@ -55,25 +55,7 @@ export async function writeRegistryFiles(
 ): Promise<void> {
   mkdirSync(join(dir, 'storage'), { recursive: true });
   mkdirSync(policyDir(dir), { recursive: true });
-  if (!existsSync(join(pki, 'registry-token.key'))) {
-    const authority = await ca();
-    const server = await authority.issue({
-      commonName: 'berth-sandbox-registry',
-      dnsNames: ['localhost'],
-      ipAddresses: ['127.0.0.1'],
-      usage: 'server',
-    });
-    // The token signing certificate is the registry's only trusted root for tokens: a certificate
-    // merely issued by the sandbox CA (the admin's, the apiserver's) cannot sign registry tokens.
-    const signing = await authority.issue({ commonName: 'berth-sandbox-registry-token', usage: 'client' });
-    const files: Record<string, string> = {
-      'registry.crt': server.certPem,
-      'registry.key': server.keyPem,
-      'registry-token.crt': signing.certPem,
-      'registry-token.key': signing.keyPem,
-    };
-    for (const [f, pem] of Object.entries(files)) writeFileSync(join(pki, f), pem, { mode: 0o600 });
-  }
+  if (!existsSync(join(pki, 'registry-token.key'))) await writeRegistryCertificates(pki, await ca());
   const base = join(policyDir(dir), BASE_POLICY);
   if (!existsSync(base)) {
     const policy: TokenPolicy = {
@@ -130,6 +112,26 @@ export async function writeRegistryFiles(
       validation: { manifests: { indexes: { platforms: 'none' } } },
     }),
   );
+}
+
+/** The registry's serving certificate and its token signing certificate, issued by the sandbox CA. */
+async function writeRegistryCertificates(pki: string, authority: CertificateAuthority): Promise<void> {
+  const server = await authority.issue({
+    commonName: 'berth-sandbox-registry',
+    dnsNames: ['localhost'],
+    ipAddresses: ['127.0.0.1'],
+    usage: 'server',
+  });
+  // The token signing certificate is the registry's only trusted root for tokens: a certificate
+  // merely issued by the sandbox CA (the admin's, the apiserver's) cannot sign registry tokens.
+  const signing = await authority.issue({ commonName: 'berth-sandbox-registry-token', usage: 'client' });
+  const files: Record<string, string> = {
+    'registry.crt': server.certPem,
+    'registry.key': server.keyPem,
+    'registry-token.crt': signing.certPem,
+    'registry-token.key': signing.keyPem,
+  };
+  for (const [f, pem] of Object.entries(files)) writeFileSync(join(pki, f), pem, { mode: 0o600 });
 }
 
 const registriesFile = (dir: string) => join(dir, 'registries.yaml');

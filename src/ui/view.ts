@@ -5,7 +5,7 @@
 // I/O here: the state (state.ts) feeds these from the informer caches and the tests feed them objects.
 import type { PageView } from '../capability.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { nodeState, taintId } from '../policy/nodes/plan.ts';
+import { nodeState, taintId } from '../policy/nodes/write.ts';
 import { isBerthManager, type SlimNode, type SlimPod } from '../policy/slim.ts';
 import type { Derived, EventRow, GateRow, HeldPod, NodePage, NodeQuery, NodeRow } from './types.ts';
 

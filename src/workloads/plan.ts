@@ -5,7 +5,7 @@
 import { findCondition } from '../runtime/api/conditions.ts';
 import { localCluster } from '../runtime/cluster/key.ts';
 import { emptyPart, ofKind, replaced, type PlanContext, type PlanPart } from '../policy/plan.ts';
-import { apiTime } from '../runtime/api/meta.ts';
+import { apiTime, type KubeObject } from '../runtime/api/meta.ts';
 import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './decide/quota.ts';
 import type { DeploymentObject } from './controllers/deployment.ts';
 import { boundedReplicas, instanceName, templateHash, templateRevision } from './decide/revisions.ts';
@@ -73,7 +73,6 @@ export function planQuotas(
   now: number,
 ): PlanPart {
   const part = emptyPart();
-  const keyOf = (q: QuotaObject) => `${q.metadata?.namespace}/${q.metadata?.name}`;
   const named = new Set(change.map((q) => `${q.metadata?.namespace ?? 'default'}/${q.metadata?.name}`));
   const changed = change.map((q) => ({
     ...q,
@@ -81,70 +80,83 @@ export function planQuotas(
   }));
   // A new Quota is created now, as the API would stamp it; one there keeps its age and ledger.
   const after = replaced([...current], changed, deleting, now);
-  for (const ns of [...new Set(changed.map((q) => q.metadata.namespace))].sort()) {
-    const before = inForce(current, ns);
-    const quota = inForce(after, ns);
-    const pool = instances
-      .filter((i) => i.metadata.namespace === ns)
-      .map((i) => ({ inst: i, ...counted(i, instanceType) }));
-    const decision = decideUnder(
-      quota,
-      quota && before && keyOf(quota) === keyOf(before) ? before.status?.claims : [],
-      pool.map((p) => p.candidate),
-      new Set(),
-      apiTime(now),
-    );
-    const by = quota ? `Quota ${keyOf(quota)}` : `no Quota in ${ns}`;
-    const waiting: string[] = [];
-    for (const { inst, candidate, cell } of pool) {
-      const v = decision.verdicts.get(candidate.uid);
-      if (!v || inst.metadata.deletionTimestamp) continue;
-      const where = cell ? ` (cell ${cell})` : '';
-      const was = findCondition(inst.status?.conditions, QUOTA_CONDITION);
-      if (v.granted && was?.status !== 'True')
-        part.effects.push({
-          kind: 'Instance',
-          name: `${ns}/${candidate.name}`,
-          op: '+',
-          what: `quota granted${where}`,
-          by,
-        });
-      else if (!v.granted) waiting.push(`${candidate.name}${where}: ${v.message}`);
-    }
-    const budget = budgetOf(quota?.spec ?? {});
-    const usage = usageText(decision.used, budget);
-    if (quota && before && keyOf(before) !== keyOf(quota))
-      part.effects.push({
-        kind: 'Quota',
-        name: keyOf(before),
-        op: '-',
-        what: `no longer in force in ${ns}`,
-        by,
-      });
-    if (!quota && before)
-      part.effects.push({
-        kind: 'Quota',
-        name: keyOf(before),
-        op: '-',
-        what: `no longer limits ${ns} (${usageText(usedBy(before.status?.claims ?? []), budgetOf(before.spec ?? {}))} used): every instance is granted`,
-        by: `Quota ${keyOf(before)}`,
-      });
-    if (quota && named.has(keyOf(quota)))
-      part.effects.push({
-        kind: 'Quota',
-        name: keyOf(quota),
-        op: before && keyOf(before) === keyOf(quota) ? '~' : '+',
-        what: `${decision.over.length ? 'OverBudget' : 'WithinBudget'}: ${usage} used, ${decision.waiting} waiting`,
-        by,
-      });
-    if (waiting.length)
-      part.warnings.push(`${by} would leave ${waiting.length} instance(s) waiting: ${waiting.join('; ')}`);
-    if (decision.over.length)
-      part.warnings.push(
-        `${by}: ${usage} used, over its budget: the running instances are kept (nothing is revoked), but none is granted, a rollout's replacements included, until use is back within it`,
-      );
-  }
+  for (const ns of [...new Set(changed.map((q) => q.metadata.namespace))].sort())
+    quotaNamespace(part, ns, current, after, named, instances, instanceType, now);
   return part;
+}
+
+/** planQuotas in one namespace: the verdicts that change, the Quotas' own effects, and what waits. */
+function quotaNamespace(
+  part: PlanPart,
+  ns: string,
+  current: readonly QuotaObject[],
+  after: readonly QuotaObject[],
+  named: Set<string>,
+  instances: readonly InstanceObject[],
+  instanceType: (name: string) => InstanceTypeSize | undefined,
+  now: number,
+): void {
+  const before = inForce(current, ns);
+  const quota = inForce(after, ns);
+  const pool = instances
+    .filter((i) => i.metadata.namespace === ns)
+    .map((i) => ({ inst: i, ...counted(i, instanceType) }));
+  const decision = decideUnder(
+    quota,
+    quota && before && quotaKey(quota) === quotaKey(before) ? before.status?.claims : [],
+    pool.map((p) => p.candidate),
+    new Set(),
+    apiTime(now),
+  );
+  const by = quota ? `Quota ${quotaKey(quota)}` : `no Quota in ${ns}`;
+  const waiting: string[] = [];
+  for (const { inst, candidate, cell } of pool) {
+    const v = decision.verdicts.get(candidate.uid);
+    if (!v || inst.metadata.deletionTimestamp) continue;
+    const where = cell ? ` (cell ${cell})` : '';
+    const was = findCondition(inst.status?.conditions, QUOTA_CONDITION);
+    if (v.granted && was?.status !== 'True')
+      part.effects.push({
+        kind: 'Instance',
+        name: `${ns}/${candidate.name}`,
+        op: '+',
+        what: `quota granted${where}`,
+        by,
+      });
+    else if (!v.granted) waiting.push(`${candidate.name}${where}: ${v.message}`);
+  }
+  const budget = budgetOf(quota?.spec ?? {});
+  const usage = usageText(decision.used, budget);
+  if (quota && before && quotaKey(before) !== quotaKey(quota))
+    part.effects.push({
+      kind: 'Quota',
+      name: quotaKey(before),
+      op: '-',
+      what: `no longer in force in ${ns}`,
+      by,
+    });
+  if (!quota && before)
+    part.effects.push({
+      kind: 'Quota',
+      name: quotaKey(before),
+      op: '-',
+      what: `no longer limits ${ns} (${usageText(usedBy(before.status?.claims ?? []), budgetOf(before.spec ?? {}))} used): every instance is granted`,
+      by: `Quota ${quotaKey(before)}`,
+    });
+  if (quota && named.has(quotaKey(quota)))
+    part.effects.push({
+      kind: 'Quota',
+      name: quotaKey(quota),
+      op: before && quotaKey(before) === quotaKey(quota) ? '~' : '+',
+      what: `${decision.over.length ? 'OverBudget' : 'WithinBudget'}: ${usage} used, ${decision.waiting} waiting`,
+      by,
+    });
+  if (waiting.length)
+    part.warnings.push(`${by} would leave ${waiting.length} instance(s) waiting: ${waiting.join('; ')}`);
+  if (decision.over.length)
+    part.warnings.push(
+      `${by}: ${usage} used, over its budget: the running instances are kept (nothing is revoked), but none is granted, a rollout's replacements included, until use is back within it`,
+    );
 }
 
 /** The sizes of InstanceTypes as the change would leave them: its own in place of the cluster's. */
@@ -458,60 +470,8 @@ export async function planDeploymentObjects(ctx: PlanContext): Promise<PlanPart>
   );
   const ds: [Stepped, string][] = [];
   for (const o of ctx.objects) {
-    const r = WorkloadDeployment.parse({
-      ...o,
-      metadata: { ...o.metadata, namespace: o.metadata?.namespace ?? 'default' },
-    });
-    if (!r.success) {
-      part.errors.push(r.error);
-      continue;
-    }
-    const { metadata, spec } = r.data;
-    const [ns, name] = [metadata.namespace!, metadata.name!];
-    const was = current.find((d) => d.metadata.namespace === ns && d.metadata.name === name);
-    const own = instances.filter(
-      (i) =>
-        i.metadata.namespace === ns &&
-        (was ? controlledBy(i, was.metadata.uid) : i.metadata.labels?.[DEPLOYMENT_LABEL] === name),
-    );
-    const d = stepped(ns, name, localCluster, own);
-    const by = `WorkloadDeployment ${ns}/${name}`;
-    if (!ctx.deleting) {
-      const { hash, bytes } = templateRevision(spec.template);
-      const { replicas, bounded } = boundedReplicas(spec.replicas, bytes);
-      if (bounded) part.warnings.push(`${by}: ${bounded} (ReplicasBounded)`);
-      Object.assign(d, { replicas, policy: spec.instanceManagementPolicy, hash, template: spec.template });
-    }
-    const changed = was && [
-      ...(was.spec.replicas !== spec.replicas ? [`replicas ${was.spec.replicas} -> ${spec.replicas}`] : []),
-      ...(templateHash(was.spec.template) !== d.hash ? [`template -> ${d.hash}`] : []),
-    ];
-    if (ctx.deleting) {
-      if (was)
-        part.effects.push({
-          kind: 'WorkloadDeployment',
-          name: `${ns}/${name}`,
-          op: '-',
-          what: 'deleted',
-          by,
-        });
-    } else if (!was)
-      part.effects.push({
-        kind: 'WorkloadDeployment',
-        name: `${ns}/${name}`,
-        op: '+',
-        what: `${d.replicas} instance(s)`,
-        by,
-      });
-    else if (changed?.length)
-      part.effects.push({
-        kind: 'WorkloadDeployment',
-        name: `${ns}/${name}`,
-        op: '~',
-        what: changed.join(', '),
-        by,
-      });
-    ds.push([d, by]);
+    const d = steppedDeployment(ctx, o, current, instances, part);
+    if (d) ds.push(d);
   }
   const said = stepDeployments(
     ds.map(([d]) => d),
@@ -524,6 +484,70 @@ export async function planDeploymentObjects(ctx: PlanContext): Promise<PlanPart>
       part.warnings.push(`${by} would lose every instance (${d.start.size})`);
   }
   return part;
+}
+
+/** One WorkloadDeployment of the change, ready to step, and its own effect (made, changed, deleted). */
+function steppedDeployment(
+  ctx: PlanContext,
+  o: KubeObject,
+  current: readonly DeploymentObject[],
+  instances: readonly InstanceObject[],
+  part: PlanPart,
+): [Stepped, string] | undefined {
+  const r = WorkloadDeployment.parse({
+    ...o,
+    metadata: { ...o.metadata, namespace: o.metadata?.namespace ?? 'default' },
+  });
+  if (!r.success) {
+    part.errors.push(r.error);
+    return undefined;
+  }
+  const { metadata, spec } = r.data;
+  const [ns, name] = [metadata.namespace!, metadata.name!];
+  const was = current.find((d) => d.metadata.namespace === ns && d.metadata.name === name);
+  const own = instances.filter(
+    (i) =>
+      i.metadata.namespace === ns &&
+      (was ? controlledBy(i, was.metadata.uid) : i.metadata.labels?.[DEPLOYMENT_LABEL] === name),
+  );
+  const d = stepped(ns, name, localCluster, own);
+  const by = `WorkloadDeployment ${ns}/${name}`;
+  if (!ctx.deleting) {
+    const { hash, bytes } = templateRevision(spec.template);
+    const { replicas, bounded } = boundedReplicas(spec.replicas, bytes);
+    if (bounded) part.warnings.push(`${by}: ${bounded} (ReplicasBounded)`);
+    Object.assign(d, { replicas, policy: spec.instanceManagementPolicy, hash, template: spec.template });
+  }
+  const changed = was && [
+    ...(was.spec.replicas !== spec.replicas ? [`replicas ${was.spec.replicas} -> ${spec.replicas}`] : []),
+    ...(templateHash(was.spec.template) !== d.hash ? [`template -> ${d.hash}`] : []),
+  ];
+  if (ctx.deleting) {
+    if (was)
+      part.effects.push({
+        kind: 'WorkloadDeployment',
+        name: `${ns}/${name}`,
+        op: '-',
+        what: 'deleted',
+        by,
+      });
+  } else if (!was)
+    part.effects.push({
+      kind: 'WorkloadDeployment',
+      name: `${ns}/${name}`,
+      op: '+',
+      what: `${d.replicas} instance(s)`,
+      by,
+    });
+  else if (changed?.length)
+    part.effects.push({
+      kind: 'WorkloadDeployment',
+      name: `${ns}/${name}`,
+      op: '~',
+      what: changed.join(', '),
+      by,
+    });
+  return [d, by];
 }
 
 /**

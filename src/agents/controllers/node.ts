@@ -68,16 +68,16 @@ export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter
     const placements = this.ctx.placements();
     const decision = this.decide(name);
     // A write the apiserver refuses is still a standing (so status is written, and says so), then retried.
-    const plan = await this.writer.trySync(node, decision.desired);
-    if (plan.wrote) {
+    const write = await this.writer.trySync(node, decision.desired);
+    if (write.wrote) {
       const prefixes = placements.map((p) => p.spec.claimAnnotationPrefix);
       const isClaim = (k: string) => prefixes.some((p) => k.startsWith(p));
-      countClaimWrites(node.metadata?.annotations ?? {}, plan.annotations, isClaim);
+      countClaimWrites(node.metadata?.annotations ?? {}, write.annotations, isClaim);
     }
-    const failed = plan.refused?.message;
+    const failed = write.refused?.message;
     // Claims wait for the node's write spacing, or the loop breaker held keys back: sync again then.
-    const retry = plan.retryAfterMs === undefined ? undefined : { requeueAfterMs: plan.retryAfterMs };
-    const foreign = new Set(plan.foreign.map((f) => `${f.kind}/${f.key}`));
+    const retry = write.retryAfterMs === undefined ? undefined : { requeueAfterMs: write.retryAfterMs };
+    const foreign = new Set(write.foreign.map((f) => `${f.kind}/${f.key}`));
     // The node as cached: a write just made comes back through the informer and is counted then.
     const labels = node.metadata?.labels ?? {};
     const annotations = node.metadata?.annotations ?? {};
@@ -118,9 +118,9 @@ export class NodeReconciler extends PolicyNodeReconciler<Agents, ApplyNodeWriter
       standings.set(placement, s);
     }
     this.status.set(name, standings);
-    if (plan.refused) {
-      this.ctx.events.event(node, 'Warning', 'WriteFailed', 'Place', plan.refused.message);
-      throw plan.refused.error;
+    if (write.refused) {
+      this.ctx.events.event(node, 'Warning', 'WriteFailed', 'Place', write.refused.message);
+      throw write.refused.error;
     }
     return retry;
   }

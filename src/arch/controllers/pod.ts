@@ -37,6 +37,7 @@ import {
 import { nextTry, refusedByRegistry, type Retries } from '../decide/retries.ts';
 import { standingOf } from '../decide/status.ts';
 import { type ArchPod } from '../decide/pods.ts';
+import type { Policy } from '../decide/policies.ts';
 import type { Arch } from '../index.ts';
 import { archMetrics } from '../metrics.ts';
 import { FIELD_MANAGER, POLICY_ANNOTATION } from '../types.ts';
@@ -60,6 +61,17 @@ interface Read {
 interface Parked {
   images: string;
   read?: Read;
+}
+
+/** The first failed inspection of a read, as an InspectionError (an unexpected one is Unreachable). */
+function firstFailure(results: PromiseSettledResult<Inspection>[]): InspectionError | undefined {
+  const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  return (
+    rejected &&
+    (rejected.reason instanceof InspectionError
+      ? rejected.reason
+      : new InspectionError('Unreachable', '', errorText(rejected.reason), true))
+  );
 }
 
 export class PodReconciler implements Reconciler {
@@ -93,13 +105,7 @@ export class PodReconciler implements Reconciler {
     const pod = this.a.pods.get(key);
     const s = pod && standingOf(pod);
     this.status.set(key, s ? new Map([[s.policy, s.standing]]) : pod ? new Map() : undefined);
-    if (!pod || !gated(pod) || pod.metadata?.deletionTimestamp) {
-      this.retries.delete(key);
-      this.parked.delete(key);
-      if (!pod) this.announced.delete(key);
-      else this.announceAdmission(key, pod);
-      return;
-    }
+    if (!pod || !gated(pod) || pod.metadata?.deletionTimestamp) return this.forget(key, pod);
     const name = pod.metadata!.annotations?.[POLICY_ANNOTATION];
     const policies = this.a.policies();
     const policy = policies.find((p) => p.name === name);
@@ -117,51 +123,72 @@ export class PodReconciler implements Reconciler {
     const read = unlisted ? { results: [], missing: [] } : await this.inspections(key, pod);
     // Parked: the inspections go on without a worker, and requeue the pod when they settle.
     if (!read) return;
-    const { results, missing } = read;
-    const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    const err =
-      unlisted ??
-      (rejected &&
-        (rejected.reason instanceof InspectionError
-          ? rejected.reason
-          : new InspectionError('Unreachable', '', errorText(rejected.reason), true)));
-    if (err) {
-      const refused = refusedByRegistry(err);
-      // Refused, or hidden as not found (what some registries answer for a private repository):
-      // the next try reads the pod's secrets again, in case they were rotated.
-      if (refused) for (const ref of this.pullSecretRefs(pod)) this.secrets.delete(ref);
-      const retry = nextTry(err, this.retries.get(key) ?? { attempts: 0 }, policy.spec.onFailure.retries, {
-        now: Date.now(),
-        secretsMissing: missing.length > 0,
-      });
-      if (retry) {
-        this.retries.set(key, retry.retries);
-        // Held by Berth's own bound on registry reads, not by the registry: the pod says so.
-        if (err.reason === 'Bounded')
-          this.a.events.event(pod, 'Warning', 'InspectionBounded', 'Inspect', `${err.message}; retrying`);
-        this.a.log.info(
-          { pod: key, reason: err.reason, attempt: retry.retries.attempts, err: err.message },
-          `inspection failed; retrying in ${Math.ceil(retry.afterMs / 1000)} s`,
-        );
-        return { requeueAfterMs: retry.afterMs };
-      }
-      const fallback =
-        policy.spec.onFailure.action === 'Fallback' ? policy.spec.onFailure.fallbackArchitecture : undefined;
-      const placement: Placement = { kind: 'Failed', reason: err.reason, message: err.message, fallback };
-      const unused =
-        refused && missing.length ? ` (pull secrets missing or unreadable: ${missing.join(', ')})` : '';
-      const note =
-        `could not read ${err.image || 'an image'}: ${err.reason}: ${err.message}${unused}; ` +
-        (fallback ? `placed on the fallback architecture ${fallback}` : 'released unplaced (fail open)');
-      return this.write(
-        pod,
-        placePatch(pod, placement, { ...policy.spec, archTainted }),
-        'failed',
-        'Warning',
-        'InspectionFailed',
-        note,
+    const err = unlisted ?? firstFailure(read.results);
+    if (err) return this.afterFailure(key, pod, policy, err, read.missing, archTainted);
+    return this.place(pod, policy, read.results, archTainted);
+  }
+
+  /** A pod no longer gated (or gone): nothing more to read for it; one placed at admission is said. */
+  private forget(key: string, pod: ArchPod | undefined): void {
+    this.retries.delete(key);
+    this.parked.delete(key);
+    if (!pod) this.announced.delete(key);
+    else this.announceAdmission(key, pod);
+  }
+
+  /** After a failed read: try again later, or give up as the policy's onFailure says. */
+  private async afterFailure(
+    key: string,
+    pod: ArchPod,
+    policy: Policy,
+    err: InspectionError,
+    missing: string[],
+    archTainted: boolean,
+  ): Promise<Result | void> {
+    const refused = refusedByRegistry(err);
+    // Refused, or hidden as not found (what some registries answer for a private repository):
+    // the next try reads the pod's secrets again, in case they were rotated.
+    if (refused) for (const ref of this.pullSecretRefs(pod)) this.secrets.delete(ref);
+    const retry = nextTry(err, this.retries.get(key) ?? { attempts: 0 }, policy.spec.onFailure.retries, {
+      now: Date.now(),
+      secretsMissing: missing.length > 0,
+    });
+    if (retry) {
+      this.retries.set(key, retry.retries);
+      // Held by Berth's own bound on registry reads, not by the registry: the pod says so.
+      if (err.reason === 'Bounded')
+        this.a.events.event(pod, 'Warning', 'InspectionBounded', 'Inspect', `${err.message}; retrying`);
+      this.a.log.info(
+        { pod: key, reason: err.reason, attempt: retry.retries.attempts, err: err.message },
+        `inspection failed; retrying in ${Math.ceil(retry.afterMs / 1000)} s`,
       );
+      return { requeueAfterMs: retry.afterMs };
     }
+    const fallback =
+      policy.spec.onFailure.action === 'Fallback' ? policy.spec.onFailure.fallbackArchitecture : undefined;
+    const placement: Placement = { kind: 'Failed', reason: err.reason, message: err.message, fallback };
+    const unused =
+      refused && missing.length ? ` (pull secrets missing or unreadable: ${missing.join(', ')})` : '';
+    const note =
+      `could not read ${err.image || 'an image'}: ${err.reason}: ${err.message}${unused}; ` +
+      (fallback ? `placed on the fallback architecture ${fallback}` : 'released unplaced (fail open)');
+    return this.write(
+      pod,
+      placePatch(pod, placement, { ...policy.spec, archTainted }),
+      'failed',
+      'Warning',
+      'InspectionFailed',
+      note,
+    );
+  }
+
+  /** Every image read: the pod goes to the architectures all of them support (if any). */
+  private place(
+    pod: ArchPod,
+    policy: Policy,
+    results: PromiseSettledResult<Inspection>[],
+    archTainted: boolean,
+  ): Promise<Result | void> {
     const inspections = results.map((r) => (r as PromiseFulfilledResult<Inspection>).value);
     const architectures = intersection(pod, inspections);
     const placement: Placement = { kind: 'Placed', architectures, inspections };

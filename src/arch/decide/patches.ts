@@ -3,7 +3,7 @@
 // No I/O.
 import { isDeepStrictEqual } from 'node:util';
 import { type Inspection } from '../../registry/types.ts';
-import type { NodeTaint } from '../../policy/nodes/plan.ts';
+import type { NodeTaint } from '../../policy/nodes/write.ts';
 import { tolerates, type Toleration } from '../../policy/nodes/taints.ts';
 import { guarded, mutate, type JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';

@@ -1,6 +1,6 @@
 // Gates from their objects: which are valid and enforced, which conflict, and the node keys they own.
 import type { KeyClaim } from '../../policy/nodes/ownership.ts';
-import { taintId } from '../../policy/nodes/plan.ts';
+import { taintId } from '../../policy/nodes/write.ts';
 import { selectorProblems } from '../../policy/match/selector.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 import { z } from 'zod';

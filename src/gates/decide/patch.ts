@@ -2,7 +2,7 @@
 // compare-and-swap patch, and the keys a decision changes (for the loop breaker).
 import { nodeKey, type NodeKey } from '../../policy/nodes/loopbreaker.ts';
 import { casPatch } from '../../policy/nodes/cas.ts';
-import { formatTaint, holds, nodeTaint, taintId, type NodeTaint } from '../../policy/nodes/plan.ts';
+import { formatTaint, holds, nodeTaint, taintId, type NodeTaint } from '../../policy/nodes/write.ts';
 import type { TaintLike } from '../../policy/nodes/taints.ts';
 import type { SlimNode } from '../../policy/slim.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';

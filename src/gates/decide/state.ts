@@ -1,7 +1,7 @@
 // What each gate wants on a node now: hold it with the gate's taint, release it, or leave it, with
 // the reason, the event and the annotations that record it across restarts.
 import { ownedKeys } from '../../runtime/client/apply.ts';
-import { formatTaint, holds, taintId } from '../../policy/nodes/plan.ts';
+import { formatTaint, holds, taintId } from '../../policy/nodes/write.ts';
 import type { SlimNode, SlimPod } from '../../policy/slim.ts';
 import { FIELD_MANAGER, bookkeepingKeys, taintOfRecord, type NodeStartupGateSpec } from '../types.ts';
 import type { Gate } from './parse.ts';

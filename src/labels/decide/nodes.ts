@@ -2,12 +2,12 @@
 // derived labels, annotations and taints should be, and plan the server-side apply that gets it there
 // without touching anything another field manager owns.
 import {
-  planNodeApply,
+  nodeWriteFor,
   taintId,
   type NodeOutputKind,
-  type NodePlan,
+  type NodeWrite,
   type NodeState,
-} from '../../policy/nodes/plan.ts';
+} from '../../policy/nodes/write.ts';
 import type { KeyPattern } from '../../policy/nodes/ownership.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 import { expressionProblems } from '../../policy/match/requirement.ts';
@@ -268,17 +268,17 @@ export function decide(view: NodeView, rules: Rule[]): NodeDecision {
   return d;
 }
 
-export interface ApplyPlan extends NodePlan {
+export interface TracedNodeWrite extends NodeWrite {
   /** The outputs held back because another field manager set their key to a different value. */
   foreignOutputs: Output[];
 }
 
 /** The outputs behind held-back keys: which rule wanted each. */
-export const tracedOutputs = (d: NodeDecision, keys: NodePlan['foreign']): Output[] =>
+export const tracedOutputs = (d: NodeDecision, keys: NodeWrite['foreign']): Output[] =>
   keys.map((f) => d.outputs.find((o) => o.kind === f.kind && o.key === f.key)!);
 
-/** The node apply plan for a decision, with held-back keys traced to the rules that wanted them. */
-export function planApply(state: NodeState, d: NodeDecision): ApplyPlan {
-  const plan = planNodeApply(state, d);
-  return { ...plan, foreignOutputs: tracedOutputs(d, plan.foreign) };
+/** The node write for a decision, with held-back keys traced to the rules that wanted them. */
+export function tracedNodeWrite(state: NodeState, d: NodeDecision): TracedNodeWrite {
+  const write = nodeWriteFor(state, d);
+  return { ...write, foreignOutputs: tracedOutputs(d, write.foreign) };
 }

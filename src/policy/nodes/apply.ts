@@ -9,22 +9,29 @@ import { isConflict, type KubeClient } from '../../runtime/client/client.ts';
 import { errorText } from '../../runtime/observability/log.ts';
 import type { Spacing } from '../../runtime/controller/spacing.ts';
 import { CasNodeWriter, taintPatch, type NodeEvents, type NodeWriterOptions } from './cas.ts';
-import { changedKeys, leaveAsIs, nodeState, planNodeApply, type NodeOutputs, type NodePlan } from './plan.ts';
+import {
+  changedKeys,
+  leaveAsIs,
+  nodeState,
+  nodeWriteFor,
+  type NodeOutputs,
+  type NodeWrite,
+} from './write.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
 
-/** What a sync did: the plan, whether it wrote, and whether to sync again (ApplyNodeWriter.sync). */
-export type SyncResult = NodePlan & { wrote: boolean; held?: boolean; retryAfterMs?: number };
+/** What a sync did: the write, whether it wrote, and whether to sync again (ApplyNodeWriter.sync). */
+export type SyncResult = NodeWrite & { wrote: boolean; held?: boolean; retryAfterMs?: number };
 
-/** What identifies a plan for the write expectations, and its part that steers scheduling. */
-interface PlanKey {
-  plan: string;
+/** What identifies a write for the write expectations, and its part that steers scheduling. */
+interface WriteKey {
+  write: string;
   scheduling: string;
 }
 
 /**
  * Applies one field manager's share of nodes. After each write it expects to see that write come
  * back through the node informer: until it has, a reconcile (on a cache older than the write) that
- * arrives at the same plan sends nothing, while a different plan is written at once. With a
+ * arrives at the same write sends nothing, while a different write is written at once. With a
  * spacing (WriteSpacing, WriteWindow), a write that changes only annotations waits as it says: the
  * changes of a busy node go out together, each at most one interval late. Every write goes
  * through the manager's WriteLoopBreaker, which may hold keys back.
@@ -33,7 +40,7 @@ export class ApplyNodeWriter {
   readonly fieldManager: string;
   readonly #client: () => KubeClient;
   /** Sends the writes (the taint patch its own), through the loop breaker, and keeps the expectations. */
-  readonly #cas: CasNodeWriter<PlanKey>;
+  readonly #cas: CasNodeWriter<WriteKey>;
   readonly #spacing: Spacing | undefined;
 
   constructor(
@@ -49,44 +56,45 @@ export class ApplyNodeWriter {
   }
 
   /**
-   * Brings the node to `desired` if it is not there; returns the plan (foreign keys included).
+   * Brings the node to `desired` if it is not there; returns the write (foreign keys included).
    * `held`: the write waits for the node's write spacing.
    * `retryAfterMs`: sync again after that long (the write spacing, or the loop breaker held keys back).
    */
   async sync(node: KubeObject, desired: NodeOutputs): Promise<SyncResult> {
     const name = node.metadata!.name!;
     const state = nodeState(node, this.fieldManager);
-    let plan = planNodeApply(state, desired);
-    if (plan.inSync) {
+    let write = nodeWriteFor(state, desired);
+    if (write.inSync) {
       this.#cas.forget(name);
       this.#spacing?.settled?.(name);
-      return { ...plan, wrote: false };
+      return { ...write, wrote: false };
     }
     const pending = this.#cas.pending(node);
-    if (pending?.plan === planKey(plan).plan) return { ...plan, wrote: false };
-    const { held, retryAfterMs } = this.#cas.hold(node, changedKeys(state, plan));
+    if (pending?.write === writeKey(write).write) return { ...write, wrote: false };
+    const { held, retryAfterMs } = this.#cas.hold(node, changedKeys(state, write));
     const loop = retryAfterMs === undefined ? {} : { retryAfterMs };
     if (held.length) {
-      plan = planNodeApply(state, leaveAsIs(state, desired, held));
-      if (plan.inSync || pending?.plan === planKey(plan).plan) return { ...plan, wrote: false, ...loop };
+      write = nodeWriteFor(state, leaveAsIs(state, desired, held));
+      if (write.inSync || pending?.write === writeKey(write).write)
+        return { ...write, wrote: false, ...loop };
     }
-    const key = planKey(plan);
+    const key = writeKey(write);
     // Only annotations change (judged against a write still on its way, if any): this may wait.
     const annotationsOnly = pending
       ? pending.scheduling === key.scheduling
-      : plan.changed.every((k) => k === 'annotation');
+      : write.changed.every((k) => k === 'annotation');
     const wait = annotationsOnly ? (this.#spacing?.wait(name) ?? 0) : 0;
     if (wait > 0)
-      return { ...plan, wrote: false, held: true, retryAfterMs: Math.min(wait, retryAfterMs ?? wait) };
+      return { ...write, wrote: false, held: true, retryAfterMs: Math.min(wait, retryAfterMs ?? wait) };
 
-    const keys = changedKeys(state, plan);
+    const keys = changedKeys(state, write);
     const taintKeys = keys.filter((k) => k.startsWith('taint '));
     let written: KubeObject | undefined;
     try {
-      if (plan.changed.some((k) => k !== 'taint')) {
+      if (write.changed.some((k) => k !== 'taint')) {
         const body = applyTarget(Resources.nodes, node);
-        body.metadata.labels = plan.labels;
-        body.metadata.annotations = plan.annotations;
+        body.metadata.labels = write.labels;
+        body.metadata.annotations = write.annotations;
         written = await this.#cas.send(
           node,
           keys.filter((k) => !taintKeys.includes(k)),
@@ -97,34 +105,34 @@ export class ApplyNodeWriter {
       // The node was deleted meanwhile: the uid precondition refused to recreate it.
       if (isObjectGone(e)) {
         this.forget(name);
-        return { ...plan, wrote: false };
+        return { ...write, wrote: false };
       }
       // Any other conflict: another manager wrote one of these keys after our cache saw the node.
       // The retry (with backoff) sees that write and holds the key back.
       throw e;
     }
-    if (plan.changed.includes('taint')) {
+    if (write.changed.includes('taint')) {
       // Judged on the node as the apply left it, if there was one: the patch tests what it replaces.
-      const ops = taintPatch(written ?? node, this.fieldManager, plan.taints);
+      const ops = taintPatch(written ?? node, this.fieldManager, write.taints);
       if (ops.length) {
         const r = await this.#cas.patch(node, taintKeys, ops);
         if (r.status === 'gone') {
           this.forget(name);
-          return { ...plan, wrote: false };
+          return { ...write, wrote: false };
         }
         // On a conflict the node's watch event brings the fresh node back here.
         if (r.status === 'written') written = r.node;
       }
     }
-    if (!written) return { ...plan, wrote: false, ...loop };
+    if (!written) return { ...write, wrote: false, ...loop };
     this.#cas.expect(name, written, key);
     this.#spacing?.wrote(name);
-    return { ...plan, wrote: true, ...loop };
+    return { ...write, wrote: true, ...loop };
   }
 
   /**
    * sync, with a write the apiserver refuses (an admission policy, a node over its limits) as a
-   * result: `refused` says why, beside the plan (its foreign keys), for the caller's status before
+   * result: `refused` says why, beside the write (its foreign keys), for the caller's status before
    * it throws `refused.error` to be retried. A conflict (another manager wrote the node after the
    * cache saw it) still throws at once: the retry sees that write.
    */
@@ -136,9 +144,9 @@ export class ApplyNodeWriter {
       return await this.sync(node, desired);
     } catch (error) {
       if (isConflict(error)) throw error;
-      const plan = planNodeApply(nodeState(node, this.fieldManager), desired);
+      const write = nodeWriteFor(nodeState(node, this.fieldManager), desired);
       const message = `node ${node.metadata!.name!} could not be written: ${errorText(error)}`;
-      return { ...plan, wrote: false, refused: { error, message } };
+      return { ...write, wrote: false, refused: { error, message } };
     }
   }
 
@@ -149,7 +157,7 @@ export class ApplyNodeWriter {
   }
 }
 
-function planKey(plan: NodePlan): PlanKey {
-  const scheduling = JSON.stringify([plan.labels, plan.taints]);
-  return { scheduling, plan: JSON.stringify([scheduling, plan.annotations]) };
+function writeKey(write: NodeWrite): WriteKey {
+  const scheduling = JSON.stringify([write.labels, write.taints]);
+  return { scheduling, write: JSON.stringify([scheduling, write.annotations]) };
 }

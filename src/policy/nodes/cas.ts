@@ -8,7 +8,7 @@ import type { EventHandler } from '../../runtime/cache/informer.ts';
 import { ApiError, type KubeClient } from '../../runtime/client/client.ts';
 import { WriteExpectations } from '../../runtime/controller/expectations.ts';
 import type { NodeKey, WriteLoopBreaker } from './loopbreaker.ts';
-import { ownedTaints, taintId, taintRecordKey, taintRecordValue, taintsOf, type NodeTaint } from './plan.ts';
+import { ownedTaints, taintId, taintRecordKey, taintRecordValue, taintsOf, type NodeTaint } from './write.ts';
 import { Resources, type KubeObject } from '../../runtime/api/meta.ts';
 import { escapeKey, type JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 

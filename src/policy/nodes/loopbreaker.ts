@@ -12,7 +12,7 @@
 //   follow pods) can only fight over its own keys. Only its contested writes count, those that
 //   change a key someone else changed since its last write; so claims that follow pod churn,
 //   however fast, are never held.
-import type { NodeOutputKind } from './plan.ts';
+import type { NodeOutputKind } from './write.ts';
 import { nodeWriteMetrics } from './metrics.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 

@@ -4,7 +4,7 @@
 // it. Capabilities cannot import each other, so each declares here what it owns — static domains
 // and the keys of its live policies — and the others validate their policies against it.
 import type { EventHandler } from '../../runtime/cache/informer.ts';
-import { NODE_WRITERS_DOMAIN, type NodeOutputKind } from './plan.ts';
+import { NODE_WRITERS_DOMAIN, type NodeOutputKind } from './write.ts';
 
 /**
  * A set of node keys of one kind ('any': labels, annotations and taints alike): one key, every

@@ -6,7 +6,7 @@ import { applyTarget, isObjectGone, ownedKeys } from '../../runtime/client/apply
 import type { KubeClient } from '../../runtime/client/client.ts';
 import { Resources } from '../../runtime/api/meta.ts';
 import { taintPatch } from './cas.ts';
-import { ownedTaints } from './plan.ts';
+import { ownedTaints } from './write.ts';
 
 export interface ReleaseOptions {
   /** Says what changed (or, in a dry run, would change), one line a node. */

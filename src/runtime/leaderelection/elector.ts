@@ -222,32 +222,7 @@ export class LeaderElector {
         this.#log.warn({ err }, 'cannot read leader lease');
         return false;
       }
-      try {
-        const body: Lease = {
-          apiVersion: 'coordination.k8s.io/v1',
-          kind: 'Lease',
-          metadata: { name: this.#name, namespace: this.#namespace },
-          spec: { ...desired, leaseTransitions: 0 },
-        };
-        this.#observe(
-          await this.#client.request<Lease>('POST', resourcePath(Resources.leases, this.#namespace), {
-            body,
-            signal,
-          }),
-        );
-        return true;
-      } catch (createErr) {
-        // Another candidate's create won the race: nothing to tell. Anything else (the namespace
-        // missing, a refusal) keeps every replica from leading, so it is said, once a minute.
-        if (isConflict(createErr)) this.#log.debug({ err: createErr }, 'cannot create leader lease');
-        else
-          this.#refusals.warn(
-            'create',
-            { err: createErr, namespace: this.#namespace },
-            'cannot create the leader lease; no replica leads until it can',
-          );
-        return false;
-      }
+      return this.#create(desired, signal);
     }
 
     this.#observe(current);
@@ -268,6 +243,36 @@ export class LeaderElector {
     } catch (err) {
       if (isConflict(err)) this.#log.debug('lost the race for the leader lease');
       else this.#log.warn({ err }, 'cannot update leader lease');
+      return false;
+    }
+  }
+
+  /** No Lease yet: create it, held by us. */
+  async #create(desired: LeaseSpec, signal: AbortSignal): Promise<boolean> {
+    try {
+      const body: Lease = {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: { name: this.#name, namespace: this.#namespace },
+        spec: { ...desired, leaseTransitions: 0 },
+      };
+      this.#observe(
+        await this.#client.request<Lease>('POST', resourcePath(Resources.leases, this.#namespace), {
+          body,
+          signal,
+        }),
+      );
+      return true;
+    } catch (createErr) {
+      // Another candidate's create won the race: nothing to tell. Anything else (the namespace
+      // missing, a refusal) keeps every replica from leading, so it is said, once a minute.
+      if (isConflict(createErr)) this.#log.debug({ err: createErr }, 'cannot create leader lease');
+      else
+        this.#refusals.warn(
+          'create',
+          { err: createErr, namespace: this.#namespace },
+          'cannot create the leader lease; no replica leads until it can',
+        );
       return false;
     }
   }

@@ -297,26 +297,7 @@ export class Manager implements ClusterSet {
       // So does a cluster a provider engaged whose caches have not synced (a cell that does not
       // answer): its controllers wait for it, and one unreachable cell must not take a ready Berth
       // out of its Service or stall its rollout. Only the local cluster's caches decide readiness.
-      '/readyz': async () => {
-        // Out of the Services while stopping, so that nothing new is sent here.
-        if (this.closing.signal.aborted) return { status: 503, body: 'stopping\n' };
-        // The apiserver calls a webhook as soon as the replica is a Service endpoint.
-        if (this.starting.size) return { status: 503, body: `starting: ${[...this.starting].join(', ')}\n` };
-        const unready = this.runnables.flatMap((r) => r.unready?.() ?? []);
-        if (unready.length) return { status: 503, body: unready.map((m) => `${m}\n`).join('') };
-        const unsynced = this.unsynced();
-        const notes = [
-          ...this.missingCrds(),
-          ...unsynced
-            .filter((c) => c !== localCluster)
-            .map((c) => `cluster ${c}: informer caches have not synced; its controllers wait for it`),
-        ]
-          .map((m) => `warning: ${m}\n`)
-          .join('');
-        return unsynced.includes(localCluster)
-          ? { status: 503, body: `informer caches have not synced (cluster ${localCluster})\n${notes}` }
-          : { status: 200, body: `ok\n${notes}` };
-      },
+      '/readyz': async () => this.readiness(),
     });
     for (const s of [metrics, health]) if (s) this.servers.push(s);
     this.healthServer = health;
@@ -362,6 +343,28 @@ export class Manager implements ClusterSet {
       },
     });
     this.electorLoop = this.elector.run(this.stopping.signal).finally(() => electorClient.close());
+  }
+
+  /** /readyz: ready once started, synced and not stopping; what idles meanwhile is said as warnings. */
+  private readiness(): { status: number; body: string } {
+    // Out of the Services while stopping, so that nothing new is sent here.
+    if (this.closing.signal.aborted) return { status: 503, body: 'stopping\n' };
+    // The apiserver calls a webhook as soon as the replica is a Service endpoint.
+    if (this.starting.size) return { status: 503, body: `starting: ${[...this.starting].join(', ')}\n` };
+    const unready = this.runnables.flatMap((r) => r.unready?.() ?? []);
+    if (unready.length) return { status: 503, body: unready.map((m) => `${m}\n`).join('') };
+    const unsynced = this.unsynced();
+    const notes = [
+      ...this.missingCrds(),
+      ...unsynced
+        .filter((c) => c !== localCluster)
+        .map((c) => `cluster ${c}: informer caches have not synced; its controllers wait for it`),
+    ]
+      .map((m) => `warning: ${m}\n`)
+      .join('');
+    return unsynced.includes(localCluster)
+      ? { status: 503, body: `informer caches have not synced (cluster ${localCluster})\n${notes}` }
+      : { status: 200, body: `ok\n${notes}` };
   }
 
   /** Adds a provider (a capability's, made after the manager): it runs from start, or at once if started. */

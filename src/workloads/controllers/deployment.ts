@@ -232,51 +232,10 @@ export class DeploymentReconciler {
         continue;
       }
       if (a.type === 'create') created = true;
-      try {
-        let written: KubeObject | undefined;
-        if (a.type === 'create') {
-          written = await this.manager
-            .client()
-            .create(Instance.ref, instanceManifest(wd, owner, wd.spec.template, hash, a.ordinal), {
-              fieldManager: DEPLOYMENT_MANAGER,
-            });
-          this.state.log.info({ deployment: key, instance: target, hash }, 'instance created');
-        } else {
-          const inst = owned.find((i) => i.metadata.name === a.name)!;
-          // In the background: the Instance goes at once and the instance controller deletes its Pod
-          // (the garbage collector would too); the step counts the deletion in flight until the Pod
-          // is gone. Foreground deletion would wait on the garbage collector, which for up to 30 s
-          // after the CRD's install does not watch Instances yet (decision 0013). No finalizer of
-          // Berth's: an Instance deleted while Berth is down or removed never waits.
-          written = await deleteExact(this.manager.client(), Instance.ref, inst, {
-            propagationPolicy: 'Background',
-          });
-          // Already gone, or replaced: the cache catches up and brings this key back.
-          if (!written) continue;
-          this.state.log.info(
-            { deployment: key, instance: target, reason: a.rollout ? 'rollout' : 'scale down' },
-            'instance deleted',
-          );
-        }
-        // A delete answered with a Status (the object went at once) leaves nothing to wait for.
-        this.sent.expect(target, written?.metadata?.resourceVersion, a.type);
-      } catch (e) {
-        const taken = isConflict(e) && a.type === 'create' ? this.state.instances.get(target) : undefined;
-        // An earlier deployment of this name's (deleted and made again at once) goes with the garbage
-        // collector, and its deletion brings this key back: only anyone else's is a failure.
-        const earlier = taken?.metadata.ownerReferences?.some(
-          (o) => o.controller && o.kind === WorkloadDeployment.kind && o.name === name,
-        );
-        if (taken && !controlledBy(taken, wd.metadata.uid) && !earlier)
-          failure = `an Instance named ${taken.metadata.name} exists that this deployment does not own`;
-        else if (a.type === 'create' && isRefused(e)) {
-          failure = `the apiserver refused the Instance ${target}: ${e.message}${workloadNamespaceHint(e)}`;
-          // The next creates would be refused alike (Berth's RBAC, an admission policy): tried again later.
-          break;
-        }
-        // Already there, or already gone: the cache catches up and brings this key back.
-        else if (!isConflict(e) && !isNotFound(e)) throw e;
-      }
+      const sent = await this.send(key, wd, owner, hash, owned, a, target);
+      if (sent.failure !== undefined) failure = sent.failure;
+      // The next creates would be refused alike (Berth's RBAC, an admission policy): tried again later.
+      if (sent.stop) break;
     }
 
     // A pass that tried no create says nothing of the last failure (its step waits on something
@@ -288,6 +247,72 @@ export class DeploymentReconciler {
     );
     const result = this.reportFailure(wd, failure, created || ordinals.size === input.replicas);
     return result ?? (held ? { requeueAfterMs: maxWaitMs } : undefined);
+  }
+
+  /**
+   * Sends one of the step's actions; a failure the user must fix comes back (`stop`: the creates
+   * after it would be refused alike), anything else already there or already gone is left to the
+   * cache, which brings this key back.
+   */
+  private async send(
+    key: string,
+    wd: DeploymentObject,
+    owner: OwnerReference,
+    hash: string,
+    owned: readonly CachedInstance[],
+    a: Action,
+    target: string,
+  ): Promise<{ failure?: string; stop?: boolean }> {
+    const name = wd.metadata.name!;
+    try {
+      let written: KubeObject | undefined;
+      if (a.type === 'create') {
+        written = await this.manager
+          .client()
+          .create(Instance.ref, instanceManifest(wd, owner, wd.spec.template, hash, a.ordinal), {
+            fieldManager: DEPLOYMENT_MANAGER,
+          });
+        this.state.log.info({ deployment: key, instance: target, hash }, 'instance created');
+      } else {
+        const inst = owned.find((i) => i.metadata.name === a.name)!;
+        // In the background: the Instance goes at once and the instance controller deletes its Pod
+        // (the garbage collector would too); the step counts the deletion in flight until the Pod
+        // is gone. Foreground deletion would wait on the garbage collector, which for up to 30 s
+        // after the CRD's install does not watch Instances yet (decision 0013). No finalizer of
+        // Berth's: an Instance deleted while Berth is down or removed never waits.
+        written = await deleteExact(this.manager.client(), Instance.ref, inst, {
+          propagationPolicy: 'Background',
+        });
+        // Already gone, or replaced: the cache catches up and brings this key back.
+        if (!written) return {};
+        this.state.log.info(
+          { deployment: key, instance: target, reason: a.rollout ? 'rollout' : 'scale down' },
+          'instance deleted',
+        );
+      }
+      // A delete answered with a Status (the object went at once) leaves nothing to wait for.
+      this.sent.expect(target, written?.metadata?.resourceVersion, a.type);
+      return {};
+    } catch (e) {
+      const taken = isConflict(e) && a.type === 'create' ? this.state.instances.get(target) : undefined;
+      // An earlier deployment of this name's (deleted and made again at once) goes with the garbage
+      // collector, and its deletion brings this key back: only anyone else's is a failure.
+      const earlier = taken?.metadata.ownerReferences?.some(
+        (o) => o.controller && o.kind === WorkloadDeployment.kind && o.name === name,
+      );
+      if (taken && !controlledBy(taken, wd.metadata.uid) && !earlier)
+        return {
+          failure: `an Instance named ${taken.metadata.name} exists that this deployment does not own`,
+        };
+      if (a.type === 'create' && isRefused(e))
+        return {
+          failure: `the apiserver refused the Instance ${target}: ${e.message}${workloadNamespaceHint(e)}`,
+          stop: true,
+        };
+      // Already there, or already gone: the cache catches up and brings this key back.
+      if (!isConflict(e) && !isNotFound(e)) throw e;
+      return {};
+    }
   }
 
   /**

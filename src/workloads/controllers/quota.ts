@@ -26,8 +26,8 @@ import { errorText, type Logger } from '../../runtime/observability/log.ts';
 import { findCondition, newlyHolds, setCondition, type Condition } from '../../runtime/api/conditions.ts';
 import { apiTime, type KubeObject } from '../../runtime/api/meta.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
-import { decideUnder, requeueAfterMs } from '../decide/grant.ts';
-import { Instance, InstanceType, Quota, QUOTA_MANAGER, type QuotaStatus } from '../types.ts';
+import { decideUnder, requeueAfterMs, type Decision } from '../decide/grant.ts';
+import { Instance, InstanceType, Quota, QUOTA_MANAGER, type QuotaClaim, type QuotaStatus } from '../types.ts';
 import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide/instances.ts';
 import {
   type QuotaObject,
@@ -54,6 +54,12 @@ export const UNREAD_GRACE_MS = 10_000;
 const UNREAD_REQUEUE_MS = 5_000;
 /** How often a namespace with instances in a cell that does not serve it is looked at again. */
 const UNSERVED_REQUEUE_MS = 30_000;
+
+/** An instance a Quota counts, with the cluster it is in. */
+interface CountedInstance {
+  s: ClusterState;
+  inst: CachedInstance;
+}
 
 interface ClusterState {
   cluster: Cluster;
@@ -237,14 +243,48 @@ export class QuotaReconciler {
       this.trigger.send(namespace);
       return;
     }
-    // A cluster that has not listed its instances yet would make the line partial: wait for it, for
-    // a while. Past the grace, decide without it: the ledger still counts its claims (goneClaims
-    // keeps a claim it cannot check), so the budget holds; only its waiting instances wait on.
     const now = new Date();
+    const { unread, graceLeft } = this.unreadClusters(now);
+    if (graceLeft > 0) return { requeueAfterMs: Math.min(1000, graceLeft) };
+    this.sayUnread(unread);
+    const quota = await this.quotaInForce(namespace, now);
+    const ledger = quota?.status?.claims ?? [];
+    const { instances, unserved } = this.countedInstances(namespace, quota, ledger);
+    const candidates = instances.map(({ s, inst }) =>
+      candidateOf(s.cluster.name, inst, (name) => s.instanceTypes?.get(name)?.spec),
+    );
+    const gone = await this.goneClaims(namespace, ledger);
+    const decision = decideUnder(quota, ledger, candidates, gone, apiTime(now.getTime()));
+
+    // Another writer (or our own earlier write, not cached yet) moved the ledger: decide again.
+    if (quota && !(await this.writeLedger(quota, decision, now, unread))) return { requeue: true };
+    if (!(await this.sendVerdicts(namespace, quota, instances, decision))) return { requeue: true };
+    const waiting = candidates.filter((c) => decision.verdicts.get(c.uid)?.granted === false);
+    // A namespace decided without a cluster is decided again until that cluster is read.
+    const after = [
+      ...waiting.map((c) => requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime())),
+      ...(unread.length ? [UNREAD_REQUEUE_MS] : []),
+      // No watch here sees a Cell begin to serve the namespace: look again now and then.
+      ...(unserved ? [UNSERVED_REQUEUE_MS] : []),
+    ];
+    return after.length ? { requeueAfterMs: Math.min(...after) } : undefined;
+  }
+
+  /**
+   * Engaged clusters that have not listed their instances yet (they would make the line partial),
+   * and how long to wait for them still. Past the grace, a pass decides without them: the ledger
+   * still counts their claims (goneClaims keeps a claim it cannot check), so the budget holds; only
+   * their waiting instances wait on.
+   */
+  private unreadClusters(now: Date): { unread: ClusterState[]; graceLeft: number } {
     const engaged = new Set(this.manager.clusterNames);
     const unread = [...this.clusters.values()].filter((s) => engaged.has(s.cluster.name) && !listed(s));
     const graceLeft = Math.max(0, ...unread.map((s) => s.since + UNREAD_GRACE_MS - now.getTime()));
-    if (graceLeft > 0) return { requeueAfterMs: Math.min(1000, graceLeft) };
+    return { unread, graceLeft };
+  }
+
+  /** Says once per cluster that passes go on without it (again if it falls behind anew). */
+  private sayUnread(unread: readonly ClusterState[]): void {
     for (const s of this.clusters.values()) if (listed(s)) s.unreadLogged = false;
     for (const s of unread)
       if (!s.unreadLogged) {
@@ -254,14 +294,25 @@ export class QuotaReconciler {
           'instances of a cluster not listed in time: deciding without them (its claims stay counted)',
         );
       }
+  }
+
+  /** The namespace's Quota in force (its oldest, as last written); the others are superseded. */
+  private async quotaInForce(namespace: string, now: Date): Promise<QuotaObject | undefined> {
     const quotas = this.quotas
       .byIndex('namespace', namespace)
       .map((q) => this.ledgers.pending(q) ?? q)
       .sort(oldestFirst);
     const quota = quotas[0];
     for (const superseded of quotas.slice(1)) await this.supersede(superseded, quota!, now);
+    return quota;
+  }
 
-    const ledger = quota?.status?.claims ?? [];
+  /** The instances the namespace's Quota counts, in the clusters read; says the foreign ones. */
+  private countedInstances(
+    namespace: string,
+    quota: QuotaObject | undefined,
+    ledger: readonly QuotaClaim[],
+  ): { instances: CountedInstance[]; unserved: boolean } {
     const readable = this.readable();
     const scope = countedInstances(
       namespace,
@@ -272,39 +323,48 @@ export class QuotaReconciler {
       })),
       this.serves,
     );
-    const { unserved, foreign } = scope;
     const instances = readable.flatMap((s, i) => scope.counted[i]!.map((inst) => ({ s, inst })));
-    this.sayForeign(namespace, quota, foreign);
-    const candidates = instances.map(({ s, inst }) =>
-      candidateOf(s.cluster.name, inst, (name) => s.instanceTypes?.get(name)?.spec),
+    this.sayForeign(namespace, quota, scope.foreign);
+    return { instances, unserved: scope.unserved };
+  }
+
+  /** Writes the Quota's status if the decision changes it; false if another write got there first. */
+  private async writeLedger(
+    quota: QuotaObject,
+    decision: Decision,
+    now: Date,
+    unread: ClusterState[],
+  ): Promise<boolean> {
+    const status = quotaStatus(
+      quota,
+      decision,
+      now,
+      unread.map((s) => s.cluster.name),
     );
-    const gone = await this.goneClaims(namespace, ledger);
-    const decision = decideUnder(quota, ledger, candidates, gone, apiTime(now.getTime()));
-
-    if (quota) {
-      const status = quotaStatus(
-        quota,
-        decision,
-        now,
-        unread.map((s) => s.cluster.name),
-      );
-      if (!sameQuotaStatus(quota.status, status)) {
-        const written = await this.writeQuotaStatus(quota, status);
-        // Another writer (or our own earlier write, not cached yet) moved the ledger: decide again.
-        if (!written) return { requeue: true };
-        const warn = newlyHolds(quota.status?.conditions, status.conditions, 'Ready', 'False', 'OverBudget');
-        if (warn) {
-          this.events.event(quota, 'Warning', 'OverBudget', 'Reconcile', warn.message);
-          this.log.warn({ quota: keyOf(quota), message: warn.message }, 'quota over budget');
-        }
-      }
+    if (sameQuotaStatus(quota.status, status)) return true;
+    const written = await this.writeQuotaStatus(quota, status);
+    if (!written) return false;
+    const warn = newlyHolds(quota.status?.conditions, status.conditions, 'Ready', 'False', 'OverBudget');
+    if (warn) {
+      this.events.event(quota, 'Warning', 'OverBudget', 'Reconcile', warn.message);
+      this.log.warn({ quota: keyOf(quota), message: warn.message }, 'quota over budget');
     }
+    return true;
+  }
 
-    // Grants are sent without holding the pass: the ledger already backs them and they are applied
-    // unconditionally, so the next pass (and the grants it makes) need not wait for their round trips.
-    // Other verdicts are applied only to the instance as read, and a conflict means deciding again.
-    let conflicts = false;
-    const denials: Promise<void>[] = [];
+  /**
+   * Tells each counted instance its verdict; false if a denial met a conflict (decide again). Grants
+   * are sent without holding the pass: the ledger already backs them and they are applied
+   * unconditionally, so the next pass (and the grants it makes) need not wait for their round trips.
+   * Other verdicts are applied only to the instance as read, and a conflict means deciding again.
+   */
+  private async sendVerdicts(
+    namespace: string,
+    quota: QuotaObject | undefined,
+    instances: readonly CountedInstance[],
+    decision: Decision,
+  ): Promise<boolean> {
+    const denials: Promise<boolean>[] = [];
     for (const { s, inst } of instances) {
       if (inst.metadata?.deletionTimestamp) continue;
       const v = verdictCondition(
@@ -324,24 +384,9 @@ export class QuotaReconciler {
           for (const listener of this.grantListeners) listener(s.cluster.name, keyOf(inst));
         }
         if (!this.grantListeners.length) this.sendGrant(s, inst, v, namespace);
-      } else
-        denials.push(
-          this.writeVerdict(s, inst, v).then((ok) => {
-            if (!ok) conflicts = true;
-          }),
-        );
+      } else denials.push(this.writeVerdict(s, inst, v));
     }
-    await Promise.all(denials);
-    if (conflicts) return { requeue: true };
-    const waiting = candidates.filter((c) => decision.verdicts.get(c.uid)?.granted === false);
-    // A namespace decided without a cluster is decided again until that cluster is read.
-    const after = [
-      ...waiting.map((c) => requeueAfterMs(Date.parse(c.creationTimestamp) || now.getTime(), now.getTime())),
-      ...(unread.length ? [UNREAD_REQUEUE_MS] : []),
-      // No watch here sees a Cell begin to serve the namespace: look again now and then.
-      ...(unserved ? [UNSERVED_REQUEUE_MS] : []),
-    ];
-    return after.length ? { requeueAfterMs: Math.min(...after) } : undefined;
+    return (await Promise.all(denials)).every(Boolean);
   }
 
   /** Instances granted by someone else: a Warning on the Quota and a log line, when they change. */

@@ -20,7 +20,7 @@ import {
 } from '../../../src/labels/files.ts';
 import { nodeView } from '../../../src/labels/match.ts';
 import { controlCharacterError } from '../../../src/labels/values.ts';
-import { nodeState, planNodeApply } from '../../../src/policy/nodes/plan.ts';
+import { nodeState, nodeWriteFor } from '../../../src/policy/nodes/write.ts';
 import { validateLabelKey, validateLabelValue } from '../../../src/policy/match/selector.ts';
 import { FIELD_MANAGER, type Rule } from '../../../src/labels/types.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
@@ -489,7 +489,7 @@ describe('keepHeld', () => {
     ['accelerators/edgetpu', 'accelerators/gpu', 'accelerators/tier', 'other.example.org/x'],
   );
   const plan = (holds: RuleScope[], rules: Rule[] = []) =>
-    planNodeApply(nodeState(n, FIELD_MANAGER), keepHeld(decide(nodeView(n), rules), holds, n));
+    nodeWriteFor(nodeState(n, FIELD_MANAGER), keepHeld(decide(nodeView(n), rules), holds, n));
 
   test('without holds, a label no rule derives is pruned', () => {
     assert.deepEqual(plan([]).labels, {});

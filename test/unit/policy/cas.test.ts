@@ -5,7 +5,7 @@ import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { casPatch, CasNodeWriter } from '../../../src/policy/nodes/cas.ts';
 import { WriteLoopBreaker, type NodeKey } from '../../../src/policy/nodes/loopbreaker.ts';
 import { nodeWriteMetrics } from '../../../src/policy/nodes/metrics.ts';
-import type { NodeTaint } from '../../../src/policy/nodes/plan.ts';
+import type { NodeTaint } from '../../../src/policy/nodes/write.ts';
 import { nodeServer } from '../../helpers/fakeclient.ts';
 import { withSeed, type Prng } from '../../helpers/prng.ts';
 

@@ -9,11 +9,11 @@ import {
   changedKeys,
   leaveAsIs,
   nodeState,
-  planNodeApply,
+  nodeWriteFor,
   taintRecordKey,
   type NodeOutputs,
   type NodeTaint,
-} from '../../../src/policy/nodes/plan.ts';
+} from '../../../src/policy/nodes/write.ts';
 import { applyPatch } from '../gates/fixtures.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
@@ -198,7 +198,7 @@ describe('ApplyNodeWriter and the loop breaker', () => {
         { key: 'u', effect: 'NoExecute' },
       ],
     };
-    assert.deepEqual(changedKeys(state, planNodeApply(state, want)).sort(), [
+    assert.deepEqual(changedKeys(state, nodeWriteFor(state, want)).sort(), [
       'annotation c',
       'label d',
       'label mine',
@@ -294,7 +294,7 @@ describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch wit
       ['accelerators/gpu:NoSchedule', 'gone:NoSchedule'],
     );
     assert.deepEqual(nodeState(n, FM).owned.taints, []);
-    const p = planNodeApply(nodeState(n, FM), {
+    const p = nodeWriteFor(nodeState(n, FM), {
       labels: {},
       annotations: {},
       taints: [{ ...admin, value: 'mine' }],
@@ -313,26 +313,26 @@ describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch wit
   test('a taint already on the node, of the same value, is not taken: foreign, never recorded, never removed', () => {
     // An admin's `kubectl taint` before the rule came: the same key, effect and value.
     const n = bare([admin, mine]);
-    const plan = planNodeApply(nodeState(n, FM), outputs([mine]));
+    const plan = nodeWriteFor(nodeState(n, FM), outputs([mine]));
     assert.deepEqual(plan.foreign, [{ kind: 'taint', key: 'accelerators/gpu:NoSchedule' }]);
     assert.deepEqual([plan.taints, plan.inSync], [[], true], 'nothing of its own to write');
     assert.deepEqual(taintPatch(n, FM, [mine]), [], 'not recorded, even when asked to');
     // The rule stops matching: the taint stays the admin's.
     assert.deepEqual(taintPatch(n, FM, []), []);
-    assert.equal(planNodeApply(nodeState(n, FM), outputs([])).inSync, true);
+    assert.equal(nodeWriteFor(nodeState(n, FM), outputs([])).inSync, true);
   });
 
   test('a taint Berth put on whose value someone changed is theirs: not written back, dropped from the record, left on the node', () => {
     const n = bare([admin, { ...mine, value: 'taken' }], '{"accelerators/gpu:NoSchedule":"dedicated"}');
     assert.deepEqual(nodeState(n, FM).owned.taints, []);
-    const plan = planNodeApply(nodeState(n, FM), outputs([mine]));
+    const plan = nodeWriteFor(nodeState(n, FM), outputs([mine]));
     assert.deepEqual(plan.foreign, [{ kind: 'taint', key: 'accelerators/gpu:NoSchedule' }]);
     assert.deepEqual([plan.taints, plan.changed], [[], ['taint']], 'a write of the record alone');
     const after = applyPatch(n, taintPatch(n, FM, plan.taints));
     assert.deepEqual(taintsOn(after), [admin, { ...mine, value: 'taken' }], 'their value stays');
     assert.equal(after.metadata!.annotations![taintRecordKey(FM)], undefined, 'no longer recorded');
     // From then on it is like any taint of someone else's: held back, nothing to write.
-    const again = planNodeApply(nodeState(after, FM), outputs([mine]));
+    const again = nodeWriteFor(nodeState(after, FM), outputs([mine]));
     assert.deepEqual([again.foreign.length, again.inSync], [1, true]);
     // And were it set back to Berth's value, Berth would not take it back either.
     const back = applyPatch(after, [{ op: 'replace', path: '/spec/taints/1/value', value: 'dedicated' }]);
@@ -342,7 +342,7 @@ describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch wit
   test("an earlier version's record (ids only) still owns its taints, and is written again with their values", () => {
     const n = bare([admin, mine], '["accelerators/gpu:NoSchedule"]');
     assert.deepEqual(nodeState(n, FM).owned.taints, ['accelerators/gpu:NoSchedule']);
-    const plan = planNodeApply(nodeState(n, FM), outputs([mine]));
+    const plan = nodeWriteFor(nodeState(n, FM), outputs([mine]));
     assert.deepEqual([plan.foreign, plan.taints, plan.changed], [[], [mine], ['taint']]);
     assert.deepEqual(changedKeys(nodeState(n, FM), plan), [], 'the taints themselves do not change');
     const after = applyPatch(n, taintPatch(n, FM, plan.taints));
@@ -351,7 +351,7 @@ describe('ApplyNodeWriter: taints, an atomic list, by compare-and-swap patch wit
       after.metadata!.annotations![taintRecordKey(FM)],
       '{"accelerators/gpu:NoSchedule":"dedicated"}',
     );
-    assert.equal(planNodeApply(nodeState(after, FM), outputs([mine])).inSync, true);
+    assert.equal(nodeWriteFor(nodeState(after, FM), outputs([mine])).inSync, true);
   });
 
   test('sync: labels by server-side apply (never spec.taints), taints by a JSON patch on what the apply left', async () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../../src/runtime/client/client.ts';
-import { taintId, taintRecordKey, type NodeTaint } from '../../../src/policy/nodes/plan.ts';
+import { taintId, taintRecordKey, type NodeTaint } from '../../../src/policy/nodes/write.ts';
 import { releaseNodes } from '../../../src/policy/nodes/release.ts';
 import { applyRecorder, nodeServer } from '../../helpers/fakeclient.ts';
 

@@ -4,7 +4,7 @@ import type { KubeClient } from '../../../src/runtime/client/client.ts';
 import { WriteLoopBreaker } from '../../../src/policy/nodes/loopbreaker.ts';
 import { ApplyNodeWriter } from '../../../src/policy/nodes/apply.ts';
 import { WriteSpacing } from '../../../src/runtime/controller/spacing.ts';
-import { nodeState, planNodeApply, type NodeOutputs } from '../../../src/policy/nodes/plan.ts';
+import { nodeState, nodeWriteFor, type NodeOutputs } from '../../../src/policy/nodes/write.ts';
 import { OTHER_MANAGERS, slimNode } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { applyRecorder } from '../../helpers/fakeclient.ts';
@@ -41,10 +41,10 @@ const want = (labels: Record<string, string>, annotations: Record<string, string
   taints: [],
 });
 
-describe('planNodeApply', () => {
+describe('nodeWriteFor', () => {
   test('says which kinds of output a write would change', () => {
     const n = node({ agent: 'true' }, { 'claim.a': 'x' });
-    const plan = (d: NodeOutputs) => planNodeApply(nodeState(n, FM), d);
+    const plan = (d: NodeOutputs) => nodeWriteFor(nodeState(n, FM), d);
     assert.deepEqual(plan(want({ agent: 'true' }, { 'claim.a': 'x' })).changed, []);
     assert.equal(plan(want({ agent: 'true' }, { 'claim.a': 'x' })).inSync, true);
     assert.deepEqual(plan(want({ agent: 'true' }, { 'claim.a': 'x', 'claim.b': 'y' })).changed, [
@@ -79,9 +79,9 @@ describe('planNodeApply', () => {
     ]);
     const state = nodeState(slim, FM);
     assert.deepEqual(state.shared.labels, ['zone']);
-    const same = planNodeApply(state, want({ zone: 'admin', agent: 'true' }, {}));
+    const same = nodeWriteFor(state, want({ zone: 'admin', agent: 'true' }, {}));
     assert.deepEqual([same.inSync, same.foreign], [true, []]);
-    const other = planNodeApply(state, want({ zone: 'amd64', agent: 'true' }, {}));
+    const other = nodeWriteFor(state, want({ zone: 'amd64', agent: 'true' }, {}));
     assert.deepEqual(other.foreign, [{ kind: 'label', key: 'zone' }]);
     // The write drops this manager's share of the key; the other manager's value stays.
     assert.deepEqual([other.labels, other.changed], [{ agent: 'true' }, ['label']]);

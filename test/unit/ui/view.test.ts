@@ -10,7 +10,7 @@ import { gateRows } from '../../../src/gates/view.ts';
 import { compileRule } from '../../../src/labels/decide/nodes.ts';
 import { NodeLabelRule, type Rule } from '../../../src/labels/types.ts';
 import { ruleSource } from '../../../src/labels/view.ts';
-import { taintRecordKey } from '../../../src/policy/nodes/plan.ts';
+import { taintRecordKey } from '../../../src/policy/nodes/write.ts';
 import { slimNode, slimPod, type SlimNode } from '../../../src/policy/slim.ts';
 import { hostAllowed } from '../../../src/ui/server.ts';
 import type { NodeRow } from '../../../src/ui/types.ts';

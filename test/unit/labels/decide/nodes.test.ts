@@ -3,11 +3,11 @@ import { describe, test } from 'node:test';
 import {
   compileRule,
   decide,
-  planApply,
+  tracedNodeWrite,
   refuseOwned,
   ruleErrors,
 } from '../../../../src/labels/decide/nodes.ts';
-import { nodeState as ownedState, taintRecordKey } from '../../../../src/policy/nodes/plan.ts';
+import { nodeState as ownedState, taintRecordKey } from '../../../../src/policy/nodes/write.ts';
 import { evictions, explainNodeLabels, previewRules } from '../../../../src/labels/explain.ts';
 import {
   evalTerm,
@@ -242,7 +242,7 @@ describe('rule validation', () => {
   });
 });
 
-describe('planApply: ownership', () => {
+describe('tracedNodeWrite: ownership', () => {
   const node = (
     labels: Record<string, string>,
     ownedByBerth: string[],
@@ -275,30 +275,30 @@ describe('planApply: ownership', () => {
 
   test('in sync when Berth owns exactly the desired labels with the desired values', () => {
     const n = node({ gpu: '1', 'accelerators/gpu': 'true' }, ['accelerators/gpu']);
-    assert.equal(planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu])).inSync, true);
+    assert.equal(tracedNodeWrite(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu])).inSync, true);
   });
   test('a missing label needs a write', () => {
     const n = node({ gpu: '1' }, []);
-    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
+    const p = tracedNodeWrite(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.equal(p.inSync, false);
     assert.deepEqual(p.labels, { 'accelerators/gpu': 'true' });
   });
   test('a label Berth owns but no longer wants needs a write that drops it', () => {
     const n = node({ 'accelerators/gpu': 'true' }, ['accelerators/gpu']);
-    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
+    const p = tracedNodeWrite(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.equal(p.inSync, false);
     assert.deepEqual(p.labels, {});
   });
   test('a label someone else set to another value is held back, never fought over', () => {
     const n = node({ gpu: '1', 'accelerators/gpu': 'false' }, []);
-    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
+    const p = tracedNodeWrite(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.deepEqual(p.labels, {});
     assert.equal(p.foreignOutputs.length, 1);
     assert.equal(p.inSync, true, 'nothing of ours to write');
   });
   test('a label someone else set to the same value is shared, not a conflict', () => {
     const n = node({ gpu: '1', 'accelerators/gpu': 'true' }, []);
-    const p = planApply(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
+    const p = tracedNodeWrite(ownedState(n, FIELD_MANAGER), decide(nodeView(n), [gpu]));
     assert.deepEqual(p.foreignOutputs, []);
     assert.equal(
       p.inSync,
@@ -315,11 +315,11 @@ describe('planApply: ownership', () => {
       'gpu:NoSchedule': 'x',
     });
     assert.equal(
-      planApply(ownedState(owned, FIELD_MANAGER), decide(nodeView(owned), [tainting])).inSync,
+      tracedNodeWrite(ownedState(owned, FIELD_MANAGER), decide(nodeView(owned), [tainting])).inSync,
       true,
     );
     const foreign = node({ gpu: '1' }, [], [{ key: 'gpu', value: 'other', effect: 'NoSchedule' }]);
-    const p = planApply(ownedState(foreign, FIELD_MANAGER), decide(nodeView(foreign), [tainting]));
+    const p = tracedNodeWrite(ownedState(foreign, FIELD_MANAGER), decide(nodeView(foreign), [tainting]));
     assert.deepEqual(p.taints, []);
     assert.equal(p.foreignOutputs[0]?.key, 'gpu:NoSchedule');
   });

@@ -1,4 +1,4 @@
-// Planning a controller's share of a Node — labels, annotations, taints — for both node writers:
+// The write of a controller's share of a Node — labels, annotations, taints — for both node writers:
 // which of the node's keys a field manager owns (labels and annotations from managedFields, taints
 // from the record it keeps on the node), what it should write so the node carries its share, and
 // which keys that write changes (for the loop breaker); a taint's identity, its form on a node and
@@ -121,7 +121,7 @@ export function nodeState(node: KubeObject, manager: string): NodeState {
   };
 }
 
-export interface NodePlan extends NodeOutputs {
+export interface NodeWrite extends NodeOutputs {
   /** True when the node already carries exactly this manager's share: nothing to write. */
   inSync: boolean;
   /** Which kinds of output a write would change (empty when in sync). */
@@ -135,8 +135,8 @@ export interface NodePlan extends NodeOutputs {
  * value, or owns too and this write would change (a controller never fights for them, and never
  * forces), and whether the node is already there.
  */
-export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan {
-  const foreign: NodePlan['foreign'] = [];
+export function nodeWriteFor(state: NodeState, desired: NodeOutputs): NodeWrite {
+  const foreign: NodeWrite['foreign'] = [];
   const keep = (
     kind: NodeOutputKind,
     want: Record<string, string>,
@@ -194,8 +194,8 @@ export function planNodeApply(state: NodeState, desired: NodeOutputs): NodePlan 
   return { inSync: changed.length === 0, changed, labels, annotations, taints, foreign };
 }
 
-/** The keys a write of `plan` changes on the node: set to another value, added, or dropped by this manager. */
-export function changedKeys(state: NodeState, plan: NodeOutputs): NodeKey[] {
+/** The keys a write of `write` changes on the node: set to another value, added, or dropped by this manager. */
+export function changedKeys(state: NodeState, write: NodeOutputs): NodeKey[] {
   const keys = new Set<NodeKey>();
   const record = (
     kind: NodeOutputKind,
@@ -206,11 +206,11 @@ export function changedKeys(state: NodeState, plan: NodeOutputs): NodeKey[] {
     for (const [k, v] of Object.entries(want)) if (have[k] !== v) keys.add(nodeKey(kind, k));
     for (const k of owned) if (!(k in want) && k in have) keys.add(nodeKey(kind, k));
   };
-  record('label', plan.labels, state.labels, state.owned.labels);
-  record('annotation', plan.annotations, state.annotations, state.owned.annotations);
+  record('label', write.labels, state.labels, state.owned.labels);
+  record('annotation', write.annotations, state.annotations, state.owned.annotations);
   const have = new Map(state.taints.map((t) => [taintId(t), t]));
-  const want = new Set(plan.taints.map(taintId));
-  for (const t of plan.taints) {
+  const want = new Set(write.taints.map(taintId));
+  for (const t of write.taints) {
     const cur = have.get(taintId(t));
     if (!cur || (cur.value ?? '') !== (t.value ?? '')) keys.add(nodeKey('taint', t.key));
   }
