@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { KUBERNETES_MINORS, kubernetesMinorOf, kubernetesVersion } from '../src/sandbox/build.ts';
 
-/** Each capability's main integration file, and the admission scope and explain/plan files. */
+/** Each capability's main integration file, and the admission scope, explain/plan and version files. */
 const MAIN_FILES = [
   'labels',
   'gates',
@@ -17,6 +17,7 @@ const MAIN_FILES = [
   'federation',
   'admission-scope',
   'plan',
+  'kubernetes-version',
 ].map((f) => `test/integration/${f}.test.ts`);
 
 const args = new Set(process.argv.slice(2));

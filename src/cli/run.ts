@@ -300,7 +300,8 @@ export function runCommand(): Command {
 async function checkRunVersion(client: KubeClient, allow: boolean): Promise<void> {
   try {
     const v = await checkKubernetesVersion(client, allow, (s) => rootLogger.warn(s));
-    rootLogger.info({ kubernetes: v.gitVersion }, 'apiserver version');
+    const emulates = v.emulationMinor ? { emulates: `${v.emulationMajor}.${v.emulationMinor}` } : {};
+    rootLogger.info({ kubernetes: v.gitVersion, ...emulates }, 'apiserver version');
   } catch (e) {
     if (e instanceof UnsupportedKubernetesError) throw e;
     rootLogger.warn({ err: errorText(e) }, "could not read the apiserver's version; not checked");

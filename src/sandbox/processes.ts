@@ -101,7 +101,7 @@ export const PROCESS: Record<ProcessName, Process> = {
   },
   'kube-apiserver': {
     binary: (st) => st.binaries.kubeApiserver,
-    args: ({ ports, audit, profiling, webhookClientCa }, dir) => [
+    args: ({ ports, audit, profiling, emulatedVersion, webhookClientCa }, dir) => [
       `--etcd-servers=http://127.0.0.1:${ports.etcdClient}`,
       '--bind-address=127.0.0.1',
       '--advertise-address=127.0.0.1',
@@ -122,6 +122,7 @@ export const PROCESS: Record<ProcessName, Process> = {
       '--max-requests-inflight=1600',
       '--max-mutating-requests-inflight=800',
       `--profiling=${profiling ?? false}`,
+      ...(emulatedVersion ? [`--emulated-version=kube=${emulatedVersion}`] : []),
       '--v=1',
       ...(audit
         ? [

@@ -101,6 +101,11 @@ export interface UpOptions {
    * Taken into account when the control plane starts.
    */
   profiling?: boolean;
+  /**
+   * kube-apiserver emulates this older minor (`--emulated-version=kube=1.34`: its APIs and features,
+   * three minors back at most), as a cluster mid-upgrade can. Taken into account when the control plane starts.
+   */
+  emulatedVersion?: string;
 }
 
 export class Sandbox {
@@ -371,7 +376,11 @@ export class Sandbox {
     log: (s: string) => void,
     deadline: number,
     signal: AbortSignal | undefined,
-    { audit = false, profiling = false }: Pick<UpOptions, 'audit' | 'profiling'>,
+    {
+      audit = false,
+      profiling = false,
+      emulatedVersion,
+    }: Pick<UpOptions, 'audit' | 'profiling' | 'emulatedVersion'>,
   ): Promise<void> {
     mkdirSync(this.path('logs'), { recursive: true });
     const started = Date.now();
@@ -394,6 +403,7 @@ export class Sandbox {
       startedAt: new Date().toISOString(),
       ...(audit ? { audit } : {}),
       ...(profiling ? { profiling } : {}),
+      ...(emulatedVersion ? { emulatedVersion } : {}),
       ...(cells ? { cells } : {}),
       ...(registry ? { registry } : {}),
       ...(berth ? { berth } : {}),

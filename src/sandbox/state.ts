@@ -39,6 +39,8 @@ export interface State {
   audit?: boolean;
   /** kube-apiserver serves /debug/pprof (`up({ profiling: true })`). */
   profiling?: boolean;
+  /** kube-apiserver emulates this older minor (`up({ emulatedVersion: '1.34' })`). */
+  emulatedVersion?: string;
   /** The Berth this sandbox runs (`startBerth`): node, its identity's kubeconfig, ports, its own flags. */
   berth?: { node: string; kubeconfig: string; ports: BerthPorts; args: string[] };
   /** The sandboxes this one is the management plane of, by city (a federation, federation.ts). */

@@ -14,6 +14,16 @@ test('the version is read from gitVersion, else from major and minor as managed 
   assert.equal(parseServerVersion({ gitVersion: 'main' }), undefined);
 });
 
+test('an apiserver emulating an older minor (--emulated-version) is that minor: it serves those APIs', () => {
+  const v = { gitVersion: 'v1.37.2', major: '1', minor: '37', emulationMajor: '1', emulationMinor: '34' };
+  assert.deepEqual(parseServerVersion(v), { major: 1, minor: 34 });
+  assert.match(
+    unsupportedReason(v) ?? '',
+    /Kubernetes 1\.34 \(emulated by v1\.37\.2\), older than Berth supports/,
+  );
+  assert.equal(unsupportedReason({ ...v, emulationMinor: '36' }), undefined);
+});
+
 test('the supported minors pass; one below, one above and an unreadable version are refused, saying why', () => {
   assert.deepEqual(SUPPORTED_KUBERNETES, { oldest: 35, newest: 37 });
   for (const v of ['v1.35.0', 'v1.36.3', 'v1.37.2'])
