@@ -184,7 +184,7 @@ export const wantedHold = (obj: KubeObject, spec: AgentPlacementSpec | undefined
  * it holds is recorded once its owner kind is usable (until then no owner can get it, and a
  * placement finalizer could only hold up its deletion), and stays recorded while it is not.
  */
-export function planOwnerHold(
+export function ownerHoldChange(
   obj: KubeObject,
   spec: AgentPlacementSpec | undefined,
   kindUsable: boolean,

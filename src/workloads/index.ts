@@ -70,7 +70,7 @@ export const workloadsCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['instances'], verbs: ['create'] },
   ],
   setup({ manager, options }) {
-    // The deployment controller and its status controller read the same caches and plan; a create
+    // The deployment controller and its status controller read the same caches and steps; a create
     // that fails, or succeeds again, is sent on the status controller's trigger.
     const deployments = new DeploymentState(manager);
     const status = new Trigger();

@@ -17,7 +17,7 @@ import {
   OWNER_HOLD_ANNOTATION,
   ownerFinalizerApplies,
   ownerFinalizerIntent,
-  planOwnerHold,
+  ownerHoldChange,
   recordedHold,
   sameHold,
   slimOwner,
@@ -104,7 +104,7 @@ export class OwnerFinalizerReconciler implements Reconciler {
     // Checked while it is being deleted too: its status says so until it is gone.
     const kind = placement && holdOf(placement.spec) ? await this.checkOwnerKind(placement) : undefined;
     if (!kind) this.a.ownerKinds.delete(name);
-    const { release, record } = planOwnerHold(obj, placement?.spec, kind?.ref !== undefined);
+    const { release, record } = ownerHoldChange(obj, placement?.spec, kind?.ref !== undefined);
     if (release) await this.releaseOwners(name, release);
     if (!sameHold(recordedHold(obj), record) || hasFinalizer(obj, PLACEMENT_FINALIZER) !== !!record)
       await this.recordHold(obj, record);

@@ -62,7 +62,7 @@ import {
   targets,
   workloadKeyOf,
 } from '../decide/placement.ts';
-import { type RolloutPlan, rolloutPlan } from '../decide/rollout.ts';
+import { type RolloutTurn, rolloutTurn } from '../decide/rollout.ts';
 import { countsOnly, type Refusal, rollup, WORKLOAD_FIXABLE } from '../decide/rollup.ts';
 import {
   FEDERATION_FINALIZER,
@@ -115,7 +115,7 @@ interface Pass {
   placed: Placed[];
   wanted: Target[];
   hash: string;
-  plan: RolloutPlan;
+  turn: RolloutTurn;
   now: number;
   /** Its own copy of that name in the cell: another's of the same name is neither its status nor its to drain. */
   find: (cell: string, name: string) => DeploymentObject | undefined;
@@ -430,7 +430,7 @@ export class FederationReconciler {
     // A soak that ends, a deadline or a failover time that passes changes nothing in the cells:
     // wake up for it.
     const wakeups = [
-      ...(pass.plan.requeueAfterMs !== undefined ? [pass.plan.requeueAfterMs] : []),
+      ...(pass.turn.requeueAfterMs !== undefined ? [pass.turn.requeueAfterMs] : []),
       ...(typeof written === 'number' ? [written] : []),
       ...pass.wanted.flatMap((t) => (t.failoverAt !== undefined ? [t.failoverAt - pass.now] : [])),
       ...(pass.held ? [HELD_RETRY_MS] : []),
@@ -438,7 +438,7 @@ export class FederationReconciler {
     if (wakeups.length) return { requeueAfterMs: Math.max(0, Math.min(...wakeups)) };
   }
 
-  /** What the caches show of the workload in the cells, where it is wanted, and its rollout's plan. */
+  /** What the caches show of the workload in the cells, where it is wanted, and its rollout's turn. */
   private passOf(w: WorkloadObject, plane: string | undefined): Pass {
     const { views, cluster } = this.cellViews();
     const placed: Placed[] = [...cluster].flatMap(([cell, name]) =>
@@ -456,7 +456,7 @@ export class FederationReconciler {
       const d = named(cell, name);
       return d && this.own(d, w, plane, cell) ? d : undefined;
     };
-    const plan = rolloutPlan({
+    const turn = rolloutTurn({
       rollout: w.spec.rollout,
       template: w.spec.template,
       hash,
@@ -477,7 +477,7 @@ export class FederationReconciler {
       placed,
       wanted,
       hash,
-      plan,
+      turn,
       now,
       find,
       taken,
@@ -496,7 +496,7 @@ export class FederationReconciler {
   private async writeDeployment(pass: Pass, t: Target): Promise<void> {
     const { w, views, cluster } = pass;
     // An unreachable cell keeps what it has; it is written again once it answers.
-    const applied = pass.plan.applied.get(t.name);
+    const applied = pass.turn.applied.get(t.name);
     if (!t.cell || !applied || !views.get(t.cell)!.reachable) return;
     const writer = this.writer(pass.plane, t.cell);
     const taken = pass.taken(t.cell, t.name);
@@ -612,12 +612,12 @@ export class FederationReconciler {
    * Warning event for a condition newly fixable by its owner.
    */
   private async writeRollup(pass: Pass, draining: Drain[]): Promise<boolean | number> {
-    const { w, key, plan } = pass;
+    const { w, key, turn } = pass;
     const r = rollup(w, pass.wanted, pass.hash, pass.views, pass.find, BLOCKING_REASONS, {
-      applied: plan.applied,
+      applied: turn.applied,
       draining,
       refused: pass.refused,
-      ...(plan.progressing ? { progressing: plan.progressing } : {}),
+      ...(turn.progressing ? { progressing: turn.progressing } : {}),
     });
     const was = this.statusOf(w)?.conditions;
     let conditions: Condition[] = was ?? [];
@@ -636,7 +636,7 @@ export class FederationReconciler {
     const status: WorkloadStatus = {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       ...r.status,
-      ...(plan.status ? { rollout: plan.status } : {}),
+      ...(turn.status ? { rollout: turn.status } : {}),
       conditions,
     };
     const written = await this.writeStatus(w, status);

@@ -15,7 +15,7 @@ export interface Applied {
 /** How a target is named in a rollout's status: <placement>/<city>. */
 export const rolloutName = (t: Pick<Target, 'placement' | 'city'>): string => `${t.placement}/${t.city}`;
 
-export interface RolloutPlan {
+export interface RolloutTurn {
   /** What each target's WorkloadDeployment runs, by target name (only targets with a cell, listed). */
   applied: Map<string, Applied>;
   /** Where a progressive rollout stands (absent for All). */
@@ -34,7 +34,7 @@ export interface RolloutPlan {
  * cells' WorkloadDeployments (their applied hash and conditions); what they cannot say (when a cell
  * started, when it became Available) comes from the previous status of the same template.
  */
-export function rolloutPlan(p: RolloutInput): RolloutPlan {
+export function rolloutTurn(p: RolloutInput): RolloutTurn {
   const current: Applied = { hash: p.hash, template: p.template };
   const placeable = p.targets.filter((t) => t.cell);
   if (p.rollout?.type !== 'Progressive') return { applied: new Map(placeable.map((t) => [t.name, current])) };
@@ -51,7 +51,7 @@ interface RolloutInput {
   now: number;
 }
 
-/** Where each target of a progressive rollout stands (rolloutPlan), and who waits for a turn. */
+/** Where each target of a progressive rollout stands (rolloutTurn), and who waits for a turn. */
 interface Turns {
   applied: Map<string, Applied>;
   records: Map<string, RolloutCell>;
@@ -113,7 +113,7 @@ function takeTurns(p: RolloutInput, cfg: Rollout, placeable: readonly Target[], 
 }
 
 /** The rollout's status, when to look again, and its Progressing verdict while it runs or stopped. */
-function rolloutOutcome(p: RolloutInput, cfg: Rollout, turns: Turns): RolloutPlan {
+function rolloutOutcome(p: RolloutInput, cfg: Rollout, turns: Turns): RolloutTurn {
   const { applied, records, failed, stopped, waiting, wakeups, total } = turns;
   const cells = p.targets.flatMap((t) => records.get(rolloutName(t)) ?? []);
   const updated = cells.filter((c) => c.state === 'Updated').length;

@@ -1,5 +1,5 @@
 // Pure decisions of derived node labels: compile a NodeLabelRule into a Rule, decide what a node's
-// derived labels, annotations and taints should be, and plan the server-side apply that gets it there
+// derived labels, annotations and taints should be, and the server-side apply that gets it there
 // without touching anything another field manager owns.
 import {
   nodeWriteFor,

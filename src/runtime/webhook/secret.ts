@@ -44,7 +44,7 @@ export interface SecretState {
   stagedAt?: number;
 }
 
-export type Plan =
+export type SecretAction =
   | { action: 'keep' }
   /** Nothing usable: a new CA and serving certificate. */
   | { action: 'create'; why: string }
@@ -68,7 +68,12 @@ function covers(c: X509Certificate, names: ServingNames): boolean {
 }
 
 /** What to do with the Secret as it is: pure, so every case is a unit test. */
-export function plan(s: SecretState | undefined, names: ServingNames, now: number, l: Lifetimes): Plan {
+export function secretAction(
+  s: SecretState | undefined,
+  names: ServingNames,
+  now: number,
+  l: Lifetimes,
+): SecretAction {
   const signer = s?.cas[0];
   if (!s || !signer || !s.caKey || remaining(signer, now) <= 0)
     return { action: 'create', why: 'no usable CA in the Secret' };
@@ -144,7 +149,7 @@ export class ServingSecret {
   }
 
   /**
-   * Reads the Secret, writes it first if the plan says so (a conflict means another replica wrote:
+   * Reads the Secret, writes it first if secretAction says so (a conflict means another replica wrote:
    * read again), and returns what to serve. Throws when the apiserver cannot be asked.
    */
   async ensure(now = Date.now): Promise<ServingMaterial> {
@@ -154,7 +159,7 @@ export class ServingSecret {
         .get(Resources.secrets, this.o.name, this.o.namespace)
         .catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e)));
       const state = parse(secret);
-      const p = plan(state, this.o, now(), this.lifetimes);
+      const p = secretAction(state, this.o, now(), this.lifetimes);
       if (p.action === 'keep') return material(secret!);
       try {
         await this.write(secret, state, p, now());
@@ -170,7 +175,7 @@ export class ServingSecret {
   private async write(
     secret: KubeObject | undefined,
     s: SecretState | undefined,
-    p: Exclude<Plan, { action: 'keep' }>,
+    p: Exclude<SecretAction, { action: 'keep' }>,
     now: number,
   ): Promise<KubeObject> {
     const l = this.lifetimes;

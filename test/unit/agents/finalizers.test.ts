@@ -7,7 +7,7 @@ import {
   ownerFinalizerHolders,
   ownerFinalizerIntent,
   ownerFinalizerManager,
-  planOwnerHold,
+  ownerHoldChange,
   recordedHold,
   slimOwner,
   type OwnerFinalizerIntent,
@@ -245,57 +245,57 @@ describe('what a placement holds on owners, recorded on itself', () => {
   const recorded = placement({ record: held, finalizer: true });
 
   test('a new placement records what it holds once its owner kind is usable, and not before', () => {
-    assert.deepEqual(planOwnerHold(placement(), spec(), true), { record: held });
+    assert.deepEqual(ownerHoldChange(placement(), spec(), true), { record: held });
     assert.deepEqual(
-      planOwnerHold(placement(), spec(), false),
+      ownerHoldChange(placement(), spec(), false),
       {},
       'no placement finalizer to hold its deletion up',
     );
-    assert.deepEqual(planOwnerHold(recorded, spec(), true), { record: held }, 'as it is: nothing to do');
-    assert.deepEqual(planOwnerHold(placement(), spec({ finalizer: undefined }), true), {});
+    assert.deepEqual(ownerHoldChange(recorded, spec(), true), { record: held }, 'as it is: nothing to do');
+    assert.deepEqual(ownerHoldChange(placement(), spec({ finalizer: undefined }), true), {});
   });
 
   test('an edit releases what it held: the finalizer removed or renamed, the owner kind changed', () => {
     const renamed = { ...held, finalizer: 'ate.dev/other' };
     const moved = { ...held, apiVersion: 'ate.dev/v2', kind: 'Pool' };
-    assert.deepEqual(planOwnerHold(recorded, spec({ finalizer: undefined }), true), { release: held });
-    assert.deepEqual(planOwnerHold(recorded, spec({ finalizer: { name: 'ate.dev/other' } }), true), {
+    assert.deepEqual(ownerHoldChange(recorded, spec({ finalizer: undefined }), true), { release: held });
+    assert.deepEqual(ownerHoldChange(recorded, spec({ finalizer: { name: 'ate.dev/other' } }), true), {
       release: held,
       record: renamed,
     });
     const v2 = spec({ owner: { uidLabel: 'ate.dev/pool-uid', apiVersion: 'ate.dev/v2', kind: 'Pool' } });
-    assert.deepEqual(planOwnerHold(recorded, v2, true), { release: held, record: moved });
-    assert.deepEqual(planOwnerHold(recorded, v2, false), { release: held }, 'the new kind not usable yet');
+    assert.deepEqual(ownerHoldChange(recorded, v2, true), { release: held, record: moved });
+    assert.deepEqual(ownerHoldChange(recorded, v2, false), { release: held }, 'the new kind not usable yet');
   });
 
   test('a spec that no longer parses, or a placement being deleted, releases what the record says', () => {
-    assert.deepEqual(planOwnerHold(recorded, undefined, false), { release: held });
+    assert.deepEqual(ownerHoldChange(recorded, undefined, false), { release: held });
     assert.deepEqual(
-      planOwnerHold(placement({ record: held, finalizer: true, deleting: true }), spec(), true),
+      ownerHoldChange(placement({ record: held, finalizer: true, deleting: true }), spec(), true),
       {
         release: held,
       },
     );
     // Its own finalizer removed by hand: the record still says what to take back.
-    assert.deepEqual(planOwnerHold(placement({ record: held, deleting: true }), undefined, false), {
+    assert.deepEqual(ownerHoldChange(placement({ record: held, deleting: true }), undefined, false), {
       release: held,
     });
     assert.deepEqual(
-      planOwnerHold(placement({ deleting: true }), spec(), true),
+      ownerHoldChange(placement({ deleting: true }), spec(), true),
       {},
       'it never held anything',
     );
   });
 
   test('a record stays while the owner kind cannot be used: its finalizers are still on the owners', () => {
-    assert.deepEqual(planOwnerHold(recorded, spec(), false), { record: held });
+    assert.deepEqual(ownerHoldChange(recorded, spec(), false), { record: held });
   });
 
   test("an earlier version's placement (its finalizer, no record) held what its spec says", () => {
     const legacy = placement({ finalizer: true });
-    assert.deepEqual(planOwnerHold(legacy, spec(), false), { record: held });
+    assert.deepEqual(ownerHoldChange(legacy, spec(), false), { record: held });
     assert.deepEqual(
-      planOwnerHold({ ...legacy, metadata: { ...legacy.metadata, deletionTimestamp: 'x' } }, spec(), true),
+      ownerHoldChange({ ...legacy, metadata: { ...legacy.metadata, deletionTimestamp: 'x' } }, spec(), true),
       {
         release: held,
       },

@@ -16,7 +16,7 @@ import {
   type Target,
   targets,
 } from '../../../../src/federation/decide/placement.ts';
-import { rolloutPlan } from '../../../../src/federation/decide/rollout.ts';
+import { rolloutTurn } from '../../../../src/federation/decide/rollout.ts';
 import { rollup } from '../../../../src/federation/decide/rollup.ts';
 import {
   CITY_LABEL,
@@ -55,7 +55,7 @@ function plan(w: WorkloadObject, cells: CellView[], have: Placed[], previous?: R
   const ts = targets(w, ALL, cells, have);
   return {
     ts,
-    p: rolloutPlan({
+    p: rolloutTurn({
       rollout: w.spec.rollout,
       template: w.spec.template,
       hash: HASH,
@@ -83,7 +83,7 @@ const failing = () => {
   return s;
 };
 
-describe('rolloutPlan', () => {
+describe('rolloutTurn', () => {
   test('All (or no rollout): every target with a listed cell gets the current template', () => {
     for (const r of [undefined, { ...progressive(), type: 'All' as const }]) {
       const { w, cells } = three(r);
@@ -501,14 +501,14 @@ test('generated: 1,500 simulated rollouts keep concurrency, order, the stop and 
       let previous: RolloutStatus | undefined;
       let now = T0;
       let everNew = new Set<string>();
-      let result = undefined as ReturnType<typeof rolloutPlan> | undefined;
+      let result = undefined as ReturnType<typeof rolloutTurn> | undefined;
       for (let step = 0; step < 400; step++) {
         const have = [...wds.values()].map((o) => ({
           cell: o.metadata.labels![CITY_LABEL]!.toLowerCase(),
           object: o,
         }));
         const ts = targets(w, ALL, cells, have);
-        const p = rolloutPlan({
+        const p = rolloutTurn({
           rollout: cfg,
           template: w.spec.template,
           hash: HASH,
