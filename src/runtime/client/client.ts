@@ -209,6 +209,15 @@ export class KubeClient {
     return this.auth!.headers;
   }
 
+  /**
+   * The server refused the credentials (an exec plugin's that expired or were revoked): as client-go
+   * does, the request fails, and the next one asks for new credentials (the last ones serve if that fails).
+   */
+  private unauthorized(): void {
+    this.access.refused?.();
+    if (this.auth) this.auth.at = 0;
+  }
+
   private url(path: string, query?: RequestOptions['query']): URL {
     const u = new URL(this.server.pathname.replace(/\/$/, '') + path, this.server);
     for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
@@ -281,6 +290,7 @@ export class KubeClient {
         });
         continue;
       }
+      if (status === 401) this.unauthorized();
       if (status < 200 || status >= 300) throw toApiError(status, body, `${method} ${path}`);
       return body as T;
     }
@@ -301,6 +311,7 @@ export class KubeClient {
       } catch {
         // not JSON: keep the text
       }
+      if (status === 401) this.unauthorized();
       throw toApiError(status, body, `watch ${path}`);
     }
     // The part of a line read so far, in chunks, and its length: a line is decoded only once whole.
