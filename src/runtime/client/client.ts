@@ -141,6 +141,7 @@ export class KubeClient {
   private readonly onRefused: ClientOptions['onRefused'];
   writeGuard: (() => boolean) | undefined;
   private auth: { headers: Record<string, string>; at: number } | undefined;
+  private failed: { error: unknown; at: number } | undefined;
   private tls: TlsMaterial & Pick<https.AgentOptions, 'secureContext'> = {};
   private ready: Promise<void>;
 
@@ -185,16 +186,21 @@ export class KubeClient {
   /** A refresh whose failure is handled by whoever awaits it (never an unhandled rejection). */
   private refresh(): Promise<void> {
     const p = this.refreshAuth();
-    p.catch(() => {});
+    p.then(
+      () => (this.failed = undefined),
+      (error: unknown) => (this.failed = { error, at: Date.now() }),
+    );
     return p;
   }
 
   private async headers(): Promise<Record<string, string>> {
-    // A failed refresh does not stick: the credentials are read again below.
     await this.ready.catch(() => {});
     const last = this.auth;
     // Re-read credentials now and then: in-cluster tokens and exec plugins rotate them.
     if (last && Date.now() - last.at <= authRefreshMs) return last.headers;
+    // Without credentials yet, a refresh that failed moments ago is the answer (an exec plugin that
+    // hangs is not waited for twice); one that failed longer ago does not stick: read again below.
+    if (!last && this.failed && Date.now() - this.failed.at < AUTH_RETRY_MS) throw this.failed.error;
     this.ready = this.refresh();
     try {
       await this.ready;
