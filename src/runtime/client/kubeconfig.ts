@@ -6,7 +6,7 @@
 import { readFileSync, existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { delimiter, dirname, isAbsolute, join } from 'node:path';
+import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse } from 'yaml';
 import { execCredentials, execPlan, parseExecCredential, runExecPlugin } from './exec-credential.ts';
 
@@ -102,7 +102,9 @@ export function parseKubeconfig(text: string, dir?: string, contextName?: string
   const current =
     contextName ?? (typeof d['current-context'] === 'string' ? d['current-context'] : undefined);
   const context = current ? contexts.get(current) : undefined;
-  const abs = (p: string | undefined) => (p && dir && !isAbsolute(p) ? join(dir, p) : p);
+  // Absolute, even for a kubeconfig named relative to the working folder: an exec command "./x" beside
+  // ./config must stay a path, not become "x", which would be looked up on PATH.
+  const abs = (p: string | undefined) => (p && dir && !isAbsolute(p) ? resolve(dir, p) : p);
   const cluster = context?.cluster ? clusters.get(context.cluster) : undefined;
   const user = context?.user ? users.get(context.user) : undefined;
   // An exec command with a slash is a file beside the kubeconfig; without one, it is looked up on PATH.

@@ -181,7 +181,15 @@ describe('kubeconfig', () => {
         }),
       ),
     );
-    const a = kubeconfigFileAccess(path);
+    // The kubeconfig named relative to the working folder, as `--kubeconfig config` names it.
+    const cwd = process.cwd();
+    process.chdir(dir);
+    let a: ReturnType<typeof kubeconfigFileAccess>;
+    try {
+      a = kubeconfigFileAccess('exec.yaml');
+    } finally {
+      process.chdir(cwd);
+    }
     assert.equal((await a.resolve()).headers['Authorization'], 'Bearer run-1');
     // No expirationTimestamp: kept, until the server refuses it.
     assert.equal((await a.resolve()).headers['Authorization'], 'Bearer run-1');
