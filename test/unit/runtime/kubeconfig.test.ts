@@ -169,7 +169,7 @@ describe('kubeconfig', () => {
     );
     file('plugin.sh', `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} "$(dirname "$0")/plugin.cjs"\n`);
     chmodSync(join(dir, 'plugin.sh'), 0o755);
-    const path = file(
+    file(
       'exec.yaml',
       JSON.stringify(
         kubeconfig({
