@@ -141,6 +141,7 @@ export class KubeClient {
   private readonly onRefused: ClientOptions['onRefused'];
   writeGuard: (() => boolean) | undefined;
   private auth: { headers: Record<string, string>; at: number } | undefined;
+  private failed: { error: unknown; at: number } | undefined;
   private tls: TlsMaterial & Pick<https.AgentOptions, 'secureContext'> = {};
   private ready: Promise<void>;
 
@@ -185,16 +186,21 @@ export class KubeClient {
   /** A refresh whose failure is handled by whoever awaits it (never an unhandled rejection). */
   private refresh(): Promise<void> {
     const p = this.refreshAuth();
-    p.catch(() => {});
+    p.then(
+      () => (this.failed = undefined),
+      (error: unknown) => (this.failed = { error, at: Date.now() }),
+    );
     return p;
   }
 
   private async headers(): Promise<Record<string, string>> {
-    // A failed refresh does not stick: the credentials are read again below.
     await this.ready.catch(() => {});
     const last = this.auth;
     // Re-read credentials now and then: in-cluster tokens and exec plugins rotate them.
     if (last && Date.now() - last.at <= authRefreshMs) return last.headers;
+    // Without credentials yet, a refresh that failed moments ago is the answer (an exec plugin that
+    // hangs is not waited for twice); one that failed longer ago does not stick: read again below.
+    if (!last && this.failed && Date.now() - this.failed.at < AUTH_RETRY_MS) throw this.failed.error;
     this.ready = this.refresh();
     try {
       await this.ready;
@@ -207,6 +213,15 @@ export class KubeClient {
       return last.headers;
     }
     return this.auth!.headers;
+  }
+
+  /**
+   * The server refused the credentials (an exec plugin's that expired or were revoked): as client-go
+   * does, the request fails, and the next one asks for new credentials (the last ones serve if that fails).
+   */
+  private unauthorized(): void {
+    this.access.refused?.();
+    if (this.auth) this.auth.at = 0;
   }
 
   private url(path: string, query?: RequestOptions['query']): URL {
@@ -281,6 +296,7 @@ export class KubeClient {
         });
         continue;
       }
+      if (status === 401) this.unauthorized();
       if (status < 200 || status >= 300) throw toApiError(status, body, `${method} ${path}`);
       return body as T;
     }
@@ -301,6 +317,7 @@ export class KubeClient {
       } catch {
         // not JSON: keep the text
       }
+      if (status === 401) this.unauthorized();
       throw toApiError(status, body, `watch ${path}`);
     }
     // The part of a line read so far, in chunks, and its length: a line is decoded only once whole.

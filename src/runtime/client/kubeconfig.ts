@@ -1,13 +1,14 @@
 // Where a client connects and how it authenticates: a kubeconfig's current context, or the pod's
 // service account. Berth reads kubeconfigs itself because importing @kubernetes/client-node costs
 // about 70 MB of resident memory (its KubeConfig loads every generated API model), more than half of
-// the labels job's whole budget (issue 17; decision 0002). client-node is still what runs credential
-// plugins (exec, auth-provider): it is imported only for a kubeconfig whose user has one.
+// the labels job's whole budget (issue 17; decision 0002). Exec credential plugins are run by
+// exec-credential.ts; a legacy auth-provider is refused (decision 0047x).
 import { readFileSync, existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { delimiter, dirname, isAbsolute, join } from 'node:path';
+import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse } from 'yaml';
+import { execCredentials, execPlan, parseExecCredential, runExecPlugin } from './exec-credential.ts';
 
 /** TLS material as node:https takes it. */
 export interface TlsMaterial {
@@ -25,6 +26,8 @@ export interface ClusterAccess {
   readonly namespace?: string;
   /** Read again on every call: files and plugins rotate credentials. */
   resolve(): Promise<{ tls: TlsMaterial; headers: Record<string, string> }>;
+  /** The server refused the credentials (401): an exec plugin is run again at the next resolve. */
+  refused?(): void;
 }
 
 // The parts of a kubeconfig Berth reads (client-go's names); anything else is ignored.
@@ -34,6 +37,8 @@ export interface KubeconfigCluster {
   'certificate-authority-data'?: string;
   'insecure-skip-tls-verify'?: boolean;
   'tls-server-name'?: string;
+  'proxy-url'?: string;
+  extensions?: unknown;
 }
 export interface KubeconfigUser {
   token?: string;
@@ -61,8 +66,6 @@ export interface Kubeconfig {
   context?: KubeconfigContext;
   cluster?: KubeconfigCluster;
   user?: KubeconfigUser;
-  /** Where it was read from, for client-node when a plugin must run; undefined for text. */
-  source?: { path?: string; text?: string };
 }
 
 const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -99,9 +102,14 @@ export function parseKubeconfig(text: string, dir?: string, contextName?: string
   const current =
     contextName ?? (typeof d['current-context'] === 'string' ? d['current-context'] : undefined);
   const context = current ? contexts.get(current) : undefined;
-  const abs = (p: string | undefined) => (p && dir && !isAbsolute(p) ? join(dir, p) : p);
+  // Absolute, even for a kubeconfig named relative to the working folder: an exec command "./x" beside
+  // ./config must stay a path, not become "x", which would be looked up on PATH.
+  const abs = (p: string | undefined) => (p && dir && !isAbsolute(p) ? resolve(dir, p) : p);
   const cluster = context?.cluster ? clusters.get(context.cluster) : undefined;
   const user = context?.user ? users.get(context.user) : undefined;
+  // An exec command with a slash is a file beside the kubeconfig; without one, it is looked up on PATH.
+  const exec = user?.exec as { command?: unknown } | undefined;
+  const command = typeof exec?.command === 'string' && exec.command.includes('/') ? exec.command : undefined;
   return {
     ...(current ? { currentContext: current } : {}),
     ...(context ? { context } : {}),
@@ -122,6 +130,7 @@ export function parseKubeconfig(text: string, dir?: string, contextName?: string
             ...(user.tokenFile ? { tokenFile: abs(user.tokenFile) } : {}),
             ...(user['client-certificate'] ? { 'client-certificate': abs(user['client-certificate']) } : {}),
             ...(user['client-key'] ? { 'client-key': abs(user['client-key']) } : {}),
+            ...(command ? { exec: { ...exec, command: abs(command) } } : {}),
           },
         }
       : {}),
@@ -135,21 +144,28 @@ export function kubeconfigAccess(kc: Kubeconfig): ClusterAccess {
   if (!server) throw new Error('kubeconfig has no current cluster');
   const cluster = kc.cluster!;
   const user = kc.user ?? {};
-  if (user.exec || user['auth-provider']) return pluginAccess(server, kc.source ?? {});
+  if (user['auth-provider']) throw new KubeconfigError(authProviderRefusal(user['auth-provider']));
+  const plugin = user.exec === undefined ? undefined : pluginCredentials(user.exec, { ...cluster, server });
   const material = (data: string | undefined, file: string | undefined) =>
     data ? Buffer.from(data, 'base64') : file ? readFile(file) : undefined;
   return {
     server,
     ...(kc.context.namespace ? { namespace: kc.context.namespace } : {}),
     async resolve() {
-      const [ca, cert, key] = await Promise.all([
+      const [ca, ownCert, ownKey, given] = await Promise.all([
         material(cluster['certificate-authority-data'], cluster['certificate-authority']),
         material(user['client-certificate-data'], user['client-certificate']),
         material(user['client-key-data'], user['client-key']),
+        plugin?.get(),
       ]);
+      // What the plugin gives replaces the kubeconfig's own.
+      const cert = given?.cert ?? ownCert;
+      const key = given?.key ?? ownKey;
       const headers: Record<string, string> = {};
       const token =
-        user.token ?? (user.tokenFile ? (await readFile(user.tokenFile, 'utf8')).trim() : undefined);
+        given?.token ??
+        user.token ??
+        (user.tokenFile ? (await readFile(user.tokenFile, 'utf8')).trim() : undefined);
       if (token) headers['Authorization'] = `Bearer ${token}`;
       else if (user.username !== undefined)
         headers['Authorization'] =
@@ -165,7 +181,46 @@ export function kubeconfigAccess(kc: Kubeconfig): ClusterAccess {
         headers,
       };
     },
+    ...(plugin ? { refused: plugin.refused } : {}),
   };
+}
+
+/**
+ * A user's exec plugin's credentials, run at the first resolve; throws KubeconfigError now for an
+ * exec config client-go would refuse, and from `get` when the plugin fails.
+ */
+function pluginCredentials(exec: unknown, cluster: KubeconfigCluster & { server: string }) {
+  const ca = () => {
+    const data = cluster['certificate-authority-data'];
+    const file = cluster['certificate-authority'];
+    return data ? Buffer.from(data, 'base64') : file ? readFileSync(file) : undefined;
+  };
+  let plan: ReturnType<typeof execPlan>;
+  try {
+    plan = execPlan(exec, cluster, ca);
+  } catch (e) {
+    throw new KubeconfigError(`the kubeconfig's user cannot be used: ${(e as Error).message}`);
+  }
+  return execCredentials(async () => {
+    try {
+      return parseExecCredential(await runExecPlugin(plan), plan.apiVersion);
+    } catch (e) {
+      throw new KubeconfigError(`the kubeconfig's exec plugin ${plan.command}: ${(e as Error).message}`);
+    }
+  });
+}
+
+/**
+ * Why a user with an auth-provider is refused: client-go keeps only oidc's (kubectl dropped gcp and
+ * azure in 1.26), and every provider has an exec plugin in its place.
+ */
+function authProviderRefusal(provider: unknown): string {
+  const name = (provider as { name?: unknown })?.name;
+  return (
+    `the kubeconfig's user authenticates with the auth-provider ${typeof name === 'string' ? `"${name}"` : '(no name)'}, ` +
+    'which Berth does not run: use an exec credential plugin (client.authentication.k8s.io) instead, ' +
+    'e.g. kubelogin for oidc, gke-gcloud-auth-plugin for GKE, kubelogin (Azure) for AKS'
+  );
 }
 
 /** A kubeconfig file's access, of its current context or of `context`. */
@@ -184,7 +239,7 @@ export function kubeconfigFileAccess(path: string, context?: string): ClusterAcc
   } catch (e) {
     throw new KubeconfigError(`the kubeconfig ${path} cannot be used: ${(e as Error).message}`);
   }
-  return kubeconfigAccess({ ...kc, source: { path } });
+  return kubeconfigAccess(kc);
 }
 
 /** A kubeconfig that is missing, unreadable or unusable: the command never reached a cluster. */
@@ -196,7 +251,7 @@ const errorCode = (e: unknown): string => (e as NodeJS.ErrnoException).code ?? (
 
 /** A kubeconfig text's access (a cell's, from a Secret). */
 export function kubeconfigTextAccess(text: string): ClusterAccess {
-  return kubeconfigAccess({ ...parseKubeconfig(text), source: { text } });
+  return kubeconfigAccess(parseKubeconfig(text));
 }
 
 /**
@@ -237,7 +292,7 @@ export function defaultAccess(env = process.env, context?: string): ClusterAcces
     for (const key of ['clusters', 'users', 'contexts'])
       merged[key] = texts.flatMap((t) => (Array.isArray(t?.[key]) ? (t[key] as unknown[]) : []));
     const text = JSON.stringify(merged);
-    return kubeconfigAccess({ ...parseKubeconfig(text, undefined, context), source: {} });
+    return kubeconfigAccess(parseKubeconfig(text, undefined, context));
   }
   const home = join(homedir(), '.kube', 'config');
   if (existsSync(home)) return kubeconfigFileAccess(home, context);
@@ -247,39 +302,4 @@ export function defaultAccess(env = process.env, context?: string): ClusterAcces
       ? `no kubeconfig to find context "${context}" in: give --kubeconfig, or set KUBECONFIG`
       : 'no kubeconfig: give --kubeconfig, set KUBECONFIG, or create ~/.kube/config (not in a cluster either)',
   );
-}
-
-/** A kubeconfig whose user runs a credential plugin: client-node runs it (imported only now). */
-function pluginAccess(server: string, source: { path?: string; text?: string }): ClusterAccess {
-  let config: Promise<import('@kubernetes/client-node').KubeConfig> | undefined;
-  return {
-    server,
-    async resolve() {
-      config ??= import('@kubernetes/client-node').then(({ KubeConfig }) => {
-        const kc = new KubeConfig();
-        if (source.text !== undefined) kc.loadFromString(source.text);
-        else if (source.path) kc.loadFromFile(source.path);
-        else kc.loadFromDefault();
-        return kc;
-      });
-      const o: import('node:https').RequestOptions = {};
-      await (await config).applyToHTTPSOptions(o);
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(o.headers ?? {})) if (typeof v === 'string') headers[k] = v;
-      const buf = (v: unknown) => (typeof v === 'string' || Buffer.isBuffer(v) ? Buffer.from(v) : undefined);
-      const ca = buf(o.ca);
-      const cert = buf(o.cert);
-      const key = buf(o.key);
-      return {
-        tls: {
-          ...(ca ? { ca } : {}),
-          ...(cert ? { cert } : {}),
-          ...(key ? { key } : {}),
-          ...(o.servername ? { servername: o.servername } : {}),
-          ...(o.rejectUnauthorized === false ? { rejectUnauthorized: false } : {}),
-        },
-        headers,
-      };
-    },
-  };
 }

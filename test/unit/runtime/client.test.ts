@@ -55,6 +55,23 @@ test('a credential refresh that fails once keeps the last good credentials and i
   assert.equal(reads, 3);
 });
 
+test('a first read of the credentials that fails is the answer: not read twice, read again seconds on', async (t) => {
+  let reads = 0;
+  const client = new KubeClient({
+    server: 'https://127.0.0.1:1',
+    resolve: () => Promise.reject(new Error(`exec plugin failed (read ${++reads})`)),
+  });
+  t.after(() => client.close());
+  mock.timers.enable({ apis: ['Date'], now: Date.now() });
+  t.after(() => mock.timers.reset());
+  const get = () => client.get(Resources.namespaces, 'default');
+  await assert.rejects(get(), /read 1\)/);
+  await assert.rejects(get(), /read 1\)/);
+  mock.timers.tick(6_000);
+  await assert.rejects(get(), /read 2\)/);
+  assert.equal(reads, 2);
+});
+
 test('a write the agent held while every socket was busy is refused when it gets one after the lease is lost', async (t) => {
   const ca = await createCertificateAuthority('client-test');
   const serving = await ca.issue({ commonName: '127.0.0.1', ipAddresses: ['127.0.0.1'], usage: 'server' });

@@ -1,7 +1,8 @@
-// Berth's kubeconfig reader against client-node's, which it replaces on every path but credential
-// plugins: the same kubeconfigs must give the same TLS material and headers.
+// Berth's kubeconfig reader against client-node's (a development dependency kept as the reference):
+// the same kubeconfigs must give the same TLS material and headers. Credential plugins, which Berth
+// runs itself (exec-credential.ts), are tested on their own.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import type { RequestOptions } from 'node:https';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -156,27 +157,82 @@ describe('kubeconfig', () => {
     assert.throws(() => inClusterAccess(sa, {}), /not in a cluster/);
   });
 
-  test('a credential plugin is run by client-node', async () => {
-    // An exec plugin that prints an ExecCredential, as a cloud's kubectl plugin does.
-    const credential = JSON.stringify({
-      apiVersion: 'client.authentication.k8s.io/v1',
-      kind: 'ExecCredential',
-      status: { token: 'from-plugin' },
-    });
-    const path = file(
+  test('an exec plugin is run by Berth: a command with a slash is beside the kubeconfig', async () => {
+    // A plugin that counts its runs and prints an ExecCredential with that count as its token.
+    const runs = file('runs', '');
+    file(
+      'plugin.cjs',
+      `const fs = require('fs');
+      fs.appendFileSync(${JSON.stringify(runs)}, 'x');
+      process.stdout.write(JSON.stringify({ apiVersion: 'client.authentication.k8s.io/v1', kind: 'ExecCredential',
+        status: { token: 'run-' + fs.readFileSync(${JSON.stringify(runs)}, 'utf8').length } }));`,
+    );
+    file('plugin.sh', `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} "$(dirname "$0")/plugin.cjs"\n`);
+    chmodSync(join(dir, 'plugin.sh'), 0o755);
+    file(
       'exec.yaml',
       JSON.stringify(
         kubeconfig({
           exec: {
             apiVersion: 'client.authentication.k8s.io/v1',
-            command: process.execPath,
-            args: ['-e', `process.stdout.write(${JSON.stringify(credential)})`],
+            command: './plugin.sh',
             interactiveMode: 'Never',
           },
         }),
       ),
     );
-    const { headers } = await kubeconfigFileAccess(path).resolve();
-    assert.equal(headers['Authorization'], 'Bearer from-plugin');
+    // The kubeconfig named relative to the working folder, as `--kubeconfig config` names it.
+    const cwd = process.cwd();
+    process.chdir(dir);
+    let a: ReturnType<typeof kubeconfigFileAccess>;
+    try {
+      a = kubeconfigFileAccess('exec.yaml');
+    } finally {
+      process.chdir(cwd);
+    }
+    assert.equal((await a.resolve()).headers['Authorization'], 'Bearer run-1');
+    // No expirationTimestamp: kept, until the server refuses it.
+    assert.equal((await a.resolve()).headers['Authorization'], 'Bearer run-1');
+    a.refused?.();
+    assert.equal((await a.resolve()).headers['Authorization'], 'Bearer run-2');
+  });
+
+  test('a plugin that fails, or an exec config client-go would refuse, is a KubeconfigError', async () => {
+    const failing = kubeconfigTextAccess(
+      JSON.stringify(
+        kubeconfig({
+          exec: {
+            apiVersion: 'client.authentication.k8s.io/v1beta1',
+            command: process.execPath,
+            args: ['-e', 'console.error("not logged in"); process.exit(1)'],
+          },
+        }),
+      ),
+    );
+    await assert.rejects(failing.resolve(), {
+      name: 'KubeconfigError',
+      message: `the kubeconfig's exec plugin ${process.execPath}: it exited with 1: not logged in`,
+    });
+    assert.throws(
+      () =>
+        kubeconfigTextAccess(
+          JSON.stringify(
+            kubeconfig({ exec: { apiVersion: 'client.authentication.k8s.io/v1', command: 'x' } }),
+          ),
+        ),
+      { name: 'KubeconfigError', message: /user cannot be used: exec interactiveMode is required/ },
+    );
+  });
+
+  test('an auth-provider is refused, naming the exec plugin to use instead', () => {
+    assert.throws(
+      () =>
+        kubeconfigTextAccess(JSON.stringify(kubeconfig({ 'auth-provider': { name: 'oidc', config: {} } }))),
+      {
+        name: 'KubeconfigError',
+        message:
+          /auth-provider "oidc", which Berth does not run: use an exec credential plugin .*kubelogin for oidc/,
+      },
+    );
   });
 });
