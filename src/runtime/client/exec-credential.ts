@@ -1,6 +1,6 @@
 // Kubeconfig users whose credentials a program gives: the client.authentication.k8s.io exec
 // credential plugin protocol, as client-go runs it (plugin/pkg/client/auth/exec), without
-// @kubernetes/client-node (decision 0047x). The plugin is named by a kubeconfig an admin wrote, and
+// @kubernetes/client-node (decision 0047). The plugin is named by a kubeconfig an admin wrote, and
 // Berth runs it as kubectl would; a cell's kubeconfig, read from a Secret, may name none
 // (cells/decide.ts). What a plugin is told and what it answers is decided here, apart from running it.
 import { spawn } from 'node:child_process';

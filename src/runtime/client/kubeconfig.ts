@@ -2,7 +2,7 @@
 // service account. Berth reads kubeconfigs itself because importing @kubernetes/client-node costs
 // about 70 MB of resident memory (its KubeConfig loads every generated API model), more than half of
 // the labels job's whole budget (issue 17; decision 0002). Exec credential plugins are run by
-// exec-credential.ts; a legacy auth-provider is refused (decision 0047x).
+// exec-credential.ts; a legacy auth-provider is refused (decision 0047).
 import { readFileSync, existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
