@@ -65,21 +65,22 @@ function runner(deb: string, base: () => string): string[] | undefined {
 
 /**
  * The blob for one platform, made by that platform's `node` so that it carries V8's code cache
- * (without which the 6 MB script is compiled at every start, several times slower): run natively,
- * or under qemu-user. Where neither can run it, a blob without the cache, said in the log.
+ * (without which the bundled script is compiled at every start, several times slower): run
+ * natively, or under qemu-user. Where neither can run it, a blob without the cache, said in the
+ * log (a release asks buildCli to stop instead: requireCodeCache).
  */
 function blob(
   work: string,
   deb: string,
   node: string,
   assets: Record<string, string>,
-  log: (s: string) => void,
+  o: CliOptions,
 ): Buffer {
   const run = runner(deb, () => {
-    debianBase(deb, join(work, `${deb}-base`), log);
+    debianBase(deb, join(work, `${deb}-base`), o.log);
     return join(work, `${deb}-base`);
   });
-  if (!run) log(`no qemu-aarch64-static here: berth-linux-${deb} starts without V8's code cache`);
+  if (!run) o.log(noCodeCache(deb));
   const config = {
     main: join(work, 'berth.cjs'),
     output: join(work, `${deb}.blob`),
@@ -97,12 +98,27 @@ function blob(
   return readFileSync(config.output);
 }
 
+const noCodeCache = (deb: string) =>
+  `no qemu-${deb === 'arm64' ? 'aarch64' : 'x86_64'}-static here: berth-linux-${deb} would start without V8's code cache`;
+
+export interface CliOptions {
+  log: (s: string) => void;
+  /** Fail rather than build a platform's file without V8's code cache (a release). */
+  requireCodeCache?: boolean;
+}
+
 /** Builds `berth-linux-<arch>` for each platform into `outDir`. */
 export async function buildCli(
   outDir: string,
   platforms: ImagePlatform[] = IMAGE_PLATFORMS,
-  log: (s: string) => void = () => {},
+  o: CliOptions = { log: () => {} },
 ): Promise<BuiltCli> {
+  const { log } = o;
+  const uncached = platforms.map((p) => PLATFORMS[p].deb).filter((deb) => !runner(deb, () => ''));
+  if (o.requireCodeCache && uncached[0] !== undefined)
+    throw new Error(
+      `${noCodeCache(uncached[0])}; install it (apt-get install qemu-user-static) to make a release`,
+    );
   const info = buildInfo();
   const work = join(cacheDir(), 'image', `sea-${process.pid}`);
   rmSync(work, { recursive: true, force: true });
@@ -117,7 +133,7 @@ export async function buildCli(
       const { deb, node } = PLATFORMS[p];
       nodeBinary(node, join(work, deb), log);
       const nodeFile = join(work, deb, 'usr', 'local', 'bin', 'node');
-      const data = blob(work, deb, nodeFile, assets, log);
+      const data = blob(work, deb, nodeFile, assets, o);
       const file = join(outDir, `berth-linux-${deb}`);
       copyFileSync(nodeFile, file);
       chmodSync(file, 0o755);
@@ -138,8 +154,8 @@ if (import.meta.main) {
       platform: { type: 'string', multiple: true },
     },
   });
-  const built = await buildCli(values.out, values.platform as ImagePlatform[] | undefined, (s) =>
-    process.stderr.write(`${s}\n`),
-  );
+  const built = await buildCli(values.out, values.platform as ImagePlatform[] | undefined, {
+    log: (s) => process.stderr.write(`${s}\n`),
+  });
   for (const f of Object.values(built.files)) process.stdout.write(`${f}\n`);
 }

@@ -253,7 +253,7 @@ export async function release(o: ReleaseOptions): Promise<Record<string, string>
 
 /** The CLI, its krew archives and manifest, the npm tarball and the SBOMs. */
 async function files(o: ReleaseOptions, debs: Record<string, string[]>): Promise<void> {
-  const cli = await buildCli(o.out, o.platforms, o.log);
+  const cli = await buildCli(o.out, o.platforms, { log: o.log, requireCodeCache: true });
   const archives: Record<string, string> = {};
   for (const file of Object.values(cli.files)) {
     const arch = file.slice(file.lastIndexOf('-') + 1);

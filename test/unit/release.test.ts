@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { buildCli } from '../../scripts/cli-binary.ts';
 import {
   debPackage,
   krewManifest,
@@ -107,4 +111,21 @@ test("krewManifest: one platform per archive, with its checksum and krew's selec
       bin: 'berth',
     },
   ]);
+});
+
+test('a release stops before any work when a platform cannot get its code cache (no qemu-user here)', async () => {
+  const other = process.arch === 'arm64' ? 'linux/amd64' : 'linux/arm64';
+  const path = process.env['PATH'];
+  const empty = mkdtempSync(join(tmpdir(), 'berth-nopath-'));
+  const logged: string[] = [];
+  process.env['PATH'] = empty;
+  try {
+    await assert.rejects(
+      buildCli(join(empty, 'out'), [other], { log: (s) => logged.push(s), requireCodeCache: true }),
+      /no qemu-(aarch64|x86_64)-static here: .*install it \(apt-get install qemu-user-static\) to make a release/,
+    );
+  } finally {
+    process.env['PATH'] = path;
+  }
+  assert.deepEqual(logged, [], 'nothing bundled or fetched first');
 });
