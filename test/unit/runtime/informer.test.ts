@@ -204,8 +204,12 @@ function addsSeen() {
   };
 }
 
-test('adds of the first list are in the initial list, a watch's adds are not, and a late handler's replay is', async () => {
-  const ns = (name: string) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, resourceVersion: '1' } });
+test('adds of the first list are in the initial list, those of the watch are not, and a late handler replay is', async () => {
+  const ns = (name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: '1' },
+  });
   const client = fakeClient(
     async function* (opts) {
       yield* [{ type: 'ADDED', object: ns('c') }] as never[];
@@ -226,10 +230,17 @@ test('adds of the first list are in the initial list, a watch's adds are not, an
 });
 
 test('adds of a streamed initial state (WatchList) are in the initial list; those of a relist after 410 are news', async () => {
-  const ns = (name: string, rv: string) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, resourceVersion: rv } });
+  const ns = (name: string, rv: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: rv },
+  });
   const end = (rv: string) => ({
     type: 'BOOKMARK',
-    object: { kind: 'Namespace', metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } } },
+    object: {
+      kind: 'Namespace',
+      metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } },
+    },
   });
   const streams = [
     async function* () {
@@ -238,7 +249,10 @@ test('adds of a streamed initial state (WatchList) are in the initial list; thos
     },
     // After 410: c was created while the watch was down.
     async function* (opts: StreamOptions) {
-      yield* [{ type: 'ADDED', object: ns('a', '7') }, { type: 'ADDED', object: ns('b', '9') }];
+      yield* [
+        { type: 'ADDED', object: ns('a', '7') },
+        { type: 'ADDED', object: ns('b', '9') },
+      ];
       yield* [{ type: 'ADDED', object: ns('c', '11') }, end('12')];
       await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
     },

@@ -568,47 +568,59 @@ test(
   },
 );
 
-test('a delayed add of a key waiting low promotes it: a retry is due work, not a replay', timeout, async () => {
-  const q = new WorkQueue();
-  q.add('l1', low);
-  q.add('l2', low);
-  q.addAfter('l2', 5);
-  q.addRateLimited('l3');
-  await sleep(30);
-  assert.deepEqual(await takeAll(q), ['l2', 'l3', 'l1']);
-  q.add('l4', low);
-  q.addAfter('l4', 0);
-  q.add('l5', low);
-  assert.deepEqual(await takeAll(q), ['l4', 'l5']);
-});
+test(
+  'a delayed add of a key waiting low promotes it: a retry is due work, not a replay',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    q.add('l1', low);
+    q.add('l2', low);
+    q.addAfter('l2', 5);
+    q.addRateLimited('l3');
+    await sleep(30);
+    assert.deepEqual(await takeAll(q), ['l2', 'l3', 'l1']);
+    q.add('l4', low);
+    q.addAfter('l4', 0);
+    q.add('l5', low);
+    assert.deepEqual(await takeAll(q), ['l4', 'l5']);
+  },
+);
 
-test('removeWhere drops low and promoted keys alike; the rest keep their lanes and order', timeout, async () => {
-  const q = new WorkQueue();
-  for (const k of ['l1', 'x/l', 'l2', 'x/p', 'l3']) q.add(k, low);
-  q.add('x/p');
-  q.add('l2');
-  q.add('n');
-  q.removeWhere((k) => k.startsWith('x/'));
-  assert.equal(q.len(), 4);
-  assert.deepEqual(await takeAll(q), ['l2', 'n', 'l1', 'l3']);
-  // A dropped key added again comes back once, in the lane it is added in now.
-  q.add('x/p', low);
-  q.add('x/l');
-  assert.deepEqual(await drainAfterShutDown(q), ['x/l', 'x/p']);
-});
+test(
+  'removeWhere drops low and promoted keys alike; the rest keep their lanes and order',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    for (const k of ['l1', 'x/l', 'l2', 'x/p', 'l3']) q.add(k, low);
+    q.add('x/p');
+    q.add('l2');
+    q.add('n');
+    q.removeWhere((k) => k.startsWith('x/'));
+    assert.equal(q.len(), 4);
+    assert.deepEqual(await takeAll(q), ['l2', 'n', 'l1', 'l3']);
+    // A dropped key added again comes back once, in the lane it is added in now.
+    q.add('x/p', low);
+    q.add('x/l');
+    assert.deepEqual(await drainAfterShutDown(q), ['x/l', 'x/p']);
+  },
+);
 
-test('shutDown hands out both lanes, normal first; shutDownWithDrain waits for low keys processing', timeout, async () => {
-  const q = new WorkQueue();
-  q.add('l', low);
-  q.add('n');
-  assert.deepEqual(await drainAfterShutDown(q), ['n', 'l']);
-  const q2 = new WorkQueue();
-  q2.add('l', low);
-  const key = await getKey(q2);
-  const drained = q2.shutDownWithDrain();
-  q2.add('m', low);
-  assert.equal(q2.len(), 0, 'low adds are ignored while draining');
-  assert.equal(await settles(drained), false);
-  q2.done(key);
-  assert.equal(await settles(drained), true);
-});
+test(
+  'shutDown hands out both lanes, normal first; shutDownWithDrain waits for low keys processing',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    q.add('l', low);
+    q.add('n');
+    assert.deepEqual(await drainAfterShutDown(q), ['n', 'l']);
+    const q2 = new WorkQueue();
+    q2.add('l', low);
+    const key = await getKey(q2);
+    const drained = q2.shutDownWithDrain();
+    q2.add('m', low);
+    assert.equal(q2.len(), 0, 'low adds are ignored while draining');
+    assert.equal(await settles(drained), false);
+    q2.done(key);
+    assert.equal(await settles(drained), true);
+  },
+);
