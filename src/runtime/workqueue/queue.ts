@@ -26,8 +26,8 @@ export interface AddOptions {
 }
 
 // A key that needs processing: when it was added (for the queue duration metric) and its lane. The
-// entry itself is what a lane holds, so an entry left behind in the low lane by a promotion (or by
-// removeWhere's drop) is told stale by identity, and skipped when reached: O(1) per operation.
+// entry itself is what a lane holds, so the entry a promotion leaves behind in the low lane is told
+// stale by identity and skipped when reached: O(1) per operation.
 interface Pending<K> {
   key: K;
   addedAt: number;
@@ -184,7 +184,7 @@ export class WorkQueue<K = string> {
       this.#rateLimiter.forget(key);
       this.#metrics?.depth.dec();
     }
-    // Stale entries go too; what is left is exactly the queued keys.
+    // The low lane's stale entries go too: what is left is exactly the queued keys.
     this.#normal.retain((p) => this.#dirty.get(p.key) === p);
     this.#low.retain((p) => this.#dirty.get(p.key) === p && p.priority === 'low');
     this.#queued = this.#normal.size + this.#low.size;
@@ -247,23 +247,21 @@ export class WorkQueue<K = string> {
     this.#normal.push(pending);
   }
 
-  // The next queued entry, skipping stale ones: in the low lane, one promoted or dropped since; in
-  // the normal lane, one dropped by removeWhere. An entry is live while it is its key's Pending.
+  // The next queued entry: the normal lane's first, else the low lane's first live one. A low entry
+  // is stale once its key was promoted (and maybe handed out and added again since): live while it
+  // is its key's Pending and still low.
   #next(): Pending<K> | undefined {
-    while (this.#normal.size > 0) {
-      const p = this.#normal.shift();
-      if (this.#dirty.get(p.key) === p) return this.#dequeued(p);
+    if (this.#normal.size > 0) {
+      this.#queued--;
+      return this.#normal.shift();
     }
     while (this.#low.size > 0) {
       const p = this.#low.shift();
-      if (this.#dirty.get(p.key) === p && p.priority === 'low') return this.#dequeued(p);
+      if (this.#dirty.get(p.key) !== p || p.priority !== 'low') continue;
+      this.#queued--;
+      return p;
     }
     return undefined;
-  }
-
-  #dequeued(pending: Pending<K>): Pending<K> {
-    this.#queued--;
-    return pending;
   }
 
   #take({ key, addedAt }: Pending<K>): GetResult<K> {
