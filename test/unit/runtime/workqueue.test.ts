@@ -624,3 +624,53 @@ test(
     assert.equal(await settles(drained), true);
   },
 );
+
+test(
+  'random adds in both lanes, gets, dones and removals agree with a plain model of the lanes',
+  timeout,
+  async () => {
+    // The model: two arrays and the lane each waiting key is in; O(n), obviously right.
+    const model = { normal: [] as string[], low: [] as string[], lane: new Map<string, 'normal' | 'low'>() };
+    const processing = new Set<string>();
+    const q = new WorkQueue();
+    let seed = 60;
+    const random = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    for (let step = 0; step < 20_000; step++) {
+      const key = `k${random(8)}`;
+      const op = random(10);
+      if (op < 4) {
+        const priority = op < 2 ? 'low' : 'normal';
+        q.add(key, { priority });
+        const was = model.lane.get(key);
+        if (was === undefined) {
+          model.lane.set(key, priority);
+          if (!processing.has(key)) model[priority].push(key);
+        } else if (was === 'low' && priority === 'normal') {
+          model.lane.set(key, 'normal');
+          if (!processing.has(key)) {
+            model.low.splice(model.low.indexOf(key), 1);
+            model.normal.push(key);
+          }
+        }
+      } else if (op < 7 && model.normal.length + model.low.length > 0) {
+        const expected = (model.normal.length > 0 ? model.normal : model.low).shift()!;
+        model.lane.delete(expected);
+        processing.add(expected);
+        assert.equal(await getKey(q), expected, `step ${step}`);
+      } else if (op < 9 && processing.size > 0) {
+        const done = [...processing][random(processing.size)]!;
+        processing.delete(done);
+        q.done(done);
+        const lane = model.lane.get(done);
+        if (lane) model[lane].push(done);
+      } else if (op === 9 && random(20) === 0) {
+        q.removeWhere((k) => k === key);
+        model.lane.delete(key);
+        for (const lane of [model.normal, model.low])
+          if (lane.includes(key)) lane.splice(lane.indexOf(key), 1);
+      }
+      assert.equal(q.len(), model.normal.length + model.low.length, `len at step ${step}`);
+    }
+    q.shutDown();
+  },
+);
