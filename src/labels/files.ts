@@ -554,10 +554,11 @@ export class RuleDirSource implements Source<Rule> {
     this.debounceTimer = this.pollTimer = undefined;
   }
 
-  /** A handler added late first gets an add for every current rule, as with informers. */
+  /** A handler added late first gets an add for every current rule, in the initial list, as with informers. */
   addEventHandler(h: EventHandler<Rule>): void {
     this.handlers.push(h);
-    if (h.onAdd) for (const { rule } of this.current.values()) this.deliver(() => h.onAdd?.(rule), rule.name);
+    if (h.onAdd)
+      for (const { rule } of this.current.values()) this.deliver(() => h.onAdd?.(rule, true), rule.name);
   }
 
   waitForSync(signal?: AbortSignal): Promise<void> {
@@ -673,8 +674,10 @@ export class RuleDirSource implements Source<Rule> {
     this.currentHolds = holds;
     this.holdsJson = holdsJson;
 
+    // The first scan's rules are the initial list (the informers' first list).
+    const initial = !this.synced;
     for (const h of this.handlers) {
-      for (const r of added) this.deliver(() => h.onAdd?.(r), r.name);
+      for (const r of added) this.deliver(() => h.onAdd?.(r, initial), r.name);
       for (const [a, b] of updated) this.deliver(() => h.onUpdate?.(a, b), b.name);
       for (const r of deleted) this.deliver(() => h.onDelete?.(r), r.name);
     }

@@ -293,16 +293,17 @@ export class OwnerFinalizerReconciler implements Reconciler {
     if (!inf) {
       inf = this.a.manager.informer(ref, { transform: slimOwner });
       inf.addIndexer('uid', (o) => (o.metadata?.uid ? [o.metadata.uid] : []));
-      const enqueue = (o: KubeObject) => {
+      // An owner of the initial list, or resynced, is queued low: a change elsewhere goes first.
+      const enqueue = (o: KubeObject, low?: boolean) => {
         for (const p of this.a.parsed()) {
           const uid = o.metadata?.uid;
           const finalizer = p.spec.finalizer?.name;
           if (!uid || !finalizer || p.spec.owner.kind !== ref.kind) continue;
           if (hasFinalizer(o, finalizer) || this.a.nodesClaiming(p.spec.claimAnnotationPrefix, uid).length)
-            this.trigger.send(`${p.name}/${uid}`);
+            this.trigger.send(`${p.name}/${uid}`, low ? { priority: 'low' } : undefined);
         }
       };
-      inf.addEventHandler({ onAdd: enqueue, onUpdate: (_a, b) => enqueue(b) });
+      inf.addEventHandler({ onAdd: enqueue, onUpdate: (a, b) => enqueue(b, a === b) });
       this.ownerInformers.set(key, inf);
     }
     return inf;

@@ -308,10 +308,10 @@ export class FederationReconciler {
         // and the workloads it held back from deletion may go.
         this.trigger.send([...affected(), ...this.deleting()]);
         informer.addEventHandler({
-          onAdd: (d) => this.enqueue(d, signal),
+          onAdd: (d, initial) => this.enqueue(d, signal, initial),
           onUpdate: (a, b) => {
-            this.enqueue(a, signal);
-            this.enqueue(b, signal);
+            this.enqueue(a, signal, a === b);
+            this.enqueue(b, signal, a === b);
           },
           onDelete: (d) => {
             this.enqueue(d, signal);
@@ -323,9 +323,10 @@ export class FederationReconciler {
     );
   }
 
-  private enqueue(d: DeploymentObject, signal: AbortSignal): void {
+  /** A cell's initial list (its replay once listed) and resyncs are queued low: a change elsewhere goes first. */
+  private enqueue(d: DeploymentObject, signal: AbortSignal, low?: boolean): void {
     const k = workloadKeyOf(d);
-    if (k && !signal.aborted) this.trigger.send(k);
+    if (k && !signal.aborted) this.trigger.send(k, low ? { priority: 'low' } : undefined);
   }
 
   /**

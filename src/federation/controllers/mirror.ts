@@ -176,8 +176,9 @@ export class MirrorReconciler {
     });
     const here: InCell = { instances, deployments };
     this.inCells.set(cell, here);
-    const add = (keys: string[]) => {
-      if (!signal.aborted) this.trigger.send(keys);
+    // A cell's initial list (its replay once listed) is queued low: a change elsewhere goes first.
+    const add = (keys: string[], initial?: boolean) => {
+      if (!signal.aborted) this.trigger.send(keys, initial ? { priority: 'low' } : undefined);
     };
     const ofInstance = (i: InstanceObject) => [mirrorKey(cell, i.metadata.namespace!, i.metadata.name!)];
     const ofDeployment = (d: DeploymentObject) =>
@@ -194,13 +195,13 @@ export class MirrorReconciler {
         // Listed: every mirror of the cell is looked at once (those with no instance left are pruned).
         add(this.mirrors.byIndex('cell', cell).flatMap((m) => sourceKeyOf(m) ?? []));
         instances.addEventHandler({
-          onAdd: (i) => add(ofInstance(i)),
+          onAdd: (i, initial) => add(ofInstance(i), initial),
           // A resync (the same object) changes nothing.
           onUpdate: (a, b) => a !== b && add(ofInstance(b)),
           onDelete: (i) => add(ofInstance(i)),
         });
         deployments.addEventHandler({
-          onAdd: (d) => add(ofDeployment(d)),
+          onAdd: (d, initial) => add(ofDeployment(d), initial),
           // A mirror reads only a WorkloadDeployment's labels (its workload, placement and city); its
           // status changes with each of its instances', which bring their own mirrors' keys.
           onUpdate: (a, b) => a !== b && labelsChanged(a, b) && add(ofDeployment(b)),

@@ -19,7 +19,11 @@ import { errorText, rootLogger, type Logger } from '../observability/log.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
 
 export interface EventHandler<T> {
-  onAdd?(obj: T): void;
+  /**
+   * `isInInitialList` (client-go's OnAdd): the object is no news, only known for the first time,
+   * being in the informer's first list (or stream) or replayed to a handler added late.
+   */
+  onAdd?(obj: T, isInInitialList?: boolean): void;
   /** Also called with old === new on resync. */
   onUpdate?(oldObj: T, newObj: T): void;
   onDelete?(obj: T): void;
@@ -118,10 +122,10 @@ export class Informer<T extends KubeObject = KubeObject> {
     for (const [key, obj] of this.store) for (const v of fn(obj)) addTo(index, v, key);
   }
 
-  /** Registers a handler; it is told about every object already cached, as adds. */
+  /** Registers a handler; it is told about every object already cached, as adds in the initial list. */
   addEventHandler(h: EventHandler<T>): void {
     this.handlers.push(h);
-    if (h.onAdd) for (const [key, obj] of this.store) this.notify(key, () => h.onAdd!(obj));
+    if (h.onAdd) for (const [key, obj] of this.store) this.notify(key, () => h.onAdd!(obj, true));
   }
 
   get(key: string): T | undefined {
@@ -493,7 +497,11 @@ export class Informer<T extends KubeObject = KubeObject> {
     if (old) this.opts.lifecycle?.dropped(old);
     this.changes++;
     this.reindex(key, old, obj);
-    for (const h of this.handlers) this.notify(key, () => (old ? h.onUpdate?.(old, obj) : h.onAdd?.(obj)));
+    // Until the first sync, an add is of the initial list (listed or streamed); a relist's adds
+    // after that are objects created while the watch was down: news.
+    const initial = !this.synced;
+    for (const h of this.handlers)
+      this.notify(key, () => (old ? h.onUpdate?.(old, obj) : h.onAdd?.(obj, initial)));
   }
 
   private remove(key: string, old: T | undefined): void {

@@ -11,7 +11,8 @@ import type { Aware } from '../cluster/provider.ts';
 import { rootLogger, type Logger } from '../observability/log.ts';
 import { reconcileMetrics } from '../observability/metrics.ts';
 import { defaultControllerRateLimiter, type RateLimiter } from '../workqueue/ratelimiter.ts';
-import { WorkQueue } from '../workqueue/queue.ts';
+import { WorkQueue, type Priority } from '../workqueue/queue.ts';
+import type { KubeObject } from '../api/meta.ts';
 import type { Trigger } from './trigger.ts';
 
 /** How long a worker runs reconciles back to back before it lets the event loop take a turn. */
@@ -162,22 +163,27 @@ export class Controller implements Aware {
     cluster = localCluster,
     signal?: AbortSignal,
   ): EventHandler<T> {
-    const enqueue = (obj: T) => {
+    // Every key map derives goes in the event's lane: a policy of the initial list mapped to every
+    // node queues them all low, the same policy created later queues them normally.
+    const enqueue = (obj: T, priority: Priority) => {
       // A disengaged cluster's informers stop a moment after its signal aborts.
       if (signal?.aborted) return;
       const keys = map(obj);
       if (keys === undefined) return;
-      for (const k of Array.isArray(keys) ? keys : [keys]) this.queue.add(clusterKey(cluster, k));
+      for (const k of Array.isArray(keys) ? keys : [keys])
+        this.queue.add(clusterKey(cluster, k), { priority });
     };
     return {
-      onAdd: (o) => (predicates.add?.(o) ?? true) && enqueue(o),
+      // The initial list (a start, a hand-over, a cluster engaged) is low: no news in it.
+      onAdd: (o, initial) => (predicates.add?.(o) ?? true) && enqueue(o, initial ? 'low' : 'normal'),
       onUpdate: (a, b) => {
         if (!(predicates.update?.(a, b) ?? true)) return;
+        const priority = unchanged(a, b) ? 'low' : 'normal';
         // An object that moved (say, a pod to another node) must reconcile both its old and new keys.
-        enqueue(a);
-        if (a !== b) enqueue(b);
+        enqueue(a, priority);
+        if (a !== b) enqueue(b, priority);
       },
-      onDelete: (o) => (predicates.delete?.(o) ?? true) && enqueue(o),
+      onDelete: (o) => (predicates.delete?.(o) ?? true) && enqueue(o, 'normal'),
     };
   }
 
@@ -267,6 +273,20 @@ export class Controller implements Aware {
       this.queue.done(key);
     }
   }
+}
+
+/**
+ * An update that brings nothing new: the informer's resync (the same object), or the same
+ * resourceVersion (controller-runtime's test for its low priority). Sources whose objects carry no
+ * resourceVersion (rule files) are unchanged only as the same object. The key ownership registry
+ * tells every change as onUpdate(change, change), so what it fans out is low: the policy change
+ * behind it queues its own keys normally.
+ */
+function unchanged(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  const rv = (o: unknown) => (o as KubeObject | undefined)?.metadata?.resourceVersion;
+  const before = rv(a);
+  return before !== undefined && before !== '' && before === rv(b);
 }
 
 /**

@@ -2,7 +2,7 @@
 // controller-runtime's source.Channel and kube-rs's Controller::reconcile_on. It is made before the
 // controller and the reconciler, and handed to both (and to anything else that enqueues: another
 // controller, a webhook's hint), so no controller is passed around, or set, after construction.
-import type { WorkQueue } from '../workqueue/queue.ts';
+import type { AddOptions, WorkQueue } from '../workqueue/queue.ts';
 
 /** Where a trigger's keys go: the work queue of a controller that reconciles on it. */
 export type TriggerTarget = Pick<WorkQueue<string>, 'add' | 'addAfter'>;
@@ -10,25 +10,32 @@ export type TriggerTarget = Pick<WorkQueue<string>, 'add' | 'addAfter'>;
 export class Trigger {
   private readonly targets: TriggerTarget[] = [];
   /** Keys sent before any controller reconciled on it, delivered to the first that does: none is lost. */
-  private readonly early: { key: string; afterMs: number }[] = [];
+  private readonly early: { key: string; afterMs: number; options?: AddOptions }[] = [];
 
-  /** Queues the keys (a controller's keys: `cluster://…` for another cluster's) at once. */
-  send(keys: string | Iterable<string>): void {
-    for (const key of typeof keys === 'string' ? [keys] : keys) this.sendAfter(key, 0);
+  /**
+   * Queues the keys (a controller's keys: `cluster://…` for another cluster's) at once; at low
+   * priority for what a cache's initial list brings (WorkQueue.add).
+   */
+  send(keys: string | Iterable<string>, options?: AddOptions): void {
+    for (const key of typeof keys === 'string' ? [keys] : keys) this.deliver(key, 0, options);
   }
 
   /** Queues the key once `afterMs` has passed; of several delays for one waiting key, the earliest wins. */
   sendAfter(key: string, afterMs: number): void {
-    if (this.targets.length === 0) this.early.push({ key, afterMs });
+    this.deliver(key, afterMs);
+  }
+
+  private deliver(key: string, afterMs: number, options?: AddOptions): void {
+    if (this.targets.length === 0) this.early.push({ key, afterMs, options });
     for (const t of this.targets) {
       if (afterMs > 0) t.addAfter(key, afterMs);
-      else t.add(key);
+      else t.add(key, options);
     }
   }
 
   /** A controller's side (Controller.reconcileOn): its queue receives every key sent from now on. */
   connect(target: TriggerTarget): void {
     this.targets.push(target);
-    for (const { key, afterMs } of this.early.splice(0)) this.sendAfter(key, afterMs);
+    for (const { key, afterMs, options } of this.early.splice(0)) this.deliver(key, afterMs, options);
   }
 }

@@ -2,12 +2,37 @@
 // RateLimitingQueue and the default controller rate limiter). A key is queued at most once while
 // it waits, and a key being processed is held back until done(), so no two workers ever see the
 // same key at once and a burst of adds costs at most one extra reconcile.
+//
+// Keys wait in two lanes, as in controller-runtime's priority queue (pkg/controller/priorityqueue):
+// a key added at low priority (a cache's replay on start, a resync) is handed out only when no
+// normal key waits, so a change that arrives during a first pass of thousands of keys is next, not
+// last. FIFO within a lane; a low key added again normally is promoted. Nothing ages low keys into
+// the normal lane: normal keys come from real changes, which workers reconciling from caches serve
+// far faster than they arrive; a normal lane that never empties would be an overload with or
+// without lanes (docs/decisions/0048x-first-pass-at-low-priority.md).
 import { workqueueMetrics } from '../observability/metrics.ts';
 import { WaitingHeap } from './heap.ts';
 import { defaultControllerRateLimiter, type Clock, type RateLimiter } from './ratelimiter.ts';
 import { Ring } from './ring.ts';
 
 export type GetResult<K> = { key: K; shutdown: false } | { shutdown: true };
+
+/** A key's lane: 'low' waits until no normal key does (controller-runtime's handler.LowPriority). */
+export type Priority = 'normal' | 'low';
+
+export interface AddOptions {
+  /** 'normal' by default. */
+  priority?: Priority;
+}
+
+// A key that needs processing: when it was added (for the queue duration metric) and its lane. The
+// entry itself is what a lane holds, so the entry a promotion leaves behind in the low lane is told
+// stale by identity and skipped when reached: O(1) per operation.
+interface Pending<K> {
+  key: K;
+  addedAt: number;
+  priority: Priority;
+}
 
 export interface WorkQueueOptions<K> {
   /** Reports workqueue_* metrics under this name when set. */
@@ -36,9 +61,12 @@ function queueMetrics(name: string, controller: string) {
 }
 
 export class WorkQueue<K = string> {
-  readonly #queue = new Ring<K>();
-  // Keys that need processing, with the time they were added (for the queue duration metric).
-  readonly #dirty = new Map<K, number>();
+  readonly #normal = new Ring<Pending<K>>();
+  readonly #low = new Ring<Pending<K>>();
+  // Keys queued in each lane and not handed out: the lanes' sizes less their stale entries.
+  #queued = 0;
+  // Keys that need processing (queued, or being processed and added again meanwhile).
+  readonly #dirty = new Map<K, Pending<K>>();
   // Keys handed out and not yet done, with the time they were handed out.
   readonly #processing = new Map<K, number>();
   // Pending get() calls; only non-empty while the queue is empty.
@@ -65,20 +93,32 @@ export class WorkQueue<K = string> {
     }
   }
 
-  /** Queues the key unless it is already waiting; a key being processed is queued again at done(). */
-  add(key: K): void {
-    if (this.#shuttingDown || this.#dirty.has(key)) return;
-    this.#dirty.set(key, this.#metrics ? this.#clock.now() : 0);
+  /**
+   * Queues the key unless it is already waiting; a key being processed is queued again at done(),
+   * in the lane it was last added in. A key waiting low that is added normally moves to the normal
+   * lane (normal wins, as the highest priority wins in controller-runtime).
+   */
+  add(key: K, options?: AddOptions): void {
+    if (this.#shuttingDown) return;
+    const priority = options?.priority ?? 'normal';
+    const waiting = this.#dirty.get(key);
+    if (waiting) {
+      if (priority === 'normal' && waiting.priority === 'low') this.#promote(waiting);
+      return;
+    }
+    const pending: Pending<K> = { key, addedAt: this.#metrics ? this.#clock.now() : 0, priority };
+    this.#dirty.set(key, pending);
     if (this.#metrics) {
       this.#metrics.adds.inc();
       this.#metrics.depth.inc();
     }
-    if (!this.#processing.has(key)) this.#push(key);
+    if (!this.#processing.has(key)) this.#push(pending);
   }
 
-  /** The next key in FIFO order, or shutdown once the queue is shut down and empty. */
+  /** The next key: the normal lane's first, else the low lane's; shutdown once shut down and empty. */
   get(): Promise<GetResult<K>> {
-    if (this.#queue.size > 0) return Promise.resolve(this.#take(this.#queue.shift()));
+    const next = this.#next();
+    if (next) return Promise.resolve(this.#take(next));
     if (this.#shuttingDown) return Promise.resolve(SHUTDOWN);
     return new Promise((resolve) => this.#getters.push(resolve));
   }
@@ -90,13 +130,14 @@ export class WorkQueue<K = string> {
     if (started === undefined) return;
     this.#processing.delete(key);
     this.#metrics?.workDuration.observe((this.#clock.now() - started) / 1000);
-    if (this.#dirty.has(key)) this.#push(key);
+    const pending = this.#dirty.get(key);
+    if (pending) this.#push(pending);
     if (this.#processing.size === 0 && this.#drainers.length > 0) this.#releaseDrainers();
   }
 
-  /** Keys queued and not yet handed out (not counting processing or delayed keys). */
+  /** Keys queued and not yet handed out, both lanes (not counting processing or delayed keys). */
   len(): number {
-    return this.#queue.size;
+    return this.#queued;
   }
 
   /** Keys waiting for a delay to pass. */
@@ -104,7 +145,12 @@ export class WorkQueue<K = string> {
     return this.#waiting.size;
   }
 
-  /** Adds the key once ms have passed; of several delays for one waiting key, the earliest wins. */
+  /**
+   * Adds the key once ms have passed, at normal priority; of several delays for one waiting key, the
+   * earliest wins. Normal, unlike controller-runtime (which keeps the item's priority): a delay is a
+   * retry after an error or a time the reconciler asked for (a gate's deadline), work that is due,
+   * not a replay, and it should not wait behind a first pass.
+   */
   addAfter(key: K, ms: number): void {
     if (this.#shuttingDown) return;
     // client-go counts every delayed add as a retry.
@@ -138,7 +184,10 @@ export class WorkQueue<K = string> {
       this.#rateLimiter.forget(key);
       this.#metrics?.depth.dec();
     }
-    this.#queue.retain((key) => this.#dirty.has(key));
+    // The low lane's stale entries go too: what is left is exactly the queued keys.
+    this.#normal.retain((p) => this.#dirty.get(p.key) === p);
+    this.#low.retain((p) => this.#dirty.get(p.key) === p && p.priority === 'low');
+    this.#queued = this.#normal.size + this.#low.size;
     for (const key of this.#waiting.removeWhere(drop)) this.#rateLimiter.forget(key);
     for (const key of this.#processing.keys()) if (drop(key)) this.#rateLimiter.forget(key);
   }
@@ -179,18 +228,47 @@ export class WorkQueue<K = string> {
     this.#metrics.longestRunning.set(oldest);
   }
 
-  // Hands the key straight to a waiting getter if there is one (the queue is then empty, so this
-  // keeps FIFO order), else queues it.
-  #push(key: K): void {
-    if (this.#getters.size > 0) this.#getters.shift()(this.#take(key));
-    else this.#queue.push(key);
+  // Hands the key straight to a waiting getter if there is one (both lanes are then empty, so this
+  // keeps the order), else queues it in its lane.
+  #push(pending: Pending<K>): void {
+    if (this.#getters.size > 0) {
+      this.#getters.shift()(this.#take(pending));
+      return;
+    }
+    (pending.priority === 'low' ? this.#low : this.#normal).push(pending);
+    this.#queued++;
   }
 
-  #take(key: K): GetResult<K> {
+  // A low key moves to the normal lane: queued, it is pushed there too and its low entry left stale
+  // (skipped by #next); being processed, done() queues it in the normal lane.
+  #promote(pending: Pending<K>): void {
+    pending.priority = 'normal';
+    if (this.#processing.has(pending.key)) return;
+    this.#normal.push(pending);
+  }
+
+  // The next queued entry: the normal lane's first, else the low lane's first live one. A low entry
+  // is stale once its key was promoted (and maybe handed out and added again since): live while it
+  // is its key's Pending and still low.
+  #next(): Pending<K> | undefined {
+    if (this.#normal.size > 0) {
+      this.#queued--;
+      return this.#normal.shift();
+    }
+    while (this.#low.size > 0) {
+      const p = this.#low.shift();
+      if (this.#dirty.get(p.key) !== p || p.priority !== 'low') continue;
+      this.#queued--;
+      return p;
+    }
+    return undefined;
+  }
+
+  #take({ key, addedAt }: Pending<K>): GetResult<K> {
     const now = this.#metrics ? this.#clock.now() : 0;
     if (this.#metrics) {
       this.#metrics.depth.dec();
-      this.#metrics.latency.observe((now - (this.#dirty.get(key) as number)) / 1000);
+      this.#metrics.latency.observe((now - addedAt) / 1000);
     }
     this.#dirty.delete(key);
     this.#processing.set(key, now);

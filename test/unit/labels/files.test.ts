@@ -935,6 +935,27 @@ describe('RuleDirSource', () => {
     assert.deepEqual(late, ['file:accelerators/edgetpu']);
   });
 
+  test('the first scan and a late handler replay are the initial list; a file written later is news', async (t) => {
+    const dir = await tempDir(t);
+    await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });
+    const src = new RuleDirSource(dir, { pollMs: 50 });
+    t.after(() => src.stop());
+    const adds: string[] = [];
+    const record = (r: Rule, initial?: boolean) => adds.push(`${r.name}:${initial === true}`);
+    src.addEventHandler({ onAdd: record });
+    await src.start();
+    await src.waitForSync();
+    src.addEventHandler({ onAdd: record });
+    await writeFile(join(dir, 'accelerators/coral'), EDGETPU);
+    await waitFor('the new file', () => adds.length >= 4 || undefined, { timeoutMs: 2000, intervalMs: 20 });
+    assert.deepEqual(adds, [
+      'file:accelerators/edgetpu:true',
+      'file:accelerators/edgetpu:true',
+      'file:accelerators/coral:false',
+      'file:accelerators/coral:false',
+    ]);
+  });
+
   test('stop() leaves no timers or watchers behind', async (t) => {
     const dir = await tempDir(t);
     await writeTree(dir, { 'accelerators/edgetpu': EDGETPU });

@@ -191,3 +191,82 @@ test('the initial state streamed (WatchList) fills the cache as it comes, syncs 
     assert.equal(q['resourceVersion'], undefined);
   }
 });
+
+/** A handler that records each add as name:true (in the initial list) or name:false (news). */
+function addsSeen() {
+  const seen: string[] = [];
+  return {
+    seen,
+    handler: {
+      onAdd: (o: { metadata?: { name?: string } }, initial?: boolean) =>
+        seen.push(`${o.metadata!.name}:${initial === true}`),
+    },
+  };
+}
+
+test('adds of the first list are in the initial list, those of the watch are not, and a late handler replay is', async () => {
+  const ns = (name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: '1' },
+  });
+  const client = fakeClient(
+    async function* (opts) {
+      yield* [{ type: 'ADDED', object: ns('c') }] as never[];
+      await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
+    },
+    [ns('a'), ns('b')],
+  );
+  const informer = new Informer({ client, ref: Resources.namespaces });
+  const early = addsSeen();
+  informer.addEventHandler(early.handler);
+  informer.start();
+  while (!informer.get('c')) await sleep(5);
+  const late = addsSeen();
+  informer.addEventHandler(late.handler);
+  await informer.stop();
+  assert.deepEqual(early.seen, ['a:true', 'b:true', 'c:false']);
+  assert.deepEqual(late.seen, ['a:true', 'b:true', 'c:true']);
+});
+
+test('adds of a streamed initial state (WatchList) are in the initial list; those of a relist after 410 are news', async () => {
+  const ns = (name: string, rv: string) => ({
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, resourceVersion: rv },
+  });
+  const end = (rv: string) => ({
+    type: 'BOOKMARK',
+    object: {
+      kind: 'Namespace',
+      metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } },
+    },
+  });
+  const streams = [
+    async function* () {
+      yield* [{ type: 'ADDED', object: ns('a', '7') }, end('8'), { type: 'ADDED', object: ns('b', '9') }];
+      yield { type: 'ERROR', object: { code: 410, message: 'too old' } };
+    },
+    // After 410: c was created while the watch was down.
+    async function* (opts: StreamOptions) {
+      yield* [
+        { type: 'ADDED', object: ns('a', '7') },
+        { type: 'ADDED', object: ns('b', '9') },
+      ];
+      yield* [{ type: 'ADDED', object: ns('c', '11') }, end('12')];
+      await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
+    },
+  ];
+  let opened = 0;
+  const client = {
+    request: () => assert.fail('a list was sent where the watch streams the state'),
+    stream: (_path: string, opts: StreamOptions) => streams[opened++]!(opts),
+  } as unknown as KubeClient;
+  const informer = new Informer({ client, ref: Resources.namespaces });
+  const adds = addsSeen();
+  informer.addEventHandler(adds.handler);
+  informer.start();
+  while (!informer.get('c')) await sleep(5);
+  await informer.stop();
+  assert.deepEqual(adds.seen, ['a:true', 'b:false', 'c:false']);
+});

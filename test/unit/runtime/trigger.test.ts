@@ -86,3 +86,21 @@ test(
     }
   },
 );
+
+test('keys sent at low priority wait behind normal ones, also when sent before a controller connects', async () => {
+  const trigger = new Trigger();
+  trigger.send(['early-low'], { priority: 'low' });
+  trigger.send('early');
+  const { controller } = recording('trigger-priority');
+  controller.reconcileOn(trigger);
+  trigger.send(['low-1', 'low-2'], { priority: 'low' });
+  trigger.send('normal');
+  const order: string[] = [];
+  while (controller.queue.len() > 0) {
+    const item = await controller.queue.get();
+    if (item.shutdown) break;
+    order.push(item.key);
+    controller.queue.done(item.key);
+  }
+  assert.deepEqual(order, ['early', 'normal', 'early-low', 'low-1', 'low-2']);
+});

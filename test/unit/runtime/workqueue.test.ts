@@ -479,3 +479,198 @@ test(
     q.shutDown();
   },
 );
+
+// The low lane (controller-runtime's priority queue): a first pass's keys wait behind real changes.
+
+const low = { priority: 'low' } as const;
+
+/** Every key queued now, in the order get() hands them out (each done at once). */
+async function takeAll<K>(q: WorkQueue<K>): Promise<K[]> {
+  const keys: K[] = [];
+  while (q.len() > 0) {
+    const key = await getKey(q);
+    keys.push(key);
+    q.done(key);
+  }
+  return keys;
+}
+
+test('normal keys are handed out before low ones, FIFO within each lane', timeout, async () => {
+  const q = new WorkQueue();
+  q.add('l1', low);
+  q.add('n1');
+  q.add('l2', low);
+  q.add('n2');
+  assert.equal(q.len(), 4, 'len counts both lanes');
+  assert.deepEqual(await takeAll(q), ['n1', 'n2', 'l1', 'l2']);
+  // With nothing queued, a worker waiting gets a low key at once.
+  const waiting = q.get();
+  q.add('l3', low);
+  assert.deepEqual(await waiting, { key: 'l3', shutdown: false });
+});
+
+test('a normal key added after 20,000 low keys is the next one handed out', timeout, async () => {
+  const q = new WorkQueue({ name: 'wq-test-first-pass' });
+  for (let i = 0; i < 20_000; i++) q.add(`node-${i}`, low);
+  assert.equal(await getKey(q), 'node-0');
+  q.add('changed');
+  assert.equal(await getKey(q), 'changed');
+  assert.equal(await getKey(q), 'node-1');
+  assert.equal(q.len(), 19_998);
+  const text = await registry.getSingleMetricAsString('workqueue_depth');
+  assert.equal(sample(text, 'workqueue_depth', 'wq-test-first-pass'), 19_998, 'depth counts the low lane');
+  q.shutDown();
+});
+
+test('a low key added normally is promoted and handed out once, in the normal lane', timeout, async () => {
+  const q = new WorkQueue();
+  q.add('a', low);
+  q.add('b', low);
+  q.add('n');
+  q.add('b');
+  q.add('b', low);
+  assert.equal(q.len(), 3, 'a promoted key is counted once');
+  assert.deepEqual(await takeAll(q), ['n', 'b', 'a']);
+  // The promoted key's stale low entry must not stand for a later low add of the same key, nor
+  // hand it out twice.
+  q.add('c', low);
+  q.add('a', low);
+  q.add('a');
+  q.add('d', low);
+  assert.deepEqual(await drainAfterShutDown(q), ['a', 'c', 'd']);
+});
+
+test('a normal key stays normal when added again at low priority', timeout, async () => {
+  const q = new WorkQueue();
+  q.add('l', low);
+  q.add('n');
+  q.add('n', low);
+  assert.deepEqual(await takeAll(q), ['n', 'l']);
+});
+
+test(
+  'a key being processed is queued again at done() in the lane it was last added in, normal winning',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    q.add('p');
+    q.add('q');
+    await getKey(q);
+    await getKey(q);
+    q.add('l', low);
+    q.add('p', low);
+    q.add('q', low);
+    q.add('q');
+    assert.equal(q.len(), 1, 'keys being processed wait outside the lanes');
+    q.done('p');
+    q.done('q');
+    assert.deepEqual(await takeAll(q), ['q', 'l', 'p']);
+  },
+);
+
+test(
+  'a delayed add of a key waiting low promotes it: a retry is due work, not a replay',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    q.add('l1', low);
+    q.add('l2', low);
+    q.addAfter('l2', 5);
+    q.addRateLimited('l3');
+    await sleep(30);
+    assert.deepEqual(await takeAll(q), ['l2', 'l3', 'l1']);
+    q.add('l4', low);
+    q.addAfter('l4', 0);
+    q.add('l5', low);
+    assert.deepEqual(await takeAll(q), ['l4', 'l5']);
+  },
+);
+
+test(
+  'removeWhere drops low and promoted keys alike; the rest keep their lanes and order',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    for (const k of ['l1', 'x/l', 'l2', 'x/p', 'l3']) q.add(k, low);
+    q.add('x/p');
+    q.add('l2');
+    q.add('n');
+    q.removeWhere((k) => k.startsWith('x/'));
+    assert.equal(q.len(), 4);
+    assert.deepEqual(await takeAll(q), ['l2', 'n', 'l1', 'l3']);
+    // A dropped key added again comes back once, in the lane it is added in now.
+    q.add('x/p', low);
+    q.add('x/l');
+    assert.deepEqual(await drainAfterShutDown(q), ['x/l', 'x/p']);
+  },
+);
+
+test(
+  'shutDown hands out both lanes, normal first; shutDownWithDrain waits for low keys processing',
+  timeout,
+  async () => {
+    const q = new WorkQueue();
+    q.add('l', low);
+    q.add('n');
+    assert.deepEqual(await drainAfterShutDown(q), ['n', 'l']);
+    const q2 = new WorkQueue();
+    q2.add('l', low);
+    const key = await getKey(q2);
+    const drained = q2.shutDownWithDrain();
+    q2.add('m', low);
+    assert.equal(q2.len(), 0, 'low adds are ignored while draining');
+    assert.equal(await settles(drained), false);
+    q2.done(key);
+    assert.equal(await settles(drained), true);
+  },
+);
+
+test(
+  'random adds in both lanes, gets, dones and removals agree with a plain model of the lanes',
+  timeout,
+  async () => {
+    // The model: two arrays and the lane each waiting key is in; O(n), obviously right.
+    const model = { normal: [] as string[], low: [] as string[], lane: new Map<string, 'normal' | 'low'>() };
+    const processing = new Set<string>();
+    const q = new WorkQueue();
+    let seed = 60;
+    const random = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    for (let step = 0; step < 20_000; step++) {
+      const key = `k${random(8)}`;
+      const op = random(10);
+      if (op < 4) {
+        const priority = op < 2 ? 'low' : 'normal';
+        q.add(key, { priority });
+        const was = model.lane.get(key);
+        if (was === undefined) {
+          model.lane.set(key, priority);
+          if (!processing.has(key)) model[priority].push(key);
+        } else if (was === 'low' && priority === 'normal') {
+          model.lane.set(key, 'normal');
+          if (!processing.has(key)) {
+            model.low.splice(model.low.indexOf(key), 1);
+            model.normal.push(key);
+          }
+        }
+      } else if (op < 7 && model.normal.length + model.low.length > 0) {
+        const expected = (model.normal.length > 0 ? model.normal : model.low).shift()!;
+        model.lane.delete(expected);
+        processing.add(expected);
+        assert.equal(await getKey(q), expected, `step ${step}`);
+      } else if (op < 9 && processing.size > 0) {
+        const done = [...processing][random(processing.size)]!;
+        processing.delete(done);
+        q.done(done);
+        const lane = model.lane.get(done);
+        if (lane) model[lane].push(done);
+      } else if (op === 9 && random(20) === 0) {
+        q.removeWhere((k) => k === key);
+        model.lane.delete(key);
+        for (const lane of [model.normal, model.low])
+          if (lane.includes(key)) lane.splice(lane.indexOf(key), 1);
+      }
+      assert.equal(q.len(), model.normal.length + model.low.length, `len at step ${step}`);
+    }
+    q.shutDown();
+  },
+);
