@@ -9,7 +9,7 @@
 // last. FIFO within a lane; a low key added again normally is promoted. Nothing ages low keys into
 // the normal lane: normal keys come from real changes, which workers reconciling from caches serve
 // far faster than they arrive; a normal lane that never empties would be an overload with or
-// without lanes (docs/decisions/0048x-first-pass-at-low-priority.md).
+// without lanes (docs/decisions/0048-first-pass-at-low-priority.md).
 import { workqueueMetrics } from '../observability/metrics.ts';
 import { WaitingHeap } from './heap.ts';
 import { defaultControllerRateLimiter, type Clock, type RateLimiter } from './ratelimiter.ts';
