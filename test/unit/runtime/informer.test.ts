@@ -99,12 +99,22 @@ test('a handler that throws on a replay or a resync is logged; the informer and 
   assert.ok(seen.filter((n) => n === 'a').length >= 2, `resynced ${seen.join(',')}`);
 });
 
-test('the lifecycle hears each object enter and leave the cache: replaced, deleted, the informer stopped', async () => {
-  const ns = (name: string, rv: string) => ({
-    apiVersion: 'v1',
+/** A Namespace at a resourceVersion, as a watch or a WatchList stream sends it. */
+const ns = (name: string, rv: string) => ({
+  apiVersion: 'v1',
+  kind: 'Namespace',
+  metadata: { name, resourceVersion: rv },
+});
+/** The bookmark that ends a WatchList's initial events. */
+const end = (rv: string) => ({
+  type: 'BOOKMARK',
+  object: {
     kind: 'Namespace',
-    metadata: { name, resourceVersion: rv },
-  });
+    metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } },
+  },
+});
+
+test('the lifecycle hears each object enter and leave the cache: replaced, deleted, the informer stopped', async () => {
   const client = fakeClient(
     async function* (opts) {
       yield* [
@@ -134,18 +144,6 @@ test('the lifecycle hears each object enter and leave the cache: replaced, delet
 });
 
 test('the initial state streamed (WatchList) fills the cache as it comes, syncs at its bookmark, and a second one deletes what it no longer holds', async () => {
-  const ns = (name: string, rv: string) => ({
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name, resourceVersion: rv },
-  });
-  const end = (rv: string) => ({
-    type: 'BOOKMARK',
-    object: {
-      kind: 'Namespace',
-      metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } },
-    },
-  });
   const queries: Record<string, unknown>[] = [];
   const gate = Promise.withResolvers<void>();
   const streams = [
@@ -230,18 +228,6 @@ test('adds of the first list are in the initial list, those of the watch are not
 });
 
 test('adds of a streamed initial state (WatchList) are in the initial list; those of a relist after 410 are news', async () => {
-  const ns = (name: string, rv: string) => ({
-    apiVersion: 'v1',
-    kind: 'Namespace',
-    metadata: { name, resourceVersion: rv },
-  });
-  const end = (rv: string) => ({
-    type: 'BOOKMARK',
-    object: {
-      kind: 'Namespace',
-      metadata: { resourceVersion: rv, annotations: { 'k8s.io/initial-events-end': 'true' } },
-    },
-  });
   const streams = [
     async function* () {
       yield* [{ type: 'ADDED', object: ns('a', '7') }, end('8'), { type: 'ADDED', object: ns('b', '9') }];
