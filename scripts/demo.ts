@@ -151,6 +151,8 @@ async function derivedLabels(): Promise<Summary> {
       'node-class.berth.dev/edge=true',
     ]),
   ];
+  // A watch-list sends its initial objects one by one: count nodes only once all have arrived.
+  await nodes.waitForSync();
   await until('the derived labels of the EdgeTPU, GPU and arm64 nodes', () => {
     const rows = labelRows();
     return want.every(([node, label]) => rows.find(([n]) => n === node)?.[1].includes(label));
