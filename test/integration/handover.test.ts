@@ -67,6 +67,7 @@ test("a new leader acts first on the change of the old one's last moments, then 
     const old = Array.from({ length: 20 }, (_, i) => `old-${i}`);
     for (const name of old) await client.create(Resources.configMaps, configMap(name));
     await waitFor('a acting on the changes', () => old.every((n) => a.reconciled.includes(n)));
+    await waitFor('b seeing the changes', () => old.every((n) => b.informer.get(`${ns}/${n}`)));
     // Past the hand-over margin (5 s), with renewals of a's seen by b since (every 0.5 s).
     await sleep(6_500);
     await client.create(Resources.configMaps, configMap('late'));
