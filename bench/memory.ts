@@ -1,12 +1,16 @@
 // Resident memory of the labels job against the objects it caches:
 // `npm run bench:memory -- --points 1000:0,1000:20000,5000:20000,5000:100000` (nodes:pods).
 // One sandbox grows from point to point (nodes carry an input label; pods are bound round-robin
-// and need the derived label). At each point, Berth runs as its image does (compiled, with the
-// Dockerfile's Node flags, `--controllers=labels`, a NodeLabelRule deriving a label from the input)
-// and, on its own, the floor: bench/labelsfloor, a Go program doing the same necessary work with no
-// client library (list and watch nodes and pods, keep the fields the job reads, patch the derived
-// label). Each is started fresh, so its initial list is of that point's size; once every node
-// carries its label and 5 s have passed, its RSS is sampled for 5 s and the median kept.
+// and need the derived label). At each point, each of these is started fresh, so its initial list
+// is of that point's size, and once its work is done (every node carries its label, the floors have
+// said "ready") and 5 s have passed, its RSS is sampled for 5 s and the median kept:
+// - Berth as its image runs it (compiled, with the Dockerfile's Node flags and environment),
+//   `--controllers=labels`, a NodeLabelRule deriving a label from the input;
+// - Berth the same way with its default controllers, everything a cluster runs (`everythingMB`);
+// - the Go floor, bench/labelsfloor: the same necessary work with no client library (list and
+//   watch nodes and pods, keep the fields the job reads, patch the derived label);
+// - the Node.js floor, bench/labelsfloor/node.mjs: that work in the simplest Node program, with the
+//   image's flags (how much of Berth's memory is the runtime's: `nodeFloorMB`).
 // The seed's own Go labeller held 54 MB at 1,000 nodes (issue 17): the target is 110 MB there.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,7 +23,7 @@ import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { createNodes } from '../src/sandbox/nodes.ts';
-import { startBerth } from '../test/helpers/berth.ts';
+import { imageEnv, imageNodeFlags, startBerth } from '../test/helpers/berth.ts';
 import {
   benchSandbox,
   buildGoProgram,
@@ -45,6 +49,7 @@ for (let i = 1; i < points.length; i++)
 const INPUT = 'bench.berth.dev/usb-edgetpu';
 const DERIVED = 'bench.berth.dev/edgetpu';
 const FLOOR = 'bench.berth.dev/edgetpu-floor';
+const NODE_FLOOR_SCRIPT = path.join(import.meta.dirname, 'labelsfloor', 'node.mjs');
 const NS = 'bench-memory';
 
 // The floor, built from its Go module like the control plane.
@@ -84,12 +89,32 @@ async function settledRss(pid: number): Promise<number> {
   return samples.sort((a, b) => a - b)[2]!;
 }
 
-async function measureFloor(count: number): Promise<number> {
-  const child = spawn(floorBin, floorArgs, { stdio: ['ignore', 'pipe', 'inherit'] });
+/** Every node's label `label` removed, so that the next process's work shows when it is done. */
+async function clear(label: string): Promise<void> {
+  const names = nodes.list().filter((n) => n.metadata?.labels?.[label] !== undefined);
+  await Promise.all(
+    names.map((n) =>
+      client.patch(
+        Resources.nodes,
+        n.metadata!.name!,
+        { metadata: { labels: { [label]: null } } },
+        { type: 'merge' },
+      ),
+    ),
+  );
+  await waitForValue(`${label} removed`, () => labelled(label) === 0 || undefined, 60_000);
+}
+
+/** A floor's RSS once it has said "ready" and labelled every node. */
+async function measureFloor(cmd: string, args: string[], env: NodeJS.ProcessEnv, count: number) {
+  await clear(FLOOR);
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'], env });
+  let ready = false;
+  child.stdout.on('data', (d: Buffer) => (ready ||= d.toString().includes('ready')));
   try {
     await waitForValue(
-      `the floor labels ${count} nodes`,
-      () => labelled(FLOOR) === count || undefined,
+      `${path.basename(cmd)} labels ${count} nodes`,
+      () => (ready && labelled(FLOOR) === count) || undefined,
       300_000,
     );
     return await settledRss(child.pid!);
@@ -98,8 +123,9 @@ async function measureFloor(count: number): Promise<number> {
   }
 }
 
-async function measureBerth(count: number): Promise<number> {
-  const berth = await startBerth(sb, ['--controllers=labels'], { compiled: true });
+async function measureBerth(count: number, args: string[]): Promise<number> {
+  await clear(DERIVED);
+  const berth = await startBerth(sb, args, { compiled: true });
   try {
     await waitForValue(
       `Berth labels ${count} nodes`,
@@ -112,7 +138,18 @@ async function measureBerth(count: number): Promise<number> {
   }
 }
 
-const results: { nodes: number; pods: number; berthMB: number; floorMB: number; ratio: number }[] = [];
+interface Point {
+  nodes: number;
+  pods: number;
+  berthMB: number;
+  everythingMB: number;
+  floorMB: number;
+  nodeFloorMB: number;
+  ratio: number;
+  nodeFloorRatio: number;
+}
+
+const results: Point[] = [];
 let haveNodes = points[0]!.nodes;
 let havePods = 0;
 try {
@@ -134,17 +171,28 @@ try {
     if (p.pods > havePods)
       console.log(`${p.pods - havePods} pods created in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     havePods = p.pods;
-    const floorMB = await measureFloor(p.nodes);
-    const berthMB = await measureBerth(p.nodes);
-    const r = {
+    const floorMB = await measureFloor(floorBin, floorArgs, process.env, p.nodes);
+    const nodeFloorMB = await measureFloor(
+      process.execPath,
+      [...imageNodeFlags(), NODE_FLOOR_SCRIPT, ...floorArgs],
+      { ...process.env, ...imageEnv() },
+      p.nodes,
+    );
+    const berthMB = await measureBerth(p.nodes, ['--controllers=labels']);
+    const everythingMB = await measureBerth(p.nodes, []);
+    const r: Point = {
       nodes: p.nodes,
       pods: p.pods,
       berthMB: round(berthMB),
+      everythingMB: round(everythingMB),
       floorMB: round(floorMB),
+      nodeFloorMB: round(nodeFloorMB),
       ratio: round(berthMB / floorMB, 2),
+      nodeFloorRatio: round(berthMB / nodeFloorMB, 2),
     };
     console.log(
-      `${p.nodes} nodes, ${p.pods} pods: Berth ${r.berthMB} MB, floor ${r.floorMB} MB, ratio ${r.ratio}`,
+      `${p.nodes} nodes, ${p.pods} pods: Berth ${r.berthMB} MB (everything on: ${r.everythingMB} MB), ` +
+        `Go floor ${r.floorMB} MB, Node.js floor ${r.nodeFloorMB} MB; ratios ${r.ratio}, ${r.nodeFloorRatio}`,
     );
     results.push(r);
   }
@@ -168,8 +216,11 @@ const first = results[0]!;
 report({
   points: results,
   berthMB: first.berthMB,
+  everythingMB: first.everythingMB,
   floorMB: first.floorMB,
+  nodeFloorMB: first.nodeFloorMB,
   ratio: first.ratio,
+  nodeFloorRatio: first.nodeFloorRatio,
   nodes: first.nodes,
   pods: first.pods,
   kbPerNode: growth('nodes', 'pods'),

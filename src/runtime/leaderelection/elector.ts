@@ -67,6 +67,8 @@ export class LeaderElector {
   #lease: Lease | undefined;
   /** When we last saw the Lease's spec change (clock): the start of its holder's lease. */
   #observedAt = 0;
+  /** When we last saw another replica renew or release the Lease (clock). */
+  #othersSeenAt: number | undefined;
   #reportedLeader = '';
   #leading = false;
   /** When the last successful acquire or renew was sent (clock). */
@@ -96,6 +98,14 @@ export class LeaderElector {
     if (this.#renewDeadlineMs <= jitterFactor * this.#retryPeriodMs)
       throw new Error(`renewDeadlineMs must be greater than ${jitterFactor} * retryPeriodMs`);
     if (this.#retryPeriodMs <= 0) throw new Error('retryPeriodMs must be positive');
+  }
+
+  /**
+   * When this replica last saw another one renew or release the Lease (the elector's clock,
+   * `performance.now()` by default), if ever: that leader was acting until then.
+   */
+  othersLastSeenAt(): number | undefined {
+    return this.#othersSeenAt;
   }
 
   /**
@@ -321,8 +331,10 @@ export class LeaderElector {
 
   /** Records the Lease as seen now; the lease duration restarts only when its spec changed. */
   #observe(lease: Lease): void {
-    if (JSON.stringify(lease.spec ?? {}) !== JSON.stringify(this.#lease?.spec ?? {}))
+    if (JSON.stringify(lease.spec ?? {}) !== JSON.stringify(this.#lease?.spec ?? {})) {
       this.#observedAt = this.#clock();
+      if (lease.spec?.holderIdentity !== this.#identity) this.#othersSeenAt = this.#observedAt;
+    }
     this.#lease = lease;
     const holder = this.#holder();
     if (holder && holder !== this.#reportedLeader) {

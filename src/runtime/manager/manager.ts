@@ -20,6 +20,12 @@ import { metricsText, registry } from '../observability/metrics.ts';
 import { serve, type RunningServer } from '../server/http.ts';
 import type { KubeObject, ResourceRef } from '../api/meta.ts';
 
+/**
+ * How long before its last renewal the previous leader is taken to have acted on a change: its
+ * controllers act within a second (bench:scale); the rest is room for a slow turn.
+ */
+const HANDOVER_MARGIN_MS = 5_000;
+
 export interface Runnable extends Partial<Aware> {
   name: string;
   /** Leader-only runnables start when this replica becomes leader; others (webhook servers) always run. */
@@ -389,6 +395,7 @@ export class Manager implements ClusterSet {
   private async startLeaderWork(): Promise<void> {
     this.leaderWork = new AbortController();
     const signal = this.leaderWork.signal;
+    this.lowerHandedOverChanges();
     try {
       for (const r of this.runnables.filter((r) => r.needLeaderElection)) await r.start(signal);
       await Promise.all(this.controllers.map((c) => c.start(signal)));
@@ -398,6 +405,24 @@ export class Manager implements ClusterSet {
         void this.stop(1);
       }
     }
+  }
+
+  /**
+   * A standby's controllers queued every change while another replica led, which that leader acted
+   * on: those go to the first pass (the low lane), and only the changes of the last moments of its
+   * term, which it may not have acted on, stay ahead of it. Otherwise, after hours as a standby,
+   * most keys would be queued as changes and a new change would wait behind them all.
+   */
+  private lowerHandedOverChanges(): void {
+    const seen = this.elector?.othersLastSeenAt();
+    if (seen === undefined) return;
+    const before = seen - HANDOVER_MARGIN_MS;
+    const lowered = this.controllers.reduce((n, c) => n + c.queue.lower(before), 0);
+    if (lowered > 0)
+      this.log.info(
+        { lowered },
+        "changes queued under the previous leader moved to this leader's first pass",
+      );
   }
 
   /**

@@ -32,6 +32,8 @@ interface Pending<K> {
   key: K;
   addedAt: number;
   priority: Priority;
+  /** When it was last added at normal priority (clock time; -Infinity if never): a change's time. */
+  changedAt: number;
 }
 
 export interface WorkQueueOptions<K> {
@@ -101,12 +103,15 @@ export class WorkQueue<K = string> {
   add(key: K, options?: AddOptions): void {
     if (this.#shuttingDown) return;
     const priority = options?.priority ?? 'normal';
+    const changedAt = priority === 'normal' ? this.#clock.now() : -Infinity;
     const waiting = this.#dirty.get(key);
     if (waiting) {
-      if (priority === 'normal' && waiting.priority === 'low') this.#promote(waiting);
+      if (priority === 'low') return;
+      waiting.changedAt = changedAt;
+      if (waiting.priority === 'low') this.#promote(waiting);
       return;
     }
-    const pending: Pending<K> = { key, addedAt: this.#metrics ? this.#clock.now() : 0, priority };
+    const pending: Pending<K> = { key, addedAt: this.#metrics ? this.#clock.now() : 0, priority, changedAt };
     this.#dirty.set(key, pending);
     if (this.#metrics) {
       this.#metrics.adds.inc();
@@ -171,6 +176,26 @@ export class WorkQueue<K = string> {
   /** Clears the key's backoff; call it when the key was processed successfully. */
   forget(key: K): void {
     this.#rateLimiter.forget(key);
+  }
+
+  /**
+   * Moves every key waiting in the normal lane that was last added normally before `changedBefore`
+   * (clock time) to the end of the low lane, in order; returns how many. A replica that queued
+   * changes while another one led hands those the leader had time to act on to its first pass, and
+   * keeps the later ones, which no one may have acted on, ahead of it.
+   */
+  lower(changedBefore: number): number {
+    let moved = 0;
+    this.#normal.retain((p) => {
+      if (p.changedAt >= changedBefore) return true;
+      // A new entry: one a promotion left in the low lane stays stale (told by identity).
+      const lowered: Pending<K> = { ...p, priority: 'low' };
+      this.#dirty.set(p.key, lowered);
+      this.#low.push(lowered);
+      moved++;
+      return false;
+    });
+    return moved;
   }
 
   /**

@@ -674,3 +674,38 @@ test(
     q.shutDown();
   },
 );
+
+test(
+  'lower moves the normal keys changed before a time to the end of the low lane, in order; later changes stay ahead',
+  timeout,
+  async () => {
+    const clock = fakeClock(1000);
+    const q = new WorkQueue({ clock });
+    q.add('first-pass', low);
+    q.add('promoted', low);
+    clock.t = 1001;
+    q.add('a');
+    q.add('b');
+    q.add('promoted');
+    clock.t = 1600;
+    q.add('recent');
+    q.add('b'); // changed again: no longer old
+    assert.equal(q.lower(1500), 2);
+    assert.equal(q.len(), 5, 'each key counted once');
+    q.removeWhere((k) => k === 'none');
+    assert.equal(q.len(), 5, "the promoted key's stale low entry is not counted again");
+    assert.deepEqual(await takeAll(q), ['b', 'recent', 'first-pass', 'a', 'promoted']);
+  },
+);
+
+test('a lowered key changed again goes back to the normal lane, handed out once', timeout, async () => {
+  const clock = fakeClock(1000);
+  const q = new WorkQueue({ clock });
+  q.add('x', low);
+  q.add('old');
+  q.add('old2');
+  clock.t = 2000;
+  assert.equal(q.lower(1500), 2);
+  q.add('old2');
+  assert.deepEqual(await drainAfterShutDown(q), ['old2', 'x', 'old']);
+});
