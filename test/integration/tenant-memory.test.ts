@@ -53,15 +53,26 @@ after(async () => {
 
 const interned = () => berth!.metric('berth_interned_characters');
 const cachedPods = () => berth!.metric('berth_informer_objects', (l) => l.includes('resource="pods"'));
-const clusterPods = async () => (await client.list(Resources.pods)).items.length;
 /**
- * Berth's cache holds as many pods as the cluster. Files run before this one may still be deleting
- * their namespaces' pods: a count of Berth's alone would wait for a figure those deletions passed.
+ * No namespace is being emptied and Berth's cache holds as many pods as the cluster. Files run
+ * before this one may still be deleting their namespaces' pods: counts taken meanwhile would pass
+ * figures those deletions make, or meet one by chance.
  */
-const cacheCaughtUp = async () => (await cachedPods()) === (await clusterPods());
+const settledCluster = async () => {
+  const [namespaces, pods] = await Promise.all([
+    client.list(Resources.namespaces),
+    client.list(Resources.pods),
+  ]);
+  return (
+    !namespaces.items.some((n) => n.metadata?.deletionTimestamp) && (await cachedPods()) === pods.items.length
+  );
+};
 
 test("a tenant's rewritten annotations and labels are not kept beyond its pod", async () => {
-  await waitFor('Berth caching every pod of the cluster', cacheCaughtUp);
+  await waitFor('no namespace being emptied, and Berth caching every pod', settledCluster, {
+    timeoutMs: 120_000,
+  });
+  const pods = await cachedPods();
   const baseline = await interned();
   const name = 'churn';
   await tenant.create(Resources.pods, {
@@ -71,7 +82,7 @@ test("a tenant's rewritten annotations and labels are not kept beyond its pod", 
     // Never scheduled: Berth caches it all the same.
     spec: { nodeSelector: { [`${id}.test/none`]: 'true' }, containers: [{ name: 'c', image: 'pause:1' }] },
   });
-  await waitFor(`Berth caching pod ${ns}/${name}`, cacheCaughtUp);
+  await waitFor(`Berth caching pod ${ns}/${name}`, async () => (await cachedPods()) === pods + 1);
   let peak = baseline;
   for (let i = 1; i <= REWRITES; i++) {
     const value = randomBytes(VALUE_BYTES / 2).toString('hex');
@@ -91,7 +102,7 @@ test("a tenant's rewritten annotations and labels are not kept beyond its pod", 
   }
   await tenant.delete(Resources.pods, name, ns, { gracePeriodSeconds: 0 });
   // Its deletion seen, every rewrite before it was too.
-  await waitFor(`Berth seeing pod ${ns}/${name} deleted`, cacheCaughtUp);
+  await waitFor(`Berth seeing pod ${ns}/${name} deleted`, async () => (await cachedPods()) === pods);
   const after = await interned();
   assert.ok(
     after <= baseline + SLACK,
