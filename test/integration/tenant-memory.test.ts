@@ -54,24 +54,31 @@ after(async () => {
 const interned = () => berth!.metric('berth_interned_characters');
 const cachedPods = () => berth!.metric('berth_informer_objects', (l) => l.includes('resource="pods"'));
 /**
- * No namespace is being emptied and Berth's cache holds as many pods as the cluster. Files run
- * before this one may still be deleting their namespaces' pods: counts taken meanwhile would pass
- * figures those deletions make, or meet one by chance.
+ * No pod left in a namespace being emptied, and Berth's cache holds as many pods as the cluster.
+ * Files run before this one may still be deleting their namespaces' pods: counts taken meanwhile
+ * would pass figures those deletions make, or meet one by chance.
  */
 const settledCluster = async () => {
   const [namespaces, pods] = await Promise.all([
     client.list(Resources.namespaces),
     client.list(Resources.pods),
   ]);
+  const emptying = new Set(
+    namespaces.items.filter((n) => n.metadata?.deletionTimestamp).map((n) => n.metadata!.name),
+  );
   return (
-    !namespaces.items.some((n) => n.metadata?.deletionTimestamp) && (await cachedPods()) === pods.items.length
+    !pods.items.some((p) => emptying.has(p.metadata?.namespace)) && (await cachedPods()) === pods.items.length
   );
 };
 
 test("a tenant's rewritten annotations and labels are not kept beyond its pod", async () => {
-  await waitFor('no namespace being emptied, and Berth caching every pod', settledCluster, {
-    timeoutMs: 120_000,
-  });
+  await waitFor(
+    'no pod left to delete in namespaces being emptied, and Berth caching every pod',
+    settledCluster,
+    {
+      timeoutMs: 120_000,
+    },
+  );
   const pods = await cachedPods();
   const baseline = await interned();
   const name = 'churn';
