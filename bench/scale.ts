@@ -4,8 +4,9 @@
 // AgentPlacement whose workload is one pod in ten, an ArchPlacement for a namespace no pod is in)
 // and `--pods` pods bound round-robin. Berth runs as its image runs it (compiled, the Dockerfile's
 // Node flags and environment, its default controllers) with leader election, two replicas:
-//   1. the floor: bench/listfloor, a Go program listing the nodes and pods in pages (plain net/http)
-//      just before Berth starts: the apiserver's pace for what Berth's caches must hold;
+//   1. the floors: bench/listfloor, a Go program listing the nodes and pods in pages (plain net/http)
+//      just before Berth starts: the apiserver's pace for what Berth's caches must hold; then its
+//      node.mjs, the same in the simplest Node program with the image's flags: the runtime's pace;
 //   2. start: replica A from its spawn to its caches synced (/readyz), to its first action (a node
 //      labelled) and to converged (every node labelled);
 //   3. replica B started and warm (ready), then quiet: A's writes in `--idle-seconds` (target 0);
@@ -30,7 +31,7 @@ import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/sl
 import { nodeManifests } from '../src/sandbox/nodes.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
-import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
+import { imageEnv, imageNodeFlags, startBerth, type BerthProcess } from '../test/helpers/berth.ts';
 import {
   benchSandbox,
   berthWrites,
@@ -67,6 +68,7 @@ const GATED = 'bench.berth.dev/pool';
 const TAINT = 'bench.berth.dev/warming';
 const CLAIM = 'bench.berth.dev/claim.';
 const NS = 'bench-scale';
+const NODE_FLOOR = `${import.meta.dirname}/listfloor/node.mjs`;
 const load = () => loadavg().map((l) => round(l, 2));
 const seconds = (from: number) => round((performance.now() - from) / 1000, 2);
 console.log(`load average before the run: ${load().join(', ')}`);
@@ -111,8 +113,13 @@ try {
 
   nodes.start();
   await nodes.waitForSync();
-  const floor = listFloor(await goClientArgs(client, work));
+  const floorArgs = await goClientArgs(client, work);
+  const floor = listFloor(floorBin, floorArgs);
   console.log(`floor: nodes listed in ${floor.nodesSeconds} s, pods in ${floor.podsSeconds} s`);
+  const nodeFloor = listFloor(process.execPath, [...imageNodeFlags(), NODE_FLOOR, ...floorArgs], imageEnv());
+  console.log(
+    `Node.js floor: nodes listed in ${nodeFloor.nodesSeconds} s, pods in ${nodeFloor.podsSeconds} s`,
+  );
 
   const start = await startReplica();
   const standby = await startBerth(sb, ['--leader-elect', '--log-level=info'], { compiled: true });
@@ -126,6 +133,7 @@ try {
     pods: podCount,
     loadBefore: load(),
     floor,
+    nodeFloor,
     start,
     handover,
     idleWrites,
@@ -163,10 +171,14 @@ async function createPolicies(): Promise<void> {
   });
 }
 
-/** bench/listfloor over the nodes and pods: seconds until each list was in. */
-function listFloor(args: string[]) {
-  const run = spawnSync(floorBin, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-  if (run.status !== 0) throw new Error(`bench/listfloor exited with ${run.status}`);
+/** A list floor (bench/listfloor's Go program or its node.mjs) over the nodes and pods: seconds until each list was in. */
+function listFloor(cmd: string, args: string[], env: Record<string, string> = {}) {
+  const run = spawnSync(cmd, args, {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, ...env },
+  });
+  if (run.status !== 0) throw new Error(`${cmd} ${args[0]} exited with ${run.status}`);
   const out = JSON.parse(run.stdout.trim()) as Record<string, { seconds: number; objects: number }>;
   return {
     nodesSeconds: round(out['/api/v1/nodes']!.seconds, 2),

@@ -1,52 +1,15 @@
 // The Node.js floor of bench:memory: main.go's job (see there) in the simplest Node program, so that
-// the benchmark can say how much of Berth's memory is the runtime's and how much Berth's own. Plain
-// JavaScript on node:https and JSON, no library and no TypeScript (type stripping would load a
-// compiler): run with the image's Node flags. Arguments as main.go's: -server= -ca= -cert= -key=
-// -input= -derived=. Prints "ready" once both lists are in and its patches answered.
-import { readFileSync } from 'node:fs';
-import { Agent, request } from 'node:https';
+// the benchmark can say how much of Berth's memory is the runtime's and how much Berth's own (the
+// client in ../nodefloor/client.mjs), run with the image's Node flags. Arguments as main.go's:
+// -server= -ca= -cert= -key= -input= -derived=. Prints "ready" once both lists are in and its
+// patches answered.
 import process from 'node:process';
-import { URL } from 'node:url';
+import { arg, call, listAll, text } from '../nodefloor/client.mjs';
 
-const arg = (name) => process.argv.find((a) => a.startsWith(`-${name}=`))?.slice(name.length + 2) ?? '';
-const server = new URL(arg('server'));
-const agent = new Agent({
-  keepAlive: true,
-  maxSockets: 16,
-  ca: readFileSync(arg('ca')),
-  cert: readFileSync(arg('cert')),
-  key: readFileSync(arg('key')),
-});
 const input = arg('input');
 const derived = arg('derived');
 const nodes = new Map();
 const pods = new Map();
-
-function call(method, path, body) {
-  return new Promise((resolve, reject) => {
-    const req = request({ hostname: server.hostname, port: server.port, method, path, agent }, resolve);
-    req.on('error', reject);
-    if (body) req.setHeader('Content-Type', 'application/merge-patch+json');
-    req.end(body);
-  });
-}
-
-async function text(res) {
-  let s = '';
-  for await (const chunk of res.setEncoding('utf8')) s += chunk;
-  if (res.statusCode !== 200) throw new Error(`${res.statusCode}: ${s}`);
-  return s;
-}
-
-/** Pages through a list, keeping each object; returns its resourceVersion. */
-async function listAll(path, keep) {
-  for (let cont = ''; ;) {
-    const l = JSON.parse(await text(await call('GET', `${path}?limit=500&continue=${cont}`)));
-    for (const o of l.items) keep(o);
-    if (!l.metadata.continue) return l.metadata.resourceVersion;
-    cont = l.metadata.continue;
-  }
-}
 
 async function watch(path, rv, keep, drop) {
   for (;;) {

@@ -103,14 +103,9 @@ test('a broken policy fires BerthPolicyInvalid in a Prometheus scraping Berth, a
   prometheus = await startPrometheus([`127.0.0.1:${berth.metricsPort}`], rules);
   const p = prometheus;
 
-  // The metrics of this issue, through a scrape: what runs, and the webhook thread's certificate.
+  // The metrics of this issue, through a scrape: what runs (the webhook thread's certificate below).
   const info = await waitFor('berth_build_info scraped', async () => (await p.query('berth_build_info'))[0]);
   assert.equal(info.metric['node_version'], process.version);
-  const [expiry] = await waitFor('the serving certificate expiry scraped', async () => {
-    const r = await p.query('berth_certificate_expiration_timestamp_seconds{server="webhook"} - time()');
-    return r.length > 0 && r;
-  });
-  assert.ok(Number(expiry!.value[1]) > 30 * 86400, `expires in ${expiry!.value[1]} s`);
 
   // A gate that waits for itself passes the CRD's schema but not Berth's checks (Invalid); `after`,
   // unlike the taint, may change.
@@ -155,4 +150,12 @@ test('a broken policy fires BerthPolicyInvalid in a Prometheus scraping Berth, a
   });
   const now = await p.query(`berth_policy_condition{name="${gate}", type="Invalid"}`);
   assert.deepEqual(now.map((s) => `${s.metric['status']}=${s.value[1]}`).sort(), ['False=1', 'True=0']);
+
+  // The gate, valid now, is enforced: its Node webhook started the webhook thread, which serves and
+  // reports its certificate.
+  const [expiry] = await waitFor('the serving certificate expiry scraped', async () => {
+    const r = await p.query('berth_certificate_expiration_timestamp_seconds{server="webhook"} - time()');
+    return r.length > 0 && r;
+  });
+  assert.ok(Number(expiry!.value[1]) > 30 * 86400, `expires in ${expiry!.value[1]} s`);
 });

@@ -14,6 +14,8 @@ import {
   generatedCertificates,
   webhookFieldManager,
   type WebhookRegistration,
+  type WebhookScope,
+  type WebhookSelection,
 } from '../../src/runtime/webhook/registration.ts';
 import {
   createNamespace,
@@ -55,6 +57,7 @@ after(async () => {
 async function startWebhook(
   failurePolicy: 'Fail' | 'Ignore',
   certificates: WebhookCertificates = generatedCertificates(registration),
+  scope?: WebhookScope,
 ): Promise<{ runnable: WebhookRunnable; key: string }> {
   const key = uniqueName('wh');
   const runnable = new WebhookRunnable({
@@ -76,6 +79,7 @@ async function startWebhook(
         failurePolicy,
         // Only this test's pods, so that parallel tests never depend on this server.
         objectSelector: { matchLabels: { [selectorLabel]: key } },
+        ...(scope ? { scope } : {}),
       },
     ],
     berthNamespace: berthNs,
@@ -145,6 +149,32 @@ describe('WebhookRunnable', () => {
       }
     }
   });
+});
+
+/** A scope the test sets, as a capability's policies would. */
+function settableScope(initial: WebhookSelection) {
+  let selection = initial;
+  let changed = () => {};
+  const scope: WebhookScope = {
+    selection: () => ({ selection, token: selection }),
+    watch: (c) => (changed = c),
+    applied: () => {},
+    engage: () => () => {},
+  };
+  return { scope, set: (next: WebhookSelection) => ((selection = next), changed()) };
+}
+
+test('no webhook thread while no policy needs a webhook; one before the first that does is registered', async () => {
+  const { scope, set } = settableScope({ send: 'none' });
+  const { runnable, key } = await startWebhook('Fail', undefined, scope);
+  const config = await client.get(Resources.mutatingWebhookConfigurations, key);
+  assert.deepEqual(config['webhooks'] ?? [], []);
+  assert.equal(runnable.listening, false);
+
+  set({ send: 'all' });
+  const pod = await mutatedPod(key);
+  assert.equal(pod.metadata?.annotations?.[annotation], key);
+  assert.equal(runnable.listening, true);
 });
 
 test('failurePolicy Ignore lets creates through once the server is stopped', async () => {

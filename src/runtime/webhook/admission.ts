@@ -154,6 +154,9 @@ export class WebhookServer {
   private nextMetricsId = 0;
   private removeMetricsSource: (() => void) | undefined;
   private respawnTimer: NodeJS.Timeout | undefined;
+  private started = false;
+  // Set by the first listen(): the thread's start, which later calls share.
+  private starting: Promise<void> | undefined;
 
   constructor(opts: WebhookServerOptions) {
     this.certificates = opts.certificates;
@@ -210,7 +213,7 @@ export class WebhookServer {
 
   /** The bound port, once started. */
   get port(): number {
-    if (this.boundPort === undefined) throw new Error('webhook server is not started');
+    if (this.boundPort === undefined) throw new Error('webhook server is not listening');
     return this.boundPort;
   }
 
@@ -220,22 +223,54 @@ export class WebhookServer {
     return `https://${host}:${this.port}`;
   }
 
+  /** prepare(), then listen(). */
   async start(): Promise<void> {
-    if (this.thread) throw new Error('webhook server is already started');
+    await this.prepare();
+    await this.listen();
+  }
+
+  /**
+   * Loads the serving certificate and keeps it current, without listening: the caller listens once
+   * some webhook configuration is to send requests here, so that a replica no webhook needs holds
+   * no webhook thread (its isolate is about a quarter of Berth's memory).
+   */
+  async prepare(): Promise<void> {
+    if (this.started) throw new Error('webhook server is already started');
+    this.started = true;
     this.serving = await this.loadCertificates();
-    this.boundPort = await this.spawn(this.requestedPort);
     this.removeMetricsSource = addMetricsSource(() => this.threadMetrics());
     if (this.certificates.kind === 'files') this.watch(this.certificates);
     if (this.certificates.kind === 'secret') this.poll(this.certificates);
-    this.log.info(
-      {
-        port: this.port,
-        paths: [...this.routes.keys()],
-        thread: [...this.routes].flatMap(([path, r]) => ('fed' in r ? [path] : [])),
-        clientCertificates: this.clientCa ? 'required' : 'not asked for',
+  }
+
+  /** Whether the webhook thread listens (or is being started again after it exited). */
+  get listening(): boolean {
+    return this.boundPort !== undefined;
+  }
+
+  /** Starts the webhook thread, once; resolves when it listens. After prepare(). */
+  listen(): Promise<void> {
+    if (!this.started) return Promise.reject(new Error('webhook server is not prepared'));
+    this.starting ??= this.spawn(this.requestedPort).then(
+      (port) => {
+        this.boundPort = port;
+        this.log.info(
+          {
+            port,
+            paths: [...this.routes.keys()],
+            thread: [...this.routes].flatMap(([path, r]) => ('fed' in r ? [path] : [])),
+            clientCertificates: this.clientCa ? 'required' : 'not asked for',
+          },
+          'webhook server started',
+        );
       },
-      'webhook server started',
+      (err: unknown) => {
+        // The next call tries again.
+        this.starting = undefined;
+        throw err;
+      },
     );
+    return this.starting;
   }
 
   /** Starts the webhook thread on `port`, with every route's state as it is now; the port it listens on. */
@@ -311,6 +346,9 @@ export class WebhookServer {
     clearTimeout(this.respawnTimer);
     this.removeMetricsSource?.();
     this.removeMetricsSource = undefined;
+    this.started = false;
+    await this.starting?.catch(() => {});
+    this.starting = undefined;
     const thread = this.thread;
     this.thread = undefined;
     this.boundPort = undefined;
@@ -451,7 +489,7 @@ export class WebhookServer {
           .then(() => this.reload(() => secret.ensure(), `secret ${source.namespace}/${source.name}`))
           // Stopped meanwhile: no next check.
           .then(() => {
-            if (this.boundPort !== undefined) schedule();
+            if (this.started) schedule();
           });
       }, ms);
       this.secretTimer.unref();
@@ -466,8 +504,8 @@ export class WebhookServer {
   ): Promise<void> {
     try {
       const next = await read();
-      // Stopped; a thread being started again is given this.serving.
-      if (this.boundPort === undefined) return;
+      // Stopped; a thread started later, or again, is given this.serving.
+      if (!this.started) return;
       if (next.cert === this.serving?.cert && next.key === this.serving.key && next.ca === this.ca) return;
       this.post({ type: 'certificate', cert: next.cert, key: next.key });
       this.serving = { cert: next.cert, key: next.key };

@@ -326,13 +326,20 @@ export class WebhookRunnable implements Runnable {
 
   async start(signal: AbortSignal): Promise<void> {
     for (const s of this.opts.specs) this.server.register(s.path, s.handler, { name: s.name });
-    await this.server.start();
+    await this.server.prepare();
     if (this.opts.registration.mode === 'none') {
+      // What something else registers may send anything here.
+      await this.server.listen();
       this.registered.resolve();
       return;
     }
     // In the background, so that an unreachable apiserver delays registration, not serving.
     this.registering = this.register(AbortSignal.any([signal, this.stopping.signal]));
+  }
+
+  /** Whether this replica's webhook thread runs: only once some webhook is to be sent requests. */
+  get listening(): boolean {
+    return this.server.listening;
   }
 
   /** Why the apiserver should not be sent here: a certificate it does not trust (see the class comment). */
@@ -374,12 +381,12 @@ export class WebhookRunnable implements Runnable {
       if (!this.sharedFallback()) {
         changed = Promise.withResolvers<void>();
         const selections = new Map(scoped.map((s) => [s, s.scope!.selection()]));
-        const configs = this.configurations(
-          (s) => selections.get(s)?.selection ?? { send: 'all' },
-          this.server.caBundle,
-        );
-        const content = JSON.stringify(configs);
+        const selected = (s: WebhookSpec) => selections.get(s)?.selection ?? { send: 'all' };
         try {
+          // Listening before any configuration sends requests here; never, while none does.
+          if (this.opts.specs.some((s) => selected(s).send !== 'none')) await this.server.listen();
+          const configs = this.configurations(selected, this.server.caBundle);
+          const content = JSON.stringify(configs);
           if (content !== applied) {
             await this.apply(configs);
             if (scoped.length) await sleep(this.settleMs, undefined, { signal });
@@ -408,8 +415,12 @@ export class WebhookRunnable implements Runnable {
 
   private configurations(selected: (s: WebhookSpec) => WebhookSelection, caBundle: string | undefined) {
     const { specs, registration, berthNamespace, configName } = this.opts;
-    const bound = withBoundPort(registration, this.server.port);
-    return webhookConfigurations(specs, bound, caBundle, berthNamespace, configName, selected);
+    return webhookConfigurations(specs, this.bound(), caBundle, berthNamespace, configName, selected);
+  }
+
+  /** The registration with the bound port; as given while not listening (then no webhook uses it). */
+  private bound(): WebhookRegistration {
+    return this.server.listening ? withBoundPort(this.opts.registration, this.server.port) : this.opts.registration;
   }
 
   private async apply(configs: KubeObject[]): Promise<void> {
@@ -424,7 +435,7 @@ export class WebhookRunnable implements Runnable {
       {
         configurations: configs.map((c) => `${c.kind}/${c.metadata?.name}`),
         webhooks: configs.flatMap((c) => (c['webhooks'] as { name: string }[]).map((w) => w.name)),
-        registration: withBoundPort(this.opts.registration, this.server.port),
+        registration: this.bound(),
       },
       'webhooks registered',
     );

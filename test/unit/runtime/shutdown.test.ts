@@ -56,25 +56,25 @@ test('a follower told to stop fails /readyz at once and serves webhooks until th
     logger: quiet,
   });
   const { client, applied } = applyRecorder();
-  manager.addRunnable(
-    new WebhookRunnable({
-      client,
-      server: {
-        host: '127.0.0.1',
-        port: 0,
-        certificates: { kind: 'generated', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] },
-      },
-      registration: { mode: 'url', url: 'https://127.0.0.1:{port}' },
-      specs: [allowPods],
-      berthNamespace: 'berth-system',
-      logger: quiet,
-    }),
-  );
+  const webhooks = new WebhookRunnable({
+    client,
+    server: {
+      host: '127.0.0.1',
+      port: 0,
+      certificates: { kind: 'generated', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] },
+    },
+    registration: { mode: 'url', url: 'https://127.0.0.1:{port}' },
+    specs: [allowPods],
+    berthNamespace: 'berth-system',
+    logger: quiet,
+  });
+  manager.addRunnable(webhooks);
   let stopped: Promise<void> | undefined;
   try {
     await manager.start();
     const health = manager.healthPort!;
     assert.equal((await readyz(health)).status, 200);
+    await webhooks.ready();
     const { clientConfig } = (applied[0] as WebhookConfiguration<ValidatingWebhook>).webhooks[0]!;
     const [url, ca] = [clientConfig.url!, Buffer.from(clientConfig.caBundle!, 'base64').toString()];
     assert.equal((await review(url, ca)).connection, 'keep-alive');
