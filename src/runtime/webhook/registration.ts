@@ -414,7 +414,7 @@ export class WebhookRunnable implements Runnable {
   }
 
   private configurations(selected: (s: WebhookSpec) => WebhookSelection, caBundle: string | undefined) {
-    const { specs, registration, berthNamespace, configName } = this.opts;
+    const { specs, berthNamespace, configName } = this.opts;
     return webhookConfigurations(specs, this.bound(), caBundle, berthNamespace, configName, selected);
   }
 
