@@ -420,7 +420,9 @@ export class WebhookRunnable implements Runnable {
 
   /** The registration with the bound port; as given while not listening (then no webhook uses it). */
   private bound(): WebhookRegistration {
-    return this.server.listening ? withBoundPort(this.opts.registration, this.server.port) : this.opts.registration;
+    return this.server.listening
+      ? withBoundPort(this.opts.registration, this.server.port)
+      : this.opts.registration;
   }
 
   private async apply(configs: KubeObject[]): Promise<void> {
