@@ -28,17 +28,19 @@ export interface PodAdmission {
   warnings: string[];
 }
 
+/**
+ * Whether a gate can hold a node: enforced, not a dry run (which holds nothing and gives back what
+ * it held), not being deleted, with a taint the scheduler heeds.
+ */
+export const canHold = (g: Gate): boolean =>
+  g.enforced && !g.deleting && !g.spec.dryRun && g.spec.taint.effect !== 'PreferNoSchedule';
+
 /** The gates that hold the node now, by the node's own record: their gated-at and a taint the scheduler heeds. */
 export function holdingGates(gates: Gate[], node: SlimNode): Gate[] {
   const ann = node.metadata?.annotations ?? {};
   const taints = node.spec.taints ?? [];
   return gates.filter(
-    (g) =>
-      g.enforced &&
-      !g.deleting &&
-      g.spec.taint.effect !== 'PreferNoSchedule' &&
-      g.keys.gatedAt in ann &&
-      taints.some((t) => taintId(t) === taintId(g.spec.taint)),
+    (g) => canHold(g) && g.keys.gatedAt in ann && taints.some((t) => taintId(t) === taintId(g.spec.taint)),
   );
 }
 

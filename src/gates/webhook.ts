@@ -17,7 +17,7 @@ import { admitNode } from './decide/patch.ts';
 import type { Gates } from './index.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
 import { EXEMPT_LABEL } from './types.ts';
-import { admitPod } from './pods.ts';
+import { admitPod, canHold } from './pods.ts';
 
 /** Taints and annotates a new node for every enforced gate that selects it. */
 export const nodeAdmission = threadHandler(
@@ -52,13 +52,12 @@ export const nodeTerms = (gates: Gate[]): ScopeTerm[] =>
     .map((g) => ({ objectSelector: g.spec.nodeSelector }));
 
 /**
- * The Pod webhook is sent every pod with spec.nodeName while a gate could hold a node (enforced,
- * a taint the scheduler heeds; its nodeNamePods Reject or Warn both need the review), and none
+ * The Pod webhook is sent every pod with spec.nodeName while a gate could hold a node (canHold: its
+ * nodeNamePods Reject or Warn both need the review), and none
  * otherwise. Not narrowed to the nodes held now: a node is held from its admission, before any
  * configuration naming it could be in effect, and the pod naming it may come at once.
  */
-export const podTerms = (gates: Gate[]): ScopeTerm[] =>
-  gates.some((g) => g.enforced && !g.deleting && g.spec.taint.effect !== 'PreferNoSchedule') ? [{}] : [];
+export const podTerms = (gates: Gate[]): ScopeTerm[] => (gates.some(canHold) ? [{}] : []);
 
 /**
  * The Node CREATE webhook. failurePolicy Ignore (the default) keeps nodes joining while Berth is

@@ -24,5 +24,9 @@ test('the Pod webhook is sent every pod with nodeName while a gate could hold a 
   assert.deepEqual(podTerms([gate('a', { nodeNamePods: 'Warn' })]), [{}]);
   assert.deepEqual(podTerms([gate('a', { taint: { key: 'k', effect: 'PreferNoSchedule' } })]), []);
   assert.deepEqual(podTerms([{ ...gate('a'), enforced: false }]), []);
+  assert.deepEqual(podTerms([{ ...gate('a'), deleting: true }]), []);
+  // A dry run holds no node: nothing for its Pod webhook to refuse or warn about.
+  assert.deepEqual(podTerms([gate('a', { dryRun: true })]), []);
+  assert.deepEqual(podTerms([gate('a', { dryRun: true }), gate('b')]), [{}]);
   assert.deepEqual(podTerms([]), []);
 });
