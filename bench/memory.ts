@@ -10,7 +10,11 @@
 // - the Go floor, bench/labelsfloor: the same necessary work with no client library (list and
 //   watch nodes and pods, keep the fields the job reads, patch the derived label);
 // - the Node.js floor, bench/labelsfloor/node.mjs: that work in the simplest Node program, with the
-//   image's flags (how much of Berth's memory is the runtime's: `nodeFloorMB`).
+//   image's flags (how much of Berth's memory is the runtime's: `nodeFloorMB`);
+// - Berth on node-readiness-controller's job, `--controllers=gates` with one enforced
+//   NodeStartupGate waiting for a DaemonSet's pods (its Node webhook starts the webhook thread),
+//   once the gate says Ready (`gatesMB`; the gate is a dry run while the others run, so that they
+//   need no webhook).
 // The seed's own Go labeller held 54 MB at 1,000 nodes (issue 17): the target is 110 MB there.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,6 +23,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
+import { NodeStartupGate } from '../src/gates/types.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
@@ -28,6 +33,7 @@ import {
   benchSandbox,
   buildGoProgram,
   createBoundPods,
+  createWarmupGate,
   goClientArgs,
   report,
   round,
@@ -51,6 +57,7 @@ const DERIVED = 'bench.berth.dev/edgetpu';
 const FLOOR = 'bench.berth.dev/edgetpu-floor';
 const NODE_FLOOR_SCRIPT = path.join(import.meta.dirname, 'labelsfloor', 'node.mjs');
 const NS = 'bench-memory';
+const GATE = 'bench-memory';
 
 // The floor, built from its Go module like the control plane.
 const work = mkdtempSync(path.join(tmpdir(), 'bench-memory-'));
@@ -68,6 +75,15 @@ await client.create(NodeLabelRule.ref, {
   metadata: { name: 'edgetpu' },
   spec: { match: { allOf: [{ label: INPUT, operator: 'Exists' }] }, labels: { [DERIVED]: 'true' } },
 });
+
+// Its nodes are none of the sandbox's: the gate holds no node, as on a cluster between scale-ups.
+await createWarmupGate(client, {
+  name: GATE,
+  namespace: NS,
+  nodeLabel: 'bench.berth.dev/pool',
+  taint: 'bench.berth.dev/warming',
+});
+await setGateDryRun(true);
 
 const floorArgs = [...(await goClientArgs(client, work)), `-input=${INPUT}`, `-derived=${FLOOR}`];
 
@@ -138,11 +154,42 @@ async function measureBerth(count: number, args: string[]): Promise<number> {
   }
 }
 
+async function setGateDryRun(dryRun: boolean): Promise<void> {
+  await client.patch(NodeStartupGate.ref, GATE, { spec: { dryRun } }, { type: 'merge' });
+}
+
+/** True once the gate's status is of its current generation and says Ready. */
+async function gateReady(): Promise<boolean> {
+  const gate = await client.get(NodeStartupGate.ref, GATE);
+  const status = gate['status'] as {
+    observedGeneration?: number;
+    conditions?: { type: string; status: string }[];
+  };
+  return (
+    status?.observedGeneration === gate.metadata?.generation &&
+    status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true
+  );
+}
+
+/** Berth on the gates job: the gate enforced, its RSS once the gate is Ready; a dry run again after. */
+async function measureGates(): Promise<number> {
+  await setGateDryRun(false);
+  const berth = await startBerth(sb, ['--controllers=gates'], { compiled: true });
+  try {
+    await waitForValue('the gate Ready', async () => (await gateReady()) || undefined, 120_000);
+    return await settledRss(berth.pid);
+  } finally {
+    await berth.stop();
+    await setGateDryRun(true);
+  }
+}
+
 interface Point {
   nodes: number;
   pods: number;
   berthMB: number;
   everythingMB: number;
+  gatesMB: number;
   floorMB: number;
   nodeFloorMB: number;
   ratio: number;
@@ -180,18 +227,21 @@ try {
     );
     const berthMB = await measureBerth(p.nodes, ['--controllers=labels']);
     const everythingMB = await measureBerth(p.nodes, []);
+    const gatesMB = await measureGates();
     const r: Point = {
       nodes: p.nodes,
       pods: p.pods,
       berthMB: round(berthMB),
       everythingMB: round(everythingMB),
+      gatesMB: round(gatesMB),
       floorMB: round(floorMB),
       nodeFloorMB: round(nodeFloorMB),
       ratio: round(berthMB / floorMB, 2),
       nodeFloorRatio: round(berthMB / nodeFloorMB, 2),
     };
     console.log(
-      `${p.nodes} nodes, ${p.pods} pods: Berth ${r.berthMB} MB (everything on: ${r.everythingMB} MB), ` +
+      `${p.nodes} nodes, ${p.pods} pods: Berth ${r.berthMB} MB (everything on: ${r.everythingMB} MB, ` +
+        `the gates job: ${r.gatesMB} MB), ` +
         `Go floor ${r.floorMB} MB, Node.js floor ${r.nodeFloorMB} MB; ratios ${r.ratio}, ${r.nodeFloorRatio}`,
     );
     results.push(r);
@@ -217,6 +267,7 @@ report({
   points: results,
   berthMB: first.berthMB,
   everythingMB: first.everythingMB,
+  gatesMB: first.gatesMB,
   floorMB: first.floorMB,
   nodeFloorMB: first.nodeFloorMB,
   ratio: first.ratio,
