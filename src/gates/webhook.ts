@@ -52,10 +52,10 @@ export const nodeTerms = (gates: Gate[]): ScopeTerm[] =>
     .map((g) => ({ objectSelector: g.spec.nodeSelector }));
 
 /**
- * The Pod webhook is sent every pod with spec.nodeName while a gate could hold a node (canHold: its
- * nodeNamePods Reject or Warn both need the review), and none
- * otherwise. Not narrowed to the nodes held now: a node is held from its admission, before any
- * configuration naming it could be in effect, and the pod naming it may come at once.
+ * The Pod webhook is sent every pod with spec.nodeName while a gate could hold a node (canHold; its
+ * nodeNamePods Reject or Warn both need the review), and none otherwise. Not narrowed to the nodes
+ * held now: a node is held from its admission, before any configuration naming it could be in
+ * effect, and the pod naming it may come at once.
  */
 export const podTerms = (gates: Gate[]): ScopeTerm[] => (gates.some(canHold) ? [{}] : []);
 

@@ -232,7 +232,7 @@ export class WebhookServer {
   /**
    * Loads the serving certificate and keeps it current, without listening: the caller listens once
    * some webhook configuration is to send requests here, so that a replica no webhook needs holds
-   * no webhook thread (its isolate is about a quarter of Berth's memory).
+   * no webhook thread (its isolate is about 25 MB).
    */
   async prepare(): Promise<void> {
     if (this.started) throw new Error('webhook server is already started');
