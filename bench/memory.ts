@@ -25,6 +25,7 @@ import { installCrds } from '../src/cli/install.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
 import { NodeStartupGate } from '../src/gates/types.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
+import { hasCondition } from '../src/runtime/api/conditions.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { createNodes } from '../src/sandbox/nodes.ts';
@@ -161,14 +162,8 @@ async function setGateDryRun(dryRun: boolean): Promise<void> {
 /** True once the gate's status is of its current generation and says Ready. */
 async function gateReady(): Promise<boolean> {
   const gate = await client.get(NodeStartupGate.ref, GATE);
-  const status = gate['status'] as {
-    observedGeneration?: number;
-    conditions?: { type: string; status: string }[];
-  };
-  return (
-    status?.observedGeneration === gate.metadata?.generation &&
-    status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true
-  );
+  const status = gate['status'] as { observedGeneration?: number } | undefined;
+  return status?.observedGeneration === gate.metadata?.generation && hasCondition(gate, 'Ready');
 }
 
 /** Berth on the gates job: the gate enforced, its RSS once the gate is Ready; a dry run again after. */
