@@ -1,8 +1,9 @@
 // Logs through pino, as JSON (a line an object, the level by name) or as text for a terminal.
 // Child loggers carry the controller and object keys, so one grep finds everything Berth did to one
 // object.
+import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
-import { prettyFactory } from 'pino-pretty';
+import type * as PinoPretty from 'pino-pretty';
 
 export type { Logger };
 
@@ -13,6 +14,8 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 const stdout = pino.destination({ dest: 1, sync: true });
 const toStdout = (line: string) => void stdout.write(line);
 const text = (): ((line: string) => void) => {
+  // Loaded only for text: JSON, the default, needs none of it (about 1 MB resident in each thread).
+  const { prettyFactory } = createRequire(import.meta.url)('pino-pretty') as typeof PinoPretty;
   const pretty = prettyFactory({
     colorize: false,
     singleLine: true,

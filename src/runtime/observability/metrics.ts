@@ -1,12 +1,50 @@
 // Prometheus metrics, named like controller-runtime's and client-go's so that existing dashboards
 // and alerts work unchanged. One registry per thread; /metrics serves the main thread's with what
 // other threads (the webhook thread) add to it.
-import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { createRequire } from 'node:module';
 import { isMainThread } from 'node:worker_threads';
+import type * as Prom from 'prom-client';
+
+// prom-client's parts, each from its own file: its index also loads the Pushgateway, cluster
+// support and, for exemplars of process CPU, @opentelemetry/api, which Berth never uses and which
+// cost some 6 MB resident in each thread (decision 0021). The version is pinned by the lockfile;
+// test/unit/metrics.test.ts reads every default metric back from /metrics.
+const require = createRequire(import.meta.url);
+const Counter = require('prom-client/lib/counter') as typeof Prom.Counter;
+const Gauge = require('prom-client/lib/gauge') as typeof Prom.Gauge;
+const Histogram = require('prom-client/lib/histogram') as typeof Prom.Histogram;
+const Registry = require('prom-client/lib/registry') as typeof Prom.Registry;
+type Gauge<L extends string> = Prom.Gauge<L>;
+type Registry = Prom.Registry;
 
 export const registry = new Registry();
 // The process's own figures (CPU, memory, event loop) once, from the main thread.
-if (isMainThread) collectDefaultMetrics({ register: registry });
+if (isMainThread) collectProcessMetrics(registry);
+
+/** prom-client's default metrics, but process CPU counted here, without its exemplar support. */
+function collectProcessMetrics(register: Registry): void {
+  const defaults = ['processStartTime', 'osMemoryHeap', 'processOpenFileDescriptors']
+    .concat(['processMaxFileDescriptors', 'eventLoopLag', 'processResources', 'processHandles'])
+    .concat(['processRequests', 'heapSizeAndUsed', 'heapSpacesSizeAndUsed', 'version', 'gc']);
+  const config = { register, eventLoopMonitoringPrecision: 10 };
+  for (const name of defaults)
+    (require(`prom-client/lib/metrics/${name}`) as DefaultMetric)(register, config);
+  let last = process.cpuUsage();
+  const cpu = (name: string, help: string, collect?: () => void) =>
+    new Counter({ name, help, registers: [register], ...(collect ? { collect } : {}) });
+  // One collect sets all three, as prom-client's does.
+  const user = cpu('process_cpu_user_seconds_total', 'Total user CPU time spent in seconds.', () => {
+    const now = process.cpuUsage();
+    const [u, s] = [now.user - last.user, now.system - last.system];
+    last = now;
+    user.inc(u / 1e6);
+    system.inc(s / 1e6);
+    total.inc((u + s) / 1e6);
+  });
+  const system = cpu('process_cpu_system_seconds_total', 'Total system CPU time spent in seconds.');
+  const total = cpu('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.');
+}
+type DefaultMetric = (register: Registry, config: { eventLoopMonitoringPrecision: number }) => void;
 
 type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 const sources = new Set<() => Promise<unknown[]>>();
@@ -21,7 +59,9 @@ export function addMetricsSource(read: () => Promise<unknown[]>): () => void {
 export async function metricsText(): Promise<string> {
   if (sources.size === 0) return registry.metrics();
   const all = await Promise.all([registry.getMetricsAsJSON(), ...[...sources].map((read) => read())]);
-  return AggregatorRegistry.aggregate(all as MetricsJson[]).metrics();
+  // Only while another thread serves (the cluster module comes with it).
+  const aggregator = require('prom-client/lib/cluster') as typeof Prom.AggregatorRegistry;
+  return aggregator.aggregate(all as MetricsJson[]).metrics();
 }
 
 // Every metric is on the one registry; these say so once.
