@@ -13,7 +13,7 @@ import { Worker } from 'node:worker_threads';
 import { serverOptions, type ServerLimits } from '../server/http.ts';
 import { errorText, logFormat, rootLogger, type Logger } from '../observability/log.ts';
 import { addMetricsSource } from '../observability/metrics.ts';
-import { createCertificateAuthority } from './certificates.ts';
+import { runCertificateJobApart } from './certificates.ts';
 import { defaultMaxInFlightBytes, defaultMaxRequestBytes, webhookServerLimits } from './serving.ts';
 import type { FedHandler, FromThread, ThreadInit, ToThread } from './threaded.ts';
 import { ServingSecret, type ServingSecretOptions } from './secret.ts';
@@ -444,15 +444,17 @@ export class WebhookServer {
         );
       }
     }
-    const ca = await createCertificateAuthority('berth-webhook-ca');
-    const serving = await ca.issue({
-      commonName: source.dnsNames[0] ?? source.ipAddresses?.[0] ?? 'berth-webhook',
-      dnsNames: source.dnsNames,
-      ipAddresses: source.ipAddresses ?? [],
-      usage: 'server',
+    const { ca, issued } = await runCertificateJobApart({
+      newCa: { commonName: 'berth-webhook-ca' },
+      issue: {
+        commonName: source.dnsNames[0] ?? source.ipAddresses?.[0] ?? 'berth-webhook',
+        dnsNames: source.dnsNames,
+        ipAddresses: source.ipAddresses ?? [],
+        usage: 'server',
+      },
     });
     this.ca = ca.certPem;
-    return { cert: serving.certPem, key: serving.keyPem };
+    return { cert: issued!.certPem, key: issued!.keyPem };
   }
 
   private watch(source: Extract<WebhookCertificates, { kind: 'files' }>): void {

@@ -1,6 +1,9 @@
 // Small certificate authority for the sandbox and for the webhook server's self-managed certificates.
 // ECDSA P-256 keys, like envtest: fast to generate and accepted everywhere Kubernetes reads PEM.
+import { spawn } from 'node:child_process';
 import { webcrypto } from 'node:crypto';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type * as X509 from '@peculiar/x509';
 
 type CryptoKey = webcrypto.CryptoKey;
@@ -146,4 +149,49 @@ export async function createSigningKeyPair(): Promise<{ privateKeyPem: string; p
   const keys = await newKeys();
   const spki = Buffer.from(await webcrypto.subtle.exportKey('spki', keys.publicKey));
   return { privateKeyPem: await keyToPem(keys.privateKey), publicKeyPem: toPem(spki, 'PUBLIC KEY') };
+}
+
+/** One CA, loaded (`ca`) or created (`newCa`), and the certificate it issues, if any. */
+export type CertificateJob = ({ ca: KeyPairPem } | { newCa: { commonName: string; validDays?: number } }) & {
+  issue?: IssueRequest;
+};
+
+export interface CertificateJobResult {
+  ca: KeyPairPem;
+  issued?: KeyPairPem;
+}
+
+export async function runCertificateJob(job: CertificateJob): Promise<CertificateJobResult> {
+  const ca =
+    'ca' in job
+      ? await loadCertificateAuthority(job.ca)
+      : await createCertificateAuthority(job.newCa.commonName, job.newCa.validDays);
+  const issued = job.issue ? await ca.issue(job.issue) : undefined;
+  return { ca: { certPem: ca.certPem, keyPem: ca.keyPem }, ...(issued ? { issued } : {}) };
+}
+
+const issuerEntry = fileURLToPath(
+  new URL(`./issuer${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url),
+);
+const jobTimeoutMs = 60_000;
+
+/**
+ * The job in a child process (issuer.ts), which exits with its libraries: a webhook server needs
+ * them at start and at renewals, and in a thread they would stay resident after it ended.
+ */
+export function runCertificateJobApart(job: CertificateJob): Promise<CertificateJobResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [issuerEntry], { stdio: 'pipe', timeout: jobTimeoutMs });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.stderr.on('data', (d: Buffer) => err.push(d));
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      if (code === 0) return resolve(JSON.parse(Buffer.concat(out).toString('utf8')) as CertificateJobResult);
+      const why = Buffer.concat(err).toString('utf8').trim().slice(-500);
+      reject(new Error(`the certificate issuer exited with ${signal ?? code}: ${why}`));
+    });
+    child.stdin.end(JSON.stringify(job));
+  });
 }

@@ -8,7 +8,7 @@ import { X509Certificate } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isConflict, isNotFound, type KubeClient } from '../client/client.ts';
 import { Resources, type KubeObject } from '../api/meta.ts';
-import { createCertificateAuthority, loadCertificateAuthority, type KeyPairPem } from './certificates.ts';
+import { runCertificateJobApart, type IssueRequest, type KeyPairPem } from './certificates.ts';
 
 /** The Secret's keys: kubernetes.io/tls's two, the CA bundle, and the current CA's key (to renew). */
 const TLS_CRT = 'tls.crt';
@@ -184,28 +184,30 @@ export class ServingSecret {
     let serving: KeyPairPem | undefined =
       s?.serving && s.servingKey ? { certPem: s.serving.toString(), keyPem: s.servingKey } : undefined;
     let stagedAt = s?.stagedAt;
-    const issue = async () =>
-      (await loadCertificateAuthority({ certPem: cas[0]!, keyPem: caKey! })).issue({
-        commonName: this.o.dnsNames[0] ?? this.o.ipAddresses?.[0] ?? 'berth-webhook',
-        dnsNames: this.o.dnsNames,
-        ipAddresses: this.o.ipAddresses ?? [],
-        usage: 'server',
-        validDays: l.servingDays,
-      });
+    const request: IssueRequest = {
+      commonName: this.o.dnsNames[0] ?? this.o.ipAddresses?.[0] ?? 'berth-webhook',
+      dnsNames: this.o.dnsNames,
+      ipAddresses: this.o.ipAddresses ?? [],
+      usage: 'server',
+      validDays: l.servingDays,
+    };
+    const newCa = { commonName: 'berth-webhook-ca', validDays: l.caDays };
     switch (p.action) {
       case 'create': {
-        const ca = await createCertificateAuthority('berth-webhook-ca', l.caDays);
-        [cas, caKey, stagedAt] = [[ca.certPem], ca.keyPem, undefined];
-        serving = await issue();
+        const { ca, issued } = await runCertificateJobApart({ newCa, issue: request });
+        [cas, caKey, stagedAt, serving] = [[ca.certPem], ca.keyPem, undefined, issued];
         break;
       }
       case 'stage': {
-        const ca = await createCertificateAuthority('berth-webhook-ca', l.caDays);
+        const { ca } = await runCertificateJobApart({ newCa });
         [cas, caKey, stagedAt] = [[ca.certPem, ...cas], ca.keyPem, now];
         break;
       }
       case 'renew':
-        serving = await issue();
+        ({ issued: serving } = await runCertificateJobApart({
+          ca: { certPem: cas[0]!, keyPem: caKey! },
+          issue: request,
+        }));
         break;
       case 'prune':
         cas = s!.cas.filter((c) => Date.parse(c.validTo) > now).map((c) => c.toString());
