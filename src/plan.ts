@@ -3,7 +3,7 @@
 // the decisions its controllers make. The command and the page both call this.
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { parseAllDocuments } from 'yaml';
+import { yaml } from './runtime/platform/yaml.ts';
 import { clusterKeyOwnership, controllersOf, runningCapabilities } from './capability.ts';
 import { capabilities } from './capabilities.ts';
 import { selectorMatches, type LabelSelector } from './policy/match/selector.ts';
@@ -30,7 +30,7 @@ export function parseManifests(text: string, source: string): { objects: KubeObj
   const errors: string[] = [];
   // YAML 1.1, as kubectl reads it (sigs.k8s.io/yaml): `yes` and `on` are booleans there, and the
   // apiserver refuses a label value `yes` that YAML 1.2 would read as the string the plan would predict.
-  for (const doc of parseAllDocuments(text, { version: '1.1' })) {
+  for (const doc of yaml().parseAllDocuments(text, { version: '1.1' })) {
     if (doc.errors.length) {
       errors.push(`${source}: ${doc.errors.map((e) => e.message).join('; ')}`);
       continue;

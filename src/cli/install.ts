@@ -1,7 +1,7 @@
 // `berth install` and `berth manifests`: the CRDs, RBAC and empty webhook configurations generated from code.
 import { SUMMARIES } from '../command/summaries.ts';
 import { Command, Option } from 'commander';
-import { stringify } from 'yaml';
+import { yaml } from '../runtime/platform/yaml.ts';
 import type { KubeClient } from '../runtime/client/client.ts';
 import { resourceOfKind, Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { hasCondition } from '../runtime/api/conditions.ts';
@@ -165,4 +165,4 @@ export function manifestsCommand(): Command {
 }
 
 const yamlDocuments = (docs: KubeObject[]): string =>
-  docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n');
+  docs.map((d) => yaml().stringify(d, { lineWidth: 0 })).join('---\n');

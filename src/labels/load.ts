@@ -2,7 +2,7 @@
 // files from a directory, or rules from local files given on the command line.
 import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
-import { parseAllDocuments } from 'yaml';
+import { yaml } from '../runtime/platform/yaml.ts';
 import type { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { compileRule } from './decide/nodes.ts';
@@ -45,7 +45,7 @@ export async function localRules(path: string): Promise<LoadedRules> {
     return { rules: scanned.rules, errors: scanned.errors.map(formatFileError) };
   }
   const content = await readFile(path);
-  const docs = /\.ya?ml$/.test(path) ? parseAllDocuments(content.toString('utf8')) : [];
+  const docs = /\.ya?ml$/.test(path) ? yaml().parseAllDocuments(content.toString('utf8')) : [];
   if (docs.length > 0) {
     const out: LoadedRules = { rules: [], errors: [] };
     for (const doc of docs) {

@@ -19,7 +19,7 @@
 //       allowPrivate: true
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { yaml } from '../runtime/platform/yaml.ts';
 import { z } from 'zod';
 import { apiHost, normaliseDomain, type Reference } from './reference.ts';
 
@@ -138,7 +138,7 @@ export function parseRegistriesConfig(doc: unknown, baseDir = process.cwd()): Re
 
 /** Reads a registries configuration file (YAML or JSON). */
 export function loadRegistriesConfig(file: string): RegistriesConfig {
-  return parseRegistriesConfig(parseYaml(readFileSync(file, 'utf8')), path.dirname(path.resolve(file)));
+  return parseRegistriesConfig(yaml().parse(readFileSync(file, 'utf8')), path.dirname(path.resolve(file)));
 }
 
 /**

@@ -3,7 +3,7 @@
 // leading /v1/ or /v2/, are tried in reverse lexical order, match by port, by glob per host label
 // and by path prefix, and every match is returned. Only Docker Hub images fall back to the
 // `index.docker.io` key (the kubelet also gives it to `localhost/...`; Berth does not).
-import { parse as parseYaml } from 'yaml';
+import { yaml } from '../runtime/platform/yaml.ts';
 import type { Credential } from './auth.ts';
 import { globMatch } from './glob.ts';
 import { isDockerHub } from './reference.ts';
@@ -178,7 +178,7 @@ export function lookup(keyring: Keyring, domain: string, path: string): SecretCr
  * `stringData`), a docker `config.json` (`auths`), or a bare `.dockercfg` map.
  */
 export function pullSecretFromFile(text: string, name: string): PullSecret {
-  const doc = parseYaml(text) as Record<string, unknown> | null;
+  const doc = yaml().parse(text) as Record<string, unknown> | null;
   if (typeof doc !== 'object' || doc === null) throw new Error(`${name} is not a Secret or a docker config`);
   const b64 = (s: string) => Buffer.from(s).toString('base64');
   if (doc['kind'] === 'Secret') {

@@ -3,7 +3,8 @@
 // ServiceAccount bound only to the roles `berth manifests` generates, never with the admin's.
 import { PolicyKit } from '../../src/policy/kit.ts';
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { parse } from 'yaml';
 import { setupAgents } from '../../src/agents/index.ts';
 import { setupGates } from '../../src/gates/index.ts';
 import { NodeStartupGate } from '../../src/gates/types.ts';
@@ -192,9 +193,20 @@ export function imageEnv(): Record<string, string> {
   return Object.fromEntries([...dockerfile().matchAll(/^ENV (\w+)=(\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
 }
 
+/**
+ * The kubeconfig as JSON, beside it. In a pod Berth reads its service account and no YAML; a Berth
+ * run as the image is given a kubeconfig it reads without the YAML library (decision 0021).
+ */
+function jsonKubeconfig(file: string): string {
+  const json = `${file}.json`;
+  writeFileSync(json, JSON.stringify(parse(readFileSync(file, 'utf8'))), { mode: 0o600 });
+  return json;
+}
+
 async function startOn(ports: Ports, sb: Sandbox, args: string[], opts: StartOptions): Promise<BerthProcess> {
-  const kubeconfig = opts.kubeconfig ?? (await berthKubeconfig(sb));
   const image = opts.compiled || opts.imageRuntime;
+  const given = opts.kubeconfig ?? (await berthKubeconfig(sb));
+  const kubeconfig = image ? jsonKubeconfig(given) : given;
   const { metrics: metricsPort, health: healthPort, ui: uiPort } = ports;
   const page = uiPort ? [`--ui-bind-address=127.0.0.1:${uiPort}`] : [];
   const child = spawn(

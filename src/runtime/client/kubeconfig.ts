@@ -7,7 +7,7 @@ import { readFileSync, existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
-import { parse } from 'yaml';
+import { yaml } from '../platform/yaml.ts';
 import { execCredentials, execPlan, parseExecCredential, runExecPlugin } from './exec-credential.ts';
 
 /** TLS material as node:https takes it. */
@@ -70,6 +70,18 @@ export interface Kubeconfig {
 
 const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
+/** JSON is YAML too: read as JSON when it is, the YAML library left unloaded (`berth run` in a pod reads none). */
+function parseDocument(text: string): unknown {
+  if (/^\s*\{/.test(text)) {
+    try {
+      return JSON.parse(text);
+    } catch {
+      // A YAML flow mapping, say.
+    }
+  }
+  return yaml().parse(text);
+}
+
 /**
  * Parses a kubeconfig (YAML or JSON) and resolves its current context. Relative file names are
  * taken from `dir` (the kubeconfig's folder), as kubectl does. Throws when the text is not a
@@ -77,7 +89,7 @@ const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
  * `contextName` (kubectl's --context) replaces the current context, and must exist.
  */
 export function parseKubeconfig(text: string, dir?: string, contextName?: string): Kubeconfig {
-  const doc: unknown = parse(text);
+  const doc = parseDocument(text);
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new Error('not a YAML or JSON mapping');
   const d = doc as Record<string, unknown>;
   const entries = <T>(key: string, body: string): Map<string, T> => {
@@ -285,7 +297,7 @@ export function defaultAccess(env = process.env, context?: string): ClusterAcces
   if (files.length > 1) {
     const texts = files
       .filter(existsSync)
-      .map((f) => parse(readFileSync(f, 'utf8')) as Record<string, unknown>);
+      .map((f) => yaml().parse(readFileSync(f, 'utf8')) as Record<string, unknown>);
     const merged: Record<string, unknown> = {
       'current-context': texts.find((t) => t?.['current-context'])?.['current-context'],
     };

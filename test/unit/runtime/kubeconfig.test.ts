@@ -2,6 +2,7 @@
 // the same kubeconfigs must give the same TLS material and headers. Credential plugins, which Berth
 // runs itself (exec-credential.ts), are tested on their own.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import type { RequestOptions } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -131,6 +132,29 @@ describe('kubeconfig', () => {
     );
     assert.throws(() => parseKubeconfig('- a list'), /not a YAML or JSON mapping/);
     assert.throws(() => parseKubeconfig(JSON.stringify({ users: [{ user: {} }] })), /has no name/);
+  });
+
+  test('JSON is read without the YAML library; YAML, a flow mapping too, with it', () => {
+    const json = JSON.stringify(kubeconfig({ token: 'a' }));
+    const flow = `{apiVersion: v1, current-context: c, contexts: [{name: c, context: {cluster: k, user: u}}],
+      clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}], users: [{name: u, user: {token: a}}]}`;
+    // A fresh process: what it loads for each.
+    const loadsYaml = (text: string) =>
+      spawnSync(
+        process.execPath,
+        [
+          '--input-type=module',
+          '-e',
+          `import { registerHooks } from 'node:module';
+           let yaml = false;
+           registerHooks({ resolve: (s, c, next) => { const r = next(s, c); yaml ||= r.url.includes('/node_modules/yaml/'); return r; } });
+           const { parseKubeconfig } = await import(${JSON.stringify(new URL('../../../src/runtime/client/kubeconfig.ts', import.meta.url).href)});
+           console.log(parseKubeconfig(${JSON.stringify(text)}).cluster.server, yaml);`,
+        ],
+        { encoding: 'utf8' },
+      ).stdout.trim();
+    assert.equal(loadsYaml(json), 'https://127.0.0.1:6443 false');
+    assert.equal(loadsYaml(flow), 'https://127.0.0.1:6443 true');
   });
 
   test('$KUBECONFIG with several files merges them, the first of a name winning', async () => {
