@@ -6,7 +6,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { setupAgents } from '../../src/agents/index.ts';
 import { setupGates } from '../../src/gates/index.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { setupLabels } from '../../src/labels/index.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';
