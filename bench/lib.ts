@@ -8,7 +8,7 @@ import https from 'node:https';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { isDeepStrictEqual } from 'node:util';
-import { NodeStartupGate } from '../src/gates/types.ts';
+import { NodeStartupGate } from '../src/gates/crd.ts';
 import { checkGo } from '../src/sandbox/build.ts';
 import { packageRoot } from '../src/sandbox/paths.ts';
 import { Sandbox, type UpOptions } from '../src/sandbox/sandbox.ts';

@@ -23,7 +23,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
-import { NodeStartupGate } from '../src/gates/types.ts';
+import { NodeStartupGate } from '../src/gates/crd.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { hasCondition } from '../src/runtime/api/conditions.ts';
 import { Resources } from '../src/runtime/api/meta.ts';

@@ -23,7 +23,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
 import { AgentPlacement } from '../src/agents/types.ts';
-import { ArchPlacement } from '../src/arch/types.ts';
+import { ArchPlacement } from '../src/arch/crd.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { NodeLabelRule } from '../src/labels/types.ts';
 import { podReady } from '../src/gates/decide/requirements.ts';

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
-import { NodeStartupGate } from '../src/gates/types.ts';
+import { NodeStartupGate } from '../src/gates/crd.ts';
 import { startBerth, type BerthProcess } from '../test/helpers/berth.ts';
 import {
   benchSandbox,

@@ -1,12 +1,13 @@
 // Pure decisions of agent placement: which pods count, who owns them, and what claims and label a
-// node should carry. The controller feeds these from its caches and applies the result.
+// node should carry. The controller feeds these from its caches and applies the result; the webhook
+// thread decides with them too, so they load no zod (parse.ts reads the objects).
 import type { NodeOutputs } from '../policy/nodes/write.ts';
 import type { KeyClaim, KeyPattern } from '../policy/nodes/ownership.ts';
 import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject, OwnerReference } from '../runtime/api/meta.ts';
-import { ownedKeys } from '../runtime/client/apply.ts';
-import { AgentPlacement, type AgentPlacementSpec } from './types.ts';
-import { claimKeyProblem, validatePlacement } from './validate.ts';
+import { ownedKeys } from '../runtime/api/fields.ts';
+import type { AgentPlacementSpec } from './types.ts';
+import { claimKeyProblem } from './validate.ts';
 import { podSelected } from '../policy/namespace.ts';
 
 // Pod selection is the kit's, shared with architecture-aware placement.
@@ -21,47 +22,6 @@ export interface Placement {
 export interface ParsedPlacement<O extends KubeObject = KubeObject> extends Placement {
   obj: O;
   problems: string[];
-}
-
-/** Specs as parsed, by object uid: the spec changes only with the generation, not with a status write. */
-export type ParseCache = Map<
-  string,
-  { generation: number | undefined; spec?: AgentPlacementSpec; problems: string[]; error?: string }
->;
-
-/**
- * Every AgentPlacement that parses, with what makes it unusable (see validatePlacement), and the
- * parse errors of the others by name. With a cache, only new generations are parsed again.
- */
-export function parsePlacements<O extends KubeObject>(
-  objs: O[],
-  cache: ParseCache = new Map(),
-): { parsed: ParsedPlacement<O>[]; errors: Map<string, string> } {
-  const parsed: ParsedPlacement<O>[] = [];
-  const errors = new Map<string, string>();
-  const seen = new Set<string>();
-  for (const obj of objs) {
-    const name = obj.metadata!.name!;
-    const uid = obj.metadata?.uid ?? name;
-    const generation = obj.metadata?.generation;
-    seen.add(uid);
-    let c = cache.get(uid);
-    if (!c || c.generation !== generation) {
-      const r = AgentPlacement.parse({
-        ...obj,
-        apiVersion: AgentPlacement.apiVersion,
-        kind: AgentPlacement.kind,
-      });
-      c = r.success
-        ? { generation, spec: r.data.spec, problems: validatePlacement(r.data.spec) }
-        : { generation, problems: [], error: r.error };
-      cache.set(uid, c);
-    }
-    if (c.spec) parsed.push({ name, spec: c.spec, obj, problems: c.problems });
-    else errors.set(name, c.error!);
-  }
-  for (const uid of cache.keys()) if (!seen.has(uid)) cache.delete(uid);
-  return { parsed, errors };
 }
 
 /** The pool a pod belongs to: the UID its claim is keyed by, and how to find it for the finalizer. */

@@ -2,20 +2,20 @@
 // and change, read from the cluster and decided by the same functions the controller and the
 // webhook use. Writes nothing.
 import type { KubeClient } from '../runtime/client/client.ts';
-import { ownedKeys } from '../runtime/client/apply.ts';
+import { ownedKeys } from '../runtime/api/fields.ts';
 import { slimPod, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import {
   checkOwnership,
   decideNode,
-  parsePlacements,
   podSelected,
   type OwnerLookup,
   type ParsedPlacement,
   usablePlacements,
 } from './decide.ts';
-import { waitExemption, placementsForPod } from './webhook.ts';
+import { parsePlacements } from './parse.ts';
+import { waitExemption, placementsForPod } from './admit.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { needsAcknowledgement } from './validate.ts';
 import type { Said, Subject } from '../policy/explain.ts';

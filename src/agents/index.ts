@@ -24,12 +24,11 @@ import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
 import {
   checkOwnership,
   claimedOwners,
-  parsePlacements,
   placementClaims,
   usablePlacements,
-  type ParseCache,
   type ParsedPlacement,
 } from './decide.ts';
+import { parsePlacements, type ParseCache } from './parse.ts';
 import { clusterPlacements, explainNodeAgents, explainPlacement, loadView } from './explain.ts';
 import { nodesOf } from '../policy/explain.ts';
 import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';

@@ -10,11 +10,11 @@ import {
   claimingPlacements,
   claimKey,
   decideNode,
-  parsePlacements,
   type NodeClaims,
   type ParsedPlacement,
   type Placement,
 } from './decide.ts';
+import { parsePlacements } from './parse.ts';
 import { loadView, lookupIn, previewPlacements, type ClusterView } from './explain.ts';
 import { AgentPlacement } from './types.ts';
 

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { column, k8s } from '../runtime/api/crd.ts';
 import { definePolicy, specColumn, type PolicyStatus } from '../policy/crd.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
-import { labelSelectorSchema } from '../policy/match/selector.ts';
+import { labelSelectorSchema } from '../policy/match/schema.ts';
 
 export const FIELD_MANAGER = 'berth-agents';
 /**

@@ -26,10 +26,11 @@ import {
   sayStep,
 } from '../command/flags.ts';
 import { gated, releasePatch, UNLABELLED_UNBOUND } from './decide/patches.ts';
-import { parsePolicies } from './decide/policies.ts';
+import { parsePolicies } from './decide/parse.ts';
 import { recordsPatch } from './decide/status.ts';
 import { type ArchPod } from './decide/pods.ts';
-import { ARCH_TAINT, ArchPlacement, FIELD_MANAGER, STATE_LABEL } from './types.ts';
+import { ARCH_TAINT, FIELD_MANAGER, STATE_LABEL } from './types.ts';
+import { ArchPlacement } from './crd.ts';
 
 /** The registry client's options from the registries flags (`berth run`'s and `berth arch inspect`'s). */
 export function registryOptions(o: { registries?: unknown; registryCa?: unknown }): RegistryClientOptions {

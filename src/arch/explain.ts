@@ -2,7 +2,8 @@
 // and why its affinity (or its tolerations) is what it is.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
+import { choosePolicy, type Policy } from './decide/policies.ts';
+import { parsePolicies } from './decide/parse.ts';
 import {
   gateExemption,
   webhookServiceNamespaces,
@@ -13,7 +14,8 @@ import {
 import { gated, podRecords } from './decide/patches.ts';
 import { nodeArchitectures, report, standingOf, type Standing } from './decide/status.ts';
 import type { Said, Subject } from '../policy/explain.ts';
-import { ARCH_LABEL, ARCH_TAINT, ArchPlacement, STATE_LABEL } from './types.ts';
+import { ARCH_LABEL, ARCH_TAINT, STATE_LABEL } from './types.ts';
+import { ArchPlacement } from './crd.ts';
 
 const termText = (t: NodeSelectorTerm) =>
   [...(t.matchExpressions ?? []), ...(t.matchFields ?? []).map((f) => ({ ...f, key: `field ${f.key}` }))]

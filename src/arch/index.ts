@@ -18,13 +18,13 @@ import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
 import { PodReconciler, setupPodReconciler } from './controllers/pod.ts';
 import { setupRegateReconciler } from './controllers/regate.ts';
 import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
-import { parsePolicies, type ParseCache, type Policy } from './decide/policies.ts';
+import type { Policy } from './decide/policies.ts';
+import { parsePolicies, type ParseCache } from './decide/parse.ts';
 import { webhookServiceNamespaces, type ArchPod } from './decide/pods.ts';
 import { explainArchPlacement, explainPodArch } from './explain.ts';
 import { planArchObjects } from './plan.ts';
 import {
   ARCH_KEYS,
-  ArchPlacement,
   FAILURE_ANNOTATION,
   FIELD_MANAGER,
   POLICY_ANNOTATION,
@@ -34,8 +34,10 @@ import {
   STATE_LABEL,
   type ArchPlacementStatus,
 } from './types.ts';
+import { ArchPlacement } from './crd.ts';
 import { ADMISSION_BUDGET_MS } from './decide/admission.ts';
-import { INSPECT_WAIT_MS, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
+import { INSPECT_WAIT_MS } from './admit.ts';
 import { AdmissionScope } from '../policy/admission.ts';
 import { archPage } from './view.ts';
 

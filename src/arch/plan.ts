@@ -14,7 +14,8 @@ import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/met
 import { rootLogger } from '../runtime/observability/log.ts';
 import { registryOptions } from './cli.ts';
 import { clusterCidrs } from './cluster-ranges.ts';
-import { choosePolicy, parsePolicies, type Policy } from './decide/policies.ts';
+import { choosePolicy, type Policy } from './decide/policies.ts';
+import { parsePolicies } from './decide/parse.ts';
 import {
   gateExemption,
   webhookServiceNamespaces,
@@ -25,7 +26,7 @@ import { gated, nodeArchTaint, nodesTainted, podRecords } from './decide/patches
 import { intersection, podImages, tooManyImages, unlistedRegistry } from './decide/images.ts';
 import { nodeArchitectures } from './decide/status.ts';
 import { refusedByRegistry } from './decide/retries.ts';
-import { ArchPlacement } from './types.ts';
+import { ArchPlacement } from './crd.ts';
 
 const apps = (resource: string, kind: string): ResourceRef => ({
   group: 'apps',

@@ -7,7 +7,7 @@ import { k8s, type CustomObject } from '../runtime/api/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { cityCode } from '../cells/types.ts';
-import { labelSelectorSchema } from '../policy/match/selector.ts';
+import { labelSelectorSchema } from '../policy/match/schema.ts';
 import { instanceTemplate, MAX_REPLICAS, replicaColumns } from '../workloads/types.ts';
 
 /** The field manager of everything the federation controller writes, upstream and in the cells. */

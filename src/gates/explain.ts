@@ -10,7 +10,8 @@ import { nodePatch } from './decide/patch.ts';
 import { decideGates } from './decide/state.ts';
 import { gatesNamedOn, strayGate, unrecordedStray } from './decide/stray.ts';
 import { formatTaint } from '../policy/nodes/write.ts';
-import { FIELD_MANAGER, NodeStartupGate } from './types.ts';
+import { FIELD_MANAGER } from './types.ts';
+import { NodeStartupGate } from './crd.ts';
 
 export async function explainNodeGates(
   client: KubeClient,

@@ -15,7 +15,8 @@ import { gateKeyClaims, parseGates, type Gate, type GateProblem } from './decide
 import { explainGate, explainNodeGates } from './explain.ts';
 import { planGateObjects } from './plan.ts';
 import { nodesOf, podsByNode } from '../policy/explain.ts';
-import { FIELD_MANAGER, GATE_KEYS, NodeStartupGate, type NodeStartupGateStatus } from './types.ts';
+import { FIELD_MANAGER, GATE_KEYS, type NodeStartupGateStatus } from './types.ts';
+import { NodeStartupGate } from './crd.ts';
 import { NODE_WEBHOOK, nodeTerms, nodeWebhook, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
 import { AdmissionScope, type ScopeTerm } from '../policy/admission.ts';
 import { gatesPage } from './view.ts';

@@ -8,7 +8,7 @@ import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { parseGates, type Gate } from './decide/parse.ts';
 import { decideGates } from './decide/state.ts';
 import { formatTaint, holds } from '../policy/nodes/write.ts';
-import { NodeStartupGate } from './types.ts';
+import { NodeStartupGate } from './crd.ts';
 
 type PodWithTolerations = KubeObject & {
   spec?: { nodeName?: string; tolerations?: Toleration[] };

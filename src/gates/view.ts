@@ -5,7 +5,7 @@ import type { SlimNode, SlimPod } from '../policy/slim.ts';
 import type { GateRow } from '../ui/types.ts';
 import { parseGates, type Gate } from './decide/parse.ts';
 import { decideGates } from './decide/state.ts';
-import { NodeStartupGate } from './types.ts';
+import { NodeStartupGate } from './crd.ts';
 
 /** The gates that select `node` (held, released, would hold), with since when a gate holds it. */
 export function gateRows(gates: Gate[], node: SlimNode, pods: SlimPod[], now: number): GateRow[] {

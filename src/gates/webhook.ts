@@ -1,43 +1,20 @@
 // The gates' webhooks. The Node CREATE webhook taints joining nodes at admission, so a gated node is
 // never schedulable without it; its decision is served from the webhook thread
-// (runtime/webhook/thread.ts), where the main thread's informers cannot hold its answers, and is sent
-// the parsed gates whenever they change. The Pod CREATE webhook refuses pods that would skip the taint
+// (runtime/webhook/thread.ts, the handler in admit.ts), where the main thread's informers cannot
+// hold its answers, and is sent the parsed gates whenever they change. The Pod CREATE webhook refuses pods that would skip the taint
 // by naming a held node in spec.nodeName; it reads the node and DaemonSet caches, so the main thread
 // answers it.
-import { mutate } from '../runtime/api/jsonpatch.ts';
-import type { KubeObject } from '../runtime/api/meta.ts';
 import type { AdmissionHandler } from '../runtime/webhook/admission.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
-import { threadHandler } from '../runtime/webhook/threaded.ts';
 import type { Toleration } from '../policy/nodes/taints.ts';
 import { deletionChanged, generationChanged, onChanges, or } from '../policy/predicates.ts';
 import { slimPod, type SlimPod } from '../policy/slim.ts';
-import { type Gate } from './decide/parse.ts';
-import { admitNode } from './decide/patch.ts';
+import type { Gate } from './decide/parse.ts';
+import { nodeAdmission } from './admit.ts';
 import type { Gates } from './index.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
 import { EXEMPT_LABEL } from './types.ts';
 import { admitPod, canHold } from './pods.ts';
-
-/** Taints and annotates a new node for every enforced gate that selects it. */
-export const nodeAdmission = threadHandler(
-  import.meta.url,
-  'nodeAdmission',
-  (gates: () => Gate[]): AdmissionHandler =>
-    (req) => {
-      const node = req.object;
-      if (!node || req.operation !== 'CREATE') return { allowed: true };
-      const { taints, annotations } = admitNode(gates(), node, Date.now());
-      if (taints.length === 0 && Object.keys(annotations).length === 0) return { allowed: true };
-      const spec = (node['spec'] as { taints?: unknown[] } | undefined) ?? {};
-      const after: KubeObject = {
-        ...node,
-        metadata: { ...node.metadata, annotations: { ...node.metadata?.annotations, ...annotations } },
-        spec: { ...spec, taints: [...(spec.taints ?? []), ...taints] },
-      };
-      return { allowed: true, patch: mutate(node, after) };
-    },
-);
 
 export const NODE_WEBHOOK = 'nodes.gates.berth.dev';
 export const POD_WEBHOOK = 'pods.gates.berth.dev';

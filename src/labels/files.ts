@@ -8,7 +8,7 @@ import { join, sep } from 'node:path';
 import type { Source } from '../runtime/controller/controller.ts';
 import { type EventHandler } from '../runtime/cache/informer.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { ownedKeys } from '../runtime/client/apply.ts';
+import { ownedKeys } from '../runtime/api/fields.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import { rootLogger, type Logger } from '../runtime/observability/log.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';

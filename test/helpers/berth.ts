@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { setupAgents } from '../../src/agents/index.ts';
 import { setupGates } from '../../src/gates/index.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { setupLabels } from '../../src/labels/index.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import type { Capability } from '../../src/capability.ts';

@@ -18,13 +18,13 @@ import {
   ARCH_FINALIZER,
   ARCH_LABEL,
   ARCH_TAINT,
-  ArchPlacement,
   FAILURE_ANNOTATION,
   POLICY_ANNOTATION,
   RESULT_ANNOTATION,
   SKIP_ANNOTATION,
   STATE_LABEL,
 } from '../../src/arch/types.ts';
+import { ArchPlacement } from '../../src/arch/crd.ts';
 import { gated as hasGate } from '../../src/arch/decide/patches.ts';
 import { type ArchPod } from '../../src/arch/decide/pods.ts';
 import { installCrds } from '../../src/cli/install.ts';

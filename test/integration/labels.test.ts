@@ -12,7 +12,7 @@ import type { Plan } from '../../src/plan.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { setupLabels } from '../../src/labels/index.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { ApiError, KubeClient, type RequestOptions } from '../../src/runtime/client/client.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';

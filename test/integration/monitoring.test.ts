@@ -13,7 +13,7 @@ import { join, relative } from 'node:path';
 import { after, before, test } from 'node:test';
 import { parse, parseAllDocuments } from 'yaml';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import type { KubeObject } from '../../src/runtime/api/meta.ts';
 import { ensureBinaries, ensureHelm, ensurePrometheus } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';

@@ -11,7 +11,7 @@ import { berthClient, everyCapability, removeEverything } from '../helpers/berth
 import { after, before, describe, test } from 'node:test';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import type { Condition } from '../../src/runtime/api/conditions.ts';
 import type { Event } from '../../src/runtime/events/event.ts';

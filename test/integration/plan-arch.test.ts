@@ -12,13 +12,8 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { stringify } from 'yaml';
 import type { ArchPod } from '../../src/arch/decide/pods.ts';
-import {
-  ARCH_LABEL,
-  ArchPlacement,
-  SCHEDULING_GATE,
-  SKIP_ANNOTATION,
-  STATE_LABEL,
-} from '../../src/arch/types.ts';
+import { ARCH_LABEL, SCHEDULING_GATE, SKIP_ANNOTATION, STATE_LABEL } from '../../src/arch/types.ts';
+import { ArchPlacement } from '../../src/arch/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import type { Plan } from '../../src/plan.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';

@@ -17,7 +17,7 @@ import type { Effect } from '../../src/policy/plan.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';

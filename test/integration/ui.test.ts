@@ -20,7 +20,7 @@ import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'puppeteer-core';
 import { Cell, Location } from '../../src/cells/types.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';

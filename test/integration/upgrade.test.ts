@@ -16,7 +16,7 @@ import { parseAllDocuments } from 'yaml';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeStartupGate } from '../../src/gates/types.ts';
+import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { NodeLabelRule } from '../../src/labels/types.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import type { CustomResource } from '../../src/runtime/api/crd.ts';

@@ -2,7 +2,8 @@
 // and imports only from its own room and the rooms the table says it may import. Reading the table
 // from the document keeps the document true; a new folder or a new dependency changes both.
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 
@@ -130,4 +131,102 @@ test('the `berth` command is the top room: no other room imports it', () => {
     for (const [target, where] of importedRooms(room, all)) if (cli.includes(target)) problems.push(where);
   }
   assert.deepEqual(problems, []);
+});
+
+/**
+ * What loading `file` loads: the specifiers of its static imports and re-exports, except those the
+ * compiler erases (`import type`, `export type`). An `import { type X }` stays, as an empty import
+ * of its module (verbatimModuleSyntax, and Node's type stripping alike), so it loads the module.
+ */
+function valueImports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  return [...text.matchAll(/^(?:import|export)\s+(type\s+)?(?:[^'";]*?\s+from\s+)?'([^']+)'/gm)]
+    .filter((m) => !m[1])
+    .map((m) => m[2]!);
+}
+
+/** A package's name from a specifier (`zod/v4` is zod, `@peculiar/x509` stays whole). */
+const packageOf = (spec: string): string =>
+  spec
+    .split('/')
+    .slice(0, spec.startsWith('@') ? 2 : 1)
+    .join('/');
+
+/**
+ * Every module `roots` load, each with the chain that first reaches it (for the message), and the
+ * packages as `package:<name>`. Packages are not followed: they are named by what imports them.
+ */
+function loadedFrom(roots: string[]): Map<string, string[]> {
+  const reached = new Map<string, string[]>();
+  const todo = roots.map((r) => [r, [path.relative(root, r)]] as const);
+  for (let next = todo.shift(); next; next = todo.shift()) {
+    const [file, chain] = next;
+    if (reached.has(file)) continue;
+    reached.set(file, chain);
+    for (const spec of valueImports(file)) {
+      if (spec.startsWith('.')) {
+        const target = path.resolve(path.dirname(file), spec);
+        todo.push([target, [...chain, path.relative(root, target)]]);
+      } else if (!spec.startsWith('node:')) {
+        const name = `package:${packageOf(spec)}`;
+        if (!reached.has(name)) reached.set(name, [...chain, name]);
+      }
+    }
+  }
+  return reached;
+}
+
+/** The modules the webhook thread imports: those that declare a handler it runs (`threadHandler(import.meta.url, …)`). */
+const threadHandlerModules = (): string[] =>
+  sources(src).filter((f) => /threadHandler(?:<[^>]*>)?\(\s*import\.meta\.url/.test(readFileSync(f, 'utf8')));
+
+test('the webhook thread loads what serving and the pure admission decisions need: no zod, no yaml, no client, cache or controller', () => {
+  const handlers = threadHandlerModules();
+  assert.ok(handlers.length >= 3, `only ${handlers.length} thread handler modules found`);
+  const loaded = loadedFrom([path.join(src, 'runtime/webhook/thread.ts'), ...handlers]);
+  const forbidden = [
+    'package:zod',
+    'package:yaml',
+    'package:@peculiar/',
+    ...['client', 'cache', 'controller', 'cluster', 'manager', 'leaderelection', 'events'].map(
+      (room) => `src/runtime/${room}/`,
+    ),
+  ];
+  const problems = [...loaded]
+    .filter(([m]) =>
+      forbidden.some((f) => (m.startsWith('package:') ? m : path.relative(root, m)).startsWith(f)),
+    )
+    .map(([, chain]) => chain.join(' -> '));
+  assert.deepEqual(problems, []);
+});
+
+test('the import walk follows what loads a module, and not what the compiler erases', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'walk-'));
+  const files: Record<string, string> = {
+    'a.ts': [
+      "import type { B } from './b.ts';",
+      "import { type C } from './c.ts';",
+      "import {\n  d,\n  type D,\n} from './d.ts';",
+      "export * from './e.ts';",
+      "export type { F } from './f.ts';",
+      "import { z } from 'zod/v4';",
+      "import { readFileSync } from 'node:fs';",
+      "// import { g } from './g.ts';",
+    ].join('\n'),
+    ...Object.fromEntries(['b', 'c', 'd', 'e', 'f', 'g'].map((n) => [`${n}.ts`, `export const ${n} = 1;`])),
+  };
+  try {
+    for (const [name, text] of Object.entries(files)) writeFileSync(path.join(dir, name), text);
+    const loaded = [...loadedFrom([path.join(dir, 'a.ts')]).keys()].map((m) =>
+      m.startsWith('package:') ? m : path.basename(m),
+    );
+    assert.deepEqual(loaded.sort(), ['a.ts', 'c.ts', 'd.ts', 'e.ts', 'package:zod']);
+  } finally {
+    rmSync(dir, { recursive: true });
+  }
+  const all = loadedFrom([path.join(src, 'capabilities.ts')]);
+  assert.ok(
+    all.has('package:zod') && all.has(path.join(src, 'runtime/client/client.ts')),
+    'the capabilities load both',
+  );
 });

@@ -42,7 +42,7 @@ import type { Arch } from '../index.ts';
 import { archMetrics } from '../metrics.ts';
 import { FIELD_MANAGER, POLICY_ANNOTATION } from '../types.ts';
 import { INSPECT_MISS_MS } from '../decide/admission.ts';
-import type { InspectHint } from '../webhook.ts';
+import type { InspectHint } from '../admit.ts';
 import { policyChanged, type StatusWriter } from './status.ts';
 
 /** How long a pull secret read is used without reading it again. */

@@ -23,7 +23,8 @@ import { decideGates, type GateDecision } from '../decide/state.ts';
 import { gatesNamedOn, strayGate, unrecordedStray } from '../decide/stray.ts';
 import type { Gates } from '../index.ts';
 import { gateMetrics } from '../metrics.ts';
-import { gateAnnotations, NodeStartupGate } from '../types.ts';
+import { gateAnnotations } from '../types.ts';
+import { NodeStartupGate } from '../crd.ts';
 import type { NodeGateResult, StatusWriter } from './status.ts';
 
 export class NodeReconciler extends PolicyNodeReconciler<Gates, CasNodeWriter, StatusWriter> {

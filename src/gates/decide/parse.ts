@@ -9,11 +9,10 @@ import {
   gateAnnotations,
   gatePrefix,
   GATES_DOMAIN,
-  NodeStartupGate,
-  taintSchema,
   type GateAnnotations,
   type NodeStartupGateSpec,
 } from '../types.ts';
+import { NodeStartupGate, taintSchema } from '../crd.ts';
 import { afterCycles } from './order.ts';
 
 export interface Gate {

@@ -1,15 +1,12 @@
-// What the gates write to a node: the admission patch for a joining node, the controller's
-// compare-and-swap patch, and the keys a decision changes (for the loop breaker).
+// What the gates write to a node: the controller's compare-and-swap patch, and the keys a decision
+// changes (for the loop breaker). The admission patch of a joining node is in ../admit.ts.
 import { nodeKey, type NodeKey } from '../../policy/nodes/loopbreaker.ts';
 import { casPatch } from '../../policy/nodes/cas.ts';
-import { formatTaint, holds, nodeTaint, taintId, type NodeTaint } from '../../policy/nodes/write.ts';
-import type { TaintLike } from '../../policy/nodes/taints.ts';
+import { holds, nodeTaint, taintId } from '../../policy/nodes/write.ts';
 import type { SlimNode } from '../../policy/slim.ts';
-import type { KubeObject } from '../../runtime/api/meta.ts';
 import type { JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 import type { Gate } from './parse.ts';
-import { selects } from './requirements.ts';
-import { iso, type GateDecision } from './state.ts';
+import type { GateDecision } from './state.ts';
 
 /**
  * The keys of the node a decision changes, for the loop breaker: the gate's taint (by key) when it
@@ -26,29 +23,6 @@ export function decisionKeys(node: SlimNode, gate: Gate, d: GateDecision): NodeK
     if (v === null ? k in have : have[k] !== v) keys.push(nodeKey('annotation', k));
   }
   return keys;
-}
-
-/** The admission patch for a joining node: the taint and gated-at annotation of every gate that selects it. */
-export function admitNode(
-  gates: Gate[],
-  node: KubeObject,
-  now: number,
-): { taints: NodeTaint[]; annotations: Record<string, string> } {
-  const taints: NodeTaint[] = [];
-  const annotations: Record<string, string> = {};
-  const existing = (node['spec'] as { taints?: TaintLike[] } | undefined)?.taints;
-  const ann = node.metadata?.annotations ?? {};
-  for (const g of gates) {
-    if (!g.enforced || g.deleting || g.spec.dryRun || !selects(g, node.metadata?.labels)) continue;
-    if (g.spec.mode === 'BootstrapOnly' && g.keys.completedAt in ann) continue;
-    // A taint someone else puts on at registration (Karpenter's startupTaints) is taken in charge.
-    if (!holds(existing, g.spec.taint)) taints.push(nodeTaint(g.spec.taint));
-    if (!(g.keys.gatedAt in ann)) {
-      annotations[g.keys.gatedAt] = iso(now);
-      annotations[g.keys.taint] = formatTaint(g.spec.taint);
-    }
-  }
-  return { taints, annotations };
 }
 
 /**

@@ -1,9 +1,10 @@
 // What each gate wants on a node now: hold it with the gate's taint, release it, or leave it, with
 // the reason, the event and the annotations that record it across restarts.
-import { ownedKeys } from '../../runtime/client/apply.ts';
+import { ownedKeys } from '../../runtime/api/fields.ts';
 import { formatTaint, holds, taintId } from '../../policy/nodes/write.ts';
 import type { SlimNode, SlimPod } from '../../policy/slim.ts';
-import { FIELD_MANAGER, bookkeepingKeys, taintOfRecord, type NodeStartupGateSpec } from '../types.ts';
+import { FIELD_MANAGER, bookkeepingKeys, iso, type NodeStartupGateSpec } from '../types.ts';
+import { taintOfRecord } from '../crd.ts';
 import type { Gate } from './parse.ts';
 import { selects, startedEarly, unmetRequirements, workloadPods } from './requirements.ts';
 
@@ -47,7 +48,6 @@ export interface GateDecision {
   startedEarly?: string[];
 }
 
-export const iso = (ms: number) => new Date(ms).toISOString();
 const seconds = (ms: number) => Math.round(ms / 100) / 10;
 
 /** Every gate's decision for a node (what the controller writes and explain shows). */

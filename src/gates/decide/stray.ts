@@ -1,6 +1,7 @@
 // Gates the API no longer has, known only from what they left on a node.
 import type { SlimNode } from '../../policy/slim.ts';
-import { bookkeepingKeys, gateAnnotations, gatePrefix, GATES_DOMAIN, taintOfRecord } from '../types.ts';
+import { bookkeepingKeys, gateAnnotations, gatePrefix, GATES_DOMAIN } from '../types.ts';
+import { taintOfRecord } from '../crd.ts';
 import { DISARMED, type Gate } from './parse.ts';
 
 /** The names of the gates whose keys (`<gate>.gates.berth.dev/gated-at` and the like) are on the node. */

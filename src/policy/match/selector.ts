@@ -1,7 +1,7 @@
 // Labels: metav1.LabelSelector semantics (matchLabels and matchExpressions all hold; an empty
-// selector selects everything, as in a NetworkPolicy or a webhook's namespaceSelector), its schema
-// for custom resources, and the apiserver's rules for label keys and values.
-import { z } from 'zod';
+// selector selects everything, as in a NetworkPolicy or a webhook's namespaceSelector) and the
+// apiserver's rules for label keys and values. Its schema for custom resources is in schema.ts:
+// what matches here loads no zod (the webhook thread matches, docs/decisions/0023).
 import {
   requirementHolds,
   requirementProblems,
@@ -48,22 +48,6 @@ export function selectorMatches(
   const l = labels ?? {};
   return selectorRequirements(selector).every((r) => requirementHolds(r, l));
 }
-
-/** A label selector in a custom resource's spec. */
-export const labelSelectorSchema = z
-  .object({
-    matchLabels: z.record(z.string(), z.string()).optional(),
-    matchExpressions: z
-      .array(
-        z.object({
-          key: z.string().min(1),
-          operator: z.enum(SELECTOR_OPERATORS),
-          values: z.array(z.string()).optional(),
-        }),
-      )
-      .optional(),
-  })
-  .describe('A Kubernetes label selector; empty selects everything.');
 
 const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 const NAME_CHARS =

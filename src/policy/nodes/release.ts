@@ -2,7 +2,8 @@
 // taints its record names come off by compare-and-swap, with the record; the labels and annotations it
 // owns by server-side apply come off by applying nothing under its field manager, so that a key another
 // manager also set stays theirs.
-import { applyTarget, isObjectGone, ownedKeys } from '../../runtime/client/apply.ts';
+import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';
+import { ownedKeys } from '../../runtime/api/fields.ts';
 import type { KubeClient } from '../../runtime/client/client.ts';
 import { Resources } from '../../runtime/api/meta.ts';
 import { taintPatch } from './cas.ts';

@@ -3,7 +3,7 @@
 // from the record it keeps on the node), what it should write so the node carries its share, and
 // which keys that write changes (for the loop breaker); a taint's identity, its form on a node and
 // as kubectl writes it. Pure: no I/O.
-import { othersKeys, ownedKeys } from '../../runtime/client/apply.ts';
+import { othersKeys, ownedKeys } from '../../runtime/api/fields.ts';
 import { nodeKey, type NodeKey } from './loopbreaker.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
 import type { TaintLike } from './taints.ts';

@@ -5,11 +5,11 @@ import {
   claimedOwners,
   decideNode,
   ownerOf,
-  parsePlacements,
   placementClaims,
   usablePlacements,
   type Placement,
 } from '../../../src/agents/decide.ts';
+import { parsePlacements } from '../../../src/agents/parse.ts';
 import { AGENT_KEYS, FIELD_MANAGER, type AgentPlacementSpec } from '../../../src/agents/types.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
 import { KeyOwnership } from '../../../src/policy/nodes/ownership.ts';

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parsePlacements } from '../../../src/agents/decide.ts';
+import { parsePlacements } from '../../../src/agents/parse.ts';
 import { explainPlacement, previewPlacements, type ClusterView } from '../../../src/agents/explain.ts';
-import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/webhook.ts';
+import { SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../../src/agents/admit.ts';
 import type { SlimPod } from '../../../src/policy/slim.ts';
 
 const BERTH = 'berth-system';

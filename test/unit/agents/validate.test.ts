@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parsePlacements, type ParseCache } from '../../../src/agents/decide.ts';
+import { parsePlacements, type ParseCache } from '../../../src/agents/parse.ts';
 import { agentPlacementSpec, type AgentPlacementSpec } from '../../../src/agents/types.ts';
 import {
   claimKeyProblem,

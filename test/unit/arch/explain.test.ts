@@ -4,7 +4,7 @@
 // them, `--pod` narrowing to one pod, and an invalid policy.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { parsePolicies } from '../../../src/arch/decide/parse.ts';
 import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { explainArchPlacement } from '../../../src/arch/explain.ts';
 import {

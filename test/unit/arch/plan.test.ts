@@ -12,7 +12,7 @@ import {
   type ArchWorld,
   type Read,
 } from '../../../src/arch/plan.ts';
-import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { parsePolicies } from '../../../src/arch/decide/parse.ts';
 import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import {
   RESULT_ANNOTATION,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { podTerms } from '../../../src/arch/webhook.ts';
-import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { parsePolicies } from '../../../src/arch/decide/parse.ts';
 
 const policy = (name: string, spec: Record<string, unknown>) => ({
   apiVersion: 'berth.dev/v1alpha1',

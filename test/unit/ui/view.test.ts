@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { PageView } from '../../../src/capability.ts';
 import { parseGates } from '../../../src/gates/decide/parse.ts';
-import { NodeStartupGate } from '../../../src/gates/types.ts';
+import { NodeStartupGate } from '../../../src/gates/crd.ts';
 import { gateRows } from '../../../src/gates/view.ts';
 import { compileRule } from '../../../src/labels/decide/nodes.ts';
 import { NodeLabelRule, type Rule } from '../../../src/labels/types.ts';

@@ -2,7 +2,8 @@ import { applyJsonPatch } from '../../../helpers/jsonpatch.ts';
 import { type Placement } from '../../../../src/arch/decide/images.ts';
 import { type ArchPod } from '../../../../src/arch/decide/pods.ts';
 import { placePatch } from '../../../../src/arch/decide/patches.ts';
-import { archPlacementSpec, type ArchPlacementSpec } from '../../../../src/arch/types.ts';
+import type { ArchPlacementSpec } from '../../../../src/arch/types.ts';
+import { archPlacementSpec } from '../../../../src/arch/crd.ts';
 import { type Inspection, type Platform } from '../../../../src/registry/types.ts';
 
 export const BERTH = 'berth-system';

@@ -10,7 +10,7 @@ import {
   type ArchPod,
   type NodeSelectorTerm,
 } from '../../../../src/arch/decide/pods.ts';
-import { parsePolicies } from '../../../../src/arch/decide/policies.ts';
+import { parsePolicies } from '../../../../src/arch/decide/parse.ts';
 import {
   gatePod,
   nodesTainted,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { choosePolicy, namespaceDecides, parsePolicies } from '../../../../src/arch/decide/policies.ts';
+import { choosePolicy, namespaceDecides } from '../../../../src/arch/decide/policies.ts';
+import { parsePolicies } from '../../../../src/arch/decide/parse.ts';
 import { BERTH, pod } from './fixtures.ts';
 
 describe('policies', () => {
@@ -9,23 +10,6 @@ describe('policies', () => {
     kind: 'ArchPlacement',
     metadata: { name, uid: name, generation: 1, ...extra },
     spec: s,
-  });
-
-  test('highest priority first, ties by name; invalid specs reported by name', () => {
-    const { policies, errors } = parsePolicies([
-      obj('b', { priority: 5 }),
-      obj('a', { priority: 5 }),
-      obj('z', { priority: 10 }),
-      obj('low', {}),
-      obj('bad', { mode: 'Sideways' }),
-    ]);
-    assert.deepEqual(
-      policies.map((p) => p.name),
-      ['z', 'a', 'b', 'low'],
-    );
-    assert.deepEqual([...errors.keys()], ['bad']);
-    assert.equal(policies[3]!.spec.mode, 'NodeAffinity');
-    assert.deepEqual(policies[3]!.spec.onFailure, { action: 'Release', retries: 3 });
   });
 
   test('the chosen policy: the first live one that selects the pod; protected namespaces only when named', () => {

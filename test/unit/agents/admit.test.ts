@@ -17,7 +17,7 @@ import {
   type AgentAdmissionState,
   type Container,
   type WaitingPlacement,
-} from '../../../src/agents/webhook.ts';
+} from '../../../src/agents/admit.ts';
 import { agentPlacementSpec } from '../../../src/agents/types.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';

@@ -1,19 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { applyJsonPatch } from '../../helpers/jsonpatch.ts';
-import { parsePolicies } from '../../../src/arch/decide/policies.ts';
+import { parsePolicies } from '../../../src/arch/decide/parse.ts';
 import { placePatch, placedAtAdmission } from '../../../src/arch/decide/patches.ts';
 import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { explainArch } from '../../../src/arch/explain.ts';
 import { ADMISSION_BUDGET_MS, INSPECT_MISS_MS } from '../../../src/arch/decide/admission.ts';
-import { MAX_WAITING, podGateHandler, type InspectHint } from '../../../src/arch/webhook.ts';
-import {
-  ARCH_LABEL,
-  OS_LABEL,
-  SCHEDULING_GATE,
-  STATE_LABEL,
-  archPlacementSpec,
-} from '../../../src/arch/types.ts';
+import { MAX_WAITING, podGateHandler, type InspectHint } from '../../../src/arch/admit.ts';
+import { ARCH_LABEL, OS_LABEL, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
+import { archPlacementSpec } from '../../../src/arch/crd.ts';
 import { ANONYMOUS, cachedFrom, type KnownImages } from '../../../src/registry/known.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { JsonPatchOp } from '../../../src/runtime/api/jsonpatch.ts';
