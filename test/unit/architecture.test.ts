@@ -158,7 +158,7 @@ const packageOf = (spec: string): string =>
  */
 function loadedFrom(roots: string[]): Map<string, string[]> {
   const reached = new Map<string, string[]>();
-  const todo = roots.map((r) => [r, [path.relative(root, r)]] as const);
+  const todo: [string, string[]][] = roots.map((r) => [r, [path.relative(root, r)]]);
   for (let next = todo.shift(); next; next = todo.shift()) {
     const [file, chain] = next;
     if (reached.has(file)) continue;
