@@ -55,6 +55,18 @@ function pod(labels: Record<string, string> = { app: 'ateom' }, extra: Partial<K
 }
 
 // Through the real schema, so defaults (image, timeoutSeconds) apply as in the cluster.
+/** A Pod CREATE review in namespace ate, by the ReplicaSet controller unless `extra` says otherwise. */
+const request = (object: KubeObject, extra: Partial<AdmissionRequest> = {}): AdmissionRequest => ({
+  uid: 'u1',
+  kind: { group: '', version: 'v1', kind: 'Pod' },
+  resource: { group: '', version: 'v1', resource: 'pods' },
+  namespace: 'ate',
+  operation: 'CREATE',
+  userInfo: { username: 'system:serviceaccount:kube-system:replicaset-controller' },
+  object,
+  ...extra,
+});
+
 function placement(name: string, spec: Record<string, unknown>): Placement {
   return {
     name,
@@ -264,15 +276,7 @@ describe('only pods a claim will follow', () => {
       berthNamespace: BERTH,
       logger: quiet,
     });
-    const review = (object: KubeObject): AdmissionRequest => ({
-      uid: 'u1',
-      kind: { group: '', version: 'v1', kind: 'Pod' },
-      resource: { group: '', version: 'v1', resource: 'pods' },
-      namespace: 'ate',
-      operation: 'CREATE',
-      userInfo: { username: 'someone' },
-      object,
-    });
+    const review = (object: KubeObject) => request(object, { userInfo: { username: 'someone' } });
     assert.deepEqual(await handler(review(pod())), { allowed: true });
     const claimed = await handler(review(pod({ app: 'ateom', 'ate.dev/pool-uid': 'A' })));
     assert.ok(claimed.allowed && claimed.patch && claimed.patch.length > 0);
@@ -314,16 +318,6 @@ describe('podMutatingHandler', () => {
     namespaceLabels: (ns) => namespaces[ns],
     berthNamespace: BERTH,
     logger: quiet,
-  });
-  const request = (object: KubeObject, extra: Partial<AdmissionRequest> = {}): AdmissionRequest => ({
-    uid: 'u1',
-    kind: { group: '', version: 'v1', kind: 'Pod' },
-    resource: { group: '', version: 'v1', resource: 'pods' },
-    namespace: 'ate',
-    operation: 'CREATE',
-    userInfo: { username: 'system:serviceaccount:kube-system:replicaset-controller' },
-    object,
-    ...extra,
   });
   const admit = async (req: AdmissionRequest): Promise<AdmissionResult> => await handler(req);
 
