@@ -3,7 +3,7 @@
 // metrics registry, so the reference is the code's; docs/reference/helm-values.md from the chart's
 // values.yaml and its comments.
 // test/unit/docs.test.ts fails when the files differ from what this writes.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { isMap, isScalar, parseDocument, type YAMLMap } from 'yaml';
 import type { Command } from 'commander';
 import { berthProgram, pathOf } from '../src/cli/program.ts';
@@ -124,8 +124,11 @@ const DEFAULT_METRIC = /^(process|nodejs)_/;
 async function metricsReference(): Promise<string> {
   // Every metric is declared when its module loads: the whole program, and what `berth run` starts.
   await berthProgram();
-  await import('../src/capabilities.ts');
   await import('../src/cli/run.ts');
+  // and what each capability's setup loads, which `berth run` loads for the capabilities it runs.
+  for (const dir of readdirSync(new URL('../src/', import.meta.url)))
+    if (existsSync(new URL(`../src/${dir}/setup.ts`, import.meta.url)))
+      await import(`../src/${dir}/setup.ts`);
   const metrics = registry
     .getMetricsAsArray()
     .map((m) => m as unknown as { name: string; type: string; help: string; labelNames?: string[] })

@@ -141,6 +141,12 @@ export interface PageHooks {
   view(ctx: PageContext): PageView;
 }
 
+/**
+ * A capability as every `berth` command reads it, for every capability: its name, flags, CRDs,
+ * permissions and keys. What runs (setup, explain, plan, the page, commands, uninstall) is a member
+ * that imports its module (setup.ts, explain.ts, plan.ts, view.ts, cli.ts) when called: a Berth
+ * that does not run a capability holds only this descriptor of it.
+ */
 export interface Capability {
   name: string;
   description: string;
@@ -193,8 +199,8 @@ export interface Capability {
    * the capabilities that outrank it: a policy whose keys they own claims nothing.
    */
   keyClaims?(client: KubeClient, keys: KeyOwnership): Promise<KeyClaim[]>;
-  /** Its own `berth` subcommands (dry runs, helpers). */
-  commands?: (ctx: CommandContext) => Command[];
+  /** Its own `berth` subcommands (dry runs, helpers), loaded when `berth` runs one of them. */
+  commands?: (ctx: CommandContext) => Promise<Command[]>;
   /** Builds its controllers on the manager; returns what they serve. */
   setup(ctx: CapabilityContext): Served | Promise<Served>;
   /** Lines for `berth explain pod`: what this capability does (or will do) to the pod, and why. */
@@ -210,8 +216,11 @@ export interface Capability {
   planFromFlags?(options: Record<string, unknown>): string[];
   /** Its own kinds `berth explain` explains. */
   explainKinds?: ExplainKind[];
-  /** What the page shows of it besides its policies' rows (counts, conditions), which every kind gets. */
-  page?: PageHooks;
+  /**
+   * What the page shows of it besides its policies' rows (counts, conditions), which every kind
+   * gets: loaded when the page starts, for the capabilities it shows.
+   */
+  page?: () => Promise<PageHooks>;
   /**
    * `berth uninstall`, run once Berth is gone and no object of Berth's kinds is left: takes off what the
    * capability still has on other objects (keys its controllers had not pruned yet when Berth stopped,
@@ -294,9 +303,15 @@ export const runningCapabilities = (all: Capability[], options: Record<string, u
 export const cellRules = (caps: Capability[]): DeclaredRule[] => caps.flatMap((c) => c.cellRbac ?? []);
 
 /** Every capability's own `berth` subcommands, each given what it may ask of the others. */
-export function capabilityCommands(all: Capability[]): Command[] {
+export async function capabilityCommands(all: Capability[]): Promise<Command[]> {
   const ctx: CommandContext = {
     cellRules: () => cellRules(all),
   };
-  return all.flatMap((c) => c.commands?.(ctx) ?? []);
+  return (await Promise.all(all.map((c) => c.commands?.(ctx) ?? []))).flat();
+}
+
+/** The page hooks of the capabilities the page shows (Capability.page), loaded, by capability name. */
+export async function capabilityPages(shown: Capability[]): Promise<Map<string, PageHooks>> {
+  const loaded = await Promise.all(shown.map(async (c) => [c.name, await c.page?.()] as const));
+  return new Map(loaded.flatMap(([name, page]) => (page ? [[name, page] as const] : [])));
 }

@@ -5,10 +5,11 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import { ownedKeys } from '../runtime/api/fields.ts';
 import { slimPod, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
-import type { KeyPattern } from '../policy/nodes/ownership.ts';
+import type { KeyClaim, KeyOwnership, KeyPattern } from '../policy/nodes/ownership.ts';
 import {
   checkOwnership,
   decideNode,
+  placementClaims,
   podSelected,
   type OwnerLookup,
   type ParsedPlacement,
@@ -18,7 +19,8 @@ import { parsePlacements } from './parse.ts';
 import { waitExemption, placementsForPod } from './admit.ts';
 import { AgentPlacement, FIELD_MANAGER } from './types.ts';
 import { needsAcknowledgement } from './validate.ts';
-import type { Said, Subject } from '../policy/explain.ts';
+import { nodesOf, type Said, type Subject } from '../policy/explain.ts';
+import type { ExplainContext } from '../capability.ts';
 
 const jobs: ResourceRef = { group: 'batch', version: 'v1', resource: 'jobs', kind: 'Job', namespaced: true };
 
@@ -244,4 +246,47 @@ export function explainPlacement(
       : []),
   ];
   return { subjects, lines };
+}
+
+/** Capability.keyClaims, as the controller claims: the keys of the usable placements, a gate's keys outranking theirs. */
+export const listedKeyClaims = async (client: KubeClient, keys: KeyOwnership): Promise<KeyClaim[]> =>
+  placementClaims(
+    checkOwnership((await clusterPlacements(client)).parsed, (k) => keys.violations('agents', k)),
+  );
+
+/** `berth explain node`: the node's agent labels and claims, and why (Capability.explainNode). */
+export async function explainNodeObject({
+  client,
+  object,
+  berthNamespace,
+  keys,
+}: ExplainContext): Promise<string[]> {
+  const owners = await keys?.();
+  return explainNodeAgents(client, object, berthNamespace, owners && ((k) => owners.violations('agents', k)));
+}
+
+/** `berth explain agentplacement NAME`: which nodes it labels and claims, for which owners (ExplainKind.explain). */
+export async function explainPlacementObject({
+  client,
+  object,
+  berthNamespace,
+  keys,
+  focus,
+}: ExplainContext): Promise<Said> {
+  const owners = await keys?.();
+  const listed = await clusterPlacements(client);
+  const parsed = owners
+    ? checkOwnership(listed.parsed, (k) => owners.violations('agents', k))
+    : listed.parsed;
+  const [view, nodes] = await Promise.all([loadView(client, focus?.node), nodesOf(client, focus)]);
+  const name = object.metadata!.name!;
+  const said = explainPlacement(
+    name,
+    parsed,
+    view,
+    nodes.map((n) => n.metadata!.name!),
+    berthNamespace,
+  );
+  const error = listed.errors.get(name);
+  return error ? { ...said, lines: [`  invalid, applies nothing: ${error}`] } : said;
 }

@@ -4,7 +4,7 @@ import type { KubeObject } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import { namespaceLabelsByName } from '../policy/namespace.ts';
 import { deletionChanged, generationChanged, labelsChanged, onChanges, or } from '../policy/predicates.ts';
-import type { Agents } from './index.ts';
+import type { Agents } from './setup.ts';
 import type { AgentPlacementSpec } from './types.ts';
 import { agentAdmission } from './admit.ts';
 

@@ -30,6 +30,7 @@ import {
 } from './decide/patches.ts';
 import { podImages, unlistedRegistry, pullSecretRefs, type PodImage } from './decide/images.ts';
 import { imageWait, type ImageWait } from './decide/admission.ts';
+import { INSPECT_WAIT_MS } from './types.ts';
 
 export const webhookDecisions = counter(
   'berth_arch_admissions_total',
@@ -43,12 +44,6 @@ export const inspectWaits = counter(
   ['result'],
 );
 
-/**
- * How long a new image's first pods wait for the controller to read it (`--arch-admission-wait`):
- * a read takes tens of milliseconds from a nearby registry. The wait is the image's, from when it
- * was first asked, not each pod's: the pods that come meanwhile wait for the same deadline.
- */
-export const INSPECT_WAIT_MS = 500;
 /** Reviews held at once: past it a pod is gated without a wait, so waits never fill the server's limit. */
 export const MAX_WAITING = 100;
 // Images remembered as asked at most; past it the memory starts again.

@@ -14,6 +14,7 @@ import {
 import { gated, podRecords } from './decide/patches.ts';
 import { nodeArchitectures, report, standingOf, type Standing } from './decide/status.ts';
 import type { Said, Subject } from '../policy/explain.ts';
+import type { ExplainContext } from '../capability.ts';
 import { ARCH_LABEL, ARCH_TAINT, STATE_LABEL } from './types.ts';
 import { ArchPlacement } from './crd.ts';
 
@@ -158,4 +159,32 @@ export function explainArchPlacement(
       ...[...r.failures].map(([reason, n]) => `  ${n} pod(s) failed: ${reason}`),
     ],
   };
+}
+
+/** `berth explain archplacement NAME`: which pods it gated and placed on which architectures (ExplainKind.explain). */
+export async function explainArchPlacementObject({
+  client,
+  object,
+  berthNamespace,
+  focus,
+}: ExplainContext): Promise<Said> {
+  const [objects, namespaces, nodes] = await Promise.all([
+    client.list(ArchPlacement.ref).then((l) => l.items),
+    client.list(Resources.namespaces).then((l) => l.items),
+    client.list(Resources.nodes).then((l) => l.items),
+  ]);
+  const [ns, pod] = focus?.pod ? focus.pod.split('/') : [];
+  const pods = pod ? [await client.get(Resources.pods, pod, ns)] : (await client.list(Resources.pods)).items;
+  const { policies, errors } = parsePolicies(objects);
+  const name = object.metadata!.name!;
+  const said = explainArchPlacement(
+    name,
+    policies,
+    pods as ArchPod[],
+    new Map(namespaces.map((n) => [n.metadata!.name!, n.metadata?.labels ?? {}])),
+    nodes,
+    berthNamespace,
+  );
+  const error = errors.get(name);
+  return error ? { lines: [`  invalid, applies nothing: ${error}`] } : said;
 }

@@ -8,6 +8,13 @@ import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import type { DeclaredRule } from '../runtime/api/rbac.ts';
 import type { archPlacementSpec } from './crd.ts';
 
+/**
+ * How long a new image's first pods wait for the controller to read it (`--arch-admission-wait`):
+ * a read takes tens of milliseconds from a nearby registry. The wait is the image's, from when it
+ * was first asked, not each pod's: the pods that come meanwhile wait for the same deadline.
+ */
+export const INSPECT_WAIT_MS = 500;
+
 export const FIELD_MANAGER = 'berth-arch';
 /** The scheduling gate the webhook adds and the controller removes; no other gate is ever touched. */
 export const SCHEDULING_GATE = 'arch.berth.dev/inspect';

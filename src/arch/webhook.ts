@@ -12,10 +12,11 @@ import {
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
-import type { Arch } from './index.ts';
+import type { Arch } from './setup.ts';
 import type { PodReconciler } from './controllers/pod.ts';
 import type { Policy } from './decide/policies.ts';
-import { archAdmission, INSPECT_WAIT_MS, type ArchAdmissionState } from './admit.ts';
+import { archAdmission, type ArchAdmissionState } from './admit.ts';
+import { INSPECT_WAIT_MS } from './types.ts';
 
 /** The Pod CREATE webhook's state: the policies and caches it reads, and the images arch-pod failed to read for it. */
 function admissionState(a: Arch, pods: PodReconciler): ArchAdmissionState {

@@ -1,21 +1,16 @@
 import type { Capability } from '../capability.ts';
 import { durationOption } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { cellsCommand, forgetCells } from './cli.ts';
-import { Trigger } from '../runtime/controller/trigger.ts';
-import { defaultTiming, setupCellReconciler } from './controllers/cells.ts';
-import { CellProvider } from './provider.ts';
-import { explainCellObject, explainLocationObject } from './explain.ts';
-import { Cell, Location, type CellObject } from './types.ts';
-import { cellsPage } from './view.ts';
+import { Cell, defaultTiming, Location } from './types.ts';
 
+// What every `berth` command reads of cells; what runs is loaded when called (setup.ts, cli.ts,
+// explain.ts, view.ts), so a Berth that does not run them loads none of it.
 export const cellsCapability: Capability = {
   name: 'cells',
   description:
     'Cells on a management plane: Locations by city code, Cells reached by a kubeconfig Secret, probed for Reachable and Ready',
   roles: ['management'],
-  commands: (ctx) => [cellsCommand(ctx)],
+  commands: async (ctx) => [(await import('./cli.ts')).cellsCommand(ctx)],
   options: () => [
     durationOption(
       '--cell-probe-period <duration>',
@@ -32,8 +27,10 @@ export const cellsCapability: Capability = {
   ],
   crds: [Location, Cell],
   // Kept Cells keep the kubeconfig Secrets they name.
-  uninstall: (ctx) => (ctx.keepCrds ? Promise.resolve() : forgetCells(ctx.client, ctx)),
-  page: cellsPage,
+  uninstall: async (ctx) => {
+    if (!ctx.keepCrds) await (await import('./cli.ts')).forgetCells(ctx.client, ctx);
+  },
+  page: async () => (await import('./view.ts')).cellsPage,
   explainKinds: [
     {
       name: 'cell',
@@ -41,14 +38,15 @@ export const cellsCapability: Capability = {
       resource: Cell.ref,
       status: true,
       description: 'Whether a Cell answers (Reachable, Ready, since when, last contact) and what it serves',
-      explain: ({ client, object }) => explainCellObject(client, object),
+      explain: async ({ client, object }) => (await import('./explain.ts')).explainCellObject(client, object),
     },
     {
       name: 'location',
       aliases: ['loc'],
       resource: Location.ref,
       description: "Which Cells serve a Location's city, and how each answers",
-      explain: ({ client, object }) => explainLocationObject(client, object),
+      explain: async ({ client, object }) =>
+        (await import('./explain.ts')).explainLocationObject(client, object),
     },
   ],
   // The probe controller watches cells and patches their status; the page's map of cells by city
@@ -59,34 +57,5 @@ export const cellsCapability: Capability = {
   ],
   // The cells' kubeconfigs: read only in Berth's own namespace.
   namespaceRbac: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'list', 'watch'] }],
-  setup({ manager, options, berthNamespace }) {
-    const log = manager.log.child({ capability: 'cells' });
-    const cells = manager.informer<CellObject>(Cell.ref);
-    const secrets = manager.informer<KubeObject & { data?: Record<string, string> }>(Resources.secrets, {
-      namespace: berthNamespace,
-    });
-    // A cell the provider engaged, engaged again or gave up on is probed now.
-    const probes = new Trigger();
-    const provider = new CellProvider({
-      cells,
-      secrets,
-      berthNamespace,
-      onChange: (cell) => probes.send(cell),
-      log,
-    });
-    setupCellReconciler(manager, {
-      cells,
-      provider,
-      timing: {
-        ...defaultTiming,
-        probePeriodMs: Number(options['cellProbePeriod'] ?? defaultTiming.probePeriodMs / 1000) * 1000,
-        unreachableAfterMs:
-          Number(options['cellUnreachableAfter'] ?? defaultTiming.unreachableAfterMs / 1000) * 1000,
-      },
-      log,
-      probes,
-    });
-    manager.addProvider(provider);
-    return {};
-  },
+  setup: async (ctx) => (await import('./setup.ts')).setup(ctx),
 };

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { AGE_COLUMN, column, conditionColumn, type CustomObject, k8s } from '../runtime/api/crd.ts';
 import { defineBerthResource, observedStatus, type ObservedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
+import type { Timing } from './decide.ts';
 
 /** The field manager of the cell controller's status writes and of `berth cells join`. */
 export const CELLS_MANAGER = 'berth-cells';
@@ -106,3 +107,22 @@ export const Cell = defineBerthResource({
 
 export type CellObject = CustomObject<CellSpec, CellStatus>;
 export type LocationObject = CustomObject<LocationSpec, unknown>;
+
+export interface CellTiming extends Timing {
+  /** How often each cell is probed. */
+  probePeriodMs: number;
+  /** How long one probe may take before it counts as no answer. */
+  probeTimeoutMs: number;
+}
+
+/**
+ * The defaults: a probe every 2 s that may take 3 s, and Unreachable after 6 s without an answer,
+ * so a cell that stops answering is Reachable=False within unreachableAfter + period + timeout = 11 s
+ * (counted from its last answer, the time it is unreachable since).
+ */
+export const defaultTiming: CellTiming = {
+  probePeriodMs: 2000,
+  probeTimeoutMs: 3000,
+  unreachableAfterMs: 6000,
+  contactRefreshMs: 60_000,
+};

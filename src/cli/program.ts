@@ -8,9 +8,11 @@ import { version } from './version.ts';
 type Loader = () => Promise<Command[]>;
 
 const capability = (name: string) => async () =>
-  (await import('../capability.ts'))
-    .capabilityCommands((await import('../capabilities.ts')).capabilities)
-    .filter((c) => c.name() === name);
+  (
+    await (
+      await import('../capability.ts')
+    ).capabilityCommands((await import('../capabilities.ts')).capabilities)
+  ).filter((c) => c.name() === name);
 
 // Each command's module is loaded only when it runs: `berth run` lives for weeks, and the sandbox's,
 // explain's and uninstall's code would stay resident all that time; `berth --help` and `berth

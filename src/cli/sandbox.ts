@@ -46,7 +46,7 @@ export const berthFederationHooks: FederationHooks = {
   rbac: () => rbacManifests(capabilities, { workloadNamespaces: ['*'] }),
   cellRbac: () => cellRbacManifests(),
   async join(cell, managementKubeconfig) {
-    const cells = capabilityCommands(capabilities).find((c) => c.name() === 'cells');
+    const cells = (await capabilityCommands(capabilities)).find((c) => c.name() === 'cells');
     if (!cells) throw new Error('berth has no cells command to join a cell with');
     await cells.parseAsync(
       [

@@ -1,13 +1,10 @@
 import type { Capability } from '../capability.ts';
 import { workers } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { setupFederationReconciler } from './controllers/federation.ts';
-import { explainWorkload } from './explain.ts';
-import { setupMirrorReconciler } from './controllers/mirror.ts';
-import { planCells, planLocations, planWorkloads } from './plan.ts';
 import { Workload } from './types.ts';
-import { federationPage } from './view.ts';
 
+// What every `berth` command reads of federation; what runs is loaded when called (setup.ts,
+// explain.ts, plan.ts, view.ts), so a Berth that does not run it loads none of it.
 export const federationCapability: Capability = {
   name: 'federation',
   description:
@@ -71,22 +68,24 @@ export const federationCapability: Capability = {
       why: 'a refused create of a namespace is followed by a read: the namespace may be there all the same',
     },
   ],
-  setup({ manager, options }) {
-    setupFederationReconciler(manager, { workers: Number(options['federationWorkers'] ?? 16) });
-    setupMirrorReconciler(manager, { workers: Number(options['mirrorWorkers'] ?? 16) });
-    return {};
-  },
+  setup: async (ctx) => (await import('./setup.ts')).setup(ctx),
   // Cells and Locations are the cells capability's kinds, but what changing them does is where
   // federation runs the Workloads: planned here, from the same decision.
-  plan: { Workload: planWorkloads, Cell: planCells, Location: planLocations },
-  page: federationPage,
+  plan: {
+    Workload: async (ctx) => (await import('./plan.ts')).planWorkloads(ctx),
+    Cell: async (ctx) => (await import('./plan.ts')).planCells(ctx),
+    Location: async (ctx) => (await import('./plan.ts')).planLocations(ctx),
+  },
+  page: async () => (await import('./view.ts')).federationPage,
   explainKinds: [
     {
       name: 'workload',
       aliases: ['wl'],
       resource: Workload.ref,
       description: 'Where each placement and city of a Workload runs, in which cell, and what it waits for',
-      explain: async ({ client, object }) => ({ lines: await explainWorkload(client, object) }),
+      explain: async ({ client, object }) => ({
+        lines: await (await import('./explain.ts')).explainWorkload(client, object),
+      }),
     },
   ],
 };

@@ -2,10 +2,12 @@
 // what each is still waiting for and which pods started early; or why a gate does not hold it.
 import type { KubeClient } from '../runtime/client/client.ts';
 import { slimNode, slimPod, type SlimPod } from '../policy/slim.ts';
-import type { Said, Subject } from '../policy/explain.ts';
+import { nodesOf, podsByNode, type Said, type Subject } from '../policy/explain.ts';
+import type { ExplainContext } from '../capability.ts';
+import type { KeyClaim } from '../policy/nodes/ownership.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { nodePhase } from './decide/order.ts';
-import { parseGates } from './decide/parse.ts';
+import { gateKeyClaims, parseGates } from './decide/parse.ts';
 import { nodePatch } from './decide/patch.ts';
 import { decideGates } from './decide/state.ts';
 import { gatesNamedOn, strayGate, unrecordedStray } from './decide/stray.ts';
@@ -116,3 +118,17 @@ export function explainGate(
     ],
   };
 }
+
+/** `berth explain nodestartupgate NAME`: which nodes the gate holds (ExplainKind.explain). */
+export async function explainGateObject({ client, object, focus }: ExplainContext): Promise<Said> {
+  const [objects, nodes, pods] = await Promise.all([
+    client.list(NodeStartupGate.ref).then((l) => l.items),
+    nodesOf(client, focus),
+    podsByNode(client, focus),
+  ]);
+  return explainGate(object.metadata!.name!, objects, nodes, pods, Date.now());
+}
+
+/** Capability.keyClaims, as the controller claims: every gate's prefix, taint and completion annotation. */
+export const listedKeyClaims = async (client: KubeClient): Promise<KeyClaim[]> =>
+  gateKeyClaims(parseGates((await client.list(NodeStartupGate.ref)).items).gates);

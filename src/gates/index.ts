@@ -2,31 +2,17 @@ import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { workersOption } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import type { PolicyKit } from '../policy/kit.ts';
-import type { PolicyContext } from '../policy/reconciler.ts';
-import { interning, nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import type { Informer } from '../runtime/cache/informer.ts';
-import type { WebhookSpec } from '../runtime/webhook/registration.ts';
-import { gatesCommand, releaseGates } from './cli.ts';
-import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
-import { setupStatusWriter } from './controllers/status.ts';
-import { gateKeyClaims, parseGates, type Gate, type GateProblem } from './decide/parse.ts';
-import { explainGate, explainNodeGates } from './explain.ts';
-import { planGateObjects } from './plan.ts';
-import { nodesOf, podsByNode } from '../policy/explain.ts';
-import { FIELD_MANAGER, GATE_KEYS, type NodeStartupGateStatus } from './types.ts';
+import { GATE_KEYS } from './types.ts';
 import { NodeStartupGate } from './crd.ts';
-import { NODE_WEBHOOK, nodeTerms, nodeWebhook, POD_WEBHOOK, podTerms, podWebhook } from './webhook.ts';
-import { AdmissionScope, type ScopeTerm } from '../policy/admission.ts';
-import { gatesPage } from './view.ts';
 
+// What every `berth` command reads of the gates; what runs is loaded when called (setup.ts, cli.ts,
+// explain.ts, plan.ts, view.ts), so a Berth that does not run them loads none of it.
 export const gatesCapability: Capability = {
   name: 'gates',
   description:
     'Startup gates: taint nodes as they join, release them once their initialisation pods are Ready',
   roles: ['cluster'],
-  commands: () => [gatesCommand()],
+  commands: async () => [(await import('./cli.ts')).gatesCommand()],
   options: () => [
     workersOption('gate-workers', 'gates'),
     new Option(
@@ -44,8 +30,7 @@ export const gatesCapability: Capability = {
   // A gate's readyAnnotation may name any key; a pod says it is done with `true`.
   annotations: [{ value: 'true' }],
   // As the controller claims: every gate's prefix, taint and completion annotation.
-  keyClaims: async (client) =>
-    gateKeyClaims(parseGates((await client.list(NodeStartupGate.ref)).items).gates),
+  keyClaims: async (client) => (await import('./explain.ts')).listedKeyClaims(client),
   rbac: [
     // Informers list and watch; nodes are written by compare-and-swap patches, gates' finalizers
     // and statuses by server-side apply (patch).
@@ -58,9 +43,9 @@ export const gatesCapability: Capability = {
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates'], verbs: ['get', 'list', 'watch', 'patch'] },
     { apiGroups: [POLICY_GROUP], resources: ['nodestartupgates/status'], verbs: ['patch'] },
   ],
-  explainNode: ({ client, object }) => explainNodeGates(client, object),
-  plan: { NodeStartupGate: planGateObjects },
-  page: gatesPage,
+  explainNode: async ({ client, object }) => (await import('./explain.ts')).explainNodeGates(client, object),
+  plan: { NodeStartupGate: async (ctx) => (await import('./plan.ts')).planGateObjects(ctx) },
+  page: async () => (await import('./view.ts')).gatesPage,
   explainKinds: [
     {
       name: 'nodestartupgate',
@@ -70,107 +55,10 @@ export const gatesCapability: Capability = {
       status: true,
       description:
         'Which nodes a NodeStartupGate holds, since when and what each waits for (--node: one node)',
-      async explain({ client, object, focus }) {
-        const [objects, nodes, pods] = await Promise.all([
-          client.list(NodeStartupGate.ref).then((l) => l.items),
-          nodesOf(client, focus),
-          podsByNode(client, focus),
-        ]);
-        return explainGate(object.metadata!.name!, objects, nodes, pods, Date.now());
-      },
+      explain: async (ctx) => (await import('./explain.ts')).explainGateObject(ctx),
     },
   ],
-  uninstall: ({ client, say, dryRun }) => releaseGates(client, { say, dryRun }),
-  setup({ kit, options }) {
-    const gates = setupGates(kit, {
-      workers: Number(options['gateWorkers'] ?? 16),
-      failurePolicy: options['gatesFailurePolicy'] === 'Fail' ? 'Fail' : 'Ignore',
-    });
-    return { webhooks: [gates.nodeWebhook, gates.podWebhook] };
-  },
+  uninstall: async ({ client, say, dryRun }) =>
+    (await import('./cli.ts')).releaseGates(client, { say, dryRun }),
+  setup: async (ctx) => (await import('./setup.ts')).setup(ctx),
 };
-
-export type GateObject = KubeObject & { spec?: unknown; status?: NodeStartupGateStatus };
-
-/** What the gates' controllers and webhooks share: built once, in setupGates. */
-export interface Gates extends PolicyContext {
-  readonly pods: Informer<SlimPod>;
-  readonly gateObjects: Informer<GateObject>;
-  /** Only to tell a user whose gate waits for a DaemonSet that cannot run on gated nodes. */
-  readonly daemonSets: Informer<KubeObject>;
-  /** The gates from the cache, parsed once per change of any of them. */
-  readonly gates: () => { gates: Gate[]; problems: Map<string, GateProblem> };
-  readonly clock: () => number;
-  /** What each webhook is sent: the nodes an enforced gate selects; pods only while a gate can hold a node. */
-  readonly admission: { nodes: AdmissionScope<GateObject>; pods: AdmissionScope<GateObject> };
-}
-
-export interface GatesOptions {
-  workers?: number;
-  failurePolicy?: 'Fail' | 'Ignore';
-  clock?: () => number;
-}
-
-/** The gates' controllers (gates-node, gates-status) on the kit's manager, and their webhooks to serve. */
-export function setupGates(
-  kit: PolicyKit,
-  opts: GatesOptions = {},
-): Gates & { nodeWebhook: WebhookSpec; podWebhook: WebhookSpec } {
-  const manager = kit.manager;
-  const pods = podInformer(manager);
-  const nodes = nodeInformer(manager);
-  const writer = kit.casWriter(FIELD_MANAGER, nodes);
-  const gateObjects = manager.informer<GateObject>(NodeStartupGate.ref);
-  const gates = gateObjects.derive(parseGates);
-  const log = manager.log.child({ capability: 'gates' });
-  const scope = (webhook: string, terms: (gates: Gate[]) => ScopeTerm[]) =>
-    new AdmissionScope({ webhook, objects: gateObjects, terms: () => terms(gates().gates), log });
-  const g: Gates = {
-    manager,
-    pods,
-    nodes,
-    gateObjects,
-    daemonSets: manager.informer(Resources.daemonSets, {
-      transform: interning('gates-daemonset', slimDaemonSet),
-    }),
-    gates,
-    events: manager.recorder('gates'),
-    log,
-    clock: opts.clock ?? Date.now,
-    admission: { nodes: scope(NODE_WEBHOOK, nodeTerms), pods: scope(POD_WEBHOOK, podTerms) },
-  };
-  // What the gates own on nodes, kept current as gates come and go: other capabilities' policies
-  // that would write those keys are Invalid.
-  kit.keys.declare('gates', GATE_KEYS, (signal) => gateObjects.waitForSync(signal));
-  const claim = () => kit.keys.claim('gates', gateKeyClaims(g.gates().gates));
-  gateObjects.addEventHandler({ onAdd: claim, onUpdate: claim, onDelete: claim });
-
-  // gates-node records each node's standings in the status writer, which waits for its first pass.
-  const status = setupStatusWriter(g);
-  setupNodeReconciler(g, new NodeReconciler(g, writer, status), {
-    workers: opts.workers ?? 16,
-    firstPass: status.firstPass,
-  });
-  const failurePolicy = opts.failurePolicy ?? 'Ignore';
-  return { ...g, nodeWebhook: nodeWebhook(g, failurePolicy), podWebhook: podWebhook(g, failurePolicy) };
-}
-
-/** What the gates read of a DaemonSet: its identity and its pod template's labels and tolerations. */
-function slimDaemonSet(obj: KubeObject): KubeObject {
-  const template = (
-    obj['spec'] as
-      | { template?: { metadata?: { labels?: Record<string, string> }; spec?: { tolerations?: unknown[] } } }
-      | undefined
-  )?.template;
-  return {
-    apiVersion: 'apps/v1',
-    kind: 'DaemonSet',
-    metadata: slimMetadata(obj.metadata),
-    spec: {
-      template: {
-        metadata: { labels: template?.metadata?.labels },
-        spec: { tolerations: template?.spec?.tolerations },
-      },
-    },
-  };
-}

@@ -11,7 +11,7 @@ import { deletionChanged, generationChanged, onChanges, or } from '../policy/pre
 import { slimPod, type SlimPod } from '../policy/slim.ts';
 import type { Gate } from './decide/parse.ts';
 import { nodeAdmission } from './admit.ts';
-import type { Gates } from './index.ts';
+import type { Gates } from './setup.ts';
 import type { ScopeTerm } from '../policy/admission.ts';
 import { EXEMPT_LABEL } from './types.ts';
 import { admitPod, canHold } from './pods.ts';

@@ -2,7 +2,7 @@
 // rule would change before it is applied (dry run). Pure functions over nodes and rules.
 import type { KeyPattern } from '../policy/nodes/ownership.ts';
 import { tolerates, type Toleration } from '../policy/nodes/taints.ts';
-import type { KubeObject } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { nodeState, taintId } from '../policy/nodes/write.ts';
 import {
   decide,
@@ -13,7 +13,13 @@ import {
   type Output,
   type OutputKind,
 } from './decide/nodes.ts';
-import type { Said, Subject } from '../policy/explain.ts';
+import { nodesOf, type Said, type Subject } from '../policy/explain.ts';
+import type { ExplainContext } from '../capability.ts';
+import { slimNode, slimPod } from '../policy/slim.ts';
+import { EVICTION_REASONS } from './controllers/evict.ts';
+import { explainPodEviction } from './decide/evict.ts';
+import { evictOnRemovalFiles, labelDirOf } from './index.ts';
+import { clusterRules } from './load.ts';
 import { MATCH_INPUT_MAX } from '../policy/match/requirement.ts';
 import { escapeControl, quote } from '../policy/text.ts';
 import { inScope, keepHeld, type Hold } from './files.ts';
@@ -312,4 +318,65 @@ export function evictions(changes: NodeChanges[], pods: PodLike[]): Eviction[] {
     }
   }
   return out;
+}
+
+/** `berth explain node`: the labels and taints the rules derive on the node (Capability.explainNode). */
+export async function explainNodeObject({
+  client,
+  object: node,
+  options,
+  keys,
+}: ExplainContext): Promise<string[]> {
+  const { rules, errors, holds } = await clusterRules(client, labelDirOf(options));
+  const owners = await keys?.();
+  const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
+  return [
+    ...explainNodeLabels(node, rules, holds, owned),
+    ...errors.map((e) => `  skipped invalid rule: ${e}`),
+  ];
+}
+
+/** `berth explain nodelabelrule NAME`: which nodes the rule matches and what it sets (ExplainKind.explain). */
+export async function explainRuleObject({
+  client,
+  object,
+  options,
+  keys,
+  focus,
+}: ExplainContext): Promise<Said> {
+  const name = object.metadata!.name!;
+  const { rules, errors } = await clusterRules(client, labelDirOf(options));
+  const owners = await keys?.();
+  const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
+  const said = explainRule(name, await nodesOf(client, focus), rules, owned);
+  const own = errors.filter((e) => e.startsWith(`NodeLabelRule ${name}: `));
+  return { ...said, lines: [...own.map((e) => `  ${e}`), ...said.lines] };
+}
+
+/** `berth explain pod`: whether eviction on removal would evict the pod, and what it did (Capability.explainPod). */
+export async function explainPodObject({
+  client,
+  object: pod,
+  options,
+  berthNamespace,
+}: ExplainContext): Promise<string[]> {
+  const { rules } = await clusterRules(client, labelDirOf(options));
+  const slim = slimPod(pod);
+  const node = slim.spec.nodeName
+    ? await client.get(Resources.nodes, slim.spec.nodeName).then(slimNode, () => undefined)
+    : undefined;
+  const events = await client.list<
+    KubeObject & { eventTime?: string; reason?: string; note?: string; regarding?: { uid?: string } }
+  >(Resources.events, { namespace: slim.metadata!.namespace! });
+  const reasons: readonly string[] = Object.values(EVICTION_REASONS);
+  return explainPodEviction(
+    slim,
+    node,
+    rules,
+    berthNamespace,
+    evictOnRemovalFiles(options),
+    events.items
+      .filter((e) => e.regarding?.uid === slim.metadata?.uid && reasons.includes(e.reason ?? ''))
+      .map((e) => ({ time: e.eventTime ?? '', reason: e.reason ?? '', note: e.note ?? '' })),
+  );
 }

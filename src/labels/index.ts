@@ -1,36 +1,18 @@
-import type { PolicyKit } from '../policy/kit.ts';
-import type { EventHandler, Informer } from '../runtime/cache/informer.ts';
-import type { Controller } from '../runtime/controller/controller.ts';
-import type { EventRecorder } from '../runtime/events/recorder.ts';
-import type { Manager } from '../runtime/manager/manager.ts';
-import type { Logger } from '../runtime/observability/log.ts';
-import { NodeReconciler, setupNodeReconciler } from './controllers/node.ts';
-import { setupStatusWriter, type StatusWriter } from './controllers/status.ts';
-import { compileRule, refuseOwned, type NodeDecision } from './decide/nodes.ts';
-import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { durationOption, atLeast, workersOption } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { CLUSTER_MAX_PER_MINUTE, EVICTION_REASONS, setupEvictController } from './controllers/evict.ts';
-import { CONFIG_SOURCE_ANNOTATION, explainPodEviction, OPT_OUT_ANNOTATION } from './decide/evict.ts';
-import { explainNodeLabels, explainRule } from './explain.ts';
-import { clusterRules } from './load.ts';
-import { planRules, ruleFilesOf } from './plan.ts';
 import {
+  CLUSTER_MAX_PER_MINUTE,
+  CONFIG_SOURCE_ANNOTATION,
   FIELD_MANAGER,
   NodeLabelRule,
+  OPT_OUT_ANNOTATION,
   type EvictOnRemoval,
-  type NodeLabelRuleStatus,
-  type Rule,
 } from './types.ts';
-import type { KeyOwnership, KeyPattern } from '../policy/nodes/ownership.ts';
-import { releaseNodes } from '../policy/nodes/release.ts';
-import { nodesOf } from '../policy/explain.ts';
-import { nodeInformer, slimNode, slimPod, type SlimNode } from '../policy/slim.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
-import { labelsPage } from './view.ts';
 
+// What every `berth` command reads of derived labels; what runs is loaded when called (setup.ts,
+// explain.ts, plan.ts, view.ts), so a Berth that does not run them loads none of it.
 export const labelsCapability: Capability = {
   name: 'labels',
   description: 'Derived node labels from NodeLabelRules and k8s-auto-labeller rule files',
@@ -68,20 +50,13 @@ export const labelsCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['list', 'watch'] },
     { apiGroups: [''], resources: ['pods/eviction'], verbs: ['create'] },
   ],
-  async explainNode({ client, object: node, options, keys }) {
-    const { rules, errors, holds } = await clusterRules(client, labelDirOf(options));
-    const owners = await keys?.();
-    const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
-    return [
-      ...explainNodeLabels(node, rules, holds, owned),
-      ...errors.map((e) => `  skipped invalid rule: ${e}`),
-    ];
-  },
+  explainNode: async (ctx) => (await import('./explain.ts')).explainNodeObject(ctx),
   plan: {
-    NodeLabelRule: (ctx) => planRules(ctx, labelDirOf(ctx.options), evictOnRemovalFiles(ctx.options)),
+    NodeLabelRule: async (ctx) =>
+      (await import('./plan.ts')).planRules(ctx, labelDirOf(ctx.options), evictOnRemovalFiles(ctx.options)),
   },
   planFromFlags: (options) => (ruleFilesOf(options).length ? ['NodeLabelRule'] : []),
-  page: labelsPage,
+  page: async () => (await import('./view.ts')).labelsPage,
   explainKinds: [
     {
       name: 'nodelabelrule',
@@ -90,229 +65,28 @@ export const labelsCapability: Capability = {
       subjects: 'node',
       status: true,
       description: 'Which nodes a NodeLabelRule matches, why, and what it sets on each (--node: one node)',
-      async explain({ client, object, options, keys, focus }) {
-        const name = object.metadata!.name!;
-        const { rules, errors } = await clusterRules(client, labelDirOf(options));
-        const owners = await keys?.();
-        const owned = owners && ((k: KeyPattern[]) => owners.violations('labels', k));
-        const said = explainRule(name, await nodesOf(client, focus), rules, owned);
-        const own = errors.filter((e) => e.startsWith(`NodeLabelRule ${name}: `));
-        return { ...said, lines: [...own.map((e) => `  ${e}`), ...said.lines] };
-      },
+      explain: async (ctx) => (await import('./explain.ts')).explainRuleObject(ctx),
     },
   ],
-  async explainPod({ client, object: pod, options, berthNamespace }) {
-    const { rules } = await clusterRules(client, labelDirOf(options));
-    const slim = slimPod(pod);
-    const node = slim.spec.nodeName
-      ? await client.get(Resources.nodes, slim.spec.nodeName).then(slimNode, () => undefined)
-      : undefined;
-    const events = await client.list<
-      KubeObject & { eventTime?: string; reason?: string; note?: string; regarding?: { uid?: string } }
-    >(Resources.events, { namespace: slim.metadata!.namespace! });
-    const reasons: readonly string[] = Object.values(EVICTION_REASONS);
-    return explainPodEviction(
-      slim,
-      node,
-      rules,
-      berthNamespace,
-      evictOnRemovalFiles(options),
-      events.items
-        .filter((e) => e.regarding?.uid === slim.metadata?.uid && reasons.includes(e.reason ?? ''))
-        .map((e) => ({ time: e.eventTime ?? '', reason: e.reason ?? '', note: e.note ?? '' })),
-    );
-  },
-  setup({ kit, options, berthNamespace }) {
-    const labels = setupLabels(kit, {
-      ...(typeof options['labelDir'] === 'string' ? { labelDir: options['labelDir'] } : {}),
-      workers: Number(options['labelWorkers'] ?? 16),
-    });
-    const files = evictOnRemovalFiles(options);
-    setupEvictController(labels, {
-      berthNamespace,
-      ...(files ? { files } : {}),
-      maxPerMinute: Number(options['maxEvictionsPerMinute'] ?? CLUSTER_MAX_PER_MINUTE),
-    });
-    return {};
-  },
+  explainPod: async (ctx) => (await import('./explain.ts')).explainPodObject(ctx),
+  setup: async (ctx) => (await import('./setup.ts')).setup(ctx),
   // Labels of a rule file removed moments before Berth stopped (a ConfigMap takes up to a minute to reach it).
-  uninstall: ({ client, say, dryRun }) => releaseNodes(client, FIELD_MANAGER, { say, dryRun }),
+  uninstall: async ({ client, say, dryRun }) =>
+    (await import('../policy/nodes/release.ts')).releaseNodes(client, FIELD_MANAGER, { say, dryRun }),
 };
 
+/** `berth plan --rule-file`: k8s-auto-labeller rule files or directories to plan as applied. */
+export const ruleFilesOf = (options: Record<string, unknown>): string[] =>
+  Array.isArray(options['ruleFile']) ? (options['ruleFile'] as string[]) : [];
+
 /** --label-dir of the read-only commands: the rule directory Berth runs with. */
-const labelDirOf = (options: Record<string, unknown>): string | undefined =>
+export const labelDirOf = (options: Record<string, unknown>): string | undefined =>
   typeof options['labelDir'] === 'string' ? options['labelDir'] : undefined;
 
 /** The evictOnRemoval of rule files, from the flags of `berth run` (and `berth explain pod`). */
-function evictOnRemovalFiles(options: Record<string, unknown>): EvictOnRemoval | undefined {
+export function evictOnRemovalFiles(options: Record<string, unknown>): EvictOnRemoval | undefined {
   const mode = options['labelDirEvictOnRemoval'];
   return mode === 'Evict' || mode === 'DryRun'
     ? { mode, afterSeconds: Number(options['labelDirEvictAfter'] ?? 60) }
     : undefined;
-}
-
-export type RuleObject = KubeObject & { status?: NodeLabelRuleStatus };
-
-export interface LabelsOptions {
-  /** k8s-auto-labeller rule files: DIR/<namespace>/<label>. */
-  labelDir?: string;
-  workers?: number;
-}
-
-/**
- * What the labels controllers and the evictor share, built once in setupLabels: the informers, the
- * rule set compiled from NodeLabelRules and rule files, and which rule derived which label.
- */
-export class Labels {
-  readonly manager: Manager;
-  readonly keys: KeyOwnership;
-  readonly nodes: Informer<SlimNode>;
-  readonly ruleObjects: Informer<RuleObject>;
-  readonly files: RuleDirSource | undefined;
-  readonly events: EventRecorder;
-  readonly log: Logger;
-  private compiled = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
-  /** Rules that would write keys another capability owns, by rule name: why. */
-  private ownership = new Map<string, string[]>();
-  private fileErrors: FileError[] = [];
-  private rulesVersion = 0;
-  private rulesCache: { version: number; rules: Rule[] } | undefined;
-  /**
-   * By node: the rule that derived each label value there (`key\0value`), kept while the node
-   * carries it or a rule derives it, so that the evictor can tell whose a removed value was.
-   */
-  readonly derived = new Map<string, Map<string, string>>();
-
-  constructor(kit: PolicyKit, opts: Pick<LabelsOptions, 'labelDir'> = {}) {
-    const manager = kit.manager;
-    this.keys = kit.keys;
-    this.manager = manager;
-    this.log = manager.log.child({ capability: 'labels' });
-    this.events = manager.recorder('labels');
-    this.nodes = nodeInformer(manager);
-    this.ruleObjects = manager.informer<RuleObject>(NodeLabelRule.ref);
-    this.files = opts.labelDir
-      ? new RuleDirSource(opts.labelDir, {
-          logger: this.log,
-          onErrors: (errors) => this.onFileErrors(errors),
-        })
-      : undefined;
-
-    // Rule changes invalidate the compiled rule set before any key they enqueue is reconciled.
-    const invalidate: EventHandler<unknown> = {
-      onAdd: () => this.rulesVersion++,
-      onUpdate: () => this.rulesVersion++,
-      onDelete: () => this.rulesVersion++,
-    };
-    this.ruleObjects.addEventHandler(invalidate);
-    this.files?.addEventHandler(invalidate);
-    // So do changes of the keys other capabilities own (a gate created with a rule's taint key).
-    kit.keys.addEventHandler(invalidate);
-  }
-
-  /** Every valid rule, NodeLabelRules and files together, recompiled only when a source changed. */
-  rules(): Rule[] {
-    if (this.rulesCache?.version === this.rulesVersion) return this.rulesCache.rules;
-    const version = this.rulesVersion;
-    const next = new Map<string, { resourceVersion: string; rule?: Rule; errors: string[] }>();
-    for (const obj of this.ruleObjects.list()) {
-      const name = obj.metadata!.name!;
-      const rv = obj.metadata!.resourceVersion ?? '';
-      const old = this.compiled.get(name);
-      next.set(name, old?.resourceVersion === rv ? old : { resourceVersion: rv, ...compileRule(obj) });
-    }
-    this.compiled = next;
-    const compiled = [
-      ...[...next.values()].flatMap((c) => (c.rule ? [c.rule] : [])),
-      ...(this.files?.rules() ?? []),
-    ];
-    // One owner per key: a rule that outputs a key of a gate or placement is Invalid, whole.
-    const { rules, refused } = refuseOwned(compiled, (keys) => this.keys.violations('labels', keys));
-    for (const r of compiled) {
-      const why = refused.get(r.name);
-      if (why && r.source.kind === 'File' && this.ownership.get(r.name)?.join() !== why.join())
-        this.rejectFile({ file: r.source.path, message: why.join('; ') });
-    }
-    this.ownership = refused;
-    this.rulesCache = { version, rules };
-    return rules;
-  }
-
-  /** A NodeLabelRule's errors: its spec's, and the keys it would write that another capability owns. */
-  ruleErrors(crName: string, ruleName: string): string[] {
-    this.rules();
-    return [...(this.compiled.get(crName)?.errors ?? []), ...(this.ownership.get(ruleName) ?? [])];
-  }
-
-  /** The rule that derived `key=value` on the node, while it is there or derived (recordDerived). */
-  derivedBy(node: string, key: string, value: string): string | undefined {
-    return this.derived.get(node)?.get(`${key}\0${value}`);
-  }
-
-  /**
-   * Before a decision is written: its labels with their rules, and the values recorded before that
-   * neither the node carries nor a rule derives any more forgotten (a removal Berth writes is seen
-   * by the evictor, whose handler runs before this node's next pass).
-   */
-  recordDerived(node: SlimNode, decision: NodeDecision): void {
-    const name = node.metadata!.name!;
-    const labels = node.metadata?.labels ?? {};
-    const mine = this.derived.get(name) ?? new Map<string, string>();
-    for (const id of mine.keys()) {
-      const [key = '', value] = id.split('\0');
-      if (labels[key] !== value && decision.labels[key] !== value) mine.delete(id);
-    }
-    for (const o of decision.outputs) if (o.kind === 'label') mine.set(`${o.key}\0${o.value}`, o.rule);
-    if (mine.size) this.derived.set(name, mine);
-    else this.derived.delete(name);
-  }
-
-  private onFileErrors(errors: FileError[]): void {
-    this.fileErrors = errors;
-    for (const e of errors) this.rejectFile(e);
-  }
-
-  /** A rule file Berth does not use: a log line and, rule files belonging to no API object, a Warning on Berth's own pod when it runs in one. */
-  private rejectFile(e: FileError): void {
-    this.log.error({ file: e.file, line: e.line }, `rule file rejected: ${formatFileError(e)}`);
-    const pod = process.env['POD_NAME'];
-    const ns = process.env['POD_NAMESPACE'];
-    if (pod && ns)
-      this.events.event(
-        { apiVersion: 'v1', kind: 'Pod', name: pod, namespace: ns },
-        'Warning',
-        'InvalidRuleFile',
-        'Load',
-        formatFileError(e),
-      );
-  }
-
-  get ruleFileErrors(): FileError[] {
-    return this.fileErrors;
-  }
-}
-
-/** The labels controllers (labels-node, labels-rule-status) and the rule directory on the kit's manager. */
-export function setupLabels(
-  kit: PolicyKit,
-  opts: LabelsOptions = {},
-): Labels & { nodeController: Controller; status: StatusWriter } {
-  const l = new Labels(kit, opts);
-  const writer = kit.applyWriter(FIELD_MANAGER, l.nodes);
-  // labels-node records each node's standings in the status writer, which waits for its first pass.
-  const status = setupStatusWriter(l);
-  const nodeController = setupNodeReconciler(l, new NodeReconciler(l, writer, status), {
-    workers: opts.workers ?? 16,
-    firstPass: status.firstPass,
-  });
-  if (l.files) {
-    const files = l.files;
-    kit.manager.addRunnable({
-      name: 'label-dir',
-      needLeaderElection: false,
-      start: () => files.start(),
-      stop: async () => files.stop(),
-    });
-  }
-  return Object.assign(l, { nodeController, status });
 }

@@ -9,12 +9,9 @@ import { compileRule, refuseOwned } from './decide/nodes.ts';
 import { evictingRules, verdict, type Removal } from './decide/evict.ts';
 import { evictions, previewRules, type NodeChanges } from './explain.ts';
 import { holdsBeside } from './files.ts';
+import { ruleFilesOf } from './index.ts';
 import { clusterRules, localRules } from './load.ts';
 import type { EvictOnRemoval, Rule } from './types.ts';
-
-/** `berth plan --rule-file`: k8s-auto-labeller rule files or directories to plan as applied. */
-export const ruleFilesOf = (options: Record<string, unknown>): string[] =>
-  Array.isArray(options['ruleFile']) ? (options['ruleFile'] as string[]) : [];
 
 const byOf = (rule: string) => rule.replace(/^nodelabelrule\//, 'NodeLabelRule ');
 

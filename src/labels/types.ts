@@ -7,6 +7,13 @@ import { OPERATORS } from '../policy/match/requirement.ts';
 
 export const FIELD_MANAGER = 'berth-labels';
 
+/** Evictions on removal per minute in the whole cluster, all rules together (`--max-evictions-per-minute`). */
+export const CLUSTER_MAX_PER_MINUTE = 60;
+/** A pod annotation that opts the pod out of eviction on removal: `berth.dev/evict-on-removal: "false"`. */
+export const OPT_OUT_ANNOTATION = 'berth.dev/evict-on-removal';
+/** Where the kubelet got a pod from: anything but `api` is a static pod. */
+export const CONFIG_SOURCE_ANNOTATION = 'kubernetes.io/config.source';
+
 /** Well-known node fields a term can match, read from the Node object. */
 export const NODE_FIELDS = {
   name: 'metadata.name',

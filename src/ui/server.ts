@@ -10,7 +10,7 @@ import { getAsset, isSea } from 'node:sea';
 import { isIP, type AddressInfo } from 'node:net';
 import { explainerOf, explainers, explanationOf, explanationText } from '../explain.ts';
 import { manifestsOf, MAX_BYTES, planChange } from '../plan.ts';
-import type { Capability } from '../capability.ts';
+import { capabilityPages, type Capability } from '../capability.ts';
 import { ApiError } from '../runtime/client/client.ts';
 import type { Manager, Runnable } from '../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../runtime/observability/log.ts';
@@ -169,6 +169,7 @@ export class UiServer implements Runnable {
     // Made once the manager runs, its informers start at once and do not hold back /readyz.
     this.state = new UiState(this.manager, {
       capabilities: this.opts.capabilities,
+      pages: await capabilityPages(this.opts.capabilities),
       poolLabels: this.opts.poolLabels,
       ...(this.opts.coalesceMs !== undefined ? { coalesceMs: this.opts.coalesceMs } : {}),
     });

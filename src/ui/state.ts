@@ -4,7 +4,7 @@
 // when the last announcement is `coalesceMs` old, else when it will be (so a burst is announced at
 // most every `coalesceMs`, and a lone change without waiting), and only of the sections whose
 // snapshot really changed (a node's heartbeat changes nothing the page shows).
-import type { Capability, PageKind, PageSection, PageView } from '../capability.ts';
+import type { Capability, PageHooks, PageKind, PageSection, PageView } from '../capability.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
@@ -36,6 +36,8 @@ export type Section = PageSection;
 export interface UiStateOptions {
   /** The capabilities whose policies and views the page shows (the enabled ones). */
   capabilities: Capability[];
+  /** Their page hooks, loaded (capabilityPages), by capability name. */
+  pages: Map<string, PageHooks>;
   poolLabels: string[];
   /** How long changes gather before listeners hear of them. */
   coalesceMs?: number;
@@ -108,14 +110,15 @@ export class UiState {
     // one cache for both), else as the API gives it.
     this.kinds = opts.capabilities.flatMap((c) =>
       c.crds.map((cr) => {
-        const page = c.page?.kinds?.[cr.kind] ?? {};
+        const page = opts.pages.get(c.name)?.kinds?.[cr.kind] ?? {};
         return { cr, page, informer: manager.informer<KubeObject>(cr.ref, page.cache ?? {}) };
       }),
     );
     const informerOf = (cr: CustomResource) => this.kinds.find((k) => k.cr === cr)!.informer;
     const pods = this.pods;
     this.views = opts.capabilities.flatMap(
-      (c) => c.page?.view({ informer: informerOf, podsOn: (node) => podsOn(pods, node) }) ?? [],
+      (c) =>
+        opts.pages.get(c.name)?.view({ informer: informerOf, podsOn: (node) => podsOn(pods, node) }) ?? [],
     );
     const on = (inf: Informer<KubeObject>, sections: () => Section[], everyRow = () => false) => {
       const mark = () => {

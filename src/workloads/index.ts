@@ -2,16 +2,10 @@ import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { workers } from '../command/flags.ts';
 import { POLICY_GROUP } from '../policy/crd.ts';
-import { Trigger } from '../runtime/controller/trigger.ts';
-import { DeploymentState, setupDeploymentReconciler } from './controllers/deployment.ts';
-import { setupDeploymentStatusReconciler } from './controllers/deployment-status.ts';
-import { explainInstance, explainQuotaObject, explainWorkloadDeployment } from './explain.ts';
-import { setupInstanceReconciler } from './controllers/instance.ts';
-import { QuotaReconciler, setupQuotaReconciler } from './controllers/quota.ts';
-import { planDeploymentObjects, planInstanceTypes, planQuotaObjects } from './plan.ts';
-import { Instance, InstanceType, OWN_INSTANCES, Quota, WorkloadDeployment } from './types.ts';
-import { workloadsPage } from './view.ts';
+import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
 
+// What every `berth` command reads of workloads and quota; what runs is loaded when called
+// (setup.ts, explain.ts, plan.ts, view.ts), so a Berth that does not run them loads none of it.
 export const workloadsCapability: Capability = {
   name: 'workloads',
   description:
@@ -69,46 +63,31 @@ export const workloadsCapability: Capability = {
     { apiGroups: [''], resources: ['pods'], verbs: ['create', 'patch', 'delete'] },
     { apiGroups: [POLICY_GROUP], resources: ['instances'], verbs: ['create'] },
   ],
-  setup({ manager, options }) {
-    // The deployment controller and its status controller read the same caches and steps; a create
-    // that fails, or succeeds again, is sent on the status controller's trigger.
-    const deployments = new DeploymentState(manager);
-    const status = new Trigger();
-    setupDeploymentReconciler(manager, deployments, {
-      workers: Number(options['workloadWorkers'] ?? 8),
-      status,
-    });
-    setupDeploymentStatusReconciler(manager, deployments, status);
-    // A cell of a management plane that grants (its `quota` capability) runs no quota controller.
-    const quota = options['quotaSource'] === 'management' ? undefined : new QuotaReconciler(manager);
-    if (quota) setupQuotaReconciler(manager, quota, { workers: Number(options['quotaWorkers'] ?? 4) });
-    setupInstanceReconciler(manager, {
-      workers: Number(options['instanceWorkers'] ?? 16),
-      templateOf: (inst) => deployments.templateOf(inst),
-      ...(quota ? { quota } : {}),
-    });
-    return {};
-  },
+  setup: async (ctx) => (await import('./setup.ts')).setup(ctx),
   plan: {
-    Quota: (ctx) => planQuotaObjects(ctx, 'local'),
-    WorkloadDeployment: planDeploymentObjects,
-    InstanceType: planInstanceTypes,
+    Quota: async (ctx) => (await import('./plan.ts')).planQuotaObjects(ctx, 'local'),
+    WorkloadDeployment: async (ctx) => (await import('./plan.ts')).planDeploymentObjects(ctx),
+    InstanceType: async (ctx) => (await import('./plan.ts')).planInstanceTypes(ctx),
   },
-  page: workloadsPage,
+  page: async () => (await import('./view.ts')).workloadsPage,
   explainKinds: [
     {
       name: 'instance',
       aliases: ['inst'],
       resource: Instance.ref,
       description: 'What an Instance waits for (quota, image, scheduling) and since when',
-      explain: async ({ client, object }) => ({ lines: await explainInstance(client, object) }),
+      explain: async ({ client, object }) => ({
+        lines: await (await import('./explain.ts')).explainInstance(client, object),
+      }),
     },
     {
       name: 'workloaddeployment',
       aliases: ['wd'],
       resource: WorkloadDeployment.ref,
       description: 'What a WorkloadDeployment waits for (instances, rollout) and since when',
-      explain: async ({ client, object }) => ({ lines: await explainWorkloadDeployment(client, object) }),
+      explain: async ({ client, object }) => ({
+        lines: await (await import('./explain.ts')).explainWorkloadDeployment(client, object),
+      }),
     },
     {
       name: 'quota',
@@ -116,7 +95,8 @@ export const workloadsCapability: Capability = {
       resource: Quota.ref,
       status: true,
       description: 'Which instances of its namespace a Quota grants, and which wait, in which order',
-      explain: ({ client, object }) => explainQuotaObject(client, object),
+      explain: async ({ client, object }) =>
+        (await import('./explain.ts')).explainQuotaObject(client, object),
     },
   ],
 };
@@ -157,26 +137,6 @@ export const quotaCapability: Capability = {
     },
   ],
   // A management plane's Quotas grant the cells' instances, as their mirrors here show them.
-  plan: { Quota: (ctx) => planQuotaObjects(ctx, 'management') },
-  setup({ manager, options }) {
-    // Two quota controllers keeping one namespace's ledger would each grant its own view of it.
-    if (
-      (options['controllers'] as string[] | undefined)?.includes('workloads') &&
-      options['quotaSource'] !== 'management'
-    )
-      throw new Error(
-        'controllers quota and workloads both grant quota here: run the cells with --quota-source=management, ' +
-          "or leave out quota (the workloads controller grants from this cluster's Quotas)",
-      );
-    const quota = new QuotaReconciler(manager, {
-      // A deleted Cell's cluster never answers again: its claims are released rather than kept.
-      clusterExists: (cluster) => manager.clusterKnown(cluster),
-      // The cells' instances as federation's mirrors cache them (whole: a mirror copies the spec).
-      instances: OWN_INSTANCES,
-      // A cell's instances count only in the namespaces its Cell serves.
-      serves: (cluster, namespace) => manager.clusterServes(cluster, namespace),
-    });
-    setupQuotaReconciler(manager, quota, { workers: Number(options['quotaWorkers'] ?? 4) });
-    return {};
-  },
+  plan: { Quota: async (ctx) => (await import('./plan.ts')).planQuotaObjects(ctx, 'management') },
+  setup: async (ctx) => (await import('./setup.ts')).setupQuota(ctx),
 };

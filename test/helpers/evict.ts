@@ -2,7 +2,7 @@
 // tests run them: a high cluster cap and a short retry, so that the tests wait on evictions, not
 // on the caps.
 import { setupEvictController } from '../../src/labels/controllers/evict.ts';
-import { setupLabels } from '../../src/labels/index.ts';
+import { setupLabels } from '../../src/labels/setup.ts';
 import { PolicyKit } from '../../src/policy/kit.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';

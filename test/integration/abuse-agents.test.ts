@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { prng } from '../helpers/prng.ts';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
-import { setupAgents } from '../../src/agents/index.ts';
+import { setupAgents } from '../../src/agents/setup.ts';
 import { WAIT_FOR_AGENT_ANNOTATION, SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../src/agents/admit.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { setupAgents } from '../../src/agents/index.ts';
+import { setupAgents } from '../../src/agents/setup.ts';
 import { explainNodeAgents } from '../../src/agents/explain.ts';
 import { AgentPlacement } from '../../src/agents/types.ts';
 import { installCrds } from '../../src/cli/install.ts';

@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { inspect, promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
-import { setupGates } from '../../src/gates/index.ts';
+import { setupGates } from '../../src/gates/setup.ts';
 import { explainNodeGates } from '../../src/gates/explain.ts';
 import { GATE_FINALIZER, type NodeStartupGateStatus } from '../../src/gates/types.ts';
 import { NodeStartupGate } from '../../src/gates/crd.ts';

@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import type { Plan } from '../../src/plan.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { setupLabels } from '../../src/labels/index.ts';
+import { setupLabels } from '../../src/labels/setup.ts';
 import { FIELD_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
 import { NodeStartupGate } from '../../src/gates/crd.ts';
 import { findCondition, hasCondition, type Condition } from '../../src/runtime/api/conditions.ts';

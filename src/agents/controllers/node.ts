@@ -16,7 +16,7 @@ import type { KubeObject } from '../../runtime/api/meta.ts';
 import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import { Controller, type FirstPass, type Result } from '../../runtime/controller/controller.ts';
 import { claimingPlacements, claimKey, decideNode, podFinished } from '../decide.ts';
-import type { Agents } from '../index.ts';
+import type { Agents } from '../setup.ts';
 import { countClaimWrites } from '../metrics.ts';
 import { AGENT_KEYS } from '../types.ts';
 import type { PlacementStanding, StatusWriter } from './status.ts';

@@ -25,7 +25,7 @@ import {
   type FinalizerApply,
   type OwnerHold,
 } from '../finalizers.ts';
-import type { Agents, PlacementObject } from '../index.ts';
+import type { Agents, PlacementObject } from '../setup.ts';
 import { AgentPlacement, FIELD_MANAGER, FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER } from '../types.ts';
 import { ownerKindProblems } from '../validate.ts';
 import { nodeChanged } from './node.ts';

@@ -2,7 +2,7 @@
 // a placement is not Ready.
 import { PolicyStatusWriter, type StatusReport, type Warning } from '../../policy/status.ts';
 import type { Result } from '../../runtime/controller/controller.ts';
-import type { Agents, PlacementObject } from '../index.ts';
+import type { Agents, PlacementObject } from '../setup.ts';
 import { FIELD_MANAGER } from '../types.ts';
 import { outranked } from './node.ts';
 import { ownerKindId, type OwnerKind } from './owner-finalizer.ts';

@@ -5,7 +5,7 @@ import { PolicyNodeReconciler } from '../../policy/reconciler.ts';
 import type { SlimNode } from '../../policy/slim.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
 import { nodeArchTaint, nodesTainted } from '../decide/patches.ts';
-import type { Arch } from '../index.ts';
+import type { Arch } from '../setup.ts';
 import { policyChanged, type StatusWriter } from './status.ts';
 
 export class NodeReconciler extends PolicyNodeReconciler<Arch, ApplyNodeWriter, StatusWriter> {

@@ -38,7 +38,7 @@ import { nextTry, refusedByRegistry, type Retries } from '../decide/retries.ts';
 import { standingOf } from '../decide/status.ts';
 import { type ArchPod } from '../decide/pods.ts';
 import type { Policy } from '../decide/policies.ts';
-import type { Arch } from '../index.ts';
+import type { Arch } from '../setup.ts';
 import { archMetrics } from '../metrics.ts';
 import { FIELD_MANAGER, POLICY_ANNOTATION } from '../types.ts';
 import { INSPECT_MISS_MS } from '../decide/admission.ts';

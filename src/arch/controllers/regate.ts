@@ -14,7 +14,7 @@ import { Resources } from '../../runtime/api/meta.ts';
 import { keyOf } from '../../runtime/cache/informer.ts';
 import { ApiError, isNotFound } from '../../runtime/client/client.ts';
 import { Controller } from '../../runtime/controller/controller.ts';
-import type { Arch } from '../index.ts';
+import type { Arch } from '../setup.ts';
 import { STATE_LABEL } from '../types.ts';
 import { patchPod } from './pod.ts';
 

@@ -7,7 +7,7 @@ import type { Result } from '../../runtime/controller/controller.ts';
 import type { Trigger } from '../../runtime/controller/trigger.ts';
 import { gated } from '../decide/patches.ts';
 import { nodeArchitectures, report, type Standing } from '../decide/status.ts';
-import type { Arch, PolicyObject } from '../index.ts';
+import type { Arch, PolicyObject } from '../setup.ts';
 import { ARCH_FINALIZER, FIELD_MANAGER } from '../types.ts';
 
 type Count = 'gated' | 'placed' | 'failed';

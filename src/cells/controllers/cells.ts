@@ -29,30 +29,10 @@ import {
   type CellAccess,
   type History,
   type Probe,
-  type Timing,
 } from '../decide.ts';
 import type { CellProvider } from '../provider.ts';
 import { cellMetrics, forgetCell } from '../metrics.ts';
-import { Cell, CELLS_MANAGER, type CellObject } from '../types.ts';
-
-export interface CellTiming extends Timing {
-  /** How often each cell is probed. */
-  probePeriodMs: number;
-  /** How long one probe may take before it counts as no answer. */
-  probeTimeoutMs: number;
-}
-
-/**
- * The defaults: a probe every 2 s that may take 3 s, and Unreachable after 6 s without an answer,
- * so a cell that stops answering is Reachable=False within unreachableAfter + period + timeout = 11 s
- * (counted from its last answer, the time it is unreachable since).
- */
-export const defaultTiming: CellTiming = {
-  probePeriodMs: 2000,
-  probeTimeoutMs: 3000,
-  unreachableAfterMs: 6000,
-  contactRefreshMs: 60_000,
-};
+import { Cell, CELLS_MANAGER, type CellObject, type CellTiming } from '../types.ts';
 
 /**
  * One probe of a cell's apiserver: its version, whether it serves Berth's cell kinds and, given

@@ -21,7 +21,7 @@ import { decisionKeys, nodePatch } from '../decide/patch.ts';
 import { podReady } from '../decide/requirements.ts';
 import { decideGates, type GateDecision } from '../decide/state.ts';
 import { gatesNamedOn, strayGate, unrecordedStray } from '../decide/stray.ts';
-import type { Gates } from '../index.ts';
+import type { Gates } from '../setup.ts';
 import { gateMetrics } from '../metrics.ts';
 import { gateAnnotations } from '../types.ts';
 import { NodeStartupGate } from '../crd.ts';

@@ -5,7 +5,7 @@ import type { Result } from '../../runtime/controller/controller.ts';
 import { unknownAfter } from '../decide/order.ts';
 import { type Gate } from '../decide/parse.ts';
 import { type GateDecision, leftOnNode } from '../decide/state.ts';
-import type { GateObject, Gates } from '../index.ts';
+import type { GateObject, Gates } from '../setup.ts';
 import { gateMetrics } from '../metrics.ts';
 import { missingTolerations } from '../tolerate.ts';
 import { FIELD_MANAGER, GATE_FINALIZER } from '../types.ts';

@@ -21,7 +21,7 @@ import type { Logger } from '../../runtime/observability/log.ts';
 import { errorText } from '../../runtime/observability/log.ts';
 import { BucketRateLimiter, ItemExponentialFailureRateLimiter } from '../../runtime/workqueue/ratelimiter.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
-import type { Labels } from '../index.ts';
+import type { Labels } from '../setup.ts';
 import { evictionMetrics } from '../metrics.ts';
 import {
   evictingRules,
@@ -31,7 +31,7 @@ import {
   type Removal,
   type Verdict,
 } from '../decide/evict.ts';
-import { NodeLabelRule, type EvictOnRemoval, type Rule } from '../types.ts';
+import { CLUSTER_MAX_PER_MINUTE, NodeLabelRule, type EvictOnRemoval, type Rule } from '../types.ts';
 
 export interface EvictorOptions {
   /** Pods in this namespace are never evicted. */
@@ -53,8 +53,6 @@ interface Pending {
   since: number;
   reported?: boolean;
 }
-
-export const CLUSTER_MAX_PER_MINUTE = 60;
 
 /** Reconciles at once, so evictions asked for at once (the evictor's default). */
 export const EVICT_WORKERS = 16;

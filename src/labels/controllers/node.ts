@@ -17,7 +17,7 @@ import type { SlimNode } from '../../policy/slim.ts';
 import { Controller, type FirstPass, type Result, type Source } from '../../runtime/controller/controller.ts';
 import { decide, ruleNameOf, tracedOutputs } from '../decide/nodes.ts';
 import { keepHeld } from '../files.ts';
-import type { Labels } from '../index.ts';
+import type { Labels } from '../setup.ts';
 import { nodeView } from '../match.ts';
 import type { Rule } from '../types.ts';
 import type { RuleStanding, StatusWriter } from './status.ts';

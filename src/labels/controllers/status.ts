@@ -1,7 +1,7 @@
 // labels-rule-status: counts and conditions per NodeLabelRule, from its standings on the nodes.
 import { PolicyStatusWriter, type StatusReport } from '../../policy/status.ts';
 import { ruleNameOf } from '../decide/nodes.ts';
-import type { Labels, RuleObject } from '../index.ts';
+import type { Labels, RuleObject } from '../setup.ts';
 import { FIELD_MANAGER } from '../types.ts';
 
 /** What the node controller last found for a NodeLabelRule on a node, for its status. */

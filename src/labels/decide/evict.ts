@@ -4,13 +4,8 @@
 import { requirementHolds, valueAt, type Requirement } from '../../policy/match/requirement.ts';
 import type { SlimNode, SlimPod } from '../../policy/slim.ts';
 import { isTemplate } from '../match.ts';
-import type { EvictOnRemoval, Rule } from '../types.ts';
+import { CONFIG_SOURCE_ANNOTATION, OPT_OUT_ANNOTATION, type EvictOnRemoval, type Rule } from '../types.ts';
 import { daemonSetOwner, isMirrorPod } from '../../policy/pods.ts';
-
-/** A pod annotation that opts the pod out: `berth.dev/evict-on-removal: "false"`. */
-export const OPT_OUT_ANNOTATION = 'berth.dev/evict-on-removal';
-/** Where the kubelet got a pod from: anything but `api` is a static pod. */
-export const CONFIG_SOURCE_ANNOTATION = 'kubernetes.io/config.source';
 
 /** Defaults of an evictOnRemoval block: long enough that a flapping input does not kill pods. */
 export const EVICT_DEFAULTS = { mode: 'Evict', afterSeconds: 60, maxPerMinute: 10 } as const;

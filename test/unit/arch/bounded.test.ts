@@ -4,7 +4,8 @@
 import { ApiError } from '../../../src/runtime/client/client.ts';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { archCapability, setupArch } from '../../../src/arch/index.ts';
+import { archCapability } from '../../../src/arch/index.ts';
+import { setupArch } from '../../../src/arch/setup.ts';
 import type { ArchPod } from '../../../src/arch/decide/pods.ts';
 import { POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';
 import { ArchPlacement } from '../../../src/arch/crd.ts';

@@ -3,7 +3,7 @@
 // stand-in apiserver: the informer's list and watch, GET, paged lists and JSON patches of pods.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { setupArch } from '../../../src/arch/index.ts';
+import { setupArch } from '../../../src/arch/setup.ts';
 import { relabelPatch, UNLABELLED_UNBOUND } from '../../../src/arch/decide/patches.ts';
 import { type ArchPod } from '../../../src/arch/decide/pods.ts';
 import { POLICY_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../../../src/arch/types.ts';

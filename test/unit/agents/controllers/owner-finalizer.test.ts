@@ -9,7 +9,7 @@ import {
   ownerFinalizerManager,
   type OwnerHold,
 } from '../../../../src/agents/finalizers.ts';
-import { setupAgents } from '../../../../src/agents/index.ts';
+import { setupAgents } from '../../../../src/agents/setup.ts';
 import { FIELD_MANAGER, FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER } from '../../../../src/agents/types.ts';
 import { PolicyKit } from '../../../../src/policy/kit.ts';
 import type { KubeObject, ResourceRef } from '../../../../src/runtime/api/meta.ts';
