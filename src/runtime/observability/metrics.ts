@@ -7,8 +7,8 @@ import type * as Prom from 'prom-client';
 
 // prom-client's parts, each from its own file: its index also loads the Pushgateway, cluster
 // support and, for exemplars of process CPU, @opentelemetry/api, which Berth never uses and which
-// cost some 6 MB resident in each thread (decision 0021). The version is pinned by the lockfile;
-// test/unit/metrics.test.ts reads every default metric back from /metrics.
+// cost some 6 MB resident in each thread (decision 0050). The version is pinned by the lockfile;
+// test/unit/runtime/metrics.test.ts holds the default metrics to prom-client's own list.
 const require = createRequire(import.meta.url);
 const Counter = require('prom-client/lib/counter') as typeof Prom.Counter;
 const Gauge = require('prom-client/lib/gauge') as typeof Prom.Gauge;

@@ -16,7 +16,7 @@ import { addMetricsSource } from '../observability/metrics.ts';
 import { runCertificateJobApart } from './certificates.ts';
 import { defaultMaxInFlightBytes, defaultMaxRequestBytes, webhookServerLimits } from './serving.ts';
 import type { FedHandler, FromThread, ThreadInit, ToThread } from './threaded.ts';
-import { ServingSecret, type ServingSecretOptions } from './secret.ts';
+import { ServingSecret, servingRequest, type ServingSecretOptions } from './secret.ts';
 import type { KubeObject } from '../api/meta.ts';
 
 export type Operation = 'CREATE' | 'UPDATE' | 'DELETE' | 'CONNECT';
@@ -446,12 +446,7 @@ export class WebhookServer {
     }
     const { ca, issued } = await runCertificateJobApart({
       newCa: { commonName: 'berth-webhook-ca' },
-      issue: {
-        commonName: source.dnsNames[0] ?? source.ipAddresses?.[0] ?? 'berth-webhook',
-        dnsNames: source.dnsNames,
-        ipAddresses: source.ipAddresses ?? [],
-        usage: 'server',
-      },
+      issue: servingRequest(source),
     });
     this.ca = ca.certPem;
     return { cert: issued!.certPem, key: issued!.keyPem };

@@ -34,6 +34,15 @@ export interface ServingNames {
   ipAddresses?: string[];
 }
 
+/** The serving certificate a server with these names asks its CA for. */
+export const servingRequest = (names: ServingNames, validDays?: number): IssueRequest => ({
+  commonName: names.dnsNames[0] ?? names.ipAddresses?.[0] ?? 'berth-webhook',
+  dnsNames: names.dnsNames,
+  ipAddresses: names.ipAddresses ?? [],
+  usage: 'server',
+  ...(validDays === undefined ? {} : { validDays }),
+});
+
 /** What the Secret holds, parsed; undefined fields are missing or unreadable. */
 export interface SecretState {
   /** The bundle, the signing CA first. */
@@ -184,13 +193,7 @@ export class ServingSecret {
     let serving: KeyPairPem | undefined =
       s?.serving && s.servingKey ? { certPem: s.serving.toString(), keyPem: s.servingKey } : undefined;
     let stagedAt = s?.stagedAt;
-    const request: IssueRequest = {
-      commonName: this.o.dnsNames[0] ?? this.o.ipAddresses?.[0] ?? 'berth-webhook',
-      dnsNames: this.o.dnsNames,
-      ipAddresses: this.o.ipAddresses ?? [],
-      usage: 'server',
-      validDays: l.servingDays,
-    };
+    const request = servingRequest(this.o, l.servingDays);
     const newCa = { commonName: 'berth-webhook-ca', validDays: l.caDays };
     switch (p.action) {
       case 'create': {
