@@ -35,7 +35,7 @@ import {
   percentile,
   round,
   report,
-  waitForValue,
+  waitForPodsRunning,
 } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 
@@ -213,16 +213,7 @@ const deleteAllPods = async () => {
  */
 async function churn(prefix: string) {
   // The burst's pods are all Running first (kwok has caught up): the churn is timed alone.
-  const query = { limit: 1, fieldSelector: 'status.phase!=Running' };
-  await waitForValue(
-    "the burst's pods Running",
-    async () => {
-      for (let i = 0; i < 4; i++)
-        if ((await client.list(Resources.pods, { namespace: nsOf(i), query })).items.length) return undefined;
-      return true;
-    },
-    600_000,
-  );
+  await waitForPodsRunning(client, [0, 1, 2, 3].map(nsOf));
   let changedNodes = 0;
   const latencies: number[] = [];
   const live = [...burst];

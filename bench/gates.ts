@@ -32,6 +32,7 @@ import {
   percentile,
   round,
   report,
+  waitForPodsRunning,
   waitForValue,
   webhookAgainstFloor,
   registeredWebhook,
@@ -136,14 +137,7 @@ await createBoundPods(client, {
   to: podCount,
   nodeOf: (i) => `gated-${i % nodeCount}`,
 });
-const notRunning = { limit: 1, fieldSelector: 'status.phase!=Running' };
-await waitForValue(
-  'the pods Running',
-  async () =>
-    (await client.list(Resources.pods, { namespace: PODS_NS, query: notRunning })).items.length === 0 ||
-    undefined,
-  600_000,
-);
+await waitForPodsRunning(client, [PODS_NS]);
 const cached = (resource: string) =>
   berth.metric('berth_informer_objects', (l) => l.includes(`resource="${resource}"`));
 // Every pod: the bench's and the init pods (one a node).

@@ -340,6 +340,27 @@ export async function createBoundPods(
   );
 }
 
+/**
+ * Waits until kwok has played every pod of `namespaces` to Running, so that what is timed next
+ * does not queue behind its backlog (at 100,000 pods it runs minutes behind the creates).
+ */
+export async function waitForPodsRunning(
+  client: KubeClient,
+  namespaces: string[],
+  timeoutMs = 600_000,
+): Promise<void> {
+  const query = { limit: 1, fieldSelector: 'status.phase!=Running' };
+  await waitForValue(
+    `the pods of ${namespaces.join(', ')} Running`,
+    async () => {
+      for (const namespace of namespaces)
+        if ((await client.list(Resources.pods, { namespace, query })).items.length) return undefined;
+      return true;
+    },
+    timeoutMs,
+  );
+}
+
 /** Builds the Go program of `bench/<name>` (a floor or a load generator) into `dir`; its path. */
 export function buildGoProgram(name: string, dir: string): string {
   checkGo();
