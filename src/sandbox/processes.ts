@@ -43,7 +43,7 @@ export async function apiserverReady(server: string, dir: string): Promise<boole
   }
 }
 
-/** Writes the files the control plane reads besides its PKI: the scheduler's, kwok's stages and the audit policy. */
+/** Writes the files the control plane reads besides its PKI: the scheduler's, kwok's stages and options, and the audit policy. */
 export function writeProcessConfigs(dir: string, audit: boolean): void {
   writeFileSync(
     join(dir, 'scheduler.yaml'),
@@ -55,8 +55,30 @@ export function writeProcessConfigs(dir: string, audit: boolean): void {
     }),
   );
   writeFileSync(join(dir, 'kwok-stages.yaml'), stagesYaml());
+  writeFileSync(join(dir, 'kwok.yaml'), toYaml(KWOK_CONFIGURATION));
   if (audit) writeFileSync(join(dir, 'audit-policy.yaml'), toYaml(AUDIT_POLICY));
 }
+
+// kwok plays 4 pod stages at a time by default; each waits for the apiserver's answer, so on a
+// busy sandbox of 5,000 nodes it played 25 pods a second and a new pod queued minutes behind a
+// bulk create. The sandbox wants them at the apiserver's pace. kwok does not default a
+// configuration it is given, so the rest are its defaults (v0.8.0), spelled out.
+const KWOK_CONFIGURATION = {
+  apiVersion: 'config.kwok.x-k8s.io/v1alpha1',
+  kind: 'KwokConfiguration',
+  options: {
+    podPlayStageParallelism: 32,
+    nodeLeaseParallelism: 16,
+    nodePlayStageParallelism: 4,
+    podsOnNodeSyncParallelism: 1,
+    manageAllNodes: false,
+    enableDebuggingHandlers: true,
+    enableContentionProfiling: false,
+    enableProfilingHandler: true,
+    enablePodsOnNodeSyncListPager: true,
+    enablePodsOnNodeSyncStreamWatch: false,
+  },
+};
 
 interface Process {
   binary(st: State): string;
@@ -177,6 +199,7 @@ export const PROCESS: Record<ProcessName, Process> = {
       ...binaries.kwokStages.map((s) => `--config=${s}`),
       // Berth's own stages (stages.ts): failed pulls and crashing containers, by image host.
       `--config=${join(dir, 'kwok-stages.yaml')}`,
+      `--config=${join(dir, 'kwok.yaml')}`,
       `--manage-nodes-with-annotation-selector=${KWOK_ANNOTATION}=fake`,
       `--server-address=127.0.0.1:${ports.kwok}`,
       '--node-ip=127.0.0.1',
