@@ -5,6 +5,7 @@ import { declaringAnnotations } from '../../../src/capability.ts';
 import { gatesCapability } from '../../../src/gates/index.ts';
 import { interning, internedSize, slimMetadata, slimNode, slimPod } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
+import { podReady } from '../../../src/gates/decide/requirements.ts';
 
 declaringAnnotations([archCapability, gatesCapability]);
 
@@ -39,6 +40,25 @@ test("a tenant's object keeps only the annotations a capability declared, each w
   // The map stays, empty, where the object has one: a JSON patch adds to it key by key.
   assert.deepEqual(slimPod(pod({ 'example.com/blob': big })).metadata?.annotations, {});
   assert.equal(slimPod(pod(undefined)).metadata?.annotations, undefined);
+});
+
+test("a pod keeps only its Ready condition, all that Berth's controllers read of them", () => {
+  const conditions = [
+    'PodReadyToStartContainers',
+    'Initialized',
+    'Ready',
+    'ContainersReady',
+    'PodScheduled',
+  ].map((type) => ({
+    type,
+    status: type === 'Ready' ? 'False' : 'True',
+    reason: 'r',
+    lastTransitionTime: 't',
+  }));
+  const slim = slimPod({ ...pod(undefined), status: { phase: 'Pending', conditions } });
+  assert.deepEqual(slim.status.conditions, [{ type: 'Ready', status: 'False' }]);
+  assert.equal(podReady(slim), false);
+  assert.equal(slimPod({ ...pod(undefined), status: { phase: 'Pending' } }).status.conditions, undefined);
 });
 
 test('a node keeps every annotation but the last applied configuration', () => {
