@@ -11,7 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { KubeClient } from '../src/runtime/client/client.ts';
-import { interning, slimPod, type SlimPod } from '../src/policy/slim.ts';
+import { interning } from '../src/policy/intern.ts';
+import { slimPod, type SlimPod } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { benchSandbox, forEachLimit, report, round } from './lib.ts';
 

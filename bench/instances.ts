@@ -132,7 +132,7 @@ await waitForCollectorWatches(client, 'berth.dev', ['instances', 'workloaddeploy
 for (const name of [NS, FLOOR_NS, FAIR_NS, STATUS_NS])
   await client.create(Resources.namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
 
-const ready = (o: { status?: { conditions?: { type: string; status: string }[] } }) =>
+const ready = (o: { status?: { conditions?: readonly { type: string; status: string }[] } }) =>
   findCondition(o.status?.conditions, 'Ready')?.status === 'True';
 
 /** Waiters on pods of one namespace, by name: seen Ready, seen gone. */

@@ -11,7 +11,8 @@
 // back.
 import { createHash } from 'node:crypto';
 import { hasFinalizer } from '../policy/finalizer.ts';
-import { interning, slimMetadata } from '../policy/slim.ts';
+import { interning } from '../policy/intern.ts';
+import { slimMetadata } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER, type AgentPlacementSpec } from './types.ts';
 

@@ -3,7 +3,8 @@
 import type { CapabilityContext, Served } from '../capability.ts';
 import type { PolicyKit } from '../policy/kit.ts';
 import type { PolicyContext } from '../policy/reconciler.ts';
-import { interning, nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
+import { interning } from '../policy/intern.ts';
+import { nodeInformer, podInformer, slimMetadata, type SlimPod } from '../policy/slim.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { WebhookSpec } from '../runtime/webhook/registration.ts';

@@ -1,109 +1,10 @@
 // Informer transforms that keep only what Berth's controllers read, so caches of tens of thousands
 // of pods stay small. Controllers that share a transform share one informer (see Manager.informer).
 import { Resources, type KubeObject, type ObjectMeta } from '../runtime/api/meta.ts';
-import type { CacheLifecycle, Informer } from '../runtime/cache/informer.ts';
+import type { Informer } from '../runtime/cache/informer.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
-import { gauge } from '../runtime/observability/metrics.ts';
+import { intern, interning, share } from './intern.ts';
 import { MIRROR_POD_ANNOTATION } from './pods.ts';
-
-// Interning: values that repeat across cached objects (namespaces, node names, images, label
-// values) are kept once. Tenants write most of them, so the table holds a value only while a cached
-// object holds it, and never more than INTERN_BUDGET characters: a slim transform records the
-// values it interned in each object it makes (interning), the informer says when that object enters
-// and leaves its cache (lifecycle), and each value counts the cached objects holding it; the last
-// one gone takes it out. Objects made outside an informer (webhooks, explain) only read the table.
-// A value over MAX_INTERNED characters is never interned: long values are seldom shared, and a
-// tenant's large ones stay their own object's.
-const MAX_INTERNED = 512;
-const INTERN_BUDGET = 8 * 1024 * 1024;
-const interned = new Map<string, { value: string; refs: number }>();
-let internedChars = 0;
-/** The values interned into each object a transform made, until its informer caches it. */
-const made = new WeakMap<object, string[]>();
-/** The values each cached object counts in the table. */
-const held = new WeakMap<object, string[]>();
-/** The values the transform running now interned (transforms are synchronous). */
-let recording: string[] | undefined;
-
-export function intern(s: string): string;
-export function intern(s: string | undefined): string | undefined;
-export function intern(s: string | undefined): string | undefined {
-  if (s === undefined || s.length > MAX_INTERNED) return s;
-  const value = interned.get(s)?.value ?? s;
-  recording?.push(value);
-  return value;
-}
-
-/** What the table holds now. */
-export const internedSize = (): { strings: number; chars: number } => ({
-  strings: interned.size,
-  chars: internedChars,
-});
-gauge('berth_interned_strings', 'Strings the slim caches share, each held by a cached object', [], (g) =>
-  g.set(interned.size),
-);
-gauge(
-  'berth_interned_characters',
-  `Characters of the strings the slim caches share (at most ${INTERN_BUDGET})`,
-  [],
-  (g) => g.set(internedChars),
-);
-
-const internLifecycle: CacheLifecycle<KubeObject> = {
-  cached(obj) {
-    const values = made.get(obj);
-    if (!values) return;
-    made.delete(obj);
-    // A copy of its length: the recording grew by pushes, with room for 17 (100 B more a pod).
-    held.set(obj, values.slice());
-    for (const v of values) {
-      const e = interned.get(v);
-      if (e) e.refs++;
-      else if (internedChars + v.length <= INTERN_BUDGET) {
-        interned.set(v, { value: v, refs: 1 });
-        internedChars += v.length;
-      }
-    }
-  },
-  // A value the budget kept out when this object was cached but let in for a later one is counted
-  // one short: it leaves the table early (only its sharing is lost), never late.
-  dropped(obj) {
-    const values = held.get(obj);
-    if (!values) return;
-    held.delete(obj);
-    for (const v of values) {
-      const e = interned.get(v);
-      if (e && --e.refs <= 0) {
-        interned.delete(v);
-        internedChars -= v.length;
-      }
-    }
-  },
-};
-
-/**
- * An informer transform that interns: what it makes records the values it interned, and its
- * informer counts them in the table while the object is cached. Every slim informer is made with it.
- */
-export function interning<T extends KubeObject>(
-  name: string,
-  fn: (obj: KubeObject) => T,
-): { name: string; fn: (obj: KubeObject) => T; lifecycle: CacheLifecycle<T> } {
-  return {
-    name,
-    fn: (obj) => {
-      recording = [];
-      try {
-        const out = fn(obj);
-        made.set(out, recording);
-        return out;
-      } finally {
-        recording = undefined;
-      }
-    },
-    lifecycle: internLifecycle,
-  };
-}
 
 const internRecord = (r: Record<string, string> | undefined) => {
   if (!r) return undefined;
@@ -147,6 +48,28 @@ function declaredOnly(annotations: Record<string, string>): Record<string, strin
 
 const DROPPED_ANNOTATIONS = ['kubectl.kubernetes.io/last-applied-configuration'];
 
+type OwnerReference = NonNullable<ObjectMeta['ownerReferences']>[number];
+
+/**
+ * A ReplicaSet's pods have the same owner references: one frozen list serves them all. Its strings
+ * are its own (interned with it), and its key is JSON, which no tenant's value can spell as another's.
+ */
+const slimOwners = (refs: OwnerReference[]): OwnerReference[] =>
+  share(
+    JSON.stringify(refs.map((o) => [o.apiVersion, o.kind, o.name, o.uid, o.controller === true])),
+    refs,
+    () =>
+      refs.map((o) =>
+        Object.freeze({
+          apiVersion: o.apiVersion,
+          kind: o.kind,
+          name: o.name,
+          uid: o.uid,
+          ...(o.controller ? { controller: true } : {}),
+        }),
+      ),
+  );
+
 /**
  * Metadata without managedFields, keeping of annotations only those a capability declared
  * (`all`: every one but kubectl's last applied configuration, for nodes, which Berth writes by
@@ -171,15 +94,7 @@ export function slimMetadata(
       out.annotations = internRecord(a);
     }
   }
-  if (m?.ownerReferences?.length) {
-    out.ownerReferences = m.ownerReferences.map((o) => ({
-      apiVersion: intern(o.apiVersion),
-      kind: intern(o.kind),
-      name: intern(o.name),
-      uid: intern(o.uid),
-      ...(o.controller ? { controller: true } : {}),
-    }));
-  }
+  if (m?.ownerReferences?.length) out.ownerReferences = slimOwners(m.ownerReferences);
   if (m?.finalizers?.length) out.finalizers = m.finalizers.map((f) => intern(f));
   return out;
 }
@@ -220,7 +135,11 @@ export interface SlimPod extends KubeObject {
     initContainers?: { name: string; image: string }[];
     schedulingGates?: { name: string }[];
   } & PodNodeConstraints;
-  status: { phase?: string; hostIP?: string; conditions?: { type: string; status: string }[] };
+  status: {
+    phase?: string;
+    hostIP?: string;
+    conditions?: readonly { readonly type: string; readonly status: string }[];
+  };
 }
 
 interface FullPod extends KubeObject {
@@ -233,8 +152,21 @@ interface FullPod extends KubeObject {
   status?: { phase?: string; hostIP?: string; conditions?: { type: string; status: string }[] };
 }
 
-const slimContainers = (cs: { name: string; image: string }[] | undefined) =>
-  (cs ?? []).map((c) => ({ name: intern(c.name), image: intern(c.image) }));
+// Shared by every cached pod that has them, frozen: a Ready condition's three values, and an
+// annotations map with none a capability declared (most pods: 56 B each at 150,000 pods).
+const READY: Record<string, SlimPod['status']['conditions']> = Object.fromEntries(
+  ['True', 'False', 'Unknown'].map((status) => [
+    status,
+    Object.freeze([Object.freeze({ type: 'Ready', status })]),
+  ]),
+);
+const NO_ANNOTATIONS: Record<string, string> = Object.freeze({});
+
+/** A workload's pods have the same containers: one frozen list serves them all (as slimOwners). */
+const slimContainers = (cs: readonly { name: string; image: string }[] = []) =>
+  share(JSON.stringify(cs.map((c) => [c.name, c.image])), cs, () =>
+    cs.map((c) => Object.freeze({ name: c.name, image: c.image })),
+  );
 
 /** The pod fields Berth's controllers read: identity, labels, owners, node and node constraints, images, phase, the Ready condition. */
 export function slimPod(obj: KubeObject): SlimPod {
@@ -254,8 +186,11 @@ export function slimPod(obj: KubeObject): SlimPod {
   if (pod.status?.hostIP) status.hostIP = intern(pod.status.hostIP);
   // Only Ready is read (podReady); a kubelet reports four more, which at 150,000 pods cost MBs.
   const ready = pod.status?.conditions?.find((c) => c.type === 'Ready');
-  if (ready) status.conditions = [{ type: 'Ready', status: intern(ready.status) }];
-  return { apiVersion: 'v1', kind: 'Pod', metadata: slimMetadata(pod.metadata), spec, status };
+  if (ready) status.conditions = READY[ready.status] ?? [{ type: 'Ready', status: intern(ready.status) }];
+  const metadata = slimMetadata(pod.metadata);
+  if (metadata.annotations && !Object.keys(metadata.annotations).length)
+    metadata.annotations = NO_ANNOTATIONS;
+  return { apiVersion: 'v1', kind: 'Pod', metadata, spec, status };
 }
 
 export interface SlimNode extends KubeObject {

@@ -9,8 +9,8 @@ import type { Informer } from '../runtime/cache/informer.ts';
 import type { CustomResource } from '../runtime/api/crd.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
+import { interning } from '../policy/intern.ts';
 import {
-  interning,
   nodeInformer,
   podInformer,
   podsOn,

@@ -3,7 +3,8 @@
 // records on the placement what it holds, and puts the finalizer on owners and takes it off.
 import { hasFinalizer } from '../../policy/finalizer.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
-import { interning, slimMetadata } from '../../policy/slim.ts';
+import { interning } from '../../policy/intern.ts';
+import { slimMetadata } from '../../policy/slim.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../../runtime/api/meta.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyTarget, isObjectGone } from '../../runtime/client/apply.ts';

@@ -97,6 +97,8 @@ export class Informer<T extends KubeObject = KubeObject> {
   /** Whether the next initial state is asked of a watch (WatchList) rather than of paged lists. */
   private streams: boolean;
   private synced = false;
+  /** Stopped, and what the lifecycle holds for the cached objects let go (see stop). */
+  private stopped = false;
   private absent = false;
   private syncWaiters: (() => void)[] = [];
   private running: AbortController | undefined;
@@ -195,6 +197,9 @@ export class Informer<T extends KubeObject = KubeObject> {
 
   start(): void {
     if (this.running) return;
+    // What stop() let go is held again: what replaces or removes each later lets go of it once more.
+    if (this.stopped) for (const obj of this.store.values()) this.opts.lifecycle?.cached(obj);
+    this.stopped = false;
     this.running = new AbortController();
     const signal = this.running.signal;
     this.loop = this.run(signal);
@@ -207,7 +212,8 @@ export class Informer<T extends KubeObject = KubeObject> {
     this.running = undefined;
     // The objects stay readable, but what their transform kept for them goes: a stopped informer
     // (a cell disengaged) may never be listed again. A restart's relist caches fresh objects.
-    for (const obj of this.store.values()) this.opts.lifecycle?.dropped(obj);
+    if (!this.stopped) for (const obj of this.store.values()) this.opts.lifecycle?.dropped(obj);
+    this.stopped = true;
   }
 
   private async run(signal: AbortSignal): Promise<void> {

@@ -4,7 +4,8 @@ import { findCondition, type Condition } from '../../runtime/api/conditions.ts';
 import { removeItem, type JsonPatchOp } from '../../runtime/api/jsonpatch.ts';
 import type { KubeObject, ObjectMeta } from '../../runtime/api/meta.ts';
 import { hasSchedulingGate } from '../../policy/pods.ts';
-import { interning, slimMetadata } from '../../policy/slim.ts';
+import { interning } from '../../policy/intern.ts';
+import { slimMetadata } from '../../policy/slim.ts';
 import {
   BLOCKING_REASONS,
   INSTANCE_LABEL,

@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import { archCapability } from '../../../src/arch/index.ts';
 import { declaringAnnotations } from '../../../src/capability.ts';
 import { gatesCapability } from '../../../src/gates/index.ts';
-import { interning, internedSize, slimMetadata, slimNode, slimPod } from '../../../src/policy/slim.ts';
+import { interning, internedSize } from '../../../src/policy/intern.ts';
+import { slimMetadata, slimNode, slimPod } from '../../../src/policy/slim.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import { podReady } from '../../../src/gates/decide/requirements.ts';
 
@@ -83,12 +84,66 @@ test('an interned value lives as long as a cached object holds it', () => {
   assert.deepEqual(internedSize(), start);
   t.lifecycle.cached(a);
   t.lifecycle.cached(b);
-  assert.equal(internedSize().strings, start.strings + 4, 'the label value, the namespace, the container');
+  const held = { strings: start.strings + 2, structures: start.structures + 1 };
+  const { strings, structures } = internedSize();
+  assert.deepEqual({ strings, structures }, held, 'the label value, the namespace; the container list');
+  const c = t.fn(pod({}, { app: value }));
+  assert.equal(c.metadata?.labels?.app, value);
+  assert.equal(c.spec.containers, a.spec.containers, "a pod made now shares the first one's list");
+  assert.throws(
+    () => (c.spec.containers as unknown[]).push({}),
+    TypeError,
+    'frozen: one pod cannot change another',
+  );
   t.lifecycle.dropped(a);
-  assert.equal(internedSize().strings, start.strings + 4, 'b holds them still');
-  t.lifecycle.dropped(b);
+  assert.equal(internedSize().strings, held.strings, 'b holds them still');
   t.lifecycle.dropped(b);
   assert.deepEqual(internedSize(), start, 'the last holder gone, so are they');
+});
+
+test('what a slim transform makes of its own object is that object: the lifecycle asks it again', () => {
+  const full = {
+    ...pod({ 'arch.berth.dev/policy': 'p1', 'example.com/blob': 'b' }, { app: 'a' }),
+    metadata: {
+      name: 'p',
+      namespace: 'ns',
+      uid: 'u',
+      ownerReferences: [
+        { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'rs', uid: 'r', controller: true },
+      ],
+      annotations: { 'example.com/blob': 'b' },
+    },
+    spec: { nodeName: 'n', containers: [{ name: 'c', image: 'i' }], nodeSelector: { zone: 'z' } },
+    status: { phase: 'Running', hostIP: '10.0.0.1', conditions: [{ type: 'Ready', status: 'True' }] },
+  };
+  const slim = slimPod(full);
+  assert.deepEqual(slimPod(slim), slim);
+  assert.deepEqual(slim.metadata?.annotations, {});
+  const node = slimNode({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name: 'n', labels: { a: 'b' }, annotations: { x: 'y' } },
+    spec: { taints: [{ key: 'k', effect: 'NoSchedule' }] },
+    status: { nodeInfo: { architecture: 'amd64' }, conditions: [{ type: 'Ready', status: 'True' }] },
+  });
+  assert.deepEqual(slimNode(node), node);
+});
+
+test('no tenant value spells the key of another pod list: a key is JSON', () => {
+  const t = interning('test-pod', slimPod);
+  const theirs = t.fn({
+    ...pod({}),
+    spec: {
+      containers: [
+        { name: 'a', image: 'b' },
+        { name: 'c', image: 'd' },
+      ],
+    },
+  });
+  t.lifecycle.cached(theirs);
+  const mine = slimPod({ ...pod({}), spec: { containers: [{ name: 'a', image: 'b\0c\0d' }] } });
+  assert.deepEqual(mine.spec.containers, [{ name: 'a', image: 'b\0c\0d' }]);
+  t.lifecycle.dropped(theirs);
 });
 
 test('a value longer than 512 characters is never interned', () => {
@@ -96,7 +151,7 @@ test('a value longer than 512 characters is never interned', () => {
   const start = internedSize();
   const a = t.fn(pod({}, { app: 'z'.repeat(513) }));
   t.lifecycle.cached(a);
-  assert.equal(internedSize().strings, start.strings + 3, 'the namespace and the container only');
+  assert.equal(internedSize().strings, start.strings + 1, 'the namespace only');
   t.lifecycle.dropped(a);
   assert.deepEqual(internedSize(), start);
 });

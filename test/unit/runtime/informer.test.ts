@@ -123,7 +123,8 @@ test('the lifecycle hears each object enter and leave the cache: replaced, delet
         { type: 'DELETED', object: ns('b', '3') },
         { type: 'ADDED', object: ns('c', '4') },
       ] as never[];
-      await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
+      if (!opts.signal.aborted)
+        await new Promise((resolve) => opts.signal.addEventListener('abort', resolve, { once: true }));
     },
     [ns('a', '1'), ns('b', '1')],
   );
@@ -141,6 +142,14 @@ test('the lifecycle hears each object enter and leave the cache: replaced, delet
   await informer.stop();
   // A version the cache holds already (a@2 twice) is not cached again.
   assert.deepEqual(heard, ['+a@1', '+b@1', '+a@2', '-a@1', '-b@1', '+c@4', '-a@2', '-c@4']);
+  // Stopped twice, it lets go once; started again, it holds what it kept, and stopped again lets go
+  // of each once more: every object left as often as it entered.
+  await informer.stop();
+  informer.start();
+  await informer.stop();
+  const times = (sign: string, o: string) => heard.filter((h) => h === `${sign}${o}`).length;
+  for (const o of new Set(heard.map((h) => h.slice(1)))) assert.equal(times('+', o), times('-', o), o);
+  assert.deepEqual(heard.slice(8), ['+a@2', '+c@4', '-a@2', '-c@4']);
 });
 
 test('the initial state streamed (WatchList) fills the cache as it comes, syncs at its bookmark, and a second one deletes what it no longer holds', async () => {
