@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { build } from 'esbuild';
+import { build, type Plugin } from 'esbuild';
 import { inject } from 'postject';
 import { cacheDir, packageRoot } from '../src/sandbox/paths.ts';
 import { PAGE_ASSET } from '../src/ui/server.ts';
@@ -44,8 +44,24 @@ async function bundle(out: string, info: { version: string; commit: string }): P
     logLevel: 'warning',
     banner: { js: 'var __berth_url=require("node:url").pathToFileURL(process.execPath).href;' },
     define: { 'import.meta.url': '__berth_url', BERTH_BUILD: JSON.stringify(info) },
+    plugins: [bundledRequire],
   });
 }
+
+/**
+ * What Berth's sources load when first used (`createRequire(import.meta.url)('yaml')`, decision
+ * 0050) is, in a CommonJS bundle, the bundle's own `require('yaml')`: written so, esbuild bundles it
+ * (still run only when first called). Left as it is, the executable would look for node_modules.
+ */
+const bundledRequire: Plugin = {
+  name: 'bundled-require',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]src[\\/].*\.ts$/ }, (args) => ({
+      contents: readFileSync(args.path, 'utf8').replaceAll('createRequire(import.meta.url)(', 'require('),
+      loader: 'ts',
+    }));
+  },
+};
 
 export interface BuiltCli {
   /** Each platform's executable. */

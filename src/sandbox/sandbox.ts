@@ -575,17 +575,29 @@ export class Sandbox {
   /**
    * Stops every process (newest first) and checks that none of those that ran left its port
    * listening. A port whose process never ran (it failed to start) is not ours any more: another
-   * program may have been given it since.
+   * program may have been given it since, and so may a port freed while later processes were
+   * stopping (tests start sandboxes side by side): each process's ports are checked as it stops.
    */
   async down(): Promise<void> {
     if (!this.state) return;
-    const ran = this.status().filter((p) => p.running);
+    const ran = new Map(this.status().map((p) => [p.name, p.running ? p : undefined]));
     // Berth first: it would retry a gone apiserver, and log it, until stopped.
-    for (const p of [...PROCESSES, ...REGISTRY_PROCESSES, BERTH_PROCESS].reverse()) await this.stopProcess(p);
-    const ports = ran.flatMap((p) => (p.name === 'etcd' ? [p.port, this.state!.ports.etcdPeer] : [p.port]));
-    for (const port of ports) {
-      if (await isListening(port))
+    for (const name of [...PROCESSES, ...REGISTRY_PROCESSES, BERTH_PROCESS].reverse()) {
+      await this.stopProcess(name);
+      const p = ran.get(name);
+      if (p)
+        for (const port of name === 'etcd' ? [p.port, this.state.ports.etcdPeer] : [p.port])
+          await this.freed(port);
+    }
+  }
+
+  /** Waits a little for `port` to close: a process whose exit had begun was not waited for by stopProcess. */
+  private async freed(port: number): Promise<void> {
+    const until = Date.now() + 5000;
+    while (await isListening(port)) {
+      if (Date.now() > until)
         throw new Error(`port ${port} is still listening after sandbox ${this.name} stopped`);
+      await sleep(50);
     }
   }
 

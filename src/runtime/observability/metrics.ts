@@ -4,18 +4,27 @@
 import { createRequire } from 'node:module';
 import { isMainThread } from 'node:worker_threads';
 import type * as Prom from 'prom-client';
-
 // prom-client's parts, each from its own file: its index also loads the Pushgateway, cluster
 // support and, for exemplars of process CPU, @opentelemetry/api, which Berth never uses and which
-// cost some 6 MB resident in each thread (decision 0050). The version is pinned by the lockfile;
+// cost some 6 MB resident in each thread (decision 0050). Imported, not required, so that the CLI's
+// bundle carries them (prom-client-parts.d.ts types them). The version is pinned by the lockfile;
 // test/unit/runtime/metrics.test.ts holds the default metrics to prom-client's own list.
-const require = createRequire(import.meta.url);
-const Counter = require('prom-client/lib/counter') as typeof Prom.Counter;
-const Gauge = require('prom-client/lib/gauge') as typeof Prom.Gauge;
-const Histogram = require('prom-client/lib/histogram') as typeof Prom.Histogram;
-const Registry = require('prom-client/lib/registry') as typeof Prom.Registry;
-type Gauge<L extends string> = Prom.Gauge<L>;
-type Registry = Prom.Registry;
+import Counter from 'prom-client/lib/counter.js';
+import Gauge from 'prom-client/lib/gauge.js';
+import Histogram from 'prom-client/lib/histogram.js';
+import Registry from 'prom-client/lib/registry.js';
+import eventLoopLag from 'prom-client/lib/metrics/eventLoopLag.js';
+import gc from 'prom-client/lib/metrics/gc.js';
+import heapSizeAndUsed from 'prom-client/lib/metrics/heapSizeAndUsed.js';
+import heapSpacesSizeAndUsed from 'prom-client/lib/metrics/heapSpacesSizeAndUsed.js';
+import osMemoryHeap from 'prom-client/lib/metrics/osMemoryHeap.js';
+import processHandles from 'prom-client/lib/metrics/processHandles.js';
+import processMaxFileDescriptors from 'prom-client/lib/metrics/processMaxFileDescriptors.js';
+import processOpenFileDescriptors from 'prom-client/lib/metrics/processOpenFileDescriptors.js';
+import processRequests from 'prom-client/lib/metrics/processRequests.js';
+import processResources from 'prom-client/lib/metrics/processResources.js';
+import processStartTime from 'prom-client/lib/metrics/processStartTime.js';
+import version from 'prom-client/lib/metrics/version.js';
 
 export const registry = new Registry();
 // The process's own figures (CPU, memory, event loop) once, from the main thread.
@@ -23,12 +32,11 @@ if (isMainThread) collectProcessMetrics(registry);
 
 /** prom-client's default metrics, but process CPU counted here, without its exemplar support. */
 function collectProcessMetrics(register: Registry): void {
-  const defaults = ['processStartTime', 'osMemoryHeap', 'processOpenFileDescriptors']
-    .concat(['processMaxFileDescriptors', 'eventLoopLag', 'processResources', 'processHandles'])
-    .concat(['processRequests', 'heapSizeAndUsed', 'heapSpacesSizeAndUsed', 'version', 'gc']);
+  const defaults = [processStartTime, osMemoryHeap, processOpenFileDescriptors]
+    .concat([processMaxFileDescriptors, eventLoopLag, processResources, processHandles])
+    .concat([processRequests, heapSizeAndUsed, heapSpacesSizeAndUsed, version, gc]);
   const config = { register, eventLoopMonitoringPrecision: 10 };
-  for (const name of defaults)
-    (require(`prom-client/lib/metrics/${name}`) as DefaultMetric)(register, config);
+  for (const collect of defaults) collect(register, config);
   let last = process.cpuUsage();
   const cpu = (name: string, help: string, collect?: () => void) =>
     new Counter({ name, help, registers: [register], ...(collect ? { collect } : {}) });
@@ -44,7 +52,6 @@ function collectProcessMetrics(register: Registry): void {
   const system = cpu('process_cpu_system_seconds_total', 'Total system CPU time spent in seconds.');
   const total = cpu('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.');
 }
-type DefaultMetric = (register: Registry, config: { eventLoopMonitoringPrecision: number }) => void;
 
 type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 const sources = new Set<() => Promise<unknown[]>>();
@@ -60,7 +67,9 @@ export async function metricsText(): Promise<string> {
   if (sources.size === 0) return registry.metrics();
   const all = await Promise.all([registry.getMetricsAsJSON(), ...[...sources].map((read) => read())]);
   // Only while another thread serves (the cluster module comes with it).
-  const aggregator = require('prom-client/lib/cluster') as typeof Prom.AggregatorRegistry;
+  const aggregator = createRequire(import.meta.url)(
+    'prom-client/lib/cluster',
+  ) as typeof Prom.AggregatorRegistry;
   return aggregator.aggregate(all as MetricsJson[]).metrics();
 }
 
