@@ -1,5 +1,5 @@
-// Interning: values that repeat across cached objects (namespaces, node names, images, label
-// values, the owner references and containers a ReplicaSet's pods have alike) are kept once.
+// Interning: values that repeat across cached objects (namespaces, node names, label values, and
+// the owner references and container lists a ReplicaSet's pods have alike) are kept once.
 // Tenants write most of them, so the table holds a value only while a cached object holds it, and
 // never more than INTERN_BUDGET characters: the informer says when an object enters and leaves its
 // cache (lifecycle), and each value counts the cached objects holding it; the last one gone takes

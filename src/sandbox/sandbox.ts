@@ -108,6 +108,15 @@ export interface UpOptions {
   emulatedVersion?: string;
 }
 
+/** Waits until nothing listens on `port`, or `until` (ms since the epoch) has passed: whether it closed. */
+async function closedBy(port: number, until: number): Promise<boolean> {
+  while (await isListening(port)) {
+    if (Date.now() > until) return false;
+    await sleep(50);
+  }
+  return true;
+}
+
 export class Sandbox {
   readonly name: string;
   readonly dir: string;
@@ -471,7 +480,7 @@ export class Sandbox {
       await sleep(50);
     }
     const port = this.status().find((s) => s.name === p)!.port;
-    while ((await isListening(port)) && Date.now() < until + 5000) await sleep(50);
+    await closedBy(port, until + 5000);
     delete st.pids[p];
     this.saveState();
   }
@@ -587,17 +596,9 @@ export class Sandbox {
       const p = ran.get(name);
       if (p)
         for (const port of name === 'etcd' ? [p.port, this.state.ports.etcdPeer] : [p.port])
-          await this.freed(port);
-    }
-  }
-
-  /** Waits a little for `port` to close: a process whose exit had begun was not waited for by stopProcess. */
-  private async freed(port: number): Promise<void> {
-    const until = Date.now() + 5000;
-    while (await isListening(port)) {
-      if (Date.now() > until)
-        throw new Error(`port ${port} is still listening after sandbox ${this.name} stopped`);
-      await sleep(50);
+          // A little time still: stopProcess does not wait for a process whose exit had begun.
+          if (!(await closedBy(port, Date.now() + 5000)))
+            throw new Error(`port ${port} is still listening after sandbox ${this.name} stopped`);
     }
   }
 
