@@ -28,7 +28,9 @@ COPY --from=build /src/dist ./dist
 # Numeric, so that the kubelet can verify runAsNonRoot.
 USER 65532:65532
 # V8's optimize-for-size: the labels job at 1,000 nodes holds about 100 MB resident instead of 140
-# (issue 17; npm run bench:memory runs Berth with these flags). The young generation keeps V8's
-# default size: held to 2 MB it saved nothing more and cost the webhook thread its tail (decision 0023).
-ENTRYPOINT ["node", "--optimize-for-size", "dist/cli/main.js"]
+# (issue 17). Of V8's compilers only the interpreter and the optimizing top tier (TurboFan): without
+# the two in between (Sparkplug, Maglev) every job holds 3-6 MB less (decision 0053). npm run
+# bench:memory runs Berth with these flags. The young generation keeps V8's default size: held to
+# 2 MB it saved nothing more and cost the webhook thread its tail (decision 0023).
+ENTRYPOINT ["node", "--optimize-for-size", "--no-maglev", "--no-sparkplug", "dist/cli/main.js"]
 CMD ["run"]

@@ -11,6 +11,9 @@
 //   watch nodes and pods, keep the fields the job reads, patch the derived label);
 // - the Node.js floor, bench/labelsfloor/node.mjs: that work in the simplest Node program, with the
 //   image's flags (how much of Berth's memory is the runtime's: `nodeFloorMB`);
+// - the stack floor, bench/labelsfloor/stack.mjs: the Node.js floor with the libraries of Berth's
+//   stack each used once (commander, zod on the rules, pino, prom-client serving /metrics), with the
+//   image's flags (how much is the stack's, how much Berth's own: `stackFloorMB`);
 // - Berth on node-readiness-controller's job, `--controllers=gates` with one enforced
 //   NodeStartupGate waiting for a DaemonSet's pods (its Node webhook starts the webhook thread),
 //   once the gate says Ready (`gatesMB`; the gate is a dry run while the others run, so that they
@@ -57,6 +60,7 @@ const INPUT = 'bench.berth.dev/usb-edgetpu';
 const DERIVED = 'bench.berth.dev/edgetpu';
 const FLOOR = 'bench.berth.dev/edgetpu-floor';
 const NODE_FLOOR_SCRIPT = path.join(import.meta.dirname, 'labelsfloor', 'node.mjs');
+const STACK_FLOOR_SCRIPT = path.join(import.meta.dirname, 'labelsfloor', 'stack.mjs');
 const NS = 'bench-memory';
 const GATE = 'bench-memory';
 
@@ -187,8 +191,10 @@ interface Point {
   gatesMB: number;
   floorMB: number;
   nodeFloorMB: number;
+  stackFloorMB: number;
   ratio: number;
   nodeFloorRatio: number;
+  stackFloorRatio: number;
 }
 
 const results: Point[] = [];
@@ -220,6 +226,12 @@ try {
       { ...process.env, ...imageEnv() },
       p.nodes,
     );
+    const stackFloorMB = await measureFloor(
+      process.execPath,
+      [...imageNodeFlags(), STACK_FLOOR_SCRIPT, ...floorArgs, '--metrics=0'],
+      { ...process.env, ...imageEnv() },
+      p.nodes,
+    );
     const berthMB = await measureBerth(p.nodes, ['--controllers=labels']);
     const everythingMB = await measureBerth(p.nodes, []);
     const gatesMB = await measureGates();
@@ -231,13 +243,16 @@ try {
       gatesMB: round(gatesMB),
       floorMB: round(floorMB),
       nodeFloorMB: round(nodeFloorMB),
+      stackFloorMB: round(stackFloorMB),
       ratio: round(berthMB / floorMB, 2),
       nodeFloorRatio: round(berthMB / nodeFloorMB, 2),
+      stackFloorRatio: round(berthMB / stackFloorMB, 2),
     };
     console.log(
       `${p.nodes} nodes, ${p.pods} pods: Berth ${r.berthMB} MB (everything on: ${r.everythingMB} MB, ` +
         `the gates job: ${r.gatesMB} MB), ` +
-        `Go floor ${r.floorMB} MB, Node.js floor ${r.nodeFloorMB} MB; ratios ${r.ratio}, ${r.nodeFloorRatio}`,
+        `Go floor ${r.floorMB} MB, Node.js floor ${r.nodeFloorMB} MB, stack floor ${r.stackFloorMB} MB; ` +
+        `ratios ${r.ratio}, ${r.nodeFloorRatio}, ${r.stackFloorRatio}`,
     );
     results.push(r);
   }
@@ -265,8 +280,10 @@ report({
   gatesMB: first.gatesMB,
   floorMB: first.floorMB,
   nodeFloorMB: first.nodeFloorMB,
+  stackFloorMB: first.stackFloorMB,
   ratio: first.ratio,
   nodeFloorRatio: first.nodeFloorRatio,
+  stackFloorRatio: first.stackFloorRatio,
   nodes: first.nodes,
   pods: first.pods,
   kbPerNode: growth('nodes', 'pods'),

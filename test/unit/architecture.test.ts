@@ -200,6 +200,11 @@ test('the webhook thread loads what serving and the pure admission decisions nee
   assert.deepEqual(problems, []);
 });
 
+test('re2js loads with the first pattern compiled: no module imports it', () => {
+  // A Berth whose rules match no InRegexp never needs its source and tables (decision 0053).
+  assert.equal(loadedFrom(sources(src)).get('package:re2js')?.join(' -> '), undefined);
+});
+
 test('the import walk follows what loads a module, and not what the compiler erases', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'walk-'));
   const files: Record<string, string> = {

@@ -1,7 +1,9 @@
 // Bounded RE2 programs for InRegexp: RE2 semantics as Kubernetes and node-feature-discovery match
 // (no backreferences, no lookaround, linear time), a bound on each program and on all of one rule's,
 // and each expression's programs compiled once and kept with it.
-import { RE2JS } from 're2js';
+import { createRequire } from 'node:module';
+import type * as Re2js from 're2js';
+import type { RE2JS } from 're2js';
 import { escapeControl, quote } from '../text.ts';
 import type { MatchExpression } from './requirement.ts';
 
@@ -105,6 +107,11 @@ export function programSizeBound(pattern: string): number {
   return cur.done + cur.branch + 3; // a program starts and ends with bookkeeping instructions
 }
 
+// re2js is loaded with the first pattern compiled: a Berth whose rules match no InRegexp never
+// needs it (its source and tables, about 1 MB resident).
+let re2js: typeof Re2js | undefined;
+const re2 = (): typeof RE2JS => (re2js ??= createRequire(import.meta.url)('re2js') as typeof Re2js).RE2JS;
+
 // Compiled once per expression object: a rule's expressions live as long as the rule, and so do
 // their programs (and the DFA states RE2 caches in them).
 const compiled = new WeakMap<MatchExpression, RE2JS[]>();
@@ -121,7 +128,7 @@ export function compileRegexp(source: string, left = RULE_REGEXP_PROGRAM_MAX): R
   if (bound > 10 * budget) throw new Error(tooLarge(`an estimated ${bound}`, left));
   let re: RE2JS;
   try {
-    re = RE2JS.compile(source);
+    re = re2().compile(source);
   } catch (e) {
     const why = escapeControl((e as Error).message).slice(0, 200);
     const hint = /Perl syntax|escape sequence|named capture/.test(why)
