@@ -144,6 +144,15 @@ async function measureFloor(cmd: string, args: string[], env: NodeJS.ProcessEnv,
   }
 }
 
+/** A Node.js floor's RSS, the script run as the image runs Berth (its Node flags and environment). */
+const measureNodeFloor = (script: string, count: number) =>
+  measureFloor(
+    process.execPath,
+    [...imageNodeFlags(), script, ...floorArgs],
+    { ...process.env, ...imageEnv() },
+    count,
+  );
+
 async function measureBerth(count: number, args: string[]): Promise<number> {
   await clear(DERIVED);
   const berth = await startBerth(sb, args, { compiled: true });
@@ -220,18 +229,8 @@ try {
       console.log(`${p.pods - havePods} pods created in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     havePods = p.pods;
     const floorMB = await measureFloor(floorBin, floorArgs, process.env, p.nodes);
-    const nodeFloorMB = await measureFloor(
-      process.execPath,
-      [...imageNodeFlags(), NODE_FLOOR_SCRIPT, ...floorArgs],
-      { ...process.env, ...imageEnv() },
-      p.nodes,
-    );
-    const stackFloorMB = await measureFloor(
-      process.execPath,
-      [...imageNodeFlags(), STACK_FLOOR_SCRIPT, ...floorArgs, '--metrics=0'],
-      { ...process.env, ...imageEnv() },
-      p.nodes,
-    );
+    const nodeFloorMB = await measureNodeFloor(NODE_FLOOR_SCRIPT, p.nodes);
+    const stackFloorMB = await measureNodeFloor(STACK_FLOOR_SCRIPT, p.nodes);
     const berthMB = await measureBerth(p.nodes, ['--controllers=labels']);
     const everythingMB = await measureBerth(p.nodes, []);
     const gatesMB = await measureGates();

@@ -41,11 +41,12 @@ const rule = z.object({
         .array(
           z.object({
             label: z.string().min(1).max(317),
-            operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist', 'Regex']),
-            values: z.array(z.string()).optional(),
+            operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist', 'Gt', 'Lt', 'InRegexp']),
+            values: z.array(z.string().max(1024)).max(64).optional(),
           }),
         )
-        .min(1),
+        .min(1)
+        .max(32),
     }),
     labels: z.record(z.string(), z.string().max(63)),
   }),

@@ -2,7 +2,6 @@
 // (no backreferences, no lookaround, linear time), a bound on each program and on all of one rule's,
 // and each expression's programs compiled once and kept with it.
 import { createRequire } from 'node:module';
-import type * as Re2js from 're2js';
 import type { RE2JS } from 're2js';
 import { escapeControl, quote } from '../text.ts';
 import type { MatchExpression } from './requirement.ts';
@@ -109,8 +108,9 @@ export function programSizeBound(pattern: string): number {
 
 // re2js is loaded with the first pattern compiled: a Berth whose rules match no InRegexp never
 // needs it (its source and tables, about 1 MB resident).
-let re2js: typeof Re2js | undefined;
-const re2 = (): typeof RE2JS => (re2js ??= createRequire(import.meta.url)('re2js') as typeof Re2js).RE2JS;
+let re2: typeof RE2JS | undefined;
+const loadRe2 = (): typeof RE2JS =>
+  (re2 ??= (createRequire(import.meta.url)('re2js') as { RE2JS: typeof RE2JS }).RE2JS);
 
 // Compiled once per expression object: a rule's expressions live as long as the rule, and so do
 // their programs (and the DFA states RE2 caches in them).
@@ -128,7 +128,7 @@ export function compileRegexp(source: string, left = RULE_REGEXP_PROGRAM_MAX): R
   if (bound > 10 * budget) throw new Error(tooLarge(`an estimated ${bound}`, left));
   let re: RE2JS;
   try {
-    re = re2().compile(source);
+    re = loadRe2().compile(source);
   } catch (e) {
     const why = escapeControl((e as Error).message).slice(0, 200);
     const hint = /Perl syntax|escape sequence|named capture/.test(why)
