@@ -22,7 +22,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
-import { AgentPlacement } from '../src/agents/types.ts';
+import { AgentPlacement } from '../src/agents/crd.ts';
 import { waitForAgentContainer } from '../src/agents/admit.ts';
 import { createCertificateAuthority } from '../src/runtime/webhook/certificates.ts';
 import { isDeepStrictEqual } from 'node:util';

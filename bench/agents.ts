@@ -17,7 +17,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { AGENT_WORKERS, CLAIM_WRITE_WINDOW_MS } from '../src/agents/controllers/node.ts';
-import { AgentPlacement } from '../src/agents/types.ts';
+import { AgentPlacement } from '../src/agents/crd.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { applyTarget } from '../src/runtime/client/apply.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';

@@ -24,7 +24,7 @@ import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, slimPod, type SlimNode, type SlimPod } from '../src/policy/slim.ts';
 import { Resources } from '../src/runtime/api/meta.ts';
 import { EVICT_WORKERS } from '../src/labels/controllers/evict.ts';
-import { NodeLabelRule } from '../src/labels/types.ts';
+import { NodeLabelRule } from '../src/labels/crd.ts';
 import {
   benchSandbox,
   buildGoProgram,

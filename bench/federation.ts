@@ -42,8 +42,10 @@ import { rolledOut } from '../src/federation/decide/rollup.ts';
 import { mirrorName, mirrorOf } from '../src/federation/decide/mirror.ts';
 import type { DeploymentObject } from '../src/federation/decide/placement.ts';
 import { applyStatus } from '../src/runtime/client/apply.ts';
-import { Workload, type WorkloadObject } from '../src/federation/types.ts';
-import { Cell, type CellObject } from '../src/cells/types.ts';
+import { type WorkloadObject } from '../src/federation/types.ts';
+import { Workload } from '../src/federation/crd.ts';
+import { type CellObject } from '../src/cells/types.ts';
+import { Cell } from '../src/cells/crd.ts';
 import { findCondition, hasCondition } from '../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
@@ -51,13 +53,8 @@ import { isNotFound, type KubeClient } from '../src/runtime/client/client.ts';
 import { cellName, Federation } from '../src/sandbox/federation.ts';
 import { templateHash } from '../src/workloads/decide/revisions.ts';
 import { type InstanceObject } from '../src/workloads/decide/instances.ts';
-import {
-  DEPLOYMENT_LABEL,
-  Instance,
-  MIRROR_LABEL,
-  WorkloadDeployment,
-  type InstanceTemplate,
-} from '../src/workloads/types.ts';
+import { DEPLOYMENT_LABEL, MIRROR_LABEL, type InstanceTemplate } from '../src/workloads/types.ts';
+import { Instance, WorkloadDeployment } from '../src/workloads/crd.ts';
 import { berthClient, startBerth } from '../test/helpers/berth.ts';
 import {
   apiserverWork,

@@ -53,14 +53,12 @@ import { RAMP_BATCH_MS, STATUS_WORKERS } from '../src/workloads/controllers/depl
 import { instanceSize } from '../src/workloads/resources.ts';
 import {
   DEPLOYMENT_MANAGER,
-  Quota,
-  WorkloadDeployment,
-  Instance,
   type InstanceTemplate,
   type QuotaClaim,
   type QuotaStatus,
   type WorkloadDeploymentStatus,
 } from '../src/workloads/types.ts';
+import { Quota, WorkloadDeployment, Instance } from '../src/workloads/crd.ts';
 import {
   apiserverWork,
   benchSandbox,

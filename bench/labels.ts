@@ -11,7 +11,7 @@ import { applyTarget } from '../src/runtime/client/apply.ts';
 import { Informer } from '../src/runtime/cache/informer.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { Resources, type KubeObject } from '../src/runtime/api/meta.ts';
-import { NodeLabelRule } from '../src/labels/types.ts';
+import { NodeLabelRule } from '../src/labels/crd.ts';
 import { benchSandbox, forEachLimit, round, report } from './lib.ts';
 import { startBerth } from '../test/helpers/berth.ts';
 

@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { installCrds } from '../src/cli/install.ts';
-import { NodeLabelRule } from '../src/labels/types.ts';
+import { NodeLabelRule } from '../src/labels/crd.ts';
 import { NodeStartupGate } from '../src/gates/crd.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { hasCondition } from '../src/runtime/api/conditions.ts';

@@ -20,12 +20,12 @@
 // One JSON line: per form, apiserver and etcd milliseconds of CPU per write and the mean time to
 // answer; the nodes' managedFields in bytes with one manager and with 31.
 import { parseArgs } from 'node:util';
-import { AgentPlacement } from '../src/agents/types.ts';
+import { AgentPlacement } from '../src/agents/crd.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { crdManifests } from '../src/manifests.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../src/runtime/api/meta.ts';
+import { crdName, Resources, type KubeObject, type ResourceRef } from '../src/runtime/api/meta.ts';
 import { isConflict } from '../src/runtime/client/client.ts';
-import { Instance } from '../src/workloads/types.ts';
+import { Instance } from '../src/workloads/crd.ts';
 import { benchSandbox, cpuSeconds, forEachLimit, round, report, waitForValue } from './lib.ts';
 
 const { values } = parseArgs({
@@ -61,7 +61,7 @@ const copyRef = (ref: ResourceRef): ResourceRef => ({ ...ref, group: NOCEL });
 async function installCopies(refs: ResourceRef[]) {
   for (const ref of refs) {
     const crd = structuredClone(
-      crdManifests().find((c) => c.metadata!.name === `${ref.resource}.${ref.group}`)!,
+      (await crdManifests()).find((c) => c.metadata!.name === crdName(ref))!,
     ) as KubeObject & { spec: { group: string } };
     const copy = withoutRules(crd) as typeof crd;
     copy.metadata = { name: `${ref.resource}.${NOCEL}` };

@@ -10,16 +10,18 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
-import { AgentPlacement } from '../src/agents/types.ts';
+import { AgentPlacement } from '../src/agents/crd.ts';
 import type { ArchPod } from '../src/arch/decide/pods.ts';
 import { RESULT_ANNOTATION, SCHEDULING_GATE, STATE_LABEL } from '../src/arch/types.ts';
 import { ArchPlacement } from '../src/arch/crd.ts';
 import { installCrds } from '../src/cli/install.ts';
 import { berthFederationHooks } from '../src/cli/sandbox.ts';
-import { Workload, type WorkloadObject } from '../src/federation/types.ts';
+import { type WorkloadObject } from '../src/federation/types.ts';
+import { Workload } from '../src/federation/crd.ts';
 import { rolledOut } from '../src/federation/decide/rollup.ts';
 import { NodeStartupGate } from '../src/gates/crd.ts';
-import { FIELD_MANAGER, NodeLabelRule } from '../src/labels/types.ts';
+import { FIELD_MANAGER } from '../src/labels/types.ts';
+import { NodeLabelRule } from '../src/labels/crd.ts';
 import { slimNode, type SlimNode } from '../src/policy/slim.ts';
 import { hasCondition } from '../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject, type ResourceRef } from '../src/runtime/api/meta.ts';
@@ -31,13 +33,8 @@ import { packageRoot } from '../src/sandbox/paths.ts';
 import { ImagePusher, platform } from '../src/sandbox/push.ts';
 import { Sandbox } from '../src/sandbox/sandbox.ts';
 import { abortOnSignals } from '../src/sandbox/wait.ts';
-import {
-  DEPLOYMENT_LABEL,
-  Instance,
-  InstanceType,
-  Quota,
-  WorkloadDeployment,
-} from '../src/workloads/types.ts';
+import { DEPLOYMENT_LABEL } from '../src/workloads/types.ts';
+import { Instance, InstanceType, Quota, WorkloadDeployment } from '../src/workloads/crd.ts';
 import { berthKubeconfig, startBerth, type BerthProcess } from '../test/helpers/berth.ts';
 import { waitFor } from '../test/helpers/wait.ts';
 

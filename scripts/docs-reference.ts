@@ -91,8 +91,8 @@ interface Crd {
   };
 }
 
-function apiReference(): string {
-  const crds = (crdManifests() as unknown as Crd[]).toSorted((a, b) =>
+async function apiReference(): Promise<string> {
+  const crds = ((await crdManifests()) as unknown as Crd[]).toSorted((a, b) =>
     a.spec.names.kind.localeCompare(b.spec.names.kind),
   );
   const index = crds.map((c) => `- [${c.spec.names.kind}](#${c.spec.names.kind.toLowerCase()})`).join('\n');
@@ -195,7 +195,7 @@ function helmValuesReference(): string {
 export const REFERENCE_FILES = {
   'docs/reference/helm-values.md': async () => helmValuesReference(),
   'docs/reference/cli.md': cliReference,
-  'docs/reference/api.md': async () => apiReference(),
+  'docs/reference/api.md': apiReference,
   'docs/reference/metrics.md': metricsReference,
 };
 

@@ -412,8 +412,8 @@ const helmAggregatedRoles = (): string =>
     .join('---\n');
 
 /** Every generated file, by path relative to the repository root. */
-export function generatedFiles(): Map<string, string> {
-  const crds = crdManifests();
+export async function generatedFiles(): Promise<Map<string, string>> {
+  const crds = await crdManifests();
   const files = new Map<string, string>([
     ['deploy/kustomize/base/crds.yaml', documents(crds)],
     ['deploy/kustomize/base/rbac.yaml', documents(rbacManifests())],
@@ -443,8 +443,8 @@ export function generatedFiles(): Map<string, string> {
 }
 
 /** Writes the generated files under `root`, and removes Helm CRD files no capability defines any more. */
-export function writeGenerated(root: string = packageRoot()): string[] {
-  const files = generatedFiles();
+export async function writeGenerated(root: string = packageRoot()): Promise<string[]> {
+  const files = await generatedFiles();
   const crdsDir = join(root, HELM_CRDS_DIR);
   mkdirSync(crdsDir, { recursive: true });
   for (const f of readdirSync(crdsDir)) {
@@ -458,5 +458,5 @@ export function writeGenerated(root: string = packageRoot()): string[] {
 }
 
 if (import.meta.main) {
-  for (const path of writeGenerated()) process.stdout.write(`wrote ${path}\n`);
+  for (const path of await writeGenerated()) process.stdout.write(`wrote ${path}\n`);
 }

@@ -105,8 +105,8 @@ export interface PageKind {
 
 /** What the page gives a capability's view: its caches, made by the page on the manager. */
 export interface PageContext {
-  /** The page's informer of one of the capability's kinds. */
-  informer(cr: CustomResource): Informer<KubeObject>;
+  /** The page's informer of one of the capability's kinds (its CRD or its ref). */
+  informer(of: { kind: string }): Informer<KubeObject>;
   /** The pods on a node, from the pod informer every capability shares. */
   podsOn(node: string): SlimPod[];
 }
@@ -154,12 +154,18 @@ export interface Capability {
   roles: Role[];
   /** Flags of `berth run` that configure this capability. */
   options?: () => Option[];
-  crds: CustomResource[];
+  /** Its kinds (types.ts): what names them is known without building their schemas. */
+  kinds: ResourceRef[];
   /**
-   * Of its CRDs, those only a namespace's `admin` writes (a budget, as Kubernetes' ResourceQuota is
+   * Its CRDs, built from their zod schemas (crd.ts) when a command installs or prints them: a
+   * command that does not, and a Berth that does not run the capability, builds none of them.
+   */
+  crds(): Promise<CustomResource[]>;
+  /**
+   * Of its kinds, those only a namespace's `admin` writes (a budget, as Kubernetes' ResourceQuota is
    * not the `edit` role's to change): the aggregated `edit` role reads them, `admin` writes them.
    */
-  adminCrds?: CustomResource[];
+  adminKinds?: ResourceRef[];
   /** The rules its controllers need (`why` on a grant a run may not exercise: see DeclaredRule). */
   rbac: DeclaredRule[];
   /** Permissions it needs only in Berth's own namespace (a Role there), such as reading its Secrets. */

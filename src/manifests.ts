@@ -21,7 +21,7 @@ import {
   type DeclaredRule,
   type ServiceAccountSubject,
 } from './runtime/api/rbac.ts';
-import { DNS1123_SUBDOMAIN, isDnsLabel, type KubeObject } from './runtime/api/meta.ts';
+import { crdName, DNS1123_SUBDOMAIN, isDnsLabel, type KubeObject } from './runtime/api/meta.ts';
 
 /** What the names in Berth's roles are; the defaults are `berth run`'s and the kustomize base's. */
 export interface RbacOptions {
@@ -198,7 +198,7 @@ export const installCrdsRules = (caps: Capability[] = capabilities): DeclaredRul
   {
     apiGroups: ['apiextensions.k8s.io'],
     resources: ['customresourcedefinitions'],
-    resourceNames: crdManifests(caps).map((c) => c.metadata!.name!),
+    resourceNames: crdNames(caps),
     verbs: ['patch'],
   },
   {
@@ -226,8 +226,10 @@ export function clusterRules(caps: Capability[] = capabilities, opts: RbacOption
 export const archPullSecretRules = (secret: string, caps: Capability[] = capabilities): DeclaredRule[] =>
   userNamespaceRules(caps).map((r) => ({ ...r, resourceNames: [secret] }));
 
-export function crdManifests(caps: Capability[] = capabilities): KubeObject[] {
-  return caps.flatMap((c) => c.crds.map((r) => r.crd));
+/** The capabilities' CRDs, each built from its zod schema here (Capability.crds). */
+export async function crdManifests(caps: Capability[] = capabilities): Promise<KubeObject[]> {
+  const crds = await Promise.all(caps.map((c) => c.crds()));
+  return crds.flat().map((r) => r.crd);
 }
 
 /** The name of the Role for the Lease, beside the one named `name` for the certificate Secret. */
@@ -390,11 +392,11 @@ export function podPatchPolicyManifests(opts: { name?: string; namespace?: strin
   return [policy, binding];
 }
 
-const crdNames = (caps: Capability[]): string[] => crdManifests(caps).map((c) => c.metadata!.name!);
+const crdNames = (caps: Capability[]): string[] => caps.flatMap((c) => c.kinds.map(crdName));
 
 /**
  * Every custom resource of the capabilities, by API group (aggregated roles, the uninstall's reads);
- * `admin`: only those only a namespace's admin writes (adminCrds), `edit`: all others.
+ * `admin`: only those only a namespace's admin writes (adminKinds), `edit`: all others.
  */
 function kindsByGroup(
   caps: Capability[],
@@ -402,9 +404,9 @@ function kindsByGroup(
 ): { apiGroups: string[]; resources: string[] }[] {
   const groups = new Map<string, string[]>();
   for (const c of caps)
-    for (const r of c.crds) {
-      if (only && (only === 'admin') !== (c.adminCrds ?? []).includes(r)) continue;
-      groups.set(r.crd.spec.group, [...(groups.get(r.crd.spec.group) ?? []), r.crd.spec.names.plural]);
+    for (const r of c.kinds) {
+      if (only && (only === 'admin') !== (c.adminKinds ?? []).includes(r)) continue;
+      groups.set(r.group, [...(groups.get(r.group) ?? []), r.resource]);
     }
   return [...groups].map(([group, resources]) => ({ apiGroups: [group], resources: resources.sort() }));
 }
@@ -457,7 +459,7 @@ export const uninstallHookNamespaceRules = (): DeclaredRule[] => [
 /**
  * Rules for the ClusterRoles Kubernetes aggregates into its `view`, `edit` and `admin` roles:
  * reading Berth's kinds, writing them (status stays Berth's), and writing the budgets `edit` only
- * reads (adminCrds: a tenant with `edit` cannot lift its own Quota).
+ * reads (adminKinds: a tenant with `edit` cannot lift its own Quota).
  */
 export const aggregatedRules = (
   access: 'view' | 'edit' | 'admin',

@@ -92,7 +92,7 @@ export async function planChange(
     (owners ??= clusterKeyOwnership(capabilities, reader, controllersOf(capabilities, opts.options)));
   const running = runningCapabilities(capabilities, opts.options);
   const plan: Plan = { changes: false, effects: [], warnings: [], unknown: [], errors: [] };
-  const berthKinds = new Set(capabilities.flatMap((c) => c.crds ?? []).map((c) => c.kind));
+  const berthKinds = new Set(capabilities.flatMap((c) => c.kinds).map((r) => r.kind));
   const foreign: string[] = [];
   const kinds = [
     ...new Set([

@@ -17,7 +17,8 @@ import {
 } from './decide.ts';
 import { parsePlacements } from './parse.ts';
 import { waitExemption, placementsForPod } from './admit.ts';
-import { AgentPlacement, FIELD_MANAGER } from './types.ts';
+import { FIELD_MANAGER } from './types.ts';
+import { AgentPlacement } from './crd.ts';
 import { needsAcknowledgement } from './validate.ts';
 import { nodesOf, type Said, type Subject } from '../policy/explain.ts';
 import type { ExplainContext } from '../capability.ts';

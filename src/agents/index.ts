@@ -1,8 +1,8 @@
 import type { Capability } from '../capability.ts';
 import { workersOption } from '../command/flags.ts';
 import { OWNER_HOLD_ANNOTATION } from './finalizers.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
-import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER } from './types.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
+import { AGENT_KEYS, AGENT_PLACEMENT, FIELD_MANAGER } from './types.ts';
 
 // What every `berth` command reads of agent placement; what runs is loaded when called (setup.ts,
 // explain.ts, plan.ts), so a Berth that does not run it loads none of it.
@@ -11,7 +11,11 @@ export const agentsCapability: Capability = {
   description: 'Agent placement: label the nodes that host a workload, one claim per owner',
   roles: ['cluster'],
   options: () => [workersOption('agent-workers', 'agents')],
-  crds: [AgentPlacement],
+  kinds: [AGENT_PLACEMENT],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.AgentPlacement];
+  },
   keys: AGENT_KEYS,
   annotations: [{ key: OWNER_HOLD_ANNOTATION }],
   // As the controller claims: the keys of the usable placements, a gate's keys outranking theirs.
@@ -45,7 +49,7 @@ export const agentsCapability: Capability = {
     {
       name: 'agentplacement',
       aliases: ['ap'],
-      resource: AgentPlacement.ref,
+      resource: AGENT_PLACEMENT,
       subjects: 'node',
       status: true,
       description: 'Which nodes an AgentPlacement labels and claims, for which owners (--node: one node)',

@@ -1,7 +1,8 @@
 // The AgentPlacements parsed from their objects, by the CRD's schema (so on the main thread only),
 // with what makes each unusable.
 import type { KubeObject } from '../runtime/api/meta.ts';
-import { AgentPlacement, type AgentPlacementSpec } from './types.ts';
+import { type AgentPlacementSpec } from './types.ts';
+import { AgentPlacement } from './crd.ts';
 import { validatePlacement } from './validate.ts';
 import type { ParsedPlacement } from './decide.ts';
 

@@ -16,7 +16,7 @@ import {
 } from './decide.ts';
 import { parsePlacements } from './parse.ts';
 import { loadView, lookupIn, previewPlacements, type ClusterView } from './explain.ts';
-import { AgentPlacement } from './types.ts';
+import { AgentPlacement } from './crd.ts';
 
 const by = (name: string) => `AgentPlacement ${name}`;
 

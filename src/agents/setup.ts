@@ -27,7 +27,8 @@ import {
   type ParsedPlacement,
 } from './decide.ts';
 import { parsePlacements, type ParseCache } from './parse.ts';
-import { AGENT_KEYS, AgentPlacement, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
+import { AGENT_KEYS, FIELD_MANAGER, type AgentPlacementStatus } from './types.ts';
+import { AgentPlacement } from './crd.ts';
 import { POD_WEBHOOK, podWebhook, waitsForAgent } from './webhook.ts';
 import { AdmissionScope } from '../policy/admission.ts';
 

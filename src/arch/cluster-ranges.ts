@@ -6,16 +6,8 @@ import { lookup } from 'node:dns/promises';
 import { literalAddress } from '../registry/egress.ts';
 import { servedItems } from '../runtime/client/absent.ts';
 import type { KubeClient } from '../runtime/client/client.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import type { Logger } from '../runtime/observability/log.ts';
-
-export const SERVICE_CIDRS: ResourceRef = {
-  group: 'networking.k8s.io',
-  version: 'v1',
-  resource: 'servicecidrs',
-  kind: 'ServiceCIDR',
-  namespaced: false,
-};
 
 type WithCidrs = KubeObject & { spec?: { cidrs?: string[]; podCIDRs?: string[]; podCIDR?: string } };
 
@@ -40,7 +32,7 @@ export async function clusterCidrs(client: KubeClient, log: Logger): Promise<str
         return literal ? [literal] : (await lookup(host, { all: true })).map((a) => a.address);
       },
     ],
-    ['ServiceCIDRs', async () => specCidrs((await servedItems(client, SERVICE_CIDRS)) ?? [])],
+    ['ServiceCIDRs', async () => specCidrs((await servedItems(client, Resources.serviceCidrs)) ?? [])],
     [
       "the nodes' pod ranges",
       async () => specCidrs((await client.list(Resources.nodes, { query: { resourceVersion: '0' } })).items),

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { k8s } from '../runtime/api/crd.ts';
 import { definePolicy, specColumn } from '../policy/crd.ts';
 import { labelSelectorSchema } from '../policy/match/schema.ts';
+import { ARCH_PLACEMENT } from './types.ts';
 
 // GOARCH values as the kubelet labels nodes: lower case letters and digits (amd64, arm64, ppc64le, 386).
 const architecture = z
@@ -94,7 +95,7 @@ export const archPlacementSpec = k8s(
 );
 
 export const ArchPlacement = definePolicy({
-  kind: 'ArchPlacement',
+  ref: ARCH_PLACEMENT,
   shortNames: ['archp'],
   spec: archPlacementSpec,
   counts: {

@@ -1,10 +1,11 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { durationOption, atLeast } from '../command/flags.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
-import { SERVICE_CIDRS } from './cluster-ranges.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
+import { Resources } from '../runtime/api/meta.ts';
 import {
   ARCH_KEYS,
+  ARCH_PLACEMENT,
   FAILURE_ANNOTATION,
   INSPECT_WAIT_MS,
   POLICY_ANNOTATION,
@@ -12,7 +13,6 @@ import {
   RESULT_ANNOTATION,
   SKIP_ANNOTATION,
 } from './types.ts';
-import { ArchPlacement } from './crd.ts';
 import { ADMISSION_BUDGET_MS } from './decide/admission.ts';
 
 // What every `berth` command reads of architecture-aware placement; what runs is loaded when called
@@ -49,7 +49,11 @@ export const archCapability: Capability = {
       "a pull secret tried for every pod's images after the pod's own (a cluster-wide registry login)",
     ),
   ],
-  crds: [ArchPlacement],
+  kinds: [ARCH_PLACEMENT],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.ArchPlacement];
+  },
   keys: ARCH_KEYS,
   // Its records on the pods it gated, and the skip flag. A record names at most MAX_POD_IMAGES
   // images of at most 520 characters each, with their platforms: within 64 KiB.
@@ -72,7 +76,11 @@ export const archCapability: Capability = {
     // Taints mode: the architecture taint.
     { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
     // Registry egress: the service ranges, refused like private addresses (cluster-ranges.ts).
-    { apiGroups: [SERVICE_CIDRS.group], resources: [SERVICE_CIDRS.resource], verbs: ['list'] },
+    {
+      apiGroups: [Resources.serviceCidrs.group],
+      resources: [Resources.serviceCidrs.resource],
+      verbs: ['list'],
+    },
     // Pods in namespaces that serve admission webhooks are never gated (see docs/decisions/0012).
     {
       apiGroups: ['admissionregistration.k8s.io'],
@@ -90,7 +98,7 @@ export const archCapability: Capability = {
     {
       name: 'archplacement',
       aliases: ['archp'],
-      resource: ArchPlacement.ref,
+      resource: ARCH_PLACEMENT,
       subjects: 'pod',
       status: true,
       description: 'Which pods an ArchPlacement gated and placed on which architectures (--pod: one pod)',

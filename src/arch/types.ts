@@ -1,9 +1,11 @@
 // The API of architecture-aware placement: ArchPlacement says which pods are placed by the
 // architectures their images support, how (a node affinity, or the seed's taints and tolerations),
 // and what happens when an image cannot be read.
-// Its CRD, from a zod schema, is crd.ts: what reads only these (the webhook thread) loads no zod.
+// Its CRD, from a zod schema, is crd.ts: what reads only these (the webhook thread, every
+// command's capability list) loads no zod.
 import type { z } from 'zod';
 import type { PolicyStatus } from '../policy/crd.ts';
+import { berthKind } from '../policy/kinds.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import type { DeclaredRule } from '../runtime/api/rbac.ts';
 import type { archPlacementSpec } from './crd.ts';
@@ -16,6 +18,7 @@ import type { archPlacementSpec } from './crd.ts';
 export const INSPECT_WAIT_MS = 500;
 
 export const FIELD_MANAGER = 'berth-arch';
+export const ARCH_PLACEMENT = berthKind('ArchPlacement', 'Cluster');
 /** The scheduling gate the webhook adds and the controller removes; no other gate is ever touched. */
 export const SCHEDULING_GATE = 'arch.berth.dev/inspect';
 /**

@@ -28,16 +28,8 @@ import { escapeControl, QUOTE_MAX } from '../policy/text.ts';
 import { probeCell } from './controllers/cells.ts';
 import { cellAccess, CELL_NAME_RULE, clusterNameOf } from './decide.ts';
 import { kubeconfigClient } from './provider.ts';
-import {
-  Cell,
-  CELL_LABEL,
-  CELLS_MANAGER,
-  cityCode,
-  KUBECONFIG_KEY,
-  Location,
-  type CellObject,
-  type LocationObject,
-} from './types.ts';
+import { CELL_LABEL, CELLS_MANAGER, KUBECONFIG_KEY, type CellObject, type LocationObject } from './types.ts';
+import { Cell, cityCode, Location } from './crd.ts';
 
 /** How long `berth cells join` waits for the cell to answer. */
 const joinProbeTimeoutMs = 5000;

@@ -8,7 +8,7 @@ import { ApiError } from '../runtime/client/client.ts';
 import { apiTime, isDnsLabel } from '../runtime/api/meta.ts';
 import { errorText } from '../runtime/observability/log.ts';
 import type { CellSpec, CellStatus } from './types.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
 
 /** Why a cell is not reachable. */
 const FAILURE_REASONS = [

@@ -5,7 +5,8 @@ import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { age, since, type Said, type Subject } from '../policy/explain.ts';
-import { Cell, Location, type CellObject, type LocationObject } from './types.ts';
+import { type CellObject, type LocationObject } from './types.ts';
+import { Cell, Location } from './crd.ts';
 
 /** How a cell answers, in one line: Reachable and Ready, and its last contact. */
 function standing(c: CellObject, now: Date): string {

@@ -1,7 +1,7 @@
 import type { Capability } from '../capability.ts';
 import { durationOption } from '../command/flags.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
-import { Cell, defaultTiming, Location } from './types.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
+import { CELL, defaultTiming, LOCATION } from './types.ts';
 
 // What every `berth` command reads of cells; what runs is loaded when called (setup.ts, cli.ts,
 // explain.ts, view.ts), so a Berth that does not run them loads none of it.
@@ -25,7 +25,11 @@ export const cellsCapability: Capability = {
       0.001,
     ),
   ],
-  crds: [Location, Cell],
+  kinds: [LOCATION, CELL],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.Location, crd.Cell];
+  },
   // Kept Cells keep the kubeconfig Secrets they name.
   uninstall: async (ctx) => {
     if (!ctx.keepCrds) await (await import('./cli.ts')).forgetCells(ctx.client, ctx);
@@ -35,7 +39,7 @@ export const cellsCapability: Capability = {
     {
       name: 'cell',
       aliases: [],
-      resource: Cell.ref,
+      resource: CELL,
       status: true,
       description: 'Whether a Cell answers (Reachable, Ready, since when, last contact) and what it serves',
       explain: async ({ client, object }) => (await import('./explain.ts')).explainCellObject(client, object),
@@ -43,7 +47,7 @@ export const cellsCapability: Capability = {
     {
       name: 'location',
       aliases: ['loc'],
-      resource: Location.ref,
+      resource: LOCATION,
       description: "Which Cells serve a Location's city, and how each answers",
       explain: async ({ client, object }) =>
         (await import('./explain.ts')).explainLocationObject(client, object),

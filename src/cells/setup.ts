@@ -5,7 +5,8 @@ import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 import { Trigger } from '../runtime/controller/trigger.ts';
 import { setupCellReconciler } from './controllers/cells.ts';
 import { CellProvider } from './provider.ts';
-import { Cell, defaultTiming, type CellObject } from './types.ts';
+import { defaultTiming, type CellObject } from './types.ts';
+import { Cell } from './crd.ts';
 
 /** Capability.setup: the cells engaged by their kubeconfig Secrets, and probed. */
 export function setup({ manager, options, berthNamespace }: CapabilityContext): Served {

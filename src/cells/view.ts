@@ -4,7 +4,7 @@ import type { PageHooks, PageKind } from '../capability.ts';
 import { conditionOf, readyOf, type WithStatus } from '../policy/view.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { CellRow, CellWorkload, CityRow } from '../ui/types.ts';
-import { Cell, Location } from './types.ts';
+import { Cell, Location } from './crd.ts';
 
 interface CellLike extends WithStatus {
   spec?: { locations?: string[]; unschedulable?: boolean };

@@ -17,7 +17,7 @@ const FIELD_MANAGER = 'berth-install';
 
 /** Applies every CRD with server-side apply and waits until the apiserver serves them. */
 export async function installCrds(client: KubeClient, log: (s: string) => void = () => {}): Promise<void> {
-  const crds = crdManifests();
+  const crds = await crdManifests();
   for (const crd of crds) {
     await client.apply(Resources.crds, crd, { fieldManager: FIELD_MANAGER, force: true });
     log(`applied ${crd.metadata!.name}`);
@@ -134,7 +134,7 @@ export function manifestsCommand(): Command {
       "print instead the role a cell's kubeconfig needs: what a management plane running --controllers does there",
       false,
     )
-    .action((o, cmd: Command) => {
+    .action(async (o, cmd: Command) => {
       const running = runningCapabilities(capabilities, o);
       if (o.cell) {
         // What a management plane does in a cell is its management capabilities' (cellRbac).
@@ -153,7 +153,7 @@ export function manifestsCommand(): Command {
       };
       const kinds = o.kind === 'all' ? ['crds', 'rbac', 'webhooks'] : [o.kind as string];
       const docs: KubeObject[] = [
-        ...(kinds.includes('crds') ? crdManifests() : []),
+        ...(kinds.includes('crds') ? await crdManifests() : []),
         ...(kinds.includes('rbac')
           ? [...rbacManifests(running, rbac), ...podPatchPolicyManifests({ namespace })]
           : []),

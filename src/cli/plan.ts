@@ -115,7 +115,7 @@ function legacyCommand(
 
 /** The resource of one of Berth's kinds. */
 const refOf = (kind: string): ResourceRef =>
-  capabilities.flatMap((c) => c.crds ?? []).find((c) => c.kind === kind)!.ref;
+  capabilities.flatMap((c) => c.kinds).find((r) => r.kind === kind)!;
 
 /** A rule file or directory of k8s-auto-labeller's, not YAML: `berth plan --rule-file`. */
 const ruleFile = (path: string) => statSync(path).isDirectory() || !/\.ya?ml$/.test(path);

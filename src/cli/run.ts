@@ -42,6 +42,7 @@ import { logOptions, useLogOptions } from './log.ts';
 import { commit, version } from './version.ts';
 import { allowUnsupportedOption, checkKubernetesVersion } from './kubernetes-version.ts';
 import { UnsupportedKubernetesError } from '../runtime/api/version.ts';
+import { crdName } from '../runtime/api/meta.ts';
 import { buildInfo } from '../runtime/observability/metrics.ts';
 import {
   berthNamespaceFlag,
@@ -252,9 +253,7 @@ export function runCommand(): Command {
     }
     const manager = new Manager({
       client,
-      crdOwners: Object.fromEntries(
-        enabled.flatMap((c) => c.crds.map((r) => [r.crd.metadata!.name!, c.name])),
-      ),
+      crdOwners: Object.fromEntries(enabled.flatMap((c) => c.kinds.map((r) => [crdName(r), c.name]))),
       metricsBindAddress: o.metricsBindAddress,
       healthBindAddress: o.healthProbeBindAddress,
       resyncMs: o.resyncPeriod * 1000,

@@ -18,7 +18,7 @@ import {
 } from '../command/flags.ts';
 import { berthNamespace, LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../policy/namespace.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
-import { Resources, type ResourceRef } from '../runtime/api/meta.ts';
+import { crdName, Resources, type ResourceRef } from '../runtime/api/meta.ts';
 import { servedItems } from '../runtime/client/absent.ts';
 import { exists, isNotFound, type KubeClient } from '../runtime/client/client.ts';
 import { webhookConfigLabels } from '../runtime/webhook/registration.ts';
@@ -43,10 +43,10 @@ export interface UninstallOptions {
 export async function uninstall(client: KubeClient, o: UninstallOptions): Promise<void> {
   const left: string[] = [];
   for (const c of capabilities)
-    for (const r of c.crds) {
+    for (const r of c.kinds) {
       // Not served (its CRD deleted already): none left.
-      const n = (await servedItems(client, r.ref))?.length ?? 0;
-      if (n) left.push(`${n} ${r.crd.spec.names.plural}`);
+      const n = (await servedItems(client, r))?.length ?? 0;
+      if (n) left.push(`${n} ${r.resource}`);
     }
   // Only a running Berth takes back what a policy holds (a gate's taints, an owner's finalizer).
   if (left.length && o.keepCrds)
@@ -82,10 +82,10 @@ export async function uninstall(client: KubeClient, o: UninstallOptions): Promis
   if (o.keepCrds) return;
   const crds: string[] = [];
   for (const c of capabilities)
-    for (const r of c.crds)
-      if (await exists(client, Resources.crds, r.crd.metadata!.name!)) {
-        await remove(Resources.crds, r.crd.metadata!.name!);
-        crds.push(r.crd.metadata!.name!);
+    for (const name of c.kinds.map(crdName))
+      if (await exists(client, Resources.crds, name)) {
+        await remove(Resources.crds, name);
+        crds.push(name);
       }
   if (!o.dryRun && o.timeoutMs > 0) await crdsGone(client, crds, o);
 }

@@ -1,7 +1,7 @@
 import type { Capability } from '../capability.ts';
 import { workers } from '../command/flags.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
-import { Workload } from './types.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
+import { WORKLOAD } from './types.ts';
 
 // What every `berth` command reads of federation; what runs is loaded when called (setup.ts,
 // explain.ts, plan.ts, view.ts), so a Berth that does not run it loads none of it.
@@ -14,7 +14,11 @@ export const federationCapability: Capability = {
     workers('--federation-workers <n>', 'Workloads the federation controller reconciles at once', 16),
     workers('--mirror-workers <n>', 'Instance mirrors the mirror controller writes at once', 16),
   ],
-  crds: [Workload],
+  kinds: [WORKLOAD],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.Workload];
+  },
   // Workloads are read from the cache; their finalizer is a server-side apply (patch), their status too.
   // Cells and Locations say where each city runs. In the cells Berth acts with each cell's kubeconfig.
   rbac: [
@@ -81,7 +85,7 @@ export const federationCapability: Capability = {
     {
       name: 'workload',
       aliases: ['wl'],
-      resource: Workload.ref,
+      resource: WORKLOAD,
       description: 'Where each placement and city of a Workload runs, in which cell, and what it waits for',
       explain: async ({ client, object }) => ({
         lines: await (await import('./explain.ts')).explainWorkload(client, object),

@@ -8,7 +8,8 @@
 // taken to become Ready: whether a cell's nodes run it is the cell's to say.
 import { findCondition } from '../runtime/api/conditions.ts';
 import type { KubeObject, ResourceRef } from '../runtime/api/meta.ts';
-import { Cell, Location, type CellObject, type LocationObject } from '../cells/types.ts';
+import { type CellObject, type LocationObject } from '../cells/types.ts';
+import { Cell, Location } from '../cells/crd.ts';
 import { ofKind, emptyPart, replaced, type Named, type PlanContext, type PlanPart } from '../policy/plan.ts';
 import type { QuotaObject } from '../workloads/decide/quota.ts';
 import { templateHash } from '../workloads/decide/revisions.ts';
@@ -23,15 +24,8 @@ import {
   type Stepped,
 } from '../workloads/plan.ts';
 import type { InstanceTypeSize } from '../workloads/resources.ts';
-import {
-  DEPLOYMENT_LABEL,
-  Instance,
-  InstanceType,
-  MIRROR_CELL_LABEL,
-  MIRROR_LABEL,
-  Quota,
-  SOURCE_ANNOTATION,
-} from '../workloads/types.ts';
+import { DEPLOYMENT_LABEL, MIRROR_CELL_LABEL, MIRROR_LABEL, SOURCE_ANNOTATION } from '../workloads/types.ts';
+import { Instance, InstanceType, Quota } from '../workloads/crd.ts';
 import {
   cellView,
   deploymentName,
@@ -40,13 +34,8 @@ import {
   type Placed,
   type Target,
 } from './decide/placement.ts';
-import {
-  CITY_LABEL,
-  Workload,
-  WORKLOAD_NAME_LABEL,
-  WORKLOAD_NAMESPACE_LABEL,
-  type WorkloadObject,
-} from './types.ts';
+import { CITY_LABEL, WORKLOAD_NAME_LABEL, WORKLOAD_NAMESPACE_LABEL, type WorkloadObject } from './types.ts';
+import { Workload } from './crd.ts';
 
 /** What federation decides from: the management plane's Workloads, Cells and Locations. */
 export interface Ground {

@@ -3,7 +3,7 @@
 import type { PageHooks } from '../capability.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { CellWorkload } from '../ui/types.ts';
-import { Workload } from './types.ts';
+import { Workload } from './crd.ts';
 
 interface WorkloadLike extends KubeObject {
   status?: {

@@ -4,7 +4,12 @@ import { k8s } from '../runtime/api/crd.ts';
 import { definePolicy, specColumn } from '../policy/crd.ts';
 import { labelSelectorSchema } from '../policy/match/schema.ts';
 import { validateLabelKey, validateLabelValue } from '../policy/match/selector.ts';
-import { AUTOSCALER_STARTUP_PREFIX, EXEMPT_LABEL, type NodeStartupGateSpec } from './types.ts';
+import {
+  AUTOSCALER_STARTUP_PREFIX,
+  EXEMPT_LABEL,
+  NODE_STARTUP_GATE,
+  type NodeStartupGateSpec,
+} from './types.ts';
 
 const qualified = (what: string) => (s: string, ctx: z.RefinementCtx) => {
   const problem = validateLabelKey(s);
@@ -197,7 +202,7 @@ export const nodeStartupGateSpec = k8s(
 );
 
 export const NodeStartupGate = definePolicy({
-  kind: 'NodeStartupGate',
+  ref: NODE_STARTUP_GATE,
   shortNames: ['nsg'],
   spec: nodeStartupGateSpec,
   counts: {

@@ -1,9 +1,8 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { workersOption } from '../command/flags.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
-import { GATE_KEYS } from './types.ts';
-import { NodeStartupGate } from './crd.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
+import { GATE_KEYS, NODE_STARTUP_GATE } from './types.ts';
 
 // What every `berth` command reads of the gates; what runs is loaded when called (setup.ts, cli.ts,
 // explain.ts, plan.ts, view.ts), so a Berth that does not run them loads none of it.
@@ -25,7 +24,11 @@ export const gatesCapability: Capability = {
       .choices(['Ignore', 'Fail'])
       .default('Ignore'),
   ],
-  crds: [NodeStartupGate],
+  kinds: [NODE_STARTUP_GATE],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.NodeStartupGate];
+  },
   keys: GATE_KEYS,
   // A gate's readyAnnotation may name any key; a pod says it is done with `true`.
   annotations: [{ value: 'true' }],
@@ -50,7 +53,7 @@ export const gatesCapability: Capability = {
     {
       name: 'nodestartupgate',
       aliases: ['nsg'],
-      resource: NodeStartupGate.ref,
+      resource: NODE_STARTUP_GATE,
       subjects: 'node',
       status: true,
       description:

@@ -1,12 +1,15 @@
 // The API of startup gates: a NodeStartupGate taints the nodes it selects when they join, and
 // releases each once its initialisation pods are Ready and its node conditions hold.
-// Its CRD, from a zod schema, is crd.ts: what reads only these (the webhook thread) loads no zod.
+// Its CRD, from a zod schema, is crd.ts: what reads only these (the webhook thread, every
+// command's capability list) loads no zod.
 import type { z } from 'zod';
 import type { PolicyStatus } from '../policy/crd.ts';
+import { berthKind } from '../policy/kinds.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';
 import type { nodeStartupGateSpec, podRequirement } from './crd.ts';
 
 export const FIELD_MANAGER = 'berth-gates';
+export const NODE_STARTUP_GATE = berthKind('NodeStartupGate', 'Cluster');
 /** The domain whose subdomains hold each gate's node annotations: `<gate>.gates.berth.dev/`. */
 export const GATES_DOMAIN = 'gates.berth.dev';
 /**

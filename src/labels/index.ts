@@ -1,14 +1,14 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { durationOption, atLeast, workersOption } from '../command/flags.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
 import {
   CLUSTER_MAX_PER_MINUTE,
   CONFIG_SOURCE_ANNOTATION,
-  FIELD_MANAGER,
-  NodeLabelRule,
-  OPT_OUT_ANNOTATION,
   type EvictOnRemoval,
+  FIELD_MANAGER,
+  NODE_LABEL_RULE,
+  OPT_OUT_ANNOTATION,
 } from './types.ts';
 
 // What every `berth` command reads of derived labels; what runs is loaded when called (setup.ts,
@@ -41,7 +41,11 @@ export const labelsCapability: Capability = {
       .default(CLUSTER_MAX_PER_MINUTE)
       .argParser(atLeast(0)),
   ],
-  crds: [NodeLabelRule],
+  kinds: [NODE_LABEL_RULE],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.NodeLabelRule];
+  },
   rbac: [
     // Informers list and watch; writes are server-side applies (patch), statuses too.
     { apiGroups: [''], resources: ['nodes'], verbs: ['list', 'watch', 'patch'] },
@@ -61,7 +65,7 @@ export const labelsCapability: Capability = {
     {
       name: 'nodelabelrule',
       aliases: ['nlr'],
-      resource: NodeLabelRule.ref,
+      resource: NODE_LABEL_RULE,
       subjects: 'node',
       status: true,
       description: 'Which nodes a NodeLabelRule matches, why, and what it sets on each (--node: one node)',

@@ -7,7 +7,8 @@ import type { KubeClient } from '../runtime/client/client.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import { compileRule } from './decide/nodes.ts';
 import { formatFileError, holdsOf, parseRuleFile, scanRuleDir, type Hold } from './files.ts';
-import { NodeLabelRule, type Rule } from './types.ts';
+import { type Rule } from './types.ts';
+import { NodeLabelRule } from './crd.ts';
 
 export interface LoadedRules {
   rules: Rule[];

@@ -13,13 +13,8 @@ import { setupEvictController } from './controllers/evict.ts';
 import { compileRule, refuseOwned, type NodeDecision } from './decide/nodes.ts';
 import { formatFileError, RuleDirSource, type FileError } from './files.ts';
 import { evictOnRemovalFiles } from './index.ts';
-import {
-  CLUSTER_MAX_PER_MINUTE,
-  FIELD_MANAGER,
-  NodeLabelRule,
-  type NodeLabelRuleStatus,
-  type Rule,
-} from './types.ts';
+import { CLUSTER_MAX_PER_MINUTE, FIELD_MANAGER, type NodeLabelRuleStatus, type Rule } from './types.ts';
+import { NodeLabelRule } from './crd.ts';
 import type { KeyOwnership } from '../policy/nodes/ownership.ts';
 import { nodeInformer, type SlimNode } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';

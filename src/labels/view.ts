@@ -4,7 +4,8 @@ import type { PageHooks } from '../capability.ts';
 import type { SlimNode } from '../policy/slim.ts';
 import { compileRule, decide, type Output } from './decide/nodes.ts';
 import { nodeView } from './match.ts';
-import { FIELD_MANAGER, NodeLabelRule, type Rule } from './types.ts';
+import { FIELD_MANAGER, type Rule } from './types.ts';
+import { NodeLabelRule } from './crd.ts';
 
 const ruleText = (r: Rule): string =>
   r.source.kind === 'File' ? `file ${r.source.path}` : `NodeLabelRule ${r.source.name}`;

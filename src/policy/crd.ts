@@ -1,8 +1,8 @@
-// Berth's custom resources. Every Berth kind lives in one group and version and belongs to the
-// `berth` category. A placement policy is one of them that is also cluster scoped and reports the
-// same status (observedGeneration, conditions, and counts over the nodes it acts on) with the same
-// Ready, Reason and Age columns: a capability states only its kind, its spec, its counts and its
-// own columns.
+// Berth's custom resources. Every Berth kind lives in one group and version (policy/kinds.ts) and
+// belongs to the `berth` category. A placement policy is one of them that is also cluster scoped and
+// reports the same status (observedGeneration, conditions, and counts over the nodes it acts on) with
+// the same Ready, Reason and Age columns: a capability states only its kind, its spec, its counts and
+// its own columns.
 import { z } from 'zod';
 import type { Condition } from '../runtime/api/conditions.ts';
 import {
@@ -15,27 +15,28 @@ import {
   type CustomResourceOptions,
   type PrinterColumn,
 } from '../runtime/api/crd.ts';
-
-/** The API group of every Berth kind. */
-export const POLICY_GROUP = 'berth.dev';
+import type { ResourceRef } from '../runtime/api/meta.ts';
 
 export type BerthResourceOptions<Spec extends z.ZodType, Status extends z.ZodType | undefined> = Omit<
   CustomResourceOptions<Spec, Status>,
-  'group' | 'version' | 'categories' | 'plural'
+  'group' | 'version' | 'categories' | 'plural' | 'kind' | 'scope'
 > & {
-  /** Defaults to the kind in lower case with an s. */
-  plural?: string;
+  /** The kind as its capability's types.ts declares it (berthKind). */
+  ref: ResourceRef;
 };
 
 /** A Berth kind: group berth.dev, version v1alpha1, category `berth`. */
-export function defineBerthResource<Spec extends z.ZodType, Status extends z.ZodType | undefined = undefined>(
-  o: BerthResourceOptions<Spec, Status>,
-) {
+export function defineBerthResource<
+  Spec extends z.ZodType,
+  Status extends z.ZodType | undefined = undefined,
+>({ ref, ...o }: BerthResourceOptions<Spec, Status>) {
   return defineCustomResource<Spec, Status>({
     ...o,
-    group: POLICY_GROUP,
-    version: 'v1alpha1',
-    plural: o.plural ?? `${o.kind.toLowerCase()}s`,
+    group: ref.group,
+    version: ref.version,
+    kind: ref.kind,
+    plural: ref.resource,
+    scope: ref.namespaced ? 'Namespaced' : 'Cluster',
     categories: ['berth'],
   });
 }
@@ -56,9 +57,8 @@ export type PolicyStatus<Count extends string = string> = {
 export type Policy<Spec, Count extends string> = CustomResource<Spec, PolicyStatus<Count>>;
 
 export interface PolicyOptions<Spec extends z.ZodType, Count extends string> {
-  kind: string;
-  /** Defaults to the kind in lower case with an s. */
-  plural?: string;
+  /** The kind as its capability's types.ts declares it (berthKind, cluster scoped). */
+  ref: ResourceRef;
   shortNames: string[];
   spec: Spec;
   /** The status counts, in the order they are listed, each with its description. */
@@ -80,10 +80,8 @@ export function definePolicy<Spec extends z.ZodType, Count extends string>(
     z.number().int().optional().describe(description),
   ]);
   return defineBerthResource({
-    kind: o.kind,
-    plural: o.plural,
+    ref: o.ref,
     shortNames: o.shortNames,
-    scope: 'Cluster',
     spec: o.spec,
     status: observedStatus(Object.fromEntries(counts)) as unknown as z.ZodType<PolicyStatus<Count>>,
     printerColumns: [

@@ -6,8 +6,7 @@
 // snapshot really changed (a node's heartbeat changes nothing the page shows).
 import type { Capability, PageHooks, PageKind, PageSection, PageView } from '../capability.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
-import type { CustomResource } from '../runtime/api/crd.ts';
-import { Resources, type KubeObject } from '../runtime/api/meta.ts';
+import { Resources, type KubeObject, type ResourceRef } from '../runtime/api/meta.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
 import { interning } from '../policy/intern.ts';
 import {
@@ -72,7 +71,7 @@ export class UiState {
   private readonly nodes: Informer<SlimNode>;
   private readonly pods: Informer<SlimPod>;
   private readonly events: Informer<KubeObject>;
-  private readonly kinds: { cr: CustomResource; page: PageKind; informer: Informer<KubeObject> }[];
+  private readonly kinds: { ref: ResourceRef; page: PageKind; informer: Informer<KubeObject> }[];
   /** The capabilities' views, in the capabilities' order. */
   private readonly views: PageView[];
   private readonly poolLabels: string[];
@@ -109,12 +108,12 @@ export class UiState {
     // A kind is cached as its capability says (Instances as the workloads controllers cache them:
     // one cache for both), else as the API gives it.
     this.kinds = opts.capabilities.flatMap((c) =>
-      c.crds.map((cr) => {
-        const page = opts.pages.get(c.name)?.kinds?.[cr.kind] ?? {};
-        return { cr, page, informer: manager.informer<KubeObject>(cr.ref, page.cache ?? {}) };
+      c.kinds.map((ref) => {
+        const page = opts.pages.get(c.name)?.kinds?.[ref.kind] ?? {};
+        return { ref, page, informer: manager.informer<KubeObject>(ref, page.cache ?? {}) };
       }),
     );
-    const informerOf = (cr: CustomResource) => this.kinds.find((k) => k.cr === cr)!.informer;
+    const informerOf = (of: { kind: string }) => this.kinds.find((k) => k.ref.kind === of.kind)!.informer;
     const pods = this.pods;
     this.views = opts.capabilities.flatMap(
       (c) =>
@@ -236,10 +235,10 @@ export class UiState {
   policies(): PoliciesSnapshot {
     const policies: PolicyRow[] = [];
     const missing: string[] = [];
-    for (const { cr, page, informer } of this.kinds) {
-      if (informer.crdMissing) missing.push(cr.kind);
+    for (const { ref, page, informer } of this.kinds) {
+      if (informer.crdMissing) missing.push(ref.kind);
       if (page.unlisted) continue; // shown elsewhere on the page
-      for (const o of informer.list()) policies.push(policyRow(cr.kind, o));
+      for (const o of informer.list()) policies.push(policyRow(ref.kind, o));
     }
     return {
       policies,

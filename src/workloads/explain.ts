@@ -14,14 +14,12 @@ import { candidateOf, oldestFirst, QUOTA_CONDITION, type QuotaObject } from './d
 import type { CachedInstance } from './decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
-  Instance,
-  InstanceType,
   OWN_INSTANCES,
-  Quota,
   QUOTA_GATE,
   type WorkloadDeploymentSpec,
   type WorkloadDeploymentStatus,
 } from './types.ts';
+import { Instance, InstanceType, Quota } from './crd.ts';
 
 export interface InstanceView {
   instance: CachedInstance;

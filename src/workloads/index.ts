@@ -1,8 +1,8 @@
 import { Option } from 'commander';
 import type { Capability } from '../capability.ts';
 import { workers } from '../command/flags.ts';
-import { POLICY_GROUP } from '../policy/crd.ts';
-import { Instance, InstanceType, Quota, WorkloadDeployment } from './types.ts';
+import { POLICY_GROUP } from '../policy/kinds.ts';
+import { INSTANCE, INSTANCE_TYPE, QUOTA, WORKLOAD_DEPLOYMENT } from './types.ts';
 
 // What every `berth` command reads of workloads and quota; what runs is loaded when called
 // (setup.ts, explain.ts, plan.ts, view.ts), so a Berth that does not run them loads none of it.
@@ -24,9 +24,13 @@ export const workloadsCapability: Capability = {
       .choices(['local', 'management'])
       .default('local'),
   ],
-  crds: [WorkloadDeployment, Instance, Quota, InstanceType],
+  kinds: [WORKLOAD_DEPLOYMENT, INSTANCE, QUOTA, INSTANCE_TYPE],
+  crds: async () => {
+    const crd = await import('./crd.ts');
+    return [crd.WorkloadDeployment, crd.Instance, crd.Quota, crd.InstanceType];
+  },
   // A namespace's budget: its users read it, its admin sets it (issue 59).
-  adminCrds: [Quota],
+  adminKinds: [QUOTA],
   rbac: [
     // Deployments delete their instances and adopt orphaned ones (patch; they create them only where
     // workloads run, below); statuses are applied (patch), a Quota's is written with its
@@ -74,7 +78,7 @@ export const workloadsCapability: Capability = {
     {
       name: 'instance',
       aliases: ['inst'],
-      resource: Instance.ref,
+      resource: INSTANCE,
       description: 'What an Instance waits for (quota, image, scheduling) and since when',
       explain: async ({ client, object }) => ({
         lines: await (await import('./explain.ts')).explainInstance(client, object),
@@ -83,7 +87,7 @@ export const workloadsCapability: Capability = {
     {
       name: 'workloaddeployment',
       aliases: ['wd'],
-      resource: WorkloadDeployment.ref,
+      resource: WORKLOAD_DEPLOYMENT,
       description: 'What a WorkloadDeployment waits for (instances, rollout) and since when',
       explain: async ({ client, object }) => ({
         lines: await (await import('./explain.ts')).explainWorkloadDeployment(client, object),
@@ -92,7 +96,7 @@ export const workloadsCapability: Capability = {
     {
       name: 'quota',
       aliases: ['bquota'],
-      resource: Quota.ref,
+      resource: QUOTA,
       status: true,
       description: 'Which instances of its namespace a Quota grants, and which wait, in which order',
       explain: async ({ client, object }) =>
@@ -112,7 +116,8 @@ export const quotaCapability: Capability = {
     "Quota across cells on a management plane: a namespace's Quota here grants the instances of every cell",
   roles: ['management'],
   // Its kinds are the workloads capability's CRDs (Quota, Instance, InstanceType), installed with it.
-  crds: [],
+  kinds: [],
+  crds: async () => [],
   // Here: the Quotas and their ledgers (written by PUT with the resourceVersion read), and the
   // Instances and InstanceTypes every cluster is watched for (here, mirrors only, left out by their
   // label). In the cells it reads and grants instances with each cell's kubeconfig.

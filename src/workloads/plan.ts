@@ -20,19 +20,16 @@ import { budgetOf, decideUnder, usageText, usedBy, type Candidate } from './deci
 import type { InstanceTypeSize } from './resources.ts';
 import {
   DEPLOYMENT_LABEL,
-  Instance,
-  InstanceType,
   MAX_REPLICAS,
   OWN_INSTANCES,
-  WorkloadDeployment,
   type InstanceTemplate,
   type QuotaClaim,
   MIRROR_CELL_LABEL,
   MIRROR_LABEL,
-  Quota,
   SOURCE_ANNOTATION,
   SOURCE_UID_ANNOTATION,
 } from './types.ts';
+import { Instance, InstanceType, WorkloadDeployment, Quota } from './crd.ts';
 
 /** The Quota in force in a namespace: its oldest (any other is Superseded). */
 export const inForce = (quotas: readonly QuotaObject[], namespace: string): QuotaObject | undefined =>

@@ -7,7 +7,8 @@ import type { SlimPod } from '../policy/slim.ts';
 import type { KubeObject } from '../runtime/api/meta.ts';
 import type { InstanceRow, WorkloadRow } from '../ui/types.ts';
 import { INSTANCE_CACHE } from './decide/instances.ts';
-import { DEPLOYMENT_LABEL, Instance, QUOTA_GATE, WorkloadDeployment } from './types.ts';
+import { DEPLOYMENT_LABEL, QUOTA_GATE } from './types.ts';
+import { Instance, WorkloadDeployment } from './crd.ts';
 
 interface InstanceLike extends WithStatus {
   spec?: { ordinal?: number };

@@ -2,11 +2,13 @@
 // nodes) are cells in Dallas and London, joined with `berth cells join`, each with its own Berth
 // (`cellArgs`), and the management plane's Berth (`managementArgs`) can be stopped and started again.
 import { secretName } from '../../src/cells/cli.ts';
-import { Cell, type CellObject } from '../../src/cells/types.ts';
+import { type CellObject } from '../../src/cells/types.ts';
+import { Cell } from '../../src/cells/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { berthFederationHooks } from '../../src/cli/sandbox.ts';
 import { cellRbacManifests } from '../../src/manifests.ts';
-import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
+import { type WorkloadObject } from '../../src/federation/types.ts';
+import { Workload } from '../../src/federation/crd.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { Resources } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';

@@ -15,7 +15,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
 import { setupAgents } from '../../src/agents/setup.ts';
 import { WAIT_FOR_AGENT_ANNOTATION, SKIP_WAIT_FOR_AGENT_ANNOTATION } from '../../src/agents/admit.ts';
-import { AgentPlacement } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import type { Event } from '../../src/runtime/events/event.ts';

@@ -11,11 +11,11 @@ import { berthClient, everyCapability, removeEverything } from '../helpers/berth
 import { prng } from '../helpers/prng.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { AgentPlacement } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { EXEMPT_LABEL } from '../../src/gates/types.ts';
 import { NodeStartupGate } from '../../src/gates/crd.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import type { Condition } from '../../src/runtime/api/conditions.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import { nodeWriteMetrics } from '../../src/policy/nodes/metrics.ts';

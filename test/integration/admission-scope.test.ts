@@ -6,7 +6,7 @@
 // pods are sent before it says Ready; the last policy gone takes the entry with it.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { AgentPlacement } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { isNotFound } from '../../src/runtime/client/client.ts';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setupAgents } from '../../src/agents/setup.ts';
 import { explainNodeAgents } from '../../src/agents/explain.ts';
-import { AgentPlacement } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';

@@ -272,7 +272,7 @@ describe('a CRD generated from zod', () => {
 
 describe("Berth's own CRDs", () => {
   test('every generated CRD is accepted by the apiserver as structural and established', async () => {
-    const crds = crdManifests();
+    const crds = await crdManifests();
     assert.ok(crds.length > 0);
     await installCrds(client);
     for (const crd of crds) {

@@ -13,7 +13,7 @@ import { type ArchPod } from '../../src/arch/decide/pods.ts';
 import { STATE_LABEL } from '../../src/arch/types.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
-import { WorkloadDeployment } from '../../src/workloads/types.ts';
+import { WorkloadDeployment } from '../../src/workloads/crd.ts';
 
 const name = `demo-${randomBytes(3).toString('hex')}`;
 const demo = (...args: string[]) =>

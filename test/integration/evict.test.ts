@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
 import { evictionMetrics } from '../../src/labels/metrics.ts';
 import { labelsCapability } from '../../src/labels/index.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Manager } from '../../src/runtime/manager/manager.ts';
 import {

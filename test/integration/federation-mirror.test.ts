@@ -10,16 +10,16 @@
 // when that Berth starts holds the other cell's grants only for a bounded grace.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Cell } from '../../src/cells/types.ts';
+import { Cell } from '../../src/cells/crd.ts';
 import { MIRRORED_CONDITION } from '../../src/federation/decide/mirror.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
-  Workload,
   WORKLOAD_NAME_LABEL,
   type WorkloadObject,
 } from '../../src/federation/types.ts';
+import { Workload } from '../../src/federation/crd.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Informer } from '../../src/runtime/cache/informer.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
@@ -27,14 +27,12 @@ import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
 import { UNREAD_GRACE_MS } from '../../src/workloads/controllers/quota.ts';
 import { type QuotaObject } from '../../src/workloads/decide/quota.ts';
 import {
-  Instance,
   MIRROR_CELL_LABEL,
   MIRROR_LABEL,
-  Quota,
   SOURCE_ANNOTATION,
   SOURCE_UID_ANNOTATION,
-  WorkloadDeployment,
 } from '../../src/workloads/types.ts';
+import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import { untilWarning, uniqueName } from '../helpers/cluster.ts';
 import { CITIES, startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, unchangedFor, waitFor } from '../helpers/wait.ts';

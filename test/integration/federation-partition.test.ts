@@ -9,14 +9,16 @@
 // cell still heals a deleted Pod and its instances keep running; Berth back: the status is current.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Cell, type CellObject } from '../../src/cells/types.ts';
+import { type CellObject } from '../../src/cells/types.ts';
+import { Cell } from '../../src/cells/crd.ts';
 import { MIRRORED_CONDITION } from '../../src/federation/decide/mirror.ts';
-import { Workload, WORKLOAD_NAME_LABEL, type WorkloadObject } from '../../src/federation/types.ts';
+import { WORKLOAD_NAME_LABEL, type WorkloadObject } from '../../src/federation/types.ts';
+import { Workload } from '../../src/federation/crd.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
-import { Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
+import { Instance, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import { uniqueName } from '../helpers/cluster.ts';
 import { startFederation, type City, type Federation } from '../helpers/federation.ts';
 import { holdsFor, waitFor } from '../helpers/wait.ts';

@@ -6,11 +6,12 @@
 // instances still serve); an image a cell cannot pull shows upstream with the pull error itself.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Workload, type WorkloadObject } from '../../src/federation/types.ts';
+import { type WorkloadObject } from '../../src/federation/types.ts';
+import { Workload } from '../../src/federation/crd.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
 import type { DeploymentObject } from '../../src/federation/decide/placement.ts';
-import { WorkloadDeployment } from '../../src/workloads/types.ts';
+import { WorkloadDeployment } from '../../src/workloads/crd.ts';
 import { startBerth } from '../helpers/berth.ts';
 import { startFederation, type Federation } from '../helpers/federation.ts';
 import { uniqueName } from '../helpers/cluster.ts';

@@ -7,20 +7,21 @@
 // labels written in a cell cannot send mirrors to another management namespace.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Cell } from '../../src/cells/types.ts';
+import { Cell } from '../../src/cells/crd.ts';
 import {
   NAMESPACE_CREATED_LABEL,
-  Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
 } from '../../src/federation/types.ts';
+import { Workload } from '../../src/federation/crd.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { isNotFound, KubeClient } from '../../src/runtime/client/client.ts';
 import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
-import { Instance, MIRROR_LABEL, WorkloadDeployment } from '../../src/workloads/types.ts';
+import { MIRROR_LABEL } from '../../src/workloads/types.ts';
+import { Instance, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import { MIRROR_MANAGER } from '../../src/federation/decide/mirror.ts';
 import { createNamespace, untilWarning, uniqueName, untilAllowed } from '../helpers/cluster.ts';
 import { serveNamespace, startFederation, type City, type Federation } from '../helpers/federation.ts';

@@ -19,7 +19,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { secretName } from '../../src/cells/cli.ts';
-import { Cell, type CellObject } from '../../src/cells/types.ts';
+import { type CellObject } from '../../src/cells/types.ts';
+import { Cell } from '../../src/cells/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import {
   CELL_UID_LABEL,
@@ -27,22 +28,24 @@ import {
   PLACEMENT_LABEL,
   PLANE_LABEL,
   type Rollout,
-  Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
 } from '../../src/federation/types.ts';
+import { Workload } from '../../src/federation/crd.ts';
 import { NAMESPACE } from '../../src/policy/namespace.ts';
 import { findCondition, type Condition } from '../../src/runtime/api/conditions.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { KubeClient } from '../../src/runtime/client/client.ts';
-import { Location, type LocationObject } from '../../src/cells/types.ts';
+import { type LocationObject } from '../../src/cells/types.ts';
+import { Location } from '../../src/cells/crd.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { MISSING_IMAGE_HOST } from '../../src/sandbox/stages.ts';
 import { templateHash } from '../../src/workloads/decide/revisions.ts';
 import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
-import { DEPLOYMENT_LABEL, Instance, WorkloadDeployment } from '../../src/workloads/types.ts';
+import { DEPLOYMENT_LABEL } from '../../src/workloads/types.ts';
+import { Instance, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import type { DeploymentObject } from '../../src/federation/decide/placement.ts';
 import { runBerthCli, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {

@@ -18,10 +18,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { capabilities } from '../../src/capabilities.ts';
-import { FIELD_MANAGER as LABELS_MANAGER, NodeLabelRule } from '../../src/labels/types.ts';
+import { FIELD_MANAGER as LABELS_MANAGER } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import { crdManifests } from '../../src/manifests.ts';
 import { LEADER_ELECTION_ID } from '../../src/policy/namespace.ts';
-import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { crdName, Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { ensureHelm } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { testSandbox, uniqueName } from '../helpers/cluster.ts';
@@ -114,7 +115,7 @@ describe('the chart from one version to the next, by Helm alone', () => {
         },
         { fieldManager: 'test-author' },
       );
-      const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd.metadata!.name!));
+      const crds = capabilities.flatMap((c) => c.kinds.map(crdName));
       const uids = async () =>
         Promise.all(crds.map(async (n) => (await client.get(Resources.crds, n)).metadata!.uid));
       const before = await uids();
@@ -149,7 +150,7 @@ describe('the chart from one version to the next, by Helm alone', () => {
           ),
         );
       assert.deepEqual(await uids(), before, 'the CRDs are the same objects');
-      for (const crd of crdManifests()) {
+      for (const crd of await crdManifests()) {
         const live = await client.get(Resources.crds, crd.metadata!.name!);
         assert.deepEqual(
           (live['spec'] as Any).versions.map((v: Any) => v.schema),

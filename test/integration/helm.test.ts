@@ -12,9 +12,9 @@ import { capabilities } from '../../src/capabilities.ts';
 import { clusterControllers } from '../../src/capability.ts';
 import { ensureBinaries, ensureHelm } from '../../src/sandbox/build.ts';
 import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
-import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { crdName, Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { mergeRules } from '../../src/runtime/api/rbac.ts';
-import { crdManifests, rbacManifests, type RbacOptions } from '../../src/manifests.ts';
+import { rbacManifests, type RbacOptions } from '../../src/manifests.ts';
 import { testSandbox, uniqueName } from '../helpers/cluster.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { assertCaChain } from '../helpers/certmanager.ts';
@@ -333,9 +333,7 @@ describe('the Helm chart', () => {
     const crds = roles.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'berth-crds');
     assert.deepEqual(
       crds.rules.find((r: Any) => r.verbs.includes('patch')).resourceNames,
-      crdManifests()
-        .map((c) => c.metadata!.name)
-        .sort(),
+      capabilities.flatMap((c) => c.kinds.map(crdName)).sort(),
     );
     const deleting = render(options['CRDs deleted on uninstall']).find(
       (o) => o.kind === 'Job' && o.metadata.name === 'berth-uninstall',
@@ -360,8 +358,9 @@ describe('the Helm chart', () => {
         ['berth-admin', ['admin']],
       ],
     );
-    const plurals = crdManifests()
-      .map((c) => (c['spec'] as Any).names.plural)
+    const plurals = capabilities
+      .flatMap((c) => c.kinds)
+      .map((r) => r.resource)
       .sort();
     const [view, edit, admin] = aggregated.map((o) => o.rules.flatMap((r: Any) => r.resources).sort());
     assert.deepEqual(view, plurals);

@@ -7,10 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
-import { crdManifests } from '../../src/manifests.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
+import { capabilities } from '../../src/capabilities.ts';
 import { isNotFound, type KubeClient } from '../../src/runtime/client/client.ts';
-import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { crdName, Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { Sandbox } from '../../src/sandbox/sandbox.ts';
 import { berthKubeconfig, startBerth, type BerthProcess } from '../helpers/berth.ts';
 import { addNodes, uniqueName } from '../helpers/cluster.ts';
@@ -19,7 +19,7 @@ import { waitFor } from '../helpers/wait.ts';
 let sandbox = new Sandbox(uniqueName('nocrd'));
 let client: KubeClient;
 let berth: BerthProcess | undefined;
-const crdNames = crdManifests().map((c) => c.metadata!.name!);
+const crdNames = capabilities.flatMap((c) => c.kinds.map(crdName));
 
 /** Starts `sandbox` afresh, without Berth's CRDs, with a node of the seed's USB EdgeTPU and a plain one. */
 async function upWithNodes(): Promise<void> {

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { stringify } from 'yaml';
-import { AgentPlacement } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import type { Plan } from '../../src/plan.ts';
 import type { PolicyKit } from '../../src/policy/kit.ts';

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { stringify } from 'yaml';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import { selectorMatches } from '../../src/policy/match/selector.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';

@@ -12,7 +12,7 @@ import type { Plan } from '../../src/plan.ts';
 import { findCondition } from '../../src/runtime/api/conditions.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import type { InstanceObject } from '../../src/workloads/decide/instances.ts';
-import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/types.ts';
+import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {
   addNodes,

@@ -18,7 +18,7 @@ import { installCrds } from '../../src/cli/install.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { NodeStartupGate } from '../../src/gates/crd.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { berthClient, everyCapability, removeEverything, runBerthCli } from '../helpers/berth.ts';
 import { addNodes, kubectl, testSandbox, uniqueName } from '../helpers/cluster.ts';

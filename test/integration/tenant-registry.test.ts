@@ -20,7 +20,7 @@ import { type ArchPod } from '../../src/arch/decide/pods.ts';
 import { FAILURE_ANNOTATION, RESULT_ANNOTATION, STATE_LABEL } from '../../src/arch/types.ts';
 import { ArchPlacement } from '../../src/arch/crd.ts';
 import { installCrds } from '../../src/cli/install.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import { KubeClient } from '../../src/runtime/client/client.ts';
 import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import type { Event } from '../../src/runtime/events/event.ts';

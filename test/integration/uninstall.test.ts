@@ -18,7 +18,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { AgentPlacement, FIELD_MANAGER as AGENTS, FINALIZER_FIELD_MANAGER } from '../../src/agents/types.ts';
+import { FIELD_MANAGER as AGENTS, FINALIZER_FIELD_MANAGER } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { FIELD_MANAGER as ARCH, SCHEDULING_GATE, STATE_LABEL } from '../../src/arch/types.ts';
 import { ArchPlacement } from '../../src/arch/crd.ts';
 import { capabilities } from '../../src/capabilities.ts';
@@ -26,13 +27,14 @@ import { installCrds } from '../../src/cli/install.ts';
 import { crdsGone } from '../../src/cli/uninstall.ts';
 import { FIELD_MANAGER as GATES, gateAnnotations } from '../../src/gates/types.ts';
 import { NodeStartupGate } from '../../src/gates/crd.ts';
-import { FIELD_MANAGER as LABELS, NodeLabelRule } from '../../src/labels/types.ts';
-import { POLICY_GROUP } from '../../src/policy/crd.ts';
+import { FIELD_MANAGER as LABELS } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
+import { POLICY_GROUP } from '../../src/policy/kinds.ts';
 import { hasSchedulingGate } from '../../src/policy/pods.ts';
 import { secretName } from '../../src/cells/cli.ts';
 import { CELL_LABEL } from '../../src/cells/types.ts';
 import { LEADER_ELECTION_ID, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
+import { crdName, Resources, type KubeObject, type ResourceRef } from '../../src/runtime/api/meta.ts';
 import { ownedKeys } from '../../src/runtime/api/fields.ts';
 import { isNotFound } from '../../src/runtime/client/client.ts';
 import { webhookConfigLabels, webhookFieldManager } from '../../src/runtime/webhook/registration.ts';
@@ -40,14 +42,11 @@ import { ensureBinaries } from '../../src/sandbox/build.ts';
 import type { SandboxRegistry } from '../../src/sandbox/registry.ts';
 import {
   DEPLOYMENT_MANAGER,
-  Instance,
   INSTANCE_MANAGER,
-  InstanceType,
-  Quota,
   QUOTA_GATE,
   QUOTA_MANAGER,
-  WorkloadDeployment,
 } from '../../src/workloads/types.ts';
+import { Instance, InstanceType, Quota, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import {
   berthKubeconfig,
   removeBerthIdentity,
@@ -476,7 +475,7 @@ describe('the documented uninstall', () => {
 
     // Step 1: while Berth runs, delete every object of Berth's kinds (kubectl waits for their
     // finalizers, and for the Instances and Pods of the WorkloadDeployments), and the rule files.
-    const plurals = capabilities.flatMap((c) => c.crds.map((r) => r.crd.spec.names.plural));
+    const plurals = capabilities.flatMap((c) => c.kinds.map((r) => r.resource));
     kubectl('delete', plurals.join(','), '--all', '--all-namespaces', '--cascade=foreground');
     rmSync(ruleFile);
     // Step 2: remove Berth (here, its process and its identity; in a cluster, kubectl delete -k or
@@ -515,9 +514,8 @@ describe('the documented uninstall', () => {
     assert.deepEqual(await webhooks(), []);
     // berth uninstall returns once the apiserver has finalized the CRDs it deleted (a CI run found
     // one still there a moment after a berth uninstall that did not wait).
-    for (const c of capabilities)
-      for (const r of c.crds)
-        assert.equal(await exists(Resources.crds, r.crd.metadata!.name!), false, r.crd.metadata!.name);
+    for (const name of capabilities.flatMap((c) => c.kinds.map(crdName)))
+      assert.equal(await exists(Resources.crds, name), false, name);
     // Again, as after a kustomize delete, which takes the CRDs first: nothing left to do, and no error.
     const again = berthCli('uninstall', `--namespace=${ns.berth}`);
     assert.equal(again.status, 0, again.stderr);

@@ -13,14 +13,14 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { AgentPlacement } from '../../src/agents/types.ts';
+import { AgentPlacement } from '../../src/agents/crd.ts';
 import { capabilities } from '../../src/capabilities.ts';
 import { installCrds } from '../../src/cli/install.ts';
 import { NodeStartupGate } from '../../src/gates/crd.ts';
-import { NodeLabelRule } from '../../src/labels/types.ts';
+import { NodeLabelRule } from '../../src/labels/crd.ts';
 import { hasCondition } from '../../src/runtime/api/conditions.ts';
 import type { CustomResource } from '../../src/runtime/api/crd.ts';
-import { Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
+import { crdName, Resources, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { ApiError } from '../../src/runtime/client/client.ts';
 import { ensureBinaries } from '../../src/sandbox/build.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
@@ -42,7 +42,7 @@ const D = `${id}.example`;
 const fixture = join(packageRoot(), 'test/fixtures/upgrade/crds-72fda8b.yaml');
 let ns = '';
 
-const crdNames = () => capabilities.flatMap((c) => c.crds.map((r) => r.crd.metadata!.name!));
+const crdNames = () => capabilities.flatMap((c) => c.kinds.map(crdName));
 const established = (names: string[]) =>
   waitFor(`CRDs ${names.join(', ')} established`, async () => {
     for (const n of names)
@@ -162,6 +162,6 @@ describe('upgrading the CRDs', () => {
     });
 
     // Every kind is served now, those 72fda8b did not have included.
-    for (const c of capabilities) for (const kind of c.crds) await client.list(kind.ref);
+    for (const c of capabilities) for (const ref of c.kinds) await client.list(ref);
   });
 });

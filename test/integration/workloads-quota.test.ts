@@ -13,7 +13,8 @@ import { explainInstance } from '../../src/workloads/explain.ts';
 import { QuotaReconciler, setupQuotaReconciler } from '../../src/workloads/controllers/quota.ts';
 import { type QuotaObject } from '../../src/workloads/decide/quota.ts';
 import { INSTANCE_CACHE, type CachedInstance } from '../../src/workloads/decide/instances.ts';
-import { Instance, InstanceType, Quota, QUOTA_MANAGER } from '../../src/workloads/types.ts';
+import { QUOTA_MANAGER } from '../../src/workloads/types.ts';
+import { Instance, InstanceType, Quota } from '../../src/workloads/crd.ts';
 import {
   createNamespace,
   deleteNamespace,

@@ -20,13 +20,11 @@ import { MAX_DEPLOYMENT_BYTES } from '../../src/workloads/decide/revisions.ts';
 import { type InstanceObject } from '../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
-  Instance,
   MAX_REPLICAS,
   MAX_TEMPLATE_STRINGS,
-  Quota,
-  WorkloadDeployment,
   type WorkloadDeploymentStatus,
 } from '../../src/workloads/types.ts';
+import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import {
   berthKubeconfig,
   removeBerthIdentity,

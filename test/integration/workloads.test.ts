@@ -19,14 +19,12 @@ import type { Event } from '../../src/runtime/events/event.ts';
 import { controlledBy, type InstanceObject } from '../../src/workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
-  Instance,
   INSTANCE_LABEL,
-  Quota,
   QUOTA_GATE,
   TEMPLATE_HASH_LABEL,
-  WorkloadDeployment,
   type WorkloadDeploymentStatus,
 } from '../../src/workloads/types.ts';
+import { Instance, Quota, WorkloadDeployment } from '../../src/workloads/crd.ts';
 import { ENDED_REPLACE_MS } from '../../src/workloads/decide/instance-actions.ts';
 import { startBerth, type BerthProcess } from '../helpers/berth.ts';
 import {

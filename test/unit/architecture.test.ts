@@ -200,6 +200,17 @@ test('the webhook thread loads what serving and the pure admission decisions nee
   assert.deepEqual(problems, []);
 });
 
+test("the capability list loads no zod: the capabilities' CRDs load with what installs or runs them", () => {
+  // Every command reads the list; a Berth running one capability builds no other's schemas
+  // (test/unit/capabilities.test.ts: which crd.ts `berth run` loads).
+  assert.equal(
+    loadedFrom([path.join(src, 'capabilities.ts')])
+      .get('package:zod')
+      ?.join(' -> '),
+    undefined,
+  );
+});
+
 test('re2js loads with the first pattern compiled: no module imports it', () => {
   // A Berth whose rules match no InRegexp never needs its source and tables (decision 0053).
   assert.equal(loadedFrom(sources(src)).get('package:re2js')?.join(' -> '), undefined);
@@ -229,9 +240,9 @@ test('the import walk follows what loads a module, and not what the compiler era
   } finally {
     rmSync(dir, { recursive: true });
   }
-  const all = loadedFrom([path.join(src, 'capabilities.ts')]);
+  const crd = loadedFrom([path.join(src, 'labels/crd.ts')]);
   assert.ok(
-    all.has('package:zod') && all.has(path.join(src, 'runtime/client/client.ts')),
-    'the capabilities load both',
+    crd.has('package:zod') && crd.has(path.join(src, 'runtime/api/crd.ts')),
+    "a capability's CRD loads both",
   );
 });

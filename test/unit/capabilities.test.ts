@@ -1,6 +1,6 @@
 // A capability Berth does not run costs only its descriptor: `berth run` loads what the capabilities
-// run (setup, controllers, webhooks, explain, plan, page, commands, the registry client) only for the
-// ones it runs, when it sets them up. Each case is a fresh process that records every module it loads.
+// run (their CRDs' schemas, setup, controllers, webhooks, explain, plan, page, commands, the registry
+// client) only for the ones it runs, when it sets them up. Each case is a fresh process that records every module it loads.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
@@ -15,7 +15,7 @@ const folders = readdirSync(src).filter((d) => d !== 'registry' && existsSync(`$
 
 /** What a capability runs, by folder: loaded only when it runs. */
 const runs = (folder: string) =>
-  new RegExp(`^${folder}/(controllers/|(setup|cli|explain|plan|view|webhook|admit|provider)\\.ts$)`);
+  new RegExp(`^${folder}/(controllers/|(crd|setup|cli|explain|plan|view|webhook|admit|provider)\\.ts$)`);
 
 /** The modules under src/ a fresh process loads, importing `berth run` and setting up `enabled`. */
 function loaded(enabled: string[]): string[] {

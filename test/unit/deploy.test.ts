@@ -11,7 +11,7 @@ import { runCommand } from '../../src/cli/run.ts';
 import { parseRuleFile } from '../../src/labels/files.ts';
 import { finalizerOwnerRule, rbacManifests } from '../../src/manifests.ts';
 import { NAMESPACE, SERVICE_ACCOUNT, WEBHOOK_CERT_SECRET } from '../../src/policy/namespace.ts';
-import type { KubeObject } from '../../src/runtime/api/meta.ts';
+import { crdName, type KubeObject } from '../../src/runtime/api/meta.ts';
 import { mergeRules } from '../../src/runtime/api/rbac.ts';
 import { packageRoot } from '../../src/sandbox/paths.ts';
 import { assertCaChain } from '../helpers/certmanager.ts';
@@ -27,7 +27,7 @@ type Any = any;
 
 const BASE = 'deploy/kustomize/base';
 const CHART = 'deploy/helm/berth';
-const crdNames = capabilities.flatMap((c) => c.crds.map((r) => r.crd.metadata!.name!)).sort();
+const crdNames = capabilities.flatMap((c) => c.kinds.map(crdName)).sort();
 const clusterRoleRules = (rbacManifests().find((o) => o.kind === 'ClusterRole') as Any).rules;
 const runFlags = new Set(runCommand().options.map((o) => o.long));
 
@@ -71,8 +71,8 @@ function assertHardened(pod: Any, container: Any, where: string): void {
 }
 
 describe('generated deploy files', () => {
-  test('are what npm run manifests writes now', () => {
-    const files = generatedFiles();
+  test('are what npm run manifests writes now', async () => {
+    const files = await generatedFiles();
     const stale = [...files].filter(
       ([path, content]) => !existsSync(join(root, path)) || read(path) !== content,
     );

@@ -185,10 +185,10 @@ describe('the generated roles', () => {
     assert.ok(!may(install, 'patch', 'customresourcedefinitions', 'certificates.cert-manager.io'));
   });
 
-  test('why is for the code: no generated rule or deploy file carries it', () => {
+  test('why is for the code: no generated rule or deploy file carries it', async () => {
     for (const o of rbacManifests(capabilities, { finalizerOwners: ['deployments.apps'], installCrds: true }))
       for (const r of (o as Role).rules ?? []) assert.ok(!('why' in r), JSON.stringify(r));
-    for (const [path, text] of generatedFiles()) assert.doesNotMatch(text, /^\s*why:/m, path);
+    for (const [path, text] of await generatedFiles()) assert.doesNotMatch(text, /^\s*why:/m, path);
   });
 });
 

@@ -27,7 +27,8 @@ import {
   type OwnerHold,
 } from '../finalizers.ts';
 import type { Agents, PlacementObject } from '../setup.ts';
-import { AgentPlacement, FIELD_MANAGER, FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER } from '../types.ts';
+import { FIELD_MANAGER, FINALIZER_FIELD_MANAGER, PLACEMENT_FINALIZER } from '../types.ts';
+import { AgentPlacement } from '../crd.ts';
 import { ownerKindProblems } from '../validate.ts';
 import { nodeChanged } from './node.ts';
 import type { StatusWriter } from './status.ts';

@@ -14,7 +14,7 @@ import type { Trigger } from '../../runtime/controller/trigger.ts';
 import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
-import { POLICY_GROUP } from '../../policy/crd.ts';
+import { POLICY_GROUP } from '../../policy/kinds.ts';
 import {
   accessDue,
   cellAccess,
@@ -32,7 +32,8 @@ import {
 } from '../decide.ts';
 import type { CellProvider } from '../provider.ts';
 import { cellMetrics, forgetCell } from '../metrics.ts';
-import { Cell, CELLS_MANAGER, type CellObject, type CellTiming } from '../types.ts';
+import { CELLS_MANAGER, type CellObject, type CellTiming } from '../types.ts';
+import { Cell } from '../crd.ts';
 
 /**
  * One probe of a cell's apiserver: its version, whether it serves Berth's cell kinds and, given

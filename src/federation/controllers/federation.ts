@@ -31,9 +31,11 @@ import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import { errorText, type Logger } from '../../runtime/observability/log.ts';
 import { clusterNameOf } from '../../cells/decide.ts';
-import { Cell, Location, type CellObject, type LocationObject } from '../../cells/types.ts';
+import { type CellObject, type LocationObject } from '../../cells/types.ts';
+import { Cell, Location } from '../../cells/crd.ts';
 import { templateHash } from '../../workloads/decide/revisions.ts';
-import { BLOCKING_REASONS, WorkloadDeployment } from '../../workloads/types.ts';
+import { BLOCKING_REASONS } from '../../workloads/types.ts';
+import { WorkloadDeployment } from '../../workloads/crd.ts';
 import { selectorMatches } from '../../policy/match/selector.ts';
 import { slimMeta } from '../../policy/slim.ts';
 import {
@@ -68,11 +70,11 @@ import {
   FEDERATION_FINALIZER,
   FEDERATION_MANAGER,
   NAMESPACE_CREATED_LABEL,
-  Workload,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
   type WorkloadStatus,
 } from '../types.ts';
+import { Workload } from '../crd.ts';
 
 /** The shortest time between two writes of a Workload's status that change only its counts. */
 export const STATUS_WRITE_INTERVAL_MS = 250;

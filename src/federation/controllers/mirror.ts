@@ -21,17 +21,17 @@ import type { EventRecorder } from '../../runtime/events/recorder.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import type { Logger } from '../../runtime/observability/log.ts';
 import { clusterNameOf } from '../../cells/decide.ts';
-import { Cell, type CellObject } from '../../cells/types.ts';
+import { type CellObject } from '../../cells/types.ts';
+import { Cell } from '../../cells/crd.ts';
 import type { InstanceObject } from '../../workloads/decide/instances.ts';
 import {
   DEPLOYMENT_LABEL,
-  Instance,
   type InstanceStatus,
   MIRROR_CELL_LABEL,
   MIRROR_LABEL,
   OWN_INSTANCES,
-  WorkloadDeployment,
 } from '../../workloads/types.ts';
+import { Instance, WorkloadDeployment } from '../../workloads/crd.ts';
 import { type DeploymentObject, workloadKeyOf } from '../decide/placement.ts';
 import {
   MIRROR_MANAGER,
@@ -45,12 +45,12 @@ import {
   staleStatus,
 } from '../decide/mirror.ts';
 import {
-  Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
 } from '../types.ts';
+import { Workload } from '../crd.ts';
 
 /** A cell's Instances and federation's WorkloadDeployments there, while it is engaged. */
 interface InCell {

@@ -2,7 +2,7 @@
 // made for them, and the copies no target wants (drained once their cities serve).
 import { findCondition } from '../../runtime/api/conditions.ts';
 import { apiVersionOf, type KubeObject } from '../../runtime/api/meta.ts';
-import { WorkloadDeployment } from '../../workloads/types.ts';
+import { WorkloadDeployment } from '../../workloads/crd.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,

@@ -6,23 +6,23 @@ import { findCondition, sameConditions, setCondition, type Condition } from '../
 import { apiTime, apiVersionOf, DNS1123_SUBDOMAIN } from '../../runtime/api/meta.ts';
 import type { InstanceObject } from '../../workloads/decide/instances.ts';
 import {
-  Instance,
   type InstanceStatus,
   MIRROR_CELL_LABEL,
   MIRROR_LABEL,
   SOURCE_ANNOTATION,
   SOURCE_UID_ANNOTATION,
 } from '../../workloads/types.ts';
+import { Instance } from '../../workloads/crd.ts';
 import type { DeploymentObject } from './placement.ts';
 import {
   CITY_LABEL,
   PLACEMENT_LABEL,
-  Workload,
   WORKLOAD_NAME_LABEL,
   WORKLOAD_NAMESPACE_LABEL,
   WORKLOAD_UID_LABEL,
   type WorkloadObject,
 } from '../types.ts';
+import { Workload } from '../crd.ts';
 
 /** The field manager of the mirrors (their metadata, spec and status). */
 export const MIRROR_MANAGER = 'berth-federation-mirror';

@@ -31,7 +31,8 @@ import {
   type Removal,
   type Verdict,
 } from '../decide/evict.ts';
-import { CLUSTER_MAX_PER_MINUTE, NodeLabelRule, type EvictOnRemoval, type Rule } from '../types.ts';
+import { CLUSTER_MAX_PER_MINUTE, type EvictOnRemoval, type Rule } from '../types.ts';
+import { NodeLabelRule } from '../crd.ts';
 
 export interface EvictorOptions {
   /** Pods in this namespace are never evicted. */

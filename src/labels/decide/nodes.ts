@@ -23,7 +23,8 @@ import {
   type NodeView,
   type RuleMatch,
 } from '../match.ts';
-import { NodeLabelRule, type MatchTerm, type Rule, type Taint } from '../types.ts';
+import { type MatchTerm, type Rule, type Taint } from '../types.ts';
+import { NodeLabelRule } from '../crd.ts';
 import { nodeRestrictionErrors } from '../restriction.ts';
 import { controlCharacterError, outputValueError } from '../values.ts';
 

@@ -52,6 +52,9 @@ export interface ResourceRef {
 export const apiVersionOf = (ref: ResourceRef): string =>
   ref.group ? `${ref.group}/${ref.version}` : ref.version;
 
+/** The name of a custom kind's CustomResourceDefinition: `<plural>.<group>`. */
+export const crdName = (ref: ResourceRef): string => `${ref.resource}.${ref.group}`;
+
 const core = (resource: string, kind: string, namespaced: boolean): ResourceRef => ({
   group: '',
   version: 'v1',
@@ -97,6 +100,13 @@ export const Resources = {
     namespaced: true,
   },
   events: { group: 'events.k8s.io', version: 'v1', resource: 'events', kind: 'Event', namespaced: true },
+  serviceCidrs: {
+    group: 'networking.k8s.io',
+    version: 'v1',
+    resource: 'servicecidrs',
+    kind: 'ServiceCIDR',
+    namespaced: false,
+  },
   crds: {
     group: 'apiextensions.k8s.io',
     version: 'v1',

@@ -16,7 +16,7 @@ import {
 } from '../client/client.ts';
 import { informerMetrics } from '../observability/metrics.ts';
 import { errorText, rootLogger, type Logger } from '../observability/log.ts';
-import { Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
+import { crdName, Resources, type KubeObject, type ResourceRef } from '../api/meta.ts';
 
 export interface EventHandler<T> {
   /**
@@ -172,7 +172,7 @@ export class Informer<T extends KubeObject = KubeObject> {
 
   /** The CRD that serves this resource (for a custom resource), by name. */
   get crdName(): string {
-    return `${this.ref.resource}.${this.ref.group}`;
+    return crdName(this.ref);
   }
 
   /**

@@ -18,7 +18,8 @@ import { WriteSpacing } from '../../runtime/controller/spacing.ts';
 import type { Manager } from '../../runtime/manager/manager.ts';
 import { deploymentSelector } from '../decide/revisions.ts';
 import { deploymentVerdict, USER_FIXABLE } from '../decide/status.ts';
-import { DEPLOYMENT_MANAGER, WorkloadDeployment, type WorkloadDeploymentStatus } from '../types.ts';
+import { DEPLOYMENT_MANAGER, type WorkloadDeploymentStatus } from '../types.ts';
+import { WorkloadDeployment } from '../crd.ts';
 import type { DeploymentObject, DeploymentState } from './deployment.ts';
 
 /**

@@ -34,11 +34,10 @@ import { instanceState, nextStep, type Action } from '../decide/step.ts';
 import {
   DEPLOYMENT_LABEL,
   DEPLOYMENT_MANAGER,
-  Instance,
-  WorkloadDeployment,
   type WorkloadDeploymentSpec,
   type WorkloadDeploymentStatus,
 } from '../types.ts';
+import { Instance, WorkloadDeployment } from '../crd.ts';
 
 export type DeploymentObject = CustomObject<WorkloadDeploymentSpec, WorkloadDeploymentStatus>;
 

@@ -56,12 +56,11 @@ import { droppedPodResources, instanceSize, type Size } from '../resources.ts';
 import {
   INSTANCE_LABEL,
   INSTANCE_MANAGER,
-  Instance,
-  InstanceType,
   TEMPLATE_HASH_LABEL,
   type InstanceStatus,
   type InstanceTemplate,
 } from '../types.ts';
+import { Instance, InstanceType } from '../crd.ts';
 
 /** The conditions this controller owns on an Instance. */
 const OWN = ['Ready', 'Available', 'Programmed'] as const;

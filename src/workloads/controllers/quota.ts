@@ -27,7 +27,8 @@ import { findCondition, newlyHolds, setCondition, type Condition } from '../../r
 import { apiTime, type KubeObject } from '../../runtime/api/meta.ts';
 import { changed, deletionChanged, generationChanged, valueChanged } from '../../policy/predicates.ts';
 import { decideUnder, requeueAfterMs, type Decision } from '../decide/grant.ts';
-import { Instance, InstanceType, Quota, QUOTA_MANAGER, type QuotaClaim, type QuotaStatus } from '../types.ts';
+import { QUOTA_MANAGER, type QuotaClaim, type QuotaStatus } from '../types.ts';
+import { Instance, InstanceType, Quota } from '../crd.ts';
 import { byInstanceType, INSTANCE_CACHE, type InstanceTypeObject } from '../decide/instances.ts';
 import {
   type QuotaObject,

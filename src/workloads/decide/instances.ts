@@ -5,7 +5,6 @@ import type { InstanceTypeSize, Size, SizedTemplate } from '../resources.ts';
 import {
   DEPLOYMENT_LABEL,
   INSTANCE_LABEL,
-  Instance,
   ORDINAL_LABEL,
   OWN_INSTANCES,
   QUOTA_GATE,
@@ -13,6 +12,7 @@ import {
   type InstanceStatus,
   type InstanceTemplate,
 } from '../types.ts';
+import { Instance } from '../crd.ts';
 import { instanceName } from './revisions.ts';
 
 /** An InstanceType as the controllers read it. */

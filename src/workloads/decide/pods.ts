@@ -9,12 +9,12 @@ import { slimMetadata } from '../../policy/slim.ts';
 import {
   BLOCKING_REASONS,
   INSTANCE_LABEL,
-  Instance,
   ORDINAL_LABEL,
   QUOTA_GATE,
   TEMPLATE_HASH_LABEL,
   type BlockingReason,
 } from '../types.ts';
+import { Instance } from '../crd.ts';
 import { type InstanceState } from './step.ts';
 import { type ConditionVerdict, rank, worst } from './status.ts';
 

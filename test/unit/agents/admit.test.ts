@@ -18,7 +18,7 @@ import {
   type Container,
   type WaitingPlacement,
 } from '../../../src/agents/admit.ts';
-import { agentPlacementSpec } from '../../../src/agents/types.ts';
+import { agentPlacementSpec } from '../../../src/agents/crd.ts';
 import { rootLogger } from '../../../src/runtime/observability/log.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 import type { AdmissionRequest, AdmissionResult } from '../../../src/runtime/webhook/admission.ts';

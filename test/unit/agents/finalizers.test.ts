@@ -14,11 +14,11 @@ import {
   type OwnerHold,
 } from '../../../src/agents/finalizers.ts';
 import {
-  agentPlacementSpec,
   FINALIZER_FIELD_MANAGER,
   PLACEMENT_FINALIZER,
   type AgentPlacementSpec,
 } from '../../../src/agents/types.ts';
+import { agentPlacementSpec } from '../../../src/agents/crd.ts';
 import type { KubeObject } from '../../../src/runtime/api/meta.ts';
 
 const LEGACY = FINALIZER_FIELD_MANAGER;

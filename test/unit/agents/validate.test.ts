@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parsePlacements, type ParseCache } from '../../../src/agents/parse.ts';
-import { agentPlacementSpec, type AgentPlacementSpec } from '../../../src/agents/types.ts';
+import { type AgentPlacementSpec } from '../../../src/agents/types.ts';
+import { agentPlacementSpec } from '../../../src/agents/crd.ts';
 import {
   claimKeyProblem,
   needsAcknowledgement,

@@ -2,18 +2,12 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { z } from 'zod';
 import { capabilities } from '../../../src/capabilities.ts';
-import {
-  defineBerthResource,
-  definePolicy,
-  observedStatus,
-  POLICY_GROUP,
-  specColumn,
-} from '../../../src/policy/crd.ts';
+import { defineBerthResource, definePolicy, observedStatus, specColumn } from '../../../src/policy/crd.ts';
+import { berthKind, POLICY_GROUP } from '../../../src/policy/kinds.ts';
 import { conditionsSchema, toStructuralSchema } from '../../../src/runtime/api/crd.ts';
 
 const Trial = definePolicy({
-  kind: 'TrialPolicy',
-  plural: 'trialpolicies',
+  ref: { ...berthKind('TrialPolicy', 'Cluster'), resource: 'trialpolicies' },
   shortNames: ['tp'],
   spec: z.object({ size: z.number().int() }),
   counts: { seen: 'Nodes seen.', held: 'Nodes held.' },
@@ -83,10 +77,9 @@ test('its columns: its own first, then Ready, Reason (wide) and Age', () => {
   );
 });
 
-test('a Berth kind: its group, version and category given, its plural from its kind unless named', () => {
+test('a Berth kind: its group, version and category given, its plural from its kind', () => {
   const Gadget = defineBerthResource({
-    kind: 'Gadget',
-    scope: 'Namespaced',
+    ref: berthKind('Gadget', 'Namespaced'),
     spec: z.object({ size: z.number().int() }),
     status: observedStatus({ seen: z.number().int().optional() }),
   });
@@ -97,21 +90,31 @@ test('a Berth kind: its group, version and category given, its plural from its k
   assert.deepEqual(Object.keys(status.properties!), ['observedGeneration', 'seen', 'conditions']);
 });
 
-test("every capability's policy kind is a policy: its group, and the standard columns last", () => {
-  const crds = capabilities.flatMap((c) => c.crds.map((r) => r.crd));
-  assert.ok(crds.length >= 3);
+/** Each capability with its CRDs, built as `berth install` builds them. */
+const built = () => Promise.all(capabilities.map(async (c) => ({ c, crds: await c.crds() })));
+
+test("a capability's kinds are its CRDs' refs, known without building them", async () => {
+  for (const { c, crds } of await built())
+    assert.deepEqual(
+      crds.map((r) => r.ref),
+      c.kinds,
+      c.name,
+    );
+});
+
+test("every capability's policy kind is a policy: its group, and the standard columns last", async () => {
   // The workloads, cells and federation capabilities' kinds are Berth's API but not placement
   // policies: their columns are a Deployment's (Ready, Up-to-date, Available) or a cluster's
   // (Reachable, Version), not a policy's standard ones.
-  const workloads = new Set(
-    capabilities
-      .filter((c) => ['workloads', 'cells', 'federation'].includes(c.name))
-      .flatMap((c) => c.crds.map((r) => r.crd)),
+  const all = await built();
+  const crds = all.flatMap(({ c, crds }) =>
+    crds.map((r) => ({ crd: r.crd, policy: !['workloads', 'cells', 'federation'].includes(c.name) })),
   );
-  for (const crd of crds) {
+  assert.ok(crds.length >= 3);
+  for (const { crd, policy } of crds) {
     assert.equal(crd.spec.group, POLICY_GROUP, crd.metadata.name);
     assert.deepEqual(crd.spec.names.categories, ['berth'], crd.metadata.name);
-    if (workloads.has(crd)) continue;
+    if (!policy) continue;
     assert.deepEqual(
       crd.spec.versions[0]!.additionalPrinterColumns!.slice(-3).map((c) => c.name),
       ['Ready', 'Reason', 'Age'],
@@ -120,9 +123,9 @@ test("every capability's policy kind is a policy: its group, and the standard co
   }
 });
 
-test('no two policy kinds share a plural, kind or short name (the apiserver would not establish the second)', () => {
-  const names = capabilities.flatMap((c) =>
-    c.crds.flatMap((r) => {
+test('no two policy kinds share a plural, kind or short name (the apiserver would not establish the second)', async () => {
+  const names = (await built()).flatMap(({ crds }) =>
+    crds.flatMap((r) => {
       const n = r.crd.spec.names;
       return [...new Set([n.plural, n.singular ?? '', n.kind.toLowerCase(), ...(n.shortNames ?? [])])].filter(
         Boolean,

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { placementKeys } from '../../../src/agents/decide.ts';
-import { AGENT_KEYS, agentPlacementSpec } from '../../../src/agents/types.ts';
+import { AGENT_KEYS } from '../../../src/agents/types.ts';
+import { agentPlacementSpec } from '../../../src/agents/crd.ts';
 import { gateKeyClaims, parseGates } from '../../../src/gates/decide/parse.ts';
 import { GATE_KEYS } from '../../../src/gates/types.ts';
 import { outputKeys } from '../../../src/labels/decide/nodes.ts';

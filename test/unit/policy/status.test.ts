@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { z } from 'zod';
 import { definePolicy } from '../../../src/policy/crd.ts';
+import { berthKind } from '../../../src/policy/kinds.ts';
 import {
   conditionTone,
   PolicyStatusWriter,
@@ -17,8 +18,7 @@ import { rootLogger } from '../../../src/runtime/observability/log.ts';
 
 const quiet = rootLogger.child({}, { level: 'silent' });
 const Trial = definePolicy({
-  kind: 'TrialPolicy',
-  plural: 'trialpolicies',
+  ref: { ...berthKind('TrialPolicy', 'Cluster'), resource: 'trialpolicies' },
   shortNames: [],
   spec: z.object({}),
   counts: { seen: 'Nodes seen.', held: 'Nodes held.' },

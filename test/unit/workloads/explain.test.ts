@@ -12,7 +12,8 @@ import { age } from '../../../src/policy/explain.ts';
 import type { QuotaObject } from '../../../src/workloads/decide/quota.ts';
 import type { CachedInstance } from '../../../src/workloads/decide/instances.ts';
 import { isFormerPod } from '../../../src/workloads/decide/pods.ts';
-import { Instance, INSTANCE_LABEL } from '../../../src/workloads/types.ts';
+import { INSTANCE_LABEL } from '../../../src/workloads/types.ts';
+import { Instance } from '../../../src/workloads/crd.ts';
 
 const NOW = new Date('2030-01-01T01:00:00Z');
 const T0 = '2030-01-01T00:57:00Z';

@@ -12,7 +12,8 @@ import {
 } from '../../../../src/workloads/decide/instance-actions.ts';
 import type { CachedInstance } from '../../../../src/workloads/decide/instances.ts';
 import { workloadPod, type QuotaView, type WorkloadPod } from '../../../../src/workloads/decide/pods.ts';
-import { Instance, INSTANCE_LABEL, QUOTA_GATE } from '../../../../src/workloads/types.ts';
+import { INSTANCE_LABEL, QUOTA_GATE } from '../../../../src/workloads/types.ts';
+import { Instance } from '../../../../src/workloads/crd.ts';
 
 const T0 = Date.parse('2026-11-28T00:00:00Z');
 const iso = (ms: number) => new Date(ms).toISOString();

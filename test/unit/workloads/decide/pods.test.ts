@@ -9,7 +9,8 @@ import {
   crashWindowEndsIn,
   MAX_PULL_ERROR,
 } from '../../../../src/workloads/decide/pods.ts';
-import { BLOCKING_REASONS, Instance, INSTANCE_LABEL, QUOTA_GATE } from '../../../../src/workloads/types.ts';
+import { BLOCKING_REASONS, INSTANCE_LABEL, QUOTA_GATE } from '../../../../src/workloads/types.ts';
+import { Instance } from '../../../../src/workloads/crd.ts';
 import { pod, waiting } from './fixtures.ts';
 
 const granted: Condition = {

@@ -8,7 +8,8 @@ import {
   templateHash,
 } from '../../../../src/workloads/decide/revisions.ts';
 import { slimInstance, type InstanceObject } from '../../../../src/workloads/decide/instances.ts';
-import { DEPLOYMENT_LABEL, Instance } from '../../../../src/workloads/types.ts';
+import { DEPLOYMENT_LABEL } from '../../../../src/workloads/types.ts';
+import { Instance } from '../../../../src/workloads/crd.ts';
 
 describe('templateHash', () => {
   test('equal templates hash equally whatever their key order; any change is a new revision', () => {
