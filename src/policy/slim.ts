@@ -216,7 +216,7 @@ const NODE_INFO = [
 ];
 
 /** Berth's field managers are all named berth-*. */
-export const isBerthManager = (name: string): boolean => name.startsWith('berth');
+export const isBerthManager = (name: string): boolean => name.startsWith('berth-');
 
 /**
  * The managedFields entry a slim node keeps for every other manager together: only the labels and

@@ -72,21 +72,28 @@ export interface WriteLoopBreakerOptions {
 }
 
 interface KeyWrites {
-  /** Times of the contested writes in the window, oldest first, and who wrote them. */
+  /** Times of the counted writes in the window, oldest first, and who wrote them. */
   writes: { at: number; by: string }[];
-  /** By field manager: the key's value right after its last write, and the node's resourceVersion then. */
-  after: Map<string, { value: string; resourceVersion: string | undefined; at: number }>;
+  /**
+   * Of the writers that decide without reading the node, by field manager: the key's value right
+   * after its last write, and the node's resourceVersion then (what tells a contested write). The
+   * others count every write and need none.
+   */
+  after?: Map<string, { value: string; resourceVersion: string | undefined; at: number }>;
   /** Set while held back: the field managers already counted in berth_node_write_loops_total. */
   refused?: Set<string>;
 }
+
+/** One map for every node's keys: a node with a key written holds one entry, not a map of its own. */
+const entryKey = (node: string, key: NodeKey) => `${node}\u0000${key}`;
 
 export class WriteLoopBreaker {
   readonly limit: number;
   readonly windowMs: number;
   readonly #clock: () => number;
   readonly #onTrip: ((trip: LoopTrip) => void) | undefined;
-  /** By node name, then key. */
-  readonly #nodes = new Map<string, Map<NodeKey, KeyWrites>>();
+  /** By node name and key (entryKey). */
+  readonly #keys = new Map<string, KeyWrites>();
   #swept = 0;
 
   constructor(opts: WriteLoopBreakerOptions = {}) {
@@ -102,11 +109,11 @@ export class WriteLoopBreaker {
    */
   hold(node: KubeObject, fieldManager: string, keys: NodeKey[]): { held: NodeKey[]; retryAfterMs?: number } {
     const now = this.#clock();
-    const byKey = this.#nodes.get(node.metadata?.name ?? '');
+    const name = node.metadata?.name ?? '';
     const held: NodeKey[] = [];
     let retryAfterMs: number | undefined;
     for (const key of keys) {
-      const k = byKey?.get(key);
+      const k = this.#keys.get(entryKey(name, key));
       if (!k) continue;
       this.#prune(k, now);
       if (k.writes.length < this.limit) {
@@ -153,28 +160,25 @@ export class WriteLoopBreaker {
     const now = this.#clock();
     const name = node.metadata?.name ?? '';
     const returned = (result as KubeObject | undefined)?.metadata ? (result as KubeObject) : undefined;
-    let byKey = this.#nodes.get(name);
-    if (!byKey && keys.length) this.#nodes.set(name, (byKey = new Map()));
+    const fromNode = opts.decidesFromNode !== false;
     for (const key of keys) {
-      let k = byKey!.get(key);
-      if (!k) byKey!.set(key, (k = { writes: [], after: new Map() }));
+      const at = entryKey(name, key);
+      let k = this.#keys.get(at);
+      if (!k) this.#keys.set(at, (k = { writes: [] }));
       this.#prune(k, now);
-      // Contested: the key is not what this writer left it at, and not because the cache is older
-      // than that write (a write followed at once by the next one sees its own old node).
-      const last = k.after.get(fieldManager);
-      const contested = !!last && last.value !== valueOf(node, key) && !olderThan(node, last.resourceVersion);
-      if (opts.decidesFromNode !== false || contested) {
+      if (fromNode || this.#contested(k, node, key, fieldManager)) {
         k.writes.push({ at: now, by: fieldManager });
         // Only the newest `limit` writes decide when the key frees up.
         if (k.writes.length > this.limit) k.writes.shift();
       }
+      if (fromNode) continue;
       if (returned)
-        k.after.set(fieldManager, {
+        (k.after ??= new Map()).set(fieldManager, {
           value: valueOf(returned, key),
           resourceVersion: returned.metadata?.resourceVersion,
           at: now,
         });
-      else k.after.delete(fieldManager);
+      else k.after?.delete(fieldManager);
     }
     this.#sweep(now);
     return result;
@@ -182,9 +186,14 @@ export class WriteLoopBreaker {
 
   /** Keys of nodes currently tracked: bounded by the writes of the last window. */
   get tracked(): number {
-    let n = 0;
-    for (const m of this.#nodes.values()) n += m.size;
-    return n;
+    return this.#keys.size;
+  }
+
+  // Contested: the key is not what this writer left it at, and not because the cache is older than
+  // that write (a write followed at once by the next one sees its own old node).
+  #contested(k: KeyWrites, node: KubeObject, key: NodeKey, fieldManager: string): boolean {
+    const last = k.after?.get(fieldManager);
+    return !!last && last.value !== valueOf(node, key) && !olderThan(node, last.resourceVersion);
   }
 
   #prune(k: KeyWrites, now: number): void {
@@ -196,13 +205,10 @@ export class WriteLoopBreaker {
   #sweep(now: number): void {
     if (now - this.#swept < this.windowMs) return;
     this.#swept = now;
-    for (const [name, byKey] of this.#nodes) {
-      for (const [key, k] of byKey) {
-        this.#prune(k, now);
-        for (const [fm, a] of k.after) if (a.at <= now - this.windowMs) k.after.delete(fm);
-        if (k.writes.length === 0 && k.after.size === 0) byKey.delete(key);
-      }
-      if (byKey.size === 0) this.#nodes.delete(name);
+    for (const [at, k] of this.#keys) {
+      this.#prune(k, now);
+      for (const [fm, a] of k.after ?? []) if (a.at <= now - this.windowMs) k.after!.delete(fm);
+      if (k.writes.length === 0 && !k.after?.size) this.#keys.delete(at);
     }
   }
 }

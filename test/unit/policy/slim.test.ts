@@ -74,6 +74,35 @@ test('a node keeps every annotation but the last applied configuration', () => {
   assert.deepEqual(node.metadata?.annotations, { 'example.com/any': 'v' });
 });
 
+test("a node keeps its Berth controllers' managedFields entries, and of the others only the keys they share", () => {
+  const fields = (labels: string[]) => ({
+    'f:metadata': { 'f:labels': Object.fromEntries(labels.map((k) => [`f:${k}`, {}])) },
+  });
+  const node = slimNode({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: 'n',
+      managedFields: [
+        { manager: 'berth-labels', operation: 'Apply', fieldsV1: fields(['derived']) },
+        // A client named by its user agent alone (the `berth` command, the sandbox that made the
+        // node) is no controller of Berth's: its entry is another manager's.
+        { manager: 'berth', operation: 'Update', fieldsV1: fields(['input', 'derived', 'zone']) },
+        { manager: 'kubelet', operation: 'Update', fieldsV1: fields(['zone']) },
+      ],
+    },
+  });
+  assert.deepEqual(
+    (node.metadata?.managedFields as { manager: string; fieldsV1: unknown }[]).map((e) => [
+      e.manager,
+      e.fieldsV1,
+    ]),
+    [
+      ['berth-labels', fields(['derived'])],
+      ['other-managers', fields(['derived'])],
+    ],
+  );
+});
 test('an interned value lives as long as a cached object holds it', () => {
   const t = interning('test-pod', slimPod);
   const start = internedSize();
