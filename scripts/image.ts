@@ -37,7 +37,14 @@ const DEBIAN_PACKAGES = ['libc6', 'libgcc-s1', 'libstdc++6'];
 export const IMAGE_CONFIG = {
   user: '65532:65532',
   workdir: '/app',
-  entrypoint: ['node', '--optimize-for-size', '--no-maglev', '--no-sparkplug', 'dist/cli/main.js'],
+  entrypoint: [
+    'node',
+    '--optimize-for-size',
+    '--no-maglev',
+    '--no-sparkplug',
+    '--compact-on-every-full-gc',
+    'dist/cli/main.js',
+  ],
   cmd: ['run'],
   env: {
     PATH: '/usr/local/bin:/usr/bin:/bin',
