@@ -59,17 +59,18 @@ const withoutRules = (node: unknown): unknown => {
 };
 const copyRef = (ref: ResourceRef): ResourceRef => ({ ...ref, group: NOCEL });
 async function installCopies(refs: ResourceRef[]) {
+  const crds = await crdManifests();
   for (const ref of refs) {
-    const crd = structuredClone(
-      (await crdManifests()).find((c) => c.metadata!.name === crdName(ref))!,
-    ) as KubeObject & { spec: { group: string } };
+    const crd = structuredClone(crds.find((c) => c.metadata!.name === crdName(ref))!) as KubeObject & {
+      spec: { group: string };
+    };
     const copy = withoutRules(crd) as typeof crd;
-    copy.metadata = { name: `${ref.resource}.${NOCEL}` };
+    copy.metadata = { name: crdName(copyRef(ref)) };
     copy.spec.group = NOCEL;
     await client.apply(Resources.crds, copy, { fieldManager: MANAGER, force: true });
   }
   for (const ref of refs)
-    await waitForValue(`${ref.resource}.${NOCEL} served`, () =>
+    await waitForValue(`${crdName(copyRef(ref))} served`, () =>
       client.list(copyRef(ref), { namespace: NS, query: { limit: 1 } }).then(
         () => true,
         () => undefined,

@@ -3,7 +3,7 @@
 // structural OpenAPI v3 schema the apiserver accepts: one source of truth, no hand-written YAML.
 import { isDeepStrictEqual } from 'node:util';
 import { z } from 'zod';
-import type { KubeObject, ObjectMeta, ResourceRef } from './meta.ts';
+import { apiVersionOf, crdName, type KubeObject, type ObjectMeta, type ResourceRef } from './meta.ts';
 
 /** One CEL rule (x-kubernetes-validations); `self` is the value of the node it sits on. */
 export interface CelValidation {
@@ -567,7 +567,14 @@ export function defineCustomResource<
   Spec extends z.ZodType,
   Status extends z.ZodType | undefined = undefined,
 >(o: CustomResourceOptions<Spec, Status>): CustomResource<z.output<Spec>, StatusOf<Status>> {
-  const apiVersion = `${o.group}/${o.version}`;
+  const ref: ResourceRef = {
+    group: o.group,
+    version: o.version,
+    resource: o.plural,
+    kind: o.kind,
+    namespaced: o.scope === 'Namespaced',
+  };
+  const apiVersion = apiVersionOf(ref);
   const spec = toStructuralSchema(o.spec, 'spec');
   if (spec.type !== 'object') throw new Error(`${o.kind}: spec must be an object`);
   if (o.validations?.length) {
@@ -589,7 +596,7 @@ export function defineCustomResource<
   const crd: CustomResourceDefinition = {
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',
-    metadata: { name: `${o.plural}.${o.group}` },
+    metadata: { name: crdName(ref) },
     spec: {
       group: o.group,
       scope: o.scope,
@@ -621,13 +628,7 @@ export function defineCustomResource<
     ...(o.status ? { status: o.status.optional() } : {}),
   });
   return {
-    ref: {
-      group: o.group,
-      version: o.version,
-      resource: o.plural,
-      kind: o.kind,
-      namespaced: o.scope === 'Namespaced',
-    },
+    ref,
     apiVersion,
     kind: o.kind,
     crd,

@@ -1,5 +1,5 @@
 // Reading a cluster where some of Berth's CRDs are not installed (or deleted already).
-import type { KubeObject, ResourceRef } from '../api/meta.ts';
+import { crdName, type KubeObject, type ResourceRef } from '../api/meta.ts';
 import { isNotFound, type KubeClient, type KubeList } from './client.ts';
 
 type ListOptions = Parameters<KubeClient['list']>[1];
@@ -34,7 +34,7 @@ export function withoutMissingCrds(client: KubeClient, missing: Set<string>): Ku
     // A built-in kind not served is an error, not a missing CRD.
     if (!ref.group.includes('.')) return client.list(ref, opts);
     const items = await servedItems(client, ref, opts);
-    if (!items) missing.add(`${ref.resource}.${ref.group}`);
+    if (!items) missing.add(crdName(ref));
     return { apiVersion: 'v1', kind: 'List', metadata: {}, items: items ?? [] };
   };
   const list = (ref: ResourceRef, opts: ListOptions = {}): Promise<KubeList<KubeObject>> => {
