@@ -33,6 +33,12 @@ export const federationCapability: Capability = {
     // This plane's identity, written on its copies in the cells (PLANE_LABEL).
     { apiGroups: [''], resources: ['namespaces'], resourceNames: ['kube-system'], verbs: ['get'] },
     { apiGroups: [POLICY_GROUP], resources: ['cells', 'locations'], verbs: ['list', 'watch'] },
+    {
+      apiGroups: [POLICY_GROUP],
+      resources: ['cells'],
+      verbs: ['get'],
+      why: 'confirms a Cell is gone before its mirrors are deleted or their names taken: only when the cache does not have it',
+    },
     // Mirrors of the cells' Instances: applied (the first apply of one is authorized as create too),
     // their status applied, deleted once their instance is gone.
     {

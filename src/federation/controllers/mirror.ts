@@ -6,12 +6,14 @@
 // Part 1's controllers never see a mirror (its MIRROR_LABEL). A mirror whose Instance is gone is
 // deleted, but only once its cell's caches have listed and while the cell answers: a cell that does
 // not answer keeps its mirrors, with their last status and Mirrored=False CellUnreachable since when.
+// A Cell is gone only when the apiserver says so: the Cells' watch is not the mirrors', and a mirror
+// made just after its Cell can be cached first.
 import { federationMetrics } from '../metrics.ts';
 import { changed, conditionsChanged, deletionChanged, labelsChanged } from '../../policy/predicates.ts';
 import { findCondition } from '../../runtime/api/conditions.ts';
 import { keyOf, type Informer } from '../../runtime/cache/informer.ts';
 import { applyStatus, deleteExact, isObjectGone } from '../../runtime/client/apply.ts';
-import { isConflict, isNotFound } from '../../runtime/client/client.ts';
+import { exists, isConflict, isNotFound } from '../../runtime/client/client.ts';
 import type { Cluster } from '../../runtime/cluster/cluster.ts';
 import { Controller, type Result } from '../../runtime/controller/controller.ts';
 import { Trigger } from '../../runtime/controller/trigger.ts';
@@ -225,15 +227,21 @@ export class MirrorReconciler {
     // Two cells' instances can have one mirror name (cell `a`, instance `b-c`; cell `a-b`, instance
     // `c`): the mirror is the first one's, never overwritten or pruned for the other, which waits.
     const holder = mirror && sourceKeyOf(mirror);
-    if (mirror && holder !== key && this.holds(holder, mname)) return this.nameTaken(mirror, holder!, key);
+    if (mirror && holder !== key && (await this.holds(holder, mname)))
+      return this.nameTaken(mirror, holder!, key);
     // A new instance passes through several statuses within a second (quota granted, programmed,
     // Ready, Available): its mirror is written with spacing, so that a thousand new instances do not
     // send the management plane four thousand writes.
     const wait = this.spacing.wait(key);
     if (mirror && wait > 0) return { requeueAfterMs: wait };
     const cellObject = this.cells.get(cell);
-    // A Cell deleted has left the federation: its mirrors go too.
-    if (!cellObject) return this.remove(mirror, `cell ${cell} is gone`);
+    if (!cellObject) {
+      if (!mirror) return;
+      // Not cached yet, but there: its add event, or this retry, brings the key back.
+      if (await this.cellExists(cell)) return { requeue: true };
+      // A Cell deleted has left the federation: its mirrors go too.
+      return this.remove(mirror, `cell ${cell} is gone`);
+    }
     const reachable = findCondition(cellObject.status?.conditions, 'Reachable');
     if (reachable?.status === 'False') {
       // A partition is not a deletion: the last status stays, marked stale since the cell went silent.
@@ -303,7 +311,7 @@ export class MirrorReconciler {
     if (!held) return { requeue: true }; // gone meanwhile: the name is free
     const holder = sourceKeyOf(held);
     if (held.metadata.labels?.[MIRROR_LABEL] !== undefined) {
-      if (holder !== key && this.holds(holder, name)) return this.nameTaken(held, holder!, key);
+      if (holder !== key && (await this.holds(holder, name))) return this.nameTaken(held, holder!, key);
       return { requeue: true }; // this instance's own, edited: forced back once the cache shows it
     }
     // Not a mirror, so no watch of Berth's sees it go: looked at again now and then.
@@ -331,10 +339,19 @@ export class MirrorReconciler {
    * name: it maps to that name, in a cell that exists. A mirror whose marks someone edited, or whose
    * cell is gone, holds nothing: its rightful instance writes it back.
    */
-  private holds(holder: string | undefined, name: string): boolean {
+  private async holds(holder: string | undefined, name: string): Promise<boolean> {
     if (!holder) return false;
     const { cell, name: instance } = splitMirrorKey(holder);
-    return mirrorName(cell, instance) === name && this.cells.get(cell) !== undefined;
+    return mirrorName(cell, instance) === name && (await this.cellExists(cell));
+  }
+
+  /**
+   * Whether a Cell exists: cached, or else as the apiserver says (only its 404 says gone), asked only
+   * of a Cell not cached. Taken for gone, a Cell made a moment ago would lose its mirrors, cached
+   * before it, to a delete or an overwrite, and the instance waiting for the name never its Warning.
+   */
+  private async cellExists(name: string): Promise<boolean> {
+    return this.cells.get(name) !== undefined || exists(this.manager.client(), Cell.ref, name);
   }
 
   /** A cell instance not mirrored because its mirror's name is another's: said on its Workload. */
