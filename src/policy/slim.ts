@@ -247,6 +247,24 @@ function othersShare(berth: FieldsEntry[], others: FieldsEntry[]): FieldsEntry |
     : undefined;
 }
 
+/** `v` and everything in it frozen: a structure shared by cached objects is read by each of them. */
+function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    for (const x of Object.values(v)) deepFreeze(x);
+    Object.freeze(v);
+  }
+  return v;
+}
+
+/**
+ * A part most nodes have alike (their conditions, node info, annotations, taints, and Berth's
+ * managedFields entries written within one second): one frozen copy serves them all, by its JSON (as
+ * slimOwners). A node's update then replaces its own parts only, and the cache it leaves behind for
+ * the collector is that much smaller.
+ */
+const alike = <T extends object>(value: T, own: unknown): T =>
+  share(JSON.stringify(value), own, () => deepFreeze(value));
+
 /**
  * The node fields Berth's controllers read: labels, annotations, taints, node info, conditions,
  * and the managedFields entries of Berth's own field managers (so that a controller knows what it
@@ -256,6 +274,7 @@ function othersShare(berth: FieldsEntry[], others: FieldsEntry[]): FieldsEntry |
 export function slimNode(obj: KubeObject): SlimNode {
   const node = obj as FullNode;
   const metadata = slimMetadata(node.metadata, 'all');
+  if (metadata.annotations) metadata.annotations = alike(metadata.annotations, node.metadata?.annotations);
   if (node.metadata?.creationTimestamp) metadata.creationTimestamp = node.metadata.creationTimestamp;
   const all = (node.metadata?.managedFields ?? []) as FieldsEntry[];
   const mf = all.filter((e) => e.manager !== undefined && isBerthManager(e.manager));
@@ -264,22 +283,26 @@ export function slimNode(obj: KubeObject): SlimNode {
     all.filter((e) => !mf.includes(e)),
   );
   if (others) mf.push(others);
-  if (mf.length) metadata.managedFields = mf;
+  if (mf.length) metadata.managedFields = alike(mf, node.metadata?.managedFields);
   const spec: SlimNode['spec'] = {};
-  if (node.spec?.taints?.length)
-    spec.taints = node.spec.taints.map((t) => ({ ...t, key: intern(t.key), effect: intern(t.effect) }));
+  if (node.spec?.taints?.length) {
+    const taints = node.spec.taints.map((t) => ({ ...t, key: intern(t.key), effect: intern(t.effect) }));
+    spec.taints = alike(taints, node.spec.taints);
+  }
   if (node.spec?.unschedulable) spec.unschedulable = true;
   const status: SlimNode['status'] = {};
   const info = node.status?.nodeInfo;
   if (info) {
-    status.nodeInfo = {};
-    for (const k of NODE_INFO) if (info[k]) status.nodeInfo[k] = intern(info[k]);
+    const kept: Record<string, string> = {};
+    for (const k of NODE_INFO) if (info[k]) kept[k] = intern(info[k]);
+    status.nodeInfo = alike(kept, info);
   }
   if (node.status?.conditions?.length) {
-    status.conditions = node.status.conditions.map((c) => ({
+    const conditions = node.status.conditions.map((c) => ({
       type: intern(c.type),
       status: intern(c.status),
     }));
+    status.conditions = alike(conditions, node.status.conditions);
   }
   return { apiVersion: 'v1', kind: 'Node', metadata, spec, status };
 }

@@ -130,6 +130,61 @@ test('an interned value lives as long as a cached object holds it', () => {
   assert.deepEqual(internedSize(), start, 'the last holder gone, so are they');
 });
 
+test('nodes alike share their conditions, node info, annotations, taints and Berth managedFields, frozen', () => {
+  const t = interning('test-node', slimNode);
+  const start = internedSize();
+  const node = (name: string, ready = 'True'): KubeObject => ({
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name,
+      labels: { 'kubernetes.io/hostname': name },
+      annotations: { 'node.alpha.kubernetes.io/ttl': '0' },
+      managedFields: [
+        {
+          manager: 'berth-labels',
+          operation: 'Apply',
+          time: '2026-11-29T10:00:00Z',
+          fieldsV1: { 'f:metadata': { 'f:labels': { 'f:derived': {} } } },
+        },
+      ],
+    },
+    spec: { taints: [{ key: 'k', effect: 'NoSchedule' }] },
+    status: {
+      nodeInfo: { architecture: 'amd64', kubeletVersion: 'v1.37.2', machineID: name },
+      conditions: [
+        { type: 'Ready', status: ready, reason: 'KubeletReady', message: name },
+        { type: 'MemoryPressure', status: 'False' },
+      ],
+    },
+  });
+  const parts = (n: ReturnType<typeof slimNode>) => [
+    n.status.conditions,
+    n.status.nodeInfo,
+    n.metadata?.annotations,
+    n.spec.taints,
+    n.metadata?.managedFields,
+  ];
+  const a = t.fn(node('a'));
+  t.lifecycle.cached(a);
+  const b = t.fn(node('b'));
+  t.lifecycle.cached(b);
+  parts(a).forEach((part, i) => assert.equal(parts(b)[i], part, `part ${i} shared`));
+  assert.deepEqual(b.status.conditions, [
+    { type: 'Ready', status: 'True' },
+    { type: 'MemoryPressure', status: 'False' },
+  ]);
+  assert.deepEqual(b.status.nodeInfo, { architecture: 'amd64', kubeletVersion: 'v1.37.2' });
+  assert.throws(() => ((b.status.conditions as { status: string }[])[0]!.status = 'False'), TypeError);
+  assert.throws(() => (b.metadata!.managedFields![0]!.fieldsV1 = {}), TypeError);
+  const c = t.fn(node('c', 'False'));
+  assert.notEqual(c.status.conditions, a.status.conditions, 'a node not alike has its own');
+  assert.equal(c.status.nodeInfo, a.status.nodeInfo);
+  t.lifecycle.dropped(a);
+  t.lifecycle.dropped(b);
+  assert.deepEqual(internedSize(), start, 'the last holder gone, so are they');
+});
+
 test('what a slim transform makes of its own object is that object: the lifecycle asks it again', () => {
   const full = {
     ...pod({ 'arch.berth.dev/policy': 'p1', 'example.com/blob': 'b' }, { app: 'a' }),
