@@ -13,7 +13,9 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json tsconfig.page.json ./
 COPY src ./src
-RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json && node node_modules/typescript/bin/tsc -p tsconfig.page.json
+# `npm run build`: tsc, then zod bundled alone (scripts/bundle-zod.ts, decision 0055), then the page.
+COPY scripts/bundle-zod.ts ./scripts/
+RUN npm run build
 
 FROM node:24-slim
 LABEL org.opencontainers.image.title="berth" org.opencontainers.image.licenses="Apache-2.0"

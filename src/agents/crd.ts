@@ -1,5 +1,5 @@
 // The AgentPlacement CRD, from its zod schema (the API's constants and types are in types.ts).
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import { column, k8s } from '../runtime/api/crd.ts';
 import { definePolicy, specColumn } from '../policy/crd.ts';
 import { labelSelectorSchema } from '../policy/match/schema.ts';

@@ -1,7 +1,7 @@
 // The API of agent placement: AgentPlacement says which pods count, how their owner (pool) is
 // identified, and which node label and claim annotations follow them. Its CRD, from a zod schema, is
 // crd.ts: what reads only these (every command's capability list) loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { PolicyStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';

@@ -3,7 +3,7 @@
 // and what happens when an image cannot be read.
 // Its CRD, from a zod schema, is crd.ts: what reads only these (the webhook thread, every
 // command's capability list) loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { PolicyStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';

@@ -1,5 +1,5 @@
 // The Location and Cell CRDs, from their zod schemas (the API's constants and types are in types.ts).
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import { AGE_COLUMN, column, conditionColumn, k8s } from '../runtime/api/crd.ts';
 import { defineBerthResource, observedStatus } from '../policy/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';

@@ -3,7 +3,7 @@
 // management plane probes each cell and says whether it answers and can take workloads.
 // Their CRDs, from zod schemas, are crd.ts: what reads only these (every command's capability list)
 // loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import type { ObservedStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';

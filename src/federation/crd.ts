@@ -1,5 +1,5 @@
 // The Workload CRD, from its zod schema (the API's constants and types are in types.ts).
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import { k8s } from '../runtime/api/crd.ts';
 import { DNS1123_LABEL } from '../runtime/api/meta.ts';
 import { defineBerthResource, observedStatus } from '../policy/crd.ts';

@@ -3,7 +3,7 @@
 // as one WorkloadDeployment per placement and city, in one cell serving that city, and rolls the
 // cells' counts back up into the Workload's status. Its CRD, from a zod schema, is crd.ts: what reads
 // only these (every command's capability list) loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { CustomObject } from '../runtime/api/crd.ts';
 import type { ObservedStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';

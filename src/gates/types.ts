@@ -2,7 +2,7 @@
 // releases each once its initialisation pods are Ready and its node conditions hold.
 // Its CRD, from a zod schema, is crd.ts: what reads only these (the webhook thread, every
 // command's capability list) loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { PolicyStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';
 import type { KeyDeclaration } from '../policy/nodes/ownership.ts';

@@ -1,5 +1,5 @@
 // The NodeLabelRule CRD, from its zod schema (the API's constants and types are in types.ts).
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import { k8s } from '../runtime/api/crd.ts';
 import { definePolicy } from '../policy/crd.ts';
 import { OPERATORS } from '../policy/match/requirement.ts';

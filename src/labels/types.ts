@@ -1,7 +1,7 @@
 // The API of derived node labels: the NodeLabelRule kind, and the Rule model that both
 // NodeLabelRules and k8s-auto-labeller rule files compile into. Its CRD, from a zod schema, is
 // crd.ts: what reads only these (every command's capability list) loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { PolicyStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';
 import type { evictOnRemoval, matchTerm, taint } from './crd.ts';

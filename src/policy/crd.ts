@@ -3,7 +3,7 @@
 // reports the same status (observedGeneration, conditions, and counts over the nodes it acts on) with
 // the same Ready, Reason and Age columns: a capability states only its kind, its spec, its counts and
 // its own columns.
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import type { Condition } from '../runtime/api/conditions.ts';
 import {
   AGE_COLUMN,

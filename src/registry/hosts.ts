@@ -20,7 +20,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { yaml } from '../runtime/platform/yaml.ts';
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import { apiHost, normaliseDomain, type Reference } from './reference.ts';
 
 const endpointFields = {

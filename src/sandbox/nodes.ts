@@ -2,7 +2,7 @@
 // Used by `berth sandbox up --nodes`, the test helpers and the benchmarks alike.
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { z } from 'zod';
+import * as z from '../runtime/platform/zod.ts';
 import { isConflict, type KubeClient } from '../runtime/client/client.ts';
 import { Resources, type KubeObject } from '../runtime/api/meta.ts';
 

@@ -4,7 +4,7 @@
 // Part 2's management plane writes WorkloadDeployments into cells; a single-cluster user writes them.
 // Their CRDs, from zod schemas, are crd.ts: what reads only these (every command's capability list)
 // loads no zod.
-import type { z } from 'zod';
+import type * as z from '../runtime/platform/zod.ts';
 import type { ObservedStatus } from '../policy/crd.ts';
 import { berthKind } from '../policy/kinds.ts';
 import type {

@@ -211,6 +211,19 @@ test("the capability list loads no zod: the capabilities' CRDs load with what in
   );
 });
 
+test("zod's values come through runtime/platform/zod.ts only, the module the build bundles alone", () => {
+  // Any other module importing zod would load the whole package beside the bundle (decision 0055).
+  const zodModule = path.join(src, 'runtime/platform/zod.ts');
+  const importers = sources(src).filter(
+    (f) => f !== zodModule && valueImports(f).some((spec) => packageOf(spec) === 'zod'),
+  );
+  assert.deepEqual(
+    importers.map((f) => path.relative(root, f)),
+    [],
+  );
+  assert.ok(valueImports(zodModule).includes('zod'));
+});
+
 test('re2js loads with the first pattern compiled: no module imports it', () => {
   // A Berth whose rules match no InRegexp never needs its source and tables (decision 0053).
   assert.equal(loadedFrom(sources(src)).get('package:re2js')?.join(' -> '), undefined);

@@ -3,7 +3,7 @@ import type { KeyClaim } from '../../policy/nodes/ownership.ts';
 import { taintId } from '../../policy/nodes/write.ts';
 import { selectorProblems } from '../../policy/match/selector.ts';
 import type { KubeObject } from '../../runtime/api/meta.ts';
-import { z } from 'zod';
+import * as z from '../../runtime/platform/zod.ts';
 import {
   bookkeepingKeys,
   gateAnnotations,

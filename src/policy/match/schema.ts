@@ -1,6 +1,6 @@
 // The schemas of the match kernel's shapes for custom resources (zod), apart from the matching
 // (selector.ts), which the webhook thread loads without zod.
-import { z } from 'zod';
+import * as z from '../../runtime/platform/zod.ts';
 import { SELECTOR_OPERATORS } from './requirement.ts';
 
 /** A label selector in a custom resource's spec. */

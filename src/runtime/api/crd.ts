@@ -2,7 +2,7 @@
 // from it the TypeScript type (z.infer), runtime validation (files, dry runs) and the CRD with a
 // structural OpenAPI v3 schema the apiserver accepts: one source of truth, no hand-written YAML.
 import { isDeepStrictEqual } from 'node:util';
-import { z } from 'zod';
+import * as z from '../platform/zod.ts';
 import { apiVersionOf, crdName, type KubeObject, type ObjectMeta, type ResourceRef } from './meta.ts';
 
 /** One CEL rule (x-kubernetes-validations); `self` is the value of the node it sits on. */
