@@ -176,7 +176,8 @@ test('nodes alike share their conditions, node info, annotations, taints and Ber
   ]);
   assert.deepEqual(b.status.nodeInfo, { architecture: 'amd64', kubeletVersion: 'v1.37.2' });
   assert.throws(() => ((b.status.conditions as { status: string }[])[0]!.status = 'False'), TypeError);
-  assert.throws(() => (b.metadata!.managedFields![0]!.fieldsV1 = {}), TypeError);
+  const entry = b.metadata!.managedFields![0] as { fieldsV1: Record<string, unknown> };
+  assert.throws(() => (entry.fieldsV1['f:metadata'] = {}), TypeError, 'frozen within too');
   const c = t.fn(node('c', 'False'));
   assert.notEqual(c.status.conditions, a.status.conditions, 'a node not alike has its own');
   assert.equal(c.status.nodeInfo, a.status.nodeInfo);
