@@ -61,6 +61,15 @@ export function intern(s: string | undefined): string | undefined {
   return value;
 }
 
+/** `v` and everything in it frozen: a structure shared by cached objects is read by each of them. */
+export function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    for (const x of Object.values(v)) deepFreeze(x);
+    Object.freeze(v);
+  }
+  return v;
+}
+
 /**
  * A structure many cached objects have alike, by a key that spells its content: the table's, else
  * `own` where it is one already (a slim object's, its lifecycle asking), else the one `make` gives.

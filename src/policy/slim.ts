@@ -3,7 +3,7 @@
 import { Resources, type KubeObject, type ObjectMeta } from '../runtime/api/meta.ts';
 import type { Informer } from '../runtime/cache/informer.ts';
 import type { Manager } from '../runtime/manager/manager.ts';
-import { intern, interning, share } from './intern.ts';
+import { deepFreeze, intern, interning, share } from './intern.ts';
 import { MIRROR_POD_ANNOTATION } from './pods.ts';
 
 const internRecord = (r: Record<string, string> | undefined) => {
@@ -245,15 +245,6 @@ function othersShare(berth: FieldsEntry[], others: FieldsEntry[]): FieldsEntry |
   return Object.keys(meta).length
     ? { manager: OTHER_MANAGERS, operation: 'Update', fieldsV1: { 'f:metadata': meta } }
     : undefined;
-}
-
-/** `v` and everything in it frozen: a structure shared by cached objects is read by each of them. */
-function deepFreeze<T>(v: T): T {
-  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
-    for (const x of Object.values(v)) deepFreeze(x);
-    Object.freeze(v);
-  }
-  return v;
 }
 
 /**

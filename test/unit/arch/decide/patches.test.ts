@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { deepFreeze } from '../../../helpers/freeze.ts';
+import { deepFreeze } from '../../../../src/policy/intern.ts';
 import { applyJsonPatch } from '../../../helpers/jsonpatch.ts';
 import { withSeed, type Prng } from '../../../helpers/prng.ts';
 import { intersection, type Placement } from '../../../../src/arch/decide/images.ts';

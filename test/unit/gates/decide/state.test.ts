@@ -27,7 +27,7 @@ import {
   workload,
   type NodeOptions,
 } from '../fixtures.ts';
-import { deepFreeze } from '../../../helpers/freeze.ts';
+import { deepFreeze } from '../../../../src/policy/intern.ts';
 
 /** decideGate at NOW, on frozen inputs: it must not change what the caches hold. */
 const decide = (g: Gate, n: SlimNode, pods: SlimPod[] = []): GateDecision =>
