@@ -64,8 +64,8 @@ export function intern(s: string | undefined): string | undefined {
 /** `v` and everything in it frozen: a structure shared by cached objects is read by each of them. */
 export function deepFreeze<T>(v: T): T {
   if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v); // first, so that a cycle ends here
     for (const x of Object.values(v)) deepFreeze(x);
-    Object.freeze(v);
   }
   return v;
 }
